@@ -1,0 +1,49 @@
+import type { Command } from "commander";
+import { loadServerConfig, startServer } from "@drover/server";
+import { DroverError } from "@drover/protocol";
+
+interface ServerOptions {
+  dataDir?: string;
+  host?: string;
+  port?: string;
+  databaseUrl?: string;
+  publicUrl?: string;
+  logLevel?: string;
+}
+
+/** `drover server`: the control plane. Runs until SIGINT/SIGTERM. */
+export function registerServerCommand(program: Command): void {
+  program
+    .command("server")
+    .description("Run the Drover server (SQLite under --data-dir by default; DROVER_DATABASE_URL=postgres://… for PostgreSQL)")
+    .option("--data-dir <dir>", "where the SQLite database lives (DROVER_DATA_DIR, default ./.drover)")
+    .option("--host <host>", "address to listen on (DROVER_HOST, default 127.0.0.1)")
+    .option("--port <port>", "port to listen on (DROVER_PORT, default 8800)")
+    .option("--database-url <url>", "postgres://… or sqlite:<path> (DROVER_DATABASE_URL)")
+    .option("--public-url <url>", "how agents reach this server; embedded in pool tokens (DROVER_PUBLIC_URL)")
+    .option("--log-level <level>", "pino log level (DROVER_LOG_LEVEL, default info)")
+    .action(async (opts: ServerOptions) => {
+      let config;
+      try {
+        config = loadServerConfig({ env: process.env, flags: opts });
+      } catch (err) {
+        if (err instanceof DroverError) {
+          process.stderr.write(`drover server: ${err.message}\n`);
+          process.exit(2);
+        }
+        throw err;
+      }
+      const server = await startServer(config);
+      process.stdout.write(`Drover server listening on ${server.url}\n`);
+      await new Promise<void>((resolve) => {
+        let stopping = false;
+        const stop = () => {
+          if (stopping) process.exit(1);
+          stopping = true;
+          void server.close().then(resolve);
+        };
+        process.on("SIGINT", stop);
+        process.on("SIGTERM", stop);
+      });
+    });
+}

@@ -1,0 +1,36 @@
+#!/usr/bin/env node
+import { Command, CommanderError } from "commander";
+import { registerServerCommand } from "./commands/server.js";
+import { registerAgentCommands } from "./commands/agent.js";
+import { registerUserCommands } from "./commands/user.js";
+import { registerQuickstartCommand } from "./commands/quickstart.js";
+import { printError } from "./output.js";
+
+/** The one `drover` binary: server, agent and user commands. */
+export function buildProgram(): Command {
+  const program = new Command("drover")
+    .description("Run Terraform and OpenTofu on self-hosted agents")
+    .version("0.1.0")
+    .showHelpAfterError()
+    .exitOverride();
+  registerServerCommand(program);
+  registerAgentCommands(program);
+  registerUserCommands(program);
+  registerQuickstartCommand(program);
+  return program;
+}
+
+async function main(): Promise<void> {
+  try {
+    await buildProgram().parseAsync(process.argv);
+  } catch (err) {
+    if (err instanceof CommanderError) {
+      process.exitCode = err.exitCode === 0 ? 0 : 2;
+      return;
+    }
+    printError(err);
+    process.exitCode = process.exitCode && process.exitCode !== 0 ? process.exitCode : 1;
+  }
+}
+
+await main();

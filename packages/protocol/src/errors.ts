@@ -1,0 +1,70 @@
+/**
+ * Stable error codes a user or operator may see. Every HTTP error body is
+ * `{ error: ErrorCode, message }`; clients branch on the code, people read the message.
+ */
+export const errorCodes = [
+  "bad_request",
+  "invalid_json",
+  "unauthorized",
+  "token_revoked",
+  "forbidden",
+  "not_found",
+  "conflict",
+  "already_exists",
+  "invalid_transition",
+  "stale_attempt",
+  "job_finished",
+  "agent_lost",
+  "log_gap",
+  "payload_too_large",
+  "invalid_archive",
+  "state_locked",
+  "internal",
+] as const;
+export type ErrorCode = (typeof errorCodes)[number];
+
+const statusByCode: Record<ErrorCode, number> = {
+  bad_request: 400,
+  invalid_json: 400,
+  unauthorized: 401,
+  token_revoked: 401,
+  forbidden: 403,
+  not_found: 404,
+  conflict: 409,
+  already_exists: 409,
+  invalid_transition: 409,
+  stale_attempt: 409,
+  job_finished: 409,
+  agent_lost: 409,
+  log_gap: 409,
+  payload_too_large: 413,
+  invalid_archive: 422,
+  state_locked: 423,
+  internal: 500,
+};
+
+/** An error meant for a user or operator: a stable code, a message saying what to do. */
+export class DroverError extends Error {
+  readonly code: ErrorCode;
+  readonly status: number;
+  /** Extra machine-readable fields merged into the HTTP error body. */
+  readonly details: Record<string, unknown> | undefined;
+
+  constructor(code: ErrorCode, message: string, options?: { cause?: unknown; details?: Record<string, unknown> }) {
+    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
+    this.name = "DroverError";
+    this.code = code;
+    this.status = statusByCode[code];
+    this.details = options?.details;
+  }
+}
+
+/** HTTP status for an error code. */
+export function statusForCode(code: ErrorCode): number {
+  return statusByCode[code];
+}
+
+/** Whether a value is one of our error codes (used when decoding a server reply). */
+export function isErrorCode(value: unknown): value is ErrorCode {
+  return typeof value === "string" && (errorCodes as readonly string[]).includes(value);
+}

@@ -1,0 +1,306 @@
+import { z } from "zod";
+
+/*
+ * The wire contract: every request and response body of the user API (/api/v1) and the
+ * agent protocol (/api/agent/v1), defined once. The server validates requests with these
+ * and the agent and CLI validate responses with them, so a change breaks the build, not
+ * production. Timestamps are ISO-8601 strings.
+ */
+
+export const nameSchema = z
+  .string()
+  .min(1)
+  .max(90)
+  .regex(/^[A-Za-z0-9][A-Za-z0-9_.-]*$/, "use letters, digits, '-', '_' and '.', starting with a letter or digit");
+
+// ---------- lifecycle unions ----------
+
+/** Run states; see docs/decisions/0002-run-lifecycle.md for the transitions. */
+export const runStatuses = [
+  "pending",
+  "queued",
+  "planning",
+  "planned",
+  "confirmed",
+  "applying",
+  "applied",
+  "planned_and_finished",
+  "errored",
+  "canceled",
+  "discarded",
+] as const;
+export const runStatusSchema = z.enum(runStatuses);
+export type RunStatus = z.infer<typeof runStatusSchema>;
+/** States after which nothing more happens to a run. */
+export const terminalRunStatuses: readonly RunStatus[] = ["applied", "planned_and_finished", "errored", "canceled", "discarded"];
+
+/** Job states: queued → assigned (leased) → running → one of the finished states. */
+export const jobStatuses = ["queued", "assigned", "running", "succeeded", "failed", "canceled", "errored"] as const;
+export const jobStatusSchema = z.enum(jobStatuses);
+export type JobStatus = z.infer<typeof jobStatusSchema>;
+export const finishedJobStatuses: readonly JobStatus[] = ["succeeded", "failed", "canceled", "errored"];
+
+export const phaseSchema = z.enum(["plan", "apply"]);
+export type Phase = z.infer<typeof phaseSchema>;
+
+export const engineSchema = z.enum(["terraform", "tofu"]);
+export type Engine = z.infer<typeof engineSchema>;
+
+export const agentStatusSchema = z.enum(["idle", "busy", "offline"]);
+export type AgentStatus = z.infer<typeof agentStatusSchema>;
+
+export const driverSchema = z.enum(["local", "kubernetes"]);
+export type Driver = z.infer<typeof driverSchema>;
+
+// ---------- resources ----------
+
+export const poolSchema = z.object({ id: z.string(), name: z.string(), createdAt: z.string() });
+export type Pool = z.infer<typeof poolSchema>;
+export const createPoolSchema = z.object({ name: nameSchema });
+
+export const poolTokenSchema = z.object({
+  id: z.string(),
+  poolId: z.string(),
+  description: z.string(),
+  createdAt: z.string(),
+  lastUsedAt: z.string().nullable(),
+  revokedAt: z.string().nullable(),
+});
+export type PoolToken = z.infer<typeof poolTokenSchema>;
+export const createPoolTokenSchema = z.object({ description: z.string().max(200).default("") });
+/** Returned once, at creation: the only time the secret is shown. */
+export const createdPoolTokenSchema = poolTokenSchema.extend({ token: z.string() });
+
+export const agentSchema = z.object({
+  id: z.string(),
+  poolId: z.string(),
+  name: z.string(),
+  version: z.string(),
+  driver: driverSchema,
+  capacity: z.number().int(),
+  runningJobs: z.number().int(),
+  status: agentStatusSchema,
+  registeredAt: z.string(),
+  lastSeenAt: z.string(),
+});
+export type Agent = z.infer<typeof agentSchema>;
+
+export const workspaceSchema = z.object({
+  id: z.string(),
+  name: z.string(),
+  poolId: z.string(),
+  engine: engineSchema,
+  engineVersion: z.string().nullable(),
+  workingDirectory: z.string(),
+  autoApply: z.boolean(),
+  currentRunId: z.string().nullable(),
+  stateLocked: z.boolean(),
+  createdAt: z.string(),
+});
+export type Workspace = z.infer<typeof workspaceSchema>;
+
+const workingDirectorySchema = z
+  .string()
+  .max(500)
+  .refine((d) => !d.startsWith("/") && !d.split("/").includes(".."), "the working directory must be a relative path inside the configuration");
+
+export const createWorkspaceSchema = z.object({
+  name: nameSchema,
+  pool: z.string().min(1).describe("pool id or name"),
+  engine: engineSchema.default("terraform"),
+  engineVersion: z.string().max(40).nullable().default(null),
+  workingDirectory: workingDirectorySchema.default(""),
+  autoApply: z.boolean().default(false),
+});
+export const updateWorkspaceSchema = z.object({
+  pool: z.string().min(1).optional(),
+  engine: engineSchema.optional(),
+  engineVersion: z.string().max(40).nullable().optional(),
+  workingDirectory: workingDirectorySchema.optional(),
+  autoApply: z.boolean().optional(),
+});
+
+export const variableKindSchema = z.enum(["terraform", "env"]);
+export type VariableKind = z.infer<typeof variableKindSchema>;
+/** A variable as the user API shows it: a sensitive value is never returned (null). */
+export const variableSchema = z.object({
+  key: z.string(),
+  kind: variableKindSchema,
+  sensitive: z.boolean(),
+  value: z.string().nullable(),
+  updatedAt: z.string(),
+});
+export type Variable = z.infer<typeof variableSchema>;
+export const setVariableSchema = z.object({
+  value: z.string().max(256 * 1024),
+  kind: variableKindSchema.default("terraform"),
+  sensitive: z.boolean().default(false),
+});
+export const variableKeySchema = z
+  .string()
+  .min(1)
+  .max(128)
+  .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "a variable key is letters, digits and '_', not starting with a digit");
+
+export const configurationVersionSchema = z.object({
+  id: z.string(),
+  workspaceId: z.string(),
+  size: z.number().int(),
+  sha256: z.string(),
+  createdAt: z.string(),
+});
+export type ConfigurationVersion = z.infer<typeof configurationVersionSchema>;
+
+export const planSummarySchema = z.object({
+  add: z.number().int(),
+  change: z.number().int(),
+  destroy: z.number().int(),
+  hasChanges: z.boolean(),
+});
+export type PlanSummary = z.infer<typeof planSummarySchema>;
+
+export const runSchema = z.object({
+  id: z.string(),
+  workspaceId: z.string(),
+  configurationVersionId: z.string(),
+  status: runStatusSchema,
+  planOnly: z.boolean(),
+  isDestroy: z.boolean(),
+  autoApply: z.boolean(),
+  message: z.string(),
+  errorMessage: z.string().nullable(),
+  cancelRequested: z.boolean(),
+  planSummary: planSummarySchema.nullable(),
+  planJobId: z.string().nullable(),
+  applyJobId: z.string().nullable(),
+  createdAt: z.string(),
+  updatedAt: z.string(),
+});
+export type Run = z.infer<typeof runSchema>;
+export const createRunSchema = z.object({
+  workspace: z.string().min(1).describe("workspace id or name"),
+  configurationVersionId: z.string().min(1),
+  planOnly: z.boolean().default(false),
+  isDestroy: z.boolean().default(false),
+  autoApply: z.boolean().optional().describe("defaults to the workspace's setting"),
+  message: z.string().max(500).default(""),
+});
+
+export const jobSchema = z.object({
+  id: z.string(),
+  runId: z.string(),
+  workspaceId: z.string(),
+  poolId: z.string(),
+  phase: phaseSchema,
+  status: jobStatusSchema,
+  attempt: z.number().int(),
+  agentId: z.string().nullable(),
+  message: z.string().nullable(),
+  createdAt: z.string(),
+  startedAt: z.string().nullable(),
+  finishedAt: z.string().nullable(),
+});
+export type Job = z.infer<typeof jobSchema>;
+
+export const outputSchema = z.object({
+  name: z.string(),
+  sensitive: z.boolean(),
+  type: z.unknown(),
+  value: z.unknown(),
+});
+export type Output = z.infer<typeof outputSchema>;
+
+export const stateVersionSchema = z.object({
+  id: z.string(),
+  workspaceId: z.string(),
+  serial: z.number().int().nullable(),
+  lineage: z.string().nullable(),
+  md5: z.string(),
+  size: z.number().int(),
+  runId: z.string().nullable(),
+  createdAt: z.string(),
+});
+export type StateVersion = z.infer<typeof stateVersionSchema>;
+
+export const listOf = <T extends z.ZodType>(item: T) => z.object({ items: z.array(item) });
+
+export const errorBodySchema = z.object({ error: z.string(), message: z.string() }).loose();
+export type ErrorBody = z.infer<typeof errorBodySchema>;
+
+export const healthSchema = z.object({
+  status: z.enum(["ok", "starting", "stopping"]),
+  currentTime: z.string(),
+  lastActivity: z.string().nullable(),
+});
+
+// ---------- agent protocol ----------
+
+export const registerRequestSchema = z.object({
+  name: nameSchema,
+  version: z.string().max(60),
+  driver: driverSchema,
+  capacity: z.number().int().min(1).max(1000),
+});
+export const registerResponseSchema = z.object({
+  agentId: z.string(),
+  poolId: z.string(),
+  poolName: z.string(),
+  sessionToken: z.string(),
+  heartbeatIntervalMs: z.number().int(),
+  leaseTtlMs: z.number().int(),
+  maxPollWaitMs: z.number().int(),
+});
+export type RegisterResponse = z.infer<typeof registerResponseSchema>;
+
+export const agentHeartbeatSchema = z.object({ runningJobs: z.number().int().min(0) });
+
+/** Everything an agent needs to execute one job, except variable values (fetched with the job token). */
+export const jobAssignmentSchema = z.object({
+  jobId: z.string(),
+  attempt: z.number().int(),
+  jobToken: z.string(),
+  phase: phaseSchema,
+  runId: z.string(),
+  planOnly: z.boolean(),
+  isDestroy: z.boolean(),
+  workspace: z.object({
+    id: z.string(),
+    name: z.string(),
+    engine: engineSchema,
+    engineVersion: z.string().nullable(),
+    workingDirectory: z.string(),
+  }),
+  configurationVersionId: z.string(),
+  /** Path, relative to the server URL the agent uses, of the workspace state (http backend address and lock address). */
+  statePath: z.string(),
+  leaseTtlMs: z.number().int(),
+});
+export type JobAssignment = z.infer<typeof jobAssignmentSchema>;
+export const pollResponseSchema = z.object({ job: jobAssignmentSchema.nullable() });
+
+export const jobHeartbeatResponseSchema = z.object({
+  cancelRequested: z.boolean(),
+  leaseExpiresAt: z.string(),
+});
+export type JobHeartbeatResponse = z.infer<typeof jobHeartbeatResponseSchema>;
+
+export const jobVariableSchema = z.object({
+  key: z.string(),
+  kind: variableKindSchema,
+  sensitive: z.boolean(),
+  value: z.string(),
+});
+export type JobVariable = z.infer<typeof jobVariableSchema>;
+export const jobVariablesResponseSchema = z.object({ variables: z.array(jobVariableSchema) });
+
+export const logAppendResponseSchema = z.object({ offset: z.number().int() });
+
+export const jobOutcomeSchema = z.enum(["succeeded", "failed", "canceled", "errored"]);
+export type JobOutcome = z.infer<typeof jobOutcomeSchema>;
+export const finishJobSchema = z.object({
+  outcome: jobOutcomeSchema,
+  message: z.string().max(4000).nullable().default(null),
+});
+export const startJobResponseSchema = z.object({ runStatus: runStatusSchema });
+
+export const outputsUploadSchema = z.object({ outputs: z.array(outputSchema) });

@@ -1,0 +1,183 @@
+import { type Kysely, type Migration, type MigrationProvider, sql } from "kysely";
+import type { Dialect } from "./connect.js";
+
+/*
+ * The one migration history, applied at server start on either database. Column types
+ * that differ between SQLite and PostgreSQL come from `types(dialect)`; everything else is
+ * written once.
+ */
+
+function types(dialect: Dialect) {
+  return {
+    time: dialect === "postgres" ? ("bigint" as const) : ("integer" as const),
+    blob: dialect === "postgres" ? sql`bytea` : sql`blob`,
+    serial: dialect === "postgres" ? ("bigserial" as const) : ("integer" as const),
+  };
+}
+
+function initial(dialect: Dialect): Migration {
+  const t = types(dialect);
+  return {
+    async up(db: Kysely<unknown>) {
+      await db.schema
+        .createTable("pools")
+        .addColumn("id", "text", (c) => c.primaryKey())
+        .addColumn("name", "text", (c) => c.notNull().unique())
+        .addColumn("created_at", t.time, (c) => c.notNull())
+        .execute();
+      await db.schema
+        .createTable("pool_tokens")
+        .addColumn("id", "text", (c) => c.primaryKey())
+        .addColumn("pool_id", "text", (c) => c.notNull().references("pools.id").onDelete("cascade"))
+        .addColumn("description", "text", (c) => c.notNull())
+        .addColumn("token_hash", "text", (c) => c.notNull().unique())
+        .addColumn("created_at", t.time, (c) => c.notNull())
+        .addColumn("last_used_at", t.time)
+        .addColumn("revoked_at", t.time)
+        .execute();
+      await db.schema
+        .createTable("user_tokens")
+        .addColumn("id", "text", (c) => c.primaryKey())
+        .addColumn("description", "text", (c) => c.notNull())
+        .addColumn("token_hash", "text", (c) => c.notNull().unique())
+        .addColumn("created_at", t.time, (c) => c.notNull())
+        .execute();
+      await db.schema
+        .createTable("agents")
+        .addColumn("id", "text", (c) => c.primaryKey())
+        .addColumn("pool_id", "text", (c) => c.notNull().references("pools.id").onDelete("cascade"))
+        .addColumn("pool_token_id", "text", (c) => c.notNull())
+        .addColumn("name", "text", (c) => c.notNull())
+        .addColumn("version", "text", (c) => c.notNull())
+        .addColumn("driver", "text", (c) => c.notNull())
+        .addColumn("capacity", "integer", (c) => c.notNull())
+        .addColumn("running_jobs", "integer", (c) => c.notNull().defaultTo(0))
+        .addColumn("session_hash", "text", (c) => c.notNull())
+        .addColumn("state", "text", (c) => c.notNull())
+        .addColumn("registered_at", t.time, (c) => c.notNull())
+        .addColumn("last_seen_at", t.time, (c) => c.notNull())
+        .execute();
+      await db.schema.createIndex("agents_pool_name").on("agents").columns(["pool_id", "name"]).execute();
+      await db.schema
+        .createTable("workspaces")
+        .addColumn("id", "text", (c) => c.primaryKey())
+        .addColumn("name", "text", (c) => c.notNull().unique())
+        .addColumn("pool_id", "text", (c) => c.notNull().references("pools.id"))
+        .addColumn("engine", "text", (c) => c.notNull())
+        .addColumn("engine_version", "text")
+        .addColumn("working_directory", "text", (c) => c.notNull())
+        .addColumn("auto_apply", "integer", (c) => c.notNull())
+        .addColumn("current_run_id", "text")
+        .addColumn("created_at", t.time, (c) => c.notNull())
+        .execute();
+      await db.schema
+        .createTable("variables")
+        .addColumn("workspace_id", "text", (c) => c.notNull().references("workspaces.id").onDelete("cascade"))
+        .addColumn("kind", "text", (c) => c.notNull())
+        .addColumn("key", "text", (c) => c.notNull())
+        .addColumn("value", "text", (c) => c.notNull())
+        .addColumn("sensitive", "integer", (c) => c.notNull())
+        .addColumn("updated_at", t.time, (c) => c.notNull())
+        .addPrimaryKeyConstraint("variables_pk", ["workspace_id", "kind", "key"])
+        .execute();
+      await db.schema
+        .createTable("configuration_versions")
+        .addColumn("id", "text", (c) => c.primaryKey())
+        .addColumn("workspace_id", "text", (c) => c.notNull().references("workspaces.id").onDelete("cascade"))
+        .addColumn("size", "integer", (c) => c.notNull())
+        .addColumn("sha256", "text", (c) => c.notNull())
+        .addColumn("archive", t.blob, (c) => c.notNull())
+        .addColumn("created_at", t.time, (c) => c.notNull())
+        .execute();
+      await db.schema
+        .createTable("runs")
+        .addColumn("id", "text", (c) => c.primaryKey())
+        .addColumn("workspace_id", "text", (c) => c.notNull().references("workspaces.id").onDelete("cascade"))
+        .addColumn("configuration_version_id", "text", (c) => c.notNull())
+        .addColumn("status", "text", (c) => c.notNull())
+        .addColumn("plan_only", "integer", (c) => c.notNull())
+        .addColumn("is_destroy", "integer", (c) => c.notNull())
+        .addColumn("auto_apply", "integer", (c) => c.notNull())
+        .addColumn("message", "text", (c) => c.notNull())
+        .addColumn("error_message", "text")
+        .addColumn("cancel_requested", "integer", (c) => c.notNull().defaultTo(0))
+        .addColumn("plan_add", "integer")
+        .addColumn("plan_change", "integer")
+        .addColumn("plan_destroy", "integer")
+        .addColumn("has_changes", "integer")
+        .addColumn("plan_job_id", "text")
+        .addColumn("apply_job_id", "text")
+        .addColumn("outputs_json", "text")
+        .addColumn("created_at", t.time, (c) => c.notNull())
+        .addColumn("updated_at", t.time, (c) => c.notNull())
+        .execute();
+      await db.schema.createIndex("runs_workspace_status").on("runs").columns(["workspace_id", "status", "created_at"]).execute();
+      await db.schema
+        .createTable("jobs")
+        .addColumn("id", "text", (c) => c.primaryKey())
+        .addColumn("run_id", "text", (c) => c.notNull().references("runs.id").onDelete("cascade"))
+        .addColumn("workspace_id", "text", (c) => c.notNull())
+        .addColumn("pool_id", "text", (c) => c.notNull())
+        .addColumn("phase", "text", (c) => c.notNull())
+        .addColumn("status", "text", (c) => c.notNull())
+        .addColumn("attempt", "integer", (c) => c.notNull())
+        .addColumn("agent_id", "text")
+        .addColumn("token_hash", "text")
+        .addColumn("lease_expires_at", t.time)
+        .addColumn("cancel_requested", "integer", (c) => c.notNull().defaultTo(0))
+        .addColumn("message", "text")
+        .addColumn("log_size", "integer", (c) => c.notNull().defaultTo(0))
+        .addColumn("queued_at", t.time, (c) => c.notNull())
+        .addColumn("created_at", t.time, (c) => c.notNull())
+        .addColumn("started_at", t.time)
+        .addColumn("finished_at", t.time)
+        .execute();
+      await db.schema.createIndex("jobs_queue").on("jobs").columns(["pool_id", "status", "queued_at"]).execute();
+      await db.schema.createIndex("jobs_lease").on("jobs").columns(["status", "lease_expires_at"]).execute();
+      await db.schema
+        .createTable("log_chunks")
+        .addColumn("job_id", "text", (c) => c.notNull().references("jobs.id").onDelete("cascade"))
+        .addColumn("offset", "integer", (c) => c.notNull())
+        .addColumn("end_offset", "integer", (c) => c.notNull())
+        .addColumn("data", t.blob, (c) => c.notNull())
+        .addPrimaryKeyConstraint("log_chunks_pk", ["job_id", "offset"])
+        .execute();
+      await db.schema
+        .createTable("plans")
+        .addColumn("run_id", "text", (c) => c.primaryKey().references("runs.id").onDelete("cascade"))
+        .addColumn("plan_file", t.blob)
+        .addColumn("plan_json", t.blob)
+        .addColumn("created_at", t.time, (c) => c.notNull())
+        .execute();
+      await db.schema
+        .createTable("state_versions")
+        .addColumn("seq", t.serial, (c) => (dialect === "postgres" ? c.primaryKey() : c.primaryKey().autoIncrement()))
+        .addColumn("id", "text", (c) => c.notNull().unique())
+        .addColumn("workspace_id", "text", (c) => c.notNull().references("workspaces.id").onDelete("cascade"))
+        .addColumn("serial", "integer")
+        .addColumn("lineage", "text")
+        .addColumn("md5", "text", (c) => c.notNull())
+        .addColumn("size", "integer", (c) => c.notNull())
+        .addColumn("body", t.blob, (c) => c.notNull())
+        .addColumn("run_id", "text")
+        .addColumn("created_at", t.time, (c) => c.notNull())
+        .execute();
+      await db.schema.createIndex("state_versions_workspace").on("state_versions").columns(["workspace_id", "seq"]).execute();
+      await db.schema
+        .createTable("state_locks")
+        .addColumn("workspace_id", "text", (c) => c.primaryKey().references("workspaces.id").onDelete("cascade"))
+        .addColumn("lock_id", "text", (c) => c.notNull())
+        .addColumn("info", "text", (c) => c.notNull())
+        .addColumn("job_id", "text")
+        .addColumn("created_at", t.time, (c) => c.notNull())
+        .execute();
+    },
+  };
+}
+
+/** All migrations in order; names sort lexically, which is the order Kysely applies them. */
+export function migrationProvider(dialect: Dialect): MigrationProvider {
+  return {
+    getMigrations: async () => ({ "0001_initial": initial(dialect) }),
+  };
+}

@@ -1,0 +1,168 @@
+import type { Generated } from "kysely";
+
+/*
+ * Table shapes as Kysely sees them. Times are epoch milliseconds (bigint in PostgreSQL,
+ * integer in SQLite); booleans are 0/1 integers so one query text serves both databases.
+ */
+
+export interface PoolsTable {
+  id: string;
+  name: string;
+  created_at: number;
+}
+
+export interface PoolTokensTable {
+  id: string;
+  pool_id: string;
+  description: string;
+  token_hash: string;
+  created_at: number;
+  last_used_at: number | null;
+  revoked_at: number | null;
+}
+
+export interface UserTokensTable {
+  id: string;
+  description: string;
+  token_hash: string;
+  created_at: number;
+}
+
+export interface AgentsTable {
+  id: string;
+  pool_id: string;
+  pool_token_id: string;
+  name: string;
+  version: string;
+  driver: string;
+  capacity: number;
+  running_jobs: number;
+  session_hash: string;
+  /** 'online' until deregistered, superseded or lost. */
+  state: string;
+  registered_at: number;
+  last_seen_at: number;
+}
+
+export interface WorkspacesTable {
+  id: string;
+  name: string;
+  pool_id: string;
+  engine: string;
+  engine_version: string | null;
+  working_directory: string;
+  auto_apply: number;
+  current_run_id: string | null;
+  created_at: number;
+}
+
+export interface VariablesTable {
+  workspace_id: string;
+  kind: string;
+  key: string;
+  value: string;
+  sensitive: number;
+  updated_at: number;
+}
+
+export interface ConfigurationVersionsTable {
+  id: string;
+  workspace_id: string;
+  size: number;
+  sha256: string;
+  archive: Buffer;
+  created_at: number;
+}
+
+export interface RunsTable {
+  id: string;
+  workspace_id: string;
+  configuration_version_id: string;
+  status: string;
+  plan_only: number;
+  is_destroy: number;
+  auto_apply: number;
+  message: string;
+  error_message: string | null;
+  cancel_requested: number;
+  plan_add: number | null;
+  plan_change: number | null;
+  plan_destroy: number | null;
+  has_changes: number | null;
+  plan_job_id: string | null;
+  apply_job_id: string | null;
+  outputs_json: string | null;
+  created_at: number;
+  updated_at: number;
+}
+
+export interface JobsTable {
+  id: string;
+  run_id: string;
+  workspace_id: string;
+  pool_id: string;
+  phase: string;
+  status: string;
+  attempt: number;
+  agent_id: string | null;
+  token_hash: string | null;
+  lease_expires_at: number | null;
+  cancel_requested: number;
+  message: string | null;
+  log_size: number;
+  queued_at: number;
+  created_at: number;
+  started_at: number | null;
+  finished_at: number | null;
+}
+
+export interface LogChunksTable {
+  job_id: string;
+  offset: number;
+  end_offset: number;
+  data: Buffer;
+}
+
+export interface PlansTable {
+  run_id: string;
+  plan_file: Buffer | null;
+  plan_json: Buffer | null;
+  created_at: number;
+}
+
+export interface StateVersionsTable {
+  id: string;
+  seq: Generated<number>;
+  workspace_id: string;
+  serial: number | null;
+  lineage: string | null;
+  md5: string;
+  size: number;
+  body: Buffer;
+  run_id: string | null;
+  created_at: number;
+}
+
+export interface StateLocksTable {
+  workspace_id: string;
+  lock_id: string;
+  info: string;
+  job_id: string | null;
+  created_at: number;
+}
+
+export interface Database {
+  pools: PoolsTable;
+  pool_tokens: PoolTokensTable;
+  user_tokens: UserTokensTable;
+  agents: AgentsTable;
+  workspaces: WorkspacesTable;
+  variables: VariablesTable;
+  configuration_versions: ConfigurationVersionsTable;
+  runs: RunsTable;
+  jobs: JobsTable;
+  log_chunks: LogChunksTable;
+  plans: PlansTable;
+  state_versions: StateVersionsTable;
+  state_locks: StateLocksTable;
+}

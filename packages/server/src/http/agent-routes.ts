@@ -1,0 +1,131 @@
+import {
+  agentHeartbeatSchema,
+  finishJobSchema,
+  maxLogChunkBytes,
+  maxLongPollMs,
+  outputsUploadSchema,
+  registerRequestSchema,
+  DroverError,
+} from "@drover/protocol";
+import type { FastifyInstance } from "fastify";
+import { z } from "zod";
+import { agentHeartbeat, deregisterAgent, registerAgent } from "../store/agents.js";
+import { readConfigurationArchive } from "../store/configuration-versions.js";
+import { appendLog } from "../store/logs.js";
+import { readPlanFile, saveOutputs, savePlanFile, savePlanJson } from "../store/plans.js";
+import { finishJob, heartbeatJob, pollForJob, releaseUnstartedJobs, startJob } from "../store/queue.js";
+import { variablesForJob } from "../store/variables.js";
+import { requestSignal, requireJob, requirePoolToken, requireSession } from "./auth.js";
+import type { HttpContext } from "./context.js";
+import { parse } from "./errors.js";
+
+const jobParams = z.object({ id: z.string() });
+const waitQuery = z.object({ wait: z.coerce.number().int().min(0).max(maxLongPollMs).default(0) });
+
+/** The agent protocol under /api/agent/v1: registration, long-poll, leases, and job-token calls. */
+export function registerAgentRoutes(app: FastifyInstance, http: HttpContext): void {
+  const ctx = http.store;
+  app.addHook("onRequest", async () => http.markActivity());
+
+  app.post("/register", async (req) => {
+    const { tokenId, pool } = await requirePoolToken(ctx, req);
+    const body = parse(registerRequestSchema, req.body);
+    const { agent, sessionToken } = await registerAgent(ctx, { ...body, poolId: pool.id, poolTokenId: tokenId });
+    return {
+      agentId: agent.id,
+      poolId: pool.id,
+      poolName: pool.name,
+      sessionToken,
+      heartbeatIntervalMs: ctx.settings.heartbeatIntervalMs,
+      leaseTtlMs: ctx.settings.leaseTtlMs,
+      maxPollWaitMs: maxLongPollMs,
+    };
+  });
+
+  app.post("/jobs/next", async (req, reply) => {
+    const agent = await requireSession(ctx, req);
+    const { wait } = parse(waitQuery, req.query, "query");
+    const job = await pollForJob(ctx, agent, wait, requestSignal(reply, http.shutdown));
+    return { job };
+  });
+
+  app.post("/heartbeat", async (req) => {
+    const agent = await requireSession(ctx, req);
+    await agentHeartbeat(ctx, agent.id, parse(agentHeartbeatSchema, req.body).runningJobs);
+    return { ok: true };
+  });
+
+  app.post("/deregister", async (req) => {
+    const agent = await requireSession(ctx, req);
+    await releaseUnstartedJobs(ctx, agent.id);
+    await deregisterAgent(ctx, agent.id);
+    return { ok: true };
+  });
+
+  app.post("/jobs/:id/start", async (req) => {
+    const job = await requireJob(ctx, req, parse(jobParams, req.params, "path").id);
+    return { runStatus: await startJob(ctx, job) };
+  });
+
+  app.post("/jobs/:id/heartbeat", async (req, reply) => {
+    const job = await requireJob(ctx, req, parse(jobParams, req.params, "path").id);
+    const { wait } = parse(waitQuery, req.query, "query");
+    return heartbeatJob(ctx, job, wait, requestSignal(reply, http.shutdown));
+  });
+
+  app.get("/jobs/:id/configuration", async (req, reply) => {
+    const job = await requireJob(ctx, req, parse(jobParams, req.params, "path").id);
+    const run = await ctx.db.selectFrom("runs").select("configuration_version_id").where("id", "=", job.run_id).executeTakeFirstOrThrow();
+    return reply.header("content-type", "application/gzip").send(await readConfigurationArchive(ctx, run.configuration_version_id));
+  });
+
+  app.get("/jobs/:id/variables", async (req) => {
+    const job = await requireJob(ctx, req, parse(jobParams, req.params, "path").id);
+    return { variables: await variablesForJob(ctx, job.workspace_id) };
+  });
+
+  app.get("/jobs/:id/plan", async (req, reply) => {
+    const job = await requireJob(ctx, req, parse(jobParams, req.params, "path").id);
+    return reply.header("content-type", "application/octet-stream").send(await readPlanFile(ctx, job.run_id));
+  });
+
+  app.put("/jobs/:id/outputs", async (req, reply) => {
+    const job = await requireJob(ctx, req, parse(jobParams, req.params, "path").id);
+    await saveOutputs(ctx, job, parse(outputsUploadSchema, req.body).outputs);
+    return reply.code(204).send();
+  });
+
+  app.post("/jobs/:id/finish", async (req, reply) => {
+    const job = await requireJob(ctx, req, parse(jobParams, req.params, "path").id);
+    const body = parse(finishJobSchema, req.body);
+    await finishJob(ctx, job, body.outcome, body.message);
+    return reply.code(204).send();
+  });
+
+  // Binary uploads take the raw body whatever its content type.
+  void app.register(async (binary) => {
+    binary.removeAllContentTypeParsers();
+    binary.addContentTypeParser("*", { parseAs: "buffer", bodyLimit: 512 * 1024 * 1024 }, (_req, body, done) => done(null, body));
+
+    binary.post("/jobs/:id/logs", { bodyLimit: maxLogChunkBytes + 1024 }, async (req) => {
+      const job = await requireJob(ctx, req, parse(jobParams, req.params, "path").id);
+      const { offset } = parse(z.object({ offset: z.coerce.number().int().min(0) }), req.query, "query");
+      return { offset: await appendLog(ctx, job, offset, bodyBuffer(req.body)) };
+    });
+    binary.put("/jobs/:id/plan", async (req, reply) => {
+      const job = await requireJob(ctx, req, parse(jobParams, req.params, "path").id);
+      await savePlanFile(ctx, job, bodyBuffer(req.body));
+      return reply.code(204).send();
+    });
+    binary.put("/jobs/:id/plan-json", async (req) => {
+      const job = await requireJob(ctx, req, parse(jobParams, req.params, "path").id);
+      return savePlanJson(ctx, job, bodyBuffer(req.body));
+    });
+  });
+}
+
+function bodyBuffer(body: unknown): Buffer {
+  if (Buffer.isBuffer(body)) return body;
+  if (body === undefined || body === null) return Buffer.alloc(0);
+  throw new DroverError("bad_request", "expected a raw request body");
+}

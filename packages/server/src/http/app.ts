@@ -1,0 +1,63 @@
+import { agentApi, userApi } from "@drover/protocol";
+import Fastify, { type FastifyInstance } from "fastify";
+import { readFileSync } from "node:fs";
+import type { Logger } from "pino";
+import type { ServerMetrics } from "../metrics.js";
+import { registerAgentRoutes } from "./agent-routes.js";
+import type { HttpContext } from "./context.js";
+import { errorHandler } from "./errors.js";
+import { openApiDocument } from "./openapi.js";
+import { registerStateRoutes } from "./state-routes.js";
+import { registerUserRoutes } from "./user-routes.js";
+import { sql } from "kysely";
+
+/** Builds the Fastify application: user API, agent protocol, state backend, health and metrics. */
+export function buildApp(http: HttpContext, metrics: ServerMetrics, log: Logger, tls?: { certFile: string; keyFile: string }): FastifyInstance {
+  const app = Fastify({
+    loggerInstance: log,
+    disableRequestLogging: true,
+    bodyLimit: 1024 * 1024,
+    return503OnClosing: true,
+    forceCloseConnections: true,
+    ...(tls ? { https: { cert: readFileSync(tls.certFile), key: readFileSync(tls.keyFile) } } : {}),
+  }) as unknown as FastifyInstance;
+  app.addHttpMethod("LOCK", { hasBody: true });
+  app.addHttpMethod("UNLOCK", { hasBody: true });
+  app.setErrorHandler(errorHandler);
+  app.setNotFoundHandler((request, reply) => {
+    void reply.code(404).send({ error: "not_found", message: `no route ${request.method} ${request.url.split("?")[0]}` });
+  });
+  app.addContentTypeParser(["application/gzip", "application/x-gzip", "application/octet-stream"], { parseAs: "buffer", bodyLimit: http.archiveLimits.maxCompressedBytes + 1 }, (_req, body, done) =>
+    done(null, body),
+  );
+  app.addHook("onResponse", async (request, reply) => {
+    metrics.httpDuration.observe(
+      { method: request.method, route: request.routeOptions.url ?? "unmatched", status: String(reply.statusCode) },
+      reply.elapsedTime / 1000,
+    );
+  });
+
+  let lastActivity: number | null = null;
+  const ctx: HttpContext = { ...http, markActivity: () => (lastActivity = Date.now()) };
+
+  void app.register(async (scope) => registerUserRoutes(scope, ctx), { prefix: userApi });
+  void app.register(async (scope) => registerStateRoutes(scope, ctx), { prefix: userApi });
+  void app.register(async (scope) => registerAgentRoutes(scope, ctx), { prefix: agentApi });
+
+  app.get("/healthz", async () => ({
+    status: http.shutdown.aborted ? "stopping" : "ok",
+    currentTime: new Date().toISOString(),
+    lastActivity: lastActivity === null ? null : new Date(lastActivity).toISOString(),
+  }));
+  app.get("/readyz", async (_req, reply) => {
+    try {
+      await sql`select 1`.execute(http.store.db);
+      return { status: "ready" };
+    } catch (err) {
+      return reply.code(503).send({ error: "internal", message: `database unreachable: ${err instanceof Error ? err.message : String(err)}` });
+    }
+  });
+  app.get("/metrics", async (_req, reply) => reply.header("content-type", metrics.registry.contentType).send(await metrics.registry.metrics()));
+  app.get("/openapi.json", async () => openApiDocument(http.publicUrl()));
+  return app;
+}

@@ -1,0 +1,77 @@
+import { DroverError, tokenKind, type Agent } from "@drover/protocol";
+import type { FastifyReply, FastifyRequest } from "fastify";
+import { authenticateSession } from "../store/agents.js";
+import type { StoreContext } from "../store/context.js";
+import { authenticatePoolToken } from "../store/pools.js";
+import { authenticateJobToken, type JobRow } from "../store/queue.js";
+import { authenticateUserToken } from "../store/user-tokens.js";
+
+/**
+ * The token a request presents: `Authorization: Bearer <token>`, or basic auth whose password
+ * is the token (terraform's http backend sends TF_HTTP_PASSWORD that way).
+ */
+export function presentedToken(request: FastifyRequest): string {
+  const header = request.headers.authorization;
+  if (!header) throw new DroverError("unauthorized", "missing Authorization header: send `Authorization: Bearer <token>`");
+  const [scheme, value] = header.split(/\s+/, 2);
+  if (scheme?.toLowerCase() === "bearer" && value) return value.trim();
+  if (scheme?.toLowerCase() === "basic" && value) {
+    const decoded = Buffer.from(value, "base64").toString("utf8");
+    const colon = decoded.indexOf(":");
+    const password = colon >= 0 ? decoded.slice(colon + 1) : "";
+    if (password) return password;
+  }
+  throw new DroverError("unauthorized", "malformed Authorization header: use `Bearer <token>` or basic auth with the token as password");
+}
+
+export async function requireUser(ctx: StoreContext, request: FastifyRequest): Promise<void> {
+  const token = presentedToken(request);
+  const kind = tokenKind(token);
+  if (kind === "pool" || kind === "session" || kind === "job") {
+    throw new DroverError("forbidden", `a ${kind} token cannot use the user API; use an API token`);
+  }
+  await authenticateUserToken(ctx, token);
+}
+
+export async function requirePoolToken(ctx: StoreContext, request: FastifyRequest) {
+  const token = presentedToken(request);
+  if (tokenKind(token) !== "pool") throw new DroverError("unauthorized", "registration needs a pool token (drv_p_…)");
+  return authenticatePoolToken(ctx, token);
+}
+
+export async function requireSession(ctx: StoreContext, request: FastifyRequest): Promise<Agent> {
+  const token = presentedToken(request);
+  if (tokenKind(token) !== "session") throw new DroverError("unauthorized", "this call needs the agent session token returned by register");
+  return authenticateSession(ctx, token);
+}
+
+/** The job behind a job token, which must be the job named in the path. */
+export async function requireJob(ctx: StoreContext, request: FastifyRequest, jobId: string): Promise<JobRow> {
+  const token = presentedToken(request);
+  if (tokenKind(token) !== "job") throw new DroverError("unauthorized", "this call needs the job token of the job");
+  const job = await authenticateJobToken(ctx, token);
+  if (job.id !== jobId) throw new DroverError("forbidden", `this job token belongs to job ${job.id}, not ${jobId}`);
+  return job;
+}
+
+/** Who may touch a workspace's state: any user token, or a job token of that workspace. */
+export async function requireStateAccess(ctx: StoreContext, request: FastifyRequest, workspaceId: string): Promise<{ job: JobRow | null }> {
+  const token = presentedToken(request);
+  if (tokenKind(token) === "job") {
+    const job = await authenticateJobToken(ctx, token);
+    if (job.workspace_id !== workspaceId) {
+      throw new DroverError("forbidden", `this job token is scoped to workspace ${job.workspace_id}, not ${workspaceId}`);
+    }
+    return { job };
+  }
+  await requireUser(ctx, request);
+  return { job: null };
+}
+
+/** An AbortSignal that fires when the client goes away or the server shuts down. */
+export function requestSignal(reply: FastifyReply, shutdown: AbortSignal): AbortSignal {
+  const controller = new AbortController();
+  // A response's "close" before it was sent means the client went away.
+  reply.raw.once("close", () => controller.abort());
+  return AbortSignal.any([controller.signal, shutdown]);
+}

@@ -1,0 +1,44 @@
+import { DroverError, statusForCode } from "@drover/protocol";
+import type { FastifyError, FastifyReply, FastifyRequest } from "fastify";
+import type { z } from "zod";
+import { StateLockedError } from "../store/state.js";
+
+/** Validates a request part with a wire schema; a mismatch is a 400 naming each bad field. */
+export function parse<T extends z.ZodType>(schema: T, value: unknown, what = "request body"): z.infer<T> {
+  const result = schema.safeParse(value ?? {});
+  if (result.success) return result.data;
+  const problems = result.error.issues.map((i) => `${i.path.length > 0 ? i.path.join(".") : what}: ${i.message}`).join("; ");
+  throw new DroverError("bad_request", `invalid ${what}: ${problems}`);
+}
+
+/** The one error handler: every failure leaves as `{error, message}` JSON with a fitting status. */
+export function errorHandler(err: FastifyError | Error, request: FastifyRequest, reply: FastifyReply): void {
+  if (err instanceof StateLockedError) {
+    // terraform's http backend reads the holder's LockInfo from a 423 body.
+    void reply.code(423).header("content-type", "application/json").send(err.holderInfo);
+    return;
+  }
+  if (err instanceof DroverError) {
+    void reply.code(err.status).send({ error: err.code, message: err.message, ...err.details });
+    return;
+  }
+  const fe = err as FastifyError;
+  if (fe.code === "FST_ERR_CTP_INVALID_JSON_BODY" || fe.code === "FST_ERR_CTP_EMPTY_JSON_BODY" || (err instanceof SyntaxError && fe.statusCode === 400)) {
+    void reply.code(400).send({ error: "invalid_json", message: `the request body is not valid JSON: ${err.message}` });
+    return;
+  }
+  if (fe.code === "FST_ERR_CTP_BODY_TOO_LARGE") {
+    void reply.code(413).send({ error: "payload_too_large", message: `the request body is larger than this endpoint accepts (${err.message})` });
+    return;
+  }
+  if (fe.code === "FST_ERR_CTP_INVALID_MEDIA_TYPE") {
+    void reply.code(415).send({ error: "bad_request", message: err.message });
+    return;
+  }
+  if (typeof fe.statusCode === "number" && fe.statusCode >= 400 && fe.statusCode < 500) {
+    void reply.code(fe.statusCode).send({ error: "bad_request", message: err.message });
+    return;
+  }
+  request.log.error({ err }, "request failed");
+  void reply.code(statusForCode("internal")).send({ error: "internal", message: "internal server error; see the server log" });
+}

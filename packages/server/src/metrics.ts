@@ -1,0 +1,77 @@
+import { Gauge, Histogram, Registry } from "prom-client";
+import type { StoreContext } from "./store/context.js";
+
+/** Prometheus metrics of one server process (its own registry, so tests can run several). */
+export interface ServerMetrics {
+  registry: Registry;
+  httpDuration: Histogram<"method" | "route" | "status">;
+}
+
+export function createMetrics(ctx: StoreContext): ServerMetrics {
+  const registry = new Registry();
+  const httpDuration = new Histogram({
+    name: "drover_http_request_duration_seconds",
+    help: "HTTP request latency by route (long-polls included)",
+    labelNames: ["method", "route", "status"] as const,
+    buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5, 30, 60],
+    registers: [registry],
+  });
+  new Gauge({
+    name: "drover_queue_depth",
+    help: "Jobs queued and waiting for an agent, per pool",
+    labelNames: ["pool"] as const,
+    registers: [registry],
+    async collect() {
+      this.reset();
+      const rows = await ctx.db
+        .selectFrom("pools")
+        .leftJoin("jobs", (j) => j.onRef("jobs.pool_id", "=", "pools.id").on("jobs.status", "=", "queued"))
+        .select(["pools.name", (eb) => eb.fn.count<number>("jobs.id").as("n")])
+        .groupBy("pools.name")
+        .execute();
+      for (const r of rows) this.set({ pool: r.name }, Number(r.n));
+    },
+  });
+  new Gauge({
+    name: "drover_pending_runs",
+    help: "Runs waiting behind another run of their workspace, per pool",
+    labelNames: ["pool"] as const,
+    registers: [registry],
+    async collect() {
+      this.reset();
+      const rows = await ctx.db
+        .selectFrom("pools")
+        .leftJoin("workspaces", "workspaces.pool_id", "pools.id")
+        .leftJoin("runs", (j) => j.onRef("runs.workspace_id", "=", "workspaces.id").on("runs.status", "=", "pending"))
+        .select(["pools.name", (eb) => eb.fn.count<number>("runs.id").as("n")])
+        .groupBy("pools.name")
+        .execute();
+      for (const r of rows) this.set({ pool: r.name }, Number(r.n));
+    },
+  });
+  new Gauge({
+    name: "drover_agents",
+    help: "Registered agents by status",
+    labelNames: ["status"] as const,
+    registers: [registry],
+    async collect() {
+      this.reset();
+      const rows = await ctx.db.selectFrom("agents").select(["state", "running_jobs"]).execute();
+      const counts = { idle: 0, busy: 0, offline: 0 };
+      for (const r of rows) counts[r.state !== "online" ? "offline" : r.running_jobs > 0 ? "busy" : "idle"]++;
+      for (const [status, n] of Object.entries(counts)) this.set({ status }, n);
+    },
+  });
+  new Gauge({
+    name: "drover_runs",
+    help: "Runs by state",
+    labelNames: ["state"] as const,
+    registers: [registry],
+    async collect() {
+      this.reset();
+      const rows = await ctx.db.selectFrom("runs").select(["status", (eb) => eb.fn.countAll<number>().as("n")]).groupBy("status").execute();
+      for (const r of rows) this.set({ state: r.status }, Number(r.n));
+    },
+  });
+  return { registry, httpDuration };
+}

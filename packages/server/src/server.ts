@@ -1,0 +1,78 @@
+import { pino, type Logger } from "pino";
+import { openDatabase } from "./db/connect.js";
+import { localEventBus, postgresEventBus } from "./events.js";
+import { buildApp } from "./http/app.js";
+import type { ServerConfig } from "./config.js";
+import { createMetrics } from "./metrics.js";
+import { startSweeper } from "./sweeper.js";
+import type { StoreContext } from "./store/context.js";
+import { countUserTokens, createUserToken, ensureUserToken } from "./store/user-tokens.js";
+
+/** A started server. */
+export interface RunningServer {
+  url: string;
+  /** The admin token, when this start generated it or it came from the configuration. */
+  adminToken: string | undefined;
+  store: StoreContext;
+  close(): Promise<void>;
+}
+
+/** Opens the database (migrating it), starts the HTTP server and the lease sweeper. */
+export async function startServer(config: ServerConfig, options: { logger?: Logger } = {}): Promise<RunningServer> {
+  const log = options.logger ?? pino({ level: config.logLevel });
+  const db = await openDatabase(config.database);
+  const events = db.pgConnectionString ? await postgresEventBus(db.pgConnectionString, log) : localEventBus();
+  const store: StoreContext = {
+    db: db.kysely,
+    dialect: db.dialect,
+    events,
+    now: () => Date.now(),
+    settings: { leaseTtlMs: config.leaseTtlMs, agentTtlMs: config.agentTtlMs, heartbeatIntervalMs: config.heartbeatIntervalMs },
+  };
+
+  let adminToken = config.adminToken;
+  if (adminToken) {
+    await ensureUserToken(store, adminToken, "DROVER_ADMIN_TOKEN");
+  } else if ((await countUserTokens(store)) === 0) {
+    adminToken = (await createUserToken(store, "admin (generated at first start)")).token;
+    log.warn("generated the admin API token; it is shown once, on standard output");
+    process.stdout.write(`\nDrover admin token (shown once, store it now):\n  ${adminToken}\n\n`);
+  }
+
+  const shutdown = new AbortController();
+  const metrics = createMetrics(store);
+  let publicUrl = config.publicUrl;
+  const app = buildApp({ store, archiveLimits: config.archiveLimits, publicUrl: () => publicUrl, shutdown: shutdown.signal, markActivity: () => {} }, metrics, log, config.tls);
+  const sweeper = startSweeper(store, log, config.sweepIntervalMs);
+  try {
+    await app.listen({ host: config.host, port: config.port });
+  } catch (err) {
+    await sweeper.stop();
+    await events.close();
+    await db.close();
+    throw err;
+  }
+  const address = app.server.address();
+  const port = typeof address === "object" && address ? address.port : config.port;
+  // With port 0 (tests) the default public URL learns the port the OS picked.
+  if (config.port === 0) publicUrl = publicUrl.replace(/:0$/, `:${port}`);
+  const url = publicUrl;
+  log.info({ url, database: db.dialect }, "drover server listening");
+
+  let closing: Promise<void> | undefined;
+  return {
+    url,
+    adminToken,
+    store,
+    close() {
+      closing ??= (async () => {
+        shutdown.abort();
+        await sweeper.stop();
+        await app.close().catch((err: unknown) => log.warn({ err }, "closing HTTP server failed"));
+        await events.close();
+        await db.close();
+      })();
+      return closing;
+    },
+  };
+}

@@ -1,0 +1,120 @@
+import { DroverError, hashToken, newId, newSessionToken, tokenSubject, type Agent, type Driver } from "@drover/protocol";
+import type { Selectable } from "kysely";
+import type { AgentsTable } from "../db/schema.js";
+import { iso, type StoreContext } from "./context.js";
+
+/** Agent row states: online until it deregisters, is superseded by a namesake, or goes silent. */
+export type AgentState = "online" | "deregistered" | "superseded" | "lost";
+
+const toAgent = (r: Selectable<AgentsTable>): Agent => ({
+  id: r.id,
+  poolId: r.pool_id,
+  name: r.name,
+  version: r.version,
+  driver: r.driver as Driver,
+  capacity: r.capacity,
+  runningJobs: r.running_jobs,
+  status: r.state !== "online" ? "offline" : r.running_jobs > 0 ? "busy" : "idle",
+  registeredAt: iso(r.registered_at),
+  lastSeenAt: iso(r.last_seen_at),
+});
+
+export interface RegisterInput {
+  poolId: string;
+  poolTokenId: string;
+  name: string;
+  version: string;
+  driver: Driver;
+  capacity: number;
+}
+
+/**
+ * Registers an agent and returns its session token. A name is unique among the pool's
+ * online agents: a new registration supersedes an older one of the same name (a restarted
+ * agent), whose session then gets `agent_lost`.
+ */
+export async function registerAgent(ctx: StoreContext, input: RegisterInput): Promise<{ agent: Agent; sessionToken: string }> {
+  const id = newId("agent");
+  const sessionToken = newSessionToken(id);
+  const now = ctx.now();
+  const row = {
+    id,
+    pool_id: input.poolId,
+    pool_token_id: input.poolTokenId,
+    name: input.name,
+    version: input.version,
+    driver: input.driver,
+    capacity: input.capacity,
+    running_jobs: 0,
+    session_hash: hashToken(sessionToken),
+    state: "online",
+    registered_at: now,
+    last_seen_at: now,
+  };
+  await ctx.db.transaction().execute(async (trx) => {
+    await trx
+      .updateTable("agents")
+      .set({ state: "superseded" })
+      .where("pool_id", "=", input.poolId)
+      .where("name", "=", input.name)
+      .where("state", "=", "online")
+      .execute();
+    await trx.insertInto("agents").values(row).execute();
+  });
+  return { agent: toAgent(row), sessionToken };
+}
+
+/** The agent behind a session token; 401 for unknown or revoked, 409 agent_lost when offline. */
+export async function authenticateSession(ctx: StoreContext, token: string): Promise<Agent> {
+  const id = tokenSubject(token, "session");
+  const row = id
+    ? await ctx.db
+        .selectFrom("agents")
+        .innerJoin("pool_tokens", "pool_tokens.id", "agents.pool_token_id")
+        .selectAll("agents")
+        .select("pool_tokens.revoked_at")
+        .where("agents.id", "=", id)
+        .where("agents.session_hash", "=", hashToken(token))
+        .executeTakeFirst()
+    : undefined;
+  if (!row) throw new DroverError("unauthorized", "unknown agent session: register again with the pool token");
+  if (row.revoked_at !== null) throw new DroverError("token_revoked", "the pool token this agent registered with was revoked");
+  if (row.state !== "online") {
+    throw new DroverError("agent_lost", `this agent registration is ${row.state}; register again`, { details: { state: row.state } });
+  }
+  return toAgent(row);
+}
+
+/** Records that an agent is alive and how many jobs it runs. */
+export async function agentHeartbeat(ctx: StoreContext, agentId: string, runningJobs: number): Promise<void> {
+  await ctx.db.updateTable("agents").set({ last_seen_at: ctx.now(), running_jobs: runningJobs }).where("id", "=", agentId).where("state", "=", "online").execute();
+}
+
+/** Marks an agent seen without changing its job count (each long-poll counts as a sign of life). */
+export async function touchAgent(ctx: StoreContext, agentId: string): Promise<void> {
+  await ctx.db.updateTable("agents").set({ last_seen_at: ctx.now() }).where("id", "=", agentId).where("state", "=", "online").execute();
+}
+
+export async function deregisterAgent(ctx: StoreContext, agentId: string): Promise<void> {
+  await ctx.db.updateTable("agents").set({ state: "deregistered", running_jobs: 0, last_seen_at: ctx.now() }).where("id", "=", agentId).execute();
+}
+
+/** Agents of every pool or one pool, newest registration first; offline ones included. */
+export async function listAgents(ctx: StoreContext, poolId?: string): Promise<Agent[]> {
+  let q = ctx.db.selectFrom("agents").selectAll();
+  if (poolId) q = q.where("pool_id", "=", poolId);
+  const rows = await q.orderBy("registered_at", "desc").orderBy("id").execute();
+  return rows.map(toAgent);
+}
+
+/** Declares agents silent for longer than the agent TTL lost; returns how many. */
+export async function markSilentAgentsLost(ctx: StoreContext): Promise<number> {
+  const cutoff = ctx.now() - ctx.settings.agentTtlMs;
+  const result = await ctx.db.updateTable("agents").set({ state: "lost", running_jobs: 0 }).where("state", "=", "online").where("last_seen_at", "<", cutoff).executeTakeFirst();
+  return Number(result.numUpdatedRows);
+}
+
+/** Forgets offline registrations older than `retainMs`. */
+export async function pruneOfflineAgents(ctx: StoreContext, retainMs: number): Promise<void> {
+  await ctx.db.deleteFrom("agents").where("state", "!=", "online").where("last_seen_at", "<", ctx.now() - retainMs).execute();
+}

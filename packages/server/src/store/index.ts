@@ -1,0 +1,17 @@
+/*
+ * The store: every database state transition of Drover, one module per concept. The same
+ * code serves SQLite and PostgreSQL; test/server/store.test.ts is the conformance suite both
+ * must pass.
+ */
+export * from "./agents.js";
+export * from "./configuration-versions.js";
+export * from "./context.js";
+export * from "./logs.js";
+export * from "./plans.js";
+export * from "./pools.js";
+export * from "./queue.js";
+export * from "./runs.js";
+export * from "./state.js";
+export * from "./user-tokens.js";
+export * from "./variables.js";
+export * from "./workspaces.js";

@@ -1,0 +1,78 @@
+import { DroverError, maxLogChunkBytes } from "@drover/protocol";
+import type { Queryable, StoreContext } from "./context.js";
+import { inTransaction } from "./transaction.js";
+import type { JobRow } from "./queue.js";
+
+/*
+ * Job logs are append-only byte streams. An append names the offset it starts at: a chunk
+ * already stored (a retry) is acknowledged and ignored, an overlapping one keeps only its new
+ * tail, and one that would leave a gap is refused with the offset the server expects.
+ */
+
+/** Appends at the log's current end, whatever it is (server-written lines). */
+export async function appendAtEnd(db: Queryable, jobId: string, data: Buffer): Promise<number> {
+  const row = await db.selectFrom("jobs").select("log_size").where("id", "=", jobId).executeTakeFirstOrThrow();
+  const end = row.log_size + data.length;
+  await db.insertInto("log_chunks").values({ job_id: jobId, offset: row.log_size, end_offset: end, data }).execute();
+  await db.updateTable("jobs").set({ log_size: end }).where("id", "=", jobId).execute();
+  return end;
+}
+
+/** Appends a chunk at `offset`; returns the log's size afterwards. */
+export async function appendLog(ctx: StoreContext, job: JobRow, offset: number, data: Buffer): Promise<number> {
+  if (data.length > maxLogChunkBytes) {
+    throw new DroverError("payload_too_large", `a log chunk may be at most ${maxLogChunkBytes} bytes; this one is ${data.length}`);
+  }
+  if (!Number.isSafeInteger(offset) || offset < 0) throw new DroverError("bad_request", "offset must be a non-negative integer");
+  return inTransaction(ctx, async (trx, effects) => {
+    let q = trx.selectFrom("jobs").select(["log_size", "attempt", "status"]).where("id", "=", job.id);
+    if (ctx.dialect === "postgres") q = q.forUpdate();
+    const row = await q.executeTakeFirstOrThrow();
+    if (row.attempt !== job.attempt) throw new DroverError("stale_attempt", `job ${job.id} was reassigned (attempt ${row.attempt})`, { details: { attempt: row.attempt } });
+    const size = row.log_size;
+    if (offset > size) {
+      throw new DroverError("log_gap", `log offset ${offset} is past the end of the log (${size}); resend from ${size}`, { details: { expectedOffset: size } });
+    }
+    const fresh = data.subarray(Math.min(data.length, size - offset));
+    if (fresh.length === 0) return size;
+    const end = size + fresh.length;
+    await trx.insertInto("log_chunks").values({ job_id: job.id, offset: size, end_offset: end, data: Buffer.from(fresh) }).execute();
+    await trx.updateTable("jobs").set({ log_size: end }).where("id", "=", job.id).execute();
+    effects.push(["log", job.id]);
+    return end;
+  });
+}
+
+/** A slice of a job's log and whether the job has written its last byte. */
+export interface LogSlice {
+  data: Buffer;
+  nextOffset: number;
+  complete: boolean;
+}
+
+const finished = new Set(["succeeded", "failed", "canceled", "errored"]);
+
+/** Reads up to `limit` bytes from `offset`. */
+export async function readLog(ctx: StoreContext, jobId: string, offset: number, limit: number): Promise<LogSlice> {
+  const job = await ctx.db.selectFrom("jobs").select(["log_size", "status"]).where("id", "=", jobId).executeTakeFirst();
+  if (!job) throw new DroverError("not_found", `no job ${JSON.stringify(jobId)}`);
+  if (offset > job.log_size) throw new DroverError("bad_request", `offset ${offset} is past the end of the log (${job.log_size})`);
+  const chunks = await ctx.db
+    .selectFrom("log_chunks")
+    .select(["offset", "data"])
+    .where("job_id", "=", jobId)
+    .where("end_offset", ">", offset)
+    .where("offset", "<", offset + limit)
+    .orderBy("offset")
+    .execute();
+  const parts: Buffer[] = [];
+  let position = offset;
+  for (const c of chunks) {
+    const data = Buffer.from(c.data);
+    const from = position - c.offset;
+    const take = data.subarray(from, from + (offset + limit - position));
+    parts.push(take);
+    position += take.length;
+  }
+  return { data: Buffer.concat(parts), nextOffset: position, complete: finished.has(job.status) && position >= job.log_size };
+}

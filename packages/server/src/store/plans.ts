@@ -1,0 +1,76 @@
+import { DroverError, summarizePlan, type Output, type PlanSummary } from "@drover/protocol";
+import type { StoreContext } from "./context.js";
+import type { JobRow } from "./queue.js";
+
+/** Stores the binary plan file of the run a plan job belongs to. */
+export async function savePlanFile(ctx: StoreContext, job: JobRow, planFile: Buffer): Promise<void> {
+  if (job.phase !== "plan") throw new DroverError("bad_request", "only a plan job uploads a plan file");
+  await ctx.db
+    .insertInto("plans")
+    .values({ run_id: job.run_id, plan_file: planFile, plan_json: null, created_at: ctx.now() })
+    .onConflict((oc) => oc.column("run_id").doUpdateSet({ plan_file: planFile }))
+    .execute();
+}
+
+/** Stores `terraform show -json` output and the summary derived from it. */
+export async function savePlanJson(ctx: StoreContext, job: JobRow, planJson: Buffer): Promise<PlanSummary> {
+  if (job.phase !== "plan") throw new DroverError("bad_request", "only a plan job uploads a plan");
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(planJson.toString("utf8"));
+  } catch (cause) {
+    throw new DroverError("invalid_json", "the plan JSON is not valid JSON", { cause });
+  }
+  const summary = summarizePlan(parsed);
+  await ctx.db.transaction().execute(async (trx) => {
+    await trx
+      .insertInto("plans")
+      .values({ run_id: job.run_id, plan_file: null, plan_json: planJson, created_at: ctx.now() })
+      .onConflict((oc) => oc.column("run_id").doUpdateSet({ plan_json: planJson }))
+      .execute();
+    await trx
+      .updateTable("runs")
+      .set({ plan_add: summary.add, plan_change: summary.change, plan_destroy: summary.destroy, has_changes: summary.hasChanges ? 1 : 0, updated_at: ctx.now() })
+      .where("id", "=", job.run_id)
+      .execute();
+  });
+  return summary;
+}
+
+/** The plan file an apply job must apply. */
+export async function readPlanFile(ctx: StoreContext, runId: string): Promise<Buffer> {
+  const row = await ctx.db.selectFrom("plans").select("plan_file").where("run_id", "=", runId).executeTakeFirst();
+  if (!row?.plan_file) throw new DroverError("not_found", `run ${runId} has no saved plan file`);
+  return Buffer.from(row.plan_file);
+}
+
+/** The stored plan JSON of a run. */
+export async function readPlanJson(ctx: StoreContext, runId: string): Promise<Buffer> {
+  const row = await ctx.db.selectFrom("plans").select("plan_json").where("run_id", "=", runId).executeTakeFirst();
+  if (!row?.plan_json) throw new DroverError("not_found", `run ${runId} has no plan JSON`);
+  return Buffer.from(row.plan_json);
+}
+
+/** Records the outputs an apply produced; sensitive values are kept but never shown. */
+export async function saveOutputs(ctx: StoreContext, job: JobRow, outputs: Output[]): Promise<void> {
+  await ctx.db.updateTable("runs").set({ outputs_json: JSON.stringify(outputs) }).where("id", "=", job.run_id).execute();
+}
+
+/** Masks sensitive output values for display. */
+export function maskOutputs(outputs: Output[]): Output[] {
+  return outputs.map((o) => (o.sensitive ? { ...o, value: null } : o));
+}
+
+/** Outputs of the workspace's latest run that recorded any, sensitive values masked. */
+export async function workspaceOutputs(ctx: StoreContext, workspaceId: string): Promise<Output[]> {
+  const row = await ctx.db
+    .selectFrom("runs")
+    .select("outputs_json")
+    .where("workspace_id", "=", workspaceId)
+    .where("outputs_json", "is not", null)
+    .orderBy("updated_at", "desc")
+    .limit(1)
+    .executeTakeFirst();
+  if (!row?.outputs_json) return [];
+  return maskOutputs(JSON.parse(row.outputs_json) as Output[]);
+}

@@ -1,0 +1,80 @@
+import { DroverError, hashToken, newId, newPoolToken, type Pool, type PoolToken } from "@drover/protocol";
+import type { Selectable } from "kysely";
+import type { PoolTokensTable, PoolsTable } from "../db/schema.js";
+import { iso, isoOrNull, type StoreContext } from "./context.js";
+
+const toPool = (r: Selectable<PoolsTable>): Pool => ({ id: r.id, name: r.name, createdAt: iso(r.created_at) });
+const toPoolToken = (r: Selectable<PoolTokensTable>): PoolToken => ({
+  id: r.id,
+  poolId: r.pool_id,
+  description: r.description,
+  createdAt: iso(r.created_at),
+  lastUsedAt: isoOrNull(r.last_used_at),
+  revokedAt: isoOrNull(r.revoked_at),
+});
+
+/** Creates a pool; a taken name is a conflict. */
+export async function createPool(ctx: StoreContext, name: string): Promise<Pool> {
+  const existing = await ctx.db.selectFrom("pools").select("id").where("name", "=", name).executeTakeFirst();
+  if (existing) throw new DroverError("already_exists", `a pool named ${JSON.stringify(name)} already exists`);
+  const row = { id: newId("pool"), name, created_at: ctx.now() };
+  await ctx.db.insertInto("pools").values(row).execute();
+  return toPool(row);
+}
+
+export async function listPools(ctx: StoreContext): Promise<Pool[]> {
+  const rows = await ctx.db.selectFrom("pools").selectAll().orderBy("created_at").orderBy("id").execute();
+  return rows.map(toPool);
+}
+
+/** Finds a pool by id or by name; not found is a DroverError. */
+export async function getPool(ctx: StoreContext, idOrName: string): Promise<Pool> {
+  const row = await ctx.db
+    .selectFrom("pools")
+    .selectAll()
+    .where((eb) => eb.or([eb("id", "=", idOrName), eb("name", "=", idOrName)]))
+    .executeTakeFirst();
+  if (!row) throw new DroverError("not_found", `no pool ${JSON.stringify(idOrName)}`);
+  return toPool(row);
+}
+
+/** Creates a pool token embedding `serverUrl`; the secret is returned here and never again. */
+export async function createPoolToken(ctx: StoreContext, poolIdOrName: string, description: string, serverUrl: string): Promise<PoolToken & { token: string }> {
+  const pool = await getPool(ctx, poolIdOrName);
+  const token = newPoolToken({ url: serverUrl, pool: pool.id });
+  const row = { id: newId("ptok"), pool_id: pool.id, description, token_hash: hashToken(token), created_at: ctx.now(), last_used_at: null, revoked_at: null };
+  await ctx.db.insertInto("pool_tokens").values(row).execute();
+  return { ...toPoolToken(row), token };
+}
+
+export async function listPoolTokens(ctx: StoreContext, poolIdOrName: string): Promise<PoolToken[]> {
+  const pool = await getPool(ctx, poolIdOrName);
+  const rows = await ctx.db.selectFrom("pool_tokens").selectAll().where("pool_id", "=", pool.id).orderBy("created_at").execute();
+  return rows.map(toPoolToken);
+}
+
+/** Revokes a token; the agents registered with it lose their sessions at their next call. */
+export async function revokePoolToken(ctx: StoreContext, tokenId: string): Promise<PoolToken> {
+  const row = await ctx.db.selectFrom("pool_tokens").selectAll().where("id", "=", tokenId).executeTakeFirst();
+  if (!row) throw new DroverError("not_found", `no pool token ${JSON.stringify(tokenId)}`);
+  if (row.revoked_at === null) {
+    const now = ctx.now();
+    await ctx.db.updateTable("pool_tokens").set({ revoked_at: now }).where("id", "=", tokenId).execute();
+    row.revoked_at = now;
+  }
+  return toPoolToken(row);
+}
+
+/** Looks a presented pool token up; unknown and revoked tokens are distinct 401s. */
+export async function authenticatePoolToken(ctx: StoreContext, token: string): Promise<{ tokenId: string; pool: Pool }> {
+  const row = await ctx.db
+    .selectFrom("pool_tokens")
+    .innerJoin("pools", "pools.id", "pool_tokens.pool_id")
+    .select(["pool_tokens.id as tokenId", "pool_tokens.revoked_at", "pools.id", "pools.name", "pools.created_at"])
+    .where("pool_tokens.token_hash", "=", hashToken(token))
+    .executeTakeFirst();
+  if (!row) throw new DroverError("unauthorized", "unknown pool token: create one with `drover token create --pool <pool>`");
+  if (row.revoked_at !== null) throw new DroverError("token_revoked", "this pool token was revoked; give the agent a new one");
+  await ctx.db.updateTable("pool_tokens").set({ last_used_at: ctx.now() }).where("id", "=", row.tokenId).execute();
+  return { tokenId: row.tokenId, pool: toPool({ id: row.id, name: row.name, created_at: row.created_at }) };
+}

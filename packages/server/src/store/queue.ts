@@ -1,0 +1,300 @@
+import {
+  DroverError,
+  finishedJobStatuses,
+  hashToken,
+  newJobToken,
+  parseJobToken,
+  type Agent,
+  type Engine,
+  type Job,
+  type JobAssignment,
+  type JobHeartbeatResponse,
+  type JobOutcome,
+  type JobStatus,
+  type Phase,
+  type RunStatus,
+} from "@drover/protocol";
+import type { Selectable } from "kysely";
+import type { JobsTable } from "../db/schema.js";
+import { waitForEvent } from "../events.js";
+import { iso, isoOrNull, type StoreContext } from "./context.js";
+import { applyJobOutcome, markPhaseStarted } from "./runs.js";
+import { inTransaction } from "./transaction.js";
+import { touchAgent } from "./agents.js";
+import { appendAtEnd } from "./logs.js";
+
+/*
+ * The job queue. A claim is a lease: the claiming agent gets a job token bound to the job's
+ * new attempt number and must renew the lease by heartbeat. When an attempt is superseded
+ * (lease expired, job requeued and claimed again) every write carrying the old token is
+ * refused with `stale_attempt`: the fencing that keeps a partitioned agent from writing.
+ */
+
+export type JobRow = Selectable<JobsTable>;
+
+export const toJob = (r: JobRow): Job => ({
+  id: r.id,
+  runId: r.run_id,
+  workspaceId: r.workspace_id,
+  poolId: r.pool_id,
+  phase: r.phase as Phase,
+  status: r.status as JobStatus,
+  attempt: r.attempt,
+  agentId: r.agent_id,
+  message: r.message,
+  createdAt: iso(r.created_at),
+  startedAt: isoOrNull(r.started_at),
+  finishedAt: isoOrNull(r.finished_at),
+});
+
+const isFinished = (s: string): boolean => (finishedJobStatuses as readonly string[]).includes(s);
+
+/** Path (relative to the server URL) of a workspace's state, as the http backend uses it. */
+export const statePath = (workspaceId: string): string => `/api/v1/workspaces/${workspaceId}/state`;
+
+/** Claims the oldest queued job of the agent's pool, or returns null when there is none. */
+export async function claimNextJob(ctx: StoreContext, agent: Agent): Promise<JobAssignment | null> {
+  return inTransaction(ctx, async (trx) => {
+    let q = trx
+      .selectFrom("jobs")
+      .selectAll()
+      .where("pool_id", "=", agent.poolId)
+      .where("status", "=", "queued")
+      .orderBy("queued_at")
+      .orderBy("id")
+      .limit(1);
+    if (ctx.dialect === "postgres") q = q.forUpdate().skipLocked();
+    const job = await q.executeTakeFirst();
+    if (!job) return null;
+    const attempt = job.attempt + 1;
+    const token = newJobToken(job.id, attempt);
+    const leaseExpiresAt = ctx.now() + ctx.settings.leaseTtlMs;
+    const updated = await trx
+      .updateTable("jobs")
+      .set({ status: "assigned", attempt, agent_id: agent.id, token_hash: hashToken(token), lease_expires_at: leaseExpiresAt })
+      .where("id", "=", job.id)
+      .where("status", "=", "queued")
+      .executeTakeFirst();
+    if (Number(updated.numUpdatedRows) !== 1) return null;
+    const run = await trx.selectFrom("runs").selectAll().where("id", "=", job.run_id).executeTakeFirstOrThrow();
+    const ws = await trx.selectFrom("workspaces").selectAll().where("id", "=", job.workspace_id).executeTakeFirstOrThrow();
+    return {
+      jobId: job.id,
+      attempt,
+      jobToken: token,
+      phase: job.phase as Phase,
+      runId: run.id,
+      planOnly: run.plan_only === 1,
+      isDestroy: run.is_destroy === 1,
+      workspace: {
+        id: ws.id,
+        name: ws.name,
+        engine: ws.engine as Engine,
+        engineVersion: ws.engine_version,
+        workingDirectory: ws.working_directory,
+      },
+      configurationVersionId: run.configuration_version_id,
+      statePath: statePath(ws.id),
+      leaseTtlMs: ctx.settings.leaseTtlMs,
+    };
+  });
+}
+
+/** How often a waiting poller re-checks the queue even without a wake-up (covers a lost NOTIFY). */
+const recheckMs = 2_000;
+
+/**
+ * The long-poll: claims a job, waiting up to `waitMs` for one to be queued. Subscribes before
+ * each claim attempt so a job queued in between wakes it.
+ */
+export async function pollForJob(ctx: StoreContext, agent: Agent, waitMs: number, signal?: AbortSignal): Promise<JobAssignment | null> {
+  const deadline = ctx.now() + waitMs;
+  await touchAgent(ctx, agent.id);
+  for (;;) {
+    const wake = waitForEvent(ctx.events, "job-queued", agent.poolId, Math.min(recheckMs, Math.max(0, deadline - ctx.now())), signal);
+    let job: JobAssignment | null;
+    try {
+      job = await claimNextJob(ctx, agent);
+    } catch (err) {
+      wake.cancel();
+      throw err;
+    }
+    if (job) {
+      wake.cancel();
+      return job;
+    }
+    if (signal?.aborted || ctx.now() >= deadline) {
+      wake.cancel();
+      return null;
+    }
+    await wake.promise;
+    if (signal?.aborted) return null;
+  }
+}
+
+/**
+ * Resolves a job token to its job, refusing tokens of finished jobs (`job_finished`) and of
+ * superseded attempts (`stale_attempt`).
+ */
+export async function authenticateJobToken(ctx: StoreContext, token: string): Promise<JobRow> {
+  const parsed = parseJobToken(token);
+  const job = parsed ? await ctx.db.selectFrom("jobs").selectAll().where("id", "=", parsed.jobId).executeTakeFirst() : undefined;
+  if (!parsed || !job) throw new DroverError("unauthorized", "unknown job token");
+  if (job.token_hash !== null && job.token_hash === hashToken(token)) return job;
+  if (job.attempt !== parsed.attempt) {
+    throw new DroverError("stale_attempt", `job ${job.id} was reassigned (attempt ${job.attempt}; this token is for attempt ${parsed.attempt}); stop working on it`, {
+      details: { attempt: job.attempt },
+    });
+  }
+  if (isFinished(job.status)) {
+    throw new DroverError("job_finished", `job ${job.id} has ended (${job.status}); its token is no longer valid`, { details: { status: job.status } });
+  }
+  throw new DroverError("unauthorized", "unknown job token");
+}
+
+/** Re-reads a job inside a transaction and checks the caller still holds its attempt. */
+async function currentAttempt(ctx: StoreContext, trx: Parameters<Parameters<typeof inTransaction>[1]>[0], job: JobRow): Promise<JobRow> {
+  let q = trx.selectFrom("jobs").selectAll().where("id", "=", job.id);
+  if (ctx.dialect === "postgres") q = q.forUpdate();
+  const row = await q.executeTakeFirstOrThrow();
+  if (row.attempt !== job.attempt) throw new DroverError("stale_attempt", `job ${job.id} was reassigned (attempt ${row.attempt})`, { details: { attempt: row.attempt } });
+  if (isFinished(row.status)) throw new DroverError("job_finished", `job ${job.id} has ended (${row.status})`, { details: { status: row.status } });
+  return row;
+}
+
+/** The agent (or Kubernetes worker) begins executing the job; the run enters planning/applying. */
+export async function startJob(ctx: StoreContext, job: JobRow): Promise<RunStatus> {
+  return inTransaction(ctx, async (trx, effects) => {
+    const row = await currentAttempt(ctx, trx, job);
+    if (row.status === "running") {
+      const run = await trx.selectFrom("runs").select("status").where("id", "=", row.run_id).executeTakeFirstOrThrow();
+      return run.status as RunStatus;
+    }
+    const now = ctx.now();
+    await trx
+      .updateTable("jobs")
+      .set({ status: "running", started_at: now, lease_expires_at: now + ctx.settings.leaseTtlMs })
+      .where("id", "=", row.id)
+      .execute();
+    return markPhaseStarted(ctx, trx, effects, row.run_id, row.phase as Phase);
+  });
+}
+
+/**
+ * Renews the lease. With `waitMs`, holds the request until a cancel is requested or the wait
+ * ends, so a cancel reaches the agent in milliseconds with one request in flight per job.
+ */
+export async function heartbeatJob(ctx: StoreContext, job: JobRow, waitMs: number, signal?: AbortSignal): Promise<JobHeartbeatResponse> {
+  const renew = async (): Promise<JobHeartbeatResponse> =>
+    inTransaction(ctx, async (trx) => {
+      const row = await currentAttempt(ctx, trx, job);
+      const leaseExpiresAt = ctx.now() + ctx.settings.leaseTtlMs;
+      await trx.updateTable("jobs").set({ lease_expires_at: leaseExpiresAt }).where("id", "=", row.id).execute();
+      return { cancelRequested: row.cancel_requested === 1, leaseExpiresAt: iso(leaseExpiresAt) };
+    });
+  if (waitMs <= 0) return renew();
+  const wake = waitForEvent(ctx.events, "job-cancel", job.id, Math.min(waitMs, ctx.settings.leaseTtlMs / 2), signal);
+  const first = await renew().catch((err: unknown) => {
+    wake.cancel();
+    throw err;
+  });
+  if (first.cancelRequested) {
+    wake.cancel();
+    return first;
+  }
+  const fired = await wake.promise;
+  if (!fired || signal?.aborted) return first;
+  return renew();
+}
+
+/** Ends the job with the agent's outcome and moves its run on; the job token expires here. */
+export async function finishJob(ctx: StoreContext, job: JobRow, outcome: JobOutcome, message: string | null): Promise<void> {
+  await inTransaction(ctx, async (trx, effects) => {
+    const row = await currentAttempt(ctx, trx, job);
+    await trx
+      .updateTable("jobs")
+      .set({ status: outcome, message, finished_at: ctx.now(), token_hash: null, lease_expires_at: null })
+      .where("id", "=", row.id)
+      .execute();
+    effects.push(["job-finished", row.id], ["log", row.id]);
+    await applyJobOutcome(ctx, trx, effects, row, outcome, message);
+  });
+}
+
+/**
+ * Handles expired leases: an assigned job never started is requeued (its attempt is fenced
+ * off); a started one ends errored, "agent lost", releasing its workspace and state lock.
+ * Safe to run in every server process at once: each change is conditional on the row as read.
+ */
+export async function expireLeases(ctx: StoreContext): Promise<{ requeued: number; lost: number }> {
+  const now = ctx.now();
+  const expired = await ctx.db
+    .selectFrom("jobs")
+    .selectAll()
+    .where("status", "in", ["assigned", "running"])
+    .where("lease_expires_at", "<", now)
+    .limit(500)
+    .execute();
+  let requeued = 0;
+  let lost = 0;
+  for (const job of expired) {
+    await inTransaction(ctx, async (trx, effects) => {
+      if (job.status === "assigned") {
+        const res = await trx
+          .updateTable("jobs")
+          .set({ status: "queued", agent_id: null, token_hash: null, lease_expires_at: null })
+          .where("id", "=", job.id)
+          .where("status", "=", "assigned")
+          .where("attempt", "=", job.attempt)
+          .executeTakeFirst();
+        if (Number(res.numUpdatedRows) === 1) {
+          requeued++;
+          effects.push(["job-queued", job.pool_id]);
+        }
+        return;
+      }
+      const agent = job.agent_id ? await trx.selectFrom("agents").select("name").where("id", "=", job.agent_id).executeTakeFirst() : undefined;
+      const reason = `agent lost: no heartbeat from agent ${agent?.name ?? job.agent_id ?? "?"} for ${Math.round(ctx.settings.leaseTtlMs / 1000)} s`;
+      const res = await trx
+        .updateTable("jobs")
+        .set({ status: "errored", message: reason, finished_at: now, token_hash: null, lease_expires_at: null })
+        .where("id", "=", job.id)
+        .where("status", "=", "running")
+        .where("attempt", "=", job.attempt)
+        .executeTakeFirst();
+      if (Number(res.numUpdatedRows) !== 1) return;
+      lost++;
+      await appendAtEnd(trx, job.id, Buffer.from(`\n[drover] ${reason}; the run is errored\n`, "utf8"));
+      effects.push(["job-finished", job.id], ["log", job.id]);
+      await applyJobOutcome(ctx, trx, effects, job, "errored", reason);
+    });
+  }
+  return { requeued, lost };
+}
+
+/** Requeues jobs an agent claimed but never started (it is stopping or went away cleanly). */
+export async function releaseUnstartedJobs(ctx: StoreContext, agentId: string): Promise<void> {
+  await inTransaction(ctx, async (trx, effects) => {
+    const jobs = await trx.selectFrom("jobs").select(["id", "pool_id"]).where("agent_id", "=", agentId).where("status", "=", "assigned").execute();
+    if (jobs.length === 0) return;
+    await trx
+      .updateTable("jobs")
+      .set({ status: "queued", agent_id: null, token_hash: null, lease_expires_at: null })
+      .where("agent_id", "=", agentId)
+      .where("status", "=", "assigned")
+      .execute();
+    for (const j of jobs) effects.push(["job-queued", j.pool_id]);
+  });
+}
+
+export async function getJob(ctx: StoreContext, id: string): Promise<Job> {
+  const row = await ctx.db.selectFrom("jobs").selectAll().where("id", "=", id).executeTakeFirst();
+  if (!row) throw new DroverError("not_found", `no job ${JSON.stringify(id)}`);
+  return toJob(row);
+}
+
+/** Jobs of a run, in order of creation. */
+export async function listRunJobs(ctx: StoreContext, runId: string): Promise<Job[]> {
+  const rows = await ctx.db.selectFrom("jobs").selectAll().where("run_id", "=", runId).orderBy("created_at").orderBy("id").execute();
+  return rows.map(toJob);
+}

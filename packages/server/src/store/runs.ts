@@ -1,0 +1,282 @@
+import { DroverError, newId, terminalRunStatuses, type JobOutcome, type Phase, type Run, type RunStatus } from "@drover/protocol";
+import type { Selectable, Transaction } from "kysely";
+import type { Database, JobsTable, RunsTable } from "../db/schema.js";
+import { iso, type Queryable, type StoreContext } from "./context.js";
+import { inTransaction, type Effects } from "./transaction.js";
+import { getWorkspace } from "./workspaces.js";
+
+/*
+ * Run lifecycle. A workspace runs one run at a time: `workspaces.current_run_id` is the
+ * mutex, taken with a conditional update so two server processes cannot both take it.
+ *
+ *   pending ─▶ queued ─▶ planning ─▶ planned ─▶ confirmed ─▶ applying ─▶ applied
+ *                              │          └──▶ discarded
+ *                              └──▶ planned_and_finished (plan-only, or nothing to change)
+ *   any non-terminal state ─▶ canceled | errored
+ */
+
+type Trx = Transaction<Database>;
+type RunRow = Selectable<RunsTable>;
+
+const toRun = (r: RunRow): Run => ({
+  id: r.id,
+  workspaceId: r.workspace_id,
+  configurationVersionId: r.configuration_version_id,
+  status: r.status as RunStatus,
+  planOnly: r.plan_only === 1,
+  isDestroy: r.is_destroy === 1,
+  autoApply: r.auto_apply === 1,
+  message: r.message,
+  errorMessage: r.error_message,
+  cancelRequested: r.cancel_requested === 1,
+  planSummary:
+    r.plan_add === null || r.plan_change === null || r.plan_destroy === null
+      ? null
+      : { add: r.plan_add, change: r.plan_change, destroy: r.plan_destroy, hasChanges: r.has_changes === 1 },
+  planJobId: r.plan_job_id,
+  applyJobId: r.apply_job_id,
+  createdAt: iso(r.created_at),
+  updatedAt: iso(r.updated_at),
+});
+
+const isTerminal = (s: string): boolean => (terminalRunStatuses as readonly string[]).includes(s);
+
+export interface CreateRunInput {
+  workspace: string;
+  configurationVersionId: string;
+  planOnly: boolean;
+  isDestroy: boolean;
+  autoApply?: boolean | undefined;
+  message: string;
+}
+
+/** Creates a run; it is queued at once when the workspace is free, else pending behind the active one. */
+export async function createRun(ctx: StoreContext, input: CreateRunInput): Promise<Run> {
+  const ws = await getWorkspace(ctx, input.workspace);
+  const cv = await ctx.db.selectFrom("configuration_versions").select(["id", "workspace_id"]).where("id", "=", input.configurationVersionId).executeTakeFirst();
+  if (!cv) throw new DroverError("not_found", `no configuration version ${JSON.stringify(input.configurationVersionId)}`);
+  if (cv.workspace_id !== ws.id) throw new DroverError("bad_request", `configuration version ${cv.id} belongs to another workspace`);
+  const id = newId("run");
+  await inTransaction(ctx, async (trx, effects) => {
+    const now = ctx.now();
+    await trx
+      .insertInto("runs")
+      .values({
+        id,
+        workspace_id: ws.id,
+        configuration_version_id: cv.id,
+        status: "pending",
+        plan_only: input.planOnly ? 1 : 0,
+        is_destroy: input.isDestroy ? 1 : 0,
+        auto_apply: (input.autoApply ?? ws.autoApply) ? 1 : 0,
+        message: input.message,
+        error_message: null,
+        cancel_requested: 0,
+        plan_add: null,
+        plan_change: null,
+        plan_destroy: null,
+        has_changes: null,
+        plan_job_id: null,
+        apply_job_id: null,
+        outputs_json: null,
+        created_at: now,
+        updated_at: now,
+      })
+      .execute();
+    await promoteNextRun(ctx, trx, effects, ws.id);
+  });
+  return getRun(ctx, id);
+}
+
+export async function getRun(ctx: StoreContext, id: string, db: Queryable = ctx.db): Promise<Run> {
+  const row = await db.selectFrom("runs").selectAll().where("id", "=", id).executeTakeFirst();
+  if (!row) throw new DroverError("not_found", `no run ${JSON.stringify(id)}`);
+  return toRun(row);
+}
+
+/** Runs of a workspace (or all), newest first. */
+export async function listRuns(ctx: StoreContext, options: { workspace?: string | undefined; limit?: number | undefined }): Promise<Run[]> {
+  let q = ctx.db.selectFrom("runs").selectAll();
+  if (options.workspace) q = q.where("workspace_id", "=", (await getWorkspace(ctx, options.workspace)).id);
+  const rows = await q
+    .orderBy("created_at", "desc")
+    .orderBy("id", "desc")
+    .limit(options.limit ?? 100)
+    .execute();
+  return rows.map(toRun);
+}
+
+/** Inserts a queued job for a run phase and wakes the pool's waiting agents after commit. */
+async function enqueueJob(ctx: StoreContext, trx: Trx, effects: Effects, run: RunRow, phase: Phase): Promise<string> {
+  const ws = await trx.selectFrom("workspaces").select("pool_id").where("id", "=", run.workspace_id).executeTakeFirstOrThrow();
+  const now = ctx.now();
+  const id = newId("job");
+  await trx
+    .insertInto("jobs")
+    .values({
+      id,
+      run_id: run.id,
+      workspace_id: run.workspace_id,
+      pool_id: ws.pool_id,
+      phase,
+      status: "queued",
+      attempt: 0,
+      agent_id: null,
+      token_hash: null,
+      lease_expires_at: null,
+      cancel_requested: 0,
+      message: null,
+      log_size: 0,
+      queued_at: now,
+      created_at: now,
+      started_at: null,
+      finished_at: null,
+    })
+    .execute();
+  effects.push(["job-queued", ws.pool_id]);
+  return id;
+}
+
+/** Moves the oldest pending run of a free workspace to queued, with its plan job. */
+async function promoteNextRun(ctx: StoreContext, trx: Trx, effects: Effects, workspaceId: string): Promise<void> {
+  const next = await trx
+    .selectFrom("runs")
+    .selectAll()
+    .where("workspace_id", "=", workspaceId)
+    .where("status", "=", "pending")
+    .orderBy("created_at")
+    .orderBy("id")
+    .limit(1)
+    .executeTakeFirst();
+  if (!next) return;
+  const taken = await trx
+    .updateTable("workspaces")
+    .set({ current_run_id: next.id })
+    .where("id", "=", workspaceId)
+    .where("current_run_id", "is", null)
+    .executeTakeFirst();
+  if (Number(taken.numUpdatedRows) === 0) return;
+  const jobId = await enqueueJob(ctx, trx, effects, next, "plan");
+  await trx.updateTable("runs").set({ status: "queued", plan_job_id: jobId, updated_at: ctx.now() }).where("id", "=", next.id).execute();
+  effects.push(["run-changed", next.id]);
+}
+
+/**
+ * Ends a run in a terminal state: releases the workspace and any state lock its jobs took,
+ * then starts the next pending run.
+ */
+async function endRun(ctx: StoreContext, trx: Trx, effects: Effects, run: RunRow, status: RunStatus, errorMessage: string | null): Promise<void> {
+  await trx
+    .updateTable("runs")
+    .set({ status, error_message: errorMessage ?? run.error_message, updated_at: ctx.now() })
+    .where("id", "=", run.id)
+    .execute();
+  const jobIds = [run.plan_job_id, run.apply_job_id].filter((j): j is string => j !== null);
+  if (status !== "applied" && status !== "planned_and_finished" && jobIds.length > 0) {
+    await trx.deleteFrom("state_locks").where("workspace_id", "=", run.workspace_id).where("job_id", "in", jobIds).execute();
+  }
+  await trx.updateTable("workspaces").set({ current_run_id: null }).where("id", "=", run.workspace_id).where("current_run_id", "=", run.id).execute();
+  effects.push(["run-changed", run.id]);
+  await promoteNextRun(ctx, trx, effects, run.workspace_id);
+}
+
+async function lockedRun(ctx: StoreContext, trx: Trx, runId: string): Promise<RunRow> {
+  let q = trx.selectFrom("runs").selectAll().where("id", "=", runId);
+  if (ctx.dialect === "postgres") q = q.forUpdate();
+  const row = await q.executeTakeFirst();
+  if (!row) throw new DroverError("not_found", `no run ${JSON.stringify(runId)}`);
+  return row;
+}
+
+/** Applies a planned run: queues its apply job. */
+export async function confirmRun(ctx: StoreContext, runId: string): Promise<Run> {
+  await inTransaction(ctx, async (trx, effects) => {
+    const run = await lockedRun(ctx, trx, runId);
+    if (run.status !== "planned") {
+      throw new DroverError("invalid_transition", `run ${run.id} is ${run.status}; only a planned run can be confirmed`);
+    }
+    const jobId = await enqueueJob(ctx, trx, effects, run, "apply");
+    await trx.updateTable("runs").set({ status: "confirmed", apply_job_id: jobId, updated_at: ctx.now() }).where("id", "=", run.id).execute();
+    effects.push(["run-changed", run.id]);
+  });
+  return getRun(ctx, runId);
+}
+
+/** Discards a planned run without applying it. */
+export async function discardRun(ctx: StoreContext, runId: string): Promise<Run> {
+  await inTransaction(ctx, async (trx, effects) => {
+    const run = await lockedRun(ctx, trx, runId);
+    if (run.status !== "planned") {
+      throw new DroverError("invalid_transition", `run ${run.id} is ${run.status}; only a planned run can be discarded`);
+    }
+    await endRun(ctx, trx, effects, run, "discarded", null);
+  });
+  return getRun(ctx, runId);
+}
+
+/**
+ * Cancels a run. Not yet started: ends at once (a claimed-but-unstarted job is refused when its
+ * agent tries to start it). Running: asks the agent, which interrupts terraform and reports
+ * the run canceled.
+ */
+export async function cancelRun(ctx: StoreContext, runId: string): Promise<Run> {
+  await inTransaction(ctx, async (trx, effects) => {
+    const run = await lockedRun(ctx, trx, runId);
+    if (isTerminal(run.status)) throw new DroverError("invalid_transition", `run ${run.id} is already ${run.status}`);
+    const activeJobId = run.status === "confirmed" || run.status === "applying" ? run.apply_job_id : run.plan_job_id;
+    const job = activeJobId ? await trx.selectFrom("jobs").selectAll().where("id", "=", activeJobId).executeTakeFirst() : undefined;
+    if (job && job.status === "running") {
+      await trx.updateTable("jobs").set({ cancel_requested: 1 }).where("id", "=", job.id).execute();
+      await trx.updateTable("runs").set({ cancel_requested: 1, updated_at: ctx.now() }).where("id", "=", run.id).execute();
+      effects.push(["job-cancel", job.id], ["run-changed", run.id]);
+      return;
+    }
+    if (job && (job.status === "queued" || job.status === "assigned")) {
+      await trx
+        .updateTable("jobs")
+        .set({ status: "canceled", cancel_requested: 1, token_hash: null, lease_expires_at: null, finished_at: ctx.now(), message: "canceled before it started" })
+        .where("id", "=", job.id)
+        .execute();
+      effects.push(["job-cancel", job.id], ["job-finished", job.id], ["log", job.id]);
+    }
+    await trx.updateTable("runs").set({ cancel_requested: 1 }).where("id", "=", run.id).execute();
+    await endRun(ctx, trx, effects, run, "canceled", null);
+  });
+  return getRun(ctx, runId);
+}
+
+/** How a finished job moves its run on. Called inside the transaction that finished the job. */
+export async function applyJobOutcome(
+  ctx: StoreContext,
+  trx: Trx,
+  effects: Effects,
+  job: Selectable<JobsTable>,
+  outcome: JobOutcome,
+  message: string | null,
+): Promise<void> {
+  const run = await lockedRun(ctx, trx, job.run_id);
+  if (isTerminal(run.status)) return;
+  if (outcome === "canceled") return endRun(ctx, trx, effects, run, "canceled", message);
+  if (outcome === "failed" || outcome === "errored") {
+    return endRun(ctx, trx, effects, run, "errored", message ?? `${job.phase} ${outcome}`);
+  }
+  if (job.phase === "apply") return endRun(ctx, trx, effects, run, "applied", null);
+  // A plan succeeded.
+  if (run.cancel_requested === 1) return endRun(ctx, trx, effects, run, "canceled", null);
+  if (run.plan_only === 1 || run.has_changes === 0) return endRun(ctx, trx, effects, run, "planned_and_finished", null);
+  if (run.auto_apply === 1) {
+    const jobId = await enqueueJob(ctx, trx, effects, run, "apply");
+    await trx.updateTable("runs").set({ status: "confirmed", apply_job_id: jobId, updated_at: ctx.now() }).where("id", "=", run.id).execute();
+  } else {
+    await trx.updateTable("runs").set({ status: "planned", updated_at: ctx.now() }).where("id", "=", run.id).execute();
+  }
+  effects.push(["run-changed", run.id]);
+}
+
+/** Marks the run as executing its phase when the agent starts the job. */
+export async function markPhaseStarted(ctx: StoreContext, trx: Trx, effects: Effects, runId: string, phase: Phase): Promise<RunStatus> {
+  const status: RunStatus = phase === "plan" ? "planning" : "applying";
+  await trx.updateTable("runs").set({ status, updated_at: ctx.now() }).where("id", "=", runId).execute();
+  effects.push(["run-changed", runId]);
+  return status;
+}

@@ -1,0 +1,109 @@
+import { DroverError, newId, type Engine, type Workspace } from "@drover/protocol";
+import type { Selectable } from "kysely";
+import type { WorkspacesTable } from "../db/schema.js";
+import { iso, type Queryable, type StoreContext } from "./context.js";
+import { getPool } from "./pools.js";
+
+type Row = Selectable<WorkspacesTable> & { locked: number | string | null };
+
+const toWorkspace = (r: Row): Workspace => ({
+  id: r.id,
+  name: r.name,
+  poolId: r.pool_id,
+  engine: r.engine as Engine,
+  engineVersion: r.engine_version,
+  workingDirectory: r.working_directory,
+  autoApply: r.auto_apply === 1,
+  currentRunId: r.current_run_id,
+  stateLocked: r.locked !== null,
+  createdAt: iso(r.created_at),
+});
+
+function selectWorkspaces(db: Queryable) {
+  return db
+    .selectFrom("workspaces")
+    .leftJoin("state_locks", "state_locks.workspace_id", "workspaces.id")
+    .selectAll("workspaces")
+    .select("state_locks.lock_id as locked");
+}
+
+export interface CreateWorkspaceInput {
+  name: string;
+  pool: string;
+  engine: Engine;
+  engineVersion: string | null;
+  workingDirectory: string;
+  autoApply: boolean;
+}
+
+export async function createWorkspace(ctx: StoreContext, input: CreateWorkspaceInput): Promise<Workspace> {
+  const pool = await getPool(ctx, input.pool);
+  const taken = await ctx.db.selectFrom("workspaces").select("id").where("name", "=", input.name).executeTakeFirst();
+  if (taken) throw new DroverError("already_exists", `a workspace named ${JSON.stringify(input.name)} already exists`);
+  const row = {
+    id: newId("ws"),
+    name: input.name,
+    pool_id: pool.id,
+    engine: input.engine,
+    engine_version: input.engineVersion,
+    working_directory: input.workingDirectory,
+    auto_apply: input.autoApply ? 1 : 0,
+    current_run_id: null,
+    created_at: ctx.now(),
+  };
+  await ctx.db.insertInto("workspaces").values(row).execute();
+  return toWorkspace({ ...row, locked: null });
+}
+
+/** Finds a workspace by id or name. */
+export async function getWorkspace(ctx: StoreContext, idOrName: string, db: Queryable = ctx.db): Promise<Workspace> {
+  const row = await selectWorkspaces(db)
+    .where((eb) => eb.or([eb("workspaces.id", "=", idOrName), eb("workspaces.name", "=", idOrName)]))
+    .executeTakeFirst();
+  if (!row) throw new DroverError("not_found", `no workspace ${JSON.stringify(idOrName)}`);
+  return toWorkspace(row);
+}
+
+export async function listWorkspaces(ctx: StoreContext): Promise<Workspace[]> {
+  const rows = await selectWorkspaces(ctx.db).orderBy("workspaces.created_at").orderBy("workspaces.id").execute();
+  return rows.map(toWorkspace);
+}
+
+export interface UpdateWorkspaceInput {
+  pool?: string | undefined;
+  engine?: Engine | undefined;
+  engineVersion?: string | null | undefined;
+  workingDirectory?: string | undefined;
+  autoApply?: boolean | undefined;
+}
+
+export async function updateWorkspace(ctx: StoreContext, idOrName: string, input: UpdateWorkspaceInput): Promise<Workspace> {
+  const ws = await getWorkspace(ctx, idOrName);
+  const set: Partial<Selectable<WorkspacesTable>> = {};
+  if (input.pool !== undefined) set.pool_id = (await getPool(ctx, input.pool)).id;
+  if (input.engine !== undefined) set.engine = input.engine;
+  if (input.engineVersion !== undefined) set.engine_version = input.engineVersion;
+  if (input.workingDirectory !== undefined) set.working_directory = input.workingDirectory;
+  if (input.autoApply !== undefined) set.auto_apply = input.autoApply ? 1 : 0;
+  if (Object.keys(set).length > 0) await ctx.db.updateTable("workspaces").set(set).where("id", "=", ws.id).execute();
+  return getWorkspace(ctx, ws.id);
+}
+
+/** Deletes a workspace with its runs, state and variables; refused while a run is active. */
+export async function deleteWorkspace(ctx: StoreContext, idOrName: string): Promise<void> {
+  const ws = await getWorkspace(ctx, idOrName);
+  if (ws.currentRunId) throw new DroverError("conflict", `workspace ${ws.name} has an active run (${ws.currentRunId}); cancel it first`);
+  await ctx.db.transaction().execute(async (trx) => {
+    const runIds = trx.selectFrom("runs").select("id").where("workspace_id", "=", ws.id);
+    const jobIds = trx.selectFrom("jobs").select("id").where("workspace_id", "=", ws.id);
+    await trx.deleteFrom("log_chunks").where("job_id", "in", jobIds).execute();
+    await trx.deleteFrom("jobs").where("workspace_id", "=", ws.id).execute();
+    await trx.deleteFrom("plans").where("run_id", "in", runIds).execute();
+    await trx.deleteFrom("runs").where("workspace_id", "=", ws.id).execute();
+    await trx.deleteFrom("configuration_versions").where("workspace_id", "=", ws.id).execute();
+    await trx.deleteFrom("variables").where("workspace_id", "=", ws.id).execute();
+    await trx.deleteFrom("state_versions").where("workspace_id", "=", ws.id).execute();
+    await trx.deleteFrom("state_locks").where("workspace_id", "=", ws.id).execute();
+    await trx.deleteFrom("workspaces").where("id", "=", ws.id).execute();
+  });
+}

@@ -1,0 +1,342 @@
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+import { DroverError, newPoolToken, type Agent, type JobAssignment } from "@drover/protocol";
+import { localEventBus, openDatabase, store, type Db, type StoreContext } from "@drover/server";
+import { backends, createTestDatabase, type TestDatabase } from "../support/databases.js";
+import { rawTarGz } from "../support/archives.js";
+
+/** Expects a DroverError with this code. */
+async function rejectsWith(promise: Promise<unknown>, code: string): Promise<DroverError> {
+  try {
+    await promise;
+  } catch (err) {
+    assert.ok(err instanceof DroverError, `expected DroverError ${code}, got ${String(err)}`);
+    assert.equal(err.code, code, err.message);
+    return err;
+  }
+  assert.fail(`expected ${code}, but it succeeded`);
+}
+
+const archive = rawTarGz([{ path: "main.tf", content: 'resource "terraform_data" "x" {}\n' }]);
+
+for (const backend of backends) {
+  describe(`store conformance: ${backend}`, () => {
+    let database: TestDatabase;
+    let db: Db;
+    let ctx: StoreContext;
+    let clock = 1_700_000_000_000;
+    let counter = 0;
+    const unique = (p: string) => `${p}${++counter}`;
+
+    before(async () => {
+      database = await createTestDatabase(backend);
+      db = await openDatabase(database.location);
+      ctx = {
+        db: db.kysely,
+        dialect: db.dialect,
+        events: localEventBus(),
+        now: () => clock,
+        settings: { leaseTtlMs: 30_000, agentTtlMs: 60_000, heartbeatIntervalMs: 10_000 },
+      };
+    });
+    after(async () => {
+      await db.close();
+      await database.drop();
+    });
+
+    /** A pool with a registered agent and a workspace with one uploaded configuration. */
+    async function fixture(opts: { autoApply?: boolean } = {}) {
+      const pool = await store.createPool(ctx, unique("pool"));
+      const tok = await store.createPoolToken(ctx, pool.id, "t", "http://drover.test");
+      const { agent } = await store.registerAgent(ctx, { poolId: pool.id, poolTokenId: tok.id, name: unique("agent"), version: "t", driver: "local", capacity: 5 });
+      const ws = await store.createWorkspace(ctx, { name: unique("ws"), pool: pool.id, engine: "terraform", engineVersion: null, workingDirectory: "", autoApply: opts.autoApply ?? false });
+      const cv = await store.createConfigurationVersion(ctx, ws.id, archive, { maxCompressedBytes: 1e6, maxUnpackedBytes: 1e7, maxEntries: 100 });
+      return { pool, tok, agent, ws, cv };
+    }
+    const newRun = (ws: string, cv: string, extra: Partial<store.CreateRunInput> = {}) =>
+      store.createRun(ctx, { workspace: ws, configurationVersionId: cv, planOnly: false, isDestroy: false, message: "", ...extra });
+    const claim = async (agent: Agent): Promise<JobAssignment> => {
+      const job = await store.claimNextJob(ctx, agent);
+      assert.ok(job, "expected a job to claim");
+      return job;
+    };
+    const jobRow = (a: JobAssignment) => store.authenticateJobToken(ctx, a.jobToken);
+
+    test("pools: names are unique; tokens authenticate until revoked", async () => {
+      const pool = await store.createPool(ctx, unique("p"));
+      await rejectsWith(store.createPool(ctx, pool.name), "already_exists");
+      const created = await store.createPoolToken(ctx, pool.name, "ci", "http://drover.test");
+      assert.match(created.token, /^drv_p_[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/);
+      const auth = await store.authenticatePoolToken(ctx, created.token);
+      assert.equal(auth.pool.id, pool.id);
+      const listed = await store.listPoolTokens(ctx, pool.id);
+      assert.equal(listed.length, 1);
+      assert.ok(!("token" in listed[0]!), "a listed token never shows its secret");
+      await store.revokePoolToken(ctx, created.id);
+      await rejectsWith(store.authenticatePoolToken(ctx, created.token), "token_revoked");
+      await rejectsWith(store.authenticatePoolToken(ctx, newPoolToken({ url: "http://x", pool: pool.id })), "unauthorized");
+    });
+
+    test("agents: a revoked pool token ends its agents' sessions; a namesake supersedes", async () => {
+      const pool = await store.createPool(ctx, unique("p"));
+      const tok = await store.createPoolToken(ctx, pool.id, "", "http://drover.test");
+      const first = await store.registerAgent(ctx, { poolId: pool.id, poolTokenId: tok.id, name: "same", version: "1", driver: "local", capacity: 1 });
+      assert.equal((await store.authenticateSession(ctx, first.sessionToken)).status, "idle");
+      const second = await store.registerAgent(ctx, { poolId: pool.id, poolTokenId: tok.id, name: "same", version: "1", driver: "local", capacity: 1 });
+      await rejectsWith(store.authenticateSession(ctx, first.sessionToken), "agent_lost");
+      await store.authenticateSession(ctx, second.sessionToken);
+      await store.revokePoolToken(ctx, tok.id);
+      await rejectsWith(store.authenticateSession(ctx, second.sessionToken), "token_revoked");
+    });
+
+    test("agents: silent agents are declared offline", async () => {
+      const { agent } = await fixture();
+      clock += 61_000;
+      assert.ok((await store.markSilentAgentsLost(ctx)) >= 1);
+      const listed = (await store.listAgents(ctx, agent.poolId)).find((a) => a.id === agent.id);
+      assert.equal(listed?.status, "offline");
+    });
+
+    test("runs: plan → planned → confirm → apply → applied; the next run waits its turn", async () => {
+      const { agent, ws, cv } = await fixture();
+      const run1 = await newRun(ws.id, cv.id);
+      const run2 = await newRun(ws.id, cv.id);
+      assert.equal(run1.status, "queued");
+      assert.equal(run2.status, "pending");
+      assert.equal((await store.getWorkspace(ctx, ws.id)).currentRunId, run1.id);
+
+      const plan = await claim(agent);
+      assert.equal(plan.runId, run1.id);
+      assert.equal(plan.phase, "plan");
+      assert.equal(await store.claimNextJob(ctx, agent), null, "run2 must not be queued while run1 is active");
+      assert.equal(await store.startJob(ctx, await jobRow(plan)), "planning");
+      await store.savePlanJson(ctx, await jobRow(plan), Buffer.from(JSON.stringify({ resource_changes: [{ change: { actions: ["create"] } }] })));
+      await store.finishJob(ctx, await jobRow(plan), "succeeded", null);
+      const planned = await store.getRun(ctx, run1.id);
+      assert.equal(planned.status, "planned");
+      assert.deepEqual(planned.planSummary, { add: 1, change: 0, destroy: 0, hasChanges: true });
+      await rejectsWith(jobRow(plan), "job_finished");
+
+      await rejectsWith(store.discardRun(ctx, run2.id), "invalid_transition");
+      assert.equal((await store.confirmRun(ctx, run1.id)).status, "confirmed");
+      await rejectsWith(store.confirmRun(ctx, run1.id), "invalid_transition");
+      const apply = await claim(agent);
+      assert.equal(apply.phase, "apply");
+      assert.equal(await store.startJob(ctx, await jobRow(apply)), "applying");
+      await store.finishJob(ctx, await jobRow(apply), "succeeded", null);
+      assert.equal((await store.getRun(ctx, run1.id)).status, "applied");
+      assert.equal((await store.getRun(ctx, run2.id)).status, "queued");
+      assert.equal((await claim(agent)).runId, run2.id);
+    });
+
+    test("runs: plan-only and no-change plans finish; auto-apply queues the apply", async () => {
+      const { agent, ws, cv } = await fixture({ autoApply: true });
+      const planOnly = await newRun(ws.id, cv.id, { planOnly: true });
+      let job = await claim(agent);
+      await store.startJob(ctx, await jobRow(job));
+      await store.savePlanJson(ctx, await jobRow(job), Buffer.from(JSON.stringify({ resource_changes: [{ change: { actions: ["create"] } }] })));
+      await store.finishJob(ctx, await jobRow(job), "succeeded", null);
+      assert.equal((await store.getRun(ctx, planOnly.id)).status, "planned_and_finished");
+
+      const noChange = await newRun(ws.id, cv.id);
+      job = await claim(agent);
+      await store.startJob(ctx, await jobRow(job));
+      await store.savePlanJson(ctx, await jobRow(job), Buffer.from(JSON.stringify({ resource_changes: [{ change: { actions: ["no-op"] } }] })));
+      await store.finishJob(ctx, await jobRow(job), "succeeded", null);
+      assert.equal((await store.getRun(ctx, noChange.id)).status, "planned_and_finished");
+
+      const auto = await newRun(ws.id, cv.id);
+      job = await claim(agent);
+      await store.startJob(ctx, await jobRow(job));
+      await store.finishJob(ctx, await jobRow(job), "succeeded", null);
+      assert.equal((await store.getRun(ctx, auto.id)).status, "confirmed");
+      assert.equal((await claim(agent)).phase, "apply");
+    });
+
+    test("runs: a failed plan errors the run with its message and frees the workspace", async () => {
+      const { agent, ws, cv } = await fixture();
+      const run = await newRun(ws.id, cv.id);
+      const job = await claim(agent);
+      await store.startJob(ctx, await jobRow(job));
+      await store.finishJob(ctx, await jobRow(job), "failed", "Error: Unsupported argument");
+      const ended = await store.getRun(ctx, run.id);
+      assert.equal(ended.status, "errored");
+      assert.equal(ended.errorMessage, "Error: Unsupported argument");
+      assert.equal((await store.getWorkspace(ctx, ws.id)).currentRunId, null);
+    });
+
+    test("cancel: queued and claimed-but-unstarted runs end at once; a started one is asked", async () => {
+      const { agent, ws, cv } = await fixture();
+      const queued = await newRun(ws.id, cv.id);
+      const pending = await newRun(ws.id, cv.id);
+      assert.equal((await store.cancelRun(ctx, pending.id)).status, "canceled");
+      assert.equal((await store.cancelRun(ctx, queued.id)).status, "canceled");
+      await rejectsWith(store.cancelRun(ctx, queued.id), "invalid_transition");
+      assert.equal(await store.claimNextJob(ctx, agent), null);
+
+      const claimed = await newRun(ws.id, cv.id);
+      const job = await claim(agent);
+      const row = await jobRow(job);
+      assert.equal((await store.cancelRun(ctx, claimed.id)).status, "canceled");
+      await rejectsWith(store.startJob(ctx, row), "job_finished");
+
+      const running = await newRun(ws.id, cv.id);
+      const job2 = await claim(agent);
+      await store.startJob(ctx, await jobRow(job2));
+      const asked = await store.cancelRun(ctx, running.id);
+      assert.equal(asked.status, "planning");
+      assert.equal(asked.cancelRequested, true);
+      assert.equal((await store.heartbeatJob(ctx, await jobRow(job2), 0)).cancelRequested, true);
+      await store.finishJob(ctx, await jobRow(job2), "canceled", "interrupted");
+      assert.equal((await store.getRun(ctx, running.id)).status, "canceled");
+    });
+
+    test("heartbeat with wait returns as soon as a cancel is requested", async () => {
+      const { agent, ws, cv } = await fixture();
+      const run = await newRun(ws.id, cv.id);
+      const job = await claim(agent);
+      await store.startJob(ctx, await jobRow(job));
+      const waiting = store.heartbeatJob(ctx, await jobRow(job), 10_000);
+      await new Promise((r) => setTimeout(r, 50));
+      const started = Date.now();
+      await store.cancelRun(ctx, run.id);
+      const res = await waiting;
+      assert.equal(res.cancelRequested, true);
+      assert.ok(Date.now() - started < 2_000, "the held heartbeat answered promptly");
+    });
+
+    test("leases: an unstarted job is requeued and its old token fenced; a started one ends 'agent lost'", async () => {
+      const { agent, ws, cv } = await fixture();
+      const run = await newRun(ws.id, cv.id);
+      const first = await claim(agent);
+      clock += 31_000;
+      assert.ok((await store.expireLeases(ctx)).requeued >= 1);
+      assert.equal((await store.getJob(ctx, first.jobId)).status, "queued");
+      const second = await claim(agent);
+      assert.equal(second.jobId, first.jobId);
+      assert.equal(second.attempt, first.attempt + 1);
+      await rejectsWith(store.authenticateJobToken(ctx, first.jobToken), "stale_attempt");
+
+      await store.startJob(ctx, await jobRow(second));
+      await store.lockState(ctx, ws.id, JSON.stringify({ ID: "lock-1", Operation: "OperationTypePlan" }), second.jobId);
+      clock += 31_000;
+      assert.ok((await store.expireLeases(ctx)).lost >= 1);
+      assert.equal((await store.getJob(ctx, second.jobId)).status, "errored");
+      const lost = await store.getRun(ctx, run.id);
+      assert.equal(lost.status, "errored");
+      assert.match(lost.errorMessage ?? "", /agent lost/);
+      const ws2 = await store.getWorkspace(ctx, ws.id);
+      assert.equal(ws2.currentRunId, null);
+      assert.equal(ws2.stateLocked, false, "the lost job's state lock is released");
+      const log = await store.readLog(ctx, second.jobId, 0, 1e6);
+      assert.match(log.data.toString(), /agent lost/);
+      assert.equal(log.complete, true);
+    });
+
+    test("claims: concurrent claimers never get the same job", async () => {
+      const pool = await store.createPool(ctx, unique("p"));
+      const tok = await store.createPoolToken(ctx, pool.id, "", "http://drover.test");
+      const agents = await Promise.all(
+        Array.from({ length: 8 }, (_, i) => store.registerAgent(ctx, { poolId: pool.id, poolTokenId: tok.id, name: `a${i}`, version: "t", driver: "local", capacity: 100 })),
+      );
+      const runs = [];
+      for (let i = 0; i < 40; i++) {
+        const ws = await store.createWorkspace(ctx, { name: unique("cw"), pool: pool.id, engine: "terraform", engineVersion: null, workingDirectory: "", autoApply: false });
+        const cv = await store.createConfigurationVersion(ctx, ws.id, archive, { maxCompressedBytes: 1e6, maxUnpackedBytes: 1e7, maxEntries: 100 });
+        runs.push(await newRun(ws.id, cv.id));
+      }
+      const claimed: string[] = [];
+      await Promise.all(
+        agents.map(async ({ agent }) => {
+          for (;;) {
+            const job = await store.claimNextJob(ctx, agent);
+            if (!job) return;
+            claimed.push(job.jobId);
+          }
+        }),
+      );
+      assert.equal(claimed.length, 40);
+      assert.equal(new Set(claimed).size, 40);
+    });
+
+    test("long-poll: a waiting poller gets a job queued after it started waiting", async () => {
+      const { agent, ws, cv } = await fixture();
+      const realNow = ctx.now;
+      ctx.now = () => Date.now();
+      try {
+        const polling = store.pollForJob(ctx, agent, 5_000);
+        await new Promise((r) => setTimeout(r, 100));
+        const queuedAt = Date.now();
+        const run = await newRun(ws.id, cv.id);
+        const job = await polling;
+        assert.equal(job?.runId, run.id);
+        assert.ok(Date.now() - queuedAt < 1_000, "woken by the queue event, not the periodic re-check");
+        assert.equal(await store.pollForJob(ctx, agent, 50), null, "an empty poll answers null after its wait");
+      } finally {
+        ctx.now = realNow;
+      }
+    });
+
+    test("logs: resent bytes are ignored, overlaps keep the new tail, gaps are refused", async () => {
+      const { agent, ws, cv } = await fixture();
+      await newRun(ws.id, cv.id);
+      const job = await claim(agent);
+      const row = await jobRow(job);
+      assert.equal(await store.appendLog(ctx, row, 0, Buffer.from("hello ")), 6);
+      assert.equal(await store.appendLog(ctx, row, 0, Buffer.from("hello ")), 6, "a retry of the same chunk is ignored");
+      assert.equal(await store.appendLog(ctx, row, 3, Buffer.from("lo world")), 11);
+      const gap = await rejectsWith(store.appendLog(ctx, row, 20, Buffer.from("x")), "log_gap");
+      assert.equal(gap.details?.expectedOffset, 11);
+      await rejectsWith(store.appendLog(ctx, row, 11, Buffer.alloc(1024 * 1024 + 1)), "payload_too_large");
+      assert.equal((await store.readLog(ctx, job.jobId, 0, 100)).data.toString(), "hello world");
+      assert.equal((await store.readLog(ctx, job.jobId, 4, 3)).data.toString(), "o w");
+      const tail = await store.readLog(ctx, job.jobId, 11, 100);
+      assert.equal(tail.data.length, 0);
+      assert.equal(tail.complete, false);
+    });
+
+    test("state: versions kept; the lock is idempotent for its holder and refuses others", async () => {
+      const { ws } = await fixture();
+      assert.equal(await store.currentState(ctx, ws.id), null);
+      const info = JSON.stringify({ ID: "aaa", Operation: "OperationTypeApply", Who: "me" });
+      await store.lockState(ctx, ws.id, info, null);
+      await store.lockState(ctx, ws.id, info, null);
+      const err = await rejectsWith(store.lockState(ctx, ws.id, JSON.stringify({ ID: "bbb" }), null), "state_locked");
+      assert.ok(err instanceof store.StateLockedError);
+      assert.equal(JSON.parse(err.holderInfo).ID, "aaa");
+      await rejectsWith(store.writeState(ctx, { workspaceId: ws.id, body: Buffer.from('{"serial":1}'), contentMd5: undefined, lockId: "bbb", runId: null }), "state_locked");
+      await store.writeState(ctx, { workspaceId: ws.id, body: Buffer.from('{"serial":1,"lineage":"l"}'), contentMd5: undefined, lockId: "aaa", runId: null });
+      await store.writeState(ctx, { workspaceId: ws.id, body: Buffer.from('{"serial":2,"lineage":"l"}'), contentMd5: undefined, lockId: "aaa", runId: null });
+      await rejectsWith(store.unlockState(ctx, ws.id, JSON.stringify({ ID: "bbb" })), "state_locked");
+      await store.unlockState(ctx, ws.id, info);
+      assert.equal((await store.getWorkspace(ctx, ws.id)).stateLocked, false);
+      assert.equal((await store.currentState(ctx, ws.id))?.toString(), '{"serial":2,"lineage":"l"}');
+      const versions = await store.listStateVersions(ctx, ws.id);
+      assert.deepEqual(versions.map((v) => v.serial), [2, 1]);
+      await rejectsWith(store.writeState(ctx, { workspaceId: ws.id, body: Buffer.from("{}"), contentMd5: "AAAA", lockId: undefined, runId: null }), "bad_request");
+      await store.lockState(ctx, ws.id, info, null);
+      await store.unlockState(ctx, ws.id, "");
+      assert.equal((await store.getWorkspace(ctx, ws.id)).stateLocked, false, "an empty unlock body is a force-unlock");
+    });
+
+    test("variables: sensitive values are write-only except for the job", async () => {
+      const { ws } = await fixture();
+      await store.setVariable(ctx, ws.id, "region", { value: "eu", kind: "terraform", sensitive: false });
+      const secret = await store.setVariable(ctx, ws.id, "password", { value: "hunter2", kind: "terraform", sensitive: true });
+      assert.equal(secret.value, null);
+      const listed = await store.listVariables(ctx, ws.id);
+      assert.deepEqual(listed.map((v) => [v.key, v.value]), [["password", null], ["region", "eu"]]);
+      const forJob = await store.variablesForJob(ctx, ws.id);
+      assert.equal(forJob.find((v) => v.key === "password")?.value, "hunter2");
+    });
+
+    test("configuration versions: a rejected archive stores nothing", async () => {
+      const { ws } = await fixture();
+      const before = (await store.listConfigurationVersions(ctx, ws.id)).length;
+      const limits = { maxCompressedBytes: 1e6, maxUnpackedBytes: 1e7, maxEntries: 100 };
+      await rejectsWith(store.createConfigurationVersion(ctx, ws.id, rawTarGz([{ path: "../evil.tf", content: "x" }]), limits), "invalid_archive");
+      await rejectsWith(store.createConfigurationVersion(ctx, ws.id, Buffer.from("not gzip"), limits), "invalid_archive");
+      assert.equal((await store.listConfigurationVersions(ctx, ws.id)).length, before);
+    });
+  });
+}

@@ -1,0 +1,55 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { pino } from "pino";
+import { loadServerConfig, startServer, type RunningServer } from "@drover/server";
+
+/** A real server on a random port, plus a tiny JSON client for its user API. */
+export interface TestServer extends RunningServer {
+  adminToken: string;
+  dataDir: string;
+  /** Calls the user API with the admin token; returns status and parsed JSON (or text). */
+  api(method: string, path: string, body?: unknown, headers?: Record<string, string>): Promise<{ status: number; body: any; headers: Headers }>;
+  stop(): Promise<void>;
+}
+
+/** Starts a server; `env` adds DROVER_* settings (e.g. DROVER_DATABASE_URL, DROVER_LEASE_TTL_SECONDS). */
+export async function startTestServer(env: Record<string, string> = {}): Promise<TestServer> {
+  const dataDir = mkdtempSync(join(tmpdir(), "drover-server-"));
+  const config = loadServerConfig({ env: { DROVER_DATA_DIR: dataDir, DROVER_PORT: "0", DROVER_ADMIN_TOKEN: "drv_u_test-admin.secret", DROVER_SWEEP_INTERVAL_MS: "200", ...env } });
+  const server = await startServer(config, { logger: pino({ level: process.env.DROVER_TEST_LOG_LEVEL ?? "silent" }) });
+  const adminToken = server.adminToken ?? "";
+  const api: TestServer["api"] = async (method, path, body, headers = {}) => {
+    const init: RequestInit = { method, headers: { authorization: `Bearer ${adminToken}`, ...headers } };
+    if (body !== undefined) {
+      if (Buffer.isBuffer(body)) {
+        init.body = body;
+      } else if (typeof body === "string") {
+        init.body = body;
+        (init.headers as Record<string, string>)["content-type"] ??= "application/json";
+      } else {
+        init.body = JSON.stringify(body);
+        (init.headers as Record<string, string>)["content-type"] = "application/json";
+      }
+    }
+    const res = await fetch(server.url + path, init);
+    const text = await res.text();
+    let parsed: unknown = text;
+    try {
+      parsed = text ? JSON.parse(text) : undefined;
+    } catch {
+      // not JSON: keep the text
+    }
+    return { status: res.status, body: parsed, headers: res.headers };
+  };
+  return {
+    ...server,
+    adminToken,
+    dataDir,
+    api,
+    async stop() {
+      await server.close();
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
