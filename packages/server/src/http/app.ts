@@ -1,5 +1,5 @@
 import { agentApi, userApi } from "@drover/protocol";
-import Fastify, { type FastifyInstance } from "fastify";
+import Fastify, { LogController, type FastifyInstance } from "fastify";
 import { readFileSync } from "node:fs";
 import type { Logger } from "pino";
 import type { ServerMetrics } from "../metrics.js";
@@ -15,7 +15,7 @@ import { sql } from "kysely";
 export function buildApp(http: HttpContext, metrics: ServerMetrics, log: Logger, tls?: { certFile: string; keyFile: string }): FastifyInstance {
   const app = Fastify({
     loggerInstance: log,
-    disableRequestLogging: true,
+    logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: 1024 * 1024,
     return503OnClosing: true,
     forceCloseConnections: true,

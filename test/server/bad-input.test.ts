@@ -1,0 +1,162 @@
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+import { randomBytes } from "node:crypto";
+import { gzipSync } from "node:zlib";
+import { rawTarGz } from "../support/archives.js";
+import { call, queueRun, registerAgent } from "../support/agent-client.js";
+import { startTestServer, type TestServer } from "../support/server.js";
+
+// SPEC §9: every bad input gets a clear 4xx JSON error and nothing is lost or half-written.
+
+let server: TestServer;
+const good = rawTarGz([{ path: "main.tf", content: 'resource "terraform_data" "a" {}\n' }]);
+
+function assertError(res: { status: number; body: any }, status: number, code: string, message?: RegExp) {
+  assert.equal(res.status, status, JSON.stringify(res.body));
+  assert.equal(res.body.error, code, JSON.stringify(res.body));
+  assert.equal(typeof res.body.message, "string");
+  if (message) assert.match(res.body.message, message);
+}
+
+before(async () => {
+  server = await startTestServer({ DROVER_MAX_CONFIGURATION_MB: "1" });
+  await server.api("POST", "/api/v1/pools", { name: "bad" });
+  await server.api("POST", "/api/v1/pools", { name: "other" });
+});
+after(() => server?.stop());
+
+describe("requests", () => {
+  test("malformed JSON", async () => {
+    assertError(await server.api("POST", "/api/v1/pools", "{not json", { "content-type": "application/json" }), 400, "invalid_json", /not valid JSON/);
+  });
+  test("fields that break the schema are named", async () => {
+    assertError(await server.api("POST", "/api/v1/workspaces", { name: "has space", pool: "bad" }), 400, "bad_request", /name/);
+    assertError(await server.api("POST", "/api/v1/workspaces", { name: "w", pool: "bad", workingDirectory: "../up" }), 400, "bad_request", /workingDirectory/);
+    assertError(await server.api("POST", "/api/v1/runs", { workspace: "nope", configurationVersionId: "cv-x" }), 404, "not_found", /workspace/);
+  });
+  test("unknown routes answer JSON", async () => {
+    assertError(await server.api("GET", "/api/v1/nothing-here"), 404, "not_found");
+  });
+});
+
+describe("tokens", () => {
+  test("missing, unknown and wrong-kind tokens", async () => {
+    const res = await fetch(`${server.url}/api/v1/pools`);
+    assertError({ status: res.status, body: await res.json() }, 401, "unauthorized", /Authorization/);
+    assertError(await server.api("GET", "/api/v1/pools", undefined, { authorization: "Bearer drv_u_nobody.secret" }), 401, "unauthorized");
+    const { poolToken, session } = await registerAgent(server, "bad", "kinds");
+    assertError(await server.api("GET", "/api/v1/pools", undefined, { authorization: `Bearer ${poolToken}` }), 403, "forbidden", /pool token/);
+    assertError(await call(server, "POST", "/api/agent/v1/register", session, { name: "x", version: "1", driver: "local", capacity: 1 }), 401, "unauthorized", /pool token/);
+  });
+
+  test("a revoked pool token cannot register, and its agents' sessions end", async () => {
+    const { poolToken, poolTokenId, session } = await registerAgent(server, "bad", "revokee");
+    assert.equal((await server.api("DELETE", `/api/v1/pool-tokens/${poolTokenId}`)).status, 200);
+    assertError(await call(server, "POST", "/api/agent/v1/register", poolToken, { name: "again", version: "1", driver: "local", capacity: 1 }), 401, "token_revoked", /revoked/);
+    assertError(await call(server, "POST", "/api/agent/v1/heartbeat", session, { runningJobs: 0 }), 401, "token_revoked");
+    assertError(await call(server, "POST", "/api/agent/v1/jobs/next?wait=0", session), 401, "token_revoked");
+  });
+
+  test("a job token works only for its own job and workspace", async () => {
+    const { session } = await registerAgent(server, "bad", "scoped");
+    const mine = await queueRun(server, "bad", "scope-a", good);
+    const theirs = await queueRun(server, "bad", "scope-b", good);
+    const claimed = await call(server, "POST", "/api/agent/v1/jobs/next?wait=1000", session);
+    const job = claimed.body.job;
+    assert.ok(job, JSON.stringify(claimed.body));
+    const token = job.jobToken as string;
+    const other = job.workspace.id === mine.workspaceId ? theirs : mine;
+    assertError(await call(server, "GET", `/api/v1/workspaces/${other.workspaceId}/state`, token), 403, "forbidden", /scoped to workspace/);
+    assert.equal((await call(server, "GET", `/api/v1/workspaces/${job.workspace.id}/state`, token)).status, 204);
+    const otherJob = (await server.api("GET", `/api/v1/runs/${other.runId}/jobs`)).body.items[0].id;
+    assertError(await call(server, "POST", `/api/agent/v1/jobs/${otherJob}/start`, token), 403, "forbidden");
+    assertError(await call(server, "GET", "/api/v1/pools", token), 403, "forbidden");
+  });
+});
+
+describe("configuration archives", () => {
+  const cases: Array<[string, Buffer, number, string, RegExp]> = [
+    ["path traversal", rawTarGz([{ path: "../../etc/cron.d/evil", content: "x" }]), 422, "invalid_archive", /climbs out/],
+    ["absolute path", rawTarGz([{ path: "/etc/passwd", content: "x" }]), 422, "invalid_archive", /absolute/],
+    ["symlink escaping the root", rawTarGz([{ path: "link", type: "symlink", linkpath: "../../outside" }]), 422, "invalid_archive", /outside the archive/],
+    ["absolute symlink", rawTarGz([{ path: "link", type: "symlink", linkpath: "/etc" }]), 422, "invalid_archive", /outside the archive/],
+    ["hard link escaping the root", rawTarGz([{ path: "hl", type: "hardlink", linkpath: "../x" }]), 422, "invalid_archive", /outside the archive/],
+    ["character device", rawTarGz([{ path: "dev", type: "chardev" }]), 422, "invalid_archive", /CharacterDevice/],
+    ["FIFO", rawTarGz([{ path: "pipe", type: "fifo" }]), 422, "invalid_archive", /FIFO/],
+    ["not a tar.gz", Buffer.from("plain text"), 422, "invalid_archive", /tar\.gz/],
+    ["corrupt gzip", Buffer.concat([Buffer.from([0x1f, 0x8b]), randomBytes(200)]), 422, "invalid_archive", /corrupt/],
+    ["oversize", gzipSync(randomBytes(1200 * 1024), { level: 0 }), 413, "payload_too_large", /larger|limit/],
+  ];
+  before(async () => {
+    await server.api("POST", "/api/v1/workspaces", { name: "archives", pool: "bad" });
+  });
+  for (const [name, archive, status, code, message] of cases) {
+    test(`${name} is refused and nothing is stored`, async () => {
+      const res = await server.api("POST", "/api/v1/workspaces/archives/configuration-versions", archive, { "content-type": "application/gzip" });
+      assertError(res, status, code, message);
+      const listed = await server.api("GET", "/api/v1/workspaces/archives/configuration-versions");
+      assert.deepEqual(listed.body.items, []);
+    });
+  }
+});
+
+describe("agent writes", () => {
+  let token: string;
+  let jobId: string;
+  let workspaceId: string;
+  before(async () => {
+    const { session } = await registerAgent(server, "other", "writer");
+    ({ workspaceId } = await queueRun(server, "other", "writes", good));
+    const job = (await call(server, "POST", "/api/agent/v1/jobs/next?wait=1000", session)).body.job;
+    token = job.jobToken;
+    jobId = job.jobId;
+    assert.equal((await call(server, "POST", `/api/agent/v1/jobs/${jobId}/start`, token)).status, 200);
+  });
+
+  test("oversize log chunk", async () => {
+    assertError(await call(server, "POST", `/api/agent/v1/jobs/${jobId}/logs?offset=0`, token, Buffer.alloc(1024 * 1024 + 2048)), 413, "payload_too_large");
+  });
+  test("out-of-order log offsets are refused with the expected offset; nothing is lost", async () => {
+    assert.deepEqual((await call(server, "POST", `/api/agent/v1/jobs/${jobId}/logs?offset=0`, token, Buffer.from("line 1\n"))).body, { offset: 7 });
+    const gap = await call(server, "POST", `/api/agent/v1/jobs/${jobId}/logs?offset=100`, token, Buffer.from("later\n"));
+    assertError(gap, 409, "log_gap", /resend from 7/);
+    assert.equal(gap.body.expectedOffset, 7);
+    assert.deepEqual((await call(server, "POST", `/api/agent/v1/jobs/${jobId}/logs?offset=0`, token, Buffer.from("line 1\n"))).body, { offset: 7 }, "a resend is idempotent");
+    const runId = (await server.api("GET", `/api/v1/runs?workspace=writes`)).body.items[0].id;
+    const log = await fetch(`${server.url}/api/v1/runs/${runId}/logs?phase=plan`, { headers: { authorization: `Bearer ${server.adminToken}` } });
+    assert.equal(await log.text(), "line 1\n");
+  });
+  test("a second lock while the state is locked gets 423 with the holder", async () => {
+    const lockInfo = { ID: "first", Operation: "OperationTypeApply", Who: "agent@writer" };
+    const lock = (body: unknown) => call(server, "LOCK", `/api/v1/workspaces/${workspaceId}/state`, token, Buffer.from(JSON.stringify(body)), { "content-type": "application/json" });
+    assert.equal((await lock(lockInfo)).status, 200);
+    const second = await lock({ ...lockInfo, ID: "second" });
+    assert.equal(second.status, 423);
+    assert.equal(second.body.ID, "first", "the body is the holder's LockInfo, as terraform expects");
+    const write = await call(server, "POST", `/api/v1/workspaces/${workspaceId}/state?ID=second`, token, Buffer.from('{"serial":1}'));
+    assert.equal(write.status, 423);
+    assert.equal((await server.api("GET", `/api/v1/workspaces/${workspaceId}/state-versions`)).body.items.length, 0, "nothing written");
+  });
+  test("bad finish outcome is refused and the job keeps running", async () => {
+    assertError(await call(server, "POST", `/api/agent/v1/jobs/${jobId}/finish`, token, { outcome: "done" }), 400, "bad_request", /outcome/);
+    assert.equal((await call(server, "POST", `/api/agent/v1/jobs/${jobId}/heartbeat`, token)).status, 200);
+  });
+});
+
+test("a stale attempt is fenced off after its lease is reassigned", async () => {
+  const short = await startTestServer({ DROVER_LEASE_TTL_SECONDS: "1" });
+  try {
+    await short.api("POST", "/api/v1/pools", { name: "p" });
+    const { session } = await registerAgent(short, "p", "slow");
+    await queueRun(short, "p", "stale", good);
+    const first = (await call(short, "POST", "/api/agent/v1/jobs/next?wait=1000", session)).body.job;
+    // Not started and no heartbeat: the 1 s lease expires and the job is requeued.
+    const again = (await call(short, "POST", "/api/agent/v1/jobs/next?wait=10000", session)).body.job;
+    assert.equal(again?.jobId, first.jobId);
+    assert.equal(again.attempt, first.attempt + 1);
+    assertError(await call(short, "POST", `/api/agent/v1/jobs/${first.jobId}/start`, first.jobToken), 409, "stale_attempt", /reassigned/);
+    assertError(await call(short, "POST", `/api/agent/v1/jobs/${first.jobId}/logs?offset=0`, first.jobToken, Buffer.from("x")), 409, "stale_attempt");
+  } finally {
+    await short.stop();
+  }
+});

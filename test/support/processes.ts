@@ -1,0 +1,66 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { dirname, join } from "node:path";
+
+/** Path of the built `drover` CLI entry point. */
+export const droverBin = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "packages", "cli", "dist", "src", "main.js");
+
+/** A child process with its output captured, and helpers to wait on it. */
+export interface Proc {
+  child: ChildProcess;
+  output(): string;
+  waitFor(pattern: RegExp, timeoutMs?: number): Promise<RegExpMatchArray>;
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  stop(signal?: NodeJS.Signals): Promise<void>;
+}
+
+/** Runs `drover <args>` as a real process. */
+export function spawnDrover(args: string[], env: NodeJS.ProcessEnv, cwd?: string): Proc {
+  const child = spawn(process.execPath, [droverBin, ...args], { env, cwd, stdio: ["ignore", "pipe", "pipe"] });
+  let out = "";
+  const listeners = new Set<() => void>();
+  const onData = (d: Buffer) => {
+    out += d.toString();
+    for (const l of listeners) l();
+  };
+  child.stdout?.on("data", onData);
+  child.stderr?.on("data", onData);
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.on("exit", (code, signal) => resolve({ code, signal })));
+  return {
+    child,
+    output: () => out,
+    exited,
+    waitFor(pattern, timeoutMs = 20_000) {
+      return new Promise((resolve, reject) => {
+        const check = () => {
+          const m = out.match(pattern);
+          if (m) {
+            cleanup();
+            resolve(m);
+          }
+        };
+        const timer = setTimeout(() => {
+          cleanup();
+          reject(new Error(`timed out waiting for ${pattern} in output:\n${out}`));
+        }, timeoutMs);
+        const onExit = () => {
+          check();
+          cleanup();
+          reject(new Error(`process exited before printing ${pattern}; output:\n${out}`));
+        };
+        const cleanup = () => {
+          clearTimeout(timer);
+          listeners.delete(check);
+          child.off("exit", onExit);
+        };
+        listeners.add(check);
+        child.on("exit", onExit);
+        check();
+      });
+    },
+    async stop(signal = "SIGTERM") {
+      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+      await exited;
+    },
+  };
+}
