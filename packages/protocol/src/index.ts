@@ -5,3 +5,4 @@ export * from "./plan.js";
 export * from "./routes.js";
 export * from "./schemas.js";
 export * from "./tokens.js";
+export * from "./redact.js";

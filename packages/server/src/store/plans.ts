@@ -1,4 +1,5 @@
-import { DroverError, summarizePlan, type Output, type PlanSummary } from "@drover/protocol";
+import { DroverError, redactJson, summarizePlan, type Output, type PlanSummary } from "@drover/protocol";
+import { variablesForJob } from "./variables.js";
 import type { StoreContext } from "./context.js";
 import type { JobRow } from "./queue.js";
 
@@ -12,16 +13,21 @@ export async function savePlanFile(ctx: StoreContext, job: JobRow, planFile: Buf
     .execute();
 }
 
-/** Stores `terraform show -json` output and the summary derived from it. */
-export async function savePlanJson(ctx: StoreContext, job: JobRow, planJson: Buffer): Promise<PlanSummary> {
+/**
+ * Stores `terraform show -json` output and the summary derived from it. That JSON carries
+ * variable values verbatim, so the workspace's sensitive values are redacted before storing.
+ */
+export async function savePlanJson(ctx: StoreContext, job: JobRow, uploaded: Buffer): Promise<PlanSummary> {
   if (job.phase !== "plan") throw new DroverError("bad_request", "only a plan job uploads a plan");
   let parsed: unknown;
   try {
-    parsed = JSON.parse(planJson.toString("utf8"));
+    parsed = JSON.parse(uploaded.toString("utf8"));
   } catch (cause) {
     throw new DroverError("invalid_json", "the plan JSON is not valid JSON", { cause });
   }
   const summary = summarizePlan(parsed);
+  const secrets = (await variablesForJob(ctx, job.workspace_id)).filter((v) => v.sensitive).map((v) => v.value);
+  const planJson = Buffer.from(JSON.stringify(redactJson(parsed, secrets)), "utf8");
   await ctx.db.transaction().execute(async (trx) => {
     await trx
       .insertInto("plans")

@@ -1,0 +1,138 @@
+import { spawn } from "node:child_process";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { droverBin, spawnDrover, type Proc } from "./processes.js";
+import { startTestServer, type TestServer } from "./server.js";
+
+/** A real server with a pool, its token, and helpers to start real agents and run the real CLI. */
+export interface Stack {
+  server: TestServer;
+  pool: string;
+  poolToken: string;
+  poolTokenId: string;
+  dir: string;
+  /** Environment every agent and CLI process gets (terraform offline config included). */
+  baseEnv: NodeJS.ProcessEnv;
+  startAgent(name: string, env?: Record<string, string>): Promise<Proc>;
+  cli(args: string[], options?: { env?: Record<string, string>; timeoutMs?: number }): Promise<{ code: number; stdout: string; stderr: string }>;
+  /** Uploads a directory and starts a run without following it; returns the run id. */
+  startRun(dir: string, workspace: string, flags?: string[]): Promise<string>;
+  waitForRun(runId: string, statuses: string[], timeoutMs?: number): Promise<any>;
+  stop(): Promise<void>;
+}
+
+export async function startStack(serverEnv: Record<string, string> = {}): Promise<Stack> {
+  const server = await startTestServer(serverEnv);
+  const dir = mkdtempSync(join(tmpdir(), "drover-e2e-"));
+  const tfrc = join(dir, "terraformrc");
+  writeFileSync(tfrc, "");
+  const pool = "e2e";
+  await server.api("POST", "/api/v1/pools", { name: pool });
+  const tok = await server.api("POST", `/api/v1/pools/${pool}/tokens`, { description: "e2e" });
+  const baseEnv: NodeJS.ProcessEnv = {
+    ...process.env,
+    TF_CLI_CONFIG_FILE: tfrc,
+    CHECKPOINT_DISABLE: "1",
+    DROVER_URL: server.url,
+    DROVER_CONFIG_DIR: join(dir, "cli-config"),
+  };
+  delete baseEnv.DROVER_TOKEN;
+  const agents: Proc[] = [];
+
+  const stack: Stack = {
+    server,
+    pool,
+    poolToken: tok.body.token,
+    poolTokenId: tok.body.id,
+    dir,
+    baseEnv,
+    async startAgent(name, env = {}) {
+      const agentDir = join(dir, `agent-${name}`);
+      const proc = spawnDrover(["agent", "run"], {
+        ...baseEnv,
+        DROVER_TOKEN: tok.body.token,
+        DROVER_AGENT_NAME: name,
+        DROVER_AGENT_DATA_DIR: join(agentDir, "data"),
+        DROVER_AGENT_CACHE_DIR: join(agentDir, "cache"),
+        DROVER_AGENT_HEALTH_PORT: "0",
+        DROVER_AGENT_LOG_FORMAT: "json",
+        ...env,
+      });
+      agents.push(proc);
+      // Registered once the server lists it.
+      const deadline = Date.now() + 20_000;
+      for (;;) {
+        const listed = await server.api("GET", `/api/v1/agents?pool=${pool}`);
+        if (listed.body.items.some((a: any) => a.name === name && a.status !== "offline")) return proc;
+        if (proc.child.exitCode !== null || Date.now() > deadline) throw new Error(`agent ${name} did not register:\n${proc.output()}`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    },
+    cli(args, options = {}) {
+      return new Promise((resolve, reject) => {
+        const child = spawn(process.execPath, [droverBin, ...args], { env: { ...baseEnv, DROVER_TOKEN: server.adminToken, ...options.env }, stdio: ["ignore", "pipe", "pipe"] });
+        let stdout = "";
+        let stderr = "";
+        child.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
+        child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+        const timer = setTimeout(() => child.kill("SIGKILL"), options.timeoutMs ?? 120_000);
+        child.on("error", reject);
+        child.on("exit", (code) => {
+          clearTimeout(timer);
+          resolve({ code: code ?? 1, stdout, stderr });
+        });
+      });
+    },
+    async startRun(configDir, workspace, flags = []) {
+      const res = await stack.cli(["run", "start", configDir, "--workspace", workspace, "--no-follow", "--json", ...flags]);
+      if (res.code !== 0 && res.code !== 2) throw new Error(`run start failed (${res.code}): ${res.stderr}${res.stdout}`);
+      return JSON.parse(res.stdout).id as string;
+    },
+    async waitForRun(runId, statuses, timeoutMs = 90_000) {
+      const deadline = Date.now() + timeoutMs;
+      for (;;) {
+        const run = (await server.api("GET", `/api/v1/runs/${runId}`)).body;
+        if (statuses.includes(run.status)) return run;
+        if (Date.now() > deadline) throw new Error(`run ${runId} is ${run.status}, expected ${statuses.join("|")}`);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    },
+    async stop() {
+      await Promise.all(agents.map((a) => a.stop("SIGKILL")));
+      await server.stop();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+  return stack;
+}
+
+/** Reads a phase's whole log through the user API. */
+export async function runLog(server: TestServer, runId: string, phase: "plan" | "apply"): Promise<string> {
+  let out = "";
+  let offset = 0;
+  for (;;) {
+    const res = await fetch(`${server.url}/api/v1/runs/${runId}/logs?phase=${phase}&offset=${offset}`, { headers: { authorization: `Bearer ${server.adminToken}` } });
+    const chunk = Buffer.from(await res.arrayBuffer());
+    out += chunk.toString("utf8");
+    offset = Number(res.headers.get("x-drover-log-offset"));
+    if (res.headers.get("x-drover-log-complete") === "true" || chunk.length === 0) return out;
+  }
+}
+
+/** Writes a configuration directory from file name → content. */
+export function writeConfig(root: string, name: string, files: Record<string, string>): string {
+  const dir = join(root, name);
+  rmSync(dir, { recursive: true, force: true });
+  for (const [file, content] of Object.entries(files)) {
+    const path = join(dir, file);
+    mkdirp(path);
+    writeFileSync(path, content);
+  }
+  return dir;
+}
+
+function mkdirp(file: string): void {
+  const parts = file.split("/").slice(0, -1).join("/");
+  if (parts) mkdirSync(parts, { recursive: true });
+}
