@@ -45,7 +45,9 @@ export async function startServer(config: ServerConfig, options: { logger?: Logg
   const app = buildApp({ store, archiveLimits: config.archiveLimits, publicUrl: () => publicUrl, shutdown: shutdown.signal, markActivity: () => {} }, metrics, log, config.tls);
   const sweeper = startSweeper(store, log, config.sweepIntervalMs);
   try {
-    await app.listen({ host: config.host, port: config.port });
+    // A fleet reconnecting at once (after a restart or a network blip) overflows the default
+    // backlog of 511; dropped SYNs cost each agent a 1 s retransmit.
+    await app.listen({ host: config.host, port: config.port, backlog: 4096 });
   } catch (err) {
     await sweeper.stop();
     await events.close();

@@ -45,7 +45,10 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext): vo
   app.post("/jobs/next", async (req, reply) => {
     const agent = await requireSession(ctx, req);
     const { wait } = parse(waitQuery, req.query, "query");
-    const job = await pollForJob(ctx, agent, wait, requestSignal(reply, http.shutdown));
+    // Up to 20% jitter: agents that (re)connected together — after a server restart, say —
+    // would otherwise all time out and reconnect in the same instant, forever.
+    const jittered = Math.round(wait * (0.8 + 0.2 * Math.random()));
+    const job = await pollForJob(ctx, agent, jittered, requestSignal(reply, http.shutdown));
     return { job };
   });
 

@@ -22,6 +22,7 @@ import { applyJobOutcome, markPhaseStarted } from "./runs.js";
 import { inTransaction } from "./transaction.js";
 import { touchAgent } from "./agents.js";
 import { appendAtEnd } from "./logs.js";
+import { poolWaiters } from "./waiters.js";
 
 /*
  * The job queue. A claim is a lease: the claiming agent gets a job token bound to the job's
@@ -100,18 +101,16 @@ export async function claimNextJob(ctx: StoreContext, agent: Agent): Promise<Job
   });
 }
 
-/** How often a waiting poller re-checks the queue even without a wake-up (covers a lost NOTIFY). */
-const recheckMs = 2_000;
-
 /**
- * The long-poll: claims a job, waiting up to `waitMs` for one to be queued. Subscribes before
- * each claim attempt so a job queued in between wakes it.
+ * The long-poll: claims a job, waiting up to `waitMs` for one to be queued. Joins the pool's
+ * waiter queue before each claim attempt, so a job queued in between wakes it.
  */
 export async function pollForJob(ctx: StoreContext, agent: Agent, waitMs: number, signal?: AbortSignal): Promise<JobAssignment | null> {
   const deadline = ctx.now() + waitMs;
   await touchAgent(ctx, agent.id);
+  const waiters = poolWaiters(ctx.events);
   for (;;) {
-    const wake = waitForEvent(ctx.events, "job-queued", agent.poolId, Math.min(recheckMs, Math.max(0, deadline - ctx.now())), signal);
+    const wake = waiters.wait(agent.poolId, Math.max(0, deadline - ctx.now()), signal);
     let job: JobAssignment | null;
     try {
       job = await claimNextJob(ctx, agent);

@@ -1,0 +1,72 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+export const repoRoot = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
+export const droverBin = join(repoRoot, "packages", "cli", "dist", "src", "main.js");
+export const adminToken = "drv_u_bench-admin.secret";
+
+/** A `drover server` process on a random port. */
+export interface ServerProc {
+  url: string;
+  child: ChildProcess;
+  dir: string;
+  stop(): Promise<void>;
+}
+
+export async function startServerProc(env: Record<string, string> = {}): Promise<ServerProc> {
+  const dir = mkdtempSync(join(tmpdir(), "drover-bench-"));
+  const child = spawn(process.execPath, [droverBin, "server", "--port", "0", "--data-dir", dir], {
+    env: { ...process.env, DROVER_ADMIN_TOKEN: adminToken, DROVER_LOG_LEVEL: "warn", ...env },
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  const url = await new Promise<string>((resolve, reject) => {
+    let out = "";
+    child.stdout!.on("data", (d: Buffer) => {
+      out += d.toString();
+      const m = out.match(/listening on (http:\/\/\S+)/);
+      if (m) resolve(m[1]!);
+    });
+    child.on("exit", (code) => reject(new Error(`server exited (${code}): ${out}`)));
+  });
+  return {
+    url,
+    child,
+    dir,
+    async stop() {
+      child.kill("SIGTERM");
+      await new Promise((r) => child.once("exit", r));
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** Resident set size of a process in MB, from /proc. */
+export function rssMb(pid: number): number {
+  const status = readFileSync(`/proc/${pid}/status`, "utf8");
+  const kb = Number(status.match(/VmRSS:\s+(\d+)/)?.[1] ?? NaN);
+  return kb / 1024;
+}
+
+/** CPU seconds (user+system) a process has used, from /proc. */
+export function cpuSeconds(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
+  return (Number(fields[11]) + Number(fields[12])) / 100;
+}
+
+/** JSON call with a token; throws on non-2xx. */
+export async function api(url: string, method: string, path: string, token = adminToken, body?: unknown, contentType = "application/json"): Promise<any> {
+  const init: RequestInit = { method, headers: { authorization: `Bearer ${token}` } };
+  if (body !== undefined) {
+    init.body = Buffer.isBuffer(body) ? body : JSON.stringify(body);
+    (init.headers as Record<string, string>)["content-type"] = contentType;
+  }
+  const res = await fetch(url + path, init);
+  const text = await res.text();
+  if (res.status >= 300) throw new Error(`${method} ${path}: ${res.status} ${text}`);
+  return text ? JSON.parse(text) : undefined;
+}
+
+export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

@@ -1,0 +1,32 @@
+import { join } from "node:path";
+import { benchDispatch } from "./dispatch.js";
+import { benchScale } from "./scale.js";
+import { repoRoot } from "./harness.js";
+import { writeReport, type Figure } from "./report.js";
+
+/** `npm run bench [name…]`: runs the benchmarks (all by default) and writes bench/results/. */
+const benches: Record<string, () => Promise<Figure[]>> = {
+  dispatch: () => benchDispatch(),
+  scale: () => benchScale(),
+};
+
+const selected = process.argv.slice(2);
+const names = selected.length > 0 ? selected : Object.keys(benches);
+const figures: Figure[] = [];
+const notes: string[] = [];
+for (const name of names) {
+  const run = benches[name];
+  if (!run) {
+    console.error(`unknown bench ${name}; known: ${Object.keys(benches).join(", ")}`);
+    process.exit(2);
+  }
+  const started = Date.now();
+  process.stderr.write(`bench ${name}…\n`);
+  try {
+    figures.push(...(await run()));
+  } catch (err) {
+    notes.push(`${name} failed: ${err instanceof Error ? err.message : String(err)}`);
+  }
+  process.stderr.write(`bench ${name} took ${((Date.now() - started) / 1000).toFixed(1)} s\n`);
+}
+console.log(writeReport(join(repoRoot, "bench", "results"), figures, notes));
