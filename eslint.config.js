@@ -13,7 +13,7 @@ export default tseslint.config(
     },
   },
   {
-    files: ["test/**/*.ts", "packages/*/test/**/*.ts"],
+    files: ["test/**/*.ts", "packages/*/test/**/*.ts", "deploy/*/test/**/*.ts", "tools/*/test/**/*.ts", "bench/src/**/*.ts"],
     rules: { "@typescript-eslint/no-explicit-any": "off" },
   },
   {

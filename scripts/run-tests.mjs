@@ -16,7 +16,11 @@ function findTests(dir, out = []) {
 }
 
 const filter = process.argv.slice(2);
-let files = [...readdirSync("packages").flatMap((p) => findTests(join("packages", p, "dist", "test"))), ...findTests(join("test", "dist"))];
+let files = [
+  ...readdirSync("packages").flatMap((p) => findTests(join("packages", p, "dist", "test"))),
+  ...findTests(join("deploy", "pulumi", "dist", "test")),
+  ...findTests(join("test", "dist")),
+];
 if (filter.length > 0) files = files.filter((f) => filter.some((s) => f.includes(s)));
 if (files.length === 0) {
   console.error("no test files found; run `tsc -b` first");

@@ -1,0 +1,144 @@
+import assert from "node:assert/strict";
+import { before, describe, test } from "node:test";
+import * as pulumi from "@pulumi/pulumi";
+
+// The component under Pulumi's mocks: the resources it would create, with their inputs.
+
+interface Created {
+  type: string;
+  name: string;
+  inputs: Record<string, any>;
+}
+let created: Created[] = [];
+const secretSignatureKey = "4dabf18193072939515e22adb298388d";
+const secretSignature = "1b47061264138c4ac30d75fd1eb44270";
+
+before(() => {
+  pulumi.runtime.setMocks(
+    {
+      newResource: (args) => {
+        created.push({ type: args.type, name: args.name, inputs: args.inputs });
+        return { id: `${args.name}-id`, state: args.inputs };
+      },
+      call: (args) => args.inputs,
+    },
+    "drover",
+    "test",
+    false,
+  );
+});
+
+/** Creates the component and waits until every child resource was registered. */
+async function install(args: Record<string, unknown>) {
+  created = [];
+  const { DroverAgent } = await import("../src/index.js");
+  const agent = new DroverAgent("drv", { namespace: "drover", token: "drv_p_abc.secret", ...args } as any);
+  await new Promise<void>((resolve) => pulumi.all([agent.deployment.id, agent.service.id, agent.tokenSecret.id]).apply(() => resolve()));
+  await new Promise((r) => setTimeout(r, 50));
+  return agent;
+}
+const byType = (type: string) => created.filter((c) => c.type === type);
+const one = (type: string) => {
+  const found = byType(type);
+  assert.equal(found.length, 1, `${type}: ${found.length}`);
+  return found[0]!;
+};
+
+describe("DroverAgent (Pulumi mocks)", () => {
+  test("local mode: namespace, token secret, service account, deployment, metrics service", async () => {
+    await install({ mode: "local", replicas: 3, url: "https://drover.example.com", env: { FOO: "bar" } });
+    assert.equal(one("kubernetes:core/v1:Namespace").inputs.metadata.name, "drover");
+    const deploy = one("kubernetes:apps/v1:Deployment").inputs;
+    assert.equal(deploy.spec.replicas, 3);
+    const container = deploy.spec.template.spec.containers[0];
+    assert.deepEqual(container.args, ["agent", "run"]);
+    const env = Object.fromEntries(container.env.map((e: any) => [e.name, e.value ?? e.valueFrom]));
+    assert.equal(env.DROVER_URL, "https://drover.example.com");
+    assert.equal(env.DROVER_AGENT_DRIVER, "local");
+    assert.equal(env.FOO, "bar");
+    assert.equal(env.DROVER_TOKEN.secretKeyRef.key, "token", "the token reaches the pod only through a Secret reference");
+    assert.equal(container.securityContext.runAsUser, 1000);
+    assert.equal(container.securityContext.readOnlyRootFilesystem, true);
+    assert.deepEqual(container.securityContext.capabilities.drop, ["ALL"]);
+    assert.ok(one("kubernetes:core/v1:Service").inputs.metadata.annotations["prometheus.io/scrape"]);
+    assert.equal(byType("kubernetes:monitoring.coreos.com/v1:ServiceMonitor").length, 0);
+  });
+
+  test("the token is a Pulumi secret and never appears in a pod spec", async () => {
+    await install({ mode: "local" });
+    const stringData = one("kubernetes:core/v1:Secret").inputs.stringData;
+    // Pulumi's wire form of a secret value: the engine encrypts it in state and masks it in output.
+    assert.equal(stringData[secretSignatureKey], secretSignature, "the token is sent to the engine as a secret");
+    assert.equal(stringData.value.token, "drv_p_abc.secret");
+    const deploy = JSON.stringify(one("kubernetes:apps/v1:Deployment").inputs);
+    assert.ok(!deploy.includes("drv_p_abc.secret"));
+  });
+
+  test("job mode: controller, task template with the podTemplate merged strategically, RBAC, no API access for tasks", async () => {
+    await install({
+      mode: "job",
+      enableServiceMonitor: true,
+      caBundle: "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+      podTemplate: {
+        metadata: { labels: { team: "infra" } },
+        spec: {
+          nodeSelector: { "kubernetes.io/os": "linux" },
+          containers: [{ name: "runner", env: [{ name: "HELLO", value: "world" }], resources: { requests: { cpu: "1" } } }],
+          initContainers: [{ name: "prepare", image: "busybox:1.36", command: ["true"] }],
+        },
+      },
+    });
+    const deploy = one("kubernetes:apps/v1:Deployment").inputs;
+    assert.deepEqual(deploy.spec.template.spec.containers[0].args, ["agent", "controller"]);
+    const env = Object.fromEntries(deploy.spec.template.spec.containers[0].env.map((e: any) => [e.name, e.value]));
+    assert.equal(env.DROVER_AGENT_DRIVER, "kubernetes");
+    assert.equal(env.DROVER_AGENT_CONCURRENCY, "10");
+    assert.equal(env.DROVER_CA_CERT, "/etc/drover/ca/ca.crt");
+
+    const task = one("kubernetes:drover.dev/v1alpha1:AgentTask").inputs;
+    const pod = task.spec.jobTemplate.template;
+    assert.equal(task.spec.jobTemplate.backoffLimit, 0);
+    assert.equal(pod.metadata.labels.team, "infra", "labels merged");
+    assert.equal(pod.metadata.labels["app.kubernetes.io/name"], "drover-task", "existing labels kept");
+    assert.equal(pod.spec.nodeSelector["kubernetes.io/os"], "linux");
+    assert.deepEqual(pod.spec.containers.map((c: any) => c.name), ["worker", "runner"], "containers merged by name, none added");
+    const runner = pod.spec.containers[1];
+    assert.equal(runner.image, "ghcr.io/drover-dev/drover-runner:1.11.4", "the runner's image survives the merge");
+    assert.deepEqual(runner.env, [{ name: "HELLO", value: "world" }]);
+    assert.equal(runner.resources.requests.cpu, "1");
+    assert.equal(pod.spec.initContainers[0].name, "prepare");
+    assert.equal(pod.spec.automountServiceAccountToken, false, "task pods get no API access");
+
+    const taskSa = byType("kubernetes:core/v1:ServiceAccount").find((s) => s.name === "drv-task-sa")!;
+    assert.equal(taskSa.inputs.automountServiceAccountToken, false);
+    const binding = one("kubernetes:rbac.authorization.k8s.io/v1:RoleBinding").inputs;
+    assert.equal(binding.subjects.length, 1);
+    assert.notEqual(binding.subjects[0].name, "drv-task", "only the controller is bound to the role");
+    const rules = one("kubernetes:rbac.authorization.k8s.io/v1:Role").inputs.rules;
+    assert.ok(rules.every((r: any) => !r.verbs.includes("*") && !r.resources.includes("*")), "least privilege: no wildcards");
+    assert.equal(byType("kubernetes:monitoring.coreos.com/v1:ServiceMonitor").length, 1);
+    assert.equal(byType("kubernetes:core/v1:Secret").length, 2, "token and CA bundle");
+  });
+
+  test("bad settings are refused with one clear message", async () => {
+    const { validateArgs } = await import("../src/index.js");
+    assert.throws(() => validateArgs({ namespace: "n", token: "t", shutdownMode: "drain", terminationGracePeriodSeconds: 60 }), /too short for shutdownMode drain/);
+    assert.throws(() => validateArgs({ namespace: "n", token: "t", env: { DROVER_TOKEN: "x" } }), /set by the component/);
+    assert.throws(() => validateArgs({ namespace: "n", token: "t", concurrency: 6 }), /at most 5/);
+    assert.doesNotThrow(() => validateArgs({ namespace: "n", token: "t", shutdownMode: "force", terminationGracePeriodSeconds: 10 }));
+  });
+
+  test("strategic merge: named lists merge, other lists are replaced, null deletes", async () => {
+    const { strategicMerge } = await import("../src/index.js");
+    const base = { containers: [{ name: "a", image: "x", env: [{ name: "K", value: "1" }] }], tolerations: [{ key: "t1" }], dnsPolicy: "ClusterFirst" };
+    const merged = strategicMerge(base, { containers: [{ name: "a", env: [{ name: "L", value: "2" }] }, { name: "b", image: "y" }], tolerations: [{ key: "t2" }], dnsPolicy: null });
+    assert.deepEqual(merged, {
+      containers: [
+        { name: "a", image: "x", env: [{ name: "K", value: "1" }, { name: "L", value: "2" }] },
+        { name: "b", image: "y" },
+      ],
+      tolerations: [{ key: "t2" }],
+    });
+    assert.deepEqual(base.containers[0]!.env, [{ name: "K", value: "1" }], "inputs are not modified");
+  });
+});

@@ -1,0 +1,116 @@
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
+
+// The agent as an operator sees it: killed, stopped in each mode, its token revoked.
+
+let stack: Stack;
+const longApply = { "main.tf": 'resource "terraform_data" "long" {\n  input = timestamp()\n  provisioner "local-exec" {\n    command = "sleep 60"\n  }\n}\n' };
+
+before(async () => {
+  stack = await startStack({ DROVER_LEASE_TTL_SECONDS: "3" });
+});
+after(() => stack?.stop());
+
+async function workspace(name: string) {
+  const res = await stack.server.api("POST", "/api/v1/workspaces", { name, pool: stack.pool });
+  assert.equal(res.status, 201, JSON.stringify(res.body));
+  return res.body.id as string;
+}
+
+async function waitForLog(runId: string, phase: "plan" | "apply", pattern: RegExp) {
+  for (let i = 0; i < 300; i++) {
+    if (pattern.test(await runLog(stack.server, runId, phase))) return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  assert.fail(`log never matched ${pattern}`);
+}
+
+test("kill -9 of the agent mid-run: the run ends errored (agent lost) and the workspace is usable again", async () => {
+  const wsId = await workspace("killed");
+  const agent = await stack.startAgent("doomed");
+  const dir = writeConfig(stack.dir, "killed", longApply);
+  const runId = await stack.startRun(dir, "killed", ["--auto-apply"]);
+  await stack.waitForRun(runId, ["applying"]);
+  await waitForLog(runId, "apply", /local-exec/);
+  await agent.stop("SIGKILL");
+  const run = await stack.waitForRun(runId, ["errored", "applied", "canceled"], 30_000);
+  assert.equal(run.status, "errored");
+  assert.match(run.errorMessage, /agent lost/);
+  assert.match(await runLog(stack.server, runId, "apply"), /agent lost/);
+  const ws = await stack.server.api("GET", `/api/v1/workspaces/${wsId}`);
+  assert.equal(ws.body.currentRunId, null);
+  assert.equal(ws.body.stateLocked, false, "the dead run's state lock was released");
+
+  await stack.startAgent("rescuer");
+  const quick = writeConfig(stack.dir, "killed-ok", { "main.tf": 'resource "terraform_data" "ok" {}\n' });
+  const next = await stack.startRun(quick, "killed", ["--auto-apply"]);
+  assert.equal((await stack.waitForRun(next, ["applied", "errored"])).status, "applied");
+});
+
+describe("SIGTERM stop modes (SPEC §5)", () => {
+  test("graceful: terraform is interrupted at once; the run ends errored (agent stopped), never success", async () => {
+    await workspace("graceful");
+    const agent = await stack.startAgent("graceful-agent", { DROVER_AGENT_WORKER_ON_STOP_ACTION: "graceful", DROVER_AGENT_GRACE_PERIOD_SECONDS: "30" });
+    const runId = await stack.startRun(writeConfig(stack.dir, "graceful", longApply), "graceful", ["--auto-apply"]);
+    await stack.waitForRun(runId, ["applying"]);
+    await waitForLog(runId, "apply", /local-exec/);
+    const started = Date.now();
+    agent.child.kill("SIGTERM");
+    const exit = await agent.exited;
+    const run = await stack.waitForRun(runId, ["errored", "applied", "canceled"], 30_000);
+    assert.equal(run.status, "errored");
+    assert.match(run.errorMessage ?? "", /agent stopped/);
+    assert.match(await runLog(stack.server, runId, "apply"), /agent stopped/);
+    assert.ok(Date.now() - started < 20_000, "graceful does not wait for the job to finish");
+    assert.equal(exit.code, 0, agent.output());
+    const agents = (await stack.server.api("GET", `/api/v1/agents?pool=${stack.pool}`)).body.items;
+    assert.equal(agents.find((a: any) => a.name === "graceful-agent").status, "offline", "the agent deregistered");
+    const ws = (await stack.server.api("GET", "/api/v1/workspaces/graceful")).body;
+    assert.equal(ws.stateLocked, false);
+  });
+
+  test("drain: the running job is allowed to finish; no new job is taken", async () => {
+    await workspace("drain");
+    const agent = await stack.startAgent("drain-agent", { DROVER_AGENT_WORKER_ON_STOP_ACTION: "drain", DROVER_AGENT_GRACE_PERIOD_SECONDS: "120" });
+    const cfg = writeConfig(stack.dir, "drain", { "main.tf": 'resource "terraform_data" "d" {\n  input = timestamp()\n  provisioner "local-exec" {\n    command = "sleep 3"\n  }\n}\n' });
+    const runId = await stack.startRun(cfg, "drain", ["--auto-apply"]);
+    await stack.waitForRun(runId, ["applying"]);
+    await waitForLog(runId, "apply", /local-exec/);
+    agent.child.kill("SIGTERM");
+    await new Promise((r) => setTimeout(r, 300));
+    const later = await stack.startRun(cfg, "drain", ["--auto-apply"]);
+    const exit = await agent.exited;
+    assert.equal((await stack.waitForRun(runId, ["applied", "errored"], 30_000)).status, "applied", "the draining job completed");
+    assert.equal(exit.code, 0, agent.output());
+    const pending = (await stack.server.api("GET", `/api/v1/runs/${later}`)).body;
+    assert.ok(["pending", "queued"].includes(pending.status), `the draining agent took no new work (${pending.status})`);
+    await stack.cli(["run", "cancel", later]);
+  });
+
+  test("force: terraform is killed at once; the run ends errored (agent stopped)", async () => {
+    await workspace("force");
+    const agent = await stack.startAgent("force-agent", { DROVER_AGENT_WORKER_ON_STOP_ACTION: "force", DROVER_AGENT_GRACE_PERIOD_SECONDS: "10" });
+    const runId = await stack.startRun(writeConfig(stack.dir, "force", longApply), "force", ["--auto-apply"]);
+    await stack.waitForRun(runId, ["applying"]);
+    await waitForLog(runId, "apply", /local-exec/);
+    const started = Date.now();
+    agent.child.kill("SIGTERM");
+    await agent.exited;
+    const run = await stack.waitForRun(runId, ["errored", "applied", "canceled"], 30_000);
+    assert.equal(run.status, "errored");
+    assert.match(run.errorMessage ?? "", /agent stopped/);
+    assert.ok(Date.now() - started < 12_000);
+  });
+});
+
+test("a revoked pool token stops the agent with a clear message", async () => {
+  const tok = await stack.server.api("POST", `/api/v1/pools/${stack.pool}/tokens`, { description: "to revoke" });
+  const agent = await stack.startAgent("revoked-agent", { DROVER_TOKEN: tok.body.token });
+  const res = await stack.cli(["token", "revoke", tok.body.id]);
+  assert.equal(res.code, 0, res.stderr);
+  const exit = await Promise.race([agent.exited, new Promise<null>((r) => setTimeout(() => r(null), 70_000))]);
+  assert.ok(exit, `the agent kept running:\n${agent.output()}`);
+  assert.notEqual(exit.code, 0);
+  assert.match(agent.output(), /revoked/i);
+});

@@ -1,0 +1,137 @@
+import assert from "node:assert/strict";
+import { fileURLToPath } from "node:url";
+import { dirname, join } from "node:path";
+import { after, before, test } from "node:test";
+import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
+
+// Real server, real agent process, real CLI process, real terraform.
+
+const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
+const hello = join(repo, "examples", "hello");
+let stack: Stack;
+
+before(async () => {
+  stack = await startStack();
+  await stack.startAgent("runner", { DROVER_AGENT_CONCURRENCY: "2" });
+});
+after(() => stack?.stop());
+
+async function workspace(name: string) {
+  const res = await stack.server.api("POST", "/api/v1/workspaces", { name, pool: stack.pool });
+  assert.equal(res.status, 201, JSON.stringify(res.body));
+  return res.body.id as string;
+}
+
+test("plan+apply of examples/hello succeeds through the CLI and its state is stored", async () => {
+  const wsId = await workspace("hello");
+  const res = await stack.cli(["run", "start", hello, "--workspace", "hello", "--auto-apply"]);
+  assert.equal(res.code, 0, `${res.stdout}\n${res.stderr}`);
+  assert.match(res.stdout, /Plan: \d+ to add/, "the plan log streamed to the terminal");
+  assert.match(res.stdout, /Apply complete!/, "the apply log streamed to the terminal");
+  const versions = await stack.server.api("GET", `/api/v1/workspaces/${wsId}/state-versions`);
+  assert.ok(versions.body.items.length >= 1, "terraform stored its state in the server");
+  const state = await stack.server.api("GET", `/api/v1/state-versions/${versions.body.items[0].id}/download`);
+  assert.ok(state.body.resources.some((r: any) => r.type === "terraform_data"));
+  const out = await stack.cli(["output", "--workspace", "hello", "--json"]);
+  assert.equal(out.code, 0, out.stderr);
+  assert.ok(JSON.parse(out.stdout).length >= 1, "outputs were recorded");
+  const ws = await stack.server.api("GET", `/api/v1/workspaces/${wsId}`);
+  assert.equal(ws.body.stateLocked, false);
+  assert.equal(ws.body.currentRunId, null);
+});
+
+test("a plan error fails the run with terraform's message in the log", async () => {
+  await workspace("broken");
+  const dir = writeConfig(stack.dir, "broken", { "main.tf": 'resource "terraform_data" "x" {\n  input = var.not_declared\n}\n' });
+  const res = await stack.cli(["run", "start", dir, "--workspace", "broken"]);
+  assert.equal(res.code, 1, `${res.stdout}\n${res.stderr}`);
+  const runs = await stack.server.api("GET", "/api/v1/runs?workspace=broken");
+  const run = runs.body.items[0];
+  assert.equal(run.status, "errored");
+  const log = await runLog(stack.server, run.id, "plan");
+  assert.match(log, /Reference to undeclared input variable/);
+});
+
+test("a second run on the same workspace waits for the first", async () => {
+  await workspace("queue");
+  const dir = writeConfig(stack.dir, "queue", {
+    "main.tf": 'resource "terraform_data" "slow" {\n  input = timestamp()\n  provisioner "local-exec" {\n    command = "sleep 2"\n  }\n}\n',
+  });
+  const first = await stack.startRun(dir, "queue", ["--auto-apply"]);
+  const second = await stack.startRun(dir, "queue", ["--auto-apply"]);
+  assert.equal((await stack.server.api("GET", `/api/v1/runs/${second}`)).body.status, "pending");
+  await stack.waitForRun(first, ["applied"]);
+  const done = await stack.waitForRun(second, ["applied"]);
+  const firstJobs = (await stack.server.api("GET", `/api/v1/runs/${first}/jobs`)).body.items;
+  const secondJobs = (await stack.server.api("GET", `/api/v1/runs/${second}/jobs`)).body.items;
+  const firstEnded = Date.parse(firstJobs.at(-1).finishedAt);
+  const secondStarted = Date.parse(secondJobs[0].startedAt);
+  assert.ok(secondStarted >= firstEnded, "the second run started only after the first finished");
+  assert.equal(done.status, "applied");
+});
+
+test("cancel during a long local-exec ends the run canceled within 5 s with the lock released", async () => {
+  const wsId = await workspace("cancel");
+  const dir = writeConfig(stack.dir, "cancel", {
+    "main.tf": 'resource "terraform_data" "long" {\n  provisioner "local-exec" {\n    command = "sleep 120"\n  }\n}\n',
+  });
+  const runId = await stack.startRun(dir, "cancel", ["--auto-apply"]);
+  await stack.waitForRun(runId, ["applying"]);
+  for (let i = 0; i < 200 && !(await runLog(stack.server, runId, "apply")).includes("local-exec"); i++) await new Promise((r) => setTimeout(r, 100));
+  assert.equal((await stack.server.api("GET", `/api/v1/workspaces/${wsId}`)).body.stateLocked, true, "terraform holds the lock while applying");
+  const started = Date.now();
+  const res = await stack.cli(["run", "cancel", runId]);
+  assert.equal(res.code, 0, res.stderr);
+  const run = await stack.waitForRun(runId, ["canceled", "errored", "applied"], 10_000);
+  const took = Date.now() - started;
+  assert.equal(run.status, "canceled");
+  assert.ok(took < 5_000, `canceled after ${took} ms`);
+  const ws = await stack.server.api("GET", `/api/v1/workspaces/${wsId}`);
+  assert.equal(ws.body.stateLocked, false, "the state lock was released");
+  assert.equal(ws.body.currentRunId, null);
+  assert.match(await runLog(stack.server, runId, "apply"), /Interrupt received|interrupt|cancel/i);
+});
+
+test("a sensitive variable's value never appears in any log or API response", async () => {
+  const secret = "hunter2-VERY-secret-9f8e7d";
+  const wsId = await workspace("secrets");
+  const set = await stack.cli(["workspace", "set-var", "secrets", `db_password=${secret}`, "--sensitive"]);
+  assert.equal(set.code, 0, set.stderr);
+  assert.ok(!set.stdout.includes(secret));
+  await stack.cli(["workspace", "set-var", "secrets", `TF_VAR_env_secret=${secret}`, "--env", "--sensitive"]);
+  const dir = writeConfig(stack.dir, "secrets", {
+    "main.tf": `variable "db_password" {
+  type = string
+}
+resource "terraform_data" "leaky" {
+  input = nonsensitive(var.db_password)
+  provisioner "local-exec" {
+    command = "echo password is \${nonsensitive(var.db_password)}; echo env is $TF_VAR_env_secret"
+  }
+}
+output "pw" {
+  value     = var.db_password
+  sensitive = true
+}
+`,
+  });
+  const res = await stack.cli(["run", "start", dir, "--workspace", "secrets", "--auto-apply"]);
+  assert.equal(res.code, 0, `${res.stdout}\n${res.stderr}`);
+  assert.ok(!res.stdout.includes(secret) && !res.stderr.includes(secret), "not in the followed log");
+  const runId = (await stack.server.api("GET", "/api/v1/runs?workspace=secrets")).body.items[0].id;
+  const planLog = await runLog(stack.server, runId, "plan");
+  const applyLog = await runLog(stack.server, runId, "apply");
+  assert.match(applyLog, /password is \*\*\*/, "the echoed value was redacted, not dropped");
+  const responses = [
+    planLog,
+    applyLog,
+    JSON.stringify((await stack.server.api("GET", `/api/v1/workspaces/${wsId}/vars`)).body),
+    JSON.stringify((await stack.server.api("GET", `/api/v1/runs/${runId}`)).body),
+    JSON.stringify((await stack.server.api("GET", `/api/v1/runs/${runId}/plan`)).body),
+    JSON.stringify((await stack.server.api("GET", `/api/v1/workspaces/${wsId}/outputs`)).body),
+    (await stack.cli(["output", "--workspace", "secrets", "--json"])).stdout,
+    (await stack.cli(["workspace", "show", "secrets", "--json"])).stdout,
+    (await stack.cli(["run", "show", runId, "--json"])).stdout,
+  ];
+  for (const [i, text] of responses.entries()) assert.ok(!text.includes(secret), `response #${i} leaked the secret`);
+});
