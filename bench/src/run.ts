@@ -1,12 +1,17 @@
 import { join } from "node:path";
 import { benchDispatch } from "./dispatch.js";
 import { benchScale } from "./scale.js";
+import { benchOverhead } from "./overhead.js";
+import { benchAgentIdle, benchLogStreaming } from "./agent-resources.js";
 import { repoRoot } from "./harness.js";
 import { writeReport, type Figure } from "./report.js";
 
 /** `npm run bench [name…]`: runs the benchmarks (all by default) and writes bench/results/. */
 const benches: Record<string, () => Promise<Figure[]>> = {
   dispatch: () => benchDispatch(),
+  overhead: () => benchOverhead(),
+  "agent-idle": () => benchAgentIdle(),
+  logs: () => benchLogStreaming(),
   scale: () => benchScale(),
 };
 

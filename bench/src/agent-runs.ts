@@ -1,0 +1,68 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { create } from "tar";
+import { adminToken, api, droverBin, sleep, type ServerProc } from "./harness.js";
+
+/** A real `drover agent run` process registered with a server. */
+export interface AgentProc {
+  child: ChildProcess;
+  dir: string;
+  stop(): Promise<void>;
+}
+
+export async function startAgentProc(server: ServerProc, pool: string, name: string, env: Record<string, string> = {}): Promise<AgentProc> {
+  const { token } = await api(server.url, "POST", `/api/v1/pools/${pool}/tokens`, adminToken, {});
+  const dir = mkdtempSync(join(tmpdir(), "drover-bench-agent-"));
+  const tfrc = join(dir, "terraformrc");
+  writeFileSync(tfrc, "");
+  const child = spawn(process.execPath, [droverBin, "agent", "run"], {
+    env: {
+      ...process.env,
+      DROVER_TOKEN: token,
+      DROVER_AGENT_NAME: name,
+      DROVER_AGENT_DATA_DIR: join(dir, "data"),
+      DROVER_AGENT_CACHE_DIR: join(dir, "cache"),
+      DROVER_AGENT_HEALTH_PORT: "0",
+      DROVER_AGENT_LOG_FORMAT: "json",
+      TF_CLI_CONFIG_FILE: tfrc,
+      CHECKPOINT_DISABLE: "1",
+      ...env,
+    },
+    stdio: ["ignore", "ignore", "inherit"],
+  });
+  for (let i = 0; i < 200; i++) {
+    const agents = await api(server.url, "GET", `/api/v1/agents?pool=${pool}`);
+    if (agents.items.some((a: { name: string; status: string }) => a.name === name && a.status !== "offline")) break;
+    await sleep(50);
+  }
+  return {
+    child,
+    dir,
+    async stop() {
+      child.kill("SIGTERM");
+      await new Promise((r) => child.once("exit", r));
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** Packs a directory as a configuration upload. */
+export async function packDir(dir: string): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  for await (const c of create({ gzip: true, cwd: dir, filter: (p) => !p.includes(".terraform") && !p.includes("tfstate") }, ["."]) as AsyncIterable<Buffer>) chunks.push(c);
+  return Buffer.concat(chunks);
+}
+
+/** Uploads `archive` to `workspace`, starts an auto-apply run and waits until it ends. */
+export async function runToCompletion(server: ServerProc, workspace: string, archive: Buffer): Promise<{ id: string; status: string; ms: number }> {
+  const started = Date.now();
+  const cv = await api(server.url, "POST", `/api/v1/workspaces/${workspace}/configuration-versions`, adminToken, archive, "application/gzip");
+  const run = await api(server.url, "POST", "/api/v1/runs", adminToken, { workspace, configurationVersionId: cv.id, autoApply: true });
+  for (;;) {
+    const r = await api(server.url, "GET", `/api/v1/runs/${run.id}`);
+    if (["applied", "planned_and_finished", "errored", "canceled", "discarded"].includes(r.status)) return { id: run.id, status: r.status, ms: Date.now() - started };
+    await sleep(20);
+  }
+}
