@@ -1,6 +1,44 @@
+import { createLogger, loadAgentConfig, runAgent, type AgentConfig, type AgentFlags } from "@drover/agent";
+import { DroverError } from "@drover/protocol";
 import type { Command } from "commander";
 
-/** `drover agent run|controller|worker` — filled in by the agent work. */
+/** `drover agent run`: a local-driver agent. Config errors: one line, exit code 2. */
 export function registerAgentCommands(program: Command): void {
-  program.command("agent").description("Run a Drover agent");
+  const agent = program.command("agent").description("Run a Drover agent");
+  agent
+    .command("run")
+    .description("Register with a pool token, take jobs and run them as local processes")
+    .option("--url <url>", "server URL (DROVER_URL; default: the one in the token)")
+    .option("--token <token>", "pool token (DROVER_TOKEN)")
+    .option("--token-file <path>", "file holding the pool token (DROVER_TOKEN_FILE)")
+    .option("--name <name>", "agent name, unique in the pool (DROVER_AGENT_NAME; default: hostname)")
+    .option("--concurrency <n>", "jobs at once, at most 5 (DROVER_AGENT_CONCURRENCY; default 1)")
+    .option("--single", "take one job, finish it, deregister and exit (DROVER_AGENT_SINGLE)")
+    .option("--data-dir <dir>", "per-run work directories (DROVER_AGENT_DATA_DIR)")
+    .option("--cache-dir <dir>", "binaries, providers, modules (DROVER_AGENT_CACHE_DIR)")
+    .option("--health-port <port>", "port of /healthz, /readyz, /metrics; 0 disables (DROVER_AGENT_HEALTH_PORT)")
+    .option("--hooks-dir <dir>", "pre-init, pre-plan, post-plan, pre-apply, post-apply hooks (DROVER_AGENT_HOOKS_DIR)")
+    .option("--stop-action <action>", "graceful, drain or force (DROVER_AGENT_WORKER_ON_STOP_ACTION)")
+    .option("--grace-period-seconds <n>", "stop timeouts derive from it (DROVER_AGENT_GRACE_PERIOD_SECONDS)")
+    .option("--log-format <format>", "json, plain or dev (DROVER_AGENT_LOG_FORMAT)")
+    .action(async (opts: AgentFlags) => {
+      let config: AgentConfig;
+      try {
+        config = loadAgentConfig(process.env, opts);
+      } catch (err) {
+        if (err instanceof DroverError) {
+          process.stderr.write(`drover agent: ${err.message}\n`);
+          process.exit(2);
+        }
+        throw err;
+      }
+      if (config.driver !== "local") {
+        process.stderr.write("drover agent run: DROVER_AGENT_DRIVER=kubernetes is run by `drover agent controller`\n");
+        process.exit(2);
+      }
+      const log = createLogger(config.logFormat, config.debug);
+      const { done } = await runAgent(config, log);
+      const code = await done;
+      process.exit(code);
+    });
 }

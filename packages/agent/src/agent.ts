@@ -1,0 +1,239 @@
+import { DroverError, type JobAssignment } from "@drover/protocol";
+import type { Server } from "node:http";
+import type { Logger } from "pino";
+import { AgentClient, NetworkError } from "./client.js";
+import { stopPlan, type AgentConfig } from "./config.js";
+import { AgentMetrics, startHealthServer } from "./health.js";
+import { JobRun } from "./job.js";
+
+export const agentVersion = "0.1.0";
+
+/**
+ * Agent lifecycle: starting → running → stopping → stopped. Wrong transitions are bugs.
+ * `running` polls for work; `stopping` takes none and winds running jobs down per the stop
+ * action; `stopped` has deregistered.
+ */
+export type AgentState = "starting" | "running" | "stopping" | "stopped";
+
+/** The pool token was revoked or is unknown: the agent cannot go on. */
+export class FatalAgentError extends Error {
+  override readonly name = "FatalAgentError";
+}
+
+export class Agent {
+  state: AgentState = "starting";
+  private readonly client: AgentClient;
+  private readonly metrics = new AgentMetrics();
+  private session: string | undefined;
+  private heartbeatMs = 10_000;
+  private readonly jobs = new Map<string, JobRun>();
+  private readonly pollAbort = new AbortController();
+  private health: Server | undefined;
+  private lastActivity: number | null = null;
+  private jobsTaken = 0;
+  private exitCode = 0;
+  private stopping: Promise<void> | undefined;
+  private slotFreed: (() => void) | undefined;
+  private fatal: Error | undefined;
+
+  constructor(
+    private readonly config: AgentConfig,
+    private readonly log: Logger,
+  ) {
+    this.client = new AgentClient(config.url, config.caCertPem);
+  }
+
+  private transition(to: AgentState): void {
+    const allowed: Record<AgentState, AgentState[]> = { starting: ["running", "stopping"], running: ["stopping"], stopping: ["stopped"], stopped: [] };
+    if (!allowed[this.state].includes(to)) throw new Error(`agent cannot go from ${this.state} to ${to}`);
+    this.state = to;
+  }
+
+  private async register(): Promise<void> {
+    const reg = await this.client.register(this.config.token, { name: this.config.name, version: agentVersion, driver: this.config.driver, capacity: this.config.concurrency });
+    this.session = reg.sessionToken;
+    this.heartbeatMs = reg.heartbeatIntervalMs;
+    this.log.info({ agent: reg.agentId, pool: reg.poolName, url: this.config.url }, "registered");
+  }
+
+  /** Runs until stopped; resolves with the process exit code. */
+  async run(): Promise<number> {
+    if (this.config.healthPort > 0) {
+      this.health = await startHealthServer(this.config.healthPort, this.metrics, () => ({ ready: this.state === "running", state: this.state, lastActivity: this.lastActivity }));
+    }
+    try {
+      await this.retrying(() => this.register());
+    } catch (err) {
+      await this.closeHealth();
+      throw err;
+    }
+    if (this.state === "starting") this.transition("running");
+    const heartbeat = this.heartbeatLoop();
+    await this.pollLoop();
+    if (this.fatal) {
+      this.exitCode = 1;
+      await this.stop();
+    }
+    await this.stopping;
+    await heartbeat;
+    return this.exitCode;
+  }
+
+  /** Retries registration-type calls on network errors; auth errors are fatal. */
+  private async retrying<T>(work: () => Promise<T>): Promise<T> {
+    let delay = 500;
+    for (;;) {
+      try {
+        return await work();
+      } catch (err) {
+        if (err instanceof DroverError && (err.code === "token_revoked" || err.code === "unauthorized")) {
+          throw new FatalAgentError(err.code === "token_revoked" ? `the pool token was revoked; stopping (${err.message})` : `the server refused the pool token; stopping (${err.message})`);
+        }
+        if (!(err instanceof NetworkError) || this.state === "stopping" || this.state === "stopped") throw err;
+        this.log.warn({ err: err.message, retryInMs: delay }, "server unreachable");
+        await new Promise((r) => setTimeout(r, delay));
+        delay = Math.min(30_000, delay * 2);
+      }
+    }
+  }
+
+  private async pollLoop(): Promise<void> {
+    while (this.state === "running" && !this.fatal) {
+      if (this.jobs.size >= this.config.concurrency) {
+        await new Promise<void>((r) => (this.slotFreed = r));
+        continue;
+      }
+      if (this.config.single && this.jobsTaken > 0) return;
+      let job: JobAssignment | null = null;
+      try {
+        job = await this.client.poll(this.session!, this.config.pollWaitMs, this.pollAbort.signal);
+        this.lastActivity = Date.now();
+      } catch (err) {
+        if (this.pollAbort.signal.aborted) return;
+        await this.handleSessionError(err);
+        continue;
+      }
+      if (job) this.startJob(job);
+    }
+  }
+
+  /** Decides what a failed session call means: re-register, stop, or retry later. */
+  private async handleSessionError(err: unknown): Promise<void> {
+    if (err instanceof DroverError && err.code === "agent_lost") {
+      this.log.warn({ err: err.message }, "the server no longer knows this agent; registering again");
+      try {
+        await this.retrying(() => this.register());
+      } catch (e) {
+        this.fatal = e instanceof Error ? e : new Error(String(e));
+      }
+      return;
+    }
+    if (err instanceof DroverError && (err.code === "token_revoked" || err.code === "unauthorized")) {
+      this.fatal = new FatalAgentError(err.code === "token_revoked" ? `the pool token was revoked; stopping (${err.message})` : `the server refused this agent; stopping (${err.message})`);
+      this.log.error(this.fatal.message);
+      this.pollAbort.abort();
+      this.slotFreed?.();
+      return;
+    }
+    this.metrics.pollErrors.inc();
+    this.log.warn({ err: err instanceof Error ? err.message : String(err) }, "poll failed; retrying");
+    await new Promise((r) => setTimeout(r, 1000));
+  }
+
+  private startJob(assignment: JobAssignment): void {
+    this.jobsTaken++;
+    const run = new JobRun(assignment, this.client, this.config, this.log);
+    this.jobs.set(run.id, run);
+    this.metrics.jobsRunning.set(this.jobs.size);
+    this.log.info({ job: assignment.jobId, run: assignment.runId, phase: assignment.phase, workspace: assignment.workspace.name }, "job received");
+    void run.execute().finally(() => {
+      this.jobs.delete(run.id);
+      this.metrics.jobsRunning.set(this.jobs.size);
+      this.metrics.jobsFinished.inc({ phase: assignment.phase });
+      this.slotFreed?.();
+      if (this.config.single && this.jobs.size === 0) void this.stop();
+    });
+  }
+
+  private async heartbeatLoop(): Promise<void> {
+    while (this.state === "running" || this.state === "starting") {
+      await new Promise<void>((r) => {
+        const t = setTimeout(r, this.heartbeatMs);
+        this.pollAbort.signal.addEventListener("abort", () => {
+          clearTimeout(t);
+          r();
+        });
+      });
+      if (this.state !== "running" || !this.session) return;
+      try {
+        await this.client.heartbeat(this.session, this.jobs.size);
+      } catch (err) {
+        if (this.state !== "running") return;
+        await this.handleSessionError(err);
+      }
+    }
+  }
+
+  /**
+   * Stops the agent (SPEC §5): take no more jobs, wind running ones down per the stop action,
+   * deregister. Idempotent; a second call (second signal) kills running jobs at once.
+   */
+  stop(): Promise<void> {
+    if (this.stopping) {
+      for (const job of this.jobs.values()) job.kill();
+      return this.stopping;
+    }
+    this.stopping = (async () => {
+      if (this.state !== "stopping") this.transition("stopping");
+      this.pollAbort.abort();
+      this.slotFreed?.();
+      const plan = stopPlan(this.config.stopAction, this.config.gracePeriodMs);
+      if (this.jobs.size > 0) this.log.info({ jobs: this.jobs.size, action: this.config.stopAction }, "stopping: winding down running jobs");
+      for (const job of this.jobs.values()) job.stop(plan, this.config.stopAction);
+      while (this.jobs.size > 0) await new Promise((r) => setTimeout(r, 100));
+      if (this.session) {
+        try {
+          await this.client.deregister(this.session, AbortSignal.timeout(5_000));
+        } catch (err) {
+          this.log.warn({ err: err instanceof Error ? err.message : String(err) }, "deregistration failed");
+        }
+      }
+      await this.closeHealth();
+      this.transition("stopped");
+      this.log.info("agent stopped");
+    })();
+    return this.stopping;
+  }
+
+  private async closeHealth(): Promise<void> {
+    const h = this.health;
+    this.health = undefined;
+    if (h) await new Promise((r) => h.close(r));
+  }
+
+  /** Why the agent ended, when it ended on its own. */
+  get fatalError(): Error | undefined {
+    return this.fatal;
+  }
+}
+
+/**
+ * Runs an agent until it stops: on SIGTERM/SIGINT it stops per its stop action; a second
+ * signal escalates. Resolves with the exit code (0 normal stop, 1 fatal).
+ */
+export async function runAgent(config: AgentConfig, log: Logger, options: { handleSignals?: boolean } = {}): Promise<{ agent: Agent; done: Promise<number> }> {
+  const agent = new Agent(config, log);
+  if (options.handleSignals !== false) {
+    const onSignal = (sig: string) => {
+      log.info({ signal: sig }, "stop signal received");
+      void agent.stop();
+    };
+    process.on("SIGTERM", onSignal);
+    process.on("SIGINT", onSignal);
+  }
+  const done = agent.run().catch((err: unknown) => {
+    log.error(err instanceof Error ? err.message : String(err));
+    return 1;
+  });
+  return { agent, done };
+}

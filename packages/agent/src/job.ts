@@ -1,0 +1,323 @@
+import { DroverError, type JobAssignment, type JobOutcome, type Output } from "@drover/protocol";
+import { existsSync, mkdirSync, rmSync, writeFileSync, readFileSync } from "node:fs";
+import { join, relative, resolve } from "node:path";
+import type { Logger } from "pino";
+import { NetworkError, withRetry, type AgentClient, type JobClient } from "./client.js";
+import type { AgentConfig, StopPlan } from "./config.js";
+import { resolveEngine, type EngineBinary } from "./engine.js";
+import { extractConfiguration } from "./extract.js";
+import { LogStream } from "./log-stream.js";
+import { startProcess, type RunningProcess } from "./process.js";
+
+/** Job states as the agent tracks them. */
+export type JobRunState = "starting" | "running" | "finishing" | "done";
+
+/** A step that exited non-zero: the run failed (terraform's error is in the message). */
+class StepFailed extends Error {}
+/** The run must end now: canceled by the user or stopped by the agent. */
+class Interrupted extends Error {}
+
+const cancelTermAfterMs = 10_000;
+const cancelKillAfterMs = 20_000;
+const heartbeatWaitMs = 10_000;
+
+/** One job executing on this agent with the local driver. */
+export class JobRun {
+  state: JobRunState = "starting";
+  private readonly job: JobClient;
+  private readonly log: LogStream;
+  private readonly abort = new AbortController();
+  private process: RunningProcess | undefined;
+  private canceled = false;
+  private stopSignalled = false;
+  private lost = false;
+  private readonly timers: NodeJS.Timeout[] = [];
+  private lastOutput = "";
+
+  constructor(
+    private readonly assignment: JobAssignment,
+    private readonly client: AgentClient,
+    private readonly config: AgentConfig,
+    private readonly logger: Logger,
+  ) {
+    this.job = client.job(assignment.jobId, assignment.jobToken);
+    this.log = new LogStream(this.job);
+  }
+
+  get id(): string {
+    return this.assignment.jobId;
+  }
+
+  /** The user asked to cancel: interrupt terraform, then escalate. */
+  cancel(): void {
+    if (this.canceled) return;
+    this.canceled = true;
+    this.log.line("\n[drover] cancel requested: interrupting");
+    this.signal("SIGINT");
+    this.later(cancelTermAfterMs, () => this.signal("SIGTERM"));
+    this.later(cancelKillAfterMs, () => this.signal("SIGKILL"));
+  }
+
+  /** The agent is stopping: let the job go on for `continueMs`, then signal, then kill. */
+  stop(plan: StopPlan, action: string): void {
+    this.later(plan.continueMs, () => {
+      if (this.state === "done" || this.state === "finishing") return;
+      this.stopSignalled = true;
+      this.log.line(`\n[drover] agent stopped (${action} stop): ${plan.firstSignal === "SIGKILL" ? "killing" : "interrupting"} ${this.assignment.workspace.engine}`);
+      this.signal(plan.firstSignal);
+      if (plan.firstSignal !== "SIGKILL") this.later(plan.killAfterMs, () => this.signal("SIGKILL"));
+    });
+  }
+
+  /** Second signal to the agent: kill now. */
+  kill(): void {
+    this.stopSignalled = true;
+    this.signal("SIGKILL");
+  }
+
+  private later(ms: number, fn: () => void): void {
+    const t = setTimeout(fn, ms);
+    t.unref();
+    this.timers.push(t);
+  }
+
+  private signal(sig: NodeJS.Signals): void {
+    this.process?.signal(sig);
+  }
+
+  /** Executes the job to the end and reports its outcome; never throws. */
+  async execute(): Promise<void> {
+    const a = this.assignment;
+    const runDir = join(this.config.dataDir, `${a.jobId}-${a.attempt}`);
+    const started = Date.now();
+    try {
+      await withRetry(() => this.job.start(this.abort.signal), this.abort.signal);
+    } catch (err) {
+      // Canceled before it started, or reassigned: nothing to do.
+      this.logger.info({ job: a.jobId, err: err instanceof Error ? err.message : String(err) }, "job not started");
+      this.state = "done";
+      return;
+    }
+    this.state = "running";
+    const heartbeats = this.heartbeatLoop();
+    let outcome: JobOutcome = "succeeded";
+    let message: string | null = null;
+    try {
+      await this.run(runDir);
+    } catch (err) {
+      [outcome, message] = this.outcomeOf(err);
+    }
+    if (this.stopSignalled) [outcome, message] = ["errored", `agent stopped (${this.config.stopAction} stop) while the ${a.phase} ran`];
+    else if (this.canceled && outcome !== "succeeded") [outcome, message] = ["canceled", "canceled by request"];
+    this.state = "finishing";
+    const seconds = ((Date.now() - started) / 1000).toFixed(1);
+    this.log.line(`\n[drover] ${a.phase} ${outcome === "succeeded" ? "succeeded" : outcome}${message ? `: ${message.split("\n")[0]}` : ""} after ${seconds} s`);
+    try {
+      await this.log.close();
+    } catch (err) {
+      this.logger.warn({ job: a.jobId, err }, "could not deliver the whole log");
+    }
+    if (!this.lost) {
+      try {
+        await withRetry(() => this.job.finish(outcome, message));
+      } catch (err) {
+        this.logger.warn({ job: a.jobId, err: err instanceof Error ? err.message : String(err) }, "could not report the job's outcome");
+      }
+    }
+    this.abort.abort();
+    await heartbeats;
+    for (const t of this.timers) clearTimeout(t);
+    rmSync(runDir, { recursive: true, force: true });
+    this.state = "done";
+    this.logger.info({ job: a.jobId, run: a.runId, phase: a.phase, outcome }, "job finished");
+  }
+
+  private outcomeOf(err: unknown): [JobOutcome, string] {
+    if (err instanceof StepFailed) return ["failed", err.message];
+    if (err instanceof Interrupted) return ["canceled", err.message];
+    if (err instanceof DroverError) return ["errored", err.message];
+    return ["errored", `agent error: ${err instanceof Error ? err.message : String(err)}`];
+  }
+
+  /** Renews the lease; a held heartbeat returns as soon as the user cancels. */
+  private async heartbeatLoop(): Promise<void> {
+    let delay = 500;
+    while (!this.abort.signal.aborted) {
+      try {
+        const hb = await this.job.heartbeat(heartbeatWaitMs, this.abort.signal);
+        delay = 500;
+        if (hb.cancelRequested) this.cancel();
+      } catch (err) {
+        if (this.abort.signal.aborted) return;
+        if (err instanceof DroverError && (err.code === "stale_attempt" || err.code === "job_finished")) {
+          // The server gave this job to someone else (our lease lapsed): stop writing at once.
+          this.lost = true;
+          this.logger.warn({ job: this.id, err: err.message }, "lost the job's lease; killing it");
+          this.kill();
+          return;
+        }
+        await new Promise((r) => setTimeout(r, delay));
+        delay = Math.min(5_000, delay * 2);
+      }
+    }
+  }
+
+  private checkInterrupted(): void {
+    if (this.stopSignalled) throw new Interrupted("agent stopped");
+    if (this.canceled) throw new Interrupted("canceled by request");
+    if (this.lost) throw new Interrupted("lease lost");
+  }
+
+  private async run(runDir: string): Promise<void> {
+    const a = this.assignment;
+    rmSync(runDir, { recursive: true, force: true });
+    const configDir = join(runDir, "config");
+    mkdirSync(configDir, { recursive: true });
+    const variables = await withRetry(() => this.job.variables(this.abort.signal), this.abort.signal);
+    this.log.setSecrets([...variables.filter((v) => v.sensitive).map((v) => v.value), a.jobToken, this.config.token]);
+
+    const binary = resolveEngine(a.workspace.engine, a.workspace.engineVersion, this.config.cacheDir, process.env.PATH);
+    const workDir = resolve(configDir, a.workspace.workingDirectory || ".");
+    if (relative(configDir, workDir).startsWith("..")) throw new DroverError("bad_request", "the workspace's working directory is outside the configuration");
+    this.log.line(
+      `[drover] ${a.phase}${a.isDestroy ? " (destroy)" : ""} of run ${a.runId} on agent ${this.config.name}\n` +
+        `[drover] ${a.workspace.engine} ${binary.version} (${binary.path}); workspace ${a.workspace.name}; working directory ${a.workspace.workingDirectory || "."}`,
+    );
+
+    const archive = await withRetry(() => this.job.configuration(this.abort.signal), this.abort.signal);
+    await extractConfiguration(archive, configDir);
+    if (!existsSync(workDir)) throw new DroverError("not_found", `the working directory ${a.workspace.workingDirectory} is not in the configuration`);
+
+    const tfvars = Object.fromEntries(variables.filter((v) => v.kind === "terraform").map((v) => [v.key, v.value]));
+    if (Object.keys(tfvars).length > 0) writeFileSync(join(workDir, "drover.auto.tfvars.json"), JSON.stringify(tfvars, null, 2));
+    // terraform merges *_override.tf files into the configuration: this selects the http
+    // backend, which the TF_HTTP_* variables configure.
+    writeFileSync(join(workDir, "drover_backend_override.tf"), 'terraform {\n  backend "http" {}\n}\n');
+    const env = this.environment(variables.filter((v) => v.kind === "env").map((v) => [v.key, v.value]));
+
+    this.checkInterrupted();
+    await this.hook("pre-init", workDir, env);
+    await this.step(binary, ["init", "-input=false", "-no-color"], workDir, env);
+    if (a.phase === "plan") {
+      await this.hook("pre-plan", workDir, env);
+      const planPath = join(runDir, "plan.tfplan");
+      await this.step(binary, ["plan", "-input=false", "-no-color", `-out=${planPath}`, ...(a.isDestroy ? ["-destroy"] : [])], workDir, env);
+      await this.hook("post-plan", workDir, env);
+      const json = await this.capture(binary, ["show", "-json", planPath], workDir, env);
+      await withRetry(() => this.job.uploadPlan(readFileSync(planPath), this.abort.signal), this.abort.signal);
+      await withRetry(() => this.job.uploadPlanJson(json, this.abort.signal), this.abort.signal);
+    } else {
+      const planPath = join(runDir, "plan.tfplan");
+      writeFileSync(planPath, await withRetry(() => this.job.downloadPlan(this.abort.signal), this.abort.signal));
+      await this.hook("pre-apply", workDir, env);
+      await this.step(binary, ["apply", "-input=false", "-no-color", planPath], workDir, env);
+      await this.hook("post-apply", workDir, env);
+      const out = await this.capture(binary, ["output", "-json"], workDir, env);
+      const parsed = JSON.parse(out.toString("utf8") || "{}") as Record<string, { sensitive?: boolean; type?: unknown; value?: unknown }>;
+      const outputs: Output[] = Object.entries(parsed).map(([name, o]) => ({ name, sensitive: o.sensitive === true, type: o.type ?? null, value: o.value ?? null }));
+      await withRetry(() => this.job.uploadOutputs(outputs, this.abort.signal), this.abort.signal);
+    }
+  }
+
+  /** The environment terraform and hooks see: never the agent's own tokens. */
+  private environment(envVars: Array<[string, string]>): NodeJS.ProcessEnv {
+    const a = this.assignment;
+    const env: NodeJS.ProcessEnv = {};
+    for (const [k, v] of Object.entries(process.env)) if (!k.startsWith("DROVER_")) env[k] = v;
+    const stateUrl = this.client.baseUrl + a.statePath;
+    Object.assign(env, {
+      TF_IN_AUTOMATION: "1",
+      TF_INPUT: "0",
+      CHECKPOINT_DISABLE: "1",
+      TF_HTTP_ADDRESS: stateUrl,
+      TF_HTTP_LOCK_ADDRESS: stateUrl,
+      TF_HTTP_UNLOCK_ADDRESS: stateUrl,
+      TF_HTTP_USERNAME: "drover",
+      TF_HTTP_PASSWORD: a.jobToken,
+      DROVER_RUN_ID: a.runId,
+      DROVER_WORKSPACE_NAME: a.workspace.name,
+      DROVER_WORKSPACE_ID: a.workspace.id,
+      DROVER_RUN_PHASE: a.phase,
+      DROVER_RUN_IS_DESTROY: String(a.isDestroy),
+    });
+    if (this.config.providerCacheEnabled) {
+      const dir = join(this.config.cacheDir, "providers");
+      mkdirSync(dir, { recursive: true });
+      env.TF_PLUGIN_CACHE_DIR = dir;
+    }
+    if (this.config.taskCaCertPath) env.SSL_CERT_FILE = this.config.taskCaCertPath;
+    for (const [k, v] of envVars) env[k] = v;
+    return env;
+  }
+
+  /** Runs a step whose output is the run log; a non-zero exit fails the run. */
+  private async step(binary: EngineBinary, args: string[], cwd: string, env: NodeJS.ProcessEnv): Promise<void> {
+    this.checkInterrupted();
+    this.log.line(`\n[drover] $ ${this.assignment.workspace.engine} ${args.join(" ")}`);
+    this.lastOutput = "";
+    const code = await this.spawn(binary.path, args, cwd, env, (chunk) => {
+      this.log.write(chunk);
+      this.lastOutput = (this.lastOutput + chunk.toString("utf8")).slice(-64 * 1024);
+    });
+    if (code !== 0) {
+      this.checkInterrupted();
+      throw new StepFailed(errorExcerpt(this.lastOutput) ?? `${this.assignment.workspace.engine} ${args[0]} exited with code ${code}`);
+    }
+  }
+
+  /** Runs a step whose stdout is data (show -json, output -json); stderr goes to the log. */
+  private async capture(binary: EngineBinary, args: string[], cwd: string, env: NodeJS.ProcessEnv): Promise<Buffer> {
+    this.checkInterrupted();
+    const parts: Buffer[] = [];
+    const { spawn } = await import("node:child_process");
+    const child = spawn(binary.path, args, { cwd, env, stdio: ["ignore", "pipe", "pipe"] });
+    child.stdout.on("data", (d: Buffer) => parts.push(d));
+    child.stderr.on("data", (d: Buffer) => this.log.write(d));
+    const code = await new Promise<number>((r) => child.on("close", (c) => r(c ?? 1)));
+    if (code !== 0) throw new StepFailed(`${this.assignment.workspace.engine} ${args.join(" ")} exited with code ${code}`);
+    return Buffer.concat(parts);
+  }
+
+  private async spawn(command: string, args: string[], cwd: string, env: NodeJS.ProcessEnv, onOutput: (b: Buffer) => void): Promise<number> {
+    const proc = startProcess(command, args, { cwd, env, onOutput });
+    this.process = proc;
+    // A signal that arrived between steps applies to this one too.
+    if (this.stopSignalled) proc.signal("SIGKILL");
+    const { code, signal } = await proc.done;
+    this.process = undefined;
+    return code ?? (signal ? 128 : 1);
+  }
+
+  /** Runs a hook from DROVER_AGENT_HOOKS_DIR when present; non-zero or timeout fails the run. */
+  private async hook(name: string, cwd: string, env: NodeJS.ProcessEnv): Promise<void> {
+    if (!this.config.hooksDir) return;
+    const path = join(this.config.hooksDir, name);
+    if (!existsSync(path)) return;
+    this.checkInterrupted();
+    this.log.line(`\n[drover] hook ${name}`);
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      this.signal("SIGKILL");
+    }, this.config.hookTimeoutMs);
+    const code = await this.spawn(path, [], cwd, env, (chunk) => this.log.write(chunk));
+    clearTimeout(timer);
+    if (timedOut) throw new StepFailed(`hook ${name} timed out after ${this.config.hookTimeoutMs / 1000} s`);
+    if (code !== 0) throw new StepFailed(`hook ${name} exited with code ${code}`);
+  }
+}
+
+/** The first "Error: …" block of terraform's output, without its box drawing. */
+export function errorExcerpt(output: string): string | undefined {
+  const at = output.indexOf("Error: ");
+  if (at < 0) return undefined;
+  return output
+    .slice(at, at + 1500)
+    .split("\n")
+    .map((l) => l.replace(/^[│╷╵]\s?/, "").trimEnd())
+    .filter((l, i, all) => !(l === "" && all[i - 1] === ""))
+    .join("\n")
+    .trim();
+}
+
+export { NetworkError };

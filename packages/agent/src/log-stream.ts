@@ -1,0 +1,119 @@
+import { DroverError } from "@drover/protocol";
+import type { JobClient } from "./client.js";
+import { NetworkError } from "./client.js";
+import { StreamRedactor } from "./redactor.js";
+
+const maxChunk = 512 * 1024;
+const flushIntervalMs = 200;
+
+/**
+ * A job's log on its way to the server: redacted, batched, sent in order by byte offset, and
+ * retried after failures without loss or duplication (the server ignores bytes it already
+ * has and refuses gaps, telling the offset it expects).
+ */
+export class LogStream {
+  private readonly redactor = new StreamRedactor();
+  private pending: Buffer[] = [];
+  private pendingBytes = 0;
+  /** Bytes the server has acknowledged. */
+  private sent = 0;
+  private sending: Promise<void> | undefined;
+  private readonly timer: NodeJS.Timeout;
+  private closed = false;
+  private failure: unknown;
+
+  constructor(private readonly job: JobClient) {
+    this.timer = setInterval(() => void this.kick(), flushIntervalMs);
+    this.timer.unref();
+  }
+
+  setSecrets(values: readonly string[]): void {
+    this.redactor.setSecrets(values);
+  }
+
+  /** Adds raw output (from terraform, a hook, or the agent's own lines). */
+  write(data: Buffer | string): void {
+    const text = this.redactor.push(typeof data === "string" ? Buffer.from(data, "utf8") : data);
+    if (text.length === 0) return;
+    const buf = Buffer.from(text, "utf8");
+    this.pending.push(buf);
+    this.pendingBytes += buf.length;
+    if (this.pendingBytes >= maxChunk) void this.kick();
+  }
+
+  /** A line from the agent itself. */
+  line(text: string): void {
+    this.write(`${text}\n`);
+  }
+
+  private kick(): Promise<void> {
+    this.sending ??= this.drain().finally(() => (this.sending = undefined));
+    return this.sending;
+  }
+
+  private async drain(): Promise<void> {
+    let delay = 200;
+    while (this.pendingBytes > 0) {
+      // Output written while this request is in flight lands after `taken` in `pending`.
+      const taken = this.pending.length;
+      const all = Buffer.concat(this.pending);
+      const chunk = all.subarray(0, maxChunk);
+      try {
+        const end = await this.job.appendLog(this.sent, chunk);
+        const accepted = end - this.sent;
+        // The server may already have had some of these bytes (a retried request).
+        const consumed = Math.min(chunk.length, Math.max(0, accepted));
+        this.sent += consumed;
+        const rest = all.subarray(consumed);
+        const arrived = this.pending.slice(taken);
+        this.pending = rest.length > 0 ? [rest, ...arrived] : arrived;
+        this.pendingBytes = this.pending.reduce((n, b) => n + b.length, 0);
+        delay = 200;
+      } catch (err) {
+        if (err instanceof DroverError && err.code === "log_gap") {
+          const expected = Number(err.details?.expectedOffset);
+          if (Number.isInteger(expected) && expected < this.sent) {
+            // The server has less than we believed: nothing can restore those bytes; say so.
+            this.failure = new Error(`the server lost log bytes ${expected}..${this.sent}`);
+          }
+          this.sent = Number.isInteger(expected) ? expected : this.sent;
+          continue;
+        }
+        if (err instanceof NetworkError && !this.closed) {
+          await new Promise((r) => setTimeout(r, delay));
+          delay = Math.min(5_000, delay * 2);
+          continue;
+        }
+        if (err instanceof NetworkError) {
+          // Closing: keep trying for a while; results matter more than speed here.
+          await new Promise((r) => setTimeout(r, delay));
+          delay = Math.min(2_000, delay * 2);
+          continue;
+        }
+        this.failure = err;
+        return;
+      }
+    }
+  }
+
+  /** Flushes everything, including held-back text; resolves when the server has it all. */
+  async close(): Promise<void> {
+    this.closed = true;
+    clearInterval(this.timer);
+    const rest = this.redactor.end();
+    if (rest.length > 0) {
+      const buf = Buffer.from(rest, "utf8");
+      this.pending.push(buf);
+      this.pendingBytes += buf.length;
+    }
+    while (this.pendingBytes > 0 && !this.failure) {
+      await this.kick();
+    }
+    if (this.failure) throw this.failure;
+  }
+
+  /** Bytes acknowledged by the server so far. */
+  get acknowledged(): number {
+    return this.sent;
+  }
+}

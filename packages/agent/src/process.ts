@@ -1,0 +1,39 @@
+import { spawn } from "node:child_process";
+
+/** A running child process of a job (terraform, tofu or a hook). */
+export interface RunningProcess {
+  /** Sends a signal to the process (SIGKILL: to its whole process group). */
+  signal(sig: NodeJS.Signals): void;
+  done: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+}
+
+/**
+ * Starts a command in its own process group with stdout and stderr merged into `onOutput`.
+ * SIGINT/SIGTERM go to the command itself, which forwards them to its children the way it
+ * chooses (terraform stops gracefully and releases its lock); SIGKILL takes the whole group,
+ * so no provisioner child outlives a killed run.
+ */
+export function startProcess(command: string, args: string[], options: { cwd: string; env: NodeJS.ProcessEnv; onOutput(chunk: Buffer): void }): RunningProcess {
+  const child = spawn(command, args, { cwd: options.cwd, env: options.env, detached: true, stdio: ["ignore", "pipe", "pipe"] });
+  child.stdout.on("data", options.onOutput);
+  child.stderr.on("data", options.onOutput);
+  const done = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
+    child.on("error", (err) => {
+      options.onOutput(Buffer.from(`failed to start ${command}: ${err.message}\n`));
+      resolve({ code: 127, signal: null });
+    });
+    child.on("close", (code, signal) => resolve({ code, signal }));
+  });
+  return {
+    done,
+    signal(sig) {
+      if (child.pid === undefined || child.exitCode !== null) return;
+      try {
+        if (sig === "SIGKILL") process.kill(-child.pid, sig);
+        else child.kill(sig);
+      } catch {
+        // already gone
+      }
+    },
+  };
+}
