@@ -1,4 +1,91 @@
+import { createLogger, loadAgentConfig, runAgent } from "@drover/agent";
+import { agentSchema, createdPoolTokenSchema, listOf, newId, newUserToken, parsePoolToken, poolSchema, workspaceSchema } from "@drover/protocol";
+import { loadServerConfig, startServer } from "@drover/server";
 import type { Command } from "commander";
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { ApiClient } from "../api-client.js";
+import { writeCredentials } from "../settings.js";
 
-/** `drover quickstart`: server on SQLite + a local agent (what `npm start` runs). */
-export function registerQuickstartCommand(_program: Command): void {}
+/** Reads a secret kept in the data dir, creating it once. */
+function keep(path: string, make: () => string): string {
+  if (existsSync(path)) return readFileSync(path, "utf8").trim();
+  const value = make();
+  writeFileSync(path, value + "\n", { mode: 0o600 });
+  return value;
+}
+
+/**
+ * `drover quickstart` (what `npm start` runs): a server on SQLite under ./.drover, a pool
+ * `default` with one local agent, a workspace `hello`; then it prints how to run the example.
+ * Everything is idempotent across restarts.
+ */
+export function registerQuickstartCommand(program: Command): void {
+  program
+    .command("quickstart")
+    .description("Start a server with a local agent, ready to run examples/hello")
+    .option("--data-dir <dir>", "where everything is kept", ".drover")
+    .option("--port <port>", "server port", "8800")
+    .action(async (opts: { dataDir: string; port: string }) => {
+      const dataDir = resolve(opts.dataDir);
+      mkdirSync(dataDir, { recursive: true });
+      const adminToken = keep(join(dataDir, "admin-token"), () => newUserToken(newId("utok")));
+      const server = await startServer(loadServerConfig({ env: { ...process.env, DROVER_LOG_LEVEL: process.env.DROVER_LOG_LEVEL ?? "warn" }, flags: { dataDir, port: opts.port, adminToken } }));
+      const api = new ApiClient({ url: server.url, token: adminToken });
+      const credentials = writeCredentials({ url: server.url, token: adminToken });
+
+      const pools = (await api.json(listOf(poolSchema), "GET", "/api/v1/pools")).items;
+      if (!pools.some((p) => p.name === "default")) await api.json(poolSchema, "POST", "/api/v1/pools", { json: { name: "default" } });
+      const tokenPath = join(dataDir, "pool-token");
+      const existing = existsSync(tokenPath) ? readFileSync(tokenPath, "utf8").trim() : "";
+      // A token minted for another URL (a different --port) is replaced.
+      let poolToken = existing && parsePoolToken(existing).url === server.url ? existing : "";
+      if (!poolToken) {
+        poolToken = (await api.json(createdPoolTokenSchema, "POST", "/api/v1/pools/default/tokens", { json: { description: "quickstart agent" } })).token;
+        writeFileSync(tokenPath, poolToken + "\n", { mode: 0o600 });
+      }
+      const workspaces = (await api.json(listOf(workspaceSchema), "GET", "/api/v1/workspaces")).items;
+      if (!workspaces.some((w) => w.name === "hello")) await api.json(workspaceSchema, "POST", "/api/v1/workspaces", { json: { name: "hello", pool: "default" } });
+
+      const agentConfig = loadAgentConfig({
+        ...process.env,
+        DROVER_TOKEN: poolToken,
+        DROVER_URL: server.url,
+        DROVER_AGENT_NAME: process.env.DROVER_AGENT_NAME ?? "quickstart-agent",
+        DROVER_AGENT_DATA_DIR: join(dataDir, "agent", "data"),
+        DROVER_AGENT_CACHE_DIR: join(dataDir, "agent", "cache"),
+        DROVER_AGENT_HEALTH_PORT: process.env.DROVER_AGENT_HEALTH_PORT ?? "0",
+        DROVER_AGENT_LOG_FORMAT: process.env.DROVER_AGENT_LOG_FORMAT ?? "plain",
+      });
+      const { agent, done } = await runAgent(agentConfig, createLogger(agentConfig.logFormat, agentConfig.debug), { handleSignals: false });
+      for (let i = 0; i < 200; i++) {
+        const agents = (await api.json(listOf(agentSchema), "GET", "/api/v1/agents?pool=default")).items;
+        if (agents.some((a) => a.name === agentConfig.name && a.status !== "offline")) break;
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      const cli = "node packages/cli/dist/src/main.js";
+      process.stdout.write(
+        [
+          "",
+          `Drover is running: server ${server.url} (SQLite in ${dataDir}), agent "${agentConfig.name}" in pool "default".`,
+          `The CLI is logged in (${credentials}). In another terminal, from this directory:`,
+          "",
+          `  ${cli} run start examples/hello --workspace hello --auto-apply`,
+          `  ${cli} output --workspace hello`,
+          `  ${cli} run list --workspace hello`,
+          "",
+          `Without --auto-apply the plan waits: ${cli} run confirm <run-id>. Press Ctrl-C to stop.`,
+          "",
+        ].join("\n"),
+      );
+      let stopping = false;
+      const stop = () => {
+        if (stopping) process.exit(1);
+        stopping = true;
+        void agent.stop().finally(() => void server.close().then(() => process.exit(0)));
+      };
+      process.on("SIGINT", stop);
+      process.on("SIGTERM", stop);
+      await done;
+    });
+}

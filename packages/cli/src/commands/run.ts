@@ -1,0 +1,81 @@
+import { configurationVersionSchema, jobSchema, listOf, runSchema, type Phase, type Run } from "@drover/protocol";
+import type { Command } from "commander";
+import { resolve } from "node:path";
+import type { ApiClient } from "../api-client.js";
+import { apiFor, emit, table, withCommon, type CommonOptions } from "../command-kit.js";
+import { exitCodeFor } from "../exit-codes.js";
+import { followRun } from "../follow.js";
+import { packDirectory } from "../pack.js";
+
+const summary = (r: Run) =>
+  `Run ${r.id}: ${r.status}${r.planSummary ? ` (plan: ${r.planSummary.add} to add, ${r.planSummary.change} to change, ${r.planSummary.destroy} to destroy)` : ""}${r.errorMessage ? `\n${r.errorMessage}` : ""}`;
+
+/** Follows a run (logs to stdout, or stderr with --json), prints its end, sets the exit code. */
+async function followAndReport(api: ApiClient, run: Run, opts: CommonOptions & { follow?: boolean }, phases?: Phase[]): Promise<void> {
+  let final = run;
+  if (opts.follow !== false) final = await followRun(api, run.id, opts.json ? process.stderr : process.stdout, phases);
+  if (opts.json) process.stdout.write(JSON.stringify(final, null, 2) + "\n");
+  else process.stdout.write(`\n${summary(final)}${final.status === "planned" ? `\nConfirm with: drover run confirm ${final.id}` : ""}\n`);
+  process.exitCode = opts.follow === false ? 0 : exitCodeFor(final.status);
+}
+
+export function registerRunCommands(program: Command): void {
+  const run = program.command("run").description("Runs: plan, apply, destroy");
+  withCommon(run.command("start <dir>").description("Upload a directory and start a run, following its log"))
+    .requiredOption("--workspace <workspace>", "workspace name or id")
+    .option("--auto-apply", "apply without confirmation")
+    .option("--destroy", "plan to destroy everything")
+    .option("--plan-only", "plan, never apply")
+    .option("--message <text>", "why this run", "")
+    .option("--no-follow", "return once the run is created")
+    .action(async (dir: string, opts: CommonOptions & { workspace: string; autoApply?: boolean; destroy?: boolean; planOnly?: boolean; message: string; follow?: boolean }) => {
+      const api = apiFor(opts);
+      const archive = await packDirectory(resolve(dir));
+      const cv = await api.json(configurationVersionSchema, "POST", `/api/v1/workspaces/${encodeURIComponent(opts.workspace)}/configuration-versions`, { body: archive, contentType: "application/gzip" });
+      const created = await api.json(runSchema, "POST", "/api/v1/runs", {
+        json: { workspace: opts.workspace, configurationVersionId: cv.id, planOnly: opts.planOnly === true, isDestroy: opts.destroy === true, message: opts.message, ...(opts.autoApply ? { autoApply: true } : {}) },
+      });
+      if (!opts.json && opts.follow !== false) process.stdout.write(`Run ${created.id} created (${created.status}); following its log.\n\n`);
+      await followAndReport(api, created, opts);
+    });
+  withCommon(run.command("confirm <runId>").description("Apply a planned run, following the apply log"))
+    .option("--no-follow", "return at once")
+    .action(async (id: string, opts: CommonOptions & { follow?: boolean }) => {
+      const api = apiFor(opts);
+      const confirmed = await api.json(runSchema, "POST", `/api/v1/runs/${encodeURIComponent(id)}/confirm`);
+      await followAndReport(api, confirmed, opts, ["apply"]);
+    });
+  for (const action of ["discard", "cancel"] as const) {
+    withCommon(run.command(`${action} <runId>`).description(action === "discard" ? "Discard a planned run" : "Cancel a run")).action(async (id: string, opts: CommonOptions) => {
+      const r = await apiFor(opts).json(runSchema, "POST", `/api/v1/runs/${encodeURIComponent(id)}/${action}`);
+      emit(opts, r, (x) => (action === "cancel" && x.cancelRequested && x.status !== "canceled" ? `Cancel requested for run ${x.id}; the agent is stopping it` : summary(x)));
+    });
+  }
+  withCommon(run.command("show <runId>").description("Show a run")).action(async (id: string, opts: CommonOptions) => {
+    const api = apiFor(opts);
+    const r = await api.json(runSchema, "GET", `/api/v1/runs/${encodeURIComponent(id)}`);
+    const { items: jobs } = await api.json(listOf(jobSchema), "GET", `/api/v1/runs/${encodeURIComponent(id)}/jobs`);
+    emit(opts, { ...r, jobs }, (d) => [summary(d), "", table(["PHASE", "JOB", "STATUS", "ATTEMPT", "AGENT"], d.jobs.map((j) => [j.phase, j.id, j.status, String(j.attempt), j.agentId ?? "-"]))].join("\n"));
+  });
+  withCommon(run.command("list").description("List runs"))
+    .option("--workspace <workspace>", "only this workspace")
+    .option("--limit <n>", "how many", "20")
+    .action(async (opts: CommonOptions & { workspace?: string; limit: string }) => {
+      const q = new URLSearchParams({ limit: opts.limit, ...(opts.workspace ? { workspace: opts.workspace } : {}) });
+      const { items } = await apiFor(opts).json(listOf(runSchema), "GET", `/api/v1/runs?${q}`);
+      emit(opts, items, (rs) => table(["RUN", "WORKSPACE", "STATUS", "CREATED"], rs.map((r) => [r.id, r.workspaceId, r.status, r.createdAt])));
+    });
+  withCommon(run.command("logs <runId>").description("Print a run's logs"))
+    .option("--follow", "keep printing as the run goes on")
+    .action(async (id: string, opts: CommonOptions & { follow?: boolean }) => {
+      const api = apiFor(opts);
+      if (opts.follow) {
+        await followRun(api, id, process.stdout);
+        return;
+      }
+      for (const phase of ["plan", "apply"] as const) {
+        const res = await api.raw("GET", `/api/v1/runs/${encodeURIComponent(id)}/logs?phase=${phase}&offset=0&limit=8388608`);
+        process.stdout.write(res.body);
+      }
+    });
+}

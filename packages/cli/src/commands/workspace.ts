@@ -1,0 +1,60 @@
+import { DroverError, listOf, variableSchema, workspaceSchema } from "@drover/protocol";
+import type { Command } from "commander";
+import { apiFor, emit, table, withCommon, type CommonOptions } from "../command-kit.js";
+
+/** Splits `KEY=VALUE`; the value may contain '='. */
+export function parseAssignment(text: string): { key: string; value: string } {
+  const eq = text.indexOf("=");
+  if (eq <= 0) throw new DroverError("bad_request", `expected KEY=VALUE, got ${JSON.stringify(text)}`);
+  return { key: text.slice(0, eq), value: text.slice(eq + 1) };
+}
+
+export function registerWorkspaceCommands(program: Command): void {
+  const ws = program.command("workspace").description("Workspaces: one state, one run at a time");
+  withCommon(ws.command("create <name>").description("Create a workspace"))
+    .requiredOption("--pool <pool>", "agent pool that runs it")
+    .option("--engine <engine>", "terraform or tofu", "terraform")
+    .option("--engine-version <version>", "pin a version from the agents' binary cache")
+    .option("--working-dir <dir>", "directory inside the configuration to run in", "")
+    .option("--auto-apply", "apply plans without confirmation")
+    .action(async (name: string, opts: CommonOptions & { pool: string; engine: string; engineVersion?: string; workingDir: string; autoApply?: boolean }) => {
+      const created = await apiFor(opts).json(workspaceSchema, "POST", "/api/v1/workspaces", {
+        json: { name, pool: opts.pool, engine: opts.engine, engineVersion: opts.engineVersion ?? null, workingDirectory: opts.workingDir, autoApply: opts.autoApply === true },
+      });
+      emit(opts, created, (w) => `Created workspace ${w.name} (${w.id}) on pool ${opts.pool}`);
+    });
+  withCommon(ws.command("list").description("List workspaces")).action(async (opts: CommonOptions) => {
+    const { items } = await apiFor(opts).json(listOf(workspaceSchema), "GET", "/api/v1/workspaces");
+    emit(opts, items, (list) => table(["NAME", "ID", "ENGINE", "AUTO-APPLY", "CURRENT RUN", "LOCKED"], list.map((w) => [w.name, w.id, `${w.engine}${w.engineVersion ? ` ${w.engineVersion}` : ""}`, String(w.autoApply), w.currentRunId ?? "-", String(w.stateLocked)])));
+  });
+  withCommon(ws.command("show <workspace>").description("Show a workspace and its variables")).action(async (name: string, opts: CommonOptions) => {
+    const api = apiFor(opts);
+    const w = await api.json(workspaceSchema, "GET", `/api/v1/workspaces/${encodeURIComponent(name)}`);
+    const { items: vars } = await api.json(listOf(variableSchema), "GET", `/api/v1/workspaces/${encodeURIComponent(name)}/vars`);
+    emit(opts, { ...w, variables: vars }, (d) =>
+      [
+        `Workspace ${d.name} (${d.id})`,
+        `  pool: ${d.poolId}  engine: ${d.engine}${d.engineVersion ? ` ${d.engineVersion}` : ""}  auto-apply: ${d.autoApply}`,
+        `  working directory: ${d.workingDirectory || "."}  current run: ${d.currentRunId ?? "-"}  state locked: ${d.stateLocked}`,
+        "",
+        table(["KEY", "KIND", "VALUE"], d.variables.map((v) => [v.key, v.kind, v.sensitive ? "<sensitive>" : (v.value ?? "")])),
+      ].join("\n"),
+    );
+  });
+  withCommon(ws.command("set-var <workspace> <assignment>").description("Set a variable: KEY=VALUE"))
+    .option("--env", "an environment variable (default: a terraform variable)")
+    .option("--sensitive", "write-only: never shown again, redacted from logs")
+    .action(async (name: string, assignment: string, opts: CommonOptions & { env?: boolean; sensitive?: boolean }) => {
+      const { key, value } = parseAssignment(assignment);
+      const v = await apiFor(opts).json(variableSchema, "PUT", `/api/v1/workspaces/${encodeURIComponent(name)}/vars/${encodeURIComponent(key)}`, {
+        json: { value, kind: opts.env ? "env" : "terraform", sensitive: opts.sensitive === true },
+      });
+      emit(opts, v, (x) => `Set ${x.kind} variable ${x.key}${x.sensitive ? " (sensitive)" : ""} on ${name}`);
+    });
+  withCommon(ws.command("delete-var <workspace> <key>").description("Delete a variable"))
+    .option("--env", "an environment variable")
+    .action(async (name: string, key: string, opts: CommonOptions & { env?: boolean }) => {
+      await apiFor(opts).raw("DELETE", `/api/v1/workspaces/${encodeURIComponent(name)}/vars/${encodeURIComponent(key)}?kind=${opts.env ? "env" : "terraform"}`);
+      emit(opts, { deleted: key }, () => `Deleted ${key} from ${name}`);
+    });
+}

@@ -1,0 +1,19 @@
+import type { RunStatus } from "@drover/protocol";
+
+/** `run start` exit codes: 0 succeeded, 2 waits for confirmation, 1 failed. */
+export function exitCodeFor(status: RunStatus): number {
+  switch (status) {
+    case "applied":
+    case "planned_and_finished":
+      return 0;
+    case "planned":
+      return 2;
+    default:
+      return 1;
+  }
+}
+
+/** Whether the CLI stops following a run in this state. */
+export function settled(status: RunStatus): boolean {
+  return ["applied", "planned_and_finished", "planned", "errored", "canceled", "discarded"].includes(status);
+}

@@ -1,0 +1,45 @@
+import { DroverError } from "@drover/protocol";
+import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { homedir } from "node:os";
+import { dirname, join } from "node:path";
+
+/** Where the CLI talks to, and as whom. */
+export interface Settings {
+  url: string;
+  token: string;
+}
+
+/** The file `drover login` writes: $DROVER_CONFIG_DIR, $XDG_CONFIG_HOME/drover or ~/.config/drover. */
+export function credentialsPath(env: NodeJS.ProcessEnv = process.env): string {
+  const dir = env.DROVER_CONFIG_DIR ?? join(env.XDG_CONFIG_HOME ?? join(homedir(), ".config"), "drover");
+  return join(dir, "credentials.json");
+}
+
+export function readCredentials(env: NodeJS.ProcessEnv = process.env): Partial<Settings> {
+  const path = credentialsPath(env);
+  if (!existsSync(path)) return {};
+  try {
+    const parsed = JSON.parse(readFileSync(path, "utf8")) as Partial<Settings>;
+    return { url: parsed.url, token: parsed.token };
+  } catch (err) {
+    throw new DroverError("bad_request", `${path} is not valid JSON: ${err instanceof Error ? err.message : String(err)}; run \`drover login\` again`);
+  }
+}
+
+export function writeCredentials(settings: Settings, env: NodeJS.ProcessEnv = process.env): string {
+  const path = credentialsPath(env);
+  mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
+  writeFileSync(path, JSON.stringify(settings, null, 2) + "\n", { mode: 0o600 });
+  chmodSync(path, 0o600);
+  return path;
+}
+
+/** Flags first, then DROVER_URL / DROVER_TOKEN, then the credentials file. */
+export function resolveSettings(flags: { url?: string | undefined; token?: string | undefined }, env: NodeJS.ProcessEnv = process.env): Settings {
+  const file = readCredentials(env);
+  const url = flags.url ?? env.DROVER_URL ?? file.url;
+  const token = flags.token ?? env.DROVER_TOKEN ?? file.token;
+  if (!url) throw new DroverError("bad_request", "no server URL: pass --url, set DROVER_URL, or run `drover login`");
+  if (!token) throw new DroverError("unauthorized", "no API token: pass --token, set DROVER_TOKEN, or run `drover login`");
+  return { url: url.replace(/\/+$/, ""), token };
+}
