@@ -1,0 +1,434 @@
+/**
+ * The REST front end: discovery, resource paths (`/api/v1/...`, `/apis/<g>/<v>/...`),
+ * watch streams, pods/log, pods/eviction and pods/binding, all rendered as the real
+ * API server renders them (Status errors, Tables for kubectl, chunked watch events).
+ */
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { ObjectApi, PropagationPolicy } from "./object-api.js";
+import { checkFieldSelector, patchTypeOf } from "./object-api.js";
+import { openApiDocument, openApiRoot } from "./openapi.js";
+import type { ResourceType } from "./resources.js";
+import { apiVersionOf, typeKey } from "./resources.js";
+import { fieldsOf, parseFieldSelector, parseLabelSelector } from "./selectors.js";
+import { badRequest, methodNotAllowed, StatusError } from "./status-error.js";
+import type { StoreEvent } from "./store.js";
+import type { IncludeObject } from "./table.js";
+import { toTable } from "./table.js";
+import type { JsonObject, KObject } from "./types.js";
+import { isObject } from "./types.js";
+
+export interface LogOptions {
+  follow: boolean;
+  previous: boolean;
+  timestamps: boolean;
+  tailLines?: number;
+  limitBytes?: number;
+  sinceSeconds?: number;
+}
+
+/** What the node agent provides to serve pods/log and pods/eviction. */
+export interface NodeHooks {
+  /** Streams a container's log into `res`; throws StatusError when the container has none yet. */
+  streamLog(pod: KObject, container: string, opts: LogOptions, write: (chunk: Buffer) => boolean, signal: AbortSignal): Promise<void>;
+  /** API-initiated eviction: marks the pod with DisruptionTarget and deletes it. */
+  evict(ns: string, name: string, deleteOptions: JsonObject | undefined): void;
+}
+
+export interface HttpOptions {
+  /** Required bearer token; undefined accepts any request. */
+  token: string | undefined;
+  gitVersion: string;
+  bookmarkIntervalMs: number;
+  /** Called for each request, for tests that assert on what clients sent. */
+  onRequest?: (method: string, url: string) => void;
+}
+
+interface Target {
+  t: ResourceType;
+  version: string;
+  ns: string | undefined;
+  name: string | undefined;
+  sub: string | undefined;
+}
+
+function send(res: ServerResponse, code: number, body: unknown, contentType = "application/json"): void {
+  const text = JSON.stringify(body);
+  res.writeHead(code, { "content-type": contentType, "content-length": Buffer.byteLength(text), "cache-control": "no-cache, private" });
+  res.end(text);
+}
+
+function sendError(res: ServerResponse, e: unknown): void {
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  if (e instanceof StatusError) send(res, e.code, e.toStatus());
+  else send(res, 500, { kind: "Status", apiVersion: "v1", metadata: {}, status: "Failure", message: e instanceof Error ? e.message : String(e), reason: "InternalError", code: 500 });
+}
+
+async function readBody(req: IncomingMessage): Promise<unknown> {
+  const chunks: Buffer[] = [];
+  for await (const c of req) chunks.push(c as Buffer);
+  const text = Buffer.concat(chunks).toString("utf8");
+  if (text.trim() === "") return undefined;
+  try {
+    return JSON.parse(text) as unknown;
+  } catch {
+    throw badRequest(`the request body could not be decoded as JSON (YAML and protobuf bodies are not supported by the test cluster)`);
+  }
+}
+
+function wantsTable(req: IncomingMessage): boolean {
+  const accept = req.headers.accept ?? "";
+  return accept.split(",").some((a) => a.includes("as=Table") && a.includes("g=meta.k8s.io") && a.includes("v=v1") && !a.includes("v=v1beta1"));
+}
+
+const tableContentType = "application/json;as=Table;v=v1;g=meta.k8s.io";
+
+export class ApiHttpHandler {
+  constructor(
+    private readonly api: ObjectApi,
+    private readonly node: NodeHooks,
+    private readonly opts: HttpOptions,
+  ) {}
+
+  handle = (req: IncomingMessage, res: ServerResponse): void => {
+    this.dispatch(req, res).catch((e: unknown) => sendError(res, e));
+  };
+
+  private async dispatch(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const method = req.method ?? "GET";
+    const url = new URL(req.url ?? "/", "http://localhost");
+    this.opts.onRequest?.(method, url.pathname + url.search);
+    const path = url.pathname.replace(/\/+$/, "") || "/";
+    if (["/healthz", "/livez", "/readyz"].includes(path)) {
+      res.writeHead(200, { "content-type": "text/plain" }).end("ok");
+      return;
+    }
+    if (this.opts.token !== undefined && req.headers.authorization !== `Bearer ${this.opts.token}`) {
+      send(res, 401, { kind: "Status", apiVersion: "v1", metadata: {}, status: "Failure", message: "Unauthorized", reason: "Unauthorized", code: 401 });
+      return;
+    }
+    const q = url.searchParams;
+    if (path === "/version") {
+      const m = /^v(\d+)\.(\d+)/.exec(this.opts.gitVersion);
+      send(res, 200, { major: m?.[1] ?? "1", minor: m?.[2] ?? "32", gitVersion: this.opts.gitVersion, gitCommit: "0000000000000000000000000000000000000000", gitTreeState: "clean", buildDate: "2025-01-01T00:00:00Z", goVersion: "go1.23.0", compiler: "gc", platform: "linux/amd64" });
+      return;
+    }
+    if (path === "/openapi/v3") {
+      send(res, 200, openApiRoot(this.api.resources));
+      return;
+    }
+    if (path.startsWith("/openapi/v3/")) {
+      const rest = path.slice("/openapi/v3/".length).split("/");
+      const doc = rest[0] === "api" ? openApiDocument(this.api.resources, "", rest[1] ?? "") : openApiDocument(this.api.resources, rest[1] ?? "", rest[2] ?? "");
+      if (!doc) throw notFoundPath();
+      send(res, 200, doc);
+      return;
+    }
+    if (path === "/api") {
+      send(res, 200, { kind: "APIVersions", versions: ["v1"], serverAddressByClientCIDRs: [{ clientCIDR: "0.0.0.0/0", serverAddress: req.headers.host ?? "" }] });
+      return;
+    }
+    if (path === "/apis") {
+      send(res, 200, { kind: "APIGroupList", apiVersion: "v1", groups: this.api.resources.groups().map((g) => this.groupObject(g.name, g.versions)) });
+      return;
+    }
+    const parts = path.split("/").filter((p) => p !== "").map(decodeURIComponent);
+    let group: string;
+    let version: string;
+    let rest: string[];
+    if (parts[0] === "api" && parts.length >= 2) {
+      group = "";
+      version = parts[1] ?? "";
+      rest = parts.slice(2);
+    } else if (parts[0] === "apis" && parts.length >= 2) {
+      group = parts[1] ?? "";
+      if (parts.length === 2) {
+        const g = this.api.resources.groups().find((x) => x.name === group);
+        if (!g) throw notFoundPath();
+        send(res, 200, { kind: "APIGroup", apiVersion: "v1", ...this.groupObject(g.name, g.versions) });
+        return;
+      }
+      version = parts[2] ?? "";
+      rest = parts.slice(3);
+    } else {
+      throw notFoundPath();
+    }
+    if (rest.length === 0) {
+      const list = this.api.resources.resourceList(group, version);
+      if (!list) throw notFoundPath();
+      send(res, 200, list);
+      return;
+    }
+    let watchPath = false;
+    if (rest[0] === "watch") {
+      watchPath = true;
+      rest = rest.slice(1);
+    }
+    const target = this.resolve(group, version, rest);
+    if (!target) throw notFoundPath();
+    const isWatch = watchPath || q.get("watch") === "true" || q.get("watch") === "1";
+    await this.serveResource(req, res, method, target, q, isWatch);
+  }
+
+  private groupObject(name: string, versions: string[]): JsonObject {
+    const gvs = versions.map((v) => ({ groupVersion: `${name}/${v}`, version: v }));
+    return { name, versions: gvs, preferredVersion: gvs[0] };
+  }
+
+  private resolve(group: string, version: string, rest: string[]): Target | undefined {
+    // /namespaces/{ns}/{resource}[/{name}[/{sub}]] unless {resource} is not namespaced (then it is namespaces/{name}/{sub}).
+    if (rest[0] === "namespaces" && rest.length >= 3) {
+      const t = this.api.resources.lookup(group, version, rest[2] ?? "");
+      if (t && t.namespaced) return { t, version, ns: rest[1], name: rest[3], sub: rest[4] };
+    }
+    const t = this.api.resources.lookup(group, version, rest[0] ?? "");
+    if (!t || rest.length > 3) return undefined;
+    if (t.namespaced && rest.length > 1) return undefined;
+    return { t, version, ns: undefined, name: rest[1], sub: rest[2] };
+  }
+
+  private async serveResource(req: IncomingMessage, res: ServerResponse, method: string, target: Target, q: URLSearchParams, isWatch: boolean): Promise<void> {
+    const { t, version, ns, name, sub } = target;
+    const api = this.api;
+    const dryRun = q.get("dryRun") === "All";
+    const table = wantsTable(req);
+    const include = (q.get("includeObject") ?? "Metadata") as IncludeObject;
+    if (name === undefined) {
+      switch (method) {
+        case "GET": {
+          if (isWatch) return this.serveWatch(req, res, target, q, table, include);
+          const limit = q.get("limit");
+          const result = api.list(t, ns, { labelSelector: q.get("labelSelector"), fieldSelector: q.get("fieldSelector"), ...(limit ? { limit: Number(limit) } : {}), continueToken: q.get("continue") }, version);
+          if (table) {
+            send(res, 200, toTable(t, version, result.items, result.resourceVersion, include, true, result.continueToken), tableContentType);
+            return;
+          }
+          send(res, 200, {
+            kind: t.listKind,
+            apiVersion: apiVersionOf(t.group, version),
+            metadata: { resourceVersion: result.resourceVersion, ...(result.continueToken ? { continue: result.continueToken, remainingItemCount: result.remainingItemCount } : {}) },
+            items: result.items,
+          });
+          return;
+        }
+        case "POST": {
+          if (t.namespaced && ns === undefined) throw methodNotAllowed(`the server does not allow this method on the requested resource`);
+          const created = api.create(t, ns, await readBody(req), { dryRun }, version);
+          send(res, 201, created);
+          return;
+        }
+        case "DELETE": {
+          const body = await readBody(req);
+          const deleted = api.deleteCollection(t, ns, { labelSelector: q.get("labelSelector"), fieldSelector: q.get("fieldSelector") }, { ...deleteOptions(body, q), dryRun });
+          send(res, 200, { kind: t.listKind, apiVersion: apiVersionOf(t.group, version), metadata: {}, items: deleted });
+          return;
+        }
+        default:
+          throw methodNotAllowed(`the server does not allow this method on the requested resource`);
+      }
+    }
+    if (sub !== undefined) return this.serveSubresource(req, res, method, target, q, name, sub);
+    switch (method) {
+      case "GET": {
+        if (isWatch) {
+          const fs = q.get("fieldSelector");
+          q.set("fieldSelector", fs ? `${fs},metadata.name=${name}` : `metadata.name=${name}`);
+          return this.serveWatch(req, res, { ...target, name: undefined }, q, table, include);
+        }
+        const o = api.get(t, ns, name, version);
+        if (table) send(res, 200, toTable(t, version, [o], o.metadata.resourceVersion ?? "", include, true), tableContentType);
+        else send(res, 200, o);
+        return;
+      }
+      case "PUT":
+        send(res, 200, api.update(t, ns, name, await readBody(req), { dryRun }, version));
+        return;
+      case "PATCH": {
+        const type = patchTypeOf(req.headers["content-type"] ?? "");
+        send(res, 200, api.patch(t, ns, name, type, await readBody(req), { dryRun }, version));
+        return;
+      }
+      case "DELETE": {
+        const body = await readBody(req);
+        send(res, 200, api.delete(t, ns, name, { ...deleteOptions(body, q), dryRun }, version));
+        return;
+      }
+      default:
+        throw methodNotAllowed(`the server does not allow this method on the requested resource`);
+    }
+  }
+
+  private async serveSubresource(req: IncomingMessage, res: ServerResponse, method: string, target: Target, q: URLSearchParams, name: string, sub: string): Promise<void> {
+    const { t, version, ns } = target;
+    const api = this.api;
+    const dryRun = q.get("dryRun") === "All";
+    const isPods = t.group === "" && t.resource === "pods";
+    if (sub === "status" && t.statusSubresource) {
+      if (method === "GET") send(res, 200, api.get(t, ns, name, version));
+      else if (method === "PUT") send(res, 200, api.update(t, ns, name, await readBody(req), { subresource: "status", dryRun }, version));
+      else if (method === "PATCH") send(res, 200, api.patch(t, ns, name, patchTypeOf(req.headers["content-type"] ?? ""), await readBody(req), { subresource: "status", dryRun }, version));
+      else throw methodNotAllowed("the server does not allow this method on the requested resource");
+      return;
+    }
+    if (isPods && sub === "log" && method === "GET") return this.serveLog(req, res, ns ?? "", name, q);
+    if (isPods && sub === "eviction" && method === "POST") {
+      const body = await readBody(req);
+      api.get(t, ns, name);
+      this.node.evict(ns ?? "", name, isObject(body) && isObject(body.deleteOptions) ? body.deleteOptions : undefined);
+      send(res, 201, { kind: "Status", apiVersion: "v1", metadata: {}, status: "Success", code: 201 });
+      return;
+    }
+    if (isPods && sub === "binding" && method === "POST") {
+      const body = await readBody(req);
+      const node = isObject(body) && isObject(body.target) ? String(body.target.name ?? "") : "";
+      const pod = api.get(t, ns, name);
+      if (isObject(pod.spec) && pod.spec.nodeName) throw new StatusError(409, "Conflict", `pod ${name} is already assigned to node "${String(pod.spec.nodeName)}"`);
+      api.mutate(t, ns, name, (p) => {
+        if (isObject(p.spec)) p.spec.nodeName = node;
+      });
+      send(res, 201, { kind: "Status", apiVersion: "v1", metadata: {}, status: "Success", code: 201 });
+      return;
+    }
+    throw notFoundPath();
+  }
+
+  private async serveLog(req: IncomingMessage, res: ServerResponse, ns: string, name: string, q: URLSearchParams): Promise<void> {
+    const pod = this.api.get(this.api.type("", "pods"), ns, name);
+    const spec = isObject(pod.spec) ? pod.spec : {};
+    const names = (key: string): string[] => (Array.isArray(spec[key]) ? spec[key].filter(isObject).map((c) => String(c.name)) : []);
+    const containers = names("containers");
+    const inits = names("initContainers");
+    let container = q.get("container") ?? undefined;
+    if (container === undefined) {
+      if (containers.length === 1 && inits.length === 0) container = containers[0];
+      else if (containers.length === 1) container = containers[0];
+      else throw badRequest(`a container name must be specified for pod ${name}, choose one of: [${containers.join(" ")}]${inits.length > 0 ? ` or one of the init containers: [${inits.join(" ")}]` : ""}`);
+    }
+    if (container === undefined || ![...containers, ...inits].includes(container)) throw badRequest(`container ${container ?? ""} is not valid for pod ${name}`);
+    const num = (k: string): number | undefined => (q.get(k) === null ? undefined : Number(q.get(k)));
+    const opts: LogOptions = {
+      follow: q.get("follow") === "true" || q.get("follow") === "1",
+      previous: q.get("previous") === "true",
+      timestamps: q.get("timestamps") === "true",
+      ...(num("tailLines") !== undefined ? { tailLines: num("tailLines") } : {}),
+      ...(num("limitBytes") !== undefined ? { limitBytes: num("limitBytes") } : {}),
+      ...(num("sinceSeconds") !== undefined ? { sinceSeconds: num("sinceSeconds") } : {}),
+    };
+    const abort = new AbortController();
+    res.on("close", () => abort.abort());
+    let started = false;
+    const write = (chunk: Buffer): boolean => {
+      if (!started) {
+        res.writeHead(200, { "content-type": "text/plain", "transfer-encoding": "chunked", "cache-control": "no-cache, private" });
+        started = true;
+      }
+      return res.write(chunk);
+    };
+    await this.node.streamLog(pod, container, opts, write, abort.signal);
+    if (!started) res.writeHead(200, { "content-type": "text/plain", "content-length": 0 });
+    res.end();
+  }
+
+  /**
+   * A watch stream. Without a resourceVersion (or with "0") it starts with ADDED events
+   * for the current objects; with one it replays the retained history after it, or
+   * sends a single ERROR event carrying a 410 Expired Status when that is compacted.
+   */
+  private serveWatch(req: IncomingMessage, res: ServerResponse, target: Target, q: URLSearchParams, table: boolean, include: IncludeObject): void {
+    const { t, version, ns } = target;
+    const labels = parseLabelSelector(q.get("labelSelector"));
+    const fields = parseFieldSelector(q.get("fieldSelector"));
+    checkFieldSelector(t, fields.keys);
+    const key = typeKey(t.group, t.resource);
+    const matches = (o: KObject | undefined): boolean =>
+      o !== undefined && (!t.namespaced || ns === undefined || o.metadata.namespace === ns) && labels(o.metadata.labels ?? {}) && fields.selector(fieldsOf(o, fields.keys));
+    res.writeHead(200, { "content-type": table ? tableContentType : "application/json", "transfer-encoding": "chunked", "cache-control": "no-cache, private" });
+    res.flushHeaders();
+    let first = true;
+    const emit = (type: string, o: KObject | JsonObject): void => {
+      let object: unknown = o;
+      if (table && type !== "ERROR" && type !== "BOOKMARK") {
+        const k = o as KObject;
+        object = toTable(t, version, [this.api.present(t, k, version)], k.metadata.resourceVersion ?? "", include, first);
+        first = false;
+      } else if (type !== "ERROR" && type !== "BOOKMARK") {
+        object = this.api.present(t, o as KObject, version);
+      }
+      res.write(`${JSON.stringify({ type, object })}\n`);
+    };
+    const rvParam = q.get("resourceVersion") ?? "";
+    const bookmarks = q.get("allowWatchBookmarks") === "true";
+    const sendInitial = q.get("sendInitialEvents") === "true";
+    const onEvent = (e: StoreEvent): void => {
+      if (e.typeKey !== key) return;
+      const now = matches(e.object);
+      const before = e.type === "MODIFIED" && matches(e.previous);
+      if (e.type === "DELETED") {
+        if (now || matches(e.previous)) emit("DELETED", e.object);
+      } else if (e.type === "ADDED") {
+        if (now) emit("ADDED", e.object);
+      } else if (now && before) emit("MODIFIED", e.object);
+      else if (now) emit("ADDED", e.object);
+      else if (before) emit("DELETED", e.object);
+    };
+    if (rvParam === "" || rvParam === "0" || sendInitial) {
+      for (const o of this.api.store.list(key, t.namespaced ? ns : undefined)) if (matches(o)) emit("ADDED", o);
+      if (sendInitial && bookmarks) {
+        emit("BOOKMARK", { kind: t.kind, apiVersion: apiVersionOf(t.group, version), metadata: { resourceVersion: String(this.api.store.currentRevision), annotations: { "k8s.io/initial-events-end": "true" } } });
+      }
+    } else {
+      const from = Number(rvParam);
+      const replay = Number.isFinite(from) ? this.api.store.since(from) : undefined;
+      if (!replay) {
+        const status = new StatusError(410, "Expired", `too old resource version: ${rvParam} (${this.api.store.oldestResumable + 1})`).toStatus();
+        res.end(`${JSON.stringify({ type: "ERROR", object: status })}\n`);
+        return;
+      }
+      for (const e of replay) onEvent(e);
+    }
+    const unsubscribe = this.api.store.subscribe(onEvent);
+    const timers: NodeJS.Timeout[] = [];
+    const stop = (): void => {
+      unsubscribe();
+      for (const tm of timers) clearTimeout(tm);
+      if (!res.writableEnded) res.end();
+    };
+    if (bookmarks) {
+      const iv = setInterval(() => emit("BOOKMARK", { kind: t.kind, apiVersion: apiVersionOf(t.group, version), metadata: { resourceVersion: String(this.api.store.currentRevision) } }), this.opts.bookmarkIntervalMs);
+      iv.unref();
+      timers.push(iv);
+    }
+    const timeout = Number(q.get("timeoutSeconds") ?? "0");
+    if (timeout > 0) {
+      const tm = setTimeout(stop, timeout * 1000);
+      tm.unref();
+      timers.push(tm);
+    }
+    req.on("close", stop);
+    res.on("close", stop);
+  }
+}
+
+function notFoundPath(): StatusError {
+  return new StatusError(404, "NotFound", "the server could not find the requested resource", {});
+}
+
+function deleteOptions(body: unknown, q: URLSearchParams): { propagationPolicy?: PropagationPolicy; gracePeriodSeconds?: number; orphanDependents?: boolean; preconditions?: { uid?: string; resourceVersion?: string } } {
+  const b = isObject(body) ? body : {};
+  const out: { propagationPolicy?: PropagationPolicy; gracePeriodSeconds?: number; orphanDependents?: boolean; preconditions?: { uid?: string; resourceVersion?: string } } = {};
+  const policy = b.propagationPolicy ?? q.get("propagationPolicy") ?? undefined;
+  if (typeof policy === "string") out.propagationPolicy = policy as PropagationPolicy;
+  const grace = b.gracePeriodSeconds ?? q.get("gracePeriodSeconds") ?? undefined;
+  if (grace !== undefined && grace !== null) out.gracePeriodSeconds = Number(grace);
+  const orphan = b.orphanDependents ?? q.get("orphanDependents") ?? undefined;
+  if (orphan !== undefined && orphan !== null) out.orphanDependents = orphan === true || orphan === "true";
+  if (isObject(b.preconditions)) {
+    out.preconditions = {
+      ...(typeof b.preconditions.uid === "string" ? { uid: b.preconditions.uid } : {}),
+      ...(typeof b.preconditions.resourceVersion === "string" ? { resourceVersion: b.preconditions.resourceVersion } : {}),
+    };
+  }
+  return out;
+}

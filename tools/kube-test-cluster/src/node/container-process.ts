@@ -1,0 +1,273 @@
+/**
+ * Runs one container as a host process.
+ *
+ * Isolation "namespace" (used when `unshare -m` works, i.e. as root): the process gets
+ * a private mount namespace whose root is a tmpfs mirroring the host's `/` entry by
+ * entry (bind mounts), with every volumeMount bind-mounted at its real mountPath and
+ * then `chroot`. Absolute paths in programs therefore work unchanged, and mount points
+ * that do not exist on the host are created inside tmpfs layers ("shadowing" the
+ * nearest existing host directory), never on the host itself.
+ *
+ * Isolation "rewrite" (fallback without privileges): the process runs directly on the
+ * host; each mountPath occurring in command, args, env values and workingDir is
+ * rewritten to the volume's host directory, and `KTC_MOUNT_<n>=<mountPath>=<hostDir>`
+ * lists the mapping for programs that build paths themselves.
+ */
+import type { ChildProcess } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, realpathSync, statSync, writeFileSync } from "node:fs";
+import { dirname, posix } from "node:path";
+
+export type Isolation = "namespace" | "rewrite";
+
+export interface Mount {
+  hostPath: string;
+  containerPath: string;
+  readOnly: boolean;
+}
+
+export interface LaunchSpec {
+  argv: string[];
+  env: Record<string, string>;
+  workingDir: string;
+  mounts: Mount[];
+  /** An empty per-container directory (namespace isolation mounts the new root on it). */
+  rootDir: string;
+  isolation: Isolation;
+  onOutput(data: Buffer): void;
+}
+
+export interface ExitInfo {
+  exitCode: number;
+  signal: NodeJS.Signals | null;
+}
+
+const signalNumbers: Record<string, number> = { SIGHUP: 1, SIGINT: 2, SIGQUIT: 3, SIGKILL: 9, SIGUSR1: 10, SIGSEGV: 11, SIGUSR2: 12, SIGPIPE: 13, SIGALRM: 14, SIGTERM: 15 };
+
+let probed: Isolation | undefined;
+
+/** Namespace isolation if this process may create mount namespaces, else rewrite. */
+export function detectIsolation(): Isolation {
+  if (probed) return probed;
+  const r = spawnSync("unshare", ["-m", "--propagation", "private", "/bin/sh", "-c", "mount -t tmpfs ktc-probe /mnt 2>/dev/null || mount -t tmpfs ktc-probe /tmp"], { stdio: "ignore", timeout: 5000 });
+  probed = r.status === 0 && existsSync("/usr/sbin/chroot") ? "namespace" : "rewrite";
+  return probed;
+}
+
+// Builds the new root, runs the plan's steps, then chroots and execs the command.
+// Arguments: ROOT step... -- WORKDIR CHROOT argv...
+const setupScript = String.raw`
+set -e
+_ktc_path=${"${PATH-}"}; _ktc_had=${"${PATH+x}"}
+PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+R=$1; shift
+mirror() {
+  for e in "$1"/* "$1"/.[!.]* "$1"/..?*; do
+    if [ ! -e "$e" ] && [ ! -L "$e" ]; then continue; fi
+    t="$2/${"${e##*/}"}"
+    if [ -L "$e" ]; then ln -s "$(readlink "$e")" "$t"
+    elif [ -d "$e" ]; then mkdir "$t"; mount --rbind "$e" "$t"
+    else : > "$t"; mount --bind "$e" "$t"; fi
+  done
+}
+mount -t tmpfs -o mode=755 ktc-root "$R"
+mirror "" "$R"
+while [ "$1" != "--" ]; do
+  case "$1" in
+    shadow) mount -t tmpfs -o mode=755 ktc-shadow "$R$2"; mirror "$2" "$R$2"; shift 2 ;;
+    mkdir) mkdir -p "$R$2"; shift 2 ;;
+    touch) mkdir -p "$(dirname "$R$2")"; : > "$R$2"; shift 2 ;;
+    bind) mount --bind "$2" "$R$3"; shift 3 ;;
+    robind) mount --bind "$2" "$R$3"; mount -o remount,bind,ro "$R$3"; shift 3 ;;
+    *) echo "ktc: bad step $1" >&2; exit 1 ;;
+  esac
+done
+shift
+WD=$1; CH=$2; shift 2
+if [ -n "$_ktc_had" ]; then PATH=$_ktc_path; else unset PATH; fi
+printf k >&3
+exec 3>&-
+exec "$CH" "$R" /bin/sh -c 'cd "$0" && exec "$@"' "$WD" "$@"
+`;
+
+function depth(p: string): number {
+  return p.split("/").filter((s) => s !== "").length;
+}
+
+function under(path: string, dir: string): string | undefined {
+  if (path === dir) return "";
+  return path.startsWith(dir === "/" ? "/" : `${dir}/`) ? path.slice(dir === "/" ? 1 : dir.length + 1) : undefined;
+}
+
+/**
+ * The path with symlinks in its existing part resolved (`/var/run/x` → `/run/x` on
+ * Debian). The container sees the host's tree, so the host resolves it the same way;
+ * mounting through a symlink would otherwise land outside the new root.
+ */
+function canonical(p: string): string {
+  let existing = posix.normalize(p);
+  const rest: string[] = [];
+  while (existing !== "/" && !existsSync(existing)) {
+    rest.unshift(posix.basename(existing));
+    existing = posix.dirname(existing);
+  }
+  return posix.join(realpathSync(existing), ...rest);
+}
+
+/**
+ * The setup steps for namespace isolation. Mount points and the working directory
+ * that exist on the host are bound over directly; others are created in tmpfs, the
+ * nearest existing host ancestor being shadowed (mirrored into a tmpfs) first.
+ */
+export function planMounts(mounts: Mount[], workingDir: string): string[] {
+  const sorted = [...mounts].map((m) => ({ ...m, containerPath: canonical(m.containerPath) })).sort((a, b) => depth(a.containerPath) - depth(b.containerPath));
+  const shadows = new Set<string>();
+  const creates: string[][] = [];
+  const binds: string[][] = [];
+  const placed: Mount[] = [];
+  const ensure = (target: string, isFile: boolean): void => {
+    for (const m of [...placed].reverse()) {
+      const rest = under(target, m.containerPath);
+      if (rest === undefined || rest === "") continue;
+      // Inside an earlier volume: create the mount point in the volume's host directory.
+      const hostTarget = posix.join(m.hostPath, rest);
+      if (!existsSync(hostTarget)) {
+        if (isFile) {
+          mkdirSync(dirname(hostTarget), { recursive: true });
+          writeFileSync(hostTarget, "");
+        } else mkdirSync(hostTarget, { recursive: true });
+      }
+      return;
+    }
+    if (existsSync(target)) return;
+    let ancestor = posix.dirname(target);
+    while (ancestor !== "/" && !existsSync(ancestor)) ancestor = posix.dirname(ancestor);
+    if (ancestor !== "/" && statSync(ancestor).isDirectory()) shadows.add(ancestor);
+    creates.push([isFile ? "touch" : "mkdir", target]);
+  };
+  for (const m of sorted) {
+    const isFile = existsSync(m.hostPath) && !statSync(m.hostPath).isDirectory();
+    ensure(m.containerPath, isFile);
+    binds.push([m.readOnly ? "robind" : "bind", m.hostPath, m.containerPath]);
+    placed.push(m);
+  }
+  ensure(canonical(workingDir), false);
+  const shadowSteps = [...shadows].sort((a, b) => depth(a) - depth(b)).map((s) => ["shadow", s]);
+  return [...shadowSteps, ...creates, ...binds].flat();
+}
+
+function rewriter(mounts: Mount[]): (s: string) => string {
+  const sorted = [...mounts].sort((a, b) => b.containerPath.length - a.containerPath.length);
+  return (s) => {
+    for (const m of sorted) {
+      const escaped = posix.normalize(m.containerPath).replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+      s = s.replace(new RegExp(`(?<![\\w.-])${escaped}(?=/|$|[^\\w.-])`, "g"), m.hostPath);
+    }
+    return s;
+  };
+}
+
+export class ContainerProcess {
+  readonly exited: Promise<ExitInfo>;
+  /** Resolves when the command has been exec'd; rejects with the setup error otherwise. */
+  readonly started: Promise<void>;
+  private readonly child: ChildProcess;
+  // The main process exiting ends the container: nothing it started may outlive it
+  // (killGroup on "exit"), and the exit is reported once its output is drained ("close").
+  private exitInfo: ExitInfo | undefined;
+
+  constructor(spec: LaunchSpec) {
+    let setupErr = "";
+    let resolveStarted!: () => void;
+    let rejectStarted!: (e: Error) => void;
+    this.started = new Promise<void>((res, rej) => {
+      resolveStarted = res;
+      rejectStarted = rej;
+    });
+    this.started.catch(() => undefined);
+    let startedOk = false;
+    if (spec.isolation === "namespace") {
+      mkdirSync(spec.rootDir, { recursive: true });
+      const steps = planMounts(spec.mounts, spec.workingDir);
+      this.child = spawn("unshare", ["-m", "--propagation", "private", "/bin/sh", "-c", setupScript, "ktc-setup", spec.rootDir, ...steps, "--", spec.workingDir, "/usr/sbin/chroot", ...spec.argv], {
+        env: spec.env,
+        stdio: ["ignore", "pipe", "pipe", "pipe"],
+        detached: true,
+      });
+      const ready = this.child.stdio[3];
+      ready?.on("data", () => {
+        startedOk = true;
+        resolveStarted();
+      });
+      ready?.on("error", () => undefined);
+    } else {
+      const rw = rewriter(spec.mounts);
+      const env: Record<string, string> = {};
+      for (const [k, v] of Object.entries(spec.env)) env[k] = rw(v);
+      spec.mounts.forEach((m, i) => {
+        env[`KTC_MOUNT_${i}`] = `${m.containerPath}=${m.hostPath}`;
+      });
+      let cwd = rw(spec.workingDir);
+      if (!existsSync(cwd)) {
+        try {
+          mkdirSync(cwd, { recursive: true });
+        } catch {
+          cwd = spec.rootDir;
+          mkdirSync(cwd, { recursive: true });
+        }
+      }
+      const [cmd = "", ...args] = spec.argv.map(rw);
+      this.child = spawn(cmd, args, { env, cwd, stdio: ["ignore", "pipe", "pipe"], detached: true });
+      this.child.on("spawn", () => {
+        startedOk = true;
+        resolveStarted();
+      });
+      this.child.on("error", (e) => {
+        setupErr = `exec: "${cmd}": ${(e as NodeJS.ErrnoException).code === "ENOENT" ? "executable file not found in $PATH" : e.message}`;
+      });
+    }
+    this.child.stdout?.on("data", (d: Buffer) => (startedOk ? spec.onOutput(d) : (setupErr += d.toString())));
+    this.child.stderr?.on("data", (d: Buffer) => (startedOk ? spec.onOutput(d) : (setupErr += d.toString())));
+    this.exited = new Promise<ExitInfo>((resolve) => {
+      let done = false;
+      const finish = (code: number | null, signal: NodeJS.Signals | null): void => {
+        if (done) return;
+        done = true;
+        this.exitInfo = { exitCode: code ?? (signal ? 128 + (signalNumbers[signal] ?? 9) : 1), signal };
+        if (!startedOk) rejectStarted(new Error(setupErr.trim() || `container setup failed (exit ${String(code)})`));
+        resolve(this.exitInfo);
+      };
+      this.child.on("exit", () => this.killGroup());
+      this.child.on("close", finish);
+      this.child.on("error", () => finish(127, null));
+    });
+  }
+
+  get pid(): number | undefined {
+    return this.child.pid;
+  }
+
+  get running(): boolean {
+    return this.exitInfo === undefined;
+  }
+
+  /** Signals the container's main process (as the runtime does for stop signals). */
+  signal(sig: NodeJS.Signals): void {
+    if (this.child.pid === undefined || this.exitInfo) return;
+    try {
+      process.kill(this.child.pid, sig);
+    } catch {
+      // already gone
+    }
+  }
+
+  /** SIGKILL to every process of the container. */
+  killGroup(): void {
+    if (this.child.pid === undefined) return;
+    try {
+      process.kill(-this.child.pid, "SIGKILL");
+    } catch {
+      // already gone
+    }
+  }
+}

@@ -1,0 +1,77 @@
+/**
+ * Image names. Nothing is pulled: an image selects only simulated pull outcomes and,
+ * when the cluster is told what an image contains, its entrypoint/cmd/env/workdir.
+ */
+
+// The distribution/reference grammar that container runtimes apply.
+const domainComponent = "(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])";
+const domain = `(?:${domainComponent}(?:\\.${domainComponent})*(?::[0-9]+)?|\\[[a-fA-F0-9:]+\\](?::[0-9]+)?)`;
+const pathComponent = "[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*";
+const name = `(?:${domain}/)?${pathComponent}(?:/${pathComponent})*`;
+const tag = "[\\w][\\w.-]{0,127}";
+const digest = "[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9A-Fa-f]{32,}";
+const reference = new RegExp(`^(${name})(?::(${tag}))?(?:@(${digest}))?$`);
+
+export function isValidImageName(image: string): boolean {
+  const m = reference.exec(image);
+  return m !== null && (m[1]?.length ?? 0) <= 255;
+}
+
+/** `docker.io/library/busybox:latest` for `busybox`, as kubelet reports names. */
+export function normalizeImage(image: string): string {
+  const m = reference.exec(image);
+  if (!m) return image;
+  let repo = m[1] ?? image;
+  const first = repo.split("/")[0] ?? "";
+  if (!repo.includes("/") || !(first.includes(".") || first.includes(":") || first === "localhost")) {
+    repo = repo.includes("/") ? `docker.io/${repo}` : `docker.io/library/${repo}`;
+  }
+  return `${repo}${m[3] ? `@${m[3]}` : `:${m[2] ?? "latest"}`}`;
+}
+
+export function repositoryOf(image: string): string {
+  const m = reference.exec(image);
+  return m?.[1] ?? image;
+}
+
+/** What an image "contains", for containers that set no command. */
+export interface ImageConfig {
+  entrypoint?: string[];
+  cmd?: string[];
+  workingDir?: string;
+  env?: Record<string, string>;
+}
+
+export type PullOutcome = { ok: true } | { ok: false; reason: "InvalidImageName" | "ErrImagePull"; message: string };
+
+export class ImageCatalog {
+  private readonly unpullable = new Set<string>();
+
+  constructor(
+    private readonly configs: Record<string, ImageConfig>,
+    unpullable: string[],
+  ) {
+    for (const i of unpullable) this.unpullable.add(i);
+  }
+
+  setPullable(image: string, pullable: boolean): void {
+    if (pullable) this.unpullable.delete(image);
+    else this.unpullable.add(image);
+  }
+
+  pull(image: string): PullOutcome {
+    if (!isValidImageName(image)) {
+      return { ok: false, reason: "InvalidImageName", message: `Failed to apply default image tag "${image}": couldn't parse image name "${image}": invalid reference format` };
+    }
+    const tagged = /:pull-fails$/.test(image) || this.unpullable.has(image) || this.unpullable.has(repositoryOf(image));
+    if (tagged) {
+      const full = normalizeImage(image);
+      return { ok: false, reason: "ErrImagePull", message: `failed to pull and unpack image "${full}": failed to resolve reference "${full}": pull access denied, repository does not exist or may require authorization: server message: insufficient_scope: authorization failed` };
+    }
+    return { ok: true };
+  }
+
+  config(image: string): ImageConfig {
+    return this.configs[image] ?? this.configs[repositoryOf(image)] ?? {};
+  }
+}
