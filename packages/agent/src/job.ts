@@ -4,10 +4,11 @@ import { join, relative, resolve } from "node:path";
 import type { Logger } from "pino";
 import { NetworkError, withRetry, type AgentClient, type JobClient } from "./client.js";
 import type { AgentConfig, StopPlan } from "./config.js";
-import { resolveEngine, type EngineBinary } from "./engine.js";
+import type { EngineBinary } from "./engine.js";
 import { extractConfiguration } from "./extract.js";
 import { LogStream } from "./log-stream.js";
-import { startProcess, type RunningProcess } from "./process.js";
+import type { RunningProcess } from "./process.js";
+import { localRunner, type Runner } from "./runner.js";
 
 /** Job states as the agent tracks them. */
 export type JobRunState = "starting" | "running" | "finishing" | "done";
@@ -39,6 +40,7 @@ export class JobRun {
     private readonly client: AgentClient,
     private readonly config: AgentConfig,
     private readonly logger: Logger,
+    private readonly runner: Runner = localRunner,
   ) {
     this.job = client.job(assignment.jobId, assignment.jobToken);
     this.log = new LogStream(this.job);
@@ -176,7 +178,7 @@ export class JobRun {
     const variables = await withRetry(() => this.job.variables(this.abort.signal), this.abort.signal);
     this.log.setSecrets([...variables.filter((v) => v.sensitive).map((v) => v.value), a.jobToken, this.config.token]);
 
-    const binary = resolveEngine(a.workspace.engine, a.workspace.engineVersion, this.config.cacheDir, process.env.PATH);
+    const binary = await this.runner.engine(a.workspace.engine, a.workspace.engineVersion, this.config.cacheDir);
     const workDir = resolve(configDir, a.workspace.workingDirectory || ".");
     if (relative(configDir, workDir).startsWith("..")) throw new DroverError("bad_request", "the workspace's working directory is outside the configuration");
     this.log.line(
@@ -268,23 +270,19 @@ export class JobRun {
   /** Runs a step whose stdout is data (show -json, output -json); stderr goes to the log. */
   private async capture(binary: EngineBinary, args: string[], cwd: string, env: NodeJS.ProcessEnv): Promise<Buffer> {
     this.checkInterrupted();
-    const parts: Buffer[] = [];
-    const { spawn } = await import("node:child_process");
-    const child = spawn(binary.path, args, { cwd, env, stdio: ["ignore", "pipe", "pipe"] });
-    child.stdout.on("data", (d: Buffer) => parts.push(d));
-    child.stderr.on("data", (d: Buffer) => this.log.write(d));
-    const code = await new Promise<number>((r) => child.on("close", (c) => r(c ?? 1)));
+    const { code, stdout } = await this.runner.capture(binary.path, args, { cwd, env, onStderr: (d) => this.log.write(d) });
     if (code !== 0) throw new StepFailed(`${this.assignment.workspace.engine} ${args.join(" ")} exited with code ${code}`);
-    return Buffer.concat(parts);
+    return stdout;
   }
 
   private async spawn(command: string, args: string[], cwd: string, env: NodeJS.ProcessEnv, onOutput: (b: Buffer) => void): Promise<number> {
-    const proc = startProcess(command, args, { cwd, env, onOutput });
+    const proc = this.runner.start(command, args, { cwd, env, onOutput });
     this.process = proc;
     // A signal that arrived between steps applies to this one too.
     if (this.stopSignalled) proc.signal("SIGKILL");
-    const { code, signal } = await proc.done;
+    const { code, signal, failure } = await proc.done;
     this.process = undefined;
+    if (failure) throw new DroverError("internal", failure);
     return code ?? (signal ? 128 : 1);
   }
 

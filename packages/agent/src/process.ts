@@ -4,7 +4,8 @@ import { spawn } from "node:child_process";
 export interface RunningProcess {
   /** Sends a signal to the process (SIGKILL: to its whole process group). */
   signal(sig: NodeJS.Signals): void;
-  done: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  /** `failure` is set when the step's fate is unknown (its runner was lost): never a success. */
+  done: Promise<{ code: number | null; signal: NodeJS.Signals | null; failure?: string }>;
 }
 
 /**

@@ -1,4 +1,4 @@
-import { createLogger, loadAgentConfig, runAgent, type AgentConfig, type AgentFlags } from "@drover/agent";
+import { createLogger, loadAgentConfig, loadWorkerSettings, runAgent, runController, runWorker, type AgentConfig, type AgentFlags } from "@drover/agent";
 import { DroverError } from "@drover/protocol";
 import type { Command } from "commander";
 
@@ -40,5 +40,47 @@ export function registerAgentCommands(program: Command): void {
       const { done } = await runAgent(config, log);
       const code = await done;
       process.exit(code);
+    });
+  agent
+    .command("controller")
+    .description("Kubernetes job mode: claim jobs and launch one Kubernetes Job per run phase")
+    .option("--token <token>", "pool token (DROVER_TOKEN)")
+    .option("--url <url>", "server URL (DROVER_URL)")
+    .option("--name <name>", "controller name (DROVER_AGENT_NAME)")
+    .option("--concurrency <n>", "Jobs in flight (DROVER_AGENT_CONCURRENCY; default 10)")
+    .action(async (opts: AgentFlags) => {
+      let config: AgentConfig;
+      try {
+        config = loadAgentConfig({ ...process.env, DROVER_AGENT_DRIVER: "kubernetes" }, opts);
+      } catch (err) {
+        if (err instanceof DroverError) {
+          process.stderr.write(`drover agent controller: ${err.message}\n`);
+          process.exit(2);
+        }
+        throw err;
+      }
+      const log = createLogger(config.logFormat, config.debug);
+      try {
+        process.exit(await runController(config, process.env, log));
+      } catch (err) {
+        log.error(err instanceof Error ? err.message : String(err));
+        process.exit(1);
+      }
+    });
+  agent
+    .command("worker")
+    .description("Inside a task pod: run the pod's job, driving the runner container through the exec-loop")
+    .action(async () => {
+      let settings;
+      try {
+        settings = loadWorkerSettings(process.env);
+      } catch (err) {
+        if (err instanceof DroverError) {
+          process.stderr.write(`drover agent worker: ${err.message}\n`);
+          process.exit(2);
+        }
+        throw err;
+      }
+      process.exit(await runWorker(settings, createLogger("json", false)));
     });
 }

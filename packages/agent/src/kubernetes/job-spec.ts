@@ -1,0 +1,115 @@
+import type { V1Container, V1Job, V1JobSpec, V1Volume, V1VolumeMount } from "@kubernetes/client-node";
+import type { JobAssignment } from "@drover/protocol";
+
+/** Labels on every Job and pod the controller creates (SPEC §6). */
+export const labels = {
+  runId: "drover.dev/run-id",
+  workspaceId: "drover.dev/workspace-id",
+  phase: "drover.dev/phase",
+  poolId: "drover.dev/pool-id",
+  controller: "drover.dev/controller",
+  jobId: "drover.dev/job-id",
+  k8sJob: "drover.dev/k8s-job",
+} as const;
+
+/** Deterministic Job name: a retry of the same attempt gets AlreadyExists, never a duplicate. */
+export function jobName(a: Pick<JobAssignment, "runId" | "phase" | "attempt">): string {
+  return `drover-${a.runId}-${a.phase}-${a.attempt}`.toLowerCase().replace(/[^a-z0-9-]/g, "-").slice(0, 63).replace(/-+$/, "");
+}
+
+/** Settings the controller injects into every task pod. */
+export interface TaskSettings {
+  namespace: string;
+  controllerName: string;
+  serverUrl: string;
+  workerImage: string;
+  execLoopPath: string;
+  stopAction: string;
+  gracePeriodSeconds: number;
+  activeDeadlineSeconds: number;
+  ttlSecondsAfterFinished: number;
+}
+
+const mounts = {
+  exec: { name: "drover-exec", mountPath: "/drover/exec" },
+  run: { name: "drover-run", mountPath: "/drover/run" },
+  bin: { name: "drover-bin", mountPath: "/drover/bin" },
+  secret: { name: "drover-job", mountPath: "/var/run/drover/job", readOnly: true },
+};
+
+function addMounts(c: V1Container, wanted: V1VolumeMount[]): void {
+  c.volumeMounts = [...(c.volumeMounts ?? []).filter((m) => !wanted.some((w) => w.name === m.name)), ...wanted];
+}
+
+function setEnv(c: V1Container, values: Record<string, string>): void {
+  c.env = [...(c.env ?? []).filter((e) => !(e.name in values)), ...Object.entries(values).map(([name, value]) => ({ name, value }))];
+}
+
+/**
+ * The Job for one claimed job: the AgentTask's jobTemplate plus what Drover needs — labels,
+ * anti-eviction annotations, self-limits, the exec-loop copied in by an init container, the
+ * shared volumes, and the job Secret mounted into the worker only. No token is in the spec.
+ */
+export function buildJob(a: JobAssignment, template: V1JobSpec | undefined, s: TaskSettings): V1Job {
+  const name = jobName(a);
+  const spec: V1JobSpec = structuredClone(template ?? { template: { spec: { containers: [] } } });
+  const meta = {
+    [labels.runId]: a.runId,
+    [labels.workspaceId]: a.workspace.id,
+    [labels.phase]: a.phase,
+    [labels.controller]: s.controllerName,
+    [labels.jobId]: a.jobId,
+    [labels.k8sJob]: name,
+  };
+  const annotations = { "cluster-autoscaler.kubernetes.io/safe-to-evict": "false", "karpenter.sh/do-not-disrupt": "true" };
+  spec.backoffLimit = 0;
+  spec.activeDeadlineSeconds ??= s.activeDeadlineSeconds;
+  spec.ttlSecondsAfterFinished ??= s.ttlSecondsAfterFinished;
+  spec.template.metadata = { ...spec.template.metadata, labels: { ...spec.template.metadata?.labels, ...meta }, annotations: { ...spec.template.metadata?.annotations, ...annotations } };
+  const pod = (spec.template.spec ??= { containers: [] });
+  pod.restartPolicy = "Never";
+  pod.terminationGracePeriodSeconds ??= s.gracePeriodSeconds;
+  const volumes: V1Volume[] = [
+    { name: mounts.exec.name, emptyDir: {} },
+    { name: mounts.run.name, emptyDir: {} },
+    { name: mounts.bin.name, emptyDir: {} },
+    { name: mounts.secret.name, secret: { secretName: `${name}-job`, defaultMode: 0o400 } },
+  ];
+  pod.volumes = [...(pod.volumes ?? []).filter((v) => !volumes.some((w) => w.name === v.name)), ...volumes];
+
+  const init: V1Container = pod.initContainers?.find((c) => c.name === "drover-init") ?? {
+    name: "drover-init",
+    image: s.workerImage,
+    command: ["sh", "-c", `cp "${s.execLoopPath}" /drover/bin/exec-loop.sh && chmod 0755 /drover/bin/exec-loop.sh`],
+  };
+  addMounts(init, [mounts.bin]);
+  pod.initContainers = [init, ...(pod.initContainers ?? []).filter((c) => c.name !== "drover-init")];
+
+  let worker = pod.containers.find((c) => c.name === "worker");
+  if (!worker) {
+    worker = { name: "worker", image: s.workerImage };
+    pod.containers.unshift(worker);
+  }
+  worker.command ??= ["drover"];
+  worker.args ??= ["agent", "worker"];
+  setEnv(worker, {
+    DROVER_URL: s.serverUrl,
+    DROVER_EXEC_DIR: mounts.exec.mountPath,
+    DROVER_WORKER_RUN_DIR: mounts.run.mountPath,
+    DROVER_WORKER_SECRET_DIR: mounts.secret.mountPath,
+    DROVER_AGENT_WORKER_ON_STOP_ACTION: s.stopAction,
+    DROVER_AGENT_GRACE_PERIOD_SECONDS: String(s.gracePeriodSeconds),
+  });
+  addMounts(worker, [mounts.exec, mounts.run, mounts.secret]);
+
+  let runner = pod.containers.find((c) => c.name === "runner");
+  if (!runner) {
+    runner = { name: "runner", image: "ghcr.io/drover-dev/drover-runner:latest" };
+    pod.containers.push(runner);
+  }
+  runner.command ??= ["/bin/sh", "/drover/bin/exec-loop.sh"];
+  setEnv(runner, { DROVER_EXEC_DIR: mounts.exec.mountPath });
+  addMounts(runner, [mounts.exec, mounts.run, { ...mounts.bin, readOnly: true }]);
+
+  return { apiVersion: "batch/v1", kind: "Job", metadata: { name, namespace: s.namespace, labels: meta, annotations }, spec };
+}

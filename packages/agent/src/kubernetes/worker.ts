@@ -1,0 +1,97 @@
+import { DroverError, jobAssignmentSchema } from "@drover/protocol";
+import { readFileSync } from "node:fs";
+import { hostname } from "node:os";
+import { join } from "node:path";
+import type { Logger } from "pino";
+import { AgentClient } from "../client.js";
+import { stopPlan, type AgentConfig, type StopAction } from "../config.js";
+import { JobRun } from "../job.js";
+import { ExecLoopRunner } from "./exec-loop-runner.js";
+
+/** Where the controller's Secret (job token + assignment) is mounted in the worker container. */
+export const defaultJobSecretDir = "/var/run/drover/job";
+
+/** Settings of `drover agent worker`, from its environment (set by the controller's Job). */
+export interface WorkerSettings {
+  url: string;
+  secretDir: string;
+  execDir: string;
+  runDir: string;
+  stopAction: StopAction;
+  gracePeriodMs: number;
+  caCertPem: string | undefined;
+  runnerStaleMs: number;
+}
+
+export function loadWorkerSettings(env: NodeJS.ProcessEnv): WorkerSettings {
+  const url = env.DROVER_URL;
+  if (!url) throw new DroverError("bad_request", "DROVER_URL is not set; the worker is started by the controller's Job, which sets it");
+  const stopAction = (env.DROVER_AGENT_WORKER_ON_STOP_ACTION ?? "graceful") as StopAction;
+  if (!["graceful", "drain", "force"].includes(stopAction)) throw new DroverError("bad_request", `DROVER_AGENT_WORKER_ON_STOP_ACTION ${stopAction} is not graceful, drain or force`);
+  return {
+    url: url.replace(/\/+$/, ""),
+    secretDir: env.DROVER_WORKER_SECRET_DIR ?? defaultJobSecretDir,
+    execDir: env.DROVER_EXEC_DIR ?? "/drover/exec",
+    runDir: env.DROVER_WORKER_RUN_DIR ?? "/drover/run",
+    stopAction,
+    gracePeriodMs: Number(env.DROVER_AGENT_GRACE_PERIOD_SECONDS ?? 120) * 1000,
+    caCertPem: env.DROVER_CA_CERT ? readFileSync(env.DROVER_CA_CERT, "utf8") : undefined,
+    runnerStaleMs: Number(env.DROVER_WORKER_RUNNER_STALE_SECONDS ?? 30) * 1000,
+  };
+}
+
+/**
+ * Runs the one job of this pod: reads the job token the controller left in a Secret, owns the
+ * run (heartbeats, logs, status straight to the server) and executes its steps in the runner
+ * container through the exec-loop. Resolves with the exit code.
+ */
+export async function runWorker(settings: WorkerSettings, log: Logger): Promise<number> {
+  const token = readFileSync(join(settings.secretDir, "token"), "utf8").trim();
+  const assignment = jobAssignmentSchema.parse({ ...JSON.parse(readFileSync(join(settings.secretDir, "assignment.json"), "utf8")), jobToken: token });
+  const runner = new ExecLoopRunner(settings.execDir, settings.runnerStaleMs);
+  runner.touchWorkerHeartbeat();
+  const beat = setInterval(() => runner.touchWorkerHeartbeat(), 5_000);
+  const config: AgentConfig = {
+    url: settings.url,
+    token: "",
+    name: hostname(),
+    driver: "kubernetes",
+    concurrency: 1,
+    single: true,
+    dataDir: settings.runDir,
+    cacheDir: join(settings.runDir, ".cache"),
+    providerCacheEnabled: false,
+    providerCacheSizeLimitMb: 0,
+    moduleCacheEnabled: false,
+    moduleCacheSizeLimitMb: 0,
+    binaryCacheSizeLimitMb: 0,
+    stopAction: settings.stopAction,
+    gracePeriodMs: settings.gracePeriodMs,
+    logFormat: "json",
+    debug: false,
+    healthPort: 0,
+    otlpEndpoint: undefined,
+    otlpMetricsEnabled: false,
+    otlpTracesEnabled: false,
+    caCertPem: settings.caCertPem,
+    taskCaCertPath: undefined,
+    hooksDir: undefined,
+    hookTimeoutMs: 600_000,
+    pollWaitMs: 0,
+    kubernetesTaskTemplate: undefined,
+  };
+  const job = new JobRun(assignment, new AgentClient(settings.url, settings.caCertPem), config, log, runner);
+  const onStop = () => {
+    log.info("stop signal received; stopping the run");
+    job.stop(stopPlan(settings.stopAction, settings.gracePeriodMs), settings.stopAction);
+  };
+  process.on("SIGTERM", onStop);
+  process.on("SIGINT", onStop);
+  try {
+    await job.execute();
+  } finally {
+    clearInterval(beat);
+    runner.shutdown();
+  }
+  return 0;
+}

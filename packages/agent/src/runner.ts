@@ -1,0 +1,33 @@
+import { spawn } from "node:child_process";
+import type { Engine } from "@drover/protocol";
+import { resolveEngine, type EngineBinary } from "./engine.js";
+import { startProcess, type RunningProcess } from "./process.js";
+
+/** Where a job's steps execute: as local processes, or in a runner container via the exec-loop. */
+export interface Runner {
+  /** The terraform/tofu binary where steps run, and its version. */
+  engine(engine: Engine, version: string | null, cacheDir: string): Promise<EngineBinary>;
+  /** Starts a step whose stdout+stderr stream to `onOutput`. */
+  start(command: string, args: string[], options: { cwd: string; env: NodeJS.ProcessEnv; onOutput(chunk: Buffer): void }): RunningProcess;
+  /** Runs a step whose stdout is data; stderr streams to `onStderr`. */
+  capture(command: string, args: string[], options: { cwd: string; env: NodeJS.ProcessEnv; onStderr(chunk: Buffer): void }): Promise<{ code: number; stdout: Buffer }>;
+}
+
+/** The local driver: steps are child processes of the agent. */
+export const localRunner: Runner = {
+  async engine(engine, version, cacheDir) {
+    return resolveEngine(engine, version, cacheDir, process.env.PATH);
+  },
+  start: startProcess,
+  async capture(command, args, options) {
+    const child = spawn(command, args, { cwd: options.cwd, env: options.env, stdio: ["ignore", "pipe", "pipe"] });
+    const parts: Buffer[] = [];
+    child.stdout.on("data", (d: Buffer) => parts.push(d));
+    child.stderr.on("data", options.onStderr);
+    const code = await new Promise<number>((resolve) => {
+      child.on("error", () => resolve(127));
+      child.on("close", (c) => resolve(c ?? 1));
+    });
+    return { code, stdout: Buffer.concat(parts) };
+  },
+};
