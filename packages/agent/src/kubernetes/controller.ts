@@ -17,7 +17,12 @@ interface Tracked {
   /** A failure was reported for it (reported once). */
   reported: boolean;
   podSeen: boolean;
+  /** The latest state of its pod, for a second look before a generic report. */
+  lastPod?: V1Pod;
+  pendingGeneric?: boolean;
 }
+
+const genericReportDelayMs = 2_000;
 
 /** Controller settings beyond the agent's. */
 export interface ControllerSettings {
@@ -245,9 +250,22 @@ export class Controller {
     const t = this.tracked.get(name);
     if (!t) return;
     t.podSeen = true;
+    t.lastPod = pod;
     if (pod.status?.containerStatuses?.some((c) => c.name === "worker" && (c.state?.running || c.state?.terminated))) t.started = true;
     const failure = describePodFailure(pod, Date.now(), this.settings.timings);
-    if (failure) void this.report(name, failure);
+    if (!failure) return;
+    if (!failure.generic) {
+      void this.report(name, failure.message);
+      return;
+    }
+    // Containers die a moment before the kubelet records why (eviction, OOM): look again
+    // shortly and report the most specific reason known by then.
+    if (t.pendingGeneric) return;
+    t.pendingGeneric = true;
+    setTimeout(() => {
+      const latest = t.lastPod ? describePodFailure(t.lastPod, Date.now(), this.settings.timings) : undefined;
+      void this.report(name, (latest ?? failure).message);
+    }, genericReportDelayMs).unref();
   }
 
   /**

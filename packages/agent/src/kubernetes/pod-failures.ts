@@ -8,11 +8,23 @@ export interface FailureTimings {
 
 const pullReasons = new Set(["ErrImagePull", "ImagePullBackOff", "CreateContainerError", "CreateContainerConfigError", "RunContainerError"]);
 
+/** Why a task pod failed; `generic` when a more specific reason may still be recorded. */
+export interface PodFailure {
+  message: string;
+  generic: boolean;
+}
+
 /**
  * A one-line description of why a task pod failed, or undefined while it is healthy (or
  * still within a grace period). Specific reasons first; the caller reports it once.
  */
-export function describePodFailure(pod: V1Pod, now: number, t: FailureTimings): string | undefined {
+export function describePodFailure(pod: V1Pod, now: number, t: FailureTimings): PodFailure | undefined {
+  const reason = podFailureReason(pod, now, t);
+  if (!reason) return undefined;
+  return { message: reason, generic: reason.startsWith("the worker container exited") };
+}
+
+function podFailureReason(pod: V1Pod, now: number, t: FailureTimings): string | undefined {
   const status = pod.status;
   if (!status) return undefined;
   const name = pod.metadata?.name ?? "?";

@@ -1,0 +1,229 @@
+import assert from "node:assert/strict";
+import { readFileSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { after, before, describe, test } from "node:test";
+import { parse } from "yaml";
+import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
+import { droverBin, spawnDrover, type Proc } from "../support/processes.js";
+import { fastTimings, kube, startTestCluster, type TestCluster } from "./cluster.js";
+
+// Kubernetes job mode end to end: the real server, the real controller process, the test
+// cluster running each task pod's worker and runner (terraform via the exec-loop) as processes.
+
+const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
+const ns = "drover";
+let cluster: TestCluster;
+let stack: Stack;
+let controller: Proc;
+
+function taskTemplate(tfrc: string) {
+  return {
+    apiVersion: "drover.dev/v1alpha1",
+    kind: "AgentTask",
+    metadata: { name: "task-template", namespace: ns },
+    spec: {
+      jobTemplate: {
+        ttlSecondsAfterFinished: 600,
+        template: {
+          spec: {
+            containers: [
+              { name: "worker", image: "ghcr.io/drover-dev/drover:test", command: [process.execPath, droverBin], args: ["agent", "worker"], env: [{ name: "DROVER_WORKER_RUNNER_STALE_SECONDS", value: "10" }] },
+              {
+                name: "runner",
+                image: "ghcr.io/drover-dev/drover-runner:test",
+                env: [
+                  { name: "TF_CLI_CONFIG_FILE", value: tfrc },
+                  { name: "CHECKPOINT_DISABLE", value: "1" },
+                ],
+              },
+            ],
+          },
+        },
+      },
+    },
+  };
+}
+
+function startController(name = "ctl"): Proc {
+  return spawnDrover(["agent", "controller"], {
+    ...stack.baseEnv,
+    KUBECONFIG: cluster.kubeconfigPath,
+    DROVER_TOKEN: stack.poolToken,
+    DROVER_AGENT_NAME: name,
+    DROVER_AGENT_KUBERNETES_NAMESPACE: ns,
+    DROVER_AGENT_KUBERNETES_TASK_TEMPLATE: "task-template",
+    DROVER_AGENT_KUBERNETES_WORKER_IMAGE: "ghcr.io/drover-dev/drover:test",
+    DROVER_AGENT_EXEC_LOOP_PATH: join(repo, "packages", "agent", "exec-loop", "exec-loop.sh"),
+    // Long enough for the cancel-before-start test to cancel a pod stuck pulling its image.
+    DROVER_AGENT_IMAGE_PULL_GRACE_SECONDS: "6",
+    DROVER_AGENT_HEALTH_PORT: "0",
+    DROVER_AGENT_LOG_FORMAT: "plain",
+  });
+}
+
+async function jobsOf(runId: string): Promise<any[]> {
+  const res = await kube(cluster, "GET", `/apis/batch/v1/namespaces/${ns}/jobs?labelSelector=${encodeURIComponent(`drover.dev/run-id=${runId}`)}`);
+  return res.body.items;
+}
+
+async function until<T>(what: string, check: () => Promise<T | undefined | false>, timeoutMs = 60_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await check();
+    if (v) return v;
+    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+async function workspace(name: string) {
+  const res = await stack.server.api("POST", "/api/v1/workspaces", { name, pool: stack.pool });
+  assert.equal(res.status, 201, JSON.stringify(res.body));
+}
+
+const longApply = (seconds: number) => ({ "main.tf": `resource "terraform_data" "long" {\n  input = timestamp()\n  provisioner "local-exec" {\n    command = "echo started-long; sleep ${seconds}"\n  }\n}\n` });
+
+before(async () => {
+  cluster = await startTestCluster({ timings: fastTimings });
+  stack = await startStack();
+  const tfrc = join(stack.dir, "runner-terraformrc");
+  writeFileSync(tfrc, "");
+  assert.equal((await kube(cluster, "POST", "/api/v1/namespaces", { metadata: { name: ns } })).status, 201);
+  const crd = parse(readFileSync(join(repo, "deploy", "kubernetes", "agenttasks.drover.dev.yaml"), "utf8"));
+  assert.equal((await kube(cluster, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)).status, 201);
+  await until("the CRD to be served", async () => (await kube(cluster, "GET", `/apis/drover.dev/v1alpha1/namespaces/${ns}/agenttasks`)).status === 200);
+  const created = await kube(cluster, "POST", `/apis/drover.dev/v1alpha1/namespaces/${ns}/agenttasks`, taskTemplate(tfrc));
+  assert.equal(created.status, 201, JSON.stringify(created.body));
+  controller = startController();
+  await until("the controller to register", async () => (await stack.server.api("GET", `/api/v1/agents?pool=${stack.pool}`)).body.items.some((a: any) => a.name === "ctl" && a.status !== "offline"));
+});
+
+after(async () => {
+  await controller?.stop("SIGKILL");
+  await stack?.stop();
+  await cluster?.close();
+});
+
+describe("Kubernetes job mode", () => {
+  test("examples/hello plan+apply runs through Jobs; the log is complete and ordered; state is in the server", async () => {
+    await workspace("k8s-hello");
+    const runId = await stack.startRun(join(repo, "examples", "hello"), "k8s-hello", ["--auto-apply"]);
+    const run = await stack.waitForRun(runId, ["applied", "errored", "canceled"], 120_000);
+    const plan = await runLog(stack.server, runId, "plan");
+    const apply = await runLog(stack.server, runId, "apply");
+    assert.equal(run.status, "applied", `${plan}\n${apply}\n${controller.output()}`);
+    const order = ["[drover] plan of run", "$ terraform init", "$ terraform plan", "Plan: 2 to add", "[drover] plan succeeded"].map((s) => plan.indexOf(s));
+    assert.ok(order.every((v, i) => v >= 0 && (i === 0 || v > order[i - 1]!)), `plan log out of order: ${order}`);
+    assert.match(apply, /Hello from Drover, from run run-/);
+    assert.match(apply, /Apply complete! Resources: 2 added/);
+    const ws = (await stack.server.api("GET", "/api/v1/workspaces/k8s-hello")).body;
+    assert.ok((await stack.server.api("GET", `/api/v1/workspaces/${ws.id}/state-versions`)).body.items.length >= 1);
+    const jobs = await jobsOf(runId);
+    assert.deepEqual(jobs.map((j) => j.metadata.labels["drover.dev/phase"]).sort(), ["apply", "plan"], "one Job per phase");
+    for (const j of jobs) {
+      assert.equal(j.spec.backoffLimit, 0);
+      assert.equal(j.spec.template.spec.restartPolicy, "Never");
+      assert.ok(j.spec.activeDeadlineSeconds > 0 && j.spec.ttlSecondsAfterFinished >= 0);
+      assert.equal(j.spec.template.metadata.annotations["cluster-autoscaler.kubernetes.io/safe-to-evict"], "false");
+      assert.equal(j.spec.template.metadata.annotations["karpenter.sh/do-not-disrupt"], "true");
+      for (const l of ["drover.dev/run-id", "drover.dev/workspace-id", "drover.dev/phase", "drover.dev/controller"]) assert.ok(j.metadata.labels[l], l);
+    }
+  });
+
+  test("no token appears in any Job or pod spec read back through the API", async () => {
+    const jobs = await kube(cluster, "GET", `/apis/batch/v1/namespaces/${ns}/jobs`);
+    const pods = await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods`);
+    assert.ok(jobs.body.items.length > 0 && pods.body.items.length > 0);
+    const text = JSON.stringify([jobs.body, pods.body]);
+    assert.ok(!/drv_[jpsu]_/.test(text), "a token leaked into a Job or pod spec");
+    assert.ok(pods.body.items.every((p: any) => p.spec.volumes.some((v: any) => v.secret?.secretName?.endsWith("-job"))), "the job token reaches pods through a Secret volume");
+  });
+
+  test("the controller killed and restarted mid-run: the run completes, no second Job appears", async () => {
+    await workspace("k8s-restart");
+    const runId = await stack.startRun(writeConfig(stack.dir, "k8s-restart", longApply(4)), "k8s-restart", ["--auto-apply"]);
+    await stack.waitForRun(runId, ["applying"], 60_000);
+    await controller.stop("SIGKILL");
+    controller = startController();
+    const run = await stack.waitForRun(runId, ["applied", "errored", "canceled"], 120_000);
+    assert.equal(run.status, "applied", await runLog(stack.server, runId, "apply"));
+    const jobs = await jobsOf(runId);
+    assert.equal(jobs.length, 2, `Jobs: ${jobs.map((j) => j.metadata.name).join(", ")}`);
+  });
+
+  test("cancel during apply interrupts terraform (SIGINT first); the run ends canceled with the lock released", async () => {
+    await workspace("k8s-cancel");
+    const runId = await stack.startRun(writeConfig(stack.dir, "k8s-cancel", longApply(120)), "k8s-cancel", ["--auto-apply"]);
+    await stack.waitForRun(runId, ["applying"], 60_000);
+    await until("the provisioner to start", async () => (await runLog(stack.server, runId, "apply")).includes("started-long"));
+    assert.equal((await stack.cli(["run", "cancel", runId])).code, 0);
+    const run = await stack.waitForRun(runId, ["canceled", "errored", "applied"], 60_000);
+    const log = await runLog(stack.server, runId, "apply");
+    assert.equal(run.status, "canceled", log);
+    assert.match(log, /Interrupt received/, "terraform got SIGINT and stopped gracefully");
+    assert.equal((await stack.server.api("GET", "/api/v1/workspaces/k8s-cancel")).body.stateLocked, false);
+  });
+
+  test("cancel before the worker starts deletes the Job", async () => {
+    await workspace("k8s-early-cancel");
+    cluster.setImagePullable("ghcr.io/drover-dev/drover:test", false);
+    try {
+      const runId = await stack.startRun(join(repo, "examples", "hello"), "k8s-early-cancel", ["--auto-apply"]);
+      const job = await until("the Job", async () => (await jobsOf(runId))[0]);
+      assert.ok(job);
+      assert.equal((await stack.cli(["run", "cancel", runId])).code, 0);
+      assert.equal((await stack.waitForRun(runId, ["canceled", "errored"], 30_000)).status, "canceled");
+      await until("the Job to be deleted", async () => (await jobsOf(runId)).length === 0, 30_000);
+    } finally {
+      cluster.setImagePullable("ghcr.io/drover-dev/drover:test", true);
+    }
+  });
+});
+
+describe("pod failures reach the run log once, with specifics", () => {
+  async function failingRun(name: string, cause: (podName: string) => void | Promise<void>, files = longApply(60)) {
+    await workspace(name);
+    const runId = await stack.startRun(writeConfig(stack.dir, name, files), name, ["--auto-apply"]);
+    const pod = await until("a running task pod", async () => {
+      const pods = await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods?labelSelector=${encodeURIComponent(`drover.dev/run-id=${runId}`)}`);
+      const running = pods.body.items.find((p: any) => p.metadata.labels["drover.dev/phase"] === "apply" && p.status?.phase === "Running");
+      return running?.metadata.name as string | undefined;
+    });
+    await until("the provisioner to start", async () => (await runLog(stack.server, runId, "apply")).includes("started-long"));
+    await cause(pod);
+    const run = await stack.waitForRun(runId, ["errored", "applied", "canceled"], 60_000);
+    return { run, log: await runLog(stack.server, runId, "apply") };
+  }
+
+  test("OOMKilled", async () => {
+    const { run, log } = await failingRun("k8s-oom", (pod) => {
+      cluster.simulateOom(ns, pod, "runner");
+    });
+    assert.equal(run.status, "errored");
+    assert.equal(log.match(/OOMKilled/g)?.length, 1, log);
+  });
+
+  test("evicted", async () => {
+    const { run, log } = await failingRun("k8s-evict", (pod) => {
+      cluster.evict(ns, pod);
+    });
+    assert.equal(run.status, "errored");
+    assert.equal(log.match(/evicted/g)?.length, 1, log);
+  });
+
+  test("image pull failure", async () => {
+    await workspace("k8s-pull");
+    cluster.setImagePullable("ghcr.io/drover-dev/drover-runner:test", false);
+    try {
+      const runId = await stack.startRun(join(repo, "examples", "hello"), "k8s-pull", ["--auto-apply"]);
+      const run = await stack.waitForRun(runId, ["errored", "applied", "canceled"], 60_000);
+      const log = await runLog(stack.server, runId, "plan");
+      assert.equal(run.status, "errored");
+      assert.equal(log.match(/ErrImagePull|ImagePullBackOff/g)?.length, 1, log);
+      assert.match(log, /drover-runner:test/);
+    } finally {
+      cluster.setImagePullable("ghcr.io/drover-dev/drover-runner:test", true);
+    }
+  });
+});
