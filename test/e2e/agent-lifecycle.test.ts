@@ -42,10 +42,12 @@ test("kill -9 of the agent mid-run: the run ends errored (agent lost) and the wo
   assert.equal(ws.body.currentRunId, null);
   assert.equal(ws.body.stateLocked, false, "the dead run's state lock was released");
 
-  await stack.startAgent("rescuer");
+  const rescuer = await stack.startAgent("rescuer");
   const quick = writeConfig(stack.dir, "killed-ok", { "main.tf": 'resource "terraform_data" "ok" {}\n' });
   const next = await stack.startRun(quick, "killed", ["--auto-apply"]);
   assert.equal((await stack.waitForRun(next, ["applied", "errored"])).status, "applied");
+  // Later tests need their run to land on their own agent.
+  await rescuer.stop();
 });
 
 describe("SIGTERM stop modes (SPEC §5)", () => {
