@@ -3,6 +3,7 @@ import { benchDispatch } from "./dispatch.js";
 import { benchScale } from "./scale.js";
 import { benchOverhead } from "./overhead.js";
 import { benchAgentIdle, benchLogStreaming } from "./agent-resources.js";
+import { benchKubernetes } from "./kubernetes.js";
 import { repoRoot } from "./harness.js";
 import { writeReport, type Figure } from "./report.js";
 
@@ -13,6 +14,7 @@ const benches: Record<string, () => Promise<Figure[]>> = {
   "agent-idle": () => benchAgentIdle(),
   logs: () => benchLogStreaming(),
   scale: () => benchScale(),
+  kubernetes: () => benchKubernetes(),
 };
 
 const selected = process.argv.slice(2);
