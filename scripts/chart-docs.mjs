@@ -1,0 +1,95 @@
+// Generates, for every chart under charts/: the README values table (between the markers
+// <!-- values:start --> and <!-- values:end -->) and values.schema.json, both from the
+// `# -- description` comments and defaults of values.yaml. `--check` exits 1 when either is
+// stale instead of writing.
+import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { isMap, isScalar, isSeq, parseDocument } from "yaml";
+
+/** Values whose allowed set is narrower than their type. */
+const enums = {
+  "agent.shutdownMode": ["graceful", "drain", "force"],
+  "agent.logFormat": ["json", "plain", "dev"],
+  "image.pullPolicy": ["Always", "IfNotPresent", "Never"],
+  "persistence.persistentVolumeClaim.accessMode": ["ReadWriteOnce", "ReadWriteMany", "ReadOnlyMany", "ReadWriteOncePod"],
+};
+const ranges = { "agent.concurrency": [1, 1000], terminationGracePeriodSeconds: [1, 86400], replicaCount: [0, 1000] };
+
+function description(comment) {
+  if (!comment) return undefined;
+  const lines = comment.split("\n").map((l) => l.trim());
+  const at = lines.findIndex((l) => l.startsWith("--"));
+  if (at < 0) return undefined;
+  return lines.slice(at).join(" ").replace(/^--\s*/, "").trim();
+}
+
+function walk(node, path, rows) {
+  if (!isMap(node)) return;
+  for (const pair of node.items) {
+    const key = String(pair.key.value);
+    const full = path ? `${path}.${key}` : key;
+    const desc = description(pair.key.commentBefore ?? pair.commentBefore);
+    const value = pair.value?.toJSON?.() ?? (isScalar(pair.value) ? pair.value.value : null);
+    const documentedChildren = isMap(pair.value) && pair.value.items.some((p) => description(p.key.commentBefore ?? p.commentBefore) || isMap(p.value));
+    if (desc && !(isMap(pair.value) && documentedChildren)) rows.push({ key: full, type: Array.isArray(value) ? "list" : value === null ? "string" : typeof value === "object" ? "object" : typeof value === "number" ? (Number.isInteger(value) ? "int" : "float") : typeof value, value, desc });
+    if (isMap(pair.value) && documentedChildren) walk(pair.value, full, rows);
+  }
+}
+
+function schemaOf(value, path) {
+  if (Array.isArray(value)) return { type: "array" };
+  if (value === null) return {};
+  if (typeof value === "object") {
+    const keys = Object.keys(value);
+    // An empty map is free-form (annotations, nodeSelector, extraEnv…).
+    if (keys.length === 0) return { type: "object" };
+    const properties = Object.fromEntries(keys.map((k) => [k, schemaOf(value[k], path ? `${path}.${k}` : k)]));
+    const freeForm = ["resources", "affinity", "strategy", "podSecurityContext", "securityContext"].some((p) => path === p || path.endsWith(`.${p}`));
+    return { type: "object", properties, additionalProperties: freeForm };
+  }
+  const s = { type: typeof value === "number" ? (Number.isInteger(value) ? "integer" : "number") : typeof value === "boolean" ? "boolean" : "string" };
+  if (enums[path]) s.enum = enums[path];
+  if (ranges[path]) Object.assign(s, { minimum: ranges[path][0], maximum: ranges[path][1] });
+  if (s.type === "integer" && typeof value === "number" && String(value).length > 0 && /Port$/.test(path)) Object.assign(s, { minimum: 0, maximum: 65535 });
+  return s;
+}
+
+function render(chartDir) {
+  const doc = parseDocument(readFileSync(join(chartDir, "values.yaml"), "utf8"));
+  const rows = [];
+  walk(doc.contents, "", rows);
+  rows.sort((a, b) => a.key.localeCompare(b.key));
+  const cell = (s) => String(s).replace(/\|/g, "\\|").replace(/\n/g, " ");
+  const table = ["| Key | Type | Default | Description |", "|-----|------|---------|-------------|", ...rows.map((r) => `| ${r.key} | ${r.type} | \`${cell(JSON.stringify(r.value))}\` | ${cell(r.desc)} |`)].join("\n");
+  const values = doc.toJSON();
+  const schema = { $schema: "http://json-schema.org/draft-07/schema#", title: `${chartDir.split("/").pop()} values`, ...schemaOf(values, "") };
+  return { table, schema: JSON.stringify(schema, null, 2) + "\n" };
+}
+
+const check = process.argv.includes("--check");
+const chartsDir = join(process.cwd(), "charts");
+let stale = [];
+for (const name of readdirSync(chartsDir)) {
+  const dir = join(chartsDir, name);
+  if (!existsSync(join(dir, "values.yaml"))) continue;
+  const { table, schema } = render(dir);
+  const readmePath = join(dir, "README.md");
+  const readme = existsSync(readmePath) ? readFileSync(readmePath, "utf8") : `# ${name}\n\n## Values\n\n<!-- values:start -->\n<!-- values:end -->\n`;
+  const start = readme.indexOf("<!-- values:start -->");
+  const end = readme.indexOf("<!-- values:end -->");
+  if (start < 0 || end < 0) throw new Error(`${readmePath} lacks the <!-- values:start --> / <!-- values:end --> markers`);
+  const newReadme = `${readme.slice(0, start)}<!-- values:start -->\n${table}\n${readme.slice(end)}`;
+  const schemaPath = join(dir, "values.schema.json");
+  const oldSchema = existsSync(schemaPath) ? readFileSync(schemaPath, "utf8") : "";
+  if (check) {
+    if (newReadme !== readme) stale.push(`${name}/README.md`);
+    if (schema !== oldSchema) stale.push(`${name}/values.schema.json`);
+  } else {
+    writeFileSync(readmePath, newReadme);
+    writeFileSync(schemaPath, schema);
+  }
+}
+if (stale.length > 0) {
+  console.error(`stale chart docs: ${stale.join(", ")}; run \`node scripts/chart-docs.mjs\``);
+  process.exit(1);
+}
