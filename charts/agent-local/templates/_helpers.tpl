@@ -83,10 +83,6 @@ DROVER_URL DROVER_TOKEN DROVER_TOKEN_FILE DROVER_AGENT_DRIVER DROVER_AGENT_CONCU
 - name: DROVER_URL
   value: {{ . | quote }}
 {{- end }}
-- name: DROVER_AGENT_NAME
-  valueFrom:
-    fieldRef:
-      fieldPath: metadata.name
 - name: DROVER_AGENT_WORKER_ON_STOP_ACTION
   value: {{ .Values.agent.shutdownMode | quote }}
 - name: DROVER_AGENT_GRACE_PERIOD_SECONDS

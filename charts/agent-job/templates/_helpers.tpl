@@ -1,0 +1,136 @@
+{{- define "drover.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "drover.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name (include "drover.name" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "drover.labels" -}}
+app.kubernetes.io/name: {{ include "drover.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "drover.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "drover.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "drover.image" -}}
+{{ .Values.image.repository }}:{{ default .Chart.AppVersion .Values.image.tag }}
+{{- end -}}
+
+{{- define "drover.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "drover.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The token Secret: an existing one, or the chart's own. */}}
+{{- define "drover.tokenSecretName" -}}
+{{- default (printf "%s-token" (include "drover.fullname" .)) .Values.agent.tokenExistingSecret.name -}}
+{{- end -}}
+
+{{/* Fails rendering with a clear message when the grace period is too short for the stop mode. */}}
+{{- define "drover.validateShutdown" -}}
+{{- $min := dict "graceful" 30 "drain" 120 "force" 10 -}}
+{{- $mode := .Values.agent.shutdownMode -}}
+{{- if not (hasKey $min $mode) -}}
+{{- fail (printf "agent.shutdownMode must be graceful, drain or force, not %q" $mode) -}}
+{{- end -}}
+{{- if lt (int .Values.terminationGracePeriodSeconds) (int (get $min $mode)) -}}
+{{- fail (printf "terminationGracePeriodSeconds %d is too short for agent.shutdownMode %s: it needs at least %d" (int .Values.terminationGracePeriodSeconds) $mode (int (get $min $mode))) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Environment variables the chart owns; extraEnv may not set them. */}}
+{{- define "drover.reservedEnv" -}}
+DROVER_URL DROVER_TOKEN DROVER_TOKEN_FILE DROVER_AGENT_DRIVER DROVER_AGENT_CONCURRENCY DROVER_AGENT_NAME DROVER_AGENT_WORKER_ON_STOP_ACTION DROVER_AGENT_GRACE_PERIOD_SECONDS DROVER_AGENT_DATA_DIR DROVER_AGENT_CACHE_DIR DROVER_AGENT_HEALTH_PORT DROVER_CA_CERT DROVER_AGENT_KUBERNETES_TASK_TEMPLATE DROVER_AGENT_KUBERNETES_NAMESPACE HTTP_PROXY HTTPS_PROXY NO_PROXY
+{{- end -}}
+
+{{- define "drover.validateExtraEnv" -}}
+{{- $reserved := splitList " " (include "drover.reservedEnv" .) -}}
+{{- range $name, $_ := .Values.extraEnv -}}
+{{- if has $name $reserved -}}
+{{- fail (printf "extraEnv.%s is set by the chart itself; use the matching chart value instead" $name) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "drover.validateToken" -}}
+{{- if and (not .Values.agent.token) (not .Values.agent.tokenExistingSecret.name) -}}
+{{- fail "set agent.token or agent.tokenExistingSecret.name: the agent needs a pool token (drover token create --pool <pool>)" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Env shared by agent containers: token by reference, proxy, CA bundle, stop settings. */}}
+{{- define "drover.commonEnv" -}}
+- name: DROVER_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "drover.tokenSecretName" . }}
+      key: {{ .Values.agent.tokenExistingSecret.key | default "token" }}
+{{- with .Values.agent.url }}
+- name: DROVER_URL
+  value: {{ . | quote }}
+{{- end }}
+- name: DROVER_AGENT_WORKER_ON_STOP_ACTION
+  value: {{ .Values.agent.shutdownMode | quote }}
+- name: DROVER_AGENT_GRACE_PERIOD_SECONDS
+  value: {{ .Values.terminationGracePeriodSeconds | quote }}
+- name: DROVER_AGENT_HEALTH_PORT
+  value: {{ .Values.agent.healthPort | quote }}
+- name: DROVER_AGENT_LOG_FORMAT
+  value: {{ .Values.agent.logFormat | quote }}
+- name: DROVER_AGENT_DEBUG
+  value: {{ .Values.agent.debug | quote }}
+{{- if or .Values.agent.caBundle .Values.agent.caBundleSecret.name }}
+- name: DROVER_CA_CERT
+  value: /etc/drover/ca/{{ .Values.agent.caBundleSecret.key | default "ca.crt" }}
+{{- end }}
+{{- with .Values.proxy.httpProxy }}
+- name: HTTP_PROXY
+  value: {{ . | quote }}
+{{- end }}
+{{- with .Values.proxy.httpsProxy }}
+- name: HTTPS_PROXY
+  value: {{ . | quote }}
+{{- end }}
+{{- with .Values.proxy.noProxy }}
+- name: NO_PROXY
+  value: {{ . | quote }}
+{{- end }}
+{{- range $name, $value := .Values.extraEnv }}
+- name: {{ $name }}
+  value: {{ $value | quote }}
+{{- end }}
+{{- end -}}
+
+{{- define "drover.caSecretName" -}}
+{{- default (printf "%s-ca" (include "drover.fullname" .)) .Values.agent.caBundleSecret.name -}}
+{{- end -}}
+
+{{/* Proxy settings of task pods. */}}
+{{- define "drover.taskEnv" -}}
+{{- with .Values.proxy.httpProxy }}
+- name: HTTP_PROXY
+  value: {{ . | quote }}
+{{- end }}
+{{- with .Values.proxy.httpsProxy }}
+- name: HTTPS_PROXY
+  value: {{ . | quote }}
+{{- end }}
+{{- with .Values.proxy.noProxy }}
+- name: NO_PROXY
+  value: {{ . | quote }}
+{{- end }}
+{{- end -}}

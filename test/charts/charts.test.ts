@@ -1,0 +1,175 @@
+import assert from "node:assert/strict";
+import { execFileSync, spawnSync } from "node:child_process";
+import { dirname, join } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { describe, test } from "node:test";
+import { parseAllDocuments } from "yaml";
+
+// The charts as a user installs them: helm lint and template pass, every rendered object is
+// a valid Kubernetes object, and the promises of the chart READMEs hold in the output.
+
+const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
+const { tools } = (await import(pathToFileURL(join(repo, "scripts", "tools.mjs")).href)) as { tools(): { helm: string; kubectl: string } };
+const { helm } = tools();
+const token = "drv_p_eyJ1cmwiOiJodHRwczovL2Qu ZXhhbXBsZSIsInBvb2wiOiJwIn0.c2VjcmV0".replace(" ", "");
+
+type K = { apiVersion: string; kind: string; metadata: { name: string }; spec?: any; rules?: any[]; subjects?: any[]; automountServiceAccountToken?: boolean };
+
+function render(chart: string, args: string[]): K[] {
+  const out = execFileSync(helm, ["template", "rel", join(repo, "charts", chart), "--namespace", "drover", ...args], { encoding: "utf8" });
+  return parseAllDocuments(out)
+    .map((d) => d.toJSON() as K | null)
+    .filter((o): o is K => o !== null);
+}
+
+function renderFails(chart: string, args: string[]): string {
+  const r = spawnSync(helm, ["template", "rel", join(repo, "charts", chart), ...args], { encoding: "utf8" });
+  assert.notEqual(r.status, 0, "rendering should have failed");
+  return r.stderr;
+}
+
+async function validateObject(o: K): Promise<void> {
+  if (o.kind === "AgentTask" || o.kind === "ServiceMonitor") return; // custom resources: checked by their CRDs
+  const [group, version] = o.apiVersion.includes("/") ? o.apiVersion.split("/") : ["", o.apiVersion];
+  const dir = group ? `${group}/${version}` : version;
+  const mod = (await import(`kubernetes-models/${dir}/${o.kind}`)) as Record<string, new (v: unknown) => { validate(): void }>;
+  const Model = mod[o.kind];
+  assert.ok(Model, `no model for ${o.apiVersion} ${o.kind}`);
+  new Model(o).validate();
+}
+
+const podSpecs = (objects: K[]) =>
+  objects.flatMap((o) => {
+    if (o.kind === "Deployment" || o.kind === "DaemonSet") return [{ owner: `${o.kind}/${o.metadata.name}`, spec: o.spec.template.spec }];
+    if (o.kind === "AgentTask") return [{ owner: `AgentTask/${o.metadata.name}`, spec: o.spec.jobTemplate.template.spec }];
+    return [];
+  });
+
+const configurations: Array<[string, string[]]> = [
+  ["agent-local", ["--set", `agent.token=${token}`]],
+  ["agent-local", ["-f", join(repo, "charts/agent-local/ci/max-values.yaml")]],
+  ["agent-job", ["--set", `agent.token=${token}`]],
+  ["agent-job", ["-f", join(repo, "charts/agent-job/ci/max-values.yaml")]],
+  ["agent-k8s", ["--set", `agent.token=${token}`]],
+  ["agent-k8s", ["-f", join(repo, "charts/agent-k8s/ci/max-values.yaml")]],
+  ["agent-k8s", ["-f", join(repo, "charts/agent-k8s/ci/job-worker-values.yaml")]],
+];
+
+for (const [chart, args] of configurations) {
+  const label = `${chart} ${args[0] === "-f" ? args[1]!.split("/").pop() : "defaults"}`;
+  describe(label, () => {
+    test("helm lint passes and every rendered object is a valid Kubernetes object", async () => {
+      const lint = spawnSync(helm, ["lint", join(repo, "charts", chart), ...args], { encoding: "utf8" });
+      assert.equal(lint.status, 0, lint.stdout + lint.stderr);
+      const objects = render(chart, args);
+      assert.ok(objects.length >= 3);
+      for (const o of objects) await validateObject(o);
+    });
+
+    test("secure defaults: non-root 1000, read-only root, no capabilities, RuntimeDefault seccomp, anti-eviction", () => {
+      const objects = render(chart, args);
+      for (const { owner, spec } of podSpecs(objects)) {
+        assert.equal(spec.securityContext.runAsNonRoot, true, owner);
+        assert.equal(spec.securityContext.seccompProfile.type, "RuntimeDefault", owner);
+        for (const c of [...spec.containers, ...(spec.initContainers ?? [])].filter((c: any) => c.name !== "log-shipper")) {
+          assert.equal(c.securityContext.runAsUser, 1000, `${owner} ${c.name}`);
+          assert.equal(c.securityContext.runAsGroup, 1000, `${owner} ${c.name}`);
+          assert.equal(c.securityContext.readOnlyRootFilesystem, true, `${owner} ${c.name}`);
+          assert.equal(c.securityContext.allowPrivilegeEscalation, false, `${owner} ${c.name}`);
+          assert.deepEqual(c.securityContext.capabilities.drop, ["ALL"], `${owner} ${c.name}`);
+        }
+      }
+      for (const o of objects.filter((x) => x.kind === "Deployment" && x.metadata.name.endsWith("-local")).concat(objects.filter((x) => x.kind === "DaemonSet"))) {
+        assert.equal(o.spec.template.metadata.annotations["cluster-autoscaler.kubernetes.io/safe-to-evict"], "false");
+        assert.equal(o.spec.template.metadata.annotations["karpenter.sh/do-not-disrupt"], "true");
+      }
+    });
+
+    test("the token reaches pods only through a Secret reference", () => {
+      const objects = render(chart, args);
+      for (const o of objects.filter((x) => x.kind !== "Secret")) assert.ok(!JSON.stringify(o).includes("drv_p_"), `${o.kind}/${o.metadata.name} holds the token`);
+      for (const { owner, spec } of podSpecs(objects).filter((p) => !p.owner.startsWith("AgentTask"))) {
+        const env = spec.containers[0].env.find((e: any) => e.name === "DROVER_TOKEN");
+        assert.ok(env?.valueFrom?.secretKeyRef?.name, `${owner}: DROVER_TOKEN from a Secret`);
+      }
+    });
+
+    test("a NetworkPolicy blocks the metadata service unless allowMetadataService", () => {
+      const policies = render(chart, args).filter((o) => o.kind === "NetworkPolicy");
+      assert.equal(policies.length, 1);
+      assert.deepEqual(policies[0]!.spec.egress[0].to[0].ipBlock.except, ["169.254.169.254/32"]);
+      assert.equal(render(chart, [...args, "--set", "allowMetadataService=true"]).filter((o) => o.kind === "NetworkPolicy").length, 0);
+    });
+  });
+}
+
+describe("render-time refusals", () => {
+  for (const chart of ["agent-local", "agent-job", "agent-k8s"]) {
+    test(`${chart}: a grace period too short for the shutdown mode is refused`, () => {
+      for (const [mode, tooShort] of [["graceful", 29], ["drain", 119], ["force", 9]] as const) {
+        const err = renderFails(chart, ["--set", `agent.token=${token}`, "--set", `agent.shutdownMode=${mode}`, "--set", `terminationGracePeriodSeconds=${tooShort}`]);
+        assert.match(err, new RegExp(`terminationGracePeriodSeconds ${tooShort} is too short for agent.shutdownMode ${mode}`));
+      }
+      assert.doesNotThrow(() => render(chart, ["--set", `agent.token=${token}`, "--set", "agent.shutdownMode=force", "--set", "terminationGracePeriodSeconds=10"]));
+    });
+    test(`${chart}: extraEnv may not override what the chart sets; typos fail the schema; a token is required`, () => {
+      assert.match(renderFails(chart, ["--set", `agent.token=${token}`, "--set", "extraEnv.DROVER_TOKEN=other"]), /extraEnv.DROVER_TOKEN is set by the chart itself/);
+      assert.match(renderFails(chart, ["--set", `agent.token=${token}`, "--set", "extraEnv.HTTPS_PROXY=x"]), /extraEnv.HTTPS_PROXY is set by the chart itself/);
+      assert.match(renderFails(chart, ["--set", `agent.token=${token}`, "--set", "agent.tokn=x"]), /additional properties 'tokn' not allowed/);
+      assert.match(renderFails(chart, []), /set agent.token or agent.tokenExistingSecret.name/);
+    });
+  }
+});
+
+describe("agent-job specifics", () => {
+  const objects = () => render("agent-job", ["--set", `agent.token=${token}`]);
+
+  test("RBAC: a namespaced Role for the controller only; task pods get no API access", () => {
+    const all = objects();
+    assert.equal(all.filter((o) => o.kind === "ClusterRole" || o.kind === "ClusterRoleBinding").length, 0);
+    const role = all.find((o) => o.kind === "Role")!;
+    const granted = new Set(role.rules!.flatMap((r: any) => r.resources));
+    assert.deepEqual([...granted].sort(), ["agenttasks", "agenttasks/status", "events", "jobs", "pods", "pods/log", "secrets"]);
+    assert.ok(role.rules!.every((r: any) => !r.verbs.includes("*") && !r.resources.includes("*")));
+    const binding = all.find((o) => o.kind === "RoleBinding")!;
+    assert.deepEqual(binding.subjects!.map((s: any) => s.name), ["rel-agent-job-controller"]);
+    const taskSa = all.find((o) => o.kind === "ServiceAccount" && o.metadata.name.endsWith("-task"))!;
+    assert.equal(taskSa.automountServiceAccountToken, false);
+    const task = all.find((o) => o.kind === "AgentTask")!;
+    assert.equal(task.spec.jobTemplate.template.spec.serviceAccountName, "rel-agent-job-task");
+    assert.equal(task.spec.jobTemplate.template.spec.automountServiceAccountToken, false);
+    assert.equal(task.spec.jobTemplate.backoffLimit, 0);
+  });
+
+  test("proxy and CA bundle reach the controller, the worker and the runner", () => {
+    const all = render("agent-job", ["--set", `agent.token=${token}`, "--set", "proxy.httpsProxy=http://proxy:3128", "--set", "proxy.noProxy=.svc", "--set-string", "agent.caBundle=-----BEGIN CERTIFICATE-----"]);
+    const controller = all.find((o) => o.kind === "Deployment")!.spec.template.spec;
+    const env = (c: any) => Object.fromEntries(c.env.map((e: any) => [e.name, e.value]));
+    assert.equal(env(controller.containers[0]).HTTPS_PROXY, "http://proxy:3128");
+    assert.equal(env(controller.containers[0]).DROVER_CA_CERT, "/etc/drover/ca/ca.crt");
+    assert.ok(controller.volumes.some((v: any) => v.name === "ca" && v.secret.secretName === "rel-agent-job-ca"));
+    const task = all.find((o) => o.kind === "AgentTask")!.spec.jobTemplate.template.spec;
+    const [worker, runner] = task.containers;
+    assert.equal(env(worker).HTTPS_PROXY, "http://proxy:3128");
+    assert.equal(env(worker).DROVER_CA_CERT, "/etc/drover/ca/ca.crt");
+    assert.equal(env(runner).NO_PROXY, ".svc");
+    assert.equal(env(runner).SSL_CERT_FILE, "/etc/drover/ca/ca.crt");
+    const secret = all.find((o) => o.kind === "Secret" && o.metadata.name === "rel-agent-job-ca") as any;
+    assert.match(secret.stringData["ca.crt"], /BEGIN CERTIFICATE/);
+  });
+
+  test("the CRD is a valid apiextensions.k8s.io/v1 CustomResourceDefinition with a schema", async () => {
+    const { parse } = await import("yaml");
+    const { readFileSync } = await import("node:fs");
+    const crd = parse(readFileSync(join(repo, "charts", "agent-job", "crds", "agenttasks.drover.dev.yaml"), "utf8"));
+    await validateObject(crd);
+    assert.equal(crd.spec.names.shortNames[0], "atask");
+    assert.deepEqual(crd.spec.versions[0].schema.openAPIV3Schema.properties.spec.required, ["jobTemplate"]);
+    assert.equal(readFileSync(join(repo, "deploy", "kubernetes", "agenttasks.drover.dev.yaml"), "utf8"), readFileSync(join(repo, "charts", "agent-job", "crds", "agenttasks.drover.dev.yaml"), "utf8"), "the chart ships the CRD the tests use");
+  });
+});
+
+test("chart READMEs and schemas are generated from values.yaml and up to date", () => {
+  const r = spawnSync(process.execPath, [join(repo, "scripts", "chart-docs.mjs"), "--check"], { cwd: repo, encoding: "utf8" });
+  assert.equal(r.status, 0, r.stderr);
+});
