@@ -20,6 +20,7 @@ import { Store } from "./api/store.js";
 import { GarbageCollector } from "./controllers/garbage-collector.js";
 import type { JobControllerTimings } from "./controllers/job-controller.js";
 import { JobController } from "./controllers/job-controller.js";
+import { DeploymentController } from "./controllers/deployment-controller.js";
 import { NamespaceController } from "./controllers/namespace-controller.js";
 import type { Isolation } from "./node/container-process.js";
 import { detectIsolation } from "./node/container-process.js";
@@ -162,6 +163,7 @@ export async function startTestCluster(options: TestClusterOptions = {}): Promis
   const gc = new GarbageCollector(api, (_k, e) => onError(e));
   const namespaces = new NamespaceController(api, timings.namespaceRetryMs, (_k, e) => onError(e));
   const jobs = new JobController(api, events, timings, (_k, e) => onError(e));
+  const deployments = new DeploymentController(api, (_k, e) => onError(e));
   const images = new ImageCatalog(options.images ?? {}, options.unpullableImages ?? []);
   const node = new NodeAgent({
     api,
@@ -220,6 +222,7 @@ export async function startTestCluster(options: TestClusterOptions = {}): Promis
           },
           () => unsubscribeSa(),
           () => jobs.close(),
+          () => deployments.close(),
           () => namespaces.close(),
           () => gc.close(),
           () => node.close(),

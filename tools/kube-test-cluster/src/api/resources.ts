@@ -39,6 +39,33 @@ const builtins: ResourceType[] = [
   core("events", "event", "Event", true, ["ev"]),
   core("serviceaccounts", "serviceaccount", "ServiceAccount", true, ["sa"]),
   core("nodes", "node", "Node", false, ["no"], [], true),
+  core("services", "service", "Service", true, ["svc"], ["all"], true),
+  core("persistentvolumeclaims", "persistentvolumeclaim", "PersistentVolumeClaim", true, ["pvc"], [], true),
+  // Stored and served so charts apply as a whole; only Deployments have a controller here.
+  {
+    group: "apps", versions: ["v1"], resource: "deployments", singular: "deployment", kind: "Deployment", listKind: "DeploymentList",
+    namespaced: true, shortNames: ["deploy"], categories: ["all"], statusSubresource: true,
+  },
+  {
+    group: "apps", versions: ["v1"], resource: "daemonsets", singular: "daemonset", kind: "DaemonSet", listKind: "DaemonSetList",
+    namespaced: true, shortNames: ["ds"], categories: ["all"], statusSubresource: true,
+  },
+  {
+    group: "policy", versions: ["v1"], resource: "poddisruptionbudgets", singular: "poddisruptionbudget", kind: "PodDisruptionBudget", listKind: "PodDisruptionBudgetList",
+    namespaced: true, shortNames: ["pdb"], categories: [], statusSubresource: true,
+  },
+  {
+    group: "networking.k8s.io", versions: ["v1"], resource: "networkpolicies", singular: "networkpolicy", kind: "NetworkPolicy", listKind: "NetworkPolicyList",
+    namespaced: true, shortNames: ["netpol"], categories: [], statusSubresource: false,
+  },
+  {
+    group: "rbac.authorization.k8s.io", versions: ["v1"], resource: "roles", singular: "role", kind: "Role", listKind: "RoleList",
+    namespaced: true, shortNames: [], categories: [], statusSubresource: false,
+  },
+  {
+    group: "rbac.authorization.k8s.io", versions: ["v1"], resource: "rolebindings", singular: "rolebinding", kind: "RoleBinding", listKind: "RoleBindingList",
+    namespaced: true, shortNames: [], categories: [], statusSubresource: false,
+  },
   {
     group: "batch", versions: ["v1"], resource: "jobs", singular: "job", kind: "Job", listKind: "JobList",
     namespaced: true, shortNames: [], categories: ["all"], statusSubresource: true,
