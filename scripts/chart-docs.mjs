@@ -4,7 +4,7 @@
 // stale instead of writing.
 import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { isMap, isScalar, isSeq, parseDocument } from "yaml";
+import { isMap, isScalar, parseDocument } from "yaml";
 
 /** Values whose allowed set is narrower than their type. */
 const enums = {
