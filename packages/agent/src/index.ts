@@ -6,8 +6,3 @@ export { createLogger } from "./logger.js";
 export { LogStream } from "./log-stream.js";
 export { StreamRedactor } from "./redactor.js";
 export { errorExcerpt } from "./job.js";
-export { Controller, loadControllerSettings, runController } from "./kubernetes/controller.js";
-export { buildJob, jobName } from "./kubernetes/job-spec.js";
-export { describePodFailure } from "./kubernetes/pod-failures.js";
-export { ExecLoopRunner } from "./kubernetes/exec-loop-runner.js";
-export { loadWorkerSettings, runWorker } from "./kubernetes/worker.js";

@@ -33,7 +33,9 @@ export class JobRun {
   private stopSignalled = false;
   private lost = false;
   private readonly timers: NodeJS.Timeout[] = [];
-  private lastOutput = "";
+  /** The latest output of the running step (≤ 64 KiB kept), for the error excerpt. */
+  private tail: Buffer[] = [];
+  private tailBytes = 0;
 
   constructor(
     private readonly assignment: JobAssignment,
@@ -256,14 +258,17 @@ export class JobRun {
   private async step(binary: EngineBinary, args: string[], cwd: string, env: NodeJS.ProcessEnv): Promise<void> {
     this.checkInterrupted();
     this.log.line(`\n[drover] $ ${this.assignment.workspace.engine} ${args.join(" ")}`);
-    this.lastOutput = "";
+    this.tail = [];
+    this.tailBytes = 0;
     const code = await this.spawn(binary.path, args, cwd, env, (chunk) => {
       this.log.write(chunk);
-      this.lastOutput = (this.lastOutput + chunk.toString("utf8")).slice(-64 * 1024);
+      this.tail.push(chunk);
+      this.tailBytes += chunk.length;
+      while (this.tailBytes - (this.tail[0]?.length ?? 0) > 64 * 1024) this.tailBytes -= this.tail.shift()?.length ?? 0;
     });
     if (code !== 0) {
       this.checkInterrupted();
-      throw new StepFailed(errorExcerpt(this.lastOutput) ?? `${this.assignment.workspace.engine} ${args[0]} exited with code ${code}`);
+      throw new StepFailed(errorExcerpt(Buffer.concat(this.tail).toString("utf8")) ?? `${this.assignment.workspace.engine} ${args[0]} exited with code ${code}`);
     }
   }
 

@@ -1,4 +1,4 @@
-import { createLogger, loadAgentConfig, loadWorkerSettings, runAgent, runController, runWorker, type AgentConfig, type AgentFlags } from "@drover/agent";
+import { createLogger, loadAgentConfig, runAgent, type AgentConfig, type AgentFlags } from "@drover/agent";
 import { DroverError } from "@drover/protocol";
 import type { Command } from "commander";
 
@@ -60,6 +60,7 @@ export function registerAgentCommands(program: Command): void {
         throw err;
       }
       const log = createLogger(config.logFormat, config.debug);
+      const { runController } = await import("@drover/agent/kubernetes");
       try {
         process.exit(await runController(config, process.env, log));
       } catch (err) {
@@ -71,6 +72,7 @@ export function registerAgentCommands(program: Command): void {
     .command("worker")
     .description("Inside a task pod: run the pod's job, driving the runner container through the exec-loop")
     .action(async () => {
+      const { loadWorkerSettings, runWorker } = await import("@drover/agent/kubernetes");
       let settings;
       try {
         settings = loadWorkerSettings(process.env);

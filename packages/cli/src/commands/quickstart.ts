@@ -1,6 +1,5 @@
 import { createLogger, loadAgentConfig, runAgent } from "@drover/agent";
 import { agentSchema, createdPoolTokenSchema, listOf, newId, newUserToken, parsePoolToken, poolSchema, workspaceSchema } from "@drover/protocol";
-import { loadServerConfig, startServer } from "@drover/server";
 import type { Command } from "commander";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
@@ -27,6 +26,7 @@ export function registerQuickstartCommand(program: Command): void {
     .option("--data-dir <dir>", "where everything is kept", ".drover")
     .option("--port <port>", "server port", "8800")
     .action(async (opts: { dataDir: string; port: string }) => {
+      const { loadServerConfig, startServer } = await import("@drover/server");
       const dataDir = resolve(opts.dataDir);
       mkdirSync(dataDir, { recursive: true });
       const adminToken = keep(join(dataDir, "admin-token"), () => newUserToken(newId("utok")));

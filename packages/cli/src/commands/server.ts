@@ -1,5 +1,4 @@
 import type { Command } from "commander";
-import { loadServerConfig, startServer } from "@drover/server";
 import { DroverError } from "@drover/protocol";
 
 interface ServerOptions {
@@ -23,6 +22,8 @@ export function registerServerCommand(program: Command): void {
     .option("--public-url <url>", "how agents reach this server; embedded in pool tokens (DROVER_PUBLIC_URL)")
     .option("--log-level <level>", "pino log level (DROVER_LOG_LEVEL, default info)")
     .action(async (opts: ServerOptions) => {
+      // Loaded here, not at start-up: agents and user commands never pay for the server.
+      const { loadServerConfig, startServer } = await import("@drover/server");
       let config;
       try {
         config = loadServerConfig({ env: process.env, flags: opts });

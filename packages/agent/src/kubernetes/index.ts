@@ -1,0 +1,6 @@
+// Kubernetes job mode, a separate entry point: the local agent never loads the Kubernetes client.
+export { Controller, loadControllerSettings, runController } from "./controller.js";
+export { buildJob, jobName } from "./job-spec.js";
+export { describePodFailure } from "./pod-failures.js";
+export { ExecLoopRunner } from "./exec-loop-runner.js";
+export { loadWorkerSettings, runWorker } from "./worker.js";
