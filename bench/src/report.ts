@@ -35,7 +35,7 @@ export function machine(): string {
 }
 
 /** Prints the table and writes bench/results/latest.{json,md}. */
-export function writeReport(dir: string, figures: Figure[], notes: string[]): string {
+export function writeReport(dir: string, figures: Figure[], notes: string[], name = "latest"): string {
   const date = new Date().toISOString();
   const lines = [
     `# Drover benchmarks`,
@@ -57,7 +57,7 @@ export function writeReport(dir: string, figures: Figure[], notes: string[]): st
   ];
   const md = lines.join("\n");
   mkdirSync(dir, { recursive: true });
-  writeFileSync(join(dir, "latest.md"), md);
-  writeFileSync(join(dir, "latest.json"), JSON.stringify({ date, machine: machine(), figures, notes }, null, 2) + "\n");
+  writeFileSync(join(dir, `${name}.md`), md);
+  writeFileSync(join(dir, `${name}.json`), JSON.stringify({ date, machine: machine(), figures, notes }, null, 2) + "\n");
   return md;
 }

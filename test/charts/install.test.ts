@@ -58,7 +58,7 @@ before(async () => {
   chmodSync(join(bin, "drover"), 0o755);
   cluster = await startTestCluster({
     timings: fastTimings,
-    images: { [image]: { entrypoint: ["drover"] } },
+    images: { [image]: { entrypoint: ["drover"], paths: [repo] } },
     baseEnv: { PATH: `${bin}:${process.env.PATH ?? ""}`, HOME: "/root" },
   });
   stack = await startStack();

@@ -97,6 +97,30 @@ for (const backend of backends) {
       assert.equal(listed?.status, "offline");
     });
 
+    test("agents: coalesced heartbeats keep agents online, record job counts, and never revive an offline agent", async () => {
+      const { pool, tok } = await fixture();
+      const register = (name: string) => store.registerAgent(ctx, { poolId: pool.id, poolTokenId: tok.id, name, version: "t", driver: "local", capacity: 2 });
+      const busy = (await register(unique("busy"))).agent;
+      const polling = (await register(unique("polling"))).agent;
+      const gone = (await register(unique("gone"))).agent;
+      const presence = new store.AgentPresence(ctx);
+      const coalescing = { ...ctx, presence };
+      clock += 50_000;
+      await store.agentHeartbeat(coalescing, busy.id, 2);
+      await store.touchAgent(coalescing, polling.id);
+      await store.agentHeartbeat(coalescing, gone.id, 1);
+      await store.deregisterAgent(ctx, gone.id);
+      clock += 20_000;
+      // The sweep writes pending sightings first: both live agents were seen 20 s ago, within the TTL.
+      await store.markSilentAgentsLost(coalescing);
+      const listed = new Map((await store.listAgents(ctx, pool.id)).map((a) => [a.id, a]));
+      assert.equal(listed.get(busy.id)?.status, "busy");
+      assert.equal(listed.get(busy.id)?.runningJobs, 2);
+      assert.equal(listed.get(polling.id)?.status, "idle");
+      assert.equal(listed.get(gone.id)?.status, "offline");
+      await presence.stop();
+    });
+
     test("runs: plan → planned → confirm → apply → applied; the next run waits its turn", async () => {
       const { agent, ws, cv } = await fixture();
       const run1 = await newRun(ws.id, cv.id);

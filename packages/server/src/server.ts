@@ -5,6 +5,7 @@ import { buildApp } from "./http/app.js";
 import type { ServerConfig } from "./config.js";
 import { createMetrics } from "./metrics.js";
 import { startSweeper } from "./sweeper.js";
+import { AgentPresence } from "./store/presence.js";
 import type { StoreContext } from "./store/context.js";
 import { countUserTokens, createUserToken, ensureUserToken } from "./store/user-tokens.js";
 
@@ -16,6 +17,9 @@ export interface RunningServer {
   store: StoreContext;
   close(): Promise<void>;
 }
+
+/** How often coalesced agent heartbeats are written. */
+const presenceFlushMs = 500;
 
 /** Opens the database (migrating it), starts the HTTP server and the lease sweeper. */
 export async function startServer(config: ServerConfig, options: { logger?: Logger } = {}): Promise<RunningServer> {
@@ -29,6 +33,9 @@ export async function startServer(config: ServerConfig, options: { logger?: Logg
     now: () => Date.now(),
     settings: { leaseTtlMs: config.leaseTtlMs, agentTtlMs: config.agentTtlMs, heartbeatIntervalMs: config.heartbeatIntervalMs },
   };
+  const presence = new AgentPresence(store);
+  store.presence = presence;
+  presence.start(presenceFlushMs, (err) => log.error({ err }, "recording agents' heartbeats failed"));
 
   let adminToken = config.adminToken;
   if (adminToken) {
@@ -50,6 +57,7 @@ export async function startServer(config: ServerConfig, options: { logger?: Logg
     await app.listen({ host: config.host, port: config.port, backlog: 4096 });
   } catch (err) {
     await sweeper.stop();
+    await presence.stop().catch(() => undefined);
     await events.close();
     await db.close();
     throw err;
@@ -71,6 +79,7 @@ export async function startServer(config: ServerConfig, options: { logger?: Logg
         shutdown.abort();
         await sweeper.stop();
         await app.close().catch((err: unknown) => log.warn({ err }, "closing HTTP server failed"));
+        await presence.stop().catch((err: unknown) => log.warn({ err }, "writing the last heartbeats failed"));
         await events.close();
         await db.close();
       })();

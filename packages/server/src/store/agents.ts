@@ -87,11 +87,13 @@ export async function authenticateSession(ctx: StoreContext, token: string): Pro
 
 /** Records that an agent is alive and how many jobs it runs. */
 export async function agentHeartbeat(ctx: StoreContext, agentId: string, runningJobs: number): Promise<void> {
+  if (ctx.presence) return ctx.presence.record(agentId, runningJobs);
   await ctx.db.updateTable("agents").set({ last_seen_at: ctx.now(), running_jobs: runningJobs }).where("id", "=", agentId).where("state", "=", "online").execute();
 }
 
 /** Marks an agent seen without changing its job count (each long-poll counts as a sign of life). */
 export async function touchAgent(ctx: StoreContext, agentId: string): Promise<void> {
+  if (ctx.presence) return ctx.presence.record(agentId, null);
   await ctx.db.updateTable("agents").set({ last_seen_at: ctx.now() }).where("id", "=", agentId).where("state", "=", "online").execute();
 }
 
@@ -101,6 +103,7 @@ export async function deregisterAgent(ctx: StoreContext, agentId: string): Promi
 
 /** Agents of every pool or one pool, newest registration first; offline ones included. */
 export async function listAgents(ctx: StoreContext, poolId?: string): Promise<Agent[]> {
+  await ctx.presence?.flush();
   let q = ctx.db.selectFrom("agents").selectAll();
   if (poolId) q = q.where("pool_id", "=", poolId);
   const rows = await q.orderBy("registered_at", "desc").orderBy("id").execute();
@@ -109,6 +112,7 @@ export async function listAgents(ctx: StoreContext, poolId?: string): Promise<Ag
 
 /** Declares agents silent for longer than the agent TTL lost; returns how many. */
 export async function markSilentAgentsLost(ctx: StoreContext): Promise<number> {
+  await ctx.presence?.flush();
   const cutoff = ctx.now() - ctx.settings.agentTtlMs;
   const result = await ctx.db.updateTable("agents").set({ state: "lost", running_jobs: 0 }).where("state", "=", "online").where("last_seen_at", "<", cutoff).executeTakeFirst();
   return Number(result.numUpdatedRows);

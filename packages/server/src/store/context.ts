@@ -2,6 +2,7 @@ import type { Kysely } from "kysely";
 import type { Database } from "../db/schema.js";
 import type { Dialect } from "../db/connect.js";
 import type { EventBus } from "../events.js";
+import type { AgentPresence } from "./presence.js";
 
 /** What every store module works with. `now` is injected so tests control time. */
 export interface StoreContext {
@@ -10,6 +11,8 @@ export interface StoreContext {
   events: EventBus;
   now(): number;
   settings: StoreSettings;
+  /** When set, agents' signs of life are coalesced here instead of written one by one. */
+  presence?: AgentPresence;
 }
 
 /** Timing settings of the queue and agents, all in milliseconds. */

@@ -15,3 +15,4 @@ export * from "./state.js";
 export * from "./user-tokens.js";
 export * from "./variables.js";
 export * from "./workspaces.js";
+export * from "./presence.js";

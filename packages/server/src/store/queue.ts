@@ -55,6 +55,10 @@ export const statePath = (workspaceId: string): string => `/api/v1/workspaces/${
 
 /** Claims the oldest queued job of the agent's pool, or returns null when there is none. */
 export async function claimNextJob(ctx: StoreContext, agent: Agent): Promise<JobAssignment | null> {
+  // Most polls find nothing: a plain read answers them in one round trip, where the claiming
+  // transaction would cost three on PostgreSQL (and a write lock on SQLite).
+  const queued = await ctx.db.selectFrom("jobs").select("id").where("pool_id", "=", agent.poolId).where("status", "=", "queued").limit(1).executeTakeFirst();
+  if (!queued) return null;
   return inTransaction(ctx, async (trx) => {
     let q = trx
       .selectFrom("jobs")

@@ -40,6 +40,12 @@ export interface ImageConfig {
   cmd?: string[];
   workingDir?: string;
   env?: Record<string, string>;
+  /**
+   * Host paths that belong to the image's own files: they stay visible even under a volume
+   * mounted over a parent directory (a repository checked out under /tmp, say, beneath an
+   * emptyDir at /tmp), as files baked into a real image would be at their own paths.
+   */
+  paths?: string[];
 }
 
 export type PullOutcome = { ok: true } | { ok: false; reason: "InvalidImageName" | "ErrImagePull"; message: string };

@@ -334,6 +334,9 @@ export class PodWorker {
       }
       mounts.push({ hostPath: host, containerPath: String(m.mountPath), readOnly: vol.readOnly || m.readOnly === true });
     }
+    for (const path of image.paths ?? []) {
+      if (mounts.some((m) => under(path, m.containerPath))) mounts.push({ hostPath: path, containerPath: path, readOnly: true });
+    }
     c.containerID = randomBytes(32).toString("hex");
     const log = new ContainerLog();
     this.ctx.registerLog(this.uid, c.name, c.restartCount, log);
@@ -485,4 +488,10 @@ export class PodWorker {
     c.proc.killGroup();
     return true;
   }
+}
+
+/** Whether `path` lies strictly below the directory `dir`. */
+function under(path: string, dir: string): boolean {
+  const d = posix.normalize(dir).replace(/\/$/, "");
+  return posix.normalize(path).startsWith(`${d}/`);
 }
