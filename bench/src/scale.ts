@@ -10,6 +10,22 @@ interface FleetResult {
   errors: number;
   rssMb: number;
   cpuPercent: number;
+  /** Worst p99 event-loop delay among the simulated fleet's processes: their own queueing. */
+  clientLoopDelayP99: number;
+  /** The server's own view (request received → answered) from its latency histogram. */
+  serverSide: { count: number; over50ms: number };
+}
+
+/** Heartbeats the server answered, and how many took it over 50 ms, from its /metrics. */
+async function serverHeartbeatShare(url: string): Promise<{ count: number; over50ms: number }> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const bucket = (le: string) =>
+    text
+      .split("\n")
+      .filter((l) => l.startsWith("drover_http_request_duration_seconds_bucket") && l.includes('route="/api/agent/v1/heartbeat"') && l.includes(`le="${le}"`))
+      .reduce((n, l) => n + Number(l.split(" ").at(-1)), 0);
+  const count = bucket("+Inf");
+  return { count, over50ms: count - bucket("0.05") };
 }
 
 const warmupMs = 8000;
@@ -17,7 +33,7 @@ const warmupMs = 8000;
 const registrationAllowanceMs = (agents: number) => Math.min(5000, agents * 3);
 
 /** Runs `agents` simulated agents in `workers` processes against one server for `durationMs`. */
-async function fleet(database: "sqlite" | "postgres", agents: number, workers: number, durationMs: number): Promise<FleetResult> {
+export async function fleet(database: "sqlite" | "postgres", agents: number, workers: number, durationMs: number): Promise<FleetResult> {
   let pg: { url: string; stop(): void } | undefined;
   const env: Record<string, string> = { DROVER_AGENT_HEARTBEAT_SECONDS: "5" };
   if (database === "postgres") {
@@ -53,9 +69,10 @@ async function fleet(database: "sqlite" | "postgres", agents: number, workers: n
       await sleep(500);
     }
     const cpuPercent = ((cpuSeconds(server.child.pid!) - cpu0) / ((Date.now() - t0) / 1000)) * 100;
-    const results = (await Promise.all(outputs)).map((o) => JSON.parse(o.trim().split("\n").at(-1)!) as { latencies: number[]; errors: number });
+    const results = (await Promise.all(outputs)).map((o) => JSON.parse(o.trim().split("\n").at(-1)!) as { latencies: number[]; errors: number; loopDelayP99Ms: number });
     const latencies = results.flatMap((r) => r.latencies);
-    return { heartbeatP99: percentile(latencies, 99), heartbeats: latencies.length, errors: results.reduce((n, r) => n + r.errors, 0), rssMb: peakRss, cpuPercent };
+    const serverSide = await serverHeartbeatShare(server.url);
+    return { heartbeatP99: percentile(latencies, 99), heartbeats: latencies.length, errors: results.reduce((n, r) => n + r.errors, 0), rssMb: peakRss, cpuPercent, clientLoopDelayP99: Math.max(...results.map((r) => r.loopDelayP99Ms)), serverSide };
   } finally {
     await server.stop();
     pg?.stop();

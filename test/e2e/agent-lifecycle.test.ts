@@ -1,4 +1,6 @@
 import assert from "node:assert/strict";
+import { chmodSync, mkdirSync, readdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
 
@@ -115,4 +117,41 @@ test("a revoked pool token stops the agent with a clear message", async () => {
   assert.ok(exit, `the agent kept running:\n${agent.output()}`);
   assert.notEqual(exit.code, 0);
   assert.match(agent.output(), /revoked/i);
+});
+
+test("the apply reuses its plan's initialized directory on the agent that planned; turned off, or with a pre-init hook, it initializes again", async () => {
+  const config = writeConfig(stack.dir, "reuse", {
+    "main.tf": 'resource "terraform_data" "r" {\n  input = "reused"\n}\noutput "r" {\n  value = terraform_data.r.output\n}\n',
+  });
+  const applyLog = async (ws: string, agentEnv: Record<string, string>) => {
+    await workspace(ws);
+    const agent = await stack.startAgent(`${ws}-agent`, agentEnv);
+    try {
+      const runId = await stack.startRun(config, ws, ["--auto-apply"]);
+      const run = await stack.waitForRun(runId, ["applied", "errored", "planned_and_finished"]);
+      assert.equal(run.status, "applied", run.errorMessage ?? "");
+      const outputs = (await stack.server.api("GET", `/api/v1/workspaces/${ws}/outputs`)).body;
+      assert.deepEqual(outputs.items, [{ name: "r", sensitive: false, type: "string", value: "reused" }]);
+      return await runLog(stack.server, runId, "apply");
+    } finally {
+      await agent.stop();
+    }
+  };
+
+  const reused = await applyLog("reuse-on", {});
+  assert.match(reused, /reusing this run's initialized plan directory/);
+  assert.doesNotMatch(reused, /\$ terraform init/);
+  assert.deepEqual(readdirSync(join(stack.dir, "agent-reuse-on-agent", "data")), [], "nothing is left behind");
+
+  const off = await applyLog("reuse-off", { DROVER_AGENT_PLAN_REUSE_SECONDS: "0" });
+  assert.match(off, /\$ terraform init/);
+  assert.doesNotMatch(off, /reusing/);
+
+  const hooks = join(stack.dir, "reuse-hooks");
+  mkdirSync(hooks, { recursive: true });
+  writeFileSync(join(hooks, "pre-init"), "#!/bin/sh\necho pre-init hook ran in $DROVER_RUN_PHASE\n");
+  chmodSync(join(hooks, "pre-init"), 0o755);
+  const hooked = await applyLog("reuse-hook", { DROVER_AGENT_HOOKS_DIR: hooks });
+  assert.match(hooked, /pre-init hook ran in apply/);
+  assert.match(hooked, /\$ terraform init/);
 });

@@ -34,7 +34,14 @@ test("plan+apply of examples/hello succeeds through the CLI and its state is sto
   assert.ok(state.body.resources.some((r: any) => r.type === "terraform_data"));
   const out = await stack.cli(["output", "--workspace", "hello", "--json"]);
   assert.equal(out.code, 0, out.stderr);
-  assert.ok(JSON.parse(out.stdout).length >= 1, "outputs were recorded");
+  assert.deepEqual(
+    JSON.parse(out.stdout),
+    [
+      { name: "greeting", sensitive: false, type: "string", value: "Hello from Drover" },
+      { name: "token", sensitive: true, type: "string", value: null },
+    ],
+    "outputs were recorded; the sensitive one is masked",
+  );
   const ws = await stack.server.api("GET", `/api/v1/workspaces/${wsId}`);
   assert.equal(ws.body.stateLocked, false);
   assert.equal(ws.body.currentRunId, null);

@@ -5,6 +5,7 @@ import { AgentClient, NetworkError } from "./client.js";
 import { stopPlan, type AgentConfig } from "./config.js";
 import { AgentMetrics, startHealthServer } from "./health.js";
 import { JobRun } from "./job.js";
+import { KeptPlanDirs } from "./kept-plans.js";
 
 export const agentVersion = "0.1.0";
 
@@ -35,12 +36,14 @@ export class Agent {
   private stopping: Promise<void> | undefined;
   private slotFreed: (() => void) | undefined;
   private fatal: Error | undefined;
+  private readonly keptPlans: KeptPlanDirs;
 
   constructor(
     private readonly config: AgentConfig,
     private readonly log: Logger,
   ) {
     this.client = new AgentClient(config.url, config.caCertPem);
+    this.keptPlans = new KeptPlanDirs(config.dataDir, config.concurrency, config.planReuseMs);
   }
 
   private transition(to: AgentState): void {
@@ -142,7 +145,7 @@ export class Agent {
 
   private startJob(assignment: JobAssignment): void {
     this.jobsTaken++;
-    const run = new JobRun(assignment, this.client, this.config, this.log);
+    const run = new JobRun(assignment, this.client, this.config, this.log, undefined, this.keptPlans);
     this.jobs.set(run.id, run);
     this.metrics.jobsRunning.set(this.jobs.size);
     this.log.info({ job: assignment.jobId, run: assignment.runId, phase: assignment.phase, workspace: assignment.workspace.name }, "job received");
@@ -191,6 +194,7 @@ export class Agent {
       if (this.jobs.size > 0) this.log.info({ jobs: this.jobs.size, action: this.config.stopAction }, "stopping: winding down running jobs");
       for (const job of this.jobs.values()) job.stop(plan, this.config.stopAction);
       while (this.jobs.size > 0) await new Promise((r) => setTimeout(r, 100));
+      this.keptPlans.clear();
       if (this.session) {
         try {
           await this.client.deregister(this.session, AbortSignal.timeout(5_000));

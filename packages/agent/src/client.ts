@@ -137,6 +137,10 @@ export class JobClient {
   downloadPlan(signal?: AbortSignal): Promise<Buffer> {
     return this.client.call("GET", this.path("plan"), this.token, { signal });
   }
+  /** The workspace's current state from the server's http backend (empty when there is none). */
+  state(statePath: string, signal?: AbortSignal): Promise<Buffer> {
+    return this.client.call("GET", statePath, this.token, { signal });
+  }
   async uploadOutputs(outputs: Output[], signal?: AbortSignal): Promise<void> {
     await this.client.call("PUT", this.path("outputs"), this.token, { body: { outputs }, signal });
   }

@@ -37,6 +37,8 @@ export interface AgentConfig {
   hooksDir: string | undefined;
   hookTimeoutMs: number;
   pollWaitMs: number;
+  /** How long a plan's initialized directory waits for its apply on this agent; 0 turns reuse off. */
+  planReuseMs: number;
   kubernetesTaskTemplate: string | undefined;
 }
 
@@ -57,7 +59,8 @@ function bool(name: string, raw: string | boolean | undefined, fallback: boolean
   return fail(`${name} must be true or false, got ${JSON.stringify(raw)}`);
 }
 
-function int(name: string, raw: string | boolean | undefined, fallback: number, min: number, max: number): number {
+/** A whole-number setting within [min, max]; unset is `fallback`; anything else throws one clear line. */
+export function int(name: string, raw: string | boolean | undefined, fallback: number, min: number, max: number): number {
   if (raw === undefined || raw === "" || typeof raw === "boolean") return fallback;
   const n = Number(raw);
   if (!Number.isInteger(n) || n < min || n > max) fail(`${name} must be a whole number from ${min} to ${max}, got ${JSON.stringify(raw)}`);
@@ -160,6 +163,7 @@ export function loadAgentConfig(env: NodeJS.ProcessEnv, flags: AgentFlags = {}):
     hooksDir,
     hookTimeoutMs: int("DROVER_AGENT_HOOK_TIMEOUT_SECONDS", env.DROVER_AGENT_HOOK_TIMEOUT_SECONDS, 600, 1, 86_400) * 1000,
     pollWaitMs: int("DROVER_AGENT_POLL_WAIT_MS", env.DROVER_AGENT_POLL_WAIT_MS, 50_000, 0, 50_000),
+    planReuseMs: int("DROVER_AGENT_PLAN_REUSE_SECONDS", env.DROVER_AGENT_PLAN_REUSE_SECONDS, 600, 0, 86_400) * 1000,
     kubernetesTaskTemplate: str("taskTemplate", "DROVER_AGENT_KUBERNETES_TASK_TEMPLATE"),
   };
 }

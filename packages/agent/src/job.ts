@@ -6,7 +6,9 @@ import { NetworkError, withRetry, type AgentClient, type JobClient } from "./cli
 import type { AgentConfig, StopPlan } from "./config.js";
 import type { EngineBinary } from "./engine.js";
 import { extractConfiguration } from "./extract.js";
+import type { KeptPlanDirs, PlanDirKey } from "./kept-plans.js";
 import { LogStream } from "./log-stream.js";
+import { outputsOfState } from "./state-outputs.js";
 import type { RunningProcess } from "./process.js";
 import { localRunner, type Runner } from "./runner.js";
 
@@ -43,6 +45,7 @@ export class JobRun {
     private readonly config: AgentConfig,
     private readonly logger: Logger,
     private readonly runner: Runner = localRunner,
+    private readonly keptPlans?: KeptPlanDirs,
   ) {
     this.job = client.job(assignment.jobId, assignment.jobToken);
     this.log = new LogStream(this.job);
@@ -114,6 +117,14 @@ export class JobRun {
     if (this.stopSignalled) [outcome, message] = ["errored", `agent stopped (${this.config.stopAction} stop) while the ${a.phase} ran`];
     else if (this.canceled && outcome !== "succeeded") [outcome, message] = ["canceled", "canceled by request"];
     this.state = "finishing";
+    // Before the outcome is reported: the apply may be handed to this agent right after.
+    if (outcome === "succeeded" && a.phase === "plan" && !a.planOnly && !this.lost && this.keptPlans) {
+      try {
+        this.keptPlans.keep(this.planDirKey(), runDir);
+      } catch (err) {
+        this.logger.warn({ job: a.jobId, err: err instanceof Error ? err.message : String(err) }, "could not keep the plan directory for the apply");
+      }
+    }
     const seconds = ((Date.now() - started) / 1000).toFixed(1);
     this.log.line(`\n[drover] ${a.phase} ${outcome === "succeeded" ? "succeeded" : outcome}${message ? `: ${message.split("\n")[0]}` : ""} after ${seconds} s`);
     try {
@@ -174,9 +185,13 @@ export class JobRun {
 
   private async run(runDir: string): Promise<void> {
     const a = this.assignment;
-    rmSync(runDir, { recursive: true, force: true });
     const configDir = join(runDir, "config");
-    mkdirSync(configDir, { recursive: true });
+    // A pre-init hook may prepare more than the directory, so it gets its init every time.
+    const reused = a.phase === "apply" && !this.hookPath("pre-init") && this.keptPlans?.take(this.planDirKey(), runDir) === true;
+    if (!reused) {
+      rmSync(runDir, { recursive: true, force: true });
+      mkdirSync(configDir, { recursive: true });
+    }
     const variables = await withRetry(() => this.job.variables(this.abort.signal), this.abort.signal);
     this.log.setSecrets([...variables.filter((v) => v.sensitive).map((v) => v.value), a.jobToken, this.config.token]);
 
@@ -188,20 +203,25 @@ export class JobRun {
         `[drover] ${a.workspace.engine} ${binary.version} (${binary.path}); workspace ${a.workspace.name}; working directory ${a.workspace.workingDirectory || "."}`,
     );
 
-    const archive = await withRetry(() => this.job.configuration(this.abort.signal), this.abort.signal);
-    await extractConfiguration(archive, configDir);
-    if (!existsSync(workDir)) throw new DroverError("not_found", `the working directory ${a.workspace.workingDirectory} is not in the configuration`);
-
-    const tfvars = Object.fromEntries(variables.filter((v) => v.kind === "terraform").map((v) => [v.key, v.value]));
-    if (Object.keys(tfvars).length > 0) writeFileSync(join(workDir, "drover.auto.tfvars.json"), JSON.stringify(tfvars, null, 2));
-    // terraform merges *_override.tf files into the configuration: this selects the http
-    // backend, which the TF_HTTP_* variables configure.
-    writeFileSync(join(workDir, "drover_backend_override.tf"), 'terraform {\n  backend "http" {}\n}\n');
+    if (reused) {
+      this.log.line("[drover] reusing this run's initialized plan directory on this agent: configuration download and init skipped");
+    } else {
+      const archive = await withRetry(() => this.job.configuration(this.abort.signal), this.abort.signal);
+      await extractConfiguration(archive, configDir);
+      if (!existsSync(workDir)) throw new DroverError("not_found", `the working directory ${a.workspace.workingDirectory} is not in the configuration`);
+      const tfvars = Object.fromEntries(variables.filter((v) => v.kind === "terraform").map((v) => [v.key, v.value]));
+      if (Object.keys(tfvars).length > 0) writeFileSync(join(workDir, "drover.auto.tfvars.json"), JSON.stringify(tfvars, null, 2));
+      // terraform merges *_override.tf files into the configuration: this selects the http
+      // backend, which the TF_HTTP_* variables configure.
+      writeFileSync(join(workDir, "drover_backend_override.tf"), 'terraform {\n  backend "http" {}\n}\n');
+    }
     const env = this.environment(variables.filter((v) => v.kind === "env").map((v) => [v.key, v.value]));
 
     this.checkInterrupted();
-    await this.hook("pre-init", workDir, env);
-    await this.step(binary, ["init", "-input=false", "-no-color"], workDir, env);
+    if (!reused) {
+      await this.hook("pre-init", workDir, env);
+      await this.step(binary, ["init", "-input=false", "-no-color"], workDir, env);
+    }
     if (a.phase === "plan") {
       await this.hook("pre-plan", workDir, env);
       const planPath = join(runDir, "plan.tfplan");
@@ -216,11 +236,18 @@ export class JobRun {
       await this.hook("pre-apply", workDir, env);
       await this.step(binary, ["apply", "-input=false", "-no-color", planPath], workDir, env);
       await this.hook("post-apply", workDir, env);
-      const out = await this.capture(binary, ["output", "-json"], workDir, env);
-      const parsed = JSON.parse(out.toString("utf8") || "{}") as Record<string, { sensitive?: boolean; type?: unknown; value?: unknown }>;
-      const outputs: Output[] = Object.entries(parsed).map(([name, o]) => ({ name, sensitive: o.sensitive === true, type: o.type ?? null, value: o.value ?? null }));
+      // The state the apply just wrote holds the outputs; reading it spares starting terraform.
+      const state = await withRetry(() => this.job.state(a.statePath, this.abort.signal), this.abort.signal);
+      const outputs = outputsOfState(state) ?? (await this.engineOutputs(binary, workDir, env));
       await withRetry(() => this.job.uploadOutputs(outputs, this.abort.signal), this.abort.signal);
     }
+  }
+
+  /** `terraform output -json`, for states the agent cannot read itself. */
+  private async engineOutputs(binary: EngineBinary, workDir: string, env: NodeJS.ProcessEnv): Promise<Output[]> {
+    const out = await this.capture(binary, ["output", "-json"], workDir, env);
+    const parsed = JSON.parse(out.toString("utf8") || "{}") as Record<string, { sensitive?: boolean; type?: unknown; value?: unknown }>;
+    return Object.entries(parsed).map(([name, o]) => ({ name, sensitive: o.sensitive === true, type: o.type ?? null, value: o.value ?? null }));
   }
 
   /** The environment terraform and hooks see: never the agent's own tokens. */
@@ -291,11 +318,23 @@ export class JobRun {
     return code ?? (signal ? 128 : 1);
   }
 
+  /** The hook's file in DROVER_AGENT_HOOKS_DIR, when there is one. */
+  private hookPath(name: string): string | undefined {
+    if (!this.config.hooksDir) return undefined;
+    const path = join(this.config.hooksDir, name);
+    return existsSync(path) ? path : undefined;
+  }
+
+  /** What this job's directory holds, for reusing a plan's directory in its apply. */
+  private planDirKey(): PlanDirKey {
+    const a = this.assignment;
+    return { runId: a.runId, configurationVersionId: a.configurationVersionId, engine: a.workspace.engine, engineVersion: a.workspace.engineVersion, workingDirectory: a.workspace.workingDirectory };
+  }
+
   /** Runs a hook from DROVER_AGENT_HOOKS_DIR when present; non-zero or timeout fails the run. */
   private async hook(name: string, cwd: string, env: NodeJS.ProcessEnv): Promise<void> {
-    if (!this.config.hooksDir) return;
-    const path = join(this.config.hooksDir, name);
-    if (!existsSync(path)) return;
+    const path = this.hookPath(name);
+    if (!path) return;
     this.checkInterrupted();
     this.log.line(`\n[drover] hook ${name}`);
     let timedOut = false;

@@ -3,7 +3,7 @@ import { DroverError, jobAssignmentSchema, type JobAssignment } from "@drover/pr
 import { existsSync, readFileSync } from "node:fs";
 import type { Logger } from "pino";
 import { AgentClient, NetworkError } from "../client.js";
-import type { AgentConfig } from "../config.js";
+import { int, type AgentConfig } from "../config.js";
 import { agentVersion } from "../agent.js";
 import { buildJob, jobName, labels, type TaskSettings } from "./job-spec.js";
 import { describePodFailure, type FailureTimings } from "./pod-failures.js";
@@ -34,19 +34,20 @@ export interface ControllerSettings {
   ttlSecondsAfterFinished: number;
 }
 
+/** Reads and validates the controller's own settings; a bad value throws one clear line. */
 export function loadControllerSettings(env: NodeJS.ProcessEnv): ControllerSettings {
   const saNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
-  const seconds = (name: string, fallback: number) => Number(env[name] ?? fallback) * 1000;
+  const seconds = (name: string, fallback: number, min: number) => int(name, env[name], fallback, min, 7 * 86_400);
   return {
-    namespace: env.DROVER_AGENT_KUBERNETES_NAMESPACE ?? (existsSync(saNamespace) ? readFileSync(saNamespace, "utf8").trim() : "default"),
-    workerImage: env.DROVER_AGENT_KUBERNETES_WORKER_IMAGE ?? "ghcr.io/drover-dev/drover:0.1.0",
-    execLoopPath: env.DROVER_AGENT_EXEC_LOOP_PATH ?? "/opt/drover/packages/agent/exec-loop/exec-loop.sh",
+    namespace: env.DROVER_AGENT_KUBERNETES_NAMESPACE || (existsSync(saNamespace) ? readFileSync(saNamespace, "utf8").trim() : "default"),
+    workerImage: env.DROVER_AGENT_KUBERNETES_WORKER_IMAGE || "ghcr.io/drover-dev/drover:0.1.0",
+    execLoopPath: env.DROVER_AGENT_EXEC_LOOP_PATH || "/opt/drover/packages/agent/exec-loop/exec-loop.sh",
     timings: {
-      imagePullGraceMs: seconds("DROVER_AGENT_IMAGE_PULL_GRACE_SECONDS", 30),
-      podPendingTimeoutMs: seconds("DROVER_AGENT_POD_PENDING_TIMEOUT_SECONDS", 600),
+      imagePullGraceMs: seconds("DROVER_AGENT_IMAGE_PULL_GRACE_SECONDS", 30, 0) * 1000,
+      podPendingTimeoutMs: seconds("DROVER_AGENT_POD_PENDING_TIMEOUT_SECONDS", 600, 1) * 1000,
     },
-    activeDeadlineSeconds: Number(env.DROVER_AGENT_JOB_ACTIVE_DEADLINE_SECONDS ?? 4 * 3600),
-    ttlSecondsAfterFinished: Number(env.DROVER_AGENT_JOB_TTL_SECONDS ?? 3600),
+    activeDeadlineSeconds: seconds("DROVER_AGENT_JOB_ACTIVE_DEADLINE_SECONDS", 4 * 3600, 1),
+    ttlSecondsAfterFinished: seconds("DROVER_AGENT_JOB_TTL_SECONDS", 3600, 0),
   };
 }
 
@@ -387,8 +388,8 @@ function errText(err: unknown): string {
 }
 
 /** Starts a controller from the agent configuration; resolves with the exit code. */
-export async function runController(config: AgentConfig, env: NodeJS.ProcessEnv, log: Logger): Promise<number> {
-  const controller = new Controller(config, loadControllerSettings(env), log);
+export async function runController(config: AgentConfig, settings: ControllerSettings, log: Logger): Promise<number> {
+  const controller = new Controller(config, settings, log);
   const onSignal = () => {
     log.info("stop signal received: no new Jobs; running ones continue under their workers");
     controller.shutdown();

@@ -78,6 +78,8 @@ export async function runWorker(settings: WorkerSettings, log: Logger): Promise<
     hooksDir: undefined,
     hookTimeoutMs: 600_000,
     pollWaitMs: 0,
+    // One pod per job: there is no later job here to reuse a directory.
+    planReuseMs: 0,
     kubernetesTaskTemplate: undefined,
   };
   const job = new JobRun(assignment, new AgentClient(settings.url, settings.caCertPem), config, log, runner);

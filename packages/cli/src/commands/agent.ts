@@ -49,9 +49,12 @@ export function registerAgentCommands(program: Command): void {
     .option("--name <name>", "controller name (DROVER_AGENT_NAME)")
     .option("--concurrency <n>", "Jobs in flight (DROVER_AGENT_CONCURRENCY; default 10)")
     .action(async (opts: AgentFlags) => {
+      const { loadControllerSettings, runController } = await import("@drover/agent/kubernetes");
       let config: AgentConfig;
+      let settings: ReturnType<typeof loadControllerSettings>;
       try {
         config = loadAgentConfig({ ...process.env, DROVER_AGENT_DRIVER: "kubernetes" }, opts);
+        settings = loadControllerSettings(process.env);
       } catch (err) {
         if (err instanceof DroverError) {
           process.stderr.write(`drover agent controller: ${err.message}\n`);
@@ -60,9 +63,8 @@ export function registerAgentCommands(program: Command): void {
         throw err;
       }
       const log = createLogger(config.logFormat, config.debug);
-      const { runController } = await import("@drover/agent/kubernetes");
       try {
-        process.exit(await runController(config, process.env, log));
+        process.exit(await runController(config, settings, log));
       } catch (err) {
         log.error(err instanceof Error ? err.message : String(err));
         process.exit(1);
