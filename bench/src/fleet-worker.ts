@@ -3,10 +3,13 @@
 // steady window [warm-up, warm-up + duration]: the start-up burst (every agent registering
 // and connecting at once) is reported separately by the caller, not mixed into the p99.
 // Prints one JSON line at the end.
+import { setMaxListeners } from "node:events";
 import { monitorEventLoopDelay } from "node:perf_hooks";
-import { Agent, setGlobalDispatcher } from "undici";
+import { Agent, request } from "undici";
 
-setGlobalDispatcher(new Agent({ connections: null, keepAliveTimeout: 60_000, headersTimeout: 0, bodyTimeout: 0 }));
+// The same HTTP client the real agent uses (undici's request, kept-alive connections), so the
+// simulated fleet costs its processes what real agents would, not fetch's extra layers.
+const dispatcher = new Agent({ connections: null, keepAliveTimeout: 60_000, headersTimeout: 0, bodyTimeout: 0 });
 
 const [url, token, countArg, durationArg, prefix, warmupArg] = process.argv.slice(2);
 const count = Number(countArg);
@@ -16,14 +19,15 @@ const loopDelay = monitorEventLoopDelay({ resolution: 10 });
 loopDelay.enable();
 
 async function call(path: string, auth: string, body?: unknown, signal?: AbortSignal): Promise<any> {
-  const res = await fetch(url + path, {
+  const res = await request(url + path, {
     method: "POST",
     headers: { authorization: `Bearer ${auth}`, "content-type": "application/json" },
     body: JSON.stringify(body ?? {}),
     signal,
+    dispatcher,
   });
-  const text = await res.text();
-  if (res.status >= 300) throw new Error(`${path}: ${res.status} ${text}`);
+  const text = await res.body.text();
+  if (res.statusCode >= 300) throw new Error(`${path}: ${res.statusCode} ${text}`);
   return text ? JSON.parse(text) : undefined;
 }
 
@@ -36,6 +40,8 @@ const start = performance.now();
 const windowStart = start + warmupMs;
 const windowEnd = windowStart + durationMs;
 const stop = new AbortController();
+// Every simulated agent's long-poll listens on this one signal.
+setMaxListeners(0, stop.signal);
 const latencies: number[] = [];
 let errors = 0;
 

@@ -85,10 +85,15 @@ export async function benchScale(agents = 1000, durationMs = 30_000): Promise<Fi
     const small = await fleet(db, 10, 1, durationMs);
     const big = await fleet(db, agents, 4, durationMs);
     const bench = `scale (${agents} agents long-polling + heartbeating, ${db})`;
-    const note = `${big.heartbeats} heartbeats in a ${durationMs / 1000} s steady window after an ${warmupMs / 1000} s warm-up; ${big.errors} errors`;
+    const note =
+      `${big.heartbeats} heartbeats in a ${durationMs / 1000} s steady window after an ${warmupMs / 1000} s warm-up; ${big.errors} errors; ` +
+      `server side, ${big.serverSide.over50ms} of ${big.serverSide.count} heartbeats took over 50 ms; ` +
+      `the simulated fleet's own event-loop delay p99 ${big.clientLoopDelayP99.toFixed(1)} ms (its share of the client-side figure)`;
+    // SPEC §8 sets the scale target for SQLite; PostgreSQL is measured beside it.
+    const targeted = db === "sqlite";
     figures.push(
-      { bench, metric: "heartbeat p99", unit: "ms", value: big.heartbeatP99, baseline: small.heartbeatP99, baselineLabel: "10 agents", target: "≤ 50 ms", met: big.heartbeatP99 <= 50, note },
-      { bench, metric: "server peak RSS", unit: "MB", value: big.rssMb, baseline: small.rssMb, baselineLabel: "10 agents", target: db === "sqlite" ? "≤ 300 MB" : "—", met: db === "sqlite" ? big.rssMb <= 300 : null },
+      { bench, metric: "heartbeat p99", unit: "ms", value: big.heartbeatP99, baseline: small.heartbeatP99, baselineLabel: "10 agents", target: targeted ? "≤ 50 ms" : "—", met: targeted ? big.heartbeatP99 <= 50 : null, note },
+      { bench, metric: "server peak RSS", unit: "MB", value: big.rssMb, baseline: small.rssMb, baselineLabel: "10 agents", target: targeted ? "≤ 300 MB" : "—", met: targeted ? big.rssMb <= 300 : null },
       { bench, metric: "server CPU", unit: "%", value: big.cpuPercent, baseline: small.cpuPercent, baselineLabel: "10 agents", target: "—", met: null },
     );
   }
