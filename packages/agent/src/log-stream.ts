@@ -51,23 +51,46 @@ export class LogStream {
     return this.sending;
   }
 
+  /** The first `n` pending bytes as one buffer; only the buffers it needs are copied. */
+  private head(n: number): Buffer {
+    const parts: Buffer[] = [];
+    let size = 0;
+    for (const b of this.pending) {
+      if (size >= n) break;
+      parts.push(b);
+      size += b.length;
+    }
+    const joined = parts.length === 1 ? parts[0]! : Buffer.concat(parts, size);
+    return joined.length > n ? joined.subarray(0, n) : joined;
+  }
+
+  /** Forgets the first `n` pending bytes (the server has them). */
+  private dropFront(n: number): void {
+    this.pendingBytes -= n;
+    while (n > 0) {
+      const first = this.pending[0]!;
+      if (first.length <= n) {
+        this.pending.shift();
+        n -= first.length;
+      } else {
+        this.pending[0] = first.subarray(n);
+        n = 0;
+      }
+    }
+  }
+
   private async drain(): Promise<void> {
     let delay = 200;
     while (this.pendingBytes > 0) {
-      // Output written while this request is in flight lands after `taken` in `pending`.
-      const taken = this.pending.length;
-      const all = Buffer.concat(this.pending);
-      const chunk = all.subarray(0, maxChunk);
+      // Output written while this request is in flight is appended behind `chunk`.
+      const chunk = this.head(maxChunk);
       try {
         const end = await this.job.appendLog(this.sent, chunk);
         const accepted = end - this.sent;
         // The server may already have had some of these bytes (a retried request).
         const consumed = Math.min(chunk.length, Math.max(0, accepted));
         this.sent += consumed;
-        const rest = all.subarray(consumed);
-        const arrived = this.pending.slice(taken);
-        this.pending = rest.length > 0 ? [rest, ...arrived] : arrived;
-        this.pendingBytes = this.pending.reduce((n, b) => n + b.length, 0);
+        this.dropFront(consumed);
         delay = 200;
       } catch (err) {
         if (err instanceof DroverError && err.code === "log_gap") {

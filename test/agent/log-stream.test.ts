@@ -1,0 +1,78 @@
+import assert from "node:assert/strict";
+import { AgentClient, LogStream } from "@drover/agent";
+import { createServer, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+import { after, before, test } from "node:test";
+import { call, queueRun, registerAgent } from "../support/agent-client.js";
+import { rawTarGz } from "../support/archives.js";
+import { startTestServer, type TestServer } from "../support/server.js";
+
+// The agent's log pipeline against the real server through a network that fails: some
+// appends never reach the server (503), some reach it but their answer is lost. The log the
+// server ends up with must be exactly what was written: nothing lost, nothing doubled.
+
+let server: TestServer;
+let proxy: Server;
+let proxyUrl: string;
+let failures = { refused: 0, answerLost: 0 };
+
+before(async () => {
+  server = await startTestServer();
+  let appends = 0;
+  proxy = createServer((req, res) => {
+    const body: Buffer[] = [];
+    req.on("data", (d: Buffer) => body.push(d));
+    req.on("end", async () => {
+      const isAppend = req.method === "POST" && /\/logs\?offset=/.test(req.url ?? "");
+      const n = isAppend ? ++appends : 0;
+      if (isAppend && n % 5 === 2) {
+        failures.refused++;
+        res.writeHead(503, { "content-type": "application/json" }).end('{"error":"internal","message":"flaky network"}');
+        return;
+      }
+      const headers: Record<string, string> = {};
+      for (const k of ["authorization", "content-type"]) if (typeof req.headers[k] === "string") headers[k] = req.headers[k];
+      const upstream = await fetch(server.url + req.url, { method: req.method, headers, body: body.length > 0 ? Buffer.concat(body) : undefined });
+      const data = Buffer.from(await upstream.arrayBuffer());
+      if (isAppend && n % 4 === 3) {
+        // The server stored the bytes; the agent never hears so.
+        failures.answerLost++;
+        req.socket.destroy();
+        return;
+      }
+      res.writeHead(upstream.status, { "content-type": upstream.headers.get("content-type") ?? "application/octet-stream" }).end(data);
+    });
+  });
+  await new Promise<void>((r) => proxy.listen(0, "127.0.0.1", r));
+  proxyUrl = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`;
+});
+after(async () => {
+  await new Promise((r) => proxy?.close(r));
+  await server?.stop();
+});
+
+test("a log streamed through failing appends arrives whole, in order, once", async () => {
+  await server.api("POST", "/api/v1/pools", { name: "logs" });
+  const { session } = await registerAgent(server, "logs", "log-writer");
+  const { runId } = await queueRun(server, "logs", "logs", rawTarGz([{ path: "main.tf", content: 'resource "terraform_data" "x" {}\n' }]));
+  const job = (await call(server, "POST", "/api/agent/v1/jobs/next?wait=1000", session)).body.job;
+  assert.equal((await call(server, "POST", `/api/agent/v1/jobs/${job.jobId}/start`, job.jobToken)).status, 200);
+
+  const log = new LogStream(new AgentClient(proxyUrl).job(job.jobId, job.jobToken));
+  let expected = "";
+  for (let i = 0; i < 40_000; i++) {
+    const line = `line ${i} ${"x".repeat(i % 97)}\n`;
+    expected += line;
+    log.write(line);
+    // Let sends interleave with writing, as terraform's output does.
+    if (i % 2_000 === 0) await new Promise((r) => setTimeout(r, 30));
+  }
+  await log.close();
+  assert.equal(log.acknowledged, Buffer.byteLength(expected));
+  assert.ok(failures.refused > 0 && failures.answerLost > 0, `the network did fail (${JSON.stringify(failures)})`);
+
+  const res = await fetch(`${server.url}/api/v1/runs/${runId}/logs?phase=plan&limit=8388608`, { headers: { authorization: `Bearer ${server.adminToken}` } });
+  const stored = await res.text();
+  assert.equal(stored.length, expected.length, "no byte lost or doubled");
+  assert.ok(stored === expected, "every line in order");
+});
