@@ -14,7 +14,7 @@ import { startTestServer, type TestServer } from "../support/server.js";
 let server: TestServer;
 let proxy: Server;
 let proxyUrl: string;
-let failures = { refused: 0, answerLost: 0 };
+const failures = { refused: 0, answerLost: 0 };
 
 before(async () => {
   server = await startTestServer();
