@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { chmodSync, mkdirSync, readdirSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
@@ -154,4 +155,36 @@ test("the apply reuses its plan's initialized directory on the agent that planne
   const hooked = await applyLog("reuse-hook", { DROVER_AGENT_HOOKS_DIR: hooks });
   assert.match(hooked, /pre-init hook ran in apply/);
   assert.match(hooked, /\$ terraform init/);
+});
+
+test("the agent's health port: /healthz and /readyz say it is running, /metrics counts its jobs", async () => {
+  const port = await new Promise<number>((resolve) => {
+    const probe = createServer().listen(0, "127.0.0.1", () => {
+      const { port } = probe.address() as { port: number };
+      probe.close(() => resolve(port));
+    });
+  });
+  await workspace("health");
+  const agent = await stack.startAgent("health-agent", { DROVER_AGENT_HEALTH_PORT: String(port) });
+  try {
+    const base = `http://127.0.0.1:${port}`;
+    const health = (await (await fetch(`${base}/healthz`)).json()) as any;
+    assert.equal(health.status, "ok");
+    assert.equal(health.state, "running");
+    assert.ok(!Number.isNaN(Date.parse(health.currentTime)));
+    assert.equal((await fetch(`${base}/readyz`)).status, 200);
+
+    const runId = await stack.startRun(writeConfig(stack.dir, "health", { "main.tf": 'resource "terraform_data" "h" {}\n' }), "health", ["--plan-only"]);
+    await stack.waitForRun(runId, ["planned_and_finished", "errored"]);
+    const metrics = await fetch(`${base}/metrics`);
+    assert.match(metrics.headers.get("content-type") ?? "", /^text\/plain; version=0\.0\.4/);
+    const text = await metrics.text();
+    assert.match(text, /^# TYPE drover_agent_jobs_running gauge$/m);
+    assert.match(text, /^drover_agent_jobs_running 0$/m);
+    assert.match(text, /^drover_agent_jobs_finished_total\{phase="plan"\} 1$/m);
+    assert.match(text, /^drover_agent_poll_errors_total 0$/m);
+    assert.notEqual(((await (await fetch(`${base}/healthz`)).json()) as any).lastActivity, null, "the long-poll counts as activity");
+  } finally {
+    await agent.stop();
+  }
 });

@@ -1,7 +1,7 @@
 import { defaultArchiveLimits, DroverError, inspectArchive, unsafePathReason, type ArchiveLimits } from "@drover/protocol";
 import { mkdirSync } from "node:fs";
 import type { Stats } from "node:fs";
-import { x as extractTar, type ReadEntry } from "tar";
+import type { ReadEntry } from "tar";
 
 const allowed = new Set(["File", "OldFile", "ContiguousFile", "Directory", "SymbolicLink", "Link"]);
 
@@ -14,6 +14,7 @@ const allowed = new Set(["File", "OldFile", "ContiguousFile", "Directory", "Symb
 export async function extractConfiguration(archive: Buffer, dir: string, limits: ArchiveLimits = defaultArchiveLimits): Promise<void> {
   await inspectArchive(archive, limits);
   mkdirSync(dir, { recursive: true });
+  const { x: extractTar } = await import("tar");
   let refused: string | undefined;
   const unpack = extractTar({
     cwd: dir,

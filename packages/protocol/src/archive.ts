@@ -1,5 +1,5 @@
 import { posix } from "node:path";
-import { Parser, type ReadEntry } from "tar";
+import type { ReadEntry } from "tar";
 import { DroverError } from "./errors.js";
 
 /** Size limits for configuration archives; both ends enforce them. */
@@ -70,6 +70,8 @@ export async function inspectArchive(archive: Buffer, limits: ArchiveLimits = de
   let entries = 0;
   let unpackedBytes = 0;
   let failure: unknown;
+  // Loaded on first use: an idle agent never needs tar (its memory counts, SPEC §8).
+  const { Parser } = await import("tar");
   const parser = new Parser({
     strict: true,
     onReadEntry: (entry: ReadEntry) => {
