@@ -12,14 +12,20 @@ export async function benchAgentIdle(): Promise<Figure[]> {
   try {
     await api(server.url, "POST", "/api/v1/pools", undefined, { name: "idle" });
     const agent = await startAgentProc(server, "idle", "idle-agent");
-    await sleep(5000);
-    const rss = rssMb(agent.child.pid!);
+    // Steady idle: V8's memory reducer collects start-up garbage some seconds after the
+    // process goes quiet, so the first seconds vary by ~9 MB from run to run.
+    const samples: number[] = [];
+    for (let s = 0; s < 6; s++) {
+      await sleep(5000);
+      samples.push(rssMb(agent.child.pid!));
+    }
+    const rss = samples.at(-1)!;
     await agent.stop();
     const bare = spawn(process.execPath, ["-e", "setInterval(() => {}, 1000)"]);
     await sleep(1000);
     const bareRss = rssMb(bare.pid!);
     bare.kill();
-    return [{ bench: "agent idle", metric: "RSS after 5 s idle", unit: "MB", value: rss, baseline: bareRss, baselineLabel: "empty Node.js process", target: "≤ 80 MB", met: rss <= 80 }];
+    return [{ bench: "agent idle", metric: "RSS after 30 s idle", unit: "MB", value: rss, baseline: bareRss, baselineLabel: "empty Node.js process", target: "≤ 80 MB", met: rss <= 80, note: `every 5 s: ${samples.map((v) => v.toFixed(1)).join(", ")} MB (peak ${Math.max(...samples).toFixed(1)})` }];
   } finally {
     await server.stop();
   }
