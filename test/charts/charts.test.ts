@@ -88,7 +88,8 @@ for (const [chart, args] of configurations) {
     test("the token reaches pods only through a Secret reference", () => {
       const objects = render(chart, args);
       for (const o of objects.filter((x) => x.kind !== "Secret")) assert.ok(!JSON.stringify(o).includes("drv_p_"), `${o.kind}/${o.metadata.name} holds the token`);
-      for (const { owner, spec } of podSpecs(objects).filter((p) => !p.owner.startsWith("AgentTask"))) {
+      // Run pods and agent-k8s's node workers get no pool token at all (job tokens come per run).
+      for (const { owner, spec } of podSpecs(objects).filter((p) => !p.owner.startsWith("AgentTask") && !p.owner.startsWith("DaemonSet"))) {
         const env = spec.containers[0].env.find((e: any) => e.name === "DROVER_TOKEN");
         assert.ok(env?.valueFrom?.secretKeyRef?.name, `${owner}: DROVER_TOKEN from a Secret`);
       }
@@ -119,6 +120,39 @@ describe("render-time refusals", () => {
       assert.match(renderFails(chart, []), /set agent.token or agent.tokenExistingSecret.name/);
     });
   }
+});
+
+describe("agent-k8s node-worker specifics", () => {
+  const objects = () => render("agent-k8s", ["--set", `agent.token=${token}`, "--set", "workerDaemonSet.nodeSelector.pool=runs"]);
+
+  test("a controller launches runner-only run pods; one worker per node supervises them from the hostPath data home", () => {
+    const all = objects();
+    const controller = all.find((o) => o.kind === "Deployment")!.spec.template.spec.containers[0];
+    assert.deepEqual(controller.args, ["agent", "controller"]);
+    assert.equal(controller.env.find((e: any) => e.name === "DROVER_AGENT_NODE_HOME").value, "/var/lib/drover-agent");
+    const ds = all.find((o) => o.kind === "DaemonSet")!.spec.template.spec;
+    const worker = ds.containers[0];
+    assert.deepEqual(worker.args, ["agent", "node-worker"]);
+    assert.ok(!worker.env.some((e: any) => e.name === "DROVER_TOKEN"), "the node worker holds no pool token");
+    assert.equal(worker.env.find((e: any) => e.name === "DROVER_AGENT_NODE_NAME").valueFrom.fieldRef.fieldPath, "spec.nodeName");
+    assert.deepEqual(worker.volumeMounts.find((m: any) => m.name === "home").mountPath, "/var/lib/drover-agent", "mounted at the node's own path");
+    assert.equal(ds.volumes.find((v: any) => v.name === "home").hostPath.path, "/var/lib/drover-agent");
+    assert.deepEqual(ds.nodeSelector, { pool: "runs" });
+    const task = all.find((o) => o.kind === "AgentTask")!.spec.jobTemplate.template.spec;
+    assert.deepEqual(task.containers.map((c: any) => c.name), ["runner"], "no worker container in run pods");
+    assert.deepEqual(task.nodeSelector, { pool: "runs" }, "run pods go where the workers are");
+    assert.equal(task.automountServiceAccountToken, false);
+  });
+
+  test("RBAC: the node worker may only read pods and get Secrets in its namespace", () => {
+    const all = objects();
+    assert.equal(all.filter((o) => o.kind === "ClusterRole" || o.kind === "ClusterRoleBinding").length, 0);
+    const role = all.find((o) => o.kind === "Role" && o.metadata.name.endsWith("-worker"))!;
+    assert.deepEqual(role.rules, [
+      { apiGroups: [""], resources: ["pods"], verbs: ["get", "list", "watch"] },
+      { apiGroups: [""], resources: ["secrets"], verbs: ["get"] },
+    ]);
+  });
 });
 
 describe("agent-job specifics", () => {

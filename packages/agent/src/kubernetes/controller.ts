@@ -32,6 +32,8 @@ export interface ControllerSettings {
   timings: FailureTimings;
   activeDeadlineSeconds: number;
   ttlSecondsAfterFinished: number;
+  /** Node-worker mode (agent-k8s): run pods hold only the runner; each node's worker drives them. */
+  nodeHome: string | undefined;
 }
 
 /** Reads and validates the controller's own settings; a bad value throws one clear line. */
@@ -48,7 +50,14 @@ export function loadControllerSettings(env: NodeJS.ProcessEnv): ControllerSettin
     },
     activeDeadlineSeconds: seconds("DROVER_AGENT_JOB_ACTIVE_DEADLINE_SECONDS", 4 * 3600, 1),
     ttlSecondsAfterFinished: seconds("DROVER_AGENT_JOB_TTL_SECONDS", 3600, 0),
+    nodeHome: nodeHome(env.DROVER_AGENT_NODE_HOME),
   };
+}
+
+function nodeHome(raw: string | undefined): string | undefined {
+  if (!raw) return undefined;
+  if (!raw.startsWith("/")) throw new DroverError("bad_request", `DROVER_AGENT_NODE_HOME must be an absolute path (the workers' hostPath data home), got ${JSON.stringify(raw)}`);
+  return raw.replace(/\/+$/, "");
 }
 
 /**
@@ -185,6 +194,7 @@ export class Controller {
       gracePeriodSeconds: this.config.gracePeriodMs / 1000,
       activeDeadlineSeconds: this.settings.activeDeadlineSeconds,
       ttlSecondsAfterFinished: this.settings.ttlSecondsAfterFinished,
+      nodeHome: this.settings.nodeHome,
     };
     const name = jobName(a);
     this.tracked.set(name, { name, assignment: a, started: false, reported: false, podSeen: false });
@@ -208,7 +218,8 @@ export class Controller {
               ownerReferences: [{ apiVersion: "batch/v1", kind: "Job", name, uid: created.metadata?.uid ?? "", controller: true, blockOwnerDeletion: true }],
             },
             type: "Opaque",
-            stringData: { token: jobToken, "assignment.json": JSON.stringify(rest) },
+            // The server URL rides along for node workers, which hold no pool token to read it from.
+            stringData: { token: jobToken, "assignment.json": JSON.stringify(rest), url: this.config.url },
           },
         });
       } catch (err) {
@@ -252,7 +263,9 @@ export class Controller {
     if (!t) return;
     t.podSeen = true;
     t.lastPod = pod;
-    if (pod.status?.containerStatuses?.some((c) => c.name === "worker" && (c.state?.running || c.state?.terminated))) t.started = true;
+    // The worker owns the run once it runs; in node-worker mode, once the runner it prepared does.
+    const owner = this.settings.nodeHome ? "runner" : "worker";
+    if (pod.status?.containerStatuses?.some((c) => c.name === owner && (c.state?.running || c.state?.terminated))) t.started = true;
     const failure = describePodFailure(pod, Date.now(), this.settings.timings);
     if (!failure) return;
     if (!failure.generic) {

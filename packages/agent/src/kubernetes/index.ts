@@ -4,3 +4,4 @@ export { buildJob, jobName } from "./job-spec.js";
 export { describePodFailure } from "./pod-failures.js";
 export { ExecLoopRunner } from "./exec-loop-runner.js";
 export { loadWorkerSettings, runWorker } from "./worker.js";
+export { loadNodeWorkerSettings, NodeWorker, runNodeWorker } from "./node-worker.js";

@@ -28,6 +28,16 @@ export interface TaskSettings {
   gracePeriodSeconds: number;
   activeDeadlineSeconds: number;
   ttlSecondsAfterFinished: number;
+  /**
+   * Node-worker mode: the data home every node's worker keeps (a hostPath, at the same path in
+   * the worker and in run pods). Unset: each pod carries its own worker container.
+   */
+  nodeHome?: string | undefined;
+}
+
+/** A run's own directory under a node's data home. */
+export function nodeRunDir(nodeHome: string, name: string): string {
+  return `${nodeHome.replace(/\/+$/, "")}/runs/${name}`;
 }
 
 const mounts = {
@@ -69,6 +79,7 @@ export function buildJob(a: JobAssignment, template: V1JobSpec | undefined, s: T
   const pod = (spec.template.spec ??= { containers: [] });
   pod.restartPolicy = "Never";
   pod.terminationGracePeriodSeconds ??= s.gracePeriodSeconds;
+  if (s.nodeHome) return nodeModeJob(name, spec, meta, annotations, s.nodeHome, s);
   const volumes: V1Volume[] = [
     { name: mounts.exec.name, emptyDir: {} },
     { name: mounts.run.name, emptyDir: {} },
@@ -111,5 +122,34 @@ export function buildJob(a: JobAssignment, template: V1JobSpec | undefined, s: T
   setEnv(runner, { DROVER_EXEC_DIR: mounts.exec.mountPath });
   addMounts(runner, [mounts.exec, mounts.run, { ...mounts.bin, readOnly: true }]);
 
+  return { apiVersion: "batch/v1", kind: "Job", metadata: { name, namespace: s.namespace, labels: meta, annotations }, spec };
+}
+
+/**
+ * Node-worker mode: the pod holds only the runner. The worker of whichever node it lands on
+ * prepares `<home>/runs/<name>` (exec-loop, token-free files) and drives it; the runner sees
+ * that one directory — at the same path, so no path is translated — and nothing else of the
+ * node. An init container waits until the worker has claimed the directory.
+ */
+function nodeModeJob(name: string, spec: V1JobSpec, meta: Record<string, string>, annotations: Record<string, string>, home: string, s: TaskSettings): V1Job {
+  const pod = spec.template.spec!;
+  const dir = nodeRunDir(home, name);
+  const volume: V1Volume = { name: "drover-home", hostPath: { path: home, type: "Directory" } };
+  pod.volumes = [...(pod.volumes ?? []).filter((v) => v.name !== volume.name), volume];
+  pod.automountServiceAccountToken = false;
+  const init: V1Container = pod.initContainers?.find((c) => c.name === "drover-init") ?? { name: "drover-init", image: s.workerImage };
+  // The worker writes `ready` once the directory is its own; a pod no worker picks up fails here.
+  init.command = ["sh", "-c", `i=0; until [ -f "${dir}/ready" ]; do i=$((i+1)); [ "$i" -gt 3000 ] && echo "no drover worker on this node prepared ${dir}" >&2 && exit 1; sleep 0.2; done`];
+  addMounts(init, [{ name: volume.name, mountPath: `${home.replace(/\/+$/, "")}/runs`, subPath: "runs", readOnly: true }]);
+  pod.initContainers = [init, ...(pod.initContainers ?? []).filter((c) => c.name !== "drover-init")];
+  pod.containers = pod.containers.filter((c) => c.name !== "worker");
+  let runner = pod.containers.find((c) => c.name === "runner");
+  if (!runner) {
+    runner = { name: "runner", image: "ghcr.io/drover-dev/drover-runner:latest" };
+    pod.containers.push(runner);
+  }
+  runner.command ??= ["/bin/sh", `${dir}/bin/exec-loop.sh`];
+  setEnv(runner, { DROVER_EXEC_DIR: `${dir}/exec` });
+  addMounts(runner, [{ name: volume.name, mountPath: dir, subPath: `runs/${name}` }]);
   return { apiVersion: "batch/v1", kind: "Job", metadata: { name, namespace: s.namespace, labels: meta, annotations }, spec };
 }

@@ -1,4 +1,4 @@
-import { DroverError, jobAssignmentSchema } from "@drover/protocol";
+import { DroverError, jobAssignmentSchema, type JobAssignment } from "@drover/protocol";
 import { readFileSync } from "node:fs";
 import { hostname } from "node:os";
 import { join } from "node:path";
@@ -48,6 +48,26 @@ export function loadWorkerSettings(env: NodeJS.ProcessEnv): WorkerSettings {
 export async function runWorker(settings: WorkerSettings, log: Logger): Promise<number> {
   const token = readFileSync(join(settings.secretDir, "token"), "utf8").trim();
   const assignment = jobAssignmentSchema.parse({ ...JSON.parse(readFileSync(join(settings.secretDir, "assignment.json"), "utf8")), jobToken: token });
+  const supervised = superviseJob(assignment, settings, log);
+  const onStop = () => {
+    log.info("stop signal received; stopping the run");
+    supervised.stop();
+  };
+  process.on("SIGTERM", onStop);
+  process.on("SIGINT", onStop);
+  await supervised.done;
+  return 0;
+}
+
+/** Where and how one job runs under a worker: its exec-loop directory and its files. */
+export type SupervisionSettings = Pick<WorkerSettings, "url" | "execDir" | "runDir" | "stopAction" | "gracePeriodMs" | "caCertPem" | "runnerStaleMs">;
+
+/**
+ * Owns one job whose steps execute in a runner container through the exec-loop in
+ * `execDir`: heartbeats, logs and status go straight to the server. `done` resolves when the
+ * job has ended and the runner was told to exit; `stop()` winds it down per the stop action.
+ */
+export function superviseJob(assignment: JobAssignment, settings: SupervisionSettings, log: Logger): { done: Promise<void>; stop(): void } {
   const runner = new ExecLoopRunner(settings.execDir, settings.runnerStaleMs);
   runner.touchWorkerHeartbeat();
   const beat = setInterval(() => runner.touchWorkerHeartbeat(), 5_000);
@@ -83,17 +103,9 @@ export async function runWorker(settings: WorkerSettings, log: Logger): Promise<
     kubernetesTaskTemplate: undefined,
   };
   const job = new JobRun(assignment, new AgentClient(settings.url, settings.caCertPem), config, log, runner);
-  const onStop = () => {
-    log.info("stop signal received; stopping the run");
-    job.stop(stopPlan(settings.stopAction, settings.gracePeriodMs), settings.stopAction);
-  };
-  process.on("SIGTERM", onStop);
-  process.on("SIGINT", onStop);
-  try {
-    await job.execute();
-  } finally {
+  const done = job.execute().finally(() => {
     clearInterval(beat);
     runner.shutdown();
-  }
-  return 0;
+  });
+  return { done, stop: () => job.stop(stopPlan(settings.stopAction, settings.gracePeriodMs), settings.stopAction) };
 }

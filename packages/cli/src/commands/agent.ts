@@ -87,4 +87,22 @@ export function registerAgentCommands(program: Command): void {
       }
       process.exit(await runWorker(settings, createLogger("json", false)));
     });
+  agent
+    .command("node-worker")
+    .description("agent-k8s: one per node (DaemonSet); supervises the run pods the controller puts on this node")
+    .action(async () => {
+      const { loadNodeWorkerSettings, runNodeWorker } = await import("@drover/agent/kubernetes");
+      let settings;
+      try {
+        settings = loadNodeWorkerSettings(process.env);
+      } catch (err) {
+        if (err instanceof DroverError) {
+          process.stderr.write(`drover agent node-worker: ${err.message}\n`);
+          process.exit(2);
+        }
+        throw err;
+      }
+      const log = createLogger(process.env.DROVER_AGENT_LOG_FORMAT === "plain" ? "plain" : "json", false);
+      process.exit(await runNodeWorker(settings, log));
+    });
 }

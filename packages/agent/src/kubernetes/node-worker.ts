@@ -1,0 +1,161 @@
+import { CoreV1Api, KubeConfig, type V1Pod } from "@kubernetes/client-node";
+import { DroverError, jobAssignmentSchema, type JobAssignment } from "@drover/protocol";
+import { chmodSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import type { Logger } from "pino";
+import { AgentClient } from "../client.js";
+import { int, type StopAction } from "../config.js";
+import { labels, nodeRunDir } from "./job-spec.js";
+import { superviseJob } from "./worker.js";
+
+/** Settings of `drover agent node-worker`, the per-node worker of the agent-k8s design. */
+export interface NodeWorkerSettings {
+  /** Unset: each job's Secret carries the URL its controller uses. */
+  url: string | undefined;
+  namespace: string;
+  nodeName: string;
+  home: string;
+  execLoopPath: string;
+  stopAction: StopAction;
+  gracePeriodMs: number;
+  caCertPem: string | undefined;
+  runnerStaleMs: number;
+  pollMs: number;
+}
+
+/** Reads and validates the node worker's settings; a bad value throws one clear line. */
+export function loadNodeWorkerSettings(env: NodeJS.ProcessEnv): NodeWorkerSettings {
+  const need = (name: string, why: string) => env[name] || fail(`${name} is not set: ${why}`);
+  const home = need("DROVER_AGENT_NODE_HOME", "the hostPath data home shared with run pods");
+  if (!home.startsWith("/")) fail(`DROVER_AGENT_NODE_HOME must be an absolute path, got ${JSON.stringify(home)}`);
+  const stopAction = (env.DROVER_AGENT_WORKER_ON_STOP_ACTION || "graceful") as StopAction;
+  if (!["graceful", "drain", "force"].includes(stopAction)) fail(`DROVER_AGENT_WORKER_ON_STOP_ACTION must be one of graceful, drain, force, got ${JSON.stringify(stopAction)}`);
+  const saNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+  return {
+    url: env.DROVER_URL ? env.DROVER_URL.replace(/\/+$/, "") : undefined,
+    namespace: env.DROVER_AGENT_KUBERNETES_NAMESPACE || (existsSync(saNamespace) ? readFileSync(saNamespace, "utf8").trim() : "default"),
+    nodeName: need("DROVER_AGENT_NODE_NAME", "this node's name (the downward API's spec.nodeName)"),
+    home: home.replace(/\/+$/, ""),
+    execLoopPath: env.DROVER_AGENT_EXEC_LOOP_PATH || "/opt/drover/packages/agent/exec-loop/exec-loop.sh",
+    stopAction,
+    gracePeriodMs: int("DROVER_AGENT_GRACE_PERIOD_SECONDS", env.DROVER_AGENT_GRACE_PERIOD_SECONDS, 120, 1, 86_400) * 1000,
+    caCertPem: env.DROVER_CA_CERT ? readFileSync(env.DROVER_CA_CERT, "utf8") : undefined,
+    runnerStaleMs: int("DROVER_WORKER_RUNNER_STALE_SECONDS", env.DROVER_WORKER_RUNNER_STALE_SECONDS, 30, 1, 3600) * 1000,
+    pollMs: int("DROVER_AGENT_NODE_POLL_MS", env.DROVER_AGENT_NODE_POLL_MS, 500, 50, 60_000),
+  };
+}
+
+function fail(message: string): never {
+  throw new DroverError("bad_request", message);
+}
+
+const live = (pod: V1Pod) => pod.status?.phase === "Pending" || pod.status?.phase === "Running" || !pod.status?.phase;
+
+/**
+ * One per node (a DaemonSet): supervises the run pods the controller's Jobs put on this node.
+ * For each it reads the job Secret, prepares `<home>/runs/<job>` (the pod's only view of the
+ * node), owns the run as a pod's worker would, and removes the directory once the pod is done.
+ * A run found already prepared belongs to an earlier process of this worker: it cannot be
+ * resumed, so it ends errored with that reason and its runner is told to exit.
+ */
+export class NodeWorker {
+  private readonly core: CoreV1Api;
+  private readonly runs = new Map<string, { done: Promise<void>; stop(): void }>();
+  private readonly seen = new Set<string>();
+  private stopping = false;
+
+  constructor(
+    private readonly settings: NodeWorkerSettings,
+    private readonly log: Logger,
+  ) {
+    const kc = new KubeConfig();
+    kc.loadFromDefault();
+    this.core = kc.makeApiClient(CoreV1Api);
+  }
+
+  private get runsDir(): string {
+    return join(this.settings.home, "runs");
+  }
+
+  /** Runs until `shutdown()`, then waits for its runs to wind down; resolves with the exit code. */
+  async run(): Promise<number> {
+    mkdirSync(this.runsDir, { recursive: true });
+    this.log.info({ node: this.settings.nodeName, home: this.settings.home }, "node worker started");
+    while (!this.stopping) {
+      try {
+        await this.reconcile();
+      } catch (err) {
+        this.log.warn({ err: err instanceof Error ? err.message : String(err) }, "listing this node's run pods failed; retrying");
+      }
+      await new Promise((r) => setTimeout(r, this.settings.pollMs));
+    }
+    await Promise.all([...this.runs.values()].map((r) => r.done));
+    return 0;
+  }
+
+  /** Stops taking runs and winds running ones down per the stop action. */
+  shutdown(): void {
+    this.stopping = true;
+    for (const r of this.runs.values()) r.stop();
+  }
+
+  private async reconcile(): Promise<void> {
+    const pods = (
+      await this.core.listNamespacedPod({ namespace: this.settings.namespace, labelSelector: labels.controller, fieldSelector: `spec.nodeName=${this.settings.nodeName}` })
+    ).items.filter((p) => !p.spec?.containers.some((c) => c.name === "worker") && p.spec?.volumes?.some((v) => v.name === "drover-home"));
+    const liveNames = new Set(pods.filter(live).map((p) => p.metadata?.labels?.[labels.k8sJob] ?? ""));
+    for (const pod of pods) {
+      const name = pod.metadata?.labels?.[labels.k8sJob];
+      if (!name || !live(pod) || this.seen.has(name) || this.stopping) continue;
+      this.seen.add(name);
+      await this.take(name).catch((err: unknown) => {
+        // The controller creates the Job's Secret just after the Job: try again next round.
+        this.seen.delete(name);
+        this.log.warn({ k8sJob: name, err: err instanceof Error ? err.message : String(err) }, "cannot take the run pod yet");
+      });
+    }
+    // A directory whose pod is gone or finished, and whose run this process does not hold.
+    for (const name of readdirSync(this.runsDir)) {
+      if (!this.runs.has(name) && !liveNames.has(name)) rmSync(join(this.runsDir, name), { recursive: true, force: true });
+    }
+  }
+
+  private async take(name: string): Promise<void> {
+    const secret = await this.core.readNamespacedSecret({ name: `${name}-job`, namespace: this.settings.namespace });
+    const field = (k: string) => Buffer.from(secret.data?.[k] ?? "", "base64").toString("utf8");
+    const assignment: JobAssignment = jobAssignmentSchema.parse({ ...JSON.parse(field("assignment.json")), jobToken: field("token").trim() });
+    const dir = nodeRunDir(this.settings.home, name);
+    if (existsSync(join(dir, "ready"))) return this.abandon(name, dir, assignment, this.settings.url ?? field("url"));
+    for (const sub of ["exec", "run", "bin"]) mkdirSync(join(dir, sub), { recursive: true });
+    copyFileSync(this.settings.execLoopPath, join(dir, "bin", "exec-loop.sh"));
+    chmodSync(join(dir, "bin", "exec-loop.sh"), 0o755);
+    const log = this.log.child({ job: assignment.jobId, k8sJob: name });
+    const url = this.settings.url ?? field("url").replace(/\/+$/, "");
+    if (!url) throw new Error(`the Secret ${name}-job holds no server URL and DROVER_URL is not set`);
+    const supervised = superviseJob(assignment, { ...this.settings, url, execDir: join(dir, "exec"), runDir: join(dir, "run") }, log);
+    this.runs.set(name, supervised);
+    writeFileSync(join(dir, "ready"), "");
+    log.info({ run: assignment.runId, phase: assignment.phase }, "supervising a run pod on this node");
+    void supervised.done.finally(() => this.runs.delete(name));
+  }
+
+  private async abandon(name: string, dir: string, a: JobAssignment, url: string): Promise<void> {
+    const reason = "the node's drover worker restarted while the run was in progress";
+    this.log.warn({ k8sJob: name, job: a.jobId }, reason);
+    const job = new AgentClient(url, this.settings.caCertPem).job(a.jobId, a.jobToken);
+    await job.finish("errored", reason).catch(() => undefined);
+    writeFileSync(join(dir, "exec", "shutdown"), "");
+  }
+}
+
+/** Starts a node worker; SIGTERM/SIGINT wind its runs down per the stop action. */
+export async function runNodeWorker(settings: NodeWorkerSettings, log: Logger): Promise<number> {
+  const worker = new NodeWorker(settings, log);
+  const onSignal = () => {
+    log.info("stop signal received: winding down this node's runs");
+    worker.shutdown();
+  };
+  process.on("SIGTERM", onSignal);
+  process.on("SIGINT", onSignal);
+  return worker.run();
+}

@@ -1,0 +1,154 @@
+import assert from "node:assert/strict";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { after, before, test } from "node:test";
+import { parse } from "yaml";
+import { runLog, startStack, type Stack } from "../support/stack.js";
+import { spawnDrover, type Proc } from "../support/processes.js";
+import { fastTimings, kube, startTestCluster, type TestCluster } from "./cluster.js";
+
+// agent-k8s's node-worker design end to end: the controller launches run pods that hold only
+// the runner; the worker of the node they land on (one per node, a DaemonSet in the chart)
+// prepares their directory in its hostPath data home and owns the run.
+
+const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
+const ns = "drover-nodes";
+let cluster: TestCluster;
+let stack: Stack;
+let controller: Proc;
+let nodeWorker: Proc;
+let home: string;
+let startNodeWorker: () => Proc;
+
+async function until<T>(what: string, check: () => Promise<T | undefined | false>, timeoutMs = 60_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await check();
+    if (v) return v;
+    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+before(async () => {
+  // The node worker runs here as a process standing in for its DaemonSet pod, so the node's
+  // hostPaths are this machine's real paths.
+  cluster = await startTestCluster({ timings: fastTimings, hostPaths: "real" });
+  stack = await startStack();
+  home = mkdtempSync(join(tmpdir(), "drover-node-home-"));
+  const tfrc = join(stack.dir, "runner-terraformrc");
+  writeFileSync(tfrc, "");
+  assert.equal((await kube(cluster, "POST", "/api/v1/namespaces", { metadata: { name: ns } })).status, 201);
+  const crd = parse(readFileSync(join(repo, "deploy", "kubernetes", "agenttasks.drover.dev.yaml"), "utf8"));
+  assert.equal((await kube(cluster, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)).status, 201);
+  await until("the CRD to be served", async () => (await kube(cluster, "GET", `/apis/drover.dev/v1alpha1/namespaces/${ns}/agenttasks`)).status === 200);
+  const template = {
+    apiVersion: "drover.dev/v1alpha1",
+    kind: "AgentTask",
+    metadata: { name: "task-template", namespace: ns },
+    spec: {
+      jobTemplate: {
+        template: {
+          spec: {
+            containers: [
+              {
+                name: "runner",
+                image: "ghcr.io/drover-dev/drover-runner:test",
+                env: [
+                  { name: "TF_CLI_CONFIG_FILE", value: tfrc },
+                  { name: "CHECKPOINT_DISABLE", value: "1" },
+                ],
+              },
+            ],
+          },
+        },
+      },
+    },
+  };
+  assert.equal((await kube(cluster, "POST", `/apis/drover.dev/v1alpha1/namespaces/${ns}/agenttasks`, template)).status, 201);
+  const common = { ...stack.baseEnv, KUBECONFIG: cluster.kubeconfigPath, DROVER_AGENT_KUBERNETES_NAMESPACE: ns, DROVER_AGENT_NODE_HOME: home, DROVER_AGENT_LOG_FORMAT: "plain" };
+  startNodeWorker = () =>
+    spawnDrover(["agent", "node-worker"], {
+      ...common,
+      DROVER_AGENT_NODE_NAME: "ktc-node",
+      DROVER_AGENT_EXEC_LOOP_PATH: join(repo, "packages", "agent", "exec-loop", "exec-loop.sh"),
+      DROVER_WORKER_RUNNER_STALE_SECONDS: "10",
+    });
+  nodeWorker = startNodeWorker();
+  await nodeWorker.waitFor(/node worker started/);
+  controller = spawnDrover(["agent", "controller"], {
+    ...common,
+    DROVER_TOKEN: stack.poolToken,
+    DROVER_AGENT_NAME: "node-ctl",
+    DROVER_AGENT_KUBERNETES_TASK_TEMPLATE: "task-template",
+    DROVER_AGENT_KUBERNETES_WORKER_IMAGE: "ghcr.io/drover-dev/drover:test",
+    DROVER_AGENT_HEALTH_PORT: "0",
+  });
+  await until("the controller to register", async () => (await stack.server.api("GET", `/api/v1/agents?pool=${stack.pool}`)).body.items.some((a: any) => a.name === "node-ctl" && a.status !== "offline"));
+});
+
+after(async () => {
+  await controller?.stop("SIGKILL");
+  await nodeWorker?.stop("SIGKILL");
+  await stack?.stop();
+  await cluster?.close();
+  if (home) rmSync(home, { recursive: true, force: true });
+});
+
+test("node-worker mode: examples/hello plan+apply in runner-only pods driven by the node's worker", async () => {
+  assert.equal((await stack.server.api("POST", "/api/v1/workspaces", { name: "node-hello", pool: stack.pool })).status, 201);
+  const runId = await stack.startRun(join(repo, "examples", "hello"), "node-hello", ["--auto-apply"]);
+  const run = await stack.waitForRun(runId, ["applied", "errored", "canceled"], 60_000).catch(async (err: Error) => {
+    const pods = (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods`)).body.items.map((p: any) => ({ name: p.metadata.name, phase: p.status?.phase, init: p.status?.initContainerStatuses, containers: p.status?.containerStatuses }));
+    throw new Error(`${err.message}\npods: ${JSON.stringify(pods, null, 1)}\nnode worker:\n${nodeWorker.output()}\ncontroller:\n${controller.output()}`);
+  });
+  const plan = await runLog(stack.server, runId, "plan");
+  const apply = await runLog(stack.server, runId, "apply");
+  assert.equal(run.status, "applied", `${plan}\n${apply}\n${controller.output()}\n${nodeWorker.output()}`);
+  const order = ["[drover] plan of run", "$ terraform init", "$ terraform plan", "Plan: 2 to add", "[drover] plan succeeded"].map((s) => plan.indexOf(s));
+  assert.ok(order.every((v, i) => v >= 0 && (i === 0 || v > order[i - 1]!)), `plan log out of order: ${order}`);
+  assert.match(apply, /Apply complete! Resources: 2 added/);
+  assert.match(nodeWorker.output(), /supervising a run pod on this node/);
+
+  const pods = (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods?labelSelector=${encodeURIComponent(`drover.dev/run-id=${runId}`)}`)).body.items;
+  assert.equal(pods.length, 2, "one pod per phase");
+  for (const pod of pods) {
+    assert.deepEqual(pod.spec.containers.map((c: any) => c.name), ["runner"], "no worker container in the run pod");
+    assert.equal(pod.spec.automountServiceAccountToken, false, "run pods get no API access");
+    const job = pod.metadata.labels["drover.dev/k8s-job"];
+    const runnerMounts = pod.spec.containers[0].volumeMounts.filter((m: any) => m.name === "drover-home");
+    assert.deepEqual(runnerMounts.map((m: any) => m.subPath), [`runs/${job}`], "the runner sees its own run directory only");
+    assert.ok(!JSON.stringify(pod).includes("drv_j_"), "no job token in the pod spec");
+  }
+  await until("the node's run directories to be removed", async () => readdirSync(join(home, "runs")).length === 0, 20_000);
+  assert.ok(existsSync(join(home, "runs")));
+});
+
+test("a node worker killed mid-run: its replacement ends that run errored with the reason, and takes new runs", async () => {
+  assert.equal((await stack.server.api("POST", "/api/v1/workspaces", { name: "node-restart", pool: stack.pool })).status, 201);
+  const dir = join(stack.dir, "node-restart");
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(join(dir, "main.tf"), 'resource "terraform_data" "long" {\n  input = timestamp()\n  provisioner "local-exec" {\n    command = "echo started-long; sleep 20"\n  }\n}\n');
+  const runId = await stack.startRun(dir, "node-restart", ["--auto-apply"]);
+  await until("the apply to be running", async () => /started-long/.test(await runLog(stack.server, runId, "apply")), 90_000);
+  await nodeWorker.stop("SIGKILL");
+  nodeWorker = startNodeWorker();
+  const run = await stack.waitForRun(runId, ["errored", "applied", "canceled"], 30_000);
+  assert.equal(run.status, "errored");
+  assert.match(run.errorMessage ?? "", /worker restarted while the run was in progress/);
+  const ws = (await stack.server.api("GET", "/api/v1/workspaces/node-restart")).body;
+  assert.equal(ws.stateLocked, false, "the workspace is usable again");
+
+  writeFileSync(join(dir, "main.tf"), 'resource "terraform_data" "ok" {}\n');
+  const next = await stack.startRun(dir, "node-restart", ["--auto-apply"]);
+  assert.equal((await stack.waitForRun(next, ["applied", "errored"], 90_000)).status, "applied");
+});
+
+test("node-worker settings: a missing data home is one clear line and exit 2", async () => {
+  const proc = spawnDrover(["agent", "node-worker"], { PATH: process.env.PATH, DROVER_URL: "http://127.0.0.1:9", DROVER_AGENT_NODE_NAME: "n" });
+  const exit = await proc.exited;
+  assert.equal(exit.code, 2);
+  assert.match(proc.output().trim(), /^drover agent node-worker: DROVER_AGENT_NODE_HOME is not set/);
+});
