@@ -146,3 +146,25 @@ export function spawnKubectl(c: TestCluster, args: string[]) {
 }
 
 export const hasKubectl = spawnSync("kubectl", ["version", "--client"], { stdio: "ignore" }).status === 0;
+
+/** Polls `check` until it returns something truthy; fails the test naming `what` after `timeoutMs`. */
+export async function eventually<T>(what: string, check: () => Promise<T | undefined | false>, timeoutMs = 60_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await check();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+/** Creates `namespace` and Drover's AgentTask CRD (the file the charts ship) and waits until it is served. */
+export async function prepareDroverNamespace(c: TestCluster, namespace: string, crdPath: string): Promise<void> {
+  const { parse } = await import("yaml");
+  const { readFileSync } = await import("node:fs");
+  const ns = await kube(c, "POST", "/api/v1/namespaces", { metadata: { name: namespace } });
+  if (ns.status !== 201) throw new Error(`namespace ${namespace}: ${JSON.stringify(ns.body)}`);
+  const crd = await kube(c, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", parse(readFileSync(crdPath, "utf8")));
+  if (crd.status !== 201 && crd.status !== 409) throw new Error(`CRD: ${JSON.stringify(crd.body)}`);
+  await eventually("the CRD to be served", async () => (await kube(c, "GET", `/apis/drover.dev/v1alpha1/namespaces/${namespace}/agenttasks`)).status === 200);
+}

@@ -1,12 +1,11 @@
 import assert from "node:assert/strict";
-import { readFileSync, writeFileSync } from "node:fs";
+import { writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { after, before, describe, test } from "node:test";
-import { parse } from "yaml";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
 import { droverBin, spawnDrover, type Proc } from "../support/processes.js";
-import { fastTimings, kube, startTestCluster, type TestCluster } from "./cluster.js";
+import { eventually, fastTimings, kube, prepareDroverNamespace, startTestCluster, type TestCluster } from "./cluster.js";
 
 // Kubernetes job mode end to end: the real server, the real controller process, the test
 // cluster running each task pod's worker and runner (terraform via the exec-loop) as processes.
@@ -67,16 +66,6 @@ async function jobsOf(runId: string): Promise<any[]> {
   return res.body.items;
 }
 
-async function until<T>(what: string, check: () => Promise<T | undefined | false>, timeoutMs = 60_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await check();
-    if (v) return v;
-    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
-}
-
 async function workspace(name: string) {
   const res = await stack.server.api("POST", "/api/v1/workspaces", { name, pool: stack.pool });
   assert.equal(res.status, 201, JSON.stringify(res.body));
@@ -89,14 +78,11 @@ before(async () => {
   stack = await startStack();
   const tfrc = join(stack.dir, "runner-terraformrc");
   writeFileSync(tfrc, "");
-  assert.equal((await kube(cluster, "POST", "/api/v1/namespaces", { metadata: { name: ns } })).status, 201);
-  const crd = parse(readFileSync(join(repo, "deploy", "kubernetes", "agenttasks.drover.dev.yaml"), "utf8"));
-  assert.equal((await kube(cluster, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)).status, 201);
-  await until("the CRD to be served", async () => (await kube(cluster, "GET", `/apis/drover.dev/v1alpha1/namespaces/${ns}/agenttasks`)).status === 200);
+  await prepareDroverNamespace(cluster, ns, join(repo, "deploy", "kubernetes", "agenttasks.drover.dev.yaml"));
   const created = await kube(cluster, "POST", `/apis/drover.dev/v1alpha1/namespaces/${ns}/agenttasks`, taskTemplate(tfrc));
   assert.equal(created.status, 201, JSON.stringify(created.body));
   controller = startController();
-  await until("the controller to register", async () => (await stack.server.api("GET", `/api/v1/agents?pool=${stack.pool}`)).body.items.some((a: any) => a.name === "ctl" && a.status !== "offline"));
+  await eventually("the controller to register", async () => (await stack.server.api("GET", `/api/v1/agents?pool=${stack.pool}`)).body.items.some((a: any) => a.name === "ctl" && a.status !== "offline"));
 });
 
 after(async () => {
@@ -156,7 +142,7 @@ describe("Kubernetes job mode", () => {
     await workspace("k8s-cancel");
     const runId = await stack.startRun(writeConfig(stack.dir, "k8s-cancel", longApply(120)), "k8s-cancel", ["--auto-apply"]);
     await stack.waitForRun(runId, ["applying"], 60_000);
-    await until("the provisioner to start", async () => (await runLog(stack.server, runId, "apply")).includes("started-long"));
+    await eventually("the provisioner to start", async () => (await runLog(stack.server, runId, "apply")).includes("started-long"));
     assert.equal((await stack.cli(["run", "cancel", runId])).code, 0);
     const run = await stack.waitForRun(runId, ["canceled", "errored", "applied"], 60_000);
     const log = await runLog(stack.server, runId, "apply");
@@ -170,11 +156,11 @@ describe("Kubernetes job mode", () => {
     cluster.setImagePullable("ghcr.io/drover-dev/drover:test", false);
     try {
       const runId = await stack.startRun(join(repo, "examples", "hello"), "k8s-early-cancel", ["--auto-apply"]);
-      const job = await until("the Job", async () => (await jobsOf(runId))[0]);
+      const job = await eventually("the Job", async () => (await jobsOf(runId))[0]);
       assert.ok(job);
       assert.equal((await stack.cli(["run", "cancel", runId])).code, 0);
       assert.equal((await stack.waitForRun(runId, ["canceled", "errored"], 30_000)).status, "canceled");
-      await until("the Job to be deleted", async () => (await jobsOf(runId)).length === 0, 30_000);
+      await eventually("the Job to be deleted", async () => (await jobsOf(runId)).length === 0, 30_000);
     } finally {
       cluster.setImagePullable("ghcr.io/drover-dev/drover:test", true);
     }
@@ -185,12 +171,12 @@ describe("pod failures reach the run log once, with specifics", () => {
   async function failingRun(name: string, cause: (podName: string) => void | Promise<void>, files = longApply(60)) {
     await workspace(name);
     const runId = await stack.startRun(writeConfig(stack.dir, name, files), name, ["--auto-apply"]);
-    const pod = await until("a running task pod", async () => {
+    const pod = await eventually("a running task pod", async () => {
       const pods = await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods?labelSelector=${encodeURIComponent(`drover.dev/run-id=${runId}`)}`);
       const running = pods.body.items.find((p: any) => p.metadata.labels["drover.dev/phase"] === "apply" && p.status?.phase === "Running");
       return running?.metadata.name as string | undefined;
     });
-    await until("the provisioner to start", async () => (await runLog(stack.server, runId, "apply")).includes("started-long"));
+    await eventually("the provisioner to start", async () => (await runLog(stack.server, runId, "apply")).includes("started-long"));
     await cause(pod);
     const run = await stack.waitForRun(runId, ["errored", "applied", "canceled"], 60_000);
     return { run, log: await runLog(stack.server, runId, "apply") };

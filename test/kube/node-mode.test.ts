@@ -1,13 +1,12 @@
 import assert from "node:assert/strict";
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { after, before, test } from "node:test";
-import { parse } from "yaml";
 import { runLog, startStack, type Stack } from "../support/stack.js";
 import { spawnDrover, type Proc } from "../support/processes.js";
-import { fastTimings, kube, startTestCluster, type TestCluster } from "./cluster.js";
+import { eventually, fastTimings, kube, prepareDroverNamespace, startTestCluster, type TestCluster } from "./cluster.js";
 
 // agent-k8s's node-worker design end to end: the controller launches run pods that hold only
 // the runner; the worker of the node they land on (one per node, a DaemonSet in the chart)
@@ -22,16 +21,6 @@ let nodeWorker: Proc;
 let home: string;
 let startNodeWorker: () => Proc;
 
-async function until<T>(what: string, check: () => Promise<T | undefined | false>, timeoutMs = 60_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await check();
-    if (v) return v;
-    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
-}
-
 before(async () => {
   // The node worker runs here as a process standing in for its DaemonSet pod, so the node's
   // hostPaths are this machine's real paths.
@@ -40,10 +29,7 @@ before(async () => {
   home = mkdtempSync(join(tmpdir(), "drover-node-home-"));
   const tfrc = join(stack.dir, "runner-terraformrc");
   writeFileSync(tfrc, "");
-  assert.equal((await kube(cluster, "POST", "/api/v1/namespaces", { metadata: { name: ns } })).status, 201);
-  const crd = parse(readFileSync(join(repo, "deploy", "kubernetes", "agenttasks.drover.dev.yaml"), "utf8"));
-  assert.equal((await kube(cluster, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)).status, 201);
-  await until("the CRD to be served", async () => (await kube(cluster, "GET", `/apis/drover.dev/v1alpha1/namespaces/${ns}/agenttasks`)).status === 200);
+  await prepareDroverNamespace(cluster, ns, join(repo, "deploy", "kubernetes", "agenttasks.drover.dev.yaml"));
   const template = {
     apiVersion: "drover.dev/v1alpha1",
     kind: "AgentTask",
@@ -86,7 +72,7 @@ before(async () => {
     DROVER_AGENT_KUBERNETES_WORKER_IMAGE: "ghcr.io/drover-dev/drover:test",
     DROVER_AGENT_HEALTH_PORT: "0",
   });
-  await until("the controller to register", async () => (await stack.server.api("GET", `/api/v1/agents?pool=${stack.pool}`)).body.items.some((a: any) => a.name === "node-ctl" && a.status !== "offline"));
+  await eventually("the controller to register", async () => (await stack.server.api("GET", `/api/v1/agents?pool=${stack.pool}`)).body.items.some((a: any) => a.name === "node-ctl" && a.status !== "offline"));
 });
 
 after(async () => {
@@ -122,7 +108,7 @@ test("node-worker mode: examples/hello plan+apply in runner-only pods driven by 
     assert.deepEqual(runnerMounts.map((m: any) => m.subPath), [`runs/${job}`], "the runner sees its own run directory only");
     assert.ok(!JSON.stringify(pod).includes("drv_j_"), "no job token in the pod spec");
   }
-  await until("the node's run directories to be removed", async () => readdirSync(join(home, "runs")).length === 0, 20_000);
+  await eventually("the node's run directories to be removed", async () => readdirSync(join(home, "runs")).length === 0, 20_000);
   assert.ok(existsSync(join(home, "runs")));
 });
 
@@ -132,7 +118,7 @@ test("a node worker killed mid-run: its replacement ends that run errored with t
   mkdirSync(dir, { recursive: true });
   writeFileSync(join(dir, "main.tf"), 'resource "terraform_data" "long" {\n  input = timestamp()\n  provisioner "local-exec" {\n    command = "echo started-long; sleep 20"\n  }\n}\n');
   const runId = await stack.startRun(dir, "node-restart", ["--auto-apply"]);
-  await until("the apply to be running", async () => /started-long/.test(await runLog(stack.server, runId, "apply")), 90_000);
+  await eventually("the apply to be running", async () => /started-long/.test(await runLog(stack.server, runId, "apply")), 90_000);
   await nodeWorker.stop("SIGKILL");
   nodeWorker = startNodeWorker();
   const run = await stack.waitForRun(runId, ["errored", "applied", "canceled"], 30_000);
