@@ -67,7 +67,8 @@ export function int(name: string, raw: string | boolean | undefined, fallback: n
   return n;
 }
 
-function oneOf<T extends string>(name: string, raw: string | boolean | undefined, allowed: readonly T[], fallback: T): T {
+/** One of `allowed`; unset is `fallback`; anything else throws one clear line. */
+export function oneOf<T extends string>(name: string, raw: string | boolean | undefined, allowed: readonly T[], fallback: T): T {
   if (raw === undefined || raw === "" || typeof raw === "boolean") return fallback;
   if (!(allowed as readonly string[]).includes(raw)) fail(`${name} must be one of ${allowed.join(", ")}, got ${JSON.stringify(raw)}`);
   return raw as T;

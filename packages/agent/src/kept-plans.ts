@@ -67,10 +67,6 @@ export class KeptPlanDirs {
     for (const k of [...this.kept]) this.remove(k);
   }
 
-  get size(): number {
-    return this.kept.length;
-  }
-
   private drop(runId: string): void {
     const found = this.kept.find((k) => k.key.runId === runId);
     if (found) this.remove(found);

@@ -1,12 +1,12 @@
 import { BatchV1Api, CoreV1Api, CustomObjectsApi, KubeConfig, Watch, type V1Job, type V1JobSpec, type V1Pod } from "@kubernetes/client-node";
 import { DroverError, jobAssignmentSchema, type JobAssignment } from "@drover/protocol";
-import { existsSync, readFileSync } from "node:fs";
 import type { Logger } from "pino";
 import { AgentClient, NetworkError } from "../client.js";
 import { int, type AgentConfig } from "../config.js";
 import { agentVersion } from "../agent.js";
 import { buildJob, jobName, labels, type TaskSettings } from "./job-spec.js";
 import { describePodFailure, type FailureTimings } from "./pod-failures.js";
+import { defaultExecLoopPath, nodeHomeSetting, podNamespace } from "./settings.js";
 
 /** A Job this controller launched and still watches. */
 interface Tracked {
@@ -38,26 +38,19 @@ export interface ControllerSettings {
 
 /** Reads and validates the controller's own settings; a bad value throws one clear line. */
 export function loadControllerSettings(env: NodeJS.ProcessEnv): ControllerSettings {
-  const saNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
   const seconds = (name: string, fallback: number, min: number) => int(name, env[name], fallback, min, 7 * 86_400);
   return {
-    namespace: env.DROVER_AGENT_KUBERNETES_NAMESPACE || (existsSync(saNamespace) ? readFileSync(saNamespace, "utf8").trim() : "default"),
+    namespace: podNamespace(env),
     workerImage: env.DROVER_AGENT_KUBERNETES_WORKER_IMAGE || "ghcr.io/drover-dev/drover:0.1.0",
-    execLoopPath: env.DROVER_AGENT_EXEC_LOOP_PATH || "/opt/drover/packages/agent/exec-loop/exec-loop.sh",
+    execLoopPath: env.DROVER_AGENT_EXEC_LOOP_PATH || defaultExecLoopPath,
     timings: {
       imagePullGraceMs: seconds("DROVER_AGENT_IMAGE_PULL_GRACE_SECONDS", 30, 0) * 1000,
       podPendingTimeoutMs: seconds("DROVER_AGENT_POD_PENDING_TIMEOUT_SECONDS", 600, 1) * 1000,
     },
     activeDeadlineSeconds: seconds("DROVER_AGENT_JOB_ACTIVE_DEADLINE_SECONDS", 4 * 3600, 1),
     ttlSecondsAfterFinished: seconds("DROVER_AGENT_JOB_TTL_SECONDS", 3600, 0),
-    nodeHome: nodeHome(env.DROVER_AGENT_NODE_HOME),
+    nodeHome: nodeHomeSetting(env.DROVER_AGENT_NODE_HOME),
   };
-}
-
-function nodeHome(raw: string | undefined): string | undefined {
-  if (!raw) return undefined;
-  if (!raw.startsWith("/")) throw new DroverError("bad_request", `DROVER_AGENT_NODE_HOME must be an absolute path (the workers' hostPath data home), got ${JSON.stringify(raw)}`);
-  return raw.replace(/\/+$/, "");
 }
 
 /**

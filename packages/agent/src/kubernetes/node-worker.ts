@@ -1,12 +1,13 @@
 import { CoreV1Api, KubeConfig, type V1Pod } from "@kubernetes/client-node";
 import { DroverError, jobAssignmentSchema, type JobAssignment } from "@drover/protocol";
-import { chmodSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, copyFileSync, existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Logger } from "pino";
 import { AgentClient } from "../client.js";
 import { int, type StopAction } from "../config.js";
 import { labels, nodeRunDir } from "./job-spec.js";
-import { superviseJob } from "./worker.js";
+import { defaultExecLoopPath, nodeHomeSetting, podNamespace } from "./settings.js";
+import { superviseJob, supervisionSettings } from "./worker.js";
 
 /** Settings of `drover agent node-worker`, the per-node worker of the agent-k8s design. */
 export interface NodeWorkerSettings {
@@ -26,21 +27,14 @@ export interface NodeWorkerSettings {
 /** Reads and validates the node worker's settings; a bad value throws one clear line. */
 export function loadNodeWorkerSettings(env: NodeJS.ProcessEnv): NodeWorkerSettings {
   const need = (name: string, why: string) => env[name] || fail(`${name} is not set: ${why}`);
-  const home = need("DROVER_AGENT_NODE_HOME", "the hostPath data home shared with run pods");
-  if (!home.startsWith("/")) fail(`DROVER_AGENT_NODE_HOME must be an absolute path, got ${JSON.stringify(home)}`);
-  const stopAction = (env.DROVER_AGENT_WORKER_ON_STOP_ACTION || "graceful") as StopAction;
-  if (!["graceful", "drain", "force"].includes(stopAction)) fail(`DROVER_AGENT_WORKER_ON_STOP_ACTION must be one of graceful, drain, force, got ${JSON.stringify(stopAction)}`);
-  const saNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+  const home = nodeHomeSetting(need("DROVER_AGENT_NODE_HOME", "the hostPath data home shared with run pods"))!;
   return {
     url: env.DROVER_URL ? env.DROVER_URL.replace(/\/+$/, "") : undefined,
-    namespace: env.DROVER_AGENT_KUBERNETES_NAMESPACE || (existsSync(saNamespace) ? readFileSync(saNamespace, "utf8").trim() : "default"),
+    namespace: podNamespace(env),
     nodeName: need("DROVER_AGENT_NODE_NAME", "this node's name (the downward API's spec.nodeName)"),
-    home: home.replace(/\/+$/, ""),
-    execLoopPath: env.DROVER_AGENT_EXEC_LOOP_PATH || "/opt/drover/packages/agent/exec-loop/exec-loop.sh",
-    stopAction,
-    gracePeriodMs: int("DROVER_AGENT_GRACE_PERIOD_SECONDS", env.DROVER_AGENT_GRACE_PERIOD_SECONDS, 120, 1, 86_400) * 1000,
-    caCertPem: env.DROVER_CA_CERT ? readFileSync(env.DROVER_CA_CERT, "utf8") : undefined,
-    runnerStaleMs: int("DROVER_WORKER_RUNNER_STALE_SECONDS", env.DROVER_WORKER_RUNNER_STALE_SECONDS, 30, 1, 3600) * 1000,
+    home,
+    execLoopPath: env.DROVER_AGENT_EXEC_LOOP_PATH || defaultExecLoopPath,
+    ...supervisionSettings(env),
     pollMs: int("DROVER_AGENT_NODE_POLL_MS", env.DROVER_AGENT_NODE_POLL_MS, 500, 50, 60_000),
   };
 }
@@ -124,14 +118,14 @@ export class NodeWorker {
     const secret = await this.core.readNamespacedSecret({ name: `${name}-job`, namespace: this.settings.namespace });
     const field = (k: string) => Buffer.from(secret.data?.[k] ?? "", "base64").toString("utf8");
     const assignment: JobAssignment = jobAssignmentSchema.parse({ ...JSON.parse(field("assignment.json")), jobToken: field("token").trim() });
+    const url = this.settings.url ?? field("url").replace(/\/+$/, "");
+    if (!url) throw new Error(`the Secret ${name}-job holds no server URL and DROVER_URL is not set`);
     const dir = nodeRunDir(this.settings.home, name);
-    if (existsSync(join(dir, "ready"))) return this.abandon(name, dir, assignment, this.settings.url ?? field("url"));
+    if (existsSync(join(dir, "ready"))) return this.abandon(name, dir, assignment, url);
     for (const sub of ["exec", "run", "bin"]) mkdirSync(join(dir, sub), { recursive: true });
     copyFileSync(this.settings.execLoopPath, join(dir, "bin", "exec-loop.sh"));
     chmodSync(join(dir, "bin", "exec-loop.sh"), 0o755);
     const log = this.log.child({ job: assignment.jobId, k8sJob: name });
-    const url = this.settings.url ?? field("url").replace(/\/+$/, "");
-    if (!url) throw new Error(`the Secret ${name}-job holds no server URL and DROVER_URL is not set`);
     const supervised = superviseJob(assignment, { ...this.settings, url, execDir: join(dir, "exec"), runDir: join(dir, "run") }, log);
     this.runs.set(name, supervised);
     writeFileSync(join(dir, "ready"), "");

@@ -4,7 +4,7 @@ import { hostname } from "node:os";
 import { join } from "node:path";
 import type { Logger } from "pino";
 import { AgentClient } from "../client.js";
-import { stopPlan, type AgentConfig, type StopAction } from "../config.js";
+import { int, oneOf, stopPlan, type AgentConfig, type StopAction } from "../config.js";
 import { JobRun } from "../job.js";
 import { ExecLoopRunner } from "./exec-loop-runner.js";
 
@@ -26,17 +26,22 @@ export interface WorkerSettings {
 export function loadWorkerSettings(env: NodeJS.ProcessEnv): WorkerSettings {
   const url = env.DROVER_URL;
   if (!url) throw new DroverError("bad_request", "DROVER_URL is not set; the worker is started by the controller's Job, which sets it");
-  const stopAction = (env.DROVER_AGENT_WORKER_ON_STOP_ACTION ?? "graceful") as StopAction;
-  if (!["graceful", "drain", "force"].includes(stopAction)) throw new DroverError("bad_request", `DROVER_AGENT_WORKER_ON_STOP_ACTION ${stopAction} is not graceful, drain or force`);
   return {
     url: url.replace(/\/+$/, ""),
     secretDir: env.DROVER_WORKER_SECRET_DIR ?? defaultJobSecretDir,
     execDir: env.DROVER_EXEC_DIR ?? "/drover/exec",
     runDir: env.DROVER_WORKER_RUN_DIR ?? "/drover/run",
-    stopAction,
-    gracePeriodMs: Number(env.DROVER_AGENT_GRACE_PERIOD_SECONDS ?? 120) * 1000,
+    ...supervisionSettings(env),
+  };
+}
+
+/** The settings every worker (a pod's or a node's) reads the same way: stop behaviour, trust, runner staleness. */
+export function supervisionSettings(env: NodeJS.ProcessEnv): Pick<WorkerSettings, "stopAction" | "gracePeriodMs" | "caCertPem" | "runnerStaleMs"> {
+  return {
+    stopAction: oneOf("DROVER_AGENT_WORKER_ON_STOP_ACTION", env.DROVER_AGENT_WORKER_ON_STOP_ACTION, ["graceful", "drain", "force"] as const, "graceful"),
+    gracePeriodMs: int("DROVER_AGENT_GRACE_PERIOD_SECONDS", env.DROVER_AGENT_GRACE_PERIOD_SECONDS, 120, 1, 86_400) * 1000,
     caCertPem: env.DROVER_CA_CERT ? readFileSync(env.DROVER_CA_CERT, "utf8") : undefined,
-    runnerStaleMs: Number(env.DROVER_WORKER_RUNNER_STALE_SECONDS ?? 30) * 1000,
+    runnerStaleMs: int("DROVER_WORKER_RUNNER_STALE_SECONDS", env.DROVER_WORKER_RUNNER_STALE_SECONDS, 30, 1, 3600) * 1000,
   };
 }
 
