@@ -11,6 +11,15 @@ import { describe, test } from "node:test";
 const script = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "packages", "agent", "exec-loop", "exec-loop.sh");
 const shells: Array<[string, string[]]> = [["dash", ["dash"]]];
 if (spawnSync("busybox", ["sh", "-c", "true"]).status === 0) shells.push(["busybox sh", ["busybox", "sh"]]);
+else test("exec-loop under busybox sh", { skip: "busybox is not installed: install it (apt-get install busybox) to test the exec-loop under busybox sh" }, () => {});
+
+/** Starts `n` CPU-bound processes so the loop runs on oversubscribed cores; returns their stop. */
+function busyLoops(n: number): () => void {
+  const loops = Array.from({ length: n }, () => spawn(process.execPath, ["-e", "for (;;) {}"], { stdio: "ignore" }));
+  return () => {
+    for (const l of loops) l.kill("SIGKILL");
+  };
+}
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -52,9 +61,9 @@ class Loop {
     const p = join(this.dir, "steps", String(n), "output");
     return existsSync(p) ? readFileSync(p, "utf8") : "";
   }
-  exitCode(n: number): Promise<number> {
+  exitCode(n: number, timeoutMs?: number): Promise<number> {
     const p = join(this.dir, "steps", String(n), "exit");
-    return until(`exit file of step ${n}`, () => existsSync(p) && Number(readFileSync(p, "utf8").trim()) + 1).then((v) => v - 1);
+    return until(`exit file of step ${n}`, () => existsSync(p) && Number(readFileSync(p, "utf8").trim()) + 1, timeoutMs).then((v) => v - 1);
   }
   async close(): Promise<void> {
     writeFileSync(join(this.dir, "shutdown"), "");
@@ -95,6 +104,35 @@ for (const [name, shell] of shells) {
         loop.signal(k, "KILL");
         assert.equal(await loop.exitCode(k), 137);
       } finally {
+        await loop.close();
+      }
+    });
+
+    test("records the exit code of a step that ends at once, and 128+N for one ended by signal N", async () => {
+      const loop = new Loop(shell);
+      try {
+        assert.equal(await loop.exitCode(loop.step("exit 0\n")), 0);
+        assert.equal(await loop.exitCode(loop.step("")), 0, "an empty step");
+        assert.equal(await loop.exitCode(loop.step("exit 7\n")), 7);
+        assert.equal(await loop.exitCode(loop.step("kill -TERM $$\n")), 143);
+        assert.equal(await loop.exitCode(loop.step("kill -KILL $$\n")), 137);
+        assert.equal(await loop.exitCode(loop.step("echo after\n")), 0, "the loop serves on after a killed step");
+      } finally {
+        await loop.close();
+      }
+    });
+
+    test("200 instant steps in a row each record their exit code and output, with the cores oversubscribed", async () => {
+      const stopBusy = busyLoops(3);
+      const loop = new Loop(shell, { DROVER_EXEC_TICK: "0.05" });
+      try {
+        for (let i = 0; i < 200; i++) {
+          const n = loop.step("echo out; echo err >&2\n");
+          assert.equal(await loop.exitCode(n, 30_000), 0, `step ${n}`);
+          assert.equal(loop.output(n), "out\nerr\n", `output of step ${n}`);
+        }
+      } finally {
+        stopBusy();
         await loop.close();
       }
     });

@@ -11,6 +11,7 @@
 #   $DIR/steps/N/output      stdout+stderr of the step, appended as it runs (tailed by offset)
 #   $DIR/steps/N/exit        the exit code, written to exit.tmp then renamed: the ONLY success
 #   $DIR/steps/N/signal      INT, TERM or KILL from the worker: forwarded to the step
+#   $DIR/steps/N/done        written by this loop once the step has ended (stops its watcher)
 #   $DIR/heartbeat           touched every second by this loop (stale = runner lost)
 #   $DIR/worker-heartbeat    touched by the worker; stale for DROVER_EXEC_WORKER_TIMEOUT
 #                            seconds (default 60) = worker gone: kill the step and exit
@@ -56,29 +57,37 @@ worker_gone() {
 # worker has gone. Runs in the background while the step runs in the foreground: a
 # non-interactive shell starts background jobs with SIGINT ignored, which would make the
 # worker's INT (terraform's graceful stop) ineffective, so the step itself must be foreground.
+#
+# The watcher ends when it sees the step's `done` marker, never by a signal: a TERM sent right
+# after forking can reach the child before it has dropped the parent's trap (dash, busybox) and
+# be swallowed, leaving `wait` blocked forever. A marker polled every tick cannot be lost.
 watch_step() {
   step="$DIR/steps/$1"
-  while :; do
+  while [ ! -e "$step/done" ]; do
     if [ -e "$step/signal" ] && [ -e "$step/pid" ]; then
       sig=$(cat "$step/signal")
       mv -f "$step/signal" "$step/signal.sent"
       case "$sig" in
-        INT | TERM | KILL) kill "-$sig" "$(cat "$step/pid")" 2>/dev/null ;;
+        INT | TERM | KILL) [ -e "$step/done" ] || kill "-$sig" "$(cat "$step/pid")" 2>/dev/null ;;
         *) echo "[exec-loop] ignoring unknown signal '$sig'" >>"$step/output" ;;
       esac
     fi
-    if worker_gone; then
+    if worker_gone && [ ! -e "$step/done" ]; then
       echo "[exec-loop] the worker stopped answering; stopping the step" >>"$step/output"
       kill -TERM "$(cat "$step/pid")" 2>/dev/null
-      sleep 10
-      kill -KILL "$(cat "$step/pid")" 2>/dev/null
+      waited=0
+      while [ "$waited" -lt 10 ] && [ ! -e "$step/done" ]; do
+        sleep 1
+        waited=$((waited + 1))
+      done
+      [ -e "$step/done" ] || kill -KILL "$(cat "$step/pid")" 2>/dev/null
     fi
     beat
-    sleep "$TICK"
+    [ -e "$step/done" ] || sleep "$TICK"
   done
 }
 
-# Runs step $1 to completion and records its exit code.
+# Runs step $1 to completion and records its exit code (128+N when signal N ended it).
 run_step() {
   step="$DIR/steps/$1"
   : >"$step/output"
@@ -87,8 +96,14 @@ run_step() {
   # $$ of this sh is the pid the step keeps after exec: the one the watcher signals.
   sh -c 'echo $$ >"$1/pid"; exec sh "$1/script.sh"' exec-step "$step" >>"$step/output" 2>&1 </dev/null
   code=$?
-  kill "$watcher" 2>/dev/null
-  wait "$watcher" 2>/dev/null
+  : >"$step/done"
+  # A trapped signal (the pod's TERM) interrupts `wait` with a status above 128: wait again until
+  # the watcher is reaped (then `wait` answers 127), so it never writes to this step's output
+  # after the exit code is published.
+  while :; do
+    wait "$watcher" 2>/dev/null
+    [ "$?" -gt 128 ] || break
+  done
   echo "$code" >"$step/exit.tmp" && mv -f "$step/exit.tmp" "$step/exit"
 }
 
