@@ -59,6 +59,8 @@ before(async () => {
     spawnDrover(["agent", "node-worker"], {
       ...common,
       DROVER_AGENT_NODE_NAME: "ktc-node",
+      DROVER_AGENT_CONTROLLER_NAME: "node-ctl",
+      DROVER_AGENT_HEALTH_PORT: "0",
       DROVER_AGENT_EXEC_LOOP_PATH: join(repo, "packages", "agent", "exec-loop", "exec-loop.sh"),
       DROVER_WORKER_RUNNER_STALE_SECONDS: "10",
     });

@@ -3,7 +3,7 @@ import type { Server } from "node:http";
 import type { Logger } from "pino";
 import { AgentClient, NetworkError } from "./client.js";
 import { stopPlan, type AgentConfig } from "./config.js";
-import { AgentMetrics, startHealthServer } from "./health.js";
+import { AgentMetrics, closeHealthServer, startHealthServer } from "./health.js";
 import { JobRun } from "./job.js";
 import { KeptPlanDirs } from "./kept-plans.js";
 
@@ -62,7 +62,14 @@ export class Agent {
   /** Runs until stopped; resolves with the process exit code. */
   async run(): Promise<number> {
     if (this.config.healthPort > 0) {
-      this.health = await startHealthServer(this.config.healthPort, this.metrics, () => ({ ready: this.state === "running", state: this.state, lastActivity: this.lastActivity }));
+      this.health = await startHealthServer(this.config.healthPort, {
+        health: () => ({
+          live: this.state !== "stopped",
+          ready: this.state === "running",
+          details: { state: this.state, lastActivity: this.lastActivity ? new Date(this.lastActivity).toISOString() : null },
+        }),
+        metrics: () => this.metrics.render(),
+      });
     }
     try {
       await this.retrying(() => this.register());
@@ -212,7 +219,7 @@ export class Agent {
   private async closeHealth(): Promise<void> {
     const h = this.health;
     this.health = undefined;
-    if (h) await new Promise((r) => h.close(r));
+    await closeHealthServer(h);
   }
 
   /** Why the agent ended, when it ended on its own. */

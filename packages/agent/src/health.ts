@@ -28,26 +28,99 @@ export class AgentMetrics {
   }
 }
 
-/** `/healthz`, `/readyz` and `/metrics` on the health port. */
-export async function startHealthServer(port: number, metrics: AgentMetrics, status: () => { ready: boolean; state: string; lastActivity: number | null }): Promise<Server> {
+/** What a long-running drover process says about itself on its health port. */
+export interface HealthReport {
+  /**
+   * False only when the process cannot do its work any more (stopped, fatal). An unreachable
+   * Drover server or API server is not that: restarting would not help, so liveness holds.
+   */
+  live: boolean;
+  /** Registered (where the process registers) and its watches synced: it can take work. */
+  ready: boolean;
+  /** Extra fields of the /healthz and /readyz bodies. */
+  details?: Record<string, unknown>;
+}
+
+/** The process behind a health server: its state and its metrics exposition. */
+export interface HealthSource {
+  health(): HealthReport;
+  metrics(): string;
+}
+
+/**
+ * `/healthz` (liveness), `/readyz` (readiness) and `/metrics` on `port`, for every
+ * long-running drover process (agent, controller, pod worker, node worker).
+ */
+export async function startHealthServer(port: number, source: HealthSource): Promise<Server> {
   const server = createServer((req, res) => {
-    const s = status();
-    if (req.url === "/healthz") {
-      res.writeHead(s.state === "stopped" ? 503 : 200, { "content-type": "application/json" });
-      res.end(JSON.stringify({ status: s.state === "stopped" ? "stopped" : "ok", state: s.state, currentTime: new Date().toISOString(), lastActivity: s.lastActivity ? new Date(s.lastActivity).toISOString() : null }));
-    } else if (req.url === "/readyz") {
-      res.writeHead(s.ready ? 200 : 503, { "content-type": "application/json" });
-      res.end(JSON.stringify({ ready: s.ready }));
-    } else if (req.url === "/metrics") {
+    const path = (req.url ?? "").split("?")[0];
+    if (path === "/healthz" || path === "/readyz") {
+      const h = source.health();
+      const ok = path === "/healthz" ? h.live : h.ready;
+      const status = path === "/healthz" ? (h.live ? "ok" : "down") : h.ready ? "ready" : "not ready";
+      res.writeHead(ok ? 200 : 503, { "content-type": "application/json" });
+      res.end(JSON.stringify({ status, live: h.live, ready: h.ready, currentTime: new Date().toISOString(), ...h.details }));
+    } else if (path === "/metrics") {
       res.writeHead(200, { "content-type": AgentMetrics.contentType });
-      res.end(metrics.render());
+      res.end(source.metrics());
     } else {
       res.writeHead(404).end();
     }
   });
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
-    server.listen(port, "0.0.0.0", () => resolve());
+    server.listen(port, "0.0.0.0", () => {
+      server.off("error", reject);
+      resolve();
+    });
   });
   return server;
+}
+
+/** Closes a health server; resolves once it has stopped listening. */
+export function closeHealthServer(server: Server | undefined): Promise<void> {
+  if (!server) return Promise.resolve();
+  server.closeAllConnections();
+  return new Promise((resolve) => server.close(() => resolve()));
+}
+
+/** Gauges and counters in Prometheus' text format, for processes with a handful of series. */
+export class MetricSet {
+  private readonly series = new Map<string, { help: string; type: "gauge" | "counter"; values: Map<string, number> }>();
+
+  /** Declares a series; its unlabelled value starts at 0 so scrapers see it at once. */
+  define(name: string, type: "gauge" | "counter", help: string, initial = true): this {
+    this.series.set(name, { help, type, values: new Map(initial ? [["", 0]] : []) });
+    return this;
+  }
+
+  set(name: string, value: number, labels: Record<string, string> = {}): void {
+    this.entry(name).values.set(labelText(labels), value);
+  }
+
+  inc(name: string, labels: Record<string, string> = {}): void {
+    const e = this.entry(name);
+    const key = labelText(labels);
+    e.values.set(key, (e.values.get(key) ?? 0) + 1);
+  }
+
+  render(): string {
+    let out = "";
+    for (const [name, s] of this.series) {
+      out += `# HELP ${name} ${s.help}\n# TYPE ${name} ${s.type}\n`;
+      for (const [labels, v] of s.values) out += `${name}${labels} ${v}\n`;
+    }
+    return out;
+  }
+
+  private entry(name: string) {
+    const e = this.series.get(name);
+    if (!e) throw new Error(`metric ${name} is not defined`);
+    return e;
+  }
+}
+
+function labelText(labels: Record<string, string>): string {
+  const parts = Object.entries(labels).map(([k, v]) => `${k}="${v.replace(/["\\\n]/g, (c) => (c === "\n" ? "\\n" : `\\${c}`))}"`);
+  return parts.length ? `{${parts.join(",")}}` : "";
 }

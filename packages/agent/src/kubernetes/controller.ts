@@ -1,9 +1,11 @@
-import { BatchV1Api, CoreV1Api, CustomObjectsApi, KubeConfig, Watch, type V1Job, type V1JobSpec, type V1Pod } from "@kubernetes/client-node";
+import { BatchV1Api, CoreV1Api, CustomObjectsApi, KubeConfig, ListWatch, Watch, type KubernetesListObject, type KubernetesObject, type V1Job, type V1JobSpec, type V1Pod } from "@kubernetes/client-node";
+import type { Server } from "node:http";
 import { DroverError, jobAssignmentSchema, type JobAssignment } from "@drover/protocol";
 import type { Logger } from "pino";
 import { AgentClient, NetworkError } from "../client.js";
 import { int, type AgentConfig } from "../config.js";
 import { agentVersion } from "../agent.js";
+import { closeHealthServer, MetricSet, startHealthServer } from "../health.js";
 import { buildJob, jobName, labels, type TaskSettings } from "./job-spec.js";
 import { describePodFailure, type FailureTimings } from "./pod-failures.js";
 import { defaultExecLoopPath, nodeHomeSetting, podNamespace } from "./settings.js";
@@ -20,6 +22,10 @@ interface Tracked {
   /** The latest state of its pod, for a second look before a generic report. */
   lastPod?: V1Pod;
   pendingGeneric?: boolean;
+  /** When this controller launched or adopted it; a Job missing from the cache is only suspect after a while. */
+  since: number;
+  /** This controller is deleting the Job itself: its DELETED event is expected. */
+  deleting?: boolean;
 }
 
 const genericReportDelayMs = 2_000;
@@ -34,6 +40,8 @@ export interface ControllerSettings {
   ttlSecondsAfterFinished: number;
   /** Node-worker mode (agent-k8s): run pods hold only the runner; each node's worker drives them. */
   nodeHome: string | undefined;
+  /** How often every in-flight Job is checked against the timeouts, whether or not an event arrived. */
+  sweepIntervalMs: number;
 }
 
 /** Reads and validates the controller's own settings; a bad value throws one clear line. */
@@ -50,6 +58,7 @@ export function loadControllerSettings(env: NodeJS.ProcessEnv): ControllerSettin
     activeDeadlineSeconds: seconds("DROVER_AGENT_JOB_ACTIVE_DEADLINE_SECONDS", 4 * 3600, 1),
     ttlSecondsAfterFinished: seconds("DROVER_AGENT_JOB_TTL_SECONDS", 3600, 0),
     nodeHome: nodeHomeSetting(env.DROVER_AGENT_NODE_HOME),
+    sweepIntervalMs: seconds("DROVER_AGENT_SWEEP_INTERVAL_SECONDS", 10, 1) * 1000,
   };
 }
 
@@ -67,10 +76,17 @@ export class Controller {
   private readonly client: AgentClient;
   private readonly tracked = new Map<string, Tracked>();
   private session = "";
+  private registered = false;
   private heartbeatMs = 10_000;
   private readonly stop = new AbortController();
   private wake: (() => void) | undefined;
-  private readonly watches: AbortController[] = [];
+  private readonly informers: { name: string; informer: ListWatch<KubernetesObject>; synced: boolean }[] = [];
+  private health: Server | undefined;
+  private readonly metrics = new MetricSet()
+    .define("drover_controller_jobs_in_flight", "gauge", "Kubernetes Jobs of this controller that have not finished")
+    .define("drover_controller_jobs_launched_total", "counter", "Kubernetes Jobs this controller created")
+    .define("drover_controller_pod_failures_total", "counter", "Runs this controller ended errored for a pod-level reason")
+    .define("drover_controller_watch_errors_total", "counter", "Failed lists or watches of Jobs and pods (each is retried)");
 
   constructor(
     private readonly config: AgentConfig,
@@ -88,35 +104,93 @@ export class Controller {
     return `${labels.controller}=${this.config.name}`;
   }
 
+  /** Registered with the server and both watches listed: the readiness of `/readyz`. */
+  get ready(): boolean {
+    return this.registered && this.informers.length === 2 && this.informers.every((i) => i.synced) && !this.stop.signal.aborted;
+  }
+
   async run(): Promise<number> {
-    const reg = await this.client.register(this.config.token, { name: this.config.name, version: agentVersion, driver: "kubernetes", capacity: this.config.concurrency });
-    this.session = reg.sessionToken;
-    this.heartbeatMs = reg.heartbeatIntervalMs;
-    this.log.info({ agent: reg.agentId, pool: reg.poolName, namespace: this.settings.namespace }, "controller registered");
-    await this.rebuildFromCluster();
-    this.watch("/apis/batch/v1/namespaces/" + this.settings.namespace + "/jobs", (type, job: V1Job) => this.onJob(type, job));
-    this.watch("/api/v1/namespaces/" + this.settings.namespace + "/pods", (type, pod: V1Pod) => this.onPod(type, pod));
+    if (this.config.healthPort > 0) {
+      this.health = await startHealthServer(this.config.healthPort, {
+        health: () => ({ live: !this.stop.signal.aborted, ready: this.ready, details: { registered: this.registered, inFlight: this.tracked.size } }),
+        metrics: () => {
+          this.metrics.set("drover_controller_jobs_in_flight", this.tracked.size);
+          return this.metrics.render();
+        },
+      });
+    }
+    try {
+      return await this.work();
+    } finally {
+      await closeHealthServer(this.health);
+    }
+  }
+
+  private async work(): Promise<number> {
+    try {
+      await this.retrying("registering with the Drover server", () => this.register());
+      await this.retrying("listing this controller's Jobs", () => this.rebuildFromCluster());
+    } catch (err) {
+      if (this.stop.signal.aborted) return 0;
+      if (err instanceof DroverError && (err.code === "token_revoked" || err.code === "unauthorized")) {
+        this.log.error(`the pool token was ${err.code === "token_revoked" ? "revoked" : "refused"}; stopping (${err.message})`);
+        return 1;
+      }
+      throw err;
+    }
+    const ns = this.settings.namespace;
+    this.inform("jobs", `/apis/batch/v1/namespaces/${ns}/jobs`, () => this.batch.listNamespacedJob({ namespace: ns, labelSelector: this.selector }), (type, job: V1Job) => this.onJob(type, job));
+    this.inform("pods", `/api/v1/namespaces/${ns}/pods`, () => this.core.listNamespacedPod({ namespace: ns, labelSelector: this.selector }), (type, pod: V1Pod) => this.onPod(type, pod));
     const beats = this.heartbeatLoop();
+    const sweeps = this.sweepLoop();
     try {
       await this.pollLoop();
     } catch (err) {
       if (err instanceof DroverError && (err.code === "token_revoked" || err.code === "unauthorized")) {
         this.log.error(`the pool token was ${err.code === "token_revoked" ? "revoked" : "refused"}; stopping (${err.message})`);
         this.shutdown();
-        await beats;
+        await Promise.all([beats, sweeps]);
         return 1;
       }
       throw err;
     }
-    await beats;
+    await Promise.all([beats, sweeps]);
     return 0;
+  }
+
+  private async register(): Promise<void> {
+    const reg = await this.client.register(this.config.token, { name: this.config.name, version: agentVersion, driver: "kubernetes", capacity: this.config.concurrency }, this.stop.signal);
+    this.session = reg.sessionToken;
+    this.heartbeatMs = reg.heartbeatIntervalMs;
+    this.registered = true;
+    this.log.info({ agent: reg.agentId, pool: reg.poolName, namespace: this.settings.namespace }, "controller registered");
+  }
+
+  /**
+   * Retries start-up work with exponential backoff (0.5 s doubling to 30 s) so a server or
+   * API server that is down at start does not crash-loop the pod. Refused tokens are final.
+   */
+  private async retrying(what: string, work: () => Promise<void>): Promise<void> {
+    let delay = 500;
+    for (;;) {
+      try {
+        return await work();
+      } catch (err) {
+        if (this.stop.signal.aborted) throw err;
+        if (err instanceof DroverError && (err.code === "token_revoked" || err.code === "unauthorized")) throw err;
+        if (err instanceof DroverError) throw err;
+        this.log.warn({ err: errText(err), retryInMs: delay }, `${what} failed; retrying`);
+        await sleep(delay, this.stop.signal);
+        delay = Math.min(30_000, delay * 2);
+      }
+    }
   }
 
   /** Stops taking work; running Jobs go on (their workers own the runs). */
   shutdown(): void {
     this.stop.abort();
     this.wake?.();
-    for (const w of this.watches) w.abort();
+    for (const i of this.informers) void i.informer.stop();
   }
 
   /** In-flight count and tokens from the cluster: unfinished Jobs with this controller's label. */
@@ -124,13 +198,13 @@ export class Controller {
     const jobs = await this.batch.listNamespacedJob({ namespace: this.settings.namespace, labelSelector: this.selector });
     for (const job of jobs.items) {
       const name = job.metadata?.name;
-      if (!name || finished(job)) continue;
+      if (!name || finished(job) || this.tracked.has(name)) continue;
       try {
         const secret = await this.core.readNamespacedSecret({ name: `${name}-job`, namespace: this.settings.namespace });
         const data = secret.data ?? {};
         const token = Buffer.from(data.token ?? "", "base64").toString("utf8");
         const assignment = jobAssignmentSchema.parse({ ...JSON.parse(Buffer.from(data["assignment.json"] ?? "", "base64").toString("utf8")), jobToken: token });
-        this.tracked.set(name, { name, assignment, started: false, reported: false, podSeen: false });
+        this.tracked.set(name, { name, assignment, started: false, reported: false, podSeen: false, since: Date.now() });
       } catch (err) {
         this.log.warn({ job: name, err: errText(err) }, "cannot read the job Secret of a running Job; leaving it to its worker");
       }
@@ -153,11 +227,14 @@ export class Controller {
       } catch (err) {
         if (this.stop.signal.aborted) return;
         if (err instanceof DroverError && err.code === "agent_lost") {
-          this.session = (await this.client.register(this.config.token, { name: this.config.name, version: agentVersion, driver: "kubernetes", capacity: this.config.concurrency })).sessionToken;
+          this.registered = false;
+          await this.retrying("registering again with the Drover server", () => this.register()).catch((e: unknown) => {
+            if (!this.stop.signal.aborted) throw e;
+          });
           continue;
         }
         if (err instanceof NetworkError) {
-          await new Promise((r) => setTimeout(r, 1000));
+          await sleep(1000, this.stop.signal);
           continue;
         }
         throw err;
@@ -190,12 +267,13 @@ export class Controller {
       nodeHome: this.settings.nodeHome,
     };
     const name = jobName(a);
-    this.tracked.set(name, { name, assignment: a, started: false, reported: false, podSeen: false });
+    this.tracked.set(name, { name, assignment: a, started: false, reported: false, podSeen: false, since: Date.now() });
     try {
       const body = buildJob(a, await this.template(), settings);
       let created: V1Job;
       try {
         created = await this.batch.createNamespacedJob({ namespace: this.settings.namespace, body });
+        this.metrics.inc("drover_controller_jobs_launched_total");
       } catch (err) {
         if (status(err) !== 409) throw err;
         created = await this.batch.readNamespacedJob({ name, namespace: this.settings.namespace });
@@ -208,7 +286,9 @@ export class Controller {
             metadata: {
               name: `${name}-job`,
               labels: { [labels.controller]: this.config.name, [labels.k8sJob]: name },
-              ownerReferences: [{ apiVersion: "batch/v1", kind: "Job", name, uid: created.metadata?.uid ?? "", controller: true, blockOwnerDeletion: true }],
+              // No blockOwnerDeletion: setting it needs `update` on jobs/finalizers under the
+              // OwnerReferencesPermissionEnforcement admission plugin, and nothing waits on the Secret.
+              ownerReferences: [{ apiVersion: "batch/v1", kind: "Job", name, uid: created.metadata?.uid ?? "", controller: true }],
             },
             type: "Opaque",
             // The server URL rides along for node workers, which hold no pool token to read it from.
@@ -229,28 +309,41 @@ export class Controller {
     const name = job.metadata?.name ?? "";
     const t = this.tracked.get(name);
     if (!t) return;
+    if (type === "DELETED" && !t.deleting && !t.started && !t.reported) {
+      void this.report(name, `the Kubernetes Job ${name} was deleted before its worker started`);
+      return;
+    }
     if (type === "DELETED" || finished(job)) {
       const failed = job.status?.conditions?.find((c) => c.type === "Failed" && c.status === "True");
       if (failed && !t.reported && !t.started) {
         void this.reportJobWithoutWorker(t, failed.reason ?? "Failed", failed.message ?? "");
         return;
       }
-      this.tracked.delete(name);
-      this.wake?.();
+      this.untrack(name);
     }
+  }
+
+  private untrack(name: string): void {
+    if (this.tracked.delete(name)) this.wake?.();
   }
 
   private async reportJobWithoutWorker(t: Tracked, reason: string, message: string): Promise<void> {
     let detail = `${reason}${message ? `: ${message}` : ""}`;
     if (!t.podSeen) {
-      const events = await this.core.listNamespacedEvent({ namespace: this.settings.namespace, fieldSelector: `involvedObject.name=${t.name}` }).catch(() => ({ items: [] }));
-      const lines = events.items.map((e) => `${e.reason ?? ""}: ${e.message ?? ""}`).slice(-5);
+      const lines = await this.jobEvents(t.name);
       detail = `the Job ended without a pod (${detail})${lines.length ? `; events: ${lines.join("; ")}` : ""}`;
     }
     await this.report(t.name, detail);
   }
 
-  private onPod(_type: string, pod: V1Pod): void {
+  /** The Job's latest events as `Reason: message` lines (FailedCreate says why no pod exists). */
+  private async jobEvents(name: string): Promise<string[]> {
+    const events = await this.core.listNamespacedEvent({ namespace: this.settings.namespace, fieldSelector: `involvedObject.name=${name}` }).catch(() => ({ items: [] }));
+    return events.items.map((e) => `${e.reason ?? ""}: ${e.message ?? ""}`).slice(-5);
+  }
+
+  private onPod(type: string, pod: V1Pod): void {
+    if (type === "DELETED") return;
     const name = pod.metadata?.labels?.[labels.k8sJob] ?? "";
     const t = this.tracked.get(name);
     if (!t) return;
@@ -259,10 +352,17 @@ export class Controller {
     // The worker owns the run once it runs; in node-worker mode, once the runner it prepared does.
     const owner = this.settings.nodeHome ? "runner" : "worker";
     if (pod.status?.containerStatuses?.some((c) => c.name === owner && (c.state?.running || c.state?.terminated))) t.started = true;
-    const failure = describePodFailure(pod, Date.now(), this.settings.timings);
+    this.check(t, Date.now());
+  }
+
+  /** Reports the pod's failure, if it has one by `now`; a generic one after a second look. */
+  private check(t: Tracked, now: number): void {
+    const pod = t.lastPod;
+    if (!pod || t.reported) return;
+    const failure = describePodFailure(pod, now, this.settings.timings);
     if (!failure) return;
     if (!failure.generic) {
-      void this.report(name, failure.message);
+      void this.report(t.name, failure.message);
       return;
     }
     // Containers die a moment before the kubelet records why (eviction, OOM): look again
@@ -271,8 +371,52 @@ export class Controller {
     t.pendingGeneric = true;
     setTimeout(() => {
       const latest = t.lastPod ? describePodFailure(t.lastPod, Date.now(), this.settings.timings) : undefined;
-      void this.report(name, (latest ?? failure).message);
+      void this.report(t.name, (latest ?? failure).message);
     }, genericReportDelayMs).unref();
+  }
+
+  /**
+   * Time-driven failures: every sweep interval, each in-flight Job is checked again without
+   * waiting for an event — a pod pending past the timeout (Unschedulable), an image pull past
+   * its grace, a Job that never got a pod (refused by admission: FailedCreate), and a Job that
+   * vanished while no watch was looking.
+   */
+  private async sweepLoop(): Promise<void> {
+    while (!this.stop.signal.aborted) {
+      await sleep(this.settings.sweepIntervalMs, this.stop.signal);
+      if (this.stop.signal.aborted) return;
+      await this.sweep(Date.now()).catch((err: unknown) => this.log.warn({ err: errText(err) }, "sweep failed"));
+    }
+  }
+
+  private async sweep(now: number): Promise<void> {
+    const jobs = this.informers.find((i) => i.name === "jobs");
+    for (const t of [...this.tracked.values()]) {
+      if (t.reported || t.deleting) continue;
+      if (jobs?.synced && !jobs.informer.get(t.name, this.settings.namespace) && now - t.since > 2 * this.settings.sweepIntervalMs) {
+        // Not in the cache long after launch: ask once; a 404 means it was deleted unseen.
+        const gone = await this.batch.readNamespacedJob({ name: t.name, namespace: this.settings.namespace }).then(
+          () => false,
+          (err: unknown) => status(err) === 404,
+        );
+        if (gone) {
+          if (t.started) this.untrack(t.name);
+          else await this.report(t.name, `the Kubernetes Job ${t.name} was deleted before its worker started`);
+          continue;
+        }
+      }
+      if (t.started) continue;
+      if (t.lastPod) {
+        this.check(t, now);
+        continue;
+      }
+      if (now - t.since > this.settings.timings.podPendingTimeoutMs) {
+        const lines = await this.jobEvents(t.name);
+        const refused = lines.filter((l) => l.startsWith("FailedCreate"));
+        const why = refused.length ? refused.slice(-1)[0]! : lines.length ? `events: ${lines.join("; ")}` : "no events";
+        await this.report(t.name, `the Kubernetes Job ${t.name} created no pod within ${Math.round(this.settings.timings.podPendingTimeoutMs / 1000)} s (${why})`);
+      }
+    }
   }
 
   /**
@@ -283,6 +427,7 @@ export class Controller {
     const t = this.tracked.get(name);
     if (!t || t.reported) return;
     t.reported = true;
+    this.metrics.inc("drover_controller_pod_failures_total");
     const job = this.client.job(t.assignment.jobId, t.assignment.jobToken);
     const line = Buffer.from(`\n[drover] ${reason}\n`, "utf8");
     try {
@@ -306,13 +451,14 @@ export class Controller {
   }
 
   private async deleteJob(name: string): Promise<void> {
+    const t = this.tracked.get(name);
+    if (t) t.deleting = true;
     try {
       await this.batch.deleteNamespacedJob({ name, namespace: this.settings.namespace, propagationPolicy: "Background", gracePeriodSeconds: 0 });
     } catch (err) {
       if (status(err) !== 404) this.log.warn({ job: name, err: errText(err) }, "could not delete the Job");
     }
-    this.tracked.delete(name);
-    this.wake?.();
+    this.untrack(name);
   }
 
   /**
@@ -321,11 +467,11 @@ export class Controller {
    */
   private async heartbeatLoop(): Promise<void> {
     while (!this.stop.signal.aborted) {
-      await new Promise((r) => setTimeout(r, Math.min(this.heartbeatMs, 2_000)).unref());
+      await sleep(Math.min(this.heartbeatMs, 2_000), this.stop.signal);
       if (this.stop.signal.aborted) return;
       await this.client.heartbeat(this.session, this.tracked.size).catch(() => undefined);
       for (const t of [...this.tracked.values()]) {
-        if (t.started || t.reported) continue;
+        if (t.started || t.reported || t.deleting) continue;
         try {
           const hb = await this.client.job(t.assignment.jobId, t.assignment.jobToken).heartbeat(0);
           if (hb.cancelRequested) {
@@ -342,39 +488,77 @@ export class Controller {
     }
   }
 
-  /** List, then watch from the list's resourceVersion; relist on 410 Gone or any break. */
-  private watch<T extends { metadata?: { resourceVersion?: string } }>(path: string, handle: (type: string, obj: T) => void): void {
-    const loop = async () => {
-      while (!this.stop.signal.aborted) {
-        try {
-          const listed = await this.listRaw(path);
-          for (const item of listed.items as T[]) handle("ADDED", item);
-          await new Promise<void>((resolve) => {
-            void new Watch(this.kc)
-              .watch(path, { labelSelector: this.selector, resourceVersion: listed.resourceVersion, allowWatchBookmarks: true }, (type, obj: T) => handle(type, obj), () => resolve())
-              .then((ac) => {
-                this.watches.push(ac);
-                if (this.stop.signal.aborted) ac.abort();
-              })
-              .catch(() => resolve());
-          });
-        } catch (err) {
-          this.log.warn({ path, err: errText(err) }, "watch failed; relisting");
+  /**
+   * An informer (client-node's ListWatch): lists, then watches from the list's
+   * resourceVersion, resumes from the last seen version when a watch ends, relists only on
+   * 410 Gone, and reports objects missing from a relist as deletions — so a Job deleted
+   * while no watch was open still frees its slot. Errors restart it after a backoff.
+   */
+  private inform<T extends KubernetesObject>(name: string, path: string, list: () => Promise<KubernetesListObject<T>>, handle: (type: string, obj: T) => void): void {
+    const entry = { name, informer: undefined as unknown as ListWatch<KubernetesObject>, synced: false };
+    let listed = false;
+    let delay = 500;
+    // Synced again only once a watch is actually open: a failed attempt calls `done(err)`
+    // before `watch()` returns.
+    const real = new Watch(this.kc);
+    const watch = {
+      watch: async (...[p, params, cb, done]: Parameters<Watch["watch"]>) => {
+        let failed = false;
+        const ac = await real.watch(p, params, cb, (err: unknown) => {
+          if (err) failed = true;
+          done(err);
+        });
+        if (!failed && listed) {
+          entry.synced = true;
+          delay = 500;
         }
-        await new Promise((r) => setTimeout(r, 500).unref());
-      }
-    };
-    void loop();
+        return ac;
+      },
+    } as Watch;
+    const informer = new ListWatch<T>(
+      path,
+      watch,
+      async () => {
+        const result = await list();
+        listed = true;
+        delay = 500;
+        return result;
+      },
+      false,
+      this.selector,
+    );
+    informer.on("add", (o) => handle("ADDED", o));
+    informer.on("update", (o) => handle("MODIFIED", o));
+    informer.on("delete", (o) => handle("DELETED", o));
+    informer.on("error", (err: unknown) => {
+      entry.synced = false;
+      this.metrics.inc("drover_controller_watch_errors_total");
+      if (this.stop.signal.aborted) return;
+      this.log.warn({ resource: name, err: errText(err), retryInMs: delay }, "watch failed; resuming");
+      const wait = delay;
+      delay = Math.min(30_000, delay * 2);
+      void sleep(wait, this.stop.signal).then(() => {
+        if (!this.stop.signal.aborted) void informer.start();
+      });
+    });
+    entry.informer = informer as unknown as ListWatch<KubernetesObject>;
+    this.informers.push(entry);
+    void informer.start();
   }
+}
 
-  private async listRaw(path: string): Promise<{ items: unknown[]; resourceVersion: string }> {
-    if (path.includes("/jobs")) {
-      const l = await this.batch.listNamespacedJob({ namespace: this.settings.namespace, labelSelector: this.selector });
-      return { items: l.items, resourceVersion: l.metadata?.resourceVersion ?? "" };
+/** Resolves after `ms`, or at once when `signal` aborts (which clears the timer). */
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  if (signal.aborted) return Promise.resolve();
+  return new Promise((resolve) => {
+    const timer = setTimeout(done, ms);
+    function done() {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", done);
+      resolve();
     }
-    const l = await this.core.listNamespacedPod({ namespace: this.settings.namespace, labelSelector: this.selector });
-    return { items: l.items, resourceVersion: l.metadata?.resourceVersion ?? "" };
-  }
+    signal.addEventListener("abort", done, { once: true });
+  });
 }
 
 function finished(job: V1Job): boolean {

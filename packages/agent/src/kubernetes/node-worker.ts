@@ -2,8 +2,10 @@ import { CoreV1Api, KubeConfig, type V1Pod } from "@kubernetes/client-node";
 import { DroverError, jobAssignmentSchema, type JobAssignment } from "@drover/protocol";
 import { chmodSync, copyFileSync, existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import type { Server } from "node:http";
 import type { Logger } from "pino";
 import { AgentClient } from "../client.js";
+import { closeHealthServer, MetricSet, startHealthServer } from "../health.js";
 import { int, type StopAction } from "../config.js";
 import { labels, nodeRunDir } from "./job-spec.js";
 import { defaultExecLoopPath, nodeHomeSetting, podNamespace } from "./settings.js";
@@ -22,6 +24,10 @@ export interface NodeWorkerSettings {
   caCertPem: string | undefined;
   runnerStaleMs: number;
   pollMs: number;
+  /** Name of the controller (DROVER_AGENT_NAME of its release) whose run pods this worker supervises. */
+  controllerName: string;
+  /** Port of /healthz, /readyz and /metrics; 0 disables them. */
+  healthPort: number;
 }
 
 /** Reads and validates the node worker's settings; a bad value throws one clear line. */
@@ -36,6 +42,8 @@ export function loadNodeWorkerSettings(env: NodeJS.ProcessEnv): NodeWorkerSettin
     execLoopPath: env.DROVER_AGENT_EXEC_LOOP_PATH || defaultExecLoopPath,
     ...supervisionSettings(env),
     pollMs: int("DROVER_AGENT_NODE_POLL_MS", env.DROVER_AGENT_NODE_POLL_MS, 500, 50, 60_000),
+    controllerName: need("DROVER_AGENT_CONTROLLER_NAME", "the name of the controller whose run pods this worker supervises (its DROVER_AGENT_NAME)"),
+    healthPort: int("DROVER_AGENT_HEALTH_PORT", env.DROVER_AGENT_HEALTH_PORT, 8080, 0, 65_535),
   };
 }
 
@@ -57,6 +65,12 @@ export class NodeWorker {
   private readonly runs = new Map<string, { done: Promise<void>; stop(): void }>();
   private readonly seen = new Set<string>();
   private stopping = false;
+  /** The last listing of this node's run pods succeeded: the readiness of `/readyz`. */
+  private synced = false;
+  private health: Server | undefined;
+  private readonly metrics = new MetricSet()
+    .define("drover_node_worker_runs", "gauge", "Runs this node worker supervises")
+    .define("drover_node_worker_list_errors_total", "counter", "Failed listings of this node's run pods");
 
   constructor(
     private readonly settings: NodeWorkerSettings,
@@ -73,12 +87,33 @@ export class NodeWorker {
 
   /** Runs until `shutdown()`, then waits for its runs to wind down; resolves with the exit code. */
   async run(): Promise<number> {
+    if (this.settings.healthPort > 0) {
+      this.health = await startHealthServer(this.settings.healthPort, {
+        // Winding runs down after SIGTERM is still healthy work: liveness never fails on its own.
+        health: () => ({ live: true, ready: this.synced && !this.stopping, details: { runs: this.runs.size } }),
+        metrics: () => {
+          this.metrics.set("drover_node_worker_runs", this.runs.size);
+          return this.metrics.render();
+        },
+      });
+    }
+    try {
+      return await this.work();
+    } finally {
+      await closeHealthServer(this.health);
+    }
+  }
+
+  private async work(): Promise<number> {
     mkdirSync(this.runsDir, { recursive: true });
     this.log.info({ node: this.settings.nodeName, home: this.settings.home }, "node worker started");
     while (!this.stopping) {
       try {
         await this.reconcile();
+        this.synced = true;
       } catch (err) {
+        this.synced = false;
+        this.metrics.inc("drover_node_worker_list_errors_total");
         this.log.warn({ err: err instanceof Error ? err.message : String(err) }, "listing this node's run pods failed; retrying");
       }
       await new Promise((r) => setTimeout(r, this.settings.pollMs));
@@ -95,7 +130,7 @@ export class NodeWorker {
 
   private async reconcile(): Promise<void> {
     const pods = (
-      await this.core.listNamespacedPod({ namespace: this.settings.namespace, labelSelector: labels.controller, fieldSelector: `spec.nodeName=${this.settings.nodeName}` })
+      await this.core.listNamespacedPod({ namespace: this.settings.namespace, labelSelector: `${labels.controller}=${this.settings.controllerName}`, fieldSelector: `spec.nodeName=${this.settings.nodeName}` })
     ).items.filter((p) => !p.spec?.containers.some((c) => c.name === "worker") && p.spec?.volumes?.some((v) => v.name === "drover-home"));
     const liveNames = new Set(pods.filter(live).map((p) => p.metadata?.labels?.[labels.k8sJob] ?? ""));
     for (const pod of pods) {

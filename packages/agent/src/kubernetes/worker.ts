@@ -5,6 +5,7 @@ import { join } from "node:path";
 import type { Logger } from "pino";
 import { AgentClient } from "../client.js";
 import { int, oneOf, stopPlan, type AgentConfig, type StopAction } from "../config.js";
+import { closeHealthServer, MetricSet, startHealthServer } from "../health.js";
 import { JobRun } from "../job.js";
 import { ExecLoopRunner } from "./exec-loop-runner.js";
 
@@ -21,8 +22,14 @@ export interface WorkerSettings {
   gracePeriodMs: number;
   caCertPem: string | undefined;
   runnerStaleMs: number;
+  /**
+   * Port of /healthz, /readyz and /metrics; 0 (the default) disables them. The task template
+   * sets it; run pods are not probed (a failed liveness probe would kill the run).
+   */
+  healthPort: number;
 }
 
+/** Reads the pod worker's settings; a bad value throws one clear line. */
 export function loadWorkerSettings(env: NodeJS.ProcessEnv): WorkerSettings {
   const url = env.DROVER_URL;
   if (!url) throw new DroverError("bad_request", "DROVER_URL is not set; the worker is started by the controller's Job, which sets it");
@@ -32,6 +39,7 @@ export function loadWorkerSettings(env: NodeJS.ProcessEnv): WorkerSettings {
     execDir: env.DROVER_EXEC_DIR ?? "/drover/exec",
     runDir: env.DROVER_WORKER_RUN_DIR ?? "/drover/run",
     ...supervisionSettings(env),
+    healthPort: int("DROVER_AGENT_HEALTH_PORT", env.DROVER_AGENT_HEALTH_PORT, 0, 0, 65_535),
   };
 }
 
@@ -54,6 +62,21 @@ export async function runWorker(settings: WorkerSettings, log: Logger): Promise<
   const token = readFileSync(join(settings.secretDir, "token"), "utf8").trim();
   const assignment = jobAssignmentSchema.parse({ ...JSON.parse(readFileSync(join(settings.secretDir, "assignment.json"), "utf8")), jobToken: token });
   const supervised = superviseJob(assignment, settings, log);
+  let running = true;
+  const metrics = new MetricSet().define("drover_worker_job_running", "gauge", "1 while this pod's job runs");
+  // The run matters more than its health port: a port already taken costs the probe, not the run.
+  const health = settings.healthPort > 0
+    ? await startHealthServer(settings.healthPort, {
+        health: () => ({ live: true, ready: running, details: { job: assignment.jobId, phase: assignment.phase } }),
+        metrics: () => {
+          metrics.set("drover_worker_job_running", running ? 1 : 0);
+          return metrics.render();
+        },
+      }).catch((err: unknown) => {
+        log.warn({ port: settings.healthPort, err: err instanceof Error ? err.message : String(err) }, "cannot serve the health port; running the job without it");
+        return undefined;
+      })
+    : undefined;
   const onStop = () => {
     log.info("stop signal received; stopping the run");
     supervised.stop();
@@ -61,6 +84,8 @@ export async function runWorker(settings: WorkerSettings, log: Logger): Promise<
   process.on("SIGTERM", onStop);
   process.on("SIGINT", onStop);
   await supervised.done;
+  running = false;
+  await closeHealthServer(health);
   return 0;
 }
 

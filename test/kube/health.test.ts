@@ -1,0 +1,168 @@
+import assert from "node:assert/strict";
+import { readFileSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { after, before, test } from "node:test";
+import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
+import { droverBin, spawnDrover, type Proc } from "../support/processes.js";
+import { startCuttableProxy, type CuttableProxy } from "../support/cuttable-proxy.js";
+import { eventually, fastTimings, kube, prepareDroverNamespace, startTestCluster, type TestCluster } from "./cluster.js";
+
+// Every long-running drover process of the Kubernetes designs — the controller, a run pod's
+// worker, a node's worker — serves /healthz, /readyz and /metrics. Readiness: registered (the
+// controller) and its watches synced. Liveness holds while the Drover server or the API
+// server is merely unreachable (cut here with a TCP proxy in front of each).
+
+const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
+const ns = "drover-health";
+let cluster: TestCluster;
+let stack: Stack;
+let serverProxy: CuttableProxy;
+let kubeProxy: CuttableProxy;
+let proxiedKubeconfig: string;
+const procs: Proc[] = [];
+
+function freePort(): Promise<number> {
+  return new Promise((resolve) => {
+    const s = createServer().listen(0, "127.0.0.1", () => {
+      const { port } = s.address() as { port: number };
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+async function probe(port: number, path: string): Promise<{ status: number; body: any; text: string }> {
+  try {
+    const res = await fetch(`http://127.0.0.1:${port}${path}`);
+    const text = await res.text();
+    return { status: res.status, text, body: path === "/metrics" ? undefined : JSON.parse(text) };
+  } catch {
+    return { status: 0, text: "", body: undefined };
+  }
+}
+
+function spawn(args: string[], env: Record<string, string>): Proc {
+  const p = spawnDrover(args, { ...stack.baseEnv, DROVER_AGENT_LOG_FORMAT: "plain", DROVER_AGENT_KUBERNETES_NAMESPACE: ns, ...env });
+  procs.push(p);
+  return p;
+}
+
+before(async () => {
+  cluster = await startTestCluster({ timings: fastTimings, hostPaths: "real" });
+  stack = await startStack();
+  serverProxy = await startCuttableProxy(stack.server.url, { cut: true });
+  kubeProxy = await startCuttableProxy(cluster.url);
+  proxiedKubeconfig = join(stack.dir, "kubeconfig-proxied");
+  writeFileSync(proxiedKubeconfig, readFileSync(cluster.kubeconfigPath, "utf8").replace(cluster.url, kubeProxy.url));
+  await prepareDroverNamespace(cluster, ns, join(repo, "deploy", "kubernetes", "agenttasks.drover.dev.yaml"));
+});
+
+after(async () => {
+  await Promise.all(procs.map((p) => p.stop("SIGKILL")));
+  await serverProxy?.close();
+  await kubeProxy?.close();
+  await stack?.stop();
+  await cluster?.close();
+});
+
+test("controller: live while the server is unreachable at start; ready once registered and its watches are synced", async () => {
+  const port = await freePort();
+  const controller = spawn(["agent", "controller"], {
+    KUBECONFIG: proxiedKubeconfig,
+    DROVER_URL: serverProxy.url,
+    DROVER_TOKEN: stack.poolToken,
+    DROVER_AGENT_NAME: "health-ctl",
+    DROVER_AGENT_HEALTH_PORT: String(port),
+  });
+  await controller.waitFor(/registering with the Drover server failed; retrying/);
+  const live = await probe(port, "/healthz");
+  assert.equal(live.status, 200, "an unreachable server is no reason to restart the controller");
+  const notReady = await probe(port, "/readyz");
+  assert.equal(notReady.status, 503);
+  assert.equal(notReady.body.registered, false);
+  assert.equal(controller.child.exitCode, null, "the controller keeps retrying instead of exiting");
+
+  serverProxy.restore();
+  await eventually("the controller to be ready", async () => (await probe(port, "/readyz")).status === 200);
+  assert.match((await probe(port, "/metrics")).text, /^drover_controller_jobs_in_flight 0$/m);
+
+  // The API server goes away: the watches are no longer synced, the process is still alive.
+  kubeProxy.cut();
+  await eventually("readiness to drop with the watches", async () => (await probe(port, "/readyz")).status === 503);
+  assert.equal((await probe(port, "/healthz")).status, 200);
+  kubeProxy.restore();
+  await eventually("readiness to come back", async () => (await probe(port, "/readyz")).status === 200);
+
+  // The Drover server goes away after registration: still live.
+  const before = serverProxy.refused;
+  serverProxy.cut();
+  await eventually("the controller to try the server", async () => serverProxy.refused > before);
+  assert.equal((await probe(port, "/healthz")).status, 200);
+  serverProxy.restore();
+  await controller.stop();
+});
+
+test("node worker: ready once it has listed its node's run pods; live while the API server is unreachable", async () => {
+  const port = await freePort();
+  const home = join(stack.dir, "node-home");
+  const worker = spawn(["agent", "node-worker"], {
+    KUBECONFIG: proxiedKubeconfig,
+    DROVER_AGENT_NODE_HOME: home,
+    DROVER_AGENT_NODE_NAME: "ktc-node",
+    DROVER_AGENT_CONTROLLER_NAME: "health-ctl",
+    DROVER_AGENT_HEALTH_PORT: String(port),
+  });
+  await eventually("the node worker to be ready", async () => (await probe(port, "/readyz")).status === 200);
+  assert.match((await probe(port, "/metrics")).text, /^drover_node_worker_runs 0$/m);
+  kubeProxy.cut();
+  await eventually("readiness to drop", async () => (await probe(port, "/readyz")).status === 503);
+  assert.equal((await probe(port, "/healthz")).status, 200);
+  kubeProxy.restore();
+  await eventually("readiness to come back", async () => (await probe(port, "/readyz")).status === 200);
+  await worker.stop();
+});
+
+test("a run pod's worker serves its health port while its job runs", async () => {
+  const workerPort = await freePort();
+  const tfrc = join(stack.dir, "runner-terraformrc");
+  writeFileSync(tfrc, "");
+  const template = {
+    apiVersion: "drover.dev/v1alpha1",
+    kind: "AgentTask",
+    metadata: { name: "task-template", namespace: ns },
+    spec: {
+      jobTemplate: {
+        template: {
+          spec: {
+            containers: [
+              { name: "worker", image: "ghcr.io/drover-dev/drover:test", command: [process.execPath, droverBin], args: ["agent", "worker"], env: [{ name: "DROVER_AGENT_HEALTH_PORT", value: String(workerPort) }] },
+              { name: "runner", image: "ghcr.io/drover-dev/drover-runner:test", env: [{ name: "TF_CLI_CONFIG_FILE", value: tfrc }, { name: "CHECKPOINT_DISABLE", value: "1" }] },
+            ],
+          },
+        },
+      },
+    },
+  };
+  assert.equal((await kube(cluster, "POST", `/apis/drover.dev/v1alpha1/namespaces/${ns}/agenttasks`, template)).status, 201);
+  spawn(["agent", "controller"], {
+    KUBECONFIG: cluster.kubeconfigPath,
+    DROVER_TOKEN: stack.poolToken,
+    DROVER_AGENT_NAME: "health-pods",
+    DROVER_AGENT_KUBERNETES_TASK_TEMPLATE: "task-template",
+    DROVER_AGENT_KUBERNETES_WORKER_IMAGE: "ghcr.io/drover-dev/drover:test",
+    DROVER_AGENT_EXEC_LOOP_PATH: join(repo, "packages", "agent", "exec-loop", "exec-loop.sh"),
+    DROVER_AGENT_HEALTH_PORT: "0",
+  });
+  assert.equal((await stack.server.api("POST", "/api/v1/workspaces", { name: "health-pod", pool: stack.pool })).status, 201);
+  const files = { "main.tf": 'resource "terraform_data" "long" {\n  input = timestamp()\n  provisioner "local-exec" {\n    command = "echo started-long; sleep 30"\n  }\n}\n' };
+  const runId = await stack.startRun(writeConfig(stack.dir, "health-pod", files), "health-pod", ["--auto-apply"]);
+  await eventually("the apply to run", async () => (await runLog(stack.server, runId, "apply")).includes("started-long"), 90_000);
+  const ready = await probe(workerPort, "/readyz");
+  assert.equal(ready.status, 200, JSON.stringify(ready.body));
+  assert.equal(ready.body.phase, "apply");
+  assert.equal((await probe(workerPort, "/healthz")).status, 200);
+  assert.match((await probe(workerPort, "/metrics")).text, /^drover_worker_job_running 1$/m);
+  assert.equal((await stack.cli(["run", "cancel", runId])).code, 0);
+  await stack.waitForRun(runId, ["canceled", "errored", "applied"], 60_000);
+});
