@@ -4,6 +4,7 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
+import { gunzipSync, gzipSync } from "node:zlib";
 import { rawTarGz, type RawEntry } from "../support/archives.js";
 
 // The agent re-checks every configuration it unpacks: even an archive that slipped past the
@@ -16,6 +17,11 @@ const malicious: Array<[string, RawEntry[]]> = [
   ["an absolute symlink", [{ path: "etc", type: "symlink", linkpath: "/etc" }]],
   ["a hard link to a file outside", [{ path: "hl", type: "hardlink", linkpath: "../secret" }]],
   ["a device", [{ path: "dev", type: "chardev" }]],
+  [
+    "a symlink chain out of the root (each link text-safe on its own)",
+    [{ path: "a/", type: "dir" }, { path: "a/b", type: "symlink", linkpath: ".." }, { path: "c", type: "symlink", linkpath: "a/b/.." }, { path: "c/escaped", content: "x" }],
+  ],
+  ["data after the end-of-archive marker", []],
 ];
 
 for (const [what, entries] of malicious) {
@@ -23,7 +29,8 @@ for (const [what, entries] of malicious) {
     const parent = mkdtempSync(join(tmpdir(), "drover-extract-"));
     try {
       const runDir = join(parent, "run");
-      await assert.rejects(extractConfiguration(rawTarGz(entries), runDir), (err: Error & { code?: string }) => {
+      const archive = entries.length > 0 ? rawTarGz(entries) : gzipSync(Buffer.concat([gunzipSync(rawTarGz([{ path: "main.tf", content: "" }])), Buffer.from("trailing")]));
+      await assert.rejects(extractConfiguration(archive, runDir), (err: Error & { code?: string }) => {
         assert.equal(err.code, "invalid_archive");
         return true;
       });

@@ -1,7 +1,7 @@
 import { spawnSync } from "node:child_process";
 import { accessSync, constants } from "node:fs";
 import { delimiter, join } from "node:path";
-import { DroverError, type Engine } from "@drover/protocol";
+import { DroverError, isExactVersion, isVersionConstraint, versionSatisfies, type Engine } from "@drover/protocol";
 
 /** A terraform or tofu executable and the version it reports. */
 export interface EngineBinary {
@@ -20,27 +20,48 @@ function executable(path: string): boolean {
   }
 }
 
-/**
- * Finds the workspace's binary: the binary cache (`<cache>/bin/<engine>/<version>/<engine>`)
- * when a version is pinned and present, else the first `<engine>` on PATH.
- */
-export function resolveEngine(engine: Engine, version: string | null, cacheDir: string, pathEnv: string | undefined): EngineBinary {
-  const candidates: string[] = [];
-  if (version) candidates.push(join(cacheDir, "bin", engine, version, engine));
-  for (const dir of (pathEnv ?? "").split(delimiter)) if (dir) candidates.push(join(dir, engine));
-  const path = candidates.find(executable);
-  if (!path) {
-    throw new DroverError("not_found", `${engine}${version ? ` ${version}` : ""} is not installed on this agent: put it on PATH or in ${join(cacheDir, "bin", engine, version ?? "<version>")}`);
-  }
+function reportedVersion(path: string): string {
   let v = versions.get(path);
   if (!v) {
     const out = spawnSync(path, ["version", "-json"], { encoding: "utf8", env: { ...process.env, CHECKPOINT_DISABLE: "1" } });
     try {
       v = (JSON.parse(out.stdout) as { terraform_version?: string }).terraform_version ?? "unknown";
     } catch {
-      v = out.stdout.split("\n")[0]?.trim() || "unknown";
+      v = /v?(\d+\.\d+\.\d+\S*)/.exec(out.stdout)?.[1] ?? "unknown";
     }
     versions.set(path, v);
   }
-  return { path, version: v };
+  return v;
+}
+
+/**
+ * Finds the workspace's binary. With no version: the first `<engine>` on PATH. With an exact
+ * version: the binary cache (`<cache>/bin/<engine>/<version>/<engine>`), else a binary on PATH
+ * that reports exactly that version. With a constraint: the first binary on PATH that
+ * satisfies it. Never another version: a pinned version that is not here fails the run.
+ */
+export function resolveEngine(engine: Engine, version: string | null, cacheDir: string, pathEnv: string | undefined): EngineBinary {
+  // The server validates versions too; the agent trusts nothing it builds a path from.
+  if (version !== null && !isExactVersion(version) && !isVersionConstraint(version)) {
+    throw new DroverError("bad_request", `the workspace's ${engine} version ${JSON.stringify(version)} is not a version or a version constraint; fix the workspace's engineVersion`);
+  }
+  const onPath = (pathEnv ?? "").split(delimiter).filter((d) => d.startsWith("/")).map((d) => join(d, engine)).filter(executable);
+  if (version === null) {
+    const path = onPath[0];
+    if (!path) throw new DroverError("not_found", `${engine} is not installed on this agent: put it on PATH or pin a version in ${join(cacheDir, "bin", engine, "<version>")}`);
+    return { path, version: reportedVersion(path) };
+  }
+  if (isExactVersion(version)) {
+    const cached = join(cacheDir, "bin", engine, version, engine);
+    if (executable(cached)) return { path: cached, version: reportedVersion(cached) };
+  }
+  const path = onPath.find((p) => versionSatisfies(reportedVersion(p), version));
+  if (!path) {
+    const found = onPath.map((p) => reportedVersion(p)).join(", ") || "none";
+    throw new DroverError(
+      "not_found",
+      `${engine} ${version} is not available on this agent (on PATH: ${found}); install it on PATH${isExactVersion(version) ? ` or in ${join(cacheDir, "bin", engine, version)}` : ""}, or change the workspace's engineVersion`,
+    );
+  }
+  return { path, version: reportedVersion(path) };
 }

@@ -1,5 +1,5 @@
-import { DroverError, type JobAssignment, type JobOutcome, type Output } from "@drover/protocol";
-import { existsSync, mkdirSync, rmSync, writeFileSync, readFileSync } from "node:fs";
+import { DroverError, redactText, type JobAssignment, type JobOutcome, type Output } from "@drover/protocol";
+import { closeSync, constants, existsSync, mkdirSync, openSync, readFileSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { join, relative, resolve } from "node:path";
 import type { Logger } from "pino";
 import { NetworkError, withRetry, type AgentClient, type JobClient } from "./client.js";
@@ -38,6 +38,8 @@ export class JobRun {
   /** The latest output of the running step (≤ 64 KiB kept), for the error excerpt. */
   private tail: Buffer[] = [];
   private tailBytes = 0;
+  /** Values hidden from everything this job sends: log, outcome message. */
+  private secrets: string[] = [];
 
   constructor(
     private readonly assignment: JobAssignment,
@@ -132,6 +134,8 @@ export class JobRun {
     } catch (err) {
       this.logger.warn({ job: a.jobId, err }, "could not deliver the whole log");
     }
+    // The outcome message quotes terraform's output, which may echo a secret like the log does.
+    if (message !== null) message = redactText(message, this.secrets);
     if (!this.lost) {
       try {
         await withRetry(() => this.job.finish(outcome, message));
@@ -193,7 +197,8 @@ export class JobRun {
       mkdirSync(configDir, { recursive: true });
     }
     const variables = await withRetry(() => this.job.variables(this.abort.signal), this.abort.signal);
-    this.log.setSecrets([...variables.filter((v) => v.sensitive).map((v) => v.value), a.jobToken, this.config.token]);
+    this.secrets = [...variables.filter((v) => v.sensitive).map((v) => v.value), a.jobToken, this.config.token];
+    this.log.setSecrets(this.secrets);
 
     const binary = await this.runner.engine(a.workspace.engine, a.workspace.engineVersion, this.config.cacheDir);
     const workDir = resolve(configDir, a.workspace.workingDirectory || ".");
@@ -209,11 +214,17 @@ export class JobRun {
       const archive = await withRetry(() => this.job.configuration(this.abort.signal), this.abort.signal);
       await extractConfiguration(archive, configDir);
       if (!existsSync(workDir)) throw new DroverError("not_found", `the working directory ${a.workspace.workingDirectory} is not in the configuration`);
+      // The working directory may be reached through the archive's own links: it must still be inside.
+      const realConfig = realpathSync(configDir);
+      const realWork = realpathSync(workDir);
+      if (realWork !== realConfig && !realWork.startsWith(realConfig + "/")) {
+        throw new DroverError("invalid_archive", `the working directory ${a.workspace.workingDirectory} leads outside the configuration through a link`);
+      }
       const tfvars = Object.fromEntries(variables.filter((v) => v.kind === "terraform").map((v) => [v.key, v.value]));
-      if (Object.keys(tfvars).length > 0) writeFileSync(join(workDir, "drover.auto.tfvars.json"), JSON.stringify(tfvars, null, 2));
+      if (Object.keys(tfvars).length > 0) writePrivateFile(join(realWork, "drover.auto.tfvars.json"), JSON.stringify(tfvars, null, 2));
       // terraform merges *_override.tf files into the configuration: this selects the http
       // backend, which the TF_HTTP_* variables configure.
-      writeFileSync(join(workDir, "drover_backend_override.tf"), 'terraform {\n  backend "http" {}\n}\n');
+      writePrivateFile(join(realWork, "drover_backend_override.tf"), 'terraform {\n  backend "http" {}\n}\n');
     }
     const env = this.environment(variables.filter((v) => v.kind === "env").map((v) => [v.key, v.value]));
 
@@ -232,7 +243,7 @@ export class JobRun {
       await withRetry(() => this.job.uploadPlanJson(json, this.abort.signal), this.abort.signal);
     } else {
       const planPath = join(runDir, "plan.tfplan");
-      writeFileSync(planPath, await withRetry(() => this.job.downloadPlan(this.abort.signal), this.abort.signal));
+      writePrivateFile(planPath, await withRetry(() => this.job.downloadPlan(this.abort.signal), this.abort.signal));
       await this.hook("pre-apply", workDir, env);
       await this.step(binary, ["apply", "-input=false", "-no-color", planPath], workDir, env);
       await this.hook("post-apply", workDir, env);
@@ -346,6 +357,27 @@ export class JobRun {
     clearTimeout(timer);
     if (timedOut) throw new StepFailed(`hook ${name} timed out after ${this.config.hookTimeoutMs / 1000} s`);
     if (code !== 0) throw new StepFailed(`hook ${name} exited with code ${code}`);
+  }
+}
+
+/**
+ * Writes a file only the agent's user can read, never following a link: a configuration that
+ * planted a link under this name gets the run refused instead of the write landing elsewhere.
+ */
+export function writePrivateFile(path: string, data: string | Buffer): void {
+  let fd: number;
+  try {
+    fd = openSync(path, constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | constants.O_NOFOLLOW, 0o600);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ELOOP") {
+      throw new DroverError("invalid_archive", `the configuration holds a link named ${path.split("/").pop() ?? path}, where the agent writes its own file; remove it`);
+    }
+    throw err;
+  }
+  try {
+    writeFileSync(fd, data);
+  } finally {
+    closeSync(fd);
   }
 }
 

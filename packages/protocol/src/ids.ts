@@ -12,3 +12,10 @@ export function newId(prefix: IdPrefix): string {
   for (let i = 0; i < 16; i++) out += alphabet[(bytes[i] ?? 0) % 32];
   return `${prefix}-${out}`;
 }
+
+const idShape = /^(pool|ptok|agent|ws|cv|run|job|sv|utok)-[0-9a-z]{16}$/i;
+
+/** Whether a name has the shape of one of our ids; such names would shadow the object with that id in lookups. */
+export function looksLikeId(name: string): boolean {
+  return idShape.test(name);
+}

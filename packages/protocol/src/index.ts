@@ -6,3 +6,5 @@ export * from "./routes.js";
 export * from "./schemas.js";
 export * from "./tokens.js";
 export * from "./redact.js";
+export * from "./text.js";
+export * from "./versions.js";

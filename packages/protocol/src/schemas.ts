@@ -1,4 +1,7 @@
 import { z } from "zod";
+import { looksLikeId } from "./ids.js";
+import { escapeControlChars, hasControlChars, singleLineText } from "./text.js";
+import { engineVersionSchema } from "./versions.js";
 
 /*
  * The wire contract: every request and response body of the user API (/api/v1) and the
@@ -11,7 +14,8 @@ export const nameSchema = z
   .string()
   .min(1)
   .max(90)
-  .regex(/^[A-Za-z0-9][A-Za-z0-9_.-]*$/, "use letters, digits, '-', '_' and '.', starting with a letter or digit");
+  .regex(/^[A-Za-z0-9][A-Za-z0-9_.-]*$/, "use letters, digits, '-', '_' and '.', starting with a letter or digit")
+  .refine((n) => !looksLikeId(n), "must not look like an id (<kind>-<16 characters>): lookups by id or name would be ambiguous");
 
 // ---------- lifecycle unions ----------
 
@@ -67,7 +71,7 @@ export const poolTokenSchema = z.object({
   revokedAt: z.string().nullable(),
 });
 export type PoolToken = z.infer<typeof poolTokenSchema>;
-export const createPoolTokenSchema = z.object({ description: z.string().max(200).default("") });
+export const createPoolTokenSchema = z.object({ description: singleLineText(200).default("") });
 /** Returned once, at creation: the only time the secret is shown. */
 export const createdPoolTokenSchema = poolTokenSchema.extend({ token: z.string() });
 
@@ -108,14 +112,14 @@ export const createWorkspaceSchema = z.object({
   name: nameSchema,
   pool: z.string().min(1).describe("pool id or name"),
   engine: engineSchema.default("terraform"),
-  engineVersion: z.string().max(40).nullable().default(null),
+  engineVersion: engineVersionSchema.nullable().default(null),
   workingDirectory: workingDirectorySchema.default(""),
   autoApply: z.boolean().default(false),
 });
 export const updateWorkspaceSchema = z.object({
   pool: z.string().min(1).optional(),
   engine: engineSchema.optional(),
-  engineVersion: z.string().max(40).nullable().optional(),
+  engineVersion: engineVersionSchema.nullable().optional(),
   workingDirectory: workingDirectorySchema.optional(),
   autoApply: z.boolean().optional(),
 });
@@ -183,7 +187,7 @@ export const createRunSchema = z.object({
   planOnly: z.boolean().default(false),
   isDestroy: z.boolean().default(false),
   autoApply: z.boolean().optional().describe("defaults to the workspace's setting"),
-  message: z.string().max(500).default(""),
+  message: z.string().max(500).refine((m) => !hasControlChars(m.replace(/[\n\t]/g, "")), "must not contain control characters other than newlines and tabs").default(""),
 });
 
 export const jobSchema = z.object({
@@ -219,6 +223,8 @@ export const stateVersionSchema = z.object({
   size: z.number().int(),
   runId: z.string().nullable(),
   createdAt: z.string(),
+  /** When a DELETE of the workspace state hid this version; it stays downloadable. */
+  deletedAt: z.string().nullable(),
 });
 export type StateVersion = z.infer<typeof stateVersionSchema>;
 
@@ -237,7 +243,7 @@ export const healthSchema = z.object({
 
 export const registerRequestSchema = z.object({
   name: nameSchema,
-  version: z.string().max(60),
+  version: singleLineText(60),
   driver: driverSchema,
   capacity: z.number().int().min(1).max(1000),
 });
@@ -299,7 +305,8 @@ export const jobOutcomeSchema = z.enum(["succeeded", "failed", "canceled", "erro
 export type JobOutcome = z.infer<typeof jobOutcomeSchema>;
 export const finishJobSchema = z.object({
   outcome: jobOutcomeSchema,
-  message: z.string().max(4000).nullable().default(null),
+  // Terraform's error text is multi-line; anything else that could drive a terminal is escaped.
+  message: z.string().max(4000).transform(escapeControlChars).nullable().default(null),
 });
 export const startJobResponseSchema = z.object({ runStatus: runStatusSchema });
 

@@ -175,9 +175,32 @@ function initial(dialect: Dialect): Migration {
   };
 }
 
+/**
+ * Decision 0010: every token a job was ever given (hashed), so that a genuine token of an
+ * earlier attempt can be told "stale" while a forged one gets 401; state versions that a
+ * DELETE hides rather than erases.
+ */
+function security(dialect: Dialect): Migration {
+  const t = types(dialect);
+  return {
+    async up(db: Kysely<unknown>) {
+      await db.schema
+        .createTable("job_tokens")
+        .addColumn("token_hash", "text", (c) => c.primaryKey())
+        .addColumn("job_id", "text", (c) => c.notNull().references("jobs.id").onDelete("cascade"))
+        .addColumn("attempt", "integer", (c) => c.notNull())
+        .addColumn("created_at", t.time, (c) => c.notNull())
+        .execute();
+      await db.schema.createIndex("job_tokens_job").on("job_tokens").columns(["job_id"]).execute();
+      // A DELETE of the state hides its versions instead of erasing them.
+      await db.schema.alterTable("state_versions").addColumn("deleted_at", t.time).execute();
+    },
+  };
+}
+
 /** All migrations in order; names sort lexically, which is the order Kysely applies them. */
 export function migrationProvider(dialect: Dialect): MigrationProvider {
   return {
-    getMigrations: async () => ({ "0001_initial": initial(dialect) }),
+    getMigrations: async () => ({ "0001_initial": initial(dialect), "0010a_security": security(dialect) }),
   };
 }

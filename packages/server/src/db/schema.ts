@@ -141,6 +141,7 @@ export interface StateVersionsTable {
   body: Buffer;
   run_id: string | null;
   created_at: number;
+  deleted_at: number | null;
 }
 
 export interface StateLocksTable {
@@ -148,6 +149,13 @@ export interface StateLocksTable {
   lock_id: string;
   info: string;
   job_id: string | null;
+  created_at: number;
+}
+
+export interface JobTokensTable {
+  token_hash: string;
+  job_id: string;
+  attempt: number;
   created_at: number;
 }
 
@@ -165,4 +173,5 @@ export interface Database {
   plans: PlansTable;
   state_versions: StateVersionsTable;
   state_locks: StateLocksTable;
+  job_tokens: JobTokensTable;
 }

@@ -7,15 +7,16 @@ import {
   registerRequestSchema,
   DroverError,
 } from "@drover/protocol";
-import type { FastifyInstance } from "fastify";
+import type { Agent } from "@drover/protocol";
+import type { FastifyInstance, FastifyRequest } from "fastify";
 import { z } from "zod";
 import { agentHeartbeat, deregisterAgent, registerAgent } from "../store/agents.js";
 import { readConfigurationArchive } from "../store/configuration-versions.js";
 import { appendLog } from "../store/logs.js";
 import { readPlanFile, saveOutputs, savePlanFile, savePlanJson } from "../store/plans.js";
-import { finishJob, heartbeatJob, pollForJob, releaseUnstartedJobs, startJob } from "../store/queue.js";
+import { finishJob, heartbeatJob, pollForJob, releaseUnstartedJobs, startJob, type JobRow } from "../store/queue.js";
 import { variablesForJob } from "../store/variables.js";
-import { requestSignal, requireJob, requirePoolToken, requireSession } from "./auth.js";
+import { authenticateFirst, callerOf, requestSignal, requireJob, requirePoolToken, requireSession } from "./auth.js";
 import type { HttpContext } from "./context.js";
 import { parse } from "./errors.js";
 
@@ -26,9 +27,14 @@ const waitQuery = z.object({ wait: z.coerce.number().int().min(0).max(maxLongPol
 export function registerAgentRoutes(app: FastifyInstance, http: HttpContext): void {
   const ctx = http.store;
   app.addHook("onRequest", async () => http.markActivity());
+  const asPool = { onRequest: authenticateFirst((req) => requirePoolToken(ctx, req)) };
+  const asSession = { onRequest: authenticateFirst((req) => requireSession(ctx, req)) };
+  const asJob = { onRequest: authenticateFirst((req) => requireJob(ctx, req, parse(jobParams, req.params, "path").id)) };
+  const jobOf = (req: FastifyRequest) => callerOf<JobRow>(req);
+  const agentOf = (req: FastifyRequest) => callerOf<Agent>(req);
 
-  app.post("/register", async (req) => {
-    const { tokenId, pool } = await requirePoolToken(ctx, req);
+  app.post("/register", asPool, async (req) => {
+    const { tokenId, pool } = callerOf<Awaited<ReturnType<typeof requirePoolToken>>>(req);
     const body = parse(registerRequestSchema, req.body);
     const { agent, sessionToken } = await registerAgent(ctx, { ...body, poolId: pool.id, poolTokenId: tokenId });
     return {
@@ -42,8 +48,8 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext): vo
     };
   });
 
-  app.post("/jobs/next", async (req, reply) => {
-    const agent = await requireSession(ctx, req);
+  app.post("/jobs/next", asSession, async (req, reply) => {
+    const agent = agentOf(req);
     const { wait } = parse(waitQuery, req.query, "query");
     // Up to 20% jitter: agents that (re)connected together — after a server restart, say —
     // would otherwise all time out and reconnect in the same instant, forever.
@@ -52,54 +58,54 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext): vo
     return { job };
   });
 
-  app.post("/heartbeat", async (req) => {
-    const agent = await requireSession(ctx, req);
+  app.post("/heartbeat", asSession, async (req) => {
+    const agent = agentOf(req);
     await agentHeartbeat(ctx, agent.id, parse(agentHeartbeatSchema, req.body).runningJobs);
     return { ok: true };
   });
 
-  app.post("/deregister", async (req) => {
-    const agent = await requireSession(ctx, req);
+  app.post("/deregister", asSession, async (req) => {
+    const agent = agentOf(req);
     await releaseUnstartedJobs(ctx, agent.id);
     await deregisterAgent(ctx, agent.id);
     return { ok: true };
   });
 
-  app.post("/jobs/:id/start", async (req) => {
-    const job = await requireJob(ctx, req, parse(jobParams, req.params, "path").id);
+  app.post("/jobs/:id/start", asJob, async (req) => {
+    const job = jobOf(req);
     return { runStatus: await startJob(ctx, job) };
   });
 
-  app.post("/jobs/:id/heartbeat", async (req, reply) => {
-    const job = await requireJob(ctx, req, parse(jobParams, req.params, "path").id);
+  app.post("/jobs/:id/heartbeat", asJob, async (req, reply) => {
+    const job = jobOf(req);
     const { wait } = parse(waitQuery, req.query, "query");
     return heartbeatJob(ctx, job, wait, requestSignal(reply, http.shutdown));
   });
 
-  app.get("/jobs/:id/configuration", async (req, reply) => {
-    const job = await requireJob(ctx, req, parse(jobParams, req.params, "path").id);
+  app.get("/jobs/:id/configuration", asJob, async (req, reply) => {
+    const job = jobOf(req);
     const run = await ctx.db.selectFrom("runs").select("configuration_version_id").where("id", "=", job.run_id).executeTakeFirstOrThrow();
     return reply.header("content-type", "application/gzip").send(await readConfigurationArchive(ctx, run.configuration_version_id));
   });
 
-  app.get("/jobs/:id/variables", async (req) => {
-    const job = await requireJob(ctx, req, parse(jobParams, req.params, "path").id);
+  app.get("/jobs/:id/variables", asJob, async (req) => {
+    const job = jobOf(req);
     return { variables: await variablesForJob(ctx, job.workspace_id) };
   });
 
-  app.get("/jobs/:id/plan", async (req, reply) => {
-    const job = await requireJob(ctx, req, parse(jobParams, req.params, "path").id);
+  app.get("/jobs/:id/plan", asJob, async (req, reply) => {
+    const job = jobOf(req);
     return reply.header("content-type", "application/octet-stream").send(await readPlanFile(ctx, job.run_id));
   });
 
-  app.put("/jobs/:id/outputs", async (req, reply) => {
-    const job = await requireJob(ctx, req, parse(jobParams, req.params, "path").id);
+  app.put("/jobs/:id/outputs", asJob, async (req, reply) => {
+    const job = jobOf(req);
     await saveOutputs(ctx, job, parse(outputsUploadSchema, req.body).outputs);
     return reply.code(204).send();
   });
 
-  app.post("/jobs/:id/finish", async (req, reply) => {
-    const job = await requireJob(ctx, req, parse(jobParams, req.params, "path").id);
+  app.post("/jobs/:id/finish", asJob, async (req, reply) => {
+    const job = jobOf(req);
     const body = parse(finishJobSchema, req.body);
     await finishJob(ctx, job, body.outcome, body.message);
     return reply.code(204).send();
@@ -110,18 +116,18 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext): vo
     binary.removeAllContentTypeParsers();
     binary.addContentTypeParser("*", { parseAs: "buffer", bodyLimit: 512 * 1024 * 1024 }, (_req, body, done) => done(null, body));
 
-    binary.post("/jobs/:id/logs", { bodyLimit: maxLogChunkBytes + 1024 }, async (req) => {
-      const job = await requireJob(ctx, req, parse(jobParams, req.params, "path").id);
+    binary.post("/jobs/:id/logs", { ...asJob, bodyLimit: maxLogChunkBytes + 1024 }, async (req) => {
+      const job = jobOf(req);
       const { offset } = parse(z.object({ offset: z.coerce.number().int().min(0) }), req.query, "query");
       return { offset: await appendLog(ctx, job, offset, bodyBuffer(req.body)) };
     });
-    binary.put("/jobs/:id/plan", async (req, reply) => {
-      const job = await requireJob(ctx, req, parse(jobParams, req.params, "path").id);
+    binary.put("/jobs/:id/plan", asJob, async (req, reply) => {
+      const job = jobOf(req);
       await savePlanFile(ctx, job, bodyBuffer(req.body));
       return reply.code(204).send();
     });
-    binary.put("/jobs/:id/plan-json", async (req) => {
-      const job = await requireJob(ctx, req, parse(jobParams, req.params, "path").id);
+    binary.put("/jobs/:id/plan-json", asJob, async (req) => {
+      const job = jobOf(req);
       return savePlanJson(ctx, job, bodyBuffer(req.body));
     });
   });

@@ -1,5 +1,5 @@
 import { DroverError, tokenKind, type Agent } from "@drover/protocol";
-import type { FastifyReply, FastifyRequest } from "fastify";
+import type { FastifyReply, FastifyRequest, onRequestAsyncHookHandler } from "fastify";
 import { authenticateSession } from "../store/agents.js";
 import type { StoreContext } from "../store/context.js";
 import { authenticatePoolToken } from "../store/pools.js";
@@ -54,18 +54,42 @@ export async function requireJob(ctx: StoreContext, request: FastifyRequest, job
   return job;
 }
 
-/** Who may touch a workspace's state: any user token, or a job token of that workspace. */
-export async function requireStateAccess(ctx: StoreContext, request: FastifyRequest, workspaceId: string): Promise<{ job: JobRow | null }> {
+/** Who may touch a workspace's state: any user token, or a job token (scoped to its workspace by the route). */
+export async function requireStateCaller(ctx: StoreContext, request: FastifyRequest): Promise<{ job: JobRow | null }> {
   const token = presentedToken(request);
-  if (tokenKind(token) === "job") {
-    const job = await authenticateJobToken(ctx, token);
-    if (job.workspace_id !== workspaceId) {
-      throw new DroverError("forbidden", `this job token is scoped to workspace ${job.workspace_id}, not ${workspaceId}`);
-    }
-    return { job };
-  }
+  if (tokenKind(token) === "job") return { job: await authenticateJobToken(ctx, token) };
   await requireUser(ctx, request);
   return { job: null };
+}
+
+/*
+ * Authentication runs in onRequest hooks, before Fastify reads the body: an anonymous or
+ * forged caller is answered 401 without the server buffering what it sends, and the
+ * connection is closed so the rest of its upload is not read either.
+ */
+const callers = new WeakMap<FastifyRequest, unknown>();
+
+/** An onRequest hook that authenticates with `check` and keeps what it returns for the handler. */
+export function authenticateFirst<T>(check: (request: FastifyRequest) => Promise<T>): onRequestAsyncHookHandler {
+  return async function (request, reply) {
+    try {
+      callers.set(request, await check(request));
+    } catch (err) {
+      if (hasBody(request)) void reply.header("connection", "close");
+      throw err;
+    }
+  };
+}
+
+/** What the request's onRequest authentication returned. */
+export function callerOf<T>(request: FastifyRequest): T {
+  if (!callers.has(request)) throw new Error(`no authentication ran for ${request.method} ${request.url}`);
+  return callers.get(request) as T;
+}
+
+function hasBody(request: FastifyRequest): boolean {
+  const length = request.headers["content-length"];
+  return request.headers["transfer-encoding"] !== undefined || (length !== undefined && length !== "0");
 }
 
 /** An AbortSignal that fires when the client goes away or the server shuts down. */

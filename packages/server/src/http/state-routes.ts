@@ -3,7 +3,8 @@ import type { FastifyInstance, FastifyRequest } from "fastify";
 import { z } from "zod";
 import { currentState, deleteState, lockState, unlockState, writeState } from "../store/state.js";
 import { getWorkspace } from "../store/workspaces.js";
-import { requireStateAccess } from "./auth.js";
+import type { JobRow } from "../store/queue.js";
+import { authenticateFirst, callerOf, requireStateCaller } from "./auth.js";
 import type { HttpContext } from "./context.js";
 import { parse } from "./errors.js";
 
@@ -18,10 +19,18 @@ export function registerStateRoutes(app: FastifyInstance, http: HttpContext): vo
   app.removeAllContentTypeParsers();
   app.addContentTypeParser("*", { parseAs: "buffer", bodyLimit: 256 * 1024 * 1024 }, (_req, body, done) => done(null, body));
 
+  app.addHook("onRequest", authenticateFirst((request) => requireStateCaller(ctx, request)));
+
   const workspaceOf = async (req: FastifyRequest) => {
-    const ws = await getWorkspace(ctx, parse(params, req.params, "path").ws);
-    const access = await requireStateAccess(ctx, req, ws.id);
-    return { ws, job: access.job };
+    const { job } = callerOf<{ job: JobRow | null }>(req);
+    const name = parse(params, req.params, "path").ws;
+    if (job) {
+      // A job token learns nothing about other workspaces, not even whether they exist.
+      const ws = await getWorkspace(ctx, name).catch(() => undefined);
+      if (ws?.id !== job.workspace_id) throw new DroverError("forbidden", `this job token is scoped to workspace ${job.workspace_id}, not ${name}`);
+      return { ws, job };
+    }
+    return { ws: await getWorkspace(ctx, name), job };
   };
   const raw = (req: FastifyRequest): Buffer => (Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0));
 
@@ -45,7 +54,8 @@ export function registerStateRoutes(app: FastifyInstance, http: HttpContext): vo
   app.delete("/workspaces/:ws/state", async (req, reply) => {
     const { ws, job } = await workspaceOf(req);
     if (job) throw new DroverError("forbidden", "a job may not delete the workspace state");
-    await deleteState(ctx, ws.id);
+    const { ID } = parse(z.object({ ID: z.string().optional() }), req.query, "query");
+    await deleteState(ctx, ws.id, ID);
     return reply.code(200).send();
   });
 

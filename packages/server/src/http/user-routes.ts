@@ -25,7 +25,7 @@ import { cancelRun, confirmRun, createRun, discardRun, getRun, listRuns } from "
 import { listStateVersions, readStateVersion } from "../store/state.js";
 import { deleteVariable, listVariables, setVariable } from "../store/variables.js";
 import { createWorkspace, deleteWorkspace, getWorkspace, listWorkspaces, updateWorkspace } from "../store/workspaces.js";
-import { requestSignal, requireUser } from "./auth.js";
+import { authenticateFirst, requestSignal, requireUser } from "./auth.js";
 import type { HttpContext } from "./context.js";
 import { parse } from "./errors.js";
 
@@ -43,9 +43,7 @@ const logQuery = z.object({
 /** The user API under /api/v1 (JSON; configuration uploads are raw tar.gz). */
 export function registerUserRoutes(app: FastifyInstance, http: HttpContext): void {
   const ctx = http.store;
-  app.addHook("preHandler", async (request) => {
-    await requireUser(ctx, request);
-  });
+  app.addHook("onRequest", authenticateFirst((request) => requireUser(ctx, request)));
 
   app.get("/pools", async () => ({ items: await listPools(ctx) }));
   app.post("/pools", async (req, reply) => reply.code(201).send(await createPool(ctx, parse(createPoolSchema, req.body).name)));

@@ -81,6 +81,7 @@ export async function claimNextJob(ctx: StoreContext, agent: Agent): Promise<Job
       .where("status", "=", "queued")
       .executeTakeFirst();
     if (Number(updated.numUpdatedRows) !== 1) return null;
+    await trx.insertInto("job_tokens").values({ token_hash: hashToken(token), job_id: job.id, attempt, created_at: ctx.now() }).execute();
     const run = await trx.selectFrom("runs").selectAll().where("id", "=", job.run_id).executeTakeFirstOrThrow();
     const ws = await trx.selectFrom("workspaces").selectAll().where("id", "=", job.workspace_id).executeTakeFirstOrThrow();
     return {
@@ -143,7 +144,11 @@ export async function authenticateJobToken(ctx: StoreContext, token: string): Pr
   const parsed = parseJobToken(token);
   const job = parsed ? await ctx.db.selectFrom("jobs").selectAll().where("id", "=", parsed.jobId).executeTakeFirst() : undefined;
   if (!parsed || !job) throw new DroverError("unauthorized", "unknown job token");
-  if (job.token_hash !== null && job.token_hash === hashToken(token)) return job;
+  const hash = hashToken(token);
+  if (job.token_hash !== null && job.token_hash === hash) return job;
+  // Only a token this job was really given may learn that it is stale or how the job ended.
+  const issued = await ctx.db.selectFrom("job_tokens").select("attempt").where("token_hash", "=", hash).where("job_id", "=", job.id).executeTakeFirst();
+  if (!issued || issued.attempt !== parsed.attempt) throw new DroverError("unauthorized", "unknown job token");
   if (job.attempt !== parsed.attempt) {
     throw new DroverError("stale_attempt", `job ${job.id} was reassigned (attempt ${job.attempt}; this token is for attempt ${parsed.attempt}); stop working on it`, {
       details: { attempt: job.attempt },

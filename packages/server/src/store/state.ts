@@ -25,11 +25,19 @@ const toStateVersion = (r: Omit<Selectable<StateVersionsTable>, "body" | "seq">)
   size: r.size,
   runId: r.run_id,
   createdAt: iso(r.created_at),
+  deletedAt: r.deleted_at === null ? null : iso(r.deleted_at),
 });
 
 /** The newest state body, or null when the workspace has none yet. */
 export async function currentState(ctx: StoreContext, workspaceId: string): Promise<Buffer | null> {
-  const row = await ctx.db.selectFrom("state_versions").select("body").where("workspace_id", "=", workspaceId).orderBy("seq", "desc").limit(1).executeTakeFirst();
+  const row = await ctx.db
+    .selectFrom("state_versions")
+    .select("body")
+    .where("workspace_id", "=", workspaceId)
+    .where("deleted_at", "is", null)
+    .orderBy("seq", "desc")
+    .limit(1)
+    .executeTakeFirst();
   return row ? Buffer.from(row.body) : null;
 }
 
@@ -43,24 +51,44 @@ export interface WriteStateInput {
   runId: string | null;
 }
 
-/** Stores a new state version; with a lock held, only its holder may write. */
+/**
+ * Stores a new state version; with a lock held, only its holder may write. The body must be a
+ * JSON object; a lineage other than the current state's, or a lower serial, is refused (409),
+ * as terraform's own remote backends do, so a stray or old state cannot replace the real one.
+ */
 export async function writeState(ctx: StoreContext, input: WriteStateInput): Promise<StateVersion> {
   const md5 = createHash("md5").update(input.body).digest("base64");
   if (input.contentMd5 && input.contentMd5 !== md5) {
     throw new DroverError("bad_request", "Content-MD5 does not match the state body; the upload was corrupted, retry it");
   }
-  let serial: number | null = null;
-  let lineage: string | null = null;
+  let parsed: unknown;
   try {
-    const parsed = JSON.parse(input.body.toString("utf8")) as { serial?: unknown; lineage?: unknown };
-    if (typeof parsed.serial === "number") serial = parsed.serial;
-    if (typeof parsed.lineage === "string") lineage = parsed.lineage;
-  } catch {
-    // Encrypted (OpenTofu) or otherwise opaque state is stored as it is.
+    parsed = JSON.parse(input.body.toString("utf8"));
+  } catch (cause) {
+    throw new DroverError("invalid_json", "the state body is not JSON; send a terraform state file", { cause });
   }
+  if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) throw new DroverError("bad_request", "the state body is not a JSON object; send a terraform state file");
+  const fields = parsed as { serial?: unknown; lineage?: unknown };
+  // Encrypted (OpenTofu) state is JSON without these fields: stored as it is.
+  const serial = typeof fields.serial === "number" && Number.isSafeInteger(fields.serial) ? fields.serial : null;
+  const lineage = typeof fields.lineage === "string" ? fields.lineage : null;
   return ctx.db.transaction().execute(async (trx) => {
     const lock = await trx.selectFrom("state_locks").select(["lock_id", "info"]).where("workspace_id", "=", input.workspaceId).executeTakeFirst();
     if (lock && lock.lock_id !== input.lockId) throw new StateLockedError(lock.info);
+    const current = await trx
+      .selectFrom("state_versions")
+      .select(["serial", "lineage"])
+      .where("workspace_id", "=", input.workspaceId)
+      .where("deleted_at", "is", null)
+      .orderBy("seq", "desc")
+      .limit(1)
+      .executeTakeFirst();
+    if (current?.lineage && lineage !== null && lineage !== current.lineage) {
+      throw new DroverError("conflict", `the state's lineage ${JSON.stringify(lineage)} differs from the workspace's ${JSON.stringify(current.lineage)}: it is another state; delete the workspace state first if you mean to replace it`);
+    }
+    if (current?.serial != null && serial !== null && serial < current.serial) {
+      throw new DroverError("conflict", `the state's serial ${serial} is lower than the workspace's ${current.serial}: it is older than the stored state; refresh and retry`);
+    }
     const row = {
       id: newId("sv"),
       workspace_id: input.workspaceId,
@@ -71,6 +99,7 @@ export async function writeState(ctx: StoreContext, input: WriteStateInput): Pro
       body: input.body,
       run_id: input.runId,
       created_at: ctx.now(),
+      deleted_at: null,
     };
     await trx.insertInto("state_versions").values(row).execute();
     return toStateVersion(row);
@@ -114,15 +143,22 @@ export async function unlockState(ctx: StoreContext, workspaceId: string, body: 
   await ctx.db.deleteFrom("state_locks").where("workspace_id", "=", workspaceId).where("lock_id", "=", held.lock_id).execute();
 }
 
-/** Deletes every state version of a workspace (terraform's DELETE). */
-export async function deleteState(ctx: StoreContext, workspaceId: string): Promise<void> {
-  await ctx.db.deleteFrom("state_versions").where("workspace_id", "=", workspaceId).execute();
+/**
+ * terraform's DELETE: the workspace has no current state afterwards, but every version stays
+ * listed and downloadable (marked deleted). Refused while another holder has the lock.
+ */
+export async function deleteState(ctx: StoreContext, workspaceId: string, lockId: string | undefined): Promise<void> {
+  await ctx.db.transaction().execute(async (trx) => {
+    const lock = await trx.selectFrom("state_locks").select(["lock_id", "info"]).where("workspace_id", "=", workspaceId).executeTakeFirst();
+    if (lock && lock.lock_id !== lockId) throw new StateLockedError(lock.info);
+    await trx.updateTable("state_versions").set({ deleted_at: ctx.now() }).where("workspace_id", "=", workspaceId).where("deleted_at", "is", null).execute();
+  });
 }
 
 export async function listStateVersions(ctx: StoreContext, workspaceId: string): Promise<StateVersion[]> {
   const rows = await ctx.db
     .selectFrom("state_versions")
-    .select(["id", "workspace_id", "serial", "lineage", "md5", "size", "run_id", "created_at"])
+    .select(["id", "workspace_id", "serial", "lineage", "md5", "size", "run_id", "created_at", "deleted_at"])
     .where("workspace_id", "=", workspaceId)
     .orderBy("seq", "desc")
     .execute();

@@ -1,0 +1,93 @@
+import assert from "node:assert/strict";
+import { existsSync, lstatSync, readdirSync, readFileSync, statSync } from "node:fs";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+import { rawTarGz } from "../support/archives.js";
+import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
+
+// Issue 13 / decision 0010: attacks that need the real agent (and terraform) to show.
+
+let stack: Stack;
+
+before(async () => {
+  stack = await startStack();
+  await stack.startAgent("sec-agent");
+});
+after(() => stack?.stop());
+
+async function workspace(name: string, extra: Record<string, unknown> = {}) {
+  const res = await stack.server.api("POST", "/api/v1/workspaces", { name, pool: stack.pool, ...extra });
+  assert.equal(res.status, 201, JSON.stringify(res.body));
+}
+
+test("(3) a failing step that prints a sensitive value: the run's errorMessage, GET /runs and the CLI show ***", async () => {
+  const secret = "s3cr3t-value-that-must-not-leak";
+  await workspace("leak");
+  assert.equal((await stack.cli(["workspace", "set-var", "leak", `secret=${secret}`, "--sensitive"])).code, 0);
+  // terraform quotes the variable's value in this error, as a local-exec echo would.
+  const dir = writeConfig(stack.dir, "leak", { "main.tf": 'variable "secret" { type = string }\noutput "x" { value = tonumber(var.secret) }\n' });
+  const res = await stack.cli(["run", "start", dir, "--workspace", "leak"]);
+  assert.equal(res.code, 1, res.stdout + res.stderr);
+  const run = (await stack.server.api("GET", "/api/v1/runs?workspace=leak")).body.items[0];
+  assert.equal(run.status, "errored");
+  assert.match(run.errorMessage, /var\.secret is "\*\*\*"/);
+  for (const shown of [
+    JSON.stringify(run),
+    JSON.stringify((await stack.server.api("GET", `/api/v1/runs/${run.id}`)).body),
+    JSON.stringify((await stack.server.api("GET", `/api/v1/runs/${run.id}/jobs`)).body),
+    res.stdout + res.stderr,
+    (await stack.cli(["run", "show", run.id])).stdout,
+    await runLog(stack.server, run.id, "plan"),
+  ]) {
+    assert.ok(!shown.includes(secret), `the secret leaked into: ${shown.slice(0, 400)}`);
+  }
+});
+
+test("(13) the agent never writes its variables file through a link the configuration planted", async () => {
+  await workspace("planted");
+  assert.equal((await stack.server.api("PUT", "/api/v1/workspaces/planted/vars/secret", { value: "planted-secret", sensitive: true })).status, 200);
+  // A link that stays inside the archive passes the server's check; the agent must still not follow it.
+  const archive = rawTarGz([
+    { path: "main.tf", content: 'variable "secret" { type = string }\n' },
+    { path: "decoy.json", content: "{}" },
+    { path: "drover.auto.tfvars.json", type: "symlink", linkpath: "decoy.json" },
+  ]);
+  const cv = await stack.server.api("POST", "/api/v1/workspaces/planted/configuration-versions", archive, { "content-type": "application/gzip" });
+  assert.equal(cv.status, 201, JSON.stringify(cv.body));
+  const run = await stack.server.api("POST", "/api/v1/runs", { workspace: "planted", configurationVersionId: cv.body.id, planOnly: true });
+  const done = await stack.waitForRun(run.body.id, ["errored", "planned_and_finished", "planned"]);
+  assert.equal(done.status, "errored");
+  assert.match(done.errorMessage, /link named drover\.auto\.tfvars\.json/);
+  const data = join(stack.dir, "agent-sec-agent", "data");
+  assert.ok(!existsSync(data) || !JSON.stringify(readdirDeep(data)).includes("planted-secret"));
+});
+
+function readdirDeep(dir: string): string[] {
+  const out: string[] = [];
+  for (const name of readdirSync(dir)) {
+    const p = join(dir, name);
+    if (lstatSync(p).isSymbolicLink()) continue;
+    if (statSync(p).isDirectory()) out.push(...readdirDeep(p));
+    else out.push(readFileSync(p, "utf8"));
+  }
+  return out;
+}
+
+test("(15) a pinned engine version the agent does not have fails the run clearly, never running another", async () => {
+  await workspace("pinned", { engineVersion: "0.0.1" });
+  const dir = writeConfig(stack.dir, "pinned", { "main.tf": 'resource "terraform_data" "a" {}\n' });
+  const runId = await stack.startRun(dir, "pinned");
+  const run = await stack.waitForRun(runId, ["errored", "planned", "planned_and_finished"]);
+  assert.equal(run.status, "errored");
+  assert.match(run.errorMessage, /terraform 0\.0\.1 is not available on this agent \(on PATH: \d+\.\d+\.\d+/);
+  const log = await runLog(stack.server, runId, "plan");
+  assert.doesNotMatch(log, /\$ terraform init/, "no terraform ran");
+});
+
+test("(15) a version constraint picks a matching binary on PATH", async () => {
+  await workspace("constrained", { engineVersion: ">= 1.0, < 100.0" });
+  const dir = writeConfig(stack.dir, "constrained", { "main.tf": 'resource "terraform_data" "a" {}\n' });
+  const runId = await stack.startRun(dir, "constrained", ["--plan-only"]);
+  const run = await stack.waitForRun(runId, ["errored", "planned_and_finished"]);
+  assert.equal(run.status, "planned_and_finished", run.errorMessage);
+});

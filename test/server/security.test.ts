@@ -1,0 +1,186 @@
+import assert from "node:assert/strict";
+import { randomBytes } from "node:crypto";
+import { after, before, describe, test } from "node:test";
+import { rawTarGz } from "../support/archives.js";
+import { call, queueRun, registerAgent } from "../support/agent-client.js";
+import { startTestServer, type TestServer } from "../support/server.js";
+
+// Issue 13 / decision 0010: each test performs one attack from the audit against a real server.
+
+let server: TestServer;
+const good = rawTarGz([{ path: "main.tf", content: 'resource "terraform_data" "a" {}\n' }]);
+
+function assertError(res: { status: number; body: any }, status: number, code: string, message?: RegExp) {
+  assert.equal(res.status, status, JSON.stringify(res.body));
+  assert.equal(res.body.error, code, JSON.stringify(res.body));
+  if (message) assert.match(res.body.message, message);
+}
+
+before(async () => {
+  server = await startTestServer();
+  await server.api("POST", "/api/v1/pools", { name: "sec" });
+});
+after(() => server?.stop());
+
+describe("authentication comes first (10)", () => {
+  test("no workspace-existence oracle on the state backend", async () => {
+    await server.api("POST", "/api/v1/workspaces", { name: "exists", pool: "sec" });
+    for (const ws of ["exists", "does-not-exist"]) {
+      const anonymous = await fetch(`${server.url}/api/v1/workspaces/${ws}/state`);
+      assert.equal(anonymous.status, 401, `anonymous GET of ${ws}`);
+      const forged = await call(server, "GET", `/api/v1/workspaces/${ws}/state`, "drv_u_utok-0000000000000000.forged");
+      assertError(forged, 401, "unauthorized");
+    }
+  });
+
+  test("a forged job token gets 401, never the job's status", async () => {
+    const { session } = await registerAgent(server, "sec", "oracle");
+    await queueRun(server, "sec", "oracle-ws", good);
+    const job = (await call(server, "POST", "/api/agent/v1/jobs/next?wait=2000", session)).body.job;
+    assert.ok(job);
+    const forgeFor = (attempt: number) => `drv_j_${job.jobId}.${attempt}.${randomBytes(32).toString("base64url")}`;
+    for (const attempt of [job.attempt, job.attempt + 1, job.attempt - 1 || 7]) {
+      assertError(await call(server, "POST", `/api/agent/v1/jobs/${job.jobId}/heartbeat`, forgeFor(attempt)), 401, "unauthorized");
+    }
+    assert.equal((await call(server, "POST", `/api/agent/v1/jobs/${job.jobId}/start`, job.jobToken)).status, 200);
+    assert.equal((await call(server, "POST", `/api/agent/v1/jobs/${job.jobId}/finish`, job.jobToken, { outcome: "failed", message: "x" })).status, 204);
+    // The genuine token learns the job ended; a forged one learns nothing.
+    assertError(await call(server, "POST", `/api/agent/v1/jobs/${job.jobId}/heartbeat`, job.jobToken), 409, "job_finished");
+    const forged = await call(server, "POST", `/api/agent/v1/jobs/${job.jobId}/heartbeat`, forgeFor(job.attempt));
+    assertError(forged, 401, "unauthorized");
+    assert.equal(forged.body.status, undefined);
+  });
+
+  test("a job token cannot tell whether another workspace exists", async () => {
+    const { session } = await registerAgent(server, "sec", "scope");
+    await queueRun(server, "sec", "scope-ws", good);
+    const job = (await call(server, "POST", "/api/agent/v1/jobs/next?wait=2000", session)).body.job;
+    const existing = await call(server, "GET", `/api/v1/workspaces/exists/state`, job.jobToken);
+    const missing = await call(server, "GET", `/api/v1/workspaces/never-made/state`, job.jobToken);
+    assert.equal(existing.status, 403);
+    assert.equal(missing.status, 403);
+  });
+});
+
+describe("names and free text (11, 12)", () => {
+  test("a pool or workspace named like an id is refused", async () => {
+    const pool = (await server.api("GET", "/api/v1/pools/sec")).body;
+    assertError(await server.api("POST", "/api/v1/pools", { name: "ws-0123456789abcdef" }), 400, "bad_request", /look like an id/);
+    assertError(await server.api("POST", "/api/v1/workspaces", { name: pool.id, pool: "sec" }), 400, "bad_request", /look like an id/);
+    assert.equal((await server.api("GET", `/api/v1/pools/${pool.id}`)).body.name, "sec", "the real pool is still what its id names");
+  });
+
+  test("control characters in a token description or agent version are refused", async () => {
+    assertError(await server.api("POST", "/api/v1/pools/sec/tokens", { description: "ok\u001b[2J\u001b[31mpwned" }), 400, "bad_request", /control characters/);
+    const tok = (await server.api("POST", "/api/v1/pools/sec/tokens", { description: "plain" })).body.token;
+    assertError(await call(server, "POST", "/api/agent/v1/register", tok, { name: "esc", version: "1\u001b]0;x\u0007", driver: "local", capacity: 1 }), 400, "bad_request", /control characters/);
+  });
+
+  test("an agent's outcome message reaches the API with its escapes neutralised", async () => {
+    const { session } = await registerAgent(server, "sec", "ansi");
+    const { runId } = await queueRun(server, "sec", "ansi-ws", good);
+    const job = (await call(server, "POST", "/api/agent/v1/jobs/next?wait=2000", session)).body.job;
+    await call(server, "POST", `/api/agent/v1/jobs/${job.jobId}/start`, job.jobToken);
+    await call(server, "POST", `/api/agent/v1/jobs/${job.jobId}/finish`, job.jobToken, { outcome: "failed", message: "Error: boom\n\u001b[2J\u001b[31mred" });
+    const run = (await server.api("GET", `/api/v1/runs/${runId}`)).body;
+    assert.ok(!run.errorMessage.includes("\u001b"), run.errorMessage);
+    assert.match(run.errorMessage, /Error: boom\n\\u\{1b\}\[2J/);
+  });
+});
+
+describe("archive link chains (13)", () => {
+  const cases: Array<[string, Buffer]> = [
+    [
+      "a symlink through a symlink to the parent",
+      rawTarGz([
+        { path: "a/", type: "dir" },
+        { path: "a/b", type: "symlink", linkpath: ".." },
+        { path: "c", type: "symlink", linkpath: "a/b/.." },
+        { path: "main.tf", content: "" },
+      ]),
+    ],
+    [
+      "a variables-file link through a chain",
+      rawTarGz([
+        { path: "up", type: "symlink", linkpath: "." },
+        { path: "x/", type: "dir" },
+        { path: "x/dot", type: "symlink", linkpath: "../up/.." },
+        { path: "drover.auto.tfvars.json", type: "symlink", linkpath: "x/dot/x/dot/stolen.json" },
+      ]),
+    ],
+    ["a hard link through a symlink", rawTarGz([{ path: "d", type: "symlink", linkpath: "." }, { path: "e", type: "symlink", linkpath: "d/.." }, { path: "h", type: "hardlink", linkpath: "e/etc/passwd" }])],
+    ["an entry written through a link", rawTarGz([{ path: "d", type: "symlink", linkpath: "sub" }, { path: "sub/", type: "dir" }, { path: "d/main.tf", content: "x" }])],
+    ["a loop of links", rawTarGz([{ path: "l1", type: "symlink", linkpath: "l2" }, { path: "l2", type: "symlink", linkpath: "l1" }])],
+  ];
+  for (const [name, archive] of cases) {
+    test(`${name} is refused`, async () => {
+      await server.api("POST", "/api/v1/workspaces", { name: "links", pool: "sec" });
+      const res = await server.api("POST", "/api/v1/workspaces/links/configuration-versions", archive, { "content-type": "application/gzip" });
+      assertError(res, 422, "invalid_archive", /link/);
+      assert.equal((await server.api("GET", "/api/v1/workspaces/links/configuration-versions")).body.items.length, 0);
+    });
+  }
+  test("links that stay inside, even through other links, are accepted", async () => {
+    await server.api("POST", "/api/v1/workspaces", { name: "links-ok", pool: "sec" });
+    const archive = rawTarGz([
+      { path: "modules/", type: "dir" },
+      { path: "modules/net/", type: "dir" },
+      { path: "modules/net/main.tf", content: "" },
+      { path: "m", type: "symlink", linkpath: "modules" },
+      { path: "n", type: "symlink", linkpath: "m/net/../net" },
+      { path: "main.tf", content: "" },
+    ]);
+    assert.equal((await server.api("POST", "/api/v1/workspaces/links-ok/configuration-versions", archive, { "content-type": "application/gzip" })).status, 201);
+  });
+});
+
+describe("state writes (14)", () => {
+  const state = (serial: number, lineage: string) => Buffer.from(JSON.stringify({ version: 4, serial, lineage, resources: [], outputs: {} }));
+  const lockInfo = (id: string) => Buffer.from(JSON.stringify({ ID: id, Operation: "OperationTypeApply", Who: "me" }));
+  let path: string;
+  before(async () => {
+    await server.api("POST", "/api/v1/workspaces", { name: "state-ws", pool: "sec" });
+    path = "/api/v1/workspaces/state-ws/state";
+    assert.equal((await call(server, "LOCK", path, server.adminToken, lockInfo("holder"), { "content-type": "application/json" })).status, 200);
+    assert.equal((await call(server, "POST", `${path}?ID=holder`, server.adminToken, state(5, "line-a"))).status, 200);
+  });
+
+  test("with the lock held: lower serial and other lineage get 409, non-JSON 400; nothing replaces the state", async () => {
+    assertError(await call(server, "POST", `${path}?ID=holder`, server.adminToken, state(4, "line-a")), 409, "conflict", /serial 4 is lower/);
+    assertError(await call(server, "POST", `${path}?ID=holder`, server.adminToken, state(6, "line-b")), 409, "conflict", /lineage/);
+    assertError(await call(server, "POST", `${path}?ID=holder`, server.adminToken, Buffer.from("<html>not state</html>")), 400, "invalid_json");
+    assertError(await call(server, "POST", `${path}?ID=holder`, server.adminToken, Buffer.from("[1,2]")), 400, "bad_request");
+    const current = await call(server, "GET", path, server.adminToken);
+    assert.equal(current.body.serial, 5);
+    assert.equal(current.body.lineage, "line-a");
+    assert.equal((await call(server, "POST", `${path}?ID=holder`, server.adminToken, state(6, "line-a"))).status, 200, "a newer serial of the same lineage is accepted");
+  });
+
+  test("DELETE under another's lock is refused; an allowed DELETE keeps the versions recoverable", async () => {
+    assert.equal((await call(server, "DELETE", path, server.adminToken)).status, 423);
+    assert.equal((await call(server, "DELETE", `${path}?ID=someone-else`, server.adminToken)).status, 423);
+    assert.equal((await call(server, "GET", path, server.adminToken)).body.serial, 6, "nothing erased");
+    assert.equal((await call(server, "DELETE", `${path}?ID=holder`, server.adminToken)).status, 200);
+    assert.equal((await call(server, "GET", path, server.adminToken)).status, 204, "no current state after the delete");
+    const versions = (await server.api("GET", "/api/v1/workspaces/state-ws/state-versions")).body.items;
+    assert.equal(versions.length, 2);
+    assert.ok(versions.every((v: any) => v.deletedAt !== null));
+    const old = await server.api("GET", `/api/v1/state-versions/${versions[0].id}/download`);
+    assert.equal(old.body.serial, 6, "a deleted version is still downloadable");
+    // After a delete a new lineage may start.
+    assert.equal((await call(server, "POST", `${path}?ID=holder`, server.adminToken, state(1, "line-c"))).status, 200);
+  });
+});
+
+describe("engine versions (15)", () => {
+  test("a path or garbage as engineVersion is refused", async () => {
+    for (const engineVersion of ["../../../tmp/x", "1.2.3/../../x", "latest; rm -rf /", "1.2.3\u001b"]) {
+      assertError(await server.api("POST", "/api/v1/workspaces", { name: "ev", pool: "sec", engineVersion }), 400, "bad_request", /engineVersion/);
+    }
+    await server.api("POST", "/api/v1/workspaces", { name: "ev-ok", pool: "sec", engineVersion: "1.9.8" });
+    assertError(await server.api("PATCH", "/api/v1/workspaces/ev-ok", { engineVersion: "../x" }), 400, "bad_request", /engineVersion/);
+    for (const engineVersion of ["~> 1.9", ">= 1.6, < 2.0", "1.10.0-beta1"]) {
+      assert.equal((await server.api("PATCH", "/api/v1/workspaces/ev-ok", { engineVersion })).status, 200, engineVersion);
+    }
+  });
+});
