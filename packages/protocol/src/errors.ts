@@ -20,6 +20,9 @@ export const errorCodes = [
   "invalid_archive",
   "state_locked",
   "internal",
+  "database_unavailable",
+  "database_read_only",
+  "storage_full",
 ] as const;
 export type ErrorCode = (typeof errorCodes)[number];
 
@@ -41,6 +44,9 @@ const statusByCode: Record<ErrorCode, number> = {
   invalid_archive: 422,
   state_locked: 423,
   internal: 500,
+  database_unavailable: 503,
+  database_read_only: 503,
+  storage_full: 507,
 };
 
 /** An error meant for a user or operator: a stable code, a message saying what to do. */

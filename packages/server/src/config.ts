@@ -56,7 +56,12 @@ export function loadServerConfig(input: { env: NodeJS.ProcessEnv; flags?: Server
     const path = databaseUrl ? databaseUrl.slice("sqlite:".length).replace(/^\/\//, "") : join(dataDir, "drover.db");
     database = { kind: "sqlite", path: path === ":memory:" ? path : resolve(path) };
   } else if (/^postgres(ql)?:\/\//.test(databaseUrl)) {
-    database = { kind: "postgres", url: databaseUrl };
+    database = {
+      kind: "postgres",
+      url: databaseUrl,
+      connectTimeoutMs: positiveInt("DROVER_DATABASE_CONNECT_TIMEOUT_SECONDS", env.DROVER_DATABASE_CONNECT_TIMEOUT_SECONDS, 10) * 1000,
+      statementTimeoutMs: positiveInt("DROVER_DATABASE_STATEMENT_TIMEOUT_SECONDS", env.DROVER_DATABASE_STATEMENT_TIMEOUT_SECONDS, 60) * 1000,
+    };
   } else {
     throw new DroverError("bad_request", "DROVER_DATABASE_URL must be postgres://… or sqlite:<path>");
   }

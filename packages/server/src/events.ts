@@ -2,6 +2,8 @@ import { EventEmitter } from "node:events";
 import { randomUUID } from "node:crypto";
 import pg from "pg";
 import type { Logger } from "pino";
+import { describeError } from "./db/health.js";
+import { pgClientConfig, type GuardedPgPool, type PgConnectionSettings } from "./db/pg-pool.js";
 
 /**
  * Wake-ups between the parts of the server, and between server processes sharing one
@@ -15,10 +17,18 @@ export interface EventBus {
   publish(topic: Topic, key: string): void;
   /** Calls `listener` on every event of topic+key until the returned function is called. */
   subscribe(topic: Topic, key: string, listener: () => void): () => void;
+  /**
+   * Wakes every listener once, whatever it waits for: after events may have been missed (the
+   * LISTEN connection was down) or when waiting is pointless (the database went away).
+   */
+  wakeAll(): void;
+  /** Calls `listener` on every `wakeAll` until the returned function is called. */
+  onWakeAll(listener: () => void): () => void;
   close(): Promise<void>;
 }
 
 const channel = "drover_events";
+const wakeAllEvent = "wake-all";
 
 class LocalBus implements EventBus {
   protected readonly emitter = new EventEmitter();
@@ -33,68 +43,112 @@ class LocalBus implements EventBus {
     this.emitter.on(name, listener);
     return () => this.emitter.off(name, listener);
   }
+  wakeAll(): void {
+    for (const name of this.emitter.eventNames()) this.emitter.emit(name);
+  }
+  onWakeAll(listener: () => void): () => void {
+    this.emitter.on(wakeAllEvent, listener);
+    return () => this.emitter.off(wakeAllEvent, listener);
+  }
   async close(): Promise<void> {
     this.emitter.removeAllListeners();
   }
 }
 
+/** Backoff of the LISTEN connection's reconnects. */
+const reconnectMinMs = 200;
+const reconnectMaxMs = 5_000;
+
 class PostgresBus extends LocalBus {
   private readonly origin = randomUUID();
   private listener: pg.Client | undefined;
   private closed = false;
+  private retryTimer: NodeJS.Timeout | undefined;
+  private retryDelayMs = reconnectMinMs;
+  /** Set once the first connection is up: every later connection may have missed events. */
+  private connectedBefore = false;
 
   constructor(
-    private readonly pool: pg.Pool,
-    private readonly connectionString: string,
+    private readonly pool: GuardedPgPool,
+    private readonly settings: PgConnectionSettings,
     private readonly log: Logger,
   ) {
     super();
   }
 
+  /** Connects and LISTENs; rejects when that fails (the caller decides whether to retry). */
   async start(): Promise<void> {
-    const client = new pg.Client({ connectionString: this.connectionString });
-    client.on("error", (err) => {
-      this.log.warn({ err }, "event listener connection failed; reconnecting");
-      this.reconnect();
-    });
+    const client = new pg.Client(pgClientConfig(this.settings));
+    let lost = false;
+    const onLost = (err?: Error) => {
+      if (lost) return;
+      lost = true;
+      if (this.listener !== client) return;
+      this.log.warn({ err: err ? describeError(err) : "connection ended" }, "event listener connection lost; reconnecting");
+      this.listener = undefined;
+      client.end().catch(() => undefined);
+      this.pool.health.suspect(err ? describeError(err) : "the event listener connection ended");
+      this.scheduleReconnect();
+    };
+    // Registered before connecting: an error at any point after this is handled, never thrown.
+    client.on("error", onLost);
+    client.on("end", () => onLost());
     client.on("notification", (msg) => {
       if (!msg.payload) return;
       const [origin, topic, key] = msg.payload.split("|");
       if (origin === this.origin || !topic || key === undefined) return;
       this.emitter.emit(`${topic}:${key}`);
     });
-    await client.connect();
-    await client.query(`LISTEN ${channel}`);
+    try {
+      await client.connect();
+      await client.query(`LISTEN ${channel}`);
+    } catch (err) {
+      lost = true;
+      client.end().catch(() => undefined);
+      throw err;
+    }
+    if (this.closed) {
+      await client.end().catch(() => undefined);
+      return;
+    }
     this.listener = client;
+    this.retryDelayMs = reconnectMinMs;
+    if (this.connectedBefore) {
+      this.log.info("event listener reconnected");
+      // Notifications sent while we were not listening are gone: every waiter re-checks.
+      this.wakeAll();
+    }
+    this.connectedBefore = true;
   }
 
-  private reconnect(): void {
-    const old = this.listener;
-    this.listener = undefined;
-    old?.end().catch(() => undefined);
-    if (this.closed) return;
-    const retry = setTimeout(() => {
+  private scheduleReconnect(): void {
+    if (this.closed || this.retryTimer) return;
+    this.retryTimer = setTimeout(() => {
+      this.retryTimer = undefined;
       this.start().catch((err: unknown) => {
-        this.log.warn({ err }, "event listener reconnect failed");
-        this.reconnect();
+        this.log.debug({ err: describeError(err) }, "event listener reconnect failed");
+        this.retryDelayMs = Math.min(reconnectMaxMs, this.retryDelayMs * 2);
+        this.scheduleReconnect();
       });
-    }, 500);
-    retry.unref();
+    }, this.retryDelayMs);
+    this.retryTimer.unref();
   }
 
   override publish(topic: Topic, key: string): void {
     super.publish(topic, key);
     this.pool.query("SELECT pg_notify($1, $2)", [channel, `${this.origin}|${topic}|${key}`]).catch((err: unknown) => {
       // Remote waiters fall back to their periodic re-check; nothing is lost.
-      this.log.warn({ err }, "pg_notify failed");
+      this.log.warn({ err: describeError(err) }, "pg_notify failed");
     });
   }
 
   override async close(): Promise<void> {
     this.closed = true;
+    clearTimeout(this.retryTimer);
     await super.close();
-    await this.listener?.end().catch(() => undefined);
-    await this.pool.end().catch(() => undefined);
+    const client = this.listener;
+    this.listener = undefined;
+    await client?.end().catch(() => undefined);
   }
 }
 
@@ -103,9 +157,12 @@ export function localEventBus(): EventBus {
   return new LocalBus();
 }
 
-/** A bus that also crosses server processes through PostgreSQL LISTEN/NOTIFY. */
-export async function postgresEventBus(connectionString: string, log: Logger): Promise<EventBus> {
-  const bus = new PostgresBus(new pg.Pool({ connectionString, max: 2 }), connectionString, log);
+/**
+ * A bus that also crosses server processes through PostgreSQL LISTEN/NOTIFY. NOTIFY goes
+ * through `pool`; LISTEN holds its own connection, re-established with backoff when lost.
+ */
+export async function postgresEventBus(pool: GuardedPgPool, settings: PgConnectionSettings, log: Logger): Promise<EventBus> {
+  const bus = new PostgresBus(pool, settings, log);
   await bus.start();
   return bus;
 }

@@ -24,8 +24,21 @@ const presenceFlushMs = 500;
 /** Opens the database (migrating it), starts the HTTP server and the lease sweeper. */
 export async function startServer(config: ServerConfig, options: { logger?: Logger } = {}): Promise<RunningServer> {
   const log = options.logger ?? pino({ level: config.logLevel });
-  const db = await openDatabase(config.database);
-  const events = db.pgConnectionString ? await postgresEventBus(db.pgConnectionString, log) : localEventBus();
+  const db = await openDatabase(config.database, { logger: log });
+  let events;
+  try {
+    events = db.postgres ? await postgresEventBus(db.postgres.pool, db.postgres.settings, log) : localEventBus();
+  } catch (err) {
+    await db.close();
+    throw err;
+  }
+  const bus = events;
+  db.health.onChange((state) => {
+    if (state === "unavailable") log.error({ reason: db.health.lastError }, "database unavailable; API calls answer 503 until it returns");
+    else log.warn("database available again; lease expiry resumes after one lease TTL");
+    // Long-polls end at once rather than sit on a dead database; after the return every waiter re-checks.
+    bus.wakeAll();
+  });
   const store: StoreContext = {
     db: db.kysely,
     dialect: db.dialect,
@@ -35,7 +48,9 @@ export async function startServer(config: ServerConfig, options: { logger?: Logg
   };
   const presence = new AgentPresence(store);
   store.presence = presence;
-  presence.start(presenceFlushMs, (err) => log.error({ err }, "recording agents' heartbeats failed"));
+  presence.start(presenceFlushMs, (err) => {
+    if (db.health.state === "available") log.error({ err }, "recording agents' heartbeats failed");
+  });
 
   let adminToken = config.adminToken;
   if (adminToken) {
@@ -49,8 +64,8 @@ export async function startServer(config: ServerConfig, options: { logger?: Logg
   const shutdown = new AbortController();
   const metrics = createMetrics(store);
   let publicUrl = config.publicUrl;
-  const app = buildApp({ store, archiveLimits: config.archiveLimits, publicUrl: () => publicUrl, shutdown: shutdown.signal, markActivity: () => {} }, metrics, log, config.tls);
-  const sweeper = startSweeper(store, log, config.sweepIntervalMs);
+  const app = buildApp({ store, health: db.health, archiveLimits: config.archiveLimits, publicUrl: () => publicUrl, shutdown: shutdown.signal, markActivity: () => {} }, metrics, log, config.tls);
+  const sweeper = startSweeper(store, log, config.sweepIntervalMs, db.health);
   try {
     // A fleet reconnecting at once (after a restart or a network blip) overflows the default
     // backlog of 511; dropped SYNs cost each agent a 1 s retransmit.

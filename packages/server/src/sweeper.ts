@@ -1,4 +1,5 @@
 import type { Logger } from "pino";
+import type { DatabaseHealth } from "./db/health.js";
 import { markSilentAgentsLost, pruneOfflineAgents } from "./store/agents.js";
 import type { StoreContext } from "./store/context.js";
 import { expireLeases } from "./store/queue.js";
@@ -8,20 +9,39 @@ const offlineRetentionMs = 24 * 60 * 60 * 1000;
 /**
  * Periodically expires job leases and declares silent agents lost. Every server process runs
  * one; each change is conditional, so several sweeping at once do no harm.
+ *
+ * While the database is unavailable the sweeper does nothing. Leases expire only once the
+ * database has been reachable by this process for a whole lease TTL (after the server starts,
+ * and again after an outage ends), and agents are declared lost only after an agent TTL: a
+ * lease that lapsed while no server could record heartbeats says nothing about the agent, and
+ * every healthy agent renews within that time.
  */
-export function startSweeper(ctx: StoreContext, log: Logger, intervalMs: number): { stop(): Promise<void> } {
+export function startSweeper(ctx: StoreContext, log: Logger, intervalMs: number, health: DatabaseHealth): { stop(): Promise<void> } {
   let running: Promise<void> | undefined;
   let stopped = false;
+  let announcedGraceOf = -1;
   const sweep = async () => {
+    if (health.state !== "available") return;
+    const upFor = ctx.now() - health.since;
+    if (upFor < ctx.settings.leaseTtlMs) {
+      if (announcedGraceOf !== health.since) {
+        announcedGraceOf = health.since;
+        log.info({ graceMs: ctx.settings.leaseTtlMs - upFor }, "lease expiry waits one lease TTL for agents to heartbeat (server start or database recovery)");
+      }
+      return;
+    }
     try {
       const { requeued, lost } = await expireLeases(ctx);
       if (requeued > 0) log.info({ requeued }, "requeued jobs whose agent never started them");
       if (lost > 0) log.warn({ lost }, "jobs errored: agent lost");
-      const silent = await markSilentAgentsLost(ctx);
-      if (silent > 0) log.warn({ agents: silent }, "agents declared offline after missing heartbeats");
+      if (upFor >= ctx.settings.agentTtlMs) {
+        const silent = await markSilentAgentsLost(ctx);
+        if (silent > 0) log.warn({ agents: silent }, "agents declared offline after missing heartbeats");
+      }
       await pruneOfflineAgents(ctx, offlineRetentionMs);
     } catch (err) {
-      if (!stopped) log.error({ err }, "sweep failed");
+      // A database outage is reported once by the health tracker, not on every sweep.
+      if (!stopped && health.state === "available") log.error({ err }, "sweep failed");
     }
   };
   const timer = setInterval(() => {

@@ -3,7 +3,10 @@ import { Kysely, Migrator, PostgresDialect, SqliteDialect } from "kysely";
 import pg from "pg";
 import { mkdirSync } from "node:fs";
 import { dirname } from "node:path";
+import { pino, type Logger } from "pino";
+import { DatabaseHealth, DatabaseUnavailableError, describeError } from "./health.js";
 import { migrationProvider } from "./migrations.js";
+import { GuardedPgPool, type PgConnectionSettings } from "./pg-pool.js";
 import type { Database } from "./schema.js";
 
 export type Dialect = "sqlite" | "postgres";
@@ -15,18 +18,28 @@ pg.types.setTypeParser(20, (v) => Number(v));
 export interface Db {
   kysely: Kysely<Database>;
   dialect: Dialect;
-  /** PostgreSQL connection settings, for the LISTEN connection of the event bus. */
-  pgConnectionString?: string;
+  /** Whether the database is reachable; always available on SQLite. */
+  health: DatabaseHealth;
+  /** PostgreSQL: the connection settings (for the event bus's LISTEN connection) and the pool. */
+  postgres?: { settings: PgConnectionSettings; pool: GuardedPgPool };
   close(): Promise<void>;
 }
 
-/** Where the database lives: a SQLite file path or a postgres:// URL. */
-export type DatabaseLocation = { kind: "sqlite"; path: string } | { kind: "postgres"; url: string; poolSize?: number };
+/** Default deadlines of PostgreSQL connections and statements. */
+export const defaultPgTimeouts = { connectTimeoutMs: 10_000, statementTimeoutMs: 60_000 };
+
+/** Where the database lives: a SQLite file path or a postgres:// URL with its deadlines. */
+export type DatabaseLocation =
+  | { kind: "sqlite"; path: string }
+  | { kind: "postgres"; url: string; poolSize?: number; connectTimeoutMs?: number; statementTimeoutMs?: number };
 
 /** Opens the database and applies every pending migration. */
-export async function openDatabase(location: DatabaseLocation): Promise<Db> {
+export async function openDatabase(location: DatabaseLocation, options: { logger?: Logger } = {}): Promise<Db> {
+  const log = options.logger ?? pino({ level: "silent" });
   let kysely: Kysely<Database>;
   let dialect: Dialect;
+  let health: DatabaseHealth;
+  let postgres: Db["postgres"];
   if (location.kind === "sqlite") {
     if (location.path !== ":memory:") mkdirSync(dirname(location.path), { recursive: true });
     const sqlite = new BetterSqlite3(location.path);
@@ -36,19 +49,39 @@ export async function openDatabase(location: DatabaseLocation): Promise<Db> {
     sqlite.pragma("busy_timeout = 5000");
     kysely = new Kysely<Database>({ dialect: new SqliteDialect({ database: sqlite }) });
     dialect = "sqlite";
+    health = new DatabaseHealth(async () => undefined);
   } else {
-    const pool = new pg.Pool({ connectionString: location.url, max: location.poolSize ?? 10 });
+    const settings: PgConnectionSettings = {
+      url: location.url,
+      connectTimeoutMs: location.connectTimeoutMs ?? defaultPgTimeouts.connectTimeoutMs,
+      statementTimeoutMs: location.statementTimeoutMs ?? defaultPgTimeouts.statementTimeoutMs,
+    };
+    // The probe is only ever called after the pool exists (on a failure of one of its calls).
+    health = new DatabaseHealth(() => pool.probe());
+    const pool = new GuardedPgPool(settings, location.poolSize ?? 10, health, log);
+    postgres = { settings, pool };
     kysely = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
     dialect = "postgres";
   }
   const migrator = new Migrator({ db: kysely, provider: migrationProvider(dialect) });
   const { error, results } = await migrator.migrateToLatest();
   if (error) {
+    health.close();
     await kysely.destroy();
-    const failed = results?.find((r) => r.status === "Error")?.migrationName ?? "unknown";
-    throw new Error(`database migration ${failed} failed: ${error instanceof Error ? error.message : String(error)}`, { cause: error });
+    const failed = results?.find((r) => r.status === "Error")?.migrationName;
+    const what = failed ? `database migration ${failed} failed` : "cannot open the database";
+    const why = error instanceof DatabaseUnavailableError ? describeError(error.cause) : describeError(error);
+    throw new Error(`${what}: ${why}`, { cause: error });
   }
-  const db: Db = { kysely, dialect, close: () => kysely.destroy() };
-  if (location.kind === "postgres") db.pgConnectionString = location.url;
+  const db: Db = {
+    kysely,
+    dialect,
+    health,
+    close: async () => {
+      health.close();
+      await kysely.destroy();
+    },
+  };
+  if (postgres) db.postgres = postgres;
   return db;
 }

@@ -10,6 +10,7 @@ import { openApiDocument } from "./openapi.js";
 import { registerStateRoutes } from "./state-routes.js";
 import { registerUserRoutes } from "./user-routes.js";
 import { sql } from "kysely";
+import { retryAfterSeconds } from "../db/health.js";
 
 /** Builds the Fastify application: user API, agent protocol, state backend, health and metrics. */
 export function buildApp(http: HttpContext, metrics: ServerMetrics, log: Logger, tls?: { certFile: string; keyFile: string }): FastifyInstance {
@@ -50,11 +51,24 @@ export function buildApp(http: HttpContext, metrics: ServerMetrics, log: Logger,
     lastActivity: lastActivity === null ? null : new Date(lastActivity).toISOString(),
   }));
   app.get("/readyz", async (_req, reply) => {
+    if (http.shutdown.aborted) return reply.code(503).send({ error: "internal", message: "the server is stopping" });
+    const unavailable = () =>
+      reply
+        .code(503)
+        .header("retry-after", String(retryAfterSeconds))
+        .send({
+          error: "database_unavailable",
+          message: `database unavailable since ${new Date(http.health.since).toISOString()}: ${http.health.lastError}`,
+          since: new Date(http.health.since).toISOString(),
+        });
+    const down = () => http.health.state === "unavailable";
+    if (down()) return unavailable();
     try {
       await sql`select 1`.execute(http.store.db);
       return { status: "ready" };
     } catch (err) {
-      return reply.code(503).send({ error: "internal", message: `database unreachable: ${err instanceof Error ? err.message : String(err)}` });
+      if (down()) return unavailable();
+      return reply.code(503).send({ error: "internal", message: `database check failed: ${err instanceof Error ? err.message : String(err)}` });
     }
   });
   app.get("/metrics", async (_req, reply) => reply.header("content-type", metrics.registry.contentType).send(await metrics.registry.metrics()));

@@ -1,9 +1,12 @@
 import type { ArchiveLimits } from "@drover/protocol";
+import type { DatabaseHealth } from "../db/health.js";
 import type { StoreContext } from "../store/context.js";
 
 /** What every route module needs: the store, limits, and the server-wide shutdown signal. */
 export interface HttpContext {
   store: StoreContext;
+  /** Whether the database is reachable (/readyz, fail-fast 503s). */
+  health: DatabaseHealth;
   archiveLimits: ArchiveLimits;
   /** The URL embedded in new pool tokens: how agents reach this server. */
   publicUrl(): string;

@@ -1,6 +1,7 @@
 import { DroverError, statusForCode } from "@drover/protocol";
 import type { FastifyError, FastifyReply, FastifyRequest } from "fastify";
 import type { z } from "zod";
+import { describeError, isConnectionError, retryAfterSeconds } from "../db/health.js";
 import { StateLockedError } from "../store/state.js";
 
 /** Validates a request part with a wire schema; a mismatch is a 400 naming each bad field. */
@@ -19,7 +20,18 @@ export function errorHandler(err: FastifyError | Error, request: FastifyRequest,
     return;
   }
   if (err instanceof DroverError) {
+    if (err.code === "database_unavailable" || err.code === "database_read_only" || err.code === "storage_full") {
+      void reply.header("retry-after", String(retryAfterSeconds));
+    }
     void reply.code(err.status).send({ error: err.code, message: err.message, ...err.details });
+    return;
+  }
+  if (isConnectionError(err)) {
+    // A connection error that did not pass through the guarded pool: still an outage, not a bug.
+    void reply
+      .code(statusForCode("database_unavailable"))
+      .header("retry-after", String(retryAfterSeconds))
+      .send({ error: "database_unavailable", message: `the database is unavailable (${describeError(err)}); retry shortly` });
     return;
   }
   const fe = err as FastifyError;

@@ -25,6 +25,17 @@ class PoolWaiters {
       for (const pool of this.byPool.keys()) this.wakeOne(pool);
     }, recheckMs);
     this.timer.unref();
+    events.onWakeAll(() => this.wakeAll());
+  }
+
+  /** Wakes every waiter of every pool (events may have been missed, or the database left). */
+  private wakeAll(): void {
+    for (const [pool, set] of [...this.byPool]) {
+      const woken = [...set];
+      set.clear();
+      this.cleanup(pool);
+      for (const w of woken) w.wake();
+    }
   }
 
   private wakeOne(pool: string): void {
