@@ -29,6 +29,8 @@ import { ImageCatalog } from "./node/images.js";
 import { NodeAgent } from "./node/node-agent.js";
 import type { NodeTimings } from "./node/pod-worker.js";
 import { servingCert } from "./tls.js";
+import { ownerReferencesAdmission, podSecurityAdmission, rootCaConfigMap, serviceAccountAdmission } from "./api/admission.js";
+import { RbacAuthorizer, TokenAuthority } from "./api/auth.js";
 
 export interface ClusterTimings extends NodeTimings, JobControllerTimings {
   /** How often a Terminating namespace is re-checked for remaining objects. */
@@ -42,6 +44,8 @@ export interface TestClusterOptions {
   watchHistory?: number;
   /** Interval of BOOKMARK events on watches that allow them. */
   bookmarkIntervalMs?: number;
+  /** The server closes every watch after this long (default 30 min, as a real API server's minimum). */
+  watchTimeoutMs?: number;
   timings?: Partial<ClusterTimings>;
   /** What images "contain", for containers without `command`. Keyed by image or repository. */
   images?: Record<string, ImageConfig>;
@@ -89,6 +93,10 @@ export interface TestCluster {
   /** Node-pressure eviction: the pod is killed and ends Failed, reason Evicted, with DisruptionTarget. */
   evict(namespace: string, pod: string): void;
   setImagePullable(image: string, pullable: boolean): void;
+  /** A bearer token of the ServiceAccount (as mounted into its pods), for calling the API as it. */
+  serviceAccountToken(namespace: string, name: string): string;
+  /** Where a hostPath volume's `path` lives on the simulated node (the path itself with `hostPaths: "real"`). */
+  hostPath(path: string): string;
   /** Forgets all watch history: any watch resuming from an earlier resourceVersion gets 410. */
   compactWatchHistory(): void;
   close(): Promise<void>;
@@ -98,6 +106,7 @@ const defaultTimings: ClusterTimings = {
   imagePullBackoffMs: 1000,
   crashLoopBackoffMs: 1000,
   configRetryMs: 500,
+  probeSecondMs: 1000,
   podBackoffMs: 1000,
   namespaceRetryMs: 100,
 };
@@ -146,18 +155,28 @@ export async function startTestCluster(options: TestClusterOptions = {}): Promis
   const events = new EventRecorder(api);
   const nsType = api.type("", "namespaces");
   const saType = api.type("", "serviceaccounts");
-  // The service-account controller's one visible effect: a "default" ServiceAccount per namespace.
+  const cert = options.tls === false ? undefined : servingCert();
+  if (options.tls === true && !cert) throw new Error("kube-test-cluster: tls requested but the openssl CLI could not make a certificate");
+  const tokens = new TokenAuthority(api, token);
+  const authorizer = new RbacAuthorizer(api);
+  api.admission.push(serviceAccountAdmission(api), podSecurityAdmission(api), ownerReferencesAdmission(api, authorizer));
+  // The service-account and root-CA publisher controllers' visible effects: a "default"
+  // ServiceAccount and the kube-root-ca.crt ConfigMap in every namespace.
   const unsubscribeSa = store.subscribe((e) => {
     if (e.typeKey !== "/namespaces" || e.type !== "ADDED") return;
     const ns = e.object.metadata.name ?? "";
     setImmediate(() => {
-      try {
-        api.create(saType, ns, { metadata: { name: "default" } }, { system: true });
-      } catch (err) {
-        if (!(err instanceof StatusError)) onError(err);
+      for (const [t, body] of [[saType, { metadata: { name: "default" } }], [api.type("", "configmaps"), { metadata: { name: rootCaConfigMap }, data: { "ca.crt": cert?.cert ?? "" } }]] as const) {
+        try {
+          api.create(t, ns, body, { system: true });
+        } catch (err) {
+          if (!(err instanceof StatusError)) onError(err);
+        }
       }
     });
   });
+  api.create(api.type("rbac.authorization.k8s.io", "clusterroles"), undefined, { metadata: { name: "cluster-admin" }, rules: [{ apiGroups: ["*"], resources: ["*"], verbs: ["*"] }, { nonResourceURLs: ["*"], verbs: ["*"] }] }, { system: true });
+  api.create(api.type("rbac.authorization.k8s.io", "clusterrolebindings"), undefined, { metadata: { name: "cluster-admin" }, roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: "cluster-admin" }, subjects: [{ apiGroup: "rbac.authorization.k8s.io", kind: "Group", name: "system:masters" }] }, { system: true });
   for (const ns of ["default", "kube-system", "kube-public", "kube-node-lease", ...(options.namespaces ?? [])]) api.create(nsType, undefined, { metadata: { name: ns } }, { system: true });
 
   const gc = new GarbageCollector(api, (_k, e) => onError(e));
@@ -174,25 +193,27 @@ export async function startTestCluster(options: TestClusterOptions = {}): Promis
     isolation,
     dataDir,
     baseEnv: options.baseEnv ?? { PATH: process.env.PATH ?? "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", HOME: "/root" },
-    token,
+    apiPort: () => port,
+    serviceAccountToken: (ns, name) => tokens.issue(ns, name),
     hostPathRoot: options.hostPaths === "real" ? undefined : join(dataDir, "host"),
     onError,
   });
 
-  const cert = options.tls === false ? undefined : servingCert();
-  if (options.tls === true && !cert) throw new Error("kube-test-cluster: tls requested but the openssl CLI could not make a certificate");
   const handler = new ApiHttpHandler(api, node, {
-    token: cert ? token : undefined,
+    // Over plain HTTP kubectl sends no token: everything is then served as the admin.
+    auth: cert ? { authenticate: (t) => tokens.authenticate(t), authorizer } : undefined,
+    watchTimeoutMs: options.watchTimeoutMs ?? 30 * 60_000,
     gitVersion: options.gitVersion ?? "v1.32.0",
     bookmarkIntervalMs: options.bookmarkIntervalMs ?? 10_000,
     ...(options.onRequest ? { onRequest: options.onRequest } : {}),
   });
+  let port = 0;
   const server = cert ? createHttpsServer({ cert: cert.cert, key: cert.key }, handler.handle) : createServer(handler.handle);
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
     server.listen(0, "127.0.0.1", () => resolve());
   });
-  const port = (server.address() as AddressInfo).port;
+  port = (server.address() as AddressInfo).port;
   const url = `${cert ? "https" : "http"}://127.0.0.1:${port}`;
   const kubeconfigPath = join(dataDir, "kubeconfig");
   writeFileSync(kubeconfigPath, kubeconfig(url, token, cert?.cert), { mode: 0o600 });
@@ -210,6 +231,8 @@ export async function startTestCluster(options: TestClusterOptions = {}): Promis
     kubectlEnv: () => ({ KUBECONFIG: kubeconfigPath, KUBECACHEDIR: join(dataDir, "kubectl-cache") }),
     simulateOom: (ns, pod, container) => node.oomKill(ns, pod, container),
     evict: (ns, pod) => node.evictByKubelet(ns, pod),
+    serviceAccountToken: (ns, name) => tokens.issue(ns, name),
+    hostPath: (p) => (options.hostPaths === "real" ? p : join(dataDir, "host", p)),
     setImagePullable: (image, pullable) => images.setPullable(image, pullable),
     compactWatchHistory: () => store.compact(),
     close() {

@@ -4,9 +4,12 @@
  * API server renders them (Status errors, Tables for kubectl, chunked watch events).
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Attributes, RbacAuthorizer, UserInfo } from "./auth.js";
+import { adminUser, serviceAccountUser } from "./auth.js";
 import type { ObjectApi, PropagationPolicy } from "./object-api.js";
 import { checkFieldSelector, patchTypeOf } from "./object-api.js";
 import { openApiDocument, openApiRoot } from "./openapi.js";
+import { decodeAccessReview } from "./protobuf.js";
 import type { ResourceType } from "./resources.js";
 import { apiVersionOf, typeKey } from "./resources.js";
 import { fieldsOf, parseFieldSelector, parseLabelSelector } from "./selectors.js";
@@ -35,8 +38,10 @@ export interface NodeHooks {
 }
 
 export interface HttpOptions {
-  /** Required bearer token; undefined accepts any request. */
-  token: string | undefined;
+  /** Bearer-token authentication and RBAC; undefined serves every request as the admin. */
+  auth: { authenticate(token: string): UserInfo | undefined; authorizer: RbacAuthorizer } | undefined;
+  /** The server ends every watch after this long (a real API server: 30-60 min), so clients' relists run. */
+  watchTimeoutMs: number;
   gitVersion: string;
   bookmarkIntervalMs: number;
   /** Called for each request, for tests that assert on what clients sent. */
@@ -44,6 +49,7 @@ export interface HttpOptions {
 }
 
 interface Target {
+  user: UserInfo;
   t: ResourceType;
   version: string;
   ns: string | undefined;
@@ -78,6 +84,14 @@ async function readBody(req: IncomingMessage): Promise<unknown> {
   }
 }
 
+/** A review's body: JSON, or the protobuf kubectl sends for `auth can-i`. */
+async function readReviewBody(req: IncomingMessage): Promise<unknown> {
+  if (!(req.headers["content-type"] ?? "").startsWith("application/vnd.kubernetes.protobuf")) return readBody(req);
+  const chunks: Buffer[] = [];
+  for await (const c of req) chunks.push(c as Buffer);
+  return decodeAccessReview(Buffer.concat(chunks));
+}
+
 function wantsTable(req: IncomingMessage): boolean {
   const accept = req.headers.accept ?? "";
   return accept.split(",").some((a) => a.includes("as=Table") && a.includes("g=meta.k8s.io") && a.includes("v=v1") && !a.includes("v=v1beta1"));
@@ -105,11 +119,13 @@ export class ApiHttpHandler {
       res.writeHead(200, { "content-type": "text/plain" }).end("ok");
       return;
     }
-    if (this.opts.token !== undefined && req.headers.authorization !== `Bearer ${this.opts.token}`) {
+    const user = this.authenticate(req);
+    if (!user) {
       send(res, 401, { kind: "Status", apiVersion: "v1", metadata: {}, status: "Failure", message: "Unauthorized", reason: "Unauthorized", code: 401 });
       return;
     }
     const q = url.searchParams;
+    if (!path.startsWith("/api/") && !path.startsWith("/apis/") && path !== "/api" && path !== "/apis") this.opts.auth?.authorizer.check(user, { verb: method.toLowerCase(), group: "", resource: "", path });
     if (path === "/version") {
       const m = /^v(\d+)\.(\d+)/.exec(this.opts.gitVersion);
       send(res, 200, { major: m?.[1] ?? "1", minor: m?.[2] ?? "32", gitVersion: this.opts.gitVersion, gitCommit: "0000000000000000000000000000000000000000", gitTreeState: "clean", buildDate: "2025-01-01T00:00:00Z", goVersion: "go1.23.0", compiler: "gc", platform: "linux/amd64" });
@@ -166,9 +182,15 @@ export class ApiHttpHandler {
       watchPath = true;
       rest = rest.slice(1);
     }
-    const target = this.resolve(group, version, rest);
-    if (!target) throw notFoundPath();
+    const resolved = this.resolve(group, version, rest);
+    if (!resolved) throw notFoundPath();
+    const target: Target = { ...resolved, user };
     const isWatch = watchPath || q.get("watch") === "true" || q.get("watch") === "1";
+    this.opts.auth?.authorizer.check(user, requestAttributes(method, target, isWatch));
+    if (target.t.group === "authorization.k8s.io" && method === "POST" && target.name === undefined) {
+      send(res, 201, this.review(target, user, await readReviewBody(req)));
+      return;
+    }
     await this.serveResource(req, res, method, target, q, isWatch);
   }
 
@@ -177,7 +199,53 @@ export class ApiHttpHandler {
     return { name, versions: gvs, preferredVersion: gvs[0] };
   }
 
-  private resolve(group: string, version: string, rest: string[]): Target | undefined {
+  /** The request's user: from its bearer token, then impersonation headers (which need the impersonate verb). */
+  private authenticate(req: IncomingMessage): UserInfo | undefined {
+    const auth = this.opts.auth;
+    if (!auth) return adminUser;
+    const h = req.headers.authorization ?? "";
+    const user = h.startsWith("Bearer ") ? auth.authenticate(h.slice("Bearer ".length).trim()) : undefined;
+    if (!user) return undefined;
+    const as = req.headers["impersonate-user"];
+    if (typeof as !== "string" || as === "") return user;
+    const sa = /^system:serviceaccount:([^:]+):([^:]+)$/.exec(as);
+    auth.authorizer.check(user, sa ? { verb: "impersonate", group: "", resource: "serviceaccounts", namespace: sa[1], name: sa[2] } : { verb: "impersonate", group: "", resource: "users", name: as });
+    const raw = req.headers["impersonate-group"];
+    const groups = (Array.isArray(raw) ? raw : typeof raw === "string" ? raw.split(",") : []).map((g) => g.trim()).filter((g) => g !== "");
+    for (const g of groups) auth.authorizer.check(user, { verb: "impersonate", group: "", resource: "groups", name: g });
+    const base = sa ? serviceAccountUser(sa[1] ?? "", sa[2] ?? "").groups : ["system:authenticated"];
+    return { name: as, groups: [...new Set([...groups, ...base])] };
+  }
+
+  /** SelfSubjectAccessReview, SubjectAccessReview and LocalSubjectAccessReview (what `kubectl auth can-i` sends). */
+  private review(target: Target, user: UserInfo, body: unknown): JsonObject {
+    const b = isObject(body) ? body : {};
+    const spec = isObject(b.spec) ? b.spec : {};
+    let subject = user;
+    if (target.t.resource !== "selfsubjectaccessreviews") {
+      subject = { name: String(spec.user ?? ""), groups: Array.isArray(spec.groups) ? spec.groups.map(String) : [] };
+      const sa = /^system:serviceaccount:([^:]+):([^:]+)$/.exec(subject.name);
+      if (sa) subject = { name: subject.name, groups: [...new Set([...subject.groups, ...serviceAccountUser(sa[1] ?? "", sa[2] ?? "").groups])] };
+    }
+    const ra = isObject(spec.resourceAttributes) ? spec.resourceAttributes : undefined;
+    const nra = isObject(spec.nonResourceAttributes) ? spec.nonResourceAttributes : undefined;
+    let attrs: Attributes;
+    if (ra) {
+      const ns = target.t.resource === "localsubjectaccessreviews" ? target.ns : typeof ra.namespace === "string" && ra.namespace !== "" ? ra.namespace : undefined;
+      attrs = {
+        verb: String(ra.verb ?? ""), group: String(ra.group ?? ""), resource: String(ra.resource ?? ""),
+        ...(typeof ra.subresource === "string" && ra.subresource !== "" ? { subresource: ra.subresource } : {}),
+        ...(ns !== undefined ? { namespace: ns } : {}),
+        ...(typeof ra.name === "string" && ra.name !== "" ? { name: ra.name } : {}),
+      };
+    } else if (nra) {
+      attrs = { verb: String(nra.verb ?? ""), group: "", resource: "", path: String(nra.path ?? "") };
+    } else throw badRequest("spec.resourceAttributes or spec.nonResourceAttributes is required");
+    const decision = this.opts.auth ? this.opts.auth.authorizer.authorize(subject, attrs) : { allowed: true, reason: "" };
+    return { kind: target.t.kind, apiVersion: "authorization.k8s.io/v1", metadata: { creationTimestamp: null }, spec, status: { allowed: decision.allowed, ...(decision.reason ? { reason: decision.reason } : {}) } };
+  }
+
+  private resolve(group: string, version: string, rest: string[]): Omit<Target, "user"> | undefined {
     // /namespaces/{ns}/{resource}[/{name}[/{sub}]] unless {resource} is not namespaced (then it is namespaces/{name}/{sub}).
     if (rest[0] === "namespaces" && rest.length >= 3) {
       const t = this.api.resources.lookup(group, version, rest[2] ?? "");
@@ -215,7 +283,7 @@ export class ApiHttpHandler {
         }
         case "POST": {
           if (t.namespaced && ns === undefined) throw methodNotAllowed(`the server does not allow this method on the requested resource`);
-          const created = api.create(t, ns, await readBody(req), { dryRun }, version);
+          const created = api.create(t, ns, await readBody(req), { dryRun, user: target.user }, version);
           send(res, 201, created);
           return;
         }
@@ -243,11 +311,11 @@ export class ApiHttpHandler {
         return;
       }
       case "PUT":
-        send(res, 200, api.update(t, ns, name, await readBody(req), { dryRun }, version));
+        send(res, 200, api.update(t, ns, name, await readBody(req), { dryRun, user: target.user }, version));
         return;
       case "PATCH": {
         const type = patchTypeOf(req.headers["content-type"] ?? "");
-        send(res, 200, api.patch(t, ns, name, type, await readBody(req), { dryRun }, version));
+        send(res, 200, api.patch(t, ns, name, type, await readBody(req), { dryRun, user: target.user }, version));
         return;
       }
       case "DELETE": {
@@ -267,8 +335,8 @@ export class ApiHttpHandler {
     const isPods = t.group === "" && t.resource === "pods";
     if (sub === "status" && t.statusSubresource) {
       if (method === "GET") send(res, 200, api.get(t, ns, name, version));
-      else if (method === "PUT") send(res, 200, api.update(t, ns, name, await readBody(req), { subresource: "status", dryRun }, version));
-      else if (method === "PATCH") send(res, 200, api.patch(t, ns, name, patchTypeOf(req.headers["content-type"] ?? ""), await readBody(req), { subresource: "status", dryRun }, version));
+      else if (method === "PUT") send(res, 200, api.update(t, ns, name, await readBody(req), { subresource: "status", dryRun, user: target.user }, version));
+      else if (method === "PATCH") send(res, 200, api.patch(t, ns, name, patchTypeOf(req.headers["content-type"] ?? ""), await readBody(req), { subresource: "status", dryRun, user: target.user }, version));
       else throw methodNotAllowed("the server does not allow this method on the requested resource");
       return;
     }
@@ -401,14 +469,40 @@ export class ApiHttpHandler {
       timers.push(iv);
     }
     const timeout = Number(q.get("timeoutSeconds") ?? "0");
-    if (timeout > 0) {
-      const tm = setTimeout(stop, timeout * 1000);
-      tm.unref();
-      timers.push(tm);
-    }
+    const tm = setTimeout(stop, timeout > 0 ? Math.min(timeout * 1000, this.opts.watchTimeoutMs) : this.opts.watchTimeoutMs);
+    tm.unref();
+    timers.push(tm);
     req.on("close", stop);
     res.on("close", stop);
   }
+}
+
+/** The RBAC attributes of a resource request (namespaces' own name counts as their namespace, as in Kubernetes). */
+function requestAttributes(method: string, target: Target, isWatch: boolean): Attributes {
+  const { t, ns, name, sub } = target;
+  let verb: string;
+  switch (method) {
+    case "GET":
+    case "HEAD":
+      verb = isWatch ? "watch" : name === undefined ? "list" : "get";
+      break;
+    case "POST":
+      verb = "create";
+      break;
+    case "PUT":
+      verb = "update";
+      break;
+    case "PATCH":
+      verb = "patch";
+      break;
+    case "DELETE":
+      verb = name === undefined ? "deletecollection" : "delete";
+      break;
+    default:
+      verb = method.toLowerCase();
+  }
+  const namespace = t.namespaced ? ns : t.group === "" && t.resource === "namespaces" ? name : undefined;
+  return { verb, group: t.group, resource: t.resource, ...(sub !== undefined ? { subresource: sub } : {}), ...(namespace !== undefined ? { namespace } : {}), ...(name !== undefined ? { name } : {}) };
 }
 
 function notFoundPath(): StatusError {

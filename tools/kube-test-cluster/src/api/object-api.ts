@@ -12,6 +12,7 @@ import { fieldsOf, parseFieldSelector, parseLabelSelector } from "./selectors.js
 import type { StatusCause } from "./status-error.js";
 import { alreadyExists, badRequest, conflict, gone, invalid, notFound, staleMessage, StatusError, unsupportedMediaType } from "./status-error.js";
 import type { Store } from "./store.js";
+import type { UserInfo } from "./auth.js";
 import type { JsonObject, KObject } from "./types.js";
 import { clone, deepEqual, isObject, isoNow, randomSuffix } from "./types.js";
 
@@ -23,6 +24,23 @@ export interface WriteOptions {
   subresource?: "status";
   /** Writes by the cluster's own controllers, allowed to change what clients may not (spec.nodeName). */
   system?: boolean;
+  /** The authenticated user of an API request (admission plugins that check permissions need it). */
+  user?: UserInfo;
+}
+
+/** One write as admission plugins see it. */
+export interface AdmissionRequest {
+  t: ResourceType;
+  operation: "CREATE" | "UPDATE";
+  obj: KObject;
+  old: KObject | undefined;
+  opts: WriteOptions;
+}
+
+/** An admission plugin: `mutate` runs before validation, `validate` after; both throw StatusErrors to refuse. */
+export interface AdmissionPlugin {
+  mutate?(r: AdmissionRequest): void;
+  validate?(r: AdmissionRequest): void;
 }
 
 export interface DeleteOptions {
@@ -85,6 +103,8 @@ export type WriteHook = (t: ResourceType, obj: KObject, removed: boolean) => voi
 
 export class ObjectApi {
   private readonly hooks: WriteHook[] = [];
+  /** Admission plugins, in order (ServiceAccount, PodSecurity, ...), run on every create and update but status writes. */
+  readonly admission: AdmissionPlugin[] = [];
 
   constructor(
     readonly store: Store,
@@ -203,6 +223,8 @@ export class ObjectApi {
     mergeStringData(obj);
     const rules = rulesFor(t, version ?? t.versions[0] ?? "v1");
     rules.defaultOnCreate?.(obj);
+    const review: AdmissionRequest = { t, operation: "CREATE", obj, old: undefined, opts };
+    for (const a of this.admission) a.mutate?.(review);
     if (t.statusSubresource) {
       const status = rules.initialStatus?.(obj);
       if (status === undefined) delete obj.status;
@@ -210,6 +232,7 @@ export class ObjectApi {
     }
     causes.push(...validateLabels(meta.labels, "metadata.labels"), ...(rules.validate?.(obj, undefined, opts.system === true) ?? []));
     if (causes.length > 0) throw invalid(t.kind, t.group, name, causes);
+    for (const a of this.admission) a.validate?.(review);
     if (opts.dryRun) return this.present(t, obj, version);
     const stored = this.store.put(key, obj);
     for (const h of this.hooks) h(t, stored, false);
@@ -260,8 +283,11 @@ export class ObjectApi {
     obj.metadata.resourceVersion = old.metadata.resourceVersion;
     if (tracksGeneration(t) && !deepEqual(specView(obj), specView(old))) obj.metadata.generation = (old.metadata.generation ?? 1) + 1;
     const rules = rulesFor(t, version ?? t.versions[0] ?? "v1");
+    const review: AdmissionRequest = { t, operation: "UPDATE", obj, old, opts };
+    if (opts.subresource === undefined) for (const a of this.admission) a.mutate?.(review);
     const causes = [...validateLabels(obj.metadata.labels, "metadata.labels"), ...(rules.validate?.(obj, old, opts.system === true) ?? [])];
     if (causes.length > 0) throw invalid(t.kind, t.group, name, causes);
+    if (opts.subresource === undefined) for (const a of this.admission) a.validate?.(review);
     if (deepEqual(obj, old)) return this.present(t, old, version);
     if (opts.dryRun) return this.present(t, obj, version);
     const stored = this.store.put(key, obj);

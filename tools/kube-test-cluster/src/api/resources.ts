@@ -18,6 +18,8 @@ export interface ResourceType {
   shortNames: string[];
   categories: string[];
   statusSubresource: boolean;
+  /** Verbs listed in discovery (default: all); review kinds only accept create and are never stored. */
+  verbs?: string[];
   /** Set for custom resources: the CRD's per-version schema and printer columns. */
   custom?: { schemas: Map<string, JsonObject | undefined>; printerColumns: Map<string, JsonObject[]> };
 }
@@ -67,6 +69,17 @@ const builtins: ResourceType[] = [
     namespaced: true, shortNames: [], categories: [], statusSubresource: false,
   },
   {
+    group: "rbac.authorization.k8s.io", versions: ["v1"], resource: "clusterroles", singular: "clusterrole", kind: "ClusterRole", listKind: "ClusterRoleList",
+    namespaced: false, shortNames: [], categories: [], statusSubresource: false,
+  },
+  {
+    group: "rbac.authorization.k8s.io", versions: ["v1"], resource: "clusterrolebindings", singular: "clusterrolebinding", kind: "ClusterRoleBinding", listKind: "ClusterRoleBindingList",
+    namespaced: false, shortNames: [], categories: [], statusSubresource: false,
+  },
+  review("selfsubjectaccessreviews", "SelfSubjectAccessReview", false),
+  review("subjectaccessreviews", "SubjectAccessReview", false),
+  review("localsubjectaccessreviews", "LocalSubjectAccessReview", true),
+  {
     group: "batch", versions: ["v1"], resource: "jobs", singular: "job", kind: "Job", listKind: "JobList",
     namespaced: true, shortNames: [], categories: ["all"], statusSubresource: true,
   },
@@ -88,6 +101,10 @@ const extraSubresources: Record<string, SubresourceEntry[]> = {
     { name: "pods/binding", kind: "Binding", verbs: ["create"] },
   ],
 };
+
+function review(resource: string, kind: string, namespaced: boolean): ResourceType {
+  return { group: "authorization.k8s.io", versions: ["v1"], resource, singular: "", kind, listKind: `${kind}List`, namespaced, shortNames: [], categories: [], statusSubresource: false, verbs: ["create"] };
+}
 
 function core(resource: string, singular: string, kind: string, namespaced: boolean, shortNames: string[], categories: string[] = [], status = false): ResourceType {
   return { group: "", versions: ["v1"], resource, singular, kind, listKind: `${kind}List`, namespaced, shortNames, categories, statusSubresource: status || resource === "namespaces" };
@@ -163,7 +180,7 @@ export class ResourceRegistry {
         singularName: t.singular,
         namespaced: t.namespaced,
         kind: t.kind,
-        verbs: allVerbs,
+        verbs: t.verbs ?? allVerbs,
         ...(t.shortNames.length > 0 ? { shortNames: t.shortNames } : {}),
         ...(t.categories.length > 0 ? { categories: t.categories } : {}),
         storageVersionHash: Buffer.from(`${group}/${version}/${t.kind}`).toString("base64").slice(0, 12),

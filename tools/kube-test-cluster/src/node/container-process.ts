@@ -15,7 +15,7 @@
  */
 import type { ChildProcess } from "node:child_process";
 import { spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, realpathSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, realpathSync, statSync, writeFileSync } from "node:fs";
 import { dirname, posix } from "node:path";
 
 export type Isolation = "namespace" | "rewrite";
@@ -34,7 +34,18 @@ export interface LaunchSpec {
   /** An empty per-container directory (namespace isolation mounts the new root on it). */
   rootDir: string;
   isolation: Isolation;
+  /** The user the command runs as (the node agent must be root to switch); undefined: this process's. */
+  user?: ContainerUser;
+  /** readOnlyRootFilesystem: everything but volumes is mounted read-only (namespace isolation). */
+  readOnlyRoot?: boolean;
   onOutput(data: Buffer): void;
+}
+
+/** The effective runAsUser/runAsGroup and supplementary groups (supplementalGroups, fsGroup). */
+export interface ContainerUser {
+  uid: number;
+  gid: number;
+  groups: number[];
 }
 
 export interface ExitInfo {
@@ -79,14 +90,17 @@ while [ "$1" != "--" ]; do
     touch) mkdir -p "$(dirname "$R$2")"; : > "$R$2"; shift 2 ;;
     bind) mount --bind "$2" "$R$3"; shift 3 ;;
     robind) mount --bind "$2" "$R$3"; mount -o remount,bind,ro "$R$3"; shift 3 ;;
+    ro) mount -o remount,bind,ro "$R$2"; shift 2 ;;
+    roroot) mount -o remount,ro "$R"; shift ;;
     *) echo "ktc: bad step $1" >&2; exit 1 ;;
   esac
 done
 shift
-WD=$1; CH=$2; shift 2
+WD=$1; CH=$2; US=$3; GR=$4; shift 4
 if [ -n "$_ktc_had" ]; then PATH=$_ktc_path; else unset PATH; fi
 printf k >&3
 exec 3>&-
+if [ -n "$US" ]; then exec "$CH" --userspec="$US" --groups="$GR" "$R" /bin/sh -c 'cd "$0" && exec "$@"' "$WD" "$@"; fi
 exec "$CH" "$R" /bin/sh -c 'cd "$0" && exec "$@"' "$WD" "$@"
 `;
 
@@ -119,7 +133,7 @@ function canonical(p: string): string {
  * that exist on the host are bound over directly; others are created in tmpfs, the
  * nearest existing host ancestor being shadowed (mirrored into a tmpfs) first.
  */
-export function planMounts(mounts: Mount[], workingDir: string): string[] {
+export function planMounts(mounts: Mount[], workingDir: string, readOnlyRoot = false): string[] {
   const sorted = [...mounts].map((m) => ({ ...m, containerPath: canonical(m.containerPath) })).sort((a, b) => depth(a.containerPath) - depth(b.containerPath));
   const shadows = new Set<string>();
   const creates: string[][] = [];
@@ -153,7 +167,16 @@ export function planMounts(mounts: Mount[], workingDir: string): string[] {
   }
   ensure(canonical(workingDir), false);
   const shadowSteps = [...shadows].sort((a, b) => depth(a) - depth(b)).map((s) => ["shadow", s]);
-  return [...shadowSteps, ...creates, ...binds].flat();
+  const roSteps: string[][] = [];
+  if (readOnlyRoot) {
+    // The host's top-level directories and the shadows over them turn read-only (volumes
+    // mounted exactly there keep their own mode); /dev, /proc and /sys stay as a runtime leaves them.
+    const volumePaths = new Set(placed.map((m) => m.containerPath));
+    const tops = readdirSync("/", { withFileTypes: true }).filter((d) => d.isDirectory() && !["dev", "proc", "sys"].includes(d.name)).map((d) => `/${d.name}`);
+    for (const p of [...tops, ...shadows]) if (!volumePaths.has(p)) roSteps.push(["ro", p]);
+    roSteps.push(["roroot"]);
+  }
+  return [...shadowSteps, ...creates, ...binds, ...roSteps].flat();
 }
 
 function rewriter(mounts: Mount[]): (s: string) => string {
@@ -175,8 +198,12 @@ export class ContainerProcess {
   // The main process exiting ends the container: nothing it started may outlive it
   // (killGroup on "exit"), and the exit is reported once its output is drained ("close").
   private exitInfo: ExitInfo | undefined;
+  private readonly isolation: Isolation;
+  private readonly rewrite: (s: string) => string;
 
   constructor(spec: LaunchSpec) {
+    this.isolation = spec.isolation;
+    this.rewrite = spec.isolation === "rewrite" ? rewriter(spec.mounts) : (s) => s;
     let setupErr = "";
     let resolveStarted!: () => void;
     let rejectStarted!: (e: Error) => void;
@@ -188,8 +215,10 @@ export class ContainerProcess {
     let startedOk = false;
     if (spec.isolation === "namespace") {
       mkdirSync(spec.rootDir, { recursive: true });
-      const steps = planMounts(spec.mounts, spec.workingDir);
-      this.child = spawn("unshare", ["-m", "--propagation", "private", "/bin/sh", "-c", setupScript, "ktc-setup", spec.rootDir, ...steps, "--", spec.workingDir, "/usr/sbin/chroot", ...spec.argv], {
+      const steps = planMounts(spec.mounts, spec.workingDir, spec.readOnlyRoot === true);
+      const u = spec.user;
+      const userArgs = u ? [`${u.uid}:${u.gid}`, [...new Set([u.gid, ...u.groups])].join(",")] : ["", ""];
+      this.child = spawn("unshare", ["-m", "--propagation", "private", "/bin/sh", "-c", setupScript, "ktc-setup", spec.rootDir, ...steps, "--", spec.workingDir, "/usr/sbin/chroot", ...userArgs, ...spec.argv], {
         env: spec.env,
         stdio: ["ignore", "pipe", "pipe", "pipe"],
         detached: true,
@@ -217,7 +246,8 @@ export class ContainerProcess {
         }
       }
       const [cmd = "", ...args] = spec.argv.map(rw);
-      this.child = spawn(cmd, args, { env, cwd, stdio: ["ignore", "pipe", "pipe"], detached: true });
+      const u = spec.user;
+      this.child = spawn(cmd, args, { env, cwd, stdio: ["ignore", "pipe", "pipe"], detached: true, ...(u && process.getuid?.() === 0 ? { uid: u.uid, gid: u.gid } : {}) });
       this.child.on("spawn", () => {
         startedOk = true;
         resolveStarted();
@@ -241,6 +271,17 @@ export class ContainerProcess {
       this.child.on("close", finish);
       this.child.on("error", () => finish(127, null));
     });
+  }
+
+  /**
+   * argv running `command` inside this container, as `user` (exec probes): nsenter into
+   * its mount namespace, root and working directory; under rewrite isolation, directly.
+   */
+  execArgv(command: string[], user: ContainerUser | undefined): string[] {
+    if (this.isolation === "namespace" && this.child.pid !== undefined) {
+      return ["nsenter", "-t", String(this.child.pid), "-m", "-r", "-w", ...(user ? ["-S", String(user.uid), "-G", String(user.gid)] : []), "--", ...command];
+    }
+    return [...(user && process.getuid?.() === 0 ? ["setpriv", `--reuid=${user.uid}`, `--regid=${user.gid}`, `--groups=${[user.gid, ...user.groups].join(",")}`, "--"] : []), ...command.map(this.rewrite)];
   }
 
   get pid(): number | undefined {

@@ -40,6 +40,8 @@ export interface ImageConfig {
   cmd?: string[];
   workingDir?: string;
   env?: Record<string, string>;
+  /** The image's USER, "uid" or "uid:gid" (a name is "non-numeric" to runAsNonRoot); default root. */
+  user?: string;
   /**
    * Host paths that belong to the image's own files: they stay visible even under a volume
    * mounted over a parent directory (a repository checked out under /tmp, say, beneath an

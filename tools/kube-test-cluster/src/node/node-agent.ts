@@ -28,7 +28,9 @@ export interface NodeAgentOptions {
   isolation: Isolation;
   dataDir: string;
   baseEnv: Record<string, string>;
-  token: string;
+  /** The API server's port once it listens (for KUBERNETES_SERVICE_PORT). */
+  apiPort(): number;
+  serviceAccountToken(namespace: string, name: string): string;
   /** undefined: hostPath volumes use the real host paths. */
   hostPathRoot: string | undefined;
   onError(e: unknown): void;
@@ -111,7 +113,11 @@ export class NodeAgent implements NodeHooks {
         nodeName: this.o.nodeName,
         isolation: this.o.isolation,
         baseEnv: this.o.baseEnv,
-        volumeContext: (podDir) => ({ api: this.o.api, podDir, hostPathRoot: this.o.hostPathRoot, pvcRoot: join(this.o.dataDir, "pvc"), token: this.o.token }),
+        serviceEnv: () => {
+          const port = String(this.o.apiPort());
+          return { KUBERNETES_SERVICE_HOST: "127.0.0.1", KUBERNETES_SERVICE_PORT: port, KUBERNETES_SERVICE_PORT_HTTPS: port, KUBERNETES_PORT: `tcp://127.0.0.1:${port}`, KUBERNETES_PORT_443_TCP: `tcp://127.0.0.1:${port}`, KUBERNETES_PORT_443_TCP_PROTO: "tcp", KUBERNETES_PORT_443_TCP_PORT: port, KUBERNETES_PORT_443_TCP_ADDR: "127.0.0.1" };
+        },
+        volumeContext: (podDir) => ({ api: this.o.api, podDir, hostPathRoot: this.o.hostPathRoot, pvcRoot: join(this.o.dataDir, "pvc"), serviceAccountToken: (ns, name) => this.o.serviceAccountToken(ns, name) }),
         podDir: (u) => join(this.o.dataDir, "pods", u),
         registerLog: (u, c, r, log) => this.logs.set(`${u}/${c}/${r}`, log),
         onError: this.o.onError,

@@ -14,7 +14,7 @@ import type { ObjectApi } from "../api/object-api.js";
 import { StatusError } from "../api/status-error.js";
 import type { JsonObject, KObject } from "../api/types.js";
 import { isObject, isoNow } from "../api/types.js";
-import type { Isolation, Mount } from "./container-process.js";
+import type { ContainerUser, Isolation, Mount } from "./container-process.js";
 import { ContainerProcess } from "./container-process.js";
 import { ContainerConfigError, expand, resolveEnv } from "./env.js";
 import type { ImageCatalog } from "./images.js";
@@ -22,6 +22,8 @@ import { normalizeImage } from "./images.js";
 import { ContainerLog } from "./log-store.js";
 import type { PreparedVolume, VolumeContext } from "./volumes.js";
 import { prepareVolume, VolumeError } from "./volumes.js";
+import type { ExecTarget } from "./probes.js";
+import { probeTiming, runProbe } from "./probes.js";
 
 export const annotationOomKill = "test-cluster.drover.dev/oom-kill";
 export const annotationEvictAfterMs = "test-cluster.drover.dev/evict-after-ms";
@@ -33,6 +35,8 @@ export interface NodeTimings {
   crashLoopBackoffMs: number;
   /** Retry interval for missing Secrets/ConfigMaps (mounts and env). */
   configRetryMs: number;
+  /** Length of one second in probe settings (initialDelaySeconds, periodSeconds; not timeoutSeconds); Kubernetes: 1000. */
+  probeSecondMs: number;
 }
 
 export interface WorkerContext {
@@ -43,6 +47,8 @@ export interface WorkerContext {
   nodeName: string;
   isolation: Isolation;
   baseEnv: Record<string, string>;
+  /** KUBERNETES_SERVICE_HOST/PORT and friends, which kubelet gives every container. */
+  serviceEnv(): Record<string, string>;
   volumeContext(podDir: string): VolumeContext;
   podDir(uid: string): string;
   registerLog(uid: string, container: string, restart: number, log: ContainerLog): void;
@@ -142,17 +148,20 @@ export class PodWorker {
     this.ctx.events.record("kubelet", this.ctx.nodeName, this.pod, type, reason, message, fieldPath);
   }
 
-  private sleep(ms: number): Promise<void> {
+  /** Waits `ms`, ending early when the pod stops (or `also` aborts). */
+  private sleep(ms: number, also?: AbortSignal): Promise<void> {
     return new Promise((resolve) => {
-      if (this.abort.signal.aborted) return resolve();
+      if (this.abort.signal.aborted || also?.aborted) return resolve();
       const done = (): void => {
         clearTimeout(timer);
         this.abort.signal.removeEventListener("abort", done);
+        also?.removeEventListener("abort", done);
         resolve();
       };
       const timer = setTimeout(done, ms);
       timer.unref();
       this.abort.signal.addEventListener("abort", done, { once: true });
+      also?.addEventListener("abort", done, { once: true });
     });
   }
 
@@ -303,11 +312,16 @@ export class PodWorker {
     if (this.stopping) return undefined;
     this.event("Normal", "Pulled", `Container image "${c.image}" already present on machine`, c);
     let env: Record<string, string> | undefined;
+    let user: ContainerUser | undefined;
     let argv: string[] = [];
     const image = this.ctx.images.config(c.image);
     while (!this.stopping) {
       try {
-        env = resolveEnv(this.ctx.api, this.pod, c.spec, { ...this.ctx.baseEnv, HOSTNAME: this.name, ...(image.env ?? {}) });
+        user = effectiveUser(this.spec, c.spec, image.user);
+        checkNonRoot(this.spec, c.spec, user, image.user, `${this.name}_${this.ns}(${this.uid})`, c.name);
+        // A user without a home in the image (any but root here) gets HOME=/, as runtimes do.
+        const home: Record<string, string> = user.uid !== 0 && this.ctx.baseEnv.HOME === "/root" ? { HOME: "/" } : {};
+        env = resolveEnv(this.ctx.api, this.pod, c.spec, { ...this.ctx.baseEnv, ...home, HOSTNAME: this.name, ...this.ctx.serviceEnv(), ...(image.env ?? {}) });
         const command = Array.isArray(c.spec.command) ? c.spec.command.map(String) : undefined;
         const args = Array.isArray(c.spec.args) ? c.spec.args.map(String) : undefined;
         argv = [...(command ?? image.entrypoint ?? []), ...(args ?? (command ? [] : image.cmd ?? []))].map((a) => expand(a, env ?? {}));
@@ -347,6 +361,8 @@ export class PodWorker {
       mounts,
       rootDir: join(this.ctx.podDir(this.uid), "roots", `${c.name}-${c.restartCount}`),
       isolation: this.ctx.isolation,
+      ...(user ? { user } : {}),
+      readOnlyRoot: isObject(c.spec.securityContext) && c.spec.securityContext.readOnlyRootFilesystem === true,
       onOutput: (d) => log.append(d),
     });
     c.proc = proc;
@@ -364,15 +380,20 @@ export class PodWorker {
       return 128;
     }
     c.state = { running: { startedAt } };
-    c.started = true;
-    c.ready = !c.init;
+    const probes = c.init ? {} : { startup: objOrUndef(c.spec.startupProbe), liveness: objOrUndef(c.spec.livenessProbe), readiness: objOrUndef(c.spec.readinessProbe) };
+    c.started = probes.startup === undefined;
+    c.ready = !c.init && c.started && probes.readiness === undefined;
     this.event("Normal", "Started", `Started container ${c.name}`, c);
     if (this.stopping) proc.signal("SIGTERM");
     this.updateReadiness();
     if (this.phase === "Pending" && !c.init) this.phase = "Running";
     this.sync();
     this.armSimulations(c);
+    const probing = new AbortController();
+    const execTarget: ExecTarget = { wrap: (cmd) => ({ argv: proc.execArgv(cmd, user), env: env ?? {} }) };
+    if (!c.init) this.startProbes(c, proc, probes, execTarget, probing.signal);
     const exit = await proc.exited;
+    probing.abort();
     log.close();
     const exitCode = c.oomKilled ? 137 : exit.exitCode;
     c.state = { terminated: { exitCode, reason: c.oomKilled ? "OOMKilled" : exitCode === 0 ? "Completed" : "Error", startedAt, finishedAt: isoNow(), containerID: `containerd://${c.containerID}` } };
@@ -382,6 +403,86 @@ export class PodWorker {
     this.updateReadiness();
     this.sync();
     return exitCode;
+  }
+
+  /**
+   * The startup probe first (the others wait for it); then liveness and readiness side
+   * by side. A failed startup or liveness probe kills the container (SIGTERM, SIGKILL
+   * after the grace period), which then restarts per restartPolicy; readiness only
+   * flips the container's (and so the pod's) Ready condition.
+   */
+  private startProbes(c: Runtime, proc: ContainerProcess, probes: { startup?: JsonObject; liveness?: JsonObject; readiness?: JsonObject }, target: ExecTarget, signal: AbortSignal): void {
+    const sec = this.ctx.timings.probeSecondMs;
+    const active = (): boolean => !signal.aborted && !this.stopping;
+    const kill = (kind: string, probe: JsonObject): void => {
+      this.event("Normal", "Killing", `Container ${c.name} failed ${kind} probe, will be restarted`, c);
+      proc.signal("SIGTERM");
+      const grace = typeof probe.terminationGracePeriodSeconds === "number" ? probe.terminationGracePeriodSeconds : typeof this.spec.terminationGracePeriodSeconds === "number" ? this.spec.terminationGracePeriodSeconds : 30;
+      const t = setTimeout(() => proc.killGroup(), grace * 1000);
+      t.unref();
+      signal.addEventListener("abort", () => clearTimeout(t), { once: true });
+    };
+    const loop = async (kind: "Startup" | "Liveness" | "Readiness", probe: JsonObject, onResult: (ok: boolean, successes: number, failures: number) => boolean): Promise<void> => {
+      const t = probeTiming(probe);
+      await this.sleep(t.initialDelaySeconds * sec, signal);
+      let successes = 0;
+      let failures = 0;
+      while (active()) {
+        // timeoutSeconds stays in real seconds: a scaled-down timeout would fail healthy probes on a busy machine.
+        const r = await runProbe(probe, c.spec, target, Math.max(1, t.timeoutSeconds) * 1000);
+        if (!active()) return;
+        if (r.ok) {
+          successes++;
+          failures = 0;
+        } else {
+          failures++;
+          successes = 0;
+          this.event("Warning", "Unhealthy", `${kind} probe failed: ${r.message}`, c);
+        }
+        if (!onResult(r.ok, successes, failures)) return;
+        await this.sleep(Math.max(1, t.periodSeconds) * sec, signal);
+      }
+    };
+    const afterStartup = (): void => {
+      if (probes.liveness) {
+        const p = probes.liveness;
+        const threshold = probeTiming(p).failureThreshold;
+        void loop("Liveness", p, (_ok, _s, failures) => {
+          if (failures < threshold) return true;
+          kill("liveness", p);
+          return false;
+        }).catch((e: unknown) => this.ctx.onError(e));
+      }
+      if (probes.readiness) {
+        const p = probes.readiness;
+        const { successThreshold, failureThreshold } = probeTiming(p);
+        void loop("Readiness", p, (ok, successes, failures) => {
+          const ready = ok ? successes >= successThreshold || c.ready : !(failures >= failureThreshold) && c.ready;
+          if (ready !== c.ready) {
+            c.ready = ready;
+            this.updateReadiness();
+            this.sync();
+          }
+          return true;
+        }).catch((e: unknown) => this.ctx.onError(e));
+      }
+    };
+    if (!probes.startup) return afterStartup();
+    const sp = probes.startup;
+    const threshold = probeTiming(sp).failureThreshold;
+    void loop("Startup", sp, (ok, _s, failures) => {
+      if (ok) {
+        c.started = true;
+        c.ready = probes.readiness === undefined;
+        this.updateReadiness();
+        this.sync();
+        afterStartup();
+        return false;
+      }
+      if (failures < threshold) return true;
+      kill("startup", sp);
+      return false;
+    }).catch((e: unknown) => this.ctx.onError(e));
   }
 
   private armSimulations(c: Runtime): void {
@@ -488,6 +589,40 @@ export class PodWorker {
     c.proc.killGroup();
     return true;
   }
+}
+
+function objOrUndef(v: unknown): JsonObject | undefined {
+  return isObject(v) ? v : undefined;
+}
+
+function num(v: unknown): number | undefined {
+  return typeof v === "number" && Number.isInteger(v) ? v : undefined;
+}
+
+/**
+ * The user a container runs as: its securityContext, else the pod's, else the image's
+ * USER ("uid[:gid]"), else root; supplementary groups are supplementalGroups plus fsGroup.
+ */
+export function effectiveUser(pod: JsonObject, container: JsonObject, imageUser: string | undefined): ContainerUser {
+  const psc = isObject(pod.securityContext) ? pod.securityContext : {};
+  const csc = isObject(container.securityContext) ? container.securityContext : {};
+  const [iu, ig] = (imageUser ?? "").split(":");
+  const uid = num(csc.runAsUser) ?? num(psc.runAsUser) ?? (iu && /^\d+$/.test(iu) ? Number(iu) : 0);
+  const gid = num(csc.runAsGroup) ?? num(psc.runAsGroup) ?? (ig && /^\d+$/.test(ig) ? Number(ig) : 0);
+  const groups = [...(Array.isArray(psc.supplementalGroups) ? psc.supplementalGroups.filter((g): g is number => typeof g === "number") : []), ...(num(psc.fsGroup) !== undefined ? [num(psc.fsGroup) as number] : [])];
+  return { uid, gid, groups: [...new Set(groups)] };
+}
+
+/** runAsNonRoot as kubelet verifies it before creating the container. */
+function checkNonRoot(pod: JsonObject, container: JsonObject, user: ContainerUser, imageUser: string | undefined, podRef: string, name: string): void {
+  const psc = isObject(pod.securityContext) ? pod.securityContext : {};
+  const csc = isObject(container.securityContext) ? container.securityContext : {};
+  const nonRoot = csc.runAsNonRoot ?? psc.runAsNonRoot;
+  if (nonRoot !== true) return;
+  const explicit = num(csc.runAsUser) ?? num(psc.runAsUser);
+  const iu = (imageUser ?? "").split(":")[0] ?? "";
+  if (explicit === undefined && iu !== "" && !/^\d+$/.test(iu)) throw new ContainerConfigError(`container has runAsNonRoot and image has non-numeric user (${iu}), cannot verify user is non-root (pod: "${podRef}", container: ${name})`);
+  if (user.uid === 0) throw new ContainerConfigError(`container has runAsNonRoot and image will run as root (pod: "${podRef}", container: ${name})`);
 }
 
 /** Whether `path` lies strictly below the directory `dir`. */
