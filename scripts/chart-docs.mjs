@@ -13,6 +13,8 @@ const enums = {
   "image.pullPolicy": ["Always", "IfNotPresent", "Never"],
   "persistence.persistentVolumeClaim.accessMode": ["ReadWriteOnce", "ReadWriteMany", "ReadOnlyMany", "ReadWriteOncePod"],
 };
+/** Values that take a whole number or a percentage ("50%"); empty means unset. */
+const intOrPercent = ["podDisruptionBudget.minAvailable", "podDisruptionBudget.maxUnavailable"];
 const ranges = { "agent.concurrency": [1, 1000], terminationGracePeriodSeconds: [1, 86400], replicaCount: [0, 1000] };
 
 function description(comment) {
@@ -23,17 +25,33 @@ function description(comment) {
   return lines.slice(at).join(" ").replace(/^--\s*/, "").trim();
 }
 
-function walk(node, path, rows) {
+/**
+ * The `# --` comment of the map's i-th key. The yaml library attaches the comment above a
+ * nested map's first key to the map itself, not to that key.
+ */
+function keyComment(map, i) {
+  const pair = map.items[i];
+  return pair.key.commentBefore ?? pair.commentBefore ?? (i === 0 ? map.commentBefore : undefined);
+}
+
+/** Whether anything inside `node` has its own description. */
+function hasDocs(node) {
+  return isMap(node) && node.items.some((p, j) => description(keyComment(node, j)) || hasDocs(p.value));
+}
+
+/** Collects a row per documented value; `undocumented` gets every value without a description. */
+function walk(node, path, rows, undocumented) {
   if (!isMap(node)) return;
-  for (const pair of node.items) {
+  node.items.forEach((pair, i) => {
     const key = String(pair.key.value);
     const full = path ? `${path}.${key}` : key;
-    const desc = description(pair.key.commentBefore ?? pair.commentBefore);
+    const desc = description(keyComment(node, i));
     const value = pair.value?.toJSON?.() ?? (isScalar(pair.value) ? pair.value.value : null);
-    const documentedChildren = isMap(pair.value) && pair.value.items.some((p) => description(p.key.commentBefore ?? p.commentBefore) || isMap(p.value));
-    if (desc && !(isMap(pair.value) && documentedChildren)) rows.push({ key: full, type: Array.isArray(value) ? "list" : value === null ? "string" : typeof value === "object" ? "object" : typeof value === "number" ? (Number.isInteger(value) ? "int" : "float") : typeof value, value, desc });
-    if (isMap(pair.value) && documentedChildren) walk(pair.value, full, rows);
-  }
+    const documentedChildren = hasDocs(pair.value);
+    if (isMap(pair.value) && documentedChildren) return walk(pair.value, full, rows, undocumented);
+    if (!desc) return undocumented.push(full);
+    rows.push({ key: full, type: Array.isArray(value) ? "list" : value === null ? "string" : typeof value === "object" ? "object" : typeof value === "number" ? (Number.isInteger(value) ? "int" : "float") : typeof value, value, desc });
+  });
 }
 
 function schemaOf(value, path) {
@@ -44,9 +62,10 @@ function schemaOf(value, path) {
     // An empty map is free-form (annotations, nodeSelector, extraEnv…).
     if (keys.length === 0) return { type: "object" };
     const properties = Object.fromEntries(keys.map((k) => [k, schemaOf(value[k], path ? `${path}.${k}` : k)]));
-    const freeForm = ["resources", "affinity", "strategy", "podSecurityContext", "securityContext"].some((p) => path === p || path.endsWith(`.${p}`));
+    const freeForm = ["resources", "affinity", "strategy", "updateStrategy", "podSecurityContext", "securityContext"].some((p) => path === p || path.endsWith(`.${p}`));
     return { type: "object", properties, additionalProperties: freeForm };
   }
+  if (intOrPercent.includes(path)) return { type: ["integer", "string"], minimum: 0, pattern: "^([0-9]+%?)?$" };
   const s = { type: typeof value === "number" ? (Number.isInteger(value) ? "integer" : "number") : typeof value === "boolean" ? "boolean" : "string" };
   if (enums[path]) s.enum = enums[path];
   if (ranges[path]) Object.assign(s, { minimum: ranges[path][0], maximum: ranges[path][1] });
@@ -57,7 +76,12 @@ function schemaOf(value, path) {
 function render(chartDir) {
   const doc = parseDocument(readFileSync(join(chartDir, "values.yaml"), "utf8"));
   const rows = [];
-  walk(doc.contents, "", rows);
+  const undocumented = [];
+  walk(doc.contents, "", rows, undocumented);
+  if (undocumented.length > 0) {
+    console.error(`${chartDir}/values.yaml: no "# --" description for ${undocumented.join(", ")}`);
+    process.exitCode = 1;
+  }
   rows.sort((a, b) => a.key.localeCompare(b.key));
   const cell = (s) => String(s).replace(/\|/g, "\\|").replace(/\n/g, " ");
   const table = ["| Key | Type | Default | Description |", "|-----|------|---------|-------------|", ...rows.map((r) => `| ${r.key} | ${r.type} | \`${cell(JSON.stringify(r.value))}\` | ${cell(r.desc)} |`)].join("\n");

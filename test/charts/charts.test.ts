@@ -1,5 +1,7 @@
 import assert from "node:assert/strict";
 import { execFileSync, spawnSync } from "node:child_process";
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { describe, test } from "node:test";
@@ -15,11 +17,16 @@ const token = "drv_p_eyJ1cmwiOiJodHRwczovL2Qu ZXhhbXBsZSIsInBvb2wiOiJwIn0.c2Vjcm
 
 type K = { apiVersion: string; kind: string; metadata: { name: string }; spec?: any; rules?: any[]; subjects?: any[]; automountServiceAccountToken?: boolean };
 
+/** Renders a chart and parses every document strictly: a duplicate key or any YAML warning fails. */
 function render(chart: string, args: string[]): K[] {
   const out = execFileSync(helm, ["template", "rel", join(repo, "charts", chart), "--namespace", "drover", ...args], { encoding: "utf8" });
-  return parseAllDocuments(out)
-    .map((d) => d.toJSON() as K | null)
-    .filter((o): o is K => o !== null);
+  const docs = parseAllDocuments(out, { uniqueKeys: true, strict: true });
+  assert.ok(!("empty" in docs), "no documents rendered");
+  for (const d of docs) {
+    const problems = [...d.errors, ...d.warnings].map((e) => e.message);
+    assert.deepEqual(problems, [], `${chart} ${args.join(" ")}: invalid YAML in\n${String(d)}`);
+  }
+  return docs.map((d) => d.toJSON() as K | null).filter((o): o is K => o !== null);
 }
 
 function renderFails(chart: string, args: string[]): string {
@@ -45,15 +52,11 @@ const podSpecs = (objects: K[]) =>
     return [];
   });
 
-const configurations: Array<[string, string[]]> = [
-  ["agent-local", ["--set", `agent.token=${token}`]],
-  ["agent-local", ["-f", join(repo, "charts/agent-local/ci/max-values.yaml")]],
-  ["agent-job", ["--set", `agent.token=${token}`]],
-  ["agent-job", ["-f", join(repo, "charts/agent-job/ci/max-values.yaml")]],
-  ["agent-k8s", ["--set", `agent.token=${token}`]],
-  ["agent-k8s", ["-f", join(repo, "charts/agent-k8s/ci/max-values.yaml")]],
-  ["agent-k8s", ["-f", join(repo, "charts/agent-k8s/ci/job-worker-values.yaml")]],
-];
+// Every chart with its defaults and with each values file under its ci/.
+const configurations: Array<[string, string[]]> = ["agent-local", "agent-job", "agent-k8s"].flatMap((chart) => [
+  [chart, ["--set", `agent.token=${token}`]] as [string, string[]],
+  ...readdirSync(join(repo, "charts", chart, "ci")).map((f) => [chart, ["-f", join(repo, "charts", chart, "ci", f)]] as [string, string[]]),
+]);
 
 for (const [chart, args] of configurations) {
   const label = `${chart} ${args[0] === "-f" ? args[1]!.split("/").pop() : "defaults"}`;
@@ -71,7 +74,8 @@ for (const [chart, args] of configurations) {
       for (const { owner, spec } of podSpecs(objects)) {
         assert.equal(spec.securityContext.runAsNonRoot, true, owner);
         assert.equal(spec.securityContext.seccompProfile.type, "RuntimeDefault", owner);
-        for (const c of [...spec.containers, ...(spec.initContainers ?? [])].filter((c: any) => c.name !== "log-shipper")) {
+        // The sidecar comes from the values; prepare-data-home is the opt-in root step of node preparation.
+        for (const c of [...spec.containers, ...(spec.initContainers ?? [])].filter((c: any) => c.name !== "log-shipper" && c.name !== "prepare-data-home")) {
           assert.equal(c.securityContext.runAsUser, 1000, `${owner} ${c.name}`);
           assert.equal(c.securityContext.runAsGroup, 1000, `${owner} ${c.name}`);
           assert.equal(c.securityContext.readOnlyRootFilesystem, true, `${owner} ${c.name}`);
@@ -95,10 +99,29 @@ for (const [chart, args] of configurations) {
       }
     });
 
+    test("every emptyDir has a sizeLimit; every Drover container and init container requests CPU, memory and ephemeral storage", () => {
+      for (const { owner, spec } of podSpecs(render(chart, args))) {
+        for (const v of spec.volumes ?? []) if (v.emptyDir) assert.ok(v.emptyDir.sizeLimit, `${owner}: emptyDir ${v.name} has no sizeLimit`);
+        for (const c of [...spec.containers, ...(spec.initContainers ?? [])].filter((c: any) => c.name !== "log-shipper")) {
+          for (const r of ["cpu", "memory", "ephemeral-storage"]) assert.ok(c.resources?.requests?.[r], `${owner} ${c.name}: no ${r} request`);
+        }
+      }
+    });
+
+    test("no container declares port 0; probes only where a port is served", () => {
+      for (const { owner, spec } of podSpecs(render(chart, args))) {
+        for (const c of spec.containers) {
+          for (const p of c.ports ?? []) assert.ok(p.containerPort > 0, `${owner} ${c.name}: containerPort ${p.containerPort}`);
+          if (c.livenessProbe || c.readinessProbe) assert.ok(c.ports?.some((p: any) => p.name === "health"), `${owner} ${c.name}: a probe without a health port`);
+        }
+      }
+    });
+
     test("a NetworkPolicy blocks the metadata service unless allowMetadataService", () => {
       const policies = render(chart, args).filter((o) => o.kind === "NetworkPolicy");
       assert.equal(policies.length, 1);
       assert.deepEqual(policies[0]!.spec.egress[0].to[0].ipBlock.except, ["169.254.169.254/32"]);
+      assert.deepEqual(policies[0]!.spec.egress[0].to[1].ipBlock, { cidr: "::/0", except: ["fd00:ec2::254/128"] }, "the IPv6 metadata endpoint too");
       assert.equal(render(chart, [...args, "--set", "allowMetadataService=true"]).filter((o) => o.kind === "NetworkPolicy").length, 0);
     });
   });
@@ -163,7 +186,7 @@ describe("agent-job specifics", () => {
     assert.equal(all.filter((o) => o.kind === "ClusterRole" || o.kind === "ClusterRoleBinding").length, 0);
     const role = all.find((o) => o.kind === "Role")!;
     const granted = new Set(role.rules!.flatMap((r: any) => r.resources));
-    assert.deepEqual([...granted].sort(), ["agenttasks", "agenttasks/status", "events", "jobs", "pods", "pods/log", "secrets"]);
+    assert.deepEqual([...granted].sort(), ["agenttasks", "events", "jobs", "pods", "secrets"]);
     assert.ok(role.rules!.every((r: any) => !r.verbs.includes("*") && !r.resources.includes("*")));
     const binding = all.find((o) => o.kind === "RoleBinding")!;
     assert.deepEqual(binding.subjects!.map((s: any) => s.name), ["rel-agent-job-controller"]);
@@ -206,4 +229,122 @@ describe("agent-job specifics", () => {
 test("chart READMEs and schemas are generated from values.yaml and up to date", () => {
   const r = spawnSync(process.execPath, [join(repo, "scripts", "chart-docs.mjs"), "--check"], { cwd: repo, encoding: "utf8" });
   assert.equal(r.status, 0, r.stderr);
+});
+
+describe("drains and upgrades", () => {
+  const pdbOf = (chart: string, args: string[]) => render(chart, ["--set", `agent.token=${token}`, ...args]).find((o) => o.kind === "PodDisruptionBudget");
+
+  test("PDBs default to maxUnavailable 1 and are left out when no pod could ever be evicted", () => {
+    for (const chart of ["agent-local", "agent-job", "agent-k8s"]) {
+      assert.deepEqual(pdbOf(chart, [])?.spec.maxUnavailable, 1, chart);
+      assert.equal(pdbOf(chart, [])?.spec.minAvailable, undefined, chart);
+      assert.equal(pdbOf(chart, ["--set", "podDisruptionBudget.minAvailable=1"]), undefined, `${chart}: minAvailable 1 of one replica blocks every drain`);
+      assert.equal(pdbOf(chart, ["--set-string", "podDisruptionBudget.minAvailable=50%"]), undefined, `${chart}: 50% of one replica rounds up to 1`);
+      assert.equal(pdbOf(chart, ["--set", "podDisruptionBudget.maxUnavailable=0"]), undefined, chart);
+      assert.equal(pdbOf(chart, ["--set", "podDisruptionBudget.enabled=false"]), undefined, chart);
+      assert.equal(pdbOf(chart, ["--set-string", "podDisruptionBudget.maxUnavailable=50%"])?.spec.maxUnavailable, "50%", chart);
+    }
+    assert.equal(pdbOf("agent-local", ["--set", "replicaCount=4", "--set-string", "podDisruptionBudget.minAvailable=50%"])?.spec.minAvailable, "50%");
+    assert.equal(pdbOf("agent-local", ["--set", "replicaCount=3", "--set", "podDisruptionBudget.minAvailable=2"])?.spec.minAvailable, 2);
+    assert.match(renderFails("agent-job", ["--set", `agent.token=${token}`, "--set-string", "podDisruptionBudget.minAvailable=half"]), /minAvailable/);
+  });
+
+  test("helm upgrade with a new token or CA bundle changes the pod templates (pods restart); the same values do not", () => {
+    const annotations = (chart: string, args: string[]) =>
+      Object.fromEntries(render(chart, args).filter((o) => o.kind === "Deployment" || o.kind === "DaemonSet").map((o) => [o.kind, o.spec.template.metadata.annotations]));
+    for (const chart of ["agent-local", "agent-job", "agent-k8s"]) {
+      const a = annotations(chart, ["--set", `agent.token=${token}`]);
+      assert.deepEqual(annotations(chart, ["--set", `agent.token=${token}`]), a, `${chart}: stable`);
+      assert.notDeepEqual(annotations(chart, ["--set", `agent.token=${token}x`]).Deployment, a.Deployment, `${chart}: a new token restarts the agent/controller`);
+      assert.notDeepEqual(annotations(chart, ["--set", `agent.token=${token}`, "--set-string", "agent.caBundle=-----BEGIN CERTIFICATE-----"]).Deployment, a.Deployment, `${chart}: a new CA restarts it`);
+      const existing = (name: string) => annotations(chart, ["--set", `agent.tokenExistingSecret.name=${name}`]).Deployment;
+      assert.notDeepEqual(existing("one"), existing("two"), `${chart}: pointing at another Secret restarts it`);
+    }
+  });
+
+  test("agent-k8s: per-node workers are replaced OnDelete (an upgrade never restarts a worker under runs); hostPath type Directory", () => {
+    const ds = render("agent-k8s", ["--set", `agent.token=${token}`]).find((o) => o.kind === "DaemonSet")!;
+    assert.deepEqual(ds.spec.updateStrategy, { type: "OnDelete" });
+    assert.equal(ds.spec.template.spec.volumes.find((v: any) => v.name === "home").hostPath.type, "Directory");
+    assert.equal(ds.spec.template.spec.initContainers, undefined);
+    const prepared = render("agent-k8s", ["--set", `agent.token=${token}`, "--set", "workerDaemonSet.prepareDataHome=true"]).find((o) => o.kind === "DaemonSet")!.spec.template.spec;
+    assert.equal(prepared.volumes.find((v: any) => v.name === "home").hostPath.type, "DirectoryOrCreate");
+    const init = prepared.initContainers.find((c: any) => c.name === "prepare-data-home");
+    assert.match(init.command[2], /chown 1000:1000 "\/var\/lib\/drover-agent" "\/var\/lib\/drover-agent"\/runs && chmod 0711/);
+    assert.deepEqual(init.securityContext.capabilities, { drop: ["ALL"], add: ["CHOWN", "FOWNER"] });
+  });
+});
+
+describe("values at the edges", () => {
+  test('storageClassName "-" asks for no storage class (""); a name is kept', () => {
+    for (const [chart, extra] of [["agent-local", []], ["agent-job", []], ["agent-k8s", ["--set", "jobWorker=true"]]] as const) {
+      const claim = (sc: string) => render(chart, ["--set", `agent.token=${token}`, ...extra, "--set", "persistence.enabled=true", "--set-string", `persistence.persistentVolumeClaim.storageClassName=${sc}`]).find((o) => o.kind === "PersistentVolumeClaim")!;
+      assert.equal(claim("-").spec.storageClassName, "", chart);
+      assert.equal(claim("fast").spec.storageClassName, "fast", chart);
+    }
+  });
+
+  test("healthPort 0 renders no port, probe, metrics Service or ServiceMonitor", () => {
+    for (const chart of ["agent-local", "agent-job", "agent-k8s"]) {
+      const all = render(chart, ["--set", `agent.token=${token}`, "--set", "agent.healthPort=0", "--set", "serviceMonitor.enabled=true"]);
+      assert.ok(!JSON.stringify(all).includes('"containerPort":0'), chart);
+      assert.equal(all.filter((o) => o.kind === "Service" || o.kind === "ServiceMonitor").length, 0, chart);
+      for (const { spec } of podSpecs(all)) for (const c of spec.containers) assert.equal(c.livenessProbe, undefined, chart);
+    }
+  });
+
+  test("a chosen seccomp profile replaces RuntimeDefault instead of adding a second key", () => {
+    const all = render("agent-local", ["-f", join(repo, "charts/agent-local/ci/edge-values.yaml")]);
+    const agent = all.find((o) => o.kind === "Deployment")!.spec.template.spec.containers[0];
+    assert.deepEqual(agent.securityContext.seccompProfile, { type: "Localhost", localhostProfile: "profiles/drover.json" });
+  });
+
+  test("extraEnv naming a variable the chart sets is refused, so no container gets a name twice", () => {
+    // Which values map feeds which container.
+    const feeds: Record<string, string> = { agent: "extraEnv", controller: "extraEnv", worker: "task.worker.extraEnv", runner: "task.runner.extraEnv" };
+    for (const [chart, extra] of [["agent-local", []], ["agent-job", []], ["agent-k8s", []], ["agent-k8s", ["--set", "jobWorker=true"]]] as const) {
+      const base = ["--set", `agent.token=${token}`, "--set-string", "agent.caBundle=x", "--set", "proxy.httpsProxy=http://p", "--set", "proxy.httpProxy=http://p", "--set", "proxy.noProxy=.svc", ...(chart === "agent-local" ? [] : ["--set", "otel.endpoint=http://o"]), ...extra];
+      for (const { owner, spec } of podSpecs(render(chart, base))) {
+        for (const c of spec.containers) {
+          const field = owner.startsWith("DaemonSet") ? "extraEnv" : feeds[c.name];
+          if (!field) continue;
+          for (const { name } of c.env ?? []) {
+            const r: { status: number | null; stdout: string; stderr: string } = spawnSync(helm, ["template", "rel", join(repo, "charts", chart), ...base, "--set", `${field}.${name}=dup`], { encoding: "utf8" });
+            if (r.status !== 0) {
+              assert.match(r.stderr, /is set by the chart/, `${chart} ${owner} ${c.name} ${name}`);
+              continue;
+            }
+            const again: K[] = parseAllDocuments(r.stdout).map((d) => d.toJSON() as K | null).filter((o): o is K => o !== null);
+            for (const p of podSpecs(again)) for (const c2 of p.spec.containers as any[]) {
+              const names: string[] = (c2.env ?? []).map((e: any) => e.name);
+              assert.equal(new Set(names).size, names.length, `${chart} ${p.owner} ${c2.name}: ${field}.${name} duplicated an env entry`);
+            }
+          }
+        }
+      }
+    }
+  });
+});
+
+describe("chart-docs.mjs", () => {
+  test("documents the first key of every nested map", () => {
+    for (const chart of ["agent-local", "agent-job", "agent-k8s"]) {
+      const readme = readFileSync(join(repo, "charts", chart, "README.md"), "utf8");
+      for (const key of ["image.repository", "agent.url", "securityContext.runAsUser", "podDisruptionBudget.enabled"]) assert.match(readme, new RegExp(`^\\| ${key.replace(/\./g, "\\.")} \\|`, "m"), `${chart}: ${key}`);
+    }
+  });
+
+  test("--check fails, naming it, on a value without a description", () => {
+    const dir = mkdtempSync(join(tmpdir(), "chart-docs-"));
+    try {
+      mkdirSync(join(dir, "charts", "c"), { recursive: true });
+      writeFileSync(join(dir, "charts", "c", "values.yaml"), "a:\n  first: 1\n  # -- Second.\n  second: 2\n");
+      writeFileSync(join(dir, "charts", "c", "README.md"), "# c\n\n<!-- values:start -->\n<!-- values:end -->\n");
+      const r = spawnSync(process.execPath, [join(repo, "scripts", "chart-docs.mjs"), "--check"], { cwd: dir, encoding: "utf8" });
+      assert.equal(r.status, 1);
+      assert.match(r.stderr, /no "# --" description for a\.first/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
 });

@@ -54,7 +54,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{/* Environment variables the chart owns; extraEnv may not set them. */}}
 {{- define "drover.reservedEnv" -}}
-DROVER_URL DROVER_TOKEN DROVER_TOKEN_FILE DROVER_AGENT_DRIVER DROVER_AGENT_CONCURRENCY DROVER_AGENT_NAME DROVER_AGENT_WORKER_ON_STOP_ACTION DROVER_AGENT_GRACE_PERIOD_SECONDS DROVER_AGENT_DATA_DIR DROVER_AGENT_CACHE_DIR DROVER_AGENT_HEALTH_PORT DROVER_CA_CERT DROVER_AGENT_KUBERNETES_TASK_TEMPLATE DROVER_AGENT_KUBERNETES_NAMESPACE HTTP_PROXY HTTPS_PROXY NO_PROXY
+DROVER_URL DROVER_TOKEN DROVER_TOKEN_FILE DROVER_AGENT_DRIVER DROVER_AGENT_CONCURRENCY DROVER_AGENT_NAME DROVER_AGENT_WORKER_ON_STOP_ACTION DROVER_AGENT_GRACE_PERIOD_SECONDS DROVER_AGENT_DATA_DIR DROVER_AGENT_CACHE_DIR DROVER_AGENT_HEALTH_PORT DROVER_AGENT_LOG_FORMAT DROVER_AGENT_DEBUG DROVER_CA_CERT DROVER_AGENT_KUBERNETES_TASK_TEMPLATE DROVER_AGENT_KUBERNETES_NAMESPACE DROVER_AGENT_KUBERNETES_WORKER_IMAGE DROVER_AGENT_IMAGE_PULL_GRACE_SECONDS DROVER_AGENT_POD_PENDING_TIMEOUT_SECONDS DROVER_AGENT_JOB_TTL_SECONDS DROVER_AGENT_JOB_ACTIVE_DEADLINE_SECONDS DROVER_AGENT_OTLP_ENDPOINT DROVER_AGENT_OTLP_METRICS_ENABLED DROVER_AGENT_OTLP_TRACES_ENABLED DROVER_AGENT_NODE_HOME DROVER_AGENT_NODE_NAME DROVER_AGENT_EXEC_LOOP_PATH DROVER_AGENT_CONTROLLER_NAME HTTP_PROXY HTTPS_PROXY NO_PROXY
 {{- end -}}
 
 {{- define "drover.validateExtraEnv" -}}
@@ -62,6 +62,15 @@ DROVER_URL DROVER_TOKEN DROVER_TOKEN_FILE DROVER_AGENT_DRIVER DROVER_AGENT_CONCU
 {{- range $name, $_ := .Values.extraEnv -}}
 {{- if has $name $reserved -}}
 {{- fail (printf "extraEnv.%s is set by the chart itself; use the matching chart value instead" $name) -}}
+{{- end -}}
+{{- end -}}
+{{- /* Run pods: what the chart and the controller set in the worker and runner containers. */ -}}
+{{- $task := dict "worker" (list "HTTP_PROXY" "HTTPS_PROXY" "NO_PROXY" "DROVER_AGENT_HEALTH_PORT" "DROVER_CA_CERT" "DROVER_URL" "DROVER_EXEC_DIR" "DROVER_WORKER_RUN_DIR" "DROVER_WORKER_SECRET_DIR" "DROVER_AGENT_WORKER_ON_STOP_ACTION" "DROVER_AGENT_GRACE_PERIOD_SECONDS") "runner" (list "HTTP_PROXY" "HTTPS_PROXY" "NO_PROXY" "HOME" "SSL_CERT_FILE" "DROVER_EXEC_DIR") -}}
+{{- range $container, $names := $task -}}
+{{- range $name, $_ := (get $.Values.task $container).extraEnv -}}
+{{- if has $name $names -}}
+{{- fail (printf "task.%s.extraEnv.%s is set by the chart or the controller itself; use the matching chart value instead" $container $name) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
@@ -132,5 +141,49 @@ DROVER_URL DROVER_TOKEN DROVER_TOKEN_FILE DROVER_AGENT_DRIVER DROVER_AGENT_CONCU
 {{- with .Values.proxy.noProxy }}
 - name: NO_PROXY
   value: {{ . | quote }}
+{{- end }}
+{{- end -}}
+
+{{/*
+PodDisruptionBudget spec lines (minAvailable or maxUnavailable) for `replicas` pods, or nothing
+when no pod could ever be evicted under them (a drain would wait forever). Percentages round
+up, as Kubernetes rounds them.
+*/}}
+{{- define "drover.pdbSpec" -}}
+{{- $replicas := int .replicas -}}
+{{- $min := toString (.pdb.minAvailable | default "") -}}
+{{- $max := toString .pdb.maxUnavailable -}}
+{{- $field := "maxUnavailable" -}}
+{{- $value := $max -}}
+{{- if ne $min "" -}}
+{{- $field = "minAvailable" -}}
+{{- $value = $min -}}
+{{- end -}}
+{{- $n := 0 -}}
+{{- if hasSuffix "%" $value -}}
+{{- $n = div (add (mul $replicas (int (trimSuffix "%" $value))) 99) 100 -}}
+{{- else -}}
+{{- $n = int $value -}}
+{{- end -}}
+{{- $allowed := ternary (sub $replicas $n) $n (eq $field "minAvailable") -}}
+{{- if gt (int $allowed) 0 -}}
+{{ $field }}: {{ if hasSuffix "%" $value }}{{ $value | quote }}{{ else }}{{ int $value }}{{ end }}
+{{- end -}}
+{{- end -}}
+
+{{/* A claim's storageClassName: unset uses the cluster default, "-" asks for no class at all (""). */}}
+{{- define "drover.storageClassName" -}}
+{{- if eq . "-" -}}
+storageClassName: ""
+{{- else if . -}}
+storageClassName: {{ . | quote }}
+{{- end -}}
+{{- end -}}
+
+{{/* Pod annotations that change with the chart's token and CA Secrets, so `helm upgrade` with a new one restarts the pods. */}}
+{{- define "drover.secretChecksums" -}}
+checksum/secrets: {{ include (print .Template.BasePath "/secret.yaml") . | sha256sum }}
+{{- with .Values.agent.tokenExistingSecret.name }}
+checksum/token-secret-ref: {{ printf "%s/%s" . $.Values.agent.tokenExistingSecret.key | sha256sum | trunc 16 }}
 {{- end }}
 {{- end -}}

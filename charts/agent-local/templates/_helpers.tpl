@@ -54,7 +54,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{/* Environment variables the chart owns; extraEnv may not set them. */}}
 {{- define "drover.reservedEnv" -}}
-DROVER_URL DROVER_TOKEN DROVER_TOKEN_FILE DROVER_AGENT_DRIVER DROVER_AGENT_CONCURRENCY DROVER_AGENT_NAME DROVER_AGENT_WORKER_ON_STOP_ACTION DROVER_AGENT_GRACE_PERIOD_SECONDS DROVER_AGENT_DATA_DIR DROVER_AGENT_CACHE_DIR DROVER_AGENT_HEALTH_PORT DROVER_CA_CERT DROVER_AGENT_KUBERNETES_TASK_TEMPLATE DROVER_AGENT_KUBERNETES_NAMESPACE HTTP_PROXY HTTPS_PROXY NO_PROXY
+DROVER_URL DROVER_TOKEN DROVER_TOKEN_FILE DROVER_AGENT_DRIVER DROVER_AGENT_CONCURRENCY DROVER_AGENT_NAME DROVER_AGENT_WORKER_ON_STOP_ACTION DROVER_AGENT_GRACE_PERIOD_SECONDS DROVER_AGENT_DATA_DIR DROVER_AGENT_CACHE_DIR DROVER_AGENT_HEALTH_PORT DROVER_AGENT_LOG_FORMAT DROVER_AGENT_DEBUG DROVER_CA_CERT DROVER_AGENT_KUBERNETES_TASK_TEMPLATE DROVER_AGENT_KUBERNETES_NAMESPACE HTTP_PROXY HTTPS_PROXY NO_PROXY
 {{- end -}}
 
 {{- define "drover.validateExtraEnv" -}}
@@ -117,4 +117,48 @@ DROVER_URL DROVER_TOKEN DROVER_TOKEN_FILE DROVER_AGENT_DRIVER DROVER_AGENT_CONCU
 
 {{- define "drover.caSecretName" -}}
 {{- default (printf "%s-ca" (include "drover.fullname" .)) .Values.agent.caBundleSecret.name -}}
+{{- end -}}
+
+{{/*
+PodDisruptionBudget spec lines (minAvailable or maxUnavailable) for `replicas` pods, or nothing
+when no pod could ever be evicted under them (a drain would wait forever). Percentages round
+up, as Kubernetes rounds them.
+*/}}
+{{- define "drover.pdbSpec" -}}
+{{- $replicas := int .replicas -}}
+{{- $min := toString (.pdb.minAvailable | default "") -}}
+{{- $max := toString .pdb.maxUnavailable -}}
+{{- $field := "maxUnavailable" -}}
+{{- $value := $max -}}
+{{- if ne $min "" -}}
+{{- $field = "minAvailable" -}}
+{{- $value = $min -}}
+{{- end -}}
+{{- $n := 0 -}}
+{{- if hasSuffix "%" $value -}}
+{{- $n = div (add (mul $replicas (int (trimSuffix "%" $value))) 99) 100 -}}
+{{- else -}}
+{{- $n = int $value -}}
+{{- end -}}
+{{- $allowed := ternary (sub $replicas $n) $n (eq $field "minAvailable") -}}
+{{- if gt (int $allowed) 0 -}}
+{{ $field }}: {{ if hasSuffix "%" $value }}{{ $value | quote }}{{ else }}{{ int $value }}{{ end }}
+{{- end -}}
+{{- end -}}
+
+{{/* A claim's storageClassName: unset uses the cluster default, "-" asks for no class at all (""). */}}
+{{- define "drover.storageClassName" -}}
+{{- if eq . "-" -}}
+storageClassName: ""
+{{- else if . -}}
+storageClassName: {{ . | quote }}
+{{- end -}}
+{{- end -}}
+
+{{/* Pod annotations that change with the chart's token and CA Secrets, so `helm upgrade` with a new one restarts the pods. */}}
+{{- define "drover.secretChecksums" -}}
+checksum/secrets: {{ include (print .Template.BasePath "/secret.yaml") . | sha256sum }}
+{{- with .Values.agent.tokenExistingSecret.name }}
+checksum/token-secret-ref: {{ printf "%s/%s" . $.Values.agent.tokenExistingSecret.key | sha256sum | trunc 16 }}
+{{- end }}
 {{- end -}}

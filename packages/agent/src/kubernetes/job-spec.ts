@@ -47,6 +47,16 @@ const mounts = {
   secret: { name: "drover-job", mountPath: "/var/run/drover/job", readOnly: true },
 };
 
+/**
+ * Size limits of the pod's own emptyDirs: the exec-loop's control files, the exec-loop script,
+ * and the run directory (configuration, .terraform, providers). A template may declare the
+ * `drover-run` emptyDir itself to size it differently.
+ */
+const emptyDirLimits = { exec: "64Mi", bin: "16Mi", run: "10Gi" };
+
+/** Requests of the init container Drover adds (a copy or a wait loop). */
+const initResources = { requests: { cpu: "10m", memory: "16Mi", "ephemeral-storage": "16Mi" }, limits: { memory: "64Mi" } };
+
 function addMounts(c: V1Container, wanted: V1VolumeMount[]): void {
   c.volumeMounts = [...(c.volumeMounts ?? []).filter((m) => !wanted.some((w) => w.name === m.name)), ...wanted];
 }
@@ -80,10 +90,11 @@ export function buildJob(a: JobAssignment, template: V1JobSpec | undefined, s: T
   pod.restartPolicy = "Never";
   pod.terminationGracePeriodSeconds ??= s.gracePeriodSeconds;
   if (s.nodeHome) return nodeModeJob(name, spec, meta, annotations, s.nodeHome, s);
+  const templateRun = pod.volumes?.find((v) => v.name === mounts.run.name && v.emptyDir);
   const volumes: V1Volume[] = [
-    { name: mounts.exec.name, emptyDir: {} },
-    { name: mounts.run.name, emptyDir: {} },
-    { name: mounts.bin.name, emptyDir: {} },
+    { name: mounts.exec.name, emptyDir: { sizeLimit: emptyDirLimits.exec } },
+    { name: mounts.run.name, emptyDir: { sizeLimit: emptyDirLimits.run, ...templateRun?.emptyDir } },
+    { name: mounts.bin.name, emptyDir: { sizeLimit: emptyDirLimits.bin } },
     { name: mounts.secret.name, secret: { secretName: `${name}-job`, defaultMode: 0o400 } },
   ];
   pod.volumes = [...(pod.volumes ?? []).filter((v) => !volumes.some((w) => w.name === v.name)), ...volumes];
@@ -93,6 +104,7 @@ export function buildJob(a: JobAssignment, template: V1JobSpec | undefined, s: T
     image: s.workerImage,
     command: ["sh", "-c", `cp "${s.execLoopPath}" /drover/bin/exec-loop.sh && chmod 0755 /drover/bin/exec-loop.sh`],
   };
+  init.resources ??= initResources;
   addMounts(init, [mounts.bin]);
   pod.initContainers = [init, ...(pod.initContainers ?? []).filter((c) => c.name !== "drover-init")];
 
@@ -138,6 +150,7 @@ function nodeModeJob(name: string, spec: V1JobSpec, meta: Record<string, string>
   pod.volumes = [...(pod.volumes ?? []).filter((v) => v.name !== volume.name), volume];
   pod.automountServiceAccountToken = false;
   const init: V1Container = pod.initContainers?.find((c) => c.name === "drover-init") ?? { name: "drover-init", image: s.workerImage };
+  init.resources ??= initResources;
   // The worker writes `ready` once the directory is its own; a pod no worker picks up fails here.
   init.command = ["sh", "-c", `i=0; until [ -f "${dir}/ready" ]; do i=$((i+1)); [ "$i" -gt 3000 ] && echo "no drover worker on this node prepared ${dir}" >&2 && exit 1; sleep 0.2; done`];
   addMounts(init, [{ name: volume.name, mountPath: `${home.replace(/\/+$/, "")}/runs`, subPath: "runs", readOnly: true }]);

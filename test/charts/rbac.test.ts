@@ -1,0 +1,84 @@
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { test } from "node:test";
+import { parseAllDocuments } from "yaml";
+
+// Least privilege, checked against the code: every Kubernetes API call the controller and the
+// node worker make (read from their sources) needs a grant of the chart's Role, and every
+// grant of the Role must be used by such a call. A new call without a grant, or a grant left
+// behind after a call went away, fails here.
+
+const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
+const { tools } = (await import(pathToFileURL(join(repo, "scripts", "tools.mjs")).href)) as { tools(): { helm: string } };
+const token = "drv_p_eyJ1cmwiOiJodHRwczovL2QuZXhhbXBsZSIsInBvb2wiOiJwIn0.c2VjcmV0";
+
+/** `group/resource verb` strings. */
+type Grants = Set<string>;
+
+const kinds: Record<string, [string, string]> = {
+  Job: ["batch", "jobs"],
+  Pod: ["", "pods"],
+  Secret: ["", "secrets"],
+  Event: ["", "events"],
+  ConfigMap: ["", "configmaps"],
+  Role: ["rbac.authorization.k8s.io", "roles"],
+  RoleBinding: ["rbac.authorization.k8s.io", "rolebindings"],
+  ServiceAccount: ["", "serviceaccounts"],
+  Lease: ["coordination.k8s.io", "leases"],
+};
+const verbs: Record<string, string> = { list: "list", read: "get", create: "create", delete: "delete", patch: "patch", replace: "update", get: "get" };
+
+/** The API calls a source file makes, as grants: client methods, custom objects, informers (list + watch). */
+function callsOf(file: string): Grants {
+  const src = readFileSync(join(repo, "packages", "agent", "src", "kubernetes", file), "utf8");
+  const used: Grants = new Set();
+  for (const m of src.matchAll(/\.(list|read|create|delete|patch|replace)Namespaced([A-Z][A-Za-z]*?)(Status)?\(/g)) {
+    const [, verb, kind, sub] = m;
+    const k = kinds[kind!];
+    assert.ok(k, `${file}: unknown kind ${kind} (add it to this test's table)`);
+    used.add(`${k[0]}/${k[1]}${sub ? "/status" : ""} ${verbs[verb!]}`);
+  }
+  for (const m of src.matchAll(/\.(get|list|create|delete|patch|replace)NamespacedCustomObject\(\{[^}]*group: "([^"]+)"[^}]*plural: "([^"]+)"/g)) used.add(`${m[2]}/${m[3]} ${verbs[m[1]!]}`);
+  // Informers: `inform("<resource>", "<path>", ...)` lists and watches the path's resource.
+  for (const m of src.matchAll(/inform\("[^"]*", `\/apis?\/(?:([a-z.]+)\/)?v1\/namespaces\/\$\{ns\}\/([a-z]+)`/g)) {
+    const group = m[1] && m[1] !== "v1" ? m[1] : "";
+    used.add(`${group}/${m[2]} list`).add(`${group}/${m[2]} watch`);
+  }
+  if (/new ListWatch|makeInformer/.test(src) && !/inform\(/.test(src)) assert.fail(`${file}: an informer this test cannot attribute`);
+  return used;
+}
+
+function granted(chart: string, role: string, args: string[] = []): Grants {
+  const out = execFileSync(tools().helm, ["template", "rel", join(repo, "charts", chart), "--set", `agent.token=${token}`, ...args], { encoding: "utf8" });
+  const r = parseAllDocuments(out)
+    .map((d) => d.toJSON() as { kind: string; metadata: { name: string }; rules?: { apiGroups: string[]; resources: string[]; verbs: string[] }[] } | null)
+    .find((o) => o?.kind === "Role" && o.metadata.name === `rel-${chart}-${role}`);
+  assert.ok(r, `${chart}: no Role ${role}`);
+  const g: Grants = new Set();
+  for (const rule of r.rules ?? []) for (const group of rule.apiGroups) for (const res of rule.resources) for (const v of rule.verbs) g.add(`${group}/${res} ${v}`);
+  return g;
+}
+
+const diff = (a: Grants, b: Grants) => [...a].filter((x) => !b.has(x)).sort();
+
+test("the controller's Role grants exactly the API calls the controller makes", () => {
+  const used = callsOf("controller.ts");
+  assert.ok(used.has("batch/jobs create") && used.has("batch/jobs watch"), [...used].join(", "));
+  for (const chart of ["agent-job", "agent-k8s"]) {
+    const g = granted(chart, "controller");
+    assert.deepEqual(diff(used, g), [], `${chart}: calls without a grant`);
+    assert.deepEqual(diff(g, used), [], `${chart}: grants no call uses`);
+  }
+});
+
+test("no Role grants pods/log, secrets delete, agenttasks list/watch or agenttasks/status", () => {
+  for (const [chart, role] of [["agent-job", "controller"], ["agent-k8s", "controller"], ["agent-k8s", "worker"]] as const) {
+    const g = granted(chart, role);
+    for (const bad of ["/pods/log get", "/secrets delete", "drover.dev/agenttasks list", "drover.dev/agenttasks watch", "drover.dev/agenttasks/status update", "drover.dev/agenttasks/status patch"]) {
+      assert.ok(!g.has(bad), `${chart} ${role}: ${bad}`);
+    }
+  }
+});
