@@ -1,9 +1,21 @@
 // Runs every compiled test file with Node's test runner, with one throwaway PostgreSQL
 // cluster shared by the run (each test file creates its own database in it).
+//
+//   node scripts/run-tests.mjs [substring-of-compiled-path | path/to/file.test.js ...]
+//
+// DROVER_TEST_TIMEOUT_MS (default 300000) bounds every test and hook that sets no timeout of
+// its own (see test-timeout.mjs). The PostgreSQL cluster is stopped however the run ends:
+// normally, on SIGINT/SIGTERM/SIGHUP (forwarded to the tests first), or on a crash of this script.
 import { spawn } from "node:child_process";
 import { readdirSync, statSync, existsSync } from "node:fs";
-import { join } from "node:path";
+import { constants } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { startPostgres } from "./postgres.mjs";
+
+const defaultTimeoutMs = 5 * 60 * 1000;
+/** How long the tests get to end after a forwarded signal before they are killed. */
+const interruptGraceMs = 10_000;
 
 function findTests(dir, out = []) {
   if (!existsSync(dir)) return out;
@@ -15,21 +27,84 @@ function findTests(dir, out = []) {
   return out;
 }
 
-const filter = process.argv.slice(2);
-let files = [
-  ...readdirSync("packages").flatMap((p) => findTests(join("packages", p, "dist", "test"))),
-  ...findTests(join("deploy", "pulumi", "dist", "test")),
-  ...findTests(join("test", "dist")),
-];
-if (filter.length > 0) files = files.filter((f) => filter.some((s) => f.includes(s)));
+const rawTimeout = process.env.DROVER_TEST_TIMEOUT_MS ?? String(defaultTimeoutMs);
+const timeoutMs = Number(rawTimeout);
+if (!/^\d+$/.test(rawTimeout) || !Number.isSafeInteger(timeoutMs) || timeoutMs <= 0) {
+  console.error(`DROVER_TEST_TIMEOUT_MS must be a positive whole number of milliseconds; got ${JSON.stringify(rawTimeout)}`);
+  process.exit(2);
+}
+
+const args = process.argv.slice(2);
+// An argument naming an existing file is run as given; any other is a substring filter.
+const named = args.filter((a) => a.endsWith(".js") && existsSync(a) && statSync(a).isFile());
+const filter = args.filter((a) => !named.includes(a));
+let files = [];
+if (filter.length > 0 || named.length === 0) {
+  files = [
+    ...readdirSync("packages").flatMap((p) => findTests(join("packages", p, "dist", "test"))),
+    ...findTests(join("deploy", "pulumi", "dist", "test")),
+    ...findTests(join("test", "dist")),
+  ];
+  if (filter.length > 0) files = files.filter((f) => filter.some((s) => f.includes(s)));
+}
+files.push(...named);
 if (files.length === 0) {
   console.error("no test files found; run `tsc -b` first");
   process.exit(1);
 }
 
-const pg = await startPostgres();
-const env = { ...process.env, DROVER_TEST_PG_URL: pg.url, CHECKPOINT_DISABLE: "1" };
-const child = spawn(process.execPath, ["--test", "--test-concurrency=2", "--test-reporter=spec", ...files], { stdio: "inherit", env });
+let pg;
+let child;
+function stopPostgres() {
+  const cluster = pg;
+  pg = undefined;
+  if (!cluster) return;
+  try {
+    cluster.stop();
+  } catch (err) {
+    console.error(`[run-tests] could not stop the test PostgreSQL: ${err instanceof Error ? err.message : String(err)}`);
+  }
+}
+// The last line of defence: runs on every exit of this process that is not a SIGKILL.
+process.on("exit", stopPostgres);
+process.on("uncaughtException", (err) => {
+  console.error("[run-tests] crashed:", err);
+  killTests("SIGKILL");
+  stopPostgres();
+  process.exit(1);
+});
+
+/** Signals the whole test process group (the runner and every test file it started). */
+function killTests(signal) {
+  if (!child || child.exitCode !== null || child.signalCode !== null) return;
+  try {
+    process.kill(-child.pid, signal);
+  } catch {
+    // already gone
+  }
+}
+
+let interrupted = false;
+for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"]) {
+  process.on(signal, () => {
+    if (interrupted) return;
+    interrupted = true;
+    console.error(`[run-tests] ${signal}: stopping the tests and the test PostgreSQL`);
+    const code = 128 + constants.signals[signal];
+    if (!child) process.exit(code);
+    killTests(signal);
+    const force = setTimeout(() => killTests("SIGKILL"), interruptGraceMs);
+    child.once("exit", () => {
+      clearTimeout(force);
+      process.exit(code);
+    });
+  });
+}
+
+pg = await startPostgres();
+const preload = join(dirname(fileURLToPath(import.meta.url)), "test-timeout.mjs");
+const env = { ...process.env, DROVER_TEST_PG_URL: pg.url, DROVER_TEST_TIMEOUT_MS: String(timeoutMs), CHECKPOINT_DISABLE: "1" };
+// Its own process group, so an interrupt can reach every test file, not just the runner.
+child = spawn(process.execPath, ["--import", preload, "--test", "--test-concurrency=2", "--test-reporter=spec", ...files], { stdio: "inherit", env, detached: true });
 const code = await new Promise((resolve) => child.on("exit", (c, s) => resolve(c ?? (s ? 1 : 0))));
-pg.stop();
-process.exit(code);
+if (!interrupted) process.exit(code);

@@ -1,0 +1,104 @@
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { connect } from "node:net";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { describe, test } from "node:test";
+
+// scripts/run-tests.mjs itself: per-test timeouts and the throwaway PostgreSQL's cleanup.
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
+const fixture = (name: string) => join(root, "test", "fixtures", "runner", name);
+
+interface Finished {
+  code: number | null;
+  output: string;
+}
+
+/** This file runs under node --test, which marks its children with NODE_TEST_CONTEXT; a nested
+ * runner that inherited it would report to us in the child protocol instead of running its files. */
+function withoutTestContext(): NodeJS.ProcessEnv {
+  const env = { ...process.env };
+  delete env.NODE_TEST_CONTEXT;
+  return env;
+}
+
+function runner(args: string[], env: Record<string, string> = {}) {
+  const child = spawn(process.execPath, [join(root, "scripts", "run-tests.mjs"), ...args], { cwd: root, env: { ...withoutTestContext(), ...env }, stdio: ["ignore", "pipe", "pipe"] });
+  let output = "";
+  child.stdout.on("data", (d: Buffer) => (output += d.toString()));
+  child.stderr.on("data", (d: Buffer) => (output += d.toString()));
+  const finished = new Promise<Finished>((resolve) => child.on("close", (code) => resolve({ code, output })));
+  return { child, finished };
+}
+
+async function until<T>(what: string, check: () => T | undefined | false, timeoutMs = 120_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = check();
+    if (v) return v;
+    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+function accepts(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect(port, "127.0.0.1");
+    socket.once("connect", () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once("error", () => resolve(false));
+  });
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+describe("run-tests.mjs", () => {
+  test("a hanging test fails under its own name once DROVER_TEST_TIMEOUT_MS has passed, and the run ends", async () => {
+    const { finished } = runner([fixture("hangs.js")], { DROVER_TEST_TIMEOUT_MS: "1500" });
+    const { code, output } = await finished;
+    assert.equal(code, 1, output);
+    assert.match(output, /✖ this test hangs \(\d+(\.\d+)?ms\)\n\s+'test timed out after 1500ms'/);
+    assert.match(output, /✔ the file goes on after the hang/);
+    assert.match(output, /still running 1500 ms after its last test \(open handles\); ending it/);
+  });
+
+  test("rejects a DROVER_TEST_TIMEOUT_MS that is not a positive number of milliseconds", async () => {
+    const { code, output } = await runner([fixture("hangs.js")], { DROVER_TEST_TIMEOUT_MS: "5m" }).finished;
+    assert.equal(code, 2);
+    assert.match(output, /DROVER_TEST_TIMEOUT_MS must be a positive whole number of milliseconds; got "5m"/);
+  });
+
+  for (const [signal, expected] of [["SIGTERM", 143], ["SIGINT", 130]] as const) {
+    test(`${signal} stops the running tests and the throwaway PostgreSQL`, async () => {
+      const dir = mkdtempSync(join(tmpdir(), "drover-runner-"));
+      try {
+        const out = join(dir, "fixture.json");
+        const { child, finished } = runner([fixture("waits.js")], { RUNNER_FIXTURE_OUT: out });
+        const seen = await until("the fixture test to start", () => existsSync(out) && readFileSync(out, "utf8"));
+        const { url, pid } = JSON.parse(seen) as { url: string; pid: number };
+        const port = Number(new URL(url).port);
+        assert.ok(await accepts(port), "the test PostgreSQL is up while the tests run");
+        child.kill(signal);
+        const { code, output } = await finished;
+        assert.equal(code, expected, output);
+        assert.match(output, new RegExp(`\\[run-tests\\] ${signal}: stopping the tests and the test PostgreSQL`));
+        assert.equal(await accepts(port), false, "the test PostgreSQL was stopped");
+        await until("the fixture's test process to end", () => !alive(pid), 15_000);
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    });
+  }
+});
