@@ -1,11 +1,13 @@
 import { DroverError, type JobAssignment } from "@drover/protocol";
 import type { Server } from "node:http";
 import type { Logger } from "pino";
-import { AgentClient, NetworkError } from "./client.js";
-import { stopPlan, type AgentConfig } from "./config.js";
+import { pause, waitFor } from "./backoff.js";
+import { AgentClient, NetworkError, type ClientTimeouts } from "./client.js";
+import { stopPlan, stopReserveMs, type AgentConfig } from "./config.js";
 import { AgentMetrics, closeHealthServer, startHealthServer } from "./health.js";
 import { JobRun } from "./job.js";
 import { KeptPlanDirs } from "./kept-plans.js";
+import { reapOrphans } from "./orphans.js";
 
 export const agentVersion = "0.1.0";
 
@@ -21,13 +23,27 @@ export class FatalAgentError extends Error {
   override readonly name = "FatalAgentError";
 }
 
+/** The agent began stopping while a call was being retried. */
+class StopRequested extends Error {}
+
+/** Knobs for tests and embedders; the defaults are the production behaviour. */
+export interface AgentOptions {
+  /** Overrides the heartbeat interval the server hands out at registration. */
+  heartbeatMs?: number;
+  /** Overrides the HTTP client's deadlines. */
+  timeouts?: Partial<ClientTimeouts>;
+}
+
+const maxRegisterBackoffMs = 30_000;
+
 export class Agent {
   state: AgentState = "starting";
   private readonly client: AgentClient;
   private readonly metrics = new AgentMetrics();
   private session: string | undefined;
   private heartbeatMs = 10_000;
-  private readonly jobs = new Map<string, JobRun>();
+  /** Running jobs by job id and attempt, with the promise of each one's end. */
+  private readonly jobs = new Map<string, { run: JobRun; ended: Promise<void> }>();
   private readonly pollAbort = new AbortController();
   private health: Server | undefined;
   private lastActivity: number | null = null;
@@ -41,8 +57,9 @@ export class Agent {
   constructor(
     private readonly config: AgentConfig,
     private readonly log: Logger,
+    private readonly options: AgentOptions = {},
   ) {
-    this.client = new AgentClient(config.url, config.caCertPem);
+    this.client = new AgentClient(config.url, config.caCertPem, options.timeouts);
     this.keptPlans = new KeptPlanDirs(config.dataDir, config.concurrency, config.planReuseMs);
   }
 
@@ -55,7 +72,7 @@ export class Agent {
   private async register(): Promise<void> {
     const reg = await this.client.register(this.config.token, { name: this.config.name, version: agentVersion, driver: this.config.driver, capacity: this.config.concurrency });
     this.session = reg.sessionToken;
-    this.heartbeatMs = reg.heartbeatIntervalMs;
+    this.heartbeatMs = this.options.heartbeatMs ?? reg.heartbeatIntervalMs;
     this.log.info({ agent: reg.agentId, pool: reg.poolName, url: this.config.url }, "registered");
   }
 
@@ -72,8 +89,15 @@ export class Agent {
       });
     }
     try {
+      // Before any work: processes an earlier run of this agent left behind (it was killed)
+      // must not run beside a new attempt.
+      await reapOrphans(this.config.dataDir, this.log);
       await this.retrying(() => this.register());
     } catch (err) {
+      if (err instanceof StopRequested) {
+        await this.stopping;
+        return this.exitCode;
+      }
       await this.closeHealth();
       throw err;
     }
@@ -89,20 +113,27 @@ export class Agent {
     return this.exitCode;
   }
 
-  /** Retries registration-type calls on network errors; auth errors are fatal. */
+  /**
+   * Retries registration-type calls on network errors with backoff (or the server's
+   * Retry-After) until they succeed or the agent stops (StopRequested); auth errors are fatal.
+   */
   private async retrying<T>(work: () => Promise<T>): Promise<T> {
     let delay = 500;
+    const stop = this.pollAbort.signal;
     for (;;) {
+      if (stop.aborted) throw new StopRequested();
       try {
         return await work();
       } catch (err) {
         if (err instanceof DroverError && (err.code === "token_revoked" || err.code === "unauthorized")) {
           throw new FatalAgentError(err.code === "token_revoked" ? `the pool token was revoked; stopping (${err.message})` : `the server refused the pool token; stopping (${err.message})`);
         }
-        if (!(err instanceof NetworkError) || this.state === "stopping" || this.state === "stopped") throw err;
-        this.log.warn({ err: err.message, retryInMs: delay }, "server unreachable");
-        await new Promise((r) => setTimeout(r, delay));
-        delay = Math.min(30_000, delay * 2);
+        if (stop.aborted) throw new StopRequested();
+        if (!(err instanceof NetworkError)) throw err;
+        const wait = waitFor(err, delay);
+        this.log.warn({ err: err.message, retryInMs: wait }, "server unreachable");
+        await pause(wait, stop);
+        delay = Math.min(maxRegisterBackoffMs, delay * 2);
       }
     }
   }
@@ -134,6 +165,7 @@ export class Agent {
       try {
         await this.retrying(() => this.register());
       } catch (e) {
+        if (e instanceof StopRequested) return;
         this.fatal = e instanceof Error ? e : new Error(String(e));
       }
       return;
@@ -147,36 +179,46 @@ export class Agent {
     }
     this.metrics.pollErrors.inc();
     this.log.warn({ err: err instanceof Error ? err.message : String(err) }, "poll failed; retrying");
-    await new Promise((r) => setTimeout(r, 1000));
+    await pause(waitFor(err, 1000), this.pollAbort.signal);
   }
 
   private startJob(assignment: JobAssignment): void {
     this.jobsTaken++;
     const run = new JobRun(assignment, this.client, this.config, this.log, undefined, this.keptPlans);
-    this.jobs.set(run.id, run);
-    this.metrics.jobsRunning.set(this.jobs.size);
+    const key = `${assignment.jobId}-${assignment.attempt}`;
+    // An older attempt of this job still winding down here (its lease lapsed) ends first: a new
+    // attempt never runs beside processes of an older one.
+    const older = [...this.jobs.entries()].filter(([k, j]) => k !== key && j.run.id === assignment.jobId).map(([, j]) => j);
+    for (const j of older) j.run.kill();
     this.log.info({ job: assignment.jobId, run: assignment.runId, phase: assignment.phase, workspace: assignment.workspace.name }, "job received");
-    void run.execute().finally(() => {
-      this.jobs.delete(run.id);
-      this.metrics.jobsRunning.set(this.jobs.size);
-      this.metrics.jobsFinished.inc({ phase: assignment.phase });
-      this.slotFreed?.();
-      if (this.config.single && this.jobs.size === 0) void this.stop();
-    });
+    const ended = Promise.all(older.map((j) => j.ended))
+      .then(() => run.execute())
+      .finally(() => {
+        this.jobs.delete(key);
+        for (const line of run.undelivered) this.undelivered.push(line);
+        this.metrics.jobsRunning.set(this.jobs.size);
+        this.metrics.jobsFinished.inc({ phase: assignment.phase });
+        this.slotFreed?.();
+        if (this.config.single && this.jobs.size === 0) void this.stop();
+      });
+    this.jobs.set(key, { run, ended });
+    this.metrics.jobsRunning.set(this.jobs.size);
+  }
+
+  /** What jobs could not deliver to the server, printed when the agent stops. */
+  private readonly undelivered: string[] = [];
+
+  /** Aborted when the agent begins stopping. */
+  get stopSignal(): AbortSignal {
+    return this.pollAbort.signal;
   }
 
   private async heartbeatLoop(): Promise<void> {
     while (this.state === "running" || this.state === "starting") {
-      await new Promise<void>((r) => {
-        const t = setTimeout(r, this.heartbeatMs);
-        this.pollAbort.signal.addEventListener("abort", () => {
-          clearTimeout(t);
-          r();
-        });
-      });
+      await pause(this.heartbeatMs, this.pollAbort.signal);
       if (this.state !== "running" || !this.session) return;
       try {
-        await this.client.heartbeat(this.session, this.jobs.size);
+        await this.client.heartbeat(this.session, this.jobs.size, this.pollAbort.signal);
       } catch (err) {
         if (this.state !== "running") return;
         await this.handleSessionError(err);
@@ -190,26 +232,35 @@ export class Agent {
    */
   stop(): Promise<void> {
     if (this.stopping) {
-      for (const job of this.jobs.values()) job.kill();
+      for (const job of this.jobs.values()) job.run.kill();
       return this.stopping;
     }
     this.stopping = (async () => {
+      const started = Date.now();
       if (this.state !== "stopping") this.transition("stopping");
       this.pollAbort.abort();
       this.slotFreed?.();
       const plan = stopPlan(this.config.stopAction, this.config.gracePeriodMs);
-      if (this.jobs.size > 0) this.log.info({ jobs: this.jobs.size, action: this.config.stopAction }, "stopping: winding down running jobs");
-      for (const job of this.jobs.values()) job.stop(plan, this.config.stopAction);
-      while (this.jobs.size > 0) await new Promise((r) => setTimeout(r, 100));
+      if (this.jobs.size > 0) this.log.info({ jobs: this.jobs.size, action: this.config.stopAction, budgetMs: plan.budgetMs }, "stopping: winding down running jobs");
+      for (const job of this.jobs.values()) job.run.stop(plan, this.config.stopAction);
+      // Each job delivers within the budget (minus the reserve); this wait is a backstop.
+      const jobsEnded = Promise.all([...this.jobs.values()].map((j) => j.ended));
+      const backstop = new AbortController();
+      await Promise.race([jobsEnded, pause(Math.max(0, plan.budgetMs - stopReserveMs / 2 - (Date.now() - started)), backstop.signal)]);
+      backstop.abort();
+      for (const job of this.jobs.values()) this.undelivered.push(`job ${job.run.id}: did not end within the stop budget`);
       this.keptPlans.clear();
       if (this.session) {
+        const left = plan.budgetMs - (Date.now() - started) - 250;
         try {
-          await this.client.deregister(this.session, AbortSignal.timeout(5_000));
+          await this.client.deregister(this.session, AbortSignal.timeout(Math.max(1, Math.min(5_000, left))));
         } catch (err) {
           this.log.warn({ err: err instanceof Error ? err.message : String(err) }, "deregistration failed");
+          this.undelivered.push("deregistration undelivered");
         }
       }
       await this.closeHealth();
+      for (const line of this.undelivered) this.log.warn({ undelivered: line }, `undelivered: ${line}`);
       this.transition("stopped");
       this.log.info("agent stopped");
     })();
@@ -232,8 +283,8 @@ export class Agent {
  * Runs an agent until it stops: on SIGTERM/SIGINT it stops per its stop action; a second
  * signal escalates. Resolves with the exit code (0 normal stop, 1 fatal).
  */
-export async function runAgent(config: AgentConfig, log: Logger, options: { handleSignals?: boolean } = {}): Promise<{ agent: Agent; done: Promise<number> }> {
-  const agent = new Agent(config, log);
+export async function runAgent(config: AgentConfig, log: Logger, options: { handleSignals?: boolean } & AgentOptions = {}): Promise<{ agent: Agent; done: Promise<number> }> {
+  const agent = new Agent(config, log, options);
   if (options.handleSignals !== false) {
     const onSignal = (sig: string) => {
       log.info({ signal: sig }, "stop signal received");

@@ -177,16 +177,21 @@ export interface StopPlan {
   firstSignal: "SIGTERM" | "SIGKILL";
   /** After the first signal, how long until SIGKILL. */
   killAfterMs: number;
+  /** From the stop signal to the agent's exit, whatever the server does. */
+  budgetMs: number;
 }
+
+/** Time kept at the end of a stop budget for deregistering and exiting. */
+export const stopReserveMs = 1_500;
 
 export function stopPlan(action: StopAction, gracePeriodMs: number): StopPlan {
   const g = gracePeriodMs;
   switch (action) {
     case "graceful":
-      return { continueMs: 0, firstSignal: "SIGTERM", killAfterMs: Math.max(0, g - 10_000) };
+      return { continueMs: 0, firstSignal: "SIGTERM", killAfterMs: Math.max(0, g - 10_000), budgetMs: g };
     case "drain":
-      return { continueMs: Math.max(0, g - 70_000), firstSignal: "SIGTERM", killAfterMs: 60_000 };
+      return { continueMs: Math.max(0, g - 70_000), firstSignal: "SIGTERM", killAfterMs: 60_000, budgetMs: g };
     case "force":
-      return { continueMs: 0, firstSignal: "SIGKILL", killAfterMs: 0 };
+      return { continueMs: 0, firstSignal: "SIGKILL", killAfterMs: 0, budgetMs: Math.min(g, 10_000) };
   }
 }

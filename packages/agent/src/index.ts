@@ -1,5 +1,6 @@
-export { Agent, agentVersion, FatalAgentError, runAgent, type AgentState } from "./agent.js";
-export { AgentClient, JobClient, NetworkError } from "./client.js";
+export { Agent, agentVersion, FatalAgentError, runAgent, type AgentOptions, type AgentState } from "./agent.js";
+export { AgentClient, JobClient, NetworkError, withRetry, type ClientTimeouts } from "./client.js";
+export { pause, parseRetryAfter } from "./backoff.js";
 export { loadAgentConfig, stopPlan, type AgentConfig, type AgentFlags, type StopAction } from "./config.js";
 export { extractConfiguration } from "./extract.js";
 export { createLogger } from "./logger.js";

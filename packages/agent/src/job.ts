@@ -2,12 +2,14 @@ import { DroverError, redactText, type JobAssignment, type JobOutcome, type Outp
 import { closeSync, constants, existsSync, mkdirSync, openSync, readFileSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { join, relative, resolve } from "node:path";
 import type { Logger } from "pino";
+import { pause } from "./backoff.js";
 import { NetworkError, withRetry, type AgentClient, type JobClient } from "./client.js";
-import type { AgentConfig, StopPlan } from "./config.js";
+import { stopReserveMs, type AgentConfig, type StopPlan } from "./config.js";
 import type { EngineBinary } from "./engine.js";
 import { extractConfiguration } from "./extract.js";
 import type { KeptPlanDirs, PlanDirKey } from "./kept-plans.js";
 import { LogStream } from "./log-stream.js";
+import { agentTag, killTagged, ProcessGroupRecord, processTagVariable } from "./orphans.js";
 import { outputsOfState } from "./state-outputs.js";
 import type { RunningProcess } from "./process.js";
 import { localRunner, type Runner } from "./runner.js";
@@ -29,7 +31,16 @@ export class JobRun {
   state: JobRunState = "starting";
   private readonly job: JobClient;
   private readonly log: LogStream;
+  /** Aborted when the job is over: ends its heartbeats. */
   private readonly abort = new AbortController();
+  /** Aborted when the job's work must end (stopped, killed, lease lost, or over): ends its retries. */
+  private readonly work = new AbortController();
+  /** Aborted when a stop's budget leaves no more time to deliver the log and the outcome. */
+  private readonly delivery = new AbortController();
+  private readonly undeliveredItems: string[] = [];
+  /** Process groups this job started, recorded in the data directory while it runs. */
+  private readonly groups: number[] = [];
+  private groupRecord: ProcessGroupRecord | undefined;
   private process: RunningProcess | undefined;
   private canceled = false;
   private stopSignalled = false;
@@ -67,11 +78,16 @@ export class JobRun {
     this.later(cancelKillAfterMs, () => this.signal("SIGKILL"));
   }
 
-  /** The agent is stopping: let the job go on for `continueMs`, then signal, then kill. */
+  /**
+   * The agent is stopping: let the job go on for `continueMs`, then signal, then kill; its log
+   * and outcome are delivered within the stop budget or reported undelivered.
+   */
   stop(plan: StopPlan, action: string): void {
+    this.later(Math.max(0, plan.budgetMs - stopReserveMs), () => this.delivery.abort());
     this.later(plan.continueMs, () => {
       if (this.state === "done" || this.state === "finishing") return;
       this.stopSignalled = true;
+      this.work.abort();
       this.log.line(`\n[drover] agent stopped (${action} stop): ${plan.firstSignal === "SIGKILL" ? "killing" : "interrupting"} ${this.assignment.workspace.engine}`);
       this.signal(plan.firstSignal);
       if (plan.firstSignal !== "SIGKILL") this.later(plan.killAfterMs, () => this.signal("SIGKILL"));
@@ -81,7 +97,13 @@ export class JobRun {
   /** Second signal to the agent: kill now. */
   kill(): void {
     this.stopSignalled = true;
+    this.work.abort();
     this.signal("SIGKILL");
+  }
+
+  /** What could not reach the server when the job ended (one line each); empty when all did. */
+  get undelivered(): readonly string[] {
+    return this.undeliveredItems;
   }
 
   private later(ms: number, fn: () => void): void {
@@ -100,7 +122,7 @@ export class JobRun {
     const runDir = join(this.config.dataDir, `${a.jobId}-${a.attempt}`);
     const started = Date.now();
     try {
-      await withRetry(() => this.job.start(this.abort.signal), this.abort.signal);
+      await withRetry(() => this.job.start(this.work.signal), this.work.signal);
     } catch (err) {
       // Canceled before it started, or reassigned: nothing to do.
       this.logger.info({ job: a.jobId, err: err instanceof Error ? err.message : String(err) }, "job not started");
@@ -116,6 +138,7 @@ export class JobRun {
     } catch (err) {
       [outcome, message] = this.outcomeOf(err);
     }
+    await this.endProcesses();
     if (this.stopSignalled) [outcome, message] = ["errored", `agent stopped (${this.config.stopAction} stop) while the ${a.phase} ran`];
     else if (this.canceled && outcome !== "succeeded") [outcome, message] = ["canceled", "canceled by request"];
     this.state = "finishing";
@@ -129,26 +152,61 @@ export class JobRun {
     }
     const seconds = ((Date.now() - started) / 1000).toFixed(1);
     this.log.line(`\n[drover] ${a.phase} ${outcome === "succeeded" ? "succeeded" : outcome}${message ? `: ${message.split("\n")[0]}` : ""} after ${seconds} s`);
+    const deliver = this.delivery.signal;
     try {
-      await this.log.close();
+      await this.log.close(deliver);
     } catch (err) {
-      this.logger.warn({ job: a.jobId, err }, "could not deliver the whole log");
+      this.logger.warn({ job: a.jobId, err: err instanceof Error ? err.message : String(err) }, "could not deliver the whole log");
     }
     // The outcome message quotes terraform's output, which may echo a secret like the log does.
     if (message !== null) message = redactText(message, this.secrets);
+    if (this.log.unsent > 0) this.undeliveredItems.push(`job ${a.jobId}: ${this.log.unsent} log bytes undelivered`);
     if (!this.lost) {
       try {
-        await withRetry(() => this.job.finish(outcome, message));
+        await withRetry(() => this.job.finish(outcome, message, deliver), deliver);
       } catch (err) {
         this.logger.warn({ job: a.jobId, err: err instanceof Error ? err.message : String(err) }, "could not report the job's outcome");
+        if (err instanceof NetworkError || deliver.aborted) this.undeliveredItems.push(`job ${a.jobId} finish undelivered (outcome ${outcome})`);
       }
     }
+    this.work.abort();
     this.abort.abort();
     await heartbeats;
     for (const t of this.timers) clearTimeout(t);
     rmSync(runDir, { recursive: true, force: true });
     this.state = "done";
     this.logger.info({ job: a.jobId, run: a.runId, phase: a.phase, outcome }, "job finished");
+  }
+
+  /** This job's value of the process tag every process it starts carries. */
+  private get processTag(): string {
+    return `${agentTag(this.config.dataDir)}:${this.assignment.jobId}-${this.assignment.attempt}`;
+  }
+
+  private recordGroup(pgid: number): void {
+    this.groups.push(pgid);
+    try {
+      this.groupRecord ??= new ProcessGroupRecord(this.config.dataDir, `${this.assignment.jobId}-${this.assignment.attempt}`);
+      this.groupRecord.add(pgid);
+    } catch (err) {
+      this.logger.warn({ job: this.id, err: err instanceof Error ? err.message : String(err) }, "could not record the job's process group");
+    }
+  }
+
+  /**
+   * The job's steps are over: whatever of its processes still lives (a provisioner's child
+   * that left its group) is killed before the outcome is reported, so that nothing of this
+   * attempt runs beside a later one.
+   */
+  private async endProcesses(): Promise<void> {
+    if (this.groups.length === 0) return;
+    try {
+      const killed = await killTagged(this.processTag, this.groups, 10_000);
+      if (killed > 0) this.logger.warn({ job: this.id, killed }, "killed processes the job left behind");
+      this.groupRecord?.remove();
+    } catch (err) {
+      this.logger.warn({ job: this.id, err: err instanceof Error ? err.message : String(err) }, "could not check for processes the job left behind");
+    }
   }
 
   private outcomeOf(err: unknown): [JobOutcome, string] {
@@ -171,11 +229,12 @@ export class JobRun {
         if (err instanceof DroverError && (err.code === "stale_attempt" || err.code === "job_finished")) {
           // The server gave this job to someone else (our lease lapsed): stop writing at once.
           this.lost = true;
+          this.work.abort();
           this.logger.warn({ job: this.id, err: err.message }, "lost the job's lease; killing it");
           this.kill();
           return;
         }
-        await new Promise((r) => setTimeout(r, delay));
+        await pause(delay, this.abort.signal);
         delay = Math.min(5_000, delay * 2);
       }
     }
@@ -196,7 +255,7 @@ export class JobRun {
       rmSync(runDir, { recursive: true, force: true });
       mkdirSync(configDir, { recursive: true });
     }
-    const variables = await withRetry(() => this.job.variables(this.abort.signal), this.abort.signal);
+    const variables = await withRetry(() => this.job.variables(this.work.signal), this.work.signal);
     this.secrets = [...variables.filter((v) => v.sensitive).map((v) => v.value), a.jobToken, this.config.token];
     this.log.setSecrets(this.secrets);
 
@@ -211,7 +270,7 @@ export class JobRun {
     if (reused) {
       this.log.line("[drover] reusing this run's initialized plan directory on this agent: configuration download and init skipped");
     } else {
-      const archive = await withRetry(() => this.job.configuration(this.abort.signal), this.abort.signal);
+      const archive = await withRetry(() => this.job.configuration(this.work.signal), this.work.signal);
       await extractConfiguration(archive, configDir);
       if (!existsSync(workDir)) throw new DroverError("not_found", `the working directory ${a.workspace.workingDirectory} is not in the configuration`);
       // The working directory may be reached through the archive's own links: it must still be inside.
@@ -239,18 +298,18 @@ export class JobRun {
       await this.step(binary, ["plan", "-input=false", "-no-color", `-out=${planPath}`, ...(a.isDestroy ? ["-destroy"] : [])], workDir, env);
       await this.hook("post-plan", workDir, env);
       const json = await this.capture(binary, ["show", "-json", planPath], workDir, env);
-      await withRetry(() => this.job.uploadPlan(readFileSync(planPath), this.abort.signal), this.abort.signal);
-      await withRetry(() => this.job.uploadPlanJson(json, this.abort.signal), this.abort.signal);
+      await withRetry(() => this.job.uploadPlan(readFileSync(planPath), this.work.signal), this.work.signal);
+      await withRetry(() => this.job.uploadPlanJson(json, this.work.signal), this.work.signal);
     } else {
       const planPath = join(runDir, "plan.tfplan");
-      writePrivateFile(planPath, await withRetry(() => this.job.downloadPlan(this.abort.signal), this.abort.signal));
+      writePrivateFile(planPath, await withRetry(() => this.job.downloadPlan(this.work.signal), this.work.signal));
       await this.hook("pre-apply", workDir, env);
       await this.step(binary, ["apply", "-input=false", "-no-color", planPath], workDir, env);
       await this.hook("post-apply", workDir, env);
       // The state the apply just wrote holds the outputs; reading it spares starting terraform.
-      const state = await withRetry(() => this.job.state(a.statePath, this.abort.signal), this.abort.signal);
+      const state = await withRetry(() => this.job.state(a.statePath, this.work.signal), this.work.signal);
       const outputs = outputsOfState(state) ?? (await this.engineOutputs(binary, workDir, env));
-      await withRetry(() => this.job.uploadOutputs(outputs, this.abort.signal), this.abort.signal);
+      await withRetry(() => this.job.uploadOutputs(outputs, this.work.signal), this.work.signal);
     }
   }
 
@@ -281,6 +340,7 @@ export class JobRun {
       DROVER_WORKSPACE_ID: a.workspace.id,
       DROVER_RUN_PHASE: a.phase,
       DROVER_RUN_IS_DESTROY: String(a.isDestroy),
+      [processTagVariable]: this.processTag,
     });
     if (this.config.providerCacheEnabled) {
       const dir = join(this.config.cacheDir, "providers");
@@ -313,13 +373,13 @@ export class JobRun {
   /** Runs a step whose stdout is data (show -json, output -json); stderr goes to the log. */
   private async capture(binary: EngineBinary, args: string[], cwd: string, env: NodeJS.ProcessEnv): Promise<Buffer> {
     this.checkInterrupted();
-    const { code, stdout } = await this.runner.capture(binary.path, args, { cwd, env, onStderr: (d) => this.log.write(d) });
+    const { code, stdout } = await this.runner.capture(binary.path, args, { cwd, env, onStderr: (d) => this.log.write(d), onSpawn: (g) => this.recordGroup(g) });
     if (code !== 0) throw new StepFailed(`${this.assignment.workspace.engine} ${args.join(" ")} exited with code ${code}`);
     return stdout;
   }
 
   private async spawn(command: string, args: string[], cwd: string, env: NodeJS.ProcessEnv, onOutput: (b: Buffer) => void): Promise<number> {
-    const proc = this.runner.start(command, args, { cwd, env, onOutput });
+    const proc = this.runner.start(command, args, { cwd, env, onOutput, onSpawn: (g) => this.recordGroup(g) });
     this.process = proc;
     // A signal that arrived between steps applies to this one too.
     if (this.stopSignalled) proc.signal("SIGKILL");

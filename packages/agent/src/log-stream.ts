@@ -1,5 +1,6 @@
 import { DroverError } from "@drover/protocol";
 import type { JobClient } from "./client.js";
+import { pause, waitFor } from "./backoff.js";
 import { NetworkError } from "./client.js";
 import { StreamRedactor } from "./redactor.js";
 
@@ -20,6 +21,8 @@ export class LogStream {
   private sending: Promise<void> | undefined;
   private readonly timer: NodeJS.Timeout;
   private closed = false;
+  /** Set by close(): when it aborts, sending stops and what is left stays unsent. */
+  private giveUp: AbortSignal | undefined;
   private failure: unknown;
 
   constructor(private readonly job: JobClient) {
@@ -85,7 +88,7 @@ export class LogStream {
       // Output written while this request is in flight is appended behind `chunk`.
       const chunk = this.head(maxChunk);
       try {
-        const end = await this.job.appendLog(this.sent, chunk);
+        const end = await this.job.appendLog(this.sent, chunk, this.giveUp);
         const accepted = end - this.sent;
         // The server may already have had some of these bytes (a retried request).
         const consumed = Math.min(chunk.length, Math.max(0, accepted));
@@ -102,15 +105,11 @@ export class LogStream {
           this.sent = Number.isInteger(expected) ? expected : this.sent;
           continue;
         }
-        if (err instanceof NetworkError && !this.closed) {
-          await new Promise((r) => setTimeout(r, delay));
-          delay = Math.min(5_000, delay * 2);
-          continue;
-        }
+        if (this.giveUp?.aborted) return;
         if (err instanceof NetworkError) {
-          // Closing: keep trying for a while; results matter more than speed here.
-          await new Promise((r) => setTimeout(r, delay));
-          delay = Math.min(2_000, delay * 2);
+          // Closing: results matter more than speed, so retry sooner.
+          await pause(waitFor(err, delay), this.giveUp);
+          delay = Math.min(this.closed ? 2_000 : 5_000, delay * 2);
           continue;
         }
         this.failure = err;
@@ -119,9 +118,13 @@ export class LogStream {
     }
   }
 
-  /** Flushes everything, including held-back text; resolves when the server has it all. */
-  async close(): Promise<void> {
+  /**
+   * Flushes everything, including held-back text; resolves when the server has it all, or
+   * when `giveUp` aborts (then `unsent` tells what is left).
+   */
+  async close(giveUp?: AbortSignal): Promise<void> {
     this.closed = true;
+    this.giveUp = giveUp;
     clearInterval(this.timer);
     const rest = this.redactor.end();
     if (rest.length > 0) {
@@ -129,10 +132,15 @@ export class LogStream {
       this.pending.push(buf);
       this.pendingBytes += buf.length;
     }
-    while (this.pendingBytes > 0 && !this.failure) {
+    while (this.pendingBytes > 0 && !this.failure && !giveUp?.aborted) {
       await this.kick();
     }
     if (this.failure) throw this.failure;
+  }
+
+  /** Bytes written but not acknowledged by the server. */
+  get unsent(): number {
+    return this.pendingBytes;
   }
 
   /** Bytes acknowledged by the server so far. */

@@ -8,20 +8,45 @@ export interface RunningProcess {
   done: Promise<{ code: number | null; signal: NodeJS.Signals | null; failure?: string }>;
 }
 
+/** Options of a step's process. */
+export interface ProcessOptions {
+  cwd: string;
+  env: NodeJS.ProcessEnv;
+  onOutput(chunk: Buffer): void;
+  /** Called with the process group id once the process runs, so the job can record it. */
+  onSpawn?(pgid: number): void;
+}
+
+/** Kills what is left of a process group; a no-op when it is empty. */
+export function killGroup(pgid: number): void {
+  try {
+    process.kill(-pgid, "SIGKILL");
+  } catch {
+    // nothing left in it
+  }
+}
+
 /**
  * Starts a command in its own process group with stdout and stderr merged into `onOutput`.
  * SIGINT/SIGTERM go to the command itself, which forwards them to its children the way it
- * chooses (terraform stops gracefully and releases its lock); SIGKILL takes the whole group,
- * so no provisioner child outlives a killed run.
+ * chooses (terraform stops gracefully and releases its lock); SIGKILL takes the whole group.
+ * When the command exits, for whatever reason, the rest of its group is killed: no
+ * provisioner child (a `sleep` under a shell) outlives its step.
  */
-export function startProcess(command: string, args: string[], options: { cwd: string; env: NodeJS.ProcessEnv; onOutput(chunk: Buffer): void }): RunningProcess {
+export function startProcess(command: string, args: string[], options: ProcessOptions): RunningProcess {
   const child = spawn(command, args, { cwd: options.cwd, env: options.env, detached: true, stdio: ["ignore", "pipe", "pipe"] });
+  if (child.pid !== undefined) options.onSpawn?.(child.pid);
   child.stdout.on("data", options.onOutput);
   child.stderr.on("data", options.onOutput);
   const done = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
     child.on("error", (err) => {
       options.onOutput(Buffer.from(`failed to start ${command}: ${err.message}\n`));
       resolve({ code: 127, signal: null });
+    });
+    // A grandchild holding the output pipes would delay "close" until it ends: kill the
+    // group on "exit" so "close" follows at once.
+    child.on("exit", () => {
+      if (child.pid !== undefined) killGroup(child.pid);
     });
     child.on("close", (code, signal) => resolve({ code, signal }));
   });

@@ -1,16 +1,16 @@
 import { spawn } from "node:child_process";
 import type { Engine } from "@drover/protocol";
 import { resolveEngine, type EngineBinary } from "./engine.js";
-import { startProcess, type RunningProcess } from "./process.js";
+import { killGroup, startProcess, type ProcessOptions, type RunningProcess } from "./process.js";
 
 /** Where a job's steps execute: as local processes, or in a runner container via the exec-loop. */
 export interface Runner {
   /** The terraform/tofu binary where steps run, and its version. */
   engine(engine: Engine, version: string | null, cacheDir: string): Promise<EngineBinary>;
   /** Starts a step whose stdout+stderr stream to `onOutput`. */
-  start(command: string, args: string[], options: { cwd: string; env: NodeJS.ProcessEnv; onOutput(chunk: Buffer): void }): RunningProcess;
+  start(command: string, args: string[], options: ProcessOptions): RunningProcess;
   /** Runs a step whose stdout is data; stderr streams to `onStderr`. */
-  capture(command: string, args: string[], options: { cwd: string; env: NodeJS.ProcessEnv; onStderr(chunk: Buffer): void }): Promise<{ code: number; stdout: Buffer }>;
+  capture(command: string, args: string[], options: { cwd: string; env: NodeJS.ProcessEnv; onStderr(chunk: Buffer): void; onSpawn?(pgid: number): void }): Promise<{ code: number; stdout: Buffer }>;
 }
 
 /** The local driver: steps are child processes of the agent. */
@@ -20,7 +20,12 @@ export const localRunner: Runner = {
   },
   start: startProcess,
   async capture(command, args, options) {
-    const child = spawn(command, args, { cwd: options.cwd, env: options.env, stdio: ["ignore", "pipe", "pipe"] });
+    // Its own process group, killed when it exits, like every step (see startProcess).
+    const child = spawn(command, args, { cwd: options.cwd, env: options.env, detached: true, stdio: ["ignore", "pipe", "pipe"] });
+    if (child.pid !== undefined) options.onSpawn?.(child.pid);
+    child.on("exit", () => {
+      if (child.pid !== undefined) killGroup(child.pid);
+    });
     const parts: Buffer[] = [];
     child.stdout.on("data", (d: Buffer) => parts.push(d));
     child.stderr.on("data", options.onStderr);

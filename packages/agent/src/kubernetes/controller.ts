@@ -2,6 +2,7 @@ import { BatchV1Api, CoreV1Api, CustomObjectsApi, KubeConfig, ListWatch, Watch, 
 import type { Server } from "node:http";
 import { DroverError, jobAssignmentSchema, type JobAssignment } from "@drover/protocol";
 import type { Logger } from "pino";
+import { waitFor } from "../backoff.js";
 import { AgentClient, NetworkError } from "../client.js";
 import { int, type AgentConfig } from "../config.js";
 import { agentVersion } from "../agent.js";
@@ -179,8 +180,9 @@ export class Controller {
         if (this.stop.signal.aborted) throw err;
         if (err instanceof DroverError && (err.code === "token_revoked" || err.code === "unauthorized")) throw err;
         if (err instanceof DroverError) throw err;
-        this.log.warn({ err: errText(err), retryInMs: delay }, `${what} failed; retrying`);
-        await sleep(delay, this.stop.signal);
+        const wait = waitFor(err, delay);
+        this.log.warn({ err: errText(err), retryInMs: wait }, `${what} failed; retrying`);
+        await sleep(wait, this.stop.signal);
         delay = Math.min(30_000, delay * 2);
       }
     }
@@ -234,7 +236,7 @@ export class Controller {
           continue;
         }
         if (err instanceof NetworkError) {
-          await sleep(1000, this.stop.signal);
+          await sleep(waitFor(err, 1000), this.stop.signal);
           continue;
         }
         throw err;
@@ -469,7 +471,7 @@ export class Controller {
     while (!this.stop.signal.aborted) {
       await sleep(Math.min(this.heartbeatMs, 2_000), this.stop.signal);
       if (this.stop.signal.aborted) return;
-      await this.client.heartbeat(this.session, this.tracked.size).catch(() => undefined);
+      await this.client.heartbeat(this.session, this.tracked.size, this.stop.signal).catch(() => undefined);
       for (const t of [...this.tracked.values()]) {
         if (t.started || t.reported || t.deleting) continue;
         try {

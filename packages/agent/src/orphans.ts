@@ -1,0 +1,134 @@
+import { createHash } from "node:crypto";
+import { appendFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, rmSync } from "node:fs";
+import { join, resolve } from "node:path";
+import type { Logger } from "pino";
+import { pause } from "./backoff.js";
+
+/**
+ * Every process a job starts carries this variable (inherited by terraform, its providers and
+ * provisioners): `<agent tag>:<job>-<attempt>`. The agent tag is derived from the data
+ * directory, so agents sharing a host never end each other's processes.
+ */
+export const processTagVariable = "DROVER_AGENT_PROCESS_TAG";
+
+const recordDir = ".process-groups";
+
+/** The tag of the agent that owns `dataDir`. */
+export function agentTag(dataDir: string): string {
+  return createHash("sha256").update(resolve(dataDir)).digest("hex").slice(0, 16);
+}
+
+/**
+ * The process groups of one job, recorded in the agent's data directory while the job runs,
+ * so that an agent restarted after a crash knows which jobs left processes behind.
+ */
+export class ProcessGroupRecord {
+  private readonly dir: string;
+  private readonly file: string;
+
+  constructor(dataDir: string, jobKey: string) {
+    this.dir = join(dataDir, recordDir);
+    this.file = join(this.dir, jobKey);
+  }
+
+  add(pgid: number): void {
+    // Another job's remove() may take the (empty) directory away at any moment: try twice.
+    for (let i = 0; ; i++) {
+      mkdirSync(this.dir, { recursive: true });
+      try {
+        appendFileSync(this.file, `${pgid}\n`);
+        return;
+      } catch (err) {
+        if (i > 0 || (err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
+      }
+    }
+  }
+
+  /** The job is over and none of its processes live on: forget it (and the directory once empty). */
+  remove(): void {
+    rmSync(this.file, { force: true });
+    try {
+      rmdirSync(this.dir);
+    } catch {
+      // another job's record is still there
+    }
+  }
+}
+
+/** A live (not zombie) process and what it says about itself. */
+interface ProcInfo {
+  pid: number;
+  environ: string;
+}
+
+/** Live processes of this user, from /proc; empty where there is no /proc. */
+function listProcesses(): ProcInfo[] {
+  if (!existsSync("/proc/self/stat")) return [];
+  const out: ProcInfo[] = [];
+  for (const name of readdirSync("/proc")) {
+    if (!/^\d+$/.test(name)) continue;
+    const pid = Number(name);
+    if (pid === process.pid) continue;
+    try {
+      const stat = readFileSync(`/proc/${name}/stat`, "utf8");
+      // The command name is in parentheses and may contain spaces: parse after its end.
+      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      if (fields[0] === "Z" || fields[0] === "X") continue;
+      out.push({ pid, environ: readFileSync(`/proc/${name}/environ`, "latin1") });
+    } catch {
+      // gone, or not ours to read
+    }
+  }
+  return out;
+}
+
+/** Whether the process carries `tag`; a tag ending in ":" matches every job of that agent. */
+function carries(p: ProcInfo, tag: string): boolean {
+  const entry = `${processTagVariable}=${tag}`;
+  return p.environ.split("\0").some((kv) => (tag.endsWith(":") ? kv.startsWith(entry) : kv === entry));
+}
+
+/**
+ * Kills every live process that carries `tag` (and, where there is no /proc, the recorded
+ * process groups), then waits until they are gone or `timeoutMs` passes. Resolves with the
+ * number of processes killed.
+ */
+export async function killTagged(tag: string, groups: readonly number[], timeoutMs: number): Promise<number> {
+  const targets = listProcesses().filter((p) => carries(p, tag));
+  if (!existsSync("/proc/self/stat")) {
+    for (const g of groups) {
+      try {
+        process.kill(-g, "SIGKILL");
+      } catch {
+        // already gone
+      }
+    }
+    return 0;
+  }
+  for (const p of targets) {
+    try {
+      process.kill(p.pid, "SIGKILL");
+    } catch {
+      // already gone
+    }
+  }
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline && listProcesses().some((p) => carries(p, tag))) await pause(50);
+  return targets.length;
+}
+
+/**
+ * At start, before taking work: ends the processes that jobs of an earlier run of this agent
+ * (same data directory) left behind when it died, and forgets their records.
+ */
+export async function reapOrphans(dataDir: string, log: Logger, timeoutMs = 10_000): Promise<void> {
+  const dir = join(dataDir, recordDir);
+  const jobs = existsSync(dir) ? readdirSync(dir) : [];
+  const groups: number[] = [];
+  for (const job of jobs) {
+    for (const line of readFileSync(join(dir, job), "utf8").split("\n")) if (/^\d+$/.test(line)) groups.push(Number(line));
+  }
+  const killed = await killTagged(`${agentTag(dataDir)}:`, groups, timeoutMs);
+  if (killed > 0 || jobs.length > 0) log.warn({ jobs, killed }, "ended processes left behind by jobs of this agent's previous run");
+  rmSync(dir, { recursive: true, force: true });
+}

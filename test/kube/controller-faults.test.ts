@@ -1,0 +1,74 @@
+import assert from "node:assert/strict";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { after, before, test } from "node:test";
+import { spawnDrover, type Proc } from "../support/processes.js";
+import { startStack, type Stack } from "../support/stack.js";
+import { startTcpProxy, type TcpProxy } from "../support/tcp-proxy.js";
+import { eventually, fastTimings, prepareDroverNamespace, startTestCluster, type TestCluster } from "./cluster.js";
+
+// `drover agent controller` started while the server is down: it keeps retrying registration
+// (a stop signal ends the wait at once) and registers when the server comes up.
+
+const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
+const ns = "drover";
+let cluster: TestCluster;
+let stack: Stack;
+let proxy: TcpProxy;
+
+before(async () => {
+  cluster = await startTestCluster({ timings: fastTimings });
+  stack = await startStack();
+  proxy = await startTcpProxy(stack.server.url, "refuse");
+  await prepareDroverNamespace(cluster, ns, join(repo, "deploy", "kubernetes", "agenttasks.drover.dev.yaml"));
+});
+
+after(async () => {
+  await proxy?.close();
+  await stack?.stop();
+  await cluster?.close();
+});
+
+function startController(name: string): Proc {
+  return spawnDrover(["agent", "controller"], {
+    ...stack.baseEnv,
+    DROVER_URL: proxy.url,
+    KUBECONFIG: cluster.kubeconfigPath,
+    DROVER_TOKEN: stack.poolToken,
+    DROVER_AGENT_NAME: name,
+    DROVER_AGENT_KUBERNETES_NAMESPACE: ns,
+    DROVER_AGENT_HEALTH_PORT: "0",
+    DROVER_AGENT_LOG_FORMAT: "plain",
+  });
+}
+
+async function registered(name: string): Promise<boolean> {
+  return (await stack.server.api("GET", `/api/v1/agents?pool=${stack.pool}`)).body.items.some((a: any) => a.name === name && a.status !== "offline");
+}
+
+test("a controller started while the server is down registers once it comes up", async () => {
+  proxy.set("refuse");
+  const controller = startController("late-ctl");
+  try {
+    await controller.waitFor(/registering with the Drover server failed; retrying/);
+    await controller.waitFor(/registering with the Drover server failed; retrying[^\n]*\n(.|\n)*registering with the Drover server failed; retrying/, 30_000);
+    assert.equal(controller.child.exitCode, null, `the controller ended:\n${controller.output()}`);
+    proxy.set("open");
+    await eventually("the controller to register", () => registered("late-ctl"));
+    await controller.waitFor(/controller registered/);
+  } finally {
+    controller.child.kill("SIGTERM");
+    const exit = await controller.exited;
+    assert.equal(exit.code, 0, controller.output());
+  }
+});
+
+test("SIGTERM to a controller waiting for the server ends it at once, exit 0", async () => {
+  proxy.set("refuse");
+  const controller = startController("stopped-ctl");
+  await controller.waitFor(/registering with the Drover server failed; retrying/);
+  controller.child.kill("SIGTERM");
+  const exit = await controller.exited;
+  assert.equal(exit.code, 0, controller.output());
+  assert.equal(await registered("stopped-ctl"), false);
+});
