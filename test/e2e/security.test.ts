@@ -91,3 +91,43 @@ test("(15) a version constraint picks a matching binary on PATH", async () => {
   const run = await stack.waitForRun(runId, ["errored", "planned_and_finished"]);
   assert.equal(run.status, "planned_and_finished", run.errorMessage);
 });
+
+test("(6) an agent removes the run directories a crashed process left, and keeps run files private", async () => {
+  const { mkdirSync, writeFileSync } = await import("node:fs");
+  const data = join(stack.dir, "agent-sec-fresh", "data");
+  const crashed = join(data, "job-0123456789abcdef-1", "config");
+  mkdirSync(crashed, { recursive: true });
+  writeFileSync(join(crashed, "drover.auto.tfvars.json"), '{"password":"left-behind"}');
+  mkdirSync(join(data, "kept-plan-run-0123456789abcdef"));
+  writeFileSync(join(data, "operator-notes.txt"), "not ours");
+  await stack.startAgent("sec-fresh");
+  assert.deepEqual(readdirSync(data).sort(), ["operator-notes.txt"], "only the agent's own leftovers were removed");
+  assert.equal((statSync(data).mode & 0o777).toString(8), "700");
+
+  // A plan that waits for confirmation keeps its directory for the apply: its files are private.
+  await workspace("private");
+  assert.equal((await stack.server.api("PUT", "/api/v1/workspaces/private/vars/password", { value: "kept-secret", sensitive: true })).status, 200);
+  const dir = writeConfig(stack.dir, "private", { "main.tf": 'variable "password" { type = string }\nresource "terraform_data" "a" {}\n' });
+  const runId = await stack.startRun(dir, "private");
+  await stack.waitForRun(runId, ["planned"]);
+  const kept = ["sec-agent", "sec-fresh"].map((a) => join(stack.dir, `agent-${a}`, "data", `kept-plan-${runId}`)).find((d) => existsSync(d));
+  assert.ok(kept, "the plan directory was kept on one of the agents");
+  const vars = readdirDeepPaths(kept).find((p) => p.endsWith("drover.auto.tfvars.json"));
+  assert.ok(vars);
+  for (const p of readdirDeepPaths(kept)) {
+    const mode = lstatSync(p).mode;
+    if (lstatSync(p).isSymbolicLink()) continue;
+    assert.equal(mode & 0o077, 0, `${p} is ${(mode & 0o777).toString(8)}`);
+  }
+  await stack.server.api("POST", `/api/v1/runs/${runId}/discard`);
+});
+
+function readdirDeepPaths(dir: string): string[] {
+  const out: string[] = [dir];
+  for (const name of readdirSync(dir)) {
+    const p = join(dir, name);
+    if (!lstatSync(p).isSymbolicLink() && statSync(p).isDirectory()) out.push(...readdirDeepPaths(p));
+    else out.push(p);
+  }
+  return out;
+}

@@ -184,3 +184,24 @@ describe("engine versions (15)", () => {
     }
   });
 });
+
+describe("secrets at rest (6)", () => {
+  test("the SQLite database is 0600 in a 0700 directory the server creates", async () => {
+    const { mkdtempSync, statSync, existsSync, rmSync } = await import("node:fs");
+    const { tmpdir } = await import("node:os");
+    const { join } = await import("node:path");
+    const parent = mkdtempSync(join(tmpdir(), "drover-perm-"));
+    const dataDir = join(parent, "fresh", "data");
+    const own = await startTestServer({ DROVER_DATA_DIR: dataDir });
+    try {
+      await own.api("POST", "/api/v1/pools", { name: "perm" });
+      const mode = (p: string) => (statSync(p).mode & 0o777).toString(8);
+      assert.equal(mode(dataDir), "700");
+      assert.equal(mode(join(dataDir, "drover.db")), "600");
+      for (const side of ["drover.db-wal", "drover.db-shm"]) if (existsSync(join(dataDir, side))) assert.equal(mode(join(dataDir, side)), "600", side);
+    } finally {
+      await own.stop();
+      rmSync(parent, { recursive: true, force: true });
+    }
+  });
+});

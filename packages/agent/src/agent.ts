@@ -5,6 +5,7 @@ import { pause, waitFor } from "./backoff.js";
 import { AgentClient, NetworkError, type ClientTimeouts } from "./client.js";
 import { stopPlan, stopReserveMs, type AgentConfig } from "./config.js";
 import { AgentMetrics, closeHealthServer, startHealthServer } from "./health.js";
+import { prepareDataDir } from "./data-dir.js";
 import { JobRun } from "./job.js";
 import { KeptPlanDirs } from "./kept-plans.js";
 import { reapOrphans } from "./orphans.js";
@@ -78,6 +79,12 @@ export class Agent {
 
   /** Runs until stopped; resolves with the process exit code. */
   async run(): Promise<number> {
+    if (this.config.driver === "local") {
+      // Everything runs create (variables file, plan, state copies) is for this user's eyes only.
+      process.umask(0o077);
+      const leftovers = prepareDataDir(this.config.dataDir);
+      if (leftovers.length > 0) this.log.info({ removed: leftovers }, "removed run directories an earlier agent process left behind");
+    }
     if (this.config.healthPort > 0) {
       this.health = await startHealthServer(this.config.healthPort, {
         health: () => ({

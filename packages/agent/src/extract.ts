@@ -21,7 +21,10 @@ export async function extractConfiguration(archive: Buffer, dir: string, limits:
     strict: true,
     preservePaths: false,
     preserveOwner: false,
-    noChmod: false,
+    // Modes come from the archive filtered by the process umask (0077 for the local driver);
+    // never chmod an existing directory, such as the private run directory, to the archive's mode.
+    noChmod: true,
+    umask: process.umask(),
     filter: (path: string, entry: ReadEntry | Stats) => {
       const type = "type" in entry ? String(entry.type) : undefined;
       const reason = unsafePathReason(path) ?? (type && !allowed.has(type) ? `is a ${type}` : undefined);

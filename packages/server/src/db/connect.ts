@@ -1,7 +1,7 @@
 import BetterSqlite3 from "better-sqlite3";
 import { Kysely, Migrator, PostgresDialect, SqliteDialect } from "kysely";
 import pg from "pg";
-import { mkdirSync } from "node:fs";
+import { chmodSync, closeSync, mkdirSync, openSync } from "node:fs";
 import { dirname } from "node:path";
 import { pino, type Logger } from "pino";
 import { DatabaseHealth, DatabaseUnavailableError, describeError } from "./health.js";
@@ -41,7 +41,14 @@ export async function openDatabase(location: DatabaseLocation, options: { logger
   let health: DatabaseHealth;
   let postgres: Db["postgres"];
   if (location.kind === "sqlite") {
-    if (location.path !== ":memory:") mkdirSync(dirname(location.path), { recursive: true });
+    if (location.path !== ":memory:") {
+      // The database holds hashed tokens, variables (sensitive ones too) and state: owner only.
+      // A directory we create is 0700; the file is 0600 before SQLite opens it, and its -wal and
+      // -shm files take the database file's mode.
+      mkdirSync(dirname(location.path), { recursive: true, mode: 0o700 });
+      closeSync(openSync(location.path, "a", 0o600));
+      chmodSync(location.path, 0o600);
+    }
     const sqlite = new BetterSqlite3(location.path);
     sqlite.pragma("journal_mode = WAL");
     sqlite.pragma("synchronous = NORMAL");
