@@ -65,9 +65,9 @@ export interface ServerProc {
   url: string;
 }
 
-/** Starts `drover server` on a random port with `env` added. */
+/** Starts `drover server` with `env` added (on a random port unless it sets DROVER_PORT). */
 export async function startServerProc(env: Record<string, string>): Promise<ServerProc> {
-  const proc = spawnDrover(["server", "--port", "0"], { ...process.env, DROVER_LOG_LEVEL: "info", ...env });
+  const proc = spawnDrover(["server"], { ...process.env, DROVER_LOG_LEVEL: "info", DROVER_PORT: "0", ...env });
   const url = (await proc.waitFor(/listening on (http:\/\/\S+)/, 60_000))[1]!;
   return { proc, url };
 }
