@@ -131,3 +131,42 @@ function readdirDeepPaths(dir: string): string[] {
   }
   return out;
 }
+
+/** Runs the CLI with `input` written to its stdin only after its command line was read from /proc. */
+async function cliWithStdin(args: string[], input: string): Promise<{ code: number; out: string; cmdline: string }> {
+  const { spawn } = await import("node:child_process");
+  const { droverBin } = await import("../support/processes.js");
+  const child = spawn(process.execPath, [droverBin, ...args], { env: { ...stack.baseEnv, DROVER_TOKEN: stack.server.adminToken }, stdio: ["pipe", "pipe", "pipe"] });
+  let out = "";
+  child.stdout.on("data", (d: Buffer) => (out += d.toString()));
+  child.stderr.on("data", (d: Buffer) => (out += d.toString()));
+  // What any other user of the machine can read while the command runs.
+  const cmdline = readFileSync(`/proc/${child.pid}/cmdline`, "utf8").split("\0").join(" ");
+  child.stdin.end(input);
+  const code = await new Promise<number>((resolve) => child.on("exit", (c) => resolve(c ?? 1)));
+  return { code, out, cmdline };
+}
+
+test("(7) secrets reach the CLI through stdin or a file, never its command line", async () => {
+  await workspace("stdin-secret");
+  const secret = "from-stdin-not-argv-42";
+  const set = await cliWithStdin(["workspace", "set-var", "stdin-secret", "db_password", "--sensitive", "--value-stdin"], `${secret}\n`);
+  assert.equal(set.code, 0, set.out);
+  assert.ok(!set.cmdline.includes(secret));
+  const stored = await stack.server.store.db.selectFrom("variables").select(["value", "sensitive"]).where("key", "=", "db_password").executeTakeFirstOrThrow();
+  assert.equal(stored.value, secret, "stdin's value was stored without its trailing newline");
+  const listed = (await stack.server.api("GET", "/api/v1/workspaces/stdin-secret/vars")).body.items[0];
+  assert.equal(listed.sensitive, true);
+  assert.equal(listed.value, null);
+
+  const { writeFileSync } = await import("node:fs");
+  const file = join(stack.dir, "value.txt");
+  writeFileSync(file, "from-a-file\n", { mode: 0o600 });
+  assert.equal((await stack.cli(["workspace", "set-var", "stdin-secret", "other", "--sensitive", "--value-file", file])).code, 0);
+  const refused = await stack.cli(["workspace", "set-var", "stdin-secret", "k=v", "--value-file", file]);
+  assert.notEqual(refused.code, 0);
+
+  const login = await cliWithStdin(["login", "--url", stack.server.url, "--token-stdin"], stack.server.adminToken + "\n");
+  assert.equal(login.code, 0, login.out);
+  assert.ok(!login.cmdline.includes(stack.server.adminToken));
+});

@@ -22,7 +22,7 @@ export function registerAgentCommands(program: Command): void {
     .command("run")
     .description("Register with a pool token, take jobs and run them as local processes")
     .option("--url <url>", "server URL (DROVER_URL; default: the one in the token)")
-    .option("--token <token>", "pool token (DROVER_TOKEN)")
+    .option("--token <token>", "pool token (DROVER_TOKEN; visible in the process list: prefer --token-file)")
     .option("--token-file <path>", "file holding the pool token (DROVER_TOKEN_FILE)")
     .option("--name <name>", "agent name, unique in the pool (DROVER_AGENT_NAME; default: hostname)")
     .option("--concurrency <n>", "jobs at once, at most 5 (DROVER_AGENT_CONCURRENCY; default 1)")
@@ -48,7 +48,8 @@ export function registerAgentCommands(program: Command): void {
   agent
     .command("controller")
     .description("Kubernetes job mode: claim jobs and launch one Kubernetes Job per run phase")
-    .option("--token <token>", "pool token (DROVER_TOKEN)")
+    .option("--token <token>", "pool token (DROVER_TOKEN; prefer --token-file)")
+    .option("--token-file <path>", "file holding the pool token (DROVER_TOKEN_FILE)")
     .option("--url <url>", "server URL (DROVER_URL)")
     .option("--name <name>", "controller name (DROVER_AGENT_NAME)")
     .option("--concurrency <n>", "Jobs in flight (DROVER_AGENT_CONCURRENCY; default 10)")

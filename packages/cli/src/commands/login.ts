@@ -1,18 +1,24 @@
-import { listOf, poolSchema } from "@drover/protocol";
+import { DroverError, listOf, poolSchema } from "@drover/protocol";
 import type { Command } from "commander";
 import { ApiClient } from "../api-client.js";
+import { readSecret } from "../secret-input.js";
 import { writeCredentials } from "../settings.js";
 
-/** `drover login --url U --token T`: checks the token, then stores both for later commands. */
+/** `drover login --url U --token-file F` (or --token-stdin): checks the token, then stores both for later commands. */
 export function registerLoginCommand(program: Command): void {
   program
     .command("login")
     .description("Store the server URL and API token for later commands")
     .requiredOption("--url <url>", "server URL")
-    .requiredOption("--token <token>", "API token")
+    .option("--token-file <path>", "read the API token from this file ('-' for standard input)")
+    .option("--token-stdin", "read the API token from standard input")
+    .option("--token <token>", "API token (visible to other users in the process list: prefer --token-file or --token-stdin)")
     .option("--json", "print JSON")
-    .action(async (opts: { url: string; token: string; json?: boolean }) => {
-      const settings = { url: opts.url.replace(/\/+$/, ""), token: opts.token };
+    .action(async (opts: { url: string; token?: string; tokenFile?: string; tokenStdin?: boolean; json?: boolean }) => {
+      const given = [opts.token !== undefined, opts.tokenFile !== undefined, opts.tokenStdin === true].filter(Boolean).length;
+      if (given !== 1) throw new DroverError("bad_request", "give the API token once: --token-file <path>, --token-stdin, or --token <token>");
+      const token = opts.token ?? (await readSecret(opts.tokenStdin ? "-" : (opts.tokenFile as string), "API token"));
+      const settings = { url: opts.url.replace(/\/+$/, ""), token };
       await new ApiClient(settings).json(listOf(poolSchema), "GET", "/api/v1/pools");
       const path = writeCredentials(settings);
       process.stdout.write(opts.json ? JSON.stringify({ url: settings.url, credentials: path }) + "\n" : `Logged in to ${settings.url} (credentials in ${path})\n`);

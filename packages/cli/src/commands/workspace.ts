@@ -1,4 +1,5 @@
 import { DroverError, listOf, variableSchema, workspaceSchema } from "@drover/protocol";
+import { readSecret } from "../secret-input.js";
 import type { Command } from "commander";
 import { apiFor, emit, table, withCommon, type CommonOptions } from "../command-kit.js";
 
@@ -41,11 +42,16 @@ export function registerWorkspaceCommands(program: Command): void {
       ].join("\n"),
     );
   });
-  withCommon(ws.command("set-var <workspace> <assignment>").description("Set a variable: KEY=VALUE"))
+  withCommon(ws.command("set-var <workspace> <assignment>").description("Set a variable: KEY=VALUE, or KEY with --value-file / --value-stdin (for secrets)"))
     .option("--env", "an environment variable (default: a terraform variable)")
     .option("--sensitive", "write-only: never shown again, redacted from logs")
-    .action(async (name: string, assignment: string, opts: CommonOptions & { env?: boolean; sensitive?: boolean }) => {
-      const { key, value } = parseAssignment(assignment);
+    .option("--value-file <path>", "read the value from this file ('-' for standard input) instead of the command line")
+    .option("--value-stdin", "read the value from standard input instead of the command line")
+    .action(async (name: string, assignment: string, opts: CommonOptions & { env?: boolean; sensitive?: boolean; valueFile?: string; valueStdin?: boolean }) => {
+      const source = opts.valueStdin ? "-" : opts.valueFile;
+      if (opts.valueStdin && opts.valueFile !== undefined) throw new DroverError("bad_request", "give --value-file or --value-stdin, not both");
+      if (source !== undefined && assignment.includes("=")) throw new DroverError("bad_request", `with --value-file or --value-stdin give only the KEY, not ${JSON.stringify(assignment.split("=")[0] + "=…")}`);
+      const { key, value } = source !== undefined ? { key: assignment, value: await readSecret(source, `value of ${assignment}`) } : parseAssignment(assignment);
       const v = await apiFor(opts).json(variableSchema, "PUT", `/api/v1/workspaces/${encodeURIComponent(name)}/vars/${encodeURIComponent(key)}`, {
         json: { value, kind: opts.env ? "env" : "terraform", sensitive: opts.sensitive === true },
       });
