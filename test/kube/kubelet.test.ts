@@ -2,7 +2,7 @@
 // tcpSocket, exec) drive Ready and restarts with CrashLoopBackOff; containers run as
 // their securityContext's user with fsGroup on volumes; Secret volumes are root-owned
 // with their modes; the ServiceAccount token is mounted only when automount is on;
-// hostPath types are checked; readOnlyRootFilesystem is read-only.
+// hostPath types are checked; readOnlyRootFilesystem is read-only; emptyDir sizeLimit evicts.
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { mkdirSync } from "node:fs";
@@ -18,7 +18,7 @@ describe("test cluster kubelet", () => {
   let ns: string;
   before(async () => {
     // One probe "second" is 20 ms, so a chart's probe settings play out quickly.
-    c = await startTestCluster({ timings: { ...fastTimings, probeSecondMs: 20 } });
+    c = await startTestCluster({ timings: { ...fastTimings, probeSecondMs: 20, evictionCheckMs: 50 } });
     ns = await freshNamespace(c, "kubelet");
   });
   after(async () => {
@@ -161,6 +161,16 @@ describe("test cluster kubelet", () => {
     await finished("hostcreate");
     // fsGroup does not apply to hostPath: the UID-1000 container cannot write (the agent-k8s node-worker defect).
     assert.equal(await log("hostcreate"), "0 0 755\nEACCES\n");
+  });
+
+  it("evicts a pod whose emptyDir exceeds its sizeLimit", async () => {
+    await createPod("bigdir", {
+      volumes: [{ name: "scratch", emptyDir: { sizeLimit: "1Mi" } }],
+      containers: [sh("main", "head -c 2000000 /dev/zero > /scratch/blob; exec sleep 1000", { volumeMounts: [{ name: "scratch", mountPath: "/scratch" }] })],
+    });
+    const p = await finished("bigdir");
+    assert.deepEqual([p.status.phase, p.status.reason, p.status.message], ["Failed", "Evicted", 'Usage of EmptyDir volume "scratch" exceeds the limit "1Mi". ']);
+    assert.ok((p.status.conditions as any[]).some((x) => x.type === "DisruptionTarget" && x.reason === "TerminationByKubelet"));
   });
 
   it("makes the root filesystem read-only with readOnlyRootFilesystem; volumes stay writable", { skip: !asRoot && "needs mount namespaces" }, async () => {

@@ -1,6 +1,6 @@
 /**
  * startTestCluster: the API server, controllers (garbage collector, namespaces,
- * Jobs, service accounts) and one node agent, on 127.0.0.1 with a random port, plus
+ * Jobs, Deployments, DaemonSets, PDBs, the scheduler) and one node agent per node, on 127.0.0.1 with a random port, plus
  * a kubeconfig for kubectl and @kubernetes/client-node.
  */
 import { randomBytes } from "node:crypto";
@@ -27,6 +27,12 @@ import { detectIsolation } from "./node/container-process.js";
 import type { ImageConfig } from "./node/images.js";
 import { ImageCatalog } from "./node/images.js";
 import { NodeAgent } from "./node/node-agent.js";
+import { DaemonSetController } from "./controllers/daemonset-controller.js";
+import { DisruptionController, evictPod } from "./controllers/disruption.js";
+import { Scheduler } from "./controllers/scheduler.js";
+import type { NodeHooks } from "./api/http-server.js";
+import { badRequest } from "./api/status-error.js";
+import { isObject } from "./api/types.js";
 import type { NodeTimings } from "./node/pod-worker.js";
 import { servingCert } from "./tls.js";
 import { ownerReferencesAdmission, podSecurityAdmission, rootCaConfigMap, serviceAccountAdmission } from "./api/admission.js";
@@ -35,6 +41,15 @@ import { RbacAuthorizer, TokenAuthority } from "./api/auth.js";
 export interface ClusterTimings extends NodeTimings, JobControllerTimings {
   /** How often a Terminating namespace is re-checked for remaining objects. */
   namespaceRetryMs: number;
+}
+
+export interface NodeOptions {
+  name: string;
+  labels?: Record<string, string>;
+  /** Node taints ({ key, value, effect }). */
+  taints?: { key: string; value?: string; effect: "NoSchedule" | "PreferNoSchedule" | "NoExecute" }[];
+  /** cpu/memory/pods (default 2, 8Gi, 110). */
+  allocatable?: Record<string, string>;
 }
 
 export interface TestClusterOptions {
@@ -55,7 +70,14 @@ export interface TestClusterOptions {
   isolation?: Isolation | "auto";
   /** "mapped" (default): hostPath volumes live under dataDir/host; "real": the host's own paths. */
   hostPaths?: "mapped" | "real";
+  /** Name of the (first) node; default ktc-node. */
   nodeName?: string;
+  /**
+   * The cluster's nodes (default: one, `nodeName`). Each is a Node object with a kubelet;
+   * the scheduler places pods among them. hostPath volumes of the first node live under
+   * dataDir/host, of the others under dataDir/nodes/<name>/host.
+   */
+  nodes?: NodeOptions[];
   /** Environment every container starts from (default: PATH of this process). */
   baseEnv?: Record<string, string>;
   /** Namespaces created at start besides default, kube-system, kube-public, kube-node-lease. */
@@ -95,8 +117,8 @@ export interface TestCluster {
   setImagePullable(image: string, pullable: boolean): void;
   /** A bearer token of the ServiceAccount (as mounted into its pods), for calling the API as it. */
   serviceAccountToken(namespace: string, name: string): string;
-  /** Where a hostPath volume's `path` lives on the simulated node (the path itself with `hostPaths: "real"`). */
-  hostPath(path: string): string;
+  /** Where a hostPath volume's `path` lives on a simulated node (default the first; the path itself with `hostPaths: "real"`). */
+  hostPath(path: string, node?: string): string;
   /** Forgets all watch history: any watch resuming from an earlier resourceVersion gets 410. */
   compactWatchHistory(): void;
   close(): Promise<void>;
@@ -107,6 +129,7 @@ const defaultTimings: ClusterTimings = {
   crashLoopBackoffMs: 1000,
   configRetryMs: 500,
   probeSecondMs: 1000,
+  evictionCheckMs: 10_000,
   podBackoffMs: 1000,
   namespaceRetryMs: 100,
 };
@@ -182,24 +205,50 @@ export async function startTestCluster(options: TestClusterOptions = {}): Promis
   const gc = new GarbageCollector(api, (_k, e) => onError(e));
   const namespaces = new NamespaceController(api, timings.namespaceRetryMs, (_k, e) => onError(e));
   const jobs = new JobController(api, events, timings, (_k, e) => onError(e));
-  const deployments = new DeploymentController(api, (_k, e) => onError(e));
+  const deployments = new DeploymentController(api, events, timings.podBackoffMs, (_k, e) => onError(e));
+  const daemonSets = new DaemonSetController(api, events, timings.podBackoffMs, (_k, e) => onError(e));
+  const disruption = new DisruptionController(api, (_k, e) => onError(e));
+  const scheduler = new Scheduler(api, events, (_k, e) => onError(e));
   const images = new ImageCatalog(options.images ?? {}, options.unpullableImages ?? []);
-  const node = new NodeAgent({
-    api,
-    events,
-    images,
-    timings,
-    nodeName,
-    isolation,
-    dataDir,
-    baseEnv: options.baseEnv ?? { PATH: process.env.PATH ?? "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", HOME: "/root" },
-    apiPort: () => port,
-    serviceAccountToken: (ns, name) => tokens.issue(ns, name),
-    hostPathRoot: options.hostPaths === "real" ? undefined : join(dataDir, "host"),
-    onError,
-  });
+  const nodeList: NodeOptions[] = options.nodes && options.nodes.length > 0 ? options.nodes : [{ name: nodeName }];
+  const hostRoot = (n: string): string => (n === nodeList[0]?.name ? join(dataDir, "host") : join(dataDir, "nodes", n, "host"));
+  const agents = new Map<string, NodeAgent>();
+  for (const n of nodeList) {
+    agents.set(n.name, new NodeAgent({
+      api,
+      events,
+      images,
+      timings,
+      nodeName: n.name,
+      ...(n.labels ? { labels: n.labels } : {}),
+      ...(n.taints ? { taints: n.taints } : {}),
+      ...(n.allocatable ? { allocatable: n.allocatable } : {}),
+      isolation,
+      dataDir,
+      baseEnv: options.baseEnv ?? { PATH: process.env.PATH ?? "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", HOME: "/root" },
+      apiPort: () => port,
+      serviceAccountToken: (ns, name) => tokens.issue(ns, name),
+      hostPathRoot: options.hostPaths === "real" ? undefined : hostRoot(n.name),
+      onError,
+    }));
+  }
+  const agentFor = (ns: string, pod: string): NodeAgent => {
+    const p = api.get(api.type("", "pods"), ns, pod);
+    const n = isObject(p.spec) ? String(p.spec.nodeName ?? "") : "";
+    const a = agents.get(n);
+    if (!a) throw new Error(`pod ${ns}/${pod} is not running on any node`);
+    return a;
+  };
+  const nodeHooks: NodeHooks = {
+    streamLog: (pod, container, opts, write, signal) => {
+      const a = agents.get(isObject(pod.spec) ? String(pod.spec.nodeName ?? "") : "");
+      if (!a) throw badRequest(`container "${container}" in pod "${pod.metadata.name ?? ""}" is waiting to start: ContainerCreating`);
+      return a.streamLog(pod, container, opts, write, signal);
+    },
+    evict: (ns, name, deleteOptions) => evictPod(api, ns, name, deleteOptions),
+  };
 
-  const handler = new ApiHttpHandler(api, node, {
+  const handler = new ApiHttpHandler(api, nodeHooks, {
     // Over plain HTTP kubectl sends no token: everything is then served as the admin.
     auth: cert ? { authenticate: (t) => tokens.authenticate(t), authorizer } : undefined,
     watchTimeoutMs: options.watchTimeoutMs ?? 30 * 60_000,
@@ -229,10 +278,10 @@ export async function startTestCluster(options: TestClusterOptions = {}): Promis
     api,
     errors,
     kubectlEnv: () => ({ KUBECONFIG: kubeconfigPath, KUBECACHEDIR: join(dataDir, "kubectl-cache") }),
-    simulateOom: (ns, pod, container) => node.oomKill(ns, pod, container),
-    evict: (ns, pod) => node.evictByKubelet(ns, pod),
+    simulateOom: (ns, pod, container) => agentFor(ns, pod).oomKill(ns, pod, container),
+    evict: (ns, pod) => agentFor(ns, pod).evictByKubelet(ns, pod),
     serviceAccountToken: (ns, name) => tokens.issue(ns, name),
-    hostPath: (p) => (options.hostPaths === "real" ? p : join(dataDir, "host", p)),
+    hostPath: (p, n) => (options.hostPaths === "real" ? p : join(hostRoot(n ?? nodeList[0]?.name ?? nodeName), p)),
     setImagePullable: (image, pullable) => images.setPullable(image, pullable),
     compactWatchHistory: () => store.compact(),
     close() {
@@ -246,9 +295,12 @@ export async function startTestCluster(options: TestClusterOptions = {}): Promis
           () => unsubscribeSa(),
           () => jobs.close(),
           () => deployments.close(),
+          () => daemonSets.close(),
+          () => disruption.close(),
+          () => scheduler.close(),
           () => namespaces.close(),
           () => gc.close(),
-          () => node.close(),
+          ...[...agents.values()].map((a) => () => a.close()),
           () => {
             if (ownDir) rmSync(dataDir, { recursive: true, force: true });
           },

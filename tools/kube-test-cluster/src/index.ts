@@ -1,5 +1,5 @@
 export { startTestCluster } from "./cluster.js";
-export type { ClusterTimings, TestCluster, TestClusterOptions } from "./cluster.js";
+export type { ClusterTimings, NodeOptions, TestCluster, TestClusterOptions } from "./cluster.js";
 export type { ImageConfig } from "./node/images.js";
 export type { Isolation } from "./node/container-process.js";
 export { annotationEvictAfterMs, annotationOomKill } from "./node/pod-worker.js";

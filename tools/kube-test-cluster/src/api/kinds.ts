@@ -300,5 +300,5 @@ export function rulesFor(t: ResourceType, version: string): KindRules {
 
 /** Kinds whose spec changes bump metadata.generation. */
 export function tracksGeneration(t: ResourceType): boolean {
-  return t.custom !== undefined || ["batch/jobs", "apiextensions.k8s.io/customresourcedefinitions"].includes(`${t.group}/${t.resource}`);
+  return t.custom !== undefined || ["batch/jobs", "apps/deployments", "apps/daemonsets", "policy/poddisruptionbudgets", "apiextensions.k8s.io/customresourcedefinitions"].includes(`${t.group}/${t.resource}`);
 }

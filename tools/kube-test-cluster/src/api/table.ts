@@ -116,7 +116,7 @@ const columnsByType: Record<string, Column[]> = {
   "/configmaps": [nameCol, { name: "Data", type: "integer", cell: (o) => Object.keys(obj(o.data)).length + Object.keys(obj(o.binaryData)).length }, ageCol],
   "/secrets": [nameCol, { name: "Type", type: "string", cell: (o) => String(o.type ?? "Opaque") }, { name: "Data", type: "integer", cell: (o) => Object.keys(obj(o.data)).length }, ageCol],
   "/serviceaccounts": [nameCol, { name: "Secrets", type: "integer", cell: (o) => arr(o.secrets).length }, ageCol],
-  "/nodes": [nameCol, { name: "Status", type: "string", cell: () => "Ready" }, { name: "Roles", type: "string", cell: () => "<none>" }, ageCol, { name: "Version", type: "string", cell: (o) => String(obj(obj(o.status).nodeInfo).kubeletVersion ?? "") }],
+  "/nodes": [nameCol, { name: "Status", type: "string", cell: (o) => (obj(o.spec).unschedulable === true ? "Ready,SchedulingDisabled" : "Ready") }, { name: "Roles", type: "string", cell: () => "<none>" }, ageCol, { name: "Version", type: "string", cell: (o) => String(obj(obj(o.status).nodeInfo).kubeletVersion ?? "") }],
   "/events": [
     { name: "Last Seen", type: "string", cell: (o, now) => humanDuration(now - Date.parse(String(o.lastTimestamp ?? o.eventTime ?? o.metadata.creationTimestamp))) },
     { name: "Type", type: "string", cell: (o) => String(o.type ?? "") },

@@ -1,15 +1,24 @@
 /**
  * apps/v1 Deployment controller, reduced to what installing a chart needs: keeps
  * `spec.replicas` live pods from the template (owned by the Deployment, so deleting it
- * garbage-collects them) and reports replica counts. No ReplicaSets, no rollouts.
+ * garbage-collects them; no ReplicaSets). Pods carry `pod-template-hash`; a changed
+ * template rolls out (RollingUpdate: one extra new pod at a time, an old pod deleted
+ * once a new one is Ready; Recreate: old pods deleted first). Status counts Ready pods,
+ * as `kubectl rollout status` reads them. Refused creates are retried.
  */
+import type { EventRecorder } from "../api/events.js";
 import type { ObjectApi } from "../api/object-api.js";
 import { StatusError } from "../api/status-error.js";
 import type { JsonObject, KObject } from "../api/types.js";
 import { isObject } from "../api/types.js";
+import { templateHash } from "./daemonset-controller.js";
 import { WorkQueue } from "./work-queue.js";
 
 const obj = (v: unknown): JsonObject => (isObject(v) ? v : {});
+
+function ready(p: KObject): boolean {
+  return (Array.isArray(obj(p.status).conditions) ? (obj(p.status).conditions as unknown[]) : []).some((c) => isObject(c) && c.type === "Ready" && c.status === "True");
+}
 
 export class DeploymentController {
   private readonly queue: WorkQueue;
@@ -17,6 +26,8 @@ export class DeploymentController {
 
   constructor(
     private readonly api: ObjectApi,
+    private readonly events: EventRecorder,
+    private readonly retryMs: number,
     onError: (key: string, e: unknown) => void,
   ) {
     this.queue = new WorkQueue((key) => this.process(key), onError);
@@ -37,29 +48,68 @@ export class DeploymentController {
     if (!d || d.metadata.deletionTimestamp) return;
     const spec = obj(d.spec);
     const template = obj(spec.template);
+    const hash = templateHash(template);
     const want = Number(spec.replicas ?? 1);
     const owned = this.api.store
       .list("/pods", ns)
-      .filter((p: KObject) => (p.metadata.ownerReferences ?? []).some((r) => r.uid === d.metadata.uid && r.controller === true) && !p.metadata.deletionTimestamp);
-    const live = owned.filter((p) => !["Succeeded", "Failed"].includes(String(obj(p.status).phase ?? "Pending")));
-    for (let i = live.length; i < want; i++) {
+      .filter((p: KObject) => (p.metadata.ownerReferences ?? []).some((r) => r.uid === d.metadata.uid && r.controller === true));
+    const live = owned.filter((p) => !p.metadata.deletionTimestamp && !["Succeeded", "Failed"].includes(String(obj(p.status).phase ?? "Pending")));
+    const current = live.filter((p) => p.metadata.labels?.["pod-template-hash"] === hash);
+    const old = live.filter((p) => p.metadata.labels?.["pod-template-hash"] !== hash);
+    const del = (p: KObject): void => {
       try {
-        this.api.create(pods, ns, {
-          metadata: {
-            generateName: `${name.slice(0, 57)}-`,
-            labels: { ...obj(obj(template.metadata).labels) },
-            annotations: { ...obj(obj(template.metadata).annotations) },
-            ownerReferences: [{ apiVersion: "apps/v1", kind: "Deployment", name, uid: d.metadata.uid ?? "", controller: true, blockOwnerDeletion: true }],
-          },
-          spec: template.spec,
-        }, { system: true });
+        this.api.delete(pods, ns, p.metadata.name ?? "", {});
       } catch (e) {
-        if (!(e instanceof StatusError)) throw e;
+        if (!(e instanceof StatusError && e.code === 404)) throw e;
+      }
+    };
+    for (const p of owned) if (!p.metadata.deletionTimestamp && ["Succeeded", "Failed"].includes(String(obj(p.status).phase))) del(p);
+    const recreate = obj(spec.strategy).type === "Recreate";
+    if (recreate && old.length > 0) {
+      for (const p of old) del(p);
+    } else {
+      // One surge pod while old ones remain; an old pod goes for each Ready new one beyond the rest.
+      const room = want + (old.length > 0 ? 1 : 0) - live.length;
+      const terminating = owned.some((p) => p.metadata.deletionTimestamp && p.metadata.labels?.["pod-template-hash"] !== hash);
+      let failed = false;
+      for (let i = 0; i < room && !(recreate && terminating); i++) {
+        try {
+          this.api.create(pods, ns, {
+            metadata: {
+              generateName: `${name.slice(0, 46)}-${hash.slice(0, 10)}-`,
+              labels: { ...obj(obj(template.metadata).labels), "pod-template-hash": hash },
+              annotations: { ...obj(obj(template.metadata).annotations) },
+              ownerReferences: [{ apiVersion: "apps/v1", kind: "Deployment", name, uid: d.metadata.uid ?? "", controller: true, blockOwnerDeletion: true }],
+            },
+            spec: template.spec,
+          }, { system: true });
+        } catch (e) {
+          if (!(e instanceof StatusError)) throw e;
+          this.events.record("deployment-controller", undefined, d, "Warning", "FailedCreate", `Error creating: ${e.message}`);
+          failed = true;
+          break;
+        }
+      }
+      if (failed) this.queue.addAfter(key, this.retryMs);
+      const readyNew = current.filter(ready).length;
+      let removable = old.length + readyNew - want;
+      for (const p of [...old].sort((a, b) => Number(ready(a)) - Number(ready(b)))) {
+        if (removable <= 0 && ready(p)) break;
+        del(p);
+        removable--;
       }
     }
-    const ready = live.filter((p) => String(obj(p.status).phase) === "Running").length;
+    const readyCount = live.filter(ready).length;
     this.api.mutate(deployments, ns, name, (o) => {
-      o.status = { observedGeneration: o.metadata.generation, replicas: live.length, readyReplicas: ready, availableReplicas: ready };
+      o.status = {
+        observedGeneration: o.metadata.generation,
+        replicas: live.length,
+        updatedReplicas: current.length,
+        readyReplicas: readyCount,
+        availableReplicas: readyCount,
+        ...(live.length - readyCount > 0 ? { unavailableReplicas: live.length - readyCount } : {}),
+        conditions: [{ type: "Available", status: readyCount >= want ? "True" : "False", reason: readyCount >= want ? "MinimumReplicasAvailable" : "MinimumReplicasUnavailable", message: readyCount >= want ? "Deployment has minimum availability." : "Deployment does not have minimum availability." }],
+      };
     }, "status");
   }
 

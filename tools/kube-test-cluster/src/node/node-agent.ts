@@ -1,12 +1,12 @@
 /**
- * The one node of the cluster: a scheduler that binds pending pods to it and a
- * kubelet that runs them (one PodWorker per pod), serves their logs, and performs
- * evictions and simulated OOM kills.
+ * One node of the cluster: its Node object and a kubelet that runs the pods bound to
+ * it (one PodWorker per pod), serves their logs, and performs node-pressure evictions
+ * and simulated OOM kills. Binding is the scheduler's (controllers/scheduler.ts).
  */
 import { rmSync } from "node:fs";
 import { join } from "node:path";
 import type { EventRecorder } from "../api/events.js";
-import type { LogOptions, NodeHooks } from "../api/http-server.js";
+import type { LogOptions } from "../api/http-server.js";
 import type { ObjectApi } from "../api/object-api.js";
 import { badRequest, StatusError } from "../api/status-error.js";
 import type { JsonObject, KObject } from "../api/types.js";
@@ -25,6 +25,10 @@ export interface NodeAgentOptions {
   images: ImageCatalog;
   timings: NodeTimings;
   nodeName: string;
+  /** Extra Node labels, taints and allocatable (default cpu 2, memory 8Gi, pods 110). */
+  labels?: Record<string, string>;
+  taints?: JsonObject[];
+  allocatable?: Record<string, string>;
   isolation: Isolation;
   dataDir: string;
   baseEnv: Record<string, string>;
@@ -36,7 +40,7 @@ export interface NodeAgentOptions {
   onError(e: unknown): void;
 }
 
-export class NodeAgent implements NodeHooks {
+export class NodeAgent {
   private readonly workers = new Map<string, PodWorker>();
   private readonly logs = new Map<string, ContainerLog>();
   private readonly queue: WorkQueue;
@@ -50,14 +54,15 @@ export class NodeAgent implements NodeHooks {
       this.queue.add(`${m.namespace ?? ""}|${m.name ?? ""}|${m.uid ?? ""}`);
     });
     o.api.create(o.api.type("", "nodes"), undefined, {
-      metadata: { name: o.nodeName, labels: { "kubernetes.io/hostname": o.nodeName, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64" } },
-      spec: {},
+      metadata: { name: o.nodeName, labels: { "kubernetes.io/hostname": o.nodeName, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", ...(o.labels ?? {}) } },
+      spec: o.taints && o.taints.length > 0 ? { taints: o.taints } : {},
     }, { system: true });
+    const alloc = { cpu: "2", memory: "8Gi", pods: "110", ...(o.allocatable ?? {}) };
     o.api.mutate(o.api.type("", "nodes"), undefined, o.nodeName, (n) => {
       const now = isoNow();
       n.status = {
-        capacity: { cpu: "2", memory: "8Gi", pods: "110" },
-        allocatable: { cpu: "2", memory: "8Gi", pods: "110" },
+        capacity: alloc,
+        allocatable: alloc,
         conditions: [{ type: "Ready", status: "True", reason: "KubeletReady", message: "kubelet is posting ready status", lastHeartbeatTime: now, lastTransitionTime: now }],
         addresses: [{ type: "InternalIP", address: "127.0.0.1" }, { type: "Hostname", address: o.nodeName }],
         nodeInfo: { kubeletVersion: "v1.32.0", containerRuntimeVersion: "ktc://local-processes", operatingSystem: "linux", architecture: "amd64" },
@@ -83,15 +88,6 @@ export class NodeAgent implements NodeHooks {
     }
     const spec = isObject(pod.spec) ? pod.spec : {};
     const phase = isObject(pod.status) ? pod.status.phase : undefined;
-    if (!spec.nodeName) {
-      if (pod.metadata.deletionTimestamp) return;
-      if (spec.schedulerName !== undefined && spec.schedulerName !== "default-scheduler") return;
-      this.o.api.mutate(this.pods, ns, name, (p) => {
-        if (isObject(p.spec)) p.spec.nodeName = this.o.nodeName;
-      });
-      this.o.events.record("default-scheduler", undefined, pod, "Normal", "Scheduled", `Successfully assigned ${ns}/${name} to ${this.o.nodeName}`);
-      return;
-    }
     if (spec.nodeName !== this.o.nodeName) return;
     if (pod.metadata.deletionTimestamp) {
       if (worker) worker.stop("deleted", pod.metadata.deletionGracePeriodSeconds ?? 0);
@@ -148,19 +144,6 @@ export class NodeAgent implements NodeHooks {
       throw badRequest(`container "${container}" in pod "${pod.metadata.name ?? ""}" is waiting to start: ${why}`);
     }
     await streamContainerLog(log, opts, write, signal);
-  }
-
-  evict(ns: string, name: string, deleteOptions: JsonObject | undefined): void {
-    const now = isoNow();
-    this.o.api.mutate(this.pods, ns, name, (p) => {
-      const st = isObject(p.status) ? p.status : {};
-      const conds = (Array.isArray(st.conditions) ? st.conditions : []).filter(isObject).filter((c) => c.type !== "DisruptionTarget");
-      conds.push({ type: "DisruptionTarget", status: "True", lastProbeTime: null, lastTransitionTime: now, reason: "EvictionByEvictionAPI", message: "Eviction API: evicting" });
-      st.conditions = conds;
-      p.status = st;
-    }, "status");
-    const grace = deleteOptions && typeof deleteOptions.gracePeriodSeconds === "number" ? { gracePeriodSeconds: deleteOptions.gracePeriodSeconds } : {};
-    this.o.api.delete(this.pods, ns, name, grace);
   }
 
   private workerFor(ns: string, name: string): PodWorker {

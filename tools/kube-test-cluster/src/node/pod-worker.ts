@@ -7,7 +7,8 @@
  * own activeDeadlineSeconds. Every change is written to the pod's status.
  */
 import { randomBytes } from "node:crypto";
-import { mkdirSync } from "node:fs";
+import { lstatSync, mkdirSync, readdirSync } from "node:fs";
+import { quantity } from "../controllers/scheduler.js";
 import { join, posix } from "node:path";
 import type { EventRecorder, EventType } from "../api/events.js";
 import type { ObjectApi } from "../api/object-api.js";
@@ -35,6 +36,8 @@ export interface NodeTimings {
   crashLoopBackoffMs: number;
   /** Retry interval for missing Secrets/ConfigMaps (mounts and env). */
   configRetryMs: number;
+  /** Interval of the kubelet's emptyDir usage check (sizeLimit eviction); Kubernetes: 10 s housekeeping. */
+  evictionCheckMs: number;
   /** Length of one second in probe settings (initialDelaySeconds, periodSeconds; not timeoutSeconds); Kubernetes: 1000. */
   probeSecondMs: number;
 }
@@ -100,6 +103,8 @@ export class PodWorker {
   private killTimer: NodeJS.Timeout | undefined;
   private killAt = Infinity;
   private volumes = new Map<string, PreparedVolume>();
+  /** Why the kubelet evicted the pod, when not memory pressure (emptyDir over its sizeLimit). */
+  private evictionWhy: string | undefined;
   finished = false;
   done: Promise<void> = Promise.resolve();
 
@@ -227,6 +232,7 @@ export class PodWorker {
     if (this.stopping) return this.finish();
     this.setCondition("PodReadyToStartContainers", true);
     this.sync();
+    this.watchEmptyDirLimits();
     const ads = this.spec.activeDeadlineSeconds;
     if (typeof ads === "number") this.later(ads * 1000, () => this.stop("deadline", 0));
     for (const c of this.inits) {
@@ -240,6 +246,26 @@ export class PodWorker {
     }
     await Promise.all(this.mains.map((c) => this.runUntilDone(c)));
     return this.finish();
+  }
+
+  /** emptyDir sizeLimit: the kubelet's periodic usage check evicts the pod once a volume exceeds it. */
+  private watchEmptyDirLimits(): void {
+    const limited = arr(this.spec.volumes).filter((v) => isObject(v.emptyDir) && v.emptyDir.sizeLimit !== undefined);
+    if (limited.length === 0) return;
+    const check = (): void => {
+      if (this.stopping || this.finished) return;
+      for (const v of limited) {
+        const dir = this.volumes.get(String(v.name))?.hostPath;
+        const limit = String((v.emptyDir as JsonObject).sizeLimit);
+        if (dir && diskUsage(dir) > quantity(limit)) {
+          this.evictionWhy = `Usage of EmptyDir volume "${String(v.name)}" exceeds the limit "${limit}". `;
+          this.stop("evicted", 0);
+          return;
+        }
+      }
+      this.later(this.ctx.timings.evictionCheckMs, check);
+    };
+    this.later(this.ctx.timings.evictionCheckMs, check);
   }
 
   private later(ms: number, fn: () => void): void {
@@ -514,11 +540,12 @@ export class PodWorker {
     if (this.killTimer) clearTimeout(this.killTimer);
     const exited = (c: Runtime): JsonObject | undefined => (isObject(c.state.terminated) ? c.state.terminated : undefined);
     if (this.stopReason === "evicted") {
+      const message = this.evictionWhy ?? evictionMessage;
       this.phase = "Failed";
       this.reason = "Evicted";
-      this.message = evictionMessage;
-      this.conditions.set("DisruptionTarget", { type: "DisruptionTarget", status: "True", lastProbeTime: null, lastTransitionTime: isoNow(), reason: "TerminationByKubelet", message: evictionMessage });
-      this.event("Warning", "Evicted", evictionMessage);
+      this.message = message;
+      this.conditions.set("DisruptionTarget", { type: "DisruptionTarget", status: "True", lastProbeTime: null, lastTransitionTime: isoNow(), reason: "TerminationByKubelet", message });
+      this.event("Warning", "Evicted", message);
     } else if (this.stopReason === "deadline") {
       this.phase = "Failed";
       this.reason = "DeadlineExceeded";
@@ -589,6 +616,23 @@ export class PodWorker {
     c.proc.killGroup();
     return true;
   }
+}
+
+/** Bytes used by files under `dir` (apparent sizes, as `du` would sum them). */
+function diskUsage(dir: string): number {
+  let total = 0;
+  const walk = (p: string): void => {
+    let st;
+    try {
+      st = lstatSync(p);
+    } catch {
+      return;
+    }
+    if (st.isDirectory()) for (const e of readdirSync(p)) walk(join(p, e));
+    else total += st.size;
+  };
+  walk(dir);
+  return total;
 }
 
 function objOrUndef(v: unknown): JsonObject | undefined {
