@@ -205,3 +205,71 @@ describe("secrets at rest (6)", () => {
     }
   });
 });
+
+describe("job tokens end with their reasons (8)", () => {
+  const lockInfo = (id: string) => Buffer.from(JSON.stringify({ ID: id, Operation: "OperationTypeApply", Who: "holder" }));
+
+  /** A running job holding its workspace's state lock, as a stuck or rogue agent would. */
+  async function runningJobWithLock(pool: string, ws: string) {
+    const agent = await registerAgent(server, pool, `${ws}-agent`);
+    const { runId, workspaceId } = await queueRun(server, pool, ws, good);
+    const job = (await call(server, "POST", "/api/agent/v1/jobs/next?wait=2000", agent.session)).body.job;
+    assert.equal((await call(server, "POST", `/api/agent/v1/jobs/${job.jobId}/start`, job.jobToken)).status, 200);
+    assert.equal((await call(server, "LOCK", `/api/v1/workspaces/${workspaceId}/state`, job.jobToken, lockInfo("held"), { "content-type": "application/json" })).status, 200);
+    return { ...agent, runId, workspaceId, job };
+  }
+
+  async function assertTokenDead(job: { jobId: string; jobToken: string }, workspaceId: string) {
+    const hb = await call(server, "POST", `/api/agent/v1/jobs/${job.jobId}/heartbeat`, job.jobToken);
+    assert.ok(hb.status === 409 || hb.status === 401, JSON.stringify(hb.body));
+    assert.notEqual((await call(server, "GET", `/api/agent/v1/jobs/${job.jobId}/variables`, job.jobToken)).status, 200);
+    assert.notEqual((await call(server, "GET", `/api/v1/workspaces/${workspaceId}/state`, job.jobToken)).status, 204);
+    assert.notEqual((await call(server, "LOCK", `/api/v1/workspaces/${workspaceId}/state`, job.jobToken, lockInfo("again"), { "content-type": "application/json" })).status, 200);
+    const ws = (await server.api("GET", `/api/v1/workspaces/${workspaceId}`)).body;
+    assert.equal(ws.stateLocked, false, "the lock was released");
+    assert.equal(ws.currentRunId, null, "the workspace is free");
+  }
+
+  test("revoking the pool token ends its agents' jobs and their tokens", async () => {
+    const held = await runningJobWithLock("sec", "revoked-ws");
+    assert.equal((await server.api("DELETE", `/api/v1/pool-tokens/${held.poolTokenId}`)).status, 200);
+    await assertTokenDead(held.job, held.workspaceId);
+    const run = (await server.api("GET", `/api/v1/runs/${held.runId}`)).body;
+    assert.equal(run.status, "errored");
+    assert.match(run.errorMessage, /pool token .* was revoked/);
+  });
+
+  test("an explicit force-cancel ends the job on the server", async () => {
+    const held = await runningJobWithLock("sec", "forced-ws");
+    const polite = (await server.api("POST", `/api/v1/runs/${held.runId}/cancel`)).body;
+    assert.equal(polite.status, "planning", "a plain cancel waits for the agent");
+    const forced = await server.api("POST", `/api/v1/runs/${held.runId}/cancel?force=true`);
+    assert.equal(forced.body.status, "canceled", JSON.stringify(forced.body));
+    await assertTokenDead(held.job, held.workspaceId);
+  });
+
+  test("a cancel the agent ignores becomes a force-cancel after DROVER_FORCE_CANCEL_AFTER_SECONDS", async () => {
+    const quick = await startTestServer({ DROVER_FORCE_CANCEL_AFTER_SECONDS: "1" });
+    try {
+      await quick.api("POST", "/api/v1/pools", { name: "q" });
+      const agent = await registerAgent(quick, "q", "deaf");
+      const { runId } = await queueRun(quick, "q", "deaf-ws", good);
+      const job = (await call(quick, "POST", "/api/agent/v1/jobs/next?wait=2000", agent.session)).body.job;
+      await call(quick, "POST", `/api/agent/v1/jobs/${job.jobId}/start`, job.jobToken);
+      assert.equal((await quick.api("POST", `/api/v1/runs/${runId}/cancel`)).body.status, "planning");
+      // The agent keeps heartbeating but never stops; the sweeper ends the job.
+      const deadline = Date.now() + 30_000;
+      let run: any;
+      for (;;) {
+        await call(quick, "POST", `/api/agent/v1/jobs/${job.jobId}/heartbeat`, job.jobToken);
+        run = (await quick.api("GET", `/api/v1/runs/${runId}`)).body;
+        if (run.status === "canceled" || Date.now() > deadline) break;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      assert.equal(run.status, "canceled");
+      assertError(await call(quick, "POST", `/api/agent/v1/jobs/${job.jobId}/heartbeat`, job.jobToken), 409, "job_finished");
+    } finally {
+      await quick.stop();
+    }
+  });
+});

@@ -16,6 +16,8 @@ export interface ServerConfig {
   agentTtlMs: number;
   heartbeatIntervalMs: number;
   sweepIntervalMs: number;
+  /** How long a running job may ignore a cancel before the server force-cancels it. */
+  forceCancelAfterMs: number;
   archiveLimits: ArchiveLimits;
   logLevel: string;
   tls: { certFile: string; keyFile: string } | undefined;
@@ -88,6 +90,7 @@ export function loadServerConfig(input: { env: NodeJS.ProcessEnv; flags?: Server
     agentTtlMs: positiveInt("DROVER_AGENT_TTL_SECONDS", env.DROVER_AGENT_TTL_SECONDS, 60) * 1000,
     heartbeatIntervalMs: positiveInt("DROVER_AGENT_HEARTBEAT_SECONDS", env.DROVER_AGENT_HEARTBEAT_SECONDS, 10) * 1000,
     sweepIntervalMs: positiveInt("DROVER_SWEEP_INTERVAL_MS", env.DROVER_SWEEP_INTERVAL_MS, 1000, 10),
+    forceCancelAfterMs: positiveInt("DROVER_FORCE_CANCEL_AFTER_SECONDS", env.DROVER_FORCE_CANCEL_AFTER_SECONDS, 120) * 1000,
     archiveLimits: { ...defaultArchiveLimits, maxCompressedBytes: maxArchiveMb * 1024 * 1024 },
     logLevel: flags.logLevel ?? env.DROVER_LOG_LEVEL ?? "info",
     tls: tlsCert && tlsKey ? { certFile: tlsCert, keyFile: tlsKey } : undefined,

@@ -65,7 +65,7 @@ export async function startServer(config: ServerConfig, options: { logger?: Logg
   const metrics = createMetrics(store);
   let publicUrl = config.publicUrl;
   const app = buildApp({ store, health: db.health, archiveLimits: config.archiveLimits, publicUrl: () => publicUrl, shutdown: shutdown.signal, markActivity: () => {} }, metrics, log, config.tls);
-  const sweeper = startSweeper(store, log, config.sweepIntervalMs, db.health);
+  const sweeper = startSweeper(store, log, config.sweepIntervalMs, db.health, config.forceCancelAfterMs);
   try {
     // A fleet reconnecting at once (after a restart or a network blip) overflows the default
     // backlog of 511; dropped SYNs cost each agent a 1 s retransmit.

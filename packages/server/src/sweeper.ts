@@ -3,6 +3,7 @@ import type { DatabaseHealth } from "./db/health.js";
 import { markSilentAgentsLost, pruneOfflineAgents } from "./store/agents.js";
 import type { StoreContext } from "./store/context.js";
 import { expireLeases } from "./store/queue.js";
+import { forceOverdueCancels } from "./store/runs.js";
 
 const offlineRetentionMs = 24 * 60 * 60 * 1000;
 
@@ -16,7 +17,7 @@ const offlineRetentionMs = 24 * 60 * 60 * 1000;
  * lease that lapsed while no server could record heartbeats says nothing about the agent, and
  * every healthy agent renews within that time.
  */
-export function startSweeper(ctx: StoreContext, log: Logger, intervalMs: number, health: DatabaseHealth): { stop(): Promise<void> } {
+export function startSweeper(ctx: StoreContext, log: Logger, intervalMs: number, health: DatabaseHealth, forceCancelAfterMs = 120_000): { stop(): Promise<void> } {
   let running: Promise<void> | undefined;
   let stopped = false;
   let announcedGraceOf = -1;
@@ -34,6 +35,8 @@ export function startSweeper(ctx: StoreContext, log: Logger, intervalMs: number,
       const { requeued, lost } = await expireLeases(ctx);
       if (requeued > 0) log.info({ requeued }, "requeued jobs whose agent never started them");
       if (lost > 0) log.warn({ lost }, "jobs errored: agent lost");
+      const forced = await forceOverdueCancels(ctx, forceCancelAfterMs);
+      if (forced > 0) log.warn({ forced }, "jobs force-canceled: their agent did not honour the cancel");
       if (upFor >= ctx.settings.agentTtlMs) {
         const silent = await markSilentAgentsLost(ctx);
         if (silent > 0) log.warn({ agents: silent }, "agents declared offline after missing heartbeats");

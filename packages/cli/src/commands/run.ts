@@ -45,12 +45,15 @@ export function registerRunCommands(program: Command): void {
       const confirmed = await api.json(runSchema, "POST", `/api/v1/runs/${encodeURIComponent(id)}/confirm`);
       await followAndReport(api, confirmed, opts, ["apply"]);
     });
-  for (const action of ["discard", "cancel"] as const) {
-    withCommon(run.command(`${action} <runId>`).description(action === "discard" ? "Discard a planned run" : "Cancel a run")).action(async (id: string, opts: CommonOptions) => {
-      const r = await apiFor(opts).json(runSchema, "POST", `/api/v1/runs/${encodeURIComponent(id)}/${action}`);
-      emit(opts, r, (x) => (action === "cancel" && x.cancelRequested && x.status !== "canceled" ? `Cancel requested for run ${x.id}; the agent is stopping it` : summary(x)));
+  withCommon(run.command("discard <runId>").description("Discard a planned run")).action(async (id: string, opts: CommonOptions) => {
+    emit(opts, await apiFor(opts).json(runSchema, "POST", `/api/v1/runs/${encodeURIComponent(id)}/discard`), summary);
+  });
+  withCommon(run.command("cancel <runId>").description("Cancel a run"))
+    .option("--force", "end the job on the server now, without waiting for the agent: its token stops working and its state lock is released")
+    .action(async (id: string, opts: CommonOptions & { force?: boolean }) => {
+      const r = await apiFor(opts).json(runSchema, "POST", `/api/v1/runs/${encodeURIComponent(id)}/cancel${opts.force ? "?force=true" : ""}`);
+      emit(opts, r, (x) => (x.cancelRequested && x.status !== "canceled" ? `Cancel requested for run ${x.id}; the agent is stopping it` : summary(x)));
     });
-  }
   withCommon(run.command("show <runId>").description("Show a run")).action(async (id: string, opts: CommonOptions) => {
     const api = apiFor(opts);
     const r = await api.json(runSchema, "GET", `/api/v1/runs/${encodeURIComponent(id)}`);

@@ -198,9 +198,19 @@ function security(dialect: Dialect): Migration {
   };
 }
 
+/** Decision 0010: when a cancel was first requested, so an unhonoured one becomes a force-cancel. */
+function forceCancel(dialect: Dialect): Migration {
+  const t = types(dialect);
+  return {
+    async up(db: Kysely<unknown>) {
+      await db.schema.alterTable("jobs").addColumn("cancel_requested_at", t.time).execute();
+    },
+  };
+}
+
 /** All migrations in order; names sort lexically, which is the order Kysely applies them. */
 export function migrationProvider(dialect: Dialect): MigrationProvider {
   return {
-    getMigrations: async () => ({ "0001_initial": initial(dialect), "0010a_security": security(dialect) }),
+    getMigrations: async () => ({ "0001_initial": initial(dialect), "0010a_security": security(dialect), "0010b_force_cancel": forceCancel(dialect) }),
   };
 }

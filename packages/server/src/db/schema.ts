@@ -108,6 +108,7 @@ export interface JobsTable {
   token_hash: string | null;
   lease_expires_at: number | null;
   cancel_requested: number;
+  cancel_requested_at: number | null;
   message: string | null;
   log_size: number;
   queued_at: number;

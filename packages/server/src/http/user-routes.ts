@@ -21,7 +21,7 @@ import { readLog } from "../store/logs.js";
 import { readPlanJson, workspaceOutputs } from "../store/plans.js";
 import { createPool, createPoolToken, getPool, listPools, listPoolTokens, revokePoolToken } from "../store/pools.js";
 import { listRunJobs } from "../store/queue.js";
-import { cancelRun, confirmRun, createRun, discardRun, getRun, listRuns } from "../store/runs.js";
+import { cancelRun, confirmRun, createRun, discardRun, endJobsOfPoolToken, getRun, listRuns } from "../store/runs.js";
 import { listStateVersions, readStateVersion } from "../store/state.js";
 import { deleteVariable, listVariables, setVariable } from "../store/variables.js";
 import { createWorkspace, deleteWorkspace, getWorkspace, listWorkspaces, updateWorkspace } from "../store/workspaces.js";
@@ -54,7 +54,12 @@ export function registerUserRoutes(app: FastifyInstance, http: HttpContext): voi
     return reply.code(201).send(await createPoolToken(ctx, pool, description, http.publicUrl()));
   });
   app.get("/pools/:pool/tokens", async (req) => ({ items: await listPoolTokens(ctx, parse(poolParams, req.params, "path").pool) }));
-  app.delete("/pool-tokens/:id", async (req) => revokePoolToken(ctx, parse(idParams, req.params, "path").id));
+  app.delete("/pool-tokens/:id", async (req) => {
+    const revoked = await revokePoolToken(ctx, parse(idParams, req.params, "path").id);
+    // Its agents' sessions already fail; the jobs they hold end too, so no job token outlives it.
+    await endJobsOfPoolToken(ctx, revoked.id);
+    return revoked;
+  });
 
   app.get("/agents", async (req) => {
     const { pool } = parse(z.object({ pool: z.string().optional() }), req.query, "query");
@@ -109,7 +114,10 @@ export function registerUserRoutes(app: FastifyInstance, http: HttpContext): voi
   app.get("/runs/:id", async (req) => getRun(ctx, parse(idParams, req.params, "path").id));
   app.post("/runs/:id/confirm", async (req) => confirmRun(ctx, parse(idParams, req.params, "path").id));
   app.post("/runs/:id/discard", async (req) => discardRun(ctx, parse(idParams, req.params, "path").id));
-  app.post("/runs/:id/cancel", async (req) => cancelRun(ctx, parse(idParams, req.params, "path").id));
+  app.post("/runs/:id/cancel", async (req) => {
+    const { force } = parse(z.object({ force: z.enum(["true", "false"]).default("false") }), req.query, "query");
+    return cancelRun(ctx, parse(idParams, req.params, "path").id, { force: force === "true" });
+  });
   app.get("/runs/:id/jobs", async (req) => ({ items: await listRunJobs(ctx, parse(idParams, req.params, "path").id) }));
   app.get("/runs/:id/plan", async (req, reply) => {
     const body = await readPlanJson(ctx, parse(idParams, req.params, "path").id);
