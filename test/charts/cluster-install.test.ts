@@ -1,0 +1,171 @@
+// The charts installed through the raised test cluster the way a real cluster would take
+// them: every chart with its defaults and each ci/ values file applied with kubectl into a
+// namespace enforcing PodSecurity (restricted; agent-k8s privileged: its worker DaemonSet
+// mounts a hostPath, which even baseline forbids, and prepares it as root) — every pod
+// must pass admission. Then agent-job under its own ServiceAccount: the controller becomes
+// Ready through its probes, runs examples/hello, and `kubectl drain` of its node
+// succeeds within the grace period while a run is in flight, which ends with a reason.
+import assert from "node:assert/strict";
+import { execFileSync, spawn } from "node:child_process";
+import { chmodSync, mkdirSync, readdirSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { after, before, test } from "node:test";
+import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
+import { droverBin } from "../support/processes.js";
+import { kube, startTestCluster, until, type TestCluster } from "../kube/cluster.js";
+
+const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
+const { tools } = (await import(pathToFileURL(join(repo, "scripts", "tools.mjs")).href)) as { tools(): { helm: string; kubectl: string } };
+const { helm } = tools();
+const image = "ghcr.io/drover-dev/drover:test";
+const fakeToken = "drv_p_eyJ1cmwiOiJodHRwOi8veCIsInBvb2wiOiJwIn0.eA";
+let cluster: TestCluster;
+let stack: Stack;
+
+function kubectl(args: string[], input?: string): Promise<{ code: number; out: string }> {
+  return new Promise((resolve) => {
+    const child = spawn("kubectl", args, { env: { ...process.env, ...cluster.kubectlEnv() } });
+    let out = "";
+    child.stdout.on("data", (d: Buffer) => (out += d.toString()));
+    child.stderr.on("data", (d: Buffer) => (out += d.toString()));
+    child.on("exit", (code) => resolve({ code: code ?? 1, out }));
+    child.stdin.end(input ?? "");
+  });
+}
+
+/** CRDs first (established), then the rest, as `helm install` orders them. */
+async function applyRendered(ns: string, rendered: string): Promise<{ code: number; out: string }> {
+  const docs = rendered.split(/^---$/m).filter((d) => /\bkind:/.test(d));
+  const crds = docs.filter((d) => /^kind: CustomResourceDefinition$/m.test(d));
+  const rest = docs.filter((d) => !crds.includes(d));
+  let out = "";
+  if (crds.length > 0) {
+    const r = await kubectl(["apply", "-f", "-"], crds.join("\n---\n"));
+    out += r.out;
+    if (r.code !== 0) return { code: r.code, out };
+    await until("the CRD served", () => kube(cluster, "GET", `/apis/drover.dev/v1alpha1/namespaces/${ns}/agenttasks`), (r2) => r2.status === 200);
+  }
+  const r = await kubectl(["apply", "-n", ns, "-f", "-"], rest.join("\n---\n"));
+  return { code: r.code, out: out + r.out };
+}
+
+function template(chart: string, namespace: string, args: string[]): string {
+  return execFileSync(helm, ["template", chart.replace("agent-", "d-"), join(repo, "charts", chart), "--namespace", namespace, "--include-crds", ...args], { encoding: "utf8" });
+}
+
+async function namespace(name: string, level: "restricted" | "baseline" | "privileged"): Promise<void> {
+  const r = await kube(cluster, "POST", "/api/v1/namespaces", { metadata: { name, labels: { "pod-security.kubernetes.io/enforce": level } } });
+  assert.equal(r.status, 201, JSON.stringify(r.body));
+}
+
+const isReady = (p: any) => (p?.status?.conditions ?? []).some((c: any) => c.type === "Ready" && c.status === "True");
+
+before(async () => {
+  const bin = join(repo, "test", "dist", ".bin");
+  mkdirSync(bin, { recursive: true });
+  writeFileSync(join(bin, "drover"), `#!/bin/sh\nexec "${process.execPath}" "${droverBin}" "$@"\n`);
+  chmodSync(join(bin, "drover"), 0o755);
+  cluster = await startTestCluster({
+    timings: { imagePullBackoffMs: 150, crashLoopBackoffMs: 500, configRetryMs: 100, podBackoffMs: 100, namespaceRetryMs: 20 },
+    images: { [image]: { entrypoint: ["drover"], paths: [repo] } },
+    baseEnv: { PATH: `${bin}:${process.env.PATH ?? ""}`, HOME: "/root" },
+  });
+  stack = await startStack();
+  await kube(cluster, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", {
+    apiVersion: "apiextensions.k8s.io/v1",
+    kind: "CustomResourceDefinition",
+    metadata: { name: "servicemonitors.monitoring.coreos.com" },
+    spec: { group: "monitoring.coreos.com", scope: "Namespaced", names: { kind: "ServiceMonitor", plural: "servicemonitors", singular: "servicemonitor", listKind: "ServiceMonitorList" }, versions: [{ name: "v1", served: true, storage: true, schema: { openAPIV3Schema: { type: "object", "x-kubernetes-preserve-unknown-fields": true } } }] },
+  });
+});
+
+after(async () => {
+  await stack?.stop();
+  await cluster?.close();
+});
+
+test("every chart, with defaults and each ci/ values file, passes PodSecurity admission on the test cluster", async () => {
+  let n = 0;
+  for (const chart of ["agent-local", "agent-job", "agent-k8s"]) {
+    const level = chart === "agent-k8s" ? "privileged" : "restricted";
+    const ciFiles = readdirSync(join(repo, "charts", chart, "ci")).filter((f) => f.endsWith(".yaml"));
+    for (const args of [["--set", `agent.token=${fakeToken}`], ...ciFiles.map((f) => ["-f", join(repo, "charts", chart, "ci", f)])]) {
+      const ns = `psa-${++n}`;
+      await namespace(ns, level);
+      const what = `${chart} ${args.join(" ")} in a ${level} namespace`;
+      const res = await applyRendered(ns, template(chart, ns, args));
+      assert.equal(res.code, 0, `${what}:\n${res.out}`);
+      const workloads = [
+        ...((await kube(cluster, "GET", `/apis/apps/v1/namespaces/${ns}/deployments`)).body.items as any[]),
+        ...((await kube(cluster, "GET", `/apis/apps/v1/namespaces/${ns}/daemonsets`)).body.items as any[]),
+      ].filter((w) => (w.spec.replicas ?? 1) > 0);
+      // Each workload's controller tried: a pod exists, a FailedCreate says why not, or (a
+      // DaemonSet whose nodeSelector matches no node here) there is nothing to create.
+      const settled = await until(`${what}: pods or refusals`, async () => ({
+        pods: (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods`)).body.items as any[],
+        events: (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/events?fieldSelector=reason%3DFailedCreate`)).body.items as any[],
+        daemonSets: (await kube(cluster, "GET", `/apis/apps/v1/namespaces/${ns}/daemonsets`)).body.items as any[],
+      }), (s) => workloads.every((w) =>
+        s.events.some((e) => e.involvedObject.uid === w.metadata.uid) ||
+        s.pods.some((p) => (p.metadata.ownerReferences ?? []).some((r: any) => r.uid === w.metadata.uid)) ||
+        s.daemonSets.some((d) => d.metadata.uid === w.metadata.uid && d.status?.observedGeneration >= 1 && d.status.desiredNumberScheduled === 0)));
+      assert.deepEqual(settled.events.map((e) => e.message), [], what);
+      // Done with it: its pods would only crash-loop against a server that does not exist.
+      await kube(cluster, "DELETE", `/api/v1/namespaces/${ns}`);
+    }
+  }
+});
+
+test("agent-job in a restricted namespace: Ready through its probes, examples/hello completes, and a drain of its node ends the run in flight with a reason", async () => {
+  const ns = "drover-job";
+  await namespace(ns, "restricted");
+  const shared = join(repo, "test", "dist", ".chart-cluster");
+  mkdirSync(shared, { recursive: true });
+  const tfrc = join(shared, "runner.tfrc");
+  writeFileSync(tfrc, "");
+  const rendered = template("agent-job", ns, [
+    "--set", `agent.token=${stack.poolToken}`,
+    "--set", `agent.url=${stack.server.url}`,
+    "--set", "image.tag=test",
+    "--set", `agent.healthPort=${20000 + Math.floor(Math.random() * 20000)}`,
+    "--set", "agent.imagePullGracePeriodSeconds=5",
+    "--set", `task.execLoopPath=${join(repo, "packages", "agent", "exec-loop", "exec-loop.sh")}`,
+    "--set", "task.runner.image=ghcr.io/drover-dev/drover-runner:test",
+    "--set", `task.runner.extraEnv.TF_CLI_CONFIG_FILE=${tfrc}`,
+  ]);
+  const applied = await applyRendered(ns, rendered);
+  assert.equal(applied.code, 0, applied.out);
+  const controllerPods = async () => (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods?labelSelector=app.kubernetes.io%2Fcomponent%3Dcontroller`)).body.items as any[];
+  const diagnose = async () => `${(await kubectl(["get", "pods,events", "-n", ns, "-o", "wide"])).out}\n${(await kubectl(["logs", "-n", ns, "-l", "app.kubernetes.io/component=controller", "--tail=50"])).out}`;
+  let ready: any[];
+  try {
+    ready = await until("the controller Ready through its readiness probe", controllerPods, (ps) => ps.length === 1 && isReady(ps[0]), 60_000);
+  } catch (e) {
+    assert.fail(`${(e as Error).message}\n${await diagnose()}`);
+  }
+  assert.equal(ready[0].status.containerStatuses[0].restartCount, 0, "never restarted by its liveness probe");
+  const rollout = await kubectl(["rollout", "status", "deployment", "-n", ns, "-l", "app.kubernetes.io/component=controller", "--timeout=30s"]);
+  assert.equal(rollout.code, 0, rollout.out);
+
+  await stack.server.api("POST", "/api/v1/workspaces", { name: "cluster-hello", pool: stack.pool });
+  const hello = await stack.startRun(join(repo, "examples", "hello"), "cluster-hello", ["--auto-apply"]);
+  const done = await stack.waitForRun(hello, ["applied", "errored", "canceled"], 120_000);
+  assert.equal(done.status, "applied", `${await runLog(stack.server, hello, "plan")}\n${await runLog(stack.server, hello, "apply")}\n${await diagnose()}`);
+
+  // A run in flight on the node, then the node drained.
+  await stack.server.api("POST", "/api/v1/workspaces", { name: "cluster-drain", pool: stack.pool });
+  const dir = writeConfig(shared, "long", { "main.tf": `resource "terraform_data" "long" {\n  input = timestamp()\n  provisioner "local-exec" {\n    command = "echo started-long; sleep 300"\n  }\n}\n` });
+  const long = await stack.startRun(dir, "cluster-drain", ["--auto-apply"]);
+  await until("the long apply running", () => runLog(stack.server, long, "apply").catch(() => ""), (l) => l.includes("started-long"), 120_000);
+  const node = ready[0].spec.nodeName as string;
+  const started = Date.now();
+  const drain = await kubectl(["drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=60s"]);
+  assert.equal(drain.code, 0, `${drain.out}\n${await diagnose()}`);
+  assert.ok(Date.now() - started < 35_000, `drain took ${Date.now() - started} ms, beyond the controller's 30 s grace period`);
+  const ended = await stack.waitForRun(long, ["applied", "errored", "canceled"], 60_000);
+  assert.equal(ended.status, "errored", "an interrupted run never ends as a success");
+  // The evicted pod's worker stops gracefully and says so (e.g. "agent stopped (graceful stop) while the apply ran").
+  assert.match(String(ended.errorMessage ?? ""), /stopped|evict|disrupt|drain|terminat|interrupt/i, `the run's end names why:\n${await runLog(stack.server, long, "apply")}\n${JSON.stringify(ended)}`);
+  await kubectl(["uncordon", node]);
+});
