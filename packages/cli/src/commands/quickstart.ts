@@ -63,7 +63,8 @@ export function registerQuickstartCommand(program: Command): void {
         if (agents.some((a) => a.name === agentConfig.name && a.status !== "offline")) break;
         await new Promise((r) => setTimeout(r, 50));
       }
-      const cli = "node packages/cli/dist/src/main.js";
+      // `npx` finds node_modules/.bin/drover from the repository, with or without drover on the PATH.
+      const cli = "npx drover";
       process.stdout.write(
         [
           "",
