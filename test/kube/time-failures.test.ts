@@ -71,16 +71,16 @@ after(async () => {
   await cluster?.close();
 });
 
-test("a pod that never gets a node ends its run with the pending reason within the pending timeout", async () => {
+test("an Unschedulable pod ends its run with the scheduler's reason within the pending timeout", async () => {
   const ns = "time-pending";
-  // No scheduler serves this pod: it stays Pending and no further pod event ever arrives.
-  await namespaceWithTemplate(ns, { schedulerName: "no-such-scheduler", containers: containers() });
+  // No node matches: the scheduler marks the pod Unschedulable once, then no pod event follows.
+  await namespaceWithTemplate(ns, { nodeSelector: { "drover.dev/test-pool": "nowhere" }, containers: containers() });
   const token = await poolWithWorkspace(ns);
   const controller = startController(ns, token, { DROVER_AGENT_POD_PENDING_TIMEOUT_SECONDS: "2", DROVER_AGENT_SWEEP_INTERVAL_SECONDS: "1" });
   const runId = await stack.startRun(join(repo, "examples", "hello"), ns, ["--auto-apply"]);
   const run = await stack.waitForRun(runId, ["errored", "planned", "applied"], 60_000).catch((err: Error) => assert.fail(`${err.message}\n${controller.output()}`));
   assert.equal(run.status, "errored");
-  assert.match(run.errorMessage ?? "", /was pending for more than 2 s/);
+  assert.match(run.errorMessage ?? "", /was pending for more than 2 s \(PodScheduled: Unschedulable .*node/);
   assert.match(await runLog(stack.server, runId, "plan"), /\[drover\] pod .* was pending for more than 2 s/);
   await eventually("the Job to be deleted", async () => (await kube(cluster, "GET", `/apis/batch/v1/namespaces/${ns}/jobs`)).body.items.length === 0, 20_000);
 });
