@@ -1,0 +1,138 @@
+import assert from "node:assert/strict";
+import { execFileSync, spawn } from "node:child_process";
+import { chmodSync, mkdirSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { after, before, test } from "node:test";
+import { startStack, type Stack } from "../support/stack.js";
+import { droverBin } from "../support/processes.js";
+import { eventually, fastTimings, kube, startTestCluster, type TestCluster } from "../kube/cluster.js";
+
+// Drains and upgrades on the test cluster (two nodes, PDBs enforced by the eviction API,
+// Deployment and DaemonSet controllers): `helm upgrade` is the re-applied rendering.
+//  - a new pool token replaces the controller pod (checksum annotation); the same values do not;
+//  - kubectl drain completes with the chart's default PDB (it used to be minAvailable: 1 of 1);
+//  - agent-k8s's per-node workers survive an upgrade (OnDelete) and come back on the new
+//    template once deleted.
+
+const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
+const { tools } = (await import(pathToFileURL(join(repo, "scripts", "tools.mjs")).href)) as { tools(): { helm: string } };
+const image = "ghcr.io/drover-dev/drover:test";
+let cluster: TestCluster;
+let stack: Stack;
+
+function kubectl(args: string[], input?: string): Promise<{ code: number; out: string }> {
+  return new Promise((resolve) => {
+    const child = spawn("kubectl", args, { env: { ...process.env, ...cluster.kubectlEnv() } });
+    let out = "";
+    child.stdout.on("data", (d: Buffer) => (out += d.toString()));
+    child.stderr.on("data", (d: Buffer) => (out += d.toString()));
+    child.on("exit", (code) => resolve({ code: code ?? 1, out }));
+    child.stdin.end(input ?? "");
+  });
+}
+
+function render(chart: string, ns: string, args: string[]): string {
+  return execFileSync(tools().helm, ["template", "rel", join(repo, "charts", chart), "--namespace", ns, ...args], { encoding: "utf8" });
+}
+
+async function apply(ns: string, rendered: string): Promise<void> {
+  const r = await kubectl(["apply", "-n", ns, "-f", "-"], rendered);
+  assert.equal(r.code, 0, r.out);
+}
+
+const podsOf = async (ns: string, component: string) =>
+  (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods?labelSelector=${encodeURIComponent(`app.kubernetes.io/component=${component}`)}`)).body.items as any[];
+const ready = (p: any) => (p?.status?.conditions ?? []).some((c: any) => c.type === "Ready" && c.status === "True");
+
+/** Waits until the workload's controller has acted on its latest spec. */
+async function observed(path: string): Promise<void> {
+  await eventually(`${path} to observe its spec`, async () => {
+    const o = (await kube(cluster, "GET", path)).body;
+    return o.status?.observedGeneration === o.metadata.generation;
+  });
+}
+
+before(async () => {
+  const bin = join(repo, "test", "dist", ".bin");
+  mkdirSync(bin, { recursive: true });
+  writeFileSync(join(bin, "drover"), `#!/bin/sh\nexec "${process.execPath}" "${droverBin}" "$@"\n`);
+  chmodSync(join(bin, "drover"), 0o755);
+  cluster = await startTestCluster({
+    timings: fastTimings,
+    images: { [image]: { entrypoint: ["drover"], paths: [repo] } },
+    baseEnv: { PATH: `${bin}:${process.env.PATH ?? ""}`, HOME: "/root" },
+    nodes: [{ name: "node-a" }, { name: "node-b" }],
+  });
+  stack = await startStack();
+  // The charts' CRD, as `helm install` applies it first.
+  assert.equal((await kubectl(["apply", "-f", join(repo, "deploy", "kubernetes", "agenttasks.drover.dev.yaml")])).code, 0);
+  await eventually("the CRD served", async () => (await kube(cluster, "GET", "/apis/drover.dev/v1alpha1/agenttasks")).status === 200);
+});
+
+after(async () => {
+  await stack?.stop();
+  await cluster?.close();
+});
+
+test("agent-job: a new token restarts the controller, the same values do not; kubectl drain completes under the default PDB", async () => {
+  const ns = "upgrade-job";
+  assert.equal((await kube(cluster, "POST", "/api/v1/namespaces", { metadata: { name: ns } })).status, 201);
+  const port = 20000 + Math.floor(Math.random() * 20000);
+  const values = (token: string) => ["--set", `agent.token=${token}`, "--set", `agent.url=${stack.server.url}`, "--set", "image.tag=test", "--set", `agent.healthPort=${port}`];
+  await apply(ns, render("agent-job", ns, values(stack.poolToken)));
+  const [first] = await eventually("the controller Ready (registered, watches synced)", async () => {
+    const ps = await podsOf(ns, "controller");
+    return ps.length === 1 && ready(ps[0]) ? ps : undefined;
+  });
+
+  await apply(ns, render("agent-job", ns, values(stack.poolToken)));
+  await observed(`/apis/apps/v1/namespaces/${ns}/deployments/rel-agent-job-controller`);
+  assert.deepEqual((await podsOf(ns, "controller")).map((p) => p.metadata.uid), [first.metadata.uid], "the same values leave the pod alone");
+
+  const second = (await stack.server.api("POST", `/api/v1/pools/${stack.pool}/tokens`, { description: "rotated" })).body.token as string;
+  await apply(ns, render("agent-job", ns, values(second)));
+  const [replaced] = await eventually("a new controller pod, Ready", async () => {
+    const ps = await podsOf(ns, "controller");
+    return ps.length === 1 && ps[0].metadata.uid !== first.metadata.uid && ready(ps[0]) ? ps : undefined;
+  });
+
+  const pdb = (await kube(cluster, "GET", `/apis/policy/v1/namespaces/${ns}/poddisruptionbudgets/rel-agent-job-controller`)).body;
+  assert.equal(pdb.spec.maxUnavailable, 1);
+  const node = replaced.spec.nodeName as string;
+  const drained = await kubectl(["drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=30s"]);
+  assert.equal(drained.code, 0, drained.out);
+  await eventually("the controller back, Ready, on the other node", async () => {
+    const ps = await podsOf(ns, "controller");
+    return ps.length === 1 && ps[0].spec.nodeName !== node && ready(ps[0]);
+  });
+  assert.equal((await kubectl(["uncordon", node])).code, 0);
+});
+
+test("agent-k8s: an upgrade leaves every per-node worker running (OnDelete); a deleted one comes back on the new template", async () => {
+  const ns = "upgrade-k8s";
+  assert.equal((await kube(cluster, "POST", "/api/v1/namespaces", { metadata: { name: ns } })).status, 201);
+  // Workers only: the controller is scaled away by pointing it at no nodes.
+  const values = (format: string) => ["--set", `agent.token=${stack.poolToken}`, "--set", "image.tag=test", "--set", "agent.healthPort=0", "--set", `agent.logFormat=${format}`, "--set", "nodeSelector.none=none"];
+  const ds = `/apis/apps/v1/namespaces/${ns}/daemonsets/rel-agent-k8s-worker`;
+  const env = (p: any) => p.spec.containers[0].env.find((e: any) => e.name === "DROVER_AGENT_LOG_FORMAT").value;
+  await apply(ns, render("agent-k8s", ns, values("json")));
+  const before = await eventually("a worker on each node", async () => {
+    const ps = await podsOf(ns, "worker");
+    return ps.length === 2 ? ps : undefined;
+  });
+
+  await apply(ns, render("agent-k8s", ns, values("plain")));
+  await observed(ds);
+  const after = await podsOf(ns, "worker");
+  assert.deepEqual(after.map((p) => p.metadata.uid).sort(), before.map((p) => p.metadata.uid).sort(), "no worker was restarted by the upgrade");
+  assert.ok(after.every((p) => env(p) === "json"));
+
+  assert.equal((await kube(cluster, "DELETE", `/api/v1/namespaces/${ns}/pods/${before[0].metadata.name as string}?gracePeriodSeconds=0`)).status, 200);
+  const handedOver = await eventually("the deleted worker replaced on the new template", async () => {
+    const ps = await podsOf(ns, "worker");
+    return ps.length === 2 && ps.some((p) => p.metadata.uid !== before[0].metadata.uid && p.metadata.uid !== before[1].metadata.uid) ? ps : undefined;
+  });
+  assert.equal(env(handedOver.find((p) => p.spec.nodeName === before[0].spec.nodeName)), "plain");
+  assert.equal(env(handedOver.find((p) => p.metadata.uid === before[1].metadata.uid)), "json", "the other node's worker is untouched");
+});
