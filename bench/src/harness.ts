@@ -6,7 +6,7 @@ import { fileURLToPath } from "node:url";
 
 export const repoRoot = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 export const droverBin = join(repoRoot, "packages", "cli", "dist", "src", "main.js");
-export const adminToken = "drv_u_bench-admin.secret";
+export const adminToken = "drv_u_bench-admin.0123456789abcdefghij0123456789ab";
 
 /** A `drover server` process on a random port. */
 export interface ServerProc {

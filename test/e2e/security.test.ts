@@ -170,3 +170,17 @@ test("(7) secrets reach the CLI through stdin or a file, never its command line"
   assert.equal(login.code, 0, login.out);
   assert.ok(!login.cmdline.includes(stack.server.adminToken));
 });
+
+test("(9) the CLI creates, lists and revokes API tokens", async () => {
+  const created = await stack.cli(["user-token", "create", "--description", "from the cli", "--expires-in-days", "7", "--json"]);
+  assert.equal(created.code, 0, created.stderr);
+  const token = JSON.parse(created.stdout);
+  const listed = await stack.cli(["user-token", "list"]);
+  assert.match(listed.stdout, new RegExp(`${token.id}\\s+from the cli`));
+  assert.ok(!listed.stdout.includes(token.token));
+  assert.equal((await stack.cli(["pool", "list"], { env: { DROVER_TOKEN: token.token } })).code, 0);
+  assert.equal((await stack.cli(["user-token", "revoke", token.id])).code, 0);
+  const refused = await stack.cli(["pool", "list"], { env: { DROVER_TOKEN: token.token } });
+  assert.notEqual(refused.code, 0);
+  assert.match(refused.stderr, /revoked/);
+});

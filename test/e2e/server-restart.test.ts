@@ -22,7 +22,7 @@ import {
 // The server killed (-9) mid-apply and kept down for twice the lease TTL, then started again on
 // the same data: the healthy agent's apply completes, in one attempt, with its whole log.
 
-const admin = "drv_u_restart-admin.secret";
+const admin = "drv_u_restart-admin.0123456789abcdefghij0123456789ab";
 const leaseTtlSeconds = 8;
 let dir: string;
 let env: Record<string, string>;

@@ -25,7 +25,7 @@ import { startPrivatePostgres, type PrivatePostgres } from "../support/private-p
 // processes with a real run applying and agents long-polling: both servers stay up, the run
 // completes in one attempt per job, and its log holds every line once.
 
-const admin = "drv_u_dbfaults-admin.secret";
+const admin = "drv_u_dbfaults-admin.0123456789abcdefghij0123456789ab";
 const pool = "faults";
 /** The acceptance test asks for 30 s; DROVER_TEST_DB_OUTAGE_SECONDS shortens it for local runs. */
 const outageSeconds = Number(process.env.DROVER_TEST_DB_OUTAGE_SECONDS ?? 30);

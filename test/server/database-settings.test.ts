@@ -33,7 +33,7 @@ test("the settings are read in seconds and bad values are refused with the varia
 });
 
 test("DROVER_DATABASE_STATEMENT_TIMEOUT_SECONDS: a statement running past it fails with database_unavailable; the server stays ready", async () => {
-  const config = loadServerConfig({ env: { DROVER_PORT: "0", DROVER_DATABASE_URL: database.url, DROVER_ADMIN_TOKEN: "drv_u_settings.secret", DROVER_DATABASE_STATEMENT_TIMEOUT_SECONDS: "1" } });
+  const config = loadServerConfig({ env: { DROVER_PORT: "0", DROVER_DATABASE_URL: database.url, DROVER_ADMIN_TOKEN: "drv_u_settings.0123456789abcdefghij0123456789ab", DROVER_DATABASE_STATEMENT_TIMEOUT_SECONDS: "1" } });
   const server = await startServer(config, { logger: quiet });
   try {
     const started = Date.now();

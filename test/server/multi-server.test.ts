@@ -7,7 +7,7 @@ import { spawnDrover, type Proc } from "../support/processes.js";
 // Several server processes on one PostgreSQL: no job is handed out twice, and a job queued
 // through one process wakes pollers waiting on the other (LISTEN/NOTIFY).
 
-const admin = "drv_u_multi-admin.secret";
+const admin = "drv_u_multi-admin.0123456789abcdefghij0123456789ab";
 let database: TestDatabase;
 const servers: Proc[] = [];
 const urls: string[] = [];

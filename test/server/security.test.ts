@@ -273,3 +273,70 @@ describe("job tokens end with their reasons (8)", () => {
     }
   });
 });
+
+describe("user tokens (9)", () => {
+  test("create with a name and expiry, list without secrets, revoke: the revoked token stops at once", async () => {
+    const created = await server.api("POST", "/api/v1/user-tokens", { description: "ci pipeline", expiresInDays: 30 });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const token = created.body.token as string;
+    assert.ok(created.body.expiresAt);
+    assert.equal((await call(server, "GET", "/api/v1/pools", token)).status, 200);
+    const listed = await server.api("GET", "/api/v1/user-tokens");
+    assert.ok(listed.body.items.some((t: any) => t.id === created.body.id && t.description === "ci pipeline"));
+    assert.ok(!JSON.stringify(listed.body).includes(token), "no secret in the listing");
+    assert.equal((await server.api("DELETE", `/api/v1/user-tokens/${created.body.id}`)).status, 200);
+    assertError(await call(server, "GET", "/api/v1/pools", token), 401, "token_revoked");
+    assertError(await server.api("POST", "/api/v1/user-tokens", { description: "" }), 400, "bad_request");
+    assertError(await server.api("POST", "/api/v1/user-tokens", { description: "x\u001b[8m" }), 400, "bad_request", /control characters/);
+  });
+
+  test("an expired token is refused", async () => {
+    const created = (await server.api("POST", "/api/v1/user-tokens", { description: "short-lived", expiresInDays: 1 })).body;
+    const realNow = server.store.now;
+    server.store.now = () => realNow() + 2 * 24 * 60 * 60 * 1000;
+    try {
+      assertError(await call(server, "GET", "/api/v1/pools", created.token), 401, "unauthorized", /expired/);
+    } finally {
+      server.store.now = realNow;
+    }
+  });
+
+  test("the last valid token cannot be revoked (nobody could log in again)", async () => {
+    const own = await startTestServer();
+    try {
+      const ids = (await own.api("GET", "/api/v1/user-tokens")).body.items.map((t: any) => t.id);
+      assert.equal(ids.length, 1);
+      assertError(await own.api("DELETE", `/api/v1/user-tokens/${ids[0]}`), 409, "conflict", /last valid/);
+    } finally {
+      await own.stop();
+    }
+  });
+
+  test("a new DROVER_ADMIN_TOKEN revokes the previous one; a weak one stops the server at start", async () => {
+    const { mkdtempSync, rmSync } = await import("node:fs");
+    const { tmpdir } = await import("node:os");
+    const { join } = await import("node:path");
+    const dir = mkdtempSync(join(tmpdir(), "drover-rotate-"));
+    const first = "drv_u_first-admin.AAAAbbbbCCCCdddd1111222233334444";
+    const second = "drv_u_second-admin.EEEEffffGGGGhhhh5555666677778888";
+    try {
+      const a = await startTestServer({ DROVER_DATA_DIR: dir, DROVER_ADMIN_TOKEN: first });
+      assert.equal((await a.api("GET", "/api/v1/pools")).status, 200);
+      await a.stop();
+      const b = await startTestServer({ DROVER_DATA_DIR: dir, DROVER_ADMIN_TOKEN: second });
+      try {
+        assertError(await call(b, "GET", "/api/v1/pools", first), 401, "token_revoked");
+        assert.equal((await call(b, "GET", "/api/v1/pools", second)).status, 200);
+      } finally {
+        await b.stop();
+      }
+      const { spawnDrover } = await import("../support/processes.js");
+      const weak = spawnDrover(["server", "--port", "0", "--data-dir", dir], { ...process.env, DROVER_ADMIN_TOKEN: "admin123" });
+      const exit = await weak.exited;
+      assert.equal(exit.code, 2, weak.output());
+      assert.match(weak.output(), /DROVER_ADMIN_TOKEN is too weak/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});

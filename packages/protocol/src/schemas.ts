@@ -75,6 +75,24 @@ export const createPoolTokenSchema = z.object({ description: singleLineText(200)
 /** Returned once, at creation: the only time the secret is shown. */
 export const createdPoolTokenSchema = poolTokenSchema.extend({ token: z.string() });
 
+export const userTokenSchema = z.object({
+  id: z.string(),
+  description: z.string(),
+  createdAt: z.string(),
+  expiresAt: z.string().nullable(),
+  revokedAt: z.string().nullable(),
+  /** Installed from DROVER_ADMIN_TOKEN; a new value of that setting revokes it. */
+  bootstrap: z.boolean(),
+});
+export type UserToken = z.infer<typeof userTokenSchema>;
+export const createUserTokenSchema = z.object({
+  description: singleLineText(200).pipe(z.string().min(1, "name the token: who or what uses it")),
+  /** Days until the token stops working; none means it never expires. */
+  expiresInDays: z.number().int().min(1).max(3650).optional(),
+});
+/** Returned once, at creation: the only time the secret is shown. */
+export const createdUserTokenSchema = userTokenSchema.extend({ token: z.string() });
+
 export const agentSchema = z.object({
   id: z.string(),
   poolId: z.string(),

@@ -1,6 +1,7 @@
 import { DroverError, defaultArchiveLimits, type ArchiveLimits } from "@drover/protocol";
 import { resolve, join } from "node:path";
 import type { DatabaseLocation } from "./db/connect.js";
+import { minAdminTokenLength } from "./store/user-tokens.js";
 
 /** The server's compiled configuration; every duration in milliseconds. */
 export interface ServerConfig {
@@ -79,13 +80,17 @@ export function loadServerConfig(input: { env: NodeJS.ProcessEnv; flags?: Server
     throw new DroverError("bad_request", `DROVER_PUBLIC_URL is not a URL: ${JSON.stringify(publicUrl)}`);
   }
   const maxArchiveMb = positiveInt("DROVER_MAX_CONFIGURATION_MB", env.DROVER_MAX_CONFIGURATION_MB, defaultArchiveLimits.maxCompressedBytes / (1024 * 1024));
+  const adminToken = flags.adminToken ?? env.DROVER_ADMIN_TOKEN ?? undefined;
+  if (adminToken !== undefined && (adminToken.length < minAdminTokenLength || new Set(adminToken).size < 8 || /\s/.test(adminToken))) {
+    throw new DroverError("bad_request", `DROVER_ADMIN_TOKEN is too weak: use at least ${minAdminTokenLength} random characters without spaces (for example \`openssl rand -base64 32\`)`);
+  }
   return {
     host,
     port,
     publicUrl,
     dataDir,
     database,
-    adminToken: flags.adminToken ?? env.DROVER_ADMIN_TOKEN ?? undefined,
+    adminToken,
     leaseTtlMs: positiveInt("DROVER_LEASE_TTL_SECONDS", env.DROVER_LEASE_TTL_SECONDS, 30) * 1000,
     agentTtlMs: positiveInt("DROVER_AGENT_TTL_SECONDS", env.DROVER_AGENT_TTL_SECONDS, 60) * 1000,
     heartbeatIntervalMs: positiveInt("DROVER_AGENT_HEARTBEAT_SECONDS", env.DROVER_AGENT_HEARTBEAT_SECONDS, 10) * 1000,

@@ -7,7 +7,7 @@ import { createMetrics } from "./metrics.js";
 import { startSweeper } from "./sweeper.js";
 import { AgentPresence } from "./store/presence.js";
 import type { StoreContext } from "./store/context.js";
-import { countUserTokens, createUserToken, ensureUserToken } from "./store/user-tokens.js";
+import { countUserTokens, createUserToken, ensureBootstrapToken } from "./store/user-tokens.js";
 
 /** A started server. */
 export interface RunningServer {
@@ -54,7 +54,15 @@ export async function startServer(config: ServerConfig, options: { logger?: Logg
 
   let adminToken = config.adminToken;
   if (adminToken) {
-    await ensureUserToken(store, adminToken, "DROVER_ADMIN_TOKEN");
+    try {
+      const { revoked } = await ensureBootstrapToken(store, adminToken);
+      if (revoked > 0) log.warn({ revoked }, "DROVER_ADMIN_TOKEN changed: the previous admin token is revoked");
+    } catch (err) {
+      await presence.stop().catch(() => undefined);
+      await events.close();
+      await db.close();
+      throw err;
+    }
   } else if ((await countUserTokens(store)) === 0) {
     adminToken = (await createUserToken(store, "admin (generated at first start)")).token;
     log.warn("generated the admin API token; it is shown once, on standard output");

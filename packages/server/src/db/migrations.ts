@@ -208,9 +208,25 @@ function forceCancel(dialect: Dialect): Migration {
   };
 }
 
+/**
+ * Decision 0010: user tokens get an expiry and a revocation time; `bootstrap` marks the one
+ * DROVER_ADMIN_TOKEN installed, so that a new value revokes the previous one.
+ */
+function userTokens(dialect: Dialect): Migration {
+  const t = types(dialect);
+  return {
+    async up(db: Kysely<unknown>) {
+      await db.schema.alterTable("user_tokens").addColumn("expires_at", t.time).execute();
+      await db.schema.alterTable("user_tokens").addColumn("revoked_at", t.time).execute();
+      await db.schema.alterTable("user_tokens").addColumn("bootstrap", "integer", (c) => c.notNull().defaultTo(0)).execute();
+      await sql`update user_tokens set bootstrap = 1 where description = 'DROVER_ADMIN_TOKEN'`.execute(db);
+    },
+  };
+}
+
 /** All migrations in order; names sort lexically, which is the order Kysely applies them. */
 export function migrationProvider(dialect: Dialect): MigrationProvider {
   return {
-    getMigrations: async () => ({ "0001_initial": initial(dialect), "0010a_security": security(dialect), "0010b_force_cancel": forceCancel(dialect) }),
+    getMigrations: async () => ({ "0001_initial": initial(dialect), "0010a_security": security(dialect), "0010b_force_cancel": forceCancel(dialect), "0010c_user_tokens": userTokens(dialect) }),
   };
 }

@@ -26,6 +26,10 @@ export interface UserTokensTable {
   description: string;
   token_hash: string;
   created_at: number;
+  expires_at: number | null;
+  revoked_at: number | null;
+  /** 1 for a token installed from DROVER_ADMIN_TOKEN. */
+  bootstrap: Generated<number>;
 }
 
 export interface AgentsTable {

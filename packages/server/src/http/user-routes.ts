@@ -2,6 +2,7 @@ import {
   createPoolSchema,
   createPoolTokenSchema,
   createRunSchema,
+  createUserTokenSchema,
   createWorkspaceSchema,
   DroverError,
   logHeaders,
@@ -23,6 +24,7 @@ import { createPool, createPoolToken, getPool, listPools, listPoolTokens, revoke
 import { listRunJobs } from "../store/queue.js";
 import { cancelRun, confirmRun, createRun, discardRun, endJobsOfPoolToken, getRun, listRuns } from "../store/runs.js";
 import { listStateVersions, readStateVersion } from "../store/state.js";
+import { createUserToken, listUserTokens, revokeUserToken } from "../store/user-tokens.js";
 import { deleteVariable, listVariables, setVariable } from "../store/variables.js";
 import { createWorkspace, deleteWorkspace, getWorkspace, listWorkspaces, updateWorkspace } from "../store/workspaces.js";
 import { authenticateFirst, requestSignal, requireUser } from "./auth.js";
@@ -60,6 +62,14 @@ export function registerUserRoutes(app: FastifyInstance, http: HttpContext): voi
     await endJobsOfPoolToken(ctx, revoked.id);
     return revoked;
   });
+
+  app.get("/user-tokens", async () => ({ items: await listUserTokens(ctx) }));
+  app.post("/user-tokens", async (req, reply) => {
+    const { description, expiresInDays } = parse(createUserTokenSchema, req.body);
+    const expiresAt = expiresInDays === undefined ? null : ctx.now() + expiresInDays * 24 * 60 * 60 * 1000;
+    return reply.code(201).send(await createUserToken(ctx, description, expiresAt));
+  });
+  app.delete("/user-tokens/:id", async (req) => revokeUserToken(ctx, parse(idParams, req.params, "path").id));
 
   app.get("/agents", async (req) => {
     const { pool } = parse(z.object({ pool: z.string().optional() }), req.query, "query");
