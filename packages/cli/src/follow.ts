@@ -1,6 +1,7 @@
 import { logHeaders, maxLongPollMs, runSchema, type Phase, type Run } from "@drover/protocol";
 import type { ApiClient } from "./api-client.js";
 import { settled } from "./exit-codes.js";
+import { writeWithBackpressure } from "./logs.js";
 
 /**
  * Streams a run's logs as they are written — plan, then apply — until the run settles
@@ -11,7 +12,7 @@ export async function followRun(api: ApiClient, runId: string, out: NodeJS.Writa
     let offset = 0;
     for (;;) {
       const res = await api.raw("GET", `/api/v1/runs/${runId}/logs?phase=${phase}&offset=${offset}&wait=${Math.min(25_000, maxLongPollMs)}`);
-      if (res.body.length > 0) out.write(res.body);
+      await writeWithBackpressure(out, res.body);
       offset = Number(res.headers[logHeaders.nextOffset] ?? offset);
       if (res.headers[logHeaders.complete] === "true") break;
       if (res.body.length === 0) {

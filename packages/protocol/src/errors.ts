@@ -23,6 +23,7 @@ export const errorCodes = [
   "database_unavailable",
   "database_read_only",
   "storage_full",
+  "log_incomplete",
 ] as const;
 export type ErrorCode = (typeof errorCodes)[number];
 
@@ -47,6 +48,8 @@ const statusByCode: Record<ErrorCode, number> = {
   database_unavailable: 503,
   database_read_only: 503,
   storage_full: 507,
+  // Raised by clients (a log read that stopped short), never sent by the server.
+  log_incomplete: 502,
 };
 
 /** An error meant for a user or operator: a stable code, a message saying what to do. */

@@ -1,10 +1,11 @@
 import { configurationVersionSchema, jobSchema, listOf, runSchema, type Phase, type Run } from "@drover/protocol";
-import type { Command } from "commander";
+import { Option, type Command } from "commander";
 import { resolve } from "node:path";
 import type { ApiClient } from "../api-client.js";
 import { apiFor, emit, table, withCommon, type CommonOptions } from "../command-kit.js";
 import { exitCodeFor } from "../exit-codes.js";
 import { followRun } from "../follow.js";
+import { printPhaseLog } from "../logs.js";
 import { packDirectory } from "../pack.js";
 
 const summary = (r: Run) =>
@@ -68,17 +69,20 @@ export function registerRunCommands(program: Command): void {
       const { items } = await apiFor(opts).json(listOf(runSchema), "GET", `/api/v1/runs?${q}`);
       emit(opts, items, (rs) => table(["RUN", "WORKSPACE", "STATUS", "CREATED"], rs.map((r) => [r.id, r.workspaceId, r.status, r.createdAt])));
     });
-  withCommon(run.command("logs <runId>").description("Print a run's logs"))
-    .option("--follow", "keep printing as the run goes on")
-    .action(async (id: string, opts: CommonOptions & { follow?: boolean }) => {
+  withCommon(run.command("logs <runId>").description("Print a run's logs (plan, then apply), every byte stored so far"))
+    .option("--follow", "keep printing as the run goes on, until it settles")
+    .addOption(new Option("--phase <phase>", "only this phase's log").choices(["plan", "apply"]))
+    .action(async (id: string, opts: CommonOptions & { follow?: boolean; phase?: Phase }) => {
       const api = apiFor(opts);
+      const phases: Phase[] = opts.phase ? [opts.phase] : ["plan", "apply"];
       if (opts.follow) {
-        await followRun(api, id, process.stdout);
+        await followRun(api, id, process.stdout, phases);
         return;
       }
-      for (const phase of ["plan", "apply"] as const) {
-        const res = await api.raw("GET", `/api/v1/runs/${encodeURIComponent(id)}/logs?phase=${phase}&offset=0&limit=8388608`);
-        process.stdout.write(res.body);
+      for (const phase of phases) {
+        const read = await printPhaseLog(api, id, phase, process.stdout);
+        // Not an error: the job is still writing (or not started); say so where scripts won't parse it.
+        if (!read.complete) process.stderr.write(`drover: the ${phase} log of run ${id} is not finished yet (${read.bytes} bytes so far); use --follow to keep reading\n`);
       }
     });
 }

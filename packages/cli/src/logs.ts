@@ -1,0 +1,45 @@
+import { DroverError, logHeaders, type Phase } from "@drover/protocol";
+import { once } from "node:events";
+import type { ApiClient } from "./api-client.js";
+
+/** Bytes asked for per page: a bound on what the CLI holds in memory at once. */
+export const logPageBytes = 1024 * 1024;
+
+/** How one phase's log read ended. */
+export interface PhaseRead {
+  bytes: number;
+  /** The job has ended and every byte of its log was printed. */
+  complete: boolean;
+}
+
+/** Writes a chunk, waiting while the destination is full, so a slow reader throttles the reads. */
+export async function writeWithBackpressure(out: NodeJS.WritableStream, chunk: Buffer): Promise<void> {
+  if (chunk.length === 0) return;
+  if (!out.write(chunk)) await once(out, "drain");
+}
+
+/**
+ * Prints a phase's log as stored now: page after page from offset 0 until the server says it
+ * is complete or has no more bytes yet (the job still runs). Any failure part-way is a
+ * `log_incomplete` error naming what was printed, so a truncated log never looks whole.
+ */
+export async function printPhaseLog(api: ApiClient, runId: string, phase: Phase, out: NodeJS.WritableStream): Promise<PhaseRead> {
+  let offset = 0;
+  for (;;) {
+    let res;
+    try {
+      res = await api.raw("GET", `/api/v1/runs/${encodeURIComponent(runId)}/logs?phase=${phase}&offset=${offset}&limit=${logPageBytes}`);
+    } catch (err) {
+      const why = err instanceof Error ? err.message : String(err);
+      throw new DroverError("log_incomplete", `printed ${offset} bytes of the ${phase} log of run ${runId}, then the read failed: ${why}. Run \`drover run logs ${runId} --phase ${phase}\` again.`, { cause: err });
+    }
+    const next = Number(res.headers[logHeaders.nextOffset]);
+    const complete = res.headers[logHeaders.complete] === "true";
+    if (!Number.isSafeInteger(next) || next !== offset + res.body.length) {
+      throw new DroverError("log_incomplete", `printed ${offset} bytes of the ${phase} log of run ${runId}, then the server answered an inconsistent offset (${String(res.headers[logHeaders.nextOffset])} after ${res.body.length} bytes from ${offset}). Run the command again; report it if it persists.`);
+    }
+    await writeWithBackpressure(out, res.body);
+    offset = next;
+    if (complete || res.body.length === 0) return { bytes: offset, complete };
+  }
+}

@@ -1,0 +1,117 @@
+import assert from "node:assert/strict";
+import { existsSync, writeFileSync } from "node:fs";
+import { createServer, request, type Server } from "node:http";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+import { startStack, writeConfig, type Stack } from "../support/stack.js";
+
+// `drover run logs`: real CLI, real server, real agent, real terraform.
+
+let stack: Stack;
+
+before(async () => {
+  stack = await startStack();
+  await stack.startAgent("logger");
+});
+after(() => stack?.stop());
+
+async function workspace(name: string): Promise<void> {
+  const res = await stack.server.api("POST", "/api/v1/workspaces", { name, pool: stack.pool });
+  assert.equal(res.status, 201, JSON.stringify(res.body));
+}
+
+const lines = 200_000;
+let bigRun = "";
+
+/** Numbers of the `line NNNNNN` lines the provisioner printed, in the order they appear. */
+function printedLines(text: string): number[] {
+  return [...text.matchAll(/\(local-exec\): line (\d{6}) x+$/gm)].map((m) => Number(m[1]));
+}
+
+test("run logs prints every line of a 15 MB apply log once, in order", async () => {
+  await workspace("big");
+  // ~75 bytes a line once terraform prefixes it: about 15 MB in all.
+  const dir = writeConfig(stack.dir, "big", {
+    "main.tf": `resource "terraform_data" "big" {\n  provisioner "local-exec" {\n    command = "seq -f 'line %06g xxxxxxxxxxxxxxxxxxxxxxxxxx' 1 ${lines}"\n  }\n}\n`,
+  });
+  bigRun = await stack.startRun(dir, "big", ["--auto-apply"]);
+  await stack.waitForRun(bigRun, ["applied"], 600_000);
+  const res = await stack.cli(["run", "logs", bigRun, "--phase", "apply"], { timeoutMs: 300_000 });
+  assert.equal(res.code, 0, res.stderr);
+  assert.equal(res.stderr, "");
+  assert.ok(res.stdout.length > 14_000_000, `the apply log is ${res.stdout.length} bytes`);
+  const seen = printedLines(res.stdout);
+  assert.equal(seen.length, lines, "every line printed once");
+  assert.ok(
+    seen.every((n, i) => n === i + 1),
+    "in order",
+  );
+  assert.match(res.stdout, /Apply complete!/);
+  assert.doesNotMatch(res.stdout, /Terraform will perform the following actions/, "--phase apply leaves the plan out");
+});
+
+test("run logs without --phase prints the plan log, then the apply log", async () => {
+  const res = await stack.cli(["run", "logs", bigRun], { timeoutMs: 300_000 });
+  assert.equal(res.code, 0, res.stderr);
+  const plan = res.stdout.indexOf("Terraform will perform the following actions");
+  const apply = res.stdout.indexOf("Apply complete!");
+  assert.ok(plan >= 0 && apply > plan, "plan first, then apply");
+  assert.equal(printedLines(res.stdout).length, lines);
+  const planOnly = await stack.cli(["run", "logs", bigRun, "--phase", "plan"]);
+  assert.equal(planOnly.code, 0, planOnly.stderr);
+  assert.equal(res.stdout, planOnly.stdout + res.stdout.slice(planOnly.stdout.length), "the plan log comes first, whole");
+  assert.equal(printedLines(planOnly.stdout).length, 0);
+});
+
+test("run logs rejects an unknown --phase", async () => {
+  const res = await stack.cli(["run", "logs", bigRun, "--phase", "destroy"]);
+  assert.equal(res.code, 2);
+  assert.match(res.stderr, /Allowed choices are plan, apply/);
+});
+
+test("run logs exits non-zero with log_incomplete when a page cannot be read", async () => {
+  // A proxy that passes the first page of the log and fails every later one.
+  const proxy: Server = createServer((req, res) => {
+    if (req.url?.includes("/logs?") && !req.url.includes("offset=0&")) {
+      res.writeHead(500, { "content-type": "application/json" }).end(JSON.stringify({ error: "internal", message: "injected failure" }));
+      return;
+    }
+    const upstream = request(new URL(req.url ?? "/", stack.server.url), { method: req.method, headers: req.headers }, (up) => {
+      res.writeHead(up.statusCode ?? 502, up.headers);
+      up.pipe(res);
+    });
+    req.pipe(upstream);
+  });
+  await new Promise<void>((resolve) => proxy.listen(0, "127.0.0.1", resolve));
+  try {
+    const address = proxy.address();
+    assert.ok(address && typeof address === "object");
+    const res = await stack.cli(["run", "logs", bigRun, "--phase", "apply"], { env: { DROVER_URL: `http://127.0.0.1:${address.port}` } });
+    assert.equal(res.code, 1);
+    assert.match(res.stderr, /printed 1048576 bytes of the apply log of run run-\S+, then the read failed: injected failure\. Run `drover run logs run-\S+ --phase apply` again\. \(log_incomplete\)/);
+    assert.equal(Buffer.byteLength(res.stdout), 1024 * 1024, "what was read is printed, nothing more");
+  } finally {
+    await new Promise((resolve) => proxy.close(resolve));
+  }
+});
+
+test("run logs of a phase still running prints what exists and says the log is not finished", async () => {
+  await workspace("held");
+  const release = join(stack.dir, "release-held");
+  const dir = writeConfig(stack.dir, "held", {
+    "main.tf": `resource "terraform_data" "held" {\n  provisioner "local-exec" {\n    command = "echo holding; while [ ! -e '${release}' ]; do sleep 0.1; done"\n  }\n}\n`,
+  });
+  const runId = await stack.startRun(dir, "held", ["--auto-apply"]);
+  try {
+    for (;;) {
+      const res = await stack.cli(["run", "logs", runId, "--phase", "apply"]);
+      assert.equal(res.code, 0, res.stderr);
+      if (!res.stdout.includes("(local-exec): holding")) continue;
+      assert.match(res.stderr, new RegExp(`the apply log of run ${runId} is not finished yet \\(\\d+ bytes so far\\); use --follow to keep reading`));
+      break;
+    }
+  } finally {
+    if (!existsSync(release)) writeFileSync(release, "");
+  }
+  await stack.waitForRun(runId, ["applied"]);
+});
