@@ -1,3 +1,4 @@
+import { dirname } from "node:path";
 import { pino, type Logger } from "pino";
 import { openDatabase } from "./db/connect.js";
 import { localEventBus, postgresEventBus } from "./events.js";
@@ -72,7 +73,8 @@ export async function startServer(config: ServerConfig, options: { logger?: Logg
   const shutdown = new AbortController();
   const metrics = createMetrics(store);
   let publicUrl = config.publicUrl;
-  const app = buildApp({ store, health: db.health, archiveLimits: config.archiveLimits, publicUrl: () => publicUrl, shutdown: shutdown.signal, markActivity: () => {} }, metrics, log, config.tls);
+  const storageDir = config.database.kind === "sqlite" && config.database.path !== ":memory:" ? dirname(config.database.path) : undefined;
+  const app = buildApp({ store, health: db.health, ...(storageDir === undefined ? {} : { storageDir }), archiveLimits: config.archiveLimits, publicUrl: () => publicUrl, shutdown: shutdown.signal, markActivity: () => {} }, metrics, log, config.tls);
   const sweeper = startSweeper(store, log, config.sweepIntervalMs, db.health, config.forceCancelAfterMs);
   try {
     // A fleet reconnecting at once (after a restart or a network blip) overflows the default

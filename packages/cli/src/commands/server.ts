@@ -34,7 +34,15 @@ export function registerServerCommand(program: Command): void {
         }
         throw err;
       }
-      const server = await startServer(config);
+      let server;
+      try {
+        server = await startServer(config);
+      } catch (err) {
+        // One line for the operator: a coded error (lock held, read-only or full data
+        // directory) is a configuration problem (exit 2); anything else failed to start (exit 1).
+        process.stderr.write(`drover server: ${err instanceof Error ? err.message : String(err)}\n`);
+        process.exit(err instanceof DroverError ? 2 : 1);
+      }
       process.stdout.write(`Drover server listening on ${server.url}\n`);
       await new Promise<void>((resolve) => {
         let stopping = false;

@@ -8,6 +8,8 @@ import { DatabaseHealth, DatabaseUnavailableError, describeError } from "./healt
 import { migrationProvider } from "./migrations.js";
 import { GuardedPgPool, type PgConnectionSettings } from "./pg-pool.js";
 import type { Database } from "./schema.js";
+import { lockDatabaseFile, type SqliteLock } from "./sqlite-lock.js";
+import { storageError } from "./storage-errors.js";
 
 export type Dialect = "sqlite" | "postgres";
 
@@ -40,20 +42,30 @@ export async function openDatabase(location: DatabaseLocation, options: { logger
   let dialect: Dialect;
   let health: DatabaseHealth;
   let postgres: Db["postgres"];
+  let lock: SqliteLock | undefined;
   if (location.kind === "sqlite") {
-    if (location.path !== ":memory:") {
-      // The database holds hashed tokens, variables (sensitive ones too) and state: owner only.
-      // A directory we create is 0700; the file is 0600 before SQLite opens it, and its -wal and
-      // -shm files take the database file's mode.
-      mkdirSync(dirname(location.path), { recursive: true, mode: 0o700 });
-      closeSync(openSync(location.path, "a", 0o600));
-      chmodSync(location.path, 0o600);
+    const dir = dirname(location.path);
+    let sqlite: BetterSqlite3.Database | undefined;
+    try {
+      if (location.path !== ":memory:") {
+        // The database holds hashed tokens, variables (sensitive ones too) and state: owner only.
+        // A directory we create is 0700; the file is 0600 before SQLite opens it, and its -wal and
+        // -shm files take the database file's mode.
+        mkdirSync(dir, { recursive: true, mode: 0o700 });
+        lock = lockDatabaseFile(location.path);
+        closeSync(openSync(location.path, "a", 0o600));
+        chmodSync(location.path, 0o600);
+      }
+      sqlite = new BetterSqlite3(location.path);
+      sqlite.pragma("journal_mode = WAL");
+      sqlite.pragma("synchronous = NORMAL");
+      sqlite.pragma("foreign_keys = ON");
+      sqlite.pragma("busy_timeout = 5000");
+    } catch (err) {
+      sqlite?.close();
+      lock?.release();
+      throw storageError(err, dir) ?? err;
     }
-    const sqlite = new BetterSqlite3(location.path);
-    sqlite.pragma("journal_mode = WAL");
-    sqlite.pragma("synchronous = NORMAL");
-    sqlite.pragma("foreign_keys = ON");
-    sqlite.pragma("busy_timeout = 5000");
     kysely = new Kysely<Database>({ dialect: new SqliteDialect({ database: sqlite }) });
     dialect = "sqlite";
     health = new DatabaseHealth(async () => undefined);
@@ -75,6 +87,11 @@ export async function openDatabase(location: DatabaseLocation, options: { logger
   if (error) {
     health.close();
     await kysely.destroy();
+    lock?.release();
+    if (location.kind === "sqlite") {
+      const coded = storageError(error, dirname(location.path));
+      if (coded) throw coded;
+    }
     const failed = results?.find((r) => r.status === "Error")?.migrationName;
     const what = failed ? `database migration ${failed} failed` : "cannot open the database";
     const why = error instanceof DatabaseUnavailableError ? describeError(error.cause) : describeError(error);
@@ -86,7 +103,11 @@ export async function openDatabase(location: DatabaseLocation, options: { logger
     health,
     close: async () => {
       health.close();
-      await kysely.destroy();
+      try {
+        await kysely.destroy();
+      } finally {
+        lock?.release();
+      }
     },
   };
   if (postgres) db.postgres = postgres;

@@ -1,5 +1,5 @@
 import { agentApi, userApi } from "@drover/protocol";
-import Fastify, { LogController, type FastifyInstance } from "fastify";
+import Fastify, { LogController, type FastifyError, type FastifyInstance } from "fastify";
 import { readFileSync } from "node:fs";
 import type { Logger } from "pino";
 import type { ServerMetrics } from "../metrics.js";
@@ -11,6 +11,7 @@ import { registerStateRoutes } from "./state-routes.js";
 import { registerUserRoutes } from "./user-routes.js";
 import { sql } from "kysely";
 import { retryAfterSeconds } from "../db/health.js";
+import { storageError } from "../db/storage-errors.js";
 
 /** Builds the Fastify application: user API, agent protocol, state backend, health and metrics. */
 export function buildApp(http: HttpContext, metrics: ServerMetrics, log: Logger, tls?: { certFile: string; keyFile: string }): FastifyInstance {
@@ -24,7 +25,17 @@ export function buildApp(http: HttpContext, metrics: ServerMetrics, log: Logger,
   }) as unknown as FastifyInstance;
   app.addHttpMethod("LOCK", { hasBody: true });
   app.addHttpMethod("UNLOCK", { hasBody: true });
-  app.setErrorHandler(errorHandler);
+  const storageDir = http.storageDir;
+  app.setErrorHandler(
+    storageDir === undefined
+      ? errorHandler
+      : (err: FastifyError | Error, request, reply) => {
+          // SQLite rolled the write back: the request fails with what the operator must fix.
+          const coded = storageError(err, storageDir);
+          if (coded) request.log.error({ err: coded.message }, "the database could not be written");
+          errorHandler(coded ?? err, request, reply);
+        },
+  );
   app.setNotFoundHandler((request, reply) => {
     void reply.code(404).send({ error: "not_found", message: `no route ${request.method} ${request.url.split("?")[0]}` });
   });

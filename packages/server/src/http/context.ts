@@ -5,6 +5,8 @@ import type { StoreContext } from "../store/context.js";
 /** What every route module needs: the store, limits, and the server-wide shutdown signal. */
 export interface HttpContext {
   store: StoreContext;
+  /** SQLite: the directory of the database file, named in storage errors (full, read-only). */
+  storageDir?: string;
   /** Whether the database is reachable (/readyz, fail-fast 503s). */
   health: DatabaseHealth;
   archiveLimits: ArchiveLimits;

@@ -1,0 +1,175 @@
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { existsSync, mkdirSync, mkdtempSync, openSync, closeSync, rmSync, writeFileSync, writeSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, describe, test } from "node:test";
+import BetterSqlite3 from "better-sqlite3";
+import { rawTarGz } from "../support/archives.js";
+import { call, callOk, startServerProc } from "../support/fault-runs.js";
+import { spawnDrover } from "../support/processes.js";
+
+// SQLite: a second server on the same file, a read-only data directory and a full disk each get
+// one clear line at start (exit 2) or a coded error per request; the database is never damaged.
+
+const admin = "drv_u_sqlite-faults.secret";
+const cleanups: Array<() => void> = [];
+after(() => {
+  for (const c of cleanups.reverse()) {
+    try {
+      c();
+    } catch {
+      // Keep cleaning up.
+    }
+  }
+});
+
+function tempDir(): string {
+  const dir = mkdtempSync(join(tmpdir(), "drover-sqlite-faults-"));
+  cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+/** Runs `drover server` expecting it to refuse to start; returns its exit code and output. */
+async function refusedStart(env: Record<string, string>): Promise<{ code: number | null; output: string }> {
+  const proc = spawnDrover(["server"], { ...process.env, DROVER_PORT: "0", DROVER_ADMIN_TOKEN: admin, DROVER_LOG_LEVEL: "warn", ...env });
+  const exit = await proc.exited;
+  return { code: exit.code, output: proc.output() };
+}
+
+function integrity(dbPath: string): string {
+  const db = new BetterSqlite3(dbPath, { readonly: true });
+  try {
+    return String(db.pragma("integrity_check", { simple: true }));
+  } finally {
+    db.close();
+  }
+}
+
+/** A small tmpfs the test controls, or the reason it cannot have one. */
+function mountTmpfs(sizeKb: number): { dir: string } | { skip: string } {
+  if (process.getuid?.() !== 0) return { skip: "needs root to mount a tmpfs" };
+  const dir = tempDir();
+  try {
+    execFileSync("mount", ["-t", "tmpfs", "-o", `size=${sizeKb}k,mode=0755`, "tmpfs", dir], { stdio: "pipe" });
+  } catch (err) {
+    return { skip: `mount -t tmpfs is not permitted here: ${String(err).split("\n")[0]}` };
+  }
+  cleanups.push(() => execFileSync("umount", ["-l", dir], { stdio: "pipe" }));
+  return { dir };
+}
+
+describe("a second server on the same SQLite file", () => {
+  test("is refused with one line and exit 2; a lock left by a killed server is taken over", async () => {
+    const dataDir = join(tempDir(), "data");
+    const first = await startServerProc({ DROVER_DATA_DIR: dataDir, DROVER_ADMIN_TOKEN: admin });
+    cleanups.push(() => first.proc.child.kill("SIGKILL"));
+    const second = await refusedStart({ DROVER_DATA_DIR: dataDir });
+    assert.equal(second.code, 2, second.output);
+    const lines = second.output.trim().split("\n");
+    assert.equal(lines.length, 1, `one line:\n${second.output}`);
+    assert.match(lines[0]!, new RegExp(`^drover server: another Drover server \\(pid ${first.proc.child.pid} on .*\\) is using the SQLite database .*drover\\.db`));
+    // The first server is undisturbed.
+    await callOk(first.url, "POST", "/api/v1/pools", admin, { name: "still-mine" });
+
+    await first.proc.stop("SIGKILL");
+    assert.ok(existsSync(join(dataDir, "drover.db.lock")), "kill -9 leaves the lock file behind");
+    const third = await startServerProc({ DROVER_DATA_DIR: dataDir, DROVER_ADMIN_TOKEN: admin });
+    const pools = await callOk(third.url, "GET", "/api/v1/pools", admin);
+    assert.ok(pools.items.some((p: { name: string }) => p.name === "still-mine"));
+    await third.proc.stop("SIGTERM");
+    assert.ok(!existsSync(join(dataDir, "drover.db.lock")), "a clean stop removes the lock");
+    assert.equal(integrity(join(dataDir, "drover.db")), "ok");
+  });
+});
+
+describe("a read-only data directory", () => {
+  test("stops the server at start with one line and exit 2", async (t) => {
+    const mount = mountTmpfs(8192);
+    if ("skip" in mount) return t.skip(mount.skip);
+    const dataDir = join(mount.dir, "data");
+    const server = await startServerProc({ DROVER_DATA_DIR: dataDir, DROVER_ADMIN_TOKEN: admin });
+    await callOk(server.url, "POST", "/api/v1/pools", admin, { name: "before-ro" });
+    await server.proc.stop("SIGTERM");
+    execFileSync("mount", ["-o", "remount,ro", mount.dir], { stdio: "pipe" });
+
+    const refused = await refusedStart({ DROVER_DATA_DIR: dataDir });
+    assert.equal(refused.code, 2, refused.output);
+    const lines = refused.output.trim().split("\n");
+    assert.equal(lines.length, 1, `one line:\n${refused.output}`);
+    assert.match(lines[0]!, /^drover server: the database in .* cannot be written \(EROFS: .*\); make the directory and its files writable/);
+
+    execFileSync("mount", ["-o", "remount,rw", mount.dir], { stdio: "pipe" });
+    assert.equal(integrity(join(dataDir, "drover.db")), "ok");
+    const again = await startServerProc({ DROVER_DATA_DIR: dataDir, DROVER_ADMIN_TOKEN: admin });
+    const pools = await callOk(again.url, "GET", "/api/v1/pools", admin);
+    assert.ok(pools.items.some((p: { name: string }) => p.name === "before-ro"));
+    await again.proc.stop("SIGTERM");
+  });
+});
+
+describe("a full data directory", () => {
+  test("fails each write with 507 storage_full and Retry-After, keeps serving reads, resumes once space is freed", async (t) => {
+    const mount = mountTmpfs(4096);
+    if ("skip" in mount) return t.skip(mount.skip);
+    const dataDir = join(mount.dir, "data");
+    const ballast = join(mount.dir, "ballast");
+    const server = await startServerProc({ DROVER_DATA_DIR: dataDir, DROVER_ADMIN_TOKEN: admin });
+    cleanups.push(() => server.proc.child.kill("SIGKILL"));
+    await callOk(server.url, "POST", "/api/v1/pools", admin, { name: "full" });
+    await callOk(server.url, "POST", "/api/v1/workspaces", admin, { name: "full", pool: "full" });
+    // Most of the space goes to a file the test can delete later.
+    writeFileSync(ballast, randomBytes(1536 * 1024));
+
+    let stored = 0;
+    let refused: Awaited<ReturnType<typeof call>> | undefined;
+    for (let i = 0; i < 40 && !refused; i++) {
+      const archive = rawTarGz([{ path: "main.tf", content: randomBytes(192 * 1024).toString("base64") }]);
+      const res = await call(server.url, "POST", "/api/v1/workspaces/full/configuration-versions", admin, archive, "application/gzip");
+      if (res.status === 201) stored++;
+      else refused = res;
+    }
+    assert.ok(refused, "the disk filled up");
+    assert.equal(refused.status, 507, JSON.stringify(refused.body));
+    assert.equal(refused.body.error, "storage_full");
+    assert.match(refused.body.message, /the data directory .* is full .*free space there/);
+    assert.ok(Number(refused.headers.get("retry-after")) > 0);
+    assert.equal(server.proc.child.exitCode, null, "the server stays up");
+    assert.equal((await call(server.url, "GET", "/api/v1/workspaces/full", admin)).status, 200, "reads still work");
+
+    rmSync(ballast);
+    const after = await call(server.url, "POST", "/api/v1/workspaces/full/configuration-versions", admin, rawTarGz([{ path: "main.tf", content: "" }]), "application/gzip");
+    assert.equal(after.status, 201, `writes resume without a restart: ${JSON.stringify(after.body)}`);
+    await server.proc.stop("SIGTERM");
+
+    const dbPath = join(dataDir, "drover.db");
+    assert.equal(integrity(dbPath), "ok");
+    const db = new BetterSqlite3(dbPath, { readonly: true });
+    const count = (db.prepare("select count(*) as n from configuration_versions").get() as { n: number }).n;
+    db.close();
+    assert.equal(count, stored + 1, "every accepted upload is there, the refused one is not");
+  });
+
+  test("stops the server at start with one line and exit 2", async (t) => {
+    const mount = mountTmpfs(1024);
+    if ("skip" in mount) return t.skip(mount.skip);
+    // Fill the file system to the last byte.
+    const fd = openSync(join(mount.dir, "ballast"), "w");
+    try {
+      const block = Buffer.alloc(64 * 1024, 1);
+      for (;;) writeSync(fd, block);
+    } catch (err) {
+      assert.equal((err as NodeJS.ErrnoException).code, "ENOSPC");
+    } finally {
+      closeSync(fd);
+    }
+    const dataDir = join(mount.dir, "data");
+    mkdirSync(dataDir);
+    const refused = await refusedStart({ DROVER_DATA_DIR: dataDir });
+    assert.equal(refused.code, 2, refused.output);
+    const lines = refused.output.trim().split("\n");
+    assert.equal(lines.length, 1, `one line:\n${refused.output}`);
+    assert.match(lines[0]!, /^drover server: the data directory .* is full \((ENOSPC|SQLITE_FULL)/);
+  });
+});
