@@ -13,7 +13,7 @@ import { spawnDrover } from "../support/processes.js";
 // SQLite: a second server on the same file, a read-only data directory and a full disk each get
 // one clear line at start (exit 2) or a coded error per request; the database is never damaged.
 
-const admin = "drv_u_sqlite-faults.secret";
+const admin = "drv_u_sqlite-faults.0123456789abcdefghij0123456789ab";
 const cleanups: Array<() => void> = [];
 after(() => {
   for (const c of cleanups.reverse()) {
