@@ -184,3 +184,40 @@ test("(9) the CLI creates, lists and revokes API tokens", async () => {
   assert.notEqual(refused.code, 0);
   assert.match(refused.stderr, /revoked/);
 });
+
+test("(4) escaped, multi-line and number forms of secrets are redacted; outputs built from a secret are masked", async () => {
+  await workspace("forms");
+  const quoted = 'pa"ss\\word-q1';
+  const pem = "-----BEGIN TEST KEY-----\nAAAAsecretline1BBBB\nCCCCsecretline2DDDD\n-----END TEST KEY-----";
+  const num = "98765432";
+  for (const [key, value] of [["quoted", quoted], ["pem", pem], ["num", num]] as const) {
+    assert.equal((await stack.server.api("PUT", `/api/v1/workspaces/forms/vars/${key}`, { value, sensitive: true })).status, 200);
+  }
+  const dir = writeConfig(stack.dir, "forms", {
+    "main.tf": [
+      'variable "quoted" { type = string }',
+      'variable "pem" { type = string }',
+      'variable "num" { type = number }',
+      'resource "terraform_data" "a" { input = { q = var.quoted, p = var.pem, n = var.num } }',
+      'output "conn" { value = "host=db password=${var.quoted}" }',
+      'output "plain" { value = "nothing secret" }',
+      "",
+    ].join("\n"),
+  });
+  const res = await stack.cli(["run", "start", dir, "--workspace", "forms", "--auto-apply"]);
+  assert.equal(res.code, 0, res.stdout + res.stderr);
+  const run = (await stack.server.api("GET", "/api/v1/runs?workspace=forms")).body.items[0];
+  const shown = [
+    res.stdout,
+    await runLog(stack.server, run.id, "plan"),
+    await runLog(stack.server, run.id, "apply"),
+    JSON.stringify((await stack.server.api("GET", `/api/v1/runs/${run.id}/plan`)).body),
+  ].join("\n");
+  for (const leak of ['pa\\"ss\\\\word-q1', quoted, "AAAAsecretline1BBBB", "CCCCsecretline2DDDD", num]) {
+    assert.ok(!shown.includes(leak), `${leak} leaked`);
+  }
+  const out = await stack.cli(["output", "--workspace", "forms", "--json"]);
+  const outputs = JSON.parse(out.stdout) as Array<{ name: string; sensitive: boolean; value: unknown }>;
+  assert.deepEqual(outputs.find((o) => o.name === "conn"), { name: "conn", sensitive: true, type: "string", value: null });
+  assert.equal(outputs.find((o) => o.name === "plain")?.value, "nothing secret");
+});

@@ -1,4 +1,4 @@
-import { DroverError, redactText, type JobAssignment, type JobOutcome, type Output } from "@drover/protocol";
+import { containsSecret, DroverError, redactText, secretForms, type JobAssignment, type JobOutcome, type Output } from "@drover/protocol";
 import { closeSync, constants, existsSync, mkdirSync, openSync, readFileSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { join, relative, resolve } from "node:path";
 import type { Logger } from "pino";
@@ -256,7 +256,7 @@ export class JobRun {
       mkdirSync(configDir, { recursive: true });
     }
     const variables = await withRetry(() => this.job.variables(this.work.signal), this.work.signal);
-    this.secrets = [...variables.filter((v) => v.sensitive).map((v) => v.value), a.jobToken, this.config.token];
+    this.secrets = secretForms([...variables.filter((v) => v.sensitive).map((v) => v.value), a.jobToken, this.config.token]);
     this.log.setSecrets(this.secrets);
 
     const binary = await this.runner.engine(a.workspace.engine, a.workspace.engineVersion, this.config.cacheDir);
@@ -309,7 +309,9 @@ export class JobRun {
       // The state the apply just wrote holds the outputs; reading it spares starting terraform.
       const state = await withRetry(() => this.job.state(a.statePath, this.work.signal), this.work.signal);
       const outputs = outputsOfState(state) ?? (await this.engineOutputs(binary, workDir, env));
-      await withRetry(() => this.job.uploadOutputs(outputs, this.work.signal), this.work.signal);
+      // An output built from a sensitive value is sensitive, whatever the configuration declares.
+      const masked = outputs.map((o) => (!o.sensitive && containsSecret(o.value, this.secrets) ? { ...o, sensitive: true } : o));
+      await withRetry(() => this.job.uploadOutputs(masked, this.work.signal), this.work.signal);
     }
   }
 

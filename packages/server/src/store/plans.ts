@@ -1,4 +1,4 @@
-import { DroverError, redactJson, summarizePlan, type Output, type PlanSummary } from "@drover/protocol";
+import { containsSecret, DroverError, redactJson, secretForms, summarizePlan, type Output, type PlanSummary } from "@drover/protocol";
 import { variablesForJob } from "./variables.js";
 import type { StoreContext } from "./context.js";
 import type { JobRow } from "./queue.js";
@@ -26,7 +26,7 @@ export async function savePlanJson(ctx: StoreContext, job: JobRow, uploaded: Buf
     throw new DroverError("invalid_json", "the plan JSON is not valid JSON", { cause });
   }
   const summary = summarizePlan(parsed);
-  const secrets = (await variablesForJob(ctx, job.workspace_id)).filter((v) => v.sensitive).map((v) => v.value);
+  const secrets = secretForms((await variablesForJob(ctx, job.workspace_id)).filter((v) => v.sensitive).map((v) => v.value));
   const planJson = Buffer.from(JSON.stringify(redactJson(parsed, secrets)), "utf8");
   await ctx.db.transaction().execute(async (trx) => {
     await trx
@@ -57,9 +57,14 @@ export async function readPlanJson(ctx: StoreContext, runId: string): Promise<Bu
   return Buffer.from(row.plan_json);
 }
 
-/** Records the outputs an apply produced; sensitive values are kept but never shown. */
+/**
+ * Records the outputs an apply produced; sensitive values are kept but never shown. An output
+ * whose value holds a sensitive variable's value is sensitive too, whatever the code declares.
+ */
 export async function saveOutputs(ctx: StoreContext, job: JobRow, outputs: Output[]): Promise<void> {
-  await ctx.db.updateTable("runs").set({ outputs_json: JSON.stringify(outputs) }).where("id", "=", job.run_id).execute();
+  const secrets = secretForms((await variablesForJob(ctx, job.workspace_id)).filter((v) => v.sensitive).map((v) => v.value));
+  const marked = outputs.map((o) => (!o.sensitive && containsSecret(o.value, secrets) ? { ...o, sensitive: true } : o));
+  await ctx.db.updateTable("runs").set({ outputs_json: JSON.stringify(marked) }).where("id", "=", job.run_id).execute();
 }
 
 /** Masks sensitive output values for display. */
