@@ -108,9 +108,11 @@ test("node-worker mode: examples/hello plan+apply in runner-only pods driven by 
     const job = pod.metadata.labels["drover.dev/k8s-job"];
     const runnerMounts = pod.spec.containers[0].volumeMounts.filter((m: any) => m.name === "drover-home");
     assert.deepEqual(runnerMounts.map((m: any) => m.subPath), [`runs/${job}`], "the runner sees its own run directory only");
+    const initMounts = pod.spec.initContainers[0].volumeMounts.filter((m: any) => m.name === "drover-home");
+    assert.deepEqual(initMounts.map((m: any) => [m.subPath, m.readOnly]), [["ready", true]], "the init container sees the ready marks only, no run's files");
     assert.ok(!JSON.stringify(pod).includes("drv_j_"), "no job token in the pod spec");
   }
-  await eventually("the node's run directories to be removed", async () => readdirSync(join(home, "runs")).length === 0, 20_000);
+  await eventually("the node's run directories and ready marks to be removed", async () => readdirSync(join(home, "runs")).length === 0 && readdirSync(join(home, "ready")).length === 0, 20_000);
   assert.ok(existsSync(join(home, "runs")));
 });
 

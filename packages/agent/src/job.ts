@@ -12,7 +12,7 @@ import { LogStream } from "./log-stream.js";
 import { agentTag, killTagged, ProcessGroupRecord, processTagVariable } from "./orphans.js";
 import { outputsOfState } from "./state-outputs.js";
 import type { RunningProcess } from "./process.js";
-import { localRunner, type Runner } from "./runner.js";
+import { localRunner, type RunFiles, type Runner } from "./runner.js";
 
 /** Job states as the agent tracks them. */
 export type JobRunState = "starting" | "running" | "finishing" | "done";
@@ -62,6 +62,11 @@ export class JobRun {
   ) {
     this.job = client.job(assignment.jobId, assignment.jobToken);
     this.log = new LogStream(this.job);
+  }
+
+  /** The job's own files, through the runner when it shares them with a runner container. */
+  private get files(): RunFiles {
+    return this.runner.files ?? localFiles;
   }
 
   get id(): string {
@@ -173,7 +178,7 @@ export class JobRun {
     this.abort.abort();
     await heartbeats;
     for (const t of this.timers) clearTimeout(t);
-    rmSync(runDir, { recursive: true, force: true });
+    this.files.discard(runDir);
     this.state = "done";
     this.logger.info({ job: a.jobId, run: a.runId, phase: a.phase, outcome }, "job finished");
   }
@@ -251,10 +256,7 @@ export class JobRun {
     const configDir = join(runDir, "config");
     // A pre-init hook may prepare more than the directory, so it gets its init every time.
     const reused = a.phase === "apply" && !this.hookPath("pre-init") && this.keptPlans?.take(this.planDirKey(), runDir) === true;
-    if (!reused) {
-      rmSync(runDir, { recursive: true, force: true });
-      mkdirSync(configDir, { recursive: true });
-    }
+    if (!reused) this.files.prepare(runDir, configDir);
     const variables = await withRetry(() => this.job.variables(this.work.signal), this.work.signal);
     this.secrets = secretForms([...variables.filter((v) => v.sensitive).map((v) => v.value), a.jobToken, this.config.token]);
     this.log.setSecrets(this.secrets);
@@ -271,7 +273,7 @@ export class JobRun {
       this.log.line("[drover] reusing this run's initialized plan directory on this agent: configuration download and init skipped");
     } else {
       const archive = await withRetry(() => this.job.configuration(this.work.signal), this.work.signal);
-      await extractConfiguration(archive, configDir);
+      await this.files.withDir(configDir, (dir) => extractConfiguration(archive, dir));
       if (!existsSync(workDir)) throw new DroverError("not_found", `the working directory ${a.workspace.workingDirectory} is not in the configuration`);
       // The working directory may be reached through the archive's own links: it must still be inside.
       const realConfig = realpathSync(configDir);
@@ -280,10 +282,12 @@ export class JobRun {
         throw new DroverError("invalid_archive", `the working directory ${a.workspace.workingDirectory} leads outside the configuration through a link`);
       }
       const tfvars = Object.fromEntries(variables.filter((v) => v.kind === "terraform").map((v) => [v.key, v.value]));
-      if (Object.keys(tfvars).length > 0) writePrivateFile(join(realWork, "drover.auto.tfvars.json"), JSON.stringify(tfvars, null, 2));
+      // A runner's files refuse every link themselves; locally, the real path is written.
+      const writeDir = this.runner.files ? workDir : realWork;
+      if (Object.keys(tfvars).length > 0) this.files.write(join(writeDir, "drover.auto.tfvars.json"), JSON.stringify(tfvars, null, 2));
       // terraform merges *_override.tf files into the configuration: this selects the http
       // backend, which the TF_HTTP_* variables configure.
-      writePrivateFile(join(realWork, "drover_backend_override.tf"), 'terraform {\n  backend "http" {}\n}\n');
+      this.files.write(join(writeDir, "drover_backend_override.tf"), 'terraform {\n  backend "http" {}\n}\n');
     }
     const env = this.environment(variables.filter((v) => v.kind === "env").map((v) => [v.key, v.value]));
 
@@ -298,11 +302,11 @@ export class JobRun {
       await this.step(binary, ["plan", "-input=false", "-no-color", `-out=${planPath}`, ...(a.isDestroy ? ["-destroy"] : [])], workDir, env);
       await this.hook("post-plan", workDir, env);
       const json = await this.capture(binary, ["show", "-json", planPath], workDir, env);
-      await withRetry(() => this.job.uploadPlan(readFileSync(planPath), this.work.signal), this.work.signal);
+      await withRetry(() => this.job.uploadPlan(this.files.read(planPath), this.work.signal), this.work.signal);
       await withRetry(() => this.job.uploadPlanJson(json, this.work.signal), this.work.signal);
     } else {
       const planPath = join(runDir, "plan.tfplan");
-      writePrivateFile(planPath, await withRetry(() => this.job.downloadPlan(this.work.signal), this.work.signal));
+      this.files.write(planPath, await withRetry(() => this.job.downloadPlan(this.work.signal), this.work.signal));
       await this.hook("pre-apply", workDir, env);
       await this.step(binary, ["apply", "-input=false", "-no-color", planPath], workDir, env);
       await this.hook("post-apply", workDir, env);
@@ -426,6 +430,18 @@ export class JobRun {
  * Writes a file only the agent's user can read, never following a link: a configuration that
  * planted a link under this name gets the run refused instead of the write landing elsewhere.
  */
+/** The local driver's files: the agent is the only writer of its data directory. */
+const localFiles: RunFiles = {
+  prepare(runDir, configDir) {
+    rmSync(runDir, { recursive: true, force: true });
+    mkdirSync(configDir, { recursive: true });
+  },
+  withDir: (dir, fn) => fn(dir),
+  read: (path) => readFileSync(path),
+  write: (path, data) => writePrivateFile(path, data),
+  discard: (runDir) => rmSync(runDir, { recursive: true, force: true }),
+};
+
 export function writePrivateFile(path: string, data: string | Buffer): void {
   let fd: number;
   try {

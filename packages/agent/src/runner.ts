@@ -11,6 +11,20 @@ export interface Runner {
   start(command: string, args: string[], options: ProcessOptions): RunningProcess;
   /** Runs a step whose stdout is data; stderr streams to `onStderr`. */
   capture(command: string, args: string[], options: { cwd: string; env: NodeJS.ProcessEnv; onStderr(chunk: Buffer): void; onSpawn?(pgid: number): void }): Promise<{ code: number; stdout: Buffer }>;
+  /** How the job's own files are reached; unset: plainly (nothing else writes the job's directory). */
+  readonly files?: RunFiles | undefined;
+}
+
+/** File operations of a job on its run directory (paths as the job builds them). */
+export interface RunFiles {
+  /** Makes the run directory empty with its configuration directory in it. */
+  prepare(runDir: string, configDir: string): void;
+  /** Runs `fn` with a path that reaches the directory `dir` (e.g. to unpack into it). */
+  withDir<T>(dir: string, fn: (path: string) => Promise<T>): Promise<T>;
+  read(path: string): Buffer;
+  write(path: string, data: string | Buffer): void;
+  /** Removes the run directory once the job is over. */
+  discard(runDir: string): void;
 }
 
 /** The local driver: steps are child processes of the agent. */

@@ -1,9 +1,9 @@
-import { existsSync, mkdirSync, openSync, readFileSync, readSync, closeSync, renameSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Engine } from "@drover/protocol";
 import type { EngineBinary } from "../engine.js";
 import type { RunningProcess } from "../process.js";
-import type { Runner } from "../runner.js";
+import type { RunFiles, Runner } from "../runner.js";
+import { below, type SafeDir } from "../safe-dir.js";
 
 /** Environment a step must not inherit from the worker: the runner container has its own. */
 const containerOwn = /^(PATH|HOME|HOSTNAME|PWD|OLDPWD|SHLVL|_|TERM|NODE_.*|KUBERNETES_.*|npm_.*)$/;
@@ -15,21 +15,32 @@ const quote = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
  * (SPEC §6): script then `ready` by rename; output tailed by byte offset; the exit code only
  * from the `exit` file. A runner heartbeat older than `staleMs` means the runner is lost —
  * reported as a failure, never as success.
+ *
+ * The runner container shares these directories and runs the configuration's code, which can
+ * plant links or swap directories. So every file operation goes through directory handles
+ * opened once (SafeDir): nothing is read or written through a link, and no step can make
+ * this process touch a file outside the directories it was given.
  */
 export class ExecLoopRunner implements Runner {
   private step = 0;
+  private readonly steps: SafeDir;
+  /** The job's data directory (JobRun's dataDir) as this process reaches it, when given. */
+  readonly files: RunFiles | undefined;
 
+  /**
+   * `dir` is the exec directory as the runner container names it, `exec` its handle here;
+   * `data` the job's data directory (its path and handle), whose files JobRun then reaches
+   * only through it.
+   */
   constructor(
     private readonly dir: string,
+    private readonly exec: SafeDir,
+    data?: { path: string; handle: SafeDir },
     private readonly staleMs = 30_000,
     private readonly pollMs = 100,
   ) {
-    mkdirSync(join(dir, "steps"), { recursive: true });
-  }
-
-  private write(path: string, content: string): void {
-    writeFileSync(`${path}.tmp`, content);
-    renameSync(`${path}.tmp`, path);
+    this.steps = exec.dir("steps", { create: "missing" });
+    if (data) this.files = safeRunFiles(data.path, data.handle);
   }
 
   private script(command: string, args: string[], cwd: string, env: NodeJS.ProcessEnv, redirect: string): string {
@@ -40,58 +51,52 @@ export class ExecLoopRunner implements Runner {
   }
 
   private runnerSilentFor(): number {
-    const hb = join(this.dir, "heartbeat");
-    if (!existsSync(hb)) return 0;
-    return Date.now() - statSync(hb).mtimeMs;
+    const mtime = this.exec.mtimeMs("heartbeat");
+    return mtime === undefined ? 0 : Date.now() - mtime;
   }
 
-  private launch(script: (stepDir: string) => string, onOutput: (chunk: Buffer) => void): RunningProcess & { stepDir: string } {
+  private launch(script: (stepDir: string) => string, onOutput: (chunk: Buffer) => void): RunningProcess & { stepDir: string; handle: SafeDir } {
     const n = ++this.step;
     const stepDir = join(this.dir, "steps", String(n));
-    mkdirSync(stepDir, { recursive: true });
-    writeFileSync(join(stepDir, "script.sh"), script(stepDir), { mode: 0o600 });
-    this.write(join(stepDir, "ready"), "");
+    // New, so nothing was planted in it before this step; the handle keeps it this step's own.
+    const handle = this.steps.dir(String(n), { create: "fresh" });
+    handle.write("script.sh", script(stepDir), 0o600);
+    handle.write("ready", "");
     let offset = 0;
     const tail = () => {
-      const path = join(stepDir, "output");
-      if (!existsSync(path)) return;
-      const fd = openSync(path, "r");
-      try {
-        const buf = Buffer.alloc(256 * 1024);
-        for (;;) {
-          const read = readSync(fd, buf, 0, buf.length, offset);
-          if (read <= 0) break;
-          offset += read;
-          onOutput(Buffer.from(buf.subarray(0, read)));
-        }
-      } finally {
-        closeSync(fd);
-      }
+      offset = handle.readFrom("output", offset, onOutput);
     };
     const done = new Promise<{ code: number | null; signal: NodeJS.Signals | null; failure?: string }>((resolve) => {
+      const end = (result: { code: number | null; signal: NodeJS.Signals | null; failure?: string }) => {
+        clearInterval(timer);
+        resolve(result);
+      };
       const timer = setInterval(() => {
-        tail();
-        const exitPath = join(stepDir, "exit");
-        if (existsSync(exitPath)) {
-          clearInterval(timer);
+        try {
           tail();
-          const code = Number(readFileSync(exitPath, "utf8").trim());
-          resolve(Number.isInteger(code) ? { code, signal: null } : { code: null, signal: null, failure: `the runner wrote an unreadable exit code for step ${n}` });
-          return;
-        }
-        const silent = this.runnerSilentFor();
-        if (silent > this.staleMs) {
-          clearInterval(timer);
-          resolve({ code: null, signal: null, failure: `runner lost: the runner container's heartbeat is ${Math.round(silent / 1000)} s old (step ${n} never reported an exit code)` });
+          const exit = handle.read("exit");
+          if (exit !== undefined) {
+            tail();
+            const code = Number(exit.toString("utf8").trim());
+            end(Number.isInteger(code) ? { code, signal: null } : { code: null, signal: null, failure: `the runner wrote an unreadable exit code for step ${n}` });
+            return;
+          }
+          const silent = this.runnerSilentFor();
+          if (silent > this.staleMs) end({ code: null, signal: null, failure: `runner lost: the runner container's heartbeat is ${Math.round(silent / 1000)} s old (step ${n} never reported an exit code)` });
+        } catch (err) {
+          // A planted link or a swapped file: the step's outcome is unknown, so it failed.
+          end({ code: null, signal: null, failure: `step ${n}: ${err instanceof Error ? err.message : String(err)}` });
         }
       }, this.pollMs);
     });
     return {
       stepDir,
+      handle,
       done,
       signal: (sig) => {
         const name = sig.replace(/^SIG/, "");
-        if (["INT", "TERM", "KILL"].includes(name)) this.write(join(stepDir, "signal"), name);
+        // A run that blocked its own signal file only keeps its own step running.
+        if (["INT", "TERM", "KILL"].includes(name)) quietly(() => handle.write("signal", name));
       },
     };
   }
@@ -109,24 +114,78 @@ export class ExecLoopRunner implements Runner {
   }
 
   start(command: string, args: string[], options: { cwd: string; env: NodeJS.ProcessEnv; onOutput(chunk: Buffer): void }): RunningProcess {
-    return this.launch(() => this.script(command, args, options.cwd, options.env, ""), options.onOutput);
+    const proc = this.launch(() => this.script(command, args, options.cwd, options.env, ""), options.onOutput);
+    void proc.done.then(() => proc.handle.close());
+    return proc;
   }
 
   async capture(command: string, args: string[], options: { cwd: string; env: NodeJS.ProcessEnv; onStderr(chunk: Buffer): void }): Promise<{ code: number; stdout: Buffer }> {
     const proc = this.launch((stepDir) => this.script(command, args, options.cwd, options.env, ` >${quote(join(stepDir, "stdout"))}`), options.onStderr);
     const { code, failure } = await proc.done;
-    if (failure) throw new Error(failure);
-    const out = join(proc.stepDir, "stdout");
-    return { code: code ?? 1, stdout: existsSync(out) ? readFileSync(out) : Buffer.alloc(0) };
+    try {
+      if (failure) throw new Error(failure);
+      return { code: code ?? 1, stdout: proc.handle.read("stdout") ?? Buffer.alloc(0) };
+    } finally {
+      proc.handle.close();
+    }
   }
 
-  /** Tells the exec-loop the worker is alive. */
+  /** Releases the handles this runner opened (not the ones it was given). */
+  close(): void {
+    this.steps.close();
+  }
+
+  /** Tells the exec-loop the worker is alive (a run that blocks the file only starves its own runner). */
   touchWorkerHeartbeat(): void {
-    this.write(join(this.dir, "worker-heartbeat"), "");
+    quietly(() => this.exec.write("worker-heartbeat", ""));
   }
 
-  /** Tells the exec-loop to exit once idle. */
-  shutdown(): void {
-    this.write(join(this.dir, "shutdown"), "");
+  /** Tells the exec-loop to exit once idle; false when the run blocked the file. */
+  shutdown(): boolean {
+    return quietly(() => this.exec.write("shutdown", ""));
   }
+}
+
+/**
+ * Runs a write the run can make fail (by planting a directory at the name): it runs in
+ * timers of a process that may hold other runs, so its failure must not throw there.
+ */
+function quietly(fn: () => void): boolean {
+  try {
+    fn();
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * JobRun's file access to a data directory the runner also writes: every path is resolved
+ * below the handle without following links. The directory is new for each job (an emptyDir,
+ * or a directory the node worker just made), so preparing it only creates, and discarding
+ * is left to whoever removes the directory once the runner has gone.
+ */
+function safeRunFiles(base: string, handle: SafeDir): RunFiles {
+  return {
+    prepare(_runDir, configDir) {
+      handle.dir(below(base, configDir), { create: "missing" }).close();
+    },
+    async withDir(dir, fn) {
+      const d = handle.dir(below(base, dir));
+      try {
+        return await fn(d.procPath);
+      } finally {
+        d.close();
+      }
+    },
+    read(path) {
+      const data = handle.read(below(base, path));
+      if (data === undefined) throw Object.assign(new Error(`${path} does not exist`), { code: "ENOENT" });
+      return data;
+    },
+    write(path, data) {
+      handle.write(below(base, path), data);
+    },
+    discard() {},
+  };
 }

@@ -35,9 +35,17 @@ export interface TaskSettings {
   nodeHome?: string | undefined;
 }
 
-/** A run's own directory under a node's data home. */
+/** A run's own directory under a node's data home (with an empty name: the directory of all runs). */
 export function nodeRunDir(nodeHome: string, name: string): string {
-  return `${nodeHome.replace(/\/+$/, "")}/runs/${name}`;
+  return `${nodeHome.replace(/\/+$/, "")}/runs${name ? `/${name}` : ""}`;
+}
+
+/**
+ * Where a node's worker marks runs ready (an empty file per run). Apart from the run
+ * directories, so a run pod's init container waits on it without seeing any run's files.
+ */
+export function nodeReadyDir(nodeHome: string): string {
+  return `${nodeHome.replace(/\/+$/, "")}/ready`;
 }
 
 const mounts = {
@@ -151,9 +159,11 @@ function nodeModeJob(name: string, spec: V1JobSpec, meta: Record<string, string>
   pod.automountServiceAccountToken = false;
   const init: V1Container = pod.initContainers?.find((c) => c.name === "drover-init") ?? { name: "drover-init", image: s.workerImage };
   init.resources ??= initResources;
-  // The worker writes `ready` once the directory is its own; a pod no worker picks up fails here.
-  init.command = ["sh", "-c", `i=0; until [ -f "${dir}/ready" ]; do i=$((i+1)); [ "$i" -gt 3000 ] && echo "no drover worker on this node prepared ${dir}" >&2 && exit 1; sleep 0.2; done`];
-  addMounts(init, [{ name: volume.name, mountPath: `${home.replace(/\/+$/, "")}/runs`, subPath: "runs", readOnly: true }]);
+  // The worker marks the run ready once its directory is prepared; a pod no worker picks up
+  // fails here. The init container sees only the (empty) ready marks, no run's files.
+  const ready = nodeReadyDir(home);
+  init.command = ["sh", "-c", `i=0; until [ -f "${ready}/${name}" ]; do i=$((i+1)); [ "$i" -gt 3000 ] && echo "no drover worker on this node prepared ${dir}" >&2 && exit 1; sleep 0.2; done`];
+  addMounts(init, [{ name: volume.name, mountPath: ready, subPath: "ready", readOnly: true }]);
   pod.initContainers = [init, ...(pod.initContainers ?? []).filter((c) => c.name !== "drover-init")];
   pod.containers = pod.containers.filter((c) => c.name !== "worker");
   let runner = pod.containers.find((c) => c.name === "runner");

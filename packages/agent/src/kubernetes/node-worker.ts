@@ -1,13 +1,13 @@
 import { CoreV1Api, KubeConfig, type V1Pod } from "@kubernetes/client-node";
 import { DroverError, jobAssignmentSchema, type JobAssignment } from "@drover/protocol";
-import { chmodSync, copyFileSync, existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { readdirSync, readFileSync } from "node:fs";
 import type { Server } from "node:http";
 import type { Logger } from "pino";
 import { AgentClient } from "../client.js";
 import { closeHealthServer, MetricSet, startHealthServer } from "../health.js";
 import { int, type StopAction } from "../config.js";
-import { labels, nodeRunDir } from "./job-spec.js";
+import { SafeDir } from "../safe-dir.js";
+import { labels, nodeReadyDir, nodeRunDir } from "./job-spec.js";
 import { defaultExecLoopPath, nodeHomeSetting, podNamespace } from "./settings.js";
 import { superviseJob, supervisionSettings } from "./worker.js";
 
@@ -56,9 +56,15 @@ const live = (pod: V1Pod) => pod.status?.phase === "Pending" || pod.status?.phas
 /**
  * One per node (a DaemonSet): supervises the run pods the controller's Jobs put on this node.
  * For each it reads the job Secret, prepares `<home>/runs/<job>` (the pod's only view of the
- * node), owns the run as a pod's worker would, and removes the directory once the pod is done.
- * A run found already prepared belongs to an earlier process of this worker: it cannot be
- * resumed, so it ends errored with that reason and its runner is told to exit.
+ * node), marks it ready in `<home>/ready/<job>` (what the pod's init container waits for),
+ * owns the run as a pod's worker would, and removes both once the pod is done. A run found
+ * already marked ready belongs to an earlier process of this worker: it cannot be resumed, so
+ * it ends errored with that reason and its runner is told to exit.
+ *
+ * Every run pod can write its own directory, links included. So this process opens `runs`,
+ * `ready` and each run's directories once, as handles (SafeDir), and reaches nothing in them by
+ * a path a run could redirect: one run cannot make it read or write another run's files or
+ * its own (its ServiceAccount token included).
  */
 export class NodeWorker {
   private readonly core: CoreV1Api;
@@ -81,9 +87,8 @@ export class NodeWorker {
     this.core = kc.makeApiClient(CoreV1Api);
   }
 
-  private get runsDir(): string {
-    return join(this.settings.home, "runs");
-  }
+  private runsDir: SafeDir | undefined;
+  private readyDir: SafeDir | undefined;
 
   /** Runs until `shutdown()`, then waits for its runs to wind down; resolves with the exit code. */
   async run(): Promise<number> {
@@ -105,7 +110,8 @@ export class NodeWorker {
   }
 
   private async work(): Promise<number> {
-    mkdirSync(this.runsDir, { recursive: true });
+    this.runsDir = SafeDir.open(nodeRunDir(this.settings.home, ""), { create: true });
+    this.readyDir = SafeDir.open(nodeReadyDir(this.settings.home), { create: true });
     this.log.info({ node: this.settings.nodeName, home: this.settings.home }, "node worker started");
     while (!this.stopping) {
       try {
@@ -143,9 +149,10 @@ export class NodeWorker {
         this.log.warn({ k8sJob: name, err: err instanceof Error ? err.message : String(err) }, "cannot take the run pod yet");
       });
     }
-    // A directory whose pod is gone or finished, and whose run this process does not hold.
-    for (const name of readdirSync(this.runsDir)) {
-      if (!this.runs.has(name) && !liveNames.has(name)) rmSync(join(this.runsDir, name), { recursive: true, force: true });
+    // A directory whose pod is gone or finished (its runner cannot write any more), and whose
+    // run this process does not hold.
+    for (const [dir, names] of [this.runsDir!, this.readyDir!].map((d) => [d, readdirSync(d.procPath)] as const)) {
+      for (const name of names) if (!this.runs.has(name) && !liveNames.has(name)) dir.remove(name);
     }
   }
 
@@ -155,25 +162,48 @@ export class NodeWorker {
     const assignment: JobAssignment = jobAssignmentSchema.parse({ ...JSON.parse(field("assignment.json")), jobToken: field("token").trim() });
     const url = this.settings.url ?? field("url").replace(/\/+$/, "");
     if (!url) throw new Error(`the Secret ${name}-job holds no server URL and DROVER_URL is not set`);
+    const runs = this.runsDir!;
+    if (this.readyDir!.exists(name)) return this.abandon(name, assignment, url);
+    // Not marked ready: its runner never started, so whatever an earlier process left is stale.
+    runs.remove(name);
+    const root = runs.dir(name, { create: "fresh" });
+    let exec: SafeDir | undefined;
+    let run: SafeDir | undefined;
+    try {
+      exec = root.dir("exec", { create: "fresh" });
+      run = root.dir("run", { create: "fresh" });
+      root.write("bin/exec-loop.sh", readFileSync(this.settings.execLoopPath), 0o755);
+    } catch (err) {
+      exec?.close();
+      run?.close();
+      throw err;
+    } finally {
+      root.close();
+    }
     const dir = nodeRunDir(this.settings.home, name);
-    if (existsSync(join(dir, "ready"))) return this.abandon(name, dir, assignment, url);
-    for (const sub of ["exec", "run", "bin"]) mkdirSync(join(dir, sub), { recursive: true });
-    copyFileSync(this.settings.execLoopPath, join(dir, "bin", "exec-loop.sh"));
-    chmodSync(join(dir, "bin", "exec-loop.sh"), 0o755);
     const log = this.log.child({ job: assignment.jobId, k8sJob: name });
-    const supervised = superviseJob(assignment, { ...this.settings, url, execDir: join(dir, "exec"), runDir: join(dir, "run") }, log);
+    const supervised = superviseJob(assignment, { ...this.settings, url, execDir: `${dir}/exec`, runDir: `${dir}/run` }, log, { exec, run });
     this.runs.set(name, supervised);
-    writeFileSync(join(dir, "ready"), "");
+    this.readyDir!.write(name, "");
     log.info({ run: assignment.runId, phase: assignment.phase }, "supervising a run pod on this node");
     void supervised.done.finally(() => this.runs.delete(name));
   }
 
-  private async abandon(name: string, dir: string, a: JobAssignment, url: string): Promise<void> {
+  private async abandon(name: string, a: JobAssignment, url: string): Promise<void> {
     const reason = "the node's drover worker restarted while the run was in progress";
     this.log.warn({ k8sJob: name, job: a.jobId }, reason);
     const job = new AgentClient(url, this.settings.caCertPem).job(a.jobId, a.jobToken);
     await job.finish("errored", reason).catch(() => undefined);
-    writeFileSync(join(dir, "exec", "shutdown"), "");
+    try {
+      const exec = this.runsDir!.dir(`${name}/exec`);
+      try {
+        exec.write("shutdown", "");
+      } finally {
+        exec.close();
+      }
+    } catch (err) {
+      this.log.warn({ k8sJob: name, err: err instanceof Error ? err.message : String(err) }, "could not tell the abandoned run's runner to exit; the pod ends at its deadline");
+    }
   }
 }
 

@@ -8,6 +8,7 @@ import { int, oneOf, stopPlan, type AgentConfig, type StopAction } from "../conf
 import { closeHealthServer, MetricSet, startHealthServer } from "../health.js";
 import { JobRun } from "../job.js";
 import { ExecLoopRunner } from "./exec-loop-runner.js";
+import { SafeDir } from "../safe-dir.js";
 
 /** Where the controller's Secret (job token + assignment) is mounted in the worker container. */
 export const defaultJobSecretDir = "/var/run/drover/job";
@@ -97,8 +98,16 @@ export type SupervisionSettings = Pick<WorkerSettings, "url" | "execDir" | "runD
  * `execDir`: heartbeats, logs and status go straight to the server. `done` resolves when the
  * job has ended and the runner was told to exit; `stop()` winds it down per the stop action.
  */
-export function superviseJob(assignment: JobAssignment, settings: SupervisionSettings, log: Logger): { done: Promise<void>; stop(): void } {
-  const runner = new ExecLoopRunner(settings.execDir, settings.runnerStaleMs);
+export function superviseJob(
+  assignment: JobAssignment,
+  settings: SupervisionSettings,
+  log: Logger,
+  handles?: { exec: SafeDir; run: SafeDir },
+): { done: Promise<void>; stop(): void } {
+  // The runner container shares both directories: reach them only through handles opened now.
+  const exec = handles?.exec ?? SafeDir.open(settings.execDir, { create: true });
+  const run = handles?.run ?? SafeDir.open(settings.runDir, { create: true });
+  const runner = new ExecLoopRunner(settings.execDir, exec, { path: settings.runDir, handle: run }, settings.runnerStaleMs);
   runner.touchWorkerHeartbeat();
   const beat = setInterval(() => runner.touchWorkerHeartbeat(), 5_000);
   const config: AgentConfig = {
@@ -135,7 +144,10 @@ export function superviseJob(assignment: JobAssignment, settings: SupervisionSet
   const job = new JobRun(assignment, new AgentClient(settings.url, settings.caCertPem), config, log, runner);
   const done = job.execute().finally(() => {
     clearInterval(beat);
-    runner.shutdown();
+    if (!runner.shutdown()) log.warn("could not tell the runner to exit: the run blocked its shutdown file; the pod ends at its deadline");
+    runner.close();
+    exec.close();
+    run.close();
   });
   return { done, stop: () => job.stop(stopPlan(settings.stopAction, settings.gracePeriodMs), settings.stopAction) };
 }

@@ -1,0 +1,181 @@
+import assert from "node:assert/strict";
+import { randomBytes } from "node:crypto";
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { after, before, test } from "node:test";
+import { runLog, startStack, type Stack } from "../support/stack.js";
+import { spawnDrover, type Proc } from "../support/processes.js";
+import { eventually, fastTimings, kube, prepareDroverNamespace, startTestCluster, type TestCluster } from "./cluster.js";
+
+// agent-k8s node mode: a run pod writes its run directory, which the node's worker then reads
+// and writes. Here the runner container is an attacker playing the exec-loop: it plants links
+// where the worker will look, and the real node worker must neither ship a file it can read
+// (a stand-in for its ServiceAccount token) into the run, nor write outside the run.
+
+const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
+const ns = "drover-isolation";
+let cluster: TestCluster;
+let stack: Stack;
+let controller: Proc;
+let nodeWorker: Proc;
+let home: string;
+let secretPath: string;
+let secret: string;
+let victim: string;
+let attacker: string;
+let config: string;
+
+// The attacking runner: answers every step with exit 0 and, per ATTACK, plants a link first.
+const attackerScript = `
+D="$DROVER_EXEC_DIR"; R="$(dirname "$D")/run"; S="$D/steps"; n=1
+while :; do
+  s="$S/$n"
+  if [ -e "$s/ready" ]; then
+    case "$ATTACK" in
+      output) [ "$n" = 1 ] && ln -s "$SECRET" "$s/output" ;;
+      stdout) [ "$n" = 1 ] && ln -s "$SECRET" "$s/stdout" ;;
+      steps) [ "$n" = 1 ] && ln -s "$VICTIM" "$S/2" ;;
+      swap) if [ "$n" = 1 ]; then mv "$S" "$D/steps.moved" && ln -s "$VICTIM" "$S"; S="$D/steps.moved"; s="$S/1"; fi ;;
+      plan) grep -q "'plan'" "$s/script.sh" && for d in "$R"/*/; do ln -s "$SECRET" "$d/plan.tfplan"; done ;;
+      shutdown) grep -q "'show'" "$s/script.sh" && mkdir "$D/shutdown" ;;
+    esac
+    echo 0 >"$s/exit.tmp" && mv "$s/exit.tmp" "$s/exit"
+    n=$((n + 1))
+    continue
+  fi
+  [ -e "$D/shutdown" ] && exit 0
+  sleep 0.1
+done
+`;
+
+async function setAttack(attack: string): Promise<void> {
+  const body = {
+    apiVersion: "drover.dev/v1alpha1",
+    kind: "AgentTask",
+    metadata: { name: "attack", namespace: ns },
+    spec: {
+      jobTemplate: {
+        template: {
+          spec: {
+            containers: [
+              {
+                name: "runner",
+                image: "ghcr.io/drover-dev/drover-runner:test",
+                command: ["/bin/sh", attacker],
+                env: [
+                  { name: "ATTACK", value: attack },
+                  { name: "SECRET", value: secretPath },
+                  { name: "VICTIM", value: victim },
+                ],
+              },
+            ],
+          },
+        },
+      },
+    },
+  };
+  const path = `/apis/drover.dev/v1alpha1/namespaces/${ns}/agenttasks`;
+  await kube(cluster, "DELETE", `${path}/attack`);
+  assert.equal((await kube(cluster, "POST", path, body)).status, 201);
+}
+
+/** Runs one plan under the attacking runner; resolves with the run, its plan log and the controller+worker output. */
+async function attackRun(attack: string): Promise<{ run: any; log: string }> {
+  await setAttack(attack);
+  const workspace = `iso-${attack}`;
+  assert.equal((await stack.server.api("POST", "/api/v1/workspaces", { name: workspace, pool: stack.pool })).status, 201);
+  const runId = await stack.startRun(config, workspace);
+  const run = await stack.waitForRun(runId, ["planned", "errored", "canceled", "planned_and_finished"], 60_000).catch((err: Error) => {
+    throw new Error(`${err.message}\nnode worker:\n${nodeWorker.output()}\ncontroller:\n${controller.output()}`);
+  });
+  return { run, log: await runLog(stack.server, runId, "plan") };
+}
+
+before(async () => {
+  cluster = await startTestCluster({ timings: fastTimings, hostPaths: "real" });
+  stack = await startStack();
+  home = mkdtempSync(join(tmpdir(), "drover-iso-home-"));
+  secret = `SA-TOKEN-${randomBytes(8).toString("hex")}`;
+  secretPath = join(stack.dir, "sa-token");
+  writeFileSync(secretPath, secret, { mode: 0o600 });
+  victim = join(stack.dir, "another-run");
+  mkdirSync(victim);
+  attacker = join(stack.dir, "attacker.sh");
+  writeFileSync(attacker, attackerScript);
+  config = join(stack.dir, "cfg");
+  mkdirSync(config);
+  writeFileSync(join(config, "main.tf"), 'resource "terraform_data" "x" {}\n');
+  await prepareDroverNamespace(cluster, ns, join(repo, "deploy", "kubernetes", "agenttasks.drover.dev.yaml"));
+  const common = { ...stack.baseEnv, KUBECONFIG: cluster.kubeconfigPath, DROVER_AGENT_KUBERNETES_NAMESPACE: ns, DROVER_AGENT_NODE_HOME: home, DROVER_AGENT_LOG_FORMAT: "plain" };
+  nodeWorker = spawnDrover(["agent", "node-worker"], {
+    ...common,
+    DROVER_AGENT_NODE_NAME: "ktc-node",
+    DROVER_AGENT_CONTROLLER_NAME: "iso-ctl",
+    DROVER_AGENT_HEALTH_PORT: "0",
+    DROVER_AGENT_EXEC_LOOP_PATH: join(repo, "packages", "agent", "exec-loop", "exec-loop.sh"),
+  });
+  await nodeWorker.waitFor(/node worker started/);
+  controller = spawnDrover(["agent", "controller"], {
+    ...common,
+    DROVER_TOKEN: stack.poolToken,
+    DROVER_AGENT_NAME: "iso-ctl",
+    DROVER_AGENT_KUBERNETES_TASK_TEMPLATE: "attack",
+    DROVER_AGENT_KUBERNETES_WORKER_IMAGE: "ghcr.io/drover-dev/drover:test",
+    DROVER_AGENT_HEALTH_PORT: "0",
+  });
+  await eventually("the controller to register", async () => (await stack.server.api("GET", `/api/v1/agents?pool=${stack.pool}`)).body.items.some((a: any) => a.name === "iso-ctl" && a.status !== "offline"));
+});
+
+after(async () => {
+  await controller?.stop("SIGKILL");
+  await nodeWorker?.stop("SIGKILL");
+  await stack?.stop();
+  await cluster?.close();
+  if (home) rmSync(home, { recursive: true, force: true });
+});
+
+test("a link planted at steps/N/output does not ship the worker's files into the run log", async () => {
+  const { run, log } = await attackRun("output");
+  assert.equal(run.status, "errored");
+  assert.match(run.errorMessage ?? "", /refused .*steps\/1\/output: it is a symbolic link/);
+  assert.ok(!log.includes(secret), "the secret file is not in the log");
+  assert.ok(!JSON.stringify(run).includes(secret));
+});
+
+test("a link planted at steps/N/stdout (a captured step's data) is refused", async () => {
+  const { run, log } = await attackRun("stdout");
+  assert.equal(run.status, "errored");
+  assert.match(run.errorMessage ?? "", /refused .*steps\/1\/stdout: it is a symbolic link/);
+  assert.ok(!log.includes(secret) && !JSON.stringify(run).includes(secret));
+});
+
+test("a symlinked steps/N does not make the worker write into another directory", async () => {
+  const { run } = await attackRun("steps");
+  assert.equal(run.status, "errored");
+  assert.match(run.errorMessage ?? "", /refused .*steps\/2: it already exists but must be new/);
+  assert.deepEqual(readdirSync(victim), [], "nothing was written through the link");
+});
+
+test("swapping the steps directory for a link leaves the worker writing into the run's own directory", async () => {
+  await attackRun("swap");
+  assert.deepEqual(readdirSync(victim), [], "nothing was written through the link");
+});
+
+test("a link planted at the plan file does not upload the worker's files as the plan", async () => {
+  const { run } = await attackRun("plan");
+  assert.equal(run.status, "errored");
+  assert.match(run.errorMessage ?? "", /refused .*plan\.tfplan: it is a symbolic link/);
+  const plan = await stack.server.api("GET", `/api/v1/runs/${run.id}/plan`);
+  assert.ok(!JSON.stringify(plan.body ?? "").includes(secret));
+});
+
+test("a run blocking the worker's shutdown file ends only itself; the node worker keeps running", async () => {
+  const { run } = await attackRun("shutdown");
+  assert.ok(["errored", "planned", "planned_and_finished"].includes(run.status), run.status);
+  const next = await attackRun("none");
+  assert.ok(["errored", "planned", "planned_and_finished"].includes(next.run.status), next.run.status);
+  assert.equal(await Promise.race([nodeWorker.exited.then(() => "exited"), Promise.resolve("running")]), "running", "the node worker is still running");
+  assert.equal((nodeWorker.output().match(/supervising a run pod on this node/g) ?? []).length, 7, nodeWorker.output());
+});
