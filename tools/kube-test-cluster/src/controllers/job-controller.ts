@@ -60,6 +60,8 @@ export class JobController {
   private readonly unsubscribe: () => void;
   /** When each Job last saw a pod fail, for the replacement back-off. */
   private readonly lastFailure = new Map<string, number>();
+  /** Consecutive refused pod creates per Job: retries back off (doubling, up to 64×) as the real controller's do. */
+  private readonly createFailures = new Map<string, { n: number; retryAt: number }>();
 
   constructor(
     private readonly api: ObjectApi,
@@ -71,7 +73,10 @@ export class JobController {
     this.unsubscribe = api.store.subscribe((e) => {
       if (e.typeKey === "batch/jobs") {
         if (e.type !== "DELETED") this.queue.add(`job|${e.object.metadata.namespace ?? ""}|${e.object.metadata.name ?? ""}`);
-        else this.lastFailure.delete(e.object.metadata.uid ?? "");
+        else {
+          this.lastFailure.delete(e.object.metadata.uid ?? "");
+          this.createFailures.delete(e.object.metadata.uid ?? "");
+        }
       } else if (e.typeKey === "/pods") {
         const owner = (e.object.metadata.ownerReferences ?? []).find((r) => r.controller === true && r.kind === "Job" && r.apiVersion === "batch/v1");
         if (owner) this.queue.add(`job|${e.object.metadata.namespace ?? ""}|${owner.name}`);
@@ -191,7 +196,8 @@ export class JobController {
     let created = 0;
     if (want > 0) {
       const last = this.lastFailure.get(uid);
-      const delay = last === undefined || failed === 0 ? 0 : this.timings.podBackoffMs * 2 ** Math.min(failed - 1, 6) - (now - last);
+      const refused = this.createFailures.get(uid);
+      const delay = Math.max(last === undefined || failed === 0 ? 0 : this.timings.podBackoffMs * 2 ** Math.min(failed - 1, 6) - (now - last), refused ? refused.retryAt - now : 0);
       if (delay > 0) this.queue.addAfter(`job|${ns}|${name}`, delay);
       else for (let i = 0; i < want; i++) if (this.createPod(job)) created++;
     }
@@ -216,11 +222,15 @@ export class JobController {
         spec: template.spec,
       }, { system: true });
       this.events.record("job-controller", undefined, job, "Normal", "SuccessfulCreate", `Created pod: ${pod.metadata.name ?? ""}`);
+      this.createFailures.delete(job.metadata.uid ?? "");
       return true;
     } catch (e) {
       if (!(e instanceof StatusError)) throw e;
       this.events.record("job-controller", undefined, job, "Warning", "FailedCreate", `Error creating: ${e.message}`);
-      this.queue.addAfter(`job|${job.metadata.namespace ?? ""}|${job.metadata.name ?? ""}`, this.timings.podBackoffMs);
+      const n = this.createFailures.get(job.metadata.uid ?? "")?.n ?? 0;
+      const delay = this.timings.podBackoffMs * 2 ** Math.min(n, 6);
+      this.createFailures.set(job.metadata.uid ?? "", { n: n + 1, retryAt: Date.now() + delay });
+      this.queue.addAfter(`job|${job.metadata.namespace ?? ""}|${job.metadata.name ?? ""}`, delay);
       return false;
     }
   }

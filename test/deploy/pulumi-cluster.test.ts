@@ -1,0 +1,140 @@
+// The Pulumi component's objects (captured under Pulumi's mocks) applied with kubectl to the
+// raised test cluster in a namespace enforcing the restricted PodSecurity level: every pod
+// passes admission, the job-mode controller becomes Ready through its probes under its own
+// ServiceAccount's RBAC, and examples/hello completes through the task pods it launches
+// (whose worker, UID 1000, must read its job Secret).
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { chmodSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { after, before, test } from "node:test";
+import { parse, stringify } from "yaml";
+import { runLog, startStack, type Stack } from "../support/stack.js";
+import { droverBin } from "../support/processes.js";
+import { kube, startTestCluster, until, type TestCluster } from "../kube/cluster.js";
+
+const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
+const image = "ghcr.io/drover-dev/drover:test";
+const ns = "drover-pulumi";
+let cluster: TestCluster;
+let stack: Stack;
+
+interface Created {
+  type: string;
+  name: string;
+  inputs: Record<string, unknown>;
+}
+
+/** Pulumi's wire form of a secret (`{ <sig>: <marker>, value }`) unwrapped, recursively. */
+function plain(v: unknown): unknown {
+  if (Array.isArray(v)) return v.map(plain);
+  if (v && typeof v === "object") {
+    const o = v as Record<string, unknown>;
+    if ("4dabf18193072939515e22adb298388d" in o) return plain(o.value);
+    return Object.fromEntries(Object.entries(o).map(([k, x]) => [k, plain(x)]));
+  }
+  return v;
+}
+
+/** `kubernetes:apps/v1:Deployment` → a Deployment object as kubectl would apply it. */
+function toObject(c: Created): Record<string, any> | undefined {
+  const m = /^kubernetes:([^:]+):([^:]+)$/.exec(c.type);
+  if (!m) return undefined;
+  const [, gv = "", kind = ""] = m;
+  const apiVersion = gv.startsWith("core/") ? gv.slice("core/".length) : gv;
+  const o = plain(c.inputs) as Record<string, any>;
+  delete o.apiVersion;
+  delete o.kind;
+  o.metadata = { ...(o.metadata ?? {}), name: o.metadata?.name ?? c.name };
+  return { apiVersion, kind, ...o };
+}
+
+function kubectl(args: string[], input?: string): Promise<{ code: number; out: string }> {
+  return new Promise((resolve) => {
+    const child = spawn("kubectl", args, { env: { ...process.env, ...cluster.kubectlEnv() } });
+    let out = "";
+    child.stdout.on("data", (d: Buffer) => (out += d.toString()));
+    child.stderr.on("data", (d: Buffer) => (out += d.toString()));
+    child.on("exit", (code) => resolve({ code: code ?? 1, out }));
+    child.stdin.end(input ?? "");
+  });
+}
+
+before(async () => {
+  const bin = join(repo, "test", "dist", ".bin");
+  mkdirSync(bin, { recursive: true });
+  writeFileSync(join(bin, "drover"), `#!/bin/sh\nexec "${process.execPath}" "${droverBin}" "$@"\n`);
+  chmodSync(join(bin, "drover"), 0o755);
+  cluster = await startTestCluster({
+    timings: { imagePullBackoffMs: 150, crashLoopBackoffMs: 500, configRetryMs: 100, podBackoffMs: 100, namespaceRetryMs: 20 },
+    images: { [image]: { entrypoint: ["drover"], paths: [repo] } },
+    baseEnv: { PATH: `${bin}:${process.env.PATH ?? ""}`, HOME: "/root" },
+  });
+  stack = await startStack();
+});
+
+after(async () => {
+  await stack?.stop();
+  await cluster?.close();
+});
+
+test("the Pulumi component's job-mode objects, applied in a restricted namespace: admitted, Ready through probes, examples/hello completes", { todo: "issue 11: the task pods the controller builds from the Pulumi AgentTask fail restricted PodSecurity: its drover-init container gets no securityContext (allowPrivilegeEscalation, capabilities drop ALL, runAsNonRoot, seccompProfile), so the Job records FailedCreate and the run stays queued" }, async () => {
+  const created: Created[] = [];
+  const pulumi = await import("@pulumi/pulumi");
+  pulumi.runtime.setMocks({
+    newResource: (args) => {
+      created.push({ type: args.type, name: args.name, inputs: args.inputs as Record<string, unknown> });
+      return { id: `${args.name}-id`, state: args.inputs };
+    },
+    call: (args) => args.inputs,
+  }, "drover", "cluster", false);
+  const shared = join(repo, "test", "dist", ".pulumi-cluster");
+  mkdirSync(shared, { recursive: true });
+  const tfrc = join(shared, "runner.tfrc");
+  writeFileSync(tfrc, "");
+  const { DroverAgent } = (await import(pathToFileURL(join(repo, "deploy", "pulumi", "dist", "src", "index.js")).href)) as { DroverAgent: new (name: string, args: Record<string, unknown>) => { deployment: { id: unknown } } };
+  const agent = new DroverAgent("drv", {
+    namespace: ns,
+    createNamespace: false,
+    mode: "job",
+    token: stack.poolToken,
+    url: stack.server.url,
+    image,
+    runnerImage: "ghcr.io/drover-dev/drover-runner:test",
+    env: { DROVER_AGENT_EXEC_LOOP_PATH: join(repo, "packages", "agent", "exec-loop", "exec-loop.sh") },
+    podTemplate: { spec: { containers: [{ name: "runner", env: [{ name: "TF_CLI_CONFIG_FILE", value: tfrc }, { name: "CHECKPOINT_DISABLE", value: "1" }] }] } },
+  });
+  await new Promise<void>((resolve) => pulumi.all([agent.deployment.id as never]).apply(() => resolve()));
+  await until("every child registered", async () => created.length, (n) => n > 0);
+  await new Promise((r) => setTimeout(r, 100));
+  const objects = created.map(toObject).filter((o): o is Record<string, any> => o !== undefined && o.kind !== "Namespace");
+  assert.ok(objects.some((o) => o.kind === "Deployment") && objects.some((o) => o.kind === "AgentTask"), created.map((c) => c.type).join(", "));
+
+  assert.equal((await kube(cluster, "POST", "/api/v1/namespaces", { metadata: { name: ns, labels: { "pod-security.kubernetes.io/enforce": "restricted" } } })).status, 201);
+  const crd = await kube(cluster, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", parse(readFileSync(join(repo, "deploy", "kubernetes", "agenttasks.drover.dev.yaml"), "utf8")));
+  assert.equal(crd.status, 201, JSON.stringify(crd.body));
+  await until("the CRD served", () => kube(cluster, "GET", `/apis/drover.dev/v1alpha1/namespaces/${ns}/agenttasks`), (r) => r.status === 200);
+  const applied = await kubectl(["apply", "-n", ns, "-f", "-"], objects.map((o) => stringify(o)).join("---\n"));
+  assert.equal(applied.code, 0, applied.out);
+
+  const diagnose = async () => `${(await kubectl(["get", "pods,events", "-n", ns, "-o", "wide"])).out}\n${(await kubectl(["logs", "-n", ns, "deployment/drv", "--tail=50"])).out}`;
+  const pods = async () => (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods`)).body.items as any[];
+  try {
+    await until("the controller Ready through its readiness probe", pods, (ps) => ps.some((p) => (p.status?.conditions ?? []).some((c: any) => c.type === "Ready" && c.status === "True")), 60_000);
+  } catch (e) {
+    assert.fail(`${(e as Error).message}\n${await diagnose()}`);
+  }
+  const refused = (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/events?fieldSelector=reason%3DFailedCreate`)).body.items as any[];
+  assert.deepEqual(refused.map((e) => e.message), []);
+
+  await stack.server.api("POST", "/api/v1/workspaces", { name: "pulumi-hello", pool: stack.pool });
+  const runId = await stack.startRun(join(repo, "examples", "hello"), "pulumi-hello", ["--auto-apply"]);
+  // A refused task pod fails the test at once instead of leaving the run queued until a timeout.
+  const refusal = async () => ((await kube(cluster, "GET", `/api/v1/namespaces/${ns}/events?fieldSelector=reason%3DFailedCreate`)).body.items as any[])[0]?.message as string | undefined;
+  await until("the run to end (or a task pod to be refused)", async () => ({ run: (await stack.server.api("GET", `/api/v1/runs/${runId}`)).body, refused: await refusal() }), (x) => ["applied", "errored", "canceled"].includes(x.run.status) || x.refused !== undefined, 120_000);
+  assert.equal(await refusal(), undefined, "every task pod passes admission");
+  const run = (await stack.server.api("GET", `/api/v1/runs/${runId}`)).body;
+  assert.equal(run.status, "applied", `${JSON.stringify(run)}\n${await runLog(stack.server, runId, "plan")}\n${await diagnose()}`);
+  assert.match(await runLog(stack.server, runId, "apply"), /Hello from Drover/);
+});
