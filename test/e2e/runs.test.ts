@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { dirname, join } from "node:path";
 import { after, before, test } from "node:test";
@@ -61,12 +62,20 @@ test("a plan error fails the run with terraform's message in the log", async () 
 
 test("a second run on the same workspace waits for the first", async () => {
   await workspace("queue");
+  // The first run's apply holds until the test creates `release`: the second run is created
+  // while the first surely runs, however slow the machine (was: a 2 s sleep, raced by the CLI).
+  const release = join(stack.dir, "release-queue");
   const dir = writeConfig(stack.dir, "queue", {
-    "main.tf": 'resource "terraform_data" "slow" {\n  input = timestamp()\n  provisioner "local-exec" {\n    command = "sleep 2"\n  }\n}\n',
+    "main.tf": `resource "terraform_data" "slow" {\n  input = timestamp()\n  provisioner "local-exec" {\n    command = "echo holding; while [ ! -e '${release}' ]; do sleep 0.1; done"\n  }\n}\n`,
   });
   const first = await stack.startRun(dir, "queue", ["--auto-apply"]);
+  for (const deadline = Date.now() + 90_000; !(await runLog(stack.server, first, "apply")).includes("(local-exec): holding"); ) {
+    assert.ok(Date.now() < deadline, "the first run's apply never started");
+    await new Promise((r) => setTimeout(r, 100));
+  }
   const second = await stack.startRun(dir, "queue", ["--auto-apply"]);
   assert.equal((await stack.server.api("GET", `/api/v1/runs/${second}`)).body.status, "pending");
+  writeFileSync(release, "");
   await stack.waitForRun(first, ["applied"]);
   const done = await stack.waitForRun(second, ["applied"]);
   const firstJobs = (await stack.server.api("GET", `/api/v1/runs/${first}/jobs`)).body.items;

@@ -172,7 +172,11 @@ for (const [name, shell] of shells) {
       const whb = join(loop.dir, "worker-heartbeat");
       writeFileSync(whb, "");
       const n = loop.step("echo long; exec sleep 60\n");
-      await until("step start", () => loop.output(n).includes("long"));
+      // Fresh until the step runs: a slow start must not look like a silent worker.
+      await until("step start", () => {
+        utimesSync(whb, new Date(), new Date());
+        return loop.output(n).includes("long");
+      });
       const old = new Date(Date.now() - 30_000);
       utimesSync(whb, old, old);
       assert.equal(await loop.exitCode(n), 143, "the step was stopped with TERM");

@@ -44,7 +44,7 @@ function taskTemplate(tfrc: string) {
   };
 }
 
-function startController(name = "ctl"): Proc {
+function startController(name = "ctl", env: Record<string, string> = {}): Proc {
   return spawnDrover(["agent", "controller"], {
     ...stack.baseEnv,
     KUBECONFIG: cluster.kubeconfigPath,
@@ -54,10 +54,11 @@ function startController(name = "ctl"): Proc {
     DROVER_AGENT_KUBERNETES_TASK_TEMPLATE: "task-template",
     DROVER_AGENT_KUBERNETES_WORKER_IMAGE: "ghcr.io/drover-dev/drover:test",
     DROVER_AGENT_EXEC_LOOP_PATH: join(repo, "packages", "agent", "exec-loop", "exec-loop.sh"),
-    // Long enough for the cancel-before-start test to cancel a pod stuck pulling its image.
+    // Short, so the image pull failure test ends soon.
     DROVER_AGENT_IMAGE_PULL_GRACE_SECONDS: "6",
     DROVER_AGENT_HEALTH_PORT: "0",
     DROVER_AGENT_LOG_FORMAT: "plain",
+    ...env,
   });
 }
 
@@ -153,6 +154,10 @@ describe("Kubernetes job mode", () => {
 
   test("cancel before the worker starts deletes the Job", async () => {
     await workspace("k8s-early-cancel");
+    // With the usual 6 s pull grace the run could end errored (pull failure) before a slow
+    // machine delivers the cancel; a grace longer than the test leaves only the cancel.
+    await controller.stop("SIGKILL");
+    controller = startController("ctl", { DROVER_AGENT_IMAGE_PULL_GRACE_SECONDS: "3600" });
     cluster.setImagePullable("ghcr.io/drover-dev/drover:test", false);
     try {
       const runId = await stack.startRun(join(repo, "examples", "hello"), "k8s-early-cancel", ["--auto-apply"]);
@@ -163,6 +168,8 @@ describe("Kubernetes job mode", () => {
       await eventually("the Job to be deleted", async () => (await jobsOf(runId)).length === 0, 30_000);
     } finally {
       cluster.setImagePullable("ghcr.io/drover-dev/drover:test", true);
+      await controller.stop("SIGKILL");
+      controller = startController();
     }
   });
 });
