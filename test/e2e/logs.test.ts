@@ -95,6 +95,13 @@ test("run logs exits non-zero with log_incomplete when a page cannot be read", a
   }
 });
 
+test("run logs of an unknown run fails with not_found", async () => {
+  const res = await stack.cli(["run", "logs", "run-doesnotexist"]);
+  assert.equal(res.code, 1);
+  assert.match(res.stderr, /\(not_found\)\n$/);
+  assert.equal(res.stdout, "");
+});
+
 test("run logs of a phase still running prints what exists and says the log is not finished", async () => {
   await workspace("held");
   const release = join(stack.dir, "release-held");

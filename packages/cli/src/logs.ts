@@ -30,6 +30,8 @@ export async function printPhaseLog(api: ApiClient, runId: string, phase: Phase,
     try {
       res = await api.raw("GET", `/api/v1/runs/${encodeURIComponent(runId)}/logs?phase=${phase}&offset=${offset}&limit=${logPageBytes}`);
     } catch (err) {
+      // A refused first request (no such run, bad token) is about the request, not the log.
+      if (offset === 0 && err instanceof DroverError && err.status < 500) throw err;
       const why = err instanceof Error ? err.message : String(err);
       throw new DroverError("log_incomplete", `printed ${offset} bytes of the ${phase} log of run ${runId}, then the read failed: ${why}. Run \`drover run logs ${runId} --phase ${phase}\` again.`, { cause: err });
     }
