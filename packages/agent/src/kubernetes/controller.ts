@@ -1,4 +1,4 @@
-import { BatchV1Api, CoreV1Api, CustomObjectsApi, KubeConfig, ListWatch, Watch, type KubernetesListObject, type KubernetesObject, type V1Job, type V1JobSpec, type V1Pod } from "@kubernetes/client-node";
+import { BatchV1Api, CoreV1Api, CustomObjectsApi, KubeConfig, type KubernetesListObject, type KubernetesObject, type V1Job, type V1JobSpec, type V1Pod } from "@kubernetes/client-node";
 import type { Server } from "node:http";
 import { DroverError, jobAssignmentSchema, type JobAssignment } from "@drover/protocol";
 import type { Logger } from "pino";
@@ -7,6 +7,7 @@ import { AgentClient, NetworkError } from "../client.js";
 import { int, type AgentConfig } from "../config.js";
 import { agentVersion } from "../agent.js";
 import { closeHealthServer, MetricSet, startHealthServer } from "../health.js";
+import { startInformer, type Informer } from "./informer.js";
 import { buildJob, jobName, labels, type TaskSettings } from "./job-spec.js";
 import { describePodFailure, type FailureTimings } from "./pod-failures.js";
 import { defaultExecLoopPath, nodeHomeSetting, podNamespace } from "./settings.js";
@@ -81,7 +82,7 @@ export class Controller {
   private heartbeatMs = 10_000;
   private readonly stop = new AbortController();
   private wake: (() => void) | undefined;
-  private readonly informers: { name: string; informer: ListWatch<KubernetesObject>; synced: boolean }[] = [];
+  private readonly informers: { name: string; informer: Informer<KubernetesObject> }[] = [];
   private health: Server | undefined;
   private readonly metrics = new MetricSet()
     .define("drover_controller_jobs_in_flight", "gauge", "Kubernetes Jobs of this controller that have not finished")
@@ -107,7 +108,7 @@ export class Controller {
 
   /** Registered with the server and both watches listed: the readiness of `/readyz`. */
   get ready(): boolean {
-    return this.registered && this.informers.length === 2 && this.informers.every((i) => i.synced) && !this.stop.signal.aborted;
+    return this.registered && this.informers.length === 2 && this.informers.every((i) => i.informer.synced) && !this.stop.signal.aborted;
   }
 
   async run(): Promise<number> {
@@ -192,7 +193,6 @@ export class Controller {
   shutdown(): void {
     this.stop.abort();
     this.wake?.();
-    for (const i of this.informers) void i.informer.stop();
   }
 
   /** In-flight count and tokens from the cluster: unfinished Jobs with this controller's label. */
@@ -395,7 +395,7 @@ export class Controller {
     const jobs = this.informers.find((i) => i.name === "jobs");
     for (const t of [...this.tracked.values()]) {
       if (t.reported || t.deleting) continue;
-      if (jobs?.synced && !jobs.informer.get(t.name, this.settings.namespace) && now - t.since > 2 * this.settings.sweepIntervalMs) {
+      if (jobs?.informer.synced && !jobs.informer.get(t.name, this.settings.namespace) && now - t.since > 2 * this.settings.sweepIntervalMs) {
         // Not in the cache long after launch: ask once; a 404 means it was deleted unseen.
         const gone = await this.batch.readNamespacedJob({ name: t.name, namespace: this.settings.namespace }).then(
           () => false,
@@ -490,62 +490,22 @@ export class Controller {
     }
   }
 
-  /**
-   * An informer (client-node's ListWatch): lists, then watches from the list's
-   * resourceVersion, resumes from the last seen version when a watch ends, relists only on
-   * 410 Gone, and reports objects missing from a relist as deletions — so a Job deleted
-   * while no watch was open still frees its slot. Errors restart it after a backoff.
-   */
+  /** Watches `path` (this controller's objects only) through an informer; see informer.ts. */
   private inform<T extends KubernetesObject>(name: string, path: string, list: () => Promise<KubernetesListObject<T>>, handle: (type: string, obj: T) => void): void {
-    const entry = { name, informer: undefined as unknown as ListWatch<KubernetesObject>, synced: false };
-    let listed = false;
-    let delay = 500;
-    // Synced again only once a watch is actually open: a failed attempt calls `done(err)`
-    // before `watch()` returns.
-    const real = new Watch(this.kc);
-    const watch = {
-      watch: async (...[p, params, cb, done]: Parameters<Watch["watch"]>) => {
-        let failed = false;
-        const ac = await real.watch(p, params, cb, (err: unknown) => {
-          if (err) failed = true;
-          done(err);
-        });
-        if (!failed && listed) {
-          entry.synced = true;
-          delay = 500;
-        }
-        return ac;
-      },
-    } as Watch;
-    const informer = new ListWatch<T>(
+    const informer = startInformer<T>({
+      kc: this.kc,
+      name,
       path,
-      watch,
-      async () => {
-        const result = await list();
-        listed = true;
-        delay = 500;
-        return result;
+      list,
+      labelSelector: this.selector,
+      onEvent: handle,
+      onError: (err, retryInMs) => {
+        this.metrics.inc("drover_controller_watch_errors_total");
+        this.log.warn({ resource: name, err: errText(err), retryInMs }, "watch failed; resuming");
       },
-      false,
-      this.selector,
-    );
-    informer.on("add", (o) => handle("ADDED", o));
-    informer.on("update", (o) => handle("MODIFIED", o));
-    informer.on("delete", (o) => handle("DELETED", o));
-    informer.on("error", (err: unknown) => {
-      entry.synced = false;
-      this.metrics.inc("drover_controller_watch_errors_total");
-      if (this.stop.signal.aborted) return;
-      this.log.warn({ resource: name, err: errText(err), retryInMs: delay }, "watch failed; resuming");
-      const wait = delay;
-      delay = Math.min(30_000, delay * 2);
-      void sleep(wait, this.stop.signal).then(() => {
-        if (!this.stop.signal.aborted) void informer.start();
-      });
+      signal: this.stop.signal,
     });
-    entry.informer = informer as unknown as ListWatch<KubernetesObject>;
-    this.informers.push(entry);
-    void informer.start();
+    this.informers.push({ name, informer: informer as unknown as Informer<KubernetesObject> });
   }
 }
 

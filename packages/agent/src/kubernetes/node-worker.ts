@@ -9,6 +9,7 @@ import { int, type StopAction } from "../config.js";
 import { SafeDir } from "../safe-dir.js";
 import { labels, nodeReadyDir, nodeRunDir } from "./job-spec.js";
 import { defaultExecLoopPath, nodeHomeSetting, podNamespace } from "./settings.js";
+import { startInformer, type Informer } from "./informer.js";
 import { superviseJob, supervisionSettings } from "./worker.js";
 
 /** Settings of `drover agent node-worker`, the per-node worker of the agent-k8s design. */
@@ -23,6 +24,7 @@ export interface NodeWorkerSettings {
   gracePeriodMs: number;
   caCertPem: string | undefined;
   runnerStaleMs: number;
+  /** How often cached pods and run directories are re-examined without an event (no API call). */
   pollMs: number;
   /** Name of the controller (DROVER_AGENT_NAME of its release) whose run pods this worker supervises. */
   controllerName: string;
@@ -71,20 +73,22 @@ export class NodeWorker {
   private readonly runs = new Map<string, { done: Promise<void>; stop(): void }>();
   private readonly seen = new Set<string>();
   private stopping = false;
-  /** The last listing of this node's run pods succeeded: the readiness of `/readyz`. */
-  private synced = false;
+  private readonly kc = new KubeConfig();
+  /** This node's run pods of its controller, kept current by a watch (no polling of the API). */
+  private pods: Informer<V1Pod> | undefined;
+  private readonly halt = new AbortController();
+  private wake: (() => void) | undefined;
   private health: Server | undefined;
   private readonly metrics = new MetricSet()
     .define("drover_node_worker_runs", "gauge", "Runs this node worker supervises")
-    .define("drover_node_worker_list_errors_total", "counter", "Failed listings of this node's run pods");
+    .define("drover_node_worker_watch_errors_total", "counter", "Failed lists or watches of this node's run pods (each is retried)");
 
   constructor(
     private readonly settings: NodeWorkerSettings,
     private readonly log: Logger,
   ) {
-    const kc = new KubeConfig();
-    kc.loadFromDefault();
-    this.core = kc.makeApiClient(CoreV1Api);
+    this.kc.loadFromDefault();
+    this.core = this.kc.makeApiClient(CoreV1Api);
   }
 
   private runsDir: SafeDir | undefined;
@@ -95,7 +99,7 @@ export class NodeWorker {
     if (this.settings.healthPort > 0) {
       this.health = await startHealthServer(this.settings.healthPort, {
         // Winding runs down after SIGTERM is still healthy work: liveness never fails on its own.
-        health: () => ({ live: true, ready: this.synced && !this.stopping, details: { runs: this.runs.size } }),
+        health: () => ({ live: true, ready: (this.pods?.synced ?? false) && !this.stopping, details: { runs: this.runs.size } }),
         metrics: () => {
           this.metrics.set("drover_node_worker_runs", this.runs.size);
           return this.metrics.render();
@@ -113,17 +117,39 @@ export class NodeWorker {
     this.runsDir = SafeDir.open(nodeRunDir(this.settings.home, ""), { create: true });
     this.readyDir = SafeDir.open(nodeReadyDir(this.settings.home), { create: true });
     this.log.info({ node: this.settings.nodeName, home: this.settings.home }, "node worker started");
+    const { namespace, nodeName, controllerName } = this.settings;
+    const labelSelector = `${labels.controller}=${controllerName}`;
+    const fieldSelector = `spec.nodeName=${nodeName}`;
+    this.pods = startInformer<V1Pod>({
+      kc: this.kc,
+      name: "pods",
+      path: `/api/v1/namespaces/${namespace}/pods`,
+      list: () => this.core.listNamespacedPod({ namespace, labelSelector, fieldSelector }),
+      labelSelector,
+      fieldSelector,
+      onEvent: () => this.wake?.(),
+      onError: (err, retryInMs) => {
+        this.metrics.inc("drover_node_worker_watch_errors_total");
+        this.log.warn({ err: err instanceof Error ? err.message : String(err), retryInMs }, "watching this node's run pods failed; resuming");
+      },
+      signal: this.halt.signal,
+    });
     while (!this.stopping) {
-      try {
-        await this.reconcile();
-        this.synced = true;
-      } catch (err) {
-        this.synced = false;
-        this.metrics.inc("drover_node_worker_list_errors_total");
-        this.log.warn({ err: err instanceof Error ? err.message : String(err) }, "listing this node's run pods failed; retrying");
-      }
-      await new Promise((r) => setTimeout(r, this.settings.pollMs));
+      // Only from a current view: an empty cache before the first list would look like
+      // "every run directory is orphaned".
+      if (this.pods.synced) await this.reconcile();
+      // A pod event wakes the loop at once; the interval retries what could not be taken yet
+      // and removes directories of pods that are gone (from the cache, no API call).
+      await new Promise<void>((r) => {
+        const timer = setTimeout(done, this.settings.pollMs);
+        function done() {
+          clearTimeout(timer);
+          r();
+        }
+        this.wake = done;
+      });
     }
+    this.halt.abort();
     await Promise.all([...this.runs.values()].map((r) => r.done));
     return 0;
   }
@@ -131,13 +157,12 @@ export class NodeWorker {
   /** Stops taking runs and winds running ones down per the stop action. */
   shutdown(): void {
     this.stopping = true;
+    this.wake?.();
     for (const r of this.runs.values()) r.stop();
   }
 
   private async reconcile(): Promise<void> {
-    const pods = (
-      await this.core.listNamespacedPod({ namespace: this.settings.namespace, labelSelector: `${labels.controller}=${this.settings.controllerName}`, fieldSelector: `spec.nodeName=${this.settings.nodeName}` })
-    ).items.filter((p) => !p.spec?.containers.some((c) => c.name === "worker") && p.spec?.volumes?.some((v) => v.name === "drover-home"));
+    const pods = (this.pods?.list(this.settings.namespace) ?? []).filter((p) => !p.spec?.containers.some((c) => c.name === "worker") && p.spec?.volumes?.some((v) => v.name === "drover-home"));
     const liveNames = new Set(pods.filter(live).map((p) => p.metadata?.labels?.[labels.k8sJob] ?? ""));
     for (const pod of pods) {
       const name = pod.metadata?.labels?.[labels.k8sJob];
