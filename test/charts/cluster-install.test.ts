@@ -4,7 +4,8 @@
 // mounts a hostPath, which even baseline forbids, and prepares it as root) — every pod
 // must pass admission. Then agent-job under its own ServiceAccount: the controller becomes
 // Ready through its probes, runs examples/hello, and `kubectl drain` of its node
-// succeeds within the grace period while a run is in flight, which ends with a reason.
+// succeeds within the grace period while a run is in flight, which ends with a reason. The
+// server closes every watch after 1.5 s throughout, so the controller's re-watch paths run.
 import assert from "node:assert/strict";
 import { execFileSync, spawn } from "node:child_process";
 import { chmodSync, mkdirSync, readdirSync, writeFileSync } from "node:fs";
@@ -22,6 +23,7 @@ const image = "ghcr.io/drover-dev/drover:test";
 const fakeToken = "drv_p_eyJ1cmwiOiJodHRwOi8veCIsInBvb2wiOiJwIn0.eA";
 let cluster: TestCluster;
 let stack: Stack;
+let watches = 0;
 
 function kubectl(args: string[], input?: string): Promise<{ code: number; out: string }> {
   return new Promise((resolve) => {
@@ -70,6 +72,11 @@ before(async () => {
     timings: { imagePullBackoffMs: 150, crashLoopBackoffMs: 500, configRetryMs: 100, podBackoffMs: 100, namespaceRetryMs: 20 },
     images: { [image]: { entrypoint: ["drover"], paths: [repo] } },
     baseEnv: { PATH: `${bin}:${process.env.PATH ?? ""}`, HOME: "/root" },
+    // The server ends every watch after 1.5 s, so the controller's re-list/re-watch runs many times per test.
+    watchTimeoutMs: 1500,
+    onRequest: (_m, url) => {
+      if (/[?&]watch=(true|1)/.test(url)) watches++;
+    },
   });
   stack = await startStack();
   await kube(cluster, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", {
@@ -168,4 +175,5 @@ test("agent-job in a restricted namespace: Ready through its probes, examples/he
   // The evicted pod's worker stops gracefully and says so (e.g. "agent stopped (graceful stop) while the apply ran").
   assert.match(String(ended.errorMessage ?? ""), /stopped|evict|disrupt|drain|terminat|interrupt/i, `the run's end names why:\n${await runLog(stack.server, long, "apply")}\n${JSON.stringify(ended)}`);
   await kubectl(["uncordon", node]);
+  assert.ok(watches > 20, `the controller re-watched after the server closed its watches (${watches} watch requests)`);
 });

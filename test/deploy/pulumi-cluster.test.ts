@@ -70,6 +70,8 @@ before(async () => {
     timings: { imagePullBackoffMs: 150, crashLoopBackoffMs: 500, configRetryMs: 100, podBackoffMs: 100, namespaceRetryMs: 20 },
     images: { [image]: { entrypoint: ["drover"], paths: [repo] } },
     baseEnv: { PATH: `${bin}:${process.env.PATH ?? ""}`, HOME: "/root" },
+    // The server ends every watch after 1.5 s, so the controller's re-list/re-watch runs many times per test.
+    watchTimeoutMs: 1500,
   });
   stack = await startStack();
 });
