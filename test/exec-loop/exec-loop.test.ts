@@ -158,10 +158,13 @@ for (const [name, shell] of shells) {
       try {
         const hb = join(loop.dir, "heartbeat");
         await until("first heartbeat", () => existsSync(hb));
-        loop.step("sleep 3\n");
-        await sleep(500);
+        const n = loop.step("exec sleep 60\n");
+        await until("step start", () => existsSync(join(loop.dir, "steps", String(n), "pid")));
         const first = statSync(hb).mtimeMs;
-        await until("heartbeat advanced", () => statSync(hb).mtimeMs > first, 3_000);
+        await until("heartbeat advanced", () => statSync(hb).mtimeMs > first);
+        assert.ok(!existsSync(join(loop.dir, "steps", String(n), "exit")), "the step was still running: its watcher kept the heartbeat");
+        loop.signal(n, "KILL");
+        assert.equal(await loop.exitCode(n), 137);
       } finally {
         await loop.close();
       }
