@@ -27,7 +27,7 @@ async function http(url: string, method: string, path: string, token: string, bo
 before(async () => {
   database = await createTestDatabase("postgres");
   for (let i = 0; i < 2; i++) {
-    const proc = spawnDrover(["server", "--port", "0", "--database-url", database.url], { ...process.env, DROVER_ADMIN_TOKEN: admin, DROVER_LOG_LEVEL: "warn" });
+    const proc = spawnDrover(["server", "--port", "0", "--database-url", database.url], { ...process.env, DROVER_ADMIN_TOKEN: admin, DROVER_LOG_LEVEL: "warn", DROVER_LEASE_TTL_SECONDS: "600" });
     servers.push(proc);
     urls.push((await proc.waitFor(/listening on (http:\/\/\S+)/))[1]!);
   }
