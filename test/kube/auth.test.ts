@@ -83,7 +83,7 @@ describe("test cluster authentication, authorization and admission", () => {
     assert.equal((await kube(ops, "GET", "/api/v1/nodes")).status, 403, "a RoleBinding of a ClusterRole grants only namespaced access");
   });
 
-  it("answers SelfSubjectAccessReviews and SubjectAccessReviews, so kubectl auth can-i works, with --as", { skip: !hasKubectl && "kubectl not installed" }, async () => {
+  it("answers SelfSubjectAccessReviews, SubjectAccessReviews and SelfSubjectRulesReviews, so kubectl auth can-i (and --list) works, with --as", { skip: !hasKubectl && "kubectl not installed" }, async () => {
     const viewer = await serviceAccount("viewer");
     await grant("viewer", [{ apiGroups: ["batch"], resources: ["jobs"], verbs: ["get", "list"] }], "viewer");
     const review = await kube(viewer, "POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", { spec: { resourceAttributes: { namespace: ns, verb: "list", group: "batch", resource: "jobs" } } });
@@ -95,6 +95,10 @@ describe("test cluster authentication, authorization and admission", () => {
     assert.deepEqual([yes.code, yes.stdout.trim()], [0, "yes"], yes.stderr);
     const no = await kubectl(c, ["auth", "can-i", "delete", "jobs.batch", "-n", ns, "--as", `system:serviceaccount:${ns}:viewer`]);
     assert.deepEqual([no.code, no.stdout.trim()], [1, "no"], no.stderr);
+    const list = await kubectl(c, ["auth", "can-i", "--list", "-n", ns, "--as", `system:serviceaccount:${ns}:viewer`]);
+    assert.equal(list.code, 0, list.stderr);
+    assert.match(list.stdout, /^jobs\.batch\s+\[\]\s+\[\]\s+\[get list\]$/m, list.stdout);
+    assert.doesNotMatch(list.stdout, /^pods\s/m, "nothing it was not granted");
     const admin = await kubectl(c, ["auth", "can-i", "delete", "nodes"]);
     assert.equal(admin.stdout.trim(), "yes");
     // Impersonation itself needs the impersonate verb.

@@ -143,6 +143,28 @@ export class RbacAuthorizer {
     return { allowed: false, reason: "" };
   }
 
+  /** The rules that apply to `user` in `namespace` (SelfSubjectRulesReview, `kubectl auth can-i --list`). */
+  rulesFor(user: UserInfo, namespace: string): { resourceRules: JsonObject[]; nonResourceRules: JsonObject[] } {
+    const rules: JsonObject[] = [];
+    if (user.groups.includes("system:masters")) rules.push({ apiGroups: ["*"], resources: ["*"], verbs: ["*"] }, { nonResourceURLs: ["*"], verbs: ["*"] });
+    for (const b of this.api.store.list("rbac.authorization.k8s.io/clusterrolebindings")) {
+      if (!(Array.isArray(b.subjects) && b.subjects.filter(isObject).some((s) => subjectMatches(s, user, undefined)))) continue;
+      rules.push(...this.rulesOf("ClusterRole", String(isObject(b.roleRef) ? b.roleRef.name ?? "" : ""), undefined));
+    }
+    for (const b of this.api.store.list("rbac.authorization.k8s.io/rolebindings", namespace)) {
+      if (!(Array.isArray(b.subjects) && b.subjects.filter(isObject).some((s) => subjectMatches(s, user, namespace)))) continue;
+      const ref = isObject(b.roleRef) ? b.roleRef : {};
+      rules.push(...this.rulesOf(String(ref.kind ?? "Role"), String(ref.name ?? ""), namespace).filter((r) => r.nonResourceURLs === undefined));
+    }
+    const resourceRules: JsonObject[] = [{ verbs: ["create"], apiGroups: ["authorization.k8s.io"], resources: ["selfsubjectaccessreviews", "selfsubjectrulesreviews"] }];
+    const nonResourceRules: JsonObject[] = [{ verbs: ["get"], nonResourceURLs: publicPaths.flatMap((p) => [p, `${p}/*`]) }];
+    for (const r of rules) {
+      if (Array.isArray(r.nonResourceURLs)) nonResourceRules.push({ verbs: strings(r.verbs), nonResourceURLs: strings(r.nonResourceURLs) });
+      else resourceRules.push({ verbs: strings(r.verbs), apiGroups: strings(r.apiGroups), resources: strings(r.resources), ...(Array.isArray(r.resourceNames) && r.resourceNames.length > 0 ? { resourceNames: strings(r.resourceNames) } : {}) });
+    }
+    return { resourceRules, nonResourceRules };
+  }
+
   /** Throws the API server's 403 Forbidden Status when `user` may not do `a`. */
   check(user: UserInfo, a: Attributes, prefix?: string): void {
     if (this.authorize(user, a).allowed) return;

@@ -221,6 +221,11 @@ export class ApiHttpHandler {
   private review(target: Target, user: UserInfo, body: unknown): JsonObject {
     const b = isObject(body) ? body : {};
     const spec = isObject(b.spec) ? b.spec : {};
+    if (target.t.resource === "selfsubjectrulesreviews") {
+      const namespace = String(spec.namespace ?? "");
+      const rules = this.opts.auth ? this.opts.auth.authorizer.rulesFor(user, namespace) : { resourceRules: [{ verbs: ["*"], apiGroups: ["*"], resources: ["*"] }], nonResourceRules: [{ verbs: ["*"], nonResourceURLs: ["*"] }] };
+      return { kind: "SelfSubjectRulesReview", apiVersion: "authorization.k8s.io/v1", metadata: { creationTimestamp: null }, spec, status: { ...rules, incomplete: false } };
+    }
     let subject = user;
     if (target.t.resource !== "selfsubjectaccessreviews") {
       subject = { name: String(spec.user ?? ""), groups: Array.isArray(spec.groups) ? spec.groups.map(String) : [] };

@@ -65,7 +65,11 @@ export function decodeAccessReview(body: Buffer): JsonObject {
   const typeMeta = sub(unknown, 1);
   const kind = typeMeta ? str(typeMeta, 2) : undefined;
   const raw = unknown.get(2)?.[0];
-  if (!Buffer.isBuffer(raw) || !kind || !/SubjectAccessReview$/.test(kind)) throw badRequest(`protobuf bodies are only supported for access reviews (got ${kind ?? "nothing"})`);
+  if (!Buffer.isBuffer(raw) || !kind || !/Subject(Access|Rules)Review$/.test(kind)) throw badRequest(`protobuf bodies are only supported for access reviews (got ${kind ?? "nothing"})`);
+  if (kind === "SelfSubjectRulesReview") {
+    const rulesSpec = sub(fields(raw), 2);
+    return { apiVersion: "authorization.k8s.io/v1", kind, spec: compact({ namespace: rulesSpec ? str(rulesSpec, 1) : undefined }) };
+  }
   const spec: Fields = sub(fields(raw), 2) ?? new Map<number, (Buffer | number)[]>();
   const ra = sub(spec, 1);
   const nra = sub(spec, 2);

@@ -79,6 +79,7 @@ const builtins: ResourceType[] = [
   review("selfsubjectaccessreviews", "SelfSubjectAccessReview", false),
   review("subjectaccessreviews", "SubjectAccessReview", false),
   review("localsubjectaccessreviews", "LocalSubjectAccessReview", true),
+  review("selfsubjectrulesreviews", "SelfSubjectRulesReview", false),
   {
     group: "batch", versions: ["v1"], resource: "jobs", singular: "job", kind: "Job", listKind: "JobList",
     namespaced: true, shortNames: [], categories: ["all"], statusSubresource: true,
