@@ -4,7 +4,7 @@ import { chmodSync, mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { after, before, test } from "node:test";
-import { startStack, type Stack } from "../support/stack.js";
+import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
 import { droverBin } from "../support/processes.js";
 import { eventually, fastTimings, kube, startTestCluster, type TestCluster } from "../kube/cluster.js";
 
@@ -75,11 +75,24 @@ after(async () => {
   await cluster?.close();
 });
 
-test("agent-job: a new token restarts the controller, the same values do not; kubectl drain completes under the default PDB", async () => {
+test("agent-job: a new token restarts the controller, the same values do not; kubectl drain completes under the default PDB; runs complete after both and across a controller deleted mid-run", async () => {
   const ns = "upgrade-job";
   assert.equal((await kube(cluster, "POST", "/api/v1/namespaces", { metadata: { name: ns } })).status, 201);
   const port = 20000 + Math.floor(Math.random() * 20000);
-  const values = (token: string) => ["--set", `agent.token=${token}`, "--set", `agent.url=${stack.server.url}`, "--set", "image.tag=test", "--set", `agent.healthPort=${port}`];
+  // Pods mount an emptyDir over /tmp: the runner's terraform config lives elsewhere.
+  const shared = join(repo, "test", "dist", ".chart-upgrade");
+  mkdirSync(shared, { recursive: true });
+  const tfrc = join(shared, "runner.tfrc");
+  writeFileSync(tfrc, "");
+  const values = (token: string) => [
+    "--set", `agent.token=${token}`,
+    "--set", `agent.url=${stack.server.url}`,
+    "--set", "image.tag=test",
+    "--set", `agent.healthPort=${port}`,
+    "--set", `task.execLoopPath=${join(repo, "packages", "agent", "exec-loop", "exec-loop.sh")}`,
+    "--set", "task.runner.image=ghcr.io/drover-dev/drover-runner:test",
+    "--set", `task.runner.extraEnv.TF_CLI_CONFIG_FILE=${tfrc}`,
+  ];
   await apply(ns, render("agent-job", ns, values(stack.poolToken)));
   const [first] = await eventually("the controller Ready (registered, watches synced)", async () => {
     const ps = await podsOf(ns, "controller");
@@ -107,6 +120,23 @@ test("agent-job: a new token restarts the controller, the same values do not; ku
     return ps.length === 1 && ps[0].spec.nodeName !== node && ready(ps[0]);
   });
   assert.equal((await kubectl(["uncordon", node])).code, 0);
+
+  // After the token rotation and the drain, runs complete.
+  assert.equal((await stack.server.api("POST", "/api/v1/workspaces", { name: "upgraded", pool: stack.pool })).status, 201);
+  const hello = await stack.startRun(join(repo, "examples", "hello"), "upgraded", ["--auto-apply"]);
+  const done = await stack.waitForRun(hello, ["applied", "errored", "canceled"], 120_000);
+  assert.equal(done.status, "applied", await runLog(stack.server, hello, "apply"));
+
+  // The controller pod deleted mid-apply: its replacement finds the Job; the run completes once.
+  const long = { "main.tf": 'resource "terraform_data" "long" {\n  input = timestamp()\n  provisioner "local-exec" {\n    command = "echo started-long; sleep 4"\n  }\n}\n' };
+  const runId = await stack.startRun(writeConfig(stack.dir, "upgraded-long", long), "upgraded", ["--auto-apply"]);
+  await eventually("the apply to run", async () => (await runLog(stack.server, runId, "apply")).includes("started-long"), 90_000);
+  const [current] = await podsOf(ns, "controller");
+  assert.equal((await kube(cluster, "DELETE", `/api/v1/namespaces/${ns}/pods/${current.metadata.name as string}`)).status, 200);
+  const finished = await stack.waitForRun(runId, ["applied", "errored", "canceled"], 120_000);
+  assert.equal(finished.status, "applied", await runLog(stack.server, runId, "apply"));
+  const jobs = (await kube(cluster, "GET", `/apis/batch/v1/namespaces/${ns}/jobs?labelSelector=${encodeURIComponent(`drover.dev/run-id=${runId}`)}`)).body.items as any[];
+  assert.deepEqual(jobs.map((j) => j.metadata.labels["drover.dev/phase"]).sort(), ["apply", "plan"], "one Job per phase: nothing ran twice");
 });
 
 test("agent-k8s: an upgrade leaves every per-node worker running (OnDelete); a deleted one comes back on the new template", async () => {
