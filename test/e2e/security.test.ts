@@ -221,3 +221,64 @@ test("(4) escaped, multi-line and number forms of secrets are redacted; outputs 
   assert.deepEqual(outputs.find((o) => o.name === "conn"), { name: "conn", sensitive: true, type: "string", value: null });
   assert.equal(outputs.find((o) => o.name === "plain")?.value, "nothing secret");
 });
+
+test("(5) with DROVER_AGENT_RUN_AS_USER a run cannot read the pool token from the agent's environment or token file", async () => {
+  const { chmodSync, mkdtempSync, rmSync, writeFileSync } = await import("node:fs");
+  const { tmpdir } = await import("node:os");
+  const { spawnDrover } = await import("../support/processes.js");
+  if (process.getuid?.() !== 0) return; // only root can start runs as another user
+  await stack.server.api("POST", "/api/v1/pools", { name: "runas" });
+  const token = (await stack.server.api("POST", "/api/v1/pools/runas/tokens", { description: "runas" })).body.token as string;
+  // Reachable (0711) by the run user, like /var/lib/drover.
+  const home = mkdtempSync(join(tmpdir(), "drover-runas-"));
+  chmodSync(home, 0o711);
+  const tokenFile = join(home, "pool-token");
+  writeFileSync(tokenFile, token, { mode: 0o600 });
+  writeFileSync(join(home, "terraformrc"), "", { mode: 0o644 });
+  const agent = spawnDrover(["agent", "run"], {
+    ...stack.baseEnv,
+    TF_CLI_CONFIG_FILE: join(home, "terraformrc"),
+    DROVER_TOKEN: token, // the worst case: the token in the agent's environment
+    DROVER_AGENT_NAME: "runas-agent",
+    DROVER_AGENT_DATA_DIR: join(home, "data"),
+    DROVER_AGENT_CACHE_DIR: join(home, "cache"),
+    DROVER_AGENT_HEALTH_PORT: "0",
+    DROVER_AGENT_RUN_AS_USER: "65534:65534",
+  });
+  try {
+    await agent.waitFor(/registered/);
+    await stack.server.api("POST", "/api/v1/workspaces", { name: "runas-ws", pool: "runas", autoApply: true });
+    const probe = (what: string, cmd: string) => `echo ${what}:$( (${cmd}) 2>&1 | base64 -w0)`;
+    const command = [
+      probe("ENVIRON", `cat /proc/${agent.child.pid}/environ`),
+      probe("TOKENFILE", `cat ${tokenFile}`),
+      probe("UID", "id -u"),
+    ].join("; ");
+    const dir = writeConfig(stack.dir, "runas", {
+      "main.tf": `resource "terraform_data" "probe" {\n  provisioner "local-exec" {\n    command = ${JSON.stringify(command)}\n  }\n}\n`,
+    });
+    const runId = await stack.startRun(dir, "runas-ws");
+    const run = await stack.waitForRun(runId, ["applied", "errored"]);
+    const log = await runLog(stack.server, runId, "apply");
+    assert.equal(run.status, "applied", `${run.errorMessage}\n${log}`);
+    const decoded = (what: string) => Buffer.from(new RegExp(`\\(local-exec\\): ${what}:(\\S*)`).exec(log)?.[1] ?? "", "base64").toString("utf8");
+    assert.equal(decoded("UID").trim(), "65534", `the run ran as the run user:\n${log}`);
+    for (const what of ["ENVIRON", "TOKENFILE"]) {
+      assert.ok(!decoded(what).includes(token.split(".")[1] as string), `${what} gave the run the pool token`);
+      assert.match(decoded(what), /Permission denied/);
+    }
+  } finally {
+    await agent.stop("SIGKILL");
+    rmSync(home, { recursive: true, force: true });
+  }
+});
+
+test("(5) DROVER_AGENT_RUN_AS_USER refuses root and non-numeric values at start (exit 2, one line)", async () => {
+  const { spawnDrover } = await import("../support/processes.js");
+  for (const [value, message] of [["0", /must not be root/], ["nobody", /numeric uid/]] as const) {
+    const agent = spawnDrover(["agent", "run"], { ...stack.baseEnv, DROVER_TOKEN: stack.poolToken, DROVER_AGENT_RUN_AS_USER: value, DROVER_AGENT_HEALTH_PORT: "0" });
+    const exit = await agent.exited;
+    assert.equal(exit.code, 2, agent.output());
+    assert.match(agent.output(), message);
+  }
+});

@@ -5,7 +5,10 @@ import { pause, waitFor } from "./backoff.js";
 import { AgentClient, NetworkError, type ClientTimeouts } from "./client.js";
 import { stopPlan, stopReserveMs, type AgentConfig } from "./config.js";
 import { AgentMetrics, closeHealthServer, startHealthServer } from "./health.js";
+import { chmodSync, mkdirSync } from "node:fs";
 import { prepareDataDir } from "./data-dir.js";
+import { runnerAs } from "./run-user.js";
+import { localRunner } from "./runner.js";
 import { JobRun } from "./job.js";
 import { KeptPlanDirs } from "./kept-plans.js";
 import { reapOrphans } from "./orphans.js";
@@ -82,7 +85,12 @@ export class Agent {
     if (this.config.driver === "local") {
       // Everything runs create (variables file, plan, state copies) is for this user's eyes only.
       process.umask(0o077);
-      const leftovers = prepareDataDir(this.config.dataDir);
+      const leftovers = prepareDataDir(this.config.dataDir, this.config.runAs ? 0o711 : 0o700);
+      if (this.config.runAs) {
+        // The run user reaches its provider cache below it, without listing anything else.
+        mkdirSync(this.config.cacheDir, { recursive: true, mode: 0o711 });
+        chmodSync(this.config.cacheDir, 0o711);
+      }
       if (leftovers.length > 0) this.log.info({ removed: leftovers }, "removed run directories an earlier agent process left behind");
     }
     if (this.config.healthPort > 0) {
@@ -191,7 +199,7 @@ export class Agent {
 
   private startJob(assignment: JobAssignment): void {
     this.jobsTaken++;
-    const run = new JobRun(assignment, this.client, this.config, this.log, undefined, this.keptPlans);
+    const run = new JobRun(assignment, this.client, this.config, this.log, this.config.runAs ? runnerAs(localRunner, this.config.runAs) : undefined, this.keptPlans);
     const key = `${assignment.jobId}-${assignment.attempt}`;
     // An older attempt of this job still winding down here (its lease lapsed) ends first: a new
     // attempt never runs beside processes of an older one.

@@ -1,3 +1,4 @@
+import { parseRunUser, type RunUser } from "./run-user.js";
 import { DroverError, parsePoolToken } from "@drover/protocol";
 import { existsSync, readFileSync } from "node:fs";
 import { hostname } from "node:os";
@@ -40,6 +41,8 @@ export interface AgentConfig {
   /** How long a plan's initialized directory waits for its apply on this agent; 0 turns reuse off. */
   planReuseMs: number;
   kubernetesTaskTemplate: string | undefined;
+  /** Local driver: the user terraform and hooks run as (DROVER_AGENT_RUN_AS_USER); the agent's own when unset. */
+  runAs?: RunUser | undefined;
 }
 
 /** Flags of `drover agent run`; each overrides its environment variable. */
@@ -134,6 +137,14 @@ export function loadAgentConfig(env: NodeJS.ProcessEnv, flags: AgentFlags = {}):
   const caRaw = str("caCert", "DROVER_CA_CERT");
   const taskCa = str("containerTaskCaCert", "DROVER_CONTAINER_TASK_CA_CERT");
   if (taskCa && !existsSync(taskCa)) fail(`DROVER_CONTAINER_TASK_CA_CERT ${taskCa} does not exist`);
+  const runAsRaw = str("runAsUser", "DROVER_AGENT_RUN_AS_USER");
+  let runAs: RunUser | undefined;
+  if (runAsRaw !== undefined) {
+    if (driver !== "local") fail("DROVER_AGENT_RUN_AS_USER applies to the local driver only; Kubernetes runs use the runner container's user");
+    const parsedRunAs = parseRunUser(runAsRaw, process.getuid?.());
+    if (typeof parsedRunAs === "string") fail(parsedRunAs);
+    else runAs = parsedRunAs;
+  }
   const hooksDir = str("hooksDir", "DROVER_AGENT_HOOKS_DIR");
   if (hooksDir && !existsSync(hooksDir)) fail(`DROVER_AGENT_HOOKS_DIR ${hooksDir} does not exist`);
 
@@ -166,6 +177,7 @@ export function loadAgentConfig(env: NodeJS.ProcessEnv, flags: AgentFlags = {}):
     pollWaitMs: int("DROVER_AGENT_POLL_WAIT_MS", env.DROVER_AGENT_POLL_WAIT_MS, 50_000, 0, 50_000),
     planReuseMs: int("DROVER_AGENT_PLAN_REUSE_SECONDS", env.DROVER_AGENT_PLAN_REUSE_SECONDS, 600, 0, 86_400) * 1000,
     kubernetesTaskTemplate: str("taskTemplate", "DROVER_AGENT_KUBERNETES_TASK_TEMPLATE"),
+    runAs,
   };
 }
 

@@ -5,14 +5,15 @@ import { join } from "node:path";
 const ownEntry = /^(job-[0-9a-z]{16}-\d+|kept-plan-run-[0-9a-z]{16})$/;
 
 /**
- * Makes the data dir private (0700) and removes what an earlier process of this agent left
+ * Makes the data dir private (0700; 0711 when runs are another user, who must reach its own
+ * run directory but not list the others) and removes what an earlier process of this agent left
  * there: after a crash a run directory still holds the variables file (with secrets) and the
  * plan. Only names this agent creates are removed, so a data dir pointed at a shared place
  * loses nothing else. Returns the names removed.
  */
-export function prepareDataDir(dataDir: string): string[] {
-  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
-  chmodSync(dataDir, 0o700);
+export function prepareDataDir(dataDir: string, mode = 0o700): string[] {
+  mkdirSync(dataDir, { recursive: true, mode });
+  chmodSync(dataDir, mode);
   const removed: string[] = [];
   for (const name of readdirSync(dataDir)) {
     if (!ownEntry.test(name)) continue;

@@ -12,6 +12,7 @@ import { LogStream } from "./log-stream.js";
 import { agentTag, killTagged, ProcessGroupRecord, processTagVariable } from "./orphans.js";
 import { outputsOfState } from "./state-outputs.js";
 import type { RunningProcess } from "./process.js";
+import { chownTree } from "./run-user.js";
 import { localRunner, type RunFiles, type Runner } from "./runner.js";
 
 /** Job states as the agent tracks them. */
@@ -290,6 +291,12 @@ export class JobRun {
       this.files.write(join(writeDir, "drover_backend_override.tf"), 'terraform {\n  backend "http" {}\n}\n');
     }
     const env = this.environment(variables.filter((v) => v.kind === "env").map((v) => [v.key, v.value]));
+    if (this.config.runAs) {
+      // Runs are another user (DROVER_AGENT_RUN_AS_USER): the run directory is theirs, and so
+      // is HOME, since the agent's is not readable to them.
+      chownTree(runDir, this.config.runAs);
+      env.HOME = runDir;
+    }
 
     this.checkInterrupted();
     if (!reused) {
@@ -307,6 +314,7 @@ export class JobRun {
     } else {
       const planPath = join(runDir, "plan.tfplan");
       this.files.write(planPath, await withRetry(() => this.job.downloadPlan(this.work.signal), this.work.signal));
+      if (this.config.runAs) chownTree(planPath, this.config.runAs);
       await this.hook("pre-apply", workDir, env);
       await this.step(binary, ["apply", "-input=false", "-no-color", planPath], workDir, env);
       await this.hook("post-apply", workDir, env);
@@ -351,6 +359,7 @@ export class JobRun {
     if (this.config.providerCacheEnabled) {
       const dir = join(this.config.cacheDir, "providers");
       mkdirSync(dir, { recursive: true });
+      if (this.config.runAs) chownTree(dir, this.config.runAs);
       env.TF_PLUGIN_CACHE_DIR = dir;
     }
     if (this.config.taskCaCertPath) env.SSL_CERT_FILE = this.config.taskCaCertPath;

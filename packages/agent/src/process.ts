@@ -15,6 +15,9 @@ export interface ProcessOptions {
   onOutput(chunk: Buffer): void;
   /** Called with the process group id once the process runs, so the job can record it. */
   onSpawn?(pgid: number): void;
+  /** Run as this user and group (DROVER_AGENT_RUN_AS_USER); the agent's own otherwise. */
+  uid?: number;
+  gid?: number;
 }
 
 /** Kills what is left of a process group; a no-op when it is empty. */
@@ -34,7 +37,7 @@ export function killGroup(pgid: number): void {
  * provisioner child (a `sleep` under a shell) outlives its step.
  */
 export function startProcess(command: string, args: string[], options: ProcessOptions): RunningProcess {
-  const child = spawn(command, args, { cwd: options.cwd, env: options.env, detached: true, stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(command, args, { cwd: options.cwd, env: options.env, detached: true, stdio: ["ignore", "pipe", "pipe"], uid: options.uid, gid: options.gid });
   if (child.pid !== undefined) options.onSpawn?.(child.pid);
   child.stdout.on("data", options.onOutput);
   child.stderr.on("data", options.onOutput);

@@ -10,7 +10,11 @@ export interface Runner {
   /** Starts a step whose stdout+stderr stream to `onOutput`. */
   start(command: string, args: string[], options: ProcessOptions): RunningProcess;
   /** Runs a step whose stdout is data; stderr streams to `onStderr`. */
-  capture(command: string, args: string[], options: { cwd: string; env: NodeJS.ProcessEnv; onStderr(chunk: Buffer): void; onSpawn?(pgid: number): void }): Promise<{ code: number; stdout: Buffer }>;
+  capture(
+    command: string,
+    args: string[],
+    options: { cwd: string; env: NodeJS.ProcessEnv; onStderr(chunk: Buffer): void; onSpawn?(pgid: number): void; uid?: number; gid?: number },
+  ): Promise<{ code: number; stdout: Buffer }>;
   /** How the job's own files are reached; unset: plainly (nothing else writes the job's directory). */
   readonly files?: RunFiles | undefined;
 }
@@ -35,7 +39,7 @@ export const localRunner: Runner = {
   start: startProcess,
   async capture(command, args, options) {
     // Its own process group, killed when it exits, like every step (see startProcess).
-    const child = spawn(command, args, { cwd: options.cwd, env: options.env, detached: true, stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(command, args, { cwd: options.cwd, env: options.env, detached: true, stdio: ["ignore", "pipe", "pipe"], uid: options.uid, gid: options.gid });
     if (child.pid !== undefined) options.onSpawn?.(child.pid);
     child.on("exit", () => {
       if (child.pid !== undefined) killGroup(child.pid);
