@@ -6,6 +6,8 @@
 // Ready through its probes, runs examples/hello, and `kubectl drain` of its node
 // succeeds within the grace period while a run is in flight, which ends with a reason. The
 // server closes every watch after 1.5 s throughout, so the controller's re-watch paths run.
+// And agent-k8s: controller and per-node worker Ready through their probes, the worker's
+// root init container prepares the hostPath data home, examples/hello completes.
 import assert from "node:assert/strict";
 import { execFileSync, spawn } from "node:child_process";
 import { chmodSync, mkdirSync, readdirSync, writeFileSync } from "node:fs";
@@ -176,4 +178,46 @@ test("agent-job in a restricted namespace: Ready through its probes, examples/he
   assert.match(String(ended.errorMessage ?? ""), /stopped|evict|disrupt|drain|terminat|interrupt/i, `the run's end names why:\n${await runLog(stack.server, long, "apply")}\n${JSON.stringify(ended)}`);
   await kubectl(["uncordon", node]);
   assert.ok(watches > 20, `the controller re-watched after the server closed its watches (${watches} watch requests)`);
+});
+
+test("agent-k8s in a privileged namespace: the controller and the per-node worker become Ready through their probes, the worker prepares the hostPath data home, and examples/hello completes", async () => {
+  const ns = "drover-nodes";
+  await namespace(ns, "privileged");
+  const shared = join(repo, "test", "dist", ".chart-cluster");
+  mkdirSync(shared, { recursive: true });
+  const tfrc = join(shared, "runner.tfrc");
+  writeFileSync(tfrc, "");
+  const controllerPort = 20000 + Math.floor(Math.random() * 20000);
+  const workerPort = controllerPort + 1;
+  let rendered = template("agent-k8s", ns, [
+    "--set", `agent.token=${stack.poolToken}`,
+    "--set", `agent.url=${stack.server.url}`,
+    "--set", "image.tag=test",
+    "--set", `agent.healthPort=${controllerPort}`,
+    "--set", "workerDaemonSet.prepareDataHome=true",
+    "--set", `task.execLoopPath=${join(repo, "packages", "agent", "exec-loop", "exec-loop.sh")}`,
+    "--set", "task.runner.image=ghcr.io/drover-dev/drover-runner:test",
+    "--set", `task.runner.extraEnv.TF_CLI_CONFIG_FILE=${tfrc}`,
+  ]);
+  // Every pod here shares this machine's network (the test cluster has no network namespaces):
+  // the worker DaemonSet gets its own health port so it does not collide with the controller's.
+  rendered = rendered.split(/^---$/m).map((d) => (/^kind: DaemonSet$/m.test(d) ? d.replaceAll(String(controllerPort), String(workerPort)) : d)).join("---");
+  const applied = await applyRendered(ns, rendered);
+  assert.equal(applied.code, 0, applied.out);
+  const pods = async () => (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods`)).body.items as any[];
+  const diagnose = async () => `${(await kubectl(["get", "pods,events", "-n", ns, "-o", "wide"])).out}\n${(await kubectl(["logs", "-n", ns, "-l", "app.kubernetes.io/component=worker", "--tail=40"])).out}\n${(await kubectl(["logs", "-n", ns, "-l", "app.kubernetes.io/component=controller", "--tail=40"])).out}`;
+  const component = (ps: any[], c: string) => ps.filter((p) => p.metadata.labels?.["app.kubernetes.io/component"] === c);
+  try {
+    await until("the controller and the worker Ready through their probes", pods, (ps) => component(ps, "controller").some(isReady) && component(ps, "worker").some(isReady), 60_000);
+  } catch (e) {
+    assert.fail(`${(e as Error).message}\n${await diagnose()}`);
+  }
+  // OnDelete (the chart's default): kubectl rollout status refuses it, as on a real cluster; the status says it all.
+  const [ds] = (await kube(cluster, "GET", `/apis/apps/v1/namespaces/${ns}/daemonsets`)).body.items as any[];
+  assert.deepEqual([ds.status.desiredNumberScheduled, ds.status.numberReady, ds.status.updatedNumberScheduled], [1, 1, 1]);
+  await stack.server.api("POST", "/api/v1/workspaces", { name: "nodes-hello", pool: stack.pool });
+  const hello = await stack.startRun(join(repo, "examples", "hello"), "nodes-hello", ["--auto-apply"]);
+  const done = await stack.waitForRun(hello, ["applied", "errored", "canceled"], 120_000);
+  assert.equal(done.status, "applied", `${JSON.stringify(done)}\n${await runLog(stack.server, hello, "plan")}\n${await diagnose()}`);
+  assert.match(await runLog(stack.server, hello, "apply"), /Hello from Drover/);
 });
