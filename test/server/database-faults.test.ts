@@ -49,7 +49,9 @@ before(async () => {
         DROVER_ADMIN_TOKEN: admin,
         DROVER_LEASE_TTL_SECONDS: String(leaseTtlSeconds),
         DROVER_SWEEP_INTERVAL_MS: "200",
-        DROVER_DATABASE_CONNECT_TIMEOUT_SECONDS: "5",
+        DROVER_DATABASE_CONNECT_TIMEOUT_SECONDS: "3",
+        // Short enough that a halted database is noticed within seconds (client deadline: +5 s).
+        DROVER_DATABASE_STATEMENT_TIMEOUT_SECONDS: "3",
       }),
     );
   }
@@ -91,7 +93,7 @@ async function bothListening(): Promise<void> {
 
 /** Runs a gated apply, calls `fault` mid-apply, then checks the run completes whole and once. */
 async function survives(name: string, fault: () => Promise<void>): Promise<void> {
-  const [a, b] = servers as [ServerProc, ServerProc];
+  const [a] = servers as [ServerProc, ServerProc];
   const gate = join(dir, `${name}.gate`);
   const marker = join(dir, `${name}.marker`);
   const runId = await startGatedRun(a.url, admin, pool, name, gatedApplyConfig(gate, marker));
@@ -99,7 +101,16 @@ async function survives(name: string, fault: () => Promise<void>): Promise<void>
   await waitForTicks(a.url, admin, runId, 3);
 
   await fault();
+  try {
+    await afterFault(runId, gate, marker);
+  } catch (err) {
+    const tails = [...servers.map((s) => `server ${s.url}:\n${s.proc.output().slice(-3000)}`), ...agents.map((p, i) => `agent ${i}:\n${p.output().slice(-4000)}`)];
+    throw new Error(`${err instanceof Error ? err.message : String(err)}\n${tails.join("\n")}`, { cause: err });
+  }
+}
 
+async function afterFault(runId: string, gate: string, marker: string): Promise<void> {
+  const [a, b] = servers as [ServerProc, ServerProc];
   await bothReady();
   assertServersUp();
   await bothListening();
@@ -125,6 +136,28 @@ describe("PostgreSQL faults under two servers", () => {
     await survives("terminate", async () => {
       const terminated = await cluster.terminateBackends();
       assert.ok(terminated >= 2, `terminated ${terminated} backends (each server's pool and LISTEN connection)`);
+    });
+  });
+
+  test("a halted database (SIGSTOP: connections open, nothing answers): calls end at their deadline with 503, then resume", async () => {
+    const [a] = servers as [ServerProc, ServerProc];
+    await survives("halt", async () => {
+      cluster.halt();
+      try {
+        const started = Date.now();
+        const res = await call(a.url, "GET", "/api/v1/pools", admin);
+        assert.equal(res.status, 503, JSON.stringify(res.body));
+        assert.equal(res.body.error, "database_unavailable");
+        assert.ok(Date.now() - started < 20_000, `answered after ${Date.now() - started} ms: every call has a deadline`);
+        const ready = await eventually("/readyz to report the halted database", async () => {
+          const r = await call(a.url, "GET", "/readyz", "");
+          return r.status === 503 ? r : undefined;
+        });
+        assert.equal(ready.body.error, "database_unavailable");
+        assertServersUp();
+      } finally {
+        cluster.resume();
+      }
     });
   });
 
@@ -155,7 +188,7 @@ describe("PostgreSQL faults under two servers", () => {
           return res.status === 503 ? res : undefined;
         });
         assert.equal(ready.body.error, "database_unavailable");
-        assert.match(ready.body.message, /database unavailable since/);
+        assert.match(ready.body.message, /^database unavailable( since \S+)?: \S/);
         assert.ok(Number(ready.headers.get("retry-after")) > 0, "readyz carries Retry-After");
       }
       const api = await call(a.url, "GET", "/api/v1/runs?limit=1", admin);

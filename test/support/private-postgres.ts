@@ -1,5 +1,5 @@
 import { execFileSync, spawnSync } from "node:child_process";
-import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { chownSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -21,6 +21,10 @@ export interface PrivatePostgres {
   stopCluster(): void;
   /** Starts the cluster again after `stopCluster`, on the same port. */
   startCluster(): void;
+  /** SIGSTOP to the postmaster and every backend: connections stay open but nothing answers. */
+  halt(): void;
+  /** SIGCONT after `halt`. */
+  resume(): void;
   /** `pg_terminate_backend` of every other backend; returns how many were terminated. */
   terminateBackends(): Promise<number>;
   /** Runs one query as superuser on `database` (default `postgres`). */
@@ -90,11 +94,32 @@ export async function startPrivatePostgres(): Promise<PrivatePostgres> {
     }
   };
   let destroyed = false;
+  const processes = (): number[] => {
+    const postmaster = Number(readFileSync(join(data, "postmaster.pid"), "utf8").split("\n")[0]);
+    const children = readdirSync("/proc")
+      .filter((d) => /^\d+$/.test(d))
+      .filter((d) => {
+        try {
+          const stat = readFileSync(`/proc/${d}/stat`, "utf8");
+          return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]) === postmaster;
+        } catch {
+          return false;
+        }
+      })
+      .map(Number);
+    return [postmaster, ...children];
+  };
   return {
     url,
     restart: () => ctl("-m", "fast", "restart"),
     stopCluster: () => ctl("-m", "fast", "stop"),
     startCluster: () => ctl("start"),
+    halt() {
+      for (const pid of processes()) process.kill(pid, "SIGSTOP");
+    },
+    resume() {
+      for (const pid of processes()) process.kill(pid, "SIGCONT");
+    },
     async terminateBackends() {
       const rows = await query<{ n: string }>(
         "select count(*) filter (where pg_terminate_backend(pid)) as n from pg_stat_activity where pid <> pg_backend_pid() and backend_type = 'client backend'",
@@ -109,6 +134,11 @@ export async function startPrivatePostgres(): Promise<PrivatePostgres> {
     destroy() {
       if (destroyed) return;
       destroyed = true;
+      try {
+        for (const pid of processes()) process.kill(pid, "SIGCONT");
+      } catch {
+        // Not running.
+      }
       try {
         run("pg_ctl", ["-D", data, "-m", "immediate", "-w", "stop"]);
       } catch {

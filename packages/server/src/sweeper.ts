@@ -1,3 +1,4 @@
+import { sql } from "kysely";
 import type { Logger } from "pino";
 import type { DatabaseHealth } from "./db/health.js";
 import { markSilentAgentsLost, pruneOfflineAgents } from "./store/agents.js";
@@ -32,6 +33,17 @@ export function startSweeper(ctx: StoreContext, log: Logger, intervalMs: number,
       return;
     }
     try {
+      // A database that stops answering and comes back before any deadline fires (a paused VM,
+      // a stalled disk) is an outage this process never saw as one; heartbeats to other
+      // servers may have failed meanwhile. A slow round trip here restarts the grace instead.
+      const pingStarted = Date.now();
+      await sql`select 1`.execute(ctx.db);
+      const pingMs = Date.now() - pingStarted;
+      if (pingMs > ctx.settings.leaseTtlMs / 4) {
+        health.stalled();
+        log.warn({ pingMs }, "the database stalled; lease expiry waits one more lease TTL");
+        return;
+      }
       const { requeued, lost } = await expireLeases(ctx);
       if (requeued > 0) log.info({ requeued }, "requeued jobs whose agent never started them");
       if (lost > 0) log.warn({ lost }, "jobs errored: agent lost");

@@ -140,6 +140,15 @@ export class DatabaseHealth {
     );
   }
 
+  /**
+   * The database answered, but only after a stall long enough that agents' heartbeats may have
+   * failed meanwhile: the lease grace starts over, as after an outage.
+   */
+  stalled(): void {
+    if (this.closed || this.current !== "available") return;
+    this.changedAt = this.now();
+  }
+
   /** Turns the state unavailable (idempotent) and starts probing for the database's return. */
   markUnavailable(reason: string): void {
     if (this.closed) return;

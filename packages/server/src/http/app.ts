@@ -1,4 +1,4 @@
-import { agentApi, userApi } from "@drover/protocol";
+import { agentApi, DroverError, userApi } from "@drover/protocol";
 import Fastify, { LogController, type FastifyError, type FastifyInstance } from "fastify";
 import { readFileSync } from "node:fs";
 import type { Logger } from "pino";
@@ -10,7 +10,7 @@ import { openApiDocument } from "./openapi.js";
 import { registerStateRoutes } from "./state-routes.js";
 import { registerUserRoutes } from "./user-routes.js";
 import { sql } from "kysely";
-import { retryAfterSeconds } from "../db/health.js";
+import { describeError, isConnectionError, retryAfterSeconds } from "../db/health.js";
 import { storageError } from "../db/storage-errors.js";
 
 /** Builds the Fastify application: user API, agent protocol, state backend, health and metrics. */
@@ -63,23 +63,24 @@ export function buildApp(http: HttpContext, metrics: ServerMetrics, log: Logger,
   }));
   app.get("/readyz", async (_req, reply) => {
     if (http.shutdown.aborted) return reply.code(503).send({ error: "internal", message: "the server is stopping" });
-    const unavailable = () =>
+    const unavailable = (reason: string, since: number | undefined) =>
       reply
         .code(503)
         .header("retry-after", String(retryAfterSeconds))
         .send({
           error: "database_unavailable",
-          message: `database unavailable since ${new Date(http.health.since).toISOString()}: ${http.health.lastError}`,
-          since: new Date(http.health.since).toISOString(),
+          message: `database unavailable${since === undefined ? "" : ` since ${new Date(since).toISOString()}`}: ${reason}`,
+          since: since === undefined ? null : new Date(since).toISOString(),
         });
-    const down = () => http.health.state === "unavailable";
-    if (down()) return unavailable();
+    if (http.health.state === "unavailable") return unavailable(http.health.lastError, http.health.since);
     try {
       await sql`select 1`.execute(http.store.db);
       return { status: "ready" };
     } catch (err) {
-      if (down()) return unavailable();
-      return reply.code(503).send({ error: "internal", message: `database check failed: ${err instanceof Error ? err.message : String(err)}` });
+      // The tracker may still be confirming the outage; this check failing is answer enough.
+      const cause = err instanceof DroverError && err.code === "database_unavailable" ? err.cause : err;
+      if (isConnectionError(cause) || isConnectionError(err)) return unavailable(describeError(cause), undefined);
+      return reply.code(503).send({ error: "internal", message: `database check failed: ${describeError(err)}` });
     }
   });
   app.get("/metrics", async (_req, reply) => reply.header("content-type", metrics.registry.contentType).send(await metrics.registry.metrics()));
