@@ -109,6 +109,41 @@ describe("a read-only data directory", () => {
   });
 });
 
+describe("a database that turns read-only while the server runs", () => {
+  test("each write answers 503 database_read_only with Retry-After; reads keep working; writes resume when it is writable again", async (t) => {
+    const dataDir = join(tempDir(), "data");
+    const server = await startServerProc({ DROVER_DATA_DIR: dataDir, DROVER_ADMIN_TOKEN: admin });
+    cleanups.push(() => server.proc.child.kill("SIGKILL"));
+    await callOk(server.url, "POST", "/api/v1/pools", admin, { name: "before" });
+    // Root ignores file modes and a file system with open writers cannot be remounted read-only,
+    // but an immutable file refuses writes even through descriptors already open.
+    const files = ["drover.db", "drover.db-wal"].map((f) => join(dataDir, f));
+    try {
+      execFileSync("chattr", ["+i", ...files], { stdio: "pipe" });
+    } catch (err) {
+      return t.skip(`chattr +i is not available here: ${String(err).split("\n")[0]}`);
+    }
+    cleanups.push(() => execFileSync("chattr", ["-i", ...files], { stdio: "pipe" }));
+    const refused = await call(server.url, "POST", "/api/v1/pools", admin, { name: "during" });
+    assert.equal(refused.status, 503, JSON.stringify(refused.body));
+    assert.equal(refused.body.error, "database_read_only");
+    assert.match(refused.body.message, /cannot be written|writing the database .* failed/);
+    assert.ok(Number(refused.headers.get("retry-after")) > 0);
+    assert.equal((await call(server.url, "GET", "/api/v1/pools", admin)).status, 200, "reads still work");
+    assert.equal(server.proc.child.exitCode, null, "the server stays up");
+
+    execFileSync("chattr", ["-i", ...files], { stdio: "pipe" });
+    const after = await call(server.url, "POST", "/api/v1/pools", admin, { name: "after" });
+    assert.equal(after.status, 201, `writes resume without a restart: ${JSON.stringify(after.body)}`);
+    await server.proc.stop("SIGTERM");
+    assert.equal(integrity(join(dataDir, "drover.db")), "ok");
+    const db = new BetterSqlite3(join(dataDir, "drover.db"), { readonly: true });
+    const names = (db.prepare("select name from pools order by name").all() as Array<{ name: string }>).map((r) => r.name);
+    db.close();
+    assert.deepEqual(names, ["after", "before"], "the refused write left nothing behind");
+  });
+});
+
 describe("a full data directory", () => {
   test("fails each write with 507 storage_full and Retry-After, keeps serving reads, resumes once space is freed", async (t) => {
     const mount = mountTmpfs(4096);
