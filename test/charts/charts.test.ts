@@ -167,14 +167,16 @@ describe("agent-k8s node-worker specifics", () => {
     assert.equal(task.automountServiceAccountToken, false);
   });
 
-  test("RBAC: the node worker may only read pods and get Secrets in its namespace", () => {
+  test("RBAC: the node worker may only read pods in its namespace; each run's job Secret is granted to it by name", () => {
     const all = objects();
     assert.equal(all.filter((o) => o.kind === "ClusterRole" || o.kind === "ClusterRoleBinding").length, 0);
     const role = all.find((o) => o.kind === "Role" && o.metadata.name.endsWith("-worker"))!;
-    assert.deepEqual(role.rules, [
-      { apiGroups: [""], resources: ["pods"], verbs: ["get", "list", "watch"] },
-      { apiGroups: [""], resources: ["secrets"], verbs: ["get"] },
-    ]);
+    assert.deepEqual(role.rules, [{ apiGroups: [""], resources: ["pods"], verbs: ["get", "list", "watch"] }]);
+    const controller = all.find((o) => o.kind === "Deployment")!.spec.template.spec.containers[0];
+    assert.deepEqual(
+      controller.env.find((e: any) => e.name === "DROVER_AGENT_NODE_WORKER_SERVICE_ACCOUNT"),
+      { name: "DROVER_AGENT_NODE_WORKER_SERVICE_ACCOUNT", value: all.find((o) => o.kind === "DaemonSet")!.spec.template.spec.serviceAccountName },
+    );
   });
 });
 

@@ -65,9 +65,11 @@ function granted(chart: string, role: string, args: string[] = []): Grants {
 const diff = (a: Grants, b: Grants) => [...a].filter((x) => !b.has(x)).sort();
 
 test("the controller's Role grants exactly the API calls the controller makes", () => {
-  const used = callsOf("controller.ts");
-  assert.ok(used.has("batch/jobs create") && used.has("batch/jobs watch"), [...used].join(", "));
-  for (const chart of ["agent-job", "agent-k8s"]) {
+  const controller = callsOf("controller.ts");
+  assert.ok(controller.has("batch/jobs create") && controller.has("batch/jobs watch"), [...controller].join(", "));
+  // agent-k8s's node mode also grants each run's job Secret to the node workers (run-access.ts).
+  const nodeMode = new Set([...controller, ...callsOf("run-access.ts")]);
+  for (const [chart, used] of [["agent-job", controller], ["agent-k8s", nodeMode]] as const) {
     const g = granted(chart, "controller");
     assert.deepEqual(diff(used, g), [], `${chart}: calls without a grant`);
     assert.deepEqual(diff(g, used), [], `${chart}: grants no call uses`);
@@ -81,4 +83,10 @@ test("no Role grants pods/log, secrets delete, agenttasks list/watch or agenttas
       assert.ok(!g.has(bad), `${chart} ${role}: ${bad}`);
     }
   }
+});
+
+test("agent-k8s's node workers are granted no Secret: the controller grants each run's job Secret by name", () => {
+  const g = granted("agent-k8s", "worker");
+  assert.deepEqual([...g].filter((x) => x.startsWith("/secrets")), [], "the worker Role grants no Secret");
+  assert.ok(callsOf("run-access.ts").has("rbac.authorization.k8s.io/roles create"));
 });

@@ -1,4 +1,4 @@
-import { BatchV1Api, CoreV1Api, CustomObjectsApi, KubeConfig, type KubernetesListObject, type KubernetesObject, type V1Job, type V1JobSpec, type V1Pod } from "@kubernetes/client-node";
+import { BatchV1Api, CoreV1Api, CustomObjectsApi, KubeConfig, RbacAuthorizationV1Api, type KubernetesListObject, type KubernetesObject, type V1Job, type V1JobSpec, type V1Pod } from "@kubernetes/client-node";
 import type { Server } from "node:http";
 import { DroverError, jobAssignmentSchema, type JobAssignment } from "@drover/protocol";
 import type { Logger } from "pino";
@@ -10,6 +10,7 @@ import { closeHealthServer, MetricSet, startHealthServer } from "../health.js";
 import { startInformer, type Informer } from "./informer.js";
 import { buildJob, jobName, labels, type TaskSettings } from "./job-spec.js";
 import { describePodFailure, type FailureTimings } from "./pod-failures.js";
+import { grantJobSecret } from "./run-access.js";
 import { defaultExecLoopPath, nodeHomeSetting, podNamespace } from "./settings.js";
 
 /** A Job this controller launched and still watches. */
@@ -44,6 +45,8 @@ export interface ControllerSettings {
   nodeHome: string | undefined;
   /** How often every in-flight Job is checked against the timeouts, whether or not an event arrived. */
   sweepIntervalMs: number;
+  /** Node-worker mode: the node workers' ServiceAccount, granted `get` on each run's job Secret only. */
+  nodeWorkerServiceAccount: string | undefined;
 }
 
 /** Reads and validates the controller's own settings; a bad value throws one clear line. */
@@ -61,7 +64,17 @@ export function loadControllerSettings(env: NodeJS.ProcessEnv): ControllerSettin
     ttlSecondsAfterFinished: seconds("DROVER_AGENT_JOB_TTL_SECONDS", 3600, 0),
     nodeHome: nodeHomeSetting(env.DROVER_AGENT_NODE_HOME),
     sweepIntervalMs: seconds("DROVER_AGENT_SWEEP_INTERVAL_SECONDS", 10, 1) * 1000,
+    nodeWorkerServiceAccount: serviceAccountSetting(env.DROVER_AGENT_NODE_WORKER_SERVICE_ACCOUNT),
   };
+}
+
+/** DROVER_AGENT_NODE_WORKER_SERVICE_ACCOUNT: a ServiceAccount name (DNS subdomain) in the controller's namespace. */
+function serviceAccountSetting(raw: string | undefined): string | undefined {
+  if (!raw) return undefined;
+  if (!/^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/.test(raw)) {
+    throw new DroverError("bad_request", `DROVER_AGENT_NODE_WORKER_SERVICE_ACCOUNT must be a ServiceAccount name in the controller's namespace, got ${JSON.stringify(raw)}`);
+  }
+  return raw;
 }
 
 /**
@@ -74,6 +87,7 @@ export class Controller {
   private readonly kc = new KubeConfig();
   private readonly batch: BatchV1Api;
   private readonly core: CoreV1Api;
+  private readonly rbac: RbacAuthorizationV1Api;
   private readonly custom: CustomObjectsApi;
   private readonly client: AgentClient;
   private readonly tracked = new Map<string, Tracked>();
@@ -98,6 +112,7 @@ export class Controller {
     this.kc.loadFromDefault();
     this.batch = this.kc.makeApiClient(BatchV1Api);
     this.core = this.kc.makeApiClient(CoreV1Api);
+    this.rbac = this.kc.makeApiClient(RbacAuthorizationV1Api);
     this.custom = this.kc.makeApiClient(CustomObjectsApi);
     this.client = new AgentClient(config.url, config.caCertPem);
   }
@@ -299,6 +314,16 @@ export class Controller {
         });
       } catch (err) {
         if (status(err) !== 409) throw err;
+      }
+      if (this.settings.nodeHome && this.settings.nodeWorkerServiceAccount) {
+        await grantJobSecret(this.rbac, {
+          namespace: this.settings.namespace,
+          jobName: name,
+          secretName: `${name}-job`,
+          serviceAccount: this.settings.nodeWorkerServiceAccount,
+          owner: { apiVersion: "batch/v1", kind: "Job", name, uid: created.metadata?.uid ?? "", controller: true },
+          labels: { [labels.controller]: this.config.name, [labels.k8sJob]: name },
+        });
       }
       this.log.info({ job: a.jobId, run: a.runId, phase: a.phase, k8sJob: name }, "launched Job");
     } catch (err) {
