@@ -86,22 +86,23 @@ test("a second run on the same workspace waits for the first", async () => {
   assert.equal(done.status, "applied");
 });
 
-test("cancel during a long local-exec ends the run canceled within 5 s with the lock released", async () => {
+test("cancel during a long local-exec interrupts it: the run ends canceled with the lock released", async () => {
   const wsId = await workspace("cancel");
+  // A provisioner that never ends on its own: only the cancel can end this run, so no time
+  // bound is needed to show the cancel interrupted it (a fixed bound failed on a loaded machine).
   const dir = writeConfig(stack.dir, "cancel", {
-    "main.tf": 'resource "terraform_data" "long" {\n  provisioner "local-exec" {\n    command = "sleep 120"\n  }\n}\n',
+    "main.tf": 'resource "terraform_data" "long" {\n  provisioner "local-exec" {\n    command = "echo holding; while :; do sleep 1; done"\n  }\n}\n',
   });
   const runId = await stack.startRun(dir, "cancel", ["--auto-apply"]);
-  await stack.waitForRun(runId, ["applying"]);
-  for (let i = 0; i < 200 && !(await runLog(stack.server, runId, "apply")).includes("local-exec"); i++) await new Promise((r) => setTimeout(r, 100));
+  for (const deadline = Date.now() + 90_000; !(await runLog(stack.server, runId, "apply")).includes("(local-exec): holding"); ) {
+    assert.ok(Date.now() < deadline, "the provisioner never started");
+    await new Promise((r) => setTimeout(r, 100));
+  }
   assert.equal((await stack.server.api("GET", `/api/v1/workspaces/${wsId}`)).body.stateLocked, true, "terraform holds the lock while applying");
-  const started = Date.now();
   const res = await stack.cli(["run", "cancel", runId]);
   assert.equal(res.code, 0, res.stderr);
-  const run = await stack.waitForRun(runId, ["canceled", "errored", "applied"], 10_000);
-  const took = Date.now() - started;
+  const run = await stack.waitForRun(runId, ["canceled", "errored", "applied"]);
   assert.equal(run.status, "canceled");
-  assert.ok(took < 5_000, `canceled after ${took} ms`);
   const ws = await stack.server.api("GET", `/api/v1/workspaces/${wsId}`);
   assert.equal(ws.body.stateLocked, false, "the state lock was released");
   assert.equal(ws.body.currentRunId, null);
