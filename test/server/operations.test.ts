@@ -48,7 +48,9 @@ test("long-poll: a job queued while an agent waits is handed over at once, and l
   const { runId } = await queueRun(server, "ops", "live", archive);
   const claimed = await polling;
   assert.equal(claimed.body.job.runId, runId);
-  assert.ok(Date.now() - queuedAt < 1_000, "answered on the queue event, not at the end of the wait");
+  // Half the 20 s wait: tells "woken by the queue event" from "the wait ran out" without
+  // depending on how fast a loaded machine answers (a 1 s bound did).
+  assert.ok(Date.now() - queuedAt < 10_000, "answered on the queue event, not at the end of the wait");
 
   const job = claimed.body.job;
   await call(server, "POST", `/api/agent/v1/jobs/${job.jobId}/start`, job.jobToken);
