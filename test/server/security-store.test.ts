@@ -1,0 +1,108 @@
+import assert from "node:assert/strict";
+import { randomBytes } from "node:crypto";
+import { after, before, describe, test } from "node:test";
+import { DroverError } from "@drover/protocol";
+import { localEventBus, openDatabase, store, type Db, type StoreContext } from "@drover/server";
+import { rawTarGz } from "../support/archives.js";
+import { backends, createTestDatabase, type TestDatabase } from "../support/databases.js";
+
+// Decision 0010's store rules, on SQLite and on PostgreSQL.
+
+async function rejectsWith(promise: Promise<unknown>, code: string): Promise<void> {
+  await assert.rejects(promise, (err: unknown) => {
+    assert.ok(err instanceof DroverError, String(err));
+    assert.equal(err.code, code, err.message);
+    return true;
+  });
+}
+
+const archive = rawTarGz([{ path: "main.tf", content: "" }]);
+
+for (const backend of backends) {
+  describe(`security store rules: ${backend}`, () => {
+    let database: TestDatabase;
+    let db: Db;
+    let ctx: StoreContext;
+    let clock = 1_700_000_000_000;
+    let n = 0;
+    const unique = (p: string) => `${p}${++n}`;
+
+    before(async () => {
+      database = await createTestDatabase(backend);
+      db = await openDatabase(database.location);
+      ctx = { db: db.kysely, dialect: db.dialect, events: localEventBus(), now: () => clock, settings: { leaseTtlMs: 30_000, agentTtlMs: 60_000, heartbeatIntervalMs: 10_000 } };
+    });
+    after(async () => {
+      await db.close();
+      await database.drop();
+    });
+
+    async function runningJob() {
+      const pool = await store.createPool(ctx, unique("pool"));
+      const tok = await store.createPoolToken(ctx, pool.id, "t", "http://drover.test");
+      const { agent } = await store.registerAgent(ctx, { poolId: pool.id, poolTokenId: tok.id, name: unique("agent"), version: "t", driver: "local", capacity: 5 });
+      const ws = await store.createWorkspace(ctx, { name: unique("ws"), pool: pool.id, engine: "terraform", engineVersion: null, workingDirectory: "", autoApply: false });
+      const cv = await store.createConfigurationVersion(ctx, ws.id, archive, { maxCompressedBytes: 1e6, maxUnpackedBytes: 1e7, maxEntries: 100 });
+      const run = await store.createRun(ctx, { workspace: ws.id, configurationVersionId: cv.id, planOnly: false, isDestroy: false, message: "" });
+      const job = await store.claimNextJob(ctx, agent);
+      assert.ok(job);
+      const row = await store.authenticateJobToken(ctx, job.jobToken);
+      await store.startJob(ctx, row);
+      return { tok, ws, run, job };
+    }
+
+    test("job tokens: forged → unauthorized; genuine after the end → job_finished", async () => {
+      const { job } = await runningJob();
+      const forged = `drv_j_${job.jobId}.${job.attempt}.${randomBytes(32).toString("base64url")}`;
+      await rejectsWith(store.authenticateJobToken(ctx, forged), "unauthorized");
+      await store.finishJob(ctx, await store.authenticateJobToken(ctx, job.jobToken), "failed", "x");
+      await rejectsWith(store.authenticateJobToken(ctx, job.jobToken), "job_finished");
+      await rejectsWith(store.authenticateJobToken(ctx, forged), "unauthorized");
+    });
+
+    test("state: JSON only, same lineage, no lower serial; DELETE honours the lock and keeps versions", async () => {
+      const { ws } = await runningJob();
+      const body = (serial: number, lineage: string) => Buffer.from(JSON.stringify({ version: 4, serial, lineage }));
+      await store.writeState(ctx, { workspaceId: ws.id, body: body(3, "L"), contentMd5: undefined, lockId: undefined, runId: null });
+      await rejectsWith(store.writeState(ctx, { workspaceId: ws.id, body: body(2, "L"), contentMd5: undefined, lockId: undefined, runId: null }), "conflict");
+      await rejectsWith(store.writeState(ctx, { workspaceId: ws.id, body: body(4, "M"), contentMd5: undefined, lockId: undefined, runId: null }), "conflict");
+      await rejectsWith(store.writeState(ctx, { workspaceId: ws.id, body: Buffer.from("nope"), contentMd5: undefined, lockId: undefined, runId: null }), "invalid_json");
+      await store.lockState(ctx, ws.id, JSON.stringify({ ID: "a" }), null);
+      await rejectsWith(store.deleteState(ctx, ws.id, undefined), "state_locked");
+      await store.deleteState(ctx, ws.id, "a");
+      assert.equal(await store.currentState(ctx, ws.id), null);
+      const versions = await store.listStateVersions(ctx, ws.id);
+      assert.equal(versions.length, 1);
+      assert.ok(versions[0]?.deletedAt);
+    });
+
+    test("force-cancel and pool token revocation end the job and release its lock", async () => {
+      const a = await runningJob();
+      await store.lockState(ctx, a.ws.id, JSON.stringify({ ID: "held" }), a.job.jobId);
+      await store.cancelRun(ctx, a.run.id);
+      clock += 5_000;
+      assert.equal(await store.forceOverdueCancels(ctx, 10_000), 0, "not overdue yet");
+      clock += 10_000;
+      assert.equal(await store.forceOverdueCancels(ctx, 10_000), 1);
+      assert.equal((await store.getRun(ctx, a.run.id)).status, "canceled");
+      assert.equal((await store.getWorkspace(ctx, a.ws.id)).stateLocked, false);
+      await rejectsWith(store.authenticateJobToken(ctx, a.job.jobToken), "job_finished");
+
+      const b = await runningJob();
+      assert.equal(await store.endJobsOfPoolToken(ctx, b.tok.id), 1);
+      assert.equal((await store.getRun(ctx, b.run.id)).status, "errored");
+    });
+
+    test("user tokens: expiry, revocation, bootstrap rotation", async () => {
+      const first = "drv_u_a.AAAAbbbbCCCCdddd1111222233334444";
+      await store.ensureBootstrapToken(ctx, first);
+      const t = await store.createUserToken(ctx, "ci", clock + 1000);
+      await store.authenticateUserToken(ctx, t.token);
+      clock += 2000;
+      await rejectsWith(store.authenticateUserToken(ctx, t.token), "unauthorized");
+      assert.deepEqual(await store.ensureBootstrapToken(ctx, "drv_u_b.EEEEffffGGGGhhhh5555666677778888"), { revoked: 1 });
+      await rejectsWith(store.authenticateUserToken(ctx, first), "token_revoked");
+      await rejectsWith(store.ensureBootstrapToken(ctx, first), "bad_request");
+    });
+  });
+}
