@@ -60,6 +60,9 @@ before(async () => {
     timings: fastTimings,
     images: { [image]: { entrypoint: ["drover"], paths: [repo] } },
     baseEnv: { PATH: `${bin}:${process.env.PATH ?? ""}`, HOME: "/root" },
+    // Room for every chart's pods at once: the first test leaves them all applied, and the
+    // scheduler counts their requests against the node's allocatable.
+    nodes: [{ name: "ktc-node", allocatable: { cpu: "64", memory: "256Gi", pods: "500" } }],
   });
   stack = await startStack();
   // The Prometheus Operator's CRD, so the maximal values (ServiceMonitor on) apply too.
@@ -113,7 +116,7 @@ test("agent-job installed on the test cluster completes examples/hello end to en
   const deadline = Date.now() + 30_000;
   while (!(await stack.server.api("GET", `/api/v1/agents?pool=${stack.pool}`)).body.items.some((a: any) => a.driver === "kubernetes" && a.status !== "offline")) {
     if (Date.now() > deadline) {
-      const pods = await kubectl(["get", "pods", "-n", "drover", "-o", "wide"]);
+      const pods = await kubectl(["get", "pods,events", "-n", "drover", "-o", "wide"]);
       const logs = await kubectl(["logs", "-n", "drover", "-l", "app.kubernetes.io/component=controller"]);
       assert.fail(`the controller did not register:\n${pods.out}\n${logs.out}`);
     }
