@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { after, before, test } from "node:test";
@@ -8,7 +9,8 @@ import { startTcpProxy, type TcpProxy } from "../support/tcp-proxy.js";
 import { eventually, fastTimings, prepareDroverNamespace, startTestCluster, type TestCluster } from "./cluster.js";
 
 // `drover agent controller` started while the server is down: it keeps retrying registration
-// (a stop signal ends the wait at once) and registers when the server comes up.
+// (a stop signal ends the wait at once) and registers when the server comes up. And an API
+// server that accepts connections but never answers: each call ends at its deadline.
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 const ns = "drover";
@@ -29,7 +31,7 @@ after(async () => {
   await cluster?.close();
 });
 
-function startController(name: string): Proc {
+function startController(name: string, env: Record<string, string> = {}): Proc {
   return spawnDrover(["agent", "controller"], {
     ...stack.baseEnv,
     DROVER_URL: proxy.url,
@@ -39,6 +41,7 @@ function startController(name: string): Proc {
     DROVER_AGENT_KUBERNETES_NAMESPACE: ns,
     DROVER_AGENT_HEALTH_PORT: "0",
     DROVER_AGENT_LOG_FORMAT: "plain",
+    ...env,
   });
 }
 
@@ -71,4 +74,23 @@ test("SIGTERM to a controller waiting for the server ends it at once, exit 0", a
   const exit = await controller.exited;
   assert.equal(exit.code, 0, controller.output());
   assert.equal(await registered("stopped-ctl"), false);
+});
+
+test("an API server that never answers: the controller's list ends at DROVER_AGENT_KUBERNETES_API_TIMEOUT_SECONDS and is retried until it answers", async () => {
+  proxy.set("open");
+  const apiProxy = await startTcpProxy(cluster.url, "blackhole");
+  const kubeconfig = join(stack.dir, "blackholed-kubeconfig");
+  const port = new URL(cluster.url).port;
+  writeFileSync(kubeconfig, readFileSync(cluster.kubeconfigPath, "utf8").replace(`127.0.0.1:${port}`, `127.0.0.1:${apiProxy.port}`));
+  const controller = startController("api-ctl", { KUBECONFIG: kubeconfig, DROVER_AGENT_KUBERNETES_API_TIMEOUT_SECONDS: "1" });
+  try {
+    await controller.waitFor(/controller registered/);
+    await controller.waitFor(/listing this controller's Jobs failed; retrying/, 20_000);
+    assert.ok(apiProxy.accepted > 0, "the list went to the blackholed API server");
+    apiProxy.set("open");
+    await controller.waitFor(/rebuilt in-flight Jobs from the cluster/, 60_000);
+  } finally {
+    await controller.stop("SIGKILL");
+    await apiProxy.close();
+  }
 });

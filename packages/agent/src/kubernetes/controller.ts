@@ -7,6 +7,7 @@ import { AgentClient, NetworkError } from "../client.js";
 import { int, type AgentConfig } from "../config.js";
 import { agentVersion } from "../agent.js";
 import { closeHealthServer, MetricSet, startHealthServer } from "../health.js";
+import { apiClientWithDeadline, defaultApiTimeoutMs } from "./api-deadline.js";
 import { startInformer, type Informer } from "./informer.js";
 import { buildJob, jobName, labels, type TaskSettings } from "./job-spec.js";
 import { describePodFailure, type FailureTimings } from "./pod-failures.js";
@@ -47,6 +48,8 @@ export interface ControllerSettings {
   sweepIntervalMs: number;
   /** Node-worker mode: the node workers' ServiceAccount, granted `get` on each run's job Secret only. */
   nodeWorkerServiceAccount: string | undefined;
+  /** Deadline of one Kubernetes API call (lists, creates, reads, deletes; not watches). */
+  apiTimeoutMs: number;
 }
 
 /** Reads and validates the controller's own settings; a bad value throws one clear line. */
@@ -65,6 +68,7 @@ export function loadControllerSettings(env: NodeJS.ProcessEnv): ControllerSettin
     nodeHome: nodeHomeSetting(env.DROVER_AGENT_NODE_HOME),
     sweepIntervalMs: seconds("DROVER_AGENT_SWEEP_INTERVAL_SECONDS", 10, 1) * 1000,
     nodeWorkerServiceAccount: serviceAccountSetting(env.DROVER_AGENT_NODE_WORKER_SERVICE_ACCOUNT),
+    apiTimeoutMs: seconds("DROVER_AGENT_KUBERNETES_API_TIMEOUT_SECONDS", defaultApiTimeoutMs / 1000, 1) * 1000,
   };
 }
 
@@ -110,10 +114,10 @@ export class Controller {
     private readonly log: Logger,
   ) {
     this.kc.loadFromDefault();
-    this.batch = this.kc.makeApiClient(BatchV1Api);
-    this.core = this.kc.makeApiClient(CoreV1Api);
-    this.rbac = this.kc.makeApiClient(RbacAuthorizationV1Api);
-    this.custom = this.kc.makeApiClient(CustomObjectsApi);
+    this.batch = apiClientWithDeadline(this.kc, BatchV1Api, settings.apiTimeoutMs);
+    this.core = apiClientWithDeadline(this.kc, CoreV1Api, settings.apiTimeoutMs);
+    this.rbac = apiClientWithDeadline(this.kc, RbacAuthorizationV1Api, settings.apiTimeoutMs);
+    this.custom = apiClientWithDeadline(this.kc, CustomObjectsApi, settings.apiTimeoutMs);
     this.client = new AgentClient(config.url, config.caCertPem);
   }
 

@@ -7,6 +7,7 @@ import { AgentClient } from "../client.js";
 import { closeHealthServer, MetricSet, startHealthServer } from "../health.js";
 import { int, type StopAction } from "../config.js";
 import { SafeDir } from "../safe-dir.js";
+import { apiClientWithDeadline, defaultApiTimeoutMs } from "./api-deadline.js";
 import { labels, nodeReadyDir, nodeRunDir } from "./job-spec.js";
 import { defaultExecLoopPath, nodeHomeSetting, podNamespace } from "./settings.js";
 import { startInformer, type Informer } from "./informer.js";
@@ -88,7 +89,7 @@ export class NodeWorker {
     private readonly log: Logger,
   ) {
     this.kc.loadFromDefault();
-    this.core = this.kc.makeApiClient(CoreV1Api);
+    this.core = apiClientWithDeadline(this.kc, CoreV1Api, defaultApiTimeoutMs);
   }
 
   private runsDir: SafeDir | undefined;
