@@ -119,7 +119,11 @@ test("(6) an agent removes the run directories a crashed process left, and keeps
     if (lstatSync(p).isSymbolicLink()) continue;
     assert.equal(mode & 0o077, 0, `${p} is ${(mode & 0o777).toString(8)}`);
   }
-  await stack.server.api("POST", `/api/v1/runs/${runId}/discard`);
+  // Discarded: the directory (variables file, plan) goes at the agent's next heartbeat, not after the reuse window.
+  assert.equal((await stack.server.api("POST", `/api/v1/runs/${runId}/discard`)).body.status, "discarded");
+  const deadline = Date.now() + 60_000;
+  while (existsSync(kept) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200));
+  assert.ok(!existsSync(kept), "the kept plan directory was removed after the discard");
 });
 
 function readdirDeepPaths(dir: string): string[] {

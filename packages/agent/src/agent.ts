@@ -233,7 +233,8 @@ export class Agent {
       await pause(this.heartbeatMs, this.pollAbort.signal);
       if (this.state !== "running" || !this.session) return;
       try {
-        await this.client.heartbeat(this.session, this.jobs.size, this.pollAbort.signal);
+        const drop = await this.client.heartbeat(this.session, this.jobs.size, this.pollAbort.signal, this.keptPlans.runIds().slice(0, 100));
+        for (const runId of drop) this.keptPlans.release(runId);
       } catch (err) {
         if (this.state !== "running") return;
         await this.handleSessionError(err);

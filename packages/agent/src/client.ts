@@ -1,5 +1,6 @@
 import {
   agentApi,
+  agentHeartbeatResponseSchema,
   DroverError,
   isErrorCode,
   jobHeartbeatResponseSchema,
@@ -133,8 +134,10 @@ export class AgentClient {
     return (await this.json(pollResponseSchema, "POST", `${agentApi}/jobs/next?wait=${waitMs}`, session, { signal, timeoutMs: waitMs + this.timeouts.longPollSlackMs })).job;
   }
 
-  async heartbeat(session: string, runningJobs: number, signal?: AbortSignal): Promise<void> {
-    await this.call("POST", `${agentApi}/heartbeat`, session, { body: { runningJobs }, signal });
+  /** Returns the kept plan runs the server says will not be applied here. */
+  async heartbeat(session: string, runningJobs: number, signal?: AbortSignal, keptPlanRuns: string[] = []): Promise<string[]> {
+    const body = keptPlanRuns.length > 0 ? { runningJobs, keptPlanRuns } : { runningJobs };
+    return (await this.json(agentHeartbeatResponseSchema, "POST", `${agentApi}/heartbeat`, session, { body, signal })).dropPlanRuns;
   }
 
   async deregister(session: string, signal?: AbortSignal): Promise<void> {

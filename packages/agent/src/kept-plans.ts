@@ -62,6 +62,16 @@ export class KeptPlanDirs {
     return true;
   }
 
+  /** Runs whose directories are kept (at most `limit`). */
+  runIds(): string[] {
+    return this.kept.map((k) => k.key.runId);
+  }
+
+  /** Deletes the kept directory of a run that will not be applied here (discarded, canceled). */
+  release(runId: string): void {
+    this.drop(runId);
+  }
+
   /** Deletes every kept directory (the agent is stopping). */
   clear(): void {
     for (const k of [...this.kept]) this.remove(k);

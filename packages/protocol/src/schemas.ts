@@ -276,7 +276,16 @@ export const registerResponseSchema = z.object({
 });
 export type RegisterResponse = z.infer<typeof registerResponseSchema>;
 
-export const agentHeartbeatSchema = z.object({ runningJobs: z.number().int().min(0) });
+export const agentHeartbeatSchema = z.object({
+  runningJobs: z.number().int().min(0),
+  /** Runs whose plan directory the agent keeps for their apply (they hold variables and the plan). */
+  keptPlanRuns: z.array(z.string().max(100)).max(100).optional(),
+});
+export const agentHeartbeatResponseSchema = z.object({
+  ok: z.boolean(),
+  /** Of the kept plan runs, those that will never be applied here (discarded, canceled, gone): delete their directories. */
+  dropPlanRuns: z.array(z.string()).default([]),
+});
 
 /** Everything an agent needs to execute one job, except variable values (fetched with the job token). */
 export const jobAssignmentSchema = z.object({

@@ -13,7 +13,7 @@ import { z } from "zod";
 import { agentHeartbeat, deregisterAgent, registerAgent } from "../store/agents.js";
 import { readConfigurationArchive } from "../store/configuration-versions.js";
 import { appendLog } from "../store/logs.js";
-import { readPlanFile, saveOutputs, savePlanFile, savePlanJson } from "../store/plans.js";
+import { plansNoLongerNeeded, readPlanFile, saveOutputs, savePlanFile, savePlanJson } from "../store/plans.js";
 import { finishJob, heartbeatJob, pollForJob, releaseUnstartedJobs, startJob, type JobRow } from "../store/queue.js";
 import { variablesForJob } from "../store/variables.js";
 import { authenticateFirst, callerOf, requestSignal, requireJob, requirePoolToken, requireSession } from "./auth.js";
@@ -60,8 +60,9 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext): vo
 
   app.post("/heartbeat", asSession, async (req) => {
     const agent = agentOf(req);
-    await agentHeartbeat(ctx, agent.id, parse(agentHeartbeatSchema, req.body).runningJobs);
-    return { ok: true };
+    const body = parse(agentHeartbeatSchema, req.body);
+    await agentHeartbeat(ctx, agent.id, body.runningJobs);
+    return { ok: true, dropPlanRuns: await plansNoLongerNeeded(ctx, agent.poolId, body.keptPlanRuns ?? []) };
   });
 
   app.post("/deregister", asSession, async (req) => {

@@ -85,3 +85,22 @@ export async function workspaceOutputs(ctx: StoreContext, workspaceId: string): 
   if (!row?.outputs_json) return [];
   return maskOutputs(JSON.parse(row.outputs_json) as Output[]);
 }
+
+/**
+ * Of the runs whose plan directory an agent of `poolId` keeps, those that will never be
+ * applied (discarded, canceled, errored, gone, or of another pool): the agent deletes their
+ * directories, which hold the variables file and the plan.
+ */
+export async function plansNoLongerNeeded(ctx: StoreContext, poolId: string, runIds: readonly string[]): Promise<string[]> {
+  if (runIds.length === 0) return [];
+  const waiting = await ctx.db
+    .selectFrom("runs")
+    .innerJoin("workspaces", "workspaces.id", "runs.workspace_id")
+    .select("runs.id")
+    .where("runs.id", "in", [...runIds])
+    .where("workspaces.pool_id", "=", poolId)
+    .where("runs.status", "in", ["planning", "planned", "confirmed", "applying"])
+    .execute();
+  const keep = new Set(waiting.map((r) => r.id));
+  return runIds.filter((id) => !keep.has(id));
+}
