@@ -114,10 +114,13 @@ async function installAndRun(ns: string, level: "restricted" | "privileged"): Pr
   assert.ok(objects.some((o) => o.kind === "Deployment") && objects.some((o) => o.kind === "AgentTask"), created.map((c) => c.type).join(", "));
 
   assert.equal((await kube(cluster, "POST", "/api/v1/namespaces", { metadata: { name: ns, labels: { "pod-security.kubernetes.io/enforce": level } } })).status, 201);
-  const crd = await kube(cluster, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", parse(readFileSync(join(repo, "deploy", "kubernetes", "agenttasks.drover.dev.yaml"), "utf8")));
-  assert.ok(crd.status === 201 || crd.status === 409, JSON.stringify(crd.body));
+  // The component installs the AgentTask CRD itself: applied first, as helm orders CRDs.
+  const crds = objects.filter((o) => o.kind === "CustomResourceDefinition");
+  assert.deepEqual(crds.map((o) => o.spec), [parse(readFileSync(join(repo, "deploy", "kubernetes", "agenttasks.drover.dev.yaml"), "utf8")).spec]);
+  const crdApplied = await kubectl(["apply", "-f", "-"], crds.map((o) => stringify(o)).join("---\n"));
+  assert.equal(crdApplied.code, 0, crdApplied.out);
   await until("the CRD served", () => kube(cluster, "GET", `/apis/drover.dev/v1alpha1/namespaces/${ns}/agenttasks`), (r) => r.status === 200);
-  const applied = await kubectl(["apply", "-n", ns, "-f", "-"], objects.map((o) => stringify(o)).join("---\n"));
+  const applied = await kubectl(["apply", "-n", ns, "-f", "-"], objects.filter((o) => !crds.includes(o)).map((o) => stringify(o)).join("---\n"));
   assert.equal(applied.code, 0, applied.out);
 
   const diagnose = async () => `${(await kubectl(["get", "pods,events", "-n", ns, "-o", "wide"])).out}\n${(await kubectl(["logs", "-n", ns, "deployment/drv", "--tail=50"])).out}\n${(await kubectl(["logs", "-n", ns, "-l", "app.kubernetes.io/name=drover-task", "-c", "worker", "--tail=20"])).out}`;
@@ -139,6 +142,9 @@ async function installAndRun(ns: string, level: "restricted" | "privileged"): Pr
   const run = (await stack.server.api("GET", `/api/v1/runs/${runId}`)).body;
   assert.equal(run.status, "applied", `${JSON.stringify(run)}\n${await runLog(stack.server, runId, "plan")}\n${await diagnose()}`);
   assert.match(await runLog(stack.server, runId, "apply"), /Hello from Drover/);
+  // Jobs carry the controller's stable name, not its pod's: a replaced pod finds them again.
+  const jobs = (await kube(cluster, "GET", `/apis/batch/v1/namespaces/${ns}/jobs`)).body.items as any[];
+  assert.ok(jobs.length >= 2 && jobs.every((j) => j.metadata.labels["drover.dev/controller"] === "drv-controller"), JSON.stringify(jobs.map((j) => j.metadata.labels)));
 }
 
 /** The component's controller always listens on 8080 (pods share this machine's network here): one install at a time. */
@@ -150,7 +156,7 @@ async function remove(ns: string): Promise<void> {
   await until(`namespace ${ns} gone`, () => kube(cluster, "GET", `/api/v1/namespaces/${ns}`), (r) => r.status === 404, 30_000).catch(() => undefined);
 }
 
-test("the Pulumi component's job-mode objects, applied in a restricted namespace: admitted, Ready through probes, examples/hello completes", { todo: "issue 11: the task pods the controller builds from the Pulumi AgentTask fail restricted PodSecurity: its drover-init container gets no securityContext (allowPrivilegeEscalation, capabilities drop ALL, runAsNonRoot, seccompProfile), so the Job records FailedCreate and the run stays queued" }, async () => {
+test("the Pulumi component's job-mode objects, applied in a restricted namespace: admitted, Ready through probes, examples/hello completes", async () => {
   try {
     await installAndRun("pulumi-restricted", "restricted");
   } finally {
@@ -158,7 +164,7 @@ test("the Pulumi component's job-mode objects, applied in a restricted namespace
   }
 });
 
-test("the Pulumi component's job-mode objects without PodSecurity: the UID-1000 worker reads its 0400 job Secret (fsGroup) and examples/hello completes", { todo: "issue 11: the Pulumi task pod template sets no fsGroup, so its UID-1000 worker cannot read the 0400 root-owned job Secret: 'drover: EACCES: permission denied, open /var/run/drover/job/token', the run errors" }, async () => {
+test("the Pulumi component's job-mode objects without PodSecurity: the UID-1000 worker reads its 0400 job Secret (fsGroup) and examples/hello completes", async () => {
   try {
     await installAndRun("pulumi-open", "privileged");
   } finally {

@@ -1,5 +1,6 @@
 import * as k8s from "@pulumi/kubernetes";
 import * as pulumi from "@pulumi/pulumi";
+import { agentTaskCrd } from "./crd.js";
 import { strategicMerge } from "./strategic-merge.js";
 
 /** How the agent runs jobs: as local processes in its pods, or one Kubernetes Job per run phase. */
@@ -14,8 +15,10 @@ export interface DroverAgentArgs {
   createNamespace?: boolean;
   /** `local` (a Deployment of `drover agent run`) or `job` (a controller launching Jobs). */
   mode?: AgentMode;
-  /** The pool token (drv_p_…); stored as a Pulumi secret and a Kubernetes Secret. */
-  token: pulumi.Input<string>;
+  /** The pool token (drv_p_…); stored as a Pulumi secret and a Kubernetes Secret. Or tokenExistingSecret. */
+  token?: pulumi.Input<string>;
+  /** A Secret of the namespace that already holds the pool token (instead of `token`); key defaults to `token`. */
+  tokenExistingSecret?: { name: pulumi.Input<string>; key?: string };
   /** Server URL; optional because the pool token embeds it. */
   url?: pulumi.Input<string>;
   /** The drover image (agent, controller and worker). */
@@ -23,15 +26,39 @@ export interface DroverAgentArgs {
   imagePullPolicy?: "Always" | "IfNotPresent" | "Never";
   /** The image that runs terraform in job mode (its entrypoint must be the exec-loop). */
   runnerImage?: string;
-  /** Agent pods (local mode) or controller pods (job mode). */
+  /**
+   * Agent pods (local mode). Job mode runs exactly one controller (more would claim and
+   * supervise the same Jobs twice; there is no leader election), so it refuses more than 1.
+   */
   replicas?: number;
   /** Jobs in flight per agent pod (local: ≤ 5) or per controller (job). */
   concurrency?: number;
   /** Extra environment of the agent; keys the component sets itself are refused. */
   env?: Record<string, pulumi.Input<string>>;
   resources?: k8s.types.input.core.v1.ResourceRequirements;
-  /** PEM bundle added to the agent's trust store (mounted from a Secret). */
+  /** PEM bundle added to the trust store of the agent, the task workers and runs (mounted from a Secret). */
   caBundle?: pulumi.Input<string>;
+  /** HTTP(S)_PROXY and NO_PROXY for the agent or controller, the task workers and runs. */
+  proxy?: { httpProxy?: pulumi.Input<string>; httpsProxy?: pulumi.Input<string>; noProxy?: pulumi.Input<string> };
+  /** Annotations of the agent's or controller's ServiceAccount (e.g. cloud workload identity). */
+  serviceAccountAnnotations?: Record<string, pulumi.Input<string>>;
+  /** Annotations of the task pods' ServiceAccount (job mode): the identity runs use in the cloud. */
+  taskServiceAccountAnnotations?: Record<string, pulumi.Input<string>>;
+  /**
+   * Job mode: let task pods reach the cloud metadata service (169.254.169.254, fd00:ec2::254).
+   * Default false: a NetworkPolicy denies it, so runs cannot take the node's credentials.
+   */
+  allowMetadataService?: boolean;
+  /**
+   * A PodDisruptionBudget for the agent or controller pods. Refused when no pod could ever be
+   * evicted under it (a drain would wait forever), e.g. minAvailable 1 of one replica.
+   */
+  podDisruptionBudget?: { minAvailable?: number | string; maxUnavailable?: number | string };
+  /**
+   * Job mode: install the AgentTask CustomResourceDefinition (default true). It is cluster-wide:
+   * set false for a second installation in the same cluster, or when the charts installed it.
+   */
+  installCrd?: boolean;
   /** Create a Prometheus Operator ServiceMonitor for the agent's /metrics. */
   enableServiceMonitor?: boolean;
   shutdownMode?: ShutdownMode;
@@ -58,6 +85,10 @@ const reservedEnv = new Set([
   "DROVER_AGENT_DATA_DIR",
   "DROVER_AGENT_CACHE_DIR",
   "DROVER_AGENT_HEALTH_PORT",
+  "DROVER_AGENT_KUBERNETES_WORKER_IMAGE",
+  "HTTP_PROXY",
+  "HTTPS_PROXY",
+  "NO_PROXY",
 ]);
 
 /** Rejects settings that would produce a broken installation, with one clear message. */
@@ -71,7 +102,35 @@ export function validateArgs(args: DroverAgentArgs): void {
     if (reservedEnv.has(key)) throw new Error(`env ${key} is set by the component itself; use the matching argument instead`);
   }
   if ((args.mode ?? "local") === "local" && (args.concurrency ?? 1) > 5) throw new Error("concurrency of a local agent is at most 5");
+  if (args.mode === "job" && (args.replicas ?? 1) !== 1) {
+    throw new Error(`replicas ${args.replicas} in job mode: exactly one controller may run (two would launch and supervise the same Jobs; there is no leader election). Raise concurrency instead`);
+  }
+  if ((args.token === undefined) === (args.tokenExistingSecret === undefined)) throw new Error("set exactly one of token and tokenExistingSecret");
+  const pdb = args.podDisruptionBudget;
+  if (pdb) {
+    if ((pdb.minAvailable === undefined) === (pdb.maxUnavailable === undefined)) throw new Error("podDisruptionBudget: set exactly one of minAvailable and maxUnavailable");
+    const replicas = args.replicas ?? 1;
+    if (blocksEveryEviction(pdb, replicas)) {
+      throw new Error(`podDisruptionBudget ${JSON.stringify(pdb)} of ${replicas} replica(s) lets no pod be evicted, so a node drain would wait forever; use maxUnavailable: 1`);
+    }
+  }
 }
+
+/** Whether a PDB of `replicas` pods allows no voluntary eviction at all. */
+function blocksEveryEviction(pdb: { minAvailable?: number | string; maxUnavailable?: number | string }, replicas: number): boolean {
+  const count = (v: number | string, roundUp: boolean) => {
+    if (typeof v === "number") return v;
+    const pct = /^(\d+)%$/.exec(v);
+    if (!pct) throw new Error(`podDisruptionBudget: ${JSON.stringify(v)} is neither a number nor a percentage`);
+    const exact = (Number(pct[1]) * replicas) / 100;
+    return roundUp ? Math.ceil(exact) : Math.floor(exact);
+  };
+  // Kubernetes rounds percentages up for both fields.
+  if (pdb.maxUnavailable !== undefined) return count(pdb.maxUnavailable, true) < 1;
+  return count(pdb.minAvailable!, true) >= replicas;
+}
+
+const podSecurityContext: k8s.types.input.core.v1.PodSecurityContext = { runAsNonRoot: true, runAsUser: 1000, runAsGroup: 1000, fsGroup: 1000, seccompProfile: { type: "RuntimeDefault" } };
 
 const securityContext: k8s.types.input.core.v1.SecurityContext = {
   runAsNonRoot: true,
@@ -87,7 +146,8 @@ const securityContext: k8s.types.input.core.v1.SecurityContext = {
 export class DroverAgent extends pulumi.ComponentResource {
   readonly namespace: pulumi.Output<string>;
   readonly deployment: k8s.apps.v1.Deployment;
-  readonly tokenSecret: k8s.core.v1.Secret;
+  /** The Secret the component made for `token` (undefined with tokenExistingSecret). */
+  readonly tokenSecret: k8s.core.v1.Secret | undefined;
   readonly service: k8s.core.v1.Service;
   readonly taskTemplate: k8s.apiextensions.CustomResource | undefined;
 
@@ -97,6 +157,7 @@ export class DroverAgent extends pulumi.ComponentResource {
     const mode = args.mode ?? "local";
     const image = args.image ?? "ghcr.io/drover-dev/drover:0.1.0";
     const labels = { "app.kubernetes.io/name": "drover-agent", "app.kubernetes.io/instance": name, "app.kubernetes.io/component": mode === "job" ? "controller" : "agent" };
+    const taskLabels = { "app.kubernetes.io/name": "drover-task", "app.kubernetes.io/instance": name };
     const parent = { parent: this };
 
     const ns = args.createNamespace === false ? undefined : new k8s.core.v1.Namespace(`${name}-ns`, { metadata: { name: args.namespace } }, parent);
@@ -104,18 +165,34 @@ export class DroverAgent extends pulumi.ComponentResource {
     const inNs = { ...parent, dependsOn: ns ? [ns] : [] };
     const metadata = (suffix: string) => ({ name: `${name}-${suffix}`, namespace: this.namespace, labels });
 
-    this.tokenSecret = new k8s.core.v1.Secret(`${name}-token`, { metadata: metadata("token"), type: "Opaque", stringData: { token: pulumi.secret(args.token) } }, inNs);
+    this.tokenSecret =
+      args.token === undefined
+        ? undefined
+        : new k8s.core.v1.Secret(`${name}-token`, { metadata: metadata("token"), type: "Opaque", stringData: { token: pulumi.secret(args.token) } }, inNs);
+    const tokenRef = this.tokenSecret ? { name: this.tokenSecret.metadata.name, key: "token" } : { name: args.tokenExistingSecret!.name, key: args.tokenExistingSecret!.key ?? "token" };
     const ca = args.caBundle
       ? new k8s.core.v1.Secret(`${name}-ca`, { metadata: metadata("ca"), type: "Opaque", stringData: { "ca.crt": args.caBundle } }, inNs)
       : undefined;
-    const sa = new k8s.core.v1.ServiceAccount(`${name}-sa`, { metadata: metadata(mode === "job" ? "controller" : "agent"), automountServiceAccountToken: mode === "job" }, inNs);
+    const sa = new k8s.core.v1.ServiceAccount(
+      `${name}-sa`,
+      { metadata: { ...metadata(mode === "job" ? "controller" : "agent"), annotations: args.serviceAccountAnnotations ?? {} }, automountServiceAccountToken: mode === "job" },
+      inNs,
+    );
+    const proxyEnv: k8s.types.input.core.v1.EnvVar[] = [
+      ["HTTP_PROXY", args.proxy?.httpProxy],
+      ["HTTPS_PROXY", args.proxy?.httpsProxy],
+      ["NO_PROXY", args.proxy?.noProxy],
+    ].flatMap(([k, v]) => (v ? [{ name: k as string, value: v }] : []));
+    const caMount = { name: "ca", mountPath: "/etc/drover/ca", readOnly: true };
 
     const grace = args.terminationGracePeriodSeconds ?? 120;
     const env: k8s.types.input.core.v1.EnvVar[] = [
-      { name: "DROVER_TOKEN", valueFrom: { secretKeyRef: { name: this.tokenSecret.metadata.name, key: "token" } } },
+      { name: "DROVER_TOKEN", valueFrom: { secretKeyRef: tokenRef } },
       { name: "DROVER_AGENT_DRIVER", value: mode === "job" ? "kubernetes" : "local" },
       { name: "DROVER_AGENT_CONCURRENCY", value: String(args.concurrency ?? (mode === "job" ? 10 : 1)) },
-      { name: "DROVER_AGENT_NAME", valueFrom: { fieldRef: { fieldPath: "metadata.name" } } },
+      // Job mode: a stable name, so a replaced controller pod finds the Jobs its predecessor
+      // launched (they carry this name in their labels). Local agents each register their own.
+      mode === "job" ? { name: "DROVER_AGENT_NAME", value: `${name}-controller` } : { name: "DROVER_AGENT_NAME", valueFrom: { fieldRef: { fieldPath: "metadata.name" } } },
       { name: "DROVER_AGENT_WORKER_ON_STOP_ACTION", value: args.shutdownMode ?? "graceful" },
       { name: "DROVER_AGENT_GRACE_PERIOD_SECONDS", value: String(grace) },
       { name: "DROVER_AGENT_DATA_DIR", value: "/var/lib/drover/data" },
@@ -124,11 +201,33 @@ export class DroverAgent extends pulumi.ComponentResource {
     ];
     if (args.url) env.push({ name: "DROVER_URL", value: args.url });
     if (ca) env.push({ name: "DROVER_CA_CERT", value: "/etc/drover/ca/ca.crt" });
+    env.push(...proxyEnv);
+    if (mode === "job") env.push({ name: "DROVER_AGENT_KUBERNETES_WORKER_IMAGE", value: image });
     for (const [k, v] of Object.entries(args.env ?? {})) env.push({ name: k, value: v });
 
     let taskTemplate: k8s.apiextensions.CustomResource | undefined;
     if (mode === "job") {
-      const taskSa = new k8s.core.v1.ServiceAccount(`${name}-task-sa`, { metadata: metadata("task"), automountServiceAccountToken: false }, inNs);
+      const taskSa = new k8s.core.v1.ServiceAccount(
+        `${name}-task-sa`,
+        { metadata: { ...metadata("task"), annotations: args.taskServiceAccountAnnotations ?? {} }, automountServiceAccountToken: false },
+        inNs,
+      );
+      const crd = args.installCrd === false ? undefined : new k8s.apiextensions.v1.CustomResourceDefinition(`${name}-agenttasks-crd`, { metadata: agentTaskCrd.metadata, spec: agentTaskCrd.spec }, parent);
+      if (!args.allowMetadataService) {
+        // Runs may not read cloud instance credentials from the metadata service.
+        new k8s.networking.v1.NetworkPolicy(
+          `${name}-task-deny-metadata`,
+          {
+            metadata: metadata("task-deny-metadata"),
+            spec: {
+              podSelector: { matchLabels: taskLabels },
+              policyTypes: ["Egress"],
+              egress: [{ to: [{ ipBlock: { cidr: "0.0.0.0/0", except: ["169.254.169.254/32"] } }, { ipBlock: { cidr: "::/0", except: ["fd00:ec2::254/128"] } }] }],
+            },
+          },
+          inNs,
+        );
+      }
       const role = new k8s.rbac.v1.Role(
         `${name}-controller`,
         {
@@ -152,17 +251,37 @@ export class DroverAgent extends pulumi.ComponentResource {
         },
         inNs,
       );
+      const taskEnv = (extra: k8s.types.input.core.v1.EnvVar[]) => [...proxyEnv, ...(ca ? extra : [])];
       const basePod = {
-        metadata: { labels: { "app.kubernetes.io/name": "drover-task", "app.kubernetes.io/instance": name } },
+        metadata: { labels: taskLabels },
         spec: {
           serviceAccountName: taskSa.metadata.name,
           automountServiceAccountToken: false,
           restartPolicy: "Never",
           terminationGracePeriodSeconds: grace,
+          // fsGroup: the worker (UID 1000) reads its job Secret, mounted with mode 0400.
+          securityContext: podSecurityContext,
+          // The controller adds the exec-loop copy command and mounts; image and hardening come from here.
+          initContainers: [{ name: "drover-init", image, imagePullPolicy: args.imagePullPolicy ?? "IfNotPresent", securityContext }],
           containers: [
-            { name: "worker", image, args: ["agent", "worker"], securityContext },
-            { name: "runner", image: args.runnerImage ?? "ghcr.io/drover-dev/drover-runner:1.11.4", securityContext },
+            {
+              name: "worker",
+              image,
+              imagePullPolicy: args.imagePullPolicy ?? "IfNotPresent",
+              args: ["agent", "worker"],
+              securityContext,
+              env: taskEnv([{ name: "DROVER_CA_CERT", value: "/etc/drover/ca/ca.crt" }]),
+              volumeMounts: ca ? [caMount] : [],
+            },
+            {
+              name: "runner",
+              image: args.runnerImage ?? "ghcr.io/drover-dev/drover-runner:1.11.4",
+              securityContext,
+              env: taskEnv([{ name: "SSL_CERT_FILE", value: "/etc/drover/ca/ca.crt" }]),
+              volumeMounts: ca ? [caMount] : [],
+            },
           ],
+          volumes: ca ? [{ name: "ca", secret: { secretName: ca.metadata.name } }] : [],
         },
       };
       taskTemplate = new k8s.apiextensions.CustomResource(
@@ -180,7 +299,7 @@ export class DroverAgent extends pulumi.ComponentResource {
             },
           },
         },
-        inNs,
+        { ...inNs, dependsOn: [...inNs.dependsOn, ...(crd ? [crd] : [])] },
       );
       env.push({ name: "DROVER_AGENT_KUBERNETES_TASK_TEMPLATE", value: `${name}-task-template` });
     }
@@ -191,7 +310,7 @@ export class DroverAgent extends pulumi.ComponentResource {
       spec: {
         serviceAccountName: sa.metadata.name,
         terminationGracePeriodSeconds: grace,
-        securityContext: { runAsNonRoot: true, runAsUser: 1000, runAsGroup: 1000, fsGroup: 1000, seccompProfile: { type: "RuntimeDefault" } },
+        securityContext: podSecurityContext,
         containers: [
           {
             name: mode === "job" ? "controller" : "agent",
@@ -208,7 +327,7 @@ export class DroverAgent extends pulumi.ComponentResource {
               { name: "data", mountPath: "/var/lib/drover/data" },
               { name: "cache", mountPath: "/var/lib/drover/cache" },
               { name: "tmp", mountPath: "/tmp" },
-              ...(ca ? [{ name: "ca", mountPath: "/etc/drover/ca", readOnly: true }] : []),
+              ...(ca ? [caMount] : []),
             ],
           },
         ],
@@ -240,6 +359,9 @@ export class DroverAgent extends pulumi.ComponentResource {
       },
       inNs,
     );
+    if (args.podDisruptionBudget) {
+      new k8s.policy.v1.PodDisruptionBudget(`${name}-pdb`, { metadata: metadata("pdb"), spec: { ...args.podDisruptionBudget, selector: { matchLabels: labels } } }, inNs);
+    }
     if (args.enableServiceMonitor) {
       new k8s.apiextensions.CustomResource(
         `${name}-servicemonitor`,

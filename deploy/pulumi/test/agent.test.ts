@@ -33,7 +33,7 @@ async function install(args: Record<string, unknown>) {
   created = [];
   const { DroverAgent } = await import("../src/index.js");
   const agent = new DroverAgent("drv", { namespace: "drover", token: "drv_p_abc.secret", ...args } as any);
-  await new Promise<void>((resolve) => pulumi.all([agent.deployment.id, agent.service.id, agent.tokenSecret.id]).apply(() => resolve()));
+  await new Promise<void>((resolve) => pulumi.all([agent.deployment.id, agent.service.id, agent.tokenSecret?.id ?? ""]).apply(() => resolve()));
   await new Promise((r) => setTimeout(r, 50));
   return agent;
 }
@@ -104,9 +104,9 @@ describe("DroverAgent (Pulumi mocks)", () => {
     assert.deepEqual(pod.spec.containers.map((c: any) => c.name), ["worker", "runner"], "containers merged by name, none added");
     const runner = pod.spec.containers[1];
     assert.equal(runner.image, "ghcr.io/drover-dev/drover-runner:1.11.4", "the runner's image survives the merge");
-    assert.deepEqual(runner.env, [{ name: "HELLO", value: "world" }]);
+    assert.deepEqual(runner.env, [{ name: "SSL_CERT_FILE", value: "/etc/drover/ca/ca.crt" }, { name: "HELLO", value: "world" }], "the CA reaches runs; the template's env is merged");
     assert.equal(runner.resources.requests.cpu, "1");
-    assert.equal(pod.spec.initContainers[0].name, "prepare");
+    assert.deepEqual(pod.spec.initContainers.map((c: any) => c.name), ["drover-init", "prepare"]);
     assert.equal(pod.spec.automountServiceAccountToken, false, "task pods get no API access");
 
     const taskSa = byType("kubernetes:core/v1:ServiceAccount").find((s) => s.name === "drv-task-sa")!;
@@ -120,12 +120,76 @@ describe("DroverAgent (Pulumi mocks)", () => {
     assert.equal(byType("kubernetes:core/v1:Secret").length, 2, "token and CA bundle");
   });
 
+  test("job mode: task pods readable Secrets (fsGroup), a stable controller name, the CRD, a hardened drover-init of the chosen image", async () => {
+    await install({ mode: "job", image: "registry.example/drover:9" });
+    const controller = one("kubernetes:apps/v1:Deployment").inputs.spec.template.spec.containers[0];
+    const env = Object.fromEntries(controller.env.map((e: any) => [e.name, e.value ?? e.valueFrom]));
+    assert.equal(env.DROVER_AGENT_NAME, "drv-controller", "not the pod name: a replaced controller pod finds its Jobs by this name");
+    assert.equal(env.DROVER_AGENT_KUBERNETES_WORKER_IMAGE, "registry.example/drover:9");
+    const pod = one("kubernetes:drover.dev/v1alpha1:AgentTask").inputs.spec.jobTemplate.template;
+    assert.equal(pod.spec.securityContext.fsGroup, 1000, "the worker (UID 1000) can read its job Secret (mode 0400)");
+    assert.equal(pod.spec.securityContext.runAsNonRoot, true);
+    const init = pod.spec.initContainers.find((c: any) => c.name === "drover-init");
+    assert.equal(init.image, "registry.example/drover:9");
+    assert.equal(init.securityContext.allowPrivilegeEscalation, false);
+    assert.deepEqual(init.securityContext.capabilities.drop, ["ALL"]);
+    assert.equal(init.securityContext.seccompProfile.type, "RuntimeDefault");
+    assert.equal(pod.spec.containers.find((c: any) => c.name === "worker").image, "registry.example/drover:9");
+    const crd = one("kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition").inputs;
+    const { parse } = await import("yaml");
+    const { readFileSync } = await import("node:fs");
+    const file = parse(readFileSync(new URL("../../../kubernetes/agenttasks.drover.dev.yaml", import.meta.url), "utf8"));
+    assert.deepEqual({ metadata: crd.metadata, spec: crd.spec }, { metadata: file.metadata, spec: file.spec }, "the CRD the charts install");
+    await install({ mode: "job", installCrd: false });
+    assert.equal(byType("kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition").length, 0);
+  });
+
+  test("inputs the charts have: ServiceAccount annotations, metadata NetworkPolicy, PDB, proxy, tokenExistingSecret", async () => {
+    await install({
+      mode: "job",
+      token: undefined,
+      tokenExistingSecret: { name: "pool-token", key: "value" },
+      serviceAccountAnnotations: { "iam.gke.io/gcp-service-account": "ctl@p.iam.gserviceaccount.com" },
+      taskServiceAccountAnnotations: { "eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/runs" },
+      podDisruptionBudget: { maxUnavailable: 1 },
+      proxy: { httpsProxy: "http://proxy:3128", noProxy: ".svc" },
+    });
+    assert.equal(byType("kubernetes:core/v1:Secret").length, 0, "no token Secret of its own");
+    const controller = one("kubernetes:apps/v1:Deployment").inputs.spec.template.spec.containers[0];
+    const env = Object.fromEntries(controller.env.map((e: any) => [e.name, e.value ?? e.valueFrom]));
+    assert.deepEqual(env.DROVER_TOKEN.secretKeyRef, { name: "pool-token", key: "value" });
+    assert.equal(env.HTTPS_PROXY, "http://proxy:3128");
+    assert.equal(env.NO_PROXY, ".svc");
+    assert.equal(env.HTTP_PROXY, undefined);
+    const sas = Object.fromEntries(byType("kubernetes:core/v1:ServiceAccount").map((s) => [s.name, s.inputs.metadata.annotations]));
+    assert.deepEqual(sas["drv-sa"], { "iam.gke.io/gcp-service-account": "ctl@p.iam.gserviceaccount.com" });
+    assert.deepEqual(sas["drv-task-sa"], { "eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/runs" });
+    const pod = one("kubernetes:drover.dev/v1alpha1:AgentTask").inputs.spec.jobTemplate.template;
+    for (const c of pod.spec.containers) assert.deepEqual(c.env, [{ name: "HTTPS_PROXY", value: "http://proxy:3128" }, { name: "NO_PROXY", value: ".svc" }], c.name);
+    const pdb = one("kubernetes:policy/v1:PodDisruptionBudget").inputs.spec;
+    assert.equal(pdb.maxUnavailable, 1);
+    assert.deepEqual(pdb.selector.matchLabels, one("kubernetes:apps/v1:Deployment").inputs.spec.selector.matchLabels);
+    const policy = one("kubernetes:networking.k8s.io/v1:NetworkPolicy").inputs.spec;
+    assert.deepEqual(policy.podSelector.matchLabels, pod.metadata.labels);
+    assert.deepEqual(policy.egress[0].to.map((t: any) => t.ipBlock.except[0]), ["169.254.169.254/32", "fd00:ec2::254/128"]);
+    await install({ mode: "job", allowMetadataService: true });
+    assert.equal(byType("kubernetes:networking.k8s.io/v1:NetworkPolicy").length, 0);
+    assert.equal(byType("kubernetes:policy/v1:PodDisruptionBudget").length, 0, "no PDB unless asked for");
+  });
+
   test("bad settings are refused with one clear message", async () => {
     const { validateArgs } = await import("../src/index.js");
     assert.throws(() => validateArgs({ namespace: "n", token: "t", shutdownMode: "drain", terminationGracePeriodSeconds: 60 }), /too short for shutdownMode drain/);
     assert.throws(() => validateArgs({ namespace: "n", token: "t", env: { DROVER_TOKEN: "x" } }), /set by the component/);
     assert.throws(() => validateArgs({ namespace: "n", token: "t", concurrency: 6 }), /at most 5/);
     assert.doesNotThrow(() => validateArgs({ namespace: "n", token: "t", shutdownMode: "force", terminationGracePeriodSeconds: 10 }));
+    assert.throws(() => validateArgs({ namespace: "n", token: "t", mode: "job", replicas: 2 }), /replicas 2 in job mode: exactly one controller may run/);
+    assert.doesNotThrow(() => validateArgs({ namespace: "n", token: "t", mode: "local", replicas: 3 }));
+    assert.throws(() => validateArgs({ namespace: "n", token: "t", tokenExistingSecret: { name: "s" } }), /exactly one of token and tokenExistingSecret/);
+    assert.throws(() => validateArgs({ namespace: "n" }), /exactly one of token and tokenExistingSecret/);
+    assert.throws(() => validateArgs({ namespace: "n", token: "t", podDisruptionBudget: { minAvailable: 1 } }), /lets no pod be evicted/);
+    assert.throws(() => validateArgs({ namespace: "n", token: "t", podDisruptionBudget: { maxUnavailable: "0%" } }), /lets no pod be evicted/);
+    assert.doesNotThrow(() => validateArgs({ namespace: "n", token: "t", replicas: 3, podDisruptionBudget: { minAvailable: "50%" } }));
   });
 
   test("strategic merge: named lists merge, other lists are replaced, null deletes", async () => {

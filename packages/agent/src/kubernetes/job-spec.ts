@@ -107,11 +107,10 @@ export function buildJob(a: JobAssignment, template: V1JobSpec | undefined, s: T
   ];
   pod.volumes = [...(pod.volumes ?? []).filter((v) => !volumes.some((w) => w.name === v.name)), ...volumes];
 
-  const init: V1Container = pod.initContainers?.find((c) => c.name === "drover-init") ?? {
-    name: "drover-init",
-    image: s.workerImage,
-    command: ["sh", "-c", `cp "${s.execLoopPath}" /drover/bin/exec-loop.sh && chmod 0755 /drover/bin/exec-loop.sh`],
-  };
+  // A template's drover-init may bring only its image and hardening (securityContext, resources).
+  const init: V1Container = pod.initContainers?.find((c) => c.name === "drover-init") ?? { name: "drover-init" };
+  init.image ??= s.workerImage;
+  init.command ??= ["sh", "-c", `cp "${s.execLoopPath}" /drover/bin/exec-loop.sh && chmod 0755 /drover/bin/exec-loop.sh`];
   init.resources ??= initResources;
   addMounts(init, [mounts.bin]);
   pod.initContainers = [init, ...(pod.initContainers ?? []).filter((c) => c.name !== "drover-init")];
@@ -157,7 +156,8 @@ function nodeModeJob(name: string, spec: V1JobSpec, meta: Record<string, string>
   const volume: V1Volume = { name: "drover-home", hostPath: { path: home, type: "Directory" } };
   pod.volumes = [...(pod.volumes ?? []).filter((v) => v.name !== volume.name), volume];
   pod.automountServiceAccountToken = false;
-  const init: V1Container = pod.initContainers?.find((c) => c.name === "drover-init") ?? { name: "drover-init", image: s.workerImage };
+  const init: V1Container = pod.initContainers?.find((c) => c.name === "drover-init") ?? { name: "drover-init" };
+  init.image ??= s.workerImage;
   init.resources ??= initResources;
   // The worker marks the run ready once its directory is prepared; a pod no worker picks up
   // fails here. The init container sees only the (empty) ready marks, no run's files.
