@@ -177,6 +177,8 @@ test("agent-job in a restricted namespace: Ready through its probes, examples/he
   // The evicted pod's worker stops gracefully and says so (e.g. "agent stopped (graceful stop) while the apply ran").
   assert.match(String(ended.errorMessage ?? ""), /stopped|evict|disrupt|drain|terminat|interrupt/i, `the run's end names why:\n${await runLog(stack.server, long, "apply")}\n${JSON.stringify(ended)}`);
   await kubectl(["uncordon", node]);
+  // The chart's RBAC covers every call the product made under its ServiceAccounts.
+  assert.deepEqual(cluster.denials.filter((d) => d.user.startsWith(`system:serviceaccount:${ns}:`)), []);
   assert.ok(watches > 20, `the controller re-watched after the server closed its watches (${watches} watch requests)`);
 });
 
@@ -220,4 +222,8 @@ test("agent-k8s in a privileged namespace: the controller and the per-node worke
   const done = await stack.waitForRun(hello, ["applied", "errored", "canceled"], 120_000);
   assert.equal(done.status, "applied", `${JSON.stringify(done)}\n${await runLog(stack.server, hello, "plan")}\n${await diagnose()}`);
   assert.match(await runLog(stack.server, hello, "apply"), /Hello from Drover/);
+  // The controller grants the worker `get` on each run's job Secret by name, per run (decision 0009); a
+  // worker that reads it before that RoleBinding exists is refused and retries — the only 403 allowed.
+  const perRunRace = (d: { verb: string; resource: string; name?: string }) => d.verb === "get" && d.resource === "secrets" && /-job$/.test(d.name ?? "");
+  assert.deepEqual(cluster.denials.filter((d) => d.user.startsWith(`system:serviceaccount:${ns}:`) && !perRunRace(d)), [], "the chart's RBAC covers every call the controller and the worker made");
 });

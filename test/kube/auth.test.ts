@@ -46,6 +46,7 @@ describe("test cluster authentication, authorization and admission", () => {
       message: `pods is forbidden: User "${user}" cannot list resource "pods" in API group "" in the namespace "${ns}"`,
       details: { group: "", kind: "pods" },
     });
+    assert.ok(c.denials.some((d) => d.user === user && d.verb === "list" && d.resource === "pods" && d.namespace === ns), "the refusal is in the cluster's denials");
     const jobs = await kube(reader, "GET", `/apis/batch/v1/namespaces/${ns}/jobs`);
     assert.equal(jobs.body.message, `jobs.batch is forbidden: User "${user}" cannot list resource "jobs" in API group "batch" in the namespace "${ns}"`);
     await grant("reader", [

@@ -106,6 +106,8 @@ export interface TestCluster {
   isolation: Isolation;
   /** In-process access to the API semantics (for assertions and setup without HTTP). */
   api: ObjectApi;
+  /** Every 403 the authorizer gave (user, verb, resource, namespace, name, message): a product run under its chart's RBAC can assert it met none. */
+  denials: RbacAuthorizer["denials"];
   /** Errors raised inside controllers and the node agent; tests can assert it stays empty. */
   errors: unknown[];
   /** Environment for running kubectl against the cluster (KUBECONFIG, a private discovery cache). */
@@ -277,6 +279,7 @@ export async function startTestCluster(options: TestClusterOptions = {}): Promis
     isolation,
     api,
     errors,
+    denials: authorizer.denials,
     kubectlEnv: () => ({ KUBECONFIG: kubeconfigPath, KUBECACHEDIR: join(dataDir, "kubectl-cache") }),
     simulateOom: (ns, pod, container) => agentFor(ns, pod).oomKill(ns, pod, container),
     evict: (ns, pod) => agentFor(ns, pod).evictByKubelet(ns, pod),

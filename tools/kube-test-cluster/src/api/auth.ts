@@ -108,6 +108,9 @@ function subjectMatches(s: JsonObject, user: UserInfo, bindingNs: string | undef
 const publicPaths = ["/api", "/apis", "/version", "/openapi", "/healthz", "/livez", "/readyz"];
 
 export class RbacAuthorizer {
+  /** Every refusal made by check() (API requests and admission), for tests asserting a product never met a 403. */
+  readonly denials: { user: string; verb: string; resource: string; namespace?: string; name?: string; message: string }[] = [];
+
   constructor(private readonly api: ObjectApi) {}
 
   private rulesOf(kind: string, name: string, ns: string | undefined): JsonObject[] {
@@ -168,7 +171,9 @@ export class RbacAuthorizer {
   /** Throws the API server's 403 Forbidden Status when `user` may not do `a`. */
   check(user: UserInfo, a: Attributes, prefix?: string): void {
     if (this.authorize(user, a).allowed) return;
-    throw forbiddenFor(user, a, prefix);
+    const e = forbiddenFor(user, a, prefix);
+    this.denials.push({ user: user.name, verb: a.verb, resource: a.path ?? (a.subresource ? `${a.resource}/${a.subresource}` : a.resource), ...(a.namespace !== undefined ? { namespace: a.namespace } : {}), ...(a.name !== undefined ? { name: a.name } : {}), message: e.message });
+    throw e;
   }
 }
 
@@ -203,6 +208,7 @@ export function checkOwnerReferences(api: ObjectApi, authz: RbacAuthorizer, user
     const attrs: Attributes = { verb: "update", group: t.group, resource: t.resource, subresource: "finalizers", name: r.name, ...(t.namespaced ? { namespace: a.namespace } : {}) };
     if (!authz.authorize(user, attrs).allowed) {
       const inner = forbiddenFor(user, attrs).message;
+      authz.denials.push({ user: user.name, verb: "update", resource: `${t.resource}/finalizers`, ...(attrs.namespace !== undefined ? { namespace: attrs.namespace } : {}), name: r.name, message: inner });
       throw new StatusError(403, "Forbidden", `${qualified(a.resource, a.group)} "${obj.metadata.name ?? ""}" is forbidden: cannot set blockOwnerDeletion if an ownerReference refers to a resource you can't set finalizers on: ${inner}`, { name: obj.metadata.name ?? "", group: a.group, kind: a.resource });
     }
   }
