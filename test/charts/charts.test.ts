@@ -145,6 +145,18 @@ describe("render-time refusals", () => {
   }
 });
 
+describe("one controller per release (no leader election)", () => {
+  for (const chart of ["agent-job", "agent-k8s"]) {
+    test(`${chart}: agent.replicaCount other than 1 is refused with the reason; 1 renders one replica`, () => {
+      for (const n of [2, 0]) {
+        assert.match(renderFails(chart, ["--set", `agent.token=${token}`, "--set", `agent.replicaCount=${n}`]), new RegExp(`agent.replicaCount ${n}: exactly one controller may run`));
+      }
+      const all = render(chart, ["--set", `agent.token=${token}`, "--set", "agent.replicaCount=1"]);
+      assert.equal(all.find((o) => o.kind === "Deployment")!.spec.replicas, 1);
+    });
+  }
+});
+
 describe("agent-k8s node-worker specifics", () => {
   const objects = () => render("agent-k8s", ["--set", `agent.token=${token}`, "--set", "workerDaemonSet.nodeSelector.pool=runs"]);
 
