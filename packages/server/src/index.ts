@@ -4,3 +4,4 @@ export { openDatabase, type Db, type DatabaseLocation } from "./db/connect.js";
 export type { StoreContext, StoreSettings } from "./store/context.js";
 export * as store from "./store/index.js";
 export { localEventBus, postgresEventBus, type EventBus } from "./events.js";
+export { DatabaseHealth, isConnectionError } from "./db/health.js";

@@ -25,7 +25,9 @@ const presenceFlushMs = 500;
 /** Opens the database (migrating it), starts the HTTP server and the lease sweeper. */
 export async function startServer(config: ServerConfig, options: { logger?: Logger } = {}): Promise<RunningServer> {
   const log = options.logger ?? pino({ level: config.logLevel });
-  const db = await openDatabase(config.database, { logger: log });
+  // A quarter of the lease TTL without one successful round trip eats into agents' margin to
+  // renew; such a stall restarts the lease grace (see DatabaseHealth.noteSuccess).
+  const db = await openDatabase(config.database, { logger: log, stallMs: config.leaseTtlMs / 4 });
   let events;
   try {
     events = db.postgres ? await postgresEventBus(db.postgres.pool, db.postgres.settings, log) : localEventBus();
@@ -34,6 +36,7 @@ export async function startServer(config: ServerConfig, options: { logger?: Logg
     throw err;
   }
   const bus = events;
+  db.health.onStall((gapMs) => log.warn({ gapMs }, "the database stalled; lease expiry waits one more lease TTL"));
   db.health.onChange((state) => {
     if (state === "unavailable") log.error({ reason: db.health.lastError }, "database unavailable; API calls answer 503 until it returns");
     else log.warn("database available again; lease expiry resumes after one lease TTL");

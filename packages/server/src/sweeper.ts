@@ -24,24 +24,17 @@ export function startSweeper(ctx: StoreContext, log: Logger, intervalMs: number,
   let announcedGraceOf = -1;
   const sweep = async () => {
     if (health.state !== "available") return;
-    const upFor = ctx.now() - health.since;
-    if (upFor < ctx.settings.leaseTtlMs) {
-      if (announcedGraceOf !== health.since) {
-        announcedGraceOf = health.since;
-        log.info({ graceMs: ctx.settings.leaseTtlMs - upFor }, "lease expiry waits one lease TTL for agents to heartbeat (server start or database recovery)");
-      }
-      return;
-    }
     try {
-      // A database that stops answering and comes back before any deadline fires (a paused VM,
-      // a stalled disk) is an outage this process never saw as one; heartbeats to other
-      // servers may have failed meanwhile. A slow round trip here restarts the grace instead.
-      const pingStarted = Date.now();
+      // A round trip every tick, grace or not: on PostgreSQL the tracker measures the gaps
+      // between successful round trips (a stall restarts the grace), so an idle server needs one.
       await sql`select 1`.execute(ctx.db);
-      const pingMs = Date.now() - pingStarted;
-      if (pingMs > ctx.settings.leaseTtlMs / 4) {
-        health.stalled();
-        log.warn({ pingMs }, "the database stalled; lease expiry waits one more lease TTL");
+      // After the round trip: a stall it ended has just moved `since`.
+      const upFor = ctx.now() - health.since;
+      if (upFor < ctx.settings.leaseTtlMs) {
+        if (announcedGraceOf !== health.since) {
+          announcedGraceOf = health.since;
+          log.info({ graceMs: ctx.settings.leaseTtlMs - upFor }, "lease expiry waits one lease TTL for agents to heartbeat (server start or database recovery)");
+        }
         return;
       }
       const { requeued, lost } = await expireLeases(ctx);

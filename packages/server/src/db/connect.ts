@@ -36,7 +36,7 @@ export type DatabaseLocation =
   | { kind: "postgres"; url: string; poolSize?: number; connectTimeoutMs?: number; statementTimeoutMs?: number };
 
 /** Opens the database and applies every pending migration. */
-export async function openDatabase(location: DatabaseLocation, options: { logger?: Logger } = {}): Promise<Db> {
+export async function openDatabase(location: DatabaseLocation, options: { logger?: Logger; stallMs?: number } = {}): Promise<Db> {
   const log = options.logger ?? pino({ level: "silent" });
   let kysely: Kysely<Database>;
   let dialect: Dialect;
@@ -76,7 +76,7 @@ export async function openDatabase(location: DatabaseLocation, options: { logger
       statementTimeoutMs: location.statementTimeoutMs ?? defaultPgTimeouts.statementTimeoutMs,
     };
     // The probe is only ever called after the pool exists (on a failure of one of its calls).
-    health = new DatabaseHealth(() => pool.probe());
+    health = new DatabaseHealth(() => pool.probe(), options.stallMs === undefined ? {} : { stallMs: options.stallMs });
     const pool = new GuardedPgPool(settings, location.poolSize ?? 10, health, log);
     postgres = { settings, pool };
     kysely = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });

@@ -70,11 +70,19 @@ export class DatabaseHealth {
   private probeDelayMs: number;
   private closed = false;
   private verifying = false;
+  private lastOkAt: number | undefined;
+  private readonly stallListeners = new Set<(gapMs: number) => void>();
   private readonly listeners = new Set<(state: DatabaseState) => void>();
 
   constructor(
     private readonly probe: () => Promise<void>,
-    private readonly options: { now?: () => number; minProbeMs?: number; maxProbeMs?: number } = {},
+    private readonly options: {
+      now?: () => number;
+      minProbeMs?: number;
+      maxProbeMs?: number;
+      /** A gap between successful round trips longer than this counts as a stall (see noteSuccess). */
+      stallMs?: number;
+    } = {},
   ) {
     this.changedAt = this.now();
     this.probeDelayMs = this.options.minProbeMs ?? 200;
@@ -141,12 +149,24 @@ export class DatabaseHealth {
   }
 
   /**
-   * The database answered, but only after a stall long enough that agents' heartbeats may have
-   * failed meanwhile: the lease grace starts over, as after an outage.
+   * Records a successful round trip. When the one before it was longer ago than `stallMs`, the
+   * database (or this process) stalled: a paused VM or a frozen disk answers again before any
+   * deadline fires, an outage this process never saw as one, while agents' heartbeats through
+   * other servers may have failed. The lease grace then starts over, as after an outage.
    */
-  stalled(): void {
-    if (this.closed || this.current !== "available") return;
-    this.changedAt = this.now();
+  noteSuccess(): void {
+    const now = this.now();
+    const stallMs = this.options.stallMs;
+    if (stallMs !== undefined && this.lastOkAt !== undefined && now - this.lastOkAt > stallMs && this.current === "available") {
+      this.changedAt = now;
+      for (const l of this.stallListeners) l(now - this.lastOkAt);
+    }
+    this.lastOkAt = now;
+  }
+
+  /** Calls `listener` with the gap's length whenever `noteSuccess` detects a stall. */
+  onStall(listener: (gapMs: number) => void): void {
+    this.stallListeners.add(listener);
   }
 
   /** Turns the state unavailable (idempotent) and starts probing for the database's return. */
@@ -183,6 +203,7 @@ export class DatabaseHealth {
 
   private markAvailable(): void {
     if (this.closed || this.current === "available") return;
+    this.lastOkAt = this.now();
     this.current = "available";
     this.reason = "";
     this.changedAt = this.now();
@@ -205,5 +226,6 @@ export class DatabaseHealth {
     clearTimeout(this.probing);
     this.probing = undefined;
     this.listeners.clear();
+    this.stallListeners.clear();
   }
 }

@@ -42,7 +42,7 @@ export class GuardedPgPool implements PostgresPool {
   readonly raw: pg.Pool;
 
   constructor(
-    settings: PgConnectionSettings,
+    private readonly settings: PgConnectionSettings,
     max: number,
     /** The tracker this pool reports connection failures to. */
     readonly health: DatabaseHealth,
@@ -77,18 +77,20 @@ export class GuardedPgPool implements PostgresPool {
     }
   }
 
-  /** A probe that bypasses the fail-fast check: it is how the tracker sees the database return. */
+  /**
+   * Checks the database on a connection of its own: it bypasses the fail-fast check (it is how
+   * the tracker sees the database return) and the pool's queue (a saturated pool is load, not
+   * an outage).
+   */
   async probe(): Promise<void> {
-    const client = await this.raw.connect();
-    let failed: Error | undefined;
-    client.on("error", (err) => (failed = err));
+    const client = new pg.Client(pgClientConfig(this.settings));
+    client.on("error", () => undefined);
     try {
+      await client.connect();
       await client.query("select 1");
-    } catch (err) {
-      failed = err instanceof Error ? err : new Error(String(err));
-      throw err;
     } finally {
-      client.release(failed ?? false);
+      // Not awaited: ending waits for the server to close its side, which a halted one never does.
+      void client.end().catch(() => undefined);
     }
   }
 
@@ -119,14 +121,20 @@ class GuardedClient implements PostgresPoolClient {
   query<R>(sqlOrCursor: string | PostgresCursor<R>, parameters?: ReadonlyArray<unknown>): Promise<PostgresQueryResult<R>> | PostgresCursor<R> {
     if (typeof sqlOrCursor !== "string") throw new Error("cursors are not used by the Drover server");
     if (this.broken) return Promise.reject(new DatabaseUnavailableError(describeError(this.broken), this.broken));
-    return (this.client.query(sqlOrCursor, parameters as unknown[]) as unknown as Promise<PostgresQueryResult<R>>).catch((err: unknown) => {
+    return (this.client.query(sqlOrCursor, parameters as unknown[]) as unknown as Promise<PostgresQueryResult<R>>).then(
+      (result) => {
+        this.health.noteSuccess();
+        return result;
+      },
+      (err: unknown) => {
       const mapped = this.health.failure(err);
       if (mapped instanceof DatabaseUnavailableError) this.broken = err instanceof Error ? err : new Error(String(err));
       else if ((err as { code?: unknown }).code === "57014") {
         throw new DatabaseUnavailableError("a statement ran past DROVER_DATABASE_STATEMENT_TIMEOUT_SECONDS", err);
       }
       throw mapped;
-    });
+      },
+    );
   }
 
   release(): void {
