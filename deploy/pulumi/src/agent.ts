@@ -3,8 +3,12 @@ import * as pulumi from "@pulumi/pulumi";
 import { agentTaskCrd } from "./crd.js";
 import { strategicMerge } from "./strategic-merge.js";
 
-/** How the agent runs jobs: as local processes in its pods, or one Kubernetes Job per run phase. */
-export type AgentMode = "local" | "job";
+/**
+ * How the agent runs jobs: as local processes in its pods (`local`), one Kubernetes Job per run
+ * phase with its own worker container (`job`), or Jobs holding only the runner, driven by a
+ * per-node worker DaemonSet (`node`, the agent-k8s chart's default design).
+ */
+export type AgentMode = "local" | "job" | "node";
 export type ShutdownMode = "graceful" | "drain" | "force";
 
 /** Inputs of a Drover agent installation. */
@@ -13,8 +17,15 @@ export interface DroverAgentArgs {
   namespace: string;
   /** Create the namespace (default true). */
   createNamespace?: boolean;
-  /** `local` (a Deployment of `drover agent run`) or `job` (a controller launching Jobs). */
+  /** `local` (a Deployment of `drover agent run`), `job` (a controller launching Jobs) or `node` (job + per-node workers). */
   mode?: AgentMode;
+  /**
+   * Node mode: the nodes' data home (hostPath, type Directory). Each node must have it, owned
+   * by UID/GID 1000 (mode 0711), before the worker starts there. Default /var/lib/drover-agent.
+   */
+  nodeDataHome?: string;
+  /** Node mode: where the node workers run (the nodes run pods may land on). */
+  nodeSelector?: Record<string, string>;
   /** The pool token (drv_p_…); stored as a Pulumi secret and a Kubernetes Secret. Or tokenExistingSecret. */
   token?: pulumi.Input<string>;
   /** A Secret of the namespace that already holds the pool token (instead of `token`); key defaults to `token`. */
@@ -102,8 +113,9 @@ export function validateArgs(args: DroverAgentArgs): void {
     if (reservedEnv.has(key)) throw new Error(`env ${key} is set by the component itself; use the matching argument instead`);
   }
   if ((args.mode ?? "local") === "local" && (args.concurrency ?? 1) > 5) throw new Error("concurrency of a local agent is at most 5");
-  if (args.mode === "job" && (args.replicas ?? 1) !== 1) {
-    throw new Error(`replicas ${args.replicas} in job mode: exactly one controller may run (two would launch and supervise the same Jobs; there is no leader election). Raise concurrency instead`);
+  if (args.nodeDataHome !== undefined && !/^\/[^\0]*[^/]$/.test(args.nodeDataHome)) throw new Error(`nodeDataHome must be an absolute path without a trailing slash, got ${JSON.stringify(args.nodeDataHome)}`);
+  if ((args.mode === "job" || args.mode === "node") && (args.replicas ?? 1) !== 1) {
+    throw new Error(`replicas ${args.replicas} in ${args.mode} mode: exactly one controller may run (two would launch and supervise the same Jobs; there is no leader election). Raise concurrency instead`);
   }
   if ((args.token === undefined) === (args.tokenExistingSecret === undefined)) throw new Error("set exactly one of token and tokenExistingSecret");
   const pdb = args.podDisruptionBudget;
@@ -155,8 +167,10 @@ export class DroverAgent extends pulumi.ComponentResource {
     super("drover:kubernetes:Agent", name, {}, opts);
     validateArgs(args);
     const mode = args.mode ?? "local";
+    // job and node modes both run a controller that launches Jobs.
+    const controllerMode = mode !== "local";
     const image = args.image ?? "ghcr.io/drover-dev/drover:0.1.0";
-    const labels = { "app.kubernetes.io/name": "drover-agent", "app.kubernetes.io/instance": name, "app.kubernetes.io/component": mode === "job" ? "controller" : "agent" };
+    const labels = { "app.kubernetes.io/name": "drover-agent", "app.kubernetes.io/instance": name, "app.kubernetes.io/component": controllerMode ? "controller" : "agent" };
     const taskLabels = { "app.kubernetes.io/name": "drover-task", "app.kubernetes.io/instance": name };
     const parent = { parent: this };
 
@@ -175,7 +189,7 @@ export class DroverAgent extends pulumi.ComponentResource {
       : undefined;
     const sa = new k8s.core.v1.ServiceAccount(
       `${name}-sa`,
-      { metadata: { ...metadata(mode === "job" ? "controller" : "agent"), annotations: args.serviceAccountAnnotations ?? {} }, automountServiceAccountToken: mode === "job" },
+      { metadata: { ...metadata(controllerMode ? "controller" : "agent"), annotations: args.serviceAccountAnnotations ?? {} }, automountServiceAccountToken: controllerMode },
       inNs,
     );
     const proxyEnv: k8s.types.input.core.v1.EnvVar[] = [
@@ -188,11 +202,11 @@ export class DroverAgent extends pulumi.ComponentResource {
     const grace = args.terminationGracePeriodSeconds ?? 120;
     const env: k8s.types.input.core.v1.EnvVar[] = [
       { name: "DROVER_TOKEN", valueFrom: { secretKeyRef: tokenRef } },
-      { name: "DROVER_AGENT_DRIVER", value: mode === "job" ? "kubernetes" : "local" },
-      { name: "DROVER_AGENT_CONCURRENCY", value: String(args.concurrency ?? (mode === "job" ? 10 : 1)) },
+      { name: "DROVER_AGENT_DRIVER", value: controllerMode ? "kubernetes" : "local" },
+      { name: "DROVER_AGENT_CONCURRENCY", value: String(args.concurrency ?? (controllerMode ? 10 : 1)) },
       // Job mode: a stable name, so a replaced controller pod finds the Jobs its predecessor
       // launched (they carry this name in their labels). Local agents each register their own.
-      mode === "job" ? { name: "DROVER_AGENT_NAME", value: `${name}-controller` } : { name: "DROVER_AGENT_NAME", valueFrom: { fieldRef: { fieldPath: "metadata.name" } } },
+      controllerMode ? { name: "DROVER_AGENT_NAME", value: `${name}-controller` } : { name: "DROVER_AGENT_NAME", valueFrom: { fieldRef: { fieldPath: "metadata.name" } } },
       { name: "DROVER_AGENT_WORKER_ON_STOP_ACTION", value: args.shutdownMode ?? "graceful" },
       { name: "DROVER_AGENT_GRACE_PERIOD_SECONDS", value: String(grace) },
       { name: "DROVER_AGENT_DATA_DIR", value: "/var/lib/drover/data" },
@@ -202,11 +216,11 @@ export class DroverAgent extends pulumi.ComponentResource {
     if (args.url) env.push({ name: "DROVER_URL", value: args.url });
     if (ca) env.push({ name: "DROVER_CA_CERT", value: "/etc/drover/ca/ca.crt" });
     env.push(...proxyEnv);
-    if (mode === "job") env.push({ name: "DROVER_AGENT_KUBERNETES_WORKER_IMAGE", value: image });
+    if (controllerMode) env.push({ name: "DROVER_AGENT_KUBERNETES_WORKER_IMAGE", value: image });
     for (const [k, v] of Object.entries(args.env ?? {})) env.push({ name: k, value: v });
 
     let taskTemplate: k8s.apiextensions.CustomResource | undefined;
-    if (mode === "job") {
+    if (controllerMode) {
       const taskSa = new k8s.core.v1.ServiceAccount(
         `${name}-task-sa`,
         { metadata: { ...metadata("task"), annotations: args.taskServiceAccountAnnotations ?? {} }, automountServiceAccountToken: false },
@@ -233,11 +247,14 @@ export class DroverAgent extends pulumi.ComponentResource {
         {
           metadata: metadata("controller"),
           rules: [
+            // What the controller's code calls, as the charts grant it (test/charts/rbac.test.ts).
             { apiGroups: ["batch"], resources: ["jobs"], verbs: ["get", "list", "watch", "create", "delete"] },
-            { apiGroups: [""], resources: ["pods", "pods/log", "events"], verbs: ["get", "list", "watch"] },
-            { apiGroups: [""], resources: ["secrets"], verbs: ["create", "get", "delete"] },
-            { apiGroups: ["drover.dev"], resources: ["agenttasks"], verbs: ["get", "list", "watch"] },
-            { apiGroups: ["drover.dev"], resources: ["agenttasks/status"], verbs: ["update", "patch"] },
+            { apiGroups: [""], resources: ["pods"], verbs: ["list", "watch"] },
+            { apiGroups: [""], resources: ["events"], verbs: ["list"] },
+            { apiGroups: [""], resources: ["secrets"], verbs: ["get", "create"] },
+            { apiGroups: ["drover.dev"], resources: ["agenttasks"], verbs: ["get"] },
+            // Node mode: per run, a Role and RoleBinding granting the node workers that run's job Secret only.
+            ...(mode === "node" ? [{ apiGroups: ["rbac.authorization.k8s.io"], resources: ["roles", "rolebindings"], verbs: ["create"] }] : []),
           ],
         },
         inNs,
@@ -302,6 +319,11 @@ export class DroverAgent extends pulumi.ComponentResource {
         { ...inNs, dependsOn: [...inNs.dependsOn, ...(crd ? [crd] : [])] },
       );
       env.push({ name: "DROVER_AGENT_KUBERNETES_TASK_TEMPLATE", value: `${name}-task-template` });
+      if (mode === "node") {
+        const home = args.nodeDataHome ?? "/var/lib/drover-agent";
+        const workerSa = this.nodeWorkers(name, args, { image, home, grace, proxyEnv, ca, caMount, metadata, inNs });
+        env.push({ name: "DROVER_AGENT_NODE_HOME", value: home }, { name: "DROVER_AGENT_NODE_WORKER_SERVICE_ACCOUNT", value: workerSa });
+      }
     }
     this.taskTemplate = taskTemplate;
 
@@ -313,10 +335,10 @@ export class DroverAgent extends pulumi.ComponentResource {
         securityContext: podSecurityContext,
         containers: [
           {
-            name: mode === "job" ? "controller" : "agent",
+            name: controllerMode ? "controller" : "agent",
             image,
             imagePullPolicy: args.imagePullPolicy ?? "IfNotPresent",
-            args: mode === "job" ? ["agent", "controller"] : ["agent", "run"],
+            args: controllerMode ? ["agent", "controller"] : ["agent", "run"],
             env,
             ports: [{ name: "health", containerPort: 8080 }],
             livenessProbe: { httpGet: { path: "/healthz", port: "health" } },
@@ -342,7 +364,7 @@ export class DroverAgent extends pulumi.ComponentResource {
     this.deployment = new k8s.apps.v1.Deployment(
       `${name}-deployment`,
       {
-        metadata: metadata(mode === "job" ? "controller" : "agent"),
+        metadata: metadata(controllerMode ? "controller" : "agent"),
         spec: {
           replicas: args.replicas ?? 1,
           selector: { matchLabels: labels },
@@ -375,5 +397,96 @@ export class DroverAgent extends pulumi.ComponentResource {
       );
     }
     this.registerOutputs({ namespace: this.namespace });
+  }
+
+  /**
+   * Node mode's per-node workers: a DaemonSet of `drover agent node-worker` with the nodes' data
+   * home, under a ServiceAccount that may only read pods (each run's job Secret is granted to it
+   * by the controller, per run). Returns that ServiceAccount's name.
+   */
+  private nodeWorkers(
+    name: string,
+    args: DroverAgentArgs,
+    o: {
+      image: string;
+      home: string;
+      grace: number;
+      proxyEnv: k8s.types.input.core.v1.EnvVar[];
+      ca: k8s.core.v1.Secret | undefined;
+      caMount: k8s.types.input.core.v1.VolumeMount;
+      metadata: (suffix: string) => { name: string; namespace: pulumi.Output<string>; labels: Record<string, string> };
+      inNs: pulumi.CustomResourceOptions;
+    },
+  ): string {
+    const saName = `${name}-node-worker`;
+    const labels = { "app.kubernetes.io/name": "drover-agent", "app.kubernetes.io/instance": name, "app.kubernetes.io/component": "node-worker" };
+    const meta = { ...o.metadata("node-worker"), labels };
+    const sa = new k8s.core.v1.ServiceAccount(`${name}-node-worker-sa`, { metadata: meta, automountServiceAccountToken: true }, o.inNs);
+    const role = new k8s.rbac.v1.Role(`${name}-node-worker`, { metadata: meta, rules: [{ apiGroups: [""], resources: ["pods"], verbs: ["get", "list", "watch"] }] }, o.inNs);
+    new k8s.rbac.v1.RoleBinding(
+      `${name}-node-worker`,
+      { metadata: meta, roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "Role", name: role.metadata.name }, subjects: [{ kind: "ServiceAccount", name: sa.metadata.name, namespace: meta.namespace }] },
+      o.inNs,
+    );
+    const env: k8s.types.input.core.v1.EnvVar[] = [
+      { name: "DROVER_AGENT_NODE_NAME", valueFrom: { fieldRef: { fieldPath: "spec.nodeName" } } },
+      { name: "DROVER_AGENT_KUBERNETES_NAMESPACE", valueFrom: { fieldRef: { fieldPath: "metadata.namespace" } } },
+      { name: "DROVER_AGENT_NODE_HOME", value: o.home },
+      // It supervises only the run pods of this installation's controller.
+      { name: "DROVER_AGENT_CONTROLLER_NAME", value: `${name}-controller` },
+      { name: "DROVER_AGENT_HEALTH_PORT", value: "8080" },
+      { name: "DROVER_AGENT_WORKER_ON_STOP_ACTION", value: args.shutdownMode ?? "graceful" },
+      { name: "DROVER_AGENT_GRACE_PERIOD_SECONDS", value: String(o.grace) },
+      ...(args.url ? [{ name: "DROVER_URL", value: args.url }] : []),
+      ...(o.ca ? [{ name: "DROVER_CA_CERT", value: "/etc/drover/ca/ca.crt" }] : []),
+      ...o.proxyEnv,
+    ];
+    new k8s.apps.v1.DaemonSet(
+      `${name}-node-worker`,
+      {
+        metadata: meta,
+        spec: {
+          selector: { matchLabels: labels },
+          // An upgrade must not restart a worker under runs in progress (they would end errored).
+          updateStrategy: { type: "OnDelete" },
+          template: {
+            metadata: { labels, annotations: { "cluster-autoscaler.kubernetes.io/safe-to-evict": "false", "karpenter.sh/do-not-disrupt": "true" } },
+            spec: {
+              serviceAccountName: sa.metadata.name,
+              terminationGracePeriodSeconds: o.grace,
+              securityContext: podSecurityContext,
+              nodeSelector: args.nodeSelector,
+              containers: [
+                {
+                  name: "worker",
+                  image: o.image,
+                  imagePullPolicy: args.imagePullPolicy ?? "IfNotPresent",
+                  args: ["agent", "node-worker"],
+                  env,
+                  ports: [{ name: "health", containerPort: 8080 }],
+                  livenessProbe: { httpGet: { path: "/healthz", port: "health" } },
+                  readinessProbe: { httpGet: { path: "/readyz", port: "health" } },
+                  resources: { requests: { cpu: "50m", memory: "128Mi", "ephemeral-storage": "64Mi" } },
+                  securityContext,
+                  volumeMounts: [
+                    // At the node's own path: run pods mount their directory at the same path.
+                    { name: "home", mountPath: o.home },
+                    { name: "tmp", mountPath: "/tmp" },
+                    ...(o.ca ? [o.caMount] : []),
+                  ],
+                },
+              ],
+              volumes: [
+                { name: "home", hostPath: { path: o.home, type: "Directory" } },
+                { name: "tmp", emptyDir: { sizeLimit: "256Mi" } },
+                ...(o.ca ? [{ name: "ca", secret: { secretName: o.ca.metadata.name } }] : []),
+              ],
+            },
+          },
+        },
+      },
+      o.inNs,
+    );
+    return saName;
   }
 }

@@ -177,6 +177,39 @@ describe("DroverAgent (Pulumi mocks)", () => {
     assert.equal(byType("kubernetes:policy/v1:PodDisruptionBudget").length, 0, "no PDB unless asked for");
   });
 
+  test("node mode: controller with the node home, a per-node worker DaemonSet whose Role reads pods only", async () => {
+    await install({ mode: "node", url: "https://d.example", nodeDataHome: "/srv/drover", nodeSelector: { pool: "runs" }, proxy: { httpsProxy: "http://p:3128" } });
+    const controller = one("kubernetes:apps/v1:Deployment").inputs.spec.template.spec.containers[0];
+    const env = Object.fromEntries(controller.env.map((e: any) => [e.name, e.value ?? e.valueFrom]));
+    assert.deepEqual(controller.args, ["agent", "controller"]);
+    assert.equal(env.DROVER_AGENT_NODE_HOME, "/srv/drover");
+    assert.equal(env.DROVER_AGENT_NAME, "drv-controller");
+    const ds = one("kubernetes:apps/v1:DaemonSet").inputs;
+    assert.equal(ds.spec.updateStrategy.type, "OnDelete", "an upgrade does not restart workers under runs");
+    const pod = ds.spec.template.spec;
+    assert.deepEqual(pod.nodeSelector, { pool: "runs" });
+    assert.equal(pod.securityContext.fsGroup, 1000);
+    const worker = pod.containers[0];
+    assert.deepEqual(worker.args, ["agent", "node-worker"]);
+    const wenv = Object.fromEntries(worker.env.map((e: any) => [e.name, e.value ?? e.valueFrom]));
+    assert.equal(wenv.DROVER_AGENT_CONTROLLER_NAME, env.DROVER_AGENT_NAME, "it supervises this controller's run pods");
+    assert.equal(wenv.DROVER_AGENT_NODE_HOME, "/srv/drover");
+    assert.equal(wenv.DROVER_URL, "https://d.example");
+    assert.equal(wenv.HTTPS_PROXY, "http://p:3128");
+    assert.equal(wenv.DROVER_TOKEN, undefined, "no pool token in the node worker");
+    assert.deepEqual(pod.volumes[0].hostPath, { path: "/srv/drover", type: "Directory" });
+    assert.deepEqual(worker.volumeMounts[0], { name: "home", mountPath: "/srv/drover" });
+    assert.equal(pod.serviceAccountName, env.DROVER_AGENT_NODE_WORKER_SERVICE_ACCOUNT, "the controller grants each run's job Secret to this ServiceAccount");
+    const roles = Object.fromEntries(byType("kubernetes:rbac.authorization.k8s.io/v1:Role").map((r) => [r.name, r.inputs.rules]));
+    assert.deepEqual(roles["drv-node-worker"], [{ apiGroups: [""], resources: ["pods"], verbs: ["get", "list", "watch"] }], "no Secret: not the pool token");
+    assert.ok(roles["drv-controller"].some((r: any) => r.resources.includes("roles") && r.resources.includes("rolebindings") && r.verbs.join() === "create"));
+    assert.ok(roles["drv-controller"].every((r: any) => !r.resources.includes("pods/log") && !(r.resources.includes("secrets") && r.verbs.includes("delete"))), "trimmed to the calls the code makes");
+    await install({ mode: "job" });
+    assert.equal(byType("kubernetes:apps/v1:DaemonSet").length, 0);
+    const jobRules = one("kubernetes:rbac.authorization.k8s.io/v1:Role").inputs.rules;
+    assert.ok(jobRules.every((r: any) => !r.resources.includes("roles")), "job mode grants no RBAC creation");
+  });
+
   test("bad settings are refused with one clear message", async () => {
     const { validateArgs } = await import("../src/index.js");
     assert.throws(() => validateArgs({ namespace: "n", token: "t", shutdownMode: "drain", terminationGracePeriodSeconds: 60 }), /too short for shutdownMode drain/);
@@ -184,6 +217,8 @@ describe("DroverAgent (Pulumi mocks)", () => {
     assert.throws(() => validateArgs({ namespace: "n", token: "t", concurrency: 6 }), /at most 5/);
     assert.doesNotThrow(() => validateArgs({ namespace: "n", token: "t", shutdownMode: "force", terminationGracePeriodSeconds: 10 }));
     assert.throws(() => validateArgs({ namespace: "n", token: "t", mode: "job", replicas: 2 }), /replicas 2 in job mode: exactly one controller may run/);
+    assert.throws(() => validateArgs({ namespace: "n", token: "t", mode: "node", replicas: 3 }), /replicas 3 in node mode: exactly one controller may run/);
+    assert.throws(() => validateArgs({ namespace: "n", token: "t", mode: "node", nodeDataHome: "relative/dir" }), /nodeDataHome must be an absolute path/);
     assert.doesNotThrow(() => validateArgs({ namespace: "n", token: "t", mode: "local", replicas: 3 }));
     assert.throws(() => validateArgs({ namespace: "n", token: "t", tokenExistingSecret: { name: "s" } }), /exactly one of token and tokenExistingSecret/);
     assert.throws(() => validateArgs({ namespace: "n" }), /exactly one of token and tokenExistingSecret/);
