@@ -249,7 +249,8 @@ describe("job tokens end with their reasons (8)", () => {
   });
 
   test("a cancel the agent ignores becomes a force-cancel after DROVER_FORCE_CANCEL_AFTER_SECONDS", async () => {
-    const quick = await startTestServer({ DROVER_FORCE_CANCEL_AFTER_SECONDS: "1" });
+    // The sweeper waits one lease TTL after start before it ends anything: keep that short.
+    const quick = await startTestServer({ DROVER_FORCE_CANCEL_AFTER_SECONDS: "1", DROVER_LEASE_TTL_SECONDS: "2" });
     try {
       await quick.api("POST", "/api/v1/pools", { name: "q" });
       const agent = await registerAgent(quick, "q", "deaf");
@@ -258,7 +259,7 @@ describe("job tokens end with their reasons (8)", () => {
       await call(quick, "POST", `/api/agent/v1/jobs/${job.jobId}/start`, job.jobToken);
       assert.equal((await quick.api("POST", `/api/v1/runs/${runId}/cancel`)).body.status, "planning");
       // The agent keeps heartbeating but never stops; the sweeper ends the job.
-      const deadline = Date.now() + 30_000;
+      const deadline = Date.now() + 60_000;
       let run: any;
       for (;;) {
         await call(quick, "POST", `/api/agent/v1/jobs/${job.jobId}/heartbeat`, job.jobToken);
@@ -338,5 +339,46 @@ describe("user tokens (9)", () => {
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
+  });
+});
+
+describe("uploads per caller (1)", () => {
+  test("a third concurrent large upload from one token is refused (429) before its body is read", async () => {
+    const { request } = await import("node:http");
+    await server.api("POST", "/api/v1/workspaces", { name: "uploads", pool: "sec" });
+    const statuses: number[] = [];
+    let refused: () => void = () => undefined;
+    const firstRefusal = new Promise<void>((r) => (refused = r));
+    /** Sends the headers and 1 MB of a 50 MB upload, then waits: the upload stays in progress. */
+    const stalled = () => {
+      const req = request(`${server.url}/api/v1/workspaces/uploads/configuration-versions`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${server.adminToken}`, "content-type": "application/gzip", "content-length": String(50 * 1024 * 1024) },
+      });
+      req.on("error", () => undefined);
+      req.on("response", (res) => {
+        statuses.push(res.statusCode ?? 0);
+        res.resume();
+        refused();
+      });
+      req.write(Buffer.alloc(1024 * 1024));
+      return req;
+    };
+    const uploads = [stalled(), stalled(), stalled()];
+    try {
+      await firstRefusal;
+      assert.deepEqual(statuses, [429], "exactly one of three concurrent uploads was refused; two are in progress");
+      // Small requests of the same caller are not affected.
+      assert.equal((await server.api("GET", "/api/v1/workspaces/uploads")).status, 200);
+    } finally {
+      for (const req of uploads) req.destroy();
+    }
+    // Once they end, uploads are accepted again (a bad archive here, so 422).
+    const deadline = Date.now() + 10_000;
+    let after = 429;
+    while (after === 429 && Date.now() < deadline) {
+      after = (await server.api("POST", "/api/v1/workspaces/uploads/configuration-versions", Buffer.alloc(2 * 1024 * 1024), { "content-type": "application/gzip" })).status;
+    }
+    assert.equal(after, 422);
   });
 });

@@ -24,6 +24,7 @@ export const errorCodes = [
   "database_read_only",
   "storage_full",
   "log_incomplete",
+  "too_many_requests",
 ] as const;
 export type ErrorCode = (typeof errorCodes)[number];
 
@@ -46,6 +47,7 @@ const statusByCode: Record<ErrorCode, number> = {
   state_locked: 423,
   internal: 500,
   database_unavailable: 503,
+  too_many_requests: 429,
   database_read_only: 503,
   storage_full: 507,
   // Raised by clients (a log read that stopped short), never sent by the server.

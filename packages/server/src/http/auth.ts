@@ -1,4 +1,4 @@
-import { DroverError, tokenKind, type Agent } from "@drover/protocol";
+import { DroverError, hashToken, tokenKind, type Agent } from "@drover/protocol";
 import type { FastifyReply, FastifyRequest, onRequestAsyncHookHandler } from "fastify";
 import { authenticateSession } from "../store/agents.js";
 import type { StoreContext } from "../store/context.js";
@@ -69,16 +69,40 @@ export async function requireStateCaller(ctx: StoreContext, request: FastifyRequ
  */
 const callers = new WeakMap<FastifyRequest, unknown>();
 
+/** Bodies above this size count as uploads, of which one caller may send `maxUploadsPerCaller` at once. */
+export const largeBodyBytes = 1024 * 1024;
+/** Concurrent large uploads per token: each is buffered (up to its route's limit) before it is stored. */
+export const maxUploadsPerCaller = 2;
+const uploadsInFlight = new Map<string, number>();
+
 /** An onRequest hook that authenticates with `check` and keeps what it returns for the handler. */
 export function authenticateFirst<T>(check: (request: FastifyRequest) => Promise<T>): onRequestAsyncHookHandler {
   return async function (request, reply) {
     try {
       callers.set(request, await check(request));
+      claimUploadSlot(request, reply);
     } catch (err) {
       if (hasBody(request)) void reply.header("connection", "close");
       throw err;
     }
   };
+}
+
+/** Refuses a caller's third concurrent large upload (429) before its body is read. */
+function claimUploadSlot(request: FastifyRequest, reply: FastifyReply): void {
+  const length = Number(request.headers["content-length"] ?? "0");
+  if (!(length > largeBodyBytes || request.headers["transfer-encoding"] !== undefined)) return;
+  const key = hashToken(presentedToken(request));
+  const now = uploadsInFlight.get(key) ?? 0;
+  if (now >= maxUploadsPerCaller) {
+    throw new DroverError("too_many_requests", `this token already has ${now} large uploads in progress; wait for one to finish and retry`);
+  }
+  uploadsInFlight.set(key, now + 1);
+  reply.raw.once("close", () => {
+    const left = (uploadsInFlight.get(key) ?? 1) - 1;
+    if (left <= 0) uploadsInFlight.delete(key);
+    else uploadsInFlight.set(key, left);
+  });
 }
 
 /** What the request's onRequest authentication returned. */
