@@ -145,6 +145,19 @@ describe("render-time refusals", () => {
   }
 });
 
+describe("podLabels (the seed's agent.podLabels)", () => {
+  for (const chart of ["agent-job", "agent-k8s"]) {
+    test(`${chart}: labels the controller pod, never overriding the selector labels`, () => {
+      const all = render(chart, ["--set", `agent.token=${token}`, "--set", "podLabels.team=infra", "--set", "podLabels.app\\.kubernetes\\.io/instance=other"]);
+      const deploy = all.find((o) => o.kind === "Deployment")!;
+      const labels = deploy.spec.template.metadata.labels;
+      assert.equal(labels.team, "infra");
+      assert.equal(labels["app.kubernetes.io/instance"], "rel");
+      for (const [k, v] of Object.entries(deploy.spec.selector.matchLabels)) assert.equal(labels[k], v, `the selector still matches on ${k}`);
+    });
+  }
+});
+
 describe("one controller per release (no leader election)", () => {
   for (const chart of ["agent-job", "agent-k8s"]) {
     test(`${chart}: agent.replicaCount other than 1 is refused with the reason; 1 renders one replica`, () => {
