@@ -286,3 +286,14 @@ test("(5) DROVER_AGENT_RUN_AS_USER refuses root and non-numeric values at start 
     assert.match(agent.output(), message);
   }
 });
+
+test("(12) the CLI escapes control characters of an error message stored before the server escaped them", async () => {
+  await workspace("old-ansi");
+  const dir = writeConfig(stack.dir, "old-ansi", { "main.tf": "" });
+  const runId = await stack.startRun(dir, "old-ansi", ["--plan-only"]);
+  await stack.waitForRun(runId, ["planned_and_finished", "errored"]);
+  await stack.server.store.db.updateTable("runs").set({ status: "errored", error_message: "boom \u001b]0;pwned\u0007\u001b[2J" }).where("id", "=", runId).execute();
+  const shown = await stack.cli(["run", "show", runId]);
+  assert.ok(!shown.stdout.includes("\u001b"), JSON.stringify(shown.stdout));
+  assert.match(shown.stdout, /boom \\u\{1b\}\]0;pwned/);
+});

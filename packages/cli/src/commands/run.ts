@@ -1,4 +1,4 @@
-import { configurationVersionSchema, jobSchema, listOf, runSchema, type Phase, type Run } from "@drover/protocol";
+import { configurationVersionSchema, escapeControlChars, jobSchema, listOf, runSchema, type Phase, type Run } from "@drover/protocol";
 import { Option, type Command } from "commander";
 import { resolve } from "node:path";
 import type { ApiClient } from "../api-client.js";
@@ -8,8 +8,10 @@ import { followRun } from "../follow.js";
 import { printPhaseLog } from "../logs.js";
 import { packDirectory } from "../pack.js";
 
+// The error message is the agent's text: escaped again here, so a message stored before the
+// server escaped them cannot drive the terminal either.
 const summary = (r: Run) =>
-  `Run ${r.id}: ${r.status}${r.planSummary ? ` (plan: ${r.planSummary.add} to add, ${r.planSummary.change} to change, ${r.planSummary.destroy} to destroy)` : ""}${r.errorMessage ? `\n${r.errorMessage}` : ""}`;
+  `Run ${r.id}: ${r.status}${r.planSummary ? ` (plan: ${r.planSummary.add} to add, ${r.planSummary.change} to change, ${r.planSummary.destroy} to destroy)` : ""}${r.errorMessage ? `\n${escapeControlChars(r.errorMessage)}` : ""}`;
 
 /** Follows a run (logs to stdout, or stderr with --json), prints its end, sets the exit code. */
 async function followAndReport(api: ApiClient, run: Run, opts: CommonOptions & { follow?: boolean }, phases?: Phase[]): Promise<void> {
