@@ -13,6 +13,7 @@ export * from "./queue.js";
 export * from "./runs.js";
 export * from "./state.js";
 export * from "./user-tokens.js";
+export { poolWaiters } from "./waiters.js";
 export * from "./variables.js";
 export * from "./workspaces.js";
 export * from "./presence.js";
