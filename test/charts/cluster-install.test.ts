@@ -9,71 +9,22 @@
 // And agent-k8s: controller and per-node worker Ready through their probes, the worker's
 // root init container prepares the hostPath data home, examples/hello completes.
 import assert from "node:assert/strict";
-import { execFileSync, spawn } from "node:child_process";
-import { chmodSync, mkdirSync, readdirSync, writeFileSync } from "node:fs";
-import { dirname, join } from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
+import { mkdirSync, readdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
-import { droverBin } from "../support/processes.js";
+import { applyRendered, createServiceMonitorCrd, droverImageOptions, isReady, kubectlOut, namespace, repo, template } from "../support/chart-cluster.js";
 import { kube, startTestCluster, until, type TestCluster } from "../kube/cluster.js";
 
-const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
-const { tools } = (await import(pathToFileURL(join(repo, "scripts", "tools.mjs")).href)) as { tools(): { helm: string; kubectl: string } };
-const { helm } = tools();
-const image = "ghcr.io/drover-dev/drover:test";
 const fakeToken = "drv_p_eyJ1cmwiOiJodHRwOi8veCIsInBvb2wiOiJwIn0.eA";
 let cluster: TestCluster;
 let stack: Stack;
 let watches = 0;
 
-function kubectl(args: string[], input?: string): Promise<{ code: number; out: string }> {
-  return new Promise((resolve) => {
-    const child = spawn("kubectl", args, { env: { ...process.env, ...cluster.kubectlEnv() } });
-    let out = "";
-    child.stdout.on("data", (d: Buffer) => (out += d.toString()));
-    child.stderr.on("data", (d: Buffer) => (out += d.toString()));
-    child.on("exit", (code) => resolve({ code: code ?? 1, out }));
-    child.stdin.end(input ?? "");
-  });
-}
-
-/** CRDs first (established), then the rest, as `helm install` orders them. */
-async function applyRendered(ns: string, rendered: string): Promise<{ code: number; out: string }> {
-  const docs = rendered.split(/^---$/m).filter((d) => /\bkind:/.test(d));
-  const crds = docs.filter((d) => /^kind: CustomResourceDefinition$/m.test(d));
-  const rest = docs.filter((d) => !crds.includes(d));
-  let out = "";
-  if (crds.length > 0) {
-    const r = await kubectl(["apply", "-f", "-"], crds.join("\n---\n"));
-    out += r.out;
-    if (r.code !== 0) return { code: r.code, out };
-    await until("the CRD served", () => kube(cluster, "GET", `/apis/drover.dev/v1alpha1/namespaces/${ns}/agenttasks`), (r2) => r2.status === 200);
-  }
-  const r = await kubectl(["apply", "-n", ns, "-f", "-"], rest.join("\n---\n"));
-  return { code: r.code, out: out + r.out };
-}
-
-function template(chart: string, namespace: string, args: string[]): string {
-  return execFileSync(helm, ["template", chart.replace("agent-", "d-"), join(repo, "charts", chart), "--namespace", namespace, "--include-crds", ...args], { encoding: "utf8" });
-}
-
-async function namespace(name: string, level: "restricted" | "baseline" | "privileged"): Promise<void> {
-  const r = await kube(cluster, "POST", "/api/v1/namespaces", { metadata: { name, labels: { "pod-security.kubernetes.io/enforce": level } } });
-  assert.equal(r.status, 201, JSON.stringify(r.body));
-}
-
-const isReady = (p: any) => (p?.status?.conditions ?? []).some((c: any) => c.type === "Ready" && c.status === "True");
-
 before(async () => {
-  const bin = join(repo, "test", "dist", ".bin");
-  mkdirSync(bin, { recursive: true });
-  writeFileSync(join(bin, "drover"), `#!/bin/sh\nexec "${process.execPath}" "${droverBin}" "$@"\n`);
-  chmodSync(join(bin, "drover"), 0o755);
   cluster = await startTestCluster({
     timings: { imagePullBackoffMs: 150, crashLoopBackoffMs: 500, configRetryMs: 100, podBackoffMs: 100, namespaceRetryMs: 20 },
-    images: { [image]: { entrypoint: ["drover"], paths: [repo] } },
-    baseEnv: { PATH: `${bin}:${process.env.PATH ?? ""}`, HOME: "/root" },
+    ...droverImageOptions(),
     // The server ends every watch after 1.5 s, so the controller's re-list/re-watch runs many times per test.
     watchTimeoutMs: 1500,
     onRequest: (_m, url) => {
@@ -81,12 +32,7 @@ before(async () => {
     },
   });
   stack = await startStack();
-  await kube(cluster, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", {
-    apiVersion: "apiextensions.k8s.io/v1",
-    kind: "CustomResourceDefinition",
-    metadata: { name: "servicemonitors.monitoring.coreos.com" },
-    spec: { group: "monitoring.coreos.com", scope: "Namespaced", names: { kind: "ServiceMonitor", plural: "servicemonitors", singular: "servicemonitor", listKind: "ServiceMonitorList" }, versions: [{ name: "v1", served: true, storage: true, schema: { openAPIV3Schema: { type: "object", "x-kubernetes-preserve-unknown-fields": true } } }] },
-  });
+  await createServiceMonitorCrd(cluster);
 });
 
 after(async () => {
@@ -101,9 +47,9 @@ test("every chart, with defaults and each ci/ values file, passes PodSecurity ad
     const ciFiles = readdirSync(join(repo, "charts", chart, "ci")).filter((f) => f.endsWith(".yaml"));
     for (const args of [["--set", `agent.token=${fakeToken}`], ...ciFiles.map((f) => ["-f", join(repo, "charts", chart, "ci", f)])]) {
       const ns = `psa-${++n}`;
-      await namespace(ns, level);
+      await namespace(cluster, ns, level);
       const what = `${chart} ${args.join(" ")} in a ${level} namespace`;
-      const res = await applyRendered(ns, template(chart, ns, args));
+      const res = await applyRendered(cluster, ns, template(chart, ns, args));
       assert.equal(res.code, 0, `${what}:\n${res.out}`);
       const workloads = [
         ...((await kube(cluster, "GET", `/apis/apps/v1/namespaces/${ns}/deployments`)).body.items as any[]),
@@ -128,7 +74,7 @@ test("every chart, with defaults and each ci/ values file, passes PodSecurity ad
 
 test("agent-job in a restricted namespace: Ready through its probes, examples/hello completes, and a drain of its node ends the run in flight with a reason", async () => {
   const ns = "drover-job";
-  await namespace(ns, "restricted");
+  await namespace(cluster, ns, "restricted");
   const shared = join(repo, "test", "dist", ".chart-cluster");
   mkdirSync(shared, { recursive: true });
   const tfrc = join(shared, "runner.tfrc");
@@ -143,10 +89,10 @@ test("agent-job in a restricted namespace: Ready through its probes, examples/he
     "--set", "task.runner.image=ghcr.io/drover-dev/drover-runner:test",
     "--set", `task.runner.extraEnv.TF_CLI_CONFIG_FILE=${tfrc}`,
   ]);
-  const applied = await applyRendered(ns, rendered);
+  const applied = await applyRendered(cluster, ns, rendered);
   assert.equal(applied.code, 0, applied.out);
   const controllerPods = async () => (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods?labelSelector=app.kubernetes.io%2Fcomponent%3Dcontroller`)).body.items as any[];
-  const diagnose = async () => `${(await kubectl(["get", "pods,events", "-n", ns, "-o", "wide"])).out}\n${(await kubectl(["logs", "-n", ns, "-l", "app.kubernetes.io/component=controller", "--tail=50"])).out}`;
+  const diagnose = async () => `${(await kubectlOut(cluster, ["get", "pods,events", "-n", ns, "-o", "wide"])).out}\n${(await kubectlOut(cluster, ["logs", "-n", ns, "-l", "app.kubernetes.io/component=controller", "--tail=50"])).out}`;
   let ready: any[];
   try {
     ready = await until("the controller Ready through its readiness probe", controllerPods, (ps) => ps.length === 1 && isReady(ps[0]), 60_000);
@@ -154,7 +100,7 @@ test("agent-job in a restricted namespace: Ready through its probes, examples/he
     assert.fail(`${(e as Error).message}\n${await diagnose()}`);
   }
   assert.equal(ready[0].status.containerStatuses[0].restartCount, 0, "never restarted by its liveness probe");
-  const rollout = await kubectl(["rollout", "status", "deployment", "-n", ns, "-l", "app.kubernetes.io/component=controller", "--timeout=30s"]);
+  const rollout = await kubectlOut(cluster, ["rollout", "status", "deployment", "-n", ns, "-l", "app.kubernetes.io/component=controller", "--timeout=30s"]);
   assert.equal(rollout.code, 0, rollout.out);
 
   await stack.server.api("POST", "/api/v1/workspaces", { name: "cluster-hello", pool: stack.pool });
@@ -169,14 +115,14 @@ test("agent-job in a restricted namespace: Ready through its probes, examples/he
   await until("the long apply running", () => runLog(stack.server, long, "apply").catch(() => ""), (l) => l.includes("started-long"), 120_000);
   const node = ready[0].spec.nodeName as string;
   const started = Date.now();
-  const drain = await kubectl(["drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=60s"]);
+  const drain = await kubectlOut(cluster, ["drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=60s"]);
   assert.equal(drain.code, 0, `${drain.out}\n${await diagnose()}`);
   assert.ok(Date.now() - started < 35_000, `drain took ${Date.now() - started} ms, beyond the controller's 30 s grace period`);
   const ended = await stack.waitForRun(long, ["applied", "errored", "canceled"], 60_000);
   assert.equal(ended.status, "errored", "an interrupted run never ends as a success");
   // The evicted pod's worker stops gracefully and says so (e.g. "agent stopped (graceful stop) while the apply ran").
   assert.match(String(ended.errorMessage ?? ""), /stopped|evict|disrupt|drain|terminat|interrupt/i, `the run's end names why:\n${await runLog(stack.server, long, "apply")}\n${JSON.stringify(ended)}`);
-  await kubectl(["uncordon", node]);
+  await kubectlOut(cluster, ["uncordon", node]);
   // The chart's RBAC covers every call the product made under its ServiceAccounts.
   assert.deepEqual(cluster.denials.filter((d) => d.user.startsWith(`system:serviceaccount:${ns}:`)), []);
   assert.ok(watches > 20, `the controller re-watched after the server closed its watches (${watches} watch requests)`);
@@ -184,7 +130,7 @@ test("agent-job in a restricted namespace: Ready through its probes, examples/he
 
 test("agent-k8s in a privileged namespace: the controller and the per-node worker become Ready through their probes, the worker prepares the hostPath data home, and examples/hello completes", async () => {
   const ns = "drover-nodes";
-  await namespace(ns, "privileged");
+  await namespace(cluster, ns, "privileged");
   const shared = join(repo, "test", "dist", ".chart-cluster");
   mkdirSync(shared, { recursive: true });
   const tfrc = join(shared, "runner.tfrc");
@@ -204,10 +150,10 @@ test("agent-k8s in a privileged namespace: the controller and the per-node worke
   // Every pod here shares this machine's network (the test cluster has no network namespaces):
   // the worker DaemonSet gets its own health port so it does not collide with the controller's.
   rendered = rendered.split(/^---$/m).map((d) => (/^kind: DaemonSet$/m.test(d) ? d.replaceAll(String(controllerPort), String(workerPort)) : d)).join("---");
-  const applied = await applyRendered(ns, rendered);
+  const applied = await applyRendered(cluster, ns, rendered);
   assert.equal(applied.code, 0, applied.out);
   const pods = async () => (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods`)).body.items as any[];
-  const diagnose = async () => `${(await kubectl(["get", "pods,events", "-n", ns, "-o", "wide"])).out}\n${(await kubectl(["logs", "-n", ns, "-l", "app.kubernetes.io/component=worker", "--tail=40"])).out}\n${(await kubectl(["logs", "-n", ns, "-l", "app.kubernetes.io/component=controller", "--tail=40"])).out}`;
+  const diagnose = async () => `${(await kubectlOut(cluster, ["get", "pods,events", "-n", ns, "-o", "wide"])).out}\n${(await kubectlOut(cluster, ["logs", "-n", ns, "-l", "app.kubernetes.io/component=worker", "--tail=40"])).out}\n${(await kubectlOut(cluster, ["logs", "-n", ns, "-l", "app.kubernetes.io/component=controller", "--tail=40"])).out}`;
   const component = (ps: any[], c: string) => ps.filter((p) => p.metadata.labels?.["app.kubernetes.io/component"] === c);
   try {
     await until("the controller and the worker Ready through their probes", pods, (ps) => component(ps, "controller").some(isReady) && component(ps, "worker").some(isReady), 60_000);

@@ -1,12 +1,10 @@
 import assert from "node:assert/strict";
-import { execFileSync, spawn } from "node:child_process";
-import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { dirname, join } from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
+import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { runLog, startStack, type Stack } from "../support/stack.js";
-import { droverBin } from "../support/processes.js";
+import { applyAgentTaskCrd, droverImageOptions, kubectlOut, namespace, repo, template } from "../support/chart-cluster.js";
 import { eventually, fastTimings, kube, startTestCluster, type TestCluster } from "../kube/cluster.js";
 
 // agent-k8s as installed: the controller Deployment and the per-node worker DaemonSet run in
@@ -15,46 +13,25 @@ import { eventually, fastTimings, kube, startTestCluster, type TestCluster } fro
 // token restarts the controller and leaves the worker alone (OnDelete), and the next run
 // completes too.
 
-const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
-const { tools } = (await import(pathToFileURL(join(repo, "scripts", "tools.mjs")).href)) as { tools(): { helm: string } };
-const image = "ghcr.io/drover-dev/drover:test";
 const ns = "drover-k8s";
 let cluster: TestCluster;
 let stack: Stack;
 let home: string;
 
-function kubectl(args: string[], input?: string): Promise<{ code: number; out: string }> {
-  return new Promise((resolve) => {
-    const child = spawn("kubectl", args, { env: { ...process.env, ...cluster.kubectlEnv() } });
-    let out = "";
-    child.stdout.on("data", (d: Buffer) => (out += d.toString()));
-    child.stderr.on("data", (d: Buffer) => (out += d.toString()));
-    child.on("exit", (code) => resolve({ code: code ?? 1, out }));
-    child.stdin.end(input ?? "");
-  });
-}
-
 const podsOf = async (component: string) =>
   (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods?labelSelector=${encodeURIComponent(`app.kubernetes.io/component=${component}`)}`)).body.items as any[];
 
 before(async () => {
-  const bin = join(repo, "test", "dist", ".bin");
-  mkdirSync(bin, { recursive: true });
-  writeFileSync(join(bin, "drover"), `#!/bin/sh\nexec "${process.execPath}" "${droverBin}" "$@"\n`);
-  chmodSync(join(bin, "drover"), 0o755);
   cluster = await startTestCluster({
     timings: fastTimings,
     hostPaths: "real",
-    images: { [image]: { entrypoint: ["drover"], paths: [repo] } },
-    baseEnv: { PATH: `${bin}:${process.env.PATH ?? ""}`, HOME: "/root" },
+    ...droverImageOptions(),
   });
   stack = await startStack();
   home = mkdtempSync(join(tmpdir(), "drover-k8s-install-"));
   rmSync(home, { recursive: true });
-  const r = await kube(cluster, "POST", "/api/v1/namespaces", { metadata: { name: ns, labels: { "pod-security.kubernetes.io/enforce": "privileged" } } });
-  assert.equal(r.status, 201);
-  assert.equal((await kubectl(["apply", "-f", join(repo, "deploy", "kubernetes", "agenttasks.drover.dev.yaml")])).code, 0);
-  await eventually("the CRD served", async () => (await kube(cluster, "GET", `/apis/drover.dev/v1alpha1/namespaces/${ns}/agenttasks`)).status === 200);
+  await namespace(cluster, ns, "privileged");
+  await applyAgentTaskCrd(cluster, ns);
 });
 
 after(async () => {
@@ -69,8 +46,7 @@ test("agent-k8s installed: examples/hello completes through the node's worker; h
   const tfrc = join(shared, "runner.tfrc");
   writeFileSync(tfrc, "");
   const render = (token: string) =>
-    execFileSync(tools().helm, [
-      "template", "rel", join(repo, "charts", "agent-k8s"), "--namespace", ns,
+    template("agent-k8s", ns, [
       "--set", `agent.token=${token}`,
       "--set", `agent.url=${stack.server.url}`,
       "--set", "image.tag=test",
@@ -81,12 +57,12 @@ test("agent-k8s installed: examples/hello completes through the node's worker; h
       "--set", `task.execLoopPath=${join(repo, "packages", "agent", "exec-loop", "exec-loop.sh")}`,
       "--set", "task.runner.image=ghcr.io/drover-dev/drover-runner:test",
       "--set", `task.runner.extraEnv.TF_CLI_CONFIG_FILE=${tfrc}`,
-    ], { encoding: "utf8" });
+    ], { release: "rel", crds: false });
   const apply = async (token: string) => {
-    const r = await kubectl(["apply", "-n", ns, "-f", "-"], render(token));
+    const r = await kubectlOut(cluster, ["apply", "-n", ns, "-f", "-"], render(token));
     assert.equal(r.code, 0, r.out);
   };
-  const diagnose = async () => `${(await kubectl(["get", "pods,events", "-n", ns, "-o", "wide"])).out}\n${(await kubectl(["logs", "-n", ns, "-l", "app.kubernetes.io/component=worker", "--tail=40"])).out}\n${(await kubectl(["logs", "-n", ns, "-l", "app.kubernetes.io/component=controller", "--tail=40"])).out}`;
+  const diagnose = async () => `${(await kubectlOut(cluster, ["get", "pods,events", "-n", ns, "-o", "wide"])).out}\n${(await kubectlOut(cluster, ["logs", "-n", ns, "-l", "app.kubernetes.io/component=worker", "--tail=40"])).out}\n${(await kubectlOut(cluster, ["logs", "-n", ns, "-l", "app.kubernetes.io/component=controller", "--tail=40"])).out}`;
   const hello = async (workspace: string) => {
     const runId = await stack.startRun(join(repo, "examples", "hello"), workspace, ["--auto-apply"]);
     const run = await stack.waitForRun(runId, ["applied", "errored", "canceled"], 120_000);

@@ -1,11 +1,9 @@
 import assert from "node:assert/strict";
-import { execFileSync, spawn } from "node:child_process";
-import { chmodSync, mkdirSync, writeFileSync } from "node:fs";
-import { dirname, join } from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
+import { mkdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
-import { droverBin } from "../support/processes.js";
+import { applyAgentTaskCrd, droverImageOptions, isReady, kubectlOut, namespace, repo, template } from "../support/chart-cluster.js";
 import { eventually, fastTimings, kube, startTestCluster, type TestCluster } from "../kube/cluster.js";
 
 // Drains and upgrades on the test cluster (two nodes, PDBs enforced by the eviction API,
@@ -15,35 +13,17 @@ import { eventually, fastTimings, kube, startTestCluster, type TestCluster } fro
 //  - agent-k8s's per-node workers survive an upgrade (OnDelete) and come back on the new
 //    template once deleted.
 
-const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
-const { tools } = (await import(pathToFileURL(join(repo, "scripts", "tools.mjs")).href)) as { tools(): { helm: string } };
-const image = "ghcr.io/drover-dev/drover:test";
 let cluster: TestCluster;
 let stack: Stack;
 
-function kubectl(args: string[], input?: string): Promise<{ code: number; out: string }> {
-  return new Promise((resolve) => {
-    const child = spawn("kubectl", args, { env: { ...process.env, ...cluster.kubectlEnv() } });
-    let out = "";
-    child.stdout.on("data", (d: Buffer) => (out += d.toString()));
-    child.stderr.on("data", (d: Buffer) => (out += d.toString()));
-    child.on("exit", (code) => resolve({ code: code ?? 1, out }));
-    child.stdin.end(input ?? "");
-  });
-}
-
-function render(chart: string, ns: string, args: string[]): string {
-  return execFileSync(tools().helm, ["template", "rel", join(repo, "charts", chart), "--namespace", ns, ...args], { encoding: "utf8" });
-}
-
-async function apply(ns: string, rendered: string): Promise<void> {
-  const r = await kubectl(["apply", "-n", ns, "-f", "-"], rendered);
+/** `helm upgrade`: the chart's rendering (release `rel`) re-applied. */
+async function apply(ns: string, chart: string, args: string[]): Promise<void> {
+  const r = await kubectlOut(cluster, ["apply", "-n", ns, "-f", "-"], template(chart, ns, args, { release: "rel", crds: false }));
   assert.equal(r.code, 0, r.out);
 }
 
 const podsOf = async (ns: string, component: string) =>
   (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods?labelSelector=${encodeURIComponent(`app.kubernetes.io/component=${component}`)}`)).body.items as any[];
-const ready = (p: any) => (p?.status?.conditions ?? []).some((c: any) => c.type === "Ready" && c.status === "True");
 
 /** Waits until the workload's controller has acted on its latest spec. */
 async function observed(path: string): Promise<void> {
@@ -54,20 +34,13 @@ async function observed(path: string): Promise<void> {
 }
 
 before(async () => {
-  const bin = join(repo, "test", "dist", ".bin");
-  mkdirSync(bin, { recursive: true });
-  writeFileSync(join(bin, "drover"), `#!/bin/sh\nexec "${process.execPath}" "${droverBin}" "$@"\n`);
-  chmodSync(join(bin, "drover"), 0o755);
   cluster = await startTestCluster({
     timings: fastTimings,
-    images: { [image]: { entrypoint: ["drover"], paths: [repo] } },
-    baseEnv: { PATH: `${bin}:${process.env.PATH ?? ""}`, HOME: "/root" },
+    ...droverImageOptions(),
     nodes: [{ name: "node-a" }, { name: "node-b" }],
   });
   stack = await startStack();
-  // The charts' CRD, as `helm install` applies it first.
-  assert.equal((await kubectl(["apply", "-f", join(repo, "deploy", "kubernetes", "agenttasks.drover.dev.yaml")])).code, 0);
-  await eventually("the CRD served", async () => (await kube(cluster, "GET", "/apis/drover.dev/v1alpha1/agenttasks")).status === 200);
+  await applyAgentTaskCrd(cluster);
 });
 
 after(async () => {
@@ -77,7 +50,7 @@ after(async () => {
 
 test("agent-job: a new token restarts the controller, the same values do not; kubectl drain completes under the default PDB; runs complete after both and across a controller deleted mid-run", async () => {
   const ns = "upgrade-job";
-  assert.equal((await kube(cluster, "POST", "/api/v1/namespaces", { metadata: { name: ns } })).status, 201);
+  await namespace(cluster, ns);
   const port = 20000 + Math.floor(Math.random() * 20000);
   // Pods mount an emptyDir over /tmp: the runner's terraform config lives elsewhere.
   const shared = join(repo, "test", "dist", ".chart-upgrade");
@@ -93,33 +66,33 @@ test("agent-job: a new token restarts the controller, the same values do not; ku
     "--set", "task.runner.image=ghcr.io/drover-dev/drover-runner:test",
     "--set", `task.runner.extraEnv.TF_CLI_CONFIG_FILE=${tfrc}`,
   ];
-  await apply(ns, render("agent-job", ns, values(stack.poolToken)));
+  await apply(ns, "agent-job", values(stack.poolToken));
   const [first] = await eventually("the controller Ready (registered, watches synced)", async () => {
     const ps = await podsOf(ns, "controller");
-    return ps.length === 1 && ready(ps[0]) ? ps : undefined;
+    return ps.length === 1 && isReady(ps[0]) ? ps : undefined;
   });
 
-  await apply(ns, render("agent-job", ns, values(stack.poolToken)));
+  await apply(ns, "agent-job", values(stack.poolToken));
   await observed(`/apis/apps/v1/namespaces/${ns}/deployments/rel-agent-job-controller`);
   assert.deepEqual((await podsOf(ns, "controller")).map((p) => p.metadata.uid), [first.metadata.uid], "the same values leave the pod alone");
 
   const second = (await stack.server.api("POST", `/api/v1/pools/${stack.pool}/tokens`, { description: "rotated" })).body.token as string;
-  await apply(ns, render("agent-job", ns, values(second)));
+  await apply(ns, "agent-job", values(second));
   const [replaced] = await eventually("a new controller pod, Ready", async () => {
     const ps = await podsOf(ns, "controller");
-    return ps.length === 1 && ps[0].metadata.uid !== first.metadata.uid && ready(ps[0]) ? ps : undefined;
+    return ps.length === 1 && ps[0].metadata.uid !== first.metadata.uid && isReady(ps[0]) ? ps : undefined;
   });
 
   const pdb = (await kube(cluster, "GET", `/apis/policy/v1/namespaces/${ns}/poddisruptionbudgets/rel-agent-job-controller`)).body;
   assert.equal(pdb.spec.maxUnavailable, 1);
   const node = replaced.spec.nodeName as string;
-  const drained = await kubectl(["drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=30s"]);
+  const drained = await kubectlOut(cluster, ["drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=30s"]);
   assert.equal(drained.code, 0, drained.out);
   await eventually("the controller back, Ready, on the other node", async () => {
     const ps = await podsOf(ns, "controller");
-    return ps.length === 1 && ps[0].spec.nodeName !== node && ready(ps[0]);
+    return ps.length === 1 && ps[0].spec.nodeName !== node && isReady(ps[0]);
   });
-  assert.equal((await kubectl(["uncordon", node])).code, 0);
+  assert.equal((await kubectlOut(cluster, ["uncordon", node])).code, 0);
 
   // After the token rotation and the drain, runs complete.
   assert.equal((await stack.server.api("POST", "/api/v1/workspaces", { name: "upgraded", pool: stack.pool })).status, 201);
@@ -141,18 +114,18 @@ test("agent-job: a new token restarts the controller, the same values do not; ku
 
 test("agent-k8s: an upgrade leaves every per-node worker running (OnDelete); a deleted one comes back on the new template", async () => {
   const ns = "upgrade-k8s";
-  assert.equal((await kube(cluster, "POST", "/api/v1/namespaces", { metadata: { name: ns } })).status, 201);
+  await namespace(cluster, ns);
   // Workers only: the controller is scaled away by pointing it at no nodes.
   const values = (format: string) => ["--set", `agent.token=${stack.poolToken}`, "--set", "image.tag=test", "--set", "agent.healthPort=0", "--set", `agent.logFormat=${format}`, "--set", "nodeSelector.none=none"];
   const ds = `/apis/apps/v1/namespaces/${ns}/daemonsets/rel-agent-k8s-worker`;
   const env = (p: any) => p.spec.containers[0].env.find((e: any) => e.name === "DROVER_AGENT_LOG_FORMAT").value;
-  await apply(ns, render("agent-k8s", ns, values("json")));
+  await apply(ns, "agent-k8s", values("json"));
   const before = await eventually("a worker on each node", async () => {
     const ps = await podsOf(ns, "worker");
     return ps.length === 2 ? ps : undefined;
   });
 
-  await apply(ns, render("agent-k8s", ns, values("plain")));
+  await apply(ns, "agent-k8s", values("plain"));
   await observed(ds);
   const after = await podsOf(ns, "worker");
   assert.deepEqual(after.map((p) => p.metadata.uid).sort(), before.map((p) => p.metadata.uid).sort(), "no worker was restarted by the upgrade");

@@ -4,18 +4,15 @@
 // probes under its own ServiceAccount's RBAC, and examples/hello completes through the task
 // pods it launches, whose UID-1000 worker must read its 0400 job Secret (fsGroup).
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
-import { chmodSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
-import { dirname, join } from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { pathToFileURL } from "node:url";
 import { after, before, test } from "node:test";
 import { parse, stringify } from "yaml";
 import { runLog, startStack, type Stack } from "../support/stack.js";
-import { droverBin } from "../support/processes.js";
+import { applyRendered, droverImage, droverImageOptions, isReady, kubectlOut, namespace, repo } from "../support/chart-cluster.js";
 import { kube, startTestCluster, until, type TestCluster } from "../kube/cluster.js";
 
-const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
-const image = "ghcr.io/drover-dev/drover:test";
 let cluster: TestCluster;
 let stack: Stack;
 
@@ -49,26 +46,10 @@ function toObject(c: Created): Record<string, any> | undefined {
   return { apiVersion, kind, ...o };
 }
 
-function kubectl(args: string[], input?: string): Promise<{ code: number; out: string }> {
-  return new Promise((resolve) => {
-    const child = spawn("kubectl", args, { env: { ...process.env, ...cluster.kubectlEnv() } });
-    let out = "";
-    child.stdout.on("data", (d: Buffer) => (out += d.toString()));
-    child.stderr.on("data", (d: Buffer) => (out += d.toString()));
-    child.on("exit", (code) => resolve({ code: code ?? 1, out }));
-    child.stdin.end(input ?? "");
-  });
-}
-
 before(async () => {
-  const bin = join(repo, "test", "dist", ".bin");
-  mkdirSync(bin, { recursive: true });
-  writeFileSync(join(bin, "drover"), `#!/bin/sh\nexec "${process.execPath}" "${droverBin}" "$@"\n`);
-  chmodSync(join(bin, "drover"), 0o755);
   cluster = await startTestCluster({
     timings: { imagePullBackoffMs: 150, crashLoopBackoffMs: 500, configRetryMs: 100, podBackoffMs: 100, namespaceRetryMs: 20 },
-    images: { [image]: { entrypoint: ["drover"], paths: [repo] } },
-    baseEnv: { PATH: `${bin}:${process.env.PATH ?? ""}`, HOME: "/root" },
+    ...droverImageOptions(),
     // The server ends every watch after 1.5 s, so the controller's re-list/re-watch runs many times per test.
     watchTimeoutMs: 1500,
   });
@@ -102,7 +83,7 @@ async function installAndRun(ns: string, level: "restricted" | "privileged"): Pr
     mode: "job",
     token: stack.poolToken,
     url: stack.server.url,
-    image,
+    image: droverImage,
     runnerImage: "ghcr.io/drover-dev/drover-runner:test",
     env: { DROVER_AGENT_EXEC_LOOP_PATH: join(repo, "packages", "agent", "exec-loop", "exec-loop.sh") },
     podTemplate: { spec: { containers: [{ name: "runner", env: [{ name: "TF_CLI_CONFIG_FILE", value: tfrc }, { name: "CHECKPOINT_DISABLE", value: "1" }] }] } },
@@ -113,20 +94,17 @@ async function installAndRun(ns: string, level: "restricted" | "privileged"): Pr
   const objects = created.map(toObject).filter((o): o is Record<string, any> => o !== undefined && o.kind !== "Namespace");
   assert.ok(objects.some((o) => o.kind === "Deployment") && objects.some((o) => o.kind === "AgentTask"), created.map((c) => c.type).join(", "));
 
-  assert.equal((await kube(cluster, "POST", "/api/v1/namespaces", { metadata: { name: ns, labels: { "pod-security.kubernetes.io/enforce": level } } })).status, 201);
+  await namespace(cluster, ns, level);
   // The component installs the AgentTask CRD itself: applied first, as helm orders CRDs.
   const crds = objects.filter((o) => o.kind === "CustomResourceDefinition");
   assert.deepEqual(crds.map((o) => o.spec), [parse(readFileSync(join(repo, "deploy", "kubernetes", "agenttasks.drover.dev.yaml"), "utf8")).spec]);
-  const crdApplied = await kubectl(["apply", "-f", "-"], crds.map((o) => stringify(o)).join("---\n"));
-  assert.equal(crdApplied.code, 0, crdApplied.out);
-  await until("the CRD served", () => kube(cluster, "GET", `/apis/drover.dev/v1alpha1/namespaces/${ns}/agenttasks`), (r) => r.status === 200);
-  const applied = await kubectl(["apply", "-n", ns, "-f", "-"], objects.filter((o) => !crds.includes(o)).map((o) => stringify(o)).join("---\n"));
+  const applied = await applyRendered(cluster, ns, objects.map((o) => stringify(o)).join("---\n"));
   assert.equal(applied.code, 0, applied.out);
 
-  const diagnose = async () => `${(await kubectl(["get", "pods,events", "-n", ns, "-o", "wide"])).out}\n${(await kubectl(["logs", "-n", ns, "deployment/drv", "--tail=50"])).out}\n${(await kubectl(["logs", "-n", ns, "-l", "app.kubernetes.io/name=drover-task", "-c", "worker", "--tail=20"])).out}`;
+  const diagnose = async () => `${(await kubectlOut(cluster, ["get", "pods,events", "-n", ns, "-o", "wide"])).out}\n${(await kubectlOut(cluster, ["logs", "-n", ns, "deployment/drv", "--tail=50"])).out}\n${(await kubectlOut(cluster, ["logs", "-n", ns, "-l", "app.kubernetes.io/name=drover-task", "-c", "worker", "--tail=20"])).out}`;
   const pods = async () => (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods`)).body.items as any[];
   try {
-    await until("the controller Ready through its readiness probe", pods, (ps) => ps.some((p) => (p.status?.conditions ?? []).some((c: any) => c.type === "Ready" && c.status === "True")), 60_000);
+    await until("the controller Ready through its readiness probe", pods, (ps) => ps.some(isReady), 60_000);
   } catch (e) {
     assert.fail(`${(e as Error).message}\n${await diagnose()}`);
   }

@@ -1,0 +1,107 @@
+// What the chart and deploy tests share when they install Drover on the test cluster:
+// the drover image mapped to this checkout, kubectl and helm against the cluster, and
+// manifests applied in the order `helm install` uses.
+import assert from "node:assert/strict";
+import { execFileSync, spawn } from "node:child_process";
+import { chmodSync, mkdirSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { droverBin } from "./processes.js";
+import { kube, until, type TestCluster } from "../kube/cluster.js";
+
+/** The repository root (this file runs from test/dist/support). */
+export const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
+
+/** The image name the charts and the Pulumi component use for the agent at tag `test`. */
+export const droverImage = "ghcr.io/drover-dev/drover:test";
+
+const { tools } = (await import(pathToFileURL(join(repo, "scripts", "tools.mjs")).href)) as { tools(): { helm: string } };
+
+/**
+ * The startTestCluster options that make `droverImage` run this checkout: a `drover` shim on
+ * the pods' PATH (in test/dist/.bin), as the real image has one.
+ */
+export function droverImageOptions(): { images: Record<string, { entrypoint: string[]; paths: string[] }>; baseEnv: Record<string, string> } {
+  const bin = join(repo, "test", "dist", ".bin");
+  mkdirSync(bin, { recursive: true });
+  writeFileSync(join(bin, "drover"), `#!/bin/sh\nexec "${process.execPath}" "${droverBin}" "$@"\n`);
+  chmodSync(join(bin, "drover"), 0o755);
+  return {
+    images: { [droverImage]: { entrypoint: ["drover"], paths: [repo] } },
+    baseEnv: { PATH: `${bin}:${process.env.PATH ?? ""}`, HOME: "/root" },
+  };
+}
+
+/**
+ * kubectl against the cluster with stdout and stderr in one text. Spawned, never spawnSync: the
+ * cluster is served by this very process. No time limit of its own (drain and rollout carry theirs).
+ */
+export function kubectlOut(c: TestCluster, args: string[], input?: string): Promise<{ code: number; out: string }> {
+  return new Promise((resolve) => {
+    const child = spawn("kubectl", args, { env: { ...process.env, ...c.kubectlEnv() } });
+    let out = "";
+    child.stdout.on("data", (d: Buffer) => (out += d.toString()));
+    child.stderr.on("data", (d: Buffer) => (out += d.toString()));
+    child.on("exit", (code) => resolve({ code: code ?? 1, out }));
+    child.stdin.end(input ?? "");
+  });
+}
+
+/** Waits until the AgentTask CRD is served (in `ns`, or cluster-wide without one). */
+export async function agentTasksServed(c: TestCluster, ns?: string): Promise<void> {
+  const path = ns === undefined ? "/apis/drover.dev/v1alpha1/agenttasks" : `/apis/drover.dev/v1alpha1/namespaces/${ns}/agenttasks`;
+  await until("the CRD served", () => kube(c, "GET", path), (r) => r.status === 200, 30_000);
+}
+
+/** Applies the AgentTask CRD the charts ship, as `helm install` applies it first, and waits until it is served. */
+export async function applyAgentTaskCrd(c: TestCluster, ns?: string): Promise<void> {
+  const r = await kubectlOut(c, ["apply", "-f", join(repo, "deploy", "kubernetes", "agenttasks.drover.dev.yaml")]);
+  assert.equal(r.code, 0, r.out);
+  await agentTasksServed(c, ns);
+}
+
+/** Applies rendered manifests as `helm install` would: CRDs first and served, then the rest into `ns`. */
+export async function applyRendered(c: TestCluster, ns: string, rendered: string): Promise<{ code: number; out: string }> {
+  const docs = rendered.split(/^---$/m).filter((d) => /\bkind:/.test(d));
+  const crds = docs.filter((d) => /^kind: CustomResourceDefinition$/m.test(d));
+  const rest = docs.filter((d) => !crds.includes(d));
+  let out = "";
+  if (crds.length > 0) {
+    const r = await kubectlOut(c, ["apply", "-f", "-"], crds.join("\n---\n"));
+    out += r.out;
+    if (r.code !== 0) return { code: r.code, out };
+    await agentTasksServed(c, ns);
+  }
+  const r = await kubectlOut(c, ["apply", "-n", ns, "-f", "-"], rest.join("\n---\n"));
+  return { code: r.code, out: out + r.out };
+}
+
+/**
+ * `helm template` of charts/<chart> into `ns`. The release is named after the chart (`d-job`
+ * for agent-job) with its CRDs included unless `release`/`crds` say otherwise.
+ */
+export function template(chart: string, ns: string, args: string[], opts: { release?: string; crds?: boolean } = {}): string {
+  const release = opts.release ?? chart.replace("agent-", "d-");
+  const crds = (opts.crds ?? true) ? ["--include-crds"] : [];
+  return execFileSync(tools().helm, ["template", release, join(repo, "charts", chart), "--namespace", ns, ...crds, ...args], { encoding: "utf8" });
+}
+
+/** Creates namespace `name`, enforcing the PodSecurity `level` when one is given. */
+export async function namespace(c: TestCluster, name: string, level?: "restricted" | "baseline" | "privileged"): Promise<void> {
+  const labels = level ? { "pod-security.kubernetes.io/enforce": level } : undefined;
+  const r = await kube(c, "POST", "/api/v1/namespaces", { metadata: { name, ...(labels ? { labels } : {}) } });
+  assert.equal(r.status, 201, JSON.stringify(r.body));
+}
+
+/** The Prometheus Operator's ServiceMonitor CRD, so charts with their ServiceMonitor on apply. */
+export async function createServiceMonitorCrd(c: TestCluster): Promise<void> {
+  await kube(c, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", {
+    apiVersion: "apiextensions.k8s.io/v1",
+    kind: "CustomResourceDefinition",
+    metadata: { name: "servicemonitors.monitoring.coreos.com" },
+    spec: { group: "monitoring.coreos.com", scope: "Namespaced", names: { kind: "ServiceMonitor", plural: "servicemonitors", singular: "servicemonitor", listKind: "ServiceMonitorList" }, versions: [{ name: "v1", served: true, storage: true, schema: { openAPIV3Schema: { type: "object", "x-kubernetes-preserve-unknown-fields": true } } }] },
+  });
+}
+
+/** Whether a pod's Ready condition is True. */
+export const isReady = (p: any): boolean => (p?.status?.conditions ?? []).some((c: any) => c.type === "Ready" && c.status === "True");
