@@ -1,20 +1,19 @@
 import assert from "node:assert/strict";
 import { readFileSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
 import { droverBin, spawnDrover, type Proc } from "../support/processes.js";
 import { startCuttableProxy, type CuttableProxy } from "../support/cuttable-proxy.js";
-import { eventually, fastTimings, kube, prepareDroverNamespace, startTestCluster, type TestCluster } from "./cluster.js";
+import { eventually, fastTimings, startTestCluster, type TestCluster } from "./cluster.js";
+import { controllerEnv, createAgentTask, execLoopPath, prepareNamespace, terraformRunner, workerImage } from "./agents.js";
 
 // Every long-running drover process of the Kubernetes designs — the controller, a run pod's
 // worker, a node's worker — serves /healthz, /readyz and /metrics. Readiness: registered (the
 // controller) and its watches synced. Liveness holds while the Drover server or the API
 // server is merely unreachable (cut here with a TCP proxy in front of each).
 
-const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 const ns = "drover-health";
 let cluster: TestCluster;
 let stack: Stack;
@@ -55,7 +54,7 @@ before(async () => {
   kubeProxy = await startCuttableProxy(cluster.url);
   proxiedKubeconfig = join(stack.dir, "kubeconfig-proxied");
   writeFileSync(proxiedKubeconfig, readFileSync(cluster.kubeconfigPath, "utf8").replace(cluster.url, kubeProxy.url));
-  await prepareDroverNamespace(cluster, ns, join(repo, "deploy", "kubernetes", "agenttasks.drover.dev.yaml"));
+  await prepareNamespace(cluster, ns);
 });
 
 after(async () => {
@@ -125,33 +124,14 @@ test("node worker: ready once it has listed its node's run pods; live while the 
 
 test("a run pod's worker serves its health port while its job runs", async () => {
   const workerPort = await freePort();
-  const tfrc = join(stack.dir, "runner-terraformrc");
-  writeFileSync(tfrc, "");
-  const template = {
-    apiVersion: "drover.dev/v1alpha1",
-    kind: "AgentTask",
-    metadata: { name: "task-template", namespace: ns },
-    spec: {
-      jobTemplate: {
-        template: {
-          spec: {
-            containers: [
-              { name: "worker", image: "ghcr.io/drover-dev/drover:test", command: [process.execPath, droverBin], args: ["agent", "worker"], env: [{ name: "DROVER_AGENT_HEALTH_PORT", value: String(workerPort) }] },
-              { name: "runner", image: "ghcr.io/drover-dev/drover-runner:test", env: [{ name: "TF_CLI_CONFIG_FILE", value: tfrc }, { name: "CHECKPOINT_DISABLE", value: "1" }] },
-            ],
-          },
-        },
-      },
-    },
-  };
-  assert.equal((await kube(cluster, "POST", `/apis/drover.dev/v1alpha1/namespaces/${ns}/agenttasks`, template)).status, 201);
+  await createAgentTask(cluster, ns, "task-template", [
+    { name: "worker", image: workerImage, command: [process.execPath, droverBin], args: ["agent", "worker"], env: [{ name: "DROVER_AGENT_HEALTH_PORT", value: String(workerPort) }] },
+    terraformRunner(stack),
+  ]);
   spawn(["agent", "controller"], {
     KUBECONFIG: cluster.kubeconfigPath,
-    DROVER_TOKEN: stack.poolToken,
-    DROVER_AGENT_NAME: "health-pods",
-    DROVER_AGENT_KUBERNETES_TASK_TEMPLATE: "task-template",
-    DROVER_AGENT_KUBERNETES_WORKER_IMAGE: "ghcr.io/drover-dev/drover:test",
-    DROVER_AGENT_EXEC_LOOP_PATH: join(repo, "packages", "agent", "exec-loop", "exec-loop.sh"),
+    ...controllerEnv(stack, "health-pods", "task-template"),
+    DROVER_AGENT_EXEC_LOOP_PATH: execLoopPath,
     DROVER_AGENT_HEALTH_PORT: "0",
   });
   assert.equal((await stack.server.api("POST", "/api/v1/workspaces", { name: "health-pod", pool: stack.pool })).status, 201);

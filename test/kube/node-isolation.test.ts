@@ -2,19 +2,18 @@ import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { runLog, startStack, type Stack } from "../support/stack.js";
 import { spawnDrover, type Proc } from "../support/processes.js";
-import { eventually, fastTimings, kube, prepareDroverNamespace, startTestCluster, type TestCluster } from "./cluster.js";
+import { fastTimings, kube, startTestCluster, type TestCluster } from "./cluster.js";
+import { agentRegistered, controllerEnv, nodeWorkerEnv, prepareNamespace, runnerImage } from "./agents.js";
 
 // agent-k8s node mode: a run pod writes its run directory, which the node's worker then reads
 // and writes. Here the runner container is an attacker playing the exec-loop: it plants links
 // where the worker will look, and the real node worker must neither ship a file it can read
 // (a stand-in for its ServiceAccount token) into the run, nor write outside the run.
 
-const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 const ns = "drover-isolation";
 let cluster: TestCluster;
 let stack: Stack;
@@ -62,7 +61,7 @@ async function setAttack(attack: string): Promise<void> {
             containers: [
               {
                 name: "runner",
-                image: "ghcr.io/drover-dev/drover-runner:test",
+                image: runnerImage,
                 command: ["/bin/sh", attacker],
                 env: [
                   { name: "ATTACK", value: attack },
@@ -107,25 +106,20 @@ before(async () => {
   config = join(stack.dir, "cfg");
   mkdirSync(config);
   writeFileSync(join(config, "main.tf"), 'resource "terraform_data" "x" {}\n');
-  await prepareDroverNamespace(cluster, ns, join(repo, "deploy", "kubernetes", "agenttasks.drover.dev.yaml"));
+  await prepareNamespace(cluster, ns);
   const common = { ...stack.baseEnv, KUBECONFIG: cluster.kubeconfigPath, DROVER_AGENT_KUBERNETES_NAMESPACE: ns, DROVER_AGENT_NODE_HOME: home, DROVER_AGENT_LOG_FORMAT: "plain" };
   nodeWorker = spawnDrover(["agent", "node-worker"], {
     ...common,
-    DROVER_AGENT_NODE_NAME: "ktc-node",
-    DROVER_AGENT_CONTROLLER_NAME: "iso-ctl",
+    ...nodeWorkerEnv("iso-ctl"),
     DROVER_AGENT_HEALTH_PORT: "0",
-    DROVER_AGENT_EXEC_LOOP_PATH: join(repo, "packages", "agent", "exec-loop", "exec-loop.sh"),
   });
   await nodeWorker.waitFor(/node worker started/);
   controller = spawnDrover(["agent", "controller"], {
     ...common,
-    DROVER_TOKEN: stack.poolToken,
-    DROVER_AGENT_NAME: "iso-ctl",
-    DROVER_AGENT_KUBERNETES_TASK_TEMPLATE: "attack",
-    DROVER_AGENT_KUBERNETES_WORKER_IMAGE: "ghcr.io/drover-dev/drover:test",
+    ...controllerEnv(stack, "iso-ctl", "attack"),
     DROVER_AGENT_HEALTH_PORT: "0",
   });
-  await eventually("the controller to register", async () => (await stack.server.api("GET", `/api/v1/agents?pool=${stack.pool}`)).body.items.some((a: any) => a.name === "iso-ctl" && a.status !== "offline"));
+  await agentRegistered(stack, "iso-ctl");
 });
 
 after(async () => {

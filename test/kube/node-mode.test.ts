@@ -6,7 +6,8 @@ import { fileURLToPath } from "node:url";
 import { after, before, test } from "node:test";
 import { runLog, startStack, type Stack } from "../support/stack.js";
 import { spawnDrover, type Proc } from "../support/processes.js";
-import { eventually, fastTimings, kube, prepareDroverNamespace, startTestCluster, type TestCluster } from "./cluster.js";
+import { eventually, fastTimings, kube, startTestCluster, type TestCluster } from "./cluster.js";
+import { agentRegistered, controllerEnv, createAgentTask, nodeWorkerEnv, prepareNamespace, terraformRunner } from "./agents.js";
 
 // agent-k8s's node-worker design end to end: the controller launches run pods that hold only
 // the runner; the worker of the node they land on (one per node, a DaemonSet in the chart)
@@ -27,54 +28,24 @@ before(async () => {
   cluster = await startTestCluster({ timings: fastTimings, hostPaths: "real" });
   stack = await startStack();
   home = mkdtempSync(join(tmpdir(), "drover-node-home-"));
-  const tfrc = join(stack.dir, "runner-terraformrc");
-  writeFileSync(tfrc, "");
-  await prepareDroverNamespace(cluster, ns, join(repo, "deploy", "kubernetes", "agenttasks.drover.dev.yaml"));
-  const template = {
-    apiVersion: "drover.dev/v1alpha1",
-    kind: "AgentTask",
-    metadata: { name: "task-template", namespace: ns },
-    spec: {
-      jobTemplate: {
-        template: {
-          spec: {
-            containers: [
-              {
-                name: "runner",
-                image: "ghcr.io/drover-dev/drover-runner:test",
-                env: [
-                  { name: "TF_CLI_CONFIG_FILE", value: tfrc },
-                  { name: "CHECKPOINT_DISABLE", value: "1" },
-                ],
-              },
-            ],
-          },
-        },
-      },
-    },
-  };
-  assert.equal((await kube(cluster, "POST", `/apis/drover.dev/v1alpha1/namespaces/${ns}/agenttasks`, template)).status, 201);
+  await prepareNamespace(cluster, ns);
+  await createAgentTask(cluster, ns, "task-template", [terraformRunner(stack)]);
   const common = { ...stack.baseEnv, KUBECONFIG: cluster.kubeconfigPath, DROVER_AGENT_KUBERNETES_NAMESPACE: ns, DROVER_AGENT_NODE_HOME: home, DROVER_AGENT_LOG_FORMAT: "plain" };
   startNodeWorker = () =>
     spawnDrover(["agent", "node-worker"], {
       ...common,
-      DROVER_AGENT_NODE_NAME: "ktc-node",
-      DROVER_AGENT_CONTROLLER_NAME: "node-ctl",
+      ...nodeWorkerEnv("node-ctl"),
       DROVER_AGENT_HEALTH_PORT: "0",
-      DROVER_AGENT_EXEC_LOOP_PATH: join(repo, "packages", "agent", "exec-loop", "exec-loop.sh"),
       DROVER_WORKER_RUNNER_STALE_SECONDS: "10",
     });
   nodeWorker = startNodeWorker();
   await nodeWorker.waitFor(/node worker started/);
   controller = spawnDrover(["agent", "controller"], {
     ...common,
-    DROVER_TOKEN: stack.poolToken,
-    DROVER_AGENT_NAME: "node-ctl",
-    DROVER_AGENT_KUBERNETES_TASK_TEMPLATE: "task-template",
-    DROVER_AGENT_KUBERNETES_WORKER_IMAGE: "ghcr.io/drover-dev/drover:test",
+    ...controllerEnv(stack, "node-ctl", "task-template"),
     DROVER_AGENT_HEALTH_PORT: "0",
   });
-  await eventually("the controller to register", async () => (await stack.server.api("GET", `/api/v1/agents?pool=${stack.pool}`)).body.items.some((a: any) => a.name === "node-ctl" && a.status !== "offline"));
+  await agentRegistered(stack, "node-ctl");
 });
 
 after(async () => {

@@ -8,7 +8,8 @@ import { after, before, test } from "node:test";
 import { parseAllDocuments } from "yaml";
 import { runLog, startStack, type Stack } from "../support/stack.js";
 import { spawnDrover, type Proc } from "../support/processes.js";
-import { eventually, fastTimings, kube, kubectl, prepareDroverNamespace, startTestCluster, type TestCluster } from "./cluster.js";
+import { fastTimings, kube, kubectl, startTestCluster, type TestCluster } from "./cluster.js";
+import { agentRegistered, controllerEnv, createAgentTask, nodeWorkerEnv, prepareNamespace, terraformRunner } from "./agents.js";
 
 // agent-k8s node mode under the chart's own RBAC on the test cluster (which enforces RBAC):
 // the controller and the node worker run with their ServiceAccounts' tokens. No node worker
@@ -55,7 +56,7 @@ before(async () => {
   cluster = await startTestCluster({ timings: fastTimings, hostPaths: "real" });
   stack = await startStack();
   home = mkdtempSync(join(tmpdir(), "drover-rbac-home-"));
-  await prepareDroverNamespace(cluster, ns, join(repo, "deploy", "kubernetes", "agenttasks.drover.dev.yaml"));
+  await prepareNamespace(cluster, ns);
   // The chart's ServiceAccounts, Roles, RoleBindings and pool-token Secret, as it renders them.
   const rendered = execFileSync(tools().helm, ["template", release, join(repo, "charts", "agent-k8s"), "--namespace", ns, "--set", `agent.token=${stack.poolToken}`], { encoding: "utf8" });
   const objects = parseAllDocuments(rendered)
@@ -72,34 +73,21 @@ before(async () => {
     const r = await kube(cluster, "POST", paths[o.kind]!, o);
     assert.equal(r.status, 201, `${o.kind} ${o.metadata.name}: ${JSON.stringify(r.body)}`);
   }
-  const tfrc = join(stack.dir, "runner-terraformrc");
-  writeFileSync(tfrc, "");
-  const template = {
-    apiVersion: "drover.dev/v1alpha1",
-    kind: "AgentTask",
-    metadata: { name: "task-template", namespace: ns },
-    spec: { jobTemplate: { template: { spec: { containers: [{ name: "runner", image: "ghcr.io/drover-dev/drover-runner:test", env: [{ name: "TF_CLI_CONFIG_FILE", value: tfrc }, { name: "CHECKPOINT_DISABLE", value: "1" }] }] } } } },
-  };
-  assert.equal((await kube(cluster, "POST", `/apis/drover.dev/v1alpha1/namespaces/${ns}/agenttasks`, template)).status, 201);
+  await createAgentTask(cluster, ns, "task-template", [terraformRunner(stack)]);
   const common = { ...stack.baseEnv, DROVER_AGENT_KUBERNETES_NAMESPACE: ns, DROVER_AGENT_NODE_HOME: home, DROVER_AGENT_LOG_FORMAT: "plain", DROVER_AGENT_HEALTH_PORT: "0" };
   nodeWorker = spawnDrover(["agent", "node-worker"], {
     ...common,
     KUBECONFIG: kubeconfigFor(workerSa),
-    DROVER_AGENT_NODE_NAME: "ktc-node",
-    DROVER_AGENT_CONTROLLER_NAME: "rbac-ctl",
-    DROVER_AGENT_EXEC_LOOP_PATH: join(repo, "packages", "agent", "exec-loop", "exec-loop.sh"),
+    ...nodeWorkerEnv("rbac-ctl"),
   });
   await nodeWorker.waitFor(/node worker started/);
   controller = spawnDrover(["agent", "controller"], {
     ...common,
     KUBECONFIG: kubeconfigFor(controllerSa),
-    DROVER_TOKEN: stack.poolToken,
-    DROVER_AGENT_NAME: "rbac-ctl",
-    DROVER_AGENT_KUBERNETES_TASK_TEMPLATE: "task-template",
-    DROVER_AGENT_KUBERNETES_WORKER_IMAGE: "ghcr.io/drover-dev/drover:test",
+    ...controllerEnv(stack, "rbac-ctl", "task-template"),
     DROVER_AGENT_NODE_WORKER_SERVICE_ACCOUNT: workerSa,
   });
-  await eventually("the controller to register", async () => (await stack.server.api("GET", `/api/v1/agents?pool=${stack.pool}`)).body.items.some((a: any) => a.name === "rbac-ctl" && a.status !== "offline"));
+  await agentRegistered(stack, "rbac-ctl");
 });
 
 after(async () => {

@@ -1,18 +1,17 @@
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { writeFileSync } from "node:fs";
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { runLog, startStack, type Stack } from "../support/stack.js";
 import { droverBin, spawnDrover, type Proc } from "../support/processes.js";
-import { eventually, fastTimings, kube, prepareDroverNamespace, startTestCluster, type TestCluster } from "./cluster.js";
+import { fastTimings, startTestCluster, type TestCluster } from "./cluster.js";
+import { agentRegistered, controllerEnv, createAgentTask, execLoopPath, prepareNamespace, runnerImage, workerImage } from "./agents.js";
 
 // Job mode's per-pod worker shares its exec and run emptyDirs with the runner container the
 // same way a node worker shares a run's directory (decision 0009): a link the run plants at
 // steps/N/output must not ship a file of the worker container into the run log.
 
-const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 const ns = "drover-pod-isolation";
 let cluster: TestCluster;
 let stack: Stack;
@@ -43,38 +42,21 @@ before(async () => {
   writeFileSync(secretPath, secret, { mode: 0o600 });
   const script = join(stack.dir, "attacker.sh");
   writeFileSync(script, attacker);
-  await prepareDroverNamespace(cluster, ns, join(repo, "deploy", "kubernetes", "agenttasks.drover.dev.yaml"));
-  const template = {
-    apiVersion: "drover.dev/v1alpha1",
-    kind: "AgentTask",
-    metadata: { name: "attack", namespace: ns },
-    spec: {
-      jobTemplate: {
-        template: {
-          spec: {
-            containers: [
-              { name: "worker", image: "ghcr.io/drover-dev/drover:test", command: [process.execPath, droverBin], args: ["agent", "worker"] },
-              { name: "runner", image: "ghcr.io/drover-dev/drover-runner:test", command: ["/bin/sh", script], env: [{ name: "SECRET", value: secretPath }] },
-            ],
-          },
-        },
-      },
-    },
-  };
-  assert.equal((await kube(cluster, "POST", `/apis/drover.dev/v1alpha1/namespaces/${ns}/agenttasks`, template)).status, 201);
+  await prepareNamespace(cluster, ns);
+  await createAgentTask(cluster, ns, "attack", [
+    { name: "worker", image: workerImage, command: [process.execPath, droverBin], args: ["agent", "worker"] },
+    { name: "runner", image: runnerImage, command: ["/bin/sh", script], env: [{ name: "SECRET", value: secretPath }] },
+  ]);
   controller = spawnDrover(["agent", "controller"], {
     ...stack.baseEnv,
     KUBECONFIG: cluster.kubeconfigPath,
-    DROVER_TOKEN: stack.poolToken,
-    DROVER_AGENT_NAME: "pod-iso-ctl",
+    ...controllerEnv(stack, "pod-iso-ctl", "attack"),
     DROVER_AGENT_KUBERNETES_NAMESPACE: ns,
-    DROVER_AGENT_KUBERNETES_TASK_TEMPLATE: "attack",
-    DROVER_AGENT_KUBERNETES_WORKER_IMAGE: "ghcr.io/drover-dev/drover:test",
-    DROVER_AGENT_EXEC_LOOP_PATH: join(repo, "packages", "agent", "exec-loop", "exec-loop.sh"),
+    DROVER_AGENT_EXEC_LOOP_PATH: execLoopPath,
     DROVER_AGENT_HEALTH_PORT: "0",
     DROVER_AGENT_LOG_FORMAT: "plain",
   });
-  await eventually("the controller to register", async () => (await stack.server.api("GET", `/api/v1/agents?pool=${stack.pool}`)).body.items.some((a: any) => a.name === "pod-iso-ctl" && a.status !== "offline"));
+  await agentRegistered(stack, "pod-iso-ctl");
 });
 
 after(async () => {
