@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
 import { droverBin, spawnDrover, type Proc } from "../support/processes.js";
-import { startCuttableProxy, type CuttableProxy } from "../support/cuttable-proxy.js";
+import { startTcpProxy, type TcpProxy } from "../support/tcp-proxy.js";
 import { eventually, fastTimings, startTestCluster, type TestCluster } from "./cluster.js";
 import { controllerEnv, createAgentTask, execLoopPath, prepareNamespace, terraformRunner, workerImage } from "./agents.js";
 
@@ -17,8 +17,8 @@ import { controllerEnv, createAgentTask, execLoopPath, prepareNamespace, terrafo
 const ns = "drover-health";
 let cluster: TestCluster;
 let stack: Stack;
-let serverProxy: CuttableProxy;
-let kubeProxy: CuttableProxy;
+let serverProxy: TcpProxy;
+let kubeProxy: TcpProxy;
 let proxiedKubeconfig: string;
 const procs: Proc[] = [];
 
@@ -50,8 +50,8 @@ function spawn(args: string[], env: Record<string, string>): Proc {
 before(async () => {
   cluster = await startTestCluster({ timings: fastTimings, hostPaths: "real" });
   stack = await startStack();
-  serverProxy = await startCuttableProxy(stack.server.url, { cut: true });
-  kubeProxy = await startCuttableProxy(cluster.url);
+  serverProxy = await startTcpProxy(stack.server.url, "refuse");
+  kubeProxy = await startTcpProxy(cluster.url);
   proxiedKubeconfig = join(stack.dir, "kubeconfig-proxied");
   writeFileSync(proxiedKubeconfig, readFileSync(cluster.kubeconfigPath, "utf8").replace(cluster.url, kubeProxy.url));
   await prepareNamespace(cluster, ns);
@@ -82,23 +82,23 @@ test("controller: live while the server is unreachable at start; ready once regi
   assert.equal(notReady.body.registered, false);
   assert.equal(controller.child.exitCode, null, "the controller keeps retrying instead of exiting");
 
-  serverProxy.restore();
+  serverProxy.set("open");
   await eventually("the controller to be ready", async () => (await probe(port, "/readyz")).status === 200);
   assert.match((await probe(port, "/metrics")).text, /^drover_controller_jobs_in_flight 0$/m);
 
   // The API server goes away: the watches are no longer synced, the process is still alive.
-  kubeProxy.cut();
+  kubeProxy.set("refuse");
   await eventually("readiness to drop with the watches", async () => (await probe(port, "/readyz")).status === 503);
   assert.equal((await probe(port, "/healthz")).status, 200);
-  kubeProxy.restore();
+  kubeProxy.set("open");
   await eventually("readiness to come back", async () => (await probe(port, "/readyz")).status === 200);
 
   // The Drover server goes away after registration: still live.
-  const before = serverProxy.refused;
-  serverProxy.cut();
-  await eventually("the controller to try the server", async () => serverProxy.refused > before);
+  const before = serverProxy.accepted;
+  serverProxy.set("refuse");
+  await eventually("the controller to try the server", async () => serverProxy.accepted > before);
   assert.equal((await probe(port, "/healthz")).status, 200);
-  serverProxy.restore();
+  serverProxy.set("open");
   await controller.stop();
 });
 
@@ -114,10 +114,10 @@ test("node worker: ready once it has listed its node's run pods; live while the 
   });
   await eventually("the node worker to be ready", async () => (await probe(port, "/readyz")).status === 200);
   assert.match((await probe(port, "/metrics")).text, /^drover_node_worker_runs 0$/m);
-  kubeProxy.cut();
+  kubeProxy.set("refuse");
   await eventually("readiness to drop", async () => (await probe(port, "/readyz")).status === 503);
   assert.equal((await probe(port, "/healthz")).status, 200);
-  kubeProxy.restore();
+  kubeProxy.set("open");
   await eventually("readiness to come back", async () => (await probe(port, "/readyz")).status === 200);
   await worker.stop();
 });

@@ -6,7 +6,7 @@ import { fileURLToPath } from "node:url";
 import { after, before, test } from "node:test";
 import { runLog, startStack, type Stack } from "../support/stack.js";
 import { droverBin, spawnDrover, type Proc } from "../support/processes.js";
-import { startCuttableProxy, type CuttableProxy } from "../support/cuttable-proxy.js";
+import { startTcpProxy, type TcpProxy } from "../support/tcp-proxy.js";
 import { eventually, fastTimings, kube, prepareDroverNamespace, startTestCluster, type TestCluster } from "./cluster.js";
 
 // Failures no event announces. The controller sweeps its in-flight Jobs on an interval, so a
@@ -103,7 +103,7 @@ test("a Job deleted while the controller's watch was down frees its concurrency 
   const ns = "time-watch-gap";
   await namespaceWithTemplate(ns, { schedulerName: "no-such-scheduler", containers: containers() });
   const token = await poolWithWorkspace(ns);
-  const proxy: CuttableProxy = await startCuttableProxy(cluster.url);
+  const proxy: TcpProxy = await startTcpProxy(cluster.url);
   const kubeconfig = join(stack.dir, "kubeconfig-gap");
   writeFileSync(kubeconfig, readFileSync(cluster.kubeconfigPath, "utf8").replace(cluster.url, proxy.url));
   const port = await new Promise<number>((resolve) => {
@@ -123,11 +123,11 @@ test("a Job deleted while the controller's watch was down frees its concurrency 
     await eventually("the job Secret", async () => (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/secrets/${job.metadata.name}-job`)).status === 200);
     assert.equal(await inFlight(), "1");
 
-    proxy.cut();
+    proxy.set("refuse");
     assert.equal((await kube(cluster, "DELETE", `/apis/batch/v1/namespaces/${ns}/jobs/${job.metadata.name}?propagationPolicy=Background`)).status, 200);
     // The deletion leaves the watch history: resuming from the old resourceVersion gets 410.
     cluster.compactWatchHistory();
-    proxy.restore();
+    proxy.set("open");
 
     const run = await stack.waitForRun(first, ["errored", "planned", "applied"], 60_000).catch((err: Error) => assert.fail(`${err.message}\n${controller.output()}`));
     assert.equal(run.status, "errored");

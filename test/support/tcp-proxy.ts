@@ -7,9 +7,12 @@ import { createServer, connect, type Server, type Socket } from "node:net";
  */
 export type ProxyMode = "open" | "refuse" | "blackhole";
 
-/** A TCP proxy between a client (the agent) and a target (the server) that the test controls. */
+/**
+ * A TCP proxy between a client (an agent, a controller) and a target (the Drover server, the
+ * API server) that the test controls. TLS passes through untouched.
+ */
 export interface TcpProxy {
-  /** `http://127.0.0.1:<port>`: give it to the agent as DROVER_URL. */
+  /** `http(s)://127.0.0.1:<port>`, with the target's scheme when it is an http(s) URL: give it to the agent as DROVER_URL. */
   url: string;
   port: number;
   mode: ProxyMode;
@@ -23,6 +26,7 @@ export interface TcpProxy {
 /** Starts a proxy to `target` (host:port or URL) on a random local port. */
 export async function startTcpProxy(target: string, mode: ProxyMode = "open"): Promise<TcpProxy> {
   const url = new URL(target.includes("://") ? target : `tcp://${target}`);
+  const scheme = url.protocol === "https:" ? "https:" : "http:";
   const host = url.hostname;
   const port = Number(url.port);
   /** Client sockets, each with its upstream while forwarded. */
@@ -65,7 +69,7 @@ export async function startTcpProxy(target: string, mode: ProxyMode = "open"): P
   const listenPort = (server.address() as { port: number }).port;
 
   return {
-    url: `http://127.0.0.1:${listenPort}`,
+    url: `${scheme}//127.0.0.1:${listenPort}`,
     port: listenPort,
     get mode() {
       return state.mode;
