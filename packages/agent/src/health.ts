@@ -84,6 +84,19 @@ export function closeHealthServer(server: Server | undefined): Promise<void> {
   return new Promise((resolve) => server.close(() => resolve()));
 }
 
+/**
+ * Runs `work` with the health server of `source` on `port` (none when `port` is 0), closing it
+ * once `work` settles; resolves or rejects as `work` does.
+ */
+export async function servingHealth<T>(port: number, source: HealthSource, work: () => Promise<T>): Promise<T> {
+  const server = port > 0 ? await startHealthServer(port, source) : undefined;
+  try {
+    return await work();
+  } finally {
+    await closeHealthServer(server);
+  }
+}
+
 /** Gauges and counters in Prometheus' text format, for processes with a handful of series. */
 export class MetricSet {
   private readonly series = new Map<string, { help: string; type: "gauge" | "counter"; values: Map<string, number> }>();

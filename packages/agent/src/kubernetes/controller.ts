@@ -1,12 +1,11 @@
 import { BatchV1Api, CoreV1Api, CustomObjectsApi, KubeConfig, RbacAuthorizationV1Api, type KubernetesListObject, type KubernetesObject, type V1Job, type V1JobSpec, type V1Pod } from "@kubernetes/client-node";
-import type { Server } from "node:http";
 import { DroverError, jobAssignmentSchema, type JobAssignment } from "@drover/protocol";
 import type { Logger } from "pino";
 import { waitFor } from "../backoff.js";
 import { AgentClient, NetworkError } from "../client.js";
 import { int, type AgentConfig } from "../config.js";
 import { agentVersion } from "../agent.js";
-import { closeHealthServer, MetricSet, startHealthServer } from "../health.js";
+import { MetricSet, servingHealth } from "../health.js";
 import { apiClientWithDeadline, defaultApiTimeoutMs } from "./api-deadline.js";
 import { startInformer, type Informer } from "./informer.js";
 import { buildJob, jobName, labels, type TaskSettings } from "./job-spec.js";
@@ -101,7 +100,6 @@ export class Controller {
   private readonly stop = new AbortController();
   private wake: (() => void) | undefined;
   private readonly informers: { name: string; informer: Informer<KubernetesObject> }[] = [];
-  private health: Server | undefined;
   private readonly metrics = new MetricSet()
     .define("drover_controller_jobs_in_flight", "gauge", "Kubernetes Jobs of this controller that have not finished")
     .define("drover_controller_jobs_launched_total", "counter", "Kubernetes Jobs this controller created")
@@ -131,20 +129,14 @@ export class Controller {
   }
 
   async run(): Promise<number> {
-    if (this.config.healthPort > 0) {
-      this.health = await startHealthServer(this.config.healthPort, {
-        health: () => ({ live: !this.stop.signal.aborted, ready: this.ready, details: { registered: this.registered, inFlight: this.tracked.size } }),
-        metrics: () => {
-          this.metrics.set("drover_controller_jobs_in_flight", this.tracked.size);
-          return this.metrics.render();
-        },
-      });
-    }
-    try {
-      return await this.work();
-    } finally {
-      await closeHealthServer(this.health);
-    }
+    const source = {
+      health: () => ({ live: !this.stop.signal.aborted, ready: this.ready, details: { registered: this.registered, inFlight: this.tracked.size } }),
+      metrics: () => {
+        this.metrics.set("drover_controller_jobs_in_flight", this.tracked.size);
+        return this.metrics.render();
+      },
+    };
+    return servingHealth(this.config.healthPort, source, () => this.work());
   }
 
   private async work(): Promise<number> {

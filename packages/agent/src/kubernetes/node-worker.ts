@@ -1,10 +1,9 @@
 import { CoreV1Api, KubeConfig, type V1Pod } from "@kubernetes/client-node";
 import { DroverError, jobAssignmentSchema, type JobAssignment } from "@drover/protocol";
 import { readdirSync, readFileSync } from "node:fs";
-import type { Server } from "node:http";
 import type { Logger } from "pino";
 import { AgentClient } from "../client.js";
-import { closeHealthServer, MetricSet, startHealthServer } from "../health.js";
+import { MetricSet, servingHealth } from "../health.js";
 import { int, type StopAction } from "../config.js";
 import { SafeDir } from "../safe-dir.js";
 import { apiClientWithDeadline, defaultApiTimeoutMs } from "./api-deadline.js";
@@ -79,7 +78,6 @@ export class NodeWorker {
   private pods: Informer<V1Pod> | undefined;
   private readonly halt = new AbortController();
   private wake: (() => void) | undefined;
-  private health: Server | undefined;
   private readonly metrics = new MetricSet()
     .define("drover_node_worker_runs", "gauge", "Runs this node worker supervises")
     .define("drover_node_worker_watch_errors_total", "counter", "Failed lists or watches of this node's run pods (each is retried)");
@@ -97,21 +95,15 @@ export class NodeWorker {
 
   /** Runs until `shutdown()`, then waits for its runs to wind down; resolves with the exit code. */
   async run(): Promise<number> {
-    if (this.settings.healthPort > 0) {
-      this.health = await startHealthServer(this.settings.healthPort, {
-        // Winding runs down after SIGTERM is still healthy work: liveness never fails on its own.
-        health: () => ({ live: true, ready: (this.pods?.synced ?? false) && !this.stopping, details: { runs: this.runs.size } }),
-        metrics: () => {
-          this.metrics.set("drover_node_worker_runs", this.runs.size);
-          return this.metrics.render();
-        },
-      });
-    }
-    try {
-      return await this.work();
-    } finally {
-      await closeHealthServer(this.health);
-    }
+    const source = {
+      // Winding runs down after SIGTERM is still healthy work: liveness never fails on its own.
+      health: () => ({ live: true, ready: (this.pods?.synced ?? false) && !this.stopping, details: { runs: this.runs.size } }),
+      metrics: () => {
+        this.metrics.set("drover_node_worker_runs", this.runs.size);
+        return this.metrics.render();
+      },
+    };
+    return servingHealth(this.settings.healthPort, source, () => this.work());
   }
 
   private async work(): Promise<number> {
