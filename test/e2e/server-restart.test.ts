@@ -1,10 +1,9 @@
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
-import type { Proc } from "../support/processes.js";
+import { freePort, type Proc } from "../support/processes.js";
 import {
   assertRanOnce,
   assertWholeTicks,
@@ -28,18 +27,6 @@ let dir: string;
 let env: Record<string, string>;
 let server: ServerProc;
 let agent: Proc | undefined;
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.on("error", reject);
-    srv.listen(0, "127.0.0.1", () => {
-      const address = srv.address();
-      const port = typeof address === "object" && address ? address.port : 0;
-      srv.close(() => resolve(port));
-    });
-  });
-}
 
 before(async () => {
   dir = mkdtempSync(join(tmpdir(), "drover-restart-"));

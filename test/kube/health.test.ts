@@ -1,10 +1,9 @@
 import assert from "node:assert/strict";
 import { readFileSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
-import { droverBin, spawnDrover, type Proc } from "../support/processes.js";
+import { droverBin, freePort, spawnDrover, type Proc } from "../support/processes.js";
 import { startTcpProxy, type TcpProxy } from "../support/tcp-proxy.js";
 import { eventually, fastTimings, startTestCluster, type TestCluster } from "./cluster.js";
 import { controllerEnv, createAgentTask, execLoopPath, prepareNamespace, terraformRunner, workerImage } from "./agents.js";
@@ -21,15 +20,6 @@ let serverProxy: TcpProxy;
 let kubeProxy: TcpProxy;
 let proxiedKubeconfig: string;
 const procs: Proc[] = [];
-
-function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const s = createServer().listen(0, "127.0.0.1", () => {
-      const { port } = s.address() as { port: number };
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 async function probe(port: number, path: string): Promise<{ status: number; body: any; text: string }> {
   try {

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { rawTarGz } from "../support/archives.js";
 import { createTestDatabase, type TestDatabase } from "../support/databases.js";
+import { callOk } from "../support/fault-runs.js";
 import { spawnDrover, type Proc } from "../support/processes.js";
 
 // Several server processes on one PostgreSQL: no job is handed out twice, and a job queued
@@ -12,17 +13,6 @@ let database: TestDatabase;
 const servers: Proc[] = [];
 const urls: string[] = [];
 
-async function http(url: string, method: string, path: string, token: string, body?: unknown, contentType = "application/json") {
-  const init: RequestInit = { method, headers: { authorization: `Bearer ${token}` } };
-  if (body !== undefined) {
-    init.body = Buffer.isBuffer(body) ? body : JSON.stringify(body);
-    (init.headers as Record<string, string>)["content-type"] = contentType;
-  }
-  const res = await fetch(url + path, init);
-  const text = await res.text();
-  if (res.status >= 300) throw new Error(`${method} ${path}: ${res.status} ${text}`);
-  return text ? JSON.parse(text) : undefined;
-}
 
 before(async () => {
   database = await createTestDatabase("postgres");
@@ -40,12 +30,12 @@ after(async () => {
 
 test("two servers, 200 jobs, 20 competing pollers: every job handed out exactly once", async () => {
   const [a, b] = urls as [string, string];
-  await http(a, "POST", "/api/v1/pools", admin, { name: "shared" });
+  await callOk(a, "POST", "/api/v1/pools", admin, { name: "shared" });
   const pollers = await Promise.all(
     Array.from({ length: 20 }, async (_, i) => {
       const url = i % 2 === 0 ? a : b;
-      const { token } = await http(url, "POST", "/api/v1/pools/shared/tokens", admin, {});
-      const reg = await http(url, "POST", "/api/agent/v1/register", token, { name: `poller-${i}`, version: "t", driver: "local", capacity: 100 });
+      const { token } = await callOk(url, "POST", "/api/v1/pools/shared/tokens", admin, {});
+      const reg = await callOk(url, "POST", "/api/agent/v1/register", token, { name: `poller-${i}`, version: "t", driver: "local", capacity: 100 });
       return { url, session: reg.sessionToken as string };
     }),
   );
@@ -56,7 +46,7 @@ test("two servers, 200 jobs, 20 competing pollers: every job handed out exactly 
   // Pollers wait first (so wake-ups matter), then the jobs are queued through both servers.
   const polling = pollers.map(async (p) => {
     while (claims.length < total && Date.now() < deadline) {
-      const res = await http(p.url, "POST", "/api/agent/v1/jobs/next?wait=2000", p.session);
+      const res = await callOk(p.url, "POST", "/api/agent/v1/jobs/next?wait=2000", p.session);
       if (res.job) claims.push(res.job.jobId as string);
     }
   });
@@ -65,17 +55,17 @@ test("two servers, 200 jobs, 20 competing pollers: every job handed out exactly 
   for (let i = 0; i < total; i++) {
     const url = i % 2 === 0 ? a : b;
     const name = `ws-${i}`;
-    await http(url, "POST", "/api/v1/workspaces", admin, { name, pool: "shared" });
-    const cv = await http(url, "POST", `/api/v1/workspaces/${name}/configuration-versions`, admin, archive, "application/gzip");
-    await http(url, "POST", "/api/v1/runs", admin, { workspace: name, configurationVersionId: cv.id });
+    await callOk(url, "POST", "/api/v1/workspaces", admin, { name, pool: "shared" });
+    const cv = await callOk(url, "POST", `/api/v1/workspaces/${name}/configuration-versions`, admin, archive, "application/gzip");
+    await callOk(url, "POST", "/api/v1/runs", admin, { workspace: name, configurationVersionId: cv.id });
   }
   await Promise.all(polling);
 
   assert.equal(claims.length, total, "every queued job was handed out");
   assert.equal(new Set(claims).size, total, "no job was handed out twice");
-  const runs = await http(a, "GET", "/api/v1/runs?limit=1000", admin);
+  const runs = await callOk(a, "GET", "/api/v1/runs?limit=1000", admin);
   for (const run of runs.items) {
-    const jobs = await http(b, "GET", `/api/v1/runs/${run.id}/jobs`, admin);
+    const jobs = await callOk(b, "GET", `/api/v1/runs/${run.id}/jobs`, admin);
     assert.equal(jobs.items[0].attempt, 1, `job of ${run.id} claimed once`);
     assert.equal(jobs.items[0].status, "assigned");
   }

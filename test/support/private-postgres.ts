@@ -1,9 +1,9 @@
 import { execFileSync, spawnSync } from "node:child_process";
 import { chownSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import pg from "pg";
+import { freePort } from "./processes.js";
 
 /*
  * A PostgreSQL cluster of one test file's own, for tests that restart, stop or terminate it:
@@ -52,18 +52,6 @@ function runAs(): { uid: number; gid: number } | undefined {
     if (r.status === 0) return { uid: Number(r.stdout.trim()), gid: Number(spawnSync("id", ["-g", user], { encoding: "utf8" }).stdout.trim()) };
   }
   throw new Error("running as root and no postgres or nobody user exists to run PostgreSQL");
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.on("error", reject);
-    srv.listen(0, "127.0.0.1", () => {
-      const address = srv.address();
-      const port = typeof address === "object" && address ? address.port : 0;
-      srv.close(() => resolve(port));
-    });
-  });
 }
 
 /** Creates and starts a private cluster (fsync off: tests need speed, not durability). */

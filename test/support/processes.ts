@@ -1,9 +1,23 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { fileURLToPath } from "node:url";
+import { createServer } from "node:net";
 import { dirname, join } from "node:path";
 
 /** Path of the built `drover` CLI entry point. */
 export const droverBin = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "packages", "cli", "dist", "src", "main.js");
+
+/** A TCP port on 127.0.0.1 that was free a moment ago, for a process to listen on. */
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.on("error", reject);
+    srv.listen(0, "127.0.0.1", () => {
+      const address = srv.address();
+      const port = typeof address === "object" && address ? address.port : 0;
+      srv.close(() => resolve(port));
+    });
+  });
+}
 
 /** A child process with its output captured, and helpers to wait on it. */
 export interface Proc {
