@@ -40,6 +40,10 @@ if (Number.isSafeInteger(timeoutMs) && timeoutMs > 0) {
   // ever. Once the file's tests and hooks have had another full budget, end the process; the
   // results are already reported. The timer is unref'd: a clean file exits on its own.
   nodeTest.after(() => {
+    // Registered after the test harness's own 'exit' listener, so the results are written first.
+    // Ending here skips Node's native handle cleanup, which has been seen to spin for ever on a
+    // socket whose close never completed (a file that had passed every test never exited).
+    process.on("exit", (code) => process.reallyExit(process.exitCode ?? code));
     setTimeout(() => {
       process.stderr.write(`[run-tests] ${process.argv[1] ?? "a test file"} was still running ${timeoutMs} ms after its last test (open handles); ending it\n`);
       process.exit(process.exitCode || 1);

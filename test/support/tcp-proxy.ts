@@ -2,7 +2,7 @@ import { createServer, connect, type Server, type Socket } from "node:net";
 
 /**
  * What the proxy does with connections: `open` forwards them, `refuse` closes new and existing
- * ones at once (connection refused / reset), `blackhole` accepts and holds them and drops every
+ * ones at once (the client sees its connection closed), `blackhole` accepts and holds them and drops every
  * byte both ways (a cut cable or a dead firewall: calls hang until their deadline).
  */
 export type ProxyMode = "open" | "refuse" | "blackhole";
@@ -48,7 +48,9 @@ export async function startTcpProxy(target: string, mode: ProxyMode = "open"): P
     });
     client.on("error", () => client.destroy());
     if (state.mode === "refuse") {
-      client.resetAndDestroy();
+      // destroy(), not resetAndDestroy(): a reset that fails (the peer already half-closed) leaves
+      // a handle that Node's exit cleanup then waits on for ever, spinning a core.
+      client.destroy();
       return;
     }
     if (state.mode === "blackhole") {
@@ -83,7 +85,7 @@ export async function startTcpProxy(target: string, mode: ProxyMode = "open"): P
       for (const [client, upstream] of live) {
         if (next === "refuse" || (next === "open" && !upstream)) {
           // Held connections never recover: the client must connect anew.
-          client.resetAndDestroy();
+          client.destroy();
         } else if (next === "blackhole" && upstream) {
           live.set(client, undefined);
           client.unpipe(upstream);
