@@ -181,7 +181,8 @@ export class Controller {
 
   /**
    * Retries start-up work with exponential backoff (0.5 s doubling to 30 s) so a server or
-   * API server that is down at start does not crash-loop the pod. Refused tokens are final.
+   * API server that is down at start does not crash-loop the pod. A coded answer from the server
+   * (a refused token, a bad request: 4xx) is final; the client turns 5xx into NetworkError.
    */
   private async retrying(what: string, work: () => Promise<void>): Promise<void> {
     let delay = 500;
@@ -190,7 +191,6 @@ export class Controller {
         return await work();
       } catch (err) {
         if (this.stop.signal.aborted) throw err;
-        if (err instanceof DroverError && (err.code === "token_revoked" || err.code === "unauthorized")) throw err;
         if (err instanceof DroverError) throw err;
         const wait = waitFor(err, delay);
         this.log.warn({ err: errText(err), retryInMs: wait }, `${what} failed; retrying`);
