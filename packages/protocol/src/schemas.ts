@@ -107,6 +107,33 @@ export const agentSchema = z.object({
 });
 export type Agent = z.infer<typeof agentSchema>;
 
+/**
+ * What a pool needs from its agents right now, for autoscalers (KEDA's metrics-api scaler reads
+ * `desiredAgents`). Runs awaiting confirmation need no agent and are reported apart.
+ */
+export const poolDemandSchema = z.object({
+  pool: z.object({ id: z.string(), name: z.string() }),
+  /** Jobs that need an agent and have not started: queued plus claimed-not-started. */
+  pending: z.number().int(),
+  /** Of `pending`: waiting for an agent to claim them. */
+  queued: z.number().int(),
+  /** Of `pending`: claimed by an agent that has not started them yet. */
+  claimed: z.number().int(),
+  /** Jobs executing on an agent. */
+  running: z.number().int(),
+  /** Runs with a finished plan waiting for a user to confirm or discard: no agent is needed until then. */
+  awaitingConfirmation: z.number().int(),
+  /** Online agents of the pool: idle ones run no job, busy ones at least one. */
+  agents: z.object({ online: z.number().int(), idle: z.number().int(), busy: z.number().int() }),
+  /** Jobs one agent runs at once, used for `desiredAgents`. */
+  jobsPerAgent: z.number().int(),
+  /** Agents needed for every pending and running job: ceil((pending + running) / jobsPerAgent). */
+  desiredAgents: z.number().int(),
+});
+export type PoolDemand = z.infer<typeof poolDemandSchema>;
+/** Query of the demand endpoints: the agents' concurrency (default: the largest of the pool's online agents, else 1). */
+export const poolDemandQuerySchema = z.object({ jobsPerAgent: z.coerce.number().int().min(1).max(100).optional() });
+
 export const workspaceSchema = z.object({
   id: z.string(),
   name: z.string(),

@@ -1,5 +1,7 @@
+import type { PoolDemand } from "@drover/protocol";
 import { Gauge, Histogram, Registry } from "prom-client";
 import type { StoreContext } from "./store/context.js";
+import { allPoolDemands } from "./store/demand.js";
 
 /** Prometheus metrics of one server process (its own registry, so tests can run several). */
 export interface ServerMetrics {
@@ -73,5 +75,28 @@ export function createMetrics(ctx: StoreContext): ServerMetrics {
       for (const r of rows) this.set({ state: r.status }, Number(r.n));
     },
   });
+  // Demand signals for autoscalers, one collection for all four series per scrape.
+  const demand = {
+    drover_pool_jobs_pending: ["Jobs that need an agent and have not started (queued + claimed-not-started), per pool", (d: PoolDemand) => d.pending],
+    drover_pool_jobs_running: ["Jobs executing on an agent, per pool", (d: PoolDemand) => d.running],
+    drover_pool_runs_awaiting_confirmation: ["Runs with a plan waiting for confirmation (need no agent), per pool", (d: PoolDemand) => d.awaitingConfirmation],
+    drover_pool_desired_agents: ["Agents needed for the pending and running jobs, per pool (at the largest online agent's concurrency, else 1)", (d: PoolDemand) => d.desiredAgents],
+  } as const;
+  let scrape: Promise<PoolDemand[]> | undefined;
+  for (const [name, [help, value]] of Object.entries(demand)) {
+    new Gauge({
+      name,
+      help,
+      labelNames: ["pool"] as const,
+      registers: [registry],
+      async collect() {
+        // The first gauge of a scrape queries; the other three reuse its answer.
+        scrape ??= allPoolDemands(ctx).finally(() => (scrape = undefined));
+        const demands = await scrape;
+        this.reset();
+        for (const d of demands) this.set({ pool: d.pool.name }, value(d));
+      },
+    });
+  }
   return { registry, httpDuration };
 }

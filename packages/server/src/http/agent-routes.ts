@@ -4,6 +4,7 @@ import {
   maxLogChunkBytes,
   maxLongPollMs,
   outputsUploadSchema,
+  poolDemandQuerySchema,
   registerRequestSchema,
   DroverError,
 } from "@drover/protocol";
@@ -11,6 +12,7 @@ import type { Agent } from "@drover/protocol";
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { z } from "zod";
 import { agentHeartbeat, deregisterAgent, registerAgent } from "../store/agents.js";
+import { poolDemand } from "../store/demand.js";
 import { readConfigurationArchive } from "../store/configuration-versions.js";
 import { appendLog } from "../store/logs.js";
 import { plansNoLongerNeeded, readPlanFile, saveOutputs, savePlanFile, savePlanJson } from "../store/plans.js";
@@ -46,6 +48,13 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext): vo
       leaseTtlMs: ctx.settings.leaseTtlMs,
       maxPollWaitMs: maxLongPollMs,
     };
+  });
+
+  // The pool token's own pool only: the credential an agent deployment already holds is
+  // enough for its autoscaler, and it reveals counts, never runs or workspaces.
+  app.get("/demand", asPool, async (req) => {
+    const { pool } = callerOf<Awaited<ReturnType<typeof requirePoolToken>>>(req);
+    return poolDemand(ctx, pool.id, parse(poolDemandQuerySchema, req.query, "query").jobsPerAgent);
   });
 
   app.post("/jobs/next", asSession, async (req, reply) => {

@@ -35,7 +35,7 @@ export async function requireUser(ctx: StoreContext, request: FastifyRequest): P
 
 export async function requirePoolToken(ctx: StoreContext, request: FastifyRequest) {
   const token = presentedToken(request);
-  if (tokenKind(token) !== "pool") throw new DroverError("unauthorized", "registration needs a pool token (drv_p_…)");
+  if (tokenKind(token) !== "pool") throw new DroverError("unauthorized", "this call needs a pool token (drv_p_…)");
   return authenticatePoolToken(ctx, token);
 }
 

@@ -39,6 +39,8 @@ const operations: Op[] = [
   { method: "get", path: "/api/v1/runs/{id}/jobs", summary: "Jobs of a run", response: list(p.jobSchema), auth: "user" },
   { method: "get", path: "/api/v1/runs/{id}/plan", summary: "Plan JSON of a run", rawResponse: "application/json", auth: "user" },
   { method: "get", path: "/api/v1/runs/{id}/logs", summary: "Read a phase's log from an offset (?phase=&offset=&wait=)", rawResponse: "application/octet-stream", auth: "user" },
+  { method: "get", path: "/api/v1/pools/{pool}/demand", summary: "A pool's demand for agents, for autoscalers (?jobsPerAgent=)", response: p.poolDemandSchema, auth: "user" },
+  { method: "get", path: "/api/agent/v1/demand", summary: "The pool token's pool's demand for agents, for autoscalers such as KEDA's metrics-api scaler (?jobsPerAgent=)", response: p.poolDemandSchema, auth: "pool" },
   { method: "post", path: "/api/agent/v1/register", summary: "Register an agent", body: p.registerRequestSchema, response: p.registerResponseSchema, auth: "pool" },
   { method: "post", path: "/api/agent/v1/jobs/next", summary: "Long-poll for the next job (?wait=ms)", response: p.pollResponseSchema, auth: "session" },
   { method: "post", path: "/api/agent/v1/heartbeat", summary: "Agent heartbeat", body: p.agentHeartbeatSchema, auth: "session" },

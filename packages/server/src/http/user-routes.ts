@@ -8,6 +8,7 @@ import {
   logHeaders,
   maxLongPollMs,
   phaseSchema,
+  poolDemandQuerySchema,
   setVariableSchema,
   updateWorkspaceSchema,
   variableKeySchema,
@@ -17,6 +18,7 @@ import type { FastifyInstance } from "fastify";
 import { z } from "zod";
 import { waitForEvent } from "../events.js";
 import { listAgents } from "../store/agents.js";
+import { poolDemand } from "../store/demand.js";
 import { createConfigurationVersion, listConfigurationVersions } from "../store/configuration-versions.js";
 import { readLog } from "../store/logs.js";
 import { readPlanJson, workspaceOutputs } from "../store/plans.js";
@@ -55,6 +57,9 @@ export function registerUserRoutes(app: FastifyInstance, http: HttpContext): voi
     const { description } = parse(createPoolTokenSchema, req.body);
     return reply.code(201).send(await createPoolToken(ctx, pool, description, http.publicUrl()));
   });
+  app.get("/pools/:pool/demand", async (req) =>
+    poolDemand(ctx, parse(poolParams, req.params, "path").pool, parse(poolDemandQuerySchema, req.query, "query").jobsPerAgent),
+  );
   app.get("/pools/:pool/tokens", async (req) => ({ items: await listPoolTokens(ctx, parse(poolParams, req.params, "path").pool) }));
   app.delete("/pool-tokens/:id", async (req) => {
     const revoked = await revokePoolToken(ctx, parse(idParams, req.params, "path").id);

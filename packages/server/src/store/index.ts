@@ -6,6 +6,7 @@
 export * from "./agents.js";
 export * from "./configuration-versions.js";
 export * from "./context.js";
+export * from "./demand.js";
 export * from "./logs.js";
 export * from "./plans.js";
 export * from "./pools.js";
