@@ -8,6 +8,7 @@ import { agentVersion } from "../agent.js";
 import { MetricSet, servingHealth } from "../health.js";
 import { apiClientWithDeadline, defaultApiTimeoutMs } from "./api-deadline.js";
 import { startInformer, type Informer } from "./informer.js";
+import { exponentialBackoff, KeyedWorkQueue } from "./work-queue.js";
 import { buildJob, jobName, labels, type TaskSettings } from "./job-spec.js";
 import { describePodFailure, type FailureTimings } from "./pod-failures.js";
 import { grantJobSecret } from "./run-access.js";
@@ -29,9 +30,15 @@ interface Tracked {
   since: number;
   /** This controller is deleting the Job itself: its DELETED event is expected. */
   deleting?: boolean;
+  /** The failure line is in the run's log (a retried report does not write it twice). */
+  logged?: boolean;
 }
 
 const genericReportDelayMs = 2_000;
+/** Jobs whose events are handled at the same time (one event at a time per Job). */
+const queueParallelism = 4;
+/** Attempts of one Job's event handling (e.g. the server unreachable while reporting) before it waits for the next sweep. */
+const queueMaxAttempts = 5;
 
 /** Controller settings beyond the agent's. */
 export interface ControllerSettings {
@@ -100,6 +107,8 @@ export class Controller {
   private readonly stop = new AbortController();
   private wake: (() => void) | undefined;
   private readonly informers: { name: string; informer: Informer<KubernetesObject> }[] = [];
+  /** Everything done to one Job — launch, its Job and pod events, sweeps, reports, deletion — runs through here, one at a time per Job. */
+  private readonly queue: KeyedWorkQueue;
   private readonly metrics = new MetricSet()
     .define("drover_controller_jobs_in_flight", "gauge", "Kubernetes Jobs of this controller that have not finished")
     .define("drover_controller_jobs_launched_total", "counter", "Kubernetes Jobs this controller created")
@@ -117,6 +126,17 @@ export class Controller {
     this.rbac = apiClientWithDeadline(this.kc, RbacAuthorizationV1Api, settings.apiTimeoutMs);
     this.custom = apiClientWithDeadline(this.kc, CustomObjectsApi, settings.apiTimeoutMs);
     this.client = new AgentClient(config.url, config.caCertPem);
+    this.queue = new KeyedWorkQueue({
+      parallelism: queueParallelism,
+      maxAttempts: queueMaxAttempts,
+      backoffMs: exponentialBackoff(500, 30_000),
+      sleep,
+      signal: this.stop.signal,
+      onError: (key, err, attempt, retryInMs) =>
+        retryInMs === undefined
+          ? this.log.warn({ k8sJob: key, err: errText(err), attempt }, "handling a Job failed; the next sweep tries again")
+          : this.log.warn({ k8sJob: key, err: errText(err), attempt, retryInMs }, "handling a Job failed; retrying"),
+    });
   }
 
   private get selector(): string {
@@ -152,8 +172,8 @@ export class Controller {
       throw err;
     }
     const ns = this.settings.namespace;
-    this.inform("jobs", `/apis/batch/v1/namespaces/${ns}/jobs`, () => this.batch.listNamespacedJob({ namespace: ns, labelSelector: this.selector }), (type, job: V1Job) => this.onJob(type, job));
-    this.inform("pods", `/api/v1/namespaces/${ns}/pods`, () => this.core.listNamespacedPod({ namespace: ns, labelSelector: this.selector }), (type, pod: V1Pod) => this.onPod(type, pod));
+    this.inform("jobs", `/apis/batch/v1/namespaces/${ns}/jobs`, () => this.batch.listNamespacedJob({ namespace: ns, labelSelector: this.selector }), (type, job: V1Job) => void this.queue.add(job.metadata?.name ?? "", () => this.onJob(type, job)));
+    this.inform("pods", `/api/v1/namespaces/${ns}/pods`, () => this.core.listNamespacedPod({ namespace: ns, labelSelector: this.selector }), (type, pod: V1Pod) => void this.queue.add(pod.metadata?.labels?.[labels.k8sJob] ?? "", () => this.onPod(type, pod)));
     const beats = this.heartbeatLoop();
     const sweeps = this.sweepLoop();
     try {
@@ -252,7 +272,10 @@ export class Controller {
         }
         throw err;
       }
-      if (job) await this.launch(job);
+      if (job) {
+        const a = job;
+        await this.queue.add(jobName(a), () => this.launch(a));
+      }
     }
   }
 
@@ -324,22 +347,24 @@ export class Controller {
       this.log.info({ job: a.jobId, run: a.runId, phase: a.phase, k8sJob: name }, "launched Job");
     } catch (err) {
       this.log.error({ job: a.jobId, err: errText(err) }, "could not create the Job");
-      await this.report(name, `could not create the Kubernetes Job: ${errText(err)}`);
+      // Queued behind this launch (same key), so a server that cannot be told is retried without launching again.
+      const reason = `could not create the Kubernetes Job: ${errText(err)}`;
+      void this.queue.add(name, () => this.report(name, reason));
     }
   }
 
-  private onJob(type: string, job: V1Job): void {
+  private async onJob(type: string, job: V1Job): Promise<void> {
     const name = job.metadata?.name ?? "";
     const t = this.tracked.get(name);
     if (!t) return;
     if (type === "DELETED" && !t.deleting && !t.started && !t.reported) {
-      void this.report(name, `the Kubernetes Job ${name} was deleted before its worker started`);
+      await this.report(name, `the Kubernetes Job ${name} was deleted before its worker started`);
       return;
     }
     if (type === "DELETED" || finished(job)) {
       const failed = job.status?.conditions?.find((c) => c.type === "Failed" && c.status === "True");
       if (failed && !t.reported && !t.started) {
-        void this.reportJobWithoutWorker(t, failed.reason ?? "Failed", failed.message ?? "");
+        await this.reportJobWithoutWorker(t, failed.reason ?? "Failed", failed.message ?? "");
         return;
       }
       this.untrack(name);
@@ -365,7 +390,7 @@ export class Controller {
     return events.items.map((e) => `${e.reason ?? ""}: ${e.message ?? ""}`).slice(-5);
   }
 
-  private onPod(type: string, pod: V1Pod): void {
+  private async onPod(type: string, pod: V1Pod): Promise<void> {
     if (type === "DELETED") return;
     const name = pod.metadata?.labels?.[labels.k8sJob] ?? "";
     const t = this.tracked.get(name);
@@ -375,17 +400,17 @@ export class Controller {
     // The worker owns the run once it runs; in node-worker mode, once the runner it prepared does.
     const owner = this.settings.nodeHome ? "runner" : "worker";
     if (pod.status?.containerStatuses?.some((c) => c.name === owner && (c.state?.running || c.state?.terminated))) t.started = true;
-    this.check(t, Date.now());
+    await this.check(t, Date.now());
   }
 
   /** Reports the pod's failure, if it has one by `now`; a generic one after a second look. */
-  private check(t: Tracked, now: number): void {
+  private async check(t: Tracked, now: number): Promise<void> {
     const pod = t.lastPod;
     if (!pod || t.reported) return;
     const failure = describePodFailure(pod, now, this.settings.timings);
     if (!failure) return;
     if (!failure.generic) {
-      void this.report(t.name, failure.message);
+      await this.report(t.name, failure.message);
       return;
     }
     // Containers die a moment before the kubelet records why (eviction, OOM): look again
@@ -393,8 +418,11 @@ export class Controller {
     if (t.pendingGeneric) return;
     t.pendingGeneric = true;
     setTimeout(() => {
-      const latest = t.lastPod ? describePodFailure(t.lastPod, Date.now(), this.settings.timings) : undefined;
-      void this.report(t.name, (latest ?? failure).message);
+      void this.queue.add(t.name, async () => {
+        t.pendingGeneric = false;
+        const latest = t.lastPod ? describePodFailure(t.lastPod, Date.now(), this.settings.timings) : undefined;
+        await this.report(t.name, (latest ?? failure).message);
+      });
     }, genericReportDelayMs).unref();
   }
 
@@ -413,32 +441,34 @@ export class Controller {
   }
 
   private async sweep(now: number): Promise<void> {
+    await Promise.all([...this.tracked.values()].map((t) => this.queue.add(t.name, () => this.sweepOne(t, now))));
+  }
+
+  private async sweepOne(t: Tracked, now: number): Promise<void> {
+    if (t.reported || t.deleting || this.tracked.get(t.name) !== t) return;
     const jobs = this.informers.find((i) => i.name === "jobs");
-    for (const t of [...this.tracked.values()]) {
-      if (t.reported || t.deleting) continue;
-      if (jobs?.informer.synced && !jobs.informer.get(t.name, this.settings.namespace) && now - t.since > 2 * this.settings.sweepIntervalMs) {
-        // Not in the cache long after launch: ask once; a 404 means it was deleted unseen.
-        const gone = await this.batch.readNamespacedJob({ name: t.name, namespace: this.settings.namespace }).then(
-          () => false,
-          (err: unknown) => status(err) === 404,
-        );
-        if (gone) {
-          if (t.started) this.untrack(t.name);
-          else await this.report(t.name, `the Kubernetes Job ${t.name} was deleted before its worker started`);
-          continue;
-        }
+    if (jobs?.informer.synced && !jobs.informer.get(t.name, this.settings.namespace) && now - t.since > 2 * this.settings.sweepIntervalMs) {
+      // Not in the cache long after launch: ask once; a 404 means it was deleted unseen.
+      const gone = await this.batch.readNamespacedJob({ name: t.name, namespace: this.settings.namespace }).then(
+        () => false,
+        (err: unknown) => status(err) === 404,
+      );
+      if (gone) {
+        if (t.started) this.untrack(t.name);
+        else await this.report(t.name, `the Kubernetes Job ${t.name} was deleted before its worker started`);
+        return;
       }
-      if (t.started) continue;
-      if (t.lastPod) {
-        this.check(t, now);
-        continue;
-      }
-      if (now - t.since > this.settings.timings.podPendingTimeoutMs) {
-        const lines = await this.jobEvents(t.name);
-        const refused = lines.filter((l) => l.startsWith("FailedCreate"));
-        const why = refused.length ? refused.slice(-1)[0]! : lines.length ? `events: ${lines.join("; ")}` : "no events";
-        await this.report(t.name, `the Kubernetes Job ${t.name} created no pod within ${Math.round(this.settings.timings.podPendingTimeoutMs / 1000)} s (${why})`);
-      }
+    }
+    if (t.started) return;
+    if (t.lastPod) {
+      await this.check(t, now);
+      return;
+    }
+    if (now - t.since > this.settings.timings.podPendingTimeoutMs) {
+      const lines = await this.jobEvents(t.name);
+      const refused = lines.filter((l) => l.startsWith("FailedCreate"));
+      const why = refused.length ? refused.slice(-1)[0]! : lines.length ? `events: ${lines.join("; ")}` : "no events";
+      await this.report(t.name, `the Kubernetes Job ${t.name} created no pod within ${Math.round(this.settings.timings.podPendingTimeoutMs / 1000)} s (${why})`);
     }
   }
 
@@ -450,16 +480,15 @@ export class Controller {
     const t = this.tracked.get(name);
     if (!t || t.reported) return;
     t.reported = true;
-    this.metrics.inc("drover_controller_pod_failures_total");
     const job = this.client.job(t.assignment.jobId, t.assignment.jobToken);
     const line = Buffer.from(`\n[drover] ${reason}\n`, "utf8");
     try {
       // Append at the log's end: ask with an offset past it, the server answers where it is.
       let offset = Number.MAX_SAFE_INTEGER;
-      for (let i = 0; i < 3; i++) {
+      for (let i = 0; i < 3 && !t.logged; i++) {
         try {
           await job.appendLog(offset, line);
-          break;
+          t.logged = true;
         } catch (err) {
           if (err instanceof DroverError && err.code === "log_gap") offset = Number(err.details?.expectedOffset);
           else throw err;
@@ -468,8 +497,14 @@ export class Controller {
       await job.finish("errored", reason);
       this.log.warn({ job: t.assignment.jobId, reason }, "reported a pod failure");
     } catch (err) {
+      // The server unreachable: not reported yet. The Job stays so the work queue (then the next sweep) tries again.
+      if (err instanceof NetworkError && !this.stop.signal.aborted) {
+        t.reported = false;
+        throw err;
+      }
       this.log.info({ job: t.assignment.jobId, err: errText(err) }, "pod failure not reported: the job had already ended");
     }
+    this.metrics.inc("drover_controller_pod_failures_total");
     await this.deleteJob(name);
   }
 
@@ -499,12 +534,12 @@ export class Controller {
           const hb = await this.client.job(t.assignment.jobId, t.assignment.jobToken).heartbeat(0);
           if (hb.cancelRequested) {
             this.log.info({ job: t.assignment.jobId }, "canceled before its worker started: deleting the Job");
-            await this.deleteJob(t.name);
+            await this.queue.add(t.name, () => this.deleteJob(t.name));
           }
         } catch (err) {
           if (err instanceof DroverError && (err.code === "job_finished" || err.code === "stale_attempt")) {
             this.log.info({ job: t.assignment.jobId, reason: err.code }, "the job ended before its worker started: deleting the Job");
-            await this.deleteJob(t.name);
+            await this.queue.add(t.name, () => this.deleteJob(t.name));
           }
         }
       }

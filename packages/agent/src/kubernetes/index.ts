@@ -5,3 +5,4 @@ export { describePodFailure } from "./pod-failures.js";
 export { ExecLoopRunner } from "./exec-loop-runner.js";
 export { loadWorkerSettings, runWorker } from "./worker.js";
 export { loadNodeWorkerSettings, NodeWorker, runNodeWorker } from "./node-worker.js";
+export { exponentialBackoff, KeyedWorkQueue, type WorkQueueOptions } from "./work-queue.js";
