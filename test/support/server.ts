@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pino } from "pino";
-import { loadServerConfig, startServer, type RunningServer } from "@drover/server";
+import { loadServerConfig, startServer, type AppOptions, type RunningServer } from "@drover/server";
 
 /** A real server on a random port, plus a tiny JSON client for its user API. */
 export interface TestServer extends RunningServer {
@@ -13,11 +13,11 @@ export interface TestServer extends RunningServer {
   stop(): Promise<void>;
 }
 
-/** Starts a server; `env` adds DROVER_* settings (e.g. DROVER_DATABASE_URL, DROVER_LEASE_TTL_SECONDS). */
-export async function startTestServer(env: Record<string, string> = {}): Promise<TestServer> {
+/** Starts a server that checks its responses against the route table; `env` adds DROVER_* settings (e.g. DROVER_DATABASE_URL, DROVER_LEASE_TTL_SECONDS). */
+export async function startTestServer(env: Record<string, string> = {}, options: AppOptions = {}): Promise<TestServer> {
   const dataDir = mkdtempSync(join(tmpdir(), "drover-server-"));
   const config = loadServerConfig({ env: { DROVER_DATA_DIR: dataDir, DROVER_PORT: "0", DROVER_ADMIN_TOKEN: "drv_u_test-admin.0123456789abcdefghij0123456789ab", DROVER_SWEEP_INTERVAL_MS: "200", ...env } });
-  const server = await startServer(config, { logger: pino({ level: process.env.DROVER_TEST_LOG_LEVEL ?? "silent" }) });
+  const server = await startServer(config, { logger: pino({ level: process.env.DROVER_TEST_LOG_LEVEL ?? "silent" }), validateResponses: true, ...options });
   const adminToken = server.adminToken ?? "";
   const api: TestServer["api"] = async (method, path, body, headers = {}) => {
     const init: RequestInit = { method, headers: { authorization: `Bearer ${adminToken}`, ...headers } };

@@ -25,6 +25,8 @@ export const errorCodes = [
   "storage_full",
   "log_incomplete",
   "too_many_requests",
+  "server_unreachable",
+  "unexpected_response",
 ] as const;
 export type ErrorCode = (typeof errorCodes)[number];
 
@@ -52,6 +54,16 @@ const statusByCode: Record<ErrorCode, number> = {
   storage_full: 507,
   // Raised by clients (a log read that stopped short), never sent by the server.
   log_incomplete: 502,
+  // Raised by clients about the server: no answer in time, or an answer outside the contract.
+  server_unreachable: 502,
+  unexpected_response: 502,
+};
+
+/** What to do about an error of this code, when the message alone may not say it. */
+const defaultHints: Partial<Record<ErrorCode, string>> = {
+  server_unreachable: "Check the server URL (--url / DROVER_URL), that the server runs, and any proxy between (HTTPS_PROXY / NO_PROXY).",
+  unexpected_response: "The server answered outside the API contract: check that the URL points at a Drover server of the same version, not a proxy or another service.",
+  already_exists: "Pick another name, or use the existing one.",
 };
 
 /** An error meant for a user or operator: a stable code, a message saying what to do. */
@@ -60,13 +72,16 @@ export class DroverError extends Error {
   readonly status: number;
   /** Extra machine-readable fields merged into the HTTP error body. */
   readonly details: Record<string, unknown> | undefined;
+  /** A next step for the person reading the error (printed after the message). */
+  readonly hint: string | undefined;
 
-  constructor(code: ErrorCode, message: string, options?: { cause?: unknown; details?: Record<string, unknown> }) {
+  constructor(code: ErrorCode, message: string, options?: { cause?: unknown; details?: Record<string, unknown>; hint?: string }) {
     super(message, options?.cause === undefined ? undefined : { cause: options.cause });
     this.name = "DroverError";
     this.code = code;
     this.status = statusByCode[code];
     this.details = options?.details;
+    this.hint = options?.hint ?? defaultHints[code];
   }
 }
 

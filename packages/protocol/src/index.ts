@@ -8,3 +8,4 @@ export * from "./tokens.js";
 export * from "./redact.js";
 export * from "./text.js";
 export * from "./versions.js";
+export * from "./client.js";

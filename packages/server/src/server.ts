@@ -2,7 +2,7 @@ import { dirname } from "node:path";
 import { pino, type Logger } from "pino";
 import { openDatabase } from "./db/connect.js";
 import { localEventBus, postgresEventBus } from "./events.js";
-import { buildApp } from "./http/app.js";
+import { buildApp, type AppOptions } from "./http/app.js";
 import type { ServerConfig } from "./config.js";
 import { createMetrics } from "./metrics.js";
 import { startSweeper } from "./sweeper.js";
@@ -23,7 +23,7 @@ export interface RunningServer {
 const presenceFlushMs = 500;
 
 /** Opens the database (migrating it), starts the HTTP server and the lease sweeper. */
-export async function startServer(config: ServerConfig, options: { logger?: Logger } = {}): Promise<RunningServer> {
+export async function startServer(config: ServerConfig, options: { logger?: Logger } & AppOptions = {}): Promise<RunningServer> {
   const log = options.logger ?? pino({ level: config.logLevel });
   // A quarter of the lease TTL without one successful round trip eats into agents' margin to
   // renew; such a stall restarts the lease grace (see DatabaseHealth.noteSuccess).
@@ -77,7 +77,7 @@ export async function startServer(config: ServerConfig, options: { logger?: Logg
   const metrics = createMetrics(store);
   let publicUrl = config.publicUrl;
   const storageDir = config.database.kind === "sqlite" && config.database.path !== ":memory:" ? dirname(config.database.path) : undefined;
-  const app = buildApp({ store, health: db.health, ...(storageDir === undefined ? {} : { storageDir }), archiveLimits: config.archiveLimits, publicUrl: () => publicUrl, shutdown: shutdown.signal, markActivity: () => {} }, metrics, log, config.tls);
+  const app = buildApp({ store, health: db.health, ...(storageDir === undefined ? {} : { storageDir }), archiveLimits: config.archiveLimits, publicUrl: () => publicUrl, shutdown: shutdown.signal, markActivity: () => {} }, metrics, log, config.tls, options);
   const sweeper = startSweeper(store, log, config.sweepIntervalMs, db.health, config.forceCancelAfterMs);
   try {
     // A fleet reconnecting at once (after a restart or a network blip) overflows the default

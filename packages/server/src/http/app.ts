@@ -1,4 +1,4 @@
-import { agentApi, DroverError, userApi } from "@drover/protocol";
+import { agentApi, DroverError, routes, userApi } from "@drover/protocol";
 import Fastify, { LogController, type FastifyError, type FastifyInstance } from "fastify";
 import { readFileSync } from "node:fs";
 import type { Logger } from "pino";
@@ -7,14 +7,23 @@ import { registerAgentRoutes } from "./agent-routes.js";
 import type { HttpContext } from "./context.js";
 import { errorHandler } from "./errors.js";
 import { openApiDocument } from "./openapi.js";
+import { answered, registrar } from "./serve.js";
 import { registerStateRoutes } from "./state-routes.js";
 import { registerUserRoutes } from "./user-routes.js";
 import { sql } from "kysely";
 import { describeError, isConnectionError, retryAfterSeconds } from "../db/health.js";
 import { storageError } from "../db/storage-errors.js";
 
+/** Options of the HTTP application that tests set. */
+export interface AppOptions {
+  /** Check every JSON response against its route's schema (a mismatch is a 500). */
+  validateResponses?: boolean;
+  /** Told of every route as it is registered (method, full path). */
+  onRoute?: (method: string, path: string) => void;
+}
+
 /** Builds the Fastify application: user API, agent protocol, state backend, health and metrics. */
-export function buildApp(http: HttpContext, metrics: ServerMetrics, log: Logger, tls?: { certFile: string; keyFile: string }): FastifyInstance {
+export function buildApp(http: HttpContext, metrics: ServerMetrics, log: Logger, tls?: { certFile: string; keyFile: string }, options: AppOptions = {}): FastifyInstance {
   const app = Fastify({
     loggerInstance: log,
     logController: new LogController({ disableRequestLogging: true }),
@@ -23,6 +32,12 @@ export function buildApp(http: HttpContext, metrics: ServerMetrics, log: Logger,
     forceCloseConnections: true,
     ...(tls ? { https: { cert: readFileSync(tls.certFile), key: readFileSync(tls.keyFile) } } : {}),
   }) as unknown as FastifyInstance;
+  const onRoute = options.onRoute;
+  if (onRoute) {
+    app.addHook("onRoute", (r) => {
+      for (const method of Array.isArray(r.method) ? r.method : [r.method]) onRoute(method, r.url);
+    });
+  }
   app.addHttpMethod("LOCK", { hasBody: true });
   app.addHttpMethod("UNLOCK", { hasBody: true });
   const storageDir = http.storageDir;
@@ -52,38 +67,45 @@ export function buildApp(http: HttpContext, metrics: ServerMetrics, log: Logger,
   let lastActivity: number | null = null;
   const ctx: HttpContext = { ...http, markActivity: () => (lastActivity = Date.now()) };
 
-  void app.register(async (scope) => registerUserRoutes(scope, ctx), { prefix: userApi });
-  void app.register(async (scope) => registerStateRoutes(scope, ctx), { prefix: userApi });
-  void app.register(async (scope) => registerAgentRoutes(scope, ctx), { prefix: agentApi });
+  const serveOptions = { validateResponses: options.validateResponses ?? false };
+  void app.register(async (scope) => registerUserRoutes(scope, ctx, serveOptions), { prefix: userApi });
+  void app.register(async (scope) => registerStateRoutes(scope, ctx, serveOptions), { prefix: userApi });
+  void app.register(async (scope) => registerAgentRoutes(scope, ctx, serveOptions), { prefix: agentApi });
 
-  app.get("/healthz", async () => ({
-    status: http.shutdown.aborted ? "stopping" : "ok",
+  const serve = registrar(app, "", serveOptions);
+  serve(routes.healthz, async () => ({
+    status: http.shutdown.aborted ? ("stopping" as const) : ("ok" as const),
     currentTime: new Date().toISOString(),
     lastActivity: lastActivity === null ? null : new Date(lastActivity).toISOString(),
   }));
-  app.get("/readyz", async (_req, reply) => {
-    if (http.shutdown.aborted) return reply.code(503).send({ error: "internal", message: "the server is stopping" });
+  serve(routes.readyz, async (_input, _req, reply) => {
+    if (http.shutdown.aborted) return answered(reply.code(503).send({ error: "internal", message: "the server is stopping" }));
     const unavailable = (reason: string, since: number | undefined) =>
-      reply
-        .code(503)
-        .header("retry-after", String(retryAfterSeconds))
-        .send({
-          error: "database_unavailable",
-          message: `database unavailable${since === undefined ? "" : ` since ${new Date(since).toISOString()}`}: ${reason}`,
-          since: since === undefined ? null : new Date(since).toISOString(),
-        });
+      answered(
+        reply
+          .code(503)
+          .header("retry-after", String(retryAfterSeconds))
+          .send({
+            error: "database_unavailable",
+            message: `database unavailable${since === undefined ? "" : ` since ${new Date(since).toISOString()}`}: ${reason}`,
+            since: since === undefined ? null : new Date(since).toISOString(),
+          }),
+      );
     if (http.health.state === "unavailable") return unavailable(http.health.lastError, http.health.since);
     try {
       await sql`select 1`.execute(http.store.db);
-      return { status: "ready" };
+      return { status: "ready" as const };
     } catch (err) {
       // The tracker may still be confirming the outage; this check failing is answer enough.
       const cause = err instanceof DroverError && err.code === "database_unavailable" ? err.cause : err;
       if (isConnectionError(cause) || isConnectionError(err)) return unavailable(describeError(cause), undefined);
-      return reply.code(503).send({ error: "internal", message: `database check failed: ${describeError(err)}` });
+      return answered(reply.code(503).send({ error: "internal", message: `database check failed: ${describeError(err)}` }));
     }
   });
-  app.get("/metrics", async (_req, reply) => reply.header("content-type", metrics.registry.contentType).send(await metrics.registry.metrics()));
-  app.get("/openapi.json", async () => openApiDocument(http.publicUrl()));
+  serve(routes.metrics, async (_input, _req, reply) => {
+    void reply.header("content-type", metrics.registry.contentType);
+    return metrics.registry.metrics();
+  });
+  serve(routes.openapi, async () => openApiDocument(http.publicUrl()));
   return app;
 }

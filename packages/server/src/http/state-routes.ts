@@ -1,29 +1,26 @@
-import { DroverError } from "@drover/protocol";
+import { DroverError, routes, userApi } from "@drover/protocol";
 import type { FastifyInstance, FastifyRequest } from "fastify";
-import { z } from "zod";
 import { currentState, deleteState, lockState, unlockState, writeState } from "../store/state.js";
 import { getWorkspace } from "../store/workspaces.js";
 import type { JobRow } from "../store/queue.js";
 import { authenticateFirst, callerOf, requireStateCaller } from "./auth.js";
 import type { HttpContext } from "./context.js";
-import { parse } from "./errors.js";
-
-const params = z.object({ ws: z.string() });
+import { registrar, type ServeOptions } from "./serve.js";
 
 /**
  * Terraform's `http` state backend on /api/v1/workspaces/:ws/state. Bodies are taken raw so
  * Content-MD5 is checked over the exact bytes terraform sent.
  */
-export function registerStateRoutes(app: FastifyInstance, http: HttpContext): void {
+export function registerStateRoutes(app: FastifyInstance, http: HttpContext, options: ServeOptions): void {
   const ctx = http.store;
+  const serve = registrar(app, userApi, options);
   app.removeAllContentTypeParsers();
   app.addContentTypeParser("*", { parseAs: "buffer", bodyLimit: 256 * 1024 * 1024 }, (_req, body, done) => done(null, body));
 
   app.addHook("onRequest", authenticateFirst((request) => requireStateCaller(ctx, request)));
 
-  const workspaceOf = async (req: FastifyRequest) => {
+  const workspaceOf = async (req: FastifyRequest, name: string) => {
     const { job } = callerOf<{ job: JobRow | null }>(req);
-    const name = parse(params, req.params, "path").ws;
     if (job) {
       // A job token learns nothing about other workspaces, not even whether they exist.
       const ws = await getWorkspace(ctx, name).catch(() => undefined);
@@ -32,50 +29,33 @@ export function registerStateRoutes(app: FastifyInstance, http: HttpContext): vo
     }
     return { ws: await getWorkspace(ctx, name), job };
   };
-  const raw = (req: FastifyRequest): Buffer => (Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0));
+  const raw = (body: Buffer | undefined): Buffer => body ?? Buffer.alloc(0);
 
-  app.get("/workspaces/:ws/state", async (req, reply) => {
-    const { ws } = await workspaceOf(req);
-    const body = await currentState(ctx, ws.id);
-    if (!body) return reply.code(204).send();
-    return reply.header("content-type", "application/json").send(body);
+  serve(routes.readState, async ({ params }, req) => {
+    const { ws } = await workspaceOf(req, params.ws);
+    return (await currentState(ctx, ws.id)) ?? null;
   });
 
-  app.post("/workspaces/:ws/state", async (req, reply) => {
-    const { ws, job } = await workspaceOf(req);
-    const body = raw(req);
-    if (body.length === 0) throw new DroverError("bad_request", "the state body is empty");
-    const { ID } = parse(z.object({ ID: z.string().optional() }), req.query, "query");
+  serve(routes.writeState, async ({ params, query, body }, req) => {
+    const { ws, job } = await workspaceOf(req, params.ws);
+    if (raw(body).length === 0) throw new DroverError("bad_request", "the state body is empty");
     const md5 = req.headers["content-md5"];
-    await writeState(ctx, { workspaceId: ws.id, body, contentMd5: typeof md5 === "string" ? md5 : undefined, lockId: ID, runId: job?.run_id ?? null });
-    return reply.code(200).send();
+    await writeState(ctx, { workspaceId: ws.id, body: raw(body), contentMd5: typeof md5 === "string" ? md5 : undefined, lockId: query.ID, runId: job?.run_id ?? null });
   });
 
-  app.delete("/workspaces/:ws/state", async (req, reply) => {
-    const { ws, job } = await workspaceOf(req);
+  serve(routes.deleteState, async ({ params, query }, req) => {
+    const { ws, job } = await workspaceOf(req, params.ws);
     if (job) throw new DroverError("forbidden", "a job may not delete the workspace state");
-    const { ID } = parse(z.object({ ID: z.string().optional() }), req.query, "query");
-    await deleteState(ctx, ws.id, ID);
-    return reply.code(200).send();
+    await deleteState(ctx, ws.id, query.ID);
   });
 
-  app.route({
-    method: "LOCK",
-    url: "/workspaces/:ws/state",
-    handler: async (req, reply) => {
-      const { ws, job } = await workspaceOf(req);
-      await lockState(ctx, ws.id, raw(req).toString("utf8"), job?.id ?? null);
-      return reply.code(200).send();
-    },
+  serve(routes.lockState, async ({ params, body }, req) => {
+    const { ws, job } = await workspaceOf(req, params.ws);
+    await lockState(ctx, ws.id, raw(body).toString("utf8"), job?.id ?? null);
   });
 
-  app.route({
-    method: "UNLOCK",
-    url: "/workspaces/:ws/state",
-    handler: async (req, reply) => {
-      const { ws } = await workspaceOf(req);
-      await unlockState(ctx, ws.id, raw(req).toString("utf8"));
-      return reply.code(200).send();
-    },
+  serve(routes.unlockState, async ({ params, body }, req) => {
+    const { ws } = await workspaceOf(req, params.ws);
+    await unlockState(ctx, ws.id, raw(body).toString("utf8"));
   });
 }

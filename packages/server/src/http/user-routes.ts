@@ -1,21 +1,5 @@
-import {
-  createPoolSchema,
-  createPoolTokenSchema,
-  createRunSchema,
-  createUserTokenSchema,
-  createWorkspaceSchema,
-  DroverError,
-  logHeaders,
-  maxLongPollMs,
-  phaseSchema,
-  poolDemandQuerySchema,
-  setVariableSchema,
-  updateWorkspaceSchema,
-  variableKeySchema,
-  variableKindSchema,
-} from "@drover/protocol";
+import { DroverError, logHeaders, routes, userApi } from "@drover/protocol";
 import type { FastifyInstance } from "fastify";
-import { z } from "zod";
 import { waitForEvent } from "../events.js";
 import { listAgents } from "../store/agents.js";
 import { poolDemand } from "../store/demand.js";
@@ -31,117 +15,65 @@ import { deleteVariable, listVariables, setVariable } from "../store/variables.j
 import { createWorkspace, deleteWorkspace, getWorkspace, listWorkspaces, updateWorkspace } from "../store/workspaces.js";
 import { authenticateFirst, requestSignal, requireUser } from "./auth.js";
 import type { HttpContext } from "./context.js";
-import { parse } from "./errors.js";
-
-const idParams = z.object({ id: z.string() });
-const poolParams = z.object({ pool: z.string() });
-const wsParams = z.object({ ws: z.string() });
-const varParams = z.object({ ws: z.string(), key: variableKeySchema });
-const logQuery = z.object({
-  phase: phaseSchema.default("plan"),
-  offset: z.coerce.number().int().min(0).default(0),
-  wait: z.coerce.number().int().min(0).max(maxLongPollMs).default(0),
-  limit: z.coerce.number().int().min(1).max(8 * 1024 * 1024).default(1024 * 1024),
-});
+import { registrar, type ServeOptions } from "./serve.js";
 
 /** The user API under /api/v1 (JSON; configuration uploads are raw tar.gz). */
-export function registerUserRoutes(app: FastifyInstance, http: HttpContext): void {
+export function registerUserRoutes(app: FastifyInstance, http: HttpContext, options: ServeOptions): void {
   const ctx = http.store;
+  const serve = registrar(app, userApi, options);
   app.addHook("onRequest", authenticateFirst((request) => requireUser(ctx, request)));
 
-  app.get("/pools", async () => ({ items: await listPools(ctx) }));
-  app.post("/pools", async (req, reply) => reply.code(201).send(await createPool(ctx, parse(createPoolSchema, req.body).name)));
-  app.get("/pools/:pool", async (req) => getPool(ctx, parse(poolParams, req.params, "path").pool));
-  app.post("/pools/:pool/tokens", async (req, reply) => {
-    const { pool } = parse(poolParams, req.params, "path");
-    const { description } = parse(createPoolTokenSchema, req.body);
-    return reply.code(201).send(await createPoolToken(ctx, pool, description, http.publicUrl()));
-  });
-  app.get("/pools/:pool/demand", async (req) =>
-    poolDemand(ctx, parse(poolParams, req.params, "path").pool, parse(poolDemandQuerySchema, req.query, "query").jobsPerAgent),
-  );
-  app.get("/pools/:pool/tokens", async (req) => ({ items: await listPoolTokens(ctx, parse(poolParams, req.params, "path").pool) }));
-  app.delete("/pool-tokens/:id", async (req) => {
-    const revoked = await revokePoolToken(ctx, parse(idParams, req.params, "path").id);
+  serve(routes.listPools, async () => ({ items: await listPools(ctx) }));
+  serve(routes.createPool, async ({ body }) => createPool(ctx, body.name));
+  serve(routes.getPool, async ({ params }) => getPool(ctx, params.pool));
+  serve(routes.createPoolToken, async ({ params, body }) => createPoolToken(ctx, params.pool, body.description, http.publicUrl()));
+  serve(routes.poolDemand, async ({ params, query }) => poolDemand(ctx, params.pool, query.jobsPerAgent));
+  serve(routes.listPoolTokens, async ({ params }) => ({ items: await listPoolTokens(ctx, params.pool) }));
+  serve(routes.revokePoolToken, async ({ params }) => {
+    const revoked = await revokePoolToken(ctx, params.id);
     // Its agents' sessions already fail; the jobs they hold end too, so no job token outlives it.
     await endJobsOfPoolToken(ctx, revoked.id);
     return revoked;
   });
 
-  app.get("/user-tokens", async () => ({ items: await listUserTokens(ctx) }));
-  app.post("/user-tokens", async (req, reply) => {
-    const { description, expiresInDays } = parse(createUserTokenSchema, req.body);
+  serve(routes.listUserTokens, async () => ({ items: await listUserTokens(ctx) }));
+  serve(routes.createUserToken, async ({ body: { description, expiresInDays } }) => {
     const expiresAt = expiresInDays === undefined ? null : ctx.now() + expiresInDays * 24 * 60 * 60 * 1000;
-    return reply.code(201).send(await createUserToken(ctx, description, expiresAt));
+    return createUserToken(ctx, description, expiresAt);
   });
-  app.delete("/user-tokens/:id", async (req) => revokeUserToken(ctx, parse(idParams, req.params, "path").id));
+  serve(routes.revokeUserToken, async ({ params }) => revokeUserToken(ctx, params.id));
 
-  app.get("/agents", async (req) => {
-    const { pool } = parse(z.object({ pool: z.string().optional() }), req.query, "query");
-    return { items: await listAgents(ctx, pool ? (await getPool(ctx, pool)).id : undefined) };
-  });
+  serve(routes.listAgents, async ({ query }) => ({ items: await listAgents(ctx, query.pool ? (await getPool(ctx, query.pool)).id : undefined) }));
 
-  app.post("/workspaces", async (req, reply) => reply.code(201).send(await createWorkspace(ctx, parse(createWorkspaceSchema, req.body))));
-  app.get("/workspaces", async () => ({ items: await listWorkspaces(ctx) }));
-  app.get("/workspaces/:ws", async (req) => getWorkspace(ctx, parse(wsParams, req.params, "path").ws));
-  app.patch("/workspaces/:ws", async (req) => updateWorkspace(ctx, parse(wsParams, req.params, "path").ws, parse(updateWorkspaceSchema, req.body)));
-  app.delete("/workspaces/:ws", async (req, reply) => {
-    await deleteWorkspace(ctx, parse(wsParams, req.params, "path").ws);
-    return reply.code(204).send();
-  });
+  serve(routes.createWorkspace, async ({ body }) => createWorkspace(ctx, body));
+  serve(routes.listWorkspaces, async () => ({ items: await listWorkspaces(ctx) }));
+  serve(routes.getWorkspace, async ({ params }) => getWorkspace(ctx, params.ws));
+  serve(routes.updateWorkspace, async ({ params, body }) => updateWorkspace(ctx, params.ws, body));
+  serve(routes.deleteWorkspace, async ({ params }) => deleteWorkspace(ctx, params.ws));
 
-  app.get("/workspaces/:ws/vars", async (req) => ({ items: await listVariables(ctx, parse(wsParams, req.params, "path").ws) }));
-  app.put("/workspaces/:ws/vars/:key", async (req) => {
-    const { ws, key } = parse(varParams, req.params, "path");
-    return setVariable(ctx, ws, key, parse(setVariableSchema, req.body));
-  });
-  app.delete("/workspaces/:ws/vars/:key", async (req, reply) => {
-    const { ws, key } = parse(varParams, req.params, "path");
-    const { kind } = parse(z.object({ kind: variableKindSchema.default("terraform") }), req.query, "query");
-    await deleteVariable(ctx, ws, kind, key);
-    return reply.code(204).send();
-  });
+  serve(routes.listVariables, async ({ params }) => ({ items: await listVariables(ctx, params.ws) }));
+  serve(routes.setVariable, async ({ params, body }) => setVariable(ctx, params.ws, params.key, body));
+  serve(routes.deleteVariable, async ({ params, query }) => deleteVariable(ctx, params.ws, query.kind, params.key));
 
-  app.post("/workspaces/:ws/configuration-versions", async (req, reply) => {
-    const { ws } = parse(wsParams, req.params, "path");
-    if (!Buffer.isBuffer(req.body)) throw new DroverError("bad_request", "upload the configuration as a raw tar.gz body with Content-Type: application/gzip");
-    return reply.code(201).send(await createConfigurationVersion(ctx, ws, req.body, http.archiveLimits));
+  serve(routes.uploadConfiguration, async ({ params, body }) => {
+    if (!body) throw new DroverError("bad_request", "upload the configuration as a raw tar.gz body with Content-Type: application/gzip");
+    return createConfigurationVersion(ctx, params.ws, body, http.archiveLimits);
   });
-  app.get("/workspaces/:ws/configuration-versions", async (req) => ({ items: await listConfigurationVersions(ctx, parse(wsParams, req.params, "path").ws) }));
-  app.get("/workspaces/:ws/outputs", async (req) => {
-    const ws = await getWorkspace(ctx, parse(wsParams, req.params, "path").ws);
-    return { items: await workspaceOutputs(ctx, ws.id) };
-  });
-  app.get("/workspaces/:ws/state-versions", async (req) => {
-    const ws = await getWorkspace(ctx, parse(wsParams, req.params, "path").ws);
-    return { items: await listStateVersions(ctx, ws.id) };
-  });
-  app.get("/state-versions/:id/download", async (req, reply) => {
-    const body = await readStateVersion(ctx, parse(idParams, req.params, "path").id);
-    return reply.header("content-type", "application/json").send(body);
-  });
+  serve(routes.listConfigurationVersions, async ({ params }) => ({ items: await listConfigurationVersions(ctx, params.ws) }));
+  serve(routes.workspaceOutputs, async ({ params }) => ({ items: await workspaceOutputs(ctx, (await getWorkspace(ctx, params.ws)).id) }));
+  serve(routes.listStateVersions, async ({ params }) => ({ items: await listStateVersions(ctx, (await getWorkspace(ctx, params.ws)).id) }));
+  serve(routes.downloadStateVersion, async ({ params }) => readStateVersion(ctx, params.id));
 
-  app.post("/runs", async (req, reply) => reply.code(201).send(await createRun(ctx, parse(createRunSchema, req.body))));
-  app.get("/runs", async (req) => {
-    const q = parse(z.object({ workspace: z.string().optional(), limit: z.coerce.number().int().min(1).max(1000).optional() }), req.query, "query");
-    return { items: await listRuns(ctx, q) };
-  });
-  app.get("/runs/:id", async (req) => getRun(ctx, parse(idParams, req.params, "path").id));
-  app.post("/runs/:id/confirm", async (req) => confirmRun(ctx, parse(idParams, req.params, "path").id));
-  app.post("/runs/:id/discard", async (req) => discardRun(ctx, parse(idParams, req.params, "path").id));
-  app.post("/runs/:id/cancel", async (req) => {
-    const { force } = parse(z.object({ force: z.enum(["true", "false"]).default("false") }), req.query, "query");
-    return cancelRun(ctx, parse(idParams, req.params, "path").id, { force: force === "true" });
-  });
-  app.get("/runs/:id/jobs", async (req) => ({ items: await listRunJobs(ctx, parse(idParams, req.params, "path").id) }));
-  app.get("/runs/:id/plan", async (req, reply) => {
-    const body = await readPlanJson(ctx, parse(idParams, req.params, "path").id);
-    return reply.header("content-type", "application/json").send(body);
-  });
+  serve(routes.createRun, async ({ body }) => createRun(ctx, body));
+  serve(routes.listRuns, async ({ query }) => ({ items: await listRuns(ctx, query) }));
+  serve(routes.getRun, async ({ params }) => getRun(ctx, params.id));
+  serve(routes.confirmRun, async ({ params }) => confirmRun(ctx, params.id));
+  serve(routes.discardRun, async ({ params }) => discardRun(ctx, params.id));
+  serve(routes.cancelRun, async ({ params, query }) => cancelRun(ctx, params.id, { force: query.force === "true" }));
+  serve(routes.listRunJobs, async ({ params }) => ({ items: await listRunJobs(ctx, params.id) }));
+  serve(routes.runPlan, async ({ params }) => readPlanJson(ctx, params.id));
 
-  app.get("/runs/:id/logs", async (req, reply) => {
-    const { id } = parse(idParams, req.params, "path");
-    const q = parse(logQuery, req.query, "query");
+  serve(routes.runLogs, async ({ params: { id }, query: q }, _req, reply) => {
     const signal = requestSignal(reply, http.shutdown);
     const deadline = Date.now() + q.wait;
     for (;;) {
@@ -154,11 +86,8 @@ export function registerUserRoutes(app: FastifyInstance, http: HttpContext): voi
       const slice = jobId ? await readLog(ctx, jobId, q.offset, q.limit) : { data: Buffer.alloc(0), nextOffset: q.offset, complete: runOver };
       if (slice.data.length > 0 || slice.complete || Date.now() >= deadline || signal.aborted) {
         wake.cancel();
-        return reply
-          .header("content-type", "application/octet-stream")
-          .header(logHeaders.nextOffset, String(slice.nextOffset))
-          .header(logHeaders.complete, String(slice.complete))
-          .send(slice.data);
+        void reply.header(logHeaders.nextOffset, String(slice.nextOffset)).header(logHeaders.complete, String(slice.complete));
+        return slice.data;
       }
       await wake.promise;
     }

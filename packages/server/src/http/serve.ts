@@ -1,0 +1,97 @@
+import type { ReplyOf, Route } from "@drover/protocol";
+import type { FastifyInstance, FastifyReply, FastifyRequest, RouteShorthandOptions } from "fastify";
+import type { z } from "zod";
+import { parse } from "./errors.js";
+
+/*
+ * Registers handlers from the protocol's route table: the method, path, status and content
+ * type come from the table, params and query are parsed with its schemas, and a handler's
+ * result must have the type of the route's response schema — a wrong shape does not compile.
+ * With `validateResponses` (tests) every JSON result is also checked against the schema at
+ * run time, so a cast or an `unknown` that slipped past the compiler still fails loudly.
+ */
+
+/** The parsed request a handler receives. */
+export interface Input<R extends Route> {
+  params: z.output<R["params"]>;
+  query: z.output<R["query"]>;
+  /** JSON routes: the parsed body. Raw routes: the bytes, or undefined when none came. */
+  body: R["body"] extends { kind: "json"; schema: infer S extends z.ZodType } ? z.output<S> : R["body"] extends { kind: "raw" } ? Buffer | undefined : undefined;
+}
+
+/**
+ * What a handler returns: JSON routes the response body; raw routes the bytes (null for the
+ * route's empty status, e.g. 204 for no state yet); empty routes nothing.
+ */
+export type Result<R extends Route> = R["response"] extends { kind: "json" } ? ReplyOf<R> : R["response"] extends { kind: "raw" } ? Buffer | string | null : void;
+
+/** A handler that answered by itself (an error body the coded errors cannot express). */
+export interface Answered {
+  readonly answered: true;
+}
+const answeredMarker: Answered = { answered: true };
+
+/** Marks a reply the handler has already sent; the registrar then leaves it alone. */
+export function answered(reply: FastifyReply): Answered {
+  if (!reply.sent) throw new Error("answered() before the reply was sent");
+  return answeredMarker;
+}
+
+/** A route handler; `reply` is for headers only (the status and body come from the table and the result). */
+export type Handler<R extends Route> = (input: Input<R>, req: FastifyRequest, reply: FastifyReply) => Promise<Result<R> | Answered>;
+
+/** Registers routes of the table on one prefixed Fastify scope. */
+export interface Registrar {
+  <R extends Route>(route: R, handler: Handler<R>): void;
+  <R extends Route>(route: R, options: RouteShorthandOptions, handler: Handler<R>): void;
+}
+
+/** Whether JSON results are checked against their schemas at run time (tests turn it on). */
+export interface ServeOptions {
+  validateResponses: boolean;
+}
+
+/** A registrar for `scope`, which Fastify mounted at `prefix`. */
+export function registrar(scope: FastifyInstance, prefix: string, options: ServeOptions): Registrar {
+  return <R extends Route>(route: R, a: RouteShorthandOptions | Handler<R>, b?: Handler<R>) => {
+    const shorthand = typeof a === "function" ? {} : a;
+    const handler = typeof a === "function" ? a : b;
+    if (!handler) throw new Error(`no handler for ${route.method} ${route.path}`);
+    if (!route.path.startsWith(prefix)) throw new Error(`${route.path} is not under ${prefix}`);
+    scope.route({
+      ...shorthand,
+      method: route.method,
+      url: route.path.slice(prefix.length) || "/",
+      handler: async (req, reply) => {
+        const input = {
+          params: parse(route.params, req.params, "path"),
+          query: parse(route.query, req.query, "query"),
+          body: route.body.kind === "json" ? parse(route.body.schema, req.body) : route.body.kind === "raw" && Buffer.isBuffer(req.body) ? req.body : undefined,
+        } as Input<R>;
+        const result = await handler(input, req, reply);
+        return send(route, result, reply, options);
+      },
+    });
+  };
+}
+
+function send(route: Route, result: unknown, reply: FastifyReply, options: ServeOptions): FastifyReply {
+  if (result === answeredMarker) return reply;
+  const spec = route.response;
+  switch (spec.kind) {
+    case "json": {
+      if (options.validateResponses) {
+        const checked = spec.schema.safeParse(result);
+        if (!checked.success) throw new Error(`${route.method} ${route.path} answered outside its response schema: ${checked.error.message}`);
+      }
+      return reply.code(spec.status).send(result);
+    }
+    case "raw": {
+      if (result === null) return reply.code(spec.emptyStatus ?? 204).send();
+      if (reply.getHeader("content-type") === undefined) void reply.header("content-type", spec.contentType);
+      return reply.code(spec.status).send(result);
+    }
+    case "empty":
+      return reply.code(spec.status).send();
+  }
+}
