@@ -23,15 +23,56 @@ app.kubernetes.io/name: {{ include "drover.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/*
+An image reference moved under global.imageRegistry when that is set: the reference's own
+registry host (its first part, when it has a dot or a colon or is localhost) is replaced.
+*/}}
+{{- define "drover.withRegistry" -}}
+{{- $ref := .ref -}}
+{{- with .registry -}}
+{{- $parts := splitList "/" $ref -}}
+{{- $first := first $parts -}}
+{{- if and (gt (len $parts) 1) (or (contains "." $first) (contains ":" $first) (eq "localhost" $first)) -}}
+{{- $ref = join "/" (rest $parts) -}}
+{{- end -}}
+{{- $ref = printf "%s/%s" (trimSuffix "/" .) $ref -}}
+{{- end -}}
+{{- $ref -}}
+{{- end -}}
+
 {{- define "drover.image" -}}
-{{ .Values.image.repository }}:{{ default .Chart.AppVersion .Values.image.tag }}
+{{ include "drover.withRegistry" (dict "ref" (printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag)) "registry" .Values.global.imageRegistry) }}
+{{- end -}}
+
+{{- define "drover.runnerImage" -}}
+{{ include "drover.withRegistry" (dict "ref" .Values.task.runner.image "registry" .Values.global.imageRegistry) }}
+{{- end -}}
+
+{{/* Labels of one kind of pod: its own (`labels`) over global.podLabels; the chart's selector labels cannot be overridden. */}}
+{{- define "drover.podLabels" -}}
+{{- $all := merge (deepCopy (.labels | default dict)) (deepCopy (.root.Values.global.podLabels | default dict)) -}}
+{{- with omit $all "app.kubernetes.io/name" "app.kubernetes.io/instance" "app.kubernetes.io/component" -}}
+{{ toYaml . }}
+{{- end -}}
+{{- end -}}
+
+{{/* Annotations of one kind of pod: its own (`annotations`) over global.podAnnotations. */}}
+{{- define "drover.podAnnotations" -}}
+{{- with merge (deepCopy (.annotations | default dict)) (deepCopy (.root.Values.global.podAnnotations | default dict)) -}}
+{{ toYaml . }}
+{{- end -}}
+{{- end -}}
+
+{{/* The task CA bundle (runs only): set when task.caBundle or task.caBundleSecret.name is. */}}
+{{- define "drover.taskCaSecretName" -}}
+{{- default (printf "%s-task-ca" (include "drover.fullname" .)) .Values.task.caBundleSecret.name -}}
 {{- end -}}
 
 {{- define "drover.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create -}}
-{{- default (include "drover.fullname" .) .Values.serviceAccount.name -}}
+{{- default (printf "%s-controller" (include "drover.fullname" .)) .Values.serviceAccount.name -}}
 {{- else -}}
-{{- default "default" .Values.serviceAccount.name -}}
+{{- required "serviceAccount.name: name the existing ServiceAccount of the controller when serviceAccount.create is false" .Values.serviceAccount.name -}}
 {{- end -}}
 {{- end -}}
 

@@ -23,8 +23,25 @@ app.kubernetes.io/name: {{ include "drover.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/*
+An image reference moved under global.imageRegistry when that is set: the reference's own
+registry host (its first part, when it has a dot or a colon or is localhost) is replaced.
+*/}}
+{{- define "drover.withRegistry" -}}
+{{- $ref := .ref -}}
+{{- with .registry -}}
+{{- $parts := splitList "/" $ref -}}
+{{- $first := first $parts -}}
+{{- if and (gt (len $parts) 1) (or (contains "." $first) (contains ":" $first) (eq "localhost" $first)) -}}
+{{- $ref = join "/" (rest $parts) -}}
+{{- end -}}
+{{- $ref = printf "%s/%s" (trimSuffix "/" .) $ref -}}
+{{- end -}}
+{{- $ref -}}
+{{- end -}}
+
 {{- define "drover.image" -}}
-{{ .Values.image.repository }}:{{ default .Chart.AppVersion .Values.image.tag }}
+{{ include "drover.withRegistry" (dict "ref" (printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag)) "registry" .Values.global.imageRegistry) }}
 {{- end -}}
 
 {{- define "drover.serviceAccountName" -}}
