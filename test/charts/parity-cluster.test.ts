@@ -1,0 +1,168 @@
+// The seed charts' values, installed on the test cluster and checked where a running pod shows
+// them (test/charts/parity.test.ts checks the rendered objects):
+// - agent-job under an existing ServiceAccount (serviceAccount.create=false): the Role is bound to
+//   it, the controller runs examples-like work under it with no 403;
+// - global.podLabels/podAnnotations reach the controller pod and the task pods the controller's
+//   Jobs create; secret.labels reach the token Secret;
+// - task.caBundle: a run that reads state over TLS from a server with a private CA fails without
+//   it (x509) and succeeds once the value is set;
+// - extraEnvFrom: a ConfigMap's variable reaches the controller process (a value it refuses makes
+//   it exit naming the variable).
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { createServer, type Server } from "node:https";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
+import { applyRendered, droverImageOptions, isReady, kubectlOut, namespace, repo, template } from "../support/chart-cluster.js";
+import { kube, startTestCluster, until, type TestCluster } from "../kube/cluster.js";
+
+let cluster: TestCluster;
+let stack: Stack;
+let tls: Server;
+let tlsUrl = "";
+let caPem = "";
+
+/** A self-signed CA certificate for 127.0.0.1 (it signs itself: the private CA a run must trust). */
+function privateCa(): { cert: string; key: string } {
+  const dir = mkdtempSync(join(tmpdir(), "parity-ca-"));
+  try {
+    const r = spawnSync("openssl", [
+      "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2",
+      "-subj", "/CN=parity-private-ca", "-addext", "subjectAltName=IP:127.0.0.1",
+      "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,digitalSignature,keyCertSign",
+      "-keyout", join(dir, "key.pem"), "-out", join(dir, "cert.pem"),
+    ], { encoding: "utf8" });
+    assert.equal(r.status, 0, r.stderr);
+    return { cert: readFileSync(join(dir, "cert.pem"), "utf8"), key: readFileSync(join(dir, "key.pem"), "utf8") };
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+before(async () => {
+  cluster = await startTestCluster({
+    timings: { imagePullBackoffMs: 150, crashLoopBackoffMs: 500, configRetryMs: 100, podBackoffMs: 100, namespaceRetryMs: 20 },
+    ...droverImageOptions(),
+  });
+  stack = await startStack();
+  const ca = privateCa();
+  caPem = ca.cert;
+  // A state document over HTTPS, as terraform's http backend reads it.
+  const state = JSON.stringify({ version: 4, terraform_version: "1.5.0", serial: 1, lineage: "parity", outputs: { greeting: { value: "hello over private TLS", type: "string" } }, resources: [] });
+  tls = createServer({ cert: ca.cert, key: ca.key }, (_req, res) => {
+    res.setHeader("content-type", "application/json");
+    res.end(state);
+  });
+  await new Promise<void>((r) => tls.listen(0, "127.0.0.1", r));
+  const addr = tls.address();
+  assert.ok(addr && typeof addr === "object");
+  tlsUrl = `https://127.0.0.1:${addr.port}/state.json`;
+});
+
+after(async () => {
+  tls?.close();
+  await stack?.stop();
+  await cluster?.close();
+});
+
+function baseArgs(ns: string, shared: string): string[] {
+  const tfrc = join(shared, "runner.tfrc");
+  writeFileSync(tfrc, "");
+  return [
+    "--set", `agent.token=${stack.poolToken}`,
+    "--set", `agent.url=${stack.server.url}`,
+    "--set", "image.tag=test",
+    "--set", `agent.healthPort=${20000 + Math.floor(Math.random() * 20000)}`,
+    "--set", `task.execLoopPath=${join(repo, "packages", "agent", "exec-loop", "exec-loop.sh")}`,
+    "--set", "task.runner.image=ghcr.io/drover-dev/drover-runner:test",
+    "--set", `task.runner.extraEnv.TF_CLI_CONFIG_FILE=${tfrc}`,
+    "--set", "task.runner.extraEnv.CHECKPOINT_DISABLE=1",
+    "--namespace", ns,
+  ];
+}
+
+test("agent-job under an existing ServiceAccount, with global pod labels and annotations and secret labels; task.caBundle makes a run trust a private CA", async () => {
+  const ns = "parity-job";
+  await namespace(cluster, ns, "restricted");
+  const sa = await kube(cluster, "POST", `/api/v1/namespaces/${ns}/serviceaccounts`, { metadata: { name: "platform-sa" } });
+  assert.equal(sa.status, 201, JSON.stringify(sa.body));
+  const shared = join(repo, "test", "dist", ".chart-cluster-parity");
+  mkdirSync(shared, { recursive: true });
+  const args = [
+    ...baseArgs(ns, shared),
+    "--set", "serviceAccount.create=false",
+    "--set", "serviceAccount.name=platform-sa",
+    "--set", "global.podLabels.tier=infra",
+    "--set", "global.podAnnotations.owner=platform",
+    "--set", "secret.labels.backup=no",
+  ];
+  const applied = await applyRendered(cluster, ns, template("agent-job", ns, args));
+  assert.equal(applied.code, 0, applied.out);
+  const diagnose = async () => `${(await kubectlOut(cluster, ["get", "pods,events", "-n", ns, "-o", "wide"])).out}\n${(await kubectlOut(cluster, ["logs", "-n", ns, "-l", "app.kubernetes.io/component=controller", "--tail=40"])).out}`;
+  const controllerPods = async () => (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods?labelSelector=app.kubernetes.io%2Fcomponent%3Dcontroller`)).body.items as any[];
+  let controller: any;
+  try {
+    [controller] = await until("the controller Ready", controllerPods, (ps) => ps.length === 1 && isReady(ps[0]), 60_000);
+  } catch (e) {
+    assert.fail(`${(e as Error).message}\n${await diagnose()}`);
+  }
+  assert.equal(controller.spec.serviceAccountName, "platform-sa");
+  assert.equal(controller.metadata.labels.tier, "infra");
+  assert.equal(controller.metadata.annotations.owner, "platform");
+  const secrets = (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/secrets`)).body.items as any[];
+  assert.equal(secrets.find((s) => s.metadata.name === "d-job-agent-job-token")?.metadata.labels.backup, "no");
+
+  const config = writeConfig(shared, "private-tls", {
+    "main.tf": `data "terraform_remote_state" "ca" {\n  backend = "http"\n  config = {\n    address = "${tlsUrl}"\n  }\n}\n\noutput "greeting" {\n  value = data.terraform_remote_state.ca.outputs.greeting\n}\n`,
+  });
+  await stack.server.api("POST", "/api/v1/workspaces", { name: "private-tls", pool: stack.pool });
+
+  // Without task.caBundle the run's terraform does not trust the private CA.
+  const untrusted = await stack.startRun(config, "private-tls", ["--auto-apply"]);
+  const failed = await stack.waitForRun(untrusted, ["applied", "errored", "canceled"], 120_000);
+  const failedLog = await runLog(stack.server, untrusted, "plan");
+  assert.equal(failed.status, "errored", `${failedLog}\n${await diagnose()}`);
+  assert.match(failedLog, /x509|certificate/i, failedLog);
+
+  // The same chart with task.caBundle: the next run trusts it.
+  const withCa = await applyRendered(cluster, ns, template("agent-job", ns, [...args, "--set-string", `task.caBundle=${caPem}`]).split(/^---$/m).filter((d) => !/^kind: CustomResourceDefinition$/m.test(d)).join("---"));
+  assert.equal(withCa.code, 0, withCa.out);
+  const trusted = await stack.startRun(config, "private-tls", ["--auto-apply"]);
+  const done = await stack.waitForRun(trusted, ["applied", "errored", "canceled"], 120_000);
+  const log = `${await runLog(stack.server, trusted, "plan")}\n${await runLog(stack.server, trusted, "apply")}`;
+  assert.equal(done.status, "applied", `${log}\n${await diagnose()}`);
+  assert.match(log, /hello over private TLS/);
+
+  // The task pods the controller's Jobs made carry the global labels and annotations.
+  const tasks = (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods?labelSelector=app.kubernetes.io%2Fcomponent%3Dtask`)).body.items as any[];
+  assert.ok(tasks.length >= 2, `task pods: ${tasks.length}`);
+  for (const p of tasks) {
+    assert.equal(p.metadata.labels.tier, "infra", p.metadata.name);
+    assert.equal(p.metadata.annotations.owner, "platform", p.metadata.name);
+  }
+  // The chart's Role, bound to the existing account, covered every call the controller made.
+  assert.deepEqual(cluster.denials.filter((d) => d.user.startsWith(`system:serviceaccount:${ns}:`)), []);
+});
+
+test("extraEnvFrom: a ConfigMap's variable reaches the controller process", async () => {
+  const ns = "parity-envfrom";
+  await namespace(cluster, ns, "restricted");
+  // A value the controller refuses at start: it exits naming the variable, which it can only
+  // have read from the ConfigMap.
+  const cm = await kube(cluster, "POST", `/api/v1/namespaces/${ns}/configmaps`, { metadata: { name: "drover-extra" }, data: { DROVER_AGENT_SWEEP_INTERVAL_SECONDS: "0" } });
+  assert.equal(cm.status, 201, JSON.stringify(cm.body));
+  const shared = join(repo, "test", "dist", ".chart-cluster-parity");
+  mkdirSync(shared, { recursive: true });
+  const applied = await applyRendered(cluster, ns, template("agent-job", ns, [...baseArgs(ns, shared), "--set", "extraEnvFrom[0].configMapRef.name=drover-extra"], { release: "envfrom" }));
+  assert.equal(applied.code, 0, applied.out);
+  const logs = await until(
+    "the controller refusing the ConfigMap's value",
+    async () => (await kubectlOut(cluster, ["logs", "-n", ns, "-l", "app.kubernetes.io/component=controller", "--tail=20"])).out,
+    (out) => out.includes("DROVER_AGENT_SWEEP_INTERVAL_SECONDS"),
+    60_000,
+  );
+  assert.match(logs, /DROVER_AGENT_SWEEP_INTERVAL_SECONDS must be a whole number/);
+});
