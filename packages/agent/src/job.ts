@@ -27,6 +27,15 @@ const cancelTermAfterMs = 10_000;
 const cancelKillAfterMs = 20_000;
 const heartbeatWaitMs = 10_000;
 
+/**
+ * The settings one job run uses, and no more: the local agent passes its own; a Kubernetes
+ * worker passes what its pod has.
+ */
+export type JobSettings = Pick<AgentConfig, "name" | "dataDir" | "cacheDir" | "stopAction" | "providerCacheEnabled" | "taskCaCertPath" | "hooksDir" | "hookTimeoutMs" | "runAs"> & {
+  /** The pool token, redacted from everything the run sends; a pod worker holds none. */
+  token: string | undefined;
+};
+
 /** One job executing on this agent with the local driver. */
 export class JobRun {
   state: JobRunState = "starting";
@@ -56,7 +65,7 @@ export class JobRun {
   constructor(
     private readonly assignment: JobAssignment,
     private readonly client: AgentClient,
-    private readonly config: AgentConfig,
+    private readonly config: JobSettings,
     private readonly logger: Logger,
     private readonly runner: Runner = localRunner,
     private readonly keptPlans?: KeptPlanDirs,
@@ -259,7 +268,7 @@ export class JobRun {
     const reused = a.phase === "apply" && !this.hookPath("pre-init") && this.keptPlans?.take(this.planDirKey(), runDir) === true;
     if (!reused) this.files.prepare(runDir, configDir);
     const variables = await withRetry(() => this.job.variables(this.work.signal), this.work.signal);
-    this.secrets = secretForms([...variables.filter((v) => v.sensitive).map((v) => v.value), a.jobToken, this.config.token]);
+    this.secrets = secretForms([...variables.filter((v) => v.sensitive).map((v) => v.value), a.jobToken, ...(this.config.token === undefined ? [] : [this.config.token])]);
     this.log.setSecrets(this.secrets);
 
     const binary = await this.runner.engine(a.workspace.engine, a.workspace.engineVersion, this.config.cacheDir);

@@ -5,6 +5,7 @@ import { registerAgentCommands } from "./commands/agent.js";
 import { registerUserCommands } from "./commands/user.js";
 import { registerQuickstartCommand } from "./commands/quickstart.js";
 import { printError } from "./output.js";
+import { warnUnknownSettings } from "./settings-errors.js";
 
 /** The one `drover` binary: server, agent and user commands. */
 export function buildProgram(): Command {
@@ -21,6 +22,7 @@ export function buildProgram(): Command {
 }
 
 async function main(): Promise<void> {
+  warnUnknownSettings(process.env);
   try {
     await buildProgram().parseAsync(process.argv);
   } catch (err) {

@@ -1,4 +1,4 @@
-import { DroverError } from "@drover/protocol";
+import { DroverError, SettingsSource } from "@drover/protocol";
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { dirname, join } from "node:path";
@@ -11,7 +11,8 @@ export interface Settings {
 
 /** The file `drover login` writes: $DROVER_CONFIG_DIR, $XDG_CONFIG_HOME/drover or ~/.config/drover. */
 export function credentialsPath(env: NodeJS.ProcessEnv = process.env): string {
-  const dir = env.DROVER_CONFIG_DIR ?? join(env.XDG_CONFIG_HOME ?? join(homedir(), ".config"), "drover");
+  const src = new SettingsSource(env);
+  const dir = src.get("DROVER_CONFIG_DIR") ?? join(src.get("XDG_CONFIG_HOME") ?? join(homedir(), ".config"), "drover");
   return join(dir, "credentials.json");
 }
 
@@ -37,8 +38,9 @@ export function writeCredentials(settings: Settings, env: NodeJS.ProcessEnv = pr
 /** Flags first, then DROVER_URL / DROVER_TOKEN, then the credentials file. */
 export function resolveSettings(flags: { url?: string | undefined; token?: string | undefined }, env: NodeJS.ProcessEnv = process.env): Settings {
   const file = readCredentials(env);
-  const url = flags.url ?? env.DROVER_URL ?? file.url;
-  const token = flags.token ?? env.DROVER_TOKEN ?? file.token;
+  const src = new SettingsSource(env, flags);
+  const url = src.get("DROVER_URL") ?? file.url;
+  const token = src.get("DROVER_TOKEN") ?? file.token;
   if (!url) throw new DroverError("bad_request", "no server URL: pass --url, set DROVER_URL, or run `drover login`");
   if (!token) throw new DroverError("unauthorized", "no API token: pass --token, set DROVER_TOKEN, or run `drover login`");
   return { url: url.replace(/\/+$/, ""), token };

@@ -27,6 +27,7 @@ export const errorCodes = [
   "too_many_requests",
   "server_unreachable",
   "unexpected_response",
+  "invalid_setting",
 ] as const;
 export type ErrorCode = (typeof errorCodes)[number];
 
@@ -52,6 +53,8 @@ const statusByCode: Record<ErrorCode, number> = {
   too_many_requests: 429,
   database_read_only: 503,
   storage_full: 507,
+  // Raised where a process starts (a bad variable or flag), never sent by the server.
+  invalid_setting: 400,
   // Raised by clients (a log read that stopped short), never sent by the server.
   log_incomplete: 502,
   // Raised by clients about the server: no answer in time, or an answer outside the contract.

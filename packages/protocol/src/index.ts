@@ -4,6 +4,7 @@ export * from "./ids.js";
 export * from "./plan.js";
 export * from "./routes.js";
 export * from "./schemas.js";
+export * from "./settings.js";
 export * from "./tokens.js";
 export * from "./redact.js";
 export * from "./text.js";

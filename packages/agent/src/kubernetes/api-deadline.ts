@@ -1,7 +1,8 @@
+import { settings } from "@drover/protocol";
 import { createConfiguration, ServerConfiguration, type Configuration, type KubeConfig } from "@kubernetes/client-node";
 
 /** Deadline of one Kubernetes API call where no setting says otherwise. */
-export const defaultApiTimeoutMs = 30_000;
+export const defaultApiTimeoutMs = settings.DROVER_AGENT_KUBERNETES_API_TIMEOUT_SECONDS.default * 1000;
 
 /**
  * Like `KubeConfig.makeApiClient`, but every call gets a deadline: an API server that accepts

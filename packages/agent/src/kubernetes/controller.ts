@@ -1,18 +1,18 @@
 import { BatchV1Api, CoreV1Api, CustomObjectsApi, KubeConfig, RbacAuthorizationV1Api, type KubernetesListObject, type KubernetesObject, type V1Job, type V1JobSpec, type V1Pod } from "@kubernetes/client-node";
-import { DroverError, jobAssignmentSchema, type JobAssignment } from "@drover/protocol";
+import { DroverError, jobAssignmentSchema, SettingsSource, type JobAssignment } from "@drover/protocol";
 import type { Logger } from "pino";
 import { waitFor } from "../backoff.js";
 import { AgentClient, NetworkError } from "../client.js";
-import { int, type AgentConfig } from "../config.js";
+import type { AgentConfig } from "../config.js";
 import { agentVersion } from "../agent.js";
 import { MetricSet, servingHealth } from "../health.js";
-import { apiClientWithDeadline, defaultApiTimeoutMs } from "./api-deadline.js";
+import { apiClientWithDeadline } from "./api-deadline.js";
 import { startInformer, type Informer } from "./informer.js";
 import { exponentialBackoff, KeyedWorkQueue } from "./work-queue.js";
 import { buildJob, jobName, labels, type TaskSettings } from "./job-spec.js";
 import { describePodFailure, type FailureTimings } from "./pod-failures.js";
 import { grantJobSecret } from "./run-access.js";
-import { defaultExecLoopPath, nodeHomeSetting, podNamespace } from "./settings.js";
+import { podNamespace } from "./settings.js";
 
 /** A Job this controller launched and still watches. */
 interface Tracked {
@@ -60,31 +60,22 @@ export interface ControllerSettings {
 
 /** Reads and validates the controller's own settings; a bad value throws one clear line. */
 export function loadControllerSettings(env: NodeJS.ProcessEnv): ControllerSettings {
-  const seconds = (name: string, fallback: number, min: number) => int(name, env[name], fallback, min, 7 * 86_400);
+  const src = new SettingsSource(env);
   return {
-    namespace: podNamespace(env),
-    workerImage: env.DROVER_AGENT_KUBERNETES_WORKER_IMAGE || "ghcr.io/drover-dev/drover:0.1.0",
-    execLoopPath: env.DROVER_AGENT_EXEC_LOOP_PATH || defaultExecLoopPath,
+    namespace: podNamespace(src),
+    workerImage: src.get("DROVER_AGENT_KUBERNETES_WORKER_IMAGE"),
+    execLoopPath: src.get("DROVER_AGENT_EXEC_LOOP_PATH"),
     timings: {
-      imagePullGraceMs: seconds("DROVER_AGENT_IMAGE_PULL_GRACE_SECONDS", 30, 0) * 1000,
-      podPendingTimeoutMs: seconds("DROVER_AGENT_POD_PENDING_TIMEOUT_SECONDS", 600, 1) * 1000,
+      imagePullGraceMs: src.get("DROVER_AGENT_IMAGE_PULL_GRACE_SECONDS") * 1000,
+      podPendingTimeoutMs: src.get("DROVER_AGENT_POD_PENDING_TIMEOUT_SECONDS") * 1000,
     },
-    activeDeadlineSeconds: seconds("DROVER_AGENT_JOB_ACTIVE_DEADLINE_SECONDS", 4 * 3600, 1),
-    ttlSecondsAfterFinished: seconds("DROVER_AGENT_JOB_TTL_SECONDS", 3600, 0),
-    nodeHome: nodeHomeSetting(env.DROVER_AGENT_NODE_HOME),
-    sweepIntervalMs: seconds("DROVER_AGENT_SWEEP_INTERVAL_SECONDS", 10, 1) * 1000,
-    nodeWorkerServiceAccount: serviceAccountSetting(env.DROVER_AGENT_NODE_WORKER_SERVICE_ACCOUNT),
-    apiTimeoutMs: seconds("DROVER_AGENT_KUBERNETES_API_TIMEOUT_SECONDS", defaultApiTimeoutMs / 1000, 1) * 1000,
+    activeDeadlineSeconds: src.get("DROVER_AGENT_JOB_ACTIVE_DEADLINE_SECONDS"),
+    ttlSecondsAfterFinished: src.get("DROVER_AGENT_JOB_TTL_SECONDS"),
+    nodeHome: src.get("DROVER_AGENT_NODE_HOME"),
+    sweepIntervalMs: src.get("DROVER_AGENT_SWEEP_INTERVAL_SECONDS") * 1000,
+    nodeWorkerServiceAccount: src.get("DROVER_AGENT_NODE_WORKER_SERVICE_ACCOUNT"),
+    apiTimeoutMs: src.get("DROVER_AGENT_KUBERNETES_API_TIMEOUT_SECONDS") * 1000,
   };
-}
-
-/** DROVER_AGENT_NODE_WORKER_SERVICE_ACCOUNT: a ServiceAccount name (DNS subdomain) in the controller's namespace. */
-function serviceAccountSetting(raw: string | undefined): string | undefined {
-  if (!raw) return undefined;
-  if (!/^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/.test(raw)) {
-    throw new DroverError("bad_request", `DROVER_AGENT_NODE_WORKER_SERVICE_ACCOUNT must be a ServiceAccount name in the controller's namespace, got ${JSON.stringify(raw)}`);
-  }
-  return raw;
 }
 
 /**

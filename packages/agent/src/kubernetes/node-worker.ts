@@ -1,14 +1,14 @@
 import { CoreV1Api, KubeConfig, type V1Pod } from "@kubernetes/client-node";
-import { DroverError, jobAssignmentSchema, type JobAssignment } from "@drover/protocol";
+import { jobAssignmentSchema, SettingsSource, type JobAssignment } from "@drover/protocol";
 import { readdirSync, readFileSync } from "node:fs";
 import type { Logger } from "pino";
 import { AgentClient } from "../client.js";
 import { MetricSet, servingHealth } from "../health.js";
-import { int, type StopAction } from "../config.js";
+import type { LogFormat, StopAction } from "../config.js";
 import { SafeDir } from "../safe-dir.js";
 import { apiClientWithDeadline, defaultApiTimeoutMs } from "./api-deadline.js";
 import { labels, nodeReadyDir, nodeRunDir } from "./job-spec.js";
-import { defaultExecLoopPath, nodeHomeSetting, podNamespace } from "./settings.js";
+import { podNamespace } from "./settings.js";
 import { startInformer, type Informer } from "./informer.js";
 import { superviseJob, supervisionSettings } from "./worker.js";
 
@@ -30,27 +30,25 @@ export interface NodeWorkerSettings {
   controllerName: string;
   /** Port of /healthz, /readyz and /metrics; 0 disables them. */
   healthPort: number;
+  logFormat: LogFormat;
 }
 
 /** Reads and validates the node worker's settings; a bad value throws one clear line. */
 export function loadNodeWorkerSettings(env: NodeJS.ProcessEnv): NodeWorkerSettings {
-  const need = (name: string, why: string) => env[name] || fail(`${name} is not set: ${why}`);
-  const home = nodeHomeSetting(need("DROVER_AGENT_NODE_HOME", "the hostPath data home shared with run pods"))!;
+  const src = new SettingsSource(env);
+  const home = src.require("DROVER_AGENT_NODE_HOME", "the hostPath data home shared with run pods");
   return {
-    url: env.DROVER_URL ? env.DROVER_URL.replace(/\/+$/, "") : undefined,
-    namespace: podNamespace(env),
-    nodeName: need("DROVER_AGENT_NODE_NAME", "this node's name (the downward API's spec.nodeName)"),
+    url: src.get("DROVER_URL"),
+    namespace: podNamespace(src),
+    nodeName: src.require("DROVER_AGENT_NODE_NAME", "this node's name (the downward API's spec.nodeName)"),
     home,
-    execLoopPath: env.DROVER_AGENT_EXEC_LOOP_PATH || defaultExecLoopPath,
-    ...supervisionSettings(env),
-    pollMs: int("DROVER_AGENT_NODE_POLL_MS", env.DROVER_AGENT_NODE_POLL_MS, 500, 50, 60_000),
-    controllerName: need("DROVER_AGENT_CONTROLLER_NAME", "the name of the controller whose run pods this worker supervises (its DROVER_AGENT_NAME)"),
-    healthPort: int("DROVER_AGENT_HEALTH_PORT", env.DROVER_AGENT_HEALTH_PORT, 8080, 0, 65_535),
+    execLoopPath: src.get("DROVER_AGENT_EXEC_LOOP_PATH"),
+    ...supervisionSettings(src),
+    pollMs: src.get("DROVER_AGENT_NODE_POLL_MS"),
+    controllerName: src.require("DROVER_AGENT_CONTROLLER_NAME", "the name of the controller whose run pods this worker supervises (its DROVER_AGENT_NAME)"),
+    healthPort: src.getOr("DROVER_AGENT_HEALTH_PORT", 8080),
+    logFormat: src.get("DROVER_AGENT_LOG_FORMAT"),
   };
-}
-
-function fail(message: string): never {
-  throw new DroverError("bad_request", message);
 }
 
 const live = (pod: V1Pod) => pod.status?.phase === "Pending" || pod.status?.phase === "Running" || !pod.status?.phase;

@@ -1,17 +1,17 @@
-import { DroverError, jobAssignmentSchema, type JobAssignment } from "@drover/protocol";
+import { jobAssignmentSchema, settings as settingsTable, SettingsSource, type JobAssignment } from "@drover/protocol";
 import { readFileSync } from "node:fs";
 import { hostname } from "node:os";
 import { join } from "node:path";
 import type { Logger } from "pino";
 import { AgentClient } from "../client.js";
-import { int, oneOf, stopPlan, type AgentConfig, type StopAction } from "../config.js";
+import { stopPlan, type StopAction } from "../config.js";
 import { closeHealthServer, MetricSet, startHealthServer } from "../health.js";
-import { JobRun } from "../job.js";
+import { JobRun, type JobSettings } from "../job.js";
 import { ExecLoopRunner } from "./exec-loop-runner.js";
 import { SafeDir } from "../safe-dir.js";
 
 /** Where the controller's Secret (job token + assignment) is mounted in the worker container. */
-export const defaultJobSecretDir = "/var/run/drover/job";
+export const defaultJobSecretDir = settingsTable.DROVER_WORKER_SECRET_DIR.default;
 
 /** Settings of `drover agent worker`, from its environment (set by the controller's Job). */
 export interface WorkerSettings {
@@ -32,25 +32,24 @@ export interface WorkerSettings {
 
 /** Reads the pod worker's settings; a bad value throws one clear line. */
 export function loadWorkerSettings(env: NodeJS.ProcessEnv): WorkerSettings {
-  const url = env.DROVER_URL;
-  if (!url) throw new DroverError("bad_request", "DROVER_URL is not set; the worker is started by the controller's Job, which sets it");
+  const src = new SettingsSource(env);
   return {
-    url: url.replace(/\/+$/, ""),
-    secretDir: env.DROVER_WORKER_SECRET_DIR ?? defaultJobSecretDir,
-    execDir: env.DROVER_EXEC_DIR ?? "/drover/exec",
-    runDir: env.DROVER_WORKER_RUN_DIR ?? "/drover/run",
-    ...supervisionSettings(env),
-    healthPort: int("DROVER_AGENT_HEALTH_PORT", env.DROVER_AGENT_HEALTH_PORT, 0, 0, 65_535),
+    url: src.require("DROVER_URL", "the worker is started by the controller's Job, which sets it"),
+    secretDir: src.get("DROVER_WORKER_SECRET_DIR"),
+    execDir: src.get("DROVER_EXEC_DIR"),
+    runDir: src.get("DROVER_WORKER_RUN_DIR"),
+    ...supervisionSettings(src),
+    healthPort: src.getOr("DROVER_AGENT_HEALTH_PORT", 0),
   };
 }
 
 /** The settings every worker (a pod's or a node's) reads the same way: stop behaviour, trust, runner staleness. */
-export function supervisionSettings(env: NodeJS.ProcessEnv): Pick<WorkerSettings, "stopAction" | "gracePeriodMs" | "caCertPem" | "runnerStaleMs"> {
+export function supervisionSettings(src: SettingsSource): Pick<WorkerSettings, "stopAction" | "gracePeriodMs" | "caCertPem" | "runnerStaleMs"> {
   return {
-    stopAction: oneOf("DROVER_AGENT_WORKER_ON_STOP_ACTION", env.DROVER_AGENT_WORKER_ON_STOP_ACTION, ["graceful", "drain", "force"] as const, "graceful"),
-    gracePeriodMs: int("DROVER_AGENT_GRACE_PERIOD_SECONDS", env.DROVER_AGENT_GRACE_PERIOD_SECONDS, 120, 1, 86_400) * 1000,
-    caCertPem: env.DROVER_CA_CERT ? readFileSync(env.DROVER_CA_CERT, "utf8") : undefined,
-    runnerStaleMs: int("DROVER_WORKER_RUNNER_STALE_SECONDS", env.DROVER_WORKER_RUNNER_STALE_SECONDS, 30, 1, 3600) * 1000,
+    stopAction: src.get("DROVER_AGENT_WORKER_ON_STOP_ACTION"),
+    gracePeriodMs: src.get("DROVER_AGENT_GRACE_PERIOD_SECONDS") * 1000,
+    caCertPem: src.get("DROVER_CA_CERT"),
+    runnerStaleMs: src.get("DROVER_WORKER_RUNNER_STALE_SECONDS") * 1000,
   };
 }
 
@@ -110,38 +109,21 @@ export function superviseJob(
   const runner = new ExecLoopRunner(settings.execDir, exec, { path: settings.runDir, handle: run }, settings.runnerStaleMs);
   runner.touchWorkerHeartbeat();
   const beat = setInterval(() => runner.touchWorkerHeartbeat(), 5_000);
-  const config: AgentConfig = {
-    url: settings.url,
-    token: "",
+  const jobSettings: JobSettings = {
+    // The pod holds no pool token: only the job token, which the run redacts anyway.
+    token: undefined,
     name: hostname(),
-    driver: "kubernetes",
-    concurrency: 1,
-    single: true,
     dataDir: settings.runDir,
     cacheDir: join(settings.runDir, ".cache"),
+    // One pod per job: no later run shares a provider cache or a kept plan directory here.
     providerCacheEnabled: false,
-    providerCacheSizeLimitMb: 0,
-    moduleCacheEnabled: false,
-    moduleCacheSizeLimitMb: 0,
-    binaryCacheSizeLimitMb: 0,
     stopAction: settings.stopAction,
-    gracePeriodMs: settings.gracePeriodMs,
-    logFormat: "json",
-    debug: false,
-    healthPort: 0,
-    otlpEndpoint: undefined,
-    otlpMetricsEnabled: false,
-    otlpTracesEnabled: false,
-    caCertPem: settings.caCertPem,
     taskCaCertPath: undefined,
+    // Hooks are the runner image's business in a pod.
     hooksDir: undefined,
-    hookTimeoutMs: 600_000,
-    pollWaitMs: 0,
-    // One pod per job: there is no later job here to reuse a directory.
-    planReuseMs: 0,
-    kubernetesTaskTemplate: undefined,
+    hookTimeoutMs: settingsTable.DROVER_AGENT_HOOK_TIMEOUT_SECONDS.default * 1000,
   };
-  const job = new JobRun(assignment, new AgentClient(settings.url, settings.caCertPem), config, log, runner);
+  const job = new JobRun(assignment, new AgentClient(settings.url, settings.caCertPem), jobSettings, log, runner);
   const done = job.execute().finally(() => {
     clearInterval(beat);
     if (!runner.shutdown()) log.warn("could not tell the runner to exit: the run blocked its shutdown file; the pod ends at its deadline");

@@ -1,19 +1,6 @@
 import { createLogger, loadAgentConfig, runAgent, type AgentFlags } from "@drover/agent";
-import { DroverError } from "@drover/protocol";
+import { settingsOrExit } from "../settings-errors.js";
 import type { Command } from "commander";
-
-/** Loads a command's settings, or prints the one-line reason and exits 2 (SPEC §9). */
-function settingsOrExit<T>(command: string, load: () => T): T {
-  try {
-    return load();
-  } catch (err) {
-    if (err instanceof DroverError) {
-      process.stderr.write(`drover agent ${command}: ${err.message}\n`);
-      process.exit(2);
-    }
-    throw err;
-  }
-}
 
 /** `drover agent run|controller|worker|node-worker`. Config errors: one line, exit code 2. */
 export function registerAgentCommands(program: Command): void {
@@ -35,7 +22,7 @@ export function registerAgentCommands(program: Command): void {
     .option("--grace-period-seconds <n>", "stop timeouts derive from it (DROVER_AGENT_GRACE_PERIOD_SECONDS)")
     .option("--log-format <format>", "json, plain or dev (DROVER_AGENT_LOG_FORMAT)")
     .action(async (opts: AgentFlags) => {
-      const config = settingsOrExit("run", () => loadAgentConfig(process.env, opts));
+      const config = settingsOrExit("agent run", () => loadAgentConfig(process.env, opts));
       if (config.driver !== "local") {
         process.stderr.write("drover agent run: DROVER_AGENT_DRIVER=kubernetes is run by `drover agent controller`\n");
         process.exit(2);
@@ -55,8 +42,8 @@ export function registerAgentCommands(program: Command): void {
     .option("--concurrency <n>", "Jobs in flight (DROVER_AGENT_CONCURRENCY; default 10)")
     .action(async (opts: AgentFlags) => {
       const { loadControllerSettings, runController } = await import("@drover/agent/kubernetes");
-      const config = settingsOrExit("controller", () => loadAgentConfig({ ...process.env, DROVER_AGENT_DRIVER: "kubernetes" }, opts));
-      const settings = settingsOrExit("controller", () => loadControllerSettings(process.env));
+      const config = settingsOrExit("agent controller", () => loadAgentConfig({ ...process.env, DROVER_AGENT_DRIVER: "kubernetes" }, opts));
+      const settings = settingsOrExit("agent controller", () => loadControllerSettings(process.env));
       const log = createLogger(config.logFormat, config.debug);
       try {
         process.exit(await runController(config, settings, log));
@@ -70,7 +57,7 @@ export function registerAgentCommands(program: Command): void {
     .description("Inside a task pod: run the pod's job, driving the runner container through the exec-loop")
     .action(async () => {
       const { loadWorkerSettings, runWorker } = await import("@drover/agent/kubernetes");
-      const settings = settingsOrExit("worker", () => loadWorkerSettings(process.env));
+      const settings = settingsOrExit("agent worker", () => loadWorkerSettings(process.env));
       process.exit(await runWorker(settings, createLogger("json", false)));
     });
   agent
@@ -78,8 +65,8 @@ export function registerAgentCommands(program: Command): void {
     .description("agent-k8s: one per node (DaemonSet); supervises the run pods the controller puts on this node")
     .action(async () => {
       const { loadNodeWorkerSettings, runNodeWorker } = await import("@drover/agent/kubernetes");
-      const settings = settingsOrExit("node-worker", () => loadNodeWorkerSettings(process.env));
-      const log = createLogger(process.env.DROVER_AGENT_LOG_FORMAT === "plain" ? "plain" : "json", false);
+      const settings = settingsOrExit("agent node-worker", () => loadNodeWorkerSettings(process.env));
+      const log = createLogger(settings.logFormat, false);
       process.exit(await runNodeWorker(settings, log));
     });
 }

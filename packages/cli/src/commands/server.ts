@@ -1,5 +1,6 @@
 import type { Command } from "commander";
 import { DroverError } from "@drover/protocol";
+import { describeError, settingsOrExit } from "../settings-errors.js";
 
 interface ServerOptions {
   dataDir?: string;
@@ -24,23 +25,14 @@ export function registerServerCommand(program: Command): void {
     .action(async (opts: ServerOptions) => {
       // Loaded here, not at start-up: agents and user commands never pay for the server.
       const { loadServerConfig, startServer } = await import("@drover/server");
-      let config;
-      try {
-        config = loadServerConfig({ env: process.env, flags: opts });
-      } catch (err) {
-        if (err instanceof DroverError) {
-          process.stderr.write(`drover server: ${err.message}\n`);
-          process.exit(2);
-        }
-        throw err;
-      }
+      const config = settingsOrExit("server", () => loadServerConfig({ env: process.env, flags: opts }));
       let server;
       try {
         server = await startServer(config);
       } catch (err) {
         // One line for the operator: a coded error (lock held, read-only or full data
         // directory) is a configuration problem (exit 2); anything else failed to start (exit 1).
-        process.stderr.write(`drover server: ${err instanceof Error ? err.message : String(err)}\n`);
+        process.stderr.write(`drover server: ${err instanceof DroverError ? describeError(err) : err instanceof Error ? err.message : String(err)}\n`);
         process.exit(err instanceof DroverError ? 2 : 1);
       }
       process.stdout.write(`Drover server listening on ${server.url}\n`);

@@ -1,0 +1,24 @@
+import { DroverError, unknownSettingWarnings } from "@drover/protocol";
+
+/** One line for a coded error: its message, and what to do when the message does not say. */
+export function describeError(err: DroverError): string {
+  return `${err.message}${err.hint ? ` (${err.hint})` : ""}`;
+}
+
+/** Loads a command's settings, or prints the one-line reason and exits 2 (SPEC §3, §9). */
+export function settingsOrExit<T>(command: string, load: () => T): T {
+  try {
+    return load();
+  } catch (err) {
+    if (err instanceof DroverError) {
+      process.stderr.write(`drover ${command}: ${describeError(err)}\n`);
+      process.exit(2);
+    }
+    throw err;
+  }
+}
+
+/** Warns on stderr about each DROVER_* variable no Drover process reads (a misspelling would be ignored silently). */
+export function warnUnknownSettings(env: NodeJS.ProcessEnv): void {
+  for (const warning of unknownSettingWarnings(env)) process.stderr.write(`drover: warning: ${warning}\n`);
+}

@@ -1,0 +1,373 @@
+import { existsSync, readFileSync } from "node:fs";
+import { DroverError } from "./errors.js";
+
+/**
+ * Every setting of every Drover process, declared once: its variable, its flag, how it is
+ * parsed, its default, one line of documentation, and which processes read it. Processes load
+ * their configuration through `SettingsSource`; the README's configuration tables are generated
+ * from this table (`node scripts/settings-docs.mjs`), and tests check that no code, chart or
+ * Pulumi component reads or sets a `DROVER_*` variable that is not here.
+ */
+
+/** The processes (and the deploy component) that read settings. */
+export const settingReaders = ["server", "agent", "controller", "worker", "node-worker", "runner", "cli"] as const;
+export type SettingReader = (typeof settingReaders)[number];
+
+/** Where a setting is documented in the README. */
+export type SettingSection = "server" | "agent" | "kubernetes" | "pod" | "cli";
+
+/** Parses a raw (non-empty) value; throws `InvalidSettingError` on a bad one. */
+export type SettingParser<T> = (raw: string, name: string) => T;
+
+/** One setting. `default` is what a process uses when the setting is unset (unless it has its own, noted in `defaultText`). */
+export interface SettingSpec<T> {
+  /** The command-line flag that overrides the variable, where a command has one. */
+  flag?: `--${string}`;
+  /** One line for the README and for error hints. */
+  doc: string;
+  /** How the README shows the default, when `default` alone does not say it. */
+  defaultText?: string;
+  default?: T;
+  readers: readonly SettingReader[];
+  parse: SettingParser<T>;
+  section: SettingSection;
+  /**
+   * The Pulumi component and the charts set it themselves from their own arguments; it may not
+   * be given through their extra environment.
+   */
+  reserved?: boolean;
+}
+
+/** A setting's value is bad: names the setting, says what it must be. Exit code 2 where a process starts. */
+export class InvalidSettingError extends DroverError {
+  readonly setting: string;
+  constructor(setting: string, message: string, options?: { hint?: string; cause?: unknown }) {
+    super("invalid_setting", message, { ...(options?.cause === undefined ? {} : { cause: options.cause }), hint: options?.hint ?? `see the configuration tables in the README for ${setting}` });
+    this.setting = setting;
+  }
+}
+
+function invalid(name: string, message: string, hint?: string): never {
+  throw new InvalidSettingError(name, message, hint === undefined ? undefined : { hint });
+}
+
+// ---- parsers ----
+
+/** Any non-empty text. */
+const text: SettingParser<string> = (raw) => raw;
+
+/** `true`/`false` (also 1/0, yes/no, on/off). */
+const bool: SettingParser<boolean> = (raw, name) => {
+  if (/^(1|true|yes|on)$/i.test(raw)) return true;
+  if (/^(0|false|no|off)$/i.test(raw)) return false;
+  return invalid(name, `${name} must be true or false, got ${JSON.stringify(raw)}`);
+};
+
+/** A whole number within [min, max] (max may be Infinity). */
+function intIn(min: number, max = Number.POSITIVE_INFINITY): SettingParser<number> {
+  return (raw, name) => {
+    const n = Number(raw);
+    if (raw.trim() === "" || !Number.isInteger(n) || n < min || n > max) {
+      invalid(name, `${name} must be a whole number ${Number.isFinite(max) ? `from ${min} to ${max}` : `≥ ${min}`}, got ${JSON.stringify(raw)}`);
+    }
+    return n;
+  };
+}
+
+/** One of `allowed`. */
+function oneOf<T extends string>(allowed: readonly T[]): SettingParser<T> {
+  return (raw, name) => {
+    if (!(allowed as readonly string[]).includes(raw)) invalid(name, `${name} must be one of ${allowed.join(", ")}, got ${JSON.stringify(raw)}`);
+    return raw as T;
+  };
+}
+
+/** An http:// or https:// URL, without trailing slashes. */
+const httpUrl: SettingParser<string> = (raw, name) => {
+  const url = raw.replace(/\/+$/, "");
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    return invalid(name, `${name} is not a URL: ${JSON.stringify(url)}`, "give the server's address, for example https://drover.example.com");
+  }
+  if (parsed.protocol !== "http:" && parsed.protocol !== "https:") invalid(name, `${name} must be http:// or https://, got ${JSON.stringify(url)}`);
+  return url;
+};
+
+/** An absolute path, without a trailing slash. */
+const absolutePath: SettingParser<string> = (raw, name) => {
+  if (!raw.startsWith("/")) invalid(name, `${name} must be an absolute path, got ${JSON.stringify(raw)}`);
+  return raw.replace(/(.)\/+$/, "$1");
+};
+
+/** A path that exists when the process starts. */
+const existingPath: SettingParser<string> = (raw, name) => {
+  if (!existsSync(raw)) invalid(name, `${name} ${raw} does not exist`, "create it, or correct the path");
+  return raw;
+};
+
+/**
+ * A PEM bundle given as the path of a file or as base64 of the PEM text; the value is the PEM
+ * text. A path that cannot be read is named with the reason.
+ */
+const pemBundle: SettingParser<string> = (raw, name) => {
+  const hint = "give the path of a readable PEM file, or the PEM bundle encoded in base64";
+  const decoded = Buffer.from(raw, "base64").toString("utf8");
+  // A path never decodes to PEM text; base64 of PEM never names an existing file.
+  if (!existsSync(raw) && decoded.includes("-----BEGIN CERTIFICATE-----")) return decoded;
+  try {
+    return readFileSync(raw, "utf8");
+  } catch (err) {
+    const reason = (err as NodeJS.ErrnoException).code === "ENOENT" ? "no such file" : err instanceof Error ? err.message : String(err);
+    return invalid(name, `${name}: cannot read ${raw} (${reason}), and it is not a base64-encoded PEM bundle either`, hint);
+  }
+};
+
+/** A Kubernetes object name (DNS subdomain). */
+const kubernetesName: SettingParser<string> = (raw, name) => {
+  if (!/^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/.test(raw)) invalid(name, `${name} must be a Kubernetes object name (lower-case letters, digits, '-' and '.'), got ${JSON.stringify(raw)}`);
+  return raw;
+};
+
+/** What the agent does with running jobs on SIGTERM (SPEC §5). */
+export const stopActions = ["graceful", "drain", "force"] as const;
+export type StopAction = (typeof stopActions)[number];
+/** The shortest grace period (seconds) each stop action works with (SPEC §5). */
+export const minimumGraceSeconds: Readonly<Record<StopAction, number>> = { graceful: 30, drain: 120, force: 10 };
+export const logFormats = ["json", "plain", "dev"] as const;
+export type LogFormat = (typeof logFormats)[number];
+
+/** The parsers settings use, for a process that needs a narrower one (`SettingsSource.getOr`). */
+export const settingParsers = { text, bool, intIn, oneOf, httpUrl, absolutePath, existingPath, pemBundle, kubernetesName };
+
+function setting<T, D extends NoInfer<T> | undefined = undefined>(spec: Omit<SettingSpec<T>, "default"> & { default?: D }): SettingSpec<T> & { default: D } {
+  return spec as SettingSpec<T> & { default: D };
+}
+
+const agents = ["agent", "controller"] as const;
+const allAgents = ["agent", "controller", "worker", "node-worker"] as const;
+const seconds7d = intIn(1, 7 * 86_400);
+const sizeMb = intIn(1, 10_000_000);
+
+/** The settings, by variable. */
+export const settings = {
+  // ---- server ----
+  DROVER_DATA_DIR: setting({ flag: "--data-dir", doc: "directory of the SQLite database", default: ".drover", defaultText: "`./.drover`", readers: ["server"], parse: text, section: "server" }),
+  DROVER_DATABASE_URL: setting({ flag: "--database-url", doc: "`postgres://…` or `sqlite:<path>`", defaultText: "SQLite in the data dir", readers: ["server"], parse: text, section: "server" }),
+  DROVER_DATABASE_CONNECT_TIMEOUT_SECONDS: setting({ doc: "PostgreSQL: longest wait for a connection (new or from the pool)", default: 10, readers: ["server"], parse: intIn(1), section: "server" }),
+  DROVER_DATABASE_STATEMENT_TIMEOUT_SECONDS: setting({ doc: "PostgreSQL: longest a statement may run (`statement_timeout`; the client gives up 5 s later if the server stops answering)", default: 60, readers: ["server"], parse: intIn(1), section: "server" }),
+  DROVER_HOST: setting({ flag: "--host", doc: "listen address (`0.0.0.0` in containers)", default: "127.0.0.1", readers: ["server"], parse: text, section: "server" }),
+  DROVER_PORT: setting({ flag: "--port", doc: "listen port", default: 8800, readers: ["server"], parse: intIn(0, 65_535), section: "server" }),
+  DROVER_PUBLIC_URL: setting({ flag: "--public-url", doc: "how agents reach the server; embedded in pool tokens", defaultText: "`http://<host>:<port>`", readers: ["server"], parse: text, section: "server" }),
+  DROVER_ADMIN_TOKEN: setting({ doc: "an admin API token of your choosing", defaultText: "generated once", readers: ["server"], parse: text, section: "server" }),
+  DROVER_TLS_CERT_FILE: setting({ doc: "certificate (PEM) to serve HTTPS with; set with `DROVER_TLS_KEY_FILE`", readers: ["server"], parse: text, section: "server" }),
+  DROVER_TLS_KEY_FILE: setting({ doc: "private key (PEM) of `DROVER_TLS_CERT_FILE`", readers: ["server"], parse: text, section: "server" }),
+  DROVER_LEASE_TTL_SECONDS: setting({ doc: "a job lease lives this long without a heartbeat; no lease expires until the server has reached its database for this long (after a start or a database outage)", default: 30, readers: ["server"], parse: intIn(1), section: "server" }),
+  DROVER_AGENT_TTL_SECONDS: setting({ doc: "an agent silent this long is shown offline", default: 60, readers: ["server"], parse: intIn(1), section: "server" }),
+  DROVER_AGENT_HEARTBEAT_SECONDS: setting({ doc: "heartbeat interval agents are told to use", default: 10, readers: ["server"], parse: intIn(1), section: "server" }),
+  DROVER_SWEEP_INTERVAL_MS: setting({ doc: "how often the server looks for expired leases and silent agents", default: 1000, readers: ["server"], parse: intIn(10), section: "server" }),
+  DROVER_MAX_CONFIGURATION_MB: setting({ doc: "largest configuration upload (tar.gz)", default: 100, readers: ["server"], parse: intIn(1), section: "server" }),
+  DROVER_FORCE_CANCEL_AFTER_SECONDS: setting({ doc: "a running job that ignores a cancel this long is force-canceled: it ends on the server, its job token stops working, its state lock is released (`drover run cancel --force` does it at once)", default: 120, readers: ["server"], parse: intIn(1), section: "server" }),
+  DROVER_LOG_LEVEL: setting({ flag: "--log-level", doc: "`debug`, `info`, `warn`, `error`", default: "info", readers: ["server"], parse: text, section: "server" }),
+
+  // ---- agents ----
+  DROVER_URL: setting({ flag: "--url", doc: "server URL (agents: defaults to the one in the pool token)", defaultText: "from the token", readers: [...allAgents, "cli"], parse: httpUrl, section: "agent", reserved: true }),
+  DROVER_TOKEN: setting({ flag: "--token", doc: "pool token of an agent (used to register only); API token of the CLI", readers: [...agents, "cli"], parse: text, section: "agent", reserved: true }),
+  DROVER_TOKEN_FILE: setting({ flag: "--token-file", doc: "file holding the pool token; `--token-file` beats `DROVER_TOKEN`, `--token` beats both", readers: agents, parse: text, section: "agent", reserved: true }),
+  DROVER_AGENT_NAME: setting({ flag: "--name", doc: "unique within the pool", defaultText: "hostname", readers: agents, parse: text, section: "agent", reserved: true }),
+  DROVER_AGENT_DRIVER: setting({ doc: "`local` or `kubernetes`", default: "local", readers: agents, parse: oneOf(["local", "kubernetes"] as const), section: "agent", reserved: true }),
+  DROVER_AGENT_CONCURRENCY: setting({ flag: "--concurrency", doc: "jobs in flight; local at most 5", defaultText: "1 (local), 10 (controller)", readers: agents, parse: intIn(1, 1000), section: "agent", reserved: true }),
+  DROVER_AGENT_SINGLE: setting({ flag: "--single", doc: "take one job, finish it, deregister, exit 0", default: false, readers: ["agent"], parse: bool, section: "agent" }),
+  DROVER_AGENT_DATA_DIR: setting({ flag: "--data-dir", doc: "per-run work dirs, removed after each run", default: "/var/lib/drover/data", readers: agents, parse: text, section: "agent", reserved: true }),
+  DROVER_AGENT_CACHE_DIR: setting({ flag: "--cache-dir", doc: "terraform/tofu binaries, providers, modules", default: "/var/lib/drover/cache", readers: agents, parse: text, section: "agent", reserved: true }),
+  DROVER_AGENT_PROVIDER_CACHE_ENABLED: setting({ doc: "share providers between runs", default: true, readers: agents, parse: bool, section: "agent" }),
+  DROVER_AGENT_PROVIDER_CACHE_SIZE_LIMIT_MB: setting({ doc: "soft size limit of the provider cache", default: 20_480, readers: agents, parse: sizeMb, section: "agent" }),
+  DROVER_AGENT_MODULE_CACHE_ENABLED: setting({ doc: "share downloaded modules between runs", default: false, readers: agents, parse: bool, section: "agent" }),
+  DROVER_AGENT_MODULE_CACHE_SIZE_LIMIT_MB: setting({ doc: "soft size limit of the module cache", default: 20_480, readers: agents, parse: sizeMb, section: "agent" }),
+  DROVER_AGENT_BINARY_CACHE_SIZE_LIMIT_MB: setting({ doc: "soft size limit of the terraform/tofu binaries kept", default: 5_120, readers: agents, parse: sizeMb, section: "agent" }),
+  DROVER_AGENT_WORKER_ON_STOP_ACTION: setting({ flag: "--stop-action", doc: "`graceful`, `drain` or `force` on SIGTERM", default: "graceful", readers: allAgents, parse: oneOf(stopActions), section: "agent", reserved: true }),
+  DROVER_AGENT_GRACE_PERIOD_SECONDS: setting({ flag: "--grace-period-seconds", doc: "all stop timeouts derive from it; at least 30 (graceful), 120 (drain), 10 (force)", default: 120, readers: allAgents, parse: intIn(1, 86_400), section: "agent", reserved: true }),
+  DROVER_AGENT_LOG_FORMAT: setting({ flag: "--log-format", doc: "`json`, `plain`, `dev`", default: "json", readers: [...agents, "node-worker"], parse: oneOf(logFormats), section: "agent" }),
+  DROVER_AGENT_DEBUG: setting({ doc: "debug logging", default: false, readers: agents, parse: bool, section: "agent" }),
+  DROVER_AGENT_HEALTH_PORT: setting({ flag: "--health-port", doc: "`/healthz`, `/readyz`, `/metrics`; 0 disables", defaultText: "`8080` (pod worker: `0`)", readers: allAgents, parse: intIn(0, 65_535), section: "agent", reserved: true }),
+  DROVER_AGENT_OTLP_ENDPOINT: setting({ doc: "OpenTelemetry collector to export to", readers: agents, parse: text, section: "agent" }),
+  DROVER_AGENT_OTLP_METRICS_ENABLED: setting({ doc: "export metrics over OTLP", default: false, readers: agents, parse: bool, section: "agent" }),
+  DROVER_AGENT_OTLP_TRACES_ENABLED: setting({ doc: "export traces over OTLP", default: false, readers: agents, parse: bool, section: "agent" }),
+  DROVER_CA_CERT: setting({ doc: "PEM path or base64 PEM added to the trust store", readers: allAgents, parse: pemBundle, section: "agent", reserved: true }),
+  DROVER_CONTAINER_TASK_CA_CERT: setting({ doc: "CA bundle given to runs (`SSL_CERT_FILE`)", readers: ["agent"], parse: existingPath, section: "agent" }),
+  DROVER_AGENT_HOOKS_DIR: setting({ flag: "--hooks-dir", doc: "`pre-init`, `pre-plan`, `post-plan`, `pre-apply`, `post-apply` executables", readers: agents, parse: existingPath, section: "agent" }),
+  DROVER_AGENT_HOOK_TIMEOUT_SECONDS: setting({ doc: "a hook running longer fails the run", default: 600, readers: agents, parse: intIn(1, 86_400), section: "agent" }),
+  DROVER_AGENT_PLAN_REUSE_SECONDS: setting({ doc: "how long a plan's initialized directory waits for its apply on this agent; 0 turns reuse off", default: 600, readers: agents, parse: intIn(0, 86_400), section: "agent" }),
+  DROVER_AGENT_POLL_WAIT_MS: setting({ doc: "how long one long-poll for work is held open", default: 50_000, readers: agents, parse: intIn(0, 50_000), section: "agent" }),
+  DROVER_AGENT_RUN_AS_USER: setting({ doc: "local driver, agent running as root: run terraform and hooks as this `uid[:gid]`, so runs cannot read the agent's environment, memory or token file (the data and cache dirs become 0711, each run directory the run user's)", readers: ["agent"], parse: text, section: "agent" }),
+
+  // ---- Kubernetes controller and node workers ----
+  DROVER_AGENT_KUBERNETES_NAMESPACE: setting({ doc: "where run Jobs are created (node workers: where their run pods are)", defaultText: "its own namespace", readers: ["controller", "node-worker"], parse: text, section: "kubernetes" }),
+  DROVER_AGENT_KUBERNETES_WORKER_IMAGE: setting({ doc: "image of each run pod's `worker` container", default: "ghcr.io/drover-dev/drover:0.1.0", readers: ["controller"], parse: text, section: "kubernetes", reserved: true }),
+  DROVER_AGENT_KUBERNETES_TASK_TEMPLATE: setting({ doc: "name of an `AgentTask` (`drover.dev/v1alpha1`) in that namespace whose `spec.jobTemplate` is merged into every run Job", readers: ["controller"], parse: text, section: "kubernetes", reserved: true }),
+  DROVER_AGENT_EXEC_LOOP_PATH: setting({ doc: "exec loop the runner container starts with", default: "/opt/drover/packages/agent/exec-loop/exec-loop.sh", defaultText: "the worker image's copy", readers: ["controller", "node-worker"], parse: text, section: "kubernetes" }),
+  DROVER_AGENT_IMAGE_PULL_GRACE_SECONDS: setting({ doc: "how long an image pull may fail before the run errors with the pull's reason", default: 30, readers: ["controller"], parse: intIn(0, 7 * 86_400), section: "kubernetes" }),
+  DROVER_AGENT_POD_PENDING_TIMEOUT_SECONDS: setting({ doc: "how long a run pod may stay unscheduled before the run errors", default: 600, readers: ["controller"], parse: seconds7d, section: "kubernetes" }),
+  DROVER_AGENT_JOB_ACTIVE_DEADLINE_SECONDS: setting({ doc: "the Job's `activeDeadlineSeconds`", default: 4 * 3600, readers: ["controller"], parse: seconds7d, section: "kubernetes" }),
+  DROVER_AGENT_JOB_TTL_SECONDS: setting({ doc: "the Job's `ttlSecondsAfterFinished`", default: 3600, readers: ["controller"], parse: intIn(0, 7 * 86_400), section: "kubernetes" }),
+  DROVER_AGENT_NODE_HOME: setting({ doc: "set: node-worker mode (agent-k8s); run pods hold only the runner and use this hostPath (node workers: required)", readers: ["controller", "node-worker"], parse: absolutePath, section: "kubernetes" }),
+  DROVER_AGENT_NODE_WORKER_SERVICE_ACCOUNT: setting({ doc: "node-worker mode: the node workers' ServiceAccount (in the controller's namespace); for each run the controller creates a Role and RoleBinding (owned by the run's Job) granting it `get` on that run's job Secret only, so the workers' own Role needs no Secret and never reaches the pool token. Needs `create` on roles and rolebindings (agent-k8s grants it)", readers: ["controller"], parse: kubernetesName, section: "kubernetes" }),
+  DROVER_AGENT_SWEEP_INTERVAL_SECONDS: setting({ doc: "how often every in-flight Job is checked against those timeouts even when no event arrives (a pod left Unschedulable, a Job whose pod admission refused)", default: 10, readers: ["controller"], parse: seconds7d, section: "kubernetes" }),
+  DROVER_AGENT_KUBERNETES_API_TIMEOUT_SECONDS: setting({ doc: "deadline of one Kubernetes API call of the controller (lists, creates, reads, deletes); a call past it fails and is retried", default: 30, readers: ["controller"], parse: seconds7d, section: "kubernetes" }),
+  DROVER_AGENT_NODE_NAME: setting({ doc: "node workers (required): this node's name (the downward API's `spec.nodeName`)", readers: ["node-worker"], parse: text, section: "kubernetes" }),
+  DROVER_AGENT_CONTROLLER_NAME: setting({ doc: "node workers (required): the controller whose run pods this worker supervises (its `DROVER_AGENT_NAME`)", readers: ["node-worker"], parse: text, section: "kubernetes" }),
+  DROVER_AGENT_NODE_POLL_MS: setting({ doc: "node workers: how often cached pods and run directories are re-examined without an event", default: 500, readers: ["node-worker"], parse: intIn(50, 60_000), section: "kubernetes" }),
+  DROVER_WORKER_RUNNER_STALE_SECONDS: setting({ doc: "pod and node workers: a runner whose heartbeat is this old is lost", default: 30, readers: ["worker", "node-worker"], parse: intIn(1, 3600), section: "kubernetes" }),
+
+  // ---- set by the controller in each run pod ----
+  DROVER_WORKER_SECRET_DIR: setting({ doc: "where the job's Secret (job token, assignment) is mounted", default: "/var/run/drover/job", readers: ["worker"], parse: text, section: "pod" }),
+  DROVER_EXEC_DIR: setting({ doc: "the exec-loop's shared directory", default: "/drover/exec", readers: ["worker", "runner"], parse: text, section: "pod" }),
+  DROVER_WORKER_RUN_DIR: setting({ doc: "the run's files, shared with the runner", default: "/drover/run", readers: ["worker"], parse: text, section: "pod" }),
+  DROVER_EXEC_WORKER_TIMEOUT: setting({ doc: "exec-loop: seconds without a worker heartbeat before the runner gives up", default: 60, readers: ["runner"], parse: intIn(1), section: "pod" }),
+  DROVER_EXEC_TICK: setting({ doc: "exec-loop: seconds between looks for a new step", default: "0.2", readers: ["runner"], parse: text, section: "pod" }),
+
+  // ---- CLI ----
+  DROVER_CONFIG_DIR: setting({ doc: "where `drover login` keeps its credentials", defaultText: "`$XDG_CONFIG_HOME/drover` or `~/.config/drover`", readers: ["cli"], parse: text, section: "cli" }),
+  XDG_CONFIG_HOME: setting({ doc: "base of the default `DROVER_CONFIG_DIR`", defaultText: "`~/.config`", readers: ["cli"], parse: text, section: "cli" }),
+} as const;
+
+export type SettingName = keyof typeof settings;
+type Table = typeof settings;
+/** The parsed type of a setting. */
+export type SettingValue<N extends SettingName> = Table[N] extends SettingSpec<infer T> ? T : never;
+type WithDefault<N extends SettingName> = Table[N]["default"] extends undefined ? SettingValue<N> | undefined : SettingValue<N>;
+
+/**
+ * Variables Drover sets for others, never reads as settings: the run's own (SPEC §3) and the
+ * tag on a run's processes. Known, so not reported as misspellings.
+ */
+export const nonSettingVariables = ["DROVER_RUN_ID", "DROVER_WORKSPACE_NAME", "DROVER_WORKSPACE_ID", "DROVER_RUN_PHASE", "DROVER_RUN_IS_DESTROY", "DROVER_AGENT_PROCESS_TAG"] as const;
+/** Variables of the project's own test suite (`DROVER_TEST_*`); never read by a Drover process. */
+export const testVariablePrefix = "DROVER_TEST_";
+
+/** Flag values as commander gives them (camelCase keys). */
+export type FlagValues = Readonly<Record<string, string | boolean | number | undefined>>;
+
+/** The commander option key of a flag: `--token-file` → `tokenFile`. */
+export function flagKey(flag: string): string {
+  return flag.replace(/^--/, "").replace(/-([a-z])/g, (_, c: string) => c.toUpperCase());
+}
+
+/**
+ * A process's view of its settings: a flag beats its variable, which beats any file or default.
+ * An empty value counts as unset. The one place a Drover process reads its environment.
+ */
+export class SettingsSource {
+  constructor(
+    private readonly env: Readonly<Record<string, string | undefined>>,
+    private readonly flags: FlagValues = {},
+  ) {}
+
+  /** Where a setting comes from: its flag, its variable, or neither. */
+  origin(name: SettingName): "flag" | "env" | undefined {
+    const spec: SettingSpec<unknown> = settings[name];
+    const flag = spec.flag ? this.flags[flagKey(spec.flag)] : undefined;
+    if (flag !== undefined && flag !== "") return "flag";
+    const value = this.env[name];
+    return value !== undefined && value !== "" ? "env" : undefined;
+  }
+
+  /** The raw text of a setting (flag, else variable), or undefined. */
+  raw(name: SettingName): string | undefined {
+    const spec: SettingSpec<unknown> = settings[name];
+    switch (this.origin(name)) {
+      case "flag":
+        return String(spec.flag ? this.flags[flagKey(spec.flag)] : "");
+      case "env":
+        return this.env[name];
+      default:
+        return undefined;
+    }
+  }
+
+  /** The parsed setting, else the table's default. */
+  get<N extends SettingName>(name: N): WithDefault<N> {
+    const raw = this.raw(name);
+    const spec = settings[name] as SettingSpec<SettingValue<N>>;
+    return (raw === undefined ? spec.default : spec.parse(raw, name)) as WithDefault<N>;
+  }
+
+  /** The parsed setting, else `fallback` (a process whose default differs from the table's). */
+  getOr<N extends SettingName>(name: N, fallback: SettingValue<N>, parse?: SettingParser<SettingValue<N>>): SettingValue<N> {
+    const raw = this.raw(name);
+    if (raw === undefined) return fallback;
+    return (parse ?? (settings[name] as SettingSpec<SettingValue<N>>).parse)(raw, name);
+  }
+
+  /** The parsed setting; unset fails with what it is for. */
+  require<N extends SettingName>(name: N, why: string): SettingValue<N> {
+    const raw = this.raw(name);
+    if (raw === undefined) invalid(name, `${name} is not set: ${why}`, `set ${name}`);
+    return (settings[name] as SettingSpec<SettingValue<N>>).parse(raw, name);
+  }
+
+  /** Whether any variable of the environment is set (not a flag). */
+  has(variable: string): boolean {
+    const v = this.env[variable];
+    return v !== undefined && v !== "";
+  }
+}
+
+/** Levenshtein distance, for naming the closest known setting. */
+export function editDistance(a: string, b: string): number {
+  let prev = Array.from({ length: b.length + 1 }, (_, i) => i);
+  for (let i = 1; i <= a.length; i++) {
+    const row = [i];
+    for (let j = 1; j <= b.length; j++) {
+      row[j] = Math.min((prev[j] ?? 0) + 1, (row[j - 1] ?? 0) + 1, (prev[j - 1] ?? 0) + (a[i - 1] === b[j - 1] ? 0 : 1));
+    }
+    prev = row;
+  }
+  return prev[b.length] ?? 0;
+}
+
+/** The known setting closest to `name`. */
+export function closestSetting(name: string): SettingName {
+  let best: SettingName = "DROVER_URL";
+  let bestDistance = Number.POSITIVE_INFINITY;
+  for (const known of Object.keys(settings) as SettingName[]) {
+    const d = editDistance(name, known);
+    if (d < bestDistance) [best, bestDistance] = [known, d];
+  }
+  return best;
+}
+
+/**
+ * One warning line for each `DROVER_*` variable no Drover process reads (a misspelling is
+ * otherwise silently ignored), naming the closest known setting.
+ */
+export function unknownSettingWarnings(env: Readonly<Record<string, string | undefined>>): string[] {
+  const known = new Set<string>([...Object.keys(settings), ...nonSettingVariables]);
+  return Object.keys(env)
+    .filter((k) => k.startsWith("DROVER_") && !k.startsWith(testVariablePrefix) && !known.has(k))
+    .sort()
+    .map((k) => `${k} is not a Drover setting and is ignored; did you mean ${closestSetting(k)}?`);
+}
+
+/** The settings a process reads. */
+export function settingsReadBy(reader: SettingReader): SettingName[] {
+  return (Object.keys(settings) as SettingName[]).filter((n) => (settings[n].readers as readonly SettingReader[]).includes(reader));
+}
+
+/** Settings the deploy tooling (Pulumi component, charts) sets itself and refuses in extra env. */
+export function reservedSettings(): SettingName[] {
+  return (Object.keys(settings) as SettingName[]).filter((n) => (settings[n] as SettingSpec<unknown>).reserved === true);
+}
+
+/** The README table of one section: variable (flag), default, meaning. */
+export function settingsTable(section: SettingSection): string {
+  const rows = (Object.keys(settings) as SettingName[])
+    .filter((n) => settings[n].section === section)
+    .map((n) => {
+      const spec: SettingSpec<unknown> = settings[n];
+      const shown = spec.defaultText ?? (spec.default === undefined ? "—" : `\`${String(spec.default)}\``);
+      return `| \`${n}\`${spec.flag ? ` (\`${spec.flag}\`)` : ""} | ${shown} | ${spec.doc} | ${spec.readers.join(", ")} |`;
+    });
+  return ["| variable (flag) | default | meaning | read by |", "|---|---|---|---|", ...rows].join("\n");
+}

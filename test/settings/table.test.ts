@@ -1,0 +1,68 @@
+import assert from "node:assert/strict";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { test } from "node:test";
+import { resolveSettings } from "@drover/cli/dist/src/settings.js";
+import { closestSetting, InvalidSettingError, settings, SettingsSource, unknownSettingWarnings, type SettingName, type SettingSpec } from "@drover/protocol";
+
+// The settings table: every default is a value its own parser accepts, precedence is the same
+// everywhere, and unknown DROVER_* variables are named with the closest known setting.
+
+test("every default is a value the setting's parser gives back unchanged", () => {
+  for (const name of Object.keys(settings) as SettingName[]) {
+    const spec: SettingSpec<unknown> = settings[name];
+    if (spec.default === undefined) continue;
+    assert.deepEqual(spec.parse(String(spec.default), name), spec.default, name);
+  }
+});
+
+test("a flag beats its variable; an empty value counts as unset", () => {
+  const src = new SettingsSource({ DROVER_PORT: "9000", DROVER_HOST: "" }, { port: "9100" });
+  assert.equal(src.get("DROVER_PORT"), 9100);
+  assert.equal(src.origin("DROVER_PORT"), "flag");
+  assert.equal(src.get("DROVER_HOST"), "127.0.0.1");
+  assert.equal(new SettingsSource({ DROVER_PORT: "9000" }).get("DROVER_PORT"), 9000);
+});
+
+test("a bad value is an invalid_setting error naming the variable, with a hint", () => {
+  const err = (() => {
+    try {
+      new SettingsSource({ DROVER_CA_CERT: "/nonexistent/ca.pem" }).get("DROVER_CA_CERT");
+    } catch (e) {
+      return e;
+    }
+    return undefined;
+  })();
+  assert.ok(err instanceof InvalidSettingError);
+  assert.equal(err.code, "invalid_setting");
+  assert.equal(err.setting, "DROVER_CA_CERT");
+  assert.match(err.hint ?? "", /readable PEM file/);
+});
+
+test("DROVER_CA_CERT takes a path or base64 PEM, in every process alike", () => {
+  const pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+  const file = join(mkdtempSync(join(tmpdir(), "drover-ca-")), "ca.pem");
+  writeFileSync(file, pem);
+  assert.equal(new SettingsSource({ DROVER_CA_CERT: file }).get("DROVER_CA_CERT"), pem);
+  assert.equal(new SettingsSource({ DROVER_CA_CERT: Buffer.from(pem).toString("base64") }).get("DROVER_CA_CERT"), pem);
+});
+
+test("the CLI: --url/--token beat DROVER_URL/DROVER_TOKEN, which beat the credentials file", () => {
+  const dir = mkdtempSync(join(tmpdir(), "drover-cli-settings-"));
+  writeFileSync(join(dir, "credentials.json"), JSON.stringify({ url: "http://file.example", token: "file-token" }));
+  const env = { DROVER_CONFIG_DIR: dir };
+  assert.deepEqual(resolveSettings({}, env), { url: "http://file.example", token: "file-token" });
+  const withEnv = { ...env, DROVER_URL: "http://env.example/", DROVER_TOKEN: "env-token" };
+  assert.deepEqual(resolveSettings({}, withEnv), { url: "http://env.example", token: "env-token" });
+  assert.deepEqual(resolveSettings({ url: "http://flag.example", token: "flag-token" }, withEnv), { url: "http://flag.example", token: "flag-token" });
+});
+
+test("unknown DROVER_* variables are warned about with the closest setting; run variables and the test suite's are not", () => {
+  assert.equal(closestSetting("DROVER_AGENT_CONCURENCY"), "DROVER_AGENT_CONCURRENCY");
+  assert.equal(closestSetting("DROVER_TOKN_FILE"), "DROVER_TOKEN_FILE");
+  assert.deepEqual(
+    unknownSettingWarnings({ DROVER_DATABSE_URL: "x", DROVER_URL: "http://a", DROVER_RUN_ID: "run_1", DROVER_TEST_PG_URL: "x", HOME: "/root" }),
+    ["DROVER_DATABSE_URL is not a Drover setting and is ignored; did you mean DROVER_DATABASE_URL?"],
+  );
+});
