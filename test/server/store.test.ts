@@ -62,6 +62,19 @@ for (const backend of backends) {
     };
     const jobRow = (a: JobAssignment) => store.authenticateJobToken(ctx, a.jobToken);
 
+    test("pools and workspaces: concurrent creates of one name give one winner and already_exists, never a raw error", async () => {
+      const name = unique("race");
+      const pools = await Promise.allSettled(Array.from({ length: 12 }, () => store.createPool(ctx, name)));
+      assert.equal(pools.filter((r) => r.status === "fulfilled").length, 1);
+      for (const r of pools) if (r.status === "rejected") assert.ok(r.reason instanceof DroverError && r.reason.code === "already_exists", String(r.reason));
+      const wsName = unique("race-ws");
+      const workspaces = await Promise.allSettled(
+        Array.from({ length: 12 }, () => store.createWorkspace(ctx, { name: wsName, pool: name, engine: "terraform", engineVersion: null, workingDirectory: "", autoApply: false })),
+      );
+      assert.equal(workspaces.filter((r) => r.status === "fulfilled").length, 1);
+      for (const r of workspaces) if (r.status === "rejected") assert.ok(r.reason instanceof DroverError && r.reason.code === "already_exists", String(r.reason));
+    });
+
     test("pools: names are unique; tokens authenticate until revoked", async () => {
       const pool = await store.createPool(ctx, unique("p"));
       await rejectsWith(store.createPool(ctx, pool.name), "already_exists");

@@ -1,5 +1,4 @@
-import { logHeaders, maxLongPollMs, runSchema, type Phase, type Run } from "@drover/protocol";
-import type { ApiClient } from "./api-client.js";
+import { logHeaders, maxLongPollMs, routes, type DroverClient, type Phase, type Run } from "@drover/protocol";
 import { settled } from "./exit-codes.js";
 import { writeWithBackpressure } from "./logs.js";
 
@@ -7,23 +6,25 @@ import { writeWithBackpressure } from "./logs.js";
  * Streams a run's logs as they are written — plan, then apply — until the run settles
  * (finished, or waiting for confirmation). Returns the run in its final state.
  */
-export async function followRun(api: ApiClient, runId: string, out: NodeJS.WritableStream, phases: Phase[] = ["plan", "apply"]): Promise<Run> {
+export async function followRun(api: DroverClient, runId: string, out: NodeJS.WritableStream, phases: Phase[] = ["plan", "apply"]): Promise<Run> {
   for (const phase of phases) {
     let offset = 0;
     for (;;) {
-      const res = await api.raw("GET", `/api/v1/runs/${runId}/logs?phase=${phase}&offset=${offset}&wait=${Math.min(25_000, maxLongPollMs)}`);
-      await writeWithBackpressure(out, res.body);
+      const wait = Math.min(25_000, maxLongPollMs);
+      // The server holds the read up to `wait`: the deadline starts counting after it.
+      const res = await api.exchange(routes.runLogs, { params: { id: runId }, query: { phase, offset, wait }, timeoutMs: api.timeoutMs + wait });
+      await writeWithBackpressure(out, res.result);
       offset = Number(res.headers[logHeaders.nextOffset] ?? offset);
       if (res.headers[logHeaders.complete] === "true") break;
-      if (res.body.length === 0) {
-        const run = await api.json(runSchema, "GET", `/api/v1/runs/${runId}`);
+      if (res.result.length === 0) {
+        const run = await api.call(routes.getRun, { params: { id: runId } });
         // A plan waiting for confirmation has no apply log yet: stop following there.
         if (phase === "apply" && settled(run.status)) break;
       }
     }
   }
   for (;;) {
-    const run = await api.json(runSchema, "GET", `/api/v1/runs/${runId}`);
+    const run = await api.call(routes.getRun, { params: { id: runId } });
     if (settled(run.status)) return run;
     await new Promise((r) => setTimeout(r, 200));
   }

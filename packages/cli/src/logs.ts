@@ -1,6 +1,5 @@
-import { DroverError, logHeaders, type Phase } from "@drover/protocol";
+import { DroverError, logHeaders, routes, type DroverClient, type Phase } from "@drover/protocol";
 import { once } from "node:events";
-import type { ApiClient } from "./api-client.js";
 
 /** Bytes asked for per page: a bound on what the CLI holds in memory at once. */
 export const logPageBytes = 1024 * 1024;
@@ -23,12 +22,12 @@ export async function writeWithBackpressure(out: NodeJS.WritableStream, chunk: B
  * is complete or has no more bytes yet (the job still runs). Any failure part-way is a
  * `log_incomplete` error naming what was printed, so a truncated log never looks whole.
  */
-export async function printPhaseLog(api: ApiClient, runId: string, phase: Phase, out: NodeJS.WritableStream): Promise<PhaseRead> {
+export async function printPhaseLog(api: DroverClient, runId: string, phase: Phase, out: NodeJS.WritableStream): Promise<PhaseRead> {
   let offset = 0;
   for (;;) {
     let res;
     try {
-      res = await api.raw("GET", `/api/v1/runs/${encodeURIComponent(runId)}/logs?phase=${phase}&offset=${offset}&limit=${logPageBytes}`);
+      res = await api.exchange(routes.runLogs, { params: { id: runId }, query: { phase, offset, limit: logPageBytes } });
     } catch (err) {
       // A refused first request (no such run, bad token) is about the request, not the log.
       if (offset === 0 && err instanceof DroverError && err.status < 500) throw err;
@@ -37,11 +36,11 @@ export async function printPhaseLog(api: ApiClient, runId: string, phase: Phase,
     }
     const next = Number(res.headers[logHeaders.nextOffset]);
     const complete = res.headers[logHeaders.complete] === "true";
-    if (!Number.isSafeInteger(next) || next !== offset + res.body.length) {
-      throw new DroverError("log_incomplete", `printed ${offset} bytes of the ${phase} log of run ${runId}, then the server answered an inconsistent offset (${String(res.headers[logHeaders.nextOffset])} after ${res.body.length} bytes from ${offset}). Run the command again; report it if it persists.`);
+    if (!Number.isSafeInteger(next) || next !== offset + res.result.length) {
+      throw new DroverError("log_incomplete", `printed ${offset} bytes of the ${phase} log of run ${runId}, then the server answered an inconsistent offset (${String(res.headers[logHeaders.nextOffset])} after ${res.result.length} bytes from ${offset}). Run the command again; report it if it persists.`);
     }
-    await writeWithBackpressure(out, res.body);
+    await writeWithBackpressure(out, res.result);
     offset = next;
-    if (complete || res.body.length === 0) return { bytes: offset, complete };
+    if (complete || res.result.length === 0) return { bytes: offset, complete };
   }
 }

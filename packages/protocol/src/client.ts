@@ -37,10 +37,12 @@ export interface CallOptions {
   headers?: Record<string, string> | undefined;
 }
 
+/** The type with no members: whatever has no required member extends it. */
+type Nothing = Record<never, never>;
 /** The request of one route: its params, query and body, typed from the table. */
 export type RequestOf<R extends Route> = CallOptions &
-  (Partial<ParamsOf<R>> extends ParamsOf<R> ? { params?: ParamsOf<R> } : { params: ParamsOf<R> }) &
-  (Partial<QueryOf<R>> extends QueryOf<R> ? { query?: QueryOf<R> } : { query: QueryOf<R> }) &
+  (Nothing extends ParamsOf<R> ? { params?: ParamsOf<R> } : { params: ParamsOf<R> }) &
+  (Nothing extends QueryOf<R> ? { query?: QueryOf<R> } : { query: QueryOf<R> }) &
   (BodyOf<R> extends undefined ? { body?: undefined } : { body: BodyOf<R> });
 
 /** A whole answer: status, headers and bytes. */

@@ -63,17 +63,17 @@ export interface Route<
   errors: readonly ErrorCode[];
 }
 
-/** Codes any route may answer: bad input, an outage, a bug. */
-export const commonErrors: readonly ErrorCode[] = ["bad_request", "internal", "database_unavailable"];
+/** Codes any route may answer: bad input, too many large uploads at once, an outage, a bug. */
+export const commonErrors: readonly ErrorCode[] = ["bad_request", "too_many_requests", "internal", "database_unavailable"];
 
 /** Codes each auth kind adds: a missing, unknown, revoked or misdirected token. */
 export const authErrors: Record<AuthKind, readonly ErrorCode[]> = {
   none: [],
   user: ["unauthorized", "token_revoked", "forbidden"],
   pool: ["unauthorized", "token_revoked"],
-  session: ["unauthorized", "token_revoked"],
-  job: ["unauthorized", "forbidden"],
-  state: ["unauthorized", "forbidden"],
+  session: ["unauthorized", "token_revoked", "agent_lost"],
+  job: ["unauthorized", "forbidden", "stale_attempt", "job_finished"],
+  state: ["unauthorized", "token_revoked", "forbidden", "stale_attempt", "job_finished"],
 };
 
 const noParams = z.object({});
@@ -189,7 +189,7 @@ export const routes = {
     params: ws,
     body: raw("application/gzip"),
     response: created(s.configurationVersionSchema),
-    errors: ["not_found", "invalid_archive", "payload_too_large", "too_many_requests"],
+    errors: ["not_found", "invalid_archive", "payload_too_large"],
   }),
   listConfigurationVersions: route({ method: "GET", path: `${userApi}/workspaces/:ws/configuration-versions`, summary: "List configuration versions", auth: "user", params: ws, response: ok(list(s.configurationVersionSchema)), errors: ["not_found"] }),
   workspaceOutputs: route({ method: "GET", path: `${userApi}/workspaces/:ws/outputs`, summary: "Latest outputs (sensitive values null)", auth: "user", params: ws, response: ok(list(s.outputSchema)), errors: ["not_found"] }),
@@ -211,7 +211,7 @@ export const routes = {
   }),
   deleteState: route({ method: "DELETE", path: `${userApi}/workspaces/:ws/state`, summary: "terraform http backend: delete state", auth: "state", params: ws, query: lockIdQuery, response: emptyOk, errors: ["not_found", "state_locked"] }),
   lockState: route({ method: "LOCK", path: `${userApi}/workspaces/:ws/state`, summary: "terraform http backend: lock (LockInfo body; 423 with the holder's)", auth: "state", params: ws, body: raw("application/json"), response: emptyOk, errors: ["not_found", "invalid_json", "state_locked"] }),
-  unlockState: route({ method: "UNLOCK", path: `${userApi}/workspaces/:ws/state`, summary: "terraform http backend: unlock (LockInfo body)", auth: "state", params: ws, body: raw("application/json"), response: emptyOk, errors: ["not_found", "invalid_json", "conflict"] }),
+  unlockState: route({ method: "UNLOCK", path: `${userApi}/workspaces/:ws/state`, summary: "terraform http backend: unlock (LockInfo body)", auth: "state", params: ws, body: raw("application/json"), response: emptyOk, errors: ["not_found", "invalid_json", "state_locked"] }),
 
   // ---------- runs ----------
   createRun: route({ method: "POST", path: `${userApi}/runs`, summary: "Create a run", auth: "user", body: json(s.createRunSchema), response: created(s.runSchema), errors: ["not_found"] }),
@@ -237,7 +237,7 @@ export const routes = {
     response: ok(s.runSchema),
     errors: ["not_found", "invalid_transition"],
   }),
-  listRunJobs: route({ method: "GET", path: `${userApi}/runs/:id/jobs`, summary: "Jobs of a run", auth: "user", params: id, response: ok(list(s.jobSchema)), errors: ["not_found"] }),
+  listRunJobs: route({ method: "GET", path: `${userApi}/runs/:id/jobs`, summary: "Jobs of a run (none for an unknown run)", auth: "user", params: id, response: ok(list(s.jobSchema)) }),
   runPlan: route({ method: "GET", path: `${userApi}/runs/:id/plan`, summary: "Plan JSON of a run", auth: "user", params: id, response: bytes("application/json"), errors: ["not_found"] }),
   runLogs: route({
     method: "GET",
@@ -263,7 +263,7 @@ export const routes = {
   pollJob: route({ method: "POST", path: `${agentApi}/jobs/next`, summary: "Long-poll for the next job (?wait=ms)", auth: "session", query: waitQuery, response: ok(s.pollResponseSchema) }),
   agentHeartbeat: route({ method: "POST", path: `${agentApi}/heartbeat`, summary: "Agent heartbeat", auth: "session", body: json(s.agentHeartbeatSchema), response: ok(s.agentHeartbeatResponseSchema) }),
   deregister: route({ method: "POST", path: `${agentApi}/deregister`, summary: "Deregister; unstarted jobs go back to the queue", auth: "session", response: ok(okResponseSchema) }),
-  startJob: route({ method: "POST", path: `${agentApi}/jobs/:id/start`, summary: "Start a claimed job", auth: "job", params: id, response: ok(s.startJobResponseSchema), errors: ["stale_attempt", "job_finished"] }),
+  startJob: route({ method: "POST", path: `${agentApi}/jobs/:id/start`, summary: "Start a claimed job", auth: "job", params: id, response: ok(s.startJobResponseSchema) }),
   jobHeartbeat: route({
     method: "POST",
     path: `${agentApi}/jobs/:id/heartbeat`,
@@ -272,13 +272,13 @@ export const routes = {
     params: id,
     query: waitQuery,
     response: ok(s.jobHeartbeatResponseSchema),
-    errors: ["stale_attempt", "job_finished", "agent_lost"],
+    errors: [],
   }),
-  jobConfiguration: route({ method: "GET", path: `${agentApi}/jobs/:id/configuration`, summary: "Download the configuration", auth: "job", params: id, response: bytes("application/gzip"), errors: ["not_found"] }),
+  jobConfiguration: route({ method: "GET", path: `${agentApi}/jobs/:id/configuration`, summary: "Download the configuration", auth: "job", params: id, response: bytes("application/gzip") }),
   jobVariables: route({ method: "GET", path: `${agentApi}/jobs/:id/variables`, summary: "Variables with values", auth: "job", params: id, response: ok(s.jobVariablesResponseSchema) }),
   downloadPlan: route({ method: "GET", path: `${agentApi}/jobs/:id/plan`, summary: "Download the saved plan file", auth: "job", params: id, response: bytes("application/octet-stream"), errors: ["not_found"] }),
-  uploadOutputs: route({ method: "PUT", path: `${agentApi}/jobs/:id/outputs`, summary: "Record outputs", auth: "job", params: id, body: json(s.outputsUploadSchema), response: noContent, errors: ["stale_attempt", "job_finished"] }),
-  finishJob: route({ method: "POST", path: `${agentApi}/jobs/:id/finish`, summary: "Finish a job", auth: "job", params: id, body: json(s.finishJobSchema), response: noContent, errors: ["stale_attempt", "job_finished"] }),
+  uploadOutputs: route({ method: "PUT", path: `${agentApi}/jobs/:id/outputs`, summary: "Record outputs", auth: "job", params: id, body: json(s.outputsUploadSchema), response: noContent }),
+  finishJob: route({ method: "POST", path: `${agentApi}/jobs/:id/finish`, summary: "Finish a job", auth: "job", params: id, body: json(s.finishJobSchema), response: noContent }),
   appendLog: route({
     method: "POST",
     path: `${agentApi}/jobs/:id/logs`,
@@ -288,9 +288,9 @@ export const routes = {
     query: z.object({ offset: z.coerce.number().int().min(0) }),
     body: raw("application/octet-stream"),
     response: ok(s.logAppendResponseSchema),
-    errors: ["log_gap", "payload_too_large", "stale_attempt", "job_finished"],
+    errors: ["log_gap", "payload_too_large"],
   }),
-  uploadPlan: route({ method: "PUT", path: `${agentApi}/jobs/:id/plan`, summary: "Upload the plan file", auth: "job", params: id, body: raw("application/octet-stream"), response: noContent, errors: ["stale_attempt", "job_finished"] }),
+  uploadPlan: route({ method: "PUT", path: `${agentApi}/jobs/:id/plan`, summary: "Upload the plan file", auth: "job", params: id, body: raw("application/octet-stream"), response: noContent }),
   uploadPlanJson: route({
     method: "PUT",
     path: `${agentApi}/jobs/:id/plan-json`,
@@ -299,7 +299,7 @@ export const routes = {
     params: id,
     body: raw("application/json"),
     response: ok(s.planSummarySchema),
-    errors: ["invalid_json", "stale_attempt", "job_finished"],
+    errors: ["invalid_json"],
   }),
 
   // ---------- operations ----------

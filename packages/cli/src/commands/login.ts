@@ -1,6 +1,5 @@
-import { DroverError, listOf, poolSchema } from "@drover/protocol";
+import { DroverClient, DroverError, routes } from "@drover/protocol";
 import type { Command } from "commander";
-import { ApiClient } from "../api-client.js";
 import { readSecret } from "../secret-input.js";
 import { writeCredentials } from "../settings.js";
 
@@ -19,7 +18,7 @@ export function registerLoginCommand(program: Command): void {
       if (given !== 1) throw new DroverError("bad_request", "give the API token once: --token-file <path>, --token-stdin, or --token <token>");
       const token = opts.token ?? (await readSecret(opts.tokenStdin ? "-" : (opts.tokenFile as string), "API token"));
       const settings = { url: opts.url.replace(/\/+$/, ""), token };
-      await new ApiClient(settings).json(listOf(poolSchema), "GET", "/api/v1/pools");
+      await new DroverClient({ baseUrl: settings.url, token }).call(routes.listPools, {});
       const path = writeCredentials(settings);
       process.stdout.write(opts.json ? JSON.stringify({ url: settings.url, credentials: path }) + "\n" : `Logged in to ${settings.url} (credentials in ${path})\n`);
     });

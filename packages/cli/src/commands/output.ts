@@ -1,4 +1,4 @@
-import { listOf, outputSchema } from "@drover/protocol";
+import { routes } from "@drover/protocol";
 import type { Command } from "commander";
 import { apiFor, emit, table, withCommon, type CommonOptions } from "../command-kit.js";
 
@@ -6,7 +6,7 @@ export function registerOutputCommand(program: Command): void {
   withCommon(program.command("output").description("Outputs of a workspace's latest apply"))
     .requiredOption("--workspace <workspace>", "workspace name or id")
     .action(async (opts: CommonOptions & { workspace: string }) => {
-      const { items } = await apiFor(opts).json(listOf(outputSchema), "GET", `/api/v1/workspaces/${encodeURIComponent(opts.workspace)}/outputs`);
+      const { items } = await apiFor(opts).call(routes.workspaceOutputs, { params: { ws: opts.workspace } });
       emit(opts, items, (os) => table(["NAME", "VALUE"], os.map((o) => [o.name, o.sensitive ? "<sensitive>" : JSON.stringify(o.value)])));
     });
 }

@@ -1,9 +1,8 @@
 import { createLogger, loadAgentConfig, runAgent } from "@drover/agent";
-import { agentSchema, createdPoolTokenSchema, listOf, newId, newUserToken, parsePoolToken, poolSchema, workspaceSchema } from "@drover/protocol";
+import { DroverClient, newId, newUserToken, parsePoolToken, routes } from "@drover/protocol";
 import type { Command } from "commander";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { ApiClient } from "../api-client.js";
 import { writeCredentials } from "../settings.js";
 
 /** Reads a secret kept in the data dir, creating it once. */
@@ -31,21 +30,21 @@ export function registerQuickstartCommand(program: Command): void {
       mkdirSync(dataDir, { recursive: true });
       const adminToken = keep(join(dataDir, "admin-token"), () => newUserToken(newId("utok")));
       const server = await startServer(loadServerConfig({ env: { ...process.env, DROVER_LOG_LEVEL: process.env.DROVER_LOG_LEVEL ?? "warn" }, flags: { dataDir, port: opts.port, adminToken } }));
-      const api = new ApiClient({ url: server.url, token: adminToken });
+      const api = new DroverClient({ baseUrl: server.url, token: adminToken });
       const credentials = writeCredentials({ url: server.url, token: adminToken });
 
-      const pools = (await api.json(listOf(poolSchema), "GET", "/api/v1/pools")).items;
-      if (!pools.some((p) => p.name === "default")) await api.json(poolSchema, "POST", "/api/v1/pools", { json: { name: "default" } });
+      const pools = (await api.call(routes.listPools, {})).items;
+      if (!pools.some((p) => p.name === "default")) await api.call(routes.createPool, { body: { name: "default" } });
       const tokenPath = join(dataDir, "pool-token");
       const existing = existsSync(tokenPath) ? readFileSync(tokenPath, "utf8").trim() : "";
       // A token minted for another URL (a different --port) is replaced.
       let poolToken = existing && parsePoolToken(existing).url === server.url ? existing : "";
       if (!poolToken) {
-        poolToken = (await api.json(createdPoolTokenSchema, "POST", "/api/v1/pools/default/tokens", { json: { description: "quickstart agent" } })).token;
+        poolToken = (await api.call(routes.createPoolToken, { params: { pool: "default" }, body: { description: "quickstart agent" } })).token;
         writeFileSync(tokenPath, poolToken + "\n", { mode: 0o600 });
       }
-      const workspaces = (await api.json(listOf(workspaceSchema), "GET", "/api/v1/workspaces")).items;
-      if (!workspaces.some((w) => w.name === "hello")) await api.json(workspaceSchema, "POST", "/api/v1/workspaces", { json: { name: "hello", pool: "default" } });
+      const workspaces = (await api.call(routes.listWorkspaces, {})).items;
+      if (!workspaces.some((w) => w.name === "hello")) await api.call(routes.createWorkspace, { body: { name: "hello", pool: "default" } });
 
       const agentConfig = loadAgentConfig({
         ...process.env,
@@ -59,7 +58,7 @@ export function registerQuickstartCommand(program: Command): void {
       });
       const { agent, done } = await runAgent(agentConfig, createLogger(agentConfig.logFormat, agentConfig.debug), { handleSignals: false });
       for (let i = 0; i < 200; i++) {
-        const agents = (await api.json(listOf(agentSchema), "GET", "/api/v1/agents?pool=default")).items;
+        const agents = (await api.call(routes.listAgents, { query: { pool: "default" } })).items;
         if (agents.some((a) => a.name === agentConfig.name && a.status !== "offline")) break;
         await new Promise((r) => setTimeout(r, 50));
       }

@@ -1,7 +1,6 @@
-import { configurationVersionSchema, escapeControlChars, jobSchema, listOf, runSchema, type Phase, type Run } from "@drover/protocol";
+import { escapeControlChars, routes, type DroverClient, type Phase, type Run } from "@drover/protocol";
 import { Option, type Command } from "commander";
 import { resolve } from "node:path";
-import type { ApiClient } from "../api-client.js";
 import { apiFor, emit, table, withCommon, type CommonOptions } from "../command-kit.js";
 import { exitCodeFor } from "../exit-codes.js";
 import { followRun } from "../follow.js";
@@ -14,7 +13,7 @@ const summary = (r: Run) =>
   `Run ${r.id}: ${r.status}${r.planSummary ? ` (plan: ${r.planSummary.add} to add, ${r.planSummary.change} to change, ${r.planSummary.destroy} to destroy)` : ""}${r.errorMessage ? `\n${escapeControlChars(r.errorMessage)}` : ""}`;
 
 /** Follows a run (logs to stdout, or stderr with --json), prints its end, sets the exit code. */
-async function followAndReport(api: ApiClient, run: Run, opts: CommonOptions & { follow?: boolean }, phases?: Phase[]): Promise<void> {
+async function followAndReport(api: DroverClient, run: Run, opts: CommonOptions & { follow?: boolean }, phases?: Phase[]): Promise<void> {
   let final = run;
   if (opts.follow !== false) final = await followRun(api, run.id, opts.json ? process.stderr : process.stdout, phases);
   if (opts.json) process.stdout.write(JSON.stringify(final, null, 2) + "\n");
@@ -34,9 +33,9 @@ export function registerRunCommands(program: Command): void {
     .action(async (dir: string, opts: CommonOptions & { workspace: string; autoApply?: boolean; destroy?: boolean; planOnly?: boolean; message: string; follow?: boolean }) => {
       const api = apiFor(opts);
       const archive = await packDirectory(resolve(dir));
-      const cv = await api.json(configurationVersionSchema, "POST", `/api/v1/workspaces/${encodeURIComponent(opts.workspace)}/configuration-versions`, { body: archive, contentType: "application/gzip" });
-      const created = await api.json(runSchema, "POST", "/api/v1/runs", {
-        json: { workspace: opts.workspace, configurationVersionId: cv.id, planOnly: opts.planOnly === true, isDestroy: opts.destroy === true, message: opts.message, ...(opts.autoApply ? { autoApply: true } : {}) },
+      const cv = await api.call(routes.uploadConfiguration, { params: { ws: opts.workspace }, body: archive });
+      const created = await api.call(routes.createRun, {
+        body: { workspace: opts.workspace, configurationVersionId: cv.id, planOnly: opts.planOnly === true, isDestroy: opts.destroy === true, message: opts.message, ...(opts.autoApply ? { autoApply: true } : {}) },
       });
       if (!opts.json && opts.follow !== false) process.stdout.write(`Run ${created.id} created (${created.status}); following its log.\n\n`);
       await followAndReport(api, created, opts);
@@ -45,30 +44,31 @@ export function registerRunCommands(program: Command): void {
     .option("--no-follow", "return at once")
     .action(async (id: string, opts: CommonOptions & { follow?: boolean }) => {
       const api = apiFor(opts);
-      const confirmed = await api.json(runSchema, "POST", `/api/v1/runs/${encodeURIComponent(id)}/confirm`);
+      const confirmed = await api.call(routes.confirmRun, { params: { id } });
       await followAndReport(api, confirmed, opts, ["apply"]);
     });
   withCommon(run.command("discard <runId>").description("Discard a planned run")).action(async (id: string, opts: CommonOptions) => {
-    emit(opts, await apiFor(opts).json(runSchema, "POST", `/api/v1/runs/${encodeURIComponent(id)}/discard`), summary);
+    emit(opts, await apiFor(opts).call(routes.discardRun, { params: { id } }), summary);
   });
   withCommon(run.command("cancel <runId>").description("Cancel a run"))
     .option("--force", "end the job on the server now, without waiting for the agent: its token stops working and its state lock is released")
     .action(async (id: string, opts: CommonOptions & { force?: boolean }) => {
-      const r = await apiFor(opts).json(runSchema, "POST", `/api/v1/runs/${encodeURIComponent(id)}/cancel${opts.force ? "?force=true" : ""}`);
+      const r = await apiFor(opts).call(routes.cancelRun, { params: { id }, query: opts.force ? { force: "true" } : {} });
       emit(opts, r, (x) => (x.cancelRequested && x.status !== "canceled" ? `Cancel requested for run ${x.id}; the agent is stopping it` : summary(x)));
     });
   withCommon(run.command("show <runId>").description("Show a run")).action(async (id: string, opts: CommonOptions) => {
     const api = apiFor(opts);
-    const r = await api.json(runSchema, "GET", `/api/v1/runs/${encodeURIComponent(id)}`);
-    const { items: jobs } = await api.json(listOf(jobSchema), "GET", `/api/v1/runs/${encodeURIComponent(id)}/jobs`);
+    const r = await api.call(routes.getRun, { params: { id } });
+    const { items: jobs } = await api.call(routes.listRunJobs, { params: { id } });
     emit(opts, { ...r, jobs }, (d) => [summary(d), "", table(["PHASE", "JOB", "STATUS", "ATTEMPT", "AGENT"], d.jobs.map((j) => [j.phase, j.id, j.status, String(j.attempt), j.agentId ?? "-"]))].join("\n"));
   });
   withCommon(run.command("list").description("List runs"))
     .option("--workspace <workspace>", "only this workspace")
     .option("--limit <n>", "how many", "20")
     .action(async (opts: CommonOptions & { workspace?: string; limit: string }) => {
-      const q = new URLSearchParams({ limit: opts.limit, ...(opts.workspace ? { workspace: opts.workspace } : {}) });
-      const { items } = await apiFor(opts).json(listOf(runSchema), "GET", `/api/v1/runs?${q}`);
+      // The server names a limit that is not a number; the CLI passes what it was given.
+      const query = { limit: opts.limit as unknown as number, ...(opts.workspace ? { workspace: opts.workspace } : {}) };
+      const { items } = await apiFor(opts).call(routes.listRuns, { query });
       emit(opts, items, (rs) => table(["RUN", "WORKSPACE", "STATUS", "CREATED"], rs.map((r) => [r.id, r.workspaceId, r.status, r.createdAt])));
     });
   withCommon(run.command("logs <runId>").description("Print a run's logs (plan, then apply), every byte stored so far"))

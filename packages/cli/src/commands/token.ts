@@ -1,4 +1,4 @@
-import { createdPoolTokenSchema, listOf, poolTokenSchema } from "@drover/protocol";
+import { routes } from "@drover/protocol";
 import type { Command } from "commander";
 import { apiFor, emit, table, withCommon, type CommonOptions } from "../command-kit.js";
 
@@ -8,17 +8,17 @@ export function registerTokenCommands(program: Command): void {
     .requiredOption("--pool <pool>", "pool name or id")
     .option("--description <text>", "what the token is for", "")
     .action(async (opts: CommonOptions & { pool: string; description: string }) => {
-      const created = await apiFor(opts).json(createdPoolTokenSchema, "POST", `/api/v1/pools/${encodeURIComponent(opts.pool)}/tokens`, { json: { description: opts.description } });
+      const created = await apiFor(opts).call(routes.createPoolToken, { params: { pool: opts.pool }, body: { description: opts.description } });
       emit(opts, created, (t) => `${t.token}\n\nThis token (id ${t.id}) is shown once. Start an agent with:\n  DROVER_TOKEN=${t.token} drover agent run`);
     });
   withCommon(token.command("list").description("List a pool's tokens"))
     .requiredOption("--pool <pool>", "pool name or id")
     .action(async (opts: CommonOptions & { pool: string }) => {
-      const { items } = await apiFor(opts).json(listOf(poolTokenSchema), "GET", `/api/v1/pools/${encodeURIComponent(opts.pool)}/tokens`);
+      const { items } = await apiFor(opts).call(routes.listPoolTokens, { params: { pool: opts.pool } });
       emit(opts, items, (ts) => table(["ID", "DESCRIPTION", "CREATED", "LAST USED", "REVOKED"], ts.map((t) => [t.id, t.description, t.createdAt, t.lastUsedAt ?? "-", t.revokedAt ?? "-"])));
     });
   withCommon(token.command("revoke <tokenId>").description("Revoke a pool token; its agents stop")).action(async (tokenId: string, opts: CommonOptions) => {
-    const revoked = await apiFor(opts).json(poolTokenSchema, "DELETE", `/api/v1/pool-tokens/${encodeURIComponent(tokenId)}`);
+    const revoked = await apiFor(opts).call(routes.revokePoolToken, { params: { id: tokenId } });
     emit(opts, revoked, (t) => `Revoked pool token ${t.id}`);
   });
 }

@@ -1,4 +1,4 @@
-import { createdUserTokenSchema, listOf, userTokenSchema } from "@drover/protocol";
+import { routes } from "@drover/protocol";
 import type { Command } from "commander";
 import { apiFor, emit, table, withCommon, type CommonOptions } from "../command-kit.js";
 
@@ -10,15 +10,15 @@ export function registerUserTokenCommands(program: Command): void {
     .option("--expires-in-days <n>", "stop working after this many days (default: never)")
     .action(async (opts: CommonOptions & { description: string; expiresInDays?: string }) => {
       const json = { description: opts.description, ...(opts.expiresInDays !== undefined ? { expiresInDays: Number(opts.expiresInDays) } : {}) };
-      const created = await apiFor(opts).json(createdUserTokenSchema, "POST", "/api/v1/user-tokens", { json });
+      const created = await apiFor(opts).call(routes.createUserToken, { body: json });
       emit(opts, created, (t) => `${t.token}\n\nThis token (id ${t.id}${t.expiresAt ? `, expires ${t.expiresAt}` : ""}) is shown once. Use it with:\n  drover login --url <server> --token-stdin`);
     });
   withCommon(cmd.command("list").description("List API tokens (never their secrets)")).action(async (opts: CommonOptions) => {
-    const { items } = await apiFor(opts).json(listOf(userTokenSchema), "GET", "/api/v1/user-tokens");
+    const { items } = await apiFor(opts).call(routes.listUserTokens, {});
     emit(opts, items, (ts) => table(["ID", "DESCRIPTION", "CREATED", "EXPIRES", "REVOKED"], ts.map((t) => [t.id, t.description, t.createdAt, t.expiresAt ?? "never", t.revokedAt ?? "-"])));
   });
   withCommon(cmd.command("revoke <tokenId>").description("Revoke an API token at once")).action(async (tokenId: string, opts: CommonOptions) => {
-    const revoked = await apiFor(opts).json(userTokenSchema, "DELETE", `/api/v1/user-tokens/${encodeURIComponent(tokenId)}`);
+    const revoked = await apiFor(opts).call(routes.revokeUserToken, { params: { id: tokenId } });
     emit(opts, revoked, (t) => `Revoked API token ${t.id}`);
   });
 }

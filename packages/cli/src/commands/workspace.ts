@@ -1,4 +1,4 @@
-import { DroverError, listOf, variableSchema, workspaceSchema } from "@drover/protocol";
+import { DroverError, routes, type Engine } from "@drover/protocol";
 import { readSecret } from "../secret-input.js";
 import type { Command } from "commander";
 import { apiFor, emit, table, withCommon, type CommonOptions } from "../command-kit.js";
@@ -19,19 +19,20 @@ export function registerWorkspaceCommands(program: Command): void {
     .option("--working-dir <dir>", "directory inside the configuration to run in", "")
     .option("--auto-apply", "apply plans without confirmation")
     .action(async (name: string, opts: CommonOptions & { pool: string; engine: string; engineVersion?: string; workingDir: string; autoApply?: boolean }) => {
-      const created = await apiFor(opts).json(workspaceSchema, "POST", "/api/v1/workspaces", {
-        json: { name, pool: opts.pool, engine: opts.engine, engineVersion: opts.engineVersion ?? null, workingDirectory: opts.workingDir, autoApply: opts.autoApply === true },
+      const created = await apiFor(opts).call(routes.createWorkspace, {
+        // The server names a wrong engine; the CLI passes what it was given.
+        body: { name, pool: opts.pool, engine: opts.engine as Engine, engineVersion: opts.engineVersion ?? null, workingDirectory: opts.workingDir, autoApply: opts.autoApply === true },
       });
       emit(opts, created, (w) => `Created workspace ${w.name} (${w.id}) on pool ${opts.pool}`);
     });
   withCommon(ws.command("list").description("List workspaces")).action(async (opts: CommonOptions) => {
-    const { items } = await apiFor(opts).json(listOf(workspaceSchema), "GET", "/api/v1/workspaces");
+    const { items } = await apiFor(opts).call(routes.listWorkspaces, {});
     emit(opts, items, (list) => table(["NAME", "ID", "ENGINE", "AUTO-APPLY", "CURRENT RUN", "LOCKED"], list.map((w) => [w.name, w.id, `${w.engine}${w.engineVersion ? ` ${w.engineVersion}` : ""}`, String(w.autoApply), w.currentRunId ?? "-", String(w.stateLocked)])));
   });
   withCommon(ws.command("show <workspace>").description("Show a workspace and its variables")).action(async (name: string, opts: CommonOptions) => {
     const api = apiFor(opts);
-    const w = await api.json(workspaceSchema, "GET", `/api/v1/workspaces/${encodeURIComponent(name)}`);
-    const { items: vars } = await api.json(listOf(variableSchema), "GET", `/api/v1/workspaces/${encodeURIComponent(name)}/vars`);
+    const w = await api.call(routes.getWorkspace, { params: { ws: name } });
+    const { items: vars } = await api.call(routes.listVariables, { params: { ws: name } });
     emit(opts, { ...w, variables: vars }, (d) =>
       [
         `Workspace ${d.name} (${d.id})`,
@@ -52,15 +53,16 @@ export function registerWorkspaceCommands(program: Command): void {
       if (opts.valueStdin && opts.valueFile !== undefined) throw new DroverError("bad_request", "give --value-file or --value-stdin, not both");
       if (source !== undefined && assignment.includes("=")) throw new DroverError("bad_request", `with --value-file or --value-stdin give only the KEY, not ${JSON.stringify(assignment.split("=")[0] + "=…")}`);
       const { key, value } = source !== undefined ? { key: assignment, value: await readSecret(source, `value of ${assignment}`) } : parseAssignment(assignment);
-      const v = await apiFor(opts).json(variableSchema, "PUT", `/api/v1/workspaces/${encodeURIComponent(name)}/vars/${encodeURIComponent(key)}`, {
-        json: { value, kind: opts.env ? "env" : "terraform", sensitive: opts.sensitive === true },
+      const v = await apiFor(opts).call(routes.setVariable, {
+        params: { ws: name, key },
+        body: { value, kind: opts.env ? "env" : "terraform", sensitive: opts.sensitive === true },
       });
       emit(opts, v, (x) => `Set ${x.kind} variable ${x.key}${x.sensitive ? " (sensitive)" : ""} on ${name}`);
     });
   withCommon(ws.command("delete-var <workspace> <key>").description("Delete a variable"))
     .option("--env", "an environment variable")
     .action(async (name: string, key: string, opts: CommonOptions & { env?: boolean }) => {
-      await apiFor(opts).raw("DELETE", `/api/v1/workspaces/${encodeURIComponent(name)}/vars/${encodeURIComponent(key)}?kind=${opts.env ? "env" : "terraform"}`);
+      await apiFor(opts).call(routes.deleteVariable, { params: { ws: name, key }, query: { kind: opts.env ? "env" : "terraform" } });
       emit(opts, { deleted: key }, () => `Deleted ${key} from ${name}`);
     });
 }

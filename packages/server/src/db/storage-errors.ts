@@ -26,3 +26,12 @@ export function storageError(err: unknown, dataDir: string): DroverError | undef
   }
   return undefined;
 }
+
+/**
+ * Whether `err` is the database refusing a duplicate of a unique column: what a check-then-
+ * insert meets when a concurrent request inserted the same name in between.
+ */
+export function isUniqueViolation(err: unknown): boolean {
+  const code = String((err as { code?: unknown } | null)?.code ?? "");
+  return code === "23505" || code === "SQLITE_CONSTRAINT_UNIQUE";
+}

@@ -1,6 +1,7 @@
 import { DroverError, hashToken, newId, newPoolToken, type Pool, type PoolToken } from "@drover/protocol";
 import type { Selectable } from "kysely";
 import type { PoolTokensTable, PoolsTable } from "../db/schema.js";
+import { isUniqueViolation } from "../db/storage-errors.js";
 import { iso, isoOrNull, type StoreContext } from "./context.js";
 
 const toPool = (r: Selectable<PoolsTable>): Pool => ({ id: r.id, name: r.name, createdAt: iso(r.created_at) });
@@ -13,12 +14,19 @@ const toPoolToken = (r: Selectable<PoolTokensTable>): PoolToken => ({
   revokedAt: isoOrNull(r.revoked_at),
 });
 
-/** Creates a pool; a taken name is a conflict. */
+/** Creates a pool; a taken name is `already_exists`, also when another request takes it first. */
 export async function createPool(ctx: StoreContext, name: string): Promise<Pool> {
+  const taken = () => new DroverError("already_exists", `a pool named ${JSON.stringify(name)} already exists`);
   const existing = await ctx.db.selectFrom("pools").select("id").where("name", "=", name).executeTakeFirst();
-  if (existing) throw new DroverError("already_exists", `a pool named ${JSON.stringify(name)} already exists`);
+  if (existing) throw taken();
   const row = { id: newId("pool"), name, created_at: ctx.now() };
-  await ctx.db.insertInto("pools").values(row).execute();
+  try {
+    await ctx.db.insertInto("pools").values(row).execute();
+  } catch (err) {
+    // A concurrent create passed the check too; the unique index decides who got the name.
+    if (isUniqueViolation(err)) throw taken();
+    throw err;
+  }
   return toPool(row);
 }
 

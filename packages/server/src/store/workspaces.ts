@@ -1,6 +1,7 @@
 import { DroverError, newId, type Engine, type Workspace } from "@drover/protocol";
 import type { Selectable } from "kysely";
 import type { WorkspacesTable } from "../db/schema.js";
+import { isUniqueViolation } from "../db/storage-errors.js";
 import { iso, type Queryable, type StoreContext } from "./context.js";
 import { getPool } from "./pools.js";
 
@@ -38,8 +39,9 @@ export interface CreateWorkspaceInput {
 
 export async function createWorkspace(ctx: StoreContext, input: CreateWorkspaceInput): Promise<Workspace> {
   const pool = await getPool(ctx, input.pool);
+  const exists = () => new DroverError("already_exists", `a workspace named ${JSON.stringify(input.name)} already exists`);
   const taken = await ctx.db.selectFrom("workspaces").select("id").where("name", "=", input.name).executeTakeFirst();
-  if (taken) throw new DroverError("already_exists", `a workspace named ${JSON.stringify(input.name)} already exists`);
+  if (taken) throw exists();
   const row = {
     id: newId("ws"),
     name: input.name,
@@ -51,7 +53,13 @@ export async function createWorkspace(ctx: StoreContext, input: CreateWorkspaceI
     current_run_id: null,
     created_at: ctx.now(),
   };
-  await ctx.db.insertInto("workspaces").values(row).execute();
+  try {
+    await ctx.db.insertInto("workspaces").values(row).execute();
+  } catch (err) {
+    // A concurrent create passed the check too; the unique index decides who got the name.
+    if (isUniqueViolation(err)) throw exists();
+    throw err;
+  }
   return toWorkspace({ ...row, locked: null });
 }
 
