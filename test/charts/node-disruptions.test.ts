@@ -1,0 +1,127 @@
+import assert from "node:assert/strict";
+import { mkdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
+import { applyAgentTaskCrd, droverImageOptions, kubectlOut, namespace, repo, template } from "../support/chart-cluster.js";
+import { eventually, fastTimings, kube, startTestCluster, type TestCluster } from "../kube/cluster.js";
+
+// agent-k8s in node mode, installed on a two-node test cluster (a worker per node, each node its
+// own hostPath data home), under the disruptions agent-job's upgrade test puts it through:
+//  - the controller pod deleted mid-apply: its replacement adopts the Jobs from the cluster, the
+//    node worker goes on driving the run pod, the run completes once (one Job per phase);
+//  - `kubectl drain` of the run's node mid-apply: the eviction API honours the controller's PDB,
+//    the DaemonSet worker stays (drain ignores DaemonSets), the run pod is evicted and the run ends
+//    errored with the reason — never a silent success — and nothing is left behind.
+
+const ns = "node-disruptions";
+let cluster: TestCluster;
+let stack: Stack;
+
+const podsOf = async (component: string) =>
+  (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods?labelSelector=${encodeURIComponent(`app.kubernetes.io/component=${component}`)}`)).body.items as any[];
+const jobsOf = async (runId: string) =>
+  (await kube(cluster, "GET", `/apis/batch/v1/namespaces/${ns}/jobs?labelSelector=${encodeURIComponent(`drover.dev/run-id=${runId}`)}`)).body.items as any[];
+const diagnose = async () =>
+  `${(await kubectlOut(cluster, ["get", "pods,jobs,events", "-n", ns, "-o", "wide"])).out}\n${(await kubectlOut(cluster, ["logs", "-n", ns, "-l", "app.kubernetes.io/component=worker", "--tail=30"])).out}\n${(await kubectlOut(cluster, ["logs", "-n", ns, "-l", "app.kubernetes.io/component=controller", "--tail=30"])).out}`;
+
+before(async () => {
+  cluster = await startTestCluster({ timings: fastTimings, ...droverImageOptions(), nodes: [{ name: "node-a" }, { name: "node-b" }] });
+  stack = await startStack();
+  await namespace(cluster, ns, "privileged");
+  await applyAgentTaskCrd(cluster, ns);
+  const shared = join(repo, "test", "dist", ".chart-node-disruptions");
+  mkdirSync(shared, { recursive: true });
+  const tfrc = join(shared, "runner.tfrc");
+  writeFileSync(tfrc, "");
+  const rendered = template("agent-k8s", ns, [
+    "--set", `agent.token=${stack.poolToken}`,
+    "--set", `agent.url=${stack.server.url}`,
+    "--set", "image.tag=test",
+    // Pods share this machine's network here: no health port, so no two processes bind one.
+    "--set", "agent.healthPort=0",
+    "--set", "workerDaemonSet.prepareDataHome=true",
+    "--set", `task.execLoopPath=${join(repo, "packages", "agent", "exec-loop", "exec-loop.sh")}`,
+    "--set", "task.runner.image=ghcr.io/drover-dev/drover-runner:test",
+    "--set", `task.runner.extraEnv.TF_CLI_CONFIG_FILE=${tfrc}`,
+  ], { release: "rel", crds: false });
+  const r = await kubectlOut(cluster, ["apply", "-n", ns, "-f", "-"], rendered);
+  assert.equal(r.code, 0, r.out);
+  await eventually("a worker on each node and the controller registered", async () => {
+    const workers = await podsOf("worker");
+    const agents = (await stack.server.api("GET", `/api/v1/agents?pool=${stack.pool}`)).body.items as any[];
+    return workers.length === 2 && workers.every((p) => p.status?.phase === "Running") && agents.some((a) => a.driver === "kubernetes" && a.status !== "offline");
+  }, 90_000).catch(async (e: Error) => assert.fail(`${e.message}\n${await diagnose()}`));
+});
+
+after(async () => {
+  await stack?.stop();
+  await cluster?.close();
+});
+
+/** A run whose apply prints `started-<name>` and then takes `seconds`. */
+async function longRun(name: string, seconds: number): Promise<string> {
+  assert.equal((await stack.server.api("POST", "/api/v1/workspaces", { name, pool: stack.pool })).status, 201);
+  const dir = writeConfig(stack.dir, name, { "main.tf": `resource "terraform_data" "long" {\n  input = timestamp()\n  provisioner "local-exec" {\n    command = "echo started-${name}; sleep ${seconds}"\n  }\n}\n` });
+  const runId = await stack.startRun(dir, name, ["--auto-apply"]);
+  await eventually("the apply to run", async () => (await runLog(stack.server, runId, "apply").catch(() => "")).includes(`started-${name}`), 120_000).catch(async (e: Error) => assert.fail(`${e.message}\n${await diagnose()}`));
+  return runId;
+}
+
+test("agent-k8s: the controller pod deleted mid-apply — the new controller adopts the Job, the run completes once, nothing is orphaned", async () => {
+  const runId = await longRun("node-ctl-deleted", 6);
+  const [controller] = await podsOf("controller");
+  assert.equal((await kube(cluster, "DELETE", `/api/v1/namespaces/${ns}/pods/${controller.metadata.name as string}`)).status, 200);
+  const done = await stack.waitForRun(runId, ["applied", "errored", "canceled"], 120_000);
+  assert.equal(done.status, "applied", `${await runLog(stack.server, runId, "apply")}\n${await diagnose()}`);
+  const [replacement] = await eventually("a new controller pod running", async () => {
+    const ps = await podsOf("controller");
+    return ps.length === 1 && ps[0].metadata.uid !== controller.metadata.uid && ps[0].status?.phase === "Running" ? ps : undefined;
+  });
+  assert.ok(replacement);
+  assert.deepEqual((await jobsOf(runId)).map((j) => j.metadata.labels["drover.dev/phase"]).sort(), ["apply", "plan"], "one Job per phase: nothing ran twice");
+  // The run pods finished; no run pod of this run is still running.
+  await eventually("the run's pods finished", async () => {
+    const pods = (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods?labelSelector=${encodeURIComponent(`drover.dev/run-id=${runId}`)}`)).body.items as any[];
+    return pods.every((p) => p.status?.phase === "Succeeded" || p.status?.phase === "Failed");
+  });
+});
+
+test("agent-k8s: kubectl drain of the run's node mid-apply honours the PDB, keeps the node's worker, and ends the run errored with the reason", async () => {
+  const runId = await longRun("node-drained", 300);
+  const [runPod] = (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods?labelSelector=${encodeURIComponent(`drover.dev/run-id=${runId},drover.dev/phase=apply`)}`)).body.items as any[];
+  const node = runPod.spec.nodeName as string;
+  const workerBefore = (await podsOf("worker")).find((p) => p.spec.nodeName === node);
+  assert.ok(workerBefore, "a worker on the run's node");
+  const pdb = (await kube(cluster, "GET", `/apis/policy/v1/namespaces/${ns}/poddisruptionbudgets/rel-agent-k8s-controller`)).body;
+  assert.equal(pdb.spec.maxUnavailable, 1);
+  const drained = await kubectlOut(cluster, ["drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=90s"]);
+  assert.equal(drained.code, 0, `${drained.out}\n${await diagnose()}`);
+  try {
+    const ended = await stack.waitForRun(runId, ["applied", "errored", "canceled"], 120_000);
+    const log = await runLog(stack.server, runId, "apply");
+    assert.equal(ended.status, "errored", `an interrupted run never ends as a success:\n${log}`);
+    // e.g. "pod drover-run-…-apply-1-… was evicted: Eviction API: evicting", in the error and the log.
+    assert.match(String(ended.errorMessage ?? ""), /was evicted/, `the run's end names why:\n${log}\n${JSON.stringify(ended)}`);
+    assert.match(log, /\[drover\] pod \S+ was evicted/, log);
+    // drain ignores DaemonSets: the node's worker was not evicted under its runs.
+    const workerAfter = (await podsOf("worker")).find((p) => p.spec.nodeName === node);
+    assert.equal(workerAfter?.metadata.uid, workerBefore.metadata.uid);
+    // The controller runs (moved off the node if it was there) and the run's Jobs end: nothing orphaned.
+    await eventually("the controller running off the drained node", async () => {
+      const ps = await podsOf("controller");
+      return ps.length === 1 && ps[0].spec.nodeName !== node && ps[0].status?.phase === "Running";
+    }, 60_000);
+    await eventually("no pod of the run still running", async () => {
+      const pods = (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods?labelSelector=${encodeURIComponent(`drover.dev/run-id=${runId}`)}`)).body.items as any[];
+      return pods.every((p) => p.status?.phase !== "Running" && p.status?.phase !== "Pending");
+    }, 60_000);
+  } finally {
+    await kubectlOut(cluster, ["uncordon", node]);
+  }
+  // After the drain the cluster takes runs again.
+  assert.equal((await stack.server.api("POST", "/api/v1/workspaces", { name: "after-drain", pool: stack.pool })).status, 201);
+  const hello = await stack.startRun(join(repo, "examples", "hello"), "after-drain", ["--auto-apply"]);
+  const done = await stack.waitForRun(hello, ["applied", "errored", "canceled"], 120_000);
+  assert.equal(done.status, "applied", `${await runLog(stack.server, hello, "apply")}\n${await diagnose()}`);
+});
