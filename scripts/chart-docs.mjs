@@ -15,7 +15,16 @@ const enums = {
 };
 /** Values that take a whole number or a percentage ("50%"); empty means unset. */
 const intOrPercent = ["podDisruptionBudget.minAvailable", "podDisruptionBudget.maxUnavailable"];
-const ranges = { "agent.concurrency": [1, 1000], terminationGracePeriodSeconds: [1, 86400], replicaCount: [0, 1000] };
+const ranges = {
+  "agent.concurrency": [1, 1000],
+  terminationGracePeriodSeconds: [1, 86400],
+  replicaCount: [0, 1000],
+  "autoscaling.keda.minReplicaCount": [0, 1000],
+  "autoscaling.keda.maxReplicaCount": [1, 1000],
+  "autoscaling.keda.pollingInterval": [1, 3600],
+  "autoscaling.keda.cooldownPeriod": [0, 86400],
+  "autoscaling.keda.scaleDownStabilizationSeconds": [0, 3600],
+};
 
 function description(comment) {
   if (!comment) return undefined;

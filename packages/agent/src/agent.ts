@@ -12,6 +12,7 @@ import { localRunner } from "./runner.js";
 import { JobRun } from "./job.js";
 import { KeptPlanDirs } from "./kept-plans.js";
 import { reapOrphans } from "./orphans.js";
+import { writeAgentStatus } from "./agent-status.js";
 
 export const agentVersion = "0.1.0";
 
@@ -117,6 +118,7 @@ export class Agent {
       throw err;
     }
     if (this.state === "starting") this.transition("running");
+    this.publishStatus();
     const heartbeat = this.heartbeatLoop();
     await this.pollLoop();
     if (this.fatal) {
@@ -212,12 +214,24 @@ export class Agent {
         this.jobs.delete(key);
         for (const line of run.undelivered) this.undelivered.push(line);
         this.metrics.jobsRunning.set(this.jobs.size);
+        this.publishStatus();
         this.metrics.jobsFinished.inc({ phase: assignment.phase });
         this.slotFreed?.();
         if (this.config.single && this.jobs.size === 0) void this.stop();
       });
     this.jobs.set(key, { run, ended });
     this.metrics.jobsRunning.set(this.jobs.size);
+    this.publishStatus();
+  }
+
+  /** Writes the status file the pod-annotator sidecar reads (busy or idle), when one is configured. */
+  private publishStatus(): void {
+    if (!this.config.statusFile) return;
+    try {
+      writeAgentStatus(this.config.statusFile, { runningJobs: this.jobs.size, state: this.state });
+    } catch (err) {
+      this.log.warn({ err: err instanceof Error ? err.message : String(err), file: this.config.statusFile }, "cannot write the agent status file");
+    }
   }
 
   /** What jobs could not deliver to the server, printed when the agent stops. */

@@ -29,6 +29,8 @@ export interface AgentConfig {
   otlpEndpoint: string | undefined;
   otlpMetricsEnabled: boolean;
   otlpTracesEnabled: boolean;
+  /** File the agent keeps its running-job count in, for the pod-annotator sidecar (DROVER_AGENT_STATUS_FILE). */
+  statusFile: string | undefined;
   /** Extra trust roots (PEM) for the agent's own HTTPS. */
   caCertPem: string | undefined;
   /** CA bundle file given to runs as SSL_CERT_FILE. */
@@ -108,6 +110,7 @@ export function loadAgentConfig(env: NodeJS.ProcessEnv, flags: AgentFlags = {}):
     otlpEndpoint: src.get("DROVER_AGENT_OTLP_ENDPOINT"),
     otlpMetricsEnabled: src.get("DROVER_AGENT_OTLP_METRICS_ENABLED"),
     otlpTracesEnabled: src.get("DROVER_AGENT_OTLP_TRACES_ENABLED"),
+    statusFile: src.get("DROVER_AGENT_STATUS_FILE"),
     caCertPem: src.get("DROVER_CA_CERT"),
     taskCaCertPath: src.get("DROVER_CONTAINER_TASK_CA_CERT"),
     hooksDir: src.get("DROVER_AGENT_HOOKS_DIR"),

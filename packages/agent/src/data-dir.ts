@@ -13,7 +13,14 @@ const ownEntry = /^(job-[0-9a-z]{16}-\d+|kept-plan-run-[0-9a-z]{16})$/;
  */
 export function prepareDataDir(dataDir: string, mode = 0o700): string[] {
   mkdirSync(dataDir, { recursive: true, mode });
-  chmodSync(dataDir, mode);
+  try {
+    chmodSync(dataDir, mode);
+  } catch (err) {
+    // A volume's mount point owned by root (a Kubernetes emptyDir under fsGroup) cannot be
+    // chmodded by the agent's user; each entry the agent makes there is private from its
+    // umask (0077) all the same.
+    if ((err as NodeJS.ErrnoException).code !== "EPERM") throw err;
+  }
   const removed: string[] = [];
   for (const name of readdirSync(dataDir)) {
     if (!ownEntry.test(name)) continue;

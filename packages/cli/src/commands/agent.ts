@@ -61,6 +61,17 @@ export function registerAgentCommands(program: Command): void {
       process.exit(await runWorker(settings, createLogger("json", false)));
     });
   agent
+    .command("pod-annotator")
+    .description("Sidecar of an agent pod: marks the pod busy (pod-deletion-cost, safe-to-evict=false) while its agent runs a job, so scale-in picks idle agents")
+    .action(async () => {
+      const { loadPodAnnotatorSettings, runPodAnnotator } = await import("@drover/agent/pod-annotator");
+      const settings = settingsOrExit("pod-annotator", () => loadPodAnnotatorSettings(process.env));
+      const log = createLogger(process.env.DROVER_AGENT_LOG_FORMAT === "plain" ? "plain" : "json", false);
+      const stop = new AbortController();
+      for (const sig of ["SIGTERM", "SIGINT"] as const) process.on(sig, () => stop.abort());
+      process.exit(await runPodAnnotator(settings, log, stop.signal));
+    });
+  agent
     .command("node-worker")
     .description("agent-k8s: one per node (DaemonSet); supervises the run pods the controller puts on this node")
     .action(async () => {

@@ -4,7 +4,8 @@
  * garbage-collects them; no ReplicaSets). Pods carry `pod-template-hash`; a changed
  * template rolls out (RollingUpdate: one extra new pod at a time, an old pod deleted
  * once a new one is Ready; Recreate: old pods deleted first). Status counts Ready pods,
- * as `kubectl rollout status` reads them. Refused creates are retried.
+ * as `kubectl rollout status` reads them. Refused creates are retried. Scale-in deletes
+ * in the ReplicaSet controller's order, pod-deletion-cost included.
  */
 import type { EventRecorder } from "../api/events.js";
 import type { ObjectApi } from "../api/object-api.js";
@@ -18,6 +19,30 @@ const obj = (v: unknown): JsonObject => (isObject(v) ? v : {});
 
 function ready(p: KObject): boolean {
   return (Array.isArray(obj(p.status).conditions) ? (obj(p.status).conditions as unknown[]) : []).some((c) => isObject(c) && c.type === "Ready" && c.status === "True");
+}
+
+/** The annotation's integer value (the API server rejects others; here they count as 0). */
+function deletionCost(p: KObject): number {
+  const v = Number(p.metadata.annotations?.["controller.kubernetes.io/pod-deletion-cost"] ?? 0);
+  return Number.isInteger(v) ? v : 0;
+}
+
+/** Sort order of pods to delete on scale-in, first to go first. */
+function deletionOrder(a: KObject, b: KObject): number {
+  const rank = (p: KObject): number[] => {
+    const phase = String(obj(p.status).phase ?? "Pending");
+    return [
+      obj(p.spec).nodeName ? 1 : 0,
+      phase === "Pending" ? 0 : phase === "Running" ? 2 : 1,
+      ready(p) ? 1 : 0,
+      deletionCost(p),
+      -Date.parse(p.metadata.creationTimestamp ?? "1970-01-01T00:00:00Z"),
+    ];
+  };
+  const ra = rank(a);
+  const rb = rank(b);
+  for (let i = 0; i < ra.length; i++) if (ra[i] !== rb[i]) return (ra[i] ?? 0) - (rb[i] ?? 0);
+  return 0;
 }
 
 export class DeploymentController {
@@ -98,6 +123,13 @@ export class DeploymentController {
         del(p);
         removable--;
       }
+    }
+    // Scale-in: excess pods go in the real ReplicaSet controller's order — unscheduled, then
+    // pending, then not Ready, then the lowest controller.kubernetes.io/pod-deletion-cost,
+    // then the youngest — so an annotated busy pod outlives idle ones.
+    const excess = current.filter((p) => !p.metadata.deletionTimestamp).length - want;
+    if (excess > 0 && old.length === 0) {
+      for (const p of [...current].sort(deletionOrder).slice(0, excess)) del(p);
     }
     const readyCount = live.filter(ready).length;
     this.api.mutate(deployments, ns, name, (o) => {

@@ -1,0 +1,107 @@
+// Scale-in while one agent is busy, on the test cluster: agent-local with busy-pod protection
+// and two replicas in a restricted namespace. While one agent applies a run, its pod carries
+// the pod-deletion-cost and do-not-evict annotations; scaling the Deployment to one replica
+// (what KEDA's HPA does when demand falls) deletes the idle pod, never the busy one, and the
+// run completes. The sidecar's RBAC covers its calls and grants nothing beyond get/patch pods.
+import assert from "node:assert/strict";
+import { mkdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+import { runLog, startStack, type Stack } from "../support/stack.js";
+import { applyRendered, droverImageOptions, isReady, kubectlOut, namespace, repo, template } from "../support/chart-cluster.js";
+import { kube, startTestCluster, until, type TestCluster } from "../kube/cluster.js";
+import { callOk } from "../support/fault-runs.js";
+import { rawTarGz } from "../support/archives.js";
+
+let cluster: TestCluster;
+let stack: Stack;
+
+before(async () => {
+  cluster = await startTestCluster({ timings: { imagePullBackoffMs: 150, crashLoopBackoffMs: 500, configRetryMs: 100, podBackoffMs: 100, namespaceRetryMs: 20 }, ...droverImageOptions() });
+  stack = await startStack();
+});
+
+after(async () => {
+  await stack?.stop();
+  await cluster?.close();
+});
+
+test("scale-in while one agent is busy: its pod is annotated busy, the idle pod goes, its run completes", async () => {
+  const ns = "drover-scale";
+  await namespace(cluster, ns, "restricted");
+  const shared = join(repo, "test", "dist", ".autoscaling-cluster");
+  mkdirSync(shared, { recursive: true });
+  const tfrc = join(shared, "agent.tfrc");
+  writeFileSync(tfrc, "");
+  const gate = join(shared, `gate-${process.pid}`);
+  const rendered = template("agent-local", ns, [
+    "--set", `agent.token=${stack.poolToken}`,
+    "--set", `agent.url=${stack.server.url}`,
+    "--set", "image.tag=test",
+    // Pods share this machine's network here: no health port, so two agents do not collide.
+    "--set", "agent.healthPort=0",
+    "--set", "agent.shutdownMode=drain",
+    "--set", "replicaCount=2",
+    "--set", "busyPodProtection.enabled=true",
+    "--set", `extraEnv.TF_CLI_CONFIG_FILE=${tfrc}`,
+    "--set-string", "extraEnv.CHECKPOINT_DISABLE=1",
+  ]);
+  const applied = await applyRendered(cluster, ns, rendered);
+  assert.equal(applied.code, 0, applied.out);
+  const pods = async () => ((await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods`)).body.items as any[]).filter((p) => !p.metadata.deletionTimestamp);
+  const diagnose = async () =>
+    `${(await kubectlOut(cluster, ["get", "pods,events", "-n", ns, "-o", "wide"])).out}\n${(await kubectlOut(cluster, ["logs", "-n", ns, "-l", "app.kubernetes.io/name=agent-local", "--all-containers", "--tail=30"])).out}`;
+  const busyOf = (p: any) => p.metadata.annotations?.["drover.dev/agent-busy"];
+  try {
+    await until("two agent pods Ready, each annotated idle by its sidecar", pods, (ps) => ps.length === 2 && ps.every(isReady) && ps.every((p) => busyOf(p) === "false"), 60_000);
+    await until("both agents registered", async () => (await stack.server.api("GET", `/api/v1/agents?pool=${stack.pool}`)).body.items.filter((a: any) => a.status !== "offline"), (as) => as.length === 2, 30_000);
+  } catch (e) {
+    assert.fail(`${(e as Error).message}\n${await diagnose()}`);
+  }
+
+  // An auto-applied run whose apply waits for the gate: one agent busy, the other idle.
+  const ws = "busy-scale-in";
+  await callOk(stack.server.url, "POST", "/api/v1/workspaces", stack.server.adminToken, { name: ws, pool: stack.pool });
+  const config = `resource "terraform_data" "wait" {\n  provisioner "local-exec" {\n    command = "echo started-busy; while [ ! -f ${gate} ]; do sleep 0.2; done; echo gate-open"\n  }\n}\n`;
+  const cv = await callOk(stack.server.url, "POST", `/api/v1/workspaces/${ws}/configuration-versions`, stack.server.adminToken, rawTarGz([{ path: "main.tf", content: config }]), "application/gzip");
+  const run = await callOk(stack.server.url, "POST", "/api/v1/runs", stack.server.adminToken, { workspace: ws, configurationVersionId: cv.id, autoApply: true });
+  let busyPod: any;
+  try {
+    await until("the apply running", () => runLog(stack.server, run.id, "apply").catch(() => ""), (l) => l.includes("started-busy"), 120_000);
+    const annotated = await until("the busy agent's pod annotated", pods, (ps) => ps.filter((p) => busyOf(p) === "true").length === 1, 30_000);
+    busyPod = annotated.find((p) => busyOf(p) === "true");
+  } catch (e) {
+    assert.fail(`${(e as Error).message}\n${await diagnose()}`);
+  }
+  const busyAgent = (await stack.server.api("GET", `/api/v1/runs/${run.id}/jobs`)).body.items.find((j: any) => j.phase === "apply").agentId;
+  const agentName = (await stack.server.api("GET", `/api/v1/agents?pool=${stack.pool}`)).body.items.find((a: any) => a.id === busyAgent).name;
+  assert.equal(agentName, busyPod.metadata.name, "the annotated pod is the one running the job");
+  assert.equal(busyPod.metadata.annotations["controller.kubernetes.io/pod-deletion-cost"], "1000");
+  assert.equal(busyPod.metadata.annotations["cluster-autoscaler.kubernetes.io/safe-to-evict"], "false");
+  assert.equal(busyPod.metadata.annotations["karpenter.sh/do-not-disrupt"], "true");
+  const idlePod = (await pods()).find((p) => p.metadata.name !== busyPod.metadata.name);
+  assert.equal(idlePod.metadata.annotations["controller.kubernetes.io/pod-deletion-cost"], undefined);
+  assert.equal(idlePod.metadata.annotations["cluster-autoscaler.kubernetes.io/safe-to-evict"], undefined);
+
+  // Demand falls to one agent: the HPA sets replicas 1. The idle pod goes; the busy one stays.
+  const [deployment] = (await kube(cluster, "GET", `/apis/apps/v1/namespaces/${ns}/deployments`)).body.items as any[];
+  const scaled = await kube(cluster, "PATCH", `/apis/apps/v1/namespaces/${ns}/deployments/${deployment.metadata.name}`, { spec: { replicas: 1 } }, "application/merge-patch+json");
+  assert.equal(scaled.status, 200, JSON.stringify(scaled.body));
+  const left = await until("one pod left", async () => (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods`)).body.items as any[], (ps) => ps.length === 1, 60_000);
+  assert.equal(left[0].metadata.name, busyPod.metadata.name, "scale-in never picks the busy agent");
+
+  writeFileSync(gate, "");
+  const done = await stack.waitForRun(run.id, ["applied", "errored", "canceled"], 120_000);
+  assert.equal(done.status, "applied", `${await runLog(stack.server, run.id, "apply")}\n${await diagnose()}`);
+  const idleAgain = await until("the pod annotated idle again", pods, (ps) => ps.length === 1 && busyOf(ps[0]) === "false", 30_000);
+  assert.equal(idleAgain[0].metadata.annotations["controller.kubernetes.io/pod-deletion-cost"], undefined);
+  assert.equal(idleAgain[0].metadata.annotations["cluster-autoscaler.kubernetes.io/safe-to-evict"], undefined);
+
+  // The chart's RBAC covered every call; the sidecar's ServiceAccount may get and patch pods, nothing more.
+  assert.deepEqual(cluster.denials.filter((d) => d.user.startsWith(`system:serviceaccount:${ns}:`)), []);
+  const sa = `system:serviceaccount:${ns}:${busyPod.spec.serviceAccountName}`;
+  for (const [verb, resource, allowed] of [["patch", "pods", "yes"], ["get", "pods", "yes"], ["delete", "pods", "no"], ["create", "pods", "no"], ["list", "pods", "no"], ["get", "secrets", "no"], ["patch", "deployments", "no"]] as const) {
+    const r = await kubectlOut(cluster, ["auth", "can-i", verb, resource, "-n", ns, `--as=${sa}`]);
+    assert.equal(r.out.trim(), allowed, `${verb} ${resource}: ${r.out}`);
+  }
+});
