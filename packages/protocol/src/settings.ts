@@ -32,8 +32,8 @@ export interface SettingSpec<T> {
   parse: SettingParser<T>;
   section: SettingSection;
   /**
-   * The Pulumi component and the charts set it themselves from their own arguments; it may not
-   * be given through their extra environment.
+   * The Pulumi component sets it itself from its own arguments: it may not be given through
+   * the component's extra `env` (each chart keeps its own list, checked against this table).
    */
   reserved?: boolean;
 }
@@ -205,6 +205,11 @@ export const settings = {
   DROVER_AGENT_POLL_WAIT_MS: setting({ doc: "how long one long-poll for work is held open", default: 50_000, readers: agents, parse: intIn(0, 50_000), section: "agent" }),
   DROVER_AGENT_RUN_AS_USER: setting({ doc: "local driver, agent running as root: run terraform and hooks as this `uid[:gid]`, so runs cannot read the agent's environment, memory or token file (the data and cache dirs become 0711, each run directory the run user's)", readers: ["agent"], parse: text, section: "agent" }),
 
+  // Read by undici's EnvHttpProxyAgent in every outbound client; listed so they are documented and reserved.
+  HTTP_PROXY: setting({ doc: "proxy for outbound `http://` requests; honoured by the agent and the CLI and passed to runs", readers: [...allAgents, "cli"], parse: text, section: "agent", reserved: true }),
+  HTTPS_PROXY: setting({ doc: "proxy for outbound `https://` requests; honoured by the agent and the CLI and passed to runs", readers: [...allAgents, "cli"], parse: text, section: "agent", reserved: true }),
+  NO_PROXY: setting({ doc: "hosts reached without the proxy", readers: [...allAgents, "cli"], parse: text, section: "agent", reserved: true }),
+
   // ---- Kubernetes controller and node workers ----
   DROVER_AGENT_KUBERNETES_NAMESPACE: setting({ doc: "where run Jobs are created (node workers: where their run pods are)", defaultText: "its own namespace", readers: ["controller", "node-worker"], parse: text, section: "kubernetes" }),
   DROVER_AGENT_KUBERNETES_WORKER_IMAGE: setting({ doc: "image of each run pod's `worker` container", default: "ghcr.io/drover-dev/drover:0.1.0", readers: ["controller"], parse: text, section: "kubernetes", reserved: true }),
@@ -358,7 +363,7 @@ export function settingsReadBy(reader: SettingReader): SettingName[] {
   return (Object.keys(settings) as SettingName[]).filter((n) => (settings[n].readers as readonly SettingReader[]).includes(reader));
 }
 
-/** Settings the deploy tooling (Pulumi component, charts) sets itself and refuses in extra env. */
+/** Settings the Pulumi component sets itself and refuses in its extra `env`. */
 export function reservedSettings(): SettingName[] {
   return (Object.keys(settings) as SettingName[]).filter((n) => (settings[n] as SettingSpec<unknown>).reserved === true);
 }
@@ -373,4 +378,17 @@ export function settingsTable(section: SettingSection): string {
       return `| \`${n}\`${spec.flag ? ` (\`${spec.flag}\`)` : ""} | ${shown} | ${spec.doc} | ${spec.readers.join(", ")} |`;
     });
   return ["| variable (flag) | default | meaning | read by |", "|---|---|---|---|", ...rows].join("\n");
+}
+
+const sections: readonly SettingSection[] = ["server", "agent", "kubernetes", "pod", "cli"];
+
+/**
+ * The README with each `<!-- settings:SECTION -->` … `<!-- /settings -->` block replaced by
+ * that section's generated table (what `scripts/settings-docs.mjs` writes; a test checks it).
+ */
+export function withSettingsTables(readme: string): string {
+  return readme.replace(/(<!-- settings:([a-z-]+) -->\n)[\s\S]*?(\n<!-- \/settings -->)/g, (_, open: string, section: string, close: string) => {
+    if (!(sections as readonly string[]).includes(section)) throw new Error(`README: unknown settings section ${section}`);
+    return open + settingsTable(section as SettingSection) + close;
+  });
 }
