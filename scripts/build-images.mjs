@@ -183,22 +183,31 @@ function contextDir(name) {
   return dir;
 }
 
-function build(env, tag, contextPath, args, log) {
-  log(`podman build ${tag}`);
-  // The host's npm cache and CA bundle serve the build stage's `npm ci`, offline first (the
-  // image contains neither: build-time volumes are not committed).
-  const npmCache = join(homedir(), ".npm");
-  mkdirSync(npmCache, { recursive: true });
-  const npmrc = join(cacheDir(), "build-npmrc");
-  const volumes = ["-v", `${npmCache}:/root/.npm`, "-v", `${npmrc}:/usr/local/etc/npmrc:ro`];
-  const lines = ["prefer-offline=true", "fund=false", "audit=false", "update-notifier=false"];
-  const ca = hostNpmCafile();
-  if (ca) {
-    volumes.push("-v", `${ca}:/etc/drover-build-ca.crt:ro`);
-    lines.push("cafile=/etc/drover-build-ca.crt");
+/**
+ * `podman build`. With `npmStage`, that stage is built first with the host's npm cache and CA
+ * bundle mounted (its `npm ci` runs offline first); the full build then reuses its cached
+ * layers and builds the rest without the mounts, whose mount points would otherwise be left
+ * in the image's layers.
+ */
+function build(env, tag, contextPath, args, log, npmStage) {
+  const common = ["build", "--pull=never", "--network=host", "--layers", ...args];
+  if (npmStage) {
+    log(`podman build ${tag} (stage ${npmStage})`);
+    const npmCache = join(homedir(), ".npm");
+    mkdirSync(npmCache, { recursive: true });
+    const npmrc = join(cacheDir(), "build-npmrc");
+    const volumes = ["-v", `${npmCache}:/root/.npm`, "-v", `${npmrc}:/usr/local/etc/npmrc:ro`];
+    const lines = ["prefer-offline=true", "fund=false", "audit=false", "update-notifier=false"];
+    const ca = hostNpmCafile();
+    if (ca) {
+      volumes.push("-v", `${ca}:/etc/drover-build-ca.crt:ro`);
+      lines.push("cafile=/etc/drover-build-ca.crt");
+    }
+    writeIfChanged(npmrc, lines.join("\n") + "\n");
+    podman(env, [...common, "--target", npmStage, ...volumes, contextPath], { inherit: true });
   }
-  writeIfChanged(npmrc, lines.join("\n") + "\n");
-  podman(env, ["build", "--pull=never", "--network=host", ...volumes, "-t", tag, ...args, contextPath], { inherit: true });
+  log(`podman build ${tag}`);
+  podman(env, [...common, "-t", tag, contextPath], { inherit: true });
 }
 
 /** The CA bundle the host's npm trusts (a registry mirror may need it), if one is set. */
@@ -211,7 +220,7 @@ function hostNpmCafile() {
 /** The Node base: the Debian base plus the host's Node 20 laid out as in node:20-bookworm-slim. */
 function buildNodeBase(env, debian, log) {
   const host = hostNode();
-  const tag = `localhost/drover-node:20-${short(`${debian} ${host.id} 1`)}`;
+  const tag = `localhost/drover-node:20-${short(`${debian} ${host.id} 2`)}`;
   if (imageExists(env, tag)) return tag;
   const ctx = contextDir("node");
   try {
@@ -243,7 +252,7 @@ function buildNodeBase(env, debian, log) {
 function buildTerraform(env, log) {
   const bin = process.env.DROVER_TERRAFORM_BIN || "/usr/local/bin/terraform";
   if (!existsSync(bin)) throw new Error(`terraform is not at ${bin}; set DROVER_TERRAFORM_BIN to build the runner image`);
-  const version = execFileSync(bin, ["version", "-json"], { encoding: "utf8", env: { ...process.env, CHECKPOINT_DISABLE: "1" } });
+  const version = execFileSync(bin, ["version", "-json"], { encoding: "utf8", env: { ...process.env, CHECKPOINT_DISABLE: "1", TF_CLI_CONFIG_FILE: "/dev/null" }, stdio: ["ignore", "pipe", "ignore"] });
   const st = statSync(bin);
   const tag = `localhost/drover-terraform:${JSON.parse(version).terraform_version}-${short(`${bin} ${st.size} ${st.mtimeMs}`)}`;
   if (imageExists(env, tag)) return tag;
@@ -257,6 +266,18 @@ function buildTerraform(env, log) {
   } finally {
     rmSync(ctx, { recursive: true, force: true });
   }
+}
+
+/** Tags kept per repository: every checkout sharing the cache builds its own. */
+const keepTags = 4;
+
+/** Removes all but the newest `keep` tags of a repository (images in use stay). */
+function pruneOld(env, repository, keep) {
+  const r = spawnSync("podman", ["images", "--filter", `reference=${repository}`, "--sort", "created", "--format", "{{.Repository}}:{{.Tag}}"], { env: { ...process.env, ...env }, encoding: "utf8" });
+  if (r.status !== 0) return;
+  // Newest first.
+  const tags = r.stdout.split("\n").filter((t) => t.startsWith(`${repository}:`));
+  for (const tag of tags.slice(keep)) spawnSync("podman", ["rmi", tag], { env: { ...process.env, ...env }, stdio: "ignore" });
 }
 
 /** Builds whatever is missing and returns the image names plus how long each step took. */
@@ -275,13 +296,14 @@ export function buildImages(log = (line) => console.error(`[images] ${line}`)) {
   const droverFile = "deploy/docker/Dockerfile";
   const drover = `localhost/drover:${short(`${node} ${hashTree([droverFile, ".dockerignore", ...copiedSources(droverFile)])}`)}`;
   timed("drover", () => {
-    if (!imageExists(env, drover)) build(env, drover, root, ["-f", join(root, droverFile), "--build-arg", `NODE_IMAGE=${node}`], log);
+    if (!imageExists(env, drover)) build(env, drover, root, ["-f", join(root, droverFile), "--build-arg", `NODE_IMAGE=${node}`], log, "build");
   });
   const runnerFile = "deploy/docker/runner.Dockerfile";
-  const runner = `localhost/drover-runner:${short(`${debian} ${terraform} ${hashTree([runnerFile, ".dockerignore", ...copiedSources(runnerFile)])}`)}`;
+  const runner = `localhost/drover-runner:${short(`${debian} ${terraform} 2 ${hashTree([runnerFile, ".dockerignore", ...copiedSources(runnerFile)])}`)}`;
   timed("runner", () => {
     if (!imageExists(env, runner)) build(env, runner, root, ["-f", join(root, runnerFile), "--build-arg", `BASE_IMAGE=${debian}`, "--build-arg", `TERRAFORM_IMAGE=${terraform}`], log);
   });
+  for (const repo of ["localhost/drover", "localhost/drover-runner", "localhost/drover-node"]) pruneOld(env, repo, keepTags);
   return { env, images: { debian, node, terraform, drover, runner }, timingsMs: timings };
 }
 
