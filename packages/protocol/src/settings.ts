@@ -42,7 +42,7 @@ export interface SettingSpec<T> {
 export class InvalidSettingError extends DroverError {
   readonly setting: string;
   constructor(setting: string, message: string, options?: { hint?: string; cause?: unknown }) {
-    super("invalid_setting", message, { ...(options?.cause === undefined ? {} : { cause: options.cause }), hint: options?.hint ?? `see the configuration tables in the README for ${setting}` });
+    super("invalid_setting", message, { ...(options?.cause === undefined ? {} : { cause: options.cause }), hint: options?.hint ?? `See ${setting} in the configuration tables of the README.` });
     this.setting = setting;
   }
 }
@@ -89,7 +89,7 @@ const httpUrl: SettingParser<string> = (raw, name) => {
   try {
     parsed = new URL(url);
   } catch {
-    return invalid(name, `${name} is not a URL: ${JSON.stringify(url)}`, "give the server's address, for example https://drover.example.com");
+    return invalid(name, `${name} is not a URL: ${JSON.stringify(url)}`, "Give the server's address, for example https://drover.example.com.");
   }
   if (parsed.protocol !== "http:" && parsed.protocol !== "https:") invalid(name, `${name} must be http:// or https://, got ${JSON.stringify(url)}`);
   return url;
@@ -103,7 +103,7 @@ const absolutePath: SettingParser<string> = (raw, name) => {
 
 /** A path that exists when the process starts. */
 const existingPath: SettingParser<string> = (raw, name) => {
-  if (!existsSync(raw)) invalid(name, `${name} ${raw} does not exist`, "create it, or correct the path");
+  if (!existsSync(raw)) invalid(name, `${name} ${raw} does not exist`, "Create it, or correct the path.");
   return raw;
 };
 
@@ -112,7 +112,7 @@ const existingPath: SettingParser<string> = (raw, name) => {
  * text. A path that cannot be read is named with the reason.
  */
 const pemBundle: SettingParser<string> = (raw, name) => {
-  const hint = "give the path of a readable PEM file, or the PEM bundle encoded in base64";
+  const hint = "Give the path of a readable PEM file, or the PEM bundle encoded in base64.";
   const decoded = Buffer.from(raw, "base64").toString("utf8");
   // A path never decodes to PEM text; base64 of PEM never names an existing file.
   if (!existsSync(raw) && decoded.includes("-----BEGIN CERTIFICATE-----")) return decoded;
@@ -311,7 +311,7 @@ export class SettingsSource {
   /** The parsed setting; unset fails with what it is for. */
   require<N extends SettingName>(name: N, why: string): SettingValue<N> {
     const raw = this.raw(name);
-    if (raw === undefined) invalid(name, `${name} is not set: ${why}`, `set ${name}`);
+    if (raw === undefined) invalid(name, `${name} is not set: ${why}`, `Set ${name}.`);
     return (settings[name] as SettingSpec<SettingValue<N>>).parse(raw, name);
   }
 
