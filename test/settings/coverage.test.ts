@@ -38,14 +38,14 @@ test("every DROVER_* name in the shipped code is a setting of the table (or a va
   assert.deepEqual([...new Set(unknown)], []);
 });
 
-test("every process.env read in the shipped code is a setting of the table", () => {
+test("every environment read in the shipped code (process.env.X, env.X) is a setting of the table", () => {
   // Reads of the environment that are not settings: the search path handed on to terraform.
   const notSettings = new Set(["PATH"]);
   const reads = shipped.flatMap(({ path, text }) =>
-    [...text.matchAll(/process\.env(?:\.([A-Za-z_][A-Za-z0-9_]*)|\[["']([A-Za-z_][A-Za-z0-9_]*)["']\])(?!\s*=[^=])/g)].map((m) => ({ path, name: m[1] ?? m[2] ?? "" })),
+    [...text.matchAll(/\benv(?:\.([A-Z_][A-Z0-9_]*)\b|\[["']([A-Za-z_][A-Za-z0-9_]*)["']\])(?!\s*=[^=])/g)].map((m) => ({ path, name: m[1] ?? m[2] ?? "" })),
   );
   assert.ok(reads.length > 0, "the scan found no reads at all: it is looking in the wrong place");
-  assert.deepEqual(reads.filter((r) => !isSetting(r.name) && !notSettings.has(r.name)).map((r) => `${r.path}: process.env.${r.name}`), []);
+  assert.deepEqual(reads.filter((r) => !isSetting(r.name) && !notSettings.has(r.name)).map((r) => `${r.path}: env.${r.name}`), []);
 });
 
 test("every setting of the table is read by the shipped code (none is stale)", () => {
@@ -84,7 +84,7 @@ function processOf(c: Container): SettingReader | undefined {
   const i = words.indexOf("agent");
   const command = i >= 0 ? words[i + 1] : undefined;
   if (command === "run") return "agent";
-  if (command === "controller" || command === "worker" || command === "node-worker") return command;
+  if (command === "controller" || command === "worker" || command === "node-worker" || command === "pod-annotator") return command;
   if (c.name === "runner") return "runner";
   return undefined;
 }

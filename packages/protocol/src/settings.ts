@@ -10,7 +10,7 @@ import { DroverError } from "./errors.js";
  */
 
 /** The processes (and the deploy component) that read settings. */
-export const settingReaders = ["server", "agent", "controller", "worker", "node-worker", "runner", "cli"] as const;
+export const settingReaders = ["server", "agent", "controller", "worker", "node-worker", "pod-annotator", "runner", "cli"] as const;
 export type SettingReader = (typeof settingReaders)[number];
 
 /** Where a setting is documented in the README. */
@@ -188,15 +188,15 @@ export const settings = {
   DROVER_AGENT_BINARY_CACHE_SIZE_LIMIT_MB: setting({ doc: "soft size limit of the terraform/tofu binaries kept", default: 5_120, readers: agents, parse: sizeMb, section: "agent" }),
   DROVER_AGENT_WORKER_ON_STOP_ACTION: setting({ flag: "--stop-action", doc: "`graceful`, `drain` or `force` on SIGTERM", default: "graceful", readers: allAgents, parse: oneOf(stopActions), section: "agent", reserved: true }),
   DROVER_AGENT_GRACE_PERIOD_SECONDS: setting({ flag: "--grace-period-seconds", doc: "all stop timeouts derive from it; at least 30 (graceful), 120 (drain), 10 (force)", default: 120, readers: allAgents, parse: intIn(1, 86_400), section: "agent", reserved: true }),
-  DROVER_AGENT_LOG_FORMAT: setting({ flag: "--log-format", doc: "`json`, `plain`, `dev`", default: "json", readers: [...agents, "node-worker"], parse: oneOf(logFormats), section: "agent" }),
+  DROVER_AGENT_LOG_FORMAT: setting({ flag: "--log-format", doc: "`json`, `plain`, `dev`", default: "json", readers: [...agents, "node-worker", "pod-annotator"], parse: oneOf(logFormats), section: "agent" }),
   DROVER_AGENT_DEBUG: setting({ doc: "debug logging", default: false, readers: agents, parse: bool, section: "agent" }),
   DROVER_AGENT_HEALTH_PORT: setting({ flag: "--health-port", doc: "`/healthz`, `/readyz`, `/metrics`; 0 disables", defaultText: "`8080` (pod worker: `0`)", readers: allAgents, parse: intIn(0, 65_535), section: "agent", reserved: true }),
   DROVER_AGENT_OTLP_ENDPOINT: setting({ doc: "OpenTelemetry collector to export to", readers: agents, parse: text, section: "agent" }),
   DROVER_AGENT_OTLP_METRICS_ENABLED: setting({ doc: "export metrics over OTLP", default: false, readers: agents, parse: bool, section: "agent" }),
   DROVER_AGENT_OTLP_TRACES_ENABLED: setting({ doc: "export traces over OTLP", default: false, readers: agents, parse: bool, section: "agent" }),
-  DROVER_AGENT_STATUS_FILE: setting({ doc: "file the agent keeps its running-job count in (written atomically on every change), for the `pod-annotator` sidecar of agent-local's `busyPodProtection`", readers: ["agent"], parse: absolutePath, section: "agent", reserved: true }),
-  DROVER_AGENT_POD_NAME: setting({ doc: "`drover agent pod-annotator`: the pod it annotates, its own (the downward API's `metadata.name`)", readers: ["agent"], parse: kubernetesName, section: "agent", reserved: true }),
-  DROVER_AGENT_POD_NAMESPACE: setting({ doc: "`drover agent pod-annotator`: that pod's namespace (`metadata.namespace`)", readers: ["agent"], parse: kubernetesName, section: "agent", reserved: true }),
+  DROVER_AGENT_STATUS_FILE: setting({ doc: "file the agent keeps its running-job count in (written atomically on every change), for the `pod-annotator` sidecar of agent-local's `busyPodProtection`", readers: ["agent", "pod-annotator"], parse: absolutePath, section: "agent", reserved: true }),
+  DROVER_AGENT_POD_NAME: setting({ doc: "`drover agent pod-annotator`: the pod it annotates, its own (the downward API's `metadata.name`)", readers: ["pod-annotator"], parse: kubernetesName, section: "agent", reserved: true }),
+  DROVER_AGENT_POD_NAMESPACE: setting({ doc: "`drover agent pod-annotator`: that pod's namespace (`metadata.namespace`)", readers: ["pod-annotator"], parse: kubernetesName, section: "agent", reserved: true }),
   DROVER_CA_CERT: setting({ doc: "PEM path or base64 PEM added to the trust store", readers: allAgents, parse: pemBundle, section: "agent", reserved: true }),
   DROVER_CONTAINER_TASK_CA_CERT: setting({ doc: "CA bundle given to runs (`SSL_CERT_FILE`)", readers: ["agent"], parse: existingPath, section: "agent" }),
   DROVER_AGENT_HOOKS_DIR: setting({ flag: "--hooks-dir", doc: "`pre-init`, `pre-plan`, `post-plan`, `pre-apply`, `post-apply` executables", readers: agents, parse: existingPath, section: "agent" }),
@@ -226,6 +226,8 @@ export const settings = {
   DROVER_AGENT_NODE_NAME: setting({ doc: "node workers (required): this node's name (the downward API's `spec.nodeName`)", readers: ["node-worker"], parse: text, section: "kubernetes" }),
   DROVER_AGENT_CONTROLLER_NAME: setting({ doc: "node workers (required): the controller whose run pods this worker supervises (its `DROVER_AGENT_NAME`)", readers: ["node-worker"], parse: text, section: "kubernetes" }),
   DROVER_AGENT_NODE_POLL_MS: setting({ doc: "node workers: how often cached pods and run directories are re-examined without an event", default: 500, readers: ["node-worker"], parse: intIn(50, 60_000), section: "kubernetes" }),
+  KUBERNETES_SERVICE_HOST: setting({ doc: "the API server's address; Kubernetes sets it in every pod", readers: ["pod-annotator"], parse: text, section: "kubernetes" }),
+  KUBERNETES_SERVICE_PORT: setting({ doc: "the API server's port; Kubernetes sets it in every pod", default: 443, readers: ["pod-annotator"], parse: intIn(1, 65_535), section: "kubernetes" }),
   DROVER_WORKER_RUNNER_STALE_SECONDS: setting({ doc: "pod and node workers: a runner whose heartbeat is this old is lost", default: 30, readers: ["worker", "node-worker"], parse: intIn(1, 3600), section: "kubernetes" }),
 
   // ---- set by the controller in each run pod ----
