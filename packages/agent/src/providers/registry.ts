@@ -2,7 +2,7 @@ import { createHash } from "node:crypto";
 import { createWriteStream } from "node:fs";
 import { pipeline } from "node:stream/promises";
 import { Transform } from "node:stream";
-import * as openpgp from "openpgp";
+import type * as OpenPgp from "openpgp";
 import { request, type Dispatcher } from "undici";
 import { VerificationError } from "./errors.js";
 
@@ -186,8 +186,10 @@ export class RegistryClient {
 
 /** Verifies a binary detached OpenPGP signature of `data` against armored public keys. */
 export async function verifySignature(data: Buffer, signature: Buffer, armoredKeys: string[], what: string): Promise<void> {
-  let sig: openpgp.Signature;
-  const keys: openpgp.Key[] = [];
+  // Loaded on first use: it is large, and an idle agent (or the CLI) never needs it.
+  const openpgp: typeof OpenPgp = await import("openpgp");
+  let sig: OpenPgp.Signature;
+  const keys: OpenPgp.Key[] = [];
   try {
     sig = await openpgp.readSignature({ binarySignature: new Uint8Array(signature) });
     for (const armored of armoredKeys) keys.push(await openpgp.readKey({ armoredKey: armored }));
