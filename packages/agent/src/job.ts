@@ -389,7 +389,8 @@ export class JobRun {
       this.log.line("[drover] provider cache not used: the workspace sets TF_CLI_CONFIG_FILE");
       return;
     }
-    const baseFile = process.env.TF_CLI_CONFIG_FILE;
+    // Not the workspace's (returned above): the agent's own, passed on by environment().
+    const baseFile = env.TF_CLI_CONFIG_FILE;
     const base = baseFile && existsSync(baseFile) ? readFileSync(baseFile, "utf8") : "";
     if (/\bprovider_installation\b/.test(base)) {
       this.log.line("[drover] provider cache not used: the agent's TF_CLI_CONFIG_FILE has its own provider_installation");
