@@ -1,4 +1,4 @@
-import { DroverError, type JobAssignment } from "@drover/protocol";
+import { DroverError, noopTracer, startTelemetryIfSet, type JobAssignment, type Telemetry } from "@drover/protocol";
 import type { Server } from "node:http";
 import type { Logger } from "pino";
 import { pause, waitFor } from "./backoff.js";
@@ -13,8 +13,6 @@ import { JobRun } from "./job.js";
 import { KeptPlanDirs } from "./kept-plans.js";
 import { reapOrphans } from "./orphans.js";
 import { writeAgentStatus } from "./agent-status.js";
-import { ProviderCache } from "./providers/cache.js";
-import { join } from "node:path";
 
 export const agentVersion = "0.1.0";
 
@@ -60,8 +58,9 @@ export class Agent {
   private slotFreed: (() => void) | undefined;
   private fatal: Error | undefined;
   private readonly keptPlans: KeptPlanDirs;
-  /** The provider cache runs read (DROVER_AGENT_PROVIDER_CACHE_ENABLED). */
-  private readonly providerCache: ProviderCache | undefined;
+  /** OTLP export; the no-op one unless DROVER_AGENT_OTLP_ENDPOINT is set. */
+  private telemetry: Telemetry = { tracer: noopTracer, shutdown: async () => undefined };
+  private telemetryStarted = false;
 
   constructor(
     private readonly config: AgentConfig,
@@ -70,10 +69,6 @@ export class Agent {
   ) {
     this.client = new AgentClient(config.url, config.caCertPem, options.timeouts);
     this.keptPlans = new KeptPlanDirs(config.dataDir, config.concurrency, config.planReuseMs);
-    this.providerCache = config.providerCacheEnabled
-      ? new ProviderCache({ dir: join(config.cacheDir, "providers"), limitBytes: config.providerCacheSizeLimitMb * 1024 * 1024, dispatcher: this.client.dispatcher, logger: log })
-      : undefined;
-    if (this.providerCache) this.metrics.addCache("providers", this.providerCache.counters);
   }
 
   private transition(to: AgentState): void {
@@ -87,6 +82,21 @@ export class Agent {
     this.session = reg.sessionToken;
     this.heartbeatMs = this.options.heartbeatMs ?? reg.heartbeatIntervalMs;
     this.log.info({ agent: reg.agentId, pool: reg.poolName, url: this.config.url }, "registered");
+    if (this.config.otlpEndpoint && !this.telemetryStarted) {
+      this.telemetryStarted = true;
+      try {
+        this.telemetry = await startTelemetryIfSet({
+          endpoint: this.config.otlpEndpoint,
+          protocol: this.config.otlpProtocol,
+          traces: this.config.otlpTracesEnabled,
+          metrics: this.config.otlpMetricsEnabled,
+          resource: { "service.name": "drover-agent", "drover.pool": reg.poolName, "drover.agent": this.config.name, "k8s.pod.name": this.config.kubernetesPod },
+          exposition: () => this.metrics.render(),
+        });
+      } catch (err) {
+        this.log.warn({ err: err instanceof Error ? err.message : String(err) }, "OpenTelemetry export could not start; running without it");
+      }
+    }
   }
 
   /** Runs until stopped; resolves with the process exit code. */
@@ -135,6 +145,8 @@ export class Agent {
     }
     await this.stopping;
     await heartbeat;
+    // The last jobs' spans and the final counters go out before the process exits.
+    await this.telemetry.shutdown().catch((err: unknown) => this.log.warn({ err: err instanceof Error ? err.message : String(err) }, "flushing telemetry failed"));
     return this.exitCode;
   }
 
@@ -209,7 +221,7 @@ export class Agent {
 
   private startJob(assignment: JobAssignment): void {
     this.jobsTaken++;
-    const run = new JobRun(assignment, this.client, this.config, this.log, this.config.runAs ? runnerAs(localRunner, this.config.runAs) : undefined, this.keptPlans, this.providerCache);
+    const run = new JobRun(assignment, this.client, { ...this.config, tracer: this.telemetry.tracer }, this.log, this.config.runAs ? runnerAs(localRunner, this.config.runAs) : undefined, this.keptPlans);
     const key = `${assignment.jobId}-${assignment.attempt}`;
     // An older attempt of this job still winding down here (its lease lapsed) ends first: a new
     // attempt never runs beside processes of an older one.

@@ -29,6 +29,9 @@ export interface AgentConfig {
   otlpEndpoint: string | undefined;
   otlpMetricsEnabled: boolean;
   otlpTracesEnabled: boolean;
+  otlpProtocol: "http/protobuf" | "grpc";
+  /** The pod this process runs in, inside Kubernetes (a telemetry resource attribute). */
+  kubernetesPod: string | undefined;
   /** File the agent keeps its running-job count in, for the pod-annotator sidecar (DROVER_AGENT_STATUS_FILE). */
   statusFile: string | undefined;
   /** Extra trust roots (PEM) for the agent's own HTTPS. */
@@ -64,7 +67,7 @@ export function loadAgentConfig(env: NodeJS.ProcessEnv, flags: AgentFlags = {}):
     try {
       token = readFileSync(tokenFile, "utf8").trim();
     } catch (err) {
-      throw new InvalidSettingError("DROVER_TOKEN_FILE", `DROVER_TOKEN_FILE ${tokenFile} cannot be read: ${err instanceof Error ? err.message : String(err)}`, { hint: "Give the path of a file holding the pool token." });
+      throw new InvalidSettingError("DROVER_TOKEN_FILE", `DROVER_TOKEN_FILE ${tokenFile} cannot be read: ${err instanceof Error ? err.message : String(err)}`, { hint: "give the path of a file holding the pool token" });
     }
   }
   if (!token) throw new InvalidSettingError("DROVER_TOKEN", "no pool token: set DROVER_TOKEN or DROVER_TOKEN_FILE (create one with `drover token create --pool <pool>`)");
@@ -72,7 +75,7 @@ export function loadAgentConfig(env: NodeJS.ProcessEnv, flags: AgentFlags = {}):
   try {
     claimsUrl = parsePoolToken(token).url;
   } catch (err) {
-    throw new InvalidSettingError("DROVER_TOKEN", `DROVER_TOKEN is not a valid pool token: ${err instanceof Error ? err.message : String(err)}`, { hint: "Create one with `drover token create --pool <pool>`." });
+    throw new InvalidSettingError("DROVER_TOKEN", `DROVER_TOKEN is not a valid pool token: ${err instanceof Error ? err.message : String(err)}`, { hint: "create one with `drover token create --pool <pool>`" });
   }
   const url = src.get("DROVER_URL") ?? settingParsers.httpUrl(claimsUrl ?? "", "DROVER_URL");
 
@@ -110,6 +113,8 @@ export function loadAgentConfig(env: NodeJS.ProcessEnv, flags: AgentFlags = {}):
     otlpEndpoint: src.get("DROVER_AGENT_OTLP_ENDPOINT"),
     otlpMetricsEnabled: src.get("DROVER_AGENT_OTLP_METRICS_ENABLED"),
     otlpTracesEnabled: src.get("DROVER_AGENT_OTLP_TRACES_ENABLED"),
+    otlpProtocol: src.get("DROVER_AGENT_OTLP_PROTOCOL"),
+    kubernetesPod: env.KUBERNETES_SERVICE_HOST ? hostname() : undefined,
     statusFile: src.get("DROVER_AGENT_STATUS_FILE"),
     caCertPem: src.get("DROVER_CA_CERT"),
     taskCaCertPath: src.get("DROVER_CONTAINER_TASK_CA_CERT"),
@@ -126,7 +131,7 @@ export function loadAgentConfig(env: NodeJS.ProcessEnv, flags: AgentFlags = {}):
 export function checkGracePeriod(stopAction: StopAction, graceSeconds: number): void {
   if (graceSeconds < minimumGraceSeconds[stopAction]) {
     throw new InvalidSettingError("DROVER_AGENT_GRACE_PERIOD_SECONDS", `DROVER_AGENT_GRACE_PERIOD_SECONDS ${graceSeconds} is too short for the ${stopAction} stop action: it needs at least ${minimumGraceSeconds[stopAction]}`, {
-      hint: `Raise it (and the pod's terminationGracePeriodSeconds) to ${minimumGraceSeconds[stopAction]} or more, or choose another stop action.`,
+      hint: `raise it (and the pod's terminationGracePeriodSeconds) to ${minimumGraceSeconds[stopAction]} or more, or choose another stop action`,
     });
   }
 }

@@ -1,4 +1,4 @@
-import { containsSecret, DroverError, redactText, secretForms, type JobAssignment, type JobOutcome, type Output } from "@drover/protocol";
+import { containsSecret, DroverError, noopTracer, redactText, secretForms, type JobAssignment, type JobOutcome, type Output, type RunTracer, type SpanHandle } from "@drover/protocol";
 import { closeSync, constants, existsSync, mkdirSync, openSync, readFileSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { join, relative, resolve } from "node:path";
 import type { Logger } from "pino";
@@ -14,8 +14,6 @@ import { outputsOfState } from "./state-outputs.js";
 import type { RunningProcess } from "./process.js";
 import { chownTree } from "./run-user.js";
 import { localRunner, type RunFiles, type Runner } from "./runner.js";
-import type { ProviderCache, ProviderLease } from "./providers/cache.js";
-import { lockFileName } from "./providers/config-scan.js";
 
 /** Job states as the agent tracks them. */
 export type JobRunState = "starting" | "running" | "finishing" | "done";
@@ -36,6 +34,8 @@ const heartbeatWaitMs = 10_000;
 export type JobSettings = Pick<AgentConfig, "name" | "dataDir" | "cacheDir" | "stopAction" | "providerCacheEnabled" | "taskCaCertPath" | "hooksDir" | "hookTimeoutMs" | "runAs"> & {
   /** The pool token, redacted from everything the run sends; a pod worker holds none. */
   token: string | undefined;
+  /** Spans of the job's stages (none without an OTLP endpoint). */
+  tracer?: RunTracer;
 };
 
 /** One job executing on this agent with the local driver. */
@@ -63,8 +63,8 @@ export class JobRun {
   private tailBytes = 0;
   /** Values hidden from everything this job sends: log, outcome message. */
   private secrets: string[] = [];
-  /** Provider cache entries this job holds until it ends. */
-  private providerLease: ProviderLease | undefined;
+  /** This process's span of the job; stage spans are its children. */
+  private trace: SpanHandle | undefined;
 
   constructor(
     private readonly assignment: JobAssignment,
@@ -73,7 +73,6 @@ export class JobRun {
     private readonly logger: Logger,
     private readonly runner: Runner = localRunner,
     private readonly keptPlans?: KeptPlanDirs,
-    private readonly providerCache?: ProviderCache,
   ) {
     this.job = client.job(assignment.jobId, assignment.jobToken);
     this.log = new LogStream(this.job);
@@ -141,11 +140,17 @@ export class JobRun {
     const a = this.assignment;
     const runDir = join(this.config.dataDir, `${a.jobId}-${a.attempt}`);
     const started = Date.now();
+    const tracer = this.config.tracer ?? noopTracer;
+    this.trace = tracer.start(`agent ${a.phase}`, a.traceparent, { attributes: { "drover.phase": a.phase, "drover.agent": this.config.name, "drover.run.id": a.runId } });
+    const claimed = tracer.start("claimed", this.trace);
     try {
       await withRetry(() => this.job.start(this.work.signal), this.work.signal);
+      claimed.end();
     } catch (err) {
       // Canceled before it started, or reassigned: nothing to do.
       this.logger.info({ job: a.jobId, err: err instanceof Error ? err.message : String(err) }, "job not started");
+      claimed.end(undefined, "not started");
+      this.trace.end(undefined, "not started");
       this.state = "done";
       return;
     }
@@ -173,6 +178,7 @@ export class JobRun {
     const seconds = ((Date.now() - started) / 1000).toFixed(1);
     this.log.line(`\n[drover] ${a.phase} ${outcome === "succeeded" ? "succeeded" : outcome}${message ? `: ${message.split("\n")[0]}` : ""} after ${seconds} s`);
     const deliver = this.delivery.signal;
+    const finishing = tracer.start("finish", this.trace);
     try {
       await this.log.close(deliver);
     } catch (err) {
@@ -189,12 +195,13 @@ export class JobRun {
         if (err instanceof NetworkError || deliver.aborted) this.undeliveredItems.push(`job ${a.jobId} finish undelivered (outcome ${outcome})`);
       }
     }
+    finishing.end();
+    this.trace.end({ "drover.outcome": outcome }, outcome === "succeeded" ? undefined : (message ?? outcome).split("\n")[0]);
     this.work.abort();
     this.abort.abort();
     await heartbeats;
     for (const t of this.timers) clearTimeout(t);
     this.files.discard(runDir);
-    this.providerLease?.release();
     this.state = "done";
     this.logger.info({ job: a.jobId, run: a.runId, phase: a.phase, outcome }, "job finished");
   }
@@ -273,6 +280,7 @@ export class JobRun {
     // A pre-init hook may prepare more than the directory, so it gets its init every time.
     const reused = a.phase === "apply" && !this.hookPath("pre-init") && this.keptPlans?.take(this.planDirKey(), runDir) === true;
     if (!reused) this.files.prepare(runDir, configDir);
+    const download = this.stage("configuration download");
     const variables = await withRetry(() => this.job.variables(this.work.signal), this.work.signal);
     this.secrets = secretForms([...variables.filter((v) => v.sensitive).map((v) => v.value), a.jobToken, ...(this.config.token === undefined ? [] : [this.config.token])]);
     this.log.setSecrets(this.secrets);
@@ -305,8 +313,8 @@ export class JobRun {
       // backend, which the TF_HTTP_* variables configure.
       this.files.write(join(writeDir, "drover_backend_override.tf"), 'terraform {\n  backend "http" {}\n}\n');
     }
+    download.end({ "drover.reused": reused });
     const env = this.environment(variables.filter((v) => v.kind === "env").map((v) => [v.key, v.value]));
-    await this.useProviderCache(runDir, workDir, env, variables.some((v) => v.kind === "env" && v.key === "TF_CLI_CONFIG_FILE"));
     if (this.config.runAs) {
       // Runs are another user (DROVER_AGENT_RUN_AS_USER): the run directory is theirs, and so
       // is HOME, since the agent's is not readable to them.
@@ -316,31 +324,46 @@ export class JobRun {
 
     this.checkInterrupted();
     if (!reused) {
+      const init = this.stage("init");
       await this.hook("pre-init", workDir, env);
       await this.step(binary, ["init", "-input=false", "-no-color"], workDir, env);
+      init.end();
     }
     if (a.phase === "plan") {
+      const plan = this.stage("plan");
       await this.hook("pre-plan", workDir, env);
       const planPath = join(runDir, "plan.tfplan");
       await this.step(binary, ["plan", "-input=false", "-no-color", `-out=${planPath}`, ...(a.isDestroy ? ["-destroy"] : [])], workDir, env);
       await this.hook("post-plan", workDir, env);
       const json = await this.capture(binary, ["show", "-json", planPath], workDir, env);
+      plan.end();
+      const uploads = this.stage("uploads");
       await withRetry(() => this.job.uploadPlan(this.files.read(planPath), this.work.signal), this.work.signal);
       await withRetry(() => this.job.uploadPlanJson(json, this.work.signal), this.work.signal);
+      uploads.end();
     } else {
+      const apply = this.stage("apply");
       const planPath = join(runDir, "plan.tfplan");
       this.files.write(planPath, await withRetry(() => this.job.downloadPlan(this.work.signal), this.work.signal));
       if (this.config.runAs) chownTree(planPath, this.config.runAs);
       await this.hook("pre-apply", workDir, env);
       await this.step(binary, ["apply", "-input=false", "-no-color", planPath], workDir, env);
       await this.hook("post-apply", workDir, env);
+      apply.end();
+      const uploads = this.stage("uploads");
       // The state the apply just wrote holds the outputs; reading it spares starting terraform.
       const state = await withRetry(() => this.job.state(a.statePath, this.work.signal), this.work.signal);
       const outputs = outputsOfState(state) ?? (await this.engineOutputs(binary, workDir, env));
       // An output built from a sensitive value is sensitive, whatever the configuration declares.
       const masked = outputs.map((o) => (!o.sensitive && containsSecret(o.value, this.secrets) ? { ...o, sensitive: true } : o));
       await withRetry(() => this.job.uploadOutputs(masked, this.work.signal), this.work.signal);
+      uploads.end();
     }
+  }
+
+  /** A span of one stage of the job, child of the job's span. A stage that throws is ended by the job's end (left open, its span is not sent). */
+  private stage(name: string): SpanHandle {
+    return (this.config.tracer ?? noopTracer).start(name, this.trace);
   }
 
   /** `terraform output -json`, for states the agent cannot read itself. */
@@ -372,38 +395,15 @@ export class JobRun {
       DROVER_RUN_IS_DESTROY: String(a.isDestroy),
       [processTagVariable]: this.processTag,
     });
+    if (this.config.providerCacheEnabled) {
+      const dir = join(this.config.cacheDir, "providers");
+      mkdirSync(dir, { recursive: true });
+      if (this.config.runAs) chownTree(dir, this.config.runAs);
+      env.TF_PLUGIN_CACHE_DIR = dir;
+    }
     if (this.config.taskCaCertPath) env.SSL_CERT_FILE = this.config.taskCaCertPath;
     for (const [k, v] of envVars) env[k] = v;
     return env;
-  }
-
-  /**
-   * Prepares the providers the configuration names in the agent's cache and points the run's
-   * own CLI configuration at it (the agent's CLI configuration, if any, plus the cache's
-   * provider_installation). The run reads the cache and never writes it.
-   */
-  private async useProviderCache(runDir: string, workDir: string, env: NodeJS.ProcessEnv, workspaceCliConfig: boolean): Promise<void> {
-    if (!this.providerCache) return;
-    if (workspaceCliConfig) {
-      // The agent never reads a file a workspace names: it may be one only the agent can read.
-      this.log.line("[drover] provider cache not used: the workspace sets TF_CLI_CONFIG_FILE");
-      return;
-    }
-    // Not the workspace's (returned above): the agent's own, passed on by environment().
-    const baseFile = env.TF_CLI_CONFIG_FILE;
-    const base = baseFile && existsSync(baseFile) ? readFileSync(baseFile, "utf8") : "";
-    if (/\bprovider_installation\b/.test(base)) {
-      this.log.line("[drover] provider cache not used: the agent's TF_CLI_CONFIG_FILE has its own provider_installation");
-      return;
-    }
-    const lease = await this.providerCache.prepare(workDir, this.work.signal);
-    this.providerLease = lease;
-    for (const note of lease.notes) this.log.line(`[drover] provider cache: ${note}`);
-    if (lease.prepared.length > 0) this.log.line(`[drover] providers from the agent's cache: ${lease.prepared.join(", ")}`);
-    if (lease.lockFile !== undefined) this.files.write(join(workDir, lockFileName), lease.lockFile);
-    const configPath = join(runDir, "drover-cli.tfrc");
-    this.files.write(configPath, `${base}\n${lease.installation}`);
-    env.TF_CLI_CONFIG_FILE = configPath;
   }
 
   /** Runs a step whose output is the run log; a non-zero exit fails the run. */

@@ -4,7 +4,6 @@ import { registerServerCommand } from "./commands/server.js";
 import { registerAgentCommands } from "./commands/agent.js";
 import { registerUserCommands } from "./commands/user.js";
 import { registerQuickstartCommand } from "./commands/quickstart.js";
-import { DroverError } from "@drover/protocol";
 import { printError } from "./output.js";
 import { warnUnknownSettings } from "./settings-errors.js";
 
@@ -32,9 +31,7 @@ async function main(): Promise<void> {
       return;
     }
     printError(err);
-    // A bad setting is a usage error, like a bad flag: exit 2, as the agent and server do.
-    const code = err instanceof DroverError && err.code === "invalid_setting" ? 2 : 1;
-    process.exitCode = process.exitCode && process.exitCode !== 0 ? process.exitCode : code;
+    process.exitCode = process.exitCode && process.exitCode !== 0 ? process.exitCode : 1;
   }
 }
 

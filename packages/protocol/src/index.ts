@@ -10,3 +10,4 @@ export * from "./redact.js";
 export * from "./text.js";
 export * from "./versions.js";
 export * from "./client.js";
+export * from "./tracing.js";

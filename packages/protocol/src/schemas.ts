@@ -334,6 +334,8 @@ export const jobAssignmentSchema = z.object({
   /** Path, relative to the server URL the agent uses, of the workspace state (http backend address and lock address). */
   statePath: z.string(),
   leaseTtlMs: z.number().int(),
+  /** W3C traceparent of the job's root span: every process's spans for this job are its descendants. */
+  traceparent: z.string().max(100).optional(),
 });
 export type JobAssignment = z.infer<typeof jobAssignmentSchema>;
 export const pollResponseSchema = z.object({ job: jobAssignmentSchema.nullable() });

@@ -22,6 +22,8 @@ export interface ServerConfig {
   archiveLimits: ArchiveLimits;
   logLevel: string;
   tls: { certFile: string; keyFile: string } | undefined;
+  /** OTLP export; undefined without an endpoint. */
+  otlp: { endpoint: string; protocol: "http/protobuf" | "grpc"; traces: boolean; metrics: boolean } | undefined;
 }
 
 /** Flags of `drover server`; each overrides the environment variable of the same meaning. */
@@ -76,6 +78,7 @@ export function loadServerConfig(input: { env: NodeJS.ProcessEnv; flags?: Server
   if (adminToken !== undefined && (adminToken.length < minAdminTokenLength || new Set(adminToken).size < 8 || /\s/.test(adminToken))) {
     throw new InvalidSettingError("DROVER_ADMIN_TOKEN", `DROVER_ADMIN_TOKEN is too weak: use at least ${minAdminTokenLength} random characters without spaces (for example \`openssl rand -base64 32\`)`);
   }
+  const otlpEndpoint = src.get("DROVER_OTLP_ENDPOINT");
   return {
     host,
     port,
@@ -91,5 +94,8 @@ export function loadServerConfig(input: { env: NodeJS.ProcessEnv; flags?: Server
     archiveLimits: { ...defaultArchiveLimits, maxCompressedBytes: maxArchiveMb * 1024 * 1024 },
     logLevel: src.get("DROVER_LOG_LEVEL"),
     tls: tlsCert && tlsKey ? { certFile: tlsCert, keyFile: tlsKey } : undefined,
+    otlp: otlpEndpoint
+      ? { endpoint: otlpEndpoint, protocol: src.get("DROVER_OTLP_PROTOCOL"), traces: src.get("DROVER_OTLP_TRACES_ENABLED"), metrics: src.get("DROVER_OTLP_METRICS_ENABLED") }
+      : undefined,
   };
 }

@@ -1,3 +1,5 @@
+import { startTelemetryIfSet } from "@drover/protocol";
+import { hostname } from "node:os";
 import { dirname } from "node:path";
 import { pino, type Logger } from "pino";
 import { openDatabase } from "./db/connect.js";
@@ -75,9 +77,16 @@ export async function startServer(config: ServerConfig, options: { logger?: Logg
 
   const shutdown = new AbortController();
   const metrics = createMetrics(store);
+  const telemetry = await startTelemetryIfSet(
+    config.otlp && {
+      ...config.otlp,
+      resource: { "service.name": "drover-server", "k8s.pod.name": process.env.KUBERNETES_SERVICE_HOST ? hostname() : undefined },
+      exposition: () => metrics.registry.metrics(),
+    },
+  );
   let publicUrl = config.publicUrl;
   const storageDir = config.database.kind === "sqlite" && config.database.path !== ":memory:" ? dirname(config.database.path) : undefined;
-  const app = buildApp({ store, health: db.health, ...(storageDir === undefined ? {} : { storageDir }), archiveLimits: config.archiveLimits, publicUrl: () => publicUrl, shutdown: shutdown.signal, markActivity: () => {} }, metrics, log, config.tls, options);
+  const app = buildApp({ store, health: db.health, ...(storageDir === undefined ? {} : { storageDir }), archiveLimits: config.archiveLimits, publicUrl: () => publicUrl, shutdown: shutdown.signal, markActivity: () => {}, tracer: telemetry.tracer }, metrics, log, config.tls, options);
   const sweeper = startSweeper(store, log, config.sweepIntervalMs, db.health, config.forceCancelAfterMs);
   try {
     // A fleet reconnecting at once (after a restart or a network blip) overflows the default
@@ -108,6 +117,8 @@ export async function startServer(config: ServerConfig, options: { logger?: Logg
         await sweeper.stop();
         await app.close().catch((err: unknown) => log.warn({ err }, "closing HTTP server failed"));
         await presence.stop().catch((err: unknown) => log.warn({ err }, "writing the last heartbeats failed"));
+        // Before the database closes: the last metrics export reads it.
+        await telemetry.shutdown().catch((err: unknown) => log.warn({ err }, "flushing telemetry failed"));
         await events.close();
         await db.close();
       })();

@@ -1,5 +1,5 @@
 import { agentApi, maxLogChunkBytes, maxLongPollMs, routes } from "@drover/protocol";
-import type { Agent } from "@drover/protocol";
+import { jobTraceIds, jobTraceparent, noopTracer, type Agent } from "@drover/protocol";
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { agentHeartbeat, deregisterAgent, registerAgent } from "../store/agents.js";
 import { poolDemand } from "../store/demand.js";
@@ -49,8 +49,19 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, opt
     // Up to 20% jitter: agents that (re)connected together — after a server restart, say —
     // would otherwise all time out and reconnect in the same instant, forever.
     const jittered = Math.round(wait * (0.8 + 0.2 * Math.random()));
-    const job = await pollForJob(ctx, agentOf(req), jittered, requestSignal(reply, http.shutdown));
-    return { job };
+    const agent = agentOf(req);
+    const job = await pollForJob(ctx, agent, jittered, requestSignal(reply, http.shutdown));
+    if (!job) return { job };
+    // The job's trace: its root span is named by the job attempt (emitted when it finishes), so
+    // the agent and the pod worker parent their spans on it through this field alone.
+    const traceparent = jobTraceparent(job.jobId, job.attempt);
+    if (http.tracer !== noopTracer) {
+      const row = await ctx.db.selectFrom("jobs").select("queued_at").where("id", "=", job.jobId).executeTakeFirst();
+      http.tracer
+        .start("queued", traceparent, { startTime: Number(row?.queued_at ?? Date.now()), attributes: { "drover.phase": job.phase, "drover.pool.id": agent.poolId, "drover.agent": agent.name } })
+        .end();
+    }
+    return { job: { ...job, traceparent } };
   });
 
   serve(routes.agentHeartbeat, asSession, async ({ body }, req) => {
@@ -82,7 +93,18 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, opt
 
   serve(routes.uploadOutputs, asJob, async ({ body }, req) => saveOutputs(ctx, jobOf(req), body.outputs));
 
-  serve(routes.finishJob, asJob, async ({ body }, req) => finishJob(ctx, jobOf(req), body.outcome, body.message));
+  serve(routes.finishJob, asJob, async ({ body }, req) => {
+    const job = jobOf(req);
+    const result = await finishJob(ctx, job, body.outcome, body.message);
+    http.tracer
+      .start("job", undefined, {
+        ids: jobTraceIds(job.id, job.attempt),
+        startTime: Number(job.queued_at),
+        attributes: { "drover.phase": job.phase, "drover.run.id": job.run_id, "drover.job.id": job.id, "drover.pool.id": job.pool_id, "drover.outcome": body.outcome },
+      })
+      .end(undefined, body.outcome === "succeeded" ? undefined : (body.message ?? body.outcome));
+    return result;
+  });
 
   // Binary uploads take the raw body whatever its content type.
   void app.register(async (binary) => {

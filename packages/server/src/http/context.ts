@@ -1,4 +1,4 @@
-import type { ArchiveLimits } from "@drover/protocol";
+import type { ArchiveLimits, RunTracer } from "@drover/protocol";
 import type { DatabaseHealth } from "../db/health.js";
 import type { StoreContext } from "../store/context.js";
 
@@ -15,4 +15,6 @@ export interface HttpContext {
   shutdown: AbortSignal;
   /** Called on every agent-protocol request, for /healthz's lastActivity. */
   markActivity(): void;
+  /** Spans of each job's trace (the no-op tracer without an OTLP endpoint). */
+  tracer: RunTracer;
 }

@@ -1,0 +1,108 @@
+// OTLP export end to end: a server and a local agent pointed at an OTLP/HTTP (protobuf)
+// receiver on 127.0.0.1 run examples/hello; each phase's trace has the server's job span as
+// root, the queue wait and the agent's span as its children, and the agent's stage spans
+// under that — parented across the two processes through the traceparent in the job
+// assignment. The metrics of both /metrics endpoints arrive under the same names. An agent
+// with no endpoint loads no OpenTelemetry module at all.
+import assert from "node:assert/strict";
+import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { after, before, test } from "node:test";
+import { startOtlpReceiver, type OtlpReceiver, type ReceivedSpan } from "../support/otlp-receiver.js";
+import { startStack, type Stack } from "../support/stack.js";
+import { eventually } from "../support/fault-runs.js";
+
+const repo = join(fileURLToPath(new URL(".", import.meta.url)), "..", "..", "..");
+const watchModule = join(repo, "test", "dist", "support", "module-watch.js");
+
+let receiver: OtlpReceiver;
+let stack: Stack;
+before(async () => {
+  receiver = await startOtlpReceiver();
+  stack = await startStack({ DROVER_OTLP_ENDPOINT: receiver.url });
+});
+after(async () => {
+  await stack?.stop();
+  await receiver?.close();
+});
+
+test("examples/hello through a local agent: a trace per phase with the stage spans, parented across server and agent; the metrics under their /metrics names", async () => {
+  const moduleLog = join(stack.dir, "modules-with-endpoint.log");
+  const agent = await stack.startAgent("traced", { DROVER_AGENT_OTLP_ENDPOINT: receiver.url, NODE_OPTIONS: `--import=${watchModule}`, DROVER_TEST_MODULE_LOG: moduleLog });
+  await stack.server.api("POST", "/api/v1/workspaces", { name: "traced-hello", pool: stack.pool });
+  const runId = await stack.startRun(join(repo, "examples", "hello"), "traced-hello", ["--auto-apply"]);
+  assert.equal((await stack.waitForRun(runId, ["applied", "errored", "canceled"], 120_000)).status, "applied");
+  // Stopping flushes what the agent buffered.
+  await agent.stop("SIGTERM");
+  assert.ok(existsSync(moduleLog) && readFileSync(moduleLog, "utf8").includes("@opentelemetry"), "with an endpoint the exporter is loaded");
+
+  const jobs = (await stack.server.api("GET", `/api/v1/runs/${runId}/jobs`)).body.items as Array<{ id: string; phase: string }>;
+  assert.equal(jobs.length, 2);
+  for (const job of jobs) {
+    const root = await eventually(`the server's span of the ${job.phase} job`, async () => receiver.spans.find((s) => s.name === "job" && s.attributes["drover.job.id"] === job.id), 30_000);
+    const trace = () => receiver.spans.filter((s) => s.traceId === root.traceId);
+    const named = (name: string, spans: ReceivedSpan[] = trace()) => {
+      const found = spans.filter((s) => s.name === name);
+      assert.equal(found.length, 1, `one ${name} span in the ${job.phase} trace: ${trace().map((s) => s.name).join(", ")}`);
+      return found[0]!;
+    };
+    assert.equal(root.parentSpanId, "", "the job span is the trace's root");
+    assert.equal(root.resource["service.name"], "drover-server");
+    assert.equal(root.attributes["drover.run.id"], runId);
+    assert.equal(root.attributes["drover.outcome"], "succeeded");
+    const queued = named("queued");
+    assert.equal(queued.parentSpanId, root.spanId);
+    assert.ok(queued.startNs >= root.startNs && queued.endNs <= root.endNs);
+    const agentSpan = named(`agent ${job.phase}`);
+    assert.equal(agentSpan.parentSpanId, root.spanId, "the agent's span hangs under the server's job span");
+    assert.equal(agentSpan.resource["service.name"], "drover-agent");
+    assert.equal(agentSpan.resource["drover.agent"], "traced");
+    assert.equal(agentSpan.resource["drover.pool"], stack.pool);
+    assert.ok(agentSpan.startNs >= queued.endNs - 5_000_000n, "the agent's work starts after the queue wait");
+    const stages = job.phase === "plan" ? ["claimed", "configuration download", "init", "plan", "uploads", "finish"] : ["claimed", "configuration download", "apply", "uploads", "finish"];
+    let previousEnd = 0n;
+    for (const name of stages) {
+      const s = named(name);
+      assert.equal(s.parentSpanId, agentSpan.spanId, `${name} is a stage of the agent's span`);
+      // (1 ms of slack: the SDK's timestamps are float milliseconds)
+      assert.ok(s.startNs >= previousEnd - 1_000_000n, `${name} starts after the stage before it`);
+      assert.ok(s.endNs >= s.startNs && s.endNs <= agentSpan.endNs + 1_000_000n, `${name} ends within the agent span`);
+      previousEnd = s.endNs;
+    }
+    // (No bound on the agent span's end: it closes when the server's answer to finish arrives, after the root ended.)
+    assert.ok(agentSpan.startNs >= root.startNs);
+  }
+  // Every request was OTLP/HTTP protobuf.
+  assert.ok(receiver.requests.every((r) => r.contentType === "application/x-protobuf"), JSON.stringify(receiver.requests));
+
+  // The agent's series, under their /metrics names (the final export at its stop).
+  const agentMetrics = receiver.metrics.filter((m) => m.resource["service.name"] === "drover-agent");
+  const finished = agentMetrics.filter((m) => m.name === "drover_agent_jobs_finished_total").flatMap((m) => m.points);
+  assert.ok(finished.some((p) => p.attributes.phase === "plan" && p.value === 1), JSON.stringify(finished));
+  assert.ok(finished.some((p) => p.attributes.phase === "apply" && p.value === 1));
+  assert.ok(agentMetrics.some((m) => m.name === "drover_agent_jobs_running" && m.kind === "gauge"));
+  assert.ok(agentMetrics.some((m) => m.name === "drover_agent_poll_errors_total" && m.kind === "sum"));
+});
+
+test("the server's gauges reach the collector under their /metrics names", async () => {
+  // The server exports at its stop; a second server against the same receiver shows it without stopping the stack's.
+  const { startTestServer } = await import("../support/server.js");
+  const server = await startTestServer({ DROVER_OTLP_ENDPOINT: receiver.url });
+  await server.api("POST", "/api/v1/pools", { name: "otlp-pool" });
+  await server.stop();
+  const serverMetrics = receiver.metrics.filter((m) => m.resource["service.name"] === "drover-server");
+  const depth = serverMetrics.filter((m) => m.name === "drover_pool_jobs_pending").flatMap((m) => m.points);
+  assert.ok(depth.some((p) => p.attributes.pool === "otlp-pool" && p.value === 0), JSON.stringify(serverMetrics.map((m) => m.name)));
+  for (const name of ["drover_queue_depth", "drover_agents", "drover_pool_desired_agents"]) assert.ok(serverMetrics.some((m) => m.name === name), name);
+});
+
+test("with no endpoint set the agent loads no OpenTelemetry module", async () => {
+  const moduleLog = join(stack.dir, "modules-without-endpoint.log");
+  const agent = await stack.startAgent("untraced", { NODE_OPTIONS: `--import=${watchModule}`, DROVER_TEST_MODULE_LOG: moduleLog });
+  await stack.server.api("POST", "/api/v1/workspaces", { name: "untraced-hello", pool: stack.pool });
+  const runId = await stack.startRun(join(repo, "examples", "hello"), "untraced-hello", ["--auto-apply"]);
+  assert.equal((await stack.waitForRun(runId, ["applied", "errored", "canceled"], 120_000)).status, "applied");
+  await agent.stop("SIGTERM");
+  assert.equal(existsSync(moduleLog) ? readFileSync(moduleLog, "utf8") : "", "", "no @opentelemetry module resolved");
+});
