@@ -3,7 +3,8 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { packDir, startAgentProc } from "./agent-runs.js";
-import { adminToken, api, rssMb, sleep, startServerProc } from "./harness.js";
+import { routes } from "@drover/protocol";
+import { adminToken, api, client, rssMb, sleep, startServerProc } from "./harness.js";
 import { type Figure } from "./report.js";
 
 /** Idle RSS of a registered, long-polling agent, beside a bare Node.js process. */
@@ -77,10 +78,10 @@ export async function benchLogStreaming(megabytes = 50): Promise<Figure[]> {
     let carry = "";
     let bytes = 0;
     for (;;) {
-      const res = await fetch(`${server.url}/api/v1/runs/${created.id}/logs?phase=plan&offset=${offset}&limit=8388608`, { headers: { authorization: `Bearer ${adminToken}` } });
-      const chunk = Buffer.from(await res.arrayBuffer());
+      const res = await client(server.url).exchange(routes.runLogs, { params: { id: created.id }, query: { phase: "plan", offset, limit: 8388608 } });
+      const chunk = res.result;
       bytes += chunk.length;
-      offset = Number(res.headers.get("x-drover-log-offset"));
+      offset = Number(res.headers["x-drover-log-offset"]);
       const parts = (carry + chunk.toString("utf8")).split("\n");
       carry = parts.pop() ?? "";
       for (const l of parts) {
@@ -89,7 +90,7 @@ export async function benchLogStreaming(megabytes = 50): Promise<Figure[]> {
         if (Number(m[1]) !== expected) throw new Error(`log out of order or lost: expected line ${expected}, got ${m[1]}`);
         expected++;
       }
-      if (res.headers.get("x-drover-log-complete") === "true" || chunk.length === 0) break;
+      if (res.headers["x-drover-log-complete"] === "true" || chunk.length === 0) break;
     }
     if (expected - 1 !== lines) throw new Error(`log incomplete: ${expected - 1} of ${lines} lines`);
     const jobs = await api(server.url, "GET", `/api/v1/runs/${created.id}/jobs`);

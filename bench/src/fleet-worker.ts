@@ -5,10 +5,11 @@
 // Prints one JSON line at the end.
 import { setMaxListeners } from "node:events";
 import { monitorEventLoopDelay } from "node:perf_hooks";
-import { Agent, request } from "undici";
+import { DroverClient, routes } from "@drover/protocol";
+import { Agent } from "undici";
 
-// The same HTTP client the real agent uses (undici's request, kept-alive connections), so the
-// simulated fleet costs its processes what real agents would, not fetch's extra layers.
+// The same HTTP client the real agent uses (the typed client on undici, kept-alive
+// connections), so the simulated fleet costs its processes what real agents would.
 const dispatcher = new Agent({ connections: null, keepAliveTimeout: 60_000, headersTimeout: 0, bodyTimeout: 0 });
 
 const [url, token, countArg, durationArg, prefix, warmupArg] = process.argv.slice(2);
@@ -18,22 +19,11 @@ const warmupMs = Number(warmupArg ?? 8000);
 const loopDelay = monitorEventLoopDelay({ resolution: 10 });
 loopDelay.enable();
 
-async function call(path: string, auth: string, body?: unknown, signal?: AbortSignal): Promise<any> {
-  const res = await request(url + path, {
-    method: "POST",
-    headers: { authorization: `Bearer ${auth}`, "content-type": "application/json" },
-    body: JSON.stringify(body ?? {}),
-    signal,
-    dispatcher,
-  });
-  const text = await res.body.text();
-  if (res.statusCode >= 300) throw new Error(`${path}: ${res.statusCode} ${text}`);
-  return text ? JSON.parse(text) : undefined;
-}
+const client = new DroverClient({ baseUrl: url!, dispatcher });
 
 const sessions: Array<{ session: string; interval: number }> = [];
 for (let i = 0; i < count; i++) {
-  const reg = await call("/api/agent/v1/register", token!, { name: `${prefix}-${i}`, version: "bench", driver: "local", capacity: 1 });
+  const reg = await client.call(routes.register, { token, body: { name: `${prefix}-${i}`, version: "bench", driver: "local", capacity: 1 } });
   sessions.push({ session: reg.sessionToken, interval: reg.heartbeatIntervalMs });
 }
 const start = performance.now();
@@ -50,7 +40,7 @@ await Promise.all(
     const polling = (async () => {
       while (!stop.signal.aborted) {
         try {
-          await call("/api/agent/v1/jobs/next?wait=25000", session, undefined, stop.signal);
+          await client.call(routes.pollJob, { token: session, query: { wait: 25_000 }, signal: stop.signal, timeoutMs: 40_000 });
         } catch {
           if (!stop.signal.aborted) errors++;
         }
@@ -60,7 +50,7 @@ await Promise.all(
     while (performance.now() < windowEnd) {
       const t = performance.now();
       try {
-        await call("/api/agent/v1/heartbeat", session, { runningJobs: 0 });
+        await client.call(routes.agentHeartbeat, { token: session, body: { runningJobs: 0 } });
         if (t >= windowStart && t < windowEnd) latencies.push(performance.now() - t);
       } catch {
         errors++;

@@ -3,6 +3,7 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { decodeErrorAnswer, DroverClient } from "@drover/protocol";
 
 export const repoRoot = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 export const droverBin = join(repoRoot, "packages", "cli", "dist", "src", "main.js");
@@ -56,16 +57,22 @@ export function cpuSeconds(pid: number): number {
   return (Number(fields[11]) + Number(fields[12])) / 100;
 }
 
-/** JSON call with a token; throws on non-2xx. */
+const clients = new Map<string, DroverClient>();
+
+/** The protocol's typed client for `url` (one per URL, so connections are reused). */
+export function client(url: string, token = adminToken): DroverClient {
+  const key = `${url} ${token}`;
+  let c = clients.get(key);
+  if (!c) clients.set(key, (c = new DroverClient({ baseUrl: url, token, timeoutMs: 120_000 })));
+  return c;
+}
+
+/** JSON call with a token through the typed client; a non-2xx answer throws its coded error. */
 export async function api(url: string, method: string, path: string, token = adminToken, body?: unknown, contentType = "application/json"): Promise<any> {
-  const init: RequestInit = { method, headers: { authorization: `Bearer ${token}` } };
-  if (body !== undefined) {
-    init.body = Buffer.isBuffer(body) ? body : JSON.stringify(body);
-    (init.headers as Record<string, string>)["content-type"] = contentType;
-  }
-  const res = await fetch(url + path, init);
-  const text = await res.text();
-  if (res.status >= 300) throw new Error(`${method} ${path}: ${res.status} ${text}`);
+  const payload = body === undefined ? undefined : Buffer.isBuffer(body) ? body : JSON.stringify(body);
+  const answer = await client(url, token).request(method, path, { body: payload, headers: payload === undefined ? {} : { "content-type": contentType } });
+  if (answer.status >= 300) throw decodeErrorAnswer(`${method} ${path}`, answer);
+  const text = answer.body.toString("utf8");
   return text ? JSON.parse(text) : undefined;
 }
 

@@ -4,6 +4,7 @@ import { benchScale } from "./scale.js";
 import { benchOverhead } from "./overhead.js";
 import { benchAgentIdle, benchLogStreaming } from "./agent-resources.js";
 import { benchKubernetes } from "./kubernetes.js";
+import { benchProviderCache } from "./provider-cache.js";
 import { repoRoot } from "./harness.js";
 import { writeReport, type Figure } from "./report.js";
 
@@ -19,6 +20,7 @@ const benches: Record<string, () => Promise<Figure[]>> = {
   logs: () => benchLogStreaming(),
   scale: () => benchScale(),
   kubernetes: () => benchKubernetes(),
+  "provider-cache": () => benchProviderCache(),
 };
 
 const selected = process.argv.slice(2);

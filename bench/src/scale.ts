@@ -1,7 +1,8 @@
 import { spawn } from "node:child_process";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
-import { api, cpuSeconds, repoRoot, rssMb, sleep, startServerProc } from "./harness.js";
+import { routes } from "@drover/protocol";
+import { api, client, cpuSeconds, repoRoot, rssMb, sleep, startServerProc } from "./harness.js";
 import { percentile, type Figure } from "./report.js";
 
 interface FleetResult {
@@ -18,7 +19,7 @@ interface FleetResult {
 
 /** Heartbeats the server answered, and how many took it over 50 ms, from its /metrics. */
 async function serverHeartbeatShare(url: string): Promise<{ count: number; over50ms: number }> {
-  const text = await (await fetch(`${url}/metrics`)).text();
+  const text = (await client(url).call(routes.metrics, {})).toString("utf8");
   const bucket = (le: string) =>
     text
       .split("\n")

@@ -54,7 +54,7 @@ test("503 and 429 with Retry-After: the client reports the wait and withRetry ho
     times.push(Date.now());
     if (calls === 1) res.writeHead(503, { "retry-after": "1", "content-type": "application/json" }).end('{"error":"unavailable","message":"database away"}');
     else if (calls === 2) res.writeHead(429, { "retry-after": "1", "content-type": "application/json" }).end('{"error":"rate_limited","message":"slow down"}');
-    else res.writeHead(200).end();
+    else res.writeHead(200, { "content-type": "application/json" }).end('{"ok":true}');
   };
   const client = new AgentClient(url);
   await assert.rejects(client.deregister("s"), (err: Error) => err instanceof NetworkError && err.retryAfterMs === 1000);

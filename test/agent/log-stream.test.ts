@@ -6,6 +6,8 @@ import { after, before, test } from "node:test";
 import { call, queueRun, registerAgent } from "../support/agent-client.js";
 import { rawTarGz } from "../support/archives.js";
 import { startTestServer, type TestServer } from "../support/server.js";
+import { routes } from "@drover/protocol";
+import { client } from "../support/typed-api.js";
 
 // The agent's log pipeline against the real server through a network that fails: some
 // appends never reach the server (503), some reach it but their answer is lost. The log the
@@ -32,15 +34,15 @@ before(async () => {
       }
       const headers: Record<string, string> = {};
       for (const k of ["authorization", "content-type"]) if (typeof req.headers[k] === "string") headers[k] = req.headers[k];
-      const upstream = await fetch(server.url + req.url, { method: req.method, headers, body: body.length > 0 ? Buffer.concat(body) : undefined });
-      const data = Buffer.from(await upstream.arrayBuffer());
+      const upstream = await client(server.url).request(req.method ?? "GET", req.url ?? "/", { headers, body: body.length > 0 ? Buffer.concat(body) : undefined });
+      const data = upstream.body;
       if (isAppend && n % 4 === 3) {
         // The server stored the bytes; the agent never hears so.
         failures.answerLost++;
         req.socket.destroy();
         return;
       }
-      res.writeHead(upstream.status, { "content-type": upstream.headers.get("content-type") ?? "application/octet-stream" }).end(data);
+      res.writeHead(upstream.status, { "content-type": String(upstream.headers["content-type"] ?? "application/octet-stream") }).end(data);
     });
   });
   await new Promise<void>((r) => proxy.listen(0, "127.0.0.1", r));
@@ -71,8 +73,7 @@ test("a log streamed through failing appends arrives whole, in order, once", asy
   assert.equal(log.acknowledged, Buffer.byteLength(expected));
   assert.ok(failures.refused > 0 && failures.answerLost > 0, `the network did fail (${JSON.stringify(failures)})`);
 
-  const res = await fetch(`${server.url}/api/v1/runs/${runId}/logs?phase=plan&limit=8388608`, { headers: { authorization: `Bearer ${server.adminToken}` } });
-  const stored = await res.text();
+  const stored = (await client(server.url, server.adminToken).call(routes.runLogs, { params: { id: runId }, query: { phase: "plan", limit: 8388608 } })).toString("utf8");
   assert.equal(stored.length, expected.length, "no byte lost or doubled");
   assert.ok(stored === expected, "every line in order");
 });

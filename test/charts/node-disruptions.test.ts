@@ -3,6 +3,7 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
+import { remoteStateConfig, startPrivateTlsStateServer, type PrivateTlsStateServer } from "../support/private-ca.js";
 import { applyAgentTaskCrd, droverImageOptions, kubectlOut, namespace, repo, template } from "../support/chart-cluster.js";
 import { eventually, fastTimings, kube, startTestCluster, type TestCluster } from "../kube/cluster.js";
 
@@ -12,11 +13,16 @@ import { eventually, fastTimings, kube, startTestCluster, type TestCluster } fro
 //    node worker goes on driving the run pod, the run completes once (one Job per phase);
 //  - `kubectl drain` of the run's node mid-apply: the eviction API honours the controller's PDB,
 //    the DaemonSet worker stays (drain ignores DaemonSets), the run pod is evicted and the run ends
-//    errored with the reason — never a silent success — and nothing is left behind.
+//    errored with the reason — never a silent success — and nothing is left behind;
+//  - the seed's container_task_ca_cert (task.caBundle): in node mode too, a run reading state
+//    over TLS from a server with a private CA fails without it and succeeds with it; and
+//    global.podLabels reach the workers and run pods.
 
 const ns = "node-disruptions";
 let cluster: TestCluster;
 let stack: Stack;
+let tls: PrivateTlsStateServer;
+let render: (extra: string[]) => string;
 
 const podsOf = async (component: string) =>
   (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods?labelSelector=${encodeURIComponent(`app.kubernetes.io/component=${component}`)}`)).body.items as any[];
@@ -34,7 +40,8 @@ before(async () => {
   mkdirSync(shared, { recursive: true });
   const tfrc = join(shared, "runner.tfrc");
   writeFileSync(tfrc, "");
-  const rendered = template("agent-k8s", ns, [
+  tls = await startPrivateTlsStateServer("hello from a node over private TLS");
+  render = (extra) => template("agent-k8s", ns, [
     "--set", `agent.token=${stack.poolToken}`,
     "--set", `agent.url=${stack.server.url}`,
     "--set", "image.tag=test",
@@ -44,8 +51,10 @@ before(async () => {
     "--set", `task.execLoopPath=${join(repo, "packages", "agent", "exec-loop", "exec-loop.sh")}`,
     "--set", "task.runner.image=ghcr.io/drover-dev/drover-runner:test",
     "--set", `task.runner.extraEnv.TF_CLI_CONFIG_FILE=${tfrc}`,
+    "--set", "global.podLabels.tier=infra",
+    ...extra,
   ], { release: "rel", crds: false });
-  const r = await kubectlOut(cluster, ["apply", "-n", ns, "-f", "-"], rendered);
+  const r = await kubectlOut(cluster, ["apply", "-n", ns, "-f", "-"], render([]));
   assert.equal(r.code, 0, r.out);
   await eventually("a worker on each node and the controller registered", async () => {
     const workers = await podsOf("worker");
@@ -55,6 +64,7 @@ before(async () => {
 });
 
 after(async () => {
+  tls?.close();
   await stack?.stop();
   await cluster?.close();
 });
@@ -124,4 +134,26 @@ test("agent-k8s: kubectl drain of the run's node mid-apply honours the PDB, keep
   const hello = await stack.startRun(join(repo, "examples", "hello"), "after-drain", ["--auto-apply"]);
   const done = await stack.waitForRun(hello, ["applied", "errored", "canceled"], 120_000);
   assert.equal(done.status, "applied", `${await runLog(stack.server, hello, "apply")}\n${await diagnose()}`);
+});
+
+test("agent-k8s node mode: task.caBundle makes runs trust a private CA (the seed's container_task_ca_cert); global.podLabels reach workers and run pods", async () => {
+  assert.equal((await stack.server.api("POST", "/api/v1/workspaces", { name: "node-private-tls", pool: stack.pool })).status, 201);
+  const config = writeConfig(stack.dir, "node-private-tls", remoteStateConfig(tls.url));
+  const untrusted = await stack.startRun(config, "node-private-tls", ["--auto-apply"]);
+  const failed = await stack.waitForRun(untrusted, ["applied", "errored", "canceled"], 120_000);
+  const failedLog = await runLog(stack.server, untrusted, "plan");
+  assert.equal(failed.status, "errored", `${failedLog}\n${await diagnose()}`);
+  assert.match(failedLog, /x509|certificate/i, failedLog);
+
+  const r = await kubectlOut(cluster, ["apply", "-n", ns, "-f", "-"], render(["--set-string", `task.caBundle=${tls.caPem}`]));
+  assert.equal(r.code, 0, r.out);
+  const trusted = await stack.startRun(config, "node-private-tls", ["--auto-apply"]);
+  const done = await stack.waitForRun(trusted, ["applied", "errored", "canceled"], 120_000);
+  const log = `${await runLog(stack.server, trusted, "plan")}\n${await runLog(stack.server, trusted, "apply")}`;
+  assert.equal(done.status, "applied", `${log}\n${await diagnose()}`);
+  assert.match(log, /hello from a node over private TLS/);
+
+  const runPods = await podsOf("task");
+  assert.ok(runPods.length >= 2, `run pods: ${runPods.length}`);
+  for (const p of [...(await podsOf("worker")), ...runPods]) assert.equal(p.metadata.labels.tier, "infra", p.metadata.name);
 });

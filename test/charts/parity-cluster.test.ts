@@ -9,38 +9,17 @@
 // - extraEnvFrom: a ConfigMap's variable reaches the controller process (a value it refuses makes
 //   it exit naming the variable).
 import assert from "node:assert/strict";
-import { spawnSync } from "node:child_process";
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { createServer, type Server } from "node:https";
-import { tmpdir } from "node:os";
+import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
+import { remoteStateConfig, startPrivateTlsStateServer, type PrivateTlsStateServer } from "../support/private-ca.js";
 import { applyRendered, droverImageOptions, isReady, kubectlOut, namespace, repo, template } from "../support/chart-cluster.js";
 import { kube, startTestCluster, until, type TestCluster } from "../kube/cluster.js";
 
 let cluster: TestCluster;
 let stack: Stack;
-let tls: Server;
-let tlsUrl = "";
-let caPem = "";
-
-/** A self-signed CA certificate for 127.0.0.1 (it signs itself: the private CA a run must trust). */
-function privateCa(): { cert: string; key: string } {
-  const dir = mkdtempSync(join(tmpdir(), "parity-ca-"));
-  try {
-    const r = spawnSync("openssl", [
-      "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2",
-      "-subj", "/CN=parity-private-ca", "-addext", "subjectAltName=IP:127.0.0.1",
-      "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,digitalSignature,keyCertSign",
-      "-keyout", join(dir, "key.pem"), "-out", join(dir, "cert.pem"),
-    ], { encoding: "utf8" });
-    assert.equal(r.status, 0, r.stderr);
-    return { cert: readFileSync(join(dir, "cert.pem"), "utf8"), key: readFileSync(join(dir, "key.pem"), "utf8") };
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
-}
+let tls: PrivateTlsStateServer;
 
 before(async () => {
   cluster = await startTestCluster({
@@ -48,18 +27,7 @@ before(async () => {
     ...droverImageOptions(),
   });
   stack = await startStack();
-  const ca = privateCa();
-  caPem = ca.cert;
-  // A state document over HTTPS, as terraform's http backend reads it.
-  const state = JSON.stringify({ version: 4, terraform_version: "1.5.0", serial: 1, lineage: "parity", outputs: { greeting: { value: "hello over private TLS", type: "string" } }, resources: [] });
-  tls = createServer({ cert: ca.cert, key: ca.key }, (_req, res) => {
-    res.setHeader("content-type", "application/json");
-    res.end(state);
-  });
-  await new Promise<void>((r) => tls.listen(0, "127.0.0.1", r));
-  const addr = tls.address();
-  assert.ok(addr && typeof addr === "object");
-  tlsUrl = `https://127.0.0.1:${addr.port}/state.json`;
+  tls = await startPrivateTlsStateServer("hello over private TLS");
 });
 
 after(async () => {
@@ -115,9 +83,7 @@ test("agent-job under an existing ServiceAccount, with global pod labels and ann
   const secrets = (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/secrets`)).body.items as any[];
   assert.equal(secrets.find((s) => s.metadata.name === "d-job-agent-job-token")?.metadata.labels.backup, "no");
 
-  const config = writeConfig(shared, "private-tls", {
-    "main.tf": `data "terraform_remote_state" "ca" {\n  backend = "http"\n  config = {\n    address = "${tlsUrl}"\n  }\n}\n\noutput "greeting" {\n  value = data.terraform_remote_state.ca.outputs.greeting\n}\n`,
-  });
+  const config = writeConfig(shared, "private-tls", remoteStateConfig(tls.url));
   await stack.server.api("POST", "/api/v1/workspaces", { name: "private-tls", pool: stack.pool });
 
   // Without task.caBundle the run's terraform does not trust the private CA.
@@ -128,7 +94,7 @@ test("agent-job under an existing ServiceAccount, with global pod labels and ann
   assert.match(failedLog, /x509|certificate/i, failedLog);
 
   // The same chart with task.caBundle: the next run trusts it.
-  const withCa = await applyRendered(cluster, ns, template("agent-job", ns, [...args, "--set-string", `task.caBundle=${caPem}`]).split(/^---$/m).filter((d) => !/^kind: CustomResourceDefinition$/m.test(d)).join("---"));
+  const withCa = await applyRendered(cluster, ns, template("agent-job", ns, [...args, "--set-string", `task.caBundle=${tls.caPem}`]).split(/^---$/m).filter((d) => !/^kind: CustomResourceDefinition$/m.test(d)).join("---"));
   assert.equal(withCa.code, 0, withCa.out);
   const trusted = await stack.startRun(config, "private-tls", ["--auto-apply"]);
   const done = await stack.waitForRun(trusted, ["applied", "errored", "canceled"], 120_000);

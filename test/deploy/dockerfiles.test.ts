@@ -4,7 +4,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { test } from "node:test";
 
-// No Docker engine exists here, so the images are checked as text: what a build would copy
+// The Dockerfiles as text (images.test.ts builds and runs them): what a build would copy
 // exists, the final stage is non-root, the entry points are ours.
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");

@@ -20,7 +20,7 @@ async function start(command: Command, env: Record<string, string>, flags: strin
   return { exit, output: proc.output().trim() };
 }
 
-const caCertError = /DROVER_CA_CERT: cannot read \/nonexistent\/ca\.pem \(no such file\), and it is not a base64-encoded PEM bundle either \(give the path of a readable PEM file, or the PEM bundle encoded in base64\)$/;
+const caCertError = /DROVER_CA_CERT: cannot read \/nonexistent\/ca\.pem \(no such file\), and it is not a base64-encoded PEM bundle either \(invalid_setting\) Give the path of a readable PEM file, or the PEM bundle encoded in base64\.$/;
 
 const cases: Array<[string, Command, Record<string, string>, RegExp]> = [
   ["no token", "run", {}, /no pool token: set DROVER_TOKEN or DROVER_TOKEN_FILE/],

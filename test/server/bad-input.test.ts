@@ -5,6 +5,8 @@ import { gzipSync } from "node:zlib";
 import { rawTarGz } from "../support/archives.js";
 import { call, queueRun, registerAgent } from "../support/agent-client.js";
 import { startTestServer, type TestServer } from "../support/server.js";
+import { routes } from "@drover/protocol";
+import { client, rawCall } from "../support/typed-api.js";
 
 // SPEC §9: every bad input gets a clear 4xx JSON error and nothing is lost or half-written.
 
@@ -41,8 +43,7 @@ describe("requests", () => {
 
 describe("tokens", () => {
   test("missing, unknown and wrong-kind tokens", async () => {
-    const res = await fetch(`${server.url}/api/v1/pools`);
-    assertError({ status: res.status, body: await res.json() }, 401, "unauthorized", /Authorization/);
+    assertError(await rawCall(server.url, "GET", "/api/v1/pools", undefined), 401, "unauthorized", /Authorization/);
     assertError(await server.api("GET", "/api/v1/pools", undefined, { authorization: "Bearer drv_u_nobody.secret" }), 401, "unauthorized");
     const { poolToken, session } = await registerAgent(server, "bad", "kinds");
     assertError(await server.api("GET", "/api/v1/pools", undefined, { authorization: `Bearer ${poolToken}` }), 403, "forbidden", /pool token/);
@@ -123,8 +124,7 @@ describe("agent writes", () => {
     assert.equal(gap.body.expectedOffset, 7);
     assert.deepEqual((await call(server, "POST", `/api/agent/v1/jobs/${jobId}/logs?offset=0`, token, Buffer.from("line 1\n"))).body, { offset: 7 }, "a resend is idempotent");
     const runId = (await server.api("GET", `/api/v1/runs?workspace=writes`)).body.items[0].id;
-    const log = await fetch(`${server.url}/api/v1/runs/${runId}/logs?phase=plan`, { headers: { authorization: `Bearer ${server.adminToken}` } });
-    assert.equal(await log.text(), "line 1\n");
+    assert.equal((await client(server.url, server.adminToken).call(routes.runLogs, { params: { id: runId } })).toString("utf8"), "line 1\n");
   });
   test("a second lock while the state is locked gets 423 with the holder", async () => {
     const lockInfo = { ID: "first", Operation: "OperationTypeApply", Who: "agent@writer" };

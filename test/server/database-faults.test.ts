@@ -80,7 +80,7 @@ function assertServersUp(): void {
 }
 
 async function bothReady(): Promise<void> {
-  for (const s of servers) await eventually(`${s.url}/readyz`, async () => ((await fetch(`${s.url}/readyz`)).status === 200 ? true : undefined));
+  for (const s of servers) await eventually(`${s.url}/readyz`, async () => ((await call(s.url, "GET", "/readyz", "")).status === 200 ? true : undefined));
 }
 
 /** Both servers LISTEN again (cross-server wake-ups resumed). */

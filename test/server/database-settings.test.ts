@@ -5,6 +5,8 @@ import { sql } from "kysely";
 import { pino } from "pino";
 import { loadServerConfig, startServer } from "@drover/server";
 import { createTestDatabase, type TestDatabase } from "../support/databases.js";
+import { routes } from "@drover/protocol";
+import { client } from "../support/typed-api.js";
 
 // DROVER_DATABASE_CONNECT_TIMEOUT_SECONDS and DROVER_DATABASE_STATEMENT_TIMEOUT_SECONDS: every
 // database call has a deadline, so a stuck database turns into a coded error, never a hang.
@@ -44,7 +46,7 @@ test("DROVER_DATABASE_STATEMENT_TIMEOUT_SECONDS: a statement running past it fai
     });
     assert.ok(Date.now() - started < 4_500, "cut off by the 1 s statement timeout, well before pg_sleep(5) ends");
     // One slow statement is not an outage.
-    assert.equal((await fetch(`${server.url}/readyz`)).status, 200);
+    assert.equal((await client(server.url).call(routes.readyz, {})).status, "ready");
     await sql`select 1`.execute(server.store.db);
   } finally {
     await server.close();

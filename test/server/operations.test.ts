@@ -3,6 +3,8 @@ import { after, before, test } from "node:test";
 import { rawTarGz } from "../support/archives.js";
 import { call, queueRun, registerAgent } from "../support/agent-client.js";
 import { startTestServer, type TestServer } from "../support/server.js";
+import { routes } from "@drover/protocol";
+import { client, rawCall } from "../support/typed-api.js";
 
 let server: TestServer;
 const archive = rawTarGz([{ path: "main.tf", content: "" }]);
@@ -14,11 +16,12 @@ before(async () => {
 after(() => server?.stop());
 
 test("/healthz, /readyz and /openapi.json answer without a token", async () => {
-  const health = (await (await fetch(`${server.url}/healthz`)).json()) as any;
+  const anonymous = client(server.url);
+  const health = await anonymous.call(routes.healthz, {});
   assert.equal(health.status, "ok");
   assert.ok(!Number.isNaN(Date.parse(health.currentTime)));
-  assert.equal((await fetch(`${server.url}/readyz`)).status, 200);
-  const doc = (await (await fetch(`${server.url}/openapi.json`)).json()) as any;
+  assert.equal((await anonymous.call(routes.readyz, {})).status, "ready");
+  const doc = (await anonymous.call(routes.openapi, {})) as any;
   assert.equal(doc.openapi, "3.1.0");
   assert.ok(doc.paths["/api/agent/v1/jobs/next"].post, "the agent protocol is described");
   assert.ok(doc.paths["/api/v1/runs"].post.requestBody, "request schemas are included");
@@ -30,7 +33,7 @@ test("/metrics reports queue depth and pending runs per pool, agents by status, 
   const ws = await server.api("GET", "/api/v1/workspaces/m1");
   const cv = await server.api("POST", `/api/v1/workspaces/m1/configuration-versions`, archive, { "content-type": "application/gzip" });
   await server.api("POST", "/api/v1/runs", { workspace: ws.body.id, configurationVersionId: cv.body.id });
-  const text = await (await fetch(`${server.url}/metrics`)).text();
+  const text = (await client(server.url).call(routes.metrics, {})).toString("utf8");
   assert.match(text, /drover_queue_depth\{pool="ops"\} 1/);
   assert.match(text, /drover_pending_runs\{pool="ops"\} 1/);
   assert.match(text, /drover_agents\{status="idle"\} 1/);
@@ -54,20 +57,20 @@ test("long-poll: a job queued while an agent waits is handed over at once, and l
 
   const job = claimed.body.job;
   await call(server, "POST", `/api/agent/v1/jobs/${job.jobId}/start`, job.jobToken);
-  const auth = { authorization: `Bearer ${server.adminToken}` };
-  const follow = fetch(`${server.url}/api/v1/runs/${runId}/logs?phase=plan&offset=0&wait=20000`, { headers: auth });
+  const logs = (query: { phase: "plan" | "apply"; offset: number }) => rawCall(server.url, "GET", `/api/v1/runs/${runId}/logs?phase=${query.phase}&offset=${query.offset}&wait=20000`, server.adminToken);
+  const follow = logs({ phase: "plan", offset: 0 });
   await new Promise((r) => setTimeout(r, 200));
   await call(server, "POST", `/api/agent/v1/jobs/${job.jobId}/logs?offset=0`, job.jobToken, Buffer.from("Initializing...\n"));
   const res = await follow;
-  assert.equal(await res.text(), "Initializing...\n");
+  assert.equal(res.body, "Initializing...\n");
   assert.equal(res.headers.get("x-drover-log-offset"), "16");
   assert.equal(res.headers.get("x-drover-log-complete"), "false");
 
   await call(server, "POST", `/api/agent/v1/jobs/${job.jobId}/finish`, job.jobToken, { outcome: "failed", message: "boom" });
-  const end = await fetch(`${server.url}/api/v1/runs/${runId}/logs?phase=plan&offset=16&wait=20000`, { headers: auth });
-  assert.equal(await end.text(), "");
+  const end = await logs({ phase: "plan", offset: 16 });
+  assert.equal(end.body, undefined, "no more bytes");
   assert.equal(end.headers.get("x-drover-log-complete"), "true", "a finished job's log says it is complete");
-  const apply = await fetch(`${server.url}/api/v1/runs/${runId}/logs?phase=apply&offset=0&wait=20000`, { headers: auth });
+  const apply = await logs({ phase: "apply", offset: 0 });
   assert.equal(apply.headers.get("x-drover-log-complete"), "true", "a phase that never ran is complete once the run ended");
   const run = await server.api("GET", `/api/v1/runs/${runId}`);
   assert.equal(run.body.status, "errored");

@@ -7,6 +7,8 @@ import { after, before, test } from "node:test";
 import { createGzip } from "node:zlib";
 import { rawTarGz } from "../support/archives.js";
 import { spawnDrover, type Proc } from "../support/processes.js";
+import { routes } from "@drover/protocol";
+import { client, rawCall } from "../support/typed-api.js";
 
 // Issue 13, points 1 and 2: denial of service by anonymous bodies and by hostile archives,
 // against a real `drover server` process whose memory is read from /proc.
@@ -29,8 +31,7 @@ after(async () => {
 });
 
 async function api(method: string, path: string, body?: unknown): Promise<unknown> {
-  const res = await fetch(url + path, { method, headers: { authorization: `Bearer ${admin}`, "content-type": "application/json" }, body: body === undefined ? undefined : JSON.stringify(body) });
-  return res.json();
+  return (await rawCall(url, method, path, admin, body)).body;
 }
 
 /** Peak resident memory of the server process (VmHWM), in MB. */
@@ -46,8 +47,7 @@ function watchHealth(): { stop(): Promise<number> } {
   const loop = (async () => {
     while (running) {
       const t0 = performance.now();
-      const res = await fetch(`${url}/healthz`);
-      await res.text();
+      await client(url).call(routes.healthz, {});
       slowest = Math.max(slowest, performance.now() - t0);
       await new Promise((r) => setTimeout(r, 20));
     }
@@ -137,8 +137,8 @@ test("a 1 MB archive with 1 GiB of zeros after its end marker is refused at once
   assert.ok(archive.length < 2 * 1024 * 1024, `archive is ${archive.length} bytes`);
   const health = watchHealth();
   const t0 = performance.now();
-  const res = await fetch(`${url}/api/v1/workspaces/load-ws/configuration-versions`, { method: "POST", headers: { authorization: `Bearer ${admin}`, "content-type": "application/gzip" }, body: archive });
-  const body = (await res.json()) as { error: string; message: string };
+  const res = await rawCall(url, "POST", "/api/v1/workspaces/load-ws/configuration-versions", admin, archive, { "content-type": "application/gzip" });
+  const body = res.body as { error: string; message: string };
   const elapsed = performance.now() - t0;
   const slowest = await health.stop();
   console.log(`trailing-data archive (${archive.length} bytes): refused in ${elapsed.toFixed(0)} ms, slowest /healthz ${slowest.toFixed(0)} ms`);
@@ -153,7 +153,7 @@ test("non-zero data after the end marker is refused too, and a normal archive is
   const plain = (await import("node:zlib")).gunzipSync(rawTarGz([{ path: "main.tf", content: "" }]));
   const { gzipSync } = await import("node:zlib");
   const hidden = gzipSync(Buffer.concat([plain, Buffer.from("hidden payload after the marker")]));
-  const post = (body: Buffer) => fetch(`${url}/api/v1/workspaces/load-ws/configuration-versions`, { method: "POST", headers: { authorization: `Bearer ${admin}`, "content-type": "application/gzip" }, body });
+  const post = (body: Buffer) => rawCall(url, "POST", "/api/v1/workspaces/load-ws/configuration-versions", admin, body, { "content-type": "application/gzip" });
   const refused = await post(hidden);
   assert.equal(refused.status, 422);
   assert.equal((await post(rawTarGz([{ path: "main.tf", content: "" }]))).status, 201);

@@ -4,6 +4,7 @@ import { after, before, describe, test } from "node:test";
 import { rawTarGz } from "../support/archives.js";
 import { call, queueRun, registerAgent } from "../support/agent-client.js";
 import { startTestServer, type TestServer } from "../support/server.js";
+import { rawCall } from "../support/typed-api.js";
 
 // Issue 13 / decision 0010: each test performs one attack from the audit against a real server.
 
@@ -26,7 +27,7 @@ describe("authentication comes first (10)", () => {
   test("no workspace-existence oracle on the state backend", async () => {
     await server.api("POST", "/api/v1/workspaces", { name: "exists", pool: "sec" });
     for (const ws of ["exists", "does-not-exist"]) {
-      const anonymous = await fetch(`${server.url}/api/v1/workspaces/${ws}/state`);
+      const anonymous = await rawCall(server.url, "GET", `/api/v1/workspaces/${ws}/state`, undefined);
       assert.equal(anonymous.status, 401, `anonymous GET of ${ws}`);
       const forged = await call(server, "GET", `/api/v1/workspaces/${ws}/state`, "drv_u_utok-0000000000000000.forged");
       assertError(forged, 401, "unauthorized");

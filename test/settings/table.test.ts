@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import { resolveSettings } from "@drover/cli/dist/src/settings.js";
+import { freePort, spawnDrover } from "../support/processes.js";
 import { closestSetting, InvalidSettingError, settings, SettingsSource, unknownSettingWarnings, type SettingName, type SettingSpec } from "@drover/protocol";
 
 // The settings table: every default is a value its own parser accepts, precedence is the same
@@ -65,4 +66,19 @@ test("unknown DROVER_* variables are warned about with the closest setting; run 
     unknownSettingWarnings({ DROVER_DATABSE_URL: "x", DROVER_URL: "http://a", DROVER_RUN_ID: "run_1", DROVER_TEST_PG_URL: "x", HOME: "/root" }),
     ["DROVER_DATABSE_URL is not a Drover setting and is ignored; did you mean DROVER_DATABASE_URL?"],
   );
+});
+
+test("drover (a user command): a bad DROVER_URL is an invalid_setting, exit 2; --url beats it", async () => {
+  const base = { PATH: process.env.PATH, HOME: mkdtempSync(join(tmpdir(), "drover-home-")), DROVER_TOKEN: "t" };
+  const bad = spawnDrover(["pool", "list"], { ...base, DROVER_URL: "ftp://drover.example" });
+  const badExit = await bad.exited;
+  assert.equal(badExit.code, 2, bad.output());
+  assert.match(bad.output(), /^drover: DROVER_URL must be http:\/\/ or https:\/\/, got "ftp:\/\/drover.example" \(invalid_setting\)/);
+  // Nothing listens on this port: the flag's URL is the one dialled (refused), not the variable's.
+  const port = await freePort();
+  const flagged = spawnDrover(["pool", "list", "--url", `http://127.0.0.1:${port}`], { ...base, DROVER_URL: "ftp://drover.example" });
+  const flaggedExit = await flagged.exited;
+  assert.equal(flaggedExit.code, 1, flagged.output());
+  assert.match(flagged.output(), /\(server_unreachable\)/);
+  assert.doesNotMatch(flagged.output(), /invalid_setting/);
 });

@@ -1,24 +1,10 @@
 import type { TestServer } from "./server.js";
+import { rawCall } from "./typed-api.js";
 
 /** Minimal raw agent-protocol calls for server tests (the real agent has its own client). */
 export async function call(server: TestServer, method: string, path: string, token: string, body?: unknown, headers: Record<string, string> = {}) {
-  const init: RequestInit = { method, headers: { authorization: `Bearer ${token}`, ...headers } };
-  if (Buffer.isBuffer(body)) {
-    init.body = body;
-    (init.headers as Record<string, string>)["content-type"] ??= "application/octet-stream";
-  } else if (body !== undefined) {
-    init.body = JSON.stringify(body);
-    (init.headers as Record<string, string>)["content-type"] = "application/json";
-  }
-  const res = await fetch(server.url + path, init);
-  const text = await res.text();
-  let parsed: any = text;
-  try {
-    parsed = text ? JSON.parse(text) : undefined;
-  } catch {
-    // raw body
-  }
-  return { status: res.status, body: parsed };
+  const { status, body: parsed } = await rawCall(server.url, method, path, token, body, headers);
+  return { status, body: parsed };
 }
 
 /** Creates a pool token for `pool` and registers an agent with it; returns its tokens. */

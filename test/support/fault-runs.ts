@@ -3,6 +3,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { rawTarGz } from "./archives.js";
 import { spawnDrover, type Proc } from "./processes.js";
+import { rawCall, readPhaseLog, type ApiResponse } from "./typed-api.js";
 
 /*
  * Fault tests' building blocks: real `drover server` and `drover agent run` processes, and an
@@ -11,29 +12,11 @@ import { spawnDrover, type Proc } from "./processes.js";
  * checked line by line afterwards (nothing lost, nothing doubled).
  */
 
-/** A JSON response of the HTTP API. */
-export interface ApiResponse {
-  status: number;
-  body: any;
-  headers: Headers;
-}
+export type { ApiResponse };
 
 /** Calls `url + path` with a bearer token; never throws on an HTTP error status. */
 export async function call(url: string, method: string, path: string, token: string, body?: unknown, contentType = "application/json"): Promise<ApiResponse> {
-  const init: RequestInit = { method, headers: { authorization: `Bearer ${token}` } };
-  if (body !== undefined) {
-    init.body = Buffer.isBuffer(body) ? body : JSON.stringify(body);
-    (init.headers as Record<string, string>)["content-type"] = contentType;
-  }
-  const res = await fetch(url + path, init);
-  const text = await res.text();
-  let parsed: unknown = text;
-  try {
-    parsed = text ? JSON.parse(text) : undefined;
-  } catch {
-    // not JSON
-  }
-  return { status: res.status, body: parsed, headers: res.headers };
+  return rawCall(url, method, path, token, body, body === undefined ? {} : { "content-type": contentType });
 }
 
 /** Like `call`, but a status ≥ 300 throws with the body. */
@@ -135,16 +118,7 @@ export async function waitForRunStatus(url: string, token: string, runId: string
 
 /** A phase's whole log, following offsets to the end. */
 export async function phaseLog(url: string, token: string, runId: string, phase: "plan" | "apply"): Promise<string> {
-  let out = "";
-  let offset = 0;
-  for (;;) {
-    const res = await fetch(`${url}/api/v1/runs/${runId}/logs?phase=${phase}&offset=${offset}`, { headers: { authorization: `Bearer ${token}` } });
-    if (res.status !== 200) throw new Error(`log read: HTTP ${res.status}`);
-    const chunk = Buffer.from(await res.arrayBuffer());
-    out += chunk.toString("utf8");
-    offset = Number(res.headers.get("x-drover-log-offset"));
-    if (res.headers.get("x-drover-log-complete") === "true" || chunk.length === 0) return out;
-  }
+  return readPhaseLog(url, token, runId, phase);
 }
 
 /** Waits until the apply log shows at least `n` ticks. */

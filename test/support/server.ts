@@ -2,6 +2,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pino } from "pino";
+import { rawCall } from "./typed-api.js";
 import { loadServerConfig, startServer, type AppOptions, type RunningServer } from "@drover/server";
 
 /** A real server on a random port, plus a tiny JSON client for its user API. */
@@ -19,29 +20,7 @@ export async function startTestServer(env: Record<string, string> = {}, options:
   const config = loadServerConfig({ env: { DROVER_DATA_DIR: dataDir, DROVER_PORT: "0", DROVER_ADMIN_TOKEN: "drv_u_test-admin.0123456789abcdefghij0123456789ab", DROVER_SWEEP_INTERVAL_MS: "200", ...env } });
   const server = await startServer(config, { logger: pino({ level: process.env.DROVER_TEST_LOG_LEVEL ?? "silent" }), validateResponses: true, ...options });
   const adminToken = server.adminToken ?? "";
-  const api: TestServer["api"] = async (method, path, body, headers = {}) => {
-    const init: RequestInit = { method, headers: { authorization: `Bearer ${adminToken}`, ...headers } };
-    if (body !== undefined) {
-      if (Buffer.isBuffer(body)) {
-        init.body = body;
-      } else if (typeof body === "string") {
-        init.body = body;
-        (init.headers as Record<string, string>)["content-type"] ??= "application/json";
-      } else {
-        init.body = JSON.stringify(body);
-        (init.headers as Record<string, string>)["content-type"] = "application/json";
-      }
-    }
-    const res = await fetch(server.url + path, init);
-    const text = await res.text();
-    let parsed: unknown = text;
-    try {
-      parsed = text ? JSON.parse(text) : undefined;
-    } catch {
-      // not JSON: keep the text
-    }
-    return { status: res.status, body: parsed, headers: res.headers };
-  };
+  const api: TestServer["api"] = (method, path, body, headers = {}) => rawCall(server.url, method, path, adminToken, body, headers);
   return {
     ...server,
     adminToken,

@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { droverBin, spawnDrover, type Proc } from "./processes.js";
 import { startTestServer, type TestServer } from "./server.js";
+import { readPhaseLog } from "./typed-api.js";
 
 /** A real server with a pool, its token, and helpers to start real agents and run the real CLI. */
 export interface Stack {
@@ -109,15 +110,7 @@ export async function startStack(serverEnv: Record<string, string> = {}): Promis
 
 /** Reads a phase's whole log through the user API. */
 export async function runLog(server: TestServer, runId: string, phase: "plan" | "apply"): Promise<string> {
-  let out = "";
-  let offset = 0;
-  for (;;) {
-    const res = await fetch(`${server.url}/api/v1/runs/${runId}/logs?phase=${phase}&offset=${offset}`, { headers: { authorization: `Bearer ${server.adminToken}` } });
-    const chunk = Buffer.from(await res.arrayBuffer());
-    out += chunk.toString("utf8");
-    offset = Number(res.headers.get("x-drover-log-offset"));
-    if (res.headers.get("x-drover-log-complete") === "true" || chunk.length === 0) return out;
-  }
+  return readPhaseLog(server.url, server.adminToken, runId, phase);
 }
 
 /** Writes a configuration directory from file name → content. */

@@ -1,5 +1,6 @@
 import * as k8s from "@pulumi/kubernetes";
 import * as pulumi from "@pulumi/pulumi";
+import { minimumGraceSeconds, reservedSettings, type StopAction } from "@drover/protocol";
 import { agentTaskCrd } from "./crd.js";
 import { strategicMerge } from "./strategic-merge.js";
 
@@ -9,7 +10,8 @@ import { strategicMerge } from "./strategic-merge.js";
  * per-node worker DaemonSet (`node`, the agent-k8s chart's default design).
  */
 export type AgentMode = "local" | "job" | "node";
-export type ShutdownMode = "graceful" | "drain" | "force";
+/** The agent's stop action (SPEC §5). */
+export type ShutdownMode = StopAction;
 
 /** Inputs of a Drover agent installation. */
 export interface DroverAgentArgs {
@@ -81,33 +83,14 @@ export interface DroverAgentArgs {
   podTemplate?: { metadata?: Record<string, unknown>; spec?: Record<string, unknown> };
 }
 
-const minimumGrace: Record<ShutdownMode, number> = { graceful: 30, drain: 120, force: 10 };
-const reservedEnv = new Set([
-  "DROVER_URL",
-  "DROVER_TOKEN",
-  "DROVER_TOKEN_FILE",
-  "DROVER_AGENT_DRIVER",
-  "DROVER_AGENT_CONCURRENCY",
-  "DROVER_AGENT_NAME",
-  "DROVER_AGENT_WORKER_ON_STOP_ACTION",
-  "DROVER_AGENT_GRACE_PERIOD_SECONDS",
-  "DROVER_CA_CERT",
-  "DROVER_AGENT_KUBERNETES_TASK_TEMPLATE",
-  "DROVER_AGENT_DATA_DIR",
-  "DROVER_AGENT_CACHE_DIR",
-  "DROVER_AGENT_HEALTH_PORT",
-  "DROVER_AGENT_KUBERNETES_WORKER_IMAGE",
-  "HTTP_PROXY",
-  "HTTPS_PROXY",
-  "NO_PROXY",
-]);
-
+// What the component sets itself (from its own arguments) comes from the one settings table.
+const reservedEnv = new Set<string>(reservedSettings());
 /** Rejects settings that would produce a broken installation, with one clear message. */
 export function validateArgs(args: DroverAgentArgs): void {
   const mode = args.shutdownMode ?? "graceful";
   const grace = args.terminationGracePeriodSeconds ?? 120;
-  if (grace < minimumGrace[mode]) {
-    throw new Error(`terminationGracePeriodSeconds ${grace} is too short for shutdownMode ${mode}: it needs at least ${minimumGrace[mode]}`);
+  if (grace < minimumGraceSeconds[mode]) {
+    throw new Error(`terminationGracePeriodSeconds ${grace} is too short for shutdownMode ${mode}: it needs at least ${minimumGraceSeconds[mode]}`);
   }
   for (const key of Object.keys(args.env ?? {})) {
     if (reservedEnv.has(key)) throw new Error(`env ${key} is set by the component itself; use the matching argument instead`);

@@ -227,6 +227,23 @@ describe("DroverAgent (Pulumi mocks)", () => {
     assert.doesNotThrow(() => validateArgs({ namespace: "n", token: "t", replicas: 3, podDisruptionBudget: { minAvailable: "50%" } }));
   });
 
+  test("its reserved names and grace minimums are the settings table's; every variable it sets is a setting", async () => {
+    const { validateArgs } = await import("../src/index.js");
+    const { minimumGraceSeconds, reservedSettings, settings, stopActions } = await import("@drover/protocol");
+    for (const name of reservedSettings()) assert.throws(() => validateArgs({ namespace: "n", token: "t", env: { [name]: "x" } }), /set by the component/, name);
+    for (const mode of stopActions) {
+      assert.throws(() => validateArgs({ namespace: "n", token: "t", shutdownMode: mode, terminationGracePeriodSeconds: minimumGraceSeconds[mode] - 1 }), /too short/);
+      assert.doesNotThrow(() => validateArgs({ namespace: "n", token: "t", shutdownMode: mode, terminationGracePeriodSeconds: minimumGraceSeconds[mode] }));
+    }
+    const set = new Set<string>();
+    for (const mode of ["local", "job", "node"]) {
+      await install({ mode, url: "https://d.example", caBundle: "-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n" });
+      for (const name of JSON.stringify(created.map((c) => c.inputs)).match(/"DROVER_[A-Z0-9_]+"/g) ?? []) set.add(JSON.parse(name) as string);
+    }
+    assert.ok(set.has("DROVER_AGENT_NODE_HOME"), "the scan sees the node mode's variables");
+    assert.deepEqual([...set].filter((n) => !(n in settings)), []);
+  });
+
   test("strategic merge: named lists merge, other lists are replaced, null deletes", async () => {
     const { strategicMerge } = await import("../src/index.js");
     const base = { containers: [{ name: "a", image: "x", env: [{ name: "K", value: "1" }] }], tolerations: [{ key: "t1" }], dnsPolicy: "ClusterFirst" };

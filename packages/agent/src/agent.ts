@@ -13,6 +13,8 @@ import { JobRun } from "./job.js";
 import { KeptPlanDirs } from "./kept-plans.js";
 import { reapOrphans } from "./orphans.js";
 import { writeAgentStatus } from "./agent-status.js";
+import { ProviderCache } from "./providers/cache.js";
+import { join } from "node:path";
 
 export const agentVersion = "0.1.0";
 
@@ -58,6 +60,8 @@ export class Agent {
   private slotFreed: (() => void) | undefined;
   private fatal: Error | undefined;
   private readonly keptPlans: KeptPlanDirs;
+  /** The provider cache runs read (DROVER_AGENT_PROVIDER_CACHE_ENABLED). */
+  private readonly providerCache: ProviderCache | undefined;
   /** OTLP export; the no-op one unless DROVER_AGENT_OTLP_ENDPOINT is set. */
   private telemetry: Telemetry = { tracer: noopTracer, shutdown: async () => undefined };
   private telemetryStarted = false;
@@ -69,6 +73,10 @@ export class Agent {
   ) {
     this.client = new AgentClient(config.url, config.caCertPem, options.timeouts);
     this.keptPlans = new KeptPlanDirs(config.dataDir, config.concurrency, config.planReuseMs);
+    this.providerCache = config.providerCacheEnabled
+      ? new ProviderCache({ dir: join(config.cacheDir, "providers"), limitBytes: config.providerCacheSizeLimitMb * 1024 * 1024, dispatcher: this.client.dispatcher, logger: log })
+      : undefined;
+    if (this.providerCache) this.metrics.addCache("providers", this.providerCache.counters);
   }
 
   private transition(to: AgentState): void {
@@ -221,7 +229,7 @@ export class Agent {
 
   private startJob(assignment: JobAssignment): void {
     this.jobsTaken++;
-    const run = new JobRun(assignment, this.client, { ...this.config, tracer: this.telemetry.tracer }, this.log, this.config.runAs ? runnerAs(localRunner, this.config.runAs) : undefined, this.keptPlans);
+    const run = new JobRun(assignment, this.client, { ...this.config, tracer: this.telemetry.tracer }, this.log, this.config.runAs ? runnerAs(localRunner, this.config.runAs) : undefined, this.keptPlans, this.providerCache);
     const key = `${assignment.jobId}-${assignment.attempt}`;
     // An older attempt of this job still winding down here (its lease lapsed) ends first: a new
     // attempt never runs beside processes of an older one.

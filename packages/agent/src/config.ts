@@ -67,7 +67,7 @@ export function loadAgentConfig(env: NodeJS.ProcessEnv, flags: AgentFlags = {}):
     try {
       token = readFileSync(tokenFile, "utf8").trim();
     } catch (err) {
-      throw new InvalidSettingError("DROVER_TOKEN_FILE", `DROVER_TOKEN_FILE ${tokenFile} cannot be read: ${err instanceof Error ? err.message : String(err)}`, { hint: "give the path of a file holding the pool token" });
+      throw new InvalidSettingError("DROVER_TOKEN_FILE", `DROVER_TOKEN_FILE ${tokenFile} cannot be read: ${err instanceof Error ? err.message : String(err)}`, { hint: "Give the path of a file holding the pool token." });
     }
   }
   if (!token) throw new InvalidSettingError("DROVER_TOKEN", "no pool token: set DROVER_TOKEN or DROVER_TOKEN_FILE (create one with `drover token create --pool <pool>`)");
@@ -75,7 +75,7 @@ export function loadAgentConfig(env: NodeJS.ProcessEnv, flags: AgentFlags = {}):
   try {
     claimsUrl = parsePoolToken(token).url;
   } catch (err) {
-    throw new InvalidSettingError("DROVER_TOKEN", `DROVER_TOKEN is not a valid pool token: ${err instanceof Error ? err.message : String(err)}`, { hint: "create one with `drover token create --pool <pool>`" });
+    throw new InvalidSettingError("DROVER_TOKEN", `DROVER_TOKEN is not a valid pool token: ${err instanceof Error ? err.message : String(err)}`, { hint: "Create one with `drover token create --pool <pool>`." });
   }
   const url = src.get("DROVER_URL") ?? settingParsers.httpUrl(claimsUrl ?? "", "DROVER_URL");
 
@@ -131,7 +131,7 @@ export function loadAgentConfig(env: NodeJS.ProcessEnv, flags: AgentFlags = {}):
 export function checkGracePeriod(stopAction: StopAction, graceSeconds: number): void {
   if (graceSeconds < minimumGraceSeconds[stopAction]) {
     throw new InvalidSettingError("DROVER_AGENT_GRACE_PERIOD_SECONDS", `DROVER_AGENT_GRACE_PERIOD_SECONDS ${graceSeconds} is too short for the ${stopAction} stop action: it needs at least ${minimumGraceSeconds[stopAction]}`, {
-      hint: `raise it (and the pod's terminationGracePeriodSeconds) to ${minimumGraceSeconds[stopAction]} or more, or choose another stop action`,
+      hint: `Raise it (and the pod's terminationGracePeriodSeconds) to ${minimumGraceSeconds[stopAction]} or more, or choose another stop action.`,
     });
   }
 }

@@ -1,4 +1,5 @@
 import { createServer, type Server } from "node:http";
+import type { CacheCounters } from "./providers/cache.js";
 
 /**
  * The agent's three series in Prometheus' text format, written directly: prom-client costs an
@@ -13,6 +14,12 @@ export class AgentMetrics {
   readonly jobsRunning = { set: (n: number) => void (this.running = n) };
   readonly jobsFinished = { inc: (labels: { phase: string }) => void this.finished.set(labels.phase, (this.finished.get(labels.phase) ?? 0) + 1) };
   readonly pollErrors = { inc: () => void this.pollErrorCount++ };
+  private readonly caches = new Map<string, CacheCounters>();
+
+  /** Exposes a cache's counters as drover_agent_cache_* series with `cache="<name>"`. */
+  addCache(name: string, counters: CacheCounters): void {
+    this.caches.set(name, counters);
+  }
 
   /** The exposition `/metrics` serves. */
   render(): string {
@@ -23,7 +30,20 @@ export class AgentMetrics {
       "# HELP drover_agent_jobs_finished_total Jobs this agent finished\n# TYPE drover_agent_jobs_finished_total counter\n" +
       finished +
       "# HELP drover_agent_poll_errors_total Failed long-polls\n# TYPE drover_agent_poll_errors_total counter\n" +
-      `drover_agent_poll_errors_total ${this.pollErrorCount}\n`
+      `drover_agent_poll_errors_total ${this.pollErrorCount}\n` +
+      this.renderCaches()
+    );
+  }
+
+  private renderCaches(): string {
+    if (this.caches.size === 0) return "";
+    const series = (name: string, type: string, help: string, pick: (c: CacheCounters) => number): string =>
+      `# HELP ${name} ${help}\n# TYPE ${name} ${type}\n` + [...this.caches].map(([cache, c]) => `${name}{cache="${cache}"} ${pick(c)}\n`).join("");
+    return (
+      series("drover_agent_cache_hits_total", "counter", "Cache entries used without a download", (c) => c.hits) +
+      series("drover_agent_cache_misses_total", "counter", "Cache entries downloaded", (c) => c.misses) +
+      series("drover_agent_cache_evictions_total", "counter", "Cache entries evicted under the size limit", (c) => c.evictions) +
+      series("drover_agent_cache_bytes", "gauge", "Bytes the cache holds", (c) => c.bytes)
     );
   }
 }

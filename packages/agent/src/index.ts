@@ -7,3 +7,5 @@ export { createLogger } from "./logger.js";
 export { LogStream } from "./log-stream.js";
 export { StreamRedactor } from "./redactor.js";
 export { errorExcerpt } from "./job.js";
+export { ProviderCache, type CacheCounters, type ProviderLease, type ProviderCacheOptions } from "./providers/cache.js";
+export { VerificationError } from "./providers/errors.js";

@@ -14,6 +14,8 @@ import { outputsOfState } from "./state-outputs.js";
 import type { RunningProcess } from "./process.js";
 import { chownTree } from "./run-user.js";
 import { localRunner, type RunFiles, type Runner } from "./runner.js";
+import type { ProviderCache, ProviderLease } from "./providers/cache.js";
+import { lockFileName } from "./providers/config-scan.js";
 
 /** Job states as the agent tracks them. */
 export type JobRunState = "starting" | "running" | "finishing" | "done";
@@ -63,6 +65,8 @@ export class JobRun {
   private tailBytes = 0;
   /** Values hidden from everything this job sends: log, outcome message. */
   private secrets: string[] = [];
+  /** Provider cache entries this job holds until it ends. */
+  private providerLease: ProviderLease | undefined;
   /** This process's span of the job; stage spans are its children. */
   private trace: SpanHandle | undefined;
 
@@ -73,6 +77,7 @@ export class JobRun {
     private readonly logger: Logger,
     private readonly runner: Runner = localRunner,
     private readonly keptPlans?: KeptPlanDirs,
+    private readonly providerCache?: ProviderCache,
   ) {
     this.job = client.job(assignment.jobId, assignment.jobToken);
     this.log = new LogStream(this.job);
@@ -202,6 +207,7 @@ export class JobRun {
     await heartbeats;
     for (const t of this.timers) clearTimeout(t);
     this.files.discard(runDir);
+    this.providerLease?.release();
     this.state = "done";
     this.logger.info({ job: a.jobId, run: a.runId, phase: a.phase, outcome }, "job finished");
   }
@@ -315,6 +321,7 @@ export class JobRun {
     }
     download.end({ "drover.reused": reused });
     const env = this.environment(variables.filter((v) => v.kind === "env").map((v) => [v.key, v.value]));
+    await this.useProviderCache(runDir, workDir, env, variables.some((v) => v.kind === "env" && v.key === "TF_CLI_CONFIG_FILE"));
     if (this.config.runAs) {
       // Runs are another user (DROVER_AGENT_RUN_AS_USER): the run directory is theirs, and so
       // is HOME, since the agent's is not readable to them.
@@ -395,15 +402,38 @@ export class JobRun {
       DROVER_RUN_IS_DESTROY: String(a.isDestroy),
       [processTagVariable]: this.processTag,
     });
-    if (this.config.providerCacheEnabled) {
-      const dir = join(this.config.cacheDir, "providers");
-      mkdirSync(dir, { recursive: true });
-      if (this.config.runAs) chownTree(dir, this.config.runAs);
-      env.TF_PLUGIN_CACHE_DIR = dir;
-    }
     if (this.config.taskCaCertPath) env.SSL_CERT_FILE = this.config.taskCaCertPath;
     for (const [k, v] of envVars) env[k] = v;
     return env;
+  }
+
+  /**
+   * Prepares the providers the configuration names in the agent's cache and points the run's
+   * own CLI configuration at it (the agent's CLI configuration, if any, plus the cache's
+   * provider_installation). The run reads the cache and never writes it.
+   */
+  private async useProviderCache(runDir: string, workDir: string, env: NodeJS.ProcessEnv, workspaceCliConfig: boolean): Promise<void> {
+    if (!this.providerCache) return;
+    if (workspaceCliConfig) {
+      // The agent never reads a file a workspace names: it may be one only the agent can read.
+      this.log.line("[drover] provider cache not used: the workspace sets TF_CLI_CONFIG_FILE");
+      return;
+    }
+    // Not the workspace's (returned above): the agent's own, passed on by environment().
+    const baseFile = env.TF_CLI_CONFIG_FILE;
+    const base = baseFile && existsSync(baseFile) ? readFileSync(baseFile, "utf8") : "";
+    if (/\bprovider_installation\b/.test(base)) {
+      this.log.line("[drover] provider cache not used: the agent's TF_CLI_CONFIG_FILE has its own provider_installation");
+      return;
+    }
+    const lease = await this.providerCache.prepare(workDir, this.work.signal);
+    this.providerLease = lease;
+    for (const note of lease.notes) this.log.line(`[drover] provider cache: ${note}`);
+    if (lease.prepared.length > 0) this.log.line(`[drover] providers from the agent's cache: ${lease.prepared.join(", ")}`);
+    if (lease.lockFile !== undefined) this.files.write(join(workDir, lockFileName), lease.lockFile);
+    const configPath = join(runDir, "drover-cli.tfrc");
+    this.files.write(configPath, `${base}\n${lease.installation}`);
+    env.TF_CLI_CONFIG_FILE = configPath;
   }
 
   /** Runs a step whose output is the run log; a non-zero exit fails the run. */

@@ -1,4 +1,4 @@
-import { DroverError, SettingsSource } from "@drover/protocol";
+import { SettingsSource, type LogFormat } from "@drover/protocol";
 import { readFileSync, watch, type FSWatcher } from "node:fs";
 import { request } from "node:https";
 import { dirname, join } from "node:path";
@@ -49,14 +49,14 @@ export interface PodAnnotatorSettings {
   serviceAccountDir: string;
   /** How often the status is re-read even without a file event (and a failed patch retried). */
   recheckMs: number;
+  logFormat: LogFormat;
 }
 
 /** Reads the annotator's settings; a missing or bad one throws one clear line. */
 export function loadPodAnnotatorSettings(env: NodeJS.ProcessEnv): PodAnnotatorSettings {
   const src = new SettingsSource(env);
-  const host = env.KUBERNETES_SERVICE_HOST;
-  if (!host) throw new DroverError("bad_request", "KUBERNETES_SERVICE_HOST is not set: the pod annotator runs in a Kubernetes pod only");
-  const port = env.KUBERNETES_SERVICE_PORT || "443";
+  const host = src.require("KUBERNETES_SERVICE_HOST", "the pod annotator runs in a Kubernetes pod only");
+  const port = src.get("KUBERNETES_SERVICE_PORT");
   const why = "the chart sets it from the downward API";
   return {
     statusFile: src.require("DROVER_AGENT_STATUS_FILE", "the agent's status file, on a volume the agent container shares"),
@@ -65,6 +65,7 @@ export function loadPodAnnotatorSettings(env: NodeJS.ProcessEnv): PodAnnotatorSe
     apiUrl: `https://${host.includes(":") ? `[${host}]` : host}:${port}`,
     serviceAccountDir: "/var/run/secrets/kubernetes.io/serviceaccount",
     recheckMs: 5_000,
+    logFormat: src.get("DROVER_AGENT_LOG_FORMAT"),
   };
 }
 

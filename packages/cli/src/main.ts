@@ -4,6 +4,7 @@ import { registerServerCommand } from "./commands/server.js";
 import { registerAgentCommands } from "./commands/agent.js";
 import { registerUserCommands } from "./commands/user.js";
 import { registerQuickstartCommand } from "./commands/quickstart.js";
+import { DroverError } from "@drover/protocol";
 import { printError } from "./output.js";
 import { warnUnknownSettings } from "./settings-errors.js";
 
@@ -31,7 +32,9 @@ async function main(): Promise<void> {
       return;
     }
     printError(err);
-    process.exitCode = process.exitCode && process.exitCode !== 0 ? process.exitCode : 1;
+    // A bad setting is a usage error, like a bad flag: exit 2, as the agent and server do.
+    const code = err instanceof DroverError && err.code === "invalid_setting" ? 2 : 1;
+    process.exitCode = process.exitCode && process.exitCode !== 0 ? process.exitCode : code;
   }
 }
 

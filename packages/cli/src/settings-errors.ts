@@ -1,8 +1,8 @@
 import { DroverError, unknownSettingWarnings } from "@drover/protocol";
 
-/** One line for a coded error: its message, and what to do when the message does not say. */
+/** One line for a coded error, as `printError` writes it: the message, its code, what to do. */
 export function describeError(err: DroverError): string {
-  return `${err.message}${err.hint ? ` (${err.hint})` : ""}`;
+  return `${err.message} (${err.code})${err.hint ? ` ${err.hint}` : ""}`;
 }
 
 /** Loads a command's settings, or prints the one-line reason and exits 2 (SPEC §3, §9). */

@@ -28,6 +28,7 @@ export const errorCodes = [
   "server_unreachable",
   "unexpected_response",
   "invalid_setting",
+  "verification_failed",
 ] as const;
 export type ErrorCode = (typeof errorCodes)[number];
 
@@ -60,6 +61,8 @@ const statusByCode: Record<ErrorCode, number> = {
   // Raised by clients about the server: no answer in time, or an answer outside the contract.
   server_unreachable: 502,
   unexpected_response: 502,
+  // Raised by agents (a download or cache entry that is not what its source vouches for).
+  verification_failed: 422,
 };
 
 /** What to do about an error of this code, when the message alone may not say it. */

@@ -10,7 +10,7 @@ import { DroverError } from "./errors.js";
  */
 
 /** The processes (and the deploy component) that read settings. */
-export const settingReaders = ["server", "agent", "controller", "worker", "node-worker", "runner", "cli"] as const;
+export const settingReaders = ["server", "agent", "controller", "worker", "node-worker", "pod-annotator", "runner", "cli"] as const;
 export type SettingReader = (typeof settingReaders)[number];
 
 /** Where a setting is documented in the README. */
@@ -32,8 +32,8 @@ export interface SettingSpec<T> {
   parse: SettingParser<T>;
   section: SettingSection;
   /**
-   * The Pulumi component and the charts set it themselves from their own arguments; it may not
-   * be given through their extra environment.
+   * The Pulumi component sets it itself from its own arguments: it may not be given through
+   * the component's extra `env` (each chart keeps its own list, checked against this table).
    */
   reserved?: boolean;
 }
@@ -42,7 +42,7 @@ export interface SettingSpec<T> {
 export class InvalidSettingError extends DroverError {
   readonly setting: string;
   constructor(setting: string, message: string, options?: { hint?: string; cause?: unknown }) {
-    super("invalid_setting", message, { ...(options?.cause === undefined ? {} : { cause: options.cause }), hint: options?.hint ?? `see the configuration tables in the README for ${setting}` });
+    super("invalid_setting", message, { ...(options?.cause === undefined ? {} : { cause: options.cause }), hint: options?.hint ?? `See ${setting} in the configuration tables of the README.` });
     this.setting = setting;
   }
 }
@@ -89,7 +89,7 @@ const httpUrl: SettingParser<string> = (raw, name) => {
   try {
     parsed = new URL(url);
   } catch {
-    return invalid(name, `${name} is not a URL: ${JSON.stringify(url)}`, "give the server's address, for example https://drover.example.com");
+    return invalid(name, `${name} is not a URL: ${JSON.stringify(url)}`, "Give the server's address, for example https://drover.example.com.");
   }
   if (parsed.protocol !== "http:" && parsed.protocol !== "https:") invalid(name, `${name} must be http:// or https://, got ${JSON.stringify(url)}`);
   return url;
@@ -103,7 +103,7 @@ const absolutePath: SettingParser<string> = (raw, name) => {
 
 /** A path that exists when the process starts. */
 const existingPath: SettingParser<string> = (raw, name) => {
-  if (!existsSync(raw)) invalid(name, `${name} ${raw} does not exist`, "create it, or correct the path");
+  if (!existsSync(raw)) invalid(name, `${name} ${raw} does not exist`, "Create it, or correct the path.");
   return raw;
 };
 
@@ -112,7 +112,7 @@ const existingPath: SettingParser<string> = (raw, name) => {
  * text. A path that cannot be read is named with the reason.
  */
 const pemBundle: SettingParser<string> = (raw, name) => {
-  const hint = "give the path of a readable PEM file, or the PEM bundle encoded in base64";
+  const hint = "Give the path of a readable PEM file, or the PEM bundle encoded in base64.";
   const decoded = Buffer.from(raw, "base64").toString("utf8");
   // A path never decodes to PEM text; base64 of PEM never names an existing file.
   if (!existsSync(raw) && decoded.includes("-----BEGIN CERTIFICATE-----")) return decoded;
@@ -185,23 +185,23 @@ export const settings = {
   DROVER_AGENT_SINGLE: setting({ flag: "--single", doc: "take one job, finish it, deregister, exit 0", default: false, readers: ["agent"], parse: bool, section: "agent" }),
   DROVER_AGENT_DATA_DIR: setting({ flag: "--data-dir", doc: "per-run work dirs, removed after each run", default: "/var/lib/drover/data", readers: agents, parse: text, section: "agent", reserved: true }),
   DROVER_AGENT_CACHE_DIR: setting({ flag: "--cache-dir", doc: "terraform/tofu binaries, providers, modules", default: "/var/lib/drover/cache", readers: agents, parse: text, section: "agent", reserved: true }),
-  DROVER_AGENT_PROVIDER_CACHE_ENABLED: setting({ doc: "share providers between runs", default: true, readers: agents, parse: bool, section: "agent" }),
-  DROVER_AGENT_PROVIDER_CACHE_SIZE_LIMIT_MB: setting({ doc: "soft size limit of the provider cache", default: 20_480, readers: agents, parse: sizeMb, section: "agent" }),
+  DROVER_AGENT_PROVIDER_CACHE_ENABLED: setting({ doc: "local driver: a verified, read-only provider cache in `<cache dir>/providers` that concurrent runs share (README, Provider cache); `false`: every run downloads its providers", default: true, readers: agents, parse: bool, section: "agent" }),
+  DROVER_AGENT_PROVIDER_CACHE_SIZE_LIMIT_MB: setting({ doc: "soft limit of the provider cache: above it, entries no running job uses are evicted, least recently used first", default: 20_480, readers: agents, parse: sizeMb, section: "agent" }),
   DROVER_AGENT_MODULE_CACHE_ENABLED: setting({ doc: "share downloaded modules between runs", default: false, readers: agents, parse: bool, section: "agent" }),
   DROVER_AGENT_MODULE_CACHE_SIZE_LIMIT_MB: setting({ doc: "soft size limit of the module cache", default: 20_480, readers: agents, parse: sizeMb, section: "agent" }),
   DROVER_AGENT_BINARY_CACHE_SIZE_LIMIT_MB: setting({ doc: "soft size limit of the terraform/tofu binaries kept", default: 5_120, readers: agents, parse: sizeMb, section: "agent" }),
   DROVER_AGENT_WORKER_ON_STOP_ACTION: setting({ flag: "--stop-action", doc: "`graceful`, `drain` or `force` on SIGTERM", default: "graceful", readers: allAgents, parse: oneOf(stopActions), section: "agent", reserved: true }),
   DROVER_AGENT_GRACE_PERIOD_SECONDS: setting({ flag: "--grace-period-seconds", doc: "all stop timeouts derive from it; at least 30 (graceful), 120 (drain), 10 (force)", default: 120, readers: allAgents, parse: intIn(1, 86_400), section: "agent", reserved: true }),
-  DROVER_AGENT_LOG_FORMAT: setting({ flag: "--log-format", doc: "`json`, `plain`, `dev`", default: "json", readers: [...agents, "node-worker"], parse: oneOf(logFormats), section: "agent" }),
+  DROVER_AGENT_LOG_FORMAT: setting({ flag: "--log-format", doc: "`json`, `plain`, `dev`", default: "json", readers: [...agents, "node-worker", "pod-annotator"], parse: oneOf(logFormats), section: "agent" }),
   DROVER_AGENT_DEBUG: setting({ doc: "debug logging", default: false, readers: agents, parse: bool, section: "agent" }),
   DROVER_AGENT_HEALTH_PORT: setting({ flag: "--health-port", doc: "`/healthz`, `/readyz`, `/metrics`; 0 disables", defaultText: "`8080` (pod worker: `0`)", readers: allAgents, parse: intIn(0, 65_535), section: "agent", reserved: true }),
   DROVER_AGENT_OTLP_ENDPOINT: setting({ doc: "OpenTelemetry collector to export to (`http://collector:4318` for http/protobuf, `:4317` for grpc); unset: no exporter is loaded", readers: agents, parse: httpUrl, section: "agent" }),
   DROVER_AGENT_OTLP_PROTOCOL: setting({ doc: "`http/protobuf` or `grpc`", default: "http/protobuf", readers: agents, parse: oneOf(["http/protobuf", "grpc"] as const), section: "agent" }),
   DROVER_AGENT_OTLP_METRICS_ENABLED: setting({ doc: "with an endpoint: export the agent's `/metrics` series over OTLP, same names", default: true, readers: agents, parse: bool, section: "agent" }),
   DROVER_AGENT_OTLP_TRACES_ENABLED: setting({ doc: "with an endpoint: export each job's stage spans, children of the server's job span", default: true, readers: agents, parse: bool, section: "agent" }),
-  DROVER_AGENT_STATUS_FILE: setting({ doc: "file the agent keeps its running-job count in (written atomically on every change), for the `pod-annotator` sidecar of agent-local's `busyPodProtection`", readers: ["agent"], parse: absolutePath, section: "agent", reserved: true }),
-  DROVER_AGENT_POD_NAME: setting({ doc: "`drover agent pod-annotator`: the pod it annotates, its own (the downward API's `metadata.name`)", readers: ["agent"], parse: kubernetesName, section: "agent", reserved: true }),
-  DROVER_AGENT_POD_NAMESPACE: setting({ doc: "`drover agent pod-annotator`: that pod's namespace (`metadata.namespace`)", readers: ["agent"], parse: kubernetesName, section: "agent", reserved: true }),
+  DROVER_AGENT_STATUS_FILE: setting({ doc: "file the agent keeps its running-job count in (written atomically on every change), for the `pod-annotator` sidecar of agent-local's `busyPodProtection`", readers: ["agent", "pod-annotator"], parse: absolutePath, section: "agent", reserved: true }),
+  DROVER_AGENT_POD_NAME: setting({ doc: "`drover agent pod-annotator`: the pod it annotates, its own (the downward API's `metadata.name`)", readers: ["pod-annotator"], parse: kubernetesName, section: "agent", reserved: true }),
+  DROVER_AGENT_POD_NAMESPACE: setting({ doc: "`drover agent pod-annotator`: that pod's namespace (`metadata.namespace`)", readers: ["pod-annotator"], parse: kubernetesName, section: "agent", reserved: true }),
   DROVER_CA_CERT: setting({ doc: "PEM path or base64 PEM added to the trust store", readers: allAgents, parse: pemBundle, section: "agent", reserved: true }),
   DROVER_CONTAINER_TASK_CA_CERT: setting({ doc: "CA bundle given to runs (`SSL_CERT_FILE`)", readers: ["agent"], parse: existingPath, section: "agent" }),
   DROVER_AGENT_HOOKS_DIR: setting({ flag: "--hooks-dir", doc: "`pre-init`, `pre-plan`, `post-plan`, `pre-apply`, `post-apply` executables", readers: agents, parse: existingPath, section: "agent" }),
@@ -209,6 +209,11 @@ export const settings = {
   DROVER_AGENT_PLAN_REUSE_SECONDS: setting({ doc: "how long a plan's initialized directory waits for its apply on this agent; 0 turns reuse off", default: 600, readers: agents, parse: intIn(0, 86_400), section: "agent" }),
   DROVER_AGENT_POLL_WAIT_MS: setting({ doc: "how long one long-poll for work is held open", default: 50_000, readers: agents, parse: intIn(0, 50_000), section: "agent" }),
   DROVER_AGENT_RUN_AS_USER: setting({ doc: "local driver, agent running as root: run terraform and hooks as this `uid[:gid]`, so runs cannot read the agent's environment, memory or token file (the data and cache dirs become 0711, each run directory the run user's)", readers: ["agent"], parse: text, section: "agent" }),
+
+  // Read by undici's EnvHttpProxyAgent in every outbound client; listed so they are documented and reserved.
+  HTTP_PROXY: setting({ doc: "proxy for outbound `http://` requests; honoured by the agent and the CLI and passed to runs", readers: [...allAgents, "cli"], parse: text, section: "agent", reserved: true }),
+  HTTPS_PROXY: setting({ doc: "proxy for outbound `https://` requests; honoured by the agent and the CLI and passed to runs", readers: [...allAgents, "cli"], parse: text, section: "agent", reserved: true }),
+  NO_PROXY: setting({ doc: "hosts reached without the proxy", readers: [...allAgents, "cli"], parse: text, section: "agent", reserved: true }),
 
   // ---- Kubernetes controller and node workers ----
   DROVER_AGENT_KUBERNETES_NAMESPACE: setting({ doc: "where run Jobs are created (node workers: where their run pods are)", defaultText: "its own namespace", readers: ["controller", "node-worker"], parse: text, section: "kubernetes" }),
@@ -226,6 +231,8 @@ export const settings = {
   DROVER_AGENT_NODE_NAME: setting({ doc: "node workers (required): this node's name (the downward API's `spec.nodeName`)", readers: ["node-worker"], parse: text, section: "kubernetes" }),
   DROVER_AGENT_CONTROLLER_NAME: setting({ doc: "node workers (required): the controller whose run pods this worker supervises (its `DROVER_AGENT_NAME`)", readers: ["node-worker"], parse: text, section: "kubernetes" }),
   DROVER_AGENT_NODE_POLL_MS: setting({ doc: "node workers: how often cached pods and run directories are re-examined without an event", default: 500, readers: ["node-worker"], parse: intIn(50, 60_000), section: "kubernetes" }),
+  KUBERNETES_SERVICE_HOST: setting({ doc: "the API server's address; Kubernetes sets it in every pod", readers: ["pod-annotator"], parse: text, section: "kubernetes" }),
+  KUBERNETES_SERVICE_PORT: setting({ doc: "the API server's port; Kubernetes sets it in every pod", default: 443, readers: ["pod-annotator"], parse: intIn(1, 65_535), section: "kubernetes" }),
   DROVER_WORKER_RUNNER_STALE_SECONDS: setting({ doc: "pod and node workers: a runner whose heartbeat is this old is lost", default: 30, readers: ["worker", "node-worker"], parse: intIn(1, 3600), section: "kubernetes" }),
 
   // ---- set by the controller in each run pod ----
@@ -311,7 +318,7 @@ export class SettingsSource {
   /** The parsed setting; unset fails with what it is for. */
   require<N extends SettingName>(name: N, why: string): SettingValue<N> {
     const raw = this.raw(name);
-    if (raw === undefined) invalid(name, `${name} is not set: ${why}`, `set ${name}`);
+    if (raw === undefined) invalid(name, `${name} is not set: ${why}`, `Set ${name}.`);
     return (settings[name] as SettingSpec<SettingValue<N>>).parse(raw, name);
   }
 
@@ -363,7 +370,7 @@ export function settingsReadBy(reader: SettingReader): SettingName[] {
   return (Object.keys(settings) as SettingName[]).filter((n) => (settings[n].readers as readonly SettingReader[]).includes(reader));
 }
 
-/** Settings the deploy tooling (Pulumi component, charts) sets itself and refuses in extra env. */
+/** Settings the Pulumi component sets itself and refuses in its extra `env`. */
 export function reservedSettings(): SettingName[] {
   return (Object.keys(settings) as SettingName[]).filter((n) => (settings[n] as SettingSpec<unknown>).reserved === true);
 }
@@ -378,4 +385,17 @@ export function settingsTable(section: SettingSection): string {
       return `| \`${n}\`${spec.flag ? ` (\`${spec.flag}\`)` : ""} | ${shown} | ${spec.doc} | ${spec.readers.join(", ")} |`;
     });
   return ["| variable (flag) | default | meaning | read by |", "|---|---|---|---|", ...rows].join("\n");
+}
+
+const sections: readonly SettingSection[] = ["server", "agent", "kubernetes", "pod", "cli"];
+
+/**
+ * The README with each `<!-- settings:SECTION -->` … `<!-- /settings -->` block replaced by
+ * that section's generated table (what `scripts/settings-docs.mjs` writes; a test checks it).
+ */
+export function withSettingsTables(readme: string): string {
+  return readme.replace(/(<!-- settings:([a-z-]+) -->\n)[\s\S]*?(\n<!-- \/settings -->)/g, (_, open: string, section: string, close: string) => {
+    if (!(sections as readonly string[]).includes(section)) throw new Error(`README: unknown settings section ${section}`);
+    return open + settingsTable(section as SettingSection) + close;
+  });
 }

@@ -7,3 +7,4 @@ export { localEventBus, postgresEventBus, type EventBus } from "./events.js";
 export { DatabaseHealth, isConnectionError } from "./db/health.js";
 export { openApiDocument, openApiPath } from "./http/openapi.js";
 export type { AppOptions } from "./http/app.js";
+export { registrar, answered, type Registrar, type ServeOptions } from "./http/serve.js";

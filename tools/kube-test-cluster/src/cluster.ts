@@ -64,6 +64,11 @@ export interface TestClusterOptions {
   timings?: Partial<ClusterTimings>;
   /** What images "contain", for containers without `command`. Keyed by image or repository. */
   images?: Record<string, ImageConfig>;
+  /**
+   * podman's environment (CONTAINERS_CONF and friends): containers of images whose `images`
+   * entry names a `podman` image run as real containers (see README, "podman mode").
+   */
+  podman?: { env: Record<string, string> };
   /** Images (or repositories) whose pull fails (besides any tagged `:pull-fails`). */
   unpullableImages?: string[];
   /** "auto" (default): mount namespaces when permitted, else path rewriting. */
@@ -211,7 +216,7 @@ export async function startTestCluster(options: TestClusterOptions = {}): Promis
   const daemonSets = new DaemonSetController(api, events, timings.podBackoffMs, (_k, e) => onError(e));
   const disruption = new DisruptionController(api, (_k, e) => onError(e));
   const scheduler = new Scheduler(api, events, (_k, e) => onError(e));
-  const images = new ImageCatalog(options.images ?? {}, options.unpullableImages ?? []);
+  const images = new ImageCatalog(options.images ?? {}, options.unpullableImages ?? [], options.podman?.env);
   const nodeList: NodeOptions[] = options.nodes && options.nodes.length > 0 ? options.nodes : [{ name: nodeName }];
   const hostRoot = (n: string): string => (n === nodeList[0]?.name ? join(dataDir, "host") : join(dataDir, "nodes", n, "host"));
   const agents = new Map<string, NodeAgent>();

@@ -65,8 +65,8 @@ export function registerAgentCommands(program: Command): void {
     .description("Sidecar of an agent pod: marks the pod busy (pod-deletion-cost, safe-to-evict=false) while its agent runs a job, so scale-in picks idle agents")
     .action(async () => {
       const { loadPodAnnotatorSettings, runPodAnnotator } = await import("@drover/agent/pod-annotator");
-      const settings = settingsOrExit("pod-annotator", () => loadPodAnnotatorSettings(process.env));
-      const log = createLogger(process.env.DROVER_AGENT_LOG_FORMAT === "plain" ? "plain" : "json", false);
+      const settings = settingsOrExit("agent pod-annotator", () => loadPodAnnotatorSettings(process.env));
+      const log = createLogger(settings.logFormat, false);
       const stop = new AbortController();
       for (const sig of ["SIGTERM", "SIGINT"] as const) process.on(sig, () => stop.abort());
       process.exit(await runPodAnnotator(settings, log, stop.signal));

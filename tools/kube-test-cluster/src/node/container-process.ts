@@ -38,7 +38,32 @@ export interface LaunchSpec {
   user?: ContainerUser;
   /** readOnlyRootFilesystem: everything but volumes is mounted read-only (namespace isolation). */
   readOnlyRoot?: boolean;
+  /**
+   * Run as a real container of this podman image instead (`isolation` is then ignored): the
+   * image's filesystem as root, `user`, `readOnlyRoot`, `mounts`, `env` and `workingDir`
+   * applied by podman with runc; the host's network, as every pod here has.
+   */
+  podman?: { image: string; env: Record<string, string>; name: string };
   onOutput(data: Buffer): void;
+}
+
+/** Label on every container the podman mode starts, so leftovers can be found. */
+export const podmanLabel = "dev.drover.kube-test-cluster";
+
+/** `podman create` arguments for a launch spec in podman mode. */
+export function podmanCreateArgs(spec: LaunchSpec & { podman: NonNullable<LaunchSpec["podman"]> }): string[] {
+  const args = ["create", "--rm", "--name", spec.podman.name, "--label", `${podmanLabel}=1`, "--network", "host", "--pull", "never", "--workdir", spec.workingDir];
+  if (spec.user) {
+    args.push("--user", `${spec.user.uid}:${spec.user.gid}`);
+    for (const g of new Set(spec.user.groups)) if (g !== spec.user.gid) args.push("--group-add", String(g));
+  }
+  // A real runtime adds no writable tmpfs of its own under readOnlyRootFilesystem.
+  if (spec.readOnlyRoot) args.push("--read-only", "--read-only-tmpfs=false");
+  for (const m of spec.mounts) args.push("--volume", `${m.hostPath}:${m.containerPath}:${m.readOnly ? "ro" : "rw"}`);
+  for (const [k, v] of Object.entries(spec.env)) args.push("--env", `${k}=${v}`);
+  const [cmd = "", ...rest] = spec.argv;
+  args.push("--entrypoint", JSON.stringify([cmd]), spec.podman.image, ...rest);
+  return args;
 }
 
 /** The effective runAsUser/runAsGroup and supplementary groups (supplementalGroups, fsGroup). */
@@ -200,9 +225,11 @@ export class ContainerProcess {
   private exitInfo: ExitInfo | undefined;
   private readonly isolation: Isolation;
   private readonly rewrite: (s: string) => string;
+  private readonly podman: LaunchSpec["podman"];
 
   constructor(spec: LaunchSpec) {
     this.isolation = spec.isolation;
+    this.podman = spec.podman;
     this.rewrite = spec.isolation === "rewrite" ? rewriter(spec.mounts) : (s) => s;
     let setupErr = "";
     let resolveStarted!: () => void;
@@ -213,7 +240,22 @@ export class ContainerProcess {
     });
     this.started.catch(() => undefined);
     let startedOk = false;
-    if (spec.isolation === "namespace") {
+    if (spec.podman) {
+      // Created first, so a failure to create (a missing image, a bad mount) is a start error;
+      // then started attached: the child's output is the container's, its exit code the container's.
+      const podman = spec.podman;
+      const script = 'podman "$@" >/dev/null || exit 128; printf k >&3; exec 3>&-; exec podman start --attach "$KTC_PODMAN_NAME"';
+      this.child = spawn("/bin/sh", ["-c", script, "ktc-podman", ...podmanCreateArgs({ ...spec, podman })], {
+        env: { ...process.env, ...podman.env, KTC_PODMAN_NAME: podman.name },
+        stdio: ["ignore", "pipe", "pipe", "pipe"],
+      });
+      const ready = this.child.stdio[3];
+      ready?.on("data", () => {
+        startedOk = true;
+        resolveStarted();
+      });
+      ready?.on("error", () => undefined);
+    } else if (spec.isolation === "namespace") {
       mkdirSync(spec.rootDir, { recursive: true });
       const steps = planMounts(spec.mounts, spec.workingDir, spec.readOnlyRoot === true);
       const u = spec.user;
@@ -278,6 +320,10 @@ export class ContainerProcess {
    * its mount namespace, root and working directory; under rewrite isolation, directly.
    */
   execArgv(command: string[], user: ContainerUser | undefined): string[] {
+    if (this.podman) {
+      const envPairs = Object.entries(this.podman.env).map(([k, v]) => `${k}=${v}`);
+      return ["/usr/bin/env", ...envPairs, "podman", "exec", ...(user ? ["--user", `${user.uid}:${user.gid}`] : []), this.podman.name, ...command];
+    }
     if (this.isolation === "namespace" && this.child.pid !== undefined) {
       return ["nsenter", "-t", String(this.child.pid), "-m", "-r", "-w", ...(user ? ["-S", String(user.uid), "-G", String(user.gid)] : []), "--", ...command];
     }
@@ -295,6 +341,10 @@ export class ContainerProcess {
   /** Signals the container's main process (as the runtime does for stop signals). */
   signal(sig: NodeJS.Signals): void {
     if (this.child.pid === undefined || this.exitInfo) return;
+    if (this.podman) {
+      spawn("podman", ["kill", "--signal", sig, this.podman.name], { env: { ...process.env, ...this.podman.env }, stdio: "ignore" }).on("error", () => undefined);
+      return;
+    }
     try {
       process.kill(this.child.pid, sig);
     } catch {
@@ -304,6 +354,12 @@ export class ContainerProcess {
 
   /** SIGKILL to every process of the container. */
   killGroup(): void {
+    if (this.podman) {
+      // Removing the container kills all of its processes; the attached child then exits.
+      if (this.exitInfo) return;
+      spawn("podman", ["rm", "--force", "--time", "0", "--ignore", this.podman.name], { env: { ...process.env, ...this.podman.env }, stdio: "ignore" }).on("error", () => undefined);
+      return;
+    }
     if (this.child.pid === undefined) return;
     try {
       process.kill(-this.child.pid, "SIGKILL");

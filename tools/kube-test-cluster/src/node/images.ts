@@ -1,3 +1,5 @@
+import { spawnSync } from "node:child_process";
+
 /**
  * Image names. Nothing is pulled: an image selects only simulated pull outcomes and,
  * when the cluster is told what an image contains, its entrypoint/cmd/env/workdir.
@@ -48,6 +50,18 @@ export interface ImageConfig {
    * emptyDir at /tmp), as files baked into a real image would be at their own paths.
    */
   paths?: string[];
+  /**
+   * A local podman image this image runs as (the node agent's podman mode, with the cluster's
+   * `podman` option): its containers become real containers of that image, and its
+   * entrypoint, cmd, env, workingDir and user default to the podman image's own.
+   */
+  podman?: string;
+}
+
+/** How containers of an image run under podman: the local image and podman's environment. */
+export interface PodmanLaunch {
+  image: string;
+  env: Record<string, string>;
 }
 
 export type PullOutcome = { ok: true } | { ok: false; reason: "InvalidImageName" | "ErrImagePull"; message: string };
@@ -55,11 +69,23 @@ export type PullOutcome = { ok: true } | { ok: false; reason: "InvalidImageName"
 export class ImageCatalog {
   private readonly unpullable = new Set<string>();
 
+  private readonly inspected = new Map<string, ImageConfig>();
+
   constructor(
     private readonly configs: Record<string, ImageConfig>,
     unpullable: string[],
+    /** podman's environment (its configuration files); images with `podman` need it. */
+    private readonly podmanEnv?: Record<string, string>,
   ) {
     for (const i of unpullable) this.unpullable.add(i);
+  }
+
+  /** The podman image and environment for containers of `image`, if it runs under podman. */
+  podman(image: string): PodmanLaunch | undefined {
+    const local = this.configured(image).podman;
+    if (local === undefined) return undefined;
+    if (!this.podmanEnv) throw new Error(`image ${image} maps to the podman image ${local}, but the cluster has no podman option`);
+    return { image: local, env: this.podmanEnv };
   }
 
   setPullable(image: string, pullable: boolean): void {
@@ -80,6 +106,29 @@ export class ImageCatalog {
   }
 
   config(image: string): ImageConfig {
+    const own = this.configured(image);
+    if (own.podman === undefined) return own;
+    return { ...this.inspect(own.podman), ...own };
+  }
+
+  private configured(image: string): ImageConfig {
     return this.configs[image] ?? this.configs[repositoryOf(image)] ?? {};
+  }
+
+  /** The podman image's own entrypoint, cmd, env, workingDir and user (read once). */
+  private inspect(local: string): ImageConfig {
+    let found = this.inspected.get(local);
+    if (found) return found;
+    const r = spawnSync("podman", ["image", "inspect", "--format", "{{json .Config}}", local], { encoding: "utf8", env: { ...process.env, ...(this.podmanEnv ?? {}) } });
+    if (r.status !== 0) throw new Error(`podman image inspect ${local} failed: ${r.stderr}`);
+    const c = JSON.parse(r.stdout) as { Entrypoint?: string[] | null; Cmd?: string[] | null; Env?: string[] | null; WorkingDir?: string; User?: string };
+    found = {};
+    if (c.Entrypoint && c.Entrypoint.length > 0) found.entrypoint = c.Entrypoint;
+    if (c.Cmd && c.Cmd.length > 0) found.cmd = c.Cmd;
+    if (c.WorkingDir) found.workingDir = c.WorkingDir;
+    if (c.User) found.user = c.User;
+    if (c.Env) found.env = Object.fromEntries(c.Env.map((kv) => [kv.slice(0, kv.indexOf("=")), kv.slice(kv.indexOf("=") + 1)]));
+    this.inspected.set(local, found);
+    return found;
   }
 }

@@ -341,13 +341,16 @@ export class PodWorker {
     let user: ContainerUser | undefined;
     let argv: string[] = [];
     const image = this.ctx.images.config(c.image);
+    const podman = this.ctx.images.podman(c.image);
     while (!this.stopping) {
       try {
         user = effectiveUser(this.spec, c.spec, image.user);
         checkNonRoot(this.spec, c.spec, user, image.user, `${this.name}_${this.ns}(${this.uid})`, c.name);
         // A user without a home in the image (any but root here) gets HOME=/, as runtimes do.
         const home: Record<string, string> = user.uid !== 0 && this.ctx.baseEnv.HOME === "/root" ? { HOME: "/" } : {};
-        env = resolveEnv(this.ctx.api, this.pod, c.spec, { ...this.ctx.baseEnv, ...home, HOSTNAME: this.name, ...this.ctx.serviceEnv(), ...(image.env ?? {}) });
+        // A real container starts from its image's environment alone (podman sets HOME from the image's passwd).
+        const base = podman ? {} : { ...this.ctx.baseEnv, ...home };
+        env = resolveEnv(this.ctx.api, this.pod, c.spec, { ...base, HOSTNAME: this.name, ...this.ctx.serviceEnv(), ...(image.env ?? {}) });
         const command = Array.isArray(c.spec.command) ? c.spec.command.map(String) : undefined;
         const args = Array.isArray(c.spec.args) ? c.spec.args.map(String) : undefined;
         argv = [...(command ?? image.entrypoint ?? []), ...(args ?? (command ? [] : image.cmd ?? []))].map((a) => expand(a, env ?? {}));
@@ -374,7 +377,7 @@ export class PodWorker {
       }
       mounts.push({ hostPath: host, containerPath: String(m.mountPath), readOnly: vol.readOnly || m.readOnly === true });
     }
-    for (const path of image.paths ?? []) {
+    for (const path of podman ? [] : image.paths ?? []) {
       if (mounts.some((m) => under(path, m.containerPath))) mounts.push({ hostPath: path, containerPath: path, readOnly: true });
     }
     c.containerID = randomBytes(32).toString("hex");
@@ -389,6 +392,7 @@ export class PodWorker {
       isolation: this.ctx.isolation,
       ...(user ? { user } : {}),
       readOnlyRoot: isObject(c.spec.securityContext) && c.spec.securityContext.readOnlyRootFilesystem === true,
+      ...(podman ? { podman: { ...podman, name: `ktc-${this.name}-${c.name}-${c.restartCount}-${c.containerID.slice(0, 8)}`.replace(/[^a-zA-Z0-9_.-]/g, "-") } } : {}),
       onOutput: (d) => log.append(d),
     });
     c.proc = proc;

@@ -1,0 +1,207 @@
+import { createHash } from "node:crypto";
+import { createWriteStream } from "node:fs";
+import { pipeline } from "node:stream/promises";
+import { Transform } from "node:stream";
+import type * as OpenPgp from "openpgp";
+import { request, type Dispatcher } from "undici";
+import { VerificationError } from "./errors.js";
+
+/** A provider address as terraform writes it in lock files: `host/namespace/type`, lower case. */
+export interface ProviderAddress {
+  host: string;
+  namespace: string;
+  type: string;
+}
+
+export function addressString(a: ProviderAddress): string {
+  return `${a.host}/${a.namespace}/${a.type}`;
+}
+
+/** The registry's answer to a download request, checked for shape. */
+export interface DownloadInfo {
+  filename: string;
+  downloadUrl: string;
+  shasum: string;
+  shasumsUrl: string | undefined;
+  signatureUrl: string | undefined;
+  armoredKeys: string[];
+}
+
+/** Something went wrong talking to a registry (not a verification failure): terraform may try itself. */
+export class RegistryUnavailable extends Error {}
+
+const name = /^[0-9A-Za-z][0-9A-Za-z._-]{0,127}$/;
+const maxJsonBytes = 4 << 20;
+
+/** The provider registry protocol (discovery, versions, download), over the agent's own HTTP client. */
+export class RegistryClient {
+  private readonly discovered = new Map<string, Promise<URL>>();
+
+  constructor(
+    private readonly dispatcher: Dispatcher,
+    private readonly timeoutMs = 60_000,
+  ) {}
+
+  /** GET following up to 3 redirects (registries often send downloads elsewhere). */
+  private async open(url: URL | string, signal: AbortSignal): Promise<Dispatcher.ResponseData> {
+    let at = new URL(url);
+    for (let hop = 0; ; hop++) {
+      let res: Dispatcher.ResponseData;
+      try {
+        res = await request(at, { dispatcher: this.dispatcher, signal });
+      } catch (err) {
+        throw new RegistryUnavailable(`${at.href}: ${err instanceof Error ? err.message : String(err)}`);
+      }
+      const location = res.headers.location;
+      if (res.statusCode < 300 || res.statusCode >= 400 || typeof location !== "string" || hop >= 3) return res;
+      res.body.destroy();
+      at = new URL(location, at);
+    }
+  }
+
+  private async get(url: URL | string, signal: AbortSignal, limit: number): Promise<{ status: number; body: Buffer; type: string }> {
+    const res = await this.open(url, AbortSignal.any([signal, AbortSignal.timeout(this.timeoutMs)]));
+    const parts: Buffer[] = [];
+    let size = 0;
+    for await (const chunk of res.body) {
+      size += (chunk as Buffer).length;
+      if (size > limit) {
+        res.body.destroy();
+        throw new RegistryUnavailable(`${String(url)}: answer larger than ${limit} bytes`);
+      }
+      parts.push(chunk as Buffer);
+    }
+    return { status: res.statusCode, body: Buffer.concat(parts), type: String(res.headers["content-type"] ?? "") };
+  }
+
+  private async json(url: URL, signal: AbortSignal): Promise<unknown> {
+    const res = await this.get(url, signal, maxJsonBytes);
+    if (res.status !== 200) throw new RegistryUnavailable(`${url.href} answered ${res.status}`);
+    try {
+      return JSON.parse(res.body.toString("utf8"));
+    } catch {
+      throw new RegistryUnavailable(`${url.href} did not answer JSON`);
+    }
+  }
+
+  /** The registry's providers.v1 base URL (service discovery, once per host). */
+  private base(host: string, signal: AbortSignal): Promise<URL> {
+    let found = this.discovered.get(host);
+    if (!found) {
+      found = (async () => {
+        const wellKnown = new URL(`https://${host}/.well-known/terraform.json`);
+        const doc = (await this.json(wellKnown, signal)) as Record<string, unknown>;
+        const v1 = doc["providers.v1"];
+        if (typeof v1 !== "string") throw new RegistryUnavailable(`${host} offers no provider registry (providers.v1)`);
+        return new URL(v1.endsWith("/") ? v1 : `${v1}/`, wellKnown);
+      })();
+      found.catch(() => this.discovered.delete(host));
+      this.discovered.set(host, found);
+    }
+    return found;
+  }
+
+  /** Versions the registry offers for `platform` (`linux_amd64`). */
+  async versions(a: ProviderAddress, platform: string, signal: AbortSignal): Promise<string[]> {
+    const base = await this.base(a.host, signal);
+    const doc = (await this.json(new URL(`${a.namespace}/${a.type}/versions`, base), signal)) as { versions?: Array<{ version?: unknown; platforms?: Array<{ os?: unknown; arch?: unknown }> }> };
+    const [os, arch] = platform.split("_");
+    return (doc.versions ?? [])
+      .filter((v) => typeof v.version === "string" && (v.platforms ?? []).some((p) => p.os === os && p.arch === arch))
+      .map((v) => v.version as string);
+  }
+
+  /** The download document for one version and platform, checked for shape. */
+  async download(a: ProviderAddress, version: string, platform: string, signal: AbortSignal): Promise<DownloadInfo> {
+    const base = await this.base(a.host, signal);
+    const [os, arch] = platform.split("_");
+    const url = new URL(`${a.namespace}/${a.type}/${version}/download/${os}/${arch}`, base);
+    const d = (await this.json(url, signal)) as Record<string, unknown>;
+    const keys = ((d.signing_keys as { gpg_public_keys?: Array<{ ascii_armor?: unknown }> } | undefined)?.gpg_public_keys ?? []).map((k) => k.ascii_armor).filter((k): k is string => typeof k === "string");
+    if (d.os !== os || d.arch !== arch) throw new VerificationError("provider_registry_invalid", `${url.href} answered for ${String(d.os)}_${String(d.arch)}, not ${platform}`);
+    if (typeof d.filename !== "string" || !name.test(d.filename)) throw new VerificationError("provider_registry_invalid", `${url.href} gave no usable filename`);
+    if (typeof d.shasum !== "string" || !/^[0-9a-f]{64}$/.test(d.shasum)) throw new VerificationError("provider_registry_invalid", `${url.href} gave no sha256 shasum`);
+    if (typeof d.download_url !== "string") throw new VerificationError("provider_registry_invalid", `${url.href} gave no download_url`);
+    return {
+      filename: d.filename,
+      downloadUrl: new URL(d.download_url, url).href,
+      shasum: d.shasum,
+      shasumsUrl: typeof d.shasums_url === "string" ? new URL(d.shasums_url, url).href : undefined,
+      signatureUrl: typeof d.shasums_signature_url === "string" ? new URL(d.shasums_signature_url, url).href : undefined,
+      armoredKeys: keys,
+    };
+  }
+
+  /**
+   * The SHA256SUMS document, checked: it lists `info.filename` with `info.shasum`, and when the
+   * registry names signing keys, its detached signature verifies against one of them (keys
+   * past their expiry are accepted as terraform accepts them: checked as of the signature's date).
+   */
+  async checksums(info: DownloadInfo, signal: AbortSignal): Promise<Map<string, string>> {
+    const sums = new Map<string, string>();
+    if (!info.shasumsUrl) {
+      if (info.armoredKeys.length > 0) throw new VerificationError("provider_signature_invalid", "the registry names signing keys but no SHA256SUMS document");
+      sums.set(info.filename, info.shasum);
+      return sums;
+    }
+    const doc = await this.get(info.shasumsUrl, signal, 1 << 20);
+    if (doc.status !== 200) throw new RegistryUnavailable(`${info.shasumsUrl} answered ${doc.status}`);
+    for (const line of doc.body.toString("utf8").split("\n")) {
+      const m = /^([0-9a-f]{64})\s+(\S+)$/.exec(line.trim());
+      if (m) sums.set(m[2] as string, m[1] as string);
+    }
+    if (sums.get(info.filename) !== info.shasum) {
+      throw new VerificationError("provider_checksum_mismatch", `the registry's shasum ${info.shasum} for ${info.filename} is not the one its SHA256SUMS lists (${sums.get(info.filename) ?? "none"})`);
+    }
+    if (info.armoredKeys.length > 0) {
+      if (!info.signatureUrl) throw new VerificationError("provider_signature_invalid", "the registry names signing keys but no SHA256SUMS signature");
+      const sig = await this.get(info.signatureUrl, signal, 64 << 10);
+      if (sig.status !== 200) throw new RegistryUnavailable(`${info.signatureUrl} answered ${sig.status}`);
+      await verifySignature(doc.body, sig.body, info.armoredKeys, info.filename);
+    }
+    return sums;
+  }
+
+  /** Downloads the archive to `path`; returns its sha256 (hex). */
+  async fetchArchive(info: DownloadInfo, path: string, maxBytes: number, signal: AbortSignal): Promise<string> {
+    const res = await this.open(info.downloadUrl, signal);
+    if (res.statusCode !== 200) {
+      res.body.destroy();
+      throw new RegistryUnavailable(`${info.downloadUrl} answered ${res.statusCode}`);
+    }
+    const hash = createHash("sha256");
+    let size = 0;
+    const meter = new Transform({
+      transform(chunk: Buffer, _enc, done) {
+        size += chunk.length;
+        if (size > maxBytes) return done(new VerificationError("provider_archive_invalid", `${info.filename} is larger than ${maxBytes} bytes`));
+        hash.update(chunk);
+        done(null, chunk);
+      },
+    });
+    await pipeline(res.body, meter, createWriteStream(path, { flags: "wx", mode: 0o600 }));
+    return hash.digest("hex");
+  }
+}
+
+/** Verifies a binary detached OpenPGP signature of `data` against armored public keys. */
+export async function verifySignature(data: Buffer, signature: Buffer, armoredKeys: string[], what: string): Promise<void> {
+  // Loaded on first use: it is large, and an idle agent (or the CLI) never needs it.
+  const openpgp: typeof OpenPgp = await import("openpgp");
+  let sig: OpenPgp.Signature;
+  const keys: OpenPgp.Key[] = [];
+  try {
+    sig = await openpgp.readSignature({ binarySignature: new Uint8Array(signature) });
+    for (const armored of armoredKeys) keys.push(await openpgp.readKey({ armoredKey: armored }));
+  } catch (err) {
+    throw new VerificationError("provider_signature_invalid", `the signature of the SHA256SUMS of ${what} or its keys cannot be read: ${err instanceof Error ? err.message : String(err)}`);
+  }
+  const created = sig.packets[0]?.created ?? undefined;
+  try {
+    const message = await openpgp.createMessage({ binary: new Uint8Array(data) });
+    const result = await openpgp.verify({ message, signature: sig, verificationKeys: keys, expectSigned: true, format: "binary", ...(created ? { date: created } : {}) });
+    for (const s of result.signatures) await s.verified;
+  } catch (err) {
+    throw new VerificationError("provider_signature_invalid", `the SHA256SUMS of ${what} is not signed by the registry's keys: ${err instanceof Error ? err.message : String(err)}`);
+  }
+}

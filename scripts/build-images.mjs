@@ -1,0 +1,326 @@
+// Builds Drover's images locally with podman, without a registry:
+//   1. a Debian bookworm base from `debootstrap --variant=minbase`, `podman import`ed;
+//   2. a Node base on it holding this machine's Node 20 (node, npm, headers) and user 1000,
+//      the shape of the public node:20-bookworm-slim;
+//   3. a terraform image holding this machine's terraform at /bin/terraform, the shape of
+//      hashicorp/terraform;
+//   4. the drover and runner images from deploy/docker/*Dockerfile, given those as build args.
+// Every image is tagged with a hash of its inputs and skipped when that tag exists, so a warm
+// run only hashes files. Callers that may run at once serialise through `flock` on lockPath().
+//
+//   node scripts/build-images.mjs           build what is missing, print the image names as JSON
+//   node scripts/build-images.mjs --env     print the podman environment as JSON, build nothing
+//
+// DROVER_CACHE_DIR (default $XDG_CACHE_HOME/drover or ~/.cache/drover) holds podman's storage
+// and configuration; DROVER_DEBIAN_MIRROR (default http://deb.debian.org/debian) is debootstrap's.
+import { execFileSync, spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
+import { chmodSync, cpSync, existsSync, lstatSync, mkdirSync, readFileSync, readdirSync, readlinkSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { homedir } from "node:os";
+import { dirname, join, relative } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+
+/** Drover's cache directory (podman storage and configuration live under it). */
+export function cacheDir() {
+  if (process.env.DROVER_CACHE_DIR) return process.env.DROVER_CACHE_DIR;
+  return join(process.env.XDG_CACHE_HOME || join(homedir(), ".cache"), "drover");
+}
+
+/** The lock file that serialises image builds (use with `flock`). */
+export function lockPath() {
+  return join(cacheDir(), "images.lock");
+}
+
+const short = (s) => createHash("sha256").update(s).digest("hex").slice(0, 16);
+
+/**
+ * Writes the project's own podman configuration (never the machine's) and returns the
+ * environment that makes podman use it: runc with cgroupfs (crun fails on this kind of
+ * host's hybrid cgroup layout), explicit ulimits, host networking, storage under the cache.
+ */
+export function podmanEnv() {
+  const dir = join(cacheDir(), "podman");
+  // Runtime state belongs on a tmpfs so podman notices a reboot; /run is one when we are root.
+  const runBase = process.getuid?.() === 0 && existsSync("/run") ? join("/run", `drover-podman-${short(dir).slice(0, 8)}`) : join(dir, "run");
+  mkdirSync(join(dir, "storage"), { recursive: true });
+  mkdirSync(runBase, { recursive: true });
+  const containersConf = join(dir, "containers.conf");
+  const storageConf = join(dir, "storage.conf");
+  const registriesConf = join(dir, "registries.conf");
+  writeIfChanged(
+    containersConf,
+    [
+      "[containers]",
+      'default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]',
+      'netns = "host"',
+      'log_driver = "k8s-file"',
+      "",
+      "[engine]",
+      'runtime = "runc"',
+      'cgroup_manager = "cgroupfs"',
+      'events_logger = "file"',
+      `events_logfile_path = ${JSON.stringify(join(runBase, "events.log"))}`,
+      `tmp_dir = ${JSON.stringify(join(runBase, "tmp"))}`,
+      `volume_path = ${JSON.stringify(join(dir, "volumes"))}`,
+      "",
+    ].join("\n"),
+  );
+  writeIfChanged(
+    storageConf,
+    ["[storage]", 'driver = "overlay"', `graphroot = ${JSON.stringify(join(dir, "storage"))}`, `runroot = ${JSON.stringify(join(runBase, "storage"))}`, ""].join("\n"),
+  );
+  // No search registries: a short name never turns into a pull attempt.
+  writeIfChanged(registriesConf, "unqualified-search-registries = []\n");
+  return { CONTAINERS_CONF: containersConf, CONTAINERS_STORAGE_CONF: storageConf, CONTAINERS_REGISTRIES_CONF: registriesConf };
+}
+
+function writeIfChanged(path, text) {
+  if (existsSync(path) && readFileSync(path, "utf8") === text) return;
+  writeFileSync(path, text);
+}
+
+/** Runs podman with the project's configuration; throws with its output when it fails. */
+function podman(env, args, opts = {}) {
+  const r = spawnSync("podman", args, { env: { ...process.env, ...env }, encoding: "utf8", maxBuffer: 64 * 1024 * 1024, stdio: opts.inherit ? ["ignore", 2, 2] : "pipe" });
+  if (r.error) throw r.error;
+  if (r.status !== 0) throw new Error(`podman ${args.join(" ")} failed (exit ${r.status}):\n${r.stderr ?? ""}${r.stdout ?? ""}`);
+  return r.stdout ?? "";
+}
+
+function imageExists(env, name) {
+  return spawnSync("podman", ["image", "exists", name], { env: { ...process.env, ...env } }).status === 0;
+}
+
+/** Hash of files and directories (path, mode, content or link target), skipping build output. */
+function hashTree(paths, base = root) {
+  const h = createHash("sha256");
+  const walk = (abs) => {
+    const st = lstatSync(abs);
+    const rel = relative(base, abs);
+    if (st.isDirectory()) {
+      for (const name of readdirSync(abs).sort()) {
+        if (name === "node_modules" || name === "dist" || name.endsWith(".tsbuildinfo")) continue;
+        walk(join(abs, name));
+      }
+    } else if (st.isSymbolicLink()) {
+      h.update(`L ${rel} ${readlinkSync(abs)}\n`);
+    } else {
+      h.update(`F ${rel} ${st.mode & 0o777} ${st.size}\n`);
+      h.update(readFileSync(abs));
+    }
+  };
+  for (const p of paths) walk(join(base, p));
+  return h.digest("hex").slice(0, 16);
+}
+
+/** The sources a Dockerfile COPYs from the build context (its inputs besides the base). */
+function copiedSources(dockerfile) {
+  const text = readFileSync(join(root, dockerfile), "utf8").replace(/\\\n/g, " ");
+  return text
+    .split("\n")
+    .map((l) => l.trim())
+    .filter((l) => /^COPY\s/i.test(l) && !/--from=/.test(l))
+    .flatMap((l) => l.split(/\s+/).slice(1, -1).filter((t) => !t.startsWith("--")));
+}
+
+const baseRecipe = {
+  suite: "bookworm",
+  variant: "minbase",
+  mirror: process.env.DROVER_DEBIAN_MIRROR || "http://deb.debian.org/debian",
+  // Bumped when what this script does to the root filesystem changes.
+  revision: 1,
+};
+
+/** The debootstrapped Debian base, imported into podman. */
+function buildDebianBase(env, log) {
+  const tag = `localhost/drover-debian:${baseRecipe.suite}-${short(JSON.stringify(baseRecipe))}`;
+  if (imageExists(env, tag)) return tag;
+  const work = join(cacheDir(), "build", `debian-${process.pid}`);
+  rmSync(work, { recursive: true, force: true });
+  mkdirSync(work, { recursive: true });
+  const rootfs = join(work, "rootfs");
+  try {
+    log(`debootstrap ${baseRecipe.variant} ${baseRecipe.suite} from ${baseRecipe.mirror}`);
+    execFileSync("debootstrap", ["--variant=" + baseRecipe.variant, baseRecipe.suite, rootfs, baseRecipe.mirror], { stdio: ["ignore", "ignore", "inherit"] });
+    // As in Debian's published images: apt drops downloaded packages after installing them, and
+    // the image carries no package lists or caches of its own.
+    writeFileSync(
+      join(rootfs, "etc/apt/apt.conf.d/docker-clean"),
+      'DPkg::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"; };\nAPT::Update::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true"; };\nDir::Cache::pkgcache "";\nDir::Cache::srcpkgcache "";\n',
+    );
+    writeFileSync(join(rootfs, "etc/apt/apt.conf.d/docker-no-recommends"), 'APT::Install-Recommends "false";\n');
+    for (const d of ["var/lib/apt/lists", "var/cache/apt/archives"]) {
+      for (const name of readdirSync(join(rootfs, d))) if (name !== "partial" && name !== "lock") rmSync(join(rootfs, d, name), { recursive: true, force: true });
+    }
+    for (const f of readdirSync(join(rootfs, "var/cache/apt"))) if (f.endsWith(".bin")) rmSync(join(rootfs, "var/cache/apt", f));
+    log(`podman import ${tag}`);
+    const tar = spawnSync("sh", ["-c", 'tar -C "$1" -c . | podman import --change "CMD [\\"/bin/bash\\"]" - "$2"', "sh", rootfs, tag], { env: { ...process.env, ...env }, stdio: ["ignore", "ignore", "inherit"] });
+    if (tar.status !== 0) throw new Error(`podman import of the debootstrapped base failed (exit ${tar.status})`);
+    return tag;
+  } finally {
+    rmSync(work, { recursive: true, force: true });
+  }
+}
+
+function hostNode() {
+  const node = process.execPath;
+  const prefix = dirname(dirname(node));
+  const npmDir = [join(prefix, "lib", "node_modules", "npm"), "/usr/lib/node_modules/npm", "/usr/local/lib/node_modules/npm"].find((d) => existsSync(join(d, "package.json")));
+  const headers = [join(prefix, "include", "node"), "/usr/include/node", "/usr/local/include/node"].find((d) => existsSync(join(d, "node.h")));
+  if (!npmDir || !headers) throw new Error(`the host's Node at ${node} needs npm and its headers (include/node) beside it to build the images`);
+  const st = statSync(node);
+  const npmVersion = JSON.parse(readFileSync(join(npmDir, "package.json"), "utf8")).version;
+  return { node, npmDir, headers, id: `${process.version} ${st.size} ${st.mtimeMs} npm ${npmVersion}` };
+}
+
+/** A build context directory under the cache, removed by the caller. */
+function contextDir(name) {
+  const dir = join(cacheDir(), "build", `${name}-${process.pid}`);
+  rmSync(dir, { recursive: true, force: true });
+  mkdirSync(dir, { recursive: true });
+  return dir;
+}
+
+/**
+ * `podman build`. With `npmStage`, that stage is built first with the host's npm cache and CA
+ * bundle mounted (its `npm ci` runs offline first); the full build then reuses its cached
+ * layers and builds the rest without the mounts, whose mount points would otherwise be left
+ * in the image's layers.
+ */
+function build(env, tag, contextPath, args, log, npmStage) {
+  const common = ["build", "--pull=never", "--network=host", "--layers", ...args];
+  if (npmStage) {
+    log(`podman build ${tag} (stage ${npmStage})`);
+    const npmCache = join(homedir(), ".npm");
+    mkdirSync(npmCache, { recursive: true });
+    const npmrc = join(cacheDir(), "build-npmrc");
+    const volumes = ["-v", `${npmCache}:/root/.npm`, "-v", `${npmrc}:/usr/local/etc/npmrc:ro`];
+    const lines = ["prefer-offline=true", "fund=false", "audit=false", "update-notifier=false"];
+    const ca = hostNpmCafile();
+    if (ca) {
+      volumes.push("-v", `${ca}:/etc/drover-build-ca.crt:ro`);
+      lines.push("cafile=/etc/drover-build-ca.crt");
+    }
+    writeIfChanged(npmrc, lines.join("\n") + "\n");
+    podman(env, [...common, "--target", npmStage, ...volumes, contextPath], { inherit: true });
+  }
+  log(`podman build ${tag}`);
+  podman(env, [...common, "-t", tag, contextPath], { inherit: true });
+}
+
+/** The CA bundle the host's npm trusts (a registry mirror may need it), if one is set. */
+function hostNpmCafile() {
+  const r = spawnSync("npm", ["config", "get", "cafile"], { encoding: "utf8" });
+  const path = r.status === 0 ? r.stdout.trim() : "";
+  return path && path !== "null" && path !== "undefined" && existsSync(path) ? path : undefined;
+}
+
+/** The Node base: the Debian base plus the host's Node 20 laid out as in node:20-bookworm-slim. */
+function buildNodeBase(env, debian, log) {
+  const host = hostNode();
+  const tag = `localhost/drover-node:20-${short(`${debian} ${host.id} 2`)}`;
+  if (imageExists(env, tag)) return tag;
+  const ctx = contextDir("node");
+  try {
+    cpSync(host.node, join(ctx, "node"));
+    cpSync(host.npmDir, join(ctx, "npm"), { recursive: true });
+    cpSync(host.headers, join(ctx, "include-node"), { recursive: true });
+    writeFileSync(
+      join(ctx, "Containerfile"),
+      [
+        `FROM ${debian}`,
+        "COPY node /usr/local/bin/node",
+        "COPY npm /usr/local/lib/node_modules/npm",
+        "COPY include-node /usr/local/include/node",
+        "RUN ln -s ../lib/node_modules/npm/bin/npm-cli.js /usr/local/bin/npm \\",
+        " && ln -s ../lib/node_modules/npm/bin/npx-cli.js /usr/local/bin/npx \\",
+        " && groupadd --gid 1000 node && useradd --uid 1000 --gid node --shell /bin/bash --create-home node",
+        'CMD ["node"]',
+        "",
+      ].join("\n"),
+    );
+    build(env, tag, ctx, ["-f", join(ctx, "Containerfile")], log);
+    return tag;
+  } finally {
+    rmSync(ctx, { recursive: true, force: true });
+  }
+}
+
+/** An image holding the host's terraform at /bin/terraform, as HashiCorp's images do. */
+function buildTerraform(env, log) {
+  const bin = process.env.DROVER_TERRAFORM_BIN || "/usr/local/bin/terraform";
+  if (!existsSync(bin)) throw new Error(`terraform is not at ${bin}; set DROVER_TERRAFORM_BIN to build the runner image`);
+  const version = execFileSync(bin, ["version", "-json"], { encoding: "utf8", env: { ...process.env, CHECKPOINT_DISABLE: "1", TF_CLI_CONFIG_FILE: "/dev/null" }, stdio: ["ignore", "pipe", "ignore"] });
+  const st = statSync(bin);
+  const tag = `localhost/drover-terraform:${JSON.parse(version).terraform_version}-${short(`${bin} ${st.size} ${st.mtimeMs}`)}`;
+  if (imageExists(env, tag)) return tag;
+  const ctx = contextDir("terraform");
+  try {
+    cpSync(bin, join(ctx, "terraform"));
+    chmodSync(join(ctx, "terraform"), 0o755);
+    writeFileSync(join(ctx, "Containerfile"), "FROM scratch\nCOPY terraform /bin/terraform\n");
+    build(env, tag, ctx, ["-f", join(ctx, "Containerfile")], log);
+    return tag;
+  } finally {
+    rmSync(ctx, { recursive: true, force: true });
+  }
+}
+
+/** Tags kept per repository: every checkout sharing the cache builds its own. */
+const keepTags = 4;
+
+/** Removes all but the newest `keep` tags of a repository (images in use stay). */
+function pruneOld(env, repository, keep) {
+  const r = spawnSync("podman", ["images", "--filter", `reference=${repository}`, "--sort", "created", "--format", "{{.Repository}}:{{.Tag}}"], { env: { ...process.env, ...env }, encoding: "utf8" });
+  if (r.status !== 0) return;
+  // Newest first.
+  const tags = r.stdout.split("\n").filter((t) => t.startsWith(`${repository}:`));
+  for (const tag of tags.slice(keep)) spawnSync("podman", ["rmi", tag], { env: { ...process.env, ...env }, stdio: "ignore" });
+}
+
+/** Builds whatever is missing and returns the image names plus how long each step took. */
+export function buildImages(log = (line) => console.error(`[images] ${line}`)) {
+  const env = podmanEnv();
+  const timings = {};
+  const timed = (name, fn) => {
+    const start = process.hrtime.bigint();
+    const out = fn();
+    timings[name] = Number((process.hrtime.bigint() - start) / 1_000_000n);
+    return out;
+  };
+  const debian = timed("debian", () => buildDebianBase(env, log));
+  const node = timed("node", () => buildNodeBase(env, debian, log));
+  const terraform = timed("terraform", () => buildTerraform(env, log));
+  const droverFile = "deploy/docker/Dockerfile";
+  const drover = `localhost/drover:${short(`${node} ${hashTree([droverFile, ".dockerignore", ...copiedSources(droverFile)])}`)}`;
+  timed("drover", () => {
+    if (!imageExists(env, drover)) build(env, drover, root, ["-f", join(root, droverFile), "--build-arg", `NODE_IMAGE=${node}`], log, "build");
+  });
+  const runnerFile = "deploy/docker/runner.Dockerfile";
+  const runner = `localhost/drover-runner:${short(`${debian} ${terraform} 2 ${hashTree([runnerFile, ".dockerignore", ...copiedSources(runnerFile)])}`)}`;
+  timed("runner", () => {
+    if (!imageExists(env, runner)) build(env, runner, root, ["-f", join(root, runnerFile), "--build-arg", `BASE_IMAGE=${debian}`, "--build-arg", `TERRAFORM_IMAGE=${terraform}`], log);
+  });
+  for (const repo of ["localhost/drover", "localhost/drover-runner", "localhost/drover-node"]) pruneOld(env, repo, keepTags);
+  return { env, images: { debian, node, terraform, drover, runner }, timingsMs: timings };
+}
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  if (process.argv.includes("--env")) {
+    console.log(JSON.stringify({ env: podmanEnv(), lock: lockPath() }));
+  } else if (process.env.DROVER_IMAGES_LOCKED !== lockPath()) {
+    // Whoever holds the lock builds; the others wait, then find the images built.
+    mkdirSync(cacheDir(), { recursive: true });
+    const r = spawnSync("flock", [lockPath(), process.execPath, fileURLToPath(import.meta.url), ...process.argv.slice(2)], {
+      stdio: "inherit",
+      env: { ...process.env, DROVER_IMAGES_LOCKED: lockPath() },
+    });
+    process.exitCode = r.status ?? 1;
+  } else {
+    const start = Date.now();
+    const out = buildImages();
+    console.log(JSON.stringify({ ...out, totalMs: Date.now() - start }));
+  }
+}

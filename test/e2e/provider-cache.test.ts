@@ -1,0 +1,126 @@
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { freePort, spawnDrover } from "../support/processes.js";
+import { providerConfig, startProviderRegistry, type TestRegistry } from "../support/provider-registry.js";
+import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
+
+let stack: Stack;
+let registry: TestRegistry;
+/** Reachable (0711) by a run user, like /var/lib/drover. */
+let home: string;
+const three = [
+  { type: "alpha", version: "1.0.0" },
+  { type: "beta", version: "2.1.0" },
+  { type: "gamma", version: "0.3.0" },
+];
+
+before(async () => {
+  stack = await startStack();
+  registry = await startProviderRegistry(three.map((p) => ({ type: p.type, versions: [p.version] })));
+  home = mkdtempSync(join(tmpdir(), "drover-pcache-"));
+  chmodSync(home, 0o711);
+});
+after(async () => {
+  await stack.stop();
+  await registry.close();
+  rmSync(home, { recursive: true, force: true });
+});
+
+function lockedH1(text: string, type: string): string[] {
+  const block = new RegExp(`provider "${registry.source(type).replace(/[.]/g, "\\.")}" \\{([\\s\\S]*?)\\n\\}`).exec(text)?.[1] ?? "";
+  return [...block.matchAll(/"(h1:[^"]+)"/g)].map((m) => m[1] as string);
+}
+
+async function metric(port: number, name: string): Promise<number> {
+  const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+  return Number(new RegExp(`^${name}\\{cache="providers"\\} (\\d+)$`, "m").exec(text)?.[1] ?? "NaN");
+}
+
+test("12 runs needing the same 3 providers on one agent: all planned with correct lock files, each provider downloaded once", async () => {
+  const agentHome = join(home, "shared");
+  const lockOut = join(home, "locks");
+  const hooks = join(home, "hooks");
+  mkdirSync(lockOut, { recursive: true, mode: 0o777 });
+  chmodSync(lockOut, 0o777);
+  mkdirSync(hooks, { recursive: true });
+  // The post-plan hook keeps each run's lock file (terraform wrote it during init).
+  writeFileSync(join(hooks, "post-plan"), `#!/bin/sh\ncp .terraform.lock.hcl "${lockOut}/$DROVER_RUN_ID.hcl"\n`, { mode: 0o755 });
+  const port = await freePort();
+  await stack.startAgent("pcache", {
+    DROVER_AGENT_CONCURRENCY: "5",
+    DROVER_CA_CERT: registry.caFile,
+    DROVER_AGENT_HOOKS_DIR: hooks,
+    DROVER_AGENT_DATA_DIR: join(agentHome, "data"),
+    DROVER_AGENT_CACHE_DIR: join(agentHome, "cache"),
+    DROVER_AGENT_HEALTH_PORT: String(port),
+  });
+  const rounds = Number(process.env.DROVER_PROVIDER_CACHE_ROUNDS ?? "1");
+  for (let round = 0; round < rounds; round++) {
+    const runs = await Promise.all(
+      Array.from({ length: 12 }, async (_, i) => {
+        const ws = `pc-${round}-${i}`;
+        await stack.server.api("POST", "/api/v1/workspaces", { name: ws, pool: stack.pool, autoApply: true });
+        const dir = writeConfig(stack.dir, ws, { "main.tf": providerConfig(registry, three, ws) });
+        // Plans start every provider (schemas, plan); applies are covered below and in runs.test.
+        return stack.startRun(dir, ws, ["--plan-only"]);
+      }),
+    );
+    for (const runId of runs) {
+      const run = await stack.waitForRun(runId, ["planned", "planned_and_finished", "errored", "failed"], 300_000);
+      const log = await runLog(stack.server, runId, "plan");
+      assert.match(run.status, /^planned/, `${run.errorMessage}\n${log}`);
+      assert.match(log, /providers from the agent's cache: /);
+      const lock = readFileSync(join(lockOut, `${runId}.hcl`), "utf8");
+      for (const p of three) assert.deepEqual(lockedH1(lock, p.type), [registry.h1(p.type, p.version)], `run ${runId}: lock file of ${p.type}`);
+    }
+  }
+  for (const p of three) assert.equal(registry.downloads.get(registry.archiveName(p.type, p.version)), 1, `${p.type} downloaded once`);
+  assert.equal(await metric(port, "drover_agent_cache_misses_total"), 3);
+  assert.equal(await metric(port, "drover_agent_cache_hits_total"), 12 * rounds * 3 - 3);
+  assert.ok((await metric(port, "drover_agent_cache_bytes")) > 0);
+  assert.equal(await metric(port, "drover_agent_cache_evictions_total"), 0);
+});
+
+test("a run cannot write into the provider cache: its provisioner is refused by the filesystem", { skip: process.getuid?.() !== 0 ? "only root can start runs as another user" : false }, async () => {
+  await stack.server.api("POST", "/api/v1/pools", { name: "pcache-ro" });
+  const token = (await stack.server.api("POST", "/api/v1/pools/pcache-ro/tokens", { description: "ro" })).body.token as string;
+  const agentHome = join(home, "ro");
+  const cache = join(agentHome, "cache");
+  writeFileSync(join(home, "terraformrc"), "", { mode: 0o644 });
+  const agent = spawnDrover(["agent", "run"], {
+    ...stack.baseEnv,
+    TF_CLI_CONFIG_FILE: join(home, "terraformrc"),
+    DROVER_TOKEN: token,
+    DROVER_AGENT_NAME: "pcache-ro",
+    DROVER_CA_CERT: registry.caFile,
+    DROVER_AGENT_DATA_DIR: join(agentHome, "data"),
+    DROVER_AGENT_CACHE_DIR: cache,
+    DROVER_AGENT_HEALTH_PORT: "0",
+    DROVER_AGENT_RUN_AS_USER: "65534:65534",
+  });
+  try {
+    await agent.waitFor(/registered/);
+    await stack.server.api("POST", "/api/v1/workspaces", { name: "pcache-ro", pool: "pcache-ro", autoApply: true });
+    const entry = join(cache, "providers", "mirror", registry.host, "drover", "alpha", "1.0.0", "linux_amd64");
+    const binary = join(entry, "terraform-provider-alpha_v1.0.0");
+    const attempts = [`echo planted >> ${binary}`, `touch ${entry}/planted`, `mkdir ${join(cache, "providers", "mirror", "planted")}`, `chmod u+w ${binary}`];
+    const command = attempts.map((c, i) => `( ${c} ) 2>/dev/null && echo WRITE${i}:ok || echo WRITE${i}:refused`).join("; ");
+    const dir = writeConfig(stack.dir, "pcache-ro", {
+      "main.tf": `${providerConfig(registry, three.slice(0, 1), "ro")}\nresource "alpha_thing" "probe" {\n  input = "probe"\n  provisioner "local-exec" {\n    command = ${JSON.stringify(command)}\n  }\n}\n`,
+    });
+    const runId = await stack.startRun(dir, "pcache-ro");
+    const run = await stack.waitForRun(runId, ["applied", "errored", "failed"], 120_000);
+    const log = await runLog(stack.server, runId, "apply");
+    assert.equal(run.status, "applied", `${run.errorMessage}\n${log}`);
+    for (let i = 0; i < attempts.length; i++) assert.match(log, new RegExp(`WRITE${i}:refused`), `${attempts[i]} was not refused:\n${log}`);
+    assert.ok(!readFileSync(binary, "utf8").includes("planted"));
+    assert.ok(!existsSync(join(entry, "planted")));
+    assert.equal(statSync(binary).mode & 0o222, 0);
+    assert.deepEqual(readdirSync(join(cache, "providers", "mirror")), [registry.host]);
+  } finally {
+    await agent.stop("SIGKILL");
+  }
+});

@@ -1,0 +1,65 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import Fastify from "fastify";
+import { routes, userApi } from "@drover/protocol";
+import { registrar } from "@drover/server";
+
+/*
+ * Handlers registered from the route table: a result of the wrong shape does not compile
+ * (checked by tsc over this file: each @ts-expect-error must meet an error), and with
+ * validateResponses one that slips past the compiler is refused at run time.
+ */
+
+async function appWith(validateResponses: boolean, result: unknown) {
+  const app = Fastify();
+  await app.register(
+    async (scope) => {
+      const serve = registrar(scope, userApi, { validateResponses });
+      // A cast: what an `any` from a store or a JSON.parse can do to the compiler's view.
+      serve(routes.getPool, async () => result as { id: string; name: string; createdAt: string });
+    },
+    { prefix: userApi },
+  );
+  return app;
+}
+
+test("with validateResponses, a result outside the response schema is a 500, not a wrong answer", async () => {
+  const app = await appWith(true, { id: "pool-1", name: "p" });
+  try {
+    const res = await app.inject({ method: "GET", url: "/api/v1/pools/p" });
+    assert.equal(res.statusCode, 500);
+    assert.match(res.body, /answered outside its response schema/);
+  } finally {
+    await app.close();
+  }
+});
+
+test("a result inside the schema is answered with the table's status and content type", async () => {
+  const app = await appWith(true, { id: "pool-1", name: "p", createdAt: "2026-01-01T00:00:00.000Z" });
+  try {
+    const res = await app.inject({ method: "GET", url: "/api/v1/pools/p" });
+    assert.equal(res.statusCode, 200);
+    assert.match(String(res.headers["content-type"]), /application\/json/);
+  } finally {
+    await app.close();
+  }
+});
+
+test("without validateResponses (production) the handler's result goes out as it is", async () => {
+  const app = await appWith(false, { id: "pool-1", name: "p" });
+  try {
+    assert.equal((await app.inject({ method: "GET", url: "/api/v1/pools/p" })).statusCode, 200);
+  } finally {
+    await app.close();
+  }
+});
+
+// Compile-time checks only: never registered.
+export function wrongResultsDoNotCompile(serve: ReturnType<typeof registrar>): void {
+  // @ts-expect-error a pool without createdAt is not a pool
+  serve(routes.getPool, async () => ({ id: "pool-1", name: "p" }));
+  // @ts-expect-error a list route answers {items}, not an array
+  serve(routes.listPools, async () => []);
+  // @ts-expect-error an empty (204) route answers nothing
+  serve(routes.deleteWorkspace, async () => ({ deleted: true }));
+}
