@@ -110,9 +110,10 @@ test("agent-k8s: kubectl drain of the run's node mid-apply honours the PDB, keep
   try {
     const ended = await stack.waitForRun(runId, ["applied", "errored", "canceled"], 120_000);
     const log = await runLog(stack.server, runId, "apply");
+    const pods = async () => JSON.stringify(((await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods?labelSelector=${encodeURIComponent(`drover.dev/run-id=${runId}`)}`)).body.items as any[]).map((p) => [p.metadata.name, p.spec.nodeName, p.status?.phase, p.metadata.creationTimestamp]));
     assert.equal(ended.status, "errored", `an interrupted run never ends as a success:\n${log}`);
     // e.g. "pod drover-run-…-apply-1-… was evicted: Eviction API: evicting", in the error and the log.
-    assert.match(String(ended.errorMessage ?? ""), /was evicted/, `the run's end names why:\n${log}\n${JSON.stringify(ended)}`);
+    assert.match(String(ended.errorMessage ?? ""), /was evicted/, `the run's end names why:\n${log}\n${JSON.stringify(ended)}\n${await pods()}\n${await diagnose()}`);
     assert.match(log, /\[drover\] pod \S+ was evicted/, log);
     // drain ignores DaemonSets: the node's worker was not evicted under its runs.
     const workerAfter = (await podsOf("worker")).find((p) => p.spec.nodeName === node);

@@ -198,3 +198,14 @@ describe("task.caBundle: a CA bundle for runs only", () => {
     });
   }
 });
+
+describe("agent.terminationGracePeriodSeconds (the controller pod's)", () => {
+  for (const chart of jobCharts) {
+    test(`${chart}: sets the controller pod's grace period only; task pods keep terminationGracePeriodSeconds`, () => {
+      const all = render(chart, ["--set", "agent.terminationGracePeriodSeconds=45", "--set", "terminationGracePeriodSeconds=300"]);
+      assert.equal(byOwner(all, "Deployment").spec.terminationGracePeriodSeconds, 45);
+      assert.equal(byOwner(all, "task").spec.terminationGracePeriodSeconds, 300);
+      assert.equal(byOwner(render(chart, []), "Deployment").spec.terminationGracePeriodSeconds, 30);
+    });
+  }
+});
