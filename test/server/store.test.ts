@@ -1,4 +1,8 @@
 import assert from "node:assert/strict";
+import { createHash, randomBytes } from "node:crypto";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { DroverError, newPoolToken, type Agent, type JobAssignment } from "@drover/protocol";
 import { localEventBus, openDatabase, store, type Db, type StoreContext } from "@drover/server";
@@ -353,13 +357,60 @@ for (const backend of backends) {
       await rejectsWith(store.unlockState(ctx, ws.id, JSON.stringify({ ID: "bbb" })), "state_locked");
       await store.unlockState(ctx, ws.id, info);
       assert.equal((await store.getWorkspace(ctx, ws.id)).stateLocked, false);
-      assert.equal((await store.currentState(ctx, ws.id))?.toString(), '{"serial":2,"lineage":"l"}');
+      const current = await store.currentState(ctx, ws.id);
+      assert.ok(current);
+      assert.equal((await store.storedBytes(current)).toString(), '{"serial":2,"lineage":"l"}');
       const versions = await store.listStateVersions(ctx, ws.id);
       assert.deepEqual(versions.map((v) => v.serial), [2, 1]);
       await rejectsWith(store.writeState(ctx, { workspaceId: ws.id, body: Buffer.from("{}"), contentMd5: "AAAA", lockId: undefined, runId: null }), "bad_request");
       await store.lockState(ctx, ws.id, info, null);
       await store.unlockState(ctx, ws.id, "");
       assert.equal((await store.getWorkspace(ctx, ws.id)).stateLocked, false, "an empty unlock body is a force-unlock");
+    });
+
+    test("bodies: state, plan and configuration larger than a chunk round-trip from files, byte for byte; a refused state leaves nothing", async () => {
+      const { ws, agent } = await fixture();
+      const dir = mkdtempSync(join(tmpdir(), "drover-store-bodies-"));
+      try {
+        const spool = (name: string, bytes: Buffer): store.BodyFile => {
+          const path = join(dir, name);
+          writeFileSync(path, bytes);
+          return { path, size: bytes.length };
+        };
+        const padding = randomBytes(Math.ceil(store.chunkBytes * 1.6)).toString("base64");
+        const state = Buffer.from(JSON.stringify({ version: 4, serial: 7, lineage: "lin", padding }));
+        assert.ok(state.length > 2 * store.chunkBytes);
+        const version = await store.writeState(ctx, { workspaceId: ws.id, body: spool("state", state), contentMd5: createHash("md5").update(state).digest("base64"), lockId: undefined, runId: null });
+        assert.deepEqual([version.serial, version.lineage, version.size], [7, "lin", state.length]);
+        const current = await store.currentState(ctx, ws.id);
+        assert.ok(current);
+        assert.equal(current.size, state.length);
+        assert.ok((await store.storedBytes(current)).equals(state));
+        assert.ok((await store.storedBytes(await store.readStateVersion(ctx, version.id))).equals(state));
+        // Truncated JSON is refused and stores no version and no chunk.
+        await rejectsWith(store.writeState(ctx, { workspaceId: ws.id, body: spool("cut", state.subarray(0, state.length - 1)), contentMd5: undefined, lockId: undefined, runId: null }), "invalid_json");
+        assert.equal((await store.listStateVersions(ctx, ws.id)).length, 1);
+        const chunks = await db.kysely.selectFrom("state_version_chunks").select((eb) => eb.fn.countAll<number>().as("n")).executeTakeFirstOrThrow();
+        const expected = await db.kysely.selectFrom("state_versions").select((eb) => eb.fn.countAll<number>().as("n")).executeTakeFirstOrThrow();
+        assert.ok(Number(chunks.n) >= Number(expected.n), "chunks belong to stored versions only");
+
+        const big = rawTarGz([{ path: "main.tf", content: "" }, { path: "blob.bin", content: randomBytes(Math.ceil(store.chunkBytes * 1.5)).toString("base64") }]);
+        const cv = await store.createConfigurationVersion(ctx, ws.id, spool("cv.tar.gz", big), { maxCompressedBytes: 1e8, maxUnpackedBytes: 1e8, maxEntries: 100 });
+        assert.equal(cv.sha256, createHash("sha256").update(big).digest("hex"));
+        assert.ok((await store.storedBytes(await store.readConfigurationArchive(ctx, cv.id))).equals(big));
+
+        const run = await newRun(ws.id, cv.id);
+        const plan = await claim(agent);
+        assert.equal(plan.runId, run.id);
+        const planFile = randomBytes(store.chunkBytes * 2 + 5);
+        await store.savePlanFile(ctx, await jobRow(plan), spool("plan", planFile));
+        assert.ok((await store.storedBytes(await store.readPlanFile(ctx, run.id))).equals(planFile));
+        // A retried upload replaces the file whole.
+        await store.savePlanFile(ctx, await jobRow(plan), Buffer.from("short"));
+        assert.equal((await store.storedBytes(await store.readPlanFile(ctx, run.id))).toString(), "short");
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
     });
 
     test("variables: sensitive values are write-only except for the job", async () => {

@@ -297,19 +297,20 @@ function checkLinks(entries: Entry[]): void {
  * inside the root, links resolving inside it through the archive's own links, no devices or
  * FIFOs, sizes within limits, nothing but zero padding after the end marker. The archive is
  * inflated as a stream (zlib works off the event loop) and the check stops at the first
- * problem, after `timeoutMs`, or when `signal` aborts.
+ * problem, after `timeoutMs`, or when `signal` aborts. `archive` is the bytes, or the bytes in
+ * pieces (a file being read), so that a large upload is checked without holding it in memory.
  * Throws DroverError("invalid_archive" | "payload_too_large") naming the first bad entry.
  */
 export async function inspectArchive(
-  archive: Buffer,
+  archive: Buffer | AsyncIterable<Uint8Array>,
   limits: ArchiveLimits = defaultArchiveLimits,
   options: { timeoutMs?: number; signal?: AbortSignal } = {},
 ): Promise<ArchiveSummary> {
-  if (archive.length > limits.maxCompressedBytes) {
-    throw new DroverError("payload_too_large", `the archive is ${archive.length} bytes; the limit is ${limits.maxCompressedBytes}`);
-  }
-  if (archive.length < 2 || archive[0] !== 0x1f || archive[1] !== 0x8b) {
-    throw invalid("the upload is not a gzip-compressed tar archive (tar.gz)");
+  const tooLarge = (size: number) => new DroverError("payload_too_large", `the archive is ${size} bytes; the limit is ${limits.maxCompressedBytes}`);
+  const notGzip = () => invalid("the upload is not a gzip-compressed tar archive (tar.gz)");
+  if (Buffer.isBuffer(archive)) {
+    if (archive.length > limits.maxCompressedBytes) throw tooLarge(archive.length);
+    if (archive.length < 2 || archive[0] !== 0x1f || archive[1] !== 0x8b) throw notGzip();
   }
   const walker = new TarWalker(limits);
   const timeoutMs = options.timeoutMs ?? defaultArchiveCheckMs;
@@ -348,7 +349,38 @@ export async function inspectArchive(
         done(err);
       }
     });
-    gunzip.end(archive);
+    if (Buffer.isBuffer(archive)) {
+      gunzip.end(archive);
+      return;
+    }
+    void (async () => {
+      let size = 0;
+      let head = Buffer.alloc(0);
+      for await (const piece of archive) {
+        if (settled) return;
+        size += piece.length;
+        if (size > limits.maxCompressedBytes) return done(tooLarge(size));
+        if (head.length < 2) {
+          head = Buffer.concat([head, piece]);
+          if (head.length >= 2 && (head[0] !== 0x1f || head[1] !== 0x8b)) return done(notGzip());
+        }
+        // Backpressure: zlib inflates this piece before the next one is read (or the check ends).
+        if (!gunzip.write(piece)) {
+          await new Promise<void>((resume) => {
+            const go = () => {
+              gunzip.off("drain", go);
+              gunzip.off("close", go);
+              resume();
+            };
+            gunzip.on("drain", go);
+            gunzip.on("close", go);
+          });
+        }
+      }
+      if (settled) return;
+      if (head.length < 2) return done(notGzip());
+      gunzip.end();
+    })().catch(done);
   });
   return { entries: walker.entries.length, unpackedBytes: walker.unpackedBytes };
 }

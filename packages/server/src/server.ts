@@ -5,6 +5,7 @@ import { pino, type Logger } from "pino";
 import { openDatabase } from "./db/connect.js";
 import { localEventBus, postgresEventBus } from "./events.js";
 import { buildApp, type AppOptions } from "./http/app.js";
+import { prepareUploadDir, uploadDirOf } from "./http/bodies.js";
 import type { ServerConfig } from "./config.js";
 import { createMetrics } from "./metrics.js";
 import { startSweeper } from "./sweeper.js";
@@ -86,7 +87,17 @@ export async function startServer(config: ServerConfig, options: { logger?: Logg
   );
   let publicUrl = config.publicUrl;
   const storageDir = config.database.kind === "sqlite" && config.database.path !== ":memory:" ? dirname(config.database.path) : undefined;
-  const app = buildApp({ store, health: db.health, ...(storageDir === undefined ? {} : { storageDir }), archiveLimits: config.archiveLimits, publicUrl: () => publicUrl, shutdown: shutdown.signal, markActivity: () => {}, tracer: telemetry.tracer }, metrics, log, config.tls, options);
+  const uploadDir = uploadDirOf(config.dataDir);
+  try {
+    await prepareUploadDir(uploadDir);
+  } catch (err) {
+    await telemetry.shutdown().catch(() => undefined);
+    await presence.stop().catch(() => undefined);
+    await events.close();
+    await db.close();
+    throw err;
+  }
+  const app = buildApp({ store, health: db.health, ...(storageDir === undefined ? {} : { storageDir }), archiveLimits: config.archiveLimits, uploadDir, publicUrl: () => publicUrl, shutdown: shutdown.signal, markActivity: () => {}, tracer: telemetry.tracer }, metrics, log, config.tls, options);
   const sweeper = startSweeper(store, log, config.sweepIntervalMs, db.health, config.forceCancelAfterMs);
   try {
     // A fleet reconnecting at once (after a restart or a network blip) overflows the default

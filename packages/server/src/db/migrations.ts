@@ -224,9 +224,42 @@ function userTokens(dialect: Dialect): Migration {
   };
 }
 
+/**
+ * Decision 0012: bodies move from one blob column per row to numbered chunks in a table per
+ * owner, so they are written and read a chunk at a time. Existing bodies become one chunk each.
+ */
+function chunkedBodies(dialect: Dialect): Migration {
+  const t = types(dialect);
+  return {
+    async up(db: Kysely<unknown>) {
+      const owners: Array<[string, string, string, string]> = [
+        ["state_version_chunks", "state_versions", "id", "body"],
+        ["configuration_version_chunks", "configuration_versions", "id", "archive"],
+        ["plan_file_chunks", "plans", "run_id", "plan_file"],
+        ["plan_json_chunks", "plans", "run_id", "plan_json"],
+      ];
+      await db.schema.alterTable("plans").addColumn("plan_file_size", "integer").execute();
+      await db.schema.alterTable("plans").addColumn("plan_json_size", "integer").execute();
+      await sql`update plans set plan_file_size = length(plan_file) where plan_file is not null`.execute(db);
+      await sql`update plans set plan_json_size = length(plan_json) where plan_json is not null`.execute(db);
+      for (const [chunks, owner, key, column] of owners) {
+        await db.schema
+          .createTable(chunks)
+          .addColumn("owner_id", "text", (c) => c.notNull().references(`${owner}.${key}`).onDelete("cascade"))
+          .addColumn("seq", "integer", (c) => c.notNull())
+          .addColumn("data", t.blob, (c) => c.notNull())
+          .addPrimaryKeyConstraint(`${chunks}_pk`, ["owner_id", "seq"])
+          .execute();
+        await sql`insert into ${sql.table(chunks)} (owner_id, seq, data) select ${sql.ref(key)}, 0, ${sql.ref(column)} from ${sql.table(owner)} where ${sql.ref(column)} is not null and length(${sql.ref(column)}) > 0`.execute(db);
+      }
+      for (const [, owner, , column] of owners) await db.schema.alterTable(owner).dropColumn(column).execute();
+    },
+  };
+}
+
 /** All migrations in order; names sort lexically, which is the order Kysely applies them. */
 export function migrationProvider(dialect: Dialect): MigrationProvider {
   return {
-    getMigrations: async () => ({ "0001_initial": initial(dialect), "0010a_security": security(dialect), "0010b_force_cancel": forceCancel(dialect), "0010c_user_tokens": userTokens(dialect) }),
+    getMigrations: async () => ({ "0001_initial": initial(dialect), "0010a_security": security(dialect), "0010b_force_cancel": forceCancel(dialect), "0010c_user_tokens": userTokens(dialect), "0012_chunked_bodies": chunkedBodies(dialect) }),
   };
 }

@@ -74,7 +74,6 @@ export interface ConfigurationVersionsTable {
   workspace_id: string;
   size: number;
   sha256: string;
-  archive: Buffer;
   created_at: number;
 }
 
@@ -130,9 +129,18 @@ export interface LogChunksTable {
 
 export interface PlansTable {
   run_id: string;
-  plan_file: Buffer | null;
-  plan_json: Buffer | null;
+  /** Size of the plan file in plan_file_chunks; null until it is uploaded. */
+  plan_file_size: number | null;
+  /** Size of the redacted plan JSON in plan_json_chunks; null until it is uploaded. */
+  plan_json_size: number | null;
   created_at: number;
+}
+
+/** One piece of a stored body (store/bodies.ts); `owner_id` is the id of the row it belongs to. */
+export interface ChunksTable {
+  owner_id: string;
+  seq: number;
+  data: Buffer;
 }
 
 export interface StateVersionsTable {
@@ -143,7 +151,6 @@ export interface StateVersionsTable {
   lineage: string | null;
   md5: string;
   size: number;
-  body: Buffer;
   run_id: string | null;
   created_at: number;
   deleted_at: number | null;
@@ -179,4 +186,8 @@ export interface Database {
   state_versions: StateVersionsTable;
   state_locks: StateLocksTable;
   job_tokens: JobTokensTable;
+  state_version_chunks: ChunksTable;
+  configuration_version_chunks: ChunksTable;
+  plan_file_chunks: ChunksTable;
+  plan_json_chunks: ChunksTable;
 }

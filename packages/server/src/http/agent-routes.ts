@@ -9,9 +9,13 @@ import { plansNoLongerNeeded, readPlanFile, saveOutputs, savePlanFile, savePlanJ
 import { finishJob, heartbeatJob, pollForJob, releaseUnstartedJobs, startJob, type JobRow } from "../store/queue.js";
 import { variablesForJob } from "../store/variables.js";
 import { authenticateFirst, callerOf, requestSignal, requireJob, requirePoolToken, requireSession } from "./auth.js";
+import { spooledBody, spoolBodies } from "./bodies.js";
 import type { HttpContext } from "./context.js";
 import { parse } from "./errors.js";
 import { registrar, type ServeOptions } from "./serve.js";
+
+/** Largest plan file or plan JSON an agent may upload. */
+const maxPlanBytes = 512 * 1024 * 1024;
 
 /** The agent protocol under /api/agent/v1: registration, long-poll, leases, and job-token calls. */
 export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, options: ServeOptions): void {
@@ -106,15 +110,21 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, opt
     return result;
   });
 
-  // Binary uploads take the raw body whatever its content type.
+  // Binary uploads take the raw body whatever its content type: log chunks (small) in memory,
+  // plans spooled to disk.
   void app.register(async (binary) => {
     binary.removeAllContentTypeParsers();
-    binary.addContentTypeParser("*", { parseAs: "buffer", bodyLimit: 512 * 1024 * 1024 }, (_req, body, done) => done(null, body));
+    binary.addContentTypeParser("*", { parseAs: "buffer", bodyLimit: maxLogChunkBytes + 1024 }, (_req, body, done) => done(null, body));
     const serveBinary = registrar(binary, agentApi, options);
 
     serveBinary(routes.appendLog, { ...asJob, bodyLimit: maxLogChunkBytes + 1024 }, async ({ query, body }, req) => ({ offset: await appendLog(ctx, jobOf(req), query.offset, bodyBuffer(body)) }));
-    serveBinary(routes.uploadPlan, asJob, async ({ body }, req) => savePlanFile(ctx, jobOf(req), bodyBuffer(body)));
-    serveBinary(routes.uploadPlanJson, asJob, async ({ body }, req) => savePlanJson(ctx, jobOf(req), bodyBuffer(body)));
+  });
+  void app.register(async (upload) => {
+    upload.removeAllContentTypeParsers();
+    spoolBodies(upload, "*", http.uploadDir);
+    const serveUpload = registrar(upload, agentApi, options);
+    serveUpload(routes.uploadPlan, { ...asJob, bodyLimit: maxPlanBytes }, async (_input, req) => savePlanFile(ctx, jobOf(req), spooledBody(req)));
+    serveUpload(routes.uploadPlanJson, { ...asJob, bodyLimit: maxPlanBytes }, async (_input, req) => savePlanJson(ctx, jobOf(req), spooledBody(req)));
   });
 }
 

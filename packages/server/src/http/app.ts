@@ -54,9 +54,6 @@ export function buildApp(http: HttpContext, metrics: ServerMetrics, log: Logger,
   app.setNotFoundHandler((request, reply) => {
     void reply.code(404).send({ error: "not_found", message: `no route ${request.method} ${request.url.split("?")[0]}` });
   });
-  app.addContentTypeParser(["application/gzip", "application/x-gzip", "application/octet-stream"], { parseAs: "buffer", bodyLimit: http.archiveLimits.maxCompressedBytes + 1 }, (_req, body, done) =>
-    done(null, body),
-  );
   app.addHook("onResponse", async (request, reply) => {
     metrics.httpDuration.observe(
       { method: request.method, route: request.routeOptions.url ?? "unmatched", status: String(reply.statusCode) },

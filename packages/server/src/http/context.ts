@@ -10,6 +10,8 @@ export interface HttpContext {
   /** Whether the database is reachable (/readyz, fail-fast 503s). */
   health: DatabaseHealth;
   archiveLimits: ArchiveLimits;
+  /** Where large request bodies are spooled while a request lasts (http/bodies.ts). */
+  uploadDir: string;
   /** The URL embedded in new pool tokens: how agents reach this server. */
   publicUrl(): string;
   shutdown: AbortSignal;

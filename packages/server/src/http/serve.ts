@@ -1,6 +1,7 @@
 import type { ReplyOf, Route } from "@drover/protocol";
 import type { FastifyInstance, FastifyReply, FastifyRequest, RouteShorthandOptions } from "fastify";
 import type { z } from "zod";
+import type { StoredBody } from "../store/bodies.js";
 import { parse } from "./errors.js";
 
 /*
@@ -20,10 +21,10 @@ export interface Input<R extends Route> {
 }
 
 /**
- * What a handler returns: JSON routes the response body; raw routes the bytes (null for the
- * route's empty status, e.g. 204 for no state yet); empty routes nothing.
+ * What a handler returns: JSON routes the response body; raw routes the bytes or a stored body
+ * (streamed; null for the route's empty status, e.g. 204 for no state yet); empty routes nothing.
  */
-export type Result<R extends Route> = R["response"] extends { kind: "json" } ? ReplyOf<R> : R["response"] extends { kind: "raw" } ? Buffer | string | null : void;
+export type Result<R extends Route> = R["response"] extends { kind: "json" } ? ReplyOf<R> : R["response"] extends { kind: "raw" } ? Buffer | string | StoredBody | null : void;
 
 /** A handler that answered by itself (an error body the coded errors cannot express). */
 export interface Answered {
@@ -89,9 +90,14 @@ function send(route: Route, result: unknown, reply: FastifyReply, options: Serve
     case "raw": {
       if (result === null) return reply.code(spec.emptyStatus ?? 204).send();
       if (reply.getHeader("content-type") === undefined) void reply.header("content-type", spec.contentType);
+      if (isStoredBody(result)) return reply.code(spec.status).header("content-length", result.size).send(result.open());
       return reply.code(spec.status).send(result);
     }
     case "empty":
       return reply.code(spec.status).send();
   }
+}
+
+function isStoredBody(value: unknown): value is StoredBody {
+  return typeof value === "object" && value !== null && typeof (value as StoredBody).open === "function" && typeof (value as StoredBody).size === "number";
 }

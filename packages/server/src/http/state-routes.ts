@@ -4,18 +4,24 @@ import { currentState, deleteState, lockState, unlockState, writeState } from ".
 import { getWorkspace } from "../store/workspaces.js";
 import type { JobRow } from "../store/queue.js";
 import { authenticateFirst, callerOf, requireStateCaller } from "./auth.js";
+import { spooledBody, spoolBodies } from "./bodies.js";
 import type { HttpContext } from "./context.js";
 import { registrar, type ServeOptions } from "./serve.js";
 
+/** Largest state body accepted. */
+export const maxStateBytes = 256 * 1024 * 1024;
+/** Largest LockInfo body (LOCK, UNLOCK); terraform's are a few hundred bytes. */
+const maxLockInfoBytes = 1024 * 1024;
+
 /**
  * Terraform's `http` state backend on /api/v1/workspaces/:ws/state. Bodies are taken raw so
- * Content-MD5 is checked over the exact bytes terraform sent.
+ * Content-MD5 is checked over the exact bytes terraform sent; a state body is spooled to disk.
  */
 export function registerStateRoutes(app: FastifyInstance, http: HttpContext, options: ServeOptions): void {
   const ctx = http.store;
   const serve = registrar(app, userApi, options);
   app.removeAllContentTypeParsers();
-  app.addContentTypeParser("*", { parseAs: "buffer", bodyLimit: 256 * 1024 * 1024 }, (_req, body, done) => done(null, body));
+  app.addContentTypeParser("*", { parseAs: "buffer", bodyLimit: maxLockInfoBytes }, (_req, body, done) => done(null, body));
 
   app.addHook("onRequest", authenticateFirst((request) => requireStateCaller(ctx, request)));
 
@@ -36,11 +42,16 @@ export function registerStateRoutes(app: FastifyInstance, http: HttpContext, opt
     return (await currentState(ctx, ws.id)) ?? null;
   });
 
-  serve(routes.writeState, async ({ params, query, body }, req) => {
-    const { ws, job } = await workspaceOf(req, params.ws);
-    if (raw(body).length === 0) throw new DroverError("bad_request", "the state body is empty");
-    const md5 = req.headers["content-md5"];
-    await writeState(ctx, { workspaceId: ws.id, body: raw(body), contentMd5: typeof md5 === "string" ? md5 : undefined, lockId: query.ID, runId: job?.run_id ?? null });
+  void app.register(async (upload) => {
+    upload.removeAllContentTypeParsers();
+    spoolBodies(upload, "*", http.uploadDir);
+    registrar(upload, userApi, options)(routes.writeState, { bodyLimit: maxStateBytes }, async ({ params, query }, req) => {
+      const { ws, job } = await workspaceOf(req, params.ws);
+      const body = spooledBody(req);
+      if (body.size === 0) throw new DroverError("bad_request", "the state body is empty");
+      const md5 = req.headers["content-md5"];
+      await writeState(ctx, { workspaceId: ws.id, body, contentMd5: typeof md5 === "string" ? md5 : undefined, lockId: query.ID, runId: job?.run_id ?? null });
+    });
   });
 
   serve(routes.deleteState, async ({ params, query }, req) => {

@@ -14,6 +14,7 @@ import { createUserToken, listUserTokens, revokeUserToken } from "../store/user-
 import { deleteVariable, listVariables, setVariable } from "../store/variables.js";
 import { createWorkspace, deleteWorkspace, getWorkspace, listWorkspaces, updateWorkspace } from "../store/workspaces.js";
 import { authenticateFirst, requestSignal, requireUser } from "./auth.js";
+import { isBodyFile, spoolBodies } from "./bodies.js";
 import type { HttpContext } from "./context.js";
 import { registrar, type ServeOptions } from "./serve.js";
 
@@ -55,9 +56,13 @@ export function registerUserRoutes(app: FastifyInstance, http: HttpContext, opti
   serve(routes.setVariable, async ({ params, body }) => setVariable(ctx, params.ws, params.key, body));
   serve(routes.deleteVariable, async ({ params, query }) => deleteVariable(ctx, params.ws, query.kind, params.key));
 
-  serve(routes.uploadConfiguration, async ({ params, body }) => {
-    if (!body) throw new DroverError("bad_request", "upload the configuration as a raw tar.gz body with Content-Type: application/gzip");
-    return createConfigurationVersion(ctx, params.ws, body, http.archiveLimits);
+  void app.register(async (upload) => {
+    spoolBodies(upload, ["application/gzip", "application/x-gzip", "application/octet-stream"], http.uploadDir);
+    // One byte over the limit is let through so that the archive check names the archive's size.
+    registrar(upload, userApi, options)(routes.uploadConfiguration, { bodyLimit: http.archiveLimits.maxCompressedBytes + 1 }, async ({ params }, req) => {
+      if (!isBodyFile(req.body)) throw new DroverError("bad_request", "upload the configuration as a raw tar.gz body with Content-Type: application/gzip");
+      return createConfigurationVersion(ctx, params.ws, req.body, http.archiveLimits);
+    });
   });
   serve(routes.listConfigurationVersions, async ({ params }) => ({ items: await listConfigurationVersions(ctx, params.ws) }));
   serve(routes.workspaceOutputs, async ({ params }) => ({ items: await workspaceOutputs(ctx, (await getWorkspace(ctx, params.ws)).id) }));

@@ -1,25 +1,41 @@
 import { createHash } from "node:crypto";
 import { DroverError, inspectArchive, newId, type ArchiveLimits, type ConfigurationVersion } from "@drover/protocol";
+import { sourceChunks, sourceSize, storedBody, writeChunks, type BodySource, type StoredBody } from "./bodies.js";
 import type { StoreContext } from "./context.js";
 import { iso } from "./context.js";
 import { getWorkspace } from "./workspaces.js";
 
 /**
  * Stores an uploaded tar.gz after checking every entry (SPEC §9). A rejected archive leaves
- * nothing behind: the check runs before the single insert.
+ * nothing behind: the check runs before the one transaction that stores it.
  */
-export async function createConfigurationVersion(ctx: StoreContext, workspace: string, archive: Buffer, limits: ArchiveLimits): Promise<ConfigurationVersion> {
+export async function createConfigurationVersion(ctx: StoreContext, workspace: string, archive: BodySource, limits: ArchiveLimits): Promise<ConfigurationVersion> {
   const ws = await getWorkspace(ctx, workspace);
-  await inspectArchive(archive, limits);
+  const hash = createHash("sha256");
+  // The check reads the archive to its end when it accepts it, so the hash covers every byte.
+  await inspectArchive(
+    Buffer.isBuffer(archive)
+      ? archive
+      : (async function* () {
+          for await (const piece of sourceChunks(archive)) {
+            hash.update(piece);
+            yield piece;
+          }
+        })(),
+    limits,
+  );
+  if (Buffer.isBuffer(archive)) hash.update(archive);
   const row = {
     id: newId("cv"),
     workspace_id: ws.id,
-    size: archive.length,
-    sha256: createHash("sha256").update(archive).digest("hex"),
-    archive,
+    size: sourceSize(archive),
+    sha256: hash.digest("hex"),
     created_at: ctx.now(),
   };
-  await ctx.db.insertInto("configuration_versions").values(row).execute();
+  await ctx.db.transaction().execute(async (trx) => {
+    await trx.insertInto("configuration_versions").values(row).execute();
+    await writeChunks(trx, "configuration_version_chunks", row.id, archive);
+  });
   return { id: row.id, workspaceId: ws.id, size: row.size, sha256: row.sha256, createdAt: iso(row.created_at) };
 }
 
@@ -41,8 +57,8 @@ export async function listConfigurationVersions(ctx: StoreContext, workspace: st
 }
 
 /** The archive bytes of a configuration version. */
-export async function readConfigurationArchive(ctx: StoreContext, id: string): Promise<Buffer> {
-  const row = await ctx.db.selectFrom("configuration_versions").select("archive").where("id", "=", id).executeTakeFirst();
+export async function readConfigurationArchive(ctx: StoreContext, id: string): Promise<StoredBody> {
+  const row = await ctx.db.selectFrom("configuration_versions").select(["id", "size"]).where("id", "=", id).executeTakeFirst();
   if (!row) throw new DroverError("not_found", `no configuration version ${JSON.stringify(id)}`);
-  return Buffer.from(row.archive);
+  return storedBody(ctx.db, "configuration_version_chunks", row.id, row.size);
 }

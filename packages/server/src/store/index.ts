@@ -4,6 +4,8 @@
  * must pass.
  */
 export * from "./agents.js";
+export { chunkBytes, storedBytes, type BodyFile, type BodySource, type StoredBody } from "./bodies.js";
+export { JsonScanError, JsonScanner, nonScalar } from "./json-scan.js";
 export * from "./configuration-versions.js";
 export * from "./context.js";
 export * from "./demand.js";

@@ -1,27 +1,33 @@
 import { containsSecret, DroverError, redactJson, secretForms, summarizePlan, type Output, type PlanSummary } from "@drover/protocol";
 import { variablesForJob } from "./variables.js";
+import { sourceBytes, sourceSize, storedBody, writeChunks, type BodySource, type StoredBody } from "./bodies.js";
 import type { StoreContext } from "./context.js";
 import type { JobRow } from "./queue.js";
 
 /** Stores the binary plan file of the run a plan job belongs to. */
-export async function savePlanFile(ctx: StoreContext, job: JobRow, planFile: Buffer): Promise<void> {
+export async function savePlanFile(ctx: StoreContext, job: JobRow, planFile: BodySource): Promise<void> {
   if (job.phase !== "plan") throw new DroverError("bad_request", "only a plan job uploads a plan file");
-  await ctx.db
-    .insertInto("plans")
-    .values({ run_id: job.run_id, plan_file: planFile, plan_json: null, created_at: ctx.now() })
-    .onConflict((oc) => oc.column("run_id").doUpdateSet({ plan_file: planFile }))
-    .execute();
+  const size = sourceSize(planFile);
+  await ctx.db.transaction().execute(async (trx) => {
+    await trx
+      .insertInto("plans")
+      .values({ run_id: job.run_id, plan_file_size: size, plan_json_size: null, created_at: ctx.now() })
+      .onConflict((oc) => oc.column("run_id").doUpdateSet({ plan_file_size: size }))
+      .execute();
+    await writeChunks(trx, "plan_file_chunks", job.run_id, planFile);
+  });
 }
 
 /**
  * Stores `terraform show -json` output and the summary derived from it. That JSON carries
  * variable values verbatim, so the workspace's sensitive values are redacted before storing.
  */
-export async function savePlanJson(ctx: StoreContext, job: JobRow, uploaded: Buffer): Promise<PlanSummary> {
+export async function savePlanJson(ctx: StoreContext, job: JobRow, uploaded: BodySource): Promise<PlanSummary> {
   if (job.phase !== "plan") throw new DroverError("bad_request", "only a plan job uploads a plan");
   let parsed: unknown;
   try {
-    parsed = JSON.parse(uploaded.toString("utf8"));
+    // Redacting needs the parsed document, so this body is the one held in memory whole.
+    parsed = JSON.parse((await sourceBytes(uploaded)).toString("utf8"));
   } catch (cause) {
     throw new DroverError("invalid_json", "the plan JSON is not valid JSON", { cause });
   }
@@ -31,9 +37,10 @@ export async function savePlanJson(ctx: StoreContext, job: JobRow, uploaded: Buf
   await ctx.db.transaction().execute(async (trx) => {
     await trx
       .insertInto("plans")
-      .values({ run_id: job.run_id, plan_file: null, plan_json: planJson, created_at: ctx.now() })
-      .onConflict((oc) => oc.column("run_id").doUpdateSet({ plan_json: planJson }))
+      .values({ run_id: job.run_id, plan_file_size: null, plan_json_size: planJson.length, created_at: ctx.now() })
+      .onConflict((oc) => oc.column("run_id").doUpdateSet({ plan_json_size: planJson.length }))
       .execute();
+    await writeChunks(trx, "plan_json_chunks", job.run_id, planJson);
     await trx
       .updateTable("runs")
       .set({ plan_add: summary.add, plan_change: summary.change, plan_destroy: summary.destroy, has_changes: summary.hasChanges ? 1 : 0, updated_at: ctx.now() })
@@ -44,17 +51,17 @@ export async function savePlanJson(ctx: StoreContext, job: JobRow, uploaded: Buf
 }
 
 /** The plan file an apply job must apply. */
-export async function readPlanFile(ctx: StoreContext, runId: string): Promise<Buffer> {
-  const row = await ctx.db.selectFrom("plans").select("plan_file").where("run_id", "=", runId).executeTakeFirst();
-  if (!row?.plan_file) throw new DroverError("not_found", `run ${runId} has no saved plan file`);
-  return Buffer.from(row.plan_file);
+export async function readPlanFile(ctx: StoreContext, runId: string): Promise<StoredBody> {
+  const row = await ctx.db.selectFrom("plans").select("plan_file_size").where("run_id", "=", runId).executeTakeFirst();
+  if (row?.plan_file_size == null) throw new DroverError("not_found", `run ${runId} has no saved plan file`);
+  return storedBody(ctx.db, "plan_file_chunks", runId, row.plan_file_size);
 }
 
 /** The stored plan JSON of a run. */
-export async function readPlanJson(ctx: StoreContext, runId: string): Promise<Buffer> {
-  const row = await ctx.db.selectFrom("plans").select("plan_json").where("run_id", "=", runId).executeTakeFirst();
-  if (!row?.plan_json) throw new DroverError("not_found", `run ${runId} has no plan JSON`);
-  return Buffer.from(row.plan_json);
+export async function readPlanJson(ctx: StoreContext, runId: string): Promise<StoredBody> {
+  const row = await ctx.db.selectFrom("plans").select("plan_json_size").where("run_id", "=", runId).executeTakeFirst();
+  if (row?.plan_json_size == null) throw new DroverError("not_found", `run ${runId} has no plan JSON`);
+  return storedBody(ctx.db, "plan_json_chunks", runId, row.plan_json_size);
 }
 
 /**

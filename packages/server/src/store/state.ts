@@ -2,7 +2,9 @@ import { createHash } from "node:crypto";
 import { DroverError, newId, type StateVersion } from "@drover/protocol";
 import type { Selectable } from "kysely";
 import type { StateVersionsTable } from "../db/schema.js";
+import { sourceChunks, sourceSize, storedBody, writeChunks, type BodySource, type StoredBody } from "./bodies.js";
 import { iso, type StoreContext } from "./context.js";
+import { JsonScanError, JsonScanner } from "./json-scan.js";
 
 /*
  * Terraform state as the `http` backend protocol needs it (see shared notes): every version
@@ -16,7 +18,7 @@ export class StateLockedError extends DroverError {
   }
 }
 
-const toStateVersion = (r: Omit<Selectable<StateVersionsTable>, "body" | "seq">): StateVersion => ({
+const toStateVersion = (r: Omit<Selectable<StateVersionsTable>, "seq">): StateVersion => ({
   id: r.id,
   workspaceId: r.workspace_id,
   serial: r.serial,
@@ -29,21 +31,24 @@ const toStateVersion = (r: Omit<Selectable<StateVersionsTable>, "body" | "seq">)
 });
 
 /** The newest state body, or null when the workspace has none yet. */
-export async function currentState(ctx: StoreContext, workspaceId: string): Promise<Buffer | null> {
+export async function currentState(ctx: StoreContext, workspaceId: string): Promise<StoredBody | null> {
   const row = await ctx.db
     .selectFrom("state_versions")
-    .select("body")
+    .select(["id", "size"])
     .where("workspace_id", "=", workspaceId)
     .where("deleted_at", "is", null)
     .orderBy("seq", "desc")
     .limit(1)
     .executeTakeFirst();
-  return row ? Buffer.from(row.body) : null;
+  return row ? storedBody(ctx.db, "state_version_chunks", row.id, row.size) : null;
 }
+
+/** Longest top-level `lineage` accepted; terraform's are UUIDs. */
+const maxLineageBytes = 64 * 1024;
 
 export interface WriteStateInput {
   workspaceId: string;
-  body: Buffer;
+  body: BodySource;
   /** base64 MD5 terraform sends in Content-MD5; checked when present. */
   contentMd5: string | undefined;
   /** `?ID=` of the write: the lock id terraform holds. */
@@ -57,21 +62,37 @@ export interface WriteStateInput {
  * as terraform's own remote backends do, so a stray or old state cannot replace the real one.
  */
 export async function writeState(ctx: StoreContext, input: WriteStateInput): Promise<StateVersion> {
-  const md5 = createHash("md5").update(input.body).digest("base64");
+  // One pass over the body: its MD5, and a JSON check that keeps only the top-level serial and
+  // lineage, so a state of any size is checked without holding it in memory.
+  const hash = createHash("md5");
+  const scanner = new JsonScanner({ keep: ["serial", "lineage"], maxKeptBytes: maxLineageBytes });
+  let invalid: JsonScanError | undefined;
+  const attempt = (step: () => void) => {
+    try {
+      step();
+    } catch (err) {
+      if (!(err instanceof JsonScanError)) throw err;
+      invalid = err;
+    }
+  };
+  for await (const piece of sourceChunks(input.body)) {
+    hash.update(piece);
+    if (!invalid) attempt(() => scanner.push(piece));
+  }
+  if (!invalid) attempt(() => scanner.end());
+  const md5 = hash.digest("base64");
   if (input.contentMd5 && input.contentMd5 !== md5) {
     throw new DroverError("bad_request", "Content-MD5 does not match the state body; the upload was corrupted, retry it");
   }
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(input.body.toString("utf8"));
-  } catch (cause) {
-    throw new DroverError("invalid_json", "the state body is not JSON; send a terraform state file", { cause });
-  }
-  if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) throw new DroverError("bad_request", "the state body is not a JSON object; send a terraform state file");
-  const fields = parsed as { serial?: unknown; lineage?: unknown };
+  if (invalid?.kind === "too_long") throw new DroverError("bad_request", `the state's ${invalid.message}; send a terraform state file`, { cause: invalid });
+  if (invalid) throw new DroverError("invalid_json", `the state body is not JSON (${invalid.message}); send a terraform state file`, { cause: invalid });
+  const scanned = scanner.result();
+  if (scanned.topLevel !== "object") throw new DroverError("bad_request", "the state body is not a JSON object; send a terraform state file");
+  const serialField = scanned.fields.get("serial");
+  const lineageField = scanned.fields.get("lineage");
   // Encrypted (OpenTofu) state is JSON without these fields: stored as it is.
-  const serial = typeof fields.serial === "number" && Number.isSafeInteger(fields.serial) ? fields.serial : null;
-  const lineage = typeof fields.lineage === "string" ? fields.lineage : null;
+  const serial = typeof serialField === "number" && Number.isSafeInteger(serialField) ? serialField : null;
+  const lineage = typeof lineageField === "string" ? lineageField : null;
   return ctx.db.transaction().execute(async (trx) => {
     const lock = await trx.selectFrom("state_locks").select(["lock_id", "info"]).where("workspace_id", "=", input.workspaceId).executeTakeFirst();
     if (lock && lock.lock_id !== input.lockId) throw new StateLockedError(lock.info);
@@ -95,13 +116,13 @@ export async function writeState(ctx: StoreContext, input: WriteStateInput): Pro
       serial,
       lineage,
       md5,
-      size: input.body.length,
-      body: input.body,
+      size: sourceSize(input.body),
       run_id: input.runId,
       created_at: ctx.now(),
       deleted_at: null,
     };
     await trx.insertInto("state_versions").values(row).execute();
+    await writeChunks(trx, "state_version_chunks", row.id, input.body);
     return toStateVersion(row);
   });
 }
@@ -166,8 +187,8 @@ export async function listStateVersions(ctx: StoreContext, workspaceId: string):
 }
 
 /** The body of one state version. */
-export async function readStateVersion(ctx: StoreContext, id: string): Promise<Buffer> {
-  const row = await ctx.db.selectFrom("state_versions").select("body").where("id", "=", id).executeTakeFirst();
+export async function readStateVersion(ctx: StoreContext, id: string): Promise<StoredBody> {
+  const row = await ctx.db.selectFrom("state_versions").select(["id", "size"]).where("id", "=", id).executeTakeFirst();
   if (!row) throw new DroverError("not_found", `no state version ${JSON.stringify(id)}`);
-  return Buffer.from(row.body);
+  return storedBody(ctx.db, "state_version_chunks", row.id, row.size);
 }

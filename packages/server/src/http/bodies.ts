@@ -1,0 +1,121 @@
+import { randomUUID } from "node:crypto";
+import { createWriteStream } from "node:fs";
+import { mkdir, readdir, rm } from "node:fs/promises";
+import type { IncomingMessage } from "node:http";
+import { join } from "node:path";
+import { DroverError } from "@drover/protocol";
+import type { FastifyInstance, FastifyRequest } from "fastify";
+import { storageError } from "../db/storage-errors.js";
+import type { BodyFile } from "../store/bodies.js";
+
+/*
+ * Large request bodies go to a file in the server's upload directory as they arrive, never
+ * into memory (decision 0012): the route's bodyLimit is enforced while reading (413 as soon
+ * as it is passed, the rest unread), a full disk is 507 storage_full, and the file is removed
+ * when the request ends, whatever its outcome. The store then reads the file in chunks.
+ */
+
+/** Where a server keeps bodies in flight: `<data dir>/uploads`. */
+export function uploadDirOf(dataDir: string): string {
+  return join(dataDir, "uploads");
+}
+
+/**
+ * Creates the upload directory (owner only: bodies hold state and plans) and empties it: files
+ * left there belong to requests of a server process that died mid-upload.
+ */
+export async function prepareUploadDir(dir: string): Promise<void> {
+  await mkdir(dir, { recursive: true, mode: 0o700 });
+  for (const name of await readdir(dir)) await rm(join(dir, name), { force: true, recursive: true });
+}
+
+const spooled = new WeakMap<FastifyRequest, string>();
+
+/**
+ * Makes every route of `scope` receive bodies of `contentTypes` as a spooled BodyFile, each
+ * route up to its own `bodyLimit` (set it on the route: the server default is 1 MiB).
+ */
+export function spoolBodies(scope: FastifyInstance, contentTypes: string | string[], uploadDir: string): void {
+  scope.addHook("onRequest", async (request, reply) => {
+    const path = join(uploadDir, `${randomUUID()}.body`);
+    spooled.set(request, path);
+    // After the response, or when the client goes away: either way the body is no longer needed.
+    reply.raw.once("close", () => void rm(path, { force: true }));
+  });
+  scope.addContentTypeParser(contentTypes, async (request: FastifyRequest, payload: IncomingMessage) => {
+    const path = spooled.get(request);
+    if (path === undefined) throw new Error(`no upload file was assigned to ${request.method} ${request.url}`);
+    return spool(payload, path, request.routeOptions.bodyLimit, uploadDir, Number(request.headers["content-length"]));
+  });
+}
+
+/** The body of a spooled route; an absent body (no content type) is an empty one. */
+export function spooledBody(request: FastifyRequest): BodyFile {
+  const body = request.body;
+  if (isBodyFile(body)) return body;
+  if (body === undefined || body === null) return { path: "/dev/null", size: 0 };
+  throw new DroverError("bad_request", "expected a raw request body");
+}
+
+/** Whether a request's body is a spooled file. */
+export function isBodyFile(value: unknown): value is BodyFile {
+  return typeof value === "object" && value !== null && typeof (value as BodyFile).path === "string" && typeof (value as BodyFile).size === "number";
+}
+
+function tooLarge(limit: number, seen: number | undefined): DroverError {
+  const size = seen === undefined ? "" : ` (${seen} bytes or more)`;
+  return new DroverError("payload_too_large", `the request body is larger than this endpoint accepts${size}: the limit is ${limit} bytes`);
+}
+
+/**
+ * Copies the request body to `path`. On an over-limit body the request is left paused rather
+ * than destroyed, so the 413 still reaches the client (Fastify closes the connection after it).
+ */
+function spool(payload: IncomingMessage, path: string, limit: number, uploadDir: string, declared: number): Promise<BodyFile> {
+  // A declared length over the limit is refused before a byte is read.
+  if (declared > limit) return Promise.reject(tooLarge(limit, declared));
+  return new Promise((resolve, reject) => {
+    const file = createWriteStream(path, { flags: "wx", mode: 0o600 });
+    let size = 0;
+    let settled = false;
+    const fail = (err: unknown) => {
+      if (settled) return;
+      settled = true;
+      payload.off("data", onData);
+      payload.pause();
+      file.destroy();
+      const full = err instanceof DroverError ? undefined : storageError(err, uploadDir);
+      const coded =
+        err instanceof DroverError
+          ? err
+          : full?.code === "storage_full"
+            ? full
+            : !payload.complete
+              ? new DroverError("bad_request", "the request body ended before it was complete: the client closed the connection; retry the upload", { cause: err })
+              : err;
+      void rm(path, { force: true }).finally(() => reject(coded instanceof Error ? coded : new Error(String(coded))));
+    };
+    const onData = (piece: Buffer) => {
+      size += piece.length;
+      if (size > limit) return fail(tooLarge(limit, size));
+      if (!file.write(piece)) payload.pause();
+    };
+    file.on("drain", () => {
+      if (!settled) payload.resume();
+    });
+    file.on("error", fail);
+    payload.on("data", onData);
+    payload.on("error", fail);
+    payload.on("close", () => {
+      if (!payload.complete) fail(new Error("connection closed mid-body"));
+    });
+    payload.on("end", () => {
+      if (settled) return;
+      file.end(() => {
+        if (settled) return;
+        settled = true;
+        resolve({ path, size });
+      });
+    });
+  });
+}
