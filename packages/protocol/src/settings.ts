@@ -153,7 +153,7 @@ const sizeMb = intIn(1, 10_000_000);
 /** The settings, by variable. */
 export const settings = {
   // ---- server ----
-  DROVER_DATA_DIR: setting({ flag: "--data-dir", doc: "directory of the SQLite database", default: ".drover", defaultText: "`./.drover`", readers: ["server"], parse: text, section: "server" }),
+  DROVER_DATA_DIR: setting({ flag: "--data-dir", doc: "directory of the SQLite database, and of `uploads/`, where large request bodies are spooled while their request lasts (emptied at start: give each server process its own)", default: ".drover", defaultText: "`./.drover`", readers: ["server"], parse: text, section: "server" }),
   DROVER_DATABASE_URL: setting({ flag: "--database-url", doc: "`postgres://…` or `sqlite:<path>`", defaultText: "SQLite in the data dir", readers: ["server"], parse: text, section: "server" }),
   DROVER_DATABASE_CONNECT_TIMEOUT_SECONDS: setting({ doc: "PostgreSQL: longest wait for a connection (new or from the pool)", default: 10, readers: ["server"], parse: intIn(1), section: "server" }),
   DROVER_DATABASE_STATEMENT_TIMEOUT_SECONDS: setting({ doc: "PostgreSQL: longest a statement may run (`statement_timeout`; the client gives up 5 s later if the server stops answering)", default: 60, readers: ["server"], parse: intIn(1), section: "server" }),

@@ -3,6 +3,7 @@ import { DroverError, inspectArchive, newId, type ArchiveLimits, type Configurat
 import { sourceChunks, sourceSize, storedBody, writeChunks, type BodySource, type StoredBody } from "./bodies.js";
 import type { StoreContext } from "./context.js";
 import { iso } from "./context.js";
+import { transactionKeepingCause } from "./transaction.js";
 import { getWorkspace } from "./workspaces.js";
 
 /**
@@ -32,7 +33,7 @@ export async function createConfigurationVersion(ctx: StoreContext, workspace: s
     sha256: hash.digest("hex"),
     created_at: ctx.now(),
   };
-  await ctx.db.transaction().execute(async (trx) => {
+  await transactionKeepingCause(ctx, async (trx) => {
     await trx.insertInto("configuration_versions").values(row).execute();
     await writeChunks(trx, "configuration_version_chunks", row.id, archive);
   });

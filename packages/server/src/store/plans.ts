@@ -2,13 +2,14 @@ import { containsSecret, DroverError, redactJson, secretForms, summarizePlan, ty
 import { variablesForJob } from "./variables.js";
 import { sourceBytes, sourceSize, storedBody, writeChunks, type BodySource, type StoredBody } from "./bodies.js";
 import type { StoreContext } from "./context.js";
+import { transactionKeepingCause } from "./transaction.js";
 import type { JobRow } from "./queue.js";
 
 /** Stores the binary plan file of the run a plan job belongs to. */
 export async function savePlanFile(ctx: StoreContext, job: JobRow, planFile: BodySource): Promise<void> {
   if (job.phase !== "plan") throw new DroverError("bad_request", "only a plan job uploads a plan file");
   const size = sourceSize(planFile);
-  await ctx.db.transaction().execute(async (trx) => {
+  await transactionKeepingCause(ctx, async (trx) => {
     await trx
       .insertInto("plans")
       .values({ run_id: job.run_id, plan_file_size: size, plan_json_size: null, created_at: ctx.now() })
@@ -34,7 +35,7 @@ export async function savePlanJson(ctx: StoreContext, job: JobRow, uploaded: Bod
   const summary = summarizePlan(parsed);
   const secrets = secretForms((await variablesForJob(ctx, job.workspace_id)).filter((v) => v.sensitive).map((v) => v.value));
   const planJson = Buffer.from(JSON.stringify(redactJson(parsed, secrets)), "utf8");
-  await ctx.db.transaction().execute(async (trx) => {
+  await transactionKeepingCause(ctx, async (trx) => {
     await trx
       .insertInto("plans")
       .values({ run_id: job.run_id, plan_file_size: null, plan_json_size: planJson.length, created_at: ctx.now() })

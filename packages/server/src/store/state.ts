@@ -4,6 +4,7 @@ import type { Selectable } from "kysely";
 import type { StateVersionsTable } from "../db/schema.js";
 import { sourceChunks, sourceSize, storedBody, writeChunks, type BodySource, type StoredBody } from "./bodies.js";
 import { iso, type StoreContext } from "./context.js";
+import { transactionKeepingCause } from "./transaction.js";
 import { JsonScanError, JsonScanner } from "./json-scan.js";
 
 /*
@@ -93,7 +94,7 @@ export async function writeState(ctx: StoreContext, input: WriteStateInput): Pro
   // Encrypted (OpenTofu) state is JSON without these fields: stored as it is.
   const serial = typeof serialField === "number" && Number.isSafeInteger(serialField) ? serialField : null;
   const lineage = typeof lineageField === "string" ? lineageField : null;
-  return ctx.db.transaction().execute(async (trx) => {
+  return transactionKeepingCause(ctx, async (trx) => {
     const lock = await trx.selectFrom("state_locks").select(["lock_id", "info"]).where("workspace_id", "=", input.workspaceId).executeTakeFirst();
     if (lock && lock.lock_id !== input.lockId) throw new StateLockedError(lock.info);
     const current = await trx
@@ -169,7 +170,7 @@ export async function unlockState(ctx: StoreContext, workspaceId: string, body: 
  * listed and downloadable (marked deleted). Refused while another holder has the lock.
  */
 export async function deleteState(ctx: StoreContext, workspaceId: string, lockId: string | undefined): Promise<void> {
-  await ctx.db.transaction().execute(async (trx) => {
+  await transactionKeepingCause(ctx, async (trx) => {
     const lock = await trx.selectFrom("state_locks").select(["lock_id", "info"]).where("workspace_id", "=", workspaceId).executeTakeFirst();
     if (lock && lock.lock_id !== lockId) throw new StateLockedError(lock.info);
     await trx.updateTable("state_versions").set({ deleted_at: ctx.now() }).where("workspace_id", "=", workspaceId).where("deleted_at", "is", null).execute();

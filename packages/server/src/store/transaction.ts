@@ -16,3 +16,21 @@ export async function inTransaction<T>(ctx: StoreContext, work: (trx: Transactio
   for (const [topic, key] of effects) ctx.events.publish(topic, key);
   return result;
 }
+
+/**
+ * A transaction whose own failure is what the caller sees, even when the rollback fails too:
+ * SQLite rolls back by itself when a write or the commit hits SQLITE_FULL or an I/O error, after
+ * which a rollback throws "no transaction is active" and would hide the coded storage error.
+ */
+export async function transactionKeepingCause<T>(ctx: StoreContext, work: (trx: Transaction<Database>) => Promise<T>): Promise<T> {
+  const trx = await ctx.db.startTransaction().execute();
+  try {
+    const result = await work(trx);
+    await trx.commit().execute();
+    return result;
+  } catch (err) {
+    // The rollback releases the connection whether or not it succeeds.
+    await trx.rollback().execute().catch(() => undefined);
+    throw err;
+  }
+}
