@@ -7,6 +7,10 @@ import { allPoolDemands } from "./store/demand.js";
 export interface ServerMetrics {
   registry: Registry;
   httpDuration: Histogram<"method" | "route" | "status">;
+  /** Queued → claimed by an agent, per phase. */
+  queueWait: Histogram<"phase">;
+  /** Started → finished on the agent, per phase and outcome. */
+  jobDuration: Histogram<"phase" | "outcome">;
 }
 
 export function createMetrics(ctx: StoreContext): ServerMetrics {
@@ -98,5 +102,19 @@ export function createMetrics(ctx: StoreContext): ServerMetrics {
       },
     });
   }
-  return { registry, httpDuration };
+  const queueWait = new Histogram({
+    name: "drover_job_queue_wait_seconds",
+    help: "Time from a job being queued to an agent claiming it, per phase",
+    labelNames: ["phase"] as const,
+    buckets: [0.005, 0.02, 0.1, 0.5, 1, 5, 15, 60, 300, 1800],
+    registers: [registry],
+  });
+  const jobDuration = new Histogram({
+    name: "drover_job_duration_seconds",
+    help: "Time from an agent starting a job to its finish, per phase and outcome",
+    labelNames: ["phase", "outcome"] as const,
+    buckets: [1, 5, 15, 30, 60, 120, 300, 900, 1800, 3600, 14_400],
+    registers: [registry],
+  });
+  return { registry, httpDuration, queueWait, jobDuration };
 }

@@ -59,8 +59,9 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, opt
     // The job's trace: its root span is named by the job attempt (emitted when it finishes), so
     // the agent and the pod worker parent their spans on it through this field alone.
     const traceparent = jobTraceparent(job.jobId, job.attempt);
+    const row = await ctx.db.selectFrom("jobs").select("queued_at").where("id", "=", job.jobId).executeTakeFirst();
+    if (row) http.metrics?.queueWait.observe({ phase: job.phase }, Math.max(0, Date.now() - Number(row.queued_at)) / 1000);
     if (http.tracer !== noopTracer) {
-      const row = await ctx.db.selectFrom("jobs").select("queued_at").where("id", "=", job.jobId).executeTakeFirst();
       http.tracer
         .start("queued", traceparent, { startTime: Number(row?.queued_at ?? Date.now()), attributes: { "drover.phase": job.phase, "drover.pool.id": agent.poolId, "drover.agent": agent.name } })
         .end();
@@ -100,6 +101,7 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, opt
   serve(routes.finishJob, asJob, async ({ body }, req) => {
     const job = jobOf(req);
     const result = await finishJob(ctx, job, body.outcome, body.message);
+    if (job.started_at !== null) http.metrics?.jobDuration.observe({ phase: job.phase, outcome: body.outcome }, Math.max(0, Date.now() - Number(job.started_at)) / 1000);
     http.tracer
       .start("job", undefined, {
         ids: jobTraceIds(job.id, job.attempt),

@@ -62,7 +62,7 @@ export function buildApp(http: HttpContext, metrics: ServerMetrics, log: Logger,
   });
 
   let lastActivity: number | null = null;
-  const ctx: HttpContext = { ...http, markActivity: () => (lastActivity = Date.now()) };
+  const ctx: HttpContext = { ...http, markActivity: () => (lastActivity = Date.now()), metrics };
 
   const serveOptions = { validateResponses: options.validateResponses ?? false };
   void app.register(async (scope) => registerUserRoutes(scope, ctx, serveOptions), { prefix: userApi });

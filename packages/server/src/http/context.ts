@@ -1,6 +1,7 @@
 import type { ArchiveLimits, RunTracer } from "@drover/protocol";
 import type { DatabaseHealth } from "../db/health.js";
 import type { StoreContext } from "../store/context.js";
+import type { ServerMetrics } from "../metrics.js";
 
 /** What every route module needs: the store, limits, and the server-wide shutdown signal. */
 export interface HttpContext {
@@ -19,4 +20,6 @@ export interface HttpContext {
   markActivity(): void;
   /** Spans of each job's trace (the no-op tracer without an OTLP endpoint). */
   tracer: RunTracer;
+  /** The server's Prometheus series (set by buildApp). */
+  metrics?: ServerMetrics;
 }
