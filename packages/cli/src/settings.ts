@@ -35,6 +35,11 @@ export function writeCredentials(settings: Settings, env: NodeJS.ProcessEnv = pr
   return path;
 }
 
+/** The deadline of one API call in ms: --timeout, else DROVER_CLIENT_TIMEOUT_SECONDS, else 60 s. */
+export function resolveTimeoutMs(flags: { timeout?: string | undefined }, env: NodeJS.ProcessEnv = process.env): number {
+  return new SettingsSource(env, flags).get("DROVER_CLIENT_TIMEOUT_SECONDS") * 1000;
+}
+
 /** Flags first, then DROVER_URL / DROVER_TOKEN, then the credentials file. */
 export function resolveSettings(flags: { url?: string | undefined; token?: string | undefined }, env: NodeJS.ProcessEnv = process.env): Settings {
   const file = readCredentials(env);
