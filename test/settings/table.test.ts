@@ -59,11 +59,11 @@ test("the CLI: --url/--token beat DROVER_URL/DROVER_TOKEN, which beat the creden
   assert.deepEqual(resolveSettings({ url: "http://flag.example", token: "flag-token" }, withEnv), { url: "http://flag.example", token: "flag-token" });
 });
 
-test("unknown DROVER_* variables are warned about with the closest setting; run variables and the test suite's are not", () => {
+test("unknown DROVER_* variables are warned about with the closest setting; run variables, the test suite's and the build scripts' are not", () => {
   assert.equal(closestSetting("DROVER_AGENT_CONCURENCY"), "DROVER_AGENT_CONCURRENCY");
   assert.equal(closestSetting("DROVER_TOKN_FILE"), "DROVER_TOKEN_FILE");
   assert.deepEqual(
-    unknownSettingWarnings({ DROVER_DATABSE_URL: "x", DROVER_URL: "http://a", DROVER_RUN_ID: "run_1", DROVER_TEST_PG_URL: "x", HOME: "/root" }),
+    unknownSettingWarnings({ DROVER_DATABSE_URL: "x", DROVER_URL: "http://a", DROVER_RUN_ID: "run_1", DROVER_TEST_PG_URL: "x", DROVER_CACHE_DIR: "/c", HOME: "/root" }),
     ["DROVER_DATABSE_URL is not a Drover setting and is ignored; did you mean DROVER_DATABASE_URL?"],
   );
 });

@@ -259,6 +259,11 @@ type WithDefault<N extends SettingName> = Table[N]["default"] extends undefined 
  * tag on a run's processes. Known, so not reported as misspellings.
  */
 export const nonSettingVariables = ["DROVER_RUN_ID", "DROVER_WORKSPACE_NAME", "DROVER_WORKSPACE_ID", "DROVER_RUN_PHASE", "DROVER_RUN_IS_DESTROY", "DROVER_AGENT_PROCESS_TAG"] as const;
+/**
+ * Variables of the repository's own build scripts (`scripts/build-images.mjs`), not read by a
+ * Drover process: known, so a developer who sets them is not warned.
+ */
+export const buildScriptVariables = ["DROVER_CACHE_DIR", "DROVER_DEBIAN_MIRROR", "DROVER_TERRAFORM_BIN", "DROVER_IMAGES_LOCKED"] as const;
 /** Variables of the project's own test suite (`DROVER_TEST_*`); never read by a Drover process. */
 export const testVariablePrefix = "DROVER_TEST_";
 
@@ -359,7 +364,7 @@ export function closestSetting(name: string): SettingName {
  * otherwise silently ignored), naming the closest known setting.
  */
 export function unknownSettingWarnings(env: Readonly<Record<string, string | undefined>>): string[] {
-  const known = new Set<string>([...Object.keys(settings), ...nonSettingVariables]);
+  const known = new Set<string>([...Object.keys(settings), ...nonSettingVariables, ...buildScriptVariables]);
   return Object.keys(env)
     .filter((k) => k.startsWith("DROVER_") && !k.startsWith(testVariablePrefix) && !known.has(k))
     .sort()
