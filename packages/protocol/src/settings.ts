@@ -210,6 +210,8 @@ export const settings = {
   DROVER_AGENT_POLL_WAIT_MS: setting({ doc: "how long one long-poll for work is held open", default: 50_000, readers: agents, parse: intIn(0, 50_000), section: "agent" }),
   DROVER_AGENT_RUN_AS_USER: setting({ doc: "local driver, agent running as root: run terraform and hooks as this `uid[:gid]`, so runs cannot read the agent's environment, memory or token file (the data and cache dirs become 0711, each run directory the run user's)", readers: ["agent"], parse: text, section: "agent" }),
 
+  // Terraform's own; runs inherit it, and the agent reads it to extend it with the provider cache.
+  TF_CLI_CONFIG_FILE: setting({ doc: "Terraform CLI configuration the local agent's runs inherit; one with its own `provider_installation` turns the provider cache off", readers: ["agent"], parse: text, section: "agent" }),
   // Read by undici's EnvHttpProxyAgent in every outbound client; listed so they are documented and reserved.
   HTTP_PROXY: setting({ doc: "proxy for outbound `http://` requests; honoured by the agent and the CLI and passed to runs", readers: [...allAgents, "cli"], parse: text, section: "agent", reserved: true }),
   HTTPS_PROXY: setting({ doc: "proxy for outbound `https://` requests; honoured by the agent and the CLI and passed to runs", readers: [...allAgents, "cli"], parse: text, section: "agent", reserved: true }),
