@@ -15,7 +15,7 @@
 // and configuration; DROVER_DEBIAN_MIRROR (default http://deb.debian.org/debian) is debootstrap's.
 import { execFileSync, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { chmodSync, cpSync, existsSync, lstatSync, mkdirSync, readFileSync, readdirSync, readlinkSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { chmodSync, cpSync, existsSync, lstatSync, mkdirSync, readFileSync, readdirSync, readlinkSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { dirname, join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -184,30 +184,35 @@ function contextDir(name) {
 }
 
 /**
- * `podman build`. With `npmStage`, that stage is built first with the host's npm cache and CA
- * bundle mounted (its `npm ci` runs offline first); the full build then reuses its cached
- * layers and builds the rest without the mounts, whose mount points would otherwise be left
- * in the image's layers.
+ * `podman build`. With `npm`, the build's RUN steps see a directory of ours at
+ * /usr/local/etc: npm's global configuration there (npm's prefix is /usr/local in Node's
+ * images) makes `npm ci` work offline first from a cache kept under the cache dir (seeded from
+ * the host's) and trust the host's CA bundle. /usr/local/etc exists in every Debian image, so
+ * the mount leaves no mount point behind in the layers; its contents are never committed.
  */
-function build(env, tag, contextPath, args, log, npmStage) {
-  const common = ["build", "--pull=never", "--network=host", "--layers", ...args];
-  if (npmStage) {
-    log(`podman build ${tag} (stage ${npmStage})`);
-    const npmCache = join(homedir(), ".npm");
-    mkdirSync(npmCache, { recursive: true });
-    const npmrc = join(cacheDir(), "build-npmrc");
-    const volumes = ["-v", `${npmCache}:/root/.npm`, "-v", `${npmrc}:/usr/local/etc/npmrc:ro`];
-    const lines = ["prefer-offline=true", "fund=false", "audit=false", "update-notifier=false"];
+function build(env, tag, contextPath, args, log, npm = false) {
+  const volumes = [];
+  if (npm) {
+    const dir = join(cacheDir(), "npm-build");
+    const cache = join(dir, "npm-cache");
+    const hostCache = join(homedir(), ".npm", "_cacache");
+    if (!existsSync(cache)) {
+      mkdirSync(dir, { recursive: true });
+      if (existsSync(hostCache)) cpSync(hostCache, join(`${cache}.tmp`, "_cacache"), { recursive: true });
+      else mkdirSync(`${cache}.tmp`, { recursive: true });
+      renameSync(`${cache}.tmp`, cache);
+    }
+    const lines = ["prefer-offline=true", "fund=false", "audit=false", "update-notifier=false", "cache=/usr/local/etc/npm-cache"];
     const ca = hostNpmCafile();
     if (ca) {
-      volumes.push("-v", `${ca}:/etc/drover-build-ca.crt:ro`);
-      lines.push("cafile=/etc/drover-build-ca.crt");
+      cpSync(ca, join(dir, "ca.crt"));
+      lines.push("cafile=/usr/local/etc/ca.crt");
     }
-    writeIfChanged(npmrc, lines.join("\n") + "\n");
-    podman(env, [...common, "--target", npmStage, ...volumes, contextPath], { inherit: true });
+    writeIfChanged(join(dir, "npmrc"), lines.join("\n") + "\n");
+    volumes.push("-v", `${dir}:/usr/local/etc`);
   }
   log(`podman build ${tag}`);
-  podman(env, [...common, "-t", tag, contextPath], { inherit: true });
+  podman(env, ["build", "--pull=never", "--network=host", "--layers", ...volumes, "-t", tag, ...args, contextPath], { inherit: true });
 }
 
 /** The CA bundle the host's npm trusts (a registry mirror may need it), if one is set. */
@@ -296,7 +301,7 @@ export function buildImages(log = (line) => console.error(`[images] ${line}`)) {
   const droverFile = "deploy/docker/Dockerfile";
   const drover = `localhost/drover:${short(`${node} ${hashTree([droverFile, ".dockerignore", ...copiedSources(droverFile)])}`)}`;
   timed("drover", () => {
-    if (!imageExists(env, drover)) build(env, drover, root, ["-f", join(root, droverFile), "--build-arg", `NODE_IMAGE=${node}`], log, "build");
+    if (!imageExists(env, drover)) build(env, drover, root, ["-f", join(root, droverFile), "--build-arg", `NODE_IMAGE=${node}`], log, true);
   });
   const runnerFile = "deploy/docker/runner.Dockerfile";
   const runner = `localhost/drover-runner:${short(`${debian} ${terraform} 2 ${hashTree([runnerFile, ".dockerignore", ...copiedSources(runnerFile)])}`)}`;

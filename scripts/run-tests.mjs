@@ -6,8 +6,8 @@
 // DROVER_TEST_TIMEOUT_MS (default 300000) bounds every test and hook that sets no timeout of
 // its own (see test-timeout.mjs). The PostgreSQL cluster is stopped however the run ends:
 // normally, on SIGINT/SIGTERM/SIGHUP (forwarded to the tests first), or on a crash of this script.
-import { spawn } from "node:child_process";
-import { readdirSync, statSync, existsSync } from "node:fs";
+import { spawn, spawnSync } from "node:child_process";
+import { openSync, readdirSync, statSync, existsSync } from "node:fs";
 import { constants } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -84,6 +84,24 @@ function killTests(signal) {
   }
 }
 
+/**
+ * When the selection holds tests that run the locally built images, builds them in the
+ * background from the start (the tests wait on the build's lock), so a cold build overlaps
+ * the tests that do not need it. Output goes to <cache>/images-build.log.
+ */
+function prebuildImages() {
+  if (!files.some((f) => /(images|podman|docker)[^/]*\.test\.js$/.test(f))) return;
+  if (process.getuid?.() !== 0 || spawnSync("sh", ["-c", "command -v podman && command -v debootstrap || test -x /usr/sbin/debootstrap"], { stdio: "ignore" }).status !== 0) return;
+  const script = join(dirname(fileURLToPath(import.meta.url)), "build-images.mjs");
+  const log = spawnSync(process.execPath, [script, "--env"], { encoding: "utf8" });
+  if (log.status !== 0) return;
+  const dir = dirname(JSON.parse(log.stdout).lock);
+  const out = openSync(join(dir, "images-build.log"), "w");
+  const builder = spawn(process.execPath, [script], { stdio: ["ignore", "ignore", out], detached: true });
+  builder.unref();
+  console.error(`[run-tests] building the images in the background (log: ${join(dir, "images-build.log")})`);
+}
+
 let interrupted = false;
 for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"]) {
   process.on(signal, () => {
@@ -102,6 +120,7 @@ for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"]) {
 }
 
 pg = await startPostgres();
+prebuildImages();
 const preload = join(dirname(fileURLToPath(import.meta.url)), "test-timeout.mjs");
 const env = { ...process.env, DROVER_TEST_PG_URL: pg.url, DROVER_TEST_TIMEOUT_MS: String(timeoutMs), CHECKPOINT_DISABLE: "1" };
 // Its own process group, so an interrupt can reach every test file, not just the runner.
