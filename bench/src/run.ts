@@ -5,6 +5,7 @@ import { benchOverhead } from "./overhead.js";
 import { benchAgentIdle, benchLogStreaming } from "./agent-resources.js";
 import { benchKubernetes } from "./kubernetes.js";
 import { benchProviderCache } from "./provider-cache.js";
+import { benchImages } from "./images.js";
 import { repoRoot } from "./harness.js";
 import { writeReport, type Figure } from "./report.js";
 
@@ -21,6 +22,7 @@ const benches: Record<string, () => Promise<Figure[]>> = {
   scale: () => benchScale(),
   kubernetes: () => benchKubernetes(),
   "provider-cache": () => benchProviderCache(),
+  images: () => benchImages(),
 };
 
 const selected = process.argv.slice(2);
