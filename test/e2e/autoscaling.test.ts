@@ -8,6 +8,8 @@ import { rawTarGz } from "../support/archives.js";
 import { eventually } from "../support/fault-runs.js";
 import { startStack, writeConfig, type Stack } from "../support/stack.js";
 import type { Proc } from "../support/processes.js";
+import { routes, type ApiError, type PoolDemand } from "@drover/protocol";
+import { client } from "../support/typed-api.js";
 
 let stack: Stack;
 before(async () => {
@@ -16,15 +18,13 @@ before(async () => {
 after(() => stack?.stop());
 
 /** The demand the pool token's endpoint reports (what the chart's KEDA trigger calls). */
-async function demand(query = ""): Promise<any> {
-  const res = await fetch(`${stack.server.url}/api/agent/v1/demand${query}`, { headers: { authorization: `Bearer ${stack.poolToken}` } });
-  assert.equal(res.status, 200, await res.clone().text());
-  return res.json();
+async function demand(query: { jobsPerAgent?: number } = {}): Promise<PoolDemand> {
+  return client(stack.server.url, stack.poolToken).call(routes.agentDemand, { query });
 }
 
 /** The pool's value of each demand series on /metrics. */
 async function scraped(): Promise<Record<string, number>> {
-  const text = await (await fetch(`${stack.server.url}/metrics`)).text();
+  const text = (await client(stack.server.url).call(routes.metrics, {})).toString("utf8");
   const out: Record<string, number> = {};
   for (const m of text.matchAll(/^(drover_pool_[a-z_]+)\{pool="([^"]+)"\} (\S+)$/gm)) if (m[2] === stack.pool) out[m[1]!] = Number(m[3]);
   return out;
@@ -91,17 +91,21 @@ test("a burst of 50 queued runs asks for 50 agents of concurrency 1, 13 of concu
   }
   const d = await demand();
   assert.deepEqual({ pending: d.pending, running: d.running, jobsPerAgent: d.jobsPerAgent, desired: d.desiredAgents }, { pending: 50, running: 0, jobsPerAgent: 1, desired: 50 });
-  assert.equal((await demand("?jobsPerAgent=4")).desiredAgents, 13);
+  assert.equal((await demand({ jobsPerAgent: 4 })).desiredAgents, 13);
   assert.equal((await scraped()).drover_pool_desired_agents, 50);
 });
 
 test("the pool-token endpoint refuses other tokens and bad parameters", async () => {
-  const none = await fetch(`${stack.server.url}/api/agent/v1/demand`);
-  assert.equal(none.status, 401);
-  const user = await fetch(`${stack.server.url}/api/agent/v1/demand`, { headers: { authorization: `Bearer ${stack.server.adminToken}` } });
-  assert.equal(user.status, 401);
-  assert.equal(((await user.json()) as any).error, "unauthorized");
-  const zero = await fetch(`${stack.server.url}/api/agent/v1/demand?jobsPerAgent=0`, { headers: { authorization: `Bearer ${stack.poolToken}` } });
-  assert.equal(zero.status, 400);
+  const refused = (token: string | undefined, query: { jobsPerAgent?: number } = {}) =>
+    client(stack.server.url, token).call(routes.agentDemand, { query }).then(
+      () => assert.fail("the demand endpoint answered"),
+      (err: unknown) => err as ApiError,
+    );
+  const none = await refused(undefined);
+  assert.equal(none.httpStatus, 401);
+  const user = await refused(stack.server.adminToken);
+  assert.equal(user.httpStatus, 401);
+  assert.equal(user.code, "unauthorized");
+  assert.equal((await refused(stack.poolToken, { jobsPerAgent: 0 })).httpStatus, 400);
   assert.equal((await stack.server.api("GET", "/api/v1/pools/no-such-pool/demand")).status, 404);
 });
