@@ -157,7 +157,7 @@ export class NodeWorker {
     const liveNames = new Set(pods.filter(live).map((p) => p.metadata?.labels?.[labels.k8sJob] ?? ""));
     for (const pod of pods) {
       const name = pod.metadata?.labels?.[labels.k8sJob];
-      if (!name || !live(pod) || this.seen.has(name) || this.stopping) continue;
+      if (!name || !live(pod) || this.seen.has(name) || this.runs.has(name) || this.stopping) continue;
       this.seen.add(name);
       await this.take(name).catch((err: unknown) => {
         // The controller creates the Job's Secret just after the Job: try again next round.
@@ -189,6 +189,9 @@ export class NodeWorker {
       exec = root.dir("exec", { create: "fresh" });
       run = root.dir("run", { create: "fresh" });
       root.write("bin/exec-loop.sh", readFileSync(this.settings.execLoopPath), 0o755);
+      // Marked ready before anything supervises it: a take that fails after a supervisor started
+      // would be taken again from a fresh directory, and the run would be driven twice.
+      this.readyDir!.write(name, "");
     } catch (err) {
       exec?.close();
       run?.close();
@@ -200,7 +203,6 @@ export class NodeWorker {
     const log = this.log.child({ job: assignment.jobId, k8sJob: name });
     const supervised = superviseJob(assignment, { ...this.settings, url, execDir: `${dir}/exec`, runDir: `${dir}/run` }, log, { exec, run });
     this.runs.set(name, supervised);
-    this.readyDir!.write(name, "");
     log.info({ run: assignment.runId, phase: assignment.phase }, "supervising a run pod on this node");
     void supervised.done.finally(() => this.runs.delete(name));
   }
