@@ -292,6 +292,9 @@ export class Controller {
       activeDeadlineSeconds: this.settings.activeDeadlineSeconds,
       ttlSecondsAfterFinished: this.settings.ttlSecondsAfterFinished,
       nodeHome: this.settings.nodeHome,
+      otlp: this.config.otlpEndpoint
+        ? { endpoint: this.config.otlpEndpoint, protocol: this.config.otlpProtocol, traces: this.config.otlpTracesEnabled, metrics: this.config.otlpMetricsEnabled }
+        : undefined,
     };
     const name = jobName(a);
     this.tracked.set(name, { name, assignment: a, started: false, reported: false, podSeen: false, since: Date.now() });

@@ -33,6 +33,8 @@ export interface TaskSettings {
    * the worker and in run pods). Unset: each pod carries its own worker container.
    */
   nodeHome?: string | undefined;
+  /** The controller's OTLP export, passed to each pod's worker so its spans join the job's trace. */
+  otlp?: { endpoint: string; protocol: string; traces: boolean; metrics: boolean } | undefined;
 }
 
 /** A run's own directory under a node's data home (with an empty name: the directory of all runs). */
@@ -129,6 +131,14 @@ export function buildJob(a: JobAssignment, template: V1JobSpec | undefined, s: T
     DROVER_WORKER_SECRET_DIR: mounts.secret.mountPath,
     DROVER_AGENT_WORKER_ON_STOP_ACTION: s.stopAction,
     DROVER_AGENT_GRACE_PERIOD_SECONDS: String(s.gracePeriodSeconds),
+    ...(s.otlp
+      ? {
+          DROVER_AGENT_OTLP_ENDPOINT: s.otlp.endpoint,
+          DROVER_AGENT_OTLP_PROTOCOL: s.otlp.protocol,
+          DROVER_AGENT_OTLP_TRACES_ENABLED: String(s.otlp.traces),
+          DROVER_AGENT_OTLP_METRICS_ENABLED: String(s.otlp.metrics),
+        }
+      : {}),
   });
   addMounts(worker, [mounts.exec, mounts.run, mounts.secret]);
 

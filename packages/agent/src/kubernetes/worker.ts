@@ -1,4 +1,4 @@
-import { jobAssignmentSchema, settings as settingsTable, SettingsSource, type JobAssignment } from "@drover/protocol";
+import { jobAssignmentSchema, settings as settingsTable, SettingsSource, startTelemetryIfSet, type JobAssignment, type RunTracer } from "@drover/protocol";
 import { readFileSync } from "node:fs";
 import { hostname } from "node:os";
 import { join } from "node:path";
@@ -28,11 +28,16 @@ export interface WorkerSettings {
    * sets it; run pods are not probed (a failed liveness probe would kill the run).
    */
   healthPort: number;
+  /** OTLP export of this pod's spans (set by the controller when it has an endpoint). */
+  otlp?: { endpoint: string; protocol: "http/protobuf" | "grpc"; traces: boolean; metrics: boolean } | undefined;
+  /** Spans of the job's stages; runWorker sets it from `otlp`. */
+  tracer?: RunTracer | undefined;
 }
 
 /** Reads the pod worker's settings; a bad value throws one clear line. */
 export function loadWorkerSettings(env: NodeJS.ProcessEnv): WorkerSettings {
   const src = new SettingsSource(env);
+  const otlpEndpoint = src.get("DROVER_AGENT_OTLP_ENDPOINT");
   return {
     url: src.require("DROVER_URL", "the worker is started by the controller's Job, which sets it"),
     secretDir: src.get("DROVER_WORKER_SECRET_DIR"),
@@ -40,6 +45,9 @@ export function loadWorkerSettings(env: NodeJS.ProcessEnv): WorkerSettings {
     runDir: src.get("DROVER_WORKER_RUN_DIR"),
     ...supervisionSettings(src),
     healthPort: src.getOr("DROVER_AGENT_HEALTH_PORT", 0),
+    otlp: otlpEndpoint
+      ? { endpoint: otlpEndpoint, protocol: src.get("DROVER_AGENT_OTLP_PROTOCOL"), traces: src.get("DROVER_AGENT_OTLP_TRACES_ENABLED"), metrics: src.get("DROVER_AGENT_OTLP_METRICS_ENABLED") }
+      : undefined,
   };
 }
 
@@ -61,17 +69,24 @@ export function supervisionSettings(src: SettingsSource): Pick<WorkerSettings, "
 export async function runWorker(settings: WorkerSettings, log: Logger): Promise<number> {
   const token = readFileSync(join(settings.secretDir, "token"), "utf8").trim();
   const assignment = jobAssignmentSchema.parse({ ...JSON.parse(readFileSync(join(settings.secretDir, "assignment.json"), "utf8")), jobToken: token });
-  const supervised = superviseJob(assignment, settings, log);
   let running = true;
   const metrics = new MetricSet().define("drover_worker_job_running", "gauge", "1 while this pod's job runs");
+  const exposition = () => {
+    metrics.set("drover_worker_job_running", running ? 1 : 0);
+    return metrics.render();
+  };
+  const telemetry = await startTelemetryIfSet(
+    settings.otlp && { ...settings.otlp, resource: { "service.name": "drover-worker", "k8s.pod.name": hostname(), "drover.phase": assignment.phase }, exposition },
+  ).catch((err: unknown) => {
+    log.warn({ err: err instanceof Error ? err.message : String(err) }, "OpenTelemetry export could not start; running without it");
+    return undefined;
+  });
+  const supervised = superviseJob(assignment, { ...settings, tracer: telemetry?.tracer }, log);
   // The run matters more than its health port: a port already taken costs the probe, not the run.
   const health = settings.healthPort > 0
     ? await startHealthServer(settings.healthPort, {
         health: () => ({ live: true, ready: running, details: { job: assignment.jobId, phase: assignment.phase } }),
-        metrics: () => {
-          metrics.set("drover_worker_job_running", running ? 1 : 0);
-          return metrics.render();
-        },
+        metrics: exposition,
       }).catch((err: unknown) => {
         log.warn({ port: settings.healthPort, err: err instanceof Error ? err.message : String(err) }, "cannot serve the health port; running the job without it");
         return undefined;
@@ -86,11 +101,12 @@ export async function runWorker(settings: WorkerSettings, log: Logger): Promise<
   await supervised.done;
   running = false;
   await closeHealthServer(health);
+  await telemetry?.shutdown().catch(() => undefined);
   return 0;
 }
 
 /** Where and how one job runs under a worker: its exec-loop directory and its files. */
-export type SupervisionSettings = Pick<WorkerSettings, "url" | "execDir" | "runDir" | "stopAction" | "gracePeriodMs" | "caCertPem" | "runnerStaleMs">;
+export type SupervisionSettings = Pick<WorkerSettings, "url" | "execDir" | "runDir" | "stopAction" | "gracePeriodMs" | "caCertPem" | "runnerStaleMs" | "tracer">;
 
 /**
  * Owns one job whose steps execute in a runner container through the exec-loop in
@@ -113,6 +129,7 @@ export function superviseJob(
     // The pod holds no pool token: only the job token, which the run redacts anyway.
     token: undefined,
     name: hostname(),
+    ...(settings.tracer ? { tracer: settings.tracer } : {}),
     dataDir: settings.runDir,
     cacheDir: join(settings.runDir, ".cache"),
     // One pod per job: no later run shares a provider cache or a kept plan directory here.
