@@ -375,3 +375,19 @@ describe("chart-docs.mjs", () => {
     }
   });
 });
+
+test("agent-local: agent.providerCache maps onto the agent's provider cache settings (sizes in Mi/Gi/Ti to MiB); a bad size fails the render with the key", () => {
+  const env = (args: string[]): Record<string, string> => {
+    const deployment = render("agent-local", ["--set", `agent.token=${token}`, ...args]).find((o) => o.kind === "Deployment")!;
+    const agent = deployment.spec.template.spec.containers[0] as { env: Array<{ name: string; value?: string }> };
+    return Object.fromEntries(agent.env.map((e) => [e.name, e.value ?? ""]));
+  };
+  const defaults = env([]);
+  assert.equal(defaults.DROVER_AGENT_PROVIDER_CACHE_ENABLED, "true");
+  assert.equal(defaults.DROVER_AGENT_PROVIDER_CACHE_SIZE_LIMIT_MB, String(16 * 1024));
+  const set = env(["--set", "agent.providerCache.enabled=false", "--set", "agent.providerCache.sizeLimit=1Ti"]);
+  assert.equal(set.DROVER_AGENT_PROVIDER_CACHE_ENABLED, "false");
+  assert.equal(set.DROVER_AGENT_PROVIDER_CACHE_SIZE_LIMIT_MB, String(1024 * 1024));
+  assert.equal(env(["--set", "agent.providerCache.sizeLimit=512Mi"]).DROVER_AGENT_PROVIDER_CACHE_SIZE_LIMIT_MB, "512");
+  assert.match(renderFails("agent-local", ["--set", `agent.token=${token}`, "--set", "agent.providerCache.sizeLimit=40GB"]), /sizeLimit/);
+});

@@ -71,7 +71,7 @@ registry host (its first part, when it has a dot or a colon or is localhost) is 
 
 {{/* Environment variables the chart owns; extraEnv may not set them. */}}
 {{- define "drover.reservedEnv" -}}
-DROVER_URL DROVER_TOKEN DROVER_TOKEN_FILE DROVER_AGENT_DRIVER DROVER_AGENT_CONCURRENCY DROVER_AGENT_NAME DROVER_AGENT_WORKER_ON_STOP_ACTION DROVER_AGENT_GRACE_PERIOD_SECONDS DROVER_AGENT_DATA_DIR DROVER_AGENT_CACHE_DIR DROVER_AGENT_HEALTH_PORT DROVER_AGENT_LOG_FORMAT DROVER_AGENT_DEBUG DROVER_CA_CERT DROVER_AGENT_KUBERNETES_TASK_TEMPLATE DROVER_AGENT_KUBERNETES_NAMESPACE DROVER_AGENT_STATUS_FILE HTTP_PROXY HTTPS_PROXY NO_PROXY
+DROVER_URL DROVER_TOKEN DROVER_TOKEN_FILE DROVER_AGENT_DRIVER DROVER_AGENT_CONCURRENCY DROVER_AGENT_NAME DROVER_AGENT_WORKER_ON_STOP_ACTION DROVER_AGENT_GRACE_PERIOD_SECONDS DROVER_AGENT_DATA_DIR DROVER_AGENT_CACHE_DIR DROVER_AGENT_PROVIDER_CACHE_ENABLED DROVER_AGENT_PROVIDER_CACHE_SIZE_LIMIT_MB DROVER_AGENT_HEALTH_PORT DROVER_AGENT_LOG_FORMAT DROVER_AGENT_DEBUG DROVER_CA_CERT DROVER_AGENT_KUBERNETES_TASK_TEMPLATE DROVER_AGENT_KUBERNETES_NAMESPACE DROVER_AGENT_STATUS_FILE HTTP_PROXY HTTPS_PROXY NO_PROXY
 {{- end -}}
 
 {{- define "drover.validateExtraEnv" -}}
@@ -178,4 +178,14 @@ checksum/secrets: {{ include (print .Template.BasePath "/secret.yaml") . | sha25
 {{- with .Values.agent.tokenExistingSecret.name }}
 checksum/token-secret-ref: {{ printf "%s/%s" . $.Values.agent.tokenExistingSecret.key | sha256sum | trunc 16 }}
 {{- end }}
+{{- end -}}
+
+{{/* A Kubernetes size (Mi, Gi or Ti) in MiB, for the agent's *_SIZE_LIMIT_MB settings; anything else fails the render. */}}
+{{- define "drover.sizeMb" -}}
+{{- $v := toString .value -}}
+{{- if regexMatch "^[1-9][0-9]*Mi$" $v -}}{{ trimSuffix "Mi" $v }}
+{{- else if regexMatch "^[1-9][0-9]*Gi$" $v -}}{{ mul (trimSuffix "Gi" $v | atoi) 1024 }}
+{{- else if regexMatch "^[1-9][0-9]*Ti$" $v -}}{{ mul (trimSuffix "Ti" $v | atoi) 1048576 }}
+{{- else -}}{{ fail (printf "%s must be a size in Mi, Gi or Ti such as 20Gi, got %q" .name $v) }}
+{{- end -}}
 {{- end -}}
