@@ -19,7 +19,10 @@ const three = [
 
 before(async () => {
   stack = await startStack();
-  registry = await startProviderRegistry(three.map((p) => ({ type: p.type, versions: [p.version] })));
+  registry = await startProviderRegistry(
+    three.map((p) => ({ type: p.type, versions: [p.version] })),
+    [{ name: "thing", versions: ["1.0.0"], files: { "main.tf": 'output "v" { value = "thing-VERSION" }\n' } }],
+  );
   home = mkdtempSync(join(tmpdir(), "drover-pcache-"));
   chmodSync(home, 0o711);
 });
@@ -84,7 +87,7 @@ test("12 runs needing the same 3 providers on one agent: all planned with correc
   assert.equal(await metric(port, "drover_agent_cache_evictions_total"), 0);
 });
 
-test("a run cannot write into the provider cache: its provisioner is refused by the filesystem", { skip: process.getuid?.() !== 0 ? "only root can start runs as another user" : false }, async () => {
+test("a run cannot write into the provider or module cache: its provisioner is refused by the filesystem", { skip: process.getuid?.() !== 0 ? "only root can start runs as another user" : false }, async () => {
   await stack.server.api("POST", "/api/v1/pools", { name: "pcache-ro" });
   const token = (await stack.server.api("POST", "/api/v1/pools/pcache-ro/tokens", { description: "ro" })).body.token as string;
   const agentHome = join(home, "ro");
@@ -100,21 +103,25 @@ test("a run cannot write into the provider cache: its provisioner is refused by 
     DROVER_AGENT_CACHE_DIR: cache,
     DROVER_AGENT_HEALTH_PORT: "0",
     DROVER_AGENT_RUN_AS_USER: "65534:65534",
+    DROVER_AGENT_MODULE_CACHE_ENABLED: "true",
   });
   try {
     await agent.waitFor(/registered/);
     await stack.server.api("POST", "/api/v1/workspaces", { name: "pcache-ro", pool: "pcache-ro", autoApply: true });
     const entry = join(cache, "providers", "mirror", registry.host, "drover", "alpha", "1.0.0", "linux_amd64");
     const binary = join(entry, "terraform-provider-alpha_v1.0.0");
-    const attempts = [`echo planted >> ${binary}`, `touch ${entry}/planted`, `mkdir ${join(cache, "providers", "mirror", "planted")}`, `chmod u+w ${binary}`];
+    const moduleFile = join(cache, "modules", "entries", registry.host, "drover", "thing", "null", "1.0.0", "main.tf");
+    const attempts = [`echo planted >> ${binary}`, `touch ${entry}/planted`, `mkdir ${join(cache, "providers", "mirror", "planted")}`, `chmod u+w ${binary}`, `echo planted >> ${moduleFile}`, `echo planted >> .terraform/modules/m/main.tf`];
     const command = attempts.map((c, i) => `( ${c} ) 2>/dev/null && echo WRITE${i}:ok || echo WRITE${i}:refused`).join("; ");
     const dir = writeConfig(stack.dir, "pcache-ro", {
-      "main.tf": `${providerConfig(registry, three.slice(0, 1), "ro")}\nresource "alpha_thing" "probe" {\n  input = "probe"\n  provisioner "local-exec" {\n    command = ${JSON.stringify(command)}\n  }\n}\n`,
+      "main.tf": `${providerConfig(registry, three.slice(0, 1), "ro")}\nmodule "m" {\n  source  = "${registry.host}/drover/thing/null"\n  version = "1.0.0"\n}\noutput "m" { value = module.m.v }\nresource "alpha_thing" "probe" {\n  input = "probe"\n  provisioner "local-exec" {\n    command = ${JSON.stringify(command)}\n  }\n}\n`,
     });
     const runId = await stack.startRun(dir, "pcache-ro");
     const run = await stack.waitForRun(runId, ["applied", "errored", "failed"], 120_000);
     const log = await runLog(stack.server, runId, "apply");
     assert.equal(run.status, "applied", `${run.errorMessage}\n${log}`);
+    assert.match(await runLog(stack.server, runId, "plan"), /modules from the agent's cache: m \(/);
+    assert.ok(!readFileSync(moduleFile, "utf8").includes("planted"));
     for (let i = 0; i < attempts.length; i++) assert.match(log, new RegExp(`WRITE${i}:refused`), `${attempts[i]} was not refused:\n${log}`);
     assert.ok(!readFileSync(binary, "utf8").includes("planted"));
     assert.ok(!existsSync(join(entry, "planted")));

@@ -23,6 +23,13 @@ export interface RegistryProvider {
   padBytes?: number;
 }
 
+/** A registry module `drover/<name>/null` served as a .tar.gz of `files`. */
+export interface RegistryModule {
+  name: string;
+  versions: string[];
+  files: Record<string, string>;
+}
+
 export interface TestRegistry {
   /** `127.0.0.1:PORT`, a provider source host. */
   host: string;
@@ -68,7 +75,7 @@ function packageHash(dir: string): string {
   return `h1:${createHash("sha256").update(lines).digest("base64")}`;
 }
 
-export async function startProviderRegistry(providers: RegistryProvider[]): Promise<TestRegistry> {
+export async function startProviderRegistry(providers: RegistryProvider[], modules: RegistryModule[] = []): Promise<TestRegistry> {
   const dir = mkdtempSync(join(tmpdir(), "drover-registry-"));
   // Runs may be another user: the launchers and the provider's certificate must be readable.
   chmodSync(dir, 0o755);
@@ -111,6 +118,16 @@ export async function startProviderRegistry(providers: RegistryProvider[]): Prom
     // No agent was left running.
   }
   rmSync(gnupg, { recursive: true, force: true });
+  for (const m of modules) {
+    for (const v of m.versions) {
+      const src = join(dir, "modules", `${m.name}_${v}`);
+      mkdirSync(src, { recursive: true });
+      for (const [name, text] of Object.entries(m.files)) writeFileSync(join(src, name), text.replaceAll("VERSION", v));
+      const tgz = join(dir, `module-${m.name}-${v}.tar.gz`);
+      run("tar", ["-czf", tgz, "-C", src, "."]);
+      files.set(`module-${m.name}-${v}.tar.gz`, readFileSync(tgz));
+    }
+  }
 
   const reg: Omit<TestRegistry, "host" | "close"> = {
     caFile: tls.cert,
@@ -130,7 +147,16 @@ export async function startProviderRegistry(providers: RegistryProvider[]): Prom
     const path = (req.url ?? "").split("?")[0] ?? "";
     reg.requests.push(path);
     let m: RegExpExecArray | null;
-    if (path === "/.well-known/terraform.json") return json(res, { "providers.v1": "/v1/providers/" });
+    if (path === "/.well-known/terraform.json") return json(res, { "providers.v1": "/v1/providers/", "modules.v1": "/v1/modules/" });
+    if ((m = /^\/v1\/modules\/drover\/([a-z]+)\/null\/versions$/.exec(path))) {
+      const mod = modules.find((x) => x.name === m?.[1]);
+      if (!mod) return void res.writeHead(404).end();
+      return json(res, { modules: [{ versions: mod.versions.map((version) => ({ version })) }] });
+    }
+    if ((m = /^\/v1\/modules\/drover\/([a-z]+)\/null\/([^/]+)\/download$/.exec(path))) {
+      if (!files.has(`module-${m[1]}-${m[2]}.tar.gz`)) return void res.writeHead(404).end();
+      return void res.writeHead(204, { "x-terraform-get": `/files/module-${m[1]}-${m[2]}.tar.gz` }).end();
+    }
     if ((m = /^\/v1\/providers\/drover\/([a-z]+)\/versions$/.exec(path))) {
       const p = providers.find((x) => x.type === m?.[1]);
       if (!p) return void res.writeHead(404).end();
@@ -156,7 +182,7 @@ export async function startProviderRegistry(providers: RegistryProvider[]): Prom
       const name = m[1] as string;
       let body = files.get(name);
       if (!body) return void res.writeHead(404).end();
-      if (name.endsWith(".zip")) {
+      if (name.endsWith(".zip") || name.endsWith(".tar.gz")) {
         reg.downloads.set(name, (reg.downloads.get(name) ?? 0) + 1);
         if (reg.tamper.archive) body = Buffer.concat([body, Buffer.from("tampered")]);
       }

@@ -14,6 +14,7 @@ import { KeptPlanDirs } from "./kept-plans.js";
 import { reapOrphans } from "./orphans.js";
 import { writeAgentStatus } from "./agent-status.js";
 import { ProviderCache } from "./providers/cache.js";
+import { ModuleCache } from "./modules/cache.js";
 import { join } from "node:path";
 
 export const agentVersion = "0.1.0";
@@ -62,6 +63,8 @@ export class Agent {
   private readonly keptPlans: KeptPlanDirs;
   /** The provider cache runs read (DROVER_AGENT_PROVIDER_CACHE_ENABLED). */
   private readonly providerCache: ProviderCache | undefined;
+  /** The module cache runs read (DROVER_AGENT_MODULE_CACHE_ENABLED). */
+  private readonly moduleCache: ModuleCache | undefined;
   /** OTLP export; the no-op one unless DROVER_AGENT_OTLP_ENDPOINT is set. */
   private telemetry: Telemetry = { tracer: noopTracer, shutdown: async () => undefined };
   private telemetryStarted = false;
@@ -77,6 +80,10 @@ export class Agent {
       ? new ProviderCache({ dir: join(config.cacheDir, "providers"), limitBytes: config.providerCacheSizeLimitMb * 1024 * 1024, dispatcher: this.client.dispatcher, logger: log })
       : undefined;
     if (this.providerCache) this.metrics.addCache("providers", this.providerCache.counters);
+    this.moduleCache = config.moduleCacheEnabled
+      ? new ModuleCache({ dir: join(config.cacheDir, "modules"), limitBytes: config.moduleCacheSizeLimitMb * 1024 * 1024, dispatcher: this.client.dispatcher, logger: log })
+      : undefined;
+    if (this.moduleCache) this.metrics.addCache("modules", this.moduleCache.counters);
   }
 
   private transition(to: AgentState): void {
@@ -229,7 +236,7 @@ export class Agent {
 
   private startJob(assignment: JobAssignment): void {
     this.jobsTaken++;
-    const run = new JobRun(assignment, this.client, { ...this.config, tracer: this.telemetry.tracer }, this.log, this.config.runAs ? runnerAs(localRunner, this.config.runAs) : undefined, this.keptPlans, this.providerCache);
+    const run = new JobRun(assignment, this.client, { ...this.config, tracer: this.telemetry.tracer }, this.log, this.config.runAs ? runnerAs(localRunner, this.config.runAs) : undefined, this.keptPlans, this.providerCache, this.moduleCache);
     const key = `${assignment.jobId}-${assignment.attempt}`;
     // An older attempt of this job still winding down here (its lease lapsed) ends first: a new
     // attempt never runs beside processes of an older one.

@@ -9,3 +9,4 @@ export { StreamRedactor } from "./redactor.js";
 export { errorExcerpt } from "./job.js";
 export { ProviderCache, type CacheCounters, type ProviderLease, type ProviderCacheOptions } from "./providers/cache.js";
 export { VerificationError } from "./providers/errors.js";
+export { ModuleCache, type ModuleLease } from "./modules/cache.js";

@@ -15,6 +15,7 @@ import type { RunningProcess } from "./process.js";
 import { chownTree } from "./run-user.js";
 import { localRunner, type RunFiles, type Runner } from "./runner.js";
 import type { ProviderCache, ProviderLease } from "./providers/cache.js";
+import type { ModuleCache, ModuleLease } from "./modules/cache.js";
 import { lockFileName } from "./providers/config-scan.js";
 
 /** Job states as the agent tracks them. */
@@ -69,6 +70,8 @@ export class JobRun {
   private providerLease: ProviderLease | undefined;
   /** This process's span of the job; stage spans are its children. */
   private trace: SpanHandle | undefined;
+  /** Module cache entries this job holds until it ends. */
+  private moduleLease: ModuleLease | undefined;
 
   constructor(
     private readonly assignment: JobAssignment,
@@ -78,6 +81,7 @@ export class JobRun {
     private readonly runner: Runner = localRunner,
     private readonly keptPlans?: KeptPlanDirs,
     private readonly providerCache?: ProviderCache,
+    private readonly moduleCache?: ModuleCache,
   ) {
     this.job = client.job(assignment.jobId, assignment.jobToken);
     this.log = new LogStream(this.job);
@@ -208,6 +212,7 @@ export class JobRun {
     for (const t of this.timers) clearTimeout(t);
     this.files.discard(runDir);
     this.providerLease?.release();
+    this.moduleLease?.release();
     this.state = "done";
     this.logger.info({ job: a.jobId, run: a.runId, phase: a.phase, outcome }, "job finished");
   }
@@ -322,6 +327,11 @@ export class JobRun {
     download.end({ "drover.reused": reused });
     const env = this.environment(variables.filter((v) => v.kind === "env").map((v) => [v.key, v.value]));
     await this.useProviderCache(runDir, workDir, env, variables.some((v) => v.kind === "env" && v.key === "TF_CLI_CONFIG_FILE"));
+    if (this.moduleCache && !this.runner.files) {
+      this.moduleLease = await this.moduleCache.prepare(workDir, this.work.signal);
+      for (const note of this.moduleLease.notes) this.log.line(`[drover] module cache: ${note}`);
+      if (this.moduleLease.installed.length > 0) this.log.line(`[drover] modules from the agent's cache: ${this.moduleLease.installed.join(", ")}`);
+    }
     if (this.config.runAs) {
       // Runs are another user (DROVER_AGENT_RUN_AS_USER): the run directory is theirs, and so
       // is HOME, since the agent's is not readable to them.

@@ -104,13 +104,14 @@ export function removeTree(path: string): void {
 }
 
 /** Whether nothing in the tree has a write permission bit. */
-function readOnly(path: string): boolean {
+export function readOnly(path: string): boolean {
   const st = lstatSync(path);
   if ((st.mode & 0o222) !== 0) return false;
   return !st.isDirectory() || readdirSync(path).every((n) => readOnly(join(path, n)));
 }
 
-function makeReadOnly(path: string): void {
+/** Takes every write permission bit off a tree (executables 0555, files 0444, directories 0555). */
+export function makeReadOnly(path: string): void {
   const st = lstatSync(path);
   if (st.isDirectory()) {
     for (const n of readdirSync(path)) makeReadOnly(join(path, n));
@@ -119,7 +120,7 @@ function makeReadOnly(path: string): void {
 }
 
 /** mkdir -p whose new directories runs can read whatever the agent's umask (0077 for the local driver). */
-function mkdirReadable(path: string): void {
+export function mkdirReadable(path: string): void {
   if (existsSync(path)) return;
   mkdirReadable(dirname(path));
   mkdirSync(path);

@@ -21,7 +21,7 @@ export function parseSource(source: string): ProviderAddress | undefined {
 }
 
 /** HCL text without comments; strings kept (a `#` inside one is not a comment). */
-function stripComments(text: string): string {
+export function stripComments(text: string): string {
   let out = "";
   for (let i = 0; i < text.length; i++) {
     const c = text[i];
@@ -42,7 +42,7 @@ function stripComments(text: string): string {
 }
 
 /** The text between the brace at `open` and its match. */
-function braced(text: string, open: number): string {
+export function braced(text: string, open: number): string {
   let depth = 0;
   for (let i = open; i < text.length; i++) {
     const c = text[i];

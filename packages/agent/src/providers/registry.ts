@@ -59,8 +59,9 @@ export class RegistryClient {
     }
   }
 
-  private async get(url: URL | string, signal: AbortSignal, limit: number): Promise<{ status: number; body: Buffer; type: string }> {
+  private async get(url: URL | string, signal: AbortSignal, limit: number): Promise<{ status: number; body: Buffer; type: string; location: string | undefined }> {
     const res = await this.open(url, AbortSignal.any([signal, AbortSignal.timeout(this.timeoutMs)]));
+    const get = res.headers["x-terraform-get"];
     const parts: Buffer[] = [];
     let size = 0;
     for await (const chunk of res.body) {
@@ -71,7 +72,7 @@ export class RegistryClient {
       }
       parts.push(chunk as Buffer);
     }
-    return { status: res.statusCode, body: Buffer.concat(parts), type: String(res.headers["content-type"] ?? "") };
+    return { status: res.statusCode, body: Buffer.concat(parts), type: String(res.headers["content-type"] ?? ""), location: typeof get === "string" ? get : undefined };
   }
 
   private async json(url: URL, signal: AbortSignal): Promise<unknown> {
@@ -84,21 +85,46 @@ export class RegistryClient {
     }
   }
 
-  /** The registry's providers.v1 base URL (service discovery, once per host). */
-  private base(host: string, signal: AbortSignal): Promise<URL> {
-    let found = this.discovered.get(host);
+  /** A registry service's base URL (service discovery, once per host and service). */
+  private base(host: string, signal: AbortSignal, service: "providers.v1" | "modules.v1" = "providers.v1"): Promise<URL> {
+    const key = `${service} ${host}`;
+    let found = this.discovered.get(key);
     if (!found) {
       found = (async () => {
         const wellKnown = new URL(`https://${host}/.well-known/terraform.json`);
         const doc = (await this.json(wellKnown, signal)) as Record<string, unknown>;
-        const v1 = doc["providers.v1"];
-        if (typeof v1 !== "string") throw new RegistryUnavailable(`${host} offers no provider registry (providers.v1)`);
+        const v1 = doc[service];
+        if (typeof v1 !== "string") throw new RegistryUnavailable(`${host} offers no ${service} registry`);
         return new URL(v1.endsWith("/") ? v1 : `${v1}/`, wellKnown);
       })();
-      found.catch(() => this.discovered.delete(host));
-      this.discovered.set(host, found);
+      found.catch(() => this.discovered.delete(key));
+      this.discovered.set(key, found);
     }
     return found;
+  }
+
+  /** Versions of a registry module (`ns/name/system`). */
+  async moduleVersions(host: string, path: string, signal: AbortSignal): Promise<string[]> {
+    const base = await this.base(host, signal, "modules.v1");
+    const doc = (await this.json(new URL(`${path}/versions`, base), signal)) as { modules?: Array<{ versions?: Array<{ version?: unknown }> }> };
+    return (doc.modules?.[0]?.versions ?? []).map((v) => v.version).filter((v): v is string => typeof v === "string");
+  }
+
+  /** Where a registry module version's package is (its X-Terraform-Get, resolved). */
+  async moduleLocation(host: string, path: string, version: string, signal: AbortSignal): Promise<string> {
+    const base = await this.base(host, signal, "modules.v1");
+    const url = new URL(`${path}/${version}/download`, base);
+    const res = await this.get(url, signal, maxJsonBytes);
+    const header = res.location;
+    if ((res.status !== 204 && res.status !== 200) || !header) throw new RegistryUnavailable(`${url.href} gave no X-Terraform-Get (answered ${res.status})`);
+    return new URL(header, url).href;
+  }
+
+  /** A whole document of at most `limit` bytes. */
+  async fetchBytes(url: string, limit: number, signal: AbortSignal): Promise<Buffer> {
+    const res = await this.get(url, signal, limit);
+    if (res.status !== 200) throw new RegistryUnavailable(`${url} answered ${res.status}`);
+    return res.body;
   }
 
   /** Versions the registry offers for `platform` (`linux_amd64`). */
