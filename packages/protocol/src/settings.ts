@@ -9,7 +9,7 @@ import { DroverError } from "./errors.js";
  * Pulumi component reads or sets a `DROVER_*` variable that is not here.
  */
 
-/** The processes (and the deploy component) that read settings. */
+/** The processes that read settings (`runner`: the exec-loop in a run pod's runner container). */
 export const settingReaders = ["server", "agent", "controller", "worker", "node-worker", "pod-annotator", "runner", "cli"] as const;
 export type SettingReader = (typeof settingReaders)[number];
 
