@@ -115,12 +115,14 @@ export class DroverClient {
   readonly timeoutMs: number;
   readonly dispatcher: Dispatcher;
   private readonly token: string | undefined;
+  private readonly ownsDispatcher: boolean;
 
   constructor(options: ClientOptions) {
     this.baseUrl = options.baseUrl.replace(/\/+$/, "");
     this.token = options.token;
     this.timeoutMs = options.timeoutMs ?? defaultRequestTimeoutMs;
     if (!Number.isFinite(this.timeoutMs) || this.timeoutMs <= 0) throw new Error(`a request deadline must be a positive number of ms, not ${this.timeoutMs}`);
+    this.ownsDispatcher = options.dispatcher === undefined;
     this.dispatcher = options.dispatcher ?? new EnvHttpProxyAgent();
   }
 
@@ -197,9 +199,9 @@ export class DroverClient {
     }
   }
 
-  /** Closes the connections of a dispatcher this client created. */
+  /** Closes the connections of a dispatcher this client created; a caller's dispatcher is the caller's to close. */
   async close(): Promise<void> {
-    await this.dispatcher.close();
+    if (this.ownsDispatcher) await this.dispatcher.close();
   }
 }
 
