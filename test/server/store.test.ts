@@ -413,6 +413,19 @@ for (const backend of backends) {
       }
     });
 
+    test("lifecycle: the store refuses a run transition the table does not allow and leaves the run as it was", async () => {
+      const { ws, cv } = await fixture();
+      const run = await newRun(ws.id, cv.id);
+      assert.equal(run.status, "queued");
+      const err = await rejectsWith(db.kysely.transaction().execute((trx) => store.moveRun(ctx, trx, { id: run.id, status: "queued" }, "applied")), "invalid_transition");
+      assert.match(err.message, /queued and cannot become applied/);
+      assert.equal((await store.getRun(ctx, run.id)).status, "queued");
+      await store.cancelRun(ctx, run.id);
+      await rejectsWith(db.kysely.transaction().execute((trx) => store.moveRun(ctx, trx, { id: run.id, status: "canceled" }, "queued")), "invalid_transition");
+      await rejectsWith(store.confirmRun(ctx, run.id), "invalid_transition");
+      assert.equal((await store.getRun(ctx, run.id)).status, "canceled");
+    });
+
     test("variables: sensitive values are write-only except for the job", async () => {
       const { ws } = await fixture();
       await store.setVariable(ctx, ws.id, "region", { value: "eu", kind: "terraform", sensitive: false });

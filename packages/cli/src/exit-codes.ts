@@ -1,4 +1,4 @@
-import type { RunStatus } from "@drover/protocol";
+import { awaitsConfirmation, isTerminalRun, type RunStatus } from "@drover/protocol";
 
 /** `run start` exit codes: 0 succeeded, 2 waits for confirmation, 1 failed. */
 export function exitCodeFor(status: RunStatus): number {
@@ -15,5 +15,5 @@ export function exitCodeFor(status: RunStatus): number {
 
 /** Whether the CLI stops following a run in this state. */
 export function settled(status: RunStatus): boolean {
-  return ["applied", "planned_and_finished", "planned", "errored", "canceled", "discarded"].includes(status);
+  return isTerminalRun(status) || awaitsConfirmation(status);
 }

@@ -35,14 +35,12 @@ export const runStatuses = [
 ] as const;
 export const runStatusSchema = z.enum(runStatuses);
 export type RunStatus = z.infer<typeof runStatusSchema>;
-/** States after which nothing more happens to a run. */
-export const terminalRunStatuses: readonly RunStatus[] = ["applied", "planned_and_finished", "errored", "canceled", "discarded"];
+// Which status may follow which, and which are terminal: lifecycle.ts.
 
 /** Job states: queued → assigned (leased) → running → one of the finished states. */
 export const jobStatuses = ["queued", "assigned", "running", "succeeded", "failed", "canceled", "errored"] as const;
 export const jobStatusSchema = z.enum(jobStatuses);
 export type JobStatus = z.infer<typeof jobStatusSchema>;
-export const finishedJobStatuses: readonly JobStatus[] = ["succeeded", "failed", "canceled", "errored"];
 
 export const phaseSchema = z.enum(["plan", "apply"]);
 export type Phase = z.infer<typeof phaseSchema>;

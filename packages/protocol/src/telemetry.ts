@@ -2,7 +2,7 @@ import { ROOT_CONTEXT, SpanStatusCode, trace, TraceFlags, type Attributes, type 
 import { resourceFromAttributes } from "@opentelemetry/resources";
 import { MeterProvider, PeriodicExportingMetricReader, type PushMetricExporter } from "@opentelemetry/sdk-metrics";
 import { BasicTracerProvider, BatchSpanProcessor, RandomIdGenerator, type IdGenerator, type SpanExporter } from "@opentelemetry/sdk-trace-base";
-import type { RunTracer, SpanAttributes, SpanHandle } from "./tracing.js";
+import type { RunTracer, SpanAttributes, SpanHandle, Telemetry, TelemetryOptions } from "./tracing.js";
 
 /*
  * OpenTelemetry export of one process: traces through the RunTracer interface, and the
@@ -10,29 +10,7 @@ import type { RunTracer, SpanAttributes, SpanHandle } from "./tracing.js";
  * the same names as /metrics. Imported (dynamically) only when an OTLP endpoint is set.
  */
 
-/** The OTLP wire protocols offered (the names of OTEL_EXPORTER_OTLP_PROTOCOL). */
-export const otlpProtocols = ["http/protobuf", "grpc"] as const;
-export type OtlpProtocol = (typeof otlpProtocols)[number];
-
-/** What to export, where, and as whom. */
-export interface TelemetryOptions {
-  /** Collector base URL: `http(s)://host:4318` for http/protobuf (paths /v1/traces and /v1/metrics are added), `http(s)://host:4317` for grpc. */
-  endpoint: string;
-  protocol: OtlpProtocol;
-  traces: boolean;
-  metrics: boolean;
-  /** Resource attributes: service.name, drover.pool, drover.agent, k8s.pod.name, … (empty values dropped). */
-  resource: Record<string, string | undefined>;
-  /** The process's Prometheus exposition, read at each metrics export. */
-  exposition?: () => string | Promise<string>;
-  metricsIntervalMs?: number;
-}
-
-/** A running export; `shutdown` flushes what is buffered and stops. */
-export interface Telemetry {
-  tracer: RunTracer;
-  shutdown(): Promise<void>;
-}
+export { otlpProtocols, type OtlpProtocol, type Telemetry, type TelemetryOptions } from "./tracing.js";
 
 /** Ids the next span takes when primed; random otherwise. */
 class PrimedIds implements IdGenerator {

@@ -1,7 +1,4 @@
 import { createHash } from "node:crypto";
-import type { Telemetry, TelemetryOptions } from "./telemetry.js";
-
-export type { Telemetry, TelemetryOptions } from "./telemetry.js";
 
 /*
  * The tracing interface every process codes against. It is tiny on purpose: the OpenTelemetry
@@ -52,3 +49,30 @@ export async function startTelemetryIfSet(options: TelemetryOptions | undefined)
   const { startTelemetry } = await import("./telemetry.js");
   return startTelemetry(options);
 }
+
+// What ./telemetry.ts implements; declared here so that this module never imports it statically.
+
+/** The OTLP wire protocols offered (the names of OTEL_EXPORTER_OTLP_PROTOCOL). */
+export const otlpProtocols = ["http/protobuf", "grpc"] as const;
+export type OtlpProtocol = (typeof otlpProtocols)[number];
+
+/** What to export, where, and as whom. */
+export interface TelemetryOptions {
+  /** Collector base URL: `http(s)://host:4318` for http/protobuf (paths /v1/traces and /v1/metrics are added), `http(s)://host:4317` for grpc. */
+  endpoint: string;
+  protocol: OtlpProtocol;
+  traces: boolean;
+  metrics: boolean;
+  /** Resource attributes: service.name, drover.pool, drover.agent, k8s.pod.name, … (empty values dropped). */
+  resource: Record<string, string | undefined>;
+  /** The process's Prometheus exposition, read at each metrics export. */
+  exposition?: () => string | Promise<string>;
+  metricsIntervalMs?: number;
+}
+
+/** A running export; `shutdown` flushes what is buffered and stops. */
+export interface Telemetry {
+  tracer: RunTracer;
+  shutdown(): Promise<void>;
+}
+

@@ -7,11 +7,11 @@ import { pino, type Logger } from "pino";
 import { DatabaseHealth, DatabaseUnavailableError, describeError } from "./health.js";
 import { migrationProvider } from "./migrations.js";
 import { GuardedPgPool, type PgConnectionSettings } from "./pg-pool.js";
-import type { Database } from "./schema.js";
+import type { Database, Dialect } from "./schema.js";
 import { lockDatabaseFile, type SqliteLock } from "./sqlite-lock.js";
 import { storageError } from "./storage-errors.js";
 
-export type Dialect = "sqlite" | "postgres";
+export type { Dialect } from "./schema.js";
 
 // PostgreSQL bigint (int8) arrives as a string by default; our values (epoch ms, sizes) fit a double.
 pg.types.setTypeParser(20, (v) => Number(v));

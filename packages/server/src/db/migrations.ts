@@ -1,5 +1,5 @@
 import { type Kysely, type Migration, type MigrationProvider, sql } from "kysely";
-import type { Dialect } from "./connect.js";
+import type { Dialect } from "./schema.js";
 
 /*
  * The one migration history, applied at server start on either database. Column types

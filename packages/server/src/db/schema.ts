@@ -1,4 +1,8 @@
-import type { Generated } from "kysely";
+import type { Driver, Engine, JobStatus, Phase, RunStatus, VariableKind } from "@drover/protocol";
+import type { Generated, Selectable } from "kysely";
+
+/** Which database a connection speaks; the few queries that differ branch on it. */
+export type Dialect = "sqlite" | "postgres";
 
 /*
  * Table shapes as Kysely sees them. Times are epoch milliseconds (bigint in PostgreSQL,
@@ -38,7 +42,7 @@ export interface AgentsTable {
   pool_token_id: string;
   name: string;
   version: string;
-  driver: string;
+  driver: Driver;
   capacity: number;
   running_jobs: number;
   session_hash: string;
@@ -52,7 +56,7 @@ export interface WorkspacesTable {
   id: string;
   name: string;
   pool_id: string;
-  engine: string;
+  engine: Engine;
   engine_version: string | null;
   working_directory: string;
   auto_apply: number;
@@ -62,7 +66,7 @@ export interface WorkspacesTable {
 
 export interface VariablesTable {
   workspace_id: string;
-  kind: string;
+  kind: VariableKind;
   key: string;
   value: string;
   sensitive: number;
@@ -81,7 +85,7 @@ export interface RunsTable {
   id: string;
   workspace_id: string;
   configuration_version_id: string;
-  status: string;
+  status: RunStatus;
   plan_only: number;
   is_destroy: number;
   auto_apply: number;
@@ -104,8 +108,8 @@ export interface JobsTable {
   run_id: string;
   workspace_id: string;
   pool_id: string;
-  phase: string;
-  status: string;
+  phase: Phase;
+  status: JobStatus;
   attempt: number;
   agent_id: string | null;
   token_hash: string | null;
@@ -119,6 +123,9 @@ export interface JobsTable {
   started_at: number | null;
   finished_at: number | null;
 }
+
+/** A job as the store reads it. */
+export type JobRow = Selectable<JobsTable>;
 
 export interface LogChunksTable {
   job_id: string;

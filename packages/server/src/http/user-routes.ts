@@ -1,4 +1,4 @@
-import { DroverError, logHeaders, routes, userApi } from "@drover/protocol";
+import { DroverError, isTerminalRun, logHeaders, routes, userApi } from "@drover/protocol";
 import type { FastifyInstance } from "fastify";
 import { waitForEvent } from "../events.js";
 import { listAgents } from "../store/agents.js";
@@ -86,7 +86,7 @@ export function registerUserRoutes(app: FastifyInstance, http: HttpContext, opti
       const jobId = q.phase === "plan" ? run.planJobId : run.applyJobId;
       // Subscribe before reading, so bytes appended in between wake us.
       const wake = waitForEvent(ctx.events, jobId ? "log" : "run-changed", jobId ?? run.id, Math.max(0, deadline - Date.now()), signal);
-      const runOver = ["applied", "planned_and_finished", "errored", "canceled", "discarded"].includes(run.status);
+      const runOver = isTerminalRun(run.status);
       // A phase that has no job yet is complete only once the run is over without it.
       const slice = jobId ? await readLog(ctx, jobId, q.offset, q.limit) : { data: Buffer.alloc(0), nextOffset: q.offset, complete: runOver };
       if (slice.data.length > 0 || slice.complete || Date.now() >= deadline || signal.aborted) {

@@ -11,7 +11,7 @@ const toAgent = (r: Selectable<AgentsTable>): Agent => ({
   poolId: r.pool_id,
   name: r.name,
   version: r.version,
-  driver: r.driver as Driver,
+  driver: r.driver,
   capacity: r.capacity,
   runningJobs: r.running_jobs,
   status: r.state !== "online" ? "offline" : r.running_jobs > 0 ? "busy" : "idle",

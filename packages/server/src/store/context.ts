@@ -1,8 +1,6 @@
 import type { Kysely } from "kysely";
-import type { Database } from "../db/schema.js";
-import type { Dialect } from "../db/connect.js";
+import type { Database, Dialect } from "../db/schema.js";
 import type { EventBus } from "../events.js";
-import type { AgentPresence } from "./presence.js";
 
 /** What every store module works with. `now` is injected so tests control time. */
 export interface StoreContext {
@@ -12,7 +10,15 @@ export interface StoreContext {
   now(): number;
   settings: StoreSettings;
   /** When set, agents' signs of life are coalesced here instead of written one by one. */
-  presence?: AgentPresence;
+  presence?: PresenceRecorder;
+}
+
+/** Where agents' signs of life are coalesced (store/presence.ts's AgentPresence). */
+export interface PresenceRecorder {
+  /** Notes that an agent was seen, with its job count when it reported one. */
+  record(agentId: string, runningJobs: number | null): void;
+  /** Writes what was noted so far. */
+  flush(): Promise<void>;
 }
 
 /** Timing settings of the queue and agents, all in milliseconds. */

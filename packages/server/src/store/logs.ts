@@ -1,7 +1,7 @@
-import { DroverError, maxLogChunkBytes } from "@drover/protocol";
+import { DroverError, isFinishedJob, maxLogChunkBytes } from "@drover/protocol";
 import type { Queryable, StoreContext } from "./context.js";
 import { inTransaction } from "./transaction.js";
-import type { JobRow } from "./queue.js";
+import type { JobRow } from "../db/schema.js";
 
 /*
  * Job logs are append-only byte streams. An append names the offset it starts at: a chunk
@@ -50,7 +50,6 @@ export interface LogSlice {
   complete: boolean;
 }
 
-const finished = new Set(["succeeded", "failed", "canceled", "errored"]);
 
 /** Reads up to `limit` bytes from `offset`. */
 export async function readLog(ctx: StoreContext, jobId: string, offset: number, limit: number): Promise<LogSlice> {
@@ -74,5 +73,5 @@ export async function readLog(ctx: StoreContext, jobId: string, offset: number, 
     parts.push(take);
     position += take.length;
   }
-  return { data: Buffer.concat(parts), nextOffset: position, complete: finished.has(job.status) && position >= job.log_size };
+  return { data: Buffer.concat(parts), nextOffset: position, complete: isFinishedJob(job.status) && position >= job.log_size };
 }

@@ -1,5 +1,5 @@
 import { sql } from "kysely";
-import type { StoreContext } from "./context.js";
+import type { PresenceRecorder, StoreContext } from "./context.js";
 
 /*
  * Agents' signs of life (heartbeats and long-polls), coalesced into one write per interval.
@@ -17,7 +17,7 @@ interface Sighting {
 /** Rows per UPDATE statement: keeps the parameter count far below SQLite's and pg's limits. */
 const batchSize = 500;
 
-export class AgentPresence {
+export class AgentPresence implements PresenceRecorder {
   private pending = new Map<string, Sighting>();
   private flushing: Promise<void> | undefined;
   private timer: NodeJS.Timeout | undefined;

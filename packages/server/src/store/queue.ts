@@ -1,21 +1,16 @@
 import {
   DroverError,
-  finishedJobStatuses,
+  isFinishedJob,
   hashToken,
   newJobToken,
   parseJobToken,
   type Agent,
-  type Engine,
   type Job,
   type JobAssignment,
   type JobHeartbeatResponse,
   type JobOutcome,
-  type JobStatus,
-  type Phase,
   type RunStatus,
 } from "@drover/protocol";
-import type { Selectable } from "kysely";
-import type { JobsTable } from "../db/schema.js";
 import { waitForEvent } from "../events.js";
 import { iso, isoOrNull, type StoreContext } from "./context.js";
 import { applyJobOutcome, markPhaseStarted } from "./runs.js";
@@ -31,15 +26,16 @@ import { poolWaiters } from "./waiters.js";
  * refused with `stale_attempt`: the fencing that keeps a partitioned agent from writing.
  */
 
-export type JobRow = Selectable<JobsTable>;
+export type { JobRow } from "../db/schema.js";
+import type { JobRow } from "../db/schema.js";
 
 export const toJob = (r: JobRow): Job => ({
   id: r.id,
   runId: r.run_id,
   workspaceId: r.workspace_id,
   poolId: r.pool_id,
-  phase: r.phase as Phase,
-  status: r.status as JobStatus,
+  phase: r.phase,
+  status: r.status,
   attempt: r.attempt,
   agentId: r.agent_id,
   message: r.message,
@@ -48,7 +44,6 @@ export const toJob = (r: JobRow): Job => ({
   finishedAt: isoOrNull(r.finished_at),
 });
 
-const isFinished = (s: string): boolean => (finishedJobStatuses as readonly string[]).includes(s);
 
 /** Path (relative to the server URL) of a workspace's state, as the http backend uses it. */
 export const statePath = (workspaceId: string): string => `/api/v1/workspaces/${workspaceId}/state`;
@@ -88,14 +83,14 @@ export async function claimNextJob(ctx: StoreContext, agent: Agent): Promise<Job
       jobId: job.id,
       attempt,
       jobToken: token,
-      phase: job.phase as Phase,
+      phase: job.phase,
       runId: run.id,
       planOnly: run.plan_only === 1,
       isDestroy: run.is_destroy === 1,
       workspace: {
         id: ws.id,
         name: ws.name,
-        engine: ws.engine as Engine,
+        engine: ws.engine,
         engineVersion: ws.engine_version,
         workingDirectory: ws.working_directory,
       },
@@ -154,7 +149,7 @@ export async function authenticateJobToken(ctx: StoreContext, token: string): Pr
       details: { attempt: job.attempt },
     });
   }
-  if (isFinished(job.status)) {
+  if (isFinishedJob(job.status)) {
     throw new DroverError("job_finished", `job ${job.id} has ended (${job.status}); its token is no longer valid`, { details: { status: job.status } });
   }
   throw new DroverError("unauthorized", "unknown job token");
@@ -166,7 +161,7 @@ async function currentAttempt(ctx: StoreContext, trx: Parameters<Parameters<type
   if (ctx.dialect === "postgres") q = q.forUpdate();
   const row = await q.executeTakeFirstOrThrow();
   if (row.attempt !== job.attempt) throw new DroverError("stale_attempt", `job ${job.id} was reassigned (attempt ${row.attempt})`, { details: { attempt: row.attempt } });
-  if (isFinished(row.status)) throw new DroverError("job_finished", `job ${job.id} has ended (${row.status})`, { details: { status: row.status } });
+  if (isFinishedJob(row.status)) throw new DroverError("job_finished", `job ${job.id} has ended (${row.status})`, { details: { status: row.status } });
   return row;
 }
 
@@ -176,7 +171,7 @@ export async function startJob(ctx: StoreContext, job: JobRow): Promise<RunStatu
     const row = await currentAttempt(ctx, trx, job);
     if (row.status === "running") {
       const run = await trx.selectFrom("runs").select("status").where("id", "=", row.run_id).executeTakeFirstOrThrow();
-      return run.status as RunStatus;
+      return run.status;
     }
     const now = ctx.now();
     await trx
@@ -184,7 +179,7 @@ export async function startJob(ctx: StoreContext, job: JobRow): Promise<RunStatu
       .set({ status: "running", started_at: now, lease_expires_at: now + ctx.settings.leaseTtlMs })
       .where("id", "=", row.id)
       .execute();
-    return markPhaseStarted(ctx, trx, effects, row.run_id, row.phase as Phase);
+    return markPhaseStarted(ctx, trx, effects, row.run_id, row.phase);
   });
 }
 

@@ -1,4 +1,4 @@
-import { DroverError, newId, terminalRunStatuses, type JobOutcome, type Phase, type Run, type RunStatus } from "@drover/protocol";
+import { assertRunTransition, DroverError, isTerminalRun, newId, type JobOutcome, type Phase, type Run, type RunStatus } from "@drover/protocol";
 import type { Selectable, Transaction } from "kysely";
 import type { Database, JobsTable, RunsTable } from "../db/schema.js";
 import { iso, type Queryable, type StoreContext } from "./context.js";
@@ -14,6 +14,9 @@ import { getWorkspace } from "./workspaces.js";
  *                              │          └──▶ discarded
  *                              └──▶ planned_and_finished (plan-only, or nothing to change)
  *   any non-terminal state ─▶ canceled | errored
+ *
+ * The full table is packages/protocol/src/lifecycle.ts; every status change goes through
+ * moveRun, which refuses one the table does not allow.
  */
 
 type Trx = Transaction<Database>;
@@ -23,7 +26,7 @@ const toRun = (r: RunRow): Run => ({
   id: r.id,
   workspaceId: r.workspace_id,
   configurationVersionId: r.configuration_version_id,
-  status: r.status as RunStatus,
+  status: r.status,
   planOnly: r.plan_only === 1,
   isDestroy: r.is_destroy === 1,
   autoApply: r.auto_apply === 1,
@@ -40,7 +43,21 @@ const toRun = (r: RunRow): Run => ({
   updatedAt: iso(r.updated_at),
 });
 
-const isTerminal = (s: string): boolean => (terminalRunStatuses as readonly string[]).includes(s);
+/**
+ * Changes a run's status (with `fields`), refusing a change the lifecycle table does not allow
+ * (invalid_transition). `run` is the row as read in this transaction.
+ */
+export async function moveRun(ctx: StoreContext, trx: Trx, run: Pick<RunRow, "id" | "status">, to: RunStatus, fields: Partial<Omit<RunRow, "id" | "status">> = {}): Promise<void> {
+  assertRunTransition(run.id, run.status, to);
+  const moved = await trx
+    .updateTable("runs")
+    .set({ ...fields, status: to, updated_at: ctx.now() })
+    .where("id", "=", run.id)
+    .where("status", "=", run.status)
+    .executeTakeFirst();
+  // The row changed under this transaction: a bug in locking, not a user error.
+  if (Number(moved.numUpdatedRows) !== 1) throw new Error(`run ${run.id} was no longer ${run.status} when it was moved to ${to}`);
+}
 
 export interface CreateRunInput {
   workspace: string;
@@ -158,7 +175,7 @@ async function promoteNextRun(ctx: StoreContext, trx: Trx, effects: Effects, wor
     .executeTakeFirst();
   if (Number(taken.numUpdatedRows) === 0) return;
   const jobId = await enqueueJob(ctx, trx, effects, next, "plan");
-  await trx.updateTable("runs").set({ status: "queued", plan_job_id: jobId, updated_at: ctx.now() }).where("id", "=", next.id).execute();
+  await moveRun(ctx, trx, next, "queued", { plan_job_id: jobId });
   effects.push(["run-changed", next.id]);
 }
 
@@ -167,11 +184,7 @@ async function promoteNextRun(ctx: StoreContext, trx: Trx, effects: Effects, wor
  * then starts the next pending run.
  */
 async function endRun(ctx: StoreContext, trx: Trx, effects: Effects, run: RunRow, status: RunStatus, errorMessage: string | null): Promise<void> {
-  await trx
-    .updateTable("runs")
-    .set({ status, error_message: errorMessage ?? run.error_message, updated_at: ctx.now() })
-    .where("id", "=", run.id)
-    .execute();
+  await moveRun(ctx, trx, run, status, { error_message: errorMessage ?? run.error_message });
   const jobIds = [run.plan_job_id, run.apply_job_id].filter((j): j is string => j !== null);
   if (status !== "applied" && status !== "planned_and_finished" && jobIds.length > 0) {
     await trx.deleteFrom("state_locks").where("workspace_id", "=", run.workspace_id).where("job_id", "in", jobIds).execute();
@@ -197,7 +210,7 @@ export async function confirmRun(ctx: StoreContext, runId: string): Promise<Run>
       throw new DroverError("invalid_transition", `run ${run.id} is ${run.status}; only a planned run can be confirmed`);
     }
     const jobId = await enqueueJob(ctx, trx, effects, run, "apply");
-    await trx.updateTable("runs").set({ status: "confirmed", apply_job_id: jobId, updated_at: ctx.now() }).where("id", "=", run.id).execute();
+    await moveRun(ctx, trx, run, "confirmed", { apply_job_id: jobId });
     effects.push(["run-changed", run.id]);
   });
   return getRun(ctx, runId);
@@ -223,7 +236,7 @@ export async function discardRun(ctx: StoreContext, runId: string): Promise<Run>
 export async function cancelRun(ctx: StoreContext, runId: string, options: { force?: boolean } = {}): Promise<Run> {
   await inTransaction(ctx, async (trx, effects) => {
     const run = await lockedRun(ctx, trx, runId);
-    if (isTerminal(run.status)) throw new DroverError("invalid_transition", `run ${run.id} is already ${run.status}`);
+    if (isTerminalRun(run.status)) throw new DroverError("invalid_transition", `run ${run.id} is already ${run.status}`);
     const activeJobId = run.status === "confirmed" || run.status === "applying" ? run.apply_job_id : run.plan_job_id;
     const job = activeJobId ? await trx.selectFrom("jobs").selectAll().where("id", "=", activeJobId).executeTakeFirst() : undefined;
     if (job && job.status === "running" && options.force) {
@@ -261,7 +274,7 @@ export async function applyJobOutcome(
   message: string | null,
 ): Promise<void> {
   const run = await lockedRun(ctx, trx, job.run_id);
-  if (isTerminal(run.status)) return;
+  if (isTerminalRun(run.status)) return;
   if (outcome === "canceled") return endRun(ctx, trx, effects, run, "canceled", message);
   if (outcome === "failed" || outcome === "errored") {
     return endRun(ctx, trx, effects, run, "errored", message ?? `${job.phase} ${outcome}`);
@@ -272,9 +285,9 @@ export async function applyJobOutcome(
   if (run.plan_only === 1 || run.has_changes === 0) return endRun(ctx, trx, effects, run, "planned_and_finished", null);
   if (run.auto_apply === 1) {
     const jobId = await enqueueJob(ctx, trx, effects, run, "apply");
-    await trx.updateTable("runs").set({ status: "confirmed", apply_job_id: jobId, updated_at: ctx.now() }).where("id", "=", run.id).execute();
+    await moveRun(ctx, trx, run, "confirmed", { apply_job_id: jobId });
   } else {
-    await trx.updateTable("runs").set({ status: "planned", updated_at: ctx.now() }).where("id", "=", run.id).execute();
+    await moveRun(ctx, trx, run, "planned");
   }
   effects.push(["run-changed", run.id]);
 }
@@ -282,7 +295,7 @@ export async function applyJobOutcome(
 /** Marks the run as executing its phase when the agent starts the job. */
 export async function markPhaseStarted(ctx: StoreContext, trx: Trx, effects: Effects, runId: string, phase: Phase): Promise<RunStatus> {
   const status: RunStatus = phase === "plan" ? "planning" : "applying";
-  await trx.updateTable("runs").set({ status, updated_at: ctx.now() }).where("id", "=", runId).execute();
+  await moveRun(ctx, trx, await lockedRun(ctx, trx, runId), status);
   effects.push(["run-changed", runId]);
   return status;
 }

@@ -20,7 +20,7 @@ export async function setVariable(ctx: StoreContext, workspace: string, key: str
 export async function listVariables(ctx: StoreContext, workspace: string): Promise<Variable[]> {
   const ws = await getWorkspace(ctx, workspace);
   const rows = await ctx.db.selectFrom("variables").selectAll().where("workspace_id", "=", ws.id).orderBy("kind").orderBy("key").execute();
-  return rows.map((r) => ({ key: r.key, kind: r.kind as VariableKind, sensitive: r.sensitive === 1, value: r.sensitive === 1 ? null : r.value, updatedAt: iso(r.updated_at) }));
+  return rows.map((r) => ({ key: r.key, kind: r.kind, sensitive: r.sensitive === 1, value: r.sensitive === 1 ? null : r.value, updatedAt: iso(r.updated_at) }));
 }
 
 export async function deleteVariable(ctx: StoreContext, workspace: string, kind: VariableKind, key: string): Promise<void> {
@@ -32,5 +32,5 @@ export async function deleteVariable(ctx: StoreContext, workspace: string, kind:
 /** Variables with their values, for the job that runs in this workspace only. */
 export async function variablesForJob(ctx: StoreContext, workspaceId: string): Promise<JobVariable[]> {
   const rows = await ctx.db.selectFrom("variables").selectAll().where("workspace_id", "=", workspaceId).orderBy("kind").orderBy("key").execute();
-  return rows.map((r) => ({ key: r.key, kind: r.kind as VariableKind, sensitive: r.sensitive === 1, value: r.value }));
+  return rows.map((r) => ({ key: r.key, kind: r.kind, sensitive: r.sensitive === 1, value: r.value }));
 }

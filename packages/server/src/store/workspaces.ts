@@ -11,7 +11,7 @@ const toWorkspace = (r: Row): Workspace => ({
   id: r.id,
   name: r.name,
   poolId: r.pool_id,
-  engine: r.engine as Engine,
+  engine: r.engine,
   engineVersion: r.engine_version,
   workingDirectory: r.working_directory,
   autoApply: r.auto_apply === 1,
