@@ -96,6 +96,7 @@ function imageExists(env, name) {
 /** Hash of files and directories (path, mode, content or link target), skipping build output. */
 function hashTree(paths, base = root) {
   const h = createHash("sha256");
+  const listing = [];
   const walk = (abs) => {
     const st = lstatSync(abs);
     const rel = relative(base, abs);
@@ -106,13 +107,26 @@ function hashTree(paths, base = root) {
       }
     } else if (st.isSymbolicLink()) {
       h.update(`L ${rel} ${readlinkSync(abs)}\n`);
+      listing.push(`L ${rel} ${readlinkSync(abs)}`);
     } else {
       h.update(`F ${rel} ${st.mode & 0o777} ${st.size}\n`);
-      h.update(readFileSync(abs));
+      const content = readFileSync(abs);
+      h.update(content);
+      listing.push(`F ${rel} ${st.mode & 0o777} ${st.size} ${createHash("sha256").update(content).digest("hex").slice(0, 12)}`);
     }
   };
   for (const p of paths) walk(join(base, p));
+  lastListing = listing.join("\n") + "\n";
   return h.digest("hex").slice(0, 16);
+}
+
+/** The files behind the last hashTree, kept beside each build to explain an unexpected rebuild. */
+let lastListing = "";
+
+function recordInputs(tag) {
+  const dir = join(cacheDir(), "build", "inputs");
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(join(dir, `${tag.replace(/[^\w.-]/g, "_")}.txt`), lastListing);
 }
 
 /** The sources a Dockerfile COPYs from the build context (its inputs besides the base). */
@@ -300,13 +314,19 @@ export function buildImages(log = (line) => console.error(`[images] ${line}`)) {
   const terraform = timed("terraform", () => buildTerraform(env, log));
   const droverFile = "deploy/docker/Dockerfile";
   const drover = `localhost/drover:${short(`${node} ${hashTree([droverFile, ".dockerignore", ...copiedSources(droverFile)])}`)}`;
+  const droverInputs = lastListing;
   timed("drover", () => {
-    if (!imageExists(env, drover)) build(env, drover, root, ["-f", join(root, droverFile), "--build-arg", `NODE_IMAGE=${node}`], log, true);
+    lastListing = droverInputs;
+    if (imageExists(env, drover)) return;
+    recordInputs(drover);
+    build(env, drover, root, ["-f", join(root, droverFile), "--build-arg", `NODE_IMAGE=${node}`], log, true);
   });
   const runnerFile = "deploy/docker/runner.Dockerfile";
   const runner = `localhost/drover-runner:${short(`${debian} ${terraform} 2 ${hashTree([runnerFile, ".dockerignore", ...copiedSources(runnerFile)])}`)}`;
   timed("runner", () => {
-    if (!imageExists(env, runner)) build(env, runner, root, ["-f", join(root, runnerFile), "--build-arg", `BASE_IMAGE=${debian}`, "--build-arg", `TERRAFORM_IMAGE=${terraform}`], log);
+    if (imageExists(env, runner)) return;
+    recordInputs(runner);
+    build(env, runner, root, ["-f", join(root, runnerFile), "--build-arg", `BASE_IMAGE=${debian}`, "--build-arg", `TERRAFORM_IMAGE=${terraform}`], log);
   });
   for (const repo of ["localhost/drover", "localhost/drover-runner", "localhost/drover-node"]) pruneOld(env, repo, keepTags);
   return { env, images: { debian, node, terraform, drover, runner }, timingsMs: timings };
