@@ -376,7 +376,7 @@ describe("chart-docs.mjs", () => {
   });
 });
 
-test("agent-local: agent.providerCache maps onto the agent's provider cache settings (sizes in Mi/Gi/Ti to MiB); a bad size fails the render with the key", () => {
+test("agent-local: agent.providerCache and agent.moduleCache map onto the agent's provider cache settings (sizes in Mi/Gi/Ti to MiB); a bad size fails the render with the key", () => {
   const env = (args: string[]): Record<string, string> => {
     const deployment = render("agent-local", ["--set", `agent.token=${token}`, ...args]).find((o) => o.kind === "Deployment")!;
     const agent = deployment.spec.template.spec.containers[0] as { env: Array<{ name: string; value?: string }> };
@@ -390,4 +390,9 @@ test("agent-local: agent.providerCache maps onto the agent's provider cache sett
   assert.equal(set.DROVER_AGENT_PROVIDER_CACHE_SIZE_LIMIT_MB, String(1024 * 1024));
   assert.equal(env(["--set", "agent.providerCache.sizeLimit=512Mi"]).DROVER_AGENT_PROVIDER_CACHE_SIZE_LIMIT_MB, "512");
   assert.match(renderFails("agent-local", ["--set", `agent.token=${token}`, "--set", "agent.providerCache.sizeLimit=40GB"]), /sizeLimit/);
+  assert.equal(defaults.DROVER_AGENT_MODULE_CACHE_ENABLED, "false");
+  assert.equal(defaults.DROVER_AGENT_MODULE_CACHE_SIZE_LIMIT_MB, "2048");
+  const modules = env(["--set", "agent.moduleCache.enabled=true", "--set", "agent.moduleCache.sizeLimit=3Gi"]);
+  assert.equal(modules.DROVER_AGENT_MODULE_CACHE_ENABLED, "true");
+  assert.equal(modules.DROVER_AGENT_MODULE_CACHE_SIZE_LIMIT_MB, "3072");
 });
