@@ -86,5 +86,16 @@ test("examples/hello in job mode: each phase's trace holds the server's spans an
       return stages.every((n) => c.includes(n)) ? c : undefined;
     }, 30_000);
     assert.deepEqual(children.filter((n) => stages.includes(n)).sort(), [...stages].sort());
+    // The controller's Kubernetes stages, in order, under the job span: Job created → pod scheduled → container started.
+    const k8s = await eventually(`the controller's ${job.phase} stages`, async () => {
+      const found = ["kubernetes job created", "pod scheduled", "container started"].map((n) => inTrace().find((s) => s.name === n));
+      return found.every((f) => f !== undefined) ? found.map((f) => f!) : undefined;
+    }, 30_000);
+    for (const s of k8s) {
+      assert.equal(s.parentSpanId, root.spanId, `${s.name} hangs under the job span`);
+      assert.equal(s.resource["service.name"], "drover-controller");
+    }
+    assert.ok(k8s[0]!.endNs <= k8s[1]!.endNs && k8s[1]!.endNs <= k8s[2]!.endNs, "created, then scheduled, then started");
+    assert.ok(k8s[2]!.endNs <= worker.startNs + 2_000_000_000n, "the worker's span begins once its container runs (second-resolution API times)");
   }
 });

@@ -1,5 +1,5 @@
 import { BatchV1Api, CoreV1Api, CustomObjectsApi, KubeConfig, RbacAuthorizationV1Api, type KubernetesListObject, type KubernetesObject, type V1Job, type V1JobSpec, type V1Pod } from "@kubernetes/client-node";
-import { DroverError, jobAssignmentSchema, SettingsSource, type JobAssignment } from "@drover/protocol";
+import { DroverError, jobAssignmentSchema, noopTracer, SettingsSource, startTelemetryIfSet, type JobAssignment, type RunTracer } from "@drover/protocol";
 import type { Logger } from "pino";
 import { waitFor } from "../backoff.js";
 import { AgentClient, NetworkError } from "../client.js";
@@ -30,6 +30,10 @@ interface Tracked {
   since: number;
   /** This controller is deleting the Job itself: its DELETED event is expected. */
   deleting?: boolean;
+  /** Trace marks of the Kubernetes stages (launched by this process only): Job created, pod scheduled, container started. */
+  jobCreatedAt?: number;
+  scheduledAt?: number;
+  containerTraced?: boolean;
   /** The failure line is in the run's log (a retried report does not write it twice). */
   logged?: boolean;
 }
@@ -92,6 +96,8 @@ export class Controller {
   private readonly custom: CustomObjectsApi;
   private readonly client: AgentClient;
   private readonly tracked = new Map<string, Tracked>();
+  /** Spans of the Kubernetes stages of each job's trace (no-op without an OTLP endpoint). */
+  tracer: RunTracer = noopTracer;
   private session = "";
   private registered = false;
   private heartbeatMs = 10_000;
@@ -142,10 +148,7 @@ export class Controller {
   async run(): Promise<number> {
     const source = {
       health: () => ({ live: !this.stop.signal.aborted, ready: this.ready, details: { registered: this.registered, inFlight: this.tracked.size } }),
-      metrics: () => {
-        this.metrics.set("drover_controller_jobs_in_flight", this.tracked.size);
-        return this.metrics.render();
-      },
+      metrics: () => this.exposition(),
     };
     return servingHealth(this.config.healthPort, source, () => this.work());
   }
@@ -304,6 +307,11 @@ export class Controller {
       try {
         created = await this.batch.createNamespacedJob({ namespace: this.settings.namespace, body });
         this.metrics.inc("drover_controller_jobs_launched_total");
+        const t = this.tracked.get(name);
+        if (t) {
+          t.jobCreatedAt = Date.now();
+          this.tracer.start("kubernetes job created", a.traceparent, { startTime: t.since, attributes: { "k8s.job.name": name } }).end(undefined, undefined, t.jobCreatedAt);
+        }
       } catch (err) {
         if (status(err) !== 409) throw err;
         created = await this.batch.readNamespacedJob({ name, namespace: this.settings.namespace });
@@ -394,7 +402,33 @@ export class Controller {
     // The worker owns the run once it runs; in node-worker mode, once the runner it prepared does.
     const owner = this.settings.nodeHome ? "runner" : "worker";
     if (pod.status?.containerStatuses?.some((c) => c.name === owner && (c.state?.running || c.state?.terminated))) t.started = true;
+    this.traceStages(t, pod, owner);
     await this.check(t, Date.now());
+  }
+
+  /** The controller's series in Prometheus' text format (/metrics, and OTLP's source). */
+  exposition(): string {
+    this.metrics.set("drover_controller_jobs_in_flight", this.tracked.size);
+    return this.metrics.render();
+  }
+
+  /** Spans `pod scheduled` and `container started` of a Job this process created, each once. */
+  private traceStages(t: Tracked, pod: V1Pod, owner: string): void {
+    if (t.jobCreatedAt === undefined || this.tracer === noopTracer) return;
+    const parent = t.assignment.traceparent;
+    const attributes = { "k8s.pod.name": pod.metadata?.name ?? "", "k8s.node.name": pod.spec?.nodeName ?? "" };
+    const scheduled = pod.status?.conditions?.find((c) => c.type === "PodScheduled" && c.status === "True");
+    if (t.scheduledAt === undefined && scheduled) {
+      // The API server's times have whole seconds: never before the Job existed.
+      t.scheduledAt = Math.max(t.jobCreatedAt, scheduled.lastTransitionTime ? new Date(scheduled.lastTransitionTime).getTime() : Date.now());
+      this.tracer.start("pod scheduled", parent, { startTime: t.jobCreatedAt, attributes }).end(undefined, undefined, t.scheduledAt);
+    }
+    const running = pod.status?.containerStatuses?.find((c) => c.name === owner)?.state?.running;
+    if (!t.containerTraced && t.scheduledAt !== undefined && running) {
+      t.containerTraced = true;
+      const at = Math.max(t.scheduledAt, running.startedAt ? new Date(running.startedAt).getTime() : Date.now());
+      this.tracer.start("container started", parent, { startTime: t.scheduledAt, attributes: { ...attributes, "k8s.container.name": owner } }).end(undefined, undefined, at);
+    }
   }
 
   /** Reports the pod's failure, if it has one by `now`; a generic one after a second look. */
@@ -592,11 +626,31 @@ function errText(err: unknown): string {
 /** Starts a controller from the agent configuration; resolves with the exit code. */
 export async function runController(config: AgentConfig, settings: ControllerSettings, log: Logger): Promise<number> {
   const controller = new Controller(config, settings, log);
+  const telemetry = await startTelemetryIfSet(
+    config.otlpEndpoint
+      ? {
+          endpoint: config.otlpEndpoint,
+          protocol: config.otlpProtocol,
+          traces: config.otlpTracesEnabled,
+          metrics: config.otlpMetricsEnabled,
+          resource: { "service.name": "drover-controller", "drover.agent": config.name, "k8s.pod.name": config.kubernetesPod },
+          exposition: () => controller.exposition(),
+        }
+      : undefined,
+  ).catch((err: unknown) => {
+    log.warn({ err: err instanceof Error ? err.message : String(err) }, "OpenTelemetry export could not start; running without it");
+    return undefined;
+  });
+  if (telemetry) controller.tracer = telemetry.tracer;
   const onSignal = () => {
     log.info("stop signal received: no new Jobs; running ones continue under their workers");
     controller.shutdown();
   };
   process.on("SIGTERM", onSignal);
   process.on("SIGINT", onSignal);
-  return controller.run();
+  try {
+    return await controller.run();
+  } finally {
+    await telemetry?.shutdown().catch(() => undefined);
+  }
 }
