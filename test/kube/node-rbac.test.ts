@@ -130,5 +130,7 @@ test("DROVER_AGENT_NODE_WORKER_SERVICE_ACCOUNT that is no ServiceAccount name: o
   const proc = spawnDrover(["agent", "controller"], { PATH: process.env.PATH, DROVER_URL: "http://127.0.0.1:9", DROVER_TOKEN: stack.poolToken, DROVER_AGENT_NODE_HOME: home, DROVER_AGENT_NODE_WORKER_SERVICE_ACCOUNT: "Not A Name" });
   const exit = await proc.exited;
   assert.equal(exit.code, 2, proc.output());
-  assert.match(proc.output().trim(), /DROVER_AGENT_NODE_WORKER_SERVICE_ACCOUNT must be a ServiceAccount name in the controller's namespace, got "Not A Name"$/);
+  const output = proc.output().trim();
+  assert.equal(output.split("\n").length, 1, output);
+  assert.match(output, /DROVER_AGENT_NODE_WORKER_SERVICE_ACCOUNT must be a Kubernetes object name .*got "Not A Name" \(invalid_setting\)/);
 });
