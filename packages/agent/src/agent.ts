@@ -11,7 +11,15 @@ import { runnerAs } from "./run-user.js";
 import { localRunner } from "./runner.js";
 import { JobRun } from "./job.js";
 import { KeptPlanDirs } from "./kept-plans.js";
-import { reapOrphans } from "./orphans.js";
+import { agentTag, reapOrphans } from "./orphans.js";
+import { ContainerJob } from "./docker/container-runner.js";
+import { DockerEngine } from "./docker/engine-api.js";
+import { reapDockerOrphans } from "./docker/orphans.js";
+import type { Runner } from "./runner.js";
+import { fileURLToPath } from "node:url";
+
+/** The exec-loop script shipped with this package; the docker driver mounts it into every run container. */
+const execLoopPath = fileURLToPath(new URL("../../exec-loop/exec-loop.sh", import.meta.url));
 import { writeAgentStatus } from "./agent-status.js";
 import { ProviderCache } from "./providers/cache.js";
 import { ModuleCache } from "./modules/cache.js";
@@ -68,6 +76,8 @@ export class Agent {
   /** OTLP export; the no-op one unless DROVER_AGENT_OTLP_ENDPOINT is set. */
   private telemetry: Telemetry = { tracer: noopTracer, shutdown: async () => undefined };
   private telemetryStarted = false;
+  /** The Docker Engine API of the docker driver. */
+  private readonly docker: DockerEngine | undefined;
 
   constructor(
     private readonly config: AgentConfig,
@@ -84,6 +94,7 @@ export class Agent {
       ? new ModuleCache({ dir: join(config.cacheDir, "modules"), limitBytes: config.moduleCacheSizeLimitMb * 1024 * 1024, dispatcher: this.client.dispatcher, logger: log })
       : undefined;
     if (this.moduleCache) this.metrics.addCache("modules", this.moduleCache.counters);
+    if (config.docker) this.docker = new DockerEngine(config.docker.socketPath);
   }
 
   private transition(to: AgentState): void {
@@ -127,6 +138,7 @@ export class Agent {
       }
       if (leftovers.length > 0) this.log.info({ removed: leftovers }, "removed run directories an earlier agent process left behind");
     }
+    if (this.docker) prepareDataDir(this.config.dataDir, 0o700);
     if (this.config.healthPort > 0) {
       this.health = await startHealthServer(this.config.healthPort, {
         health: () => ({
@@ -141,6 +153,11 @@ export class Agent {
       // Before any work: processes an earlier run of this agent left behind (it was killed)
       // must not run beside a new attempt.
       await reapOrphans(this.config.dataDir, this.log);
+      if (this.docker) {
+        // Before any work: containers of an earlier process of this agent are removed and their runs ended.
+        await this.docker.version(AbortSignal.timeout(30_000));
+        await reapDockerOrphans(this.docker, this.config.dataDir, agentTag(this.config.dataDir), this.config.caCertPem, this.log);
+      }
       await this.retrying(() => this.register());
     } catch (err) {
       if (err instanceof StopRequested) {
@@ -148,6 +165,7 @@ export class Agent {
         return this.exitCode;
       }
       await this.closeHealth();
+      await this.docker?.close();
       throw err;
     }
     if (this.state === "starting") this.transition("running");
@@ -236,7 +254,10 @@ export class Agent {
 
   private startJob(assignment: JobAssignment): void {
     this.jobsTaken++;
-    const run = new JobRun(assignment, this.client, { ...this.config, tracer: this.telemetry.tracer }, this.log, this.config.runAs ? runnerAs(localRunner, this.config.runAs) : undefined, this.keptPlans, this.providerCache, this.moduleCache);
+    const container = this.docker ? this.containerJob(assignment) : undefined;
+    const run = container
+      ? new JobRun(assignment, this.client, { ...container.config, tracer: this.telemetry.tracer }, this.log, container.runner)
+      : new JobRun(assignment, this.client, { ...this.config, tracer: this.telemetry.tracer }, this.log, this.config.runAs ? runnerAs(localRunner, this.config.runAs) : undefined, this.keptPlans, this.providerCache, this.moduleCache);
     const key = `${assignment.jobId}-${assignment.attempt}`;
     // An older attempt of this job still winding down here (its lease lapsed) ends first: a new
     // attempt never runs beside processes of an older one.
@@ -245,6 +266,7 @@ export class Agent {
     this.log.info({ job: assignment.jobId, run: assignment.runId, phase: assignment.phase, workspace: assignment.workspace.name }, "job received");
     const ended = Promise.all(older.map((j) => j.ended))
       .then(() => run.execute())
+      .then(() => container?.close())
       .finally(() => {
         this.jobs.delete(key);
         for (const line of run.undelivered) this.undelivered.push(line);
@@ -266,6 +288,41 @@ export class Agent {
       writeAgentStatus(this.config.statusFile, { runningJobs: this.jobs.size, state: this.state });
     } catch (err) {
       this.log.warn({ err: err instanceof Error ? err.message : String(err), file: this.config.statusFile }, "cannot write the agent status file");
+    }
+  }
+
+  /**
+   * The docker driver's runner for one job (its own container) and the configuration its JobRun
+   * uses: the run directory lives in the job's directory, providers are not shared between
+   * runs' containers, and an agent running as root gives the run's files to the container's user.
+   */
+  private containerJob(assignment: JobAssignment): { runner: Runner; config: AgentConfig; close(): Promise<void> } {
+    const docker = this.config.docker!;
+    try {
+      const job = new ContainerJob({
+        engine: this.docker!,
+        settings: docker,
+        assignment,
+        dataDir: this.config.dataDir,
+        serverUrl: this.client.baseUrl,
+        agentName: this.config.name,
+        agentTag: agentTag(this.config.dataDir),
+        execLoopPath,
+        taskCaCertPath: this.config.taskCaCertPath,
+        hooksDir: this.config.hooksDir,
+        log: this.log.child({ job: assignment.jobId }),
+      });
+      const runAs = process.getuid?.() === 0 ? docker.user : undefined;
+      return { runner: job, config: { ...this.config, dataDir: job.runBase, providerCacheEnabled: false, planReuseMs: 0, runAs }, close: () => job.close() };
+    } catch (err) {
+      // The job still ends, errored with the reason, through the usual path.
+      const why = `the run's container could not be prepared: ${err instanceof Error ? err.message : String(err)}`;
+      const failing: Runner = {
+        engine: () => Promise.reject(new DroverError("internal", why)),
+        start: () => ({ signal: () => {}, done: Promise.resolve({ code: null, signal: null, failure: why }) }),
+        capture: () => Promise.reject(new DroverError("internal", why)),
+      };
+      return { runner: failing, config: { ...this.config, providerCacheEnabled: false, planReuseMs: 0 }, close: async () => {} };
     }
   }
 
@@ -325,6 +382,7 @@ export class Agent {
         }
       }
       await this.closeHealth();
+      await this.docker?.close();
       for (const line of this.undelivered) this.log.warn({ undelivered: line }, `undelivered: ${line}`);
       this.transition("stopped");
       this.log.info("agent stopped");

@@ -10,7 +10,7 @@ export interface AgentConfig {
   url: string;
   token: string;
   name: string;
-  driver: "local" | "kubernetes";
+  driver: "local" | "kubernetes" | "docker";
   concurrency: number;
   single: boolean;
   dataDir: string;
@@ -44,8 +44,26 @@ export interface AgentConfig {
   /** How long a plan's initialized directory waits for its apply on this agent; 0 turns reuse off. */
   planReuseMs: number;
   kubernetesTaskTemplate: string | undefined;
+  /** Docker driver settings; unset for the other drivers. */
+  docker?: DockerSettings | undefined;
   /** Local driver: the user terraform and hooks run as (DROVER_AGENT_RUN_AS_USER); the agent's own when unset. */
   runAs?: RunUser | undefined;
+}
+
+/** How the docker driver starts each job's container (DROVER_AGENT_DOCKER_*). */
+export interface DockerSettings {
+  /** Path of the Docker Engine API's unix socket. */
+  socketPath: string;
+  /** Runner image each job's container starts from. */
+  image: string;
+  /** The container's user, never root; files the agent writes for the run are given to it. */
+  user: RunUser;
+  /** Memory limit of each job's container in bytes; 0: none. */
+  memoryBytes: number;
+  /** CPU limit of each job's container in billionths of a CPU; 0: none. */
+  nanoCpus: number;
+  /** Network each job's container joins (`bridge`, `host` or a network's name). */
+  network: string;
 }
 
 /** Flags of `drover agent run`; each overrides its environment variable. */
@@ -85,7 +103,7 @@ export function loadAgentConfig(env: NodeJS.ProcessEnv, flags: AgentFlags = {}):
   const runAsRaw = src.get("DROVER_AGENT_RUN_AS_USER");
   let runAs: RunUser | undefined;
   if (runAsRaw !== undefined) {
-    if (driver !== "local") throw new InvalidSettingError("DROVER_AGENT_RUN_AS_USER", "DROVER_AGENT_RUN_AS_USER applies to the local driver only; Kubernetes runs use the runner container's user");
+    if (driver !== "local") throw new InvalidSettingError("DROVER_AGENT_RUN_AS_USER", "DROVER_AGENT_RUN_AS_USER applies to the local driver only; Kubernetes and docker runs use the runner container's user (DROVER_AGENT_DOCKER_USER)");
     const parsedRunAs = parseRunUser(runAsRaw, process.getuid?.());
     if (typeof parsedRunAs === "string") throw new InvalidSettingError("DROVER_AGENT_RUN_AS_USER", parsedRunAs);
     runAs = parsedRunAs;
@@ -96,7 +114,7 @@ export function loadAgentConfig(env: NodeJS.ProcessEnv, flags: AgentFlags = {}):
     token,
     name: src.get("DROVER_AGENT_NAME") ?? hostname(),
     driver,
-    concurrency: src.getOr("DROVER_AGENT_CONCURRENCY", driver === "local" ? 1 : 10, settingParsers.intIn(1, driver === "local" ? 5 : 1000)),
+    concurrency: src.getOr("DROVER_AGENT_CONCURRENCY", driver === "local" ? 1 : 10, settingParsers.intIn(1, driver === "local" ? 5 : driver === "docker" ? 50 : 1000)),
     single: src.get("DROVER_AGENT_SINGLE"),
     dataDir: src.get("DROVER_AGENT_DATA_DIR"),
     cacheDir: src.get("DROVER_AGENT_CACHE_DIR"),
@@ -124,6 +142,34 @@ export function loadAgentConfig(env: NodeJS.ProcessEnv, flags: AgentFlags = {}):
     planReuseMs: src.get("DROVER_AGENT_PLAN_REUSE_SECONDS") * 1000,
     kubernetesTaskTemplate: src.get("DROVER_AGENT_KUBERNETES_TASK_TEMPLATE"),
     runAs,
+    docker: driver === "docker" ? dockerSettings(src) : undefined,
+  };
+}
+
+/** The docker driver's settings (DROVER_AGENT_DOCKER_*); any bad value throws one clear line. */
+function dockerSettings(src: SettingsSource): DockerSettings {
+  const agentUid = process.getuid?.() ?? 0;
+  const agentGid = process.getgid?.() ?? 0;
+  const userRaw = src.get("DROVER_AGENT_DOCKER_USER") ?? (agentUid === 0 ? "1000:1000" : `${agentUid}:${agentGid}`);
+  const m = /^(\d+)(?::(\d+))?$/.exec(userRaw);
+  if (!m) throw new InvalidSettingError("DROVER_AGENT_DOCKER_USER", `DROVER_AGENT_DOCKER_USER must be a numeric uid or uid:gid, got ${JSON.stringify(userRaw)}`);
+  const user = { uid: Number(m[1]), gid: Number(m[2] ?? m[1]) };
+  if (user.uid === 0 || user.gid === 0) throw new InvalidSettingError("DROVER_AGENT_DOCKER_USER", "DROVER_AGENT_DOCKER_USER must not be root (uid or gid 0): runs' containers run as an unprivileged user");
+  if (agentUid !== 0 && (user.uid !== agentUid || user.gid !== agentGid)) {
+    throw new InvalidSettingError(
+      "DROVER_AGENT_DOCKER_USER",
+      `DROVER_AGENT_DOCKER_USER ${userRaw} differs from the agent's own user ${agentUid}:${agentGid}; only an agent running as root can give run directories to another user, so unset it or run the agent as root`,
+    );
+  }
+  const memoryMb = src.get("DROVER_AGENT_DOCKER_MEMORY_MB");
+  if (memoryMb > 0 && memoryMb < 16) throw new InvalidSettingError("DROVER_AGENT_DOCKER_MEMORY_MB", `DROVER_AGENT_DOCKER_MEMORY_MB must be 0 (no limit) or at least 16, got ${memoryMb}`);
+  return {
+    socketPath: src.get("DROVER_AGENT_DOCKER_HOST"),
+    image: src.get("DROVER_AGENT_DOCKER_IMAGE"),
+    user,
+    memoryBytes: memoryMb * 1024 * 1024,
+    nanoCpus: Math.round(src.get("DROVER_AGENT_DOCKER_CPUS") * 1e9),
+    network: src.get("DROVER_AGENT_DOCKER_NETWORK"),
   };
 }
 

@@ -51,7 +51,7 @@ export type Engine = z.infer<typeof engineSchema>;
 export const agentStatusSchema = z.enum(["idle", "busy", "offline"]);
 export type AgentStatus = z.infer<typeof agentStatusSchema>;
 
-export const driverSchema = z.enum(["local", "kubernetes"]);
+export const driverSchema = z.enum(["local", "kubernetes", "docker"]);
 export type Driver = z.infer<typeof driverSchema>;
 
 // ---------- resources ----------

@@ -130,6 +130,20 @@ const kubernetesName: SettingParser<string> = (raw, name) => {
   return raw;
 };
 
+/** A Docker Engine API socket: `unix:///path` or an absolute path; the value is the path. */
+const dockerHost: SettingParser<string> = (raw, name) => {
+  const path = raw.startsWith("unix://") ? raw.slice("unix://".length) : raw;
+  if (!path.startsWith("/")) invalid(name, `${name} must be unix:///path/to/docker.sock (the Engine API's unix socket), got ${JSON.stringify(raw)}`, "the docker driver talks to the daemon over its unix socket only");
+  return path;
+};
+
+/** A number of CPUs from 0 to 1024, decimals allowed. */
+const cpuCount: SettingParser<number> = (raw, name) => {
+  const n = Number(raw);
+  if (!/^\d+(\.\d+)?$/.test(raw) || !(n >= 0 && n <= 1024)) invalid(name, `${name} must be a number of CPUs from 0 (no limit) to 1024, like 1.5, got ${JSON.stringify(raw)}`);
+  return n;
+};
+
 /** What the agent does with running jobs on SIGTERM (SPEC §5). */
 export const stopActions = ["graceful", "drain", "force"] as const;
 export type StopAction = (typeof stopActions)[number];
@@ -180,8 +194,8 @@ export const settings = {
   DROVER_TOKEN: setting({ flag: "--token", doc: "pool token of an agent (used to register only); API token of the CLI", readers: [...agents, "cli"], parse: text, section: "agent", reserved: true }),
   DROVER_TOKEN_FILE: setting({ flag: "--token-file", doc: "file holding the pool token; `--token-file` beats `DROVER_TOKEN`, `--token` beats both", readers: agents, parse: text, section: "agent", reserved: true }),
   DROVER_AGENT_NAME: setting({ flag: "--name", doc: "unique within the pool", defaultText: "hostname", readers: agents, parse: text, section: "agent", reserved: true }),
-  DROVER_AGENT_DRIVER: setting({ doc: "`local` or `kubernetes`", default: "local", readers: agents, parse: oneOf(["local", "kubernetes"] as const), section: "agent", reserved: true }),
-  DROVER_AGENT_CONCURRENCY: setting({ flag: "--concurrency", doc: "jobs in flight; local at most 5", defaultText: "1 (local), 10 (controller)", readers: agents, parse: intIn(1, 1000), section: "agent", reserved: true }),
+  DROVER_AGENT_DRIVER: setting({ flag: "--driver", doc: "`local`, `docker` (each job in its own container) or `kubernetes`", default: "local", readers: agents, parse: oneOf(["local", "kubernetes", "docker"] as const), section: "agent", reserved: true }),
+  DROVER_AGENT_CONCURRENCY: setting({ flag: "--concurrency", doc: "jobs in flight; local at most 5, docker at most 50", defaultText: "1 (local, docker), 10 (controller)", readers: agents, parse: intIn(1, 1000), section: "agent", reserved: true }),
   DROVER_AGENT_SINGLE: setting({ flag: "--single", doc: "take one job, finish it, deregister, exit 0", default: false, readers: ["agent"], parse: bool, section: "agent" }),
   DROVER_AGENT_DATA_DIR: setting({ flag: "--data-dir", doc: "per-run work dirs, removed after each run", default: "/var/lib/drover/data", readers: agents, parse: text, section: "agent", reserved: true }),
   DROVER_AGENT_CACHE_DIR: setting({ flag: "--cache-dir", doc: "terraform/tofu binaries, providers, modules", default: "/var/lib/drover/cache", readers: agents, parse: text, section: "agent", reserved: true }),
@@ -209,6 +223,12 @@ export const settings = {
   DROVER_AGENT_PLAN_REUSE_SECONDS: setting({ doc: "how long a plan's initialized directory waits for its apply on this agent; 0 turns reuse off", default: 600, readers: agents, parse: intIn(0, 86_400), section: "agent" }),
   DROVER_AGENT_POLL_WAIT_MS: setting({ doc: "how long one long-poll for work is held open", default: 50_000, readers: agents, parse: intIn(0, 50_000), section: "agent" }),
   DROVER_AGENT_RUN_AS_USER: setting({ doc: "local driver, agent running as root: run terraform and hooks as this `uid[:gid]`, so runs cannot read the agent's environment, memory or token file (the data and cache dirs become 0711, each run directory the run user's)", readers: ["agent"], parse: text, section: "agent" }),
+  DROVER_AGENT_DOCKER_HOST: setting({ flag: "--docker-host", doc: "docker driver: the Docker Engine API's unix socket (`unix:///path`)", default: "unix:///var/run/docker.sock", readers: ["agent"], parse: dockerHost, section: "agent" }),
+  DROVER_AGENT_DOCKER_IMAGE: setting({ flag: "--docker-image", doc: "docker driver: runner image each job's container starts from (any image with `/bin/sh` and terraform/tofu; pulled when missing)", default: "ghcr.io/drover-dev/drover-runner:1.11.4", readers: ["agent"], parse: text, section: "agent" }),
+  DROVER_AGENT_DOCKER_USER: setting({ doc: "docker driver: numeric `uid[:gid]` the run's container runs as, never root; an agent not running as root runs containers as itself", defaultText: "`1000:1000` (agent as root), else the agent's own", readers: ["agent"], parse: text, section: "agent" }),
+  DROVER_AGENT_DOCKER_MEMORY_MB: setting({ doc: "docker driver: memory limit of each run's container (no swap); a run exceeding it ends errored \"out of memory\"; 0 = none", default: 4096, readers: ["agent"], parse: intIn(0, 16_777_216), section: "agent" }),
+  DROVER_AGENT_DOCKER_CPUS: setting({ doc: "docker driver: CPUs each run's container may use, like `1.5`; 0 = no limit", default: 2, readers: ["agent"], parse: cpuCount, section: "agent" }),
+  DROVER_AGENT_DOCKER_NETWORK: setting({ doc: "docker driver: network each run's container joins (`bridge`, `host` or a network's name)", default: "bridge", readers: ["agent"], parse: text, section: "agent" }),
 
   // Terraform's own; runs inherit it, and the agent reads it to extend it with the provider cache.
   TF_CLI_CONFIG_FILE: setting({ doc: "Terraform CLI configuration the local agent's runs inherit; one with its own `provider_installation` turns the provider cache off", readers: ["agent"], parse: text, section: "agent" }),

@@ -1,3 +1,4 @@
+import { fchownSync, lchownSync } from "node:fs";
 import { join } from "node:path";
 import type { Engine } from "@drover/protocol";
 import type { EngineBinary } from "../engine.js";
@@ -38,6 +39,8 @@ export class ExecLoopRunner implements Runner {
     data?: { path: string; handle: SafeDir },
     private readonly staleMs = 30_000,
     private readonly pollMs = 100,
+    /** The runner's user when it differs from this process's (an agent running as root): each step's files become its. */
+    private readonly owner?: { uid: number; gid: number },
   ) {
     this.steps = exec.dir("steps", { create: "missing" });
     if (data) this.files = safeRunFiles(data.path, data.handle);
@@ -61,6 +64,11 @@ export class ExecLoopRunner implements Runner {
     // New, so nothing was planted in it before this step; the handle keeps it this step's own.
     const handle = this.steps.dir(String(n), { create: "fresh" });
     handle.write("script.sh", script(stepDir), 0o600);
+    if (this.owner) {
+      // Through the handle and without following links: the runner writes its output, pid and exit here.
+      fchownSync(handle.fd, this.owner.uid, this.owner.gid);
+      lchownSync(handle.at("script.sh"), this.owner.uid, this.owner.gid);
+    }
     handle.write("ready", "");
     let offset = 0;
     const tail = () => {
@@ -165,7 +173,7 @@ function quietly(fn: () => void): boolean {
  * or a directory the node worker just made), so preparing it only creates, and discarding
  * is left to whoever removes the directory once the runner has gone.
  */
-function safeRunFiles(base: string, handle: SafeDir): RunFiles {
+export function safeRunFiles(base: string, handle: SafeDir): RunFiles {
   return {
     prepare(_runDir, configDir) {
       handle.dir(below(base, configDir), { create: "missing" }).close();

@@ -7,12 +7,13 @@ export function registerAgentCommands(program: Command): void {
   const agent = program.command("agent").description("Run a Drover agent");
   agent
     .command("run")
-    .description("Register with a pool token, take jobs and run them as local processes")
+    .description("Register with a pool token, take jobs and run them as local processes (or each in its own container: --driver docker)")
     .option("--url <url>", "server URL (DROVER_URL; default: the one in the token)")
     .option("--token <token>", "pool token (DROVER_TOKEN; visible in the process list: prefer --token-file)")
     .option("--token-file <path>", "file holding the pool token (DROVER_TOKEN_FILE)")
     .option("--name <name>", "agent name, unique in the pool (DROVER_AGENT_NAME; default: hostname)")
-    .option("--concurrency <n>", "jobs at once, at most 5 (DROVER_AGENT_CONCURRENCY; default 1)")
+    .option("--driver <driver>", "local or docker (DROVER_AGENT_DRIVER; default local)")
+    .option("--concurrency <n>", "jobs at once, at most 5 locally, 50 with docker (DROVER_AGENT_CONCURRENCY; default 1)")
     .option("--single", "take one job, finish it, deregister and exit (DROVER_AGENT_SINGLE)")
     .option("--data-dir <dir>", "per-run work directories (DROVER_AGENT_DATA_DIR)")
     .option("--cache-dir <dir>", "binaries, providers, modules (DROVER_AGENT_CACHE_DIR)")
@@ -21,9 +22,11 @@ export function registerAgentCommands(program: Command): void {
     .option("--stop-action <action>", "graceful, drain or force (DROVER_AGENT_WORKER_ON_STOP_ACTION)")
     .option("--grace-period-seconds <n>", "stop timeouts derive from it (DROVER_AGENT_GRACE_PERIOD_SECONDS)")
     .option("--log-format <format>", "json, plain or dev (DROVER_AGENT_LOG_FORMAT)")
+    .option("--docker-host <socket>", "docker driver: unix:///path of the Engine API socket (DROVER_AGENT_DOCKER_HOST)")
+    .option("--docker-image <image>", "docker driver: runner image of each job's container (DROVER_AGENT_DOCKER_IMAGE)")
     .action(async (opts: AgentFlags) => {
       const config = settingsOrExit("agent run", () => loadAgentConfig(process.env, opts));
-      if (config.driver !== "local") {
+      if (config.driver === "kubernetes") {
         process.stderr.write("drover agent run: DROVER_AGENT_DRIVER=kubernetes is run by `drover agent controller`\n");
         process.exit(2);
       }

@@ -1,0 +1,319 @@
+import { DroverError, type Engine, type JobAssignment } from "@drover/protocol";
+import { chownSync, lchownSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import type { Logger } from "pino";
+import type { DockerSettings } from "../config.js";
+import type { EngineBinary } from "../engine.js";
+import { ExecLoopRunner } from "../kubernetes/exec-loop-runner.js";
+import type { ProcessOptions, RunningProcess } from "../process.js";
+import type { RunFiles, Runner } from "../runner.js";
+import { SafeDir } from "../safe-dir.js";
+import { DockerApiError, type ContainerCreate, type DockerEngine } from "./engine-api.js";
+import { cgroupOomKills, memoryEventsFile } from "./oom.js";
+
+/** Labels on every run container; `agentTag` finds a restarted agent's orphans. */
+export const dockerLabels = {
+  agentTag: "drover.dev/agent-tag",
+  agent: "drover.dev/agent",
+  runId: "drover.dev/run-id",
+  jobId: "drover.dev/job-id",
+  attempt: "drover.dev/attempt",
+  phase: "drover.dev/phase",
+  workspaceId: "drover.dev/workspace-id",
+} as const;
+
+/** Where the run container sees its directories: the agent's paths are rewritten to these. */
+const inContainer = { exec: "/drover/exec", run: "/drover/run", bin: "/drover/bin", ca: "/drover/ca/ca.pem", hooks: "/drover/hooks" };
+
+/** What the agent keeps of a job outside the container's reach, so a restarted agent can end its run. */
+export interface JobRecord {
+  url: string;
+  jobId: string;
+  attempt: number;
+  runId: string;
+  jobToken: string;
+  container: string;
+}
+
+/** The directory of the docker driver's per-job directories in the data dir. */
+export const jobsDirName = "docker-jobs";
+
+/** Options of one job's container. */
+export interface ContainerJobOptions {
+  engine: DockerEngine;
+  settings: DockerSettings;
+  assignment: JobAssignment;
+  /** The agent's data dir; the job's directory goes below it. */
+  dataDir: string;
+  serverUrl: string;
+  agentName: string;
+  agentTag: string;
+  execLoopPath: string;
+  taskCaCertPath: string | undefined;
+  hooksDir: string | undefined;
+  log: Logger;
+  /** How long the exec-loop may stay silent before its step counts as lost. */
+  runnerStaleMs?: number;
+}
+
+const quietly = async (p: Promise<unknown>): Promise<void> => {
+  try {
+    await p;
+  } catch {
+    // best effort: the caller reports what matters
+  }
+};
+
+/**
+ * One job of the docker driver: its steps run in a container of their own, started from the
+ * runner image with the agent's exec-loop as entrypoint (decision 0015). The job's directory
+ * (`<data>/docker-jobs/<job>-<attempt>`) holds `exec` (the exec-loop's files), `run` (the run's
+ * files), `bin` (the exec-loop script) and `job.json` (the job token, never mounted). The agent
+ * reaches `exec` and `run` only through handles (the container writes them), and the paths it
+ * gives steps are rewritten to where the container sees them.
+ */
+export class ContainerJob implements Runner {
+  readonly files: RunFiles | undefined;
+  /** The data dir JobRun uses: its run directory is made below it. */
+  readonly runBase: string;
+  private readonly dir: string;
+  private readonly execHandle: SafeDir;
+  private readonly runHandle: SafeDir;
+  private readonly loop: ExecLoopRunner;
+  private readonly name: string;
+  private readonly owner: { uid: number; gid: number } | undefined;
+  private started: Promise<string> | undefined;
+  private id: string | undefined;
+  /** Resolves with a reason when the container stops before the job is over. */
+  private exited: Promise<string> | undefined;
+  private readonly ending = new AbortController();
+  private readonly heartbeat: NodeJS.Timeout;
+  private oomFile: string | undefined;
+  /** The container's own output (the exec-loop's messages), last 4 KiB, for error reports. */
+  private containerTail = "";
+
+  constructor(private readonly o: ContainerJobOptions) {
+    const a = o.assignment;
+    this.name = `drover-${a.jobId}-${a.attempt}`;
+    this.dir = join(o.dataDir, jobsDirName, `${a.jobId}-${a.attempt}`);
+    this.runBase = join(this.dir, "run");
+    const agentUid = process.getuid?.() ?? 0;
+    this.owner = agentUid === 0 ? o.settings.user : undefined;
+    mkdirSync(join(o.dataDir, jobsDirName), { recursive: true, mode: 0o700 });
+    // A leftover of the same attempt (an agent killed before it cleaned up) is never reused.
+    rmSync(this.dir, { recursive: true, force: true });
+    mkdirSync(join(this.dir, "bin"), { recursive: true, mode: 0o700 });
+    const record: JobRecord = { url: o.serverUrl, jobId: a.jobId, attempt: a.attempt, runId: a.runId, jobToken: a.jobToken, container: this.name };
+    writeFileSync(join(this.dir, "job.json"), JSON.stringify(record), { mode: 0o600 });
+    writeFileSync(join(this.dir, "bin", "exec-loop.sh"), readFileSync(o.execLoopPath), { mode: 0o755 });
+    for (const sub of ["exec", "run"]) {
+      mkdirSync(join(this.dir, sub), { mode: 0o700 });
+      if (this.owner) chownSync(join(this.dir, sub), this.owner.uid, this.owner.gid);
+    }
+    // Readable by the container's user: the directory is bind-mounted read-only.
+    if (this.owner) {
+      chownSync(join(this.dir, "bin"), this.owner.uid, this.owner.gid);
+      lchownSync(join(this.dir, "bin", "exec-loop.sh"), this.owner.uid, this.owner.gid);
+    }
+    this.execHandle = SafeDir.open(join(this.dir, "exec"));
+    this.runHandle = SafeDir.open(this.runBase);
+    this.loop = new ExecLoopRunner(inContainer.exec, this.execHandle, { path: this.runBase, handle: this.runHandle }, o.runnerStaleMs ?? 30_000, 100, this.owner);
+    this.files = this.loop.files;
+    this.loop.touchWorkerHeartbeat();
+    this.heartbeat = setInterval(() => this.loop.touchWorkerHeartbeat(), 5_000);
+    this.heartbeat.unref();
+  }
+
+  /** Rewrites a path (or an argument holding one) of the agent's into the container's. */
+  private translate(s: string): string {
+    let out = s.split(this.runBase).join(inContainer.run);
+    if (this.o.taskCaCertPath) out = out.split(this.o.taskCaCertPath).join(inContainer.ca);
+    if (this.o.hooksDir) out = out.split(this.o.hooksDir.replace(/\/+$/, "")).join(inContainer.hooks);
+    return out;
+  }
+
+  private translateEnv(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+    const out: NodeJS.ProcessEnv = {};
+    for (const [k, v] of Object.entries(env)) if (v !== undefined) out[k] = this.translate(v);
+    return out;
+  }
+
+  private spec(): ContainerCreate {
+    const s = this.o.settings;
+    const a = this.o.assignment;
+    const binds = [`${join(this.dir, "exec")}:${inContainer.exec}:rw`, `${this.runBase}:${inContainer.run}:rw`, `${join(this.dir, "bin")}:${inContainer.bin}:ro`];
+    if (this.o.taskCaCertPath) binds.push(`${this.o.taskCaCertPath}:${inContainer.ca}:ro`);
+    if (this.o.hooksDir) binds.push(`${this.o.hooksDir}:${inContainer.hooks}:ro`);
+    return {
+      Image: s.image,
+      // The agent's own exec-loop, whatever the image's entrypoint: it always speaks this agent's protocol.
+      Entrypoint: ["/bin/sh", `${inContainer.bin}/exec-loop.sh`],
+      Cmd: [],
+      User: `${s.user.uid}:${s.user.gid}`,
+      Env: [`DROVER_EXEC_DIR=${inContainer.exec}`, "HOME=/tmp", "TMPDIR=/tmp"],
+      WorkingDir: inContainer.run,
+      Labels: {
+        [dockerLabels.agentTag]: this.o.agentTag,
+        [dockerLabels.agent]: this.o.agentName,
+        [dockerLabels.runId]: a.runId,
+        [dockerLabels.jobId]: a.jobId,
+        [dockerLabels.attempt]: String(a.attempt),
+        [dockerLabels.phase]: a.phase,
+        [dockerLabels.workspaceId]: a.workspace.id,
+      },
+      HostConfig: {
+        Binds: binds,
+        Tmpfs: { "/tmp": "rw,nosuid,nodev,size=512m" },
+        ReadonlyRootfs: true,
+        NetworkMode: s.network,
+        ...(s.memoryBytes > 0 ? { Memory: s.memoryBytes, MemorySwap: s.memoryBytes } : {}),
+        ...(s.nanoCpus > 0 ? { NanoCpus: s.nanoCpus } : {}),
+        PidsLimit: 4096,
+        CapDrop: ["ALL"],
+        SecurityOpt: ["no-new-privileges"],
+        AutoRemove: false,
+      },
+    };
+  }
+
+  /** Creates and starts the container once; rejects with a reason the run's outcome carries. */
+  private container(): Promise<string> {
+    this.started ??= this.startContainer();
+    return this.started;
+  }
+
+  private async startContainer(): Promise<string> {
+    const { engine, settings, log } = this.o;
+    const signal = this.ending.signal;
+    try {
+      if (!(await engine.hasImage(settings.image, signal))) {
+        log.info({ image: settings.image }, "pulling the runner image");
+        try {
+          await engine.pull(settings.image, signal);
+        } catch (err) {
+          if (signal.aborted) throw err;
+          throw new DroverError(
+            "not_found",
+            `the runner image ${settings.image} is not on this Docker host and pulling it failed: ${err instanceof Error ? err.message : String(err)}. Pull or build it on the host, or set DROVER_AGENT_DOCKER_IMAGE to an image it has`,
+          );
+        }
+      }
+      const id = await engine.create(this.name, this.spec(), signal);
+      this.id = id;
+      await engine.start(id, signal);
+      const info = await engine.inspect(id, signal);
+      this.oomFile = memoryEventsFile(info.State.Pid);
+      this.exited = engine.wait(id, signal).then(
+        (code) => `the run's container ${this.name} stopped (exit code ${code}) before the step ended`,
+        () => new Promise<string>(() => {}),
+      );
+      void engine
+        .follow(id, (stream, data) => this.containerOutput(stream, data), signal)
+        .catch((err: unknown) => {
+          if (!signal.aborted) log.debug({ err: err instanceof Error ? err.message : String(err) }, "following the run container's output ended");
+        });
+      log.info({ container: this.name, image: settings.image }, "run container started");
+      return id;
+    } catch (err) {
+      if (err instanceof DroverError || signal.aborted) throw err;
+      const msg = err instanceof Error ? err.message : String(err);
+      if (err instanceof DockerApiError && err.status === 0) throw new DroverError("internal", `${msg}; check DROVER_AGENT_DOCKER_HOST and that the agent may use the socket`);
+      throw new DroverError("internal", `the run's container could not be started from ${settings.image}: ${msg}`);
+    }
+  }
+
+  private containerOutput(stream: "stdout" | "stderr", data: Buffer): void {
+    const text = data.toString("utf8");
+    this.containerTail = (this.containerTail + text).slice(-4096);
+    for (const line of text.split("\n")) if (line.trim()) this.o.log.info({ container: this.name, stream }, line);
+  }
+
+  /**
+   * True when the kernel killed a process of the container for exceeding its memory limit:
+   * the daemon's OOMKilled state, or the container's memory cgroup counter where this host's
+   * cgroups are visible (a daemon may report OOMKilled only when the main process died).
+   */
+  private async outOfMemory(): Promise<boolean> {
+    if (this.o.settings.memoryBytes === 0 || !this.id) return false;
+    if (this.oomFile && cgroupOomKills(this.oomFile) > 0) return true;
+    try {
+      return (await this.o.engine.inspect(this.id)).State.OOMKilled;
+    } catch {
+      return false;
+    }
+  }
+
+  private oomMessage(): string {
+    const mib = Math.round(this.o.settings.memoryBytes / (1024 * 1024));
+    return `out of memory: a process of the run exceeded the container's memory limit of ${mib} MiB and was killed (raise DROVER_AGENT_DOCKER_MEMORY_MB)`;
+  }
+
+  /** A step's end, with a lost or out-of-memory container turned into the reason. */
+  private async settle(result: { code: number | null; signal: NodeJS.Signals | null; failure?: string }): Promise<{ code: number | null; signal: NodeJS.Signals | null; failure?: string }> {
+    if (result.code === 0 && !result.failure) return result;
+    if (await this.outOfMemory()) return { code: null, signal: null, failure: this.oomMessage() };
+    return result;
+  }
+
+  /** Resolves when the container fails to start or stops while a step runs. */
+  private async containerFailure(): Promise<string> {
+    try {
+      await this.container();
+    } catch (err) {
+      return err instanceof Error ? err.message : String(err);
+    }
+    const why = await this.exited!;
+    if (await this.outOfMemory()) return this.oomMessage();
+    const tail = this.containerTail.trim().split("\n").slice(-5).join("\n");
+    return tail ? `${why}; its last output:\n${tail}` : why;
+  }
+
+  async engine(engine: Engine): Promise<EngineBinary> {
+    const failure = this.containerFailure().then((why) => Promise.reject(new DroverError("internal", why)));
+    failure.catch(() => {});
+    return Promise.race([this.loop.engine(engine), failure]);
+  }
+
+  start(command: string, args: string[], options: ProcessOptions): RunningProcess {
+    const proc = this.loop.start(this.translate(command), args.map((x) => this.translate(x)), { cwd: this.translate(options.cwd), env: this.translateEnv(options.env), onOutput: options.onOutput });
+    const lost = this.containerFailure().then((failure) => ({ code: null, signal: null, failure }));
+    return {
+      signal: (sig) => proc.signal(sig),
+      done: Promise.race([proc.done, lost]).then((r) => this.settle(r)),
+    };
+  }
+
+  async capture(command: string, args: string[], options: { cwd: string; env: NodeJS.ProcessEnv; onStderr(chunk: Buffer): void }): Promise<{ code: number; stdout: Buffer }> {
+    const lost = this.containerFailure().then((why) => Promise.reject(new DroverError("internal", why)));
+    lost.catch(() => {});
+    const r = await Promise.race([this.loop.capture(this.translate(command), args.map((x) => this.translate(x)), { cwd: this.translate(options.cwd), env: this.translateEnv(options.env), onStderr: options.onStderr }), lost]);
+    if (r.code !== 0 && (await this.outOfMemory())) throw new DroverError("internal", this.oomMessage());
+    return r;
+  }
+
+  /**
+   * The job is over: the exec-loop is told to exit, the container removed (killed if it does not
+   * stop in time), the handles closed and the job's directory deleted. Never throws.
+   */
+  async close(): Promise<void> {
+    clearInterval(this.heartbeat);
+    this.loop.shutdown();
+    // Ends a pull or create still going on, and the output follower.
+    this.ending.abort();
+    if (this.started) await this.started.catch(() => undefined);
+    const id = this.id;
+    if (id) {
+      const waited = AbortSignal.timeout(10_000);
+      await quietly(this.o.engine.wait(id, waited));
+      try {
+        await this.o.engine.remove(id, AbortSignal.timeout(30_000));
+      } catch (err) {
+        this.o.log.warn({ container: this.name, err: err instanceof Error ? err.message : String(err) }, "could not remove the run container; a restarted agent removes it");
+      }
+    }
+    this.loop.close();
+    this.execHandle.close();
+    this.runHandle.close();
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+}
