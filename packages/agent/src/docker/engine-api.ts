@@ -1,4 +1,4 @@
-import { Client } from "undici";
+import { Pool } from "undici";
 import { StreamDemuxer } from "./demux.js";
 
 /** Engine API version every call names: Docker 20.10+ and podman 4's Docker API both serve it. */
@@ -60,11 +60,12 @@ export interface ContainerCreate {
  * message, which names the image, container or limit at fault.
  */
 export class DockerEngine {
-  private readonly client: Client;
+  private readonly client: Pool;
 
   constructor(readonly socketPath: string) {
-    // The host part is never sent anywhere: the socket is the connection.
-    this.client = new Client("http://docker", { socketPath, headersTimeout: 0, bodyTimeout: 0 });
+    // The host part is never sent anywhere: the socket is the connection. A pool, not one
+    // connection: `wait` and followed logs hold theirs open for as long as a container runs.
+    this.client = new Pool("http://docker", { socketPath, headersTimeout: 0, bodyTimeout: 0 });
   }
 
   private async call(method: "GET" | "POST" | "DELETE", path: string, signal: AbortSignal | undefined, body?: unknown): Promise<{ status: number; text: string }> {

@@ -1,0 +1,114 @@
+import assert from "node:assert/strict";
+import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { test } from "node:test";
+import { loadAgentConfig } from "@drover/agent";
+import { cgroupOomKills, memoryEventsFile, StreamDemuxer } from "@drover/agent/docker";
+import { newPoolToken } from "@drover/protocol";
+import { spawnDrover } from "../support/processes.js";
+
+// The docker driver's settings: each compiles to what the driver sends the daemon, and each bad
+// value stops the agent at start with one line naming it.
+
+const token = newPoolToken({ url: "http://127.0.0.1:9", pool: "pool_x" });
+const load = (env: Record<string, string>) => loadAgentConfig({ DROVER_TOKEN: token, DROVER_AGENT_DRIVER: "docker", ...env });
+
+test("docker settings compile with their defaults (agent as root: runs as 1000:1000) and with every value set", () => {
+  const d = load({}).docker!;
+  assert.equal(d.socketPath, "/var/run/docker.sock");
+  assert.equal(d.image, "ghcr.io/drover-dev/drover-runner:1.11.4");
+  if (process.getuid?.() === 0) assert.deepEqual(d.user, { uid: 1000, gid: 1000 });
+  assert.equal(d.memoryBytes, 4096 * 1024 * 1024);
+  assert.equal(d.nanoCpus, 2e9);
+  assert.equal(d.network, "bridge");
+  const set = load({
+    DROVER_AGENT_DOCKER_HOST: "unix:///run/podman/podman.sock",
+    DROVER_AGENT_DOCKER_IMAGE: "registry.example/runner:7",
+    DROVER_AGENT_DOCKER_USER: "2000:3000",
+    DROVER_AGENT_DOCKER_MEMORY_MB: "0",
+    DROVER_AGENT_DOCKER_CPUS: "1.5",
+    DROVER_AGENT_DOCKER_NETWORK: "runs",
+  }).docker!;
+  assert.deepEqual(set, { socketPath: "/run/podman/podman.sock", image: "registry.example/runner:7", user: { uid: 2000, gid: 3000 }, memoryBytes: 0, nanoCpus: 1.5e9, network: "runs" });
+  assert.equal(load({ DROVER_AGENT_CONCURRENCY: "50" }).concurrency, 50, "a docker agent may run up to 50 jobs");
+  assert.equal(loadAgentConfig({ DROVER_TOKEN: token }).docker, undefined, "other drivers have no docker settings");
+  assert.equal(loadAgentConfig({ DROVER_TOKEN: token }, { driver: "docker", dockerImage: "from-flag:1" }).docker?.image, "from-flag:1", "flags override");
+});
+
+const bad: Array<[string, Record<string, string>, RegExp]> = [
+  ["a TCP Docker host", { DROVER_AGENT_DOCKER_HOST: "tcp://10.0.0.1:2375" }, /DROVER_AGENT_DOCKER_HOST must be unix:\/\/\/path\/to\/docker.sock/],
+  ["a root container user", { DROVER_AGENT_DOCKER_USER: "0:0" }, /DROVER_AGENT_DOCKER_USER must not be root/],
+  ["a named container user", { DROVER_AGENT_DOCKER_USER: "drover" }, /DROVER_AGENT_DOCKER_USER must be a numeric uid or uid:gid, got "drover"/],
+  ["a memory limit too small to start terraform", { DROVER_AGENT_DOCKER_MEMORY_MB: "8" }, /DROVER_AGENT_DOCKER_MEMORY_MB must be 0 \(no limit\) or at least 16, got 8/],
+  ["a memory limit in another unit", { DROVER_AGENT_DOCKER_MEMORY_MB: "2g" }, /DROVER_AGENT_DOCKER_MEMORY_MB must be a whole number from 0 to/],
+  ["a CPU limit that is not a number", { DROVER_AGENT_DOCKER_CPUS: "two" }, /DROVER_AGENT_DOCKER_CPUS must be a number of CPUs from 0 \(no limit\) to 1024, like 1.5, got "two"/],
+  ["a concurrency above the docker driver's limit", { DROVER_AGENT_CONCURRENCY: "51" }, /DROVER_AGENT_CONCURRENCY must be a whole number from 1 to 50, got "51"/],
+  ["an unknown driver", { DROVER_AGENT_DRIVER: "lxc" }, /DROVER_AGENT_DRIVER must be one of local, kubernetes, docker, got "lxc"/],
+];
+
+for (const [what, env, message] of bad) {
+  test(`drover agent run --driver docker with ${what} exits 2 with one clear line`, async () => {
+    const proc = spawnDrover(["agent", "run"], { PATH: process.env.PATH, HOME: process.env.HOME, DROVER_TOKEN: token, DROVER_AGENT_DRIVER: "docker", DROVER_AGENT_HEALTH_PORT: "0", ...env });
+    const exit = await Promise.race([proc.exited, new Promise<null>((r) => setTimeout(() => r(null), 15_000))]);
+    if (!exit) await proc.stop("SIGKILL");
+    const output = proc.output().trim();
+    assert.equal(exit?.code, 2, output);
+    assert.match(output, message);
+    assert.equal(output.split("\n").length, 1, output);
+  });
+}
+
+test("a docker agent whose socket answers nothing stops with a line naming the socket, exit 1", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "drover-docker-none-"));
+  const proc = spawnDrover(["agent", "run"], {
+    PATH: process.env.PATH,
+    HOME: process.env.HOME,
+    DROVER_TOKEN: token,
+    DROVER_AGENT_DRIVER: "docker",
+    DROVER_AGENT_DOCKER_HOST: `unix://${join(dir, "missing.sock")}`,
+    DROVER_AGENT_DATA_DIR: join(dir, "data"),
+    DROVER_AGENT_HEALTH_PORT: "0",
+  });
+  const exit = await proc.exited;
+  assert.equal(exit.code, 1, proc.output());
+  assert.match(proc.output(), new RegExp(`cannot reach the Docker daemon at ${join(dir, "missing.sock")}`));
+});
+
+test("the multiplexed stream decoder yields whole frames in order however the chunks split them", () => {
+  const frame = (kind: number, text: string) => {
+    const body = Buffer.from(text);
+    const head = Buffer.alloc(8);
+    head[0] = kind;
+    head.writeUInt32BE(body.length, 4);
+    return Buffer.concat([head, body]);
+  };
+  const all = Buffer.concat([frame(1, "out one\n"), frame(2, "err\n"), frame(1, ""), frame(1, "x".repeat(70_000))]);
+  for (const step of [1, 3, 8, 9, 4096, all.length]) {
+    const got: Array<[string, string]> = [];
+    const d = new StreamDemuxer((s, data) => got.push([s, data.toString()]));
+    for (let i = 0; i < all.length; i += step) d.push(all.subarray(i, i + step));
+    assert.deepEqual(got, [["stdout", "out one\n"], ["stderr", "err\n"], ["stdout", ""], ["stdout", "x".repeat(70_000)]], `chunks of ${step}`);
+    assert.equal(d.leftover, 0);
+  }
+});
+
+test("the OOM counter is read from the container's memory cgroup, v1 or v2, and is 0 where it cannot be seen", () => {
+  const root = mkdtempSync(join(tmpdir(), "drover-oom-"));
+  const proc = join(root, "proc");
+  const cg = join(root, "cgroup");
+  mkdirSync(join(proc, "41"), { recursive: true });
+  writeFileSync(join(proc, "41", "cgroup"), "5:devices:/c1\n4:memory:/c1\n0::/c1\n");
+  mkdirSync(join(cg, "memory", "c1"), { recursive: true });
+  writeFileSync(join(cg, "memory", "c1", "memory.oom_control"), "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n");
+  const v1 = memoryEventsFile(41, proc, cg);
+  assert.equal(v1, join(cg, "memory", "c1", "memory.oom_control"));
+  assert.equal(cgroupOomKills(v1!), 2);
+  mkdirSync(join(proc, "42"), { recursive: true });
+  writeFileSync(join(proc, "42", "cgroup"), "0::/system.slice/c2\n");
+  mkdirSync(join(cg, "system.slice", "c2"), { recursive: true });
+  writeFileSync(join(cg, "system.slice", "c2", "memory.events"), "low 0\nhigh 0\nmax 4\noom 1\noom_kill 1\n");
+  assert.equal(cgroupOomKills(memoryEventsFile(42, proc, cg)!), 1);
+  assert.equal(memoryEventsFile(43, proc, cg), undefined, "a process this host cannot see");
+  assert.equal(cgroupOomKills(join(root, "nothing")), 0);
+});
