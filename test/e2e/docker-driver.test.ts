@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { existsSync, readdirSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { after, before, test } from "node:test";
+import { after, before, test, type TestContext } from "node:test";
 import { dockerLabels } from "@drover/agent/docker";
 import { startDockerApi, type DockerApiForTests } from "../support/docker-podman.js";
 import { until } from "../support/marked-processes.js";
@@ -36,9 +36,9 @@ async function workspace(name: string): Promise<string> {
   return res.body.id as string;
 }
 
-/** An agent of the docker driver against this file's Docker API. */
-function dockerAgent(name: string, env: Record<string, string> = {}): Promise<Proc> {
-  return stack.startAgent(name, {
+/** An agent of the docker driver against this file's Docker API, stopped (SIGTERM) when the test ends. */
+async function dockerAgent(t: TestContext, name: string, env: Record<string, string> = {}): Promise<Proc> {
+  const agent = await stack.startAgent(name, {
     DROVER_AGENT_DRIVER: "docker",
     DROVER_AGENT_DOCKER_HOST: docker.host,
     DROVER_AGENT_DOCKER_IMAGE: docker.image,
@@ -50,6 +50,8 @@ function dockerAgent(name: string, env: Record<string, string> = {}): Promise<Pr
     TF_CLI_CONFIG_FILE: "",
     ...env,
   });
+  t.after(() => agent.stop("SIGTERM"));
+  return agent;
 }
 
 /** Containers of runs on the Docker API (any agent of this file). */
@@ -57,20 +59,19 @@ async function runContainers(runId?: string) {
   return docker.engine.list(runId ? [`${dockerLabels.runId}=${runId}`] : [dockerLabels.agentTag]);
 }
 
-test("examples/hello through an agent with the docker driver: each job in its own container, removed after", async () => {
-  const agent = await dockerAgent("hello-docker");
+test("examples/hello through an agent with the docker driver: each job in its own container, removed after", async (t) => {
+  const agent = await dockerAgent(t, "hello-docker");
   await workspace("hello");
   const runId = await stack.startRun(hello, "hello", ["--auto-apply"]);
   const run = await stack.waitForRun(runId, ["applied", "errored", "failed", "canceled"], 180_000);
   const planLog = await runLog(stack.server, runId, "plan");
   const applyLog = await runLog(stack.server, runId, "apply");
-  assert.equal(run.status, "applied", `${run.message}\n${planLog}\n${applyLog}\n${agent.output()}`);
+  assert.equal(run.status, "applied", `${run.errorMessage}\n${planLog}\n${applyLog}\n${agent.output()}`);
   assert.match(applyLog, new RegExp(`Hello from Drover, from run ${runId} on workspace hello`));
   // Each phase's container is named after its job; both started and both are gone now.
   const started = [...agent.output().matchAll(/"container":"(drover-job-[0-9a-z]+-\d+)".*?run container started/g)].map((m) => m[1]);
   assert.equal(new Set(started).size, 2, `one container per job (plan, apply): ${started.join(", ")}`);
   await until("the run's containers are removed", async () => (await runContainers(runId)).length === 0, 30_000);
-  await agent.stop("SIGTERM");
 });
 
 /** A configuration whose apply prints `holding` and then waits until `go` appears in its working directory. */
@@ -86,10 +87,10 @@ async function waitForLog(runId: string, phase: "plan" | "apply", pattern: RegEx
   return log;
 }
 
-test("cancel during apply interrupts terraform in its container and releases the lock; the container carries the settings, proxy and CA, never the Docker socket", async () => {
+test("cancel during apply interrupts terraform in its container and releases the lock; the container carries the settings, proxy and CA, never the Docker socket", async (t) => {
   const ca = join(stack.dir, "task-ca.pem");
   writeFileSync(ca, "-----BEGIN CERTIFICATE-----\nZHJvdmVyLXRlc3QtY2E=\n-----END CERTIFICATE-----\n");
-  const agent = await dockerAgent("cancel-docker", {
+  await dockerAgent(t, "cancel-docker", {
     HTTPS_PROXY: "http://proxy.invalid:3128",
     NO_PROXY: "127.0.0.1,localhost",
     DROVER_CONTAINER_TASK_CA_CERT: ca,
@@ -123,61 +124,61 @@ test("cancel during apply interrupts terraform in its container and releases the
   const res = await stack.cli(["run", "cancel", runId]);
   assert.equal(res.code, 0, res.stderr);
   const run = await stack.waitForRun(runId, ["canceled", "errored", "applied"]);
-  assert.equal(run.status, "canceled", run.message);
+  assert.equal(run.status, "canceled", run.errorMessage);
   const ws = await stack.server.api("GET", `/api/v1/workspaces/${wsId}`);
   assert.equal(ws.body.stateLocked, false, "the state lock was released");
   assert.match(await runLog(stack.server, runId, "apply"), /Interrupt received/, "terraform got the interrupt, as a local process would");
   await until("the canceled run's container is removed", async () => (await runContainers(runId)).length === 0, 30_000);
-  await agent.stop("SIGTERM");
 });
 
-test("a process exceeding the container's memory limit ends the run errored: out of memory", async () => {
-  const agent = await dockerAgent("oom-docker", { DROVER_AGENT_DOCKER_MEMORY_MB: "160" });
+test("a process exceeding the container's memory limit ends the run errored: out of memory", async (t) => {
+  await dockerAgent(t, "oom-docker", { DROVER_AGENT_DOCKER_MEMORY_MB: "160" });
   await workspace("oom");
   const dir = writeConfig(stack.dir, "oom", {
     "main.tf": 'resource "terraform_data" "hog" {\n  provisioner "local-exec" {\n    command = "dd if=/dev/zero of=/dev/null bs=400M count=1"\n  }\n}\n',
   });
   const runId = await stack.startRun(dir, "oom", ["--auto-apply"]);
   const run = await stack.waitForRun(runId, ["errored", "failed", "applied", "canceled"], 180_000);
-  assert.equal(run.status, "errored", `${run.message}\n${await runLog(stack.server, runId, "apply")}`);
-  assert.match(run.message, /^out of memory: .*160 MiB.*DROVER_AGENT_DOCKER_MEMORY_MB/);
+  assert.equal(run.status, "errored", `${run.errorMessage}\n${await runLog(stack.server, runId, "apply")}`);
+  assert.match(run.errorMessage, /^out of memory: .*160 MiB.*DROVER_AGENT_DOCKER_MEMORY_MB/);
   await until("the run's container is removed", async () => (await runContainers(runId)).length === 0, 30_000);
-  await agent.stop("SIGTERM");
 });
 
-test("a runner image that does not exist and cannot be pulled ends the run errored, naming the image", async () => {
-  const agent = await dockerAgent("missing-image-docker", { DROVER_AGENT_DOCKER_IMAGE: "localhost:1/drover-missing-runner:0" });
+test("a runner image that does not exist and cannot be pulled ends the run errored, naming the image", async (t) => {
+  await dockerAgent(t, "missing-image-docker", { DROVER_AGENT_DOCKER_IMAGE: "localhost:1/drover-missing-runner:0" });
   await workspace("missing-image");
   const runId = await stack.startRun(hello, "missing-image", ["--auto-apply"]);
   const run = await stack.waitForRun(runId, ["errored", "failed", "planned", "applied", "canceled"], 180_000);
   assert.equal(run.status, "errored");
-  assert.match(run.message, /the runner image localhost:1\/drover-missing-runner:0 is not on this Docker host and pulling it failed: .*DROVER_AGENT_DOCKER_IMAGE/s);
+  assert.match(run.errorMessage, /the runner image localhost:1\/drover-missing-runner:0 is not on this Docker host and pulling it failed: .*DROVER_AGENT_DOCKER_IMAGE/s);
   assert.equal((await runContainers(runId)).length, 0, "no container was made");
-  await agent.stop("SIGTERM");
 });
 
-test("an agent killed mid-run and restarted removes its orphaned container and ends the run errored with the reason", async () => {
-  let agent = await dockerAgent("orphan-docker");
+test("an agent killed mid-run and restarted removes its orphaned container and ends the run errored with the reason", async (t) => {
+  let agent = await dockerAgent(t, "orphan-docker");
   const wsId = await workspace("orphan");
   const dir = writeConfig(stack.dir, "orphan", gatedConfig());
   const runId = await stack.startRun(dir, "orphan", ["--auto-apply"]);
   await waitForLog(runId, "apply", /\(local-exec\): holding/);
   await agent.stop("SIGKILL");
   assert.equal((await runContainers(runId)).length, 1, "the container outlives the killed agent");
-  agent = await dockerAgent("orphan-docker");
+  agent = await dockerAgent(t, "orphan-docker");
   await agent.waitFor(/ended an orphaned run/, 60_000);
+
   const run = await stack.waitForRun(runId, ["errored", "applied", "canceled", "failed"]);
   assert.equal(run.status, "errored");
-  assert.match(run.message, /the agent restarted while the run was in progress/);
+  assert.match(run.errorMessage, /the agent restarted while the run was in progress/);
   assert.equal((await runContainers(runId)).length, 0, "the orphaned container was removed");
   const dataDir = join(stack.dir, "agent-orphan-docker", "data", "docker-jobs");
-  assert.deepEqual(existsSync(dataDir) ? readdirSync(dataDir) : [], [], "the orphaned job's directory (with its token) is gone");
+  const left = () => (existsSync(dataDir) ? readdirSync(dataDir) : []);
+  await until("the orphaned job's directory (with its token) is gone", () => left().length === 0, 20_000).catch((err: unknown) => {
+    throw new Error(`${String(err)}: ${left().join(", ")}\n${agent.output()}`);
+  });
   await until("the workspace is unlocked", async () => (await stack.server.api("GET", `/api/v1/workspaces/${wsId}`)).body.currentRunId === null, 30_000);
-  await agent.stop("SIGTERM");
 });
 
-test("3 concurrent runs on one agent: each in its own container, none sees another's files or the agent's data dir", async () => {
-  const agent = await dockerAgent("three-docker", { DROVER_AGENT_CONCURRENCY: "3" });
+test("3 concurrent runs on one agent: each in its own container, none sees another's files or the agent's data dir", async (t) => {
+  await dockerAgent(t, "three-docker", { DROVER_AGENT_CONCURRENCY: "3" });
   const dataDir = join(stack.dir, "agent-three-docker", "data");
   const probe = `echo mine > mine.txt; echo runs=$(ls /drover/run | wc -l); ls ${dataDir} >/dev/null 2>&1 && echo agent-data-visible; cat /drover/run/*/config/mine.txt | wc -l | sed 's/^/mine-files=/'; `;
   const runIds: string[] = [];
@@ -190,7 +191,7 @@ test("3 concurrent runs on one agent: each in its own container, none sees anoth
   for (const log of logs) {
     assert.match(log, /\(local-exec\): runs=1\b/, "the run's mount holds its own run directory only");
     assert.match(log, /\(local-exec\): mine-files=1\b/, "only its own files");
-    assert.doesNotMatch(log, /agent-data-visible/, "the agent's data dir is out of reach");
+    assert.doesNotMatch(log, /\(local-exec\): agent-data-visible/, "the agent's data dir is out of reach");
   }
   // Release each run through its own working directory on the host.
   const jobs = join(dataDir, "docker-jobs");
@@ -199,8 +200,7 @@ test("3 concurrent runs on one agent: each in its own container, none sees anoth
   }
   for (const id of runIds) {
     const run = await stack.waitForRun(id, ["applied", "errored", "failed", "canceled"], 180_000);
-    assert.equal(run.status, "applied", run.message);
+    assert.equal(run.status, "applied", run.errorMessage);
   }
   await until("all containers removed", async () => (await runContainers()).length === 0, 30_000);
-  await agent.stop("SIGTERM");
 });

@@ -22,7 +22,7 @@ export interface DockerApiForTests {
 }
 
 const root = join(tmpdir(), "drover-docker-driver-podman");
-export const testRunnerImage = "localhost/drover-docker-driver-runner:1";
+export const testRunnerImage = "localhost/drover-docker-driver-runner:2";
 
 function podmanEnv(): NodeJS.ProcessEnv {
   const conf = join(root, "conf");
@@ -55,7 +55,7 @@ function buildImage(env: NodeJS.ProcessEnv): void {
     cpSync("/usr/bin/busybox", join(fs, "bin/busybox"), { dereference: true });
     for (const lib of ["libresolv.so.2", "libc.so.6"]) cpSync(`/lib/x86_64-linux-gnu/${lib}`, join(fs, "lib/x86_64-linux-gnu", lib), { dereference: true });
     cpSync("/lib64/ld-linux-x86-64.so.2", join(fs, "lib64/ld-linux-x86-64.so.2"), { dereference: true });
-    for (const tool of ["sh", "awk", "date", "stat", "mv", "cat", "sleep", "mkdir", "kill", "dd", "echo", "rm", "ls", "touch", "head", "tail", "env", "id", "sed", "grep", "test", "["]) symlinkSync("busybox", join(fs, "bin", tool));
+    for (const tool of ["sh", "awk", "date", "stat", "mv", "cat", "sleep", "mkdir", "kill", "dd", "echo", "rm", "ls", "touch", "head", "tail", "env", "id", "sed", "grep", "test", "[", "wc", "tr", "seq", "true", "false", "cp", "chmod"]) symlinkSync("busybox", join(fs, "bin", tool));
     cpSync("/usr/local/bin/terraform", join(fs, "usr/local/bin/terraform"));
     chmodSync(join(fs, "tmp"), 0o1777);
     writeFileSync(join(fs, "etc/passwd"), "root:x:0:0::/root:/bin/sh\n");
