@@ -3,31 +3,40 @@ import { existsSync, readdirSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { after, before, test, type TestContext } from "node:test";
-import { dockerLabels } from "@drover/agent/docker";
-import { startDockerApi, type DockerApiForTests } from "../support/docker-podman.js";
+import { dockerLabels, DockerEngine } from "@drover/agent/docker";
+import { ensureImages, podmanUnavailable, startDockerApi, type DockerApi } from "../support/podman.js";
 import { until } from "../support/marked-processes.js";
 import type { Proc } from "../support/processes.js";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
 
 // The docker driver end to end: the real server, real agents with DROVER_AGENT_DRIVER=docker,
-// podman's Docker Engine API on a socket of this file's own, real terraform in each run's
-// container.
+// podman's Docker Engine API on a socket of this file's own, the locally built runner image
+// (deploy/docker/runner.Dockerfile), real terraform in each run's container.
+
+const skip = podmanUnavailable();
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 const hello = join(repo, "examples", "hello");
 let stack: Stack;
-let docker: DockerApiForTests;
+let api: DockerApi;
+let runnerImage: string;
+/** This file's Docker API, through the driver's own client. */
+let engine: DockerEngine;
 
 before(async () => {
-  docker = await startDockerApi();
+  if (skip) return;
+  runnerImage = (await ensureImages()).images.runner;
   stack = await startStack();
+  api = await startDockerApi(join(stack.dir, "docker.sock"));
+  engine = new DockerEngine(api.socketPath);
 });
 after(async () => {
   // Whatever a failed test left behind: no container of this file outlives it (and none writes
   // into the stack's directory while it is removed).
-  if (docker) for (const c of await docker.engine.list([dockerLabels.agentTag])) await docker.engine.remove(c.Id).catch(() => {});
+  if (engine) for (const c of await engine.list([dockerLabels.agentTag])) await engine.remove(c.Id).catch(() => {});
+  await engine?.close();
+  await api?.stop();
   await stack?.stop();
-  await docker?.stop();
 });
 
 async function workspace(name: string): Promise<string> {
@@ -40,8 +49,8 @@ async function workspace(name: string): Promise<string> {
 async function dockerAgent(t: TestContext, name: string, env: Record<string, string> = {}): Promise<Proc> {
   const agent = await stack.startAgent(name, {
     DROVER_AGENT_DRIVER: "docker",
-    DROVER_AGENT_DOCKER_HOST: docker.host,
-    DROVER_AGENT_DOCKER_IMAGE: docker.image,
+    DROVER_AGENT_DOCKER_HOST: `unix://${api.socketPath}`,
+    DROVER_AGENT_DOCKER_IMAGE: runnerImage,
     // The test's server listens on the host's loopback.
     DROVER_AGENT_DOCKER_NETWORK: "host",
     DROVER_AGENT_DOCKER_MEMORY_MB: "512",
@@ -56,10 +65,10 @@ async function dockerAgent(t: TestContext, name: string, env: Record<string, str
 
 /** Containers of runs on the Docker API (any agent of this file). */
 async function runContainers(runId?: string) {
-  return docker.engine.list(runId ? [`${dockerLabels.runId}=${runId}`] : [dockerLabels.agentTag]);
+  return engine.list(runId ? [`${dockerLabels.runId}=${runId}`] : [dockerLabels.agentTag]);
 }
 
-test("examples/hello through an agent with the docker driver: each job in its own container, removed after", async (t) => {
+test("examples/hello through an agent with the docker driver: each job in its own container, removed after", { skip }, async (t) => {
   const agent = await dockerAgent(t, "hello-docker");
   await workspace("hello");
   const runId = await stack.startRun(hello, "hello", ["--auto-apply"]);
@@ -87,7 +96,7 @@ async function waitForLog(runId: string, phase: "plan" | "apply", pattern: RegEx
   return log;
 }
 
-test("cancel during apply interrupts terraform in its container and releases the lock; the container carries the settings, proxy and CA, never the Docker socket", async (t) => {
+test("cancel during apply interrupts terraform in its container and releases the lock; the container carries the settings, proxy and CA, never the Docker socket", { skip }, async (t) => {
   const ca = join(stack.dir, "task-ca.pem");
   writeFileSync(ca, "-----BEGIN CERTIFICATE-----\nZHJvdmVyLXRlc3QtY2E=\n-----END CERTIFICATE-----\n");
   await dockerAgent(t, "cancel-docker", {
@@ -105,7 +114,7 @@ test("cancel during apply interrupts terraform in its container and releases the
 
   const [summary] = await runContainers(runId);
   assert.ok(summary, "the apply runs in a container");
-  const info = (await docker.engine.inspect(summary.Id)) as unknown as {
+  const info = (await engine.inspect(summary.Id)) as unknown as {
     Config: { User: string; Labels: Record<string, string> };
     HostConfig: { ReadonlyRootfs: boolean; Memory: number; NanoCpus: number; NetworkMode: string; Binds: string[] | null; Tmpfs: Record<string, string> | null; CapDrop: string[] | null };
     Mounts: Array<{ Source: string; Destination: string }>;
@@ -119,7 +128,7 @@ test("cancel during apply interrupts terraform in its container and releases the
   assert.equal(info.Config.Labels[dockerLabels.runId], runId);
   assert.equal(info.Config.Labels[dockerLabels.phase], "apply");
   const sources = (info.Mounts ?? []).map((m) => m.Source);
-  assert.ok(!sources.some((s) => s.includes("docker.sock") || s === docker.socketPath), `no Docker socket in the run: ${sources.join(", ")}`);
+  assert.ok(!sources.some((s) => s.includes("docker.sock") || s === api.socketPath), `no Docker socket in the run: ${sources.join(", ")}`);
 
   const res = await stack.cli(["run", "cancel", runId]);
   assert.equal(res.code, 0, res.stderr);
@@ -131,7 +140,7 @@ test("cancel during apply interrupts terraform in its container and releases the
   await until("the canceled run's container is removed", async () => (await runContainers(runId)).length === 0, 30_000);
 });
 
-test("a process exceeding the container's memory limit ends the run errored: out of memory", async (t) => {
+test("a process exceeding the container's memory limit ends the run errored: out of memory", { skip }, async (t) => {
   await dockerAgent(t, "oom-docker", { DROVER_AGENT_DOCKER_MEMORY_MB: "160" });
   await workspace("oom");
   const dir = writeConfig(stack.dir, "oom", {
@@ -144,7 +153,7 @@ test("a process exceeding the container's memory limit ends the run errored: out
   await until("the run's container is removed", async () => (await runContainers(runId)).length === 0, 30_000);
 });
 
-test("a runner image that does not exist and cannot be pulled ends the run errored, naming the image", async (t) => {
+test("a runner image that does not exist and cannot be pulled ends the run errored, naming the image", { skip }, async (t) => {
   await dockerAgent(t, "missing-image-docker", { DROVER_AGENT_DOCKER_IMAGE: "localhost:1/drover-missing-runner:0" });
   await workspace("missing-image");
   const runId = await stack.startRun(hello, "missing-image", ["--auto-apply"]);
@@ -154,7 +163,7 @@ test("a runner image that does not exist and cannot be pulled ends the run error
   assert.equal((await runContainers(runId)).length, 0, "no container was made");
 });
 
-test("an agent killed mid-run and restarted removes its orphaned container and ends the run errored with the reason", async (t) => {
+test("an agent killed mid-run and restarted removes its orphaned container and ends the run errored with the reason", { skip }, async (t) => {
   let agent = await dockerAgent(t, "orphan-docker");
   const wsId = await workspace("orphan");
   const dir = writeConfig(stack.dir, "orphan", gatedConfig());
@@ -177,7 +186,7 @@ test("an agent killed mid-run and restarted removes its orphaned container and e
   await until("the workspace is unlocked", async () => (await stack.server.api("GET", `/api/v1/workspaces/${wsId}`)).body.currentRunId === null, 30_000);
 });
 
-test("3 concurrent runs on one agent: each in its own container, none sees another's files or the agent's data dir", async (t) => {
+test("3 concurrent runs on one agent: each in its own container, none sees another's files or the agent's data dir", { skip }, async (t) => {
   await dockerAgent(t, "three-docker", { DROVER_AGENT_CONCURRENCY: "3" });
   const dataDir = join(stack.dir, "agent-three-docker", "data");
   const probe = `echo mine > mine.txt; echo runs=$(ls /drover/run | wc -l); ls ${dataDir} >/dev/null 2>&1 && echo agent-data-visible; cat /drover/run/*/config/mine.txt | wc -l | sed 's/^/mine-files=/'; `;

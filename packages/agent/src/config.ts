@@ -164,7 +164,7 @@ function dockerSettings(src: SettingsSource): DockerSettings {
   const memoryMb = src.get("DROVER_AGENT_DOCKER_MEMORY_MB");
   if (memoryMb > 0 && memoryMb < 16) throw new InvalidSettingError("DROVER_AGENT_DOCKER_MEMORY_MB", `DROVER_AGENT_DOCKER_MEMORY_MB must be 0 (no limit) or at least 16, got ${memoryMb}`);
   return {
-    socketPath: src.get("DROVER_AGENT_DOCKER_HOST"),
+    socketPath: src.get("DROVER_AGENT_DOCKER_HOST").replace(/^unix:\/\//, ""),
     image: src.get("DROVER_AGENT_DOCKER_IMAGE"),
     user,
     memoryBytes: memoryMb * 1024 * 1024,

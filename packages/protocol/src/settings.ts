@@ -130,11 +130,10 @@ const kubernetesName: SettingParser<string> = (raw, name) => {
   return raw;
 };
 
-/** A Docker Engine API socket: `unix:///path` or an absolute path; the value is the path. */
+/** A Docker Engine API socket: `unix:///path` or an absolute path. */
 const dockerHost: SettingParser<string> = (raw, name) => {
-  const path = raw.startsWith("unix://") ? raw.slice("unix://".length) : raw;
-  if (!path.startsWith("/")) invalid(name, `${name} must be unix:///path/to/docker.sock (the Engine API's unix socket), got ${JSON.stringify(raw)}`, "the docker driver talks to the daemon over its unix socket only");
-  return path;
+  if (!raw.replace(/^unix:\/\//, "").startsWith("/")) invalid(name, `${name} must be unix:///path/to/docker.sock (the Engine API's unix socket), got ${JSON.stringify(raw)}`, "the docker driver talks to the daemon over its unix socket only");
+  return raw;
 };
 
 /** A number of CPUs from 0 to 1024, decimals allowed. */
