@@ -7,7 +7,8 @@ import { fileURLToPath } from "node:url";
 import { after, before, describe, test } from "node:test";
 import { until } from "../support/marked-processes.js";
 import { droverBin, freePort } from "../support/processes.js";
-import { ensureImages, podmanOk, podmanUnavailable, runContainer, type BuiltImages, type Container } from "../support/podman.js";
+import { request } from "node:http";
+import { ensureImages, podmanOk, podmanUnavailable, runContainer, startDockerApi, type BuiltImages, type Container } from "../support/podman.js";
 
 // The images built from deploy/docker/*Dockerfile (scripts/build-images.mjs), run for real
 // under podman: as UID 1000, with a read-only root filesystem and tmpfs where they write.
@@ -212,5 +213,24 @@ describe("locally built images", { skip: unavailable }, () => {
     writeFileSync(join(exec, "shutdown"), "");
     const { code } = await runner.exited;
     assert.equal(code, 0, runner.output());
+  });
+
+  test("podman's Docker Engine API on a unix socket lists the built images (what the docker driver talks to)", async () => {
+    const api = await startDockerApi(join(dir, "docker.sock"));
+    try {
+      const body = await new Promise<string>((resolve, reject) => {
+        const req = request({ socketPath: api.socketPath, path: "/v1.41/images/json" }, (res) => {
+          let text = "";
+          res.on("data", (d: Buffer) => (text += d.toString()));
+          res.on("end", () => (res.statusCode === 200 ? resolve(text) : reject(new Error(`${res.statusCode}: ${text}`))));
+        });
+        req.on("error", reject);
+        req.end();
+      });
+      const tags = (JSON.parse(body) as { RepoTags?: string[] | null }[]).flatMap((i) => i.RepoTags ?? []);
+      assert.ok(tags.includes(built.images.drover) && tags.includes(built.images.runner), tags.join(", "));
+    } finally {
+      await api.stop();
+    }
   });
 });
