@@ -187,3 +187,13 @@ test("without a lock file a version constraint resolves to the newest matching v
   lease.release();
   assert.deepEqual(lease.prepared, [`${registry.source("alpha")} 1.1.0`]);
 });
+
+test("a provider the agent cannot fetch (registry unreachable) is left to terraform with a note, not failed", async () => {
+  const cache = newCache("unreachable");
+  const dir = configDir("unreachable", `terraform {\n  required_providers {\n    nowhere = { source = "127.0.0.1:1/drover/nowhere", version = "1.0.0" }\n  }\n}\n`);
+  const lease = await cache.prepare(dir, AbortSignal.timeout(60_000));
+  lease.release();
+  assert.deepEqual(lease.prepared, []);
+  assert.equal(lease.installation, "");
+  assert.match(lease.notes.join("\n"), /127\.0\.0\.1:1\/drover\/nowhere 1\.0\.0 not cached .*terraform installs it itself/);
+});

@@ -131,3 +131,37 @@ test("a run cannot write into the provider or module cache: its provisioner is r
     await agent.stop("SIGKILL");
   }
 });
+
+test("DROVER_AGENT_PROVIDER_CACHE_ENABLED=false: runs install their providers themselves and the agent keeps no cache", async () => {
+  await stack.server.api("POST", "/api/v1/pools", { name: "pcache-off" });
+  const token = (await stack.server.api("POST", "/api/v1/pools/pcache-off/tokens", { description: "off" })).body.token as string;
+  const cache = join(home, "off", "cache");
+  const agent = spawnDrover(["agent", "run"], {
+    ...stack.baseEnv,
+    DROVER_TOKEN: token,
+    DROVER_AGENT_NAME: "pcache-off",
+    DROVER_CA_CERT: registry.caFile,
+    // terraform itself reaches the registry now: the runs must trust its certificate.
+    DROVER_CONTAINER_TASK_CA_CERT: registry.caFile,
+    DROVER_AGENT_DATA_DIR: join(home, "off", "data"),
+    DROVER_AGENT_CACHE_DIR: cache,
+    DROVER_AGENT_HEALTH_PORT: "0",
+    DROVER_AGENT_PROVIDER_CACHE_ENABLED: "false",
+  });
+  try {
+    await agent.waitFor(/registered/);
+    await stack.server.api("POST", "/api/v1/workspaces", { name: "pcache-off", pool: "pcache-off" });
+    const before = registry.downloads.get(registry.archiveName("gamma", "0.3.0")) ?? 0;
+    const dir = writeConfig(stack.dir, "pcache-off", { "main.tf": providerConfig(registry, three.slice(2, 3), "off") });
+    const runId = await stack.startRun(dir, "pcache-off", ["--plan-only"]);
+    const run = await stack.waitForRun(runId, ["planned_and_finished", "errored", "failed"], 120_000);
+    const log = await runLog(stack.server, runId, "plan");
+    assert.equal(run.status, "planned_and_finished", `${run.errorMessage}\n${log}`);
+    assert.doesNotMatch(log, /from the agent's cache/);
+    assert.ok((registry.downloads.get(registry.archiveName("gamma", "0.3.0")) ?? 0) > before, `terraform downloaded it:\n${log}`);
+    assert.match(log, /Installed 127\.0\.0\.1:\d+\/drover\/gamma v0\.3\.0/);
+    assert.ok(!existsSync(join(cache, "providers")), "no cache directory");
+  } finally {
+    await agent.stop("SIGKILL");
+  }
+});
