@@ -24,7 +24,8 @@ before(async () => {
   proxy = createServer((req, res) => {
     const body: Buffer[] = [];
     req.on("data", (d: Buffer) => body.push(d));
-    req.on("end", async () => {
+    // A failed upstream call resets the agent's connection rather than leaving it hanging.
+    req.on("end", () => void (async () => {
       const isAppend = req.method === "POST" && /\/logs\?offset=/.test(req.url ?? "");
       const n = isAppend ? ++appends : 0;
       if (isAppend && n % 5 === 2) {
@@ -43,7 +44,7 @@ before(async () => {
         return;
       }
       res.writeHead(upstream.status, { "content-type": String(upstream.headers["content-type"] ?? "application/octet-stream") }).end(data);
-    });
+    })().catch(() => res.destroy()));
   });
   await new Promise<void>((r) => proxy.listen(0, "127.0.0.1", r));
   proxyUrl = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`;

@@ -65,7 +65,7 @@ after(async () => {
 async function installAndRun(ns: string, level: "restricted" | "privileged"): Promise<void> {
   const created: Created[] = [];
   const pulumi = await import("@pulumi/pulumi");
-  pulumi.runtime.setMocks({
+  await pulumi.runtime.setMocks({
     newResource: (args) => {
       created.push({ type: args.type, name: args.name, inputs: args.inputs as Record<string, unknown> });
       return { id: `${args.name}-id`, state: args.inputs };

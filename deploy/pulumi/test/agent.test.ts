@@ -13,8 +13,8 @@ let created: Created[] = [];
 const secretSignatureKey = "4dabf18193072939515e22adb298388d";
 const secretSignature = "1b47061264138c4ac30d75fd1eb44270";
 
-before(() => {
-  pulumi.runtime.setMocks(
+before(async () => {
+  await pulumi.runtime.setMocks(
     {
       newResource: (args) => {
         created.push({ type: args.type, name: args.name, inputs: args.inputs });

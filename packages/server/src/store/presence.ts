@@ -42,7 +42,7 @@ export class AgentPresence implements PresenceRecorder {
 
   /** Flushes every `intervalMs` until `stop`. */
   start(intervalMs: number, onError: (err: unknown) => void): void {
-    this.timer = setInterval(() => this.flush().catch(onError), intervalMs);
+    this.timer = setInterval(() => void this.flush().catch(onError), intervalMs);
     this.timer.unref();
   }
 
