@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
@@ -73,6 +73,7 @@ test("a docker agent whose socket answers nothing stops with a line naming the s
   const exit = await proc.exited;
   assert.equal(exit.code, 1, proc.output());
   assert.match(proc.output(), new RegExp(`cannot reach the Docker daemon at ${join(dir, "missing.sock")}`));
+  rmSync(dir, { recursive: true, force: true });
 });
 
 test("the multiplexed stream decoder yields whole frames in order however the chunks split them", () => {
