@@ -124,6 +124,8 @@ prebuildImages();
 const preload = join(dirname(fileURLToPath(import.meta.url)), "test-timeout.mjs");
 const env = { ...process.env, DROVER_TEST_PG_URL: pg.url, DROVER_TEST_TIMEOUT_MS: String(timeoutMs), CHECKPOINT_DISABLE: "1" };
 // Its own process group, so an interrupt can reach every test file, not just the runner.
-child = spawn(process.execPath, ["--import", preload, "--test", "--test-concurrency=2", "--test-reporter=spec", ...files], { stdio: "inherit", env, detached: true });
+// Three files at a time on two cores: most test time is spent waiting on terraform, child
+// processes and the test cluster, not on this machine's CPU.
+child = spawn(process.execPath, ["--import", preload, "--test", "--test-concurrency=3", "--test-reporter=spec", ...files], { stdio: "inherit", env, detached: true });
 const code = await new Promise((resolve) => child.on("exit", (c, s) => resolve(c ?? (s ? 1 : 0))));
 if (!interrupted) process.exit(code);
