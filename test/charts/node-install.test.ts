@@ -65,7 +65,8 @@ test("agent-k8s installed: examples/hello completes through the node's worker; h
   const diagnose = async () => `${(await kubectlOut(cluster, ["get", "pods,events", "-n", ns, "-o", "wide"])).out}\n${(await kubectlOut(cluster, ["logs", "-n", ns, "-l", "app.kubernetes.io/component=worker", "--tail=40"])).out}\n${(await kubectlOut(cluster, ["logs", "-n", ns, "-l", "app.kubernetes.io/component=controller", "--tail=40"])).out}`;
   const hello = async (workspace: string) => {
     const runId = await stack.startRun(join(repo, "examples", "hello"), workspace, ["--auto-apply"]);
-    const run = await stack.waitForRun(runId, ["applied", "errored", "canceled"], 120_000);
+    // A run that never ends says why: the pods, events and both processes' logs.
+    const run = await stack.waitForRun(runId, ["applied", "errored", "canceled"], 120_000).catch(async (e: Error) => assert.fail(`${e.message}\n${await diagnose()}`));
     assert.equal(run.status, "applied", `${await runLog(stack.server, runId, "plan")}\n${await runLog(stack.server, runId, "apply")}\n${await diagnose()}`);
   };
 
