@@ -2,11 +2,12 @@
 // scripts/build-images.mjs under the cache directory: runc, cgroupfs, explicit ulimits, host
 // networking, its own storage), the locally built images, containers run as child processes,
 // and podman's Docker Engine API on a unix socket.
-import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { spawnProcess, type Proc } from "./processes.js";
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 const buildScript = join(repo, "scripts", "build-images.mjs");
@@ -119,12 +120,8 @@ export async function podmanOk(args: string[], options: { timeoutMs?: number; in
 export const testLabel = "dev.drover.test";
 
 /** A container running in the foreground of a `podman run` child process. */
-export interface Container {
+export interface Container extends Omit<Proc, "stop"> {
   name: string;
-  child: ChildProcess;
-  output(): string;
-  waitFor(pattern: RegExp, timeoutMs?: number): Promise<RegExpMatchArray>;
-  exited: Promise<{ code: number | null }>;
   /** Stops the container (SIGTERM, then SIGKILL after the grace) and removes it. */
   stop(graceSeconds?: number): Promise<void>;
 }
@@ -135,53 +132,15 @@ export interface Container {
  */
 export function runContainer(args: string[], prefix = "drover-test"): Container {
   const name = `${prefix}-${randomBytes(4).toString("hex")}`;
-  const child = spawn("podman", ["run", "--rm", "--name", name, "--label", `${testLabel}=1`, ...args], { env: { ...process.env, ...podmanEnv() }, stdio: ["ignore", "pipe", "pipe"] });
-  let out = "";
-  const listeners = new Set<() => void>();
-  const onData = (d: Buffer) => {
-    out += d.toString();
-    for (const l of listeners) l();
-  };
-  child.stdout.on("data", onData);
-  child.stderr.on("data", onData);
-  const exited = new Promise<{ code: number | null }>((resolve) => child.on("exit", (code) => resolve({ code })));
-  let done = false;
-  void exited.then(() => {
-    done = true;
-    for (const l of listeners) l();
-  });
+  const proc = spawnProcess("podman", ["run", "--rm", "--name", name, "--label", `${testLabel}=1`, ...args], { ...process.env, ...podmanEnv() });
   return {
+    ...proc,
     name,
-    child,
-    output: () => out,
-    exited,
-    waitFor(pattern, timeoutMs = 60_000) {
-      return new Promise((resolve, reject) => {
-        const check = () => {
-          const m = out.match(pattern);
-          if (m) {
-            cleanup();
-            resolve(m);
-          } else if (done) {
-            cleanup();
-            reject(new Error(`container ${name} exited before printing ${pattern}; output:\n${out}`));
-          }
-        };
-        const timer = setTimeout(() => {
-          cleanup();
-          reject(new Error(`timed out waiting for ${pattern} in container ${name}; output:\n${out}`));
-        }, timeoutMs);
-        const cleanup = () => {
-          clearTimeout(timer);
-          listeners.delete(check);
-        };
-        listeners.add(check);
-        check();
-      });
-    },
+    // A container's first start may unpack image layers: a minute rather than spawnProcess's 20 s.
+    waitFor: (pattern, timeoutMs = 60_000) => proc.waitFor(pattern, timeoutMs),
     async stop(graceSeconds = 10) {
-      if (!done) await podman(["stop", "-t", String(graceSeconds), name]);
-      await exited;
+      if (proc.child.exitCode === null && proc.child.signalCode === null) await podman(["stop", "-t", String(graceSeconds), name]);
+      await proc.exited;
       await podman(["rm", "-f", "--ignore", name]);
     },
   };

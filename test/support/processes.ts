@@ -30,7 +30,12 @@ export interface Proc {
 
 /** Runs `drover <args>` as a real process. */
 export function spawnDrover(args: string[], env: NodeJS.ProcessEnv, cwd?: string): Proc {
-  const child = spawn(process.execPath, [droverBin, ...args], { env, cwd, stdio: ["ignore", "pipe", "pipe"] });
+  return spawnProcess(process.execPath, [droverBin, ...args], env, cwd);
+}
+
+/** Runs `command <args>` as a child process, its stdout and stderr captured together. */
+export function spawnProcess(command: string, args: string[], env: NodeJS.ProcessEnv, cwd?: string): Proc {
+  const child = spawn(command, args, { env, cwd, stdio: ["ignore", "pipe", "pipe"] });
   let out = "";
   const listeners = new Set<() => void>();
   const onData = (d: Buffer) => {
