@@ -10,3 +10,4 @@ export { errorExcerpt } from "./job.js";
 export { ProviderCache, type CacheCounters, type ProviderLease, type ProviderCacheOptions } from "./providers/cache.js";
 export { VerificationError } from "./providers/errors.js";
 export { ModuleCache, type ModuleLease } from "./modules/cache.js";
+export { CacheStore, type CacheStoreOptions, type Fill, type Hold, type StoreEntry } from "./cache/store.js";

@@ -1,12 +1,10 @@
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, statSync, symlinkSync, utimesSync, writeFileSync } from "node:fs";
-import { randomBytes } from "node:crypto";
+import { existsSync, mkdirSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import type { Logger } from "pino";
 import type { Dispatcher } from "undici";
 import { versionSatisfies } from "@drover/protocol";
 import { extractConfiguration } from "../extract.js";
-import { makeReadOnly, mkdirReadable, readOnly, removeTree, type CacheCounters } from "../providers/cache.js";
-import { packageHashV1, treeBytes, treeFingerprint } from "../providers/hashes.js";
+import { CacheStore, type CacheCounters, type Hold } from "../cache/store.js";
 import { RegistryClient, RegistryUnavailable } from "../providers/registry.js";
 import { stripComments, braced } from "../providers/config-scan.js";
 
@@ -17,8 +15,8 @@ import { stripComments, braced } from "../providers/config-scan.js";
  * gets them as terraform would have installed them: `.terraform/modules/<call>` links to the
  * entry and `.terraform/modules/modules.json` records it, so `init` finds them installed and asks
  * no registry. Registries give no checksum for modules: an entry is hashed when fetched and
- * checked against that hash before each use (fetched again when it changed). Module calls it does
- * not handle (git, http, local, nested calls) are left to terraform.
+ * checked against that hash before each use (fetched again when it changed), by the shared
+ * CacheStore (cache/store.ts). Module calls it does not handle are left to terraform.
  */
 
 interface ModuleCall {
@@ -27,16 +25,6 @@ interface ModuleCall {
   host: string;
   path: string;
   constraint: string | undefined;
-}
-
-interface Entry {
-  key: string;
-  path: string;
-  metaPath: string;
-  h1: string;
-  size: number;
-  lastUsed: number;
-  verified: string | undefined;
 }
 
 /** What a run gets: the calls installed from the cache, and lines for its log. */
@@ -83,61 +71,27 @@ export function scanModuleCalls(workDir: string): ModuleCall[] {
 }
 
 export class ModuleCache {
-  readonly counters: CacheCounters = { hits: 0, misses: 0, evictions: 0, bytes: 0 };
-  private readonly entriesDir: string;
-  private readonly metaDir: string;
-  private readonly tmpDir: string;
-  private readonly entries = new Map<string, Entry>();
-  private readonly inflight = new Map<string, Promise<{ entry: Entry; fetched: boolean }>>();
-  private readonly users = new Map<string, number>();
+  private readonly store: CacheStore<Record<string, never>>;
   private readonly registry: RegistryClient;
-  private readonly now: () => number;
 
   constructor(private readonly options: ModuleCacheOptions) {
-    this.entriesDir = join(options.dir, "entries");
-    this.metaDir = join(options.dir, "meta");
-    this.tmpDir = join(options.dir, "tmp");
-    for (const d of [options.dir, this.entriesDir, this.metaDir, this.tmpDir]) {
-      mkdirReadable(d);
-      chmodSync(d, 0o755);
-    }
+    this.store = new CacheStore({ dir: options.dir, entries: "entries", limitBytes: options.limitBytes, logger: options.logger, kind: "module", ...(options.now ? { now: options.now } : {}) });
     this.registry = new RegistryClient(options.dispatcher);
-    this.now = options.now ?? Date.now;
-    this.load();
   }
 
-  private load(): void {
-    const walk = (dir: string): void => {
-      for (const name of readdirSync(dir)) {
-        const p = join(dir, name);
-        if (statSync(p).isDirectory()) walk(p);
-        else if (name.endsWith(".json")) {
-          try {
-            const meta = JSON.parse(readFileSync(p, "utf8")) as { key: string; h1: string; size: number };
-            const path = join(this.entriesDir, meta.key);
-            if (!existsSync(path)) throw new Error("entry missing");
-            this.entries.set(meta.key, { ...meta, path, metaPath: p, lastUsed: statSync(p).mtimeMs, verified: undefined });
-          } catch {
-            rmSync(p, { force: true });
-          }
-        }
-      }
-    };
-    walk(this.metaDir);
-    this.counters.bytes = [...this.entries.values()].reduce((n, e) => n + e.size, 0);
+  /** Hits, misses, evictions and bytes, for /metrics. */
+  get counters(): CacheCounters {
+    return this.store.counters;
   }
 
   /** Installs the root module's registry module calls from the cache into `workDir/.terraform/modules`. */
   async prepare(workDir: string, signal: AbortSignal): Promise<ModuleLease> {
     const notes: string[] = [];
-    const held: string[] = [];
+    const held: Hold[] = [];
     const records: Array<{ Key: string; Source: string; Version: string; Dir: string }> = [];
     const manifest = join(workDir, ".terraform", "modules", "modules.json");
-    let released = false;
     const release = (): void => {
-      if (released) return;
-      released = true;
-      for (const k of held) this.users.set(k, (this.users.get(k) ?? 1) - 1);
+      for (const h of held.splice(0)) h.release();
     };
     // A directory terraform already initialized (a kept plan directory) keeps its own installation.
     if (existsSync(manifest)) return { installed: [], notes, release };
@@ -150,9 +104,8 @@ export class ModuleCache {
             continue;
           }
           const key = `${call.host}/${call.path}/${version}`;
-          this.users.set(key, (this.users.get(key) ?? 0) + 1);
-          held.push(key);
-          const entry = await this.acquire(key, call, version, signal);
+          held.push(this.store.hold(key));
+          const entry = await this.store.acquire(key, (dir, _scratch, s) => this.fetch(call, version, dir, s), signal);
           const dir = join(workDir, ".terraform", "modules", call.name);
           mkdirSync(dirname(dir), { recursive: true });
           symlinkSync(entry.path, dir);
@@ -163,7 +116,7 @@ export class ModuleCache {
         }
       }
       if (records.length > 0) writeFileSync(manifest, JSON.stringify({ Modules: [{ Key: "", Source: "", Dir: "." }, ...records] }));
-      this.evict();
+      this.store.evict();
       return { installed: records.map((r) => `${r.Key} (${r.Source} ${r.Version})`), notes, release };
     } catch (err) {
       release();
@@ -185,101 +138,18 @@ export class ModuleCache {
     return ok.at(-1);
   }
 
-  private async acquire(key: string, call: ModuleCall, version: string, signal: AbortSignal): Promise<Entry> {
-    let p = this.inflight.get(key);
-    const mine = !p;
-    if (!p) {
-      p = this.ready(key, call, version, signal).finally(() => this.inflight.delete(key));
-      this.inflight.set(key, p);
-    }
-    const { entry, fetched } = await p;
-    if (mine && fetched) this.counters.misses++;
-    else this.counters.hits++;
-    entry.lastUsed = this.now();
-    try {
-      utimesSync(entry.metaPath, new Date(entry.lastUsed), new Date(entry.lastUsed));
-    } catch {
-      // Only the eviction order after a restart depends on it.
-    }
-    return entry;
-  }
-
-  private async ready(key: string, call: ModuleCall, version: string, signal: AbortSignal): Promise<{ entry: Entry; fetched: boolean }> {
-    const existing = this.entries.get(key);
-    if (existing) {
-      let fp: string | undefined;
-      try {
-        fp = treeFingerprint(existing.path);
-      } catch {
-        fp = undefined;
-      }
-      if (fp !== undefined && (fp === existing.verified || (readOnly(existing.path) && (await packageHashV1(existing.path)) === existing.h1))) {
-        existing.verified = fp;
-        return { entry: existing, fetched: false };
-      }
-      this.options.logger.warn({ entry: key }, "module cache entry changed since it was fetched; fetching it again");
-      this.remove(existing);
-    }
-    return { entry: await this.fetch(key, call, version, signal), fetched: true };
-  }
-
-  private async fetch(key: string, call: ModuleCall, version: string, signal: AbortSignal): Promise<Entry> {
+  /** Downloads a registry module's package and unpacks it into `dir`. */
+  private async fetch(call: ModuleCall, version: string, dir: string, signal: AbortSignal): Promise<Record<string, never>> {
     const location = await this.registry.moduleLocation(call.host, call.path, version, signal);
     const url = new URL(location);
     if (url.protocol !== "https:" || !/\.(tar\.gz|tgz)$/.test(url.pathname)) throw new Error(`unsupported module package ${location} (the cache takes https .tar.gz packages)`);
     const archive = await this.registry.fetchBytes(location, this.options.maxPackageBytes ?? 512 << 20, signal);
-    const work = mkdtempSync(join(this.tmpDir, `${process.pid}-`));
-    try {
-      const unpacked = join(work, "entry");
-      await extractConfiguration(archive, unpacked);
-      makeReadOnly(unpacked);
-      chmodSync(unpacked, 0o755);
-      const size = treeBytes(unpacked);
-      const h1 = await packageHashV1(unpacked);
-      const path = join(this.entriesDir, key);
-      const metaPath = join(this.metaDir, `${key}.json`);
-      mkdirReadable(dirname(path));
-      mkdirReadable(dirname(metaPath));
-      if (existsSync(path)) {
-        chmodSync(path, 0o700);
-        renameSync(path, join(work, "replaced"));
-      }
-      writeFileSync(join(work, "meta.json"), JSON.stringify({ key, h1, size }));
-      renameSync(join(work, "meta.json"), metaPath);
-      renameSync(unpacked, path);
-      chmodSync(path, 0o555);
-      const entry: Entry = { key, path, metaPath, h1, size, lastUsed: this.now(), verified: treeFingerprint(path) };
-      this.entries.set(key, entry);
-      this.counters.bytes += size;
-      this.options.logger.info({ module: key, bytes: size }, "module cached");
-      return entry;
-    } finally {
-      removeTree(work);
-    }
-  }
-
-  private remove(e: Entry): void {
-    this.entries.delete(e.key);
-    this.counters.bytes -= e.size;
-    rmSync(e.metaPath, { force: true });
-    const trash = join(this.tmpDir, `evicted-${randomBytes(6).toString("hex")}`);
-    try {
-      chmodSync(e.path, 0o700);
-      renameSync(e.path, trash);
-    } catch {
-      return;
-    }
-    removeTree(trash);
+    await extractConfiguration(archive, dir);
+    return {};
   }
 
   /** Above the soft limit: removes entries no run holds, least recently used first. */
   evict(): void {
-    if (this.counters.bytes <= this.options.limitBytes) return;
-    const idle = [...this.entries.values()].filter((e) => (this.users.get(e.key) ?? 0) === 0 && !this.inflight.has(e.key)).sort((a, b) => a.lastUsed - b.lastUsed);
-    for (const e of idle) {
-      if (this.counters.bytes <= this.options.limitBytes) break;
-      this.remove(e);
-      this.counters.evictions++;
-    }
+    this.store.evict();
   }
 }
