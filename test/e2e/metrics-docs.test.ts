@@ -75,7 +75,7 @@ test("the Kubernetes processes define exactly the table's controller, node-worke
   const rows = table();
   for (const [process, file] of [["controller", "controller.js"], ["node-worker", "node-worker.js"], ["worker", "worker.js"]] as const) {
     const source = readFileSync(join(repo, "packages", "agent", "dist", "src", "kubernetes", file), "utf8");
-    const defined = [...source.matchAll(/\.define\("(drover_[a-z_]+)", "(gauge|counter)"/g)].map((m) => `${m[1]} ${m[2]}`).sort();
+    const defined = [...source.matchAll(/\.define\("(drover_[a-z_]+)", "(gauge|counter|histogram)"/g)].map((m) => `${m[1]} ${m[2]}`).sort();
     assert.deepEqual(defined, rows.filter((r) => r.process === process).map((r) => `${r.name} ${r.type}`).sort(), process);
   }
 });

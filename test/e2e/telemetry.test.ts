@@ -83,6 +83,8 @@ test("examples/hello through a local agent: a trace per phase with the stage spa
   assert.ok(finished.some((p) => p.attributes.phase === "apply" && p.value === 1));
   assert.ok(agentMetrics.some((m) => m.name === "drover_agent_jobs_running" && m.kind === "gauge"));
   assert.ok(agentMetrics.some((m) => m.name === "drover_agent_poll_errors_total" && m.kind === "sum"));
+  const shipped = agentMetrics.filter((m) => m.name === "drover_agent_log_bytes_shipped_total").flatMap((m) => m.points);
+  assert.ok(shipped.length > 0 && shipped.every((p) => p.value > 0), JSON.stringify(shipped));
 });
 
 test("the server's gauges reach the collector under their /metrics names", async () => {
@@ -95,6 +97,15 @@ test("the server's gauges reach the collector under their /metrics names", async
   const depth = serverMetrics.filter((m) => m.name === "drover_pool_jobs_pending").flatMap((m) => m.points);
   assert.ok(depth.some((p) => p.attributes.pool === "otlp-pool" && p.value === 0), JSON.stringify(serverMetrics.map((m) => m.name)));
   for (const name of ["drover_queue_depth", "drover_agents", "drover_pool_desired_agents"]) assert.ok(serverMetrics.some((m) => m.name === name), name);
+  // Histograms too, under their /metrics name, with /metrics' bucket bounds and per-bucket counts.
+  const requests = serverMetrics.filter((m) => m.name === "drover_http_request_duration_seconds");
+  assert.ok(requests.length > 0 && requests.every((m) => m.kind === "histogram"), JSON.stringify(requests));
+  const created = requests.flatMap((m) => m.points).find((p) => p.attributes.method === "POST" && p.attributes.route === "/api/v1/pools" && p.attributes.status === "201");
+  assert.ok(created, JSON.stringify(requests.flatMap((m) => m.points).map((p) => p.attributes)));
+  assert.equal(created.value, 1, "one request counted");
+  assert.deepEqual(created.bounds, [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5, 30, 60]);
+  assert.equal(created.counts!.reduce((a, b) => a + b, 0), 1, "per-bucket counts, not Prometheus' cumulative ones");
+  assert.ok(created.sum! > 0);
 });
 
 test("with no endpoint set the agent loads no OpenTelemetry module", async () => {

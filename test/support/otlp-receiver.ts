@@ -21,7 +21,8 @@ export interface ReceivedSpan {
 export interface ReceivedMetric {
   name: string;
   kind: "gauge" | "sum" | "histogram" | "other";
-  points: Array<{ attributes: Record<string, string | number | boolean>; value: number }>;
+  /** Gauge and sum points: their value; histogram points: their count, with sum and per-bucket counts. */
+  points: Array<{ attributes: Record<string, string | number | boolean>; value: number; sum?: number; bounds?: number[]; counts?: number[] }>;
   resource: Record<string, string | number | boolean>;
 }
 
@@ -118,6 +119,22 @@ function numberPoint(fs: Field[]): { attributes: Record<string, string | number 
   return { attributes: attributes(fs, 7), value: d ? d.readDoubleLE(0) : n ? Number(n.readBigInt64LE(0)) : 0 };
 }
 
+/** HistogramDataPoint: attributes 9, count 4 (fixed64), sum 5 (double), bucket_counts 6 (packed fixed64), explicit_bounds 7 (packed double). */
+function histogramPoint(fs: Field[]): ReceivedMetric["points"][number] {
+  const packed = (no: number, read: (b: Buffer, at: number) => number) => {
+    const b = all(fs, no)[0] as Buffer | undefined;
+    return b ? Array.from({ length: b.length / 8 }, (_, i) => read(b, i * 8)) : [];
+  };
+  const sum = all(fs, 5)[0] as Buffer | undefined;
+  return {
+    attributes: attributes(fs, 9),
+    value: Number(fixed64(fs, 4)),
+    ...(sum ? { sum: sum.readDoubleLE(0) } : {}),
+    counts: packed(6, (b, at) => Number(b.readBigUInt64LE(at))),
+    bounds: packed(7, (b, at) => b.readDoubleLE(at)),
+  };
+}
+
 /** ExportMetricsServiceRequest → metrics (gauge 5, sum 7, histogram 9; data points field 1). */
 export function decodeMetrics(body: Buffer): ReceivedMetric[] {
   const out: ReceivedMetric[] = [];
@@ -127,8 +144,10 @@ export function decodeMetrics(body: Buffer): ReceivedMetric[] {
       for (const m of msgs(sm, 2)) {
         const gauge = msgs(m, 5)[0];
         const sum = msgs(m, 7)[0];
-        const kind = gauge ? "gauge" : sum ? "sum" : msgs(m, 9)[0] ? "histogram" : "other";
-        out.push({ name: text(m, 1), kind, points: msgs(gauge ?? sum ?? [], 1).map(numberPoint), resource });
+        const histogram = msgs(m, 9)[0];
+        const kind = gauge ? "gauge" : sum ? "sum" : histogram ? "histogram" : "other";
+        const points = histogram ? msgs(histogram, 1).map(histogramPoint) : msgs(gauge ?? sum ?? [], 1).map(numberPoint);
+        out.push({ name: text(m, 1), kind, points, resource });
       }
     }
   }

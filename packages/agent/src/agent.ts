@@ -9,7 +9,7 @@ import { chmodSync, mkdirSync } from "node:fs";
 import { prepareDataDir } from "./data-dir.js";
 import { runnerAs } from "./run-user.js";
 import { localRunner } from "./runner.js";
-import { JobRun } from "./job.js";
+import { JobRun, type JobSettings } from "./job.js";
 import { KeptPlanDirs } from "./kept-plans.js";
 import { agentTag, reapOrphans } from "./orphans.js";
 import { ContainerJob } from "./docker/container-runner.js";
@@ -200,6 +200,7 @@ export class Agent {
         }
         if (stop.aborted) throw new StopRequested();
         if (!(err instanceof NetworkError)) throw err;
+        this.metrics.error("register");
         const wait = waitFor(err, delay);
         this.log.warn({ err: err.message, retryInMs: wait }, "server unreachable");
         await pause(wait, stop);
@@ -221,16 +222,17 @@ export class Agent {
         this.lastActivity = Date.now();
       } catch (err) {
         if (this.pollAbort.signal.aborted) return;
-        await this.handleSessionError(err);
+        await this.handleSessionError(err, "poll");
         continue;
       }
       if (job) this.startJob(job);
     }
   }
 
-  /** Decides what a failed session call means: re-register, stop, or retry later. */
-  private async handleSessionError(err: unknown): Promise<void> {
+  /** Decides what a failed session call (`kind`) means: re-register, stop, or retry later. */
+  private async handleSessionError(err: unknown, kind: "poll" | "heartbeat"): Promise<void> {
     if (err instanceof DroverError && err.code === "agent_lost") {
+      this.metrics.error("session_lost");
       this.log.warn({ err: err.message }, "the server no longer knows this agent; registering again");
       try {
         await this.retrying(() => this.register());
@@ -247,8 +249,9 @@ export class Agent {
       this.slotFreed?.();
       return;
     }
-    this.metrics.pollErrors.inc();
-    this.log.warn({ err: err instanceof Error ? err.message : String(err) }, "poll failed; retrying");
+    if (kind === "poll") this.metrics.pollErrors.inc();
+    this.metrics.error(kind);
+    this.log.warn({ err: err instanceof Error ? err.message : String(err) }, `${kind} failed; retrying`);
     await pause(waitFor(err, 1000), this.pollAbort.signal);
   }
 
@@ -256,8 +259,8 @@ export class Agent {
     this.jobsTaken++;
     const container = this.docker ? this.containerJob(assignment) : undefined;
     const run = container
-      ? new JobRun(assignment, this.client, { ...container.config, tracer: this.telemetry.tracer }, this.log, container.runner)
-      : new JobRun(assignment, this.client, { ...this.config, tracer: this.telemetry.tracer }, this.log, this.config.runAs ? runnerAs(localRunner, this.config.runAs) : undefined, this.keptPlans, this.providerCache, this.moduleCache);
+      ? new JobRun(assignment, this.client, { ...container.config, ...this.jobHooks() }, this.log, container.runner)
+      : new JobRun(assignment, this.client, { ...this.config, ...this.jobHooks() }, this.log, this.config.runAs ? runnerAs(localRunner, this.config.runAs) : undefined, this.keptPlans, this.providerCache, this.moduleCache);
     const key = `${assignment.jobId}-${assignment.attempt}`;
     // An older attempt of this job still winding down here (its lease lapsed) ends first: a new
     // attempt never runs beside processes of an older one.
@@ -279,6 +282,11 @@ export class Agent {
     this.jobs.set(key, { run, ended });
     this.metrics.jobsRunning.set(this.jobs.size);
     this.publishStatus();
+  }
+
+  /** What each job reports back to this agent: spans, log bytes shipped, errors. */
+  private jobHooks(): Pick<JobSettings, "tracer" | "onLogBytes" | "onError"> {
+    return { tracer: this.telemetry.tracer, onLogBytes: this.metrics.logBytesShipped, onError: this.metrics.error };
   }
 
   /** Writes the status file the pod-annotator sidecar reads (busy or idle), when one is configured. */
@@ -339,11 +347,13 @@ export class Agent {
       await pause(this.heartbeatMs, this.pollAbort.signal);
       if (this.state !== "running" || !this.session) return;
       try {
+        const sent = performance.now();
         const drop = await this.client.heartbeat(this.session, this.jobs.size, this.pollAbort.signal, this.keptPlans.runIds().slice(0, 100));
+        this.metrics.heartbeatSeconds((performance.now() - sent) / 1000);
         for (const runId of drop) this.keptPlans.release(runId);
       } catch (err) {
         if (this.state !== "running") return;
-        await this.handleSessionError(err);
+        await this.handleSessionError(err, "heartbeat");
       }
     }
   }

@@ -1,8 +1,14 @@
 import { createServer, type Server } from "node:http";
 import type { CacheCounters } from "./providers/cache.js";
 
+/** Bucket bounds (seconds) of request round trips: heartbeats. */
+export const requestSecondsBuckets = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+
+/** Kinds of agent and controller errors (the `kind` label of drover_*_errors_total): a closed set, so the label stays low-cardinality. */
+export type ErrorKind = "register" | "poll" | "heartbeat" | "session_lost" | "log_upload" | "server" | "watch" | "job_create" | "pod_failure_report";
+
 /**
- * The agent's three series in Prometheus' text format, written directly: prom-client costs an
+ * The agent's series in Prometheus' text format, written directly: prom-client costs an
  * idle agent ~12 MB for them (docs/decisions/0004-agent-metrics-without-prom-client.md).
  */
 export class AgentMetrics {
@@ -10,10 +16,20 @@ export class AgentMetrics {
   private running = 0;
   private readonly finished = new Map<string, number>();
   private pollErrorCount = 0;
+  private readonly series = new MetricSet()
+    .define("drover_agent_log_bytes_shipped_total", "counter", "Log bytes of jobs the server acknowledged")
+    .define("drover_agent_heartbeat_duration_seconds", "histogram", "Round trip of the agent's heartbeats to the server", { buckets: requestSecondsBuckets })
+    .define("drover_agent_errors_total", "counter", "Errors of this agent by kind (each retried or handled)", { initial: false });
 
   readonly jobsRunning = { set: (n: number) => void (this.running = n) };
   readonly jobsFinished = { inc: (labels: { phase: string }) => void this.finished.set(labels.phase, (this.finished.get(labels.phase) ?? 0) + 1) };
   readonly pollErrors = { inc: () => void this.pollErrorCount++ };
+  /** Counts `n` log bytes the server acknowledged. */
+  readonly logBytesShipped = (n: number): void => this.series.add("drover_agent_log_bytes_shipped_total", n);
+  /** Records one heartbeat's round trip. */
+  readonly heartbeatSeconds = (seconds: number): void => this.series.observe("drover_agent_heartbeat_duration_seconds", seconds);
+  /** Counts one error of `kind`. */
+  readonly error = (kind: ErrorKind): void => this.series.inc("drover_agent_errors_total", { kind });
   private readonly caches = new Map<string, CacheCounters>();
 
   /** Exposes a cache's counters as drover_agent_cache_* series with `cache="<name>"`. */
@@ -31,6 +47,7 @@ export class AgentMetrics {
       finished +
       "# HELP drover_agent_poll_errors_total Failed long-polls\n# TYPE drover_agent_poll_errors_total counter\n" +
       `drover_agent_poll_errors_total ${this.pollErrorCount}\n` +
+      this.series.render() +
       this.renderCaches()
     );
   }
@@ -117,42 +134,80 @@ export async function servingHealth<T>(port: number, source: HealthSource, work:
   }
 }
 
-/** Gauges and counters in Prometheus' text format, for processes with a handful of series. */
-export class MetricSet {
-  private readonly series = new Map<string, { help: string; type: "gauge" | "counter"; values: Map<string, number> }>();
+type Series =
+  | { help: string; type: "gauge" | "counter"; values: Map<string, number> }
+  | { help: string; type: "histogram"; buckets: number[]; values: Map<string, { counts: number[]; sum: number; count: number }> };
 
-  /** Declares a series; its unlabelled value starts at 0 so scrapers see it at once. */
-  define(name: string, type: "gauge" | "counter", help: string, initial = true): this {
-    this.series.set(name, { help, type, values: new Map(initial ? [["", 0]] : []) });
+/** Gauges, counters and histograms in Prometheus' text format, for processes with a handful of series. */
+export class MetricSet {
+  private readonly series = new Map<string, Series>();
+
+  /**
+   * Declares a series. A gauge's or counter's unlabelled value starts at 0 so scrapers see it
+   * at once (`initial: false` for series that only exist with labels); a histogram needs `buckets`.
+   */
+  define(name: string, type: "gauge" | "counter" | "histogram", help: string, options: { initial?: boolean; buckets?: number[] } = {}): this {
+    if (type === "histogram") {
+      if (!options.buckets?.length) throw new Error(`histogram ${name} needs buckets`);
+      this.series.set(name, { help, type, buckets: [...options.buckets].sort((a, b) => a - b), values: new Map() });
+    } else {
+      this.series.set(name, { help, type, values: new Map(options.initial === false ? [] : [["", 0]]) });
+    }
     return this;
   }
 
   set(name: string, value: number, labels: Record<string, string> = {}): void {
-    this.entry(name).values.set(labelText(labels), value);
+    this.scalar(name).values.set(labelText(labels), value);
   }
 
   inc(name: string, labels: Record<string, string> = {}): void {
-    const e = this.entry(name);
+    this.add(name, 1, labels);
+  }
+
+  /** Adds `n` to a counter. */
+  add(name: string, n: number, labels: Record<string, string> = {}): void {
+    const e = this.scalar(name);
     const key = labelText(labels);
-    e.values.set(key, (e.values.get(key) ?? 0) + 1);
+    e.values.set(key, (e.values.get(key) ?? 0) + n);
+  }
+
+  /** Records one value in a histogram. */
+  observe(name: string, value: number, labels: Record<string, string> = {}): void {
+    const e = this.series.get(name);
+    if (e?.type !== "histogram") throw new Error(`histogram ${name} is not defined`);
+    const key = JSON.stringify(labels);
+    let h = e.values.get(key);
+    if (!h) e.values.set(key, (h = { counts: e.buckets.map(() => 0), sum: 0, count: 0 }));
+    e.buckets.forEach((le, i) => {
+      if (value <= le) h.counts[i]!++;
+    });
+    h.sum += value;
+    h.count++;
   }
 
   render(): string {
     let out = "";
     for (const [name, s] of this.series) {
       out += `# HELP ${name} ${s.help}\n# TYPE ${name} ${s.type}\n`;
-      for (const [labels, v] of s.values) out += `${name}${labels} ${v}\n`;
+      if (s.type !== "histogram") {
+        for (const [labels, v] of s.values) out += `${name}${labels} ${v}\n`;
+        continue;
+      }
+      for (const [key, h] of s.values) {
+        const labels = JSON.parse(key) as Record<string, string>;
+        s.buckets.forEach((le, i) => (out += `${name}_bucket${labelText({ ...labels, le: String(le) })} ${h.counts[i]}\n`));
+        out += `${name}_bucket${labelText({ ...labels, le: "+Inf" })} ${h.count}\n${name}_sum${labelText(labels)} ${h.sum}\n${name}_count${labelText(labels)} ${h.count}\n`;
+      }
     }
     return out;
   }
 
-  private entry(name: string) {
+  private scalar(name: string) {
     const e = this.series.get(name);
-    if (!e) throw new Error(`metric ${name} is not defined`);
+    if (!e || e.type === "histogram") throw new Error(`metric ${name} is not defined as a gauge or counter`);
     return e;
   }
 }
-
 function labelText(labels: Record<string, string>): string {
   const parts = Object.entries(labels).map(([k, v]) => `${k}="${v.replace(/["\\\n]/g, (c) => (c === "\n" ? "\\n" : `\\${c}`))}"`);
   return parts.length ? `{${parts.join(",")}}` : "";

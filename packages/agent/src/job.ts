@@ -39,6 +39,10 @@ export type JobSettings = Pick<AgentConfig, "name" | "dataDir" | "cacheDir" | "s
   token: string | undefined;
   /** Spans of the job's stages (none without an OTLP endpoint). */
   tracer?: RunTracer;
+  /** Told the log bytes the server acknowledged (the process's log-bytes counter). */
+  onLogBytes?: (n: number) => void;
+  /** Told each error the job retries past (the process's errors counter). */
+  onError?: (kind: "log_upload") => void;
 };
 
 /** One job executing on this agent with the local driver. */
@@ -84,7 +88,7 @@ export class JobRun {
     private readonly moduleCache?: ModuleCache,
   ) {
     this.job = client.job(assignment.jobId, assignment.jobToken);
-    this.log = new LogStream(this.job);
+    this.log = new LogStream(this.job, { onAcknowledged: config.onLogBytes, onRetry: config.onError && (() => config.onError?.("log_upload")) });
   }
 
   /** The job's own files, through the runner when it shares them with a runner container. */

@@ -25,7 +25,10 @@ export class LogStream {
   private giveUp: AbortSignal | undefined;
   private failure: unknown;
 
-  constructor(private readonly job: JobClient) {
+  constructor(
+    private readonly job: JobClient,
+    private readonly hooks: { onAcknowledged?: ((bytes: number) => void) | undefined; onRetry?: (() => void) | undefined } = {},
+  ) {
     this.timer = setInterval(() => void this.kick(), flushIntervalMs);
     this.timer.unref();
   }
@@ -94,6 +97,7 @@ export class LogStream {
         const consumed = Math.min(chunk.length, Math.max(0, accepted));
         this.sent += consumed;
         this.dropFront(consumed);
+        if (consumed > 0) this.hooks.onAcknowledged?.(consumed);
         delay = 200;
       } catch (err) {
         if (err instanceof DroverError && err.code === "log_gap") {
@@ -107,6 +111,7 @@ export class LogStream {
         }
         if (this.giveUp?.aborted) return;
         if (err instanceof NetworkError) {
+          this.hooks.onRetry?.();
           // Closing: results matter more than speed, so retry sooner.
           await pause(waitFor(err, delay), this.giveUp);
           delay = Math.min(this.closed ? 2_000 : 5_000, delay * 2);

@@ -1,13 +1,22 @@
-import { ROOT_CONTEXT, SpanStatusCode, trace, TraceFlags, type Attributes, type Context, type Span } from "@opentelemetry/api";
-import { resourceFromAttributes } from "@opentelemetry/resources";
-import { MeterProvider, PeriodicExportingMetricReader, type PushMetricExporter } from "@opentelemetry/sdk-metrics";
+import { ROOT_CONTEXT, SpanStatusCode, trace, TraceFlags, ValueType, type Attributes, type Context, type Span } from "@opentelemetry/api";
+import { emptyResource, resourceFromAttributes } from "@opentelemetry/resources";
+import {
+  AggregationTemporality,
+  DataPointType,
+  MeterProvider,
+  PeriodicExportingMetricReader,
+  type CollectionResult,
+  type MetricData,
+  type MetricProducer,
+  type PushMetricExporter,
+} from "@opentelemetry/sdk-metrics";
 import { BasicTracerProvider, BatchSpanProcessor, RandomIdGenerator, type IdGenerator, type SpanExporter } from "@opentelemetry/sdk-trace-base";
 import type { RunTracer, SpanAttributes, SpanHandle, Telemetry, TelemetryOptions } from "./tracing.js";
 
 /*
  * OpenTelemetry export of one process: traces through the RunTracer interface, and the
- * process's Prometheus series re-read from its exposition text at each export, so OTLP carries
- * the same names as /metrics. Imported (dynamically) only when an OTLP endpoint is set.
+ * process's Prometheus series (gauges, counters, histograms) re-read from its exposition text
+ * at each export, so OTLP carries the same names as /metrics. Imported (dynamically) only when an OTLP endpoint is set.
  */
 
 export { otlpProtocols, type OtlpProtocol, type Telemetry, type TelemetryOptions } from "./tracing.js";
@@ -81,24 +90,92 @@ interface Sample {
   value: number;
 }
 
-/** Gauges and counters of a Prometheus text exposition (histograms are left to /metrics). */
-export function parseExposition(text: string): { types: Map<string, { type: "gauge" | "counter"; help: string }>; samples: Sample[] } {
-  const types = new Map<string, { type: "gauge" | "counter"; help: string }>();
+/** One label set of a histogram: Prometheus' cumulative bucket counts by upper bound, sum and count. */
+interface HistogramSample {
+  labels: Attributes;
+  buckets: Map<number, number>;
+  sum: number;
+  count: number;
+}
+
+type SeriesType = "gauge" | "counter" | "histogram";
+
+function labelsOf(text: string | undefined): Attributes {
+  const labels: Attributes = {};
+  for (const l of (text ?? "").matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) labels[l[1]!] = l[2]!.replace(/\\(.)/g, (_, c: string) => (c === "n" ? "\n" : c));
+  return labels;
+}
+
+/** Gauges, counters and histograms of a Prometheus text exposition. */
+export function parseExposition(text: string): {
+  types: Map<string, { type: SeriesType; help: string }>;
+  samples: Sample[];
+  histograms: Map<string, HistogramSample[]>;
+} {
+  const types = new Map<string, { type: SeriesType; help: string }>();
   const help = new Map<string, string>();
   const samples: Sample[] = [];
+  const histograms = new Map<string, Map<string, HistogramSample>>();
   for (const line of text.split("\n")) {
     const h = /^# HELP (\S+) (.*)$/.exec(line);
     if (h) help.set(h[1]!, h[2]!);
     const t = /^# TYPE (\S+) (\S+)$/.exec(line);
-    if (t && (t[2] === "gauge" || t[2] === "counter")) types.set(t[1]!, { type: t[2], help: help.get(t[1]!) ?? "" });
+    if (t && (t[2] === "gauge" || t[2] === "counter" || t[2] === "histogram")) types.set(t[1]!, { type: t[2], help: help.get(t[1]!) ?? "" });
     if (line === "" || line.startsWith("#")) continue;
     const s = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)/.exec(line);
-    if (!s || !types.has(s[1]!)) continue;
-    const labels: Attributes = {};
-    for (const l of (s[2] ?? "").matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) labels[l[1]!] = l[2]!.replace(/\\(.)/g, (_, c: string) => (c === "n" ? "\n" : c));
-    samples.push({ name: s[1]!, labels, value: Number(s[3]) });
+    if (!s) continue;
+    const value = Number(s[3]);
+    if (types.get(s[1]!)?.type === "gauge" || types.get(s[1]!)?.type === "counter") {
+      samples.push({ name: s[1]!, labels: labelsOf(s[2]), value });
+      continue;
+    }
+    const part = /^(.*)_(bucket|sum|count)$/.exec(s[1]!);
+    if (!part || types.get(part[1]!)?.type !== "histogram") continue;
+    const { le, ...labels } = labelsOf(s[2]);
+    const key = JSON.stringify(labels);
+    const byLabels = histograms.get(part[1]!) ?? new Map<string, HistogramSample>();
+    histograms.set(part[1]!, byLabels);
+    const sample = byLabels.get(key) ?? { labels, buckets: new Map<number, number>(), sum: 0, count: 0 };
+    byLabels.set(key, sample);
+    if (part[2] === "sum") sample.sum = value;
+    else if (part[2] === "count") sample.count = value;
+    else if (le !== "+Inf") sample.buckets.set(Number(le), value);
   }
-  return { types, samples };
+  return { types, samples, histograms: new Map([...histograms].map(([name, m]) => [name, [...m.values()]])) };
+}
+
+const hrTime = (ms: number): [number, number] => [Math.floor(ms / 1000), Math.round((ms % 1000) * 1e6)];
+
+/**
+ * Turns the process's exposition into OTLP metric data at each export: gauges as gauges,
+ * counters as cumulative monotonic sums, histograms as cumulative explicit-bucket histograms
+ * (Prometheus' cumulative bucket counts made per-bucket) — the same names as /metrics.
+ */
+class ExpositionProducer implements MetricProducer {
+  private readonly started = hrTime(Date.now());
+  constructor(private readonly exposition: () => string | Promise<string>) {}
+
+  async collect(): Promise<CollectionResult> {
+    const { types, samples, histograms } = parseExposition(await this.exposition());
+    const now = hrTime(Date.now());
+    const metrics: MetricData[] = [];
+    for (const [name, t] of types) {
+      const base = { descriptor: { name, description: t.help, unit: "", valueType: ValueType.DOUBLE }, aggregationTemporality: AggregationTemporality.CUMULATIVE };
+      const points = samples.filter((s) => s.name === name).map((s) => ({ startTime: this.started, endTime: now, attributes: s.labels, value: s.value }));
+      if (t.type === "gauge") metrics.push({ ...base, dataPointType: DataPointType.GAUGE, dataPoints: points });
+      else if (t.type === "counter") metrics.push({ ...base, dataPointType: DataPointType.SUM, isMonotonic: true, dataPoints: points });
+      else {
+        const dataPoints = (histograms.get(name) ?? []).map((h) => {
+          const boundaries = [...h.buckets.keys()].sort((x, y) => x - y);
+          const cumulative = boundaries.map((b) => h.buckets.get(b)!);
+          const counts = [...cumulative, h.count].map((c, i) => c - (i === 0 ? 0 : cumulative[i - 1]!));
+          return { startTime: this.started, endTime: now, attributes: h.labels, value: { buckets: { boundaries, counts }, sum: h.sum, count: h.count } };
+        });
+        metrics.push({ ...base, dataPointType: DataPointType.HISTOGRAM, dataPoints });
+      }
+    }
+    return { resourceMetrics: { resource: emptyResource(), scopeMetrics: [{ scope: { name: "drover" }, metrics }] }, errors: [] };
+  }
 }
 
 /** Starts exporting; resolves once the exporters are loaded. */
@@ -122,20 +199,13 @@ export async function startTelemetry(o: TelemetryOptions): Promise<Telemetry> {
     stops.push(() => provider.shutdown());
   }
   if (o.metrics && o.exposition) {
-    const exposition = o.exposition;
-    const reader = new PeriodicExportingMetricReader({ exporter: await metricExporter(o), exportIntervalMillis: o.metricsIntervalMs ?? 60_000 });
+    // No instruments of its own: everything comes from the exposition, read at each export.
+    const reader = new PeriodicExportingMetricReader({
+      exporter: await metricExporter(o),
+      exportIntervalMillis: o.metricsIntervalMs ?? 60_000,
+      metricProducers: [new ExpositionProducer(o.exposition)],
+    });
     const provider = new MeterProvider({ resource, readers: [reader] });
-    const meter = provider.getMeter("drover");
-    const { types } = parseExposition(await exposition());
-    const instruments = new Map(
-      [...types].map(([name, t]) => [name, t.type === "counter" ? meter.createObservableCounter(name, { description: t.help }) : meter.createObservableGauge(name, { description: t.help })]),
-    );
-    meter.addBatchObservableCallback(async (result) => {
-      for (const s of parseExposition(await exposition()).samples) {
-        const instrument = instruments.get(s.name);
-        if (instrument) result.observe(instrument, s.value, s.labels);
-      }
-    }, [...instruments.values()]);
     stops.push(() => provider.shutdown());
   }
   return {

@@ -1,5 +1,5 @@
 import type { PoolDemand } from "@drover/protocol";
-import { Gauge, Histogram, Registry } from "prom-client";
+import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { StoreContext } from "./store/context.js";
 import { allPoolDemands } from "./store/demand.js";
 
@@ -11,6 +11,8 @@ export interface ServerMetrics {
   queueWait: Histogram<"phase">;
   /** Started → finished on the agent, per phase and outcome. */
   jobDuration: Histogram<"phase" | "outcome">;
+  /** Log bytes stored from agents (a resent byte counts once), per phase. */
+  logBytes: Counter<"phase">;
 }
 
 export function createMetrics(ctx: StoreContext): ServerMetrics {
@@ -116,5 +118,11 @@ export function createMetrics(ctx: StoreContext): ServerMetrics {
     buckets: [1, 5, 15, 30, 60, 120, 300, 900, 1800, 3600, 14_400],
     registers: [registry],
   });
-  return { registry, httpDuration, queueWait, jobDuration };
+  const logBytes = new Counter({
+    name: "drover_log_bytes_received_total",
+    help: "Log bytes received from agents and stored (a resent byte counts once), per phase",
+    labelNames: ["phase"] as const,
+    registers: [registry],
+  });
+  return { registry, httpDuration, queueWait, jobDuration, logBytes };
 }

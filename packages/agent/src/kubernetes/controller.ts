@@ -5,12 +5,12 @@ import { waitFor } from "../backoff.js";
 import { AgentClient, NetworkError } from "../client.js";
 import type { AgentConfig } from "../config.js";
 import { agentVersion } from "../agent.js";
-import { MetricSet, servingHealth } from "../health.js";
+import { MetricSet, requestSecondsBuckets, servingHealth, type ErrorKind } from "../health.js";
 import { apiClientWithDeadline } from "./api-deadline.js";
 import { startInformer, type Informer } from "./informer.js";
 import { exponentialBackoff, KeyedWorkQueue } from "./work-queue.js";
 import { buildJob, jobName, labels, type TaskSettings } from "./job-spec.js";
-import { describePodFailure, type FailureTimings } from "./pod-failures.js";
+import { describePodFailure, type FailureTimings, type PodFailureReason } from "./pod-failures.js";
 import { grantJobSecret } from "./run-access.js";
 import { podNamespace } from "./settings.js";
 
@@ -34,11 +34,15 @@ interface Tracked {
   jobCreatedAt?: number;
   scheduledAt?: number;
   containerTraced?: boolean;
+  /** Its startup latency (Job created → worker running) is recorded. */
+  startupMeasured?: boolean;
   /** The failure line is in the run's log (a retried report does not write it twice). */
   logged?: boolean;
 }
 
 const genericReportDelayMs = 2_000;
+/** Bucket bounds (seconds) of Job startup: scheduling, image pulls and container start. */
+const startupSecondsBuckets = [0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600];
 /** Jobs whose events are handled at the same time (one event at a time per Job). */
 const queueParallelism = 4;
 /** Attempts of one Job's event handling (e.g. the server unreachable while reporting) before it waits for the next sweep. */
@@ -109,8 +113,11 @@ export class Controller {
   private readonly metrics = new MetricSet()
     .define("drover_controller_jobs_in_flight", "gauge", "Kubernetes Jobs of this controller that have not finished")
     .define("drover_controller_jobs_launched_total", "counter", "Kubernetes Jobs this controller created")
-    .define("drover_controller_pod_failures_total", "counter", "Runs this controller ended errored for a pod-level reason")
-    .define("drover_controller_watch_errors_total", "counter", "Failed lists or watches of Jobs and pods (each is retried)");
+    .define("drover_controller_pod_failures_total", "counter", "Runs this controller ended errored for a pod-level reason, by reason", { initial: false })
+    .define("drover_controller_watch_errors_total", "counter", "Failed lists or watches of Jobs and pods (each is retried)")
+    .define("drover_controller_errors_total", "counter", "Errors of this controller by kind (each retried or reported)", { initial: false })
+    .define("drover_controller_heartbeat_duration_seconds", "histogram", "Round trip of the controller's heartbeats to the server", { buckets: requestSecondsBuckets })
+    .define("drover_controller_job_startup_latency_seconds", "histogram", "From the controller creating a Kubernetes Job to it seeing the run's worker container running", { buckets: startupSecondsBuckets });
 
   constructor(
     private readonly config: AgentConfig,
@@ -206,6 +213,7 @@ export class Controller {
       } catch (err) {
         if (this.stop.signal.aborted) throw err;
         if (err instanceof DroverError) throw err;
+        this.countError("server");
         const wait = waitFor(err, delay);
         this.log.warn({ err: errText(err), retryInMs: wait }, `${what} failed; retrying`);
         await sleep(wait, this.stop.signal);
@@ -254,6 +262,7 @@ export class Controller {
       } catch (err) {
         if (this.stop.signal.aborted) return;
         if (err instanceof DroverError && err.code === "agent_lost") {
+          this.countError("server");
           this.registered = false;
           await this.retrying("registering again with the Drover server", () => this.register()).catch((e: unknown) => {
             if (!this.stop.signal.aborted) throw e;
@@ -261,6 +270,7 @@ export class Controller {
           continue;
         }
         if (err instanceof NetworkError) {
+          this.countError("server");
           await sleep(waitFor(err, 1000), this.stop.signal);
           continue;
         }
@@ -349,9 +359,10 @@ export class Controller {
       this.log.info({ job: a.jobId, run: a.runId, phase: a.phase, k8sJob: name }, "launched Job");
     } catch (err) {
       this.log.error({ job: a.jobId, err: errText(err) }, "could not create the Job");
+      this.countError("job_create");
       // Queued behind this launch (same key), so a server that cannot be told is retried without launching again.
       const reason = `could not create the Kubernetes Job: ${errText(err)}`;
-      void this.queue.add(name, () => this.report(name, reason));
+      void this.queue.add(name, () => this.report(name, reason, "job_create_failed"));
     }
   }
 
@@ -360,7 +371,7 @@ export class Controller {
     const t = this.tracked.get(name);
     if (!t) return;
     if (type === "DELETED" && !t.deleting && !t.started && !t.reported) {
-      await this.report(name, `the Kubernetes Job ${name} was deleted before its worker started`);
+      await this.report(name, `the Kubernetes Job ${name} was deleted before its worker started`, "job_deleted");
       return;
     }
     if (type === "DELETED" || finished(job)) {
@@ -383,7 +394,7 @@ export class Controller {
       const lines = await this.jobEvents(t.name);
       detail = `the Job ended without a pod (${detail})${lines.length ? `; events: ${lines.join("; ")}` : ""}`;
     }
-    await this.report(t.name, detail);
+    await this.report(t.name, detail, t.podSeen ? "job_failed" : "no_pod");
   }
 
   /** The Job's latest events as `Reason: message` lines (FailedCreate says why no pod exists). */
@@ -402,8 +413,16 @@ export class Controller {
     // The worker owns the run once it runs; in node-worker mode, once the runner it prepared does.
     const owner = this.settings.nodeHome ? "runner" : "worker";
     if (pod.status?.containerStatuses?.some((c) => c.name === owner && (c.state?.running || c.state?.terminated))) t.started = true;
+    if (t.jobCreatedAt !== undefined && !t.startupMeasured && pod.status?.containerStatuses?.some((c) => c.name === owner && c.state?.running)) {
+      t.startupMeasured = true;
+      this.metrics.observe("drover_controller_job_startup_latency_seconds", Math.max(0, Date.now() - t.jobCreatedAt) / 1000);
+    }
     this.traceStages(t, pod, owner);
     await this.check(t, Date.now());
+  }
+
+  private countError(kind: ErrorKind): void {
+    if (!this.stop.signal.aborted) this.metrics.inc("drover_controller_errors_total", { kind });
   }
 
   /** The controller's series in Prometheus' text format (/metrics, and OTLP's source). */
@@ -438,7 +457,7 @@ export class Controller {
     const failure = describePodFailure(pod, now, this.settings.timings);
     if (!failure) return;
     if (!failure.generic) {
-      await this.report(t.name, failure.message);
+      await this.report(t.name, failure.message, failure.reason);
       return;
     }
     // Containers die a moment before the kubelet records why (eviction, OOM): look again
@@ -449,7 +468,7 @@ export class Controller {
       void this.queue.add(t.name, async () => {
         t.pendingGeneric = false;
         const latest = t.lastPod ? describePodFailure(t.lastPod, Date.now(), this.settings.timings) : undefined;
-        await this.report(t.name, (latest ?? failure).message);
+        await this.report(t.name, (latest ?? failure).message, (latest ?? failure).reason);
       });
     }, genericReportDelayMs).unref();
   }
@@ -483,7 +502,7 @@ export class Controller {
       );
       if (gone) {
         if (t.started) this.untrack(t.name);
-        else await this.report(t.name, `the Kubernetes Job ${t.name} was deleted before its worker started`);
+        else await this.report(t.name, `the Kubernetes Job ${t.name} was deleted before its worker started`, "job_deleted");
         return;
       }
     }
@@ -496,7 +515,7 @@ export class Controller {
       const lines = await this.jobEvents(t.name);
       const refused = lines.filter((l) => l.startsWith("FailedCreate"));
       const why = refused.length ? refused.slice(-1)[0]! : lines.length ? `events: ${lines.join("; ")}` : "no events";
-      await this.report(t.name, `the Kubernetes Job ${t.name} created no pod within ${Math.round(this.settings.timings.podPendingTimeoutMs / 1000)} s (${why})`);
+      await this.report(t.name, `the Kubernetes Job ${t.name} created no pod within ${Math.round(this.settings.timings.podPendingTimeoutMs / 1000)} s (${why})`, "no_pod");
     }
   }
 
@@ -504,7 +523,7 @@ export class Controller {
    * Reports a pod-level failure into the run's log once and ends the job errored, then deletes
    * the Job so nothing lingers (a worker that already finished the job wins: its outcome stands).
    */
-  private async report(name: string, reason: string): Promise<void> {
+  private async report(name: string, reason: string, kind: PodFailureReason): Promise<void> {
     const t = this.tracked.get(name);
     if (!t || t.reported) return;
     t.reported = true;
@@ -528,11 +547,12 @@ export class Controller {
       // The server unreachable: not reported yet. The Job stays so the work queue (then the next sweep) tries again.
       if (err instanceof NetworkError && !this.stop.signal.aborted) {
         t.reported = false;
+        this.countError("pod_failure_report");
         throw err;
       }
       this.log.info({ job: t.assignment.jobId, err: errText(err) }, "pod failure not reported: the job had already ended");
     }
-    this.metrics.inc("drover_controller_pod_failures_total");
+    this.metrics.inc("drover_controller_pod_failures_total", { reason: kind });
     await this.deleteJob(name);
   }
 
@@ -555,7 +575,11 @@ export class Controller {
     while (!this.stop.signal.aborted) {
       await sleep(Math.min(this.heartbeatMs, 2_000), this.stop.signal);
       if (this.stop.signal.aborted) return;
-      await this.client.heartbeat(this.session, this.tracked.size, this.stop.signal).catch(() => undefined);
+      const sent = performance.now();
+      await this.client.heartbeat(this.session, this.tracked.size, this.stop.signal).then(
+        () => this.metrics.observe("drover_controller_heartbeat_duration_seconds", (performance.now() - sent) / 1000),
+        () => this.countError("heartbeat"),
+      );
       for (const t of [...this.tracked.values()]) {
         if (t.started || t.reported || t.deleting) continue;
         try {
@@ -585,6 +609,7 @@ export class Controller {
       onEvent: handle,
       onError: (err, retryInMs) => {
         this.metrics.inc("drover_controller_watch_errors_total");
+        this.countError("watch");
         this.log.warn({ resource: name, err: errText(err), retryInMs }, "watch failed; resuming");
       },
       signal: this.stop.signal,

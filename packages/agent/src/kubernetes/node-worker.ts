@@ -78,7 +78,9 @@ export class NodeWorker {
   private wake: (() => void) | undefined;
   private readonly metrics = new MetricSet()
     .define("drover_node_worker_runs", "gauge", "Runs this node worker supervises")
-    .define("drover_node_worker_watch_errors_total", "counter", "Failed lists or watches of this node's run pods (each is retried)");
+    .define("drover_node_worker_watch_errors_total", "counter", "Failed lists or watches of this node's run pods (each is retried)")
+    .define("drover_node_worker_log_bytes_shipped_total", "counter", "Log bytes of this node's runs the server acknowledged")
+    .define("drover_node_worker_errors_total", "counter", "Errors of this node worker by kind (each retried)", { initial: false });
 
   constructor(
     private readonly settings: NodeWorkerSettings,
@@ -121,6 +123,7 @@ export class NodeWorker {
       onEvent: () => this.wake?.(),
       onError: (err, retryInMs) => {
         this.metrics.inc("drover_node_worker_watch_errors_total");
+        this.metrics.inc("drover_node_worker_errors_total", { kind: "watch" });
         this.log.warn({ err: err instanceof Error ? err.message : String(err), retryInMs }, "watching this node's run pods failed; resuming");
       },
       signal: this.halt.signal,
@@ -201,7 +204,19 @@ export class NodeWorker {
     }
     const dir = nodeRunDir(this.settings.home, name);
     const log = this.log.child({ job: assignment.jobId, k8sJob: name });
-    const supervised = superviseJob(assignment, { ...this.settings, url, execDir: `${dir}/exec`, runDir: `${dir}/run` }, log, { exec, run });
+    const supervised = superviseJob(
+      assignment,
+      {
+        ...this.settings,
+        url,
+        execDir: `${dir}/exec`,
+        runDir: `${dir}/run`,
+        onLogBytes: (n) => this.metrics.add("drover_node_worker_log_bytes_shipped_total", n),
+        onError: (kind) => this.metrics.inc("drover_node_worker_errors_total", { kind }),
+      },
+      log,
+      { exec, run },
+    );
     this.runs.set(name, supervised);
     log.info({ run: assignment.runId, phase: assignment.phase }, "supervising a run pod on this node");
     void supervised.done.finally(() => this.runs.delete(name));

@@ -70,7 +70,10 @@ export async function runWorker(settings: WorkerSettings, log: Logger): Promise<
   const token = readFileSync(join(settings.secretDir, "token"), "utf8").trim();
   const assignment = jobAssignmentSchema.parse({ ...JSON.parse(readFileSync(join(settings.secretDir, "assignment.json"), "utf8")), jobToken: token });
   let running = true;
-  const metrics = new MetricSet().define("drover_worker_job_running", "gauge", "1 while this pod's job runs");
+  const metrics = new MetricSet()
+    .define("drover_worker_job_running", "gauge", "1 while this pod's job runs")
+    .define("drover_worker_log_bytes_shipped_total", "counter", "Log bytes of this pod's job the server acknowledged")
+    .define("drover_worker_errors_total", "counter", "Errors of this pod's worker by kind (each retried)", { initial: false });
   const exposition = () => {
     metrics.set("drover_worker_job_running", running ? 1 : 0);
     return metrics.render();
@@ -81,7 +84,11 @@ export async function runWorker(settings: WorkerSettings, log: Logger): Promise<
     log.warn({ err: err instanceof Error ? err.message : String(err) }, "OpenTelemetry export could not start; running without it");
     return undefined;
   });
-  const supervised = superviseJob(assignment, { ...settings, tracer: telemetry?.tracer }, log);
+  const supervised = superviseJob(
+    assignment,
+    { ...settings, tracer: telemetry?.tracer, onLogBytes: (n) => metrics.add("drover_worker_log_bytes_shipped_total", n), onError: (kind) => metrics.inc("drover_worker_errors_total", { kind }) },
+    log,
+  );
   // The run matters more than its health port: a port already taken costs the probe, not the run.
   const health = settings.healthPort > 0
     ? await startHealthServer(settings.healthPort, {
@@ -106,7 +113,7 @@ export async function runWorker(settings: WorkerSettings, log: Logger): Promise<
 }
 
 /** Where and how one job runs under a worker: its exec-loop directory and its files. */
-export type SupervisionSettings = Pick<WorkerSettings, "url" | "execDir" | "runDir" | "stopAction" | "gracePeriodMs" | "caCertPem" | "runnerStaleMs" | "tracer">;
+export type SupervisionSettings = Pick<WorkerSettings, "url" | "execDir" | "runDir" | "stopAction" | "gracePeriodMs" | "caCertPem" | "runnerStaleMs" | "tracer"> & Pick<JobSettings, "onLogBytes" | "onError">;
 
 /**
  * Owns one job whose steps execute in a runner container through the exec-loop in
@@ -130,6 +137,8 @@ export function superviseJob(
     token: undefined,
     name: hostname(),
     ...(settings.tracer ? { tracer: settings.tracer } : {}),
+    onLogBytes: settings.onLogBytes,
+    onError: settings.onError,
     dataDir: settings.runDir,
     cacheDir: join(settings.runDir, ".cache"),
     // One pod per job: no later run shares a provider cache or a kept plan directory here.

@@ -119,7 +119,10 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, opt
     binary.addContentTypeParser("*", { parseAs: "buffer", bodyLimit: maxLogChunkBytes + 1024 }, (_req, body, done) => done(null, body));
     const serveBinary = registrar(binary, agentApi, options);
 
-    serveBinary(routes.appendLog, { ...asJob, bodyLimit: maxLogChunkBytes + 1024 }, async ({ query, body }, req) => ({ offset: await appendLog(ctx, jobOf(req), query.offset, bodyBuffer(body)) }));
+    serveBinary(routes.appendLog, { ...asJob, bodyLimit: maxLogChunkBytes + 1024 }, async ({ query, body }, req) => {
+      const job = jobOf(req);
+      return { offset: await appendLog(ctx, job, query.offset, bodyBuffer(body), (n) => http.metrics?.logBytes.inc({ phase: job.phase }, n)) };
+    });
   });
   void app.register(async (upload) => {
     upload.removeAllContentTypeParsers();

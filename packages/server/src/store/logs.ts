@@ -19,12 +19,14 @@ export async function appendAtEnd(db: Queryable, jobId: string, data: Buffer): P
 }
 
 /** Appends a chunk at `offset`; returns the log's size afterwards. */
-export async function appendLog(ctx: StoreContext, job: JobRow, offset: number, data: Buffer): Promise<number> {
+export async function appendLog(ctx: StoreContext, job: JobRow, offset: number, data: Buffer, onStored?: (bytes: number) => void): Promise<number> {
   if (data.length > maxLogChunkBytes) {
     throw new DroverError("payload_too_large", `a log chunk may be at most ${maxLogChunkBytes} bytes; this one is ${data.length}`);
   }
   if (!Number.isSafeInteger(offset) || offset < 0) throw new DroverError("bad_request", "offset must be a non-negative integer");
-  return inTransaction(ctx, async (trx, effects) => {
+  let stored = 0;
+  const end = await inTransaction(ctx, async (trx, effects) => {
+    stored = 0;
     let q = trx.selectFrom("jobs").select(["log_size", "attempt", "status"]).where("id", "=", job.id);
     if (ctx.dialect === "postgres") q = q.forUpdate();
     const row = await q.executeTakeFirstOrThrow();
@@ -39,8 +41,11 @@ export async function appendLog(ctx: StoreContext, job: JobRow, offset: number, 
     await trx.insertInto("log_chunks").values({ job_id: job.id, offset: size, end_offset: end, data: Buffer.from(fresh) }).execute();
     await trx.updateTable("jobs").set({ log_size: end }).where("id", "=", job.id).execute();
     effects.push(["log", job.id]);
+    stored = fresh.length;
     return end;
   });
+  if (stored > 0) onStored?.(stored);
+  return end;
 }
 
 /** A slice of a job's log and whether the job has written its last byte. */
