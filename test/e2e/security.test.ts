@@ -11,7 +11,8 @@ let stack: Stack;
 
 before(async () => {
   stack = await startStack();
-  await stack.startAgent("sec-agent");
+  // No release server: pinned versions fall back to PATH (the default), never to the internet.
+  await stack.startAgent("sec-agent", { DROVER_AGENT_TERRAFORM_RELEASES_URL: "http://127.0.0.1:1/terraform" });
 });
 after(() => stack?.stop());
 
@@ -79,7 +80,7 @@ test("(15) a pinned engine version the agent does not have fails the run clearly
   const runId = await stack.startRun(dir, "pinned");
   const run = await stack.waitForRun(runId, ["errored", "planned", "planned_and_finished"]);
   assert.equal(run.status, "errored");
-  assert.match(run.errorMessage, /terraform 0\.0\.1 is not available on this agent \(on PATH: \d+\.\d+\.\d+/);
+  assert.match(run.errorMessage, /^engine_unavailable: the terraform releases cannot be listed: .*; no terraform on PATH satisfies 0\.0\.1 either \(on PATH: \d+\.\d+\.\d+/);
   const log = await runLog(stack.server, runId, "plan");
   assert.doesNotMatch(log, /\$ terraform init/, "no terraform ran");
 });

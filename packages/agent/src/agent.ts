@@ -23,6 +23,8 @@ const execLoopPath = fileURLToPath(new URL("../../exec-loop/exec-loop.sh", impor
 import { writeAgentStatus } from "./agent-status.js";
 import { ProviderCache } from "./providers/cache.js";
 import { ModuleCache } from "./modules/cache.js";
+import { EngineCache } from "./engines/cache.js";
+import { hashicorpReleaseKey } from "./engines/keys.js";
 import { join } from "node:path";
 
 export const agentVersion = "0.1.0";
@@ -73,6 +75,8 @@ export class Agent {
   private readonly providerCache: ProviderCache | undefined;
   /** The module cache runs read (DROVER_AGENT_MODULE_CACHE_ENABLED). */
   private readonly moduleCache: ModuleCache | undefined;
+  /** The engine versions workspaces ask for (local driver; containers bring their own engine). */
+  private readonly engines: EngineCache | undefined;
   /** OTLP export; the no-op one unless DROVER_AGENT_OTLP_ENDPOINT is set. */
   private telemetry: Telemetry = { tracer: noopTracer, shutdown: async () => undefined };
   private telemetryStarted = false;
@@ -94,6 +98,21 @@ export class Agent {
       ? new ModuleCache({ dir: join(config.cacheDir, "modules"), limitBytes: config.moduleCacheSizeLimitMb * 1024 * 1024, dispatcher: this.client.dispatcher, logger: log })
       : undefined;
     if (this.moduleCache) this.metrics.addCache("modules", this.moduleCache.counters);
+    if (config.driver === "local") {
+      const e = config.engines;
+      this.engines = new EngineCache({
+        dir: join(config.cacheDir, "engines"),
+        limitBytes: config.binaryCacheSizeLimitMb * 1024 * 1024,
+        dispatcher: this.client.dispatcher,
+        logger: log,
+        releases: { terraform: e.terraformReleasesUrl, tofu: e.tofuReleasesUrl, tofuIndex: e.tofuVersionsUrl },
+        signingKeys: [hashicorpReleaseKey, ...(e.signingKeys === undefined ? [] : [e.signingKeys])],
+        trustedFingerprints: e.trustedFingerprints,
+        pathFallback: e.pathFallback,
+        pathEnv: process.env.PATH,
+      });
+      this.metrics.addCache("engines", this.engines.counters);
+    }
     if (config.docker) this.docker = new DockerEngine(config.docker.socketPath);
   }
 
@@ -260,7 +279,7 @@ export class Agent {
     const container = this.docker ? this.containerJob(assignment) : undefined;
     const run = container
       ? new JobRun(assignment, this.client, { ...container.config, ...this.jobHooks() }, this.log, container.runner)
-      : new JobRun(assignment, this.client, { ...this.config, ...this.jobHooks() }, this.log, this.config.runAs ? runnerAs(localRunner, this.config.runAs) : undefined, this.keptPlans, this.providerCache, this.moduleCache);
+      : new JobRun(assignment, this.client, { ...this.config, ...this.jobHooks() }, this.log, this.config.runAs ? runnerAs(localRunner, this.config.runAs) : undefined, this.keptPlans, this.providerCache, this.moduleCache, this.engines);
     const key = `${assignment.jobId}-${assignment.attempt}`;
     // An older attempt of this job still winding down here (its lease lapsed) ends first: a new
     // attempt never runs beside processes of an older one.

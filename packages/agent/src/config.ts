@@ -20,6 +20,8 @@ export interface AgentConfig {
   moduleCacheEnabled: boolean;
   moduleCacheSizeLimitMb: number;
   binaryCacheSizeLimitMb: number;
+  /** Where the engine versions workspaces ask for come from, and what is trusted (local driver). */
+  engines: EngineSettings;
   stopAction: StopAction;
   gracePeriodMs: number;
   logFormat: LogFormat;
@@ -48,6 +50,17 @@ export interface AgentConfig {
   docker?: DockerSettings | undefined;
   /** Local driver: the user terraform and hooks run as (DROVER_AGENT_RUN_AS_USER); the agent's own when unset. */
   runAs?: RunUser | undefined;
+}
+
+/** Engine downloads (DROVER_AGENT_*_RELEASES_URL, _ENGINE_*). */
+export interface EngineSettings {
+  terraformReleasesUrl: string;
+  tofuReleasesUrl: string;
+  tofuVersionsUrl: string;
+  /** Armored keys given by the operator (HashiCorp's built-in key is added by the cache). */
+  signingKeys: string | undefined;
+  trustedFingerprints: string[];
+  pathFallback: boolean;
 }
 
 /** How the docker driver starts each job's container (DROVER_AGENT_DOCKER_*). */
@@ -123,6 +136,14 @@ export function loadAgentConfig(env: NodeJS.ProcessEnv, flags: AgentFlags = {}):
     moduleCacheEnabled: src.get("DROVER_AGENT_MODULE_CACHE_ENABLED"),
     moduleCacheSizeLimitMb: src.get("DROVER_AGENT_MODULE_CACHE_SIZE_LIMIT_MB"),
     binaryCacheSizeLimitMb: src.get("DROVER_AGENT_BINARY_CACHE_SIZE_LIMIT_MB"),
+    engines: {
+      terraformReleasesUrl: src.get("DROVER_AGENT_TERRAFORM_RELEASES_URL"),
+      tofuReleasesUrl: src.get("DROVER_AGENT_TOFU_RELEASES_URL"),
+      tofuVersionsUrl: src.get("DROVER_AGENT_TOFU_VERSIONS_URL"),
+      signingKeys: src.get("DROVER_AGENT_ENGINE_SIGNING_KEYS"),
+      trustedFingerprints: src.get("DROVER_AGENT_ENGINE_TRUSTED_FINGERPRINTS"),
+      pathFallback: src.get("DROVER_AGENT_ENGINE_PATH_FALLBACK"),
+    },
     stopAction,
     gracePeriodMs: graceSeconds * 1000,
     logFormat: src.get("DROVER_AGENT_LOG_FORMAT"),

@@ -20,7 +20,8 @@ function executable(path: string): boolean {
   }
 }
 
-function reportedVersion(path: string): string {
+/** The version a terraform/tofu binary reports (asked once per path). */
+export function reportedVersion(path: string): string {
   let v = versions.get(path);
   if (!v) {
     const out = spawnSync(path, ["version", "-json"], { encoding: "utf8", env: { ...process.env, CHECKPOINT_DISABLE: "1" } });
@@ -34,6 +35,11 @@ function reportedVersion(path: string): string {
   return v;
 }
 
+/** The executables named `engine` in the absolute directories of PATH, in order. */
+export function enginesOnPath(engine: Engine, pathEnv: string | undefined): string[] {
+  return (pathEnv ?? "").split(delimiter).filter((d) => d.startsWith("/")).map((d) => join(d, engine)).filter(executable);
+}
+
 /**
  * Finds the workspace's binary. With no version: the first `<engine>` on PATH. With an exact
  * version: the binary cache (`<cache>/bin/<engine>/<version>/<engine>`), else a binary on PATH
@@ -45,7 +51,7 @@ export function resolveEngine(engine: Engine, version: string | null, cacheDir: 
   if (version !== null && !isExactVersion(version) && !isVersionConstraint(version)) {
     throw new DroverError("bad_request", `the workspace's ${engine} version ${JSON.stringify(version)} is not a version or a version constraint; fix the workspace's engineVersion`);
   }
-  const onPath = (pathEnv ?? "").split(delimiter).filter((d) => d.startsWith("/")).map((d) => join(d, engine)).filter(executable);
+  const onPath = enginesOnPath(engine, pathEnv);
   if (version === null) {
     const path = onPath[0];
     if (!path) throw new DroverError("not_found", `${engine} is not installed on this agent: put it on PATH or pin a version in ${join(cacheDir, "bin", engine, "<version>")}`);

@@ -11,3 +11,7 @@ export { ProviderCache, type CacheCounters, type ProviderLease, type ProviderCac
 export { VerificationError } from "./providers/errors.js";
 export { ModuleCache, type ModuleLease } from "./modules/cache.js";
 export { CacheStore, type CacheStoreOptions, type Fill, type Hold, type StoreEntry } from "./cache/store.js";
+export { EngineCache, newestSatisfying, type EngineLease, type EngineCacheOptions } from "./engines/cache.js";
+export { EngineError, type EngineFailure } from "./engines/errors.js";
+export { hashicorpReleaseKey } from "./engines/keys.js";
+export { ContentStore, type ContentStoreOptions } from "./content-store.js";

@@ -16,6 +16,7 @@ import { chownTree } from "./run-user.js";
 import { localRunner, type RunFiles, type Runner } from "./runner.js";
 import type { ProviderCache, ProviderLease } from "./providers/cache.js";
 import type { ModuleCache, ModuleLease } from "./modules/cache.js";
+import type { EngineCache, EngineLease } from "./engines/cache.js";
 import { lockFileName } from "./providers/config-scan.js";
 
 /** Job states as the agent tracks them. */
@@ -76,6 +77,8 @@ export class JobRun {
   private trace: SpanHandle | undefined;
   /** Module cache entries this job holds until it ends. */
   private moduleLease: ModuleLease | undefined;
+  /** The engine binary this job holds until it ends. */
+  private engineLease: EngineLease | undefined;
 
   constructor(
     private readonly assignment: JobAssignment,
@@ -86,6 +89,7 @@ export class JobRun {
     private readonly keptPlans?: KeptPlanDirs,
     private readonly providerCache?: ProviderCache,
     private readonly moduleCache?: ModuleCache,
+    private readonly engines?: EngineCache,
   ) {
     this.job = client.job(assignment.jobId, assignment.jobToken);
     this.log = new LogStream(this.job, { onAcknowledged: config.onLogBytes, onRetry: config.onError && (() => config.onError?.("log_upload")) });
@@ -217,6 +221,7 @@ export class JobRun {
     this.files.discard(runDir);
     this.providerLease?.release();
     this.moduleLease?.release();
+    this.engineLease?.release();
     this.state = "done";
     this.logger.info({ job: a.jobId, run: a.runId, phase: a.phase, outcome }, "job finished");
   }
@@ -300,13 +305,16 @@ export class JobRun {
     this.secrets = secretForms([...variables.filter((v) => v.sensitive).map((v) => v.value), a.jobToken, ...(this.config.token === undefined ? [] : [this.config.token])]);
     this.log.setSecrets(this.secrets);
 
-    const binary = await this.runner.engine(a.workspace.engine, a.workspace.engineVersion, this.config.cacheDir);
+    // The agent provides the asked version itself; a runner container brings its own engine.
+    if (this.engines) this.engineLease = await this.engines.acquire(a.workspace.engine, a.workspace.engineVersion, this.work.signal);
+    const binary = this.engineLease ?? (await this.runner.engine(a.workspace.engine, a.workspace.engineVersion, this.config.cacheDir));
     const workDir = resolve(configDir, a.workspace.workingDirectory || ".");
     if (relative(configDir, workDir).startsWith("..")) throw new DroverError("bad_request", "the workspace's working directory is outside the configuration");
     this.log.line(
       `[drover] ${a.phase}${a.isDestroy ? " (destroy)" : ""} of run ${a.runId} on agent ${this.config.name}\n` +
         `[drover] ${a.workspace.engine} ${binary.version} (${binary.path}); workspace ${a.workspace.name}; working directory ${a.workspace.workingDirectory || "."}`,
     );
+    for (const note of this.engineLease?.notes ?? []) this.log.line(`[drover] ${note}`);
 
     if (reused) {
       this.log.line("[drover] reusing this run's initialized plan directory on this agent: configuration download and init skipped");

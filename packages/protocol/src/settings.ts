@@ -143,6 +143,30 @@ const cpuCount: SettingParser<number> = (raw, name) => {
   return n;
 };
 
+/** Armored OpenPGP public keys given as the path of a file or as base64 of the armored text; the value is the text. */
+const pgpKeys: SettingParser<string> = (raw, name) => {
+  const marker = "-----BEGIN PGP PUBLIC KEY BLOCK-----";
+  const decoded = Buffer.from(raw, "base64").toString("utf8");
+  if (!existsSync(raw) && decoded.includes(marker)) return decoded;
+  let text: string;
+  try {
+    text = readFileSync(raw, "utf8");
+  } catch (err) {
+    const reason = (err as NodeJS.ErrnoException).code === "ENOENT" ? "no such file" : err instanceof Error ? err.message : String(err);
+    return invalid(name, `${name}: cannot read ${raw} (${reason}), and it is not base64 of armored public keys either`, "Give the path of a file of armored OpenPGP public keys (gpg --armor --export), or that text in base64.");
+  }
+  if (!text.includes(marker)) invalid(name, `${name}: ${raw} holds no armored OpenPGP public key`, "Export the keys with gpg --armor --export.");
+  return text;
+};
+
+/** A comma-separated list of OpenPGP key fingerprints (40 hex digits, spaces allowed), upper-cased. */
+const fingerprints: SettingParser<string[]> = (raw, name) =>
+  raw
+    .split(",")
+    .map((f) => f.replace(/\s+/g, "").toUpperCase())
+    .filter((f) => f !== "")
+    .map((f) => (/^[0-9A-F]{40}$/.test(f) ? f : invalid(name, `${name} must list full 40-digit key fingerprints separated by commas, got ${JSON.stringify(f)}`)));
+
 /** What the agent does with running jobs on SIGTERM (SPEC §5). */
 export const stopActions = ["graceful", "drain", "force"] as const;
 export type StopAction = (typeof stopActions)[number];
@@ -202,7 +226,13 @@ export const settings = {
   DROVER_AGENT_PROVIDER_CACHE_SIZE_LIMIT_MB: setting({ doc: "soft limit of the provider cache: above it, entries no running job uses are evicted, least recently used first", default: 20_480, readers: agents, parse: sizeMb, section: "agent" }),
   DROVER_AGENT_MODULE_CACHE_ENABLED: setting({ doc: "local driver: registry modules cached read-only by exact version in `<cache dir>/modules` and installed into each run's `.terraform/modules` (README, Module cache)", default: false, readers: agents, parse: bool, section: "agent" }),
   DROVER_AGENT_MODULE_CACHE_SIZE_LIMIT_MB: setting({ doc: "soft limit of the module cache: above it, entries no running job uses are evicted, least recently used first", default: 20_480, readers: agents, parse: sizeMb, section: "agent" }),
-  DROVER_AGENT_BINARY_CACHE_SIZE_LIMIT_MB: setting({ doc: "soft size limit of the terraform/tofu binaries kept", default: 5_120, readers: agents, parse: sizeMb, section: "agent" }),
+  DROVER_AGENT_BINARY_CACHE_SIZE_LIMIT_MB: setting({ doc: "local driver: soft size limit of the terraform/tofu releases kept in `<cache dir>/engines`: above it, releases no running job uses are removed, least recently used first", default: 5_120, readers: agents, parse: sizeMb, section: "agent" }),
+  DROVER_AGENT_TERRAFORM_RELEASES_URL: setting({ doc: "local driver: where the terraform version a workspace asks for is downloaded from (HashiCorp's layout: `index.json`, `<v>/terraform_<v>_<os>_<arch>.zip`, `_SHA256SUMS`, `_SHA256SUMS.sig`)", default: "https://releases.hashicorp.com/terraform", readers: ["agent"], parse: httpUrl, section: "agent" }),
+  DROVER_AGENT_TOFU_RELEASES_URL: setting({ doc: "local driver: where tofu releases are downloaded from (OpenTofu's GitHub layout: `v<v>/tofu_<v>_<os>_<arch>.zip`, `_SHA256SUMS`, `_SHA256SUMS.gpgsig`)", default: "https://github.com/opentofu/opentofu/releases/download", readers: ["agent"], parse: httpUrl, section: "agent" }),
+  DROVER_AGENT_TOFU_VERSIONS_URL: setting({ doc: "local driver: the list of tofu versions (`{\"versions\":[{\"id\":\"1.8.0\"}]}`), for version constraints", default: "https://get.opentofu.org/tofu/api.json", readers: ["agent"], parse: httpUrl, section: "agent" }),
+  DROVER_AGENT_ENGINE_SIGNING_KEYS: setting({ doc: "armored OpenPGP public keys (a file, or base64 of the text) release signatures may come from, besides HashiCorp's built-in one (OpenTofu's key goes here); only pinned fingerprints count", readers: ["agent"], parse: pgpKeys, section: "agent" }),
+  DROVER_AGENT_ENGINE_TRUSTED_FINGERPRINTS: setting({ doc: "comma-separated fingerprints of the keys whose signature of a release's SHA256SUMS is trusted; a release signed by any other key fails the run (`engine_key_unknown`)", default: ["C874011F0AB405110D02105534365D9472D7468F", "E3E6E43D84CB852EADB0051D0C0AF313E5FD9F80"], defaultText: "HashiCorp's `C874…468F`, OpenTofu's `E3E6…9F80`", readers: ["agent"], parse: fingerprints, section: "agent" }),
+  DROVER_AGENT_ENGINE_PATH_FALLBACK: setting({ doc: "when the releases are unreachable or lack the asked version, run a terraform/tofu on PATH that satisfies it; `false`: the run fails. A failed verification never falls back", default: true, readers: ["agent"], parse: bool, section: "agent" }),
   DROVER_AGENT_WORKER_ON_STOP_ACTION: setting({ flag: "--stop-action", doc: "`graceful`, `drain` or `force` on SIGTERM", default: "graceful", readers: allAgents, parse: oneOf(stopActions), section: "agent", reserved: true }),
   DROVER_AGENT_GRACE_PERIOD_SECONDS: setting({ flag: "--grace-period-seconds", doc: "all stop timeouts derive from it; at least 30 (graceful), 120 (drain), 10 (force)", default: 120, readers: allAgents, parse: intIn(1, 86_400), section: "agent", reserved: true }),
   DROVER_AGENT_LOG_FORMAT: setting({ flag: "--log-format", doc: "`json`, `plain`, `dev`", default: "json", readers: [...agents, "node-worker", "pod-annotator"], parse: oneOf(logFormats), section: "agent" }),

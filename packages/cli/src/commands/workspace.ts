@@ -15,7 +15,7 @@ export function registerWorkspaceCommands(program: Command): void {
   withCommon(ws.command("create <name>").description("Create a workspace"))
     .requiredOption("--pool <pool>", "agent pool that runs it")
     .option("--engine <engine>", "terraform or tofu", "terraform")
-    .option("--engine-version <version>", "pin a version from the agents' binary cache")
+    .option("--engine-version <version>", "terraform/tofu version or constraint (`~> 1.9`) the agents download, verify and run")
     .option("--working-dir <dir>", "directory inside the configuration to run in", "")
     .option("--auto-apply", "apply plans without confirmation")
     .action(async (name: string, opts: CommonOptions & { pool: string; engine: string; engineVersion?: string; workingDir: string; autoApply?: boolean }) => {

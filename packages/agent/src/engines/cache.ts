@@ -1,0 +1,325 @@
+import { existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import type * as OpenPgp from "openpgp";
+import type { Logger } from "pino";
+import type { Dispatcher } from "undici";
+import { DroverError, isExactVersion, isVersionConstraint, versionSatisfies, type Engine } from "@drover/protocol";
+import { ContentStore } from "../content-store.js";
+import { enginesOnPath, reportedVersion, type EngineBinary } from "../engine.js";
+import { mkdirReadable, removeTree, terraformPlatform, type CacheCounters } from "../providers/cache.js";
+import { VerificationError } from "../providers/errors.js";
+import { sha256File } from "../providers/hashes.js";
+import { RegistryClient, RegistryUnavailable, verifySignature } from "../providers/registry.js";
+import { unzipProvider } from "../providers/zip.js";
+import { EngineError } from "./errors.js";
+import { releaseLayout, type ReleaseLayout } from "./releases.js";
+
+/*
+ * The agent's terraform/tofu binaries. The version a workspace asks for (exact, or the newest
+ * release satisfying a constraint) is downloaded once per agent from the vendor's release
+ * layout, and run only once everything checks: the SHA256SUMS document carries a detached
+ * signature by a key whose fingerprint is pinned, it lists the archive for this platform, and
+ * the archive has that sha256. The unpacked release is stored read-only under that sha256
+ * (content-addressed, see content-store.ts) and checked again before each use. When the
+ * releases are unreachable or lack the version, the engine on PATH may stand in if the agent
+ * allows it; a verification failure never falls back. docs/decisions/0023-engine-binaries.md.
+ */
+
+/** A binary a job runs, held against eviction until `release`. */
+export interface EngineLease extends EngineBinary {
+  /** Lines for the run's log: where the binary came from. */
+  readonly notes: string[];
+  /** The job is over. Idempotent. */
+  release(): void;
+}
+
+/** Options of an `EngineCache`. */
+export interface EngineCacheOptions {
+  /** `<DROVER_AGENT_CACHE_DIR>/engines`. */
+  dir: string;
+  /** Soft limit of the stored releases (DROVER_AGENT_BINARY_CACHE_SIZE_LIMIT_MB). */
+  limitBytes: number;
+  dispatcher: Dispatcher;
+  logger: Logger;
+  /** Base URLs of each engine's releases, and tofu's version index. */
+  releases: { terraform: string; tofu: string; tofuIndex: string };
+  /** Armored public keys signatures may come from (only pinned ones count). */
+  signingKeys: string[];
+  /** Fingerprints (upper-case hex) of the keys whose signatures are trusted. */
+  trustedFingerprints: string[];
+  /** Whether an engine on PATH may run when the releases cannot provide the version. */
+  pathFallback: boolean;
+  pathEnv: string | undefined;
+  /** `os_arch`; default this machine's. */
+  platform?: string;
+  maxArchiveBytes?: number;
+  now?: () => number;
+}
+
+interface VersionRecord {
+  digest: string;
+}
+
+const indexLimit = 32 << 20;
+
+/** The newest of `versions` satisfying `wanted`; pre-releases only when the constraint names one. */
+export function newestSatisfying(versions: string[], wanted: string): string | undefined {
+  const pre = wanted.includes("-");
+  const ok = versions.filter((v) => isExactVersion(v) && versionSatisfies(v, wanted) && (pre || !v.includes("-")));
+  const key = (v: string): number[] => v.replace(/-.*/, "").split(".").map(Number);
+  ok.sort((a, b) => {
+    const [x, y] = [key(a), key(b)];
+    for (let i = 0; i < 3; i++) if ((x[i] ?? 0) !== (y[i] ?? 0)) return (x[i] ?? 0) - (y[i] ?? 0);
+    return a.includes("-") === b.includes("-") ? (a < b ? -1 : 1) : a.includes("-") ? -1 : 1;
+  });
+  return ok.at(-1);
+}
+
+export class EngineCache {
+  /** Hits, misses (downloads), evictions and bytes, for /metrics. */
+  readonly counters: CacheCounters = { hits: 0, misses: 0, evictions: 0, bytes: 0 };
+  private storeOnDisk: ContentStore | undefined;
+  private readonly http: RegistryClient;
+  private readonly versionsDir: string;
+  private readonly platform: string;
+  private readonly maxArchiveBytes: number;
+  /** Per `engine version`: the one SHA256SUMS verification in flight. */
+  private readonly verifying = new Map<string, Promise<{ digest: string; archive: string; signer: string }>>();
+  private keys: Promise<OpenPgp.Key[]> | undefined;
+
+  constructor(private readonly options: EngineCacheOptions) {
+    this.versionsDir = join(options.dir, "versions");
+    this.http = new RegistryClient(options.dispatcher);
+    this.platform = options.platform ?? terraformPlatform();
+    this.maxArchiveBytes = options.maxArchiveBytes ?? 1024 ** 3;
+  }
+
+  /** The store, made on first use: an agent whose workspaces pin no version never touches the disk. */
+  private get store(): ContentStore {
+    if (!this.storeOnDisk) {
+      const o = this.options;
+      this.storeOnDisk = new ContentStore({ dir: join(o.dir, "store"), limitBytes: o.limitBytes, logger: o.logger, name: "engine", counters: this.counters, ...(o.now ? { now: o.now } : {}) });
+      mkdirReadable(this.versionsDir);
+    }
+    return this.storeOnDisk;
+  }
+
+  /** Stored releases (digests), for tests. */
+  stored(): string[] {
+    return this.store.digests();
+  }
+
+  /**
+   * The binary for a workspace's `engine` and `engineVersion`. No version: the engine on PATH
+   * (or, without one, the newest release). Throws `EngineError` with the reason otherwise.
+   */
+  async acquire(engine: Engine, wanted: string | null, signal: AbortSignal): Promise<EngineLease> {
+    if (wanted !== null && !isExactVersion(wanted) && !isVersionConstraint(wanted)) {
+      throw new DroverError("bad_request", `the workspace's ${engine} version ${JSON.stringify(wanted)} is not a version or a version constraint; fix the workspace's engineVersion`);
+    }
+    const onPath = enginesOnPath(engine, this.options.pathEnv);
+    if (wanted === null && onPath[0]) return { path: onPath[0], version: reportedVersion(onPath[0]), notes: [], release: () => {} };
+    const want = wanted ?? ">= 0.0.0";
+    try {
+      const lease = await this.provide(engine, want, signal);
+      this.store.evict();
+      return lease;
+    } catch (err) {
+      if (!(err instanceof EngineError) || err.untrusted) throw err;
+      const why = err.message.slice(err.reason.length + 2);
+      if (!this.options.pathFallback) {
+        throw new EngineError(err.reason, `${why}; the agent does not fall back to a ${engine} on PATH (DROVER_AGENT_ENGINE_PATH_FALLBACK=false)`);
+      }
+      const found = onPath.find((p) => versionSatisfies(reportedVersion(p), want));
+      if (!found) {
+        const there = onPath.map((p) => reportedVersion(p)).join(", ") || "none";
+        throw new EngineError("engine_unavailable", `${why}; no ${engine} on PATH satisfies ${want} either (on PATH: ${there}): install it, make the releases reachable, or change the workspace's engineVersion`);
+      }
+      this.options.logger.warn({ engine, wanted: want, path: found, reason: err.reason }, "engine not downloaded; using the one on PATH");
+      return { path: found, version: reportedVersion(found), notes: [`${engine} ${want} not downloaded (${why}); using ${found} from PATH (DROVER_AGENT_ENGINE_PATH_FALLBACK)`], release: () => {} };
+    }
+  }
+
+  private layout(engine: Engine): ReleaseLayout {
+    const r = this.options.releases;
+    return engine === "terraform" ? releaseLayout("terraform", r.terraform) : releaseLayout("tofu", r.tofu, r.tofuIndex);
+  }
+
+  private async provide(engine: Engine, wanted: string, signal: AbortSignal): Promise<EngineLease> {
+    let version: string | undefined = isExactVersion(wanted) ? wanted : undefined;
+    if (version) {
+      const cached = await this.cached(engine, version);
+      if (cached) return cached;
+    }
+    let offered: string[];
+    try {
+      offered = await this.offered(engine, signal);
+    } catch (err) {
+      // Unreachable releases: a stored version that satisfies the constraint still runs.
+      const stored = newestSatisfying(this.storedVersions(engine), wanted);
+      const cached = stored === undefined ? undefined : await this.cached(engine, stored);
+      if (cached) return cached;
+      throw err;
+    }
+    version ??= newestSatisfying(offered, wanted);
+    if (version === undefined || !offered.includes(version)) {
+      throw new EngineError("engine_version_missing", `${engine} ${wanted} is not among the releases at ${this.layout(engine).indexUrl} (newest offered: ${newestSatisfying(offered, ">= 0.0.0") ?? "none"})`);
+    }
+    const cached = await this.cached(engine, version);
+    if (cached) return cached;
+    return this.fetch(engine, version, signal);
+  }
+
+  private recordPath(engine: Engine, version: string): string {
+    return join(this.versionsDir, engine, version, `${this.platform}.json`);
+  }
+
+  private storedVersions(engine: Engine): string[] {
+    const dir = join(this.versionsDir, engine);
+    return existsSync(dir) ? readdirSync(dir).filter((v) => existsSync(this.recordPath(engine, v))) : [];
+  }
+
+  /** The stored release, checked (its executable still has the sha256 recorded at install). */
+  private async cached(engine: Engine, version: string): Promise<EngineLease | undefined> {
+    let record: VersionRecord;
+    try {
+      record = JSON.parse(readFileSync(this.recordPath(engine, version), "utf8")) as VersionRecord;
+      this.store.path(record.digest);
+    } catch {
+      return undefined;
+    }
+    const release = this.store.hold(record.digest);
+    const path = await this.store.lookup(record.digest, async (tree, detail) => {
+      const exe = join(tree, engine);
+      if (!existsSync(exe)) return `${engine} is missing`;
+      const sha = await sha256File(exe);
+      return sha === detail.binary ? undefined : `${engine} has sha256 ${sha}, not ${detail.binary ?? "?"}`;
+    });
+    if (!path) {
+      release();
+      return undefined;
+    }
+    return { path: join(path, engine), version, notes: [`${engine} ${version} from the agent's verified cache (sha256 ${record.digest})`], release };
+  }
+
+  /** Versions the releases offer. */
+  private async offered(engine: Engine, signal: AbortSignal): Promise<string[]> {
+    const url = this.layout(engine).indexUrl;
+    let doc: unknown;
+    try {
+      doc = JSON.parse((await this.http.fetchBytes(url, indexLimit, signal)).toString("utf8"));
+    } catch (err) {
+      throw new EngineError("engine_releases_unreachable", `the ${engine} releases cannot be listed: ${err instanceof SyntaxError ? `${url} did not answer JSON` : err instanceof Error ? err.message : String(err)}`);
+    }
+    return this.layout(engine).versions(doc);
+  }
+
+  private async fetch(engine: Engine, version: string, signal: AbortSignal): Promise<EngineLease> {
+    const key = `${engine} ${version}`;
+    let p = this.verifying.get(key);
+    if (!p) {
+      p = this.verifiedSums(engine, version, signal).finally(() => this.verifying.delete(key));
+      this.verifying.set(key, p);
+    }
+    const { digest, archive, signer } = await p;
+    const layout = this.layout(engine);
+    const url = layout.url(version, archive);
+    const { path, release } = await this.store.put(digest, async (tree) => {
+      const work = mkdtempSync(join(this.store.tmpDir, "download-"));
+      try {
+        const zip = join(work, archive);
+        let sha: string;
+        try {
+          sha = await this.http.fetchArchive({ filename: archive, downloadUrl: url, shasum: digest, shasumsUrl: undefined, signatureUrl: undefined, armoredKeys: [] }, zip, this.maxArchiveBytes, signal);
+        } catch (err) {
+          if (err instanceof VerificationError) throw new EngineError("engine_archive_invalid", `${url}: ${err.message}`);
+          throw new EngineError("engine_releases_unreachable", `${engine} ${version} cannot be downloaded: ${err instanceof Error ? err.message : String(err)}`);
+        }
+        if (sha !== digest) {
+          throw new EngineError("engine_checksum_mismatch", `${url} has sha256 ${sha}, but the signed ${layout.sums(version)} lists ${digest}; nothing was installed or run`);
+        }
+        mkdirSync(tree);
+        try {
+          unzipProvider(zip, tree, this.maxArchiveBytes);
+        } catch (err) {
+          throw new EngineError("engine_archive_invalid", `${archive}: ${err instanceof Error ? err.message.replace(/provider archive/g, "archive") : String(err)}`);
+        }
+        const exe = join(tree, engine);
+        if (!existsSync(exe) || !lstatSync(exe).isFile()) throw new EngineError("engine_archive_invalid", `${archive} holds no ${engine} executable`);
+        return { binary: await sha256File(exe), engine, version };
+      } finally {
+        removeTree(work);
+      }
+    });
+    // The version's record names the stored release; written whole or not at all.
+    const record = this.recordPath(engine, version);
+    mkdirReadable(join(this.versionsDir, engine, version));
+    const tmp = `${record}.${process.pid}.tmp`;
+    writeFileSync(tmp, JSON.stringify({ digest } satisfies VersionRecord));
+    renameSync(tmp, record);
+    this.options.logger.info({ engine, version, digest }, "engine downloaded and verified");
+    return { path: join(path, engine), version, notes: [`${engine} ${version} downloaded from ${url}, verified: sha256 ${digest}, SHA256SUMS signed by ${signer}`], release };
+  }
+
+  /** The archive's sha256 as the signed SHA256SUMS lists it, once its signature is verified. */
+  private async verifiedSums(engine: Engine, version: string, signal: AbortSignal): Promise<{ digest: string; archive: string; signer: string }> {
+    const layout = this.layout(engine);
+    const get = async (file: string, limit: number): Promise<Buffer> => {
+      try {
+        return await this.http.fetchBytes(layout.url(version, file), limit, signal);
+      } catch (err) {
+        if (err instanceof RegistryUnavailable && / answered 404$/.test(err.message)) {
+          throw new EngineError("engine_version_missing", `${engine} ${version} has no ${file} at ${layout.url(version, file)}`);
+        }
+        throw new EngineError("engine_releases_unreachable", `${engine} ${version}: ${err instanceof Error ? err.message : String(err)}`);
+      }
+    };
+    const sums = await get(layout.sums(version), 1 << 20);
+    const signature = await get(layout.signature(version), 64 << 10);
+    const signer = await this.verifySums(sums, signature, `${engine} ${version}`);
+    const archive = layout.archive(version, this.platform);
+    const line = sums
+      .toString("utf8")
+      .split("\n")
+      .map((l) => /^([0-9a-f]{64})\s+\*?(\S+)$/.exec(l.trim()))
+      .find((m) => m?.[2] === archive);
+    if (!line?.[1]) throw new EngineError("engine_version_missing", `${engine} ${version} has no build for ${this.platform} (${archive} is not in its SHA256SUMS)`);
+    return { digest: line[1], archive, signer };
+  }
+
+  private trustedKeys(): Promise<OpenPgp.Key[]> {
+    this.keys ??= (async () => {
+      const openpgp: typeof OpenPgp = await import("openpgp");
+      const keys: OpenPgp.Key[] = [];
+      for (const armored of this.options.signingKeys) keys.push(...(await openpgp.readKeys({ armoredKeys: armored })));
+      return keys.filter((k) => this.options.trustedFingerprints.includes(k.getFingerprint().toUpperCase()));
+    })();
+    return this.keys;
+  }
+
+  /** Checks the SHA256SUMS signature against the pinned keys; returns the signer's fingerprint. */
+  private async verifySums(sums: Buffer, signature: Buffer, what: string): Promise<string> {
+    const openpgp: typeof OpenPgp = await import("openpgp");
+    let issuers: string[];
+    try {
+      const sig = await openpgp.readSignature({ binarySignature: new Uint8Array(signature) });
+      issuers = sig.getSigningKeyIDs().map((id) => id.toHex().toUpperCase());
+    } catch (err) {
+      throw new EngineError("engine_signature_invalid", `the signature of the SHA256SUMS of ${what} cannot be read: ${err instanceof Error ? err.message : String(err)}`);
+    }
+    const keys = (await this.trustedKeys()).filter((k) => k.getKeyIDs().some((id) => issuers.includes(id.toHex().toUpperCase())));
+    const signer = keys[0];
+    if (!signer) {
+      throw new EngineError(
+        "engine_key_unknown",
+        `the SHA256SUMS of ${what} is signed by key ${issuers.join(", ") || "(none named)"}, which is not a pinned key (DROVER_AGENT_ENGINE_TRUSTED_FINGERPRINTS, keys from DROVER_AGENT_ENGINE_SIGNING_KEYS); nothing was downloaded or run`,
+      );
+    }
+    try {
+      await verifySignature(sums, signature, keys.map((k) => k.armor()), what);
+    } catch (err) {
+      throw new EngineError("engine_signature_invalid", `${err instanceof Error ? err.message : String(err)}; nothing was downloaded or run`);
+    }
+    return signer.getFingerprint().toUpperCase();
+  }
+}

@@ -1,0 +1,92 @@
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { startReleaseServer, type TestReleaseServer } from "../support/engine-releases.js";
+import { freePort } from "../support/processes.js";
+import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
+
+/*
+ * The engine version a workspace asks for is the one that runs: the agent downloads it from a
+ * release server on 127.0.0.1 (the real terraform zipped as 1.11.4, a fake as 1.10.0), verifies
+ * it, and runs it from its cache; a lying release fails the run with the reason, running nothing.
+ */
+
+let stack: Stack;
+let releases: TestReleaseServer;
+let metricsPort: number;
+const realVersion = "1.11.4";
+
+before(async () => {
+  stack = await startStack();
+  releases = await startReleaseServer([
+    { engine: "terraform", version: realVersion, binary: "/usr/local/bin/terraform" },
+    { engine: "terraform", version: "1.10.0" },
+  ]);
+  metricsPort = await freePort();
+  await stack.startAgent("engines", {
+    DROVER_AGENT_CONCURRENCY: "3",
+    DROVER_AGENT_TERRAFORM_RELEASES_URL: releases.base("terraform"),
+    DROVER_AGENT_ENGINE_SIGNING_KEYS: releases.keyFile,
+    DROVER_AGENT_ENGINE_TRUSTED_FINGERPRINTS: releases.fingerprint,
+    DROVER_AGENT_ENGINE_PATH_FALLBACK: "false",
+    DROVER_AGENT_HEALTH_PORT: String(metricsPort),
+  });
+});
+after(async () => {
+  await stack.stop();
+  await releases.close();
+});
+
+async function metric(name: string): Promise<number> {
+  const text = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
+  return Number(new RegExp(`^${name}\\{cache="engines"\\} (\\d+)$`, "m").exec(text)?.[1] ?? "NaN");
+}
+
+test("a workspace's engineVersion (exact, from the CLI) selects the downloaded, verified terraform for plan and apply; a constraint reuses it", async () => {
+  const create = await stack.cli(["workspace", "create", "tf-pinned", "--pool", stack.pool, "--engine-version", realVersion, "--auto-apply"]);
+  assert.equal(create.code, 0, create.stderr);
+  const dir = writeConfig(stack.dir, "tf-pinned", { "main.tf": 'resource "terraform_data" "a" { input = "pinned" }\noutput "v" { value = terraform_data.a.output }\n' });
+  const runId = await stack.startRun(dir, "tf-pinned");
+  const run = await stack.waitForRun(runId, ["applied", "errored", "planned_and_finished"], 180_000);
+  const plan = await runLog(stack.server, runId, "plan");
+  assert.equal(run.status, "applied", `${run.errorMessage}\n${plan}`);
+  const stored = join("engines", "store", "objects", releases.archiveSha("terraform", realVersion), "terraform");
+  assert.ok(plan.includes(`[drover] terraform ${realVersion} (`) && plan.includes(stored), plan);
+  assert.match(plan, new RegExp(`downloaded from .*terraform_${realVersion.replace(/\./g, "\\.")}_linux_amd64\\.zip, verified: sha256 [0-9a-f]{64}, SHA256SUMS signed by ${releases.fingerprint}`));
+  const apply = await runLog(stack.server, runId, "apply");
+  assert.match(apply, /from the agent's verified cache/);
+  assert.match(apply, /Apply complete! Resources: 1 added/);
+
+  await stack.server.api("POST", "/api/v1/workspaces", { name: "tf-constrained", pool: stack.pool, engineVersion: "~> 1.11.0" });
+  const dir2 = writeConfig(stack.dir, "tf-constrained", { "main.tf": 'resource "terraform_data" "a" {}\n' });
+  const run2 = await stack.startRun(dir2, "tf-constrained", ["--plan-only"]);
+  const done2 = await stack.waitForRun(run2, ["planned_and_finished", "errored"], 180_000);
+  const log2 = await runLog(stack.server, run2, "plan");
+  assert.equal(done2.status, "planned_and_finished", `${done2.errorMessage}\n${log2}`);
+  assert.ok(log2.includes(`[drover] terraform ${realVersion} (`) && log2.includes(stored), log2);
+  assert.equal(releases.downloads.get(`terraform_${realVersion}_linux_amd64.zip`), 1, "downloaded once for the agent");
+  assert.equal(await metric("drover_agent_cache_misses_total"), 1);
+  assert.ok((await metric("drover_agent_cache_hits_total")) >= 2);
+});
+
+test("a release whose archive does not match its signed SHA256SUMS fails the run with the reason; nothing runs", async () => {
+  releases.lie("terraform", "1.10.0", "archive");
+  await stack.server.api("POST", "/api/v1/workspaces", { name: "tf-tampered", pool: stack.pool, engineVersion: "1.10.0" });
+  const dir = writeConfig(stack.dir, "tf-tampered", { "main.tf": 'resource "terraform_data" "a" {}\n' });
+  const runId = await stack.startRun(dir, "tf-tampered", ["--plan-only"]);
+  const run = await stack.waitForRun(runId, ["errored", "planned_and_finished"], 120_000);
+  assert.equal(run.status, "errored");
+  assert.match(run.errorMessage, /^engine_checksum_mismatch: .*terraform_1\.10\.0_linux_amd64\.zip has sha256 [0-9a-f]{64}, but the signed terraform_1\.10\.0_SHA256SUMS lists [0-9a-f]{64}; nothing was installed or run/);
+  assert.ok(!releases.executed("terraform", "1.10.0"), "the unverified binary never ran");
+  assert.doesNotMatch(await runLog(stack.server, runId, "plan"), /\$ terraform init/);
+  releases.lie("terraform", "1.10.0", undefined);
+});
+
+test("a version the releases lack fails the run when the fallback to PATH is off, though PATH has a terraform", async () => {
+  await stack.server.api("POST", "/api/v1/workspaces", { name: "tf-missing", pool: stack.pool, engineVersion: ">= 1.12" });
+  const dir = writeConfig(stack.dir, "tf-missing", { "main.tf": 'resource "terraform_data" "a" {}\n' });
+  const runId = await stack.startRun(dir, "tf-missing", ["--plan-only"]);
+  const run = await stack.waitForRun(runId, ["errored", "planned_and_finished"], 120_000);
+  assert.equal(run.status, "errored");
+  assert.match(run.errorMessage, /^engine_version_missing: terraform >= 1\.12 is not among the releases at .*index\.json \(newest offered: 1\.11\.4\); the agent does not fall back to a terraform on PATH \(DROVER_AGENT_ENGINE_PATH_FALLBACK=false\)/);
+});
