@@ -50,7 +50,7 @@ test("a workspace's engineVersion (exact, from the CLI) selects the downloaded, 
   const run = await stack.waitForRun(runId, ["applied", "errored", "planned_and_finished"], 180_000);
   const plan = await runLog(stack.server, runId, "plan");
   assert.equal(run.status, "applied", `${run.errorMessage}\n${plan}`);
-  const stored = join("engines", "store", "objects", releases.archiveSha("terraform", realVersion), "terraform");
+  const stored = join("engines", "releases", releases.archiveSha("terraform", realVersion), "terraform");
   assert.ok(plan.includes(`[drover] terraform ${realVersion} (`) && plan.includes(stored), plan);
   assert.match(plan, new RegExp(`downloaded from .*terraform_${realVersion.replace(/\./g, "\\.")}_linux_amd64\\.zip, verified: sha256 [0-9a-f]{64}, SHA256SUMS signed by ${releases.fingerprint}`));
   const apply = await runLog(stack.server, runId, "apply");

@@ -14,4 +14,3 @@ export { CacheStore, type CacheStoreOptions, type Fill, type Hold, type StoreEnt
 export { EngineCache, newestSatisfying, type EngineLease, type EngineCacheOptions } from "./engines/cache.js";
 export { EngineError, type EngineFailure } from "./engines/errors.js";
 export { hashicorpReleaseKey } from "./engines/keys.js";
-export { ContentStore, type ContentStoreOptions } from "./content-store.js";

@@ -1,14 +1,14 @@
-import { existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
+import { existsSync, lstatSync, readdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type * as OpenPgp from "openpgp";
 import type { Logger } from "pino";
 import type { Dispatcher } from "undici";
 import { DroverError, isExactVersion, isVersionConstraint, versionSatisfies, type Engine } from "@drover/protocol";
-import { ContentStore } from "../content-store.js";
+import { CacheStore, type CacheCounters } from "../cache/store.js";
+import { mkdirReadable } from "../cache/tree.js";
 import { enginesOnPath, reportedVersion, type EngineBinary } from "../engine.js";
-import { mkdirReadable, removeTree, terraformPlatform, type CacheCounters } from "../providers/cache.js";
+import { terraformPlatform } from "../providers/cache.js";
 import { VerificationError } from "../providers/errors.js";
-import { sha256File } from "../providers/hashes.js";
 import { RegistryClient, RegistryUnavailable, verifySignature } from "../providers/registry.js";
 import { unzipProvider } from "../providers/zip.js";
 import { EngineError } from "./errors.js";
@@ -20,7 +20,7 @@ import { releaseLayout, type ReleaseLayout } from "./releases.js";
  * layout, and run only once everything checks: the SHA256SUMS document carries a detached
  * signature by a key whose fingerprint is pinned, it lists the archive for this platform, and
  * the archive has that sha256. The unpacked release is stored read-only under that sha256
- * (content-addressed, see content-store.ts) and checked again before each use. When the
+ * (content-addressed, in the caches' shared store: cache/store.ts), checked before each use. When the
  * releases are unreachable or lack the version, the engine on PATH may stand in if the agent
  * allows it; a verification failure never falls back. docs/decisions/0023-engine-binaries.md.
  */
@@ -75,10 +75,17 @@ export function newestSatisfying(versions: string[], wanted: string): string | u
   return ok.at(-1);
 }
 
+/** What the store records with a release. */
+interface ReleaseMeta {
+  engine: Engine;
+  version: string;
+  archive: string;
+}
+
 export class EngineCache {
-  /** Hits, misses (downloads), evictions and bytes, for /metrics. */
-  readonly counters: CacheCounters = { hits: 0, misses: 0, evictions: 0, bytes: 0 };
-  private storeOnDisk: ContentStore | undefined;
+  /** Hits, misses (downloads), evictions and bytes, for /metrics (zero until the store exists). */
+  readonly counters: CacheCounters;
+  private storeOnDisk: CacheStore<ReleaseMeta> | undefined;
   private readonly http: RegistryClient;
   private readonly versionsDir: string;
   private readonly platform: string;
@@ -92,21 +99,36 @@ export class EngineCache {
     this.http = new RegistryClient(options.dispatcher);
     this.platform = options.platform ?? terraformPlatform();
     this.maxArchiveBytes = options.maxArchiveBytes ?? 1024 ** 3;
+    const live = (): CacheCounters => this.storeOnDisk?.counters ?? { hits: 0, misses: 0, evictions: 0, bytes: 0 };
+    this.counters = {
+      get hits() {
+        return live().hits;
+      },
+      get misses() {
+        return live().misses;
+      },
+      get evictions() {
+        return live().evictions;
+      },
+      get bytes() {
+        return live().bytes;
+      },
+    };
   }
 
   /** The store, made on first use: an agent whose workspaces pin no version never touches the disk. */
-  private get store(): ContentStore {
+  private get store(): CacheStore<ReleaseMeta> {
     if (!this.storeOnDisk) {
       const o = this.options;
-      this.storeOnDisk = new ContentStore({ dir: join(o.dir, "store"), limitBytes: o.limitBytes, logger: o.logger, name: "engine", counters: this.counters, ...(o.now ? { now: o.now } : {}) });
+      this.storeOnDisk = new CacheStore<ReleaseMeta>({ dir: o.dir, entries: "releases", limitBytes: o.limitBytes, logger: o.logger, kind: "engine", ...(o.now ? { now: o.now } : {}) });
       mkdirReadable(this.versionsDir);
     }
     return this.storeOnDisk;
   }
 
-  /** Stored releases (digests), for tests. */
+  /** Stored releases (archive digests), for tests. */
   stored(): string[] {
-    return this.store.digests();
+    return this.storeOnDisk ? readdirSync(this.storeOnDisk.root) : [];
   }
 
   /**
@@ -148,7 +170,7 @@ export class EngineCache {
   private async provide(engine: Engine, wanted: string, signal: AbortSignal): Promise<EngineLease> {
     let version: string | undefined = isExactVersion(wanted) ? wanted : undefined;
     if (version) {
-      const cached = await this.cached(engine, version);
+      const cached = await this.cached(engine, version, signal);
       if (cached) return cached;
     }
     let offered: string[];
@@ -157,7 +179,7 @@ export class EngineCache {
     } catch (err) {
       // Unreachable releases: a stored version that satisfies the constraint still runs.
       const stored = newestSatisfying(this.storedVersions(engine), wanted);
-      const cached = stored === undefined ? undefined : await this.cached(engine, stored);
+      const cached = stored === undefined ? undefined : await this.cached(engine, stored, signal);
       if (cached) return cached;
       throw err;
     }
@@ -165,7 +187,7 @@ export class EngineCache {
     if (version === undefined || !offered.includes(version)) {
       throw new EngineError("engine_version_missing", `${engine} ${wanted} is not among the releases at ${this.layout(engine).indexUrl} (newest offered: ${newestSatisfying(offered, ">= 0.0.0") ?? "none"})`);
     }
-    const cached = await this.cached(engine, version);
+    const cached = await this.cached(engine, version, signal);
     if (cached) return cached;
     return this.fetch(engine, version, signal);
   }
@@ -179,27 +201,16 @@ export class EngineCache {
     return existsSync(dir) ? readdirSync(dir).filter((v) => existsSync(this.recordPath(engine, v))) : [];
   }
 
-  /** The stored release, checked (its executable still has the sha256 recorded at install). */
-  private async cached(engine: Engine, version: string): Promise<EngineLease | undefined> {
+  /** The stored release of a version recorded before (the store checks it; refills it from the recorded digest). */
+  private async cached(engine: Engine, version: string, signal: AbortSignal): Promise<EngineLease | undefined> {
     let record: VersionRecord;
     try {
       record = JSON.parse(readFileSync(this.recordPath(engine, version), "utf8")) as VersionRecord;
-      this.store.path(record.digest);
     } catch {
       return undefined;
     }
-    const release = this.store.hold(record.digest);
-    const path = await this.store.lookup(record.digest, async (tree, detail) => {
-      const exe = join(tree, engine);
-      if (!existsSync(exe)) return `${engine} is missing`;
-      const sha = await sha256File(exe);
-      return sha === detail.binary ? undefined : `${engine} has sha256 ${sha}, not ${detail.binary ?? "?"}`;
-    });
-    if (!path) {
-      release();
-      return undefined;
-    }
-    return { path: join(path, engine), version, notes: [`${engine} ${version} from the agent's verified cache (sha256 ${record.digest})`], release };
+    if (!/^[0-9a-f]{64}$/.test(record.digest)) return undefined;
+    return this.install(engine, version, record.digest, this.layout(engine).archive(version, this.platform), undefined, signal);
   }
 
   /** Versions the releases offer. */
@@ -222,43 +233,59 @@ export class EngineCache {
       this.verifying.set(key, p);
     }
     const { digest, archive, signer } = await p;
-    const layout = this.layout(engine);
-    const url = layout.url(version, archive);
-    const { path, release } = await this.store.put(digest, async (tree) => {
-      const work = mkdtempSync(join(this.store.tmpDir, "download-"));
-      try {
-        const zip = join(work, archive);
-        let sha: string;
-        try {
-          sha = await this.http.fetchArchive({ filename: archive, downloadUrl: url, shasum: digest, shasumsUrl: undefined, signatureUrl: undefined, armoredKeys: [] }, zip, this.maxArchiveBytes, signal);
-        } catch (err) {
-          if (err instanceof VerificationError) throw new EngineError("engine_archive_invalid", `${url}: ${err.message}`);
-          throw new EngineError("engine_releases_unreachable", `${engine} ${version} cannot be downloaded: ${err instanceof Error ? err.message : String(err)}`);
-        }
-        if (sha !== digest) {
-          throw new EngineError("engine_checksum_mismatch", `${url} has sha256 ${sha}, but the signed ${layout.sums(version)} lists ${digest}; nothing was installed or run`);
-        }
-        mkdirSync(tree);
-        try {
-          unzipProvider(zip, tree, this.maxArchiveBytes);
-        } catch (err) {
-          throw new EngineError("engine_archive_invalid", `${archive}: ${err instanceof Error ? err.message.replace(/provider archive/g, "archive") : String(err)}`);
-        }
-        const exe = join(tree, engine);
-        if (!existsSync(exe) || !lstatSync(exe).isFile()) throw new EngineError("engine_archive_invalid", `${archive} holds no ${engine} executable`);
-        return { binary: await sha256File(exe), engine, version };
-      } finally {
-        removeTree(work);
-      }
-    });
+    return this.install(engine, version, digest, archive, signer, signal);
+  }
+
+  /**
+   * The release stored under `digest` (the archive's sha256 from a verified SHA256SUMS), held
+   * for the job; downloaded and unpacked when the store lacks it or it changed.
+   */
+  private async install(engine: Engine, version: string, digest: string, archive: string, signer: string | undefined, signal: AbortSignal): Promise<EngineLease> {
+    const url = this.layout(engine).url(version, archive);
+    const sums = this.layout(engine).sums(version);
+    const hold = this.store.hold(digest);
+    let entry;
+    try {
+      entry = await this.store.acquire(
+        digest,
+        async (tree, scratch) => {
+          const zip = join(scratch, archive);
+          let sha: string;
+          try {
+            sha = await this.http.fetchArchive({ filename: archive, downloadUrl: url, shasum: digest, shasumsUrl: undefined, signatureUrl: undefined, armoredKeys: [] }, zip, this.maxArchiveBytes, signal);
+          } catch (err) {
+            if (err instanceof VerificationError) throw new EngineError("engine_archive_invalid", `${url}: ${err.message}`);
+            throw new EngineError("engine_releases_unreachable", `${engine} ${version} cannot be downloaded: ${err instanceof Error ? err.message : String(err)}`);
+          }
+          if (sha !== digest) throw new EngineError("engine_checksum_mismatch", `${url} has sha256 ${sha}, but the signed ${sums} lists ${digest}; nothing was installed or run`);
+          try {
+            unzipProvider(zip, tree, this.maxArchiveBytes);
+          } catch (err) {
+            throw new EngineError("engine_archive_invalid", `${archive}: ${err instanceof Error ? err.message.replace(/provider archive/g, "archive") : String(err)}`);
+          }
+          const exe = join(tree, engine);
+          if (!existsSync(exe) || !lstatSync(exe).isFile()) throw new EngineError("engine_archive_invalid", `${archive} holds no ${engine} executable`);
+          return { engine, version, archive };
+        },
+        signal,
+      );
+    } catch (err) {
+      hold.release();
+      throw err;
+    }
     // The version's record names the stored release; written whole or not at all.
     const record = this.recordPath(engine, version);
-    mkdirReadable(join(this.versionsDir, engine, version));
-    const tmp = `${record}.${process.pid}.tmp`;
-    writeFileSync(tmp, JSON.stringify({ digest } satisfies VersionRecord));
-    renameSync(tmp, record);
-    this.options.logger.info({ engine, version, digest }, "engine downloaded and verified");
-    return { path: join(path, engine), version, notes: [`${engine} ${version} downloaded from ${url}, verified: sha256 ${digest}, SHA256SUMS signed by ${signer}`], release };
+    if (!existsSync(record)) {
+      mkdirReadable(join(this.versionsDir, engine, version));
+      const tmp = `${record}.${process.pid}.tmp`;
+      writeFileSync(tmp, JSON.stringify({ digest } satisfies VersionRecord));
+      renameSync(tmp, record);
+    }
+    const note = entry.fetched
+      ? `${engine} ${version} downloaded from ${url}, verified: sha256 ${digest}${signer ? `, SHA256SUMS signed by ${signer}` : ` (as listed by the signed ${sums})`}`
+      : `${engine} ${version} from the agent's verified cache (sha256 ${digest})`;
+    if (entry.fetched) this.options.logger.info({ engine, version, digest }, "engine downloaded and verified");
+    return { path: join(entry.path, engine), version, notes: [note], release: () => hold.release() };
   }
 
   /** The archive's sha256 as the signed SHA256SUMS lists it, once its signature is verified. */
