@@ -3,6 +3,7 @@ import { existsSync, writeFileSync } from "node:fs";
 import { createServer, request, type Server } from "node:http";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
+import { numberedLinesCommand, printedLines } from "../support/provisioner-lines.js";
 import { startStack, writeConfig, type Stack } from "../support/stack.js";
 
 // `drover run logs`: real CLI, real server, real agent, real terraform.
@@ -23,36 +24,11 @@ async function workspace(name: string): Promise<void> {
 const lines = 200_000;
 let bigRun = "";
 
-/**
- * Numbers of the `line NNNNNN` lines the provisioner printed, in the order they appear.
- * Terraform's local-exec flushes a partial line when the rest is slow to come (a loaded
- * machine), printing it as two prefixed fragments; the fragments are joined back here, so a
- * split line still counts once and a lost or doubled one still fails.
- */
-function printedLines(text: string): number[] {
-  const out: number[] = [];
-  let partial = "";
-  for (const m of text.matchAll(/\(local-exec\): (.*)$/gm)) {
-    const fragment = m[1]!;
-    if (partial === "" && !fragment.startsWith("line")) continue; // "Executing: [...]"
-    partial += fragment;
-    const whole = /^line (\d{6}) x{26}$/.exec(partial);
-    if (whole) {
-      out.push(Number(whole[1]));
-      partial = "";
-    } else if (partial.length > 64) {
-      out.push(-1); // not a line the provisioner printed: make the count fail
-      partial = "";
-    }
-  }
-  return out;
-}
-
 test("run logs prints every line of a 15 MB apply log once, in order", async () => {
   await workspace("big");
   // ~75 bytes a line once terraform prefixes it: about 15 MB in all.
   const dir = writeConfig(stack.dir, "big", {
-    "main.tf": `resource "terraform_data" "big" {\n  provisioner "local-exec" {\n    command = "seq -f 'line %06g xxxxxxxxxxxxxxxxxxxxxxxxxx' 1 ${lines}"\n  }\n}\n`,
+    "main.tf": `resource "terraform_data" "big" {\n  provisioner "local-exec" {\n    command = "${numberedLinesCommand(lines)}"\n  }\n}\n`,
   });
   bigRun = await stack.startRun(dir, "big", ["--auto-apply"]);
   await stack.waitForRun(bigRun, ["applied"], 600_000);
@@ -81,6 +57,28 @@ test("run logs without --phase prints the plan log, then the apply log", async (
   assert.equal(planOnly.code, 0, planOnly.stderr);
   assert.equal(res.stdout, planOnly.stdout + res.stdout.slice(planOnly.stdout.length), "the plan log comes first, whole");
   assert.equal(printedLines(planOnly.stdout).length, 0);
+});
+
+test("a line terraform prints in pieces counts once, wherever the provisioner paused in it", async () => {
+  // The provisioner stops mid-line long enough for terraform to flush the partial line (its
+  // line reader waits about 100 ms), at the offsets that once lost a line: inside "line", after
+  // a space terraform then trims, and just before the newline.
+  await workspace("pieces");
+  const splits = [1, 2, 3, 4, 5, 6, 11, 12, 13, 38];
+  const script = splits
+    .map((at, i) => {
+      const text = `line ${String(i + 1).padStart(6, "0")} ${"x".repeat(26)}`;
+      return `printf '%s' '${text.slice(0, at)}'; sleep 0.3; printf '%s\\\\n' '${text.slice(at)}'`;
+    })
+    .join("; ");
+  const dir = writeConfig(stack.dir, "pieces", {
+    "main.tf": `resource "terraform_data" "pieces" {\n  provisioner "local-exec" {\n    command = "${script}"\n  }\n}\n`,
+  });
+  const runId = await stack.startRun(dir, "pieces", ["--auto-apply"]);
+  await stack.waitForRun(runId, ["applied"]);
+  const res = await stack.cli(["run", "logs", runId, "--phase", "apply"]);
+  assert.equal(res.code, 0, res.stderr);
+  assert.deepEqual(printedLines(res.stdout), splits.map((_, i) => i + 1), res.stdout);
 });
 
 test("run logs rejects an unknown --phase", async () => {
