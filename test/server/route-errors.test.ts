@@ -233,6 +233,15 @@ const routeCases: Case[] = [
   },
   {
     route: "appendLog",
+    code: "log_conflict",
+    run: async () => {
+      const { job, client } = await startedJob();
+      await client.call(routes.appendLog, { params: { id: job.jobId }, query: { offset: 0 }, body: Buffer.from("first\n") });
+      return client.call(routes.appendLog, { params: { id: job.jobId }, query: { offset: 0 }, body: Buffer.from("other\n") });
+    },
+  },
+  {
+    route: "appendLog",
     code: "payload_too_large",
     run: async () => {
       const { job, client } = await startedJob();

@@ -342,6 +342,35 @@ for (const backend of backends) {
       assert.equal(tail.complete, false);
     });
 
+    test("logs: a resend whose overlap differs from the stored bytes is refused, nothing stored", async () => {
+      const { agent, ws, cv } = await fixture();
+      await newRun(ws.id, cv.id);
+      const job = await claim(agent);
+      const row = await jobRow(job);
+      // Two stored chunks, so the overlap is read across a chunk boundary.
+      assert.equal(await store.appendLog(ctx, row, 0, Buffer.from("line 1\nli")), 9);
+      assert.equal(await store.appendLog(ctx, row, 9, Buffer.from("ne 2\n")), 14);
+      // A sender whose offset is 2 bytes behind its data: keeping only the "new tail" would drop
+      // "3\n" and store "line 3" where "line 4" was meant.
+      const wrong = await rejectsWith(store.appendLog(ctx, row, 12, Buffer.from("line 3\n")), "log_conflict");
+      assert.equal(wrong.details?.expectedOffset, 14);
+      await rejectsWith(store.appendLog(ctx, row, 0, Buffer.from("line 1\nline 3\nline 4\n")), "log_conflict");
+      assert.equal((await store.readLog(ctx, job.jobId, 0, 100)).data.toString(), "line 1\nline 2\n");
+      // An honest resend, split anywhere, still adds only its tail.
+      assert.equal(await store.appendLog(ctx, row, 5, Buffer.from("1\nline 2\nline 3\n")), 21);
+      for (let limit = 1; limit <= 22; limit++) {
+        let text = "";
+        for (let offset = 0; ; ) {
+          const page = await store.readLog(ctx, job.jobId, offset, limit);
+          text += page.data.toString();
+          if (page.data.length === 0) break;
+          assert.equal(page.nextOffset, offset + page.data.length);
+          offset = page.nextOffset;
+        }
+        assert.equal(text, "line 1\nline 2\nline 3\n", `read ${limit} bytes a page`);
+      }
+    });
+
     test("state: versions kept; the lock is idempotent for its holder and refuses others", async () => {
       const { ws } = await fixture();
       assert.equal(await store.currentState(ctx, ws.id), null);

@@ -103,8 +103,12 @@ export class LogStream {
         if (err instanceof DroverError && err.code === "log_gap") {
           const expected = Number(err.details?.expectedOffset);
           if (Number.isInteger(expected) && expected < this.sent) {
-            // The server has less than we believed: nothing can restore those bytes; say so.
+            // The server has less than we believed: nothing can restore those bytes; say so,
+            // in the log too, where the rest would otherwise close the gap without a trace.
             this.failure = new Error(`the server lost log bytes ${expected}..${this.sent}`);
+            const marker = Buffer.from(`\n[drover] the server lost log bytes ${expected}..${this.sent} of this job\n`, "utf8");
+            this.pending.unshift(marker);
+            this.pendingBytes += marker.length;
           }
           this.sent = Number.isInteger(expected) ? expected : this.sent;
           continue;

@@ -288,7 +288,7 @@ export const routes = {
     query: z.object({ offset: z.coerce.number().int().min(0) }),
     body: raw("application/octet-stream"),
     response: ok(s.logAppendResponseSchema),
-    errors: ["log_gap", "payload_too_large"],
+    errors: ["log_gap", "log_conflict", "payload_too_large"],
   }),
   uploadPlan: route({ method: "PUT", path: `${agentApi}/jobs/:id/plan`, summary: "Upload the plan file", auth: "job", params: id, body: raw("application/octet-stream"), response: noContent }),
   uploadPlanJson: route({

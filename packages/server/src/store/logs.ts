@@ -6,7 +6,9 @@ import type { JobRow } from "../db/schema.js";
 /*
  * Job logs are append-only byte streams. An append names the offset it starts at: a chunk
  * already stored (a retry) is acknowledged and ignored, an overlapping one keeps only its new
- * tail, and one that would leave a gap is refused with the offset the server expects.
+ * tail, and one that would leave a gap is refused with the offset the server expects. The
+ * overlap of a retry must equal what is stored: bytes that differ mean the sender's offset is
+ * wrong, and accepting only the tail would silently drop its new bytes, so it is refused.
  */
 
 /** Appends at the log's current end, whatever it is (server-written lines). */
@@ -35,7 +37,14 @@ export async function appendLog(ctx: StoreContext, job: JobRow, offset: number, 
     if (offset > size) {
       throw new DroverError("log_gap", `log offset ${offset} is past the end of the log (${size}); resend from ${size}`, { details: { expectedOffset: size } });
     }
-    const fresh = data.subarray(Math.min(data.length, size - offset));
+    const overlap = Math.min(data.length, size - offset);
+    if (overlap > 0) {
+      const stored = await storedBytes(trx, job.id, offset, offset + overlap);
+      if (!stored.equals(data.subarray(0, overlap))) {
+        throw new DroverError("log_conflict", `log bytes ${offset}..${offset + overlap} differ from the ones already stored; the log continues at ${size}`, { details: { expectedOffset: size } });
+      }
+    }
+    const fresh = data.subarray(overlap);
     if (fresh.length === 0) return size;
     const end = size + fresh.length;
     await trx.insertInto("log_chunks").values({ job_id: job.id, offset: size, end_offset: end, data: Buffer.from(fresh) }).execute();
@@ -56,27 +65,32 @@ export interface LogSlice {
 }
 
 
+/** The stored bytes from `from` up to `to` (both within the log). */
+async function storedBytes(db: Queryable, jobId: string, from: number, to: number): Promise<Buffer> {
+  const chunks = await db
+    .selectFrom("log_chunks")
+    .select(["offset", "data"])
+    .where("job_id", "=", jobId)
+    .where("end_offset", ">", from)
+    .where("offset", "<", to)
+    .orderBy("offset")
+    .execute();
+  const parts: Buffer[] = [];
+  let position = from;
+  for (const c of chunks) {
+    const take = c.data.subarray(position - c.offset, to - c.offset);
+    parts.push(take);
+    position += take.length;
+  }
+  return parts.length === 1 ? parts[0]! : Buffer.concat(parts);
+}
+
 /** Reads up to `limit` bytes from `offset`. */
 export async function readLog(ctx: StoreContext, jobId: string, offset: number, limit: number): Promise<LogSlice> {
   const job = await ctx.db.selectFrom("jobs").select(["log_size", "status"]).where("id", "=", jobId).executeTakeFirst();
   if (!job) throw new DroverError("not_found", `no job ${JSON.stringify(jobId)}`);
   if (offset > job.log_size) throw new DroverError("bad_request", `offset ${offset} is past the end of the log (${job.log_size})`);
-  const chunks = await ctx.db
-    .selectFrom("log_chunks")
-    .select(["offset", "data"])
-    .where("job_id", "=", jobId)
-    .where("end_offset", ">", offset)
-    .where("offset", "<", offset + limit)
-    .orderBy("offset")
-    .execute();
-  const parts: Buffer[] = [];
-  let position = offset;
-  for (const c of chunks) {
-    const data = Buffer.from(c.data);
-    const from = position - c.offset;
-    const take = data.subarray(from, from + (offset + limit - position));
-    parts.push(take);
-    position += take.length;
-  }
-  return { data: Buffer.concat(parts), nextOffset: position, complete: isFinishedJob(job.status) && position >= job.log_size };
+  const data = await storedBytes(ctx.db, jobId, offset, Math.min(job.log_size, offset + limit));
+  const nextOffset = offset + data.length;
+  return { data, nextOffset, complete: isFinishedJob(job.status) && nextOffset >= job.log_size };
 }
