@@ -2,7 +2,8 @@ import { join } from "node:path";
 import { benchDispatch } from "./dispatch.js";
 import { benchScale } from "./scale.js";
 import { benchOverhead } from "./overhead.js";
-import { benchAgentIdle, benchLogStreaming } from "./agent-resources.js";
+import { benchAgentIdle } from "./agent-resources.js";
+import { benchLogHeavyApply, benchLogStreaming } from "./logs.js";
 import { benchKubernetes } from "./kubernetes.js";
 import { benchProviderCache } from "./provider-cache.js";
 import { benchImages } from "./images.js";
@@ -19,6 +20,7 @@ const benches: Record<string, () => Promise<Figure[]>> = {
   overhead: () => benchOverhead(),
   "agent-idle": () => benchAgentIdle(),
   logs: () => benchLogStreaming(),
+  "log-heavy-apply": () => benchLogHeavyApply(),
   scale: () => benchScale(),
   kubernetes: () => benchKubernetes(),
   "provider-cache": () => benchProviderCache(),
