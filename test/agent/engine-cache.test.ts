@@ -5,7 +5,8 @@ import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writ
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { Agent as UndiciAgent } from "undici";
-import { createLogger, EngineCache, EngineError, hashicorpReleaseKey, newestSatisfying, type EngineCacheOptions } from "@drover/agent";
+import { createLogger, EngineCache, EngineError, hashicorpReleaseKey, loadAgentConfig, newestSatisfying, type EngineCacheOptions } from "@drover/agent";
+import { InvalidSettingError, newPoolToken } from "@drover/protocol";
 import { startReleaseServer, type TestReleaseServer } from "../support/engine-releases.js";
 
 let releases: TestReleaseServer;
@@ -125,7 +126,7 @@ for (const [lie, reason, message] of [
   ["signature", "engine_signature_invalid", /SHA256SUMS of terraform 1\.2\.0 is not signed/],
   ["unknown-key", "engine_key_unknown", /signed by key [0-9A-F]{16}, which is not a pinned key/],
 ] as const) {
-  test(`a ${lie} lie fails with ${reason}, runs nothing, stores nothing, and never falls back to PATH`, async () => {
+  test(`a release that lies (${lie}) fails with ${reason}, runs nothing, stores nothing, and never falls back to PATH`, async () => {
     releases.lie("terraform", "1.2.0", lie);
     try {
       const cache = newCache({ pathFallback: true, pathEnv: pathDir });
@@ -208,4 +209,39 @@ test("above the size limit, releases no job holds are evicted oldest first; a he
   assert.equal(reported(held.path), "1.0.0");
   held.release();
   third.release();
+});
+
+test("engine settings: defaults are the vendors' releases and keys; values compile; bad ones stop the agent with one line", () => {
+  const token = newPoolToken({ url: "http://127.0.0.1:9", pool: "pool_x" });
+  const d = loadAgentConfig({ DROVER_TOKEN: token }).engines;
+  assert.deepEqual(d, {
+    terraformReleasesUrl: "https://releases.hashicorp.com/terraform",
+    tofuReleasesUrl: "https://github.com/opentofu/opentofu/releases/download",
+    tofuVersionsUrl: "https://get.opentofu.org/tofu/api.json",
+    signingKeys: undefined,
+    trustedFingerprints: ["C874011F0AB405110D02105534365D9472D7468F", "E3E6E43D84CB852EADB0051D0C0AF313E5FD9F80"],
+    pathFallback: true,
+  });
+  const armored = readFileSync(releases.keyFile, "utf8");
+  const set = loadAgentConfig({
+    DROVER_TOKEN: token,
+    DROVER_AGENT_TERRAFORM_RELEASES_URL: "https://mirror.example/terraform/",
+    DROVER_AGENT_ENGINE_SIGNING_KEYS: Buffer.from(armored).toString("base64"),
+    DROVER_AGENT_ENGINE_TRUSTED_FINGERPRINTS: "c874 011f 0ab4 0511 0d02  1055 3436 5d94 72d7 468f, " + releases.fingerprint,
+    DROVER_AGENT_ENGINE_PATH_FALLBACK: "false",
+  }).engines;
+  assert.equal(set.terraformReleasesUrl, "https://mirror.example/terraform");
+  assert.equal(set.signingKeys, armored, "base64 of the armored text");
+  assert.equal(loadAgentConfig({ DROVER_TOKEN: token, DROVER_AGENT_ENGINE_SIGNING_KEYS: releases.keyFile }).engines.signingKeys, armored, "a file");
+  assert.deepEqual(set.trustedFingerprints, ["C874011F0AB405110D02105534365D9472D7468F", releases.fingerprint]);
+  assert.equal(set.pathFallback, false);
+  for (const [env, message] of [
+    [{ DROVER_AGENT_ENGINE_TRUSTED_FINGERPRINTS: "72D7468F" }, /DROVER_AGENT_ENGINE_TRUSTED_FINGERPRINTS must list full 40-digit key fingerprints/],
+    [{ DROVER_AGENT_ENGINE_SIGNING_KEYS: "/nonexistent/keys.asc" }, /DROVER_AGENT_ENGINE_SIGNING_KEYS: cannot read \/nonexistent\/keys\.asc \(no such file\)/],
+    [{ DROVER_AGENT_ENGINE_SIGNING_KEYS: join(pathDir, "terraform") }, /holds no armored OpenPGP public key/],
+    [{ DROVER_AGENT_TOFU_RELEASES_URL: "ftp://mirror/tofu" }, /DROVER_AGENT_TOFU_RELEASES_URL must be http:\/\/ or https:\/\//],
+    [{ DROVER_AGENT_ENGINE_PATH_FALLBACK: "maybe" }, /DROVER_AGENT_ENGINE_PATH_FALLBACK must be true or false/],
+  ] as const) {
+    assert.throws(() => loadAgentConfig({ DROVER_TOKEN: token, ...env }), (err: unknown) => err instanceof InvalidSettingError && message.test(err.message));
+  }
 });

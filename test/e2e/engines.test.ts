@@ -1,5 +1,6 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
+import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { startReleaseServer, type TestReleaseServer } from "../support/engine-releases.js";
 import { freePort } from "../support/processes.js";
@@ -21,11 +22,17 @@ before(async () => {
   releases = await startReleaseServer([
     { engine: "terraform", version: realVersion, binary: "/usr/local/bin/terraform" },
     { engine: "terraform", version: "1.10.0" },
+    { engine: "tofu", version: "1.8.0" },
+    { engine: "tofu", version: "1.9.0" },
   ]);
   metricsPort = await freePort();
   await stack.startAgent("engines", {
     DROVER_AGENT_CONCURRENCY: "3",
     DROVER_AGENT_TERRAFORM_RELEASES_URL: releases.base("terraform"),
+    DROVER_AGENT_TOFU_RELEASES_URL: releases.base("tofu"),
+    DROVER_AGENT_TOFU_VERSIONS_URL: releases.tofuIndex,
+    // Smaller than terraform itself: every release no job holds is evicted after the next one.
+    DROVER_AGENT_BINARY_CACHE_SIZE_LIMIT_MB: "1",
     DROVER_AGENT_ENGINE_SIGNING_KEYS: releases.keyFile,
     DROVER_AGENT_ENGINE_TRUSTED_FINGERPRINTS: releases.fingerprint,
     DROVER_AGENT_ENGINE_PATH_FALLBACK: "false",
@@ -89,4 +96,19 @@ test("a version the releases lack fails the run when the fallback to PATH is off
   const run = await stack.waitForRun(runId, ["errored", "planned_and_finished"], 120_000);
   assert.equal(run.status, "errored");
   assert.match(run.errorMessage, /^engine_version_missing: terraform >= 1\.12 is not among the releases at .*index\.json \(newest offered: 1\.11\.4\); the agent does not fall back to a terraform on PATH \(DROVER_AGENT_ENGINE_PATH_FALLBACK=false\)/);
+});
+
+test("a tofu workspace's constraint selects the newest tofu release (OpenTofu's layout), and the size limit evicts the idle terraform", async () => {
+  await stack.server.api("POST", "/api/v1/workspaces", { name: "tofu-constrained", pool: stack.pool, engine: "tofu", engineVersion: "~> 1.8" });
+  const dir = writeConfig(stack.dir, "tofu-constrained", { "main.tf": 'resource "terraform_data" "a" {}\n' });
+  const runId = await stack.startRun(dir, "tofu-constrained", ["--plan-only"]);
+  // The fake tofu prints no plan: the run may fail after it ran; which binary ran is the point.
+  await stack.waitForRun(runId, ["errored", "planned_and_finished"], 120_000);
+  const log = await runLog(stack.server, runId, "plan");
+  assert.ok(log.includes(`[drover] tofu 1.9.0 (`) && log.includes(join("engines", "releases", releases.archiveSha("tofu", "1.9.0"), "tofu")), log);
+  assert.match(log, /downloaded from .*\/tofu\/v1\.9\.0\/tofu_1\.9\.0_linux_amd64\.zip, verified/);
+  assert.ok(releases.executed("tofu", "1.9.0"), "the selected tofu ran");
+  assert.ok(!releases.executed("tofu", "1.8.0"));
+  assert.equal(await metric("drover_agent_cache_evictions_total"), 1, "terraform (no job holds it) was evicted above DROVER_AGENT_BINARY_CACHE_SIZE_LIMIT_MB");
+  assert.ok(!existsSync(join(stack.dir, "agent-engines", "cache", "engines", "releases", releases.archiveSha("terraform", realVersion))));
 });
