@@ -1,9 +1,10 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { existsSync } from "node:fs";
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startReleaseServer, type TestReleaseServer } from "../support/engine-releases.js";
-import { freePort } from "../support/processes.js";
+import { freePort, spawnDrover } from "../support/processes.js";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
 
 /*
@@ -111,4 +112,46 @@ test("a tofu workspace's constraint selects the newest tofu release (OpenTofu's 
   assert.ok(!releases.executed("tofu", "1.8.0"));
   assert.equal(await metric("drover_agent_cache_evictions_total"), 1, "terraform (no job holds it) was evicted above DROVER_AGENT_BINARY_CACHE_SIZE_LIMIT_MB");
   assert.ok(!existsSync(join(stack.dir, "agent-engines", "cache", "engines", "releases", releases.archiveSha("terraform", realVersion))));
+});
+
+test("a run as another user runs the cached terraform and cannot write it: its provisioner is refused by the filesystem", { skip: process.getuid?.() !== 0 ? "only root can start runs as another user" : false }, async () => {
+  await stack.server.api("POST", "/api/v1/pools", { name: "engines-ro" });
+  const token = (await stack.server.api("POST", "/api/v1/pools/engines-ro/tokens", { description: "ro" })).body.token as string;
+  // Reachable (0711) by the run user, like /var/lib/drover.
+  const home = mkdtempSync(join(tmpdir(), "drover-engines-"));
+  chmodSync(home, 0o711);
+  const cache = join(home, "cache");
+  writeFileSync(join(home, "terraformrc"), "", { mode: 0o644 });
+  const agent = spawnDrover(["agent", "run"], {
+    ...stack.baseEnv,
+    TF_CLI_CONFIG_FILE: join(home, "terraformrc"),
+    DROVER_TOKEN: token,
+    DROVER_AGENT_NAME: "engines-ro",
+    DROVER_AGENT_DATA_DIR: join(home, "data"),
+    DROVER_AGENT_CACHE_DIR: cache,
+    DROVER_AGENT_HEALTH_PORT: "0",
+    DROVER_AGENT_RUN_AS_USER: "65534:65534",
+    DROVER_AGENT_TERRAFORM_RELEASES_URL: releases.base("terraform"),
+    DROVER_AGENT_ENGINE_SIGNING_KEYS: releases.keyFile,
+    DROVER_AGENT_ENGINE_TRUSTED_FINGERPRINTS: releases.fingerprint,
+  });
+  try {
+    await agent.waitFor(/registered/);
+    await stack.server.api("POST", "/api/v1/workspaces", { name: "engines-ro", pool: "engines-ro", autoApply: true, engineVersion: realVersion });
+    const binary = join(cache, "engines", "releases", releases.archiveSha("terraform", realVersion), "terraform");
+    const attempts = [`echo planted >> ${binary}`, `touch ${join(binary, "..", "planted")}`, `chmod u+w ${binary}`, `mv ${binary} ${binary}.moved`];
+    const command = attempts.map((c, i) => `( ${c} ) 2>/dev/null && echo WRITE${i}:ok || echo WRITE${i}:refused`).join("; ");
+    const dir = writeConfig(stack.dir, "engines-ro", { "main.tf": `resource "terraform_data" "probe" {\n  provisioner "local-exec" {\n    command = ${JSON.stringify(command)}\n  }\n}\n` });
+    const runId = await stack.startRun(dir, "engines-ro");
+    const run = await stack.waitForRun(runId, ["applied", "errored"], 180_000);
+    const log = await runLog(stack.server, runId, "apply");
+    assert.equal(run.status, "applied", `${run.errorMessage}\n${log}`);
+    assert.ok(log.includes(binary), log);
+    for (let i = 0; i < attempts.length; i++) assert.match(log, new RegExp(`WRITE${i}:refused`), `${attempts[i]} was not refused:\n${log}`);
+    assert.equal(statSync(binary).mode & 0o222, 0);
+    assert.ok(!readFileSync(binary).includes("planted"));
+  } finally {
+    await agent.stop("SIGKILL");
+    rmSync(home, { recursive: true, force: true });
+  }
 });
