@@ -3,7 +3,8 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { after, before, test } from "node:test";
-import { spawnDrover, type Proc } from "../support/processes.js";
+import { freePort, spawnDrover, type Proc } from "../support/processes.js";
+import { scrape } from "../support/metric-values.js";
 import { startStack, type Stack } from "../support/stack.js";
 import { startTcpProxy, type TcpProxy } from "../support/tcp-proxy.js";
 import { eventually, fastTimings, prepareDroverNamespace, startTestCluster, type TestCluster } from "./cluster.js";
@@ -49,16 +50,23 @@ async function registered(name: string): Promise<boolean> {
   return (await stack.server.api("GET", `/api/v1/agents?pool=${stack.pool}`)).body.items.some((a: any) => a.name === name && a.status !== "offline");
 }
 
-test("a controller started while the server is down registers once it comes up", async () => {
+test("a controller started while the server is down registers once it comes up; its errors are counted by kind", async () => {
   proxy.set("refuse");
-  const controller = startController("late-ctl");
+  const port = await freePort();
+  const errors = (kind: string) => scrape(`http://127.0.0.1:${port}/metrics`, "drover_controller_errors_total", { kind });
+  const controller = startController("late-ctl", { DROVER_AGENT_HEALTH_PORT: String(port) });
   try {
     await controller.waitFor(/registering with the Drover server failed; retrying/);
     await controller.waitFor(/registering with the Drover server failed; retrying[^\n]*\n(.|\n)*registering with the Drover server failed; retrying/, 30_000);
     assert.equal(controller.child.exitCode, null, `the controller ended:\n${controller.output()}`);
+    assert.ok(((await errors("server")) ?? 0) >= 2, "each failed registration counted");
     proxy.set("open");
     await eventually("the controller to register", () => registered("late-ctl"));
     await controller.waitFor(/controller registered/);
+    // Cut off once registered: its heartbeats fail and are counted apart from the server calls.
+    proxy.set("refuse");
+    await eventually("a failed heartbeat counted", async () => ((await errors("heartbeat")) ?? 0) >= 1 || undefined, 30_000);
+    proxy.set("open");
   } finally {
     controller.child.kill("SIGTERM");
     const exit = await controller.exited;

@@ -8,7 +8,8 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { after, before, test } from "node:test";
 import { startStack, type Stack } from "../support/stack.js";
-import { droverBin, spawnDrover, type Proc } from "../support/processes.js";
+import { droverBin, freePort, spawnDrover, type Proc } from "../support/processes.js";
+import { scrape } from "../support/metric-values.js";
 import { startOtlpReceiver, type OtlpReceiver } from "../support/otlp-receiver.js";
 import { eventually, fastTimings, kube, prepareDroverNamespace, startTestCluster, type TestCluster } from "./cluster.js";
 
@@ -18,6 +19,7 @@ let cluster: TestCluster;
 let stack: Stack;
 let controller: Proc;
 let receiver: OtlpReceiver;
+let controllerPort: number;
 
 before(async () => {
   receiver = await startOtlpReceiver();
@@ -54,7 +56,7 @@ before(async () => {
     DROVER_AGENT_KUBERNETES_TASK_TEMPLATE: "task-template",
     DROVER_AGENT_KUBERNETES_WORKER_IMAGE: "ghcr.io/drover-dev/drover:test",
     DROVER_AGENT_EXEC_LOOP_PATH: join(repo, "packages", "agent", "exec-loop", "exec-loop.sh"),
-    DROVER_AGENT_HEALTH_PORT: "0",
+    DROVER_AGENT_HEALTH_PORT: String((controllerPort = await freePort())),
     DROVER_AGENT_OTLP_ENDPOINT: receiver.url,
   });
   await eventually("the controller to register", async () => (await stack.server.api("GET", `/api/v1/agents?pool=${stack.pool}`)).body.items.some((a: any) => a.name === "traced-ctl" && a.status !== "offline"));
@@ -86,16 +88,43 @@ test("examples/hello in job mode: each phase's trace holds the server's spans an
       return stages.every((n) => c.includes(n)) ? c : undefined;
     }, 30_000);
     assert.deepEqual(children.filter((n) => stages.includes(n)).sort(), [...stages].sort());
-    // The controller's Kubernetes stages, in order, under the job span: Job created → pod scheduled → container started.
+    // The controller's Kubernetes stages, in order, under the job span: Job created → pod scheduled → image pulled → container started.
     const k8s = await eventually(`the controller's ${job.phase} stages`, async () => {
-      const found = ["kubernetes job created", "pod scheduled", "container started"].map((n) => inTrace().find((s) => s.name === n));
+      const found = ["kubernetes job created", "pod scheduled", "image pulled", "container started"].map((n) => inTrace().find((s) => s.name === n));
       return found.every((f) => f !== undefined) ? found.map((f) => f!) : undefined;
     }, 30_000);
     for (const s of k8s) {
       assert.equal(s.parentSpanId, root.spanId, `${s.name} hangs under the job span`);
       assert.equal(s.resource["service.name"], "drover-controller");
     }
-    assert.ok(k8s[0]!.endNs <= k8s[1]!.endNs && k8s[1]!.endNs <= k8s[2]!.endNs, "created, then scheduled, then started");
-    assert.ok(k8s[2]!.endNs <= worker.startNs + 2_000_000_000n, "the worker's span begins once its container runs (second-resolution API times)");
+    for (let i = 1; i < k8s.length; i++) assert.ok(k8s[i - 1]!.endNs <= k8s[i]!.endNs, `${k8s[i - 1]!.name} ends before ${k8s[i]!.name}`);
+    const [, scheduled, pulled, started] = k8s;
+    // The pull is the test cluster kubelet's Pulled event of the worker container: it starts where scheduling ended, the container's start where it ended.
+    assert.equal(pulled!.attributes["drover.k8s.pulled_event"], true, "ended by the kubelet's Pulled event");
+    assert.equal(pulled!.attributes["k8s.container.name"], "worker");
+    assert.equal(pulled!.attributes["container.image.name"], "ghcr.io/drover-dev/drover:test");
+    assert.equal(pulled!.startNs, scheduled!.endNs);
+    assert.equal(started!.startNs, pulled!.endNs);
+    assert.ok(k8s[3]!.endNs <= worker.startNs + 2_000_000_000n, "the worker's span begins once its container runs (second-resolution API times)");
+  }
+
+  // The controller's metrics of the two Jobs: startup latency (Job created → worker running) once per Job, heartbeats timed, no errors.
+  const metrics = `http://127.0.0.1:${controllerPort}/metrics`;
+  assert.equal(await scrape(metrics, "drover_controller_job_startup_latency_seconds_count"), 2);
+  const startup = (await scrape(metrics, "drover_controller_job_startup_latency_seconds_sum"))!;
+  assert.ok(startup > 0 && startup < 120, `startup latency sum ${startup} s`);
+  await eventually("a timed controller heartbeat", async () => ((await scrape(metrics, "drover_controller_heartbeat_duration_seconds_count")) ?? 0) > 0 || undefined, 30_000);
+  assert.equal(await scrape(metrics, "drover_controller_errors_total"), undefined, "no controller error");
+  assert.equal(await scrape(metrics, "drover_controller_pod_failures_total"), undefined, "no pod failure");
+
+  // Each run pod's worker exported its log bytes at its end (OTLP only: the pod is gone): what the server stored of that phase.
+  for (const job of jobs) {
+    const received = (await scrape(`${stack.server.url}/metrics`, "drover_log_bytes_received_total", { phase: job.phase }))!;
+    const shipped = await eventually(`the ${job.phase} pod's final log bytes`, async () => {
+      const points = receiver.metrics.filter((m) => m.name === "drover_worker_log_bytes_shipped_total" && m.resource["drover.phase"] === job.phase).flatMap((m) => m.points);
+      const last = Math.max(0, ...points.map((p) => p.value));
+      return last === received ? last : undefined;
+    }, 30_000);
+    assert.ok(shipped > 0);
   }
 });

@@ -4,7 +4,8 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { after, before, describe, test } from "node:test";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
-import { droverBin, spawnDrover, type Proc } from "../support/processes.js";
+import { droverBin, freePort, spawnDrover, type Proc } from "../support/processes.js";
+import { scrape } from "../support/metric-values.js";
 import { eventually, fastTimings, kube, prepareDroverNamespace, startTestCluster, type TestCluster } from "./cluster.js";
 
 // Kubernetes job mode end to end: the real server, the real controller process, the test
@@ -44,6 +45,9 @@ function taskTemplate(tfrc: string) {
   };
 }
 
+/** The controller's health port (each restarted controller takes it over): its /metrics. */
+let controllerPort = 0;
+
 function startController(name = "ctl", env: Record<string, string> = {}): Proc {
   return spawnDrover(["agent", "controller"], {
     ...stack.baseEnv,
@@ -56,7 +60,7 @@ function startController(name = "ctl", env: Record<string, string> = {}): Proc {
     DROVER_AGENT_EXEC_LOOP_PATH: join(repo, "packages", "agent", "exec-loop", "exec-loop.sh"),
     // Short, so the image pull failure test ends soon.
     DROVER_AGENT_IMAGE_PULL_GRACE_SECONDS: "6",
-    DROVER_AGENT_HEALTH_PORT: "0",
+    DROVER_AGENT_HEALTH_PORT: String(controllerPort),
     DROVER_AGENT_LOG_FORMAT: "plain",
     ...env,
   });
@@ -82,6 +86,7 @@ before(async () => {
   await prepareDroverNamespace(cluster, ns, join(repo, "deploy", "kubernetes", "agenttasks.drover.dev.yaml"));
   const created = await kube(cluster, "POST", `/apis/drover.dev/v1alpha1/namespaces/${ns}/agenttasks`, taskTemplate(tfrc));
   assert.equal(created.status, 201, JSON.stringify(created.body));
+  controllerPort = await freePort();
   controller = startController();
   await eventually("the controller to register", async () => (await stack.server.api("GET", `/api/v1/agents?pool=${stack.pool}`)).body.items.some((a: any) => a.name === "ctl" && a.status !== "offline"));
 });
@@ -188,13 +193,24 @@ describe("pod failures reach the run log once, with specifics", () => {
     const run = await stack.waitForRun(runId, ["errored", "applied", "canceled"], 60_000);
     return { run, log: await runLog(stack.server, runId, "apply") };
   }
+  /** The controller's count of pod failures for `reason`. */
+  const failures = (reason: string) =>
+    // (A controller restarted by the test before may not serve its port yet.)
+    eventually("the controller's /metrics", () =>
+      scrape(`http://127.0.0.1:${controllerPort}/metrics`, "drover_controller_pod_failures_total", { reason }).then(
+        (n) => ({ n: n ?? 0 }),
+        () => undefined,
+      ),
+    ).then((r) => r.n);
 
   test("OOMKilled", async () => {
+    const before = await failures("oom_killed");
     const { run, log } = await failingRun("k8s-oom", (pod) => {
       cluster.simulateOom(ns, pod, "runner");
     });
     assert.equal(run.status, "errored");
     assert.equal(log.match(/OOMKilled/g)?.length, 1, log);
+    assert.equal(await failures("oom_killed"), before + 1, "counted once under its reason");
   });
 
   test("evicted", async () => {
@@ -203,9 +219,11 @@ describe("pod failures reach the run log once, with specifics", () => {
     });
     assert.equal(run.status, "errored");
     assert.equal(log.match(/evicted/g)?.length, 1, log);
+    assert.equal(await failures("evicted"), 1);
   });
 
   test("image pull failure", async () => {
+    const before = await failures("image_pull");
     await workspace("k8s-pull");
     cluster.setImagePullable("ghcr.io/drover-dev/drover-runner:test", false);
     try {
@@ -216,6 +234,7 @@ describe("pod failures reach the run log once, with specifics", () => {
       // One reason line; the kubelet's back-off message itself names ErrImagePull again.
       assert.equal(log.match(/^\[drover\] .*(ErrImagePull|ImagePullBackOff)/gm)?.length, 1, log);
       assert.match(log, /drover-runner:test/);
+      assert.equal(await failures("image_pull"), before + 1);
     } finally {
       cluster.setImagePullable("ghcr.io/drover-dev/drover-runner:test", true);
     }

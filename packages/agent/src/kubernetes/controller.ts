@@ -1,4 +1,4 @@
-import { BatchV1Api, CoreV1Api, CustomObjectsApi, KubeConfig, RbacAuthorizationV1Api, type KubernetesListObject, type KubernetesObject, type V1Job, type V1JobSpec, type V1Pod } from "@kubernetes/client-node";
+import { BatchV1Api, CoreV1Api, CustomObjectsApi, KubeConfig, RbacAuthorizationV1Api, type CoreV1Event, type KubernetesListObject, type KubernetesObject, type V1Job, type V1JobSpec, type V1Pod } from "@kubernetes/client-node";
 import { DroverError, jobAssignmentSchema, noopTracer, SettingsSource, startTelemetryIfSet, type JobAssignment, type RunTracer } from "@drover/protocol";
 import type { Logger } from "pino";
 import { waitFor } from "../backoff.js";
@@ -417,7 +417,7 @@ export class Controller {
       t.startupMeasured = true;
       this.metrics.observe("drover_controller_job_startup_latency_seconds", Math.max(0, Date.now() - t.jobCreatedAt) / 1000);
     }
-    this.traceStages(t, pod, owner);
+    await this.traceStages(t, pod, owner);
     await this.check(t, Date.now());
   }
 
@@ -431,8 +431,12 @@ export class Controller {
     return this.metrics.render();
   }
 
-  /** Spans `pod scheduled` and `container started` of a Job this process created, each once. */
-  private traceStages(t: Tracked, pod: V1Pod, owner: string): void {
+  /**
+   * Spans `pod scheduled`, `image pulled` and `container started` of a Job this process
+   * created, each once. The pull ends at the kubelet's `Pulled` event for the container (an
+   * image already present is pulled at once); without that event, at the container's start.
+   */
+  private async traceStages(t: Tracked, pod: V1Pod, owner: string): Promise<void> {
     if (t.jobCreatedAt === undefined || this.tracer === noopTracer) return;
     const parent = t.assignment.traceparent;
     const attributes = { "k8s.pod.name": pod.metadata?.name ?? "", "k8s.node.name": pod.spec?.nodeName ?? "" };
@@ -442,12 +446,31 @@ export class Controller {
       t.scheduledAt = Math.max(t.jobCreatedAt, scheduled.lastTransitionTime ? new Date(scheduled.lastTransitionTime).getTime() : Date.now());
       this.tracer.start("pod scheduled", parent, { startTime: t.jobCreatedAt, attributes }).end(undefined, undefined, t.scheduledAt);
     }
-    const running = pod.status?.containerStatuses?.find((c) => c.name === owner)?.state?.running;
+    const status = pod.status?.containerStatuses?.find((c) => c.name === owner);
+    const running = status?.state?.running;
     if (!t.containerTraced && t.scheduledAt !== undefined && running) {
       t.containerTraced = true;
       const at = Math.max(t.scheduledAt, running.startedAt ? new Date(running.startedAt).getTime() : Date.now());
-      this.tracer.start("container started", parent, { startTime: t.scheduledAt, attributes: { ...attributes, "k8s.container.name": owner } }).end(undefined, undefined, at);
+      const pulled = await this.imagePulledAt(pod, owner);
+      const pulledAt = Math.min(at, Math.max(t.scheduledAt, pulled ?? at));
+      const container = { ...attributes, "k8s.container.name": owner, "container.image.name": status?.image ?? "" };
+      this.tracer.start("image pulled", parent, { startTime: t.scheduledAt, attributes: { ...container, "drover.k8s.pulled_event": pulled !== undefined } }).end(undefined, undefined, pulledAt);
+      this.tracer.start("container started", parent, { startTime: pulledAt, attributes: container }).end(undefined, undefined, at);
     }
+  }
+
+  /** When the kubelet reported `container`'s image pulled (its `Pulled` event), if it did. */
+  private async imagePulledAt(pod: V1Pod, container: string): Promise<number | undefined> {
+    const name = pod.metadata?.name;
+    if (!name) return undefined;
+    const events = await this.core
+      .listNamespacedEvent({ namespace: this.settings.namespace, fieldSelector: `involvedObject.name=${name}` })
+      .catch(() => ({ items: [] as CoreV1Event[] }));
+    const times = events.items
+      .filter((e) => e.reason === "Pulled" && e.involvedObject.fieldPath === `spec.containers{${container}}`)
+      .map((e) => new Date(e.eventTime ?? e.firstTimestamp ?? e.lastTimestamp ?? NaN).getTime())
+      .filter((ms) => Number.isFinite(ms));
+    return times.length ? Math.min(...times) : undefined;
   }
 
   /** Reports the pod's failure, if it has one by `now`; a generic one after a second look. */
