@@ -59,6 +59,11 @@ function reported(path: string): string {
   return (JSON.parse(execFileSync(path, ["version", "-json"], { encoding: "utf8" })) as { terraform_version: string }).terraform_version;
 }
 
+/** Resolves once `ok()` holds, looking again on every turn of the event loop. */
+async function waitFor(ok: () => boolean): Promise<void> {
+  while (!ok()) await new Promise((r) => setImmediate(r));
+}
+
 async function failure(p: Promise<unknown>): Promise<EngineError> {
   try {
     await p;
@@ -119,6 +124,23 @@ test("concurrent runs asking for one version download it once", async () => {
   assert.equal(new Set(leases.map((l) => l.path)).size, 1);
   assert.equal(cache.counters.misses, 1);
   for (const l of leases) l.release();
+});
+
+test("a job that stops waiting (canceled) does not end the download other jobs wait for", async () => {
+  const cache = newCache();
+  releases.downloads.clear();
+  const open = releases.stall("tofu", "1.9.1");
+  const canceled = new AbortController();
+  const first = cache.acquire("tofu", "1.9.1", canceled.signal);
+  const second = cache.acquire("tofu", "1.9.1", signal);
+  await waitFor(() => releases.downloads.get("tofu_1.9.1_linux_amd64.zip") === 1);
+  canceled.abort(new Error("canceled by request"));
+  await assert.rejects(first, /canceled by request/);
+  open();
+  const lease = await second;
+  assert.equal(reported(lease.path), "1.9.1");
+  assert.equal(releases.downloads.get("tofu_1.9.1_linux_amd64.zip"), 1);
+  lease.release();
 });
 
 for (const [lie, reason, message] of [

@@ -50,17 +50,35 @@ async function metric(name: string): Promise<number> {
   return Number(new RegExp(`^${name}\\{cache="engines"\\} (\\d+)$`, "m").exec(text)?.[1] ?? "NaN");
 }
 
-test("a workspace's engineVersion (exact, from the CLI) selects the downloaded, verified terraform for plan and apply; a constraint reuses it", async () => {
+test("a workspace's engineVersion (exact, from the CLI) selects the downloaded, verified terraform for plan and apply, downloaded once for three concurrent runs; a constraint reuses it", async () => {
   const create = await stack.cli(["workspace", "create", "tf-pinned", "--pool", stack.pool, "--engine-version", realVersion, "--auto-apply"]);
   assert.equal(create.code, 0, create.stderr);
   const dir = writeConfig(stack.dir, "tf-pinned", { "main.tf": 'resource "terraform_data" "a" { input = "pinned" }\noutput "v" { value = terraform_data.a.output }\n' });
+  // Two more runs want the same version at the same time (the agent runs 3 jobs at once).
+  const others = await Promise.all(
+    ["tf-pinned-2", "tf-pinned-3"].map(async (ws) => {
+      await stack.server.api("POST", "/api/v1/workspaces", { name: ws, pool: stack.pool, engineVersion: realVersion });
+      return stack.startRun(writeConfig(stack.dir, ws, { "main.tf": 'resource "terraform_data" "a" {}\n' }), ws, ["--plan-only"]);
+    }),
+  );
   const runId = await stack.startRun(dir, "tf-pinned");
+  const planLogs: string[] = [];
+  for (const other of others) {
+    const done = await stack.waitForRun(other, ["planned_and_finished", "errored"], 180_000);
+    assert.equal(done.status, "planned_and_finished", done.errorMessage);
+    planLogs.push(await runLog(stack.server, other, "plan"));
+  }
   const run = await stack.waitForRun(runId, ["applied", "errored", "planned_and_finished"], 180_000);
   const plan = await runLog(stack.server, runId, "plan");
   assert.equal(run.status, "applied", `${run.errorMessage}\n${plan}`);
   const stored = join("engines", "releases", releases.archiveSha("terraform", realVersion), "terraform");
   assert.ok(plan.includes(`[drover] terraform ${realVersion} (`) && plan.includes(stored), plan);
-  assert.match(plan, new RegExp(`downloaded from .*terraform_${realVersion.replace(/\./g, "\\.")}_linux_amd64\\.zip, verified: sha256 [0-9a-f]{64}, SHA256SUMS signed by ${releases.fingerprint}`));
+  planLogs.push(plan);
+  for (const log of planLogs) assert.ok(log.includes(`[drover] terraform ${realVersion} (`) && log.includes(stored), log);
+  // One run downloaded it; the others waited for that download or found it stored.
+  const downloaded = new RegExp(`downloaded from .*terraform_${realVersion.replace(/\./g, "\\.")}_linux_amd64\\.zip, verified: sha256 [0-9a-f]{64}, SHA256SUMS signed by ${releases.fingerprint}`);
+  assert.equal(planLogs.filter((l) => downloaded.test(l)).length, 1, planLogs.join("\n----\n"));
+  assert.equal(planLogs.filter((l) => /from the agent's verified cache/.test(l)).length, 2);
   const apply = await runLog(stack.server, runId, "apply");
   assert.match(apply, /from the agent's verified cache/);
   assert.match(apply, /Apply complete! Resources: 1 added/);
@@ -74,7 +92,7 @@ test("a workspace's engineVersion (exact, from the CLI) selects the downloaded, 
   assert.ok(log2.includes(`[drover] terraform ${realVersion} (`) && log2.includes(stored), log2);
   assert.equal(releases.downloads.get(`terraform_${realVersion}_linux_amd64.zip`), 1, "downloaded once for the agent");
   assert.equal(await metric("drover_agent_cache_misses_total"), 1);
-  assert.ok((await metric("drover_agent_cache_hits_total")) >= 2);
+  assert.ok((await metric("drover_agent_cache_hits_total")) >= 4);
 });
 
 test("a release whose archive does not match its signed SHA256SUMS fails the run with the reason; nothing runs", async () => {

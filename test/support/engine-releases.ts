@@ -40,6 +40,8 @@ export interface TestReleaseServer {
   requests: string[];
   /** Makes a release lie from now on (undefined: tell the truth again). */
   lie(engine: string, version: string, how: ReleaseLie | undefined): void;
+  /** Holds the release's archive downloads until the returned function is called. */
+  stall(engine: string, version: string): () => void;
   /** Whether a fake release's binary ever ran. */
   executed(engine: string, version: string): boolean;
   /** sha256 of a release's archive as signed. */
@@ -73,6 +75,7 @@ export async function startReleaseServer(releases: TestRelease[]): Promise<TestR
   const files = new Map<string, Buffer>();
   const shas = new Map<string, string>();
   const lies = new Map<string, ReleaseLie>();
+  const stalls = new Map<string, Promise<void>>();
   for (const r of releases) {
     const pkg = join(dir, "pkg", `${r.engine}_${r.version}`);
     mkdirSync(pkg, { recursive: true });
@@ -140,12 +143,18 @@ export async function startReleaseServer(releases: TestRelease[]): Promise<TestR
     const lie = lieOf(path);
     const body = (lie ? files.get(`lie:${lie}:${path}`) : undefined) ?? files.get(path);
     if (!body) return void res.writeHead(404).end();
+    const send = (): void => {
+      res.writeHead(200, { "content-type": "application/octet-stream", "content-length": body.length });
+      res.end(body);
+    };
     if (path.endsWith(".zip")) {
       const name = path.split("/").pop() ?? path;
       downloads.set(name, (downloads.get(name) ?? 0) + 1);
+      const m = /^\/(terraform|tofu)\/v?([^/]+)\//.exec(path);
+      const stalled = m ? stalls.get(`${m[1]}/${m[2]}`) : undefined;
+      if (stalled) return void stalled.then(send);
     }
-    res.writeHead(200, { "content-type": "application/octet-stream", "content-length": body.length });
-    res.end(body);
+    send();
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   const address = server.address();
@@ -160,6 +169,14 @@ export async function startReleaseServer(releases: TestRelease[]): Promise<TestR
     lie(engine, version, how) {
       if (how) lies.set(`${engine}/${version}`, how);
       else lies.delete(`${engine}/${version}`);
+    },
+    stall(engine, version) {
+      let open = (): void => {};
+      stalls.set(`${engine}/${version}`, new Promise<void>((resolve) => (open = resolve)));
+      return () => {
+        stalls.delete(`${engine}/${version}`);
+        open();
+      };
     },
     executed: (engine, version) => existsSync(join(marks, `${engine}-${version}`)),
     archiveSha: (engine, version) => shas.get(`${engine}/${version}`) ?? "",

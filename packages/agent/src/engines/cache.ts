@@ -53,6 +53,8 @@ export interface EngineCacheOptions {
   /** `os_arch`; default this machine's. */
   platform?: string;
   maxArchiveBytes?: number;
+  /** Longest one release download may take (it is shared by every job waiting for it). */
+  downloadTimeoutMs?: number;
   now?: () => number;
 }
 
@@ -61,6 +63,16 @@ interface VersionRecord {
 }
 
 const indexLimit = 32 << 20;
+
+/** `p`, or the reason of `signal` as soon as it aborts (`p` goes on for its other waiters). */
+function untilAborted<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(signal.reason as Error);
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = (): void => reject(signal.reason as Error);
+    signal.addEventListener("abort", onAbort, { once: true });
+    p.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
+  });
+}
 
 /** The newest of `versions` satisfying `wanted`; pre-releases only when the constraint names one. */
 export function newestSatisfying(versions: string[], wanted: string): string | undefined {
@@ -90,6 +102,7 @@ export class EngineCache {
   private readonly versionsDir: string;
   private readonly platform: string;
   private readonly maxArchiveBytes: number;
+  private readonly downloadTimeoutMs: number;
   /** Per `engine version`: the one SHA256SUMS verification in flight. */
   private readonly verifying = new Map<string, Promise<{ digest: string; archive: string; signer: string }>>();
   private keys: Promise<OpenPgp.Key[]> | undefined;
@@ -99,6 +112,7 @@ export class EngineCache {
     this.http = new RegistryClient(options.dispatcher);
     this.platform = options.platform ?? terraformPlatform();
     this.maxArchiveBytes = options.maxArchiveBytes ?? 1024 ** 3;
+    this.downloadTimeoutMs = options.downloadTimeoutMs ?? 30 * 60_000;
     const live = (): CacheCounters => this.storeOnDisk?.counters ?? { hits: 0, misses: 0, evictions: 0, bytes: 0 };
     this.counters = {
       get hits() {
@@ -229,10 +243,11 @@ export class EngineCache {
     const key = `${engine} ${version}`;
     let p = this.verifying.get(key);
     if (!p) {
-      p = this.verifiedSums(engine, version, signal).finally(() => this.verifying.delete(key));
+      // Shared by every job that wants the version: one job's cancel does not end it for the others.
+      p = this.verifiedSums(engine, version, AbortSignal.timeout(this.downloadTimeoutMs)).finally(() => this.verifying.delete(key));
       this.verifying.set(key, p);
     }
-    const { digest, archive, signer } = await p;
+    const { digest, archive, signer } = await untilAborted(p, signal);
     return this.install(engine, version, digest, archive, signer, signal);
   }
 
@@ -244,15 +259,17 @@ export class EngineCache {
     const url = this.layout(engine).url(version, archive);
     const sums = this.layout(engine).sums(version);
     const hold = this.store.hold(digest);
+    // The fill is shared too: it runs under its own deadline; this job only stops waiting.
+    const shared = AbortSignal.timeout(this.downloadTimeoutMs);
     let entry;
     try {
-      entry = await this.store.acquire(
+      entry = await untilAborted(this.store.acquire(
         digest,
         async (tree, scratch) => {
           const zip = join(scratch, archive);
           let sha: string;
           try {
-            sha = await this.http.fetchArchive({ filename: archive, downloadUrl: url, shasum: digest, shasumsUrl: undefined, signatureUrl: undefined, armoredKeys: [] }, zip, this.maxArchiveBytes, signal);
+            sha = await this.http.fetchArchive({ filename: archive, downloadUrl: url, shasum: digest, shasumsUrl: undefined, signatureUrl: undefined, armoredKeys: [] }, zip, this.maxArchiveBytes, shared);
           } catch (err) {
             if (err instanceof VerificationError) throw new EngineError("engine_archive_invalid", `${url}: ${err.message}`);
             throw new EngineError("engine_releases_unreachable", `${engine} ${version} cannot be downloaded: ${err instanceof Error ? err.message : String(err)}`);
@@ -267,8 +284,8 @@ export class EngineCache {
           if (!existsSync(exe) || !lstatSync(exe).isFile()) throw new EngineError("engine_archive_invalid", `${archive} holds no ${engine} executable`);
           return { engine, version, archive };
         },
-        signal,
-      );
+        shared,
+      ), signal);
     } catch (err) {
       hold.release();
       throw err;
