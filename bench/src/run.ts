@@ -3,6 +3,7 @@ import { benchDispatch } from "./dispatch.js";
 import { benchScale } from "./scale.js";
 import { benchOverhead } from "./overhead.js";
 import { benchAgentIdle } from "./agent-resources.js";
+import { benchAgentOtlpIdle } from "./agent-otlp.js";
 import { benchLogHeavyApply, benchLogStreaming } from "./logs.js";
 import { benchKubernetes } from "./kubernetes.js";
 import { benchProviderCache } from "./provider-cache.js";
@@ -19,6 +20,7 @@ const benches: Record<string, () => Promise<Figure[]>> = {
   dispatch: () => benchDispatch(),
   overhead: () => benchOverhead(),
   "agent-idle": () => benchAgentIdle(),
+  "agent-otlp-idle": () => benchAgentOtlpIdle(),
   logs: () => benchLogStreaming(),
   "log-heavy-apply": () => benchLogHeavyApply(),
   scale: () => benchScale(),

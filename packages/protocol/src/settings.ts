@@ -209,7 +209,7 @@ export const settings = {
   DROVER_OTLP_ENDPOINT: setting({ doc: "OpenTelemetry collector the server exports to (`http://collector:4318` for http/protobuf, `:4317` for grpc); unset: no exporter is loaded", readers: ["server"], parse: httpUrl, section: "server" }),
   DROVER_OTLP_PROTOCOL: setting({ doc: "`http/protobuf` or `grpc`", default: "http/protobuf", readers: ["server"], parse: oneOf(["http/protobuf", "grpc"] as const), section: "server" }),
   DROVER_OTLP_TRACES_ENABLED: setting({ doc: "with an endpoint: export a trace per run phase (the job's root span and its queue wait)", default: true, readers: ["server"], parse: bool, section: "server" }),
-  DROVER_OTLP_METRICS_ENABLED: setting({ doc: "with an endpoint: export the gauges and counters of `/metrics`, same names", default: true, readers: ["server"], parse: bool, section: "server" }),
+  DROVER_OTLP_METRICS_ENABLED: setting({ doc: "with an endpoint: export the series of `/metrics` (gauges, counters, histograms), same names", default: true, readers: ["server"], parse: bool, section: "server" }),
   DROVER_LOG_LEVEL: setting({ flag: "--log-level", doc: "`debug`, `info`, `warn`, `error`", default: "info", readers: ["server"], parse: text, section: "server" }),
 
   // ---- agents ----
