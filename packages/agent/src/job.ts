@@ -1,4 +1,4 @@
-import { containsSecret, DroverError, noopTracer, redactText, secretForms, type JobAssignment, type JobOutcome, type Output, type RunTracer, type SpanHandle } from "@drover/protocol";
+import { containsSecret, DroverError, noopTracer, redactText, secretForms, versionSatisfies, type JobAssignment, type JobOutcome, type Output, type RunTracer, type SpanHandle } from "@drover/protocol";
 import { closeSync, constants, existsSync, mkdirSync, openSync, readFileSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { join, relative, resolve } from "node:path";
 import type { Logger } from "pino";
@@ -17,6 +17,7 @@ import { localRunner, type RunFiles, type Runner } from "./runner.js";
 import type { ProviderCache, ProviderLease } from "./providers/cache.js";
 import type { ModuleCache, ModuleLease } from "./modules/cache.js";
 import type { EngineCache, EngineLease } from "./engines/cache.js";
+import { EngineError } from "./engines/errors.js";
 import { lockFileName } from "./providers/config-scan.js";
 
 /** Job states as the agent tracks them. */
@@ -308,6 +309,13 @@ export class JobRun {
     // The agent provides the asked version itself; a runner container brings its own engine.
     if (this.engines) this.engineLease = await this.engines.acquire(a.workspace.engine, a.workspace.engineVersion, this.work.signal);
     const binary = this.engineLease ?? (await this.runner.engine(a.workspace.engine, a.workspace.engineVersion, this.config.cacheDir));
+    // A runner container brings its own engine: it runs only if it is a version the workspace asks for.
+    if (!this.engineLease && a.workspace.engineVersion !== null && !versionSatisfies(binary.version, a.workspace.engineVersion)) {
+      throw new EngineError(
+        "engine_unavailable",
+        `the runner's ${a.workspace.engine} is ${binary.version}, but the workspace asks for ${a.workspace.engineVersion}; nothing was run: use a runner image with that version, or change the workspace's engineVersion`,
+      );
+    }
     const workDir = resolve(configDir, a.workspace.workingDirectory || ".");
     if (relative(configDir, workDir).startsWith("..")) throw new DroverError("bad_request", "the workspace's working directory is outside the configuration");
     this.log.line(
