@@ -18,36 +18,73 @@ export async function tinyArchive(): Promise<Buffer> {
 
 type Mode = "long-poll" | "interval-1s";
 
+/** Runs `task` over `items` with at most `limit` in flight, keeping the results in order. */
+export async function inParallel<T, R>(items: T[], limit: number, task: (item: T, index: number) => Promise<R>): Promise<R[]> {
+  const results = new Array<R>(items.length);
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: Math.min(limit, items.length) }, async () => {
+      while (next < items.length) {
+        const i = next++;
+        results[i] = await task(items[i]!, i);
+      }
+    }),
+  );
+  return results;
+}
+
+interface DispatchResult {
+  latencies: number[];
+  /** Jobs an agent was handed more than once, or whose start the server refused: must be 0. */
+  duplicates: number;
+  /** Jobs whose recorded attempt is not 1 (claimed, lost and claimed again): must be 0. */
+  reclaimed: number;
+}
+
 /**
  * Queued → started latency for `jobs` jobs handed to `agents` waiting agents. Agents are
  * protocol clients that start each job the moment they receive it, so the figure is the
  * server's dispatch path (queue → wake-up → claim → start), measured by the server's own
- * timestamps.
+ * timestamps. Runs are submitted by `submitters` clients (one, by default), as fast as the server
+ * takes them, so the queue is never idle while it fills.
  */
-async function measure(mode: Mode, jobs: number, agents: number): Promise<number[]> {
+async function measure(mode: Mode, jobs: number, agents: number, submitters = 1): Promise<DispatchResult> {
   const server = await startServerProc({ DROVER_LEASE_TTL_SECONDS: "600" });
   try {
     const url = server.url;
     await api(url, "POST", "/api/v1/pools", undefined, { name: "bench" });
     const archive = await tinyArchive();
-    const cvs: Array<{ ws: string; cv: string }> = [];
-    for (let i = 0; i < jobs; i++) {
-      const ws = `d${i}`;
-      await api(url, "POST", "/api/v1/workspaces", undefined, { name: ws, pool: "bench" });
-      const cv = await api(url, "POST", `/api/v1/workspaces/${ws}/configuration-versions`, undefined, archive, "application/gzip");
-      cvs.push({ ws, cv: cv.id });
-    }
-    const sessions: string[] = [];
-    for (let i = 0; i < agents; i++) {
-      const { token } = await api(url, "POST", "/api/v1/pools/bench/tokens", undefined, {});
-      sessions.push((await api(url, "POST", "/api/agent/v1/register", token, { name: `a${i}`, version: "bench", driver: "local", capacity: 1000 })).sessionToken);
-    }
+    // One workspace per job: a workspace runs one run at a time, so this is what lets every job queue at once.
+    const cvs = await inParallel(
+      Array.from({ length: jobs }, (_, i) => `d${i}`),
+      8,
+      async (ws) => {
+        await api(url, "POST", "/api/v1/workspaces", undefined, { name: ws, pool: "bench" });
+        const cv = await api(url, "POST", `/api/v1/workspaces/${ws}/configuration-versions`, undefined, archive, "application/gzip");
+        return { ws, cv: cv.id as string };
+      },
+    );
+    const sessions = await inParallel(
+      Array.from({ length: agents }, (_, i) => i),
+      8,
+      async (i) => {
+        const { token } = await api(url, "POST", "/api/v1/pools/bench/tokens", undefined, {});
+        return (await api(url, "POST", "/api/agent/v1/register", token, { name: `a${i}`, version: "bench", driver: "local", capacity: Math.min(jobs, 1000) })).sessionToken as string;
+      },
+    );
     let started = 0;
+    const handed = new Map<string, number>();
+    let refused = 0;
     const loops = sessions.map(async (session) => {
       while (started < jobs) {
         const res = await api(url, "POST", `/api/agent/v1/jobs/next?wait=${mode === "long-poll" ? 5000 : 0}`, session);
         if (res.job) {
-          await api(url, "POST", `/api/agent/v1/jobs/${res.job.jobId}/start`, res.job.jobToken);
+          handed.set(res.job.jobId, (handed.get(res.job.jobId) ?? 0) + 1);
+          try {
+            await api(url, "POST", `/api/agent/v1/jobs/${res.job.jobId}/start`, res.job.jobToken);
+          } catch {
+            refused++;
+          }
           started++;
         } else if (mode === "interval-1s") {
           await sleep(1000);
@@ -55,39 +92,43 @@ async function measure(mode: Mode, jobs: number, agents: number): Promise<number
       }
     });
     await sleep(500);
-    const runIds: string[] = [];
-    for (const { ws, cv } of cvs) {
-      runIds.push((await api(url, "POST", "/api/v1/runs", undefined, { workspace: ws, configurationVersionId: cv })).id);
-      // Spread the queueing a little, as real runs arrive, so agents are waiting when most jobs land.
-      if (runIds.length % 50 === 0) await sleep(20);
-    }
+    const runIds = await inParallel(cvs, submitters, async ({ ws, cv }) => (await api(url, "POST", "/api/v1/runs", undefined, { workspace: ws, configurationVersionId: cv })).id as string);
     await Promise.all(loops);
+    const rows = await inParallel(runIds, 8, async (id) => (await api(url, "GET", `/api/v1/runs/${id}/jobs`)).items as Array<{ id: string; attempt: number; createdAt: string; startedAt: string | null }>);
     const latencies: number[] = [];
-    for (const id of runIds) {
-      const job = (await api(url, "GET", `/api/v1/runs/${id}/jobs`)).items[0];
-      latencies.push(Date.parse(job.startedAt) - Date.parse(job.createdAt));
+    let reclaimed = 0;
+    for (const items of rows) {
+      const job = items[0]!;
+      if (items.length !== 1 || job.attempt !== 1 || job.startedAt === null) reclaimed++;
+      if (job.startedAt !== null) latencies.push(Date.parse(job.startedAt) - Date.parse(job.createdAt));
     }
-    return latencies;
+    const duplicates = [...handed.values()].filter((n) => n > 1).length + refused + (jobs - handed.size);
+    return { latencies, duplicates, reclaimed };
   } finally {
     await server.stop();
   }
 }
 
-export async function benchDispatch(jobs = 1000, agents = 10): Promise<Figure[]> {
+export async function benchDispatch(jobs = 10_000, agents = 100): Promise<Figure[]> {
   const baseline = await measure("interval-1s", jobs, agents);
   const ours = await measure("long-poll", jobs, agents);
+  const correct = ours.duplicates === 0 && ours.reclaimed === 0 && baseline.duplicates === 0 && baseline.reclaimed === 0;
   const figure = (metric: string, p: number, target: number | null): Figure => {
-    const value = percentile(ours, p);
+    const value = percentile(ours.latencies, p);
     return {
       bench: `dispatch (${jobs} jobs, ${agents} agents, SQLite)`,
       metric,
       unit: "ms",
       value,
-      baseline: percentile(baseline, p),
+      baseline: percentile(baseline.latencies, p),
       baselineLabel: "1 s interval polling",
       target: target === null ? "—" : `≤ ${target} ms`,
-      met: target === null ? null : value <= target,
+      met: target === null ? null : value <= target && correct,
     };
   };
-  return [figure("queued→started p50", 50, 20), figure("queued→started p99", 99, 100), figure("queued→started max", 100, null)];
+  const p99 = figure("queued→started p99", 99, 20);
+  p99.note =
+    `${ours.latencies.length} jobs started; jobs handed out twice, refused at start or never handed out: ${ours.duplicates} (baseline ${baseline.duplicates}); ` +
+    `jobs not started on their first attempt: ${ours.reclaimed} (baseline ${baseline.reclaimed}); runs submitted one after another as fast as the server accepts them (agents are waiting when most jobs land)`;
+  return [figure("queued→started p50", 50, null), p99, figure("queued→started max", 100, null)];
 }

@@ -26,6 +26,10 @@ for (let i = 0; i < count; i++) {
   const reg = await client.call(routes.register, { token, body: { name: `${prefix}-${i}`, version: "bench", driver: "local", capacity: 1 } });
   sessions.push({ session: reg.sessionToken, interval: reg.heartbeatIntervalMs });
 }
+// Every worker registers its agents first; the parent starts all of them at once (a line on
+// stdin), so the steady windows of the workers coincide.
+process.stdout.write("registered\n");
+await new Promise<void>((resolve) => process.stdin.once("data", () => resolve()));
 const start = performance.now();
 const windowStart = start + warmupMs;
 const windowEnd = windowStart + durationMs;
@@ -34,6 +38,12 @@ const stop = new AbortController();
 setMaxListeners(0, stop.signal);
 const latencies: number[] = [];
 let errors = 0;
+/** The first few distinct failures, so a failing fleet says why. */
+const errorKinds = new Set<string>();
+const failed = (err: unknown) => {
+  errors++;
+  if (errorKinds.size < 5) errorKinds.add(err instanceof Error ? err.message.slice(0, 200) : String(err));
+};
 
 await Promise.all(
   sessions.map(async ({ session, interval }, i) => {
@@ -41,8 +51,8 @@ await Promise.all(
       while (!stop.signal.aborted) {
         try {
           await client.call(routes.pollJob, { token: session, query: { wait: 25_000 }, signal: stop.signal, timeoutMs: 40_000 });
-        } catch {
-          if (!stop.signal.aborted) errors++;
+        } catch (err) {
+          if (!stop.signal.aborted) failed(err);
         }
       }
     })();
@@ -52,8 +62,8 @@ await Promise.all(
       try {
         await client.call(routes.agentHeartbeat, { token: session, body: { runningJobs: 0 } });
         if (t >= windowStart && t < windowEnd) latencies.push(performance.now() - t);
-      } catch {
-        errors++;
+      } catch (err) {
+        failed(err);
       }
       await new Promise((r) => setTimeout(r, interval));
     }
@@ -61,4 +71,4 @@ await Promise.all(
     await polling;
   }),
 );
-process.stdout.write(JSON.stringify({ latencies, errors, loopDelayP99Ms: loopDelay.percentile(99) / 1e6 }) + "\n");
+process.stdout.write(JSON.stringify({ latencies, errors, errorKinds: [...errorKinds], loopDelayP99Ms: loopDelay.percentile(99) / 1e6 }) + "\n");

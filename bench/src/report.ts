@@ -1,5 +1,5 @@
-import { mkdirSync, writeFileSync } from "node:fs";
-import { cpus, totalmem } from "node:os";
+import { appendFileSync, mkdirSync, writeFileSync } from "node:fs";
+import { cpus, loadavg, totalmem } from "node:os";
 import { join } from "node:path";
 
 /** One measured figure beside its baseline and target. */
@@ -34,13 +34,20 @@ export function machine(): string {
   return `${cpu.length} × ${cpu[0]?.model.trim() ?? "cpu"}, ${(totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.versions.node}`;
 }
 
-/** Prints the table and writes bench/results/latest.{json,md}. */
+/** The machine's 1-minute load average at the end of the run: other work on a shared machine shows here. */
+const load = () => loadavg()[0]!.toFixed(1);
+
+/**
+ * Prints the table and writes bench/results/<name>.{json,md}; a full run ("latest") also
+ * appends one line to history.jsonl (date, machine, load, every figure), so a regression
+ * shows against the runs before it.
+ */
 export function writeReport(dir: string, figures: Figure[], notes: string[], name = "latest"): string {
   const date = new Date().toISOString();
   const lines = [
     `# Drover benchmarks`,
     ``,
-    `Run ${date} on ${machine()}.`,
+    `Run ${date} on ${machine()}; load average ${load()} at the end (the machine is shared: other work shows in the figures).`,
     ``,
     `| bench | metric | value | baseline | ratio | target | met |`,
     `|---|---|---|---|---|---|---|`,
@@ -58,6 +65,10 @@ export function writeReport(dir: string, figures: Figure[], notes: string[], nam
   const md = lines.join("\n");
   mkdirSync(dir, { recursive: true });
   writeFileSync(join(dir, `${name}.md`), md);
-  writeFileSync(join(dir, `${name}.json`), JSON.stringify({ date, machine: machine(), figures, notes }, null, 2) + "\n");
+  writeFileSync(join(dir, `${name}.json`), JSON.stringify({ date, machine: machine(), load: Number(load()), figures, notes }, null, 2) + "\n");
+  if (name === "latest") {
+    const compact = figures.map((f) => ({ bench: f.bench, metric: f.metric, unit: f.unit, value: f.value, baseline: f.baseline, met: f.met }));
+    appendFileSync(join(dir, "history.jsonl"), JSON.stringify({ date, machine: machine(), load: Number(load()), figures: compact }) + "\n");
+  }
   return md;
 }

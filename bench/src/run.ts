@@ -8,6 +8,7 @@ import { benchLogHeavyApply, benchLogStreaming } from "./logs.js";
 import { benchKubernetes } from "./kubernetes.js";
 import { benchProviderCache } from "./provider-cache.js";
 import { benchImages } from "./images.js";
+import { benchThroughput } from "./throughput.js";
 import { repoRoot } from "./harness.js";
 import { writeReport, type Figure } from "./report.js";
 
@@ -27,6 +28,7 @@ const benches: Record<string, () => Promise<Figure[]>> = {
   kubernetes: () => benchKubernetes(),
   "provider-cache": () => benchProviderCache(),
   images: () => benchImages(),
+  throughput: () => benchThroughput(),
 };
 
 const selected = process.argv.slice(2);

@@ -9,34 +9,49 @@ interface FleetResult {
   heartbeatP99: number;
   heartbeats: number;
   errors: number;
+  /** The first distinct failures the workers saw. */
+  errorKinds: string[];
   rssMb: number;
   cpuPercent: number;
   /** Worst p99 event-loop delay among the simulated fleet's processes: their own queueing. */
   clientLoopDelayP99: number;
   /** The server's own view (request received → answered) from its latency histogram. */
-  serverSide: { count: number; over50ms: number };
+  serverSide: ServerSide;
 }
 
-/** Heartbeats the server answered, and how many took it over 50 ms, from its /metrics. */
-async function serverHeartbeatShare(url: string): Promise<{ count: number; over50ms: number }> {
+interface ServerSide {
+  count: number;
+  over50ms: number;
+  /** Upper bound (ms) of the histogram bucket holding the 99th percentile. */
+  p99AtMostMs: number;
+}
+
+/**
+ * Heartbeats the server answered, how many took it over 50 ms, and the bucket of its p99,
+ * from its /metrics histogram; `before` subtracts an earlier reading, so only the steady
+ * window counts.
+ */
+async function serverHeartbeatShare(url: string, before?: Map<string, number>): Promise<{ share: ServerSide; buckets: Map<string, number> }> {
   const text = (await client(url).call(routes.metrics, {})).toString("utf8");
-  const bucket = (le: string) =>
-    text
-      .split("\n")
-      .filter((l) => l.startsWith("drover_http_request_duration_seconds_bucket") && l.includes('route="/api/agent/v1/heartbeat"') && l.includes(`le="${le}"`))
-      .reduce((n, l) => n + Number(l.split(" ").at(-1)), 0);
-  const count = bucket("+Inf");
-  return { count, over50ms: count - bucket("0.05") };
+  const buckets = new Map<string, number>();
+  for (const l of text.split("\n")) {
+    if (!l.startsWith("drover_http_request_duration_seconds_bucket") || !l.includes('route="/api/agent/v1/heartbeat"')) continue;
+    const le = l.match(/le="([^"]+)"/)?.[1];
+    if (le) buckets.set(le, (buckets.get(le) ?? 0) + Number(l.split(" ").at(-1)));
+  }
+  const at = (le: string) => (buckets.get(le) ?? 0) - (before?.get(le) ?? 0);
+  const count = at("+Inf");
+  const bounds = [...buckets.keys()].filter((le) => le !== "+Inf").sort((a, b) => Number(a) - Number(b));
+  const p99 = bounds.find((le) => at(le) >= count * 0.99);
+  return { share: { count, over50ms: count - at("0.05"), p99AtMostMs: p99 === undefined ? Infinity : Number(p99) * 1000 }, buckets };
 }
 
 const warmupMs = 8000;
-/** Rough time the workers take to register their agents before the warm-up starts. */
-const registrationAllowanceMs = (agents: number) => Math.min(5000, agents * 3);
 
 /** Runs `agents` simulated agents in `workers` processes against one server for `durationMs`. */
-export async function fleet(database: "sqlite" | "postgres", agents: number, workers: number, durationMs: number): Promise<FleetResult> {
+export async function fleet(database: "sqlite" | "postgres", agents: number, workers: number, durationMs: number, serverEnv: Record<string, string> = {}): Promise<FleetResult> {
   let pg: { url: string; stop(): void } | undefined;
-  const env: Record<string, string> = { DROVER_AGENT_HEARTBEAT_SECONDS: "5" };
+  const env: Record<string, string> = { DROVER_AGENT_HEARTBEAT_SECONDS: "5", ...serverEnv };
   if (database === "postgres") {
     const mod = (await import(pathToFileURL(join(repoRoot, "scripts", "postgres.mjs")).href)) as { startPostgres(): Promise<{ url: string; stop(): void }> };
     pg = await mod.startPostgres();
@@ -49,19 +64,31 @@ export async function fleet(database: "sqlite" | "postgres", agents: number, wor
     const perWorker = Math.ceil(agents / workers);
     const children = Array.from({ length: workers }, (_, w) =>
       spawn(process.execPath, [join(repoRoot, "bench", "dist", "fleet-worker.js"), server.url, token, String(Math.min(perWorker, agents - w * perWorker)), String(durationMs), `w${w}`, String(warmupMs)], {
-        stdio: ["ignore", "pipe", "inherit"],
+        stdio: ["pipe", "pipe", "inherit"],
       }),
     );
+    const registered: Array<Promise<void>> = [];
     const outputs = children.map(
       (c) =>
         new Promise<string>((resolve) => {
           let out = "";
-          c.stdout!.on("data", (d: Buffer) => (out += d.toString()));
+          registered.push(
+            new Promise<void>((ready) => {
+              c.stdout!.on("data", (d: Buffer) => {
+                out += d.toString();
+                if (out.includes("registered\n")) ready();
+              });
+              c.on("exit", () => ready());
+            }),
+          );
           c.on("exit", () => resolve(out));
         }),
     );
+    await Promise.all(registered);
+    for (const c of children) c.stdin!.end("go\n");
     // Measure the server in the same steady window as the heartbeats.
-    await sleep(warmupMs + registrationAllowanceMs(agents));
+    await sleep(warmupMs);
+    const before = (await serverHeartbeatShare(server.url)).buckets;
     const cpu0 = cpuSeconds(server.child.pid!);
     const t0 = Date.now();
     let peakRss = 0;
@@ -70,31 +97,38 @@ export async function fleet(database: "sqlite" | "postgres", agents: number, wor
       await sleep(500);
     }
     const cpuPercent = ((cpuSeconds(server.child.pid!) - cpu0) / ((Date.now() - t0) / 1000)) * 100;
-    const results = (await Promise.all(outputs)).map((o) => JSON.parse(o.trim().split("\n").at(-1)!) as { latencies: number[]; errors: number; loopDelayP99Ms: number });
+    const results = (await Promise.all(outputs)).map((o) => JSON.parse(o.trim().split("\n").at(-1)!) as { latencies: number[]; errors: number; errorKinds: string[]; loopDelayP99Ms: number });
     const latencies = results.flatMap((r) => r.latencies);
-    const serverSide = await serverHeartbeatShare(server.url);
-    return { heartbeatP99: percentile(latencies, 99), heartbeats: latencies.length, errors: results.reduce((n, r) => n + r.errors, 0), rssMb: peakRss, cpuPercent, clientLoopDelayP99: Math.max(...results.map((r) => r.loopDelayP99Ms)), serverSide };
+    const serverSide = (await serverHeartbeatShare(server.url, before)).share;
+    return { heartbeatP99: percentile(latencies, 99), heartbeats: latencies.length, errors: results.reduce((n, r) => n + r.errors, 0), errorKinds: [...new Set(results.flatMap((r) => r.errorKinds))], rssMb: peakRss, cpuPercent, clientLoopDelayP99: Math.max(...results.map((r) => r.loopDelayP99Ms)), serverSide };
   } finally {
     await server.stop();
     pg?.stop();
   }
 }
 
-export async function benchScale(agents = 1000, durationMs = 30_000): Promise<Figure[]> {
+/**
+ * SQLite with 1,000 agents (the first target, kept to show regressions) and PostgreSQL with
+ * 5,000 agents in 5 processes, each beside 10 agents on the same database.
+ */
+export async function benchScale(durationMs = 30_000): Promise<Figure[]> {
   const figures: Figure[] = [];
-  for (const db of ["sqlite", "postgres"] as const) {
+  const plans = [
+    { db: "sqlite" as const, agents: 1000, workers: 4, p99: 50, rss: 300 },
+    { db: "postgres" as const, agents: 5000, workers: 5, p99: 50, rss: 500 },
+  ];
+  for (const { db, agents, workers, p99, rss } of plans) {
     const small = await fleet(db, 10, 1, durationMs);
-    const big = await fleet(db, agents, 4, durationMs);
-    const bench = `scale (${agents} agents long-polling + heartbeating, ${db})`;
+    const big = await fleet(db, agents, workers, durationMs);
+    const bench = `scale (${agents} agents in ${workers} processes, long-polling + heartbeating, ${db})`;
     const note =
-      `${big.heartbeats} heartbeats in a ${durationMs / 1000} s steady window after an ${warmupMs / 1000} s warm-up; ${big.errors} errors; ` +
-      `server side, ${big.serverSide.over50ms} of ${big.serverSide.count} heartbeats took over 50 ms; ` +
-      `the simulated fleet's own event-loop delay p99 ${big.clientLoopDelayP99.toFixed(1)} ms (its share of the client-side figure)`;
-    // SPEC §8 sets the scale target for SQLite; PostgreSQL is measured beside it.
-    const targeted = db === "sqlite";
+      `${big.heartbeats} heartbeats in a ${durationMs / 1000} s steady window after an ${warmupMs / 1000} s warm-up; ${big.errors} errors${big.errorKinds.length ? ` (${big.errorKinds.join("; ")})` : ""}; ` +
+      `the server's own latency (its histogram, same window): p99 ≤ ${big.serverSide.p99AtMostMs} ms, ${big.serverSide.over50ms} of ${big.serverSide.count} heartbeats over 50 ms (10 agents: p99 ≤ ${small.serverSide.p99AtMostMs} ms); ` +
+      `the simulated fleet's own event-loop delay p99 ${big.clientLoopDelayP99.toFixed(1)} ms (its share of the client-side figure, which shares the 2 cores with the server)`;
     figures.push(
-      { bench, metric: "heartbeat p99", unit: "ms", value: big.heartbeatP99, baseline: small.heartbeatP99, baselineLabel: "10 agents", target: targeted ? "≤ 50 ms" : "—", met: targeted ? big.heartbeatP99 <= 50 : null, note },
-      { bench, metric: "server peak RSS", unit: "MB", value: big.rssMb, baseline: small.rssMb, baselineLabel: "10 agents", target: targeted ? "≤ 300 MB" : "—", met: targeted ? big.rssMb <= 300 : null },
+      { bench, metric: "heartbeat p99 (client side)", unit: "ms", value: big.heartbeatP99, baseline: small.heartbeatP99, baselineLabel: "10 agents", target: `≤ ${p99} ms`, met: big.heartbeatP99 <= p99, note },
+      { bench, metric: "heartbeat p99 (server's histogram, bucket bound)", unit: "ms", value: big.serverSide.p99AtMostMs, baseline: small.serverSide.p99AtMostMs, baselineLabel: "10 agents", target: `≤ ${p99} ms`, met: big.serverSide.p99AtMostMs <= p99 },
+      { bench, metric: "server peak RSS", unit: "MB", value: big.rssMb, baseline: small.rssMb, baselineLabel: "10 agents", target: `≤ ${rss} MB`, met: big.rssMb <= rss },
       { bench, metric: "server CPU", unit: "%", value: big.cpuPercent, baseline: small.cpuPercent, baselineLabel: "10 agents", target: "—", met: null },
     );
   }
