@@ -56,7 +56,17 @@ export async function packDir(dir: string): Promise<Buffer> {
 }
 
 /** Uploads `archive` to `workspace`, starts an auto-apply run and waits until it ends. */
-export async function runToCompletion(server: ServerProc, workspace: string, archive: Buffer): Promise<{ id: string; status: string; ms: number }> {
+/** Where a run's wall time went, in ms, from the server's job records. */
+export interface RunTimeline {
+  /** Upload start → plan job started (upload, run creation, dispatch, the agent's claim). */
+  toPlan: number;
+  plan: number;
+  /** Plan job finished → apply job started (queueing the apply, dispatch, claim). */
+  handoff: number;
+  apply: number;
+}
+
+export async function runToCompletion(server: ServerProc, workspace: string, archive: Buffer): Promise<{ id: string; status: string; ms: number; timeline: RunTimeline | null }> {
   const started = Date.now();
   const cv = await api(server.url, "POST", `/api/v1/workspaces/${workspace}/configuration-versions`, adminToken, archive, "application/gzip");
   const run = await api(server.url, "POST", "/api/v1/runs", adminToken, { workspace, configurationVersionId: cv.id, autoApply: true });
@@ -65,9 +75,16 @@ export async function runToCompletion(server: ServerProc, workspace: string, arc
     if (["applied", "planned_and_finished", "errored", "canceled", "discarded"].includes(r.status)) {
       // The end is the server's own record of the last job finishing (same machine, same
       // clock), so this loop's polling interval does not count against Drover.
-      const jobs = (await api(server.url, "GET", `/api/v1/runs/${run.id}/jobs`)).items as Array<{ finishedAt: string | null }>;
+      const jobs = (await api(server.url, "GET", `/api/v1/runs/${run.id}/jobs`)).items as Array<{ phase: string; startedAt: string | null; finishedAt: string | null }>;
       const ended = Math.max(...jobs.map((j) => (j.finishedAt ? Date.parse(j.finishedAt) : 0)));
-      return { id: run.id, status: r.status, ms: (ended > 0 ? ended : Date.now()) - started };
+      const plan = jobs.find((j) => j.phase === "plan");
+      const apply = jobs.find((j) => j.phase === "apply");
+      const t = (s: string | null | undefined) => (s ? Date.parse(s) : NaN);
+      const timeline =
+        plan && apply
+          ? { toPlan: t(plan.startedAt) - started, plan: t(plan.finishedAt) - t(plan.startedAt), handoff: t(apply.startedAt) - t(plan.finishedAt), apply: t(apply.finishedAt) - t(apply.startedAt) }
+          : null;
+      return { id: run.id, status: r.status, ms: (ended > 0 ? ended : Date.now()) - started, timeline };
     }
     await sleep(20);
   }

@@ -17,9 +17,10 @@ export interface ServerProc {
   stop(): Promise<void>;
 }
 
-export async function startServerProc(env: Record<string, string> = {}): Promise<ServerProc> {
+/** Starts `drover server`; `nodeArgs` go to node itself (e.g. `--cpu-prof`, which NODE_OPTIONS refuses). */
+export async function startServerProc(env: Record<string, string> = {}, nodeArgs: string[] = []): Promise<ServerProc> {
   const dir = mkdtempSync(join(tmpdir(), "drover-bench-"));
-  const child = spawn(process.execPath, [droverBin, "server", "--port", "0", "--data-dir", dir], {
+  const child = spawn(process.execPath, [...nodeArgs, droverBin, "server", "--port", "0", "--data-dir", dir], {
     env: { ...process.env, DROVER_ADMIN_TOKEN: adminToken, DROVER_LOG_LEVEL: "warn", ...env },
     stdio: ["ignore", "pipe", "inherit"],
   });

@@ -49,15 +49,15 @@ async function serverHeartbeatShare(url: string, before?: Map<string, number>): 
 const warmupMs = 8000;
 
 /** Runs `agents` simulated agents in `workers` processes against one server for `durationMs`. */
-export async function fleet(database: "sqlite" | "postgres", agents: number, workers: number, durationMs: number, serverEnv: Record<string, string> = {}): Promise<FleetResult> {
+export async function fleet(database: "sqlite" | "postgres", agents: number, workers: number, durationMs: number, serverNodeArgs: string[] = []): Promise<FleetResult> {
   let pg: { url: string; stop(): void } | undefined;
-  const env: Record<string, string> = { DROVER_AGENT_HEARTBEAT_SECONDS: "5", ...serverEnv };
+  const env: Record<string, string> = { DROVER_AGENT_HEARTBEAT_SECONDS: "5" };
   if (database === "postgres") {
     const mod = (await import(pathToFileURL(join(repoRoot, "scripts", "postgres.mjs")).href)) as { startPostgres(): Promise<{ url: string; stop(): void }> };
     pg = await mod.startPostgres();
     env.DROVER_DATABASE_URL = pg.url;
   }
-  const server = await startServerProc(env);
+  const server = await startServerProc(env, serverNodeArgs);
   try {
     await api(server.url, "POST", "/api/v1/pools", undefined, { name: "fleet" });
     const { token } = await api(server.url, "POST", "/api/v1/pools/fleet/tokens", undefined, {});

@@ -36,7 +36,7 @@ function bareRun(): Promise<void> {
  */
 export async function benchThroughput(runs = 60, agents = 20): Promise<Figure[]> {
   const profileDir = mkdtempSync(join(tmpdir(), "drover-bench-prof-"));
-  const server = await startServerProc({ NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${profileDir}` });
+  const server = await startServerProc({}, ["--cpu-prof", `--cpu-prof-dir=${profileDir}`]);
   const fleet: AgentProc[] = [];
   let result: { perMinute: number; cpuPerRun: number; failed: number } | undefined;
   try {

@@ -106,6 +106,32 @@ for (const backend of backends) {
       await rejectsWith(store.authenticateSession(ctx, second.sessionToken), "token_revoked");
     });
 
+    test("agents: concurrent session checks share one statement, and each still gets its own answer", async () => {
+      const pool = await store.createPool(ctx, unique("p"));
+      const tok = await store.createPoolToken(ctx, pool.id, "", "http://drover.test");
+      const sessions = await Promise.all(
+        Array.from({ length: 30 }, (_, i) => store.registerAgent(ctx, { poolId: pool.id, poolTokenId: tok.id, name: unique(`fleet${i}-`), version: "1", driver: "local", capacity: 1 })),
+      );
+      let selects = 0;
+      const counting: StoreContext = {
+        ...ctx,
+        db: ctx.db.withPlugin({
+          transformQuery: (args) => {
+            if (args.node.kind === "SelectQueryNode") selects++;
+            return args.node;
+          },
+          transformResult: async (args) => args.result,
+        }),
+      };
+      // The same secret with its last character changed: the agent id parses, the hash does not match.
+      const forged = sessions[0]!.sessionToken.replace(/.$/, (c) => (c === "a" ? "b" : "a"));
+      const results = await Promise.allSettled([...sessions.flatMap((s) => [s.sessionToken, s.sessionToken]), forged].map((t) => store.authenticateSession(counting, t)));
+      assert.equal(selects, 1, "60 concurrent session checks issue one statement");
+      results.slice(0, 60).forEach((r, i) => assert.ok(r.status === "fulfilled" && r.value.id === sessions[Math.floor(i / 2)]!.agent.id, `session ${i} answered with its own agent`));
+      const last = results[60]!;
+      assert.ok(last.status === "rejected" && (last.reason as DroverError).code === "unauthorized", "a wrong secret for a real agent id is refused");
+    });
+
     test("agents: silent agents are declared offline", async () => {
       const { agent } = await fixture();
       clock += 61_000;

@@ -65,18 +65,70 @@ export async function registerAgent(ctx: StoreContext, input: RegisterInput): Pr
 }
 
 /** The agent behind a session token; 401 for unknown or revoked, 409 agent_lost when offline. */
+/** An agent row with its pool token's revocation, as a session check reads it. */
+type SessionRow = Selectable<AgentsTable> & { revoked_at: number | null };
+
+/** Agent ids per lookup statement: far below SQLite's and PostgreSQL's parameter limits. */
+const sessionBatchSize = 500;
+
+/*
+ * Session checks, read together. Every heartbeat and long-poll authenticates its session, and
+ * with thousands of agents one query per request queued on the database pool (5,000 agents
+ * on PostgreSQL: ~1,400 statements a second, heartbeats timing out waiting for a connection).
+ * The requests read from the sockets in one event-loop turn share one `where id in (…)`
+ * statement, issued in the next turn: each answer is still read from the database after its
+ * request arrived, so a revoked token or a lost agent is refused exactly as before.
+ */
+class SessionReader {
+  private waiting = new Map<string, Array<{ resolve: (row: SessionRow | undefined) => void; reject: (err: unknown) => void }>>();
+  private scheduled = false;
+
+  constructor(private readonly ctx: StoreContext) {}
+
+  read(agentId: string): Promise<SessionRow | undefined> {
+    return new Promise((resolve, reject) => {
+      const list = this.waiting.get(agentId);
+      if (list) list.push({ resolve, reject });
+      else this.waiting.set(agentId, [{ resolve, reject }]);
+      if (!this.scheduled) {
+        this.scheduled = true;
+        setImmediate(() => void this.flush());
+      }
+    });
+  }
+
+  private async flush(): Promise<void> {
+    const batch = this.waiting;
+    this.waiting = new Map();
+    this.scheduled = false;
+    const ids = [...batch.keys()];
+    for (let i = 0; i < ids.length; i += sessionBatchSize) {
+      const chunk = ids.slice(i, i + sessionBatchSize);
+      try {
+        const rows = await this.ctx.db
+          .selectFrom("agents")
+          .innerJoin("pool_tokens", "pool_tokens.id", "agents.pool_token_id")
+          .selectAll("agents")
+          .select("pool_tokens.revoked_at")
+          .where("agents.id", "in", chunk)
+          .execute();
+        const byId = new Map(rows.map((r) => [r.id, r]));
+        for (const id of chunk) for (const w of batch.get(id)!) w.resolve(byId.get(id));
+      } catch (err) {
+        for (const id of chunk) for (const w of batch.get(id)!) w.reject(err);
+      }
+    }
+  }
+}
+
+const sessionReaders = new WeakMap<StoreContext["db"], SessionReader>();
+
 export async function authenticateSession(ctx: StoreContext, token: string): Promise<Agent> {
   const id = tokenSubject(token, "session");
-  const row = id
-    ? await ctx.db
-        .selectFrom("agents")
-        .innerJoin("pool_tokens", "pool_tokens.id", "agents.pool_token_id")
-        .selectAll("agents")
-        .select("pool_tokens.revoked_at")
-        .where("agents.id", "=", id)
-        .where("agents.session_hash", "=", hashToken(token))
-        .executeTakeFirst()
-    : undefined;
+  let reader = sessionReaders.get(ctx.db);
+  if (!reader) sessionReaders.set(ctx.db, (reader = new SessionReader(ctx)));
+  const found = id ? await reader.read(id) : undefined;
+  const row = found && found.session_hash === hashToken(token) ? found : undefined;
   if (!row) throw new DroverError("unauthorized", "unknown agent session: register again with the pool token");
   if (row.revoked_at !== null) throw new DroverError("token_revoked", "the pool token this agent registered with was revoked");
   if (row.state !== "online") {
