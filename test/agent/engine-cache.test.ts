@@ -267,3 +267,12 @@ test("engine settings: defaults are the vendors' releases and keys; values compi
     assert.throws(() => loadAgentConfig({ DROVER_TOKEN: token, ...env }), (err: unknown) => err instanceof InvalidSettingError && message.test(err.message));
   }
 });
+
+test("the built-in HashiCorp key is the one its pinned fingerprint names", async () => {
+  const openpgp = await import("openpgp");
+  const keys = await openpgp.readKeys({ armoredKeys: hashicorpReleaseKey });
+  assert.deepEqual(
+    keys.map((k) => k.getFingerprint().toUpperCase()),
+    ["C874011F0AB405110D02105534365D9472D7468F"],
+  );
+});
