@@ -4,8 +4,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import { loadAgentConfig } from "@drover/agent";
-import { cgroupOomKills, memoryEventsFile, StreamDemuxer } from "@drover/agent/docker";
-import { newPoolToken } from "@drover/protocol";
+import { cgroupOomKills, memoryEventsFile, runnerImageFor, StreamDemuxer } from "@drover/agent/docker";
+import { DroverError, newPoolToken, type JobAssignment } from "@drover/protocol";
 import { spawnDrover } from "../support/processes.js";
 
 // The docker driver's settings: each compiles to what the driver sends the daemon, and each bad
@@ -30,13 +30,34 @@ test("docker settings compile with their defaults (agent as root: runs as 1000:1
     DROVER_AGENT_DOCKER_CPUS: "1.5",
     DROVER_AGENT_DOCKER_NETWORK: "runs",
   }).docker!;
-  assert.deepEqual(set, { socketPath: "/run/podman/podman.sock", image: "registry.example/runner:7", user: { uid: 2000, gid: 3000 }, memoryBytes: 0, nanoCpus: 1.5e9, network: "runs" });
+  assert.deepEqual(set, { socketPath: "/run/podman/podman.sock", image: "registry.example/runner:7", allowedImages: [], user: { uid: 2000, gid: 3000 }, memoryBytes: 0, nanoCpus: 1.5e9, network: "runs" });
   assert.equal(load({ DROVER_AGENT_CONCURRENCY: "50" }).concurrency, 50, "a docker agent may run up to 50 jobs");
   assert.equal(loadAgentConfig({ DROVER_TOKEN: token }).docker, undefined, "other drivers have no docker settings");
   assert.equal(loadAgentConfig({ DROVER_TOKEN: token }, { driver: "docker", dockerImage: "from-flag:1" }).docker?.image, "from-flag:1", "flags override");
 });
 
+test("DROVER_AGENT_DOCKER_ALLOWED_IMAGES decides which workspace runner images a job's container may start from", () => {
+  assert.deepEqual(load({}).docker!.allowedImages, [], "by default workspaces cannot choose");
+  const settings = load({ DROVER_AGENT_DOCKER_IMAGE: "ghcr.io/drover-dev/drover-runner:1.11.4", DROVER_AGENT_DOCKER_ALLOWED_IMAGES: " registry.example.com/runners/* , ghcr.io/acme/tf:1.9 ," }).docker!;
+  assert.deepEqual(settings.allowedImages, ["registry.example.com/runners/*", "ghcr.io/acme/tf:1.9"]);
+  const ws = (runnerImage: string | null): JobAssignment["workspace"] => ({ id: "ws_1", name: "net", engine: "terraform", engineVersion: null, workingDirectory: "", runnerImage });
+  assert.equal(runnerImageFor(settings, ws(null)), "ghcr.io/drover-dev/drover-runner:1.11.4", "no choice: the agent's own");
+  assert.equal(runnerImageFor(settings, ws("registry.example.com/runners/tf:1.9")), "registry.example.com/runners/tf:1.9", "a prefix entry");
+  assert.equal(runnerImageFor(settings, ws("ghcr.io/acme/tf:1.9")), "ghcr.io/acme/tf:1.9", "an exact entry");
+  assert.equal(runnerImageFor({ ...settings, allowedImages: [] }, ws("ghcr.io/drover-dev/drover-runner:1.11.4")), "ghcr.io/drover-dev/drover-runner:1.11.4", "naming the agent's own image needs no entry");
+  for (const refused of ["ghcr.io/acme/tf:1.10", "registry.example.com/runnersx/tf:1", "registry.example.com/runners", "docker.io/library/alpine", "alpine"]) {
+    assert.throws(
+      () => runnerImageFor(settings, ws(refused)),
+      (err: unknown) => err instanceof DroverError && err.code === "forbidden" && err.message.includes(`workspace net asks for the runner image ${refused}, which this agent does not allow`) && err.message.includes("DROVER_AGENT_DOCKER_ALLOWED_IMAGES"),
+      refused,
+    );
+  }
+  assert.throws(() => runnerImageFor({ ...settings, allowedImages: ["*"] }, ws("--privileged")), /not an image reference/, "the agent checks what it hands the daemon itself");
+  assert.equal(runnerImageFor({ ...settings, allowedImages: ["*"] }, ws("alpine:3")), "alpine:3", "'*' allows any image");
+});
+
 const bad: Array<[string, Record<string, string>, RegExp]> = [
+  ["an allow-list entry that is no image", { DROVER_AGENT_DOCKER_ALLOWED_IMAGES: "ghcr.io/acme/tf:1.9,Not An Image" }, /DROVER_AGENT_DOCKER_ALLOWED_IMAGES must list image references or prefixes ending in '\*', separated by commas; not one: "Not An Image"/],
   ["a TCP Docker host", { DROVER_AGENT_DOCKER_HOST: "tcp://10.0.0.1:2375" }, /DROVER_AGENT_DOCKER_HOST must be unix:\/\/\/path\/to\/docker.sock/],
   ["a root container user", { DROVER_AGENT_DOCKER_USER: "0:0" }, /DROVER_AGENT_DOCKER_USER must not be root/],
   ["a named container user", { DROVER_AGENT_DOCKER_USER: "drover" }, /DROVER_AGENT_DOCKER_USER must be a numeric uid or uid:gid, got "drover"/],

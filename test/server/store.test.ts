@@ -196,6 +196,25 @@ for (const backend of backends) {
       assert.equal((await claim(agent)).runId, run2.id);
     });
 
+    test("workspaces: a runner image is stored, changed, cleared, and carried in each job assignment", async () => {
+      const { agent, ws, cv } = await fixture();
+      assert.equal(ws.runnerImage, null);
+      await store.updateWorkspace(ctx, ws.id, { runnerImage: "registry.example.com/runners/tf:1.9" });
+      assert.equal((await store.getWorkspace(ctx, ws.name)).runnerImage, "registry.example.com/runners/tf:1.9");
+      const run = await newRun(ws.id, cv.id, { planOnly: true });
+      const plan = await claim(agent);
+      assert.equal(plan.runId, run.id);
+      assert.equal(plan.workspace.runnerImage, "registry.example.com/runners/tf:1.9");
+      await store.startJob(ctx, await jobRow(plan));
+      await store.finishJob(ctx, await jobRow(plan), "succeeded", null);
+      await store.updateWorkspace(ctx, ws.id, { runnerImage: null });
+      assert.equal((await store.getWorkspace(ctx, ws.id)).runnerImage, null);
+      await newRun(ws.id, cv.id, { planOnly: true });
+      assert.equal((await claim(agent)).workspace.runnerImage, null);
+      const other = await store.createWorkspace(ctx, { name: unique("ws"), pool: ws.poolId, engine: "terraform", engineVersion: null, workingDirectory: "", runnerImage: "ghcr.io/acme/tf:1", autoApply: false });
+      assert.equal((await store.getWorkspace(ctx, other.id)).runnerImage, "ghcr.io/acme/tf:1");
+    });
+
     test("runs: plan-only and no-change plans finish; auto-apply queues the apply", async () => {
       const { agent, ws, cv } = await fixture({ autoApply: true });
       const planOnly = await newRun(ws.id, cv.id, { planOnly: true });

@@ -67,8 +67,10 @@ export interface EngineSettings {
 export interface DockerSettings {
   /** Path of the Docker Engine API's unix socket. */
   socketPath: string;
-  /** Runner image each job's container starts from. */
+  /** Runner image each job's container starts from, unless its workspace names an allowed one. */
   image: string;
+  /** Images (exact, or prefixes ending in `*`) a workspace's `runnerImage` may name; empty: none. */
+  allowedImages: string[];
   /** The container's user, never root; files the agent writes for the run are given to it. */
   user: RunUser;
   /** Memory limit of each job's container in bytes; 0: none. */
@@ -187,6 +189,7 @@ function dockerSettings(src: SettingsSource): DockerSettings {
   return {
     socketPath: src.get("DROVER_AGENT_DOCKER_HOST").replace(/^unix:\/\//, ""),
     image: src.get("DROVER_AGENT_DOCKER_IMAGE"),
+    allowedImages: src.get("DROVER_AGENT_DOCKER_ALLOWED_IMAGES") ?? [],
     user,
     memoryBytes: memoryMb * 1024 * 1024,
     nanoCpus: Math.round(src.get("DROVER_AGENT_DOCKER_CPUS") * 1e9),

@@ -1,6 +1,7 @@
 export * from "./archive.js";
 export * from "./errors.js";
 export * from "./ids.js";
+export * from "./images.js";
 export * from "./lifecycle.js";
 export * from "./plan.js";
 export * from "./routes.js";

@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { looksLikeId } from "./ids.js";
+import { imageReferenceSchema } from "./images.js";
 import { escapeControlChars, hasControlChars, singleLineText } from "./text.js";
 import { engineVersionSchema } from "./versions.js";
 
@@ -139,6 +140,8 @@ export const workspaceSchema = z.object({
   engine: engineSchema,
   engineVersion: z.string().nullable(),
   workingDirectory: z.string(),
+  /** Docker driver: the image each run's container starts from; null: the agent's own (DROVER_AGENT_DOCKER_IMAGE). */
+  runnerImage: z.string().nullable(),
   autoApply: z.boolean(),
   currentRunId: z.string().nullable(),
   stateLocked: z.boolean(),
@@ -157,6 +160,7 @@ export const createWorkspaceSchema = z.object({
   engine: engineSchema.default("terraform"),
   engineVersion: engineVersionSchema.nullable().default(null),
   workingDirectory: workingDirectorySchema.default(""),
+  runnerImage: imageReferenceSchema.nullable().default(null).describe("docker driver: runner image of this workspace's runs; agents run it only if their DROVER_AGENT_DOCKER_ALLOWED_IMAGES allows it"),
   autoApply: z.boolean().default(false),
 });
 export const updateWorkspaceSchema = z.object({
@@ -164,6 +168,7 @@ export const updateWorkspaceSchema = z.object({
   engine: engineSchema.optional(),
   engineVersion: engineVersionSchema.nullable().optional(),
   workingDirectory: workingDirectorySchema.optional(),
+  runnerImage: imageReferenceSchema.nullable().optional().describe("null: back to the agents' own runner image"),
   autoApply: z.boolean().optional(),
 });
 
@@ -327,6 +332,8 @@ export const jobAssignmentSchema = z.object({
     engine: engineSchema,
     engineVersion: z.string().nullable(),
     workingDirectory: z.string(),
+    /** The workspace's runner image (docker driver); absent from older servers, null: the agent's own. */
+    runnerImage: z.string().nullable().default(null),
   }),
   configurationVersionId: z.string(),
   /** Path, relative to the server URL the agent uses, of the workspace state (http backend address and lock address). */

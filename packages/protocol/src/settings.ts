@@ -1,5 +1,6 @@
 import { existsSync, readFileSync } from "node:fs";
 import { DroverError } from "./errors.js";
+import { isImagePattern } from "./images.js";
 
 /**
  * Every setting of every Drover process, declared once: its variable, its flag, how it is
@@ -136,6 +137,14 @@ const dockerHost: SettingParser<string> = (raw, name) => {
   return raw;
 };
 
+/** A comma-separated list of image references or prefixes ending in `*` (empty entries dropped). */
+const imagePatterns: SettingParser<string[]> = (raw, name) => {
+  const list = raw.split(",").map((p) => p.trim()).filter((p) => p !== "");
+  const bad = list.filter((p) => !isImagePattern(p));
+  if (bad.length > 0) invalid(name, `${name} must list image references or prefixes ending in '*', separated by commas; not one: ${bad.map((b) => JSON.stringify(b)).join(", ")}`);
+  return list;
+};
+
 /** A number of CPUs from 0 to 1024, decimals allowed. */
 const cpuCount: SettingParser<number> = (raw, name) => {
   const n = Number(raw);
@@ -254,6 +263,7 @@ export const settings = {
   DROVER_AGENT_RUN_AS_USER: setting({ doc: "local driver, agent running as root: run terraform and hooks as this `uid[:gid]`, so runs cannot read the agent's environment, memory or token file (the data and cache dirs become 0711, each run directory the run user's)", readers: ["agent"], parse: text, section: "agent" }),
   DROVER_AGENT_DOCKER_HOST: setting({ flag: "--docker-host", doc: "docker driver: the Docker Engine API's unix socket (`unix:///path`)", default: "unix:///var/run/docker.sock", readers: ["agent"], parse: dockerHost, section: "agent" }),
   DROVER_AGENT_DOCKER_IMAGE: setting({ flag: "--docker-image", doc: "docker driver: runner image each job's container starts from (any image with `/bin/sh` and terraform/tofu; pulled when missing)", default: "ghcr.io/drover-dev/drover-runner:1.11.4", readers: ["agent"], parse: text, section: "agent" }),
+  DROVER_AGENT_DOCKER_ALLOWED_IMAGES: setting({ doc: "docker driver: runner images a workspace may choose instead of `DROVER_AGENT_DOCKER_IMAGE` (its `runnerImage`), comma-separated: exact references or prefixes ending in `*` (`registry.example.com/runners/*`; `*` allows any). Compared as written, no registry or tag is implied. A run of a workspace naming an image not listed ends errored", defaultText: "none: workspaces cannot choose", readers: ["agent"], parse: imagePatterns, section: "agent" }),
   DROVER_AGENT_DOCKER_USER: setting({ doc: "docker driver: numeric `uid[:gid]` the run's container runs as, never root; an agent not running as root runs containers as itself", defaultText: "`1000:1000` (agent as root), else the agent's own", readers: ["agent"], parse: text, section: "agent" }),
   DROVER_AGENT_DOCKER_MEMORY_MB: setting({ doc: "docker driver: memory limit of each run's container (no swap); a run exceeding it ends errored \"out of memory\"; 0 = none", default: 4096, readers: ["agent"], parse: intIn(0, 16_777_216), section: "agent" }),
   DROVER_AGENT_DOCKER_CPUS: setting({ doc: "docker driver: CPUs each run's container may use, like `1.5`; 0 = no limit", default: 2, readers: ["agent"], parse: cpuCount, section: "agent" }),

@@ -1,4 +1,4 @@
-import { DroverError, type Engine, type JobAssignment } from "@drover/protocol";
+import { DroverError, imageAllowed, isImageReference, type Engine, type JobAssignment } from "@drover/protocol";
 import { chownSync, lchownSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { Logger } from "pino";
@@ -33,6 +33,26 @@ export interface JobRecord {
   runId: string;
   jobToken: string;
   container: string;
+}
+
+/**
+ * The image a job's container starts from: its workspace's `runnerImage` when the agent's
+ * allow-list (DROVER_AGENT_DOCKER_ALLOWED_IMAGES) has it, else the agent's own. A workspace
+ * naming an image the operator did not allow is refused rather than silently given the
+ * default: its configuration may depend on what that image holds.
+ */
+export function runnerImageFor(settings: Pick<DockerSettings, "image" | "allowedImages">, workspace: JobAssignment["workspace"]): string {
+  const wanted = workspace.runnerImage;
+  if (wanted === null || wanted === settings.image) return settings.image;
+  // The server validates it too; the agent does not lean on that for what it hands the daemon.
+  if (!isImageReference(wanted)) throw new DroverError("forbidden", `workspace ${workspace.name} names the runner image ${JSON.stringify(wanted)}, which is not an image reference`);
+  if (!imageAllowed(wanted, settings.allowedImages)) {
+    throw new DroverError(
+      "forbidden",
+      `workspace ${workspace.name} asks for the runner image ${wanted}, which this agent does not allow. Add it (or a prefix ending in '*') to the agent's DROVER_AGENT_DOCKER_ALLOWED_IMAGES, or clear the workspace's runner image to use the agent's own (${settings.image})`,
+    );
+  }
+  return wanted;
 }
 
 /** The directory of the docker driver's per-job directories in the data dir. */
@@ -81,6 +101,8 @@ export class ContainerJob implements Runner {
   private readonly runHandle: SafeDir;
   private readonly loop: ExecLoopRunner;
   private readonly name: string;
+  /** The runner image this job's container starts from. */
+  private readonly image: string;
   private readonly owner: { uid: number; gid: number } | undefined;
   private started: Promise<string> | undefined;
   private id: string | undefined;
@@ -94,6 +116,7 @@ export class ContainerJob implements Runner {
 
   constructor(private readonly o: ContainerJobOptions) {
     const a = o.assignment;
+    this.image = runnerImageFor(o.settings, a.workspace);
     this.name = `drover-${a.jobId}-${a.attempt}`;
     this.dir = join(o.dataDir, jobsDirName, `${a.jobId}-${a.attempt}`);
     this.runBase = join(this.dir, "run");
@@ -145,7 +168,7 @@ export class ContainerJob implements Runner {
     if (this.o.taskCaCertPath) binds.push(`${this.o.taskCaCertPath}:${inContainer.ca}:ro`);
     if (this.o.hooksDir) binds.push(`${this.o.hooksDir}:${inContainer.hooks}:ro`);
     return {
-      Image: s.image,
+      Image: this.image,
       // The agent's own exec-loop, whatever the image's entrypoint: it always speaks this agent's protocol.
       Entrypoint: ["/bin/sh", `${inContainer.bin}/exec-loop.sh`],
       Cmd: [],
@@ -183,18 +206,19 @@ export class ContainerJob implements Runner {
   }
 
   private async startContainer(): Promise<string> {
-    const { engine, settings, log } = this.o;
+    const { engine, log } = this.o;
+    const image = this.image;
     const signal = this.ending.signal;
     try {
-      if (!(await engine.hasImage(settings.image, signal))) {
-        log.info({ image: settings.image }, "pulling the runner image");
+      if (!(await engine.hasImage(image, signal))) {
+        log.info({ image }, "pulling the runner image");
         try {
-          await engine.pull(settings.image, signal);
+          await engine.pull(image, signal);
         } catch (err) {
           if (signal.aborted) throw err;
           throw new DroverError(
             "not_found",
-            `the runner image ${settings.image} is not on this Docker host and pulling it failed: ${err instanceof Error ? err.message : String(err)}. Pull or build it on the host, or set DROVER_AGENT_DOCKER_IMAGE to an image it has`,
+            `the runner image ${image} is not on this Docker host and pulling it failed: ${err instanceof Error ? err.message : String(err)}. Pull or build it on the host, or set ${image === this.o.settings.image ? "DROVER_AGENT_DOCKER_IMAGE" : "the workspace's runner image"} to an image it has`,
           );
         }
       }
@@ -212,13 +236,13 @@ export class ContainerJob implements Runner {
         .catch((err: unknown) => {
           if (!signal.aborted) log.debug({ err: err instanceof Error ? err.message : String(err) }, "following the run container's output ended");
         });
-      log.info({ container: this.name, image: settings.image }, "run container started");
+      log.info({ container: this.name, image }, "run container started");
       return id;
     } catch (err) {
       if (err instanceof DroverError || signal.aborted) throw err;
       const msg = err instanceof Error ? err.message : String(err);
       if (err instanceof DockerApiError && err.status === 0) throw new DroverError("internal", `${msg}; check DROVER_AGENT_DOCKER_HOST and that the agent may use the socket`);
-      throw new DroverError("internal", `the run's container could not be started from ${settings.image}: ${msg}`);
+      throw new DroverError("internal", `the run's container could not be started from ${image}: ${msg}`);
     }
   }
 

@@ -10,6 +10,8 @@ export function parseAssignment(text: string): { key: string; value: string } {
   return { key: text.slice(0, eq), value: text.slice(eq + 1) };
 }
 
+const runnerImageHelp = "docker driver: image the runs' containers start from, instead of the agents' own (agents must allow it in DROVER_AGENT_DOCKER_ALLOWED_IMAGES)";
+
 export function registerWorkspaceCommands(program: Command): void {
   const ws = program.command("workspace").description("Workspaces: one state, one run at a time");
   withCommon(ws.command("create <name>").description("Create a workspace"))
@@ -17,13 +19,29 @@ export function registerWorkspaceCommands(program: Command): void {
     .option("--engine <engine>", "terraform or tofu", "terraform")
     .option("--engine-version <version>", "terraform/tofu version or constraint (`~> 1.9`) the agents download, verify and run")
     .option("--working-dir <dir>", "directory inside the configuration to run in", "")
+    .option("--runner-image <image>", runnerImageHelp)
     .option("--auto-apply", "apply plans without confirmation")
-    .action(async (name: string, opts: CommonOptions & { pool: string; engine: string; engineVersion?: string; workingDir: string; autoApply?: boolean }) => {
+    .action(async (name: string, opts: CommonOptions & { pool: string; engine: string; engineVersion?: string; workingDir: string; runnerImage?: string; autoApply?: boolean }) => {
       const created = await apiFor(opts).call(routes.createWorkspace, {
         // The server names a wrong engine; the CLI passes what it was given.
-        body: { name, pool: opts.pool, engine: opts.engine as Engine, engineVersion: opts.engineVersion ?? null, workingDirectory: opts.workingDir, autoApply: opts.autoApply === true },
+        body: { name, pool: opts.pool, engine: opts.engine as Engine, engineVersion: opts.engineVersion ?? null, workingDirectory: opts.workingDir, runnerImage: opts.runnerImage ?? null, autoApply: opts.autoApply === true },
       });
       emit(opts, created, (w) => `Created workspace ${w.name} (${w.id}) on pool ${opts.pool}`);
+    });
+  withCommon(ws.command("update <workspace>").description("Change a workspace's settings (only those given)"))
+    .option("--runner-image <image>", `${runnerImageHelp}; '' returns to the agents' own`)
+    .option("--auto-apply <bool>", "true or false")
+    .option("--working-dir <dir>", "directory inside the configuration to run in")
+    .action(async (name: string, opts: CommonOptions & { runnerImage?: string; autoApply?: string; workingDir?: string }) => {
+      if (opts.autoApply !== undefined && !/^(true|false)$/.test(opts.autoApply)) throw new DroverError("bad_request", `--auto-apply takes true or false, got ${JSON.stringify(opts.autoApply)}`);
+      const body = {
+        ...(opts.runnerImage === undefined ? {} : { runnerImage: opts.runnerImage === "" ? null : opts.runnerImage }),
+        ...(opts.autoApply === undefined ? {} : { autoApply: opts.autoApply === "true" }),
+        ...(opts.workingDir === undefined ? {} : { workingDirectory: opts.workingDir }),
+      };
+      if (Object.keys(body).length === 0) throw new DroverError("bad_request", "nothing to change: give --runner-image, --auto-apply or --working-dir");
+      const updated = await apiFor(opts).call(routes.updateWorkspace, { params: { ws: name }, body });
+      emit(opts, updated, (w) => `Updated workspace ${w.name} (${w.id})${w.runnerImage ? `: runner image ${w.runnerImage}` : ""}`);
     });
   withCommon(ws.command("list").description("List workspaces")).action(async (opts: CommonOptions) => {
     const { items } = await apiFor(opts).call(routes.listWorkspaces, {});
@@ -38,6 +56,7 @@ export function registerWorkspaceCommands(program: Command): void {
         `Workspace ${d.name} (${d.id})`,
         `  pool: ${d.poolId}  engine: ${d.engine}${d.engineVersion ? ` ${d.engineVersion}` : ""}  auto-apply: ${d.autoApply}`,
         `  working directory: ${d.workingDirectory || "."}  current run: ${d.currentRunId ?? "-"}  state locked: ${d.stateLocked}`,
+        `  runner image: ${d.runnerImage ?? "the agents' own"}`,
         "",
         table(["KEY", "KIND", "VALUE"], d.variables.map((v) => [v.key, v.kind, v.sensitive ? "<sensitive>" : (v.value ?? "")])),
       ].join("\n"),

@@ -257,9 +257,18 @@ function chunkedBodies(dialect: Dialect): Migration {
   };
 }
 
+/** Decision 0026: a workspace may name the runner image its runs' containers start from (docker driver). */
+function runnerImage(): Migration {
+  return {
+    async up(db: Kysely<unknown>) {
+      await db.schema.alterTable("workspaces").addColumn("runner_image", "text").execute();
+    },
+  };
+}
+
 /** All migrations in order; names sort lexically, which is the order Kysely applies them. */
 export function migrationProvider(dialect: Dialect): MigrationProvider {
   return {
-    getMigrations: async () => ({ "0001_initial": initial(dialect), "0010a_security": security(dialect), "0010b_force_cancel": forceCancel(dialect), "0010c_user_tokens": userTokens(dialect), "0012_chunked_bodies": chunkedBodies(dialect) }),
+    getMigrations: async () => ({ "0001_initial": initial(dialect), "0010a_security": security(dialect), "0010b_force_cancel": forceCancel(dialect), "0010c_user_tokens": userTokens(dialect), "0012_chunked_bodies": chunkedBodies(dialect), "0026_runner_image": runnerImage() }),
   };
 }

@@ -59,6 +59,7 @@ export interface WorkspacesTable {
   engine: Engine;
   engine_version: string | null;
   working_directory: string;
+  runner_image: string | null;
   auto_apply: number;
   current_run_id: string | null;
   created_at: number;

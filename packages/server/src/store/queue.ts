@@ -93,6 +93,7 @@ export async function claimNextJob(ctx: StoreContext, agent: Agent): Promise<Job
         engine: ws.engine,
         engineVersion: ws.engine_version,
         workingDirectory: ws.working_directory,
+        runnerImage: ws.runner_image,
       },
       configurationVersionId: run.configuration_version_id,
       statePath: statePath(ws.id),

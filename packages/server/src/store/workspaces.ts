@@ -14,6 +14,7 @@ const toWorkspace = (r: Row): Workspace => ({
   engine: r.engine,
   engineVersion: r.engine_version,
   workingDirectory: r.working_directory,
+  runnerImage: r.runner_image,
   autoApply: r.auto_apply === 1,
   currentRunId: r.current_run_id,
   stateLocked: r.locked !== null,
@@ -34,6 +35,8 @@ export interface CreateWorkspaceInput {
   engine: Engine;
   engineVersion: string | null;
   workingDirectory: string;
+  /** Docker driver: the runs' runner image; unset or null: the agents' own. */
+  runnerImage?: string | null | undefined;
   autoApply: boolean;
 }
 
@@ -49,6 +52,7 @@ export async function createWorkspace(ctx: StoreContext, input: CreateWorkspaceI
     engine: input.engine,
     engine_version: input.engineVersion,
     working_directory: input.workingDirectory,
+    runner_image: input.runnerImage ?? null,
     auto_apply: input.autoApply ? 1 : 0,
     current_run_id: null,
     created_at: ctx.now(),
@@ -82,6 +86,7 @@ export interface UpdateWorkspaceInput {
   engine?: Engine | undefined;
   engineVersion?: string | null | undefined;
   workingDirectory?: string | undefined;
+  runnerImage?: string | null | undefined;
   autoApply?: boolean | undefined;
 }
 
@@ -92,6 +97,7 @@ export async function updateWorkspace(ctx: StoreContext, idOrName: string, input
   if (input.engine !== undefined) set.engine = input.engine;
   if (input.engineVersion !== undefined) set.engine_version = input.engineVersion;
   if (input.workingDirectory !== undefined) set.working_directory = input.workingDirectory;
+  if (input.runnerImage !== undefined) set.runner_image = input.runnerImage;
   if (input.autoApply !== undefined) set.auto_apply = input.autoApply ? 1 : 0;
   if (Object.keys(set).length > 0) await ctx.db.updateTable("workspaces").set(set).where("id", "=", ws.id).execute();
   return getWorkspace(ctx, ws.id);
