@@ -13,7 +13,7 @@ import { mkdirSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
-import { applyRendered, createServiceMonitorCrd, droverImageOptions, isReady, kubectlOut, namespace, repo, template } from "../support/chart-cluster.js";
+import { applyRendered, createServiceMonitorCrd, droverImageOptions, isReady, kubectlOut, namespace, repo, template, templateAgentK8s } from "../support/chart-cluster.js";
 import { kube, startTestCluster, until, type TestCluster } from "../kube/cluster.js";
 
 const fakeToken = "drv_p_eyJ1cmwiOiJodHRwOi8veCIsInBvb2wiOiJwIn0.eA";
@@ -135,21 +135,15 @@ test("agent-k8s in a privileged namespace: the controller and the per-node worke
   mkdirSync(shared, { recursive: true });
   const tfrc = join(shared, "runner.tfrc");
   writeFileSync(tfrc, "");
-  const controllerPort = 20000 + Math.floor(Math.random() * 20000);
-  const workerPort = controllerPort + 1;
-  let rendered = template("agent-k8s", ns, [
+  const rendered = templateAgentK8s(ns, 20000 + Math.floor(Math.random() * 20000), [
     "--set", `agent.token=${stack.poolToken}`,
     "--set", `agent.url=${stack.server.url}`,
     "--set", "image.tag=test",
-    "--set", `agent.healthPort=${controllerPort}`,
     "--set", "workerDaemonSet.prepareDataHome=true",
     "--set", `task.execLoopPath=${join(repo, "packages", "agent", "exec-loop", "exec-loop.sh")}`,
     "--set", "task.runner.image=ghcr.io/drover-dev/drover-runner:test",
     "--set", `task.runner.extraEnv.TF_CLI_CONFIG_FILE=${tfrc}`,
   ]);
-  // Every pod here shares this machine's network (the test cluster has no network namespaces):
-  // the worker DaemonSet gets its own health port so it does not collide with the controller's.
-  rendered = rendered.split(/^---$/m).map((d) => (/^kind: DaemonSet$/m.test(d) ? d.replaceAll(String(controllerPort), String(workerPort)) : d)).join("---");
   const applied = await applyRendered(cluster, ns, rendered);
   assert.equal(applied.code, 0, applied.out);
   const pods = async () => (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods`)).body.items as any[];

@@ -1,12 +1,12 @@
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
 import { chownSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { after, before, describe, test } from "node:test";
 import { until } from "../support/marked-processes.js";
-import { droverBin, freePort } from "../support/processes.js";
+import { freePort } from "../support/processes.js";
+import { hardened, httpOk, ownedDir, startServerContainer } from "../support/image-stack.js";
 import { request } from "node:http";
 import { ensureImages, podmanOk, podmanUnavailable, runContainer, startDockerApi, type BuiltImages, type Container } from "../support/podman.js";
 
@@ -22,39 +22,6 @@ const buildTimeoutMs = 20 * 60_000;
 let built: BuiltImages;
 let dir: string;
 const containers: Container[] = [];
-
-async function cli(args: string[], env: Record<string, string>): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [droverBin, ...args], { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
-    child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
-    child.on("error", reject);
-    child.on("exit", (code) => resolve({ code: code ?? 1, stdout, stderr }));
-  });
-}
-
-async function httpOk(url: string): Promise<boolean> {
-  try {
-    const res = await fetch(url);
-    await res.arrayBuffer();
-    return res.ok;
-  } catch {
-    return false;
-  }
-}
-
-/** Options every container here runs with: non-root, read-only root, a tmpfs for /tmp. */
-const hardened = ["--user", "1000:1000", "--read-only", "--read-only-tmpfs=false", "--tmpfs", "/tmp:rw,mode=1777"];
-
-/** A host directory owned by UID 1000, for the image's writable /var/lib/drover. */
-function stateDir(name: string): string {
-  const path = join(dir, name);
-  mkdirSync(path, { recursive: true });
-  chownSync(path, 1000, 1000);
-  return path;
-}
 
 describe("locally built images", { skip: unavailable }, () => {
   before(async () => {
@@ -91,39 +58,22 @@ describe("locally built images", { skip: unavailable }, () => {
   });
 
   test("drover server in the drover image (UID 1000, read-only root) is healthy and serves a run of examples/hello to an agent in the same image", async () => {
-    const port = await freePort();
-    const url = `http://127.0.0.1:${port}`;
-    const server = runContainer([
-      ...hardened,
-      "-v",
-      `${stateDir("server-state")}:/var/lib/drover`,
-      "-e",
-      `DROVER_PORT=${port}`,
-      "-e",
-      "DROVER_HOST=127.0.0.1",
-      "-e",
-      `DROVER_ADMIN_TOKEN=${adminToken}`,
-      built.images.drover,
-      "server",
-    ]);
-    containers.push(server);
-    await until("the server in the drover image to answer /readyz", async () => {
-      if (server.child.exitCode !== null) throw new Error(`the server container exited:\n${server.output()}`);
-      return httpOk(`${url}/readyz`);
-    }, 60_000);
+    const server = await startServerContainer(built.images.drover, dir, adminToken);
+    containers.push(server.container);
+    const url = server.url;
     assert.ok(await httpOk(`${url}/healthz`));
-    const whoami = await podmanOk(["exec", server.name, "id", "-u"]);
+    const whoami = await podmanOk(["exec", server.container.name, "id", "-u"]);
     assert.equal(whoami.trim(), "1000");
     // The root filesystem refuses writes; only the tmpfs mounts take them.
-    const write = await podmanOk(["exec", server.name, "sh", "-c", "touch /opt/drover/x 2>&1; echo rc=$?"]);
+    const write = await podmanOk(["exec", server.container.name, "sh", "-c", "touch /opt/drover/x 2>&1; echo rc=$?"]);
     assert.match(write, /Read-only file system[\s\S]*rc=1/);
 
-    const userEnv = { DROVER_URL: url, DROVER_TOKEN: adminToken, DROVER_CONFIG_DIR: join(dir, "cli-config"), NO_COLOR: "1" };
-    const pool = await cli(["pool", "create", "images", "--json"], userEnv);
+    const cli = server.cli;
+    const pool = await cli(["pool", "create", "images", "--json"]);
     assert.equal(pool.code, 0, pool.stderr + pool.stdout);
-    const ws = await cli(["workspace", "create", "hello", "--pool", "images", "--json"], userEnv);
+    const ws = await cli(["workspace", "create", "hello", "--pool", "images", "--json"]);
     assert.equal(ws.code, 0, ws.stderr + ws.stdout);
-    const token = await cli(["token", "create", "--pool", "images", "--json"], userEnv);
+    const token = await cli(["token", "create", "--pool", "images", "--json"]);
     assert.equal(token.code, 0, token.stderr + token.stdout);
     const poolToken = (JSON.parse(token.stdout) as { token: string }).token;
 
@@ -133,7 +83,7 @@ describe("locally built images", { skip: unavailable }, () => {
     const agent = runContainer([
       ...hardened,
       "-v",
-      `${stateDir("agent-state")}:/var/lib/drover`,
+      `${ownedDir(join(dir, "agent-state"))}:/var/lib/drover`,
       // terraform from the host, as an operator mounts or bakes in their own.
       "-v",
       "/usr/local/bin/terraform:/usr/local/bin/terraform:ro",
@@ -161,7 +111,7 @@ describe("locally built images", { skip: unavailable }, () => {
       return httpOk(`http://127.0.0.1:${agentHealth}/healthz`);
     }, 60_000);
 
-    const started = await cli(["run", "start", join(repo, "examples", "hello"), "--workspace", "hello", "--auto-apply", "--no-follow", "--json"], userEnv);
+    const started = await cli(["run", "start", join(repo, "examples", "hello"), "--workspace", "hello", "--auto-apply", "--no-follow", "--json"]);
     assert.equal(started.code, 0, started.stderr + started.stdout);
     const id = (JSON.parse(started.stdout) as { id: string }).id;
     let status = "";
@@ -170,8 +120,8 @@ describe("locally built images", { skip: unavailable }, () => {
       status = ((await res.json()) as { status: string }).status;
       return ["applied", "errored", "canceled", "discarded"].includes(status);
     }, 180_000);
-    assert.equal(status, "applied", `agent:\n${agent.output()}\nserver:\n${server.output()}`);
-    const logs = await cli(["run", "logs", id, "--phase", "apply"], userEnv);
+    assert.equal(status, "applied", `agent:\n${agent.output()}\nserver:\n${server.container.output()}`);
+    const logs = await cli(["run", "logs", id, "--phase", "apply"]);
     assert.match(logs.stdout, /Hello from Drover, from run/);
   });
 

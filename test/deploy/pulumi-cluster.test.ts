@@ -2,19 +2,22 @@
 // raised test cluster: in a namespace enforcing the restricted PodSecurity level every pod
 // must pass admission; with or without it the job-mode controller becomes Ready through its
 // probes under its own ServiceAccount's RBAC, and examples/hello completes through the task
-// pods it launches, whose UID-1000 worker must read its 0400 job Secret (fsGroup).
+// pods it launches, whose UID-1000 worker must read its 0400 job Secret (fsGroup). Where podman
+// runs here, the controller, the task pods' worker and runner are real containers of the locally
+// built drover and runner images (chartImages); elsewhere the host-process shim stands in.
 import assert from "node:assert/strict";
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { after, before, test } from "node:test";
 import { parse, stringify } from "yaml";
 import { runLog, startStack, type Stack } from "../support/stack.js";
-import { applyRendered, droverImage, droverImageOptions, isReady, kubectlOut, namespace, repo } from "../support/chart-cluster.js";
+import { applyRendered, assertStarted, chartImages, startedContainers, droverImage, isReady, kubectlOut, namespace, repo, runnerImage, type ChartImages } from "../support/chart-cluster.js";
 import { kube, startTestCluster, until, type TestCluster } from "../kube/cluster.js";
 
 let cluster: TestCluster;
 let stack: Stack;
+let images: ChartImages;
 
 interface Created {
   type: string;
@@ -47,14 +50,16 @@ function toObject(c: Created): Record<string, any> | undefined {
 }
 
 before(async () => {
+  // The locally built drover and runner images as real containers where podman runs here.
+  images = await chartImages(join(repo, "test", "dist", ".pulumi-cluster"));
   cluster = await startTestCluster({
     timings: { imagePullBackoffMs: 150, crashLoopBackoffMs: 500, configRetryMs: 100, podBackoffMs: 100, namespaceRetryMs: 20 },
-    ...droverImageOptions(),
+    ...images.options,
     // The server ends every watch after 1.5 s, so the controller's re-list/re-watch runs many times per test.
     watchTimeoutMs: 1500,
   });
   stack = await startStack();
-});
+}, { timeout: 20 * 60_000 });
 
 after(async () => {
   await stack?.stop();
@@ -63,6 +68,7 @@ after(async () => {
 
 /** Applies the component's objects into a fresh namespace at `level`, waits for the controller, runs examples/hello, removes the namespace. */
 async function installAndRun(ns: string, level: "restricted" | "privileged"): Promise<void> {
+  const since = new Date();
   const created: Created[] = [];
   const pulumi = await import("@pulumi/pulumi");
   await pulumi.runtime.setMocks({
@@ -72,10 +78,6 @@ async function installAndRun(ns: string, level: "restricted" | "privileged"): Pr
     },
     call: (args) => args.inputs,
   }, "drover", "cluster", false);
-  const shared = join(repo, "test", "dist", ".pulumi-cluster");
-  mkdirSync(shared, { recursive: true });
-  const tfrc = join(shared, "runner.tfrc");
-  writeFileSync(tfrc, "");
   const { DroverAgent } = (await import(pathToFileURL(join(repo, "deploy", "pulumi", "dist", "src", "index.js")).href)) as { DroverAgent: new (name: string, args: Record<string, unknown>) => { deployment: { id: unknown } } };
   const agent = new DroverAgent("drv", {
     namespace: ns,
@@ -84,9 +86,9 @@ async function installAndRun(ns: string, level: "restricted" | "privileged"): Pr
     token: stack.poolToken,
     url: stack.server.url,
     image: droverImage,
-    runnerImage: "ghcr.io/drover-dev/drover-runner:test",
-    env: { DROVER_AGENT_EXEC_LOOP_PATH: join(repo, "packages", "agent", "exec-loop", "exec-loop.sh") },
-    podTemplate: { spec: { containers: [{ name: "runner", env: [{ name: "TF_CLI_CONFIG_FILE", value: tfrc }, { name: "CHECKPOINT_DISABLE", value: "1" }] }] } },
+    runnerImage,
+    env: images.execLoopPath ? { DROVER_AGENT_EXEC_LOOP_PATH: images.execLoopPath } : {},
+    podTemplate: { spec: { containers: [{ name: "runner", env: Object.entries(images.runnerEnv).map(([name, value]) => ({ name, value })) }] } },
   });
   await new Promise<void>((resolve) => pulumi.all([agent.deployment.id as never]).apply(() => resolve()));
   await until("every child registered", async () => created.length, (n) => n > 0);
@@ -120,6 +122,11 @@ async function installAndRun(ns: string, level: "restricted" | "privileged"): Pr
   const run = (await stack.server.api("GET", `/api/v1/runs/${runId}`)).body;
   assert.equal(run.status, "applied", `${JSON.stringify(run)}\n${await runLog(stack.server, runId, "plan")}\n${await diagnose()}`);
   assert.match(await runLog(stack.server, runId, "apply"), /Hello from Drover/);
+  if (images.built) {
+    // The controller, the task pods' worker and runner were real containers of the built images.
+    const started = await startedContainers(since);
+    for (const [image, container] of [[images.built.images.drover, "controller"], [images.built.images.drover, "worker"], [images.built.images.runner, "runner"]] as const) assertStarted(started, image, container);
+  }
   // Jobs carry the controller's stable name, not its pod's: a replaced pod finds them again.
   const jobs = (await kube(cluster, "GET", `/apis/batch/v1/namespaces/${ns}/jobs`)).body.items as any[];
   assert.ok(jobs.length >= 2 && jobs.every((j) => j.metadata.labels["drover.dev/controller"] === "drv-controller"), JSON.stringify(jobs.map((j) => j.metadata.labels)));

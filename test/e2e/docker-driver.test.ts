@@ -1,10 +1,11 @@
 import assert from "node:assert/strict";
-import { existsSync, readdirSync, writeFileSync } from "node:fs";
+import { chmodSync, chownSync, existsSync, readdirSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { after, before, test, type TestContext } from "node:test";
 import { dockerLabels, DockerEngine } from "@drover/agent/docker";
-import { ensureImages, podmanUnavailable, startDockerApi, type DockerApi } from "../support/podman.js";
+import { ensureImages, podman, podmanOk, podmanUnavailable, runContainer, startDockerApi, type DockerApi } from "../support/podman.js";
+import { hardened, ownedDir, startServerContainer } from "../support/image-stack.js";
 import { until } from "../support/marked-processes.js";
 import type { Proc } from "../support/processes.js";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
@@ -20,12 +21,13 @@ const hello = join(repo, "examples", "hello");
 let stack: Stack;
 let api: DockerApi;
 let runnerImage: string;
+let droverImage: string;
 /** This file's Docker API, through the driver's own client. */
 let engine: DockerEngine;
 
 before(async () => {
   if (skip) return;
-  runnerImage = (await ensureImages()).images.runner;
+  ({ runner: runnerImage, drover: droverImage } = (await ensureImages()).images);
   stack = await startStack();
   api = await startDockerApi(join(stack.dir, "docker.sock"));
   engine = new DockerEngine(api.socketPath);
@@ -68,19 +70,64 @@ async function runContainers(runId?: string) {
   return engine.list(runId ? [`${dockerLabels.runId}=${runId}`] : [dockerLabels.agentTag]);
 }
 
-test("examples/hello through an agent with the docker driver: each job in its own container, removed after", { skip }, async (t) => {
-  const agent = await dockerAgent(t, "hello-docker");
-  await workspace("hello");
-  const runId = await stack.startRun(hello, "hello", ["--auto-apply"]);
-  const run = await stack.waitForRun(runId, ["applied", "errored", "failed", "canceled"], 180_000);
-  const planLog = await runLog(stack.server, runId, "plan");
-  const applyLog = await runLog(stack.server, runId, "apply");
-  assert.equal(run.status, "applied", `${run.errorMessage}\n${planLog}\n${applyLog}\n${agent.output()}`);
-  assert.match(applyLog, new RegExp(`Hello from Drover, from run ${runId} on workspace hello`));
-  // Each phase's container is named after its job; both started and both are gone now.
-  const started = [...agent.output().matchAll(/"container":"(drover-job-[0-9a-z]+-\d+)".*?run container started/g)].map((m) => m[1]);
-  assert.equal(new Set(started).size, 2, `one container per job (plan, apply): ${started.join(", ")}`);
+test("examples/hello through the drover image's server and an agent in the drover image with the Docker socket mounted: each job in its own container, removed after", { skip }, async (t) => {
+  const dir = join(stack.dir, "images");
+  const server = await startServerContainer(droverImage, dir);
+  t.after(() => server.container.stop(5));
+  for (const args of [["pool", "create", "docker"], ["workspace", "create", "hello", "--pool", "docker"]]) {
+    const r = await server.cli(args);
+    assert.equal(r.code, 0, r.stderr);
+  }
+  const token = await server.cli(["token", "create", "--pool", "docker", "--json"]);
+  assert.equal(token.code, 0, token.stderr);
+
+  // As the README's agent line: UID 1000 in the socket's group, the socket mounted, and the data
+  // dir at its own host path (the daemon resolves the runs' bind mounts on the host).
+  const socketGroup = 2375;
+  chownSync(api.socketPath, 0, socketGroup);
+  chmodSync(api.socketPath, 0o660);
+  const dataDir = ownedDir(join(dir, "agent-data"));
+  const agent = runContainer([
+    ...hardened,
+    "--group-add", String(socketGroup),
+    "-v", `${api.socketPath}:/var/run/docker.sock`,
+    "-v", `${dataDir}:${dataDir}`,
+    "-v", `${ownedDir(join(dir, "agent-cache"))}:/var/lib/drover/cache`,
+    "-e", `DROVER_URL=${server.url}`,
+    "-e", `DROVER_TOKEN=${(JSON.parse(token.stdout) as { token: string }).token}`,
+    "-e", "DROVER_AGENT_NAME=image-docker-agent",
+    "-e", "DROVER_AGENT_DRIVER=docker",
+    "-e", `DROVER_AGENT_DATA_DIR=${dataDir}`,
+    "-e", "DROVER_AGENT_CACHE_DIR=/var/lib/drover/cache",
+    "-e", `DROVER_AGENT_DOCKER_IMAGE=${runnerImage}`,
+    "-e", "DROVER_AGENT_DOCKER_NETWORK=host",
+    "-e", "DROVER_AGENT_HEALTH_PORT=0",
+    "-e", "CHECKPOINT_DISABLE=1",
+    droverImage,
+    "agent", "run",
+  ]);
+  t.after(() => agent.stop(10));
+  await agent.waitFor(/"msg":"registered"/, 60_000);
+  assert.match((await podmanOk(["exec", agent.name, "id"])).trim(), new RegExp(`^uid=1000\\b.*\\b${socketGroup}\\b`), "the agent is not root, and reaches the socket through its group");
+
+  const started = await server.cli(["run", "start", hello, "--workspace", "hello", "--auto-apply", "--no-follow", "--json"]);
+  assert.equal(started.code, 0, started.stderr);
+  const runId = (JSON.parse(started.stdout) as { id: string }).id;
+  let status = "";
+  await until("the run through the images to end", async () => {
+    const res = await fetch(`${server.url}/api/v1/runs/${runId}`, { headers: { authorization: `Bearer ${server.adminToken}` } });
+    status = ((await res.json()) as { status: string }).status;
+    return ["applied", "errored", "canceled", "discarded"].includes(status);
+  }, 180_000);
+  assert.equal(status, "applied", `agent:\n${agent.output()}\nserver:\n${server.container.output()}`);
+  const logs = await server.cli(["run", "logs", runId, "--phase", "apply"]);
+  assert.match(logs.stdout, new RegExp(`Hello from Drover, from run ${runId} on workspace hello`));
+  // Each phase's container is named after its job and started from the runner image; both are gone now.
+  const started2 = [...agent.output().matchAll(/"container":"(drover-job-[0-9a-z]+-\d+)","image":"([^"]+)".*?run container started/g)];
+  assert.equal(new Set(started2.map((m) => m[1])).size, 2, `one container per job (plan, apply):\n${agent.output()}`);
+  assert.deepEqual([...new Set(started2.map((m) => m[2]))], [runnerImage]);
   await until("the run's containers are removed", async () => (await runContainers(runId)).length === 0, 30_000);
+  assert.deepEqual(readdirSync(join(dataDir, "docker-jobs")), [], "the jobs' directories are removed");
 });
 
 /** A configuration whose apply prints `holding` and then waits until `go` appears in its working directory. */
@@ -90,9 +137,17 @@ function gatedConfig(extra = ""): Record<string, string> {
   };
 }
 
+/** Waits for `pattern` in a phase's log; a run that ends first fails at once with its status, error and logs. */
 async function waitForLog(runId: string, phase: "plan" | "apply", pattern: RegExp, timeoutMs = 120_000): Promise<string> {
   let log = "";
-  await until(`${phase} log matching ${pattern}`, async () => pattern.test((log = await runLog(stack.server, runId, phase))), timeoutMs);
+  await until(`${phase} log matching ${pattern}`, async () => {
+    if (pattern.test((log = await runLog(stack.server, runId, phase)))) return true;
+    const run = (await stack.server.api("GET", `/api/v1/runs/${runId}`)).body as { status: string; errorMessage: string | null };
+    if (["errored", "canceled", "applied", "planned_and_finished", "discarded"].includes(run.status)) {
+      throw new Error(`run ${runId} ended ${run.status} (${run.errorMessage}) before its ${phase} log matched ${pattern}:\n${await runLog(stack.server, runId, "plan")}\n${log}`);
+    }
+    return false;
+  }, timeoutMs);
   return log;
 }
 
@@ -161,6 +216,40 @@ test("a runner image that does not exist and cannot be pulled ends the run error
   assert.equal(run.status, "errored");
   assert.match(run.errorMessage, /the runner image localhost:1\/drover-missing-runner:0 is not on this Docker host and pulling it failed: .*DROVER_AGENT_DOCKER_IMAGE/s);
   assert.equal((await runContainers(runId)).length, 0, "no container was made");
+});
+
+test("a workspace's runner image: used when the agent's allow-list has it, refused with the reason when not, the agent's own once cleared", { skip }, async (t) => {
+  // The runner image under a second name, as an operator's registry of approved runners would hold it.
+  const approved = `localhost/drover-approved/runner:${runnerImage.split(":").pop()}`;
+  await podmanOk(["tag", runnerImage, approved]);
+  // Only this name: `podman untag IMAGE` without one would strip the runner image's own tag too.
+  t.after(() => podman(["untag", approved, approved]).then(() => undefined));
+  const agent = await dockerAgent(t, "ws-image-docker", { DROVER_AGENT_DOCKER_ALLOWED_IMAGES: "localhost/drover-approved/*" });
+  const created = await stack.cli(["workspace", "create", "ws-image", "--pool", stack.pool, "--runner-image", approved, "--json"]);
+  assert.equal(created.code, 0, created.stderr);
+  assert.equal((JSON.parse(created.stdout) as { runnerImage: string }).runnerImage, approved);
+
+  const allowed = await stack.startRun(hello, "ws-image", ["--auto-apply"]);
+  assert.equal((await stack.waitForRun(allowed, ["applied", "errored", "failed", "canceled"], 180_000)).status, "applied", agent.output());
+  const first = [...agent.output().matchAll(/"image":"([^"]+)".*?run container started/g)].map((m) => m[1]);
+  assert.deepEqual(first, [approved, approved], "plan and apply started from the workspace's image");
+
+  const updated = await stack.cli(["workspace", "update", "ws-image", "--runner-image", "localhost/drover-unapproved/runner:1"]);
+  assert.equal(updated.code, 0, updated.stderr);
+  const refused = await stack.startRun(hello, "ws-image", ["--auto-apply"]);
+  const run = await stack.waitForRun(refused, ["applied", "errored", "failed", "canceled"], 180_000);
+  assert.equal(run.status, "errored");
+  assert.match(run.errorMessage, /workspace ws-image asks for the runner image localhost\/drover-unapproved\/runner:1, which this agent does not allow\. Add it .* DROVER_AGENT_DOCKER_ALLOWED_IMAGES/);
+  assert.equal((await runContainers(refused)).length, 0, "no container was made");
+
+  const cleared = await stack.cli(["workspace", "update", "ws-image", "--runner-image", ""]);
+  assert.equal(cleared.code, 0, cleared.stderr);
+  // Nothing changed since the first run: the plan finds no changes and the run ends there.
+  const fallback = await stack.startRun(hello, "ws-image", ["--auto-apply"]);
+  const last = await stack.waitForRun(fallback, ["applied", "planned_and_finished", "errored", "failed", "canceled"], 180_000);
+  assert.equal(last.status, "planned_and_finished", last.errorMessage);
+  const images = [...agent.output().matchAll(/"image":"([^"]+)".*?run container started/g)].map((m) => m[1]);
+  assert.deepEqual(images.slice(2), [runnerImage], "the plan started from the agent's own image again");
 });
 
 test("an agent killed mid-run and restarted removes its orphaned container and ends the run errored with the reason", { skip }, async (t) => {

@@ -7,7 +7,8 @@ import { chmodSync, mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { droverBin } from "./processes.js";
-import { kube, until, type TestCluster } from "../kube/cluster.js";
+import { kube, until, type startTestCluster, type TestCluster } from "../kube/cluster.js";
+import { ensureImages, podmanOk, podmanUnavailable, type BuiltImages } from "./podman.js";
 
 /** The repository root (this file runs from test/dist/support). */
 export const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
@@ -30,6 +31,54 @@ export function droverImageOptions(): { images: Record<string, { entrypoint: str
     images: { [droverImage]: { entrypoint: ["drover"], paths: [repo] } },
     baseEnv: { PATH: `${bin}:${process.env.PATH ?? ""}`, HOME: "/root" },
   };
+}
+
+/** The image name the charts and the Pulumi component use for runners at tag `test`. */
+export const runnerImage = "ghcr.io/drover-dev/drover-runner:test";
+
+/** How a chart test's cluster runs `droverImage` and `runnerImage`, and what a run pod's runner needs. */
+export interface ChartImages {
+  /** startTestCluster options (images, and podman or the shim's PATH). */
+  options: Pick<Parameters<typeof startTestCluster>[0] & object, "images" | "baseEnv" | "podman">;
+  /** The locally built images, when podman runs them; undefined: the host-process shim. */
+  built: BuiltImages | undefined;
+  /**
+   * Environment for the runner container: with the shim it runs on the host, so it is given the
+   * host's exec-loop path and an empty terraform CLI config; the real runner image has its own.
+   */
+  runnerEnv: Record<string, string>;
+  /** DROVER_AGENT_EXEC_LOOP_PATH for the controller with the shim (the repository's copy); none with the real image. */
+  execLoopPath: string | undefined;
+}
+
+/**
+ * The locally built drover and runner images as real containers (the test cluster's podman mode)
+ * where this machine can run them, else the host-process shim of droverImageOptions().
+ */
+export async function chartImages(shared: string): Promise<ChartImages> {
+  if (podmanUnavailable() === undefined) {
+    const built = await ensureImages();
+    return {
+      options: { podman: { env: built.env }, images: { [droverImage]: { podman: built.images.drover }, [runnerImage]: { podman: built.images.runner } } },
+      built,
+      runnerEnv: { CHECKPOINT_DISABLE: "1" },
+      execLoopPath: undefined,
+    };
+  }
+  mkdirSync(shared, { recursive: true });
+  const tfrc = join(shared, "runner.tfrc");
+  writeFileSync(tfrc, "");
+  return { options: droverImageOptions(), built: undefined, runnerEnv: { TF_CLI_CONFIG_FILE: tfrc, CHECKPOINT_DISABLE: "1" }, execLoopPath: join(repo, "packages", "agent", "exec-loop", "exec-loop.sh") };
+}
+
+/** The test cluster's podman containers started since `since`, as `<image> <container name>` lines. */
+export async function startedContainers(since: Date): Promise<string> {
+  return podmanOk(["events", "--stream=false", "--since", since.toISOString(), "--filter", "event=start", "--filter", "label=dev.drover.kube-test-cluster=1", "--format", "{{.Image}} {{.Name}}"]);
+}
+
+/** Asserts that a real container of a pod's `container` (named `ktc-…-<container>-…`) started from `image`. */
+export function assertStarted(started: string, image: string, container: string): void {
+  assert.match(started, new RegExp(`^${image.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")} ktc-\\S*-${container}-\\d+-`, "m"), `${container} ran from ${image}:\n${started}`);
 }
 
 /**
@@ -84,6 +133,16 @@ export function template(chart: string, ns: string, args: string[], opts: { rele
   const release = opts.release ?? chart.replace("agent-", "d-");
   const crds = (opts.crds ?? true) ? ["--include-crds"] : [];
   return execFileSync(tools().helm, ["template", release, join(repo, "charts", chart), "--namespace", ns, ...crds, ...args], { encoding: "utf8" });
+}
+
+/**
+ * `helm template` of agent-k8s with the controller's health port at `controllerPort` and the
+ * worker DaemonSet's at the next one: every pod here shares this machine's network (the test
+ * cluster has no network namespaces), so the two may not listen on one port as on a real node.
+ */
+export function templateAgentK8s(ns: string, controllerPort: number, args: string[]): string {
+  const rendered = template("agent-k8s", ns, ["--set", `agent.healthPort=${controllerPort}`, ...args]);
+  return rendered.split(/^---$/m).map((d) => (/^kind: DaemonSet$/m.test(d) ? d.replaceAll(String(controllerPort), String(controllerPort + 1)) : d)).join("---");
 }
 
 /** Creates namespace `name`, enforcing the PodSecurity `level` when one is given. */

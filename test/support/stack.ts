@@ -1,8 +1,7 @@
-import { spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { droverBin, spawnDrover, type Proc } from "./processes.js";
+import { runDrover, spawnDrover, type Proc } from "./processes.js";
 import { startTestServer, type TestServer } from "./server.js";
 import { readPhaseLog } from "./typed-api.js";
 
@@ -71,19 +70,7 @@ export async function startStack(serverEnv: Record<string, string> = {}): Promis
       }
     },
     cli(args, options = {}) {
-      return new Promise((resolve, reject) => {
-        const child = spawn(process.execPath, [droverBin, ...args], { env: { ...baseEnv, DROVER_TOKEN: server.adminToken, ...options.env }, stdio: ["ignore", "pipe", "pipe"] });
-        let stdout = "";
-        let stderr = "";
-        child.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
-        child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
-        const timer = setTimeout(() => child.kill("SIGKILL"), options.timeoutMs ?? 120_000);
-        child.on("error", reject);
-        child.on("exit", (code) => {
-          clearTimeout(timer);
-          resolve({ code: code ?? 1, stdout, stderr });
-        });
-      });
+      return runDrover(args, { ...baseEnv, DROVER_TOKEN: server.adminToken, ...options.env }, options.timeoutMs);
     },
     async startRun(configDir, workspace, flags = []) {
       const res = await stack.cli(["run", "start", configDir, "--workspace", workspace, "--no-follow", "--json", ...flags]);
