@@ -396,3 +396,43 @@ test("agent-local: agent.providerCache and agent.moduleCache map onto the agent'
   assert.equal(modules.DROVER_AGENT_MODULE_CACHE_ENABLED, "true");
   assert.equal(modules.DROVER_AGENT_MODULE_CACHE_SIZE_LIMIT_MB, "3072");
 });
+
+test("agent-local: agent.engines and agent.binaryCache map onto the agent's engine settings, which the agent accepts as rendered", async () => {
+  const { loadAgentConfig } = await import("@drover/agent");
+  const env = (args: string[]): Record<string, string> => {
+    const deployment = render("agent-local", ["--set", `agent.token=${token}`, ...args]).find((o) => o.kind === "Deployment")!;
+    const agent = deployment.spec.template.spec.containers[0] as { env: Array<{ name: string; value?: string }> };
+    return Object.fromEntries(agent.env.filter((e) => e.value !== undefined).map((e) => [e.name, e.value ?? ""]));
+  };
+  const defaults = env([]);
+  assert.equal(defaults.DROVER_AGENT_BINARY_CACHE_SIZE_LIMIT_MB, String(5 * 1024));
+  assert.equal(defaults.DROVER_AGENT_ENGINE_PATH_FALLBACK, "true");
+  for (const unset of ["DROVER_AGENT_TERRAFORM_RELEASES_URL", "DROVER_AGENT_TOFU_RELEASES_URL", "DROVER_AGENT_TOFU_VERSIONS_URL", "DROVER_AGENT_ENGINE_SIGNING_KEYS", "DROVER_AGENT_ENGINE_TRUSTED_FINGERPRINTS"]) {
+    assert.equal(defaults[unset], undefined, `${unset} is left to the agent's default`);
+  }
+  const keys = "-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nmQENBF...\n-----END PGP PUBLIC KEY BLOCK-----\n";
+  const dir = mkdtempSync(join(tmpdir(), "drover-chart-keys-"));
+  const keysFile = join(dir, "keys.asc");
+  writeFileSync(keysFile, keys);
+  const set = env([
+    "--set", "agent.binaryCache.sizeLimit=20Gi",
+    "--set", "agent.engines.pathFallback=false",
+    "--set", "agent.engines.terraformReleasesUrl=https://mirror.example/terraform",
+    "--set", "agent.engines.tofuReleasesUrl=https://mirror.example/tofu",
+    "--set", "agent.engines.tofuVersionsUrl=https://mirror.example/tofu/api.json",
+    "--set-file", `agent.engines.signingKeys=${keysFile}`,
+    "--set", "agent.engines.trustedFingerprints=E3E6E43D84CB852EADB0051D0C0AF313E5FD9F80",
+  ]);
+  rmSync(dir, { recursive: true, force: true });
+  const engines = loadAgentConfig({ ...set, DROVER_TOKEN: token }).engines;
+  assert.deepEqual(engines, {
+    terraformReleasesUrl: "https://mirror.example/terraform",
+    tofuReleasesUrl: "https://mirror.example/tofu",
+    tofuVersionsUrl: "https://mirror.example/tofu/api.json",
+    signingKeys: keys,
+    trustedFingerprints: ["E3E6E43D84CB852EADB0051D0C0AF313E5FD9F80"],
+    pathFallback: false,
+  });
+  assert.equal(set.DROVER_AGENT_BINARY_CACHE_SIZE_LIMIT_MB, String(20 * 1024));
+  assert.match(renderFails("agent-local", ["--set", `agent.token=${token}`, "--set", "agent.binaryCache.sizeLimit=5GB"]), /sizeLimit/);
+});
