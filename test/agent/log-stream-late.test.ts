@@ -32,7 +32,8 @@ function forwardHeaders(h: IncomingHttpHeaders): Record<string, string> {
 }
 
 before(async () => {
-  server = await startTestServer();
+  // The test appends without heartbeats: a lease that outlasts a slow run on a loaded machine.
+  server = await startTestServer({ DROVER_LEASE_TTL_SECONDS: "900" });
   let appends = 0;
   const held: Piece[] = [];
   const upstream = client(server.url);

@@ -1,10 +1,11 @@
-import { DroverError } from "@drover/protocol";
+import { DroverError, maxLogChunkBytes } from "@drover/protocol";
 import type { JobClient } from "./client.js";
 import { pause, waitFor } from "./backoff.js";
 import { NetworkError } from "./client.js";
 import { StreamRedactor } from "./redactor.js";
 
-const maxChunk = 512 * 1024;
+/** The most the server takes in one append: fewer, larger appends cost it less per byte. */
+const maxChunk = maxLogChunkBytes;
 const flushIntervalMs = 200;
 
 /**
@@ -39,11 +40,10 @@ export class LogStream {
 
   /** Adds raw output (from terraform, a hook, or the agent's own lines). */
   write(data: Buffer | string): void {
-    const text = this.redactor.push(typeof data === "string" ? Buffer.from(data, "utf8") : data);
-    if (text.length === 0) return;
-    const buf = Buffer.from(text, "utf8");
-    this.pending.push(buf);
-    this.pendingBytes += buf.length;
+    for (const buf of this.redactor.push(typeof data === "string" ? Buffer.from(data, "utf8") : data)) {
+      this.pending.push(buf);
+      this.pendingBytes += buf.length;
+    }
     if (this.pendingBytes >= maxChunk) void this.kick();
   }
 
@@ -137,9 +137,8 @@ export class LogStream {
     clearInterval(this.timer);
     const rest = this.redactor.end();
     if (rest.length > 0) {
-      const buf = Buffer.from(rest, "utf8");
-      this.pending.push(buf);
-      this.pendingBytes += buf.length;
+      this.pending.push(rest);
+      this.pendingBytes += rest.length;
     }
     while (this.pendingBytes > 0 && !this.failure && !giveUp?.aborted) {
       await this.kick();

@@ -47,7 +47,7 @@ export async function appendLog(ctx: StoreContext, job: JobRow, offset: number, 
     const fresh = data.subarray(overlap);
     if (fresh.length === 0) return size;
     const end = size + fresh.length;
-    await trx.insertInto("log_chunks").values({ job_id: job.id, offset: size, end_offset: end, data: Buffer.from(fresh) }).execute();
+    await trx.insertInto("log_chunks").values({ job_id: job.id, offset: size, end_offset: end, data: fresh }).execute();
     await trx.updateTable("jobs").set({ log_size: end }).where("id", "=", job.id).execute();
     effects.push(["log", job.id]);
     stored = fresh.length;
