@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { create } from "tar";
-import { adminToken, api, droverBin, sleep, type ServerProc } from "./harness.js";
+import { adminToken, api, droverBin, profileFlags, sleep, type ServerProc } from "./harness.js";
 
 /** A real `drover agent run` process registered with a server. */
 export interface AgentProc {
@@ -17,7 +17,7 @@ export async function startAgentProc(server: ServerProc, pool: string, name: str
   const dir = mkdtempSync(join(tmpdir(), "drover-bench-agent-"));
   const tfrc = join(dir, "terraformrc");
   writeFileSync(tfrc, "");
-  const child = spawn(process.execPath, [droverBin, "agent", "run"], {
+  const child = spawn(process.execPath, [...profileFlags("agent"), droverBin, "agent", "run"], {
     env: {
       ...process.env,
       DROVER_TOKEN: token,

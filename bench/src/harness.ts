@@ -17,10 +17,19 @@ export interface ServerProc {
   stop(): Promise<void>;
 }
 
+/**
+ * Node flags writing a CPU profile of a bench's `name` process into BENCH_CPU_PROF
+ * (--cpu-prof is refused in NODE_OPTIONS); none when that is unset.
+ */
+export function profileFlags(name: string): string[] {
+  const dir = process.env.BENCH_CPU_PROF;
+  return dir ? ["--cpu-prof", `--cpu-prof-dir=${dir}`, `--cpu-prof-name=${name}-${Date.now()}.cpuprofile`] : [];
+}
+
 /** Starts `drover server`; `nodeArgs` go to node itself (e.g. `--cpu-prof`, which NODE_OPTIONS refuses). */
 export async function startServerProc(env: Record<string, string> = {}, nodeArgs: string[] = []): Promise<ServerProc> {
   const dir = mkdtempSync(join(tmpdir(), "drover-bench-"));
-  const child = spawn(process.execPath, [...nodeArgs, droverBin, "server", "--port", "0", "--data-dir", dir], {
+  const child = spawn(process.execPath, [...profileFlags("server"), ...nodeArgs, droverBin, "server", "--port", "0", "--data-dir", dir], {
     env: { ...process.env, DROVER_ADMIN_TOKEN: adminToken, DROVER_LOG_LEVEL: "warn", ...env },
     stdio: ["ignore", "pipe", "inherit"],
   });

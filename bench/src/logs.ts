@@ -3,24 +3,16 @@ import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } f
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { routes } from "@drover/protocol";
-import { packDir, runToCompletion, startAgentProc } from "./agent-runs.js";
+import { packDir, startAgentProc } from "./agent-runs.js";
 import { adminToken, api, client, sleep, startServerProc, type ServerProc } from "./harness.js";
 import { median, type Figure } from "./report.js";
 
 /*
  * The two log figures of the performance issue: a log-heavy apply beside bare terraform, and
  * the throughput of a run's output into the server beside a bare pipe. Both check that every
- * line was stored once, in order. `DROVER_BENCH_CPU_PROF=<dir>` writes CPU profiles of the
- * agent and the server (node --cpu-prof) there.
+ * line was stored once, in order. `BENCH_CPU_PROF=<dir>` writes CPU profiles of the
+ * agents and servers the benches start (node --cpu-prof) there.
  */
-
-/** NODE_OPTIONS for a process to profile, when profiles are asked for. */
-function profiling(name: string): Record<string, string> {
-  const dir = process.env.DROVER_BENCH_CPU_PROF;
-  if (!dir) return {};
-  mkdirSync(dir, { recursive: true });
-  return { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${dir} --cpu-prof-name=${name}-\${pid}.cpuprofile` };
-}
 
 /** Every page of a phase's log, read as the CLI reads it. */
 async function readPhaseLog(server: ServerProc, runId: string, phase: "plan" | "apply"): Promise<Buffer> {
@@ -87,19 +79,38 @@ async function bareLogHeavy(config: string): Promise<number> {
 }
 
 /**
+ * Uploads `archive`, starts an auto-apply run, waits until it ends; its time ends at the server's
+ * record of the last job finishing. Polled every 250 ms (not faster): the figure does not depend
+ * on the interval, and quicker polling would take CPU from the terraform being measured.
+ */
+async function runUntilEnd(server: ServerProc, workspace: string, archive: Buffer): Promise<{ id: string; status: string; ms: number }> {
+  const started = Date.now();
+  const cv = await api(server.url, "POST", `/api/v1/workspaces/${workspace}/configuration-versions`, adminToken, archive, "application/gzip");
+  const run = await api(server.url, "POST", "/api/v1/runs", adminToken, { workspace, configurationVersionId: cv.id, autoApply: true });
+  for (;;) {
+    await sleep(250);
+    const r = await api(server.url, "GET", `/api/v1/runs/${run.id}`);
+    if (!["applied", "planned_and_finished", "errored", "canceled", "discarded"].includes(r.status)) continue;
+    const jobs = (await api(server.url, "GET", `/api/v1/runs/${run.id}/jobs`)).items as Array<{ finishedAt: string | null }>;
+    const ended = Math.max(...jobs.map((j) => (j.finishedAt ? Date.parse(j.finishedAt) : 0)));
+    return { id: run.id, status: r.status, ms: (ended > 0 ? ended : Date.now()) - started };
+  }
+}
+
+/**
  * A provisioner printing 200,000 short lines (~15 MB of log once terraform prefixes them):
  * upload → applied through server + local agent beside terraform init/plan/apply bare with its
  * output read from a pipe; alternating repetitions, ratio of medians; every run's apply log
  * checked for every line once, in order.
  */
-export async function benchLogHeavyApply(reps = 3): Promise<Figure[]> {
-  const server = await startServerProc(profiling("server"));
+export async function benchLogHeavyApply(reps = 5): Promise<Figure[]> {
+  const server = await startServerProc();
   const dir = mkdtempSync(join(tmpdir(), "drover-bench-loud-config-"));
   try {
     const config = join(dir, "config");
     logHeavyConfig(config);
     await api(server.url, "POST", "/api/v1/pools", undefined, { name: "loud" });
-    const agent = await startAgentProc(server, "loud", "loud-agent", profiling("agent"));
+    const agent = await startAgentProc(server, "loud", "loud-agent");
     const archive = await packDir(config);
     const bare: number[] = [];
     const drover: number[] = [];
@@ -108,7 +119,7 @@ export async function benchLogHeavyApply(reps = 3): Promise<Figure[]> {
       for (let i = 0; i < reps; i++) {
         bare.push(await bareLogHeavy(config));
         await api(server.url, "POST", "/api/v1/workspaces", undefined, { name: `loud-${i}`, pool: "loud" });
-        const run = await runToCompletion(server, `loud-${i}`, archive);
+        const run = await runUntilEnd(server, `loud-${i}`, archive);
         if (run.status !== "applied") throw new Error(`run ${run.id} ended ${run.status}`);
         drover.push(run.ms);
         const log = await readPhaseLog(server, run.id, "apply");
@@ -147,7 +158,7 @@ export async function benchLogHeavyApply(reps = 3): Promise<Figure[]> {
  * than this (its UI, not Drover, bounds that path): that is the log-heavy apply above.
  */
 export async function benchLogStreaming(megabytes = 50): Promise<Figure[]> {
-  const server = await startServerProc(profiling("server"));
+  const server = await startServerProc();
   const dir = mkdtempSync(join(tmpdir(), "drover-bench-logs-"));
   try {
     const lines = Math.round((megabytes * 1024 * 1024) / 100);
@@ -171,7 +182,7 @@ export async function benchLogStreaming(megabytes = 50): Promise<Figure[]> {
 
     await api(server.url, "POST", "/api/v1/pools", undefined, { name: "logs" });
     await api(server.url, "POST", "/api/v1/workspaces", undefined, { name: "logs", pool: "logs" });
-    const agent = await startAgentProc(server, "logs", "log-agent", { DROVER_AGENT_HOOKS_DIR: hooks, ...profiling("agent") });
+    const agent = await startAgentProc(server, "logs", "log-agent", { DROVER_AGENT_HOOKS_DIR: hooks });
     const cv = await api(server.url, "POST", "/api/v1/workspaces/logs/configuration-versions", adminToken, await packDir(config), "application/gzip");
     const created = await api(server.url, "POST", "/api/v1/runs", adminToken, { workspace: "logs", configurationVersionId: cv.id, planOnly: true });
     let run: { status: string };
