@@ -297,7 +297,8 @@ describe("drains and upgrades", () => {
     const prepared = render("agent-k8s", ["--set", `agent.token=${token}`, "--set", "workerDaemonSet.prepareDataHome=true"]).find((o) => o.kind === "DaemonSet")!.spec.template.spec;
     assert.equal(prepared.volumes.find((v: any) => v.name === "home").hostPath.type, "DirectoryOrCreate");
     const init = prepared.initContainers.find((c: any) => c.name === "prepare-data-home");
-    assert.match(init.command[2], /chown 1000:1000 "\/var\/lib\/drover-agent" "\/var\/lib\/drover-agent"\/runs && chmod 0711/);
+    // ready/ too: a run pod that reached the node first has its kubelet create it root-owned.
+    assert.match(init.command[2], /chown 1000:1000 "\/var\/lib\/drover-agent" "\/var\/lib\/drover-agent"\/runs "\/var\/lib\/drover-agent"\/ready && chmod 0711/);
     assert.deepEqual(init.securityContext.capabilities, { drop: ["ALL"], add: ["CHOWN", "FOWNER"] });
   });
 });

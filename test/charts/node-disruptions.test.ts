@@ -34,6 +34,10 @@ const diagnose = async () =>
 before(async () => {
   cluster = await startTestCluster({ timings: fastTimings, ...droverImageOptions(), nodes: [{ name: "node-a" }, { name: "node-b" }] });
   stack = await startStack();
+  // A run pod that reaches a node before its worker has the kubelet create the init container's
+  // subPath ready/ root-owned (seen as runs stuck in Init on node-b): the chart's node
+  // preparation must hand it to the worker, which otherwise can never mark a run ready there.
+  for (const node of ["node-a", "node-b"]) mkdirSync(cluster.hostPath("/var/lib/drover-agent/ready", node), { recursive: true, mode: 0o755 });
   await namespace(cluster, ns, "privileged");
   await applyAgentTaskCrd(cluster, ns);
   const shared = join(repo, "test", "dist", ".chart-node-disruptions");

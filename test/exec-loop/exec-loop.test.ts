@@ -91,6 +91,26 @@ for (const [name, shell] of shells) {
       }
     });
 
+    test("a second runner on the same directory refuses with exit 73 and runs no step (a Job pod started twice)", async () => {
+      const loop = new Loop(shell, { HOSTNAME: "first-pod" });
+      try {
+        const n = loop.step("echo once >>\"$0.count\"; echo started; while :; do sleep 0.1; done\n");
+        await until("the first runner's step", () => loop.output(n).includes("started"));
+        assert.match(readFileSync(join(loop.dir, "runner.lock"), "utf8"), /^pod first-pod, pid \d+$/m);
+        const second = spawn(shell[0]!, [...shell.slice(1), script], { env: { ...process.env, DROVER_EXEC_DIR: loop.dir, DROVER_EXEC_TICK: "0.1", HOSTNAME: "second-pod" }, stdio: ["ignore", "ignore", "pipe"] });
+        let stderr = "";
+        second.stderr!.on("data", (d: Buffer) => (stderr += d.toString()));
+        const code = await new Promise<number | null>((r) => second.on("close", (c) => r(c)));
+        assert.equal(code, 73);
+        assert.match(stderr, /is already driven by another runner \(pod first-pod, pid \d+\); refusing to run its steps a second time/);
+        loop.signal(n, "KILL");
+        await loop.exitCode(n);
+        assert.equal(readFileSync(join(loop.dir, "steps", String(n), "script.sh.count"), "utf8"), "once\n", "the step ran once");
+      } finally {
+        await loop.close();
+      }
+    });
+
     test("forwards INT to the step (a graceful stop), then KILL", async () => {
       const loop = new Loop(shell);
       try {

@@ -16,6 +16,10 @@
 #   $DIR/worker-heartbeat    touched by the worker; stale for DROVER_EXEC_WORKER_TIMEOUT
 #                            seconds (default 60) = worker gone: kill the step and exit
 #   $DIR/shutdown            the worker is done: exit 0 once no step runs
+#   $DIR/runner.lock         created once (O_EXCL) by the loop that drives this directory, with
+#                            its pod and pid: a second runner on the same directory (a Job pod
+#                            started twice, two run pods sharing a node's run directory) exits
+#                            73 without running any step, so no step ever runs twice
 #
 # The pod's SIGTERM is noted but not obeyed: terraform must be stopped by the worker's
 # signal so it can release its state lock. Runs under dash, busybox sh and bash.
@@ -25,6 +29,13 @@ WORKER_TIMEOUT="${DROVER_EXEC_WORKER_TIMEOUT:-60}"
 TICK="${DROVER_EXEC_TICK:-0.2}"
 
 mkdir -p "$DIR/steps" || exit 70
+# noclobber makes `>` an O_EXCL create: exactly one loop ever holds the lock, and it is never
+# released (a loop that died mid-step left that step's outcome unknown; running it again is
+# the worker's decision, not a second runner's).
+if ! (set -C; echo "pod ${HOSTNAME:-unknown}, pid $$" >"$DIR/runner.lock") 2>/dev/null; then
+  echo "[exec-loop] $DIR is already driven by another runner ($(cat "$DIR/runner.lock" 2>/dev/null || echo unknown)); refusing to run its steps a second time" >&2
+  exit 73
+fi
 # Fractional sleep is not POSIX; fall back to whole seconds where it is unsupported.
 sleep "$TICK" 2>/dev/null || TICK=1
 

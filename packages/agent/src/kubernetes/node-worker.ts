@@ -80,7 +80,8 @@ export class NodeWorker {
     .define("drover_node_worker_runs", "gauge", "Runs this node worker supervises")
     .define("drover_node_worker_watch_errors_total", "counter", "Failed lists or watches of this node's run pods (each is retried)")
     .define("drover_node_worker_log_bytes_shipped_total", "counter", "Log bytes of this node's runs the server acknowledged")
-    .define("drover_node_worker_errors_total", "counter", "Errors of this node worker by kind (each retried)", { initial: false });
+    .define("drover_node_worker_errors_total", "counter", "Errors of this node worker by kind (each retried)", { initial: false })
+    .define("drover_node_worker_supervisors_started_total", "counter", "Runs this node worker started driving (one per run pod; more means a run was driven twice)");
 
   constructor(
     private readonly settings: NodeWorkerSettings,
@@ -109,6 +110,11 @@ export class NodeWorker {
   private async work(): Promise<number> {
     this.runsDir = SafeDir.open(nodeRunDir(this.settings.home, ""), { create: true });
     this.readyDir = SafeDir.open(nodeReadyDir(this.settings.home), { create: true });
+    const unwritable = [this.runsDir, this.readyDir].map(notWritable).find((why) => why !== undefined);
+    if (unwritable) {
+      this.log.error(`${unwritable}: this worker could never prepare or mark a run on this node ready. Create ${this.settings.home}/runs and ${this.settings.home}/ready owned by the worker's user with the data home (README: agent-k8s node preparation), or set workerDaemonSet.prepareDataHome=true`);
+      return 1;
+    }
     this.log.info({ node: this.settings.nodeName, home: this.settings.home }, "node worker started");
     const { namespace, nodeName, controllerName } = this.settings;
     const labelSelector = `${labels.controller}=${controllerName}`;
@@ -217,6 +223,7 @@ export class NodeWorker {
       log,
       { exec, run },
     );
+    this.metrics.inc("drover_node_worker_supervisors_started_total");
     this.runs.set(name, supervised);
     log.info({ run: assignment.runId, phase: assignment.phase }, "supervising a run pod on this node");
     void supervised.done.finally(() => this.runs.delete(name));
@@ -237,6 +244,22 @@ export class NodeWorker {
     } catch (err) {
       this.log.warn({ k8sJob: name, err: err instanceof Error ? err.message : String(err) }, "could not tell the abandoned run's runner to exit; the pod ends at its deadline");
     }
+  }
+}
+
+/**
+ * Why this process cannot create entries in `dir`, or undefined when it can. A directory made
+ * by someone else (a kubelet creates a missing subPath root-owned for a run pod that reached
+ * the node before its worker) would fail every run on the node much later, one by one.
+ */
+function notWritable(dir: SafeDir): string | undefined {
+  const probe = `.writable-${process.pid}`;
+  try {
+    dir.write(probe, "");
+    dir.remove(probe);
+    return undefined;
+  } catch (err) {
+    return `${dir.label} is not writable (${(err as NodeJS.ErrnoException).code ?? String(err)})`;
   }
 }
 
