@@ -1,9 +1,11 @@
 // What the Kubernetes-mode agent tests share: the images and paths the controller and its
 // workers are given, AgentTask templates, and waiting for a controller to register.
 import assert from "node:assert/strict";
-import { writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { spawnDrover, type Proc } from "../support/processes.js";
 import type { Stack } from "../support/stack.js";
 import { eventually, kube, prepareDroverNamespace, type TestCluster } from "./cluster.js";
 
@@ -48,4 +50,55 @@ export function controllerEnv(stack: Stack, name: string, template: string): Rec
 /** The environment of `drover agent node-worker` on the test cluster's node, serving the controller `controller`. */
 export function nodeWorkerEnv(controller: string): Record<string, string> {
   return { DROVER_AGENT_NODE_NAME: "ktc-node", DROVER_AGENT_CONTROLLER_NAME: controller, DROVER_AGENT_EXEC_LOOP_PATH: execLoopPath };
+}
+
+/** One agent-k8s release in node mode, run here as processes: its controller and this node's worker. */
+export interface NodeModeAgents {
+  controller: Proc;
+  /** The node worker now running (`restartNodeWorker` replaces it). */
+  nodeWorker: Proc;
+  /** The node's hostPath data home (a temporary directory; the test cluster uses real host paths). */
+  home: string;
+  /** SIGKILLs the node worker and starts another with the same settings; resolves once it has started. */
+  restartNodeWorker(): Promise<Proc>;
+  /** Kills both processes and removes the data home. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts the node worker, then the controller `name` (launching run pods from the AgentTask
+ * `template`) in `ns`, and waits until the worker has started and the controller registered.
+ * The cluster must run with `hostPaths: "real"`: the worker stands in for its DaemonSet pod, so
+ * the node's hostPaths are this machine's paths. `env` adds to both processes' environment,
+ * `workerEnv` and `controllerEnv` to one's (e.g. a KUBECONFIG of its own ServiceAccount).
+ */
+export async function startNodeModeAgents(
+  c: TestCluster,
+  stack: Stack,
+  o: { ns: string; name: string; template: string; env?: Record<string, string>; workerEnv?: Record<string, string>; controllerEnv?: Record<string, string> },
+): Promise<NodeModeAgents> {
+  const home = mkdtempSync(join(tmpdir(), `drover-node-home-${o.name}-`));
+  const common = { ...stack.baseEnv, KUBECONFIG: c.kubeconfigPath, DROVER_AGENT_KUBERNETES_NAMESPACE: o.ns, DROVER_AGENT_NODE_HOME: home, DROVER_AGENT_LOG_FORMAT: "plain", DROVER_AGENT_HEALTH_PORT: "0", ...o.env };
+  const startWorker = async () => {
+    const worker = spawnDrover(["agent", "node-worker"], { ...common, ...nodeWorkerEnv(o.name), ...o.workerEnv });
+    await worker.waitFor(/node worker started/);
+    return worker;
+  };
+  const agents: NodeModeAgents = {
+    nodeWorker: await startWorker(),
+    controller: spawnDrover(["agent", "controller"], { ...common, ...controllerEnv(stack, o.name, o.template), ...o.controllerEnv }),
+    home,
+    async restartNodeWorker() {
+      await agents.nodeWorker.stop("SIGKILL");
+      agents.nodeWorker = await startWorker();
+      return agents.nodeWorker;
+    },
+    async stop() {
+      await agents.controller.stop("SIGKILL");
+      await agents.nodeWorker.stop("SIGKILL");
+      rmSync(home, { recursive: true, force: true });
+    },
+  };
+  await agentRegistered(stack, o.name);
+  return agents;
 }

@@ -7,7 +7,8 @@ import { freePort, spawnDrover, type Proc } from "../support/processes.js";
 import { scrape } from "../support/metric-values.js";
 import { startStack, type Stack } from "../support/stack.js";
 import { startTcpProxy, type TcpProxy } from "../support/tcp-proxy.js";
-import { eventually, fastTimings, prepareDroverNamespace, startTestCluster, type TestCluster } from "./cluster.js";
+import { eventually, fastTimings, kube, prepareDroverNamespace, startTestCluster, type TestCluster } from "./cluster.js";
+import { createAgentTask, terraformRunner, workerImage } from "./agents.js";
 
 // `drover agent controller` started while the server is down: it keeps retrying registration
 // (a stop signal ends the wait at once) and registers when the server comes up. And an API
@@ -100,5 +101,43 @@ test("an API server that never answers: the controller's list ends at DROVER_AGE
   } finally {
     await controller.stop("SIGKILL");
     await apiProxy.close();
+  }
+});
+
+test("a job Secret the controller's RBAC refuses: the run errors naming the Secret, with the API's reason and message", async () => {
+  proxy.set("open");
+  // The controller's own ServiceAccount, granted everything it needs but creating Secrets.
+  const sa = "no-secrets";
+  const rbac = "/apis/rbac.authorization.k8s.io/v1";
+  assert.equal((await kube(cluster, "POST", `/api/v1/namespaces/${ns}/serviceaccounts`, { metadata: { name: sa } })).status, 201);
+  const rules = [
+    { apiGroups: ["batch"], resources: ["jobs"], verbs: ["create", "get", "list", "watch", "delete"] },
+    { apiGroups: [""], resources: ["pods"], verbs: ["get", "list", "watch"] },
+    { apiGroups: [""], resources: ["events"], verbs: ["list"] },
+    { apiGroups: ["drover.dev"], resources: ["agenttasks"], verbs: ["get"] },
+  ];
+  assert.equal((await kube(cluster, "POST", `${rbac}/namespaces/${ns}/roles`, { metadata: { name: sa }, rules })).status, 201);
+  const binding = { metadata: { name: sa }, roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "Role", name: sa }, subjects: [{ kind: "ServiceAccount", name: sa, namespace: ns }] };
+  assert.equal((await kube(cluster, "POST", `${rbac}/namespaces/${ns}/rolebindings`, binding)).status, 201);
+  const kubeconfig = join(stack.dir, "no-secrets-kubeconfig");
+  writeFileSync(kubeconfig, readFileSync(cluster.kubeconfigPath, "utf8").replace(cluster.token, cluster.serviceAccountToken(ns, sa)));
+  await createAgentTask(cluster, ns, "no-secrets-template", [terraformRunner(stack)]);
+  const controller = startController("no-secrets-ctl", { KUBECONFIG: kubeconfig, DROVER_AGENT_KUBERNETES_TASK_TEMPLATE: "no-secrets-template", DROVER_AGENT_KUBERNETES_WORKER_IMAGE: workerImage });
+  try {
+    await eventually("the controller to register", () => registered("no-secrets-ctl"));
+    assert.equal((await stack.server.api("POST", "/api/v1/workspaces", { name: "no-secrets", pool: stack.pool })).status, 201);
+    const runId = await stack.startRun(join(repo, "examples", "hello"), "no-secrets", []);
+    const run = await stack.waitForRun(runId, ["planned", "errored", "canceled"], 60_000);
+    assert.equal(run.status, "errored", controller.output());
+    const message = String(run.errorMessage);
+    const secret = `drover-${runId}-plan-1-job`;
+    assert.equal(
+      message,
+      `could not launch the Kubernetes Job drover-${runId}-plan-1: cannot create Secret "${secret}" in namespace "${ns}": Forbidden (HTTP 403): secrets is forbidden: User "system:serviceaccount:${ns}:${sa}" cannot create resource "secrets" in API group "" in the namespace "${ns}"`,
+    );
+    assert.doesNotMatch(controller.output(), /HTTP-Code/, "no raw client exception in the log");
+    assert.match(controller.output(), /could not create the Job[^\n]*cannot create Secret/);
+  } finally {
+    await controller.stop("SIGKILL");
   }
 });

@@ -1,13 +1,11 @@
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
-import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { mkdirSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { runLog, startStack, type Stack } from "../support/stack.js";
-import { spawnDrover, type Proc } from "../support/processes.js";
 import { fastTimings, kube, startTestCluster, type TestCluster } from "./cluster.js";
-import { agentRegistered, controllerEnv, nodeWorkerEnv, prepareNamespace, runnerImage } from "./agents.js";
+import { prepareNamespace, runnerImage, startNodeModeAgents, type NodeModeAgents } from "./agents.js";
 
 // agent-k8s node mode: a run pod writes its run directory, which the node's worker then reads
 // and writes. Here the runner container is an attacker playing the exec-loop: it plants links
@@ -17,9 +15,7 @@ import { agentRegistered, controllerEnv, nodeWorkerEnv, prepareNamespace, runner
 const ns = "drover-isolation";
 let cluster: TestCluster;
 let stack: Stack;
-let controller: Proc;
-let nodeWorker: Proc;
-let home: string;
+let agents: NodeModeAgents;
 let secretPath: string;
 let secret: string;
 let victim: string;
@@ -87,7 +83,7 @@ async function attackRun(attack: string): Promise<{ run: any; log: string }> {
   assert.equal((await stack.server.api("POST", "/api/v1/workspaces", { name: workspace, pool: stack.pool })).status, 201);
   const runId = await stack.startRun(config, workspace);
   const run = await stack.waitForRun(runId, ["planned", "errored", "canceled", "planned_and_finished"], 60_000).catch((err: Error) => {
-    throw new Error(`${err.message}\nnode worker:\n${nodeWorker.output()}\ncontroller:\n${controller.output()}`);
+    throw new Error(`${err.message}\nnode worker:\n${agents.nodeWorker.output()}\ncontroller:\n${agents.controller.output()}`);
   });
   return { run, log: await runLog(stack.server, runId, "plan") };
 }
@@ -95,7 +91,6 @@ async function attackRun(attack: string): Promise<{ run: any; log: string }> {
 before(async () => {
   cluster = await startTestCluster({ timings: fastTimings, hostPaths: "real" });
   stack = await startStack();
-  home = mkdtempSync(join(tmpdir(), "drover-iso-home-"));
   secret = `SA-TOKEN-${randomBytes(8).toString("hex")}`;
   secretPath = join(stack.dir, "sa-token");
   writeFileSync(secretPath, secret, { mode: 0o600 });
@@ -107,27 +102,13 @@ before(async () => {
   mkdirSync(config);
   writeFileSync(join(config, "main.tf"), 'resource "terraform_data" "x" {}\n');
   await prepareNamespace(cluster, ns);
-  const common = { ...stack.baseEnv, KUBECONFIG: cluster.kubeconfigPath, DROVER_AGENT_KUBERNETES_NAMESPACE: ns, DROVER_AGENT_NODE_HOME: home, DROVER_AGENT_LOG_FORMAT: "plain" };
-  nodeWorker = spawnDrover(["agent", "node-worker"], {
-    ...common,
-    ...nodeWorkerEnv("iso-ctl"),
-    DROVER_AGENT_HEALTH_PORT: "0",
-  });
-  await nodeWorker.waitFor(/node worker started/);
-  controller = spawnDrover(["agent", "controller"], {
-    ...common,
-    ...controllerEnv(stack, "iso-ctl", "attack"),
-    DROVER_AGENT_HEALTH_PORT: "0",
-  });
-  await agentRegistered(stack, "iso-ctl");
+  agents = await startNodeModeAgents(cluster, stack, { ns, name: "iso-ctl", template: "attack" });
 });
 
 after(async () => {
-  await controller?.stop("SIGKILL");
-  await nodeWorker?.stop("SIGKILL");
+  await agents?.stop();
   await stack?.stop();
   await cluster?.close();
-  if (home) rmSync(home, { recursive: true, force: true });
 });
 
 test("a link planted at steps/N/output does not ship the worker's files into the run log", async () => {
@@ -170,6 +151,6 @@ test("a run blocking the worker's shutdown file ends only itself; the node worke
   assert.ok(["errored", "planned", "planned_and_finished"].includes(run.status), run.status);
   const next = await attackRun("none");
   assert.ok(["errored", "planned", "planned_and_finished"].includes(next.run.status), next.run.status);
-  assert.equal(await Promise.race([nodeWorker.exited.then(() => "exited"), Promise.resolve("running")]), "running", "the node worker is still running");
-  assert.equal((nodeWorker.output().match(/supervising a run pod on this node/g) ?? []).length, 7, nodeWorker.output());
+  assert.equal(await Promise.race([agents.nodeWorker.exited.then(() => "exited"), Promise.resolve("running")]), "running", "the node worker is still running");
+  assert.equal((agents.nodeWorker.output().match(/supervising a run pod on this node/g) ?? []).length, 7, agents.nodeWorker.output());
 });

@@ -1,14 +1,13 @@
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { after, before, test } from "node:test";
 import { runLog, startStack, type Stack } from "../support/stack.js";
-import { freePort, spawnDrover, type Proc } from "../support/processes.js";
+import { freePort, spawnDrover } from "../support/processes.js";
 import { eventually, fastTimings, kube, startTestCluster, type TestCluster } from "./cluster.js";
-import { agentRegistered, controllerEnv, createAgentTask, nodeWorkerEnv, prepareNamespace, terraformRunner } from "./agents.js";
+import { createAgentTask, prepareNamespace, startNodeModeAgents, terraformRunner, type NodeModeAgents } from "./agents.js";
 
 // agent-k8s's node-worker design end to end: the controller launches run pods that hold only
 // the runner; the worker of the node they land on (one per node, a DaemonSet in the chart)
@@ -18,45 +17,24 @@ const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 const ns = "drover-nodes";
 let cluster: TestCluster;
 let stack: Stack;
-let controller: Proc;
-let nodeWorker: Proc;
+let agents: NodeModeAgents;
 let home: string;
-let startNodeWorker: () => Proc;
 let healthPort: number;
 
 before(async () => {
-  // The node worker runs here as a process standing in for its DaemonSet pod, so the node's
-  // hostPaths are this machine's real paths.
   cluster = await startTestCluster({ timings: fastTimings, hostPaths: "real" });
   stack = await startStack();
-  home = mkdtempSync(join(tmpdir(), "drover-node-home-"));
   healthPort = await freePort();
   await prepareNamespace(cluster, ns);
   await createAgentTask(cluster, ns, "task-template", [terraformRunner(stack)]);
-  const common = { ...stack.baseEnv, KUBECONFIG: cluster.kubeconfigPath, DROVER_AGENT_KUBERNETES_NAMESPACE: ns, DROVER_AGENT_NODE_HOME: home, DROVER_AGENT_LOG_FORMAT: "plain" };
-  startNodeWorker = () =>
-    spawnDrover(["agent", "node-worker"], {
-      ...common,
-      ...nodeWorkerEnv("node-ctl"),
-      DROVER_AGENT_HEALTH_PORT: String(healthPort),
-      DROVER_WORKER_RUNNER_STALE_SECONDS: "10",
-    });
-  nodeWorker = startNodeWorker();
-  await nodeWorker.waitFor(/node worker started/);
-  controller = spawnDrover(["agent", "controller"], {
-    ...common,
-    ...controllerEnv(stack, "node-ctl", "task-template"),
-    DROVER_AGENT_HEALTH_PORT: "0",
-  });
-  await agentRegistered(stack, "node-ctl");
+  agents = await startNodeModeAgents(cluster, stack, { ns, name: "node-ctl", template: "task-template", workerEnv: { DROVER_AGENT_HEALTH_PORT: String(healthPort), DROVER_WORKER_RUNNER_STALE_SECONDS: "10" } });
+  home = agents.home;
 });
 
 after(async () => {
-  await controller?.stop("SIGKILL");
-  await nodeWorker?.stop("SIGKILL");
+  await agents?.stop();
   await stack?.stop();
   await cluster?.close();
-  if (home) rmSync(home, { recursive: true, force: true });
 });
 
 test("node-worker mode: examples/hello plan+apply in runner-only pods driven by the node's worker", async () => {
@@ -64,15 +42,15 @@ test("node-worker mode: examples/hello plan+apply in runner-only pods driven by 
   const runId = await stack.startRun(join(repo, "examples", "hello"), "node-hello", ["--auto-apply"]);
   const run = await stack.waitForRun(runId, ["applied", "errored", "canceled"], 60_000).catch(async (err: Error) => {
     const pods = (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods`)).body.items.map((p: any) => ({ name: p.metadata.name, phase: p.status?.phase, init: p.status?.initContainerStatuses, containers: p.status?.containerStatuses }));
-    throw new Error(`${err.message}\npods: ${JSON.stringify(pods, null, 1)}\nnode worker:\n${nodeWorker.output()}\ncontroller:\n${controller.output()}`);
+    throw new Error(`${err.message}\npods: ${JSON.stringify(pods, null, 1)}\nnode worker:\n${agents.nodeWorker.output()}\ncontroller:\n${agents.controller.output()}`);
   });
   const plan = await runLog(stack.server, runId, "plan");
   const apply = await runLog(stack.server, runId, "apply");
-  assert.equal(run.status, "applied", `${plan}\n${apply}\n${controller.output()}\n${nodeWorker.output()}`);
+  assert.equal(run.status, "applied", `${plan}\n${apply}\n${agents.controller.output()}\n${agents.nodeWorker.output()}`);
   const order = ["[drover] plan of run", "$ terraform init", "$ terraform plan", "Plan: 2 to add", "[drover] plan succeeded"].map((s) => plan.indexOf(s));
   assert.ok(order.every((v, i) => v >= 0 && (i === 0 || v > order[i - 1]!)), `plan log out of order: ${order}`);
   assert.match(apply, /Apply complete! Resources: 2 added/);
-  assert.match(nodeWorker.output(), /supervising a run pod on this node/);
+  assert.match(agents.nodeWorker.output(), /supervising a run pod on this node/);
 
   const pods = (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods?labelSelector=${encodeURIComponent(`drover.dev/run-id=${runId}`)}`)).body.items;
   assert.equal(pods.length, 2, "one pod per phase");
@@ -97,8 +75,7 @@ test("a node worker killed mid-run: its replacement ends that run errored with t
   writeFileSync(join(dir, "main.tf"), 'resource "terraform_data" "long" {\n  input = timestamp()\n  provisioner "local-exec" {\n    command = "echo started-long; sleep 20"\n  }\n}\n');
   const runId = await stack.startRun(dir, "node-restart", ["--auto-apply"]);
   await eventually("the apply to be running", async () => /started-long/.test(await runLog(stack.server, runId, "apply")), 90_000);
-  await nodeWorker.stop("SIGKILL");
-  nodeWorker = startNodeWorker();
+  await agents.restartNodeWorker();
   const run = await stack.waitForRun(runId, ["errored", "applied", "canceled"], 30_000);
   assert.equal(run.status, "errored");
   assert.match(run.errorMessage ?? "", /worker restarted while the run was in progress/);
@@ -141,7 +118,7 @@ async function assertRanOnce(runId: string, counter: string, before: number): Pr
   const run = await stack.waitForRun(runId, ["applied", "errored", "canceled"], 120_000);
   const plan = await runLog(stack.server, runId, "plan");
   const apply = await runLog(stack.server, runId, "apply");
-  const context = `${plan}\n${apply}\nnode worker:\n${nodeWorker.output().slice(-6000)}`;
+  const context = `${plan}\n${apply}\nnode worker:\n${agents.nodeWorker.output().slice(-6000)}`;
   assert.equal(run.status, "applied", context);
   assert.equal((await supervisorsStarted()) - before, 2, `one supervisor for each of the plan's and the apply's pod:\n${context}`);
   assert.equal(count(plan, "$ terraform init"), 1, `one init in the plan:\n${context}`);
@@ -167,10 +144,10 @@ test("a ready mark the node worker cannot write at first (EPERM): the run is tak
   try {
     assert.equal((await stack.server.api("POST", "/api/v1/workspaces", { name: "node-ready-fails", pool: stack.pool })).status, 201);
     const { dir, counter, release } = countingConfig("node-ready-fails");
-    const seen = nodeWorker.output().length;
+    const seen = agents.nodeWorker.output().length;
     const before = await supervisorsStarted();
     const runId = await stack.startRun(dir, "node-ready-fails", ["--auto-apply"]);
-    await eventually("the node worker to fail the ready mark", async () => /cannot take the run pod yet.*(EPERM|not permitted)/.test(nodeWorker.output().slice(seen)), 60_000);
+    await eventually("the node worker to fail the ready mark", async () => /cannot take the run pod yet.*(EPERM|not permitted)/.test(agents.nodeWorker.output().slice(seen)), 60_000);
     assert.equal(immutable(false).status, 0);
     locked = false;
     writeFileSync(release, "");

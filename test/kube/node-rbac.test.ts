@@ -1,15 +1,14 @@
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { after, before, test } from "node:test";
 import { parseAllDocuments } from "yaml";
 import { runLog, startStack, type Stack } from "../support/stack.js";
-import { spawnDrover, type Proc } from "../support/processes.js";
+import { spawnDrover } from "../support/processes.js";
 import { fastTimings, kube, kubectl, startTestCluster, type TestCluster } from "./cluster.js";
-import { agentRegistered, controllerEnv, createAgentTask, nodeWorkerEnv, prepareNamespace, terraformRunner } from "./agents.js";
+import { createAgentTask, prepareNamespace, startNodeModeAgents, terraformRunner, type NodeModeAgents } from "./agents.js";
 
 // agent-k8s node mode under the chart's own RBAC on the test cluster (which enforces RBAC):
 // the controller and the node worker run with their ServiceAccounts' tokens. No node worker
@@ -24,14 +23,12 @@ const workerSa = `${release}-agent-k8s-worker`;
 const controllerSa = `${release}-agent-k8s-controller`;
 let cluster: TestCluster;
 let stack: Stack;
-let controller: Proc;
-let nodeWorker: Proc;
-let home: string;
+let agents: NodeModeAgents;
 let poolSecret: string;
 
 /** A kubeconfig that authenticates as the ServiceAccount `sa` of the namespace. */
 function kubeconfigFor(sa: string): string {
-  const path = join(home, `${sa}.kubeconfig`);
+  const path = join(stack.dir, `${sa}.kubeconfig`);
   const ca = Buffer.from(cluster.caCert ?? "").toString("base64");
   writeFileSync(
     path,
@@ -55,7 +52,6 @@ async function canI(sa: string, ...what: string[]): Promise<string> {
 before(async () => {
   cluster = await startTestCluster({ timings: fastTimings, hostPaths: "real" });
   stack = await startStack();
-  home = mkdtempSync(join(tmpdir(), "drover-rbac-home-"));
   await prepareNamespace(cluster, ns);
   // The chart's ServiceAccounts, Roles, RoleBindings and pool-token Secret, as it renders them.
   const rendered = execFileSync(tools().helm, ["template", release, join(repo, "charts", "agent-k8s"), "--namespace", ns, "--set", `agent.token=${stack.poolToken}`], { encoding: "utf8" });
@@ -74,28 +70,19 @@ before(async () => {
     assert.equal(r.status, 201, `${o.kind} ${o.metadata.name}: ${JSON.stringify(r.body)}`);
   }
   await createAgentTask(cluster, ns, "task-template", [terraformRunner(stack)]);
-  const common = { ...stack.baseEnv, DROVER_AGENT_KUBERNETES_NAMESPACE: ns, DROVER_AGENT_NODE_HOME: home, DROVER_AGENT_LOG_FORMAT: "plain", DROVER_AGENT_HEALTH_PORT: "0" };
-  nodeWorker = spawnDrover(["agent", "node-worker"], {
-    ...common,
-    KUBECONFIG: kubeconfigFor(workerSa),
-    ...nodeWorkerEnv("rbac-ctl"),
+  agents = await startNodeModeAgents(cluster, stack, {
+    ns,
+    name: "rbac-ctl",
+    template: "task-template",
+    workerEnv: { KUBECONFIG: kubeconfigFor(workerSa) },
+    controllerEnv: { KUBECONFIG: kubeconfigFor(controllerSa), DROVER_AGENT_NODE_WORKER_SERVICE_ACCOUNT: workerSa },
   });
-  await nodeWorker.waitFor(/node worker started/);
-  controller = spawnDrover(["agent", "controller"], {
-    ...common,
-    KUBECONFIG: kubeconfigFor(controllerSa),
-    ...controllerEnv(stack, "rbac-ctl", "task-template"),
-    DROVER_AGENT_NODE_WORKER_SERVICE_ACCOUNT: workerSa,
-  });
-  await agentRegistered(stack, "rbac-ctl");
 });
 
 after(async () => {
-  await controller?.stop("SIGKILL");
-  await nodeWorker?.stop("SIGKILL");
+  await agents?.stop();
   await stack?.stop();
   await cluster?.close();
-  if (home) rmSync(home, { recursive: true, force: true });
 });
 
 test("kubectl auth can-i: the node worker's ServiceAccount cannot read the pool token or any Secret", async () => {
@@ -110,7 +97,7 @@ test("examples/hello under the chart's RBAC: each run's job Secret is granted to
   assert.equal((await stack.server.api("POST", "/api/v1/workspaces", { name: "rbac-hello", pool: stack.pool })).status, 201);
   const runId = await stack.startRun(join(repo, "examples", "hello"), "rbac-hello", ["--auto-apply"]);
   const run = await stack.waitForRun(runId, ["applied", "errored", "canceled"], 90_000);
-  assert.equal(run.status, "applied", `${await runLog(stack.server, runId, "plan")}\n${controller.output()}\n${nodeWorker.output()}`);
+  assert.equal(run.status, "applied", `${await runLog(stack.server, runId, "plan")}\n${agents.controller.output()}\n${agents.nodeWorker.output()}`);
   const jobs = (await kube(cluster, "GET", `/apis/batch/v1/namespaces/${ns}/jobs?labelSelector=${encodeURIComponent(`drover.dev/run-id=${runId}`)}`)).body.items as any[];
   assert.equal(jobs.length, 2);
   for (const job of jobs) {
@@ -127,7 +114,7 @@ test("examples/hello under the chart's RBAC: each run's job Secret is granted to
 });
 
 test("DROVER_AGENT_NODE_WORKER_SERVICE_ACCOUNT that is no ServiceAccount name: one clear line and exit 2", async () => {
-  const proc = spawnDrover(["agent", "controller"], { PATH: process.env.PATH, DROVER_URL: "http://127.0.0.1:9", DROVER_TOKEN: stack.poolToken, DROVER_AGENT_NODE_HOME: home, DROVER_AGENT_NODE_WORKER_SERVICE_ACCOUNT: "Not A Name" });
+  const proc = spawnDrover(["agent", "controller"], { PATH: process.env.PATH, DROVER_URL: "http://127.0.0.1:9", DROVER_TOKEN: stack.poolToken, DROVER_AGENT_NODE_HOME: agents.home, DROVER_AGENT_NODE_WORKER_SERVICE_ACCOUNT: "Not A Name" });
   const exit = await proc.exited;
   assert.equal(exit.code, 2, proc.output());
   const output = proc.output().trim();

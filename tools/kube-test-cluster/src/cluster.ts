@@ -128,6 +128,14 @@ export interface TestCluster {
   hostPath(path: string, node?: string): string;
   /** Forgets all watch history: any watch resuming from an earlier resourceVersion gets 410. */
   compactWatchHistory(): void;
+  /**
+   * Fault: while on, each new watch gets its 200 and headers, then nothing (no events, no end
+   * at timeoutSeconds or watchTimeoutMs) until its client closes it. Watches already open and
+   * lists are unaffected.
+   */
+  stallWatches(on: boolean): void;
+  /** How many stalled watches their clients still hold open. */
+  readonly stalledWatches: number;
   close(): Promise<void>;
 }
 
@@ -292,6 +300,12 @@ export async function startTestCluster(options: TestClusterOptions = {}): Promis
     hostPath: (p, n) => (options.hostPaths === "real" ? p : join(hostRoot(n ?? nodeList[0]?.name ?? nodeName), p)),
     setImagePullable: (image, pullable) => images.setPullable(image, pullable),
     compactWatchHistory: () => store.compact(),
+    stallWatches: (on) => {
+      handler.stallWatches = on;
+    },
+    get stalledWatches() {
+      return handler.stalledWatches;
+    },
     close() {
       closing ??= (async () => {
         // Stop taking requests, then stop controllers, then kill every container; each step runs even if one fails.

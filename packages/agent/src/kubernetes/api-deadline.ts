@@ -1,5 +1,6 @@
 import { settings } from "@drover/protocol";
 import { createConfiguration, ServerConfiguration, type Configuration, type KubeConfig } from "@kubernetes/client-node";
+import { describingErrors } from "./api-errors.js";
 
 /** Deadline of one Kubernetes API call where no setting says otherwise. */
 export const defaultApiTimeoutMs = settings.DROVER_AGENT_KUBERNETES_API_TIMEOUT_SECONDS.default * 1000;
@@ -8,11 +9,12 @@ export const defaultApiTimeoutMs = settings.DROVER_AGENT_KUBERNETES_API_TIMEOUT_
  * Like `KubeConfig.makeApiClient`, but every call gets a deadline: an API server that accepts
  * the connection and never answers fails the call after `timeoutMs` (the caller's retry or
  * error path takes over) instead of stalling the loop that made it. Watches are not made here.
+ * Failed calls reject with a KubeApiError naming the object acted on and the API's reason.
  */
-export function apiClientWithDeadline<T>(kc: KubeConfig, type: new (config: Configuration) => T, timeoutMs: number): T {
+export function apiClientWithDeadline<T extends object>(kc: KubeConfig, type: new (config: Configuration) => T, timeoutMs: number): T {
   const cluster = kc.getCurrentCluster();
   if (!cluster) throw new Error("the kubeconfig has no current cluster");
-  return new type(
+  return describingErrors(new type(
     createConfiguration({
       baseServer: new ServerConfiguration(cluster.server, {}),
       authMethods: { default: kc },
@@ -27,5 +29,5 @@ export function apiClientWithDeadline<T>(kc: KubeConfig, type: new (config: Conf
         },
       ],
     }),
-  );
+  ));
 }

@@ -64,6 +64,8 @@ export interface ControllerSettings {
   nodeWorkerServiceAccount: string | undefined;
   /** Deadline of one Kubernetes API call (lists, creates, reads, deletes; not watches). */
   apiTimeoutMs: number;
+  /** Each watch's `timeoutSeconds`; see informer.ts for its deadline. */
+  watchTimeoutSeconds: number;
 }
 
 /** Reads and validates the controller's own settings; a bad value throws one clear line. */
@@ -83,6 +85,7 @@ export function loadControllerSettings(env: NodeJS.ProcessEnv): ControllerSettin
     sweepIntervalMs: src.get("DROVER_AGENT_SWEEP_INTERVAL_SECONDS") * 1000,
     nodeWorkerServiceAccount: src.get("DROVER_AGENT_NODE_WORKER_SERVICE_ACCOUNT"),
     apiTimeoutMs: src.get("DROVER_AGENT_KUBERNETES_API_TIMEOUT_SECONDS") * 1000,
+    watchTimeoutSeconds: src.get("DROVER_AGENT_KUBERNETES_WATCH_TIMEOUT_SECONDS"),
   };
 }
 
@@ -361,7 +364,8 @@ export class Controller {
       this.log.error({ job: a.jobId, err: errText(err) }, "could not create the Job");
       this.countError("job_create");
       // Queued behind this launch (same key), so a server that cannot be told is retried without launching again.
-      const reason = `could not create the Kubernetes Job: ${errText(err)}`;
+      // errText names the object refused (the Job, its Secret, the Role granting it) and the API's reason.
+      const reason = `could not launch the Kubernetes Job ${name}: ${errText(err)}`;
       void this.queue.add(name, () => this.report(name, reason, "job_create_failed"));
     }
   }
@@ -636,6 +640,7 @@ export class Controller {
         this.log.warn({ resource: name, err: errText(err), retryInMs }, "watch failed; resuming");
       },
       signal: this.stop.signal,
+      watchTimeoutSeconds: this.settings.watchTimeoutSeconds,
     });
     this.informers.push({ name, informer: informer as unknown as Informer<KubernetesObject> });
   }

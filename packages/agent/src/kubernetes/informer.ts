@@ -1,4 +1,5 @@
 import { ListWatch, Watch, type KubeConfig, type KubernetesListObject, type KubernetesObject } from "@kubernetes/client-node";
+import { KubeApiError, kubeApiError } from "./api-errors.js";
 
 /** What an informer tells its owner. */
 export interface InformerOptions<T extends KubernetesObject> {
@@ -15,6 +16,36 @@ export interface InformerOptions<T extends KubernetesObject> {
   onError: (err: unknown, retryInMs: number) => void;
   /** Aborting stops the informer for good. */
   signal: AbortSignal;
+  /**
+   * Each watch asks the server to end it after this long (`timeoutSeconds`); one not ended by
+   * `watchDeadlineMs(watchTimeoutSeconds)` is dropped and everything re-listed.
+   */
+  watchTimeoutSeconds: number;
+}
+
+/** When a watch asked to end after `timeoutSeconds` is given up: half as long again, 1–60 s more. */
+export function watchDeadlineMs(timeoutSeconds: number): number {
+  return timeoutSeconds * 1000 + Math.min(60_000, Math.max(1000, timeoutSeconds * 500));
+}
+
+/** A list (already a KubeApiError) or watch failure, naming what was watched. */
+function described(err: unknown, name: string, path: string): unknown {
+  if (err instanceof KubeApiError || err instanceof WatchDeadlineError) return err;
+  const e = err as { statusCode?: unknown; message?: unknown };
+  // client-node's Watch keeps only the status line of a refused watch, not its Status body.
+  if (typeof e.statusCode === "number") return new KubeApiError(`watch ${name} at ${path}`, e.statusCode, String(e.message), "the API server refused the watch", { cause: err });
+  return kubeApiError(`watch ${name} at ${path}`, err);
+}
+
+/**
+ * A watch past its deadline. It carries 410 because ListWatch re-lists only after a 410: events
+ * a stalled connection withheld are lost to a resumed watch, so the view must be listed anew.
+ */
+class WatchDeadlineError extends Error {
+  readonly statusCode = 410;
+  constructor(name: string, ms: number) {
+    super(`the watch of ${name} was still open ${Math.round(ms / 1000)} s after it asked the API server to end it (no events or end arrived): dropped; re-listing`);
+  }
 }
 
 /** A running informer: its cache and whether it is synced. */
@@ -30,7 +61,8 @@ export interface Informer<T extends KubernetesObject> {
  * list's resourceVersion, resumes from the last seen version when a watch ends, relists only
  * on 410 Gone, and reports objects missing from a relist as deletions (so what was deleted
  * while no watch was open is still seen). Here: errors restart it after a backoff (0.5 s
- * doubling to 30 s), and `synced` tracks whether its view is current.
+ * doubling to 30 s), each watch has a deadline (`watchTimeoutSeconds`, then a re-list when the
+ * server did not end it), and `synced` tracks whether its view is current.
  */
 export function startInformer<T extends KubernetesObject>(o: InformerOptions<T>): Informer<T> {
   let listed = false;
@@ -38,18 +70,38 @@ export function startInformer<T extends KubernetesObject>(o: InformerOptions<T>)
   let delay = 500;
   // A failed watch attempt calls `done(err)` before `watch()` returns: synced only when it did not.
   const real = new Watch(o.kc);
+  const deadlineMs = watchDeadlineMs(o.watchTimeoutSeconds);
   const watch = {
     watch: async (...[path, params, cb, done]: Parameters<Watch["watch"]>) => {
       let failed = false;
-      const ac = await real.watch(path, params, cb, (err: unknown) => {
+      let ended = false;
+      // Set once the response headers came: the deadline may fire before (a server that never answers).
+      const request: { ac?: AbortController } = {};
+      const end = (err: unknown) => {
+        if (ended) return;
+        ended = true;
+        clearTimeout(deadline);
         if (err) failed = true;
         done(err);
-      });
+      };
+      // client-node's Watch has no deadline of its own, not even for the response headers: a
+      // server that never answers or never ends the stream would leave this view stale forever.
+      const deadline = setTimeout(() => {
+        // ListWatch re-lists at once after a 410 and reports nothing: report it here.
+        const err = new WatchDeadlineError(o.name, deadlineMs);
+        synced = false;
+        o.onError(err, 0);
+        end(err);
+        request.ac?.abort();
+      }, deadlineMs);
+      deadline.unref();
+      const ac = await real.watch(path, { ...params, timeoutSeconds: o.watchTimeoutSeconds }, cb, end);
+      request.ac = ac;
       if (!failed && listed) {
         synced = true;
         delay = 500;
       }
-      if (o.signal.aborted) ac.abort();
+      if (o.signal.aborted || ended) ac.abort();
       return ac;
     },
   } as Watch;
@@ -73,7 +125,7 @@ export function startInformer<T extends KubernetesObject>(o: InformerOptions<T>)
     if (o.signal.aborted) return;
     const wait = delay;
     delay = Math.min(30_000, delay * 2);
-    o.onError(err, wait);
+    o.onError(described(err, o.name, o.path), wait);
     const timer = setTimeout(() => {
       o.signal.removeEventListener("abort", cancel);
       if (!o.signal.aborted) void lw.start();

@@ -31,6 +31,8 @@ export interface NodeWorkerSettings {
   /** Port of /healthz, /readyz and /metrics; 0 disables them. */
   healthPort: number;
   logFormat: LogFormat;
+  /** The pods watch's `timeoutSeconds`; see informer.ts for its deadline. */
+  watchTimeoutSeconds: number;
 }
 
 /** Reads and validates the node worker's settings; a bad value throws one clear line. */
@@ -48,6 +50,7 @@ export function loadNodeWorkerSettings(env: NodeJS.ProcessEnv): NodeWorkerSettin
     controllerName: src.require("DROVER_AGENT_CONTROLLER_NAME", "the name of the controller whose run pods this worker supervises (its DROVER_AGENT_NAME)"),
     healthPort: src.getOr("DROVER_AGENT_HEALTH_PORT", 8080),
     logFormat: src.get("DROVER_AGENT_LOG_FORMAT"),
+    watchTimeoutSeconds: src.get("DROVER_AGENT_KUBERNETES_WATCH_TIMEOUT_SECONDS"),
   };
 }
 
@@ -133,6 +136,7 @@ export class NodeWorker {
         this.log.warn({ err: err instanceof Error ? err.message : String(err), retryInMs }, "watching this node's run pods failed; resuming");
       },
       signal: this.halt.signal,
+      watchTimeoutSeconds: this.settings.watchTimeoutSeconds,
     });
     while (!this.stopping) {
       // Only from a current view: an empty cache before the first list would look like

@@ -100,6 +100,11 @@ function wantsTable(req: IncomingMessage): boolean {
 const tableContentType = "application/json;as=Table;v=v1;g=meta.k8s.io";
 
 export class ApiHttpHandler {
+  /** While true, new watches are answered (200, headers) and then held open with nothing: no events, no end. */
+  stallWatches = false;
+  /** Watches held by `stallWatches` that their client has not closed yet. */
+  stalledWatches = 0;
+
   constructor(
     private readonly api: ObjectApi,
     private readonly node: NodeHooks,
@@ -419,6 +424,13 @@ export class ApiHttpHandler {
       o !== undefined && (!t.namespaced || ns === undefined || o.metadata.namespace === ns) && labels(o.metadata.labels ?? {}) && fields.selector(fieldsOf(o, fields.keys));
     res.writeHead(200, { "content-type": table ? tableContentType : "application/json", "transfer-encoding": "chunked", "cache-control": "no-cache, private" });
     res.flushHeaders();
+    if (this.stallWatches) {
+      // A stalled API server or a proxy that keeps the connection but passes nothing on: the
+      // watch never sees an event nor its timeoutSeconds; only the client can end it.
+      this.stalledWatches++;
+      res.on("close", () => this.stalledWatches--);
+      return;
+    }
     let first = true;
     const emit = (type: string, o: KObject | JsonObject): void => {
       let object: unknown = o;
