@@ -5,7 +5,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { spawnDrover, type Proc } from "../support/processes.js";
+import { droverBin, spawnDrover, type Proc } from "../support/processes.js";
 import type { Stack } from "../support/stack.js";
 import { eventually, kube, prepareDroverNamespace, type TestCluster } from "./cluster.js";
 
@@ -30,9 +30,17 @@ export function terraformRunner(stack: Stack): { name: string; image: string; en
   return { name: "runner", image: runnerImage, env: [{ name: "TF_CLI_CONFIG_FILE", value: tfrc }, { name: "CHECKPOINT_DISABLE", value: "1" }] };
 }
 
-/** Creates the AgentTask `name` in `ns`, whose task pods run `containers`. */
-export async function createAgentTask(c: TestCluster, ns: string, name: string, containers: unknown[]): Promise<void> {
-  const body = { apiVersion: "drover.dev/v1alpha1", kind: "AgentTask", metadata: { name, namespace: ns }, spec: { jobTemplate: { template: { spec: { containers } } } } };
+/** A job-mode pod's worker container: this checkout's drover, which the test cluster runs as a process. */
+export function podWorker(env: { name: string; value: string }[] = []): { name: string; image: string; command: string[]; args: string[]; env: { name: string; value: string }[] } {
+  return { name: "worker", image: workerImage, command: [process.execPath, droverBin], args: ["agent", "worker"], env };
+}
+
+/**
+ * Creates the AgentTask `name` in `ns`, whose task pods run `containers`; `podSpec` adds to
+ * their pod spec (a nodeSelector…), `jobSpec` to the Job's (ttlSecondsAfterFinished…).
+ */
+export async function createAgentTask(c: TestCluster, ns: string, name: string, containers: unknown[], o: { podSpec?: Record<string, unknown>; jobSpec?: Record<string, unknown> } = {}): Promise<void> {
+  const body = { apiVersion: "drover.dev/v1alpha1", kind: "AgentTask", metadata: { name, namespace: ns }, spec: { jobTemplate: { ...o.jobSpec, template: { spec: { ...o.podSpec, containers } } } } };
   const r = await kube(c, "POST", `/apis/drover.dev/v1alpha1/namespaces/${ns}/agenttasks`, body);
   assert.equal(r.status, 201, JSON.stringify(r.body));
 }
@@ -45,6 +53,24 @@ export async function agentRegistered(stack: Stack, name: string): Promise<void>
 /** The environment of `drover agent controller` named `name`, launching task pods from the AgentTask `template`. */
 export function controllerEnv(stack: Stack, name: string, template: string): Record<string, string> {
   return { DROVER_TOKEN: stack.poolToken, DROVER_AGENT_NAME: name, DROVER_AGENT_KUBERNETES_TASK_TEMPLATE: template, DROVER_AGENT_KUBERNETES_WORKER_IMAGE: workerImage };
+}
+
+/**
+ * Starts `drover agent controller` named `name` in job mode (no health port, plain logs, this
+ * checkout's exec-loop), launching task pods in `ns` from the AgentTask `template` (default
+ * "task-template"); `env` adds to or overrides its environment (DROVER_TOKEN of another pool…).
+ */
+export function startJobModeController(c: TestCluster, stack: Stack, o: { ns: string; name: string; template?: string; env?: Record<string, string> }): Proc {
+  return spawnDrover(["agent", "controller"], {
+    ...stack.baseEnv,
+    KUBECONFIG: c.kubeconfigPath,
+    DROVER_AGENT_KUBERNETES_NAMESPACE: o.ns,
+    DROVER_AGENT_EXEC_LOOP_PATH: execLoopPath,
+    DROVER_AGENT_HEALTH_PORT: "0",
+    DROVER_AGENT_LOG_FORMAT: "plain",
+    ...controllerEnv(stack, o.name, o.template ?? "task-template"),
+    ...o.env,
+  });
 }
 
 /** The environment of `drover agent node-worker` on the test cluster's node, serving the controller `controller`. */

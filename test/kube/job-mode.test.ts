@@ -1,12 +1,12 @@
 import assert from "node:assert/strict";
-import { writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { after, before, describe, test } from "node:test";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
-import { droverBin, freePort, spawnDrover, type Proc } from "../support/processes.js";
+import { freePort, type Proc } from "../support/processes.js";
 import { scrape } from "../support/metric-values.js";
-import { eventually, fastTimings, kube, prepareDroverNamespace, startTestCluster, type TestCluster } from "./cluster.js";
+import { eventually, fastTimings, kube, startTestCluster, type TestCluster } from "./cluster.js";
+import { agentRegistered, createAgentTask, podWorker, prepareNamespace, startJobModeController, terraformRunner } from "./agents.js";
 
 // Kubernetes job mode end to end: the real server, the real controller process, the test
 // cluster running each task pod's worker and runner (terraform via the exec-loop) as processes.
@@ -17,53 +17,12 @@ let cluster: TestCluster;
 let stack: Stack;
 let controller: Proc;
 
-function taskTemplate(tfrc: string) {
-  return {
-    apiVersion: "drover.dev/v1alpha1",
-    kind: "AgentTask",
-    metadata: { name: "task-template", namespace: ns },
-    spec: {
-      jobTemplate: {
-        ttlSecondsAfterFinished: 600,
-        template: {
-          spec: {
-            containers: [
-              { name: "worker", image: "ghcr.io/drover-dev/drover:test", command: [process.execPath, droverBin], args: ["agent", "worker"], env: [{ name: "DROVER_WORKER_RUNNER_STALE_SECONDS", value: "10" }] },
-              {
-                name: "runner",
-                image: "ghcr.io/drover-dev/drover-runner:test",
-                env: [
-                  { name: "TF_CLI_CONFIG_FILE", value: tfrc },
-                  { name: "CHECKPOINT_DISABLE", value: "1" },
-                ],
-              },
-            ],
-          },
-        },
-      },
-    },
-  };
-}
-
 /** The controller's health port (each restarted controller takes it over): its /metrics. */
 let controllerPort = 0;
 
 function startController(name = "ctl", env: Record<string, string> = {}): Proc {
-  return spawnDrover(["agent", "controller"], {
-    ...stack.baseEnv,
-    KUBECONFIG: cluster.kubeconfigPath,
-    DROVER_TOKEN: stack.poolToken,
-    DROVER_AGENT_NAME: name,
-    DROVER_AGENT_KUBERNETES_NAMESPACE: ns,
-    DROVER_AGENT_KUBERNETES_TASK_TEMPLATE: "task-template",
-    DROVER_AGENT_KUBERNETES_WORKER_IMAGE: "ghcr.io/drover-dev/drover:test",
-    DROVER_AGENT_EXEC_LOOP_PATH: join(repo, "packages", "agent", "exec-loop", "exec-loop.sh"),
-    // Short, so the image pull failure test ends soon.
-    DROVER_AGENT_IMAGE_PULL_GRACE_SECONDS: "6",
-    DROVER_AGENT_HEALTH_PORT: String(controllerPort),
-    DROVER_AGENT_LOG_FORMAT: "plain",
-    ...env,
-  });
+  // A short image pull grace, so the image pull failure test ends soon.
+  return startJobModeController(cluster, stack, { ns, name, env: { DROVER_AGENT_IMAGE_PULL_GRACE_SECONDS: "6", DROVER_AGENT_HEALTH_PORT: String(controllerPort), ...env } });
 }
 
 async function jobsOf(runId: string): Promise<any[]> {
@@ -81,14 +40,11 @@ const longApply = (seconds: number) => ({ "main.tf": `resource "terraform_data" 
 before(async () => {
   cluster = await startTestCluster({ timings: fastTimings });
   stack = await startStack();
-  const tfrc = join(stack.dir, "runner-terraformrc");
-  writeFileSync(tfrc, "");
-  await prepareDroverNamespace(cluster, ns, join(repo, "deploy", "kubernetes", "agenttasks.drover.dev.yaml"));
-  const created = await kube(cluster, "POST", `/apis/drover.dev/v1alpha1/namespaces/${ns}/agenttasks`, taskTemplate(tfrc));
-  assert.equal(created.status, 201, JSON.stringify(created.body));
+  await prepareNamespace(cluster, ns);
+  await createAgentTask(cluster, ns, "task-template", [podWorker([{ name: "DROVER_WORKER_RUNNER_STALE_SECONDS", value: "10" }]), terraformRunner(stack)], { jobSpec: { ttlSecondsAfterFinished: 600 } });
   controllerPort = await freePort();
   controller = startController();
-  await eventually("the controller to register", async () => (await stack.server.api("GET", `/api/v1/agents?pool=${stack.pool}`)).body.items.some((a: any) => a.name === "ctl" && a.status !== "offline"));
+  await agentRegistered(stack, "ctl");
 });
 
 after(async () => {

@@ -5,9 +5,10 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { after, before, test } from "node:test";
 import { runLog, startStack, type Stack } from "../support/stack.js";
-import { droverBin, spawnDrover, type Proc } from "../support/processes.js";
+import type { Proc } from "../support/processes.js";
 import { startTcpProxy, type TcpProxy } from "../support/tcp-proxy.js";
-import { eventually, fastTimings, kube, prepareDroverNamespace, startTestCluster, type TestCluster } from "./cluster.js";
+import { eventually, fastTimings, kube, startTestCluster, type TestCluster } from "./cluster.js";
+import { createAgentTask, podWorker, prepareNamespace, startJobModeController, terraformRunner } from "./agents.js";
 
 // Failures no event announces. The controller sweeps its in-flight Jobs on an interval, so a
 // pod that never gets a node and a Job whose pod admission refuses end their runs with the
@@ -17,7 +18,6 @@ import { eventually, fastTimings, kube, prepareDroverNamespace, startTestCluster
 const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 let cluster: TestCluster;
 let stack: Stack;
-let tfrc: string;
 const procs: Proc[] = [];
 
 /** A pool of its own (so each test's controller takes only its own runs) and a workspace in it. */
@@ -28,32 +28,15 @@ async function poolWithWorkspace(name: string): Promise<string> {
   return tok.body.token as string;
 }
 
+/** `ns` with the AgentTask "task-template": a pod worker and a runner, plus `podSpec`. */
 async function namespaceWithTemplate(ns: string, podSpec: Record<string, unknown>, labels: Record<string, string> = {}): Promise<void> {
-  await prepareDroverNamespace(cluster, ns, join(repo, "deploy", "kubernetes", "agenttasks.drover.dev.yaml"));
+  await prepareNamespace(cluster, ns);
   if (Object.keys(labels).length) assert.equal((await kube(cluster, "PATCH", `/api/v1/namespaces/${ns}`, { metadata: { labels } }, "application/merge-patch+json")).status, 200);
-  const template = { apiVersion: "drover.dev/v1alpha1", kind: "AgentTask", metadata: { name: "task-template", namespace: ns }, spec: { jobTemplate: { template: { spec: podSpec } } } };
-  assert.equal((await kube(cluster, "POST", `/apis/drover.dev/v1alpha1/namespaces/${ns}/agenttasks`, template)).status, 201);
+  await createAgentTask(cluster, ns, "task-template", [podWorker(), terraformRunner(stack)], { podSpec });
 }
 
-const containers = () => [
-  { name: "worker", image: "ghcr.io/drover-dev/drover:test", command: [process.execPath, droverBin], args: ["agent", "worker"] },
-  { name: "runner", image: "ghcr.io/drover-dev/drover-runner:test", env: [{ name: "TF_CLI_CONFIG_FILE", value: tfrc }, { name: "CHECKPOINT_DISABLE", value: "1" }] },
-];
-
 function startController(ns: string, token: string, env: Record<string, string> = {}): Proc {
-  const p = spawnDrover(["agent", "controller"], {
-    ...stack.baseEnv,
-    KUBECONFIG: cluster.kubeconfigPath,
-    DROVER_TOKEN: token,
-    DROVER_AGENT_NAME: `ctl-${ns}`,
-    DROVER_AGENT_KUBERNETES_NAMESPACE: ns,
-    DROVER_AGENT_KUBERNETES_TASK_TEMPLATE: "task-template",
-    DROVER_AGENT_KUBERNETES_WORKER_IMAGE: "ghcr.io/drover-dev/drover:test",
-    DROVER_AGENT_EXEC_LOOP_PATH: join(repo, "packages", "agent", "exec-loop", "exec-loop.sh"),
-    DROVER_AGENT_HEALTH_PORT: "0",
-    DROVER_AGENT_LOG_FORMAT: "plain",
-    ...env,
-  });
+  const p = startJobModeController(cluster, stack, { ns, name: `ctl-${ns}`, env: { DROVER_TOKEN: token, ...env } });
   procs.push(p);
   return p;
 }
@@ -61,8 +44,6 @@ function startController(ns: string, token: string, env: Record<string, string> 
 before(async () => {
   cluster = await startTestCluster({ timings: fastTimings });
   stack = await startStack();
-  tfrc = join(stack.dir, "runner-terraformrc");
-  writeFileSync(tfrc, "");
 });
 
 after(async () => {
@@ -74,7 +55,7 @@ after(async () => {
 test("an Unschedulable pod ends its run with the scheduler's reason within the pending timeout", async () => {
   const ns = "time-pending";
   // No node matches: the scheduler marks the pod Unschedulable once, then no pod event follows.
-  await namespaceWithTemplate(ns, { nodeSelector: { "drover.dev/test-pool": "nowhere" }, containers: containers() });
+  await namespaceWithTemplate(ns, { nodeSelector: { "drover.dev/test-pool": "nowhere" } });
   const token = await poolWithWorkspace(ns);
   const controller = startController(ns, token, { DROVER_AGENT_POD_PENDING_TIMEOUT_SECONDS: "2", DROVER_AGENT_SWEEP_INTERVAL_SECONDS: "1" });
   const runId = await stack.startRun(join(repo, "examples", "hello"), ns, ["--auto-apply"]);
@@ -89,7 +70,7 @@ test("a Job whose pod admission refuses (no pod, FailedCreate) ends its run with
   const ns = "time-admission";
   // The namespace enforces the restricted Pod Security level; this template's containers do
   // not run as non-root, so every pod the Job creates is refused.
-  await namespaceWithTemplate(ns, { containers: containers() }, { "pod-security.kubernetes.io/enforce": "restricted" });
+  await namespaceWithTemplate(ns, {}, { "pod-security.kubernetes.io/enforce": "restricted" });
   const token = await poolWithWorkspace(ns);
   const controller = startController(ns, token, { DROVER_AGENT_POD_PENDING_TIMEOUT_SECONDS: "2", DROVER_AGENT_SWEEP_INTERVAL_SECONDS: "1" });
   const runId = await stack.startRun(join(repo, "examples", "hello"), ns, ["--auto-apply"]);
@@ -101,7 +82,7 @@ test("a Job whose pod admission refuses (no pod, FailedCreate) ends its run with
 
 test("a Job deleted while the controller's watch was down frees its concurrency slot when the watch resumes", async () => {
   const ns = "time-watch-gap";
-  await namespaceWithTemplate(ns, { schedulerName: "no-such-scheduler", containers: containers() });
+  await namespaceWithTemplate(ns, { schedulerName: "no-such-scheduler" });
   const token = await poolWithWorkspace(ns);
   const proxy: TcpProxy = await startTcpProxy(cluster.url);
   const kubeconfig = join(stack.dir, "kubeconfig-gap");
