@@ -128,3 +128,25 @@ export async function startNodeModeAgents(
   await agentRegistered(stack, o.name);
   return agents;
 }
+
+/**
+ * A runner script that plays the exec-loop for attack tests: it answers every step with exit 0,
+ * after running `onStep` (shell, with $D the exec directory, $R the run directory beside it, $S
+ * the steps directory, $s this step's directory and $n its number), and exits on shutdown.
+ */
+export function fakeExecLoop(onStep: string): string {
+  return `
+D="$DROVER_EXEC_DIR"; R="$(dirname "$D")/run"; S="$D/steps"; n=1
+while :; do
+  s="$S/$n"
+  if [ -e "$s/ready" ]; then
+${onStep}
+    echo 0 >"$s/exit.tmp" && mv "$s/exit.tmp" "$s/exit"
+    n=$((n + 1))
+    continue
+  fi
+  [ -e "$D/shutdown" ] && exit 0
+  sleep 0.1
+done
+`;
+}

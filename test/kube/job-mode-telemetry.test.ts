@@ -3,15 +3,15 @@
 // Secret): the server's root `job` span, its `queued` wait, and under it the pod worker's span
 // with its stages — three processes, one trace per phase.
 import assert from "node:assert/strict";
-import { writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { after, before, test } from "node:test";
 import { startStack, type Stack } from "../support/stack.js";
-import { droverBin, freePort, spawnDrover, type Proc } from "../support/processes.js";
+import { freePort, type Proc } from "../support/processes.js";
 import { scrape } from "../support/metric-values.js";
 import { startOtlpReceiver, type OtlpReceiver } from "../support/otlp-receiver.js";
-import { eventually, fastTimings, kube, prepareDroverNamespace, startTestCluster, type TestCluster } from "./cluster.js";
+import { eventually, fastTimings, startTestCluster, type TestCluster } from "./cluster.js";
+import { agentRegistered, createAgentTask, podWorker, prepareNamespace, startJobModeController, terraformRunner } from "./agents.js";
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 const ns = "drover";
@@ -25,41 +25,11 @@ before(async () => {
   receiver = await startOtlpReceiver();
   cluster = await startTestCluster({ timings: fastTimings });
   stack = await startStack({ DROVER_OTLP_ENDPOINT: receiver.url });
-  const tfrc = join(stack.dir, "runner-terraformrc");
-  writeFileSync(tfrc, "");
-  await prepareDroverNamespace(cluster, ns, join(repo, "deploy", "kubernetes", "agenttasks.drover.dev.yaml"));
-  const template = {
-    apiVersion: "drover.dev/v1alpha1",
-    kind: "AgentTask",
-    metadata: { name: "task-template", namespace: ns },
-    spec: {
-      jobTemplate: {
-        ttlSecondsAfterFinished: 600,
-        template: {
-          spec: {
-            containers: [
-              { name: "worker", image: "ghcr.io/drover-dev/drover:test", command: [process.execPath, droverBin], args: ["agent", "worker"] },
-              { name: "runner", image: "ghcr.io/drover-dev/drover-runner:test", env: [{ name: "TF_CLI_CONFIG_FILE", value: tfrc }, { name: "CHECKPOINT_DISABLE", value: "1" }] },
-            ],
-          },
-        },
-      },
-    },
-  };
-  assert.equal((await kube(cluster, "POST", `/apis/drover.dev/v1alpha1/namespaces/${ns}/agenttasks`, template)).status, 201);
-  controller = spawnDrover(["agent", "controller"], {
-    ...stack.baseEnv,
-    KUBECONFIG: cluster.kubeconfigPath,
-    DROVER_TOKEN: stack.poolToken,
-    DROVER_AGENT_NAME: "traced-ctl",
-    DROVER_AGENT_KUBERNETES_NAMESPACE: ns,
-    DROVER_AGENT_KUBERNETES_TASK_TEMPLATE: "task-template",
-    DROVER_AGENT_KUBERNETES_WORKER_IMAGE: "ghcr.io/drover-dev/drover:test",
-    DROVER_AGENT_EXEC_LOOP_PATH: join(repo, "packages", "agent", "exec-loop", "exec-loop.sh"),
-    DROVER_AGENT_HEALTH_PORT: String((controllerPort = await freePort())),
-    DROVER_AGENT_OTLP_ENDPOINT: receiver.url,
-  });
-  await eventually("the controller to register", async () => (await stack.server.api("GET", `/api/v1/agents?pool=${stack.pool}`)).body.items.some((a: any) => a.name === "traced-ctl" && a.status !== "offline"));
+  await prepareNamespace(cluster, ns);
+  await createAgentTask(cluster, ns, "task-template", [podWorker(), terraformRunner(stack)], { jobSpec: { ttlSecondsAfterFinished: 600 } });
+  controllerPort = await freePort();
+  controller = startJobModeController(cluster, stack, { ns, name: "traced-ctl", env: { DROVER_AGENT_HEALTH_PORT: String(controllerPort), DROVER_AGENT_OTLP_ENDPOINT: receiver.url } });
+  await agentRegistered(stack, "traced-ctl");
 });
 
 after(async () => {

@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { runLog, startStack, type Stack } from "../support/stack.js";
 import { fastTimings, kube, startTestCluster, type TestCluster } from "./cluster.js";
-import { prepareNamespace, runnerImage, startNodeModeAgents, type NodeModeAgents } from "./agents.js";
+import { fakeExecLoop, prepareNamespace, runnerImage, startNodeModeAgents, type NodeModeAgents } from "./agents.js";
 
 // agent-k8s node mode: a run pod writes its run directory, which the node's worker then reads
 // and writes. Here the runner container is an attacker playing the exec-loop: it plants links
@@ -23,27 +23,14 @@ let attacker: string;
 let config: string;
 
 // The attacking runner: answers every step with exit 0 and, per ATTACK, plants a link first.
-const attackerScript = `
-D="$DROVER_EXEC_DIR"; R="$(dirname "$D")/run"; S="$D/steps"; n=1
-while :; do
-  s="$S/$n"
-  if [ -e "$s/ready" ]; then
-    case "$ATTACK" in
+const attackerScript = fakeExecLoop(`    case "$ATTACK" in
       output) [ "$n" = 1 ] && ln -s "$SECRET" "$s/output" ;;
       stdout) [ "$n" = 1 ] && ln -s "$SECRET" "$s/stdout" ;;
       steps) [ "$n" = 1 ] && ln -s "$VICTIM" "$S/2" ;;
       swap) if [ "$n" = 1 ]; then mv "$S" "$D/steps.moved" && ln -s "$VICTIM" "$S"; S="$D/steps.moved"; s="$S/1"; fi ;;
       plan) grep -q "'plan'" "$s/script.sh" && for d in "$R"/*/; do ln -s "$SECRET" "$d/plan.tfplan"; done ;;
       shutdown) grep -q "'show'" "$s/script.sh" && mkdir "$D/shutdown" ;;
-    esac
-    echo 0 >"$s/exit.tmp" && mv "$s/exit.tmp" "$s/exit"
-    n=$((n + 1))
-    continue
-  fi
-  [ -e "$D/shutdown" ] && exit 0
-  sleep 0.1
-done
-`;
+    esac`);
 
 async function setAttack(attack: string): Promise<void> {
   const body = {

@@ -4,9 +4,9 @@ import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { runLog, startStack, type Stack } from "../support/stack.js";
-import { droverBin, spawnDrover, type Proc } from "../support/processes.js";
+import type { Proc } from "../support/processes.js";
 import { fastTimings, startTestCluster, type TestCluster } from "./cluster.js";
-import { agentRegistered, controllerEnv, createAgentTask, execLoopPath, prepareNamespace, runnerImage, workerImage } from "./agents.js";
+import { agentRegistered, createAgentTask, fakeExecLoop, podWorker, prepareNamespace, runnerImage, startJobModeController } from "./agents.js";
 
 // Job mode's per-pod worker shares its exec and run emptyDirs with the runner container the
 // same way a node worker shares a run's directory (decision 0009): a link the run plants at
@@ -19,20 +19,7 @@ let controller: Proc;
 let secret: string;
 
 // The attacking runner: links steps/1/output to a file only the worker container should read.
-const attacker = `
-D="$DROVER_EXEC_DIR"; n=1
-while :; do
-  s="$D/steps/$n"
-  if [ -e "$s/ready" ]; then
-    [ "$n" = 1 ] && ln -s "$SECRET" "$s/output"
-    echo 0 >"$s/exit.tmp" && mv "$s/exit.tmp" "$s/exit"
-    n=$((n + 1))
-    continue
-  fi
-  [ -e "$D/shutdown" ] && exit 0
-  sleep 0.1
-done
-`;
+const attacker = fakeExecLoop(`    [ "$n" = 1 ] && ln -s "$SECRET" "$s/output"`);
 
 before(async () => {
   cluster = await startTestCluster({ timings: fastTimings });
@@ -44,18 +31,10 @@ before(async () => {
   writeFileSync(script, attacker);
   await prepareNamespace(cluster, ns);
   await createAgentTask(cluster, ns, "attack", [
-    { name: "worker", image: workerImage, command: [process.execPath, droverBin], args: ["agent", "worker"] },
+    podWorker(),
     { name: "runner", image: runnerImage, command: ["/bin/sh", script], env: [{ name: "SECRET", value: secretPath }] },
   ]);
-  controller = spawnDrover(["agent", "controller"], {
-    ...stack.baseEnv,
-    KUBECONFIG: cluster.kubeconfigPath,
-    ...controllerEnv(stack, "pod-iso-ctl", "attack"),
-    DROVER_AGENT_KUBERNETES_NAMESPACE: ns,
-    DROVER_AGENT_EXEC_LOOP_PATH: execLoopPath,
-    DROVER_AGENT_HEALTH_PORT: "0",
-    DROVER_AGENT_LOG_FORMAT: "plain",
-  });
+  controller = startJobModeController(cluster, stack, { ns, name: "pod-iso-ctl", template: "attack" });
   await agentRegistered(stack, "pod-iso-ctl");
 });
 
