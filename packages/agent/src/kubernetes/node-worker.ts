@@ -1,5 +1,6 @@
 import { CoreV1Api, KubeConfig, type V1Pod } from "@kubernetes/client-node";
-import { jobAssignmentSchema, SettingsSource, type JobAssignment } from "@drover/protocol";
+import { jobAssignmentSchema, noopTracer, SettingsSource, startTelemetryIfSet, type JobAssignment, type Telemetry } from "@drover/protocol";
+import { hostname } from "node:os";
 import { readdirSync, readFileSync } from "node:fs";
 import type { Logger } from "pino";
 import { AgentClient } from "../client.js";
@@ -10,7 +11,7 @@ import { apiClientWithDeadline, defaultApiTimeoutMs } from "./api-deadline.js";
 import { labels, nodeReadyDir, nodeRunDir } from "./job-spec.js";
 import { podNamespace } from "./settings.js";
 import { startInformer, type Informer } from "./informer.js";
-import { superviseJob, supervisionSettings } from "./worker.js";
+import { otlpSettings, superviseJob, supervisionSettings, type WorkerSettings } from "./worker.js";
 
 /** Settings of `drover agent node-worker`, the per-node worker of the agent-k8s design. */
 export interface NodeWorkerSettings {
@@ -33,6 +34,8 @@ export interface NodeWorkerSettings {
   logFormat: LogFormat;
   /** The pods watch's `timeoutSeconds`; see informer.ts for its deadline. */
   watchTimeoutSeconds: number;
+  /** OTLP export of this worker's metrics and its runs' spans (DROVER_AGENT_OTLP_*); none without an endpoint. */
+  otlp: WorkerSettings["otlp"];
 }
 
 /** Reads and validates the node worker's settings; a bad value throws one clear line. */
@@ -51,6 +54,7 @@ export function loadNodeWorkerSettings(env: NodeJS.ProcessEnv): NodeWorkerSettin
     healthPort: src.getOr("DROVER_AGENT_HEALTH_PORT", 8080),
     logFormat: src.get("DROVER_AGENT_LOG_FORMAT"),
     watchTimeoutSeconds: src.get("DROVER_AGENT_KUBERNETES_WATCH_TIMEOUT_SECONDS"),
+    otlp: otlpSettings(src),
   };
 }
 
@@ -79,6 +83,8 @@ export class NodeWorker {
   private pods: Informer<V1Pod> | undefined;
   private readonly halt = new AbortController();
   private wake: (() => void) | undefined;
+  /** The runs' spans (each under its job's span through the assignment's traceparent) and this worker's metrics over OTLP. */
+  private telemetry: Telemetry = { tracer: noopTracer, shutdown: async () => undefined };
   private readonly metrics = new MetricSet()
     .define("drover_node_worker_runs", "gauge", "Runs this node worker supervises")
     .define("drover_node_worker_watch_errors_total", "counter", "Failed lists or watches of this node's run pods (each is retried)")
@@ -99,15 +105,31 @@ export class NodeWorker {
 
   /** Runs until `shutdown()`, then waits for its runs to wind down; resolves with the exit code. */
   async run(): Promise<number> {
+    const exposition = () => {
+      this.metrics.set("drover_node_worker_runs", this.runs.size);
+      return this.metrics.render();
+    };
     const source = {
       // Winding runs down after SIGTERM is still healthy work: liveness never fails on its own.
       health: () => ({ live: true, ready: (this.pods?.synced ?? false) && !this.stopping, details: { runs: this.runs.size } }),
-      metrics: () => {
-        this.metrics.set("drover_node_worker_runs", this.runs.size);
-        return this.metrics.render();
-      },
+      metrics: exposition,
     };
-    return servingHealth(this.settings.healthPort, source, () => this.work());
+    if (this.settings.otlp) {
+      this.telemetry = await startTelemetryIfSet({
+        ...this.settings.otlp,
+        resource: { "service.name": "drover-node-worker", "k8s.node.name": this.settings.nodeName, "k8s.pod.name": hostname(), "drover.controller": this.settings.controllerName },
+        exposition,
+      }).catch((err: unknown) => {
+        this.log.warn({ err: err instanceof Error ? err.message : String(err) }, "OpenTelemetry export could not start; running without it");
+        return this.telemetry;
+      });
+    }
+    try {
+      return await servingHealth(this.settings.healthPort, source, () => this.work());
+    } finally {
+      // The last runs' spans and the final counters go out before the process exits.
+      await this.telemetry.shutdown().catch(() => undefined);
+    }
   }
 
   private async work(): Promise<number> {
@@ -223,6 +245,7 @@ export class NodeWorker {
         runDir: `${dir}/run`,
         onLogBytes: (n) => this.metrics.add("drover_node_worker_log_bytes_shipped_total", n),
         onError: (kind) => this.metrics.inc("drover_node_worker_errors_total", { kind }),
+        tracer: this.telemetry.tracer,
       },
       log,
       { exec, run },

@@ -37,7 +37,6 @@ export interface WorkerSettings {
 /** Reads the pod worker's settings; a bad value throws one clear line. */
 export function loadWorkerSettings(env: NodeJS.ProcessEnv): WorkerSettings {
   const src = new SettingsSource(env);
-  const otlpEndpoint = src.get("DROVER_AGENT_OTLP_ENDPOINT");
   return {
     url: src.require("DROVER_URL", "the worker is started by the controller's Job, which sets it"),
     secretDir: src.get("DROVER_WORKER_SECRET_DIR"),
@@ -45,10 +44,16 @@ export function loadWorkerSettings(env: NodeJS.ProcessEnv): WorkerSettings {
     runDir: src.get("DROVER_WORKER_RUN_DIR"),
     ...supervisionSettings(src),
     healthPort: src.getOr("DROVER_AGENT_HEALTH_PORT", 0),
-    otlp: otlpEndpoint
-      ? { endpoint: otlpEndpoint, protocol: src.get("DROVER_AGENT_OTLP_PROTOCOL"), traces: src.get("DROVER_AGENT_OTLP_TRACES_ENABLED"), metrics: src.get("DROVER_AGENT_OTLP_METRICS_ENABLED") }
-      : undefined,
+    otlp: otlpSettings(src),
   };
+}
+
+/** OTLP export settings of a worker (a pod's or a node's): undefined without DROVER_AGENT_OTLP_ENDPOINT. */
+export function otlpSettings(src: SettingsSource): WorkerSettings["otlp"] {
+  const endpoint = src.get("DROVER_AGENT_OTLP_ENDPOINT");
+  return endpoint
+    ? { endpoint, protocol: src.get("DROVER_AGENT_OTLP_PROTOCOL"), traces: src.get("DROVER_AGENT_OTLP_TRACES_ENABLED"), metrics: src.get("DROVER_AGENT_OTLP_METRICS_ENABLED") }
+    : undefined;
 }
 
 /** The settings every worker (a pod's or a node's) reads the same way: stop behaviour, trust, runner staleness. */

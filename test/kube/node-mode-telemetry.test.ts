@@ -1,0 +1,98 @@
+// agent-k8s's node-worker mode with OTLP: the node worker (standing in for its DaemonSet pod)
+// exports each run's spans under the job's trace through the assignment's traceparent (read from
+// the job Secret), the controller its Kubernetes stages of the runner-only pod, the server the
+// root: one trace per phase across three processes. At its stop the node worker flushes its
+// metrics: the log bytes it shipped are what the server stored.
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { after, before, test } from "node:test";
+import { startStack, type Stack } from "../support/stack.js";
+import { spawnDrover, type Proc } from "../support/processes.js";
+import { startOtlpReceiver, type OtlpReceiver } from "../support/otlp-receiver.js";
+import { scrape } from "../support/metric-values.js";
+import { eventually, fastTimings, startTestCluster, type TestCluster } from "./cluster.js";
+import { agentRegistered, controllerEnv, createAgentTask, nodeWorkerEnv, prepareNamespace, terraformRunner } from "./agents.js";
+
+const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
+const ns = "drover-nodes-traced";
+let cluster: TestCluster;
+let stack: Stack;
+let controller: Proc;
+let nodeWorker: Proc;
+let receiver: OtlpReceiver;
+let home: string;
+
+before(async () => {
+  receiver = await startOtlpReceiver();
+  cluster = await startTestCluster({ timings: fastTimings, hostPaths: "real" });
+  stack = await startStack({ DROVER_OTLP_ENDPOINT: receiver.url });
+  home = mkdtempSync(join(tmpdir(), "drover-node-home-"));
+  await prepareNamespace(cluster, ns);
+  await createAgentTask(cluster, ns, "task-template", [terraformRunner(stack)]);
+  const common = { ...stack.baseEnv, KUBECONFIG: cluster.kubeconfigPath, DROVER_AGENT_KUBERNETES_NAMESPACE: ns, DROVER_AGENT_NODE_HOME: home, DROVER_AGENT_LOG_FORMAT: "plain", DROVER_AGENT_HEALTH_PORT: "0", DROVER_AGENT_OTLP_ENDPOINT: receiver.url };
+  nodeWorker = spawnDrover(["agent", "node-worker"], { ...common, ...nodeWorkerEnv("traced-node-ctl") });
+  await nodeWorker.waitFor(/node worker started/);
+  controller = spawnDrover(["agent", "controller"], { ...common, ...controllerEnv(stack, "traced-node-ctl", "task-template") });
+  await agentRegistered(stack, "traced-node-ctl");
+});
+
+after(async () => {
+  await controller?.stop("SIGKILL");
+  await nodeWorker?.stop("SIGKILL");
+  await stack?.stop();
+  await cluster?.close();
+  await receiver?.close();
+  if (home) rmSync(home, { recursive: true, force: true });
+});
+
+test("examples/hello in node-worker mode: each phase's trace holds the server's root, the controller's pod stages and the node worker's stage spans, parented across processes", async () => {
+  await stack.server.api("POST", "/api/v1/workspaces", { name: "node-traced", pool: stack.pool });
+  const runId = await stack.startRun(join(repo, "examples", "hello"), "node-traced", ["--auto-apply"]);
+  assert.equal((await stack.waitForRun(runId, ["applied", "errored", "canceled"], 120_000)).status, "applied", `${controller.output()}\n${nodeWorker.output()}`);
+  const jobs = (await stack.server.api("GET", `/api/v1/runs/${runId}/jobs`)).body.items as Array<{ id: string; phase: string }>;
+  assert.equal(jobs.length, 2);
+  for (const job of jobs) {
+    const root = await eventually(`the server's ${job.phase} job span`, async () => receiver.spans.find((s) => s.name === "job" && s.attributes["drover.job.id"] === job.id), 30_000);
+    const inTrace = () => receiver.spans.filter((s) => s.traceId === root.traceId);
+    const worker = await eventually(`the node worker's ${job.phase} span`, async () => inTrace().find((s) => s.name === `agent ${job.phase}`), 30_000);
+    assert.equal(worker.parentSpanId, root.spanId, "the node worker's span hangs under the server's job span");
+    assert.equal(worker.resource["service.name"], "drover-node-worker");
+    assert.equal(worker.resource["k8s.node.name"], "ktc-node");
+    assert.equal(worker.resource["drover.controller"], "traced-node-ctl");
+    const stages = ["claimed", "configuration download", "init", job.phase, "uploads", "finish"];
+    const children = await eventually(`the ${job.phase} stages`, async () => {
+      const c = inTrace().filter((s) => s.parentSpanId === worker.spanId);
+      return stages.every((n) => c.some((s) => s.name === n)) ? c : undefined;
+    }, 30_000);
+    let previousEnd = 0n;
+    for (const name of stages) {
+      const s = children.find((c) => c.name === name)!;
+      assert.ok(s.startNs >= previousEnd - 1_000_000n, `${name} starts after the stage before it`);
+      previousEnd = s.endNs;
+    }
+    // The controller's stages of the runner-only pod: in node mode the runner is the container that starts the run.
+    const k8s = await eventually(`the controller's ${job.phase} stages`, async () => {
+      const found = ["kubernetes job created", "pod scheduled", "image pulled", "container started"].map((n) => inTrace().find((s) => s.name === n));
+      return found.every((f) => f !== undefined) ? found.map((f) => f!) : undefined;
+    }, 30_000);
+    for (const s of k8s) {
+      assert.equal(s.parentSpanId, root.spanId, `${s.name} hangs under the job span`);
+      assert.equal(s.resource["service.name"], "drover-controller");
+    }
+    for (let i = 1; i < k8s.length; i++) assert.ok(k8s[i - 1]!.endNs <= k8s[i]!.endNs, `${k8s[i - 1]!.name} ends before ${k8s[i]!.name}`);
+    assert.equal(k8s[2]!.attributes["k8s.container.name"], "runner");
+    assert.equal(k8s[2]!.attributes["drover.k8s.pulled_event"], true);
+  }
+
+  // Stopping flushes the node worker's metrics: the log bytes it shipped are what the server stored of both phases.
+  nodeWorker.child.kill("SIGTERM");
+  assert.equal((await nodeWorker.exited).code, 0, nodeWorker.output());
+  const server = `${stack.server.url}/metrics`;
+  const stored = (await scrape(server, "drover_log_bytes_received_total", { phase: "plan" }))! + (await scrape(server, "drover_log_bytes_received_total", { phase: "apply" }))!;
+  const shipped = receiver.metrics.filter((m) => m.name === "drover_node_worker_log_bytes_shipped_total" && m.resource["service.name"] === "drover-node-worker").flatMap((m) => m.points);
+  assert.equal(Math.max(0, ...shipped.map((p) => p.value)), stored);
+  assert.ok(receiver.metrics.some((m) => m.name === "drover_node_worker_runs" && m.kind === "gauge"));
+});
