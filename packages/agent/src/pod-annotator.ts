@@ -4,6 +4,7 @@ import { request } from "node:https";
 import { dirname, join } from "node:path";
 import type { Logger } from "pino";
 import type { AgentStatus } from "./agent-status.js";
+import { kubeApiError } from "./kubernetes/api-errors.js";
 
 /*
  * Scale-in that never picks a busy agent. The agent writes how many jobs it runs to a status
@@ -100,13 +101,8 @@ function patchPod(s: PodAnnotatorSettings, body: unknown, signal: AbortSignal): 
         res.on("end", () => {
           const status = res.statusCode ?? 0;
           if (status >= 200 && status < 300) return resolve();
-          let message = Buffer.concat(chunks).toString("utf8").slice(0, 500);
-          try {
-            message = (JSON.parse(message) as { message?: string }).message ?? message;
-          } catch {
-            // not JSON: keep the text
-          }
-          reject(new Error(`PATCH pod ${s.namespace}/${s.podName}: ${status} ${message}`));
+          // The Status body's reason and message, named after the pod (as every Kubernetes API error of Drover's).
+          reject(kubeApiError(`patch Pod ${JSON.stringify(s.podName)} in namespace ${JSON.stringify(s.namespace)}`, { code: status, body: Buffer.concat(chunks).toString("utf8") }));
         });
         res.on("error", reject);
       },
