@@ -3,6 +3,7 @@ import type { AddressInfo } from "node:net";
 import { startAgentProc } from "./agent-runs.js";
 import { api, rssMb, sleep, startServerProc } from "./harness.js";
 import { type Figure } from "./report.js";
+import { routes } from "@drover/protocol";
 
 /**
  * Idle RSS of two registered, long-polling agents side by side, one without an OTLP endpoint
@@ -22,7 +23,7 @@ export async function benchAgentOtlpIdle(): Promise<Figure[]> {
   const endpoint = `http://127.0.0.1:${(collector.address() as AddressInfo).port}`;
   const server = await startServerProc();
   try {
-    await api(server.url, "POST", "/api/v1/pools", undefined, { name: "otlp-idle" });
+    await api(server.url, routes.createPool, { body: { name: "otlp-idle" } });
     const plain = await startAgentProc(server, "otlp-idle", "idle-without-otlp");
     const traced = await startAgentProc(server, "otlp-idle", "idle-with-otlp", { DROVER_AGENT_OTLP_ENDPOINT: endpoint });
     // Both sampled at the same moments, after V8's memory reducer has had its seconds (see agent-resources.ts).

@@ -2,12 +2,13 @@ import { spawn } from "node:child_process";
 import { startAgentProc } from "./agent-runs.js";
 import { api, rssMb, sleep, startServerProc } from "./harness.js";
 import { type Figure } from "./report.js";
+import { routes } from "@drover/protocol";
 
 /** Idle RSS of a registered, long-polling agent, beside a bare Node.js process. */
 export async function benchAgentIdle(): Promise<Figure[]> {
   const server = await startServerProc();
   try {
-    await api(server.url, "POST", "/api/v1/pools", undefined, { name: "idle" });
+    await api(server.url, routes.createPool, { body: { name: "idle" } });
     const agent = await startAgentProc(server, "idle", "idle-agent");
     // Steady idle: V8's memory reducer collects start-up garbage some seconds after the
     // process goes quiet, so the first seconds vary by ~9 MB from run to run.

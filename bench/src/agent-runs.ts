@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { create } from "tar";
 import { adminToken, api, droverBin, profileFlags, sleep, type ServerProc } from "./harness.js";
+import { routes } from "@drover/protocol";
 
 /** A real `drover agent run` process registered with a server. */
 export interface AgentProc {
@@ -13,7 +14,7 @@ export interface AgentProc {
 }
 
 export async function startAgentProc(server: ServerProc, pool: string, name: string, env: Record<string, string> = {}): Promise<AgentProc> {
-  const { token } = await api(server.url, "POST", `/api/v1/pools/${pool}/tokens`, adminToken, {});
+  const { token } = await api(server.url, routes.createPoolToken, { params: { pool }, body: {} });
   const dir = mkdtempSync(join(tmpdir(), "drover-bench-agent-"));
   const tfrc = join(dir, "terraformrc");
   writeFileSync(tfrc, "");
@@ -33,7 +34,7 @@ export async function startAgentProc(server: ServerProc, pool: string, name: str
     stdio: ["ignore", "ignore", "inherit"],
   });
   for (let i = 0; i < 200; i++) {
-    const agents = await api(server.url, "GET", `/api/v1/agents?pool=${pool}`);
+    const agents = await api(server.url, routes.listAgents, { query: { pool } });
     if (agents.items.some((a: { name: string; status: string }) => a.name === name && a.status !== "offline")) break;
     await sleep(50);
   }
@@ -68,14 +69,14 @@ export interface RunTimeline {
 
 export async function runToCompletion(server: ServerProc, workspace: string, archive: Buffer): Promise<{ id: string; status: string; ms: number; timeline: RunTimeline | null }> {
   const started = Date.now();
-  const cv = await api(server.url, "POST", `/api/v1/workspaces/${workspace}/configuration-versions`, adminToken, archive, "application/gzip");
-  const run = await api(server.url, "POST", "/api/v1/runs", adminToken, { workspace, configurationVersionId: cv.id, autoApply: true });
+  const cv = await api(server.url, routes.uploadConfiguration, { params: { ws: workspace }, body: archive });
+  const run = await api(server.url, routes.createRun, { body: { workspace, configurationVersionId: cv.id, autoApply: true } });
   for (;;) {
-    const r = await api(server.url, "GET", `/api/v1/runs/${run.id}`);
+    const r = await api(server.url, routes.getRun, { params: { id: run.id } });
     if (["applied", "planned_and_finished", "errored", "canceled", "discarded"].includes(r.status)) {
       // The end is the server's own record of the last job finishing (same machine, same
       // clock), so this loop's polling interval does not count against Drover.
-      const jobs = (await api(server.url, "GET", `/api/v1/runs/${run.id}/jobs`)).items as Array<{ phase: string; startedAt: string | null; finishedAt: string | null }>;
+      const jobs = (await api(server.url, routes.listRunJobs, { params: { id: run.id } })).items as Array<{ phase: string; startedAt: string | null; finishedAt: string | null }>;
       const ended = Math.max(...jobs.map((j) => (j.finishedAt ? Date.parse(j.finishedAt) : 0)));
       const plan = jobs.find((j) => j.phase === "plan");
       const apply = jobs.find((j) => j.phase === "apply");

@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { create } from "tar";
 import { api, sleep, startServerProc } from "./harness.js";
 import { percentile, type Figure } from "./report.js";
+import { routes } from "@drover/protocol";
 
 /** A one-file configuration archive. */
 export async function tinyArchive(): Promise<Buffer> {
@@ -52,15 +53,15 @@ async function measure(mode: Mode, jobs: number, agents: number, submitters = 1)
   const server = await startServerProc({ DROVER_LEASE_TTL_SECONDS: "600" });
   try {
     const url = server.url;
-    await api(url, "POST", "/api/v1/pools", undefined, { name: "bench" });
+    await api(url, routes.createPool, { body: { name: "bench" } });
     const archive = await tinyArchive();
     // One workspace per job: a workspace runs one run at a time, so this is what lets every job queue at once.
     const cvs = await inParallel(
       Array.from({ length: jobs }, (_, i) => `d${i}`),
       8,
       async (ws) => {
-        await api(url, "POST", "/api/v1/workspaces", undefined, { name: ws, pool: "bench" });
-        const cv = await api(url, "POST", `/api/v1/workspaces/${ws}/configuration-versions`, undefined, archive, "application/gzip");
+        await api(url, routes.createWorkspace, { body: { name: ws, pool: "bench" } });
+        const cv = await api(url, routes.uploadConfiguration, { params: { ws }, body: archive });
         return { ws, cv: cv.id as string };
       },
     );
@@ -68,8 +69,8 @@ async function measure(mode: Mode, jobs: number, agents: number, submitters = 1)
       Array.from({ length: agents }, (_, i) => i),
       8,
       async (i) => {
-        const { token } = await api(url, "POST", "/api/v1/pools/bench/tokens", undefined, {});
-        return (await api(url, "POST", "/api/agent/v1/register", token, { name: `a${i}`, version: "bench", driver: "local", capacity: Math.min(jobs, 1000) })).sessionToken as string;
+        const { token } = await api(url, routes.createPoolToken, { params: { pool: "bench" }, body: {} });
+        return (await api(url, routes.register, { token: token, body: { name: `a${i}`, version: "bench", driver: "local", capacity: Math.min(jobs, 1000) } })).sessionToken as string;
       },
     );
     let started = 0;
@@ -77,11 +78,11 @@ async function measure(mode: Mode, jobs: number, agents: number, submitters = 1)
     let refused = 0;
     const loops = sessions.map(async (session) => {
       while (started < jobs) {
-        const res = await api(url, "POST", `/api/agent/v1/jobs/next?wait=${mode === "long-poll" ? 5000 : 0}`, session);
+        const res = await api(url, routes.pollJob, { query: { wait: mode === "long-poll" ? 5000 : 0 }, token: session });
         if (res.job) {
           handed.set(res.job.jobId, (handed.get(res.job.jobId) ?? 0) + 1);
           try {
-            await api(url, "POST", `/api/agent/v1/jobs/${res.job.jobId}/start`, res.job.jobToken);
+            await api(url, routes.startJob, { params: { id: res.job.jobId }, token: res.job.jobToken });
           } catch {
             refused++;
           }
@@ -92,9 +93,9 @@ async function measure(mode: Mode, jobs: number, agents: number, submitters = 1)
       }
     });
     await sleep(500);
-    const runIds = await inParallel(cvs, submitters, async ({ ws, cv }) => (await api(url, "POST", "/api/v1/runs", undefined, { workspace: ws, configurationVersionId: cv })).id as string);
+    const runIds = await inParallel(cvs, submitters, async ({ ws, cv }) => (await api(url, routes.createRun, { body: { workspace: ws, configurationVersionId: cv } })).id as string);
     await Promise.all(loops);
-    const rows = await inParallel(runIds, 8, async (id) => (await api(url, "GET", `/api/v1/runs/${id}/jobs`)).items as Array<{ id: string; attempt: number; createdAt: string; startedAt: string | null }>);
+    const rows = await inParallel(runIds, 8, async (id) => (await api(url, routes.listRunJobs, { params: { id } })).items as Array<{ id: string; attempt: number; createdAt: string; startedAt: string | null }>);
     const latencies: number[] = [];
     let reclaimed = 0;
     for (const items of rows) {

@@ -3,7 +3,7 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { decodeErrorAnswer, DroverClient } from "@drover/protocol";
+import { DroverClient, type RequestOf, type ResultOf, type Route } from "@drover/protocol";
 
 export const repoRoot = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 export const droverBin = join(repoRoot, "packages", "cli", "dist", "src", "main.js");
@@ -77,13 +77,11 @@ export function client(url: string, token = adminToken): DroverClient {
   return c;
 }
 
-/** JSON call with a token through the typed client; a non-2xx answer throws its coded error. */
-export async function api(url: string, method: string, path: string, token = adminToken, body?: unknown, contentType = "application/json"): Promise<any> {
-  const payload = body === undefined ? undefined : Buffer.isBuffer(body) ? body : JSON.stringify(body);
-  const answer = await client(url, token).request(method, path, { body: payload, headers: payload === undefined ? {} : { "content-type": contentType } });
-  if (answer.status >= 300) throw decodeErrorAnswer(`${method} ${path}`, answer);
-  const text = answer.body.toString("utf8");
-  return text ? JSON.parse(text) : undefined;
+type Nothing = Record<never, never>;
+
+/** A route call through the typed client (admin token unless the input names one); a failure throws its coded error. */
+export async function api<R extends Route>(url: string, route: R, ...[input]: Nothing extends RequestOf<R> ? [input?: RequestOf<R>] : [input: RequestOf<R>]): Promise<ResultOf<R>> {
+  return client(url).call(route, (input ?? {}) as RequestOf<R>);
 }
 
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

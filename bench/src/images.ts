@@ -2,7 +2,8 @@ import { spawn, spawnSync } from "node:child_process";
 import { chownSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { adminToken, repoRoot, sleep, startServerProc } from "./harness.js";
+import { routes } from "@drover/protocol";
+import { adminToken, client, repoRoot, sleep, startServerProc } from "./harness.js";
 import { median, type Figure } from "./report.js";
 
 interface Built {
@@ -29,9 +30,8 @@ async function readyWithin(url: string, deadlineMs: number): Promise<void> {
   const deadline = Date.now() + deadlineMs;
   for (;;) {
     try {
-      const res = await fetch(`${url}/readyz`);
-      await res.arrayBuffer();
-      if (res.ok) return;
+      await client(url).call(routes.readyz, {});
+      return;
     } catch {
       // not listening yet
     }

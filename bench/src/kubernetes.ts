@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { parse } from "yaml";
 import type * as Ktc from "../../tools/kube-test-cluster/src/index.js";
 import { tinyArchive } from "./dispatch.js";
-import { adminToken, api, client, droverBin, repoRoot, sleep, startServerProc } from "./harness.js";
+import { api, client, droverBin, repoRoot, sleep, startServerProc } from "./harness.js";
 import { median, percentile, type Figure } from "./report.js";
 
 const ktc = (await import(new URL("../../tools/kube-test-cluster/dist/index.js", import.meta.url).href)) as typeof Ktc;
@@ -77,7 +77,7 @@ async function firstStep(url: string, runId: string, t0: number): Promise<number
 
 async function waitForRun(url: string, runId: string): Promise<string> {
   for (;;) {
-    const run = await api(url, "GET", `/api/v1/runs/${runId}`);
+    const run = await api(url, routes.getRun, { params: { id: runId } });
     if (["planned_and_finished", "errored", "canceled"].includes(run.status)) return run.status as string;
     await sleep(100);
   }
@@ -106,7 +106,7 @@ function startController(cluster: Ktc.TestCluster, namespace: string, token: str
 
 async function waitForAgent(url: string, pool: string): Promise<void> {
   for (let i = 0; i < 600; i++) {
-    if ((await api(url, "GET", `/api/v1/agents?pool=${pool}`)).items.some((a: { status: string }) => a.status !== "offline")) return;
+    if ((await api(url, routes.listAgents, { query: { pool } })).items.some((a: { status: string }) => a.status !== "offline")) return;
     await sleep(50);
   }
   throw new Error(`no agent of pool ${pool} came online`);
@@ -136,8 +136,8 @@ export async function benchKubernetes(runs = 100, stepRuns = 8): Promise<Figure[
   try {
     await kube(cluster, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", parse(readFileSync(join(repoRoot, "deploy", "kubernetes", "agenttasks.drover.dev.yaml"), "utf8")));
     await prepareNamespace(cluster, ns, [{ name: "worker", image }, { name: "runner", image }]);
-    await api(server.url, "POST", "/api/v1/pools", undefined, { name: "k8s" });
-    const { token } = await api(server.url, "POST", "/api/v1/pools/k8s/tokens", undefined, {});
+    await api(server.url, routes.createPool, { body: { name: "k8s" } });
+    const { token } = await api(server.url, routes.createPoolToken, { params: { pool: "k8s" }, body: {} });
     controllers.push(startController(cluster, ns, token, runs + 5));
     await waitForAgent(server.url, "k8s");
     const archive = await tinyArchive();
@@ -145,10 +145,10 @@ export async function benchKubernetes(runs = 100, stepRuns = 8): Promise<Figure[
     const drover: number[] = [];
     for (let i = 0; i < runs; i++) {
       const ws = `k${i}`;
-      await api(server.url, "POST", "/api/v1/workspaces", adminToken, { name: ws, pool: "k8s" });
-      const cv = await api(server.url, "POST", `/api/v1/workspaces/${ws}/configuration-versions`, adminToken, archive, "application/gzip");
+      await api(server.url, routes.createWorkspace, { body: { name: ws, pool: "k8s" } });
+      const cv = await api(server.url, routes.uploadConfiguration, { params: { ws }, body: archive });
       const t0 = performance.now();
-      const run = await api(server.url, "POST", "/api/v1/runs", adminToken, { workspace: ws, configurationVersionId: cv.id });
+      const run = await api(server.url, routes.createRun, { body: { workspace: ws, configurationVersionId: cv.id } });
       drover.push((await jobs.waitFor(run.id)) - t0);
     }
     jobs.close();
@@ -172,8 +172,8 @@ export async function benchKubernetes(runs = 100, stepRuns = 8): Promise<Figure[
       { name: "worker", image: "ghcr.io/drover-dev/drover:bench", command: [process.execPath, droverBin], args: ["agent", "worker"] },
       { name: "runner", image: "ghcr.io/drover-dev/drover-runner:bench", env: [{ name: "TF_CLI_CONFIG_FILE", value: tfrc }, { name: "CHECKPOINT_DISABLE", value: "1" }] },
     ]);
-    await api(server.url, "POST", "/api/v1/pools", undefined, { name: "k8s-run" });
-    const runToken = (await api(server.url, "POST", "/api/v1/pools/k8s-run/tokens", undefined, {})).token as string;
+    await api(server.url, routes.createPool, { body: { name: "k8s-run" } });
+    const runToken = (await api(server.url, routes.createPoolToken, { params: { pool: "k8s-run" }, body: {} })).token as string;
     controllers.push(
       startController(cluster, runNs, runToken, 5, {
         DROVER_AGENT_KUBERNETES_WORKER_IMAGE: "ghcr.io/drover-dev/drover:bench",
@@ -181,7 +181,7 @@ export async function benchKubernetes(runs = 100, stepRuns = 8): Promise<Figure[
       }),
     );
     await waitForAgent(server.url, "k8s-run");
-    await api(server.url, "POST", "/api/v1/pools", undefined, { name: "k8s-local" });
+    await api(server.url, routes.createPool, { body: { name: "k8s-local" } });
     local = await startAgentProc(server, "k8s-local", "bench-local");
     mkdirSync(join(dir, "cfg"));
     writeFileSync(join(dir, "cfg", "main.tf"), 'resource "terraform_data" "trivial" {}\n');
@@ -190,10 +190,10 @@ export async function benchKubernetes(runs = 100, stepRuns = 8): Promise<Figure[
       const out: number[] = [];
       for (let i = 0; i < stepRuns; i++) {
         const ws = `${pool}-${i}`;
-        await api(server.url, "POST", "/api/v1/workspaces", adminToken, { name: ws, pool });
-        const cv = await api(server.url, "POST", `/api/v1/workspaces/${ws}/configuration-versions`, adminToken, runArchive, "application/gzip");
+        await api(server.url, routes.createWorkspace, { body: { name: ws, pool } });
+        const cv = await api(server.url, routes.uploadConfiguration, { params: { ws }, body: runArchive });
         const t0 = performance.now();
-        const run = await api(server.url, "POST", "/api/v1/runs", adminToken, { workspace: ws, configurationVersionId: cv.id, planOnly: true });
+        const run = await api(server.url, routes.createRun, { body: { workspace: ws, configurationVersionId: cv.id, planOnly: true } });
         out.push(await firstStep(server.url, run.id, t0));
         const status = await waitForRun(server.url, run.id);
         if (status !== "planned_and_finished") throw new Error(`run ${run.id} in pool ${pool} ended ${status}`);

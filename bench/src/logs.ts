@@ -85,13 +85,13 @@ async function bareLogHeavy(config: string): Promise<number> {
  */
 async function runUntilEnd(server: ServerProc, workspace: string, archive: Buffer): Promise<{ id: string; status: string; ms: number }> {
   const started = Date.now();
-  const cv = await api(server.url, "POST", `/api/v1/workspaces/${workspace}/configuration-versions`, adminToken, archive, "application/gzip");
-  const run = await api(server.url, "POST", "/api/v1/runs", adminToken, { workspace, configurationVersionId: cv.id, autoApply: true });
+  const cv = await api(server.url, routes.uploadConfiguration, { params: { ws: workspace }, body: archive });
+  const run = await api(server.url, routes.createRun, { body: { workspace, configurationVersionId: cv.id, autoApply: true } });
   for (;;) {
     await sleep(250);
-    const r = await api(server.url, "GET", `/api/v1/runs/${run.id}`);
+    const r = await api(server.url, routes.getRun, { params: { id: run.id } });
     if (!["applied", "planned_and_finished", "errored", "canceled", "discarded"].includes(r.status)) continue;
-    const jobs = (await api(server.url, "GET", `/api/v1/runs/${run.id}/jobs`)).items as Array<{ finishedAt: string | null }>;
+    const jobs = (await api(server.url, routes.listRunJobs, { params: { id: run.id } })).items as Array<{ finishedAt: string | null }>;
     const ended = Math.max(...jobs.map((j) => (j.finishedAt ? Date.parse(j.finishedAt) : 0)));
     return { id: run.id, status: r.status, ms: (ended > 0 ? ended : Date.now()) - started };
   }
@@ -109,7 +109,7 @@ export async function benchLogHeavyApply(reps = 5): Promise<Figure[]> {
   try {
     const config = join(dir, "config");
     logHeavyConfig(config);
-    await api(server.url, "POST", "/api/v1/pools", undefined, { name: "loud" });
+    await api(server.url, routes.createPool, { body: { name: "loud" } });
     const agent = await startAgentProc(server, "loud", "loud-agent");
     const archive = await packDir(config);
     const bare: number[] = [];
@@ -118,7 +118,7 @@ export async function benchLogHeavyApply(reps = 5): Promise<Figure[]> {
     try {
       for (let i = 0; i < reps; i++) {
         bare.push(await bareLogHeavy(config));
-        await api(server.url, "POST", "/api/v1/workspaces", undefined, { name: `loud-${i}`, pool: "loud" });
+        await api(server.url, routes.createWorkspace, { body: { name: `loud-${i}`, pool: "loud" } });
         const run = await runUntilEnd(server, `loud-${i}`, archive);
         if (run.status !== "applied") throw new Error(`run ${run.id} ended ${run.status}`);
         drover.push(run.ms);
@@ -180,14 +180,14 @@ export async function benchLogStreaming(megabytes = 50): Promise<Figure[]> {
     });
     const bareSeconds = Number(process.hrtime.bigint() - bareStart) / 1e9;
 
-    await api(server.url, "POST", "/api/v1/pools", undefined, { name: "logs" });
-    await api(server.url, "POST", "/api/v1/workspaces", undefined, { name: "logs", pool: "logs" });
+    await api(server.url, routes.createPool, { body: { name: "logs" } });
+    await api(server.url, routes.createWorkspace, { body: { name: "logs", pool: "logs" } });
     const agent = await startAgentProc(server, "logs", "log-agent", { DROVER_AGENT_HOOKS_DIR: hooks });
-    const cv = await api(server.url, "POST", "/api/v1/workspaces/logs/configuration-versions", adminToken, await packDir(config), "application/gzip");
-    const created = await api(server.url, "POST", "/api/v1/runs", adminToken, { workspace: "logs", configurationVersionId: cv.id, planOnly: true });
+    const cv = await api(server.url, routes.uploadConfiguration, { params: { ws: "logs" }, body: await packDir(config) });
+    const created = await api(server.url, routes.createRun, { body: { workspace: "logs", configurationVersionId: cv.id, planOnly: true } });
     let run: { status: string };
     for (;;) {
-      run = await api(server.url, "GET", `/api/v1/runs/${created.id}`);
+      run = await api(server.url, routes.getRun, { params: { id: created.id } });
       if (["planned_and_finished", "errored", "canceled"].includes(run.status)) break;
       await sleep(50);
     }
@@ -202,7 +202,7 @@ export async function benchLogStreaming(megabytes = 50): Promise<Figure[]> {
       expected++;
     }
     if (expected - 1 !== lines) throw new Error(`log incomplete: ${expected - 1} of ${lines} lines`);
-    const jobs = await api(server.url, "GET", `/api/v1/runs/${created.id}/jobs`);
+    const jobs = await api(server.url, routes.listRunJobs, { params: { id: created.id } });
     const plan = jobs.items[0];
     const hookStarted = Number(readFileSync(startedFile, "utf8").trim());
     const seconds = (Date.parse(plan.finishedAt) - hookStarted) / 1000;

@@ -5,6 +5,7 @@ import { join } from "node:path";
 import { packDir, runToCompletion, startAgentProc, type RunTimeline } from "./agent-runs.js";
 import { api, repoRoot, startServerProc } from "./harness.js";
 import { median, type Figure } from "./report.js";
+import { routes } from "@drover/protocol";
 
 /** terraform init/plan/apply of examples/bench, bare, in a fresh copy (as the agent does it). */
 function bareRun(): number {
@@ -31,7 +32,7 @@ function bareRun(): number {
 export async function benchOverhead(reps = 5): Promise<Figure[]> {
   const server = await startServerProc();
   const agent = await (async () => {
-    await api(server.url, "POST", "/api/v1/pools", undefined, { name: "overhead" });
+    await api(server.url, routes.createPool, { body: { name: "overhead" } });
     return startAgentProc(server, "overhead", "bench-agent");
   })();
   try {
@@ -42,7 +43,7 @@ export async function benchOverhead(reps = 5): Promise<Figure[]> {
     for (let i = 0; i < reps; i++) {
       bare.push(bareRun());
       // A fresh workspace each time, so both sides create 100 resources from empty state.
-      await api(server.url, "POST", "/api/v1/workspaces", undefined, { name: `overhead-${i}`, pool: "overhead" });
+      await api(server.url, routes.createWorkspace, { body: { name: `overhead-${i}`, pool: "overhead" } });
       const run = await runToCompletion(server, `overhead-${i}`, archive);
       if (run.status !== "applied") throw new Error(`run ${run.id} ended ${run.status}`);
       drover.push(run.ms);

@@ -35,7 +35,7 @@ async function serverHeartbeatShare(url: string, before?: Map<string, number>): 
   const text = (await client(url).call(routes.metrics, {})).toString("utf8");
   const buckets = new Map<string, number>();
   for (const l of text.split("\n")) {
-    if (!l.startsWith("drover_http_request_duration_seconds_bucket") || !l.includes('route="/api/agent/v1/heartbeat"')) continue;
+    if (!l.startsWith("drover_http_request_duration_seconds_bucket") || !l.includes(`route="${routes.agentHeartbeat.path}"`)) continue;
     const le = l.match(/le="([^"]+)"/)?.[1];
     if (le) buckets.set(le, (buckets.get(le) ?? 0) + Number(l.split(" ").at(-1)));
   }
@@ -59,8 +59,8 @@ export async function fleet(database: "sqlite" | "postgres", agents: number, wor
   }
   const server = await startServerProc(env, serverNodeArgs);
   try {
-    await api(server.url, "POST", "/api/v1/pools", undefined, { name: "fleet" });
-    const { token } = await api(server.url, "POST", "/api/v1/pools/fleet/tokens", undefined, {});
+    await api(server.url, routes.createPool, { body: { name: "fleet" } });
+    const { token } = await api(server.url, routes.createPoolToken, { params: { pool: "fleet" }, body: {} });
     const perWorker = Math.ceil(agents / workers);
     const children = Array.from({ length: workers }, (_, w) =>
       spawn(process.execPath, [join(repoRoot, "bench", "dist", "fleet-worker.js"), server.url, token, String(Math.min(perWorker, agents - w * perWorker)), String(durationMs), `w${w}`, String(warmupMs)], {

@@ -7,6 +7,7 @@ import { inParallel } from "./dispatch.js";
 import { api, cpuSeconds, sleep, startServerProc } from "./harness.js";
 import { describeProfile, summarizeProfiles } from "./profile.js";
 import { type Figure } from "./report.js";
+import { routes } from "@drover/protocol";
 
 const config = 'resource "terraform_data" "trivial" {}\n';
 
@@ -40,7 +41,7 @@ export async function benchThroughput(runs = 60, agents = 20): Promise<Figure[]>
   const fleet: AgentProc[] = [];
   let result: { perMinute: number; cpuPerRun: number; failed: number } | undefined;
   try {
-    await api(server.url, "POST", "/api/v1/pools", undefined, { name: "tp" });
+    await api(server.url, routes.createPool, { body: { name: "tp" } });
     const dir = mkdtempSync(join(tmpdir(), "drover-bench-tpcfg-"));
     mkdirSync(join(dir, "cfg"));
     writeFileSync(join(dir, "cfg", "main.tf"), config);
@@ -50,26 +51,26 @@ export async function benchThroughput(runs = 60, agents = 20): Promise<Figure[]>
       Array.from({ length: runs }, (_, i) => `tp${i}`),
       4,
       async (ws) => {
-        await api(server.url, "POST", "/api/v1/workspaces", undefined, { name: ws, pool: "tp" });
-        const cv = await api(server.url, "POST", `/api/v1/workspaces/${ws}/configuration-versions`, undefined, archive, "application/gzip");
+        await api(server.url, routes.createWorkspace, { body: { name: ws, pool: "tp" } });
+        const cv = await api(server.url, routes.uploadConfiguration, { params: { ws }, body: archive, headers: { "content-type": "application/gzip" } });
         return { ws, cv: cv.id as string };
       },
     );
     for (let i = 0; i < agents; i++) fleet.push(await startAgentProc(server, "tp", `tp-agent-${i}`));
     const cpu0 = cpuSeconds(server.child.pid!);
     const t0 = Date.now();
-    const ids = await inParallel(workspaces, 4, async ({ ws, cv }) => (await api(server.url, "POST", "/api/v1/runs", undefined, { workspace: ws, configurationVersionId: cv, planOnly: true })).id as string);
+    const ids = await inParallel(workspaces, 4, async ({ ws, cv }) => (await api(server.url, routes.createRun, { body: { workspace: ws, configurationVersionId: cv, planOnly: true } })).id as string);
     const ended = new Map<string, string>();
     while (ended.size < ids.length) {
       for (const id of ids.filter((i) => !ended.has(i))) {
-        const run = await api(server.url, "GET", `/api/v1/runs/${id}`);
+        const run = await api(server.url, routes.getRun, { params: { id } });
         if (["planned_and_finished", "errored", "canceled"].includes(run.status)) ended.set(id, run.status);
       }
       await sleep(200);
     }
     const cpu = cpuSeconds(server.child.pid!) - cpu0;
     // The end is the server's record of the last job finishing, not this loop's polling.
-    const finishes = await inParallel(ids, 4, async (id) => Math.max(...((await api(server.url, "GET", `/api/v1/runs/${id}/jobs`)).items as Array<{ finishedAt: string }>).map((j) => Date.parse(j.finishedAt))));
+    const finishes = await inParallel(ids, 4, async (id) => Math.max(...((await api(server.url, routes.listRunJobs, { params: { id } })).items as Array<{ finishedAt: string }>).map((j) => Date.parse(j.finishedAt))));
     const minutes = (Math.max(...finishes) - t0) / 60_000;
     result = { perMinute: runs / minutes, cpuPerRun: (cpu / runs) * 1000, failed: [...ended.values()].filter((s) => s !== "planned_and_finished").length };
   } finally {

@@ -8,6 +8,7 @@ import { test } from "node:test";
 import { pino } from "pino";
 import { until } from "../support/marked-processes.js";
 import { startTestServer } from "../support/server.js";
+import { routes } from "@drover/protocol";
 
 // An agent that runs for weeks beats hundreds of thousands of times: no beat may leave a
 // listener or a timer behind. The real agent against the real server, with a 2 ms beat.
@@ -25,8 +26,8 @@ test("the agent's heartbeat loop adds no abort listener per beat", async () => {
     return original.apply(this, args);
   };
   try {
-    await server.api("POST", "/api/v1/pools", { name: "hb" });
-    const tok = await server.api("POST", "/api/v1/pools/hb/tokens", { description: "hb" });
+    await server.api(routes.createPool, { body: { name: "hb" } });
+    const tok = await server.api(routes.createPoolToken, { params: { pool: "hb" }, body: { description: "hb" } });
     const config = loadAgentConfig({ DROVER_TOKEN: tok.body.token, DROVER_URL: server.url, DROVER_AGENT_NAME: "hb", DROVER_AGENT_DATA_DIR: join(dir, "data"), DROVER_AGENT_CACHE_DIR: join(dir, "cache"), DROVER_AGENT_HEALTH_PORT: "0" });
     const agent = new Agent(config, pino({ level: "silent" }), { heartbeatMs: 2 });
     const done = agent.run();

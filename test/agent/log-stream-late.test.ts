@@ -71,11 +71,11 @@ after(async () => {
 });
 
 test("appends delivered after their own retry, and reset connections, neither double nor drop a byte", async () => {
-  await server.api("POST", "/api/v1/pools", { name: "late" });
+  await server.api(routes.createPool, { body: { name: "late" } });
   const { session } = await registerAgent(server, "late", "late-writer");
   const { runId } = await queueRun(server, "late", "late", rawTarGz([{ path: "main.tf", content: 'resource "terraform_data" "x" {}\n' }]));
-  const job = (await call(server, "POST", "/api/agent/v1/jobs/next?wait=1000", session)).body.job;
-  assert.equal((await call(server, "POST", `/api/agent/v1/jobs/${job.jobId}/start`, job.jobToken)).status, 200);
+  const job = (await call(server, routes.pollJob, session, { query: { wait: 1000 } })).body.job;
+  assert.equal((await call(server, routes.startJob, job.jobToken, { params: { id: job.jobId } })).status, 200);
 
   // A short deadline, so that a held append is given up and retried.
   const agent = new AgentClient(proxyUrl, undefined, { requestMs: 300 });

@@ -56,11 +56,11 @@ after(async () => {
 });
 
 test("a log streamed through failing appends arrives whole, in order, once", async () => {
-  await server.api("POST", "/api/v1/pools", { name: "logs" });
+  await server.api(routes.createPool, { body: { name: "logs" } });
   const { session } = await registerAgent(server, "logs", "log-writer");
   const { runId } = await queueRun(server, "logs", "logs", rawTarGz([{ path: "main.tf", content: 'resource "terraform_data" "x" {}\n' }]));
-  const job = (await call(server, "POST", "/api/agent/v1/jobs/next?wait=1000", session)).body.job;
-  assert.equal((await call(server, "POST", `/api/agent/v1/jobs/${job.jobId}/start`, job.jobToken)).status, 200);
+  const job = (await call(server, routes.pollJob, session, { query: { wait: 1000 } })).body.job;
+  assert.equal((await call(server, routes.startJob, job.jobToken, { params: { id: job.jobId } })).status, 200);
 
   const log = new LogStream(new AgentClient(proxyUrl).job(job.jobId, job.jobToken));
   let expected = "";

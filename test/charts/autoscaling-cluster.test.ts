@@ -12,6 +12,7 @@ import { applyRendered, droverImageOptions, isReady, kubectlOut, namespace, repo
 import { kube, startTestCluster, until, type TestCluster } from "../kube/cluster.js";
 import { callOk } from "../support/fault-runs.js";
 import { rawTarGz } from "../support/archives.js";
+import { routes } from "@drover/protocol";
 
 let cluster: TestCluster;
 let stack: Stack;
@@ -54,17 +55,17 @@ test("scale-in while one agent is busy: its pod is annotated busy, the idle pod 
   const busyOf = (p: any) => p.metadata.annotations?.["drover.dev/agent-busy"];
   try {
     await until("two agent pods Ready, each annotated idle by its sidecar", pods, (ps) => ps.length === 2 && ps.every(isReady) && ps.every((p) => busyOf(p) === "false"), 60_000);
-    await until("both agents registered", async () => (await stack.server.api("GET", `/api/v1/agents?pool=${stack.pool}`)).body.items.filter((a: any) => a.status !== "offline"), (as) => as.length === 2, 30_000);
+    await until("both agents registered", async () => (await stack.server.api(routes.listAgents, { query: { pool: stack.pool } })).body.items.filter((a: any) => a.status !== "offline"), (as) => as.length === 2, 30_000);
   } catch (e) {
     assert.fail(`${(e as Error).message}\n${await diagnose()}`);
   }
 
   // An auto-applied run whose apply waits for the gate: one agent busy, the other idle.
   const ws = "busy-scale-in";
-  await callOk(stack.server.url, "POST", "/api/v1/workspaces", stack.server.adminToken, { name: ws, pool: stack.pool });
+  await callOk(stack.server.url, routes.createWorkspace, stack.server.adminToken, { body: { name: ws, pool: stack.pool } });
   const config = `resource "terraform_data" "wait" {\n  provisioner "local-exec" {\n    command = "echo started-busy; while [ ! -f ${gate} ]; do sleep 0.2; done; echo gate-open"\n  }\n}\n`;
-  const cv = await callOk(stack.server.url, "POST", `/api/v1/workspaces/${ws}/configuration-versions`, stack.server.adminToken, rawTarGz([{ path: "main.tf", content: config }]), "application/gzip");
-  const run = await callOk(stack.server.url, "POST", "/api/v1/runs", stack.server.adminToken, { workspace: ws, configurationVersionId: cv.id, autoApply: true });
+  const cv = await callOk(stack.server.url, routes.uploadConfiguration, stack.server.adminToken, { params: { ws }, body: rawTarGz([{ path: "main.tf", content: config }]) });
+  const run = await callOk(stack.server.url, routes.createRun, stack.server.adminToken, { body: { workspace: ws, configurationVersionId: cv.id, autoApply: true } });
   let busyPod: any;
   try {
     await until("the apply running", () => runLog(stack.server, run.id, "apply").catch(() => ""), (l) => l.includes("started-busy"), 120_000);
@@ -73,8 +74,8 @@ test("scale-in while one agent is busy: its pod is annotated busy, the idle pod 
   } catch (e) {
     assert.fail(`${(e as Error).message}\n${await diagnose()}`);
   }
-  const busyAgent = (await stack.server.api("GET", `/api/v1/runs/${run.id}/jobs`)).body.items.find((j: any) => j.phase === "apply").agentId;
-  const agentName = (await stack.server.api("GET", `/api/v1/agents?pool=${stack.pool}`)).body.items.find((a: any) => a.id === busyAgent).name;
+  const busyAgent = (await stack.server.api(routes.listRunJobs, { params: { id: run.id } })).body.items.find((j: any) => j.phase === "apply").agentId;
+  const agentName = (await stack.server.api(routes.listAgents, { query: { pool: stack.pool } })).body.items.find((a: any) => a.id === busyAgent).name;
   assert.equal(agentName, busyPod.metadata.name, "the annotated pod is the one running the job");
   assert.equal(busyPod.metadata.annotations["controller.kubernetes.io/pod-deletion-cost"], "1000");
   assert.equal(busyPod.metadata.annotations["cluster-autoscaler.kubernetes.io/safe-to-evict"], "false");

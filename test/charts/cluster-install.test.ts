@@ -15,6 +15,7 @@ import { after, before, test } from "node:test";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
 import { applyRendered, createServiceMonitorCrd, droverImageOptions, isReady, kubectlOut, namespace, repo, template, templateAgentK8s } from "../support/chart-cluster.js";
 import { kube, startTestCluster, until, type TestCluster } from "../kube/cluster.js";
+import { routes } from "@drover/protocol";
 
 const fakeToken = "drv_p_eyJ1cmwiOiJodHRwOi8veCIsInBvb2wiOiJwIn0.eA";
 let cluster: TestCluster;
@@ -103,13 +104,13 @@ test("agent-job in a restricted namespace: Ready through its probes, examples/he
   const rollout = await kubectlOut(cluster, ["rollout", "status", "deployment", "-n", ns, "-l", "app.kubernetes.io/component=controller", "--timeout=30s"]);
   assert.equal(rollout.code, 0, rollout.out);
 
-  await stack.server.api("POST", "/api/v1/workspaces", { name: "cluster-hello", pool: stack.pool });
+  await stack.server.api(routes.createWorkspace, { body: { name: "cluster-hello", pool: stack.pool } });
   const hello = await stack.startRun(join(repo, "examples", "hello"), "cluster-hello", ["--auto-apply"]);
   const done = await stack.waitForRun(hello, ["applied", "errored", "canceled"], 120_000);
   assert.equal(done.status, "applied", `${await runLog(stack.server, hello, "plan")}\n${await runLog(stack.server, hello, "apply")}\n${await diagnose()}`);
 
   // A run in flight on the node, then the node drained.
-  await stack.server.api("POST", "/api/v1/workspaces", { name: "cluster-drain", pool: stack.pool });
+  await stack.server.api(routes.createWorkspace, { body: { name: "cluster-drain", pool: stack.pool } });
   const dir = writeConfig(shared, "long", { "main.tf": `resource "terraform_data" "long" {\n  input = timestamp()\n  provisioner "local-exec" {\n    command = "echo started-long; sleep 300"\n  }\n}\n` });
   const long = await stack.startRun(dir, "cluster-drain", ["--auto-apply"]);
   await until("the long apply running", () => runLog(stack.server, long, "apply").catch(() => ""), (l) => l.includes("started-long"), 120_000);
@@ -157,7 +158,7 @@ test("agent-k8s in a privileged namespace: the controller and the per-node worke
   // OnDelete (the chart's default): kubectl rollout status refuses it, as on a real cluster; the status says it all.
   const [ds] = (await kube(cluster, "GET", `/apis/apps/v1/namespaces/${ns}/daemonsets`)).body.items as any[];
   assert.deepEqual([ds.status.desiredNumberScheduled, ds.status.numberReady, ds.status.updatedNumberScheduled], [1, 1, 1]);
-  await stack.server.api("POST", "/api/v1/workspaces", { name: "nodes-hello", pool: stack.pool });
+  await stack.server.api(routes.createWorkspace, { body: { name: "nodes-hello", pool: stack.pool } });
   const hello = await stack.startRun(join(repo, "examples", "hello"), "nodes-hello", ["--auto-apply"]);
   const done = await stack.waitForRun(hello, ["applied", "errored", "canceled"], 120_000);
   assert.equal(done.status, "applied", `${JSON.stringify(done)}\n${await runLog(stack.server, hello, "plan")}\n${await diagnose()}`);

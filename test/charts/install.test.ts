@@ -5,6 +5,7 @@ import { after, before, test } from "node:test";
 import { startStack, type Stack } from "../support/stack.js";
 import { applyRendered, createServiceMonitorCrd, droverImageOptions, kubectlOut, namespace, repo, template } from "../support/chart-cluster.js";
 import { fastTimings, kube, startTestCluster, until, type TestCluster } from "../kube/cluster.js";
+import { routes } from "@drover/protocol";
 
 // The charts installed on the test cluster with kubectl apply; agent-job's controller then runs
 // in the cluster (a Deployment pod) and completes examples/hello against the real server.
@@ -66,12 +67,12 @@ test("agent-job installed on the test cluster completes examples/hello end to en
   const applied = await applyRendered(cluster, "drover", rendered);
   assert.equal(applied.code, 0, applied.out);
   // The controller runs as the Deployment's pod and registers with the server.
-  await until("the controller to register", async () => (await stack.server.api("GET", `/api/v1/agents?pool=${stack.pool}`)).body.items as any[], (agents) => agents.some((a) => a.driver === "kubernetes" && a.status !== "offline"), 30_000).catch(async () => {
+  await until("the controller to register", async () => (await stack.server.api(routes.listAgents, { query: { pool: stack.pool } })).body.items as any[], (agents) => agents.some((a) => a.driver === "kubernetes" && a.status !== "offline"), 30_000).catch(async () => {
     const pods = await kubectlOut(cluster, ["get", "pods,events", "-n", "drover", "-o", "wide"]);
     const logs = await kubectlOut(cluster, ["logs", "-n", "drover", "-l", "app.kubernetes.io/component=controller"]);
     assert.fail(`the controller did not register:\n${pods.out}\n${logs.out}`);
   });
-  await stack.server.api("POST", "/api/v1/workspaces", { name: "chart-hello", pool: stack.pool });
+  await stack.server.api(routes.createWorkspace, { body: { name: "chart-hello", pool: stack.pool } });
   const res = await stack.cli(["run", "start", join(repo, "examples", "hello"), "--workspace", "chart-hello", "--auto-apply"]);
   assert.equal(res.code, 0, `${res.stdout}\n${res.stderr}`);
   assert.match(res.stdout, /Hello from Drover/);

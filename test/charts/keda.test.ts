@@ -23,6 +23,7 @@ import { parseAllDocuments } from "yaml";
 import { repo } from "../support/chart-cluster.js";
 import { startStack, writeConfig, type Stack } from "../support/stack.js";
 import { kube, startTestCluster, type TestCluster } from "../kube/cluster.js";
+import { routes } from "@drover/protocol";
 
 const { tools } = (await import(pathToFileURL(join(repo, "scripts", "tools.mjs")).href)) as { tools(): { helm: string } };
 const { helm } = tools();
@@ -178,6 +179,7 @@ async function kedaPoll(objects: any[], current: number): Promise<{ value: numbe
   const ref = auth.spec.secretTargetRef.find((r: any) => r.parameter === "token");
   const secret = objects.find((o) => o.kind === "Secret" && o.metadata.name === ref.name);
   const token = secret.stringData[ref.key] as string;
+  // eslint-disable-next-line no-restricted-globals -- KEDA's own request: the URL exactly as the chart wrote it
   const res = await fetch(m.url!, { method: "GET", headers: { authorization: `Bearer ${token}` } });
   if (res.status !== 200) return { error: `api returned ${res.status}` };
   // valueLocation is a GJSON path: dot-separated keys here.
@@ -195,7 +197,7 @@ async function kedaPoll(objects: any[], current: number): Promise<{ value: numbe
 async function queueRuns(prefix: string, n: number): Promise<void> {
   for (let i = 0; i < n; i++) {
     const ws = `${prefix}-${i}`;
-    await stack.server.api("POST", "/api/v1/workspaces", { name: ws, pool: stack.pool });
+    await stack.server.api(routes.createWorkspace, { body: { name: ws, pool: stack.pool } });
     await stack.startRun(writeConfig(stack.dir, ws, { "main.tf": 'resource "terraform_data" "x" {}\n' }), ws, ["--plan-only"]);
   }
 }
@@ -209,6 +211,6 @@ test("KEDA's metrics-api scaler against the real server: zero demand scales to z
   assert.deepEqual(await kedaPoll(render([...base, "--set", "autoscaling.keda.maxReplicaCount=3"]), 0), { value: 4, active: true, replicas: 3 }, "clamped to maxReplicaCount");
   assert.deepEqual(await kedaPoll(render([...base, "--set", "autoscaling.keda.minReplicaCount=2"]), 0), { value: 4, active: true, replicas: 4 });
   // A revoked pool token: the server answers 401 and KEDA reports a scaler error (no replica change from it).
-  assert.equal((await stack.server.api("DELETE", `/api/v1/pool-tokens/${stack.poolTokenId}`)).status, 200);
+  assert.equal((await stack.server.api(routes.revokePoolToken, { params: { id: stack.poolTokenId } })).status, 200);
   assert.deepEqual(await kedaPoll(render(base), 4), { error: "api returned 401" });
 });

@@ -6,6 +6,7 @@ import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js
 import { remoteStateConfig, startPrivateTlsStateServer, type PrivateTlsStateServer } from "../support/private-ca.js";
 import { applyAgentTaskCrd, droverImageOptions, kubectlOut, namespace, repo, template } from "../support/chart-cluster.js";
 import { eventually, fastTimings, kube, startTestCluster, type TestCluster } from "../kube/cluster.js";
+import { routes } from "@drover/protocol";
 
 // agent-k8s in node mode, installed on a two-node test cluster (a worker per node, each node its
 // own hostPath data home), under the disruptions agent-job's upgrade test puts it through:
@@ -62,7 +63,7 @@ before(async () => {
   assert.equal(r.code, 0, r.out);
   await eventually("a worker on each node and the controller registered", async () => {
     const workers = await podsOf("worker");
-    const agents = (await stack.server.api("GET", `/api/v1/agents?pool=${stack.pool}`)).body.items as any[];
+    const agents = (await stack.server.api(routes.listAgents, { query: { pool: stack.pool } })).body.items as any[];
     return workers.length === 2 && workers.every((p) => p.status?.phase === "Running") && agents.some((a) => a.driver === "kubernetes" && a.status !== "offline");
   }, 90_000).catch(async (e: Error) => assert.fail(`${e.message}\n${await diagnose()}`));
 });
@@ -75,7 +76,7 @@ after(async () => {
 
 /** A run whose apply prints `started-<name>` and then takes `seconds`. */
 async function longRun(name: string, seconds: number): Promise<string> {
-  assert.equal((await stack.server.api("POST", "/api/v1/workspaces", { name, pool: stack.pool })).status, 201);
+  assert.equal((await stack.server.api(routes.createWorkspace, { body: { name, pool: stack.pool } })).status, 201);
   const dir = writeConfig(stack.dir, name, { "main.tf": `resource "terraform_data" "long" {\n  input = timestamp()\n  provisioner "local-exec" {\n    command = "echo started-${name}; sleep ${seconds}"\n  }\n}\n` });
   const runId = await stack.startRun(dir, name, ["--auto-apply"]);
   await eventually("the apply to run", async () => (await runLog(stack.server, runId, "apply").catch(() => "")).includes(`started-${name}`), 120_000).catch(async (e: Error) => assert.fail(`${e.message}\n${await diagnose()}`));
@@ -135,14 +136,14 @@ test("agent-k8s: kubectl drain of the run's node mid-apply honours the PDB, keep
     await kubectlOut(cluster, ["uncordon", node]);
   }
   // After the drain the cluster takes runs again.
-  assert.equal((await stack.server.api("POST", "/api/v1/workspaces", { name: "after-drain", pool: stack.pool })).status, 201);
+  assert.equal((await stack.server.api(routes.createWorkspace, { body: { name: "after-drain", pool: stack.pool } })).status, 201);
   const hello = await stack.startRun(join(repo, "examples", "hello"), "after-drain", ["--auto-apply"]);
   const done = await stack.waitForRun(hello, ["applied", "errored", "canceled"], 120_000);
   assert.equal(done.status, "applied", `${await runLog(stack.server, hello, "apply")}\n${await diagnose()}`);
 });
 
 test("agent-k8s node mode: task.caBundle makes runs trust a private CA (the seed's container_task_ca_cert); global.podLabels reach workers and run pods", async () => {
-  assert.equal((await stack.server.api("POST", "/api/v1/workspaces", { name: "node-private-tls", pool: stack.pool })).status, 201);
+  assert.equal((await stack.server.api(routes.createWorkspace, { body: { name: "node-private-tls", pool: stack.pool } })).status, 201);
   const config = writeConfig(stack.dir, "node-private-tls", remoteStateConfig(tls.url));
   const untrusted = await stack.startRun(config, "node-private-tls", ["--auto-apply"]);
   const failed = await stack.waitForRun(untrusted, ["applied", "errored", "canceled"], 120_000);

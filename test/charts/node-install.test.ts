@@ -6,6 +6,7 @@ import { after, before, test } from "node:test";
 import { runLog, startStack, type Stack } from "../support/stack.js";
 import { applyAgentTaskCrd, droverImageOptions, kubectlOut, namespace, repo, template } from "../support/chart-cluster.js";
 import { eventually, fastTimings, kube, startTestCluster, type TestCluster } from "../kube/cluster.js";
+import { routes } from "@drover/protocol";
 
 // agent-k8s as installed: the controller Deployment and the per-node worker DaemonSet run in
 // the test cluster (hostPaths are this machine's paths), in a namespace at the privileged Pod
@@ -71,19 +72,19 @@ test("agent-k8s installed: examples/hello completes through the node's worker; h
   };
 
   await apply(stack.poolToken);
-  await eventually("the controller to register", async () => (await stack.server.api("GET", `/api/v1/agents?pool=${stack.pool}`)).body.items.some((a: any) => a.driver === "kubernetes" && a.status !== "offline"), 60_000).catch(async (e: Error) => assert.fail(`${e.message}\n${await diagnose()}`));
-  assert.equal((await stack.server.api("POST", "/api/v1/workspaces", { name: "k8s-installed", pool: stack.pool })).status, 201);
+  await eventually("the controller to register", async () => (await stack.server.api(routes.listAgents, { query: { pool: stack.pool } })).body.items.some((a: any) => a.driver === "kubernetes" && a.status !== "offline"), 60_000).catch(async (e: Error) => assert.fail(`${e.message}\n${await diagnose()}`));
+  assert.equal((await stack.server.api(routes.createWorkspace, { body: { name: "k8s-installed", pool: stack.pool } })).status, 201);
   await hello("k8s-installed");
   const [worker] = await podsOf("worker");
   const [controller] = await podsOf("controller");
 
-  const rotated = (await stack.server.api("POST", `/api/v1/pools/${stack.pool}/tokens`, { description: "rotated" })).body.token as string;
+  const rotated = (await stack.server.api(routes.createPoolToken, { params: { pool: stack.pool }, body: { description: "rotated" } })).body.token as string;
   await apply(rotated);
   await eventually("a new controller pod", async () => {
     const ps = await podsOf("controller");
     return ps.length === 1 && ps[0].metadata.uid !== controller.metadata.uid && ps[0].status?.phase === "Running";
   }, 60_000);
   assert.deepEqual((await podsOf("worker")).map((p) => p.metadata.uid), [worker.metadata.uid], "the node's worker was not restarted");
-  assert.equal((await stack.server.api("POST", "/api/v1/workspaces", { name: "k8s-installed-2", pool: stack.pool })).status, 201);
+  assert.equal((await stack.server.api(routes.createWorkspace, { body: { name: "k8s-installed-2", pool: stack.pool } })).status, 201);
   await hello("k8s-installed-2");
 });

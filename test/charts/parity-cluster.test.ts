@@ -16,6 +16,7 @@ import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js
 import { remoteStateConfig, startPrivateTlsStateServer, type PrivateTlsStateServer } from "../support/private-ca.js";
 import { applyRendered, droverImageOptions, isReady, kubectlOut, namespace, repo, template } from "../support/chart-cluster.js";
 import { kube, startTestCluster, until, type TestCluster } from "../kube/cluster.js";
+import { routes } from "@drover/protocol";
 
 let cluster: TestCluster;
 let stack: Stack;
@@ -84,7 +85,7 @@ test("agent-job under an existing ServiceAccount, with global pod labels and ann
   assert.equal(secrets.find((s) => s.metadata.name === "d-job-agent-job-token")?.metadata.labels.backup, "no");
 
   const config = writeConfig(shared, "private-tls", remoteStateConfig(tls.url));
-  await stack.server.api("POST", "/api/v1/workspaces", { name: "private-tls", pool: stack.pool });
+  await stack.server.api(routes.createWorkspace, { body: { name: "private-tls", pool: stack.pool } });
 
   // Without task.caBundle the run's terraform does not trust the private CA.
   const untrusted = await stack.startRun(config, "private-tls", ["--auto-apply"]);

@@ -11,6 +11,7 @@ import { runLog, startStack, type Stack } from "../support/stack.js";
 import { applyRendered, assertStarted, droverImage, isReady, kubectlOut, namespace, repo, runnerImage, startedContainers, template, templateAgentK8s } from "../support/chart-cluster.js";
 import { ensureImages, podmanUnavailable, type BuiltImages } from "../support/podman.js";
 import { kube, startTestCluster, until, type TestCluster } from "../kube/cluster.js";
+import { routes } from "@drover/protocol";
 
 const unavailable = podmanUnavailable();
 let cluster: TestCluster | undefined;
@@ -57,7 +58,7 @@ test("agent-job with the locally built images as real containers: the controller
     assert.fail(`${(e as Error).message}\n${await diagnose()}`);
   }
 
-  await s.server.api("POST", "/api/v1/workspaces", { name: "podman-hello", pool: s.pool });
+  await s.server.api(routes.createWorkspace, { body: { name: "podman-hello", pool: s.pool } });
   const hello = await s.startRun(join(repo, "examples", "hello"), "podman-hello", ["--auto-apply"]);
   const done = await s.waitForRun(hello, ["applied", "errored", "canceled"], 240_000);
   assert.equal(done.status, "applied", `${await runLog(s.server, hello, "plan")}\n${await runLog(s.server, hello, "apply")}\n${await diagnose()}`);

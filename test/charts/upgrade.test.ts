@@ -5,6 +5,7 @@ import { after, before, test } from "node:test";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
 import { applyAgentTaskCrd, droverImageOptions, isReady, kubectlOut, namespace, repo, template } from "../support/chart-cluster.js";
 import { eventually, fastTimings, kube, startTestCluster, type TestCluster } from "../kube/cluster.js";
+import { routes } from "@drover/protocol";
 
 // Drains and upgrades on the test cluster (two nodes, PDBs enforced by the eviction API,
 // Deployment and DaemonSet controllers): `helm upgrade` is the re-applied rendering.
@@ -76,7 +77,7 @@ test("agent-job: a new token restarts the controller, the same values do not; ku
   await observed(`/apis/apps/v1/namespaces/${ns}/deployments/rel-agent-job-controller`);
   assert.deepEqual((await podsOf(ns, "controller")).map((p) => p.metadata.uid), [first.metadata.uid], "the same values leave the pod alone");
 
-  const second = (await stack.server.api("POST", `/api/v1/pools/${stack.pool}/tokens`, { description: "rotated" })).body.token as string;
+  const second = (await stack.server.api(routes.createPoolToken, { params: { pool: stack.pool }, body: { description: "rotated" } })).body.token as string;
   await apply(ns, "agent-job", values(second));
   const [replaced] = await eventually("a new controller pod, Ready", async () => {
     const ps = await podsOf(ns, "controller");
@@ -95,7 +96,7 @@ test("agent-job: a new token restarts the controller, the same values do not; ku
   assert.equal((await kubectlOut(cluster, ["uncordon", node])).code, 0);
 
   // After the token rotation and the drain, runs complete.
-  assert.equal((await stack.server.api("POST", "/api/v1/workspaces", { name: "upgraded", pool: stack.pool })).status, 201);
+  assert.equal((await stack.server.api(routes.createWorkspace, { body: { name: "upgraded", pool: stack.pool } })).status, 201);
   const hello = await stack.startRun(join(repo, "examples", "hello"), "upgraded", ["--auto-apply"]);
   const done = await stack.waitForRun(hello, ["applied", "errored", "canceled"], 120_000);
   assert.equal(done.status, "applied", await runLog(stack.server, hello, "apply"));

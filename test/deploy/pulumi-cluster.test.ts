@@ -14,6 +14,7 @@ import { parse, stringify } from "yaml";
 import { runLog, startStack, type Stack } from "../support/stack.js";
 import { applyRendered, assertStarted, chartImages, startedContainers, droverImage, isReady, kubectlOut, namespace, repo, runnerImage, type ChartImages } from "../support/chart-cluster.js";
 import { kube, startTestCluster, until, type TestCluster } from "../kube/cluster.js";
+import { routes } from "@drover/protocol";
 
 let cluster: TestCluster;
 let stack: Stack;
@@ -113,13 +114,13 @@ async function installAndRun(ns: string, level: "restricted" | "privileged"): Pr
   const refused = (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/events?fieldSelector=reason%3DFailedCreate`)).body.items as any[];
   assert.deepEqual(refused.map((e) => e.message), []);
 
-  await stack.server.api("POST", "/api/v1/workspaces", { name: `hello-${ns}`, pool: stack.pool });
+  await stack.server.api(routes.createWorkspace, { body: { name: `hello-${ns}`, pool: stack.pool } });
   const runId = await stack.startRun(join(repo, "examples", "hello"), `hello-${ns}`, ["--auto-apply"]);
   // A refused task pod fails the test at once instead of leaving the run queued until a timeout.
   const refusal = async () => ((await kube(cluster, "GET", `/api/v1/namespaces/${ns}/events?fieldSelector=reason%3DFailedCreate`)).body.items as any[])[0]?.message as string | undefined;
-  await until("the run to end (or a task pod to be refused)", async () => ({ run: (await stack.server.api("GET", `/api/v1/runs/${runId}`)).body, refused: await refusal() }), (x) => ["applied", "errored", "canceled"].includes(x.run.status) || x.refused !== undefined, 120_000);
+  await until("the run to end (or a task pod to be refused)", async () => ({ run: (await stack.server.api(routes.getRun, { params: { id: runId } })).body, refused: await refusal() }), (x) => ["applied", "errored", "canceled"].includes(x.run.status) || x.refused !== undefined, 120_000);
   assert.equal(await refusal(), undefined, "every task pod passes admission");
-  const run = (await stack.server.api("GET", `/api/v1/runs/${runId}`)).body;
+  const run = (await stack.server.api(routes.getRun, { params: { id: runId } })).body;
   assert.equal(run.status, "applied", `${JSON.stringify(run)}\n${await runLog(stack.server, runId, "plan")}\n${await diagnose()}`);
   assert.match(await runLog(stack.server, runId, "apply"), /Hello from Drover/);
   if (images.built) {

@@ -6,6 +6,7 @@ import { markedProcesses, until } from "../support/marked-processes.js";
 import type { Proc } from "../support/processes.js";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
 import { startTcpProxy, type TcpProxy } from "../support/tcp-proxy.js";
+import { routes } from "@drover/protocol";
 
 // Faults between the agent and the server, and processes that must not outlive their job: the
 // real server, real agents (some behind a TCP proxy the test cuts), real terraform. Every
@@ -26,7 +27,7 @@ after(async () => {
 });
 
 async function workspace(name: string) {
-  const res = await stack.server.api("POST", "/api/v1/workspaces", { name, pool: stack.pool });
+  const res = await stack.server.api(routes.createWorkspace, { body: { name, pool: stack.pool } });
   assert.equal(res.status, 201, JSON.stringify(res.body));
 }
 
@@ -105,9 +106,9 @@ test("the network cut for twice the lease TTL: the agent stops its work on the l
   await until("the first run's processes to end", () => marked("partition", cutAgent).length === 0);
   const lines = ledgerLines(ledger);
   assert.ok(!lines.includes(`end ${first}`), `the first run's provisioner went on: ${lines.join(", ")}`);
-  const outputs = (await stack.server.api("GET", "/api/v1/workspaces/partition/outputs")).body;
+  const outputs = (await stack.server.api(routes.workspaceOutputs, { params: { ws: "partition" } })).body;
   assert.deepEqual(outputs.items.map((o: any) => o.value), ["second"], "the state is the newer run's");
-  const state = await stack.server.api("GET", `/api/v1/runs/${first}`);
+  const state = await stack.server.api(routes.getRun, { params: { id: first } });
   assert.equal(state.body.status, "errored", "the lost run stays errored");
   await other.stop();
   await cutAgent.stop();

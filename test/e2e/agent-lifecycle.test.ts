@@ -4,6 +4,7 @@ import { createServer } from "node:net";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
+import { routes } from "@drover/protocol";
 
 // The agent as an operator sees it: killed, stopped in each mode, its token revoked.
 
@@ -16,7 +17,7 @@ before(async () => {
 after(() => stack?.stop());
 
 async function workspace(name: string) {
-  const res = await stack.server.api("POST", "/api/v1/workspaces", { name, pool: stack.pool });
+  const res = await stack.server.api(routes.createWorkspace, { body: { name, pool: stack.pool } });
   assert.equal(res.status, 201, JSON.stringify(res.body));
   return res.body.id as string;
 }
@@ -41,7 +42,7 @@ test("kill -9 of the agent mid-run: the run ends errored (agent lost) and the wo
   assert.equal(run.status, "errored");
   assert.match(run.errorMessage, /agent lost/);
   assert.match(await runLog(stack.server, runId, "apply"), /agent lost/);
-  const ws = await stack.server.api("GET", `/api/v1/workspaces/${wsId}`);
+  const ws = await stack.server.api(routes.getWorkspace, { params: { ws: wsId } });
   assert.equal(ws.body.currentRunId, null);
   assert.equal(ws.body.stateLocked, false, "the dead run's state lock was released");
 
@@ -69,9 +70,9 @@ describe("SIGTERM stop modes (SPEC §5)", () => {
     assert.match(await runLog(stack.server, runId, "apply"), /agent stopped/);
     assert.ok(Date.now() - started < 20_000, "graceful does not wait for the job to finish");
     assert.equal(exit.code, 0, agent.output());
-    const agents = (await stack.server.api("GET", `/api/v1/agents?pool=${stack.pool}`)).body.items;
+    const agents = (await stack.server.api(routes.listAgents, { query: { pool: stack.pool } })).body.items;
     assert.equal(agents.find((a: any) => a.name === "graceful-agent").status, "offline", "the agent deregistered");
-    const ws = (await stack.server.api("GET", "/api/v1/workspaces/graceful")).body;
+    const ws = (await stack.server.api(routes.getWorkspace, { params: { ws: "graceful" } })).body;
     assert.equal(ws.stateLocked, false);
   });
 
@@ -88,7 +89,7 @@ describe("SIGTERM stop modes (SPEC §5)", () => {
     const exit = await agent.exited;
     assert.equal((await stack.waitForRun(runId, ["applied", "errored"], 30_000)).status, "applied", "the draining job completed");
     assert.equal(exit.code, 0, agent.output());
-    const pending = (await stack.server.api("GET", `/api/v1/runs/${later}`)).body;
+    const pending = (await stack.server.api(routes.getRun, { params: { id: later } })).body;
     assert.ok(["pending", "queued"].includes(pending.status), `the draining agent took no new work (${pending.status})`);
     await stack.cli(["run", "cancel", later]);
   });
@@ -110,7 +111,7 @@ describe("SIGTERM stop modes (SPEC §5)", () => {
 });
 
 test("a revoked pool token stops the agent with a clear message", async () => {
-  const tok = await stack.server.api("POST", `/api/v1/pools/${stack.pool}/tokens`, { description: "to revoke" });
+  const tok = await stack.server.api(routes.createPoolToken, { params: { pool: stack.pool }, body: { description: "to revoke" } });
   const agent = await stack.startAgent("revoked-agent", { DROVER_TOKEN: tok.body.token });
   const res = await stack.cli(["token", "revoke", tok.body.id]);
   assert.equal(res.code, 0, res.stderr);
@@ -131,7 +132,7 @@ test("the apply reuses its plan's initialized directory on the agent that planne
       const runId = await stack.startRun(config, ws, ["--auto-apply"]);
       const run = await stack.waitForRun(runId, ["applied", "errored", "planned_and_finished"]);
       assert.equal(run.status, "applied", run.errorMessage ?? "");
-      const outputs = (await stack.server.api("GET", `/api/v1/workspaces/${ws}/outputs`)).body;
+      const outputs = (await stack.server.api(routes.workspaceOutputs, { params: { ws } })).body;
       assert.deepEqual(outputs.items, [{ name: "r", sensitive: false, type: "string", value: "reused" }]);
       return await runLog(stack.server, runId, "apply");
     } finally {
@@ -168,14 +169,17 @@ test("the agent's health port: /healthz and /readyz say it is running, /metrics 
   const agent = await stack.startAgent("health-agent", { DROVER_AGENT_HEALTH_PORT: String(port) });
   try {
     const base = `http://127.0.0.1:${port}`;
+    // eslint-disable-next-line no-restricted-globals -- the agent's health port, not the server
     const health = (await (await fetch(`${base}/healthz`)).json()) as any;
     assert.equal(health.status, "ok");
     assert.equal(health.state, "running");
     assert.ok(!Number.isNaN(Date.parse(health.currentTime)));
+    // eslint-disable-next-line no-restricted-globals -- the agent's health port, not the server
     assert.equal((await fetch(`${base}/readyz`)).status, 200);
 
     const runId = await stack.startRun(writeConfig(stack.dir, "health", { "main.tf": 'resource "terraform_data" "h" {}\n' }), "health", ["--plan-only"]);
     await stack.waitForRun(runId, ["planned_and_finished", "errored"]);
+    // eslint-disable-next-line no-restricted-globals -- the agent's health port, not the server
     const metrics = await fetch(`${base}/metrics`);
     assert.match(metrics.headers.get("content-type") ?? "", /^text\/plain; version=0\.0\.4/);
     const text = await metrics.text();
@@ -183,6 +187,7 @@ test("the agent's health port: /healthz and /readyz say it is running, /metrics 
     assert.match(text, /^drover_agent_jobs_running 0$/m);
     assert.match(text, /^drover_agent_jobs_finished_total\{phase="plan"\} 1$/m);
     assert.match(text, /^drover_agent_poll_errors_total 0$/m);
+    // eslint-disable-next-line no-restricted-globals -- the agent's health port, not the server
     assert.notEqual(((await (await fetch(`${base}/healthz`)).json()) as any).lastActivity, null, "the long-poll counts as activity");
   } finally {
     await agent.stop();

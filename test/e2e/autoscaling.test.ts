@@ -34,13 +34,13 @@ let agent: Proc | undefined;
 
 test("a plan-only run from the CLI is demand until an agent runs it", async () => {
   const dir = writeConfig(stack.dir, "speculative", { "main.tf": 'resource "terraform_data" "x" {}\n' });
-  await stack.server.api("POST", "/api/v1/workspaces", { name: "speculative", pool: stack.pool });
+  await stack.server.api(routes.createWorkspace, { body: { name: "speculative", pool: stack.pool } });
   const runId = await stack.startRun(dir, "speculative", ["--plan-only"]);
   const d = await demand();
   assert.deepEqual({ pending: d.pending, queued: d.queued, claimed: d.claimed, running: d.running, awaiting: d.awaitingConfirmation, desired: d.desiredAgents, online: d.agents.online }, { pending: 1, queued: 1, claimed: 0, running: 0, awaiting: 0, desired: 1, online: 0 });
   assert.equal(d.pool.name, stack.pool);
   // The user API reports the same, by pool name.
-  const byUser = await stack.server.api("GET", `/api/v1/pools/${stack.pool}/demand`);
+  const byUser = await stack.server.api(routes.poolDemand, { params: { pool: stack.pool } });
   assert.equal(byUser.status, 200);
   assert.deepEqual(byUser.body, d);
   assert.deepEqual(await scraped(), { drover_pool_jobs_pending: 1, drover_pool_jobs_running: 0, drover_pool_runs_awaiting_confirmation: 0, drover_pool_desired_agents: 1 });
@@ -56,7 +56,7 @@ test("a plan-only run from the CLI is demand until an agent runs it", async () =
 
 test("a run awaiting confirmation needs no agent", async () => {
   const dir = writeConfig(stack.dir, "approval", { "main.tf": 'resource "terraform_data" "x" {}\n' });
-  await stack.server.api("POST", "/api/v1/workspaces", { name: "approval", pool: stack.pool });
+  await stack.server.api(routes.createWorkspace, { body: { name: "approval", pool: stack.pool } });
   const runId = await stack.startRun(dir, "approval");
   await stack.waitForRun(runId, ["planned"]);
   const d = await eventually("the agent reported itself idle", async () => {
@@ -67,7 +67,7 @@ test("a run awaiting confirmation needs no agent", async () => {
   assert.equal((await scraped()).drover_pool_runs_awaiting_confirmation, 1);
   assert.equal((await scraped()).drover_pool_desired_agents, 0);
   // Confirming it makes the apply demand again (or the idle agent has already taken it).
-  await stack.server.api("POST", `/api/v1/runs/${runId}/confirm`);
+  await stack.server.api(routes.confirmRun, { params: { id: runId } });
   const confirmed = await demand();
   assert.equal(confirmed.awaitingConfirmation, 0);
   assert.equal(confirmed.pending + confirmed.running, confirmed.desiredAgents);
@@ -80,12 +80,12 @@ test("a burst of 50 queued runs asks for 50 agents of concurrency 1, 13 of concu
   const archive = rawTarGz([{ path: "main.tf", content: 'resource "terraform_data" "x" {}\n' }]);
   for (let i = 0; i < 50; i++) {
     const ws = `burst-${i}`;
-    assert.equal((await stack.server.api("POST", "/api/v1/workspaces", { name: ws, pool: stack.pool })).status, 201);
-    const cv = await stack.server.api("POST", `/api/v1/workspaces/${ws}/configuration-versions`, archive, { "content-type": "application/gzip" });
+    assert.equal((await stack.server.api(routes.createWorkspace, { body: { name: ws, pool: stack.pool } })).status, 201);
+    const cv = await stack.server.api(routes.uploadConfiguration, { params: { ws }, body: archive });
     assert.equal(cv.status, 201, JSON.stringify(cv.body));
     // Two runs per workspace: the second waits for the first and needs no agent yet.
     for (let r = 0; r < 2; r++) {
-      const run = await stack.server.api("POST", "/api/v1/runs", { workspace: ws, configurationVersionId: cv.body.id, planOnly: true });
+      const run = await stack.server.api(routes.createRun, { body: { workspace: ws, configurationVersionId: cv.body.id, planOnly: true } });
       assert.equal(run.status, 201, JSON.stringify(run.body));
     }
   }
@@ -107,5 +107,5 @@ test("the pool-token endpoint refuses other tokens and bad parameters", async ()
   assert.equal(user.httpStatus, 401);
   assert.equal(user.code, "unauthorized");
   assert.equal((await refused(stack.poolToken, { jobsPerAgent: 0 })).httpStatus, 400);
-  assert.equal((await stack.server.api("GET", "/api/v1/pools/no-such-pool/demand")).status, 404);
+  assert.equal((await stack.server.api(routes.poolDemand, { params: { pool: "no-such-pool" } })).status, 404);
 });

@@ -9,6 +9,7 @@ import { hardened, ownedDir, startServerContainer } from "../support/image-stack
 import { until } from "../support/marked-processes.js";
 import type { Proc } from "../support/processes.js";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
+import { routes } from "@drover/protocol";
 
 // The docker driver end to end: the real server, real agents with DROVER_AGENT_DRIVER=docker,
 // podman's Docker Engine API on a socket of this file's own, the locally built runner image
@@ -42,7 +43,7 @@ after(async () => {
 });
 
 async function workspace(name: string): Promise<string> {
-  const res = await stack.server.api("POST", "/api/v1/workspaces", { name, pool: stack.pool });
+  const res = await stack.server.api(routes.createWorkspace, { body: { name, pool: stack.pool } });
   assert.equal(res.status, 201, JSON.stringify(res.body));
   return res.body.id as string;
 }
@@ -165,7 +166,7 @@ test("cancel during apply interrupts terraform in its container and releases the
   const log = await waitForLog(runId, "apply", /\(local-exec\): holding/);
   assert.match(log, /proxy=http:\/\/proxy\.invalid:3128/, "the proxy reaches the run");
   assert.match(log, /ca=ZHJvdmVyLXRlc3QtY2E=/, "the task CA bundle reaches the run as SSL_CERT_FILE");
-  assert.equal((await stack.server.api("GET", `/api/v1/workspaces/${wsId}`)).body.stateLocked, true, "terraform holds the lock while applying");
+  assert.equal((await stack.server.api(routes.getWorkspace, { params: { ws: wsId } })).body.stateLocked, true, "terraform holds the lock while applying");
 
   const [summary] = await runContainers(runId);
   assert.ok(summary, "the apply runs in a container");
@@ -189,7 +190,7 @@ test("cancel during apply interrupts terraform in its container and releases the
   assert.equal(res.code, 0, res.stderr);
   const run = await stack.waitForRun(runId, ["canceled", "errored", "applied"]);
   assert.equal(run.status, "canceled", run.errorMessage);
-  const ws = await stack.server.api("GET", `/api/v1/workspaces/${wsId}`);
+  const ws = await stack.server.api(routes.getWorkspace, { params: { ws: wsId } });
   assert.equal(ws.body.stateLocked, false, "the state lock was released");
   assert.match(await runLog(stack.server, runId, "apply"), /Interrupt received/, "terraform got the interrupt, as a local process would");
   await until("the canceled run's container is removed", async () => (await runContainers(runId)).length === 0, 30_000);
@@ -272,7 +273,7 @@ test("an agent killed mid-run and restarted removes its orphaned container and e
   await until("the orphaned job's directory (with its token) is gone", () => left().length === 0, 20_000).catch((err: unknown) => {
     throw new Error(`${String(err)}: ${left().join(", ")}\n${agent.output()}`);
   });
-  await until("the workspace is unlocked", async () => (await stack.server.api("GET", `/api/v1/workspaces/${wsId}`)).body.currentRunId === null, 30_000);
+  await until("the workspace is unlocked", async () => (await stack.server.api(routes.getWorkspace, { params: { ws: wsId } })).body.currentRunId === null, 30_000);
 });
 
 test("3 concurrent runs on one agent: each in its own container, none sees another's files or the agent's data dir", { skip }, async (t) => {

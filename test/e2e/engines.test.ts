@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { startReleaseServer, type TestReleaseServer } from "../support/engine-releases.js";
 import { freePort, spawnDrover } from "../support/processes.js";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
+import { routes } from "@drover/protocol";
 
 /*
  * The engine version a workspace asks for is the one that runs: the agent downloads it from a
@@ -46,6 +47,7 @@ after(async () => {
 });
 
 async function metric(name: string): Promise<number> {
+  // eslint-disable-next-line no-restricted-globals -- the agent's /metrics, not the server
   const text = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
   return Number(new RegExp(`^${name}\\{cache="engines"\\} (\\d+)$`, "m").exec(text)?.[1] ?? "NaN");
 }
@@ -57,7 +59,7 @@ test("a workspace's engineVersion (exact, from the CLI) selects the downloaded, 
   // Two more runs want the same version at the same time (the agent runs 3 jobs at once).
   const others = await Promise.all(
     ["tf-pinned-2", "tf-pinned-3"].map(async (ws) => {
-      await stack.server.api("POST", "/api/v1/workspaces", { name: ws, pool: stack.pool, engineVersion: realVersion });
+      await stack.server.api(routes.createWorkspace, { body: { name: ws, pool: stack.pool, engineVersion: realVersion } });
       return stack.startRun(writeConfig(stack.dir, ws, { "main.tf": 'resource "terraform_data" "a" {}\n' }), ws, ["--plan-only"]);
     }),
   );
@@ -83,7 +85,7 @@ test("a workspace's engineVersion (exact, from the CLI) selects the downloaded, 
   assert.match(apply, /from the agent's verified cache/);
   assert.match(apply, /Apply complete! Resources: 1 added/);
 
-  await stack.server.api("POST", "/api/v1/workspaces", { name: "tf-constrained", pool: stack.pool, engineVersion: "~> 1.11.0" });
+  await stack.server.api(routes.createWorkspace, { body: { name: "tf-constrained", pool: stack.pool, engineVersion: "~> 1.11.0" } });
   const dir2 = writeConfig(stack.dir, "tf-constrained", { "main.tf": 'resource "terraform_data" "a" {}\n' });
   const run2 = await stack.startRun(dir2, "tf-constrained", ["--plan-only"]);
   const done2 = await stack.waitForRun(run2, ["planned_and_finished", "errored"], 180_000);
@@ -97,7 +99,7 @@ test("a workspace's engineVersion (exact, from the CLI) selects the downloaded, 
 
 test("a release whose archive does not match its signed SHA256SUMS fails the run with the reason; nothing runs", async () => {
   releases.lie("terraform", "1.10.0", "archive");
-  await stack.server.api("POST", "/api/v1/workspaces", { name: "tf-tampered", pool: stack.pool, engineVersion: "1.10.0" });
+  await stack.server.api(routes.createWorkspace, { body: { name: "tf-tampered", pool: stack.pool, engineVersion: "1.10.0" } });
   const dir = writeConfig(stack.dir, "tf-tampered", { "main.tf": 'resource "terraform_data" "a" {}\n' });
   const runId = await stack.startRun(dir, "tf-tampered", ["--plan-only"]);
   const run = await stack.waitForRun(runId, ["errored", "planned_and_finished"], 120_000);
@@ -109,7 +111,7 @@ test("a release whose archive does not match its signed SHA256SUMS fails the run
 });
 
 test("a version the releases lack fails the run when the fallback to PATH is off, though PATH has a terraform", async () => {
-  await stack.server.api("POST", "/api/v1/workspaces", { name: "tf-missing", pool: stack.pool, engineVersion: ">= 1.12" });
+  await stack.server.api(routes.createWorkspace, { body: { name: "tf-missing", pool: stack.pool, engineVersion: ">= 1.12" } });
   const dir = writeConfig(stack.dir, "tf-missing", { "main.tf": 'resource "terraform_data" "a" {}\n' });
   const runId = await stack.startRun(dir, "tf-missing", ["--plan-only"]);
   const run = await stack.waitForRun(runId, ["errored", "planned_and_finished"], 120_000);
@@ -118,7 +120,7 @@ test("a version the releases lack fails the run when the fallback to PATH is off
 });
 
 test("a tofu workspace's constraint selects the newest tofu release (OpenTofu's layout), and the size limit evicts the idle terraform", async () => {
-  await stack.server.api("POST", "/api/v1/workspaces", { name: "tofu-constrained", pool: stack.pool, engine: "tofu", engineVersion: "~> 1.8" });
+  await stack.server.api(routes.createWorkspace, { body: { name: "tofu-constrained", pool: stack.pool, engine: "tofu", engineVersion: "~> 1.8" } });
   const dir = writeConfig(stack.dir, "tofu-constrained", { "main.tf": 'resource "terraform_data" "a" {}\n' });
   const runId = await stack.startRun(dir, "tofu-constrained", ["--plan-only"]);
   // The fake tofu prints no plan: the run may fail after it ran; which binary ran is the point.
@@ -133,8 +135,8 @@ test("a tofu workspace's constraint selects the newest tofu release (OpenTofu's 
 });
 
 test("a run as another user runs the cached terraform and cannot write it: its provisioner is refused by the filesystem", { skip: process.getuid?.() !== 0 ? "only root can start runs as another user" : false }, async () => {
-  await stack.server.api("POST", "/api/v1/pools", { name: "engines-ro" });
-  const token = (await stack.server.api("POST", "/api/v1/pools/engines-ro/tokens", { description: "ro" })).body.token as string;
+  await stack.server.api(routes.createPool, { body: { name: "engines-ro" } });
+  const token = (await stack.server.api(routes.createPoolToken, { params: { pool: "engines-ro" }, body: { description: "ro" } })).body.token as string;
   // Reachable (0711) by the run user, like /var/lib/drover.
   const home = mkdtempSync(join(tmpdir(), "drover-engines-"));
   chmodSync(home, 0o711);
@@ -155,7 +157,7 @@ test("a run as another user runs the cached terraform and cannot write it: its p
   });
   try {
     await agent.waitFor(/registered/);
-    await stack.server.api("POST", "/api/v1/workspaces", { name: "engines-ro", pool: "engines-ro", autoApply: true, engineVersion: realVersion });
+    await stack.server.api(routes.createWorkspace, { body: { name: "engines-ro", pool: "engines-ro", autoApply: true, engineVersion: realVersion } });
     const binary = join(cache, "engines", "releases", releases.archiveSha("terraform", realVersion), "terraform");
     const attempts = [`echo planted >> ${binary}`, `touch ${join(binary, "..", "planted")}`, `chmod u+w ${binary}`, `mv ${binary} ${binary}.moved`];
     const command = attempts.map((c, i) => `( ${c} ) 2>/dev/null && echo WRITE${i}:ok || echo WRITE${i}:refused`).join("; ");

@@ -5,6 +5,7 @@ import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { numberedLinesCommand, printedLines } from "../support/provisioner-lines.js";
 import { startStack, writeConfig, type Stack } from "../support/stack.js";
+import { routes } from "@drover/protocol";
 
 // `drover run logs`: real CLI, real server, real agent, real terraform.
 
@@ -17,7 +18,7 @@ before(async () => {
 after(() => stack?.stop());
 
 async function workspace(name: string): Promise<void> {
-  const res = await stack.server.api("POST", "/api/v1/workspaces", { name, pool: stack.pool });
+  const res = await stack.server.api(routes.createWorkspace, { body: { name, pool: stack.pool } });
   assert.equal(res.status, 201, JSON.stringify(res.body));
 }
 

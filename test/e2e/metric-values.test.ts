@@ -12,6 +12,7 @@ import { scrape } from "../support/metric-values.js";
 import { freePort } from "../support/processes.js";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
 import { startTcpProxy, type TcpProxy } from "../support/tcp-proxy.js";
+import { routes } from "@drover/protocol";
 
 const repo = join(fileURLToPath(new URL(".", import.meta.url)), "..", "..", "..");
 
@@ -31,7 +32,7 @@ test("log bytes: the server's received count, the agent's shipped count and the 
   const port = await freePort();
   const agent = await stack.startAgent("bytes", { DROVER_AGENT_HEALTH_PORT: String(port) });
   const metrics = `http://127.0.0.1:${port}/metrics`;
-  await stack.server.api("POST", "/api/v1/workspaces", { name: "bytes-hello", pool: stack.pool });
+  await stack.server.api(routes.createWorkspace, { body: { name: "bytes-hello", pool: stack.pool } });
   const runId = await stack.startRun(join(repo, "examples", "hello"), "bytes-hello", ["--auto-apply"]);
   assert.equal((await stack.waitForRun(runId, ["applied", "errored"], 120_000)).status, "applied");
   const stored = Buffer.byteLength(await runLog(stack.server, runId, "plan")) + Buffer.byteLength(await runLog(stack.server, runId, "apply"));
@@ -72,7 +73,7 @@ test("errors by kind: register, poll and heartbeat while the server is cut off, 
   const dir = writeConfig(stack.dir, "log-upload", {
     "main.tf": `resource "terraform_data" "x" {\n  provisioner "local-exec" {\n    command = "echo waiting; while [ ! -f ${gate}.speak ]; do sleep 0.1; done; echo spoken-while-cut-off; while [ ! -f ${gate}.go ]; do sleep 0.1; done"\n  }\n}\n`,
   });
-  await stack.server.api("POST", "/api/v1/workspaces", { name: "log-upload", pool: stack.pool });
+  await stack.server.api(routes.createWorkspace, { body: { name: "log-upload", pool: stack.pool } });
   const runId = await stack.startRun(dir, "log-upload", ["--auto-apply"]);
   await eventually("the provisioner's first line in the log", async () => (/waiting/.test(await runLog(stack.server, runId, "apply").catch(() => "")) ? true : undefined), 120_000);
   const before = (await errors("log_upload")) ?? 0;

@@ -9,6 +9,7 @@ import { fileURLToPath } from "node:url";
 import { after, before, test } from "node:test";
 import { freePort } from "../support/processes.js";
 import { startStack, type Stack } from "../support/stack.js";
+import { routes } from "@drover/protocol";
 
 const repo = join(fileURLToPath(new URL(".", import.meta.url)), "..", "..", "..");
 
@@ -48,7 +49,7 @@ before(async () => {
   stack = await startStack();
   agentPort = await freePort();
   await stack.startAgent("documented", { DROVER_AGENT_HEALTH_PORT: String(agentPort) });
-  await stack.server.api("POST", "/api/v1/workspaces", { name: "documented-hello", pool: stack.pool });
+  await stack.server.api(routes.createWorkspace, { body: { name: "documented-hello", pool: stack.pool } });
   const runId = await stack.startRun(join(repo, "examples", "hello"), "documented-hello", ["--auto-apply"]);
   assert.equal((await stack.waitForRun(runId, ["applied", "errored"], 120_000)).status, "applied");
 });
@@ -57,6 +58,7 @@ after(() => stack?.stop());
 test("the server's and the agent's /metrics are exactly the table's rows: names, types, labels", async () => {
   const rows = table();
   for (const [process, url] of [["server", `${stack.server.url}/metrics`], ["agent", `http://127.0.0.1:${agentPort}/metrics`]] as const) {
+    // eslint-disable-next-line no-restricted-globals -- the agent's health port as well as the server's /metrics, read alike
     const seen = exposed(await (await fetch(url)).text());
     const documented = rows.filter((r) => r.process === process);
     assert.deepEqual([...seen.keys()].sort(), documented.map((r) => r.name).sort(), `${process}: emitted vs documented`);

@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { freePort, spawnDrover } from "../support/processes.js";
 import { providerConfig, startProviderRegistry, type TestRegistry } from "../support/provider-registry.js";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
+import { routes } from "@drover/protocol";
 
 let stack: Stack;
 let registry: TestRegistry;
@@ -38,6 +39,7 @@ function lockedH1(text: string, type: string): string[] {
 }
 
 async function metric(port: number, name: string): Promise<number> {
+  // eslint-disable-next-line no-restricted-globals -- the agent's /metrics, not the server
   const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
   return Number(new RegExp(`^${name}\\{cache="providers"\\} (\\d+)$`, "m").exec(text)?.[1] ?? "NaN");
 }
@@ -65,7 +67,7 @@ test("12 runs needing the same 3 providers on one agent: all planned with correc
     const runs = await Promise.all(
       Array.from({ length: 12 }, async (_, i) => {
         const ws = `pc-${round}-${i}`;
-        await stack.server.api("POST", "/api/v1/workspaces", { name: ws, pool: stack.pool, autoApply: true });
+        await stack.server.api(routes.createWorkspace, { body: { name: ws, pool: stack.pool, autoApply: true } });
         const dir = writeConfig(stack.dir, ws, { "main.tf": providerConfig(registry, three, ws) });
         // Plans start every provider (schemas, plan); applies are covered below and in runs.test.
         return stack.startRun(dir, ws, ["--plan-only"]);
@@ -88,8 +90,8 @@ test("12 runs needing the same 3 providers on one agent: all planned with correc
 });
 
 test("a run cannot write into the provider or module cache: its provisioner is refused by the filesystem", { skip: process.getuid?.() !== 0 ? "only root can start runs as another user" : false }, async () => {
-  await stack.server.api("POST", "/api/v1/pools", { name: "pcache-ro" });
-  const token = (await stack.server.api("POST", "/api/v1/pools/pcache-ro/tokens", { description: "ro" })).body.token as string;
+  await stack.server.api(routes.createPool, { body: { name: "pcache-ro" } });
+  const token = (await stack.server.api(routes.createPoolToken, { params: { pool: "pcache-ro" }, body: { description: "ro" } })).body.token as string;
   const agentHome = join(home, "ro");
   const cache = join(agentHome, "cache");
   writeFileSync(join(home, "terraformrc"), "", { mode: 0o644 });
@@ -107,7 +109,7 @@ test("a run cannot write into the provider or module cache: its provisioner is r
   });
   try {
     await agent.waitFor(/registered/);
-    await stack.server.api("POST", "/api/v1/workspaces", { name: "pcache-ro", pool: "pcache-ro", autoApply: true });
+    await stack.server.api(routes.createWorkspace, { body: { name: "pcache-ro", pool: "pcache-ro", autoApply: true } });
     const entry = join(cache, "providers", "mirror", registry.host, "drover", "alpha", "1.0.0", "linux_amd64");
     const binary = join(entry, "terraform-provider-alpha_v1.0.0");
     const moduleFile = join(cache, "modules", "entries", registry.host, "drover", "thing", "null", "1.0.0", "main.tf");
@@ -133,8 +135,8 @@ test("a run cannot write into the provider or module cache: its provisioner is r
 });
 
 test("DROVER_AGENT_PROVIDER_CACHE_ENABLED=false: runs install their providers themselves and the agent keeps no cache", async () => {
-  await stack.server.api("POST", "/api/v1/pools", { name: "pcache-off" });
-  const token = (await stack.server.api("POST", "/api/v1/pools/pcache-off/tokens", { description: "off" })).body.token as string;
+  await stack.server.api(routes.createPool, { body: { name: "pcache-off" } });
+  const token = (await stack.server.api(routes.createPoolToken, { params: { pool: "pcache-off" }, body: { description: "off" } })).body.token as string;
   const cache = join(home, "off", "cache");
   const agent = spawnDrover(["agent", "run"], {
     ...stack.baseEnv,
@@ -150,7 +152,7 @@ test("DROVER_AGENT_PROVIDER_CACHE_ENABLED=false: runs install their providers th
   });
   try {
     await agent.waitFor(/registered/);
-    await stack.server.api("POST", "/api/v1/workspaces", { name: "pcache-off", pool: "pcache-off" });
+    await stack.server.api(routes.createWorkspace, { body: { name: "pcache-off", pool: "pcache-off" } });
     const before = registry.downloads.get(registry.archiveName("gamma", "0.3.0")) ?? 0;
     const dir = writeConfig(stack.dir, "pcache-off", { "main.tf": providerConfig(registry, three.slice(2, 3), "off") });
     const runId = await stack.startRun(dir, "pcache-off", ["--plan-only"]);

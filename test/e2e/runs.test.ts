@@ -4,6 +4,7 @@ import { fileURLToPath } from "node:url";
 import { dirname, join } from "node:path";
 import { after, before, test } from "node:test";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
+import { routes } from "@drover/protocol";
 
 // Real server, real agent process, real CLI process, real terraform.
 
@@ -18,7 +19,7 @@ before(async () => {
 after(() => stack?.stop());
 
 async function workspace(name: string) {
-  const res = await stack.server.api("POST", "/api/v1/workspaces", { name, pool: stack.pool });
+  const res = await stack.server.api(routes.createWorkspace, { body: { name, pool: stack.pool } });
   assert.equal(res.status, 201, JSON.stringify(res.body));
   return res.body.id as string;
 }
@@ -29,9 +30,9 @@ test("plan+apply of examples/hello succeeds through the CLI and its state is sto
   assert.equal(res.code, 0, `${res.stdout}\n${res.stderr}`);
   assert.match(res.stdout, /Plan: \d+ to add/, "the plan log streamed to the terminal");
   assert.match(res.stdout, /Apply complete!/, "the apply log streamed to the terminal");
-  const versions = await stack.server.api("GET", `/api/v1/workspaces/${wsId}/state-versions`);
+  const versions = await stack.server.api(routes.listStateVersions, { params: { ws: wsId } });
   assert.ok(versions.body.items.length >= 1, "terraform stored its state in the server");
-  const state = await stack.server.api("GET", `/api/v1/state-versions/${versions.body.items[0].id}/download`);
+  const state = await stack.server.api(routes.downloadStateVersion, { params: { id: versions.body.items[0].id } });
   assert.ok(state.body.resources.some((r: any) => r.type === "terraform_data"));
   const out = await stack.cli(["output", "--workspace", "hello", "--json"]);
   assert.equal(out.code, 0, out.stderr);
@@ -43,7 +44,7 @@ test("plan+apply of examples/hello succeeds through the CLI and its state is sto
     ],
     "outputs were recorded; the sensitive one is masked",
   );
-  const ws = await stack.server.api("GET", `/api/v1/workspaces/${wsId}`);
+  const ws = await stack.server.api(routes.getWorkspace, { params: { ws: wsId } });
   assert.equal(ws.body.stateLocked, false);
   assert.equal(ws.body.currentRunId, null);
 });
@@ -53,7 +54,7 @@ test("a plan error fails the run with terraform's message in the log", async () 
   const dir = writeConfig(stack.dir, "broken", { "main.tf": 'resource "terraform_data" "x" {\n  input = var.not_declared\n}\n' });
   const res = await stack.cli(["run", "start", dir, "--workspace", "broken"]);
   assert.equal(res.code, 1, `${res.stdout}\n${res.stderr}`);
-  const runs = await stack.server.api("GET", "/api/v1/runs?workspace=broken");
+  const runs = await stack.server.api(routes.listRuns, { query: { workspace: "broken" } });
   const run = runs.body.items[0];
   assert.equal(run.status, "errored");
   const log = await runLog(stack.server, run.id, "plan");
@@ -74,12 +75,12 @@ test("a second run on the same workspace waits for the first", async () => {
     await new Promise((r) => setTimeout(r, 100));
   }
   const second = await stack.startRun(dir, "queue", ["--auto-apply"]);
-  assert.equal((await stack.server.api("GET", `/api/v1/runs/${second}`)).body.status, "pending");
+  assert.equal((await stack.server.api(routes.getRun, { params: { id: second } })).body.status, "pending");
   writeFileSync(release, "");
   await stack.waitForRun(first, ["applied"]);
   const done = await stack.waitForRun(second, ["applied"]);
-  const firstJobs = (await stack.server.api("GET", `/api/v1/runs/${first}/jobs`)).body.items;
-  const secondJobs = (await stack.server.api("GET", `/api/v1/runs/${second}/jobs`)).body.items;
+  const firstJobs = (await stack.server.api(routes.listRunJobs, { params: { id: first } })).body.items;
+  const secondJobs = (await stack.server.api(routes.listRunJobs, { params: { id: second } })).body.items;
   const firstEnded = Date.parse(firstJobs.at(-1).finishedAt);
   const secondStarted = Date.parse(secondJobs[0].startedAt);
   assert.ok(secondStarted >= firstEnded, "the second run started only after the first finished");
@@ -98,12 +99,12 @@ test("cancel during a long local-exec interrupts it: the run ends canceled with 
     assert.ok(Date.now() < deadline, "the provisioner never started");
     await new Promise((r) => setTimeout(r, 100));
   }
-  assert.equal((await stack.server.api("GET", `/api/v1/workspaces/${wsId}`)).body.stateLocked, true, "terraform holds the lock while applying");
+  assert.equal((await stack.server.api(routes.getWorkspace, { params: { ws: wsId } })).body.stateLocked, true, "terraform holds the lock while applying");
   const res = await stack.cli(["run", "cancel", runId]);
   assert.equal(res.code, 0, res.stderr);
   const run = await stack.waitForRun(runId, ["canceled", "errored", "applied"]);
   assert.equal(run.status, "canceled");
-  const ws = await stack.server.api("GET", `/api/v1/workspaces/${wsId}`);
+  const ws = await stack.server.api(routes.getWorkspace, { params: { ws: wsId } });
   assert.equal(ws.body.stateLocked, false, "the state lock was released");
   assert.equal(ws.body.currentRunId, null);
   assert.match(await runLog(stack.server, runId, "apply"), /Interrupt received|interrupt|cancel/i);
@@ -135,17 +136,17 @@ output "pw" {
   const res = await stack.cli(["run", "start", dir, "--workspace", "secrets", "--auto-apply"]);
   assert.equal(res.code, 0, `${res.stdout}\n${res.stderr}`);
   assert.ok(!res.stdout.includes(secret) && !res.stderr.includes(secret), "not in the followed log");
-  const runId = (await stack.server.api("GET", "/api/v1/runs?workspace=secrets")).body.items[0].id;
+  const runId = (await stack.server.api(routes.listRuns, { query: { workspace: "secrets" } })).body.items[0].id;
   const planLog = await runLog(stack.server, runId, "plan");
   const applyLog = await runLog(stack.server, runId, "apply");
   assert.match(applyLog, /password is \*\*\*/, "the echoed value was redacted, not dropped");
   const responses = [
     planLog,
     applyLog,
-    JSON.stringify((await stack.server.api("GET", `/api/v1/workspaces/${wsId}/vars`)).body),
-    JSON.stringify((await stack.server.api("GET", `/api/v1/runs/${runId}`)).body),
-    JSON.stringify((await stack.server.api("GET", `/api/v1/runs/${runId}/plan`)).body),
-    JSON.stringify((await stack.server.api("GET", `/api/v1/workspaces/${wsId}/outputs`)).body),
+    JSON.stringify((await stack.server.api(routes.listVariables, { params: { ws: wsId } })).body),
+    JSON.stringify((await stack.server.api(routes.getRun, { params: { id: runId } })).body),
+    JSON.stringify((await stack.server.api(routes.runPlan, { params: { id: runId } })).body),
+    JSON.stringify((await stack.server.api(routes.workspaceOutputs, { params: { ws: wsId } })).body),
     (await stack.cli(["output", "--workspace", "secrets", "--json"])).stdout,
     (await stack.cli(["workspace", "show", "secrets", "--json"])).stdout,
     (await stack.cli(["run", "show", runId, "--json"])).stdout,

@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { rawTarGz } from "../support/archives.js";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
+import { routes } from "@drover/protocol";
 
 // Issue 13 / decision 0010: attacks that need the real agent (and terraform) to show.
 
@@ -17,7 +18,7 @@ before(async () => {
 after(() => stack?.stop());
 
 async function workspace(name: string, extra: Record<string, unknown> = {}) {
-  const res = await stack.server.api("POST", "/api/v1/workspaces", { name, pool: stack.pool, ...extra });
+  const res = await stack.server.api(routes.createWorkspace, { body: { name, pool: stack.pool, ...extra } });
   assert.equal(res.status, 201, JSON.stringify(res.body));
 }
 
@@ -29,13 +30,13 @@ test("(3) a failing step that prints a sensitive value: the run's errorMessage, 
   const dir = writeConfig(stack.dir, "leak", { "main.tf": 'variable "secret" { type = string }\noutput "x" { value = tonumber(var.secret) }\n' });
   const res = await stack.cli(["run", "start", dir, "--workspace", "leak"]);
   assert.equal(res.code, 1, res.stdout + res.stderr);
-  const run = (await stack.server.api("GET", "/api/v1/runs?workspace=leak")).body.items[0];
+  const run = (await stack.server.api(routes.listRuns, { query: { workspace: "leak" } })).body.items[0];
   assert.equal(run.status, "errored");
   assert.match(run.errorMessage, /var\.secret is "\*\*\*"/);
   for (const shown of [
     JSON.stringify(run),
-    JSON.stringify((await stack.server.api("GET", `/api/v1/runs/${run.id}`)).body),
-    JSON.stringify((await stack.server.api("GET", `/api/v1/runs/${run.id}/jobs`)).body),
+    JSON.stringify((await stack.server.api(routes.getRun, { params: { id: run.id } })).body),
+    JSON.stringify((await stack.server.api(routes.listRunJobs, { params: { id: run.id } })).body),
     res.stdout + res.stderr,
     (await stack.cli(["run", "show", run.id])).stdout,
     await runLog(stack.server, run.id, "plan"),
@@ -46,16 +47,16 @@ test("(3) a failing step that prints a sensitive value: the run's errorMessage, 
 
 test("(13) the agent never writes its variables file through a link the configuration planted", async () => {
   await workspace("planted");
-  assert.equal((await stack.server.api("PUT", "/api/v1/workspaces/planted/vars/secret", { value: "planted-secret", sensitive: true })).status, 200);
+  assert.equal((await stack.server.api(routes.setVariable, { params: { ws: "planted", key: "secret" }, body: { value: "planted-secret", sensitive: true } })).status, 200);
   // A link that stays inside the archive passes the server's check; the agent must still not follow it.
   const archive = rawTarGz([
     { path: "main.tf", content: 'variable "secret" { type = string }\n' },
     { path: "decoy.json", content: "{}" },
     { path: "drover.auto.tfvars.json", type: "symlink", linkpath: "decoy.json" },
   ]);
-  const cv = await stack.server.api("POST", "/api/v1/workspaces/planted/configuration-versions", archive, { "content-type": "application/gzip" });
+  const cv = await stack.server.api(routes.uploadConfiguration, { params: { ws: "planted" }, body: archive });
   assert.equal(cv.status, 201, JSON.stringify(cv.body));
-  const run = await stack.server.api("POST", "/api/v1/runs", { workspace: "planted", configurationVersionId: cv.body.id, planOnly: true });
+  const run = await stack.server.api(routes.createRun, { body: { workspace: "planted", configurationVersionId: cv.body.id, planOnly: true } });
   const done = await stack.waitForRun(run.body.id, ["errored", "planned_and_finished", "planned"]);
   assert.equal(done.status, "errored");
   assert.match(done.errorMessage, /link named drover\.auto\.tfvars\.json/);
@@ -107,7 +108,7 @@ test("(6) an agent removes the run directories a crashed process left, and keeps
 
   // A plan that waits for confirmation keeps its directory for the apply: its files are private.
   await workspace("private");
-  assert.equal((await stack.server.api("PUT", "/api/v1/workspaces/private/vars/password", { value: "kept-secret", sensitive: true })).status, 200);
+  assert.equal((await stack.server.api(routes.setVariable, { params: { ws: "private", key: "password" }, body: { value: "kept-secret", sensitive: true } })).status, 200);
   const dir = writeConfig(stack.dir, "private", { "main.tf": 'variable "password" { type = string }\nresource "terraform_data" "a" {}\n' });
   const runId = await stack.startRun(dir, "private");
   await stack.waitForRun(runId, ["planned"]);
@@ -121,7 +122,7 @@ test("(6) an agent removes the run directories a crashed process left, and keeps
     assert.equal(mode & 0o077, 0, `${p} is ${(mode & 0o777).toString(8)}`);
   }
   // Discarded: the directory (variables file, plan) goes at the agent's next heartbeat, not after the reuse window.
-  assert.equal((await stack.server.api("POST", `/api/v1/runs/${runId}/discard`)).body.status, "discarded");
+  assert.equal((await stack.server.api(routes.discardRun, { params: { id: runId } })).body.status, "discarded");
   const deadline = Date.now() + 60_000;
   while (existsSync(kept) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200));
   assert.ok(!existsSync(kept), "the kept plan directory was removed after the discard");
@@ -160,7 +161,7 @@ test("(7) secrets reach the CLI through stdin or a file, never its command line"
   assert.ok(!set.cmdline.includes(secret));
   const stored = await stack.server.store.db.selectFrom("variables").select(["value", "sensitive"]).where("key", "=", "db_password").executeTakeFirstOrThrow();
   assert.equal(stored.value, secret, "stdin's value was stored without its trailing newline");
-  const listed = (await stack.server.api("GET", "/api/v1/workspaces/stdin-secret/vars")).body.items[0];
+  const listed = (await stack.server.api(routes.listVariables, { params: { ws: "stdin-secret" } })).body.items[0];
   assert.equal(listed.sensitive, true);
   assert.equal(listed.value, null);
 
@@ -196,7 +197,7 @@ test("(4) escaped, multi-line and number forms of secrets are redacted; outputs 
   const pem = "-----BEGIN TEST KEY-----\nAAAAsecretline1BBBB\nCCCCsecretline2DDDD\n-----END TEST KEY-----";
   const num = "98765432";
   for (const [key, value] of [["quoted", quoted], ["pem", pem], ["num", num]] as const) {
-    assert.equal((await stack.server.api("PUT", `/api/v1/workspaces/forms/vars/${key}`, { value, sensitive: true })).status, 200);
+    assert.equal((await stack.server.api(routes.setVariable, { params: { ws: "forms", key }, body: { value, sensitive: true } })).status, 200);
   }
   const dir = writeConfig(stack.dir, "forms", {
     "main.tf": [
@@ -211,12 +212,12 @@ test("(4) escaped, multi-line and number forms of secrets are redacted; outputs 
   });
   const res = await stack.cli(["run", "start", dir, "--workspace", "forms", "--auto-apply"]);
   assert.equal(res.code, 0, res.stdout + res.stderr);
-  const run = (await stack.server.api("GET", "/api/v1/runs?workspace=forms")).body.items[0];
+  const run = (await stack.server.api(routes.listRuns, { query: { workspace: "forms" } })).body.items[0];
   const shown = [
     res.stdout,
     await runLog(stack.server, run.id, "plan"),
     await runLog(stack.server, run.id, "apply"),
-    JSON.stringify((await stack.server.api("GET", `/api/v1/runs/${run.id}/plan`)).body),
+    JSON.stringify((await stack.server.api(routes.runPlan, { params: { id: run.id } })).body),
   ].join("\n");
   for (const leak of ['pa\\"ss\\\\word-q1', quoted, "AAAAsecretline1BBBB", "CCCCsecretline2DDDD", num]) {
     assert.ok(!shown.includes(leak), `${leak} leaked`);
@@ -232,8 +233,8 @@ test("(5) with DROVER_AGENT_RUN_AS_USER a run cannot read the pool token from th
   const { tmpdir } = await import("node:os");
   const { spawnDrover } = await import("../support/processes.js");
   if (process.getuid?.() !== 0) return; // only root can start runs as another user
-  await stack.server.api("POST", "/api/v1/pools", { name: "runas" });
-  const token = (await stack.server.api("POST", "/api/v1/pools/runas/tokens", { description: "runas" })).body.token as string;
+  await stack.server.api(routes.createPool, { body: { name: "runas" } });
+  const token = (await stack.server.api(routes.createPoolToken, { params: { pool: "runas" }, body: { description: "runas" } })).body.token as string;
   // Reachable (0711) by the run user, like /var/lib/drover.
   const home = mkdtempSync(join(tmpdir(), "drover-runas-"));
   chmodSync(home, 0o711);
@@ -252,7 +253,7 @@ test("(5) with DROVER_AGENT_RUN_AS_USER a run cannot read the pool token from th
   });
   try {
     await agent.waitFor(/registered/);
-    await stack.server.api("POST", "/api/v1/workspaces", { name: "runas-ws", pool: "runas", autoApply: true });
+    await stack.server.api(routes.createWorkspace, { body: { name: "runas-ws", pool: "runas", autoApply: true } });
     const probe = (what: string, cmd: string) => `echo ${what}:$( (${cmd}) 2>&1 | base64 -w0)`;
     const command = [
       probe("ENVIRON", `cat /proc/${agent.child.pid}/environ`),

@@ -17,6 +17,7 @@ import {
   waitForTicks,
   type ServerProc,
 } from "../support/fault-runs.js";
+import { routes } from "@drover/protocol";
 
 // The server killed (-9) mid-apply and kept down for twice the lease TTL, then started again on
 // the same data: the healthy agent's apply completes, in one attempt, with its whole log.
@@ -48,8 +49,8 @@ after(async () => {
 });
 
 test("server kill -9 for twice the lease TTL during an apply: the apply completes and its log is whole", async () => {
-  await callOk(server.url, "POST", "/api/v1/pools", admin, { name: "restart" });
-  const poolToken = (await callOk(server.url, "POST", "/api/v1/pools/restart/tokens", admin, {})).token;
+  await callOk(server.url, routes.createPool, admin, { body: { name: "restart" } });
+  const poolToken = (await callOk(server.url, routes.createPoolToken, admin, { params: { pool: "restart" }, body: {} })).token;
   agent = await startAgentProc({ serverUrl: server.url, adminToken: admin, poolToken, pool: "restart", name: "survivor", dir });
   const gate = join(dir, "gate");
   const marker = join(dir, "marker");
@@ -80,6 +81,6 @@ test("server kill -9 for twice the lease TTL during an apply: the apply complete
   assertWholeTicks(log);
   assert.doesNotMatch(log, /agent lost/);
   await assertRanOnce(server.url, admin, runId, marker);
-  const ws = await callOk(server.url, "GET", "/api/v1/workspaces/restart", admin);
+  const ws = await callOk(server.url, routes.getWorkspace, admin, { params: { ws: "restart" } });
   assert.equal(ws.stateLocked, false);
 });

@@ -11,6 +11,7 @@ import { decodeMetrics, decodeTraces, startOtlpReceiver, type OtlpReceiver, type
 import { startStack, type Stack } from "../support/stack.js";
 import { startTestServer } from "../support/server.js";
 import { eventually } from "../support/fault-runs.js";
+import { routes } from "@drover/protocol";
 
 const repo = join(fileURLToPath(new URL(".", import.meta.url)), "..", "..", "..");
 const spans: ReceivedSpan[] = [];
@@ -53,7 +54,7 @@ after(async () => {
 
 test("grpc: the server's and the agent's spans and metrics reach an OTLP/gRPC receiver", async () => {
   const agent = await stack.startAgent("grpc", { DROVER_AGENT_OTLP_ENDPOINT: grpcUrl, DROVER_AGENT_OTLP_PROTOCOL: "grpc" });
-  await stack.server.api("POST", "/api/v1/workspaces", { name: "grpc-hello", pool: stack.pool });
+  await stack.server.api(routes.createWorkspace, { body: { name: "grpc-hello", pool: stack.pool } });
   const runId = await stack.startRun(join(repo, "examples", "hello"), "grpc-hello", ["--auto-apply"]);
   assert.equal((await stack.waitForRun(runId, ["applied", "errored"], 120_000)).status, "applied");
   await agent.stop("SIGTERM");
@@ -66,20 +67,20 @@ test("grpc: the server's and the agent's spans and metrics reach an OTLP/gRPC re
 
 test("TRACES_ENABLED=false and METRICS_ENABLED=false turn each signal off", async () => {
   const tracesOff = await startTestServer({ DROVER_OTLP_ENDPOINT: httpReceiver.url, DROVER_OTLP_TRACES_ENABLED: "false" });
-  await tracesOff.api("POST", "/api/v1/pools", { name: "metrics-only" });
+  await tracesOff.api(routes.createPool, { body: { name: "metrics-only" } });
   await tracesOff.stop();
   assert.ok(httpReceiver.metrics.some((m) => m.name === "drover_pool_jobs_pending"), "metrics still exported");
   assert.equal(httpReceiver.requests.filter((r) => r.path === "/v1/traces").length, 0, "no trace export");
 
   const before = httpReceiver.requests.length;
   const bothOff = await startTestServer({ DROVER_OTLP_ENDPOINT: httpReceiver.url, DROVER_OTLP_TRACES_ENABLED: "false", DROVER_OTLP_METRICS_ENABLED: "false" });
-  await bothOff.api("POST", "/api/v1/pools", { name: "nothing" });
+  await bothOff.api(routes.createPool, { body: { name: "nothing" } });
   await bothOff.stop();
   assert.equal(httpReceiver.requests.length, before, "nothing exported");
 
   // The agent: metrics off, traces on.
   const agent = await stack.startAgent("no-metrics", { DROVER_AGENT_OTLP_ENDPOINT: httpReceiver.url, DROVER_AGENT_OTLP_METRICS_ENABLED: "false" });
-  await stack.server.api("POST", "/api/v1/workspaces", { name: "no-metrics", pool: stack.pool });
+  await stack.server.api(routes.createWorkspace, { body: { name: "no-metrics", pool: stack.pool } });
   const runId = await stack.startRun(join(repo, "examples", "hello"), "no-metrics", ["--plan-only"]);
   assert.equal((await stack.waitForRun(runId, ["planned_and_finished", "errored"], 120_000)).status, "planned_and_finished");
   await agent.stop("SIGTERM");

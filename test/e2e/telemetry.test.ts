@@ -12,6 +12,7 @@ import { after, before, test } from "node:test";
 import { startOtlpReceiver, type OtlpReceiver, type ReceivedSpan } from "../support/otlp-receiver.js";
 import { startStack, type Stack } from "../support/stack.js";
 import { eventually } from "../support/fault-runs.js";
+import { routes } from "@drover/protocol";
 
 const repo = join(fileURLToPath(new URL(".", import.meta.url)), "..", "..", "..");
 const watchModule = join(repo, "test", "dist", "support", "module-watch.js");
@@ -30,14 +31,14 @@ after(async () => {
 test("examples/hello through a local agent: a trace per phase with the stage spans, parented across server and agent; the metrics under their /metrics names", async () => {
   const moduleLog = join(stack.dir, "modules-with-endpoint.log");
   const agent = await stack.startAgent("traced", { DROVER_AGENT_OTLP_ENDPOINT: receiver.url, NODE_OPTIONS: `--import=${watchModule}`, DROVER_TEST_MODULE_LOG: moduleLog });
-  await stack.server.api("POST", "/api/v1/workspaces", { name: "traced-hello", pool: stack.pool });
+  await stack.server.api(routes.createWorkspace, { body: { name: "traced-hello", pool: stack.pool } });
   const runId = await stack.startRun(join(repo, "examples", "hello"), "traced-hello", ["--auto-apply"]);
   assert.equal((await stack.waitForRun(runId, ["applied", "errored", "canceled"], 120_000)).status, "applied");
   // Stopping flushes what the agent buffered.
   await agent.stop("SIGTERM");
   assert.ok(existsSync(moduleLog) && readFileSync(moduleLog, "utf8").includes("@opentelemetry"), "with an endpoint the exporter is loaded");
 
-  const jobs = (await stack.server.api("GET", `/api/v1/runs/${runId}/jobs`)).body.items as Array<{ id: string; phase: string }>;
+  const jobs = (await stack.server.api(routes.listRunJobs, { params: { id: runId } })).body.items as Array<{ id: string; phase: string }>;
   assert.equal(jobs.length, 2);
   for (const job of jobs) {
     const root = await eventually(`the server's span of the ${job.phase} job`, async () => receiver.spans.find((s) => s.name === "job" && s.attributes["drover.job.id"] === job.id), 30_000);
@@ -91,7 +92,7 @@ test("the server's gauges reach the collector under their /metrics names", async
   // The server exports at its stop; a second server against the same receiver shows it without stopping the stack's.
   const { startTestServer } = await import("../support/server.js");
   const server = await startTestServer({ DROVER_OTLP_ENDPOINT: receiver.url });
-  await server.api("POST", "/api/v1/pools", { name: "otlp-pool" });
+  await server.api(routes.createPool, { body: { name: "otlp-pool" } });
   await server.stop();
   const serverMetrics = receiver.metrics.filter((m) => m.resource["service.name"] === "drover-server");
   const depth = serverMetrics.filter((m) => m.name === "drover_pool_jobs_pending").flatMap((m) => m.points);
@@ -100,7 +101,7 @@ test("the server's gauges reach the collector under their /metrics names", async
   // Histograms too, under their /metrics name, with /metrics' bucket bounds and per-bucket counts.
   const requests = serverMetrics.filter((m) => m.name === "drover_http_request_duration_seconds");
   assert.ok(requests.length > 0 && requests.every((m) => m.kind === "histogram"), JSON.stringify(requests));
-  const created = requests.flatMap((m) => m.points).find((p) => p.attributes.method === "POST" && p.attributes.route === "/api/v1/pools" && p.attributes.status === "201");
+  const created = requests.flatMap((m) => m.points).find((p) => p.attributes.method === "POST" && p.attributes.route === routes.createPool.path && p.attributes.status === "201");
   assert.ok(created, JSON.stringify(requests.flatMap((m) => m.points).map((p) => p.attributes)));
   assert.equal(created.value, 1, "one request counted");
   assert.deepEqual(created.bounds, [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5, 30, 60]);
@@ -111,7 +112,7 @@ test("the server's gauges reach the collector under their /metrics names", async
 test("with no endpoint set the agent loads no OpenTelemetry module", async () => {
   const moduleLog = join(stack.dir, "modules-without-endpoint.log");
   const agent = await stack.startAgent("untraced", { NODE_OPTIONS: `--import=${watchModule}`, DROVER_TEST_MODULE_LOG: moduleLog });
-  await stack.server.api("POST", "/api/v1/workspaces", { name: "untraced-hello", pool: stack.pool });
+  await stack.server.api(routes.createWorkspace, { body: { name: "untraced-hello", pool: stack.pool } });
   const runId = await stack.startRun(join(repo, "examples", "hello"), "untraced-hello", ["--auto-apply"]);
   assert.equal((await stack.waitForRun(runId, ["applied", "errored", "canceled"], 120_000)).status, "applied");
   await agent.stop("SIGTERM");

@@ -3,6 +3,7 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { startStack, writeConfig, type Stack } from "../support/stack.js";
+import { routes } from "@drover/protocol";
 
 let stack: Stack;
 before(async () => {
@@ -18,7 +19,7 @@ test("two agents, 10 runs over 10 workspaces: all complete, none executed twice"
   const runs: string[] = [];
   for (let i = 0; i < 10; i++) {
     const name = `fleet-${i}`;
-    await stack.server.api("POST", "/api/v1/workspaces", { name, pool: stack.pool });
+    await stack.server.api(routes.createWorkspace, { body: { name, pool: stack.pool } });
     const dir = writeConfig(stack.dir, name, {
       "main.tf": `resource "terraform_data" "n" {\n  provisioner "local-exec" {\n    command = "echo ${name} $DROVER_RUN_ID >> ${ledger}"\n  }\n}\n`,
     });
@@ -31,7 +32,7 @@ test("two agents, 10 runs over 10 workspaces: all complete, none executed twice"
   for (const id of runs) assert.ok(lines.some((l) => l.endsWith(id)), `run ${id} saw DROVER_RUN_ID`);
   const agentsUsed = new Set<string>();
   for (const id of runs) {
-    for (const job of (await stack.server.api("GET", `/api/v1/runs/${id}/jobs`)).body.items) {
+    for (const job of (await stack.server.api(routes.listRunJobs, { params: { id } })).body.items) {
       assert.equal(job.attempt, 1, "no job was handed out twice");
       agentsUsed.add(job.agentId);
     }

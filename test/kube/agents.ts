@@ -8,6 +8,7 @@ import { fileURLToPath } from "node:url";
 import { droverBin, spawnDrover, type Proc } from "../support/processes.js";
 import type { Stack } from "../support/stack.js";
 import { eventually, kube, prepareDroverNamespace, type TestCluster } from "./cluster.js";
+import { routes } from "@drover/protocol";
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 
@@ -47,7 +48,7 @@ export async function createAgentTask(c: TestCluster, ns: string, name: string, 
 
 /** Waits until the agent `name` has registered with the stack's server and is not offline. */
 export async function agentRegistered(stack: Stack, name: string): Promise<void> {
-  await eventually("the controller to register", async () => ((await stack.server.api("GET", `/api/v1/agents?pool=${stack.pool}`)).body.items as any[]).some((a) => a.name === name && a.status !== "offline"));
+  await eventually("the controller to register", async () => ((await stack.server.api(routes.listAgents, { query: { pool: stack.pool } })).body.items as any[]).some((a) => a.name === name && a.status !== "offline"));
 }
 
 /** The environment of `drover agent controller` named `name`, launching task pods from the AgentTask `template`. */

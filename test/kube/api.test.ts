@@ -26,6 +26,7 @@ describe("test cluster API", () => {
     assert.ok(groups.body.groups.some((g: any) => g.name === "apiextensions.k8s.io"));
     const version = await kube(c, "GET", "/version");
     assert.equal(version.body.major, "1");
+    // eslint-disable-next-line no-restricted-globals -- the Kubernetes API server without credentials, on purpose
     const res = await fetch(`${c.url}/api/v1/namespaces`).catch((e: unknown) => e);
     // Self-signed TLS: plain fetch cannot even connect; with the CA but no token it is 401.
     assert.ok(res instanceof Error || (res as Response).status === 401);

@@ -9,6 +9,7 @@ import { startStack, type Stack } from "../support/stack.js";
 import { startTcpProxy, type TcpProxy } from "../support/tcp-proxy.js";
 import { eventually, fastTimings, kube, prepareDroverNamespace, startTestCluster, type TestCluster } from "./cluster.js";
 import { createAgentTask, terraformRunner, workerImage } from "./agents.js";
+import { routes } from "@drover/protocol";
 
 // `drover agent controller` started while the server is down: it keeps retrying registration
 // (a stop signal ends the wait at once) and registers when the server comes up. And an API
@@ -48,7 +49,7 @@ function startController(name: string, env: Record<string, string> = {}): Proc {
 }
 
 async function registered(name: string): Promise<boolean> {
-  return (await stack.server.api("GET", `/api/v1/agents?pool=${stack.pool}`)).body.items.some((a: any) => a.name === name && a.status !== "offline");
+  return (await stack.server.api(routes.listAgents, { query: { pool: stack.pool } })).body.items.some((a: any) => a.name === name && a.status !== "offline");
 }
 
 test("a controller started while the server is down registers once it comes up; its errors are counted by kind", async () => {
@@ -125,7 +126,7 @@ test("a job Secret the controller's RBAC refuses: the run errors naming the Secr
   const controller = startController("no-secrets-ctl", { KUBECONFIG: kubeconfig, DROVER_AGENT_KUBERNETES_TASK_TEMPLATE: "no-secrets-template", DROVER_AGENT_KUBERNETES_WORKER_IMAGE: workerImage });
   try {
     await eventually("the controller to register", () => registered("no-secrets-ctl"));
-    assert.equal((await stack.server.api("POST", "/api/v1/workspaces", { name: "no-secrets", pool: stack.pool })).status, 201);
+    assert.equal((await stack.server.api(routes.createWorkspace, { body: { name: "no-secrets", pool: stack.pool } })).status, 201);
     const runId = await stack.startRun(join(repo, "examples", "hello"), "no-secrets", []);
     const run = await stack.waitForRun(runId, ["planned", "errored", "canceled"], 60_000);
     assert.equal(run.status, "errored", controller.output());

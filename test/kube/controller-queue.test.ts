@@ -7,6 +7,7 @@ import type { Proc } from "../support/processes.js";
 import { startTcpProxy, type TcpProxy } from "../support/tcp-proxy.js";
 import { eventually, fastTimings, kube, startTestCluster, type TestCluster } from "./cluster.js";
 import { createAgentTask, podWorker, prepareNamespace, startJobModeController, terraformRunner } from "./agents.js";
+import { routes } from "@drover/protocol";
 
 // The controller's per-Job work queue on the test cluster: a pod failure the controller must
 // report while the Drover server is unreachable is retried with backoff (the Job kept), and
@@ -27,7 +28,7 @@ before(async () => {
   await prepareNamespace(cluster, ns);
   // No node matches: the pod stays Unschedulable, a failure only the controller reports.
   await createAgentTask(cluster, ns, "task-template", [podWorker(), terraformRunner(stack)], { podSpec: { nodeSelector: { "drover.dev/test-pool": "nowhere" } } });
-  assert.equal((await stack.server.api("POST", "/api/v1/workspaces", { name: ns, pool: stack.pool })).status, 201);
+  assert.equal((await stack.server.api(routes.createWorkspace, { body: { name: ns, pool: stack.pool } })).status, 201);
 });
 
 after(async () => {

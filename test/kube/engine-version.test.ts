@@ -8,6 +8,7 @@ import { after, before, test } from "node:test";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
 import { droverBin, spawnDrover, type Proc } from "../support/processes.js";
 import { eventually, fastTimings, kube, prepareDroverNamespace, startTestCluster, type TestCluster } from "./cluster.js";
+import { routes } from "@drover/protocol";
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 const ns = "drover";
@@ -36,7 +37,7 @@ before(async () => {
     DROVER_AGENT_EXEC_LOOP_PATH: join(repo, "packages", "agent", "exec-loop", "exec-loop.sh"),
     DROVER_AGENT_HEALTH_PORT: "0",
   });
-  await eventually("the controller to register", async () => (await stack.server.api("GET", `/api/v1/agents?pool=${stack.pool}`)).body.items.some((a: { name: string; status: string }) => a.name === "engine-ctl" && a.status !== "offline"));
+  await eventually("the controller to register", async () => (await stack.server.api(routes.listAgents, { query: { pool: stack.pool } })).body.items.some((a: { name: string; status: string }) => a.name === "engine-ctl" && a.status !== "offline"));
 });
 
 after(async () => {
@@ -46,7 +47,7 @@ after(async () => {
 });
 
 test("job mode: a version the runner image's terraform does not satisfy fails the run with the reason, nothing run; one it satisfies runs", async () => {
-  await stack.server.api("POST", "/api/v1/workspaces", { name: "k8s-other", pool: stack.pool, engineVersion: "0.0.1" });
+  await stack.server.api(routes.createWorkspace, { body: { name: "k8s-other", pool: stack.pool, engineVersion: "0.0.1" } });
   const dir = writeConfig(stack.dir, "k8s-other", { "main.tf": 'resource "terraform_data" "a" {}\n' });
   const runId = await stack.startRun(dir, "k8s-other", ["--plan-only"]);
   const run = await stack.waitForRun(runId, ["errored", "planned_and_finished"], 120_000);
@@ -54,7 +55,7 @@ test("job mode: a version the runner image's terraform does not satisfy fails th
   assert.match(run.errorMessage, /^engine_unavailable: the runner's terraform is \d+\.\d+\.\d+, but the workspace asks for 0\.0\.1; nothing was run: use a runner image with that version/);
   assert.doesNotMatch(await runLog(stack.server, runId, "plan"), /\$ terraform init/);
 
-  await stack.server.api("POST", "/api/v1/workspaces", { name: "k8s-ok", pool: stack.pool, engineVersion: ">= 1.0, < 100.0" });
+  await stack.server.api(routes.createWorkspace, { body: { name: "k8s-ok", pool: stack.pool, engineVersion: ">= 1.0, < 100.0" } });
   const ok = await stack.startRun(writeConfig(stack.dir, "k8s-ok", { "main.tf": 'resource "terraform_data" "a" {}\n' }), "k8s-ok", ["--plan-only"]);
   const done = await stack.waitForRun(ok, ["errored", "planned_and_finished"], 120_000);
   assert.equal(done.status, "planned_and_finished", `${done.errorMessage}\n${controller.output()}`);

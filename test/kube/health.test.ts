@@ -7,6 +7,7 @@ import { droverBin, freePort, spawnDrover, type Proc } from "../support/processe
 import { startTcpProxy, type TcpProxy } from "../support/tcp-proxy.js";
 import { eventually, fastTimings, startTestCluster, type TestCluster } from "./cluster.js";
 import { controllerEnv, createAgentTask, execLoopPath, prepareNamespace, terraformRunner, workerImage } from "./agents.js";
+import { routes } from "@drover/protocol";
 
 // Every long-running drover process of the Kubernetes designs — the controller, a run pod's
 // worker, a node's worker — serves /healthz, /readyz and /metrics. Readiness: registered (the
@@ -23,6 +24,7 @@ const procs: Proc[] = [];
 
 async function probe(port: number, path: string): Promise<{ status: number; body: any; text: string }> {
   try {
+    // eslint-disable-next-line no-restricted-globals -- the agent's health port, not the server
     const res = await fetch(`http://127.0.0.1:${port}${path}`);
     const text = await res.text();
     return { status: res.status, text, body: path === "/metrics" ? undefined : JSON.parse(text) };
@@ -124,7 +126,7 @@ test("a run pod's worker serves its health port while its job runs", async () =>
     DROVER_AGENT_EXEC_LOOP_PATH: execLoopPath,
     DROVER_AGENT_HEALTH_PORT: "0",
   });
-  assert.equal((await stack.server.api("POST", "/api/v1/workspaces", { name: "health-pod", pool: stack.pool })).status, 201);
+  assert.equal((await stack.server.api(routes.createWorkspace, { body: { name: "health-pod", pool: stack.pool } })).status, 201);
   const files = { "main.tf": 'resource "terraform_data" "long" {\n  input = timestamp()\n  provisioner "local-exec" {\n    command = "echo started-long; sleep 30"\n  }\n}\n' };
   const runId = await stack.startRun(writeConfig(stack.dir, "health-pod", files), "health-pod", ["--auto-apply"]);
   await eventually("the apply to run", async () => (await runLog(stack.server, runId, "apply")).includes("started-long"), 90_000);

@@ -12,6 +12,7 @@ import { scrape } from "../support/metric-values.js";
 import { startOtlpReceiver, type OtlpReceiver } from "../support/otlp-receiver.js";
 import { eventually, fastTimings, startTestCluster, type TestCluster } from "./cluster.js";
 import { agentRegistered, createAgentTask, podWorker, prepareNamespace, startJobModeController, terraformRunner } from "./agents.js";
+import { routes } from "@drover/protocol";
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 const ns = "drover";
@@ -40,10 +41,10 @@ after(async () => {
 });
 
 test("examples/hello in job mode: each phase's trace holds the server's spans and the pod worker's stage spans under them", async () => {
-  await stack.server.api("POST", "/api/v1/workspaces", { name: "k8s-traced", pool: stack.pool });
+  await stack.server.api(routes.createWorkspace, { body: { name: "k8s-traced", pool: stack.pool } });
   const runId = await stack.startRun(join(repo, "examples", "hello"), "k8s-traced", ["--auto-apply"]);
   assert.equal((await stack.waitForRun(runId, ["applied", "errored", "canceled"], 120_000)).status, "applied", controller.output());
-  const jobs = (await stack.server.api("GET", `/api/v1/runs/${runId}/jobs`)).body.items as Array<{ id: string; phase: string }>;
+  const jobs = (await stack.server.api(routes.listRunJobs, { params: { id: runId } })).body.items as Array<{ id: string; phase: string }>;
   for (const job of jobs) {
     const root = await eventually(`the server's ${job.phase} job span`, async () => receiver.spans.find((s) => s.name === "job" && s.attributes["drover.job.id"] === job.id), 30_000);
     const worker = await eventually(`the pod worker's ${job.phase} span`, async () => receiver.spans.find((s) => s.traceId === root.traceId && s.name === `agent ${job.phase}`), 30_000);

@@ -7,6 +7,7 @@ import { freePort, type Proc } from "../support/processes.js";
 import { scrape } from "../support/metric-values.js";
 import { eventually, fastTimings, kube, startTestCluster, type TestCluster } from "./cluster.js";
 import { agentRegistered, createAgentTask, podWorker, prepareNamespace, startJobModeController, terraformRunner } from "./agents.js";
+import { routes } from "@drover/protocol";
 
 // Kubernetes job mode end to end: the real server, the real controller process, the test
 // cluster running each task pod's worker and runner (terraform via the exec-loop) as processes.
@@ -31,7 +32,7 @@ async function jobsOf(runId: string): Promise<any[]> {
 }
 
 async function workspace(name: string) {
-  const res = await stack.server.api("POST", "/api/v1/workspaces", { name, pool: stack.pool });
+  const res = await stack.server.api(routes.createWorkspace, { body: { name, pool: stack.pool } });
   assert.equal(res.status, 201, JSON.stringify(res.body));
 }
 
@@ -65,8 +66,8 @@ describe("Kubernetes job mode", () => {
     assert.ok(order.every((v, i) => v >= 0 && (i === 0 || v > order[i - 1]!)), `plan log out of order: ${order}`);
     assert.match(apply, /Hello from Drover, from run run-/);
     assert.match(apply, /Apply complete! Resources: 2 added/);
-    const ws = (await stack.server.api("GET", "/api/v1/workspaces/k8s-hello")).body;
-    assert.ok((await stack.server.api("GET", `/api/v1/workspaces/${ws.id}/state-versions`)).body.items.length >= 1);
+    const ws = (await stack.server.api(routes.getWorkspace, { params: { ws: "k8s-hello" } })).body;
+    assert.ok((await stack.server.api(routes.listStateVersions, { params: { ws: ws.id } })).body.items.length >= 1);
     const jobs = await jobsOf(runId);
     assert.deepEqual(jobs.map((j) => j.metadata.labels["drover.dev/phase"]).sort(), ["apply", "plan"], "one Job per phase");
     for (const j of jobs) {
@@ -110,7 +111,7 @@ describe("Kubernetes job mode", () => {
     const log = await runLog(stack.server, runId, "apply");
     assert.equal(run.status, "canceled", log);
     assert.match(log, /Interrupt received/, "terraform got SIGINT and stopped gracefully");
-    assert.equal((await stack.server.api("GET", "/api/v1/workspaces/k8s-cancel")).body.stateLocked, false);
+    assert.equal((await stack.server.api(routes.getWorkspace, { params: { ws: "k8s-cancel" } })).body.stateLocked, false);
   });
 
   test("cancel before the worker starts deletes the Job", async () => {

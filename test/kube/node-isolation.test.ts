@@ -6,6 +6,7 @@ import { after, before, test } from "node:test";
 import { runLog, startStack, type Stack } from "../support/stack.js";
 import { fastTimings, kube, startTestCluster, type TestCluster } from "./cluster.js";
 import { fakeExecLoop, prepareNamespace, runnerImage, startNodeModeAgents, type NodeModeAgents } from "./agents.js";
+import { routes } from "@drover/protocol";
 
 // agent-k8s node mode: a run pod writes its run directory, which the node's worker then reads
 // and writes. Here the runner container is an attacker playing the exec-loop: it plants links
@@ -67,7 +68,7 @@ async function setAttack(attack: string): Promise<void> {
 async function attackRun(attack: string): Promise<{ run: any; log: string }> {
   await setAttack(attack);
   const workspace = `iso-${attack}`;
-  assert.equal((await stack.server.api("POST", "/api/v1/workspaces", { name: workspace, pool: stack.pool })).status, 201);
+  assert.equal((await stack.server.api(routes.createWorkspace, { body: { name: workspace, pool: stack.pool } })).status, 201);
   const runId = await stack.startRun(config, workspace);
   const run = await stack.waitForRun(runId, ["planned", "errored", "canceled", "planned_and_finished"], 60_000).catch((err: Error) => {
     throw new Error(`${err.message}\nnode worker:\n${agents.nodeWorker.output()}\ncontroller:\n${agents.controller.output()}`);
@@ -129,7 +130,7 @@ test("a link planted at the plan file does not upload the worker's files as the 
   const { run } = await attackRun("plan");
   assert.equal(run.status, "errored");
   assert.match(run.errorMessage ?? "", /refused .*plan\.tfplan: it is a symbolic link/);
-  const plan = await stack.server.api("GET", `/api/v1/runs/${run.id}/plan`);
+  const plan = await stack.server.api(routes.runPlan, { params: { id: run.id } });
   assert.ok(!JSON.stringify(plan.body ?? "").includes(secret));
 });
 

@@ -8,6 +8,7 @@ import { runLog, startStack, type Stack } from "../support/stack.js";
 import { freePort, spawnDrover } from "../support/processes.js";
 import { eventually, fastTimings, kube, startTestCluster, type TestCluster } from "./cluster.js";
 import { createAgentTask, prepareNamespace, startNodeModeAgents, terraformRunner, type NodeModeAgents } from "./agents.js";
+import { routes } from "@drover/protocol";
 
 // agent-k8s's node-worker design end to end: the controller launches run pods that hold only
 // the runner; the worker of the node they land on (one per node, a DaemonSet in the chart)
@@ -38,7 +39,7 @@ after(async () => {
 });
 
 test("node-worker mode: examples/hello plan+apply in runner-only pods driven by the node's worker", async () => {
-  assert.equal((await stack.server.api("POST", "/api/v1/workspaces", { name: "node-hello", pool: stack.pool })).status, 201);
+  assert.equal((await stack.server.api(routes.createWorkspace, { body: { name: "node-hello", pool: stack.pool } })).status, 201);
   const runId = await stack.startRun(join(repo, "examples", "hello"), "node-hello", ["--auto-apply"]);
   const run = await stack.waitForRun(runId, ["applied", "errored", "canceled"], 60_000).catch(async (err: Error) => {
     const pods = (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods`)).body.items.map((p: any) => ({ name: p.metadata.name, phase: p.status?.phase, init: p.status?.initContainerStatuses, containers: p.status?.containerStatuses }));
@@ -69,7 +70,7 @@ test("node-worker mode: examples/hello plan+apply in runner-only pods driven by 
 });
 
 test("a node worker killed mid-run: its replacement ends that run errored with the reason, and takes new runs", async () => {
-  assert.equal((await stack.server.api("POST", "/api/v1/workspaces", { name: "node-restart", pool: stack.pool })).status, 201);
+  assert.equal((await stack.server.api(routes.createWorkspace, { body: { name: "node-restart", pool: stack.pool } })).status, 201);
   const dir = join(stack.dir, "node-restart");
   mkdirSync(dir, { recursive: true });
   writeFileSync(join(dir, "main.tf"), 'resource "terraform_data" "long" {\n  input = timestamp()\n  provisioner "local-exec" {\n    command = "echo started-long; sleep 20"\n  }\n}\n');
@@ -79,7 +80,7 @@ test("a node worker killed mid-run: its replacement ends that run errored with t
   const run = await stack.waitForRun(runId, ["errored", "applied", "canceled"], 30_000);
   assert.equal(run.status, "errored");
   assert.match(run.errorMessage ?? "", /worker restarted while the run was in progress/);
-  const ws = (await stack.server.api("GET", "/api/v1/workspaces/node-restart")).body;
+  const ws = (await stack.server.api(routes.getWorkspace, { params: { ws: "node-restart" } })).body;
   assert.equal(ws.stateLocked, false, "the workspace is usable again");
 
   writeFileSync(join(dir, "main.tf"), 'resource "terraform_data" "ok" {}\n');
@@ -142,7 +143,7 @@ test("a ready mark the node worker cannot write at first (EPERM): the run is tak
   }
   let locked = true;
   try {
-    assert.equal((await stack.server.api("POST", "/api/v1/workspaces", { name: "node-ready-fails", pool: stack.pool })).status, 201);
+    assert.equal((await stack.server.api(routes.createWorkspace, { body: { name: "node-ready-fails", pool: stack.pool } })).status, 201);
     const { dir, counter, release } = countingConfig("node-ready-fails");
     const seen = agents.nodeWorker.output().length;
     const before = await supervisorsStarted();
@@ -158,7 +159,7 @@ test("a ready mark the node worker cannot write at first (EPERM): the run is tak
 });
 
 test("a second pod of a run's Job on the node (a Job pod started twice): its runner refuses the run directory, and the apply runs once", async () => {
-  assert.equal((await stack.server.api("POST", "/api/v1/workspaces", { name: "node-twin", pool: stack.pool })).status, 201);
+  assert.equal((await stack.server.api(routes.createWorkspace, { body: { name: "node-twin", pool: stack.pool } })).status, 201);
   const { dir, counter, release } = countingConfig("node-twin");
   const before = await supervisorsStarted();
   const runId = await stack.startRun(dir, "node-twin", ["--auto-apply"]);

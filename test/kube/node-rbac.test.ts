@@ -9,6 +9,7 @@ import { runLog, startStack, type Stack } from "../support/stack.js";
 import { spawnDrover } from "../support/processes.js";
 import { fastTimings, kube, kubectl, startTestCluster, type TestCluster } from "./cluster.js";
 import { createAgentTask, prepareNamespace, startNodeModeAgents, terraformRunner, type NodeModeAgents } from "./agents.js";
+import { routes } from "@drover/protocol";
 
 // agent-k8s node mode under the chart's own RBAC on the test cluster (which enforces RBAC):
 // the controller and the node worker run with their ServiceAccounts' tokens. No node worker
@@ -94,7 +95,7 @@ test("kubectl auth can-i: the node worker's ServiceAccount cannot read the pool 
 });
 
 test("examples/hello under the chart's RBAC: each run's job Secret is granted to the node workers by name, and only it", async () => {
-  assert.equal((await stack.server.api("POST", "/api/v1/workspaces", { name: "rbac-hello", pool: stack.pool })).status, 201);
+  assert.equal((await stack.server.api(routes.createWorkspace, { body: { name: "rbac-hello", pool: stack.pool } })).status, 201);
   const runId = await stack.startRun(join(repo, "examples", "hello"), "rbac-hello", ["--auto-apply"]);
   const run = await stack.waitForRun(runId, ["applied", "errored", "canceled"], 90_000);
   assert.equal(run.status, "applied", `${await runLog(stack.server, runId, "plan")}\n${agents.controller.output()}\n${agents.nodeWorker.output()}`);

@@ -7,6 +7,7 @@ import { after, before, test } from "node:test";
 import { startStack, type Stack } from "../support/stack.js";
 import { spawnDrover, type Proc } from "../support/processes.js";
 import { fastTimings, kube, prepareDroverNamespace, startTestCluster, type TestCluster } from "./cluster.js";
+import { routes } from "@drover/protocol";
 
 // agent-k8s node workers watch their node's run pods (no polling LIST), and two releases in
 // one namespace — two controllers, each with its own node workers — never supervise each
@@ -42,9 +43,9 @@ before(async () => {
     };
     assert.equal((await kube(cluster, "POST", `/apis/drover.dev/v1alpha1/namespaces/${ns}/agenttasks`, template)).status, 201);
     const pool = `pool-${name}`;
-    assert.equal((await stack.server.api("POST", "/api/v1/pools", { name: pool })).status, 201);
-    const token = (await stack.server.api("POST", `/api/v1/pools/${pool}/tokens`, { description: pool })).body.token as string;
-    assert.equal((await stack.server.api("POST", "/api/v1/workspaces", { name: `ws-${name}`, pool })).status, 201);
+    assert.equal((await stack.server.api(routes.createPool, { body: { name: pool } })).status, 201);
+    const token = (await stack.server.api(routes.createPoolToken, { params: { pool }, body: { description: pool } })).body.token as string;
+    assert.equal((await stack.server.api(routes.createWorkspace, { body: { name: `ws-${name}`, pool } })).status, 201);
     const home = mkdtempSync(join(tmpdir(), `drover-release-${name}-`));
     homes.push(home);
     const common = { ...stack.baseEnv, KUBECONFIG: cluster.kubeconfigPath, DROVER_AGENT_KUBERNETES_NAMESPACE: ns, DROVER_AGENT_NODE_HOME: home, DROVER_AGENT_LOG_FORMAT: "plain", DROVER_AGENT_HEALTH_PORT: "0" };

@@ -7,6 +7,7 @@ import { runLog, startStack, type Stack } from "../support/stack.js";
 import type { Proc } from "../support/processes.js";
 import { fastTimings, startTestCluster, type TestCluster } from "./cluster.js";
 import { agentRegistered, createAgentTask, fakeExecLoop, podWorker, prepareNamespace, runnerImage, startJobModeController } from "./agents.js";
+import { routes } from "@drover/protocol";
 
 // Job mode's per-pod worker shares its exec and run emptyDirs with the runner container the
 // same way a node worker shares a run's directory (decision 0009): a link the run plants at
@@ -45,7 +46,7 @@ after(async () => {
 });
 
 test("job mode: a link planted at steps/N/output does not ship the worker container's files into the run log", async () => {
-  assert.equal((await stack.server.api("POST", "/api/v1/workspaces", { name: "pod-iso", pool: stack.pool })).status, 201);
+  assert.equal((await stack.server.api(routes.createWorkspace, { body: { name: "pod-iso", pool: stack.pool } })).status, 201);
   const dir = join(stack.dir, "cfg");
   const { mkdirSync } = await import("node:fs");
   mkdirSync(dir);

@@ -9,6 +9,7 @@ import type { Proc } from "../support/processes.js";
 import { startTcpProxy, type TcpProxy } from "../support/tcp-proxy.js";
 import { eventually, fastTimings, kube, startTestCluster, type TestCluster } from "./cluster.js";
 import { createAgentTask, podWorker, prepareNamespace, startJobModeController, terraformRunner } from "./agents.js";
+import { routes } from "@drover/protocol";
 
 // Failures no event announces. The controller sweeps its in-flight Jobs on an interval, so a
 // pod that never gets a node and a Job whose pod admission refuses end their runs with the
@@ -22,9 +23,9 @@ const procs: Proc[] = [];
 
 /** A pool of its own (so each test's controller takes only its own runs) and a workspace in it. */
 async function poolWithWorkspace(name: string): Promise<string> {
-  assert.equal((await stack.server.api("POST", "/api/v1/pools", { name })).status, 201);
-  const tok = await stack.server.api("POST", `/api/v1/pools/${name}/tokens`, { description: name });
-  assert.equal((await stack.server.api("POST", "/api/v1/workspaces", { name, pool: name })).status, 201);
+  assert.equal((await stack.server.api(routes.createPool, { body: { name } })).status, 201);
+  const tok = await stack.server.api(routes.createPoolToken, { params: { pool: name }, body: { description: name } });
+  assert.equal((await stack.server.api(routes.createWorkspace, { body: { name, pool: name } })).status, 201);
   return tok.body.token as string;
 }
 

@@ -6,7 +6,7 @@ import { rawTarGz } from "../support/archives.js";
 import { call, queueRun, registerAgent } from "../support/agent-client.js";
 import { startTestServer, type TestServer } from "../support/server.js";
 import { routes } from "@drover/protocol";
-import { client, rawCall } from "../support/typed-api.js";
+import { client, rawCall, routeCall } from "../support/typed-api.js";
 
 // SPEC §9: every bad input gets a clear 4xx JSON error and nothing is lost or half-written.
 
@@ -22,56 +22,57 @@ function assertError(res: { status: number; body: any }, status: number, code: s
 
 before(async () => {
   server = await startTestServer({ DROVER_MAX_CONFIGURATION_MB: "1" });
-  await server.api("POST", "/api/v1/pools", { name: "bad" });
-  await server.api("POST", "/api/v1/pools", { name: "other" });
+  await server.api(routes.createPool, { body: { name: "bad" } });
+  await server.api(routes.createPool, { body: { name: "other" } });
 });
 after(() => server?.stop());
 
 describe("requests", () => {
   test("malformed JSON", async () => {
-    assertError(await server.api("POST", "/api/v1/pools", "{not json", { "content-type": "application/json" }), 400, "invalid_json", /not valid JSON/);
+    assertError(await server.api(routes.createPool, { invalidBody: "{not json", headers: { "content-type": "application/json" } }), 400, "invalid_json", /not valid JSON/);
   });
   test("fields that break the schema are named", async () => {
-    assertError(await server.api("POST", "/api/v1/workspaces", { name: "has space", pool: "bad" }), 400, "bad_request", /name/);
-    assertError(await server.api("POST", "/api/v1/workspaces", { name: "w", pool: "bad", workingDirectory: "../up" }), 400, "bad_request", /workingDirectory/);
-    assertError(await server.api("POST", "/api/v1/runs", { workspace: "nope", configurationVersionId: "cv-x" }), 404, "not_found", /workspace/);
+    assertError(await server.api(routes.createWorkspace, { body: { name: "has space", pool: "bad" } }), 400, "bad_request", /name/);
+    assertError(await server.api(routes.createWorkspace, { body: { name: "w", pool: "bad", workingDirectory: "../up" } }), 400, "bad_request", /workingDirectory/);
+    assertError(await server.api(routes.createRun, { body: { workspace: "nope", configurationVersionId: "cv-x" } }), 404, "not_found", /workspace/);
   });
   test("unknown routes answer JSON", async () => {
-    assertError(await server.api("GET", "/api/v1/nothing-here"), 404, "not_found");
+    // eslint-disable-next-line no-restricted-syntax -- a path outside the route table, on purpose
+    assertError(await rawCall(server.url, "GET", "/api/v1/nothing-here", server.adminToken), 404, "not_found");
   });
 });
 
 describe("tokens", () => {
   test("missing, unknown and wrong-kind tokens", async () => {
-    assertError(await rawCall(server.url, "GET", "/api/v1/pools", undefined), 401, "unauthorized", /Authorization/);
-    assertError(await server.api("GET", "/api/v1/pools", undefined, { authorization: "Bearer drv_u_nobody.secret" }), 401, "unauthorized");
+    assertError(await routeCall(server.url, routes.listPools), 401, "unauthorized", /Authorization/);
+    assertError(await server.api(routes.listPools, { headers: { authorization: "Bearer drv_u_nobody.secret" } }), 401, "unauthorized");
     const { poolToken, session } = await registerAgent(server, "bad", "kinds");
-    assertError(await server.api("GET", "/api/v1/pools", undefined, { authorization: `Bearer ${poolToken}` }), 403, "forbidden", /pool token/);
-    assertError(await call(server, "POST", "/api/agent/v1/register", session, { name: "x", version: "1", driver: "local", capacity: 1 }), 401, "unauthorized", /pool token/);
+    assertError(await server.api(routes.listPools, { headers: { authorization: `Bearer ${poolToken}` } }), 403, "forbidden", /pool token/);
+    assertError(await call(server, routes.register, session, { body: { name: "x", version: "1", driver: "local", capacity: 1 } }), 401, "unauthorized", /pool token/);
   });
 
   test("a revoked pool token cannot register, and its agents' sessions end", async () => {
     const { poolToken, poolTokenId, session } = await registerAgent(server, "bad", "revokee");
-    assert.equal((await server.api("DELETE", `/api/v1/pool-tokens/${poolTokenId}`)).status, 200);
-    assertError(await call(server, "POST", "/api/agent/v1/register", poolToken, { name: "again", version: "1", driver: "local", capacity: 1 }), 401, "token_revoked", /revoked/);
-    assertError(await call(server, "POST", "/api/agent/v1/heartbeat", session, { runningJobs: 0 }), 401, "token_revoked");
-    assertError(await call(server, "POST", "/api/agent/v1/jobs/next?wait=0", session), 401, "token_revoked");
+    assert.equal((await server.api(routes.revokePoolToken, { params: { id: poolTokenId } })).status, 200);
+    assertError(await call(server, routes.register, poolToken, { body: { name: "again", version: "1", driver: "local", capacity: 1 } }), 401, "token_revoked", /revoked/);
+    assertError(await call(server, routes.agentHeartbeat, session, { body: { runningJobs: 0 } }), 401, "token_revoked");
+    assertError(await call(server, routes.pollJob, session, { query: { wait: 0 } }), 401, "token_revoked");
   });
 
   test("a job token works only for its own job and workspace", async () => {
     const { session } = await registerAgent(server, "bad", "scoped");
     const mine = await queueRun(server, "bad", "scope-a", good);
     const theirs = await queueRun(server, "bad", "scope-b", good);
-    const claimed = await call(server, "POST", "/api/agent/v1/jobs/next?wait=1000", session);
+    const claimed = await call(server, routes.pollJob, session, { query: { wait: 1000 } });
     const job = claimed.body.job;
     assert.ok(job, JSON.stringify(claimed.body));
     const token = job.jobToken as string;
     const other = job.workspace.id === mine.workspaceId ? theirs : mine;
-    assertError(await call(server, "GET", `/api/v1/workspaces/${other.workspaceId}/state`, token), 403, "forbidden", /scoped to workspace/);
-    assert.equal((await call(server, "GET", `/api/v1/workspaces/${job.workspace.id}/state`, token)).status, 204);
-    const otherJob = (await server.api("GET", `/api/v1/runs/${other.runId}/jobs`)).body.items[0].id;
-    assertError(await call(server, "POST", `/api/agent/v1/jobs/${otherJob}/start`, token), 403, "forbidden");
-    assertError(await call(server, "GET", "/api/v1/pools", token), 403, "forbidden");
+    assertError(await call(server, routes.readState, token, { params: { ws: other.workspaceId } }), 403, "forbidden", /scoped to workspace/);
+    assert.equal((await call(server, routes.readState, token, { params: { ws: job.workspace.id } })).status, 204);
+    const otherJob = (await server.api(routes.listRunJobs, { params: { id: other.runId } })).body.items[0].id;
+    assertError(await call(server, routes.startJob, token, { params: { id: otherJob } }), 403, "forbidden");
+    assertError(await call(server, routes.listPools, token), 403, "forbidden");
   });
 });
 
@@ -89,13 +90,13 @@ describe("configuration archives", () => {
     ["oversize", gzipSync(randomBytes(1200 * 1024), { level: 0 }), 413, "payload_too_large", /larger|limit/],
   ];
   before(async () => {
-    await server.api("POST", "/api/v1/workspaces", { name: "archives", pool: "bad" });
+    await server.api(routes.createWorkspace, { body: { name: "archives", pool: "bad" } });
   });
   for (const [name, archive, status, code, message] of cases) {
     test(`${name} is refused and nothing is stored`, async () => {
-      const res = await server.api("POST", "/api/v1/workspaces/archives/configuration-versions", archive, { "content-type": "application/gzip" });
+      const res = await server.api(routes.uploadConfiguration, { params: { ws: "archives" }, body: archive });
       assertError(res, status, code, message);
-      const listed = await server.api("GET", "/api/v1/workspaces/archives/configuration-versions");
+      const listed = await server.api(routes.listConfigurationVersions, { params: { ws: "archives" } });
       assert.deepEqual(listed.body.items, []);
     });
   }
@@ -108,54 +109,54 @@ describe("agent writes", () => {
   before(async () => {
     const { session } = await registerAgent(server, "other", "writer");
     ({ workspaceId } = await queueRun(server, "other", "writes", good));
-    const job = (await call(server, "POST", "/api/agent/v1/jobs/next?wait=1000", session)).body.job;
+    const job = (await call(server, routes.pollJob, session, { query: { wait: 1000 } })).body.job;
     token = job.jobToken;
     jobId = job.jobId;
-    assert.equal((await call(server, "POST", `/api/agent/v1/jobs/${jobId}/start`, token)).status, 200);
+    assert.equal((await call(server, routes.startJob, token, { params: { id: jobId } })).status, 200);
   });
 
   test("oversize log chunk", async () => {
-    assertError(await call(server, "POST", `/api/agent/v1/jobs/${jobId}/logs?offset=0`, token, Buffer.alloc(1024 * 1024 + 2048)), 413, "payload_too_large");
+    assertError(await call(server, routes.appendLog, token, { params: { id: jobId }, query: { offset: 0 }, body: Buffer.alloc(1024 * 1024 + 2048) }), 413, "payload_too_large");
   });
   test("out-of-order log offsets are refused with the expected offset; nothing is lost", async () => {
-    assert.deepEqual((await call(server, "POST", `/api/agent/v1/jobs/${jobId}/logs?offset=0`, token, Buffer.from("line 1\n"))).body, { offset: 7 });
-    const gap = await call(server, "POST", `/api/agent/v1/jobs/${jobId}/logs?offset=100`, token, Buffer.from("later\n"));
+    assert.deepEqual((await call(server, routes.appendLog, token, { params: { id: jobId }, query: { offset: 0 }, body: Buffer.from("line 1\n") })).body, { offset: 7 });
+    const gap = await call(server, routes.appendLog, token, { params: { id: jobId }, query: { offset: 100 }, body: Buffer.from("later\n") });
     assertError(gap, 409, "log_gap", /resend from 7/);
     assert.equal(gap.body.expectedOffset, 7);
-    assert.deepEqual((await call(server, "POST", `/api/agent/v1/jobs/${jobId}/logs?offset=0`, token, Buffer.from("line 1\n"))).body, { offset: 7 }, "a resend is idempotent");
-    const runId = (await server.api("GET", `/api/v1/runs?workspace=writes`)).body.items[0].id;
+    assert.deepEqual((await call(server, routes.appendLog, token, { params: { id: jobId }, query: { offset: 0 }, body: Buffer.from("line 1\n") })).body, { offset: 7 }, "a resend is idempotent");
+    const runId = (await server.api(routes.listRuns, { query: { workspace: "writes" } })).body.items[0].id;
     assert.equal((await client(server.url, server.adminToken).call(routes.runLogs, { params: { id: runId } })).toString("utf8"), "line 1\n");
   });
   test("a second lock while the state is locked gets 423 with the holder", async () => {
     const lockInfo = { ID: "first", Operation: "OperationTypeApply", Who: "agent@writer" };
-    const lock = (body: unknown) => call(server, "LOCK", `/api/v1/workspaces/${workspaceId}/state`, token, Buffer.from(JSON.stringify(body)), { "content-type": "application/json" });
+    const lock = (body: unknown) => call(server, routes.lockState, token, { params: { ws: workspaceId }, body: Buffer.from(JSON.stringify(body)), headers: { "content-type": "application/json" } });
     assert.equal((await lock(lockInfo)).status, 200);
     const second = await lock({ ...lockInfo, ID: "second" });
     assert.equal(second.status, 423);
     assert.equal(second.body.ID, "first", "the body is the holder's LockInfo, as terraform expects");
-    const write = await call(server, "POST", `/api/v1/workspaces/${workspaceId}/state?ID=second`, token, Buffer.from('{"serial":1}'));
+    const write = await call(server, routes.writeState, token, { params: { ws: workspaceId }, query: { ID: "second" }, body: Buffer.from('{"serial":1}') });
     assert.equal(write.status, 423);
-    assert.equal((await server.api("GET", `/api/v1/workspaces/${workspaceId}/state-versions`)).body.items.length, 0, "nothing written");
+    assert.equal((await server.api(routes.listStateVersions, { params: { ws: workspaceId } })).body.items.length, 0, "nothing written");
   });
   test("bad finish outcome is refused and the job keeps running", async () => {
-    assertError(await call(server, "POST", `/api/agent/v1/jobs/${jobId}/finish`, token, { outcome: "done" }), 400, "bad_request", /outcome/);
-    assert.equal((await call(server, "POST", `/api/agent/v1/jobs/${jobId}/heartbeat`, token)).status, 200);
+    assertError(await call(server, routes.finishJob, token, { params: { id: jobId }, invalidBody: { outcome: "done" } }), 400, "bad_request", /outcome/);
+    assert.equal((await call(server, routes.jobHeartbeat, token, { params: { id: jobId } })).status, 200);
   });
 });
 
 test("a stale attempt is fenced off after its lease is reassigned", async () => {
   const short = await startTestServer({ DROVER_LEASE_TTL_SECONDS: "1" });
   try {
-    await short.api("POST", "/api/v1/pools", { name: "p" });
+    await short.api(routes.createPool, { body: { name: "p" } });
     const { session } = await registerAgent(short, "p", "slow");
     await queueRun(short, "p", "stale", good);
-    const first = (await call(short, "POST", "/api/agent/v1/jobs/next?wait=1000", session)).body.job;
+    const first = (await call(short, routes.pollJob, session, { query: { wait: 1000 } })).body.job;
     // Not started and no heartbeat: the 1 s lease expires and the job is requeued.
-    const again = (await call(short, "POST", "/api/agent/v1/jobs/next?wait=10000", session)).body.job;
+    const again = (await call(short, routes.pollJob, session, { query: { wait: 10000 } })).body.job;
     assert.equal(again?.jobId, first.jobId);
     assert.equal(again.attempt, first.attempt + 1);
-    assertError(await call(short, "POST", `/api/agent/v1/jobs/${first.jobId}/start`, first.jobToken), 409, "stale_attempt", /reassigned/);
-    assertError(await call(short, "POST", `/api/agent/v1/jobs/${first.jobId}/logs?offset=0`, first.jobToken, Buffer.from("x")), 409, "stale_attempt");
+    assertError(await call(short, routes.startJob, first.jobToken, { params: { id: first.jobId } }), 409, "stale_attempt", /reassigned/);
+    assertError(await call(short, routes.appendLog, first.jobToken, { params: { id: first.jobId }, query: { offset: 0 }, body: Buffer.from("x") }), 409, "stale_attempt");
   } finally {
     await short.stop();
   }

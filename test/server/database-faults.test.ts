@@ -20,6 +20,7 @@ import {
   type ServerProc,
 } from "../support/fault-runs.js";
 import { startPrivatePostgres, type PrivatePostgres } from "../support/private-postgres.js";
+import { routes } from "@drover/protocol";
 
 // PostgreSQL restarted, its backends terminated, or stopped for a while under two server
 // processes with a real run applying and agents long-polling: both servers stay up, the run
@@ -56,8 +57,8 @@ before(async () => {
     );
   }
   const [a, b] = servers as [ServerProc, ServerProc];
-  await callOk(a.url, "POST", "/api/v1/pools", admin, { name: pool });
-  poolToken = (await callOk(a.url, "POST", `/api/v1/pools/${pool}/tokens`, admin, {})).token;
+  await callOk(a.url, routes.createPool, admin, { body: { name: pool } });
+  poolToken = (await callOk(a.url, routes.createPoolToken, admin, { params: { pool }, body: {} })).token;
   // One agent per server: whichever takes the job, the other keeps long-polling through the fault.
   for (const [name, server] of [["agent-a", a], ["agent-b", b]] as const) {
     agents.push(await startAgentProc({ serverUrl: server.url, adminToken: admin, poolToken, pool, name, dir }));
@@ -80,7 +81,7 @@ function assertServersUp(): void {
 }
 
 async function bothReady(): Promise<void> {
-  for (const s of servers) await eventually(`${s.url}/readyz`, async () => ((await call(s.url, "GET", "/readyz", "")).status === 200 ? true : undefined));
+  for (const s of servers) await eventually(`${s.url}/readyz`, async () => ((await call(s.url, routes.readyz, "")).status === 200 ? true : undefined));
 }
 
 /** Both servers LISTEN again (cross-server wake-ups resumed). */
@@ -145,12 +146,12 @@ describe("PostgreSQL faults under two servers", () => {
       cluster.halt();
       try {
         const started = Date.now();
-        const res = await call(a.url, "GET", "/api/v1/pools", admin);
+        const res = await call(a.url, routes.listPools, admin);
         assert.equal(res.status, 503, JSON.stringify(res.body));
         assert.equal(res.body.error, "database_unavailable");
         assert.ok(Date.now() - started < 20_000, `answered after ${Date.now() - started} ms: every call has a deadline`);
         const ready = await eventually("/readyz to report the halted database", async () => {
-          const r = await call(a.url, "GET", "/readyz", "");
+          const r = await call(a.url, routes.readyz, "");
           return r.status === 503 ? r : undefined;
         });
         assert.equal(ready.body.error, "database_unavailable");
@@ -164,12 +165,12 @@ describe("PostgreSQL faults under two servers", () => {
   test(`a ${outageSeconds} s outage mid-apply: 503 database_unavailable with Retry-After, long-polls end, then everything resumes`, async () => {
     const [a, b] = servers as [ServerProc, ServerProc];
     // A poller of its own pool, held in a long-poll on server b when the database goes away.
-    await callOk(a.url, "POST", "/api/v1/pools", admin, { name: "idle" });
-    const idleToken = (await callOk(a.url, "POST", "/api/v1/pools/idle/tokens", admin, {})).token;
-    const session = (await callOk(b.url, "POST", "/api/agent/v1/register", idleToken, { name: "idle-poller", version: "t", driver: "local", capacity: 1 })).sessionToken;
+    await callOk(a.url, routes.createPool, admin, { body: { name: "idle" } });
+    const idleToken = (await callOk(a.url, routes.createPoolToken, admin, { params: { pool: "idle" }, body: {} })).token;
+    const session = (await callOk(b.url, routes.register, idleToken, { body: { name: "idle-poller", version: "t", driver: "local", capacity: 1 } })).sessionToken;
 
     await survives("outage", async () => {
-      const poll = call(b.url, "POST", "/api/agent/v1/jobs/next?wait=45000", session);
+      const poll = call(b.url, routes.pollJob, session, { query: { wait: 45000 } });
       // Held on the server (an idle pool has no job for it) before the database goes.
       const early = await Promise.race([poll.then(() => "ended"), new Promise((r) => setTimeout(() => r("held"), 1_000))]);
       assert.equal(early, "held", "the long-poll waits while the database is up");
@@ -184,19 +185,19 @@ describe("PostgreSQL faults under two servers", () => {
 
       for (const s of [a, b]) {
         const ready = await eventually(`${s.url}/readyz to report the outage`, async () => {
-          const res = await call(s.url, "GET", "/readyz", "");
+          const res = await call(s.url, routes.readyz, "");
           return res.status === 503 ? res : undefined;
         });
         assert.equal(ready.body.error, "database_unavailable");
         assert.match(ready.body.message, /^database unavailable( since \S+)?: \S/);
         assert.ok(Number(ready.headers.get("retry-after")) > 0, "readyz carries Retry-After");
       }
-      const api = await call(a.url, "GET", "/api/v1/runs?limit=1", admin);
+      const api = await call(a.url, routes.listRuns, admin, { query: { limit: 1 } });
       assert.equal(api.status, 503);
       assert.equal(api.body.error, "database_unavailable");
       assert.match(api.body.message, /retry/);
       assert.ok(Number(api.headers.get("retry-after")) > 0, "API errors carry Retry-After");
-      const agentCall = await call(b.url, "POST", "/api/agent/v1/heartbeat", session, { runningJobs: 0 });
+      const agentCall = await call(b.url, routes.agentHeartbeat, session, { body: { runningJobs: 0 } });
       assert.equal(agentCall.status, 503);
       assert.equal(agentCall.body.error, "database_unavailable");
 

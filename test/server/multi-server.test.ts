@@ -4,6 +4,7 @@ import { rawTarGz } from "../support/archives.js";
 import { createTestDatabase, type TestDatabase } from "../support/databases.js";
 import { callOk } from "../support/fault-runs.js";
 import { spawnDrover, type Proc } from "../support/processes.js";
+import { routes } from "@drover/protocol";
 
 // Several server processes on one PostgreSQL: no job is handed out twice, and a job queued
 // through one process wakes pollers waiting on the other (LISTEN/NOTIFY).
@@ -30,12 +31,12 @@ after(async () => {
 
 test("two servers, 200 jobs, 20 competing pollers: every job handed out exactly once", async () => {
   const [a, b] = urls as [string, string];
-  await callOk(a, "POST", "/api/v1/pools", admin, { name: "shared" });
+  await callOk(a, routes.createPool, admin, { body: { name: "shared" } });
   const pollers = await Promise.all(
     Array.from({ length: 20 }, async (_, i) => {
       const url = i % 2 === 0 ? a : b;
-      const { token } = await callOk(url, "POST", "/api/v1/pools/shared/tokens", admin, {});
-      const reg = await callOk(url, "POST", "/api/agent/v1/register", token, { name: `poller-${i}`, version: "t", driver: "local", capacity: 100 });
+      const { token } = await callOk(url, routes.createPoolToken, admin, { params: { pool: "shared" }, body: {} });
+      const reg = await callOk(url, routes.register, token, { body: { name: `poller-${i}`, version: "t", driver: "local", capacity: 100 } });
       return { url, session: reg.sessionToken as string };
     }),
   );
@@ -46,7 +47,7 @@ test("two servers, 200 jobs, 20 competing pollers: every job handed out exactly 
   // Pollers wait first (so wake-ups matter), then the jobs are queued through both servers.
   const polling = pollers.map(async (p) => {
     while (claims.length < total && Date.now() < deadline) {
-      const res = await callOk(p.url, "POST", "/api/agent/v1/jobs/next?wait=2000", p.session);
+      const res = await callOk(p.url, routes.pollJob, p.session, { query: { wait: 2000 } });
       if (res.job) claims.push(res.job.jobId as string);
     }
   });
@@ -55,17 +56,17 @@ test("two servers, 200 jobs, 20 competing pollers: every job handed out exactly 
   for (let i = 0; i < total; i++) {
     const url = i % 2 === 0 ? a : b;
     const name = `ws-${i}`;
-    await callOk(url, "POST", "/api/v1/workspaces", admin, { name, pool: "shared" });
-    const cv = await callOk(url, "POST", `/api/v1/workspaces/${name}/configuration-versions`, admin, archive, "application/gzip");
-    await callOk(url, "POST", "/api/v1/runs", admin, { workspace: name, configurationVersionId: cv.id });
+    await callOk(url, routes.createWorkspace, admin, { body: { name, pool: "shared" } });
+    const cv = await callOk(url, routes.uploadConfiguration, admin, { params: { ws: name }, body: archive });
+    await callOk(url, routes.createRun, admin, { body: { workspace: name, configurationVersionId: cv.id } });
   }
   await Promise.all(polling);
 
   assert.equal(claims.length, total, "every queued job was handed out");
   assert.equal(new Set(claims).size, total, "no job was handed out twice");
-  const runs = await callOk(a, "GET", "/api/v1/runs?limit=1000", admin);
+  const runs = await callOk(a, routes.listRuns, admin, { query: { limit: 1000 } });
   for (const run of runs.items) {
-    const jobs = await callOk(b, "GET", `/api/v1/runs/${run.id}/jobs`, admin);
+    const jobs = await callOk(b, routes.listRunJobs, admin, { params: { id: run.id } });
     assert.equal(jobs.items[0].attempt, 1, `job of ${run.id} claimed once`);
     assert.equal(jobs.items[0].status, "assigned");
   }

@@ -432,8 +432,8 @@ test("a server that sends headers and then stalls the body: the deadline covers 
 
 test("a proxy's bare 502 is server_unreachable; an answer outside the contract is unexpected_response", async () => {
   const proxy = await fakeServer((req, res) => {
-    if (req.url?.startsWith("/api/v1/pools")) res.writeHead(502, { "content-type": "text/html" }).end("<html>Bad Gateway</html>");
-    else if (req.url?.startsWith("/api/v1/workspaces")) res.writeHead(200, { "content-type": "text/html" }).end("<html>a login page</html>");
+    if (req.url?.startsWith(routes.listPools.path)) res.writeHead(502, { "content-type": "text/html" }).end("<html>Bad Gateway</html>");
+    else if (req.url?.startsWith(routes.listWorkspaces.path)) res.writeHead(200, { "content-type": "text/html" }).end("<html>a login page</html>");
     else res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ items: [{ id: 1 }] }));
   });
   try {

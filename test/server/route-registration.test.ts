@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import Fastify from "fastify";
-import { routes, userApi } from "@drover/protocol";
+import { routePath, routes, userApi } from "@drover/protocol";
 import { registrar } from "@drover/server";
 
 /*
@@ -26,7 +26,7 @@ async function appWith(validateResponses: boolean, result: unknown) {
 test("with validateResponses, a result outside the response schema is a 500, not a wrong answer", async () => {
   const app = await appWith(true, { id: "pool-1", name: "p" });
   try {
-    const res = await app.inject({ method: "GET", url: "/api/v1/pools/p" });
+    const res = await app.inject({ method: "GET", url: routePath(routes.getPool, { pool: "p" }) });
     assert.equal(res.statusCode, 500);
     assert.match(res.body, /answered outside its response schema/);
   } finally {
@@ -37,7 +37,7 @@ test("with validateResponses, a result outside the response schema is a 500, not
 test("a result inside the schema is answered with the table's status and content type", async () => {
   const app = await appWith(true, { id: "pool-1", name: "p", createdAt: "2026-01-01T00:00:00.000Z" });
   try {
-    const res = await app.inject({ method: "GET", url: "/api/v1/pools/p" });
+    const res = await app.inject({ method: "GET", url: routePath(routes.getPool, { pool: "p" }) });
     assert.equal(res.statusCode, 200);
     assert.match(String(res.headers["content-type"]), /application\/json/);
   } finally {
@@ -48,7 +48,7 @@ test("a result inside the schema is answered with the table's status and content
 test("without validateResponses (production) the handler's result goes out as it is", async () => {
   const app = await appWith(false, { id: "pool-1", name: "p" });
   try {
-    assert.equal((await app.inject({ method: "GET", url: "/api/v1/pools/p" })).statusCode, 200);
+    assert.equal((await app.inject({ method: "GET", url: routePath(routes.getPool, { pool: "p" }) })).statusCode, 200);
   } finally {
     await app.close();
   }

@@ -21,7 +21,7 @@ after(() => server?.stop());
 const documentMethod = (key: string) => (key.startsWith("x-") ? key.slice(2) : key).toUpperCase();
 
 test("the server registers exactly the routes that /openapi.json documents", async () => {
-  const res = await server.api("GET", "/openapi.json");
+  const res = await server.api(routes.openapi);
   assert.equal(res.status, 200);
   const documented = Object.entries(res.body.paths as Record<string, Record<string, unknown>>).flatMap(([path, ops]) => Object.keys(ops).map((m) => `${documentMethod(m)} ${path}`));
   // Fastify adds a HEAD route for every GET by itself; those are not part of the contract.
@@ -35,9 +35,9 @@ test("the server registers exactly the routes that /openapi.json documents", asy
 });
 
 test("the document gives each route the status its handler answers", async () => {
-  const doc = (await server.api("GET", "/openapi.json")).body as { paths: Record<string, Record<string, { responses: Record<string, unknown> }>> };
-  assert.ok(doc.paths["/api/v1/pools"]?.post?.responses["201"], "POST /pools answers 201");
-  const created = await server.api("POST", "/api/v1/pools", { name: "documented" });
+  const doc = (await server.api(routes.openapi)).body as { paths: Record<string, Record<string, { responses: Record<string, unknown> }>> };
+  assert.ok(doc.paths[routes.createPool.path]?.post?.responses["201"], "POST /pools answers 201");
+  const created = await server.api(routes.createPool, { body: { name: "documented" } });
   assert.equal(created.status, 201);
   for (const [name, route] of Object.entries(routes) as [string, Route][]) {
     const method = ["GET", "POST", "PUT", "PATCH", "DELETE"].includes(route.method) ? route.method.toLowerCase() : `x-${route.method.toLowerCase()}`;

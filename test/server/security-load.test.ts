@@ -7,8 +7,8 @@ import { after, before, test } from "node:test";
 import { createGzip } from "node:zlib";
 import { rawTarGz } from "../support/archives.js";
 import { spawnDrover, type Proc } from "../support/processes.js";
-import { routes } from "@drover/protocol";
-import { client, rawCall } from "../support/typed-api.js";
+import { routePath, routes, type Route } from "@drover/protocol";
+import { client, routeCall, type RouteArgs } from "../support/typed-api.js";
 
 // Issue 13, points 1 and 2: denial of service by anonymous bodies and by hostile archives,
 // against a real `drover server` process whose memory is read from /proc.
@@ -22,16 +22,16 @@ before(async () => {
   dataDir = mkdtempSync(join(tmpdir(), "drover-sec-load-"));
   proc = spawnDrover(["server", "--port", "0", "--data-dir", dataDir], { ...process.env, DROVER_ADMIN_TOKEN: admin, DROVER_LOG_LEVEL: "warn" });
   url = (await proc.waitFor(/listening on (http:\/\/\S+)/))[1] as string;
-  await api("POST", "/api/v1/pools", { name: "load" });
-  await api("POST", "/api/v1/workspaces", { name: "load-ws", pool: "load" });
+  await api(routes.createPool, { body: { name: "load" } });
+  await api(routes.createWorkspace, { body: { name: "load-ws", pool: "load" } });
 });
 after(async () => {
   await proc?.stop();
   rmSync(dataDir, { recursive: true, force: true });
 });
 
-async function api(method: string, path: string, body?: unknown): Promise<unknown> {
-  return (await rawCall(url, method, path, admin, body)).body;
+async function api<R extends Route>(route: R, ...[input]: RouteArgs<R>): Promise<unknown> {
+  return (await routeCall(url, route, ...([{ token: admin, ...input }] as RouteArgs<R>))).body;
 }
 
 /** Peak resident memory of the server process (VmHWM), in MB. */
@@ -91,15 +91,15 @@ function anonymousUpload(method: string, path: string, totalBytes: number, conte
 }
 
 test("20 concurrent anonymous 100 MB uploads are refused unread: server RSS stays under 300 MB, /healthz keeps answering", async () => {
-  const routes: Array<[string, string, string]> = [
-    ["POST", "/api/v1/workspaces/load-ws/configuration-versions", "application/gzip"],
-    ["POST", "/api/v1/workspaces/load-ws/state", "application/json"],
-    ["PUT", "/api/agent/v1/jobs/job-0000000000000000/plan", "application/octet-stream"],
-    ["POST", "/api/agent/v1/register", "application/json"],
+  const targets: Array<[string, string, string]> = [
+    [routes.uploadConfiguration.method, routePath(routes.uploadConfiguration, { ws: "load-ws" }), routes.uploadConfiguration.body.contentType],
+    [routes.writeState.method, routePath(routes.writeState, { ws: "load-ws" }), routes.writeState.body.contentType],
+    [routes.uploadPlan.method, routePath(routes.uploadPlan, { id: "job-0000000000000000" }), routes.uploadPlan.body.contentType],
+    [routes.register.method, routePath(routes.register, {}), "application/json"],
   ];
   const health = watchHealth();
   const results = await Promise.all(Array.from({ length: 20 }, (_, i) => {
-    const [method, path, type] = routes[i % routes.length] as [string, string, string];
+    const [method, path, type] = targets[i % targets.length] as [string, string, string];
     return anonymousUpload(method, path, 100 * 1024 * 1024, type);
   }));
   const slowest = await health.stop();
@@ -137,7 +137,7 @@ test("a 1 MB archive with 1 GiB of zeros after its end marker is refused at once
   assert.ok(archive.length < 2 * 1024 * 1024, `archive is ${archive.length} bytes`);
   const health = watchHealth();
   const t0 = performance.now();
-  const res = await rawCall(url, "POST", "/api/v1/workspaces/load-ws/configuration-versions", admin, archive, { "content-type": "application/gzip" });
+  const res = await routeCall(url, routes.uploadConfiguration, { token: admin, params: { ws: "load-ws" }, body: archive });
   const body = res.body as { error: string; message: string };
   const elapsed = performance.now() - t0;
   const slowest = await health.stop();
@@ -153,7 +153,7 @@ test("non-zero data after the end marker is refused too, and a normal archive is
   const plain = (await import("node:zlib")).gunzipSync(rawTarGz([{ path: "main.tf", content: "" }]));
   const { gzipSync } = await import("node:zlib");
   const hidden = gzipSync(Buffer.concat([plain, Buffer.from("hidden payload after the marker")]));
-  const post = (body: Buffer) => rawCall(url, "POST", "/api/v1/workspaces/load-ws/configuration-versions", admin, body, { "content-type": "application/gzip" });
+  const post = (body: Buffer) => routeCall(url, routes.uploadConfiguration, { token: admin, params: { ws: "load-ws" }, body: body });
   const refused = await post(hidden);
   assert.equal(refused.status, 422);
   assert.equal((await post(rawTarGz([{ path: "main.tf", content: "" }]))).status, 201);

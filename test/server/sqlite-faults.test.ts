@@ -9,6 +9,7 @@ import BetterSqlite3 from "better-sqlite3";
 import { rawTarGz } from "../support/archives.js";
 import { call, callOk, startServerProc } from "../support/fault-runs.js";
 import { spawnDrover } from "../support/processes.js";
+import { routes } from "@drover/protocol";
 
 // SQLite: a second server on the same file, a read-only data directory and a full disk each get
 // one clear line at start (exit 2) or a coded error per request; the database is never damaged.
@@ -71,12 +72,12 @@ describe("a second server on the same SQLite file", () => {
     assert.equal(lines.length, 1, `one line:\n${second.output}`);
     assert.match(lines[0]!, new RegExp(`^drover server: another Drover server \\(pid ${first.proc.child.pid} on .*\\) is using the SQLite database .*drover\\.db`));
     // The first server is undisturbed.
-    await callOk(first.url, "POST", "/api/v1/pools", admin, { name: "still-mine" });
+    await callOk(first.url, routes.createPool, admin, { body: { name: "still-mine" } });
 
     await first.proc.stop("SIGKILL");
     assert.ok(existsSync(join(dataDir, "drover.db.lock")), "kill -9 leaves the lock file behind");
     const third = await startServerProc({ DROVER_DATA_DIR: dataDir, DROVER_ADMIN_TOKEN: admin });
-    const pools = await callOk(third.url, "GET", "/api/v1/pools", admin);
+    const pools = await callOk(third.url, routes.listPools, admin);
     assert.ok(pools.items.some((p: { name: string }) => p.name === "still-mine"));
     await third.proc.stop("SIGTERM");
     assert.ok(!existsSync(join(dataDir, "drover.db.lock")), "a clean stop removes the lock");
@@ -90,7 +91,7 @@ describe("a read-only data directory", () => {
     if ("skip" in mount) return t.skip(mount.skip);
     const dataDir = join(mount.dir, "data");
     const server = await startServerProc({ DROVER_DATA_DIR: dataDir, DROVER_ADMIN_TOKEN: admin });
-    await callOk(server.url, "POST", "/api/v1/pools", admin, { name: "before-ro" });
+    await callOk(server.url, routes.createPool, admin, { body: { name: "before-ro" } });
     await server.proc.stop("SIGTERM");
     execFileSync("mount", ["-o", "remount,ro", mount.dir], { stdio: "pipe" });
 
@@ -103,7 +104,7 @@ describe("a read-only data directory", () => {
     execFileSync("mount", ["-o", "remount,rw", mount.dir], { stdio: "pipe" });
     assert.equal(integrity(join(dataDir, "drover.db")), "ok");
     const again = await startServerProc({ DROVER_DATA_DIR: dataDir, DROVER_ADMIN_TOKEN: admin });
-    const pools = await callOk(again.url, "GET", "/api/v1/pools", admin);
+    const pools = await callOk(again.url, routes.listPools, admin);
     assert.ok(pools.items.some((p: { name: string }) => p.name === "before-ro"));
     await again.proc.stop("SIGTERM");
   });
@@ -114,7 +115,7 @@ describe("a database that turns read-only while the server runs", () => {
     const dataDir = join(tempDir(), "data");
     const server = await startServerProc({ DROVER_DATA_DIR: dataDir, DROVER_ADMIN_TOKEN: admin });
     cleanups.push(() => server.proc.child.kill("SIGKILL"));
-    await callOk(server.url, "POST", "/api/v1/pools", admin, { name: "before" });
+    await callOk(server.url, routes.createPool, admin, { body: { name: "before" } });
     // Root ignores file modes and a file system with open writers cannot be remounted read-only,
     // but an immutable file refuses writes even through descriptors already open.
     const files = ["drover.db", "drover.db-wal"].map((f) => join(dataDir, f));
@@ -124,16 +125,16 @@ describe("a database that turns read-only while the server runs", () => {
       return t.skip(`chattr +i is not available here: ${String(err).split("\n")[0]}`);
     }
     cleanups.push(() => execFileSync("chattr", ["-i", ...files], { stdio: "pipe" }));
-    const refused = await call(server.url, "POST", "/api/v1/pools", admin, { name: "during" });
+    const refused = await call(server.url, routes.createPool, admin, { body: { name: "during" } });
     assert.equal(refused.status, 503, JSON.stringify(refused.body));
     assert.equal(refused.body.error, "database_read_only");
     assert.match(refused.body.message, /cannot be written|writing the database .* failed/);
     assert.ok(Number(refused.headers.get("retry-after")) > 0);
-    assert.equal((await call(server.url, "GET", "/api/v1/pools", admin)).status, 200, "reads still work");
+    assert.equal((await call(server.url, routes.listPools, admin)).status, 200, "reads still work");
     assert.equal(server.proc.child.exitCode, null, "the server stays up");
 
     execFileSync("chattr", ["-i", ...files], { stdio: "pipe" });
-    const after = await call(server.url, "POST", "/api/v1/pools", admin, { name: "after" });
+    const after = await call(server.url, routes.createPool, admin, { body: { name: "after" } });
     assert.equal(after.status, 201, `writes resume without a restart: ${JSON.stringify(after.body)}`);
     await server.proc.stop("SIGTERM");
     assert.equal(integrity(join(dataDir, "drover.db")), "ok");
@@ -152,8 +153,8 @@ describe("a full data directory", () => {
     const ballast = join(mount.dir, "ballast");
     const server = await startServerProc({ DROVER_DATA_DIR: dataDir, DROVER_ADMIN_TOKEN: admin });
     cleanups.push(() => server.proc.child.kill("SIGKILL"));
-    await callOk(server.url, "POST", "/api/v1/pools", admin, { name: "full" });
-    await callOk(server.url, "POST", "/api/v1/workspaces", admin, { name: "full", pool: "full" });
+    await callOk(server.url, routes.createPool, admin, { body: { name: "full" } });
+    await callOk(server.url, routes.createWorkspace, admin, { body: { name: "full", pool: "full" } });
     // Most of the space goes to a file the test can delete later.
     writeFileSync(ballast, randomBytes(1536 * 1024));
 
@@ -161,7 +162,7 @@ describe("a full data directory", () => {
     let refused: Awaited<ReturnType<typeof call>> | undefined;
     for (let i = 0; i < 40 && !refused; i++) {
       const archive = rawTarGz([{ path: "main.tf", content: randomBytes(192 * 1024).toString("base64") }]);
-      const res = await call(server.url, "POST", "/api/v1/workspaces/full/configuration-versions", admin, archive, "application/gzip");
+      const res = await call(server.url, routes.uploadConfiguration, admin, { params: { ws: "full" }, body: archive });
       if (res.status === 201) stored++;
       else refused = res;
     }
@@ -171,10 +172,10 @@ describe("a full data directory", () => {
     assert.match(refused.body.message, /the data directory .* is full .*free space there/);
     assert.ok(Number(refused.headers.get("retry-after")) > 0);
     assert.equal(server.proc.child.exitCode, null, "the server stays up");
-    assert.equal((await call(server.url, "GET", "/api/v1/workspaces/full", admin)).status, 200, "reads still work");
+    assert.equal((await call(server.url, routes.getWorkspace, admin, { params: { ws: "full" } })).status, 200, "reads still work");
 
     rmSync(ballast);
-    const after = await call(server.url, "POST", "/api/v1/workspaces/full/configuration-versions", admin, rawTarGz([{ path: "main.tf", content: "" }]), "application/gzip");
+    const after = await call(server.url, routes.uploadConfiguration, admin, { params: { ws: "full" }, body: rawTarGz([{ path: "main.tf", content: "" }]) });
     assert.equal(after.status, 201, `writes resume without a restart: ${JSON.stringify(after.body)}`);
     await server.proc.stop("SIGTERM");
 

@@ -500,6 +500,69 @@ for (const backend of backends) {
       assert.equal((await store.getRun(ctx, run.id)).status, "canceled");
     });
 
+    test("lifecycle: the store refuses a job transition the table does not allow and leaves the job as it was", async () => {
+      const { ws, cv, agent } = await fixture();
+      const run = await newRun(ws.id, cv.id);
+      const a = await claim(agent);
+      const row = await jobRow(a);
+      assert.equal(row.status, "assigned");
+      const move = (from: store.JobRow, to: store.JobRow["status"]) => db.kysely.transaction().execute((trx) => store.moveJob(ctx, trx, from, to));
+      const err = await rejectsWith(move(row, "succeeded"), "invalid_transition");
+      assert.match(err.message, /assigned and cannot become succeeded: from assigned it may only become/);
+      assert.equal((await jobRow(a)).status, "assigned");
+      await store.startJob(ctx, row);
+      await store.finishJob(ctx, await jobRow(a), "failed", "boom");
+      const [ended] = await store.listRunJobs(ctx, run.id);
+      assert.equal(ended?.status, "failed");
+      const finished = { ...row, status: "failed" as const };
+      for (const to of ["queued", "running", "succeeded", "canceled"] as const) await rejectsWith(move(finished, to), "invalid_transition");
+      assert.equal((await store.getJob(ctx, row.id)).status, "failed");
+      // A legal move of a row that changed since it was read does not happen (another process won).
+      assert.equal(await move({ ...row, status: "running" }, "succeeded"), false);
+      assert.equal((await store.getJob(ctx, row.id)).status, "failed");
+    });
+
+    test("job tokens: retired when the job stops being leased, kept for the retention, then deleted in batches within a deadline", async () => {
+      const { ws, cv, agent } = await fixture();
+      await newRun(ws.id, cv.id, { planOnly: true });
+      const tokenRows = (jobId: string) => db.kysely.selectFrom("job_tokens").select(["attempt", "retired_at"]).where("job_id", "=", jobId).orderBy("attempt").execute();
+      const first = await claim(agent);
+      assert.deepEqual(await tokenRows(first.jobId), [{ attempt: 1, retired_at: null }], "the current token is not retired");
+      // The lease lapses before the job starts: requeued, its token retired but still known.
+      clock += ctx.settings.leaseTtlMs + 1;
+      await store.expireLeases(ctx);
+      const requeuedAt = clock;
+      assert.deepEqual(await tokenRows(first.jobId), [{ attempt: 1, retired_at: requeuedAt }]);
+      const second = await claim(agent);
+      await rejectsWith(store.authenticateJobToken(ctx, first.jobToken), "stale_attempt");
+      await store.startJob(ctx, await jobRow(second));
+      clock += 1000;
+      await store.finishJob(ctx, await jobRow(second), "succeeded", null);
+      const finishedAt = clock;
+      assert.deepEqual(await tokenRows(first.jobId), [{ attempt: 1, retired_at: requeuedAt }, { attempt: 2, retired_at: finishedAt }]);
+      await rejectsWith(store.authenticateJobToken(ctx, second.jobToken), "job_finished");
+
+      const retention = 60_000;
+      // Within the retention nothing goes, and the finished job's token still says why it stopped.
+      clock = finishedAt + retention - 1;
+      await store.deleteRetiredJobTokens(ctx, retention);
+      assert.equal((await tokenRows(first.jobId)).length, 1, "the requeued attempt's token is past its retention");
+      await rejectsWith(store.authenticateJobToken(ctx, second.jobToken), "job_finished");
+      clock = finishedAt + retention + 1;
+      await store.deleteRetiredJobTokens(ctx, retention);
+      assert.deepEqual(await tokenRows(first.jobId), []);
+      await rejectsWith(store.authenticateJobToken(ctx, second.jobToken), "unauthorized");
+
+      // A backlog is deleted a batch at a time; a passed deadline stops after the first batch.
+      const backlog = Array.from({ length: 5 }, (_, i) => ({ token_hash: unique(`backlog-${i}-`), job_id: first.jobId, attempt: 100 + i, created_at: 0, retired_at: 0 }));
+      await db.kysely.insertInto("job_tokens").values(backlog).execute();
+      const stepping = { ...ctx, now: () => (clock += 10) };
+      assert.equal(await store.deleteRetiredJobTokens(stepping, retention, { batch: 2, deadlineMs: 0 }), 2);
+      assert.equal((await tokenRows(first.jobId)).length, 3);
+      assert.equal(await store.deleteRetiredJobTokens(ctx, retention, { batch: 2 }), 3);
+      assert.deepEqual(await tokenRows(first.jobId), []);
+    });
+
     test("variables: sensitive values are write-only except for the job", async () => {
       const { ws } = await fixture();
       await store.setVariable(ctx, ws.id, "region", { value: "eu", kind: "terraform", sensitive: false });

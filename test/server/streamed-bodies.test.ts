@@ -8,6 +8,7 @@ import { join } from "node:path";
 import { after, describe, test } from "node:test";
 import { backends, createTestDatabase, type TestDatabase } from "../support/databases.js";
 import { call, callOk, eventually, startServerProc, type ServerProc } from "../support/fault-runs.js";
+import { routePath, routes, type Route } from "@drover/protocol";
 
 // Issue 13 point 1, authenticated side: large bodies stream to disk and into the store a chunk
 // at a time. A real `drover server` process takes a 200 MB state and a 200 MB plan file with
@@ -66,8 +67,8 @@ interface Sent {
  */
 function send(
   url: string,
-  method: string,
-  path: string,
+  route: Route,
+  params: Record<string, string>,
   pieces: Iterable<Buffer>,
   options: { token: string; contentType: string; length?: number; stopAfter?: number; abortAfter?: number; beforeAbort?: () => Promise<void> },
 ): Promise<Sent> {
@@ -76,7 +77,8 @@ function send(
     let finished = false;
     const headers: Record<string, string> = { authorization: `Bearer ${options.token}`, "content-type": options.contentType };
     if (options.length !== undefined) headers["content-length"] = String(options.length);
-    const req = request(url + path, { method, headers });
+    // node:http rather than the typed client: the test controls how the body is written, paused and cut.
+    const req = request(url + routePath(route, params), { method: route.method, headers });
     req.flushHeaders();
     const finish = (r: Omit<Sent, "sent">) => {
       if (finished) return;
@@ -120,9 +122,10 @@ function send(
 }
 
 /** Downloads `path` as a stream; returns its status, size and SHA-256. */
-function download(url: string, path: string, token: string): Promise<{ status: number; size: number; sha256: string }> {
+function download(url: string, route: Route, params: Record<string, string>, token: string): Promise<{ status: number; size: number; sha256: string }> {
   return new Promise((resolve, reject) => {
-    const req = request(url + path, { headers: { authorization: `Bearer ${token}` } }, (res) => {
+    // node:http rather than the typed client: the body is hashed as it streams, never held whole.
+    const req = request(url + routePath(route, params), { method: route.method, headers: { authorization: `Bearer ${token}` } }, (res) => {
       const hash = createHash("sha256");
       let size = 0;
       res.on("data", (d: Buffer) => {
@@ -149,12 +152,12 @@ function sha256Of(pieces: Iterable<Buffer>): { sha256: string; size: number } {
 
 /** Registers an agent and takes the plan job of a new run in `ws`; returns the job's id and token. */
 async function planJob(server: ServerProc, pool: string, ws: string): Promise<{ id: string; token: string }> {
-  const poolToken = (await callOk(server.url, "POST", `/api/v1/pools/${pool}/tokens`, admin, { description: "streamed" })).token as string;
-  const session = (await callOk(server.url, "POST", "/api/agent/v1/register", poolToken, { name: `a-${ws}`, version: "test", driver: "local", capacity: 1 })).sessionToken as string;
+  const poolToken = (await callOk(server.url, routes.createPoolToken, admin, { params: { pool }, body: { description: "streamed" } })).token as string;
+  const session = (await callOk(server.url, routes.register, poolToken, { body: { name: `a-${ws}`, version: "test", driver: "local", capacity: 1 } })).sessionToken as string;
   const tiny = (await import("../support/archives.js")).rawTarGz([{ path: "main.tf", content: "" }]);
-  const cv = await callOk(server.url, "POST", `/api/v1/workspaces/${ws}/configuration-versions`, admin, tiny, "application/gzip");
-  await callOk(server.url, "POST", "/api/v1/runs", admin, { workspace: ws, configurationVersionId: cv.id });
-  const next = await callOk(server.url, "POST", "/api/agent/v1/jobs/next?wait=10000", session);
+  const cv = await callOk(server.url, routes.uploadConfiguration, admin, { params: { ws }, body: tiny });
+  await callOk(server.url, routes.createRun, admin, { body: { workspace: ws, configurationVersionId: cv.id } });
+  const next = await callOk(server.url, routes.pollJob, session, { query: { wait: 10000 } });
   assert.ok(next.job, "the plan job is handed out");
   return { id: next.job.jobId as string, token: next.job.jobToken as string };
 }
@@ -182,26 +185,26 @@ for (const backend of backends) {
       server = await startServerProc(env);
       const started = server;
       cleanups.push(() => started.proc.stop());
-      await callOk(server.url, "POST", "/api/v1/pools", admin, { name: "big" });
-      await callOk(server.url, "POST", "/api/v1/workspaces", admin, { name: "big", pool: "big" });
+      await callOk(server.url, routes.createPool, admin, { body: { name: "big" } });
+      await callOk(server.url, routes.createWorkspace, admin, { body: { name: "big", pool: "big" } });
       // Warm up every code path the big upload takes, so the baseline includes them.
       const small = [...bigState(1, 2)];
-      const warm = await send(server.url, "POST", "/api/v1/workspaces/big/state", small, { token: admin, contentType: "application/json" });
+      const warm = await send(server.url, routes.writeState, { ws: "big" }, small, { token: admin, contentType: "application/json" });
       assert.equal(warm.status, 200, JSON.stringify(warm));
-      assert.equal((await download(server.url, "/api/v1/workspaces/big/state", admin)).sha256, sha256Of(small).sha256);
+      assert.equal((await download(server.url, routes.readState, { ws: "big" }, admin)).sha256, sha256Of(small).sha256);
       baseline = peakRssMb(server.proc.child.pid!);
     });
 
     test("a 200 MB state is stored and served with the server's peak memory growing < 100 MB, byte-identical", async () => {
       Object.assign(state, sha256Of(bigState(2, 200)));
-      const res = await send(server.url, "POST", "/api/v1/workspaces/big/state", bigState(2, 200), { token: admin, contentType: "application/json", length: state.size });
+      const res = await send(server.url, routes.writeState, { ws: "big" }, bigState(2, 200), { token: admin, contentType: "application/json", length: state.size });
       assert.equal(res.status, 200, JSON.stringify(res));
       const afterUpload = peakRssMb(server.proc.child.pid!);
-      const got = await download(server.url, "/api/v1/workspaces/big/state", admin);
+      const got = await download(server.url, routes.readState, { ws: "big" }, admin);
       const afterDownload = peakRssMb(server.proc.child.pid!);
       console.log(`${backend}: ${(state.size / mb).toFixed(0)} MB state; peak RSS ${baseline.toFixed(0)} MB before, ${afterUpload.toFixed(0)} MB after the upload, ${afterDownload.toFixed(0)} MB after the download`);
       assert.deepEqual({ status: got.status, size: got.size, sha256: got.sha256 }, { status: 200, size: state.size, sha256: state.sha256 });
-      const versions = await callOk(server.url, "GET", "/api/v1/workspaces/big/state-versions", admin);
+      const versions = await callOk(server.url, routes.listStateVersions, admin, { params: { ws: "big" } });
       assert.equal(versions.items[0].serial, 2);
       assert.equal(versions.items[0].size, state.size);
       assert.ok(afterUpload - baseline < 100, `the upload grew peak RSS by ${(afterUpload - baseline).toFixed(0)} MB`);
@@ -212,9 +215,9 @@ for (const backend of backends) {
     test("a 200 MB plan file goes up and comes back byte-identical, peak memory growing < 100 MB", async () => {
       const job = await planJob(server, "big", "big");
       const plan = sha256Of(bytesOf(200, 7));
-      const res = await send(server.url, "PUT", `/api/agent/v1/jobs/${job.id}/plan`, bytesOf(200, 7), { token: job.token, contentType: "application/octet-stream", length: plan.size });
+      const res = await send(server.url, routes.uploadPlan, { id: job.id }, bytesOf(200, 7), { token: job.token, contentType: "application/octet-stream", length: plan.size });
       assert.equal(res.status, 204, JSON.stringify(res));
-      const got = await download(server.url, `/api/agent/v1/jobs/${job.id}/plan`, job.token);
+      const got = await download(server.url, routes.downloadPlan, { id: job.id }, job.token);
       const peak = peakRssMb(server.proc.child.pid!);
       console.log(`${backend}: 200 MB plan file; peak RSS ${peak.toFixed(0)} MB`);
       assert.deepEqual(got, { status: 200, size: plan.size, sha256: plan.sha256 });
@@ -223,8 +226,8 @@ for (const backend of backends) {
     });
 
     test("an upload aborted mid-body leaves no file behind and the state as it was", async () => {
-      const versionsBefore = (await callOk(server.url, "GET", "/api/v1/workspaces/big/state-versions", admin)).items.length;
-      const res = await send(server.url, "POST", "/api/v1/workspaces/big/state", bigState(3, 50), {
+      const versionsBefore = (await callOk(server.url, routes.listStateVersions, admin, { params: { ws: "big" } })).items.length;
+      const res = await send(server.url, routes.writeState, { ws: "big" }, bigState(3, 50), {
         token: admin,
         contentType: "application/json",
         length: 51 * mb,
@@ -234,25 +237,25 @@ for (const backend of backends) {
       });
       assert.equal(res.error, "aborted by the test");
       await eventually("the spooled body removed", async () => (leftovers(dataDir).length === 0 ? true : undefined), 30_000);
-      const got = await download(server.url, "/api/v1/workspaces/big/state", admin);
+      const got = await download(server.url, routes.readState, { ws: "big" }, admin);
       assert.equal(got.sha256, state.sha256, "the current state is the one before the aborted upload");
-      assert.equal((await callOk(server.url, "GET", "/api/v1/workspaces/big/state-versions", admin)).items.length, versionsBefore);
+      assert.equal((await callOk(server.url, routes.listStateVersions, admin, { params: { ws: "big" } })).items.length, versionsBefore);
     });
 
     test("an over-limit body is refused while it streams (413 before the body ends) and a declared one before it is read", async () => {
       // Chunked, so only counting can tell: the client stops 2 MiB past the 100 MiB limit and waits.
-      const streamed = await send(server.url, "POST", "/api/v1/workspaces/big/configuration-versions", bytesOf(1000, 0), { token: admin, contentType: "application/gzip", stopAfter: 102 * mb });
+      const streamed = await send(server.url, routes.uploadConfiguration, { ws: "big" }, bytesOf(1000, 0), { token: admin, contentType: "application/gzip", stopAfter: 102 * mb });
       assert.equal(streamed.status, 413, JSON.stringify(streamed));
       assert.equal(streamed.body.error, "payload_too_large");
       assert.match(streamed.body.message, /limit is \d+ bytes/);
       assert.ok(streamed.sent <= 102 * mb, "the answer came before the client sent the rest");
       await eventually("the spooled body removed", async () => (leftovers(dataDir).length === 0 ? true : undefined), 30_000);
 
-      const declared = await send(server.url, "POST", "/api/v1/workspaces/big/state", bytesOf(1, 0), { token: admin, contentType: "application/json", length: 300 * mb, stopAfter: 0 });
+      const declared = await send(server.url, routes.writeState, { ws: "big" }, bytesOf(1, 0), { token: admin, contentType: "application/json", length: 300 * mb, stopAfter: 0 });
       assert.equal(declared.status, 413, JSON.stringify(declared));
       assert.equal(declared.body.error, "payload_too_large");
       assert.deepEqual(leftovers(dataDir), []);
-      assert.equal((await download(server.url, "/api/v1/workspaces/big/state", admin)).sha256, state.sha256);
+      assert.equal((await download(server.url, routes.readState, { ws: "big" }, admin)).sha256, state.sha256);
     });
   });
 }
@@ -270,17 +273,17 @@ describe("a data directory that fills up during an upload", () => {
     const dataDir = join(mount, "data");
     const server = await startServerProc({ DROVER_DATA_DIR: dataDir, DROVER_ADMIN_TOKEN: admin, DROVER_LOG_LEVEL: "warn" });
     cleanups.push(() => server.proc.stop());
-    await callOk(server.url, "POST", "/api/v1/pools", admin, { name: "full" });
-    await callOk(server.url, "POST", "/api/v1/workspaces", admin, { name: "full", pool: "full" });
+    await callOk(server.url, routes.createPool, admin, { body: { name: "full" } });
+    await callOk(server.url, routes.createWorkspace, admin, { body: { name: "full", pool: "full" } });
     const size = sha256Of(bigState(1, 40)).size;
-    const res = await send(server.url, "POST", "/api/v1/workspaces/full/state", bigState(1, 40), { token: admin, contentType: "application/json", length: size });
+    const res = await send(server.url, routes.writeState, { ws: "full" }, bigState(1, 40), { token: admin, contentType: "application/json", length: size });
     assert.equal(res.status, 507, JSON.stringify(res));
     assert.equal(res.body.error, "storage_full");
     assert.match(res.body.message, /the data directory .* is full .*free space there/);
     assert.deepEqual(leftovers(dataDir), [], "the partial body is removed");
     const small = [...bigState(1, 1)];
-    const again = await send(server.url, "POST", "/api/v1/workspaces/full/state", small, { token: admin, contentType: "application/json" });
+    const again = await send(server.url, routes.writeState, { ws: "full" }, small, { token: admin, contentType: "application/json" });
     assert.equal(again.status, 200, JSON.stringify(again));
-    assert.equal((await call(server.url, "GET", "/api/v1/workspaces/full/state", admin)).status, 200);
+    assert.equal((await call(server.url, routes.readState, admin, { params: { ws: "full" } })).status, 200);
   });
 });

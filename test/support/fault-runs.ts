@@ -3,7 +3,8 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { rawTarGz } from "./archives.js";
 import { spawnDrover, type Proc } from "./processes.js";
-import { rawCall, readPhaseLog, type ApiResponse } from "./typed-api.js";
+import { readPhaseLog, routeCall, type ApiResponse, type RouteArgs } from "./typed-api.js";
+import { routes, type Route } from "@drover/protocol";
 
 /*
  * Fault tests' building blocks: real `drover server` and `drover agent run` processes, and an
@@ -14,15 +15,15 @@ import { rawCall, readPhaseLog, type ApiResponse } from "./typed-api.js";
 
 export type { ApiResponse };
 
-/** Calls `url + path` with a bearer token; never throws on an HTTP error status. */
-export async function call(url: string, method: string, path: string, token: string, body?: unknown, contentType = "application/json"): Promise<ApiResponse> {
-  return rawCall(url, method, path, token, body, body === undefined ? {} : { "content-type": contentType });
+/** Calls a route of `url` with a bearer token; never throws on an HTTP error status. */
+export async function call<R extends Route>(url: string, route: R, token: string, ...[input]: RouteArgs<R>): Promise<ApiResponse> {
+  return routeCall(url, route, ...([{ token, ...input }] as RouteArgs<R>));
 }
 
 /** Like `call`, but a status ≥ 300 throws with the body. */
-export async function callOk(url: string, method: string, path: string, token: string, body?: unknown, contentType?: string): Promise<any> {
-  const res = await call(url, method, path, token, body, contentType);
-  if (res.status >= 300) throw new Error(`${method} ${path}: ${res.status} ${JSON.stringify(res.body)}`);
+export async function callOk<R extends Route>(url: string, route: R, token: string, ...input: RouteArgs<R>): Promise<any> {
+  const res = await call(url, route, token, ...input);
+  if (res.status >= 300) throw new Error(`${route.method} ${route.path}: ${res.status} ${JSON.stringify(res.body)}`);
   return res.body;
 }
 
@@ -75,7 +76,7 @@ export async function startAgentProc(options: { serverUrl: string; adminToken: s
   const proc = spawnDrover(["agent", "run"], env);
   await eventually(`agent ${options.name} to register`, async () => {
     if (proc.child.exitCode !== null) throw new Error(`agent ${options.name} exited:\n${proc.output()}`);
-    const listed = await callOk(options.serverUrl, "GET", `/api/v1/agents?pool=${options.pool}`, options.adminToken);
+    const listed = await callOk(options.serverUrl, routes.listAgents, options.adminToken, { query: { pool: options.pool } });
     return listed.items.some((a: any) => a.name === options.name && a.status !== "offline") ? true : undefined;
   });
   return proc;
@@ -95,9 +96,9 @@ export function gatedApplyConfig(gate: string, marker: string): string {
 
 /** Creates a workspace in `pool` and starts an auto-applied run of `mainTf`; returns the run id. */
 export async function startGatedRun(url: string, token: string, pool: string, workspace: string, mainTf: string): Promise<string> {
-  await callOk(url, "POST", "/api/v1/workspaces", token, { name: workspace, pool });
-  const cv = await callOk(url, "POST", `/api/v1/workspaces/${workspace}/configuration-versions`, token, rawTarGz([{ path: "main.tf", content: mainTf }]), "application/gzip");
-  const run = await callOk(url, "POST", "/api/v1/runs", token, { workspace, configurationVersionId: cv.id, autoApply: true });
+  await callOk(url, routes.createWorkspace, token, { body: { name: workspace, pool } });
+  const cv = await callOk(url, routes.uploadConfiguration, token, { params: { ws: workspace }, body: rawTarGz([{ path: "main.tf", content: mainTf }]) });
+  const run = await callOk(url, routes.createRun, token, { body: { workspace, configurationVersionId: cv.id, autoApply: true } });
   return run.id as string;
 }
 
@@ -106,7 +107,7 @@ export async function waitForRunStatus(url: string, token: string, runId: string
   return eventually(
     `run ${runId} to be ${statuses.join("|")}`,
     async () => {
-      const res = await call(url, "GET", `/api/v1/runs/${runId}`, token);
+      const res = await call(url, routes.getRun, token, { params: { id: runId } });
       if (res.status === 200 && ["errored", "canceled", "discarded"].includes(res.body.status) && !statuses.includes(res.body.status)) {
         throw new Error(`run ended ${res.body.status}: ${res.body.errorMessage}`);
       }
@@ -143,7 +144,7 @@ export function assertWholeTicks(log: string): number {
 
 /** Asserts every job of the run ran in exactly one attempt and the provisioner started once. */
 export async function assertRanOnce(url: string, token: string, runId: string, marker: string): Promise<void> {
-  const jobs = await callOk(url, "GET", `/api/v1/runs/${runId}/jobs`, token);
+  const jobs = await callOk(url, routes.listRunJobs, token, { params: { id: runId } });
   for (const job of jobs.items) assert.equal(job.attempt, 1, `the ${job.phase} job ran in one attempt`);
   assert.equal(readFileSync(marker, "utf8"), "started\n", "the provisioner ran once");
 }

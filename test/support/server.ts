@@ -2,15 +2,16 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pino } from "pino";
-import { rawCall } from "./typed-api.js";
+import { routeCall, type ApiResponse, type RouteArgs } from "./typed-api.js";
+import type { Route } from "@drover/protocol";
 import { loadServerConfig, startServer, type AppOptions, type RunningServer } from "@drover/server";
 
 /** A real server on a random port, plus a tiny JSON client for its user API. */
 export interface TestServer extends RunningServer {
   adminToken: string;
   dataDir: string;
-  /** Calls the user API with the admin token; returns status and parsed JSON (or text). */
-  api(method: string, path: string, body?: unknown, headers?: Record<string, string>): Promise<{ status: number; body: any; headers: Headers }>;
+  /** Calls a route with the admin token (unless the input names another); returns status and parsed JSON (or text). */
+  api<R extends Route>(route: R, ...input: RouteArgs<R>): Promise<ApiResponse>;
   stop(): Promise<void>;
 }
 
@@ -20,7 +21,7 @@ export async function startTestServer(env: Record<string, string> = {}, options:
   const config = loadServerConfig({ env: { DROVER_DATA_DIR: dataDir, DROVER_PORT: "0", DROVER_ADMIN_TOKEN: "drv_u_test-admin.0123456789abcdefghij0123456789ab", DROVER_SWEEP_INTERVAL_MS: "200", ...env } });
   const server = await startServer(config, { logger: pino({ level: process.env.DROVER_TEST_LOG_LEVEL ?? "silent" }), validateResponses: true, ...options });
   const adminToken = server.adminToken ?? "";
-  const api: TestServer["api"] = (method, path, body, headers = {}) => rawCall(server.url, method, path, adminToken, body, headers);
+  const api: TestServer["api"] = (route, ...[input]) => routeCall(server.url, route, ...([{ token: adminToken, ...input }] as RouteArgs<typeof route>));
   return {
     ...server,
     adminToken,

@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { runDrover, spawnDrover, type Proc } from "./processes.js";
 import { startTestServer, type TestServer } from "./server.js";
 import { readPhaseLog } from "./typed-api.js";
+import { routes } from "@drover/protocol";
 
 /** A real server with a pool, its token, and helpers to start real agents and run the real CLI. */
 export interface Stack {
@@ -28,8 +29,8 @@ export async function startStack(serverEnv: Record<string, string> = {}): Promis
   const tfrc = join(dir, "terraformrc");
   writeFileSync(tfrc, "");
   const pool = "e2e";
-  await server.api("POST", "/api/v1/pools", { name: pool });
-  const tok = await server.api("POST", `/api/v1/pools/${pool}/tokens`, { description: "e2e" });
+  await server.api(routes.createPool, { body: { name: pool } });
+  const tok = await server.api(routes.createPoolToken, { params: { pool }, body: { description: "e2e" } });
   const baseEnv: NodeJS.ProcessEnv = {
     ...process.env,
     TF_CLI_CONFIG_FILE: tfrc,
@@ -63,7 +64,7 @@ export async function startStack(serverEnv: Record<string, string> = {}): Promis
       // Registered once the server lists it.
       const deadline = Date.now() + 20_000;
       for (;;) {
-        const listed = await server.api("GET", `/api/v1/agents?pool=${pool}`);
+        const listed = await server.api(routes.listAgents, { query: { pool } });
         if (listed.body.items.some((a: any) => a.name === name && a.status !== "offline")) return proc;
         if (proc.child.exitCode !== null || Date.now() > deadline) throw new Error(`agent ${name} did not register:\n${proc.output()}`);
         await new Promise((r) => setTimeout(r, 50));
@@ -80,7 +81,7 @@ export async function startStack(serverEnv: Record<string, string> = {}): Promis
     async waitForRun(runId, statuses, timeoutMs = 90_000) {
       const deadline = Date.now() + timeoutMs;
       for (;;) {
-        const run = (await server.api("GET", `/api/v1/runs/${runId}`)).body;
+        const run = (await server.api(routes.getRun, { params: { id: runId } })).body;
         if (statuses.includes(run.status)) return run;
         if (Date.now() > deadline) throw new Error(`run ${runId} is ${run.status}, expected ${statuses.join("|")}`);
         await new Promise((r) => setTimeout(r, 100));

@@ -1,9 +1,11 @@
-import { DroverClient, routes, type Phase } from "@drover/protocol";
+import { DroverClient, routePath, routes, type BodyOf, type ParamsOf, type Phase, type QueryOf, type Route } from "@drover/protocol";
 
 /*
- * The tests' HTTP calls, all through the protocol's typed client: `client()` for calls of the
- * route table, `rawCall()` for the requests a test builds by hand on purpose (malformed bodies,
- * wrong tokens, paths outside the table), answered whatever their status.
+ * The tests' HTTP calls, all through the protocol's typed client and the route table, so a
+ * route's path is written once: `client()` for typed calls that throw on failure,
+ * `routeCall()` for a route answered whatever its status (tests of refusals), and `rawCall()`
+ * only for requests outside the table on purpose (unknown paths, attacks); an eslint rule keeps
+ * `/api/...` path literals out of tests and the bench.
  */
 
 /** A JSON (or text, or empty) answer, headers as a fetch-style `Headers`. */
@@ -24,6 +26,36 @@ export function client(baseUrl: string, token?: string): DroverClient {
     clients.set(key, c);
   }
   return c;
+}
+
+type Nothing = Record<never, never>;
+
+/** What a test sends to a route: its params, query and body from the table, plus a token. */
+export type RouteInput<R extends Route> = {
+  /** Bearer token of this call. */
+  token?: string | undefined;
+  headers?: Record<string, string>;
+  query?: QueryOf<R>;
+  /** A JSON route's body; a raw route also takes text. */
+  body?: BodyOf<R> | (R["body"] extends { kind: "raw" } ? string : never);
+  /** A body outside the route's contract, sent as it is on purpose (bad-input tests); replaces `body`. */
+  invalidBody?: unknown;
+} & (Nothing extends ParamsOf<R> ? { params?: ParamsOf<R> } : { params: ParamsOf<R> });
+
+/** The optional or required input argument of a route call. */
+export type RouteArgs<R extends Route> = Nothing extends RouteInput<R> ? [input?: RouteInput<R>] : [input: RouteInput<R>];
+
+/** Calls a route of the table, answered whatever its status; the body is parsed as in `rawCall`. */
+export async function routeCall<R extends Route>(baseUrl: string, route: R, ...[input]: RouteArgs<R>): Promise<ApiResponse> {
+  const given = (input ?? {}) as { token?: string; headers?: Record<string, string>; params?: Record<string, string>; query?: Record<string, unknown>; body?: unknown; invalidBody?: unknown };
+  let path = routePath(route, given.params ?? {});
+  const query = new URLSearchParams();
+  for (const [key, value] of Object.entries(given.query ?? {})) if (value !== undefined) query.set(key, String(value));
+  if ([...query.keys()].length > 0) path += `?${query.toString()}`;
+  const headers: Record<string, string> = { ...given.headers };
+  const body = "invalidBody" in given ? given.invalidBody : given.body;
+  if (route.body.kind === "raw" && (Buffer.isBuffer(body) || typeof body === "string")) headers["content-type"] ??= route.body.contentType;
+  return rawCall(baseUrl, route.method, path, given.token, body, headers);
 }
 
 /**

@@ -1,4 +1,4 @@
-import { containsSecret, DroverError, noopTracer, redactText, secretForms, versionSatisfies, type JobAssignment, type JobOutcome, type Output, type RunTracer, type SpanHandle } from "@drover/protocol";
+import { containsSecret, DroverError, jobTakenAway, noopTracer, redactText, secretForms, versionSatisfies, type JobAssignment, type JobOutcome, type Output, type RunTracer, type SpanHandle } from "@drover/protocol";
 import { closeSync, constants, existsSync, mkdirSync, openSync, readFileSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { join, relative, resolve } from "node:path";
 import type { Logger } from "pino";
@@ -275,11 +275,12 @@ export class JobRun {
         if (hb.cancelRequested) this.cancel();
       } catch (err) {
         if (this.abort.signal.aborted) return;
-        if (err instanceof DroverError && (err.code === "stale_attempt" || err.code === "job_finished")) {
-          // The server gave this job to someone else (our lease lapsed): stop writing at once.
+        const gone = jobTakenAway(err);
+        if (gone) {
+          // The server gave this job to someone else (our lease lapsed) or ended it: stop writing at once.
           this.lost = true;
           this.work.abort();
-          this.logger.warn({ job: this.id, err: err.message }, "lost the job's lease; killing it");
+          this.logger.warn({ job: this.id, err: err instanceof Error ? err.message : String(err), ...gone }, "lost the job's lease; killing it");
           this.kill();
           return;
         }

@@ -40,12 +40,39 @@ export const terminalRunStatuses: readonly RunStatus[] = (Object.keys(runTransit
 /** Job statuses after which the job holds nothing (its token and lease are gone). */
 export const finishedJobStatuses: readonly JobStatus[] = (Object.keys(jobTransitions) as JobStatus[]).filter((s) => jobTransitions[s].length === 0);
 
+/** Job statuses in which an agent holds the job: its lease and its job token are live. */
+export const leasedJobStatuses: readonly JobStatus[] = ["assigned", "running"];
+/** Job statuses of a job not yet finished: queued, or held by an agent. */
+export const unfinishedJobStatuses: readonly JobStatus[] = (Object.keys(jobTransitions) as JobStatus[]).filter((s) => jobTransitions[s].length > 0);
+
+/** Whether nothing more happens to a run in this status. */
 export function isTerminalRun(status: RunStatus): boolean {
   return runTransitions[status].length === 0;
 }
 
+/** Whether a job in this status is over: no agent may act on it any more. */
 export function isFinishedJob(status: JobStatus): boolean {
   return jobTransitions[status].length === 0;
+}
+
+/** Whether an agent holds a job in this status (its lease and token are live). */
+export function isLeasedJob(status: JobStatus): boolean {
+  return leasedJobStatuses.includes(status);
+}
+
+/**
+ * What a refused job call tells the agent holding the job: `superseded` (its lease lapsed and
+ * another attempt holds the job) or `finished` (the server ended it, in `status` when the server
+ * said, e.g. canceled by a force-cancel or errored when its pool token was revoked). Undefined
+ * for any other failure: the job may still be the agent's.
+ */
+export function jobTakenAway(err: unknown): { why: "superseded" } | { why: "finished"; status: JobStatus | undefined } | undefined {
+  if (!(err instanceof DroverError)) return undefined;
+  if (err.code === "stale_attempt") return { why: "superseded" };
+  if (err.code !== "job_finished") return undefined;
+  const status = err.details?.status;
+  const known = typeof status === "string" && status in jobTransitions ? (status as JobStatus) : undefined;
+  return { why: "finished", status: known !== undefined && isFinishedJob(known) ? known : undefined };
 }
 
 /** A run waiting for a user's decision (confirm or discard): followers stop there too. */
@@ -63,5 +90,6 @@ export function assertRunTransition(runId: string, from: RunStatus, to: RunStatu
 /** Throws invalid_transition unless a job may go from `from` to `to`. */
 export function assertJobTransition(jobId: string, from: JobStatus, to: JobStatus): void {
   if (jobTransitions[from].includes(to)) return;
-  throw new DroverError("invalid_transition", `job ${jobId} is ${from} and cannot become ${to}`);
+  const why = isFinishedJob(from) ? "it is over" : `from ${from} it may only become ${jobTransitions[from].join(", ")}`;
+  throw new DroverError("invalid_transition", `job ${jobId} is ${from} and cannot become ${to}: ${why}`);
 }

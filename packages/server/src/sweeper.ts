@@ -3,10 +3,16 @@ import type { Logger } from "pino";
 import type { DatabaseHealth } from "./db/health.js";
 import { markSilentAgentsLost, pruneOfflineAgents } from "./store/agents.js";
 import type { StoreContext } from "./store/context.js";
+import { deleteRetiredJobTokens } from "./store/job-moves.js";
 import { expireLeases } from "./store/queue.js";
 import { forceOverdueCancels } from "./store/runs.js";
 
 const offlineRetentionMs = 24 * 60 * 60 * 1000;
+/**
+ * How long a retired job token is still recognised, so that an agent back from a partition is
+ * told its job is over (stale_attempt / job_finished) rather than that its token is unknown.
+ */
+const retiredJobTokenRetentionMs = 24 * 60 * 60 * 1000;
 
 /**
  * Periodically expires job leases and declares silent agents lost. Every server process runs
@@ -47,6 +53,8 @@ export function startSweeper(ctx: StoreContext, log: Logger, intervalMs: number,
         if (silent > 0) log.warn({ agents: silent }, "agents declared offline after missing heartbeats");
       }
       await pruneOfflineAgents(ctx, offlineRetentionMs);
+      const tokens = await deleteRetiredJobTokens(ctx, retiredJobTokenRetentionMs, { deadlineMs: intervalMs });
+      if (tokens > 0) log.debug({ tokens }, "deleted retired job tokens");
     } catch (err) {
       // A database outage is reported once by the health tracker, not on every sweep.
       if (!stopped && health.state === "available") log.error({ err }, "sweep failed");

@@ -1,5 +1,5 @@
 import { BatchV1Api, CoreV1Api, CustomObjectsApi, KubeConfig, RbacAuthorizationV1Api, type CoreV1Event, type KubernetesListObject, type KubernetesObject, type V1Job, type V1JobSpec, type V1Pod } from "@kubernetes/client-node";
-import { DroverError, jobAssignmentSchema, noopTracer, SettingsSource, startTelemetryIfSet, type JobAssignment, type RunTracer } from "@drover/protocol";
+import { DroverError, jobAssignmentSchema, jobTakenAway, noopTracer, SettingsSource, startTelemetryIfSet, type JobAssignment, type RunTracer } from "@drover/protocol";
 import type { Logger } from "pino";
 import { waitFor } from "../backoff.js";
 import { AgentClient, NetworkError } from "../client.js";
@@ -616,8 +616,9 @@ export class Controller {
             await this.queue.add(t.name, () => this.deleteJob(t.name));
           }
         } catch (err) {
-          if (err instanceof DroverError && (err.code === "job_finished" || err.code === "stale_attempt")) {
-            this.log.info({ job: t.assignment.jobId, reason: err.code }, "the job ended before its worker started: deleting the Job");
+          const gone = jobTakenAway(err);
+          if (gone) {
+            this.log.info({ job: t.assignment.jobId, ...gone }, "the job ended before its worker started: deleting the Job");
             await this.queue.add(t.name, () => this.deleteJob(t.name));
           }
         }

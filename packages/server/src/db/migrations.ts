@@ -266,9 +266,26 @@ function runnerImage(): Migration {
   };
 }
 
+/**
+ * Decision 0022: a job token is retired when its job stops being leased (requeued or finished)
+ * and deleted a retention period later. Tokens issued before this migration whose job has moved
+ * on since are retired as of the job's end, or of their issue when the job was requeued.
+ */
+function jobTokenRetirement(dialect: Dialect): Migration {
+  const t = types(dialect);
+  return {
+    async up(db: Kysely<unknown>) {
+      await db.schema.alterTable("job_tokens").addColumn("retired_at", t.time).execute();
+      await sql`update job_tokens set retired_at = coalesce((select finished_at from jobs where jobs.id = job_tokens.job_id), created_at)
+        where token_hash not in (select token_hash from jobs where token_hash is not null)`.execute(db);
+      await db.schema.createIndex("job_tokens_retired").on("job_tokens").columns(["retired_at"]).execute();
+    },
+  };
+}
+
 /** All migrations in order; names sort lexically, which is the order Kysely applies them. */
 export function migrationProvider(dialect: Dialect): MigrationProvider {
   return {
-    getMigrations: async () => ({ "0001_initial": initial(dialect), "0010a_security": security(dialect), "0010b_force_cancel": forceCancel(dialect), "0010c_user_tokens": userTokens(dialect), "0012_chunked_bodies": chunkedBodies(dialect), "0026_runner_image": runnerImage() }),
+    getMigrations: async () => ({ "0001_initial": initial(dialect), "0010a_security": security(dialect), "0010b_force_cancel": forceCancel(dialect), "0010c_user_tokens": userTokens(dialect), "0012_chunked_bodies": chunkedBodies(dialect), "0026_runner_image": runnerImage(), "0026b_job_token_retirement": jobTokenRetirement(dialect) }),
   };
 }

@@ -177,6 +177,8 @@ export interface JobTokensTable {
   job_id: string;
   attempt: number;
   created_at: number;
+  /** When the token stopped being the job's current one (the job was requeued or finished); null while current. */
+  retired_at: number | null;
 }
 
 export interface Database {

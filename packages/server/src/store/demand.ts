@@ -1,4 +1,4 @@
-import type { PoolDemand } from "@drover/protocol";
+import { leasedJobStatuses, unfinishedJobStatuses, type PoolDemand } from "@drover/protocol";
 import type { StoreContext } from "./context.js";
 import { getPool } from "./pools.js";
 
@@ -34,7 +34,7 @@ async function demandCounts(ctx: StoreContext, poolId?: string): Promise<Map<str
   let jobs = ctx.db
     .selectFrom("jobs")
     .select(["pool_id", "status", (eb) => eb.fn.countAll<number>().as("n")])
-    .where("status", "in", ["queued", "assigned", "running"])
+    .where("status", "in", unfinishedJobStatuses)
     .groupBy(["pool_id", "status"]);
   if (poolId !== undefined) jobs = jobs.where("pool_id", "=", poolId);
   for (const r of await jobs.execute()) {
@@ -63,7 +63,7 @@ async function demandCounts(ctx: StoreContext, poolId?: string): Promise<Map<str
       "capacity",
       (eb) =>
         eb
-          .exists(eb.selectFrom("jobs").select("jobs.id").whereRef("jobs.agent_id", "=", "agents.id").where("jobs.status", "in", ["assigned", "running"]))
+          .exists(eb.selectFrom("jobs").select("jobs.id").whereRef("jobs.agent_id", "=", "agents.id").where("jobs.status", "in", leasedJobStatuses))
           .as("busy"),
     ])
     .where("state", "=", "online");

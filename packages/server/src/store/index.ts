@@ -9,6 +9,7 @@ export { JsonScanError, JsonScanner, nonScalar } from "./json-scan.js";
 export * from "./configuration-versions.js";
 export * from "./context.js";
 export * from "./demand.js";
+export { deleteRetiredJobTokens, moveJob, type JobMoveFields } from "./job-moves.js";
 export * from "./logs.js";
 export * from "./plans.js";
 export * from "./pools.js";

@@ -1,6 +1,7 @@
 import {
   DroverError,
   isFinishedJob,
+  leasedJobStatuses,
   hashToken,
   newJobToken,
   parseJobToken,
@@ -18,6 +19,7 @@ import { inTransaction } from "./transaction.js";
 import { touchAgent } from "./agents.js";
 import { appendAtEnd } from "./logs.js";
 import { poolWaiters } from "./waiters.js";
+import { moveJob, moveLockedJob } from "./job-moves.js";
 
 /*
  * The job queue. A claim is a lease: the claiming agent gets a job token bound to the job's
@@ -69,13 +71,7 @@ export async function claimNextJob(ctx: StoreContext, agent: Agent): Promise<Job
     const attempt = job.attempt + 1;
     const token = newJobToken(job.id, attempt);
     const leaseExpiresAt = ctx.now() + ctx.settings.leaseTtlMs;
-    const updated = await trx
-      .updateTable("jobs")
-      .set({ status: "assigned", attempt, agent_id: agent.id, token_hash: hashToken(token), lease_expires_at: leaseExpiresAt })
-      .where("id", "=", job.id)
-      .where("status", "=", "queued")
-      .executeTakeFirst();
-    if (Number(updated.numUpdatedRows) !== 1) return null;
+    if (!(await moveJob(ctx, trx, job, "assigned", { attempt, agent_id: agent.id, token_hash: hashToken(token), lease_expires_at: leaseExpiresAt }))) return null;
     await trx.insertInto("job_tokens").values({ token_hash: hashToken(token), job_id: job.id, attempt, created_at: ctx.now() }).execute();
     const run = await trx.selectFrom("runs").selectAll().where("id", "=", job.run_id).executeTakeFirstOrThrow();
     const ws = await trx.selectFrom("workspaces").selectAll().where("id", "=", job.workspace_id).executeTakeFirstOrThrow();
@@ -175,11 +171,7 @@ export async function startJob(ctx: StoreContext, job: JobRow): Promise<RunStatu
       return run.status;
     }
     const now = ctx.now();
-    await trx
-      .updateTable("jobs")
-      .set({ status: "running", started_at: now, lease_expires_at: now + ctx.settings.leaseTtlMs })
-      .where("id", "=", row.id)
-      .execute();
+    await moveLockedJob(ctx, trx, row, "running", { started_at: now, lease_expires_at: now + ctx.settings.leaseTtlMs });
     return markPhaseStarted(ctx, trx, effects, row.run_id, row.phase);
   });
 }
@@ -215,11 +207,7 @@ export async function heartbeatJob(ctx: StoreContext, job: JobRow, waitMs: numbe
 export async function finishJob(ctx: StoreContext, job: JobRow, outcome: JobOutcome, message: string | null): Promise<void> {
   await inTransaction(ctx, async (trx, effects) => {
     const row = await currentAttempt(ctx, trx, job);
-    await trx
-      .updateTable("jobs")
-      .set({ status: outcome, message, finished_at: ctx.now(), token_hash: null, lease_expires_at: null })
-      .where("id", "=", row.id)
-      .execute();
+    await moveLockedJob(ctx, trx, row, outcome, { message, finished_at: ctx.now() });
     effects.push(["job-finished", row.id], ["log", row.id]);
     await applyJobOutcome(ctx, trx, effects, row, outcome, message);
   });
@@ -235,7 +223,7 @@ export async function expireLeases(ctx: StoreContext): Promise<{ requeued: numbe
   const expired = await ctx.db
     .selectFrom("jobs")
     .selectAll()
-    .where("status", "in", ["assigned", "running"])
+    .where("status", "in", leasedJobStatuses)
     .where("lease_expires_at", "<", now)
     .limit(500)
     .execute();
@@ -244,14 +232,7 @@ export async function expireLeases(ctx: StoreContext): Promise<{ requeued: numbe
   for (const job of expired) {
     await inTransaction(ctx, async (trx, effects) => {
       if (job.status === "assigned") {
-        const res = await trx
-          .updateTable("jobs")
-          .set({ status: "queued", agent_id: null, token_hash: null, lease_expires_at: null })
-          .where("id", "=", job.id)
-          .where("status", "=", "assigned")
-          .where("attempt", "=", job.attempt)
-          .executeTakeFirst();
-        if (Number(res.numUpdatedRows) === 1) {
+        if (await moveJob(ctx, trx, job, "queued", { agent_id: null })) {
           requeued++;
           effects.push(["job-queued", job.pool_id]);
         }
@@ -259,14 +240,7 @@ export async function expireLeases(ctx: StoreContext): Promise<{ requeued: numbe
       }
       const agent = job.agent_id ? await trx.selectFrom("agents").select("name").where("id", "=", job.agent_id).executeTakeFirst() : undefined;
       const reason = `agent lost: no heartbeat from agent ${agent?.name ?? job.agent_id ?? "?"} for ${Math.round(ctx.settings.leaseTtlMs / 1000)} s`;
-      const res = await trx
-        .updateTable("jobs")
-        .set({ status: "errored", message: reason, finished_at: now, token_hash: null, lease_expires_at: null })
-        .where("id", "=", job.id)
-        .where("status", "=", "running")
-        .where("attempt", "=", job.attempt)
-        .executeTakeFirst();
-      if (Number(res.numUpdatedRows) !== 1) return;
+      if (!(await moveJob(ctx, trx, job, "errored", { message: reason, finished_at: now }))) return;
       lost++;
       await appendAtEnd(trx, job.id, Buffer.from(`\n[drover] ${reason}; the run is errored\n`, "utf8"));
       effects.push(["job-finished", job.id], ["log", job.id]);
@@ -279,15 +253,8 @@ export async function expireLeases(ctx: StoreContext): Promise<{ requeued: numbe
 /** Requeues jobs an agent claimed but never started (it is stopping or went away cleanly). */
 export async function releaseUnstartedJobs(ctx: StoreContext, agentId: string): Promise<void> {
   await inTransaction(ctx, async (trx, effects) => {
-    const jobs = await trx.selectFrom("jobs").select(["id", "pool_id"]).where("agent_id", "=", agentId).where("status", "=", "assigned").execute();
-    if (jobs.length === 0) return;
-    await trx
-      .updateTable("jobs")
-      .set({ status: "queued", agent_id: null, token_hash: null, lease_expires_at: null })
-      .where("agent_id", "=", agentId)
-      .where("status", "=", "assigned")
-      .execute();
-    for (const j of jobs) effects.push(["job-queued", j.pool_id]);
+    const jobs = await trx.selectFrom("jobs").select(["id", "pool_id", "status", "attempt"]).where("agent_id", "=", agentId).where("status", "=", "assigned").execute();
+    for (const j of jobs) if (await moveJob(ctx, trx, j, "queued", { agent_id: null })) effects.push(["job-queued", j.pool_id]);
   });
 }
 

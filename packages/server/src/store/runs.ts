@@ -1,10 +1,11 @@
-import { assertRunTransition, DroverError, isTerminalRun, newId, type JobOutcome, type Phase, type Run, type RunStatus } from "@drover/protocol";
+import { assertRunTransition, DroverError, isLeasedJob, isTerminalRun, leasedJobStatuses, newId, type JobOutcome, type Phase, type Run, type RunStatus } from "@drover/protocol";
 import type { Selectable, Transaction } from "kysely";
 import type { Database, JobsTable, RunsTable } from "../db/schema.js";
 import { iso, type Queryable, type StoreContext } from "./context.js";
 import { inTransaction, type Effects } from "./transaction.js";
 import { appendAtEnd } from "./logs.js";
 import { getWorkspace } from "./workspaces.js";
+import { moveJob, moveLockedJob } from "./job-moves.js";
 
 /*
  * Run lifecycle. A workspace runs one run at a time: `workspaces.current_run_id` is the
@@ -238,7 +239,9 @@ export async function cancelRun(ctx: StoreContext, runId: string, options: { for
     const run = await lockedRun(ctx, trx, runId);
     if (isTerminalRun(run.status)) throw new DroverError("invalid_transition", `run ${run.id} is already ${run.status}`);
     const activeJobId = run.status === "confirmed" || run.status === "applying" ? run.apply_job_id : run.plan_job_id;
-    const job = activeJobId ? await trx.selectFrom("jobs").selectAll().where("id", "=", activeJobId).executeTakeFirst() : undefined;
+    let jobQuery = trx.selectFrom("jobs").selectAll().where("id", "=", activeJobId ?? "");
+    if (ctx.dialect === "postgres") jobQuery = jobQuery.forUpdate();
+    const job = activeJobId ? await jobQuery.executeTakeFirst() : undefined;
     if (job && job.status === "running" && options.force) {
       await endJobNow(ctx, trx, effects, job, "canceled", "force-canceled by request: the job ended on the server, its token no longer works and its state lock is released");
       return;
@@ -251,11 +254,7 @@ export async function cancelRun(ctx: StoreContext, runId: string, options: { for
       return;
     }
     if (job && (job.status === "queued" || job.status === "assigned")) {
-      await trx
-        .updateTable("jobs")
-        .set({ status: "canceled", cancel_requested: 1, token_hash: null, lease_expires_at: null, finished_at: ctx.now(), message: "canceled before it started" })
-        .where("id", "=", job.id)
-        .execute();
+      await moveLockedJob(ctx, trx, job, "canceled", { cancel_requested: 1, finished_at: ctx.now(), message: "canceled before it started" });
       effects.push(["job-cancel", job.id], ["job-finished", job.id], ["log", job.id]);
     }
     await trx.updateTable("runs").set({ cancel_requested: 1 }).where("id", "=", run.id).execute();
@@ -306,14 +305,12 @@ export async function markPhaseStarted(ctx: StoreContext, trx: Trx, effects: Eff
  * force-cancel and revoked pool tokens. False when the job was no longer leased.
  */
 export async function endJobNow(ctx: StoreContext, trx: Trx, effects: Effects, job: Selectable<JobsTable>, outcome: "canceled" | "errored", reason: string): Promise<boolean> {
-  const res = await trx
-    .updateTable("jobs")
-    .set({ status: outcome, message: reason, finished_at: ctx.now(), token_hash: null, lease_expires_at: null, cancel_requested: 1 })
-    .where("id", "=", job.id)
-    .where("status", "in", ["assigned", "running"])
-    .where("attempt", "=", job.attempt)
-    .executeTakeFirst();
-  if (Number(res.numUpdatedRows) !== 1) return false;
+  // Re-read in this transaction: the job may have started (or ended) since it was listed.
+  let q = trx.selectFrom("jobs").selectAll().where("id", "=", job.id);
+  if (ctx.dialect === "postgres") q = q.forUpdate();
+  const current = await q.executeTakeFirst();
+  if (!current || current.attempt !== job.attempt || !isLeasedJob(current.status)) return false;
+  if (!(await moveJob(ctx, trx, current, outcome, { message: reason, finished_at: ctx.now(), cancel_requested: 1 }))) return false;
   await appendAtEnd(trx, job.id, Buffer.from(`\n[drover] ${reason}\n`, "utf8"));
   effects.push(["job-cancel", job.id], ["job-finished", job.id], ["log", job.id]);
   await applyJobOutcome(ctx, trx, effects, job, outcome, reason);
@@ -348,7 +345,7 @@ export async function endJobsOfPoolToken(ctx: StoreContext, tokenId: string): Pr
     .selectAll("jobs")
     .select("agents.name as agentName")
     .where("agents.pool_token_id", "=", tokenId)
-    .where("jobs.status", "in", ["assigned", "running"])
+    .where("jobs.status", "in", leasedJobStatuses)
     .execute();
   let ended = 0;
   for (const { agentName, ...job } of jobs) {
