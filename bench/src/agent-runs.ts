@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { create } from "tar";
-import { adminToken, api, droverBin, profileFlags, sleep, type ServerProc } from "./harness.js";
+import { api, droverBin, profileFlags, sleep, type ServerProc } from "./harness.js";
 import { routes } from "@drover/protocol";
 
 /** A real `drover agent run` process registered with a server. */

@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { routes } from "@drover/protocol";
 import { packDir, startAgentProc } from "./agent-runs.js";
-import { adminToken, api, client, sleep, startServerProc, type ServerProc } from "./harness.js";
+import { api, client, sleep, startServerProc, type ServerProc } from "./harness.js";
 import { median, type Figure } from "./report.js";
 
 /*
@@ -203,10 +203,10 @@ export async function benchLogStreaming(megabytes = 50): Promise<Figure[]> {
     }
     if (expected - 1 !== lines) throw new Error(`log incomplete: ${expected - 1} of ${lines} lines`);
     const jobs = await api(server.url, routes.listRunJobs, { params: { id: created.id } });
-    const plan = jobs.items[0];
+    const plan = jobs.items[0]!;
     const hookStarted = Number(readFileSync(startedFile, "utf8").trim());
-    const seconds = (Date.parse(plan.finishedAt) - hookStarted) / 1000;
-    const jobSeconds = (Date.parse(plan.finishedAt) - Date.parse(plan.startedAt)) / 1000;
+    const seconds = (Date.parse(plan.finishedAt!) - hookStarted) / 1000;
+    const jobSeconds = (Date.parse(plan.finishedAt!) - Date.parse(plan.startedAt!)) / 1000;
     const mb = (lines * 100) / (1024 * 1024);
     return [
       {

@@ -52,7 +52,7 @@ export async function benchThroughput(runs = 60, agents = 20): Promise<Figure[]>
       4,
       async (ws) => {
         await api(server.url, routes.createWorkspace, { body: { name: ws, pool: "tp" } });
-        const cv = await api(server.url, routes.uploadConfiguration, { params: { ws }, body: archive, headers: { "content-type": "application/gzip" } });
+        const cv = await api(server.url, routes.uploadConfiguration, { params: { ws }, body: archive });
         return { ws, cv: cv.id as string };
       },
     );

@@ -78,8 +78,8 @@ test("agent-k8s with the locally built images as real containers: controller and
   await namespace(c, ns, "privileged");
   // A pool of its own: agent-job's controller from the test above still serves the stack's pool.
   const pool = "podman-nodes";
-  assert.equal((await s.server.api("POST", "/api/v1/pools", { name: pool })).status, 201);
-  const token = await s.server.api("POST", `/api/v1/pools/${pool}/tokens`, { description: "agent-k8s" });
+  assert.equal((await s.server.api(routes.createPool, { body: { name: pool } })).status, 201);
+  const token = await s.server.api(routes.createPoolToken, { params: { pool }, body: { description: "agent-k8s" } });
   assert.equal(token.status, 201, JSON.stringify(token.body));
   const rendered = templateAgentK8s(ns, 20000 + Math.floor(Math.random() * 20000), [
     "--set", `agent.token=${token.body.token as string}`,
@@ -100,7 +100,7 @@ test("agent-k8s with the locally built images as real containers: controller and
     assert.fail(`${(e as Error).message}\n${await diagnose()}`);
   }
 
-  await s.server.api("POST", "/api/v1/workspaces", { name: "podman-nodes-hello", pool });
+  await s.server.api(routes.createWorkspace, { body: { name: "podman-nodes-hello", pool } });
   const hello = await s.startRun(join(repo, "examples", "hello"), "podman-nodes-hello", ["--auto-apply"]);
   const done = await s.waitForRun(hello, ["applied", "errored", "canceled"], 240_000);
   assert.equal(done.status, "applied", `${JSON.stringify(done)}\n${await runLog(s.server, hello, "plan")}\n${await runLog(s.server, hello, "apply")}\n${await diagnose()}`);

@@ -4,7 +4,9 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { after, before, describe, test } from "node:test";
+import { isTerminalRun, routes } from "@drover/protocol";
 import { until } from "../support/marked-processes.js";
+import { client } from "../support/typed-api.js";
 import { freePort } from "../support/processes.js";
 import { hardened, httpOk, ownedDir, startServerContainer } from "../support/image-stack.js";
 import { request } from "node:http";
@@ -116,9 +118,9 @@ describe("locally built images", { skip: unavailable }, () => {
     const id = (JSON.parse(started.stdout) as { id: string }).id;
     let status = "";
     await until("the run to end", async () => {
-      const res = await fetch(`${url}/api/v1/runs/${id}`, { headers: { authorization: `Bearer ${adminToken}` } });
-      status = ((await res.json()) as { status: string }).status;
-      return ["applied", "errored", "canceled", "discarded"].includes(status);
+      const run = await client(url, adminToken).call(routes.getRun, { params: { id } });
+      status = run.status;
+      return isTerminalRun(run.status);
     }, 180_000);
     assert.equal(status, "applied", `agent:\n${agent.output()}\nserver:\n${server.container.output()}`);
     const logs = await cli(["run", "logs", id, "--phase", "apply"]);

@@ -9,7 +9,8 @@ import { hardened, ownedDir, startServerContainer } from "../support/image-stack
 import { until } from "../support/marked-processes.js";
 import type { Proc } from "../support/processes.js";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
-import { routes } from "@drover/protocol";
+import { isTerminalRun, routes } from "@drover/protocol";
+import { client } from "../support/typed-api.js";
 
 // The docker driver end to end: the real server, real agents with DROVER_AGENT_DRIVER=docker,
 // podman's Docker Engine API on a socket of this file's own, the locally built runner image
@@ -116,9 +117,9 @@ test("examples/hello through the drover image's server and an agent in the drove
   const runId = (JSON.parse(started.stdout) as { id: string }).id;
   let status = "";
   await until("the run through the images to end", async () => {
-    const res = await fetch(`${server.url}/api/v1/runs/${runId}`, { headers: { authorization: `Bearer ${server.adminToken}` } });
-    status = ((await res.json()) as { status: string }).status;
-    return ["applied", "errored", "canceled", "discarded"].includes(status);
+    const run = await client(server.url, server.adminToken).call(routes.getRun, { params: { id: runId } });
+    status = run.status;
+    return isTerminalRun(run.status);
   }, 180_000);
   assert.equal(status, "applied", `agent:\n${agent.output()}\nserver:\n${server.container.output()}`);
   const logs = await server.cli(["run", "logs", runId, "--phase", "apply"]);
@@ -143,7 +144,7 @@ async function waitForLog(runId: string, phase: "plan" | "apply", pattern: RegEx
   let log = "";
   await until(`${phase} log matching ${pattern}`, async () => {
     if (pattern.test((log = await runLog(stack.server, runId, phase)))) return true;
-    const run = (await stack.server.api("GET", `/api/v1/runs/${runId}`)).body as { status: string; errorMessage: string | null };
+    const run = (await stack.server.api(routes.getRun, { params: { id: runId } })).body as { status: string; errorMessage: string | null };
     if (["errored", "canceled", "applied", "planned_and_finished", "discarded"].includes(run.status)) {
       throw new Error(`run ${runId} ended ${run.status} (${run.errorMessage}) before its ${phase} log matched ${pattern}:\n${await runLog(stack.server, runId, "plan")}\n${log}`);
     }

@@ -106,6 +106,7 @@ function countingConfig(name: string): { dir: string; counter: string; release: 
 
 /** How many runs the node worker has started driving (its /metrics counter). */
 async function supervisorsStarted(): Promise<number> {
+  // eslint-disable-next-line no-restricted-globals -- the node worker's /metrics, not the server
   const text = await (await fetch(`http://127.0.0.1:${healthPort}/metrics`)).text();
   return Number(/^drover_node_worker_supervisors_started_total (\d+)$/m.exec(text)?.[1] ?? NaN);
 }

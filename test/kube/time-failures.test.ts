@@ -100,6 +100,7 @@ test("a Job deleted while the controller's watch was down frees its concurrency 
     const first = await stack.startRun(join(repo, "examples", "hello"), ns, ["--auto-apply"]);
     const jobs = () => kube(cluster, "GET", `/apis/batch/v1/namespaces/${ns}/jobs`).then((r) => r.body.items as any[]);
     const job = await eventually("the first run's Job", async () => (await jobs()).find((j) => j.metadata.labels["drover.dev/run-id"] === first));
+    // eslint-disable-next-line no-restricted-globals -- the controller's /metrics, not the server
     const inFlight = async () => /^drover_controller_jobs_in_flight (\d+)$/m.exec(await (await fetch(`http://127.0.0.1:${port}/metrics`)).text())?.[1];
     // Launched: the Job and its token Secret both exist.
     await eventually("the job Secret", async () => (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/secrets/${job.metadata.name}-job`)).status === 200);

@@ -5,6 +5,7 @@ import { after, before, test } from "node:test";
 import { startStack, type Stack } from "../support/stack.js";
 import { eventually, fastTimings, startTestCluster, type TestCluster } from "./cluster.js";
 import { createAgentTask, prepareNamespace, startNodeModeAgents, terraformRunner, type NodeModeAgents } from "./agents.js";
+import { routes } from "@drover/protocol";
 
 // Watches have a deadline of their own. An API server (or a proxy before it) that keeps a watch
 // open without events and without ending it at timeoutSeconds would otherwise hide every change
@@ -38,7 +39,7 @@ test("watches the API server holds open without events or end are dropped at the
   await eventually("the agents' watches to stall", async () => cluster.stalledWatches >= 3, 30_000);
   cluster.stallWatches(false);
   // The run pod appears only to a watch opened after the stall: the stalled ones must be given up.
-  assert.equal((await stack.server.api("POST", "/api/v1/workspaces", { name: "deadline", pool: stack.pool })).status, 201);
+  assert.equal((await stack.server.api(routes.createWorkspace, { body: { name: "deadline", pool: stack.pool } })).status, 201);
   const runId = await stack.startRun(join(repo, "examples", "hello"), "deadline", ["--auto-apply"]);
   const run = await stack.waitForRun(runId, ["applied", "errored", "canceled"], 90_000);
   const logs = `node worker:\n${agents.nodeWorker.output()}\ncontroller:\n${agents.controller.output()}`;

@@ -189,16 +189,16 @@ describe("engine versions (15)", () => {
 describe("workspace runner images (17)", () => {
   test("a runner image that is no image reference is refused; a valid one is kept, changed and cleared", async () => {
     for (const runnerImage of ["--privileged", "Alpine", "alpine:3 --rm", "../x", "alpine\u001b", `${"a".repeat(256)}`, ""]) {
-      assertError(await server.api("POST", "/api/v1/workspaces", { name: "ri", pool: "sec", runnerImage }), 400, "bad_request", /runnerImage/);
+      assertError(await server.api(routes.createWorkspace, { body: { name: "ri", pool: "sec", runnerImage } }), 400, "bad_request", /runnerImage/);
     }
-    const created = await server.api("POST", "/api/v1/workspaces", { name: "ri-ok", pool: "sec", runnerImage: "registry.example.com:5000/team/runner:1.9@sha256:" + "a".repeat(64) });
+    const created = await server.api(routes.createWorkspace, { body: { name: "ri-ok", pool: "sec", runnerImage: "registry.example.com:5000/team/runner:1.9@sha256:" + "a".repeat(64) } });
     assert.equal(created.status, 201, JSON.stringify(created.body));
     assert.equal(created.body.runnerImage, "registry.example.com:5000/team/runner:1.9@sha256:" + "a".repeat(64));
-    assert.equal((await server.api("POST", "/api/v1/workspaces", { name: "ri-default", pool: "sec" })).body.runnerImage, null, "unset: the agents' own");
-    assertError(await server.api("PATCH", "/api/v1/workspaces/ri-ok", { runnerImage: "-v /:/host" }), 400, "bad_request", /runnerImage/);
-    assert.equal((await server.api("PATCH", "/api/v1/workspaces/ri-ok", { runnerImage: "ghcr.io/acme/tf:1.10" })).body.runnerImage, "ghcr.io/acme/tf:1.10");
-    assert.equal((await server.api("PATCH", "/api/v1/workspaces/ri-ok", { autoApply: true })).body.runnerImage, "ghcr.io/acme/tf:1.10", "a PATCH without it keeps it");
-    assert.equal((await server.api("PATCH", "/api/v1/workspaces/ri-ok", { runnerImage: null })).body.runnerImage, null);
+    assert.equal((await server.api(routes.createWorkspace, { body: { name: "ri-default", pool: "sec" } })).body.runnerImage, null, "unset: the agents' own");
+    assertError(await server.api(routes.updateWorkspace, { params: { ws: "ri-ok" }, body: { runnerImage: "-v /:/host" } }), 400, "bad_request", /runnerImage/);
+    assert.equal((await server.api(routes.updateWorkspace, { params: { ws: "ri-ok" }, body: { runnerImage: "ghcr.io/acme/tf:1.10" } })).body.runnerImage, "ghcr.io/acme/tf:1.10");
+    assert.equal((await server.api(routes.updateWorkspace, { params: { ws: "ri-ok" }, body: { autoApply: true } })).body.runnerImage, "ghcr.io/acme/tf:1.10", "a PATCH without it keeps it");
+    assert.equal((await server.api(routes.updateWorkspace, { params: { ws: "ri-ok" }, body: { runnerImage: null } })).body.runnerImage, null);
   });
 });
 

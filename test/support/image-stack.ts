@@ -20,6 +20,7 @@ export function ownedDir(path: string): string {
 /** Whether a GET of `url` answers 2xx. */
 export async function httpOk(url: string): Promise<boolean> {
   try {
+    // eslint-disable-next-line no-restricted-globals -- any URL: an agent's health port as well as the server's
     const res = await fetch(url);
     await res.arrayBuffer();
     return res.ok;
