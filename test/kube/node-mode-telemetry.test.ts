@@ -15,6 +15,7 @@ import { startOtlpReceiver, type OtlpReceiver } from "../support/otlp-receiver.j
 import { scrape } from "../support/metric-values.js";
 import { eventually, fastTimings, startTestCluster, type TestCluster } from "./cluster.js";
 import { agentRegistered, controllerEnv, createAgentTask, nodeWorkerEnv, prepareNamespace, terraformRunner } from "./agents.js";
+import { routes } from "@drover/protocol";
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 const ns = "drover-nodes-traced";
@@ -49,10 +50,10 @@ after(async () => {
 });
 
 test("examples/hello in node-worker mode: each phase's trace holds the server's root, the controller's pod stages and the node worker's stage spans, parented across processes", async () => {
-  await stack.server.api("POST", "/api/v1/workspaces", { name: "node-traced", pool: stack.pool });
+  await stack.server.api(routes.createWorkspace, { body: { name: "node-traced", pool: stack.pool } });
   const runId = await stack.startRun(join(repo, "examples", "hello"), "node-traced", ["--auto-apply"]);
   assert.equal((await stack.waitForRun(runId, ["applied", "errored", "canceled"], 120_000)).status, "applied", `${controller.output()}\n${nodeWorker.output()}`);
-  const jobs = (await stack.server.api("GET", `/api/v1/runs/${runId}/jobs`)).body.items as Array<{ id: string; phase: string }>;
+  const jobs = (await stack.server.api(routes.listRunJobs, { params: { id: runId } })).body.items as Array<{ id: string; phase: string }>;
   assert.equal(jobs.length, 2);
   for (const job of jobs) {
     const root = await eventually(`the server's ${job.phase} job span`, async () => receiver.spans.find((s) => s.name === "job" && s.attributes["drover.job.id"] === job.id), 30_000);
