@@ -9,6 +9,7 @@ import assert from "node:assert/strict";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
+import { routes } from "@drover/protocol";
 import { runLog, startStack, type Stack } from "../support/stack.js";
 import { startOtlpReceiver, type OtlpReceiver } from "../support/otlp-receiver.js";
 import { applyRendered, droverImageOptions, isReady, kubectlOut, namespace, repo, template, templateAgentK8s } from "../support/chart-cluster.js";
@@ -30,8 +31,8 @@ after(async () => {
 
 /** A pool of its own for one release (two controllers of one pool would share its runs). */
 async function pool(name: string): Promise<string> {
-  await stack.server.api("POST", "/api/v1/pools", { name });
-  return (await stack.server.api("POST", `/api/v1/pools/${name}/tokens`, { description: name })).body.token as string;
+  await stack.server.api(routes.createPool, { body: { name } });
+  return (await stack.server.api(routes.createPoolToken, { params: { pool: name }, body: { description: name } })).body.token;
 }
 
 function runnerTfrc(): string {
@@ -54,11 +55,11 @@ async function installAndRun(ns: string, rendered: string, poolName: string, com
   const of = (ps: any[], c: string) => ps.filter((p) => p.metadata.labels?.["app.kubernetes.io/component"] === c);
   await until(`${components.join(" and ")} Ready`, pods, (ps) => components.every((c) => of(ps, c).some(isReady)), 60_000).catch(async (e: Error) => assert.fail(`${e.message}\n${await diagnose()}`));
   const ws = `${ns}-hello`;
-  await stack.server.api("POST", "/api/v1/workspaces", { name: ws, pool: poolName });
+  await stack.server.api(routes.createWorkspace, { body: { name: ws, pool: poolName } });
   const runId = await stack.startRun(join(repo, "examples", "hello"), ws, ["--auto-apply"]);
   const done = await stack.waitForRun(runId, ["applied", "errored", "canceled"], 120_000);
   assert.equal(done.status, "applied", `${await runLog(stack.server, runId, "plan")}\n${await diagnose()}`);
-  return { jobs: (await stack.server.api("GET", `/api/v1/runs/${runId}/jobs`)).body.items, diagnose };
+  return { jobs: (await stack.server.api(routes.listRunJobs, { params: { id: runId } })).body.items, diagnose };
 }
 
 /** The OTLP variables of `container` in the pods of `ns` matching `selector`, by name. */
