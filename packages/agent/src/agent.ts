@@ -127,14 +127,11 @@ export class Agent {
     this.session = reg.sessionToken;
     this.heartbeatMs = this.options.heartbeatMs ?? reg.heartbeatIntervalMs;
     this.log.info({ agent: reg.agentId, pool: reg.poolName, url: this.config.url }, "registered");
-    if (this.config.otlpEndpoint && !this.telemetryStarted) {
+    if (this.config.otlp && !this.telemetryStarted) {
       this.telemetryStarted = true;
       try {
         this.telemetry = await startTelemetryIfSet({
-          endpoint: this.config.otlpEndpoint,
-          protocol: this.config.otlpProtocol,
-          traces: this.config.otlpTracesEnabled,
-          metrics: this.config.otlpMetricsEnabled,
+          ...this.config.otlp,
           resource: { "service.name": "drover-agent", "drover.pool": reg.poolName, "drover.agent": this.config.name, "k8s.pod.name": this.config.kubernetesPod },
           exposition: () => this.metrics.render(),
         });

@@ -1,4 +1,5 @@
 import { parseRunUser, type RunUser } from "./run-user.js";
+import { otlpSettings, stopAndTrustSettings, type OtlpSettings } from "./shared-settings.js";
 import { InvalidSettingError, minimumGraceSeconds, parsePoolToken, SettingsSource, settingParsers, type FlagValues, type LogFormat, type StopAction } from "@drover/protocol";
 import { readFileSync } from "node:fs";
 import { hostname } from "node:os";
@@ -28,10 +29,8 @@ export interface AgentConfig {
   debug: boolean;
   /** 0 disables the health server. */
   healthPort: number;
-  otlpEndpoint: string | undefined;
-  otlpMetricsEnabled: boolean;
-  otlpTracesEnabled: boolean;
-  otlpProtocol: "http/protobuf" | "grpc";
+  /** OTLP export (DROVER_AGENT_OTLP_*); undefined without an endpoint. */
+  otlp: OtlpSettings | undefined;
   /** The pod this process runs in, inside Kubernetes (a telemetry resource attribute). */
   kubernetesPod: string | undefined;
   /** File the agent keeps its running-job count in, for the pod-annotator sidecar (DROVER_AGENT_STATUS_FILE). */
@@ -112,9 +111,8 @@ export function loadAgentConfig(env: NodeJS.ProcessEnv, flags: AgentFlags = {}):
   }
   const url = src.get("DROVER_URL") ?? settingParsers.httpUrl(claimsUrl ?? "", "DROVER_URL");
 
-  const stopAction = src.get("DROVER_AGENT_WORKER_ON_STOP_ACTION");
-  const graceSeconds = src.get("DROVER_AGENT_GRACE_PERIOD_SECONDS");
-  checkGracePeriod(stopAction, graceSeconds);
+  const stopAndTrust = stopAndTrustSettings(src);
+  checkGracePeriod(stopAndTrust.stopAction, stopAndTrust.gracePeriodMs / 1000);
   const runAsRaw = src.get("DROVER_AGENT_RUN_AS_USER");
   let runAs: RunUser | undefined;
   if (runAsRaw !== undefined) {
@@ -146,18 +144,13 @@ export function loadAgentConfig(env: NodeJS.ProcessEnv, flags: AgentFlags = {}):
       trustedFingerprints: src.get("DROVER_AGENT_ENGINE_TRUSTED_FINGERPRINTS"),
       pathFallback: src.get("DROVER_AGENT_ENGINE_PATH_FALLBACK"),
     },
-    stopAction,
-    gracePeriodMs: graceSeconds * 1000,
+    ...stopAndTrust,
     logFormat: src.get("DROVER_AGENT_LOG_FORMAT"),
     debug: src.get("DROVER_AGENT_DEBUG"),
     healthPort: src.getOr("DROVER_AGENT_HEALTH_PORT", 8080),
-    otlpEndpoint: src.get("DROVER_AGENT_OTLP_ENDPOINT"),
-    otlpMetricsEnabled: src.get("DROVER_AGENT_OTLP_METRICS_ENABLED"),
-    otlpTracesEnabled: src.get("DROVER_AGENT_OTLP_TRACES_ENABLED"),
-    otlpProtocol: src.get("DROVER_AGENT_OTLP_PROTOCOL"),
+    otlp: otlpSettings(src),
     kubernetesPod: env.KUBERNETES_SERVICE_HOST ? hostname() : undefined,
     statusFile: src.get("DROVER_AGENT_STATUS_FILE"),
-    caCertPem: src.get("DROVER_CA_CERT"),
     taskCaCertPath: src.get("DROVER_CONTAINER_TASK_CA_CERT"),
     hooksDir: src.get("DROVER_AGENT_HOOKS_DIR"),
     hookTimeoutMs: src.get("DROVER_AGENT_HOOK_TIMEOUT_SECONDS") * 1000,

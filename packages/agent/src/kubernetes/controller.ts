@@ -308,9 +308,7 @@ export class Controller {
       activeDeadlineSeconds: this.settings.activeDeadlineSeconds,
       ttlSecondsAfterFinished: this.settings.ttlSecondsAfterFinished,
       nodeHome: this.settings.nodeHome,
-      otlp: this.config.otlpEndpoint
-        ? { endpoint: this.config.otlpEndpoint, protocol: this.config.otlpProtocol, traces: this.config.otlpTracesEnabled, metrics: this.config.otlpMetricsEnabled }
-        : undefined,
+      otlp: this.config.otlp,
     };
     const name = jobName(a);
     this.tracked.set(name, { name, assignment: a, started: false, reported: false, podSeen: false, since: Date.now() });
@@ -681,12 +679,9 @@ function errText(err: unknown): string {
 export async function runController(config: AgentConfig, settings: ControllerSettings, log: Logger): Promise<number> {
   const controller = new Controller(config, settings, log);
   const telemetry = await startTelemetryIfSet(
-    config.otlpEndpoint
+    config.otlp
       ? {
-          endpoint: config.otlpEndpoint,
-          protocol: config.otlpProtocol,
-          traces: config.otlpTracesEnabled,
-          metrics: config.otlpMetricsEnabled,
+          ...config.otlp,
           resource: { "service.name": "drover-controller", "drover.agent": config.name, "k8s.pod.name": config.kubernetesPod },
           exposition: () => controller.exposition(),
         }

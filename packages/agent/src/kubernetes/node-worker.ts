@@ -11,7 +11,8 @@ import { apiClientWithDeadline, defaultApiTimeoutMs } from "./api-deadline.js";
 import { labels, nodeReadyDir, nodeRunDir } from "./job-spec.js";
 import { podNamespace } from "./settings.js";
 import { startInformer, type Informer } from "./informer.js";
-import { otlpSettings, superviseJob, supervisionSettings, type WorkerSettings } from "./worker.js";
+import { superviseJob, supervisionSettings, type WorkerSettings } from "./worker.js";
+import { otlpSettings } from "../shared-settings.js";
 
 /** Settings of `drover agent node-worker`, the per-node worker of the agent-k8s design. */
 export interface NodeWorkerSettings {

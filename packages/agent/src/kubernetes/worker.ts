@@ -1,4 +1,5 @@
 import { jobAssignmentSchema, settings as settingsTable, SettingsSource, startTelemetryIfSet, type JobAssignment, type RunTracer } from "@drover/protocol";
+import { otlpSettings, stopAndTrustSettings, type OtlpSettings } from "../shared-settings.js";
 import { readFileSync } from "node:fs";
 import { hostname } from "node:os";
 import { join } from "node:path";
@@ -29,7 +30,7 @@ export interface WorkerSettings {
    */
   healthPort: number;
   /** OTLP export of this pod's spans (set by the controller when it has an endpoint). */
-  otlp?: { endpoint: string; protocol: "http/protobuf" | "grpc"; traces: boolean; metrics: boolean } | undefined;
+  otlp?: OtlpSettings | undefined;
   /** Spans of the job's stages; runWorker sets it from `otlp`. */
   tracer?: RunTracer | undefined;
 }
@@ -48,20 +49,10 @@ export function loadWorkerSettings(env: NodeJS.ProcessEnv): WorkerSettings {
   };
 }
 
-/** OTLP export settings of a worker (a pod's or a node's): undefined without DROVER_AGENT_OTLP_ENDPOINT. */
-export function otlpSettings(src: SettingsSource): WorkerSettings["otlp"] {
-  const endpoint = src.get("DROVER_AGENT_OTLP_ENDPOINT");
-  return endpoint
-    ? { endpoint, protocol: src.get("DROVER_AGENT_OTLP_PROTOCOL"), traces: src.get("DROVER_AGENT_OTLP_TRACES_ENABLED"), metrics: src.get("DROVER_AGENT_OTLP_METRICS_ENABLED") }
-    : undefined;
-}
-
 /** The settings every worker (a pod's or a node's) reads the same way: stop behaviour, trust, runner staleness. */
 export function supervisionSettings(src: SettingsSource): Pick<WorkerSettings, "stopAction" | "gracePeriodMs" | "caCertPem" | "runnerStaleMs"> {
   return {
-    stopAction: src.get("DROVER_AGENT_WORKER_ON_STOP_ACTION"),
-    gracePeriodMs: src.get("DROVER_AGENT_GRACE_PERIOD_SECONDS") * 1000,
-    caCertPem: src.get("DROVER_CA_CERT"),
+    ...stopAndTrustSettings(src),
     runnerStaleMs: src.get("DROVER_WORKER_RUNNER_STALE_SECONDS") * 1000,
   };
 }

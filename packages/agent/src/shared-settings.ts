@@ -1,0 +1,40 @@
+import type { OtlpProtocol, SettingsSource, StopAction } from "@drover/protocol";
+
+/*
+ * The groups of settings every agent process reads alike: the agent (`agent run`, `agent
+ * controller`), the pod worker and the node worker. Each is read here once, so a process never
+ * spells the variables of a group by hand and all of them agree on units and defaults.
+ */
+
+/** OTLP export of an agent process (DROVER_AGENT_OTLP_*). */
+export interface OtlpSettings {
+  endpoint: string;
+  protocol: OtlpProtocol;
+  traces: boolean;
+  metrics: boolean;
+}
+
+/** The OTLP export settings; undefined without DROVER_AGENT_OTLP_ENDPOINT (no exporter is loaded). */
+export function otlpSettings(src: SettingsSource): OtlpSettings | undefined {
+  const endpoint = src.get("DROVER_AGENT_OTLP_ENDPOINT");
+  return endpoint
+    ? { endpoint, protocol: src.get("DROVER_AGENT_OTLP_PROTOCOL"), traces: src.get("DROVER_AGENT_OTLP_TRACES_ENABLED"), metrics: src.get("DROVER_AGENT_OTLP_METRICS_ENABLED") }
+    : undefined;
+}
+
+/** How an agent process stops, and the extra trust roots of its own HTTPS. */
+export interface StopAndTrustSettings {
+  stopAction: StopAction;
+  gracePeriodMs: number;
+  /** Extra trust roots (PEM) for the process's own HTTPS (DROVER_CA_CERT). */
+  caCertPem: string | undefined;
+}
+
+/** The stop action, its grace period (in ms) and DROVER_CA_CERT. */
+export function stopAndTrustSettings(src: SettingsSource): StopAndTrustSettings {
+  return {
+    stopAction: src.get("DROVER_AGENT_WORKER_ON_STOP_ACTION"),
+    gracePeriodMs: src.get("DROVER_AGENT_GRACE_PERIOD_SECONDS") * 1000,
+    caCertPem: src.get("DROVER_CA_CERT"),
+  };
+}
