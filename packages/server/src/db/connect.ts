@@ -9,6 +9,7 @@ import { migrationProvider } from "./migrations.js";
 import { GuardedPgPool, type PgConnectionSettings } from "./pg-pool.js";
 import type { Database, Dialect } from "./schema.js";
 import { lockDatabaseFile, type SqliteLock } from "./sqlite-lock.js";
+import { cachingStatements } from "./statement-cache.js";
 import { storageError } from "./storage-errors.js";
 
 export type { Dialect } from "./schema.js";
@@ -66,7 +67,7 @@ export async function openDatabase(location: DatabaseLocation, options: { logger
       lock?.release();
       throw storageError(err, dir) ?? err;
     }
-    kysely = new Kysely<Database>({ dialect: new SqliteDialect({ database: sqlite }) });
+    kysely = new Kysely<Database>({ dialect: new SqliteDialect({ database: cachingStatements(sqlite) }) });
     dialect = "sqlite";
     health = new DatabaseHealth(async () => undefined);
   } else {
