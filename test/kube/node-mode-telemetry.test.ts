@@ -4,55 +4,43 @@
 // root: one trace per phase across three processes. At its stop the node worker flushes its
 // metrics: the log bytes it shipped are what the server stored.
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { after, before, test } from "node:test";
 import { startStack, type Stack } from "../support/stack.js";
-import { spawnDrover, type Proc } from "../support/processes.js";
 import { startOtlpReceiver, type OtlpReceiver } from "../support/otlp-receiver.js";
 import { scrape } from "../support/metric-values.js";
 import { eventually, fastTimings, startTestCluster, type TestCluster } from "./cluster.js";
-import { agentRegistered, controllerEnv, createAgentTask, nodeWorkerEnv, prepareNamespace, terraformRunner } from "./agents.js";
+import { createAgentTask, prepareNamespace, startNodeModeAgents, terraformRunner, type NodeModeAgents } from "./agents.js";
 import { routes } from "@drover/protocol";
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 const ns = "drover-nodes-traced";
 let cluster: TestCluster;
 let stack: Stack;
-let controller: Proc;
-let nodeWorker: Proc;
+let agents: NodeModeAgents | undefined;
 let receiver: OtlpReceiver;
-let home: string;
 
 before(async () => {
   receiver = await startOtlpReceiver();
   cluster = await startTestCluster({ timings: fastTimings, hostPaths: "real" });
   stack = await startStack({ DROVER_OTLP_ENDPOINT: receiver.url });
-  home = mkdtempSync(join(tmpdir(), "drover-node-home-"));
   await prepareNamespace(cluster, ns);
   await createAgentTask(cluster, ns, "task-template", [terraformRunner(stack)]);
-  const common = { ...stack.baseEnv, KUBECONFIG: cluster.kubeconfigPath, DROVER_AGENT_KUBERNETES_NAMESPACE: ns, DROVER_AGENT_NODE_HOME: home, DROVER_AGENT_LOG_FORMAT: "plain", DROVER_AGENT_HEALTH_PORT: "0", DROVER_AGENT_OTLP_ENDPOINT: receiver.url };
-  nodeWorker = spawnDrover(["agent", "node-worker"], { ...common, ...nodeWorkerEnv("traced-node-ctl") });
-  await nodeWorker.waitFor(/node worker started/);
-  controller = spawnDrover(["agent", "controller"], { ...common, ...controllerEnv(stack, "traced-node-ctl", "task-template") });
-  await agentRegistered(stack, "traced-node-ctl");
+  agents = await startNodeModeAgents(cluster, stack, { ns, name: "traced-node-ctl", template: "task-template", env: { DROVER_AGENT_OTLP_ENDPOINT: receiver.url } });
 });
 
 after(async () => {
-  await controller?.stop("SIGKILL");
-  await nodeWorker?.stop("SIGKILL");
+  await agents?.stop();
   await stack?.stop();
   await cluster?.close();
   await receiver?.close();
-  if (home) rmSync(home, { recursive: true, force: true });
 });
 
 test("examples/hello in node-worker mode: each phase's trace holds the server's root, the controller's pod stages and the node worker's stage spans, parented across processes", async () => {
   await stack.server.api(routes.createWorkspace, { body: { name: "node-traced", pool: stack.pool } });
   const runId = await stack.startRun(join(repo, "examples", "hello"), "node-traced", ["--auto-apply"]);
-  assert.equal((await stack.waitForRun(runId, ["applied", "errored", "canceled"], 120_000)).status, "applied", `${controller.output()}\n${nodeWorker.output()}`);
+  assert.equal((await stack.waitForRun(runId, ["applied", "errored", "canceled"], 120_000)).status, "applied", `${agents!.controller.output()}\n${agents!.nodeWorker.output()}`);
   const jobs = (await stack.server.api(routes.listRunJobs, { params: { id: runId } })).body.items as Array<{ id: string; phase: string }>;
   assert.equal(jobs.length, 2);
   for (const job of jobs) {
@@ -89,6 +77,7 @@ test("examples/hello in node-worker mode: each phase's trace holds the server's 
   }
 
   // Stopping flushes the node worker's metrics: the log bytes it shipped are what the server stored of both phases.
+  const nodeWorker = agents!.nodeWorker;
   nodeWorker.child.kill("SIGTERM");
   assert.equal((await nodeWorker.exited).code, 0, nodeWorker.output());
   const server = `${stack.server.url}/metrics`;
