@@ -12,6 +12,7 @@ const enums = {
   "agent.logFormat": ["json", "plain", "dev"],
   "image.pullPolicy": ["Always", "IfNotPresent", "Never"],
   "persistence.persistentVolumeClaim.accessMode": ["ReadWriteOnce", "ReadWriteMany", "ReadOnlyMany", "ReadWriteOncePod"],
+  "persistence.cache.persistentVolumeClaim.accessMode": ["ReadWriteOnce", "ReadWriteMany", "ReadOnlyMany", "ReadWriteOncePod"],
 };
 /** Values that take a whole number or a percentage ("50%"); empty means unset. */
 const intOrPercent = ["podDisruptionBudget.minAvailable", "podDisruptionBudget.maxUnavailable"];

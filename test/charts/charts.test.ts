@@ -306,7 +306,9 @@ describe("drains and upgrades", () => {
 describe("values at the edges", () => {
   test('storageClassName "-" asks for no storage class (""); a name is kept', () => {
     for (const [chart, extra] of [["agent-local", []], ["agent-job", []], ["agent-k8s", ["--set", "jobWorker=true"]]] as const) {
-      const claim = (sc: string) => render(chart, ["--set", `agent.token=${token}`, ...extra, "--set", "persistence.enabled=true", "--set-string", `persistence.persistentVolumeClaim.storageClassName=${sc}`]).find((o) => o.kind === "PersistentVolumeClaim")!;
+      // The job charts keep the seed charts' persistence.cache.* names.
+      const p = chart === "agent-local" ? "persistence" : "persistence.cache";
+      const claim = (sc: string) => render(chart, ["--set", `agent.token=${token}`, ...extra, "--set", `${p}.enabled=true`, "--set-string", `${p}.persistentVolumeClaim.storageClassName=${sc}`]).find((o) => o.kind === "PersistentVolumeClaim")!;
       assert.equal(claim("-").spec.storageClassName, "", chart);
       assert.equal(claim("fast").spec.storageClassName, "fast", chart);
     }

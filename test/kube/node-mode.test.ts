@@ -60,7 +60,7 @@ test("node-worker mode: examples/hello plan+apply in runner-only pods driven by 
     assert.equal(pod.spec.automountServiceAccountToken, false, "run pods get no API access");
     const job = pod.metadata.labels["drover.dev/k8s-job"];
     const runnerMounts = pod.spec.containers[0].volumeMounts.filter((m: any) => m.name === "drover-home");
-    assert.deepEqual(runnerMounts.map((m: any) => m.subPath), [`runs/${job}`], "the runner sees its own run directory only");
+    assert.deepEqual(runnerMounts.map((m: any) => [m.subPath, m.readOnly ?? false]), [[`runs/${job}`, false], ["cache", true]], "the runner sees its own run directory and, read-only, the node's caches");
     const initMounts = pod.spec.initContainers[0].volumeMounts.filter((m: any) => m.name === "drover-home");
     assert.deepEqual(initMounts.map((m: any) => [m.subPath, m.readOnly]), [["ready", true]], "the init container sees the ready marks only, no run's files");
     assert.ok(!JSON.stringify(pod).includes("drv_j_"), "no job token in the pod spec");

@@ -95,7 +95,7 @@ registry host (its first part, when it has a dot or a colon or is localhost) is 
 
 {{/* Environment variables the chart owns; extraEnv may not set them. */}}
 {{- define "drover.reservedEnv" -}}
-DROVER_URL DROVER_TOKEN DROVER_TOKEN_FILE DROVER_AGENT_DRIVER DROVER_AGENT_CONCURRENCY DROVER_AGENT_NAME DROVER_AGENT_WORKER_ON_STOP_ACTION DROVER_AGENT_GRACE_PERIOD_SECONDS DROVER_AGENT_DATA_DIR DROVER_AGENT_CACHE_DIR DROVER_AGENT_HEALTH_PORT DROVER_AGENT_LOG_FORMAT DROVER_AGENT_DEBUG DROVER_CA_CERT DROVER_AGENT_KUBERNETES_TASK_TEMPLATE DROVER_AGENT_KUBERNETES_NAMESPACE DROVER_AGENT_KUBERNETES_WORKER_IMAGE DROVER_AGENT_IMAGE_PULL_GRACE_SECONDS DROVER_AGENT_POD_PENDING_TIMEOUT_SECONDS DROVER_AGENT_JOB_TTL_SECONDS DROVER_AGENT_JOB_ACTIVE_DEADLINE_SECONDS DROVER_AGENT_OTLP_ENDPOINT DROVER_AGENT_OTLP_METRICS_ENABLED DROVER_AGENT_OTLP_TRACES_ENABLED DROVER_AGENT_NODE_HOME DROVER_AGENT_NODE_NAME DROVER_AGENT_EXEC_LOOP_PATH DROVER_AGENT_CONTROLLER_NAME HTTP_PROXY HTTPS_PROXY NO_PROXY
+DROVER_URL DROVER_TOKEN DROVER_TOKEN_FILE DROVER_AGENT_DRIVER DROVER_AGENT_CONCURRENCY DROVER_AGENT_NAME DROVER_AGENT_WORKER_ON_STOP_ACTION DROVER_AGENT_GRACE_PERIOD_SECONDS DROVER_AGENT_DATA_DIR DROVER_AGENT_CACHE_DIR DROVER_AGENT_HEALTH_PORT DROVER_AGENT_LOG_FORMAT DROVER_AGENT_DEBUG DROVER_CA_CERT DROVER_AGENT_KUBERNETES_TASK_TEMPLATE DROVER_AGENT_KUBERNETES_NAMESPACE DROVER_AGENT_KUBERNETES_WORKER_IMAGE DROVER_AGENT_IMAGE_PULL_GRACE_SECONDS DROVER_AGENT_POD_PENDING_TIMEOUT_SECONDS DROVER_AGENT_JOB_TTL_SECONDS DROVER_AGENT_JOB_ACTIVE_DEADLINE_SECONDS DROVER_AGENT_OTLP_ENDPOINT DROVER_AGENT_OTLP_METRICS_ENABLED DROVER_AGENT_OTLP_TRACES_ENABLED DROVER_AGENT_NODE_HOME DROVER_AGENT_NODE_NAME DROVER_AGENT_EXEC_LOOP_PATH DROVER_AGENT_CONTROLLER_NAME DROVER_AGENT_PROVIDER_CACHE_ENABLED DROVER_AGENT_PROVIDER_CACHE_SIZE_LIMIT_MB DROVER_AGENT_MODULE_CACHE_ENABLED DROVER_AGENT_MODULE_CACHE_SIZE_LIMIT_MB HTTP_PROXY HTTPS_PROXY NO_PROXY
 {{- end -}}
 
 {{- define "drover.validateExtraEnv" -}}
@@ -106,7 +106,7 @@ DROVER_URL DROVER_TOKEN DROVER_TOKEN_FILE DROVER_AGENT_DRIVER DROVER_AGENT_CONCU
 {{- end -}}
 {{- end -}}
 {{- /* Run pods: what the chart and the controller set in the worker and runner containers. */ -}}
-{{- $task := dict "worker" (list "HTTP_PROXY" "HTTPS_PROXY" "NO_PROXY" "DROVER_AGENT_HEALTH_PORT" "DROVER_CA_CERT" "DROVER_URL" "DROVER_EXEC_DIR" "DROVER_WORKER_RUN_DIR" "DROVER_WORKER_SECRET_DIR" "DROVER_AGENT_WORKER_ON_STOP_ACTION" "DROVER_AGENT_GRACE_PERIOD_SECONDS") "runner" (list "HTTP_PROXY" "HTTPS_PROXY" "NO_PROXY" "HOME" "SSL_CERT_FILE" "DROVER_EXEC_DIR") -}}
+{{- $task := dict "worker" (list "HTTP_PROXY" "HTTPS_PROXY" "NO_PROXY" "DROVER_AGENT_HEALTH_PORT" "DROVER_CA_CERT" "DROVER_URL" "DROVER_EXEC_DIR" "DROVER_WORKER_RUN_DIR" "DROVER_WORKER_SECRET_DIR" "DROVER_AGENT_WORKER_ON_STOP_ACTION" "DROVER_AGENT_GRACE_PERIOD_SECONDS" "DROVER_AGENT_CACHE_DIR" "DROVER_AGENT_PROVIDER_CACHE_ENABLED" "DROVER_AGENT_PROVIDER_CACHE_SIZE_LIMIT_MB" "DROVER_AGENT_MODULE_CACHE_ENABLED" "DROVER_AGENT_MODULE_CACHE_SIZE_LIMIT_MB") "runner" (list "HTTP_PROXY" "HTTPS_PROXY" "NO_PROXY" "HOME" "SSL_CERT_FILE" "DROVER_EXEC_DIR") -}}
 {{- range $container, $names := $task -}}
 {{- range $name, $_ := (get $.Values.task $container).extraEnv -}}
 {{- if has $name $names -}}
@@ -227,4 +227,26 @@ checksum/secrets: {{ include (print .Template.BasePath "/secret.yaml") . | sha25
 {{- with .Values.agent.tokenExistingSecret.name }}
 checksum/token-secret-ref: {{ printf "%s/%s" . $.Values.agent.tokenExistingSecret.key | sha256sum | trunc 16 }}
 {{- end }}
+{{- end -}}
+
+{{/* The cache settings of a worker (a task pod's or a node's), from agent.providerCache and agent.moduleCache. */}}
+{{- define "drover.cacheEnv" -}}
+- name: DROVER_AGENT_PROVIDER_CACHE_ENABLED
+  value: {{ .Values.agent.providerCache.enabled | quote }}
+- name: DROVER_AGENT_PROVIDER_CACHE_SIZE_LIMIT_MB
+  value: {{ include "drover.sizeMb" (dict "value" .Values.agent.providerCache.sizeLimit "name" "agent.providerCache.sizeLimit") | quote }}
+- name: DROVER_AGENT_MODULE_CACHE_ENABLED
+  value: {{ .Values.agent.moduleCache.enabled | quote }}
+- name: DROVER_AGENT_MODULE_CACHE_SIZE_LIMIT_MB
+  value: {{ include "drover.sizeMb" (dict "value" .Values.agent.moduleCache.sizeLimit "name" "agent.moduleCache.sizeLimit") | quote }}
+{{- end -}}
+
+{{/* A size in Mi, Gi or Ti as a number of MB; anything else fails the render. */}}
+{{- define "drover.sizeMb" -}}
+{{- $v := toString .value -}}
+{{- if regexMatch "^[1-9][0-9]*Mi$" $v -}}{{ trimSuffix "Mi" $v }}
+{{- else if regexMatch "^[1-9][0-9]*Gi$" $v -}}{{ mul (trimSuffix "Gi" $v | atoi) 1024 }}
+{{- else if regexMatch "^[1-9][0-9]*Ti$" $v -}}{{ mul (trimSuffix "Ti" $v | atoi) 1048576 }}
+{{- else -}}{{ fail (printf "%s must be a size in Mi, Gi or Ti such as 20Gi, got %q" .name $v) }}
+{{- end -}}
 {{- end -}}

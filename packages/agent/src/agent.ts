@@ -21,8 +21,9 @@ import { fileURLToPath } from "node:url";
 /** The exec-loop script shipped with this package; the docker driver mounts it into every run container. */
 const execLoopPath = fileURLToPath(new URL("../../exec-loop/exec-loop.sh", import.meta.url));
 import { writeAgentStatus } from "./agent-status.js";
-import { ProviderCache } from "./providers/cache.js";
-import { ModuleCache } from "./modules/cache.js";
+import type { ProviderCache } from "./providers/cache.js";
+import type { ModuleCache } from "./modules/cache.js";
+import { openCaches } from "./cache/caches.js";
 import { EngineCache } from "./engines/cache.js";
 import { hashicorpReleaseKey } from "./engines/keys.js";
 import { join } from "node:path";
@@ -90,13 +91,10 @@ export class Agent {
   ) {
     this.client = new AgentClient(config.url, config.caCertPem, options.timeouts);
     this.keptPlans = new KeptPlanDirs(config.dataDir, config.concurrency, config.planReuseMs);
-    this.providerCache = config.providerCacheEnabled
-      ? new ProviderCache({ dir: join(config.cacheDir, "providers"), limitBytes: config.providerCacheSizeLimitMb * 1024 * 1024, dispatcher: this.client.dispatcher, logger: log })
-      : undefined;
+    const caches = openCaches(config, this.client.dispatcher, log);
+    this.providerCache = caches.providers;
+    this.moduleCache = caches.modules;
     if (this.providerCache) this.metrics.addCache("providers", this.providerCache.counters);
-    this.moduleCache = config.moduleCacheEnabled
-      ? new ModuleCache({ dir: join(config.cacheDir, "modules"), limitBytes: config.moduleCacheSizeLimitMb * 1024 * 1024, dispatcher: this.client.dispatcher, logger: log })
-      : undefined;
     if (this.moduleCache) this.metrics.addCache("modules", this.moduleCache.counters);
     if (config.driver === "local") {
       const e = config.engines;

@@ -53,16 +53,21 @@ export class AgentMetrics {
   }
 
   private renderCaches(): string {
-    if (this.caches.size === 0) return "";
-    const series = (name: string, type: string, help: string, pick: (c: CacheCounters) => number): string =>
-      `# HELP ${name} ${help}\n# TYPE ${name} ${type}\n` + [...this.caches].map(([cache, c]) => `${name}{cache="${cache}"} ${pick(c)}\n`).join("");
-    return (
-      series("drover_agent_cache_hits_total", "counter", "Cache entries used without a download", (c) => c.hits) +
-      series("drover_agent_cache_misses_total", "counter", "Cache entries downloaded", (c) => c.misses) +
-      series("drover_agent_cache_evictions_total", "counter", "Cache entries evicted under the size limit", (c) => c.evictions) +
-      series("drover_agent_cache_bytes", "gauge", "Bytes the cache holds", (c) => c.bytes)
-    );
+    return renderCacheSeries(this.caches);
   }
+}
+
+/** The drover_agent_cache_* series of some caches, by name (empty without caches). */
+function renderCacheSeries(caches: Map<string, CacheCounters>): string {
+  if (caches.size === 0) return "";
+  const series = (name: string, type: string, help: string, pick: (c: CacheCounters) => number): string =>
+    `# HELP ${name} ${help}\n# TYPE ${name} ${type}\n` + [...caches].map(([cache, c]) => `${name}{cache="${cache}"} ${pick(c)}\n`).join("");
+  return (
+    series("drover_agent_cache_hits_total", "counter", "Cache entries used without a download", (c) => c.hits) +
+    series("drover_agent_cache_misses_total", "counter", "Cache entries downloaded", (c) => c.misses) +
+    series("drover_agent_cache_evictions_total", "counter", "Cache entries evicted under the size limit", (c) => c.evictions) +
+    series("drover_agent_cache_bytes", "gauge", "Bytes the cache holds", (c) => c.bytes)
+  );
 }
 
 /** What a long-running drover process says about itself on its health port. */
@@ -141,6 +146,13 @@ type Series =
 /** Gauges, counters and histograms in Prometheus' text format, for processes with a handful of series. */
 export class MetricSet {
   private readonly series = new Map<string, Series>();
+  private readonly caches = new Map<string, CacheCounters>();
+
+  /** Exposes a cache's counters as drover_agent_cache_* series with `cache="<name>"`. */
+  addCache(name: string, counters: CacheCounters): this {
+    this.caches.set(name, counters);
+    return this;
+  }
 
   /**
    * Declares a series. A gauge's or counter's unlabelled value starts at 0 so scrapers see it
@@ -199,7 +211,7 @@ export class MetricSet {
         out += `${name}_bucket${labelText({ ...labels, le: "+Inf" })} ${h.count}\n${name}_sum${labelText(labels)} ${h.sum}\n${name}_count${labelText(labels)} ${h.count}\n`;
       }
     }
-    return out;
+    return out + renderCacheSeries(this.caches);
   }
 
   private scalar(name: string) {

@@ -1,6 +1,6 @@
 import { containsSecret, DroverError, jobTakenAway, noopTracer, redactText, secretForms, versionSatisfies, type JobAssignment, type JobOutcome, type Output, type RunTracer, type SpanHandle } from "@drover/protocol";
-import { closeSync, constants, existsSync, mkdirSync, openSync, readFileSync, realpathSync, rmSync, writeFileSync } from "node:fs";
-import { join, relative, resolve } from "node:path";
+import { closeSync, constants, existsSync, mkdirSync, openSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { dirname, join, relative, resolve } from "node:path";
 import type { Logger } from "pino";
 import { pause } from "./backoff.js";
 import { NetworkError, withRetry, type AgentClient, type JobClient } from "./client.js";
@@ -347,12 +347,13 @@ export class JobRun {
     }
     download.end({ "drover.reused": reused });
     const env = this.environment(variables.filter((v) => v.kind === "env").map((v) => [v.key, v.value]));
-    await this.useProviderCache(runDir, workDir, env, variables.some((v) => v.kind === "env" && v.key === "TF_CLI_CONFIG_FILE"));
-    if (this.moduleCache && !this.runner.files) {
-      this.moduleLease = await this.moduleCache.prepare(workDir, this.work.signal);
+    // Modules first: the providers their modules require are prepared with the root module's.
+    if (this.moduleCache) {
+      this.moduleLease = await this.moduleCache.prepare(workDir, this.work.signal, this.files);
       for (const note of this.moduleLease.notes) this.log.line(`[drover] module cache: ${note}`);
       if (this.moduleLease.installed.length > 0) this.log.line(`[drover] modules from the agent's cache: ${this.moduleLease.installed.join(", ")}`);
     }
+    await this.useProviderCache(runDir, workDir, env, variables.some((v) => v.kind === "env" && v.key === "TF_CLI_CONFIG_FILE"));
     if (this.config.runAs) {
       // Runs are another user (DROVER_AGENT_RUN_AS_USER): the run directory is theirs, and so
       // is HOME, since the agent's is not readable to them.
@@ -457,7 +458,7 @@ export class JobRun {
       this.log.line("[drover] provider cache not used: the agent's TF_CLI_CONFIG_FILE has its own provider_installation");
       return;
     }
-    const lease = await this.providerCache.prepare(workDir, this.work.signal);
+    const lease = await this.providerCache.prepare(workDir, this.work.signal, this.moduleLease?.dirs);
     this.providerLease = lease;
     for (const note of lease.notes) this.log.line(`[drover] provider cache: ${note}`);
     if (lease.prepared.length > 0) this.log.line(`[drover] providers from the agent's cache: ${lease.prepared.join(", ")}`);
@@ -548,6 +549,10 @@ const localFiles: RunFiles = {
   withDir: (dir, fn) => fn(dir),
   read: (path) => readFileSync(path),
   write: (path, data) => writePrivateFile(path, data),
+  link(path, target) {
+    mkdirSync(dirname(path), { recursive: true });
+    symlinkSync(target, path);
+  },
   discard: (runDir) => rmSync(runDir, { recursive: true, force: true }),
 };
 

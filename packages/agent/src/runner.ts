@@ -27,6 +27,8 @@ export interface RunFiles {
   withDir<T>(dir: string, fn: (path: string) => Promise<T>): Promise<T>;
   read(path: string): Buffer;
   write(path: string, data: string | Buffer): void;
+  /** Makes `path` a symbolic link to `target` (a read-only cache entry), creating missing parent directories. */
+  link(path: string, target: string): void;
   /** Removes the run directory once the job is over. */
   discard(runDir: string): void;
 }

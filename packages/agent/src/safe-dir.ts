@@ -1,4 +1,4 @@
-import { closeSync, constants, fchmodSync, fstatSync, lstatSync, mkdirSync, openSync, readSync, renameSync, rmSync, unlinkSync, writeSync } from "node:fs";
+import { closeSync, constants, fchmodSync, fstatSync, lstatSync, mkdirSync, openSync, readSync, renameSync, rmSync, symlinkSync, unlinkSync, writeSync } from "node:fs";
 import { randomBytes } from "node:crypto";
 import { isAbsolute, relative, sep } from "node:path";
 
@@ -187,6 +187,11 @@ export class SafeDir {
       },
       true,
     );
+  }
+
+  /** Makes `rel` a new symbolic link to `target` (never replacing anything); missing parent directories are created. */
+  link(rel: string, target: string): void {
+    this.inParent(rel, (parent, name) => symlinkSync(target, parent.at(name)), true);
   }
 
   /** Whether `rel` exists (as anything, links included: nothing is followed). */

@@ -307,7 +307,16 @@ export class CacheStore<M> {
       return false;
     }
     if (fp === e.verified) return true;
-    if (!readOnly(e.path)) return false;
+    if (!readOnly(e.path)) {
+      // Volume managers add group write bits to every file of a claim a pod mounts (kubelet's
+      // fsGroup): take them off again, and let the hash decide whether anything was written.
+      try {
+        makeReadOnly(e.path);
+      } catch {
+        return false;
+      }
+      fp = treeFingerprint(e.path);
+    }
     if ((await packageHashV1(e.path)) !== e.h1) return false;
     e.verified = fp;
     return true;

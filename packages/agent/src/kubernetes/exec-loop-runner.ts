@@ -194,6 +194,9 @@ export function safeRunFiles(base: string, handle: SafeDir): RunFiles {
     write(path, data) {
       handle.write(below(base, path), data);
     },
+    link(path, target) {
+      handle.link(below(base, path), target);
+    },
     discard() {},
   };
 }

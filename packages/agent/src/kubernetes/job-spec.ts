@@ -42,6 +42,11 @@ export function nodeRunDir(nodeHome: string, name: string): string {
   return `${nodeHome.replace(/\/+$/, "")}/runs${name ? `/${name}` : ""}`;
 }
 
+/** The node's provider and module caches: filled by its worker, mounted read-only into every run pod of the node. */
+export function nodeCacheDir(nodeHome: string): string {
+  return `${nodeHome.replace(/\/+$/, "")}/cache`;
+}
+
 /**
  * Where a node's worker marks runs ready (an empty file per run). Apart from the run
  * directories, so a run pod's init container waits on it without seeing any run's files.
@@ -62,7 +67,14 @@ const mounts = {
  * and the run directory (configuration, .terraform, providers). A template may declare the
  * `drover-run` emptyDir itself to size it differently.
  */
-const emptyDirLimits = { exec: "64Mi", bin: "16Mi", run: "10Gi" };
+const emptyDirLimits = { exec: "64Mi", bin: "16Mi", run: "10Gi", cache: "1Gi" };
+
+/**
+ * The pod's provider and module cache: the worker fills it, the runner reads it at the same path
+ * and can never write it. A template may declare the volume (a claim shared by task pods, or a
+ * larger emptyDir) and the worker's mount of it (path, subPath); otherwise a pod-local emptyDir.
+ */
+const cacheVolume = { name: "drover-cache", mountPath: "/var/lib/drover/cache" };
 
 /** Requests of the init container Drover adds (a copy or a wait loop). */
 const initResources = { requests: { cpu: "10m", memory: "16Mi", "ephemeral-storage": "16Mi" }, limits: { memory: "64Mi" } };
@@ -140,7 +152,10 @@ export function buildJob(a: JobAssignment, template: V1JobSpec | undefined, s: T
         }
       : {}),
   });
-  addMounts(worker, [mounts.exec, mounts.run, mounts.secret]);
+  if (!pod.volumes.some((v) => v.name === cacheVolume.name)) pod.volumes.push({ name: cacheVolume.name, emptyDir: { sizeLimit: emptyDirLimits.cache } });
+  const cacheMount: V1VolumeMount = { ...cacheVolume, ...worker.volumeMounts?.find((m) => m.name === cacheVolume.name), readOnly: false };
+  setEnv(worker, { DROVER_AGENT_CACHE_DIR: cacheMount.mountPath });
+  addMounts(worker, [mounts.exec, mounts.run, mounts.secret, cacheMount]);
 
   let runner = pod.containers.find((c) => c.name === "runner");
   if (!runner) {
@@ -149,7 +164,7 @@ export function buildJob(a: JobAssignment, template: V1JobSpec | undefined, s: T
   }
   runner.command ??= ["/bin/sh", "/drover/bin/exec-loop.sh"];
   setEnv(runner, { DROVER_EXEC_DIR: mounts.exec.mountPath });
-  addMounts(runner, [mounts.exec, mounts.run, { ...mounts.bin, readOnly: true }]);
+  addMounts(runner, [mounts.exec, mounts.run, { ...mounts.bin, readOnly: true }, { ...cacheMount, readOnly: true }]);
 
   return { apiVersion: "batch/v1", kind: "Job", metadata: { name, namespace: s.namespace, labels: meta, annotations }, spec };
 }
@@ -183,6 +198,10 @@ function nodeModeJob(name: string, spec: V1JobSpec, meta: Record<string, string>
   }
   runner.command ??= ["/bin/sh", `${dir}/bin/exec-loop.sh`];
   setEnv(runner, { DROVER_EXEC_DIR: `${dir}/exec` });
-  addMounts(runner, [{ name: volume.name, mountPath: dir, subPath: `runs/${name}` }]);
+  // The node's caches, at the path the worker gives runs in their CLI configuration and module links.
+  addMounts(runner, [
+    { name: volume.name, mountPath: dir, subPath: `runs/${name}` },
+    { name: volume.name, mountPath: nodeCacheDir(home), subPath: "cache", readOnly: true },
+  ]);
   return { apiVersion: "batch/v1", kind: "Job", metadata: { name, namespace: s.namespace, labels: meta, annotations }, spec };
 }

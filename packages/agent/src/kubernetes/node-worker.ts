@@ -1,14 +1,15 @@
 import { CoreV1Api, KubeConfig, type V1Pod } from "@kubernetes/client-node";
 import { jobAssignmentSchema, noopTracer, SettingsSource, startTelemetryIfSet, type JobAssignment, type Telemetry } from "@drover/protocol";
 import { hostname } from "node:os";
-import { readdirSync, readFileSync } from "node:fs";
+import { mkdirSync, readdirSync, readFileSync } from "node:fs";
 import type { Logger } from "pino";
 import { AgentClient } from "../client.js";
 import { MetricSet, servingHealth } from "../health.js";
 import type { LogFormat, StopAction } from "../config.js";
 import { SafeDir } from "../safe-dir.js";
 import { apiClientWithDeadline, defaultApiTimeoutMs } from "./api-deadline.js";
-import { labels, nodeReadyDir, nodeRunDir } from "./job-spec.js";
+import { labels, nodeCacheDir, nodeReadyDir, nodeRunDir } from "./job-spec.js";
+import { cacheDispatcher, cacheSettings, openCaches, type CacheSettings, type Caches } from "../cache/caches.js";
 import { podNamespace } from "./settings.js";
 import { startInformer, type Informer } from "./informer.js";
 import { superviseJob, supervisionSettings, type WorkerSettings } from "./worker.js";
@@ -33,6 +34,11 @@ export interface NodeWorkerSettings {
   /** Port of /healthz, /readyz and /metrics; 0 disables them. */
   healthPort: number;
   logFormat: LogFormat;
+  /**
+   * The node's provider and module caches, in `<home>/cache` (every run pod of the node mounts it
+   * read-only there): this worker fills them for all of the node's runs.
+   */
+  caches: CacheSettings;
   /** The pods watch's `timeoutSeconds`; see informer.ts for its deadline. */
   watchTimeoutSeconds: number;
   /** OTLP export of this worker's metrics and its runs' spans (DROVER_AGENT_OTLP_*); none without an endpoint. */
@@ -54,6 +60,7 @@ export function loadNodeWorkerSettings(env: NodeJS.ProcessEnv): NodeWorkerSettin
     controllerName: src.require("DROVER_AGENT_CONTROLLER_NAME", "the name of the controller whose run pods this worker supervises (its DROVER_AGENT_NAME)"),
     healthPort: src.getOr("DROVER_AGENT_HEALTH_PORT", 8080),
     logFormat: src.get("DROVER_AGENT_LOG_FORMAT"),
+    caches: { ...cacheSettings(src), cacheDir: nodeCacheDir(home) },
     watchTimeoutSeconds: src.get("DROVER_AGENT_KUBERNETES_WATCH_TIMEOUT_SECONDS"),
     otlp: otlpSettings(src),
   };
@@ -103,11 +110,15 @@ export class NodeWorker {
 
   private runsDir: SafeDir | undefined;
   private readyDir: SafeDir | undefined;
+  /** The caches every run on this node shares. */
+  private caches: Caches = { providers: undefined, modules: undefined };
 
   /** Runs until `shutdown()`, then waits for its runs to wind down; resolves with the exit code. */
   async run(): Promise<number> {
     const exposition = () => {
       this.metrics.set("drover_node_worker_runs", this.runs.size);
+      if (this.caches.providers) this.metrics.addCache("providers", this.caches.providers.counters);
+      if (this.caches.modules) this.metrics.addCache("modules", this.caches.modules.counters);
       return this.metrics.render();
     };
     const source = {
@@ -141,6 +152,9 @@ export class NodeWorker {
       this.log.error(`${unwritable}: this worker could never prepare or mark a run on this node ready. Create ${this.settings.home}/runs and ${this.settings.home}/ready owned by the worker's user with the data home (README: agent-k8s node preparation), or set workerDaemonSet.prepareDataHome=true`);
       return 1;
     }
+    // Made even with both caches off: every run pod mounts it.
+    mkdirSync(this.settings.caches.cacheDir, { recursive: true, mode: 0o755 });
+    this.caches = openCaches(this.settings.caches, cacheDispatcher(this.settings.caCertPem), this.log);
     this.log.info({ node: this.settings.nodeName, home: this.settings.home }, "node worker started");
     const { namespace, nodeName, controllerName } = this.settings;
     const labelSelector = `${labels.controller}=${controllerName}`;
@@ -250,6 +264,7 @@ export class NodeWorker {
       },
       log,
       { exec, run },
+      this.caches,
     );
     this.metrics.inc("drover_node_worker_supervisors_started_total");
     this.runs.set(name, supervised);

@@ -10,6 +10,7 @@ import { closeHealthServer, MetricSet, startHealthServer } from "../health.js";
 import { JobRun, type JobSettings } from "../job.js";
 import { ExecLoopRunner } from "./exec-loop-runner.js";
 import { SafeDir } from "../safe-dir.js";
+import { cacheDispatcher, cacheSettings, openCaches, type CacheSettings, type Caches } from "../cache/caches.js";
 
 /** Where the controller's Secret (job token + assignment) is mounted in the worker container. */
 export const defaultJobSecretDir = settingsTable.DROVER_WORKER_SECRET_DIR.default;
@@ -33,6 +34,8 @@ export interface WorkerSettings {
   otlp?: OtlpSettings | undefined;
   /** Spans of the job's stages; runWorker sets it from `otlp`. */
   tracer?: RunTracer | undefined;
+  /** The provider and module caches: this worker fills them, the runner container reads them (mounted read-only). */
+  caches: CacheSettings;
 }
 
 /** Reads the pod worker's settings; a bad value throws one clear line. */
@@ -45,6 +48,7 @@ export function loadWorkerSettings(env: NodeJS.ProcessEnv): WorkerSettings {
     runDir: src.get("DROVER_WORKER_RUN_DIR"),
     ...supervisionSettings(src),
     healthPort: src.getOr("DROVER_AGENT_HEALTH_PORT", 0),
+    caches: cacheSettings(src),
     otlp: otlpSettings(src),
   };
 }
@@ -80,10 +84,15 @@ export async function runWorker(settings: WorkerSettings, log: Logger): Promise<
     log.warn({ err: err instanceof Error ? err.message : String(err) }, "OpenTelemetry export could not start; running without it");
     return undefined;
   });
+  const caches = openCaches(settings.caches, cacheDispatcher(settings.caCertPem), log);
+  if (caches.providers) metrics.addCache("providers", caches.providers.counters);
+  if (caches.modules) metrics.addCache("modules", caches.modules.counters);
   const supervised = superviseJob(
     assignment,
     { ...settings, tracer: telemetry?.tracer, onLogBytes: (n) => metrics.add("drover_worker_log_bytes_shipped_total", n), onError: (kind) => metrics.inc("drover_worker_errors_total", { kind }) },
     log,
+    undefined,
+    caches,
   );
   // The run matters more than its health port: a port already taken costs the probe, not the run.
   const health = settings.healthPort > 0
@@ -121,6 +130,7 @@ export function superviseJob(
   settings: SupervisionSettings,
   log: Logger,
   handles?: { exec: SafeDir; run: SafeDir },
+  caches?: Caches,
 ): { done: Promise<void>; stop(): void } {
   // The runner container shares both directories: reach them only through handles opened now.
   const exec = handles?.exec ?? SafeDir.open(settings.execDir, { create: true });
@@ -137,15 +147,15 @@ export function superviseJob(
     onError: settings.onError,
     dataDir: settings.runDir,
     cacheDir: join(settings.runDir, ".cache"),
-    // One pod per job: no later run shares a provider cache or a kept plan directory here.
-    providerCacheEnabled: false,
+    providerCacheEnabled: caches?.providers !== undefined,
     stopAction: settings.stopAction,
     taskCaCertPath: undefined,
     // Hooks are the runner image's business in a pod.
     hooksDir: undefined,
     hookTimeoutMs: settingsTable.DROVER_AGENT_HOOK_TIMEOUT_SECONDS.default * 1000,
   };
-  const job = new JobRun(assignment, new AgentClient(settings.url, settings.caCertPem), jobSettings, log, runner);
+  // No kept plan directories: each phase runs in a new pod (or a new directory on the node).
+  const job = new JobRun(assignment, new AgentClient(settings.url, settings.caCertPem), jobSettings, log, runner, undefined, caches?.providers, caches?.modules);
   const done = job.execute().finally(() => {
     clearInterval(beat);
     if (!runner.shutdown()) log.warn("could not tell the runner to exit: the run blocked its shutdown file; the pod ends at its deadline");

@@ -1,10 +1,14 @@
+import { execFile } from "node:child_process";
+import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
-import { dirname, join } from "node:path";
+import { dirname, join, resolve } from "node:path";
+import type { RunFiles } from "../runner.js";
+import { VerificationError } from "../providers/errors.js";
 import type { Logger } from "pino";
 import type { Dispatcher } from "undici";
 import { versionSatisfies } from "@drover/protocol";
 import { extractConfiguration } from "../extract.js";
-import { CacheStore, type CacheCounters, type Hold } from "../cache/store.js";
+import { CacheStore, type CacheCounters, type Fill, type Hold } from "../cache/store.js";
 import { RegistryClient, RegistryUnavailable } from "../providers/registry.js";
 import { stripComments, braced } from "../providers/config-scan.js";
 
@@ -19,18 +23,29 @@ import { stripComments, braced } from "../providers/config-scan.js";
  * CacheStore (cache/store.ts). Module calls it does not handle are left to terraform.
  */
 
+/** Where a module call's code comes from, as far as the cache understands it. */
+type ModuleSource =
+  | { kind: "registry"; host: string; path: string; constraint: string | undefined }
+  /** `git::<url>[//subdir][?ref=…]`: cached by the commit the ref names. */
+  | { kind: "git"; url: string; ref: string | undefined; subdir: string }
+  /** An `http(s)://….tar.gz` archive (`?checksum=sha256:<hex>` verified when given): cached by URL. */
+  | { kind: "http"; url: string; checksum: string | undefined; subdir: string }
+  /** A directory of the calling module (`./…`, `../…`): its own calls are followed. */
+  | { kind: "local"; path: string };
+
 interface ModuleCall {
   name: string;
+  /** The source as written (what terraform records in modules.json). */
   source: string;
-  host: string;
-  path: string;
-  constraint: string | undefined;
+  spec: ModuleSource | undefined;
 }
 
 /** What a run gets: the calls installed from the cache, and lines for its log. */
 export interface ModuleLease {
   readonly installed: string[];
   readonly notes: string[];
+  /** The directories of the modules the configuration calls (cached and local), whose providers the provider cache prepares too. */
+  readonly dirs: string[];
   release(): void;
 }
 
@@ -46,36 +61,147 @@ export interface ModuleCacheOptions {
 
 const defaultRegistry = "registry.terraform.io";
 
-/** The root module's registry module calls (`module "x" { source = "ns/name/system" version = "…" }`). */
-export function scanModuleCalls(workDir: string): ModuleCall[] {
+/** Plain file operations, for a directory only the agent writes. */
+const plainFiles: Pick<RunFiles, "link" | "write"> = {
+  link(path, target) {
+    mkdirSync(dirname(path), { recursive: true });
+    symlinkSync(target, path);
+  },
+  write: (path, data) => writeFileSync(path, data),
+};
+
+/** Splits go-getter's `//subdir` off a source (the query stays with the URL). */
+function splitSubdir(src: string): { url: string; subdir: string } {
+  const schemeEnd = src.indexOf("://");
+  const at = src.indexOf("//", schemeEnd >= 0 ? schemeEnd + 3 : 0);
+  if (at < 0) return { url: src, subdir: "" };
+  let subdir = src.slice(at + 2);
+  let url = src.slice(0, at);
+  const q = subdir.indexOf("?");
+  if (q >= 0) {
+    url += subdir.slice(q);
+    subdir = subdir.slice(0, q);
+  }
+  return { url, subdir: subdir.replace(/\/+$/, "") };
+}
+
+/** What the cache makes of a module source; undefined: left to terraform. */
+export function parseModuleSource(source: string, constraint: string | undefined): ModuleSource | undefined {
+  if (source.startsWith("./") || source.startsWith("../")) return { kind: "local", path: source };
+  const part = /^[0-9A-Za-z][0-9A-Za-z_-]*$/;
+  const parts = source.split("/");
+  if (!source.includes(":") && !source.startsWith("/")) {
+    if (parts.length === 3 && parts.every((p) => part.test(p))) return { kind: "registry", host: defaultRegistry, path: parts.join("/").toLowerCase(), constraint };
+    if (parts.length === 4 && /^[0-9a-z.-]*\.[0-9a-z.-]*$/i.test(parts[0] ?? "") && parts.slice(1).every((p) => part.test(p))) return { kind: "registry", host: (parts[0] as string).toLowerCase(), path: parts.slice(1).join("/").toLowerCase(), constraint };
+  }
+  if (parts.length === 4 && /^[0-9a-z.-]*\.[0-9a-z.-]*:\d{1,5}$/i.test(parts[0] ?? "") && parts.slice(1).every((p) => part.test(p))) {
+    return { kind: "registry", host: (parts[0] as string).toLowerCase(), path: parts.slice(1).join("/").toLowerCase(), constraint };
+  }
+  const forced = /^([a-z0-9]+)::(.*)$/.exec(source);
+  const { url: raw, subdir } = splitSubdir(forced ? (forced[2] as string) : source);
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    return undefined;
+  }
+  if (subdir.split("/").some((p) => p === ".." || p === ".")) return undefined;
+  if (forced?.[1] === "git" && ["https:", "http:", "file:"].includes(url.protocol)) {
+    const ref = url.searchParams.get("ref") ?? undefined;
+    url.searchParams.delete("ref");
+    // Other go-getter options (depth, sshkey) change how terraform fetches: leave those calls to it.
+    if ([...url.searchParams.keys()].length > 0) return undefined;
+    return { kind: "git", url: url.href, ref, subdir };
+  }
+  if (!forced && ["https:", "http:"].includes(url.protocol) && /\.(tar\.gz|tgz)$/.test(url.pathname)) {
+    const sum = url.searchParams.get("checksum") ?? undefined;
+    if (sum !== undefined && !/^sha256:[0-9a-f]{64}$/.test(sum)) return undefined;
+    url.searchParams.delete("checksum");
+    if ([...url.searchParams.keys()].length > 0) return undefined;
+    return { kind: "http", url: url.href, checksum: sum?.slice("sha256:".length), subdir };
+  }
+  return undefined;
+}
+
+/** The module calls of the module in `dir` (`module "x" { source = "…" version = "…" }`). */
+export function scanModuleCalls(dir: string): ModuleCall[] {
   const calls: ModuleCall[] = [];
-  for (const file of readdirSync(workDir)) {
+  for (const file of readdirSync(dir)) {
     if (!file.endsWith(".tf")) continue;
-    const text = stripComments(readFileSync(join(workDir, file), "utf8"));
+    const text = stripComments(readFileSync(join(dir, file), "utf8"));
     for (const m of text.matchAll(/\bmodule\s+"([A-Za-z][\w-]*)"\s*\{/g)) {
       const body = braced(text, (m.index ?? 0) + m[0].length - 1);
       const source = /\bsource\s*=\s*"([^"]*)"/.exec(body)?.[1];
       const constraint = /\bversion\s*=\s*"([^"]*)"/.exec(body)?.[1];
       if (!source) continue;
-      const parts = source.split("/");
-      const name = m[1] as string;
-      const part = /^[0-9A-Za-z][0-9A-Za-z_-]*$/;
-      if (source.includes("::") || source.startsWith(".") || source.startsWith("/") || source.includes("//")) continue;
-      if (parts.length === 3 && parts.every((p) => part.test(p))) calls.push({ name, source, host: defaultRegistry, path: parts.join("/").toLowerCase(), constraint });
-      else if (parts.length === 4 && /^[0-9a-z.-]*\.[0-9a-z.-]*(:\d{1,5})?$/i.test(parts[0] ?? "") && parts.slice(1).every((p) => part.test(p))) {
-        calls.push({ name, source, host: (parts[0] as string).toLowerCase(), path: parts.slice(1).join("/").toLowerCase(), constraint });
-      }
+      calls.push({ name: m[1] as string, source, spec: parseModuleSource(source, constraint) });
     }
   }
   return calls;
 }
 
+const digest = (s: string): string => createHash("sha256").update(s).digest("hex").slice(0, 32);
+
+/** Modules nested deeper than this are left to terraform. */
+const maxDepth = 8;
+
+/** A module source the cache cannot fetch (unreachable, unknown ref, unsupported package): terraform gets it. */
+class ModuleSourceUnavailable extends Error {}
+
+/** What the module cache records beside an entry: where it came from, and the archive's sha256 when there was one. */
+interface ModuleMeta {
+  source: string;
+  sha256?: string;
+  commit?: string;
+}
+
+/** terraform's normalized form of a remote source in modules.json: the package, then `//subdir`. */
+function packageSource(source: string): string {
+  const forced = /^([a-z0-9]+::)(.*)$/.exec(source);
+  const { url, subdir } = splitSubdir(forced ? (forced[2] as string) : source);
+  return `${forced?.[1] ?? ""}${url}${subdir ? `//${subdir}` : ""}`;
+}
+
+const gitEnv = (): NodeJS.ProcessEnv => ({ ...process.env, GIT_TERMINAL_PROMPT: "0", GIT_ASKPASS: "true" });
+
+function git(args: string[], signal: AbortSignal, cwd?: string): Promise<string> {
+  return new Promise((resolvePromise, reject) => {
+    execFile("git", args, { cwd, env: gitEnv(), signal, maxBuffer: 16 << 20 }, (err, stdout, stderr) => {
+      if (err) reject(new ModuleSourceUnavailable(`git ${args[0]}: ${(stderr || err.message).trim().split("\n").slice(-1)[0]}`));
+      else resolvePromise(stdout);
+    });
+  });
+}
+
+/** The commit `ref` (a branch or tag; HEAD when unset) names in the repository at `url`. */
+async function lsRemote(url: string, ref: string | undefined, signal: AbortSignal): Promise<string> {
+  const out = await git(["ls-remote", "--", url, ref ?? "HEAD"], signal);
+  const lines = out.trim().split("\n").map((l) => l.split("\t")).filter((p) => p.length === 2) as Array<[string, string]>;
+  // An annotated tag's commit is its peeled line (`refs/tags/v1^{}`).
+  const pick = lines.find(([, name]) => name.endsWith("^{}")) ?? lines[0];
+  if (!pick || !/^[0-9a-f]{40}$/.test(pick[0])) throw new ModuleSourceUnavailable(`${url} has no ref ${ref ?? "HEAD"}`);
+  return pick[0];
+}
+
+/**
+ * Fetches the repository at `url` and writes the tree of `commit` into `dir`. git checks every
+ * object it receives against its hash, so the tree is the one the commit id vouches for.
+ */
+async function gitCheckout(url: string, commit: string, dir: string, scratch: string, signal: AbortSignal): Promise<ModuleMeta> {
+  const repo = join(scratch, "repo.git");
+  await git(["clone", "--quiet", "--bare", "--", url, repo], signal);
+  const type = (await git(["--git-dir", repo, "cat-file", "-t", commit], signal).catch(() => "")).trim();
+  if (type !== "commit") throw new ModuleSourceUnavailable(`${url} has no commit ${commit}`);
+  await git(["--git-dir", repo, "--work-tree", dir, "checkout", "--quiet", "-f", commit, "--", "."], signal);
+  return { source: url, commit };
+}
+
 export class ModuleCache {
-  private readonly store: CacheStore<Record<string, never>>;
+  private readonly store: CacheStore<ModuleMeta>;
   private readonly registry: RegistryClient;
 
   constructor(private readonly options: ModuleCacheOptions) {
-    this.store = new CacheStore({ dir: options.dir, entries: "entries", limitBytes: options.limitBytes, logger: options.logger, kind: "module", ...(options.now ? { now: options.now } : {}) });
+    this.store = new CacheStore<ModuleMeta>({ dir: options.dir, entries: "entries", limitBytes: options.limitBytes, logger: options.logger, kind: "module", ...(options.now ? { now: options.now } : {}) });
     this.registry = new RegistryClient(options.dispatcher);
   }
 
@@ -84,51 +210,123 @@ export class ModuleCache {
     return this.store.counters;
   }
 
-  /** Installs the root module's registry module calls from the cache into `workDir/.terraform/modules`. */
-  async prepare(workDir: string, signal: AbortSignal): Promise<ModuleLease> {
+  /**
+   * Installs the module calls of the root module and, through them, of every module it calls
+   * (registry, git and http sources; local directories are followed) from the cache into
+   * `workDir/.terraform/modules`, writing through `files` (the run directory may be shared with a
+   * runner container). Calls it cannot serve are left to terraform with a note.
+   */
+  async prepare(workDir: string, signal: AbortSignal, files: Pick<RunFiles, "link" | "write"> = plainFiles): Promise<ModuleLease> {
     const notes: string[] = [];
     const held: Hold[] = [];
-    const records: Array<{ Key: string; Source: string; Version: string; Dir: string }> = [];
+    const records: Array<{ Key: string; Source: string; Version?: string; Dir: string }> = [];
+    const dirs: string[] = [];
     const manifest = join(workDir, ".terraform", "modules", "modules.json");
     const release = (): void => {
       for (const h of held.splice(0)) h.release();
     };
     // A directory terraform already initialized (a kept plan directory) keeps its own installation.
-    if (existsSync(manifest)) return { installed: [], notes, release };
-    try {
-      for (const call of scanModuleCalls(workDir)) {
+    if (existsSync(manifest)) return { installed: [], notes, dirs, release };
+    const visit = async (dir: string, prefix: string, depth: number): Promise<void> => {
+      for (const call of scanModuleCalls(dir)) {
+        const key = prefix ? `${prefix}.${call.name}` : call.name;
+        const spec = call.spec;
+        if (depth >= maxDepth) {
+          notes.push(`module ${key}: nested too deep for the cache; left to terraform`);
+          continue;
+        }
+        if (!spec) {
+          notes.push(`module ${key}: the cache does not take source ${call.source}; left to terraform`);
+          continue;
+        }
+        if (spec.kind === "local") {
+          const child = resolve(dir, spec.path);
+          if (existsSync(child)) {
+            dirs.push(child);
+            await visit(child, key, depth + 1);
+          }
+          continue;
+        }
         try {
-          const version = await this.resolve(call, signal);
-          if (!version) {
-            notes.push(`module ${call.name}: no version of ${call.source} satisfies ${call.constraint ?? "any"}; left to terraform`);
+          const got = await this.install(spec, call, signal);
+          if (!got) {
+            notes.push(`module ${key}: no version of ${call.source} satisfies ${spec.kind === "registry" ? (spec.constraint ?? "any") : "any"}; left to terraform`);
             continue;
           }
-          const key = `${call.host}/${call.path}/${version}`;
-          held.push(this.store.hold(key));
-          const entry = await this.store.acquire(key, (dir, _scratch, s) => this.fetch(call, version, dir, s), signal);
-          const dir = join(workDir, ".terraform", "modules", call.name);
-          mkdirSync(dirname(dir), { recursive: true });
-          symlinkSync(entry.path, dir);
-          records.push({ Key: call.name, Source: call.host === defaultRegistry ? `${defaultRegistry}/${call.path}` : `${call.host}/${call.path}`, Version: version, Dir: `.terraform/modules/${call.name}` });
+          held.push(got.hold);
+          files.link(join(workDir, ".terraform", "modules", key), got.path);
+          const subdir = spec.kind === "registry" ? "" : spec.subdir;
+          records.push({ Key: key, Source: got.source, ...(got.version ? { Version: got.version } : {}), Dir: `.terraform/modules/${key}${subdir ? `/${subdir}` : ""}` });
+          const moduleDir = subdir ? join(got.path, subdir) : got.path;
+          dirs.push(moduleDir);
+          await visit(moduleDir, key, depth + 1);
         } catch (err) {
-          if (err instanceof RegistryUnavailable || (err instanceof Error && /unsupported module package/.test(err.message))) notes.push(`module ${call.name} not cached (${err.message}); terraform installs it itself`);
+          if (err instanceof RegistryUnavailable || err instanceof ModuleSourceUnavailable) notes.push(`module ${key} not cached (${err.message}); terraform installs it itself`);
           else throw err;
         }
       }
-      if (records.length > 0) writeFileSync(manifest, JSON.stringify({ Modules: [{ Key: "", Source: "", Dir: "." }, ...records] }));
+    };
+    try {
+      await visit(workDir, "", 0);
+      if (records.length > 0) files.write(manifest, JSON.stringify({ Modules: [{ Key: "", Source: "", Dir: "." }, ...records] }));
       this.store.evict();
-      return { installed: records.map((r) => `${r.Key} (${r.Source} ${r.Version})`), notes, release };
+      return { installed: records.map((r) => `${r.Key} (${r.Source}${r.Version ? ` ${r.Version}` : ""})`), notes, dirs, release };
     } catch (err) {
       release();
       throw err;
     }
   }
 
-  private async resolve(call: ModuleCall, signal: AbortSignal): Promise<string | undefined> {
-    const pinned = /^=?\s*v?(\d+\.\d+\.\d+(?:-[0-9A-Za-z.]+)?)$/.exec(call.constraint?.trim() ?? "")?.[1];
+  /** The cache entry of one remote module source, held for the run; undefined when no version fits. */
+  private async install(spec: Exclude<ModuleSource, { kind: "local" }>, call: ModuleCall, signal: AbortSignal): Promise<{ path: string; source: string; version?: string; hold: Hold } | undefined> {
+    const max = this.options.maxPackageBytes ?? 512 << 20;
+    let key: string;
+    let fill: Fill<ModuleMeta>;
+    let source: string;
+    let version: string | undefined;
+    if (spec.kind === "registry") {
+      version = await this.resolve(spec, signal);
+      if (!version) return undefined;
+      key = `${spec.host}/${spec.path}/${version}`;
+      source = `${spec.host}/${spec.path}`;
+      const v = version;
+      fill = (dir, _scratch, s) => this.fetchRegistry(spec, v, dir, s);
+    } else if (spec.kind === "git") {
+      // A commit names its content exactly; any other ref is asked of the repository once per run.
+      const commit = spec.ref && /^[0-9a-f]{40}$/.test(spec.ref) ? spec.ref : await lsRemote(spec.url, spec.ref, signal);
+      key = `git/${digest(spec.url)}/${commit}`;
+      source = packageSource(call.source);
+      fill = (dir, scratch, s) => gitCheckout(spec.url, commit, dir, scratch, s);
+    } else {
+      key = `http/${digest(`${spec.url}#${spec.checksum ?? ""}`)}`;
+      source = packageSource(call.source);
+      fill = async (dir, _scratch, s) => {
+        const archive = await this.registry.fetchBytes(spec.url, max, s).catch((err: unknown) => {
+          throw new ModuleSourceUnavailable(`${spec.url}: ${err instanceof Error ? err.message : String(err)}`);
+        });
+        const sum = createHash("sha256").update(archive).digest("hex");
+        if (spec.checksum && sum !== spec.checksum) {
+          throw new VerificationError("module_checksum_mismatch", `module ${call.name}: ${spec.url} has sha256 ${sum}, but its source asks for ${spec.checksum}; nothing was installed (fix the checksum if the new archive is trusted)`);
+        }
+        await extractConfiguration(archive, dir);
+        return { source: spec.url, sha256: sum };
+      };
+    }
+    const hold = this.store.hold(key);
+    try {
+      const entry = await this.store.acquire(key, fill, signal);
+      return { path: entry.path, source, ...(version ? { version } : {}), hold };
+    } catch (err) {
+      hold.release();
+      throw err;
+    }
+  }
+
+  private async resolve(spec: Extract<ModuleSource, { kind: "registry" }>, signal: AbortSignal): Promise<string | undefined> {
+    const pinned = /^=?\s*v?(\d+\.\d+\.\d+(?:-[0-9A-Za-z.]+)?)$/.exec(spec.constraint?.trim() ?? "")?.[1];
     if (pinned) return pinned;
-    const offered = await this.registry.moduleVersions(call.host, call.path, signal);
-    const ok = offered.filter((v) => !v.includes("-") && (!call.constraint || versionSatisfies(v, call.constraint)));
+    const offered = await this.registry.moduleVersions(spec.host, spec.path, signal);
+    const ok = offered.filter((v) => !v.includes("-") && (!spec.constraint || versionSatisfies(v, spec.constraint)));
     const num = (v: string): number[] => v.split(".").map(Number);
     ok.sort((a, b) => {
       const [x, y] = [num(a), num(b)];
@@ -139,13 +337,13 @@ export class ModuleCache {
   }
 
   /** Downloads a registry module's package and unpacks it into `dir`. */
-  private async fetch(call: ModuleCall, version: string, dir: string, signal: AbortSignal): Promise<Record<string, never>> {
-    const location = await this.registry.moduleLocation(call.host, call.path, version, signal);
+  private async fetchRegistry(spec: Extract<ModuleSource, { kind: "registry" }>, version: string, dir: string, signal: AbortSignal): Promise<ModuleMeta> {
+    const location = await this.registry.moduleLocation(spec.host, spec.path, version, signal);
     const url = new URL(location);
-    if (url.protocol !== "https:" || !/\.(tar\.gz|tgz)$/.test(url.pathname)) throw new Error(`unsupported module package ${location} (the cache takes https .tar.gz packages)`);
+    if (url.protocol !== "https:" || !/\.(tar\.gz|tgz)$/.test(url.pathname)) throw new ModuleSourceUnavailable(`unsupported module package ${location} (the cache takes https .tar.gz packages)`);
     const archive = await this.registry.fetchBytes(location, this.options.maxPackageBytes ?? 512 << 20, signal);
     await extractConfiguration(archive, dir);
-    return {};
+    return { source: location };
   }
 
   /** Above the soft limit: removes entries no run holds, least recently used first. */

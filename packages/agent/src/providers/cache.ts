@@ -97,13 +97,20 @@ export class ProviderCache {
    * Prepares every provider the configuration in `workDir` names (its lock file's, then its
    * root module's `required_providers`) and returns the run's lease. Providers the cache cannot
    * prepare (registry unreachable, a source it cannot parse) are left to terraform; a failed
-   * verification fails the run.
+   * verification fails the run. `moduleDirs` are the directories of the modules the configuration
+   * calls: their `required_providers` count too (their constraints join the root module's).
    */
-  async prepare(workDir: string, signal: AbortSignal): Promise<ProviderLease> {
+  async prepare(workDir: string, signal: AbortSignal, moduleDirs: readonly string[] = []): Promise<ProviderLease> {
     const locked = readLockFile(workDir);
     const wanted = new Map<string, { address: ProviderAddress; version: string | undefined; constraints: string[] }>();
     for (const [key, l] of locked) wanted.set(key, { address: l.address, version: l.version, constraints: [] });
-    for (const [key, r] of scanRequirements(workDir)) if (!wanted.has(key)) wanted.set(key, { address: r.address, version: undefined, constraints: r.constraints });
+    for (const dir of [workDir, ...moduleDirs]) {
+      for (const [key, r] of scanRequirements(dir)) {
+        const w = wanted.get(key);
+        if (!w) wanted.set(key, { address: r.address, version: undefined, constraints: [...r.constraints] });
+        else if (w.version === undefined) w.constraints.push(...r.constraints);
+      }
+    }
 
     const notes: string[] = [];
     const held: Hold[] = [];
