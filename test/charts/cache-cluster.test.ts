@@ -3,6 +3,7 @@ import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSyn
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
+import { routes } from "@drover/protocol";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
 import { providerConfig, startProviderRegistry, type TestRegistry } from "../support/provider-registry.js";
 import { applyRendered, droverImageOptions, kubectlOut, namespace, repo, template } from "../support/chart-cluster.js";
@@ -76,7 +77,7 @@ async function round(prefix: string, n: number, diagnose: () => Promise<string>)
   const runs = await Promise.all(
     Array.from({ length: n }, async (_, i) => {
       const ws = `${prefix}-${i}`;
-      assert.equal((await stack.server.api("POST", "/api/v1/workspaces", { name: ws, pool: stack.pool })).status, 201);
+      assert.equal((await stack.server.api(routes.createWorkspace, { body: { name: ws, pool: stack.pool } })).status, 201);
       return stack.startRun(writeConfig(scratch, ws, { "main.tf": lockShowingConfig(ws) }), ws, ["--plan-only"]);
     }),
   );
@@ -101,7 +102,7 @@ async function writeAttempts(workspace: string, pool: string, runnerCacheDir: st
   const binary = "terraform-provider-alpha_v1.0.0";
   const attempts = [`echo planted >> ${entry}/${binary}`, `touch ${entry}/planted`, `mkdir ${join(runnerCacheDir, "providers", "mirror", "planted")}`, `chmod u+w ${entry}/${binary}`, `rm -rf ${entry}`];
   const command = attempts.map((c, i) => `( ${c} ) 2>/dev/null && echo WRITE${i}:ok || echo WRITE${i}:refused`).join("; ");
-  assert.equal((await stack.server.api("POST", "/api/v1/workspaces", { name: workspace, pool, autoApply: true })).status, 201);
+  assert.equal((await stack.server.api(routes.createWorkspace, { body: { name: workspace, pool, autoApply: true } })).status, 201);
   const dir = writeConfig(scratch, workspace, {
     "main.tf": `${providerConfig(registry, three.slice(0, 1), workspace)}\nresource "alpha_thing" "probe" {\n  input = "probe"\n  provisioner "local-exec" {\n    command = ${JSON.stringify(command)}\n  }\n}\n`,
   });
@@ -131,7 +132,7 @@ test("agent-k8s node mode: 12 concurrent runs needing the same 3 providers on on
     const applied = await applyRendered(cluster, ns, rendered);
     assert.equal(applied.code, 0, applied.out);
     const diagnose = async () => `${(await kubectlOut(cluster, ["get", "pods,events", "-n", ns, "-o", "wide"])).out}\n${(await kubectlOut(cluster, ["logs", "-n", ns, "-l", "app.kubernetes.io/component=worker", "--tail=60"])).out}`;
-    await eventually("the controller to register", async () => (await stack.server.api("GET", `/api/v1/agents?pool=${stack.pool}`)).body.items.some((a: any) => a.driver === "kubernetes" && a.status !== "offline"), 60_000).catch(async (e: Error) => assert.fail(`${e.message}\n${await diagnose()}`));
+    await eventually("the controller to register", async () => (await stack.server.api(routes.listAgents, { query: { pool: stack.pool } })).body.items.some((a: any) => a.driver === "kubernetes" && a.status !== "offline"), 60_000).catch(async (e: Error) => assert.fail(`${e.message}\n${await diagnose()}`));
     const rounds = Number(process.env.DROVER_TEST_CACHE_ROUNDS ?? "1");
     const downloadsBefore = three.map((p) => registry.downloads.get(registry.archiveName(p.type, p.version)) ?? 0);
     for (let r = 0; r < rounds; r++) await round(`node-${r}`, 12, diagnose);
@@ -145,8 +146,8 @@ test("agent-k8s node mode: 12 concurrent runs needing the same 3 providers on on
 test("agent-job with persistence.cache.enabled: concurrent task pods share one claim, each provider downloaded once; runners cannot write it", async () => {
   const ns = "drover-cache-job";
   await namespace(cluster, ns, "restricted");
-  await stack.server.api("POST", "/api/v1/pools", { name: "cache-job" });
-  const token = (await stack.server.api("POST", "/api/v1/pools/cache-job/tokens", { description: "job" })).body.token as string;
+  await stack.server.api(routes.createPool, { body: { name: "cache-job" } });
+  const token = (await stack.server.api(routes.createPoolToken, { params: { pool: "cache-job" }, body: { description: "job" } })).body.token as string;
   const rendered = template("agent-job", ns, [
     ...common(),
     "--set", `agent.token=${token}`,
@@ -160,12 +161,12 @@ test("agent-job with persistence.cache.enabled: concurrent task pods share one c
     const logs = await Promise.all(pods.map(async (p) => `${p}:\n${(await kubectlOut(cluster, ["logs", "-n", ns, p, "-c", "worker", "--tail=60"])).out}`));
     return `${(await kubectlOut(cluster, ["get", "pods,events", "-n", ns, "-o", "wide"])).out}\n${logs.join("\n")}`;
   };
-  await eventually("the controller to register", async () => (await stack.server.api("GET", "/api/v1/agents?pool=cache-job")).body.items.some((a: any) => a.status !== "offline"), 60_000).catch(async (e: Error) => assert.fail(`${e.message}\n${await diagnose()}`));
+  await eventually("the controller to register", async () => (await stack.server.api(routes.listAgents, { query: { pool: "cache-job" } })).body.items.some((a: any) => a.status !== "offline"), 60_000).catch(async (e: Error) => assert.fail(`${e.message}\n${await diagnose()}`));
   const downloadsBefore = three.map((p) => registry.downloads.get(registry.archiveName(p.type, p.version)) ?? 0);
   const runs = await Promise.all(
     Array.from({ length: 4 }, async (_, i) => {
       const ws = `job-${i}`;
-      assert.equal((await stack.server.api("POST", "/api/v1/workspaces", { name: ws, pool: "cache-job" })).status, 201);
+      assert.equal((await stack.server.api(routes.createWorkspace, { body: { name: ws, pool: "cache-job" } })).status, 201);
       return stack.startRun(writeConfig(scratch, ws, { "main.tf": lockShowingConfig(ws) }), ws, ["--plan-only"]);
     }),
   );
