@@ -98,3 +98,21 @@ test("appends delivered after their own retry, and reset connections, neither do
   assert.equal(stored.length, expected.length, "no byte lost or doubled");
   assert.ok(stored === expected, "every line in order");
 });
+
+test("an append that arrives before the one ahead of it waits for its turn; one far past the end is refused at once", async () => {
+  await server.api("POST", "/api/v1/pools", { name: "order" });
+  const { session } = await registerAgent(server, "order", "order-writer");
+  const { runId } = await queueRun(server, "order", "order", rawTarGz([{ path: "main.tf", content: 'resource "terraform_data" "x" {}\n' }]));
+  const job = (await call(server, "POST", "/api/agent/v1/jobs/next?wait=1000", session)).body.job;
+  assert.equal((await call(server, "POST", `/api/agent/v1/jobs/${job.jobId}/start`, job.jobToken)).status, 200);
+  const agent = client(server.url, job.jobToken);
+  const append = (offset: number, text: string) => agent.call(routes.appendLog, { params: { id: job.jobId }, query: { offset }, body: Buffer.from(text) });
+
+  const early = append(7, "line 2\n");
+  // The early one is held on the server until this one lands.
+  assert.deepEqual(await append(0, "line 1\n"), { offset: 7 });
+  assert.deepEqual(await early, { offset: 14 });
+  await assert.rejects(append(14 + 64 * 1024 * 1024, "far\n"), (err: Error & { code?: string }) => err.code === "log_gap");
+  const stored = (await client(server.url, server.adminToken).call(routes.runLogs, { params: { id: runId }, query: { phase: "plan" } })).toString("utf8");
+  assert.equal(stored, "line 1\nline 2\n");
+});

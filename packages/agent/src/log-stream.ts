@@ -57,14 +57,21 @@ export class LogStream {
     return this.sending;
   }
 
-  /** The first `n` pending bytes as one buffer; only the buffers it needs are copied. */
-  private head(n: number): Buffer {
+  /** Up to `n` pending bytes from `from` bytes in, as one buffer; only the buffers it needs are copied. */
+  private piece(from: number, n: number): Buffer {
     const parts: Buffer[] = [];
+    let skip = from;
     let size = 0;
     for (const b of this.pending) {
       if (size >= n) break;
-      parts.push(b);
-      size += b.length;
+      if (skip >= b.length) {
+        skip -= b.length;
+        continue;
+      }
+      const part = skip > 0 ? b.subarray(skip) : b;
+      skip = 0;
+      parts.push(part);
+      size += part.length;
     }
     const joined = parts.length === 1 ? parts[0]! : Buffer.concat(parts, size);
     return joined.length > n ? joined.subarray(0, n) : joined;
@@ -88,42 +95,59 @@ export class LogStream {
   private async drain(): Promise<void> {
     let delay = 200;
     while (this.pendingBytes > 0) {
-      // Output written while this request is in flight is appended behind `chunk`.
-      const chunk = this.head(maxChunk);
-      try {
-        const end = await this.job.appendLog(this.sent, chunk, this.giveUp);
-        const accepted = end - this.sent;
-        // The server may already have had some of these bytes (a retried request).
-        const consumed = Math.min(chunk.length, Math.max(0, accepted));
+      // Two appends in flight, so the server stores one while the next travels (it holds one
+      // that arrives early until its turn); output written meanwhile goes behind them.
+      const base = this.sent;
+      const first = this.piece(0, maxChunk);
+      const second = this.pendingBytes > first.length ? this.piece(first.length, maxChunk) : undefined;
+      const round = new AbortController();
+      const signal = this.giveUp ? AbortSignal.any([this.giveUp, round.signal]) : round.signal;
+      const sends = [this.job.appendLog(base, first, signal).catch((err: unknown) => {
+        // The second cannot land without the first: do not leave it waiting on the server.
+        round.abort();
+        throw err;
+      })];
+      if (second) sends.push(this.job.appendLog(base + first.length, second, signal));
+      const results = await Promise.allSettled(sends);
+      // The server keeps only contiguous bytes: the furthest end an append reports is stored.
+      // It may have had some of these bytes already (a retried request).
+      let end = -1;
+      for (const r of results) if (r.status === "fulfilled") end = Math.max(end, r.value);
+      if (end >= 0) {
+        const consumed = Math.min(first.length + (second?.length ?? 0), Math.max(0, end - base));
         this.sent += consumed;
         this.dropFront(consumed);
         if (consumed > 0) this.hooks.onAcknowledged?.(consumed);
         delay = 200;
-      } catch (err) {
-        if (err instanceof DroverError && err.code === "log_gap") {
-          const expected = Number(err.details?.expectedOffset);
-          if (Number.isInteger(expected) && expected < this.sent) {
-            // The server has less than we believed: nothing can restore those bytes; say so,
-            // in the log too, where the rest would otherwise close the gap without a trace.
-            this.failure = new Error(`the server lost log bytes ${expected}..${this.sent}`);
-            const marker = Buffer.from(`\n[drover] the server lost log bytes ${expected}..${this.sent} of this job\n`, "utf8");
-            this.pending.unshift(marker);
-            this.pendingBytes += marker.length;
-          }
-          this.sent = Number.isInteger(expected) ? expected : this.sent;
-          continue;
-        }
-        if (this.giveUp?.aborted) return;
-        if (err instanceof NetworkError) {
-          this.hooks.onRetry?.();
-          // Closing: results matter more than speed, so retry sooner.
-          await pause(waitFor(err, delay), this.giveUp);
-          delay = Math.min(this.closed ? 2_000 : 5_000, delay * 2);
-          continue;
-        }
-        this.failure = err;
-        return;
       }
+      const failed = results.find((r): r is PromiseRejectedResult => r.status === "rejected");
+      if (!failed) continue;
+      const err: unknown = failed.reason;
+      // Progress was made: what is not acknowledged is simply sent again from `sent`.
+      if (end >= 0 && (err instanceof NetworkError || (err instanceof DroverError && err.code === "log_gap"))) continue;
+      if (err instanceof DroverError && err.code === "log_gap") {
+        const expected = Number(err.details?.expectedOffset);
+        if (Number.isInteger(expected) && expected < base) {
+          // The server has less than we believed: nothing can restore those bytes; say so,
+          // in the log too, where the rest would otherwise close the gap without a trace.
+          this.failure = new Error(`the server lost log bytes ${expected}..${base}`);
+          const marker = Buffer.from(`\n[drover] the server lost log bytes ${expected}..${base} of this job\n`, "utf8");
+          this.pending.unshift(marker);
+          this.pendingBytes += marker.length;
+        }
+        this.sent = Number.isInteger(expected) ? expected : this.sent;
+        continue;
+      }
+      if (this.giveUp?.aborted) return;
+      if (err instanceof NetworkError) {
+        this.hooks.onRetry?.();
+        // Closing: results matter more than speed, so retry sooner.
+        await pause(waitFor(err, delay), this.giveUp);
+        delay = Math.min(this.closed ? 2_000 : 5_000, delay * 2);
+        continue;
+      }
+      this.failure = err;
+      return;
     }
   }
 

@@ -4,7 +4,7 @@ import type { FastifyInstance, FastifyRequest } from "fastify";
 import { agentHeartbeat, deregisterAgent, registerAgent } from "../store/agents.js";
 import { poolDemand } from "../store/demand.js";
 import { readConfigurationArchive } from "../store/configuration-versions.js";
-import { appendLog } from "../store/logs.js";
+import { appendLogInOrder } from "../store/logs.js";
 import { plansNoLongerNeeded, readPlanFile, saveOutputs, savePlanFile, savePlanJson } from "../store/plans.js";
 import { finishJob, heartbeatJob, pollForJob, releaseUnstartedJobs, startJob, type JobRow } from "../store/queue.js";
 import { variablesForJob } from "../store/variables.js";
@@ -18,6 +18,9 @@ import { registrar, type ServeOptions } from "./serve.js";
 const maxPlanBytes = 512 * 1024 * 1024;
 
 /** The agent protocol under /api/agent/v1: registration, long-poll, leases, and job-token calls. */
+/** How long an append that arrived ahead of its turn waits for the bytes before it. */
+const logReorderWaitMs = 5_000;
+
 export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, options: ServeOptions): void {
   const ctx = http.store;
   const serve = registrar(app, agentApi, options);
@@ -119,9 +122,11 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, opt
     binary.addContentTypeParser("*", { parseAs: "buffer", bodyLimit: maxLogChunkBytes + 1024 }, (_req, body, done) => done(null, body));
     const serveBinary = registrar(binary, agentApi, options);
 
-    serveBinary(routes.appendLog, { ...asJob, bodyLimit: maxLogChunkBytes + 1024 }, async ({ query, body }, req) => {
+    // Agents keep two appends in flight: the later one may arrive first and waits for its turn.
+    serveBinary(routes.appendLog, { ...asJob, bodyLimit: maxLogChunkBytes + 1024 }, async ({ query, body }, req, reply) => {
       const job = jobOf(req);
-      return { offset: await appendLog(ctx, job, query.offset, bodyBuffer(body), (n) => http.metrics?.logBytes.inc({ phase: job.phase }, n)) };
+      const onStored = (n: number) => http.metrics?.logBytes.inc({ phase: job.phase }, n);
+      return { offset: await appendLogInOrder(ctx, job, query.offset, bodyBuffer(body), logReorderWaitMs, requestSignal(reply, http.shutdown), onStored) };
     });
   });
   void app.register(async (upload) => {

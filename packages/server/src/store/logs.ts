@@ -1,6 +1,7 @@
 import { DroverError, isFinishedJob, maxLogChunkBytes } from "@drover/protocol";
 import type { Queryable, StoreContext } from "./context.js";
 import { inTransaction } from "./transaction.js";
+import { waitForEvent } from "../events.js";
 import type { JobRow } from "../db/schema.js";
 
 /*
@@ -55,6 +56,31 @@ export async function appendLog(ctx: StoreContext, job: JobRow, offset: number, 
   });
   if (stored > 0) onStored?.(stored);
   return end;
+}
+
+/** How far past the log's end an append may start and still wait for the bytes before it. */
+const reorderWindowBytes = 4 * maxLogChunkBytes;
+
+/**
+ * appendLog for a sender with more than one append in flight: one that arrives before the one
+ * ahead of it (starting at most a few chunks past the end) waits up to `waitMs` for the log to
+ * reach its offset, instead of being refused at once. Still a gap after that: log_gap.
+ */
+export async function appendLogInOrder(ctx: StoreContext, job: JobRow, offset: number, data: Buffer, waitMs: number, signal?: AbortSignal, onStored?: (bytes: number) => void): Promise<number> {
+  const deadline = Date.now() + waitMs;
+  for (;;) {
+    // Subscribed before the attempt, so an append landing in between wakes this one.
+    const wake = waitForEvent(ctx.events, "log", job.id, Math.max(0, deadline - Date.now()), signal);
+    try {
+      return await appendLog(ctx, job, offset, data, onStored);
+    } catch (err) {
+      const expected = err instanceof DroverError && err.code === "log_gap" ? Number(err.details?.expectedOffset) : NaN;
+      if (!(offset - expected <= reorderWindowBytes) || Date.now() >= deadline || signal?.aborted) throw err;
+      await wake.promise;
+    } finally {
+      wake.cancel();
+    }
+  }
 }
 
 /** A slice of a job's log and whether the job has written its last byte. */
