@@ -100,11 +100,12 @@ test("appends delivered after their own retry, and reset connections, neither do
 });
 
 test("an append that arrives before the one ahead of it waits for its turn; one far past the end is refused at once", async () => {
-  await server.api("POST", "/api/v1/pools", { name: "order" });
+  await server.api(routes.createPool, { body: { name: "order" } });
   const { session } = await registerAgent(server, "order", "order-writer");
   const { runId } = await queueRun(server, "order", "order", rawTarGz([{ path: "main.tf", content: 'resource "terraform_data" "x" {}\n' }]));
-  const job = (await call(server, "POST", "/api/agent/v1/jobs/next?wait=1000", session)).body.job;
-  assert.equal((await call(server, "POST", `/api/agent/v1/jobs/${job.jobId}/start`, job.jobToken)).status, 200);
+  const job = (await call(server, routes.pollJob, session, { query: { wait: 1000 } })).body.job;
+  assert.ok(job);
+  assert.equal((await call(server, routes.startJob, job.jobToken, { params: { id: job.jobId } })).status, 200);
   const agent = client(server.url, job.jobToken);
   const append = (offset: number, text: string) => agent.call(routes.appendLog, { params: { id: job.jobId }, query: { offset }, body: Buffer.from(text) });
 
