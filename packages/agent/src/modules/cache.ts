@@ -13,9 +13,11 @@ import { RegistryClient, RegistryUnavailable } from "../providers/registry.js";
 import { stripComments, braced } from "../providers/config-scan.js";
 
 /*
- * The agent's module cache: registry modules by exact version, unpacked read-only under
- * `<dir>/entries/HOST/NS/NAME/SYSTEM/VERSION`, fetched once per version (one fetch in flight per
- * entry), unpacked in a temporary directory on the same filesystem and renamed into place. A run
+ * The agent's module cache: registry modules by exact version
+ * (`<dir>/entries/HOST/NS/NAME/SYSTEM/VERSION`), git sources by commit (`entries/git/<url>/<commit>`)
+ * and http archives by URL (`entries/http/<url>`), unpacked read-only, fetched once each (one
+ * fetch in flight per entry), in a temporary directory on the same filesystem and renamed into
+ * place. Calls inside cached (and local) modules are followed. A run
  * gets them as terraform would have installed them: `.terraform/modules/<call>` links to the
  * entry and `.terraform/modules/modules.json` records it, so `init` finds them installed and asks
  * no registry. Registries give no checksum for modules: an entry is hashed when fetched and
@@ -155,11 +157,13 @@ interface ModuleMeta {
   commit?: string;
 }
 
-/** terraform's normalized form of a remote source in modules.json: the package, then `//subdir`. */
+/** terraform's normalized form of a remote source in modules.json: the package with `//subdir` before its query. */
 function packageSource(source: string): string {
   const forced = /^([a-z0-9]+::)(.*)$/.exec(source);
   const { url, subdir } = splitSubdir(forced ? (forced[2] as string) : source);
-  return `${forced?.[1] ?? ""}${url}${subdir ? `//${subdir}` : ""}`;
+  const q = url.indexOf("?");
+  const withSubdir = !subdir ? url : q < 0 ? `${url}//${subdir}` : `${url.slice(0, q)}//${subdir}${url.slice(q)}`;
+  return `${forced?.[1] ?? ""}${withSubdir}`;
 }
 
 const gitEnv = (): NodeJS.ProcessEnv => ({ ...process.env, GIT_TERMINAL_PROMPT: "0", GIT_ASKPASS: "true" });
@@ -175,7 +179,7 @@ function git(args: string[], signal: AbortSignal, cwd?: string): Promise<string>
 
 /** The commit `ref` (a branch or tag; HEAD when unset) names in the repository at `url`. */
 async function lsRemote(url: string, ref: string | undefined, signal: AbortSignal): Promise<string> {
-  const out = await git(["ls-remote", "--", url, ref ?? "HEAD"], signal);
+  const out = await git(["ls-remote", "--", url, ...(ref ? [ref, `${ref}^{}`] : ["HEAD"])], signal);
   const lines = out.trim().split("\n").map((l) => l.split("\t")).filter((p) => p.length === 2) as Array<[string, string]>;
   // An annotated tag's commit is its peeled line (`refs/tags/v1^{}`).
   const pick = lines.find(([, name]) => name.endsWith("^{}")) ?? lines[0];
