@@ -49,8 +49,8 @@ interface DispatchResult {
  * timestamps. Runs are submitted by `submitters` clients (one, by default), as fast as the server
  * takes them, so the queue is never idle while it fills.
  */
-async function measure(mode: Mode, jobs: number, agents: number, submitters = 1): Promise<DispatchResult> {
-  const server = await startServerProc({ DROVER_LEASE_TTL_SECONDS: "600" });
+export async function measure(mode: Mode, jobs: number, agents: number, submitters = 1, serverNodeArgs: string[] = []): Promise<DispatchResult> {
+  const server = await startServerProc({ DROVER_LEASE_TTL_SECONDS: "600" }, serverNodeArgs);
   try {
     const url = server.url;
     await api(url, routes.createPool, { body: { name: "bench" } });
