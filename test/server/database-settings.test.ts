@@ -7,6 +7,7 @@ import { loadServerConfig, startServer } from "@drover/server";
 import { createTestDatabase, type TestDatabase } from "../support/databases.js";
 import { routes } from "@drover/protocol";
 import { client } from "../support/typed-api.js";
+import { testServerDiagnostics } from "../support/processes.js";
 
 // DROVER_DATABASE_CONNECT_TIMEOUT_SECONDS and DROVER_DATABASE_STATEMENT_TIMEOUT_SECONDS: every
 // database call has a deadline, so a stuck database turns into a coded error, never a hang.
@@ -35,7 +36,7 @@ test("the settings are read in seconds and bad values are refused with the varia
 });
 
 test("DROVER_DATABASE_STATEMENT_TIMEOUT_SECONDS: a statement running past it fails with database_unavailable; the server stays ready", async () => {
-  const config = loadServerConfig({ env: { DROVER_PORT: "0", DROVER_DATABASE_URL: database.url, DROVER_ADMIN_TOKEN: "drv_u_settings.0123456789abcdefghij0123456789ab", DROVER_DATABASE_STATEMENT_TIMEOUT_SECONDS: "1" } });
+  const config = loadServerConfig({ env: { DROVER_PORT: "0", DROVER_DATABASE_URL: database.url, DROVER_ADMIN_TOKEN: "drv_u_settings.0123456789abcdefghij0123456789ab", DROVER_DATABASE_STATEMENT_TIMEOUT_SECONDS: "1", ...testServerDiagnostics } });
   const server = await startServer(config, { logger: quiet });
   try {
     const started = Date.now();

@@ -1,8 +1,14 @@
 import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { test } from "node:test";
 import Fastify from "fastify";
 import { routePath, routes, userApi } from "@drover/protocol";
-import { registrar } from "@drover/server";
+import { pino } from "pino";
+import { InvalidSettingError } from "@drover/protocol";
+import { loadServerConfig, registrar } from "@drover/server";
+import { spawnDrover } from "../support/processes.js";
 
 /*
  * Handlers registered from the route table: a result of the wrong shape does not compile
@@ -10,8 +16,8 @@ import { registrar } from "@drover/server";
  * validateResponses one that slips past the compiler is refused at run time.
  */
 
-async function appWith(validateResponses: boolean, result: unknown) {
-  const app = Fastify();
+async function appWith(validateResponses: boolean, result: unknown, logged?: string[]) {
+  const app = Fastify({ loggerInstance: pino({ level: logged ? "error" : "silent" }, { write: (line: string) => void logged?.push(line) }) });
   await app.register(
     async (scope) => {
       const serve = registrar(scope, userApi, { validateResponses });
@@ -51,6 +57,35 @@ test("without validateResponses (production) the handler's result goes out as it
     assert.equal((await app.inject({ method: "GET", url: routePath(routes.getPool, { pool: "p" }) })).statusCode, 200);
   } finally {
     await app.close();
+  }
+});
+
+test("an answer outside the schema is logged as an error naming the route", async () => {
+  const logged: string[] = [];
+  const app = await appWith(true, { id: "pool-1", name: "p" }, logged);
+  try {
+    assert.equal((await app.inject({ method: "GET", url: routePath(routes.getPool, { pool: "p" }) })).statusCode, 500);
+    const errors = logged.map((l) => JSON.parse(l) as { level: number; err?: { message?: string } }).filter((l) => l.level >= 50);
+    assert.ok(errors.some((l) => l.err?.message?.includes(`GET ${routes.getPool.path} answered outside its response schema`)), logged.join("\n"));
+  } finally {
+    await app.close();
+  }
+});
+
+test("DROVER_DIAGNOSTICS_VALIDATE_RESPONSES: off unless set, a bad value is refused at start", () => {
+  assert.equal(loadServerConfig({ env: {} }).validateResponses, false);
+  assert.equal(loadServerConfig({ env: { DROVER_DIAGNOSTICS_VALIDATE_RESPONSES: "true" } }).validateResponses, true);
+  assert.throws(() => loadServerConfig({ env: { DROVER_DIAGNOSTICS_VALIDATE_RESPONSES: "sometimes" } }), (err: unknown) => err instanceof InvalidSettingError && err.setting === "DROVER_DIAGNOSTICS_VALIDATE_RESPONSES");
+});
+
+test("the real server binary the tests start checks its answers (test support turns the setting on)", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "drover-diagnostics-"));
+  const proc = spawnDrover(["server", "--port", "0", "--data-dir", dir], { ...process.env, DROVER_LOG_LEVEL: "warn" });
+  try {
+    await proc.waitFor(/every JSON answer is checked against the route table/, 30_000);
+  } finally {
+    await proc.stop();
+    rmSync(dir, { recursive: true, force: true });
   }
 });
 

@@ -5,7 +5,7 @@ import { chownSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { until } from "./marked-processes.js";
 import { runContainer, type Container } from "./podman.js";
-import { freePort, runDrover } from "./processes.js";
+import { freePort, runDrover, testServerDiagnostics } from "./processes.js";
 
 /** `podman run` options of every Drover container in the tests: UID 1000, read-only root, a tmpfs for /tmp. */
 export const hardened = ["--user", "1000:1000", "--read-only", "--read-only-tmpfs=false", "--tmpfs", "/tmp:rw,mode=1777"];
@@ -55,6 +55,7 @@ export async function startServerContainer(image: string, dir: string, adminToke
     "DROVER_HOST=127.0.0.1",
     "-e",
     `DROVER_ADMIN_TOKEN=${adminToken}`,
+    ...Object.entries(testServerDiagnostics).flatMap(([name, value]) => ["-e", `${name}=${value}`]),
     image,
     "server",
   ]);

@@ -30,8 +30,13 @@ export interface Proc {
 
 /** Runs `drover <args>` as a real process. */
 export function spawnDrover(args: string[], env: NodeJS.ProcessEnv, cwd?: string): Proc {
-  return spawnProcess(process.execPath, [droverBin, ...args], env, cwd);
+  // Every server the tests start checks its answers against the route table, unless a test says otherwise.
+  const withDiagnostics = args[0] === "server" ? { ...testServerDiagnostics, ...env } : env;
+  return spawnProcess(process.execPath, [droverBin, ...args], withDiagnostics, cwd);
 }
+
+/** Diagnostics settings of every server the tests start (in-process, as a process, in a container). */
+export const testServerDiagnostics = { DROVER_DIAGNOSTICS_VALIDATE_RESPONSES: "true" } as const;
 
 /** Runs `command <args>` as a child process, its stdout and stderr captured together. */
 export function spawnProcess(command: string, args: string[], env: NodeJS.ProcessEnv, cwd?: string): Proc {

@@ -219,6 +219,7 @@ export const settings = {
   DROVER_OTLP_PROTOCOL: setting({ doc: "`http/protobuf` or `grpc`", default: "http/protobuf", readers: ["server"], parse: oneOf(["http/protobuf", "grpc"] as const), section: "server" }),
   DROVER_OTLP_TRACES_ENABLED: setting({ doc: "with an endpoint: export a trace per run phase (the job's root span and its queue wait)", default: true, readers: ["server"], parse: bool, section: "server" }),
   DROVER_OTLP_METRICS_ENABLED: setting({ doc: "with an endpoint: export the series of `/metrics` (gauges, counters, histograms), same names", default: true, readers: ["server"], parse: bool, section: "server" }),
+  DROVER_DIAGNOSTICS_VALIDATE_RESPONSES: setting({ doc: "diagnostics: check every JSON answer against its route's response schema in the route table; an answer outside it becomes a 500 and an error in the log (the test suite turns it on; it costs a schema check per answer)", default: false, readers: ["server"], parse: bool, section: "server" }),
   DROVER_LOG_LEVEL: setting({ flag: "--log-level", doc: "`debug`, `info`, `warn`, `error`", default: "info", readers: ["server"], parse: text, section: "server" }),
 
   // ---- agents ----

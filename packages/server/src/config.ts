@@ -22,6 +22,8 @@ export interface ServerConfig {
   archiveLimits: ArchiveLimits;
   logLevel: string;
   tls: { certFile: string; keyFile: string } | undefined;
+  /** Diagnostics: check every JSON answer against the route table (DROVER_DIAGNOSTICS_VALIDATE_RESPONSES). */
+  validateResponses: boolean;
   /** OTLP export; undefined without an endpoint. */
   otlp: { endpoint: string; protocol: "http/protobuf" | "grpc"; traces: boolean; metrics: boolean } | undefined;
 }
@@ -94,6 +96,7 @@ export function loadServerConfig(input: { env: NodeJS.ProcessEnv; flags?: Server
     archiveLimits: { ...defaultArchiveLimits, maxCompressedBytes: maxArchiveMb * 1024 * 1024 },
     logLevel: src.get("DROVER_LOG_LEVEL"),
     tls: tlsCert && tlsKey ? { certFile: tlsCert, keyFile: tlsKey } : undefined,
+    validateResponses: src.get("DROVER_DIAGNOSTICS_VALIDATE_RESPONSES"),
     otlp: otlpEndpoint
       ? { endpoint: otlpEndpoint, protocol: src.get("DROVER_OTLP_PROTOCOL"), traces: src.get("DROVER_OTLP_TRACES_ENABLED"), metrics: src.get("DROVER_OTLP_METRICS_ENABLED") }
       : undefined,
