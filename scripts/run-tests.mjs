@@ -1,7 +1,11 @@
 // Runs every compiled test file with Node's test runner, with one throwaway PostgreSQL
 // cluster shared by the run (each test file creates its own database in it).
 //
-//   node scripts/run-tests.mjs [substring-of-compiled-path | path/to/file.test.js ...]
+//   node scripts/run-tests.mjs [--lint-promises] [substring-of-compiled-path | path/to/file.test.js ...]
+//
+// --lint-promises (what `npm test` passes) runs the type-aware promise lint
+// (eslint.promises.config.js, about a minute of CPU) beside the tests, at low priority, so it
+// costs the suite little wall time; the run fails if the lint does, its findings printed last.
 //
 // DROVER_TEST_TIMEOUT_MS (default 300000) bounds every test and hook that sets no timeout of
 // its own (see test-timeout.mjs). The PostgreSQL cluster is stopped however the run ends:
@@ -34,7 +38,8 @@ if (!/^\d+$/.test(rawTimeout) || !Number.isSafeInteger(timeoutMs) || timeoutMs <
   process.exit(2);
 }
 
-const args = process.argv.slice(2);
+const lintPromises = process.argv.includes("--lint-promises");
+const args = process.argv.slice(2).filter((a) => a !== "--lint-promises");
 // An argument naming an existing file is run as given; any other is a substring filter.
 const named = args.filter((a) => a.endsWith(".js") && existsSync(a) && statSync(a).isFile());
 const filter = args.filter((a) => !named.includes(a));
@@ -55,6 +60,7 @@ if (files.length === 0) {
 
 let pg;
 let child;
+let lintChild;
 function stopPostgres() {
   const cluster = pg;
   pg = undefined;
@@ -66,7 +72,10 @@ function stopPostgres() {
   }
 }
 // The last line of defence: runs on every exit of this process that is not a SIGKILL.
-process.on("exit", stopPostgres);
+process.on("exit", () => {
+  if (lintChild && lintChild.exitCode === null) lintChild.kill("SIGKILL");
+  stopPostgres();
+});
 process.on("uncaughtException", (err) => {
   console.error("[run-tests] crashed:", err);
   killTests("SIGKILL");
@@ -119,6 +128,21 @@ for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"]) {
   });
 }
 
+/**
+ * Starts the type-aware promise lint in the background at low priority; resolves with its exit
+ * code and output once it ends.
+ */
+function startPromiseLint() {
+  const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+  const eslint = join(root, "node_modules", "eslint", "bin", "eslint.js");
+  const lint = (lintChild = spawn("nice", ["-n", "10", process.execPath, eslint, "-c", join(root, "eslint.promises.config.js"), root], { stdio: ["ignore", "pipe", "pipe"], cwd: root }));
+  let output = "";
+  lint.stdout.on("data", (d) => (output += d));
+  lint.stderr.on("data", (d) => (output += d));
+  return new Promise((resolve) => lint.on("exit", (c, s) => resolve({ code: c ?? (s ? 1 : 0), output })));
+}
+
+const promiseLint = lintPromises ? startPromiseLint() : undefined;
 pg = await startPostgres();
 prebuildImages();
 const preload = join(dirname(fileURLToPath(import.meta.url)), "test-timeout.mjs");
@@ -127,5 +151,13 @@ const env = { ...process.env, DROVER_TEST_PG_URL: pg.url, DROVER_TEST_TIMEOUT_MS
 // Three files at a time on two cores: most test time is spent waiting on terraform, child
 // processes and the test cluster, not on this machine's CPU.
 child = spawn(process.execPath, ["--import", preload, "--test", "--test-concurrency=3", "--test-reporter=spec", ...files], { stdio: "inherit", env, detached: true });
-const code = await new Promise((resolve) => child.on("exit", (c, s) => resolve(c ?? (s ? 1 : 0))));
+let code = await new Promise((resolve) => child.on("exit", (c, s) => resolve(c ?? (s ? 1 : 0))));
+if (promiseLint && !interrupted) {
+  const lint = await promiseLint;
+  if (lint.code === 0) console.error("[run-tests] promise lint (eslint.promises.config.js): no dropped or misused promise");
+  else {
+    console.error(`[run-tests] promise lint (eslint.promises.config.js) failed:\n${lint.output}`);
+    code = code || 1;
+  }
+}
 if (!interrupted) process.exit(code);
