@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { finishedJobStatuses, jobStatuses, jobTransitions, runStatuses, runTransitions, terminalRunStatuses } from "@drover/protocol";
+import { DroverError, finishedJobStatuses, jobStatuses, jobTakenAway, jobTransitions, leasedJobStatuses, runStatuses, runTransitions, terminalRunStatuses, unfinishedJobStatuses } from "@drover/protocol";
 
 // The lifecycle table (packages/protocol/src/lifecycle.ts) is the one place statuses are related.
 
@@ -23,4 +23,15 @@ test("terminal statuses are those without successors, and every status is reacha
     assert.deepEqual([...seen].sort(), [...all].sort());
     for (const [from, tos] of Object.entries(table)) assert.ok(!tos.includes(from), `${from} does not follow itself`);
   }
+});
+
+test("the job lists the store queries by, and the agent's reading of a refused job call, come from the table", () => {
+  assert.deepEqual([...unfinishedJobStatuses].sort(), ["assigned", "queued", "running"]);
+  for (const s of leasedJobStatuses) assert.ok(unfinishedJobStatuses.includes(s) && s !== "queued", s);
+  assert.deepEqual(jobTakenAway(new DroverError("stale_attempt", "reassigned")), { why: "superseded" });
+  assert.deepEqual(jobTakenAway(new DroverError("job_finished", "over", { details: { status: "canceled" } })), { why: "finished", status: "canceled" });
+  // A status that is not a finished one (or none) is not trusted as the job's end.
+  assert.deepEqual(jobTakenAway(new DroverError("job_finished", "over", { details: { status: "running" } })), { why: "finished", status: undefined });
+  assert.equal(jobTakenAway(new DroverError("server_unreachable", "away")), undefined);
+  assert.equal(jobTakenAway(new Error("plain")), undefined);
 });

@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { rawTarGz } from "./archives.js";
 import { spawnDrover, type Proc } from "./processes.js";
 import { readPhaseLog, routeCall, type ApiResponse, type RouteArgs } from "./typed-api.js";
-import { routes, type Route } from "@drover/protocol";
+import { isTerminalRun, routes, type Route } from "@drover/protocol";
 
 /*
  * Fault tests' building blocks: real `drover server` and `drover agent run` processes, and an
@@ -108,7 +108,7 @@ export async function waitForRunStatus(url: string, token: string, runId: string
     `run ${runId} to be ${statuses.join("|")}`,
     async () => {
       const res = await call(url, routes.getRun, token, { params: { id: runId } });
-      if (res.status === 200 && ["errored", "canceled", "discarded"].includes(res.body.status) && !statuses.includes(res.body.status)) {
+      if (res.status === 200 && isTerminalRun(res.body.status) && !statuses.includes(res.body.status)) {
         throw new Error(`run ended ${res.body.status}: ${res.body.errorMessage}`);
       }
       return res.status === 200 && statuses.includes(res.body.status) ? res.body : undefined;
