@@ -87,6 +87,8 @@ test("12 runs needing the same 3 providers on one agent: all planned with correc
   assert.equal(await metric(port, "drover_agent_cache_hits_total"), 12 * rounds * 3 - 3);
   assert.ok((await metric(port, "drover_agent_cache_bytes")) > 0);
   assert.equal(await metric(port, "drover_agent_cache_evictions_total"), 0);
+  // DROVER_AGENT_MODULE_CACHE_ENABLED is false by default: no module cache at all.
+  assert.ok(!existsSync(join(agentHome, "cache", "modules")));
 });
 
 test("a run cannot write into the provider or module cache: its provisioner is refused by the filesystem", { skip: process.getuid?.() !== 0 ? "only root can start runs as another user" : false }, async () => {
@@ -165,5 +167,51 @@ test("DROVER_AGENT_PROVIDER_CACHE_ENABLED=false: runs install their providers th
     assert.ok(!existsSync(join(cache, "providers")), "no cache directory");
   } finally {
     await agent.stop("SIGKILL");
+  }
+});
+
+test("DROVER_AGENT_PROVIDER_CACHE_SIZE_LIMIT_MB and DROVER_AGENT_MODULE_CACHE_SIZE_LIMIT_MB: above 1 MB the older entry of each cache is evicted once no run holds it", async () => {
+  const pad = "x".repeat(700_000);
+  const big = await startProviderRegistry([{ type: "big", versions: ["1.0.0", "2.0.0"], padBytes: 700_000 }], [{ name: "large", versions: ["1.0.0", "2.0.0"], files: { "main.tf": 'output "v" { value = "large-VERSION" }\n', "pad.txt": pad } }]);
+  await stack.server.api(routes.createPool, { body: { name: "pcache-limit" } });
+  const token = (await stack.server.api(routes.createPoolToken, { params: { pool: "pcache-limit" }, body: { description: "limit" } })).body.token as string;
+  const cache = join(home, "limit", "cache");
+  const port = await freePort();
+  const agent = spawnDrover(["agent", "run"], {
+    ...stack.baseEnv,
+    DROVER_TOKEN: token,
+    DROVER_AGENT_NAME: "pcache-limit",
+    DROVER_CA_CERT: big.caFile,
+    DROVER_AGENT_DATA_DIR: join(home, "limit", "data"),
+    DROVER_AGENT_CACHE_DIR: cache,
+    DROVER_AGENT_HEALTH_PORT: String(port),
+    DROVER_AGENT_MODULE_CACHE_ENABLED: "true",
+    DROVER_AGENT_PROVIDER_CACHE_SIZE_LIMIT_MB: "1",
+    DROVER_AGENT_MODULE_CACHE_SIZE_LIMIT_MB: "1",
+  });
+  const cacheMetric = async (name: string, which: string) => {
+    const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+    return Number(new RegExp(`^${name}\\{cache="${which}"\\} (\\d+)$`, "m").exec(text)?.[1] ?? "NaN");
+  };
+  try {
+    await agent.waitFor(/registered/);
+    for (const v of ["1.0.0", "2.0.0"]) {
+      const ws = `pcache-limit-${v.replace(/\./g, "-")}`;
+      await stack.server.api(routes.createWorkspace, { body: { name: ws, pool: "pcache-limit" } });
+      const dir = writeConfig(stack.dir, ws, {
+        "main.tf": `${providerConfig(big, [{ type: "big", version: v }], ws)}\nmodule "m" {\n  source  = "${big.host}/drover/large/null"\n  version = "${v}"\n}\noutput "m" { value = module.m.v }\n`,
+      });
+      const runId = await stack.startRun(dir, ws, ["--plan-only"]);
+      const run = await stack.waitForRun(runId, ["planned_and_finished", "errored", "failed"], 120_000);
+      assert.equal(run.status, "planned_and_finished", `${run.errorMessage}\n${await runLog(stack.server, runId, "plan")}`);
+    }
+    const versions = (dir: string) => (existsSync(dir) ? readdirSync(dir).sort() : []);
+    assert.deepEqual(versions(join(cache, "providers", "mirror", big.host, "drover", "big")), ["2.0.0"], "the provider cache kept the newest entry only");
+    assert.deepEqual(versions(join(cache, "modules", "entries", big.host, "drover", "large", "null")), ["2.0.0"], "the module cache kept the newest entry only");
+    assert.equal(await cacheMetric("drover_agent_cache_evictions_total", "providers"), 1);
+    assert.equal(await cacheMetric("drover_agent_cache_evictions_total", "modules"), 1);
+  } finally {
+    await agent.stop("SIGKILL");
+    await big.close();
   }
 });

@@ -1,0 +1,122 @@
+import assert from "node:assert/strict";
+import { execFileSync, spawnSync } from "node:child_process";
+import { dirname, join } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { describe, test } from "node:test";
+import { parseAllDocuments } from "yaml";
+import { buildJob, loadNodeWorkerSettings, loadWorkerSettings } from "@drover/agent/kubernetes";
+
+// Every cache value of the job charts (agent.providerCache.*, agent.moduleCache.*,
+// persistence.cache.*) reaches what it names, and what it reaches is read as the worker reads
+// it; the controller keeps the runner's cache mount read-only whatever a template says.
+// test/charts/cache-cluster.test.ts runs them on the test cluster.
+
+const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
+const { tools } = (await import(pathToFileURL(join(repo, "scripts", "tools.mjs")).href)) as { tools(): { helm: string } };
+const token = "drv_p_eyJ1cmwiOiJodHRwczovL2QuZXhhbXBsZSIsInBvb2wiOiJwIn0.c2VjcmV0";
+
+type Obj = { kind: string; metadata: { name: string }; spec?: any };
+function render(chart: string, args: string[]): Obj[] {
+  const out = execFileSync(tools().helm, ["template", "rel", join(repo, "charts", chart), "--namespace", "drover", "--set", `agent.token=${token}`, ...args], { encoding: "utf8" });
+  return parseAllDocuments(out).map((d) => d.toJSON() as Obj | null).filter((o): o is Obj => o !== null);
+}
+const task = (objects: Obj[]) => objects.find((o) => o.kind === "AgentTask")!.spec.jobTemplate.template.spec;
+const envOf = (c: any): Record<string, string> => Object.fromEntries((c.env ?? []).filter((e: any) => "value" in e).map((e: any) => [e.name, e.value]));
+const jobCharts: Array<[string, string[]]> = [["agent-job", []], ["agent-k8s", ["--set", "jobWorker=true"]]];
+
+describe("agent.providerCache and agent.moduleCache", () => {
+  for (const [chart, extra] of jobCharts) {
+    test(`${chart}: the task pod's worker gets them, and reads them as set`, () => {
+      const spec = task(render(chart, [...extra, "--set", "agent.providerCache.enabled=false", "--set", "agent.providerCache.sizeLimit=3Gi", "--set", "agent.moduleCache.enabled=true", "--set", "agent.moduleCache.sizeLimit=700Mi"]));
+      const worker = spec.containers.find((c: any) => c.name === "worker");
+      const env = envOf(worker);
+      assert.deepEqual(
+        [env.DROVER_AGENT_PROVIDER_CACHE_ENABLED, env.DROVER_AGENT_PROVIDER_CACHE_SIZE_LIMIT_MB, env.DROVER_AGENT_MODULE_CACHE_ENABLED, env.DROVER_AGENT_MODULE_CACHE_SIZE_LIMIT_MB],
+        ["false", "3072", "true", "700"],
+      );
+      const read = loadWorkerSettings({ ...env, DROVER_URL: "http://d.example" }).caches;
+      assert.deepEqual(read, { cacheDir: "/var/lib/drover/cache", providerCacheEnabled: false, providerCacheSizeLimitMb: 3072, moduleCacheEnabled: true, moduleCacheSizeLimitMb: 700 });
+    });
+  }
+
+  test("agent-k8s node mode: each node's worker gets them and keeps its cache in <dataHome>/cache", () => {
+    const objects = render("agent-k8s", ["--set", "agent.providerCache.sizeLimit=2Gi", "--set", "agent.moduleCache.enabled=true", "--set", "workerDaemonSet.dataHome=/mnt/drover"]);
+    const ds = objects.find((o) => o.kind === "DaemonSet")!;
+    const env = envOf(ds.spec.template.spec.containers[0]);
+    assert.equal(env.DROVER_AGENT_PROVIDER_CACHE_SIZE_LIMIT_MB, "2048");
+    const read = loadNodeWorkerSettings({ ...env, DROVER_AGENT_NODE_NAME: "n", DROVER_AGENT_CONTROLLER_NAME: "c" }).caches;
+    assert.deepEqual(read, { cacheDir: "/mnt/drover/cache", providerCacheEnabled: true, providerCacheSizeLimitMb: 2048, moduleCacheEnabled: true, moduleCacheSizeLimitMb: 2048 });
+  });
+
+  test("a size that is not Mi, Gi or Ti is refused at render time", () => {
+    const r = spawnSync(tools().helm, ["template", "rel", join(repo, "charts", "agent-job"), "--set", `agent.token=${token}`, "--set", "agent.providerCache.sizeLimit=10GB"], { encoding: "utf8" });
+    assert.notEqual(r.status, 0);
+    assert.match(r.stderr, /agent.providerCache.sizeLimit must be a size in Mi, Gi or Ti/);
+  });
+});
+
+describe("persistence.cache", () => {
+  for (const [chart, extra] of jobCharts) {
+    test(`${chart}: off, each task pod has its own cache emptyDir of emptyDir.sizeLimit; the runner mounts it read-only`, () => {
+      const spec = task(render(chart, [...extra, "--set", "persistence.cache.emptyDir.sizeLimit=3Gi"]));
+      assert.deepEqual(spec.volumes.find((v: any) => v.name === "drover-cache"), { name: "drover-cache", emptyDir: { sizeLimit: "3Gi" } });
+      const mount = (name: string) => spec.containers.find((c: any) => c.name === name).volumeMounts.find((m: any) => m.name === "drover-cache");
+      assert.equal(mount("worker").readOnly, undefined);
+      assert.equal(mount("runner").readOnly, true);
+      assert.equal(mount("runner").mountPath, mount("worker").mountPath, "at the same path: the run's CLI configuration names it");
+    });
+
+    test(`${chart}: on, one claim (created, or claimName) shared by task pods, with its subPath in both mounts`, () => {
+      const objects = render(chart, [...extra, "--set", "persistence.cache.enabled=true", "--set", "persistence.cache.persistentVolumeClaim.storage=7Gi", "--set", "persistence.cache.persistentVolumeClaim.accessMode=ReadWriteOnce", "--set", "persistence.cache.persistentVolumeClaim.subPath=drover"]);
+      const pvc = objects.find((o) => o.kind === "PersistentVolumeClaim")!;
+      assert.deepEqual([pvc.spec.resources.requests.storage, pvc.spec.accessModes], ["7Gi", ["ReadWriteOnce"]]);
+      const spec = task(objects);
+      assert.deepEqual(spec.volumes.find((v: any) => v.name === "drover-cache").persistentVolumeClaim, { claimName: pvc.metadata.name });
+      for (const c of spec.containers.filter((x: any) => x.name === "worker" || x.name === "runner")) assert.equal(c.volumeMounts.find((m: any) => m.name === "drover-cache").subPath, "drover", c.name);
+      const existing = render(chart, [...extra, "--set", "persistence.cache.enabled=true", "--set", "persistence.cache.persistentVolumeClaim.claimName=mine"]);
+      assert.equal(existing.filter((o) => o.kind === "PersistentVolumeClaim").length, 0);
+      assert.equal(task(existing).volumes.find((v: any) => v.name === "drover-cache").persistentVolumeClaim.claimName, "mine");
+    });
+  }
+
+  test("agent-k8s node mode refuses persistence.cache.enabled: each node keeps its own cache in the data home", () => {
+    const r = spawnSync(tools().helm, ["template", "rel", join(repo, "charts", "agent-k8s"), "--set", `agent.token=${token}`, "--set", "persistence.cache.enabled=true"], { encoding: "utf8" });
+    assert.notEqual(r.status, 0);
+    assert.match(r.stderr, /persistence.cache.enabled applies to jobWorker: true/);
+  });
+});
+
+describe("the controller's Job", () => {
+  const assignment = { jobId: "j", runId: "r", phase: "plan", attempt: 1, workspace: { id: "w" } } as unknown as Parameters<typeof buildJob>[0];
+  const settings = { namespace: "ns", controllerName: "c", serverUrl: "http://s", workerImage: "w", execLoopPath: "/e", stopAction: "graceful", gracePeriodSeconds: 120, activeDeadlineSeconds: 60, ttlSecondsAfterFinished: 60 };
+
+  test("the runner's cache mount is read-only even when the template mounts it writable; the worker is told where it is", () => {
+    const template = {
+      template: {
+        spec: {
+          volumes: [{ name: "drover-cache", persistentVolumeClaim: { claimName: "shared" } }],
+          containers: [
+            { name: "worker", volumeMounts: [{ name: "drover-cache", mountPath: "/cache", subPath: "x" }] },
+            { name: "runner", image: "r", volumeMounts: [{ name: "drover-cache", mountPath: "/cache", readOnly: false }] },
+          ],
+        },
+      },
+    };
+    const pod = buildJob(assignment, template, settings).spec!.template.spec!;
+    const runner = pod.containers.find((c) => c.name === "runner")!;
+    const worker = pod.containers.find((c) => c.name === "worker")!;
+    assert.deepEqual(runner.volumeMounts!.filter((m) => m.name === "drover-cache"), [{ name: "drover-cache", mountPath: "/cache", subPath: "x", readOnly: true }]);
+    assert.equal(worker.env!.find((e) => e.name === "DROVER_AGENT_CACHE_DIR")!.value, "/cache");
+  });
+
+  test("without a cache volume in the template the pod gets a 1Gi emptyDir, read-only in the runner", () => {
+    const pod = buildJob(assignment, undefined, settings).spec!.template.spec!;
+    assert.deepEqual(pod.volumes!.find((v) => v.name === "drover-cache"), { name: "drover-cache", emptyDir: { sizeLimit: "1Gi" } });
+    assert.equal(pod.containers.find((c) => c.name === "runner")!.volumeMounts!.find((m) => m.name === "drover-cache")!.readOnly, true);
+  });
+
+  test("node mode: run pods mount the node's cache read-only at <home>/cache", () => {
+    const pod = buildJob(assignment, undefined, { ...settings, nodeHome: "/home/d" }).spec!.template.spec!;
+    assert.deepEqual(pod.containers[0]!.volumeMounts!.find((m) => m.subPath === "cache"), { name: "drover-home", mountPath: "/home/d/cache", subPath: "cache", readOnly: true });
+  });
+});
