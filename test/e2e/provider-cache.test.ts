@@ -190,6 +190,7 @@ test("DROVER_AGENT_PROVIDER_CACHE_SIZE_LIMIT_MB and DROVER_AGENT_MODULE_CACHE_SI
     DROVER_AGENT_MODULE_CACHE_SIZE_LIMIT_MB: "1",
   });
   const cacheMetric = async (name: string, which: string) => {
+    // eslint-disable-next-line no-restricted-globals -- the agent's /metrics, not the server
     const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
     return Number(new RegExp(`^${name}\\{cache="${which}"\\} (\\d+)$`, "m").exec(text)?.[1] ?? "NaN");
   };
