@@ -5,7 +5,7 @@ import { pino } from "pino";
 import { testServerDiagnostics } from "./processes.js";
 import { routeCall, type ApiResponse, type RouteArgs } from "./typed-api.js";
 import type { Route } from "@drover/protocol";
-import { loadServerConfig, startServer, type AppOptions, type RunningServer } from "@drover/server";
+import { loadServerConfig, startServer, type RunningServer, type StartOptions } from "@drover/server";
 
 /** A real server on a random port, plus a tiny JSON client for its user API. */
 export interface TestServer extends RunningServer {
@@ -17,7 +17,7 @@ export interface TestServer extends RunningServer {
 }
 
 /** Starts a server that checks its responses against the route table; `env` adds DROVER_* settings (e.g. DROVER_DATABASE_URL, DROVER_LEASE_TTL_SECONDS). */
-export async function startTestServer(env: Record<string, string> = {}, options: AppOptions = {}): Promise<TestServer> {
+export async function startTestServer(env: Record<string, string> = {}, options: StartOptions = {}): Promise<TestServer> {
   const dataDir = mkdtempSync(join(tmpdir(), "drover-server-"));
   const config = loadServerConfig({ env: { DROVER_DATA_DIR: dataDir, DROVER_PORT: "0", DROVER_ADMIN_TOKEN: "drv_u_test-admin.0123456789abcdefghij0123456789ab", DROVER_SWEEP_INTERVAL_MS: "200", ...testServerDiagnostics, ...env } });
   const server = await startServer(config, { logger: pino({ level: process.env.DROVER_TEST_LOG_LEVEL ?? "silent" }), ...options });

@@ -1,5 +1,5 @@
 export { loadServerConfig, type ServerConfig, type ServerFlags } from "./config.js";
-export { startServer, type RunningServer } from "./server.js";
+export { startServer, type RunningServer, type StartOptions } from "./server.js";
 export { openDatabase, type Db, type DatabaseLocation } from "./db/connect.js";
 export type { StoreContext, StoreSettings } from "./store/context.js";
 export * as store from "./store/index.js";

@@ -12,7 +12,7 @@ const offlineRetentionMs = 24 * 60 * 60 * 1000;
  * How long a retired job token is still recognised, so that an agent back from a partition is
  * told its job is over (stale_attempt / job_finished) rather than that its token is unknown.
  */
-const retiredJobTokenRetentionMs = 24 * 60 * 60 * 1000;
+export const retiredJobTokenRetentionMs = 24 * 60 * 60 * 1000;
 
 /**
  * Periodically expires job leases and declares silent agents lost. Every server process runs
@@ -24,7 +24,7 @@ const retiredJobTokenRetentionMs = 24 * 60 * 60 * 1000;
  * lease that lapsed while no server could record heartbeats says nothing about the agent, and
  * every healthy agent renews within that time.
  */
-export function startSweeper(ctx: StoreContext, log: Logger, intervalMs: number, health: DatabaseHealth, forceCancelAfterMs = 120_000): { stop(): Promise<void> } {
+export function startSweeper(ctx: StoreContext, log: Logger, intervalMs: number, health: DatabaseHealth, forceCancelAfterMs = 120_000, tokenRetentionMs = retiredJobTokenRetentionMs): { stop(): Promise<void> } {
   let running: Promise<void> | undefined;
   let stopped = false;
   let announcedGraceOf = -1;
@@ -53,7 +53,7 @@ export function startSweeper(ctx: StoreContext, log: Logger, intervalMs: number,
         if (silent > 0) log.warn({ agents: silent }, "agents declared offline after missing heartbeats");
       }
       await pruneOfflineAgents(ctx, offlineRetentionMs);
-      const tokens = await deleteRetiredJobTokens(ctx, retiredJobTokenRetentionMs, { deadlineMs: intervalMs });
+      const tokens = await deleteRetiredJobTokens(ctx, tokenRetentionMs, { deadlineMs: intervalMs });
       if (tokens > 0) log.debug({ tokens }, "deleted retired job tokens");
     } catch (err) {
       // A database outage is reported once by the health tracker, not on every sweep.
