@@ -82,7 +82,7 @@ export async function measure(mode: Mode, jobs: number, agents: number, submitte
         if (res.job) {
           handed.set(res.job.jobId, (handed.get(res.job.jobId) ?? 0) + 1);
           try {
-            await api(url, routes.startJob, { params: { id: res.job.jobId }, token: res.job.jobToken });
+            await api(url, routes.startJob, { params: { id: res.job.jobId }, body: { starter: "test" }, token: res.job.jobToken });
           } catch {
             refused++;
           }

@@ -75,7 +75,7 @@ test("appends delivered after their own retry, and reset connections, neither do
   const { session } = await registerAgent(server, "late", "late-writer");
   const { runId } = await queueRun(server, "late", "late", rawTarGz([{ path: "main.tf", content: 'resource "terraform_data" "x" {}\n' }]));
   const job = (await call(server, routes.pollJob, session, { query: { wait: 1000 } })).body.job;
-  assert.equal((await call(server, routes.startJob, job.jobToken, { params: { id: job.jobId } })).status, 200);
+  assert.equal((await call(server, routes.startJob, job.jobToken, { params: { id: job.jobId }, body: { starter: "test" } })).status, 200);
 
   // A short deadline, so that a held append is given up and retried.
   const agent = new AgentClient(proxyUrl, undefined, { requestMs: 300 });
@@ -105,7 +105,7 @@ test("an append that arrives before the one ahead of it waits for its turn; one 
   const { runId } = await queueRun(server, "order", "order", rawTarGz([{ path: "main.tf", content: 'resource "terraform_data" "x" {}\n' }]));
   const job = (await call(server, routes.pollJob, session, { query: { wait: 1000 } })).body.job;
   assert.ok(job);
-  assert.equal((await call(server, routes.startJob, job.jobToken, { params: { id: job.jobId } })).status, 200);
+  assert.equal((await call(server, routes.startJob, job.jobToken, { params: { id: job.jobId }, body: { starter: "test" } })).status, 200);
   const agent = client(server.url, job.jobToken);
   const append = (offset: number, text: string) => agent.call(routes.appendLog, { params: { id: job.jobId }, query: { offset }, body: Buffer.from(text) });
 

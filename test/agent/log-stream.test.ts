@@ -60,7 +60,7 @@ test("a log streamed through failing appends arrives whole, in order, once", asy
   const { session } = await registerAgent(server, "logs", "log-writer");
   const { runId } = await queueRun(server, "logs", "logs", rawTarGz([{ path: "main.tf", content: 'resource "terraform_data" "x" {}\n' }]));
   const job = (await call(server, routes.pollJob, session, { query: { wait: 1000 } })).body.job;
-  assert.equal((await call(server, routes.startJob, job.jobToken, { params: { id: job.jobId } })).status, 200);
+  assert.equal((await call(server, routes.startJob, job.jobToken, { params: { id: job.jobId }, body: { starter: "test" } })).status, 200);
 
   const log = new LogStream(new AgentClient(proxyUrl).job(job.jobId, job.jobToken));
   let expected = "";

@@ -71,7 +71,7 @@ describe("tokens", () => {
     assertError(await call(server, routes.readState, token, { params: { ws: other.workspaceId } }), 403, "forbidden", /scoped to workspace/);
     assert.equal((await call(server, routes.readState, token, { params: { ws: job.workspace.id } })).status, 204);
     const otherJob = (await server.api(routes.listRunJobs, { params: { id: other.runId } })).body.items[0].id;
-    assertError(await call(server, routes.startJob, token, { params: { id: otherJob } }), 403, "forbidden");
+    assertError(await call(server, routes.startJob, token, { params: { id: otherJob }, body: { starter: "test" } }), 403, "forbidden");
     assertError(await call(server, routes.listPools, token), 403, "forbidden");
   });
 });
@@ -112,7 +112,7 @@ describe("agent writes", () => {
     const job = (await call(server, routes.pollJob, session, { query: { wait: 1000 } })).body.job;
     token = job.jobToken;
     jobId = job.jobId;
-    assert.equal((await call(server, routes.startJob, token, { params: { id: jobId } })).status, 200);
+    assert.equal((await call(server, routes.startJob, token, { params: { id: jobId }, body: { starter: "test" } })).status, 200);
   });
 
   test("oversize log chunk", async () => {
@@ -155,7 +155,7 @@ test("a stale attempt is fenced off after its lease is reassigned", async () => 
     const again = (await call(short, routes.pollJob, session, { query: { wait: 10000 } })).body.job;
     assert.equal(again?.jobId, first.jobId);
     assert.equal(again.attempt, first.attempt + 1);
-    assertError(await call(short, routes.startJob, first.jobToken, { params: { id: first.jobId } }), 409, "stale_attempt", /reassigned/);
+    assertError(await call(short, routes.startJob, first.jobToken, { params: { id: first.jobId }, body: { starter: "test" } }), 409, "stale_attempt", /reassigned/);
     assertError(await call(short, routes.appendLog, first.jobToken, { params: { id: first.jobId }, query: { offset: 0 }, body: Buffer.from("x") }), 409, "stale_attempt");
   } finally {
     await short.stop();

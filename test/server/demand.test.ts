@@ -55,7 +55,7 @@ for (const backend of backends) {
       const second = await store.claimNextJob(ctx, a);
       assert.ok(first && second);
       const started = await store.authenticateJobToken(ctx, first.jobToken);
-      await store.startJob(ctx, started);
+      await store.startJob(ctx, started, "starter");
       let d = await store.poolDemand(ctx, pool.id);
       assert.deepEqual(
         { pending: d.pending, queued: d.queued, claimed: d.claimed, running: d.running, agents: d.agents, jobsPerAgent: d.jobsPerAgent, desired: d.desiredAgents },
@@ -66,7 +66,7 @@ for (const backend of backends) {
       // The plan of a run that waits for confirmation ends: demand falls, the run is counted apart.
       const planned = first.planOnly ? second : first;
       const job = await store.authenticateJobToken(ctx, planned.jobToken);
-      if (job.status !== "running") await store.startJob(ctx, job);
+      if (job.status !== "running") await store.startJob(ctx, job, "starter");
       await store.savePlanJson(ctx, job, Buffer.from(JSON.stringify({ resource_changes: [{ address: "x", change: { actions: ["create"] } }] })));
       await store.finishJob(ctx, job, "succeeded", null);
       d = await store.poolDemand(ctx, pool.id);

@@ -56,7 +56,7 @@ test("long-poll: a job queued while an agent waits is handed over at once, and l
   assert.ok(Date.now() - queuedAt < 10_000, "answered on the queue event, not at the end of the wait");
 
   const job = claimed.body.job;
-  await call(server, routes.startJob, job.jobToken, { params: { id: job.jobId } });
+  await call(server, routes.startJob, job.jobToken, { params: { id: job.jobId }, body: { starter: "test" } });
   const logs = (query: { phase: "plan" | "apply"; offset: number }) => routeCall(server.url, routes.runLogs, { token: server.adminToken, params: { id: runId }, query: { phase: query.phase, offset: query.offset, wait: 20000 } });
   const follow = logs({ phase: "plan", offset: 0 });
   await new Promise((r) => setTimeout(r, 200));

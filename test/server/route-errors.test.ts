@@ -61,7 +61,7 @@ async function startedJob(): Promise<{ ws: string; runId: string; job: JobAssign
   const { job } = await admin.call(routes.pollJob, { token: session, query: { wait: 0 } });
   assert.ok(job, "the agent gets the job");
   const client = as(job.jobToken);
-  await client.call(routes.startJob, { params: { id: job.jobId } });
+  await client.call(routes.startJob, { params: { id: job.jobId }, body: { starter: "test" } });
   return { ws, runId: run.id, job, client };
 }
 
@@ -254,6 +254,16 @@ const routeCases: Case[] = [
     run: async () => {
       const { job, client } = await startedJob();
       return client.call(routes.uploadPlanJson, { params: { id: job.jobId }, body: Buffer.from("{") });
+    },
+  },
+  {
+    route: "startJob",
+    code: "job_already_started",
+    run: async () => {
+      // startedJob started it as "test": a retry by that starter answers again, another is refused.
+      const { job, client } = await startedJob();
+      assert.equal((await client.call(routes.startJob, { params: { id: job.jobId }, body: { starter: "test" } })).runStatus, "planning");
+      return client.call(routes.startJob, { params: { id: job.jobId }, body: { starter: "second-pod" } });
     },
   },
 ];

@@ -47,7 +47,7 @@ for (const backend of backends) {
       const job = await store.claimNextJob(ctx, agent);
       assert.ok(job);
       const row = await store.authenticateJobToken(ctx, job.jobToken);
-      await store.startJob(ctx, row);
+      await store.startJob(ctx, row, "starter");
       return { tok, ws, run, job };
     }
 

@@ -44,7 +44,7 @@ describe("authentication comes first (10)", () => {
     for (const attempt of [job.attempt, job.attempt + 1, job.attempt - 1 || 7]) {
       assertError(await call(server, routes.jobHeartbeat, forgeFor(attempt), { params: { id: job.jobId } }), 401, "unauthorized");
     }
-    assert.equal((await call(server, routes.startJob, job.jobToken, { params: { id: job.jobId } })).status, 200);
+    assert.equal((await call(server, routes.startJob, job.jobToken, { params: { id: job.jobId }, body: { starter: "test" } })).status, 200);
     assert.equal((await call(server, routes.finishJob, job.jobToken, { params: { id: job.jobId }, body: { outcome: "failed", message: "x" } })).status, 204);
     // The genuine token learns the job ended; a forged one learns nothing.
     assertError(await call(server, routes.jobHeartbeat, job.jobToken, { params: { id: job.jobId } }), 409, "job_finished");
@@ -82,7 +82,7 @@ describe("names and free text (11, 12)", () => {
     const { session } = await registerAgent(server, "sec", "ansi");
     const { runId } = await queueRun(server, "sec", "ansi-ws", good);
     const job = (await call(server, routes.pollJob, session, { query: { wait: 2000 } })).body.job;
-    await call(server, routes.startJob, job.jobToken, { params: { id: job.jobId } });
+    await call(server, routes.startJob, job.jobToken, { params: { id: job.jobId }, body: { starter: "test" } });
     await call(server, routes.finishJob, job.jobToken, { params: { id: job.jobId }, body: { outcome: "failed", message: "Error: boom\n\u001b[2J\u001b[31mred" } });
     const run = (await server.api(routes.getRun, { params: { id: runId } })).body;
     assert.ok(!run.errorMessage.includes("\u001b"), run.errorMessage);
@@ -231,7 +231,7 @@ describe("job tokens end with their reasons (8)", () => {
     const agent = await registerAgent(server, pool, `${ws}-agent`);
     const { runId, workspaceId } = await queueRun(server, pool, ws, good);
     const job = (await call(server, routes.pollJob, agent.session, { query: { wait: 2000 } })).body.job;
-    assert.equal((await call(server, routes.startJob, job.jobToken, { params: { id: job.jobId } })).status, 200);
+    assert.equal((await call(server, routes.startJob, job.jobToken, { params: { id: job.jobId }, body: { starter: "test" } })).status, 200);
     assert.equal((await call(server, routes.lockState, job.jobToken, { params: { ws: workspaceId }, body: lockInfo("held"), headers: { "content-type": "application/json" } })).status, 200);
     return { ...agent, runId, workspaceId, job };
   }
@@ -273,7 +273,7 @@ describe("job tokens end with their reasons (8)", () => {
       const agent = await registerAgent(quick, "q", "deaf");
       const { runId } = await queueRun(quick, "q", "deaf-ws", good);
       const job = (await call(quick, routes.pollJob, agent.session, { query: { wait: 2000 } })).body.job;
-      await call(quick, routes.startJob, job.jobToken, { params: { id: job.jobId } });
+      await call(quick, routes.startJob, job.jobToken, { params: { id: job.jobId }, body: { starter: "test" } });
       assert.equal((await quick.api(routes.cancelRun, { params: { id: runId } })).body.status, "planning");
       // The agent keeps heartbeating but never stops; the sweeper ends the job.
       const deadline = Date.now() + 60_000;

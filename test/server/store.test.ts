@@ -176,7 +176,7 @@ for (const backend of backends) {
       assert.equal(plan.runId, run1.id);
       assert.equal(plan.phase, "plan");
       assert.equal(await store.claimNextJob(ctx, agent), null, "run2 must not be queued while run1 is active");
-      assert.equal(await store.startJob(ctx, await jobRow(plan)), "planning");
+      assert.equal(await store.startJob(ctx, await jobRow(plan), "starter"), "planning");
       await store.savePlanJson(ctx, await jobRow(plan), Buffer.from(JSON.stringify({ resource_changes: [{ change: { actions: ["create"] } }] })));
       await store.finishJob(ctx, await jobRow(plan), "succeeded", null);
       const planned = await store.getRun(ctx, run1.id);
@@ -189,11 +189,42 @@ for (const backend of backends) {
       await rejectsWith(store.confirmRun(ctx, run1.id), "invalid_transition");
       const apply = await claim(agent);
       assert.equal(apply.phase, "apply");
-      assert.equal(await store.startJob(ctx, await jobRow(apply)), "applying");
+      assert.equal(await store.startJob(ctx, await jobRow(apply), "starter"), "applying");
       await store.finishJob(ctx, await jobRow(apply), "succeeded", null);
       assert.equal((await store.getRun(ctx, run1.id)).status, "applied");
       assert.equal((await store.getRun(ctx, run2.id)).status, "queued");
       assert.equal((await claim(agent)).runId, run2.id);
+    });
+
+    test("jobs: a start names its starter; the same one again is a retry, any other is refused", async () => {
+      const { agent, ws, cv } = await fixture();
+      const run = await newRun(ws.id, cv.id, { planOnly: true });
+      const job = await claim(agent);
+      assert.equal(await store.startJob(ctx, await jobRow(job), "pod-a"), "planning");
+      assert.equal(await store.startJob(ctx, await jobRow(job), "pod-a"), "planning", "a retried start answers again");
+      const refused = await rejectsWith(store.startJob(ctx, await jobRow(job), "pod-b"), "job_already_started");
+      assert.equal(refused.status, 409);
+      assert.match(refused.message, /already started by another worker/);
+      const row = await db.kysely.selectFrom("jobs").select(["status", "started_by"]).where("id", "=", job.jobId).executeTakeFirstOrThrow();
+      assert.deepEqual(row, { status: "running", started_by: "pod-a" });
+      await store.finishJob(ctx, await jobRow(job), "succeeded", null);
+      assert.equal((await store.getRun(ctx, run.id)).status, "planned_and_finished");
+    });
+
+    test("jobs: of two concurrent starts by different starters exactly one wins", async () => {
+      const { agent, ws, cv } = await fixture();
+      await newRun(ws.id, cv.id, { planOnly: true });
+      const job = await claim(agent);
+      const row = await jobRow(job);
+      const results = await Promise.allSettled([store.startJob(ctx, row, "pod-a"), store.startJob(ctx, row, "pod-b")]);
+      const won = results.filter((r) => r.status === "fulfilled");
+      const lost = results.flatMap((r) => (r.status === "rejected" ? [r.reason as unknown] : []));
+      assert.equal(won.length, 1, `exactly one start wins: ${JSON.stringify(results.map((r) => r.status))}`);
+      assert.equal(lost.length, 1);
+      assert.ok(lost[0] instanceof DroverError && lost[0].code === "job_already_started", `the loser is refused with job_already_started, not ${String(lost[0])}`);
+      const winner = results[0]!.status === "fulfilled" ? "pod-a" : "pod-b";
+      const stored = await db.kysely.selectFrom("jobs").select("started_by").where("id", "=", job.jobId).executeTakeFirstOrThrow();
+      assert.equal(stored.started_by, winner);
     });
 
     test("workspaces: a runner image is stored, changed, cleared, and carried in each job assignment", async () => {
@@ -205,7 +236,7 @@ for (const backend of backends) {
       const plan = await claim(agent);
       assert.equal(plan.runId, run.id);
       assert.equal(plan.workspace.runnerImage, "registry.example.com/runners/tf:1.9");
-      await store.startJob(ctx, await jobRow(plan));
+      await store.startJob(ctx, await jobRow(plan), "starter");
       await store.finishJob(ctx, await jobRow(plan), "succeeded", null);
       await store.updateWorkspace(ctx, ws.id, { runnerImage: null });
       assert.equal((await store.getWorkspace(ctx, ws.id)).runnerImage, null);
@@ -219,21 +250,21 @@ for (const backend of backends) {
       const { agent, ws, cv } = await fixture({ autoApply: true });
       const planOnly = await newRun(ws.id, cv.id, { planOnly: true });
       let job = await claim(agent);
-      await store.startJob(ctx, await jobRow(job));
+      await store.startJob(ctx, await jobRow(job), "starter");
       await store.savePlanJson(ctx, await jobRow(job), Buffer.from(JSON.stringify({ resource_changes: [{ change: { actions: ["create"] } }] })));
       await store.finishJob(ctx, await jobRow(job), "succeeded", null);
       assert.equal((await store.getRun(ctx, planOnly.id)).status, "planned_and_finished");
 
       const noChange = await newRun(ws.id, cv.id);
       job = await claim(agent);
-      await store.startJob(ctx, await jobRow(job));
+      await store.startJob(ctx, await jobRow(job), "starter");
       await store.savePlanJson(ctx, await jobRow(job), Buffer.from(JSON.stringify({ resource_changes: [{ change: { actions: ["no-op"] } }] })));
       await store.finishJob(ctx, await jobRow(job), "succeeded", null);
       assert.equal((await store.getRun(ctx, noChange.id)).status, "planned_and_finished");
 
       const auto = await newRun(ws.id, cv.id);
       job = await claim(agent);
-      await store.startJob(ctx, await jobRow(job));
+      await store.startJob(ctx, await jobRow(job), "starter");
       await store.finishJob(ctx, await jobRow(job), "succeeded", null);
       assert.equal((await store.getRun(ctx, auto.id)).status, "confirmed");
       assert.equal((await claim(agent)).phase, "apply");
@@ -243,7 +274,7 @@ for (const backend of backends) {
       const { agent, ws, cv } = await fixture();
       const run = await newRun(ws.id, cv.id);
       const job = await claim(agent);
-      await store.startJob(ctx, await jobRow(job));
+      await store.startJob(ctx, await jobRow(job), "starter");
       await store.finishJob(ctx, await jobRow(job), "failed", "Error: Unsupported argument");
       const ended = await store.getRun(ctx, run.id);
       assert.equal(ended.status, "errored");
@@ -264,11 +295,11 @@ for (const backend of backends) {
       const job = await claim(agent);
       const row = await jobRow(job);
       assert.equal((await store.cancelRun(ctx, claimed.id)).status, "canceled");
-      await rejectsWith(store.startJob(ctx, row), "job_finished");
+      await rejectsWith(store.startJob(ctx, row, "starter"), "job_finished");
 
       const running = await newRun(ws.id, cv.id);
       const job2 = await claim(agent);
-      await store.startJob(ctx, await jobRow(job2));
+      await store.startJob(ctx, await jobRow(job2), "starter");
       const asked = await store.cancelRun(ctx, running.id);
       assert.equal(asked.status, "planning");
       assert.equal(asked.cancelRequested, true);
@@ -281,7 +312,7 @@ for (const backend of backends) {
       const { agent, ws, cv } = await fixture();
       const run = await newRun(ws.id, cv.id);
       const job = await claim(agent);
-      await store.startJob(ctx, await jobRow(job));
+      await store.startJob(ctx, await jobRow(job), "starter");
       const waiting = store.heartbeatJob(ctx, await jobRow(job), 10_000);
       await new Promise((r) => setTimeout(r, 50));
       const started = Date.now();
@@ -303,7 +334,7 @@ for (const backend of backends) {
       assert.equal(second.attempt, first.attempt + 1);
       await rejectsWith(store.authenticateJobToken(ctx, first.jobToken), "stale_attempt");
 
-      await store.startJob(ctx, await jobRow(second));
+      await store.startJob(ctx, await jobRow(second), "starter");
       await store.lockState(ctx, ws.id, JSON.stringify({ ID: "lock-1", Operation: "OperationTypePlan" }), second.jobId);
       clock += 31_000;
       assert.ok((await store.expireLeases(ctx)).lost >= 1);
@@ -510,7 +541,7 @@ for (const backend of backends) {
       const err = await rejectsWith(move(row, "succeeded"), "invalid_transition");
       assert.match(err.message, /assigned and cannot become succeeded: from assigned it may only become/);
       assert.equal((await jobRow(a)).status, "assigned");
-      await store.startJob(ctx, row);
+      await store.startJob(ctx, row, "starter");
       await store.finishJob(ctx, await jobRow(a), "failed", "boom");
       const [ended] = await store.listRunJobs(ctx, run.id);
       assert.equal(ended?.status, "failed");
@@ -535,7 +566,7 @@ for (const backend of backends) {
       assert.deepEqual(await tokenRows(first.jobId), [{ attempt: 1, retired_at: requeuedAt }]);
       const second = await claim(agent);
       await rejectsWith(store.authenticateJobToken(ctx, first.jobToken), "stale_attempt");
-      await store.startJob(ctx, await jobRow(second));
+      await store.startJob(ctx, await jobRow(second), "starter");
       clock += 1000;
       await store.finishJob(ctx, await jobRow(second), "succeeded", null);
       const finishedAt = clock;

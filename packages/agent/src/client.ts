@@ -105,8 +105,9 @@ export class JobClient {
     return { params: { id: this.jobId }, token: this.token };
   }
 
-  async start(signal?: AbortSignal): Promise<RunStatus> {
-    return (await this.client.call(routes.startJob, { ...this.ids, signal })).runStatus;
+  /** Starts the job as `starter` (this process's id for it; a retry must pass the same one). */
+  async start(starter: string, signal?: AbortSignal): Promise<RunStatus> {
+    return (await this.client.call(routes.startJob, { ...this.ids, body: { starter }, signal })).runStatus;
   }
   heartbeat(waitMs: number, signal?: AbortSignal): Promise<JobHeartbeatResponse> {
     return this.client.call(routes.jobHeartbeat, { ...this.ids, query: { wait: waitMs }, signal, timeoutMs: waitMs + this.client.timeouts.longPollSlackMs });

@@ -1,4 +1,5 @@
 import { containsSecret, DroverError, jobTakenAway, noopTracer, redactText, secretForms, versionSatisfies, type JobAssignment, type JobOutcome, type Output, type RunTracer, type SpanHandle } from "@drover/protocol";
+import { randomUUID } from "node:crypto";
 import { closeSync, constants, existsSync, mkdirSync, openSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
 import type { Logger } from "pino";
@@ -162,9 +163,19 @@ export class JobRun {
     this.trace = tracer.start(`agent ${a.phase}`, a.traceparent, { attributes: { "drover.phase": a.phase, "drover.agent": this.config.name, "drover.run.id": a.runId } });
     const claimed = tracer.start("claimed", this.trace);
     try {
-      await withRetry(() => this.job.start(this.work.signal), this.work.signal);
+      // One id for every try: the server takes a retried start as this one, and refuses any
+      // other process (a second pod for the same job) with job_already_started.
+      const starter = randomUUID();
+      await withRetry(() => this.job.start(starter, this.work.signal), this.work.signal);
       claimed.end();
     } catch (err) {
+      if (err instanceof DroverError && err.code === "job_already_started") {
+        this.logger.error({ job: a.jobId, attempt: a.attempt, code: err.code }, `${err.message}; no step ran here`);
+        claimed.end(undefined, "already started elsewhere");
+        this.trace.end(undefined, "already started elsewhere");
+        this.state = "done";
+        return;
+      }
       // Canceled before it started, or reassigned: nothing to do.
       this.logger.info({ job: a.jobId, err: err instanceof Error ? err.message : String(err) }, "job not started");
       claimed.end(undefined, "not started");

@@ -14,6 +14,7 @@ export const errorCodes = [
   "invalid_transition",
   "stale_attempt",
   "job_finished",
+  "job_already_started",
   "agent_lost",
   "log_gap",
   "log_conflict",
@@ -45,6 +46,7 @@ const statusByCode: Record<ErrorCode, number> = {
   invalid_transition: 409,
   stale_attempt: 409,
   job_finished: 409,
+  job_already_started: 409,
   agent_lost: 409,
   log_gap: 409,
   log_conflict: 409,
@@ -72,6 +74,7 @@ const defaultHints: Partial<Record<ErrorCode, string>> = {
   server_unreachable: "Check the server URL (--url / DROVER_URL), that the server runs, and any proxy between (HTTPS_PROXY / NO_PROXY).",
   unexpected_response: "The server answered outside the API contract: check that the URL points at a Drover server of the same version, not a proxy or another service.",
   already_exists: "Pick another name, or use the existing one.",
+  job_already_started: "Another worker already started this job: this one must not run it. Nothing to do; the first worker reports the outcome (or the job ends as agent lost).",
 };
 
 /** An error meant for a user or operator: a stable code, a message saying what to do. */

@@ -263,7 +263,7 @@ export const routes = {
   pollJob: route({ method: "POST", path: `${agentApi}/jobs/next`, summary: "Long-poll for the next job (?wait=ms)", auth: "session", query: waitQuery, response: ok(s.pollResponseSchema) }),
   agentHeartbeat: route({ method: "POST", path: `${agentApi}/heartbeat`, summary: "Agent heartbeat", auth: "session", body: json(s.agentHeartbeatSchema), response: ok(s.agentHeartbeatResponseSchema) }),
   deregister: route({ method: "POST", path: `${agentApi}/deregister`, summary: "Deregister; unstarted jobs go back to the queue", auth: "session", response: ok(okResponseSchema) }),
-  startJob: route({ method: "POST", path: `${agentApi}/jobs/:id/start`, summary: "Start a claimed job", auth: "job", params: id, response: ok(s.startJobResponseSchema) }),
+  startJob: route({ method: "POST", path: `${agentApi}/jobs/:id/start`, summary: "Start a claimed job", auth: "job", params: id, body: json(s.startJobSchema), response: ok(s.startJobResponseSchema), errors: ["job_already_started"] }),
   jobHeartbeat: route({
     method: "POST",
     path: `${agentApi}/jobs/:id/heartbeat`,

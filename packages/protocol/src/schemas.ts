@@ -369,6 +369,11 @@ export const finishJobSchema = z.object({
   // Terraform's error text is multi-line; anything else that could drive a terminal is escaped.
   message: z.string().max(4000).transform(escapeControlChars).nullable().default(null),
 });
+/**
+ * Who starts a job: an id the starting process makes once per job (a random UUID), so the
+ * server recognises a retried start as the same one and refuses a second process (decision 0028).
+ */
+export const startJobSchema = z.object({ starter: z.string().min(1).max(128) });
 export const startJobResponseSchema = z.object({ runStatus: runStatusSchema });
 
 export const outputsUploadSchema = z.object({ outputs: z.array(outputSchema) });

@@ -283,9 +283,21 @@ function jobTokenRetirement(dialect: Dialect): Migration {
   };
 }
 
+/**
+ * Decision 0028: the identity of the process that started a job, so a second process (a
+ * re-created pod) is refused instead of running the job's steps again.
+ */
+function jobStarter(): Migration {
+  return {
+    async up(db: Kysely<unknown>) {
+      await db.schema.alterTable("jobs").addColumn("started_by", "text").execute();
+    },
+  };
+}
+
 /** All migrations in order; names sort lexically, which is the order Kysely applies them. */
 export function migrationProvider(dialect: Dialect): MigrationProvider {
   return {
-    getMigrations: async () => ({ "0001_initial": initial(dialect), "0010a_security": security(dialect), "0010b_force_cancel": forceCancel(dialect), "0010c_user_tokens": userTokens(dialect), "0012_chunked_bodies": chunkedBodies(dialect), "0026_runner_image": runnerImage(), "0026b_job_token_retirement": jobTokenRetirement(dialect) }),
+    getMigrations: async () => ({ "0001_initial": initial(dialect), "0010a_security": security(dialect), "0010b_force_cancel": forceCancel(dialect), "0010c_user_tokens": userTokens(dialect), "0012_chunked_bodies": chunkedBodies(dialect), "0026_runner_image": runnerImage(), "0026b_job_token_retirement": jobTokenRetirement(dialect), "0028_job_starter": jobStarter() }),
   };
 }

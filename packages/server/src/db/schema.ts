@@ -122,6 +122,8 @@ export interface JobsTable {
   queued_at: number;
   created_at: number;
   started_at: number | null;
+  /** The starter id of the start call that moved this attempt to running (decision 0028). */
+  started_by: string | null;
   finished_at: number | null;
 }
 

@@ -85,7 +85,7 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, opt
     return { ok: true };
   });
 
-  serve(routes.startJob, asJob, async (_input, req) => ({ runStatus: await startJob(ctx, jobOf(req)) }));
+  serve(routes.startJob, asJob, async ({ body }, req) => ({ runStatus: await startJob(ctx, jobOf(req), body.starter) }));
 
   serve(routes.jobHeartbeat, asJob, async ({ query: { wait } }, req, reply) => heartbeatJob(ctx, jobOf(req), wait, requestSignal(reply, http.shutdown)));
 

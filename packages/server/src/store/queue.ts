@@ -162,16 +162,24 @@ async function currentAttempt(ctx: StoreContext, trx: Parameters<Parameters<type
   return row;
 }
 
-/** The agent (or Kubernetes worker) begins executing the job; the run enters planning/applying. */
-export async function startJob(ctx: StoreContext, job: JobRow): Promise<RunStatus> {
+/**
+ * The agent (or Kubernetes worker) begins executing the job; the run enters planning/applying.
+ * `starter` names the calling process: the first start records it, a repeat with the same one
+ * (a retried request) answers again, and any other is refused with job_already_started, so a
+ * job's steps never run in two processes (a pod re-created by its Job, say).
+ */
+export async function startJob(ctx: StoreContext, job: JobRow, starter: string): Promise<RunStatus> {
   return inTransaction(ctx, async (trx, effects) => {
     const row = await currentAttempt(ctx, trx, job);
     if (row.status === "running") {
+      if (row.started_by !== starter) {
+        throw new DroverError("job_already_started", `job ${row.id} (attempt ${row.attempt}) was already started by another worker; this one must not run it and stops without running any step`);
+      }
       const run = await trx.selectFrom("runs").select("status").where("id", "=", row.run_id).executeTakeFirstOrThrow();
       return run.status;
     }
     const now = ctx.now();
-    await moveLockedJob(ctx, trx, row, "running", { started_at: now, lease_expires_at: now + ctx.settings.leaseTtlMs });
+    await moveLockedJob(ctx, trx, row, "running", { started_at: now, started_by: starter, lease_expires_at: now + ctx.settings.leaseTtlMs });
     return markPhaseStarted(ctx, trx, effects, row.run_id, row.phase);
   });
 }
