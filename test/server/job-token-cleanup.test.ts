@@ -23,7 +23,7 @@ test("the sweeper deletes a finished job's retired token: the token goes from wo
   const job = (await call(server, routes.pollJob, session, { query: { wait: 5000 } })).body.job;
   assert.ok(job, "a job to claim");
   const params = { id: job.jobId as string };
-  assert.equal((await call(server, routes.startJob, job.jobToken, { params })).status, 200);
+  assert.equal((await call(server, routes.startJob, job.jobToken, { params, body: { starter: "test" } })).status, 200);
   assert.equal((await call(server, routes.jobHeartbeat, job.jobToken, { params })).status, 200);
   assert.equal((await call(server, routes.finishJob, job.jobToken, { params, body: { outcome: "succeeded" } })).status, 204);
   await eventually("the retired token to be deleted", async () => {
