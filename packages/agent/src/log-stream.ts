@@ -25,6 +25,11 @@ export class LogStream {
   /** Set by close(): when it aborts, sending stops and what is left stays unsent. */
   private giveUp: AbortSignal | undefined;
   private failure: unknown;
+  /**
+   * Aborts every append in flight once close()'s `giveUp` does, including appends started
+   * before close() was called (a hung request would otherwise outlive the stop budget).
+   */
+  private readonly stopSending = new AbortController();
 
   constructor(
     private readonly job: JobClient,
@@ -101,7 +106,7 @@ export class LogStream {
       const first = this.piece(0, maxChunk);
       const second = this.pendingBytes > first.length ? this.piece(first.length, maxChunk) : undefined;
       const round = new AbortController();
-      const signal = this.giveUp ? AbortSignal.any([this.giveUp, round.signal]) : round.signal;
+      const signal = AbortSignal.any([this.stopSending.signal, round.signal]);
       const sends = [this.job.appendLog(base, first, signal).catch((err: unknown) => {
         // The second cannot land without the first: do not leave it waiting on the server.
         round.abort();
@@ -158,6 +163,8 @@ export class LogStream {
   async close(giveUp?: AbortSignal): Promise<void> {
     this.closed = true;
     this.giveUp = giveUp;
+    if (giveUp?.aborted) this.stopSending.abort();
+    else giveUp?.addEventListener("abort", () => this.stopSending.abort(), { once: true });
     clearInterval(this.timer);
     const rest = this.redactor.end();
     if (rest.length > 0) {
