@@ -105,6 +105,8 @@ export async function killTagged(tag: string, groups: readonly number[], timeout
     }
     return 0;
   }
+  // Listing reads every process's environment (slow on a busy host): none found, none to wait for.
+  if (targets.length === 0) return 0;
   for (const p of targets) {
     try {
       process.kill(p.pid, "SIGKILL");
