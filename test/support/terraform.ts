@@ -17,6 +17,7 @@ export function runTerraform(args: string[], cwd: string, env: NodeJS.ProcessEnv
     child.stdout.on("data", (d: Buffer) => (output += d.toString()));
     child.stderr.on("data", (d: Buffer) => (output += d.toString()));
     child.on("error", reject);
-    child.on("exit", (code) => resolve({ code: code ?? 1, output }));
+    // "close", not "exit": the process may exit before its output has all been read.
+    child.on("close", (code) => resolve({ code: code ?? 1, output }));
   });
 }
