@@ -135,3 +135,31 @@ test("a git ref the repository does not have is left to terraform with a note, n
   assert.deepEqual(lease.installed, []);
   assert.match(lease.notes.join("\n"), /module g not cached .*no ref no-such-tag.*terraform installs it itself/);
 });
+
+test("git over http (git http-backend on 127.0.0.1): a commit ref needs no request once cached, a tag one ls-remote per run", async () => {
+  const { startGitHttpServer } = await import("../support/git-http-server.js");
+  const served = join(root, "served");
+  mkdirSync(served, { recursive: true });
+  git(["clone", "-q", "--bare", repo, join(served, "repo.git")], root);
+  const server = await startGitHttpServer(served);
+  try {
+    const modules = new ModuleCache({ dir: join(root, "modules-http-git"), limitBytes: 1 << 30, dispatcher: dispatcher(), logger });
+    const prepare = async (ref: string) => {
+      const lease = await modules.prepare(configDir(`module "s" {\n  source = "git::${server.url}/repo.git//sub?ref=${ref}"\n}\n`), AbortSignal.timeout(60_000));
+      lease.release();
+      assert.deepEqual(lease.notes, []);
+      assert.deepEqual(lease.installed.map((i) => i.split(" ")[0]), ["s"]);
+    };
+    await prepare(commit);
+    assert.equal(modules.counters.misses, 1);
+    assert.ok(server.requests.length > 0, "the first run fetched over http");
+    const seen = server.requests.length;
+    await prepare(commit);
+    assert.deepEqual(server.requests.slice(seen), [], "a cached commit asks nothing");
+    await prepare("v1");
+    assert.equal(modules.counters.misses, 1, "the tag names the cached commit: nothing fetched");
+    assert.ok(server.requests.slice(seen).every((p) => p.endsWith("/info/refs") || p.endsWith("/git-upload-pack")), `only ls-remote: ${server.requests.slice(seen).join(" ")}`);
+  } finally {
+    await server.close();
+  }
+});

@@ -1,0 +1,60 @@
+import { spawn } from "node:child_process";
+import { createServer, type Server } from "node:http";
+
+/**
+ * git's smart HTTP protocol on 127.0.0.1 for the repositories below `root`, through
+ * `git http-backend` as a CGI program; counts requests by path (module-cache tests).
+ */
+export async function startGitHttpServer(root: string): Promise<{ url: string; requests: string[]; close(): Promise<void> }> {
+  const requests: string[] = [];
+  const server: Server = createServer((req, res) => {
+    const url = new URL(req.url ?? "/", "http://x");
+    requests.push(url.pathname);
+    const cgi = spawn("git", ["http-backend"], {
+      env: {
+        ...process.env,
+        GIT_PROJECT_ROOT: root,
+        GIT_HTTP_EXPORT_ALL: "1",
+        REQUEST_METHOD: req.method ?? "GET",
+        PATH_INFO: decodeURIComponent(url.pathname),
+        QUERY_STRING: url.search.slice(1),
+        CONTENT_TYPE: req.headers["content-type"] ?? "",
+        ...(req.headers["git-protocol"] ? { GIT_PROTOCOL: String(req.headers["git-protocol"]) } : {}),
+        REMOTE_ADDR: "127.0.0.1",
+      },
+    });
+    req.pipe(cgi.stdin);
+    let head = Buffer.alloc(0);
+    let started = false;
+    cgi.stdout.on("data", (chunk: Buffer) => {
+      if (started) {
+        res.write(chunk);
+        return;
+      }
+      head = Buffer.concat([head, chunk]);
+      const end = head.indexOf("\r\n\r\n");
+      if (end < 0) return;
+      started = true;
+      let status = 200;
+      for (const line of head.subarray(0, end).toString("latin1").split("\r\n")) {
+        const [k, ...v] = line.split(":");
+        const value = v.join(":").trim();
+        if (k?.toLowerCase() === "status") status = Number(value.split(" ")[0]);
+        else if (k) res.setHeader(k, value);
+      }
+      res.writeHead(status);
+      res.write(head.subarray(end + 4));
+    });
+    cgi.on("close", () => res.end());
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  const address = server.address();
+  return {
+    url: `http://127.0.0.1:${typeof address === "object" && address ? address.port : 0}`,
+    requests,
+    close: async () => {
+      server.closeAllConnections();
+      await new Promise<void>((r) => server.close(() => r()));
+    },
+  };
+}
