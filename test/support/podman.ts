@@ -163,7 +163,9 @@ export interface DockerApi {
 
 /** Starts `podman system service --time=0` on `socketPath` and waits until it answers /_ping. */
 export async function startDockerApi(socketPath: string, timeoutMs = 30_000): Promise<DockerApi> {
-  const child = spawn("podman", ["system", "service", "--time=0", `unix://${socketPath}`], { env: { ...process.env, ...podmanEnv() }, stdio: ["ignore", "ignore", "pipe"] });
+  // Run beside the socket: conmon leaves files such as an empty `oom` marker in its working directory, which would
+  // otherwise be the repository's root.
+  const child = spawn("podman", ["system", "service", "--time=0", `unix://${socketPath}`], { cwd: dirname(socketPath), env: { ...process.env, ...podmanEnv() }, stdio: ["ignore", "ignore", "pipe"] });
   let stderr = "";
   child.stderr.on("data", (d: Buffer) => (stderr = (stderr + d.toString()).slice(-10_000)));
   const exited = new Promise<void>((resolve) => child.on("exit", () => resolve()));
