@@ -8,7 +8,7 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { runLog, startStack, type Stack } from "../support/stack.js";
-import { applyRendered, droverImageOptions, isReady, kubectlOut, namespace, repo, template } from "../support/chart-cluster.js";
+import { applyRendered, droverImageOptions, isReady, kubectlOut, namespace, repo, template, chartTimings } from "../support/chart-cluster.js";
 import { kube, startTestCluster, until, type TestCluster } from "../kube/cluster.js";
 import { callOk } from "../support/fault-runs.js";
 import { rawTarGz } from "../support/archives.js";
@@ -18,7 +18,7 @@ let cluster: TestCluster;
 let stack: Stack;
 
 before(async () => {
-  cluster = await startTestCluster({ timings: { imagePullBackoffMs: 150, crashLoopBackoffMs: 500, configRetryMs: 100, podBackoffMs: 100, namespaceRetryMs: 20 }, ...droverImageOptions() });
+  cluster = await startTestCluster({ timings: chartTimings, ...droverImageOptions() });
   stack = await startStack();
 });
 

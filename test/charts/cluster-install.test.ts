@@ -13,7 +13,7 @@ import { mkdirSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
-import { applyRendered, createServiceMonitorCrd, droverImageOptions, isReady, kubectlOut, namespace, repo, template, templateAgentK8s } from "../support/chart-cluster.js";
+import { applyRendered, createServiceMonitorCrd, droverImageOptions, isReady, kubectlOut, namespace, repo, template, templateAgentK8s, chartTimings } from "../support/chart-cluster.js";
 import { kube, startTestCluster, until, type TestCluster } from "../kube/cluster.js";
 import { routes } from "@drover/protocol";
 
@@ -24,7 +24,7 @@ let watches = 0;
 
 before(async () => {
   cluster = await startTestCluster({
-    timings: { imagePullBackoffMs: 150, crashLoopBackoffMs: 500, configRetryMs: 100, podBackoffMs: 100, namespaceRetryMs: 20 },
+    timings: chartTimings,
     ...droverImageOptions(),
     // The server ends every watch after 1.5 s, so the controller's re-list/re-watch runs many times per test.
     watchTimeoutMs: 1500,

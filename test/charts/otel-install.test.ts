@@ -12,7 +12,7 @@ import { after, before, test } from "node:test";
 import { routes } from "@drover/protocol";
 import { runLog, startStack, type Stack } from "../support/stack.js";
 import { startOtlpReceiver, type OtlpReceiver } from "../support/otlp-receiver.js";
-import { applyRendered, droverImageOptions, isReady, kubectlOut, namespace, repo, template, templateAgentK8s } from "../support/chart-cluster.js";
+import { applyRendered, droverImageOptions, isReady, kubectlOut, namespace, repo, template, templateAgentK8s, chartTimings } from "../support/chart-cluster.js";
 import { kube, startTestCluster, until, type TestCluster } from "../kube/cluster.js";
 
 let cluster: TestCluster;
@@ -20,7 +20,7 @@ let stack: Stack;
 const receivers: OtlpReceiver[] = [];
 
 before(async () => {
-  cluster = await startTestCluster({ timings: { imagePullBackoffMs: 150, crashLoopBackoffMs: 500, configRetryMs: 100, podBackoffMs: 100, namespaceRetryMs: 20 }, ...droverImageOptions() });
+  cluster = await startTestCluster({ timings: chartTimings, ...droverImageOptions() });
   stack = await startStack();
 });
 after(async () => {

@@ -14,7 +14,7 @@ import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
 import { remoteStateConfig, startPrivateTlsStateServer, type PrivateTlsStateServer } from "../support/private-ca.js";
-import { applyRendered, droverImageOptions, isReady, kubectlOut, namespace, repo, template } from "../support/chart-cluster.js";
+import { applyRendered, droverImageOptions, isReady, kubectlOut, namespace, repo, template, chartTimings } from "../support/chart-cluster.js";
 import { kube, startTestCluster, until, type TestCluster } from "../kube/cluster.js";
 import { routes } from "@drover/protocol";
 
@@ -24,7 +24,7 @@ let tls: PrivateTlsStateServer;
 
 before(async () => {
   cluster = await startTestCluster({
-    timings: { imagePullBackoffMs: 150, crashLoopBackoffMs: 500, configRetryMs: 100, podBackoffMs: 100, namespaceRetryMs: 20 },
+    timings: chartTimings,
     ...droverImageOptions(),
   });
   stack = await startStack();

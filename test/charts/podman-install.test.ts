@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { runLog, startStack, type Stack } from "../support/stack.js";
-import { applyRendered, assertStarted, droverImage, isReady, kubectlOut, namespace, repo, runnerImage, startedContainers, template, templateAgentK8s } from "../support/chart-cluster.js";
+import { applyRendered, assertStarted, droverImage, isReady, kubectlOut, namespace, repo, runnerImage, startedContainers, template, templateAgentK8s, chartTimings } from "../support/chart-cluster.js";
 import { ensureImages, podmanUnavailable, type BuiltImages } from "../support/podman.js";
 import { kube, startTestCluster, until, type TestCluster } from "../kube/cluster.js";
 import { routes } from "@drover/protocol";
@@ -23,7 +23,7 @@ before(async () => {
   if (unavailable) return;
   built = await ensureImages();
   cluster = await startTestCluster({
-    timings: { imagePullBackoffMs: 150, crashLoopBackoffMs: 500, configRetryMs: 100, podBackoffMs: 100, namespaceRetryMs: 20 },
+    timings: chartTimings,
     podman: { env: built.env },
     images: { [droverImage]: { podman: built.images.drover }, [runnerImage]: { podman: built.images.runner } },
   });

@@ -12,7 +12,7 @@ import { pathToFileURL } from "node:url";
 import { after, before, test } from "node:test";
 import { parse, stringify } from "yaml";
 import { runLog, startStack, type Stack } from "../support/stack.js";
-import { applyRendered, assertStarted, chartImages, startedContainers, droverImage, isReady, kubectlOut, namespace, repo, runnerImage, type ChartImages } from "../support/chart-cluster.js";
+import { applyRendered, assertStarted, chartImages, startedContainers, droverImage, isReady, kubectlOut, namespace, repo, runnerImage, type ChartImages, chartTimings } from "../support/chart-cluster.js";
 import { kube, startTestCluster, until, type TestCluster } from "../kube/cluster.js";
 import { routes } from "@drover/protocol";
 
@@ -54,7 +54,7 @@ before(async () => {
   // The locally built drover and runner images as real containers where podman runs here.
   images = await chartImages(join(repo, "test", "dist", ".pulumi-cluster"));
   cluster = await startTestCluster({
-    timings: { imagePullBackoffMs: 150, crashLoopBackoffMs: 500, configRetryMs: 100, podBackoffMs: 100, namespaceRetryMs: 20 },
+    timings: chartTimings,
     ...images.options,
     // The server ends every watch after 1.5 s, so the controller's re-list/re-watch runs many times per test.
     watchTimeoutMs: 1500,

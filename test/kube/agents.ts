@@ -7,6 +7,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { droverBin, spawnDrover, type Proc } from "../support/processes.js";
 import type { Stack } from "../support/stack.js";
+import type { ReceivedSpan } from "../support/otlp-receiver.js";
 import { eventually, kube, prepareDroverNamespace, type TestCluster } from "./cluster.js";
 import { routes } from "@drover/protocol";
 
@@ -150,4 +151,22 @@ ${onStep}
   sleep 0.1
 done
 `;
+}
+
+/**
+ * Waits for the controller's Kubernetes stages of one job in `inTrace()` — Job created, pod scheduled, image pulled,
+ * container started — and checks each hangs under the job span `jobSpanId`, comes from the controller, and they end
+ * in that order. Returns them in that order.
+ */
+export async function controllerStages(inTrace: () => ReceivedSpan[], jobSpanId: string, phase: string): Promise<ReceivedSpan[]> {
+  const k8s = await eventually(`the controller's ${phase} stages`, async () => {
+    const found = ["kubernetes job created", "pod scheduled", "image pulled", "container started"].map((n) => inTrace().find((s) => s.name === n));
+    return found.every((f) => f !== undefined) ? found.map((f) => f!) : undefined;
+  }, 30_000);
+  for (const s of k8s) {
+    assert.equal(s.parentSpanId, jobSpanId, `${s.name} hangs under the job span`);
+    assert.equal(s.resource["service.name"], "drover-controller");
+  }
+  for (let i = 1; i < k8s.length; i++) assert.ok(k8s[i - 1]!.endNs <= k8s[i]!.endNs, `${k8s[i - 1]!.name} ends before ${k8s[i]!.name}`);
+  return k8s;
 }

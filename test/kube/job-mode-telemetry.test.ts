@@ -11,7 +11,7 @@ import { freePort, type Proc } from "../support/processes.js";
 import { scrape } from "../support/metric-values.js";
 import { startOtlpReceiver, type OtlpReceiver } from "../support/otlp-receiver.js";
 import { eventually, fastTimings, startTestCluster, type TestCluster } from "./cluster.js";
-import { agentRegistered, createAgentTask, podWorker, prepareNamespace, startJobModeController, terraformRunner } from "./agents.js";
+import { agentRegistered, createAgentTask, podWorker, prepareNamespace, startJobModeController, terraformRunner, controllerStages } from "./agents.js";
 import { routes } from "@drover/protocol";
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
@@ -60,15 +60,7 @@ test("examples/hello in job mode: each phase's trace holds the server's spans an
     }, 30_000);
     assert.deepEqual(children.filter((n) => stages.includes(n)).sort(), [...stages].sort());
     // The controller's Kubernetes stages, in order, under the job span: Job created → pod scheduled → image pulled → container started.
-    const k8s = await eventually(`the controller's ${job.phase} stages`, async () => {
-      const found = ["kubernetes job created", "pod scheduled", "image pulled", "container started"].map((n) => inTrace().find((s) => s.name === n));
-      return found.every((f) => f !== undefined) ? found.map((f) => f!) : undefined;
-    }, 30_000);
-    for (const s of k8s) {
-      assert.equal(s.parentSpanId, root.spanId, `${s.name} hangs under the job span`);
-      assert.equal(s.resource["service.name"], "drover-controller");
-    }
-    for (let i = 1; i < k8s.length; i++) assert.ok(k8s[i - 1]!.endNs <= k8s[i]!.endNs, `${k8s[i - 1]!.name} ends before ${k8s[i]!.name}`);
+    const k8s = await controllerStages(inTrace, root.spanId, job.phase);
     const [, scheduled, pulled, started] = k8s;
     // The pull is the test cluster kubelet's Pulled event of the worker container: it starts where scheduling ended, the container's start where it ended.
     assert.equal(pulled!.attributes["drover.k8s.pulled_event"], true, "ended by the kubelet's Pulled event");

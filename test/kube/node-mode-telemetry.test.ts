@@ -11,7 +11,7 @@ import { startStack, type Stack } from "../support/stack.js";
 import { startOtlpReceiver, type OtlpReceiver } from "../support/otlp-receiver.js";
 import { scrape } from "../support/metric-values.js";
 import { eventually, fastTimings, startTestCluster, type TestCluster } from "./cluster.js";
-import { createAgentTask, prepareNamespace, startNodeModeAgents, terraformRunner, type NodeModeAgents } from "./agents.js";
+import { createAgentTask, prepareNamespace, startNodeModeAgents, terraformRunner, type NodeModeAgents, controllerStages } from "./agents.js";
 import { routes } from "@drover/protocol";
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
@@ -63,15 +63,7 @@ test("examples/hello in node-worker mode: each phase's trace holds the server's 
       previousEnd = s.endNs;
     }
     // The controller's stages of the runner-only pod: in node mode the runner is the container that starts the run.
-    const k8s = await eventually(`the controller's ${job.phase} stages`, async () => {
-      const found = ["kubernetes job created", "pod scheduled", "image pulled", "container started"].map((n) => inTrace().find((s) => s.name === n));
-      return found.every((f) => f !== undefined) ? found.map((f) => f!) : undefined;
-    }, 30_000);
-    for (const s of k8s) {
-      assert.equal(s.parentSpanId, root.spanId, `${s.name} hangs under the job span`);
-      assert.equal(s.resource["service.name"], "drover-controller");
-    }
-    for (let i = 1; i < k8s.length; i++) assert.ok(k8s[i - 1]!.endNs <= k8s[i]!.endNs, `${k8s[i - 1]!.name} ends before ${k8s[i]!.name}`);
+    const k8s = await controllerStages(inTrace, root.spanId, job.phase);
     assert.equal(k8s[2]!.attributes["k8s.container.name"], "runner");
     assert.equal(k8s[2]!.attributes["drover.k8s.pulled_event"], true);
   }

@@ -14,6 +14,9 @@ import { ensureImages, podmanOk, podmanUnavailable, type BuiltImages } from "./p
 export const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 
 /** The image name the charts and the Pulumi component use for the agent at tag `test`. */
+/** Test-cluster back-offs short enough for chart installs to settle quickly, long enough to see a crash loop. */
+export const chartTimings = { imagePullBackoffMs: 150, crashLoopBackoffMs: 500, configRetryMs: 100, podBackoffMs: 100, namespaceRetryMs: 20 };
+
 export const droverImage = "ghcr.io/drover-dev/drover:test";
 
 const { tools } = (await import(pathToFileURL(join(repo, "scripts", "tools.mjs")).href)) as { tools(): { helm: string } };
