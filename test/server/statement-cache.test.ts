@@ -52,3 +52,20 @@ test("statement cache: at most `max` statements are kept, the least recently use
   assert.equal(prepares() - start, 4);
   await db.destroy();
 });
+
+test("statement cache: a statement with a long in-list is not kept, so batches of every size leave the kept ones alone", async () => {
+  const { db, prepares } = counted(2);
+  await sql`create table t (id integer primary key, v text)`.execute(db);
+  const a = () => db.selectFrom("t").select(["id"]).execute();
+  const batch = (n: number) => db.selectFrom("t").select(["v"]).where("id", "in", Array.from({ length: n }, (_, i) => i)).execute();
+  const start = prepares();
+  await a();
+  for (const n of [40, 41, 42, 40]) await batch(n);
+  assert.equal(prepares() - start, 5, "each long batch is prepared afresh, even a size seen before");
+  await a();
+  assert.equal(prepares() - start, 5, "the short statement is still kept after four batches in a cache of two");
+  await batch(3);
+  await batch(3);
+  assert.equal(prepares() - start, 6, "a short in-list is kept like any statement");
+  await db.destroy();
+});

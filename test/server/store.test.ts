@@ -211,6 +211,18 @@ for (const backend of backends) {
       assert.equal((await store.getRun(ctx, run.id)).status, "planned_and_finished");
     });
 
+    test("jobs: a job running since before starters were recorded is taken by the first starter that calls again", async () => {
+      const { agent, ws, cv } = await fixture();
+      await newRun(ws.id, cv.id, { planOnly: true });
+      const job = await claim(agent);
+      await store.startJob(ctx, await jobRow(job), "pod-a");
+      await db.kysely.updateTable("jobs").set({ started_by: null }).where("id", "=", job.jobId).execute();
+      assert.equal(await store.startJob(ctx, await jobRow(job), "pod-b"), "planning");
+      await rejectsWith(store.startJob(ctx, await jobRow(job), "pod-c"), "job_already_started");
+      const row = await db.kysely.selectFrom("jobs").select("started_by").where("id", "=", job.jobId).executeTakeFirstOrThrow();
+      assert.equal(row.started_by, "pod-b");
+    });
+
     test("jobs: of two concurrent starts by different starters exactly one wins", async () => {
       const { agent, ws, cv } = await fixture();
       await newRun(ws.id, cv.id, { planOnly: true });

@@ -18,6 +18,9 @@ export function cachingStatements(db: SqliteDatabase, max = 256): SqliteDatabase
       return db.close();
     },
     prepare: (sql: string) => {
+      // A statement with a long `in (?, ?, …)` list is written for one batch size and rarely seen again:
+      // kept, such statements would push out the few dozen the cache is for.
+      if (placeholders(sql) > maxKeptPlaceholders) return db.prepare(sql);
       const hit = kept.get(sql);
       if (hit) {
         // Re-inserted: the Map's order is then the order of last use.
@@ -31,4 +34,13 @@ export function cachingStatements(db: SqliteDatabase, max = 256): SqliteDatabase
       return stmt;
     },
   };
+}
+
+/** Statements with more bound values than this are prepared afresh each time. */
+const maxKeptPlaceholders = 32;
+
+function placeholders(sql: string): number {
+  let n = 0;
+  for (let i = sql.indexOf("?"); i !== -1; i = sql.indexOf("?", i + 1)) n++;
+  return n;
 }

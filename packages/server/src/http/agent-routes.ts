@@ -17,10 +17,10 @@ import { registrar, type ServeOptions } from "./serve.js";
 /** Largest plan file or plan JSON an agent may upload. */
 const maxPlanBytes = 512 * 1024 * 1024;
 
-/** The agent protocol under /api/agent/v1: registration, long-poll, leases, and job-token calls. */
 /** How long an append that arrived ahead of its turn waits for the bytes before it. */
 const logReorderWaitMs = 5_000;
 
+/** The agent protocol under /api/agent/v1: registration, long-poll, leases, and job-token calls. */
 export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, options: ServeOptions): void {
   const ctx = http.store;
   const serve = registrar(app, agentApi, options);

@@ -64,7 +64,6 @@ export async function registerAgent(ctx: StoreContext, input: RegisterInput): Pr
   return { agent: toAgent(row), sessionToken };
 }
 
-/** The agent behind a session token; 401 for unknown or revoked, 409 agent_lost when offline. */
 /** An agent row with its pool token's revocation, as a session check reads it. */
 type SessionRow = Selectable<AgentsTable> & { revoked_at: number | null };
 

@@ -172,7 +172,9 @@ export async function startJob(ctx: StoreContext, job: JobRow, starter: string):
   return inTransaction(ctx, async (trx, effects) => {
     const row = await currentAttempt(ctx, trx, job);
     if (row.status === "running") {
-      if (row.started_by !== starter) {
+      // A job started before migration 0028 has no starter on record: the first one to call again takes it.
+      if (row.started_by === null) await trx.updateTable("jobs").set({ started_by: starter }).where("id", "=", row.id).where("started_by", "is", null).execute();
+      else if (row.started_by !== starter) {
         throw new DroverError("job_already_started", `job ${row.id} (attempt ${row.attempt}) was already started by another worker; this one must not run it and stops without running any step`);
       }
       const run = await trx.selectFrom("runs").select("status").where("id", "=", row.run_id).executeTakeFirstOrThrow();
