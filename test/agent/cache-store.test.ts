@@ -110,3 +110,18 @@ test("an entry changed on disk is filled again by whichever process uses it next
   a.close();
   b.close();
 });
+
+test("in one process, the job that started a fill being canceled stops only its own wait: the others get the entry", async () => {
+  const s = store("cancel-first");
+  let open!: () => void;
+  const f = filler(10, new Promise<void>((r) => (open = r)));
+  const canceled = new AbortController();
+  const first = s.acquire("x/1", f.fill, canceled.signal);
+  const second = s.acquire("x/1", f.fill, AbortSignal.timeout(10_000));
+  canceled.abort(new Error("the first job was canceled"));
+  await assert.rejects(first, /the first job was canceled/);
+  open();
+  const entry = await second;
+  assert.equal(f.calls, 1, "one fill, which went on for the job still waiting");
+  assert.ok(existsSync(join(entry.path, "file")));
+});

@@ -335,7 +335,7 @@ export class Agent {
         log: this.log.child({ job: assignment.jobId }),
       });
       const runAs = process.getuid?.() === 0 ? docker.user : undefined;
-      return { runner: job, config: { ...this.config, dataDir: job.runBase, providerCacheEnabled: false, planReuseMs: 0, runAs }, close: () => job.close() };
+      return { runner: job, config: { ...this.config, dataDir: job.runBase, planReuseMs: 0, runAs }, close: () => job.close() };
     } catch (err) {
       // The job still ends, errored with the reason, through the usual path.
       const why = `the run's container could not be prepared: ${err instanceof Error ? err.message : String(err)}`;
@@ -344,7 +344,7 @@ export class Agent {
         start: () => ({ signal: () => {}, done: Promise.resolve({ code: null, signal: null, failure: why }) }),
         capture: () => Promise.reject(new DroverError("internal", why)),
       };
-      return { runner: failing, config: { ...this.config, providerCacheEnabled: false, planReuseMs: 0 }, close: async () => {} };
+      return { runner: failing, config: { ...this.config, planReuseMs: 0 }, close: async () => {} };
     }
   }
 

@@ -37,7 +37,7 @@ const heartbeatWaitMs = 10_000;
  * The settings one job run uses, and no more: the local agent passes its own; a Kubernetes
  * worker passes what its pod has.
  */
-export type JobSettings = Pick<AgentConfig, "name" | "dataDir" | "cacheDir" | "stopAction" | "providerCacheEnabled" | "taskCaCertPath" | "hooksDir" | "hookTimeoutMs" | "runAs"> & {
+export type JobSettings = Pick<AgentConfig, "name" | "dataDir" | "cacheDir" | "stopAction" | "taskCaCertPath" | "hooksDir" | "hookTimeoutMs" | "runAs"> & {
   /** The pool token, redacted from everything the run sends; a pod worker holds none. */
   token: string | undefined;
   /** Spans of the job's stages (none without an OTLP endpoint). */

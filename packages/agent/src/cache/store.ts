@@ -68,6 +68,8 @@ interface MetaFile<M> {
  */
 export type Fill<M> = (dir: string, scratch: string, signal: AbortSignal) => Promise<M>;
 
+const defaultFillTimeoutMs = 30 * 60_000;
+
 export interface CacheStoreOptions {
   /** The cache's own directory. */
   dir: string;
@@ -83,6 +85,18 @@ export interface CacheStoreOptions {
   staleMs?: number;
   /** How often a process waiting for another one's fill looks again. */
   pollMs?: number;
+  /** Deadline of one check-or-fill, which every job waiting for the entry shares (default 30 minutes). */
+  fillTimeoutMs?: number;
+}
+
+/** `p`, or the reason of `signal` as soon as it aborts (`p` goes on for its other waiters). */
+export function untilAborted<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(signal.reason as Error);
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = (): void => reject(signal.reason as Error);
+    signal.addEventListener("abort", onAbort, { once: true });
+    p.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
+  });
 }
 
 /** A hold on one entry: it is not evicted until released. */
@@ -261,17 +275,21 @@ export class CacheStore<M> {
   /**
    * The entry `key`, verified; filled by `fill` when missing or changed. One check or fill per
    * entry at a time in this process, and one fill at a time among processes sharing the store.
-   * `fetched` says whether this call filled it.
+   * `fetched` says whether this call filled it. The check or fill is shared by every job that
+   * asks for the entry meanwhile, so it runs under the store's own deadline, not `signal`: a job
+   * whose `signal` aborts only stops waiting, and the others still get the entry.
    */
   async acquire(key: string, fill: Fill<M>, signal: AbortSignal): Promise<StoreEntry<M> & { fetched: boolean }> {
     checkKey(key);
     let p = this.inflight.get(key);
     const mine = !p;
     if (!p) {
-      p = this.ready(key, fill, signal).finally(() => this.inflight.delete(key));
+      p = this.ready(key, fill, AbortSignal.timeout(this.options.fillTimeoutMs ?? defaultFillTimeoutMs)).finally(() => this.inflight.delete(key));
+      // A fill nobody waits for any more must not surface as an unhandled rejection.
+      p.catch(() => undefined);
       this.inflight.set(key, p);
     }
-    const { entry, filled } = await p;
+    const { entry, filled } = await untilAborted(p, signal);
     const fetched = mine && filled;
     if (fetched) this.counters.misses++;
     else this.counters.hits++;

@@ -4,7 +4,7 @@ import type * as OpenPgp from "openpgp";
 import type { Logger } from "pino";
 import type { Dispatcher } from "undici";
 import { DroverError, isExactVersion, isVersionConstraint, versionSatisfies, type Engine } from "@drover/protocol";
-import { CacheStore, type CacheCounters } from "../cache/store.js";
+import { CacheStore, untilAborted, type CacheCounters } from "../cache/store.js";
 import { mkdirReadable } from "../cache/tree.js";
 import { enginesOnPath, reportedVersion, type EngineBinary } from "../engine.js";
 import { terraformPlatform } from "../providers/cache.js";
@@ -63,16 +63,6 @@ interface VersionRecord {
 }
 
 const indexLimit = 32 << 20;
-
-/** `p`, or the reason of `signal` as soon as it aborts (`p` goes on for its other waiters). */
-function untilAborted<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal.aborted) return Promise.reject(signal.reason as Error);
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = (): void => reject(signal.reason as Error);
-    signal.addEventListener("abort", onAbort, { once: true });
-    p.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
-  });
-}
 
 /** The newest of `versions` satisfying `wanted`; pre-releases only when the constraint names one. */
 export function newestSatisfying(versions: string[], wanted: string): string | undefined {
@@ -134,7 +124,7 @@ export class EngineCache {
   private get store(): CacheStore<ReleaseMeta> {
     if (!this.storeOnDisk) {
       const o = this.options;
-      this.storeOnDisk = new CacheStore<ReleaseMeta>({ dir: o.dir, entries: "releases", limitBytes: o.limitBytes, logger: o.logger, kind: "engine", ...(o.now ? { now: o.now } : {}) });
+      this.storeOnDisk = new CacheStore<ReleaseMeta>({ dir: o.dir, entries: "releases", limitBytes: o.limitBytes, logger: o.logger, kind: "engine", fillTimeoutMs: this.downloadTimeoutMs, ...(o.now ? { now: o.now } : {}) });
       mkdirReadable(this.versionsDir);
     }
     return this.storeOnDisk;
@@ -259,13 +249,12 @@ export class EngineCache {
     const url = this.layout(engine).url(version, archive);
     const sums = this.layout(engine).sums(version);
     const hold = this.store.hold(digest);
-    // The fill is shared too: it runs under its own deadline; this job only stops waiting.
-    const shared = AbortSignal.timeout(this.downloadTimeoutMs);
     let entry;
     try {
-      entry = await untilAborted(this.store.acquire(
+      // The store runs the fill under its own deadline, shared by every job waiting for it.
+      entry = await this.store.acquire(
         digest,
-        async (tree, scratch) => {
+        async (tree, scratch, shared) => {
           const zip = join(scratch, archive);
           let sha: string;
           try {
@@ -284,8 +273,8 @@ export class EngineCache {
           if (!existsSync(exe) || !lstatSync(exe).isFile()) throw new EngineError("engine_archive_invalid", `${archive} holds no ${engine} executable`);
           return { engine, version, archive };
         },
-        shared,
-      ), signal);
+        signal,
+      );
     } catch (err) {
       hold.release();
       throw err;

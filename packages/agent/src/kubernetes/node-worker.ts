@@ -117,8 +117,6 @@ export class NodeWorker {
   async run(): Promise<number> {
     const exposition = () => {
       this.metrics.set("drover_node_worker_runs", this.runs.size);
-      if (this.caches.providers) this.metrics.addCache("providers", this.caches.providers.counters);
-      if (this.caches.modules) this.metrics.addCache("modules", this.caches.modules.counters);
       return this.metrics.render();
     };
     const source = {
@@ -155,6 +153,8 @@ export class NodeWorker {
     // Made even with both caches off: every run pod mounts it.
     mkdirSync(this.settings.caches.cacheDir, { recursive: true, mode: 0o755 });
     this.caches = openCaches(this.settings.caches, cacheDispatcher(this.settings.caCertPem), this.log);
+    if (this.caches.providers) this.metrics.addCache("providers", this.caches.providers.counters);
+    if (this.caches.modules) this.metrics.addCache("modules", this.caches.modules.counters);
     this.log.info({ node: this.settings.nodeName, home: this.settings.home }, "node worker started");
     const { namespace, nodeName, controllerName } = this.settings;
     const labelSelector = `${labels.controller}=${controllerName}`;

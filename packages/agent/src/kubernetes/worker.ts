@@ -147,7 +147,6 @@ export function superviseJob(
     onError: settings.onError,
     dataDir: settings.runDir,
     cacheDir: join(settings.runDir, ".cache"),
-    providerCacheEnabled: caches?.providers !== undefined,
     stopAction: settings.stopAction,
     taskCaCertPath: undefined,
     // Hooks are the runner image's business in a pod.

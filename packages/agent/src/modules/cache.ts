@@ -168,10 +168,15 @@ function packageSource(source: string): string {
 
 const gitEnv = (): NodeJS.ProcessEnv => ({ ...process.env, GIT_TERMINAL_PROMPT: "0", GIT_ASKPASS: "true" });
 
+/** Longest one git command may take: a git server that stalls must not hold the run (and every run waiting for the entry). */
+const gitTimeoutMs = 10 * 60_000;
+
 function git(args: string[], signal: AbortSignal, cwd?: string): Promise<string> {
+  const deadline = AbortSignal.timeout(gitTimeoutMs);
   return new Promise((resolvePromise, reject) => {
-    execFile("git", args, { cwd, env: gitEnv(), signal, maxBuffer: 16 << 20 }, (err, stdout, stderr) => {
-      if (err) reject(new ModuleSourceUnavailable(`git ${args[0]}: ${(stderr || err.message).trim().split("\n").slice(-1)[0]}`));
+    execFile("git", args, { cwd, env: gitEnv(), signal: AbortSignal.any([signal, deadline]), maxBuffer: 16 << 20 }, (err, stdout, stderr) => {
+      if (err && deadline.aborted && !signal.aborted) reject(new ModuleSourceUnavailable(`git ${args[0]} took longer than ${gitTimeoutMs / 1000} s`));
+      else if (err) reject(new ModuleSourceUnavailable(`git ${args[0]}: ${(stderr || err.message).trim().split("\n").slice(-1)[0]}`));
       else resolvePromise(stdout);
     });
   });
