@@ -338,6 +338,10 @@ export class ContainerJob implements Runner {
     this.loop.close();
     this.execHandle.close();
     this.runHandle.close();
-    rmSync(this.dir, { recursive: true, force: true });
+    try {
+      rmSync(this.dir, { recursive: true, force: true });
+    } catch (err) {
+      this.o.log.warn({ dir: this.dir, err: err instanceof Error ? err.message : String(err) }, "could not delete the job's directory");
+    }
   }
 }
