@@ -13,9 +13,10 @@
 import { spawn, spawnSync } from "node:child_process";
 import { openSync, readdirSync, statSync, existsSync } from "node:fs";
 import { constants } from "node:os";
-import { dirname, join } from "node:path";
+import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { startPostgres } from "./postgres.mjs";
+import { orderByDuration, readDurations } from "./test-order.mjs";
 
 const defaultTimeoutMs = 5 * 60 * 1000;
 /** How long the tests get to end after a forwarded signal before they are killed. */
@@ -57,6 +58,8 @@ if (files.length === 0) {
   console.error("no test files found; run `tsc -b` first");
   process.exit(1);
 }
+// Longest first (scripts/test-durations.json), so the lanes end together.
+files = orderByDuration(files.map((f) => resolve(f)), readDurations());
 
 let pg;
 let child;
@@ -145,12 +148,13 @@ function startPromiseLint() {
 const promiseLint = lintPromises ? startPromiseLint() : undefined;
 pg = await startPostgres();
 prebuildImages();
-const preload = join(dirname(fileURLToPath(import.meta.url)), "test-timeout.mjs");
+const scripts = dirname(fileURLToPath(import.meta.url));
 const env = { ...process.env, DROVER_TEST_PG_URL: pg.url, DROVER_TEST_TIMEOUT_MS: String(timeoutMs), CHECKPOINT_DISABLE: "1" };
 // Its own process group, so an interrupt can reach every test file, not just the runner.
 // Three files at a time on two cores: most test time is spent waiting on terraform, child
-// processes and the test cluster, not on this machine's CPU.
-child = spawn(process.execPath, ["--import", preload, "--test", "--test-concurrency=3", "--test-reporter=spec", ...files], { stdio: "inherit", env, detached: true });
+// processes and the test cluster, not on this machine's CPU. test-files.mjs runs them in the
+// order given (node --test would sort them by path); the runner passes the --import on to them.
+child = spawn(process.execPath, ["--import", join(scripts, "test-timeout.mjs"), join(scripts, "test-files.mjs"), "--concurrency=3", ...files], { stdio: "inherit", env, detached: true });
 let code = await new Promise((resolve) => child.on("exit", (c, s) => resolve(c ?? (s ? 1 : 0))));
 if (promiseLint && !interrupted) {
   const lint = await promiseLint;

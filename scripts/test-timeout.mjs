@@ -7,7 +7,9 @@ const timeoutMs = Number(process.env.DROVER_TEST_TIMEOUT_MS);
 const require = createRequire(import.meta.url);
 const nodeTest = require("node:test");
 
-if (Number.isSafeInteger(timeoutMs) && timeoutMs > 0) {
+// Only in the test files (the runner marks its children with NODE_TEST_CONTEXT): the process
+// that runs them (test-files.mjs) gets this --import too, and passes it on.
+if (process.env.NODE_TEST_CONTEXT !== undefined && Number.isSafeInteger(timeoutMs) && timeoutMs > 0) {
   /** test(name?, options?, fn?): adds `timeout` to the options, creating them if absent. */
   const forTest = (fn) =>
     function (...args) {
