@@ -15,9 +15,9 @@ import {
   type Route,
   type RunStatus,
 } from "@drover/protocol";
-import { rootCertificates } from "node:tls";
-import { EnvHttpProxyAgent, type Dispatcher } from "undici";
+import type { Dispatcher } from "undici";
 import { maxRetryAfterMs, pause, waitFor } from "./backoff.js";
+import { proxyDispatcher } from "./http-dispatcher.js";
 
 /** Deadlines of the agent's HTTP calls. */
 export interface ClientTimeouts {
@@ -52,11 +52,7 @@ export class AgentClient {
     // undici's own timeouts catch a server that stops answering mid-response; the per-call
     // deadline bounds the whole call (a long-poll legitimately waits for headers).
     const longest = this.timeouts.requestMs + this.timeouts.longPollSlackMs + 50_000;
-    this.dispatcher = new EnvHttpProxyAgent({
-      connect: { timeout: this.timeouts.connectMs, ...(caCertPem ? { ca: [...rootCertificates, caCertPem] } : {}) },
-      headersTimeout: longest,
-      bodyTimeout: this.timeouts.requestMs,
-    });
+    this.dispatcher = proxyDispatcher({ caCertPem, connectMs: this.timeouts.connectMs, headersTimeoutMs: longest, bodyTimeoutMs: this.timeouts.requestMs });
     this.http = new DroverClient({ baseUrl, dispatcher: this.dispatcher, timeoutMs: this.timeouts.requestMs });
   }
 

@@ -1,8 +1,9 @@
 import type { SettingsSource } from "@drover/protocol";
 import { join } from "node:path";
 import type { Logger } from "pino";
-import { rootCertificates } from "node:tls";
-import { EnvHttpProxyAgent, type Dispatcher } from "undici";
+import type { Dispatcher } from "undici";
+import { defaultClientTimeouts } from "../client.js";
+import { proxyDispatcher } from "../http-dispatcher.js";
 import { ModuleCache } from "../modules/cache.js";
 import { ProviderCache } from "../providers/cache.js";
 
@@ -32,9 +33,12 @@ export interface Caches {
   modules: ModuleCache | undefined;
 }
 
-/** The HTTP client of a worker's caches: the proxy settings, and DROVER_CA_CERT added to the default trust. */
-export function cacheDispatcher(caCertPem: string | undefined): Dispatcher {
-  return new EnvHttpProxyAgent(caCertPem ? { connect: { ca: [...rootCertificates, caCertPem] } } : {});
+/**
+ * The HTTP client of the caches of a worker that has no AgentClient (a Kubernetes worker): the
+ * same client the agent's own is, with the agent's connect deadline.
+ */
+export function cacheDispatcher(caCertPem: string | undefined, connectMs = defaultClientTimeouts.connectMs): Dispatcher {
+  return proxyDispatcher({ caCertPem, connectMs });
 }
 
 /**
