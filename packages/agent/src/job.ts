@@ -1,7 +1,7 @@
 import { containsSecret, DroverError, jobTakenAway, noopTracer, redactText, secretForms, versionSatisfies, type JobAssignment, type JobOutcome, type Output, type RunTracer, type SpanHandle } from "@drover/protocol";
 import { randomUUID } from "node:crypto";
-import { closeSync, constants, existsSync, mkdirSync, openSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
-import { dirname, join, relative, resolve } from "node:path";
+import { existsSync, readFileSync, realpathSync } from "node:fs";
+import { join, relative, resolve } from "node:path";
 import type { Logger } from "pino";
 import { pause } from "./backoff.js";
 import { NetworkError, withRetry, type AgentClient, type JobClient } from "./client.js";
@@ -15,6 +15,7 @@ import { outputsOfState } from "./state-outputs.js";
 import type { RunningProcess } from "./process.js";
 import { chownTree } from "./run-user.js";
 import { localRunner, type RunFiles, type Runner } from "./runner.js";
+import { localFiles } from "./local-files.js";
 import type { ProviderCache, ProviderLease } from "./providers/cache.js";
 import type { ModuleCache, ModuleLease } from "./modules/cache.js";
 import type { EngineCache, EngineLease } from "./engines/cache.js";
@@ -544,43 +545,6 @@ export class JobRun {
     clearTimeout(timer);
     if (timedOut) throw new StepFailed(`hook ${name} timed out after ${this.config.hookTimeoutMs / 1000} s`);
     if (code !== 0) throw new StepFailed(`hook ${name} exited with code ${code}`);
-  }
-}
-
-/**
- * Writes a file only the agent's user can read, never following a link: a configuration that
- * planted a link under this name gets the run refused instead of the write landing elsewhere.
- */
-/** The local driver's files: the agent is the only writer of its data directory. */
-const localFiles: RunFiles = {
-  prepare(runDir, configDir) {
-    rmSync(runDir, { recursive: true, force: true });
-    mkdirSync(configDir, { recursive: true });
-  },
-  withDir: (dir, fn) => fn(dir),
-  read: (path) => readFileSync(path),
-  write: (path, data) => writePrivateFile(path, data),
-  link(path, target) {
-    mkdirSync(dirname(path), { recursive: true });
-    symlinkSync(target, path);
-  },
-  discard: (runDir) => rmSync(runDir, { recursive: true, force: true }),
-};
-
-export function writePrivateFile(path: string, data: string | Buffer): void {
-  let fd: number;
-  try {
-    fd = openSync(path, constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | constants.O_NOFOLLOW, 0o600);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === "ELOOP") {
-      throw new DroverError("invalid_archive", `the configuration holds a link named ${path.split("/").pop() ?? path}, where the agent writes its own file; remove it`);
-    }
-    throw err;
-  }
-  try {
-    writeFileSync(fd, data);
-  } finally {
-    closeSync(fd);
   }
 }
 

@@ -1,8 +1,9 @@
 import { execFile } from "node:child_process";
 import { createHash } from "node:crypto";
-import { existsSync, mkdirSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
-import { dirname, join, resolve } from "node:path";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { join, resolve } from "node:path";
 import type { RunFiles } from "../runner.js";
+import { localFiles } from "../local-files.js";
 import { VerificationError } from "../providers/errors.js";
 import type { Logger } from "pino";
 import type { Dispatcher } from "undici";
@@ -62,15 +63,6 @@ export interface ModuleCacheOptions {
 }
 
 const defaultRegistry = "registry.terraform.io";
-
-/** Plain file operations, for a directory only the agent writes. */
-const plainFiles: Pick<RunFiles, "link" | "write"> = {
-  link(path, target) {
-    mkdirSync(dirname(path), { recursive: true });
-    symlinkSync(target, path);
-  },
-  write: (path, data) => writeFileSync(path, data),
-};
 
 /** Splits go-getter's `//subdir` off a source (the query stays with the URL). */
 function splitSubdir(src: string): { url: string; subdir: string } {
@@ -225,7 +217,7 @@ export class ModuleCache {
    * `workDir/.terraform/modules`, writing through `files` (the run directory may be shared with a
    * runner container). Calls it cannot serve are left to terraform with a note.
    */
-  async prepare(workDir: string, signal: AbortSignal, files: Pick<RunFiles, "link" | "write"> = plainFiles): Promise<ModuleLease> {
+  async prepare(workDir: string, signal: AbortSignal, files: Pick<RunFiles, "link" | "write"> = localFiles): Promise<ModuleLease> {
     const notes: string[] = [];
     const held: Hold[] = [];
     const records: Array<{ Key: string; Source: string; Version?: string; Dir: string }> = [];
