@@ -30,11 +30,10 @@ export class AgentMetrics {
   readonly heartbeatSeconds = (seconds: number): void => this.series.observe("drover_agent_heartbeat_duration_seconds", seconds);
   /** Counts one error of `kind`. */
   readonly error = (kind: ErrorKind): void => this.series.inc("drover_agent_errors_total", { kind });
-  private readonly caches = new Map<string, CacheCounters>();
 
   /** Exposes a cache's counters as drover_agent_cache_* series with `cache="<name>"`. */
   addCache(name: string, counters: CacheCounters): void {
-    this.caches.set(name, counters);
+    this.series.addCache(name, counters);
   }
 
   /** The exposition `/metrics` serves. */
@@ -47,13 +46,8 @@ export class AgentMetrics {
       finished +
       "# HELP drover_agent_poll_errors_total Failed long-polls\n# TYPE drover_agent_poll_errors_total counter\n" +
       `drover_agent_poll_errors_total ${this.pollErrorCount}\n` +
-      this.series.render() +
-      this.renderCaches()
+      this.series.render()
     );
-  }
-
-  private renderCaches(): string {
-    return renderCacheSeries(this.caches);
   }
 }
 
