@@ -185,14 +185,28 @@ async function lsRemote(url: string, ref: string | undefined, signal: AbortSigna
 }
 
 /**
- * Fetches the repository at `url` and writes the tree of `commit` into `dir`. git checks every
- * object it receives against its hash, so the tree is the one the commit id vouches for.
+ * Fetches `commit` of the repository at `url` and writes its tree into `dir`. Only that commit
+ * is fetched (depth 1: its tree, not the repository's history), by its id or else by the ref
+ * that named it; a server that refuses both gets a whole clone. git checks every object it
+ * receives against its hash, and the commit must be the one asked for, so the tree is the one
+ * the commit id vouches for.
  */
-async function gitCheckout(url: string, commit: string, dir: string, scratch: string, signal: AbortSignal): Promise<ModuleMeta> {
+async function gitCheckout(url: string, ref: string | undefined, commit: string, dir: string, scratch: string, signal: AbortSignal): Promise<ModuleMeta> {
+  const has = async (repo: string): Promise<boolean> => (await git(["--git-dir", repo, "cat-file", "-t", commit], signal).catch(() => "")).trim() === "commit";
+  const shallow = join(scratch, "shallow.git");
+  await git(["init", "--quiet", "--bare", shallow], signal);
+  // By id: protocol v2 servers serve any commit; an older one only what a ref points at, so the
+  // ref is asked for too (ls-remote said it names this commit; if it has moved since, the
+  // commit is missing and the whole clone below decides).
+  for (const want of [commit, ...(ref === commit ? [] : [ref ?? "HEAD"])]) {
+    if (await git(["--git-dir", shallow, "fetch", "--quiet", "--depth", "1", "--no-tags", "--", url, want], signal).then(() => has(shallow), () => false)) {
+      await git(["--git-dir", shallow, "--work-tree", dir, "checkout", "--quiet", "-f", commit, "--", "."], signal);
+      return { source: url, commit };
+    }
+  }
   const repo = join(scratch, "repo.git");
   await git(["clone", "--quiet", "--bare", "--", url, repo], signal);
-  const type = (await git(["--git-dir", repo, "cat-file", "-t", commit], signal).catch(() => "")).trim();
-  if (type !== "commit") throw new ModuleSourceUnavailable(`${url} has no commit ${commit}`);
+  if (!(await has(repo))) throw new ModuleSourceUnavailable(`${url} has no commit ${commit}`);
   await git(["--git-dir", repo, "--work-tree", dir, "checkout", "--quiet", "-f", commit, "--", "."], signal);
   return { source: url, commit };
 }
@@ -297,7 +311,7 @@ export class ModuleCache {
       const commit = spec.ref && /^[0-9a-f]{40}$/.test(spec.ref) ? spec.ref : await lsRemote(spec.url, spec.ref, signal);
       key = `git/${digest(spec.url)}/${commit}`;
       source = packageSource(call.source);
-      fill = (dir, scratch, s) => gitCheckout(spec.url, commit, dir, scratch, s);
+      fill = (dir, scratch, s) => gitCheckout(spec.url, spec.ref, commit, dir, scratch, s);
     } else {
       key = `http/${digest(`${spec.url}#${spec.checksum ?? ""}`)}`;
       source = packageSource(call.source);
