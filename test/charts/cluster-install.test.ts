@@ -126,6 +126,15 @@ test("agent-job in a restricted namespace: Ready through its probes, examples/he
   await kubectlOut(cluster, ["uncordon", node]);
   // The chart's RBAC covers every call the product made under its ServiceAccounts.
   assert.deepEqual(cluster.denials.filter((d) => d.user.startsWith(`system:serviceaccount:${ns}:`)), []);
+  // The controller watches its own task template, by name, and no other AgentTask.
+  const controllerSa = `system:serviceaccount:${ns}:${ready[0].spec.serviceAccountName}`;
+  const tasks = (await kube(cluster, "GET", `/apis/drover.dev/v1alpha1/namespaces/${ns}/agenttasks`)).body.items as any[];
+  assert.equal(tasks.length, 1);
+  const task = `agenttasks.drover.dev/${tasks[0].metadata.name}`;
+  for (const [verb, resource, allowed] of [["watch", task, "yes"], ["list", task, "yes"], ["get", task, "yes"], ["list", "agenttasks.drover.dev", "no"], ["watch", "agenttasks.drover.dev/other", "no"]] as const) {
+    const r = await kubectlOut(cluster, ["auth", "can-i", verb, resource, "-n", ns, `--as=${controllerSa}`]);
+    assert.equal(r.out.trim(), allowed, `${verb} ${resource}: ${r.out}`);
+  }
   assert.ok(watches > 20, `the controller re-watched after the server closed its watches (${watches} watch requests)`);
 });
 

@@ -57,6 +57,11 @@ describe("test cluster authentication, authorization and admission", () => {
     assert.equal((await kube(reader, "GET", `/api/v1/namespaces/${ns}/configmaps/allowed`)).status, 404, "authorized, then not found");
     const other = await kube(reader, "GET", `/api/v1/namespaces/${ns}/configmaps/other`);
     assert.equal(other.body.message, `configmaps "other" is forbidden: User "${user}" cannot get resource "configmaps" in API group "" in the namespace "${ns}"`);
+    // A list or watch selecting one name is authorized by that name, as the real request resolver does.
+    await grant("named", [{ apiGroups: [""], resources: ["configmaps"], resourceNames: ["allowed"], verbs: ["list", "watch"] }], "reader");
+    assert.equal((await kube(reader, "GET", `/api/v1/namespaces/${ns}/configmaps?fieldSelector=metadata.name%3Dallowed`)).status, 200);
+    assert.equal((await kube(reader, "GET", `/api/v1/namespaces/${ns}/configmaps?fieldSelector=metadata.name%3Dother`)).status, 403);
+    assert.equal((await kube(reader, "GET", `/api/v1/namespaces/${ns}/configmaps`)).status, 403, "not without the selector");
     const evict = await kube(reader, "POST", `/api/v1/namespaces/${ns}/pods/x/eviction`, { apiVersion: "policy/v1", kind: "Eviction", metadata: { name: "x" } });
     assert.equal(evict.body.message, `pods "x" is forbidden: User "${user}" cannot create resource "pods/eviction" in API group "" in the namespace "${ns}"`);
     const elsewhere = await freshNamespace(c, "other");

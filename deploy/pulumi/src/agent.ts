@@ -235,7 +235,8 @@ export class DroverAgent extends pulumi.ComponentResource {
             { apiGroups: [""], resources: ["pods"], verbs: ["list", "watch"] },
             { apiGroups: [""], resources: ["events"], verbs: ["list"] },
             { apiGroups: [""], resources: ["secrets"], verbs: ["get", "create"] },
-            { apiGroups: ["drover.dev"], resources: ["agenttasks"], verbs: ["get"] },
+            // Only its own task template, which it watches (list/watch are allowed by name when they select metadata.name).
+            { apiGroups: ["drover.dev"], resources: ["agenttasks"], resourceNames: [`${name}-task-template`], verbs: ["get", "list", "watch"] },
             // Node mode: per run, a Role and RoleBinding granting the node workers that run's job Secret only.
             ...(mode === "node" ? [{ apiGroups: ["rbac.authorization.k8s.io"], resources: ["roles", "rolebindings"], verbs: ["create"] }] : []),
           ],

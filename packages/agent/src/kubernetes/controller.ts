@@ -14,6 +14,11 @@ import { describePodFailure, type FailureTimings, type PodFailureReason } from "
 import { grantJobSecret } from "./run-access.js";
 import { podNamespace } from "./settings.js";
 
+/** The part of an AgentTask the controller reads. */
+interface AgentTask extends KubernetesObject {
+  spec?: { jobTemplate?: V1JobSpec };
+}
+
 /** A Job this controller launched and still watches. */
 interface Tracked {
   name: string;
@@ -111,6 +116,8 @@ export class Controller {
   private readonly stop = new AbortController();
   private wake: (() => void) | undefined;
   private readonly informers: { name: string; informer: Informer<KubernetesObject> }[] = [];
+  /** Launches started by the poll loop and not finished yet. */
+  private readonly launching = new Set<Promise<void>>();
   /** Everything done to one Job — launch, its Job and pod events, sweeps, reports, deletion — runs through here, one at a time per Job. */
   private readonly queue: KeyedWorkQueue;
   private readonly metrics = new MetricSet()
@@ -150,9 +157,10 @@ export class Controller {
     return `${labels.controller}=${this.config.name}`;
   }
 
-  /** Registered with the server and both watches listed: the readiness of `/readyz`. */
+  /** Registered with the server and every watch (Jobs, pods, the task template) listed: the readiness of `/readyz`. */
   get ready(): boolean {
-    return this.registered && this.informers.length === 2 && this.informers.every((i) => i.informer.synced) && !this.stop.signal.aborted;
+    const expected = this.config.kubernetesTaskTemplate ? 3 : 2;
+    return this.registered && this.informers.length === expected && this.informers.every((i) => i.informer.synced) && !this.stop.signal.aborted;
   }
 
   async run(): Promise<number> {
@@ -178,6 +186,15 @@ export class Controller {
     const ns = this.settings.namespace;
     this.inform("jobs", `/apis/batch/v1/namespaces/${ns}/jobs`, () => this.batch.listNamespacedJob({ namespace: ns, labelSelector: this.selector }), (type, job: V1Job) => void this.queue.add(job.metadata?.name ?? "", () => this.onJob(type, job)));
     this.inform("pods", `/api/v1/namespaces/${ns}/pods`, () => this.core.listNamespacedPod({ namespace: ns, labelSelector: this.selector }), (type, pod: V1Pod) => void this.queue.add(pod.metadata?.labels?.[labels.k8sJob] ?? "", () => this.onPod(type, pod)));
+    const task = this.config.kubernetesTaskTemplate;
+    if (task) {
+      // The template of every Job, kept current by a watch of that one object (RBAC grants list/watch by its name):
+      // no API round trip between a job offered and its Job's create.
+      const field = `metadata.name=${task}`;
+      const list = () => this.custom.listNamespacedCustomObject({ group: "drover.dev", version: "v1alpha1", namespace: ns, plural: "agenttasks", fieldSelector: field }) as Promise<KubernetesListObject<AgentTask>>;
+      const seen = (type: string, t: AgentTask) => this.log.info({ task, resourceVersion: t.metadata?.resourceVersion, event: type }, "task template watched: new Jobs use this version");
+      this.inform("agenttasks", `/apis/drover.dev/v1alpha1/namespaces/${ns}/agenttasks`, list, seen, { fieldSelector: field });
+    }
     const beats = this.heartbeatLoop();
     const sweeps = this.sweepLoop();
     try {
@@ -281,17 +298,30 @@ export class Controller {
       }
       if (job) {
         const a = job;
-        await this.queue.add(jobName(a), () => this.launch(a));
+        const name = jobName(a);
+        // Counted in flight at once; the next poll does not wait for this launch (its Secret and grants).
+        this.tracked.set(name, { name, assignment: a, started: false, reported: false, podSeen: false, since: Date.now() });
+        const launching = this.queue.add(name, () => this.launch(a));
+        this.launching.add(launching);
+        void launching.finally(() => this.launching.delete(launching));
       }
     }
+    // A launch cut short would leave a Job without its Secret: let the running ones finish.
+    await Promise.all([...this.launching]);
   }
 
+  /**
+   * The AgentTask's Job template: from the watch's cache when it is current and holds it,
+   * else read from the API (before the first list, while a watch resumes, or an AgentTask
+   * created a moment ago).
+   */
   private async template(): Promise<V1JobSpec | undefined> {
     const name = this.config.kubernetesTaskTemplate;
     if (!name) return undefined;
-    const task = (await this.custom.getNamespacedCustomObject({ group: "drover.dev", version: "v1alpha1", namespace: this.settings.namespace, plural: "agenttasks", name })) as {
-      spec?: { jobTemplate?: V1JobSpec };
-    };
+    const cache = this.informers.find((i) => i.name === "agenttasks")?.informer;
+    const cached = cache?.synced ? (cache.get(name, this.settings.namespace) as AgentTask | undefined) : undefined;
+    if (cached) return cached.spec?.jobTemplate;
+    const task = (await this.custom.getNamespacedCustomObject({ group: "drover.dev", version: "v1alpha1", namespace: this.settings.namespace, plural: "agenttasks", name })) as AgentTask;
     return task.spec?.jobTemplate;
   }
 
@@ -311,7 +341,6 @@ export class Controller {
       otlp: this.config.otlp,
     };
     const name = jobName(a);
-    this.tracked.set(name, { name, assignment: a, started: false, reported: false, podSeen: false, since: Date.now() });
     try {
       const body = buildJob(a, await this.template(), settings);
       let created: V1Job;
@@ -625,13 +654,13 @@ export class Controller {
   }
 
   /** Watches `path` (this controller's objects only) through an informer; see informer.ts. */
-  private inform<T extends KubernetesObject>(name: string, path: string, list: () => Promise<KubernetesListObject<T>>, handle: (type: string, obj: T) => void): void {
+  private inform<T extends KubernetesObject>(name: string, path: string, list: () => Promise<KubernetesListObject<T>>, handle: (type: string, obj: T) => void, selectors: { labelSelector?: string; fieldSelector?: string } = { labelSelector: this.selector }): void {
     const informer = startInformer<T>({
       kc: this.kc,
       name,
       path,
       list,
-      labelSelector: this.selector,
+      ...selectors,
       onEvent: handle,
       onError: (err, retryInMs) => {
         this.metrics.inc("drover_controller_watch_errors_total");

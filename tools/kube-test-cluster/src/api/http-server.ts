@@ -191,7 +191,7 @@ export class ApiHttpHandler {
     if (!resolved) throw notFoundPath();
     const target: Target = { ...resolved, user };
     const isWatch = watchPath || q.get("watch") === "true" || q.get("watch") === "1";
-    this.opts.auth?.authorizer.check(user, requestAttributes(method, target, isWatch));
+    this.opts.auth?.authorizer.check(user, requestAttributes(method, target, isWatch, q.get("fieldSelector")));
     if (target.t.group === "authorization.k8s.io" && method === "POST" && target.name === undefined) {
       send(res, 201, this.review(target, user, await readReviewBody(req)));
       return;
@@ -495,13 +495,23 @@ export class ApiHttpHandler {
 }
 
 /** The RBAC attributes of a resource request (namespaces' own name counts as their namespace, as in Kubernetes). */
-function requestAttributes(method: string, target: Target, isWatch: boolean): Attributes {
-  const { t, ns, name, sub } = target;
+/**
+ * The authorizer's view of a request. As the real RequestInfo resolver does, a list or watch
+ * whose field selector names one object (`metadata.name=x`) carries that name, so RBAC rules
+ * with resourceNames can allow it.
+ */
+function requestAttributes(method: string, target: Target, isWatch: boolean, fieldSelector: string | null): Attributes {
+  const { t, ns, sub } = target;
+  let name = target.name;
+  if (name === undefined && (method === "GET" || method === "HEAD") && fieldSelector) {
+    const named = /^metadata\.name==?(.+)$/.exec(fieldSelector.split(",").find((f) => f.startsWith("metadata.name=")) ?? "");
+    if (named) name = named[1];
+  }
   let verb: string;
   switch (method) {
     case "GET":
     case "HEAD":
-      verb = isWatch ? "watch" : name === undefined ? "list" : "get";
+      verb = isWatch ? "watch" : target.name === undefined ? "list" : "get";
       break;
     case "POST":
       verb = "create";
@@ -513,12 +523,12 @@ function requestAttributes(method: string, target: Target, isWatch: boolean): At
       verb = "patch";
       break;
     case "DELETE":
-      verb = name === undefined ? "deletecollection" : "delete";
+      verb = target.name === undefined ? "deletecollection" : "delete";
       break;
     default:
       verb = method.toLowerCase();
   }
-  const namespace = t.namespaced ? ns : t.group === "" && t.resource === "namespaces" ? name : undefined;
+  const namespace = t.namespaced ? ns : t.group === "" && t.resource === "namespaces" ? target.name : undefined;
   return { verb, group: t.group, resource: t.resource, ...(sub !== undefined ? { subresource: sub } : {}), ...(namespace !== undefined ? { namespace } : {}), ...(name !== undefined ? { name } : {}) };
 }
 
