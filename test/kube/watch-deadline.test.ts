@@ -49,3 +49,23 @@ test("watches the API server holds open without events or end are dropped at the
   assert.match(agents.nodeWorker.output(), /the watch of pods was still open 2 s after it asked the API server to end it \(no events or end arrived\): dropped; re-listing/, logs);
   assert.match(agents.controller.output(), /the watch of jobs was still open 2 s after/, logs);
 });
+
+test("a watch the API server never answers (not even its headers) is closed at its deadline, not left open beside the next one", async () => {
+  await agents?.stop();
+  agents = undefined;
+  // Every watch now waits for response headers that never come; lists still answer.
+  cluster.stallRequests((method, url) => method === "GET" && /[?&]watch=(true|1)(&|$)/.test(url));
+  agents = await startNodeModeAgents(cluster, stack, { ns, name: "headers-ctl", template: "task-template", env: { DROVER_AGENT_KUBERNETES_WATCH_TIMEOUT_SECONDS: "1" } });
+  const a = agents;
+  // Three deadlines of the controller's Jobs watch: each time a new watch is opened.
+  await eventually("three watch deadlines", async () => (a.controller.output().match(/the watch of jobs was still open 2 s after/g)?.length ?? 0) >= 3, 60_000);
+  // Four informers (the node worker's pods; the controller's Jobs, pods and task template): at
+  // most one held watch each, plus one being replaced — not one more per deadline passed.
+  assert.ok(cluster.stalledRequests <= 8, `held watches pile up: ${cluster.stalledRequests}`);
+  cluster.stallRequests(undefined);
+  await eventually("every held watch closed by its client", async () => cluster.stalledRequests === 0, 30_000).catch((e: Error) => assert.fail(`${e.message}: ${cluster.stalledRequests} still open\n${a.controller.output()}`));
+  assert.equal((await stack.server.api(routes.createWorkspace, { body: { name: "headers", pool: stack.pool } })).status, 201);
+  const runId = await stack.startRun(join(repo, "examples", "hello"), "headers", ["--auto-apply"]);
+  const run = await stack.waitForRun(runId, ["applied", "errored", "canceled"], 90_000);
+  assert.equal(run.status, "applied", `node worker:\n${a.nodeWorker.output()}\ncontroller:\n${a.controller.output()}`);
+});

@@ -296,6 +296,7 @@ export const settings = {
   DROVER_AGENT_NODE_POLL_MS: setting({ doc: "node workers: how often cached pods and run directories are re-examined without an event", default: 500, readers: ["node-worker"], parse: intIn(50, 60_000), section: "kubernetes" }),
   KUBERNETES_SERVICE_HOST: setting({ doc: "the API server's address; Kubernetes sets it in every pod", readers: ["pod-annotator"], parse: text, section: "kubernetes" }),
   KUBERNETES_SERVICE_PORT: setting({ doc: "the API server's port; Kubernetes sets it in every pod", default: 443, readers: ["pod-annotator"], parse: intIn(1, 65_535), section: "kubernetes" }),
+  DROVER_WORKER_RUNNER_START_TIMEOUT_SECONDS: setting({ doc: "pod and node workers: a runner container whose exec-loop has not written its first heartbeat this long after the worker took the job never started: the run ends errored", default: 600, readers: ["worker", "node-worker"], parse: intIn(1, 86_400), section: "kubernetes" }),
   DROVER_WORKER_RUNNER_STALE_SECONDS: setting({ doc: "pod and node workers: a runner whose heartbeat is this old is lost", default: 30, readers: ["worker", "node-worker"], parse: intIn(1, 3600), section: "kubernetes" }),
 
   // ---- set by the controller in each run pod ----

@@ -136,6 +136,14 @@ export interface TestCluster {
   stallWatches(on: boolean): void;
   /** How many stalled watches their clients still hold open. */
   readonly stalledWatches: number;
+  /**
+   * Fault: while `match` is set, each new request it matches (method, path with query) is
+   * accepted and never answered, not even with response headers, until its client closes it;
+   * `undefined` ends the fault (held requests stay held).
+   */
+  stallRequests(match: ((method: string, url: string) => boolean) | undefined): void;
+  /** How many requests held by `stallRequests` their clients still hold open. */
+  readonly stalledRequests: number;
   close(): Promise<void>;
 }
 
@@ -305,6 +313,12 @@ export async function startTestCluster(options: TestClusterOptions = {}): Promis
     },
     get stalledWatches() {
       return handler.stalledWatches;
+    },
+    stallRequests: (match) => {
+      handler.stallRequests = match;
+    },
+    get stalledRequests() {
+      return handler.stalledRequests;
     },
     close() {
       closing ??= (async () => {

@@ -428,10 +428,15 @@ export class Controller {
     await this.report(t.name, detail, t.podSeen ? "job_failed" : "no_pod");
   }
 
+  /** The events about the object `name` (a Job or a pod) in this namespace; none when they cannot be listed. */
+  private async eventsAbout(name: string): Promise<CoreV1Event[]> {
+    const events = await this.core.listNamespacedEvent({ namespace: this.settings.namespace, fieldSelector: `involvedObject.name=${name}` }).catch(() => ({ items: [] as CoreV1Event[] }));
+    return events.items;
+  }
+
   /** The Job's latest events as `Reason: message` lines (FailedCreate says why no pod exists). */
   private async jobEvents(name: string): Promise<string[]> {
-    const events = await this.core.listNamespacedEvent({ namespace: this.settings.namespace, fieldSelector: `involvedObject.name=${name}` }).catch(() => ({ items: [] }));
-    return events.items.map((e) => `${e.reason ?? ""}: ${e.message ?? ""}`).slice(-5);
+    return (await this.eventsAbout(name)).map((e) => `${e.reason ?? ""}: ${e.message ?? ""}`).slice(-5);
   }
 
   private async onPod(type: string, pod: V1Pod): Promise<void> {
@@ -448,8 +453,9 @@ export class Controller {
       t.startupMeasured = true;
       this.metrics.observe("drover_controller_job_startup_latency_seconds", Math.max(0, Date.now() - t.jobCreatedAt) / 1000);
     }
-    await this.traceStages(t, pod, owner);
     await this.check(t, Date.now());
+    // Tracing reads events (an API call): it must not hold up this Job's failure reports or later events.
+    void this.traceStages(t, pod, owner).catch((err: unknown) => this.log.debug({ k8sJob: name, err: errText(err) }, "tracing the Kubernetes stages failed"));
   }
 
   private countError(kind: ErrorKind): void {
@@ -494,10 +500,7 @@ export class Controller {
   private async imagePulledAt(pod: V1Pod, container: string): Promise<number | undefined> {
     const name = pod.metadata?.name;
     if (!name) return undefined;
-    const events = await this.core
-      .listNamespacedEvent({ namespace: this.settings.namespace, fieldSelector: `involvedObject.name=${name}` })
-      .catch(() => ({ items: [] as CoreV1Event[] }));
-    const times = events.items
+    const times = (await this.eventsAbout(name))
       .filter((e) => e.reason === "Pulled" && e.involvedObject.fieldPath === `spec.containers{${container}}`)
       .map((e) => new Date(e.eventTime ?? e.firstTimestamp ?? e.lastTimestamp ?? NaN).getTime())
       .filter((ms) => Number.isFinite(ms));

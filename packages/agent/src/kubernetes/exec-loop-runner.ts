@@ -41,6 +41,8 @@ export class ExecLoopRunner implements Runner {
     private readonly pollMs = 100,
     /** The runner's user when it differs from this process's (an agent running as root): each step's files become its. */
     private readonly owner?: { uid: number; gid: number },
+    /** A runner whose exec-loop has written no heartbeat this long after this object was made never started (undefined: wait). */
+    private readonly startTimeoutMs?: number,
   ) {
     this.steps = exec.dir("steps", { create: "missing" });
     if (data) this.files = safeRunFiles(data.path, data.handle);
@@ -53,9 +55,19 @@ export class ExecLoopRunner implements Runner {
     return ["#!/bin/sh", `cd ${quote(cwd)} || exit 70`, ...exports, `exec ${[command, ...args].map(quote).join(" ")}${redirect}`, ""].join("\n");
   }
 
-  private runnerSilentFor(): number {
+  private readonly createdAt = Date.now();
+
+  /** Why the runner counts as lost or never started, if it does. */
+  private runnerFailure(step: number): string | undefined {
     const mtime = this.exec.mtimeMs("heartbeat");
-    return mtime === undefined ? 0 : Date.now() - mtime;
+    if (mtime === undefined) {
+      const waited = Date.now() - this.createdAt;
+      if (this.startTimeoutMs === undefined || waited <= this.startTimeoutMs) return undefined;
+      return `runner never started: the runner container's exec-loop wrote no heartbeat within ${Math.round(this.startTimeoutMs / 1000)} s (DROVER_WORKER_RUNNER_START_TIMEOUT_SECONDS); its entrypoint must be the exec-loop (step ${step} never ran)`;
+    }
+    const silent = Date.now() - mtime;
+    if (silent > this.staleMs) return `runner lost: the runner container's heartbeat is ${Math.round(silent / 1000)} s old (step ${step} never reported an exit code)`;
+    return undefined;
   }
 
   private launch(script: (stepDir: string) => string, onOutput: (chunk: Buffer) => void): RunningProcess & { stepDir: string; handle: SafeDir } {
@@ -89,8 +101,8 @@ export class ExecLoopRunner implements Runner {
             end(Number.isInteger(code) ? { code, signal: null } : { code: null, signal: null, failure: `the runner wrote an unreadable exit code for step ${n}` });
             return;
           }
-          const silent = this.runnerSilentFor();
-          if (silent > this.staleMs) end({ code: null, signal: null, failure: `runner lost: the runner container's heartbeat is ${Math.round(silent / 1000)} s old (step ${n} never reported an exit code)` });
+          const failure = this.runnerFailure(n);
+          if (failure) end({ code: null, signal: null, failure });
         } catch (err) {
           // A planted link or a swapped file: the step's outcome is unknown, so it failed.
           end({ code: null, signal: null, failure: `step ${n}: ${err instanceof Error ? err.message : String(err)}` });

@@ -69,7 +69,6 @@ export function startInformer<T extends KubernetesObject>(o: InformerOptions<T>)
   let synced = false;
   let delay = 500;
   // A failed watch attempt calls `done(err)` before `watch()` returns: synced only when it did not.
-  const real = new Watch(o.kc);
   const deadlineMs = watchDeadlineMs(o.watchTimeoutSeconds);
   const watch = {
     watch: async (...[path, params, cb, done]: Parameters<Watch["watch"]>) => {
@@ -77,10 +76,30 @@ export function startInformer<T extends KubernetesObject>(o: InformerOptions<T>)
       let ended = false;
       // Set once the response headers came: the deadline may fire before (a server that never answers).
       const request: { ac?: AbortController } = {};
+      // client-node's Watch keeps the request's abort to itself until the headers arrive, but
+      // each watch gets its own agent from the kubeconfig: destroying it closes the socket of
+      // a request still waiting for its headers, which would otherwise stay open for good.
+      const connection: { agent?: { destroy(): void } } = {};
+      const config = {
+        getCurrentCluster: () => o.kc.getCurrentCluster(),
+        applyToFetchOptions: async (opts: Parameters<KubeConfig["applyToFetchOptions"]>[0]) => {
+          const init = await o.kc.applyToFetchOptions(opts);
+          connection.agent = init.agent as { destroy(): void } | undefined;
+          return init;
+        },
+      } as KubeConfig;
+      const real = new Watch(config);
+      const close = () => {
+        request.ac?.abort();
+        connection.agent?.destroy();
+      };
+      // Stopping the informer closes a watch still waiting for its headers, too.
+      o.signal.addEventListener("abort", close, { once: true });
       const end = (err: unknown) => {
         if (ended) return;
         ended = true;
         clearTimeout(deadline);
+        o.signal.removeEventListener("abort", close);
         if (err) failed = true;
         done(err);
       };
@@ -92,7 +111,7 @@ export function startInformer<T extends KubernetesObject>(o: InformerOptions<T>)
         synced = false;
         o.onError(err, 0);
         end(err);
-        request.ac?.abort();
+        close();
       }, deadlineMs);
       deadline.unref();
       const ac = await real.watch(path, { ...params, timeoutSeconds: o.watchTimeoutSeconds }, cb, end);
@@ -101,7 +120,7 @@ export function startInformer<T extends KubernetesObject>(o: InformerOptions<T>)
         synced = true;
         delay = 500;
       }
-      if (o.signal.aborted || ended) ac.abort();
+      if (o.signal.aborted || ended) close();
       return ac;
     },
   } as Watch;

@@ -27,6 +27,8 @@ export interface NodeWorkerSettings {
   gracePeriodMs: number;
   caCertPem: string | undefined;
   runnerStaleMs: number;
+  /** A run pod's runner whose exec-loop has written no heartbeat this long after the take never started. */
+  runnerStartTimeoutMs: number;
   /** How often cached pods and run directories are re-examined without an event (no API call). */
   pollMs: number;
   /** Name of the controller (DROVER_AGENT_NAME of its release) whose run pods this worker supervises. */

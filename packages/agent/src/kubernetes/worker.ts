@@ -25,6 +25,8 @@ export interface WorkerSettings {
   gracePeriodMs: number;
   caCertPem: string | undefined;
   runnerStaleMs: number;
+  /** A runner whose exec-loop has written no heartbeat this long after the job was taken never started. */
+  runnerStartTimeoutMs: number;
   /**
    * Port of /healthz, /readyz and /metrics; 0 (the default) disables them. The task template
    * sets it; run pods are not probed (a failed liveness probe would kill the run).
@@ -54,10 +56,11 @@ export function loadWorkerSettings(env: NodeJS.ProcessEnv): WorkerSettings {
 }
 
 /** The settings every worker (a pod's or a node's) reads the same way: stop behaviour, trust, runner staleness. */
-export function supervisionSettings(src: SettingsSource): Pick<WorkerSettings, "stopAction" | "gracePeriodMs" | "caCertPem" | "runnerStaleMs"> {
+export function supervisionSettings(src: SettingsSource): Pick<WorkerSettings, "stopAction" | "gracePeriodMs" | "caCertPem" | "runnerStaleMs" | "runnerStartTimeoutMs"> {
   return {
     ...stopAndTrustSettings(src),
     runnerStaleMs: src.get("DROVER_WORKER_RUNNER_STALE_SECONDS") * 1000,
+    runnerStartTimeoutMs: src.get("DROVER_WORKER_RUNNER_START_TIMEOUT_SECONDS") * 1000,
   };
 }
 
@@ -118,7 +121,7 @@ export async function runWorker(settings: WorkerSettings, log: Logger): Promise<
 }
 
 /** Where and how one job runs under a worker: its exec-loop directory and its files. */
-export type SupervisionSettings = Pick<WorkerSettings, "url" | "execDir" | "runDir" | "stopAction" | "gracePeriodMs" | "caCertPem" | "runnerStaleMs" | "tracer"> & Pick<JobSettings, "onLogBytes" | "onError">;
+export type SupervisionSettings = Pick<WorkerSettings, "url" | "execDir" | "runDir" | "stopAction" | "gracePeriodMs" | "caCertPem" | "runnerStaleMs" | "runnerStartTimeoutMs" | "tracer"> & Pick<JobSettings, "onLogBytes" | "onError">;
 
 /**
  * Owns one job whose steps execute in a runner container through the exec-loop in
@@ -135,7 +138,7 @@ export function superviseJob(
   // The runner container shares both directories: reach them only through handles opened now.
   const exec = handles?.exec ?? SafeDir.open(settings.execDir, { create: true });
   const run = handles?.run ?? SafeDir.open(settings.runDir, { create: true });
-  const runner = new ExecLoopRunner(settings.execDir, exec, { path: settings.runDir, handle: run }, settings.runnerStaleMs);
+  const runner = new ExecLoopRunner(settings.execDir, exec, { path: settings.runDir, handle: run }, settings.runnerStaleMs, undefined, undefined, settings.runnerStartTimeoutMs);
   runner.touchWorkerHeartbeat();
   const beat = setInterval(() => runner.touchWorkerHeartbeat(), 5_000);
   const jobSettings: JobSettings = {

@@ -104,6 +104,10 @@ export class ApiHttpHandler {
   stallWatches = false;
   /** Watches held by `stallWatches` that their client has not closed yet. */
   stalledWatches = 0;
+  /** While set, matching requests (watches and every other verb) are never answered, not even with headers. */
+  stallRequests: ((method: string, url: string) => boolean) | undefined;
+  /** Requests held by `stallRequests` that their client has not closed yet. */
+  stalledRequests = 0;
 
   constructor(
     private readonly api: ObjectApi,
@@ -119,6 +123,12 @@ export class ApiHttpHandler {
     const method = req.method ?? "GET";
     const url = new URL(req.url ?? "/", "http://localhost");
     this.opts.onRequest?.(method, url.pathname + url.search);
+    if (this.stallRequests?.(method, url.pathname + url.search)) {
+      // An API server (or a proxy) that accepted the request and never answers: only the client can end it.
+      this.stalledRequests++;
+      res.on("close", () => this.stalledRequests--);
+      return;
+    }
     const path = url.pathname.replace(/\/+$/, "") || "/";
     if (["/healthz", "/livez", "/readyz"].includes(path)) {
       res.writeHead(200, { "content-type": "text/plain" }).end("ok");
