@@ -47,10 +47,11 @@ interface DispatchResult {
  * protocol clients that start each job the moment they receive it, so the figure is the
  * server's dispatch path (queue → wake-up → claim → start), measured by the server's own
  * timestamps. Runs are submitted by `submitters` clients (one, by default), as fast as the server
- * takes them, so the queue is never idle while it fills.
+ * takes them, so the queue is never idle while it fills. `serverEnv` adds server settings (the
+ * test suite's pass turns on DROVER_DIAGNOSTICS_VALIDATE_RESPONSES).
  */
-export async function measure(mode: Mode, jobs: number, agents: number, submitters = 1, serverNodeArgs: string[] = []): Promise<DispatchResult> {
-  const server = await startServerProc({ DROVER_LEASE_TTL_SECONDS: "600" }, serverNodeArgs);
+export async function measure(mode: Mode, jobs: number, agents: number, submitters = 1, serverNodeArgs: string[] = [], serverEnv: Record<string, string> = {}): Promise<DispatchResult> {
+  const server = await startServerProc({ DROVER_LEASE_TTL_SECONDS: "600", ...serverEnv }, serverNodeArgs);
   try {
     const url = server.url;
     await api(url, routes.createPool, { body: { name: "bench" } });

@@ -60,6 +60,17 @@ for (const backend of backends) {
       await rejectsWith(store.authenticateJobToken(ctx, forged), "unauthorized");
     });
 
+    test("sessions: compared in constant time; a forged secret for a real agent, or a damaged stored hash, is unauthorized", async () => {
+      const pool = await store.createPool(ctx, unique("pool"));
+      const tok = await store.createPoolToken(ctx, pool.id, "t", "http://drover.test");
+      const { agent, sessionToken } = await store.registerAgent(ctx, { poolId: pool.id, poolTokenId: tok.id, name: unique("agent"), version: "t", driver: "local", capacity: 1 });
+      assert.equal((await store.authenticateSession(ctx, sessionToken)).id, agent.id);
+      await rejectsWith(store.authenticateSession(ctx, `drv_s_${agent.id}.${randomBytes(32).toString("base64url")}`), "unauthorized");
+      // A stored hash of another length must be a refusal, not timingSafeEqual's RangeError (a 500).
+      await db.kysely.updateTable("agents").set({ session_hash: "abcd" }).where("id", "=", agent.id).execute();
+      await rejectsWith(store.authenticateSession(ctx, sessionToken), "unauthorized");
+    });
+
     test("state: JSON only, same lineage, no lower serial; DELETE honours the lock and keeps versions", async () => {
       const { ws } = await runningJob();
       const body = (serial: number, lineage: string) => Buffer.from(JSON.stringify({ version: 4, serial, lineage }));

@@ -8,6 +8,7 @@ import { DroverError, newPoolToken, type Agent, type JobAssignment } from "@drov
 import { localEventBus, openDatabase, store, type Db, type StoreContext } from "@drover/server";
 import { backends, createTestDatabase, type TestDatabase } from "../support/databases.js";
 import { rawTarGz } from "../support/archives.js";
+import { loggingStatements } from "../support/statement-log.js";
 
 /** Expects a DroverError with this code. */
 async function rejectsWith(promise: Promise<unknown>, code: string): Promise<DroverError> {
@@ -604,6 +605,66 @@ for (const backend of backends) {
       assert.equal((await tokenRows(first.jobId)).length, 3);
       assert.equal(await store.deleteRetiredJobTokens(ctx, retention, { batch: 2 }), 3);
       assert.deepEqual(await tokenRows(first.jobId), []);
+    });
+
+    test("job tokens: each batch of the cleanup is one DELETE (no read of the hashes first)", async () => {
+      const { ws, cv, agent } = await fixture();
+      await newRun(ws.id, cv.id, { planOnly: true });
+      const { jobId } = await claim(agent);
+      const backlog = Array.from({ length: 5 }, (_, i) => ({ token_hash: unique(`batched-${i}-`), job_id: jobId, attempt: 200 + i, created_at: 0, retired_at: 0 }));
+      await db.kysely.insertInto("job_tokens").values(backlog).execute();
+      const logged = loggingStatements(ctx);
+      assert.equal(await store.deleteRetiredJobTokens(logged.ctx, 60_000, { batch: 2 }), 5);
+      assert.equal(logged.statements.length, 3, logged.statements.join("\n"));
+      assert.ok(logged.statements.every((q) => /^delete from "job_tokens"/.test(q)), logged.statements.join("\n"));
+      const left = await db.kysely.selectFrom("job_tokens").select("attempt").where("job_id", "=", jobId).execute();
+      assert.deepEqual(left.map((r) => r.attempt), [1], "the current token stays");
+    });
+
+    test("agents: a stopping agent's unstarted jobs go back to the queue in one UPDATE, tokens retired, started ones kept", async () => {
+      const { pool, agent, ws, cv } = await fixture();
+      const ws2 = await store.createWorkspace(ctx, { name: unique("ws"), pool: pool.id, engine: "terraform", engineVersion: null, workingDirectory: "", autoApply: false });
+      const cv2 = await store.createConfigurationVersion(ctx, ws2.id, archive, { maxCompressedBytes: 1e6, maxUnpackedBytes: 1e7, maxEntries: 100 });
+      const ws3 = await store.createWorkspace(ctx, { name: unique("ws"), pool: pool.id, engine: "terraform", engineVersion: null, workingDirectory: "", autoApply: false });
+      const cv3 = await store.createConfigurationVersion(ctx, ws3.id, archive, { maxCompressedBytes: 1e6, maxUnpackedBytes: 1e7, maxEntries: 100 });
+      await newRun(ws.id, cv.id);
+      await newRun(ws2.id, cv2.id);
+      await newRun(ws3.id, cv3.id);
+      const [a, b, c] = [await claim(agent), await claim(agent), await claim(agent)];
+      await store.startJob(ctx, await jobRow(c), "starter");
+      const woken = { count: 0 };
+      const off = ctx.events.subscribe("job-queued", pool.id, () => woken.count++);
+      const logged = loggingStatements(ctx);
+      await store.releaseUnstartedJobs(logged.ctx, agent.id);
+      off();
+      // One UPDATE of the jobs and one retiring their tokens, however many there are (it was a read and two writes per job).
+      assert.equal(logged.statements.length, 2, logged.statements.join("\n"));
+      assert.equal(woken.count, 2, "one wake-up per requeued job");
+      for (const j of [a, b]) {
+        const row = await store.getJob(ctx, j.jobId);
+        assert.deepEqual([row.status, row.agentId], ["queued", null]);
+        await rejectsWith(store.authenticateJobToken(ctx, j.jobToken), "unauthorized");
+        const retired = await db.kysely.selectFrom("job_tokens").select("retired_at").where("job_id", "=", j.jobId).executeTakeFirstOrThrow();
+        assert.equal(retired.retired_at, clock);
+      }
+      assert.equal((await store.getJob(ctx, c.jobId)).status, "running", "a started job is not released");
+      const again = await claim(agent);
+      assert.ok([a.jobId, b.jobId].includes(again.jobId));
+      assert.equal(again.attempt, 2);
+      await rejectsWith(store.authenticateJobToken(ctx, again.jobId === a.jobId ? a.jobToken : b.jobToken), "stale_attempt");
+    });
+
+    test("cancel --force: the job cancelRun locked is ended without reading it again", async () => {
+      const { agent, ws, cv } = await fixture();
+      const run = await newRun(ws.id, cv.id);
+      const job = await claim(agent);
+      await store.startJob(ctx, await jobRow(job), "starter");
+      const logged = loggingStatements(ctx);
+      assert.equal((await store.cancelRun(logged.ctx, run.id, { force: true })).status, "canceled");
+      const jobReads = logged.statements.filter((q) => /^select \* from "jobs"/.test(q));
+      assert.equal(jobReads.length, 1, jobReads.join("\n"));
+      await rejectsWith(store.authenticateJobToken(ctx, job.jobToken), "job_finished");
+      assert.equal((await store.getJob(ctx, job.jobId)).status, "canceled");
     });
 
     test("variables: sensitive values are write-only except for the job", async () => {

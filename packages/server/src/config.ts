@@ -19,6 +19,8 @@ export interface ServerConfig {
   sweepIntervalMs: number;
   /** How long a running job may ignore a cancel before the server force-cancels it. */
   forceCancelAfterMs: number;
+  /** How long retired job tokens are kept before the sweeper deletes them (DROVER_JOB_TOKEN_RETENTION_SECONDS). */
+  jobTokenRetentionMs: number;
   archiveLimits: ArchiveLimits;
   logLevel: string;
   tls: { certFile: string; keyFile: string } | undefined;
@@ -93,6 +95,7 @@ export function loadServerConfig(input: { env: NodeJS.ProcessEnv; flags?: Server
     heartbeatIntervalMs: src.get("DROVER_AGENT_HEARTBEAT_SECONDS") * 1000,
     sweepIntervalMs: src.get("DROVER_SWEEP_INTERVAL_MS"),
     forceCancelAfterMs: src.get("DROVER_FORCE_CANCEL_AFTER_SECONDS") * 1000,
+    jobTokenRetentionMs: src.get("DROVER_JOB_TOKEN_RETENTION_SECONDS") * 1000,
     archiveLimits: { ...defaultArchiveLimits, maxCompressedBytes: maxArchiveMb * 1024 * 1024 },
     logLevel: src.get("DROVER_LOG_LEVEL"),
     tls: tlsCert && tlsKey ? { certFile: tlsCert, keyFile: tlsKey } : undefined,

@@ -28,8 +28,6 @@ const presenceFlushMs = 500;
 /** How a server is started beyond its configuration. */
 export interface StartOptions extends AppOptions {
   logger?: Logger;
-  /** How long retired job tokens are kept before the sweeper deletes them (tests shorten it). */
-  retiredJobTokenRetentionMs?: number;
 }
 
 /** Opens the database (migrating it), starts the HTTP server and the lease sweeper. */
@@ -107,7 +105,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   const validateResponses = options.validateResponses ?? config.validateResponses;
   if (validateResponses) log.warn("diagnostics: every JSON answer is checked against the route table (DROVER_DIAGNOSTICS_VALIDATE_RESPONSES); one outside it is a 500");
   const app = buildApp({ store, health: db.health, ...(storageDir === undefined ? {} : { storageDir }), archiveLimits: config.archiveLimits, uploadDir, publicUrl: () => publicUrl, shutdown: shutdown.signal, markActivity: () => {}, tracer: telemetry.tracer }, metrics, log, config.tls, { ...options, validateResponses });
-  const sweeper = startSweeper(store, log, config.sweepIntervalMs, db.health, config.forceCancelAfterMs, options.retiredJobTokenRetentionMs);
+  const sweeper = startSweeper(store, log, config.sweepIntervalMs, db.health, config.forceCancelAfterMs, config.jobTokenRetentionMs);
   try {
     // A fleet reconnecting at once (after a restart or a network blip) overflows the default
     // backlog of 511; dropped SYNs cost each agent a 1 s retransmit.

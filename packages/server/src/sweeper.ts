@@ -8,11 +8,6 @@ import { expireLeases } from "./store/queue.js";
 import { forceOverdueCancels } from "./store/runs.js";
 
 const offlineRetentionMs = 24 * 60 * 60 * 1000;
-/**
- * How long a retired job token is still recognised, so that an agent back from a partition is
- * told its job is over (stale_attempt / job_finished) rather than that its token is unknown.
- */
-export const retiredJobTokenRetentionMs = 24 * 60 * 60 * 1000;
 
 /**
  * Periodically expires job leases and declares silent agents lost. Every server process runs
@@ -24,7 +19,7 @@ export const retiredJobTokenRetentionMs = 24 * 60 * 60 * 1000;
  * lease that lapsed while no server could record heartbeats says nothing about the agent, and
  * every healthy agent renews within that time.
  */
-export function startSweeper(ctx: StoreContext, log: Logger, intervalMs: number, health: DatabaseHealth, forceCancelAfterMs = 120_000, tokenRetentionMs = retiredJobTokenRetentionMs): { stop(): Promise<void> } {
+export function startSweeper(ctx: StoreContext, log: Logger, intervalMs: number, health: DatabaseHealth, forceCancelAfterMs: number, tokenRetentionMs: number): { stop(): Promise<void> } {
   let running: Promise<void> | undefined;
   let stopped = false;
   let announcedGraceOf = -1;

@@ -1,4 +1,4 @@
-import { escapeControlChars, routes, type DroverClient, type Phase, type Run } from "@drover/protocol";
+import { escapeControlChars, isTerminalRun, routes, type DroverClient, type Phase, type Run } from "@drover/protocol";
 import { Option, type Command } from "commander";
 import { resolve } from "node:path";
 import { apiFor, emit, table, withCommon, type CommonOptions } from "../command-kit.js";
@@ -54,7 +54,8 @@ export function registerRunCommands(program: Command): void {
     .option("--force", "end the job on the server now, without waiting for the agent: its token stops working and its state lock is released")
     .action(async (id: string, opts: CommonOptions & { force?: boolean }) => {
       const r = await apiFor(opts).call(routes.cancelRun, { params: { id }, query: opts.force ? { force: "true" } : {} });
-      emit(opts, r, (x) => (x.cancelRequested && x.status !== "canceled" ? `Cancel requested for run ${x.id}; the agent is stopping it` : summary(x)));
+      // Any end the lifecycle table calls terminal (the run may have applied or errored before the cancel reached it) is reported as it is.
+      emit(opts, r, (x) => (x.cancelRequested && !isTerminalRun(x.status) ? `Cancel requested for run ${x.id}; the agent is stopping it` : summary(x)));
     });
   withCommon(run.command("show <runId>").description("Show a run")).action(async (id: string, opts: CommonOptions) => {
     const api = apiFor(opts);

@@ -1,4 +1,4 @@
-import { DroverError, hashToken, newId, newSessionToken, tokenSubject, type Agent, type Driver } from "@drover/protocol";
+import { DroverError, hashToken, newId, newSessionToken, tokenMatches, tokenSubject, type Agent, type Driver } from "@drover/protocol";
 import type { Selectable } from "kysely";
 import type { AgentsTable } from "../db/schema.js";
 import { iso, type StoreContext } from "./context.js";
@@ -127,7 +127,8 @@ export async function authenticateSession(ctx: StoreContext, token: string): Pro
   let reader = sessionReaders.get(ctx.db);
   if (!reader) sessionReaders.set(ctx.db, (reader = new SessionReader(ctx)));
   const found = id ? await reader.read(id) : undefined;
-  const row = found && found.session_hash === hashToken(token) ? found : undefined;
+  // Constant time: how long a comparison takes must not tell how much of a guessed session matched.
+  const row = found && tokenMatches(token, found.session_hash) ? found : undefined;
   if (!row) throw new DroverError("unauthorized", "unknown agent session: register again with the pool token");
   if (row.revoked_at !== null) throw new DroverError("token_revoked", "the pool token this agent registered with was revoked");
   if (row.state !== "online") {

@@ -45,6 +45,32 @@ export async function moveLockedJob(ctx: StoreContext, trx: Trx, job: Pick<JobRo
   if (!(await moveJob(ctx, trx, job, to, fields))) throw new Error(`job ${job.id} was no longer ${job.status} (attempt ${job.attempt}) when it was moved to ${to}`);
 }
 
+/** Job ids per statement when retiring tokens of many jobs: far below either database's parameter limit. */
+const retireBatch = 500;
+
+/**
+ * Moves every job of `agentId` that is `from` to `to` in one statement (the table is checked
+ * once for the pair), retiring their tokens when they stop being leased. Returns the jobs moved.
+ */
+export async function moveAgentJobs(ctx: StoreContext, trx: Trx, agentId: string, from: JobStatus, to: JobStatus, fields: JobMoveFields = {}): Promise<Array<Pick<JobRow, "id" | "pool_id">>> {
+  assertJobTransition(`(every ${from} job of agent ${agentId})`, from, to);
+  const releases = isLeasedJob(from) && !isLeasedJob(to);
+  const moved = await trx
+    .updateTable("jobs")
+    .set({ ...fields, ...(releases ? { token_hash: null, lease_expires_at: null } : {}), status: to })
+    .where("agent_id", "=", agentId)
+    .where("status", "=", from)
+    .returning(["id", "pool_id"])
+    .execute();
+  if (releases) {
+    for (let i = 0; i < moved.length; i += retireBatch) {
+      const ids = moved.slice(i, i + retireBatch).map((j) => j.id);
+      await trx.updateTable("job_tokens").set({ retired_at: ctx.now() }).where("job_id", "in", ids).where("retired_at", "is", null).execute();
+    }
+  }
+  return moved;
+}
+
 /**
  * Deletes job tokens retired more than `retentionMs` ago, a batch at a time, until none is left
  * or `deadlineMs` (on the store's clock) has passed, so a large backlog never holds the sweeper
@@ -56,17 +82,14 @@ export async function deleteRetiredJobTokens(ctx: StoreContext, retentionMs: num
   let deleted = 0;
   for (;;) {
     const before = ctx.now() - retentionMs;
-    const hashes = await ctx.db.selectFrom("job_tokens").select("token_hash").where("retired_at", "<", before).limit(batch).execute();
-    if (hashes.length === 0) return deleted;
+    // One statement per batch: the subquery picks the batch, so no hashes travel to the server
+    // and back (PostgreSQL has no DELETE … LIMIT; SQLite's is a compile-time option).
     const res = await ctx.db
       .deleteFrom("job_tokens")
-      .where(
-        "token_hash",
-        "in",
-        hashes.map((h) => h.token_hash),
-      )
+      .where("token_hash", "in", (eb) => eb.selectFrom("job_tokens").select("token_hash").where("retired_at", "<", before).limit(batch))
       .executeTakeFirst();
-    deleted += Number(res.numDeletedRows);
-    if (hashes.length < batch || ctx.now() >= deadline) return deleted;
+    const n = Number(res.numDeletedRows);
+    deleted += n;
+    if (n < batch || ctx.now() >= deadline) return deleted;
   }
 }

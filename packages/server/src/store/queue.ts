@@ -5,6 +5,7 @@ import {
   hashToken,
   newJobToken,
   parseJobToken,
+  tokenMatches,
   type Agent,
   type Job,
   type JobAssignment,
@@ -19,7 +20,7 @@ import { inTransaction } from "./transaction.js";
 import { touchAgent } from "./agents.js";
 import { appendAtEnd } from "./logs.js";
 import { poolWaiters } from "./waiters.js";
-import { moveJob, moveLockedJob } from "./job-moves.js";
+import { moveAgentJobs, moveJob, moveLockedJob } from "./job-moves.js";
 
 /*
  * The job queue. A claim is a lease: the claiming agent gets a job token bound to the job's
@@ -136,8 +137,8 @@ export async function authenticateJobToken(ctx: StoreContext, token: string): Pr
   const parsed = parseJobToken(token);
   const job = parsed ? await ctx.db.selectFrom("jobs").selectAll().where("id", "=", parsed.jobId).executeTakeFirst() : undefined;
   if (!parsed || !job) throw new DroverError("unauthorized", "unknown job token");
+  if (job.token_hash !== null && tokenMatches(token, job.token_hash)) return job;
   const hash = hashToken(token);
-  if (job.token_hash !== null && job.token_hash === hash) return job;
   // Only a token this job was really given may learn that it is stale or how the job ended.
   const issued = await ctx.db.selectFrom("job_tokens").select("attempt").where("token_hash", "=", hash).where("job_id", "=", job.id).executeTakeFirst();
   if (!issued || issued.attempt !== parsed.attempt) throw new DroverError("unauthorized", "unknown job token");
@@ -263,8 +264,10 @@ export async function expireLeases(ctx: StoreContext): Promise<{ requeued: numbe
 /** Requeues jobs an agent claimed but never started (it is stopping or went away cleanly). */
 export async function releaseUnstartedJobs(ctx: StoreContext, agentId: string): Promise<void> {
   await inTransaction(ctx, async (trx, effects) => {
-    const jobs = await trx.selectFrom("jobs").select(["id", "pool_id", "status", "attempt"]).where("agent_id", "=", agentId).where("status", "=", "assigned").execute();
-    for (const j of jobs) if (await moveJob(ctx, trx, j, "queued", { agent_id: null })) effects.push(["job-queued", j.pool_id]);
+    // One UPDATE for all of them (and one to retire their tokens), not a read and two writes per job.
+    const moved = await moveAgentJobs(ctx, trx, agentId, "assigned", "queued", { agent_id: null });
+    // One event per job: each wakes one waiting agent.
+    for (const j of moved) effects.push(["job-queued", j.pool_id]);
   });
 }
 

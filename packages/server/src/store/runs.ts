@@ -243,7 +243,8 @@ export async function cancelRun(ctx: StoreContext, runId: string, options: { for
     if (ctx.dialect === "postgres") jobQuery = jobQuery.forUpdate();
     const job = activeJobId ? await jobQuery.executeTakeFirst() : undefined;
     if (job && job.status === "running" && options.force) {
-      await endJobNow(ctx, trx, effects, job, "canceled", "force-canceled by request: the job ended on the server, its token no longer works and its state lock is released");
+      // The row was read and locked just above: no second read.
+      await endLockedJobNow(ctx, trx, effects, job, "canceled", "force-canceled by request: the job ended on the server, its token no longer works and its state lock is released");
       return;
     }
     if (job && job.status === "running") {
@@ -302,7 +303,8 @@ export async function markPhaseStarted(ctx: StoreContext, trx: Trx, effects: Eff
 /**
  * Ends a leased job on the server without the agent: its token stops working (the holder is
  * told job_finished and kills terraform), its state lock is released, its run ends. For
- * force-cancel and revoked pool tokens. False when the job was no longer leased.
+ * force-cancel and revoked pool tokens. `job` is the row as listed outside this transaction;
+ * false when the job was no longer leased by that attempt.
  */
 export async function endJobNow(ctx: StoreContext, trx: Trx, effects: Effects, job: Selectable<JobsTable>, outcome: "canceled" | "errored", reason: string): Promise<boolean> {
   // Re-read in this transaction: the job may have started (or ended) since it was listed.
@@ -310,7 +312,12 @@ export async function endJobNow(ctx: StoreContext, trx: Trx, effects: Effects, j
   if (ctx.dialect === "postgres") q = q.forUpdate();
   const current = await q.executeTakeFirst();
   if (!current || current.attempt !== job.attempt || !isLeasedJob(current.status)) return false;
-  if (!(await moveJob(ctx, trx, current, outcome, { message: reason, finished_at: ctx.now(), cancel_requested: 1 }))) return false;
+  return endLockedJobNow(ctx, trx, effects, current, outcome, reason);
+}
+
+/** endJobNow for a leased row already read (and, on PostgreSQL, locked) in this transaction. */
+async function endLockedJobNow(ctx: StoreContext, trx: Trx, effects: Effects, job: Selectable<JobsTable>, outcome: "canceled" | "errored", reason: string): Promise<boolean> {
+  if (!(await moveJob(ctx, trx, job, outcome, { message: reason, finished_at: ctx.now(), cancel_requested: 1 }))) return false;
   await appendAtEnd(trx, job.id, Buffer.from(`\n[drover] ${reason}\n`, "utf8"));
   effects.push(["job-cancel", job.id], ["job-finished", job.id], ["log", job.id]);
   await applyJobOutcome(ctx, trx, effects, job, outcome, reason);
