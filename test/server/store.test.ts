@@ -413,6 +413,30 @@ for (const backend of backends) {
       }
     });
 
+    test("long-poll: concurrent polls of a pool share one look at the queue, and one that times out does not look again", async () => {
+      const { pool, tok, agent, ws, cv } = await fixture();
+      const others = await Promise.all(Array.from({ length: 19 }, () => store.registerAgent(ctx, { poolId: pool.id, poolTokenId: tok.id, name: unique("poller"), version: "t", driver: "local", capacity: 1 })));
+      const pollers = [agent, ...others.map((o) => o.agent)];
+      const empty = loggingStatements(ctx);
+      assert.deepEqual(await Promise.all(pollers.map((a) => store.claimNextJob(empty.ctx, a))), pollers.map(() => null));
+      assert.equal(empty.statements.length, 1, `20 polls of an empty queue, one statement: ${empty.statements.join("\n")}`);
+
+      // With a job queued, the shared look says so to all, and exactly one claim takes it.
+      const run = await newRun(ws.id, cv.id);
+      const claims = (await Promise.all(pollers.map((a) => store.claimNextJob(ctx, a)))).filter((j) => j !== null);
+      assert.deepEqual(claims.map((j) => j.runId), [run.id]);
+
+      const realNow = ctx.now;
+      ctx.now = () => Date.now();
+      try {
+        const timing = loggingStatements(ctx);
+        assert.equal(await store.pollForJob(timing.ctx, agent, 30), null);
+        assert.equal(timing.statements.filter((q) => q.startsWith("select")).length, 1, `one look, at the start of the wait: ${timing.statements.join("\n")}`);
+      } finally {
+        ctx.now = realNow;
+      }
+    });
+
     test("logs: resent bytes are ignored, overlaps keep the new tail, gaps are refused", async () => {
       const { agent, ws, cv } = await fixture();
       await newRun(ws.id, cv.id);

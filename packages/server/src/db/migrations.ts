@@ -295,9 +295,29 @@ function jobStarter(): Migration {
   };
 }
 
+/**
+ * Indexes for the queue at scale (decision 0033): the claim's `order by queued_at, id` read in
+ * index order (it sorted the pool's queued jobs that share a millisecond), a run's jobs by run
+ * (every `run show`, follow and finished run read scanned the whole jobs table), an agent's jobs
+ * by agent (a stopping agent's release, the busy check of the demand figures), and the next
+ * pending run of a workspace in order.
+ */
+function queueIndexes(): Migration {
+  return {
+    async up(db: Kysely<unknown>) {
+      await db.schema.dropIndex("jobs_queue").execute();
+      await db.schema.createIndex("jobs_queue").on("jobs").columns(["pool_id", "status", "queued_at", "id"]).execute();
+      await db.schema.createIndex("jobs_run").on("jobs").columns(["run_id", "created_at", "id"]).execute();
+      await db.schema.createIndex("jobs_agent").on("jobs").columns(["agent_id", "status"]).execute();
+      await db.schema.dropIndex("runs_workspace_status").execute();
+      await db.schema.createIndex("runs_workspace_status").on("runs").columns(["workspace_id", "status", "created_at", "id"]).execute();
+    },
+  };
+}
+
 /** All migrations in order; names sort lexically, which is the order Kysely applies them. */
 export function migrationProvider(dialect: Dialect): MigrationProvider {
   return {
-    getMigrations: async () => ({ "0001_initial": initial(dialect), "0010a_security": security(dialect), "0010b_force_cancel": forceCancel(dialect), "0010c_user_tokens": userTokens(dialect), "0012_chunked_bodies": chunkedBodies(dialect), "0026_runner_image": runnerImage(), "0026b_job_token_retirement": jobTokenRetirement(dialect), "0028_job_starter": jobStarter() }),
+    getMigrations: async () => ({ "0001_initial": initial(dialect), "0010a_security": security(dialect), "0010b_force_cancel": forceCancel(dialect), "0010c_user_tokens": userTokens(dialect), "0012_chunked_bodies": chunkedBodies(dialect), "0026_runner_image": runnerImage(), "0026b_job_token_retirement": jobTokenRetirement(dialect), "0028_job_starter": jobStarter(), "0033_queue_indexes": queueIndexes() }),
   };
 }

@@ -6,7 +6,7 @@ import { poolDemand } from "../store/demand.js";
 import { readConfigurationArchive } from "../store/configuration-versions.js";
 import { appendLogInOrder } from "../store/logs.js";
 import { plansNoLongerNeeded, readPlanFile, saveOutputs, savePlanFile, savePlanJson } from "../store/plans.js";
-import { finishJob, heartbeatJob, pollForJob, releaseUnstartedJobs, startJob, type JobRow } from "../store/queue.js";
+import { finishJob, heartbeatJob, pollForJob, queuedAtOf, releaseUnstartedJobs, startJob, type JobRow } from "../store/queue.js";
 import { variablesForJob } from "../store/variables.js";
 import { authenticateFirst, callerOf, requestSignal, requireJob, requirePoolToken, requireSession } from "./auth.js";
 import { spooledBody, spoolBodies } from "./bodies.js";
@@ -62,11 +62,11 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, opt
     // The job's trace: its root span is named by the job attempt (emitted when it finishes), so
     // the agent and the pod worker parent their spans on it through this field alone.
     const traceparent = jobTraceparent(job.jobId, job.attempt);
-    const row = await ctx.db.selectFrom("jobs").select("queued_at").where("id", "=", job.jobId).executeTakeFirst();
-    if (row) http.metrics?.queueWait.observe({ phase: job.phase }, Math.max(0, Date.now() - Number(row.queued_at)) / 1000);
+    const queuedAt = queuedAtOf(job);
+    if (queuedAt !== undefined) http.metrics?.queueWait.observe({ phase: job.phase }, Math.max(0, Date.now() - queuedAt) / 1000);
     if (http.tracer !== noopTracer) {
       http.tracer
-        .start("queued", traceparent, { startTime: Number(row?.queued_at ?? Date.now()), attributes: { "drover.phase": job.phase, "drover.pool.id": agent.poolId, "drover.agent": agent.name } })
+        .start("queued", traceparent, { startTime: queuedAt ?? Date.now(), attributes: { "drover.phase": job.phase, "drover.pool.id": agent.poolId, "drover.agent": agent.name } })
         .end();
     }
     return { job: { ...job, traceparent } };

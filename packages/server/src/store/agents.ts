@@ -1,6 +1,7 @@
 import { DroverError, hashToken, newId, newSessionToken, tokenMatches, tokenSubject, type Agent, type Driver } from "@drover/protocol";
 import type { Selectable } from "kysely";
 import type { AgentsTable } from "../db/schema.js";
+import { CoalescedReads } from "./coalesced-reads.js";
 import { iso, type StoreContext } from "./context.js";
 
 /** Agent row states: online until it deregisters, is superseded by a namesake, or goes silent. */
@@ -71,62 +72,32 @@ type SessionRow = Selectable<AgentsTable> & { revoked_at: number | null };
 const sessionBatchSize = 500;
 
 /*
- * Session checks, read together. Every heartbeat and long-poll authenticates its session, and
- * with thousands of agents one query per request queued on the database pool (5,000 agents
- * on PostgreSQL: ~1,400 statements a second, heartbeats timing out waiting for a connection).
- * The requests read from the sockets in one event-loop turn share one `where id in (…)`
- * statement, issued in the next turn: each answer is still read from the database after its
- * request arrived, so a revoked token or a lost agent is refused exactly as before.
+ * Session checks, read together (coalesced-reads.ts). Every heartbeat and long-poll
+ * authenticates its session, and with thousands of agents one query per request queued on the
+ * database pool (5,000 agents on PostgreSQL: ~1,400 statements a second, heartbeats timing out
+ * waiting for a connection). Each answer is still read from the database after its request
+ * arrived, so a revoked token or a lost agent is refused exactly as before.
  */
-class SessionReader {
-  private waiting = new Map<string, Array<{ resolve: (row: SessionRow | undefined) => void; reject: (err: unknown) => void }>>();
-  private scheduled = false;
-
-  constructor(private readonly ctx: StoreContext) {}
-
-  read(agentId: string): Promise<SessionRow | undefined> {
-    return new Promise((resolve, reject) => {
-      const list = this.waiting.get(agentId);
-      if (list) list.push({ resolve, reject });
-      else this.waiting.set(agentId, [{ resolve, reject }]);
-      if (!this.scheduled) {
-        this.scheduled = true;
-        setImmediate(() => void this.flush());
-      }
-    });
-  }
-
-  private async flush(): Promise<void> {
-    const batch = this.waiting;
-    this.waiting = new Map();
-    this.scheduled = false;
-    const ids = [...batch.keys()];
-    for (let i = 0; i < ids.length; i += sessionBatchSize) {
-      const chunk = ids.slice(i, i + sessionBatchSize);
-      try {
-        const rows = await this.ctx.db
-          .selectFrom("agents")
-          .innerJoin("pool_tokens", "pool_tokens.id", "agents.pool_token_id")
-          .selectAll("agents")
-          .select("pool_tokens.revoked_at")
-          .where("agents.id", "in", chunk)
-          .execute();
-        const byId = new Map(rows.map((r) => [r.id, r]));
-        for (const id of chunk) for (const w of batch.get(id)!) w.resolve(byId.get(id));
-      } catch (err) {
-        for (const id of chunk) for (const w of batch.get(id)!) w.reject(err);
-      }
-    }
-  }
+function sessionReader(ctx: StoreContext): CoalescedReads<string, SessionRow> {
+  return new CoalescedReads(async (ids) => {
+    const rows = await ctx.db
+      .selectFrom("agents")
+      .innerJoin("pool_tokens", "pool_tokens.id", "agents.pool_token_id")
+      .selectAll("agents")
+      .select("pool_tokens.revoked_at")
+      .where("agents.id", "in", ids)
+      .execute();
+    return new Map(rows.map((r) => [r.id, r]));
+  }, sessionBatchSize);
 }
 
-const sessionReaders = new WeakMap<StoreContext["db"], SessionReader>();
+const sessionReaders = new WeakMap<StoreContext["db"], CoalescedReads<string, SessionRow>>();
 
 export async function authenticateSession(ctx: StoreContext, token: string): Promise<Agent> {
   const id = tokenSubject(token, "session");
   let reader = sessionReaders.get(ctx.db);
-  if (!reader) sessionReaders.set(ctx.db, (reader = new SessionReader(ctx)));
-  const found = id ? await reader.read(id) : undefined;
+  if (!reader) sessionReaders.set(ctx.db, (reader = sessionReader(ctx)));
+  const found = id ? await reader.get(id) : undefined;
   // Constant time: how long a comparison takes must not tell how much of a guessed session matched.
   const row = found && tokenMatches(token, found.session_hash) ? found : undefined;
   if (!row) throw new DroverError("unauthorized", "unknown agent session: register again with the pool token");

@@ -14,6 +14,7 @@ import {
   type RunStatus,
 } from "@drover/protocol";
 import { waitForEvent } from "../events.js";
+import { CoalescedReads } from "./coalesced-reads.js";
 import { iso, isoOrNull, type StoreContext } from "./context.js";
 import { applyJobOutcome, markPhaseStarted } from "./runs.js";
 import { inTransaction } from "./transaction.js";
@@ -51,12 +52,40 @@ export const toJob = (r: JobRow): Job => ({
 /** Path (relative to the server URL) of a workspace's state, as the http backend uses it. */
 export const statePath = (workspaceId: string): string => `/api/v1/workspaces/${workspaceId}/state`;
 
+/** Pools per look at the queue: far below either database's parameter limit. */
+const probeBatchSize = 200;
+
+/** Which of `poolIds` have a queued job. */
+async function poolsWithQueuedJobs(ctx: StoreContext, poolIds: string[]): Promise<Map<string, true>> {
+  const found = new Map<string, true>();
+  if (poolIds.length === 1) {
+    // One pool (the usual case): the index answers `limit 1` without touching the other queued jobs.
+    const row = await ctx.db.selectFrom("jobs").select("pool_id").where("pool_id", "=", poolIds[0]!).where("status", "=", "queued").limit(1).executeTakeFirst();
+    if (row) found.set(row.pool_id, true);
+    return found;
+  }
+  // One row per pool: a correlated `exists` stops at each pool's first queued job in the index.
+  const rows = await ctx.db
+    .selectFrom("pools")
+    .select("id")
+    .where("id", "in", poolIds)
+    .where((eb) => eb.exists(eb.selectFrom("jobs").select("jobs.id").whereRef("jobs.pool_id", "=", "pools.id").where("jobs.status", "=", "queued")))
+    .execute();
+  for (const r of rows) found.set(r.id, true);
+  return found;
+}
+
+const queueProbes = new WeakMap<StoreContext["db"], CoalescedReads<string, true>>();
+
 /** Claims the oldest queued job of the agent's pool, or returns null when there is none. */
 export async function claimNextJob(ctx: StoreContext, agent: Agent): Promise<JobAssignment | null> {
   // Most polls find nothing: a plain read answers them in one round trip, where the claiming
-  // transaction would cost three on PostgreSQL (and a write lock on SQLite).
-  const queued = await ctx.db.selectFrom("jobs").select("id").where("pool_id", "=", agent.poolId).where("status", "=", "queued").limit(1).executeTakeFirst();
-  if (!queued) return null;
+  // transaction would cost three on PostgreSQL (and a write lock on SQLite). The polls of one
+  // event-loop turn share that read (coalesced-reads.ts): with thousands of agents it was one
+  // statement per poll. It is issued after this call, so a job queued before it is seen.
+  let probe = queueProbes.get(ctx.db);
+  if (!probe) queueProbes.set(ctx.db, (probe = new CoalescedReads((pools) => poolsWithQueuedJobs(ctx, pools), probeBatchSize)));
+  if (!(await probe.get(agent.poolId))) return null;
   return inTransaction(ctx, async (trx) => {
     let q = trx
       .selectFrom("jobs")
@@ -74,29 +103,45 @@ export async function claimNextJob(ctx: StoreContext, agent: Agent): Promise<Job
     const leaseExpiresAt = ctx.now() + ctx.settings.leaseTtlMs;
     if (!(await moveJob(ctx, trx, job, "assigned", { attempt, agent_id: agent.id, token_hash: hashToken(token), lease_expires_at: leaseExpiresAt }))) return null;
     await trx.insertInto("job_tokens").values({ token_hash: hashToken(token), job_id: job.id, attempt, created_at: ctx.now() }).execute();
-    const run = await trx.selectFrom("runs").selectAll().where("id", "=", job.run_id).executeTakeFirstOrThrow();
-    const ws = await trx.selectFrom("workspaces").selectAll().where("id", "=", job.workspace_id).executeTakeFirstOrThrow();
-    return {
+    // The run and its workspace in one statement.
+    const rw = await trx
+      .selectFrom("runs")
+      .innerJoin("workspaces", "workspaces.id", "runs.workspace_id")
+      .select(["runs.id as run_id", "runs.plan_only", "runs.is_destroy", "runs.configuration_version_id"])
+      .select(["workspaces.id as ws_id", "workspaces.name", "workspaces.engine", "workspaces.engine_version", "workspaces.working_directory", "workspaces.runner_image"])
+      .where("runs.id", "=", job.run_id)
+      .executeTakeFirstOrThrow();
+    const assignment: JobAssignment = {
       jobId: job.id,
       attempt,
       jobToken: token,
       phase: job.phase,
-      runId: run.id,
-      planOnly: run.plan_only === 1,
-      isDestroy: run.is_destroy === 1,
+      runId: rw.run_id,
+      planOnly: rw.plan_only === 1,
+      isDestroy: rw.is_destroy === 1,
       workspace: {
-        id: ws.id,
-        name: ws.name,
-        engine: ws.engine,
-        engineVersion: ws.engine_version,
-        workingDirectory: ws.working_directory,
-        runnerImage: ws.runner_image,
+        id: rw.ws_id,
+        name: rw.name,
+        engine: rw.engine,
+        engineVersion: rw.engine_version,
+        workingDirectory: rw.working_directory,
+        runnerImage: rw.runner_image,
       },
-      configurationVersionId: run.configuration_version_id,
-      statePath: statePath(ws.id),
+      configurationVersionId: rw.configuration_version_id,
+      statePath: statePath(rw.ws_id),
       leaseTtlMs: ctx.settings.leaseTtlMs,
     };
+    claimQueuedAt.set(assignment, Number(job.queued_at));
+    return assignment;
   });
+}
+
+/** When each assignment's job was queued, as the claim read it (for the queue-wait figures). */
+const claimQueuedAt = new WeakMap<JobAssignment, number>();
+
+/** When the job of an assignment this process claimed was queued (ms), without reading it again. */
+export function queuedAtOf(assignment: JobAssignment): number | undefined {
+  return claimQueuedAt.get(assignment);
 }
 
 /**
@@ -124,8 +169,11 @@ export async function pollForJob(ctx: StoreContext, agent: Agent, waitMs: number
       wake.cancel();
       return null;
     }
-    await wake.promise;
+    const woken = await wake.promise;
     if (signal?.aborted) return null;
+    // The wait ran out with nothing queued for this poller: answer now. The agent's next poll
+    // starts with a claim, so a look here too would only double the statements of idle agents.
+    if (!woken) return null;
   }
 }
 
