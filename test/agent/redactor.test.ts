@@ -55,3 +55,35 @@ test("no secrets: every chunk passes as it is", () => {
   assert.deepEqual(r.push(chunk), [chunk]);
   assert.equal(r.end().length, 0);
 });
+
+test("output that cannot be the start of a secret passes at once; only a secret's beginning at the end is held", () => {
+  const r = new StreamRedactor();
+  r.setSecrets(["a-long-secret-value"]);
+  const push = (s: string) => Buffer.concat(r.push(Buffer.from(s))).toString("utf8");
+  // A finished line is sent now, not when terraform next prints (it may print nothing for long).
+  assert.equal(push("holding\n"), "holding\n");
+  assert.equal(push("tick a-lo"), "tick ", "the possible start of the secret waits");
+  assert.equal(push("ng-secret-value done\n"), "*** done\n");
+  assert.equal(push("a-lo"), "");
+  assert.equal(push("t of output\n"), "a-lot of output\n", "held bytes that turn out not to be the secret follow at once");
+  assert.equal(push("ends with a"), "ends with ");
+  assert.equal(r.end().toString("utf8"), "a");
+});
+
+test("overlapping secrets, one inside another: any cut into three pieces gives the whole output's redaction", () => {
+  const values = ["abcab", "bca", "cabx", "ab"];
+  const input = "xabcabcabxabcabxbcabab-cab abca";
+  const bytes = Buffer.from(input);
+  const once = new StreamRedactor();
+  once.setSecrets(values);
+  // The leftmost secret wins, the longest where several start at one place.
+  const want = feed(once, [bytes]).toString("utf8");
+  assert.equal(want, "x*********x***b***-c*** ***ca");
+  for (let i = 0; i <= bytes.length; i++) {
+    for (let j = i; j <= bytes.length; j++) {
+      const r = new StreamRedactor();
+      r.setSecrets(values);
+      assert.equal(feed(r, [bytes.subarray(0, i), bytes.subarray(i, j), bytes.subarray(j)]).toString("utf8"), want, `cut at ${i} and ${j}`);
+    }
+  }
+});

@@ -33,14 +33,17 @@ function redactBefore(data: Buffer, limit: number, secrets: readonly Buffer[]): 
 /**
  * Redacts secret values from a byte stream before it leaves the agent, working on the bytes
  * (a secret is matched as its UTF-8 encoding; output is passed on unchanged, never decoded).
- * A secret may be split across two chunks, so the last (longest secret − 1) bytes are held back,
- * unredacted, until more output arrives or the stream ends. A chunk without a secret is passed on without
- * being copied: terraform's output may be many MB.
+ * A secret may be split across two chunks, so output that ends with the start of a secret is
+ * held back, unredacted, until more output arrives or the stream ends; any other output is passed
+ * on at once (holding back a fixed tail kept a finished line from the log until terraform next
+ * printed, often ten seconds later). A chunk without a secret is passed on without being copied:
+ * terraform's output may be many MB.
  */
 export class StreamRedactor {
   private held: Buffer = empty;
   /** Longest first, so that a secret containing another is replaced whole. */
   private secrets: Buffer[] = [];
+  /** The most that can be held: a secret but its last byte. */
   private holdBack = 0;
 
   /** Sets the values to hide; empty values are ignored. */
@@ -57,19 +60,48 @@ export class StreamRedactor {
       this.held = empty;
       return out;
     }
-    if (chunk.length >= this.holdBack && !this.found(chunk)) {
-      // No secret inside the chunk, nor across the boundary with what was held: no copy.
-      const out = this.held.length > 0 ? [this.held] : [];
-      const cut = chunk.length - this.holdBack;
-      if (cut > 0) out.push(chunk.subarray(0, cut));
-      this.held = Buffer.from(chunk.subarray(cut));
-      return out;
+    if (!this.found(chunk)) {
+      // No secret inside the chunk, nor across the boundary with what was held: only a secret's
+      // start at the end is kept, and the rest passes without a copy.
+      const total = this.held.length + chunk.length;
+      const tail = Buffer.concat([this.held, chunk.subarray(Math.max(0, chunk.length - this.holdBack))]);
+      const keepFrom = total - (tail.length - this.secretStart(tail));
+      if (keepFrom >= this.held.length) {
+        const out = this.held.length > 0 ? [this.held] : [];
+        const cut = keepFrom - this.held.length;
+        if (cut > 0) out.push(chunk.subarray(0, cut));
+        this.held = Buffer.from(chunk.subarray(cut));
+        return out;
+      }
     }
-    // The last (longest − 1) bytes stay raw: a secret starting there may not be complete yet.
-    const data = Buffer.concat([this.held, chunk]);
-    const { parts, end } = redactBefore(data, Math.max(0, data.length - this.holdBack), this.secrets);
-    this.held = Buffer.from(data.subarray(end));
-    return parts;
+    const out: Buffer[] = [];
+    let data = Buffer.concat([this.held, chunk]);
+    for (;;) {
+      const keepFrom = this.secretStart(data);
+      const { parts, end } = redactBefore(data, keepFrom, this.secrets);
+      out.push(...parts);
+      if (end === keepFrom) {
+        this.held = Buffer.from(data.subarray(end));
+        return out;
+      }
+      // A secret starting before the kept start ran past it: what follows it is looked at anew.
+      data = data.subarray(end);
+    }
+  }
+
+  /**
+   * Where the output may end with the start of a secret: the first offset whose rest is a
+   * secret's beginning but not the whole secret (whole ones are redacted now); `data.length` when
+   * there is none.
+   */
+  private secretStart(data: Buffer): number {
+    for (let i = Math.max(0, data.length - this.holdBack); i < data.length; i++) {
+      const rest = data.length - i;
+      for (const s of this.secrets) {
+        if (s.length > rest && s[0] === data[i] && data.compare(s, 0, rest, i) === 0) return i;
+      }
+    }
+    return data.length;
   }
 
   /** Whether a secret occurs in `chunk` or starts in the held bytes and ends in `chunk`. */
