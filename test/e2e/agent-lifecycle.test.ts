@@ -4,6 +4,7 @@ import { createServer } from "node:net";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
+import { scrape } from "../support/metric-values.js";
 import { routes } from "@drover/protocol";
 
 // The agent as an operator sees it: killed, stopped in each mode, its token revoked.
@@ -140,14 +141,19 @@ test("the apply reuses its plan's initialized directory on the agent that planne
     }
   };
 
+  // The server's request counter of the plan-file download route tells who fetched the plan back.
+  const planDownloads = async () => (await scrape(`${stack.server.url}/metrics`, "drover_http_request_duration_seconds_count", { method: "GET", route: routes.downloadPlan.path })) ?? 0;
+  const downloadsBefore = await planDownloads();
   const reused = await applyLog("reuse-on", {});
   assert.match(reused, /reusing this run's initialized plan directory/);
   assert.doesNotMatch(reused, /\$ terraform init/);
+  assert.equal(await planDownloads(), downloadsBefore, "the kept directory's plan file is applied: none downloaded");
   assert.deepEqual(readdirSync(join(stack.dir, "agent-reuse-on-agent", "data")), [], "nothing is left behind");
 
   const off = await applyLog("reuse-off", { DROVER_AGENT_PLAN_REUSE_SECONDS: "0" });
   assert.match(off, /\$ terraform init/);
   assert.doesNotMatch(off, /reusing/);
+  assert.equal(await planDownloads(), downloadsBefore + 1, "without reuse the apply downloads the plan");
 
   const hooks = join(stack.dir, "reuse-hooks");
   mkdirSync(hooks, { recursive: true });

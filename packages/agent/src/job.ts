@@ -338,7 +338,7 @@ export class JobRun {
     for (const note of this.engineLease?.notes ?? []) this.log.line(`[drover] ${note}`);
 
     if (reused) {
-      this.log.line("[drover] reusing this run's initialized plan directory on this agent: configuration download and init skipped");
+      this.log.line("[drover] reusing this run's initialized plan directory on this agent: configuration download, init and plan download skipped");
     } else {
       const archive = await withRetry(() => this.job.configuration(this.work.signal), this.work.signal);
       await this.files.withDir(configDir, (dir) => extractConfiguration(archive, dir));
@@ -386,17 +386,24 @@ export class JobRun {
       const planPath = join(runDir, "plan.tfplan");
       await this.step(binary, ["plan", "-input=false", "-no-color", `-out=${planPath}`, ...(a.isDestroy ? ["-destroy"] : [])], workDir, env);
       await this.hook("post-plan", workDir, env);
+      const uploads = this.stage("uploads");
+      // The plan file travels while terraform renders the plan as JSON.
+      // If `show` fails, the job's end aborts the upload (`work`); its failure is not the run's.
+      const planFile = withRetry(() => this.job.uploadPlan(this.files.read(planPath), this.work.signal), this.work.signal);
+      planFile.catch(() => undefined);
       const json = await this.capture(binary, ["show", "-json", planPath], workDir, env);
       plan.end();
-      const uploads = this.stage("uploads");
-      await withRetry(() => this.job.uploadPlan(this.files.read(planPath), this.work.signal), this.work.signal);
+      await planFile;
       await withRetry(() => this.job.uploadPlanJson(json, this.work.signal), this.work.signal);
       uploads.end();
     } else {
       const apply = this.stage("apply");
       const planPath = join(runDir, "plan.tfplan");
-      this.files.write(planPath, await withRetry(() => this.job.downloadPlan(this.work.signal), this.work.signal));
-      if (this.config.runAs) chownTree(planPath, this.config.runAs);
+      // A kept plan directory holds the very plan file this agent uploaded: no need to fetch it back.
+      if (!reused) {
+        this.files.write(planPath, await withRetry(() => this.job.downloadPlan(this.work.signal), this.work.signal));
+        if (this.config.runAs) chownTree(planPath, this.config.runAs);
+      }
       await this.hook("pre-apply", workDir, env);
       await this.step(binary, ["apply", "-input=false", "-no-color", planPath], workDir, env);
       await this.hook("post-apply", workDir, env);
