@@ -484,6 +484,31 @@ for (const backend of backends) {
       }
     });
 
+    test("logs: appends arriving in order subscribe to no wake-up; one ahead of its turn waits for the log event", async () => {
+      const { agent, ws, cv } = await fixture();
+      await newRun(ws.id, cv.id);
+      const job = await claim(agent);
+      const row = await jobRow(job);
+      const realEvents = ctx.events;
+      const bus = localEventBus();
+      let subscriptions = 0;
+      ctx.events = { publish: (t, k) => bus.publish(t, k), subscribe: (t, k, l) => (subscriptions++, bus.subscribe(t, k, l)), wakeAll: () => bus.wakeAll(), onWakeAll: (l) => bus.onWakeAll(l), close: () => bus.close() };
+      try {
+        let offset = 0;
+        for (let i = 0; i < 20; i++) offset = await store.appendLogInOrder(ctx, row, offset, Buffer.from(`line ${i}\n`), 60_000);
+        assert.equal(subscriptions, 0, "an append in order subscribes nothing");
+        const early = store.appendLogInOrder(ctx, row, offset + 5, Buffer.from("late\n"), 60_000);
+        // Held, not refused: it subscribed and waits for the bytes before it.
+        while (subscriptions === 0) await new Promise((r) => setImmediate(r));
+        assert.equal(await store.appendLogInOrder(ctx, row, offset, Buffer.from("mid.\n"), 60_000), offset + 5);
+        assert.equal(await early, offset + 10);
+        assert.ok(subscriptions <= 3, `a held append subscribes once per wait (${subscriptions})`);
+        assert.match((await store.readLog(ctx, job.jobId, 0, 1000)).data.toString(), /line 19\nmid\.\nlate\n$/);
+      } finally {
+        ctx.events = realEvents;
+      }
+    });
+
     test("state: versions kept; the lock is idempotent for its holder and refuses others", async () => {
       const { ws } = await fixture();
       assert.equal(await store.currentState(ctx, ws.id), null);

@@ -68,18 +68,25 @@ const reorderWindowBytes = 4 * maxLogChunkBytes;
  */
 export async function appendLogInOrder(ctx: StoreContext, job: JobRow, offset: number, data: Buffer, waitMs: number, signal?: AbortSignal, onStored?: (bytes: number) => void): Promise<number> {
   const deadline = Date.now() + waitMs;
-  for (;;) {
-    // Subscribed before the attempt, so an append landing in between wakes this one.
-    const wake = waitForEvent(ctx.events, "log", job.id, Math.max(0, deadline - Date.now()), signal);
-    try {
-      return await appendLog(ctx, job, offset, data, onStored);
-    } catch (err) {
-      const expected = err instanceof DroverError && err.code === "log_gap" ? Number(err.details?.expectedOffset) : NaN;
-      if (!(offset - expected <= reorderWindowBytes) || Date.now() >= deadline || signal?.aborted) throw err;
-      await wake.promise;
-    } finally {
-      wake.cancel();
+  // Appends nearly always arrive in order: only one refused for a gap subscribes to the job's
+  // log event, before it tries again, so an append landing in between still wakes it.
+  let wake: ReturnType<typeof waitForEvent> | undefined;
+  try {
+    for (;;) {
+      try {
+        return await appendLog(ctx, job, offset, data, onStored);
+      } catch (err) {
+        const expected = err instanceof DroverError && err.code === "log_gap" ? Number(err.details?.expectedOffset) : NaN;
+        if (!(offset - expected <= reorderWindowBytes) || Date.now() >= deadline || signal?.aborted) throw err;
+        // The first refusal retries at once (subscribed now); later ones wait for a wake-up
+        // subscribed before the attempt that was just refused.
+        if (wake) await wake.promise;
+        wake?.cancel();
+        wake = waitForEvent(ctx.events, "log", job.id, Math.max(0, deadline - Date.now()), signal);
+      }
     }
+  } finally {
+    wake?.cancel();
   }
 }
 
