@@ -10,6 +10,7 @@ import { GuardedPgPool, type PgConnectionSettings } from "./pg-pool.js";
 import type { Database, Dialect } from "./schema.js";
 import { lockDatabaseFile, type SqliteLock } from "./sqlite-lock.js";
 import { cachingStatements } from "./statement-cache.js";
+import { startCheckpointer, type Checkpointer } from "./checkpointer.js";
 import { storageError } from "./storage-errors.js";
 
 export type { Dialect } from "./schema.js";
@@ -44,6 +45,7 @@ export async function openDatabase(location: DatabaseLocation, options: { logger
   let health: DatabaseHealth;
   let postgres: Db["postgres"];
   let lock: SqliteLock | undefined;
+  let checkpointer: Checkpointer | undefined;
   if (location.kind === "sqlite") {
     const dir = dirname(location.path);
     let sqlite: BetterSqlite3.Database | undefined;
@@ -62,12 +64,14 @@ export async function openDatabase(location: DatabaseLocation, options: { logger
       sqlite.pragma("synchronous = NORMAL");
       sqlite.pragma("foreign_keys = ON");
       sqlite.pragma("busy_timeout = 5000");
+      if (location.path !== ":memory:") checkpointer = startCheckpointer(sqlite, location.path, log);
     } catch (err) {
+      await checkpointer?.close();
       sqlite?.close();
       lock?.release();
       throw storageError(err, dir) ?? err;
     }
-    kysely = new Kysely<Database>({ dialect: new SqliteDialect({ database: cachingStatements(sqlite) }) });
+    kysely = new Kysely<Database>({ dialect: new SqliteDialect({ database: cachingStatements(checkpointer ? checkpointer.counting(sqlite) : sqlite) }) });
     dialect = "sqlite";
     health = new DatabaseHealth(async () => undefined);
   } else {
@@ -87,6 +91,7 @@ export async function openDatabase(location: DatabaseLocation, options: { logger
   const { error, results } = await migrator.migrateToLatest();
   if (error) {
     health.close();
+    await checkpointer?.close();
     await kysely.destroy();
     lock?.release();
     if (location.kind === "sqlite") {
@@ -105,6 +110,8 @@ export async function openDatabase(location: DatabaseLocation, options: { logger
     close: async () => {
       health.close();
       try {
+        // The worker's connection goes first: the last one to close checkpoints and removes the log.
+        await checkpointer?.close();
         await kysely.destroy();
       } finally {
         lock?.release();

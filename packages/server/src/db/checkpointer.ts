@@ -1,0 +1,124 @@
+import { Worker } from "node:worker_threads";
+import type BetterSqlite3 from "better-sqlite3";
+import type { SqliteDatabase, SqliteStatement } from "kysely";
+import type { Logger } from "pino";
+import type { CheckpointReply, CheckpointRequest, CheckpointWorkerData } from "./checkpoint-worker.js";
+
+/*
+ * SQLite in WAL mode appends every commit to the write-ahead log; a checkpoint copies the log
+ * into the database file and syncs both. By default the connection that commits does that
+ * itself, every 1,000 pages: the server's event loop stood still for the copy and two fsyncs
+ * every 4 MiB, and a profile of log streaming put ~2/3 of the server's time in `commit`
+ * (bench/notes/logs.md, decision 0032). Here a worker thread with its own connection
+ * checkpoints instead, asked by the main thread after about as many bytes as SQLite would
+ * have waited for. The main connection keeps an automatic checkpoint far above that, so the
+ * log stays bounded if the worker ever stops.
+ */
+
+/** Bytes written (estimated: bound values plus a page per statement) between two requests to checkpoint. */
+export const checkpointEveryBytes = 4 * 1024 * 1024;
+/** The main connection's own automatic checkpoint, in pages: only reached if the worker falls far behind or stops. */
+export const backstopPages = 16_384;
+/** The log length, in pages, past which the worker restarts the log once it is all copied. */
+const restartFrames = 4_096;
+const pageEstimate = 4096;
+
+/** A running background checkpointer of one SQLite database. */
+export interface Checkpointer {
+  /** `db` with every write statement counted towards the next checkpoint. */
+  counting(db: SqliteDatabase): SqliteDatabase;
+  /** Stops the worker (its connection closes first); resolves when it is gone. */
+  close(): Promise<void>;
+}
+
+/** Starts the checkpoint worker for the database at `path`, whose main connection is `sqlite`. */
+export function startCheckpointer(sqlite: BetterSqlite3.Database, path: string, log: Logger): Checkpointer {
+  const worker = new Worker(new URL("./checkpoint-worker.js", import.meta.url), { workerData: { path, restartFrames } satisfies CheckpointWorkerData });
+  worker.unref();
+  sqlite.pragma(`wal_autocheckpoint = ${backstopPages}`);
+  let written = 0;
+  let inFlight = false;
+  let stopped = false;
+  let closed: (() => void) | undefined;
+  let closing: Promise<void> | undefined;
+  const gone = new Promise<void>((resolve) => worker.once("exit", () => resolve()));
+
+  const send = (request: CheckpointRequest) => worker.postMessage(request);
+  const stopUsing = (why: string) => {
+    if (stopped) return;
+    stopped = true;
+    // SQLite's own checkpoints again, on the main thread: slower, but the log stays bounded.
+    try {
+      sqlite.pragma("wal_autocheckpoint = 1000");
+    } catch {
+      // the main connection is closed already
+    }
+    log.warn({ reason: why }, "background checkpoints stopped; SQLite checkpoints on the server's thread again");
+  };
+  worker.on("message", (reply: CheckpointReply) => {
+    if (reply.kind === "closed") return closed?.();
+    inFlight = false;
+    if (reply.kind === "failed") log.warn({ err: reply.message }, "background checkpoint failed; the next write retries it");
+    if (written >= checkpointEveryBytes) request();
+  });
+  worker.on("error", (err) => stopUsing(err.message));
+  worker.on("exit", () => {
+    if (!closing) stopUsing("the checkpoint worker exited");
+  });
+  const request = () => {
+    if (inFlight || stopped) return;
+    inFlight = true;
+    written = 0;
+    send("checkpoint");
+  };
+  const noteWrite = (bytes: number) => {
+    written += bytes + pageEstimate;
+    if (written >= checkpointEveryBytes) request();
+  };
+
+  return {
+    counting: (db) => countingWrites(db, noteWrite),
+    close() {
+      closing ??= (async () => {
+        if (!stopped) {
+          const acknowledged = new Promise<void>((resolve) => (closed = resolve));
+          send("close");
+          await Promise.race([acknowledged, gone]);
+        }
+        await worker.terminate();
+      })();
+      return closing;
+    },
+  };
+}
+
+/** Bytes of the values bound to a statement: what its write adds to the log, roughly. */
+function boundBytes(parameters: readonly unknown[]): number {
+  let n = 0;
+  for (const p of parameters) {
+    if (typeof p === "string") n += p.length;
+    else if (p instanceof Uint8Array) n += p.byteLength;
+  }
+  return n;
+}
+
+/** `db` whose write statements report their bound bytes to `noteWrite` after they ran. */
+function countingWrites(db: SqliteDatabase, noteWrite: (bytes: number) => void): SqliteDatabase {
+  return {
+    close: () => db.close(),
+    prepare: (sql: string): SqliteStatement => {
+      const stmt = db.prepare(sql);
+      if (stmt.reader) return stmt;
+      return {
+        reader: false,
+        all: (parameters) => stmt.all(parameters),
+        iterate: (parameters) => stmt.iterate(parameters),
+        run: (parameters) => {
+          const result = stmt.run(parameters);
+          noteWrite(boundBytes(parameters));
+          return result;
+        },
+      };
+    },
+  };
+}
