@@ -27,6 +27,7 @@ import { openCaches } from "./cache/caches.js";
 import { EngineCache } from "./engines/cache.js";
 import { hashicorpReleaseKey } from "./engines/keys.js";
 import { join } from "node:path";
+import { leaveIdleHeapMode } from "./heap-mode.js";
 
 export const agentVersion = "0.1.0";
 
@@ -270,6 +271,8 @@ export class Agent {
   }
 
   private startJob(assignment: JobAssignment): void {
+    // A busy agent's heap grows and its code is optimized as usual (heap-mode.ts).
+    leaveIdleHeapMode();
     this.jobsTaken++;
     const container = this.docker ? this.containerJob(assignment) : undefined;
     const run = container

@@ -1,5 +1,7 @@
 import { rootCertificates } from "node:tls";
-import { EnvHttpProxyAgent, type Dispatcher } from "undici";
+import type { Dispatcher } from "undici";
+// undici's proxy agent from its own file, not its index (protocol/transport.ts, decision 0031).
+import { EnvHttpProxyAgent } from "@drover/protocol";
 
 /** What an agent process's outbound HTTP client is made of. */
 export interface DispatcherOptions {

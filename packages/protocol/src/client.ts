@@ -1,4 +1,5 @@
-import { EnvHttpProxyAgent, request, type Dispatcher } from "undici";
+import type { Dispatcher } from "undici";
+import { EnvHttpProxyAgent, request } from "./transport.js";
 import { DroverError, isErrorCode, type ErrorCode } from "./errors.js";
 import { routePath, type BodyOf, type ParamsOf, type QueryOf, type ResultOf, type Route } from "./routes.js";
 

@@ -3,7 +3,8 @@ import { createWriteStream } from "node:fs";
 import { pipeline } from "node:stream/promises";
 import { Transform } from "node:stream";
 import type * as OpenPgp from "openpgp";
-import { request, type Dispatcher } from "undici";
+import type { Dispatcher } from "undici";
+import { transportRequest as request } from "@drover/protocol";
 import { VerificationError } from "./errors.js";
 
 /** A provider address as terraform writes it in lock files: `host/namespace/type`, lower case. */

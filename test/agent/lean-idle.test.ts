@@ -1,0 +1,83 @@
+import assert from "node:assert/strict";
+import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+import { eventually } from "../support/fault-runs.js";
+import type { Proc } from "../support/processes.js";
+import { startStack, writeConfig, type Stack } from "../support/stack.js";
+import { routes } from "@drover/protocol";
+
+// SPEC §8 (idle agent ≤ 55 MB) holds only while an idle agent loads nothing it does not use
+// (decision 0031): these tests fail when a change makes one of the lazily loaded parts load at
+// start again, which the idle-agent bench would only show as a few MB more.
+
+/** Packages and files an idle local agent must not load, each with where it belongs instead. */
+const lazy: Array<[RegExp, string]> = [
+  [/\/node_modules\/undici\/index\.js$/, "undici's index (fetch, WebSocket, mocks…): the agent loads its two files through protocol/transport.ts"],
+  [/\/node_modules\/@opentelemetry\//, "OpenTelemetry: only with DROVER_AGENT_OTLP_ENDPOINT"],
+  [/\/node_modules\/@kubernetes\//, "the Kubernetes client: job mode and the pod-annotator only"],
+  [/\/node_modules\/(tar|minizlib|openpgp)\//, "archive and signature code: when a job extracts a configuration or fetches an engine"],
+  [/\/node_modules\/(fastify|kysely|better-sqlite3|pg)\//, "server code: `drover server` only"],
+  [/\/packages\/server\//, "the server package: `drover server` only"],
+];
+
+const recorder = new URL("../support/lean-agent-recorder.js", import.meta.url).href;
+
+let stack: Stack;
+before(async () => {
+  stack = await startStack();
+});
+after(async () => {
+  await stack.stop();
+});
+
+/** Starts an agent under the recorder and returns the modules it has loaded once registered, and its heap mode. */
+async function idleModules(name: string, env: Record<string, string> = {}): Promise<{ agent: Proc; modules: string[]; idleHeapMode: boolean; log: string }> {
+  const log = join(stack.dir, `${name}-modules.log`);
+  const agent = await stack.startAgent(name, { NODE_OPTIONS: `--import ${recorder}`, LEAN_AGENT_MODULE_LOG: log, ...env });
+  await agent.waitFor(/"msg":"registered"/);
+  return { agent, log, ...(await snapshot(agent, log)) };
+}
+
+async function snapshot(agent: Proc, log: string): Promise<{ modules: string[]; idleHeapMode: boolean }> {
+  const done = `${log}.done`;
+  const before = existsSync(done) ? readFileSync(done, "utf8") : undefined;
+  agent.child.kill("SIGUSR2");
+  const state = await eventually("the recorder's dump", async () => {
+    if (!existsSync(done)) return undefined;
+    const text = readFileSync(done, "utf8");
+    return text !== before || before === undefined ? (JSON.parse(text) as { idleHeapMode: boolean }) : undefined;
+  });
+  return { modules: [...new Set(readFileSync(log, "utf8").split("\n").filter(Boolean))], idleHeapMode: state.idleHeapMode };
+}
+
+test("an idle local agent loads none of the parts it loads lazily, and runs in idle heap mode", async () => {
+  const { agent, modules, idleHeapMode } = await idleModules("lean");
+  try {
+    assert.ok(modules.some((m) => m.includes("/node_modules/undici/lib/dispatcher/env-http-proxy-agent.js")), "the recorder sees CommonJS files (undici's agent)");
+    assert.ok(modules.some((m) => m.includes("/packages/agent/dist/src/agent.js")), "the recorder sees ESM files (the agent)");
+    for (const [pattern, why] of lazy) {
+      const loaded = modules.filter((m) => pattern.test(m));
+      assert.deepEqual(loaded, [], `an idle agent loaded ${loaded.slice(0, 3).join(", ")}: ${why}`);
+    }
+    assert.equal(idleHeapMode, true, "`drover agent run` starts in idle heap mode");
+  } finally {
+    await agent.stop("SIGTERM");
+  }
+});
+
+test("with an OTLP endpoint set the exporter loads, and a job takes the agent out of idle heap mode", async () => {
+  // A port nothing listens on: the exporter starts without connecting; it exports every 60 s.
+  const { agent, modules, log } = await idleModules("lean-otlp", { DROVER_AGENT_OTLP_ENDPOINT: "http://127.0.0.1:9" });
+  try {
+    assert.ok(modules.some((m) => m.includes("/node_modules/@opentelemetry/sdk-metrics/")), "the OTLP exporter is loaded when an endpoint is set");
+    const dir = writeConfig(stack.dir, "lean-job", { "main.tf": 'output "x" {\n  value = "y"\n}\n' });
+    await stack.server.api(routes.createWorkspace, { body: { name: "lean", pool: stack.pool } });
+    const runId = await stack.startRun(dir, "lean", ["--auto-apply"]);
+    await stack.waitForRun(runId, ["applied"]);
+    const afterJob = await snapshot(agent, log);
+    assert.equal(afterJob.idleHeapMode, false, "the first job ends idle heap mode");
+  } finally {
+    await agent.stop("SIGTERM");
+  }
+});
