@@ -315,6 +315,10 @@ export class JobRun {
     const reused = a.phase === "apply" && !this.hookPath("pre-init") && this.keptPlans?.take(this.planDirKey(), runDir) === true;
     if (!reused) this.files.prepare(runDir, configDir);
     const download = this.stage("configuration download");
+    // The configuration travels while the variables are read and the engine is found; if one of
+    // those fails, the job's end aborts it (`work`).
+    const configuration = reused ? undefined : withRetry(() => this.job.configuration(this.work.signal), this.work.signal);
+    configuration?.catch(() => undefined);
     const variables = await withRetry(() => this.job.variables(this.work.signal), this.work.signal);
     this.secrets = secretForms([...variables.filter((v) => v.sensitive).map((v) => v.value), a.jobToken, ...(this.config.token === undefined ? [] : [this.config.token])]);
     this.log.setSecrets(this.secrets);
@@ -340,7 +344,7 @@ export class JobRun {
     if (reused) {
       this.log.line("[drover] reusing this run's initialized plan directory on this agent: configuration download, init and plan download skipped");
     } else {
-      const archive = await withRetry(() => this.job.configuration(this.work.signal), this.work.signal);
+      const archive = await (configuration ?? withRetry(() => this.job.configuration(this.work.signal), this.work.signal));
       await this.files.withDir(configDir, (dir) => extractConfiguration(archive, dir));
       if (!existsSync(workDir)) throw new DroverError("not_found", `the working directory ${a.workspace.workingDirectory} is not in the configuration`);
       // The working directory may be reached through the archive's own links: it must still be inside.
