@@ -4,7 +4,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { routes } from "@drover/protocol";
 import { packDir, startAgentProc } from "./agent-runs.js";
-import { api, client, sleep, startServerProc, type ServerProc } from "./harness.js";
+import { api, client, cpuSeconds, sleep, startServerProc, type ServerProc } from "./harness.js";
+import { loadavg } from "node:os";
 import { median, type Figure } from "./report.js";
 
 /*
@@ -185,6 +186,9 @@ export async function benchLogStreaming(megabytes = 50): Promise<Figure[]> {
     await api(server.url, routes.createWorkspace, { body: { name: "logs", pool: "logs" } });
     const agent = await startAgentProc(server, "logs", "log-agent", { DROVER_AGENT_HOOKS_DIR: hooks });
     const cv = await api(server.url, routes.uploadConfiguration, { params: { ws: "logs" }, body: await packDir(config) });
+    // The server's CPU over the whole run (its plan job's requests too): what each MB costs it.
+    const serverCpuBefore = cpuSeconds(server.child.pid!);
+    const loadBefore = loadavg()[0]!;
     const created = await api(server.url, routes.createRun, { body: { workspace: "logs", configurationVersionId: cv.id, planOnly: true } });
     let run: { status: string };
     for (;;) {
@@ -192,6 +196,7 @@ export async function benchLogStreaming(megabytes = 50): Promise<Figure[]> {
       if (["planned_and_finished", "errored", "canceled"].includes(run.status)) break;
       await sleep(50);
     }
+    const serverCpu = cpuSeconds(server.child.pid!) - serverCpuBefore;
     await agent.stop();
     if (run.status !== "planned_and_finished") throw new Error(`log run ended ${run.status}`);
     const log = await readPhaseLog(server, created.id, "plan");
@@ -220,7 +225,7 @@ export async function benchLogStreaming(megabytes = 50): Promise<Figure[]> {
         baselineLabel: "same command into a bare pipe",
         target: "≥ 100 MB/s",
         met: mb / seconds >= 100,
-        note: `${lines} lines, all present and in order; hook start → job finished on the server ${seconds.toFixed(2)} s (${bareSeconds.toFixed(2)} s bare), of which the printer ran ${((hookEnded - hookStarted) / 1000).toFixed(2)} s; the whole plan job, with terraform init and plan, ${jobSeconds.toFixed(1)} s`,
+        note: `${lines} lines, all present and in order; hook start → job finished on the server ${seconds.toFixed(2)} s (${bareSeconds.toFixed(2)} s bare), of which the printer ran ${((hookEnded - hookStarted) / 1000).toFixed(2)} s; the whole plan job, with terraform init and plan, ${jobSeconds.toFixed(1)} s; server CPU ${((serverCpu * 1000) / mb).toFixed(1)} ms per MB over the whole run; load average ${loadBefore.toFixed(1)} at the start`,
       },
     ];
   } finally {

@@ -15,7 +15,13 @@ const flushIntervalMs = 200;
  */
 export class LogStream {
   private readonly redactor = new StreamRedactor();
+  /**
+   * Output not yet acknowledged: `pending[head..]`. The front is dropped by moving `head`, not by
+   * `shift()`: when the producer outruns the server, thousands of pipe reads wait here, and
+   * shifting each one away copied the whole array every time.
+   */
   private pending: Buffer[] = [];
+  private head = 0;
   private pendingBytes = 0;
   /** Bytes the server has acknowledged. */
   private sent = 0;
@@ -67,7 +73,8 @@ export class LogStream {
     const parts: Buffer[] = [];
     let skip = from;
     let size = 0;
-    for (const b of this.pending) {
+    for (let i = this.head; i < this.pending.length; i++) {
+      const b = this.pending[i]!;
       if (size >= n) break;
       if (skip >= b.length) {
         skip -= b.length;
@@ -86,14 +93,21 @@ export class LogStream {
   private dropFront(n: number): void {
     this.pendingBytes -= n;
     while (n > 0) {
-      const first = this.pending[0]!;
+      const first = this.pending[this.head]!;
       if (first.length <= n) {
-        this.pending.shift();
+        this.head++;
         n -= first.length;
       } else {
-        this.pending[0] = first.subarray(n);
+        this.pending[this.head] = first.subarray(n);
         n = 0;
       }
+    }
+    if (this.head === this.pending.length) {
+      this.pending = [];
+      this.head = 0;
+    } else if (this.head >= 1024 && this.head * 2 >= this.pending.length) {
+      this.pending = this.pending.slice(this.head);
+      this.head = 0;
     }
   }
 
@@ -137,7 +151,8 @@ export class LogStream {
           // in the log too, where the rest would otherwise close the gap without a trace.
           this.failure = new Error(`the server lost log bytes ${expected}..${base}`);
           const marker = Buffer.from(`\n[drover] the server lost log bytes ${expected}..${base} of this job\n`, "utf8");
-          this.pending.unshift(marker);
+          if (this.head > 0) this.pending[--this.head] = marker;
+          else this.pending.unshift(marker);
           this.pendingBytes += marker.length;
         }
         this.sent = Number.isInteger(expected) ? expected : this.sent;
