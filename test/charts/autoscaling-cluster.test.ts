@@ -3,26 +3,38 @@
 // the pod-deletion-cost and do-not-evict annotations; scaling the Deployment to one replica
 // (what KEDA's HPA does when demand falls) deletes the idle pod, never the busy one, and the
 // run completes. The sidecar's RBAC covers its calls and grants nothing beyond get/patch pods.
+// Where podman runs here, the agents and sidecars are real containers of the locally built drover
+// image, which carries no terraform: the agents download it, verified, from a test release server.
 import assert from "node:assert/strict";
-import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { runLog, startStack, type Stack } from "../support/stack.js";
-import { applyRendered, droverImageOptions, isReady, kubectlOut, namespace, repo, template, chartTimings } from "../support/chart-cluster.js";
+import { applyRendered, assertRanFromImages, chartImages, isReady, kubectlOut, localEngineValues, namespace, repo, template, chartTimings, type ChartImages } from "../support/chart-cluster.js";
 import { kube, startTestCluster, until, type TestCluster } from "../kube/cluster.js";
 import { callOk } from "../support/fault-runs.js";
 import { rawTarGz } from "../support/archives.js";
+import { startReleaseServer, type TestReleaseServer } from "../support/engine-releases.js";
+import { startRunGates, type RunGates } from "../support/run-gate.js";
 import { routes } from "@drover/protocol";
 
 let cluster: TestCluster;
 let stack: Stack;
+let images: ChartImages;
+let releases: TestReleaseServer;
+let gates: RunGates;
+const startedAt = new Date();
 
 before(async () => {
-  cluster = await startTestCluster({ timings: chartTimings, ...droverImageOptions() });
+  images = await chartImages(join(repo, "test", "dist", ".autoscaling-cluster"));
+  cluster = await startTestCluster({ timings: chartTimings, ...images.options });
   stack = await startStack();
-});
+  releases = await startReleaseServer([{ engine: "terraform", version: "1.11.4", binary: "/usr/local/bin/terraform" }]);
+  gates = await startRunGates();
+}, { timeout: 20 * 60_000 });
 
 after(async () => {
+  await gates?.close();
+  await releases?.close();
   await stack?.stop();
   await cluster?.close();
 });
@@ -30,11 +42,6 @@ after(async () => {
 test("scale-in while one agent is busy: its pod is annotated busy, the idle pod goes, its run completes", async () => {
   const ns = "drover-scale";
   await namespace(cluster, ns, "restricted");
-  const shared = join(repo, "test", "dist", ".autoscaling-cluster");
-  mkdirSync(shared, { recursive: true });
-  const tfrc = join(shared, "agent.tfrc");
-  writeFileSync(tfrc, "");
-  const gate = join(shared, `gate-${process.pid}`);
   const rendered = template("agent-local", ns, [
     "--set", `agent.token=${stack.poolToken}`,
     "--set", `agent.url=${stack.server.url}`,
@@ -44,8 +51,8 @@ test("scale-in while one agent is busy: its pod is annotated busy, the idle pod 
     "--set", "agent.shutdownMode=drain",
     "--set", "replicaCount=2",
     "--set", "busyPodProtection.enabled=true",
-    "--set", `extraEnv.TF_CLI_CONFIG_FILE=${tfrc}`,
-    "--set-string", "extraEnv.CHECKPOINT_DISABLE=1",
+    ...Object.entries(images.runnerEnv).flatMap(([name, value]) => ["--set-string", `extraEnv.${name}=${value}`]),
+    ...localEngineValues(images, releases),
   ]);
   const applied = await applyRendered(cluster, ns, rendered);
   assert.equal(applied.code, 0, applied.out);
@@ -63,12 +70,13 @@ test("scale-in while one agent is busy: its pod is annotated busy, the idle pod 
   // An auto-applied run whose apply waits for the gate: one agent busy, the other idle.
   const ws = "busy-scale-in";
   await callOk(stack.server.url, routes.createWorkspace, stack.server.adminToken, { body: { name: ws, pool: stack.pool } });
-  const config = `resource "terraform_data" "wait" {\n  provisioner "local-exec" {\n    command = "echo started-busy; while [ ! -f ${gate} ]; do sleep 0.2; done; echo gate-open"\n  }\n}\n`;
+  const config = `resource "terraform_data" "wait" {\n${gates.provisioner("busy")}}\n`;
   const cv = await callOk(stack.server.url, routes.uploadConfiguration, stack.server.adminToken, { params: { ws }, body: rawTarGz([{ path: "main.tf", content: config }]) });
   const run = await callOk(stack.server.url, routes.createRun, stack.server.adminToken, { body: { workspace: ws, configurationVersionId: cv.id, autoApply: true } });
   let busyPod: any;
   try {
     await until("the apply running", () => runLog(stack.server, run.id, "apply").catch(() => ""), (l) => l.includes("started-busy"), 120_000);
+    await until("the apply waiting at its gate", async () => gates.waiting("busy"), (n) => n === 1, 30_000);
     const annotated = await until("the busy agent's pod annotated", pods, (ps) => ps.filter((p) => busyOf(p) === "true").length === 1, 30_000);
     busyPod = annotated.find((p) => busyOf(p) === "true");
   } catch (e) {
@@ -91,13 +99,16 @@ test("scale-in while one agent is busy: its pod is annotated busy, the idle pod 
   const left = await until("one pod left", async () => (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods`)).body.items as any[], (ps) => ps.length === 1, 60_000);
   assert.equal(left[0].metadata.name, busyPod.metadata.name, "scale-in never picks the busy agent");
 
-  writeFileSync(gate, "");
+  gates.open("busy");
   const done = await stack.waitForRun(run.id, ["applied", "errored", "canceled"], 120_000);
   assert.equal(done.status, "applied", `${await runLog(stack.server, run.id, "apply")}\n${await diagnose()}`);
   const idleAgain = await until("the pod annotated idle again", pods, (ps) => ps.length === 1 && busyOf(ps[0]) === "false", 30_000);
   assert.equal(idleAgain[0].metadata.annotations["controller.kubernetes.io/pod-deletion-cost"], undefined);
   assert.equal(idleAgain[0].metadata.annotations["cluster-autoscaler.kubernetes.io/safe-to-evict"], undefined);
 
+  // With the built images: the agents and their sidecars were real containers, and terraform came from the releases.
+  await assertRanFromImages(images, startedAt, [["drover", "agent"], ["drover", "pod-annotator"]]);
+  if (images.built) assert.ok((releases.downloads.get("terraform_1.11.4_linux_amd64.zip") ?? 0) >= 1, "the busy agent downloaded terraform from the releases");
   // The chart's RBAC covered every call; the sidecar's ServiceAccount may get and patch pods, nothing more.
   assert.deepEqual(cluster.denials.filter((d) => d.user.startsWith(`system:serviceaccount:${ns}:`)), []);
   const sa = `system:serviceaccount:${ns}:${busyPod.spec.serviceAccountName}`;

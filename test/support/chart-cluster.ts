@@ -9,6 +9,7 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 import { droverBin } from "./processes.js";
 import { kube, until, type startTestCluster, type TestCluster } from "../kube/cluster.js";
 import { ensureImages, podmanOk, podmanUnavailable, type BuiltImages } from "./podman.js";
+import type { TestReleaseServer } from "./engine-releases.js";
 
 /** The repository root (this file runs from test/dist/support). */
 export const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
@@ -72,6 +73,32 @@ export async function chartImages(shared: string): Promise<ChartImages> {
   const tfrc = join(shared, "runner.tfrc");
   writeFileSync(tfrc, "");
   return { options: droverImageOptions(), built: undefined, runnerEnv: { TF_CLI_CONFIG_FILE: tfrc, CHECKPOINT_DISABLE: "1" }, execLoopPath: join(repo, "packages", "agent", "exec-loop", "exec-loop.sh") };
+}
+
+/** The task.runner and task.execLoopPath values of agent-job and agent-k8s that run task pods' runners as `images` says. */
+export function runnerValues(images: ChartImages): string[] {
+  return [
+    "--set", `task.runner.image=${runnerImage}`,
+    ...(images.execLoopPath ? ["--set", `task.execLoopPath=${images.execLoopPath}`] : []),
+    ...Object.entries(images.runnerEnv).flatMap(([name, value]) => ["--set-string", `task.runner.extraEnv.${name}=${value}`]),
+  ];
+}
+
+/**
+ * agent-local's values that make its agent download terraform from `releases` and trust their
+ * test signing key: the drover image carries no terraform (decision 0023). The host-process shim
+ * needs none (it finds the host's terraform on PATH).
+ */
+export function localEngineValues(images: ChartImages, releases: TestReleaseServer): string[] {
+  if (!images.built) return [];
+  return ["--set", `agent.engines.terraformReleasesUrl=${releases.base("terraform")}`, "--set-file", `agent.engines.signingKeys=${releases.keyFile}`, "--set", `agent.engines.trustedFingerprints=${releases.fingerprint}`];
+}
+
+/** With the built images, asserts that each `[image, container]` ran as a real container since `since`. */
+export async function assertRanFromImages(images: ChartImages, since: Date, containers: Array<["drover" | "runner", string]>): Promise<void> {
+  if (!images.built) return;
+  const started = await startedContainers(since);
+  for (const [image, container] of containers) assertStarted(started, images.built.images[image], container);
 }
 
 /** The test cluster's podman containers started since `since`, as `<image> <container name>` lines. */
