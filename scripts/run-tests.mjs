@@ -102,7 +102,8 @@ function killTests(signal) {
  * the tests that do not need it. Output goes to <cache>/images-build.log.
  */
 function prebuildImages() {
-  if (!files.some((f) => /(images|podman|docker|pulumi-cluster)[^/]*\.test\.js$/.test(f))) return;
+  // The chart tests' clusters run the images too (chartImages in test/support/chart-cluster.ts).
+  if (!files.some((f) => /(images|podman|docker|pulumi-cluster)[^/]*\.test\.js$|\/charts\/[^/]*(install|upgrade|disruptions|cluster)[^/]*\.test\.js$/.test(f))) return;
   if (process.getuid?.() !== 0 || spawnSync("sh", ["-c", "command -v podman && command -v debootstrap || test -x /usr/sbin/debootstrap"], { stdio: "ignore" }).status !== 0) return;
   const script = join(dirname(fileURLToPath(import.meta.url)), "build-images.mjs");
   const log = spawnSync(process.execPath, [script, "--env"], { encoding: "utf8" });

@@ -8,24 +8,32 @@
 // server closes every watch after 1.5 s throughout, so the controller's re-watch paths run.
 // And agent-k8s: controller and per-node worker Ready through their probes, the worker's
 // root init container prepares the hostPath data home, examples/hello completes.
+// Where podman runs here (root, podman, runc), every pod is a real container of the locally built
+// drover and runner images (UID 1000, read-only roots, the chart's volumes and env); elsewhere the
+// host-process shim stands in (chartImages).
 import assert from "node:assert/strict";
-import { mkdirSync, readdirSync, writeFileSync } from "node:fs";
+import { readdirSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
-import { applyRendered, createServiceMonitorCrd, droverImageOptions, isReady, kubectlOut, namespace, repo, template, templateAgentK8s, chartTimings } from "../support/chart-cluster.js";
+import { applyRendered, assertRanFromImages, chartImages, createServiceMonitorCrd, isReady, kubectlOut, namespace, repo, runnerValues, template, templateAgentK8s, chartTimings, type ChartImages } from "../support/chart-cluster.js";
+import { startRunGates, type RunGates } from "../support/run-gate.js";
 import { kube, startTestCluster, until, type TestCluster } from "../kube/cluster.js";
 import { routes } from "@drover/protocol";
 
 const fakeToken = "drv_p_eyJ1cmwiOiJodHRwOi8veCIsInBvb2wiOiJwIn0.eA";
 let cluster: TestCluster;
 let stack: Stack;
+let images: ChartImages;
+let gates: RunGates;
 let watches = 0;
+const shared = join(repo, "test", "dist", ".chart-cluster");
 
 before(async () => {
+  images = await chartImages(shared);
   cluster = await startTestCluster({
     timings: chartTimings,
-    ...droverImageOptions(),
+    ...images.options,
     // The server ends every watch after 1.5 s, so the controller's re-list/re-watch runs many times per test.
     watchTimeoutMs: 1500,
     onRequest: (_m, url) => {
@@ -33,10 +41,12 @@ before(async () => {
     },
   });
   stack = await startStack();
+  gates = await startRunGates();
   await createServiceMonitorCrd(cluster);
-});
+}, { timeout: 20 * 60_000 });
 
 after(async () => {
+  await gates?.close();
   await stack?.stop();
   await cluster?.close();
 });
@@ -76,19 +86,14 @@ test("every chart, with defaults and each ci/ values file, passes PodSecurity ad
 test("agent-job in a restricted namespace: Ready through its probes, examples/hello completes, and a drain of its node ends the run in flight with a reason", async () => {
   const ns = "drover-job";
   await namespace(cluster, ns, "restricted");
-  const shared = join(repo, "test", "dist", ".chart-cluster");
-  mkdirSync(shared, { recursive: true });
-  const tfrc = join(shared, "runner.tfrc");
-  writeFileSync(tfrc, "");
+  const since = new Date();
   const rendered = template("agent-job", ns, [
     "--set", `agent.token=${stack.poolToken}`,
     "--set", `agent.url=${stack.server.url}`,
     "--set", "image.tag=test",
     "--set", `agent.healthPort=${20000 + Math.floor(Math.random() * 20000)}`,
     "--set", "agent.imagePullGracePeriodSeconds=5",
-    "--set", `task.execLoopPath=${join(repo, "packages", "agent", "exec-loop", "exec-loop.sh")}`,
-    "--set", "task.runner.image=ghcr.io/drover-dev/drover-runner:test",
-    "--set", `task.runner.extraEnv.TF_CLI_CONFIG_FILE=${tfrc}`,
+    ...runnerValues(images),
   ]);
   const applied = await applyRendered(cluster, ns, rendered);
   assert.equal(applied.code, 0, applied.out);
@@ -96,7 +101,7 @@ test("agent-job in a restricted namespace: Ready through its probes, examples/he
   const diagnose = async () => `${(await kubectlOut(cluster, ["get", "pods,events", "-n", ns, "-o", "wide"])).out}\n${(await kubectlOut(cluster, ["logs", "-n", ns, "-l", "app.kubernetes.io/component=controller", "--tail=50"])).out}`;
   let ready: any[];
   try {
-    ready = await until("the controller Ready through its readiness probe", controllerPods, (ps) => ps.length === 1 && isReady(ps[0]), 60_000);
+    ready = await until("the controller Ready through its readiness probe", controllerPods, (ps) => ps.length === 1 && isReady(ps[0]), 120_000);
   } catch (e) {
     assert.fail(`${(e as Error).message}\n${await diagnose()}`);
   }
@@ -106,14 +111,18 @@ test("agent-job in a restricted namespace: Ready through its probes, examples/he
 
   await stack.server.api(routes.createWorkspace, { body: { name: "cluster-hello", pool: stack.pool } });
   const hello = await stack.startRun(join(repo, "examples", "hello"), "cluster-hello", ["--auto-apply"]);
-  const done = await stack.waitForRun(hello, ["applied", "errored", "canceled"], 120_000);
+  const done = await stack.waitForRun(hello, ["applied", "errored", "canceled"], 240_000);
   assert.equal(done.status, "applied", `${await runLog(stack.server, hello, "plan")}\n${await runLog(stack.server, hello, "apply")}\n${await diagnose()}`);
+  assert.match(await runLog(stack.server, hello, "apply"), /Hello from Drover/);
+  // With the built images: the controller, the task pods' drover-init and worker, and their runners were real containers.
+  await assertRanFromImages(images, since, [["drover", "controller"], ["drover", "drover-init"], ["drover", "worker"], ["runner", "runner"]]);
 
-  // A run in flight on the node, then the node drained.
+  // A run in flight on the node (held at a gate never opened), then the node drained.
   await stack.server.api(routes.createWorkspace, { body: { name: "cluster-drain", pool: stack.pool } });
-  const dir = writeConfig(shared, "long", { "main.tf": `resource "terraform_data" "long" {\n  input = timestamp()\n  provisioner "local-exec" {\n    command = "echo started-long; sleep 300"\n  }\n}\n` });
+  const dir = writeConfig(shared, "long", { "main.tf": `resource "terraform_data" "long" {\n  input = timestamp()\n${gates.provisioner("long")}}\n` });
   const long = await stack.startRun(dir, "cluster-drain", ["--auto-apply"]);
   await until("the long apply running", () => runLog(stack.server, long, "apply").catch(() => ""), (l) => l.includes("started-long"), 120_000);
+  await until("the long apply held at its gate", async () => gates.waiting("long"), (n) => n === 1, 60_000);
   const node = ready[0].spec.nodeName as string;
   const started = Date.now();
   const drain = await kubectlOut(cluster, ["drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=60s"]);
@@ -141,18 +150,13 @@ test("agent-job in a restricted namespace: Ready through its probes, examples/he
 test("agent-k8s in a privileged namespace: the controller and the per-node worker become Ready through their probes, the worker prepares the hostPath data home, and examples/hello completes", async () => {
   const ns = "drover-nodes";
   await namespace(cluster, ns, "privileged");
-  const shared = join(repo, "test", "dist", ".chart-cluster");
-  mkdirSync(shared, { recursive: true });
-  const tfrc = join(shared, "runner.tfrc");
-  writeFileSync(tfrc, "");
+  const since = new Date();
   const rendered = templateAgentK8s(ns, 20000 + Math.floor(Math.random() * 20000), [
     "--set", `agent.token=${stack.poolToken}`,
     "--set", `agent.url=${stack.server.url}`,
     "--set", "image.tag=test",
     "--set", "workerDaemonSet.prepareDataHome=true",
-    "--set", `task.execLoopPath=${join(repo, "packages", "agent", "exec-loop", "exec-loop.sh")}`,
-    "--set", "task.runner.image=ghcr.io/drover-dev/drover-runner:test",
-    "--set", `task.runner.extraEnv.TF_CLI_CONFIG_FILE=${tfrc}`,
+    ...runnerValues(images),
   ]);
   const applied = await applyRendered(cluster, ns, rendered);
   assert.equal(applied.code, 0, applied.out);
@@ -160,7 +164,7 @@ test("agent-k8s in a privileged namespace: the controller and the per-node worke
   const diagnose = async () => `${(await kubectlOut(cluster, ["get", "pods,events", "-n", ns, "-o", "wide"])).out}\n${(await kubectlOut(cluster, ["logs", "-n", ns, "-l", "app.kubernetes.io/component=worker", "--tail=40"])).out}\n${(await kubectlOut(cluster, ["logs", "-n", ns, "-l", "app.kubernetes.io/component=controller", "--tail=40"])).out}`;
   const component = (ps: any[], c: string) => ps.filter((p) => p.metadata.labels?.["app.kubernetes.io/component"] === c);
   try {
-    await until("the controller and the worker Ready through their probes", pods, (ps) => component(ps, "controller").some(isReady) && component(ps, "worker").some(isReady), 60_000);
+    await until("the controller and the worker Ready through their probes", pods, (ps) => component(ps, "controller").some(isReady) && component(ps, "worker").some(isReady), 120_000);
   } catch (e) {
     assert.fail(`${(e as Error).message}\n${await diagnose()}`);
   }
@@ -169,9 +173,11 @@ test("agent-k8s in a privileged namespace: the controller and the per-node worke
   assert.deepEqual([ds.status.desiredNumberScheduled, ds.status.numberReady, ds.status.updatedNumberScheduled], [1, 1, 1]);
   await stack.server.api(routes.createWorkspace, { body: { name: "nodes-hello", pool: stack.pool } });
   const hello = await stack.startRun(join(repo, "examples", "hello"), "nodes-hello", ["--auto-apply"]);
-  const done = await stack.waitForRun(hello, ["applied", "errored", "canceled"], 120_000);
+  const done = await stack.waitForRun(hello, ["applied", "errored", "canceled"], 240_000);
   assert.equal(done.status, "applied", `${JSON.stringify(done)}\n${await runLog(stack.server, hello, "plan")}\n${await diagnose()}`);
   assert.match(await runLog(stack.server, hello, "apply"), /Hello from Drover/);
+  // With the built images: the controller, the node's worker and its prepare-data-home init container, and the run pods' runners were real containers.
+  await assertRanFromImages(images, since, [["drover", "controller"], ["drover", "prepare-data-home"], ["drover", "worker"], ["runner", "runner"]]);
   // The controller grants the worker `get` on each run's job Secret by name, per run (decision 0009); a
   // worker that reads it before that RoleBinding exists is refused and retries — the only 403 allowed.
   const perRunRace = (d: { verb: string; resource: string; name?: string }) => d.verb === "get" && d.resource === "secrets" && /-job$/.test(d.name ?? "");

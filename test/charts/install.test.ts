@@ -1,22 +1,25 @@
 import assert from "node:assert/strict";
-import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { startStack, type Stack } from "../support/stack.js";
-import { applyRendered, createServiceMonitorCrd, droverImageOptions, kubectlOut, namespace, repo, template } from "../support/chart-cluster.js";
+import { applyRendered, assertRanFromImages, chartImages, createServiceMonitorCrd, kubectlOut, namespace, repo, runnerValues, template, type ChartImages } from "../support/chart-cluster.js";
 import { fastTimings, kube, startTestCluster, until, type TestCluster } from "../kube/cluster.js";
 import { routes } from "@drover/protocol";
 
 // The charts installed on the test cluster with kubectl apply; agent-job's controller then runs
-// in the cluster (a Deployment pod) and completes examples/hello against the real server.
+// in the cluster (a Deployment pod) and completes examples/hello against the real server. Where
+// podman runs here, the pods are real containers of the locally built drover and runner images.
 
 let cluster: TestCluster;
 let stack: Stack;
+let images: ChartImages;
+const startedAt = new Date();
 
 before(async () => {
+  images = await chartImages(join(repo, "test", "dist", ".chart-install"));
   cluster = await startTestCluster({
     timings: fastTimings,
-    ...droverImageOptions(),
+    ...images.options,
     // Room for every chart's pods at once: the first test leaves them all applied, and the
     // scheduler counts their requests against the node's allocatable.
     nodes: [{ name: "ktc-node", allocatable: { cpu: "64", memory: "256Gi", pods: "500" } }],
@@ -24,7 +27,7 @@ before(async () => {
   stack = await startStack();
   // The Prometheus Operator's CRD, so the maximal values (ServiceMonitor on) apply too.
   await createServiceMonitorCrd(cluster);
-});
+}, { timeout: 20 * 60_000 });
 
 after(async () => {
   await stack?.stop();
@@ -47,21 +50,14 @@ test("every chart, with default and maximal values, applies with kubectl to the 
 });
 
 test("agent-job installed on the test cluster completes examples/hello end to end", async () => {
-  // Pods mount an emptyDir over /tmp: give them files from elsewhere. The controller reaches the
-  // API in-cluster, with its ServiceAccount's token under the chart's RBAC.
-  const shared = join(repo, "test", "dist", ".chart-install");
-  mkdirSync(shared, { recursive: true });
-  const tfrc = join(shared, "runner.tfrc");
-  writeFileSync(tfrc, "");
+  // The controller reaches the API in-cluster, with its ServiceAccount's token under the chart's RBAC.
   const rendered = template("agent-job", "drover", [
     "--set", `agent.token=${stack.poolToken}`,
     "--set", `agent.url=${stack.server.url}`,
     "--set", "image.tag=test",
     "--set", `agent.healthPort=${20000 + Math.floor(Math.random() * 20000)}`,
     "--set", "agent.imagePullGracePeriodSeconds=5",
-    "--set", `task.execLoopPath=${join(repo, "packages", "agent", "exec-loop", "exec-loop.sh")}`,
-    "--set", "task.runner.image=ghcr.io/drover-dev/drover-runner:test",
-    "--set", `task.runner.extraEnv.TF_CLI_CONFIG_FILE=${tfrc}`,
+    ...runnerValues(images),
   ]);
   await namespace(cluster, "drover");
   const applied = await applyRendered(cluster, "drover", rendered);
@@ -79,4 +75,5 @@ test("agent-job installed on the test cluster completes examples/hello end to en
   assert.match(res.stdout, /Apply complete!/);
   const jobs = await kubectlOut(cluster, ["get", "jobs", "-n", "drover", "-l", "drover.dev/controller=d-job-agent-job", "-o", "name"]);
   assert.equal(jobs.out.trim().split("\n").length, 2, jobs.out);
+  await assertRanFromImages(images, startedAt, [["drover", "controller"], ["drover", "worker"], ["runner", "runner"]]);
 });

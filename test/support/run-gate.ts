@@ -39,9 +39,9 @@ export async function startRunGates(): Promise<RunGates> {
   const port = typeof address === "object" && address ? address.port : 0;
   return {
     provisioner(name) {
-      // HTTP/1.0 and `connection: close`: the answer ends the stream, so `cat` returns; grep makes a
-      // connection dropped without the answer a failure rather than an opened gate.
-      const get = `exec 3<>/dev/tcp/127.0.0.1/${port} && printf 'GET /gate/${encodeURIComponent(name)} HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3 | grep gate-open`;
+      // grep replaces the shell (exec), so a signal to the provisioner's process reaches the only
+      // process holding its output; it fails when the connection drops without the answer.
+      const get = `set -e; exec 3<>/dev/tcp/127.0.0.1/${port}; printf 'GET /gate/${encodeURIComponent(name)} HTTP/1.0\\r\\n\\r\\n' >&3; exec grep gate-open <&3`;
       return `  provisioner "local-exec" {\n    interpreter = ["/bin/bash", "-c"]\n    command = ${JSON.stringify(`echo started-${name}; ${get}`)}\n  }\n`;
     },
     open(name) {
