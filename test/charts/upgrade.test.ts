@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
-import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
-import { applyAgentTaskCrd, droverImageOptions, isReady, kubectlOut, namespace, repo, template } from "../support/chart-cluster.js";
+import { applyAgentTaskCrd, assertRanFromImages, chartImages, isReady, kubectlOut, namespace, repo, runnerValues, template, type ChartImages } from "../support/chart-cluster.js";
+import { startRunGates, type RunGates } from "../support/run-gate.js";
 import { eventually, fastTimings, kube, startTestCluster, type TestCluster } from "../kube/cluster.js";
 import { routes } from "@drover/protocol";
 
@@ -13,9 +13,14 @@ import { routes } from "@drover/protocol";
 //  - kubectl drain completes with the chart's default PDB (it used to be minAvailable: 1 of 1);
 //  - agent-k8s's per-node workers survive an upgrade (OnDelete) and come back on the new
 //    template once deleted.
+// Where podman runs here, the pods are real containers of the locally built drover and runner
+// images; elsewhere the host-process shim stands in (chartImages).
 
 let cluster: TestCluster;
 let stack: Stack;
+let images: ChartImages;
+let gates: RunGates;
+const startedAt = new Date();
 
 /** `helm upgrade`: the chart's rendering (release `rel`) re-applied. */
 async function apply(ns: string, chart: string, args: string[]): Promise<void> {
@@ -35,16 +40,19 @@ async function observed(path: string): Promise<void> {
 }
 
 before(async () => {
+  images = await chartImages(join(repo, "test", "dist", ".chart-upgrade"));
   cluster = await startTestCluster({
     timings: fastTimings,
-    ...droverImageOptions(),
+    ...images.options,
     nodes: [{ name: "node-a" }, { name: "node-b" }],
   });
   stack = await startStack();
+  gates = await startRunGates();
   await applyAgentTaskCrd(cluster);
-});
+}, { timeout: 20 * 60_000 });
 
 after(async () => {
+  await gates?.close();
   await stack?.stop();
   await cluster?.close();
 });
@@ -53,19 +61,12 @@ test("agent-job: a new token restarts the controller, the same values do not; ku
   const ns = "upgrade-job";
   await namespace(cluster, ns);
   const port = 20000 + Math.floor(Math.random() * 20000);
-  // Pods mount an emptyDir over /tmp: the runner's terraform config lives elsewhere.
-  const shared = join(repo, "test", "dist", ".chart-upgrade");
-  mkdirSync(shared, { recursive: true });
-  const tfrc = join(shared, "runner.tfrc");
-  writeFileSync(tfrc, "");
   const values = (token: string) => [
     "--set", `agent.token=${token}`,
     "--set", `agent.url=${stack.server.url}`,
     "--set", "image.tag=test",
     "--set", `agent.healthPort=${port}`,
-    "--set", `task.execLoopPath=${join(repo, "packages", "agent", "exec-loop", "exec-loop.sh")}`,
-    "--set", "task.runner.image=ghcr.io/drover-dev/drover-runner:test",
-    "--set", `task.runner.extraEnv.TF_CLI_CONFIG_FILE=${tfrc}`,
+    ...runnerValues(images),
   ];
   await apply(ns, "agent-job", values(stack.poolToken));
   const [first] = await eventually("the controller Ready (registered, watches synced)", async () => {
@@ -101,16 +102,25 @@ test("agent-job: a new token restarts the controller, the same values do not; ku
   const done = await stack.waitForRun(hello, ["applied", "errored", "canceled"], 120_000);
   assert.equal(done.status, "applied", await runLog(stack.server, hello, "apply"));
 
-  // The controller pod deleted mid-apply: its replacement finds the Job; the run completes once.
-  const long = { "main.tf": 'resource "terraform_data" "long" {\n  input = timestamp()\n  provisioner "local-exec" {\n    command = "echo started-long; sleep 4"\n  }\n}\n' };
+  // The controller pod deleted mid-apply (the apply held at a gate): its replacement finds the
+  // Job; once the gate opens the run completes once.
+  const long = { "main.tf": `resource "terraform_data" "long" {\n  input = timestamp()\n${gates.provisioner("long")}}\n` };
   const runId = await stack.startRun(writeConfig(stack.dir, "upgraded-long", long), "upgraded", ["--auto-apply"]);
   await eventually("the apply to run", async () => (await runLog(stack.server, runId, "apply")).includes("started-long"), 90_000);
+  await eventually("the apply held at its gate", async () => gates.waiting("long") === 1, 30_000);
   const [current] = await podsOf(ns, "controller");
   assert.equal((await kube(cluster, "DELETE", `/api/v1/namespaces/${ns}/pods/${current.metadata.name as string}`)).status, 200);
+  await eventually("the replacement controller Ready", async () => {
+    const ps = await podsOf(ns, "controller");
+    return ps.length === 1 && ps[0].metadata.uid !== current.metadata.uid && isReady(ps[0]);
+  }, 90_000);
+  assert.equal(gates.waiting("long"), 1, "the apply went on while the controller was replaced");
+  gates.open("long");
   const finished = await stack.waitForRun(runId, ["applied", "errored", "canceled"], 120_000);
   assert.equal(finished.status, "applied", await runLog(stack.server, runId, "apply"));
   const jobs = (await kube(cluster, "GET", `/apis/batch/v1/namespaces/${ns}/jobs?labelSelector=${encodeURIComponent(`drover.dev/run-id=${runId}`)}`)).body.items as any[];
   assert.deepEqual(jobs.map((j) => j.metadata.labels["drover.dev/phase"]).sort(), ["apply", "plan"], "one Job per phase: nothing ran twice");
+  await assertRanFromImages(images, startedAt, [["drover", "controller"], ["drover", "worker"], ["runner", "runner"]]);
 });
 
 test("agent-k8s: an upgrade leaves every per-node worker running (OnDelete); a deleted one comes back on the new template", async () => {
@@ -139,4 +149,5 @@ test("agent-k8s: an upgrade leaves every per-node worker running (OnDelete); a d
   });
   assert.equal(env(handedOver.find((p) => p.spec.nodeName === before[0].spec.nodeName)), "plain");
   assert.equal(env(handedOver.find((p) => p.metadata.uid === before[1].metadata.uid)), "json", "the other node's worker is untouched");
+  await assertRanFromImages(images, startedAt, [["drover", "worker"]]);
 });
