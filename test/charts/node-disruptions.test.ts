@@ -1,10 +1,11 @@
 import assert from "node:assert/strict";
-import { mkdirSync, writeFileSync } from "node:fs";
+import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
 import { remoteStateConfig, startPrivateTlsStateServer, type PrivateTlsStateServer } from "../support/private-ca.js";
-import { applyAgentTaskCrd, droverImageOptions, kubectlOut, namespace, repo, template } from "../support/chart-cluster.js";
+import { applyAgentTaskCrd, assertRanFromImages, chartImages, kubectlOut, namespace, repo, runnerValues, template, type ChartImages } from "../support/chart-cluster.js";
+import { startRunGates, type RunGates } from "../support/run-gate.js";
 import { eventually, fastTimings, kube, startTestCluster, type TestCluster } from "../kube/cluster.js";
 import { routes } from "@drover/protocol";
 
@@ -18,12 +19,18 @@ import { routes } from "@drover/protocol";
 //  - the seed's container_task_ca_cert (task.caBundle): in node mode too, a run reading state
 //    over TLS from a server with a private CA fails without it and succeeds with it; and
 //    global.podLabels reach the workers and run pods.
+// Where podman runs here, the pods are real containers of the locally built drover and runner
+// images; elsewhere the host-process shim stands in (chartImages). Runs are held mid-apply at run
+// gates, which answer over the network, so they hold inside containers too.
 
 const ns = "node-disruptions";
 let cluster: TestCluster;
 let stack: Stack;
 let tls: PrivateTlsStateServer;
 let render: (extra: string[]) => string;
+let images: ChartImages;
+let gates: RunGates;
+const startedAt = new Date();
 
 const podsOf = async (component: string) =>
   (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods?labelSelector=${encodeURIComponent(`app.kubernetes.io/component=${component}`)}`)).body.items as any[];
@@ -33,18 +40,16 @@ const diagnose = async () =>
   `${(await kubectlOut(cluster, ["get", "pods,jobs,events", "-n", ns, "-o", "wide"])).out}\n${(await kubectlOut(cluster, ["logs", "-n", ns, "-l", "app.kubernetes.io/component=worker", "--tail=30"])).out}\n${(await kubectlOut(cluster, ["logs", "-n", ns, "-l", "app.kubernetes.io/component=controller", "--tail=30"])).out}`;
 
 before(async () => {
-  cluster = await startTestCluster({ timings: fastTimings, ...droverImageOptions(), nodes: [{ name: "node-a" }, { name: "node-b" }] });
+  images = await chartImages(join(repo, "test", "dist", ".chart-node-disruptions"));
+  cluster = await startTestCluster({ timings: fastTimings, ...images.options, nodes: [{ name: "node-a" }, { name: "node-b" }] });
   stack = await startStack();
+  gates = await startRunGates();
   // A run pod that reaches a node before its worker has the kubelet create the init container's
   // subPath ready/ root-owned (seen as runs stuck in Init on node-b): the chart's node
   // preparation must hand it to the worker, which otherwise can never mark a run ready there.
   for (const node of ["node-a", "node-b"]) mkdirSync(cluster.hostPath("/var/lib/drover-agent/ready", node), { recursive: true, mode: 0o755 });
   await namespace(cluster, ns, "privileged");
   await applyAgentTaskCrd(cluster, ns);
-  const shared = join(repo, "test", "dist", ".chart-node-disruptions");
-  mkdirSync(shared, { recursive: true });
-  const tfrc = join(shared, "runner.tfrc");
-  writeFileSync(tfrc, "");
   tls = await startPrivateTlsStateServer("hello from a node over private TLS");
   render = (extra) => template("agent-k8s", ns, [
     "--set", `agent.token=${stack.poolToken}`,
@@ -53,9 +58,7 @@ before(async () => {
     // Pods share this machine's network here: no health port, so no two processes bind one.
     "--set", "agent.healthPort=0",
     "--set", "workerDaemonSet.prepareDataHome=true",
-    "--set", `task.execLoopPath=${join(repo, "packages", "agent", "exec-loop", "exec-loop.sh")}`,
-    "--set", "task.runner.image=ghcr.io/drover-dev/drover-runner:test",
-    "--set", `task.runner.extraEnv.TF_CLI_CONFIG_FILE=${tfrc}`,
+    ...runnerValues(images),
     "--set", "global.podLabels.tier=infra",
     ...extra,
   ], { release: "rel", crds: false });
@@ -65,35 +68,39 @@ before(async () => {
     const workers = await podsOf("worker");
     const agents = (await stack.server.api(routes.listAgents, { query: { pool: stack.pool } })).body.items as any[];
     return workers.length === 2 && workers.every((p) => p.status?.phase === "Running") && agents.some((a) => a.driver === "kubernetes" && a.status !== "offline");
-  }, 90_000).catch(async (e: Error) => assert.fail(`${e.message}\n${await diagnose()}`));
-});
+  }, 120_000).catch(async (e: Error) => assert.fail(`${e.message}\n${await diagnose()}`));
+}, { timeout: 20 * 60_000 });
 
 after(async () => {
+  await gates?.close();
   tls?.close();
   await stack?.stop();
   await cluster?.close();
 });
 
-/** A run whose apply prints `started-<name>` and then takes `seconds`. */
-async function longRun(name: string, seconds: number): Promise<string> {
+/** A run whose apply prints `started-<name>` and then waits at gate `name` (until gates.open(name)). */
+async function longRun(name: string): Promise<string> {
   assert.equal((await stack.server.api(routes.createWorkspace, { body: { name, pool: stack.pool } })).status, 201);
-  const dir = writeConfig(stack.dir, name, { "main.tf": `resource "terraform_data" "long" {\n  input = timestamp()\n  provisioner "local-exec" {\n    command = "echo started-${name}; sleep ${seconds}"\n  }\n}\n` });
+  const dir = writeConfig(stack.dir, name, { "main.tf": `resource "terraform_data" "long" {\n  input = timestamp()\n${gates.provisioner(name)}}\n` });
   const runId = await stack.startRun(dir, name, ["--auto-apply"]);
-  await eventually("the apply to run", async () => (await runLog(stack.server, runId, "apply").catch(() => "")).includes(`started-${name}`), 120_000).catch(async (e: Error) => assert.fail(`${e.message}\n${await diagnose()}`));
+  await eventually("the apply to run", async () => (await runLog(stack.server, runId, "apply").catch(() => "")).includes(`started-${name}`), 240_000).catch(async (e: Error) => assert.fail(`${e.message}\n${await diagnose()}`));
+  await eventually("the apply held at its gate", async () => gates.waiting(name) === 1, 30_000);
   return runId;
 }
 
 test("agent-k8s: the controller pod deleted mid-apply — the new controller adopts the Job, the run completes once, nothing is orphaned", async () => {
-  const runId = await longRun("node-ctl-deleted", 6);
+  const runId = await longRun("node-ctl-deleted");
   const [controller] = await podsOf("controller");
   assert.equal((await kube(cluster, "DELETE", `/api/v1/namespaces/${ns}/pods/${controller.metadata.name as string}`)).status, 200);
-  const done = await stack.waitForRun(runId, ["applied", "errored", "canceled"], 120_000);
-  assert.equal(done.status, "applied", `${await runLog(stack.server, runId, "apply")}\n${await diagnose()}`);
   const [replacement] = await eventually("a new controller pod running", async () => {
     const ps = await podsOf("controller");
     return ps.length === 1 && ps[0].metadata.uid !== controller.metadata.uid && ps[0].status?.phase === "Running" ? ps : undefined;
-  });
+  }, 120_000);
   assert.ok(replacement);
+  assert.equal(gates.waiting("node-ctl-deleted"), 1, "the apply went on while the controller was replaced");
+  gates.open("node-ctl-deleted");
+  const done = await stack.waitForRun(runId, ["applied", "errored", "canceled"], 120_000);
+  assert.equal(done.status, "applied", `${await runLog(stack.server, runId, "apply")}\n${await diagnose()}`);
   assert.deepEqual((await jobsOf(runId)).map((j) => j.metadata.labels["drover.dev/phase"]).sort(), ["apply", "plan"], "one Job per phase: nothing ran twice");
   // The run pods finished; no run pod of this run is still running.
   await eventually("the run's pods finished", async () => {
@@ -103,7 +110,8 @@ test("agent-k8s: the controller pod deleted mid-apply — the new controller ado
 });
 
 test("agent-k8s: kubectl drain of the run's node mid-apply honours the PDB, keeps the node's worker, and ends the run errored with the reason", async () => {
-  const runId = await longRun("node-drained", 300);
+  // Its gate never opens: only the drain ends it.
+  const runId = await longRun("node-drained");
   const [runPod] = (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods?labelSelector=${encodeURIComponent(`drover.dev/run-id=${runId},drover.dev/phase=apply`)}`)).body.items as any[];
   const node = runPod.spec.nodeName as string;
   const workerBefore = (await podsOf("worker")).find((p) => p.spec.nodeName === node);
@@ -162,4 +170,5 @@ test("agent-k8s node mode: task.caBundle makes runs trust a private CA (the seed
   const runPods = await podsOf("task");
   assert.ok(runPods.length >= 2, `run pods: ${runPods.length}`);
   for (const p of [...(await podsOf("worker")), ...runPods]) assert.equal(p.metadata.labels.tier, "infra", p.metadata.name);
+  await assertRanFromImages(images, startedAt, [["drover", "controller"], ["drover", "prepare-data-home"], ["drover", "worker"], ["runner", "runner"]]);
 });

@@ -1,10 +1,10 @@
 import assert from "node:assert/strict";
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { runLog, startStack, type Stack } from "../support/stack.js";
-import { applyAgentTaskCrd, droverImageOptions, kubectlOut, namespace, repo, template } from "../support/chart-cluster.js";
+import { applyAgentTaskCrd, assertRanFromImages, chartImages, kubectlOut, namespace, repo, runnerValues, template, type ChartImages } from "../support/chart-cluster.js";
 import { eventually, fastTimings, kube, startTestCluster, type TestCluster } from "../kube/cluster.js";
 import { routes } from "@drover/protocol";
 
@@ -12,28 +12,32 @@ import { routes } from "@drover/protocol";
 // the test cluster (hostPaths are this machine's paths), in a namespace at the privileged Pod
 // Security level its hostPath needs. examples/hello completes; then `helm upgrade` with a new
 // token restarts the controller and leaves the worker alone (OnDelete), and the next run
-// completes too.
+// completes too. Where podman runs here, the pods are real containers of the locally built drover
+// and runner images; elsewhere the host-process shim stands in (chartImages).
 
 const ns = "drover-k8s";
 let cluster: TestCluster;
 let stack: Stack;
 let home: string;
+let images: ChartImages;
+const startedAt = new Date();
 
 const podsOf = async (component: string) =>
   (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods?labelSelector=${encodeURIComponent(`app.kubernetes.io/component=${component}`)}`)).body.items as any[];
 
 before(async () => {
+  images = await chartImages(join(repo, "test", "dist", ".chart-node-install"));
   cluster = await startTestCluster({
     timings: fastTimings,
     hostPaths: "real",
-    ...droverImageOptions(),
+    ...images.options,
   });
   stack = await startStack();
   home = mkdtempSync(join(tmpdir(), "drover-k8s-install-"));
   rmSync(home, { recursive: true });
   await namespace(cluster, ns, "privileged");
   await applyAgentTaskCrd(cluster, ns);
-});
+}, { timeout: 20 * 60_000 });
 
 after(async () => {
   await stack?.stop();
@@ -42,10 +46,6 @@ after(async () => {
 });
 
 test("agent-k8s installed: examples/hello completes through the node's worker; helm upgrade with a new token restarts the controller only, and runs go on", async () => {
-  const shared = join(repo, "test", "dist", ".chart-node-install");
-  mkdirSync(shared, { recursive: true });
-  const tfrc = join(shared, "runner.tfrc");
-  writeFileSync(tfrc, "");
   const render = (token: string) =>
     template("agent-k8s", ns, [
       "--set", `agent.token=${token}`,
@@ -55,9 +55,7 @@ test("agent-k8s installed: examples/hello completes through the node's worker; h
       "--set", "agent.healthPort=0",
       "--set", `workerDaemonSet.dataHome=${home}`,
       "--set", "workerDaemonSet.prepareDataHome=true",
-      "--set", `task.execLoopPath=${join(repo, "packages", "agent", "exec-loop", "exec-loop.sh")}`,
-      "--set", "task.runner.image=ghcr.io/drover-dev/drover-runner:test",
-      "--set", `task.runner.extraEnv.TF_CLI_CONFIG_FILE=${tfrc}`,
+      ...runnerValues(images),
     ], { release: "rel", crds: false });
   const apply = async (token: string) => {
     const r = await kubectlOut(cluster, ["apply", "-n", ns, "-f", "-"], render(token));
@@ -67,7 +65,7 @@ test("agent-k8s installed: examples/hello completes through the node's worker; h
   const hello = async (workspace: string) => {
     const runId = await stack.startRun(join(repo, "examples", "hello"), workspace, ["--auto-apply"]);
     // A run that never ends says why: the pods, events and both processes' logs.
-    const run = await stack.waitForRun(runId, ["applied", "errored", "canceled"], 120_000).catch(async (e: Error) => assert.fail(`${e.message}\n${await diagnose()}`));
+    const run = await stack.waitForRun(runId, ["applied", "errored", "canceled"], 240_000).catch(async (e: Error) => assert.fail(`${e.message}\n${await diagnose()}`));
     assert.equal(run.status, "applied", `${await runLog(stack.server, runId, "plan")}\n${await runLog(stack.server, runId, "apply")}\n${await diagnose()}`);
   };
 
@@ -87,4 +85,5 @@ test("agent-k8s installed: examples/hello completes through the node's worker; h
   assert.deepEqual((await podsOf("worker")).map((p) => p.metadata.uid), [worker.metadata.uid], "the node's worker was not restarted");
   assert.equal((await stack.server.api(routes.createWorkspace, { body: { name: "k8s-installed-2", pool: stack.pool } })).status, 201);
   await hello("k8s-installed-2");
+  await assertRanFromImages(images, startedAt, [["drover", "controller"], ["drover", "prepare-data-home"], ["drover", "worker"], ["runner", "runner"]]);
 });

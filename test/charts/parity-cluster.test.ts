@@ -8,28 +8,34 @@
 //   it (x509) and succeeds once the value is set;
 // - extraEnvFrom: a ConfigMap's variable reaches the controller process (a value it refuses makes
 //   it exit naming the variable).
+// Where podman runs here, the pods are real containers of the locally built drover and runner
+// images; elsewhere the host-process shim stands in (chartImages).
 import assert from "node:assert/strict";
-import { mkdirSync, writeFileSync } from "node:fs";
+import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
 import { remoteStateConfig, startPrivateTlsStateServer, type PrivateTlsStateServer } from "../support/private-ca.js";
-import { applyRendered, droverImageOptions, isReady, kubectlOut, namespace, repo, template, chartTimings } from "../support/chart-cluster.js";
+import { applyRendered, assertRanFromImages, chartImages, isReady, kubectlOut, namespace, repo, runnerValues, template, chartTimings, type ChartImages } from "../support/chart-cluster.js";
 import { kube, startTestCluster, until, type TestCluster } from "../kube/cluster.js";
 import { routes } from "@drover/protocol";
 
 let cluster: TestCluster;
 let stack: Stack;
 let tls: PrivateTlsStateServer;
+let images: ChartImages;
+const startedAt = new Date();
+const shared = join(repo, "test", "dist", ".chart-cluster-parity");
 
 before(async () => {
+  images = await chartImages(shared);
   cluster = await startTestCluster({
     timings: chartTimings,
-    ...droverImageOptions(),
+    ...images.options,
   });
   stack = await startStack();
   tls = await startPrivateTlsStateServer("hello over private TLS");
-});
+}, { timeout: 20 * 60_000 });
 
 after(async () => {
   tls?.close();
@@ -37,18 +43,13 @@ after(async () => {
   await cluster?.close();
 });
 
-function baseArgs(ns: string, shared: string): string[] {
-  const tfrc = join(shared, "runner.tfrc");
-  writeFileSync(tfrc, "");
+function baseArgs(ns: string): string[] {
   return [
     "--set", `agent.token=${stack.poolToken}`,
     "--set", `agent.url=${stack.server.url}`,
     "--set", "image.tag=test",
     "--set", `agent.healthPort=${20000 + Math.floor(Math.random() * 20000)}`,
-    "--set", `task.execLoopPath=${join(repo, "packages", "agent", "exec-loop", "exec-loop.sh")}`,
-    "--set", "task.runner.image=ghcr.io/drover-dev/drover-runner:test",
-    "--set", `task.runner.extraEnv.TF_CLI_CONFIG_FILE=${tfrc}`,
-    "--set", "task.runner.extraEnv.CHECKPOINT_DISABLE=1",
+    ...runnerValues(images),
     "--namespace", ns,
   ];
 }
@@ -58,10 +59,9 @@ test("agent-job under an existing ServiceAccount, with global pod labels and ann
   await namespace(cluster, ns, "restricted");
   const sa = await kube(cluster, "POST", `/api/v1/namespaces/${ns}/serviceaccounts`, { metadata: { name: "platform-sa" } });
   assert.equal(sa.status, 201, JSON.stringify(sa.body));
-  const shared = join(repo, "test", "dist", ".chart-cluster-parity");
   mkdirSync(shared, { recursive: true });
   const args = [
-    ...baseArgs(ns, shared),
+    ...baseArgs(ns),
     "--set", "serviceAccount.create=false",
     "--set", "serviceAccount.name=platform-sa",
     "--set", "global.podLabels.tier=infra",
@@ -74,7 +74,7 @@ test("agent-job under an existing ServiceAccount, with global pod labels and ann
   const controllerPods = async () => (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods?labelSelector=app.kubernetes.io%2Fcomponent%3Dcontroller`)).body.items as any[];
   let controller: any;
   try {
-    [controller] = await until("the controller Ready", controllerPods, (ps) => ps.length === 1 && isReady(ps[0]), 60_000);
+    [controller] = await until("the controller Ready", controllerPods, (ps) => ps.length === 1 && isReady(ps[0]), 120_000);
   } catch (e) {
     assert.fail(`${(e as Error).message}\n${await diagnose()}`);
   }
@@ -112,6 +112,7 @@ test("agent-job under an existing ServiceAccount, with global pod labels and ann
   }
   // The chart's Role, bound to the existing account, covered every call the controller made.
   assert.deepEqual(cluster.denials.filter((d) => d.user.startsWith(`system:serviceaccount:${ns}:`)), []);
+  await assertRanFromImages(images, startedAt, [["drover", "controller"], ["drover", "worker"], ["runner", "runner"]]);
 });
 
 test("extraEnvFrom: a ConfigMap's variable reaches the controller process", async () => {
@@ -121,9 +122,7 @@ test("extraEnvFrom: a ConfigMap's variable reaches the controller process", asyn
   // have read from the ConfigMap.
   const cm = await kube(cluster, "POST", `/api/v1/namespaces/${ns}/configmaps`, { metadata: { name: "drover-extra" }, data: { DROVER_AGENT_SWEEP_INTERVAL_SECONDS: "0" } });
   assert.equal(cm.status, 201, JSON.stringify(cm.body));
-  const shared = join(repo, "test", "dist", ".chart-cluster-parity");
-  mkdirSync(shared, { recursive: true });
-  const applied = await applyRendered(cluster, ns, template("agent-job", ns, [...baseArgs(ns, shared), "--set", "extraEnvFrom[0].configMapRef.name=drover-extra"], { release: "envfrom" }));
+  const applied = await applyRendered(cluster, ns, template("agent-job", ns, [...baseArgs(ns), "--set", "extraEnvFrom[0].configMapRef.name=drover-extra"], { release: "envfrom" }));
   assert.equal(applied.code, 0, applied.out);
   const logs = await until(
     "the controller refusing the ConfigMap's value",
