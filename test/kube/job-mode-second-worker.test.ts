@@ -53,13 +53,18 @@ test("a second pod for a started job: its worker is refused with job_already_sta
     return (pods.body.items as any[]).find((p) => p.metadata.labels["drover.dev/phase"] === "apply" && p.status?.phase === "Running");
   });
 
-  // The same pod spec (same job Secret, same containers) under another name. Not owned by the
-  // Job and without its labels, so neither the Job controller nor ours counts it as the Job's pod.
+  // The same pod spec (same job Secret, same containers) under another name, owned by the Job
+  // and carrying its labels, as the Job controller's replacement would: both the Job controller
+  // and ours see it as the Job's pod. It has no job-tracking finalizer: a real replacement comes
+  // once the first pod is terminating (its node lost), and the test cluster's Job controller
+  // would otherwise count its end as the Job's completion and delete the first pod, still running here.
   const second = `${first.metadata.name}-again`;
+  const owner = (first.metadata.ownerReferences as any[]).find((r) => r.kind === "Job" && r.controller === true);
+  assert.ok(owner, "the first pod is owned by its Job");
   const created = await kube(cluster, "POST", `/api/v1/namespaces/${ns}/pods`, {
     apiVersion: "v1",
     kind: "Pod",
-    metadata: { name: second, namespace: ns, labels: { "drover.test/role": "second-worker" } },
+    metadata: { name: second, namespace: ns, labels: first.metadata.labels, ownerReferences: [owner] },
     spec: { ...first.spec, nodeName: undefined },
   });
   assert.equal(created.status, 201, JSON.stringify(created.body));
@@ -75,6 +80,7 @@ test("a second pod for a started job: its worker is refused with job_already_sta
   assert.match(workerLog, /job_already_started/, workerLog);
   assert.match(workerLog, /already started by another worker.*no step ran here/, workerLog);
   assert.equal(ended.status.phase, "Succeeded", `the refused worker ends cleanly: ${JSON.stringify(ended.status)}\n${workerLog}`);
+  assert.ok((ended.metadata.ownerReferences as any[]).some((r) => r.uid === owner.uid), "still the Job's pod");
 
   const during = await runLog(stack.server, runId, "apply");
   assert.equal(printed(during, "provisioner-ran"), 1, during);
