@@ -8,6 +8,7 @@ export { LogStream } from "./log-stream.js";
 export { StreamRedactor } from "./redactor.js";
 export { errorExcerpt } from "./job.js";
 export { cacheDispatcher } from "./cache/caches.js";
+export { killTagged, processStartTicks } from "./orphans.js";
 export { ProviderCache, type CacheCounters, type ProviderLease, type ProviderCacheOptions } from "./providers/cache.js";
 export { VerificationError } from "./providers/errors.js";
 export { ModuleCache, type ModuleLease } from "./modules/cache.js";

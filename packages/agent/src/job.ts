@@ -10,7 +10,7 @@ import type { EngineBinary } from "./engine.js";
 import { extractConfiguration } from "./extract.js";
 import type { KeptPlanDirs, PlanDirKey } from "./kept-plans.js";
 import { LogStream } from "./log-stream.js";
-import { agentTag, killTagged, ProcessGroupRecord, processTagVariable } from "./orphans.js";
+import { agentTag, killTagged, ProcessGroupRecord, processStartTicks, processTagVariable } from "./orphans.js";
 import { outputsOfState } from "./state-outputs.js";
 import type { RunningProcess } from "./process.js";
 import { chownTree } from "./run-user.js";
@@ -64,6 +64,8 @@ export class JobRun {
   /** Process groups this job started, recorded in the data directory while it runs. */
   private readonly groups: number[] = [];
   private groupRecord: ProcessGroupRecord | undefined;
+  /** When the job's first process started (clock ticks since boot); unknown when it could not be read. */
+  private firstStart: number | undefined;
   private process: RunningProcess | undefined;
   private canceled = false;
   private stopSignalled = false;
@@ -245,6 +247,8 @@ export class JobRun {
   }
 
   private recordGroup(pgid: number): void {
+    // Every process of this job descends from its first one: none started before it.
+    if (this.groups.length === 0) this.firstStart = processStartTicks(pgid);
     this.groups.push(pgid);
     try {
       this.groupRecord ??= new ProcessGroupRecord(this.config.dataDir, `${this.assignment.jobId}-${this.assignment.attempt}`);
@@ -262,7 +266,7 @@ export class JobRun {
   private async endProcesses(): Promise<void> {
     if (this.groups.length === 0) return;
     try {
-      const killed = await killTagged(this.processTag, this.groups, 10_000);
+      const killed = await killTagged(this.processTag, this.groups, 10_000, this.firstStart);
       if (killed > 0) this.logger.warn({ job: this.id, killed }, "killed processes the job left behind");
       this.groupRecord?.remove();
     } catch (err) {

@@ -61,8 +61,31 @@ interface ProcInfo {
   environ: string;
 }
 
-/** Live processes of this user, from /proc; empty where there is no /proc. */
-function listProcesses(): ProcInfo[] {
+/** The fields of /proc/<pid>/stat after the command name (which is in parentheses and may contain spaces). */
+function statFields(pid: number | string): string[] {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+  return stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+}
+
+/**
+ * When process `pid` started, in clock ticks since boot (/proc/<pid>/stat field 22); undefined
+ * where it cannot be read. A process started from it or after it never has an earlier value.
+ */
+export function processStartTicks(pid: number): number | undefined {
+  try {
+    const ticks = Number(statFields(pid)[19]);
+    return Number.isSafeInteger(ticks) ? ticks : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Live processes of this user, from /proc; empty where there is no /proc. With `startedFrom`
+ * (clock ticks since boot), only processes started then or later: reading every process's
+ * environment is the slow part on a busy host, and older ones cannot be a later job's.
+ */
+function listProcesses(startedFrom?: number): ProcInfo[] {
   if (!existsSync("/proc/self/stat")) return [];
   const out: ProcInfo[] = [];
   for (const name of readdirSync("/proc")) {
@@ -70,10 +93,9 @@ function listProcesses(): ProcInfo[] {
     const pid = Number(name);
     if (pid === process.pid) continue;
     try {
-      const stat = readFileSync(`/proc/${name}/stat`, "utf8");
-      // The command name is in parentheses and may contain spaces: parse after its end.
-      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      const fields = statFields(name);
       if (fields[0] === "Z" || fields[0] === "X") continue;
+      if (startedFrom !== undefined && Number(fields[19]) < startedFrom) continue;
       out.push({ pid, environ: readFileSync(`/proc/${name}/environ`, "latin1") });
     } catch {
       // gone, or not ours to read
@@ -91,10 +113,11 @@ function carries(p: ProcInfo, tag: string): boolean {
 /**
  * Kills every live process that carries `tag` (and, where there is no /proc, the recorded
  * process groups), then waits until they are gone or `timeoutMs` passes. Resolves with the
- * number of processes killed.
+ * number of processes killed. `startedFrom`: the start (processStartTicks) of the first process
+ * that carried the tag; older processes are not looked at.
  */
-export async function killTagged(tag: string, groups: readonly number[], timeoutMs: number): Promise<number> {
-  const targets = listProcesses().filter((p) => carries(p, tag));
+export async function killTagged(tag: string, groups: readonly number[], timeoutMs: number, startedFrom?: number): Promise<number> {
+  const targets = listProcesses(startedFrom).filter((p) => carries(p, tag));
   if (!existsSync("/proc/self/stat")) {
     for (const g of groups) {
       try {
@@ -115,7 +138,7 @@ export async function killTagged(tag: string, groups: readonly number[], timeout
     }
   }
   const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline && listProcesses().some((p) => carries(p, tag))) await pause(50);
+  while (Date.now() < deadline && listProcesses(startedFrom).some((p) => carries(p, tag))) await pause(50);
   return targets.length;
 }
 
