@@ -13,10 +13,11 @@ after(() => {
   for (const c of children) c.kill("SIGKILL");
 });
 
-function tagged(tag: string): ChildProcess {
+/** A tagged process in a session of its own, and its exit (listened to from the start: it may come at any turn). */
+function tagged(tag: string): { child: ChildProcess; exited: Promise<unknown> } {
   const child = spawn("sleep", ["60"], { detached: true, stdio: "ignore", env: { ...process.env, DROVER_AGENT_PROCESS_TAG: tag } });
   children.push(child);
-  return child;
+  return { child, exited: new Promise((r) => child.once("exit", r)) };
 }
 
 const alive = (pid: number): boolean => {
@@ -31,22 +32,23 @@ const alive = (pid: number): boolean => {
 test("processes started before the job's first one are not candidates; those after are killed, in another session too", async () => {
   const tag = `test:${randomUUID()}`;
   const older = tagged(tag);
-  const olderStart = processStartTicks(older.pid!);
+  const olderStart = processStartTicks(older.child.pid!);
   assert.ok(olderStart !== undefined);
   // The job's first process: one that started at least a clock tick after the older one.
   let first: number | undefined;
   while (first === undefined) {
     const probe = spawn("true");
+    const probed = new Promise((r) => probe.once("exit", r));
     const ticks = processStartTicks(probe.pid!);
-    await new Promise((r) => probe.once("exit", r));
+    await probed;
     if (ticks !== undefined && ticks > olderStart) first = ticks;
   }
   const later = tagged(tag);
   assert.equal(await killTagged(tag, [], 10_000, first), 1);
-  await new Promise((r) => later.once("exit", r));
-  assert.ok(alive(older.pid!), "the older process was not looked at");
+  await later.exited;
+  assert.ok(alive(older.child.pid!), "the older process was not looked at");
   // Without a start, every process is a candidate.
   assert.equal(await killTagged(tag, [], 10_000), 1);
-  await new Promise((r) => (older.exitCode !== null || older.signalCode !== null ? r(undefined) : older.once("exit", r)));
+  await older.exited;
   assert.equal(await killTagged(tag, [], 10_000), 0);
 });
