@@ -3,7 +3,6 @@
 // steady window [warm-up, warm-up + duration]: the start-up burst (every agent registering
 // and connecting at once) is reported separately by the caller, not mixed into the p99.
 // Prints one JSON line at the end.
-import { setMaxListeners } from "node:events";
 import { monitorEventLoopDelay } from "node:perf_hooks";
 import { DroverClient, routes } from "@drover/protocol";
 import { Agent } from "undici";
@@ -33,9 +32,9 @@ await new Promise<void>((resolve) => process.stdin.once("data", () => resolve())
 const start = performance.now();
 const windowStart = start + warmupMs;
 const windowEnd = windowStart + durationMs;
-const stop = new AbortController();
-// Every simulated agent's long-poll listens on this one signal.
-setMaxListeners(0, stop.signal);
+// One controller per simulated agent, all aborted at the end: a thousand polls listening on one
+// signal made every call's add/remove of its abort listener walk a thousand-long list.
+const stops = sessions.map(() => new AbortController());
 const latencies: number[] = [];
 let errors = 0;
 /** The first few distinct failures, so a failing fleet says why. */
@@ -47,6 +46,7 @@ const failed = (err: unknown) => {
 
 await Promise.all(
   sessions.map(async ({ session, interval }, i) => {
+    const stop = stops[i]!;
     const polling = (async () => {
       while (!stop.signal.aborted) {
         try {

@@ -54,6 +54,11 @@ class PoolWaiters {
     this.unsubscribe.delete(pool);
   }
 
+  /** How many long-polls of `pool` are waiting now. */
+  waiting(pool: string): number {
+    return this.byPool.get(pool)?.size ?? 0;
+  }
+
   /** Resolves true when woken for `pool`, false on timeout or abort. */
   wait(pool: string, timeoutMs: number, signal?: AbortSignal): { promise: Promise<boolean>; cancel: () => void } {
     let cancel = () => {};
