@@ -30,8 +30,10 @@ const port = parentPort;
 if (!port) throw new Error("checkpoint-worker.js runs as a worker thread");
 const { path, restartFrames } = workerData as CheckpointWorkerData;
 const db = new BetterSqlite3(path);
-// The restart below waits for the server's writer to finish its transaction; it never waits long.
-db.pragma("busy_timeout = 1000");
+// RESTART holds the write lock while it waits for readers; a server transaction that read and
+// then writes waits for it, sleeping on the event loop. A short wait bounds that stall; a
+// restart that gives up is tried again at the next request.
+db.pragma("busy_timeout = 100");
 
 port.on("message", (request: CheckpointRequest) => {
   if (request === "close") {
