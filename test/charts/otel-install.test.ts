@@ -5,24 +5,28 @@
 // each run pod's worker (passed on by the controller) and agent-k8s's node worker (from the
 // chart): with both on their spans join the run's trace and their metrics arrive; with traces
 // off and metrics on only metrics do. A pool, a namespace and a receiver per release.
+// Where podman runs here, the pods are real containers of the locally built drover and runner
+// images; elsewhere the host-process shim stands in (chartImages).
 import assert from "node:assert/strict";
-import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { routes } from "@drover/protocol";
 import { runLog, startStack, type Stack } from "../support/stack.js";
 import { startOtlpReceiver, type OtlpReceiver } from "../support/otlp-receiver.js";
-import { applyRendered, droverImageOptions, isReady, kubectlOut, namespace, repo, template, templateAgentK8s, chartTimings } from "../support/chart-cluster.js";
+import { applyRendered, assertRanFromImages, chartImages, isReady, kubectlOut, namespace, repo, runnerValues, template, templateAgentK8s, chartTimings, type ChartImages } from "../support/chart-cluster.js";
 import { kube, startTestCluster, until, type TestCluster } from "../kube/cluster.js";
 
 let cluster: TestCluster;
 let stack: Stack;
 const receivers: OtlpReceiver[] = [];
+let images: ChartImages;
+const startedAt = new Date();
 
 before(async () => {
-  cluster = await startTestCluster({ timings: chartTimings, ...droverImageOptions() });
+  images = await chartImages(join(repo, "test", "dist", ".chart-otel"));
+  cluster = await startTestCluster({ timings: chartTimings, ...images.options });
   stack = await startStack();
-});
+}, { timeout: 20 * 60_000 });
 after(async () => {
   await stack?.stop();
   await cluster?.close();
@@ -35,14 +39,6 @@ async function pool(name: string): Promise<string> {
   return (await stack.server.api(routes.createPoolToken, { params: { pool: name }, body: { description: name } })).body.token;
 }
 
-function runnerTfrc(): string {
-  const shared = join(repo, "test", "dist", ".chart-cluster");
-  mkdirSync(shared, { recursive: true });
-  const tfrc = join(shared, "runner.tfrc");
-  writeFileSync(tfrc, "");
-  return tfrc;
-}
-
 const port = () => 20000 + Math.floor(Math.random() * 20000);
 
 /** Installs `rendered` into `ns`, waits for `components` Ready, runs examples/hello on `poolName`; returns the run's job ids. */
@@ -53,11 +49,11 @@ async function installAndRun(ns: string, rendered: string, poolName: string, com
   const pods = async () => (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods`)).body.items as any[];
   const diagnose = async () => `${(await kubectlOut(cluster, ["get", "pods,events", "-n", ns, "-o", "wide"])).out}\n${(await kubectlOut(cluster, ["logs", "-n", ns, "-l", "app.kubernetes.io/component=controller", "--tail=40"])).out}`;
   const of = (ps: any[], c: string) => ps.filter((p) => p.metadata.labels?.["app.kubernetes.io/component"] === c);
-  await until(`${components.join(" and ")} Ready`, pods, (ps) => components.every((c) => of(ps, c).some(isReady)), 60_000).catch(async (e: Error) => assert.fail(`${e.message}\n${await diagnose()}`));
+  await until(`${components.join(" and ")} Ready`, pods, (ps) => components.every((c) => of(ps, c).some(isReady)), 120_000).catch(async (e: Error) => assert.fail(`${e.message}\n${await diagnose()}`));
   const ws = `${ns}-hello`;
   await stack.server.api(routes.createWorkspace, { body: { name: ws, pool: poolName } });
   const runId = await stack.startRun(join(repo, "examples", "hello"), ws, ["--auto-apply"]);
-  const done = await stack.waitForRun(runId, ["applied", "errored", "canceled"], 120_000);
+  const done = await stack.waitForRun(runId, ["applied", "errored", "canceled"], 240_000);
   assert.equal(done.status, "applied", `${await runLog(stack.server, runId, "plan")}\n${await diagnose()}`);
   return { jobs: (await stack.server.api(routes.listRunJobs, { params: { id: runId } })).body.items, diagnose };
 }
@@ -85,8 +81,7 @@ test("agent-job: otel.endpoint with metrics and traces on — the controller's a
   const values = ["--set", `otel.endpoint=${receiver.url}`, "--set", "otel.metricsEnabled=true", "--set", "otel.tracesEnabled=true"];
   const rendered = template("agent-job", ns, [
     "--set", `agent.token=${token}`, "--set", `agent.url=${stack.server.url}`, "--set", "image.tag=test", "--set", `agent.healthPort=${port()}`,
-    "--set", `task.execLoopPath=${join(repo, "packages", "agent", "exec-loop", "exec-loop.sh")}`,
-    "--set", "task.runner.image=ghcr.io/drover-dev/drover-runner:test", "--set", `task.runner.extraEnv.TF_CLI_CONFIG_FILE=${runnerTfrc()}`,
+    ...runnerValues(images),
     ...values,
   ]);
   const { jobs, diagnose } = await installAndRun(ns, rendered, ns, ["controller"]);
@@ -103,6 +98,7 @@ test("agent-job: otel.endpoint with metrics and traces on — the controller's a
   await stopPods(ns, "controller");
   const launched = await until("the controller's metrics", async () => receiver.metrics.filter((m) => m.name === "drover_controller_jobs_launched_total" && m.resource["service.name"] === "drover-controller").flatMap((m) => m.points), (ps) => ps.some((p) => p.value === 2), 60_000);
   assert.ok(launched.length > 0);
+  await assertRanFromImages(images, startedAt, [["drover", "controller"], ["drover", "worker"], ["runner", "runner"]]);
 });
 
 test("agent-job: otel.tracesEnabled=false, metricsEnabled=true — metrics arrive from the controller and the run pods, no span does", async () => {
@@ -112,8 +108,7 @@ test("agent-job: otel.tracesEnabled=false, metricsEnabled=true — metrics arriv
   const token = await pool(ns);
   const rendered = template("agent-job", ns, [
     "--set", `agent.token=${token}`, "--set", `agent.url=${stack.server.url}`, "--set", "image.tag=test", "--set", `agent.healthPort=${port()}`,
-    "--set", `task.execLoopPath=${join(repo, "packages", "agent", "exec-loop", "exec-loop.sh")}`,
-    "--set", "task.runner.image=ghcr.io/drover-dev/drover-runner:test", "--set", `task.runner.extraEnv.TF_CLI_CONFIG_FILE=${runnerTfrc()}`,
+    ...runnerValues(images),
     "--set", `otel.endpoint=${receiver.url}`, "--set", "otel.metricsEnabled=true", "--set", "otel.tracesEnabled=false",
   ], { release: "d-job-m" });
   await installAndRun(ns, rendered, ns, ["controller"]);
@@ -131,8 +126,7 @@ test("agent-k8s: otel values reach the controller and the node worker — the no
   const token = await pool(ns);
   const rendered = templateAgentK8s(ns, port(), [
     "--set", `agent.token=${token}`, "--set", `agent.url=${stack.server.url}`, "--set", "image.tag=test", "--set", "workerDaemonSet.prepareDataHome=true",
-    "--set", `task.execLoopPath=${join(repo, "packages", "agent", "exec-loop", "exec-loop.sh")}`,
-    "--set", "task.runner.image=ghcr.io/drover-dev/drover-runner:test", "--set", `task.runner.extraEnv.TF_CLI_CONFIG_FILE=${runnerTfrc()}`,
+    ...runnerValues(images),
     "--set", `otel.endpoint=${receiver.url}`, "--set", "otel.metricsEnabled=true", "--set", "otel.tracesEnabled=true",
   ]);
   const { jobs, diagnose } = await installAndRun(ns, rendered, ns, ["controller", "worker"]);
