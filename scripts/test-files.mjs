@@ -16,6 +16,8 @@ const concurrency = concurrencyArg ? Number(concurrencyArg.slice("--concurrency=
 const files = process.argv.slice(2).filter((a) => !a.startsWith("--"));
 
 const measured = {};
+/** Files with a failed test: their time (a timeout, a test cut short) says nothing of their usual one. */
+const failed = new Set();
 const stream = run({ files, concurrency });
 stream.on("test:complete", (data) => {
   // A file is reported as a test named by its path; its duration is the file's wall time.
@@ -25,13 +27,18 @@ stream.on("test:complete", (data) => {
 });
 // What `node --test` does: a failure fails the run unless the test is marked todo.
 stream.on("test:fail", (data) => {
-  if (data.todo === undefined || data.todo === false) process.exitCode = 1;
+  if (data.todo === undefined || data.todo === false) {
+    process.exitCode = 1;
+    if (data.file) failed.add(durationKey(data.file));
+  }
 });
 stream.once("end", () => {
   if (Object.keys(measured).length === 0) return;
   try {
+    const record = { ...readDurations(lastRunDurations), ...measured };
+    for (const file of failed) delete record[file];
     mkdirSync(dirname(lastRunDurations), { recursive: true });
-    writeFileSync(lastRunDurations, JSON.stringify({ ...readDurations(lastRunDurations), ...measured }, null, 1) + "\n");
+    writeFileSync(lastRunDurations, JSON.stringify(record, null, 1) + "\n");
   } catch (err) {
     process.stderr.write(`[run-tests] could not record the files' durations in ${lastRunDurations}: ${err instanceof Error ? err.message : String(err)}\n`);
   }

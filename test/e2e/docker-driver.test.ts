@@ -33,7 +33,10 @@ before(async () => {
   stack = await startStack();
   api = await startDockerApi(join(stack.dir, "docker.sock"));
   engine = new DockerEngine(api.socketPath);
-});
+  // The images may still be building (cold, from scratch) when this file starts, which it may do
+  // first (run-tests.mjs starts the longest files first): the build's budget, as in the other
+  // image tests, not the default 5 minutes of one test.
+}, { timeout: 20 * 60_000 });
 after(async () => {
   // Whatever a failed test left behind: no container of this file outlives it (and none writes
   // into the stack's directory while it is removed).

@@ -63,7 +63,7 @@ test("test-files.mjs runs the files in the order given (node --test would sort t
   }
 });
 
-test("test-files.mjs fails the run when a test fails", async () => {
+test("test-files.mjs fails the run when a test fails, and does not record that file's time", async () => {
   const env = { ...process.env };
   delete env.NODE_TEST_CONTEXT;
   const child = spawn(process.execPath, [join(root, "scripts", "test-files.mjs"), "--concurrency=1", fixture("fails.js")], { cwd: root, env, stdio: ["ignore", "pipe", "pipe"] });
@@ -72,5 +72,7 @@ test("test-files.mjs fails the run when a test fails", async () => {
   const code = await new Promise<number | null>((resolve) => child.on("close", resolve));
   assert.equal(code, 1, output);
   assert.match(output, /✖ this test fails/);
+  const last = JSON.parse(readFileSync(order.lastRunDurations, "utf8")) as Record<string, number>;
+  assert.equal(last["test/fixtures/runner/fails.js"], undefined, "a file that failed is not timed");
   assert.match(output, /a todo test that fails does not fail the run \([\d.]+ms\) # TODO/);
 });
