@@ -24,9 +24,7 @@ import { writeAgentStatus } from "./agent-status.js";
 import type { ProviderCache } from "./providers/cache.js";
 import type { ModuleCache } from "./modules/cache.js";
 import { openCaches } from "./cache/caches.js";
-import { EngineCache } from "./engines/cache.js";
-import { hashicorpReleaseKey } from "./engines/keys.js";
-import { join } from "node:path";
+import type { EngineCache } from "./engines/cache.js";
 import { leaveIdleHeapMode } from "./heap-mode.js";
 
 export const agentVersion = "0.1.0";
@@ -97,20 +95,10 @@ export class Agent {
     this.moduleCache = caches.modules;
     if (this.providerCache) this.metrics.addCache("providers", this.providerCache.counters);
     if (this.moduleCache) this.metrics.addCache("modules", this.moduleCache.counters);
-    if (config.driver === "local") {
-      const e = config.engines;
-      this.engines = new EngineCache({
-        dir: join(config.cacheDir, "engines"),
-        limitBytes: config.binaryCacheSizeLimitMb * 1024 * 1024,
-        dispatcher: this.client.dispatcher,
-        logger: log,
-        releases: { terraform: e.terraformReleasesUrl, tofu: e.tofuReleasesUrl, tofuIndex: e.tofuVersionsUrl },
-        signingKeys: [hashicorpReleaseKey, ...(e.signingKeys === undefined ? [] : [e.signingKeys])],
-        trustedFingerprints: e.trustedFingerprints,
-        pathFallback: e.pathFallback,
-        pathEnv: process.env.PATH,
-      });
-      this.metrics.addCache("engines", this.engines.counters);
+    // The controller runs no job itself: its pods' workers keep the releases.
+    if (config.driver !== "kubernetes") {
+      this.engines = caches.engines;
+      if (this.engines) this.metrics.addCache("engines", this.engines.counters);
     }
     if (config.docker) this.docker = new DockerEngine(config.docker.socketPath);
   }
@@ -276,7 +264,7 @@ export class Agent {
     this.jobsTaken++;
     const container = this.docker ? this.containerJob(assignment) : undefined;
     const run = container
-      ? new JobRun(assignment, this.client, { ...container.config, ...this.jobHooks() }, this.log, container.runner)
+      ? new JobRun(assignment, this.client, { ...container.config, ...this.jobHooks() }, this.log, container.runner, undefined, undefined, undefined, this.engines)
       : new JobRun(assignment, this.client, { ...this.config, ...this.jobHooks() }, this.log, this.config.runAs ? runnerAs(localRunner, this.config.runAs) : undefined, this.keptPlans, this.providerCache, this.moduleCache, this.engines);
     const key = `${assignment.jobId}-${assignment.attempt}`;
     // An older attempt of this job still winding down here (its lease lapsed) ends first: a new

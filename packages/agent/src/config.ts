@@ -1,5 +1,5 @@
 import { parseRunUser, type RunUser } from "./run-user.js";
-import { otlpSettings, stopAndTrustSettings, type OtlpSettings } from "./shared-settings.js";
+import { engineSettings, otlpSettings, stopAndTrustSettings, type OtlpSettings } from "./shared-settings.js";
 import { InvalidSettingError, minimumGraceSeconds, parsePoolToken, SettingsSource, settingParsers, type FlagValues, type LogFormat, type StopAction } from "@drover/protocol";
 import { readFileSync } from "node:fs";
 import { hostname } from "node:os";
@@ -136,14 +136,7 @@ export function loadAgentConfig(env: NodeJS.ProcessEnv, flags: AgentFlags = {}):
     moduleCacheEnabled: src.get("DROVER_AGENT_MODULE_CACHE_ENABLED"),
     moduleCacheSizeLimitMb: src.get("DROVER_AGENT_MODULE_CACHE_SIZE_LIMIT_MB"),
     binaryCacheSizeLimitMb: src.get("DROVER_AGENT_BINARY_CACHE_SIZE_LIMIT_MB"),
-    engines: {
-      terraformReleasesUrl: src.get("DROVER_AGENT_TERRAFORM_RELEASES_URL"),
-      tofuReleasesUrl: src.get("DROVER_AGENT_TOFU_RELEASES_URL"),
-      tofuVersionsUrl: src.get("DROVER_AGENT_TOFU_VERSIONS_URL"),
-      signingKeys: src.get("DROVER_AGENT_ENGINE_SIGNING_KEYS"),
-      trustedFingerprints: src.get("DROVER_AGENT_ENGINE_TRUSTED_FINGERPRINTS"),
-      pathFallback: src.get("DROVER_AGENT_ENGINE_PATH_FALLBACK"),
-    },
+    engines: engineSettings(src),
     ...stopAndTrust,
     logFormat: src.get("DROVER_AGENT_LOG_FORMAT"),
     debug: src.get("DROVER_AGENT_DEBUG"),

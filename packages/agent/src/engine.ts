@@ -9,6 +9,14 @@ export interface EngineBinary {
   version: string;
 }
 
+/** Engines other than the agent's downloads: this process's PATH, or a runner image's. */
+export interface EngineFallback {
+  /** Where they are, for messages: "on PATH", "in the runner image". */
+  where: string;
+  /** The engines there with their versions, preferred first (empty: none). */
+  engines(engine: Engine): Promise<EngineBinary[]>;
+}
+
 const versions = new Map<string, string>();
 
 function executable(path: string): boolean {

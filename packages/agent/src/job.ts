@@ -327,10 +327,15 @@ export class JobRun {
     this.secrets = secretForms([...variables.filter((v) => v.sensitive).map((v) => v.value), a.jobToken, ...(this.config.token === undefined ? [] : [this.config.token])]);
     this.log.setSecrets(this.secrets);
 
-    // The agent provides the asked version itself; a runner container brings its own engine.
-    if (this.engines) this.engineLease = await this.engines.acquire(a.workspace.engine, a.workspace.engineVersion, this.work.signal);
-    const binary = this.engineLease ?? (await this.runner.engine(a.workspace.engine, a.workspace.engineVersion, this.config.cacheDir));
-    // A runner container brings its own engine: it runs only if it is a version the workspace asks for.
+    // The agent provides the asked version itself (a runner container gets it mounted read-only);
+    // the engine on PATH, or a runner image's own, stands in only as the cache allows.
+    let binary: EngineBinary;
+    if (this.engines) {
+      const lease = await this.engines.acquire(a.workspace.engine, a.workspace.engineVersion, this.work.signal, this.runner.ownEngines);
+      this.engineLease = lease;
+      binary = lease.downloaded && this.runner.useEngine ? { path: this.runner.useEngine(lease.path), version: lease.version } : lease;
+    } else binary = await this.runner.engine(a.workspace.engine, a.workspace.engineVersion, this.config.cacheDir);
+    // Without the agent's cache a runner brings its own engine: it runs only if it is a version the workspace asks for.
     if (!this.engineLease && a.workspace.engineVersion !== null && !versionSatisfies(binary.version, a.workspace.engineVersion)) {
       throw new EngineError(
         "engine_unavailable",

@@ -1,6 +1,6 @@
 import { spawn } from "node:child_process";
 import type { Engine } from "@drover/protocol";
-import { resolveEngine, type EngineBinary } from "./engine.js";
+import { resolveEngine, type EngineBinary, type EngineFallback } from "./engine.js";
 import { killGroup, startProcess, type ProcessOptions, type RunningProcess } from "./process.js";
 
 /** Where a job's steps execute: as local processes, or in a runner container via the exec-loop. */
@@ -15,6 +15,17 @@ export interface Runner {
     args: string[],
     options: { cwd: string; env: NodeJS.ProcessEnv; onStderr(chunk: Buffer): void; onSpawn?(pgid: number): void; uid?: number; gid?: number },
   ): Promise<{ code: number; stdout: Buffer }>;
+  /**
+   * Set when steps do not see this process's PATH (a runner container): the engines its image
+   * carries, run when a workspace names no version or as the fallback of a download.
+   */
+  readonly ownEngines?: EngineFallback;
+  /**
+   * Makes a release of the agent's engine cache (`path`, the agent's) reachable by the steps,
+   * read-only, before the first one starts; returns the path they run it by. Unset: the steps
+   * see the agent's path as it is.
+   */
+  useEngine?(path: string): string;
   /** How the job's own files are reached; unset: plainly (nothing else writes the job's directory). */
   readonly files?: RunFiles | undefined;
 }

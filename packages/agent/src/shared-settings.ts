@@ -1,4 +1,5 @@
 import type { OtlpProtocol, SettingsSource, StopAction } from "@drover/protocol";
+import type { EngineSettings } from "./config.js";
 
 /*
  * The groups of settings every agent process reads alike: the agent (`agent run`, `agent
@@ -36,5 +37,17 @@ export function stopAndTrustSettings(src: SettingsSource): StopAndTrustSettings 
     stopAction: src.get("DROVER_AGENT_WORKER_ON_STOP_ACTION"),
     gracePeriodMs: src.get("DROVER_AGENT_GRACE_PERIOD_SECONDS") * 1000,
     caCertPem: src.get("DROVER_CA_CERT"),
+  };
+}
+
+/** Reads where engine releases come from (DROVER_AGENT_*_RELEASES_URL, DROVER_AGENT_ENGINE_*). */
+export function engineSettings(src: SettingsSource): EngineSettings {
+  return {
+    terraformReleasesUrl: src.get("DROVER_AGENT_TERRAFORM_RELEASES_URL"),
+    tofuReleasesUrl: src.get("DROVER_AGENT_TOFU_RELEASES_URL"),
+    tofuVersionsUrl: src.get("DROVER_AGENT_TOFU_VERSIONS_URL"),
+    signingKeys: src.get("DROVER_AGENT_ENGINE_SIGNING_KEYS"),
+    trustedFingerprints: src.get("DROVER_AGENT_ENGINE_TRUSTED_FINGERPRINTS"),
+    pathFallback: src.get("DROVER_AGENT_ENGINE_PATH_FALLBACK"),
   };
 }

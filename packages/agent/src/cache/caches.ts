@@ -4,6 +4,10 @@ import type { Logger } from "pino";
 import type { Dispatcher } from "undici";
 import { defaultClientTimeouts } from "../client.js";
 import { proxyDispatcher } from "../http-dispatcher.js";
+import type { EngineSettings } from "../config.js";
+import { engineSettings } from "../shared-settings.js";
+import { EngineCache } from "../engines/cache.js";
+import { hashicorpReleaseKey } from "../engines/keys.js";
 import { ModuleCache } from "../modules/cache.js";
 import { ProviderCache } from "../providers/cache.js";
 
@@ -14,6 +18,10 @@ export interface CacheSettings {
   providerCacheSizeLimitMb: number;
   moduleCacheEnabled: boolean;
   moduleCacheSizeLimitMb: number;
+  /** Soft limit of the engine releases in `<cache dir>/engines` (DROVER_AGENT_BINARY_CACHE_SIZE_LIMIT_MB). */
+  binaryCacheSizeLimitMb: number;
+  /** Where engine releases come from and whom they are trusted from. */
+  engines: EngineSettings;
 }
 
 /** Reads DROVER_AGENT_CACHE_DIR and the provider and module cache settings. */
@@ -24,13 +32,17 @@ export function cacheSettings(src: SettingsSource): CacheSettings {
     providerCacheSizeLimitMb: src.get("DROVER_AGENT_PROVIDER_CACHE_SIZE_LIMIT_MB"),
     moduleCacheEnabled: src.get("DROVER_AGENT_MODULE_CACHE_ENABLED"),
     moduleCacheSizeLimitMb: src.get("DROVER_AGENT_MODULE_CACHE_SIZE_LIMIT_MB"),
+    binaryCacheSizeLimitMb: src.get("DROVER_AGENT_BINARY_CACHE_SIZE_LIMIT_MB"),
+    engines: engineSettings(src),
   };
 }
 
-/** The caches a process's runs share (each unset when disabled). */
+/** The caches a process's runs share (providers and modules unset when disabled). */
 export interface Caches {
   providers: ProviderCache | undefined;
   modules: ModuleCache | undefined;
+  /** The terraform/tofu releases workspaces ask for; always on (it touches the disk on first use). */
+  engines: EngineCache | undefined;
 }
 
 /**
@@ -59,5 +71,16 @@ export function openCaches(s: CacheSettings, dispatcher: Dispatcher, logger: Log
   return {
     providers: s.providerCacheEnabled ? open("providers", () => new ProviderCache({ dir: join(s.cacheDir, "providers"), limitBytes: s.providerCacheSizeLimitMb * mb, dispatcher, logger })) : undefined,
     modules: s.moduleCacheEnabled ? open("modules", () => new ModuleCache({ dir: join(s.cacheDir, "modules"), limitBytes: s.moduleCacheSizeLimitMb * mb, dispatcher, logger })) : undefined,
+    engines: new EngineCache({
+      dir: join(s.cacheDir, "engines"),
+      limitBytes: s.binaryCacheSizeLimitMb * mb,
+      dispatcher,
+      logger,
+      releases: { terraform: s.engines.terraformReleasesUrl, tofu: s.engines.tofuReleasesUrl, tofuIndex: s.engines.tofuVersionsUrl },
+      signingKeys: [hashicorpReleaseKey, ...(s.engines.signingKeys === undefined ? [] : [s.engines.signingKeys])],
+      trustedFingerprints: s.engines.trustedFingerprints,
+      pathFallback: s.engines.pathFallback,
+      pathEnv: process.env.PATH,
+    }),
   };
 }

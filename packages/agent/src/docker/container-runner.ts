@@ -1,10 +1,10 @@
 import { DroverError, imageAllowed, isImageReference, type Engine, type JobAssignment } from "@drover/protocol";
 import { chownSync, lchownSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { basename, dirname, join } from "node:path";
 import type { Logger } from "pino";
 import type { DockerSettings } from "../config.js";
-import type { EngineBinary } from "../engine.js";
-import { ExecLoopRunner } from "../kubernetes/exec-loop-runner.js";
+import type { EngineBinary, EngineFallback } from "../engine.js";
+import { EngineMissing, ExecLoopRunner } from "../kubernetes/exec-loop-runner.js";
 import type { ProcessOptions, RunningProcess } from "../process.js";
 import type { RunFiles, Runner } from "../runner.js";
 import { SafeDir } from "../safe-dir.js";
@@ -23,7 +23,7 @@ export const dockerLabels = {
 } as const;
 
 /** Where the run container sees its directories: the agent's paths are rewritten to these. */
-const inContainer = { exec: "/drover/exec", run: "/drover/run", bin: "/drover/bin", ca: "/drover/ca/ca.pem", hooks: "/drover/hooks" };
+const inContainer = { exec: "/drover/exec", run: "/drover/run", bin: "/drover/bin", ca: "/drover/ca/ca.pem", hooks: "/drover/hooks", engine: "/drover/engine" };
 
 /** What the agent keeps of a job outside the container's reach, so a restarted agent can end its run. */
 export interface JobRecord {
@@ -111,6 +111,8 @@ export class ContainerJob implements Runner {
   private readonly ending = new AbortController();
   private readonly heartbeat: NodeJS.Timeout;
   private oomFile: string | undefined;
+  /** The directory of the agent's verified engine release the container mounts read-only, if the job uses one. */
+  private engineDir: string | undefined;
   /** The container's own output (the exec-loop's messages), last 4 KiB, for error reports. */
   private containerTail = "";
 
@@ -167,6 +169,8 @@ export class ContainerJob implements Runner {
     const binds = [`${join(this.dir, "exec")}:${inContainer.exec}:rw`, `${this.runBase}:${inContainer.run}:rw`, `${join(this.dir, "bin")}:${inContainer.bin}:ro`];
     if (this.o.taskCaCertPath) binds.push(`${this.o.taskCaCertPath}:${inContainer.ca}:ro`);
     if (this.o.hooksDir) binds.push(`${this.o.hooksDir}:${inContainer.hooks}:ro`);
+    // The release's own directory in the agent's cache (already read-only files), mounted read-only.
+    if (this.engineDir) binds.push(`${this.engineDir}:${inContainer.engine}:ro`);
     return {
       Image: this.image,
       // The agent's own exec-loop, whatever the image's entrypoint: it always speaks this agent's protocol.
@@ -290,6 +294,27 @@ export class ContainerJob implements Runner {
     if (await this.outOfMemory()) return this.oomMessage();
     const tail = this.containerTail.trim().split("\n").slice(-5).join("\n");
     return tail ? `${why}; its last output:\n${tail}` : why;
+  }
+
+  /** The engines of the runner image: what runs when a workspace names no version, or the fallback of a download. */
+  readonly ownEngines: EngineFallback = {
+    where: "in the runner image",
+    engines: async (engine) => {
+      try {
+        return [await this.engine(engine)];
+      } catch (err) {
+        // A container that cannot start is the run's error; an image without the engine has none.
+        if (err instanceof EngineMissing) return [];
+        throw err;
+      }
+    },
+  };
+
+  useEngine(path: string): string {
+    // Only a workspace without a version asks the image first: it had no engine of its own.
+    if (this.started) throw new DroverError("not_found", `the runner image ${this.image} has no terraform or tofu on its PATH: use an image that has one, or set the workspace's engineVersion so that the agent provides it`);
+    this.engineDir = dirname(path);
+    return `${inContainer.engine}/${basename(path)}`;
   }
 
   async engine(engine: Engine): Promise<EngineBinary> {

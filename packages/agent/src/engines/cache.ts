@@ -6,7 +6,7 @@ import type { Dispatcher } from "undici";
 import { DroverError, isExactVersion, isVersionConstraint, versionSatisfies, type Engine } from "@drover/protocol";
 import { CacheStore, untilAborted, type CacheCounters } from "../cache/store.js";
 import { mkdirReadable } from "../cache/tree.js";
-import { enginesOnPath, reportedVersion, type EngineBinary } from "../engine.js";
+import { enginesOnPath, reportedVersion, type EngineBinary, type EngineFallback } from "../engine.js";
 import { terraformPlatform } from "../providers/cache.js";
 import { VerificationError } from "../providers/errors.js";
 import { RegistryClient, RegistryUnavailable, verifySignature } from "../providers/registry.js";
@@ -27,6 +27,8 @@ import { releaseLayout, type ReleaseLayout } from "./releases.js";
 
 /** A binary a job runs, held against eviction until `release`. */
 export interface EngineLease extends EngineBinary {
+  /** True: a verified release in the agent's cache (`path` is the agent's); false: the fallback's own engine. */
+  readonly downloaded: boolean;
   /** Lines for the run's log: where the binary came from. */
   readonly notes: string[];
   /** The job is over. Idempotent. */
@@ -135,16 +137,25 @@ export class EngineCache {
     return this.storeOnDisk ? readdirSync(this.storeOnDisk.root) : [];
   }
 
+  /** Whether an engine of the fallback (PATH, or a runner image's) may run when the releases cannot provide the version. */
+  get fallbackAllowed(): boolean {
+    return this.options.pathFallback;
+  }
+
   /**
-   * The binary for a workspace's `engine` and `engineVersion`. No version: the engine on PATH
+   * The binary for a workspace's `engine` and `engineVersion`. No version: the fallback's engine
    * (or, without one, the newest release). Throws `EngineError` with the reason otherwise.
+   * `fallback` is where engines other than downloads are (default: this process's PATH); a
+   * runner container passes its image's.
    */
-  async acquire(engine: Engine, wanted: string | null, signal: AbortSignal): Promise<EngineLease> {
+  async acquire(engine: Engine, wanted: string | null, signal: AbortSignal, fallback: EngineFallback = this.pathEngines): Promise<EngineLease> {
     if (wanted !== null && !isExactVersion(wanted) && !isVersionConstraint(wanted)) {
       throw new DroverError("bad_request", `the workspace's ${engine} version ${JSON.stringify(wanted)} is not a version or a version constraint; fix the workspace's engineVersion`);
     }
-    const onPath = enginesOnPath(engine, this.options.pathEnv);
-    if (wanted === null && onPath[0]) return { path: onPath[0], version: reportedVersion(onPath[0]), notes: [], release: () => {} };
+    if (wanted === null) {
+      const first = (await fallback.engines(engine))[0];
+      if (first) return { ...first, downloaded: false, notes: [], release: () => {} };
+    }
     const want = wanted ?? ">= 0.0.0";
     try {
       const lease = await this.provide(engine, want, signal);
@@ -154,16 +165,25 @@ export class EngineCache {
       if (!(err instanceof EngineError) || err.untrusted) throw err;
       const why = err.message.slice(err.reason.length + 2);
       if (!this.options.pathFallback) {
-        throw new EngineError(err.reason, `${why}; the agent does not fall back to a ${engine} on PATH (DROVER_AGENT_ENGINE_PATH_FALLBACK=false)`);
+        throw new EngineError(err.reason, `${why}; the agent does not fall back to a ${engine} ${fallback.where} (DROVER_AGENT_ENGINE_PATH_FALLBACK=false)`);
       }
-      const found = onPath.find((p) => versionSatisfies(reportedVersion(p), want));
+      const there = await fallback.engines(engine);
+      const found = there.find((b) => versionSatisfies(b.version, want));
       if (!found) {
-        const there = onPath.map((p) => reportedVersion(p)).join(", ") || "none";
-        throw new EngineError("engine_unavailable", `${why}; no ${engine} on PATH satisfies ${want} either (on PATH: ${there}): install it, make the releases reachable, or change the workspace's engineVersion`);
+        const versions = there.map((b) => b.version).join(", ") || "none";
+        throw new EngineError("engine_unavailable", `${why}; no ${engine} ${fallback.where} satisfies ${want} either (${fallback.where}: ${versions}): install it, make the releases reachable, or change the workspace's engineVersion`);
       }
-      this.options.logger.warn({ engine, wanted: want, path: found, reason: err.reason }, "engine not downloaded; using the one on PATH");
-      return { path: found, version: reportedVersion(found), notes: [`${engine} ${want} not downloaded (${why}); using ${found} from PATH (DROVER_AGENT_ENGINE_PATH_FALLBACK)`], release: () => {} };
+      this.options.logger.warn({ engine, wanted: want, path: found.path, reason: err.reason }, `engine not downloaded; using the one ${fallback.where}`);
+      return { ...found, downloaded: false, notes: [`${engine} ${want} not downloaded (${why}); using ${found.path} ${fallback.where === "on PATH" ? "from PATH" : `(${engine} ${found.version}) ${fallback.where}`} (DROVER_AGENT_ENGINE_PATH_FALLBACK)`], release: () => {} };
     }
+  }
+
+  /** The engines on this process's PATH. */
+  private get pathEngines(): EngineFallback {
+    return {
+      where: "on PATH",
+      engines: async (engine) => enginesOnPath(engine, this.options.pathEnv).map((path) => ({ path, version: reportedVersion(path) })),
+    };
   }
 
   private layout(engine: Engine): ReleaseLayout {
@@ -291,7 +311,7 @@ export class EngineCache {
       ? `${engine} ${version} downloaded from ${url}, verified: sha256 ${digest}${signer ? `, SHA256SUMS signed by ${signer}` : ` (as listed by the signed ${sums})`}`
       : `${engine} ${version} from the agent's verified cache (sha256 ${digest})`;
     if (entry.fetched) this.options.logger.info({ engine, version, digest }, "engine downloaded and verified");
-    return { path: join(entry.path, engine), version, notes: [note], release: () => hold.release() };
+    return { path: join(entry.path, engine), version, downloaded: true, notes: [note], release: () => hold.release() };
   }
 
   /** The archive's sha256 as the signed SHA256SUMS lists it, once its signature is verified. */

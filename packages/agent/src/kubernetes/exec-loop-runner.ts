@@ -1,7 +1,7 @@
 import { fchownSync, lchownSync } from "node:fs";
 import { join } from "node:path";
 import type { Engine } from "@drover/protocol";
-import type { EngineBinary } from "../engine.js";
+import type { EngineBinary, EngineFallback } from "../engine.js";
 import type { RunningProcess } from "../process.js";
 import type { RunFiles, Runner } from "../runner.js";
 import { below, type SafeDir } from "../safe-dir.js";
@@ -10,6 +10,9 @@ import { below, type SafeDir } from "../safe-dir.js";
 const containerOwn = /^(PATH|HOME|HOSTNAME|PWD|OLDPWD|SHLVL|_|TERM|NODE_.*|KUBERNETES_.*|npm_.*)$/;
 
 const quote = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
+
+/** The runner container has no such engine on its PATH. */
+export class EngineMissing extends Error {}
 
 /**
  * Runs steps in the runner container through the exec-loop's files on the shared volume
@@ -121,6 +124,20 @@ export class ExecLoopRunner implements Runner {
     };
   }
 
+  /** The runner image's engines (a workspace without a version, or the fallback of a download); the agent's cache is at the same path in the runner. */
+  readonly ownEngines: EngineFallback = {
+    where: "in the runner image",
+    engines: async (engine) => {
+      try {
+        return [await this.engine(engine)];
+      } catch (err) {
+        // A lost runner is the run's error; an image without the engine has none.
+        if (err instanceof EngineMissing) return [];
+        throw err;
+      }
+    },
+  };
+
   async engine(engine: Engine): Promise<EngineBinary> {
     const { code, stdout } = await this.capture(engine, ["version", "-json"], { cwd: "/", env: {}, onStderr: () => {} });
     let version = "unknown";
@@ -129,7 +146,7 @@ export class ExecLoopRunner implements Runner {
     } catch {
       // keep unknown
     }
-    if (code !== 0) throw new Error(`${engine} is not available in the runner container (exit ${code})`);
+    if (code !== 0) throw new EngineMissing(`${engine} is not available in the runner container (exit ${code})`);
     return { path: engine, version };
   }
 

@@ -37,7 +37,7 @@ export interface NodeWorkerSettings {
   healthPort: number;
   logFormat: LogFormat;
   /**
-   * The node's provider and module caches, in `<home>/cache` (every run pod of the node mounts it
+   * The node's engine, provider and module caches, in `<home>/cache` (every run pod of the node mounts it
    * read-only there): this worker fills them for all of the node's runs.
    */
   caches: CacheSettings;
@@ -113,7 +113,7 @@ export class NodeWorker {
   private runsDir: SafeDir | undefined;
   private readyDir: SafeDir | undefined;
   /** The caches every run on this node shares. */
-  private caches: Caches = { providers: undefined, modules: undefined };
+  private caches: Caches = { providers: undefined, modules: undefined, engines: undefined };
 
   /** Runs until `shutdown()`, then waits for its runs to wind down; resolves with the exit code. */
   async run(): Promise<number> {
@@ -156,6 +156,7 @@ export class NodeWorker {
     mkdirSync(this.settings.caches.cacheDir, { recursive: true, mode: 0o755 });
     this.caches = openCaches(this.settings.caches, cacheDispatcher(this.settings.caCertPem), this.log);
     if (this.caches.providers) this.metrics.addCache("providers", this.caches.providers.counters);
+    if (this.caches.engines) this.metrics.addCache("engines", this.caches.engines.counters);
     if (this.caches.modules) this.metrics.addCache("modules", this.caches.modules.counters);
     this.log.info({ node: this.settings.nodeName, home: this.settings.home }, "node worker started");
     const { namespace, nodeName, controllerName } = this.settings;

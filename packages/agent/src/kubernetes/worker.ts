@@ -90,6 +90,7 @@ export async function runWorker(settings: WorkerSettings, log: Logger): Promise<
   const caches = openCaches(settings.caches, cacheDispatcher(settings.caCertPem), log);
   if (caches.providers) metrics.addCache("providers", caches.providers.counters);
   if (caches.modules) metrics.addCache("modules", caches.modules.counters);
+  if (caches.engines) metrics.addCache("engines", caches.engines.counters);
   const supervised = superviseJob(
     assignment,
     { ...settings, tracer: telemetry?.tracer, onLogBytes: (n) => metrics.add("drover_worker_log_bytes_shipped_total", n), onError: (kind) => metrics.inc("drover_worker_errors_total", { kind }) },
@@ -157,7 +158,7 @@ export function superviseJob(
     hookTimeoutMs: settingsTable.DROVER_AGENT_HOOK_TIMEOUT_SECONDS.default * 1000,
   };
   // No kept plan directories: each phase runs in a new pod (or a new directory on the node).
-  const job = new JobRun(assignment, new AgentClient(settings.url, settings.caCertPem), jobSettings, log, runner, undefined, caches?.providers, caches?.modules);
+  const job = new JobRun(assignment, new AgentClient(settings.url, settings.caCertPem), jobSettings, log, runner, undefined, caches?.providers, caches?.modules, caches?.engines);
   const done = job.execute().finally(() => {
     clearInterval(beat);
     if (!runner.shutdown()) log.warn("could not tell the runner to exit: the run blocked its shutdown file; the pod ends at its deadline");
