@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { execFileSync, spawnSync } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { describe, test } from "node:test";
@@ -27,7 +28,8 @@ const jobCharts: Array<[string, string[]]> = [["agent-job", []], ["agent-k8s", [
 describe("agent.providerCache and agent.moduleCache", () => {
   for (const [chart, extra] of jobCharts) {
     test(`${chart}: the task pod's worker gets them, and reads them as set`, () => {
-      const spec = task(render(chart, [...extra, "--set", "agent.providerCache.enabled=false", "--set", "agent.providerCache.sizeLimit=3Gi", "--set", "agent.moduleCache.enabled=true", "--set", "agent.moduleCache.sizeLimit=700Mi"]));
+      // An emptyDir large enough that the limits pass unscaled (scaling: below).
+      const spec = task(render(chart, [...extra, "--set", "persistence.cache.emptyDir.sizeLimit=100Gi", "--set", "agent.providerCache.enabled=false", "--set", "agent.providerCache.sizeLimit=3Gi", "--set", "agent.moduleCache.enabled=true", "--set", "agent.moduleCache.sizeLimit=700Mi", "--set", "agent.binaryCache.sizeLimit=300Mi", "--set", "agent.engines.terraformReleasesUrl=https://mirror.example/terraform", "--set", "agent.engines.pathFallback=false"]));
       const worker = spec.containers.find((c: any) => c.name === "worker");
       const env = envOf(worker);
       assert.deepEqual(
@@ -35,7 +37,10 @@ describe("agent.providerCache and agent.moduleCache", () => {
         ["false", "3072", "true", "700"],
       );
       const read = loadWorkerSettings({ ...env, DROVER_URL: "http://d.example" }).caches;
-      assert.deepEqual(read, { cacheDir: "/var/lib/drover/cache", providerCacheEnabled: false, providerCacheSizeLimitMb: 3072, moduleCacheEnabled: true, moduleCacheSizeLimitMb: 700 });
+      assert.deepEqual(read, {
+        cacheDir: "/var/lib/drover/cache", providerCacheEnabled: false, providerCacheSizeLimitMb: 3072, moduleCacheEnabled: true, moduleCacheSizeLimitMb: 700, binaryCacheSizeLimitMb: 300,
+        engines: { ...read.engines, terraformReleasesUrl: "https://mirror.example/terraform", pathFallback: false },
+      });
     });
   }
 
@@ -45,7 +50,42 @@ describe("agent.providerCache and agent.moduleCache", () => {
     const env = envOf(ds.spec.template.spec.containers[0]);
     assert.equal(env.DROVER_AGENT_PROVIDER_CACHE_SIZE_LIMIT_MB, "2048");
     const read = loadNodeWorkerSettings({ ...env, DROVER_AGENT_NODE_NAME: "n", DROVER_AGENT_CONTROLLER_NAME: "c" }).caches;
-    assert.deepEqual(read, { cacheDir: "/mnt/drover/cache", providerCacheEnabled: true, providerCacheSizeLimitMb: 2048, moduleCacheEnabled: true, moduleCacheSizeLimitMb: 2048 });
+    // The node's cache is on its hostPath: nothing is scaled to fit an emptyDir.
+    assert.deepEqual(read, { cacheDir: "/mnt/drover/cache", providerCacheEnabled: true, providerCacheSizeLimitMb: 2048, moduleCacheEnabled: true, moduleCacheSizeLimitMb: 2048, binaryCacheSizeLimitMb: 5120, engines: read.engines });
+  });
+
+  for (const [chart, extra] of [...jobCharts, ["agent-local", []] as [string, string[]]]) {
+    test(`${chart}: on the cache's own emptyDir the soft limits of the caches in use are scaled to fit 4/5 of it together; on a claim they are as set`, () => {
+      const workerEnv = (args: string[]): Record<string, string> => {
+        const objects = render(chart, [...extra, ...args]);
+        if (chart === "agent-local") return envOf(objects.find((o) => o.kind === "Deployment")!.spec.template.spec.containers.find((c: any) => c.name === "agent"));
+        return envOf(task(objects).containers.find((c: any) => c.name === "worker"));
+      };
+      const limits = (env: Record<string, string>) => [env.DROVER_AGENT_PROVIDER_CACHE_SIZE_LIMIT_MB, env.DROVER_AGENT_MODULE_CACHE_SIZE_LIMIT_MB, env.DROVER_AGENT_BINARY_CACHE_SIZE_LIMIT_MB].map(Number);
+      const sizes = ["--set", "persistence.cache.emptyDir.sizeLimit=1Gi", "--set", "agent.providerCache.sizeLimit=16Gi", "--set", "agent.moduleCache.sizeLimit=2Gi", "--set", "agent.binaryCache.sizeLimit=5Gi"];
+      // Defaults of the job charts: a 1Gi emptyDir, 16Gi of providers, 5Gi of engines (modules off).
+      const [p, m, b] = limits(workerEnv(sizes));
+      assert.ok(p! + b! <= (1024 * 4) / 5, `providers ${p} + engines ${b} fit 4/5 of 1Gi`);
+      assert.deepEqual([p, b], [Math.floor((16384 * 819) / 21504), Math.floor((5120 * 819) / 21504)], "scaled in proportion");
+      assert.equal(m, Math.floor((2048 * 819) / 21504), "a cache that is off is not counted, but its limit is scaled alike");
+      const withModules = limits(workerEnv([...sizes, "--set", "agent.moduleCache.enabled=true"]));
+      assert.ok(withModules[0]! + withModules[1]! + withModules[2]! <= 819);
+      // Limits that fit are left alone.
+      assert.deepEqual(limits(workerEnv([...sizes, "--set", "persistence.cache.emptyDir.sizeLimit=100Gi"])), [16384, 2048, 5120]);
+      const claim = chart === "agent-local" ? ["--set", "persistence.enabled=true"] : ["--set", "persistence.cache.enabled=true"];
+      assert.deepEqual(limits(workerEnv([...sizes, ...claim])), [16384, 2048, 5120]);
+      // What the worker reads: limits its caches' soft limits act on.
+      if (chart !== "agent-local") assert.equal(loadWorkerSettings({ ...workerEnv(sizes), DROVER_URL: "http://d.example" }).caches.providerCacheSizeLimitMb, p);
+    });
+  }
+
+  test("the cache helpers (drover.sizeMb, drover.cacheEnv) are the same file in every agent chart", () => {
+    const copies = ["agent-local", "agent-job", "agent-k8s"].map((c) => readFileSync(join(repo, "charts", c, "templates", "_cache.tpl"), "utf8"));
+    for (const copy of copies.slice(1)) assert.equal(copy, copies[0], "charts/*/templates/_cache.tpl differ: copy the edited one to the others");
+    for (const c of ["agent-local", "agent-job", "agent-k8s"]) {
+      const helpers = readFileSync(join(repo, "charts", c, "templates", "_helpers.tpl"), "utf8");
+      assert.doesNotMatch(helpers, /define "drover\.(sizeMb|cacheEnv)"/, `${c} defines a cache helper outside _cache.tpl`);
+    }
   });
 
   test("a size that is not Mi, Gi or Ti is refused at render time", () => {

@@ -381,7 +381,8 @@ describe("chart-docs.mjs", () => {
 
 test("agent-local: agent.providerCache and agent.moduleCache map onto the agent's provider cache settings (sizes in Mi/Gi/Ti to MiB); a bad size fails the render with the key", () => {
   const env = (args: string[]): Record<string, string> => {
-    const deployment = render("agent-local", ["--set", `agent.token=${token}`, ...args]).find((o) => o.kind === "Deployment")!;
+    // On a claim: the limits pass as set (on the cache's emptyDir they are scaled to fit it; cache-values.test.ts).
+    const deployment = render("agent-local", ["--set", `agent.token=${token}`, "--set", "persistence.enabled=true", ...args]).find((o) => o.kind === "Deployment")!;
     const agent = deployment.spec.template.spec.containers[0] as { env: Array<{ name: string; value?: string }> };
     return Object.fromEntries(agent.env.map((e) => [e.name, e.value ?? ""]));
   };
@@ -403,7 +404,7 @@ test("agent-local: agent.providerCache and agent.moduleCache map onto the agent'
 test("agent-local: agent.engines and agent.binaryCache map onto the agent's engine settings, which the agent accepts as rendered", async () => {
   const { loadAgentConfig } = await import("@drover/agent");
   const env = (args: string[]): Record<string, string> => {
-    const deployment = render("agent-local", ["--set", `agent.token=${token}`, ...args]).find((o) => o.kind === "Deployment")!;
+    const deployment = render("agent-local", ["--set", `agent.token=${token}`, "--set", "persistence.enabled=true", ...args]).find((o) => o.kind === "Deployment")!;
     const agent = deployment.spec.template.spec.containers[0] as { env: Array<{ name: string; value?: string }> };
     return Object.fromEntries(agent.env.filter((e) => e.value !== undefined).map((e) => [e.name, e.value ?? ""]));
   };

@@ -179,13 +179,3 @@ checksum/secrets: {{ include (print .Template.BasePath "/secret.yaml") . | sha25
 checksum/token-secret-ref: {{ printf "%s/%s" . $.Values.agent.tokenExistingSecret.key | sha256sum | trunc 16 }}
 {{- end }}
 {{- end -}}
-
-{{/* A Kubernetes size (Mi, Gi or Ti) in MiB, for the agent's *_SIZE_LIMIT_MB settings; anything else fails the render. */}}
-{{- define "drover.sizeMb" -}}
-{{- $v := toString .value -}}
-{{- if regexMatch "^[1-9][0-9]*Mi$" $v -}}{{ trimSuffix "Mi" $v }}
-{{- else if regexMatch "^[1-9][0-9]*Gi$" $v -}}{{ mul (trimSuffix "Gi" $v | atoi) 1024 }}
-{{- else if regexMatch "^[1-9][0-9]*Ti$" $v -}}{{ mul (trimSuffix "Ti" $v | atoi) 1048576 }}
-{{- else -}}{{ fail (printf "%s must be a size in Mi, Gi or Ti such as 20Gi, got %q" .name $v) }}
-{{- end -}}
-{{- end -}}
