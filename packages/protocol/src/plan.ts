@@ -1,27 +1,37 @@
 import type { PlanSummary } from "./schemas.js";
 
 interface ResourceChange {
-  change?: { actions?: unknown };
+  address?: unknown;
+  previous_address?: unknown;
+  change?: { actions?: unknown; importing?: unknown };
 }
 
 /**
  * Counts adds, changes and destroys in `terraform show -json <planfile>` output, the way
- * terraform's own summary line does (a replace counts as one add and one destroy).
+ * terraform's own summary line does (a replace counts as one add and one destroy), and says
+ * whether applying the plan would change anything.
  */
 export function summarizePlan(planJson: unknown): PlanSummary {
   let add = 0;
   let change = 0;
   let destroy = 0;
-  const changes = (planJson as { resource_changes?: unknown } | null)?.resource_changes;
+  // Moves, imports and forgets change the state without an add, change or destroy: a plan of only
+  // those must still be applied.
+  let stateOnly = false;
+  const plan = planJson as { resource_changes?: unknown; output_changes?: Record<string, { actions?: unknown }>; applyable?: unknown } | null;
+  const changes = plan?.resource_changes;
   if (Array.isArray(changes)) {
     for (const rc of changes as ResourceChange[]) {
       const actions = Array.isArray(rc.change?.actions) ? (rc.change.actions as unknown[]) : [];
       if (actions.includes("create")) add++;
       if (actions.includes("delete")) destroy++;
       if (actions.includes("update")) change++;
+      if (actions.includes("forget") || rc.change?.importing != null || (typeof rc.previous_address === "string" && rc.previous_address !== rc.address)) stateOnly = true;
     }
   }
-  const outputChanges = (planJson as { output_changes?: Record<string, { actions?: unknown }> } | null)?.output_changes ?? {};
+  const outputChanges = plan?.output_changes ?? {};
   const outputsChange = Object.values(outputChanges).some((c) => Array.isArray(c.actions) && !(c.actions.length === 1 && c.actions[0] === "no-op"));
-  return { add, change, destroy, hasChanges: add + change + destroy > 0 || outputsChange };
+  // terraform (1.6+) says itself whether the plan is worth applying; older output is judged from the changes.
+  const hasChanges = typeof plan?.applyable === "boolean" ? plan.applyable : add + change + destroy > 0 || outputsChange || stateOnly;
+  return { add, change, destroy, hasChanges };
 }
