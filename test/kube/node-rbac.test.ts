@@ -22,6 +22,8 @@ const ns = "drover-rbac";
 const release = "rel";
 const workerSa = `${release}-agent-k8s-worker`;
 const controllerSa = `${release}-agent-k8s-controller`;
+// The chart grants its controller its own AgentTask only, by this name.
+const taskTemplate = `${release}-agent-k8s-task-template`;
 let cluster: TestCluster;
 let stack: Stack;
 let agents: NodeModeAgents;
@@ -70,11 +72,11 @@ before(async () => {
     const r = await kube(cluster, "POST", paths[o.kind]!, o);
     assert.equal(r.status, 201, `${o.kind} ${o.metadata.name}: ${JSON.stringify(r.body)}`);
   }
-  await createAgentTask(cluster, ns, "task-template", [terraformRunner(stack)]);
+  await createAgentTask(cluster, ns, taskTemplate, [terraformRunner(stack)]);
   agents = await startNodeModeAgents(cluster, stack, {
     ns,
     name: "rbac-ctl",
-    template: "task-template",
+    template: taskTemplate,
     workerEnv: { KUBECONFIG: kubeconfigFor(workerSa) },
     controllerEnv: { KUBECONFIG: kubeconfigFor(controllerSa), DROVER_AGENT_NODE_WORKER_SERVICE_ACCOUNT: workerSa },
   });
