@@ -54,7 +54,8 @@ export function spawnProcess(command: string, args: string[], env: NodeJS.Proces
     child,
     output: () => out,
     exited,
-    waitFor(pattern, timeoutMs = 20_000) {
+    // Generous: a process starting on a loaded 2-core machine can take tens of seconds; it only delays a failure.
+    waitFor(pattern, timeoutMs = 60_000) {
       return new Promise((resolve, reject) => {
         const check = () => {
           const m = out.match(pattern);
