@@ -143,7 +143,7 @@ test("agent-k8s node mode: 12 concurrent runs needing the same 3 providers on on
   }
 });
 
-test("agent-job with persistence.cache.enabled and a subPath: concurrent task pods share one claim (the subPath made writable for the worker), each provider downloaded once; runners cannot write it", async () => {
+test("agent-job with persistence.cache.enabled: concurrent task pods share one claim, each provider downloaded once; runners cannot write it", async () => {
   const ns = "drover-cache-job";
   await namespace(cluster, ns, "restricted");
   await stack.server.api(routes.createPool, { body: { name: "cache-job" } });
@@ -153,8 +153,6 @@ test("agent-job with persistence.cache.enabled and a subPath: concurrent task po
     "--set", `agent.token=${token}`,
     "--set", "agent.concurrency=4",
     "--set", "persistence.cache.enabled=true",
-    // A subPath the claim lacks: the task pod's init container makes it as the pod's user (kubelet would make it root's).
-    "--set", "persistence.cache.persistentVolumeClaim.subPath=team-a/cache",
   ], { release: "cache", crds: true });
   const applied = await applyRendered(cluster, ns, rendered);
   assert.equal(applied.code, 0, applied.out);
@@ -181,5 +179,5 @@ test("agent-job with persistence.cache.enabled and a subPath: concurrent task po
   const downloads = three.map((p, i) => (registry.downloads.get(registry.archiveName(p.type, p.version)) ?? 0) - (downloadsBefore[i] ?? 0));
   assert.deepEqual(downloads, [1, 1, 1], `each provider downloaded once for 4 task pods\n${await diagnose()}`);
   // The test cluster keeps a claim's files in <dataDir>/pvc/<namespace>/<claim>.
-  await writeAttempts("job-write", "cache-job", "/var/lib/drover/cache", join(cluster.dataDir, "pvc", ns, "cache-agent-job-cache", "team-a", "cache"));
+  await writeAttempts("job-write", "cache-job", "/var/lib/drover/cache", join(cluster.dataDir, "pvc", ns, "cache-agent-job-cache"));
 });
