@@ -4,7 +4,7 @@ import { basename, dirname, join } from "node:path";
 import type { Logger } from "pino";
 import type { DockerSettings } from "../config.js";
 import type { EngineBinary, EngineFallback } from "../engine.js";
-import { EngineMissing, ExecLoopRunner } from "../kubernetes/exec-loop-runner.js";
+import { ExecLoopRunner, runnerImageEngines } from "../kubernetes/exec-loop-runner.js";
 import type { ProcessOptions, RunningProcess } from "../process.js";
 import type { RunFiles, Runner } from "../runner.js";
 import { SafeDir } from "../safe-dir.js";
@@ -296,19 +296,8 @@ export class ContainerJob implements Runner {
     return tail ? `${why}; its last output:\n${tail}` : why;
   }
 
-  /** The engines of the runner image: what runs when a workspace names no version, or the fallback of a download. */
-  readonly ownEngines: EngineFallback = {
-    where: "in the runner image",
-    engines: async (engine) => {
-      try {
-        return [await this.engine(engine)];
-      } catch (err) {
-        // A container that cannot start is the run's error; an image without the engine has none.
-        if (err instanceof EngineMissing) return [];
-        throw err;
-      }
-    },
-  };
+  /** The engines of the runner image (see runnerImageEngines). */
+  readonly ownEngines: EngineFallback = runnerImageEngines((engine) => this.engine(engine));
 
   useEngine(path: string): string {
     // Only a workspace without a version asks the image first: it had no engine of its own.

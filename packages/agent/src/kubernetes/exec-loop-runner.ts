@@ -15,6 +15,25 @@ const quote = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
 export class EngineMissing extends Error {}
 
 /**
+ * The engines of a runner image, found by `find`: what runs when a workspace names no version, or
+ * the fallback of a download. An image without the engine offers none; any other failure (a
+ * runner that cannot start or is lost) is the run's error.
+ */
+export function runnerImageEngines(find: (engine: Engine) => Promise<EngineBinary>): EngineFallback {
+  return {
+    where: "in the runner image",
+    engines: async (engine) => {
+      try {
+        return [await find(engine)];
+      } catch (err) {
+        if (err instanceof EngineMissing) return [];
+        throw err;
+      }
+    },
+  };
+}
+
+/**
  * Runs steps in the runner container through the exec-loop's files on the shared volume
  * (SPEC §6): script then `ready` by rename; output tailed by byte offset; the exit code only
  * from the `exit` file. A runner heartbeat older than `staleMs` means the runner is lost —
@@ -124,19 +143,8 @@ export class ExecLoopRunner implements Runner {
     };
   }
 
-  /** The runner image's engines (a workspace without a version, or the fallback of a download); the agent's cache is at the same path in the runner. */
-  readonly ownEngines: EngineFallback = {
-    where: "in the runner image",
-    engines: async (engine) => {
-      try {
-        return [await this.engine(engine)];
-      } catch (err) {
-        // A lost runner is the run's error; an image without the engine has none.
-        if (err instanceof EngineMissing) return [];
-        throw err;
-      }
-    },
-  };
+  /** The runner image's engines; the agent's cache is at the same path in the runner. */
+  readonly ownEngines: EngineFallback = runnerImageEngines((engine) => this.engine(engine));
 
   async engine(engine: Engine): Promise<EngineBinary> {
     const { code, stdout } = await this.capture(engine, ["version", "-json"], { cwd: "/", env: {}, onStderr: () => {} });
