@@ -34,7 +34,8 @@ before(async () => {
     { engine: "terraform", version: realVersion, binary: "/usr/local/bin/terraform" },
     { engine: "terraform", version: "1.99.0" },
   ]);
-});
+  // A cold image build takes minutes; the other image tests give their set-up the same budget.
+}, { timeout: 20 * 60_000 });
 after(async () => {
   if (engine) for (const c of await engine.list([dockerLabels.agentTag])) await engine.remove(c.Id).catch(() => {});
   await engine?.close();

@@ -37,10 +37,12 @@ test("a plan that only moves a resource (terraform's own JSON) has changes; a pl
   assert.equal(summarizePlan(olderNone).hasChanges, false);
 });
 
-test("without `applyable`, imports and forgets count as changes; a no-op in place does not", () => {
+test("without `applyable`, imports and forgets count as changes; a no-op in place does not; a create counts whatever `applyable` says", () => {
   const rc = (change: Record<string, unknown>, extra: Record<string, unknown> = {}) => ({ resource_changes: [{ address: "x.y", change, ...extra }] });
   assert.equal(summarizePlan(rc({ actions: ["no-op"], importing: { id: "i-1" } })).hasChanges, true);
   assert.equal(summarizePlan(rc({ actions: ["forget"] })).hasChanges, true);
   assert.equal(summarizePlan(rc({ actions: ["no-op"] }, { previous_address: "x.y" })).hasChanges, false);
   assert.equal(summarizePlan(rc({ actions: ["no-op"] })).hasChanges, false);
+  // A plan that says it is not applyable while it creates something is still applied.
+  assert.equal(summarizePlan({ ...rc({ actions: ["create"] }), applyable: false }).hasChanges, true);
 });

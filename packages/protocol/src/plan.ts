@@ -31,7 +31,8 @@ export function summarizePlan(planJson: unknown): PlanSummary {
   }
   const outputChanges = plan?.output_changes ?? {};
   const outputsChange = Object.values(outputChanges).some((c) => Array.isArray(c.actions) && !(c.actions.length === 1 && c.actions[0] === "no-op"));
-  // terraform (1.6+) says itself whether the plan is worth applying; older output is judged from the changes.
-  const hasChanges = typeof plan?.applyable === "boolean" ? plan.applyable : add + change + destroy > 0 || outputsChange || stateOnly;
+  // Newer terraform says itself whether the plan is worth applying; it is trusted only to add to what
+  // the changes show, because a needless apply costs little and a skipped one loses the changes.
+  const hasChanges = plan?.applyable === true || add + change + destroy > 0 || outputsChange || stateOnly;
   return { add, change, destroy, hasChanges };
 }
