@@ -301,16 +301,24 @@ function jobStarter(): Migration {
  * (every `run show`, follow and finished run read scanned the whole jobs table), an agent's jobs
  * by agent (a stopping agent's release, the busy check of the demand figures), and the next
  * pending run of a workspace in order.
+ *
+ * SQLite's DDL here is not in one transaction (Kysely's SQLite adapter has none for DDL), so a
+ * crash between the drop and the creates leaves some of them done; every step tolerates that,
+ * and the next start finishes the migration instead of failing on "no such index" or "already
+ * exists". PostgreSQL runs it in a transaction, where the index builds on a large jobs table
+ * can take longer than the pool's statement deadline: it is lifted for this transaction only,
+ * or the server could never start on such a database.
  */
-function queueIndexes(): Migration {
+function queueIndexes(dialect: Dialect): Migration {
   return {
     async up(db: Kysely<unknown>) {
-      await db.schema.dropIndex("jobs_queue").execute();
-      await db.schema.createIndex("jobs_queue").on("jobs").columns(["pool_id", "status", "queued_at", "id"]).execute();
-      await db.schema.createIndex("jobs_run").on("jobs").columns(["run_id", "created_at", "id"]).execute();
-      await db.schema.createIndex("jobs_agent").on("jobs").columns(["agent_id", "status"]).execute();
-      await db.schema.dropIndex("runs_workspace_status").execute();
-      await db.schema.createIndex("runs_workspace_status").on("runs").columns(["workspace_id", "status", "created_at", "id"]).execute();
+      if (dialect === "postgres") await sql`set local statement_timeout = 0`.execute(db);
+      await db.schema.dropIndex("jobs_queue").ifExists().execute();
+      await db.schema.createIndex("jobs_queue").ifNotExists().on("jobs").columns(["pool_id", "status", "queued_at", "id"]).execute();
+      await db.schema.createIndex("jobs_run").ifNotExists().on("jobs").columns(["run_id", "created_at", "id"]).execute();
+      await db.schema.createIndex("jobs_agent").ifNotExists().on("jobs").columns(["agent_id", "status"]).execute();
+      await db.schema.dropIndex("runs_workspace_status").ifExists().execute();
+      await db.schema.createIndex("runs_workspace_status").ifNotExists().on("runs").columns(["workspace_id", "status", "created_at", "id"]).execute();
     },
   };
 }
@@ -318,6 +326,6 @@ function queueIndexes(): Migration {
 /** All migrations in order; names sort lexically, which is the order Kysely applies them. */
 export function migrationProvider(dialect: Dialect): MigrationProvider {
   return {
-    getMigrations: async () => ({ "0001_initial": initial(dialect), "0010a_security": security(dialect), "0010b_force_cancel": forceCancel(dialect), "0010c_user_tokens": userTokens(dialect), "0012_chunked_bodies": chunkedBodies(dialect), "0026_runner_image": runnerImage(), "0026b_job_token_retirement": jobTokenRetirement(dialect), "0028_job_starter": jobStarter(), "0033_queue_indexes": queueIndexes() }),
+    getMigrations: async () => ({ "0001_initial": initial(dialect), "0010a_security": security(dialect), "0010b_force_cancel": forceCancel(dialect), "0010c_user_tokens": userTokens(dialect), "0012_chunked_bodies": chunkedBodies(dialect), "0026_runner_image": runnerImage(), "0026b_job_token_retirement": jobTokenRetirement(dialect), "0028_job_starter": jobStarter(), "0033_queue_indexes": queueIndexes(dialect) }),
   };
 }
