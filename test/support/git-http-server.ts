@@ -1,13 +1,15 @@
 import { spawn } from "node:child_process";
-import { createServer, type Server } from "node:http";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { createServer as createTlsServer, type Server as TlsServer } from "node:https";
 
 /**
  * git's smart HTTP protocol on 127.0.0.1 for the repositories below `root`, through
- * `git http-backend` as a CGI program; counts requests by path (module-cache tests).
+ * `git http-backend` as a CGI program; counts requests by path (module-cache tests). With `tls`
+ * (a certificate and its key) it is HTTPS.
  */
-export async function startGitHttpServer(root: string): Promise<{ url: string; requests: string[]; close(): Promise<void> }> {
+export async function startGitHttpServer(root: string, tls?: { cert: string; key: string }): Promise<{ url: string; requests: string[]; close(): Promise<void> }> {
   const requests: string[] = [];
-  const server: Server = createServer((req, res) => {
+  const handle = (req: IncomingMessage, res: ServerResponse): void => {
     const url = new URL(req.url ?? "/", "http://x");
     requests.push(url.pathname);
     const cgi = spawn("git", ["http-backend"], {
@@ -46,11 +48,12 @@ export async function startGitHttpServer(root: string): Promise<{ url: string; r
       res.write(head.subarray(end + 4));
     });
     cgi.on("close", () => res.end());
-  });
+  };
+  const server: Server | TlsServer = tls ? createTlsServer(tls, handle) : createServer(handle);
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
   const address = server.address();
   return {
-    url: `http://127.0.0.1:${typeof address === "object" && address ? address.port : 0}`,
+    url: `${tls ? "https" : "http"}://127.0.0.1:${typeof address === "object" && address ? address.port : 0}`,
     requests,
     close: async () => {
       server.closeAllConnections();

@@ -17,7 +17,7 @@ export interface PrivateTlsStateServer {
 }
 
 /** A self-signed CA certificate for 127.0.0.1, made with the openssl CLI. */
-function privateCa(): { cert: string; key: string } {
+export function privateCa(): { cert: string; key: string } {
   const dir = mkdtempSync(join(tmpdir(), "private-ca-"));
   try {
     const r = spawnSync("openssl", [

@@ -90,7 +90,7 @@ export class Agent {
   ) {
     this.client = new AgentClient(config.url, config.caCertPem, options.timeouts);
     this.keptPlans = new KeptPlanDirs(config.dataDir, config.concurrency, config.planReuseMs);
-    const caches = openCaches(config, this.client.dispatcher, log);
+    const caches = openCaches(config, this.client.dispatcher, log, config.caCertPem);
     this.providerCache = caches.providers;
     this.moduleCache = caches.modules;
     if (this.providerCache) this.metrics.addCache("providers", this.providerCache.counters);

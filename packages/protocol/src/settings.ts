@@ -256,7 +256,7 @@ export const settings = {
   DROVER_AGENT_STATUS_FILE: setting({ doc: "file the agent keeps its running-job count in (written atomically on every change), for the `pod-annotator` sidecar of agent-local's `busyPodProtection`", readers: ["agent", "pod-annotator"], parse: absolutePath, section: "agent", reserved: true }),
   DROVER_AGENT_POD_NAME: setting({ doc: "`drover agent pod-annotator`: the pod it annotates, its own (the downward API's `metadata.name`)", readers: ["pod-annotator"], parse: kubernetesName, section: "agent", reserved: true }),
   DROVER_AGENT_POD_NAMESPACE: setting({ doc: "`drover agent pod-annotator`: that pod's namespace (`metadata.namespace`)", readers: ["pod-annotator"], parse: kubernetesName, section: "agent", reserved: true }),
-  DROVER_CA_CERT: setting({ doc: "PEM path or base64 PEM added to the trust store", readers: allAgents, parse: pemBundle, section: "agent", reserved: true }),
+  DROVER_CA_CERT: setting({ doc: "PEM path or base64 PEM added to the trust store (of the agent's HTTP client and of the module cache's git)", readers: allAgents, parse: pemBundle, section: "agent", reserved: true }),
   DROVER_CONTAINER_TASK_CA_CERT: setting({ doc: "CA bundle given to runs (`SSL_CERT_FILE`)", readers: ["agent"], parse: existingPath, section: "agent" }),
   DROVER_AGENT_HOOKS_DIR: setting({ flag: "--hooks-dir", doc: "`pre-init`, `pre-plan`, `post-plan`, `pre-apply`, `post-apply` executables", readers: agents, parse: existingPath, section: "agent" }),
   DROVER_AGENT_HOOK_TIMEOUT_SECONDS: setting({ doc: "a hook running longer fails the run", default: 600, readers: agents, parse: intIn(1, 86_400), section: "agent" }),

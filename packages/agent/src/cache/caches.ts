@@ -56,9 +56,10 @@ export function cacheDispatcher(caCertPem: string | undefined, connectMs = defau
 /**
  * Opens the enabled caches below `cacheDir` (`providers/`, `modules/`). A cache whose directory
  * cannot be made (a read-only or foreign-owned volume) is left off with a warning: runs then
- * install what they need themselves, as with the cache disabled.
+ * install what they need themselves, as with the cache disabled. `caCertPem` (DROVER_CA_CERT) is
+ * what `dispatcher` trusts beside the default roots; the module cache's git trusts it too.
  */
-export function openCaches(s: CacheSettings, dispatcher: Dispatcher, logger: Logger): Caches {
+export function openCaches(s: CacheSettings, dispatcher: Dispatcher, logger: Logger, caCertPem: string | undefined): Caches {
   const mb = 1024 * 1024;
   const open = <T>(name: string, make: () => T): T | undefined => {
     try {
@@ -70,7 +71,7 @@ export function openCaches(s: CacheSettings, dispatcher: Dispatcher, logger: Log
   };
   return {
     providers: s.providerCacheEnabled ? open("providers", () => new ProviderCache({ dir: join(s.cacheDir, "providers"), limitBytes: s.providerCacheSizeLimitMb * mb, dispatcher, logger })) : undefined,
-    modules: s.moduleCacheEnabled ? open("modules", () => new ModuleCache({ dir: join(s.cacheDir, "modules"), limitBytes: s.moduleCacheSizeLimitMb * mb, dispatcher, logger })) : undefined,
+    modules: s.moduleCacheEnabled ? open("modules", () => new ModuleCache({ dir: join(s.cacheDir, "modules"), limitBytes: s.moduleCacheSizeLimitMb * mb, dispatcher, logger, caCertPem })) : undefined,
     engines: new EngineCache({
       dir: join(s.cacheDir, "engines"),
       limitBytes: s.binaryCacheSizeLimitMb * mb,

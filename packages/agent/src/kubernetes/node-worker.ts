@@ -154,7 +154,7 @@ export class NodeWorker {
     }
     // Made even with both caches off: every run pod mounts it.
     mkdirSync(this.settings.caches.cacheDir, { recursive: true, mode: 0o755 });
-    this.caches = openCaches(this.settings.caches, cacheDispatcher(this.settings.caCertPem), this.log);
+    this.caches = openCaches(this.settings.caches, cacheDispatcher(this.settings.caCertPem), this.log, this.settings.caCertPem);
     if (this.caches.providers) this.metrics.addCache("providers", this.caches.providers.counters);
     if (this.caches.engines) this.metrics.addCache("engines", this.caches.engines.counters);
     if (this.caches.modules) this.metrics.addCache("modules", this.caches.modules.counters);

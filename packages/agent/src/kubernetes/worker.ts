@@ -87,7 +87,7 @@ export async function runWorker(settings: WorkerSettings, log: Logger): Promise<
     log.warn({ err: err instanceof Error ? err.message : String(err) }, "OpenTelemetry export could not start; running without it");
     return undefined;
   });
-  const caches = openCaches(settings.caches, cacheDispatcher(settings.caCertPem), log);
+  const caches = openCaches(settings.caches, cacheDispatcher(settings.caCertPem), log, settings.caCertPem);
   if (caches.providers) metrics.addCache("providers", caches.providers.counters);
   if (caches.modules) metrics.addCache("modules", caches.modules.counters);
   if (caches.engines) metrics.addCache("engines", caches.engines.counters);

@@ -1,6 +1,7 @@
 import { execFile } from "node:child_process";
-import { createHash } from "node:crypto";
-import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { createHash, randomBytes } from "node:crypto";
+import { closeSync, existsSync, openSync, readdirSync, readFileSync, renameSync, rmSync, writeSync } from "node:fs";
+import { rootCertificates } from "node:tls";
 import { join, resolve } from "node:path";
 import type { RunFiles } from "../runner.js";
 import { localFiles } from "../local-files.js";
@@ -58,6 +59,8 @@ export interface ModuleCacheOptions {
   limitBytes: number;
   dispatcher: Dispatcher;
   logger: Logger;
+  /** PEM git trusts beside the default roots for https sources (DROVER_CA_CERT), as the dispatcher does. */
+  caCertPem?: string | undefined;
   maxPackageBytes?: number;
   now?: () => number;
 }
@@ -163,20 +166,69 @@ const gitEnv = (): NodeJS.ProcessEnv => ({ ...process.env, GIT_TERMINAL_PROMPT: 
 /** Longest one git command may take: a git server that stalls must not hold the run (and every run waiting for the entry). */
 const gitTimeoutMs = 10 * 60_000;
 
-function git(args: string[], signal: AbortSignal, cwd?: string): Promise<string> {
+/** What git's TLS libraries (gnutls and OpenSSL builds) say when the server's certificate chains to no trusted root. */
+const untrustedCertificate = /server certificate verification failed|SSL certificate problem|certificate verify failed/i;
+
+/**
+ * Runs git. `caFile` (a PEM bundle) replaces git's CA file for https, so it holds the default
+ * roots as well as DROVER_CA_CERT. It is given as GIT_SSL_CAINFO, not `-c http.sslCAInfo`: git
+ * lets that variable (often set by images and CI) override any configuration.
+ */
+function git(args: string[], signal: AbortSignal, caFile: string | undefined, cwd?: string): Promise<string> {
   const deadline = AbortSignal.timeout(gitTimeoutMs);
+  const env = caFile ? { ...gitEnv(), GIT_SSL_CAINFO: caFile } : gitEnv();
   return new Promise((resolvePromise, reject) => {
-    execFile("git", args, { cwd, env: gitEnv(), signal: AbortSignal.any([signal, deadline]), maxBuffer: 16 << 20 }, (err, stdout, stderr) => {
+    execFile("git", args, { cwd, env, signal: AbortSignal.any([signal, deadline]), maxBuffer: 16 << 20 }, (err, stdout, stderr) => {
+      const said = (stderr || err?.message || "").trim().split("\n").slice(-1)[0];
       if (err && deadline.aborted && !signal.aborted) reject(new ModuleSourceUnavailable(`git ${args[0]} took longer than ${gitTimeoutMs / 1000} s`));
-      else if (err) reject(new ModuleSourceUnavailable(`git ${args[0]}: ${(stderr || err.message).trim().split("\n").slice(-1)[0]}`));
+      else if (err && untrustedCertificate.test(stderr)) {
+        reject(new ModuleSourceUnavailable(`git_tls_untrusted: git ${args[0]}: ${said}: the git server's TLS certificate is not signed by a trusted CA; set DROVER_CA_CERT to the PEM of the CA that signed it`));
+      } else if (err) reject(new ModuleSourceUnavailable(`git ${args[0]}: ${said}`));
       else resolvePromise(stdout);
     });
   });
 }
 
+/** The roots git was told to use by the environment (GIT_SSL_CAINFO), which the bundle replaces; none when unset or unreadable. */
+function inheritedGitRoots(): string[] {
+  const file = process.env.GIT_SSL_CAINFO;
+  if (!file) return [];
+  try {
+    return [readFileSync(file, "utf8").trim()];
+  } catch {
+    return [];
+  }
+}
+
+/**
+ * Writes the default roots (Node's, and the file GIT_SSL_CAINFO names) and `pem` into one
+ * private file below `dir` for git: named by owner and content (processes of other users sharing
+ * the cache keep their own), made 0600 with O_EXCL under a random name (never through a planted
+ * link) and renamed into place.
+ */
+function writeCaBundle(dir: string, pem: string): string {
+  const bundle = [...rootCertificates, ...inheritedGitRoots(), pem.trim()].join("\n") + "\n";
+  const uid = process.getuid?.() ?? 0;
+  const path = join(dir, `git-ca-${uid}-${createHash("sha256").update(bundle).digest("hex").slice(0, 16)}.pem`);
+  const tmp = join(dir, "tmp", `git-ca-${randomBytes(8).toString("hex")}`);
+  const fd = openSync(tmp, "wx", 0o600);
+  try {
+    writeSync(fd, bundle);
+  } finally {
+    closeSync(fd);
+  }
+  try {
+    renameSync(tmp, path);
+  } catch (err) {
+    rmSync(tmp, { force: true });
+    throw err;
+  }
+  return path;
+}
+
 /** The commit `ref` (a branch or tag; HEAD when unset) names in the repository at `url`. */
-async function lsRemote(url: string, ref: string | undefined, signal: AbortSignal): Promise<string> {
-  const out = await git(["ls-remote", "--", url, ...(ref ? [ref, `${ref}^{}`] : ["HEAD"])], signal);
+async function lsRemote(url: string, ref: string | undefined, signal: AbortSignal, caFile: string | undefined): Promise<string> {
+  const out = await git(["ls-remote", "--", url, ...(ref ? [ref, `${ref}^{}`] : ["HEAD"])], signal, caFile);
   const lines = out.trim().split("\n").map((l) => l.split("\t")).filter((p) => p.length === 2) as Array<[string, string]>;
   // An annotated tag's commit is its peeled line (`refs/tags/v1^{}`).
   const pick = lines.find(([, name]) => name.endsWith("^{}")) ?? lines[0];
@@ -191,33 +243,36 @@ async function lsRemote(url: string, ref: string | undefined, signal: AbortSigna
  * receives against its hash, and the commit must be the one asked for, so the tree is the one
  * the commit id vouches for.
  */
-async function gitCheckout(url: string, ref: string | undefined, commit: string, dir: string, scratch: string, signal: AbortSignal): Promise<ModuleMeta> {
-  const has = async (repo: string): Promise<boolean> => (await git(["--git-dir", repo, "cat-file", "-t", commit], signal).catch(() => "")).trim() === "commit";
+async function gitCheckout(url: string, ref: string | undefined, commit: string, dir: string, scratch: string, signal: AbortSignal, caFile: string | undefined): Promise<ModuleMeta> {
+  const has = async (repo: string): Promise<boolean> => (await git(["--git-dir", repo, "cat-file", "-t", commit], signal, caFile).catch(() => "")).trim() === "commit";
   const shallow = join(scratch, "shallow.git");
-  await git(["init", "--quiet", "--bare", shallow], signal);
+  await git(["init", "--quiet", "--bare", shallow], signal, caFile);
   // By id: protocol v2 servers serve any commit; an older one only what a ref points at, so the
   // ref is asked for too (ls-remote said it names this commit; if it has moved since, the
   // commit is missing and the whole clone below decides).
   for (const want of [commit, ...(ref === commit ? [] : [ref ?? "HEAD"])]) {
-    if (await git(["--git-dir", shallow, "fetch", "--quiet", "--depth", "1", "--no-tags", "--", url, want], signal).then(() => has(shallow), () => false)) {
-      await git(["--git-dir", shallow, "--work-tree", dir, "checkout", "--quiet", "-f", commit, "--", "."], signal);
+    if (await git(["--git-dir", shallow, "fetch", "--quiet", "--depth", "1", "--no-tags", "--", url, want], signal, caFile).then(() => has(shallow), () => false)) {
+      await git(["--git-dir", shallow, "--work-tree", dir, "checkout", "--quiet", "-f", commit, "--", "."], signal, caFile);
       return { source: url, commit };
     }
   }
   const repo = join(scratch, "repo.git");
-  await git(["clone", "--quiet", "--bare", "--", url, repo], signal);
+  await git(["clone", "--quiet", "--bare", "--", url, repo], signal, caFile);
   if (!(await has(repo))) throw new ModuleSourceUnavailable(`${url} has no commit ${commit}`);
-  await git(["--git-dir", repo, "--work-tree", dir, "checkout", "--quiet", "-f", commit, "--", "."], signal);
+  await git(["--git-dir", repo, "--work-tree", dir, "checkout", "--quiet", "-f", commit, "--", "."], signal, caFile);
   return { source: url, commit };
 }
 
 export class ModuleCache {
   private readonly store: CacheStore<ModuleMeta>;
   private readonly registry: RegistryClient;
+  /** git's CA file when DROVER_CA_CERT is set (git's own default roots otherwise). */
+  private readonly gitCaFile: string | undefined;
 
   constructor(private readonly options: ModuleCacheOptions) {
     this.store = new CacheStore<ModuleMeta>({ dir: options.dir, entries: "entries", limitBytes: options.limitBytes, logger: options.logger, kind: "module", ...(options.now ? { now: options.now } : {}) });
     this.registry = new RegistryClient(options.dispatcher);
+    this.gitCaFile = options.caCertPem ? writeCaBundle(options.dir, options.caCertPem) : undefined;
   }
 
   /** Hits, misses, evictions and bytes, for /metrics. */
@@ -308,10 +363,10 @@ export class ModuleCache {
       fill = (dir, _scratch, s) => this.fetchRegistry(spec, v, dir, s);
     } else if (spec.kind === "git") {
       // A commit names its content exactly; any other ref is asked of the repository once per run.
-      const commit = spec.ref && /^[0-9a-f]{40}$/.test(spec.ref) ? spec.ref : await lsRemote(spec.url, spec.ref, signal);
+      const commit = spec.ref && /^[0-9a-f]{40}$/.test(spec.ref) ? spec.ref : await lsRemote(spec.url, spec.ref, signal, this.gitCaFile);
       key = `git/${digest(spec.url)}/${commit}`;
       source = packageSource(call.source);
-      fill = (dir, scratch, s) => gitCheckout(spec.url, spec.ref, commit, dir, scratch, s);
+      fill = (dir, scratch, s) => gitCheckout(spec.url, spec.ref, commit, dir, scratch, s, this.gitCaFile);
     } else {
       key = `http/${digest(`${spec.url}#${spec.checksum ?? ""}`)}`;
       source = packageSource(call.source);
