@@ -88,11 +88,48 @@ describe("agent.providerCache and agent.moduleCache", () => {
     }
   });
 
-  test("a size that is not Mi, Gi or Ti is refused at render time", () => {
-    const r = spawnSync(tools().helm, ["template", "rel", join(repo, "charts", "agent-job"), "--set", `agent.token=${token}`, "--set", "agent.providerCache.sizeLimit=10GB"], { encoding: "utf8" });
+  test("a size that is not a Kubernetes quantity, or is under 1Mi, is refused at render time", () => {
+    const refused = (value: string) => spawnSync(tools().helm, ["template", "rel", join(repo, "charts", "agent-job"), "--set", `agent.token=${token}`, "--set", `agent.providerCache.sizeLimit=${value}`], { encoding: "utf8" });
+    const r = refused("10GB");
     assert.notEqual(r.status, 0);
-    assert.match(r.stderr, /agent.providerCache.sizeLimit must be a size in Mi, Gi or Ti/);
+    assert.match(r.stderr, /agent.providerCache.sizeLimit must be a Kubernetes quantity such as 20Gi/);
+    const small = refused("500k");
+    assert.notEqual(small.status, 0);
+    assert.match(small.stderr, /agent.providerCache.sizeLimit must be at least 1Mi, got "500k"/);
   });
+
+  for (const [chart, extra] of [...jobCharts, ["agent-local", []] as [string, string[]]]) {
+    const claim = chart === "agent-local" ? ["--set", "persistence.enabled=true"] : ["--set", "persistence.cache.enabled=true"];
+    const cacheEnv = (args: string[]): Record<string, string> => {
+      const objects = render(chart, [...extra, ...args]);
+      if (chart === "agent-local") return envOf(objects.find((o) => o.kind === "Deployment")!.spec.template.spec.containers.find((c: any) => c.name === "agent"));
+      return envOf(task(objects).containers.find((c: any) => c.name === "worker"));
+    };
+
+    test(`${chart}: every form of a Kubernetes quantity is read as a size (decimal and binary suffixes, plain bytes, exponents, fractions)`, () => {
+      const forms: Array<[string, number]> = [["10G", 9536], ["1.5Gi", 1536], ["1073741824", 1024], ["5e9", 4768], ["2000M", 1907], ["1048576Ki", 1024], ["0.5Ti", 524288], ["3000000k", 2861], ["1T", 953674]];
+      for (const [value, mb] of forms) {
+        const env = cacheEnv([...claim, "--set-string", `agent.providerCache.sizeLimit=${value}`]);
+        assert.equal(env.DROVER_AGENT_PROVIDER_CACHE_SIZE_LIMIT_MB, String(mb), value);
+      }
+    });
+
+    test(`${chart}: on a claim the cache emptyDir's sizeLimit is not read, so any quantity (or an old value) renders`, () => {
+      for (const value of ["10G", "1.5Gi", "20Gi"]) {
+        const env = cacheEnv([...claim, "--set", `persistence.cache.emptyDir.sizeLimit=${value}`]);
+        assert.equal(env.DROVER_AGENT_BINARY_CACHE_SIZE_LIMIT_MB, "5120", `${value}: nothing is scaled on a claim`);
+      }
+    });
+
+    test(`${chart}: a cache emptyDir sized 10G or 1.5Gi scales the caches to fit 4/5 of its MiB`, () => {
+      const sizes = ["--set", "agent.providerCache.sizeLimit=16Gi", "--set", "agent.binaryCache.sizeLimit=5Gi"];
+      for (const [value, mib] of [["10G", 9536], ["1.5Gi", 1536]] as const) {
+        const env = cacheEnv([...sizes, "--set", `persistence.cache.emptyDir.sizeLimit=${value}`]);
+        const room = Math.floor((mib * 4) / 5);
+        assert.deepEqual([env.DROVER_AGENT_PROVIDER_CACHE_SIZE_LIMIT_MB, env.DROVER_AGENT_BINARY_CACHE_SIZE_LIMIT_MB].map(Number), [Math.floor((16384 * room) / 21504), Math.floor((5120 * room) / 21504)], value);
+      }
+    });
+  }
 });
 
 describe("persistence.cache", () => {

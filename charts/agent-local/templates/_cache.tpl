@@ -4,13 +4,40 @@
   copy it to the others.
 */ -}}
 
-{{/* A size in Mi, Gi or Ti as a number of MB; anything else fails the render. */}}
+{{- /*
+  A size as a whole number of MiB (rounded down), from any form of a Kubernetes quantity: plain
+  bytes, decimal suffixes (k, M, G, T, P, E), binary ones (Ki, Mi, Gi, Ti, Pi, Ei), an exponent
+  (5e9) and a fraction (1.5Gi). A size under 1Mi or anything else fails the render.
+*/ -}}
 {{- define "drover.sizeMb" -}}
 {{- $v := toString .value -}}
-{{- if regexMatch "^[1-9][0-9]*Mi$" $v -}}{{ trimSuffix "Mi" $v }}
-{{- else if regexMatch "^[1-9][0-9]*Gi$" $v -}}{{ mul (trimSuffix "Gi" $v | atoi) 1024 }}
-{{- else if regexMatch "^[1-9][0-9]*Ti$" $v -}}{{ mul (trimSuffix "Ti" $v | atoi) 1048576 }}
-{{- else -}}{{ fail (printf "%s must be a size in Mi, Gi or Ti such as 20Gi, got %q" .name $v) }}
+{{- $form := `^\+?([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$` -}}
+{{- if not (regexMatch $form $v) -}}
+{{- fail (printf "%s must be a Kubernetes quantity such as 20Gi, 10G or 1.5Gi, got %q" .name $v) -}}
+{{- end -}}
+{{- $suffix := regexReplaceAll $form $v "${2}" -}}
+{{- $factors := dict "" 1.0 "k" 1e3 "M" 1e6 "G" 1e9 "T" 1e12 "P" 1e15 "E" 1e18 "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0 "Pi" 1125899906842624.0 "Ei" 1152921504606846976.0 -}}
+{{- $bytes := 0.0 -}}
+{{- if hasKey $factors $suffix -}}
+{{- $bytes = mulf (float64 (regexReplaceAll $form $v "${1}")) (get $factors $suffix) -}}
+{{- else -}}
+{{- /* An exponent: the whole text is a float. */ -}}
+{{- $bytes = float64 (trimPrefix "+" $v) -}}
+{{- end -}}
+{{- $mb := floor (divf $bytes 1048576) -}}
+{{- if lt $mb 1.0 -}}
+{{- fail (printf "%s must be at least 1Mi, got %q" .name $v) -}}
+{{- end -}}
+{{- int64 $mb -}}
+{{- end -}}
+
+{{- /*
+  The size in MiB of the cache's emptyDir, or "" when the cache is on a claim (onEmptyDir false):
+  its sizeLimit is only read when that emptyDir is the one used.
+*/ -}}
+{{- define "drover.cacheEmptyDirMb" -}}
+{{- if .onEmptyDir -}}
+{{- include "drover.sizeMb" (dict "value" .Values.persistence.cache.emptyDir.sizeLimit "name" "persistence.cache.emptyDir.sizeLimit") -}}
 {{- end -}}
 {{- end -}}
 
