@@ -21,8 +21,13 @@ export interface DispatcherOptions {
  * (an address that never answers fails after it, not after undici's own default).
  */
 export function proxyDispatcher(o: DispatcherOptions): Dispatcher {
+  const tls = { timeout: o.connectMs, ...(o.caCertPem ? { ca: [...rootCertificates, o.caCertPem] } : {}) };
+  // Through a proxy undici ignores `connect`: it reaches the proxy with `proxyTls` and the
+  // server inside the CONNECT tunnel with `requestTls`, so the CA and deadline go to all three.
   return new EnvHttpProxyAgent({
-    connect: { timeout: o.connectMs, ...(o.caCertPem ? { ca: [...rootCertificates, o.caCertPem] } : {}) },
+    connect: tls,
+    proxyTls: tls,
+    requestTls: tls,
     ...(o.headersTimeoutMs === undefined ? {} : { headersTimeout: o.headersTimeoutMs }),
     ...(o.bodyTimeoutMs === undefined ? {} : { bodyTimeout: o.bodyTimeoutMs }),
   });

@@ -12,6 +12,15 @@ import type { Dispatcher, EnvHttpProxyAgent as EnvHttpProxyAgentClass } from "un
  */
 const load = createRequire(import.meta.url);
 
+/*
+ * undici's index also gives every dispatcher its promise API (`request`, `connect`, `stream`,
+ * `pipeline`, `upgrade`) by assigning lib/api onto Dispatcher's prototype. ProxyAgent opens its
+ * CONNECT tunnel with `client.connect(...)`, so without this step every request through
+ * HTTP(S)_PROXY fails (`connect is not a function`). Same assignment as the index's, so loading
+ * both (a test's Agent) is harmless.
+ */
+Object.assign((load("undici/lib/dispatcher/dispatcher.js") as { prototype: object }).prototype, load("undici/lib/api/index.js") as object);
+
 /** undici's EnvHttpProxyAgent: honours HTTP(S)_PROXY and NO_PROXY. */
 export const EnvHttpProxyAgent = load("undici/lib/dispatcher/env-http-proxy-agent.js") as typeof EnvHttpProxyAgentClass;
 

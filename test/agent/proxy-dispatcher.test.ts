@@ -1,0 +1,126 @@
+import assert from "node:assert/strict";
+import { createServer as createHttpServer, type Server } from "node:http";
+import { createRequire } from "node:module";
+import { connect as tcpConnect, type AddressInfo, type Socket } from "node:net";
+import { after, afterEach, before, test } from "node:test";
+import { AgentClient, cacheDispatcher } from "@drover/agent";
+import { transportRequest } from "@drover/protocol";
+import { startPrivateTlsStateServer, type PrivateTlsStateServer } from "../support/private-ca.js";
+
+// The agent's outbound clients (its own and the caches') through HTTP(S)_PROXY: a CONNECT tunnel
+// to an HTTPS server of a private CA (DROVER_CA_CERT), a plain-http server through HTTP_PROXY,
+// and NO_PROXY going direct. undici is loaded file by file (decision 0031); its index must not be
+// loaded here, or it would patch what the agent's own loading has to do itself.
+
+/** A forward proxy on 127.0.0.1 that tunnels CONNECT and counts the tunnels it opened. */
+interface CountingProxy {
+  url: string;
+  connects: string[];
+  close(): void;
+}
+
+async function startProxy(): Promise<CountingProxy> {
+  const connects: string[] = [];
+  const sockets = new Set<Socket>();
+  const server: Server = createHttpServer((_req, res) => {
+    // Not a tunnel: this proxy only tunnels, which is what undici asks of it for both schemes.
+    res.statusCode = 501;
+    res.end();
+  });
+  server.on("connection", (s) => {
+    sockets.add(s);
+    s.on("close", () => sockets.delete(s));
+  });
+  server.on("connect", (req, client: Socket, head: Buffer) => {
+    connects.push(req.url ?? "");
+    const [host, port] = (req.url ?? "").split(":");
+    const upstream = tcpConnect(Number(port), host ?? "", () => {
+      client.write("HTTP/1.1 200 Connection Established\r\n\r\n");
+      if (head.length > 0) upstream.write(head);
+      upstream.pipe(client);
+      client.pipe(upstream);
+    });
+    sockets.add(upstream);
+    upstream.on("close", () => sockets.delete(upstream));
+    upstream.on("error", () => client.destroy());
+    client.on("error", () => upstream.destroy());
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    connects,
+    close: () => {
+      for (const s of sockets) s.destroy();
+      server.close();
+    },
+  };
+}
+
+let proxy: CountingProxy;
+let tls: PrivateTlsStateServer;
+let plain: Server;
+let plainUrl: string;
+const saved = { ...process.env };
+
+before(async () => {
+  proxy = await startProxy();
+  tls = await startPrivateTlsStateServer("through the tunnel");
+  plain = createHttpServer((_req, res) => res.end("plain"));
+  await new Promise<void>((r) => plain.listen(0, "127.0.0.1", r));
+  plainUrl = `http://127.0.0.1:${(plain.address() as AddressInfo).port}/`;
+});
+after(() => {
+  proxy.close();
+  tls.close();
+  plain.close();
+});
+afterEach(() => {
+  process.env = { ...saved };
+  proxy.connects.length = 0;
+});
+
+/** Points the proxy variables at the counting proxy (undici prefers the lower-case ones, so those go). */
+function useProxy(noProxy?: string): void {
+  for (const k of ["http_proxy", "https_proxy", "no_proxy", "NO_PROXY"]) delete process.env[k];
+  process.env.HTTP_PROXY = proxy.url;
+  process.env.HTTPS_PROXY = proxy.url;
+  if (noProxy !== undefined) process.env.NO_PROXY = noProxy;
+}
+
+test("undici's index is not loaded in this test process (the agent's own loading is what is under test)", () => {
+  const cache = createRequire(import.meta.url).cache;
+  assert.deepEqual(Object.keys(cache).filter((m) => /\/node_modules\/undici\/index\.js$/.test(m)), []);
+});
+
+test("the agent's client reaches an HTTPS server of a private CA through HTTPS_PROXY's CONNECT tunnel", async () => {
+  useProxy();
+  const client = new AgentClient("https://127.0.0.1:1", tls.caPem, { connectMs: 5_000 });
+  const res = await transportRequest(tls.url, { dispatcher: client.dispatcher });
+  assert.equal(res.statusCode, 200);
+  assert.match(await res.body.text(), /through the tunnel/);
+  assert.deepEqual(proxy.connects, [new URL(tls.url).host]);
+});
+
+test("the caches' client reaches an HTTPS server of a private CA through HTTPS_PROXY", async () => {
+  useProxy();
+  const res = await transportRequest(tls.url, { dispatcher: cacheDispatcher(tls.caPem, 5_000) });
+  assert.equal(res.statusCode, 200);
+  assert.match(await res.body.text(), /through the tunnel/);
+  assert.deepEqual(proxy.connects, [new URL(tls.url).host]);
+});
+
+test("a plain-http server is reached through HTTP_PROXY", async () => {
+  useProxy();
+  const res = await transportRequest(plainUrl, { dispatcher: cacheDispatcher(undefined, 5_000) });
+  assert.equal(await res.body.text(), "plain");
+  assert.deepEqual(proxy.connects, [new URL(plainUrl).host]);
+});
+
+test("NO_PROXY sends a matching host direct, past the proxy", async () => {
+  useProxy("127.0.0.1");
+  const dispatcher = cacheDispatcher(tls.caPem, 5_000);
+  assert.match(await (await transportRequest(tls.url, { dispatcher })).body.text(), /through the tunnel/);
+  assert.equal(await (await transportRequest(plainUrl, { dispatcher })).body.text(), "plain");
+  assert.deepEqual(proxy.connects, []);
+});
