@@ -7,6 +7,8 @@ import { StreamRedactor } from "./redactor.js";
 /** The most the server takes in one append: fewer, larger appends cost it less per byte. */
 const maxChunk = maxLogChunkBytes;
 const flushIntervalMs = 200;
+/** What an acknowledged slot of the queue holds instead of its buffer. */
+const cleared = Buffer.alloc(0);
 
 /**
  * A job's log on its way to the server: redacted, batched, sent in order by byte offset, and
@@ -95,6 +97,9 @@ export class LogStream {
     while (n > 0) {
       const first = this.pending[this.head]!;
       if (first.length <= n) {
+        // The slot is cleared as well: until the next compaction it would keep an acknowledged
+        // buffer (a pipe read of up to 64 KiB, thousands of them) from being collected.
+        this.pending[this.head] = cleared;
         this.head++;
         n -= first.length;
       } else {
