@@ -2,7 +2,10 @@ import assert from "node:assert/strict";
 import { existsSync, statSync } from "node:fs";
 import { test } from "node:test";
 import { sql } from "kysely";
-import { backstopPages, checkpointEveryBytes, openDatabase } from "@drover/server";
+import { Worker } from "node:worker_threads";
+import BetterSqlite3 from "better-sqlite3";
+import { pino, type Logger } from "pino";
+import { backstopPages, checkpointEveryBytes, openDatabase, startCheckpointer, startCheckpointWorker, walSizeLimitBytes } from "@drover/server";
 import { createTestDatabase } from "../support/databases.js";
 import { eventually } from "../support/fault-runs.js";
 
@@ -25,6 +28,10 @@ test("SQLite: the write-ahead log is copied into the database by the background 
     }
     // Only a checkpoint writes to the database file; the backstop is far above what was written.
     await eventually("the log copied into the database file", async () => (statSync(path).size - before >= (mib - checkpointEveryBytes / 1024 / 1024) * 1024 * 1024 ? true : undefined));
+    // Had the worker stopped, the main connection would be back at SQLite's 1,000 pages and
+    // would have copied the log itself: the backstop still in place says the worker did it.
+    const [after] = (await sql<{ wal_autocheckpoint: number }>`pragma wal_autocheckpoint`.execute(db.kysely)).rows;
+    assert.equal(after?.wal_autocheckpoint, backstopPages, "the worker is still the one checkpointing");
     await db.close();
     assert.equal(existsSync(`${path}-wal`), false, "the last connection to close removed the log");
     db = await openDatabase(database.location);
@@ -33,6 +40,84 @@ test("SQLite: the write-ahead log is copied into the database by the background 
     for (const r of rows) assert.ok(r.data.equals(Buffer.alloc(1024 * 1024, r.n)), `blob ${r.n} whole after the restart`);
     await db.close();
   } finally {
+    await database.drop();
+  }
+});
+
+test("SQLite: the write-ahead log is cut back to the size limit once a write starts it over after a burst", async () => {
+  const database = await createTestDatabase("sqlite");
+  const path = database.location.kind === "sqlite" ? database.location.path : "";
+  try {
+    const db = await openDatabase(database.location);
+    try {
+      const [limit] = (await sql<{ journal_size_limit: number }>`pragma journal_size_limit`.execute(db.kysely)).rows;
+      assert.equal(limit?.journal_size_limit, walSizeLimitBytes);
+      await sql`create table blobs (n integer primary key, data blob not null)`.execute(db.kysely);
+      // One transaction larger than the limit: the log must grow past it to hold it.
+      const burst = walSizeLimitBytes / (1024 * 1024) + 8;
+      await db.kysely.transaction().execute(async (tx) => {
+        for (let n = 0; n < burst; n++) await sql`insert into blobs (n, data) values (${n}, ${Buffer.alloc(1024 * 1024, n)})`.execute(tx);
+      });
+      assert.ok(statSync(`${path}-wal`).size > walSizeLimitBytes, "the burst made the log larger than the limit");
+      let n = burst;
+      await eventually("the log cut back to the limit", async () => {
+        await sql`insert into blobs (n, data) values (${n}, ${Buffer.alloc(256 * 1024, 1)})`.execute(db.kysely);
+        n++;
+        return statSync(`${path}-wal`).size <= walSizeLimitBytes ? true : undefined;
+      });
+    } finally {
+      await db.close();
+    }
+  } finally {
+    await database.drop();
+  }
+});
+
+/** A logger whose warnings the test reads. */
+function recordingLogger(): { log: Logger; warnings: string[] } {
+  const warnings: string[] = [];
+  const log = pino({ level: "warn" }, { write: (line: string) => void warnings.push((JSON.parse(line) as { msg: string }).msg) });
+  return { log, warnings };
+}
+
+test("SQLite: if the checkpoint worker dies, the main connection checkpoints itself again, says so, and writes go on", async () => {
+  const database = await createTestDatabase("sqlite");
+  const path = database.location.kind === "sqlite" ? database.location.path : "";
+  const sqlite = new BetterSqlite3(path);
+  sqlite.pragma("journal_mode = WAL");
+  let worker: Worker | undefined;
+  const { log, warnings } = recordingLogger();
+  const checkpointer = startCheckpointer(sqlite, path, log, { startWorker: (data) => (worker = startCheckpointWorker(data)) });
+  try {
+    assert.equal(sqlite.pragma("wal_autocheckpoint", { simple: true }), backstopPages);
+    const db = checkpointer.counting(sqlite);
+    db.prepare("create table blobs (n integer primary key, data blob not null)").run([]);
+    await worker!.terminate();
+    await eventually("the fallback to SQLite's own checkpoints", async () => (sqlite.pragma("wal_autocheckpoint", { simple: true }) === 1000 ? true : undefined));
+    assert.ok(warnings.some((w) => w.startsWith("background checkpoints stopped")), `a warning says so: ${JSON.stringify(warnings)}`);
+    for (let n = 0; n < 8; n++) db.prepare("insert into blobs (n, data) values (?, ?)").run([n, Buffer.alloc(1024 * 1024, n)]);
+    assert.deepEqual(sqlite.prepare("select count(*) as c from blobs").get(), { c: 8 });
+  } finally {
+    await checkpointer.close();
+    sqlite.close();
+    await database.drop();
+  }
+});
+
+test("SQLite: closing does not wait for ever on a checkpoint worker that never answers", async () => {
+  const database = await createTestDatabase("sqlite");
+  const path = database.location.kind === "sqlite" ? database.location.path : "";
+  const sqlite = new BetterSqlite3(path);
+  sqlite.pragma("journal_mode = WAL");
+  const { log, warnings } = recordingLogger();
+  // Stands for a worker stuck in a checkpoint (an fsync on a hung disk): it takes requests and never replies.
+  const stuck = () => new Worker("require('node:worker_threads').parentPort.on('message', () => {});", { eval: true });
+  const checkpointer = startCheckpointer(sqlite, path, log, { closeDeadlineMs: 50, startWorker: stuck });
+  try {
+    await checkpointer.close();
+    assert.ok(warnings.some((w) => w.startsWith("the checkpoint worker did not close its connection in time")), `a warning says so: ${JSON.stringify(warnings)}`);
+  } finally {
+    sqlite.close();
     await database.drop();
   }
 });

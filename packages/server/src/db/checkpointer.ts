@@ -19,23 +19,47 @@ import type { CheckpointReply, CheckpointRequest, CheckpointWorkerData } from ".
 export const checkpointEveryBytes = 4 * 1024 * 1024;
 /** The main connection's own automatic checkpoint, in pages: only reached if the worker falls far behind or stops. */
 export const backstopPages = 16_384;
+/**
+ * The size the write-ahead log is cut back to when a write starts it over after a checkpoint:
+ * without it the file keeps the size of its largest burst for ever.
+ */
+export const walSizeLimitBytes = 16 * 1024 * 1024;
 /** The log length, in pages, past which the worker restarts the log once it is all copied. */
 const restartFrames = 4_096;
 const pageEstimate = 4096;
 
+/** How long closing waits for the worker to close its connection, then for it to stop. */
+export const defaultCloseDeadlineMs = 5_000;
+
 /** A running background checkpointer of one SQLite database. */
 export interface Checkpointer {
-  /** `db` with every write statement counted towards the next checkpoint. */
-  counting(db: SqliteDatabase): SqliteDatabase;
-  /** Stops the worker (its connection closes first); resolves when it is gone. */
+  /** `db` with every statement that writes (`returning` ones too) counted towards the next checkpoint. */
+  counting(db: BetterSqlite3.Database): SqliteDatabase;
+  /** Stops the worker (its connection closes first); resolves when it is gone or the close deadline passed. */
   close(): Promise<void>;
 }
 
+/** Settings of a checkpointer; tests inject the worker and shorten the deadline. */
+export interface CheckpointerOptions {
+  /** How long `close` waits for the worker to answer, and then for it to stop (default 5 s). */
+  closeDeadlineMs?: number;
+  /** Starts the worker thread (default: checkpoint-worker.js). */
+  startWorker?: (data: CheckpointWorkerData) => Worker;
+}
+
+/** Starts the real checkpoint worker thread. */
+export function startCheckpointWorker(data: CheckpointWorkerData): Worker {
+  return new Worker(new URL("./checkpoint-worker.js", import.meta.url), { workerData: data });
+}
+
 /** Starts the checkpoint worker for the database at `path`, whose main connection is `sqlite`. */
-export function startCheckpointer(sqlite: BetterSqlite3.Database, path: string, log: Logger): Checkpointer {
-  const worker = new Worker(new URL("./checkpoint-worker.js", import.meta.url), { workerData: { path, restartFrames } satisfies CheckpointWorkerData });
+export function startCheckpointer(sqlite: BetterSqlite3.Database, path: string, log: Logger, options: CheckpointerOptions = {}): Checkpointer {
+  const closeDeadlineMs = options.closeDeadlineMs ?? defaultCloseDeadlineMs;
+  const worker = (options.startWorker ?? startCheckpointWorker)({ path, restartFrames });
   worker.unref();
   sqlite.pragma(`wal_autocheckpoint = ${backstopPages}`);
+  // SQLite truncates the log on the connection that starts it over: the main one (the worker never writes).
+  sqlite.pragma(`journal_size_limit = ${walSizeLimitBytes}`);
   let written = 0;
   let inFlight = false;
   let stopped = false;
@@ -80,16 +104,33 @@ export function startCheckpointer(sqlite: BetterSqlite3.Database, path: string, 
     counting: (db) => countingWrites(db, noteWrite),
     close() {
       closing ??= (async () => {
+        // A worker stuck in a checkpoint (an fsync on a hung disk) never answers: without a
+        // deadline the database would never close and its lock file never be released.
         if (!stopped) {
           const acknowledged = new Promise<void>((resolve) => (closed = resolve));
           send("close");
-          await Promise.race([acknowledged, gone]);
+          if (!(await within(Promise.race([acknowledged, gone]), closeDeadlineMs))) {
+            log.warn({ deadlineMs: closeDeadlineMs }, "the checkpoint worker did not close its connection in time; stopping it");
+          }
         }
-        await worker.terminate();
+        if (!(await within(worker.terminate(), closeDeadlineMs))) {
+          log.warn({ deadlineMs: closeDeadlineMs }, "the checkpoint worker did not stop in time; closing without it");
+        }
       })();
       return closing;
     },
   };
+}
+
+/** Whether `promise` settled within `ms`. */
+async function within(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const expired = new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), ms)));
+  try {
+    return await Promise.race([promise.then(() => true), expired]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 /** Bytes of the values bound to a statement: what its write adds to the log, roughly. */
@@ -102,17 +143,28 @@ function boundBytes(parameters: readonly unknown[]): number {
   return n;
 }
 
-/** `db` whose write statements report their bound bytes to `noteWrite` after they ran. */
-function countingWrites(db: SqliteDatabase, noteWrite: (bytes: number) => void): SqliteDatabase {
+/**
+ * `db` whose writing statements report their bound bytes to `noteWrite` after they ran. A write
+ * with `returning` is a reader to better-sqlite3 (it is run with `all`), so what decides is
+ * whether the statement is read-only, not how it is run.
+ */
+function countingWrites(db: BetterSqlite3.Database, noteWrite: (bytes: number) => void): SqliteDatabase {
   return {
     close: () => db.close(),
     prepare: (sql: string): SqliteStatement => {
       const stmt = db.prepare(sql);
-      if (stmt.reader) return stmt;
+      if (stmt.readonly) return stmt;
       return {
-        reader: false,
-        all: (parameters) => stmt.all(parameters),
-        iterate: (parameters) => stmt.iterate(parameters),
+        reader: stmt.reader,
+        all: (parameters) => {
+          const rows = stmt.all(parameters);
+          noteWrite(boundBytes(parameters));
+          return rows;
+        },
+        iterate: (parameters) => {
+          noteWrite(boundBytes(parameters));
+          return stmt.iterate(parameters);
+        },
         run: (parameters) => {
           const result = stmt.run(parameters);
           noteWrite(boundBytes(parameters));
