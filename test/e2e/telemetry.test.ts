@@ -9,7 +9,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { after, before, test } from "node:test";
-import { startOtlpReceiver, type OtlpReceiver, type ReceivedSpan } from "../support/otlp-receiver.js";
+import { assertStageOrder, startOtlpReceiver, type OtlpReceiver, type ReceivedSpan } from "../support/otlp-receiver.js";
 import { startStack, type Stack } from "../support/stack.js";
 import { eventually } from "../support/fault-runs.js";
 import { routes } from "@drover/protocol";
@@ -62,14 +62,13 @@ test("examples/hello through a local agent: a trace per phase with the stage spa
     assert.equal(agentSpan.resource["drover.pool"], stack.pool);
     assert.ok(agentSpan.startNs >= queued.endNs - 5_000_000n, "the agent's work starts after the queue wait");
     const stages = job.phase === "plan" ? ["claimed", "configuration download", "init", "plan", "uploads", "finish"] : ["claimed", "configuration download", "apply", "uploads", "finish"];
-    let previousEnd = 0n;
+    let previous = { startNs: 0n, endNs: 0n };
     for (const name of stages) {
       const s = named(name);
       assert.equal(s.parentSpanId, agentSpan.spanId, `${name} is a stage of the agent's span`);
-      // (1 ms of slack: the SDK's timestamps are float milliseconds)
-      assert.ok(s.startNs >= previousEnd - 1_000_000n, `${name} starts after the stage before it`);
+      assertStageOrder(name, s, previous);
       assert.ok(s.endNs >= s.startNs && s.endNs <= agentSpan.endNs + 1_000_000n, `${name} ends within the agent span`);
-      previousEnd = s.endNs;
+      previous = s;
     }
     // (No bound on the agent span's end: it closes when the server's answer to finish arrives, after the root ended.)
     assert.ok(agentSpan.startNs >= root.startNs);

@@ -8,7 +8,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { after, before, test } from "node:test";
 import { startStack, type Stack } from "../support/stack.js";
-import { startOtlpReceiver, type OtlpReceiver } from "../support/otlp-receiver.js";
+import { assertStageOrder, startOtlpReceiver, type OtlpReceiver } from "../support/otlp-receiver.js";
 import { scrape } from "../support/metric-values.js";
 import { eventually, fastTimings, startTestCluster, type TestCluster } from "./cluster.js";
 import { createAgentTask, prepareNamespace, startNodeModeAgents, terraformRunner, type NodeModeAgents, controllerStages } from "./agents.js";
@@ -56,11 +56,11 @@ test("examples/hello in node-worker mode: each phase's trace holds the server's 
       const c = inTrace().filter((s) => s.parentSpanId === worker.spanId);
       return stages.every((n) => c.some((s) => s.name === n)) ? c : undefined;
     }, 30_000);
-    let previousEnd = 0n;
+    let previous = { startNs: 0n, endNs: 0n };
     for (const name of stages) {
       const s = children.find((c) => c.name === name)!;
-      assert.ok(s.startNs >= previousEnd - 1_000_000n, `${name} starts after the stage before it`);
-      previousEnd = s.endNs;
+      assertStageOrder(name, s, previous);
+      previous = s;
     }
     // The controller's stages of the runner-only pod: in node mode the runner is the container that starts the run.
     const k8s = await controllerStages(inTrace, root.spanId, job.phase);

@@ -1,6 +1,7 @@
 // An OTLP/HTTP receiver for tests: a plain HTTP server on 127.0.0.1 taking protobuf export
 // requests on /v1/traces and /v1/metrics, decoded with a minimal protobuf wire reader over the
 // field numbers of opentelemetry-proto (trace/v1, metrics/v1, common/v1, resource/v1).
+import assert from "node:assert/strict";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 
@@ -199,4 +200,18 @@ export async function startOtlpReceiver(): Promise<OtlpReceiver> {
         server.close(() => resolve());
       }),
   };
+}
+
+/**
+ * Asserts a job's stage span follows the stage before it. The plan file uploads while terraform
+ * renders the plan's JSON, so "uploads" may begin inside the stage before it, but not before it
+ * began, and ends after it. (1 ms of slack: the SDK's timestamps are float milliseconds.)
+ */
+export function assertStageOrder(name: string, stage: { startNs: bigint; endNs: bigint }, previous: { startNs: bigint; endNs: bigint }): void {
+  const slack = 1_000_000n;
+  if (name === "uploads") {
+    assert.ok(stage.startNs >= previous.startNs - slack && stage.endNs >= previous.endNs - slack, `${name} runs with or after the stage before it`);
+  } else {
+    assert.ok(stage.startNs >= previous.endNs - slack, `${name} starts after the stage before it`);
+  }
 }
