@@ -92,7 +92,7 @@ class PoolWaiters {
 
 const registry = new WeakMap<EventBus, PoolWaiters>();
 
-/** The waiter queues of one event bus (one per server process). */
+/** The waiter queues of one event bus (one per server process); the first call for a bus sets its `recheckMs`. */
 export function poolWaiters(events: EventBus, recheckMs = 2_000): PoolWaiters {
   let w = registry.get(events);
   if (!w) {
