@@ -2,6 +2,7 @@ export { loadServerConfig, type ServerConfig, type ServerFlags } from "./config.
 export { startServer, type RunningServer, type StartOptions } from "./server.js";
 export { openDatabase, type Db, type DatabaseLocation } from "./db/connect.js";
 export { migrationProvider } from "./db/migrations.js";
+export { CoalescedReads } from "./store/coalesced-reads.js";
 export type { StoreContext, StoreSettings } from "./store/context.js";
 export * as store from "./store/index.js";
 export { localEventBus, postgresEventBus, type EventBus } from "./events.js";

@@ -57,19 +57,22 @@ export class CoalescedReads<K, V> {
       }
       for (const key of batch.keys()) this.waiting.delete(key);
       this.inFlight++;
-      void this.read([...batch.keys()])
-        .then(
-          (values) => {
-            for (const [key, list] of batch) for (const p of list) p.resolve(values.get(key));
-          },
-          (err: unknown) => {
-            for (const list of batch.values()) for (const p of list) p.reject(err);
-          },
-        )
-        .finally(() => {
-          this.inFlight--;
-          this.schedule();
-        });
+      void this.answer(batch);
+    }
+  }
+
+  /** Reads one batch and answers its callers; every caller is answered, whatever fails. */
+  private async answer(batch: Map<K, Array<Pending<V>>>): Promise<void> {
+    try {
+      const values = await this.read([...batch.keys()]);
+      // Looked up before anyone is answered: a result that cannot be read fails the whole batch.
+      const answers = [...batch].map(([key, list]) => ({ list, value: values.get(key) }));
+      for (const { list, value } of answers) for (const p of list) p.resolve(value);
+    } catch (err) {
+      for (const list of batch.values()) for (const p of list) p.reject(err);
+    } finally {
+      this.inFlight--;
+      this.schedule();
     }
   }
 }
