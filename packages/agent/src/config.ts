@@ -1,5 +1,5 @@
 import { parseRunUser, type RunUser } from "./run-user.js";
-import { engineSettings, otlpSettings, stopAndTrustSettings, type OtlpSettings } from "./shared-settings.js";
+import { engineSettings, otlpSettings, stopAndTrustSettings, type EngineSettings, type OtlpSettings } from "./shared-settings.js";
 import { InvalidSettingError, minimumGraceSeconds, parsePoolToken, SettingsSource, settingParsers, type FlagValues, type LogFormat, type StopAction } from "@drover/protocol";
 import { readFileSync } from "node:fs";
 import { hostname } from "node:os";
@@ -51,16 +51,6 @@ export interface AgentConfig {
   runAs?: RunUser | undefined;
 }
 
-/** Engine downloads (DROVER_AGENT_*_RELEASES_URL, _ENGINE_*). */
-export interface EngineSettings {
-  terraformReleasesUrl: string;
-  tofuReleasesUrl: string;
-  tofuVersionsUrl: string;
-  /** Armored keys given by the operator (HashiCorp's built-in key is added by the cache). */
-  signingKeys: string | undefined;
-  trustedFingerprints: string[];
-  pathFallback: boolean;
-}
 
 /** How the docker driver starts each job's container (DROVER_AGENT_DOCKER_*). */
 export interface DockerSettings {

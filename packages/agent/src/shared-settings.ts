@@ -1,5 +1,4 @@
 import type { OtlpProtocol, SettingsSource, StopAction } from "@drover/protocol";
-import type { EngineSettings } from "./config.js";
 
 /*
  * The groups of settings every agent process reads alike: the agent (`agent run`, `agent
@@ -38,6 +37,17 @@ export function stopAndTrustSettings(src: SettingsSource): StopAndTrustSettings 
     gracePeriodMs: src.get("DROVER_AGENT_GRACE_PERIOD_SECONDS") * 1000,
     caCertPem: src.get("DROVER_CA_CERT"),
   };
+}
+
+/** Engine downloads (DROVER_AGENT_*_RELEASES_URL, _ENGINE_*). */
+export interface EngineSettings {
+  terraformReleasesUrl: string;
+  tofuReleasesUrl: string;
+  tofuVersionsUrl: string;
+  /** Armored keys given by the operator (HashiCorp's built-in key is added by the cache). */
+  signingKeys: string | undefined;
+  trustedFingerprints: string[];
+  pathFallback: boolean;
 }
 
 /** Reads where engine releases come from (DROVER_AGENT_*_RELEASES_URL, DROVER_AGENT_ENGINE_*). */

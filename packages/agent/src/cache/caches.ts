@@ -4,7 +4,7 @@ import type { Logger } from "pino";
 import type { Dispatcher } from "undici";
 import { defaultClientTimeouts } from "../client.js";
 import { proxyDispatcher } from "../http-dispatcher.js";
-import type { EngineSettings } from "../config.js";
+import type { EngineSettings } from "../shared-settings.js";
 import { engineSettings } from "../shared-settings.js";
 import { EngineCache } from "../engines/cache.js";
 import { hashicorpReleaseKey } from "../engines/keys.js";
