@@ -199,3 +199,32 @@ test("exponentialBackoff doubles from its base and stops at its cap", () => {
   const b = exponentialBackoff(500, 3000);
   assert.deepEqual([1, 2, 3, 4, 5].map(b), [500, 1000, 2000, 3000, 3000]);
 });
+
+test("items added with keepOnStop survive a stop: one waiting for a slot still runs, a failing one is still retried, and they can be added after it", async () => {
+  const ac = new AbortController();
+  const { q, errors } = queue({ parallelism: 1, signal: ac.signal });
+  const busy = gate();
+  const running = q.add("a", () => busy.promise);
+  const ran: string[] = [];
+  const dropped = q.add("b", async () => void ran.push("b"));
+  let attempts = 0;
+  const kept = q.add(
+    "c",
+    async () => {
+      attempts++;
+      if (attempts === 1) throw new Error("timeout");
+      ran.push("c");
+    },
+    { keepOnStop: true },
+  );
+  await eventually(() => q.activeKeys === 1);
+  ac.abort();
+  await dropped;
+  busy.open();
+  await Promise.all([running, kept]);
+  assert.deepEqual(ran, ["c"], "the kept item ran after the stop (retried once); the other was dropped");
+  assert.equal(attempts, 2);
+  assert.deepEqual(errors, [["c", 1, 500]]);
+  await q.add("d", async () => void ran.push("d"), { keepOnStop: true });
+  assert.deepEqual(ran, ["c", "d"]);
+});

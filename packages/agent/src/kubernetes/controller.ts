@@ -7,6 +7,7 @@ import type { AgentConfig } from "../config.js";
 import { agentVersion } from "../agent.js";
 import { MetricSet, requestSecondsBuckets, servingHealth, type ErrorKind } from "../health.js";
 import { apiClientWithDeadline } from "./api-deadline.js";
+import { KubeApiError } from "./api-errors.js";
 import { startInformer, type Informer } from "./informer.js";
 import { exponentialBackoff, KeyedWorkQueue } from "./work-queue.js";
 import { buildJob, jobName, labels, type TaskSettings } from "./job-spec.js";
@@ -52,6 +53,11 @@ const startupSecondsBuckets = [0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600];
 const queueParallelism = 4;
 /** Attempts of one Job's event handling (e.g. the server unreachable while reporting) before it waits for the next sweep. */
 const queueMaxAttempts = 5;
+/**
+ * How long a stopping controller waits for its launches (queued or running) to end: a claimed job
+ * must end with its Job and Secret, or reported. Within the charts' 30 s controller grace period.
+ */
+const launchStopBudgetMs = 20_000;
 
 /** Controller settings beyond the agent's. */
 export interface ControllerSettings {
@@ -268,6 +274,29 @@ export class Controller {
   }
 
   private async pollLoop(): Promise<void> {
+    try {
+      await this.polling();
+    } finally {
+      // On a stop the long-poll throws: the launches of jobs already claimed still run (queued ones
+      // too, see keepOnStop) so that none is left without its Job, or its Job without its Secret.
+      await this.launchesEnded();
+    }
+  }
+
+  /** Waits, up to the stop budget, for every launch to end (created, or its failure reported). */
+  private async launchesEnded(): Promise<void> {
+    if (this.launching.size === 0) return;
+    this.log.info({ launches: this.launching.size }, "waiting for the launches of claimed jobs to end");
+    let timer: NodeJS.Timeout | undefined;
+    const budget = new Promise<"timeout">((r) => (timer = setTimeout(() => r("timeout"), launchStopBudgetMs)));
+    let ended: "ended" | "timeout" = "ended";
+    // A failed launch adds its report while it ends: wait for what was added meanwhile too.
+    while (this.launching.size > 0 && ended === "ended") ended = await Promise.race([Promise.allSettled([...this.launching]).then(() => "ended" as const), budget]);
+    clearTimeout(timer);
+    if (ended === "timeout") this.log.error({ launches: this.launching.size }, `launches still running after ${launchStopBudgetMs / 1000} s; stopping without them (their jobs' leases expire on the server)`);
+  }
+
+  private async polling(): Promise<void> {
     while (!this.stop.signal.aborted) {
       if (this.tracked.size >= this.config.concurrency) {
         await new Promise<void>((r) => {
@@ -301,13 +330,13 @@ export class Controller {
         const name = jobName(a);
         // Counted in flight at once; the next poll does not wait for this launch (its Secret and grants).
         this.tracked.set(name, { name, assignment: a, started: false, reported: false, podSeen: false, since: Date.now() });
-        const launching = this.queue.add(name, () => this.launch(a));
+        // Kept past a stop: the job is claimed, and dropping its launch would leave it with no Job.
+        let attempt = 0;
+        const launching = this.queue.add(name, () => this.launch(a, ++attempt), { keepOnStop: true });
         this.launching.add(launching);
         void launching.finally(() => this.launching.delete(launching));
       }
     }
-    // A launch cut short would leave a Job without its Secret: let the running ones finish.
-    await Promise.all([...this.launching]);
   }
 
   /**
@@ -325,8 +354,12 @@ export class Controller {
     return task.spec?.jobTemplate;
   }
 
-  /** Creates the Job (deterministic name) and then its token Secret, owned by the Job. */
-  private async launch(a: JobAssignment): Promise<void> {
+  /**
+   * Creates the Job (deterministic name) and then its token Secret, owned by the Job. Both tolerate
+   * "already exists", so a launch whose API call went unanswered (a deadline, a 5xx) is thrown back to
+   * the queue to run again (`attempt` counts from 1); other failures, or the last attempt's, are reported.
+   */
+  private async launch(a: JobAssignment, attempt: number): Promise<void> {
     const settings: TaskSettings = {
       namespace: this.settings.namespace,
       controllerName: this.config.name,
@@ -388,12 +421,15 @@ export class Controller {
       }
       this.log.info({ job: a.jobId, run: a.runId, phase: a.phase, k8sJob: name }, "launched Job");
     } catch (err) {
+      if (transient(err) && attempt < queueMaxAttempts) throw err;
       this.log.error({ job: a.jobId, err: errText(err) }, "could not create the Job");
       this.countError("job_create");
       // Queued behind this launch (same key), so a server that cannot be told is retried without launching again.
       // errText names the object refused (the Job, its Secret, the Role granting it) and the API's reason.
       const reason = `could not launch the Kubernetes Job ${name}: ${errText(err)}`;
-      void this.queue.add(name, () => this.report(name, reason, "job_create_failed"));
+      const reporting = this.queue.add(name, () => this.report(name, reason, "job_create_failed"), { keepOnStop: true });
+      this.launching.add(reporting);
+      void reporting.finally(() => this.launching.delete(reporting));
     }
   }
 
@@ -700,6 +736,11 @@ function status(err: unknown): number | undefined {
   if (typeof e.code === "number") return e.code;
   if (typeof e.statusCode === "number") return e.statusCode;
   return undefined;
+}
+
+/** An API call that got no answer, or a server-side or throttling one: worth trying again. */
+function transient(err: unknown): boolean {
+  return err instanceof KubeApiError && (err.code === undefined || err.code >= 500 || err.code === 429);
 }
 
 function errText(err: unknown): string {

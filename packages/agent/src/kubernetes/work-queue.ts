@@ -10,14 +10,19 @@ export interface WorkQueueOptions {
   sleep: (ms: number, signal: AbortSignal) => Promise<void>;
   /** An item failed and will be retried after `retryInMs`, or (retryInMs undefined) was given up. */
   onError: (key: string, err: unknown, attempt: number, retryInMs: number | undefined) => void;
-  /** Aborting stops the queue: queued items are dropped, running ones finish. */
+  /** Aborting stops the queue: queued items are dropped (but those added with `keepOnStop`), running ones finish. */
   signal: AbortSignal;
 }
 
 interface Item {
   work: () => Promise<void>;
   done: () => void;
+  /** Still run, and retried, after the queue stops. */
+  keep: boolean;
 }
+
+/** Never aborted: the backoff of items kept past a stop. */
+const neverAborted = new AbortController().signal;
 
 /** Exponential backoff: `baseMs` doubling per attempt, capped at `maxMs`. */
 export function exponentialBackoff(baseMs: number, maxMs: number): (attempt: number) => number {
@@ -41,22 +46,34 @@ export class KeyedWorkQueue {
     o.signal.addEventListener(
       "abort",
       () => {
-        for (const items of this.pending.values()) for (const item of items) item.done();
-        this.pending.clear();
+        for (const [key, items] of [...this.pending]) {
+          const kept = items.filter((item) => item.keep);
+          for (const item of items) if (!item.keep) item.done();
+          if (kept.length > 0) this.pending.set(key, kept);
+          else this.pending.delete(key);
+        }
+        // Keys waiting for a slot keep their place only for the items kept.
+        const waiting = this.ready.filter((key) => this.pending.has(key));
         this.ready.length = 0;
+        this.ready.push(...waiting);
       },
       { once: true },
     );
   }
 
-  /** Adds `work` for `key`; resolves once it ran (successfully, or for the last time), or was dropped on stop. */
-  add(key: string, work: () => Promise<void>): Promise<void> {
-    if (this.o.signal.aborted) return Promise.resolve();
+  /**
+   * Adds `work` for `key`; resolves once it ran (successfully, or for the last time), or was
+   * dropped on stop. With `keepOnStop` it is never dropped: it waits for a slot, runs and is
+   * retried after the stop too (work that must not be lost, such as a claimed job's launch).
+   */
+  add(key: string, work: () => Promise<void>, o: { keepOnStop?: boolean } = {}): Promise<void> {
+    const keep = o.keepOnStop === true;
+    if (this.o.signal.aborted && !keep) return Promise.resolve();
     return new Promise<void>((done) => {
       const items = this.pending.get(key);
-      if (items) items.push({ work, done });
+      if (items) items.push({ work, done, keep });
       else {
-        this.pending.set(key, [{ work, done }]);
+        this.pending.set(key, [{ work, done, keep }]);
         if (!this.active.has(key)) this.ready.push(key);
       }
       this.pump();
@@ -87,7 +104,8 @@ export class KeyedWorkQueue {
     }
     this.active.delete(key);
     // Items added for this key while its last one ran are picked up here.
-    if (this.pending.has(key) && !this.o.signal.aborted) this.ready.push(key);
+    // After a stop only kept items are pending.
+    if (this.pending.has(key)) this.ready.push(key);
     this.pump();
   }
 
@@ -97,14 +115,15 @@ export class KeyedWorkQueue {
         await item.work();
         break;
       } catch (err) {
-        if (this.o.signal.aborted || attempt >= this.o.maxAttempts) {
+        const stopped = this.o.signal.aborted && !item.keep;
+        if (stopped || attempt >= this.o.maxAttempts) {
           this.o.onError(key, err, attempt, undefined);
           break;
         }
         const wait = this.o.backoffMs(attempt);
         this.o.onError(key, err, attempt, wait);
-        await this.o.sleep(wait, this.o.signal);
-        if (this.o.signal.aborted) break;
+        await this.o.sleep(wait, item.keep ? neverAborted : this.o.signal);
+        if (this.o.signal.aborted && !item.keep) break;
       }
     }
     item.done();

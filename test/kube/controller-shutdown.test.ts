@@ -1,0 +1,55 @@
+import assert from "node:assert/strict";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { after, before, test } from "node:test";
+import { startStack, type Stack } from "../support/stack.js";
+import { eventually, fastTimings, kube, startTestCluster, type TestCluster } from "./cluster.js";
+import { agentRegistered, createAgentTask, podWorker, prepareNamespace, startJobModeController, terraformRunner } from "./agents.js";
+import { routes } from "@drover/protocol";
+
+// A controller stopped (SIGTERM) while it launches a claimed job: the long-poll ends at once, but
+// the launch goes on to the end, so the Job is not left without its Secret and the run completes.
+
+const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
+const ns = "drover";
+let cluster: TestCluster;
+let stack: Stack;
+
+before(async () => {
+  cluster = await startTestCluster({ timings: fastTimings });
+  stack = await startStack();
+  await prepareNamespace(cluster, ns);
+  await createAgentTask(cluster, ns, "task-template", [podWorker(), terraformRunner(stack)]);
+});
+
+after(async () => {
+  await stack?.stop();
+  await cluster?.close();
+});
+
+test("SIGTERM while a Job's Secret create is unanswered: the launch is retried before the controller exits; the Job has its Secret and the run completes", async () => {
+  const isSecretCreate = (method: string, url: string) => method === "POST" && url.startsWith(`/api/v1/namespaces/${ns}/secrets`);
+  cluster.stallRequests(isSecretCreate);
+  const controller = startJobModeController(cluster, stack, { ns, name: "stop-ctl", env: { DROVER_AGENT_KUBERNETES_API_TIMEOUT_SECONDS: "2" } });
+  try {
+    await agentRegistered(stack, "stop-ctl");
+    assert.equal((await stack.server.api(routes.createWorkspace, { body: { name: "stop-launch", pool: stack.pool } })).status, 201);
+    const runId = await stack.startRun(join(repo, "examples", "hello"), "stop-launch", []);
+    await eventually("the Secret create to be held", async () => cluster.stalledRequests >= 1);
+    controller.child.kill("SIGTERM");
+    // The held create times out (2 s); the retry is answered.
+    cluster.stallRequests(undefined);
+    const exit = await controller.exited;
+    assert.equal(exit.code, 0, controller.output());
+    assert.match(controller.output(), /launched Job/);
+    const job = `drover-${runId}-plan-1`;
+    const secret = await kube(cluster, "GET", `/api/v1/namespaces/${ns}/secrets/${job}-job`);
+    assert.equal(secret.status, 200, `the Job's Secret exists\n${controller.output()}`);
+    assert.equal((await kube(cluster, "GET", `/apis/batch/v1/namespaces/${ns}/jobs/${job}`)).status, 200);
+    const run = await stack.waitForRun(runId, ["planned", "errored", "canceled"], 120_000);
+    assert.equal(run.status, "planned", `${run.errorMessage}\n${controller.output()}`);
+  } finally {
+    cluster.stallRequests(undefined);
+    await controller.stop("SIGKILL");
+  }
+});
