@@ -6,14 +6,16 @@
 //
 //   node --import scripts/test-timeout.mjs scripts/test-files.mjs --concurrency=N file.test.js ...
 import { writeFileSync, mkdirSync } from "node:fs";
-import { dirname } from "node:path";
+import { dirname, resolve } from "node:path";
 import { run } from "node:test";
 import { spec } from "node:test/reporters";
 import { durationKey, lastRunDurations, readDurations } from "./test-order.mjs";
 
 const concurrencyArg = process.argv.find((a) => a.startsWith("--concurrency="));
 const concurrency = concurrencyArg ? Number(concurrencyArg.slice("--concurrency=".length)) : 1;
-const files = process.argv.slice(2).filter((a) => !a.startsWith("--"));
+// Absolute: the runner names a file's test by the path it was given but reports the file's
+// absolute path, and a file's wall time is recognised by the two being equal.
+const files = process.argv.slice(2).filter((a) => !a.startsWith("--")).map((f) => resolve(f));
 
 const measured = {};
 /** Files with a failed test: their time (a timeout, a test cut short) says nothing of their usual one. */

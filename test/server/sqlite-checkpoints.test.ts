@@ -121,3 +121,32 @@ test("SQLite: closing does not wait for ever on a checkpoint worker that never a
     await database.drop();
   }
 });
+
+test("SQLite: writes with returning (run by better-sqlite3 as readers) count towards the next checkpoint", async () => {
+  const database = await createTestDatabase("sqlite");
+  const path = database.location.kind === "sqlite" ? database.location.path : "";
+  const sqlite = new BetterSqlite3(path);
+  sqlite.pragma("journal_mode = WAL");
+  // Answers every checkpoint request at once, and tells the test it was asked.
+  const answering = () =>
+    new Worker(
+      "const { parentPort } = require('node:worker_threads'); parentPort.on('message', (m) => { if (m === 'close') { parentPort.postMessage({ kind: 'closed' }); parentPort.close(); } else parentPort.postMessage({ kind: 'done', walFrames: 0, copiedFrames: 0 }); });",
+      { eval: true },
+    );
+  let worker: Worker | undefined;
+  const checkpointer = startCheckpointer(sqlite, path, pino({ level: "silent" }), { startWorker: () => (worker = answering()) });
+  try {
+    let requests = 0;
+    worker!.on("message", (m: { kind: string }) => void (m.kind === "done" && requests++));
+    const db = checkpointer.counting(sqlite);
+    db.prepare("create table blobs (n integer primary key, data blob not null)").run([]);
+    const update = db.prepare("insert into blobs (n, data) values (?, ?) on conflict (n) do update set data = excluded.data returning n");
+    assert.equal(update.reader, true, "better-sqlite3 runs it as a reader");
+    for (let n = 0; n < (2 * checkpointEveryBytes) / (1024 * 1024); n++) update.all([n, Buffer.alloc(1024 * 1024, n)]);
+    await eventually("a checkpoint requested", async () => (requests > 0 ? true : undefined));
+  } finally {
+    await checkpointer.close();
+    sqlite.close();
+    await database.drop();
+  }
+});

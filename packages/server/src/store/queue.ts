@@ -81,8 +81,9 @@ const queueProbes = new WeakMap<StoreContext["db"], CoalescedReads<string, true>
 export async function claimNextJob(ctx: StoreContext, agent: Agent): Promise<JobAssignment | null> {
   // Most polls find nothing: a plain read answers them in one round trip, where the claiming
   // transaction would cost three on PostgreSQL (and a write lock on SQLite). The polls of one
-  // event-loop turn share that read (coalesced-reads.ts): with thousands of agents it was one
-  // statement per poll. It is issued after this call, so a job queued before it is seen.
+  // event-loop turn share that read (coalesced-reads.ts), so thousands of idle agents cost a
+  // few statements per turn, not one each. It is issued after this call, so a job queued
+  // before it is seen.
   let probe = queueProbes.get(ctx.db);
   if (!probe) queueProbes.set(ctx.db, (probe = new CoalescedReads((pools) => poolsWithQueuedJobs(ctx, pools), probeBatchSize)));
   if (!(await probe.get(agent.poolId))) return null;
@@ -312,7 +313,8 @@ export async function expireLeases(ctx: StoreContext): Promise<{ requeued: numbe
 /** Requeues jobs an agent claimed but never started (it is stopping or went away cleanly). */
 export async function releaseUnstartedJobs(ctx: StoreContext, agentId: string): Promise<void> {
   await inTransaction(ctx, async (trx, effects) => {
-    // One UPDATE for all of them (and one to retire their tokens), not a read and two writes per job.
+    // One UPDATE for all of them (and one to retire their tokens): a stopping agent may hold
+    // many, and the statements must not grow with their number.
     const moved = await moveAgentJobs(ctx, trx, agentId, "assigned", "queued", { agent_id: null });
     // One event per job: each wakes one waiting agent.
     for (const j of moved) effects.push(["job-queued", j.pool_id]);
