@@ -34,13 +34,10 @@ test("a provider download from an address that never answers the handshake fails
   mkdirSync(dir, { recursive: true });
   const port = (silent.address() as AddressInfo).port;
   writeFileSync(join(dir, "main.tf"), `terraform {\n  required_providers {\n    silent = { source = "127.0.0.1:${port}/drover/silent", version = "1.0.0" }\n  }\n}\n`);
-  const started = Date.now();
   const lease = await cache.prepare(dir, AbortSignal.timeout(60_000));
-  const took = Date.now() - started;
   lease.release();
   assert.ok(held.length > 0, "the client never reached the silent address");
   assert.deepEqual(lease.prepared, []);
-  assert.match(lease.notes.join("\n"), /silent 1\.0\.0 not cached .*(timeout|Connect)/i);
-  // undici's own default is 10 s: anything well under it is the agent's deadline at work.
-  assert.ok(took < 6_000, `gave up after ${took} ms, not after the ${connectMs} ms connect deadline`);
+  // undici's connect-timeout error names the deadline it applied: the agent's, not undici's 10 s.
+  assert.match(lease.notes.join("\n"), new RegExp(`silent 1\\.0\\.0 not cached .*Connect Timeout Error .*timeout: ${connectMs}ms`));
 });
