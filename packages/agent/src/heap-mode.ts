@@ -26,9 +26,27 @@ const busyFlags = ["--semi-space-growth-factor=2", "--max-opt=999"];
 
 let idle = false;
 
-/** Enters idle mode: the new space keeps its initial size and nothing is optimized past the baseline compiler. */
+/** The names (no dashes, `_` as `-`, no `no-`) of the V8 flags idle mode sets or resets. */
+const heapFlagNames = new Set(["semi-space-growth-factor", "max-opt", "liftoff-only"]);
+
+/**
+ * The operator's own settings of the flags idle mode touches, from Node's command line and
+ * NODE_OPTIONS. Leaving idle mode sets V8's defaults back, which would silently replace them,
+ * so with any of them set the agent does not enter idle mode at all.
+ */
+export function operatorHeapFlags(execArgv: readonly string[] = process.execArgv, nodeOptions: string | undefined = process.env.NODE_OPTIONS): string[] {
+  return [...execArgv, ...(nodeOptions ?? "").split(/\s+/)].filter((arg) => {
+    const name = arg.replace(/^--?/, "").split("=")[0]!.replace(/_/g, "-").replace(/^no-/, "");
+    return arg.startsWith("-") && heapFlagNames.has(name);
+  });
+}
+
+/**
+ * Enters idle mode: the new space keeps its initial size and nothing is optimized past the
+ * baseline compiler. Not entered when the operator set one of its flags (operatorHeapFlags).
+ */
 export function enterIdleHeapMode(): void {
-  if (idle) return;
+  if (idle || operatorHeapFlags().length > 0) return;
   idle = true;
   for (const flag of idleFlags) setFlagsFromString(flag);
 }
