@@ -276,3 +276,15 @@ test("the built-in HashiCorp key is the one its pinned fingerprint names", async
     ["C874011F0AB405110D02105534365D9472D7468F"],
   );
 });
+
+test("a workspace without a version whose fallback has no engine and takes no download is refused before anything is fetched", async () => {
+  const cache = newCache();
+  const asked = releases.requests.length;
+  const fallback = { where: "in the runner image", engines: () => Promise.resolve([]), noEngine: (engine: string) => new Error(`no ${engine} in the image`) };
+  await assert.rejects(cache.acquire("terraform", null, signal, fallback), /^Error: no terraform in the image$/);
+  assert.deepEqual(releases.requests.slice(asked), [], "nothing was asked of the releases");
+  // Without `noEngine` the newest release stands in, as for the local driver.
+  const lease = await cache.acquire("tofu", null, signal, { where: "on PATH", engines: () => Promise.resolve([]) });
+  assert.equal(lease.version, "1.9.1");
+  lease.release();
+});

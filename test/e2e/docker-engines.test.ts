@@ -99,3 +99,16 @@ test("docker driver: a version the runner image lacks runs from the agent's veri
   assert.equal((await engine.list([`${dockerLabels.runId}=${bad}`])).length, 0);
   assert.equal(releases.executed("terraform", "1.99.0"), false);
 });
+
+test("docker driver: a workspace without a version on a runner image without an engine is refused before any release is downloaded", { skip }, async (t) => {
+  const agent = await dockerAgent(t, "docker-no-engine");
+  const create = await stack.server.api(routes.createWorkspace, { body: { name: "docker-unversioned", pool: stack.pool } });
+  assert.equal(create.status, 201, JSON.stringify(create.body));
+  const archives = (): number => [...releases.downloads.values()].reduce((a, b) => a + b, 0);
+  const before = archives();
+  const runId = await stack.startRun(writeConfig(stack.dir, "docker-unversioned", { "main.tf": 'resource "terraform_data" "c" {}\n' }), "docker-unversioned", ["--plan-only"]);
+  const run = await stack.waitForRun(runId, ["errored", "planned_and_finished", "failed"], 240_000);
+  assert.equal(run.status, "errored", agent.output());
+  assert.match(run.errorMessage, /^not_found: the runner image .* has no terraform on its PATH: use an image that has one, or set the workspace's engineVersion/);
+  assert.equal(archives(), before, "no release was downloaded for a container that could not mount it");
+});

@@ -15,6 +15,12 @@ export interface EngineFallback {
   where: string;
   /** The engines there with their versions, preferred first (empty: none). */
   engines(engine: Engine): Promise<EngineBinary[]>;
+  /**
+   * Set where a downloaded release cannot stand in for a missing one (a run container already
+   * started without the release's mount): the error of a workspace without a version when
+   * `engines` found none, thrown before anything is downloaded.
+   */
+  noEngine?(engine: Engine): Error;
 }
 
 const versions = new Map<string, string>();

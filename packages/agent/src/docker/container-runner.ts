@@ -297,11 +297,21 @@ export class ContainerJob implements Runner {
   }
 
   /** The engines of the runner image (see runnerImageEngines). */
-  readonly ownEngines: EngineFallback = runnerImageEngines((engine) => this.engine(engine));
+  readonly ownEngines: EngineFallback = {
+    ...runnerImageEngines((engine) => this.engine(engine)),
+    // Asking the image started the run's container without a release mounted: a download could
+    // not reach it, so a workspace without a version is refused before one is made.
+    noEngine: (engine) => this.noEngineError(engine),
+  };
+
+  private noEngineError(engine: string): DroverError {
+    return new DroverError("not_found", `the runner image ${this.image} has no ${engine} on its PATH: use an image that has one, or set the workspace's engineVersion so that the agent provides it`);
+  }
 
   useEngine(path: string): string {
-    // Only a workspace without a version asks the image first: it had no engine of its own.
-    if (this.started) throw new DroverError("not_found", `the runner image ${this.image} has no terraform or tofu on its PATH: use an image that has one, or set the workspace's engineVersion so that the agent provides it`);
+    // Only a workspace without a version asks the image first (and is refused before a download
+    // when it has none): a started container has no release mounted.
+    if (this.started) throw this.noEngineError("terraform or tofu");
     this.engineDir = dirname(path);
     return `${inContainer.engine}/${basename(path)}`;
   }

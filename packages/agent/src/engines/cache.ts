@@ -155,6 +155,7 @@ export class EngineCache {
     if (wanted === null) {
       const first = (await fallback.engines(engine))[0];
       if (first) return { ...first, downloaded: false, notes: [], release: () => {} };
+      if (fallback.noEngine) throw fallback.noEngine(engine);
     }
     const want = wanted ?? ">= 0.0.0";
     try {
