@@ -109,6 +109,6 @@ test("docker driver: a workspace without a version on a runner image without an 
   const runId = await stack.startRun(writeConfig(stack.dir, "docker-unversioned", { "main.tf": 'resource "terraform_data" "c" {}\n' }), "docker-unversioned", ["--plan-only"]);
   const run = await stack.waitForRun(runId, ["errored", "planned_and_finished", "failed"], 240_000);
   assert.equal(run.status, "errored", agent.output());
-  assert.match(run.errorMessage, /^not_found: the runner image .* has no terraform on its PATH: use an image that has one, or set the workspace's engineVersion/);
+  assert.match(run.errorMessage, /^the runner image .* has no terraform on its PATH: use an image that has one, or set the workspace's engineVersion/);
   assert.equal(archives(), before, "no release was downloaded for a container that could not mount it");
 });
