@@ -5,6 +5,7 @@ import { Kysely, Migrator, PostgresDialect, SqliteDialect, sql } from "kysely";
 import pg from "pg";
 import { migrationProvider, openDatabase } from "@drover/server";
 import { backends, createTestDatabase, type TestDatabase } from "../support/databases.js";
+import { until } from "../support/marked-processes.js";
 
 // Migration 0033 changes indexes in several statements; on SQLite they are not one transaction,
 // so a crash part-way leaves some done. The next start must finish it, not fail for ever.
@@ -54,3 +55,41 @@ for (const backend of backends) {
     });
   }
 }
+
+test("postgres: a migration that waits longer than the statement deadline still completes (migrations run without it)", async () => {
+  const database = await createTestDatabase("postgres");
+  try {
+    const raw = await migratedTo(database, "0028_job_starter");
+    await raw.destroy();
+    if (database.location.kind !== "postgres") throw new Error("unreachable");
+    // Another session holds the jobs table, as a long index build would keep the migration busy.
+    const holder = new pg.Client({ connectionString: database.location.url });
+    await holder.connect();
+    await holder.query("begin");
+    await holder.query("lock table jobs in access exclusive mode");
+    const deadlineMs = 200;
+    const opening = openDatabase({ ...database.location, statementTimeoutMs: deadlineMs });
+    opening.catch(() => undefined);
+    // Watched from outside the holder's transaction, whose view of pg_stat_activity is a snapshot.
+    const watcher = new pg.Client({ connectionString: database.location.url });
+    await watcher.connect();
+    try {
+      // Released only once the migration has waited past the deadlines (server-side clock).
+      await until("the migration to wait past the statement deadline", async () => {
+        const r = await watcher.query<{ waited: number }>(
+          "select extract(epoch from clock_timestamp() - query_start) * 1000 as waited from pg_stat_activity where wait_event_type = 'Lock' and pid <> pg_backend_pid() and query ilike '%index%'",
+        );
+        // Past the client's own deadline too (the statement deadline + 5 s), which no SET can lift.
+        return r.rows.some((row) => Number(row.waited) > deadlineMs + 5_500);
+      }, 30_000);
+    } finally {
+      await holder.query("commit");
+      await holder.end();
+      await watcher.end();
+    }
+    const db = await opening;
+    await db.close();
+  } finally {
+    await database.drop();
+  }
+});

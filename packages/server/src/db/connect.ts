@@ -6,7 +6,7 @@ import { dirname } from "node:path";
 import { pino, type Logger } from "pino";
 import { DatabaseHealth, DatabaseUnavailableError, describeError } from "./health.js";
 import { migrationProvider } from "./migrations.js";
-import { GuardedPgPool, type PgConnectionSettings } from "./pg-pool.js";
+import { GuardedPgPool, migrationConnectionSettings, type PgConnectionSettings } from "./pg-pool.js";
 import type { Database, Dialect } from "./schema.js";
 import { lockDatabaseFile, type SqliteLock } from "./sqlite-lock.js";
 import { cachingStatements } from "./statement-cache.js";
@@ -87,8 +87,11 @@ export async function openDatabase(location: DatabaseLocation, options: { logger
     kysely = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
     dialect = "postgres";
   }
-  const migrator = new Migrator({ db: kysely, provider: migrationProvider(dialect) });
-  const { error, results } = await migrator.migrateToLatest();
+  // PostgreSQL migrates on a connection of its own without the requests' statement deadline.
+  const migrationDb = postgres ? new Kysely<Database>({ dialect: new PostgresDialect({ pool: new GuardedPgPool(migrationConnectionSettings(postgres.settings), 1, health, log) }) }) : kysely;
+  const { error, results } = await new Migrator({ db: migrationDb, provider: migrationProvider(dialect) }).migrateToLatest().finally(async () => {
+    if (migrationDb !== kysely) await migrationDb.destroy();
+  });
   if (error) {
     health.close();
     await checkpointer?.close();

@@ -306,8 +306,9 @@ function jobStarter(): Migration {
  * crash between the drop and the creates leaves some of them done; every step tolerates that,
  * and the next start finishes the migration instead of failing on "no such index" or "already
  * exists". PostgreSQL runs it in a transaction, where the index builds on a large jobs table
- * can take longer than the pool's statement deadline: it is lifted for this transaction only,
- * or the server could never start on such a database.
+ * can take longer than any request deadline: migrations run on a connection without one
+ * (migrationConnectionSettings), and this transaction also lifts a statement_timeout an operator
+ * set on the role or database, or the server could never start on such a database.
  */
 function queueIndexes(dialect: Dialect): Migration {
   return {

@@ -26,15 +26,25 @@ export interface PgConnectionSettings {
  */
 const clientDeadlineMarginMs = 5_000;
 
-/** pg client options carrying the deadlines of `settings`. */
+/** pg client options carrying the deadlines of `settings`; a statement deadline of 0 means none, on either side. */
 export function pgClientConfig(settings: PgConnectionSettings): pg.ClientConfig {
+  const bounded = settings.statementTimeoutMs > 0;
   return {
     connectionString: settings.url,
     connectionTimeoutMillis: settings.connectTimeoutMs,
-    statement_timeout: settings.statementTimeoutMs,
-    query_timeout: settings.statementTimeoutMs + clientDeadlineMarginMs,
+    statement_timeout: bounded ? settings.statementTimeoutMs : 0,
+    ...(bounded ? { query_timeout: settings.statementTimeoutMs + clientDeadlineMarginMs } : {}),
     keepAlive: true,
   };
+}
+
+/**
+ * The settings of the one connection migrations run on: no statement deadline. An index build on
+ * a large table can outlast any deadline sized for requests, and a migration cut off by one would
+ * fail every start of the server.
+ */
+export function migrationConnectionSettings(settings: PgConnectionSettings): PgConnectionSettings {
+  return { ...settings, statementTimeoutMs: 0 };
 }
 
 /** A pool for Kysely whose failures feed `health` and never go unhandled. */
