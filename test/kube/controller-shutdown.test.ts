@@ -53,3 +53,27 @@ test("SIGTERM while a Job's Secret create is unanswered: the launch is retried b
     await controller.stop("SIGKILL");
   }
 });
+
+test("a controller killed before a Job's Secret exists (past its stop budget): its replacement gets the run to complete", async () => {
+  const isSecretCreate = (method: string, url: string) => method === "POST" && url.startsWith(`/api/v1/namespaces/${ns}/secrets`);
+  cluster.stallRequests(isSecretCreate);
+  const first = startJobModeController(cluster, stack, { ns, name: "killed-ctl" });
+  let second: ReturnType<typeof startJobModeController> | undefined;
+  try {
+    await agentRegistered(stack, "killed-ctl");
+    assert.equal((await stack.server.api(routes.createWorkspace, { body: { name: "killed-launch", pool: stack.pool } })).status, 201);
+    const runId = await stack.startRun(join(repo, "examples", "hello"), "killed-launch", []);
+    await eventually("the Secret create to be held", async () => cluster.stalledRequests >= 1);
+    const job = `drover-${runId}-plan-1`;
+    assert.equal((await kube(cluster, "GET", `/apis/batch/v1/namespaces/${ns}/jobs/${job}`)).status, 200, "the Job exists without its Secret");
+    await first.stop("SIGKILL");
+    cluster.stallRequests(undefined);
+    second = startJobModeController(cluster, stack, { ns, name: "killed-ctl" });
+    const run = await stack.waitForRun(runId, ["planned", "errored", "canceled"], 120_000);
+    assert.equal(run.status, "planned", `${run.errorMessage}\n${second.output()}`);
+  } finally {
+    cluster.stallRequests(undefined);
+    await first.stop("SIGKILL");
+    await second?.stop("SIGKILL");
+  }
+});

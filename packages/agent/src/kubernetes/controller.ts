@@ -637,8 +637,9 @@ export class Controller {
       await job.finish("errored", reason);
       this.log.warn({ job: t.assignment.jobId, reason }, "reported a pod failure");
     } catch (err) {
-      // The server unreachable: not reported yet. The Job stays so the work queue (then the next sweep) tries again.
-      if (err instanceof NetworkError && !this.stop.signal.aborted) {
+      // The server unreachable: not reported yet. The Job stays so the work queue (then the next sweep,
+      // or the next controller's) tries again — also while stopping, where the queue still runs kept work.
+      if (err instanceof NetworkError) {
         t.reported = false;
         this.countError("pod_failure_report");
         throw err;
