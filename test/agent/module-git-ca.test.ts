@@ -1,7 +1,7 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Agent as UndiciAgent } from "undici";
@@ -92,21 +92,29 @@ test("a second cache on the same directory rewrites the same bundle in place, no
   assert.ok(readFileSync(join(cacheDir, name), "utf8").includes(ca.cert.trim()));
 });
 
-test("the roots the environment gave git (GIT_SSL_CAINFO) stay trusted beside the private CA", () => {
-  const other = privateCa();
-  const file = join(root, "inherited.pem");
-  writeFileSync(file, other.cert);
-  const saved = process.env.GIT_SSL_CAINFO;
-  process.env.GIT_SSL_CAINFO = file;
+test("the roots git would have used stay trusted beside the private CA: GIT_SSL_CAINFO, NODE_EXTRA_CA_CERTS and the system store", () => {
+  const forGit = privateCa();
+  const forNode = privateCa();
+  const gitFile = join(root, "inherited.pem");
+  const nodeFile = join(root, "node-extra.pem");
+  writeFileSync(gitFile, forGit.cert);
+  writeFileSync(nodeFile, forNode.cert);
+  const saved = { git: process.env.GIT_SSL_CAINFO, node: process.env.NODE_EXTRA_CA_CERTS };
+  process.env.GIT_SSL_CAINFO = gitFile;
+  process.env.NODE_EXTRA_CA_CERTS = nodeFile;
+  const restore = (key: "GIT_SSL_CAINFO" | "NODE_EXTRA_CA_CERTS", value: string | undefined) => (value === undefined ? delete process.env[key] : (process.env[key] = value));
   try {
     const cacheDir = join(root, "cache-inherited");
     new ModuleCache({ dir: cacheDir, limitBytes: 1 << 30, dispatcher: new UndiciAgent(), logger, caCertPem: ca.cert });
     const name = readdirSync(cacheDir).find((n) => n.startsWith("git-ca-")) as string;
     const text = readFileSync(join(cacheDir, name), "utf8");
-    assert.ok(text.includes(other.cert.trim()));
-    assert.ok(text.includes(ca.cert.trim()));
+    assert.ok(text.includes(forGit.cert.trim()), "GIT_SSL_CAINFO's roots");
+    assert.ok(text.includes(forNode.cert.trim()), "NODE_EXTRA_CA_CERTS's roots");
+    assert.ok(text.includes(ca.cert.trim()), "the private CA");
+    const system = "/etc/ssl/certs/ca-certificates.crt";
+    if (existsSync(system)) assert.ok(text.includes(readFileSync(system, "utf8").trim()), "the system store (update-ca-certificates)");
   } finally {
-    if (saved === undefined) delete process.env.GIT_SSL_CAINFO;
-    else process.env.GIT_SSL_CAINFO = saved;
+    restore("GIT_SSL_CAINFO", saved.git);
+    restore("NODE_EXTRA_CA_CERTS", saved.node);
   }
 });

@@ -191,17 +191,26 @@ function git(args: string[], signal: AbortSignal, caFile: string | undefined, cw
 
 /** The roots git was told to use by the environment (GIT_SSL_CAINFO), which the bundle replaces; none when unset or unreadable. */
 function inheritedGitRoots(): string[] {
-  const file = process.env.GIT_SSL_CAINFO;
-  if (!file) return [];
-  try {
-    return [readFileSync(file, "utf8").trim()];
-  } catch {
-    return [];
+  // GIT_SSL_CAINFO replaces every CA source git would otherwise use, so the bundle carries them:
+  // a file the environment names for git, OpenSSL or Node, and the system's store (where
+  // update-ca-certificates puts an organisation's roots).
+  const files = [process.env.GIT_SSL_CAINFO, process.env.SSL_CERT_FILE, process.env.NODE_EXTRA_CA_CERTS, systemBundles.find((f) => existsSync(f))];
+  const roots: string[] = [];
+  for (const file of new Set(files.filter((f): f is string => !!f))) {
+    try {
+      roots.push(readFileSync(file, "utf8").trim());
+    } catch {
+      // An unreadable file adds nothing; the private CA and Node's roots are still there.
+    }
   }
+  return roots;
 }
 
+/** Where Linux distributions keep the system's CA bundle (Debian/Ubuntu/Alpine, RHEL/Fedora, SUSE). */
+const systemBundles = ["/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/ca-bundle.pem"];
+
 /**
- * Writes the default roots (Node's, and the file GIT_SSL_CAINFO names) and `pem` into one
+ * Writes the default roots (Node's, the system's and the files the environment names) and `pem` into one
  * private file below `dir` for git: named by owner and content (processes of other users sharing
  * the cache keep their own), made 0600 with O_EXCL under a random name (never through a planted
  * link) and renamed into place.
