@@ -30,8 +30,8 @@ let idle = false;
 const heapFlagNames = new Set(["semi-space-growth-factor", "max-opt", "liftoff-only"]);
 
 /**
- * The operator's own settings of the flags idle mode touches, from Node's command line and
- * NODE_OPTIONS. Leaving idle mode sets V8's defaults back, which would silently replace them,
+ * The operator's own settings of the flags idle mode touches, from Node's command line (and
+ * NODE_OPTIONS, which Node 20 refuses them in, should a later Node allow them). Leaving idle mode sets V8's defaults back, which would silently replace them,
  * so with any of them set the agent does not enter idle mode at all.
  */
 export function operatorHeapFlags(execArgv: readonly string[] = process.execArgv, nodeOptions: string | undefined = process.env.NODE_OPTIONS): string[] {
