@@ -8,6 +8,7 @@ import { Agent as UndiciAgent } from "undici";
 import { createLogger, ModuleCache } from "@drover/agent";
 import { startGitHttpServer } from "../support/git-http-server.js";
 import { privateCa } from "../support/private-ca.js";
+import { installedModuleFile } from "../support/installed-modules.js";
 
 // A git module served over https with a certificate from a private CA: the module cache's git
 // trusts DROVER_CA_CERT (given to the cache as caCertPem) as the agent's HTTP client does.
@@ -53,10 +54,7 @@ test("with the private CA given to the module cache, a git source over https is 
   lease.release();
   assert.deepEqual(lease.notes, []);
   assert.deepEqual(lease.installed.map((i) => i.split(" ")[0]), ["m"]);
-  const manifest = JSON.parse(readFileSync(join(dir, ".terraform", "modules", "modules.json"), "utf8")) as { Modules: Array<{ Key: string; Dir: string }> };
-  const entry = manifest.Modules.find((m) => m.Key === "m");
-  assert.ok(entry);
-  assert.match(readFileSync(join(dir, entry.Dir, "main.tf"), "utf8"), /"private-ca"/);
+  assert.match(installedModuleFile(dir, "m"), /"private-ca"/);
   // git's CA file: private to the agent's user, the default roots and the private CA.
   const bundles = readdirSync(cacheDir).filter((n) => n.startsWith("git-ca-"));
   assert.equal(bundles.length, 1);

@@ -2,13 +2,14 @@ import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { connect, createServer, type AddressInfo, type Server, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Agent as UndiciAgent } from "undici";
 import { createLogger, ModuleCache } from "@drover/agent";
 import { startGitHttpServer } from "../support/git-http-server.js";
+import { installedModuleFile } from "../support/installed-modules.js";
 
 // A git module whose repository has a long history: the cache fetches the one commit it needs
 // (depth 1), so the bytes on the wire are about one tree, not every version of every file.
@@ -82,10 +83,7 @@ async function fetchModule(name: string, source: string): Promise<{ text: string
   lease.release();
   assert.deepEqual(lease.notes, []);
   assert.deepEqual(lease.installed.map((i) => i.split(" ")[0]), ["m"]);
-  const manifest = JSON.parse(readFileSync(join(dir, ".terraform", "modules", "modules.json"), "utf8")) as { Modules: Array<{ Key: string; Dir: string }> };
-  const entry = manifest.Modules.find((m) => m.Key === "m");
-  assert.ok(entry);
-  return { text: readFileSync(join(dir, entry.Dir, "main.tf"), "utf8"), bytes: relayed - before };
+  return { text: installedModuleFile(dir, "m"), bytes: relayed - before };
 }
 
 const historyBytes = commits * blobBytes;

@@ -1,5 +1,8 @@
 // What the Kubernetes engine-version tests share: the worker settings that point at the test
 // release server, and a release binary that records it ran and hands over to real terraform.
+import { chmodSync, mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import type { TestReleaseServer } from "../support/engine-releases.js";
 
 /** The engine settings of a worker (pod or node) using the test release server, with the fallback on. */
@@ -23,4 +26,17 @@ if [ "$1" = version ]; then echo '{"terraform_version":"${version}"}'; exit 0; f
 echo "release ${version} wrapping this machine's terraform" >&2
 exec /usr/local/bin/terraform "$@"
 `;
+}
+
+/**
+ * A directory every pod user may write marks into, holding `engineWrapper(version)` as
+ * `terraform-<version>`; the wrapper marks `ran-<version>` there when it runs.
+ */
+export function wrapperRelease(version: string): { marks: string; binary: string; ran: string } {
+  const marks = mkdtempSync(join(tmpdir(), "drover-engine-marks-"));
+  chmodSync(marks, 0o777);
+  const binary = join(marks, `terraform-${version}`);
+  const ran = join(marks, `ran-${version}`);
+  writeFileSync(binary, engineWrapper(version, ran), { mode: 0o755 });
+  return { marks, binary, ran };
 }

@@ -3,8 +3,7 @@
 // from there (mounted read-only). The runner image's own terraform (1.11.4, this machine's)
 // stands in only through the fallback, and only when it satisfies the version.
 import assert from "node:assert/strict";
-import { chmodSync, existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
@@ -13,7 +12,7 @@ import { startReleaseServer, type TestReleaseServer } from "../support/engine-re
 import { fastTimings, startTestCluster, type TestCluster } from "./cluster.js";
 import { agentRegistered, createAgentTask, podWorker, prepareNamespace, startJobModeController, terraformRunner } from "./agents.js";
 import { routes } from "@drover/protocol";
-import { engineWrapper, releaseEnv } from "./engine-releases.js";
+import { releaseEnv, wrapperRelease } from "./engine-releases.js";
 
 const ns = "drover";
 let cluster: TestCluster;
@@ -23,10 +22,9 @@ let releases: TestReleaseServer;
 let marks: string;
 
 before(async () => {
-  marks = mkdtempSync(join(tmpdir(), "drover-engine-marks-"));
-  chmodSync(marks, 0o777);
-  const wrapper = join(marks, "terraform-1.99.0");
-  writeFileSync(wrapper, engineWrapper("1.99.0", join(marks, "ran-1.99.0")), { mode: 0o755 });
+  const release = wrapperRelease("1.99.0");
+  marks = release.marks;
+  const wrapper = release.binary;
   releases = await startReleaseServer([
     { engine: "terraform", version: "1.99.0", binary: wrapper },
     { engine: "terraform", version: "1.98.0" },

@@ -2,8 +2,7 @@
 // and verifies it into the node's cache, and every run pod of the node executes it from there
 // (mounted read-only), downloaded once for all of them.
 import assert from "node:assert/strict";
-import { chmodSync, existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
@@ -11,7 +10,7 @@ import { startReleaseServer, type TestReleaseServer } from "../support/engine-re
 import { fastTimings, startTestCluster, type TestCluster } from "./cluster.js";
 import { createAgentTask, prepareNamespace, startNodeModeAgents, terraformRunner, type NodeModeAgents } from "./agents.js";
 import { routes } from "@drover/protocol";
-import { engineWrapper, releaseEnv } from "./engine-releases.js";
+import { releaseEnv, wrapperRelease } from "./engine-releases.js";
 
 const ns = "drover-node-engines";
 let cluster: TestCluster;
@@ -21,10 +20,9 @@ let releases: TestReleaseServer;
 let marks: string;
 
 before(async () => {
-  marks = mkdtempSync(join(tmpdir(), "drover-engine-marks-"));
-  chmodSync(marks, 0o777);
-  const wrapper = join(marks, "terraform-1.99.0");
-  writeFileSync(wrapper, engineWrapper("1.99.0", join(marks, "ran-1.99.0")), { mode: 0o755 });
+  const release = wrapperRelease("1.99.0");
+  marks = release.marks;
+  const wrapper = release.binary;
   releases = await startReleaseServer([{ engine: "terraform", version: "1.99.0", binary: wrapper }]);
   cluster = await startTestCluster({ timings: fastTimings, hostPaths: "real" });
   stack = await startStack();

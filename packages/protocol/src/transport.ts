@@ -8,7 +8,7 @@ import type { Dispatcher, EnvHttpProxyAgent as EnvHttpProxyAgentClass } from "un
  * proxy-aware agent and the promise-returning `request`. Both come from the same files the
  * index itself loads, so a dispatcher made from `undici`'s index (a test's Agent) is the same
  * class and works here too. undici has no `exports` map, so these paths are public to Node's
- * resolver; the version is pinned (`~7.30`), and the protocol tests call both.
+ * resolver; the version is pinned (`~7.30`), and the agent's proxy test (test/agent/proxy-dispatcher) calls both.
  */
 const load = createRequire(import.meta.url);
 
