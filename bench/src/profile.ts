@@ -6,7 +6,21 @@ interface CpuProfile {
   nodes: Array<{ id: number; callFrame: { functionName: string; url: string; lineNumber: number }; children?: number[] }>;
   samples: number[];
   timeDeltas: number[];
+  /** Microseconds on the machine's monotonic clock (the clock of `process.hrtime`). */
+  startTime: number;
 }
+
+/** A stretch of the machine's monotonic clock in microseconds, as `monotonicUs()` reads it. */
+export interface ProfileWindow {
+  fromUs: number;
+  toUs: number;
+}
+
+/**
+ * Now on the clock V8 stamps profile samples with (CLOCK_MONOTONIC, shared by every process on
+ * the machine), so a bench can cut another process's profile to the moments it measured.
+ */
+export const monotonicUs = (): number => Number(process.hrtime.bigint() / 1000n);
 
 /** Where a sample's time went, by the package or source file its function belongs to. */
 function place(url: string, fn: string): string {
@@ -29,16 +43,24 @@ export interface ProfileSummary {
   byPlace: Array<{ place: string; ms: number; share: number }>;
   /** Self time by function, largest first. */
   byFunction: Array<{ fn: string; ms: number; share: number }>;
+  /** Every place that had a sample (e.g. `pg` tells a PostgreSQL server's profile from a SQLite one's). */
+  places: string[];
 }
 
-/** Self time of every profile in `dir` (a `--cpu-prof-dir`), summed, by place and by function. */
-export function summarizeProfiles(dir: string, top = 12): ProfileSummary {
+/**
+ * Self time of the profiles in `dir` (a `--cpu-prof-dir`; all of them unless `files` names
+ * some), summed, by place and by function; with `window`, only the samples taken in it.
+ */
+export function summarizeProfiles(dir: string, top = 12, files?: string[], window?: ProfileWindow): ProfileSummary {
   const places = new Map<string, number>();
   const fns = new Map<string, number>();
-  for (const file of readdirSync(dir).filter((f) => f.endsWith(".cpuprofile"))) {
+  for (const file of files ?? readdirSync(dir).filter((f) => f.endsWith(".cpuprofile"))) {
     const profile = JSON.parse(readFileSync(join(dir, file), "utf8")) as CpuProfile;
     const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+    let at = profile.startTime;
     profile.samples.forEach((id, i) => {
+      at += profile.timeDeltas[i] ?? 0;
+      if (window && (at < window.fromUs || at > window.toUs)) return;
       const node = byId.get(id);
       if (!node) return;
       const { functionName, url, lineNumber } = node.callFrame;
@@ -56,6 +78,7 @@ export function summarizeProfiles(dir: string, top = 12): ProfileSummary {
     busyMs: busy / 1000,
     byPlace: rank(places).map(([p, us]) => ({ place: p, ms: us / 1000, share: us / busy })),
     byFunction: rank(fns).map(([fn, us]) => ({ fn, ms: us / 1000, share: us / busy })),
+    places: [...places.keys()],
   };
 }
 
@@ -64,5 +87,13 @@ export function describeProfile(s: ProfileSummary, count = 8): string {
   return s.byPlace
     .slice(0, count)
     .map((p) => `${p.place} ${(p.share * 100).toFixed(0)}%`)
+    .join(", ");
+}
+
+/** The top functions with their share of busy time, for a report note. */
+export function describeFunctions(s: ProfileSummary, count = 5): string {
+  return s.byFunction
+    .slice(0, count)
+    .map((f) => `${f.fn} ${(f.share * 100).toFixed(0)}%`)
     .join(", ");
 }
