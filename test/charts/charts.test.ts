@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { execFileSync, spawnSync } from "node:child_process";
+import { execFileSync, spawn, spawnSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
@@ -17,16 +17,51 @@ const token = "drv_p_eyJ1cmwiOiJodHRwczovL2Qu ZXhhbXBsZSIsInBvb2wiOiJwIn0.c2Vjcm
 
 type K = { apiVersion: string; kind: string; metadata: { name: string }; spec?: any; rules?: any[]; subjects?: any[]; automountServiceAccountToken?: boolean };
 
-/** Renders a chart and parses every document strictly: a duplicate key or any YAML warning fails. */
-function render(chart: string, args: string[]): K[] {
-  const out = execFileSync(helm, ["template", "rel", join(repo, "charts", chart), "--namespace", "drover", ...args], { encoding: "utf8" });
-  const docs = parseAllDocuments(out, { uniqueKeys: true, strict: true });
-  assert.ok(!("empty" in docs), "no documents rendered");
-  for (const d of docs) {
-    const problems = [...d.errors, ...d.warnings].map((e) => e.message);
-    assert.deepEqual(problems, [], `${chart} ${args.join(" ")}: invalid YAML in\n${String(d)}`);
+/** What helm rendered, by chart and arguments: many tests read the same configuration, and helm is the slow part. */
+const rendered = new Map<string, K[]>();
+
+/**
+ * Renders a chart and parses every document strictly: a duplicate key or any YAML warning fails. The same chart and
+ * arguments are rendered once per file (unless `fresh`: a test of what two renders share); each caller gets its own
+ * copy of the objects.
+ */
+function render(chart: string, args: string[], options: { fresh?: boolean } = {}): K[] {
+  const key = JSON.stringify([chart, args]);
+  let objects = options.fresh ? undefined : rendered.get(key);
+  if (!objects) {
+    const out = execFileSync(helm, ["template", "rel", join(repo, "charts", chart), "--namespace", "drover", ...args], { encoding: "utf8" });
+    const docs = parseAllDocuments(out, { uniqueKeys: true, strict: true });
+    assert.ok(!("empty" in docs), "no documents rendered");
+    for (const d of docs) {
+      const problems = [...d.errors, ...d.warnings].map((e) => e.message);
+      assert.deepEqual(problems, [], `${chart} ${args.join(" ")}: invalid YAML in\n${String(d)}`);
+    }
+    objects = docs.map((d) => d.toJSON() as K | null).filter((o): o is K => o !== null);
+    rendered.set(key, objects);
   }
-  return docs.map((d) => d.toJSON() as K | null).filter((o): o is K => o !== null);
+  return structuredClone(objects);
+}
+
+/** Runs `helm template` once per argument list, a few at a time; the results come back in the lists' order. */
+async function renderEach(chart: string, argLists: string[][]): Promise<Array<{ status: number | null; stdout: string; stderr: string }>> {
+  const results: Array<{ status: number | null; stdout: string; stderr: string }> = [];
+  let next = 0;
+  const worker = async (): Promise<void> => {
+    while (next < argLists.length) {
+      const i = next++;
+      results[i] = await new Promise((resolve, reject) => {
+        const child = spawn(helm, ["template", "rel", join(repo, "charts", chart), ...argLists[i]!], { stdio: ["ignore", "pipe", "pipe"] });
+        let stdout = "";
+        let stderr = "";
+        child.stdout.setEncoding("utf8").on("data", (d: string) => (stdout += d));
+        child.stderr.setEncoding("utf8").on("data", (d: string) => (stderr += d));
+        child.on("error", reject);
+        child.on("close", (status) => resolve({ status, stdout, stderr }));
+      });
+    }
+  };
+  await Promise.all(Array.from({ length: 4 }, worker));
+  return results;
 }
 
 function renderFails(chart: string, args: string[]): string {
@@ -277,11 +312,11 @@ describe("drains and upgrades", () => {
   });
 
   test("helm upgrade with a new token or CA bundle changes the pod templates (pods restart); the same values do not", () => {
-    const annotations = (chart: string, args: string[]) =>
-      Object.fromEntries(render(chart, args).filter((o) => o.kind === "Deployment" || o.kind === "DaemonSet").map((o) => [o.kind, o.spec.template.metadata.annotations]));
+    const annotations = (chart: string, args: string[], fresh = false) =>
+      Object.fromEntries(render(chart, args, { fresh }).filter((o) => o.kind === "Deployment" || o.kind === "DaemonSet").map((o) => [o.kind, o.spec.template.metadata.annotations]));
     for (const chart of ["agent-local", "agent-job", "agent-k8s"]) {
       const a = annotations(chart, ["--set", `agent.token=${token}`]);
-      assert.deepEqual(annotations(chart, ["--set", `agent.token=${token}`]), a, `${chart}: stable`);
+      assert.deepEqual(annotations(chart, ["--set", `agent.token=${token}`], true), a, `${chart}: stable (a second render, not the first one again)`);
       assert.notDeepEqual(annotations(chart, ["--set", `agent.token=${token}x`]).Deployment, a.Deployment, `${chart}: a new token restarts the agent/controller`);
       assert.notDeepEqual(annotations(chart, ["--set", `agent.token=${token}`, "--set-string", "agent.caBundle=-----BEGIN CERTIFICATE-----"]).Deployment, a.Deployment, `${chart}: a new CA restarts it`);
       const existing = (name: string) => annotations(chart, ["--set", `agent.tokenExistingSecret.name=${name}`]).Deployment;
@@ -329,27 +364,32 @@ describe("values at the edges", () => {
     assert.deepEqual(agent.securityContext.seccompProfile, { type: "Localhost", localhostProfile: "profiles/drover.json" });
   });
 
-  test("extraEnv naming a variable the chart sets is refused, so no container gets a name twice", () => {
+  test("extraEnv naming a variable the chart sets is refused, so no container gets a name twice", async () => {
     // Which values map feeds which container.
     const feeds: Record<string, string> = { agent: "extraEnv", controller: "extraEnv", worker: "task.worker.extraEnv", runner: "task.runner.extraEnv" };
     for (const [chart, extra] of [["agent-local", []], ["agent-job", []], ["agent-k8s", []], ["agent-k8s", ["--set", "jobWorker=true"]]] as const) {
       const base = ["--set", `agent.token=${token}`, "--set-string", "agent.caBundle=x", "--set", "proxy.httpsProxy=http://p", "--set", "proxy.httpProxy=http://p", "--set", "proxy.noProxy=.svc", ...(chart === "agent-local" ? [] : ["--set", "otel.endpoint=http://o"]), ...extra];
+      // Every variable each container gets, tried one render each (a refusal ends a render, so they cannot share one).
+      const tries: Array<{ owner: string; container: string; field: string; name: string }> = [];
       for (const { owner, spec } of podSpecs(render(chart, base))) {
         for (const c of spec.containers) {
           const field = owner.startsWith("DaemonSet") ? "extraEnv" : feeds[c.name];
           if (!field) continue;
-          for (const { name } of c.env ?? []) {
-            const r: { status: number | null; stdout: string; stderr: string } = spawnSync(helm, ["template", "rel", join(repo, "charts", chart), ...base, "--set", `${field}.${name}=dup`], { encoding: "utf8" });
-            if (r.status !== 0) {
-              assert.match(r.stderr, /is set by the chart/, `${chart} ${owner} ${c.name} ${name}`);
-              continue;
-            }
-            const again: K[] = parseAllDocuments(r.stdout).map((d) => d.toJSON() as K | null).filter((o): o is K => o !== null);
-            for (const p of podSpecs(again)) for (const c2 of p.spec.containers as any[]) {
-              const names: string[] = (c2.env ?? []).map((e: any) => e.name);
-              assert.equal(new Set(names).size, names.length, `${chart} ${p.owner} ${c2.name}: ${field}.${name} duplicated an env entry`);
-            }
-          }
+          for (const { name } of c.env ?? []) tries.push({ owner, container: c.name, field, name });
+        }
+      }
+      assert.ok(tries.length > 0, `${chart}: no variables to try`);
+      const results = await renderEach(chart, tries.map(({ field, name }) => [...base, "--set", `${field}.${name}=dup`]));
+      for (const [i, { owner, container, field, name }] of tries.entries()) {
+        const r = results[i]!;
+        if (r.status !== 0) {
+          assert.match(r.stderr, /is set by the chart/, `${chart} ${owner} ${container} ${name}`);
+          continue;
+        }
+        const again: K[] = parseAllDocuments(r.stdout).map((d) => d.toJSON() as K | null).filter((o): o is K => o !== null);
+        for (const p of podSpecs(again)) for (const c2 of p.spec.containers as any[]) {
+          const names: string[] = (c2.env ?? []).map((e: any) => e.name);
+          assert.equal(new Set(names).size, names.length, `${chart} ${p.owner} ${c2.name}: ${field}.${name} duplicated an env entry`);
         }
       }
     }
