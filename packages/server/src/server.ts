@@ -10,6 +10,7 @@ import type { ServerConfig } from "./config.js";
 import { createMetrics } from "./metrics.js";
 import { startSweeper } from "./sweeper.js";
 import { AgentPresence } from "./store/presence.js";
+import { createSessionCache } from "./store/agents.js";
 import type { StoreContext } from "./store/context.js";
 import { countUserTokens, createUserToken, ensureBootstrapToken } from "./store/user-tokens.js";
 
@@ -24,6 +25,13 @@ export interface RunningServer {
 
 /** How often coalesced agent heartbeats are written. */
 const presenceFlushMs = 500;
+
+/**
+ * How long a checked agent session answers without the database (store/sessions.ts): the
+ * longest another server process's revocation can go unseen here should its event be lost.
+ * Kept sessions are re-read every third of it, off the request path.
+ */
+const sessionMaxAgeMs = 3_000;
 
 /** How a server is started beyond its configuration. */
 export interface StartOptions extends AppOptions {
@@ -63,6 +71,13 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   presence.start(presenceFlushMs, (err) => {
     if (db.health.state === "available") log.error({ err }, "recording agents' heartbeats failed");
   });
+  // Sessions unused for an agent TTL are forgotten: their agent is about to be declared lost.
+  const sessions = createSessionCache(store, sessionMaxAgeMs, config.agentTtlMs);
+  store.sessions = sessions;
+  sessions.start(sessionMaxAgeMs / 3, (err) => {
+    // Entries not refreshed age out: requests then read the database (and meet its error).
+    if (db.health.state === "available") log.warn({ err }, "refreshing agent sessions failed");
+  });
 
   let adminToken = config.adminToken;
   if (adminToken) {
@@ -70,6 +85,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
       const { revoked } = await ensureBootstrapToken(store, adminToken);
       if (revoked > 0) log.warn({ revoked }, "DROVER_ADMIN_TOKEN changed: the previous admin token is revoked");
     } catch (err) {
+      sessions.stop();
       await presence.stop().catch(() => undefined);
       await events.close();
       await db.close();
@@ -97,6 +113,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     await prepareUploadDir(uploadDir);
   } catch (err) {
     await telemetry.shutdown().catch(() => undefined);
+    sessions.stop();
     await presence.stop().catch(() => undefined);
     await events.close();
     await db.close();
@@ -112,6 +129,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     await app.listen({ host: config.host, port: config.port, backlog: 4096 });
   } catch (err) {
     await sweeper.stop();
+    sessions.stop();
     await presence.stop().catch(() => undefined);
     await events.close();
     await db.close();
@@ -134,6 +152,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
         shutdown.abort();
         await sweeper.stop();
         await app.close().catch((err: unknown) => log.warn({ err }, "closing HTTP server failed"));
+        sessions.stop();
         await presence.stop().catch((err: unknown) => log.warn({ err }, "writing the last heartbeats failed"));
         // Before the database closes: the last metrics export reads it.
         await telemetry.shutdown().catch((err: unknown) => log.warn({ err }, "flushing telemetry failed"));

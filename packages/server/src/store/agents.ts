@@ -3,6 +3,7 @@ import type { Selectable } from "kysely";
 import type { AgentsTable } from "../db/schema.js";
 import { CoalescedReads } from "./coalesced-reads.js";
 import { iso, type StoreContext } from "./context.js";
+import { announceSessionsChanged, SessionCache, type SessionRow } from "./sessions.js";
 
 /** Agent row states: online until it deregisters, is superseded by a namesake, or goes silent. */
 export type AgentState = "online" | "deregistered" | "superseded" | "lost";
@@ -52,21 +53,20 @@ export async function registerAgent(ctx: StoreContext, input: RegisterInput): Pr
     registered_at: now,
     last_seen_at: now,
   };
-  await ctx.db.transaction().execute(async (trx) => {
-    await trx
+  const superseded = await ctx.db.transaction().execute(async (trx) => {
+    const result = await trx
       .updateTable("agents")
       .set({ state: "superseded" })
       .where("pool_id", "=", input.poolId)
       .where("name", "=", input.name)
       .where("state", "=", "online")
-      .execute();
+      .executeTakeFirst();
     await trx.insertInto("agents").values(row).execute();
+    return Number(result.numUpdatedRows);
   });
+  if (superseded > 0) announceSessionsChanged(ctx.events);
   return { agent: toAgent(row), sessionToken };
 }
-
-/** An agent row with its pool token's revocation, as a session check reads it. */
-type SessionRow = Selectable<AgentsTable> & { revoked_at: number | null };
 
 /** Agent ids per lookup statement: far below SQLite's and PostgreSQL's parameter limits. */
 const sessionBatchSize = 500;
@@ -79,16 +79,27 @@ const sessionBatchSize = 500;
  * arrived, so a revoked token or a lost agent is refused exactly as before.
  */
 function sessionReader(ctx: StoreContext): CoalescedReads<string, SessionRow> {
-  return new CoalescedReads(async (ids) => {
-    const rows = await ctx.db
-      .selectFrom("agents")
-      .innerJoin("pool_tokens", "pool_tokens.id", "agents.pool_token_id")
-      .selectAll("agents")
-      .select("pool_tokens.revoked_at")
-      .where("agents.id", "in", ids)
-      .execute();
-    return new Map(rows.map((r) => [r.id, r]));
-  }, sessionBatchSize);
+  return new CoalescedReads((ids) => readSessions(ctx, ids), sessionBatchSize);
+}
+
+/** The session rows of these agents (at most a few hundred ids), keyed by agent id. */
+async function readSessions(ctx: Pick<StoreContext, "db">, ids: string[]): Promise<Map<string, SessionRow>> {
+  const rows = await ctx.db
+    .selectFrom("agents")
+    .innerJoin("pool_tokens", "pool_tokens.id", "agents.pool_token_id")
+    .selectAll("agents")
+    .select("pool_tokens.revoked_at")
+    .where("agents.id", "in", ids)
+    .execute();
+  return new Map(rows.map((r) => [r.id, r]));
+}
+
+/**
+ * A session cache over this store (see store/sessions.ts): sessions are used for `maxAgeMs`
+ * after they were read, and forgotten when unused for `keepMs`.
+ */
+export function createSessionCache(ctx: Pick<StoreContext, "db" | "events" | "now">, maxAgeMs: number, keepMs: number): SessionCache {
+  return new SessionCache(ctx, (ids) => readSessions(ctx, ids), maxAgeMs, keepMs);
 }
 
 const sessionReaders = new WeakMap<StoreContext["db"], CoalescedReads<string, SessionRow>>();
@@ -97,7 +108,12 @@ export async function authenticateSession(ctx: StoreContext, token: string): Pro
   const id = tokenSubject(token, "session");
   let reader = sessionReaders.get(ctx.db);
   if (!reader) sessionReaders.set(ctx.db, (reader = sessionReader(ctx)));
-  const found = id ? await reader.get(id) : undefined;
+  let found = id ? ctx.sessions?.fresh(id) : undefined;
+  if (id && !found) {
+    const mark = ctx.sessions?.mark();
+    found = await reader.get(id);
+    if (mark) ctx.sessions!.keep(id, found, mark);
+  }
   // Constant time: how long a comparison takes must not tell how much of a guessed session matched.
   const row = found && tokenMatches(token, found.session_hash) ? found : undefined;
   if (!row) throw new DroverError("unauthorized", "unknown agent session: register again with the pool token");
@@ -122,6 +138,7 @@ export async function touchAgent(ctx: StoreContext, agentId: string): Promise<vo
 
 export async function deregisterAgent(ctx: StoreContext, agentId: string): Promise<void> {
   await ctx.db.updateTable("agents").set({ state: "deregistered", running_jobs: 0, last_seen_at: ctx.now() }).where("id", "=", agentId).execute();
+  announceSessionsChanged(ctx.events);
 }
 
 /** Agents of every pool or one pool, newest registration first; offline ones included. */
@@ -138,7 +155,9 @@ export async function markSilentAgentsLost(ctx: StoreContext): Promise<number> {
   await ctx.presence?.flush();
   const cutoff = ctx.now() - ctx.settings.agentTtlMs;
   const result = await ctx.db.updateTable("agents").set({ state: "lost", running_jobs: 0 }).where("state", "=", "online").where("last_seen_at", "<", cutoff).executeTakeFirst();
-  return Number(result.numUpdatedRows);
+  const lost = Number(result.numUpdatedRows);
+  if (lost > 0) announceSessionsChanged(ctx.events);
+  return lost;
 }
 
 /** Forgets offline registrations older than `retainMs`. */

@@ -1,6 +1,7 @@
 import type { Kysely } from "kysely";
 import type { Database, Dialect } from "../db/schema.js";
 import type { EventBus } from "../events.js";
+import type { SessionCache } from "./sessions.js";
 
 /** What every store module works with. `now` is injected so tests control time. */
 export interface StoreContext {
@@ -11,6 +12,8 @@ export interface StoreContext {
   settings: StoreSettings;
   /** When set, agents' signs of life are coalesced here instead of written one by one. */
   presence?: PresenceRecorder;
+  /** When set, valid agent sessions are kept here and re-read off the request path (store/sessions.ts). */
+  sessions?: SessionCache;
 }
 
 /** Where agents' signs of life are coalesced (store/presence.ts's AgentPresence). */

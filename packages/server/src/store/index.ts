@@ -21,3 +21,4 @@ export { poolWaiters } from "./waiters.js";
 export * from "./variables.js";
 export * from "./workspaces.js";
 export * from "./presence.js";
+export * from "./sessions.js";

@@ -3,6 +3,7 @@ import type { Selectable } from "kysely";
 import type { PoolTokensTable, PoolsTable } from "../db/schema.js";
 import { isUniqueViolation } from "../db/storage-errors.js";
 import { iso, isoOrNull, type StoreContext } from "./context.js";
+import { announceSessionsChanged } from "./sessions.js";
 
 const toPool = (r: Selectable<PoolsTable>): Pool => ({ id: r.id, name: r.name, createdAt: iso(r.created_at) });
 const toPoolToken = (r: Selectable<PoolTokensTable>): PoolToken => ({
@@ -69,6 +70,8 @@ export async function revokePoolToken(ctx: StoreContext, tokenId: string): Promi
     const now = ctx.now();
     await ctx.db.updateTable("pool_tokens").set({ revoked_at: now }).where("id", "=", tokenId).execute();
     row.revoked_at = now;
+    // Agents registered with it are refused from now on, also where their sessions are cached.
+    announceSessionsChanged(ctx.events);
   }
   return toPoolToken(row);
 }
