@@ -1,12 +1,12 @@
 import assert from "node:assert/strict";
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { routes } from "@drover/protocol";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
 import { providerConfig, startProviderRegistry, type TestRegistry } from "../support/provider-registry.js";
-import { applyRendered, droverImageOptions, kubectlOut, namespace, repo, template } from "../support/chart-cluster.js";
+import { applyRendered, assertRanFromImages, chartImages, kubectlOut, namespace, repo, runnerValues, template, type ChartImages } from "../support/chart-cluster.js";
 import { eventually, fastTimings, startTestCluster, type TestCluster } from "../kube/cluster.js";
 
 // The provider cache in Kubernetes, through the installed charts on the test cluster:
@@ -14,7 +14,11 @@ import { eventually, fastTimings, startTestCluster, type TestCluster } from "../
 // node mounts it read-only) and agent-job with `persistence.cache.enabled` (one claim shared by
 // every task pod: their workers fill it, each guarded by the store's cross-process locks; the
 // runners mount it read-only). Runs trying to write into the cache are refused by the filesystem.
-// DROVER_TEST_CACHE_ROUNDS=10 repeats the 12-run round in node mode.
+// DROVER_TEST_CACHE_ROUNDS=10 repeats the 12-run round in node mode. Where podman runs here,
+// workers and agents are containers of the locally built drover image and run pods' runners of
+// the runner image (chartImages); the registry's CA reaches both through agent.caBundle, and the
+// test providers (Node scripts behind launchers, with their plugin TLS key pair) need the host's
+// `node` and this checkout, which the test cluster's node mounts read-only into runner containers.
 
 const three = [
   { type: "alpha", version: "1.0.0" },
@@ -26,14 +30,16 @@ let cluster: TestCluster;
 let stack: Stack;
 let registry: TestRegistry;
 let scratch: string;
+let images: ChartImages;
 
 before(async () => {
-  cluster = await startTestCluster({ timings: fastTimings, hostPaths: "real", ...droverImageOptions() });
-  stack = await startStack();
   scratch = join(repo, "test", "dist", ".chart-cache");
   mkdirSync(scratch, { recursive: true });
-  // Runner containers have their own /tmp: the registry's files (the providers' TLS key pair
-  // their launchers name) must live where runners see them.
+  images = await chartImages(scratch, { runnerMounts: [repo, process.execPath] });
+  cluster = await startTestCluster({ timings: fastTimings, hostPaths: "real", ...images.options });
+  stack = await startStack();
+  // Runners have their own /tmp (an emptyDir, or the runner image's): the registry's files (the
+  // launchers and the providers' TLS key pair they name) must live in the checkout runners see.
   const tmp = process.env.TMPDIR;
   process.env.TMPDIR = scratch;
   try {
@@ -42,7 +48,7 @@ before(async () => {
     if (tmp === undefined) delete process.env.TMPDIR;
     else process.env.TMPDIR = tmp;
   }
-});
+}, { timeout: 20 * 60_000 });
 
 after(async () => {
   await stack?.stop();
@@ -51,19 +57,15 @@ after(async () => {
   if (scratch) rmSync(scratch, { recursive: true, force: true });
 });
 
-/** The chart values both installs share: this checkout's images, the registry's CA for workers, an empty CLI config for runners. */
+/** The chart values both installs share: the test images, the registry's CA for workers and runners. */
 function common(): string[] {
-  const tfrc = join(scratch, "runner.tfrc");
-  writeFileSync(tfrc, "");
   return [
     "--set", `agent.url=${stack.server.url}`,
     "--set", "image.tag=test",
     // Pods share this machine's network here: no health port, so no two processes bind one.
     "--set", "agent.healthPort=0",
     "--set-file", `agent.caBundle=${registry.caFile}`,
-    "--set", `task.execLoopPath=${join(repo, "packages", "agent", "exec-loop", "exec-loop.sh")}`,
-    "--set", "task.runner.image=ghcr.io/drover-dev/drover-runner:test",
-    "--set", `task.runner.extraEnv.TF_CLI_CONFIG_FILE=${tfrc}`,
+    ...runnerValues(images),
   ];
 }
 
@@ -116,8 +118,9 @@ async function writeAttempts(workspace: string, pool: string, runnerCacheDir: st
   assert.ok(!readdirSync(local).includes("planted"));
 }
 
-test("agent-k8s node mode: 12 concurrent runs needing the same 3 providers on one node all plan with correct lock files, each provider downloaded once; runs cannot write the node's cache", async () => {
+test("agent-k8s node mode: 12 concurrent runs needing the same 3 providers on one node all plan with correct lock files, each provider downloaded once; runs cannot write the node's cache", { timeout: 20 * 60_000 }, async () => {
   const ns = "drover-cache-nodes";
+  const since = new Date();
   await namespace(cluster, ns, "privileged");
   const home = mkdtempSync(join(tmpdir(), "drover-cache-node-"));
   rmSync(home, { recursive: true });
@@ -138,13 +141,15 @@ test("agent-k8s node mode: 12 concurrent runs needing the same 3 providers on on
     for (let r = 0; r < rounds; r++) await round(`node-${r}`, 12, diagnose);
     three.forEach((p, i) => assert.equal((registry.downloads.get(registry.archiveName(p.type, p.version)) ?? 0) - (downloadsBefore[i] ?? 0), 1, `${p.type} downloaded once on the node in ${rounds} round(s) of 12 runs`));
     await writeAttempts("node-write", stack.pool, join(home, "cache"), join(home, "cache"));
+    await assertRanFromImages(images, since, [["drover", "controller"], ["drover", "prepare-data-home"], ["drover", "worker"], ["drover", "drover-init"], ["runner", "runner"]]);
   } finally {
     await kubectlOut(cluster, ["delete", "namespace", ns, "--wait=false"]);
   }
 });
 
-test("agent-job with persistence.cache.enabled: concurrent task pods share one claim, each provider downloaded once; runners cannot write it", async () => {
+test("agent-job with persistence.cache.enabled: concurrent task pods share one claim, each provider downloaded once; runners cannot write it", { timeout: 20 * 60_000 }, async () => {
   const ns = "drover-cache-job";
+  const since = new Date();
   await namespace(cluster, ns, "restricted");
   await stack.server.api(routes.createPool, { body: { name: "cache-job" } });
   const token = (await stack.server.api(routes.createPoolToken, { params: { pool: "cache-job" }, body: { description: "job" } })).body.token as string;
@@ -180,4 +185,5 @@ test("agent-job with persistence.cache.enabled: concurrent task pods share one c
   assert.deepEqual(downloads, [1, 1, 1], `each provider downloaded once for 4 task pods\n${await diagnose()}`);
   // The test cluster keeps a claim's files in <dataDir>/pvc/<namespace>/<claim>.
   await writeAttempts("job-write", "cache-job", "/var/lib/drover/cache", join(cluster.dataDir, "pvc", ns, "cache-agent-job-cache"));
+  await assertRanFromImages(images, since, [["drover", "controller"], ["drover", "drover-init"], ["drover", "worker"], ["runner", "runner"]]);
 });

@@ -58,12 +58,15 @@ export interface ChartImages {
 /**
  * The locally built drover and runner images as real containers (the test cluster's podman mode)
  * where this machine can run them, else the host-process shim of droverImageOptions().
+ * `runnerMounts`: host paths the node mounts read-only into runner containers at their own paths
+ * (the shim's runners see the host's files already).
  */
-export async function chartImages(shared: string): Promise<ChartImages> {
+export async function chartImages(shared: string, opts: { runnerMounts?: string[] } = {}): Promise<ChartImages> {
   if (podmanUnavailable() === undefined) {
     const built = await ensureImages();
+    const runner = { podman: built.images.runner, ...(opts.runnerMounts ? { podmanMounts: opts.runnerMounts } : {}) };
     return {
-      options: { podman: { env: built.env }, images: { [droverImage]: { podman: built.images.drover }, [runnerImage]: { podman: built.images.runner } } },
+      options: { podman: { env: built.env }, images: { [droverImage]: { podman: built.images.drover }, [runnerImage]: runner } },
       built,
       runnerEnv: { CHECKPOINT_DISABLE: "1" },
       execLoopPath: undefined,

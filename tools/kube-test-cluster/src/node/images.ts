@@ -56,6 +56,12 @@ export interface ImageConfig {
    * entrypoint, cmd, env, workingDir and user default to the podman image's own.
    */
   podman?: string;
+  /**
+   * Host paths bind-mounted read-only at their own paths into the real containers of this image
+   * (podman mode): what a test's workloads need beside the image (a tool, fixtures), provided by
+   * the node as a hostPath would be, without baking test files into the image.
+   */
+  podmanMounts?: string[];
 }
 
 /** How containers of an image run under podman: the local image and podman's environment. */

@@ -380,6 +380,7 @@ export class PodWorker {
     for (const path of podman ? [] : image.paths ?? []) {
       if (mounts.some((m) => under(path, m.containerPath))) mounts.push({ hostPath: path, containerPath: path, readOnly: true });
     }
+    for (const path of podman ? image.podmanMounts ?? [] : []) mounts.push({ hostPath: path, containerPath: path, readOnly: true });
     c.containerID = randomBytes(32).toString("hex");
     const log = new ContainerLog();
     this.ctx.registerLog(this.uid, c.name, c.restartCount, log);
