@@ -26,6 +26,9 @@ export function profileFlags(name: string): string[] {
   return dir ? ["--cpu-prof", `--cpu-prof-dir=${dir}`, `--cpu-prof-name=${name}-${Date.now()}.cpuprofile`] : [];
 }
 
+/** How many of a bench server's log lines reach the bench's stderr. */
+const serverLogLines = 40;
+
 /**
  * Starts `drover server`; `nodeArgs` go to node itself (e.g. `--cpu-prof`, which NODE_OPTIONS refuses).
  * The server runs as shipped: answers are not checked against the route table
@@ -40,10 +43,25 @@ export async function startServerProc(env: Record<string, string> = {}, nodeArgs
   });
   const url = await new Promise<string>((resolve, reject) => {
     let out = "";
+    let listening = false;
+    let forwarded = 0;
     child.stdout!.on("data", (d: Buffer) => {
+      if (listening) {
+        // The server's warnings and errors (it logs at warn): a bench that fails on a 500 shows
+        // why. Capped, so a flood of one warning does not bury the run's output.
+        for (const line of d.toString().split("\n").filter((l) => l.trim())) {
+          if (forwarded < serverLogLines) process.stderr.write(`server ${child.pid}: ${line}\n`);
+          else if (forwarded === serverLogLines) process.stderr.write(`server ${child.pid}: more log lines follow, not shown\n`);
+          forwarded++;
+        }
+        return;
+      }
       out += d.toString();
       const m = out.match(/listening on (http:\/\/\S+)/);
-      if (m) resolve(m[1]!);
+      if (m) {
+        listening = true;
+        resolve(m[1]!);
+      }
     });
     child.on("exit", (code) => reject(new Error(`server exited (${code}): ${out}`)));
   });

@@ -99,5 +99,6 @@ const outcome = await runBenches(
 );
 const full = selected.length === 0;
 console.log(writeReport(join(repoRoot, "bench", "results"), outcome.figures, [...outcome.notes, timingNote(outcome.seconds)], full ? "latest" : "partial", full ? join(repoRoot, "README.md") : undefined));
+if (outcome.notes.length > 0) console.error(`${outcome.notes.length} bench failure(s), each a note in the report: ${outcome.notes.map((n) => n.split(":")[0]).join(", ")}`);
 // A bench that timed out may still hold servers and timers open: the report is written, so end.
 process.exit(0);

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { existsSync, statSync } from "node:fs";
+import { createRequire } from "node:module";
 import { test } from "node:test";
 import { sql } from "kysely";
 import { Worker } from "node:worker_threads";
@@ -8,6 +9,8 @@ import { pino, type Logger } from "pino";
 import { backstopPages, checkpointEveryBytes, openDatabase, startCheckpointer, startCheckpointWorker, walSizeLimitBytes } from "@drover/server";
 import { createTestDatabase } from "../support/databases.js";
 import { eventually } from "../support/fault-runs.js";
+
+const require = createRequire(import.meta.url);
 
 // SQLite's checkpoints (copying the write-ahead log into the database file, with two fsyncs)
 // run on a worker thread, not on the server's event loop after every 4 MiB of commits.
@@ -147,6 +150,46 @@ test("SQLite: writes with returning (run by better-sqlite3 as readers) count tow
   } finally {
     await checkpointer.close();
     sqlite.close();
+    await database.drop();
+  }
+});
+
+test("SQLite: a transaction that read before the checkpoint worker took the write lock still writes (it waits for the lock, not SQLITE_BUSY)", async () => {
+  // The worker's RESTART checkpoint holds SQLite's write lock. A deferred transaction that has
+  // read cannot wait for that lock (SQLite answers SQLITE_BUSY at once, busy_timeout or not):
+  // during a burst of writes (10,000 uploads in the dispatch bench) that was a 500 "database
+  // is locked". Here a second connection holds the write lock as the worker does; the server's
+  // transactions begin immediate, so they wait for it (busy_timeout) like any other write.
+  const database = await createTestDatabase("sqlite");
+  const path = database.location.kind === "sqlite" ? database.location.path : "";
+  const db = await openDatabase(database.location);
+  let holder: Worker | undefined;
+  try {
+    await sql`create table counters (n integer primary key, hits integer not null)`.execute(db.kysely);
+    await sql`insert into counters (n, hits) values (1, 0)`.execute(db.kysely);
+    // Holds the lock for 1 s, far inside the server's 5 s busy_timeout: the test does not
+    // depend on how long, only on the lock being held when the transaction starts.
+    holder = new Worker(
+      `const Database = require(${JSON.stringify(require.resolve("better-sqlite3"))});
+       const { parentPort, workerData } = require("node:worker_threads");
+       const db = new Database(workerData);
+       db.exec("begin immediate");
+       parentPort.postMessage("locked");
+       Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 1000);
+       db.exec("commit");
+       db.close();`,
+      { eval: true, workerData: path },
+    );
+    await new Promise((resolve) => holder!.once("message", resolve));
+    await db.kysely.transaction().execute(async (tx) => {
+      const [row] = (await sql<{ hits: number }>`select hits from counters where n = 1`.execute(tx)).rows;
+      await sql`update counters set hits = ${row!.hits + 1} where n = 1`.execute(tx);
+    });
+    const [after] = (await sql<{ hits: number }>`select hits from counters where n = 1`.execute(db.kysely)).rows;
+    assert.equal(after?.hits, 1);
+  } finally {
+    if (holder) await new Promise((resolve) => (holder!.threadId === -1 ? resolve(undefined) : holder!.once("exit", resolve)));
+    await db.close();
     await database.drop();
   }
 });

@@ -152,6 +152,12 @@ function countingWrites(db: BetterSqlite3.Database, noteWrite: (bytes: number) =
   return {
     close: () => db.close(),
     prepare: (sql: string): SqliteStatement => {
+      // The worker is a second writer: its RESTART checkpoint holds the write lock, and a
+      // deferred transaction that has read cannot wait for that lock (SQLite answers
+      // SQLITE_BUSY at once, ignoring busy_timeout). Kysely's `begin` taken as `begin immediate`
+      // waits for the lock at the start instead; the server's one connection runs one
+      // transaction at a time, so nothing else waits behind it. (Not counted: it writes nothing.)
+      if (sql === "begin") return db.prepare("begin immediate");
       const stmt = db.prepare(sql);
       if (stmt.readonly) return stmt;
       return {
