@@ -3,13 +3,95 @@
 // steady window [warm-up, warm-up + duration]: the start-up burst (every agent registering
 // and connecting at once) is reported separately by the caller, not mixed into the p99.
 // Prints one JSON line at the end.
+//
+// Each simulated agent holds what a real one does: its own long-poll on one keep-alive
+// connection and its heartbeats on another (the agent's undici pool opens a second
+// connection because the first is busy with the poll), at the interval the server gives.
+// The requests are written and their answers read by a minimal HTTP/1.1 client on `net`
+// (HttpConnection below) instead of the typed client: the server sees the same requests on
+// the same number of sockets, and the fleet, which shares the 2 cores with the server, costs
+// a fraction of the CPU (undici plus the answer's schema check per call made the fleet use
+// 2–5× the server's CPU, bench/notes/issue-18.md). Registration uses the typed client.
+import { connect, type Socket } from "node:net";
 import { monitorEventLoopDelay } from "node:perf_hooks";
 import { DroverClient, routes } from "@drover/protocol";
 import { Agent } from "undici";
 
-// The same HTTP client the real agent uses (the typed client on undici, kept-alive
-// connections), so the simulated fleet costs its processes what real agents would.
 const dispatcher = new Agent({ connections: null, keepAliveTimeout: 60_000, headersTimeout: 0, bodyTimeout: 0 });
+
+/** One keep-alive HTTP/1.1 connection, one request at a time; reconnects after a close. */
+class HttpConnection {
+  private socket: Socket | undefined;
+  private buffered: Buffer = Buffer.alloc(0);
+  private waiting: { resolve: (a: { status: number; body: string }) => void; reject: (e: Error) => void; timer: NodeJS.Timeout } | undefined;
+
+  constructor(
+    private readonly host: string,
+    private readonly port: number,
+  ) {}
+
+  /** Sends one request and resolves with the answer's status and body; rejects on close or after `timeoutMs`. */
+  request(method: string, path: string, token: string, body: string | undefined, timeoutMs: number): Promise<{ status: number; body: string }> {
+    const socket = this.socket ?? this.open();
+    const head = `${method} ${path} HTTP/1.1\r\nhost: ${this.host}:${this.port}\r\nauthorization: Bearer ${token}\r\n`;
+    socket.write(body === undefined ? `${head}content-length: 0\r\n\r\n` : `${head}content-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => this.fail(new Error(`no answer from the server within ${timeoutMs} ms (${method} ${path})`)), timeoutMs);
+      this.waiting = { resolve, reject, timer };
+    });
+  }
+
+  /** Closes the connection; a request in flight fails with `reason`. */
+  close(reason = new Error("closed")): void {
+    this.fail(reason);
+  }
+
+  private open(): Socket {
+    const socket = connect({ host: this.host, port: this.port, noDelay: true });
+    this.socket = socket;
+    this.buffered = Buffer.alloc(0);
+    socket.on("data", (chunk: Buffer) => {
+      this.buffered = this.buffered.length === 0 ? chunk : Buffer.concat([this.buffered, chunk]);
+      this.parse();
+    });
+    socket.on("error", (err) => this.fail(err));
+    socket.on("close", () => this.fail(new Error("the server closed the connection")));
+    return socket;
+  }
+
+  private parse(): void {
+    const end = this.buffered.indexOf("\r\n\r\n");
+    if (end < 0 || !this.waiting) return;
+    const head = this.buffered.subarray(0, end).toString("latin1");
+    const length = Number(/\r\ncontent-length: *(\d+)/i.exec(head)?.[1] ?? NaN);
+    if (Number.isNaN(length)) return this.fail(new Error(`an answer without content-length: ${head.slice(0, 200)}`));
+    if (this.buffered.length < end + 4 + length) return;
+    const body = this.buffered.subarray(end + 4, end + 4 + length).toString("utf8");
+    this.buffered = this.buffered.subarray(end + 4 + length);
+    const { resolve, timer } = this.waiting;
+    this.waiting = undefined;
+    clearTimeout(timer);
+    if (/\r\nconnection: *close/i.test(head)) this.drop();
+    resolve({ status: Number(head.slice(9, 12)), body });
+  }
+
+  private fail(err: Error): void {
+    this.drop();
+    const w = this.waiting;
+    this.waiting = undefined;
+    if (w) {
+      clearTimeout(w.timer);
+      w.reject(err);
+    }
+  }
+
+  private drop(): void {
+    const socket = this.socket;
+    this.socket = undefined;
+    socket?.removeAllListeners("close");
+    socket?.destroy();
+  }
+}
 
 const [url, token, countArg, durationArg, prefix, warmupArg] = process.argv.slice(2);
 const count = Number(countArg);
@@ -21,10 +103,21 @@ loopDelay.enable();
 const client = new DroverClient({ baseUrl: url!, dispatcher });
 
 const sessions: Array<{ session: string; interval: number }> = [];
-for (let i = 0; i < count; i++) {
-  const reg = await client.call(routes.register, { token, body: { name: `${prefix}-${i}`, version: "bench", driver: "local", capacity: 1 } });
-  sessions.push({ session: reg.sessionToken, interval: reg.heartbeatIntervalMs });
-}
+// A few registrations at a time: one by one, a loaded machine took over a minute for a
+// worker's thousand, and the first agents were declared lost before the run began.
+const registerConcurrency = 16;
+let next = 0;
+await Promise.all(
+  Array.from({ length: registerConcurrency }, async () => {
+    for (let i = next++; i < count; i = next++) {
+      const reg = await client.call(routes.register, { token, body: { name: `${prefix}-${i}`, version: "bench", driver: "local", capacity: 1 } });
+      sessions[i] = { session: reg.sessionToken, interval: reg.heartbeatIntervalMs };
+    }
+  }),
+);
+const { hostname, port } = new URL(url!);
+const pollPath = `${routes.pollJob.path}?wait=25000`;
+const heartbeatBody = JSON.stringify({ runningJobs: 0 });
 // Every worker registers its agents first; the parent starts all of them at once (a line on
 // stdin), so the steady windows of the workers coincide.
 process.stdout.write("registered\n");
@@ -32,9 +125,6 @@ await new Promise<void>((resolve) => process.stdin.once("data", () => resolve())
 const start = performance.now();
 const windowStart = start + warmupMs;
 const windowEnd = windowStart + durationMs;
-// One controller per simulated agent, all aborted at the end: a thousand polls listening on one
-// signal made every call's add/remove of its abort listener walk a thousand-long list.
-const stops = sessions.map(() => new AbortController());
 const latencies: number[] = [];
 let errors = 0;
 /** The first few distinct failures, so a failing fleet says why. */
@@ -43,16 +133,22 @@ const failed = (err: unknown) => {
   errors++;
   if (errorKinds.size < 5) errorKinds.add(err instanceof Error ? err.message.slice(0, 200) : String(err));
 };
+/** A call's answer, or a failure for any status but 200. */
+const ok = (answer: { status: number; body: string }) => {
+  if (answer.status !== 200) throw new Error(`HTTP ${answer.status}: ${answer.body.slice(0, 200)}`);
+};
 
 await Promise.all(
   sessions.map(async ({ session, interval }, i) => {
-    const stop = stops[i]!;
+    const pollConnection = new HttpConnection(hostname, Number(port));
+    const heartbeatConnection = new HttpConnection(hostname, Number(port));
+    let stopping = false;
     const polling = (async () => {
-      while (!stop.signal.aborted) {
+      while (!stopping) {
         try {
-          await client.call(routes.pollJob, { token: session, query: { wait: 25_000 }, signal: stop.signal, timeoutMs: 40_000 });
+          ok(await pollConnection.request("POST", pollPath, session, undefined, 40_000));
         } catch (err) {
-          if (!stop.signal.aborted) failed(err);
+          if (!stopping) failed(err);
         }
       }
     })();
@@ -60,14 +156,16 @@ await Promise.all(
     while (performance.now() < windowEnd) {
       const t = performance.now();
       try {
-        await client.call(routes.agentHeartbeat, { token: session, body: { runningJobs: 0 } });
+        ok(await heartbeatConnection.request("POST", routes.agentHeartbeat.path, session, heartbeatBody, 60_000));
         if (t >= windowStart && t < windowEnd) latencies.push(performance.now() - t);
       } catch (err) {
         failed(err);
       }
       await new Promise((r) => setTimeout(r, interval));
     }
-    stop.abort();
+    stopping = true;
+    heartbeatConnection.close();
+    pollConnection.close();
     await polling;
   }),
 );

@@ -13,6 +13,8 @@ interface FleetResult {
   errorKinds: string[];
   rssMb: number;
   cpuPercent: number;
+  /** CPU of the simulated fleet's processes together in the same window, in % of one core. */
+  fleetCpuPercent: number;
   /** Worst p99 event-loop delay among the simulated fleet's processes: their own queueing. */
   clientLoopDelayP99: number;
   /** The server's own view (request received → answered) from its latency histogram. */
@@ -90,33 +92,59 @@ export async function fleet(database: "sqlite" | "postgres", agents: number, wor
     await sleep(warmupMs);
     const before = (await serverHeartbeatShare(server.url)).buckets;
     const cpu0 = cpuSeconds(server.child.pid!);
+    const fleetCpu = () => children.reduce((sum, c) => sum + cpuSeconds(c.pid!), 0);
+    const fleetCpu0 = fleetCpu();
     const t0 = Date.now();
     let peakRss = 0;
     while (Date.now() - t0 < durationMs - 2000) {
       peakRss = Math.max(peakRss, rssMb(server.child.pid!));
       await sleep(500);
     }
-    const cpuPercent = ((cpuSeconds(server.child.pid!) - cpu0) / ((Date.now() - t0) / 1000)) * 100;
+    const seconds = (Date.now() - t0) / 1000;
+    const cpuPercent = ((cpuSeconds(server.child.pid!) - cpu0) / seconds) * 100;
+    const fleetCpuPercent = ((fleetCpu() - fleetCpu0) / seconds) * 100;
     const results = (await Promise.all(outputs)).map((o) => JSON.parse(o.trim().split("\n").at(-1)!) as { latencies: number[]; errors: number; errorKinds: string[]; loopDelayP99Ms: number });
     const latencies = results.flatMap((r) => r.latencies);
     const serverSide = (await serverHeartbeatShare(server.url, before)).share;
-    return { heartbeatP99: percentile(latencies, 99), heartbeats: latencies.length, errors: results.reduce((n, r) => n + r.errors, 0), errorKinds: [...new Set(results.flatMap((r) => r.errorKinds))], rssMb: peakRss, cpuPercent, clientLoopDelayP99: Math.max(...results.map((r) => r.loopDelayP99Ms)), serverSide };
+    return { heartbeatP99: percentile(latencies, 99), heartbeats: latencies.length, errors: results.reduce((n, r) => n + r.errors, 0), errorKinds: [...new Set(results.flatMap((r) => r.errorKinds))], rssMb: peakRss, cpuPercent, fleetCpuPercent, clientLoopDelayP99: Math.max(...results.map((r) => r.loopDelayP99Ms)), serverSide };
   } finally {
     await server.stop();
     pg?.stop();
   }
 }
 
+/** One fleet size of the scale bench and its targets. */
+export interface ScalePlan {
+  db: "sqlite" | "postgres";
+  agents: number;
+  workers: number;
+  p99: number;
+  rss: number;
+}
+
+const allPlans: ScalePlan[] = [
+  { db: "sqlite", agents: 1000, workers: 4, p99: 50, rss: 300 },
+  { db: "postgres", agents: 5000, workers: 5, p99: 50, rss: 500 },
+];
+
+/**
+ * The fleets to run: all, or those of the databases listed in BENCH_SCALE_DATABASES
+ * (comma-separated `sqlite`, `postgres`), so the 5,000-agent PostgreSQL pass can run alone.
+ */
+export function scalePlans(selection = process.env.BENCH_SCALE_DATABASES): ScalePlan[] {
+  if (selection === undefined || selection.trim() === "") return allPlans;
+  const names = selection.split(",").map((n) => n.trim());
+  const unknown = names.filter((n) => !allPlans.some((p) => p.db === n));
+  if (unknown.length > 0) throw new Error(`BENCH_SCALE_DATABASES: unknown database ${unknown.join(", ")}; use sqlite, postgres or both, comma-separated`);
+  return allPlans.filter((p) => names.includes(p.db));
+}
+
 /**
  * SQLite with 1,000 agents (the first target, kept to show regressions) and PostgreSQL with
  * 5,000 agents in 5 processes, each beside 10 agents on the same database.
  */
-export async function benchScale(durationMs = 30_000): Promise<Figure[]> {
+export async function benchScale(durationMs = 30_000, plans = scalePlans()): Promise<Figure[]> {
   const figures: Figure[] = [];
-  const plans = [
-    { db: "sqlite" as const, agents: 1000, workers: 4, p99: 50, rss: 300 },
-    { db: "postgres" as const, agents: 5000, workers: 5, p99: 50, rss: 500 },
-  ];
   for (const { db, agents, workers, p99, rss } of plans) {
     const small = await fleet(db, 10, 1, durationMs);
     const big = await fleet(db, agents, workers, durationMs);
@@ -124,7 +152,7 @@ export async function benchScale(durationMs = 30_000): Promise<Figure[]> {
     const note =
       `${big.heartbeats} heartbeats in a ${durationMs / 1000} s steady window after an ${warmupMs / 1000} s warm-up; ${big.errors} errors${big.errorKinds.length ? ` (${big.errorKinds.join("; ")})` : ""}; ` +
       `the server's own latency (its histogram, same window): p99 ≤ ${big.serverSide.p99AtMostMs} ms, ${big.serverSide.over50ms} of ${big.serverSide.count} heartbeats over 50 ms (10 agents: p99 ≤ ${small.serverSide.p99AtMostMs} ms); ` +
-      `the simulated fleet's own event-loop delay p99 ${big.clientLoopDelayP99.toFixed(1)} ms (its share of the client-side figure, which shares the 2 cores with the server)`;
+      `the simulated fleet's own event-loop delay p99 ${big.clientLoopDelayP99.toFixed(1)} ms (its share of the client-side figure, which shares the 2 cores with the server), its CPU ${big.fleetCpuPercent.toFixed(0)}% of a core`;
     figures.push(
       { bench, metric: "heartbeat p99 (client side)", unit: "ms", value: big.heartbeatP99, baseline: small.heartbeatP99, baselineLabel: "10 agents", target: `≤ ${p99} ms`, met: big.heartbeatP99 <= p99, note },
       { bench, metric: "heartbeat p99 (server's histogram, bucket bound)", unit: "ms", value: big.serverSide.p99AtMostMs, baseline: small.serverSide.p99AtMostMs, baselineLabel: "10 agents", target: `≤ ${p99} ms`, met: big.serverSide.p99AtMostMs <= p99 },
