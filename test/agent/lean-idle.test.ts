@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { after, before, test } from "node:test";
 import { eventually } from "../support/fault-runs.js";
 import type { Proc } from "../support/processes.js";
@@ -55,10 +56,19 @@ test("an idle local agent loads none of the parts it loads lazily, and runs in i
   const { agent, modules, idleHeapMode } = await idleModules("lean");
   try {
     assert.ok(modules.some((m) => m.includes("/node_modules/undici/lib/dispatcher/env-http-proxy-agent.js")), "the recorder sees CommonJS files (undici's agent)");
-    assert.ok(modules.some((m) => m.includes("/packages/agent/dist/src/agent.js")), "the recorder sees ESM files (the agent)");
+    assert.ok(modules.some((m) => m.endsWith("/packages/cli/dist/agent-bundle/program.js")), "the recorder sees ESM files (the agent bundle)");
     for (const [pattern, why] of lazy) {
       const loaded = modules.filter((m) => pattern.test(m));
       assert.deepEqual(loaded, [], `an idle agent loaded ${loaded.slice(0, 3).join(", ")}: ${why}`);
+    }
+    // Decision 0037: the agent runs from its bundle, whose sources are one-byte strings in V8 and
+    // hold none of zod's locales.
+    const unbundled = modules.filter((m) => /\/packages\/(agent|protocol|cli)\/dist\/src\/|\/node_modules\/(zod|commander|pino)\//.test(m) && !/\/(cli\/dist\/src\/main|agent\/dist\/src\/heap-mode)\.js$/.test(m));
+    assert.deepEqual(unbundled, [], `an idle agent loaded files the agent bundle holds (scripts/bundle-agent.mjs): ${unbundled.slice(0, 3).join(", ")}`);
+    for (const file of modules.filter((m) => m.includes("/packages/cli/dist/agent-bundle/"))) {
+      const text = readFileSync(fileURLToPath(file), "utf8");
+      assert.doesNotMatch(text, /[^\t\n\r\x20-\x7e]/, `${file} holds non-ASCII text: V8 keeps it as a two-byte string`);
+      assert.ok(!text.includes("Zeichen") && !text.includes("caracteres"), `${file} holds zod's locales`);
     }
     assert.equal(idleHeapMode, true, "`drover agent run` starts in idle heap mode");
   } finally {

@@ -16,10 +16,14 @@ import { ContainerJob } from "./docker/container-runner.js";
 import { DockerEngine } from "./docker/engine-api.js";
 import { reapDockerOrphans } from "./docker/orphans.js";
 import type { Runner } from "./runner.js";
-import { fileURLToPath } from "node:url";
+import { createRequire } from "node:module";
 
-/** The exec-loop script shipped with this package; the docker driver mounts it into every run container. */
-const execLoopPath = fileURLToPath(new URL("../../exec-loop/exec-loop.sh", import.meta.url));
+/**
+ * The exec-loop script shipped with this package; the docker driver mounts it into every run
+ * container. Resolved through the package's exports, not relative to this file, so that the
+ * agent bundle (decision 0037), which lives in the CLI's dist, finds it too.
+ */
+const execLoopPath = createRequire(import.meta.url).resolve("@drover/agent/exec-loop.sh");
 import { writeAgentStatus } from "./agent-status.js";
 import type { ProviderCache } from "./providers/cache.js";
 import type { ModuleCache } from "./modules/cache.js";

@@ -575,7 +575,7 @@ export function errorExcerpt(output: string): string | undefined {
   return output
     .slice(at, at + 1500)
     .split("\n")
-    .map((l) => l.replace(/^[│╷╵]\s?/, "").trimEnd())
+    .map((l) => l.replace(/^[\u2502\u2577\u2575]\s?/, "").trimEnd())
     .filter((l, i, all) => !(l === "" && all[i - 1] === ""))
     .join("\n")
     .trim();

@@ -1,0 +1,71 @@
+// Bundles the CLI as `drover agent run` loads it (decision 0037): one tree-shaken, minified set
+// of files under packages/cli/dist/agent-bundle, built from tsc's output. `drover agent run`
+// (packages/cli/src/main.ts) imports program.js from there; every other command keeps tsc's files.
+//
+//   node scripts/bundle-agent.mjs      (run by `npm run build` after tsc, and by the Dockerfile)
+//
+// Why it pays (bench/notes/issue-18.md): V8 keeps every module's source text and its records;
+// ~300 small ESM files, comments included, and zod's 40 locales (loaded by any zod import, used
+// by nobody here) cost an idle agent ~3 MB. What stays outside the bundle:
+// - every package but zod, commander and pino: the lazily loaded ones (OpenTelemetry, the
+//   Kubernetes client, tar, openpgp) stay lazy and shared with tsc's files, and undici is loaded
+//   file by file at run time anyway (protocol/transport.ts);
+// - @drover/server (never loaded by the agent);
+// - the agent's heap-mode module: main.ts enters idle heap mode through it before the bundle
+//   loads, and the agent must leave it through the same module instance.
+import { build } from "esbuild";
+import { rmSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+const outdir = join(root, "packages", "cli", "dist", "agent-bundle");
+const inlined = new Set(["zod", "commander", "pino"]);
+const heapMode = join(root, "packages", "agent", "dist", "src", "heap-mode.js");
+
+/** The package name of a bare specifier (`@scope/name/x` → `@scope/name`). */
+const packageOf = (spec) => spec.split("/").slice(0, spec.startsWith("@") ? 2 : 1).join("/");
+
+const drover = {
+  name: "drover-agent-bundle",
+  setup(b) {
+    // zod's `locales` namespace (its error messages in 40 languages); zod itself imports only
+    // `locales/en.js` directly, which stays.
+    b.onResolve({ filter: /\/locales\/index\.js$/ }, (a) => (a.importer.includes(`${join("node_modules", "zod")}`) ? { path: "zod-locales", namespace: "empty" } : undefined));
+    b.onLoad({ filter: /.*/, namespace: "empty" }, () => ({ contents: "export {};", loader: "js" }));
+    b.onResolve({ filter: /heap-mode(\.js)?$/ }, async (a) => {
+      if (a.path === "@drover/agent/heap-mode") return { path: a.path, external: true };
+      const at = join(a.resolveDir, a.path);
+      return at === heapMode ? { path: "@drover/agent/heap-mode", external: true } : undefined;
+    });
+    b.onResolve({ filter: /^[^./]/ }, (a) => {
+      if (a.path.startsWith("node:")) return { external: true };
+      const pkg = packageOf(a.path);
+      if ((pkg.startsWith("@drover/") && pkg !== "@drover/server") || inlined.has(pkg)) return undefined;
+      return { path: a.path, external: true };
+    });
+  },
+};
+
+rmSync(outdir, { recursive: true, force: true });
+await build({
+  entryPoints: { program: join(root, "packages", "cli", "dist", "src", "program.js") },
+  outdir,
+  bundle: true,
+  splitting: true,
+  format: "esm",
+  platform: "node",
+  target: "node20",
+  // Whitespace and syntax only: names stay, so stack traces and `constructor.name` read as in
+  // the source; the .map files give the source positions (`node --enable-source-maps`).
+  minifyWhitespace: true,
+  minifySyntax: true,
+  // One-byte source strings: V8 keeps a file's source as UTF-16 when it holds any non-ASCII character.
+  charset: "ascii",
+  legalComments: "none",
+  sourcemap: "linked",
+  logLevel: "warning",
+  plugins: [drover],
+  // Bundled CommonJS (commander, pino) calls require for Node's own modules.
+  banner: { js: 'import { createRequire as __droverCreateRequire } from "node:module"; const require = __droverCreateRequire(import.meta.url);' },
+});
