@@ -100,9 +100,11 @@ DROVER_URL DROVER_TOKEN DROVER_TOKEN_FILE DROVER_AGENT_DRIVER DROVER_AGENT_CONCU
 
 {{- define "drover.validateExtraEnv" -}}
 {{- $reserved := splitList " " (include "drover.reservedEnv" .) -}}
+{{- /* Every clash is named in one message: a user fixes them all in one go, not one render at a time. */ -}}
+{{- $clashes := list -}}
 {{- range $name, $_ := .Values.extraEnv -}}
 {{- if has $name $reserved -}}
-{{- fail (printf "extraEnv.%s is set by the chart itself; use the matching chart value instead" $name) -}}
+{{- $clashes = append $clashes (printf "extraEnv.%s is set by the chart itself" $name) -}}
 {{- end -}}
 {{- end -}}
 {{- /* Run pods: what the chart and the controller set in the worker and runner containers. */ -}}
@@ -110,9 +112,12 @@ DROVER_URL DROVER_TOKEN DROVER_TOKEN_FILE DROVER_AGENT_DRIVER DROVER_AGENT_CONCU
 {{- range $container, $names := $task -}}
 {{- range $name, $_ := (get $.Values.task $container).extraEnv -}}
 {{- if has $name $names -}}
-{{- fail (printf "task.%s.extraEnv.%s is set by the chart or the controller itself; use the matching chart value instead" $container $name) -}}
+{{- $clashes = append $clashes (printf "task.%s.extraEnv.%s is set by the chart or the controller itself" $container $name) -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+{{- if $clashes -}}
+{{- fail (printf "%s; use the matching chart values instead" (join "; " $clashes)) -}}
 {{- end -}}
 {{- end -}}
 

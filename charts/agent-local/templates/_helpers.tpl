@@ -76,10 +76,15 @@ DROVER_URL DROVER_TOKEN DROVER_TOKEN_FILE DROVER_AGENT_DRIVER DROVER_AGENT_CONCU
 
 {{- define "drover.validateExtraEnv" -}}
 {{- $reserved := splitList " " (include "drover.reservedEnv" .) -}}
+{{- /* Every clash is named in one message: a user fixes them all in one go, not one render at a time. */ -}}
+{{- $clashes := list -}}
 {{- range $name, $_ := .Values.extraEnv -}}
 {{- if has $name $reserved -}}
-{{- fail (printf "extraEnv.%s is set by the chart itself; use the matching chart value instead" $name) -}}
+{{- $clashes = append $clashes (printf "extraEnv.%s is set by the chart itself" $name) -}}
 {{- end -}}
+{{- end -}}
+{{- if $clashes -}}
+{{- fail (printf "%s; use the matching chart values instead" (join "; " $clashes)) -}}
 {{- end -}}
 {{- end -}}
 
