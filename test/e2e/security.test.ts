@@ -11,7 +11,8 @@ import { routes } from "@drover/protocol";
 let stack: Stack;
 
 before(async () => {
-  stack = await startStack();
+  // Heartbeats every second: (6) waits for the heartbeat that removes a discarded plan's directory.
+  stack = await startStack({ DROVER_AGENT_HEARTBEAT_SECONDS: "1" });
   // No release server: pinned versions fall back to PATH (the default), never to the internet.
   await stack.startAgent("sec-agent", { DROVER_AGENT_TERRAFORM_RELEASES_URL: "http://127.0.0.1:1/terraform" });
 });
