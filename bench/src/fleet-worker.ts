@@ -126,6 +126,8 @@ const start = performance.now();
 const windowStart = start + warmupMs;
 const windowEnd = windowStart + durationMs;
 const latencies: number[] = [];
+let windowCpu: { at: number; usage: NodeJS.CpuUsage } | undefined;
+setTimeout(() => (windowCpu = { at: performance.now(), usage: process.cpuUsage() }), warmupMs);
 let errors = 0;
 /** The first few distinct failures, so a failing fleet says why. */
 const errorKinds = new Set<string>();
@@ -169,4 +171,7 @@ await Promise.all(
     await polling;
   }),
 );
-process.stdout.write(JSON.stringify({ latencies, errors, errorKinds: [...errorKinds], loopDelayP99Ms: loopDelay.percentile(99) / 1e6 }) + "\n");
+// This process's CPU from the window's start to its last agent's end, in % of one core.
+const used = windowCpu ? process.cpuUsage(windowCpu.usage) : undefined;
+const windowCpuPercent = used && windowCpu ? ((used.user + used.system) / 1000 / (performance.now() - windowCpu.at)) * 100 : 0;
+process.stdout.write(JSON.stringify({ latencies, errors, errorKinds: [...errorKinds], loopDelayP99Ms: loopDelay.percentile(99) / 1e6, windowCpuPercent }) + "\n");

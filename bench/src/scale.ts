@@ -92,8 +92,6 @@ export async function fleet(database: "sqlite" | "postgres", agents: number, wor
     await sleep(warmupMs);
     const before = (await serverHeartbeatShare(server.url)).buckets;
     const cpu0 = cpuSeconds(server.child.pid!);
-    const fleetCpu = () => children.reduce((sum, c) => sum + cpuSeconds(c.pid!), 0);
-    const fleetCpu0 = fleetCpu();
     const t0 = Date.now();
     let peakRss = 0;
     while (Date.now() - t0 < durationMs - 2000) {
@@ -102,8 +100,9 @@ export async function fleet(database: "sqlite" | "postgres", agents: number, wor
     }
     const seconds = (Date.now() - t0) / 1000;
     const cpuPercent = ((cpuSeconds(server.child.pid!) - cpu0) / seconds) * 100;
-    const fleetCpuPercent = ((fleetCpu() - fleetCpu0) / seconds) * 100;
-    const results = (await Promise.all(outputs)).map((o) => JSON.parse(o.trim().split("\n").at(-1)!) as { latencies: number[]; errors: number; errorKinds: string[]; loopDelayP99Ms: number });
+    const results = (await Promise.all(outputs)).map((o) => JSON.parse(o.trim().split("\n").at(-1)!) as { latencies: number[]; errors: number; errorKinds: string[]; loopDelayP99Ms: number; windowCpuPercent: number });
+    // Each worker measures its own CPU over its steady window (a worker may have exited by now).
+    const fleetCpuPercent = results.reduce((sum, r) => sum + r.windowCpuPercent, 0);
     const latencies = results.flatMap((r) => r.latencies);
     const serverSide = (await serverHeartbeatShare(server.url, before)).share;
     return { heartbeatP99: percentile(latencies, 99), heartbeats: latencies.length, errors: results.reduce((n, r) => n + r.errors, 0), errorKinds: [...new Set(results.flatMap((r) => r.errorKinds))], rssMb: peakRss, cpuPercent, fleetCpuPercent, clientLoopDelayP99: Math.max(...results.map((r) => r.loopDelayP99Ms)), serverSide };

@@ -14,7 +14,7 @@ interface Sighting {
   runningJobs: number | null;
 }
 
-/** Rows per UPDATE statement: keeps the parameter count far below SQLite's and pg's limits. */
+/** Rows per UPDATE statement on SQLite: keeps the parameter count far below its limit. */
 const batchSize = 500;
 
 export class AgentPresence implements PresenceRecorder {
@@ -22,7 +22,7 @@ export class AgentPresence implements PresenceRecorder {
   private flushing: Promise<void> | undefined;
   private timer: NodeJS.Timeout | undefined;
 
-  constructor(private readonly ctx: Pick<StoreContext, "db" | "now">) {}
+  constructor(private readonly ctx: Pick<StoreContext, "db" | "now" | "dialect">) {}
 
   /** Notes that an agent is alive (and, from a heartbeat, how many jobs it runs). */
   record(agentId: string, runningJobs: number | null): void {
@@ -53,10 +53,20 @@ export class AgentPresence implements PresenceRecorder {
   }
 
   private async write(batch: Array<[string, Sighting]>): Promise<void> {
+    if (this.ctx.dialect === "postgres") {
+      // Three array parameters, however many agents: one statement to build and send, where
+      // VALUES took three parameters per agent (5,000 agents: ~1,500 a statement, every 500 ms).
+      const ids = batch.map(([id]) => id);
+      const seen = batch.map(([, s]) => s.seenAt);
+      const jobs = batch.map(([, s]) => s.runningJobs);
+      await sql`update agents set last_seen_at = v.seen_at, running_jobs = coalesce(v.running_jobs, agents.running_jobs)
+        from unnest(cast(${ids} as text[]), cast(${seen} as bigint[]), cast(${jobs} as integer[])) as v(id, seen_at, running_jobs)
+        where agents.id = v.id and agents.state = 'online' and agents.last_seen_at <= v.seen_at`.execute(this.ctx.db);
+      return;
+    }
     for (let i = 0; i < batch.length; i += batchSize) {
       const rows = batch.slice(i, i + batchSize).map(([id, s]) => sql`(${id}, cast(${s.seenAt} as bigint), cast(${s.runningJobs} as integer))`);
-      // UPDATE … FROM (VALUES …): one statement on both SQLite (≥ 3.33) and PostgreSQL, whose
-      // VALUES lists both name their columns column1, column2, …
+      // UPDATE … FROM (VALUES …) on SQLite (≥ 3.33), whose VALUES list names its columns column1, column2, …
       await sql`update agents set last_seen_at = v.column2, running_jobs = coalesce(v.column3, agents.running_jobs)
         from (values ${sql.join(rows)}) as v
         where agents.id = v.column1 and agents.state = 'online' and agents.last_seen_at <= v.column2`.execute(this.ctx.db);
