@@ -102,32 +102,15 @@ loopDelay.enable();
 
 const client = new DroverClient({ baseUrl: url!, dispatcher });
 
-const sessions: Array<{ session: string; interval: number }> = [];
-// A few registrations at a time: one by one, a loaded machine took over a minute for a
-// worker's thousand, and the first agents were declared lost before the run began.
-const registerConcurrency = 16;
-let next = 0;
-await Promise.all(
-  Array.from({ length: registerConcurrency }, async () => {
-    for (let i = next++; i < count; i = next++) {
-      const reg = await client.call(routes.register, { token, body: { name: `${prefix}-${i}`, version: "bench", driver: "local", capacity: 1 } });
-      sessions[i] = { session: reg.sessionToken, interval: reg.heartbeatIntervalMs };
-    }
-  }),
-);
 const { hostname, port } = new URL(url!);
 const pollPath = `${routes.pollJob.path}?wait=25000`;
 const heartbeatBody = JSON.stringify({ runningJobs: 0 });
-// Every worker registers its agents first; the parent starts all of them at once (a line on
-// stdin), so the steady windows of the workers coincide.
-process.stdout.write("registered\n");
-await new Promise<void>((resolve) => process.stdin.once("data", () => resolve()));
-const start = performance.now();
-const windowStart = start + warmupMs;
-const windowEnd = windowStart + durationMs;
+// The steady window, set when the parent says go (a line on stdin, to every worker at once, so
+// the windows of the workers coincide); until then agents run unmeasured.
+let windowStart = Infinity;
+let windowEnd = Infinity;
 const latencies: number[] = [];
 let windowCpu: { at: number; usage: NodeJS.CpuUsage } | undefined;
-setTimeout(() => (windowCpu = { at: performance.now(), usage: process.cpuUsage() }), warmupMs);
 let errors = 0;
 /** The first few distinct failures, so a failing fleet says why. */
 const errorKinds = new Set<string>();
@@ -139,38 +122,62 @@ const failed = (err: unknown) => {
 const ok = (answer: { status: number; body: string }) => {
   if (answer.status !== 200) throw new Error(`HTTP ${answer.status}: ${answer.body.slice(0, 200)}`);
 };
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-await Promise.all(
-  sessions.map(async ({ session, interval }, i) => {
-    const pollConnection = new HttpConnection(hostname, Number(port));
-    const heartbeatConnection = new HttpConnection(hostname, Number(port));
-    let stopping = false;
-    const polling = (async () => {
-      while (!stopping) {
-        try {
-          ok(await pollConnection.request("POST", pollPath, session, undefined, 40_000));
-        } catch (err) {
-          if (!stopping) failed(err);
-        }
-      }
-    })();
-    await new Promise((r) => setTimeout(r, (i * 7919) % interval));
-    while (performance.now() < windowEnd) {
-      const t = performance.now();
+/** One agent from its registration to the window's end: a long-poll always out, heartbeats at its interval. */
+async function runAgent(session: string, interval: number, i: number): Promise<void> {
+  const pollConnection = new HttpConnection(hostname, Number(port));
+  const heartbeatConnection = new HttpConnection(hostname, Number(port));
+  let stopping = false;
+  const polling = (async () => {
+    while (!stopping) {
       try {
-        ok(await heartbeatConnection.request("POST", routes.agentHeartbeat.path, session, heartbeatBody, 60_000));
-        if (t >= windowStart && t < windowEnd) latencies.push(performance.now() - t);
+        ok(await pollConnection.request("POST", pollPath, session, undefined, 40_000));
       } catch (err) {
+        if (stopping) break;
         failed(err);
+        // A refused or failed poll is not retried at once: a lost agent would spin.
+        await sleep(1000);
       }
-      await new Promise((r) => setTimeout(r, interval));
     }
-    stopping = true;
-    heartbeatConnection.close();
-    pollConnection.close();
-    await polling;
+  })();
+  await sleep((i * 7919) % interval);
+  while (performance.now() < windowEnd) {
+    const t = performance.now();
+    try {
+      ok(await heartbeatConnection.request("POST", routes.agentHeartbeat.path, session, heartbeatBody, 60_000));
+      if (t >= windowStart && t < windowEnd) latencies.push(performance.now() - t);
+    } catch (err) {
+      failed(err);
+    }
+    await sleep(interval);
+  }
+  stopping = true;
+  heartbeatConnection.close();
+  pollConnection.close();
+  await polling;
+}
+
+// A few registrations at a time, each agent starting its polls and heartbeats as soon as it is
+// registered (as a real agent does): registered one by one and started together, a loaded
+// machine took over a minute for a worker's thousand and the first were declared lost.
+const registerConcurrency = 16;
+const agents: Array<Promise<void>> = [];
+let next = 0;
+await Promise.all(
+  Array.from({ length: registerConcurrency }, async () => {
+    for (let i = next++; i < count; i = next++) {
+      const reg = await client.call(routes.register, { token, body: { name: `${prefix}-${i}`, version: "bench", driver: "local", capacity: 1 } });
+      agents.push(runAgent(reg.sessionToken, reg.heartbeatIntervalMs, i));
+    }
   }),
 );
+process.stdout.write("registered\n");
+await new Promise<void>((resolve) => process.stdin.once("data", () => resolve()));
+windowStart = performance.now() + warmupMs;
+windowEnd = windowStart + durationMs;
+setTimeout(() => (windowCpu = { at: performance.now(), usage: process.cpuUsage() }), warmupMs);
+await Promise.all(agents);
 // This process's CPU from the window's start to its last agent's end, in % of one core.
 const used = windowCpu ? process.cpuUsage(windowCpu.usage) : undefined;
 const windowCpuPercent = used && windowCpu ? ((used.user + used.system) / 1000 / (performance.now() - windowCpu.at)) * 100 : 0;
