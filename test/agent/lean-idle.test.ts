@@ -33,27 +33,27 @@ after(async () => {
 });
 
 /** Starts an agent under the recorder and returns the modules it has loaded once registered, and its heap mode. */
-async function idleModules(name: string, env: Record<string, string> = {}): Promise<{ agent: Proc; modules: string[]; idleHeapMode: boolean; log: string }> {
+async function idleModules(name: string, env: Record<string, string> = {}): Promise<{ agent: Proc; modules: string[]; idleHeapMode: boolean; builtins: string[]; log: string }> {
   const log = join(stack.dir, `${name}-modules.log`);
   const agent = await stack.startAgent(name, { NODE_OPTIONS: `--import ${recorder}`, LEAN_AGENT_MODULE_LOG: log, ...env });
   await agent.waitFor(/"msg":"registered"/);
   return { agent, log, ...(await snapshot(agent, log)) };
 }
 
-async function snapshot(agent: Proc, log: string): Promise<{ modules: string[]; idleHeapMode: boolean }> {
+async function snapshot(agent: Proc, log: string): Promise<{ modules: string[]; idleHeapMode: boolean; builtins: string[] }> {
   const done = `${log}.done`;
   const before = existsSync(done) ? readFileSync(done, "utf8") : undefined;
   agent.child.kill("SIGUSR2");
   const state = await eventually("the recorder's dump", async () => {
     if (!existsSync(done)) return undefined;
     const text = readFileSync(done, "utf8");
-    return text !== before || before === undefined ? (JSON.parse(text) as { idleHeapMode: boolean }) : undefined;
+    return text !== before || before === undefined ? (JSON.parse(text) as { idleHeapMode: boolean; builtins: string[] }) : undefined;
   });
-  return { modules: [...new Set(readFileSync(log, "utf8").split("\n").filter(Boolean))], idleHeapMode: state.idleHeapMode };
+  return { modules: [...new Set(readFileSync(log, "utf8").split("\n").filter(Boolean))], idleHeapMode: state.idleHeapMode, builtins: state.builtins };
 }
 
 test("an idle local agent loads none of the parts it loads lazily, and runs in idle heap mode", async () => {
-  const { agent, modules, idleHeapMode } = await idleModules("lean");
+  const { agent, modules, idleHeapMode, builtins } = await idleModules("lean");
   try {
     assert.ok(modules.some((m) => m.includes("/node_modules/undici/lib/dispatcher/env-http-proxy-agent.js")), "the recorder sees CommonJS files (undici's agent)");
     assert.ok(modules.some((m) => m.endsWith("/packages/cli/dist/agent-bundle/program.js")), "the recorder sees ESM files (the agent bundle)");
@@ -65,6 +65,8 @@ test("an idle local agent loads none of the parts it loads lazily, and runs in i
     // hold none of zod's locales.
     const unbundled = modules.filter((m) => /\/packages\/(agent|protocol|cli)\/dist\/src\/|\/node_modules\/(zod|commander|pino)\//.test(m) && !/\/(cli\/dist\/src\/main|agent\/dist\/src\/heap-mode)\.js$/.test(m));
     assert.deepEqual(unbundled, [], `an idle agent loaded files the agent bundle holds (scripts/bundle-agent.mjs): ${unbundled.slice(0, 3).join(", ")}`);
+    // undici's HTTP/2 client gets a stand-in for node:http2 (protocol/transport.ts).
+    assert.deepEqual(builtins.filter((m) => m.includes("http2")), [], "an idle agent loaded Node's http2");
     for (const file of modules.filter((m) => m.includes("/packages/cli/dist/agent-bundle/"))) {
       const text = readFileSync(fileURLToPath(file), "utf8");
       assert.doesNotMatch(text, /[^\t\n\r\x20-\x7e]/, `${file} holds non-ASCII text: V8 keeps it as a two-byte string`);
@@ -78,9 +80,10 @@ test("an idle local agent loads none of the parts it loads lazily, and runs in i
 
 test("with an OTLP endpoint set the exporter loads, and a job takes the agent out of idle heap mode", async () => {
   // A port nothing listens on: the exporter starts without connecting; it exports every 60 s.
-  const { agent, modules, log } = await idleModules("lean-otlp", { DROVER_AGENT_OTLP_ENDPOINT: "http://127.0.0.1:9" });
+  const { agent, log } = await idleModules("lean-otlp", { DROVER_AGENT_OTLP_ENDPOINT: "http://127.0.0.1:9" });
   try {
-    assert.ok(modules.some((m) => m.includes("/node_modules/@opentelemetry/sdk-metrics/")), "the OTLP exporter is loaded when an endpoint is set");
+    // The agent starts the exporter after it logs "registered": wait for its modules.
+    await eventually("the OTLP exporter loaded when an endpoint is set", async () => ((await snapshot(agent, log)).modules.some((m) => m.includes("/node_modules/@opentelemetry/sdk-metrics/")) ? true : undefined));
     const dir = writeConfig(stack.dir, "lean-job", { "main.tf": 'output "x" {\n  value = "y"\n}\n' });
     await stack.server.api(routes.createWorkspace, { body: { name: "lean", pool: stack.pool } });
     const runId = await stack.startRun(dir, "lean", ["--auto-apply"]);

@@ -7,14 +7,15 @@ import { inIdleHeapMode } from "@drover/agent/heap-mode";
  * which modules a `drover` process loads. ESM loads (every Drover, zod and OpenTelemetry file)
  * come from a loader hook; CommonJS files required from CommonJS (undici's, pino's) never pass
  * the hook in Node 20, so SIGUSR2 adds require's cache and the heap mode, then writes
- * `<log>.done`. The hook's loader thread costs memory: this is for the module set, not for RSS.
+ * `<log>.done` (with the Node built-ins loaded). The hook's loader thread costs memory: this is for the module set, not for RSS.
  */
 const log = process.env.LEAN_AGENT_MODULE_LOG;
 if (log) {
   register(new URL("./lean-agent-hooks.js", import.meta.url));
   const require = createRequire(import.meta.url);
+  let dumps = 0;
   process.on("SIGUSR2", () => {
     appendFileSync(log, Object.keys(require.cache).map((path) => `file://${path}\n`).join(""));
-    writeFileSync(`${log}.done`, JSON.stringify({ idleHeapMode: inIdleHeapMode() }));
+    writeFileSync(`${log}.done`, JSON.stringify({ dump: ++dumps, idleHeapMode: inIdleHeapMode(), builtins: (process as unknown as { moduleLoadList: string[] }).moduleLoadList.filter((m) => m.startsWith("NativeModule ")).map((m) => m.slice("NativeModule ".length)) }));
   });
 }

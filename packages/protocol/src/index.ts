@@ -12,5 +12,5 @@ export * from "./redact.js";
 export * from "./text.js";
 export * from "./versions.js";
 export * from "./client.js";
-export { EnvHttpProxyAgent, request as transportRequest, type TransportRequestOptions } from "./transport.js";
+export { EnvHttpProxyAgent, lazyHttp2, request as transportRequest, type TransportRequestOptions } from "./transport.js";
 export * from "./tracing.js";
