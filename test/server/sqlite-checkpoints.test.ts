@@ -154,12 +154,12 @@ test("SQLite: writes with returning (run by better-sqlite3 as readers) count tow
   }
 });
 
-test("SQLite: a transaction that read before the checkpoint worker took the write lock still writes (it waits for the lock, not SQLITE_BUSY)", async () => {
-  // The worker's RESTART checkpoint holds SQLite's write lock. A deferred transaction that has
-  // read cannot wait for that lock (SQLite answers SQLITE_BUSY at once, busy_timeout or not):
-  // during a burst of writes (10,000 uploads in the dispatch bench) that was a 500 "database
-  // is locked". Here a second connection holds the write lock as the worker does; the server's
-  // transactions begin immediate, so they wait for it (busy_timeout) like any other write.
+test("SQLite: a transaction that reads, then writes, while another connection holds the write lock waits for it (not SQLITE_BUSY)", async () => {
+  // The checkpoint worker's RESTART checkpoints held SQLite's write lock (decision 0039). A
+  // deferred transaction that has read cannot wait for that lock (SQLite answers SQLITE_BUSY at
+  // once, busy_timeout or not): during a burst of writes (10,000 uploads in the dispatch bench)
+  // that was a 500 "database is locked". Here a second connection holds the write lock; the
+  // server's transactions begin immediate, so they wait for it (busy_timeout) like any write.
   const database = await createTestDatabase("sqlite");
   const path = database.location.kind === "sqlite" ? database.location.path : "";
   const db = await openDatabase(database.location);

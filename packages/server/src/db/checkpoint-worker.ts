@@ -16,8 +16,6 @@ export type CheckpointReply = { kind: "done"; walFrames: number; copiedFrames: n
 /** What the worker is started with. */
 export interface CheckpointWorkerData {
   path: string;
-  /** Once the log holds this many frames, all copied, it is restarted from its beginning. */
-  restartFrames: number;
 }
 
 interface CheckpointRow {
@@ -28,11 +26,8 @@ interface CheckpointRow {
 
 const port = parentPort;
 if (!port) throw new Error("checkpoint-worker.js runs as a worker thread");
-const { path, restartFrames } = workerData as CheckpointWorkerData;
+const { path } = workerData as CheckpointWorkerData;
 const db = new BetterSqlite3(path);
-// RESTART holds the write lock while it waits for readers; a server transaction that read and
-// then writes waits for it, sleeping on the event loop. A short wait bounds that stall; a
-// restart that gives up is tried again at the next request.
 db.pragma("busy_timeout = 100");
 
 port.on("message", (request: CheckpointRequest) => {
@@ -43,12 +38,13 @@ port.on("message", (request: CheckpointRequest) => {
     return;
   }
   try {
-    // PASSIVE takes no lock from the writer: frames committed meanwhile wait for the next pass.
-    let row = (db.pragma("wal_checkpoint(PASSIVE)") as CheckpointRow[])[0]!;
-    // A writer that never pauses never finds the log fully copied, so the log would only grow:
-    // past `restartFrames`, RESTART copies the rest and makes the next write start the log
-    // over (the server's writes wait for it, once in that many frames).
-    if (row.log >= restartFrames) row = (db.pragma("wal_checkpoint(RESTART)") as CheckpointRow[])[0]!;
+    // PASSIVE only: it never takes the write lock, so the server's writes never wait for this
+    // thread. (A RESTART did, for as long as its copy and sync took: more than the server's 5 s
+    // busy_timeout under a burst of writes on a loaded machine, a 500 "database is locked".)
+    // The log still starts over: the first write after a pass that copied every frame begins
+    // it again, and the main connection's backstop checkpoint (a pass with no write beside it,
+    // as it runs on the writing connection) bounds it when writes never pause.
+    const row = (db.pragma("wal_checkpoint(PASSIVE)") as CheckpointRow[])[0]!;
     port.postMessage({ kind: "done", walFrames: row.log, copiedFrames: row.checkpointed } satisfies CheckpointReply);
   } catch (err) {
     port.postMessage({ kind: "failed", message: err instanceof Error ? err.message : String(err) } satisfies CheckpointReply);

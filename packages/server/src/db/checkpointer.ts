@@ -24,8 +24,6 @@ export const backstopPages = 16_384;
  * without it the file keeps the size of its largest burst for ever.
  */
 export const walSizeLimitBytes = 16 * 1024 * 1024;
-/** The log length, in pages, past which the worker restarts the log once it is all copied. */
-const restartFrames = 4_096;
 const pageEstimate = 4096;
 
 /** How long closing waits for the worker to close its connection, then for it to stop. */
@@ -55,7 +53,7 @@ export function startCheckpointWorker(data: CheckpointWorkerData): Worker {
 /** Starts the checkpoint worker for the database at `path`, whose main connection is `sqlite`. */
 export function startCheckpointer(sqlite: BetterSqlite3.Database, path: string, log: Logger, options: CheckpointerOptions = {}): Checkpointer {
   const closeDeadlineMs = options.closeDeadlineMs ?? defaultCloseDeadlineMs;
-  const worker = (options.startWorker ?? startCheckpointWorker)({ path, restartFrames });
+  const worker = (options.startWorker ?? startCheckpointWorker)({ path });
   worker.unref();
   sqlite.pragma(`wal_autocheckpoint = ${backstopPages}`);
   // SQLite truncates the log on the connection that starts it over: the main one (the worker never writes).
@@ -152,9 +150,9 @@ function countingWrites(db: BetterSqlite3.Database, noteWrite: (bytes: number) =
   return {
     close: () => db.close(),
     prepare: (sql: string): SqliteStatement => {
-      // The worker is a second writer: its RESTART checkpoint holds the write lock, and a
-      // deferred transaction that has read cannot wait for that lock (SQLite answers
-      // SQLITE_BUSY at once, ignoring busy_timeout). Kysely's `begin` taken as `begin immediate`
+      // The worker is a second connection: should it ever hold the write lock (a RESTART
+      // checkpoint did), a deferred transaction that has read cannot wait for that lock (SQLite
+      // answers SQLITE_BUSY at once, ignoring busy_timeout). Kysely's `begin` taken as `begin immediate`
       // waits for the lock at the start instead; the server's one connection runs one
       // transaction at a time, so nothing else waits behind it. (Not counted: it writes nothing.)
       if (sql === "begin") return db.prepare("begin immediate");
