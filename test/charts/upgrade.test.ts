@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
-import { applyAgentTaskCrd, assertRanFromImages, chartImages, isReady, kubectlOut, namespace, repo, runnerValues, template, type ChartImages } from "../support/chart-cluster.js";
+import { applyAgentTaskCrd, chartReadinessProbeSecondMs, assertRanFromImages, chartImages, isReady, kubectlOut, namespace, repo, runnerValues, template, type ChartImages } from "../support/chart-cluster.js";
 import { startRunGates, type RunGates } from "../support/run-gate.js";
 import { eventually, fastTimings, kube, startTestCluster, type TestCluster } from "../kube/cluster.js";
 import { routes } from "@drover/protocol";
@@ -42,7 +42,7 @@ async function observed(path: string): Promise<void> {
 before(async () => {
   images = await chartImages(join(repo, "test", "dist", ".chart-upgrade"));
   cluster = await startTestCluster({
-    timings: fastTimings,
+    timings: { ...fastTimings, readinessProbeSecondMs: chartReadinessProbeSecondMs },
     ...images.options,
     nodes: [{ name: "node-a" }, { name: "node-b" }],
   });
@@ -69,10 +69,11 @@ test("agent-job: a new token restarts the controller, the same values do not; ku
     ...runnerValues(images),
   ];
   await apply(ns, "agent-job", values(stack.poolToken));
+  const diagnose = async () => `${(await kubectlOut(cluster, ["get", "pods,events", "-n", ns, "-o", "wide"])).out}\n${(await kubectlOut(cluster, ["logs", "-n", ns, "-l", "app.kubernetes.io/component=controller", "--tail=40"])).out}`;
   const [first] = await eventually("the controller Ready (registered, watches synced)", async () => {
     const ps = await podsOf(ns, "controller");
     return ps.length === 1 && isReady(ps[0]) ? ps : undefined;
-  });
+  }).catch(async (e: Error) => assert.fail(`${e.message}\n${await diagnose()}`));
 
   await apply(ns, "agent-job", values(stack.poolToken));
   await observed(`/apis/apps/v1/namespaces/${ns}/deployments/rel-agent-job-controller`);

@@ -13,7 +13,8 @@ let stack: Stack;
 const longApply = { "main.tf": 'resource "terraform_data" "long" {\n  input = timestamp()\n  provisioner "local-exec" {\n    command = "sleep 60"\n  }\n}\n' };
 
 before(async () => {
-  stack = await startStack({ DROVER_LEASE_TTL_SECONDS: "3" });
+  // Heartbeats every second: a revoked token is seen at the next one, not up to 10 s later.
+  stack = await startStack({ DROVER_LEASE_TTL_SECONDS: "3", DROVER_AGENT_HEARTBEAT_SECONDS: "1" });
 });
 after(() => stack?.stop());
 

@@ -55,25 +55,31 @@ test("SIGTERM while a Job's Secret create is unanswered: the launch is retried b
 });
 
 test("a controller killed before a Job's Secret exists (past its stop budget): its replacement gets the run to complete", async () => {
+  // This run gets to its second controller only once the killed one's lease on it expires: a
+  // server of its own with a 10 s lease TTL instead of the default 30 s. (The first test keeps
+  // the default: its Job's pod must start before the lease the exited controller left lapses.)
+  // The controller renews an unstarted job every 2 s, a started worker every TTL/2.
+  const quick = await startStack({ DROVER_LEASE_TTL_SECONDS: "10" });
   const isSecretCreate = (method: string, url: string) => method === "POST" && url.startsWith(`/api/v1/namespaces/${ns}/secrets`);
   cluster.stallRequests(isSecretCreate);
-  const first = startJobModeController(cluster, stack, { ns, name: "killed-ctl" });
+  const first = startJobModeController(cluster, quick, { ns, name: "killed-ctl" });
   let second: ReturnType<typeof startJobModeController> | undefined;
   try {
-    await agentRegistered(stack, "killed-ctl");
-    assert.equal((await stack.server.api(routes.createWorkspace, { body: { name: "killed-launch", pool: stack.pool } })).status, 201);
-    const runId = await stack.startRun(join(repo, "examples", "hello"), "killed-launch", []);
+    await agentRegistered(quick, "killed-ctl");
+    assert.equal((await quick.server.api(routes.createWorkspace, { body: { name: "killed-launch", pool: quick.pool } })).status, 201);
+    const runId = await quick.startRun(join(repo, "examples", "hello"), "killed-launch", []);
     await eventually("the Secret create to be held", async () => cluster.stalledRequests >= 1);
     const job = `drover-${runId}-plan-1`;
     assert.equal((await kube(cluster, "GET", `/apis/batch/v1/namespaces/${ns}/jobs/${job}`)).status, 200, "the Job exists without its Secret");
     await first.stop("SIGKILL");
     cluster.stallRequests(undefined);
-    second = startJobModeController(cluster, stack, { ns, name: "killed-ctl" });
-    const run = await stack.waitForRun(runId, ["planned", "errored", "canceled"], 120_000);
+    second = startJobModeController(cluster, quick, { ns, name: "killed-ctl" });
+    const run = await quick.waitForRun(runId, ["planned", "errored", "canceled"], 120_000);
     assert.equal(run.status, "planned", `${run.errorMessage}\n${second.output()}`);
   } finally {
     cluster.stallRequests(undefined);
     await first.stop("SIGKILL");
     await second?.stop("SIGKILL");
+    await quick.stop();
   }
 });

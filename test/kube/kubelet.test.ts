@@ -6,6 +6,7 @@
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { mkdirSync } from "node:fs";
+import { createServer as createHttpServer } from "node:http";
 import { createServer, type Server } from "node:net";
 import { fastTimings, freshNamespace, kube, pod, startTestCluster, until, type TestCluster } from "./cluster.js";
 
@@ -171,6 +172,30 @@ describe("test cluster kubelet", () => {
     const p = await finished("bigdir");
     assert.deepEqual([p.status.phase, p.status.reason, p.status.message], ["Failed", "Evicted", 'Usage of EmptyDir volume "scratch" exceeds the limit "1Mi". ']);
     assert.ok((p.status.conditions as any[]).some((x) => x.type === "DisruptionTarget" && x.reason === "TerminationByKubelet"));
+  });
+
+  it("readinessProbeSecondMs paces readiness alone: Ready follows health within its short period while liveness keeps probeSecondMs", async () => {
+    // Probe seconds of a minute: were liveness scaled like readiness, its failing probe would kill
+    // the container here; were readiness not, its second probe would come a minute after the first.
+    const own = await startTestCluster({ timings: { ...fastTimings, probeSecondMs: 60_000, readinessProbeSecondMs: 20 } });
+    const web = createHttpServer((_q, s) => s.end("ok"));
+    try {
+      const space = await freshNamespace(own, "paced");
+      const port = 30000 + Math.floor(Math.random() * 20000);
+      const r = await kube(own, "POST", `/api/v1/namespaces/${space}/pods`, { metadata: { name: "paced" }, spec: { terminationGracePeriodSeconds: 1, containers: [sh("main", "exec sleep 1000", {
+        readinessProbe: { httpGet: { path: "/", port }, periodSeconds: 10 },
+        livenessProbe: { exec: { command: ["false"] }, initialDelaySeconds: 1, periodSeconds: 1, failureThreshold: 1 },
+      })] } });
+      assert.equal(r.status, 201, JSON.stringify(r.body));
+      const get = () => pod(own, space, "paced");
+      await until("the first readiness probe to fail", async () => (await kube(own, "GET", `/api/v1/namespaces/${space}/events?fieldSelector=involvedObject.name%3Dpaced`)).body.items as any[], (evs) => evs.some((e) => /^Readiness probe failed/.test(e.message)));
+      await new Promise<void>((resolve) => web.listen(port, "127.0.0.1", resolve));
+      const p = await until("Ready once the port answers", get, ready, 10_000);
+      assert.equal(p.status.containerStatuses[0].restartCount, 0, "liveness did not run at the readiness pace");
+    } finally {
+      web.close();
+      await own.close();
+    }
   });
 
   it("makes the root filesystem read-only with readOnlyRootFilesystem; volumes stay writable", { skip: !asRoot && "needs mount namespaces" }, async () => {

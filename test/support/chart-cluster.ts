@@ -14,9 +14,17 @@ import type { TestReleaseServer } from "./engine-releases.js";
 /** The repository root (this file runs from test/dist/support). */
 export const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 
-/** The image name the charts and the Pulumi component use for the agent at tag `test`. */
+/**
+ * Readiness probes of the charts' pods at a tenth of their real period: a pod's first probe comes
+ * before its process listens, and at the real 10 s period every wait for Ready would wait ~10 s.
+ * Liveness keeps the real pace, so a slow start on a busy machine is not killed for it.
+ */
+export const chartReadinessProbeSecondMs = 100;
+
 /** Test-cluster back-offs short enough for chart installs to settle quickly, long enough to see a crash loop. */
-export const chartTimings = { imagePullBackoffMs: 150, crashLoopBackoffMs: 500, configRetryMs: 100, podBackoffMs: 100, namespaceRetryMs: 20 };
+export const chartTimings = { imagePullBackoffMs: 150, crashLoopBackoffMs: 500, configRetryMs: 100, podBackoffMs: 100, namespaceRetryMs: 20, readinessProbeSecondMs: chartReadinessProbeSecondMs };
+
+/** The image name the charts and the Pulumi component use for the agent at tag `test`. */
 
 export const droverImage = "ghcr.io/drover-dev/drover:test";
 

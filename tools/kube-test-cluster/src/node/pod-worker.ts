@@ -40,6 +40,12 @@ export interface NodeTimings {
   evictionCheckMs: number;
   /** Length of one second in probe settings (initialDelaySeconds, periodSeconds; not timeoutSeconds); Kubernetes: 1000. */
   probeSecondMs: number;
+  /**
+   * Length of one second in readiness probe settings only (default: probeSecondMs). A short one
+   * makes Ready follow a container's health quickly, while liveness and startup keep their real
+   * pace, so a container slow to start on a busy machine is not killed for it.
+   */
+  readinessProbeSecondMs?: number;
 }
 
 export interface WorkerContext {
@@ -443,7 +449,6 @@ export class PodWorker {
    * flips the container's (and so the pod's) Ready condition.
    */
   private startProbes(c: Runtime, proc: ContainerProcess, probes: { startup?: JsonObject; liveness?: JsonObject; readiness?: JsonObject }, target: ExecTarget, signal: AbortSignal): void {
-    const sec = this.ctx.timings.probeSecondMs;
     const active = (): boolean => !signal.aborted && !this.stopping;
     const kill = (kind: string, probe: JsonObject): void => {
       this.event("Normal", "Killing", `Container ${c.name} failed ${kind} probe, will be restarted`, c);
@@ -455,6 +460,7 @@ export class PodWorker {
     };
     const loop = async (kind: "Startup" | "Liveness" | "Readiness", probe: JsonObject, onResult: (ok: boolean, successes: number, failures: number) => boolean): Promise<void> => {
       const t = probeTiming(probe);
+      const sec = kind === "Readiness" ? (this.ctx.timings.readinessProbeSecondMs ?? this.ctx.timings.probeSecondMs) : this.ctx.timings.probeSecondMs;
       await this.sleep(t.initialDelaySeconds * sec, signal);
       let successes = 0;
       let failures = 0;
