@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
 import { remoteStateConfig, startPrivateTlsStateServer, type PrivateTlsStateServer } from "../support/private-ca.js";
-import { applyAgentTaskCrd, chartReadinessProbeSecondMs, assertRanFromImages, chartImages, kubectlOut, namespace, repo, runnerValues, template, type ChartImages } from "../support/chart-cluster.js";
+import { applyAgentTaskCrd, chartProbeTimings, assertRanFromImages, chartImages, kubectlOut, namespace, repo, runnerValues, template, type ChartImages } from "../support/chart-cluster.js";
 import { startRunGates, type RunGates } from "../support/run-gate.js";
 import { eventually, fastTimings, kube, startTestCluster, type TestCluster } from "../kube/cluster.js";
 import { routes } from "@drover/protocol";
@@ -41,7 +41,7 @@ const diagnose = async () =>
 
 before(async () => {
   images = await chartImages(join(repo, "test", "dist", ".chart-node-disruptions"));
-  cluster = await startTestCluster({ timings: { ...fastTimings, readinessProbeSecondMs: chartReadinessProbeSecondMs }, ...images.options, nodes: [{ name: "node-a" }, { name: "node-b" }] });
+  cluster = await startTestCluster({ timings: { ...fastTimings, ...chartProbeTimings }, ...images.options, nodes: [{ name: "node-a" }, { name: "node-b" }] });
   stack = await startStack();
   gates = await startRunGates();
   // A run pod that reaches a node before its worker has the kubelet create the init container's

@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { runLog, startStack, type Stack } from "../support/stack.js";
-import { applyAgentTaskCrd, chartReadinessProbeSecondMs, assertRanFromImages, chartImages, kubectlOut, namespace, repo, runnerValues, template, type ChartImages } from "../support/chart-cluster.js";
+import { applyAgentTaskCrd, chartProbeTimings, assertRanFromImages, chartImages, kubectlOut, namespace, repo, runnerValues, template, type ChartImages } from "../support/chart-cluster.js";
 import { eventually, fastTimings, kube, startTestCluster, type TestCluster } from "../kube/cluster.js";
 import { routes } from "@drover/protocol";
 
@@ -28,7 +28,7 @@ const podsOf = async (component: string) =>
 before(async () => {
   images = await chartImages(join(repo, "test", "dist", ".chart-node-install"));
   cluster = await startTestCluster({
-    timings: { ...fastTimings, readinessProbeSecondMs: chartReadinessProbeSecondMs },
+    timings: { ...fastTimings, ...chartProbeTimings },
     hostPaths: "real",
     ...images.options,
   });

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
-import { applyAgentTaskCrd, chartReadinessProbeSecondMs, assertRanFromImages, chartImages, isReady, kubectlOut, namespace, repo, runnerValues, template, type ChartImages } from "../support/chart-cluster.js";
+import { applyAgentTaskCrd, chartProbeTimings, assertRanFromImages, chartImages, isReady, kubectlOut, namespace, repo, runnerValues, template, type ChartImages } from "../support/chart-cluster.js";
 import { startRunGates, type RunGates } from "../support/run-gate.js";
 import { eventually, fastTimings, kube, startTestCluster, type TestCluster } from "../kube/cluster.js";
 import { routes } from "@drover/protocol";
@@ -42,7 +42,7 @@ async function observed(path: string): Promise<void> {
 before(async () => {
   images = await chartImages(join(repo, "test", "dist", ".chart-upgrade"));
   cluster = await startTestCluster({
-    timings: { ...fastTimings, readinessProbeSecondMs: chartReadinessProbeSecondMs },
+    timings: { ...fastTimings, ...chartProbeTimings },
     ...images.options,
     nodes: [{ name: "node-a" }, { name: "node-b" }],
   });

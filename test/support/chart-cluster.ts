@@ -15,14 +15,16 @@ import type { TestReleaseServer } from "./engine-releases.js";
 export const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 
 /**
- * Readiness probes of the charts' pods at a tenth of their real period: a pod's first probe comes
- * before its process listens, and at the real 10 s period every wait for Ready would wait ~10 s.
- * Liveness keeps the real pace, so a slow start on a busy machine is not killed for it.
+ * Probe pacing for the charts' pods on the test cluster. Readiness at a tenth of its real period:
+ * a pod's first probe comes before its process listens, and at the real 10 s period every wait
+ * for Ready waited up to 10 s more. Liveness (and startup) at 4x their period: a container that
+ * takes more than ~20 s to answer on a machine at load 20+ was killed by the charts' liveness
+ * probe (period 10 s, 3 failures) and never became Ready; now it has ~80 s.
  */
-export const chartReadinessProbeSecondMs = 100;
+export const chartProbeTimings = { probeSecondMs: 4000, readinessProbeSecondMs: 100 };
 
 /** Test-cluster back-offs short enough for chart installs to settle quickly, long enough to see a crash loop. */
-export const chartTimings = { imagePullBackoffMs: 150, crashLoopBackoffMs: 500, configRetryMs: 100, podBackoffMs: 100, namespaceRetryMs: 20, readinessProbeSecondMs: chartReadinessProbeSecondMs };
+export const chartTimings = { imagePullBackoffMs: 150, crashLoopBackoffMs: 500, configRetryMs: 100, podBackoffMs: 100, namespaceRetryMs: 20, ...chartProbeTimings };
 
 /** The image name the charts and the Pulumi component use for the agent at tag `test`. */
 
