@@ -107,7 +107,7 @@ test("scale-in while one agent is busy: its pod is annotated busy, the idle pod 
   assert.equal(idleAgain[0].metadata.annotations["cluster-autoscaler.kubernetes.io/safe-to-evict"], undefined);
 
   // With the built images: the agents and their sidecars were real containers, and terraform came from the releases.
-  await assertRanFromImages(images, startedAt, [["drover", "agent"], ["drover", "pod-annotator"]]);
+  await assertRanFromImages(cluster, images, startedAt, [["drover", "agent"], ["drover", "pod-annotator"]]);
   if (images.built) assert.ok((releases.downloads.get("terraform_1.11.4_linux_amd64.zip") ?? 0) >= 1, "the busy agent downloaded terraform from the releases");
   // The chart's RBAC covered every call; the sidecar's ServiceAccount may get and patch pods, nothing more.
   assert.deepEqual(cluster.denials.filter((d) => d.user.startsWith(`system:serviceaccount:${ns}:`)), []);

@@ -141,7 +141,7 @@ test("agent-k8s node mode: 12 concurrent runs needing the same 3 providers on on
     for (let r = 0; r < rounds; r++) await round(`node-${r}`, 12, diagnose);
     three.forEach((p, i) => assert.equal((registry.downloads.get(registry.archiveName(p.type, p.version)) ?? 0) - (downloadsBefore[i] ?? 0), 1, `${p.type} downloaded once on the node in ${rounds} round(s) of 12 runs`));
     await writeAttempts("node-write", stack.pool, join(home, "cache"), join(home, "cache"));
-    await assertRanFromImages(images, since, [["drover", "controller"], ["drover", "prepare-data-home"], ["drover", "worker"], ["drover", "drover-init"], ["runner", "runner"]]);
+    await assertRanFromImages(cluster, images, since, [["drover", "controller"], ["drover", "prepare-data-home"], ["drover", "worker"], ["drover", "drover-init"], ["runner", "runner"]]);
   } finally {
     await kubectlOut(cluster, ["delete", "namespace", ns, "--wait=false"]);
   }
@@ -185,5 +185,5 @@ test("agent-job with persistence.cache.enabled: concurrent task pods share one c
   assert.deepEqual(downloads, [1, 1, 1], `each provider downloaded once for 4 task pods\n${await diagnose()}`);
   // The test cluster keeps a claim's files in <dataDir>/pvc/<namespace>/<claim>.
   await writeAttempts("job-write", "cache-job", "/var/lib/drover/cache", join(cluster.dataDir, "pvc", ns, "cache-agent-job-cache"));
-  await assertRanFromImages(images, since, [["drover", "controller"], ["drover", "drover-init"], ["drover", "worker"], ["runner", "runner"]]);
+  await assertRanFromImages(cluster, images, since, [["drover", "controller"], ["drover", "drover-init"], ["drover", "worker"], ["runner", "runner"]]);
 });

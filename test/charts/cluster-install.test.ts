@@ -115,7 +115,7 @@ test("agent-job in a restricted namespace: Ready through its probes, examples/he
   assert.equal(done.status, "applied", `${await runLog(stack.server, hello, "plan")}\n${await runLog(stack.server, hello, "apply")}\n${await diagnose()}`);
   assert.match(await runLog(stack.server, hello, "apply"), /Hello from Drover/);
   // With the built images: the controller, the task pods' drover-init and worker, and their runners were real containers.
-  await assertRanFromImages(images, since, [["drover", "controller"], ["drover", "drover-init"], ["drover", "worker"], ["runner", "runner"]]);
+  await assertRanFromImages(cluster, images, since, [["drover", "controller"], ["drover", "drover-init"], ["drover", "worker"], ["runner", "runner"]]);
 
   // A run in flight on the node (held at a gate never opened), then the node drained.
   await stack.server.api(routes.createWorkspace, { body: { name: "cluster-drain", pool: stack.pool } });
@@ -177,7 +177,7 @@ test("agent-k8s in a privileged namespace: the controller and the per-node worke
   assert.equal(done.status, "applied", `${JSON.stringify(done)}\n${await runLog(stack.server, hello, "plan")}\n${await diagnose()}`);
   assert.match(await runLog(stack.server, hello, "apply"), /Hello from Drover/);
   // With the built images: the controller, the node's worker and its prepare-data-home init container, and the run pods' runners were real containers.
-  await assertRanFromImages(images, since, [["drover", "controller"], ["drover", "prepare-data-home"], ["drover", "worker"], ["runner", "runner"]]);
+  await assertRanFromImages(cluster, images, since, [["drover", "controller"], ["drover", "prepare-data-home"], ["drover", "worker"], ["runner", "runner"]]);
   // The controller grants the worker `get` on each run's job Secret by name, per run (decision 0009); a
   // worker that reads it before that RoleBinding exists is refused and retries — the only 403 allowed.
   const perRunRace = (d: { verb: string; resource: string; name?: string }) => d.verb === "get" && d.resource === "secrets" && /-job$/.test(d.name ?? "");

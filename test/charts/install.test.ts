@@ -75,5 +75,5 @@ test("agent-job installed on the test cluster completes examples/hello end to en
   assert.match(res.stdout, /Apply complete!/);
   const jobs = await kubectlOut(cluster, ["get", "jobs", "-n", "drover", "-l", "drover.dev/controller=d-job-agent-job", "-o", "name"]);
   assert.equal(jobs.out.trim().split("\n").length, 2, jobs.out);
-  await assertRanFromImages(images, startedAt, [["drover", "controller"], ["drover", "worker"], ["runner", "runner"]]);
+  await assertRanFromImages(cluster, images, startedAt, [["drover", "controller"], ["drover", "worker"], ["runner", "runner"]]);
 });

@@ -170,5 +170,5 @@ test("agent-k8s node mode: task.caBundle makes runs trust a private CA (the seed
   const runPods = await podsOf("task");
   assert.ok(runPods.length >= 2, `run pods: ${runPods.length}`);
   for (const p of [...(await podsOf("worker")), ...runPods]) assert.equal(p.metadata.labels.tier, "infra", p.metadata.name);
-  await assertRanFromImages(images, startedAt, [["drover", "controller"], ["drover", "prepare-data-home"], ["drover", "worker"], ["runner", "runner"]]);
+  await assertRanFromImages(cluster, images, startedAt, [["drover", "controller"], ["drover", "prepare-data-home"], ["drover", "worker"], ["runner", "runner"]]);
 });

@@ -85,5 +85,5 @@ test("agent-k8s installed: examples/hello completes through the node's worker; h
   assert.deepEqual((await podsOf("worker")).map((p) => p.metadata.uid), [worker.metadata.uid], "the node's worker was not restarted");
   assert.equal((await stack.server.api(routes.createWorkspace, { body: { name: "k8s-installed-2", pool: stack.pool } })).status, 201);
   await hello("k8s-installed-2");
-  await assertRanFromImages(images, startedAt, [["drover", "controller"], ["drover", "prepare-data-home"], ["drover", "worker"], ["runner", "runner"]]);
+  await assertRanFromImages(cluster, images, startedAt, [["drover", "controller"], ["drover", "prepare-data-home"], ["drover", "worker"], ["runner", "runner"]]);
 });

@@ -98,7 +98,7 @@ test("agent-job: otel.endpoint with metrics and traces on — the controller's a
   await stopPods(ns, "controller");
   const launched = await until("the controller's metrics", async () => receiver.metrics.filter((m) => m.name === "drover_controller_jobs_launched_total" && m.resource["service.name"] === "drover-controller").flatMap((m) => m.points), (ps) => ps.some((p) => p.value === 2), 60_000);
   assert.ok(launched.length > 0);
-  await assertRanFromImages(images, startedAt, [["drover", "controller"], ["drover", "worker"], ["runner", "runner"]]);
+  await assertRanFromImages(cluster, images, startedAt, [["drover", "controller"], ["drover", "worker"], ["runner", "runner"]]);
 });
 
 test("agent-job: otel.tracesEnabled=false, metricsEnabled=true — metrics arrive from the controller and the run pods, no span does", async () => {

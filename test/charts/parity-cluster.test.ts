@@ -112,7 +112,7 @@ test("agent-job under an existing ServiceAccount, with global pod labels and ann
   }
   // The chart's Role, bound to the existing account, covered every call the controller made.
   assert.deepEqual(cluster.denials.filter((d) => d.user.startsWith(`system:serviceaccount:${ns}:`)), []);
-  await assertRanFromImages(images, startedAt, [["drover", "controller"], ["drover", "worker"], ["runner", "runner"]]);
+  await assertRanFromImages(cluster, images, startedAt, [["drover", "controller"], ["drover", "worker"], ["runner", "runner"]]);
 });
 
 test("extraEnvFrom: a ConfigMap's variable reaches the controller process", async () => {

@@ -121,7 +121,7 @@ test("agent-job: a new token restarts the controller, the same values do not; ku
   assert.equal(finished.status, "applied", await runLog(stack.server, runId, "apply"));
   const jobs = (await kube(cluster, "GET", `/apis/batch/v1/namespaces/${ns}/jobs?labelSelector=${encodeURIComponent(`drover.dev/run-id=${runId}`)}`)).body.items as any[];
   assert.deepEqual(jobs.map((j) => j.metadata.labels["drover.dev/phase"]).sort(), ["apply", "plan"], "one Job per phase: nothing ran twice");
-  await assertRanFromImages(images, startedAt, [["drover", "controller"], ["drover", "worker"], ["runner", "runner"]]);
+  await assertRanFromImages(cluster, images, startedAt, [["drover", "controller"], ["drover", "worker"], ["runner", "runner"]]);
 });
 
 test("agent-k8s: an upgrade leaves every per-node worker running (OnDelete); a deleted one comes back on the new template", async () => {
@@ -150,5 +150,5 @@ test("agent-k8s: an upgrade leaves every per-node worker running (OnDelete); a d
   });
   assert.equal(env(handedOver.find((p) => p.spec.nodeName === before[0].spec.nodeName)), "plain");
   assert.equal(env(handedOver.find((p) => p.metadata.uid === before[1].metadata.uid)), "json", "the other node's worker is untouched");
-  await assertRanFromImages(images, startedAt, [["drover", "worker"]]);
+  await assertRanFromImages(cluster, images, startedAt, [["drover", "worker"]]);
 });

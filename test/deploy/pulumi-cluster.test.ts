@@ -125,7 +125,7 @@ async function installAndRun(ns: string, level: "restricted" | "privileged"): Pr
   assert.match(await runLog(stack.server, runId, "apply"), /Hello from Drover/);
   if (images.built) {
     // The controller, the task pods' worker and runner were real containers of the built images.
-    const started = await startedContainers(since);
+    const started = await startedContainers(cluster, since);
     for (const [image, container] of [[images.built.images.drover, "controller"], [images.built.images.drover, "worker"], [images.built.images.runner, "runner"]] as const) assertStarted(started, image, container);
   }
   // Jobs carry the controller's stable name, not its pod's: a replaced pod finds them again.

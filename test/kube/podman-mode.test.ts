@@ -3,6 +3,10 @@
 // root, mounts, env and Secret/ConfigMap volumes are what a real node gives them.
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { assertStarted, startedContainers } from "../support/chart-cluster.js";
 import { ensureImages, podman, podmanUnavailable, type BuiltImages } from "../support/podman.js";
 import { fastTimings, freshNamespace, kube, pod, startTestCluster, until, type TestCluster } from "./cluster.js";
 
@@ -12,17 +16,25 @@ describe("test cluster podman mode", { skip: unavailable }, () => {
   let c: TestCluster;
   let ns: string;
   let built: BuiltImages;
+  // A host directory the node provides read-only to containers of "example.test/mounted" (podmanMounts).
+  const provided = mkdtempSync(join(tmpdir(), "ktc-podman-mount-"));
+  writeFileSync(join(provided, "fixture.txt"), "from-the-host\n");
   before(async () => {
     built = await ensureImages();
     c = await startTestCluster({
       timings: { ...fastTimings, probeSecondMs: 50 },
       podman: { env: built.env },
-      images: { "debian:bookworm": { podman: built.images.debian }, "ghcr.io/drover-dev/drover": { podman: built.images.drover } },
+      images: {
+        "debian:bookworm": { podman: built.images.debian },
+        "ghcr.io/drover-dev/drover": { podman: built.images.drover },
+        "example.test/mounted": { podman: built.images.debian, podmanMounts: [provided] },
+      },
     });
     ns = await freshNamespace(c, "podman");
   }, { timeout: 20 * 60_000 });
   after(async () => {
     await c?.close();
+    rmSync(provided, { recursive: true, force: true });
     assert.deepEqual(c?.errors ?? [], []);
   });
 
@@ -89,6 +101,49 @@ describe("test cluster podman mode", { skip: unavailable }, () => {
       containers: [{ name: "main", image: "debian:bookworm", command: ["sleep", "600"], readinessProbe: { exec: { command: ["sh", "-c", "grep -q sleep /proc/1/cmdline"] }, periodSeconds: 1 } }],
     });
     await until("the exec readiness probe to pass", () => pod(c, ns, "probed"), (x) => x?.status?.containerStatuses?.[0]?.ready === true, 60_000);
+  });
+
+  it("bind-mounts an image's podmanMounts read-only at their own host paths", async () => {
+    const script = [
+      `echo fixture=$(cat ${provided}/fixture.txt)`,
+      // The container runs as root: only a read-only mount stops these writes.
+      `echo x > ${provided}/fixture.txt 2>/dev/null && echo file-writable || echo file-read-only`,
+      `touch ${provided}/new 2>/dev/null && echo dir-writable || echo dir-read-only`,
+      "echo uid=$(id -u)",
+    ].join("; ");
+    await createPod("mounted", { restartPolicy: "Never", containers: [{ name: "main", image: "example.test/mounted:1", command: ["sh", "-c", script] }] });
+    const p = await finished("mounted");
+    const out = await log("mounted");
+    assert.equal(p.status.phase, "Succeeded", out);
+    assert.match(out, /^fixture=from-the-host$/m);
+    assert.match(out, /^uid=0$/m);
+    assert.match(out, /^file-read-only$/m);
+    assert.match(out, /^dir-read-only$/m);
+    assert.deepEqual(readdirSync(provided), ["fixture.txt"]);
+  });
+
+  it("labels containers with their cluster's id, so one cluster's started containers leave out another's running at the same time", async () => {
+    const since = new Date(Date.now() - 1000);
+    const other = await startTestCluster({ timings: fastTimings, podman: { env: built.env }, images: { "debian:bookworm": { podman: built.images.debian } } });
+    try {
+      assert.notEqual(other.id, c.id);
+      const otherNs = await freshNamespace(other, "other");
+      const r = await kube(other, "POST", `/api/v1/namespaces/${otherNs}/pods`, { metadata: { name: "theirs" }, spec: { restartPolicy: "Never", containers: [{ name: "elsewhere", image: "debian:bookworm", command: ["true"] }] } });
+      assert.equal(r.status, 201, JSON.stringify(r.body));
+      await createPod("ours", { restartPolicy: "Never", containers: [{ name: "here", image: "debian:bookworm", command: ["true"] }] });
+      await until("theirs to finish", () => pod(other, otherNs, "theirs"), (x) => x?.status?.phase === "Succeeded", 120_000);
+      await finished("ours");
+
+      const ours = await startedContainers(c, since);
+      assertStarted(ours, built.images.debian, "here");
+      assert.doesNotMatch(ours, /-elsewhere-/, ours);
+      const theirs = await startedContainers(other, since);
+      assertStarted(theirs, built.images.debian, "elsewhere");
+      assert.doesNotMatch(theirs, /-here-/, theirs);
+    } finally {
+      await other.close();
+    }
+    assert.deepEqual(other.errors, []);
   });
 
   it("stops and removes the container when its pod is deleted", async () => {

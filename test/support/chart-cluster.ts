@@ -107,16 +107,19 @@ export function localEngineValues(images: ChartImages, releases: TestReleaseServ
   return ["--set", `agent.engines.terraformReleasesUrl=${releases.base("terraform")}`, "--set-file", `agent.engines.signingKeys=${releases.keyFile}`, "--set", `agent.engines.trustedFingerprints=${releases.fingerprint}`];
 }
 
-/** With the built images, asserts that each `[image, container]` ran as a real container since `since`. */
-export async function assertRanFromImages(images: ChartImages, since: Date, containers: Array<["drover" | "runner", string]>): Promise<void> {
+/** With the built images, asserts that each `[image, container]` ran as a real container of cluster `c` since `since`. */
+export async function assertRanFromImages(c: TestCluster, images: ChartImages, since: Date, containers: Array<["drover" | "runner", string]>): Promise<void> {
   if (!images.built) return;
-  const started = await startedContainers(since);
+  const started = await startedContainers(c, since);
   for (const [image, container] of containers) assertStarted(started, images.built.images[image], container);
 }
 
-/** The test cluster's podman containers started since `since`, as `<image> <container name>` lines. */
-export async function startedContainers(since: Date): Promise<string> {
-  return podmanOk(["events", "--stream=false", "--since", since.toISOString(), "--filter", "event=start", "--filter", "label=dev.drover.kube-test-cluster=1", "--format", "{{.Image}} {{.Name}}"]);
+/**
+ * The podman containers cluster `c` started since `since`, as `<image> <container name>` lines.
+ * Filtered by the cluster's own id: other test files' clusters run at the same time.
+ */
+export async function startedContainers(c: TestCluster, since: Date): Promise<string> {
+  return podmanOk(["events", "--stream=false", "--since", since.toISOString(), "--filter", "event=start", "--filter", `label=dev.drover.kube-test-cluster.id=${c.id}`, "--format", "{{.Image}} {{.Name}}"]);
 }
 
 /** Asserts that a real container of a pod's `container` (named `ktc-…-<container>-…`) started from `image`. */

@@ -101,6 +101,8 @@ export interface TestClusterOptions {
 }
 
 export interface TestCluster {
+  /** Random id of this cluster; its podman containers carry the label `dev.drover.kube-test-cluster.id=<id>`. */
+  id: string;
   /** https://127.0.0.1:<port> (http:// when TLS is off) */
   url: string;
   /** PEM of the self-signed serving certificate (which is its own CA); undefined over HTTP. */
@@ -192,6 +194,7 @@ export async function startTestCluster(options: TestClusterOptions = {}): Promis
   });
   const timings: ClusterTimings = { ...defaultTimings, ...(options.timings ?? {}) };
   const token = `ktc-${randomBytes(16).toString("hex")}`;
+  const id = randomBytes(8).toString("hex");
   const isolation: Isolation = options.isolation === undefined || options.isolation === "auto" ? detectIsolation() : options.isolation;
   const nodeName = options.nodeName ?? "ktc-node";
 
@@ -232,7 +235,7 @@ export async function startTestCluster(options: TestClusterOptions = {}): Promis
   const daemonSets = new DaemonSetController(api, events, timings.podBackoffMs, (_k, e) => onError(e));
   const disruption = new DisruptionController(api, (_k, e) => onError(e));
   const scheduler = new Scheduler(api, events, (_k, e) => onError(e));
-  const images = new ImageCatalog(options.images ?? {}, options.unpullableImages ?? [], options.podman?.env);
+  const images = new ImageCatalog(options.images ?? {}, options.unpullableImages ?? [], options.podman?.env, id);
   const nodeList: NodeOptions[] = options.nodes && options.nodes.length > 0 ? options.nodes : [{ name: nodeName }];
   const hostRoot = (n: string): string => (n === nodeList[0]?.name ? join(dataDir, "host") : join(dataDir, "nodes", n, "host"));
   const agents = new Map<string, NodeAgent>();
@@ -292,6 +295,7 @@ export async function startTestCluster(options: TestClusterOptions = {}): Promis
 
   let closing: Promise<void> | undefined;
   return {
+    id,
     url,
     caCert: cert?.cert,
     kubeconfigPath,

@@ -43,16 +43,23 @@ export interface LaunchSpec {
    * image's filesystem as root, `user`, `readOnlyRoot`, `mounts`, `env` and `workingDir`
    * applied by podman with runc; the host's network, as every pod here has.
    */
-  podman?: { image: string; env: Record<string, string>; name: string };
+  podman?: { image: string; env: Record<string, string>; name: string; clusterId: string };
   onOutput(data: Buffer): void;
 }
 
 /** Label on every container the podman mode starts, so leftovers can be found. */
 export const podmanLabel = "dev.drover.kube-test-cluster";
 
+/**
+ * Label naming the cluster (TestCluster.id) that started a container: several clusters run at
+ * once on one machine, and a test asking "which containers did my cluster start" must not count
+ * another's.
+ */
+export const podmanClusterLabel = `${podmanLabel}.id`;
+
 /** `podman create` arguments for a launch spec in podman mode. */
 export function podmanCreateArgs(spec: LaunchSpec & { podman: NonNullable<LaunchSpec["podman"]> }): string[] {
-  const args = ["create", "--rm", "--name", spec.podman.name, "--label", `${podmanLabel}=1`, "--network", "host", "--pull", "never", "--workdir", spec.workingDir];
+  const args = ["create", "--rm", "--name", spec.podman.name, "--label", `${podmanLabel}=1`, "--label", `${podmanClusterLabel}=${spec.podman.clusterId}`, "--network", "host", "--pull", "never", "--workdir", spec.workingDir];
   if (spec.user) {
     args.push("--user", `${spec.user.uid}:${spec.user.gid}`);
     for (const g of new Set(spec.user.groups)) if (g !== spec.user.gid) args.push("--group-add", String(g));

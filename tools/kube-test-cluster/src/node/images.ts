@@ -68,6 +68,8 @@ export interface ImageConfig {
 export interface PodmanLaunch {
   image: string;
   env: Record<string, string>;
+  /** The owning cluster's id, put on the container as a label so one cluster can tell its containers from another's. */
+  clusterId: string;
 }
 
 export type PullOutcome = { ok: true } | { ok: false; reason: "InvalidImageName" | "ErrImagePull"; message: string };
@@ -82,6 +84,8 @@ export class ImageCatalog {
     unpullable: string[],
     /** podman's environment (its configuration files); images with `podman` need it. */
     private readonly podmanEnv?: Record<string, string>,
+    /** The cluster's id, labelled on its podman containers. */
+    private readonly clusterId = "",
   ) {
     for (const i of unpullable) this.unpullable.add(i);
   }
@@ -91,7 +95,7 @@ export class ImageCatalog {
     const local = this.configured(image).podman;
     if (local === undefined) return undefined;
     if (!this.podmanEnv) throw new Error(`image ${image} maps to the podman image ${local}, but the cluster has no podman option`);
-    return { image: local, env: this.podmanEnv };
+    return { image: local, env: this.podmanEnv, clusterId: this.clusterId };
   }
 
   setPullable(image: string, pullable: boolean): void {
