@@ -41,7 +41,7 @@ after(async () => {
 test("node-worker mode: examples/hello plan+apply in runner-only pods driven by the node's worker", async () => {
   assert.equal((await stack.server.api(routes.createWorkspace, { body: { name: "node-hello", pool: stack.pool } })).status, 201);
   const runId = await stack.startRun(join(repo, "examples", "hello"), "node-hello", ["--auto-apply"]);
-  const run = await stack.waitForRun(runId, ["applied", "errored", "canceled"], 60_000).catch(async (err: Error) => {
+  const run = await stack.waitForRun(runId, ["applied", "errored", "canceled"], 180_000).catch(async (err: Error) => {
     const pods = (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods`)).body.items.map((p: any) => ({ name: p.metadata.name, phase: p.status?.phase, init: p.status?.initContainerStatuses, containers: p.status?.containerStatuses }));
     throw new Error(`${err.message}\npods: ${JSON.stringify(pods, null, 1)}\nnode worker:\n${agents.nodeWorker.output()}\ncontroller:\n${agents.controller.output()}`);
   });
@@ -65,7 +65,7 @@ test("node-worker mode: examples/hello plan+apply in runner-only pods driven by 
     assert.deepEqual(initMounts.map((m: any) => [m.subPath, m.readOnly]), [["ready", true]], "the init container sees the ready marks only, no run's files");
     assert.ok(!JSON.stringify(pod).includes("drv_j_"), "no job token in the pod spec");
   }
-  await eventually("the node's run directories and ready marks to be removed", async () => readdirSync(join(home, "runs")).length === 0 && readdirSync(join(home, "ready")).length === 0, 20_000);
+  await eventually("the node's run directories and ready marks to be removed", async () => readdirSync(join(home, "runs")).length === 0 && readdirSync(join(home, "ready")).length === 0, 60_000);
   assert.ok(existsSync(join(home, "runs")));
 });
 
@@ -77,7 +77,7 @@ test("a node worker killed mid-run: its replacement ends that run errored with t
   const runId = await stack.startRun(dir, "node-restart", ["--auto-apply"]);
   await eventually("the apply to be running", async () => /started-long/.test(await runLog(stack.server, runId, "apply")), 90_000);
   await agents.restartNodeWorker();
-  const run = await stack.waitForRun(runId, ["errored", "applied", "canceled"], 30_000);
+  const run = await stack.waitForRun(runId, ["errored", "applied", "canceled"], 60_000);
   assert.equal(run.status, "errored");
   assert.match(run.errorMessage ?? "", /worker restarted while the run was in progress/);
   const ws = (await stack.server.api(routes.getWorkspace, { params: { ws: "node-restart" } })).body;
