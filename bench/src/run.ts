@@ -17,7 +17,7 @@ import { runBenches, timingNote, type Bench } from "./runner.js";
 /** Where the bench notes explain each bench's misses, when its run took no profile of its own. */
 const notesFor: Record<string, string> = {
   overhead: 'bench/notes/issue-18.md, "Overhead" and "Where the agent adds time" (`terraform show -json` on the critical path, and the design that takes it off)',
-  "agent-idle": 'bench/notes/issue-18.md, "Idle agent RSS" (what the RSS is made of, and the bundled agent entry point that would reach 55 MB)',
+  "agent-idle": 'bench/notes/issue-18.md, "Idle agent RSS" (what the RSS is made of, what the agent bundle and the http2 stand-in took off, and what is left)',
   "agent-otlp-idle": 'bench/notes/issue-18.md, "Idle agent RSS"',
   logs: 'bench/notes/logs.md, "2026-11-26 … why 100 MB/s is missed here" (windowed server and agent profiles; decision 0032)',
   "log-heavy-apply": 'bench/notes/logs.md, "Log-heavy apply"',
