@@ -2,6 +2,8 @@
 // The `drover` entry point. It loads nothing of the CLI before deciding the heap mode: `drover
 // agent run` starts with an idle agent's heap settings (decision 0031), which only take full
 // effect when set before the modules are loaded.
+import { existsSync } from "node:fs";
+import { fileURLToPath } from "node:url";
 import { enterIdleHeapMode } from "@drover/agent/heap-mode";
 import type * as Program from "./program.js";
 
@@ -10,5 +12,10 @@ if (agentRun) enterIdleHeapMode();
 // `drover agent run` loads the CLI from its bundle (decision 0037: fewer, smaller sources for a
 // long-lived idle process; scripts/bundle-agent.mjs); every other command from tsc's files.
 const program = agentRun ? "../agent-bundle/program.js" : "./program.js";
+if (agentRun && !existsSync(new URL(program, import.meta.url))) {
+  // tsc alone (`tsc -b`) does not write the bundle: say what builds it rather than fail on a module path.
+  process.stderr.write(`drover: the agent bundle is not built (${fileURLToPath(new URL(program, import.meta.url))} is missing). Run \`npm run build\` in the Drover repository, then try again.\n`);
+  process.exit(1);
+}
 const { main } = (await import(program)) as typeof Program;
 await main();
