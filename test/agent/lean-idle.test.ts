@@ -65,6 +65,8 @@ test("an idle local agent loads none of the parts it loads lazily, and runs in i
     // hold none of zod's locales.
     const unbundled = modules.filter((m) => /\/packages\/(agent|protocol|cli)\/dist\/src\/|\/node_modules\/(zod|commander|pino)\//.test(m) && !/\/(cli\/dist\/src\/main|agent\/dist\/src\/heap-mode)\.js$/.test(m));
     assert.deepEqual(unbundled, [], `an idle agent loaded files the agent bundle holds (scripts/bundle-agent.mjs): ${unbundled.slice(0, 3).join(", ")}`);
+    // An ESM import of node:tls computes Node's root CAs (agent/root-certificates.ts).
+    assert.deepEqual(modules.filter((m) => m === "node:tls" || m === "node:https"), [], "an idle agent imported node:tls as ESM");
     // undici's HTTP/2 client gets a stand-in for node:http2 (protocol/transport.ts).
     assert.deepEqual(builtins.filter((m) => m.includes("http2")), [], "an idle agent loaded Node's http2");
     for (const file of modules.filter((m) => m.includes("/packages/cli/dist/agent-bundle/"))) {

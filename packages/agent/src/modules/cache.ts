@@ -1,7 +1,7 @@
 import { execFile } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import { closeSync, existsSync, openSync, readdirSync, readFileSync, renameSync, rmSync, writeSync } from "node:fs";
-import { rootCertificates } from "node:tls";
+import { rootCertificates } from "../root-certificates.js";
 import { join, resolve } from "node:path";
 import type { RunFiles } from "../runner.js";
 import { localFiles } from "../local-files.js";
@@ -216,7 +216,7 @@ const systemBundles = ["/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs
  * link) and renamed into place.
  */
 function writeCaBundle(dir: string, pem: string): string {
-  const bundle = [...rootCertificates, ...inheritedGitRoots(), pem.trim()].join("\n") + "\n";
+  const bundle = [...rootCertificates(), ...inheritedGitRoots(), pem.trim()].join("\n") + "\n";
   const uid = process.getuid?.() ?? 0;
   const path = join(dir, `git-ca-${uid}-${createHash("sha256").update(bundle).digest("hex").slice(0, 16)}.pem`);
   const tmp = join(dir, "tmp", `git-ca-${randomBytes(8).toString("hex")}`);
