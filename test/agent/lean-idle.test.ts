@@ -69,6 +69,8 @@ test("an idle local agent loads none of the parts it loads lazily, and runs in i
     assert.deepEqual(modules.filter((m) => m === "node:tls" || m === "node:https"), [], "an idle agent imported node:tls as ESM");
     // undici's HTTP/2 client gets a stand-in for node:http2 (protocol/transport.ts).
     assert.deepEqual(builtins.filter((m) => m.includes("http2")), [], "an idle agent loaded Node's http2");
+    // The heartbeat times itself with process.hrtime: the `performance` global loads perf_hooks.
+    assert.deepEqual(builtins.filter((m) => m === "perf_hooks"), [], "an idle agent loaded Node's perf_hooks");
     for (const file of modules.filter((m) => m.includes("/packages/cli/dist/agent-bundle/"))) {
       const text = readFileSync(fileURLToPath(file), "utf8");
       assert.doesNotMatch(text, /[^\t\n\r\x20-\x7e]/, `${file} holds non-ASCII text: V8 keeps it as a two-byte string`);
