@@ -496,7 +496,7 @@ for (const backend of backends) {
       const realEvents = ctx.events;
       const bus = localEventBus();
       let subscriptions = 0;
-      ctx.events = { publish: (t, k) => bus.publish(t, k), subscribe: (t, k, l) => (subscriptions++, bus.subscribe(t, k, l)), wakeAll: () => bus.wakeAll(), onWakeAll: (l) => bus.onWakeAll(l), close: () => bus.close() };
+      ctx.events = { publish: (t, k) => bus.publish(t, k), subscribe: (t, k, l) => (subscriptions++, bus.subscribe(t, k, l)), subscribeTopic: (t, l) => bus.subscribeTopic(t, l), wakeAll: () => bus.wakeAll(), onWakeAll: (l) => bus.onWakeAll(l), close: () => bus.close() };
       try {
         let offset = 0;
         for (let i = 0; i < 20; i++) offset = await store.appendLogInOrder(ctx, row, offset, Buffer.from(`line ${i}\n`), 60_000);

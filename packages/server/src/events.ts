@@ -18,6 +18,11 @@ export interface EventBus {
   /** Calls `listener` on every event of topic+key until the returned function is called. */
   subscribe(topic: Topic, key: string, listener: () => void): () => void;
   /**
+   * Calls `listener` with the key of every event of `topic` until the returned function is
+   * called; a `wakeAll` reaches such a listener only through `onWakeAll`.
+   */
+  subscribeTopic(topic: Topic, listener: (key: string) => void): () => void;
+  /**
    * Wakes every listener once, whatever it waits for: after events may have been missed (the
    * LISTEN connection was down) or when waiting is pointless (the database went away).
    */
@@ -36,12 +41,28 @@ class LocalBus implements EventBus {
     this.emitter.setMaxListeners(0);
   }
   publish(topic: Topic, key: string): void {
+    this.deliver(topic, key);
+  }
+  /** Hands an event, local or from another process, to its listeners. */
+  protected deliver(topic: string, key: string): void {
     this.emitter.emit(`${topic}:${key}`);
+    // Topic listeners are keyed apart (a `*` cannot occur in a topic): wakeAll calls them with no key.
+    this.emitter.emit(`*${topic}`, key);
   }
   subscribe(topic: Topic, key: string, listener: () => void): () => void {
     const name = `${topic}:${key}`;
     this.emitter.on(name, listener);
     return () => this.emitter.off(name, listener);
+  }
+  subscribeTopic(topic: Topic, listener: (key: string) => void): () => void {
+    const name = `*${topic}`;
+    // wakeAll emits without a key: for a topic listener that is every key at once, which it
+    // learns from onWakeAll; here it is ignored.
+    const onEvent = (key?: string) => {
+      if (key !== undefined) listener(key);
+    };
+    this.emitter.on(name, onEvent);
+    return () => this.emitter.off(name, onEvent);
   }
   wakeAll(): void {
     for (const name of this.emitter.eventNames()) this.emitter.emit(name);
@@ -97,7 +118,7 @@ class PostgresBus extends LocalBus {
       if (!msg.payload) return;
       const [origin, topic, key] = msg.payload.split("|");
       if (origin === this.origin || !topic || key === undefined) return;
-      this.emitter.emit(`${topic}:${key}`);
+      this.deliver(topic, key);
     });
     try {
       await client.connect();

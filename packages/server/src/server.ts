@@ -79,33 +79,38 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     if (db.health.state === "available") log.warn({ err }, "refreshing agent sessions failed");
   });
 
+  // A start that fails from here on stops the timers and closes the database: a caller that
+  // retries (or a test) must not be left with refreshes running against a closed pool.
+  const stopStarted = async () => {
+    await sessions.stop();
+    await presence.stop().catch(() => undefined);
+    await events.close();
+    await db.close();
+  };
   let adminToken = config.adminToken;
-  if (adminToken) {
-    try {
-      const { revoked } = await ensureBootstrapToken(store, adminToken);
-      if (revoked > 0) log.warn({ revoked }, "DROVER_ADMIN_TOKEN changed: the previous admin token is revoked");
-    } catch (err) {
-      sessions.stop();
-      await presence.stop().catch(() => undefined);
-      await events.close();
-      await db.close();
-      throw err;
-    }
-  } else if ((await countUserTokens(store)) === 0) {
-    adminToken = (await createUserToken(store, "admin (generated at first start)")).token;
-    log.warn("generated the admin API token; it is shown once, on standard output");
-    process.stdout.write(`\nDrover admin token (shown once, store it now):\n  ${adminToken}\n\n`);
-  }
-
   const shutdown = new AbortController();
   const metrics = createMetrics(store);
-  const telemetry = await startTelemetryIfSet(
-    config.otlp && {
-      ...config.otlp,
-      resource: { "service.name": "drover-server", "k8s.pod.name": process.env.KUBERNETES_SERVICE_HOST ? hostname() : undefined },
-      exposition: () => metrics.registry.metrics(),
-    },
-  );
+  let telemetry: Awaited<ReturnType<typeof startTelemetryIfSet>>;
+  try {
+    if (adminToken) {
+      const { revoked } = await ensureBootstrapToken(store, adminToken);
+      if (revoked > 0) log.warn({ revoked }, "DROVER_ADMIN_TOKEN changed: the previous admin token is revoked");
+    } else if ((await countUserTokens(store)) === 0) {
+      adminToken = (await createUserToken(store, "admin (generated at first start)")).token;
+      log.warn("generated the admin API token; it is shown once, on standard output");
+      process.stdout.write(`\nDrover admin token (shown once, store it now):\n  ${adminToken}\n\n`);
+    }
+    telemetry = await startTelemetryIfSet(
+      config.otlp && {
+        ...config.otlp,
+        resource: { "service.name": "drover-server", "k8s.pod.name": process.env.KUBERNETES_SERVICE_HOST ? hostname() : undefined },
+        exposition: () => metrics.registry.metrics(),
+      },
+    );
+  } catch (err) {
+    await stopStarted();
+    throw err;
+  }
   let publicUrl = config.publicUrl;
   const storageDir = config.database.kind === "sqlite" && config.database.path !== ":memory:" ? dirname(config.database.path) : undefined;
   const uploadDir = uploadDirOf(config.dataDir);
@@ -113,10 +118,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     await prepareUploadDir(uploadDir);
   } catch (err) {
     await telemetry.shutdown().catch(() => undefined);
-    sessions.stop();
-    await presence.stop().catch(() => undefined);
-    await events.close();
-    await db.close();
+    await stopStarted();
     throw err;
   }
   const validateResponses = options.validateResponses ?? config.validateResponses;
@@ -129,10 +131,8 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     await app.listen({ host: config.host, port: config.port, backlog: 4096 });
   } catch (err) {
     await sweeper.stop();
-    sessions.stop();
-    await presence.stop().catch(() => undefined);
-    await events.close();
-    await db.close();
+    await telemetry.shutdown().catch(() => undefined);
+    await stopStarted();
     throw err;
   }
   const address = app.server.address();
@@ -152,7 +152,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
         shutdown.abort();
         await sweeper.stop();
         await app.close().catch((err: unknown) => log.warn({ err }, "closing HTTP server failed"));
-        sessions.stop();
+        await sessions.stop();
         await presence.stop().catch((err: unknown) => log.warn({ err }, "writing the last heartbeats failed"));
         // Before the database closes: the last metrics export reads it.
         await telemetry.shutdown().catch((err: unknown) => log.warn({ err }, "flushing telemetry failed"));

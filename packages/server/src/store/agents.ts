@@ -3,7 +3,7 @@ import type { Selectable } from "kysely";
 import type { AgentsTable } from "../db/schema.js";
 import { CoalescedReads } from "./coalesced-reads.js";
 import { iso, type StoreContext } from "./context.js";
-import { announceSessionsChanged, SessionCache, type SessionRow } from "./sessions.js";
+import { announceSessionsChanged, monotonicMs, SessionCache, type SessionRow } from "./sessions.js";
 
 /** Agent row states: online until it deregisters, is superseded by a namesake, or goes silent. */
 export type AgentState = "online" | "deregistered" | "superseded" | "lost";
@@ -54,17 +54,18 @@ export async function registerAgent(ctx: StoreContext, input: RegisterInput): Pr
     last_seen_at: now,
   };
   const superseded = await ctx.db.transaction().execute(async (trx) => {
-    const result = await trx
+    const rows = await trx
       .updateTable("agents")
       .set({ state: "superseded" })
       .where("pool_id", "=", input.poolId)
       .where("name", "=", input.name)
       .where("state", "=", "online")
-      .executeTakeFirst();
+      .returning("id")
+      .execute();
     await trx.insertInto("agents").values(row).execute();
-    return Number(result.numUpdatedRows);
+    return rows.map((r) => r.id);
   });
-  if (superseded > 0) announceSessionsChanged(ctx.events);
+  if (superseded.length > 0) announceSessionsChanged(ctx.events, superseded);
   return { agent: toAgent(row), sessionToken };
 }
 
@@ -96,10 +97,11 @@ async function readSessions(ctx: Pick<StoreContext, "db">, ids: string[]): Promi
 
 /**
  * A session cache over this store (see store/sessions.ts): sessions are used for `maxAgeMs`
- * after they were read, and forgotten when unused for `keepMs`.
+ * after they were read, and forgotten when unused for `keepMs`, both measured by `clock`
+ * (monotonic milliseconds; tests inject one).
  */
-export function createSessionCache(ctx: Pick<StoreContext, "db" | "events" | "now">, maxAgeMs: number, keepMs: number): SessionCache {
-  return new SessionCache(ctx, (ids) => readSessions(ctx, ids), maxAgeMs, keepMs);
+export function createSessionCache(ctx: Pick<StoreContext, "db" | "events">, maxAgeMs: number, keepMs: number, clock: () => number = monotonicMs): SessionCache {
+  return new SessionCache(ctx, (ids) => readSessions(ctx, ids), maxAgeMs, keepMs, clock);
 }
 
 const sessionReaders = new WeakMap<StoreContext["db"], CoalescedReads<string, SessionRow>>();
@@ -138,7 +140,7 @@ export async function touchAgent(ctx: StoreContext, agentId: string): Promise<vo
 
 export async function deregisterAgent(ctx: StoreContext, agentId: string): Promise<void> {
   await ctx.db.updateTable("agents").set({ state: "deregistered", running_jobs: 0, last_seen_at: ctx.now() }).where("id", "=", agentId).execute();
-  announceSessionsChanged(ctx.events);
+  announceSessionsChanged(ctx.events, [agentId]);
 }
 
 /** Agents of every pool or one pool, newest registration first; offline ones included. */

@@ -99,6 +99,7 @@ export async function claimNextJob(ctx: StoreContext, agent: Agent): Promise<Job
     if (ctx.dialect === "postgres") q = q.forUpdate().skipLocked();
     const job = await q.executeTakeFirst();
     if (!job) return null;
+    await requireClaimingAgent(ctx, trx, agent.id);
     const attempt = job.attempt + 1;
     const token = newJobToken(job.id, attempt);
     const leaseExpiresAt = ctx.now() + ctx.settings.leaseTtlMs;
@@ -135,6 +136,23 @@ export async function claimNextJob(ctx: StoreContext, agent: Agent): Promise<Job
     claimQueuedAt.set(assignment, Number(job.queued_at));
     return assignment;
   });
+}
+
+/**
+ * Refuses a claim by an agent no longer online or whose pool token is revoked. The session
+ * that let the poll in may have come from a server process's cache (store/sessions.ts), which
+ * can lag a change made through another process by up to its maximum age; the claim hands out
+ * work, so it reads the truth. It runs only when a job was found, so idle polls cost nothing
+ * more. On PostgreSQL the rows are share-locked: a revocation or deregistration committing
+ * meanwhile waits for this claim, so none is followed by a claim that read the row before it.
+ */
+async function requireClaimingAgent(ctx: StoreContext, trx: Parameters<Parameters<typeof inTransaction>[1]>[0], agentId: string): Promise<void> {
+  let q = trx.selectFrom("agents").innerJoin("pool_tokens", "pool_tokens.id", "agents.pool_token_id").select(["agents.state", "pool_tokens.revoked_at"]).where("agents.id", "=", agentId);
+  if (ctx.dialect === "postgres") q = q.forShare();
+  const row = await q.executeTakeFirst();
+  if (!row) throw new DroverError("unauthorized", "unknown agent session: register again with the pool token");
+  if (row.revoked_at !== null) throw new DroverError("token_revoked", "the pool token this agent registered with was revoked");
+  if (row.state !== "online") throw new DroverError("agent_lost", `this agent registration is ${row.state}; register again`, { details: { state: row.state } });
 }
 
 /** When each assignment's job was queued, as the claim read it (for the queue-wait figures). */
