@@ -1,6 +1,6 @@
 import { spawn } from "node:child_process";
 import { startAgentProc } from "./agent-runs.js";
-import { api, rssMb, sleep, startServerProc } from "./harness.js";
+import { api, rssMb, sleep, startServerProc, track } from "./harness.js";
 import { type Figure } from "./report.js";
 import { routes } from "@drover/protocol";
 
@@ -19,7 +19,7 @@ export async function benchAgentIdle(): Promise<Figure[]> {
     }
     const rss = samples.at(-1)!;
     await agent.stop();
-    const bare = spawn(process.execPath, ["-e", "setInterval(() => {}, 1000)"]);
+    const bare = track(spawn(process.execPath, ["-e", "setInterval(() => {}, 1000)"]));
     await sleep(1000);
     const bareRss = rssMb(bare.pid!);
     bare.kill();

@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { create } from "tar";
-import { api, droverBin, profileFlags, sleep, type ServerProc } from "./harness.js";
+import { api, droverBin, profileFlags, sleep, track, type ServerProc } from "./harness.js";
 import { routes } from "@drover/protocol";
 
 /** A real `drover agent run` process registered with a server. */
@@ -33,6 +33,7 @@ export async function startAgentProc(server: ServerProc, pool: string, name: str
     },
     stdio: ["ignore", "ignore", "inherit"],
   });
+  track(child);
   for (let i = 0; i < 200; i++) {
     const agents = await api(server.url, routes.listAgents, { query: { pool } });
     if (agents.items.some((a: { name: string; status: string }) => a.name === name && a.status !== "offline")) break;
@@ -42,8 +43,12 @@ export async function startAgentProc(server: ServerProc, pool: string, name: str
     child,
     dir,
     async stop() {
-      child.kill("SIGTERM");
-      await new Promise((r) => child.once("exit", r));
+      // Already ended (killed with its abandoned bench, or crashed): waiting for "exit" would hang.
+      if (child.exitCode === null && child.signalCode === null) {
+        const exited = new Promise((r) => child.once("exit", r));
+        child.kill("SIGTERM");
+        await exited;
+      }
       rmSync(dir, { recursive: true, force: true });
     },
   };

@@ -93,10 +93,11 @@ class HttpConnection {
   }
 }
 
-const [url, token, countArg, durationArg, prefix, warmupArg] = process.argv.slice(2);
+const [url, token, countArg, durationArg, prefix, warmupArg, heartbeatTimeoutArg] = process.argv.slice(2);
 const count = Number(countArg);
 const durationMs = Number(durationArg);
 const warmupMs = Number(warmupArg ?? 8000);
+const heartbeatTimeoutMs = Number(heartbeatTimeoutArg ?? 60_000);
 const loopDelay = monitorEventLoopDelay({ resolution: 10 });
 loopDelay.enable();
 
@@ -112,6 +113,8 @@ let windowEnd = Infinity;
 const latencies: number[] = [];
 let windowCpu: { at: number; usage: NodeJS.CpuUsage } | undefined;
 let errors = 0;
+/** Heartbeats sent in the steady window that failed (timed out, refused, a non-200 answer). */
+let heartbeatFailures = 0;
 /** The first few distinct failures, so a failing fleet says why. */
 const errorKinds = new Set<string>();
 const failed = (err: unknown) => {
@@ -145,10 +148,12 @@ async function runAgent(session: string, interval: number, i: number): Promise<v
   while (performance.now() < windowEnd) {
     const t = performance.now();
     try {
-      ok(await heartbeatConnection.request("POST", routes.agentHeartbeat.path, session, heartbeatBody, 60_000));
+      ok(await heartbeatConnection.request("POST", routes.agentHeartbeat.path, session, heartbeatBody, heartbeatTimeoutMs));
       if (t >= windowStart && t < windowEnd) latencies.push(performance.now() - t);
     } catch (err) {
       failed(err);
+      // Counted apart from the latencies: the parent puts each at the timeout in the p99.
+      if (t >= windowStart && t < windowEnd) heartbeatFailures++;
     }
     await sleep(interval);
   }
@@ -181,4 +186,4 @@ await Promise.all(agents);
 // This process's CPU from the window's start to its last agent's end, in % of one core.
 const used = windowCpu ? process.cpuUsage(windowCpu.usage) : undefined;
 const windowCpuPercent = used && windowCpu ? ((used.user + used.system) / 1000 / (performance.now() - windowCpu.at)) * 100 : 0;
-process.stdout.write(JSON.stringify({ latencies, errors, errorKinds: [...errorKinds], loopDelayP99Ms: loopDelay.percentile(99) / 1e6, windowCpuPercent }) + "\n");
+process.stdout.write(JSON.stringify({ latencies, heartbeatFailures, errors, errorKinds: [...errorKinds], loopDelayP99Ms: loopDelay.percentile(99) / 1e6, windowCpuPercent }) + "\n");

@@ -26,21 +26,71 @@ export function profileFlags(name: string): string[] {
   return dir ? ["--cpu-prof", `--cpu-prof-dir=${dir}`, `--cpu-prof-name=${name}-${Date.now()}.cpuprofile`] : [];
 }
 
+const tracked = new Set<ChildProcess>();
+const stoppers = new Set<() => void>();
+
+/**
+ * Records a process a bench spawned, so `stopTracked` can end it when its bench times out or
+ * the run ends (a timed-out bench never reaches its own `finally`); returns it.
+ */
+export function track<C extends ChildProcess>(child: C): C {
+  if (child.exitCode === null && child.signalCode === null) {
+    tracked.add(child);
+    child.once("exit", () => tracked.delete(child));
+  }
+  return child;
+}
+
+/**
+ * Records how to stop something that is not a child of this process (the PostgreSQL cluster
+ * pg_ctl daemonizes); returns the function that forgets it once the bench stopped it itself.
+ */
+export function trackStop(stop: () => void): () => void {
+  stoppers.add(stop);
+  return () => stoppers.delete(stop);
+}
+
+/**
+ * Kills (SIGKILL) every tracked process still running and runs every recorded stop, so an
+ * abandoned bench's servers, fleets and clusters do not load the benches after it or outlive
+ * the run; returns how many it ended.
+ */
+export function stopTracked(): number {
+  let ended = 0;
+  for (const child of tracked) {
+    tracked.delete(child);
+    if (child.exitCode === null && child.signalCode === null && child.kill("SIGKILL")) ended++;
+  }
+  for (const stop of stoppers) {
+    stoppers.delete(stop);
+    try {
+      stop();
+      ended++;
+    } catch (err) {
+      process.stderr.write(`stopping an abandoned bench's process failed: ${err instanceof Error ? err.message : String(err)}\n`);
+    }
+  }
+  return ended;
+}
+
 /** How many of a bench server's log lines reach the bench's stderr. */
 const serverLogLines = 40;
 
 /**
- * Starts `drover server`; `nodeArgs` go to node itself (e.g. `--cpu-prof`, which NODE_OPTIONS refuses).
+ * Starts `drover server`; `nodeArgs` go to node itself (e.g. `--cpu-prof`, which NODE_OPTIONS refuses);
+ * `profileName` starts the name of its profile under BENCH_CPU_PROF, so a reader can tell the servers apart.
  * The server runs as shipped: answers are not checked against the route table
  * (DROVER_DIAGNOSTICS_VALIDATE_RESPONSES, a schema check per answer, would be measured too);
  * test/bench/dispatch-validated.test.ts runs a dispatch pass with the check on instead.
  */
-export async function startServerProc(env: Record<string, string> = {}, nodeArgs: string[] = []): Promise<ServerProc> {
+export async function startServerProc(env: Record<string, string> = {}, nodeArgs: string[] = [], profileName = "server"): Promise<ServerProc> {
   const dir = mkdtempSync(join(tmpdir(), "drover-bench-"));
-  const child = spawn(process.execPath, [...profileFlags("server"), ...nodeArgs, droverBin, "server", "--port", "0", "--data-dir", dir], {
-    env: { ...process.env, DROVER_ADMIN_TOKEN: adminToken, DROVER_LOG_LEVEL: "warn", DROVER_DIAGNOSTICS_VALIDATE_RESPONSES: "false", ...env },
-    stdio: ["ignore", "pipe", "inherit"],
-  });
+  const child = track(
+    spawn(process.execPath, [...profileFlags(profileName), ...nodeArgs, droverBin, "server", "--port", "0", "--data-dir", dir], {
+      env: { ...process.env, DROVER_ADMIN_TOKEN: adminToken, DROVER_LOG_LEVEL: "warn", DROVER_DIAGNOSTICS_VALIDATE_RESPONSES: "false", ...env },
+      stdio: ["ignore", "pipe", "inherit"],
+    }),
+  );
   const url = await new Promise<string>((resolve, reject) => {
     let out = "";
     let listening = false;
@@ -70,8 +120,12 @@ export async function startServerProc(env: Record<string, string> = {}, nodeArgs
     child,
     dir,
     async stop() {
-      child.kill("SIGTERM");
-      await new Promise((r) => child.once("exit", r));
+      // Already ended (killed with its abandoned bench, or crashed): waiting for "exit" would hang.
+      if (child.exitCode === null && child.signalCode === null) {
+        const exited = new Promise((r) => child.once("exit", r));
+        child.kill("SIGTERM");
+        await exited;
+      }
       rmSync(dir, { recursive: true, force: true });
     },
   };

@@ -3,7 +3,7 @@ import { chownSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { routes } from "@drover/protocol";
-import { adminToken, client, repoRoot, sleep, startServerProc } from "./harness.js";
+import { adminToken, client, repoRoot, sleep, startServerProc, track, trackStop } from "./harness.js";
 import { median, type Figure } from "./report.js";
 
 interface Built {
@@ -51,11 +51,15 @@ async function containerStartMs(env: Record<string, string>, image: string, port
     ["run", "--rm", "--name", name, "--user", "1000:1000", "--read-only", "--read-only-tmpfs=false", "--tmpfs", "/tmp:rw,mode=1777", "-v", `${state}:/var/lib/drover`, "-e", `DROVER_PORT=${port}`, "-e", "DROVER_HOST=127.0.0.1", "-e", `DROVER_ADMIN_TOKEN=${adminToken}`, image, "server"],
     { env: { ...process.env, ...env }, stdio: "ignore" },
   );
+  track(child);
+  // Killing the podman client leaves its container running: an abandoned bench removes it too.
+  const forget = trackStop(() => podman(env, ["rm", "-f", "-t", "0", name]));
   try {
     await readyWithin(`http://127.0.0.1:${port}`, 60_000);
     return Date.now() - start;
   } finally {
     podman(env, ["rm", "-f", "-t", "2", name]);
+    forget();
     await new Promise((r) => (child.exitCode === null ? child.once("exit", r) : r(undefined)));
     rmSync(state, { recursive: true, force: true });
   }

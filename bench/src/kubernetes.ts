@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { parse } from "yaml";
 import type * as Ktc from "../../tools/kube-test-cluster/src/index.js";
 import { tinyArchive } from "./dispatch.js";
-import { api, client, droverBin, repoRoot, sleep, startServerProc } from "./harness.js";
+import { api, client, droverBin, repoRoot, sleep, startServerProc, track } from "./harness.js";
 import { median, percentile, type Figure } from "./report.js";
 
 const ktc = (await import(new URL("../../tools/kube-test-cluster/dist/index.js", import.meta.url).href)) as typeof Ktc;
@@ -88,7 +88,7 @@ const task = (containers: unknown[]) => ({ apiVersion: "drover.dev/v1alpha1", ki
 
 /** `drover agent controller` for `namespace`, serving the pool of `token`. */
 function startController(cluster: Ktc.TestCluster, namespace: string, token: string, concurrency: number, extra: Record<string, string> = {}): ChildProcess {
-  return spawn(process.execPath, [droverBin, "agent", "controller"], {
+  return track(spawn(process.execPath, [droverBin, "agent", "controller"], {
     env: {
       ...process.env,
       KUBECONFIG: cluster.kubeconfigPath,
@@ -102,7 +102,7 @@ function startController(cluster: Ktc.TestCluster, namespace: string, token: str
       ...extra,
     },
     stdio: "ignore",
-  });
+  }));
 }
 
 async function waitForAgent(url: string, pool: string): Promise<void> {

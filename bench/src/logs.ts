@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { routes } from "@drover/protocol";
 import { packDir, startAgentProc } from "./agent-runs.js";
-import { api, client, cpuSeconds, sleep, startServerProc, type ServerProc } from "./harness.js";
+import { api, client, cpuSeconds, sleep, startServerProc, track, type ServerProc } from "./harness.js";
 import { loadavg } from "node:os";
 import { median, type Figure } from "./report.js";
 
@@ -67,7 +67,7 @@ async function bareLogHeavy(config: string): Promise<number> {
   const started = Date.now();
   for (const args of [["init", "-input=false", "-no-color"], ["plan", "-input=false", "-no-color", "-out=plan.tfplan"], ["apply", "-input=false", "-no-color", "plan.tfplan"]]) {
     const code = await new Promise<number | null>((resolve) => {
-      const child = spawn("terraform", args, { cwd: dir, env, stdio: ["ignore", "pipe", "pipe"] });
+      const child = track(spawn("terraform", args, { cwd: dir, env, stdio: ["ignore", "pipe", "pipe"] }));
       child.stdout.on("data", () => undefined);
       child.stderr.on("data", () => undefined);
       child.on("close", resolve);
@@ -176,7 +176,7 @@ export async function benchLogStreaming(megabytes = 50): Promise<Figure[]> {
 
     const bareStart = process.hrtime.bigint();
     await new Promise<void>((resolve) => {
-      const child = spawn("sh", ["-c", printer], { stdio: ["ignore", "pipe", "inherit"] });
+      const child = track(spawn("sh", ["-c", printer], { stdio: ["ignore", "pipe", "inherit"] }));
       child.stdout.on("data", () => undefined);
       child.on("close", () => resolve());
     });

@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { Agent as UndiciAgent } from "undici";
 import { createLogger, ProviderCache } from "@drover/agent";
-import { repoRoot } from "./harness.js";
+import { repoRoot, track } from "./harness.js";
 import { median, type Figure } from "./report.js";
 
 /** The part of test/support/provider-registry.ts this bench uses (built by `tsc -b` with the tests). */
@@ -33,7 +33,7 @@ function init(dir: string, cliConfig: string, caFile: string, extra: Record<stri
   const env = { ...process.env, TF_CLI_CONFIG_FILE: rc, CHECKPOINT_DISABLE: "1", TF_IN_AUTOMATION: "1", SSL_CERT_FILE: caFile, ...extra };
   const started = Date.now();
   return new Promise((resolve, reject) => {
-    const child = spawn("terraform", ["init", "-input=false", "-no-color", "-backend=false"], { cwd: dir, env, stdio: ["ignore", "ignore", "pipe"] });
+    const child = track(spawn("terraform", ["init", "-input=false", "-no-color", "-backend=false"], { cwd: dir, env, stdio: ["ignore", "ignore", "pipe"] }));
     let err = "";
     child.stderr.on("data", (d: Buffer) => (err += d.toString()));
     child.on("exit", (code) => (code === 0 ? resolve(Date.now() - started) : reject(new Error(`terraform init failed: ${err}`))));

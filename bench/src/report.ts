@@ -21,6 +21,17 @@ export interface Figure {
   why?: string;
 }
 
+/** A row a bench reports, its measurement aside: what stands in the report when the bench fails. */
+export type ExpectedRow = Pick<Figure, "bench" | "metric" | "unit" | "target">;
+
+/**
+ * The rows of a bench that failed: no value (n/a), not met, the failure as their note and
+ * their why, so a broken bench stays in the table, the missed targets and the README.
+ */
+export function failedRows(rows: ExpectedRow[], failure: string): Figure[] {
+  return rows.map((row) => ({ ...row, value: NaN, baseline: null, baselineLabel: "", met: false, note: failure, why: `the bench failed: ${failure}` }));
+}
+
 export function percentile(values: number[], p: number): number {
   if (values.length === 0) return NaN;
   const sorted = [...values].sort((a, b) => a - b);
@@ -33,6 +44,8 @@ export function median(values: number[]): number {
 }
 
 const fmt = (n: number | null) => (n === null || Number.isNaN(n) ? "—" : Math.abs(n) >= 100 ? n.toFixed(0) : n.toFixed(2));
+/** A figure's value with its unit; n/a when nothing was measured (its bench failed). */
+const shown = (f: Figure) => (Number.isNaN(f.value) ? "n/a" : `${fmt(f.value)} ${f.unit}`);
 
 /**
  * By how much a missed figure misses its target, read from the target's text: a `×` target
@@ -41,6 +54,7 @@ const fmt = (n: number | null) => (n === null || Number.isNaN(n) ? "—" : Math.
  */
 export function missedBy(f: Figure): string | undefined {
   if (f.met !== false) return undefined;
+  if (Number.isNaN(f.value)) return `misses ${f.target}: nothing was measured`;
   const m = /^([≤≥])\s*([\d.,]+)\s*(×)?/.exec(f.target);
   if (!m) return `misses ${f.target}`;
   const limit = Number(m[2]!.replace(/,/g, ""));
@@ -87,7 +101,7 @@ export function writeReport(dir: string, figures: Figure[], notes: string[], nam
     `|---|---|---|---|---|---|---|`,
     ...figures.map(
       (f) =>
-        `| ${f.bench} | ${f.metric} | ${fmt(f.value)} ${f.unit} | ${f.baseline === null ? "—" : `${fmt(f.baseline)} ${f.unit} (${f.baselineLabel})`} | ${
+        `| ${f.bench} | ${f.metric} | ${shown(f)} | ${f.baseline === null ? "—" : `${fmt(f.baseline)} ${f.unit} (${f.baselineLabel})`} | ${
           f.baseline ? (f.value / f.baseline).toFixed(2) + "×" : "—"
         } | ${f.target} | ${f.met === null ? "—" : f.met ? "yes" : "**no**"} |`,
     ),
@@ -133,7 +147,7 @@ export function quoteInReadme(readme: string, figures: Figure[], date: string, l
     `|---|---|---|---|---|---|`,
     ...figures.map(
       (f) =>
-        `| ${cell(f.bench)} | ${cell(f.metric)} | ${fmt(f.value)} ${f.unit} | ${f.baseline === null ? "—" : `${fmt(f.baseline)} ${f.unit} (${cell(f.baselineLabel)})`} | ${cell(f.target)} | ${
+        `| ${cell(f.bench)} | ${cell(f.metric)} | ${shown(f)} | ${f.baseline === null ? "—" : `${fmt(f.baseline)} ${f.unit} (${cell(f.baselineLabel)})`} | ${cell(f.target)} | ${
           f.met === null ? "—" : f.met ? "yes" : "no"
         } |`,
     ),

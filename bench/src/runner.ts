@@ -1,4 +1,5 @@
-import { type Figure } from "./report.js";
+import { AsyncLocalStorage } from "node:async_hooks";
+import { failedRows, type ExpectedRow, type Figure } from "./report.js";
 
 /** A bench: resolves to its figures or throws; the runner records a failure as a note. */
 export type Bench = () => Promise<Figure[]>;
@@ -7,23 +8,58 @@ export type Bench = () => Promise<Figure[]>;
 export interface BenchOutcome {
   figures: Figure[];
   notes: string[];
+  /** Benches that threw, timed out or left a failure behind them, in run order: the run did not succeed. */
+  failed: string[];
   /** Seconds each bench took (a failed or timed-out one included), in run order. */
   seconds: Array<{ name: string; seconds: number }>;
 }
 
+/** How `runBenches` runs the benches. */
+export interface RunOptions {
+  /** How long a bench may run before it is abandoned, in ms. */
+  timeoutMs: number;
+  log?: (line: string) => void;
+  /**
+   * Each bench's rows, values aside: a bench that fails reports them as not met (failedRows),
+   * and one whose figures differ from them leaves a note, so the list is kept up to date.
+   */
+  expected?: Record<string, () => ExpectedRow[]>;
+  /** Ends what an abandoned (timed-out) bench left running; returns how many processes it ended. */
+  abandon?: () => number;
+}
+
 const message = (err: unknown) => (err instanceof Error ? err.message : String(err));
+
+/** Puts process.env back to `saved`: a bench's changes (BENCH_CPU_PROF…) end with it, even when it never finished. */
+function restoreEnv(saved: Record<string, string | undefined>): void {
+  for (const key of Object.keys(process.env)) if (!(key in saved)) delete process.env[key];
+  for (const [key, value] of Object.entries(saved)) if (value !== undefined && process.env[key] !== value) process.env[key] = value;
+}
+
+const key = (r: ExpectedRow) => `${r.bench} / ${r.metric}`;
 
 /**
  * Runs `names` of `benches` one after another. A bench that throws, or has not finished after
- * `timeoutMs`, leaves a note and the next one runs: one broken bench must not cost the whole
- * report. A promise a bench leaves rejected in the background (a child's late failure) is a
- * note too, instead of Node ending the process.
+ * `timeoutMs`, leaves a note and its expected rows as failed, what it left running is ended
+ * (`abandon`), and the next one runs: one broken bench must not cost the whole report. A
+ * promise a bench leaves rejected in the background (a child's late failure) is a note too,
+ * blamed on the bench it came from, instead of Node ending the process.
  */
-export async function runBenches(benches: Record<string, Bench>, names: string[], options: { timeoutMs: number; log?: (line: string) => void }): Promise<BenchOutcome> {
+export async function runBenches(benches: Record<string, Bench>, names: string[], options: RunOptions): Promise<BenchOutcome> {
   const log = options.log ?? ((line: string) => process.stderr.write(`${line}\n`));
-  const outcome: BenchOutcome = { figures: [], notes: [], seconds: [] };
+  const outcome: BenchOutcome = { figures: [], notes: [], failed: [], seconds: [] };
+  const fail = (name: string) => {
+    if (!outcome.failed.includes(name)) outcome.failed.push(name);
+  };
+  // Which bench a promise belongs to: Node runs the unhandledRejection handler in the rejected
+  // promise's async context, so a late failure of an abandoned bench is not blamed on the next.
+  const running = new AsyncLocalStorage<string>();
   let current = "";
-  const stray = (err: unknown) => outcome.notes.push(`${current}: a failure outside the bench's own flow: ${message(err)}`);
+  const stray = (err: unknown) => {
+    const source = running.getStore() ?? current;
+    fail(source);
+    outcome.notes.push(`${source}: a failure outside the bench's own flow${source === current ? "" : ` (after it was abandoned, while ${current} ran)`}: ${message(err)}`);
+  };
   process.on("unhandledRejection", stray);
   try {
     for (const name of names) {
@@ -31,17 +67,38 @@ export async function runBenches(benches: Record<string, Bench>, names: string[]
       if (!bench) throw new Error(`unknown bench ${name}; known: ${Object.keys(benches).join(", ")}`);
       current = name;
       const started = Date.now();
+      const env = { ...process.env };
       log(`bench ${name}…`);
       let timer: NodeJS.Timeout | undefined;
+      let abandoned = false;
       const timedOut = new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(new Error(`did not finish within ${(options.timeoutMs / 60_000).toFixed(1)} min (BENCH_TIMEOUT_MINUTES); its processes may still be running, so the benches after it may be slower`)), options.timeoutMs);
+        timer = setTimeout(() => {
+          abandoned = true;
+          reject(new Error(`did not finish within ${(options.timeoutMs / 60_000).toFixed(1)} min (BENCH_TIMEOUT_MINUTES)`));
+        }, options.timeoutMs);
       });
       try {
-        outcome.figures.push(...(await Promise.race([bench(), timedOut])));
+        const figures = await Promise.race([running.run(name, bench), timedOut]);
+        outcome.figures.push(...figures);
+        const expected = options.expected?.[name]?.();
+        if (expected) {
+          const got = new Set(figures.map(key));
+          const listed = new Set(expected.map(key));
+          const missing = [...listed].filter((k) => !got.has(k));
+          const unlisted = [...got].filter((k) => !listed.has(k));
+          if (missing.length + unlisted.length > 0) {
+            outcome.notes.push(`${name}: its expected rows (shown when it fails) differ from its figures; update them: ${[...missing.map((k) => `expected but not reported: ${k}`), ...unlisted.map((k) => `reported but not expected: ${k}`)].join("; ")}`);
+          }
+        }
       } catch (err) {
-        outcome.notes.push(`${name} failed: ${message(err)}`);
+        let failure = message(err);
+        if (abandoned && options.abandon) failure += `; ${options.abandon()} process(es) it left running were ended`;
+        fail(name);
+        outcome.notes.push(`${name} failed: ${failure}`);
+        outcome.figures.push(...failedRows(options.expected?.[name]?.() ?? [], `${name} failed: ${failure}`));
       } finally {
         clearTimeout(timer);
+        restoreEnv(env);
       }
       const seconds = (Date.now() - started) / 1000;
       outcome.seconds.push({ name, seconds });

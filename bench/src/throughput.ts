@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { packDir, startAgentProc, type AgentProc } from "./agent-runs.js";
 import { inParallel } from "./dispatch.js";
-import { api, cpuSeconds, sleep, startServerProc } from "./harness.js";
+import { api, cpuSeconds, sleep, startServerProc, track } from "./harness.js";
 import { describeProfile, summarizeProfiles } from "./profile.js";
 import { type Figure } from "./report.js";
 import { routes } from "@drover/protocol";
@@ -20,7 +20,7 @@ function bareRun(): Promise<void> {
   const env = { ...process.env, TF_CLI_CONFIG_FILE: tfrc, CHECKPOINT_DISABLE: "1", TF_IN_AUTOMATION: "1", TF_INPUT: "0" };
   const step = (args: string[]) =>
     new Promise<void>((resolve, reject) => {
-      const child = spawn("terraform", args, { cwd: dir, env, stdio: "ignore" });
+      const child = track(spawn("terraform", args, { cwd: dir, env, stdio: "ignore" }));
       child.on("exit", (code) => (code === 0 ? resolve() : reject(new Error(`bare terraform ${args[0]} exited ${code}`))));
     });
   return step(["init", "-input=false", "-no-color"])

@@ -8,7 +8,7 @@ import { test } from "node:test";
 import type * as Report from "../../bench/src/report.js";
 import type * as Runner from "../../bench/src/runner.js";
 
-const { missedBy, quoteInReadme, writeReport } = (await import(new URL("../../../bench/dist/report.js", import.meta.url).href)) as typeof Report;
+const { failedRows, missedBy, quoteInReadme, writeReport } = (await import(new URL("../../../bench/dist/report.js", import.meta.url).href)) as typeof Report;
 const { runBenches, timingNote } = (await import(new URL("../../../bench/dist/runner.js", import.meta.url).href)) as typeof Runner;
 
 const figure = (over: Partial<Report.Figure>): Report.Figure => ({
@@ -58,6 +58,83 @@ test("a bench that throws or never ends leaves a note, and the benches after it 
   assert.match(timingNote(outcome.seconds), /^time per bench: broken \d+ s, stuck \d+ s, fine \d+ s; total [\d.]+ min$/);
 });
 
+test("a failed bench keeps its expected rows (n/a, not met, the failure as note), is listed as failed, and its env changes and processes end with it", async () => {
+  const abandoned: string[] = [];
+  const seen: Array<string | undefined> = [];
+  const row = (bench: string, metric: string, target: string) => ({ bench, metric, unit: "ms", target });
+  const outcome = await runBenches(
+    {
+      broken: async () => {
+        process.env.BENCH_RUNNER_TEST_ENV = "broken";
+        throw new Error("no cluster");
+      },
+      stuck: () => {
+        process.env.BENCH_RUNNER_TEST_ENV = "stuck";
+        return new Promise<never>(() => undefined);
+      },
+      fine: async () => {
+        seen.push(process.env.BENCH_RUNNER_TEST_ENV);
+        return [figure({ bench: "fine", metric: "p50" }), figure({ bench: "fine", metric: "new" })];
+      },
+    },
+    ["broken", "stuck", "fine"],
+    {
+      timeoutMs: 50,
+      log: () => undefined,
+      expected: { broken: () => [row("broken bench", "p99", "≤ 20 ms"), row("broken bench", "count", "reported")], stuck: () => [row("stuck bench", "wall time", "≤ 1.05×")], fine: () => [row("fine", "p50", "—"), row("fine", "p99", "—")] },
+      abandon: () => {
+        abandoned.push("called");
+        return 3;
+      },
+    },
+  );
+  assert.equal(process.env.BENCH_RUNNER_TEST_ENV, undefined, "a bench's env change ends with it, a timed-out one's too");
+  assert.deepEqual(seen, [undefined]);
+  assert.deepEqual(abandoned, ["called"], "only the timed-out bench is abandoned");
+  assert.deepEqual(outcome.failed, ["broken", "stuck"]);
+  assert.deepEqual(
+    outcome.figures.map((f) => [f.bench, f.metric, Number.isNaN(f.value) ? "n/a" : f.value, f.met]),
+    [
+      ["broken bench", "p99", "n/a", false],
+      ["broken bench", "count", "n/a", false],
+      ["stuck bench", "wall time", "n/a", false],
+      ["fine", "p50", 1, null],
+      ["fine", "new", 1, null],
+    ],
+  );
+  assert.equal(outcome.figures[0]!.note, "broken failed: no cluster");
+  assert.match(outcome.figures[2]!.note!, /^stuck failed: did not finish within .*; 3 process\(es\) it left running were ended$/);
+  assert.match(outcome.notes[2]!, /^fine: its expected rows .* differ from its figures; update them: expected but not reported: fine \/ p99; reported but not expected: fine \/ new$/);
+
+  const dir = mkdtempSync(join(tmpdir(), "drover-bench-report-"));
+  try {
+    const md = writeReport(join(dir, "results"), outcome.figures, outcome.notes, "partial");
+    assert.match(md, /\| broken bench \| p99 \| n\/a \| — \| — \| ≤ 20 ms \| \*\*no\*\* \|/);
+    assert.match(md, /- \*\*broken bench, p99\*\*: misses ≤ 20 ms: nothing was measured\. Why: the bench failed: broken failed: no cluster/);
+    assert.match(md, /- \*\*stuck bench, wall time\*\*: misses ≤ 1\.05×: nothing was measured\./);
+    assert.match(md, /- \*\*broken bench, count\*\*: misses reported: nothing was measured\./);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+  assert.deepEqual(failedRows([], "x"), []);
+});
+
+test("a late failure of a timed-out bench is blamed on it, not on the bench running when it comes", () => {
+  // In a process of its own: the test runner would take the stray rejection as this test's failure.
+  const script = `
+    const { runBenches } = await import(${JSON.stringify(new URL("../../../bench/dist/runner.js", import.meta.url).href)});
+    const outcome = await runBenches({
+      stuck: () => { new Promise((_, reject) => { globalThis.failLate = reject; }); return new Promise(() => {}); },
+      next: async () => { globalThis.failLate(new Error("late child failure")); for (let i = 0; i < 3; i++) await new Promise((r) => setImmediate(r)); return []; },
+    }, ["stuck", "next"], { timeoutMs: 10, log: () => undefined });
+    console.log(JSON.stringify(outcome));`;
+  const child = spawnSync(process.execPath, ["--input-type=module", "-e", script], { encoding: "utf8" });
+  assert.equal(child.status, 0, child.stderr);
+  const outcome = JSON.parse(child.stdout) as Runner.BenchOutcome;
+  assert.deepEqual(outcome.failed, ["stuck"]);
+  assert.equal(outcome.notes[1], "stuck: a failure outside the bench's own flow (after it was abandoned, while next ran): late child failure");
+});
+
 test("a promise a bench leaves rejected behind it is a note, not the end of the run", () => {
   // In a process of its own: the test runner would take the stray rejection as this test's failure.
   const script = `
@@ -71,6 +148,7 @@ test("a promise a bench leaves rejected behind it is a note, not the end of the 
   assert.equal(child.status, 0, child.stderr);
   const outcome = JSON.parse(child.stdout) as Runner.BenchOutcome;
   assert.deepEqual(outcome.notes, ["leaky: a failure outside the bench's own flow: late child failure"]);
+  assert.deepEqual(outcome.failed, ["leaky"]);
   assert.equal(outcome.figures[0]!.bench, "next");
 });
 
