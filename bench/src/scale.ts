@@ -221,7 +221,7 @@ export function scaleRows(plans = scalePlans()): ExpectedRow[] {
 export async function benchScale(durationMs = 30_000, plans = scalePlans()): Promise<Figure[]> {
   const figures: Figure[] = [];
   for (const plan of plans) {
-    const { db, agents, p99, rss } = plan;
+    const { db, agents, workers, p99, rss } = plan;
     const small = await fleet(db, 10, 1, durationMs);
     const big = await fleet(db, agents, workers, durationMs);
     const [clientRow, serverRow, rssRow, cpuRow] = scaleRows([plan]) as [ExpectedRow, ExpectedRow, ExpectedRow, ExpectedRow];

@@ -125,14 +125,16 @@ test("a late failure of a timed-out bench is blamed on it, not on the bench runn
     const { runBenches } = await import(${JSON.stringify(new URL("../../../bench/dist/runner.js", import.meta.url).href)});
     const outcome = await runBenches({
       stuck: () => { new Promise((_, reject) => { globalThis.failLate = reject; }); return new Promise(() => {}); },
-      next: async () => { globalThis.failLate(new Error("late child failure")); for (let i = 0; i < 3; i++) await new Promise((r) => setImmediate(r)); return []; },
+      next: () => new Promise((resolve) => { process.once("unhandledRejection", () => resolve([])); globalThis.failLate(new Error("late child failure")); }),
     }, ["stuck", "next"], { timeoutMs: 10, log: () => undefined });
     console.log(JSON.stringify(outcome));`;
   const child = spawnSync(process.execPath, ["--input-type=module", "-e", script], { encoding: "utf8" });
   assert.equal(child.status, 0, child.stderr);
   const outcome = JSON.parse(child.stdout) as Runner.BenchOutcome;
-  assert.deepEqual(outcome.failed, ["stuck"]);
-  assert.equal(outcome.notes[1], "stuck: a failure outside the bench's own flow (after it was abandoned, while next ran): late child failure");
+  // Only the notes are asserted: on a loaded machine `next` may itself outlast the 10 ms timeout.
+  assert.ok(outcome.notes.includes("stuck: a failure outside the bench's own flow (after it was abandoned, while next ran): late child failure"), JSON.stringify(outcome.notes));
+  assert.ok(!outcome.notes.some((n) => n.startsWith("next: a failure outside")), JSON.stringify(outcome.notes));
+  assert.ok(outcome.failed.includes("stuck"));
 });
 
 test("a promise a bench leaves rejected behind it is a note, not the end of the run", () => {
