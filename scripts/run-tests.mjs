@@ -175,7 +175,9 @@ if (!interrupted) process.exit(code);
 function bundleAgentIfStale() {
   const bundle = join("packages", "cli", "dist", "agent-bundle", "program.js");
   const newest = (dir) => (existsSync(dir) ? readdirSync(dir, { recursive: true }).filter((f) => String(f).endsWith(".js")).reduce((m, f) => Math.max(m, statSync(join(dir, String(f))).mtimeMs), 0) : 0);
-  const sources = Math.max(...["protocol", "agent", "cli"].map((p) => newest(join("packages", p, "dist", "src"))));
+  // With the .tsbuildinfo files, which `drover agent run` compares with the bundle (packages/cli/src/main.ts).
+  const info = (p) => (existsSync(p) ? statSync(p).mtimeMs : 0);
+  const sources = Math.max(...["protocol", "agent", "cli"].flatMap((p) => [newest(join("packages", p, "dist", "src")), info(join("packages", p, "dist", ".tsbuildinfo"))]));
   if (existsSync(bundle) && statSync(bundle).mtimeMs >= sources) return;
   console.error("[run-tests] the agent bundle is older than tsc's output: rebuilding it (scripts/bundle-agent.mjs)");
   execFileSync(process.execPath, [join(dirname(fileURLToPath(import.meta.url)), "bundle-agent.mjs")], { stdio: "inherit" });
