@@ -26,6 +26,9 @@ const heapMode = join(root, "packages", "agent", "dist", "src", "heap-mode.js");
 /** The package name of a bare specifier (`@scope/name/x` → `@scope/name`). */
 const packageOf = (spec) => spec.split("/").slice(0, spec.startsWith("@") ? 2 : 1).join("/");
 
+/** Marks the plugin's own look-ups of an external, which must resolve as esbuild would. */
+const probe = Symbol("probe");
+
 const drover = {
   name: "drover-agent-bundle",
   setup(b) {
@@ -38,17 +41,28 @@ const drover = {
       const at = join(a.resolveDir, a.path);
       return at === heapMode ? { path: "@drover/agent/heap-mode", external: true } : undefined;
     });
-    b.onResolve({ filter: /^[^./]/ }, (a) => {
+    b.onResolve({ filter: /^[^./]/ }, async (a) => {
       if (a.path.startsWith("node:")) return { external: true };
+      if (a.pluginData === probe) return undefined;
       const pkg = packageOf(a.path);
       if ((pkg.startsWith("@drover/") && pkg !== "@drover/server") || inlined.has(pkg)) return undefined;
+      // An external is looked up at run time from the bundle's directory, not from the file that
+      // imports it: the two agree only while the package is hoisted. Refuse when they differ.
+      const at = async (resolveDir) => {
+        const r = await b.resolve(a.path, { kind: a.kind, resolveDir, pluginData: probe });
+        return r.errors.length > 0 ? "(not found)" : r.path;
+      };
+      const [fromImporter, fromBundle] = await Promise.all([at(a.resolveDir), at(dirname(outdir))]);
+      if (fromImporter !== fromBundle) {
+        return { errors: [{ text: `external "${a.path}" resolves to ${fromImporter} from ${a.importer} but to ${fromBundle} from the bundle (${outdir}): hoist it (npm ci) or bundle it` }] };
+      }
       return { path: a.path, external: true };
     });
   },
 };
 
 rmSync(outdir, { recursive: true, force: true });
-await build({
+const result = await build({
   entryPoints: { program: join(root, "packages", "cli", "dist", "src", "program.js") },
   outdir,
   bundle: true,
@@ -60,6 +74,9 @@ await build({
   // the source; the .map files give the source positions (`node --enable-source-maps`).
   minifyWhitespace: true,
   minifySyntax: true,
+  // esbuild renames a class that shares its name with another module's (commander's `Command`
+  // became `Command2`); pino logs `err.type` from `constructor.name`.
+  keepNames: true,
   // One-byte source strings: V8 keeps a file's source as UTF-16 when it holds any non-ASCII character.
   charset: "ascii",
   legalComments: "none",
@@ -69,3 +86,10 @@ await build({
   // Bundled CommonJS (commander, pino) calls require for Node's own modules.
   banner: { js: 'import { createRequire as __droverCreateRequire } from "node:module"; const require = __droverCreateRequire(import.meta.url);' },
 });
+// A warning is a build fault here: e.g. an import the bundle cannot follow would fail only when
+// the agent reaches it. Remove the bundle so `drover agent run` says it is not built.
+if (result.warnings.length > 0) {
+  rmSync(outdir, { recursive: true, force: true });
+  process.stderr.write(`bundle-agent: ${result.warnings.length} warning(s) above; the agent bundle is not written\n`);
+  process.exit(1);
+}
