@@ -87,11 +87,12 @@ test("agent-job in a restricted namespace: Ready through its probes, examples/he
   const ns = "drover-job";
   await namespace(cluster, ns, "restricted");
   const since = new Date();
+  const healthPort = 20000 + Math.floor(Math.random() * 20000);
   const rendered = template("agent-job", ns, [
     "--set", `agent.token=${stack.poolToken}`,
     "--set", `agent.url=${stack.server.url}`,
     "--set", "image.tag=test",
-    "--set", `agent.healthPort=${20000 + Math.floor(Math.random() * 20000)}`,
+    "--set", `agent.healthPort=${healthPort}`,
     "--set", "agent.imagePullGracePeriodSeconds=5",
     ...runnerValues(images),
   ]);
@@ -106,6 +107,11 @@ test("agent-job in a restricted namespace: Ready through its probes, examples/he
     assert.fail(`${(e as Error).message}\n${await diagnose()}`);
   }
   assert.equal(ready[0].status.containerStatuses[0].restartCount, 0, "never restarted by its liveness probe");
+  // The liveness probe's own answer: with its period stretched (chartProbeTimings) a failing
+  // /healthz would restart the pod only long after this test, so ask the health port itself.
+  // eslint-disable-next-line no-restricted-globals -- the controller's health port, not the Drover server
+  const live = await fetch(`http://127.0.0.1:${healthPort}/healthz`);
+  assert.equal(live.status, 200, `/healthz on the controller's health port: ${await live.text()}`);
   const rollout = await kubectlOut(cluster, ["rollout", "status", "deployment", "-n", ns, "-l", "app.kubernetes.io/component=controller", "--timeout=30s"]);
   assert.equal(rollout.code, 0, rollout.out);
 

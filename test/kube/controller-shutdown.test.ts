@@ -56,10 +56,11 @@ test("SIGTERM while a Job's Secret create is unanswered: the launch is retried b
 
 test("a controller killed before a Job's Secret exists (past its stop budget): its replacement gets the run to complete", async () => {
   // This run gets to its second controller only once the killed one's lease on it expires: a
-  // server of its own with a 10 s lease TTL instead of the default 30 s. (The first test keeps
+  // server of its own with a 15 s lease TTL instead of the default 30 s (10 s was tight at load 20+:
+  // a started worker renews every TTL/2). (The first test keeps
   // the default: its Job's pod must start before the lease the exited controller left lapses.)
   // The controller renews an unstarted job every 2 s, a started worker every TTL/2.
-  const quick = await startStack({ DROVER_LEASE_TTL_SECONDS: "10" });
+  const quick = await startStack({ DROVER_LEASE_TTL_SECONDS: "15" });
   const isSecretCreate = (method: string, url: string) => method === "POST" && url.startsWith(`/api/v1/namespaces/${ns}/secrets`);
   cluster.stallRequests(isSecretCreate);
   const first = startJobModeController(cluster, quick, { ns, name: "killed-ctl" });

@@ -178,10 +178,17 @@ describe("test cluster kubelet", () => {
     // Probe seconds of a minute: were liveness scaled like readiness, its failing probe would kill
     // the container here; were readiness not, its second probe would come a minute after the first.
     const own = await startTestCluster({ timings: { ...fastTimings, probeSecondMs: 60_000, readinessProbeSecondMs: 20 } });
-    const web = createHttpServer((_q, s) => s.end("ok"));
+    // A port of its own from the start (a random one could be another test's health port):
+    // unhealthy until `healthy` flips.
+    let healthy = false;
+    const web = createHttpServer((_q, s) => {
+      s.statusCode = healthy ? 200 : 503;
+      s.end(healthy ? "ok" : "not yet");
+    });
+    await new Promise<void>((resolve) => web.listen(0, "127.0.0.1", resolve));
+    const port = (web.address() as { port: number }).port;
     try {
       const space = await freshNamespace(own, "paced");
-      const port = 30000 + Math.floor(Math.random() * 20000);
       const r = await kube(own, "POST", `/api/v1/namespaces/${space}/pods`, { metadata: { name: "paced" }, spec: { terminationGracePeriodSeconds: 1, containers: [sh("main", "exec sleep 1000", {
         readinessProbe: { httpGet: { path: "/", port }, periodSeconds: 10 },
         livenessProbe: { exec: { command: ["false"] }, initialDelaySeconds: 1, periodSeconds: 1, failureThreshold: 1 },
@@ -189,8 +196,8 @@ describe("test cluster kubelet", () => {
       assert.equal(r.status, 201, JSON.stringify(r.body));
       const get = () => pod(own, space, "paced");
       await until("the first readiness probe to fail", async () => (await kube(own, "GET", `/api/v1/namespaces/${space}/events?fieldSelector=involvedObject.name%3Dpaced`)).body.items as any[], (evs) => evs.some((e) => /^Readiness probe failed/.test(e.message)));
-      await new Promise<void>((resolve) => web.listen(port, "127.0.0.1", resolve));
-      const p = await until("Ready once the port answers", get, ready, 10_000);
+      healthy = true;
+      const p = await until("Ready once the port answers 200", get, ready, 10_000);
       assert.equal(p.status.containerStatuses[0].restartCount, 0, "liveness did not run at the readiness pace");
     } finally {
       web.close();

@@ -16,10 +16,12 @@ describe("test cluster podman mode", { skip: unavailable }, () => {
   let c: TestCluster;
   let ns: string;
   let built: BuiltImages;
-  // A host directory the node provides read-only to containers of "example.test/mounted" (podmanMounts).
-  const provided = mkdtempSync(join(tmpdir(), "ktc-podman-mount-"));
-  writeFileSync(join(provided, "fixture.txt"), "from-the-host\n");
+  // A host directory the node provides read-only to containers of "example.test/mounted"
+  // (podmanMounts); made in `before`, which a skipped suite never runs.
+  let provided = "";
   before(async () => {
+    provided = mkdtempSync(join(tmpdir(), "ktc-podman-mount-"));
+    writeFileSync(join(provided, "fixture.txt"), "from-the-host\n");
     built = await ensureImages();
     c = await startTestCluster({
       timings: { ...fastTimings, probeSecondMs: 50 },
@@ -34,7 +36,7 @@ describe("test cluster podman mode", { skip: unavailable }, () => {
   }, { timeout: 20 * 60_000 });
   after(async () => {
     await c?.close();
-    rmSync(provided, { recursive: true, force: true });
+    if (provided) rmSync(provided, { recursive: true, force: true });
     assert.deepEqual(c?.errors ?? [], []);
   });
 

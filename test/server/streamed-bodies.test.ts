@@ -300,3 +300,21 @@ describe("a data directory that fills up during an upload", () => {
     assert.equal((await call(server.url, routes.readState, admin, { params: { ws: "full" } })).status, 200);
   });
 });
+
+describe("the default configuration upload limit", () => {
+  test("a configuration declared just over 100 MiB is refused (413) before its body is read", async () => {
+    // The setup above sets DROVER_MAX_CONFIGURATION_MB; this server keeps the default.
+    const dataDir = join(tempDir(), "data");
+    const server = await startServerProc({ DROVER_DATA_DIR: dataDir, DROVER_ADMIN_TOKEN: admin, DROVER_LOG_LEVEL: "warn" });
+    cleanups.push(() => server.proc.stop());
+    await callOk(server.url, routes.createPool, admin, { body: { name: "default" } });
+    await callOk(server.url, routes.createWorkspace, admin, { body: { name: "default", pool: "default" } });
+    // The route lets one byte over 100 MiB through (for the archive check), so two bytes over is the first refused.
+    const res = await send(server.url, routes.uploadConfiguration, { ws: "default" }, bytesOf(1, 0), { token: admin, contentType: "application/gzip", length: 100 * mb + 2, stopAfter: 0 });
+    assert.equal(res.status, 413, JSON.stringify(res));
+    assert.equal(res.body.error, "payload_too_large");
+    assert.match(res.body.message, new RegExp(`limit is ${100 * mb + 1} bytes`));
+    assert.equal(res.sent, 0, "refused on the declared length, before the client sent a byte");
+    assert.deepEqual(leftovers(dataDir), []);
+  });
+});
