@@ -67,3 +67,21 @@ test("a build warning fails the build and leaves no bundle", () => {
   assert.match(r.stderr, /bundle-agent: 1 warning\(s\) above; the agent bundle is not written/);
   assert.equal(existsSync(join(root, program)), false);
 });
+
+// Fails without keepNames: esbuild renames the second of two same-named classes (`Thing2`), and
+// commander's classes and the errors pino logs (`err.type` is `constructor.name`) read wrong.
+test("classes of the same name in two modules keep their names in the bundle", () => {
+  write("packages/agent/dist/src/a.js", "export class Thing {}\n");
+  write("packages/agent/dist/src/b.js", "export class Thing {}\n");
+  write("packages/cli/dist/src/program.js", [
+    'import { Thing as A } from "../../../agent/dist/src/a.js";',
+    'import { Thing as B } from "../../../agent/dist/src/b.js";',
+    'export async function main() { process.stdout.write(`${new A().constructor.name} ${new B().constructor.name}\\n`); }',
+    "",
+  ].join("\n"));
+  const r = bundle();
+  assert.equal(r.status, 0, r.stderr);
+  const ran = spawnSync(process.execPath, ["--input-type=module", "-e", `const { main } = await import(${JSON.stringify(join(root, program))}); await main();`], { encoding: "utf8" });
+  assert.equal(ran.status, 0, ran.stderr);
+  assert.equal(ran.stdout, "Thing Thing\n");
+});
