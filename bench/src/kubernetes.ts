@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { parse } from "yaml";
 import type * as Ktc from "../../tools/kube-test-cluster/src/index.js";
 import { tinyArchive } from "./dispatch.js";
-import { api, client, droverBin, repoRoot, sleep, startServerProc, track } from "./harness.js";
+import { api, client, droverBin, repoRoot, sleep, startServerProc, track, trackStop } from "./harness.js";
 import { median, percentile, type Figure } from "./report.js";
 
 const ktc = (await import(new URL("../../tools/kube-test-cluster/dist/index.js", import.meta.url).href)) as typeof Ktc;
@@ -140,6 +140,9 @@ export async function benchKubernetes(runs = 100, stepRuns = 8): Promise<Figure[
       else if (method === "POST" && url.includes("/secrets")) calls.secretCreates++;
     },
   });
+  // The test cluster runs in this process and starts pods as processes of its own: if this bench
+  // is abandoned (timed out), the runner closes it.
+  const forgetCluster = trackStop(() => void cluster.close().catch(() => undefined));
   const server = await startServerProc();
   const controllers: ChildProcess[] = [];
   let local: AgentProc | undefined;
@@ -247,6 +250,7 @@ export async function benchKubernetes(runs = 100, stepRuns = 8): Promise<Figure[
     for (const c of controllers) c.kill("SIGKILL");
     await local?.stop();
     await server.stop();
+    forgetCluster();
     await cluster.close();
     rmSync(dir, { recursive: true, force: true });
   }
