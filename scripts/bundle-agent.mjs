@@ -14,7 +14,7 @@
 // - the agent's heap-mode module: main.ts enters idle heap mode through it before the bundle
 //   loads, and the agent must leave it through the same module instance.
 import { build } from "esbuild";
-import { rmSync } from "node:fs";
+import { readFileSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -29,9 +29,57 @@ const packageOf = (spec) => spec.split("/").slice(0, spec.startsWith("@") ? 2 : 
 /** Marks the plugin's own look-ups of an external, which must resolve as esbuild would. */
 const probe = Symbol("probe");
 
+/*
+ * Node modules the bundled packages require when they load but use only on paths an agent
+ * never or rarely takes; each is ~0.2-0.3 MB of an idle agent (SPEC §8; test/agent/lean-idle
+ * fails when one loads at idle). Their stand-ins load the real module on first use.
+ * - commander: node:child_process, for executable subcommands (Drover's are all in-process).
+ * - pino: worker_threads for `isMainThread` (whether a non-sync destination flushes at exit)
+ *   and thread-stream (transports, which the agent does not configure). The bundle runs only as
+ *   `drover agent run`'s main thread (packages/cli/src/main.ts), so `isMainThread` is true.
+ */
+const lazyFor = { commander: ["child_process"], pino: ["worker_threads", "thread-stream"] };
+const knownValues = { worker_threads: { isMainThread: true } };
+/** The stand-in's source (CommonJS, as its importers are): the real module on first property read or construction. */
+const standIn = (name) =>
+  name === "thread-stream"
+    ? `module.exports = function ThreadStream(options) { const Real = require("thread-stream"); return new Real(options); };`
+    : `let real; const known = ${JSON.stringify(knownValues[name] ?? {})};
+module.exports = new Proxy(known, { get: (_, key) => (key in known ? known[key] : (real ??= require("node:${name}"))[key]) });`;
+
+const jsonSchemaFiles = /\/(to-json-schema|json-schema-processors|json-schema-generator|from-json-schema)\.js$/;
+
+/**
+ * A stand-in for one of zod's JSON Schema files: the same exports, each throwing when called
+ * (a class, when constructed); the `create…Method` factories, which zod calls per schema, return
+ * such a function. An export this misses stops the build where zod imports it by name (esbuild:
+ * no matching export) and is a build warning where zod reads it off a namespace.
+ */
+function jsonSchemaStub(file) {
+  const source = readFileSync(file, "utf8");
+  const names = new Set([...source.matchAll(/^export (?:function|const|let|class) (\w+)/gm)].map((m) => m[1]));
+  for (const [, list] of source.matchAll(/^export \{([^}]*)\};/gm)) for (const part of list.split(",")) names.add(part.trim().split(/\s+as\s+/).pop());
+  names.delete("");
+  const lines = [`const unavailable = (name) => function () { throw new Error("zod's " + name + " (JSON Schema) is left out of the agent bundle (scripts/bundle-agent.mjs); it runs from tsc's files"); };`];
+  for (const name of names) lines.push(/^create\w*Method$/.test(name) ? `export const ${name} = () => unavailable(${JSON.stringify(name)});` : `export const ${name} = unavailable(${JSON.stringify(name)});`);
+  return lines.join("\n");
+}
+
 const drover = {
   name: "drover-agent-bundle",
   setup(b) {
+    b.onResolve({ filter: /^(node:)?(child_process|worker_threads)$|^thread-stream$/ }, (a) => {
+      const name = a.path.replace(/^node:/, "");
+      if (a.namespace === "lazy") return { path: a.path, external: true };
+      const importer = Object.keys(lazyFor).find((pkg) => a.importer.includes(`${join("node_modules", pkg)}/`) && lazyFor[pkg].includes(name));
+      return importer ? { path: name, namespace: "lazy" } : undefined;
+    });
+    b.onLoad({ filter: /.*/, namespace: "lazy" }, (a) => ({ contents: standIn(a.path), loader: "js" }));
+    // zod's JSON Schema code (~100 KB of source: zod → JSON Schema, JSON Schema → zod), which
+    // every zod schema links to but only z.toJSONSchema, z.fromJSONSchema and `~standard`'s
+    // jsonSchema run: nothing in the agent does (the server's OpenAPI document is not bundled).
+    b.onResolve({ filter: jsonSchemaFiles }, (a) => (a.importer.includes(`${join("node_modules", "zod")}/`) ? { path: join(a.resolveDir, a.path), namespace: "zod-json-schema" } : undefined));
+    b.onLoad({ filter: /.*/, namespace: "zod-json-schema" }, (a) => ({ contents: jsonSchemaStub(a.path), loader: "js" }));
     // zod's `locales` namespace (its error messages in 40 languages); zod itself imports only
     // `locales/en.js` directly, which stays.
     b.onResolve({ filter: /\/locales\/index\.js$/ }, (a) => (a.importer.includes(`${join("node_modules", "zod")}`) ? { path: "zod-locales", namespace: "empty" } : undefined));

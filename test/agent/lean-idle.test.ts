@@ -20,6 +20,14 @@ const lazy: Array<[RegExp, string]> = [
   [/\/node_modules\/(tar|minizlib|openpgp)\//, "archive and signature code: when a job extracts a configuration or fetches an engine"],
   [/\/node_modules\/(fastify|kysely|better-sqlite3|pg)\//, "server code: `drover server` only"],
   [/\/packages\/server\//, "the server package: `drover server` only"],
+  [/\/node_modules\/thread-stream\//, "pino's transports, which the agent configures none of: the bundle's stand-in loads it on first use (scripts/bundle-agent.mjs)"],
+];
+
+/** Node modules an idle agent must not load (~0.2–0.3 MB each), each with where it loads instead. */
+const lazyBuiltins: Array<[string, string]> = [
+  ["child_process", "the first step a job starts (agent/process.ts); commander's stand-in in the bundle (scripts/bundle-agent.mjs)"],
+  ["zlib", "the first archive checked or unpacked (protocol/archive.ts, agent/providers/zip.ts)"],
+  ["worker_threads", "pino's stand-in in the bundle (scripts/bundle-agent.mjs): pino needs only isMainThread"],
 ];
 
 const recorder = new URL("../support/lean-agent-recorder.js", import.meta.url).href;
@@ -71,10 +79,13 @@ test("an idle local agent loads none of the parts it loads lazily, and runs in i
     assert.deepEqual(builtins.filter((m) => m.includes("http2")), [], "an idle agent loaded Node's http2");
     // The heartbeat times itself with process.hrtime: the `performance` global loads perf_hooks.
     assert.deepEqual(builtins.filter((m) => m === "perf_hooks"), [], "an idle agent loaded Node's perf_hooks");
+    for (const [name, where] of lazyBuiltins) assert.deepEqual(builtins.filter((m) => m === name), [], `an idle agent loaded Node's ${name}: it belongs to ${where}`);
     for (const file of modules.filter((m) => m.includes("/packages/cli/dist/agent-bundle/"))) {
       const text = readFileSync(fileURLToPath(file), "utf8");
       assert.doesNotMatch(text, /[^\t\n\r\x20-\x7e]/, `${file} holds non-ASCII text: V8 keeps it as a two-byte string`);
       assert.ok(!text.includes("Zeichen") && !text.includes("caracteres"), `${file} holds zod's locales`);
+      // Every one of zod's JSON Schema files names the draft it writes or reads; the bundle's stubs do not.
+      assert.ok(!text.includes("draft-2020-12"), `${file} holds zod's JSON Schema code, which the agent never runs`);
     }
     assert.equal(idleHeapMode, true, "`drover agent run` starts in idle heap mode");
   } finally {
@@ -94,6 +105,8 @@ test("with an OTLP endpoint set the exporter loads, and a job takes the agent ou
     await stack.waitForRun(runId, ["applied"]);
     const afterJob = await snapshot(agent, log);
     assert.equal(afterJob.idleHeapMode, false, "the first job ends idle heap mode");
+    // What an idle agent leaves unloaded loads when a job needs it: the configuration's archive, terraform's processes.
+    for (const name of ["child_process", "zlib"]) assert.ok(afterJob.builtins.includes(name), `a job loaded Node's ${name}`);
   } finally {
     await agent.stop("SIGTERM");
   }

@@ -1,9 +1,9 @@
-import { execFile } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import { closeSync, existsSync, openSync, readdirSync, readFileSync, renameSync, rmSync, writeSync } from "node:fs";
 import { rootCertificates } from "../root-certificates.js";
 import { join, resolve } from "node:path";
 import type { RunFiles } from "../runner.js";
+import { childProcess } from "../process.js";
 import { localFiles } from "../local-files.js";
 import { VerificationError } from "../providers/errors.js";
 import type { Logger } from "pino";
@@ -178,7 +178,7 @@ function git(args: string[], signal: AbortSignal, caFile: string | undefined, cw
   const deadline = AbortSignal.timeout(gitTimeoutMs);
   const env = caFile ? { ...gitEnv(), GIT_SSL_CAINFO: caFile } : gitEnv();
   return new Promise((resolvePromise, reject) => {
-    execFile("git", args, { cwd, env, signal: AbortSignal.any([signal, deadline]), maxBuffer: 16 << 20 }, (err, stdout, stderr) => {
+    childProcess().execFile("git", args, { cwd, env, signal: AbortSignal.any([signal, deadline]), maxBuffer: 16 << 20 }, (err, stdout, stderr) => {
       const said = (stderr || err?.message || "").trim().split("\n").slice(-1)[0];
       if (err && deadline.aborted && !signal.aborted) reject(new ModuleSourceUnavailable(`git ${args[0]} took longer than ${gitTimeoutMs / 1000} s`));
       else if (err && untrustedCertificate.test(stderr)) {
