@@ -11,7 +11,9 @@ import { inIdleHeapMode } from "@drover/agent/heap-mode";
  */
 const log = process.env.LEAN_AGENT_MODULE_LOG;
 if (log) {
-  register(new URL("./lean-agent-hooks.js", import.meta.url));
+  // LEAN_AGENT_HOOKS=0: CommonJS files and built-ins only. The hooks' loader thread loads Node's
+  // worker_threads, so a test of whether the agent loads it runs without them.
+  if (process.env.LEAN_AGENT_HOOKS !== "0") register(new URL("./lean-agent-hooks.js", import.meta.url));
   const require = createRequire(import.meta.url);
   let dumps = 0;
   process.on("SIGUSR2", () => {
