@@ -52,6 +52,14 @@ describe("locally built images", { skip: unavailable }, () => {
           for (const bin of ["usr/bin", "usr/local/bin", "bin"]) assert.ok(!existsSync(join(mount, bin, tool)), `${image} contains /${bin}/${tool}`);
         }
         assert.ok(!existsSync(join(mount, "usr/lib/gcc")), `${image} contains /usr/lib/gcc`);
+        // tsc's build info is what `drover agent run` compares its bundle with (packages/cli/src/main.ts):
+        // in an image whose files a derived image copies (new times), it would refuse every agent.
+        if (image === built.images.drover) {
+          const packages = join(mount, "opt/drover/packages");
+          assert.ok(existsSync(packages), `${image} has no /opt/drover/packages`);
+          const infos = readdirSync(packages).filter((pkg) => existsSync(join(packages, pkg, "dist", ".tsbuildinfo")));
+          assert.deepEqual(infos, [], `${image} keeps tsc's .tsbuildinfo in these packages`);
+        }
         for (const cache of ["root/.npm", "root/.cache", "home/node/.npm", "home/drover/.npm"]) assert.ok(!existsSync(join(mount, cache)), `${image} contains /${cache}`);
       } finally {
         await podmanOk(["image", "unmount", image]);
