@@ -9,14 +9,20 @@ import { test } from "node:test";
 // does not write: this fails when the command then dies on a module path instead of saying
 // how to build it. A copy of the entry point beside no bundle stands for such a tree.
 
+/** A tree in `dir` with the CLI's compiled entry point and this checkout's node_modules, and no bundle; answers the entry's directory. */
+function copyEntryPoint(dir: string): string {
+  const src = join(dir, "packages", "cli", "dist", "src");
+  mkdirSync(src, { recursive: true });
+  copyFileSync(resolve("packages/cli/dist/src/main.js"), join(src, "main.js"));
+  copyFileSync(resolve("packages/cli/package.json"), join(dir, "packages", "cli", "package.json"));
+  symlinkSync(resolve("node_modules"), join(dir, "node_modules"));
+  return src;
+}
+
 test("without the agent bundle, `drover agent run` says to run `npm run build` and exits 1", () => {
   const dir = mkdtempSync(join(tmpdir(), "drover-no-bundle-"));
   try {
-    const src = join(dir, "packages", "cli", "dist", "src");
-    mkdirSync(src, { recursive: true });
-    copyFileSync(resolve("packages/cli/dist/src/main.js"), join(src, "main.js"));
-    copyFileSync(resolve("packages/cli/package.json"), join(dir, "packages", "cli", "package.json"));
-    symlinkSync(resolve("node_modules"), join(dir, "node_modules"));
+    const src = copyEntryPoint(dir);
     const r = spawnSync(process.execPath, [join(src, "main.js"), "agent", "run"], { encoding: "utf8", env: { ...process.env, DROVER_TOKEN: "" } });
     assert.equal(r.status, 1, r.stderr);
     assert.match(r.stderr, /^drover: the agent bundle is not built \(.*\/packages\/cli\/dist\/agent-bundle\/program\.js is missing\)\. Run `npm run build`/);
@@ -30,11 +36,7 @@ test("without the agent bundle, `drover agent run` says to run `npm run build` a
 test("with a bundle older than a package's .tsbuildinfo, `drover agent run` refuses; with a newer one, it runs the bundle", () => {
   const dir = mkdtempSync(join(tmpdir(), "drover-stale-bundle-"));
   try {
-    const src = join(dir, "packages", "cli", "dist", "src");
-    mkdirSync(src, { recursive: true });
-    copyFileSync(resolve("packages/cli/dist/src/main.js"), join(src, "main.js"));
-    copyFileSync(resolve("packages/cli/package.json"), join(dir, "packages", "cli", "package.json"));
-    symlinkSync(resolve("node_modules"), join(dir, "node_modules"));
+    const src = copyEntryPoint(dir);
     const bundle = join(dir, "packages", "cli", "dist", "agent-bundle", "program.js");
     mkdirSync(dirname(bundle));
     writeFileSync(bundle, 'export async function main() { process.stdout.write("the bundle ran\\n"); }\n');
