@@ -1,10 +1,11 @@
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import { DroverError } from "@drover/protocol";
-import { localEventBus, openDatabase, store, type Db, type StoreContext } from "@drover/server";
+import { store, type Db, type StoreContext } from "@drover/server";
 import { rawTarGz } from "../support/archives.js";
-import { backends, createTestDatabase, type TestDatabase } from "../support/databases.js";
+import { backends } from "../support/databases.js";
+import { useStoreDatabase } from "../support/store-database.js";
 
 // Decision 0010's store rules, on SQLite and on PostgreSQL.
 
@@ -20,21 +21,14 @@ const archive = rawTarGz([{ path: "main.tf", content: "" }]);
 
 for (const backend of backends) {
   describe(`security store rules: ${backend}`, () => {
-    let database: TestDatabase;
     let db: Db;
     let ctx: StoreContext;
     let clock = 1_700_000_000_000;
     let n = 0;
     const unique = (p: string) => `${p}${++n}`;
-
-    before(async () => {
-      database = await createTestDatabase(backend);
-      db = await openDatabase(database.location);
-      ctx = { db: db.kysely, dialect: db.dialect, events: localEventBus(), now: () => clock, settings: { leaseTtlMs: 30_000, agentTtlMs: 60_000, heartbeatIntervalMs: 10_000 } };
-    });
-    after(async () => {
-      await db.close();
-      await database.drop();
+    useStoreDatabase(backend, () => clock, (opened, context) => {
+      db = opened;
+      ctx = context;
     });
 
     async function runningJob() {

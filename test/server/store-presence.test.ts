@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
-import { after, before, describe, test } from "node:test";
-import { localEventBus, openDatabase, store, type Db, type StoreContext } from "@drover/server";
-import { backends, createTestDatabase, type TestDatabase } from "../support/databases.js";
+import { describe, test } from "node:test";
+import { store, type StoreContext } from "@drover/server";
+import { backends } from "../support/databases.js";
+import { useStoreDatabase } from "../support/store-database.js";
 import { loggingStatements } from "../support/statement-log.js";
 
 // Coalesced presence (store/presence.ts) with more agents than one SQLite statement takes:
@@ -10,20 +11,9 @@ import { loggingStatements } from "../support/statement-log.js";
 
 for (const backend of backends) {
   describe(`agent presence at scale: ${backend}`, () => {
-    let database: TestDatabase;
-    let db: Db;
     let ctx: StoreContext;
     let clock = 1_700_000_000_000;
-
-    before(async () => {
-      database = await createTestDatabase(backend);
-      db = await openDatabase(database.location);
-      ctx = { db: db.kysely, dialect: db.dialect, events: localEventBus(), now: () => clock, settings: { leaseTtlMs: 30_000, agentTtlMs: 60_000, heartbeatIntervalMs: 10_000 } };
-    });
-    after(async () => {
-      await db.close();
-      await database.drop();
-    });
+    useStoreDatabase(backend, () => clock, (_db, opened) => (ctx = opened));
 
     test("1,200 agents' sightings in one flush: all written, in one statement on PostgreSQL", async () => {
       const pool = await store.createPool(ctx, "fleet");

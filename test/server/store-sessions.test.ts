@@ -6,6 +6,7 @@ import { DroverError } from "@drover/protocol";
 import { loadServerConfig, localEventBus, openDatabase, postgresEventBus, startServer, store, type Db, type EventBus, type StoreContext } from "@drover/server";
 import { rawTarGz } from "../support/archives.js";
 import { backends, createTestDatabase, type TestDatabase } from "../support/databases.js";
+import { useStoreDatabase } from "../support/store-database.js";
 import { loggingStatements } from "../support/statement-log.js";
 
 /*
@@ -34,7 +35,6 @@ async function waitUntil(what: string, check: () => boolean | Promise<boolean>, 
 
 for (const backend of backends) {
   describe(`session cache: ${backend}`, () => {
-    let database: TestDatabase;
     let db: Db;
     let base: StoreContext;
     /** The wall clock the store reads (ctx.now), and the monotonic one the cache ages its entries by. */
@@ -47,20 +47,9 @@ for (const backend of backends) {
     let counter = 0;
     const unique = (p: string) => `${p}${++counter}`;
 
-    before(async () => {
-      database = await createTestDatabase(backend);
-      db = await openDatabase(database.location);
-      base = {
-        db: db.kysely,
-        dialect: db.dialect,
-        events: localEventBus(),
-        now: () => clock,
-        settings: { leaseTtlMs: 30_000, agentTtlMs: 60_000, heartbeatIntervalMs: 10_000 },
-      };
-    });
-    after(async () => {
-      await db.close();
-      await database.drop();
+    useStoreDatabase(backend, () => clock, (opened, context) => {
+      db = opened;
+      base = context;
     });
 
     /** A store context with its own event bus, session cache and statement log; an agent registered in a fresh pool. */
