@@ -50,16 +50,26 @@ export function trackStop(stop: () => void): () => void {
   return () => stoppers.delete(stop);
 }
 
+/** How long an abandoned bench's process gets to end after SIGTERM before it is killed. */
+const stopGraceMs = 5_000;
+
 /**
- * Kills (SIGKILL) every tracked process still running and runs every recorded stop, so an
- * abandoned bench's servers, fleets and clusters do not load the benches after it or outlive
- * the run; returns how many it ended.
+ * Ends every tracked process still running and runs every recorded stop, so an abandoned
+ * bench's servers, fleets and clusters do not load the benches after it or outlive the run;
+ * returns how many it ended. SIGTERM first: an agent ends its steps' process groups (terraform,
+ * a provisioner) only on it; SIGKILL after `graceMs` for one that does not exit.
  */
-export function stopTracked(): number {
+export function stopTracked(graceMs = stopGraceMs): number {
   let ended = 0;
   for (const child of tracked) {
     tracked.delete(child);
-    if (child.exitCode === null && child.signalCode === null && child.kill("SIGKILL")) ended++;
+    if (child.exitCode === null && child.signalCode === null && child.kill("SIGTERM")) {
+      ended++;
+      const kill = setTimeout(() => child.kill("SIGKILL"), graceMs);
+      // The run may exit before the grace ends; SIGTERM was sent all the same.
+      kill.unref();
+      child.once("exit", () => clearTimeout(kill));
+    }
   }
   for (const stop of stoppers) {
     stoppers.delete(stop);
