@@ -6,7 +6,7 @@ import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js
 import { remoteStateConfig, startPrivateTlsStateServer, type PrivateTlsStateServer } from "../support/private-ca.js";
 import { applyAgentTaskCrd, chartProbeTimings, assertRanFromImages, chartImages, kubectlOut, namespace, repo, runnerValues, template, type ChartImages } from "../support/chart-cluster.js";
 import { startRunGates, type RunGates } from "../support/run-gate.js";
-import { eventually, fastTimings, kube, startTestCluster, type TestCluster } from "../kube/cluster.js";
+import { eventually, fastTimings, kube, startTestCluster, watch, type TestCluster } from "../kube/cluster.js";
 import { routes } from "@drover/protocol";
 
 // agent-k8s in node mode, installed on a two-node test cluster (a worker per node, each node its
@@ -118,6 +118,8 @@ test("agent-k8s: kubectl drain of the run's node mid-apply honours the PDB, keep
   assert.ok(workerBefore, "a worker on the run's node");
   const pdb = (await kube(cluster, "GET", `/apis/policy/v1/namespaces/${ns}/poddisruptionbudgets/rel-agent-k8s-controller`)).body;
   assert.equal(pdb.spec.maxUnavailable, 1);
+  // Every pod of the run that ever exists, from before the drain on.
+  const runPods = await watch(cluster, `/api/v1/namespaces/${ns}/pods?watch=true&labelSelector=${encodeURIComponent(`drover.dev/run-id=${runId},drover.dev/phase=apply`)}`);
   const drained = await kubectlOut(cluster, ["drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=90s"]);
   assert.equal(drained.code, 0, `${drained.out}\n${await diagnose()}`);
   try {
@@ -139,8 +141,13 @@ test("agent-k8s: kubectl drain of the run's node mid-apply honours the PDB, keep
     await eventually("no pod of the run still running", async () => {
       const pods = (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods?labelSelector=${encodeURIComponent(`drover.dev/run-id=${runId}`)}`)).body.items as any[];
       return pods.every((p) => p.status?.phase !== "Running" && p.status?.phase !== "Pending");
-    }, 60_000);
+    }, 60_000).catch(async (e: Error) => assert.fail(`${e.message}\n${await pods()}\n${await diagnose()}`));
+    // A Job replaces a terminating pod at once unless told to wait until it has failed: the
+    // evicted run pod must not get a second one (a pod of a run that has already ended).
+    const applyPods = new Set(runPods.events.filter((e) => e.type === "ADDED").map((e) => e.object.metadata.name as string));
+    assert.deepEqual([...applyPods], [runPod.metadata.name], "the evicted pod was not replaced");
   } finally {
+    runPods.close();
     await kubectlOut(cluster, ["uncordon", node]);
   }
   // After the drain the cluster takes runs again.

@@ -181,6 +181,37 @@ describe("test cluster node agent", () => {
     await until("pod removal", () => kube(c, "GET", `/api/v1/namespaces/${ns}/pods/api-evicted`), (r) => r.status === 404);
   });
 
+  it("replaces a terminating Job pod at once by default; under podReplacementPolicy Failed only once it has failed", async () => {
+    const lingering = { terminationGracePeriodSeconds: 2, containers: [sh("main", "trap '' TERM; while true; do sleep 0.05; done")] };
+    const created = async (name: string, spec: Record<string, unknown>) => {
+      await createJob(jobBody(name, lingering, spec));
+      const w = await watch(c, `/api/v1/namespaces/${ns}/pods?watch=true&labelSelector=${encodeURIComponent(`job-name=${name}`)}`);
+      const first = await jobPod(c, ns, name, (p) => p.status.phase === "Running");
+      assert.equal((await kube(c, "DELETE", `/api/v1/namespaces/${ns}/pods/${first.metadata.name as string}`)).status, 200);
+      return { w, first: first.metadata.name as string };
+    };
+    const added = (w: { events: { type: string; object: any }[] }) => new Set(w.events.filter((e) => e.type === "ADDED").map((e) => e.object.metadata.name as string));
+
+    // The default (TerminatingOrFailed): a second pod while the first is still terminating.
+    const eager = await created("replaced-eagerly", {});
+    const second = await eager.w.waitFor((e) => e.type === "ADDED" && e.object.metadata.name !== eager.first);
+    assert.ok((await pod(c, ns, eager.first)).metadata.deletionTimestamp, "the first pod was still terminating");
+    assert.ok(second);
+    eager.w.close();
+
+    // Failed: the terminating pod holds its place; once it has failed, backoffLimit 0 fails the Job.
+    const patient = await created("replaced-when-failed", { podReplacementPolicy: "Failed" });
+    await patient.w.waitFor((e) => e.type === "DELETED" && e.object.metadata.name === patient.first, 15_000);
+    const failed = await until("Job failure", () => job("replaced-when-failed"), (x) => condition(x, "Failed"));
+    assert.equal(failed.status.failed, 1);
+    assert.deepEqual([...added(patient.w)], [patient.first], "no pod replaced the terminating one");
+    patient.w.close();
+
+    const bad = await kube(c, "POST", `/apis/batch/v1/namespaces/${ns}/jobs`, jobBody("bad-replacement", lingering, { podReplacementPolicy: "Sometimes" }));
+    assert.equal(bad.status, 422);
+    assert.match(bad.body.message, /spec\.podReplacementPolicy: Unsupported value: "Sometimes": supported values: "Failed", "TerminatingOrFailed"/);
+  });
+
   it("stops a deleted pod with SIGTERM, and SIGKILL after the grace period", async () => {
     await kube(c, "POST", `/api/v1/namespaces/${ns}/pods`, { metadata: { name: "graceful" }, spec: { restartPolicy: "Never", terminationGracePeriodSeconds: 1, containers: [sh("polite", "trap 'echo bye; exit 0' TERM; while true; do sleep 0.05; done"), sh("stubborn", "trap '' TERM; while true; do sleep 0.05; done")] } });
     await until("running", () => pod(c, ns, "graceful"), (x) => x.status.containerStatuses?.every((s: any) => s.state.running));

@@ -183,6 +183,10 @@ const jobRules: KindRules = {
       const v = spec[f];
       if (v !== undefined && v !== null && (!Number.isInteger(v) || (v as number) < 0)) causes.push({ reason: "FieldValueInvalid", field: `spec.${f}`, message: `Invalid value: ${JSON.stringify(v)}: must be greater than or equal to 0` });
     }
+    const replacement = spec.podReplacementPolicy;
+    if (replacement !== undefined && replacement !== null && replacement !== "Failed" && replacement !== "TerminatingOrFailed") {
+      causes.push({ reason: "FieldValueNotSupported", field: "spec.podReplacementPolicy", message: `Unsupported value: ${JSON.stringify(replacement)}: supported values: "Failed", "TerminatingOrFailed"` });
+    }
     const ads = spec.activeDeadlineSeconds;
     if (ads !== undefined && ads !== null && (!Number.isInteger(ads) || (ads as number) <= 0)) causes.push({ reason: "FieldValueInvalid", field: "spec.activeDeadlineSeconds", message: `Invalid value: ${JSON.stringify(ads)}: must be greater than 0` });
     if (old) {

@@ -2,7 +2,8 @@
  * batch/v1 Job controller: creates pods from the template (tracked with the
  * `batch.kubernetes.io/job-tracking` finalizer), counts succeeded/failed pods,
  * enforces backoffLimit and activeDeadlineSeconds, sets the Complete/Failed
- * conditions (after a FailureTarget while pods terminate, as Kubernetes >= 1.31 does)
+ * conditions (after a FailureTarget while pods terminate, as Kubernetes >= 1.31 does),
+ * replaces terminating pods at once or only once they failed (podReplacementPolicy)
  * and deletes finished Jobs after ttlSecondsAfterFinished.
  */
 import type { EventRecorder } from "../api/events.js";
@@ -192,7 +193,9 @@ export class JobController {
       this.writeStatus(job, { ...status, active: 0, ready: 0, terminating: live.length });
       return;
     }
-    const want = Math.min(parallelism, completions - succeeded) - active.length;
+    // podReplacementPolicy Failed: a terminating pod still holds its place until it has failed.
+    const holding = spec.podReplacementPolicy === "Failed" ? live.length : active.length;
+    const want = Math.min(parallelism, completions - succeeded) - holding;
     let created = 0;
     if (want > 0) {
       const last = this.lastFailure.get(uid);
