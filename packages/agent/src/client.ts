@@ -9,6 +9,7 @@ import {
   type JobOutcome,
   type JobVariable,
   type Output,
+  type PlanSummary,
   type RegisterResponse,
   type RequestOf,
   type ResultOf,
@@ -142,8 +143,9 @@ export class JobClient {
   async uploadOutputs(outputs: Output[], signal?: AbortSignal): Promise<void> {
     await this.client.call(routes.uploadOutputs, { ...this.ids, body: { outputs }, signal });
   }
-  async finish(outcome: JobOutcome, message: string | null, signal?: AbortSignal): Promise<void> {
-    await this.client.call(routes.finishJob, { ...this.ids, body: { outcome, message }, signal });
+  /** Reports the job's outcome; a plan job adds its plan's summary (decision 0041). */
+  async finish(outcome: JobOutcome, message: string | null, signal?: AbortSignal, planSummary?: PlanSummary): Promise<void> {
+    await this.client.call(routes.finishJob, { ...this.ids, body: { outcome, message, ...(planSummary ? { planSummary } : {}) }, signal });
   }
 }
 

@@ -1,4 +1,4 @@
-import { containsSecret, DroverError, jobTakenAway, noopTracer, redactText, secretForms, versionSatisfies, type JobAssignment, type JobOutcome, type Output, type RunTracer, type SpanHandle } from "@drover/protocol";
+import { containsSecret, DroverError, jobTakenAway, noopTracer, redactText, secretForms, versionSatisfies, type JobAssignment, type JobOutcome, type Output, type PlanSummary, type RunTracer, type SpanHandle } from "@drover/protocol";
 import { randomUUID } from "node:crypto";
 import { existsSync, readFileSync, realpathSync } from "node:fs";
 import { join, relative, resolve } from "node:path";
@@ -21,6 +21,7 @@ import type { ModuleCache, ModuleLease } from "./modules/cache.js";
 import type { EngineCache, EngineLease } from "./engines/cache.js";
 import { EngineError } from "./engines/errors.js";
 import { lockFileName } from "./providers/config-scan.js";
+import { PlanLineScanner, planSucceededCodes, summaryOfPlanOutput } from "./plan-summary.js";
 
 /** Job states as the agent tracks them. */
 export type JobRunState = "starting" | "running" | "finishing" | "done";
@@ -76,6 +77,8 @@ export class JobRun {
   private tailBytes = 0;
   /** Values hidden from everything this job sends: log, outcome message. */
   private secrets: string[] = [];
+  /** A plan job's summary from terraform's exit code and `Plan:` line, reported with its outcome. */
+  private planSummary: PlanSummary | undefined;
   /** Provider cache entries this job holds until it ends. */
   private providerLease: ProviderLease | undefined;
   /** This process's span of the job; stage spans are its children. */
@@ -221,7 +224,8 @@ export class JobRun {
     if (this.log.unsent > 0) this.undeliveredItems.push(`job ${a.jobId}: ${this.log.unsent} log bytes undelivered`);
     if (!this.lost) {
       try {
-        await withRetry(() => this.job.finish(outcome, message, deliver), deliver);
+        const planSummary = outcome === "succeeded" ? this.planSummary : undefined;
+        await withRetry(() => this.job.finish(outcome, message, deliver, planSummary), deliver);
       } catch (err) {
         this.logger.warn({ job: a.jobId, err: err instanceof Error ? err.message : String(err) }, "could not report the job's outcome");
         if (err instanceof NetworkError || deliver.aborted) this.undeliveredItems.push(`job ${a.jobId} finish undelivered (outcome ${outcome})`);
@@ -397,17 +401,32 @@ export class JobRun {
       const plan = this.stage("plan");
       await this.hook("pre-plan", workDir, env);
       const planPath = join(runDir, "plan.tfplan");
-      await this.step(binary, ["plan", "-input=false", "-no-color", `-out=${planPath}`, ...(a.isDestroy ? ["-destroy"] : [])], workDir, env);
+      const planLine = new PlanLineScanner();
+      // Exit 2 is a plan with changes: terraform's own verdict, which the server decides from.
+      const code = await this.step(
+        binary,
+        ["plan", "-input=false", "-no-color", "-detailed-exitcode", `-out=${planPath}`, ...(a.isDestroy ? ["-destroy"] : [])],
+        workDir,
+        env,
+        planSucceededCodes,
+        (chunk) => planLine.push(chunk),
+      );
+      const summary = summaryOfPlanOutput(code, planLine.end());
       await this.hook("post-plan", workDir, env);
       const uploads = this.stage("uploads");
       // The plan file travels while terraform renders the plan as JSON.
       // If `show` fails, the job's end aborts the upload (`work`); its failure is not the run's.
       const planFile = withRetry(() => this.job.uploadPlan(this.files.read(planPath), this.work.signal), this.work.signal);
       planFile.catch(() => undefined);
-      const json = await this.capture(binary, ["show", "-json", planPath], workDir, env);
+      // An auto-apply run with changes goes on to its apply at once; that job renders the JSON
+      // beside the apply (decision 0041). Everywhere else a user may read it as soon as the plan ends.
+      const renderHere = a.planJson === undefined || a.planJson === "plan" || (a.planJson === "plan-unless-changes" && !summary.hasChanges);
+      const json = renderHere ? await this.capture(binary, ["show", "-json", planPath], workDir, env) : undefined;
       plan.end();
       await planFile;
-      await withRetry(() => this.job.uploadPlanJson(json, this.work.signal), this.work.signal);
+      if (json) await withRetry(() => this.job.uploadPlanJson(json, this.work.signal), this.work.signal);
+      else this.log.line("[drover] the plan's JSON (its resource changes) is rendered by the apply job, beside the apply");
+      this.planSummary = summary;
       uploads.end();
     } else {
       const apply = this.stage("apply");
@@ -418,7 +437,21 @@ export class JobRun {
         if (this.config.runAs) chownTree(planPath, this.config.runAs);
       }
       await this.hook("pre-apply", workDir, env);
-      await this.step(binary, ["apply", "-input=false", "-no-color", planPath], workDir, env);
+      // The plan job left the plan's JSON to this job: rendered while the apply runs when steps
+      // may run side by side (the apply waits on providers and the state backend more than it
+      // uses a core), after it otherwise. Its failure is logged, never the run's.
+      const renderJson = (): Promise<Buffer | undefined> =>
+        this.capture(binary, ["show", "-json", planPath], workDir, env).catch((err: unknown) => {
+          this.log.line(`[drover] could not render the plan as JSON: ${err instanceof Error ? err.message : String(err)}`);
+          return undefined;
+        });
+      const beside = a.planJson === "apply" && this.runner.parallelSteps === true ? renderJson() : undefined;
+      try {
+        await this.step(binary, ["apply", "-input=false", "-no-color", planPath], workDir, env);
+      } finally {
+        // A failed apply still leaves the plan it attempted readable.
+        if (a.planJson === "apply") await this.uploadDeferredPlanJson(await (beside ?? renderJson()));
+      }
       await this.hook("post-apply", workDir, env);
       apply.end();
       const uploads = this.stage("uploads");
@@ -429,6 +462,16 @@ export class JobRun {
       const masked = outputs.map((o) => (!o.sensitive && containsSecret(o.value, this.secrets) ? { ...o, sensitive: true } : o));
       await withRetry(() => this.job.uploadOutputs(masked, this.work.signal), this.work.signal);
       uploads.end();
+    }
+  }
+
+  /** Uploads the plan JSON an apply job rendered; a failure is logged, the apply's outcome stands. */
+  private async uploadDeferredPlanJson(json: Buffer | undefined): Promise<void> {
+    if (!json) return;
+    try {
+      await withRetry(() => this.job.uploadPlanJson(json, this.work.signal), this.work.signal);
+    } catch (err) {
+      this.log.line(`[drover] could not upload the plan's JSON: ${err instanceof Error ? err.message : String(err)}`);
     }
   }
 
@@ -500,22 +543,31 @@ export class JobRun {
     env.TF_CLI_CONFIG_FILE = configPath;
   }
 
-  /** Runs a step whose output is the run log; a non-zero exit fails the run. */
-  private async step(binary: EngineBinary, args: string[], cwd: string, env: NodeJS.ProcessEnv): Promise<void> {
+  /** Runs a step whose output is the run log; an exit code not in `okCodes` fails the run. Resolves with the exit code. */
+  private async step(
+    binary: EngineBinary,
+    args: string[],
+    cwd: string,
+    env: NodeJS.ProcessEnv,
+    okCodes: readonly number[] = [0],
+    observe?: (chunk: Buffer) => void,
+  ): Promise<number> {
     this.checkInterrupted();
     this.log.line(`\n[drover] $ ${this.assignment.workspace.engine} ${args.join(" ")}`);
     this.tail = [];
     this.tailBytes = 0;
     const code = await this.spawn(binary.path, args, cwd, env, (chunk) => {
       this.log.write(chunk);
+      observe?.(chunk);
       this.tail.push(chunk);
       this.tailBytes += chunk.length;
       while (this.tailBytes - (this.tail[0]?.length ?? 0) > 64 * 1024) this.tailBytes -= this.tail.shift()?.length ?? 0;
     });
-    if (code !== 0) {
+    if (!okCodes.includes(code)) {
       this.checkInterrupted();
       throw new StepFailed(errorExcerpt(Buffer.concat(this.tail).toString("utf8")) ?? `${this.assignment.workspace.engine} ${args[0]} exited with code ${code}`);
     }
+    return code;
   }
 
   /** Runs a step whose stdout is data (show -json, output -json); stderr goes to the log. */

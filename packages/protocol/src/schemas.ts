@@ -204,9 +204,9 @@ export const configurationVersionSchema = z.object({
 export type ConfigurationVersion = z.infer<typeof configurationVersionSchema>;
 
 export const planSummarySchema = z.object({
-  add: z.number().int(),
-  change: z.number().int(),
-  destroy: z.number().int(),
+  add: z.number().int().min(0),
+  change: z.number().int().min(0),
+  destroy: z.number().int().min(0),
   hasChanges: z.boolean(),
 });
 export type PlanSummary = z.infer<typeof planSummarySchema>;
@@ -339,6 +339,14 @@ export const jobAssignmentSchema = z.object({
   /** Path, relative to the server URL the agent uses, of the workspace state (http backend address and lock address). */
   statePath: z.string(),
   leaseTtlMs: z.number().int(),
+  /**
+   * Who renders the plan JSON (`show -json`; decision 0041). "plan": the plan job, before it
+   * finishes. "plan-unless-changes": the plan job only when the plan has no changes; with
+   * changes it finishes with the summary alone, and the run's apply job renders it (an
+   * auto-apply run). "apply": the plan JSON is still missing, the apply job renders it.
+   * "none": nothing to render. Absent from older servers: "plan" for plan jobs.
+   */
+  planJson: z.enum(["plan", "plan-unless-changes", "apply", "none"]).optional(),
   /** W3C traceparent of the job's root span: every process's spans for this job are its descendants. */
   traceparent: z.string().max(100).optional(),
 });
@@ -368,6 +376,12 @@ export const finishJobSchema = z.object({
   outcome: jobOutcomeSchema,
   // Terraform's error text is multi-line; anything else that could drive a terminal is escaped.
   message: z.string().max(4000).transform(escapeControlChars).nullable().default(null),
+  /**
+   * A plan job's summary from terraform itself: `plan -detailed-exitcode` (2 = changes) and the
+   * counts of its `Plan:` line. The server decides the run's next step from it when the plan
+   * JSON is not there yet (decision 0041).
+   */
+  planSummary: planSummarySchema.optional(),
 });
 /**
  * Who starts a job: an id the starting process makes once per job (a random UUID), so the

@@ -103,7 +103,7 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, opt
 
   serve(routes.finishJob, asJob, async ({ body }, req) => {
     const job = jobOf(req);
-    const result = await finishJob(ctx, job, body.outcome, body.message);
+    const result = await finishJob(ctx, job, body.outcome, body.message, body.planSummary);
     if (job.started_at !== null) http.metrics?.jobDuration.observe({ phase: job.phase, outcome: body.outcome }, Math.max(0, Date.now() - Number(job.started_at)) / 1000);
     http.tracer
       .start("job", undefined, {

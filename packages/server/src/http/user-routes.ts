@@ -5,7 +5,7 @@ import { listAgents } from "../store/agents.js";
 import { poolDemand } from "../store/demand.js";
 import { createConfigurationVersion, listConfigurationVersions } from "../store/configuration-versions.js";
 import { readLog } from "../store/logs.js";
-import { readPlanJson, workspaceOutputs } from "../store/plans.js";
+import { readPlanJsonWhenReady, workspaceOutputs } from "../store/plans.js";
 import { createPool, createPoolToken, getPool, listPools, listPoolTokens, revokePoolToken } from "../store/pools.js";
 import { listRunJobs } from "../store/queue.js";
 import { cancelRun, confirmRun, createRun, discardRun, endJobsOfPoolToken, getRun, listRuns } from "../store/runs.js";
@@ -17,6 +17,9 @@ import { authenticateFirst, requestSignal, requireUser } from "./auth.js";
 import { isBodyFile, spoolBodies } from "./bodies.js";
 import type { HttpContext } from "./context.js";
 import { registrar, type ServeOptions } from "./serve.js";
+
+/** How long a plan request waits for a plan JSON its run's apply job is rendering: under the 60 s common proxies allow an idle request. */
+const planJsonWaitMs = 50_000;
 
 /** The user API under /api/v1 (JSON; configuration uploads are raw tar.gz). */
 export function registerUserRoutes(app: FastifyInstance, http: HttpContext, options: ServeOptions): void {
@@ -76,7 +79,8 @@ export function registerUserRoutes(app: FastifyInstance, http: HttpContext, opti
   serve(routes.discardRun, async ({ params }) => discardRun(ctx, params.id));
   serve(routes.cancelRun, async ({ params, query }) => cancelRun(ctx, params.id, { force: query.force === "true" }));
   serve(routes.listRunJobs, async ({ params }) => ({ items: await listRunJobs(ctx, params.id) }));
-  serve(routes.runPlan, async ({ params }) => readPlanJson(ctx, params.id));
+  // An auto-apply run's plan JSON may still be on its way from the apply job: the answer waits for it.
+  serve(routes.runPlan, async ({ params }, _req, reply) => readPlanJsonWhenReady(ctx, params.id, planJsonWaitMs, requestSignal(reply, http.shutdown)));
 
   serve(routes.runLogs, async ({ params: { id }, query: q }, _req, reply) => {
     const signal = requestSignal(reply, http.shutdown);

@@ -1,4 +1,7 @@
 import { containsSecret, DroverError, redactJson, secretForms, summarizePlan, type Output, type PlanSummary } from "@drover/protocol";
+import type { Transaction } from "kysely";
+import type { Database } from "../db/schema.js";
+import { waitForEvent } from "../events.js";
 import { variablesForJob } from "./variables.js";
 import { sourceBytes, sourceSize, storedBody, writeChunks, type BodySource, type StoredBody } from "./bodies.js";
 import type { StoreContext } from "./context.js";
@@ -22,9 +25,15 @@ export async function savePlanFile(ctx: StoreContext, job: JobRow, planFile: Bod
 /**
  * Stores `terraform show -json` output and the summary derived from it. That JSON carries
  * variable values verbatim, so the workspace's sensitive values are redacted before storing.
+ * The plan job uploads it, or, when that job left it out (an auto-apply run with changes,
+ * decision 0041), the run's apply job: then its counts replace the ones terraform's summary
+ * line gave, and whether the run has changes stays what the plan decided.
  */
 export async function savePlanJson(ctx: StoreContext, job: JobRow, uploaded: BodySource): Promise<PlanSummary> {
-  if (job.phase !== "plan") throw new DroverError("bad_request", "only a plan job uploads a plan");
+  if (job.phase === "apply") {
+    const row = await ctx.db.selectFrom("plans").select("plan_json_size").where("run_id", "=", job.run_id).executeTakeFirst();
+    if (row?.plan_json_size != null) throw new DroverError("bad_request", "this run's plan JSON is already stored: an apply job uploads it only when the plan job left it out");
+  } else if (job.phase !== "plan") throw new DroverError("bad_request", "only a plan or apply job uploads a plan");
   let parsed: unknown;
   try {
     // Redacting needs the parsed document, so this body is the one held in memory whole.
@@ -42,13 +51,33 @@ export async function savePlanJson(ctx: StoreContext, job: JobRow, uploaded: Bod
       .onConflict((oc) => oc.column("run_id").doUpdateSet({ plan_json_size: planJson.length }))
       .execute();
     await writeChunks(trx, "plan_json_chunks", job.run_id, planJson);
+    const counts = { plan_add: summary.add, plan_change: summary.change, plan_destroy: summary.destroy, updated_at: ctx.now() };
+    // The apply of a run runs only when its plan had changes: that verdict stands.
     await trx
       .updateTable("runs")
-      .set({ plan_add: summary.add, plan_change: summary.change, plan_destroy: summary.destroy, has_changes: summary.hasChanges ? 1 : 0, updated_at: ctx.now() })
+      .set(job.phase === "apply" ? counts : { ...counts, has_changes: summary.hasChanges ? 1 : 0 })
       .where("id", "=", job.run_id)
       .execute();
   });
+  // Wakes readers waiting for a plan JSON the apply job renders (readPlanJsonWhenReady).
+  ctx.events.publish("run-changed", job.run_id);
   return summary;
+}
+
+/**
+ * Records terraform's own summary of a plan (from `plan -detailed-exitcode` and its `Plan:`
+ * line) as the plan job finishes. The counts stay the JSON's when it is already stored; the run
+ * has changes when either says so, since a needless apply costs little and a skipped one loses
+ * changes (a move-only plan, which older JSON does not show as a change).
+ */
+export async function recordPlanSummary(ctx: StoreContext, trx: Transaction<Database>, runId: string, summary: PlanSummary): Promise<void> {
+  const stored = await trx.selectFrom("plans").select("plan_json_size").where("run_id", "=", runId).executeTakeFirst();
+  const runs = trx.updateTable("runs").where("id", "=", runId);
+  if (stored?.plan_json_size == null) {
+    await runs.set({ plan_add: summary.add, plan_change: summary.change, plan_destroy: summary.destroy, has_changes: summary.hasChanges ? 1 : 0, updated_at: ctx.now() }).execute();
+  } else if (summary.hasChanges) {
+    await runs.set({ has_changes: 1, updated_at: ctx.now() }).execute();
+  }
 }
 
 /** The plan file an apply job must apply. */
@@ -56,6 +85,32 @@ export async function readPlanFile(ctx: StoreContext, runId: string): Promise<St
   const row = await ctx.db.selectFrom("plans").select("plan_file_size").where("run_id", "=", runId).executeTakeFirst();
   if (row?.plan_file_size == null) throw new DroverError("not_found", `run ${runId} has no saved plan file`);
   return storedBody(ctx.db, "plan_file_chunks", runId, row.plan_file_size);
+}
+
+/**
+ * The stored plan JSON of a run; while the run's apply job still renders it (an auto-apply run,
+ * decision 0041), waits for it up to `waitMs`, so a reader sees the plan of every run that had
+ * one as soon as it could before.
+ */
+export async function readPlanJsonWhenReady(ctx: StoreContext, runId: string, waitMs: number, signal?: AbortSignal): Promise<StoredBody> {
+  const deadline = Date.now() + waitMs;
+  for (;;) {
+    // Subscribe before reading, so an upload in between wakes this loop.
+    const wake = waitForEvent(ctx.events, "run-changed", runId, Math.max(0, deadline - Date.now()), signal);
+    const row = await ctx.db
+      .selectFrom("runs")
+      .leftJoin("plans", "plans.run_id", "runs.id")
+      .select(["runs.status", "runs.has_changes", "plans.plan_json_size"])
+      .where("runs.id", "=", runId)
+      .executeTakeFirst();
+    const pending = row !== undefined && row.plan_json_size == null && row.has_changes === 1 && (row.status === "confirmed" || row.status === "applying");
+    if (!pending || Date.now() >= deadline || signal?.aborted) {
+      wake.cancel();
+      if (pending) throw new DroverError("not_found", `run ${runId}'s plan JSON is still being rendered by its apply job; ask again in a moment`);
+      return readPlanJson(ctx, runId);
+    }
+    await wake.promise;
+  }
 }
 
 /** The stored plan JSON of a run. */

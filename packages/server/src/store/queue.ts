@@ -11,6 +11,7 @@ import {
   type JobAssignment,
   type JobHeartbeatResponse,
   type JobOutcome,
+  type PlanSummary,
   type RunStatus,
 } from "@drover/protocol";
 import { waitForEvent } from "../events.js";
@@ -20,6 +21,7 @@ import { applyJobOutcome, markPhaseStarted } from "./runs.js";
 import { inTransaction } from "./transaction.js";
 import { touchAgent } from "./agents.js";
 import { appendAtEnd } from "./logs.js";
+import { recordPlanSummary } from "./plans.js";
 import { poolWaiters } from "./waiters.js";
 import { moveAgentJobs, moveJob, moveLockedJob } from "./job-moves.js";
 
@@ -109,7 +111,8 @@ export async function claimNextJob(ctx: StoreContext, agent: Agent): Promise<Job
     const rw = await trx
       .selectFrom("runs")
       .innerJoin("workspaces", "workspaces.id", "runs.workspace_id")
-      .select(["runs.id as run_id", "runs.plan_only", "runs.is_destroy", "runs.configuration_version_id"])
+      .leftJoin("plans", "plans.run_id", "runs.id")
+      .select(["runs.id as run_id", "runs.plan_only", "runs.is_destroy", "runs.auto_apply", "runs.configuration_version_id", "plans.plan_json_size"])
       .select(["workspaces.id as ws_id", "workspaces.name", "workspaces.engine", "workspaces.engine_version", "workspaces.working_directory", "workspaces.runner_image"])
       .where("runs.id", "=", job.run_id)
       .executeTakeFirstOrThrow();
@@ -132,6 +135,7 @@ export async function claimNextJob(ctx: StoreContext, agent: Agent): Promise<Job
       configurationVersionId: rw.configuration_version_id,
       statePath: statePath(rw.ws_id),
       leaseTtlMs: ctx.settings.leaseTtlMs,
+      planJson: job.phase === "plan" ? (rw.auto_apply === 1 && rw.plan_only === 0 ? "plan-unless-changes" : "plan") : rw.plan_json_size === null ? "apply" : "none",
     };
     claimQueuedAt.set(assignment, Number(job.queued_at));
     return assignment;
@@ -281,12 +285,18 @@ export async function heartbeatJob(ctx: StoreContext, job: JobRow, waitMs: numbe
   return renew();
 }
 
-/** Ends the job with the agent's outcome and moves its run on; the job token expires here. */
-export async function finishJob(ctx: StoreContext, job: JobRow, outcome: JobOutcome, message: string | null): Promise<void> {
+/**
+ * Ends the job with the agent's outcome and moves its run on; the job token expires here. A
+ * succeeded plan job's `planSummary` (terraform's own verdict) decides the run's next step
+ * together with the plan JSON's, or alone when the JSON is left to the apply job (decision 0041).
+ */
+export async function finishJob(ctx: StoreContext, job: JobRow, outcome: JobOutcome, message: string | null, planSummary?: PlanSummary): Promise<void> {
+  if (planSummary && job.phase !== "plan") throw new DroverError("bad_request", "only a plan job reports a plan summary");
   await inTransaction(ctx, async (trx, effects) => {
     const row = await currentAttempt(ctx, trx, job);
     await moveLockedJob(ctx, trx, row, outcome, { message, finished_at: ctx.now() });
     effects.push(["job-finished", row.id], ["log", row.id]);
+    if (planSummary && outcome === "succeeded") await recordPlanSummary(ctx, trx, row.run_id, planSummary);
     await applyJobOutcome(ctx, trx, effects, row, outcome, message);
   });
 }

@@ -1,0 +1,103 @@
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { routes, summarizePlan, type PlanSummary } from "@drover/protocol";
+import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
+
+// Decision 0041: the plan job decides from terraform's own verdict (`plan -detailed-exitcode` and
+// its `Plan:` line); an auto-apply run with changes gets its plan JSON from the apply job.
+// Real server, real agent, real terraform.
+
+const deferredLine = "[drover] the plan's JSON (its resource changes) is rendered by the apply job";
+let stack: Stack;
+
+before(async () => {
+  stack = await startStack();
+  await stack.startAgent("decider");
+});
+after(() => stack?.stop());
+
+async function workspace(name: string): Promise<void> {
+  const res = await stack.server.api(routes.createWorkspace, { body: { name, pool: stack.pool } });
+  assert.equal(res.status, 201, JSON.stringify(res.body));
+}
+
+/** The run's stored plan JSON (the route waits while the apply job still renders it). */
+async function planJson(runId: string): Promise<unknown> {
+  const res = await stack.server.api(routes.runPlan, { params: { id: runId } });
+  assert.equal(res.status, 200, JSON.stringify(res.body));
+  return typeof res.body === "string" || Buffer.isBuffer(res.body) ? JSON.parse(res.body.toString()) : res.body;
+}
+
+async function summary(runId: string): Promise<PlanSummary | null> {
+  return (await stack.server.api(routes.getRun, { params: { id: runId } })).body.planSummary as PlanSummary | null;
+}
+
+const three = 'resource "terraform_data" "n" {\n  count = 3\n  input = count.index\n}\n';
+
+test("auto-apply with changes: the plan job leaves the JSON to the apply job, and the run's counts agree with it", async () => {
+  await workspace("auto");
+  const dir = writeConfig(stack.dir, "auto", { "main.tf": three });
+  const runId = await stack.startRun(dir, "auto", ["--auto-apply"]);
+  const run = await stack.waitForRun(runId, ["applied", "errored", "planned_and_finished"]);
+  assert.equal(run.status, "applied");
+  const planLog = await runLog(stack.server, runId, "plan");
+  assert.ok(planLog.includes("-detailed-exitcode"), planLog);
+  assert.ok(planLog.includes(deferredLine), "the plan job did not run `show -json`");
+  assert.ok(!(await runLog(stack.server, runId, "apply")).includes("could not"), "the apply job rendered and uploaded the JSON");
+  const json = await planJson(runId);
+  assert.deepEqual(await summary(runId), { add: 3, change: 0, destroy: 0, hasChanges: true });
+  assert.deepEqual(summarizePlan(json), await summary(runId), "the counts terraform's summary line gave are the JSON's");
+});
+
+test("a run that waits for confirmation has its plan JSON when it is planned; confirmed, it applies", async () => {
+  await workspace("confirm");
+  const dir = writeConfig(stack.dir, "confirm", { "main.tf": three });
+  const runId = await stack.startRun(dir, "confirm");
+  assert.equal((await stack.waitForRun(runId, ["planned", "errored", "planned_and_finished"])).status, "planned");
+  assert.ok(!(await runLog(stack.server, runId, "plan")).includes(deferredLine));
+  // Straight from the store: no apply job exists that could still bring it.
+  const json = await planJson(runId);
+  assert.deepEqual(summarizePlan(json), { add: 3, change: 0, destroy: 0, hasChanges: true });
+  assert.deepEqual(await summary(runId), summarizePlan(json));
+  const confirmed = await stack.server.api(routes.confirmRun, { params: { id: runId } });
+  assert.equal(confirmed.status, 200, JSON.stringify(confirmed.body));
+  assert.equal((await stack.waitForRun(runId, ["applied", "errored"])).status, "applied");
+  assert.deepEqual(summarizePlan(await planJson(runId)), { add: 3, change: 0, destroy: 0, hasChanges: true }, "the apply job left the stored JSON alone");
+});
+
+test("no changes: planned_and_finished with its plan JSON; a move-only plan is applied", async () => {
+  await workspace("still");
+  const first = await stack.startRun(writeConfig(stack.dir, "still-1", { "main.tf": 'resource "terraform_data" "a" {\n  input = "x"\n}\n' }), "still", ["--auto-apply"]);
+  assert.equal((await stack.waitForRun(first, ["applied", "errored"])).status, "applied");
+
+  const same = await stack.startRun(writeConfig(stack.dir, "still-2", { "main.tf": 'resource "terraform_data" "a" {\n  input = "x"\n}\n' }), "still", ["--auto-apply"]);
+  assert.equal((await stack.waitForRun(same, ["applied", "errored", "planned_and_finished"])).status, "planned_and_finished");
+  assert.ok(!(await runLog(stack.server, same, "plan")).includes(deferredLine), "a plan without changes renders its JSON itself");
+  assert.deepEqual(summarizePlan(await planJson(same)), { add: 0, change: 0, destroy: 0, hasChanges: false });
+  assert.deepEqual(await summary(same), { add: 0, change: 0, destroy: 0, hasChanges: false });
+
+  // terraform says a move is a change (exit 2) though its `Plan:` line counts nothing.
+  const moved = await stack.startRun(
+    writeConfig(stack.dir, "still-3", { "main.tf": 'resource "terraform_data" "b" {\n  input = "x"\n}\nmoved {\n  from = terraform_data.a\n  to   = terraform_data.b\n}\n' }),
+    "still",
+    ["--auto-apply"],
+  );
+  assert.equal((await stack.waitForRun(moved, ["applied", "errored", "planned_and_finished"])).status, "applied");
+  assert.deepEqual(await summary(moved), { add: 0, change: 0, destroy: 0, hasChanges: true });
+  assert.deepEqual(summarizePlan(await planJson(moved)), { add: 0, change: 0, destroy: 0, hasChanges: true });
+});
+
+test("a plan-only run keeps its JSON; a failed plan (exit 1) still errors the run", async () => {
+  await workspace("only");
+  const only = await stack.startRun(writeConfig(stack.dir, "only", { "main.tf": three }), "only", ["--plan-only"]);
+  assert.equal((await stack.waitForRun(only, ["planned_and_finished", "errored"])).status, "planned_and_finished");
+  assert.deepEqual(summarizePlan(await planJson(only)), { add: 3, change: 0, destroy: 0, hasChanges: true });
+  assert.deepEqual(await summary(only), { add: 3, change: 0, destroy: 0, hasChanges: true });
+
+  await workspace("fails");
+  const failing = await stack.startRun(writeConfig(stack.dir, "fails", { "main.tf": 'resource "terraform_data" "x" {\n  input = file("/nonexistent/drover")\n}\n' }), "fails", ["--auto-apply"]);
+  const run = await stack.waitForRun(failing, ["errored", "applied", "planned_and_finished"]);
+  assert.equal(run.status, "errored");
+  assert.match(await runLog(stack.server, failing, "plan"), /Invalid function argument|no file exists/i);
+  assert.equal(await summary(failing), null);
+});
