@@ -6,6 +6,7 @@ export { extractConfiguration } from "./extract.js";
 export { createLogger } from "./logger.js";
 export { LogStream } from "./log-stream.js";
 export { StreamRedactor } from "./redactor.js";
+export { PlanLineScanner, planSucceededCodes, summaryOfPlanOutput } from "./plan-summary.js";
 export { errorExcerpt } from "./job.js";
 export { cacheDispatcher } from "./cache/caches.js";
 export { killTagged, processStartTicks } from "./orphans.js";
