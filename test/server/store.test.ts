@@ -283,6 +283,60 @@ for (const backend of backends) {
       assert.equal((await claim(agent)).phase, "apply");
     });
 
+    test("plan summary (decision 0041): terraform's verdict decides; an auto-apply run's apply job brings the JSON, readers wait for it", async () => {
+      const create = JSON.stringify({ resource_changes: [{ change: { actions: ["create"] } }, { change: { actions: ["create"] } }] });
+      const { agent, ws, cv } = await fixture({ autoApply: true });
+      // Changes reported, no JSON: the apply is queued at once and is the one to render it.
+      const auto = await newRun(ws.id, cv.id);
+      const plan = await claim(agent);
+      assert.equal(plan.planJson, "plan-unless-changes");
+      await store.startJob(ctx, await jobRow(plan), "starter");
+      await store.finishJob(ctx, await jobRow(plan), "succeeded", null, { add: 2, change: 0, destroy: 0, hasChanges: true });
+      assert.equal((await store.getRun(ctx, auto.id)).status, "confirmed");
+      assert.deepEqual((await store.getRun(ctx, auto.id)).planSummary, { add: 2, change: 0, destroy: 0, hasChanges: true });
+      await rejectsWith(store.readPlanJsonWhenReady(ctx, auto.id, 0), "not_found");
+      const apply = await claim(agent);
+      assert.equal(apply.phase, "apply");
+      assert.equal(apply.planJson, "apply");
+      await store.startJob(ctx, await jobRow(apply), "starter");
+      // A reader that asks now gets the JSON once the apply job uploads it.
+      const waiting = store.readPlanJsonWhenReady(ctx, auto.id, 60_000);
+      await store.savePlanJson(ctx, await jobRow(apply), Buffer.from(create));
+      const body = await waiting;
+      const chunks: Buffer[] = [];
+      for await (const c of body.open()) chunks.push(Buffer.from(c as Buffer));
+      assert.deepEqual(JSON.parse(Buffer.concat(chunks).toString("utf8")), JSON.parse(create));
+      await rejectsWith(store.savePlanJson(ctx, await jobRow(apply), Buffer.from(create)), "bad_request");
+      await rejectsWith(store.finishJob(ctx, await jobRow(apply), "succeeded", null, { add: 1, change: 0, destroy: 0, hasChanges: true }), "bad_request");
+      await store.finishJob(ctx, await jobRow(apply), "succeeded", null);
+      assert.equal((await store.getRun(ctx, auto.id)).status, "applied");
+
+      // No changes by terraform's verdict: planned_and_finished, as the JSON (rendered by the plan job) says too.
+      const none = await newRun(ws.id, cv.id);
+      let job = await claim(agent);
+      await store.startJob(ctx, await jobRow(job), "starter");
+      await store.savePlanJson(ctx, await jobRow(job), Buffer.from(JSON.stringify({ resource_changes: [] })));
+      await store.finishJob(ctx, await jobRow(job), "succeeded", null, { add: 0, change: 0, destroy: 0, hasChanges: false });
+      assert.equal((await store.getRun(ctx, none.id)).status, "planned_and_finished");
+      // A JSON that shows no change while terraform says there is one (a move older JSON misses): applied.
+      const moved = await newRun(ws.id, cv.id);
+      job = await claim(agent);
+      await store.startJob(ctx, await jobRow(job), "starter");
+      await store.savePlanJson(ctx, await jobRow(job), Buffer.from(JSON.stringify({ resource_changes: [{ change: { actions: ["no-op"] } }] })));
+      await store.finishJob(ctx, await jobRow(job), "succeeded", null, { add: 0, change: 0, destroy: 0, hasChanges: true });
+      assert.equal((await store.getRun(ctx, moved.id)).status, "confirmed");
+      const movedApply = await claim(agent);
+      assert.equal(movedApply.planJson, "none", "the plan job's JSON is there: the apply renders nothing");
+
+      // A run that waits for confirmation, and a plan-only one: the plan job renders the JSON.
+      const manual = await fixture();
+      await newRun(manual.ws.id, manual.cv.id);
+      assert.equal((await claim(manual.agent)).planJson, "plan");
+      const onlyFixture = await fixture({ autoApply: true });
+      await newRun(onlyFixture.ws.id, onlyFixture.cv.id, { planOnly: true });
+      assert.equal((await claim(onlyFixture.agent)).planJson, "plan");
+    });
+
     test("runs: a failed plan errors the run with its message and frees the workspace", async () => {
       const { agent, ws, cv } = await fixture();
       const run = await newRun(ws.id, cv.id);
