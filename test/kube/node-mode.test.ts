@@ -51,6 +51,10 @@ test("node-worker mode: examples/hello plan+apply in runner-only pods driven by 
   const order = ["[drover] plan of run", "$ terraform init", "$ terraform plan", "Plan: 2 to add", "[drover] plan succeeded"].map((s) => plan.indexOf(s));
   assert.ok(order.every((v, i) => v >= 0 && (i === 0 || v > order[i - 1]!)), `plan log out of order: ${order}`);
   assert.match(apply, /Apply complete! Resources: 2 added/);
+  // The exec-loop runs one step at a time: the plan job renders the plan JSON itself (decision 0041).
+  assert.ok(!plan.includes("rendered by the apply job"), plan);
+  const planJson = await stack.server.api(routes.runPlan, { params: { id: runId } });
+  assert.equal(planJson.status, 200);
   assert.match(agents.nodeWorker.output(), /supervising a run pod on this node/);
 
   const pods = (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods?labelSelector=${encodeURIComponent(`drover.dev/run-id=${runId}`)}`)).body.items;

@@ -419,9 +419,11 @@ export class JobRun {
       const planFile = withRetry(() => this.job.uploadPlan(this.files.read(planPath), this.work.signal), this.work.signal);
       planFile.catch(() => undefined);
       // An auto-apply run with changes goes on to its apply at once; that job renders the JSON
-      // beside the apply (decision 0041). Everywhere else a user may read it as soon as the plan ends.
-      const renderHere = a.planJson === undefined || a.planJson === "plan" || (a.planJson === "plan-unless-changes" && !summary.hasChanges);
-      const json = renderHere ? await this.capture(binary, ["show", "-json", planPath], workDir, env) : undefined;
+      // beside the apply (decision 0041). Everywhere else a user may read it as soon as the plan
+      // ends, and so where steps run one at a time: there the apply could only render it after
+      // applying, and a reader would wait for the whole apply.
+      const deferred = a.planJson === "plan-unless-changes" && summary.hasChanges && this.runner.parallelSteps === true;
+      const json = deferred ? undefined : await this.capture(binary, ["show", "-json", planPath], workDir, env);
       plan.end();
       await planFile;
       if (json) await withRetry(() => this.job.uploadPlanJson(json, this.work.signal), this.work.signal);
@@ -439,18 +441,23 @@ export class JobRun {
       await this.hook("pre-apply", workDir, env);
       // The plan job left the plan's JSON to this job: rendered while the apply runs when steps
       // may run side by side (the apply waits on providers and the state backend more than it
-      // uses a core), after it otherwise. Its failure is logged, never the run's.
+      // uses a core), before it otherwise, so that a reader never waits for a whole apply. Its
+      // failure is logged, never the run's.
       const renderJson = (): Promise<Buffer | undefined> =>
         this.capture(binary, ["show", "-json", planPath], workDir, env).catch((err: unknown) => {
           this.log.line(`[drover] could not render the plan as JSON: ${err instanceof Error ? err.message : String(err)}`);
           return undefined;
         });
-      const beside = a.planJson === "apply" && this.runner.parallelSteps === true ? renderJson() : undefined;
+      let beside: Promise<Buffer | undefined> | undefined;
+      if (a.planJson === "apply") {
+        if (this.runner.parallelSteps === true) beside = renderJson();
+        else await this.uploadDeferredPlanJson(await renderJson());
+      }
       try {
         await this.step(binary, ["apply", "-input=false", "-no-color", planPath], workDir, env);
       } finally {
         // A failed apply still leaves the plan it attempted readable.
-        if (a.planJson === "apply") await this.uploadDeferredPlanJson(await (beside ?? renderJson()));
+        if (beside) await this.uploadDeferredPlanJson(await beside);
       }
       await this.hook("post-apply", workDir, env);
       apply.end();
