@@ -147,7 +147,7 @@ export class ObjectApi {
     const fields = parseFieldSelector(opts.fieldSelector);
     checkFieldSelector(t, fields.keys);
     const rv = this.store.currentRevision;
-    let all = this.store.list(typeKey(t.group, t.resource), t.namespaced ? ns : undefined).filter((o) => labels(o.metadata.labels ?? {}) && fields.selector(fieldsOf(o, fields.keys)));
+    let all = this.store.select(typeKey(t.group, t.resource), t.namespaced ? ns : undefined, (o) => labels(o.metadata.labels ?? {}) && fields.selector(fieldsOf(o, fields.keys)));
     let listRv = String(rv);
     if (opts.continueToken) {
       let token: { rv?: number; start?: string };

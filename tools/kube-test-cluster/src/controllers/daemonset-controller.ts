@@ -76,7 +76,7 @@ export class DaemonSetController {
     const strategy = obj(spec.updateStrategy);
     const onDelete = strategy.type === "OnDelete";
     const maxUnavailableRaw = obj(strategy.rollingUpdate).maxUnavailable ?? 1;
-    const owned = this.api.store.list("/pods", ns).filter((p) => (p.metadata.ownerReferences ?? []).some((r) => r.uid === ds.metadata.uid && r.controller === true));
+    const owned = this.api.store.select("/pods", ns, (p) => (p.metadata.ownerReferences ?? []).some((r) => r.uid === ds.metadata.uid && r.controller === true));
     const nodeOf = (p: KObject): string => {
       const direct = obj(p.spec).nodeName;
       if (typeof direct === "string" && direct !== "") return direct;

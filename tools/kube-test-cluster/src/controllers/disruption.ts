@@ -39,7 +39,7 @@ export interface BudgetState {
 
 export function budgetState(api: ObjectApi, pdb: KObject): BudgetState {
   const spec = obj(pdb.spec);
-  const pods = api.store.list("/pods", pdb.metadata.namespace).filter((p) => !terminal(p) && matchesLabelSelector(spec.selector ?? {}, p.metadata.labels ?? {}));
+  const pods = api.store.select("/pods", pdb.metadata.namespace, (p) => !terminal(p) && matchesLabelSelector(spec.selector ?? {}, p.metadata.labels ?? {}));
   const expectedPods = pods.length;
   const currentHealthy = pods.filter(healthy).length;
   let desiredHealthy: number;

@@ -122,7 +122,7 @@ export class JobController {
     const uid = job.metadata.uid ?? "";
     const spec = obj(job.spec);
     const status: JsonObject = { ...obj(job.status) };
-    const pods = this.api.store.list("/pods", ns).filter((p) =>
+    const pods = this.api.store.select("/pods", ns, (p) =>
       (p.metadata.ownerReferences ?? []).some((r) => r.uid === uid && r.controller === true) && matchesLabelSelector(spec.selector, p.metadata.labels ?? {}));
     const now = Date.now();
 

@@ -134,7 +134,7 @@ export class Scheduler {
       return;
     }
     const nodes = this.api.store.list("/nodes");
-    const pods = this.api.store.list("/pods").filter((p) => obj(p.spec).nodeName && !terminal(p));
+    const pods = this.api.store.select("/pods", undefined, (p) => Boolean(obj(p.spec).nodeName) && !terminal(p));
     const want = podRequests(spec);
     const reasons = new Map<string, number>();
     const why = (r: string): void => {

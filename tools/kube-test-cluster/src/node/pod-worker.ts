@@ -30,7 +30,10 @@ export const annotationOomKill = "test-cluster.drover.dev/oom-kill";
 export const annotationEvictAfterMs = "test-cluster.drover.dev/evict-after-ms";
 
 export interface NodeTimings {
-  /** Time in ErrImagePull before ImagePullBackOff, and between pull attempts. */
+  /**
+   * Time in ErrImagePull before ImagePullBackOff, and the first back-off before the next pull; the
+   * back-off doubles per failed pull up to 32× (Kubernetes: 10 s, doubling to 5 min).
+   */
   imagePullBackoffMs: number;
   /** First CrashLoopBackOff delay; doubles per restart (Kubernetes: 10 s). */
   crashLoopBackoffMs: number;
@@ -317,6 +320,9 @@ export class PodWorker {
 
   /** Pulls, configures and runs the container once; its exit code, or undefined if stopped first. */
   private async runOnce(c: Runtime): Promise<number | undefined> {
+    // A fixed retry made every stuck pod rewrite its status twice a second, which with a few
+    // hundred of them (a bench's unpullable pods) loaded the API and every watcher.
+    let failedPulls = 0;
     while (!this.stopping) {
       const pull = this.ctx.images.pull(c.image);
       if (pull.ok) break;
@@ -339,7 +345,7 @@ export class PodWorker {
       this.event("Normal", "BackOff", `Back-off pulling image "${c.image}"`, c);
       this.event("Warning", "Failed", "Error: ImagePullBackOff", c);
       this.sync();
-      await this.sleep(this.ctx.timings.imagePullBackoffMs);
+      await this.sleep(this.ctx.timings.imagePullBackoffMs * 2 ** Math.min(failedPulls++, 5));
     }
     if (this.stopping) return undefined;
     this.event("Normal", "Pulled", `Container image "${c.image}" already present on machine`, c);
