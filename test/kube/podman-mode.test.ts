@@ -149,10 +149,10 @@ describe("test cluster podman mode", { skip: unavailable }, () => {
   });
 
   it("stops and removes the container when its pod is deleted", async () => {
-    const running = await podman(["ps", "--filter", "label=dev.drover.kube-test-cluster", "--format", "{{.Names}}"]);
+    const running = await podman(["ps", "--filter", `label=dev.drover.kube-test-cluster.id=${c.id}`, "--format", "{{.Names}}"]);
     assert.match(running.stdout, /ktc-probed-main-/);
     assert.equal((await kube(c, "DELETE", `/api/v1/namespaces/${ns}/pods/probed`)).status, 200);
     await until("the pod gone", () => kube(c, "GET", `/api/v1/namespaces/${ns}/pods/probed`), (r) => r.status === 404, 60_000);
-    await until("its container gone", () => podman(["ps", "-a", "--filter", "label=dev.drover.kube-test-cluster", "--format", "{{.Names}}"]), (r) => !r.stdout.includes("ktc-probed-main-"), 30_000);
+    await until("its container gone", () => podman(["ps", "-a", "--filter", `label=dev.drover.kube-test-cluster.id=${c.id}`, "--format", "{{.Names}}"]), (r) => !r.stdout.includes("ktc-probed-main-"), 30_000);
   });
 });
