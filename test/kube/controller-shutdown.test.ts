@@ -3,12 +3,15 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { after, before, test } from "node:test";
 import { startStack, type Stack } from "../support/stack.js";
+import { freePort } from "../support/processes.js";
+import { scrape } from "../support/metric-values.js";
 import { eventually, fastTimings, kube, startTestCluster, type TestCluster } from "./cluster.js";
 import { agentRegistered, createAgentTask, podWorker, prepareNamespace, startJobModeController, terraformRunner } from "./agents.js";
 import { routes } from "@drover/protocol";
 
 // A controller stopped (SIGTERM) while it launches a claimed job: the long-poll ends at once, but
 // the launch goes on to the end, so the Job is not left without its Secret and the run completes.
+// And a Job create carried out whose answer was lost: the retry finds the Job and counts it once.
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 const ns = "drover";
@@ -84,3 +87,24 @@ test("a controller killed before a Job's Secret exists (past its stop budget): i
     await quick.stop();
   }
 });
+
+test("a Job create whose answer is lost: the retry meets its own Job (409), completes the launch, and counts the Job launched once", async () => {
+  const port = await freePort();
+  let lost = 0;
+  const isJobCreate = (method: string, url: string) => method === "POST" && url.startsWith(`/apis/batch/v1/namespaces/${ns}/jobs`);
+  cluster.loseAnswers((method, url) => isJobCreate(method, url) && lost++ === 0);
+  const controller = startJobModeController(cluster, stack, { ns, name: "lost-answer-ctl", env: { DROVER_AGENT_KUBERNETES_API_TIMEOUT_SECONDS: "2", DROVER_AGENT_HEALTH_PORT: String(port) } });
+  try {
+    await agentRegistered(stack, "lost-answer-ctl");
+    assert.equal((await stack.server.api(routes.createWorkspace, { body: { name: "lost-answer", pool: stack.pool } })).status, 201);
+    const runId = await stack.startRun(join(repo, "examples", "hello"), "lost-answer", []);
+    const run = await stack.waitForRun(runId, ["planned", "errored", "canceled"], 120_000);
+    assert.equal(run.status, "planned", `${run.errorMessage}\n${controller.output()}`);
+    assert.ok(lost >= 2, "the create was sent again after the lost answer");
+    assert.equal(await scrape(`http://127.0.0.1:${port}/metrics`, "drover_controller_jobs_launched_total"), 1, controller.output());
+  } finally {
+    cluster.loseAnswers(undefined);
+    await controller.stop("SIGKILL");
+  }
+});
+

@@ -144,8 +144,10 @@ export interface TestCluster {
    * `undefined` ends the fault (held requests stay held).
    */
   stallRequests(match: ((method: string, url: string) => boolean) | undefined): void;
-  /** How many requests held by `stallRequests` their clients still hold open. */
+  /** How many requests held by `stallRequests` or `loseAnswers` their clients still hold open. */
   readonly stalledRequests: number;
+  /** Matching requests (undefined: none) are carried out but never answered, as when a reply is lost. */
+  loseAnswers(match: ((method: string, url: string) => boolean) | undefined): void;
   close(): Promise<void>;
 }
 
@@ -320,6 +322,9 @@ export async function startTestCluster(options: TestClusterOptions = {}): Promis
     },
     stallRequests: (match) => {
       handler.stallRequests = match;
+    },
+    loseAnswers: (match) => {
+      handler.loseAnswers = match;
     },
     get stalledRequests() {
       return handler.stalledRequests;

@@ -379,15 +379,20 @@ export class Controller {
       let created: V1Job;
       try {
         created = await this.batch.createNamespacedJob({ namespace: this.settings.namespace, body });
+      } catch (err) {
+        // An earlier attempt's create went through and only its answer was lost: that create
+        // launched the Job, so it is counted and traced here as one.
+        if (status(err) !== 409) throw err;
+        created = await this.batch.readNamespacedJob({ name, namespace: this.settings.namespace });
+      }
+      // Once per Job: a launch retried after its Secret's answer was lost meets its own Job here again.
+      const t = this.tracked.get(name);
+      if (!t || t.jobCreatedAt === undefined) {
         this.metrics.inc("drover_controller_jobs_launched_total");
-        const t = this.tracked.get(name);
         if (t) {
           t.jobCreatedAt = Date.now();
           this.tracer.start("kubernetes job created", a.traceparent, { startTime: t.since, attributes: { "k8s.job.name": name } }).end(undefined, undefined, t.jobCreatedAt);
         }
-      } catch (err) {
-        if (status(err) !== 409) throw err;
-        created = await this.batch.readNamespacedJob({ name, namespace: this.settings.namespace });
       }
       const { jobToken, ...rest } = a;
       try {

@@ -108,6 +108,8 @@ export class ApiHttpHandler {
   stallRequests: ((method: string, url: string) => boolean) | undefined;
   /** Requests held by `stallRequests` that their client has not closed yet. */
   stalledRequests = 0;
+  /** While set, matching requests are carried out but never answered: a reply lost on its way back. */
+  loseAnswers: ((method: string, url: string) => boolean) | undefined;
 
   constructor(
     private readonly api: ObjectApi,
@@ -128,6 +130,11 @@ export class ApiHttpHandler {
       this.stalledRequests++;
       res.on("close", () => this.stalledRequests--);
       return;
+    }
+    if (this.loseAnswers?.(method, url.pathname + url.search)) {
+      this.stalledRequests++;
+      res.on("close", () => this.stalledRequests--);
+      muzzle(res);
     }
     const path = url.pathname.replace(/\/+$/, "") || "/";
     if (["/healthz", "/livez", "/readyz"].includes(path)) {
@@ -562,4 +569,10 @@ function deleteOptions(body: unknown, q: URLSearchParams): { propagationPolicy?:
     };
   }
   return out;
+}
+
+/** Makes `res` swallow its answer (headers and body) while the connection stays open. */
+function muzzle(res: ServerResponse): void {
+  const silent = { writeHead: () => res, write: () => true, end: () => res, flushHeaders: () => undefined };
+  Object.assign(res, silent);
 }
