@@ -1,4 +1,6 @@
 import assert from "node:assert/strict";
+import { chmodSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { routes, summarizePlan, type PlanSummary } from "@drover/protocol";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
@@ -9,10 +11,34 @@ import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js
 
 const deferredLine = "[drover] the plan's JSON (its resource changes) is rendered by the apply job";
 let stack: Stack;
+/**
+ * The starts and ends of each terraform the agent runs (a wrapper first on PATH). While
+ * `<file>.hold` exists, an apply starts only once a `show` has started (or after 30 s).
+ */
+let started: string;
 
 before(async () => {
   stack = await startStack();
-  await stack.startAgent("decider");
+  const bin = join(stack.dir, "wrapper-bin");
+  mkdirSync(bin);
+  started = join(stack.dir, "terraform-started");
+  writeFileSync(started, "");
+  writeFileSync(
+    join(bin, "terraform"),
+    [
+      "#!/bin/sh",
+      `log='${started}'`,
+      `if [ "$1" = apply ] && [ -e "$log.hold" ]; then i=0; until grep -q '^start show' "$log"; do i=$((i+1)); [ $i -gt 600 ] && break; sleep 0.05; done; fi`,
+      'echo "start $*" >> "$log"',
+      '/usr/local/bin/terraform "$@"',
+      "rc=$?",
+      'echo "end $1" >> "$log"',
+      "exit $rc",
+      "",
+    ].join("\n"),
+  );
+  chmodSync(join(bin, "terraform"), 0o755);
+  await stack.startAgent("decider", { PATH: `${bin}:${process.env.PATH ?? ""}` });
 });
 after(() => stack?.stop());
 
@@ -36,6 +62,8 @@ const three = 'resource "terraform_data" "n" {\n  count = 3\n  input = count.ind
 
 test("auto-apply with changes: the plan job leaves the JSON to the apply job, and the run's counts agree with it", async () => {
   await workspace("auto");
+  writeFileSync(started, "");
+  writeFileSync(`${started}.hold`, "");
   const dir = writeConfig(stack.dir, "auto", { "main.tf": three });
   const runId = await stack.startRun(dir, "auto", ["--auto-apply"]);
   const run = await stack.waitForRun(runId, ["applied", "errored", "planned_and_finished"]);
@@ -44,6 +72,13 @@ test("auto-apply with changes: the plan job leaves the JSON to the apply job, an
   assert.ok(planLog.includes("-detailed-exitcode"), planLog);
   assert.ok(planLog.includes(deferredLine), "the plan job did not run `show -json`");
   assert.ok(!(await runLog(stack.server, runId, "apply")).includes("could not"), "the apply job rendered and uploaded the JSON");
+  rmSync(`${started}.hold`);
+  const events = readFileSync(started, "utf8").split("\n");
+  assert.equal(events.filter((l) => l.startsWith("start show -json ")).length, 1, events.join("\n"));
+  // The apply waited for a show to start: one that starts only after the apply would come after its end.
+  const showStart = events.findIndex((l) => l.startsWith("start show"));
+  const applyEnd = events.indexOf("end apply");
+  assert.ok(showStart >= 0 && applyEnd > showStart, `the plan JSON is rendered beside the apply:\n${events.join("\n")}`);
   const json = await planJson(runId);
   assert.deepEqual(await summary(runId), { add: 3, change: 0, destroy: 0, hasChanges: true });
   assert.deepEqual(summarizePlan(json), await summary(runId), "the counts terraform's summary line gave are the JSON's");
