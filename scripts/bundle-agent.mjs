@@ -47,6 +47,21 @@ const standIn = (name) =>
     : `let real; const known = ${JSON.stringify(knownValues[name] ?? {})};
 module.exports = new Proxy(known, { get: (_, key) => (key in known ? known[key] : (real ??= require("node:${name}"))[key]) });`;
 
+/*
+ * node:crypto as the Drover packages import it: its facade loads every part of Node's crypto
+ * (keys, ciphers, X.509, webcrypto; ~0.4 MB of heap, ~0.75 MB RSS beside undici's modules), and
+ * an idle agent hashes and draws nothing: its users (job ids, cache keys and holders, safe writes,
+ * process tags) run for a job, and at start only when another agent's job runs on the host
+ * (agent/orphans.ts). The stand-in loads it on the first call. An import it does not list stops the build.
+ */
+const lazyCrypto = ["createHash", "randomBytes", "randomUUID", "timingSafeEqual"];
+const cryptoStandIn = [
+  'import { createRequire } from "node:module";',
+  "let real;",
+  'const crypto = () => (real ??= createRequire(import.meta.url)("node:crypto"));',
+  ...lazyCrypto.map((name) => `export function ${name}(...args) { return crypto().${name}(...args); }`),
+].join("\n");
+
 const jsonSchemaFiles = /\/(to-json-schema|json-schema-processors|json-schema-generator|from-json-schema)\.js$/;
 
 /**
@@ -65,6 +80,9 @@ function jsonSchemaStub(file) {
   return lines.join("\n");
 }
 
+/** A file of the three bundled Drover packages (tsc's output). */
+const droverFile = /[\\/]packages[\\/](agent|protocol|cli)[\\/]dist[\\/]/;
+
 const drover = {
   name: "drover-agent-bundle",
   setup(b) {
@@ -75,6 +93,8 @@ const drover = {
       return importer ? { path: name, namespace: "lazy" } : undefined;
     });
     b.onLoad({ filter: /.*/, namespace: "lazy" }, (a) => ({ contents: standIn(a.path), loader: "js" }));
+    b.onResolve({ filter: /^(node:)?crypto$/ }, (a) => (droverFile.test(a.importer) ? { path: "node:crypto", namespace: "lazy-crypto" } : undefined));
+    b.onLoad({ filter: /.*/, namespace: "lazy-crypto" }, () => ({ contents: cryptoStandIn, loader: "js" }));
     // zod's JSON Schema code (~100 KB of source: zod → JSON Schema, JSON Schema → zod), which
     // every zod schema links to but only z.toJSONSchema, z.fromJSONSchema and `~standard`'s
     // jsonSchema run: nothing in the agent does (the server's OpenAPI document is not bundled).

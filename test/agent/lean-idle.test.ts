@@ -30,6 +30,17 @@ const lazyBuiltins: Array<[string, string]> = [
   ["worker_threads", "pino's stand-in in the bundle (scripts/bundle-agent.mjs): pino needs only isMainThread"],
 ];
 
+/**
+ * The protocol's schemas and routes an idle agent may build (protocol/lazy-schema.ts): those of
+ * registering, heartbeating and polling. Any other built at idle is ~2-3 KB of heap per schema
+ * that only a job, the server or a user command uses.
+ */
+const idleSchemas = new Set([
+  ...["routes.register", "registerResponseSchema"],
+  ...["routes.agentHeartbeat", "agentHeartbeatResponseSchema"],
+  ...["routes.pollJob", "pollResponseSchema", "jobAssignmentSchema", "phaseSchema", "engineSchema"],
+]);
+
 const recorder = new URL("../support/lean-agent-recorder.js", import.meta.url).href;
 
 let stack: Stack;
@@ -41,23 +52,23 @@ after(async () => {
 });
 
 /** Starts an agent under the recorder and returns the modules it has loaded once registered, and its heap mode. */
-async function idleModules(name: string, env: Record<string, string> = {}): Promise<{ agent: Proc; modules: string[]; idleHeapMode: boolean; builtins: string[]; log: string }> {
+async function idleModules(name: string, env: Record<string, string> = {}): Promise<{ agent: Proc; modules: string[]; idleHeapMode: boolean; builtins: string[]; lazySchemas: string[]; cryptoLoadedBy?: string; log: string }> {
   const log = join(stack.dir, `${name}-modules.log`);
   const agent = await stack.startAgent(name, { NODE_OPTIONS: `--import ${recorder}`, LEAN_AGENT_MODULE_LOG: log, ...env });
   await agent.waitFor(/"msg":"registered"/);
   return { agent, log, ...(await snapshot(agent, log)) };
 }
 
-async function snapshot(agent: Proc, log: string): Promise<{ modules: string[]; idleHeapMode: boolean; builtins: string[] }> {
+async function snapshot(agent: Proc, log: string): Promise<{ modules: string[]; idleHeapMode: boolean; builtins: string[]; lazySchemas: string[]; cryptoLoadedBy?: string }> {
   const done = `${log}.done`;
   const before = existsSync(done) ? readFileSync(done, "utf8") : undefined;
   agent.child.kill("SIGUSR2");
   const state = await eventually("the recorder's dump", async () => {
     if (!existsSync(done)) return undefined;
     const text = readFileSync(done, "utf8");
-    return text !== before || before === undefined ? (JSON.parse(text) as { idleHeapMode: boolean; builtins: string[] }) : undefined;
+    return text !== before || before === undefined ? (JSON.parse(text) as { idleHeapMode: boolean; builtins: string[]; lazySchemas: string[]; cryptoLoadedBy?: string }) : undefined;
   });
-  return { modules: [...new Set(readFileSync(log, "utf8").split("\n").filter(Boolean))], idleHeapMode: state.idleHeapMode, builtins: state.builtins };
+  return { modules: [...new Set(readFileSync(log, "utf8").split("\n").filter(Boolean))], idleHeapMode: state.idleHeapMode, builtins: state.builtins, lazySchemas: state.lazySchemas, cryptoLoadedBy: state.cryptoLoadedBy };
 }
 
 test("an idle local agent loads none of the parts it loads lazily, and runs in idle heap mode", async () => {
@@ -94,10 +105,22 @@ test("an idle local agent loads none of the parts it loads lazily, and runs in i
 
 test("an idle local agent loads none of Node's modules it needs only for a job or a transport", async () => {
   // Without the recorder's loader hooks, whose thread loads worker_threads itself.
-  const { agent, builtins } = await idleModules("lean-builtins", { LEAN_AGENT_HOOKS: "0" });
+  // Polls that return at once (no job) and the first heartbeat: the idle loop has run every call it makes.
+  const { agent, log } = await idleModules("lean-builtins", { LEAN_AGENT_HOOKS: "0", DROVER_AGENT_POLL_WAIT_MS: "100" });
   try {
+    const { builtins, lazySchemas, cryptoLoadedBy } = await eventually("an idle agent that has heartbeated and polled", async () => {
+      const state = await snapshot(agent, log);
+      return ["routes.agentHeartbeat", "pollResponseSchema"].every((name) => state.lazySchemas.includes(name)) ? state : undefined;
+    });
     assert.ok(builtins.includes("fs"), "the recorder lists Node's built-ins");
     for (const [name, where] of lazyBuiltins) assert.deepEqual(builtins.filter((m) => m === name), [], `an idle agent loaded Node's ${name}: it belongs to ${where}`);
+    // Node's crypto (~0.75 MB) loads on the first hash or random draw (the bundle's stand-in,
+    // scripts/bundle-agent.mjs). At start the agent hashes its process tag only when some process
+    // on the host carries a job's tag (agent/orphans.ts): another test's job may, so that one
+    // caller is allowed; any other is an idle agent drawing or hashing what only a job needs.
+    if (builtins.includes("crypto")) assert.match(cryptoLoadedBy ?? "(loaded without require: an ESM import?)", /\bagentTag\b[^]*\breapOrphans\b/, "an idle agent loaded Node's crypto other than for its process tag");
+    const extra = lazySchemas.filter((name) => !idleSchemas.has(name));
+    assert.deepEqual(extra, [], `an idle agent built schemas it does not use (protocol/lazy-schema.ts): ${extra.join(", ")}`);
   } finally {
     await agent.stop("SIGTERM");
   }

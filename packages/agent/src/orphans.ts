@@ -111,13 +111,16 @@ function carries(p: ProcInfo, tag: string): boolean {
 }
 
 /**
- * Kills every live process that carries `tag` (and, where there is no /proc, the recorded
+ * Kills every live process that carries `tag` (a function: computed on the first process that carries any tag) (and, where there is no /proc, the recorded
  * process groups), then waits until they are gone or `timeoutMs` passes. Resolves with the
  * number of processes killed. `startedFrom`: the start (processStartTicks) of the first process
  * that carried the tag; older processes are not looked at.
  */
-export async function killTagged(tag: string, groups: readonly number[], timeoutMs: number, startedFrom?: number): Promise<number> {
-  const targets = listProcesses(startedFrom).filter((p) => carries(p, tag));
+export async function killTagged(tag: string | (() => string), groups: readonly number[], timeoutMs: number, startedFrom?: number): Promise<number> {
+  let known: string | undefined;
+  // A tag given as a function is computed only once a process carries some agent's tag: see reapOrphans.
+  const tagged = (p: ProcInfo): boolean => p.environ.includes(`${processTagVariable}=`) && carries(p, (known ??= typeof tag === "string" ? tag : tag()));
+  const targets = listProcesses(startedFrom).filter(tagged);
   if (!existsSync("/proc/self/stat")) {
     for (const g of groups) {
       try {
@@ -138,7 +141,7 @@ export async function killTagged(tag: string, groups: readonly number[], timeout
     }
   }
   const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline && listProcesses(startedFrom).some((p) => carries(p, tag))) await pause(50);
+  while (Date.now() < deadline && listProcesses(startedFrom).some(tagged)) await pause(50);
   return targets.length;
 }
 
@@ -153,7 +156,9 @@ export async function reapOrphans(dataDir: string, log: Logger, timeoutMs = 10_0
   for (const job of jobs) {
     for (const line of readFileSync(join(dir, job), "utf8").split("\n")) if (/^\d+$/.test(line)) groups.push(Number(line));
   }
-  const killed = await killTagged(`${agentTag(dataDir)}:`, groups, timeoutMs);
+  // The tag is a hash, which loads Node's crypto (~0.75 MB an idle agent would keep, SPEC §8):
+  // computed only when some process on the host carries a job's tag at all.
+  const killed = await killTagged(() => `${agentTag(dataDir)}:`, groups, timeoutMs);
   if (killed > 0 || jobs.length > 0) log.warn({ jobs, killed }, "ended processes left behind by jobs of this agent's previous run");
   rmSync(dir, { recursive: true, force: true });
 }

@@ -6,6 +6,7 @@ export * from "./lifecycle.js";
 export * from "./plan.js";
 export * from "./routes.js";
 export * from "./schemas.js";
+export { builtLazySchemas } from "./lazy-schema.js";
 export * from "./settings.js";
 export * from "./tokens.js";
 export * from "./redact.js";

@@ -1,5 +1,6 @@
 import { z } from "zod";
 import type { ErrorCode } from "./errors.js";
+import { lazySchema } from "./lazy-schema.js";
 import * as s from "./schemas.js";
 
 /** Path prefixes of the two HTTP APIs. */
@@ -76,8 +77,8 @@ export const authErrors: Record<AuthKind, readonly ErrorCode[]> = {
   state: ["unauthorized", "token_revoked", "forbidden", "stale_attempt", "job_finished"],
 };
 
-const noParams = z.object({});
-const noQuery = z.object({});
+const noParams = lazySchema("noParams", () => z.object({}));
+const noQuery = lazySchema("noQuery", () => z.object({}));
 const none = { kind: "none" } as const;
 const json = <S extends z.ZodType>(schema: S) => ({ kind: "json", schema }) as const;
 const raw = <C extends string>(contentType: C) => ({ kind: "raw", contentType }) as const;
@@ -87,58 +88,70 @@ const noContent = { status: 204, kind: "empty" } as const;
 const emptyOk = { status: 200, kind: "empty" } as const;
 const bytes = (contentType: string) => ({ status: 200, kind: "raw", contentType }) as const;
 
-function route<P extends AnyObject = typeof noParams, Q extends AnyObject = typeof noQuery, B extends BodySpec = typeof none, R extends ResponseSpec = typeof noContent>(def: {
-  method: RouteMethod;
-  path: string;
-  summary: string;
-  auth: AuthKind;
-  params?: P;
-  query?: Q;
-  body?: B;
-  response: R;
-  errors?: readonly ErrorCode[];
-}): Route<P, Q, B, R> {
-  return {
-    ...def,
-    params: def.params ?? (noParams as unknown as P),
-    query: def.query ?? (noQuery as unknown as Q),
-    body: def.body ?? (none as unknown as B),
-    errors: def.errors ?? [],
-  };
+/**
+ * A route of the table, made on first use with its schemas (lazy-schema.ts): an idle agent
+ * uses three routes of the table's ~60 and keeps only their schemas (SPEC §8).
+ */
+function route<P extends AnyObject = typeof noParams, Q extends AnyObject = typeof noQuery, B extends BodySpec = typeof none, R extends ResponseSpec = typeof noContent>(
+  name: string,
+  define: () => {
+    method: RouteMethod;
+    path: string;
+    summary: string;
+    auth: AuthKind;
+    params?: P;
+    query?: Q;
+    body?: B;
+    response: R;
+    errors?: readonly ErrorCode[];
+  },
+): Route<P, Q, B, R> {
+  return lazySchema(`routes.${name}`, () => {
+    const def = define();
+    return {
+      ...def,
+      params: def.params ?? (noParams as unknown as P),
+      query: def.query ?? (noQuery as unknown as Q),
+      body: def.body ?? (none as unknown as B),
+      errors: def.errors ?? [],
+    };
+  });
 }
 
-const id = z.object({ id: z.string() });
-const pool = z.object({ pool: z.string() });
-const ws = z.object({ ws: z.string() });
-const wsVar = z.object({ ws: z.string(), key: s.variableKeySchema });
-const waitQuery = z.object({ wait: z.coerce.number().int().min(0).max(maxLongPollMs).default(0) });
-const lockIdQuery = z.object({ ID: z.string().optional() });
+const id = lazySchema("id", () => z.object({ id: z.string() }));
+const pool = lazySchema("pool", () => z.object({ pool: z.string() }));
+const ws = lazySchema("ws", () => z.object({ ws: z.string() }));
+const wsVar = lazySchema("wsVar", () => z.object({ ws: z.string(), key: s.variableKeySchema }));
+const waitQuery = lazySchema("waitQuery", () => z.object({ wait: z.coerce.number().int().min(0).max(maxLongPollMs).default(0) }));
+const lockIdQuery = lazySchema("lockIdQuery", () => z.object({ ID: z.string().optional() }));
 const list = s.listOf;
 
 /** `{ok: true}` of calls that only acknowledge. */
-export const okResponseSchema = z.object({ ok: z.boolean() });
+export const okResponseSchema = lazySchema("okResponseSchema", () => z.object({ ok: z.boolean() }));
 /** GET /readyz when the database answers. */
-export const readyResponseSchema = z.object({ status: z.literal("ready") });
+export const readyResponseSchema = lazySchema("readyResponseSchema", () => z.object({ status: z.literal("ready") }));
 /** Query of GET /api/v1/runs/:id/logs. */
-export const logQuerySchema = z.object({
-  phase: s.phaseSchema.default("plan"),
-  offset: z.coerce.number().int().min(0).default(0),
-  wait: z.coerce.number().int().min(0).max(maxLongPollMs).default(0),
-  limit: z.coerce
-    .number()
-    .int()
-    .min(1)
-    .max(8 * 1024 * 1024)
-    .default(1024 * 1024),
-});
+export const logQuerySchema = lazySchema("logQuerySchema", () =>
+  z.object({
+    phase: s.phaseSchema.default("plan"),
+    offset: z.coerce.number().int().min(0).default(0),
+    wait: z.coerce.number().int().min(0).max(maxLongPollMs).default(0),
+    limit: z.coerce
+      .number()
+      .int()
+      .min(1)
+      .max(8 * 1024 * 1024)
+      .default(1024 * 1024),
+  }),
+);
 
 /** Every route, by name. Keys are stable: clients call `routes.createPool`, not a path string. */
 export const routes = {
   // ---------- user API ----------
-  listPools: route({ method: "GET", path: `${userApi}/pools`, summary: "List agent pools", auth: "user", response: ok(list(s.poolSchema)) }),
-  createPool: route({ method: "POST", path: `${userApi}/pools`, summary: "Create an agent pool", auth: "user", body: json(s.createPoolSchema), response: created(s.poolSchema), errors: ["already_exists"] }),
-  getPool: route({ method: "GET", path: `${userApi}/pools/:pool`, summary: "Show a pool (id or name)", auth: "user", params: pool, response: ok(s.poolSchema), errors: ["not_found"] }),
-  createPoolToken: route({
+  listPools: route("listPools", () => ({ method: "GET", path: `${userApi}/pools`, summary: "List agent pools", auth: "user", response: ok(list(s.poolSchema)) })),
+  createPool: route("createPool", () => ({ method: "POST", path: `${userApi}/pools`, summary: "Create an agent pool", auth: "user", body: json(s.createPoolSchema), response: created(s.poolSchema), errors: ["already_exists"] })),
+  getPool: route("getPool", () => ({ method: "GET", path: `${userApi}/pools/:pool`, summary: "Show a pool (id or name)", auth: "user", params: pool, response: ok(s.poolSchema), errors: ["not_found"] })),
+  createPoolToken: route("createPoolToken", () => ({
     method: "POST",
     path: `${userApi}/pools/:pool/tokens`,
     summary: "Create a pool token (shown once)",
@@ -147,8 +160,8 @@ export const routes = {
     body: json(s.createPoolTokenSchema),
     response: created(s.createdPoolTokenSchema),
     errors: ["not_found"],
-  }),
-  poolDemand: route({
+  })),
+  poolDemand: route("poolDemand", () => ({
     method: "GET",
     path: `${userApi}/pools/:pool/demand`,
     summary: "A pool's demand for agents, for autoscalers (?jobsPerAgent=)",
@@ -157,21 +170,21 @@ export const routes = {
     query: s.poolDemandQuerySchema,
     response: ok(s.poolDemandSchema),
     errors: ["not_found"],
-  }),
-  listPoolTokens: route({ method: "GET", path: `${userApi}/pools/:pool/tokens`, summary: "List a pool's tokens", auth: "user", params: pool, response: ok(list(s.poolTokenSchema)), errors: ["not_found"] }),
-  revokePoolToken: route({ method: "DELETE", path: `${userApi}/pool-tokens/:id`, summary: "Revoke a pool token; the jobs of its agents end", auth: "user", params: id, response: ok(s.poolTokenSchema), errors: ["not_found"] }),
-  listUserTokens: route({ method: "GET", path: `${userApi}/user-tokens`, summary: "List API tokens", auth: "user", response: ok(list(s.userTokenSchema)) }),
-  createUserToken: route({ method: "POST", path: `${userApi}/user-tokens`, summary: "Create an API token (shown once)", auth: "user", body: json(s.createUserTokenSchema), response: created(s.createdUserTokenSchema) }),
-  revokeUserToken: route({ method: "DELETE", path: `${userApi}/user-tokens/:id`, summary: "Revoke an API token", auth: "user", params: id, response: ok(s.userTokenSchema), errors: ["not_found", "conflict"] }),
-  listAgents: route({ method: "GET", path: `${userApi}/agents`, summary: "List agents (?pool=)", auth: "user", query: z.object({ pool: z.string().optional() }), response: ok(list(s.agentSchema)), errors: ["not_found"] }),
-  createWorkspace: route({ method: "POST", path: `${userApi}/workspaces`, summary: "Create a workspace", auth: "user", body: json(s.createWorkspaceSchema), response: created(s.workspaceSchema), errors: ["already_exists", "not_found"] }),
-  listWorkspaces: route({ method: "GET", path: `${userApi}/workspaces`, summary: "List workspaces", auth: "user", response: ok(list(s.workspaceSchema)) }),
-  getWorkspace: route({ method: "GET", path: `${userApi}/workspaces/:ws`, summary: "Show a workspace (id or name)", auth: "user", params: ws, response: ok(s.workspaceSchema), errors: ["not_found"] }),
-  updateWorkspace: route({ method: "PATCH", path: `${userApi}/workspaces/:ws`, summary: "Update a workspace", auth: "user", params: ws, body: json(s.updateWorkspaceSchema), response: ok(s.workspaceSchema), errors: ["not_found"] }),
-  deleteWorkspace: route({ method: "DELETE", path: `${userApi}/workspaces/:ws`, summary: "Delete a workspace and its runs and state", auth: "user", params: ws, response: noContent, errors: ["not_found", "conflict"] }),
-  listVariables: route({ method: "GET", path: `${userApi}/workspaces/:ws/vars`, summary: "List variables (sensitive values null)", auth: "user", params: ws, response: ok(list(s.variableSchema)), errors: ["not_found"] }),
-  setVariable: route({ method: "PUT", path: `${userApi}/workspaces/:ws/vars/:key`, summary: "Set a variable", auth: "user", params: wsVar, body: json(s.setVariableSchema), response: ok(s.variableSchema), errors: ["not_found"] }),
-  deleteVariable: route({
+  })),
+  listPoolTokens: route("listPoolTokens", () => ({ method: "GET", path: `${userApi}/pools/:pool/tokens`, summary: "List a pool's tokens", auth: "user", params: pool, response: ok(list(s.poolTokenSchema)), errors: ["not_found"] })),
+  revokePoolToken: route("revokePoolToken", () => ({ method: "DELETE", path: `${userApi}/pool-tokens/:id`, summary: "Revoke a pool token; the jobs of its agents end", auth: "user", params: id, response: ok(s.poolTokenSchema), errors: ["not_found"] })),
+  listUserTokens: route("listUserTokens", () => ({ method: "GET", path: `${userApi}/user-tokens`, summary: "List API tokens", auth: "user", response: ok(list(s.userTokenSchema)) })),
+  createUserToken: route("createUserToken", () => ({ method: "POST", path: `${userApi}/user-tokens`, summary: "Create an API token (shown once)", auth: "user", body: json(s.createUserTokenSchema), response: created(s.createdUserTokenSchema) })),
+  revokeUserToken: route("revokeUserToken", () => ({ method: "DELETE", path: `${userApi}/user-tokens/:id`, summary: "Revoke an API token", auth: "user", params: id, response: ok(s.userTokenSchema), errors: ["not_found", "conflict"] })),
+  listAgents: route("listAgents", () => ({ method: "GET", path: `${userApi}/agents`, summary: "List agents (?pool=)", auth: "user", query: z.object({ pool: z.string().optional() }), response: ok(list(s.agentSchema)), errors: ["not_found"] })),
+  createWorkspace: route("createWorkspace", () => ({ method: "POST", path: `${userApi}/workspaces`, summary: "Create a workspace", auth: "user", body: json(s.createWorkspaceSchema), response: created(s.workspaceSchema), errors: ["already_exists", "not_found"] })),
+  listWorkspaces: route("listWorkspaces", () => ({ method: "GET", path: `${userApi}/workspaces`, summary: "List workspaces", auth: "user", response: ok(list(s.workspaceSchema)) })),
+  getWorkspace: route("getWorkspace", () => ({ method: "GET", path: `${userApi}/workspaces/:ws`, summary: "Show a workspace (id or name)", auth: "user", params: ws, response: ok(s.workspaceSchema), errors: ["not_found"] })),
+  updateWorkspace: route("updateWorkspace", () => ({ method: "PATCH", path: `${userApi}/workspaces/:ws`, summary: "Update a workspace", auth: "user", params: ws, body: json(s.updateWorkspaceSchema), response: ok(s.workspaceSchema), errors: ["not_found"] })),
+  deleteWorkspace: route("deleteWorkspace", () => ({ method: "DELETE", path: `${userApi}/workspaces/:ws`, summary: "Delete a workspace and its runs and state", auth: "user", params: ws, response: noContent, errors: ["not_found", "conflict"] })),
+  listVariables: route("listVariables", () => ({ method: "GET", path: `${userApi}/workspaces/:ws/vars`, summary: "List variables (sensitive values null)", auth: "user", params: ws, response: ok(list(s.variableSchema)), errors: ["not_found"] })),
+  setVariable: route("setVariable", () => ({ method: "PUT", path: `${userApi}/workspaces/:ws/vars/:key`, summary: "Set a variable", auth: "user", params: wsVar, body: json(s.setVariableSchema), response: ok(s.variableSchema), errors: ["not_found"] })),
+  deleteVariable: route("deleteVariable", () => ({
     method: "DELETE",
     path: `${userApi}/workspaces/:ws/vars/:key`,
     summary: "Delete a variable (?kind=)",
@@ -180,8 +193,8 @@ export const routes = {
     query: z.object({ kind: s.variableKindSchema.default("terraform") }),
     response: noContent,
     errors: ["not_found"],
-  }),
-  uploadConfiguration: route({
+  })),
+  uploadConfiguration: route("uploadConfiguration", () => ({
     method: "POST",
     path: `${userApi}/workspaces/:ws/configuration-versions`,
     summary: "Upload a configuration (tar.gz)",
@@ -190,15 +203,15 @@ export const routes = {
     body: raw("application/gzip"),
     response: created(s.configurationVersionSchema),
     errors: ["not_found", "invalid_archive", "payload_too_large"],
-  }),
-  listConfigurationVersions: route({ method: "GET", path: `${userApi}/workspaces/:ws/configuration-versions`, summary: "List configuration versions", auth: "user", params: ws, response: ok(list(s.configurationVersionSchema)), errors: ["not_found"] }),
-  workspaceOutputs: route({ method: "GET", path: `${userApi}/workspaces/:ws/outputs`, summary: "Latest outputs (sensitive values null)", auth: "user", params: ws, response: ok(list(s.outputSchema)), errors: ["not_found"] }),
-  listStateVersions: route({ method: "GET", path: `${userApi}/workspaces/:ws/state-versions`, summary: "List state versions", auth: "user", params: ws, response: ok(list(s.stateVersionSchema)), errors: ["not_found"] }),
-  downloadStateVersion: route({ method: "GET", path: `${userApi}/state-versions/:id/download`, summary: "Download a state version", auth: "user", params: id, response: bytes("application/json"), errors: ["not_found"] }),
+  })),
+  listConfigurationVersions: route("listConfigurationVersions", () => ({ method: "GET", path: `${userApi}/workspaces/:ws/configuration-versions`, summary: "List configuration versions", auth: "user", params: ws, response: ok(list(s.configurationVersionSchema)), errors: ["not_found"] })),
+  workspaceOutputs: route("workspaceOutputs", () => ({ method: "GET", path: `${userApi}/workspaces/:ws/outputs`, summary: "Latest outputs (sensitive values null)", auth: "user", params: ws, response: ok(list(s.outputSchema)), errors: ["not_found"] })),
+  listStateVersions: route("listStateVersions", () => ({ method: "GET", path: `${userApi}/workspaces/:ws/state-versions`, summary: "List state versions", auth: "user", params: ws, response: ok(list(s.stateVersionSchema)), errors: ["not_found"] })),
+  downloadStateVersion: route("downloadStateVersion", () => ({ method: "GET", path: `${userApi}/state-versions/:id/download`, summary: "Download a state version", auth: "user", params: id, response: bytes("application/json"), errors: ["not_found"] })),
 
   // ---------- terraform http state backend ----------
-  readState: route({ method: "GET", path: `${userApi}/workspaces/:ws/state`, summary: "terraform http backend: read state (204 when none)", auth: "state", params: ws, response: { ...bytes("application/json"), emptyStatus: 204 }, errors: ["not_found"] }),
-  writeState: route({
+  readState: route("readState", () => ({ method: "GET", path: `${userApi}/workspaces/:ws/state`, summary: "terraform http backend: read state (204 when none)", auth: "state", params: ws, response: { ...bytes("application/json"), emptyStatus: 204 }, errors: ["not_found"] })),
+  writeState: route("writeState", () => ({
     method: "POST",
     path: `${userApi}/workspaces/:ws/state`,
     summary: "terraform http backend: write state (?ID=lock id)",
@@ -208,14 +221,14 @@ export const routes = {
     body: raw("application/json"),
     response: emptyOk,
     errors: ["not_found", "invalid_json", "conflict", "state_locked"],
-  }),
-  deleteState: route({ method: "DELETE", path: `${userApi}/workspaces/:ws/state`, summary: "terraform http backend: delete state", auth: "state", params: ws, query: lockIdQuery, response: emptyOk, errors: ["not_found", "state_locked"] }),
-  lockState: route({ method: "LOCK", path: `${userApi}/workspaces/:ws/state`, summary: "terraform http backend: lock (LockInfo body; 423 with the holder's)", auth: "state", params: ws, body: raw("application/json"), response: emptyOk, errors: ["not_found", "invalid_json", "state_locked"] }),
-  unlockState: route({ method: "UNLOCK", path: `${userApi}/workspaces/:ws/state`, summary: "terraform http backend: unlock (LockInfo body)", auth: "state", params: ws, body: raw("application/json"), response: emptyOk, errors: ["not_found", "invalid_json", "state_locked"] }),
+  })),
+  deleteState: route("deleteState", () => ({ method: "DELETE", path: `${userApi}/workspaces/:ws/state`, summary: "terraform http backend: delete state", auth: "state", params: ws, query: lockIdQuery, response: emptyOk, errors: ["not_found", "state_locked"] })),
+  lockState: route("lockState", () => ({ method: "LOCK", path: `${userApi}/workspaces/:ws/state`, summary: "terraform http backend: lock (LockInfo body; 423 with the holder's)", auth: "state", params: ws, body: raw("application/json"), response: emptyOk, errors: ["not_found", "invalid_json", "state_locked"] })),
+  unlockState: route("unlockState", () => ({ method: "UNLOCK", path: `${userApi}/workspaces/:ws/state`, summary: "terraform http backend: unlock (LockInfo body)", auth: "state", params: ws, body: raw("application/json"), response: emptyOk, errors: ["not_found", "invalid_json", "state_locked"] })),
 
   // ---------- runs ----------
-  createRun: route({ method: "POST", path: `${userApi}/runs`, summary: "Create a run", auth: "user", body: json(s.createRunSchema), response: created(s.runSchema), errors: ["not_found"] }),
-  listRuns: route({
+  createRun: route("createRun", () => ({ method: "POST", path: `${userApi}/runs`, summary: "Create a run", auth: "user", body: json(s.createRunSchema), response: created(s.runSchema), errors: ["not_found"] })),
+  listRuns: route("listRuns", () => ({
     method: "GET",
     path: `${userApi}/runs`,
     summary: "List runs (?workspace=&limit=)",
@@ -223,11 +236,11 @@ export const routes = {
     query: z.object({ workspace: z.string().optional(), limit: z.coerce.number().int().min(1).max(1000).optional() }),
     response: ok(list(s.runSchema)),
     errors: ["not_found"],
-  }),
-  getRun: route({ method: "GET", path: `${userApi}/runs/:id`, summary: "Show a run", auth: "user", params: id, response: ok(s.runSchema), errors: ["not_found"] }),
-  confirmRun: route({ method: "POST", path: `${userApi}/runs/:id/confirm`, summary: "Apply a planned run", auth: "user", params: id, response: ok(s.runSchema), errors: ["not_found", "invalid_transition"] }),
-  discardRun: route({ method: "POST", path: `${userApi}/runs/:id/discard`, summary: "Discard a planned run", auth: "user", params: id, response: ok(s.runSchema), errors: ["not_found", "invalid_transition"] }),
-  cancelRun: route({
+  })),
+  getRun: route("getRun", () => ({ method: "GET", path: `${userApi}/runs/:id`, summary: "Show a run", auth: "user", params: id, response: ok(s.runSchema), errors: ["not_found"] })),
+  confirmRun: route("confirmRun", () => ({ method: "POST", path: `${userApi}/runs/:id/confirm`, summary: "Apply a planned run", auth: "user", params: id, response: ok(s.runSchema), errors: ["not_found", "invalid_transition"] })),
+  discardRun: route("discardRun", () => ({ method: "POST", path: `${userApi}/runs/:id/discard`, summary: "Discard a planned run", auth: "user", params: id, response: ok(s.runSchema), errors: ["not_found", "invalid_transition"] })),
+  cancelRun: route("cancelRun", () => ({
     method: "POST",
     path: `${userApi}/runs/:id/cancel`,
     summary: "Cancel a run (?force=true once terraform had its chance)",
@@ -236,10 +249,10 @@ export const routes = {
     query: z.object({ force: z.enum(["true", "false"]).default("false") }),
     response: ok(s.runSchema),
     errors: ["not_found", "invalid_transition"],
-  }),
-  listRunJobs: route({ method: "GET", path: `${userApi}/runs/:id/jobs`, summary: "Jobs of a run (none for an unknown run)", auth: "user", params: id, response: ok(list(s.jobSchema)) }),
-  runPlan: route({ method: "GET", path: `${userApi}/runs/:id/plan`, summary: "Plan JSON of a run", auth: "user", params: id, response: bytes("application/json"), errors: ["not_found"] }),
-  runLogs: route({
+  })),
+  listRunJobs: route("listRunJobs", () => ({ method: "GET", path: `${userApi}/runs/:id/jobs`, summary: "Jobs of a run (none for an unknown run)", auth: "user", params: id, response: ok(list(s.jobSchema)) })),
+  runPlan: route("runPlan", () => ({ method: "GET", path: `${userApi}/runs/:id/plan`, summary: "Plan JSON of a run", auth: "user", params: id, response: bytes("application/json"), errors: ["not_found"] })),
+  runLogs: route("runLogs", () => ({
     method: "GET",
     path: `${userApi}/runs/:id/logs`,
     summary: `Read a phase's log from an offset (?phase=&offset=&wait=&limit=); headers ${logHeaders.nextOffset} and ${logHeaders.complete}`,
@@ -248,23 +261,23 @@ export const routes = {
     query: logQuerySchema,
     response: bytes("application/octet-stream"),
     errors: ["not_found"],
-  }),
+  })),
 
   // ---------- agent protocol ----------
-  register: route({ method: "POST", path: `${agentApi}/register`, summary: "Register an agent", auth: "pool", body: json(s.registerRequestSchema), response: ok(s.registerResponseSchema) }),
-  agentDemand: route({
+  register: route("register", () => ({ method: "POST", path: `${agentApi}/register`, summary: "Register an agent", auth: "pool", body: json(s.registerRequestSchema), response: ok(s.registerResponseSchema) })),
+  agentDemand: route("agentDemand", () => ({
     method: "GET",
     path: `${agentApi}/demand`,
     summary: "The pool token's pool's demand for agents, for autoscalers such as KEDA's metrics-api scaler (?jobsPerAgent=)",
     auth: "pool",
     query: s.poolDemandQuerySchema,
     response: ok(s.poolDemandSchema),
-  }),
-  pollJob: route({ method: "POST", path: `${agentApi}/jobs/next`, summary: "Long-poll for the next job (?wait=ms)", auth: "session", query: waitQuery, response: ok(s.pollResponseSchema) }),
-  agentHeartbeat: route({ method: "POST", path: `${agentApi}/heartbeat`, summary: "Agent heartbeat", auth: "session", body: json(s.agentHeartbeatSchema), response: ok(s.agentHeartbeatResponseSchema) }),
-  deregister: route({ method: "POST", path: `${agentApi}/deregister`, summary: "Deregister; unstarted jobs go back to the queue", auth: "session", response: ok(okResponseSchema) }),
-  startJob: route({ method: "POST", path: `${agentApi}/jobs/:id/start`, summary: "Start a claimed job", auth: "job", params: id, body: json(s.startJobSchema), response: ok(s.startJobResponseSchema), errors: ["job_already_started"] }),
-  jobHeartbeat: route({
+  })),
+  pollJob: route("pollJob", () => ({ method: "POST", path: `${agentApi}/jobs/next`, summary: "Long-poll for the next job (?wait=ms)", auth: "session", query: waitQuery, response: ok(s.pollResponseSchema) })),
+  agentHeartbeat: route("agentHeartbeat", () => ({ method: "POST", path: `${agentApi}/heartbeat`, summary: "Agent heartbeat", auth: "session", body: json(s.agentHeartbeatSchema), response: ok(s.agentHeartbeatResponseSchema) })),
+  deregister: route("deregister", () => ({ method: "POST", path: `${agentApi}/deregister`, summary: "Deregister; unstarted jobs go back to the queue", auth: "session", response: ok(okResponseSchema) })),
+  startJob: route("startJob", () => ({ method: "POST", path: `${agentApi}/jobs/:id/start`, summary: "Start a claimed job", auth: "job", params: id, body: json(s.startJobSchema), response: ok(s.startJobResponseSchema), errors: ["job_already_started"] })),
+  jobHeartbeat: route("jobHeartbeat", () => ({
     method: "POST",
     path: `${agentApi}/jobs/:id/heartbeat`,
     summary: "Renew the lease; waits for cancel (?wait=ms)",
@@ -273,13 +286,13 @@ export const routes = {
     query: waitQuery,
     response: ok(s.jobHeartbeatResponseSchema),
     errors: [],
-  }),
-  jobConfiguration: route({ method: "GET", path: `${agentApi}/jobs/:id/configuration`, summary: "Download the configuration", auth: "job", params: id, response: bytes("application/gzip") }),
-  jobVariables: route({ method: "GET", path: `${agentApi}/jobs/:id/variables`, summary: "Variables with values", auth: "job", params: id, response: ok(s.jobVariablesResponseSchema) }),
-  downloadPlan: route({ method: "GET", path: `${agentApi}/jobs/:id/plan`, summary: "Download the saved plan file", auth: "job", params: id, response: bytes("application/octet-stream"), errors: ["not_found"] }),
-  uploadOutputs: route({ method: "PUT", path: `${agentApi}/jobs/:id/outputs`, summary: "Record outputs", auth: "job", params: id, body: json(s.outputsUploadSchema), response: noContent }),
-  finishJob: route({ method: "POST", path: `${agentApi}/jobs/:id/finish`, summary: "Finish a job", auth: "job", params: id, body: json(s.finishJobSchema), response: noContent }),
-  appendLog: route({
+  })),
+  jobConfiguration: route("jobConfiguration", () => ({ method: "GET", path: `${agentApi}/jobs/:id/configuration`, summary: "Download the configuration", auth: "job", params: id, response: bytes("application/gzip") })),
+  jobVariables: route("jobVariables", () => ({ method: "GET", path: `${agentApi}/jobs/:id/variables`, summary: "Variables with values", auth: "job", params: id, response: ok(s.jobVariablesResponseSchema) })),
+  downloadPlan: route("downloadPlan", () => ({ method: "GET", path: `${agentApi}/jobs/:id/plan`, summary: "Download the saved plan file", auth: "job", params: id, response: bytes("application/octet-stream"), errors: ["not_found"] })),
+  uploadOutputs: route("uploadOutputs", () => ({ method: "PUT", path: `${agentApi}/jobs/:id/outputs`, summary: "Record outputs", auth: "job", params: id, body: json(s.outputsUploadSchema), response: noContent })),
+  finishJob: route("finishJob", () => ({ method: "POST", path: `${agentApi}/jobs/:id/finish`, summary: "Finish a job", auth: "job", params: id, body: json(s.finishJobSchema), response: noContent })),
+  appendLog: route("appendLog", () => ({
     method: "POST",
     path: `${agentApi}/jobs/:id/logs`,
     summary: "Append log bytes at ?offset=",
@@ -289,9 +302,9 @@ export const routes = {
     body: raw("application/octet-stream"),
     response: ok(s.logAppendResponseSchema),
     errors: ["log_gap", "log_conflict", "payload_too_large"],
-  }),
-  uploadPlan: route({ method: "PUT", path: `${agentApi}/jobs/:id/plan`, summary: "Upload the plan file", auth: "job", params: id, body: raw("application/octet-stream"), response: noContent }),
-  uploadPlanJson: route({
+  })),
+  uploadPlan: route("uploadPlan", () => ({ method: "PUT", path: `${agentApi}/jobs/:id/plan`, summary: "Upload the plan file", auth: "job", params: id, body: raw("application/octet-stream"), response: noContent })),
+  uploadPlanJson: route("uploadPlanJson", () => ({
     method: "PUT",
     path: `${agentApi}/jobs/:id/plan-json`,
     summary: "Upload `show -json` of the plan; answers the change summary",
@@ -300,13 +313,13 @@ export const routes = {
     body: raw("application/json"),
     response: ok(s.planSummarySchema),
     errors: ["invalid_json"],
-  }),
+  })),
 
   // ---------- operations ----------
-  healthz: route({ method: "GET", path: "/healthz", summary: "Liveness", auth: "none", response: ok(s.healthSchema) }),
-  readyz: route({ method: "GET", path: "/readyz", summary: "Readiness (database reachable)", auth: "none", response: ok(readyResponseSchema) }),
-  metrics: route({ method: "GET", path: "/metrics", summary: "Prometheus metrics", auth: "none", response: bytes("text/plain") }),
-  openapi: route({ method: "GET", path: "/openapi.json", summary: "This API's OpenAPI 3.1 document", auth: "none", response: ok(z.record(z.string(), z.unknown())) }),
+  healthz: route("healthz", () => ({ method: "GET", path: "/healthz", summary: "Liveness", auth: "none", response: ok(s.healthSchema) })),
+  readyz: route("readyz", () => ({ method: "GET", path: "/readyz", summary: "Readiness (database reachable)", auth: "none", response: ok(readyResponseSchema) })),
+  metrics: route("metrics", () => ({ method: "GET", path: "/metrics", summary: "Prometheus metrics", auth: "none", response: bytes("text/plain") })),
+  openapi: route("openapi", () => ({ method: "GET", path: "/openapi.json", summary: "This API's OpenAPI 3.1 document", auth: "none", response: ok(z.record(z.string(), z.unknown())) })),
 } as const;
 
 /** The name of a route in the table. */
