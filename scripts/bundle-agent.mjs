@@ -14,7 +14,7 @@
 // - the agent's heap-mode module: main.ts enters idle heap mode through it before the bundle
 //   loads, and the agent must leave it through the same module instance.
 import { build } from "esbuild";
-import { readFileSync, rmSync } from "node:fs";
+import { readdirSync, readFileSync, rmSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -80,6 +80,20 @@ function jsonSchemaStub(file) {
   return lines.join("\n");
 }
 
+/*
+ * esbuild renames a class that shares its name with another module's (commander's `Command`
+ * becomes `Command2`) and names a class that refers to itself `_X` (`X = class _X`), and pino
+ * logs `err.type` from `constructor.name`. Each file's top-level classes (`class X` at the start
+ * of a line: tsc's output, commander's and zod's files) get their own name back at the end of the
+ * file, where no source map position moves; a renamed class this misses fails the build (below).
+ */
+function classNames(path) {
+  const source = readFileSync(path, "utf8");
+  const names = [...source.matchAll(/^(?:export (?:default )?)?class ([A-Za-z_$][\w$]*)/gm)].map((m) => m[1]);
+  if (names.length === 0) return undefined;
+  return { contents: `${source}\n${names.map((n) => `Object.defineProperty(${n}, "name", { value: ${JSON.stringify(n)}, configurable: true });`).join("\n")}\n`, loader: "js" };
+}
+
 /** A file of the three bundled Drover packages (tsc's output). */
 const droverFile = /[\\/]packages[\\/](agent|protocol|cli)[\\/]dist[\\/]/;
 
@@ -93,6 +107,7 @@ const drover = {
       return importer ? { path: name, namespace: "lazy" } : undefined;
     });
     b.onLoad({ filter: /.*/, namespace: "lazy" }, (a) => ({ contents: standIn(a.path), loader: "js" }));
+    b.onLoad({ filter: /\.(c|m)?js$/, namespace: "file" }, (a) => classNames(a.path));
     b.onResolve({ filter: /^(node:)?crypto$/ }, (a) => (droverFile.test(a.importer) ? { path: "node:crypto", namespace: "lazy-crypto" } : undefined));
     b.onLoad({ filter: /.*/, namespace: "lazy-crypto" }, () => ({ contents: cryptoStandIn, loader: "js" }));
     // zod's JSON Schema code (~100 KB of source: zod → JSON Schema, JSON Schema → zod), which
@@ -142,9 +157,11 @@ const result = await build({
   // the source; the .map files give the source positions (`node --enable-source-maps`).
   minifyWhitespace: true,
   minifySyntax: true,
-  // esbuild renames a class that shares its name with another module's (commander's `Command`
-  // became `Command2`); pino logs `err.type` from `constructor.name`.
-  keepNames: true,
+  // Not esbuild's keepNames: it wraps every named function in `__name(fn, "name")`, and each
+  // closure made at run time (zod makes several per schema) then holds a property store of its
+  // own (~0.6-0.8 MB of an idle agent, bench/notes/issue-18.md). Classes keep their names through
+  // the plugin's `classNames` instead; a function esbuild renamed reads renamed in a stack trace.
+  keepNames: false,
   // One-byte source strings: V8 keeps a file's source as UTF-16 when it holds any non-ASCII character.
   charset: "ascii",
   legalComments: "none",
@@ -159,5 +176,21 @@ const result = await build({
 if (result.warnings.length > 0) {
   rmSync(outdir, { recursive: true, force: true });
   process.stderr.write(`bundle-agent: ${result.warnings.length} warning(s) above; the agent bundle is not written\n`);
+  process.exit(1);
+}
+
+// A class esbuild renamed (`X2 = class`, `class X2`) or named `_X` whose name no classNames
+// statement gives back: its `constructor.name` would read wrong.
+const renamedClasses = [];
+for (const f of readdirSync(outdir).filter((name) => name.endsWith(".js"))) {
+  const text = readFileSync(join(outdir, f), "utf8");
+  for (const m of text.matchAll(/([\w$]+)=class _[\w$]+|([\w$]+\d)=class\b|\bclass ([\w$]+\d)\b/g)) {
+    const binding = m[1] ?? m[2] ?? m[3];
+    if (!text.includes(`defineProperty(${binding},"name"`)) renamedClasses.push(`${f}: ${m[0]}`);
+  }
+}
+if (renamedClasses.length > 0) {
+  rmSync(outdir, { recursive: true, force: true });
+  process.stderr.write(`bundle-agent: esbuild renamed these classes and nothing gives their names back (declare them at the start of a line, or rename one of the two): ${renamedClasses.join(", ")}; the agent bundle is not written\n`);
   process.exit(1);
 }

@@ -68,20 +68,40 @@ test("a build warning fails the build and leaves no bundle", () => {
   assert.equal(existsSync(join(root, program)), false);
 });
 
-// Fails without keepNames: esbuild renames the second of two same-named classes (`Thing2`), and
-// commander's classes and the errors pino logs (`err.type` is `constructor.name`) read wrong.
-test("classes of the same name in two modules keep their names in the bundle", () => {
-  write("packages/agent/dist/src/a.js", "export class Thing {}\n");
+// Fails without the script's classNames: esbuild renames the second of two same-named classes
+// (`Thing2`), and a class that refers to itself becomes `Self = class _Self`: commander's classes
+// and the errors pino logs (`err.type` is `constructor.name`) would read wrong.
+test("classes of the same name in two modules, and a class that refers to itself, keep their names in the bundle", () => {
+  write("packages/agent/dist/src/a.js", "export class Thing {}\nexport class Self { static make() { return new Self(); } }\n");
   write("packages/agent/dist/src/b.js", "export class Thing {}\n");
   write("packages/cli/dist/src/program.js", [
-    'import { Thing as A } from "../../../agent/dist/src/a.js";',
+    'import { Self, Thing as A } from "../../../agent/dist/src/a.js";',
     'import { Thing as B } from "../../../agent/dist/src/b.js";',
-    'export async function main() { process.stdout.write(`${new A().constructor.name} ${new B().constructor.name}\\n`); }',
+    'export async function main() { process.stdout.write(`${new A().constructor.name} ${new B().constructor.name} ${Self.make().constructor.name}\\n`); }',
     "",
   ].join("\n"));
   const r = bundle();
   assert.equal(r.status, 0, r.stderr);
+  const text = readFileSync(join(root, program), "utf8");
+  assert.match(text, /Thing2/, "esbuild renamed one Thing (what keepNames is for)");
+  assert.match(text, /class _Self/, "esbuild named the self-referencing class _Self");
   const ran = spawnSync(process.execPath, ["--input-type=module", "-e", `const { main } = await import(${JSON.stringify(join(root, program))}); await main();`], { encoding: "utf8" });
   assert.equal(ran.status, 0, ran.stderr);
-  assert.equal(ran.stdout, "Thing Thing\n");
+  assert.equal(ran.stdout, "Thing Thing Self\n");
+});
+
+// Fails without the check: the nested class would be named `Thing2` in the bundle.
+test("a renamed class whose name the script cannot give back fails the build", () => {
+  write("packages/agent/dist/src/a.js", "export class Thing {}\n");
+  write("packages/agent/dist/src/b.js", "export function make() {\n  class Thing {}\n  return new Thing();\n}\n");
+  write("packages/cli/dist/src/program.js", [
+    'import { Thing } from "../../../agent/dist/src/a.js";',
+    'import { make } from "../../../agent/dist/src/b.js";',
+    "export async function main() { process.stdout.write(`${new Thing().constructor.name} ${make().constructor.name}\\n`); }",
+    "",
+  ].join("\n"));
+  const r = bundle();
+  assert.equal(r.status, 1, r.stderr);
+  assert.match(r.stderr, /esbuild renamed these classes and nothing gives their names back .*class Thing2/);
+  assert.equal(existsSync(join(root, program)), false);
 });

@@ -96,6 +96,8 @@ test("an idle local agent loads none of the parts it loads lazily, and runs in i
       assert.ok(!text.includes("Zeichen") && !text.includes("caracteres"), `${file} holds zod's locales`);
       // Every one of zod's JSON Schema files names the draft it writes or reads; the bundle's stubs do not.
       assert.ok(!text.includes("draft-2020-12"), `${file} holds zod's JSON Schema code, which the agent never runs`);
+      // Without esbuild's keepNames, whose `__name` gives every closure a property store (scripts/bundle-agent.mjs).
+      assert.ok(!text.includes("__name("), `${file} is built with esbuild's keepNames`);
     }
     assert.equal(idleHeapMode, true, "`drover agent run` starts in idle heap mode");
   } finally {
