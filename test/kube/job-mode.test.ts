@@ -72,7 +72,6 @@ describe("Kubernetes job mode", () => {
     assert.deepEqual(jobs.map((j) => j.metadata.labels["drover.dev/phase"]).sort(), ["apply", "plan"], "one Job per phase");
     for (const j of jobs) {
       assert.equal(j.spec.backoffLimit, 0);
-      assert.equal(j.spec.podReplacementPolicy, "Failed", "a terminating (evicted, drained) run pod is not replaced");
       assert.equal(j.spec.template.spec.restartPolicy, "Never");
       assert.ok(j.spec.activeDeadlineSeconds > 0 && j.spec.ttlSecondsAfterFinished >= 0);
       assert.equal(j.spec.template.metadata.annotations["cluster-autoscaler.kubernetes.io/safe-to-evict"], "false");

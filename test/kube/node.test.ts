@@ -181,30 +181,41 @@ describe("test cluster node agent", () => {
     await until("pod removal", () => kube(c, "GET", `/api/v1/namespaces/${ns}/pods/api-evicted`), (r) => r.status === 404);
   });
 
-  it("replaces a terminating Job pod at once by default; under podReplacementPolicy Failed only once it has failed", async () => {
+  it("a deleted Job pod counts as failed at once by default (backoffLimit 0: no second pod); under podReplacementPolicy Failed only once it has failed", async () => {
     const lingering = { terminationGracePeriodSeconds: 2, containers: [sh("main", "trap '' TERM; while true; do sleep 0.05; done")] };
-    const created = async (name: string, spec: Record<string, unknown>) => {
+    // Starts the Job, deletes its running pod and returns the watch of its pods (from before the deletion).
+    const deleteFirst = async (name: string, spec: Record<string, unknown>) => {
       await createJob(jobBody(name, lingering, spec));
       const w = await watch(c, `/api/v1/namespaces/${ns}/pods?watch=true&labelSelector=${encodeURIComponent(`job-name=${name}`)}`);
-      const first = await jobPod(c, ns, name, (p) => p.status.phase === "Running");
-      assert.equal((await kube(c, "DELETE", `/api/v1/namespaces/${ns}/pods/${first.metadata.name as string}`)).status, 200);
-      return { w, first: first.metadata.name as string };
+      const first = (await jobPod(c, ns, name, (p) => p.status.phase === "Running")).metadata.name as string;
+      assert.equal((await kube(c, "DELETE", `/api/v1/namespaces/${ns}/pods/${first}`)).status, 200);
+      return { w, first };
     };
-    const added = (w: { events: { type: string; object: any }[] }) => new Set(w.events.filter((e) => e.type === "ADDED").map((e) => e.object.metadata.name as string));
+    const at = (w: { events: { type: string; object: any }[] }, pred: (e: { type: string; object: any }) => boolean) => w.events.findIndex(pred);
 
-    // The default (TerminatingOrFailed): a second pod while the first is still terminating.
-    const eager = await created("replaced-eagerly", {});
-    const second = await eager.w.waitFor((e) => e.type === "ADDED" && e.object.metadata.name !== eager.first);
-    assert.ok((await pod(c, ns, eager.first)).metadata.deletionTimestamp, "the first pod was still terminating");
-    assert.ok(second);
+    // backoffLimit 0: the terminating pod is the Job's failure; nothing replaces it.
+    const none = await deleteFirst("deleted-no-retry", {});
+    const target = await until("FailureTarget", () => job("deleted-no-retry"), (x) => condition(x, "FailureTarget"));
+    assert.equal(target.status.failed, 1);
+    assert.ok((await pod(c, ns, none.first)).metadata.deletionTimestamp, "counted failed while still terminating");
+    await none.w.waitFor((e) => e.type === "DELETED" && e.object.metadata.name === none.first, 15_000);
+    await until("Job failure", () => job("deleted-no-retry"), (x) => condition(x, "Failed"));
+    assert.deepEqual(none.w.events.filter((e) => e.type === "ADDED").map((e) => e.object.metadata.name), [none.first], "no second pod");
+    none.w.close();
+
+    // backoffLimit 1, the default policy: the second pod comes while the first still terminates.
+    const eager = await deleteFirst("replaced-eagerly", { backoffLimit: 1 });
+    await eager.w.waitFor((e) => e.type === "ADDED" && e.object.metadata.name !== eager.first);
+    await eager.w.waitFor((e) => e.type === "DELETED" && e.object.metadata.name === eager.first, 15_000);
+    assert.ok(at(eager.w, (e) => e.type === "ADDED" && e.object.metadata.name !== eager.first) < at(eager.w, (e) => e.type === "DELETED" && e.object.metadata.name === eager.first));
     eager.w.close();
 
-    // Failed: the terminating pod holds its place; once it has failed, backoffLimit 0 fails the Job.
-    const patient = await created("replaced-when-failed", { podReplacementPolicy: "Failed" });
-    await patient.w.waitFor((e) => e.type === "DELETED" && e.object.metadata.name === patient.first, 15_000);
-    const failed = await until("Job failure", () => job("replaced-when-failed"), (x) => condition(x, "Failed"));
-    assert.equal(failed.status.failed, 1);
-    assert.deepEqual([...added(patient.w)], [patient.first], "no pod replaced the terminating one");
+    // backoffLimit 1, Failed: the second pod only once the first has reached Failed.
+    const patient = await deleteFirst("replaced-when-failed", { backoffLimit: 1, podReplacementPolicy: "Failed" });
+    await patient.w.waitFor((e) => e.type === "ADDED" && e.object.metadata.name !== patient.first, 15_000);
+    const second = at(patient.w, (e) => e.type === "ADDED" && e.object.metadata.name !== patient.first);
+    const firstBefore = patient.w.events.slice(0, second).filter((e) => e.object.metadata.name === patient.first).at(-1);
+    assert.equal(firstBefore?.object.status.phase, "Failed", "no pod replaced the terminating one");
     patient.w.close();
 
     const bad = await kube(c, "POST", `/apis/batch/v1/namespaces/${ns}/jobs`, jobBody("bad-replacement", lingering, { podReplacementPolicy: "Sometimes" }));

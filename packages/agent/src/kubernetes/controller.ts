@@ -377,9 +377,11 @@ export class Controller {
     try {
       const body = buildJob(a, await this.template(), settings);
       let created: V1Job;
+      let createdNow = true;
       try {
         created = await this.batch.createNamespacedJob({ namespace: this.settings.namespace, body });
       } catch (err) {
+        createdNow = false;
         // An earlier attempt's create went through and only its answer was lost: that create
         // launched the Job, so it is counted and traced here as one.
         if (status(err) !== 409) throw err;
@@ -390,7 +392,9 @@ export class Controller {
       if (!t || t.jobCreatedAt === undefined) {
         this.metrics.inc("drover_controller_jobs_launched_total");
         if (t) {
-          t.jobCreatedAt = Date.now();
+          // A create answered now, or one whose answer was lost: then the Job's own creation time (whole seconds).
+          const stamp = created.metadata?.creationTimestamp;
+          t.jobCreatedAt = Math.max(t.since, stamp && !createdNow ? new Date(stamp).getTime() : Date.now());
           this.tracer.start("kubernetes job created", a.traceparent, { startTime: t.since, attributes: { "k8s.job.name": name } }).end(undefined, undefined, t.jobCreatedAt);
         }
       }

@@ -105,10 +105,6 @@ export function buildJob(a: JobAssignment, template: V1JobSpec | undefined, s: T
   };
   const annotations = { "cluster-autoscaler.kubernetes.io/safe-to-evict": "false", "karpenter.sh/do-not-disrupt": "true" };
   spec.backoffLimit = 0;
-  // By default a Job replaces a pod as soon as it is terminating (an eviction, a drain): a second
-  // pod of a run that has already ended. Only a pod that has failed counts, and with
-  // backoffLimit 0 that fails the Job.
-  spec.podReplacementPolicy = "Failed";
   spec.activeDeadlineSeconds ??= s.activeDeadlineSeconds;
   spec.ttlSecondsAfterFinished ??= s.ttlSecondsAfterFinished;
   spec.template.metadata = { ...spec.template.metadata, labels: { ...spec.template.metadata?.labels, ...meta }, annotations: { ...spec.template.metadata?.annotations, ...annotations } };

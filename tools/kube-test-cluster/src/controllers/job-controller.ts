@@ -3,7 +3,7 @@
  * `batch.kubernetes.io/job-tracking` finalizer), counts succeeded/failed pods,
  * enforces backoffLimit and activeDeadlineSeconds, sets the Complete/Failed
  * conditions (after a FailureTarget while pods terminate, as Kubernetes >= 1.31 does),
- * replaces terminating pods at once or only once they failed (podReplacementPolicy)
+ * counts a deleted pod failed at once or only once it reached Failed (podReplacementPolicy)
  * and deletes finished Jobs after ttlSecondsAfterFinished.
  */
 import type { EventRecorder } from "../api/events.js";
@@ -126,17 +126,20 @@ export class JobController {
       (p.metadata.ownerReferences ?? []).some((r) => r.uid === uid && r.controller === true) && matchesLabelSelector(spec.selector, p.metadata.labels ?? {}));
     const now = Date.now();
 
-    // Count terminal tracked pods once, releasing their finalizer.
+    // Count finished tracked pods once, releasing their finalizer. As Kubernetes' isPodFailed: a
+    // pod being deleted that has not succeeded has failed already (it may never reach Failed: an
+    // orphan, a pod on a lost node), unless the Job replaces only pods that reached Failed.
+    const onlyFailedPhase = spec.podReplacementPolicy === "Failed" || spec.suspend === true;
+    const hasFailed = (p: KObject) => podPhase(p) === "Failed" || (!onlyFailedPhase && Boolean(p.metadata.deletionTimestamp) && podPhase(p) !== "Succeeded");
     let succeeded = Number(status.succeeded ?? 0);
     let failed = Number(status.failed ?? 0);
     for (const p of pods) {
       if (!(p.metadata.finalizers ?? []).includes(trackingFinalizer)) continue;
-      if (!isTerminal(p)) continue;
       if (podPhase(p) === "Succeeded") succeeded++;
-      else {
+      else if (hasFailed(p)) {
         failed++;
         this.lastFailure.set(uid, now);
-      }
+      } else continue;
       this.dropFinalizer(p);
     }
     if (job.metadata.deletionTimestamp) {
