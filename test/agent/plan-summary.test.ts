@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import { PlanLineScanner, planSucceededCodes, summaryOfPlanOutput } from "@drover/agent";
-import { summarizePlan } from "@drover/protocol";
+import { jobAssignmentSchema, summarizePlan } from "@drover/protocol";
 import { runTerraform, terraformEnv } from "../support/terraform.js";
 
 /** The `Plan:` line of `output` fed to a scanner in pieces of `size` bytes. */
@@ -68,4 +68,24 @@ test("real terraform: -detailed-exitcode and the summary line agree with the pla
   writeFileSync(join(dir, "main.tf"), 'resource "terraform_data" "k" {\n  input = "b"\n}\nresource "terraform_data" "swap" {\n  triggers_replace = "2"\n}\nresource "terraform_data" "new" {}\noutput "o" {\n  value = 1\n}\n');
   await both();
   await both();
+});
+
+test("a planJson value a newer server added reads as absent (the plan job renders it), never failing the poll answer", () => {
+  const assignment = {
+    jobId: "job_1",
+    attempt: 1,
+    jobToken: "t",
+    phase: "plan",
+    runId: "run_1",
+    planOnly: false,
+    isDestroy: false,
+    workspace: { id: "ws_1", name: "w", engine: "terraform", engineVersion: null, workingDirectory: "", runnerImage: null },
+    configurationVersionId: "cv_1",
+    statePath: "/s",
+    leaseTtlMs: 30_000,
+  };
+  assert.equal(jobAssignmentSchema.parse({ ...assignment, planJson: "plan-unless-changes" }).planJson, "plan-unless-changes");
+  const future = jobAssignmentSchema.safeParse({ ...assignment, planJson: "render-somewhere-new" });
+  assert.ok(future.success, future.success ? "" : future.error.message);
+  assert.equal(future.data.planJson, undefined);
 });

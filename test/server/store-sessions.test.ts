@@ -238,7 +238,7 @@ for (const backend of backends) {
 
 /** A session row as the database would answer it. */
 function sessionRow(id: string): store.SessionRow {
-  return { id, pool_id: "p", pool_token_id: "t", name: id, version: "t", driver: "local", capacity: 1, running_jobs: 0, session_hash: "h", state: "online", registered_at: 0, last_seen_at: 0, revoked_at: null };
+  return { id, pool_id: "p", pool_token_id: "t", name: id, version: "t", driver: "local", capacity: 1, running_jobs: 0, session_hash: "h", state: "online", registered_at: 0, last_seen_at: 0, capabilities: null, revoked_at: null };
 }
 
 test("stopping the cache waits for a refresh in progress and issues no further batch", async () => {

@@ -4,7 +4,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { DroverError, newPoolToken, type Agent, type JobAssignment } from "@drover/protocol";
+import { DroverError, newPoolToken, planJsonBesideApplyCapability, planSummarySchema, type Agent, type JobAssignment } from "@drover/protocol";
 import { localEventBus, openDatabase, store, type Db, type StoreContext } from "@drover/server";
 import { backends, createTestDatabase, type TestDatabase } from "../support/databases.js";
 import { rawTarGz } from "../support/archives.js";
@@ -50,10 +50,11 @@ for (const backend of backends) {
     });
 
     /** A pool with a registered agent and a workspace with one uploaded configuration. */
-    async function fixture(opts: { autoApply?: boolean } = {}) {
+    async function fixture(opts: { autoApply?: boolean; capabilities?: string[] } = {}) {
       const pool = await store.createPool(ctx, unique("pool"));
       const tok = await store.createPoolToken(ctx, pool.id, "t", "http://drover.test");
-      const { agent } = await store.registerAgent(ctx, { poolId: pool.id, poolTokenId: tok.id, name: unique("agent"), version: "t", driver: "local", capacity: 5 });
+      const capabilities = opts.capabilities ?? [planJsonBesideApplyCapability];
+      const { agent } = await store.registerAgent(ctx, { poolId: pool.id, poolTokenId: tok.id, name: unique("agent"), version: "t", driver: "local", capacity: 5, capabilities });
       const ws = await store.createWorkspace(ctx, { name: unique("ws"), pool: pool.id, engine: "terraform", engineVersion: null, workingDirectory: "", autoApply: opts.autoApply ?? false });
       const cv = await store.createConfigurationVersion(ctx, ws.id, archive, { maxCompressedBytes: 1e6, maxUnpackedBytes: 1e7, maxEntries: 100 });
       return { pool, tok, agent, ws, cv };
@@ -306,7 +307,9 @@ for (const backend of backends) {
       const chunks: Buffer[] = [];
       for await (const c of body.open()) chunks.push(Buffer.from(c as Buffer));
       assert.deepEqual(JSON.parse(Buffer.concat(chunks).toString("utf8")), JSON.parse(create));
-      await rejectsWith(store.savePlanJson(ctx, await jobRow(apply), Buffer.from(create)), "bad_request");
+      // The same JSON again (the first answer lost) gets the same answer; another one is refused.
+      assert.deepEqual(await store.savePlanJson(ctx, await jobRow(apply), Buffer.from(create)), { add: 2, change: 0, destroy: 0, hasChanges: true });
+      await rejectsWith(store.savePlanJson(ctx, await jobRow(apply), Buffer.from(JSON.stringify({ resource_changes: [] }))), "bad_request");
       await rejectsWith(store.finishJob(ctx, await jobRow(apply), "succeeded", null, { add: 1, change: 0, destroy: 0, hasChanges: true }), "bad_request");
       await store.finishJob(ctx, await jobRow(apply), "succeeded", null);
       assert.equal((await store.getRun(ctx, auto.id)).status, "applied");
@@ -335,6 +338,80 @@ for (const backend of backends) {
       const onlyFixture = await fixture({ autoApply: true });
       await newRun(onlyFixture.ws.id, onlyFixture.cv.id, { planOnly: true });
       assert.equal((await claim(onlyFixture.agent)).planJson, "plan");
+    });
+
+    test("plan JSON (decision 0041): deferred to the apply job only when every online agent of the pool declares it renders it there", async () => {
+      const { pool, tok, agent, ws, cv } = await fixture({ autoApply: true });
+      // An older agent (no capabilities) joins the pool: it could claim the apply and ignore `planJson`.
+      const old = await store.registerAgent(ctx, { poolId: pool.id, poolTokenId: tok.id, name: unique("old"), version: "0.0.9", driver: "local", capacity: 1 });
+      await newRun(ws.id, cv.id);
+      const plan = await claim(agent);
+      assert.equal(plan.planJson, "plan", "the plan job renders the JSON while an agent without the capability is online");
+      await store.startJob(ctx, await jobRow(plan), "starter");
+      await store.savePlanJson(ctx, await jobRow(plan), Buffer.from(JSON.stringify({ resource_changes: [{ change: { actions: ["create"] } }] })));
+      await store.finishJob(ctx, await jobRow(plan), "succeeded", null, { add: 1, change: 0, destroy: 0, hasChanges: true });
+      assert.equal((await claim(agent)).planJson, "none");
+      // Once the older agent is gone, the JSON is left to the apply job again.
+      await store.deregisterAgent(ctx, old.agent.id);
+      const other = await store.createWorkspace(ctx, { name: unique("ws"), pool: pool.id, engine: "terraform", engineVersion: null, workingDirectory: "", autoApply: true });
+      const cv2 = await store.createConfigurationVersion(ctx, other.id, archive, { maxCompressedBytes: 1e6, maxUnpackedBytes: 1e7, maxEntries: 100 });
+      await newRun(other.id, cv2.id);
+      assert.equal((await claim(agent)).planJson, "plan-unless-changes");
+    });
+
+    test("plan JSON (decision 0041): a reclaimed plan job's earlier JSON is dropped, and a stale attempt cannot store one", async () => {
+      const { agent, ws, cv } = await fixture({ autoApply: true });
+      const run = await newRun(ws.id, cv.id);
+      const first = await claim(agent);
+      assert.equal(first.planJson, "plan-unless-changes");
+      const firstRow = await jobRow(first);
+      // Attempt 1 uploaded a JSON without changes, then lost its lease before its start was
+      // recorded (a lost start answer): the job is queued again.
+      await store.savePlanJson(ctx, firstRow, Buffer.from(JSON.stringify({ resource_changes: [] })));
+      clock += 60_000;
+      await store.expireLeases(ctx);
+      const second = await claim(agent);
+      assert.equal(second.attempt, first.attempt + 1);
+      await rejectsWith(store.readPlanJson(ctx, run.id), "not_found");
+      // Attempt 1's upload that passed its token check before the reclaim is refused inside the write.
+      await rejectsWith(store.savePlanJson(ctx, firstRow, Buffer.from(JSON.stringify({ resource_changes: [] }))), "stale_attempt");
+      await store.startJob(ctx, await jobRow(second), "starter");
+      await store.finishJob(ctx, await jobRow(second), "succeeded", null, { add: 2, change: 0, destroy: 0, hasChanges: true });
+      assert.deepEqual((await store.getRun(ctx, run.id)).planSummary, { add: 2, change: 0, destroy: 0, hasChanges: true });
+      const apply = await claim(agent);
+      assert.equal(apply.phase, "apply");
+      assert.equal(apply.planJson, "apply", "the apply job renders the JSON of the plan it applies");
+    });
+
+    test("plan JSON (decision 0041): two concurrent identical uploads by the apply job both get the answer, one JSON is stored", async () => {
+      const create = JSON.stringify({ resource_changes: [{ change: { actions: ["create"] } }] });
+      const { agent, ws, cv } = await fixture({ autoApply: true });
+      const run = await newRun(ws.id, cv.id);
+      const plan = await claim(agent);
+      await store.startJob(ctx, await jobRow(plan), "starter");
+      await store.savePlanFile(ctx, await jobRow(plan), Buffer.from("plan-file"));
+      await store.finishJob(ctx, await jobRow(plan), "succeeded", null, { add: 1, change: 0, destroy: 0, hasChanges: true });
+      const apply = await claim(agent);
+      await store.startJob(ctx, await jobRow(apply), "starter");
+      const row = await jobRow(apply);
+      const results = await Promise.allSettled([store.savePlanJson(ctx, row, Buffer.from(create)), store.savePlanJson(ctx, row, Buffer.from(create))]);
+      for (const r of results) assert.equal(r.status, "fulfilled", r.status === "rejected" ? String(r.reason) : "");
+      const body = await store.readPlanJson(ctx, run.id);
+      const chunks: Buffer[] = [];
+      for await (const c of body.open()) chunks.push(Buffer.from(c as Buffer));
+      assert.deepEqual(JSON.parse(Buffer.concat(chunks).toString("utf8")), JSON.parse(create));
+    });
+
+    test("plan summary (decision 0041): counts above zero mean changes whatever the flag says; counts are bounded", async () => {
+      const { agent, ws, cv } = await fixture({ autoApply: true });
+      const run = await newRun(ws.id, cv.id);
+      const plan = await claim(agent);
+      await store.startJob(ctx, await jobRow(plan), "starter");
+      await store.finishJob(ctx, await jobRow(plan), "succeeded", null, { add: 3, change: 0, destroy: 0, hasChanges: false });
+      const shown = await store.getRun(ctx, run.id);
+      assert.equal(shown.status, "confirmed", "a plan with 3 to add is applied, not finished as 'no changes'");
+      assert.deepEqual(shown.planSummary, { add: 3, change: 0, destroy: 0, hasChanges: true });
+      assert.equal(planSummarySchema.safeParse({ add: 2 ** 31, change: 0, destroy: 0, hasChanges: true }).success, false);
     });
 
     test("runs: a failed plan errors the run with its message and frees the workspace", async () => {

@@ -1,4 +1,4 @@
-import { DroverError, noopTracer, startTelemetryIfSet, type JobAssignment, type Telemetry } from "@drover/protocol";
+import { DroverError, noopTracer, planJsonBesideApplyCapability, startTelemetryIfSet, type JobAssignment, type Telemetry } from "@drover/protocol";
 import type { Server } from "node:http";
 import type { Logger } from "pino";
 import { pause, waitFor } from "./backoff.js";
@@ -32,6 +32,11 @@ import type { EngineCache } from "./engines/cache.js";
 import { leaveIdleHeapMode } from "./heap-mode.js";
 
 export const agentVersion = "0.1.0";
+/**
+ * What this agent declares at registration. It honours `planJson` (decision 0041), and so does
+ * the Kubernetes controller, whose Jobs run this agent's code with the assignment as given.
+ */
+export const agentCapabilities = [planJsonBesideApplyCapability];
 
 /**
  * Agent lifecycle: starting → running → stopping → stopped. Wrong transitions are bugs.
@@ -114,7 +119,7 @@ export class Agent {
   }
 
   private async register(): Promise<void> {
-    const reg = await this.client.register(this.config.token, { name: this.config.name, version: agentVersion, driver: this.config.driver, capacity: this.config.concurrency });
+    const reg = await this.client.register(this.config.token, { name: this.config.name, version: agentVersion, driver: this.config.driver, capacity: this.config.concurrency, capabilities: agentCapabilities });
     this.session = reg.sessionToken;
     this.heartbeatMs = this.options.heartbeatMs ?? reg.heartbeatIntervalMs;
     this.log.info({ agent: reg.agentId, pool: reg.poolName, url: this.config.url }, "registered");

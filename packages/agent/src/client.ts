@@ -66,7 +66,7 @@ export class AgentClient {
     }
   }
 
-  register(poolToken: string, body: { name: string; version: string; driver: "local" | "kubernetes" | "docker"; capacity: number }, signal?: AbortSignal): Promise<RegisterResponse> {
+  register(poolToken: string, body: { name: string; version: string; driver: "local" | "kubernetes" | "docker"; capacity: number; capabilities?: string[] }, signal?: AbortSignal): Promise<RegisterResponse> {
     return this.call(routes.register, { token: poolToken, body, signal });
   }
 

@@ -232,11 +232,14 @@ export const configurationVersionSchema = lazySchema("configurationVersionSchema
 );
 export type ConfigurationVersion = z.infer<typeof configurationVersionSchema>;
 
+/** The largest resource count a plan summary may report (the database columns are 32-bit). */
+export const maxPlanCount = 10_000_000;
+
 export const planSummarySchema = lazySchema("planSummarySchema", () =>
   z.object({
-    add: z.number().int().min(0),
-    change: z.number().int().min(0),
-    destroy: z.number().int().min(0),
+    add: z.number().int().min(0).max(maxPlanCount),
+    change: z.number().int().min(0).max(maxPlanCount),
+    destroy: z.number().int().min(0).max(maxPlanCount),
     hasChanges: z.boolean(),
   }),
 );
@@ -338,8 +341,18 @@ export const registerRequestSchema = lazySchema("registerRequestSchema", () =>
     version: singleLineText(60),
     driver: driverSchema,
     capacity: z.number().int().min(1).max(1000),
+    /**
+     * What this agent's version can do beyond the protocol's base (e.g. `plan-json-beside-apply`);
+     * older agents send none, older servers strip it.
+     */
+    capabilities: z.array(z.string().regex(/^[a-z0-9-]{1,60}$/)).max(20).optional(),
   }),
 );
+/**
+ * An agent that declares it honours `planJson: "plan-unless-changes"` and renders a plan JSON
+ * its apply job is told to (decision 0041); the server defers the JSON only to such a pool.
+ */
+export const planJsonBesideApplyCapability = "plan-json-beside-apply";
 export const registerResponseSchema = lazySchema("registerResponseSchema", () =>
   z.object({
     agentId: z.string(),
@@ -396,9 +409,10 @@ export const jobAssignmentSchema = lazySchema("jobAssignmentSchema", () =>
      * finishes. "plan-unless-changes": the plan job only when the plan has no changes; with
      * changes it finishes with the summary alone, and the run's apply job renders it (an
      * auto-apply run). "apply": the plan JSON is still missing, the apply job renders it.
-     * "none": nothing to render. Absent from older servers: "plan" for plan jobs.
+     * "none": nothing to render. Absent from older servers: "plan" for plan jobs. A value a newer
+     * server added reads as absent (the plan job renders it) rather than failing the whole poll.
      */
-    planJson: z.enum(["plan", "plan-unless-changes", "apply", "none"]).optional(),
+    planJson: z.enum(["plan", "plan-unless-changes", "apply", "none"]).optional().catch(undefined),
     /** W3C traceparent of the job's root span: every process's spans for this job are its descendants. */
     traceparent: z.string().max(100).optional(),
   }),

@@ -4,7 +4,7 @@ import type { Logger } from "pino";
 import { waitFor } from "../backoff.js";
 import { AgentClient, NetworkError } from "../client.js";
 import type { AgentConfig } from "../config.js";
-import { agentVersion } from "../agent.js";
+import { agentCapabilities, agentVersion } from "../agent.js";
 import { MetricSet, requestSecondsBuckets, servingHealth, type ErrorKind } from "../health.js";
 import { apiClientWithDeadline } from "./api-deadline.js";
 import { KubeApiError } from "./api-errors.js";
@@ -219,7 +219,7 @@ export class Controller {
   }
 
   private async register(): Promise<void> {
-    const reg = await this.client.register(this.config.token, { name: this.config.name, version: agentVersion, driver: "kubernetes", capacity: this.config.concurrency }, this.stop.signal);
+    const reg = await this.client.register(this.config.token, { name: this.config.name, version: agentVersion, driver: "kubernetes", capacity: this.config.concurrency, capabilities: agentCapabilities }, this.stop.signal);
     this.session = reg.sessionToken;
     this.heartbeatMs = reg.heartbeatIntervalMs;
     this.registered = true;

@@ -324,9 +324,21 @@ function queueIndexes(dialect: Dialect): Migration {
   };
 }
 
+/**
+ * Decision 0041: what each agent declared it can do, so the plan JSON is left to the apply job
+ * only in a pool whose every live agent renders it there.
+ */
+function agentCapabilities(): Migration {
+  return {
+    async up(db: Kysely<unknown>) {
+      await db.schema.alterTable("agents").addColumn("capabilities", "text").execute();
+    },
+  };
+}
+
 /** All migrations in order; names sort lexically, which is the order Kysely applies them. */
 export function migrationProvider(dialect: Dialect): MigrationProvider {
   return {
-    getMigrations: async () => ({ "0001_initial": initial(dialect), "0010a_security": security(dialect), "0010b_force_cancel": forceCancel(dialect), "0010c_user_tokens": userTokens(dialect), "0012_chunked_bodies": chunkedBodies(dialect), "0026_runner_image": runnerImage(), "0026b_job_token_retirement": jobTokenRetirement(dialect), "0028_job_starter": jobStarter(), "0033_queue_indexes": queueIndexes(dialect) }),
+    getMigrations: async () => ({ "0001_initial": initial(dialect), "0010a_security": security(dialect), "0010b_force_cancel": forceCancel(dialect), "0010c_user_tokens": userTokens(dialect), "0012_chunked_bodies": chunkedBodies(dialect), "0026_runner_image": runnerImage(), "0026b_job_token_retirement": jobTokenRetirement(dialect), "0028_job_starter": jobStarter(), "0033_queue_indexes": queueIndexes(dialect), "0041_agent_capabilities": agentCapabilities() }),
   };
 }

@@ -50,6 +50,8 @@ export interface AgentsTable {
   state: string;
   registered_at: number;
   last_seen_at: number;
+  /** The capabilities the agent declared at registration, space-separated with a space at each end; null: none. */
+  capabilities: string | null;
 }
 
 export interface WorkspacesTable {

@@ -28,6 +28,8 @@ export interface RegisterInput {
   version: string;
   driver: Driver;
   capacity: number;
+  /** What the agent declared it can do (registerRequestSchema's `capabilities`). */
+  capabilities?: readonly string[];
 }
 
 /**
@@ -52,6 +54,8 @@ export async function registerAgent(ctx: StoreContext, input: RegisterInput): Pr
     state: "online",
     registered_at: now,
     last_seen_at: now,
+    // Padded with spaces so a claim matches one capability with `like '% name %'`.
+    capabilities: input.capabilities && input.capabilities.length > 0 ? ` ${input.capabilities.join(" ")} ` : null,
   };
   const superseded = await ctx.db.transaction().execute(async (trx) => {
     const rows = await trx

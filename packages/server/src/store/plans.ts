@@ -6,7 +6,7 @@ import { variablesForJob } from "./variables.js";
 import { sourceBytes, sourceSize, storedBody, writeChunks, type BodySource, type StoredBody } from "./bodies.js";
 import type { StoreContext } from "./context.js";
 import { transactionKeepingCause } from "./transaction.js";
-import type { JobRow } from "./queue.js";
+import { currentAttempt, type JobRow } from "./queue.js";
 
 /** Stores the binary plan file of the run a plan job belongs to. */
 export async function savePlanFile(ctx: StoreContext, job: JobRow, planFile: BodySource): Promise<void> {
@@ -27,13 +27,11 @@ export async function savePlanFile(ctx: StoreContext, job: JobRow, planFile: Bod
  * variable values verbatim, so the workspace's sensitive values are redacted before storing.
  * The plan job uploads it, or, when that job left it out (an auto-apply run with changes,
  * decision 0041), the run's apply job: then its counts replace the ones terraform's summary
- * line gave, and whether the run has changes stays what the plan decided.
+ * line gave, and whether the run has changes stays what the plan decided. The apply job's
+ * upload is written once; the same JSON sent again (its first answer lost) gets the same answer.
  */
 export async function savePlanJson(ctx: StoreContext, job: JobRow, uploaded: BodySource): Promise<PlanSummary> {
-  if (job.phase === "apply") {
-    const row = await ctx.db.selectFrom("plans").select("plan_json_size").where("run_id", "=", job.run_id).executeTakeFirst();
-    if (row?.plan_json_size != null) throw new DroverError("bad_request", "this run's plan JSON is already stored: an apply job uploads it only when the plan job left it out");
-  } else if (job.phase !== "plan") throw new DroverError("bad_request", "only a plan or apply job uploads a plan");
+  if (job.phase !== "apply" && job.phase !== "plan") throw new DroverError("bad_request", "only a plan or apply job uploads a plan");
   let parsed: unknown;
   try {
     // Redacting needs the parsed document, so this body is the one held in memory whole.
@@ -44,12 +42,29 @@ export async function savePlanJson(ctx: StoreContext, job: JobRow, uploaded: Bod
   const summary = summarizePlan(parsed);
   const secrets = secretForms((await variablesForJob(ctx, job.workspace_id)).filter((v) => v.sensitive).map((v) => v.value));
   const planJson = Buffer.from(JSON.stringify(redactJson(parsed, secrets)), "utf8");
-  await transactionKeepingCause(ctx, async (trx) => {
-    await trx
-      .insertInto("plans")
-      .values({ run_id: job.run_id, plan_file_size: null, plan_json_size: planJson.length, created_at: ctx.now() })
-      .onConflict((oc) => oc.column("run_id").doUpdateSet({ plan_json_size: planJson.length }))
-      .execute();
+  const written = await transactionKeepingCause(ctx, async (trx) => {
+    // The token was checked before the body arrived; a plan job reclaimed since then made
+    // another plan, and this JSON would describe one that is never applied. On PostgreSQL this
+    // locks the job's row, so two uploads of one job take turns.
+    await currentAttempt(ctx, trx, job);
+    if (job.phase === "apply") {
+      // Conditional inside the transaction: two uploads never both pass an "is it stored yet?" read.
+      const claimed = await trx
+        .insertInto("plans")
+        .values({ run_id: job.run_id, plan_file_size: null, plan_json_size: planJson.length, created_at: ctx.now() })
+        .onConflict((oc) => oc.column("run_id").doUpdateSet({ plan_json_size: planJson.length }).where("plans.plan_json_size", "is", null))
+        .executeTakeFirst();
+      if (Number(claimed.numInsertedOrUpdatedRows ?? 0) === 0) {
+        if ((await storedPlanJson(trx, job.run_id))?.equals(planJson)) return false;
+        throw new DroverError("bad_request", "this run's plan JSON is already stored: an apply job uploads it only when the plan job left it out");
+      }
+    } else {
+      await trx
+        .insertInto("plans")
+        .values({ run_id: job.run_id, plan_file_size: null, plan_json_size: planJson.length, created_at: ctx.now() })
+        .onConflict((oc) => oc.column("run_id").doUpdateSet({ plan_json_size: planJson.length }))
+        .execute();
+    }
     await writeChunks(trx, "plan_json_chunks", job.run_id, planJson);
     const counts = { plan_add: summary.add, plan_change: summary.change, plan_destroy: summary.destroy, updated_at: ctx.now() };
     // The apply of a run runs only when its plan had changes: that verdict stands.
@@ -58,10 +73,19 @@ export async function savePlanJson(ctx: StoreContext, job: JobRow, uploaded: Bod
       .set(job.phase === "apply" ? counts : { ...counts, has_changes: summary.hasChanges ? 1 : 0 })
       .where("id", "=", job.run_id)
       .execute();
+    return true;
   });
   // Wakes readers waiting for a plan JSON the apply job renders (readPlanJsonWhenReady).
-  ctx.events.publish("run-changed", job.run_id);
+  if (written) ctx.events.publish("run-changed", job.run_id);
   return summary;
+}
+
+/** The plan JSON stored for a run, read whole inside a transaction; undefined when there is none. */
+async function storedPlanJson(trx: Transaction<Database>, runId: string): Promise<Buffer | undefined> {
+  const row = await trx.selectFrom("plans").select("plan_json_size").where("run_id", "=", runId).executeTakeFirst();
+  if (row?.plan_json_size == null) return undefined;
+  const chunks = await trx.selectFrom("plan_json_chunks").select("data").where("owner_id", "=", runId).orderBy("seq").execute();
+  return Buffer.concat(chunks.map((c) => Buffer.from(c.data)));
 }
 
 /**
@@ -70,7 +94,9 @@ export async function savePlanJson(ctx: StoreContext, job: JobRow, uploaded: Bod
  * has changes when either says so, since a needless apply costs little and a skipped one loses
  * changes (a move-only plan, which older JSON does not show as a change).
  */
-export async function recordPlanSummary(ctx: StoreContext, trx: Transaction<Database>, runId: string, summary: PlanSummary): Promise<void> {
+export async function recordPlanSummary(ctx: StoreContext, trx: Transaction<Database>, runId: string, reported: PlanSummary): Promise<void> {
+  // A count above zero is a change whatever the flag says: a run never ends "no changes" showing some.
+  const summary = { ...reported, hasChanges: reported.hasChanges || reported.add + reported.change + reported.destroy > 0 };
   const stored = await trx.selectFrom("plans").select("plan_json_size").where("run_id", "=", runId).executeTakeFirst();
   const runs = trx.updateTable("runs").where("id", "=", runId);
   if (stored?.plan_json_size == null) {

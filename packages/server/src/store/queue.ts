@@ -5,6 +5,7 @@ import {
   hashToken,
   newJobToken,
   parseJobToken,
+  planJsonBesideApplyCapability,
   tokenMatches,
   type Agent,
   type Job,
@@ -33,7 +34,8 @@ import { moveAgentJobs, moveJob, moveLockedJob } from "./job-moves.js";
  */
 
 export type { JobRow } from "../db/schema.js";
-import type { JobRow } from "../db/schema.js";
+import type { Database, JobRow } from "../db/schema.js";
+import type { Transaction } from "kysely";
 
 export const toJob = (r: JobRow): Job => ({
   id: r.id,
@@ -116,6 +118,8 @@ export async function claimNextJob(ctx: StoreContext, agent: Agent): Promise<Job
       .select(["workspaces.id as ws_id", "workspaces.name", "workspaces.engine", "workspaces.engine_version", "workspaces.working_directory", "workspaces.runner_image"])
       .where("runs.id", "=", job.run_id)
       .executeTakeFirstOrThrow();
+    if (job.phase === "plan") await forgetEarlierPlanJson(trx, job.run_id);
+    const deferJson = job.phase === "plan" && rw.auto_apply === 1 && rw.plan_only === 0 && (await everyLiveAgentDeclares(trx, agent.poolId, planJsonBesideApplyCapability));
     const assignment: JobAssignment = {
       jobId: job.id,
       attempt,
@@ -135,11 +139,37 @@ export async function claimNextJob(ctx: StoreContext, agent: Agent): Promise<Job
       configurationVersionId: rw.configuration_version_id,
       statePath: statePath(rw.ws_id),
       leaseTtlMs: ctx.settings.leaseTtlMs,
-      planJson: job.phase === "plan" ? (rw.auto_apply === 1 && rw.plan_only === 0 ? "plan-unless-changes" : "plan") : rw.plan_json_size === null ? "apply" : "none",
+      planJson: job.phase === "plan" ? (deferJson ? "plan-unless-changes" : "plan") : rw.plan_json_size === null ? "apply" : "none",
     };
     claimQueuedAt.set(assignment, Number(job.queued_at));
     return assignment;
   });
+}
+
+/**
+ * Drops the plan JSON an earlier attempt of a run's plan job uploaded: the new attempt makes a
+ * plan of its own and may leave its JSON to the apply job (decision 0041), which renders one
+ * only when none is stored; an old one would be shown for a plan that was never applied.
+ */
+async function forgetEarlierPlanJson(trx: Transaction<Database>, runId: string): Promise<void> {
+  const cleared = await trx.updateTable("plans").set({ plan_json_size: null }).where("run_id", "=", runId).where("plan_json_size", "is not", null).executeTakeFirst();
+  if (Number(cleared.numUpdatedRows) > 0) await trx.deleteFrom("plan_json_chunks").where("owner_id", "=", runId).execute();
+}
+
+/**
+ * Whether every online agent of the pool declared `capability`. An older agent could claim the
+ * apply of a run whose plan left the JSON to it and ignore that, losing the JSON for good.
+ */
+async function everyLiveAgentDeclares(trx: Transaction<Database>, poolId: string, capability: string): Promise<boolean> {
+  const lacking = await trx
+    .selectFrom("agents")
+    .select("id")
+    .where("pool_id", "=", poolId)
+    .where("state", "=", "online")
+    .where((eb) => eb.or([eb("capabilities", "is", null), eb("capabilities", "not like", `% ${capability} %`)]))
+    .limit(1)
+    .executeTakeFirst();
+  return lacking === undefined;
 }
 
 /**
@@ -225,7 +255,7 @@ export async function authenticateJobToken(ctx: StoreContext, token: string): Pr
 }
 
 /** Re-reads a job inside a transaction and checks the caller still holds its attempt. */
-async function currentAttempt(ctx: StoreContext, trx: Parameters<Parameters<typeof inTransaction>[1]>[0], job: JobRow): Promise<JobRow> {
+export async function currentAttempt(ctx: StoreContext, trx: Parameters<Parameters<typeof inTransaction>[1]>[0], job: JobRow): Promise<JobRow> {
   let q = trx.selectFrom("jobs").selectAll().where("id", "=", job.id);
   if (ctx.dialect === "postgres") q = q.forUpdate();
   const row = await q.executeTakeFirstOrThrow();
