@@ -32,6 +32,8 @@ before(async () => {
       'echo "start $*" >> "$log"',
       '/usr/local/bin/terraform "$@"',
       "rc=$?",
+      // While `<file>.holdplan` exists, a finished plan waits for a signal (or 30 s) and then exits with the plan's code.
+      `if [ "$1" = plan ] && [ -e "$log.holdplan" ]; then echo "held plan" >> "$log"; trap 'exit $rc' INT TERM; i=0; while [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; fi`,
       'echo "end $1" >> "$log"',
       "exit $rc",
       "",
@@ -136,3 +138,33 @@ test("a plan-only run keeps its JSON; a failed plan (exit 1) still errors the ru
   assert.match(await runLog(stack.server, failing, "plan"), /Invalid function argument|no file exists/i);
   assert.equal(await summary(failing), null);
 });
+
+test("a cancel that arrives as the plan exits with changes cancels the plan job: it never finishes 'succeeded'", async () => {
+  await workspace("late-cancel");
+  writeFileSync(started, "");
+  writeFileSync(`${started}.holdplan`, "");
+  try {
+    const runId = await stack.startRun(writeConfig(stack.dir, "late-cancel", { "main.tf": three }), "late-cancel", ["--auto-apply"]);
+    // terraform's plan has ended (exit 2); the wrapper holds its exit until the cancel's signal.
+    await waitUntil(() => readFileSync(started, "utf8").includes("held plan"));
+    const canceled = await stack.server.api(routes.cancelRun, { params: { id: runId } });
+    assert.ok(canceled.status < 300, JSON.stringify(canceled.body));
+    assert.equal((await stack.waitForRun(runId, ["canceled", "applied", "errored", "planned_and_finished"])).status, "canceled");
+    const jobs = ((await stack.server.api(routes.listRunJobs, { params: { id: runId } })).body as { items: Array<{ phase: string; status: string }> }).items;
+    assert.deepEqual(
+      jobs.map((j) => [j.phase, j.status]),
+      [["plan", "canceled"]],
+    );
+  } finally {
+    rmSync(`${started}.holdplan`, { force: true });
+  }
+});
+
+/** Waits (polling, up to 60 s) until `check` holds. */
+async function waitUntil(check: () => boolean): Promise<void> {
+  const deadline = Date.now() + 60_000;
+  while (!check()) {
+    assert.ok(Date.now() < deadline, "condition not reached in 60 s");
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}

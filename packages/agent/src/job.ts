@@ -411,6 +411,9 @@ export class JobRun {
         planSucceededCodes,
         (chunk) => planLine.push(chunk),
       );
+      // A cancel or stop that arrived as terraform exited with a plan: the job is interrupted, not
+      // a plan to apply (a deferred JSON starts no further step that would notice it).
+      this.checkInterrupted();
       const summary = summaryOfPlanOutput(code, planLine.end());
       await this.hook("post-plan", workDir, env);
       const uploads = this.stage("uploads");
