@@ -30,6 +30,9 @@ before(async () => {
       `log='${started}'`,
       `if [ "$1" = apply ] && [ -e "$log.hold" ]; then i=0; until grep -q '^start show' "$log"; do i=$((i+1)); [ $i -gt 600 ] && break; sleep 0.05; done; fi`,
       'echo "start $*" >> "$log"',
+      // While `<file>.failshow` exists, `show` fails; while `<file>.holdapply` exists, an apply waits for `<file>.release` (or 30 s).
+      `if [ "$1" = show ] && [ -e "$log.failshow" ]; then echo "failed show" >> "$log"; echo "Error: cannot read the plan" >&2; exit 1; fi`,
+      `if [ "$1" = apply ] && [ -e "$log.holdapply" ]; then i=0; until [ -e "$log.release" ]; do i=$((i+1)); [ $i -gt 600 ] && break; sleep 0.05; done; fi`,
       '/usr/local/bin/terraform "$@"',
       "rc=$?",
       // While `<file>.holdplan` exists, a finished plan waits for a signal (or 30 s) and then exits with the plan's code.
@@ -168,3 +171,24 @@ async function waitUntil(check: () => boolean): Promise<void> {
     await new Promise((r) => setTimeout(r, 50));
   }
 }
+
+test("an apply job that cannot render the plan JSON says so: a reader gets 404 with the reason at once, not after the apply", async () => {
+  await workspace("no-show");
+  writeFileSync(started, "");
+  for (const f of ["failshow", "holdapply"]) writeFileSync(`${started}.${f}`, "");
+  try {
+    const runId = await stack.startRun(writeConfig(stack.dir, "no-show", { "main.tf": three }), "no-show", ["--auto-apply"]);
+    await waitUntil(() => readFileSync(started, "utf8").includes("failed show"));
+    // The apply is held until the release file exists: the answer cannot come from its end.
+    const res = await stack.server.api(routes.runPlan, { params: { id: runId } });
+    assert.equal(res.status, 404, JSON.stringify(res.body));
+    const body = res.body as { error: string; message: string };
+    assert.equal(body.error, "not_found");
+    assert.match(body.message, /apply job could not render it/);
+    assert.ok(!readFileSync(started, "utf8").includes("end apply"), "the apply had not ended yet");
+    writeFileSync(`${started}.release`, "");
+    assert.equal((await stack.waitForRun(runId, ["applied", "errored"])).status, "applied", "the apply's outcome stands");
+  } finally {
+    for (const f of ["failshow", "holdapply", "release"]) rmSync(`${started}.${f}`, { force: true });
+  }
+});

@@ -295,7 +295,7 @@ for (const backend of backends) {
       await store.finishJob(ctx, await jobRow(plan), "succeeded", null, { add: 2, change: 0, destroy: 0, hasChanges: true });
       assert.equal((await store.getRun(ctx, auto.id)).status, "confirmed");
       assert.deepEqual((await store.getRun(ctx, auto.id)).planSummary, { add: 2, change: 0, destroy: 0, hasChanges: true });
-      await rejectsWith(store.readPlanJsonWhenReady(ctx, auto.id, 0), "not_found");
+      await rejectsWith(store.readPlanJsonWhenReady(ctx, auto.id, 0), "plan_pending");
       const apply = await claim(agent);
       assert.equal(apply.phase, "apply");
       assert.equal(apply.planJson, "apply");
@@ -400,6 +400,22 @@ for (const backend of backends) {
       const chunks: Buffer[] = [];
       for await (const c of body.open()) chunks.push(Buffer.from(c as Buffer));
       assert.deepEqual(JSON.parse(Buffer.concat(chunks).toString("utf8")), JSON.parse(create));
+    });
+
+    test("plan JSON (decision 0041): an apply job that could not render it says so, and a waiting reader gets not_found with the reason at once", async () => {
+      const { agent, ws, cv } = await fixture({ autoApply: true });
+      const run = await newRun(ws.id, cv.id);
+      const plan = await claim(agent);
+      await store.startJob(ctx, await jobRow(plan), "starter");
+      await store.savePlanFile(ctx, await jobRow(plan), Buffer.from("plan-file"));
+      await rejectsWith(store.recordPlanJsonUnavailable(ctx, await jobRow(plan), "no"), "bad_request");
+      await store.finishJob(ctx, await jobRow(plan), "succeeded", null, { add: 1, change: 0, destroy: 0, hasChanges: true });
+      const apply = await claim(agent);
+      await store.startJob(ctx, await jobRow(apply), "starter");
+      const waiting = rejectsWith(store.readPlanJsonWhenReady(ctx, run.id, 600_000), "not_found");
+      await store.recordPlanJsonUnavailable(ctx, await jobRow(apply), "terraform show exited with code 1");
+      assert.match((await waiting).message, /could not render it \(terraform show exited with code 1\)/);
+      assert.equal((await store.getRun(ctx, run.id)).status, "applying", "the apply goes on");
     });
 
     test("plan summary (decision 0041): counts above zero mean changes whatever the flag says; counts are bounded", async () => {

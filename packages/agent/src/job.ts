@@ -446,21 +446,29 @@ export class JobRun {
       // may run side by side (the apply waits on providers and the state backend more than it
       // uses a core), before it otherwise, so that a reader never waits for a whole apply. Its
       // failure is logged, never the run's.
-      const renderJson = (): Promise<Buffer | undefined> =>
+      const renderJson = (): Promise<Buffer | string> =>
         this.capture(binary, ["show", "-json", planPath], workDir, env).catch((err: unknown) => {
-          this.log.line(`[drover] could not render the plan as JSON: ${err instanceof Error ? err.message : String(err)}`);
-          return undefined;
+          const message = err instanceof Error ? err.message : String(err);
+          this.log.line(`[drover] could not render the plan as JSON: ${message}`);
+          return message;
         });
       let beside: Promise<Buffer | undefined> | undefined;
       if (a.planJson === "apply") {
-        if (this.runner.parallelSteps === true) beside = renderJson();
-        else await this.uploadDeferredPlanJson(await renderJson());
+        if (this.runner.parallelSteps === true) {
+          // A render that failed is reported at once, so readers stop waiting for it during the apply.
+          beside = renderJson().then(async (json) => {
+            if (typeof json !== "string") return json;
+            await this.uploadDeferredPlanJson(json);
+            return undefined;
+          });
+        } else await this.uploadDeferredPlanJson(await renderJson());
       }
       try {
         await this.step(binary, ["apply", "-input=false", "-no-color", planPath], workDir, env);
       } finally {
         // A failed apply still leaves the plan it attempted readable.
-        if (beside) await this.uploadDeferredPlanJson(await beside);
+        const json = await beside;
+        if (json) await this.uploadDeferredPlanJson(json);
       }
       await this.hook("post-apply", workDir, env);
       apply.end();
@@ -475,11 +483,14 @@ export class JobRun {
     }
   }
 
-  /** Uploads the plan JSON an apply job rendered; a failure is logged, the apply's outcome stands. */
-  private async uploadDeferredPlanJson(json: Buffer | undefined): Promise<void> {
-    if (!json) return;
+  /**
+   * Uploads the plan JSON an apply job rendered, or why it could not (so readers stop waiting
+   * for it); a failure is logged, the apply's outcome stands.
+   */
+  private async uploadDeferredPlanJson(json: Buffer | string): Promise<void> {
     try {
-      await withRetry(() => this.job.uploadPlanJson(json, this.work.signal), this.work.signal);
+      if (typeof json === "string") await withRetry(() => this.job.planJsonUnavailable(json.slice(0, 500).replace(/[\x00-\x1f\x7f]+/g, " "), this.work.signal), this.work.signal);
+      else await withRetry(() => this.job.uploadPlanJson(json, this.work.signal), this.work.signal);
     } catch (err) {
       this.log.line(`[drover] could not upload the plan's JSON: ${err instanceof Error ? err.message : String(err)}`);
     }

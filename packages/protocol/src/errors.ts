@@ -31,6 +31,7 @@ export const errorCodes = [
   "unexpected_response",
   "invalid_setting",
   "verification_failed",
+  "plan_pending",
 ] as const;
 export type ErrorCode = (typeof errorCodes)[number];
 
@@ -67,6 +68,8 @@ const statusByCode: Record<ErrorCode, number> = {
   unexpected_response: 502,
   // Raised by agents (a download or cache entry that is not what its source vouches for).
   verification_failed: 422,
+  // A run's plan JSON that its apply job is still rendering (decision 0041): ask again after Retry-After.
+  plan_pending: 409,
 };
 
 /** What to do about an error of this code, when the message alone may not say it. */

@@ -123,6 +123,7 @@ const pool = lazySchema("pool", () => z.object({ pool: z.string() }));
 const ws = lazySchema("ws", () => z.object({ ws: z.string() }));
 const wsVar = lazySchema("wsVar", () => z.object({ ws: z.string(), key: s.variableKeySchema }));
 const waitQuery = lazySchema("waitQuery", () => z.object({ wait: z.coerce.number().int().min(0).max(maxLongPollMs).default(0) }));
+const planWaitQuery = lazySchema("planWaitQuery", () => z.object({ wait: z.coerce.number().int().min(0).max(maxLongPollMs).default(maxLongPollMs) }));
 const lockIdQuery = lazySchema("lockIdQuery", () => z.object({ ID: z.string().optional() }));
 const list = s.listOf;
 
@@ -251,7 +252,16 @@ export const routes = {
     errors: ["not_found", "invalid_transition"],
   })),
   listRunJobs: route("listRunJobs", () => ({ method: "GET", path: `${userApi}/runs/:id/jobs`, summary: "Jobs of a run (none for an unknown run)", auth: "user", params: id, response: ok(list(s.jobSchema)) })),
-  runPlan: route("runPlan", () => ({ method: "GET", path: `${userApi}/runs/:id/plan`, summary: "Plan JSON of a run", auth: "user", params: id, response: bytes("application/json"), errors: ["not_found"] })),
+  runPlan: route("runPlan", () => ({
+    method: "GET",
+    path: `${userApi}/runs/:id/plan`,
+    summary: "Plan JSON of a run; while its apply job still renders it, waits up to ?wait= ms (default and most 50 000), then 409 plan_pending",
+    auth: "user",
+    params: id,
+    query: planWaitQuery,
+    response: bytes("application/json"),
+    errors: ["not_found", "plan_pending"],
+  })),
   runLogs: route("runLogs", () => ({
     method: "GET",
     path: `${userApi}/runs/:id/logs`,
@@ -313,6 +323,16 @@ export const routes = {
     body: raw("application/json"),
     response: ok(s.planSummarySchema),
     errors: ["invalid_json"],
+  })),
+
+  planJsonUnavailable: route("planJsonUnavailable", () => ({
+    method: "POST",
+    path: `${agentApi}/jobs/:id/plan-json-unavailable`,
+    summary: "The apply job could not render the plan JSON it was told to: readers stop waiting for it",
+    auth: "job",
+    params: id,
+    body: json(s.planJsonUnavailableSchema),
+    response: noContent,
   })),
 
   // ---------- operations ----------

@@ -353,6 +353,9 @@ export const registerRequestSchema = lazySchema("registerRequestSchema", () =>
  * its apply job is told to (decision 0041); the server defers the JSON only to such a pool.
  */
 export const planJsonBesideApplyCapability = "plan-json-beside-apply";
+/** An apply job that could not render the plan JSON it was told to (decision 0041). */
+export const planJsonUnavailableSchema = lazySchema("planJsonUnavailableSchema", () => z.object({ message: singleLineText(500) }));
+
 export const registerResponseSchema = lazySchema("registerResponseSchema", () =>
   z.object({
     agentId: z.string(),

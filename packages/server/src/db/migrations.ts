@@ -336,9 +336,18 @@ function agentCapabilities(): Migration {
   };
 }
 
+/** Decision 0041: an apply job's failure to render the plan JSON, so readers stop waiting for it. */
+function planJsonError(): Migration {
+  return {
+    async up(db: Kysely<unknown>) {
+      await db.schema.alterTable("plans").addColumn("plan_json_error", "text").execute();
+    },
+  };
+}
+
 /** All migrations in order; names sort lexically, which is the order Kysely applies them. */
 export function migrationProvider(dialect: Dialect): MigrationProvider {
   return {
-    getMigrations: async () => ({ "0001_initial": initial(dialect), "0010a_security": security(dialect), "0010b_force_cancel": forceCancel(dialect), "0010c_user_tokens": userTokens(dialect), "0012_chunked_bodies": chunkedBodies(dialect), "0026_runner_image": runnerImage(), "0026b_job_token_retirement": jobTokenRetirement(dialect), "0028_job_starter": jobStarter(), "0033_queue_indexes": queueIndexes(dialect), "0041_agent_capabilities": agentCapabilities() }),
+    getMigrations: async () => ({ "0001_initial": initial(dialect), "0010a_security": security(dialect), "0010b_force_cancel": forceCancel(dialect), "0010c_user_tokens": userTokens(dialect), "0012_chunked_bodies": chunkedBodies(dialect), "0026_runner_image": runnerImage(), "0026b_job_token_retirement": jobTokenRetirement(dialect), "0028_job_starter": jobStarter(), "0033_queue_indexes": queueIndexes(dialect), "0041_agent_capabilities": agentCapabilities(), "0041b_plan_json_error": planJsonError() }),
   };
 }

@@ -145,6 +145,8 @@ export interface PlansTable {
   plan_file_size: number | null;
   /** Size of the redacted plan JSON in plan_json_chunks; null until it is uploaded. */
   plan_json_size: number | null;
+  /** Why the apply job could not render the plan JSON it was told to (decision 0041); null: it did not say. */
+  plan_json_error: string | null;
   created_at: number;
 }
 

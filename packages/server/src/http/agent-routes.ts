@@ -5,7 +5,7 @@ import { agentHeartbeat, deregisterAgent, registerAgent } from "../store/agents.
 import { poolDemand } from "../store/demand.js";
 import { readConfigurationArchive } from "../store/configuration-versions.js";
 import { appendLogInOrder } from "../store/logs.js";
-import { plansNoLongerNeeded, readPlanFile, saveOutputs, savePlanFile, savePlanJson } from "../store/plans.js";
+import { plansNoLongerNeeded, readPlanFile, recordPlanJsonUnavailable, saveOutputs, savePlanFile, savePlanJson } from "../store/plans.js";
 import { finishJob, heartbeatJob, pollForJob, queuedAtOf, releaseUnstartedJobs, startJob, type JobRow } from "../store/queue.js";
 import { variablesForJob } from "../store/variables.js";
 import { authenticateFirst, callerOf, requestSignal, requireJob, requirePoolToken, requireSession } from "./auth.js";
@@ -98,6 +98,8 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, opt
   serve(routes.jobVariables, asJob, async (_input, req) => ({ variables: await variablesForJob(ctx, jobOf(req).workspace_id) }));
 
   serve(routes.downloadPlan, asJob, async (_input, req) => readPlanFile(ctx, jobOf(req).run_id));
+
+  serve(routes.planJsonUnavailable, asJob, async ({ body }, req) => recordPlanJsonUnavailable(ctx, jobOf(req), body.message));
 
   serve(routes.uploadOutputs, asJob, async ({ body }, req) => saveOutputs(ctx, jobOf(req), body.outputs));
 

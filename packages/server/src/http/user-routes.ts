@@ -18,9 +18,6 @@ import { isBodyFile, spoolBodies } from "./bodies.js";
 import type { HttpContext } from "./context.js";
 import { registrar, type ServeOptions } from "./serve.js";
 
-/** How long a plan request waits for a plan JSON its run's apply job is rendering: under the 60 s common proxies allow an idle request. */
-const planJsonWaitMs = 50_000;
-
 /** The user API under /api/v1 (JSON; configuration uploads are raw tar.gz). */
 export function registerUserRoutes(app: FastifyInstance, http: HttpContext, options: ServeOptions): void {
   const ctx = http.store;
@@ -80,7 +77,8 @@ export function registerUserRoutes(app: FastifyInstance, http: HttpContext, opti
   serve(routes.cancelRun, async ({ params, query }) => cancelRun(ctx, params.id, { force: query.force === "true" }));
   serve(routes.listRunJobs, async ({ params }) => ({ items: await listRunJobs(ctx, params.id) }));
   // An auto-apply run's plan JSON may still be on its way from the apply job: the answer waits for it.
-  serve(routes.runPlan, async ({ params }, _req, reply) => readPlanJsonWhenReady(ctx, params.id, planJsonWaitMs, requestSignal(reply, http.shutdown)));
+  // The default wait (50 s) stays under the 60 s common proxies allow an idle request.
+  serve(routes.runPlan, async ({ params, query }, _req, reply) => readPlanJsonWhenReady(ctx, params.id, query.wait, requestSignal(reply, http.shutdown)));
 
   serve(routes.runLogs, async ({ params: { id }, query: q }, _req, reply) => {
     const signal = requestSignal(reply, http.shutdown);

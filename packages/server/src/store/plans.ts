@@ -106,6 +106,19 @@ export async function recordPlanSummary(ctx: StoreContext, trx: Transaction<Data
   }
 }
 
+/**
+ * Records that the run's apply job could not render the plan JSON it was told to: readers
+ * waiting for it get "no plan JSON" (with the reason) at once instead of when the apply ends.
+ */
+export async function recordPlanJsonUnavailable(ctx: StoreContext, job: JobRow, message: string): Promise<void> {
+  if (job.phase !== "apply") throw new DroverError("bad_request", "only an apply job reports a plan JSON it could not render");
+  await transactionKeepingCause(ctx, async (trx) => {
+    await currentAttempt(ctx, trx, job);
+    await trx.updateTable("plans").set({ plan_json_error: message }).where("run_id", "=", job.run_id).where("plan_json_size", "is", null).execute();
+  });
+  ctx.events.publish("run-changed", job.run_id);
+}
+
 /** The plan file an apply job must apply. */
 export async function readPlanFile(ctx: StoreContext, runId: string): Promise<StoredBody> {
   const row = await ctx.db.selectFrom("plans").select("plan_file_size").where("run_id", "=", runId).executeTakeFirst();
@@ -126,13 +139,13 @@ export async function readPlanJsonWhenReady(ctx: StoreContext, runId: string, wa
     const row = await ctx.db
       .selectFrom("runs")
       .leftJoin("plans", "plans.run_id", "runs.id")
-      .select(["runs.status", "runs.has_changes", "plans.plan_json_size"])
+      .select(["runs.status", "runs.has_changes", "plans.plan_json_size", "plans.plan_json_error"])
       .where("runs.id", "=", runId)
       .executeTakeFirst();
-    const pending = row !== undefined && row.plan_json_size == null && row.has_changes === 1 && (row.status === "confirmed" || row.status === "applying");
+    const pending = row !== undefined && row.plan_json_size == null && row.plan_json_error == null && row.has_changes === 1 && (row.status === "confirmed" || row.status === "applying");
     if (!pending || Date.now() >= deadline || signal?.aborted) {
       wake.cancel();
-      if (pending) throw new DroverError("not_found", `run ${runId}'s plan JSON is still being rendered by its apply job; ask again in a moment`);
+      if (pending) throw new DroverError("plan_pending", `run ${runId}'s plan JSON is still being rendered by its apply job; ask again in a moment`);
       return readPlanJson(ctx, runId);
     }
     await wake.promise;
@@ -141,8 +154,11 @@ export async function readPlanJsonWhenReady(ctx: StoreContext, runId: string, wa
 
 /** The stored plan JSON of a run. */
 export async function readPlanJson(ctx: StoreContext, runId: string): Promise<StoredBody> {
-  const row = await ctx.db.selectFrom("plans").select("plan_json_size").where("run_id", "=", runId).executeTakeFirst();
-  if (row?.plan_json_size == null) throw new DroverError("not_found", `run ${runId} has no plan JSON`);
+  const row = await ctx.db.selectFrom("plans").select(["plan_json_size", "plan_json_error"]).where("run_id", "=", runId).executeTakeFirst();
+  if (row?.plan_json_size == null) {
+    const why = row?.plan_json_error != null ? `: its apply job could not render it (${row.plan_json_error})` : "";
+    throw new DroverError("not_found", `run ${runId} has no plan JSON${why}`);
+  }
   return storedBody(ctx.db, "plan_json_chunks", runId, row.plan_json_size);
 }
 

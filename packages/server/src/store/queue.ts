@@ -152,7 +152,12 @@ export async function claimNextJob(ctx: StoreContext, agent: Agent): Promise<Job
  * only when none is stored; an old one would be shown for a plan that was never applied.
  */
 async function forgetEarlierPlanJson(trx: Transaction<Database>, runId: string): Promise<void> {
-  const cleared = await trx.updateTable("plans").set({ plan_json_size: null }).where("run_id", "=", runId).where("plan_json_size", "is not", null).executeTakeFirst();
+  const cleared = await trx
+    .updateTable("plans")
+    .set({ plan_json_size: null, plan_json_error: null })
+    .where("run_id", "=", runId)
+    .where((eb) => eb.or([eb("plan_json_size", "is not", null), eb("plan_json_error", "is not", null)]))
+    .executeTakeFirst();
   if (Number(cleared.numUpdatedRows) > 0) await trx.deleteFrom("plan_json_chunks").where("owner_id", "=", runId).execute();
 }
 
