@@ -222,7 +222,7 @@ const routeCases: Case[] = [
       const { runId, job, client } = await startedJob();
       await client.call(routes.finishJob, { params: { id: job.jobId }, body: { outcome: "succeeded", message: null, planSummary: { add: 1, change: 0, destroy: 0, hasChanges: true } } });
       await admin.call(routes.confirmRun, { params: { id: runId } });
-      const raw = await fetch(`${server.url}/api/v1/runs/${runId}/plan?wait=0`, { headers: { authorization: `Bearer ${server.adminToken}` } });
+      const raw = await server.api(routes.runPlan, { params: { id: runId }, query: { wait: 0 } });
       assert.equal(raw.status, 409);
       assert.equal(raw.headers.get("retry-after"), "2", "the answer says when to ask again");
       return admin.call(routes.runPlan, { params: { id: runId }, query: { wait: 0 } });

@@ -29,6 +29,10 @@ export type JobRunState = "starting" | "running" | "finishing" | "done";
 /** A step that exited non-zero: the run failed (terraform's error is in the message). */
 class StepFailed extends Error {}
 /** The run must end now: canceled by the user or stopped by the agent. */
+/** What the server's one-line text fields refuse (control characters, bidi overrides). */
+// eslint-disable-next-line no-control-regex -- matching control characters is the point
+const controlChars = /[\u0000-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]+/g;
+
 class Interrupted extends Error {}
 
 const cancelTermAfterMs = 10_000;
@@ -489,7 +493,7 @@ export class JobRun {
    */
   private async uploadDeferredPlanJson(json: Buffer | string): Promise<void> {
     try {
-      if (typeof json === "string") await withRetry(() => this.job.planJsonUnavailable(json.slice(0, 500).replace(/[\x00-\x1f\x7f]+/g, " "), this.work.signal), this.work.signal);
+      if (typeof json === "string") await withRetry(() => this.job.planJsonUnavailable(json.replace(controlChars, " ").slice(0, 500), this.work.signal), this.work.signal);
       else await withRetry(() => this.job.uploadPlanJson(json, this.work.signal), this.work.signal);
     } catch (err) {
       this.log.line(`[drover] could not upload the plan's JSON: ${err instanceof Error ? err.message : String(err)}`);
