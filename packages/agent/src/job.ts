@@ -28,11 +28,11 @@ export type JobRunState = "starting" | "running" | "finishing" | "done";
 
 /** A step that exited non-zero: the run failed (terraform's error is in the message). */
 class StepFailed extends Error {}
-/** The run must end now: canceled by the user or stopped by the agent. */
 /** What the server's one-line text fields refuse (control characters, bidi overrides). */
 // eslint-disable-next-line no-control-regex -- matching control characters is the point
 const controlChars = /[\u0000-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]+/g;
 
+/** The run must end now: canceled by the user or stopped by the agent. */
 class Interrupted extends Error {}
 
 const cancelTermAfterMs = 10_000;
