@@ -111,9 +111,10 @@ function carries(p: ProcInfo, tag: string): boolean {
 }
 
 /**
- * Kills every live process that carries `tag` (a function: computed on the first process that carries any tag) (and, where there is no /proc, the recorded
+ * Kills every live process that carries `tag` (and, where there is no /proc, the recorded
  * process groups), then waits until they are gone or `timeoutMs` passes. Resolves with the
- * number of processes killed. `startedFrom`: the start (processStartTicks) of the first process
+ * number of processes killed. A `tag` given as a function is computed only when some process
+ * carries any job's tag. `startedFrom`: the start (processStartTicks) of the first process
  * that carried the tag; older processes are not looked at.
  */
 export async function killTagged(tag: string | (() => string), groups: readonly number[], timeoutMs: number, startedFrom?: number): Promise<number> {
