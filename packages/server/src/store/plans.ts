@@ -1,12 +1,12 @@
 import { containsSecret, DroverError, redactJson, secretForms, summarizePlan, type Output, type PlanSummary } from "@drover/protocol";
 import type { Transaction } from "kysely";
-import type { Database } from "../db/schema.js";
+import type { Database, JobRow } from "../db/schema.js";
 import { waitForEvent } from "../events.js";
 import { variablesForJob } from "./variables.js";
 import { sourceBytes, sourceSize, storedBody, writeChunks, type BodySource, type StoredBody } from "./bodies.js";
 import type { StoreContext } from "./context.js";
 import { transactionKeepingCause } from "./transaction.js";
-import { currentAttempt, type JobRow } from "./queue.js";
+import { currentAttempt } from "./current-attempt.js";
 
 /** Stores the binary plan file of the run a plan job belongs to. */
 export async function savePlanFile(ctx: StoreContext, job: JobRow, planFile: BodySource): Promise<void> {

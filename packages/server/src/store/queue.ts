@@ -23,6 +23,7 @@ import { inTransaction } from "./transaction.js";
 import { touchAgent } from "./agents.js";
 import { appendAtEnd } from "./logs.js";
 import { recordPlanSummary } from "./plans.js";
+import { currentAttempt } from "./current-attempt.js";
 import { poolWaiters } from "./waiters.js";
 import { moveAgentJobs, moveJob, moveLockedJob } from "./job-moves.js";
 
@@ -257,16 +258,6 @@ export async function authenticateJobToken(ctx: StoreContext, token: string): Pr
     throw new DroverError("job_finished", `job ${job.id} has ended (${job.status}); its token is no longer valid`, { details: { status: job.status } });
   }
   throw new DroverError("unauthorized", "unknown job token");
-}
-
-/** Re-reads a job inside a transaction and checks the caller still holds its attempt. */
-export async function currentAttempt(ctx: StoreContext, trx: Parameters<Parameters<typeof inTransaction>[1]>[0], job: JobRow): Promise<JobRow> {
-  let q = trx.selectFrom("jobs").selectAll().where("id", "=", job.id);
-  if (ctx.dialect === "postgres") q = q.forUpdate();
-  const row = await q.executeTakeFirstOrThrow();
-  if (row.attempt !== job.attempt) throw new DroverError("stale_attempt", `job ${job.id} was reassigned (attempt ${row.attempt})`, { details: { attempt: row.attempt } });
-  if (isFinishedJob(row.status)) throw new DroverError("job_finished", `job ${job.id} has ended (${row.status})`, { details: { status: row.status } });
-  return row;
 }
 
 /**
