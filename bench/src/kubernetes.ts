@@ -68,20 +68,27 @@ function watchJobs(c: Ktc.TestCluster, namespace: string, key: string): { seen: 
 }
 
 /** Time from `t0` until the run's plan log shows the runner's first step (`$ terraform init`), polled at 5 ms. */
+/** How long a run of the second part may take to reach its first step, or to end: an agent that died never gets there. */
+const runDeadlineMs = 120_000;
+
 async function firstStep(url: string, runId: string, t0: number): Promise<number> {
-  for (;;) {
+  const deadline = Date.now() + runDeadlineMs;
+  while (Date.now() < deadline) {
     const res = await client(url).exchange(routes.runLogs, { params: { id: runId }, query: { phase: "plan", offset: 0, limit: 65536 } });
     if (res.result.toString("utf8").includes("$ terraform init")) return performance.now() - t0;
     await sleep(5);
   }
+  throw new Error(`run ${runId} did not reach \`terraform init\` within ${runDeadlineMs / 1000} s (is its agent running?)`);
 }
 
 async function waitForRun(url: string, runId: string): Promise<string> {
-  for (;;) {
+  const deadline = Date.now() + runDeadlineMs;
+  while (Date.now() < deadline) {
     const run = await api(url, routes.getRun, { params: { id: runId } });
     if (["planned_and_finished", "errored", "canceled"].includes(run.status)) return run.status as string;
     await sleep(100);
   }
+  throw new Error(`run ${runId} did not end within ${runDeadlineMs / 1000} s`);
 }
 
 const task = (containers: unknown[], podSpec: Record<string, unknown> = {}) => ({ apiVersion: "drover.dev/v1alpha1", kind: "AgentTask", metadata: { name: "task" }, spec: { jobTemplate: { template: { spec: { ...podSpec, containers } } } } });
