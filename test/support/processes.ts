@@ -96,14 +96,11 @@ export function runDrover(args: string[], env: NodeJS.ProcessEnv, timeoutMs = 12
     const child = spawn(process.execPath, [droverBin, ...args], { env, stdio: ["ignore", "pipe", "pipe"] });
     let stdout = "";
     let stderr = "";
-    // Decoded as a stream: a character split across two chunks stays whole.
-    child.stdout.setEncoding("utf8").on("data", (d: string) => (stdout += d));
-    child.stderr.setEncoding("utf8").on("data", (d: string) => (stderr += d));
+    child.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
+    child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
     const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs);
     child.on("error", reject);
-    // "close", not "exit": the process may have exited while its output still sits in the pipes
-    // (CI saw `run start`'s JSON missing under 12 concurrent runs).
-    child.on("close", (code) => {
+    child.on("exit", (code) => {
       clearTimeout(timer);
       resolve({ code: code ?? 1, stdout, stderr });
     });
