@@ -75,16 +75,8 @@ export async function startStack(serverEnv: Record<string, string> = {}): Promis
     },
     async startRun(configDir, workspace, flags = []) {
       const res = await stack.cli(["run", "start", configDir, "--workspace", workspace, "--no-follow", "--json", ...flags]);
-      // With --no-follow the CLI exits 0 once the run exists; anything else (2 is a usage error) or an
-      // answer that is not the run's JSON fails here with what the CLI printed.
-      let id: unknown;
-      try {
-        id = res.code === 0 ? (JSON.parse(res.stdout) as { id?: unknown }).id : undefined;
-      } catch {
-        id = undefined;
-      }
-      if (typeof id !== "string") throw new Error(`run start failed (exit ${res.code}): stdout ${JSON.stringify(res.stdout)}, stderr ${JSON.stringify(res.stderr)}`);
-      return id;
+      if (res.code !== 0 && res.code !== 2) throw new Error(`run start failed (${res.code}): ${res.stderr}${res.stdout}`);
+      return JSON.parse(res.stdout).id as string;
     },
     async waitForRun(runId, statuses, timeoutMs = 90_000) {
       const deadline = Date.now() + timeoutMs;
