@@ -81,6 +81,48 @@ for (const backend of backends) {
       assert.ok(versions[0]?.deletedAt);
     });
 
+    test("state without lineage or serial is refused and never becomes current; encrypted state does not reset the checks", async () => {
+      const { ws } = await runningJob();
+      const write = (doc: unknown) => store.writeState(ctx, { workspaceId: ws.id, body: Buffer.from(JSON.stringify(doc)), contentMd5: undefined, lockId: undefined, runId: null });
+      await rejectsWith(write({ version: 4 }), "bad_request");
+      await rejectsWith(write({ version: 4, serial: 1 }), "bad_request");
+      await rejectsWith(write({ version: 4, lineage: "L" }), "bad_request");
+      await rejectsWith(write({ version: 4, serial: -1, lineage: "L" }), "bad_request");
+      await rejectsWith(write({ version: 4, serial: 1, lineage: "" }), "bad_request");
+      assert.equal(await store.currentState(ctx, ws.id), null, "no refused body became the current state");
+      await write({ version: 4, serial: 3, lineage: "L" });
+      await rejectsWith(write({ version: 4 }), "bad_request");
+      // OpenTofu's encrypted state carries neither field: stored, but the next write is still checked.
+      await write({ encryption_version: "v0", meta: {}, encrypted_data: "AAAA" });
+      await rejectsWith(write({ version: 4, serial: 0, lineage: "attacker-lineage" }), "conflict");
+      await rejectsWith(write({ version: 4, serial: 2, lineage: "L" }), "conflict");
+      await write({ version: 4, serial: 4, lineage: "L" });
+      assert.deepEqual((await store.listStateVersions(ctx, ws.id)).map((v) => v.lineage), ["L", null, "L"]);
+    });
+
+    test("outputs: only the current apply job may upload them; a plan job is refused and changes nothing", async () => {
+      const { ws, run, job } = await runningJob();
+      const planJob = await store.authenticateJobToken(ctx, job.jobToken);
+      assert.equal(planJob.phase, "plan");
+      await rejectsWith(store.saveOutputs(ctx, planJob, [{ name: "o", sensitive: false, type: "string", value: "from a plan" }]), "forbidden");
+      assert.deepEqual(await store.workspaceOutputs(ctx, ws.id), []);
+      await store.finishJob(ctx, planJob, "succeeded", null, { add: 1, change: 0, destroy: 0, hasChanges: true });
+      await store.confirmRun(ctx, run.id);
+      const pool = (await store.getWorkspace(ctx, ws.id)).poolId;
+      const tok = await store.createPoolToken(ctx, pool, "t", "http://drover.test");
+      const { agent } = await store.registerAgent(ctx, { poolId: pool, poolTokenId: tok.id, name: unique("agent"), version: "t", driver: "local", capacity: 5 });
+      const claimed = await store.claimNextJob(ctx, agent);
+      assert.ok(claimed);
+      const applyJob = await store.authenticateJobToken(ctx, claimed.jobToken);
+      assert.equal(applyJob.phase, "apply");
+      await store.startJob(ctx, applyJob, "starter");
+      await store.saveOutputs(ctx, applyJob, [{ name: "o", sensitive: false, type: "string", value: "applied" }]);
+      assert.deepEqual(await store.workspaceOutputs(ctx, ws.id), [{ name: "o", sensitive: false, type: "string", value: "applied" }]);
+      await store.finishJob(ctx, applyJob, "succeeded", null);
+      await rejectsWith(store.saveOutputs(ctx, applyJob, [{ name: "o", sensitive: false, type: "string", value: "late" }]), "job_finished");
+      assert.deepEqual(await store.workspaceOutputs(ctx, ws.id), [{ name: "o", sensitive: false, type: "string", value: "applied" }]);
+    });
+
     test("force-cancel and pool token revocation end the job and release its lock", async () => {
       const a = await runningJob();
       await store.lockState(ctx, a.ws.id, JSON.stringify({ ID: "held" }), a.job.jobId);

@@ -59,14 +59,15 @@ export interface WriteStateInput {
 
 /**
  * Stores a new state version; with a lock held, only its holder may write. The body must be a
- * JSON object; a lineage other than the current state's, or a lower serial, is refused (409),
- * as terraform's own remote backends do, so a stray or old state cannot replace the real one.
+ * JSON object with a lineage and serial (400 without, as `stateIdentity` says); a lineage other
+ * than the current state's, or a lower serial, is refused (409), as terraform's own remote
+ * backends do, so a stray or old state cannot replace the real one.
  */
 export async function writeState(ctx: StoreContext, input: WriteStateInput): Promise<StateVersion> {
   // One pass over the body: its MD5, and a JSON check that keeps only the top-level serial and
   // lineage, so a state of any size is checked without holding it in memory.
   const hash = createHash("md5");
-  const scanner = new JsonScanner({ keep: ["serial", "lineage"], maxKeptBytes: maxLineageBytes });
+  const scanner = new JsonScanner({ keep: ["serial", "lineage", "encryption_version"], maxKeptBytes: maxLineageBytes });
   let invalid: JsonScanError | undefined;
   const attempt = (step: () => void) => {
     try {
@@ -89,19 +90,22 @@ export async function writeState(ctx: StoreContext, input: WriteStateInput): Pro
   if (invalid) throw new DroverError("invalid_json", `the state body is not JSON (${invalid.message}); send a terraform state file`, { cause: invalid });
   const scanned = scanner.result();
   if (scanned.topLevel !== "object") throw new DroverError("bad_request", "the state body is not a JSON object; send a terraform state file");
-  const serialField = scanned.fields.get("serial");
-  const lineageField = scanned.fields.get("lineage");
-  // Encrypted (OpenTofu) state is JSON without these fields: stored as it is.
-  const serial = typeof serialField === "number" && Number.isSafeInteger(serialField) ? serialField : null;
-  const lineage = typeof lineageField === "string" ? lineageField : null;
+  const identity = stateIdentity(scanned.fields);
+  const { serial, lineage } = identity ?? { serial: null, lineage: null };
   return transactionKeepingCause(ctx, async (trx) => {
     const lock = await trx.selectFrom("state_locks").select(["lock_id", "info"]).where("workspace_id", "=", input.workspaceId).executeTakeFirst();
     if (lock && lock.lock_id !== input.lockId) throw new StateLockedError(lock.info);
+    if (identity === undefined) {
+      throw new DroverError("bad_request", "the state has no `lineage` (a non-empty string) and `serial` (a non-negative integer): terraform sends both in every state; send a terraform state file");
+    }
+    // Compared with the newest version that has them: an encrypted state in between (which
+    // carries neither) must not switch the checks off for the write after it.
     const current = await trx
       .selectFrom("state_versions")
       .select(["serial", "lineage"])
       .where("workspace_id", "=", input.workspaceId)
       .where("deleted_at", "is", null)
+      .where("lineage", "is not", null)
       .orderBy("seq", "desc")
       .limit(1)
       .executeTakeFirst();
@@ -126,6 +130,19 @@ export async function writeState(ctx: StoreContext, input: WriteStateInput): Pro
     await writeChunks(trx, "state_version_chunks", row.id, input.body);
     return toStateVersion(row);
   });
+}
+
+/**
+ * The lineage and serial a state is checked by. Terraform and OpenTofu write both into every
+ * state; OpenTofu's encrypted state (`encryption_version`, the rest ciphertext) carries neither
+ * and is stored unchecked (null, null). Anything else lacking them is not a state: undefined.
+ */
+function stateIdentity(fields: Map<string, unknown>): { serial: number | null; lineage: string | null } | undefined {
+  const serial = fields.get("serial");
+  const lineage = fields.get("lineage");
+  if (typeof serial === "number" && Number.isSafeInteger(serial) && serial >= 0 && typeof lineage === "string" && lineage !== "") return { serial, lineage };
+  const encrypted = typeof fields.get("encryption_version") === "string" && serial === undefined && lineage === undefined;
+  return encrypted ? { serial: null, lineage: null } : undefined;
 }
 
 /** Takes the state lock. Idempotent for the same lock ID (terraform retries); else StateLockedError. */
