@@ -165,11 +165,17 @@ export async function readPlanJson(ctx: StoreContext, runId: string): Promise<St
 /**
  * Records the outputs an apply produced; sensitive values are kept but never shown. An output
  * whose value holds a sensitive variable's value is sensitive too, whatever the code declares.
+ * Only the apply job, still current, may: the workspace shows its latest outputs, and a plan
+ * (never applied, perhaps never confirmed) must not change them.
  */
 export async function saveOutputs(ctx: StoreContext, job: JobRow, outputs: Output[]): Promise<void> {
+  if (job.phase !== "apply") throw new DroverError("forbidden", "only an apply job uploads outputs: a plan changes nothing until it is applied");
   const secrets = secretForms((await variablesForJob(ctx, job.workspace_id)).filter((v) => v.sensitive).map((v) => v.value));
   const marked = outputs.map((o) => (!o.sensitive && containsSecret(o.value, secrets) ? { ...o, sensitive: true } : o));
-  await ctx.db.updateTable("runs").set({ outputs_json: JSON.stringify(marked) }).where("id", "=", job.run_id).execute();
+  await transactionKeepingCause(ctx, async (trx) => {
+    await currentAttempt(ctx, trx, job);
+    await trx.updateTable("runs").set({ outputs_json: JSON.stringify(marked) }).where("id", "=", job.run_id).execute();
+  });
 }
 
 /** Masks sensitive output values for display. */
