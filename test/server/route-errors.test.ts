@@ -21,7 +21,7 @@ let counter = 0;
 const unique = (prefix: string) => `${prefix}${++counter}`;
 
 before(async () => {
-  server = await startTestServer({ DROVER_MAX_CONFIGURATION_MB: "1" });
+  server = await startTestServer({ DROVER_MAX_CONFIGURATION_MB: "1", DROVER_MAX_PLAN_JSON_MB: "1" });
   admin = new DroverClient({ baseUrl: server.url, token: server.adminToken });
   await admin.call(routes.createPool, { body: { name: "errs" } });
 });
@@ -260,6 +260,14 @@ const routeCases: Case[] = [
     run: async () => {
       const { job, client } = await startedJob();
       return client.call(routes.appendLog, { params: { id: job.jobId }, query: { offset: 0 }, body: Buffer.alloc(2 * 1024 * 1024) });
+    },
+  },
+  {
+    route: "uploadPlanJson",
+    code: "payload_too_large",
+    run: async () => {
+      const { job, client } = await startedJob();
+      return client.call(routes.uploadPlanJson, { params: { id: job.jobId }, body: Buffer.alloc(1024 * 1024 + 1, " ") });
     },
   },
   {

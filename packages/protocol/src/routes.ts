@@ -322,7 +322,7 @@ export const routes = {
     params: id,
     body: raw("application/json"),
     response: ok(s.planSummarySchema),
-    errors: ["invalid_json"],
+    errors: ["invalid_json", "payload_too_large"],
   })),
 
   planJsonUnavailable: route("planJsonUnavailable", () => ({

@@ -22,6 +22,12 @@ export interface ServerConfig {
   /** How long retired job tokens are kept before the sweeper deletes them (DROVER_JOB_TOKEN_RETENTION_SECONDS). */
   jobTokenRetentionMs: number;
   archiveLimits: ArchiveLimits;
+  /** Largest plan JSON upload (DROVER_MAX_PLAN_JSON_MB). */
+  maxPlanJsonBytes: number;
+  /** Most log bytes stored per job; the rest is dropped (DROVER_MAX_JOB_LOG_MB). */
+  maxJobLogBytes: number;
+  /** Whether anonymous `/metrics` shows pool names (DROVER_METRICS_PUBLIC_NAMES). */
+  metricsPublicNames: boolean;
   logLevel: string;
   tls: { certFile: string; keyFile: string } | undefined;
   /** Diagnostics: check every JSON answer against the route table (DROVER_DIAGNOSTICS_VALIDATE_RESPONSES). */
@@ -97,6 +103,9 @@ export function loadServerConfig(input: { env: NodeJS.ProcessEnv; flags?: Server
     forceCancelAfterMs: src.get("DROVER_FORCE_CANCEL_AFTER_SECONDS") * 1000,
     jobTokenRetentionMs: src.get("DROVER_JOB_TOKEN_RETENTION_SECONDS") * 1000,
     archiveLimits: { ...defaultArchiveLimits, maxCompressedBytes: maxArchiveMb * 1024 * 1024 },
+    maxPlanJsonBytes: src.get("DROVER_MAX_PLAN_JSON_MB") * 1024 * 1024,
+    maxJobLogBytes: src.get("DROVER_MAX_JOB_LOG_MB") * 1024 * 1024,
+    metricsPublicNames: src.get("DROVER_METRICS_PUBLIC_NAMES"),
     logLevel: src.get("DROVER_LOG_LEVEL"),
     tls: tlsCert && tlsKey ? { certFile: tlsCert, keyFile: tlsKey } : undefined,
     validateResponses: src.get("DROVER_DIAGNOSTICS_VALIDATE_RESPONSES"),

@@ -123,7 +123,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   }
   const validateResponses = options.validateResponses ?? config.validateResponses;
   if (validateResponses) log.warn("diagnostics: every JSON answer is checked against the route table (DROVER_DIAGNOSTICS_VALIDATE_RESPONSES); one outside it is a 500");
-  const app = buildApp({ store, health: db.health, ...(storageDir === undefined ? {} : { storageDir }), archiveLimits: config.archiveLimits, uploadDir, publicUrl: () => publicUrl, shutdown: shutdown.signal, markActivity: () => {}, tracer: telemetry.tracer }, metrics, log, config.tls, { ...options, validateResponses });
+  const app = buildApp({ store, health: db.health, ...(storageDir === undefined ? {} : { storageDir }), archiveLimits: config.archiveLimits, maxPlanJsonBytes: config.maxPlanJsonBytes, maxJobLogBytes: config.maxJobLogBytes, metricsPublicNames: config.metricsPublicNames, uploadDir, publicUrl: () => publicUrl, shutdown: shutdown.signal, markActivity: () => {}, tracer: telemetry.tracer }, metrics, log, config.tls, { ...options, validateResponses });
   const sweeper = startSweeper(store, log, config.sweepIntervalMs, db.health, config.forceCancelAfterMs, config.jobTokenRetentionMs);
   try {
     // A fleet reconnecting at once (after a restart or a network blip) overflows the default

@@ -345,9 +345,22 @@ function planJsonError(): Migration {
   };
 }
 
+/**
+ * Issue 25 (decision 0046): who stored a run's plan JSON, so an apply job's upload is refused
+ * before its body is read; and whether a job's log was cut at DROVER_MAX_JOB_LOG_MB.
+ */
+function uploadLimits(): Migration {
+  return {
+    async up(db: Kysely<unknown>) {
+      await db.schema.alterTable("plans").addColumn("plan_json_phase", "text").execute();
+      await db.schema.alterTable("jobs").addColumn("log_truncated", "integer", (c) => c.notNull().defaultTo(0)).execute();
+    },
+  };
+}
+
 /** All migrations in order; names sort lexically, which is the order Kysely applies them. */
 export function migrationProvider(dialect: Dialect): MigrationProvider {
   return {
-    getMigrations: async () => ({ "0001_initial": initial(dialect), "0010a_security": security(dialect), "0010b_force_cancel": forceCancel(dialect), "0010c_user_tokens": userTokens(dialect), "0012_chunked_bodies": chunkedBodies(dialect), "0026_runner_image": runnerImage(), "0026b_job_token_retirement": jobTokenRetirement(dialect), "0028_job_starter": jobStarter(), "0033_queue_indexes": queueIndexes(dialect), "0041_agent_capabilities": agentCapabilities(), "0041b_plan_json_error": planJsonError() }),
+    getMigrations: async () => ({ "0001_initial": initial(dialect), "0010a_security": security(dialect), "0010b_force_cancel": forceCancel(dialect), "0010c_user_tokens": userTokens(dialect), "0012_chunked_bodies": chunkedBodies(dialect), "0026_runner_image": runnerImage(), "0026b_job_token_retirement": jobTokenRetirement(dialect), "0028_job_starter": jobStarter(), "0033_queue_indexes": queueIndexes(dialect), "0041_agent_capabilities": agentCapabilities(), "0041b_plan_json_error": planJsonError(), "0046_upload_limits": uploadLimits() }),
   };
 }

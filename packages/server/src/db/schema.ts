@@ -121,6 +121,8 @@ export interface JobsTable {
   cancel_requested_at: number | null;
   message: string | null;
   log_size: number;
+  /** 1 once the log reached DROVER_MAX_JOB_LOG_MB: later appends are acknowledged and dropped. */
+  log_truncated: number;
   queued_at: number;
   created_at: number;
   started_at: number | null;
@@ -147,6 +149,8 @@ export interface PlansTable {
   plan_json_size: number | null;
   /** Why the apply job could not render the plan JSON it was told to (decision 0041); null: it did not say. */
   plan_json_error: string | null;
+  /** The phase of the job that stored the plan JSON (an apply job may only resend its own); null when none is stored. */
+  plan_json_phase: "plan" | "apply" | null;
   created_at: number;
 }
 

@@ -1,11 +1,11 @@
 import { agentApi, maxLogChunkBytes, maxLongPollMs, routes } from "@drover/protocol";
 import { jobTraceIds, jobTraceparent, noopTracer, type Agent } from "@drover/protocol";
-import type { FastifyInstance, FastifyRequest } from "fastify";
+import type { FastifyInstance, FastifyRequest, preParsingAsyncHookHandler } from "fastify";
 import { agentHeartbeat, deregisterAgent, registerAgent } from "../store/agents.js";
 import { poolDemand } from "../store/demand.js";
 import { readConfigurationArchive } from "../store/configuration-versions.js";
 import { appendLogInOrder } from "../store/logs.js";
-import { plansNoLongerNeeded, readPlanFile, recordPlanJsonUnavailable, saveOutputs, savePlanFile, savePlanJson } from "../store/plans.js";
+import { mayUploadPlanJson, plansNoLongerNeeded, readPlanFile, recordPlanJsonUnavailable, saveOutputs, savePlanFile, savePlanJson } from "../store/plans.js";
 import { finishJob, heartbeatJob, pollForJob, queuedAtOf, releaseUnstartedJobs, startJob, type JobRow } from "../store/queue.js";
 import { variablesForJob } from "../store/variables.js";
 import { authenticateFirst, callerOf, requestSignal, requireJob, requirePoolToken, requireSession } from "./auth.js";
@@ -14,7 +14,7 @@ import type { HttpContext } from "./context.js";
 import { parse } from "./errors.js";
 import { registrar, type ServeOptions } from "./serve.js";
 
-/** Largest plan file or plan JSON an agent may upload. */
+/** Largest plan file an agent may upload (the plan JSON's limit is DROVER_MAX_PLAN_JSON_MB). */
 const maxPlanBytes = 512 * 1024 * 1024;
 
 /** How long an append that arrived ahead of its turn waits for the bytes before it. */
@@ -136,7 +136,17 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, opt
     spoolBodies(upload, "*", http.uploadDir);
     const serveUpload = registrar(upload, agentApi, options);
     serveUpload(routes.uploadPlan, { ...asJob, bodyLimit: maxPlanBytes }, async (_input, req) => savePlanFile(ctx, jobOf(req), spooledBody(req)));
-    serveUpload(routes.uploadPlanJson, { ...asJob, bodyLimit: maxPlanBytes }, async (_input, req) => savePlanJson(ctx, jobOf(req), spooledBody(req)));
+    // Refused before the body is read when this job may not upload it (an apply job whose plan job stored it).
+    const mayUpload: preParsingAsyncHookHandler = async (req, reply, payload) => {
+      try {
+        await mayUploadPlanJson(ctx, jobOf(req));
+      } catch (err) {
+        void reply.header("connection", "close");
+        throw err;
+      }
+      return payload;
+    };
+    serveUpload(routes.uploadPlanJson, { ...asJob, preParsing: mayUpload, bodyLimit: http.maxPlanJsonBytes }, async (_input, req) => savePlanJson(ctx, jobOf(req), spooledBody(req)));
   });
 }
 

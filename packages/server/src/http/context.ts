@@ -11,6 +11,12 @@ export interface HttpContext {
   /** Whether the database is reachable (/readyz, fail-fast 503s). */
   health: DatabaseHealth;
   archiveLimits: ArchiveLimits;
+  /** Largest plan JSON an agent may upload. */
+  maxPlanJsonBytes: number;
+  /** Most log bytes stored per job; the rest is dropped and the log says so. */
+  maxJobLogBytes: number;
+  /** Whether `/metrics` shows pool names to a caller without a token. */
+  metricsPublicNames: boolean;
   /** Where large request bodies are spooled while a request lasts (http/bodies.ts). */
   uploadDir: string;
   /** The URL embedded in new pool tokens: how agents reach this server. */

@@ -1,9 +1,10 @@
-import { containsSecret, DroverError, redactJson, secretForms, summarizePlan, type Output, type PlanSummary } from "@drover/protocol";
+import { containsSecret, DroverError, secretForms, type Output, type PlanSummary } from "@drover/protocol";
 import type { Transaction } from "kysely";
 import type { Database, JobRow } from "../db/schema.js";
 import { waitForEvent } from "../events.js";
 import { variablesForJob } from "./variables.js";
-import { sourceBytes, sourceSize, storedBody, writeChunks, type BodySource, type StoredBody } from "./bodies.js";
+import { renderPlanJson } from "./plan-json.js";
+import { sourceSize, storedBody, writeChunks, type BodySource, type StoredBody } from "./bodies.js";
 import type { StoreContext } from "./context.js";
 import { transactionKeepingCause } from "./transaction.js";
 import { currentAttempt } from "./current-attempt.js";
@@ -31,17 +32,10 @@ export async function savePlanFile(ctx: StoreContext, job: JobRow, planFile: Bod
  * upload is written once; the same JSON sent again (its first answer lost) gets the same answer.
  */
 export async function savePlanJson(ctx: StoreContext, job: JobRow, uploaded: BodySource): Promise<PlanSummary> {
-  if (job.phase !== "apply" && job.phase !== "plan") throw new DroverError("bad_request", "only a plan or apply job uploads a plan");
-  let parsed: unknown;
-  try {
-    // Redacting needs the parsed document, so this body is the one held in memory whole.
-    parsed = JSON.parse((await sourceBytes(uploaded)).toString("utf8"));
-  } catch (cause) {
-    throw new DroverError("invalid_json", "the plan JSON is not valid JSON", { cause });
-  }
-  const summary = summarizePlan(parsed);
-  const secrets = secretForms((await variablesForJob(ctx, job.workspace_id)).filter((v) => v.sensitive).map((v) => v.value));
-  const planJson = Buffer.from(JSON.stringify(redactJson(parsed, secrets)), "utf8");
+  await mayUploadPlanJson(ctx, job);
+  const sensitive = (await variablesForJob(ctx, job.workspace_id)).filter((v) => v.sensitive).map((v) => v.value);
+  // Redacting needs the parsed document: a worker thread holds it, never the event loop.
+  const { summary, json: planJson } = await renderPlanJson(uploaded, sourceSize(uploaded), sensitive);
   const written = await transactionKeepingCause(ctx, async (trx) => {
     // The token was checked before the body arrived; a plan job reclaimed since then made
     // another plan, and this JSON would describe one that is never applied. On PostgreSQL this
@@ -51,8 +45,8 @@ export async function savePlanJson(ctx: StoreContext, job: JobRow, uploaded: Bod
       // Conditional inside the transaction: two uploads never both pass an "is it stored yet?" read.
       const claimed = await trx
         .insertInto("plans")
-        .values({ run_id: job.run_id, plan_file_size: null, plan_json_size: planJson.length, created_at: ctx.now() })
-        .onConflict((oc) => oc.column("run_id").doUpdateSet({ plan_json_size: planJson.length }).where("plans.plan_json_size", "is", null))
+        .values({ run_id: job.run_id, plan_file_size: null, plan_json_size: planJson.length, plan_json_phase: "apply", created_at: ctx.now() })
+        .onConflict((oc) => oc.column("run_id").doUpdateSet({ plan_json_size: planJson.length, plan_json_phase: "apply" }).where("plans.plan_json_size", "is", null))
         .executeTakeFirst();
       if (Number(claimed.numInsertedOrUpdatedRows ?? 0) === 0) {
         if ((await storedPlanJson(trx, job.run_id))?.equals(planJson)) return false;
@@ -61,8 +55,8 @@ export async function savePlanJson(ctx: StoreContext, job: JobRow, uploaded: Bod
     } else {
       await trx
         .insertInto("plans")
-        .values({ run_id: job.run_id, plan_file_size: null, plan_json_size: planJson.length, created_at: ctx.now() })
-        .onConflict((oc) => oc.column("run_id").doUpdateSet({ plan_json_size: planJson.length }))
+        .values({ run_id: job.run_id, plan_file_size: null, plan_json_size: planJson.length, plan_json_phase: "plan", created_at: ctx.now() })
+        .onConflict((oc) => oc.column("run_id").doUpdateSet({ plan_json_size: planJson.length, plan_json_phase: "plan" }))
         .execute();
     }
     await writeChunks(trx, "plan_json_chunks", job.run_id, planJson);
@@ -78,6 +72,20 @@ export async function savePlanJson(ctx: StoreContext, job: JobRow, uploaded: Bod
   // Wakes readers waiting for a plan JSON the apply job renders (readPlanJsonWhenReady).
   if (written) ctx.events.publish("run-changed", job.run_id);
   return summary;
+}
+
+/**
+ * Whether `job` may upload its run's plan JSON, decided from the job and the database alone, so
+ * a refusal comes before the body is read: a plan job may; an apply job only when the plan job
+ * left it out (decision 0041) or to resend the one it stored itself (its first answer lost).
+ */
+export async function mayUploadPlanJson(ctx: StoreContext, job: JobRow): Promise<void> {
+  if (job.phase === "plan") return;
+  if (job.phase !== "apply") throw new DroverError("forbidden", "only a plan or apply job uploads a plan JSON");
+  const row = await ctx.db.selectFrom("plans").select(["plan_json_size", "plan_json_phase"]).where("run_id", "=", job.run_id).executeTakeFirst();
+  if (row?.plan_json_size != null && row.plan_json_phase !== "apply") {
+    throw new DroverError("forbidden", "this run's plan JSON was stored by its plan job: an apply job uploads it only when the plan job left it out");
+  }
 }
 
 /** The plan JSON stored for a run, read whole inside a transaction; undefined when there is none. */

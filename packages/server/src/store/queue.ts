@@ -155,7 +155,7 @@ export async function claimNextJob(ctx: StoreContext, agent: Agent): Promise<Job
 async function forgetEarlierPlanJson(trx: Transaction<Database>, runId: string): Promise<void> {
   const cleared = await trx
     .updateTable("plans")
-    .set({ plan_json_size: null, plan_json_error: null })
+    .set({ plan_json_size: null, plan_json_error: null, plan_json_phase: null })
     .where("run_id", "=", runId)
     .where((eb) => eb.or([eb("plan_json_size", "is not", null), eb("plan_json_error", "is not", null)]))
     .executeTakeFirst();

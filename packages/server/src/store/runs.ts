@@ -146,6 +146,7 @@ async function enqueueJob(ctx: StoreContext, trx: Trx, effects: Effects, run: Ru
       cancel_requested: 0,
       message: null,
       log_size: 0,
+      log_truncated: 0,
       queued_at: now,
       created_at: now,
       started_at: null,

@@ -1,0 +1,38 @@
+import { readFileSync } from "node:fs";
+import { parentPort, workerData } from "node:worker_threads";
+import { redactJson, secretForms, summarizePlan, type PlanSummary } from "@drover/protocol";
+
+/*
+ * The thread that turns an uploaded plan JSON into what is stored (see plan-json.ts): parsing,
+ * summarising and redacting a document of up to DROVER_MAX_PLAN_JSON_MB take seconds of CPU
+ * and several times its size in memory, none of which may hold the server's event loop.
+ */
+
+/** What the worker is started with: the body (a spooled file, or its bytes) and the sensitive values to redact. */
+export interface PlanJsonWorkerData {
+  source: { path: string } | { bytes: Uint8Array };
+  sensitiveValues: string[];
+}
+
+/** The worker's one message. */
+export type PlanJsonWorkerReply = { kind: "done"; summary: PlanSummary; json: Uint8Array } | { kind: "invalid_json"; message: string };
+
+const port = parentPort;
+if (!port) throw new Error("plan-json-worker.js runs as a worker thread");
+const { source, sensitiveValues } = workerData as PlanJsonWorkerData;
+
+function render(): PlanJsonWorkerReply {
+  const bytes = "path" in source ? readFileSync(source.path) : Buffer.from(source.bytes);
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(bytes.toString("utf8"));
+  } catch (err) {
+    return { kind: "invalid_json", message: err instanceof Error ? err.message : String(err) };
+  }
+  const redacted = JSON.stringify(redactJson(parsed, secretForms(sensitiveValues)));
+  // TextEncoder gives the bytes a buffer of their own (small Buffers share a pool), so it can be moved, not copied.
+  return { kind: "done", summary: summarizePlan(parsed), json: new TextEncoder().encode(redacted) };
+}
+
+const reply = render();
+port.postMessage(reply, reply.kind === "done" ? [reply.json.buffer as ArrayBuffer] : []);
