@@ -8,7 +8,7 @@ import { appendLogInOrder } from "../store/logs.js";
 import { mayUploadPlanJson, plansNoLongerNeeded, readPlanFile, recordPlanJsonUnavailable, saveOutputs, savePlanFile, savePlanJson } from "../store/plans.js";
 import { finishJob, heartbeatJob, pollForJob, queuedAtOf, releaseUnstartedJobs, startJob, type JobRow } from "../store/queue.js";
 import { variablesForJob } from "../store/variables.js";
-import { authenticateFirst, callerOf, requestSignal, requireJob, requirePoolToken, requireSession } from "./auth.js";
+import { authenticateFirst, callerOf, limitConcurrentAppends, requestSignal, requireJob, requirePoolToken, requireSession } from "./auth.js";
 import { spooledBody, spoolBodies } from "./bodies.js";
 import type { HttpContext } from "./context.js";
 import { parse } from "./errors.js";
@@ -125,10 +125,12 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, opt
     const serveBinary = registrar(binary, agentApi, options);
 
     // Agents keep two appends in flight: the later one may arrive first and waits for its turn.
-    serveBinary(routes.appendLog, { ...asJob, bodyLimit: maxLogChunkBytes + 1024 }, async ({ query, body }, req, reply) => {
+    const appendHooks = { onRequest: [asJob.onRequest, limitConcurrentAppends], bodyLimit: maxLogChunkBytes + 1024 };
+    serveBinary(routes.appendLog, appendHooks, async ({ query, body }, req, reply) => {
       const job = jobOf(req);
       const onStored = (n: number) => http.metrics?.logBytes.inc({ phase: job.phase }, n);
-      return { offset: await appendLogInOrder(ctx, job, query.offset, bodyBuffer(body), logReorderWaitMs, requestSignal(reply, http.shutdown), onStored) };
+      const options = { onStored, maxLogBytes: http.maxJobLogBytes };
+      return { offset: await appendLogInOrder(ctx, job, query.offset, bodyBuffer(body), logReorderWaitMs, requestSignal(reply, http.shutdown), options) };
     });
   });
   void app.register(async (upload) => {

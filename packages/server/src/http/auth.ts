@@ -92,16 +92,36 @@ export function authenticateFirst<T>(check: (request: FastifyRequest) => Promise
 function claimUploadSlot(request: FastifyRequest, reply: FastifyReply): void {
   const length = Number(request.headers["content-length"] ?? "0");
   if (!(length > largeBodyBytes || request.headers["transfer-encoding"] !== undefined)) return;
-  const key = hashToken(presentedToken(request));
-  const now = uploadsInFlight.get(key) ?? 0;
-  if (now >= maxUploadsPerCaller) {
-    throw new DroverError("too_many_requests", `this token already has ${now} large uploads in progress; wait for one to finish and retry`);
+  claimSlot(uploadsInFlight, maxUploadsPerCaller, request, reply, (now) => `this token already has ${now} large uploads in progress; wait for one to finish and retry`);
+}
+
+/**
+ * Log appends one token may have in flight, whatever their size: each is held in memory whole
+ * (up to 1 MiB) until stored, and one ahead of its turn waits. Agents keep two in flight.
+ */
+export const maxAppendsPerCaller = 4;
+const appendsInFlight = new Map<string, number>();
+
+/** An onRequest hook after authentication: a caller's appends beyond `maxAppendsPerCaller` get 429 before their bodies are read. */
+export const limitConcurrentAppends: onRequestAsyncHookHandler = async function (request, reply) {
+  try {
+    claimSlot(appendsInFlight, maxAppendsPerCaller, request, reply, (now) => `this token already has ${now} log appends in progress; wait for their answers and retry`);
+  } catch (err) {
+    if (hasBody(request)) void reply.header("connection", "close");
+    throw err;
   }
-  uploadsInFlight.set(key, now + 1);
+};
+
+/** Counts one request of the caller's token in `inFlight` until its response closes; refuses it (429) at `max`. */
+function claimSlot(inFlight: Map<string, number>, max: number, request: FastifyRequest, reply: FastifyReply, refusal: (now: number) => string): void {
+  const key = hashToken(presentedToken(request));
+  const now = inFlight.get(key) ?? 0;
+  if (now >= max) throw new DroverError("too_many_requests", refusal(now));
+  inFlight.set(key, now + 1);
   reply.raw.once("close", () => {
-    const left = (uploadsInFlight.get(key) ?? 1) - 1;
-    if (left <= 0) uploadsInFlight.delete(key);
-    else uploadsInFlight.set(key, left);
+    const left = (inFlight.get(key) ?? 1) - 1;
+    if (left <= 0) inFlight.delete(key);
+    else inFlight.set(key, left);
   });
 }
 

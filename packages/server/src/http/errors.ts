@@ -27,6 +27,8 @@ export function errorHandler(err: FastifyError | Error, request: FastifyRequest,
       void reply.header("retry-after", String(retryAfterSeconds));
     }
     if (err.code === "plan_pending") void reply.header("retry-after", String(planPendingRetryAfterSeconds));
+    // Too many at once from one caller: one of its own requests ends within moments.
+    if (err.code === "too_many_requests") void reply.header("retry-after", "1");
     void reply.code(err.status).send({ error: err.code, message: err.message, ...err.details });
     return;
   }

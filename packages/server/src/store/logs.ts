@@ -21,8 +21,26 @@ export async function appendAtEnd(db: Queryable, jobId: string, data: Buffer): P
   return end;
 }
 
-/** Appends a chunk at `offset`; returns the log's size afterwards. */
-export async function appendLog(ctx: StoreContext, job: JobRow, offset: number, data: Buffer, onStored?: (bytes: number) => void): Promise<number> {
+/** Options of an agent's append. */
+export interface AppendOptions {
+  /** Told how many new bytes were stored. */
+  onStored?: (bytes: number) => void;
+  /** Most log bytes stored for the job (DROVER_MAX_JOB_LOG_MB); unset: no limit. */
+  maxLogBytes?: number;
+}
+
+/** The line that ends a log cut at its limit. */
+export function truncationNotice(maxLogBytes: number): Buffer {
+  const limit = maxLogBytes % (1024 * 1024) === 0 ? `${maxLogBytes / (1024 * 1024)} MiB` : `${maxLogBytes} bytes`;
+  return Buffer.from(`\n[drover] this job's log reached its limit of ${limit} (DROVER_MAX_JOB_LOG_MB): the rest of it is not stored; the job goes on\n`);
+}
+
+/**
+ * Appends a chunk at `offset`; returns the log's size afterwards, as the sender counts it. Once
+ * the log would pass `maxLogBytes`, a notice ends it and every later append is acknowledged and
+ * dropped: the agent goes on as if stored, so a chatty run is not failed for its log.
+ */
+export async function appendLog(ctx: StoreContext, job: JobRow, offset: number, data: Buffer, options: AppendOptions = {}): Promise<number> {
   if (data.length > maxLogChunkBytes) {
     throw new DroverError("payload_too_large", `a log chunk may be at most ${maxLogChunkBytes} bytes; this one is ${data.length}`);
   }
@@ -30,10 +48,11 @@ export async function appendLog(ctx: StoreContext, job: JobRow, offset: number, 
   let stored = 0;
   const end = await inTransaction(ctx, async (trx, effects) => {
     stored = 0;
-    let q = trx.selectFrom("jobs").select(["log_size", "attempt", "status"]).where("id", "=", job.id);
+    let q = trx.selectFrom("jobs").select(["log_size", "log_truncated", "attempt", "status"]).where("id", "=", job.id);
     if (ctx.dialect === "postgres") q = q.forUpdate();
     const row = await q.executeTakeFirstOrThrow();
     if (row.attempt !== job.attempt) throw new DroverError("stale_attempt", `job ${job.id} was reassigned (attempt ${row.attempt})`, { details: { attempt: row.attempt } });
+    if (row.log_truncated === 1) return offset + data.length;
     const size = row.log_size;
     if (offset > size) {
       throw new DroverError("log_gap", `log offset ${offset} is past the end of the log (${size}); resend from ${size}`, { details: { expectedOffset: size } });
@@ -47,6 +66,13 @@ export async function appendLog(ctx: StoreContext, job: JobRow, offset: number, 
     }
     const fresh = data.subarray(overlap);
     if (fresh.length === 0) return size;
+    if (options.maxLogBytes !== undefined && size + fresh.length > options.maxLogBytes) {
+      const notice = truncationNotice(options.maxLogBytes);
+      await trx.insertInto("log_chunks").values({ job_id: job.id, offset: size, end_offset: size + notice.length, data: notice }).execute();
+      await trx.updateTable("jobs").set({ log_size: size + notice.length, log_truncated: 1 }).where("id", "=", job.id).execute();
+      effects.push(["log", job.id]);
+      return offset + data.length;
+    }
     const end = size + fresh.length;
     await trx.insertInto("log_chunks").values({ job_id: job.id, offset: size, end_offset: end, data: fresh }).execute();
     await trx.updateTable("jobs").set({ log_size: end }).where("id", "=", job.id).execute();
@@ -54,7 +80,7 @@ export async function appendLog(ctx: StoreContext, job: JobRow, offset: number, 
     stored = fresh.length;
     return end;
   });
-  if (stored > 0) onStored?.(stored);
+  if (stored > 0) options.onStored?.(stored);
   return end;
 }
 
@@ -62,22 +88,39 @@ export async function appendLog(ctx: StoreContext, job: JobRow, offset: number, 
 const reorderWindowBytes = 4 * maxLogChunkBytes;
 
 /**
+ * Appends of one job held waiting for the bytes before them, in this process. Agents keep two
+ * appends in flight, so one waits at most; the cap bounds what a job token can park in memory.
+ */
+export const maxWaitingAppendsPerJob = 2;
+const waitingAppends = new Map<string, number>();
+
+/**
  * appendLog for a sender with more than one append in flight: one that arrives before the one
  * ahead of it (starting at most a few chunks past the end) waits up to `waitMs` for the log to
- * reach its offset, instead of being refused at once. Still a gap after that: log_gap.
+ * reach its offset, instead of being refused at once. Still a gap after that: log_gap. Beyond
+ * `maxWaitingAppendsPerJob` waiting at once: too_many_requests.
  */
-export async function appendLogInOrder(ctx: StoreContext, job: JobRow, offset: number, data: Buffer, waitMs: number, signal?: AbortSignal, onStored?: (bytes: number) => void): Promise<number> {
+export async function appendLogInOrder(ctx: StoreContext, job: JobRow, offset: number, data: Buffer, waitMs: number, signal?: AbortSignal, options: AppendOptions = {}): Promise<number> {
   const deadline = Date.now() + waitMs;
   // Appends nearly always arrive in order: only one refused for a gap subscribes to the job's
   // log event, before it tries again, so an append landing in between still wakes it.
   let wake: ReturnType<typeof waitForEvent> | undefined;
+  let waiting = false;
   try {
     for (;;) {
       try {
-        return await appendLog(ctx, job, offset, data, onStored);
+        return await appendLog(ctx, job, offset, data, options);
       } catch (err) {
         const expected = err instanceof DroverError && err.code === "log_gap" ? Number(err.details?.expectedOffset) : NaN;
         if (!(offset - expected <= reorderWindowBytes) || Date.now() >= deadline || signal?.aborted) throw err;
+        if (!waiting) {
+          const now = waitingAppends.get(job.id) ?? 0;
+          if (now >= maxWaitingAppendsPerJob) {
+            throw new DroverError("too_many_requests", `${now} appends of job ${job.id} already wait for the bytes before them; send the log in order`);
+          }
+          waitingAppends.set(job.id, now + 1);
+          waiting = true;
+        }
         // The first refusal retries at once (subscribed now); later ones wait for a wake-up
         // subscribed before the attempt that was just refused.
         if (wake) await wake.promise;
@@ -87,6 +130,11 @@ export async function appendLogInOrder(ctx: StoreContext, job: JobRow, offset: n
     }
   } finally {
     wake?.cancel();
+    if (waiting) {
+      const left = (waitingAppends.get(job.id) ?? 1) - 1;
+      if (left <= 0) waitingAppends.delete(job.id);
+      else waitingAppends.set(job.id, left);
+    }
   }
 }
 
