@@ -33,7 +33,8 @@ test("/metrics reports queue depth and pending runs per pool, agents by status, 
   const ws = await server.api(routes.getWorkspace, { params: { ws: "m1" } });
   const cv = await server.api(routes.uploadConfiguration, { params: { ws: "m1" }, body: archive });
   await server.api(routes.createRun, { body: { workspace: ws.body.id, configurationVersionId: cv.body.id } });
-  const text = (await client(server.url).call(routes.metrics, {})).toString("utf8");
+  // With a user token: pools by name (an anonymous scrape gets their ids, metrics-cache.test).
+  const text = (await client(server.url, server.adminToken).call(routes.metrics, {})).toString("utf8");
   assert.match(text, /drover_queue_depth\{pool="ops"\} 1/);
   assert.match(text, /drover_pending_runs\{pool="ops"\} 1/);
   assert.match(text, /drover_agents\{status="idle"\} 1/);

@@ -262,6 +262,7 @@ const routeCases: Case[] = [
       return client.call(routes.appendLog, { params: { id: job.jobId }, query: { offset: 0 }, body: Buffer.alloc(2 * 1024 * 1024) });
     },
   },
+  { route: "metrics", code: "unauthorized", run: () => new DroverClient({ baseUrl: server.url, token: "drv_u_nobody.0123456789abcdefghij0123456789ab" }).call(routes.metrics, {}) },
   {
     route: "uploadPlanJson",
     code: "payload_too_large",

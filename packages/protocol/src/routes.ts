@@ -338,7 +338,7 @@ export const routes = {
   // ---------- operations ----------
   healthz: route("healthz", () => ({ method: "GET", path: "/healthz", summary: "Liveness", auth: "none", response: ok(s.healthSchema) })),
   readyz: route("readyz", () => ({ method: "GET", path: "/readyz", summary: "Readiness (database reachable)", auth: "none", response: ok(readyResponseSchema) })),
-  metrics: route("metrics", () => ({ method: "GET", path: "/metrics", summary: "Prometheus metrics", auth: "none", response: bytes("text/plain") })),
+  metrics: route("metrics", () => ({ method: "GET", path: "/metrics", summary: "Prometheus metrics; pools by id unless a user token is sent (or DROVER_METRICS_PUBLIC_NAMES)", auth: "none", response: bytes("text/plain"), errors: ["unauthorized"] })),
   openapi: route("openapi", () => ({ method: "GET", path: "/openapi.json", summary: "This API's OpenAPI 3.1 document", auth: "none", response: ok(z.record(z.string(), z.unknown())) })),
 } as const;
 

@@ -28,6 +28,8 @@ export interface ServerConfig {
   maxJobLogBytes: number;
   /** Whether anonymous `/metrics` shows pool names (DROVER_METRICS_PUBLIC_NAMES). */
   metricsPublicNames: boolean;
+  /** How long the database-derived gauges are reused (DROVER_METRICS_CACHE_SECONDS). */
+  metricsCacheMs: number;
   logLevel: string;
   tls: { certFile: string; keyFile: string } | undefined;
   /** Diagnostics: check every JSON answer against the route table (DROVER_DIAGNOSTICS_VALIDATE_RESPONSES). */
@@ -106,6 +108,7 @@ export function loadServerConfig(input: { env: NodeJS.ProcessEnv; flags?: Server
     maxPlanJsonBytes: src.get("DROVER_MAX_PLAN_JSON_MB") * 1024 * 1024,
     maxJobLogBytes: src.get("DROVER_MAX_JOB_LOG_MB") * 1024 * 1024,
     metricsPublicNames: src.get("DROVER_METRICS_PUBLIC_NAMES"),
+    metricsCacheMs: src.get("DROVER_METRICS_CACHE_SECONDS") * 1000,
     logLevel: src.get("DROVER_LOG_LEVEL"),
     tls: tlsCert && tlsKey ? { certFile: tlsCert, keyFile: tlsKey } : undefined,
     validateResponses: src.get("DROVER_DIAGNOSTICS_VALIDATE_RESPONSES"),

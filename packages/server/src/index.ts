@@ -12,3 +12,4 @@ export { backstopPages, checkpointEveryBytes, startCheckpointer, startCheckpoint
 export { openApiDocument, openApiPath } from "./http/openapi.js";
 export type { AppOptions } from "./http/app.js";
 export { registrar, answered, type Registrar, type ServeOptions } from "./http/serve.js";
+export { createMetrics, type MetricsOptions, type ServerMetrics } from "./metrics.js";

@@ -89,7 +89,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   };
   let adminToken = config.adminToken;
   const shutdown = new AbortController();
-  const metrics = createMetrics(store);
+  const metrics = createMetrics(store, { cacheMs: config.metricsCacheMs });
   let telemetry: Awaited<ReturnType<typeof startTelemetryIfSet>>;
   try {
     if (adminToken) {

@@ -4,6 +4,7 @@ import { readFileSync } from "node:fs";
 import type { Logger } from "pino";
 import type { ServerMetrics } from "../metrics.js";
 import { registerAgentRoutes } from "./agent-routes.js";
+import { requireUser } from "./auth.js";
 import type { HttpContext } from "./context.js";
 import { errorHandler } from "./errors.js";
 import { openApiDocument } from "./openapi.js";
@@ -99,9 +100,17 @@ export function buildApp(http: HttpContext, metrics: ServerMetrics, log: Logger,
       return answered(reply.code(503).send({ error: "internal", message: `database check failed: ${describeError(err)}` }));
     }
   });
-  serve(routes.metrics, async (_input, _req, reply) => {
-    void reply.header("content-type", metrics.registry.contentType);
-    return metrics.registry.metrics();
+  // Anonymous by default (Prometheus scrapes without credentials), but pool names only to a
+  // user token or when DROVER_METRICS_PUBLIC_NAMES says they are not secret.
+  serve(routes.metrics, async (_input, req, reply) => {
+    let named = http.metricsPublicNames;
+    if (req.headers.authorization !== undefined) {
+      await requireUser(http.store, req);
+      named = true;
+    }
+    const registry = named ? metrics.registry : metrics.anonymousRegistry;
+    void reply.header("content-type", registry.contentType);
+    return registry.metrics();
   });
   serve(routes.openapi, async () => openApiDocument(http.publicUrl()));
   return app;
