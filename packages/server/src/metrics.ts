@@ -57,9 +57,20 @@ async function readAggregates(ctx: StoreContext): Promise<Aggregates> {
   const agentRows = await ctx.db.selectFrom("agents").select(["state", "running_jobs"]).execute();
   const agents = { idle: 0, busy: 0, offline: 0 };
   for (const r of agentRows) agents[r.state !== "online" ? "offline" : r.running_jobs > 0 ? "busy" : "idle"]++;
-  const runs = await ctx.db.selectFrom("runs").select(["status", (eb) => eb.fn.countAll<number>().as("n")]).groupBy("status").execute();
-  const byPool = (rows: { id: string; name: string; n: number | string | bigint }[]) => rows.map((r) => ({ pool: { id: r.id, name: r.name }, n: Number(r.n) }));
-  return { queueDepth: byPool(queued), pendingRuns: byPool(pending), agents, runs: runs.map((r) => ({ status: r.status, n: Number(r.n) })), demand: await allPoolDemands(ctx) };
+  const runs = await ctx.db
+    .selectFrom("runs")
+    .select(["status", (eb) => eb.fn.countAll<number>().as("n")])
+    .groupBy("status")
+    .execute();
+  const byPool = (rows: { id: string; name: string; n: number | string | bigint }[]) =>
+    rows.map((r) => ({ pool: { id: r.id, name: r.name }, n: Number(r.n) }));
+  return {
+    queueDepth: byPool(queued),
+    pendingRuns: byPool(pending),
+    agents,
+    runs: runs.map((r) => ({ status: r.status, n: Number(r.n) })),
+    demand: await allPoolDemands(ctx),
+  };
 }
 
 /** `load`'s answer, shared by every caller for `periodMs` after it started (a failed one is not kept). */
@@ -96,7 +107,7 @@ export function createMetrics(ctx: StoreContext, options: MetricsOptions = { cac
     buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5, 30, 60],
     registers: both,
   });
-  const poolGauges = (name: string, help: string, values: (a: Aggregates) => { pool: { id: string; name: string }; n: number }[]) => {
+  const poolGauges = (name: string, help: string, values: (a: Aggregates) => PoolCount[]) => {
     for (const [target, label] of [[registry, "name"], [anonymousRegistry, "id"]] as const) {
       new Gauge({
         name,

@@ -102,10 +102,11 @@ function claimUploadSlot(request: FastifyRequest, reply: FastifyReply): void {
 export const maxAppendsPerCaller = 4;
 const appendsInFlight = new Map<string, number>();
 
-/** An onRequest hook after authentication: a caller's appends beyond `maxAppendsPerCaller` get 429 before their bodies are read. */
+/** An onRequest hook after authentication: appends beyond `maxAppendsPerCaller` get 429 before their bodies are read. */
 export const limitConcurrentAppends: onRequestAsyncHookHandler = async function (request, reply) {
   try {
-    claimSlot(appendsInFlight, maxAppendsPerCaller, request, reply, (now) => `this token already has ${now} log appends in progress; wait for their answers and retry`);
+    const refusal = (now: number) => `this token already has ${now} log appends in progress; wait for their answers and retry`;
+    claimSlot(appendsInFlight, maxAppendsPerCaller, request, reply, refusal);
   } catch (err) {
     if (hasBody(request)) void reply.header("connection", "close");
     throw err;
@@ -113,7 +114,13 @@ export const limitConcurrentAppends: onRequestAsyncHookHandler = async function 
 };
 
 /** Counts one request of the caller's token in `inFlight` until its response closes; refuses it (429) at `max`. */
-function claimSlot(inFlight: Map<string, number>, max: number, request: FastifyRequest, reply: FastifyReply, refusal: (now: number) => string): void {
+function claimSlot(
+  inFlight: Map<string, number>,
+  max: number,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  refusal: (now: number) => string,
+): void {
   const key = hashToken(presentedToken(request));
   const now = inFlight.get(key) ?? 0;
   if (now >= max) throw new DroverError("too_many_requests", refusal(now));

@@ -32,7 +32,8 @@ export interface AppendOptions {
 /** The line that ends a log cut at its limit. */
 export function truncationNotice(maxLogBytes: number): Buffer {
   const limit = maxLogBytes % (1024 * 1024) === 0 ? `${maxLogBytes / (1024 * 1024)} MiB` : `${maxLogBytes} bytes`;
-  return Buffer.from(`\n[drover] this job's log reached its limit of ${limit} (DROVER_MAX_JOB_LOG_MB): the rest of it is not stored; the job goes on\n`);
+  const line = `[drover] this job's log reached its limit of ${limit} (DROVER_MAX_JOB_LOG_MB): the rest of it is not stored; the job goes on`;
+  return Buffer.from(`\n${line}\n`);
 }
 
 /**
@@ -68,8 +69,9 @@ export async function appendLog(ctx: StoreContext, job: JobRow, offset: number, 
     if (fresh.length === 0) return size;
     if (options.maxLogBytes !== undefined && size + fresh.length > options.maxLogBytes) {
       const notice = truncationNotice(options.maxLogBytes);
-      await trx.insertInto("log_chunks").values({ job_id: job.id, offset: size, end_offset: size + notice.length, data: notice }).execute();
-      await trx.updateTable("jobs").set({ log_size: size + notice.length, log_truncated: 1 }).where("id", "=", job.id).execute();
+      const end = size + notice.length;
+      await trx.insertInto("log_chunks").values({ job_id: job.id, offset: size, end_offset: end, data: notice }).execute();
+      await trx.updateTable("jobs").set({ log_size: end, log_truncated: 1 }).where("id", "=", job.id).execute();
       effects.push(["log", job.id]);
       return offset + data.length;
     }
@@ -116,7 +118,8 @@ export async function appendLogInOrder(ctx: StoreContext, job: JobRow, offset: n
         if (!waiting) {
           const now = waitingAppends.get(job.id) ?? 0;
           if (now >= maxWaitingAppendsPerJob) {
-            throw new DroverError("too_many_requests", `${now} appends of job ${job.id} already wait for the bytes before them; send the log in order`);
+            const message = `${now} appends of job ${job.id} already wait for the bytes before them; send the log in order`;
+            throw new DroverError("too_many_requests", message);
           }
           waitingAppends.set(job.id, now + 1);
           waiting = true;

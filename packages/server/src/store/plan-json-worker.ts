@@ -15,7 +15,9 @@ export interface PlanJsonWorkerData {
 }
 
 /** The worker's one message. */
-export type PlanJsonWorkerReply = { kind: "done"; summary: PlanSummary; json: Uint8Array } | { kind: "invalid_json"; message: string };
+export type PlanJsonWorkerReply =
+  | { kind: "done"; summary: PlanSummary; json: Uint8Array }
+  | { kind: "invalid_json"; message: string };
 
 const port = parentPort;
 if (!port) throw new Error("plan-json-worker.js runs as a worker thread");

@@ -26,8 +26,14 @@ function heapLimitMb(size: number): number {
  * limit: payload_too_large.
  */
 export function renderPlanJson(source: BodySource, size: number, sensitiveValues: string[]): Promise<RenderedPlanJson> {
-  const data: PlanJsonWorkerData = { source: Buffer.isBuffer(source) ? { bytes: new Uint8Array(source) } : { path: source.path }, sensitiveValues };
-  const worker = new Worker(new URL("./plan-json-worker.js", import.meta.url), { workerData: data, resourceLimits: { maxOldGenerationSizeMb: heapLimitMb(size) } });
+  const data: PlanJsonWorkerData = {
+    source: Buffer.isBuffer(source) ? { bytes: new Uint8Array(source) } : { path: source.path },
+    sensitiveValues,
+  };
+  const worker = new Worker(new URL("./plan-json-worker.js", import.meta.url), {
+    workerData: data,
+    resourceLimits: { maxOldGenerationSizeMb: heapLimitMb(size) },
+  });
   return new Promise<RenderedPlanJson>((resolve, reject) => {
     let settled = false;
     const settle = (outcome: () => void) => {
@@ -37,19 +43,28 @@ export function renderPlanJson(source: BodySource, size: number, sensitiveValues
     };
     worker.once("message", (reply: PlanJsonWorkerReply) =>
       settle(() => {
-        if (reply.kind === "invalid_json") reject(new DroverError("invalid_json", `the plan JSON is not valid JSON (${reply.message})`));
-        else resolve({ summary: reply.summary, json: Buffer.from(reply.json.buffer, reply.json.byteOffset, reply.json.byteLength) });
+        if (reply.kind === "invalid_json") {
+          reject(new DroverError("invalid_json", `the plan JSON is not valid JSON (${reply.message})`));
+        } else {
+          const { buffer, byteOffset, byteLength } = reply.json;
+          resolve({ summary: reply.summary, json: Buffer.from(buffer, byteOffset, byteLength) });
+        }
       }),
     );
     worker.once("error", (err: Error & { code?: string }) =>
       settle(() =>
         reject(
           err.code === "ERR_WORKER_OUT_OF_MEMORY"
-            ? new DroverError("payload_too_large", `the plan JSON (${size} bytes) needs more memory to process than the server allows it; lower DROVER_MAX_PLAN_JSON_MB`, { cause: err })
+            ? new DroverError(
+                "payload_too_large",
+                `the plan JSON (${size} bytes) needs more memory to parse than the server gives it (${heapLimitMb(size)} MiB); ` +
+                  "the run has no plan JSON, its counts come from terraform's summary",
+                { cause: err },
+              )
             : err,
         ),
       ),
     );
-    worker.once("exit", (code) => settle(() => reject(new Error(`the plan JSON worker exited (${code}) without an answer`))));
+    worker.once("exit", (code) => settle(() => reject(new Error(`the plan JSON worker exited (${code}) without answering`))));
   });
 }
