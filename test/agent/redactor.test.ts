@@ -105,7 +105,11 @@ function wrap(text: string, width: number, prefix: string): string {
 const wrapped = "correct horse battery staple zebra";
 const secretWords = /correct|horse|battery|staple|zebra/;
 const diagnostic = (width: number, prefix: string) =>
-  wrap(`Error running command 'echo': exit status 1. Output: psql: connection to db.internal.example.com failed, password ${wrapped} rejected`, width, prefix);
+  wrap(
+    `Error running command 'echo': exit status 1. Output: psql: connection to db.internal.example.com failed, password ${wrapped} rejected`,
+    width,
+    prefix,
+  );
 
 test("N1: a multi-word secret terraform wrapped (any width, box prefix, colour) is redacted in text and in every chunking", () => {
   const prefixes = ["", "│ ", "\u001b[31m│\u001b[0m \u001b[0m", "      "];
@@ -147,6 +151,7 @@ test("N7, N11: Go's HTML-safe JSON, doubly escaped JSON and JSON object keys are
   assert.equal(redactText(`jsonenc = ${jsonenc}`, forms), 'jsonenc = "{\\"k\\":\\"***\\"}"');
   const outputValue = JSON.parse(goJson.slice(4)) as string;
   assert.ok(containsSecret(outputValue, forms), "the outputs mask sees the Go-escaped form");
-  assert.deepEqual(redactJson({ after: { input: { [amp]: "v", plain: amp } } }, forms), { after: { input: { "***": "v", plain: "***" } } });
+  const plan = { after: { input: { [amp]: "v", plain: amp } } };
+  assert.deepEqual(redactJson(plan, forms), { after: { input: { "***": "v", plain: "***" } } });
   assert.ok(containsSecret({ [amp]: 1 }, forms));
 });
