@@ -47,7 +47,8 @@ export function secretForms(values: readonly string[]): string[] {
       forms.add(once);
       for (const e of escapes) forms.add(e(once));
     }
-    if (/[\r\n]/.test(v)) for (const line of v.split(/\r?\n/)) if (line.trim().length >= minLineLength) forms.add(line.trim());
+    if (!/[\r\n]/.test(v)) continue;
+    for (const line of v.split(/\r?\n/)) if (line.trim().length >= minLineLength) forms.add(line.trim());
   }
   forms.delete("");
   return [...forms];
@@ -83,10 +84,13 @@ interface Pattern {
   span: number;
 }
 
+const isAlnum = (b: number): boolean =>
+  (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5a) || (b >= 0x61 && b <= 0x7a);
+/** One byte as a pattern that matches only it, in a regular expression over latin1-read bytes. */
 const regexByte = (b: number): string =>
-  (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5a) || (b >= 0x61 && b <= 0x7a) ? String.fromCharCode(b) : `\\x${b.toString(16).padStart(2, "0")}`;
+  isAlnum(b) ? String.fromCharCode(b) : `\\x${b.toString(16).padStart(2, "0")}`;
 
-/** Length of the colour sequence `ESC [ digits-and-semicolons m` at `i`; 0 when none, -1 when `data` ends inside one. */
+/** Length of the colour sequence `ESC [ digits-and-semicolons m` at `i`; 0 when none, -1 when `data` ends in one. */
 function sgrAt(data: Buffer, i: number): number {
   if (i + 1 >= data.length) return -1;
   if (data[i + 1] !== 0x5b) return 0;
@@ -131,16 +135,19 @@ export class SecretMatcher {
       const runs = (form.trim().match(new RegExp(wordBreak.source, "g")) ?? []).map((r) => r.length);
       const gaps = runs.map((r) => r + gapSlack);
       const bytes = words.map((w) => Buffer.from(w, "utf8"));
-      patterns.push({ words: bytes, gaps, span: bytes.reduce((n, w) => n + w.length, 0) + gaps.reduce((n, g) => n + g * maxUnitBytes, 0) });
+      const span = bytes.reduce((n, w) => n + w.length, 0) + gaps.reduce((n, g) => n + g * maxUnitBytes, 0);
+      patterns.push({ words: bytes, gaps, span });
     }
     // Longest first: where several forms match at one place, the longest is replaced whole.
     patterns.sort((a, b) => b.span - a.span);
     this.patterns = patterns;
     this.span = Math.max(0, ...patterns.map((p) => p.span));
-    this.firstWords = [...new Set(patterns.map((p) => p.words[0]!.toString("latin1")))].map((w) => Buffer.from(w, "latin1"));
+    const firstWords = new Set(patterns.map((p) => p.words[0]!.toString("latin1")));
+    this.firstWords = [...firstWords].map((w) => Buffer.from(w, "latin1"));
     this.firstWordTexts = this.firstWords.map((w) => w.toString("utf8"));
+    const wordSource = (w: Buffer) => [...w].map(regexByte).join("");
     const alternatives = patterns.map((p) =>
-      p.words.map((w, i) => (i === 0 ? "" : `${gapUnitSource}{1,${p.gaps[i - 1]}}`) + [...w].map(regexByte).join("")).join(""),
+      p.words.map((w, i) => (i === 0 ? "" : `${gapUnitSource}{1,${p.gaps[i - 1]}}`) + wordSource(w)).join(""),
     );
     this.regex = alternatives.length > 0 ? new RegExp(alternatives.join("|"), "g") : undefined;
   }
@@ -178,7 +185,9 @@ export class SecretMatcher {
   private unfinished(data: Buffer, i: number, p: Pattern, k: number): boolean {
     const word = p.words[k]!;
     const rest = data.length - i;
-    if (rest <= word.length) return data.compare(word, 0, rest, i, data.length) === 0 && (rest < word.length || k + 1 < p.words.length);
+    if (rest <= word.length) {
+      return data.compare(word, 0, rest, i, data.length) === 0 && (rest < word.length || k + 1 < p.words.length);
+    }
     if (data.compare(word, 0, word.length, i, i + word.length) !== 0) return false;
     if (k + 1 === p.words.length) return false;
     // Every length of the gap is tried: the next word may itself begin with a box character.
