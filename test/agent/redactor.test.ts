@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { StreamRedactor } from "@drover/agent";
-import { redactText, secretForms } from "@drover/protocol";
+import { containsSecret, redactJson, redactText, secretForms } from "@drover/protocol";
 import { test } from "node:test";
 
 // The agent's streaming redaction works on bytes: whatever way the output is cut into chunks,
@@ -86,4 +86,72 @@ test("overlapping secrets, one inside another: any cut into three pieces gives t
       assert.equal(feed(r, [bytes.subarray(0, i), bytes.subarray(i, j), bytes.subarray(j)]).toString("utf8"), want, `cut at ${i} and ${j}`);
     }
   }
+});
+
+/** Greedy word wrap at spaces, as terraform's diagnostics do (go-wordwrap), each line behind `prefix`. */
+function wrap(text: string, width: number, prefix: string): string {
+  const lines: string[] = [];
+  let line = "";
+  for (const word of text.split(" ")) {
+    if (line !== "" && line.length + 1 + word.length > width) {
+      lines.push(line);
+      line = word;
+    } else line = line === "" ? word : `${line} ${word}`;
+  }
+  lines.push(line);
+  return lines.map((l) => prefix + l).join("\n");
+}
+
+const wrapped = "correct horse battery staple zebra";
+const secretWords = /correct|horse|battery|staple|zebra/;
+const diagnostic = (width: number, prefix: string) =>
+  wrap(
+    `Error running command 'echo': exit status 1. Output: psql: connection to db.internal.example.com failed, password ${wrapped} rejected`,
+    width,
+    prefix,
+  );
+
+test("N1: a multi-word secret terraform wrapped (any width, box prefix, colour) is redacted in text and in every chunking", () => {
+  const prefixes = ["", "│ ", "\u001b[31m│\u001b[0m \u001b[0m", "      "];
+  for (const width of [20, 40, 60, 76, 78, 80, 100, 120]) {
+    for (const prefix of prefixes) {
+      const text = `${diagnostic(width, prefix)}\nnext line\n`;
+      assert.ok(text.includes(wrapped) || /battery|staple/.test(text));
+      const once = redactText(text, secretForms([wrapped]));
+      assert.doesNotMatch(once, secretWords, `width ${width} prefix ${JSON.stringify(prefix)}: ${once}`);
+      assert.ok(once.includes("password") && once.includes("***") && once.includes("rejected"), once);
+      const bytes = Buffer.from(text, "utf8");
+      for (let at = 0; at <= bytes.length; at += width === 78 ? 1 : 7) {
+        const got = feed(redactorFor([wrapped]), [bytes.subarray(0, at), bytes.subarray(at)]).toString("utf8");
+        assert.equal(got, once, `width ${width}, prefix ${JSON.stringify(prefix)}, split at ${at}`);
+      }
+    }
+  }
+  const byteByByte = [...Buffer.from(diagnostic(78, "│ "), "utf8")].map((b) => Buffer.from([b]));
+  assert.doesNotMatch(feed(redactorFor([wrapped]), byteByByte).toString("utf8"), secretWords);
+});
+
+test("N1: a line ending with a wrapped secret's first words waits for the next line; one that cannot continue it does not", () => {
+  const r = redactorFor([wrapped]);
+  const push = (s: string) => Buffer.concat(r.push(Buffer.from(s))).toString("utf8");
+  assert.equal(push("password correct horse battery\n"), "password ");
+  assert.equal(push("│ staple zebra rejected\n"), "*** rejected\n");
+  assert.equal(push("correct horse\n"), "");
+  assert.equal(push("│ nothing more\n"), "correct horse\n│ nothing more\n");
+});
+
+test("N7, N11: Go's HTML-safe JSON, doubly escaped JSON and JSON object keys are redacted", () => {
+  const amp = "Tr0ub4dor&3<x>";
+  const quoted = 'he said "q\\u0075ote\\" back\\slash';
+  const forms = secretForms([amp, quoted]);
+  // What terraform's apply log shows for nonsensitive(jsonencode({password = var.amp})).
+  const goJson = 'j = "{\\"password\\":\\"Tr0ub4dor\\\\u00263\\\\u003cx\\\\u003e\\"}"';
+  assert.equal(redactText(goJson, forms), 'j = "{\\"password\\":\\"***\\"}"');
+  const jsonenc = JSON.stringify(JSON.stringify({ k: quoted }));
+  assert.equal(redactText(`jsonenc = ${jsonenc}`, forms), 'jsonenc = "{\\"k\\":\\"***\\"}"');
+  const outputValue = JSON.parse(goJson.slice(4)) as string;
+  assert.ok(containsSecret(outputValue, forms), "the outputs mask sees the Go-escaped form");
+  const plan = { after: { input: { [amp]: "v", plain: amp } } };
+  assert.deepEqual(redactJson(plan, forms), { after: { input: { "***": "v", plain: "***" } } });
+  assert.ok(containsSecret({ [amp]: 1 }, forms));
 });

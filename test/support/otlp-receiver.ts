@@ -15,6 +15,7 @@ export interface ReceivedSpan {
   endNs: bigint;
   attributes: Record<string, string | number | boolean>;
   statusCode: number;
+  statusMessage: string;
   resource: Record<string, string | number | boolean>;
 }
 
@@ -105,6 +106,7 @@ export function decodeTraces(body: Buffer): ReceivedSpan[] {
           endNs: fixed64(sp, 8),
           attributes: attributes(sp, 9),
           statusCode: Number((all(status, 3)[0] as bigint | undefined) ?? 0n),
+          statusMessage: text(status, 2),
           resource,
         });
       }

@@ -205,6 +205,9 @@ export class JobRun {
     await this.endProcesses();
     if (this.stopSignalled) [outcome, message] = ["errored", `agent stopped (${this.config.stopAction} stop) while the ${a.phase} ran`];
     else if (this.canceled && outcome !== "succeeded") [outcome, message] = ["canceled", "canceled by request"];
+    // The outcome message quotes terraform's output, which may echo a secret like the log does;
+    // redacted whole, before any part of it (its first line) is logged or traced.
+    if (message !== null) message = redactText(message, this.secrets);
     this.state = "finishing";
     // Before the outcome is reported: the apply may be handed to this agent right after.
     if (outcome === "succeeded" && a.phase === "plan" && !a.planOnly && !this.lost && this.keptPlans) {
@@ -223,8 +226,6 @@ export class JobRun {
     } catch (err) {
       this.logger.warn({ job: a.jobId, err: err instanceof Error ? err.message : String(err) }, "could not deliver the whole log");
     }
-    // The outcome message quotes terraform's output, which may echo a secret like the log does.
-    if (message !== null) message = redactText(message, this.secrets);
     if (this.log.unsent > 0) this.undeliveredItems.push(`job ${a.jobId}: ${this.log.unsent} log bytes undelivered`);
     if (!this.lost) {
       try {
@@ -590,7 +591,11 @@ export class JobRun {
     });
     if (!okCodes.includes(code)) {
       this.checkInterrupted();
-      throw new StepFailed(errorExcerpt(Buffer.concat(this.tail).toString("utf8")) ?? `${this.assignment.workspace.engine} ${args[0]} exited with code ${code}`);
+      // Redacted before it is cut to an excerpt: a cut through a secret would leave a part of it.
+      const output = redactText(Buffer.concat(this.tail).toString("utf8"), this.secrets);
+      throw new StepFailed(
+        errorExcerpt(output) ?? `${this.assignment.workspace.engine} ${args[0]} exited with code ${code}`,
+      );
     }
     return code;
   }

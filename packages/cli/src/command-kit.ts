@@ -1,4 +1,4 @@
-import { DroverClient, settings } from "@drover/protocol";
+import { DroverClient, escapeControlChars, settings } from "@drover/protocol";
 import type { Command } from "commander";
 import { resolveSettings, resolveTimeoutMs } from "./settings.js";
 
@@ -21,9 +21,21 @@ export function apiFor(opts: CommonOptions): DroverClient {
   return new DroverClient({ baseUrl: url, token, timeoutMs: resolveTimeoutMs({ timeout: opts.timeout }) });
 }
 
-/** Prints `data` as JSON with --json, else the human rendering. */
+/**
+ * JSON text of `data` that no terminal acts on: JSON.stringify escapes C0 controls but leaves
+ * DEL, C1 controls (U+009B is a CSI to some terminals) and bidi overrides; they are escaped too.
+ */
+export function jsonText(data: unknown): string {
+  const escaped = (c: string) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`;
+  return JSON.stringify(data, null, 2).replace(/[\u007f-\u009f\u202a-\u202e\u2066-\u2069]/g, escaped);
+}
+
+/**
+ * Prints `data` as JSON with --json (control characters escaped), else the human rendering
+ * with control characters made visible: names, messages and values come from runs (N9).
+ */
 export function emit<T>(opts: CommonOptions, data: T, human: (d: T) => string): void {
-  process.stdout.write(opts.json ? JSON.stringify(data, null, 2) + "\n" : human(data) + "\n");
+  process.stdout.write(opts.json ? jsonText(data) + "\n" : escapeControlChars(human(data)) + "\n");
 }
 
 /** A plain text table. */

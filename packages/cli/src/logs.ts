@@ -1,5 +1,6 @@
 import { DroverError, logHeaders, routes, type DroverClient, type Phase } from "@drover/protocol";
 import { once } from "node:events";
+import { VisibleControls } from "./visible.js";
 
 /** Bytes asked for per page: a bound on what the CLI holds in memory at once. */
 export const logPageBytes = 1024 * 1024;
@@ -18,12 +19,13 @@ export async function writeWithBackpressure(out: NodeJS.WritableStream, chunk: B
 }
 
 /**
- * Prints a phase's log as stored now: page after page from offset 0 until the server says it
+ * Prints a phase's log as stored now (control characters made visible): page after page from offset 0 until the server says it
  * is complete or has no more bytes yet (the job still runs). Any failure part-way is a
  * `log_incomplete` error naming what was printed, so a truncated log never looks whole.
  */
 export async function printPhaseLog(api: DroverClient, runId: string, phase: Phase, out: NodeJS.WritableStream): Promise<PhaseRead> {
   let offset = 0;
+  const shown = new VisibleControls();
   for (;;) {
     let res;
     try {
@@ -39,8 +41,11 @@ export async function printPhaseLog(api: DroverClient, runId: string, phase: Pha
     if (!Number.isSafeInteger(next) || next !== offset + res.result.length) {
       throw new DroverError("log_incomplete", `printed ${offset} bytes of the ${phase} log of run ${runId}, then the server answered an inconsistent offset (${String(res.headers[logHeaders.nextOffset])} after ${res.result.length} bytes from ${offset}). Run the command again; report it if it persists.`);
     }
-    await writeWithBackpressure(out, res.result);
+    await writeWithBackpressure(out, shown.push(res.result));
     offset = next;
-    if (complete || res.result.length === 0) return { bytes: offset, complete };
+    if (complete || res.result.length === 0) {
+      await writeWithBackpressure(out, shown.end());
+      return { bytes: offset, complete };
+    }
   }
 }

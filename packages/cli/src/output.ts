@@ -1,13 +1,17 @@
-import { DroverError } from "@drover/protocol";
+import { DroverError, escapeControlChars } from "@drover/protocol";
 
-/** Prints an error as one line on stderr: `drover: <message> (<code>) <hint>` for our coded errors. */
+/**
+ * Prints an error as one line on stderr: `drover: <message> (<code>) <hint>` for our coded errors.
+ * A message may quote what a run or a server sent: its control characters are made visible.
+ */
 export function printError(err: unknown): void {
+  const write = (line: string) => process.stderr.write(`${escapeControlChars(line)}\n`);
   if (err instanceof DroverError) {
     // One line, the hint last: what happened, its code for scripts and searches, what to do.
-    process.stderr.write(`drover: ${err.message} (${err.code})${err.hint ? ` ${err.hint}` : ""}\n`);
+    write(`drover: ${err.message} (${err.code})${err.hint ? ` ${err.hint}` : ""}`);
   } else if (err instanceof Error) {
-    process.stderr.write(`drover: ${err.message}\n`);
+    write(`drover: ${err.message}`);
   } else {
-    process.stderr.write(`drover: ${String(err)}\n`);
+    write(`drover: ${String(err)}`);
   }
 }

@@ -466,4 +466,14 @@ export const finishJobSchema = lazySchema("finishJobSchema", () =>
 export const startJobSchema = lazySchema("startJobSchema", () => z.object({ starter: z.string().min(1).max(128) }));
 export const startJobResponseSchema = lazySchema("startJobResponseSchema", () => z.object({ runStatus: runStatusSchema }));
 
-export const outputsUploadSchema = lazySchema("outputsUploadSchema", () => z.object({ outputs: z.array(outputSchema) }));
+// An output's name is printed by `drover output`: one a job uploads holding a control character
+// (a terminal escape) is refused. The response schema stays open, so names stored before still list.
+export const outputsUploadSchema = lazySchema("outputsUploadSchema", () =>
+  z.object({
+    outputs: z.array(
+      outputSchema.extend({
+        name: z.string().refine((n) => !hasControlChars(n), "an output name must not contain control characters"),
+      }),
+    ),
+  }),
+);

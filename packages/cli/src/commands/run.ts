@@ -1,7 +1,7 @@
-import { escapeControlChars, isTerminalRun, routes, type DroverClient, type Phase, type Run } from "@drover/protocol";
+import { DroverError, escapeControlChars, isTerminalRun, routes, type DroverClient, type Phase, type Run } from "@drover/protocol";
 import { Option, type Command } from "commander";
 import { resolve } from "node:path";
-import { apiFor, emit, table, withCommon, type CommonOptions } from "../command-kit.js";
+import { apiFor, emit, jsonText, table, withCommon, type CommonOptions } from "../command-kit.js";
 import { exitCodeFor } from "../exit-codes.js";
 import { followRun } from "../follow.js";
 import { printPhaseLog } from "../logs.js";
@@ -16,8 +16,8 @@ const summary = (r: Run) =>
 async function followAndReport(api: DroverClient, run: Run, opts: CommonOptions & { follow?: boolean }, phases?: Phase[]): Promise<void> {
   let final = run;
   if (opts.follow !== false) final = await followRun(api, run.id, opts.json ? process.stderr : process.stdout, phases);
-  if (opts.json) process.stdout.write(JSON.stringify(final, null, 2) + "\n");
-  else process.stdout.write(`\n${summary(final)}${final.status === "planned" ? `\nConfirm with: drover run confirm ${final.id}` : ""}\n`);
+  if (opts.json) process.stdout.write(jsonText(final) + "\n");
+  else process.stdout.write(`\n${escapeControlChars(summary(final))}${final.status === "planned" ? `\nConfirm with: drover run confirm ${final.id}` : ""}\n`);
   process.exitCode = opts.follow === false ? 0 : exitCodeFor(final.status);
 }
 
@@ -69,8 +69,21 @@ export function registerRunCommands(program: Command): void {
     .action(async (opts: CommonOptions & { workspace?: string; limit: string }) => {
       // The server names a limit that is not a number; the CLI passes what it was given.
       const query = { limit: opts.limit as unknown as number, ...(opts.workspace ? { workspace: opts.workspace } : {}) };
-      const { items } = await apiFor(opts).call(routes.listRuns, { query });
-      emit(opts, items, (rs) => table(["RUN", "WORKSPACE", "STATUS", "CREATED"], rs.map((r) => [r.id, r.workspaceId, r.status, r.createdAt])));
+      const api = apiFor(opts);
+      const { items } = await api.call(routes.listRuns, { query });
+      if (opts.json) return emit(opts, items, () => "");
+      // Runs carry their workspace's id; people know workspaces by name.
+      const names = new Map<string, string>();
+      for (const wsId of new Set(items.map((r) => r.workspaceId))) {
+        const ws = await api.call(routes.getWorkspace, { params: { ws: wsId } }).catch((err: unknown) => {
+          // Deleted since: its id is all there is to show.
+          if (err instanceof DroverError && err.code === "not_found") return undefined;
+          throw err;
+        });
+        if (ws) names.set(wsId, ws.name);
+      }
+      const rows = items.map((r) => [r.id, names.get(r.workspaceId) ?? r.workspaceId, r.status, r.createdAt]);
+      emit(opts, items, () => table(["RUN", "WORKSPACE", "STATUS", "CREATED"], rows));
     });
   withCommon(run.command("logs <runId>").description("Print a run's logs (plan, then apply), every byte stored so far"))
     .option("--follow", "keep printing as the run goes on, until it settles")

@@ -1,4 +1,4 @@
-import { agentApi, maxLogChunkBytes, maxLongPollMs, routes } from "@drover/protocol";
+import { agentApi, maxLogChunkBytes, maxLongPollMs, redactText, routes, secretForms } from "@drover/protocol";
 import { jobTraceIds, jobTraceparent, noopTracer, type Agent } from "@drover/protocol";
 import type { FastifyInstance, FastifyRequest, preParsingAsyncHookHandler } from "fastify";
 import { agentHeartbeat, deregisterAgent, registerAgent } from "../store/agents.js";
@@ -27,6 +27,10 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, opt
   app.addHook("onRequest", async () => http.markActivity());
   const asPool = { onRequest: authenticateFirst((req) => requirePoolToken(ctx, req)) };
   const asSession = { onRequest: authenticateFirst((req) => requireSession(ctx, req)) };
+  const redactedForWorkspace = async (job: JobRow, text: string): Promise<string> => {
+    const sensitive = (await variablesForJob(ctx, job.workspace_id)).filter((v) => v.sensitive);
+    return redactText(text, secretForms(sensitive.map((v) => v.value)));
+  };
   const asJob = { onRequest: authenticateFirst((req) => requireJob(ctx, req, parse(routes.startJob.params, req.params, "path").id)) };
   const jobOf = (req: FastifyRequest) => callerOf<JobRow>(req);
   const agentOf = (req: FastifyRequest) => callerOf<Agent>(req);
@@ -99,13 +103,18 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, opt
 
   serve(routes.downloadPlan, asJob, async (_input, req) => readPlanFile(ctx, jobOf(req).run_id));
 
-  serve(routes.planJsonUnavailable, asJob, async ({ body }, req) => recordPlanJsonUnavailable(ctx, jobOf(req), body.message));
+  serve(routes.planJsonUnavailable, asJob, async ({ body }, req) =>
+    recordPlanJsonUnavailable(ctx, jobOf(req), await redactedForWorkspace(jobOf(req), body.message)),
+  );
 
   serve(routes.uploadOutputs, asJob, async ({ body }, req) => saveOutputs(ctx, jobOf(req), body.outputs));
 
   serve(routes.finishJob, asJob, async ({ body }, req) => {
     const job = jobOf(req);
-    const result = await finishJob(ctx, job, body.outcome, body.message, body.planSummary);
+    // The agent redacts its message; redacted again against the workspace's values, so an agent
+    // that missed a form (an older one) cannot get a secret stored, shown or exported (N1).
+    const message = body.message === null ? null : await redactedForWorkspace(job, body.message);
+    const result = await finishJob(ctx, job, body.outcome, message, body.planSummary);
     if (job.started_at !== null) http.metrics?.jobDuration.observe({ phase: job.phase, outcome: body.outcome }, Math.max(0, Date.now() - Number(job.started_at)) / 1000);
     http.tracer
       .start("job", undefined, {
@@ -113,7 +122,7 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, opt
         startTime: Number(job.queued_at),
         attributes: { "drover.phase": job.phase, "drover.run.id": job.run_id, "drover.job.id": job.id, "drover.pool.id": job.pool_id, "drover.outcome": body.outcome },
       })
-      .end(undefined, body.outcome === "succeeded" ? undefined : (body.message ?? body.outcome));
+      .end(undefined, body.outcome === "succeeded" ? undefined : (message ?? body.outcome));
     return result;
   });
 
