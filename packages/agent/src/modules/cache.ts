@@ -4,7 +4,7 @@ import { rootCertificates } from "../root-certificates.js";
 import { join, resolve } from "node:path";
 import type { RunFiles } from "../runner.js";
 import { childProcess } from "../process.js";
-import { localFiles } from "../local-files.js";
+import { localRunFiles } from "../local-files.js";
 import { VerificationError } from "../providers/errors.js";
 import type { Logger } from "pino";
 import type { Dispatcher } from "undici";
@@ -295,7 +295,7 @@ export class ModuleCache {
    * `workDir/.terraform/modules`, writing through `files` (the run directory may be shared with a
    * runner container). Calls it cannot serve are left to terraform with a note.
    */
-  async prepare(workDir: string, signal: AbortSignal, files: Pick<RunFiles, "link" | "write"> = localFiles): Promise<ModuleLease> {
+  async prepare(workDir: string, signal: AbortSignal, files: Pick<RunFiles, "link" | "write"> = localRunFiles(workDir)): Promise<ModuleLease> {
     const notes: string[] = [];
     const held: Hold[] = [];
     const records: Array<{ Key: string; Source: string; Version?: string; Dir: string }> = [];
