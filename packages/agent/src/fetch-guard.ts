@@ -43,7 +43,8 @@ export class FetchRefused extends DroverError {
     const what = host === address ? `is ${address}` : `resolves to ${address}`;
     super(
       "fetch_refused",
-      `refused to fetch ${url}: its host ${what}, a link-local or cloud metadata address; nothing was fetched (an operator who means such a mirror sets DROVER_AGENT_CACHE_ALLOW_METADATA_ADDRESSES=true)`,
+      `refused to fetch ${url}: its host ${what}, a link-local or cloud metadata address; nothing was fetched ` +
+        "(an operator who means such a mirror sets DROVER_AGENT_CACHE_ALLOW_METADATA_ADDRESSES=true)",
     );
   }
 }

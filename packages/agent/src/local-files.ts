@@ -55,8 +55,8 @@ export function localRunFiles(base: string): RunFiles {
         root.close();
       }
     },
-    write: (path, data) => planted(() => inParent(path, true, (parent, name) => writePrivateFile(parent.at(name), name, data))),
-    link: (path, target) => planted(() => inParent(path, true, (parent, name) => symlinkSync(target, parent.at(name)))),
+    write: (path, data) => planted(() => inParent(path, true, (d, name) => writePrivateFile(d.at(name), name, data))),
+    link: (path, target) => planted(() => inParent(path, true, (dir, name) => symlinkSync(target, dir.at(name)))),
     discard: (runDir) => rmSync(runDir, { recursive: true, force: true }),
   };
 }
@@ -71,7 +71,8 @@ function writePrivateFile(at: string, name: string, data: string | Buffer): void
     fd = openSync(at, constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | constants.O_NOFOLLOW, 0o600);
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === "ELOOP") {
-      throw new DroverError("invalid_archive", `the configuration holds a link named ${name}, where the agent writes its own file; remove it`);
+      const message = `the configuration holds a link named ${name}, where the agent writes its own file; remove it`;
+      throw new DroverError("invalid_archive", message);
     }
     throw err;
   }
@@ -87,7 +88,7 @@ function planted<T>(fn: () => T): T {
   try {
     return fn();
   } catch (err) {
-    if (err instanceof UnsafePathError) throw new DroverError("invalid_archive", `the configuration cannot be used: ${err.message}`, { cause: err });
-    throw err;
+    if (!(err instanceof UnsafePathError)) throw err;
+    throw new DroverError("invalid_archive", `the configuration cannot be used: ${err.message}`, { cause: err });
   }
 }

@@ -230,7 +230,10 @@ class TarWalker {
       }
       // The unpacker refuses any ".." in a hard link's target.
       const hardReason = type === "Link" ? unsafePathReason(linkpath) : undefined;
-      if (hardReason) throw invalid(`archive hard link ${JSON.stringify(path)} points to ${JSON.stringify(linkpath)}, outside the archive: it ${hardReason}`);
+      if (hardReason) {
+        const what = `archive hard link ${JSON.stringify(path)} points to ${JSON.stringify(linkpath)}`;
+        throw invalid(`${what}, outside the archive: it ${hardReason}`);
+      }
     }
     this.entries.push({ path, type, linkpath });
     if (this.entries.length > this.limits.maxEntries) throw new DroverError("payload_too_large", `the archive holds more than ${this.limits.maxEntries} entries`);
@@ -293,7 +296,7 @@ function backslashEscape(from: string[], target: string): string | undefined {
   for (const part of target.split(/[\\/]/)) {
     if (part === "" || part === ".") continue;
     if (part !== "..") stack.push(part);
-    else if (stack.pop() === undefined) return "leaves the archive root when '\\' is read as a separator, as the unpacker does";
+    else if (stack.pop() === undefined) return "leaves the archive root when '\\' is read as a separator (as node-tar does)";
   }
   return undefined;
 }
@@ -312,7 +315,8 @@ function checkLinks(entries: Entry[]): void {
     if (e.type === "SymbolicLink" || e.type === "Link") {
       // Symlinks resolve against their own directory, hard links against the root.
       const from = e.type === "SymbolicLink" ? p.slice(0, -1) : [];
-      const reason = escapeReason(from, e.linkpath, links) ?? (e.type === "SymbolicLink" ? backslashEscape(from, e.linkpath) : undefined);
+      const backslashed = e.type === "SymbolicLink" ? backslashEscape(from, e.linkpath) : undefined;
+      const reason = escapeReason(from, e.linkpath, links) ?? backslashed;
       if (reason) throw invalid(`archive link ${JSON.stringify(e.path)} points to ${JSON.stringify(e.linkpath)}, outside the archive: resolved through the archive's links it ${reason}`);
     }
     if (e.type === "Link") {
@@ -321,7 +325,9 @@ function checkLinks(entries: Entry[]): void {
       const target = parts(e.linkpath);
       for (let i = 1; i <= target.length; i++) {
         const prefix = target.slice(0, i).join("/");
-        if (links.has(prefix)) throw invalid(`archive hard link ${JSON.stringify(e.path)} points to ${JSON.stringify(e.linkpath)} through the symbolic link ${JSON.stringify(prefix)}; link to the file itself`);
+        if (!links.has(prefix)) continue;
+        const what = `archive hard link ${JSON.stringify(e.path)} points to ${JSON.stringify(e.linkpath)}`;
+        throw invalid(`${what} through the symbolic link ${JSON.stringify(prefix)}; link to the file itself`);
       }
     }
   }

@@ -76,7 +76,14 @@ export function openCaches(s: CacheSettings, dispatcher: Dispatcher, logger: Log
     }
   };
   return {
-    providers: s.providerCacheEnabled ? open("providers", () => new ProviderCache({ dir: join(s.cacheDir, "providers"), limitBytes: s.providerCacheSizeLimitMb * mb, dispatcher, logger, allowMetadataAddresses: s.cacheAllowMetadataAddresses })) : undefined,
+    providers: s.providerCacheEnabled
+      ? open("providers", () => {
+          const limitBytes = s.providerCacheSizeLimitMb * mb;
+          const allowMetadataAddresses = s.cacheAllowMetadataAddresses;
+          const dir = join(s.cacheDir, "providers");
+          return new ProviderCache({ dir, limitBytes, dispatcher, logger, allowMetadataAddresses });
+        })
+      : undefined,
     modules: s.moduleCacheEnabled ? open("modules", () => new ModuleCache({
             dir: join(s.cacheDir, "modules"),
             limitBytes: s.moduleCacheSizeLimitMb * mb,

@@ -64,7 +64,10 @@ export interface ModuleCacheOptions {
   caCertPem?: string | undefined;
   maxPackageBytes?: number;
   now?: () => number;
-  /** Registries, sources and redirects may be at link-local or metadata addresses (DROVER_AGENT_CACHE_ALLOW_METADATA_ADDRESSES). */
+  /**
+   * Registries, sources and redirects may be at link-local or metadata addresses
+   * (DROVER_AGENT_CACHE_ALLOW_METADATA_ADDRESSES).
+   */
   allowMetadataAddresses?: boolean;
   /** `git::file://` sources are fetched by the agent too (DROVER_AGENT_MODULE_CACHE_LOCAL_SOURCES). */
   allowLocalSources?: boolean;
@@ -196,7 +199,8 @@ function git(args: string[], signal: AbortSignal, options: GitOptions, cwd?: str
   // Command-line configuration outranks every configuration file.
   const argv = options.followRedirects ? args : ["-c", "http.followRedirects=false", ...args];
   return new Promise((resolvePromise, reject) => {
-    childProcess().execFile("git", argv, { cwd, env, signal: AbortSignal.any([signal, deadline]), maxBuffer: 16 << 20 }, (err, stdout, stderr) => {
+    const run = { cwd, env, signal: AbortSignal.any([signal, deadline]), maxBuffer: 16 << 20 };
+    childProcess().execFile("git", argv, run, (err, stdout, stderr) => {
       const said = (stderr || err?.message || "").trim().split("\n").slice(-1)[0];
       if (err && deadline.aborted && !signal.aborted) reject(new ModuleSourceUnavailable(`git ${args[0]} took longer than ${gitTimeoutMs / 1000} s`));
       else if (err && untrustedCertificate.test(stderr)) {
@@ -298,8 +302,10 @@ export class ModuleCache {
 
   constructor(private readonly options: ModuleCacheOptions) {
     this.store = new CacheStore<ModuleMeta>({ dir: options.dir, entries: "entries", limitBytes: options.limitBytes, logger: options.logger, kind: "module", ...(options.now ? { now: options.now } : {}) });
-    this.registry = new RegistryClient(options.dispatcher, { allowMetadataAddresses: options.allowMetadataAddresses ?? false });
-    this.gitOptions = { caFile: options.caCertPem ? writeCaBundle(options.dir, options.caCertPem) : undefined, followRedirects: options.allowMetadataAddresses ?? false };
+    const allowMetadataAddresses = options.allowMetadataAddresses ?? false;
+    this.registry = new RegistryClient(options.dispatcher, { allowMetadataAddresses });
+    const caFile = options.caCertPem ? writeCaBundle(options.dir, options.caCertPem) : undefined;
+    this.gitOptions = { caFile, followRedirects: allowMetadataAddresses };
   }
 
   /** Hits, misses, evictions and bytes, for /metrics. */
@@ -337,7 +343,8 @@ export class ModuleCache {
           continue;
         }
         if (spec.kind === "git" && spec.url.startsWith("file:") && !this.options.allowLocalSources) {
-          // The agent may read what the run may not (another user in run-as-user mode): terraform fetches it as the run.
+          // The agent may read what the run may not (another user in run-as-user mode):
+          // terraform fetches it as the run.
           notes.push(`module ${key}: the cache does not fetch local repositories (${call.source}); left to terraform`);
           continue;
         }
@@ -396,7 +403,8 @@ export class ModuleCache {
     } else if (spec.kind === "git") {
       // A commit names its content exactly; any other ref is asked of the repository once per run.
       if (!this.options.allowMetadataAddresses) await checkFetchTarget(spec.url);
-      const commit = spec.ref && /^[0-9a-f]{40}$/.test(spec.ref) ? spec.ref : await lsRemote(spec.url, spec.ref, signal, this.gitOptions);
+      const pinned = spec.ref && /^[0-9a-f]{40}$/.test(spec.ref) ? spec.ref : undefined;
+      const commit = pinned ?? (await lsRemote(spec.url, spec.ref, signal, this.gitOptions));
       key = `git/${digest(spec.url)}/${commit}`;
       source = packageSource(call.source);
       fill = (dir, scratch, s) => gitCheckout(spec.url, spec.ref, commit, dir, scratch, s, this.gitOptions);
