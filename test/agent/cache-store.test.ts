@@ -125,3 +125,28 @@ test("in one process, the job that started a fill being canceled stops only its 
   assert.equal(f.calls, 1, "one fill, which went on for the job still waiting");
   assert.ok(existsSync(join(entry.path, "file")));
 });
+
+// Security review N15 / decision 0043: a writer with the agent's own UID that replaces an entry
+// and its meta file together is not caught (a tree changed alone is: the module and provider
+// cache tests). The meta file is re-read whenever the tree no longer matches, since another
+// process sharing the directory may have filled it again; separate run users, read-only mounts
+// and containers are the boundary. This test pins the documented behaviour.
+test("an entry replaced together with its meta file is served, by a running and by a restarted process", async () => {
+  const { chmodSync, readFileSync } = await import("node:fs");
+  const evil = await store("n15-evil").acquire("m/1", async (dir) => (writeFileSync(join(dir, "file"), "evil"), { n: 0 }), AbortSignal.timeout(10_000));
+  const running = store("n15");
+  const entry = await running.acquire("m/1", filler().fill, AbortSignal.timeout(10_000));
+  chmodSync(entry.path, 0o755);
+  chmodSync(join(entry.path, "file"), 0o644);
+  writeFileSync(join(entry.path, "file"), "evil");
+  chmodSync(join(entry.path, "file"), 0o444);
+  chmodSync(entry.path, 0o555);
+  const metaPath = join(root, "n15", "meta", "m", "1.json");
+  writeFileSync(metaPath, JSON.stringify({ ...JSON.parse(readFileSync(metaPath, "utf8")), h1: evil.h1 }));
+  for (const s of [store("n15"), running]) {
+    const got = await s.acquire("m/1", filler().fill, AbortSignal.timeout(10_000));
+    assert.equal(got.fetched, false);
+    assert.equal(readFileSync(join(got.path, "file"), "utf8"), "evil");
+    s.close();
+  }
+});

@@ -5,7 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import { gunzipSync, gzipSync } from "node:zlib";
-import { rawTarGz, type RawEntry } from "../support/archives.js";
+import { backslashLinkEntries, rawTarGz, type RawEntry } from "../support/archives.js";
 
 // The agent re-checks every configuration it unpacks: even an archive that slipped past the
 // server must write nothing outside the run directory.
@@ -22,6 +22,9 @@ const malicious: Array<[string, RawEntry[]]> = [
     [{ path: "a/", type: "dir" }, { path: "a/b", type: "symlink", linkpath: ".." }, { path: "c", type: "symlink", linkpath: "a/b/.." }, { path: "c/escaped", content: "x" }],
   ],
   ["data after the end-of-archive marker", []],
+  // Security review N3: read with backslashes as separators, this target climbs back into the root.
+  ["a symlink whose target hides 40 levels in one backslashed name (review N3)", [...backslashLinkEntries(40, "tmp/x"), { path: "main.tf", content: "" }]],
+  ["a hard link to a symlink (review N16)", [{ path: "f", content: "x" }, { path: "s", type: "symlink", linkpath: "f" }, { path: "h", type: "hardlink", linkpath: "s" }]],
 ];
 
 for (const [what, entries] of malicious) {
@@ -46,6 +49,17 @@ test("a well-formed archive with a link inside the root unpacks", async () => {
   const dir = mkdtempSync(join(tmpdir(), "drover-extract-"));
   try {
     await extractConfiguration(rawTarGz([{ path: "mod", type: "dir" }, { path: "mod/main.tf", content: "# ok\n" }, { path: "alias.tf", type: "symlink", linkpath: "mod/main.tf" }]), dir);
+    assert.equal(readFileSync(join(dir, "alias.tf"), "utf8"), "# ok\n");
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("a backslash is an ordinary character of a name, as on Linux", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "drover-extract-"));
+  try {
+    await extractConfiguration(rawTarGz([{ path: "a\\b.tf", content: "# ok\n" }, { path: "alias.tf", type: "symlink", linkpath: "a\\b.tf" }]), dir);
+    assert.deepEqual(readdirSync(dir).sort(), ["a\\b.tf", "alias.tf"]);
     assert.equal(readFileSync(join(dir, "alias.tf"), "utf8"), "# ok\n");
   } finally {
     rmSync(dir, { recursive: true, force: true });

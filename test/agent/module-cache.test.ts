@@ -1,6 +1,6 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { appendFileSync, chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { appendFileSync, chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Agent as UndiciAgent } from "undici";
@@ -97,9 +97,28 @@ test("module eviction above the soft limit never removes an entry a run holds", 
   const held = await cache.prepare(configDir("1.0.0"), AbortSignal.timeout(60_000));
   (await cache.prepare(configDir("1.2.0"), AbortSignal.timeout(60_000))).release();
   const other = await cache.prepare(configDir("1.0.0"), AbortSignal.timeout(60_000));
-  const { readdirSync } = await import("node:fs");
   assert.deepEqual(readdirSync(join(root, "evict", "entries", registry.host, "drover", "thing", "null")), ["1.0.0"]);
   assert.equal(cache.counters.evictions, 1);
   held.release();
   other.release();
 });
+
+// Security review N3: a run directory whose .terraform (or a directory in it) is a link the
+// configuration planted must not let the agent create modules/, links or modules.json elsewhere.
+for (const [what, plant] of [
+  [".terraform", (dir: string, victim: string) => symlinkSync(victim, join(dir, ".terraform"))],
+  [".terraform/modules", (dir: string, victim: string) => (mkdirSync(join(dir, ".terraform")), symlinkSync(victim, join(dir, ".terraform", "modules")))],
+] as const) {
+  test(`a planted ${what} link outside the run directory: the module cache refuses the run and writes nothing through it`, async () => {
+    const cache = newCache(`planted-${what.replace(/\W/g, "-")}`);
+    const victim = mkdtempSync(join(root, "victim-"));
+    const dir = configDir("1.0.0");
+    plant(dir, victim);
+    await assert.rejects(cache.prepare(dir, AbortSignal.timeout(60_000)), (err: Error & { code?: string }) => {
+      assert.equal(err.code, "invalid_archive", err.message);
+      assert.match(err.message, /refused .*\.terraform.*: it is not a directory/);
+      return true;
+    });
+    assert.deepEqual(readdirSync(victim), [], "nothing was written outside the run directory");
+  });
+}

@@ -13,7 +13,8 @@ import { startProviderRegistry, type TestRegistry } from "../support/provider-re
 import { runTerraform, terraformEnv } from "../support/terraform.js";
 
 // git and http module sources in the module cache, and what the modules they bring call: a git
-// repository on this machine (file://, by commit and by tag, with a //subdir), an http archive
+// repository on this machine (file://, with DROVER_AGENT_MODULE_CACHE_LOCAL_SOURCES; by commit
+// and by tag, with a //subdir), an http archive
 // server on 127.0.0.1 (with ?checksum=), and inside the git module a registry module and a
 // provider — all prepared before `init`, which then downloads nothing.
 
@@ -82,7 +83,7 @@ const sourcesConfig = (checksum = archiveSum) =>
   ].join("\n") + "\n";
 
 test("git (commit, tag, subdir) and http (checksum) modules, and the registry module and provider the git module needs, are prepared; init downloads nothing", async () => {
-  const modules = new ModuleCache({ dir: join(root, "modules"), limitBytes: 1 << 30, dispatcher: dispatcher(), logger });
+  const modules = new ModuleCache({ dir: join(root, "modules"), limitBytes: 1 << 30, dispatcher: dispatcher(), logger, allowLocalSources: true });
   const providers = new ProviderCache({ dir: join(root, "providers"), limitBytes: 1 << 30, dispatcher: dispatcher(), logger, platform: "linux_amd64" });
   const plan = async () => {
     const dir = configDir(sourcesConfig());
@@ -128,7 +129,7 @@ test("an http module whose archive does not match its ?checksum fails the run wi
 });
 
 test("a git ref the repository does not have is left to terraform with a note, not cached", async () => {
-  const modules = new ModuleCache({ dir: join(root, "modules-ref"), limitBytes: 1 << 30, dispatcher: dispatcher(), logger });
+  const modules = new ModuleCache({ dir: join(root, "modules-ref"), limitBytes: 1 << 30, dispatcher: dispatcher(), logger, allowLocalSources: true });
   const dir = configDir(`module "g" {\n  source = "git::file://${repo}?ref=no-such-tag"\n}\n`);
   const lease = await modules.prepare(dir, AbortSignal.timeout(30_000));
   lease.release();
@@ -162,4 +163,29 @@ test("git over http (git http-backend on 127.0.0.1): a commit ref needs no reque
   } finally {
     await server.close();
   }
+});
+
+// Security review N4: with local sources allowed the agent read a repository inside a directory
+// only it (root) could read, on behalf of a run whose user could not.
+test("a git::file:// source is left to terraform unless DROVER_AGENT_MODULE_CACHE_LOCAL_SOURCES allows it", async () => {
+  const { chmodSync, cpSync, existsSync } = await import("node:fs");
+  const locked = join(root, "rootonly");
+  mkdirSync(locked);
+  cpSync(repo, join(locked, "repo"), { recursive: true });
+  writeFileSync(join(locked, "repo", "secret.tf"), 'output "secret" { value = "ROOT-ONLY-SECRET-42" }\n');
+  git(["add", "."], join(locked, "repo"));
+  git(["commit", "-q", "-m", "secret"], join(locked, "repo"));
+  chmodSync(locked, 0o700);
+  const text = `module "m" {\n  source = "git::file://${locked}/repo//sub"\n}\n`;
+  const off = new ModuleCache({ dir: join(root, "modules-local-off"), limitBytes: 1 << 30, dispatcher: dispatcher(), logger });
+  const lease = await off.prepare(configDir(text), AbortSignal.timeout(30_000));
+  lease.release();
+  assert.deepEqual(lease.installed, []);
+  assert.match(lease.notes.join("\n"), /module m: the cache does not fetch local repositories \(git::file:\/\/.*\); left to terraform/);
+  assert.equal(off.counters.misses, 0);
+  assert.equal(existsSync(join(root, "modules-local-off", "entries", "git")), false, "nothing was fetched from the repository");
+  const on = new ModuleCache({ dir: join(root, "modules-local-on"), limitBytes: 1 << 30, dispatcher: dispatcher(), logger, allowLocalSources: true });
+  const allowed = await on.prepare(configDir(text), AbortSignal.timeout(30_000));
+  allowed.release();
+  assert.equal(allowed.installed.length, 1, allowed.notes.join("\n"));
 });

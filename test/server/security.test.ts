@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { after, before, describe, test } from "node:test";
-import { rawTarGz } from "../support/archives.js";
+import { backslashLinkEntries, rawTarGz } from "../support/archives.js";
 import { call, queueRun, registerAgent } from "../support/agent-client.js";
 import { startTestServer, type TestServer } from "../support/server.js";
 import { routeCall } from "../support/typed-api.js";
@@ -113,6 +113,10 @@ describe("archive link chains (13)", () => {
     ["a hard link through a symlink", rawTarGz([{ path: "d", type: "symlink", linkpath: "." }, { path: "e", type: "symlink", linkpath: "d/.." }, { path: "h", type: "hardlink", linkpath: "e/etc/passwd" }])],
     ["an entry written through a link", rawTarGz([{ path: "d", type: "symlink", linkpath: "sub" }, { path: "sub/", type: "dir" }, { path: "d/main.tf", content: "x" }])],
     ["a loop of links", rawTarGz([{ path: "l1", type: "symlink", linkpath: "l2" }, { path: "l2", type: "symlink", linkpath: "l1" }])],
+    // Review N3: a backslash is no separator on Linux, so this link climbs 40 levels up.
+    ["a symlink whose target hides 40 levels in one backslashed name", rawTarGz([...backslashLinkEntries(40, "tmp/x"), { path: "main.tf", content: "" }])],
+    // Review N16: node-tar refuses to unpack it, so the server must not accept it.
+    ["a hard link to a symlink", rawTarGz([{ path: "f", content: "x" }, { path: "s", type: "symlink", linkpath: "f" }, { path: "h", type: "hardlink", linkpath: "s" }])],
   ];
   for (const [name, archive] of cases) {
     test(`${name} is refused`, async () => {

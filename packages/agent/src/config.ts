@@ -20,6 +20,8 @@ export interface AgentConfig {
   providerCacheSizeLimitMb: number;
   moduleCacheEnabled: boolean;
   moduleCacheSizeLimitMb: number;
+  moduleCacheLocalSources: boolean;
+  cacheAllowMetadataAddresses: boolean;
   binaryCacheSizeLimitMb: number;
   /** Where the engine versions workspaces ask for come from, and what is trusted (local driver). */
   engines: EngineSettings;
@@ -125,6 +127,8 @@ export function loadAgentConfig(env: NodeJS.ProcessEnv, flags: AgentFlags = {}):
     providerCacheSizeLimitMb: src.get("DROVER_AGENT_PROVIDER_CACHE_SIZE_LIMIT_MB"),
     moduleCacheEnabled: src.get("DROVER_AGENT_MODULE_CACHE_ENABLED"),
     moduleCacheSizeLimitMb: src.get("DROVER_AGENT_MODULE_CACHE_SIZE_LIMIT_MB"),
+    moduleCacheLocalSources: src.get("DROVER_AGENT_MODULE_CACHE_LOCAL_SOURCES"),
+    cacheAllowMetadataAddresses: src.get("DROVER_AGENT_CACHE_ALLOW_METADATA_ADDRESSES"),
     binaryCacheSizeLimitMb: src.get("DROVER_AGENT_BINARY_CACHE_SIZE_LIMIT_MB"),
     engines: engineSettings(src),
     ...stopAndTrust,

@@ -13,6 +13,7 @@ export { killTagged, processStartTicks } from "./orphans.js";
 export { ProviderCache, type CacheCounters, type ProviderLease, type ProviderCacheOptions } from "./providers/cache.js";
 export { VerificationError } from "./providers/errors.js";
 export { ModuleCache, type ModuleLease } from "./modules/cache.js";
+export { checkFetchTarget, FetchRefused, isMetadataAddress } from "./fetch-guard.js";
 export { CacheStore, type CacheStoreOptions, type Fill, type Hold, type StoreEntry } from "./cache/store.js";
 export { EngineCache, newestSatisfying, type EngineLease, type EngineCacheOptions } from "./engines/cache.js";
 export { EngineError, type EngineFailure } from "./engines/errors.js";

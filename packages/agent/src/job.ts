@@ -15,7 +15,7 @@ import { outputsOfState } from "./state-outputs.js";
 import type { RunningProcess } from "./process.js";
 import { chownTree } from "./run-user.js";
 import { localRunner, type RunFiles, type Runner } from "./runner.js";
-import { localFiles } from "./local-files.js";
+import { localRunFiles } from "./local-files.js";
 import type { ProviderCache, ProviderLease } from "./providers/cache.js";
 import type { ModuleCache, ModuleLease } from "./modules/cache.js";
 import type { EngineCache, EngineLease } from "./engines/cache.js";
@@ -109,8 +109,10 @@ export class JobRun {
 
   /** The job's own files, through the runner when it shares them with a runner container. */
   private get files(): RunFiles {
-    return this.runner.files ?? localFiles;
+    return this.runner.files ?? (this.localFiles ??= localRunFiles(this.config.dataDir));
   }
+
+  private localFiles: RunFiles | undefined;
 
   get id(): string {
     return this.assignment.jobId;
@@ -359,6 +361,9 @@ export class JobRun {
     );
     for (const note of this.engineLease?.notes ?? []) this.log.line(`[drover] ${note}`);
 
+    // Where the agent writes into the working directory: locally its real path (it may be reached
+    // through the archive's own links, checked below to stay inside); a runner's files refuse every link.
+    let writeDir = workDir;
     if (reused) {
       this.log.line("[drover] reusing this run's initialized plan directory on this agent: configuration download, init and plan download skipped");
     } else {
@@ -372,8 +377,7 @@ export class JobRun {
         throw new DroverError("invalid_archive", `the working directory ${a.workspace.workingDirectory} leads outside the configuration through a link`);
       }
       const tfvars = Object.fromEntries(variables.filter((v) => v.kind === "terraform").map((v) => [v.key, v.value]));
-      // A runner's files refuse every link themselves; locally, the real path is written.
-      const writeDir = this.runner.files ? workDir : realWork;
+      if (!this.runner.files) writeDir = realWork;
       if (Object.keys(tfvars).length > 0) this.files.write(join(writeDir, "drover.auto.tfvars.json"), JSON.stringify(tfvars, null, 2));
       // terraform merges *_override.tf files into the configuration: this selects the http
       // backend, which the TF_HTTP_* variables configure.
@@ -383,7 +387,7 @@ export class JobRun {
     const env = this.environment(variables.filter((v) => v.kind === "env").map((v) => [v.key, v.value]));
     // Modules first: the providers their modules require are prepared with the root module's.
     if (this.moduleCache) {
-      this.moduleLease = await this.moduleCache.prepare(workDir, this.work.signal, this.files);
+      this.moduleLease = await this.moduleCache.prepare(writeDir, this.work.signal, this.files);
       for (const note of this.moduleLease.notes) this.log.line(`[drover] module cache: ${note}`);
       if (this.moduleLease.installed.length > 0) this.log.line(`[drover] modules from the agent's cache: ${this.moduleLease.installed.join(", ")}`);
     }

@@ -25,11 +25,19 @@ const maxLinkHops = 40;
 /** How long one archive check may take before the archive is refused. */
 export const defaultArchiveCheckMs = 30_000;
 
-/** Why one archive path is unsafe, or undefined when it stays inside the root. */
+/**
+ * Why one archive path is unsafe, or undefined when it stays inside the root. Paths are Linux
+ * paths: "/" is the only separator and "\\" an ordinary character. What the unpacker (node-tar)
+ * would rewrite or refuse is refused here too, so that the check and the unpacking never
+ * disagree about a name: a Windows root (`C:`, a leading "\\"), which it strips, and a ".."
+ * between backslashes, which it refuses.
+ */
 export function unsafePathReason(path: string): string | undefined {
   if (path.includes("\0")) return "contains a NUL byte";
-  if (path.startsWith("/") || /^[A-Za-z]:/.test(path) || path.startsWith("\\")) return "is an absolute path";
-  if (path.split(/[\\/]/).includes("..")) return "climbs out of the archive root with '..'";
+  if (path.startsWith("/")) return "is an absolute path";
+  if (/^[A-Za-z]:/.test(path) || path.startsWith("\\")) return "is a Windows-style absolute path";
+  if (path.split("/").includes("..")) return "climbs out of the archive root with '..'";
+  if (path.split(/[\\/]/).includes("..")) return "holds '..' between backslashes, which the unpacker refuses";
   return undefined;
 }
 
@@ -220,6 +228,12 @@ class TarWalker {
       if (linkpath === "" || linkpath.includes("\0") || linkpath.startsWith("/") || /^[A-Za-z]:/.test(linkpath) || linkpath.startsWith("\\")) {
         throw invalid(`archive link ${JSON.stringify(path)} points to ${JSON.stringify(linkpath)}, outside the archive`);
       }
+      // The unpacker refuses any ".." in a hard link's target.
+      const hardReason = type === "Link" ? unsafePathReason(linkpath) : undefined;
+      if (hardReason) {
+        const what = `archive hard link ${JSON.stringify(path)} points to ${JSON.stringify(linkpath)}`;
+        throw invalid(`${what}, outside the archive: it ${hardReason}`);
+      }
     }
     this.entries.push({ path, type, linkpath });
     if (this.entries.length > this.limits.maxEntries) throw new DroverError("payload_too_large", `the archive holds more than ${this.limits.maxEntries} entries`);
@@ -242,7 +256,8 @@ class TarWalker {
   }
 }
 
-const parts = (path: string): string[] => path.split(/[\\/]/).filter((p) => p !== "" && p !== ".");
+/** The components of an archive path as Linux reads it ("\\" is part of a name). */
+const parts = (path: string): string[] => path.split("/").filter((p) => p !== "" && p !== ".");
 
 /**
  * Resolves `target` from directory `from` through the archive's own symlinks, as the file
@@ -250,7 +265,7 @@ const parts = (path: string): string[] => path.split(/[\\/]/).filter((p) => p !=
  */
 function escapeReason(from: string[], target: string, links: Map<string, string>): string | undefined {
   const stack = [...from];
-  let queue = target.split(/[\\/]/);
+  let queue = target.split("/");
   let hops = 0;
   while (queue.length > 0) {
     const part = queue.shift() as string;
@@ -265,8 +280,23 @@ function escapeReason(from: string[], target: string, links: Map<string, string>
     if (link !== undefined) {
       if (++hops > maxLinkHops) return "is a loop of links";
       stack.pop();
-      queue = [...link.split(/[\\/]/), ...queue];
+      queue = [...link.split("/"), ...queue];
     }
+  }
+  return undefined;
+}
+
+/**
+ * The unpacker reads "\\" in a symlink's target as a separator when it checks the target, and
+ * refuses one that then leaves the root; so does this check, or an archive it accepts would
+ * fail to unpack.
+ */
+function backslashEscape(from: string[], target: string): string | undefined {
+  const stack = [...from];
+  for (const part of target.split(/[\\/]/)) {
+    if (part === "" || part === ".") continue;
+    if (part !== "..") stack.push(part);
+    else if (stack.pop() === undefined) return "leaves the archive root when '\\' is read as a separator (as node-tar does)";
   }
   return undefined;
 }
@@ -285,8 +315,20 @@ function checkLinks(entries: Entry[]): void {
     if (e.type === "SymbolicLink" || e.type === "Link") {
       // Symlinks resolve against their own directory, hard links against the root.
       const from = e.type === "SymbolicLink" ? p.slice(0, -1) : [];
-      const reason = escapeReason(from, e.linkpath, links);
+      const backslashed = e.type === "SymbolicLink" ? backslashEscape(from, e.linkpath) : undefined;
+      const reason = escapeReason(from, e.linkpath, links) ?? backslashed;
       if (reason) throw invalid(`archive link ${JSON.stringify(e.path)} points to ${JSON.stringify(e.linkpath)}, outside the archive: resolved through the archive's links it ${reason}`);
+    }
+    if (e.type === "Link") {
+      // link(2) would link the symlink itself, and the unpacker refuses a hard link whose target is or
+      // passes through a symlink: refused here as well, so that an accepted archive always unpacks.
+      const target = parts(e.linkpath);
+      for (let i = 1; i <= target.length; i++) {
+        const prefix = target.slice(0, i).join("/");
+        if (!links.has(prefix)) continue;
+        const what = `archive hard link ${JSON.stringify(e.path)} points to ${JSON.stringify(e.linkpath)}`;
+        throw invalid(`${what} through the symbolic link ${JSON.stringify(prefix)}; link to the file itself`);
+      }
     }
   }
 }

@@ -31,6 +31,7 @@ export const errorCodes = [
   "unexpected_response",
   "invalid_setting",
   "verification_failed",
+  "fetch_refused",
   "plan_pending",
 ] as const;
 export type ErrorCode = (typeof errorCodes)[number];
@@ -68,6 +69,8 @@ const statusByCode: Record<ErrorCode, number> = {
   unexpected_response: 502,
   // Raised by agents (a download or cache entry that is not what its source vouches for).
   verification_failed: 422,
+  // Raised by agents: a fetch a configuration asked for, from an address runs must not reach through the agent.
+  fetch_refused: 403,
   // A run's plan JSON that its apply job is still rendering (decision 0041): ask again after Retry-After.
   plan_pending: 409,
 };

@@ -18,6 +18,10 @@ export interface CacheSettings {
   providerCacheSizeLimitMb: number;
   moduleCacheEnabled: boolean;
   moduleCacheSizeLimitMb: number;
+  /** The module cache fetches `git::file://` sources too (DROVER_AGENT_MODULE_CACHE_LOCAL_SOURCES). */
+  moduleCacheLocalSources: boolean;
+  /** The caches may fetch from link-local and metadata addresses (DROVER_AGENT_CACHE_ALLOW_METADATA_ADDRESSES). */
+  cacheAllowMetadataAddresses: boolean;
   /** Soft limit of the engine releases in `<cache dir>/engines` (DROVER_AGENT_BINARY_CACHE_SIZE_LIMIT_MB). */
   binaryCacheSizeLimitMb: number;
   /** Where engine releases come from and whom they are trusted from. */
@@ -32,6 +36,8 @@ export function cacheSettings(src: SettingsSource): CacheSettings {
     providerCacheSizeLimitMb: src.get("DROVER_AGENT_PROVIDER_CACHE_SIZE_LIMIT_MB"),
     moduleCacheEnabled: src.get("DROVER_AGENT_MODULE_CACHE_ENABLED"),
     moduleCacheSizeLimitMb: src.get("DROVER_AGENT_MODULE_CACHE_SIZE_LIMIT_MB"),
+    moduleCacheLocalSources: src.get("DROVER_AGENT_MODULE_CACHE_LOCAL_SOURCES"),
+    cacheAllowMetadataAddresses: src.get("DROVER_AGENT_CACHE_ALLOW_METADATA_ADDRESSES"),
     binaryCacheSizeLimitMb: src.get("DROVER_AGENT_BINARY_CACHE_SIZE_LIMIT_MB"),
     engines: engineSettings(src),
   };
@@ -70,8 +76,23 @@ export function openCaches(s: CacheSettings, dispatcher: Dispatcher, logger: Log
     }
   };
   return {
-    providers: s.providerCacheEnabled ? open("providers", () => new ProviderCache({ dir: join(s.cacheDir, "providers"), limitBytes: s.providerCacheSizeLimitMb * mb, dispatcher, logger })) : undefined,
-    modules: s.moduleCacheEnabled ? open("modules", () => new ModuleCache({ dir: join(s.cacheDir, "modules"), limitBytes: s.moduleCacheSizeLimitMb * mb, dispatcher, logger, caCertPem })) : undefined,
+    providers: s.providerCacheEnabled
+      ? open("providers", () => {
+          const limitBytes = s.providerCacheSizeLimitMb * mb;
+          const allowMetadataAddresses = s.cacheAllowMetadataAddresses;
+          const dir = join(s.cacheDir, "providers");
+          return new ProviderCache({ dir, limitBytes, dispatcher, logger, allowMetadataAddresses });
+        })
+      : undefined,
+    modules: s.moduleCacheEnabled ? open("modules", () => new ModuleCache({
+            dir: join(s.cacheDir, "modules"),
+            limitBytes: s.moduleCacheSizeLimitMb * mb,
+            dispatcher,
+            logger,
+            caCertPem,
+            allowMetadataAddresses: s.cacheAllowMetadataAddresses,
+            allowLocalSources: s.moduleCacheLocalSources,
+          })) : undefined,
     engines: new EngineCache({
       dir: join(s.cacheDir, "engines"),
       limitBytes: s.binaryCacheSizeLimitMb * mb,

@@ -101,7 +101,8 @@ export class EngineCache {
 
   constructor(private readonly options: EngineCacheOptions) {
     this.versionsDir = join(options.dir, "versions");
-    this.http = new RegistryClient(options.dispatcher);
+    // Release URLs are the operator's settings, not a configuration's.
+    this.http = new RegistryClient(options.dispatcher, { allowMetadataAddresses: true });
     this.platform = options.platform ?? terraformPlatform();
     this.maxArchiveBytes = options.maxArchiveBytes ?? 1024 ** 3;
     this.downloadTimeoutMs = options.downloadTimeoutMs ?? 30 * 60_000;

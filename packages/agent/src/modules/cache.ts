@@ -4,7 +4,8 @@ import { rootCertificates } from "../root-certificates.js";
 import { join, resolve } from "node:path";
 import type { RunFiles } from "../runner.js";
 import { childProcess } from "../process.js";
-import { localFiles } from "../local-files.js";
+import { localRunFiles } from "../local-files.js";
+import { checkFetchTarget, FetchRefused } from "../fetch-guard.js";
 import { VerificationError } from "../providers/errors.js";
 import type { Logger } from "pino";
 import type { Dispatcher } from "undici";
@@ -63,6 +64,13 @@ export interface ModuleCacheOptions {
   caCertPem?: string | undefined;
   maxPackageBytes?: number;
   now?: () => number;
+  /**
+   * Registries, sources and redirects may be at link-local or metadata addresses
+   * (DROVER_AGENT_CACHE_ALLOW_METADATA_ADDRESSES).
+   */
+  allowMetadataAddresses?: boolean;
+  /** `git::file://` sources are fetched by the agent too (DROVER_AGENT_MODULE_CACHE_LOCAL_SOURCES). */
+  allowLocalSources?: boolean;
 }
 
 const defaultRegistry = "registry.terraform.io";
@@ -169,16 +177,30 @@ const gitTimeoutMs = 10 * 60_000;
 /** What git's TLS libraries (gnutls and OpenSSL builds) say when the server's certificate chains to no trusted root. */
 const untrustedCertificate = /server certificate verification failed|SSL certificate problem|certificate verify failed/i;
 
-/**
- * Runs git. `caFile` (a PEM bundle) replaces git's CA file for https, so it holds the default
- * roots as well as DROVER_CA_CERT. It is given as GIT_SSL_CAINFO, not `-c http.sslCAInfo`: git
- * lets that variable (often set by images and CI) override any configuration.
- */
-function git(args: string[], signal: AbortSignal, caFile: string | undefined, cwd?: string): Promise<string> {
+/** How the module cache runs git. */
+interface GitOptions {
+  /**
+   * A PEM bundle replacing git's CA file for https, so it holds the default roots as well as
+   * DROVER_CA_CERT. It is given as GIT_SSL_CAINFO, not `-c http.sslCAInfo`: git lets that
+   * variable (often set by images and CI) override any configuration.
+   */
+  caFile: string | undefined;
+  /**
+   * Whether git may follow an http redirect. Off unless metadata addresses are allowed: git
+   * resolves and follows redirects itself, so only the source's own host can be checked.
+   */
+  followRedirects: boolean;
+}
+
+function git(args: string[], signal: AbortSignal, options: GitOptions, cwd?: string): Promise<string> {
   const deadline = AbortSignal.timeout(gitTimeoutMs);
-  const env = caFile ? { ...gitEnv(), GIT_SSL_CAINFO: caFile } : gitEnv();
+  const env = gitEnv();
+  if (options.caFile) env.GIT_SSL_CAINFO = options.caFile;
+  // Command-line configuration outranks every configuration file.
+  const argv = options.followRedirects ? args : ["-c", "http.followRedirects=false", ...args];
   return new Promise((resolvePromise, reject) => {
-    childProcess().execFile("git", args, { cwd, env, signal: AbortSignal.any([signal, deadline]), maxBuffer: 16 << 20 }, (err, stdout, stderr) => {
+    const run = { cwd, env, signal: AbortSignal.any([signal, deadline]), maxBuffer: 16 << 20 };
+    childProcess().execFile("git", argv, run, (err, stdout, stderr) => {
       const said = (stderr || err?.message || "").trim().split("\n").slice(-1)[0];
       if (err && deadline.aborted && !signal.aborted) reject(new ModuleSourceUnavailable(`git ${args[0]} took longer than ${gitTimeoutMs / 1000} s`));
       else if (err && untrustedCertificate.test(stderr)) {
@@ -236,8 +258,8 @@ function writeCaBundle(dir: string, pem: string): string {
 }
 
 /** The commit `ref` (a branch or tag; HEAD when unset) names in the repository at `url`. */
-async function lsRemote(url: string, ref: string | undefined, signal: AbortSignal, caFile: string | undefined): Promise<string> {
-  const out = await git(["ls-remote", "--", url, ...(ref ? [ref, `${ref}^{}`] : ["HEAD"])], signal, caFile);
+async function lsRemote(url: string, ref: string | undefined, signal: AbortSignal, options: GitOptions): Promise<string> {
+  const out = await git(["ls-remote", "--", url, ...(ref ? [ref, `${ref}^{}`] : ["HEAD"])], signal, options);
   const lines = out.trim().split("\n").map((l) => l.split("\t")).filter((p) => p.length === 2) as Array<[string, string]>;
   // An annotated tag's commit is its peeled line (`refs/tags/v1^{}`).
   const pick = lines.find(([, name]) => name.endsWith("^{}")) ?? lines[0];
@@ -252,36 +274,38 @@ async function lsRemote(url: string, ref: string | undefined, signal: AbortSigna
  * receives against its hash, and the commit must be the one asked for, so the tree is the one
  * the commit id vouches for.
  */
-async function gitCheckout(url: string, ref: string | undefined, commit: string, dir: string, scratch: string, signal: AbortSignal, caFile: string | undefined): Promise<ModuleMeta> {
-  const has = async (repo: string): Promise<boolean> => (await git(["--git-dir", repo, "cat-file", "-t", commit], signal, caFile).catch(() => "")).trim() === "commit";
+async function gitCheckout(url: string, ref: string | undefined, commit: string, dir: string, scratch: string, signal: AbortSignal, options: GitOptions): Promise<ModuleMeta> {
+  const has = async (repo: string): Promise<boolean> => (await git(["--git-dir", repo, "cat-file", "-t", commit], signal, options).catch(() => "")).trim() === "commit";
   const shallow = join(scratch, "shallow.git");
-  await git(["init", "--quiet", "--bare", shallow], signal, caFile);
+  await git(["init", "--quiet", "--bare", shallow], signal, options);
   // By id: protocol v2 servers serve any commit; an older one only what a ref points at, so the
   // ref is asked for too (ls-remote said it names this commit; if it has moved since, the
   // commit is missing and the whole clone below decides).
   for (const want of [commit, ...(ref === commit ? [] : [ref ?? "HEAD"])]) {
-    if (await git(["--git-dir", shallow, "fetch", "--quiet", "--depth", "1", "--no-tags", "--", url, want], signal, caFile).then(() => has(shallow), () => false)) {
-      await git(["--git-dir", shallow, "--work-tree", dir, "checkout", "--quiet", "-f", commit, "--", "."], signal, caFile);
+    if (await git(["--git-dir", shallow, "fetch", "--quiet", "--depth", "1", "--no-tags", "--", url, want], signal, options).then(() => has(shallow), () => false)) {
+      await git(["--git-dir", shallow, "--work-tree", dir, "checkout", "--quiet", "-f", commit, "--", "."], signal, options);
       return { source: url, commit };
     }
   }
   const repo = join(scratch, "repo.git");
-  await git(["clone", "--quiet", "--bare", "--", url, repo], signal, caFile);
+  await git(["clone", "--quiet", "--bare", "--", url, repo], signal, options);
   if (!(await has(repo))) throw new ModuleSourceUnavailable(`${url} has no commit ${commit}`);
-  await git(["--git-dir", repo, "--work-tree", dir, "checkout", "--quiet", "-f", commit, "--", "."], signal, caFile);
+  await git(["--git-dir", repo, "--work-tree", dir, "checkout", "--quiet", "-f", commit, "--", "."], signal, options);
   return { source: url, commit };
 }
 
 export class ModuleCache {
   private readonly store: CacheStore<ModuleMeta>;
   private readonly registry: RegistryClient;
-  /** git's CA file when DROVER_CA_CERT is set (git's own default roots otherwise). */
-  private readonly gitCaFile: string | undefined;
+  /** git's CA file when DROVER_CA_CERT is set (git's own default roots otherwise), and its redirects. */
+  private readonly gitOptions: GitOptions;
 
   constructor(private readonly options: ModuleCacheOptions) {
     this.store = new CacheStore<ModuleMeta>({ dir: options.dir, entries: "entries", limitBytes: options.limitBytes, logger: options.logger, kind: "module", ...(options.now ? { now: options.now } : {}) });
-    this.registry = new RegistryClient(options.dispatcher);
-    this.gitCaFile = options.caCertPem ? writeCaBundle(options.dir, options.caCertPem) : undefined;
+    const allowMetadataAddresses = options.allowMetadataAddresses ?? false;
+    this.registry = new RegistryClient(options.dispatcher, { allowMetadataAddresses });
+    const caFile = options.caCertPem ? writeCaBundle(options.dir, options.caCertPem) : undefined;
+    this.gitOptions = { caFile, followRedirects: allowMetadataAddresses };
   }
 
   /** Hits, misses, evictions and bytes, for /metrics. */
@@ -295,7 +319,7 @@ export class ModuleCache {
    * `workDir/.terraform/modules`, writing through `files` (the run directory may be shared with a
    * runner container). Calls it cannot serve are left to terraform with a note.
    */
-  async prepare(workDir: string, signal: AbortSignal, files: Pick<RunFiles, "link" | "write"> = localFiles): Promise<ModuleLease> {
+  async prepare(workDir: string, signal: AbortSignal, files: Pick<RunFiles, "link" | "write"> = localRunFiles(workDir)): Promise<ModuleLease> {
     const notes: string[] = [];
     const held: Hold[] = [];
     const records: Array<{ Key: string; Source: string; Version?: string; Dir: string }> = [];
@@ -316,6 +340,12 @@ export class ModuleCache {
         }
         if (!spec) {
           notes.push(`module ${key}: the cache does not take source ${call.source}; left to terraform`);
+          continue;
+        }
+        if (spec.kind === "git" && spec.url.startsWith("file:") && !this.options.allowLocalSources) {
+          // The agent may read what the run may not (another user in run-as-user mode):
+          // terraform fetches it as the run.
+          notes.push(`module ${key}: the cache does not fetch local repositories (${call.source}); left to terraform`);
           continue;
         }
         if (spec.kind === "local") {
@@ -372,15 +402,18 @@ export class ModuleCache {
       fill = (dir, _scratch, s) => this.fetchRegistry(spec, v, dir, s);
     } else if (spec.kind === "git") {
       // A commit names its content exactly; any other ref is asked of the repository once per run.
-      const commit = spec.ref && /^[0-9a-f]{40}$/.test(spec.ref) ? spec.ref : await lsRemote(spec.url, spec.ref, signal, this.gitCaFile);
+      if (!this.options.allowMetadataAddresses) await checkFetchTarget(spec.url);
+      const pinned = spec.ref && /^[0-9a-f]{40}$/.test(spec.ref) ? spec.ref : undefined;
+      const commit = pinned ?? (await lsRemote(spec.url, spec.ref, signal, this.gitOptions));
       key = `git/${digest(spec.url)}/${commit}`;
       source = packageSource(call.source);
-      fill = (dir, scratch, s) => gitCheckout(spec.url, spec.ref, commit, dir, scratch, s, this.gitCaFile);
+      fill = (dir, scratch, s) => gitCheckout(spec.url, spec.ref, commit, dir, scratch, s, this.gitOptions);
     } else {
       key = `http/${digest(`${spec.url}#${spec.checksum ?? ""}`)}`;
       source = packageSource(call.source);
       fill = async (dir, _scratch, s) => {
         const archive = await this.registry.fetchBytes(spec.url, max, s).catch((err: unknown) => {
+          if (err instanceof FetchRefused) throw err;
           throw new ModuleSourceUnavailable(`${spec.url}: ${err instanceof Error ? err.message : String(err)}`);
         });
         const sum = createHash("sha256").update(archive).digest("hex");

@@ -57,6 +57,11 @@ export interface ProviderCacheOptions {
   logger: Logger;
   /** `os_arch` as terraform names it; default: this machine's. */
   platform?: string;
+  /**
+   * Registries and downloads may be at link-local or metadata addresses
+   * (DROVER_AGENT_CACHE_ALLOW_METADATA_ADDRESSES).
+   */
+  allowMetadataAddresses?: boolean;
   /** Largest archive (and unpacked size) accepted. */
   maxPackageBytes?: number;
   now?: () => number;
@@ -83,7 +88,8 @@ export class ProviderCache {
   constructor(options: ProviderCacheOptions) {
     this.store = new CacheStore<ProviderMeta>({ dir: options.dir, entries: "mirror", limitBytes: options.limitBytes, logger: options.logger, kind: "provider", ...(options.now ? { now: options.now } : {}) });
     this.mirror = this.store.root;
-    this.registry = new RegistryClient(options.dispatcher);
+    const allowMetadataAddresses = options.allowMetadataAddresses === true;
+    this.registry = new RegistryClient(options.dispatcher, { allowMetadataAddresses });
     this.platform = options.platform ?? terraformPlatform();
     this.maxPackageBytes = options.maxPackageBytes ?? 2 * 1024 ** 3;
   }

@@ -6,6 +6,7 @@ import type * as OpenPgp from "openpgp";
 import type { Dispatcher } from "undici";
 import { transportRequest as request } from "@drover/protocol";
 import { VerificationError } from "./errors.js";
+import { checkFetchTarget, FetchRefused } from "../fetch-guard.js";
 
 /** A provider address as terraform writes it in lock files: `host/namespace/type`, lower case. */
 export interface ProviderAddress {
@@ -38,24 +39,37 @@ const maxJsonBytes = 4 << 20;
 export class RegistryClient {
   private readonly discovered = new Map<string, Promise<URL>>();
 
+  private readonly timeoutMs: number;
+  private readonly allowMetadataAddresses: boolean;
+
+  /**
+   * `allowMetadataAddresses`: also fetch from link-local and cloud metadata addresses (see
+   * fetch-guard.ts); off for what a configuration names, on for the operator's own URLs.
+   */
   constructor(
     private readonly dispatcher: Dispatcher,
-    private readonly timeoutMs = 60_000,
-  ) {}
+    options: { timeoutMs?: number; allowMetadataAddresses?: boolean } = {},
+  ) {
+    this.timeoutMs = options.timeoutMs ?? 60_000;
+    this.allowMetadataAddresses = options.allowMetadataAddresses ?? false;
+  }
 
-  /** GET following up to 3 redirects (registries often send downloads elsewhere). */
+  /** GET following up to 3 redirects (registries often send downloads elsewhere), each checked before it is asked. */
   private async open(url: URL | string, signal: AbortSignal): Promise<Dispatcher.ResponseData> {
     let at = new URL(url);
     for (let hop = 0; ; hop++) {
       let res: Dispatcher.ResponseData;
       try {
+        if (!this.allowMetadataAddresses) await checkFetchTarget(at);
         res = await request(at, { dispatcher: this.dispatcher, signal });
       } catch (err) {
+        if (err instanceof FetchRefused) throw err;
         throw new RegistryUnavailable(`${at.href}: ${err instanceof Error ? err.message : String(err)}`);
       }
       const location = res.headers.location;
       if (res.statusCode < 300 || res.statusCode >= 400 || typeof location !== "string" || hop >= 3) return res;
-      res.body.destroy();
+      // Read off (a small redirect body) rather than destroyed: destroying a body not yet ended raises an abort error.
+      await res.body.dump().catch(() => undefined);
       at = new URL(location, at);
     }
   }
