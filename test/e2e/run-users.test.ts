@@ -38,10 +38,15 @@ after(async () => {
 });
 
 /** A local agent of its own pool, running as root, its runs as `uid` + slot (gid the same). */
-async function runAsAgent(name: string, uid: number, concurrency: number): Promise<Proc> {
+async function runAsAgent(name: string, uid: number, concurrency: number): Promise<Proc & { token: string }> {
   for (let i = 0; i < concurrency; i++) uids.push(uid + i);
   await stack.server.api(routes.createPool, { body: { name } });
   const token = (await stack.server.api(routes.createPoolToken, { params: { pool: name }, body: { description: name } })).body.token as string;
+  return startAgent(name, token, uid, concurrency);
+}
+
+/** Starts (or restarts: same data dir) the agent `name` of pool `name`. */
+async function startAgent(name: string, token: string, uid: number, concurrency: number): Promise<Proc & { token: string }> {
   const agent = spawnDrover(["agent", "run"], {
     ...stack.baseEnv,
     TF_CLI_CONFIG_FILE: join(home, "terraformrc"),
@@ -54,7 +59,7 @@ async function runAsAgent(name: string, uid: number, concurrency: number): Promi
     DROVER_AGENT_RUN_AS_USER: String(uid),
   });
   await agent.waitFor(/registered/);
-  return agent;
+  return { ...agent, token };
 }
 
 /** A configuration whose apply runs `command` (a shell line) as a local-exec provisioner. */
@@ -159,10 +164,40 @@ test("N2: runs side by side on one agent are distinct users; one cannot read the
     const leftRun = await stack.startRun(execConfig("n2-left", left), "n2-left");
     const [leftLog, rightLog] = await Promise.all([applied(leftRun), applied(rightRun)]);
     const decoded = (log: string, what: string) => Buffer.from(new RegExp(`\\(local-exec\\): ${what}:(\\S*)`).exec(log)?.[1] ?? "", "base64").toString("utf8");
-    const uidsSeen = [decoded(leftLog, "UID").trim(), decoded(rightLog, "UID").trim()].sort();
-    assert.deepEqual(uidsSeen, [String(uid), String(uid + 1)], `${leftLog}\n${rightLog}`);
     assert.ok(!decoded(leftLog, "READ").includes(secret), "the left run read the right run's sensitive variable");
     assert.match(decoded(leftLog, "READ"), /Permission denied/);
+    const uidsSeen = [decoded(leftLog, "UID").trim(), decoded(rightLog, "UID").trim()].sort();
+    assert.deepEqual(uidsSeen, [String(uid), String(uid + 1)], `${leftLog}\n${rightLog}`);
+  } finally {
+    await agent.stop("SIGKILL");
+  }
+});
+
+test("N2: a process a run left behind with env -i setsid is ended when its agent, killed meanwhile, starts again", { skip: !root && "needs root" }, async () => {
+  const uid = testRunUid();
+  let agent = await runAsAgent("n2-restart", uid, 1);
+  const dir = join(drop, "restart");
+  mkdirSync(dir);
+  chmodSync(dir, 0o1777);
+  try {
+    await workspace("n2-restart", "n2-restart");
+    // The step blocks, so that the agent dies while the run is under way.
+    const command = `env -i /usr/bin/setsid /bin/sh -c 'exec sleep 3004' >/dev/null 2>&1 & echo $! > ${dir}/left.tmp && mv ${dir}/left.tmp ${dir}/left.pid; exec sleep 3005`;
+    await stack.startRun(execConfig("n2-restart", command), "n2-restart");
+    const leftFile = join(dir, "left.pid");
+    const deadline = Date.now() + 120_000;
+    while (!existsSync(leftFile)) {
+      assert.ok(Date.now() < deadline, `the run never started its leftover:\n${agent.output()}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const left = Number(readFileSync(leftFile, "utf8"));
+    assert.ok(liveOf(left, uid));
+    await agent.stop("SIGKILL");
+    assert.ok(liveOf(left, uid), "the leftover outlived its agent (what the restart must clean up)");
+    // Orphans are ended before the agent registers.
+    agent = await startAgent("n2-restart", agent.token, uid, 1);
+    assert.ok(!liveOf(left, uid), `the restarted agent left the run's leftover alive:\n${agent.output()}`);
+    assert.match(agent.output(), /ended processes left behind by jobs of this agent's previous run/);
   } finally {
     await agent.stop("SIGKILL");
   }
