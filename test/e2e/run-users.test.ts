@@ -37,16 +37,21 @@ after(async () => {
   rmSync(home, { recursive: true, force: true });
 });
 
-/** A local agent of its own pool, running as root, its runs as `uid` + slot (gid the same). */
-async function runAsAgent(name: string, uid: number, concurrency: number): Promise<Proc & { token: string }> {
+/** A local agent of its own pool, running as root, its runs as `uid` + slot (gid likewise). */
+async function runAsAgent(name: string, uid: number, concurrency: number): Promise<RunAsAgent> {
   for (let i = 0; i < concurrency; i++) uids.push(uid + i);
   await stack.server.api(routes.createPool, { body: { name } });
-  const token = (await stack.server.api(routes.createPoolToken, { params: { pool: name }, body: { description: name } })).body.token as string;
-  return startAgent(name, token, uid, concurrency);
+  const created = await stack.server.api(routes.createPoolToken, {
+    params: { pool: name },
+    body: { description: name },
+  });
+  return startAgent(name, created.body.token as string, uid, concurrency);
 }
 
+type RunAsAgent = Proc & { token: string };
+
 /** Starts (or restarts: same data dir) the agent `name` of pool `name`. */
-async function startAgent(name: string, token: string, uid: number, concurrency: number): Promise<Proc & { token: string }> {
+async function startAgent(name: string, token: string, uid: number, concurrency: number): Promise<RunAsAgent> {
   const agent = spawnDrover(["agent", "run"], {
     ...stack.baseEnv,
     TF_CLI_CONFIG_FILE: join(home, "terraformrc"),
@@ -65,7 +70,14 @@ async function startAgent(name: string, token: string, uid: number, concurrency:
 /** A configuration whose apply runs `command` (a shell line) as a local-exec provisioner. */
 function execConfig(name: string, command: string): string {
   return writeConfig(stack.dir, name, {
-    "main.tf": `resource "terraform_data" "step" {\n  provisioner "local-exec" {\n    command = ${JSON.stringify(command)}\n  }\n}\n`,
+    "main.tf": [
+      'resource "terraform_data" "step" {',
+      '  provisioner "local-exec" {',
+      `    command = ${JSON.stringify(command)}`,
+      "  }",
+      "}",
+      "",
+    ].join("\n"),
   });
 }
 
@@ -86,7 +98,24 @@ function liveOf(pid: number, uid: number): boolean {
   return processesOfUid(uid).includes(pid);
 }
 
-test("N2: processes a run leaves behind through env -i setsid, a double fork and nohup are all gone when its job ends", { skip: !root && "needs root" }, async () => {
+const needsRoot = { skip: !root && "needs root" };
+
+/** A directory every run user may write, for the runs of one test to meet in. */
+function meetingDir(name: string): string {
+  const dir = join(drop, name);
+  mkdirSync(dir);
+  chmodSync(dir, 0o1777);
+  return dir;
+}
+
+/** Sets a sensitive env variable of a workspace. */
+async function sensitiveEnv(ws: string, key: string, value: string): Promise<void> {
+  const body = { value, sensitive: true, kind: "env" } as const;
+  const res = await stack.server.api(routes.setVariable, { params: { ws, key }, body });
+  assert.equal(res.status, 200, JSON.stringify(res.body));
+}
+
+test("N2: leftovers of a run (env -i setsid, double fork, nohup) are gone when its job ends", needsRoot, async () => {
   const uid = testRunUid();
   const agent = await runAsAgent("n2-leftovers", uid, 1);
   try {
@@ -111,59 +140,66 @@ test("N2: processes a run leaves behind through env -i setsid, a double fork and
   }
 });
 
-test("N2: a process run A leaves behind cannot read the environment of a later run B's terraform", { skip: !root && "needs root" }, async () => {
+test("N2: a leftover of run A cannot read the environment of a later run B's terraform", needsRoot, async () => {
   const uid = testRunUid();
   const agent = await runAsAgent("n2-sequential", uid, 1);
-  const dir = join(drop, "sequential");
-  mkdirSync(dir);
-  chmodSync(dir, 0o1777);
+  const dir = meetingDir("sequential");
   const secret = `victim-secret-${uid}`;
   try {
     await workspace("n2-attacker", "n2-sequential");
     await workspace("n2-victim", "n2-sequential");
-    assert.equal((await stack.server.api(routes.setVariable, { params: { ws: "n2-victim", key: "VICTIM_SECRET" }, body: { value: secret, sensitive: true, kind: "env" } })).status, 200);
+    await sensitiveEnv("n2-victim", "VICTIM_SECRET", secret);
     // The reader copies the first environment holding VICTIM_SECRET it can read (no single quotes: see below).
     const reader =
       `echo $$ > ${dir}/reader.pid; while :; do for f in /proc/[0-9]*/environ; do ` +
-      `if grep -q VICTIM_SECRET= "$f" 2>/dev/null; then tr "\\0" "\\n" < "$f" > ${dir}/stolen.tmp && mv ${dir}/stolen.tmp ${dir}/stolen && exit 0; fi; ` +
-      "done; sleep 0.05; done";
+      `if grep -q VICTIM_SECRET= "$f" 2>/dev/null; then tr "\\0" "\\n" < "$f" > ${dir}/stolen.tmp && ` +
+      `mv ${dir}/stolen.tmp ${dir}/stolen && exit 0; fi; done; sleep 0.05; done`;
     // Single-quoted: the reader's own shell expands its $$ and $f.
-    const attack = `env -i /usr/bin/setsid /bin/sh -c '${reader}' >/dev/null 2>&1 & while [ ! -s ${dir}/reader.pid ]; do sleep 0.05; done; echo READER=$(cat ${dir}/reader.pid)`;
+    const attack =
+      `env -i /usr/bin/setsid /bin/sh -c '${reader}' >/dev/null 2>&1 & ` +
+      `while [ ! -s ${dir}/reader.pid ]; do sleep 0.05; done; echo READER=$(cat ${dir}/reader.pid)`;
     const attackLog = await applied(await stack.startRun(execConfig("n2-attacker", attack), "n2-attacker"));
     assert.match(attackLog, /READER=\d+/);
     // The victim's step goes on once the reader stole its environment or is no longer alive.
     const victim =
       `pid=$(cat ${dir}/reader.pid); ` +
-      `while [ ! -e ${dir}/stolen ] && grep -qv '^[0-9]* (.*) Z' /proc/$pid/stat 2>/dev/null; do sleep 0.05; done; ` +
+      `while [ ! -e ${dir}/stolen ] && grep -qv '^[0-9]* (.*) Z' /proc/$pid/stat 2>/dev/null; ` +
+      "do sleep 0.05; done; " +
       `[ -e ${dir}/stolen ] && echo VICTIM:stolen || echo VICTIM:safe`;
     const victimLog = await applied(await stack.startRun(execConfig("n2-victim", victim), "n2-victim"));
     const stolen = existsSync(join(dir, "stolen")) ? readFileSync(join(dir, "stolen"), "utf8") : "";
-    assert.ok(!stolen.includes(secret) && !stolen.includes("TF_HTTP_PASSWORD"), `run A's reader read run B's environment:\n${stolen}`);
+    const leaked = stolen.includes(secret) || stolen.includes("TF_HTTP_PASSWORD");
+    assert.ok(!leaked, `run A's reader read run B's environment:\n${stolen}`);
     assert.match(victimLog, /VICTIM:safe/);
   } finally {
     await agent.stop("SIGKILL");
   }
 });
 
-test("N2: runs side by side on one agent are distinct users; one cannot read the other's environment", { skip: !root && "needs root" }, async () => {
+test("N2: runs side by side are distinct users; neither reads the other's environment", needsRoot, async () => {
   const uid = testRunUid();
   const agent = await runAsAgent("n2-parallel", uid, 2);
-  const dir = join(drop, "parallel");
-  mkdirSync(dir);
-  chmodSync(dir, 0o1777);
+  const dir = meetingDir("parallel");
   const secret = `parallel-secret-${uid}`;
   try {
     await workspace("n2-left", "n2-parallel");
     await workspace("n2-right", "n2-parallel");
-    assert.equal((await stack.server.api(routes.setVariable, { params: { ws: "n2-right", key: "RIGHT_SECRET" }, body: { value: secret, sensitive: true, kind: "env" } })).status, 200);
+    await sensitiveEnv("n2-right", "RIGHT_SECRET", secret);
     const probe = (what: string, cmd: string) => `echo ${what}:$( (${cmd}) 2>&1 | base64 -w0)`;
     // Right publishes its shell's pid (its environment is the run's) and waits for left to have tried.
-    const right = `echo $$ > ${dir}/right.tmp && mv ${dir}/right.tmp ${dir}/right.pid; ${probe("UID", "id -u")}; while [ ! -e ${dir}/left.done ]; do sleep 0.05; done`;
-    const left = `while [ ! -s ${dir}/right.pid ]; do sleep 0.05; done; ${probe("READ", `cat /proc/$(cat ${dir}/right.pid)/environ`)}; ${probe("UID", "id -u")}; touch ${dir}/left.done`;
+    const right =
+      `echo $$ > ${dir}/right.tmp && mv ${dir}/right.tmp ${dir}/right.pid; ${probe("UID", "id -u")}; ` +
+      `while [ ! -e ${dir}/left.done ]; do sleep 0.05; done`;
+    const left =
+      `while [ ! -s ${dir}/right.pid ]; do sleep 0.05; done; ` +
+      `${probe("READ", `cat /proc/$(cat ${dir}/right.pid)/environ`)}; ${probe("UID", "id -u")}; touch ${dir}/left.done`;
     const rightRun = await stack.startRun(execConfig("n2-right", right), "n2-right");
     const leftRun = await stack.startRun(execConfig("n2-left", left), "n2-left");
     const [leftLog, rightLog] = await Promise.all([applied(leftRun), applied(rightRun)]);
-    const decoded = (log: string, what: string) => Buffer.from(new RegExp(`\\(local-exec\\): ${what}:(\\S*)`).exec(log)?.[1] ?? "", "base64").toString("utf8");
+    const decoded = (log: string, what: string) => {
+      const encoded = new RegExp(`\\(local-exec\\): ${what}:(\\S*)`).exec(log)?.[1] ?? "";
+      return Buffer.from(encoded, "base64").toString("utf8");
+    };
     assert.ok(!decoded(leftLog, "READ").includes(secret), "the left run read the right run's sensitive variable");
     assert.match(decoded(leftLog, "READ"), /Permission denied/);
     const uidsSeen = [decoded(leftLog, "UID").trim(), decoded(rightLog, "UID").trim()].sort();
@@ -173,16 +209,16 @@ test("N2: runs side by side on one agent are distinct users; one cannot read the
   }
 });
 
-test("N2: a process a run left behind with env -i setsid is ended when its agent, killed meanwhile, starts again", { skip: !root && "needs root" }, async () => {
+test("N2: a run's env -i setsid leftover is ended when its killed agent starts again", needsRoot, async () => {
   const uid = testRunUid();
   let agent = await runAsAgent("n2-restart", uid, 1);
-  const dir = join(drop, "restart");
-  mkdirSync(dir);
-  chmodSync(dir, 0o1777);
+  const dir = meetingDir("restart");
   try {
     await workspace("n2-restart", "n2-restart");
     // The step blocks, so that the agent dies while the run is under way.
-    const command = `env -i /usr/bin/setsid /bin/sh -c 'exec sleep 3004' >/dev/null 2>&1 & echo $! > ${dir}/left.tmp && mv ${dir}/left.tmp ${dir}/left.pid; exec sleep 3005`;
+    const command =
+      "env -i /usr/bin/setsid /bin/sh -c 'exec sleep 3004' >/dev/null 2>&1 & " +
+      `echo $! > ${dir}/left.tmp && mv ${dir}/left.tmp ${dir}/left.pid; exec sleep 3005`;
     await stack.startRun(execConfig("n2-restart", command), "n2-restart");
     const leftFile = join(dir, "left.pid");
     const deadline = Date.now() + 120_000;

@@ -277,7 +277,17 @@ export class Agent {
     const runAs = this.config.runUsers?.[slot];
     const run = container
       ? new JobRun(assignment, this.client, { ...container.config, ...this.jobHooks() }, this.log, container.runner, undefined, undefined, undefined, this.engines)
-      : new JobRun(assignment, this.client, { ...this.config, ...this.jobHooks(), runAs, ownsRunUser: runAs !== undefined }, this.log, runAs ? runnerAs(localRunner, runAs) : undefined, this.keptPlans, this.providerCache, this.moduleCache, this.engines);
+      : new JobRun(
+          assignment,
+          this.client,
+          { ...this.config, ...this.jobHooks(), runAs, ownsRunUser: runAs !== undefined },
+          this.log,
+          runAs ? runnerAs(localRunner, runAs) : undefined,
+          this.keptPlans,
+          this.providerCache,
+          this.moduleCache,
+          this.engines,
+        );
     const key = `${assignment.jobId}-${assignment.attempt}`;
     // An older attempt of this job still winding down here (its lease lapsed) ends first: a new
     // attempt never runs beside processes of an older one.
@@ -329,7 +339,11 @@ export class Agent {
    * uses: the run directory lives in the job's directory, providers are not shared between
    * runs' containers, and an agent running as root gives the run's files to the container's user.
    */
-  private containerJob(assignment: JobAssignment): { runner: Runner; config: AgentConfig & Pick<JobSettings, "runAs">; close(): Promise<void> } {
+  private containerJob(assignment: JobAssignment): {
+    runner: Runner;
+    config: AgentConfig & Pick<JobSettings, "runAs">;
+    close(): Promise<void>;
+  } {
     const docker = this.config.docker!;
     try {
       const job = new ContainerJob({

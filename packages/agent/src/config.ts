@@ -106,7 +106,12 @@ export function loadAgentConfig(env: NodeJS.ProcessEnv, flags: AgentFlags = {}):
 
   const stopAndTrust = stopAndTrustSettings(src);
   checkGracePeriod(stopAndTrust.stopAction, stopAndTrust.gracePeriodMs / 1000);
-  const concurrency = src.getOr("DROVER_AGENT_CONCURRENCY", driver === "local" ? 1 : 10, settingParsers.intIn(1, driver === "local" ? 5 : driver === "docker" ? 50 : 1000));
+  const maxConcurrency = driver === "local" ? 5 : driver === "docker" ? 50 : 1000;
+  const concurrency = src.getOr(
+    "DROVER_AGENT_CONCURRENCY",
+    driver === "local" ? 1 : 10,
+    settingParsers.intIn(1, maxConcurrency),
+  );
   const runAsRaw = src.get("DROVER_AGENT_RUN_AS_USER");
   let runUsers: RunUser[] | undefined;
   if (runAsRaw !== undefined) {

@@ -10,7 +10,14 @@ import type { EngineBinary } from "./engine.js";
 import { extractConfiguration } from "./extract.js";
 import type { KeptPlanDirs, PlanDirKey } from "./kept-plans.js";
 import { LogStream } from "./log-stream.js";
-import { agentTag, killTagged, killUser, ProcessGroupRecord, processStartTicks, processTagVariable } from "./orphans.js";
+import {
+  agentTag,
+  killTagged,
+  killUser,
+  ProcessGroupRecord,
+  processStartTicks,
+  processTagVariable,
+} from "./orphans.js";
 import { outputsOfState } from "./state-outputs.js";
 import type { RunningProcess } from "./process.js";
 import { chownTree, type RunUser } from "./run-user.js";
@@ -43,7 +50,8 @@ const heartbeatWaitMs = 10_000;
  * The settings one job run uses, and no more: the local agent passes its own; a Kubernetes
  * worker passes what its pod has.
  */
-export type JobSettings = Pick<AgentConfig, "name" | "dataDir" | "cacheDir" | "stopAction" | "taskCaCertPath" | "hooksDir" | "hookTimeoutMs"> & {
+type SharedSettings = "name" | "dataDir" | "cacheDir" | "stopAction" | "taskCaCertPath" | "hooksDir" | "hookTimeoutMs";
+export type JobSettings = Pick<AgentConfig, SharedSettings> & {
   /** The user terraform and hooks run as, who is given the run's files; the agent's own when unset. */
   runAs?: RunUser | undefined;
   /**
@@ -285,7 +293,9 @@ export class JobRun {
     try {
       // A run can shed its tag (`env -i setsid …`), never its uid.
       const owned = this.config.ownsRunUser ? this.config.runAs : undefined;
-      const killed = owned ? await killUser(owned, 10_000) : await killTagged(this.processTag, this.groups, 10_000, this.firstStart);
+      const killed = owned
+        ? await killUser(owned, 10_000)
+        : await killTagged(this.processTag, this.groups, 10_000, this.firstStart);
       if (killed > 0) this.logger.warn({ job: this.id, killed }, "killed processes the job left behind");
       this.groupRecord?.remove();
     } catch (err) {

@@ -183,7 +183,8 @@ function killAllAs(user: RunUser): Promise<void> {
   // kill(-1) as root would end every process on the host.
   if (!(user.uid > 0)) throw new Error(`refusing to kill every process of uid ${user.uid}`);
   return new Promise((resolve) => {
-    const helper = childProcess().spawn("/bin/sh", ["-c", "kill -s KILL -- -1"], { uid: user.uid, gid: user.gid, env: {}, cwd: "/", stdio: "ignore" });
+    const options = { uid: user.uid, gid: user.gid, env: {}, cwd: "/", stdio: "ignore" } as const;
+    const helper = childProcess().spawn("/bin/sh", ["-c", "kill -s KILL -- -1"], options);
     helper.once("error", () => resolve());
     helper.once("exit", () => resolve());
   });
@@ -219,7 +220,12 @@ export async function killUser(user: RunUser, timeoutMs: number): Promise<number
  * (same data directory) left behind when it died, and forgets their records. With run users
  * (DROVER_AGENT_RUN_AS_USER), every process of theirs is one: no job of this agent runs yet.
  */
-export async function reapOrphans(dataDir: string, log: Logger, runUsers: readonly RunUser[] = [], timeoutMs = 10_000): Promise<void> {
+export async function reapOrphans(
+  dataDir: string,
+  log: Logger,
+  runUsers: readonly RunUser[] = [],
+  timeoutMs = 10_000,
+): Promise<void> {
   const dir = join(dataDir, recordDir);
   const jobs = existsSync(dir) ? readdirSync(dir) : [];
   const groups: number[] = [];

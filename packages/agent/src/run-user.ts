@@ -28,9 +28,14 @@ export function parseRunUsers(raw: string, agentUid: number | undefined, slots: 
   const gid = m[2] === undefined ? undefined : Number(m[2]);
   if (uid === 0 || gid === 0) return "DROVER_AGENT_RUN_AS_USER must not be root (uid or gid 0): runs would see everything the agent holds";
   const last = uid + slots - 1;
-  if (last > maxUid || (gid ?? 0) > maxUid) return `DROVER_AGENT_RUN_AS_USER: uids ${uid}-${last} (one per job slot) go past ${maxUid}`;
+  if (last > maxUid || (gid ?? 0) > maxUid) {
+    return `DROVER_AGENT_RUN_AS_USER: uids ${uid}-${last} (one per job slot) go past ${maxUid}`;
+  }
   if (uid <= nobody && nobody <= last) {
-    return `DROVER_AGENT_RUN_AS_USER: the run uids ${uid}-${last} include ${nobody} (nobody), which other programs share; every process of a run uid is killed when a job ends, so choose a range no one else uses`;
+    return (
+      `DROVER_AGENT_RUN_AS_USER: the run uids ${uid}-${last} include ${nobody} (nobody), which other programs share; ` +
+      "every process of a run uid is killed when a job ends, so choose a range no one else uses"
+    );
   }
   if (agentUid !== 0) return "DROVER_AGENT_RUN_AS_USER needs the agent to run as root (it starts runs as that user); run the agent as root or unset it";
   return Array.from({ length: slots }, (_, i) => ({ uid: uid + i, gid: gid ?? uid + i }));
