@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { startReleaseServer, type TestReleaseServer } from "../support/engine-releases.js";
 import { freePort, spawnDrover } from "../support/processes.js";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
+import { testRunUid } from "../support/run-users.js";
 import { routes } from "@drover/protocol";
 
 /*
@@ -142,6 +143,7 @@ test("a run as another user runs the cached terraform and cannot write it: its p
   chmodSync(home, 0o711);
   const cache = join(home, "cache");
   writeFileSync(join(home, "terraformrc"), "", { mode: 0o644 });
+  const runUid = testRunUid();
   const agent = spawnDrover(["agent", "run"], {
     ...stack.baseEnv,
     TF_CLI_CONFIG_FILE: join(home, "terraformrc"),
@@ -150,7 +152,7 @@ test("a run as another user runs the cached terraform and cannot write it: its p
     DROVER_AGENT_DATA_DIR: join(home, "data"),
     DROVER_AGENT_CACHE_DIR: cache,
     DROVER_AGENT_HEALTH_PORT: "0",
-    DROVER_AGENT_RUN_AS_USER: "65534:65534",
+    DROVER_AGENT_RUN_AS_USER: String(runUid),
     DROVER_AGENT_TERRAFORM_RELEASES_URL: releases.base("terraform"),
     DROVER_AGENT_ENGINE_SIGNING_KEYS: releases.keyFile,
     DROVER_AGENT_ENGINE_TRUSTED_FINGERPRINTS: releases.fingerprint,

@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { freePort, spawnDrover } from "../support/processes.js";
 import { providerConfig, startProviderRegistry, type TestRegistry } from "../support/provider-registry.js";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
+import { testRunUid } from "../support/run-users.js";
 import { routes } from "@drover/protocol";
 
 let stack: Stack;
@@ -97,6 +98,7 @@ test("a run cannot write into the provider or module cache: its provisioner is r
   const agentHome = join(home, "ro");
   const cache = join(agentHome, "cache");
   writeFileSync(join(home, "terraformrc"), "", { mode: 0o644 });
+  const runUid = testRunUid();
   const agent = spawnDrover(["agent", "run"], {
     ...stack.baseEnv,
     TF_CLI_CONFIG_FILE: join(home, "terraformrc"),
@@ -106,7 +108,7 @@ test("a run cannot write into the provider or module cache: its provisioner is r
     DROVER_AGENT_DATA_DIR: join(agentHome, "data"),
     DROVER_AGENT_CACHE_DIR: cache,
     DROVER_AGENT_HEALTH_PORT: "0",
-    DROVER_AGENT_RUN_AS_USER: "65534:65534",
+    DROVER_AGENT_RUN_AS_USER: String(runUid),
     DROVER_AGENT_MODULE_CACHE_ENABLED: "true",
   });
   try {

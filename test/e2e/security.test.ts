@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { rawTarGz } from "../support/archives.js";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
+import { testRunUid } from "../support/run-users.js";
 import { routes } from "@drover/protocol";
 
 // Issue 13 / decision 0010: attacks that need the real agent (and terraform) to show.
@@ -242,6 +243,7 @@ test("(5) with DROVER_AGENT_RUN_AS_USER a run cannot read the pool token from th
   const tokenFile = join(home, "pool-token");
   writeFileSync(tokenFile, token, { mode: 0o600 });
   writeFileSync(join(home, "terraformrc"), "", { mode: 0o644 });
+  const runUid = testRunUid();
   const agent = spawnDrover(["agent", "run"], {
     ...stack.baseEnv,
     TF_CLI_CONFIG_FILE: join(home, "terraformrc"),
@@ -250,7 +252,7 @@ test("(5) with DROVER_AGENT_RUN_AS_USER a run cannot read the pool token from th
     DROVER_AGENT_DATA_DIR: join(home, "data"),
     DROVER_AGENT_CACHE_DIR: join(home, "cache"),
     DROVER_AGENT_HEALTH_PORT: "0",
-    DROVER_AGENT_RUN_AS_USER: "65534:65534",
+    DROVER_AGENT_RUN_AS_USER: String(runUid),
   });
   try {
     await agent.waitFor(/registered/);
@@ -269,7 +271,7 @@ test("(5) with DROVER_AGENT_RUN_AS_USER a run cannot read the pool token from th
     const log = await runLog(stack.server, runId, "apply");
     assert.equal(run.status, "applied", `${run.errorMessage}\n${log}`);
     const decoded = (what: string) => Buffer.from(new RegExp(`\\(local-exec\\): ${what}:(\\S*)`).exec(log)?.[1] ?? "", "base64").toString("utf8");
-    assert.equal(decoded("UID").trim(), "65534", `the run ran as the run user:\n${log}`);
+    assert.equal(decoded("UID").trim(), String(runUid), `the run ran as the run user:\n${log}`);
     for (const what of ["ENVIRON", "TOKENFILE"]) {
       assert.ok(!decoded(what).includes(token.split(".")[1] as string), `${what} gave the run the pool token`);
       assert.match(decoded(what), /Permission denied/);
@@ -280,10 +282,12 @@ test("(5) with DROVER_AGENT_RUN_AS_USER a run cannot read the pool token from th
   }
 });
 
-test("(5) DROVER_AGENT_RUN_AS_USER refuses root and non-numeric values at start (exit 2, one line)", async () => {
+test("(5) DROVER_AGENT_RUN_AS_USER refuses root, non-numeric values and uid ranges holding nobody or past the last uid at start (exit 2, one line)", async () => {
   const { spawnDrover } = await import("../support/processes.js");
-  for (const [value, message] of [["0", /must not be root/], ["nobody", /numeric uid/]] as const) {
-    const agent = spawnDrover(["agent", "run"], { ...stack.baseEnv, DROVER_TOKEN: stack.poolToken, DROVER_AGENT_RUN_AS_USER: value, DROVER_AGENT_HEALTH_PORT: "0" });
+  // A uid per job slot: slot 1 of 65533 would be nobody; Node starts processes as int32 uids only.
+  const refused = [["0", "1", /must not be root/], ["nobody", "1", /numeric uid/], ["65533", "2", /include 65534 \(nobody\)/], ["2147483647", "2", /go past 2147483647/]] as const;
+  for (const [value, concurrency, message] of refused) {
+    const agent = spawnDrover(["agent", "run"], { ...stack.baseEnv, DROVER_TOKEN: stack.poolToken, DROVER_AGENT_RUN_AS_USER: value, DROVER_AGENT_CONCURRENCY: concurrency, DROVER_AGENT_HEALTH_PORT: "0" });
     const exit = await agent.exited;
     assert.equal(exit.code, 2, agent.output());
     assert.match(agent.output(), message);

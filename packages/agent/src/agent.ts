@@ -70,7 +70,7 @@ export class Agent {
   private session: string | undefined;
   private heartbeatMs = 10_000;
   /** Running jobs by job id and attempt, with the promise of each one's end. */
-  private readonly jobs = new Map<string, { run: JobRun; ended: Promise<void> }>();
+  private readonly jobs = new Map<string, { run: JobRun; ended: Promise<void>; slot: number }>();
   private readonly pollAbort = new AbortController();
   private health: Server | undefined;
   private lastActivity: number | null = null;
@@ -142,8 +142,8 @@ export class Agent {
     if (this.config.driver === "local") {
       // Everything runs create (variables file, plan, state copies) is for this user's eyes only.
       process.umask(0o077);
-      const leftovers = prepareDataDir(this.config.dataDir, this.config.runAs ? 0o711 : 0o700);
-      if (this.config.runAs) {
+      const leftovers = prepareDataDir(this.config.dataDir, this.config.runUsers ? 0o711 : 0o700);
+      if (this.config.runUsers) {
         // The run user reaches its provider cache below it, without listing anything else.
         mkdirSync(this.config.cacheDir, { recursive: true, mode: 0o711 });
         chmodSync(this.config.cacheDir, 0o711);
@@ -164,7 +164,7 @@ export class Agent {
     try {
       // Before any work: processes an earlier run of this agent left behind (it was killed)
       // must not run beside a new attempt.
-      await reapOrphans(this.config.dataDir, this.log);
+      await reapOrphans(this.config.dataDir, this.log, this.config.runUsers);
       if (this.docker) {
         // Before any work: containers of an earlier process of this agent are removed and their runs ended.
         await this.docker.version(AbortSignal.timeout(30_000));
@@ -272,9 +272,22 @@ export class Agent {
     leaveIdleHeapMode();
     this.jobsTaken++;
     const container = this.docker ? this.containerJob(assignment) : undefined;
+    // Held until the job's end has killed every process of its run user (JobRun.endProcesses).
+    const slot = this.freeSlot();
+    const runAs = this.config.runUsers?.[slot];
     const run = container
       ? new JobRun(assignment, this.client, { ...container.config, ...this.jobHooks() }, this.log, container.runner, undefined, undefined, undefined, this.engines)
-      : new JobRun(assignment, this.client, { ...this.config, ...this.jobHooks() }, this.log, this.config.runAs ? runnerAs(localRunner, this.config.runAs) : undefined, this.keptPlans, this.providerCache, this.moduleCache, this.engines);
+      : new JobRun(
+          assignment,
+          this.client,
+          { ...this.config, ...this.jobHooks(), runAs, ownsRunUser: runAs !== undefined },
+          this.log,
+          runAs ? runnerAs(localRunner, runAs) : undefined,
+          this.keptPlans,
+          this.providerCache,
+          this.moduleCache,
+          this.engines,
+        );
     const key = `${assignment.jobId}-${assignment.attempt}`;
     // An older attempt of this job still winding down here (its lease lapsed) ends first: a new
     // attempt never runs beside processes of an older one.
@@ -293,9 +306,17 @@ export class Agent {
         this.slotFreed?.();
         if (this.config.single && this.jobs.size === 0) void this.stop();
       });
-    this.jobs.set(key, { run, ended });
+    this.jobs.set(key, { run, ended, slot });
     this.metrics.jobsRunning.set(this.jobs.size);
     this.publishStatus();
+  }
+
+  /** The lowest job slot no running job holds (the poll loop takes work only with one free). */
+  private freeSlot(): number {
+    const held = new Set([...this.jobs.values()].map((j) => j.slot));
+    let slot = 0;
+    while (held.has(slot)) slot++;
+    return slot;
   }
 
   /** What each job reports back to this agent: spans, log bytes shipped, errors. */
@@ -318,7 +339,11 @@ export class Agent {
    * uses: the run directory lives in the job's directory, providers are not shared between
    * runs' containers, and an agent running as root gives the run's files to the container's user.
    */
-  private containerJob(assignment: JobAssignment): { runner: Runner; config: AgentConfig; close(): Promise<void> } {
+  private containerJob(assignment: JobAssignment): {
+    runner: Runner;
+    config: AgentConfig & Pick<JobSettings, "runAs">;
+    close(): Promise<void>;
+  } {
     const docker = this.config.docker!;
     try {
       const job = new ContainerJob({

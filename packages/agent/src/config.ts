@@ -1,4 +1,4 @@
-import { parseRunUser, type RunUser } from "./run-user.js";
+import { parseRunUsers, type RunUser } from "./run-user.js";
 import { engineSettings, otlpSettings, stopAndTrustSettings, type EngineSettings, type OtlpSettings } from "./shared-settings.js";
 import { InvalidSettingError, minimumGraceSeconds, parsePoolToken, SettingsSource, settingParsers, type FlagValues, type LogFormat, type StopAction } from "@drover/protocol";
 import { readFileSync } from "node:fs";
@@ -49,8 +49,11 @@ export interface AgentConfig {
   kubernetesTaskTemplate: string | undefined;
   /** Docker driver settings; unset for the other drivers. */
   docker?: DockerSettings | undefined;
-  /** Local driver: the user terraform and hooks run as (DROVER_AGENT_RUN_AS_USER); the agent's own when unset. */
-  runAs?: RunUser | undefined;
+  /**
+   * Local driver: the users terraform and hooks run as, one per job slot (DROVER_AGENT_RUN_AS_USER);
+   * the agent's own when unset.
+   */
+  runUsers?: readonly RunUser[] | undefined;
 }
 
 
@@ -105,13 +108,19 @@ export function loadAgentConfig(env: NodeJS.ProcessEnv, flags: AgentFlags = {}):
 
   const stopAndTrust = stopAndTrustSettings(src);
   checkGracePeriod(stopAndTrust.stopAction, stopAndTrust.gracePeriodMs / 1000);
+  const maxConcurrency = driver === "local" ? 5 : driver === "docker" ? 50 : 1000;
+  const concurrency = src.getOr(
+    "DROVER_AGENT_CONCURRENCY",
+    driver === "local" ? 1 : 10,
+    settingParsers.intIn(1, maxConcurrency),
+  );
   const runAsRaw = src.get("DROVER_AGENT_RUN_AS_USER");
-  let runAs: RunUser | undefined;
+  let runUsers: RunUser[] | undefined;
   if (runAsRaw !== undefined) {
     if (driver !== "local") throw new InvalidSettingError("DROVER_AGENT_RUN_AS_USER", "DROVER_AGENT_RUN_AS_USER applies to the local driver only; Kubernetes and docker runs use the runner container's user (DROVER_AGENT_DOCKER_USER)");
-    const parsedRunAs = parseRunUser(runAsRaw, process.getuid?.());
-    if (typeof parsedRunAs === "string") throw new InvalidSettingError("DROVER_AGENT_RUN_AS_USER", parsedRunAs);
-    runAs = parsedRunAs;
+    const parsed = parseRunUsers(runAsRaw, process.getuid?.(), concurrency);
+    if (typeof parsed === "string") throw new InvalidSettingError("DROVER_AGENT_RUN_AS_USER", parsed);
+    runUsers = parsed;
   }
 
   return {
@@ -119,7 +128,7 @@ export function loadAgentConfig(env: NodeJS.ProcessEnv, flags: AgentFlags = {}):
     token,
     name: src.get("DROVER_AGENT_NAME") ?? hostname(),
     driver,
-    concurrency: src.getOr("DROVER_AGENT_CONCURRENCY", driver === "local" ? 1 : 10, settingParsers.intIn(1, driver === "local" ? 5 : driver === "docker" ? 50 : 1000)),
+    concurrency,
     single: src.get("DROVER_AGENT_SINGLE"),
     dataDir: src.get("DROVER_AGENT_DATA_DIR"),
     cacheDir: src.get("DROVER_AGENT_CACHE_DIR"),
@@ -144,7 +153,7 @@ export function loadAgentConfig(env: NodeJS.ProcessEnv, flags: AgentFlags = {}):
     pollWaitMs: src.get("DROVER_AGENT_POLL_WAIT_MS"),
     planReuseMs: src.get("DROVER_AGENT_PLAN_REUSE_SECONDS") * 1000,
     kubernetesTaskTemplate: src.get("DROVER_AGENT_KUBERNETES_TASK_TEMPLATE"),
-    runAs,
+    runUsers,
     docker: driver === "docker" ? dockerSettings(src) : undefined,
   };
 }

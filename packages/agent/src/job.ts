@@ -10,10 +10,17 @@ import type { EngineBinary } from "./engine.js";
 import { extractConfiguration } from "./extract.js";
 import type { KeptPlanDirs, PlanDirKey } from "./kept-plans.js";
 import { LogStream } from "./log-stream.js";
-import { agentTag, killTagged, ProcessGroupRecord, processStartTicks, processTagVariable } from "./orphans.js";
+import {
+  agentTag,
+  killTagged,
+  killUser,
+  ProcessGroupRecord,
+  processStartTicks,
+  processTagVariable,
+} from "./orphans.js";
 import { outputsOfState } from "./state-outputs.js";
 import type { RunningProcess } from "./process.js";
-import { chownTree } from "./run-user.js";
+import { chownTree, type RunUser } from "./run-user.js";
 import { localRunner, type RunFiles, type Runner } from "./runner.js";
 import { localRunFiles } from "./local-files.js";
 import type { ProviderCache, ProviderLease } from "./providers/cache.js";
@@ -43,7 +50,15 @@ const heartbeatWaitMs = 10_000;
  * The settings one job run uses, and no more: the local agent passes its own; a Kubernetes
  * worker passes what its pod has.
  */
-export type JobSettings = Pick<AgentConfig, "name" | "dataDir" | "cacheDir" | "stopAction" | "taskCaCertPath" | "hooksDir" | "hookTimeoutMs" | "runAs"> & {
+type SharedSettings = "name" | "dataDir" | "cacheDir" | "stopAction" | "taskCaCertPath" | "hooksDir" | "hookTimeoutMs";
+export type JobSettings = Pick<AgentConfig, SharedSettings> & {
+  /** The user terraform and hooks run as, who is given the run's files; the agent's own when unset. */
+  runAs?: RunUser | undefined;
+  /**
+   * The run user is this job's alone while it runs (a job slot's DROVER_AGENT_RUN_AS_USER uid):
+   * the job's end kills every process of that user, not only those carrying its process tag.
+   */
+  ownsRunUser?: boolean;
   /** The pool token, redacted from everything the run sends; a pod worker holds none. */
   token: string | undefined;
   /** Spans of the job's stages (none without an OTLP endpoint). */
@@ -214,6 +229,8 @@ export class JobRun {
     // Before the outcome is reported: the apply may be handed to this agent right after.
     if (outcome === "succeeded" && a.phase === "plan" && !a.planOnly && !this.lost && this.keptPlans) {
       try {
+        // Back to the agent while it waits: the next job of this slot's user is another run's.
+        if (this.config.ownsRunUser) chownTree(runDir, { uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0 });
         this.keptPlans.keep(this.planDirKey(), runDir);
       } catch (err) {
         this.logger.warn({ job: a.jobId, err: err instanceof Error ? err.message : String(err) }, "could not keep the plan directory for the apply");
@@ -277,7 +294,11 @@ export class JobRun {
   private async endProcesses(): Promise<void> {
     if (this.groups.length === 0) return;
     try {
-      const killed = await killTagged(this.processTag, this.groups, 10_000, this.firstStart);
+      // A run can shed its tag (`env -i setsid …`), never its uid.
+      const owned = this.config.ownsRunUser ? this.config.runAs : undefined;
+      const killed = owned
+        ? await killUser(owned, 10_000)
+        : await killTagged(this.processTag, this.groups, 10_000, this.firstStart);
       if (killed > 0) this.logger.warn({ job: this.id, killed }, "killed processes the job left behind");
       this.groupRecord?.remove();
     } catch (err) {

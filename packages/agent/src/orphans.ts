@@ -3,6 +3,8 @@ import { appendFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmdir
 import { join, resolve } from "node:path";
 import type { Logger } from "pino";
 import { pause } from "./backoff.js";
+import { childProcess } from "./process.js";
+import type { RunUser } from "./run-user.js";
 
 /**
  * Every process a job starts carries this variable (inherited by terraform, its providers and
@@ -146,11 +148,84 @@ export async function killTagged(tag: string | (() => string), groups: readonly 
   return targets.length;
 }
 
+/** Whether a /proc/<pid>/status says the process is live and has `uid` as its real, effective or saved uid. */
+function ofUser(status: string, uid: number): boolean {
+  const state = /^State:\s+(\S)/m.exec(status)?.[1];
+  if (state === undefined || state === "Z" || state === "X") return false;
+  const ids = /^Uid:\s+(\d+)\s+(\d+)\s+(\d+)/m.exec(status);
+  return ids !== null && ids.slice(1, 4).some((id) => Number(id) === uid);
+}
+
+/**
+ * Live processes with `uid` among their real, effective and saved uids. The status file, not the
+ * owner of /proc/<pid>: a process that makes itself non-dumpable shows as root's there.
+ */
+function processesOf(uid: number): number[] {
+  if (!existsSync("/proc/self/status")) return [];
+  const out: number[] = [];
+  for (const name of readdirSync("/proc")) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      if (ofUser(readFileSync(`/proc/${name}/status`, "latin1"), uid)) out.push(Number(name));
+    } catch {
+      // gone
+    }
+  }
+  return out;
+}
+
+/**
+ * kill(-1, SIGKILL) from a process that is `user`: the kernel signals every process that user may
+ * signal in one pass over the process table, so none escapes by forking while it is listed.
+ * The helper runs only once setuid to `user` succeeded (Node never execs it otherwise).
+ */
+function killAllAs(user: RunUser): Promise<void> {
+  // kill(-1) as root would end every process on the host.
+  if (!(user.uid > 0)) throw new Error(`refusing to kill every process of uid ${user.uid}`);
+  return new Promise((resolve) => {
+    const options = { uid: user.uid, gid: user.gid, env: {}, cwd: "/", stdio: "ignore" } as const;
+    const helper = childProcess().spawn("/bin/sh", ["-c", "kill -s KILL -- -1"], options);
+    helper.once("error", () => resolve());
+    helper.once("exit", () => resolve());
+  });
+}
+
+/**
+ * Kills every process of `user` (a run user no one else has), then waits until they are gone or
+ * `timeoutMs` passes. Resolves with the number of processes found. A process cannot leave its
+ * uid, whatever it does to its environment, session or parent; so unlike killTagged nothing of
+ * a job escapes this.
+ */
+export async function killUser(user: RunUser, timeoutMs: number): Promise<number> {
+  const found = processesOf(user.uid);
+  if (found.length === 0) return 0;
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    await killAllAs(user);
+    // Also from here: the helper may have failed to start (no /bin/sh, the process table full).
+    for (const pid of processesOf(user.uid)) {
+      try {
+        process.kill(pid, "SIGKILL");
+      } catch {
+        // already gone
+      }
+    }
+    if (processesOf(user.uid).length === 0 || Date.now() >= deadline) return found.length;
+    await pause(50);
+  }
+}
+
 /**
  * At start, before taking work: ends the processes that jobs of an earlier run of this agent
- * (same data directory) left behind when it died, and forgets their records.
+ * (same data directory) left behind when it died, and forgets their records. With run users
+ * (DROVER_AGENT_RUN_AS_USER), every process of theirs is one: no job of this agent runs yet.
  */
-export async function reapOrphans(dataDir: string, log: Logger, timeoutMs = 10_000): Promise<void> {
+export async function reapOrphans(
+  dataDir: string,
+  log: Logger,
+  runUsers: readonly RunUser[] = [],
+  timeoutMs = 10_000,
+): Promise<void> {
   const dir = join(dataDir, recordDir);
   const jobs = existsSync(dir) ? readdirSync(dir) : [];
   const groups: number[] = [];
@@ -159,7 +234,8 @@ export async function reapOrphans(dataDir: string, log: Logger, timeoutMs = 10_0
   }
   // The tag is a hash, which loads Node's crypto (~0.75 MB an idle agent would keep, SPEC §8):
   // computed only when some process on the host carries a job's tag at all.
-  const killed = await killTagged(() => `${agentTag(dataDir)}:`, groups, timeoutMs);
+  let killed = await killTagged(() => `${agentTag(dataDir)}:`, groups, timeoutMs);
+  for (const user of runUsers) killed += await killUser(user, timeoutMs);
   if (killed > 0 || jobs.length > 0) log.warn({ jobs, killed }, "ended processes left behind by jobs of this agent's previous run");
   rmSync(dir, { recursive: true, force: true });
 }

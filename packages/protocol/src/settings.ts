@@ -268,7 +268,16 @@ export const settings = {
   DROVER_AGENT_HOOK_TIMEOUT_SECONDS: setting({ doc: "a hook running longer fails the run", default: 600, readers: agents, parse: intIn(1, 86_400), section: "agent" }),
   DROVER_AGENT_PLAN_REUSE_SECONDS: setting({ doc: "how long a plan's initialized directory waits for its apply on this agent; 0 turns reuse off", default: 600, readers: agents, parse: intIn(0, 86_400), section: "agent" }),
   DROVER_AGENT_POLL_WAIT_MS: setting({ doc: "how long one long-poll for work is held open", default: 50_000, readers: agents, parse: intIn(0, 50_000), section: "agent" }),
-  DROVER_AGENT_RUN_AS_USER: setting({ doc: "local driver, agent running as root: run terraform and hooks as this `uid[:gid]`, so runs cannot read the agent's environment, memory or token file (the data and cache dirs become 0711, each run directory the run user's)", readers: ["agent"], parse: text, section: "agent" }),
+  DROVER_AGENT_RUN_AS_USER: setting({
+    doc:
+      "local driver, agent running as root: run terraform and hooks as `uid[:gid]` + the job slot (slot i of " +
+      "`DROVER_AGENT_CONCURRENCY` runs as uid+i, gid+i unless a gid is given), so runs cannot read the agent's or each " +
+      "other's environment, memory or token file; every process of a slot's uid is killed when its job ends, so the range " +
+      "must be used by nothing else (65534 is refused) (the data and cache dirs become 0711, each run directory the run user's)",
+    readers: ["agent"],
+    parse: text,
+    section: "agent",
+  }),
   DROVER_AGENT_DOCKER_HOST: setting({ flag: "--docker-host", doc: "docker driver: the Docker Engine API's unix socket (`unix:///path`)", default: "unix:///var/run/docker.sock", readers: ["agent"], parse: dockerHost, section: "agent" }),
   DROVER_AGENT_DOCKER_IMAGE: setting({ flag: "--docker-image", doc: "docker driver: runner image each job's container starts from (any image with `/bin/sh` and terraform/tofu; pulled when missing)", default: "ghcr.io/drover-dev/drover-runner:1.11.4", readers: ["agent"], parse: text, section: "agent" }),
   DROVER_AGENT_DOCKER_ALLOWED_IMAGES: setting({ doc: "docker driver: runner images a workspace may choose instead of `DROVER_AGENT_DOCKER_IMAGE` (its `runnerImage`), comma-separated: exact references or prefixes ending in `*` (`registry.example.com/runners/*`; `*` allows any). Compared as written, no registry or tag is implied. A run of a workspace naming an image not listed ends errored", defaultText: "none: workspaces cannot choose", readers: ["agent"], parse: imagePatterns, section: "agent" }),
