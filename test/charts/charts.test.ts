@@ -71,7 +71,8 @@ function renderFails(chart: string, args: string[]): string {
 }
 
 async function validateObject(o: K): Promise<void> {
-  if (o.kind === "AgentTask" || o.kind === "ServiceMonitor") return; // custom resources: checked by their CRDs
+  // Custom resources: checked by their CRDs.
+  if (["AgentTask", "ServiceMonitor", "PodMonitor", "CiliumNetworkPolicy"].includes(o.kind)) return;
   const [group, version] = o.apiVersion.includes("/") ? o.apiVersion.split("/") : ["", o.apiVersion];
   const dir = group ? `${group}/${version}` : version;
   const mod = (await import(`kubernetes-models/${dir}/${o.kind}`)) as Record<string, new (v: unknown) => { validate(): void }>;
@@ -593,6 +594,73 @@ describe("what a real cluster refuses or needs (review kubernetes-2026-11-28)", 
   test("I13: per-node workers and agent-job's task pods go to Linux nodes by default", () => {
     assert.deepEqual(one(render("agent-k8s", base), "DaemonSet").spec.template.spec.nodeSelector, { "kubernetes.io/os": "linux" });
     assert.deepEqual(one(render("agent-job", base), "AgentTask").spec.jobTemplate.template.spec.nodeSelector, { "kubernetes.io/os": "linux" });
+  });
+});
+
+describe("integrations (review kubernetes-2026-11-28)", () => {
+  const base = ["--set", `agent.token=${token}`];
+  const one = (objects: K[], kind: string) => objects.find((o) => o.kind === kind)!;
+
+  test("I8: ServiceMonitors carry labels, a scrape timeout and relabelings; agent-k8s's node workers get a PodMonitor", () => {
+    const monitoring = [...base, "--set", "serviceMonitor.enabled=true", "--set", "serviceMonitor.labels.release=kps", "--set", "serviceMonitor.scrapeTimeout=10s", "--set", "serviceMonitor.relabelings[0].targetLabel=pool", "--set", "serviceMonitor.relabelings[0].replacement=p"];
+    const endpoint = { port: "health", path: "/metrics", interval: "30s", scrapeTimeout: "10s", relabelings: [{ targetLabel: "pool", replacement: "p" }] };
+    for (const chart of ["agent-local", "agent-job", "agent-k8s"]) {
+      const all = render(chart, monitoring);
+      const monitor = one(all, "ServiceMonitor") as any;
+      assert.equal(monitor.metadata.labels.release, "kps", chart);
+      assert.deepEqual(monitor.spec.endpoints, [endpoint], chart);
+    }
+    const pod = one(render("agent-k8s", monitoring), "PodMonitor") as any;
+    assert.equal(pod.metadata.labels.release, "kps");
+    assert.deepEqual(pod.spec.podMetricsEndpoints, [endpoint]);
+    const ds = one(render("agent-k8s", monitoring), "DaemonSet");
+    for (const [k, v] of Object.entries(pod.spec.selector.matchLabels)) assert.equal(ds.spec.template.metadata.labels[k], v, k);
+    assert.ok(ds.spec.template.spec.containers[0].ports.some((p: any) => p.name === "health"));
+    assert.equal(render("agent-k8s", [...monitoring, "--set", "jobWorker=true"]).filter((o) => o.kind === "PodMonitor").length, 0);
+  });
+
+  test("I9: rbac.create false leaves the Roles to the user; rbac.aggregateClusterRoles aggregates agenttasks into admin, edit and view", async () => {
+    for (const chart of ["agent-job", "agent-k8s"]) {
+      const kinds = (args: string[]) => render(chart, [...base, ...args]).map((o) => o.kind);
+      assert.ok(kinds([]).includes("Role") && !kinds([]).includes("ClusterRole"), chart);
+      assert.deepEqual(kinds(["--set", "rbac.create=false"]).filter((k) => k === "Role" || k === "RoleBinding"), [], chart);
+      const roles = render(chart, [...base, "--set", "rbac.aggregateClusterRoles=true"]).filter((o) => o.kind === "ClusterRole");
+      for (const r of roles) await validateObject(r);
+      const byRole = Object.fromEntries(roles.map((r: any) => [Object.keys(r.metadata.labels).find((l) => l.startsWith("rbac.authorization.k8s.io/aggregate-to-"))!.split("-").pop(), r.rules]));
+      assert.deepEqual(Object.keys(byRole).sort(), ["admin", "edit", "view"], chart);
+      assert.deepEqual(byRole.view, [{ apiGroups: ["drover.dev"], resources: ["agenttasks"], verbs: ["get", "list", "watch"] }]);
+      // An admin must hold every verb the controller's Role grants on agenttasks to create that Role.
+      const controllerVerbs = one(render(chart, base), "Role").rules!.filter((r: any) => r.resources.includes("agenttasks")).flatMap((r: any) => r.verbs);
+      for (const v of controllerVerbs) assert.ok(byRole.admin[0].verbs.includes(v), `${chart}: admin lacks ${v}`);
+    }
+  });
+
+  test("I15: KEDA's TriggerAuthentication carries the server's CA bundle", () => {
+    const keda = [...base, "--set", "agent.url=https://d.example", "--set", "autoscaling.keda.enabled=true"];
+    const auth = (args: string[]) => one(render("agent-local", [...keda, ...args]), "TriggerAuthentication").spec.secretTargetRef;
+    assert.deepEqual(auth([]).map((r: any) => r.parameter), ["token"]);
+    assert.deepEqual(auth(["--set-string", "agent.caBundle=-----BEGIN CERTIFICATE-----"])[1], { parameter: "ca", name: "rel-agent-local-ca", key: "ca.crt" });
+    assert.deepEqual(auth(["--set", "agent.caBundleSecret.name=corp-ca", "--set", "agent.caBundleSecret.key=bundle.pem"])[1], { parameter: "ca", name: "corp-ca", key: "bundle.pem" });
+  });
+
+  test("I16: every chart declares the Kubernetes versions it needs, and helm refuses older ones", () => {
+    for (const chart of ["agent-local", "agent-job", "agent-k8s"]) {
+      assert.match(readFileSync(join(repo, "charts", chart, "Chart.yaml"), "utf8"), /^kubeVersion: ">=1\.29\.0-0"$/m, chart);
+      assert.match(renderFails(chart, [...base, "--kube-version", "1.28.0"]), /kubeVersion/, chart);
+    }
+  });
+
+  test("I17: task.podDisruptionBudget makes drains wait for run pods, never for a failed one", async () => {
+    for (const chart of ["agent-job", "agent-k8s"]) {
+      assert.equal(render(chart, base).filter((o) => o.kind === "PodDisruptionBudget" && o.metadata.name.endsWith("-task")).length, 0, `${chart}: opt-in`);
+      const all = render(chart, [...base, "--set", "task.podDisruptionBudget.enabled=true"]);
+      const pdb = all.find((o) => o.kind === "PodDisruptionBudget" && o.metadata.name.endsWith("-task"))!;
+      await validateObject(pdb);
+      assert.equal(pdb.spec.maxUnavailable, 0);
+      assert.equal(pdb.spec.unhealthyPodEvictionPolicy, "AlwaysAllow");
+      const labels = one(all, "AgentTask").spec.jobTemplate.template.metadata.labels;
+      for (const [k, v] of Object.entries(pdb.spec.selector.matchLabels)) assert.equal(labels[k], v, `${chart}: selects run pods by ${k}`);
+    }
   });
 });
 

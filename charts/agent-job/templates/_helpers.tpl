@@ -292,3 +292,17 @@ spec:
         - { port: 53, protocol: TCP }
 {{- end }}
 {{- end -}}
+
+{{/* The /metrics endpoint of a ServiceMonitor or PodMonitor. */}}
+{{- define "drover.scrapeEndpoint" -}}
+- port: health
+  path: /metrics
+  interval: {{ .Values.serviceMonitor.interval }}
+  {{- with .Values.serviceMonitor.scrapeTimeout }}
+  scrapeTimeout: {{ . }}
+  {{- end }}
+  {{- with .Values.serviceMonitor.relabelings }}
+  relabelings:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end -}}
