@@ -664,6 +664,25 @@ describe("integrations (review kubernetes-2026-11-28)", () => {
   });
 });
 
+test("B8: each README's OpenShift command renders pods with no fixed UID, GID or fsGroup, still non-root", () => {
+  for (const chart of ["agent-local", "agent-job", "agent-k8s"]) {
+    const readme = readFileSync(join(repo, "charts", chart, "README.md"), "utf8");
+    const block = /## OpenShift\n[\s\S]*?```sh\n([\s\S]*?)```/.exec(readme)?.[1];
+    assert.ok(block, `${chart}: no OpenShift section with a command`);
+    const sets = [...block.matchAll(/--set ([^\s\\]+)/g)].map((m) => m[1]!).filter((v) => !v.startsWith("agent.tokenExistingSecret"));
+    assert.ok(sets.length >= 3, chart);
+    const args = ["--set", `agent.token=${token}`, ...sets.flatMap((v) => ["--set", v]), ...(chart === "agent-k8s" ? ["--set", "jobWorker=true"] : [])];
+    for (const { owner, spec } of podSpecs(render(chart, args))) {
+      assert.equal(spec.securityContext.fsGroup, undefined, owner);
+      assert.equal(spec.securityContext.runAsNonRoot, true, owner);
+      for (const c of [...spec.containers, ...(spec.initContainers ?? [])].filter((c: any) => c.name !== "log-shipper")) {
+        assert.equal(c.securityContext.runAsUser, undefined, `${owner} ${c.name}`);
+        assert.equal(c.securityContext.runAsGroup, undefined, `${owner} ${c.name}`);
+      }
+    }
+  }
+});
+
 test("every key of each chart's values.yaml has a row in its README values table", () => {
   for (const chart of ["agent-local", "agent-job", "agent-k8s"]) {
     const values = parseAllDocuments(readFileSync(join(repo, "charts", chart, "values.yaml"), "utf8"))[0]!.toJSON() as Record<string, unknown>;
