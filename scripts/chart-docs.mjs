@@ -11,11 +11,36 @@ const enums = {
   "agent.shutdownMode": ["graceful", "drain", "force"],
   "agent.logFormat": ["json", "plain", "dev"],
   "image.pullPolicy": ["Always", "IfNotPresent", "Never"],
+  "networkPolicy.flavor": ["kubernetes", "cilium"],
+  "strategy.type": ["RollingUpdate", "Recreate"],
   "persistence.persistentVolumeClaim.accessMode": ["ReadWriteOnce", "ReadWriteMany", "ReadOnlyMany", "ReadWriteOncePod"],
   "persistence.cache.persistentVolumeClaim.accessMode": ["ReadWriteOnce", "ReadWriteMany", "ReadOnlyMany", "ReadWriteOncePod"],
 };
 /** Values that take a whole number or a percentage ("50%"); empty means unset. */
-const intOrPercent = ["podDisruptionBudget.minAvailable", "podDisruptionBudget.maxUnavailable"];
+const intOrPercent = [
+  "podDisruptionBudget.minAvailable",
+  "podDisruptionBudget.maxUnavailable",
+  "task.podDisruptionBudget.maxUnavailable",
+  "strategy.rollingUpdate.maxSurge",
+  "strategy.rollingUpdate.maxUnavailable",
+];
+/**
+ * Maps whose keys are Kubernetes' own fields, or the user's (a node selector with a default): open at every depth, so
+ * any field Kubernetes accepts passes.
+ */
+const openObjects = ["affinity", "strategy", "updateStrategy", "podSecurityContext", "securityContext", "emptyDir", "nodeSelector"];
+/** A Kubernetes quantity, which Kubernetes accepts as a string or a number. */
+const quantity = { type: ["string", "number"], pattern: "^[+-]?([0-9]+(\\.[0-9]*)?|\\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?$" };
+/** A container's `resources`: the shape of the core ResourceRequirements, with any resource name in either map. */
+const resourceRequirements = {
+  type: "object",
+  properties: {
+    requests: { type: "object", additionalProperties: quantity },
+    limits: { type: "object", additionalProperties: quantity },
+    claims: { type: "array" },
+  },
+  additionalProperties: false,
+};
 const ranges = {
   "agent.concurrency": [1, 1000],
   terminationGracePeriodSeconds: [1, 86400],
@@ -64,16 +89,19 @@ function walk(node, path, rows, undocumented) {
   });
 }
 
-function schemaOf(value, path) {
+function schemaOf(value, path, open = false) {
+  const last = path.split(".").pop();
+  if (last === "resources") return resourceRequirements;
   if (Array.isArray(value)) return { type: "array" };
   if (value === null) return {};
   if (typeof value === "object") {
     const keys = Object.keys(value);
     // An empty map is free-form (annotations, nodeSelector, extraEnv…).
     if (keys.length === 0) return { type: "object" };
-    const properties = Object.fromEntries(keys.map((k) => [k, schemaOf(value[k], path ? `${path}.${k}` : k)]));
-    const freeForm = ["resources", "affinity", "strategy", "updateStrategy", "podSecurityContext", "securityContext"].some((p) => path === p || path.endsWith(`.${p}`));
-    return { type: "object", properties, additionalProperties: freeForm };
+    const freeForm = open || openObjects.includes(last);
+    const properties = Object.fromEntries(keys.map((k) => [k, schemaOf(value[k], path ? `${path}.${k}` : k, freeForm)]));
+    // `global` is shared with an umbrella chart's other subcharts: keys this chart does not read are theirs.
+    return { type: "object", properties, additionalProperties: freeForm || path === "global" };
   }
   if (intOrPercent.includes(path)) return { type: ["integer", "string"], minimum: 0, pattern: "^([0-9]+%?)?$" };
   const s = { type: typeof value === "number" ? (Number.isInteger(value) ? "integer" : "number") : typeof value === "boolean" ? "boolean" : "string" };

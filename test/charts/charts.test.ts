@@ -71,7 +71,8 @@ function renderFails(chart: string, args: string[]): string {
 }
 
 async function validateObject(o: K): Promise<void> {
-  if (o.kind === "AgentTask" || o.kind === "ServiceMonitor") return; // custom resources: checked by their CRDs
+  // Custom resources: checked by their CRDs.
+  if (["AgentTask", "ServiceMonitor", "PodMonitor", "CiliumNetworkPolicy"].includes(o.kind)) return;
   const [group, version] = o.apiVersion.includes("/") ? o.apiVersion.split("/") : ["", o.apiVersion];
   const dir = group ? `${group}/${version}` : version;
   const mod = (await import(`kubernetes-models/${dir}/${o.kind}`)) as Record<string, new (v: unknown) => { validate(): void }>;
@@ -86,6 +87,10 @@ const podSpecs = (objects: K[]) =>
     if (o.kind === "AgentTask") return [{ owner: `AgentTask/${o.metadata.name}`, spec: o.spec.jobTemplate.template.spec }];
     return [];
   });
+
+/** AWS (also Nitro's IPv6), Alibaba Cloud, Azure WireServer; GCE's IPv6, OpenStack's IPv6 link-local. */
+const metadataV4 = ["169.254.169.254/32", "100.100.100.200/32", "168.63.129.16/32"];
+const metadataV6 = ["fd00:ec2::254/128", "fd20:ce::254/128", "fe80::a9fe:a9fe/128"];
 
 // Every chart with its defaults and with each values file under its ci/.
 const configurations: Array<[string, string[]]> = ["agent-local", "agent-job", "agent-k8s"].flatMap((chart) => [
@@ -104,7 +109,7 @@ for (const [chart, args] of configurations) {
       for (const o of objects) await validateObject(o);
     });
 
-    test("secure defaults: non-root 1000, read-only root, no capabilities, RuntimeDefault seccomp, anti-eviction", () => {
+    test("secure defaults: non-root 1000, read-only root, no capabilities, RuntimeDefault seccomp, ownership changed only on mismatch", () => {
       const objects = render(chart, args);
       for (const { owner, spec } of podSpecs(objects)) {
         assert.equal(spec.securityContext.runAsNonRoot, true, owner);
@@ -118,9 +123,13 @@ for (const [chart, args] of configurations) {
           assert.deepEqual(c.securityContext.capabilities.drop, ["ALL"], `${owner} ${c.name}`);
         }
       }
-      for (const o of objects.filter((x) => x.kind === "Deployment" && x.metadata.name.endsWith("-local")).concat(objects.filter((x) => x.kind === "DaemonSet"))) {
-        assert.equal(o.spec.template.metadata.annotations["cluster-autoscaler.kubernetes.io/safe-to-evict"], "false");
-        assert.equal(o.spec.template.metadata.annotations["karpenter.sh/do-not-disrupt"], "true");
+      for (const { owner, spec } of podSpecs(objects)) assert.equal(spec.securityContext.fsGroupChangePolicy, "OnRootMismatch", owner);
+      // Static do-not-evict annotations pin idle agents' nodes (and are no-ops on DaemonSet pods): only
+      // busyPodProtection marks busy agent pods, and run pods are marked by the controller.
+      for (const o of objects.filter((x) => x.kind === "Deployment" || x.kind === "DaemonSet")) {
+        const annotations = o.spec.template.metadata.annotations ?? {};
+        assert.equal(annotations["cluster-autoscaler.kubernetes.io/safe-to-evict"], undefined, `${o.kind}/${o.metadata.name}`);
+        assert.equal(annotations["karpenter.sh/do-not-disrupt"], undefined, `${o.kind}/${o.metadata.name}`);
       }
     });
 
@@ -155,8 +164,12 @@ for (const [chart, args] of configurations) {
     test("a NetworkPolicy blocks the metadata service unless allowMetadataService", () => {
       const policies = render(chart, args).filter((o) => o.kind === "NetworkPolicy");
       assert.equal(policies.length, 1);
-      assert.deepEqual(policies[0]!.spec.egress[0].to[0].ipBlock.except, ["169.254.169.254/32"]);
-      assert.deepEqual(policies[0]!.spec.egress[0].to[1].ipBlock, { cidr: "::/0", except: ["fd00:ec2::254/128"] }, "the IPv6 metadata endpoint too");
+      const [external, pods, dns] = policies[0]!.spec.egress;
+      assert.deepEqual(external.to[0].ipBlock, { cidr: "0.0.0.0/0", except: metadataV4 });
+      assert.deepEqual(external.to[1].ipBlock, { cidr: "::/0", except: metadataV6 }, "the IPv6 metadata endpoints too");
+      // Cilium selects no pod by ipBlock: without these, DNS and in-cluster servers would be cut off.
+      assert.deepEqual(pods, { to: [{ namespaceSelector: {} }] });
+      assert.deepEqual(dns, { ports: [{ port: 53, protocol: "UDP" }, { port: 53, protocol: "TCP" }] });
       assert.equal(render(chart, [...args, "--set", "allowMetadataService=true"]).filter((o) => o.kind === "NetworkPolicy").length, 0);
     });
   });
@@ -220,10 +233,10 @@ describe("agent-k8s node-worker specifics", () => {
     assert.equal(worker.env.find((e: any) => e.name === "DROVER_AGENT_NODE_NAME").valueFrom.fieldRef.fieldPath, "spec.nodeName");
     assert.deepEqual(worker.volumeMounts.find((m: any) => m.name === "home").mountPath, "/var/lib/drover-agent", "mounted at the node's own path");
     assert.equal(ds.volumes.find((v: any) => v.name === "home").hostPath.path, "/var/lib/drover-agent");
-    assert.deepEqual(ds.nodeSelector, { pool: "runs" });
+    assert.deepEqual(ds.nodeSelector, { "kubernetes.io/os": "linux", pool: "runs" }, "Linux nodes by default, and the values' own keys");
     const task = all.find((o) => o.kind === "AgentTask")!.spec.jobTemplate.template.spec;
     assert.deepEqual(task.containers.map((c: any) => c.name), ["runner"], "no worker container in run pods");
-    assert.deepEqual(task.nodeSelector, { pool: "runs" }, "run pods go where the workers are");
+    assert.deepEqual(task.nodeSelector, { "kubernetes.io/os": "linux", pool: "runs" }, "run pods go where the workers are");
     assert.equal(task.automountServiceAccountToken, false);
   });
 
@@ -231,7 +244,7 @@ describe("agent-k8s node-worker specifics", () => {
     const all = objects();
     assert.equal(all.filter((o) => o.kind === "ClusterRole" || o.kind === "ClusterRoleBinding").length, 0);
     const role = all.find((o) => o.kind === "Role" && o.metadata.name.endsWith("-worker"))!;
-    assert.deepEqual(role.rules, [{ apiGroups: [""], resources: ["pods"], verbs: ["get", "list", "watch"] }]);
+    assert.deepEqual(role.rules, [{ apiGroups: [""], resources: ["pods"], verbs: ["list", "watch"] }]);
     const controller = all.find((o) => o.kind === "Deployment")!.spec.template.spec.containers[0];
     assert.deepEqual(
       controller.env.find((e: any) => e.name === "DROVER_AGENT_NODE_WORKER_SERVICE_ACCOUNT"),
@@ -490,4 +503,199 @@ test("agent-local: agent.engines and agent.binaryCache map onto the agent's engi
   });
   assert.equal(set.DROVER_AGENT_BINARY_CACHE_SIZE_LIMIT_MB, String(20 * 1024));
   assert.match(renderFails("agent-local", ["--set", `agent.token=${token}`, "--set", "agent.binaryCache.sizeLimit=5GB"]), /sizeLimit/);
+});
+
+describe("what a real cluster refuses or needs (review kubernetes-2026-11-28)", () => {
+  const base = ["--set", `agent.token=${token}`];
+  const one = (objects: K[], kind: string) => objects.find((o) => o.kind === kind)!;
+
+  test("B2: networkPolicy.flavor cilium renders a CiliumNetworkPolicy: every entity (API server included) but the metadata addresses", () => {
+    for (const chart of ["agent-local", "agent-job", "agent-k8s"]) {
+      const all = render(chart, [...base, "--set", "networkPolicy.flavor=cilium"]);
+      assert.equal(all.filter((o) => o.kind === "NetworkPolicy").length, 0, chart);
+      const policy = one(all, "CiliumNetworkPolicy");
+      assert.equal(policy.apiVersion, "cilium.io/v2");
+      assert.deepEqual(policy.spec.egress, [{ toEntities: ["world", "cluster"] }], chart);
+      assert.deepEqual(policy.spec.egressDeny, [{ toCIDR: [...metadataV4, ...metadataV6] }], chart);
+      const pods = podSpecs(all).filter((p) => chart === "agent-local" ? p.owner.startsWith("Deployment") : p.owner.startsWith("AgentTask"));
+      const labels = chart === "agent-local" ? one(all, "Deployment").spec.template.metadata.labels : one(all, "AgentTask").spec.jobTemplate.template.metadata.labels;
+      assert.ok(pods.length > 0);
+      for (const [k, v] of Object.entries(policy.spec.endpointSelector.matchLabels)) assert.equal(labels[k], v, `${chart}: selects its pods by ${k}`);
+      assert.match(renderFails(chart, [...base, "--set", "networkPolicy.flavor=calico"]), /flavor/);
+    }
+  });
+
+  test("B4, I10: resources take any resource name and numbers, quantities are checked, strategy takes integers", async () => {
+    const sets = {
+      "agent-local": ["resources.requests.cpu=2", "resources.limits.nvidia\\.com/gpu=1", "busyPodProtection.enabled=true", "busyPodProtection.resources.limits.cpu=0.5", "strategy.rollingUpdate.maxSurge=1", "strategy.rollingUpdate.maxUnavailable=0"],
+      "agent-job": ["task.runner.resources.limits.cpu=4", "task.worker.resources.limits.cpu=2", "task.init.resources.limits.cpu=100m", "resources.limits.cpu=1", "resources.requests.cpu=0.25"],
+      "agent-k8s": ["task.runner.resources.limits.cpu=4", "workerDaemonSet.resources.limits.cpu=1", "resources.requests.memory=134217728"],
+    };
+    for (const [chart, values] of Object.entries(sets)) {
+      const all = render(chart, [...base, ...values.flatMap((v) => ["--set", v])]);
+      for (const o of all) await validateObject(o);
+      const containers = podSpecs(all).flatMap((p) => [...p.spec.containers, ...(p.spec.initContainers ?? [])]);
+      assert.ok(containers.some((c: any) => c.resources?.limits?.cpu !== undefined), `${chart}: a CPU limit`);
+      assert.match(renderFails(chart, [...base, "--set", "resources.limits.cpu=lots"]), /resources\/limits\/cpu/, chart);
+      assert.match(renderFails(chart, [...base, "--set", "resources.limit.cpu=1"]), /'limit' not allowed/, chart);
+    }
+    const strategy = one(render("agent-local", [...base, ...sets["agent-local"].flatMap((v) => ["--set", v])]), "Deployment").spec.strategy;
+    assert.deepEqual(strategy.rollingUpdate, { maxSurge: 1, maxUnavailable: 0 });
+  });
+
+  test("I10: a pod-level Localhost seccomp profile, an emptyDir medium and an image digest pass through", () => {
+    const digest = "sha256:" + "a".repeat(64);
+    const all = render("agent-local", [...base, "--set", "podSecurityContext.seccompProfile.type=Localhost", "--set", "podSecurityContext.seccompProfile.localhostProfile=drover.json", "--set", "persistence.data.emptyDir.medium=Memory", "--set", `image.digest=${digest}`]);
+    const spec = one(all, "Deployment").spec.template.spec;
+    assert.deepEqual(spec.securityContext.seccompProfile, { type: "Localhost", localhostProfile: "drover.json" });
+    assert.deepEqual(spec.volumes.find((v: any) => v.name === "data").emptyDir, { sizeLimit: "4Gi", medium: "Memory" });
+    assert.equal(spec.containers[0].image, `ghcr.io/drover-dev/drover@${digest}`);
+    const task = one(render("agent-job", [...base, "--set", "persistence.cache.emptyDir.medium=Memory"]), "AgentTask").spec.jobTemplate.template.spec;
+    assert.deepEqual(task.volumes.find((v: any) => v.name === "drover-cache").emptyDir, { sizeLimit: "1Gi", medium: "Memory" });
+  });
+
+  test("B5: agent-local strategy Recreate renders without rollingUpdate", async () => {
+    const deployment = one(render("agent-local", [...base, "--set", "strategy.type=Recreate"]), "Deployment");
+    assert.deepEqual(deployment.spec.strategy, { type: "Recreate" });
+    await validateObject(deployment);
+  });
+
+  test("B6: agent-local persistence on a ReadWriteOnce claim updates by Recreate and refuses a second pod; ReadWriteMany keeps RollingUpdate", () => {
+    const p = ["--set", "persistence.enabled=true"];
+    assert.deepEqual(one(render("agent-local", [...base, ...p]), "Deployment").spec.strategy, { type: "Recreate" });
+    for (const more of [["--set", "replicaCount=2"], ["--set", "autoscaling.keda.enabled=true", "--set", "agent.url=https://d.example"]]) {
+      assert.match(renderFails("agent-local", [...base, ...p, ...more]), /persistence on a ReadWriteOnce claim can be mounted by one pod only, but up to (2|10) agent pods/);
+    }
+    const rwx = one(render("agent-local", [...base, ...p, "--set", "persistence.persistentVolumeClaim.accessMode=ReadWriteMany", "--set", "replicaCount=3"]), "Deployment");
+    assert.equal(rwx.spec.strategy.type, "RollingUpdate");
+  });
+
+  test("B10: agent charts render as subcharts of an umbrella chart that sets its own globals", () => {
+    for (const chart of ["agent-local", "agent-job", "agent-k8s"]) {
+      assert.doesNotThrow(() => render(chart, [...base, "--set", "global.storageClass=fast", "--set", "global.imagePullSecrets[0].name=x"]), chart);
+    }
+  });
+
+  test("U3: busyPodProtection never binds its pod-patching Role to the namespace's default ServiceAccount", () => {
+    const on = [...base, "--set", "busyPodProtection.enabled=true"];
+    for (const sa of [["--set", "serviceAccount.create=false"], ["--set", "serviceAccount.create=false", "--set", "serviceAccount.name=default"]]) {
+      assert.match(renderFails("agent-local", [...on, ...sa]), /busyPodProtection binds a Role that patches pods to the agent's ServiceAccount/);
+    }
+    const binding = render("agent-local", [...on, "--set", "serviceAccount.create=false", "--set", "serviceAccount.name=drover-agents"]).find((o) => o.kind === "RoleBinding")!;
+    assert.deepEqual(binding.subjects!.map((s: any) => s.name), ["drover-agents"]);
+  });
+
+  test("U5: the pod-annotator's token expires after an hour (3607 would be extended to a year)", () => {
+    const spec = one(render("agent-local", [...base, "--set", "busyPodProtection.enabled=true"]), "Deployment").spec.template.spec;
+    const token = spec.volumes.find((v: any) => v.name === "pod-annotator-token").projected.sources[0].serviceAccountToken;
+    assert.equal(token.expirationSeconds, 3600);
+  });
+
+  test("I13: per-node workers and agent-job's task pods go to Linux nodes by default", () => {
+    assert.deepEqual(one(render("agent-k8s", base), "DaemonSet").spec.template.spec.nodeSelector, { "kubernetes.io/os": "linux" });
+    assert.deepEqual(one(render("agent-job", base), "AgentTask").spec.jobTemplate.template.spec.nodeSelector, { "kubernetes.io/os": "linux" });
+  });
+});
+
+describe("integrations (review kubernetes-2026-11-28)", () => {
+  const base = ["--set", `agent.token=${token}`];
+  const one = (objects: K[], kind: string) => objects.find((o) => o.kind === kind)!;
+
+  test("I8: ServiceMonitors carry labels, a scrape timeout and relabelings; agent-k8s's node workers get a PodMonitor", () => {
+    const monitoring = [...base, "--set", "serviceMonitor.enabled=true", "--set", "serviceMonitor.labels.release=kps", "--set", "serviceMonitor.scrapeTimeout=10s", "--set", "serviceMonitor.relabelings[0].targetLabel=pool", "--set", "serviceMonitor.relabelings[0].replacement=p"];
+    const endpoint = { port: "health", path: "/metrics", interval: "30s", scrapeTimeout: "10s", relabelings: [{ targetLabel: "pool", replacement: "p" }] };
+    for (const chart of ["agent-local", "agent-job", "agent-k8s"]) {
+      const all = render(chart, monitoring);
+      const monitor = one(all, "ServiceMonitor") as any;
+      assert.equal(monitor.metadata.labels.release, "kps", chart);
+      assert.deepEqual(monitor.spec.endpoints, [endpoint], chart);
+    }
+    const pod = one(render("agent-k8s", monitoring), "PodMonitor") as any;
+    assert.equal(pod.metadata.labels.release, "kps");
+    assert.deepEqual(pod.spec.podMetricsEndpoints, [endpoint]);
+    const ds = one(render("agent-k8s", monitoring), "DaemonSet");
+    for (const [k, v] of Object.entries(pod.spec.selector.matchLabels)) assert.equal(ds.spec.template.metadata.labels[k], v, k);
+    assert.ok(ds.spec.template.spec.containers[0].ports.some((p: any) => p.name === "health"));
+    assert.equal(render("agent-k8s", [...monitoring, "--set", "jobWorker=true"]).filter((o) => o.kind === "PodMonitor").length, 0);
+  });
+
+  test("I9: rbac.create false leaves the Roles to the user; rbac.aggregateClusterRoles aggregates agenttasks into admin, edit and view", async () => {
+    for (const chart of ["agent-job", "agent-k8s"]) {
+      const kinds = (args: string[]) => render(chart, [...base, ...args]).map((o) => o.kind);
+      assert.ok(kinds([]).includes("Role") && !kinds([]).includes("ClusterRole"), chart);
+      assert.deepEqual(kinds(["--set", "rbac.create=false"]).filter((k) => k === "Role" || k === "RoleBinding"), [], chart);
+      const roles = render(chart, [...base, "--set", "rbac.aggregateClusterRoles=true"]).filter((o) => o.kind === "ClusterRole");
+      for (const r of roles) await validateObject(r);
+      const byRole = Object.fromEntries(roles.map((r: any) => [Object.keys(r.metadata.labels).find((l) => l.startsWith("rbac.authorization.k8s.io/aggregate-to-"))!.split("-").pop(), r.rules]));
+      assert.deepEqual(Object.keys(byRole).sort(), ["admin", "edit", "view"], chart);
+      assert.deepEqual(byRole.view, [{ apiGroups: ["drover.dev"], resources: ["agenttasks"], verbs: ["get", "list", "watch"] }]);
+      // An admin must hold every verb the controller's Role grants on agenttasks to create that Role.
+      const controllerVerbs = one(render(chart, base), "Role").rules!.filter((r: any) => r.resources.includes("agenttasks")).flatMap((r: any) => r.verbs);
+      for (const v of controllerVerbs) assert.ok(byRole.admin[0].verbs.includes(v), `${chart}: admin lacks ${v}`);
+    }
+  });
+
+  test("I15: KEDA's TriggerAuthentication carries the server's CA bundle", () => {
+    const keda = [...base, "--set", "agent.url=https://d.example", "--set", "autoscaling.keda.enabled=true"];
+    const auth = (args: string[]) => one(render("agent-local", [...keda, ...args]), "TriggerAuthentication").spec.secretTargetRef;
+    assert.deepEqual(auth([]).map((r: any) => r.parameter), ["token"]);
+    assert.deepEqual(auth(["--set-string", "agent.caBundle=-----BEGIN CERTIFICATE-----"])[1], { parameter: "ca", name: "rel-agent-local-ca", key: "ca.crt" });
+    assert.deepEqual(auth(["--set", "agent.caBundleSecret.name=corp-ca", "--set", "agent.caBundleSecret.key=bundle.pem"])[1], { parameter: "ca", name: "corp-ca", key: "bundle.pem" });
+  });
+
+  test("I16: every chart declares the Kubernetes versions it needs, and helm refuses older ones", () => {
+    for (const chart of ["agent-local", "agent-job", "agent-k8s"]) {
+      assert.match(readFileSync(join(repo, "charts", chart, "Chart.yaml"), "utf8"), /^kubeVersion: ">=1\.29\.0-0"$/m, chart);
+      assert.match(renderFails(chart, [...base, "--kube-version", "1.28.0"]), /kubeVersion/, chart);
+    }
+  });
+
+  test("I17: task.podDisruptionBudget makes drains wait for run pods, never for a failed one", async () => {
+    for (const chart of ["agent-job", "agent-k8s"]) {
+      assert.equal(render(chart, base).filter((o) => o.kind === "PodDisruptionBudget" && o.metadata.name.endsWith("-task")).length, 0, `${chart}: opt-in`);
+      const all = render(chart, [...base, "--set", "task.podDisruptionBudget.enabled=true"]);
+      const pdb = all.find((o) => o.kind === "PodDisruptionBudget" && o.metadata.name.endsWith("-task"))!;
+      await validateObject(pdb);
+      assert.equal(pdb.spec.maxUnavailable, 0);
+      assert.equal(pdb.spec.unhealthyPodEvictionPolicy, "AlwaysAllow");
+      const labels = one(all, "AgentTask").spec.jobTemplate.template.metadata.labels;
+      for (const [k, v] of Object.entries(pdb.spec.selector.matchLabels)) assert.equal(labels[k], v, `${chart}: selects run pods by ${k}`);
+    }
+  });
+});
+
+test("B8: each README's OpenShift command renders pods with no fixed UID, GID or fsGroup, still non-root", () => {
+  for (const chart of ["agent-local", "agent-job", "agent-k8s"]) {
+    const readme = readFileSync(join(repo, "charts", chart, "README.md"), "utf8");
+    const block = /## OpenShift\n[\s\S]*?```sh\n([\s\S]*?)```/.exec(readme)?.[1];
+    assert.ok(block, `${chart}: no OpenShift section with a command`);
+    const sets = [...block.matchAll(/--set ([^\s\\]+)/g)].map((m) => m[1]!).filter((v) => !v.startsWith("agent.tokenExistingSecret"));
+    assert.ok(sets.length >= 3, chart);
+    const args = ["--set", `agent.token=${token}`, ...sets.flatMap((v) => ["--set", v]), ...(chart === "agent-k8s" ? ["--set", "jobWorker=true"] : [])];
+    for (const { owner, spec } of podSpecs(render(chart, args))) {
+      assert.equal(spec.securityContext.fsGroup, undefined, owner);
+      assert.equal(spec.securityContext.runAsNonRoot, true, owner);
+      for (const c of [...spec.containers, ...(spec.initContainers ?? [])].filter((c: any) => c.name !== "log-shipper")) {
+        assert.equal(c.securityContext.runAsUser, undefined, `${owner} ${c.name}`);
+        assert.equal(c.securityContext.runAsGroup, undefined, `${owner} ${c.name}`);
+      }
+    }
+  }
+});
+
+test("every key of each chart's values.yaml has a row in its README values table", () => {
+  for (const chart of ["agent-local", "agent-job", "agent-k8s"]) {
+    const values = parseAllDocuments(readFileSync(join(repo, "charts", chart, "values.yaml"), "utf8"))[0]!.toJSON() as Record<string, unknown>;
+    const readme = readFileSync(join(repo, "charts", chart, "README.md"), "utf8");
+    const rows = new Set([...readme.matchAll(/^\| ([^ |]+) \| /gm)].map((m) => m[1]!));
+    // A leaf: a scalar, a list, an empty map, or a map whose keys are the user's (a node selector with a default).
+    const userKeys = /(^|\.)(nodeSelector|annotations|labels|podAnnotations|podLabels|extraEnv)$/;
+    const leaves = (o: Record<string, unknown>, path: string): string[] =>
+      Object.entries(o).flatMap(([k, v]) => {
+        const key = path ? `${path}.${k}` : k;
+        const map = v !== null && typeof v === "object" && !Array.isArray(v) && Object.keys(v).length > 0;
+        return map && !userKeys.test(key) ? leaves(v as Record<string, unknown>, key) : [key];
+      });
+    assert.deepEqual(leaves(values, "").filter((k) => !rows.has(k)), [], chart);
+  }
 });

@@ -33,7 +33,7 @@ const verbs: Record<string, string> = { list: "list", read: "get", create: "crea
 
 /** The API calls a source file makes, as grants: client methods, custom objects, informers (list + watch). */
 function callsOf(file: string): Grants {
-  const src = readFileSync(join(repo, "packages", "agent", "src", "kubernetes", file), "utf8");
+  const src = readFileSync(join(repo, "packages", "agent", "src", file.includes("/") ? "" : "kubernetes", file), "utf8");
   const used: Grants = new Set();
   for (const m of src.matchAll(/\.(list|read|create|delete|patch|replace)Namespaced([A-Z][A-Za-z]*?)(Status)?\(/g)) {
     const [, verb, kind, sub] = m;
@@ -48,7 +48,11 @@ function callsOf(file: string): Grants {
     const group = m[1] && m[1] !== "v1" ? m[1] : "";
     used.add(`${group}/${m[2]} list`).add(`${group}/${m[2]} watch`);
   }
-  if (/new ListWatch|makeInformer/.test(src) && !/inform\(/.test(src)) assert.fail(`${file}: an informer this test cannot attribute`);
+  // `startInformer({ …, path: "/api/v1/namespaces/${namespace}/<resource>", … })` likewise.
+  for (const m of src.matchAll(/startInformer<\w+>\(\{[^}]*?path: `\/apis?\/(?:([a-z.]+)\/)?v1\/namespaces\/\$\{\w+\}\/([a-z]+)`/g)) {
+    used.add(`${m[1] ?? ""}/${m[2]} list`).add(`${m[1] ?? ""}/${m[2]} watch`);
+  }
+  if (/new ListWatch|makeInformer/.test(src) && !/inform\(|startInformer</.test(src)) assert.fail(`${file}: an informer this test cannot attribute`);
   return used;
 }
 
@@ -104,4 +108,20 @@ test("agent-k8s's node workers are granted no Secret: the controller grants each
   const g = granted("agent-k8s", "worker");
   assert.deepEqual([...g].filter((x) => x.startsWith("/secrets")), [], "the worker Role grants no Secret");
   assert.ok(callsOf("run-access.ts").has("rbac.authorization.k8s.io/roles create"));
+});
+
+test("agent-k8s's node-worker Role grants exactly the worker's calls but its per-run Secret read", () => {
+  const calls = callsOf("node-worker.ts");
+  assert.ok(calls.has("/pods list") && calls.delete("/secrets get"), [...calls].join(", "));
+  const g = granted("agent-k8s", "worker");
+  assert.deepEqual(diff(calls, g), [], "calls without a grant");
+  assert.deepEqual(diff(g, calls), [], "grants no call uses");
+});
+
+test("agent-local's pod-annotator Role grants only the patch of pods the sidecar sends", () => {
+  const src = readFileSync(join(repo, "packages", "agent", "src", "pod-annotator.ts"), "utf8");
+  const methods = new Set([...src.matchAll(/method: "([A-Z]+)"/g)].map((m) => m[1]!.toLowerCase()));
+  assert.deepEqual([...methods], ["patch"]);
+  const args = ["--set", "busyPodProtection.enabled=true"];
+  assert.deepEqual([...granted("agent-local", "pod-annotator", args)], ["/pods patch"]);
 });

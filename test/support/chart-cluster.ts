@@ -198,14 +198,18 @@ export async function namespace(c: TestCluster, name: string, level?: "restricte
   assert.equal(r.status, 201, JSON.stringify(r.body));
 }
 
-/** The Prometheus Operator's ServiceMonitor CRD, so charts with their ServiceMonitor on apply. */
+/** The Prometheus Operator's ServiceMonitor and PodMonitor CRDs, so charts with their monitors on apply. */
 export async function createServiceMonitorCrd(c: TestCluster): Promise<void> {
-  await kube(c, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", {
-    apiVersion: "apiextensions.k8s.io/v1",
-    kind: "CustomResourceDefinition",
-    metadata: { name: "servicemonitors.monitoring.coreos.com" },
-    spec: { group: "monitoring.coreos.com", scope: "Namespaced", names: { kind: "ServiceMonitor", plural: "servicemonitors", singular: "servicemonitor", listKind: "ServiceMonitorList" }, versions: [{ name: "v1", served: true, storage: true, schema: { openAPIV3Schema: { type: "object", "x-kubernetes-preserve-unknown-fields": true } } }] },
-  });
+  // agent-k8s renders a PodMonitor for its node workers next to the ServiceMonitor.
+  for (const kind of ["ServiceMonitor", "PodMonitor"]) {
+    const singular = kind.toLowerCase();
+    await kube(c, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", {
+      apiVersion: "apiextensions.k8s.io/v1",
+      kind: "CustomResourceDefinition",
+      metadata: { name: `${singular}s.monitoring.coreos.com` },
+      spec: { group: "monitoring.coreos.com", scope: "Namespaced", names: { kind, plural: `${singular}s`, singular, listKind: `${kind}List` }, versions: [{ name: "v1", served: true, storage: true, schema: { openAPIV3Schema: { type: "object", "x-kubernetes-preserve-unknown-fields": true } } }] },
+    });
+  }
 }
 
 /** Whether a pod's Ready condition is True. */

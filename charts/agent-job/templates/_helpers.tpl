@@ -41,7 +41,9 @@ registry host (its first part, when it has a dot or a colon or is localhost) is 
 {{- end -}}
 
 {{- define "drover.image" -}}
-{{ include "drover.withRegistry" (dict "ref" (printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag)) "registry" .Values.global.imageRegistry) }}
+{{- $ref := printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- with .Values.image.digest }}{{ $ref = printf "%s@%s" $.Values.image.repository . }}{{ end -}}
+{{ include "drover.withRegistry" (dict "ref" $ref "registry" .Values.global.imageRegistry) }}
 {{- end -}}
 
 {{- define "drover.runnerImage" -}}
@@ -232,4 +234,75 @@ checksum/secrets: {{ include (print .Template.BasePath "/secret.yaml") . | sha25
 {{- with .Values.agent.tokenExistingSecret.name }}
 checksum/token-secret-ref: {{ printf "%s/%s" . $.Values.agent.tokenExistingSecret.key | sha256sum | trunc 16 }}
 {{- end }}
+{{- end -}}
+
+{{/*
+The policy that keeps pods from the cloud metadata services while everything else stays
+reachable. `selector`: the matchLabels (YAML) of the pods it holds. With flavor kubernetes, a
+NetworkPolicy: ipBlock selects external addresses only on some CNIs (Cilium matches neither pods
+nor nodes nor the API server by ipBlock), so the pods of every namespace and DNS on any address
+(CoreDNS, NodeLocal DNS's 169.254.20.10) are allowed by their own rules. With flavor cilium, a
+CiliumNetworkPolicy: every entity (the API server and nodes too) except the metadata addresses.
+*/}}
+{{- define "drover.metadataPolicy" -}}
+{{- $v4 := list "169.254.169.254/32" "100.100.100.200/32" "168.63.129.16/32" -}}
+{{- $v6 := list "fd00:ec2::254/128" "fd20:ce::254/128" "fe80::a9fe:a9fe/128" -}}
+{{- if eq .root.Values.networkPolicy.flavor "cilium" }}
+apiVersion: cilium.io/v2
+kind: CiliumNetworkPolicy
+metadata:
+  name: {{ .name }}
+  labels:
+    {{- include "drover.labels" .root | nindent 4 }}
+spec:
+  endpointSelector:
+    matchLabels:
+      {{- .selector | nindent 6 }}
+  egress:
+    - toEntities: [world, cluster]
+  # A deny wins over every allow.
+  egressDeny:
+    - toCIDR: {{ concat $v4 $v6 | toJson }}
+{{- else }}
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: {{ .name }}
+  labels:
+    {{- include "drover.labels" .root | nindent 4 }}
+spec:
+  podSelector:
+    matchLabels:
+      {{- .selector | nindent 6 }}
+  policyTypes: [Egress]
+  egress:
+    # AWS (IPv4, IPv6 on Nitro), GCE (IPv6), Alibaba Cloud, OpenStack (IPv6) and Azure's WireServer.
+    - to:
+        - ipBlock:
+            cidr: 0.0.0.0/0
+            except: {{ $v4 | toJson }}
+        - ipBlock:
+            cidr: ::/0
+            except: {{ $v6 | toJson }}
+    # Pods of every namespace (an in-cluster Drover server, a proxy, CoreDNS) by selector.
+    - to:
+        - namespaceSelector: {}
+    - ports:
+        - { port: 53, protocol: UDP }
+        - { port: 53, protocol: TCP }
+{{- end }}
+{{- end -}}
+
+{{/* The /metrics endpoint of a ServiceMonitor or PodMonitor. */}}
+{{- define "drover.scrapeEndpoint" -}}
+- port: health
+  path: /metrics
+  interval: {{ .Values.serviceMonitor.interval }}
+  {{- with .Values.serviceMonitor.scrapeTimeout }}
+  scrapeTimeout: {{ . }}
+  {{- end }}
+  {{- with .Values.serviceMonitor.relabelings }}
+  relabelings:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
 {{- end -}}
