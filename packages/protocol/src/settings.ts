@@ -1,4 +1,5 @@
 import { existsSync, readFileSync } from "node:fs";
+import { isIP } from "node:net";
 import { DroverError } from "./errors.js";
 import { isImagePattern } from "./images.js";
 
@@ -56,6 +57,10 @@ function invalid(name: string, message: string, hint?: string): never {
 
 /** Any non-empty text. */
 const text: SettingParser<string> = (raw) => raw;
+
+/** An IPv4 or IPv6 address literal (no brackets, no host name). */
+const ipAddress: SettingParser<string> = (raw, name) =>
+  isIP(raw) === 0 ? invalid(name, `${name} must be an IPv4 or IPv6 address, got ${JSON.stringify(raw)}`) : raw;
 
 /** `true`/`false` (also 1/0, yes/no, on/off). */
 const bool: SettingParser<boolean> = (raw, name) => {
@@ -249,6 +254,7 @@ export const settings = {
   DROVER_AGENT_LOG_FORMAT: setting({ flag: "--log-format", doc: "`json`, `plain`, `dev`", default: "json", readers: [...agents, "node-worker", "pod-annotator"], parse: oneOf(logFormats), section: "agent" }),
   DROVER_AGENT_DEBUG: setting({ doc: "debug logging", default: false, readers: agents, parse: bool, section: "agent" }),
   DROVER_AGENT_HEALTH_PORT: setting({ flag: "--health-port", doc: "`/healthz`, `/readyz`, `/metrics`; 0 disables", defaultText: "`8080` (pod worker: `0`)", readers: allAgents, parse: intIn(0, 65_535), section: "agent", reserved: true }),
+  DROVER_AGENT_HEALTH_ADDRESS: setting({ doc: "address the health port listens on (`127.0.0.1`, `::1`, a pod IP); unset: every interface of both families, which is what kubelet probes of the pod IP need", defaultText: "every interface (`::` and 0.0.0.0)", readers: allAgents, parse: ipAddress, section: "agent" }),
   DROVER_AGENT_OTLP_ENDPOINT: setting({ doc: "OpenTelemetry collector to export to (`http://collector:4318` for http/protobuf, `:4317` for grpc); unset: no exporter is loaded", readers: allAgents, parse: httpUrl, section: "agent" }),
   DROVER_AGENT_OTLP_PROTOCOL: setting({ doc: "`http/protobuf` or `grpc`", default: "http/protobuf", readers: allAgents, parse: oneOf(["http/protobuf", "grpc"] as const), section: "agent" }),
   DROVER_AGENT_OTLP_METRICS_ENABLED: setting({ doc: "with an endpoint: export the agent's `/metrics` series over OTLP, same names", default: true, readers: allAgents, parse: bool, section: "agent" }),

@@ -174,7 +174,7 @@ export class Controller {
       health: () => ({ live: !this.stop.signal.aborted, ready: this.ready, details: { registered: this.registered, inFlight: this.tracked.size } }),
       metrics: () => this.exposition(),
     };
-    return servingHealth(this.config.healthPort, source, () => this.work());
+    return servingHealth(this.config.healthPort, this.config.healthAddress, source, () => this.work());
   }
 
   private async work(): Promise<number> {

@@ -58,6 +58,11 @@ export interface WorkerContext {
   timings: NodeTimings;
   nodeName: string;
   isolation: Isolation;
+  /**
+   * The address kubelet probes and the downward API gives as the pod's (and host's) IP: the
+   * loopback of the cluster's IP family, where a listener bound to the other family is refused.
+   */
+  podIP: string;
   baseEnv: Record<string, string>;
   /** KUBERNETES_SERVICE_HOST/PORT and friends, which kubelet gives every container. */
   serviceEnv(): Record<string, string>;
@@ -203,10 +208,10 @@ export class PodWorker {
       conditions: conds,
       ...(this.reason ? { reason: this.reason } : {}),
       ...(this.message ? { message: this.message } : {}),
-      hostIP: "127.0.0.1",
-      hostIPs: [{ ip: "127.0.0.1" }],
-      podIP: "127.0.0.1",
-      podIPs: [{ ip: "127.0.0.1" }],
+      hostIP: this.ctx.podIP,
+      hostIPs: [{ ip: this.ctx.podIP }],
+      podIP: this.ctx.podIP,
+      podIPs: [{ ip: this.ctx.podIP }],
       ...(this.startTime ? { startTime: this.startTime } : {}),
       ...(this.inits.length > 0 ? { initContainerStatuses: this.inits.map((c) => this.containerStatus(c)) } : {}),
       containerStatuses: [...this.mains].sort((a, b) => a.name.localeCompare(b.name)).map((c) => this.containerStatus(c)),
@@ -362,7 +367,7 @@ export class PodWorker {
         const home: Record<string, string> = user.uid !== 0 && this.ctx.baseEnv.HOME === "/root" ? { HOME: "/" } : {};
         // A real container starts from its image's environment alone (podman sets HOME from the image's passwd).
         const base = podman ? {} : { ...this.ctx.baseEnv, ...home };
-        env = resolveEnv(this.ctx.api, this.pod, c.spec, { ...base, HOSTNAME: this.name, ...this.ctx.serviceEnv(), ...(image.env ?? {}) });
+        env = resolveEnv(this.ctx.api, this.pod, c.spec, { ...base, HOSTNAME: this.name, ...this.ctx.serviceEnv(), ...(image.env ?? {}) }, this.ctx.podIP);
         const command = Array.isArray(c.spec.command) ? c.spec.command.map(String) : undefined;
         const args = Array.isArray(c.spec.args) ? c.spec.args.map(String) : undefined;
         argv = [...(command ?? image.entrypoint ?? []), ...(args ?? (command ? [] : image.cmd ?? []))].map((a) => expand(a, env ?? {}));
@@ -472,7 +477,7 @@ export class PodWorker {
       let failures = 0;
       while (active()) {
         // timeoutSeconds stays in real seconds: a scaled-down timeout would fail healthy probes on a busy machine.
-        const r = await runProbe(probe, c.spec, target, Math.max(1, t.timeoutSeconds) * 1000);
+        const r = await runProbe(probe, c.spec, target, Math.max(1, t.timeoutSeconds) * 1000, this.ctx.podIP);
         if (!active()) return;
         if (r.ok) {
           successes++;
