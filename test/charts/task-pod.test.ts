@@ -46,3 +46,12 @@ for (const chart of ["agent-job", "agent-k8s"]) {
     assert.ok(!spec.containers.some((c: any) => c.name === "log-shipper"), "a sidecar among the regular containers keeps the Job open");
   });
 }
+
+test("I6: both charts give the controller a 120 s image pull grace by default", () => {
+  for (const chart of ["agent-job", "agent-k8s"]) {
+    const out = execFileSync(tools().helm, ["template", "rel", join(repo, "charts", chart), "--set", `agent.token=${token}`], { encoding: "utf8" });
+    const deployment = parseAllDocuments(out).map((d) => d.toJSON() as any).find((o) => o?.kind === "Deployment");
+    const env = deployment.spec.template.spec.containers[0].env as { name: string; value?: string }[];
+    assert.equal(env.find((e) => e.name === "DROVER_AGENT_IMAGE_PULL_GRACE_SECONDS")?.value, "120", chart);
+  }
+});
