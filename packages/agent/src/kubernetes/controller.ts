@@ -8,7 +8,7 @@ import { agentCapabilities, agentVersion } from "../agent.js";
 import { MetricSet, requestSecondsBuckets, servingHealth, type ErrorKind } from "../health.js";
 import { apiClientWithDeadline } from "./api-deadline.js";
 import { KubeApiError } from "./api-errors.js";
-import { startInformer, type Informer } from "./informer.js";
+import { startInformer, type Informer, type ListFrom } from "./informer.js";
 import { exponentialBackoff, KeyedWorkQueue } from "./work-queue.js";
 import { buildJob, jobName, labels, type TaskSettings } from "./job-spec.js";
 import { LeaderLease, leaseTimings } from "./leader-lease.js";
@@ -228,14 +228,14 @@ export class Controller {
       throw err;
     }
     const ns = this.settings.namespace;
-    this.inform("jobs", `/apis/batch/v1/namespaces/${ns}/jobs`, () => this.batch.listNamespacedJob({ namespace: ns, labelSelector: this.selector }), (type, job: V1Job) => void this.queue.add(job.metadata?.name ?? "", () => this.onJob(type, job)));
-    this.inform("pods", `/api/v1/namespaces/${ns}/pods`, () => this.core.listNamespacedPod({ namespace: ns, labelSelector: this.selector }), (type, pod: V1Pod) => void this.queue.add(pod.metadata?.labels?.[labels.k8sJob] ?? "", () => this.onPod(type, pod)));
+    this.inform("jobs", `/apis/batch/v1/namespaces/${ns}/jobs`, (from) => this.batch.listNamespacedJob({ namespace: ns, labelSelector: this.selector, ...from }), (type, job: V1Job) => void this.queue.add(job.metadata?.name ?? "", () => this.onJob(type, job)));
+    this.inform("pods", `/api/v1/namespaces/${ns}/pods`, (from) => this.core.listNamespacedPod({ namespace: ns, labelSelector: this.selector, ...from }), (type, pod: V1Pod) => void this.queue.add(pod.metadata?.labels?.[labels.k8sJob] ?? "", () => this.onPod(type, pod)));
     const task = this.config.kubernetesTaskTemplate;
     if (task) {
       // The template of every Job, kept current by a watch of that one object (RBAC grants list/watch by its name):
       // no API round trip between a job offered and its Job's create.
       const field = `metadata.name=${task}`;
-      const list = () => this.custom.listNamespacedCustomObject({ group: "drover.dev", version: "v1alpha1", namespace: ns, plural: "agenttasks", fieldSelector: field }) as Promise<KubernetesListObject<AgentTask>>;
+      const list = (from: ListFrom) => this.custom.listNamespacedCustomObject({ group: "drover.dev", version: "v1alpha1", namespace: ns, plural: "agenttasks", fieldSelector: field, ...from }) as Promise<KubernetesListObject<AgentTask>>;
       const seen = (type: string, t: AgentTask) => this.log.info({ task, resourceVersion: t.metadata?.resourceVersion, event: type }, "task template watched: new Jobs use this version");
       this.inform("agenttasks", `/apis/drover.dev/v1alpha1/namespaces/${ns}/agenttasks`, list, seen, { fieldSelector: field });
     }
@@ -741,7 +741,7 @@ export class Controller {
   }
 
   /** Watches `path` (this controller's objects only) through an informer; see informer.ts. */
-  private inform<T extends KubernetesObject>(name: string, path: string, list: () => Promise<KubernetesListObject<T>>, handle: (type: string, obj: T) => void, selectors: { labelSelector?: string; fieldSelector?: string } = { labelSelector: this.selector }): void {
+  private inform<T extends KubernetesObject>(name: string, path: string, list: (from: ListFrom) => Promise<KubernetesListObject<T>>, handle: (type: string, obj: T) => void, selectors: { labelSelector?: string; fieldSelector?: string } = { labelSelector: this.selector }): void {
     const informer = startInformer<T>({
       kc: this.kc,
       name,

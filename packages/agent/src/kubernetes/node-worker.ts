@@ -169,7 +169,7 @@ export class NodeWorker {
       kc: this.kc,
       name: "pods",
       path: `/api/v1/namespaces/${namespace}/pods`,
-      list: () => this.core.listNamespacedPod({ namespace, labelSelector, fieldSelector }),
+      list: (from) => this.core.listNamespacedPod({ namespace, labelSelector, fieldSelector, ...from }),
       labelSelector,
       fieldSelector,
       onEvent: () => this.wake?.(),
