@@ -54,7 +54,9 @@ export async function agentRegistered(stack: Stack, name: string): Promise<void>
 
 /** The environment of `drover agent controller` named `name`, launching task pods from the AgentTask `template`. */
 export function controllerEnv(stack: Stack, name: string, template: string): Record<string, string> {
-  return { DROVER_TOKEN: stack.poolToken, DROVER_AGENT_NAME: name, DROVER_AGENT_KUBERNETES_TASK_TEMPLATE: template, DROVER_AGENT_KUBERNETES_WORKER_IMAGE: workerImage };
+  // Tests replace controllers by SIGKILL, which leaves the lease to expire before the next one
+  // may lead; test/kube/leader-election.test.ts runs the election itself.
+  return { DROVER_TOKEN: stack.poolToken, DROVER_AGENT_NAME: name, DROVER_AGENT_KUBERNETES_TASK_TEMPLATE: template, DROVER_AGENT_KUBERNETES_WORKER_IMAGE: workerImage, DROVER_AGENT_KUBERNETES_LEADER_ELECTION: "false" };
 }
 
 /**

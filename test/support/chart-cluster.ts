@@ -34,15 +34,18 @@ const { tools } = (await import(pathToFileURL(join(repo, "scripts", "tools.mjs")
 
 /**
  * The startTestCluster options that make `droverImage` run this checkout: a `drover` shim on
- * the pods' PATH (in test/dist/.bin), as the real image has one.
+ * the pods' PATH (in test/dist/.bin), as the real image has one, and a stand-in for the image's
+ * /usr/bin/tini (it execs its command: no init process is needed for a host process).
  */
-export function droverImageOptions(): { images: Record<string, { entrypoint: string[]; paths: string[] }>; baseEnv: Record<string, string> } {
+export function droverImageOptions(): { images: Record<string, { entrypoint: string[]; paths: string[]; executables: Record<string, string> }>; baseEnv: Record<string, string> } {
   const bin = join(repo, "test", "dist", ".bin");
   mkdirSync(bin, { recursive: true });
   writeFileSync(join(bin, "drover"), `#!/bin/sh\nexec "${process.execPath}" "${droverBin}" "$@"\n`);
   chmodSync(join(bin, "drover"), 0o755);
+  writeFileSync(join(bin, "tini"), `#!/bin/sh\n[ "$1" = "--" ] && shift\nexec "$@"\n`);
+  chmodSync(join(bin, "tini"), 0o755);
   return {
-    images: { [droverImage]: { entrypoint: ["drover"], paths: [repo] } },
+    images: { [droverImage]: { entrypoint: ["/usr/bin/tini", "--", "drover"], paths: [repo], executables: { "/usr/bin/tini": join(bin, "tini") } } },
     baseEnv: { PATH: `${bin}:${process.env.PATH ?? ""}`, HOME: "/root" },
   };
 }

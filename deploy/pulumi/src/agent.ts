@@ -235,6 +235,9 @@ export class DroverAgent extends pulumi.ComponentResource {
             { apiGroups: [""], resources: ["pods"], verbs: ["list", "watch"] },
             { apiGroups: [""], resources: ["events"], verbs: ["list"] },
             { apiGroups: [""], resources: ["secrets"], verbs: ["get", "create"] },
+            // Leader election (create cannot be limited by name).
+            { apiGroups: ["coordination.k8s.io"], resources: ["leases"], verbs: ["create"] },
+            { apiGroups: ["coordination.k8s.io"], resources: ["leases"], resourceNames: [`${name}-controller-leader`], verbs: ["get", "update"] },
             // Only its own task template, which it watches (list/watch are allowed by name when they select metadata.name).
             { apiGroups: ["drover.dev"], resources: ["agenttasks"], resourceNames: [`${name}-task-template`], verbs: ["get", "list", "watch"] },
             // Node mode: per run, a Role and RoleBinding granting the node workers that run's job Secret only.

@@ -159,7 +159,7 @@ export class Agent {
           details: { state: this.state, lastActivity: this.lastActivity ? new Date(this.lastActivity).toISOString() : null },
         }),
         metrics: () => this.metrics.render(),
-      });
+      }, this.config.healthAddress);
     }
     try {
       // Before any work: processes an earlier run of this agent left behind (it was killed)

@@ -31,6 +31,8 @@ export interface AgentConfig {
   debug: boolean;
   /** 0 disables the health server. */
   healthPort: number;
+  /** Address of the health port; undefined: every interface of both families. */
+  healthAddress: string | undefined;
   /** OTLP export (DROVER_AGENT_OTLP_*); undefined without an endpoint. */
   otlp: OtlpSettings | undefined;
   /** The pod this process runs in, inside Kubernetes (a telemetry resource attribute). */
@@ -144,6 +146,7 @@ export function loadAgentConfig(env: NodeJS.ProcessEnv, flags: AgentFlags = {}):
     logFormat: src.get("DROVER_AGENT_LOG_FORMAT"),
     debug: src.get("DROVER_AGENT_DEBUG"),
     healthPort: src.getOr("DROVER_AGENT_HEALTH_PORT", 8080),
+    healthAddress: src.get("DROVER_AGENT_HEALTH_ADDRESS"),
     otlp: otlpSettings(src),
     kubernetesPod: env.KUBERNETES_SERVICE_HOST ? hostname() : undefined,
     statusFile: src.get("DROVER_AGENT_STATUS_FILE"),

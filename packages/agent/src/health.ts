@@ -85,9 +85,12 @@ export interface HealthSource {
 
 /**
  * `/healthz` (liveness), `/readyz` (readiness) and `/metrics` on `port`, for every
- * long-running drover process (agent, controller, pod worker, node worker).
+ * long-running drover process (agent, controller, pod worker, node worker). Without an
+ * `address` it listens on every interface of both families (`::` with IPv4-mapped
+ * addresses, or 0.0.0.0 where the kernel has no IPv6): the kubelet probes the pod's IP,
+ * which is an IPv6 address on single-stack IPv6 clusters.
  */
-export async function startHealthServer(port: number, source: HealthSource): Promise<Server> {
+export async function startHealthServer(port: number, source: HealthSource, address?: string): Promise<Server> {
   const server = createServer((req, res) => {
     const path = (req.url ?? "").split("?")[0];
     if (path === "/healthz" || path === "/readyz") {
@@ -105,10 +108,12 @@ export async function startHealthServer(port: number, source: HealthSource): Pro
   });
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
-    server.listen(port, "0.0.0.0", () => {
+    const listening = () => {
       server.off("error", reject);
       resolve();
-    });
+    };
+    if (address === undefined) server.listen(port, listening);
+    else server.listen(port, address, listening);
   });
   return server;
 }
@@ -121,11 +126,11 @@ export function closeHealthServer(server: Server | undefined): Promise<void> {
 }
 
 /**
- * Runs `work` with the health server of `source` on `port` (none when `port` is 0), closing it
- * once `work` settles; resolves or rejects as `work` does.
+ * Runs `work` with the health server of `source` on `port` (none when `port` is 0) and
+ * `address` (see startHealthServer), closing it once `work` settles; resolves or rejects as `work` does.
  */
-export async function servingHealth<T>(port: number, source: HealthSource, work: () => Promise<T>): Promise<T> {
-  const server = port > 0 ? await startHealthServer(port, source) : undefined;
+export async function servingHealth<T>(port: number, address: string | undefined, source: HealthSource, work: () => Promise<T>): Promise<T> {
+  const server = port > 0 ? await startHealthServer(port, source, address) : undefined;
   try {
     return await work();
   } finally {

@@ -1,4 +1,5 @@
 import { existsSync, readFileSync } from "node:fs";
+import { isIP } from "node:net";
 import { DroverError } from "./errors.js";
 import { isImagePattern } from "./images.js";
 
@@ -56,6 +57,10 @@ function invalid(name: string, message: string, hint?: string): never {
 
 /** Any non-empty text. */
 const text: SettingParser<string> = (raw) => raw;
+
+/** An IPv4 or IPv6 address literal (no brackets, no host name). */
+const ipAddress: SettingParser<string> = (raw, name) =>
+  isIP(raw) === 0 ? invalid(name, `${name} must be an IPv4 or IPv6 address, got ${JSON.stringify(raw)}`) : raw;
 
 /** `true`/`false` (also 1/0, yes/no, on/off). */
 const bool: SettingParser<boolean> = (raw, name) => {
@@ -255,6 +260,7 @@ export const settings = {
   DROVER_AGENT_LOG_FORMAT: setting({ flag: "--log-format", doc: "`json`, `plain`, `dev`", default: "json", readers: [...agents, "node-worker", "pod-annotator"], parse: oneOf(logFormats), section: "agent" }),
   DROVER_AGENT_DEBUG: setting({ doc: "debug logging", default: false, readers: agents, parse: bool, section: "agent" }),
   DROVER_AGENT_HEALTH_PORT: setting({ flag: "--health-port", doc: "`/healthz`, `/readyz`, `/metrics`; 0 disables", defaultText: "`8080` (pod worker: `0`)", readers: allAgents, parse: intIn(0, 65_535), section: "agent", reserved: true }),
+  DROVER_AGENT_HEALTH_ADDRESS: setting({ doc: "address the health port listens on (`127.0.0.1`, `::1`, a pod IP); unset: every interface of both families, which is what kubelet probes of the pod IP need", defaultText: "every interface (`::` and 0.0.0.0)", readers: allAgents, parse: ipAddress, section: "agent" }),
   DROVER_AGENT_OTLP_ENDPOINT: setting({ doc: "OpenTelemetry collector to export to (`http://collector:4318` for http/protobuf, `:4317` for grpc); unset: no exporter is loaded", readers: allAgents, parse: httpUrl, section: "agent" }),
   DROVER_AGENT_OTLP_PROTOCOL: setting({ doc: "`http/protobuf` or `grpc`", default: "http/protobuf", readers: allAgents, parse: oneOf(["http/protobuf", "grpc"] as const), section: "agent" }),
   DROVER_AGENT_OTLP_METRICS_ENABLED: setting({ doc: "with an endpoint: export the agent's `/metrics` series over OTLP, same names", default: true, readers: allAgents, parse: bool, section: "agent" }),
@@ -298,7 +304,7 @@ export const settings = {
   DROVER_AGENT_KUBERNETES_WORKER_IMAGE: setting({ doc: "image of each run pod's `worker` container", default: "ghcr.io/drover-dev/drover:0.1.0", readers: ["controller"], parse: text, section: "kubernetes", reserved: true }),
   DROVER_AGENT_KUBERNETES_TASK_TEMPLATE: setting({ doc: "name of an `AgentTask` (`drover.dev/v1alpha1`) in that namespace whose `spec.jobTemplate` is merged into every run Job", readers: ["controller"], parse: text, section: "kubernetes", reserved: true }),
   DROVER_AGENT_EXEC_LOOP_PATH: setting({ doc: "exec loop the runner container starts with", default: "/opt/drover/packages/agent/exec-loop/exec-loop.sh", defaultText: "the worker image's copy", readers: ["controller", "node-worker"], parse: text, section: "kubernetes" }),
-  DROVER_AGENT_IMAGE_PULL_GRACE_SECONDS: setting({ doc: "how long an image pull may fail before the run errors with the pull's reason", default: 30, readers: ["controller"], parse: intIn(0, 7 * 86_400), section: "kubernetes" }),
+  DROVER_AGENT_IMAGE_PULL_GRACE_SECONDS: setting({ doc: "how long after its pod was created an image pull or container create may fail before the run errors with its reason: long enough for kubelet's backoff to outlast a registry's 429/5xx or a Secret synced late", default: 120, readers: ["controller"], parse: intIn(0, 7 * 86_400), section: "kubernetes" }),
   DROVER_AGENT_POD_PENDING_TIMEOUT_SECONDS: setting({ doc: "how long a run pod may stay unscheduled before the run errors", default: 600, readers: ["controller"], parse: seconds7d, section: "kubernetes" }),
   DROVER_AGENT_JOB_ACTIVE_DEADLINE_SECONDS: setting({ doc: "the Job's `activeDeadlineSeconds`", default: 4 * 3600, readers: ["controller"], parse: seconds7d, section: "kubernetes" }),
   DROVER_AGENT_JOB_TTL_SECONDS: setting({ doc: "the Job's `ttlSecondsAfterFinished`", default: 3600, readers: ["controller"], parse: intIn(0, 7 * 86_400), section: "kubernetes" }),
@@ -306,6 +312,8 @@ export const settings = {
   DROVER_AGENT_NODE_WORKER_SERVICE_ACCOUNT: setting({ doc: "node-worker mode: the node workers' ServiceAccount (in the controller's namespace); for each run the controller creates a Role and RoleBinding (owned by the run's Job) granting it `get` on that run's job Secret only, so the workers' own Role needs no Secret and never reaches the pool token. Needs `create` on roles and rolebindings (agent-k8s grants it)", readers: ["controller"], parse: kubernetesName, section: "kubernetes" }),
   DROVER_AGENT_SWEEP_INTERVAL_SECONDS: setting({ doc: "how often every in-flight Job is checked against those timeouts even when no event arrives (a pod left Unschedulable, a Job whose pod admission refused)", default: 10, readers: ["controller"], parse: seconds7d, section: "kubernetes" }),
   DROVER_AGENT_KUBERNETES_API_TIMEOUT_SECONDS: setting({ doc: "deadline of one Kubernetes API call of the controller (lists, creates, reads, deletes); a call past it fails and is retried", default: 30, readers: ["controller"], parse: seconds7d, section: "kubernetes" }),
+  DROVER_AGENT_KUBERNETES_LEADER_ELECTION: setting({ doc: "the controller takes work only while it holds the Lease `<DROVER_AGENT_NAME>-leader` in its namespace, so two controllers of one release (a second replica, a replacement of a partitioned pod) never launch at once; others stand by, not ready", default: true, readers: ["controller"], parse: bool, section: "kubernetes" }),
+  DROVER_AGENT_KUBERNETES_LEASE_DURATION_MS: setting({ doc: "how long a leader Lease nobody renews keeps standbys waiting; the leader renews every fifth of it and stops taking work (exit 1) when it could not renew for two thirds of it", default: 15_000, readers: ["controller"], parse: intIn(300, 600_000), section: "kubernetes" }),
   DROVER_AGENT_KUBERNETES_WATCH_TIMEOUT_SECONDS: setting({ doc: "each watch of Jobs and pods (controller, node workers) asks the API server to end it after this long (`timeoutSeconds`), then resumes; one still open half as long again later (at most 60 s more: a proxy or a stalled API server holding it without events) is dropped and its objects re-listed", default: 300, readers: ["controller", "node-worker"], parse: intIn(1, 3600), section: "kubernetes" }),
   DROVER_AGENT_NODE_NAME: setting({ doc: "node workers (required): this node's name (the downward API's `spec.nodeName`)", readers: ["node-worker"], parse: text, section: "kubernetes" }),
   DROVER_AGENT_CONTROLLER_NAME: setting({ doc: "node workers (required): the controller whose run pods this worker supervises (its `DROVER_AGENT_NAME`)", readers: ["node-worker"], parse: text, section: "kubernetes" }),

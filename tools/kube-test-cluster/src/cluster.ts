@@ -98,6 +98,13 @@ export interface TestClusterOptions {
   tls?: boolean;
   /** Version reported at /version. */
   gitVersion?: string;
+  /**
+   * The IP family of pod and node addresses (default IPv4). Pods share the host's network, so
+   * a pod's IP is the family's loopback, 127.0.0.1 or ::1: it is what probes connect to and
+   * what `status.podIP` says, so a server listening on IPv4 only fails the probes of an IPv6
+   * cluster as it would on a single-stack IPv6 cluster.
+   */
+  ipFamily?: "IPv4" | "IPv6";
 }
 
 export interface TestCluster {
@@ -115,6 +122,8 @@ export interface TestCluster {
   api: ObjectApi;
   /** Every 403 the authorizer gave (user, verb, resource, namespace, name, message): a product run under its chart's RBAC can assert it met none. */
   denials: RbacAuthorizer["denials"];
+  /** The pods' and nodes' address: 127.0.0.1, or ::1 with `ipFamily: "IPv6"`. */
+  podIP: string;
   /** Errors raised inside controllers and the node agent; tests can assert it stays empty. */
   errors: unknown[];
   /** Environment for running kubectl against the cluster (KUBECONFIG, a private discovery cache). */
@@ -199,6 +208,7 @@ export async function startTestCluster(options: TestClusterOptions = {}): Promis
   const id = randomBytes(8).toString("hex");
   const isolation: Isolation = options.isolation === undefined || options.isolation === "auto" ? detectIsolation() : options.isolation;
   const nodeName = options.nodeName ?? "ktc-node";
+  const podIP = options.ipFamily === "IPv6" ? "::1" : "127.0.0.1";
 
   const store = new Store(options.watchHistory ?? 1000);
   const api = new ObjectApi(store, new ResourceRegistry());
@@ -252,6 +262,7 @@ export async function startTestCluster(options: TestClusterOptions = {}): Promis
       ...(n.taints ? { taints: n.taints } : {}),
       ...(n.allocatable ? { allocatable: n.allocatable } : {}),
       isolation,
+      podIP,
       dataDir,
       baseEnv: options.baseEnv ?? { PATH: process.env.PATH ?? "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", HOME: "/root" },
       apiPort: () => port,
@@ -304,6 +315,7 @@ export async function startTestCluster(options: TestClusterOptions = {}): Promis
     token,
     dataDir,
     isolation,
+    podIP,
     api,
     errors,
     denials: authorizer.denials,

@@ -1,4 +1,4 @@
-import { BatchV1Api, CoreV1Api, CustomObjectsApi, KubeConfig, RbacAuthorizationV1Api, type CoreV1Event, type KubernetesListObject, type KubernetesObject, type V1Job, type V1JobSpec, type V1Pod } from "@kubernetes/client-node";
+import { BatchV1Api, CoordinationV1Api, CoreV1Api, CustomObjectsApi, KubeConfig, RbacAuthorizationV1Api, type CoreV1Event, type KubernetesListObject, type KubernetesObject, type V1Job, type V1JobSpec, type V1Pod } from "@kubernetes/client-node";
 import { DroverError, jobAssignmentSchema, jobTakenAway, noopTracer, SettingsSource, startTelemetryIfSet, type JobAssignment, type RunTracer } from "@drover/protocol";
 import type { Logger } from "pino";
 import { waitFor } from "../backoff.js";
@@ -8,9 +8,10 @@ import { agentCapabilities, agentVersion } from "../agent.js";
 import { MetricSet, requestSecondsBuckets, servingHealth, type ErrorKind } from "../health.js";
 import { apiClientWithDeadline } from "./api-deadline.js";
 import { KubeApiError } from "./api-errors.js";
-import { startInformer, type Informer } from "./informer.js";
+import { startInformer, type Informer, type ListFrom } from "./informer.js";
 import { exponentialBackoff, KeyedWorkQueue } from "./work-queue.js";
 import { buildJob, jobName, labels, type TaskSettings } from "./job-spec.js";
+import { LeaderLease, leaseTimings } from "./leader-lease.js";
 import { describePodFailure, type FailureTimings, type PodFailureReason } from "./pod-failures.js";
 import { grantJobSecret } from "./run-access.js";
 import { podNamespace } from "./settings.js";
@@ -77,6 +78,9 @@ export interface ControllerSettings {
   apiTimeoutMs: number;
   /** Each watch's `timeoutSeconds`; see informer.ts for its deadline. */
   watchTimeoutSeconds: number;
+  /** Take work only while holding the release's leader Lease (leader-lease.ts). */
+  leaderElection: boolean;
+  leaseDurationMs: number;
 }
 
 /** Reads and validates the controller's own settings; a bad value throws one clear line. */
@@ -97,6 +101,8 @@ export function loadControllerSettings(env: NodeJS.ProcessEnv): ControllerSettin
     nodeWorkerServiceAccount: src.get("DROVER_AGENT_NODE_WORKER_SERVICE_ACCOUNT"),
     apiTimeoutMs: src.get("DROVER_AGENT_KUBERNETES_API_TIMEOUT_SECONDS") * 1000,
     watchTimeoutSeconds: src.get("DROVER_AGENT_KUBERNETES_WATCH_TIMEOUT_SECONDS"),
+    leaderElection: src.get("DROVER_AGENT_KUBERNETES_LEADER_ELECTION"),
+    leaseDurationMs: src.get("DROVER_AGENT_KUBERNETES_LEASE_DURATION_MS"),
   };
 }
 
@@ -174,10 +180,42 @@ export class Controller {
       health: () => ({ live: !this.stop.signal.aborted, ready: this.ready, details: { registered: this.registered, inFlight: this.tracked.size } }),
       metrics: () => this.exposition(),
     };
-    return servingHealth(this.config.healthPort, source, () => this.work());
+    return servingHealth(this.config.healthPort, this.config.healthAddress, source, () => this.work());
   }
 
+  /**
+   * Leads, or stands by until it may: only the holder of the leader Lease registers and claims
+   * work. A lost lease stops this process (exit 1, so its pod restarts as a standby) before
+   * anyone else may take the lease over; a clean stop releases it once launches have ended.
+   */
   private async work(): Promise<number> {
+    if (!this.settings.leaderElection) return this.lead();
+    const api = apiClientWithDeadline(this.kc, CoordinationV1Api, this.settings.apiTimeoutMs);
+    const lease = new LeaderLease(api, this.settings.namespace, `${this.config.name}-leader`, leaseTimings(this.settings.leaseDurationMs), this.log);
+    try {
+      await lease.acquire(this.stop.signal);
+    } catch (err) {
+      if (this.stop.signal.aborted) return 0;
+      throw err;
+    }
+    const release = new AbortController();
+    let lost = false;
+    const holding = lease.hold(release.signal).then((reason) => {
+      if (reason === undefined) return;
+      lost = true;
+      this.log.error({ reason }, "lost the leader lease; stopping so that only one controller takes work");
+      this.shutdown();
+    });
+    try {
+      const code = await this.lead();
+      return lost ? 1 : code;
+    } finally {
+      release.abort();
+      await holding;
+    }
+  }
+
+  private async lead(): Promise<number> {
     try {
       await this.retrying("registering with the Drover server", () => this.register());
       await this.retrying("listing this controller's Jobs", () => this.rebuildFromCluster());
@@ -190,14 +228,14 @@ export class Controller {
       throw err;
     }
     const ns = this.settings.namespace;
-    this.inform("jobs", `/apis/batch/v1/namespaces/${ns}/jobs`, () => this.batch.listNamespacedJob({ namespace: ns, labelSelector: this.selector }), (type, job: V1Job) => void this.queue.add(job.metadata?.name ?? "", () => this.onJob(type, job)));
-    this.inform("pods", `/api/v1/namespaces/${ns}/pods`, () => this.core.listNamespacedPod({ namespace: ns, labelSelector: this.selector }), (type, pod: V1Pod) => void this.queue.add(pod.metadata?.labels?.[labels.k8sJob] ?? "", () => this.onPod(type, pod)));
+    this.inform("jobs", `/apis/batch/v1/namespaces/${ns}/jobs`, (from) => this.batch.listNamespacedJob({ namespace: ns, labelSelector: this.selector, ...from }), (type, job: V1Job) => void this.queue.add(job.metadata?.name ?? "", () => this.onJob(type, job)));
+    this.inform("pods", `/api/v1/namespaces/${ns}/pods`, (from) => this.core.listNamespacedPod({ namespace: ns, labelSelector: this.selector, ...from }), (type, pod: V1Pod) => void this.queue.add(pod.metadata?.labels?.[labels.k8sJob] ?? "", () => this.onPod(type, pod)));
     const task = this.config.kubernetesTaskTemplate;
     if (task) {
       // The template of every Job, kept current by a watch of that one object (RBAC grants list/watch by its name):
       // no API round trip between a job offered and its Job's create.
       const field = `metadata.name=${task}`;
-      const list = () => this.custom.listNamespacedCustomObject({ group: "drover.dev", version: "v1alpha1", namespace: ns, plural: "agenttasks", fieldSelector: field }) as Promise<KubernetesListObject<AgentTask>>;
+      const list = (from: ListFrom) => this.custom.listNamespacedCustomObject({ group: "drover.dev", version: "v1alpha1", namespace: ns, plural: "agenttasks", fieldSelector: field, ...from }) as Promise<KubernetesListObject<AgentTask>>;
       const seen = (type: string, t: AgentTask) => this.log.info({ task, resourceVersion: t.metadata?.resourceVersion, event: type }, "task template watched: new Jobs use this version");
       this.inform("agenttasks", `/apis/drover.dev/v1alpha1/namespaces/${ns}/agenttasks`, list, seen, { fieldSelector: field });
     }
@@ -703,7 +741,7 @@ export class Controller {
   }
 
   /** Watches `path` (this controller's objects only) through an informer; see informer.ts. */
-  private inform<T extends KubernetesObject>(name: string, path: string, list: () => Promise<KubernetesListObject<T>>, handle: (type: string, obj: T) => void, selectors: { labelSelector?: string; fieldSelector?: string } = { labelSelector: this.selector }): void {
+  private inform<T extends KubernetesObject>(name: string, path: string, list: (from: ListFrom) => Promise<KubernetesListObject<T>>, handle: (type: string, obj: T) => void, selectors: { labelSelector?: string; fieldSelector?: string } = { labelSelector: this.selector }): void {
     const informer = startInformer<T>({
       kc: this.kc,
       name,

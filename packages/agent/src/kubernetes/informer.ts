@@ -1,6 +1,13 @@
 import { ListWatch, Watch, type KubeConfig, type KubernetesListObject, type KubernetesObject } from "@kubernetes/client-node";
 import { KubeApiError, kubeApiError } from "./api-errors.js";
 
+/**
+ * Where a list may be served from: the first from the API server's watch cache
+ * (`resourceVersion: "0"`, no etcd read), a relist from it too but never older than what this
+ * informer has already seen (so no recent object looks deleted), as client-go's reflector does.
+ */
+export type ListFrom = { resourceVersion: "0" } | { resourceVersion: string; resourceVersionMatch: "NotOlderThan" };
+
 /** What an informer tells its owner. */
 export interface InformerOptions<T extends KubernetesObject> {
   kc: KubeConfig;
@@ -8,7 +15,8 @@ export interface InformerOptions<T extends KubernetesObject> {
   name: string;
   /** The collection's API path, e.g. `/api/v1/namespaces/<ns>/pods`. */
   path: string;
-  list: () => Promise<KubernetesListObject<T>>;
+  /** Lists the collection with the selectors, passing `from` on. */
+  list: (from: ListFrom) => Promise<KubernetesListObject<T>>;
   labelSelector?: string;
   fieldSelector?: string;
   onEvent: (type: "ADDED" | "MODIFIED" | "DELETED", obj: T) => void;
@@ -67,6 +75,8 @@ export interface Informer<T extends KubernetesObject> {
 export function startInformer<T extends KubernetesObject>(o: InformerOptions<T>): Informer<T> {
   let listed = false;
   let synced = false;
+  // The newest resourceVersion seen (list, event or bookmark): where a relist may start from.
+  let seen = "";
   let delay = 500;
   // A failed watch attempt calls `done(err)` before `watch()` returns: synced only when it did not.
   const deadlineMs = watchDeadlineMs(o.watchTimeoutSeconds);
@@ -114,7 +124,12 @@ export function startInformer<T extends KubernetesObject>(o: InformerOptions<T>)
         close();
       }, deadlineMs);
       deadline.unref();
-      const ac = await real.watch(path, { ...params, timeoutSeconds: o.watchTimeoutSeconds }, cb, end);
+      // Bookmarks move a quiet watch's resourceVersion on, so it resumes instead of meeting 410 and a relist.
+      const record: typeof cb = (phase, obj: { metadata?: { resourceVersion?: string } } | undefined, watchObj) => {
+        if (phase !== "ERROR" && obj?.metadata?.resourceVersion) seen = obj.metadata.resourceVersion;
+        cb(phase, obj, watchObj);
+      };
+      const ac = await real.watch(path, { ...params, allowWatchBookmarks: true, timeoutSeconds: o.watchTimeoutSeconds }, record, end);
       request.ac = ac;
       if (!failed && listed) {
         synced = true;
@@ -128,7 +143,8 @@ export function startInformer<T extends KubernetesObject>(o: InformerOptions<T>)
     o.path,
     watch,
     async () => {
-      const result = await o.list();
+      const result = await o.list(seen === "" ? { resourceVersion: "0" } : { resourceVersion: seen, resourceVersionMatch: "NotOlderThan" });
+      seen = result.metadata?.resourceVersion ?? seen;
       listed = true;
       return result;
     },

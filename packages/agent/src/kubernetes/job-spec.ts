@@ -134,7 +134,8 @@ export function buildJob(a: JobAssignment, template: V1JobSpec | undefined, s: T
     worker = { name: "worker", image: s.workerImage };
     pod.containers.unshift(worker);
   }
-  worker.command ??= ["drover"];
+  // The image's entrypoint: tini reaps orphaned children, which Node.js as PID 1 would not.
+  worker.command ??= ["/usr/bin/tini", "--", "drover"];
   worker.args ??= ["agent", "worker"];
   setEnv(worker, {
     DROVER_URL: s.serverUrl,

@@ -35,6 +35,8 @@ export interface NodeWorkerSettings {
   controllerName: string;
   /** Port of /healthz, /readyz and /metrics; 0 disables them. */
   healthPort: number;
+  /** Address of the health port; undefined: every interface of both families. */
+  healthAddress: string | undefined;
   logFormat: LogFormat;
   /**
    * The node's engine, provider and module caches, in `<home>/cache` (every run pod of the node mounts it
@@ -61,6 +63,7 @@ export function loadNodeWorkerSettings(env: NodeJS.ProcessEnv): NodeWorkerSettin
     pollMs: src.get("DROVER_AGENT_NODE_POLL_MS"),
     controllerName: src.require("DROVER_AGENT_CONTROLLER_NAME", "the name of the controller whose run pods this worker supervises (its DROVER_AGENT_NAME)"),
     healthPort: src.getOr("DROVER_AGENT_HEALTH_PORT", 8080),
+    healthAddress: src.get("DROVER_AGENT_HEALTH_ADDRESS"),
     logFormat: src.get("DROVER_AGENT_LOG_FORMAT"),
     caches: { ...cacheSettings(src), cacheDir: nodeCacheDir(home) },
     watchTimeoutSeconds: src.get("DROVER_AGENT_KUBERNETES_WATCH_TIMEOUT_SECONDS"),
@@ -137,7 +140,7 @@ export class NodeWorker {
       });
     }
     try {
-      return await servingHealth(this.settings.healthPort, source, () => this.work());
+      return await servingHealth(this.settings.healthPort, this.settings.healthAddress, source, () => this.work());
     } finally {
       // The last runs' spans and the final counters go out before the process exits.
       await this.telemetry.shutdown().catch(() => undefined);
@@ -166,7 +169,7 @@ export class NodeWorker {
       kc: this.kc,
       name: "pods",
       path: `/api/v1/namespaces/${namespace}/pods`,
-      list: () => this.core.listNamespacedPod({ namespace, labelSelector, fieldSelector }),
+      list: (from) => this.core.listNamespacedPod({ namespace, labelSelector, fieldSelector, ...from }),
       labelSelector,
       fieldSelector,
       onEvent: () => this.wake?.(),

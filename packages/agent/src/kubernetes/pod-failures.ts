@@ -54,7 +54,12 @@ function podFailureReason(pod: V1Pod, now: number, t: FailureTimings): [PodFailu
   if (status.reason === "Evicted" || disruption) {
     return ["evicted", `pod ${name} was evicted${status.message ? `: ${status.message}` : disruption?.message ? `: ${disruption.message}` : ""}`];
   }
-  const all = [...(status.initContainerStatuses ?? []).map((c) => ({ ...c, init: true })), ...(status.containerStatuses ?? []).map((c) => ({ ...c, init: false }))];
+  // A native sidecar (restartPolicy Always) is stopped when the pod's containers end: its exit code is no failure.
+  const sidecars = new Set((pod.spec?.initContainers ?? []).filter((c) => c.restartPolicy === "Always").map((c) => c.name));
+  const all = [
+    ...(status.initContainerStatuses ?? []).map((c) => ({ ...c, init: !sidecars.has(c.name) })),
+    ...(status.containerStatuses ?? []).map((c) => ({ ...c, init: false })),
+  ];
   for (const c of all) {
     const waiting = c.state?.waiting;
     if (waiting?.reason === "InvalidImageName") return ["invalid_image", `container ${c.name}: invalid image name ${JSON.stringify(c.image)}${waiting.message ? ` (${waiting.message})` : ""}`];

@@ -32,6 +32,8 @@ export interface WorkerSettings {
    * sets it; run pods are not probed (a failed liveness probe would kill the run).
    */
   healthPort: number;
+  /** Address of the health port; undefined: every interface of both families. */
+  healthAddress: string | undefined;
   /** OTLP export of this pod's spans (set by the controller when it has an endpoint). */
   otlp?: OtlpSettings | undefined;
   /** Spans of the job's stages; runWorker sets it from `otlp`. */
@@ -50,6 +52,7 @@ export function loadWorkerSettings(env: NodeJS.ProcessEnv): WorkerSettings {
     runDir: src.get("DROVER_WORKER_RUN_DIR"),
     ...supervisionSettings(src),
     healthPort: src.getOr("DROVER_AGENT_HEALTH_PORT", 0),
+    healthAddress: src.get("DROVER_AGENT_HEALTH_ADDRESS"),
     caches: cacheSettings(src),
     otlp: otlpSettings(src),
   };
@@ -103,7 +106,7 @@ export async function runWorker(settings: WorkerSettings, log: Logger): Promise<
     ? await startHealthServer(settings.healthPort, {
         health: () => ({ live: true, ready: running, details: { job: assignment.jobId, phase: assignment.phase } }),
         metrics: exposition,
-      }).catch((err: unknown) => {
+      }, settings.healthAddress).catch((err: unknown) => {
         log.warn({ port: settings.healthPort, err: err instanceof Error ? err.message : String(err) }, "cannot serve the health port; running the job without it");
         return undefined;
       })

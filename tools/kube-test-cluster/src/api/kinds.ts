@@ -74,6 +74,12 @@ export function validatePodSpec(spec: unknown, path: string, allowedRestart: str
       else if (validateName(name, true)) causes.push({ reason: "FieldValueInvalid", field: `${field}.name`, message: `Invalid value: "${name}": ${validateName(name, true) ?? ""}` });
       else if (seen.has(name)) causes.push({ reason: "FieldValueDuplicate", field: `${field}.name`, message: `Duplicate value: "${name}"` });
       seen.add(name);
+      // Only init containers may set a restartPolicy, and only Always (a native sidecar).
+      if (c.restartPolicy !== undefined && (listName === "containers" || c.restartPolicy !== "Always")) {
+        causes.push(listName === "containers"
+          ? { reason: "FieldValueForbidden", field: `${field}.restartPolicy`, message: "Forbidden: may not be set for non-init containers" }
+          : { reason: "FieldValueNotSupported", field: `${field}.restartPolicy`, message: `Unsupported value: "${String(c.restartPolicy)}": supported values: "Always"` });
+      }
       asArray(c.volumeMounts).forEach((m, j) => {
         if (!volumeNames.has(String(m.name))) causes.push({ reason: "FieldValueNotFound", field: `${field}.volumeMounts[${j}].name`, message: `Not found: "${String(m.name)}"` });
         if (typeof m.mountPath !== "string" || m.mountPath === "") causes.push({ reason: "FieldValueRequired", field: `${field}.volumeMounts[${j}].mountPath`, message: "Required value" });

@@ -35,7 +35,8 @@ function kindName(resource: "secrets" | "configmaps"): string {
   return resource === "secrets" ? "secret" : "configmap";
 }
 
-export function fieldRefValue(pod: KObject, path: string): string | undefined {
+/** `podIP` stands for the pod's (and its node's) address: the loopback of the cluster's IP family. */
+export function fieldRefValue(pod: KObject, path: string, podIP = "127.0.0.1"): string | undefined {
   const spec = isObject(pod.spec) ? pod.spec : {};
   const m = /^metadata\.(labels|annotations)\['(.+)'\]$/.exec(path);
   if (m) {
@@ -59,16 +60,15 @@ export function fieldRefValue(pod: KObject, path: string): string | undefined {
       return String(spec.serviceAccountName ?? "");
     case "status.podIP":
     case "status.hostIP":
-      return "127.0.0.1";
     case "status.podIPs":
     case "status.hostIPs":
-      return "127.0.0.1";
+      return podIP;
     default:
       return undefined;
   }
 }
 
-export function resolveEnv(api: ObjectApi, pod: KObject, container: JsonObject, base: Record<string, string>): Record<string, string> {
+export function resolveEnv(api: ObjectApi, pod: KObject, container: JsonObject, base: Record<string, string>, podIP = "127.0.0.1"): Record<string, string> {
   const ns = pod.metadata.namespace ?? "default";
   const env: Record<string, string> = { ...base };
   for (const from of (Array.isArray(container.envFrom) ? container.envFrom : []).filter(isObject)) {
@@ -114,7 +114,7 @@ export function resolveEnv(api: ObjectApi, pod: KObject, container: JsonObject, 
       env[name] = data[key];
     }
     if (isObject(vf.fieldRef)) {
-      const v = fieldRefValue(pod, String(vf.fieldRef.fieldPath ?? ""));
+      const v = fieldRefValue(pod, String(vf.fieldRef.fieldPath ?? ""), podIP);
       if (v === undefined) throw new ContainerConfigError(`unsupported fieldPath: ${String(vf.fieldRef.fieldPath)}`);
       env[name] = v;
     }

@@ -62,6 +62,12 @@ export interface ImageConfig {
    * the node as a hostPath would be, without baking test files into the image.
    */
   podmanMounts?: string[];
+  /**
+   * Executables the image has at absolute paths, as host programs standing in for them: a
+   * container whose command starts with such a path runs the stand-in (a process container
+   * sees the host's files, which lack the image's `/usr/bin/tini`, say). Not used by podman.
+   */
+  executables?: Record<string, string>;
 }
 
 /** How containers of an image run under podman: the local image and podman's environment. */

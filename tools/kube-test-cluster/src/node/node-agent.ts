@@ -30,6 +30,8 @@ export interface NodeAgentOptions {
   taints?: JsonObject[];
   allocatable?: Record<string, string>;
   isolation: Isolation;
+  /** The pods' and the node's address (see WorkerContext.podIP). */
+  podIP: string;
   dataDir: string;
   baseEnv: Record<string, string>;
   /** The API server's port once it listens (for KUBERNETES_SERVICE_PORT). */
@@ -64,7 +66,7 @@ export class NodeAgent {
         capacity: alloc,
         allocatable: alloc,
         conditions: [{ type: "Ready", status: "True", reason: "KubeletReady", message: "kubelet is posting ready status", lastHeartbeatTime: now, lastTransitionTime: now }],
-        addresses: [{ type: "InternalIP", address: "127.0.0.1" }, { type: "Hostname", address: o.nodeName }],
+        addresses: [{ type: "InternalIP", address: o.podIP }, { type: "Hostname", address: o.nodeName }],
         nodeInfo: { kubeletVersion: "v1.32.0", containerRuntimeVersion: "ktc://local-processes", operatingSystem: "linux", architecture: "amd64" },
       };
     }, "status");
@@ -108,6 +110,7 @@ export class NodeAgent {
         timings: this.o.timings,
         nodeName: this.o.nodeName,
         isolation: this.o.isolation,
+        podIP: this.o.podIP,
         baseEnv: this.o.baseEnv,
         serviceEnv: () => {
           const port = String(this.o.apiPort());

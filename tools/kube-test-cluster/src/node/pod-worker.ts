@@ -58,6 +58,11 @@ export interface WorkerContext {
   timings: NodeTimings;
   nodeName: string;
   isolation: Isolation;
+  /**
+   * The address kubelet probes and the downward API gives as the pod's (and host's) IP: the
+   * loopback of the cluster's IP family, where a listener bound to the other family is refused.
+   */
+  podIP: string;
   baseEnv: Record<string, string>;
   /** KUBERNETES_SERVICE_HOST/PORT and friends, which kubelet gives every container. */
   serviceEnv(): Record<string, string>;
@@ -73,6 +78,10 @@ interface Runtime {
   name: string;
   image: string;
   init: boolean;
+  /** A native sidecar: an init container with `restartPolicy: Always`. */
+  sidecar: boolean;
+  /** Called each time the container's process has started. */
+  onStarted?: () => void;
   spec: JsonObject;
   state: State;
   lastState: State;
@@ -111,6 +120,8 @@ export class PodWorker {
   private stopReason: StopReason | undefined;
   private killTimer: NodeJS.Timeout | undefined;
   private killAt = Infinity;
+  /** The regular containers have ended: sidecars are being stopped, not restarted. */
+  private sidecarsEnding = false;
   private volumes = new Map<string, PreparedVolume>();
   /** Why the kubelet evicted the pod, when not memory pressure (emptyDir over its sizeLimit). */
   private evictionWhy: string | undefined;
@@ -130,6 +141,7 @@ export class PodWorker {
       name: String(c.name ?? ""),
       image: String(c.image ?? ""),
       init,
+      sidecar: init && c.restartPolicy === "Always",
       spec: c,
       state: { waiting: { reason: init || arr(this.spec.initContainers).length > 0 ? "PodInitializing" : "ContainerCreating" } },
       lastState: {},
@@ -203,10 +215,10 @@ export class PodWorker {
       conditions: conds,
       ...(this.reason ? { reason: this.reason } : {}),
       ...(this.message ? { message: this.message } : {}),
-      hostIP: "127.0.0.1",
-      hostIPs: [{ ip: "127.0.0.1" }],
-      podIP: "127.0.0.1",
-      podIPs: [{ ip: "127.0.0.1" }],
+      hostIP: this.ctx.podIP,
+      hostIPs: [{ ip: this.ctx.podIP }],
+      podIP: this.ctx.podIP,
+      podIPs: [{ ip: this.ctx.podIP }],
       ...(this.startTime ? { startTime: this.startTime } : {}),
       ...(this.inits.length > 0 ? { initContainerStatuses: this.inits.map((c) => this.containerStatus(c)) } : {}),
       containerStatuses: [...this.mains].sort((a, b) => a.name.localeCompare(b.name)).map((c) => this.containerStatus(c)),
@@ -244,9 +256,18 @@ export class PodWorker {
     this.watchEmptyDirLimits();
     const ads = this.spec.activeDeadlineSeconds;
     if (typeof ads === "number") this.later(ads * 1000, () => this.stop("deadline", 0));
+    const sidecars: Promise<void>[] = [];
     for (const c of this.inits) {
+      if (c.sidecar) {
+        // A sidecar only has to start before the next container does; it keeps running.
+        const loop = this.runSidecar(c);
+        sidecars.push(loop);
+        const started = await Promise.race([new Promise<boolean>((r) => (c.onStarted = () => r(true))), loop.then(() => false)]);
+        if (!started) return this.endSidecars(sidecars);
+        continue;
+      }
       const ok = await this.runUntilDone(c);
-      if (!ok) return this.finish();
+      if (!ok) return this.endSidecars(sidecars);
     }
     if (this.inits.length > 0) {
       this.setCondition("Initialized", true);
@@ -254,7 +275,42 @@ export class PodWorker {
       this.sync();
     }
     await Promise.all(this.mains.map((c) => this.runUntilDone(c)));
-    return this.finish();
+    return this.endSidecars(sidecars);
+  }
+
+  /** A sidecar restarts whenever it exits (its own restartPolicy, not the pod's) until the pod ends. */
+  private async runSidecar(c: Runtime): Promise<void> {
+    while (!this.stopping && !this.sidecarsEnding) {
+      const code = await this.runOnce(c);
+      if (code === undefined || this.stopping || this.sidecarsEnding) return;
+      const backoff = this.ctx.timings.crashLoopBackoffMs * 2 ** Math.min(c.restartCount, 5);
+      c.lastState = c.state;
+      c.state = { waiting: { reason: "CrashLoopBackOff", message: `back-off ${Math.ceil(backoff / 1000)}s restarting failed container=${c.name} pod=${this.name}_${this.ns}(${this.uid})` } };
+      this.sync();
+      await this.sleep(backoff);
+      c.restartCount++;
+    }
+  }
+
+  /**
+   * Once the regular containers have ended (or the pod stops), the sidecars get SIGTERM and,
+   * after the pod's grace period, SIGKILL; the pod's phase then follows the other containers.
+   */
+  private async endSidecars(sidecars: Promise<void>[]): Promise<void> {
+    if (sidecars.length > 0) {
+      this.sidecarsEnding = true;
+      const running = this.inits.filter((c) => c.sidecar && c.proc?.running);
+      for (const c of running) {
+        this.event("Normal", "Killing", `Stopping container ${c.name}`, c);
+        c.proc?.signal("SIGTERM");
+      }
+      const grace = typeof this.spec.terminationGracePeriodSeconds === "number" ? this.spec.terminationGracePeriodSeconds : 30;
+      const kill = setTimeout(() => running.forEach((c) => c.proc?.killGroup()), grace * 1000);
+      kill.unref();
+      await Promise.all(sidecars);
+      clearTimeout(kill);
+    }
+    this.finish();
   }
 
   /** emptyDir sizeLimit: the kubelet's periodic usage check evicts the pod once a volume exceeds it. */
@@ -362,10 +418,12 @@ export class PodWorker {
         const home: Record<string, string> = user.uid !== 0 && this.ctx.baseEnv.HOME === "/root" ? { HOME: "/" } : {};
         // A real container starts from its image's environment alone (podman sets HOME from the image's passwd).
         const base = podman ? {} : { ...this.ctx.baseEnv, ...home };
-        env = resolveEnv(this.ctx.api, this.pod, c.spec, { ...base, HOSTNAME: this.name, ...this.ctx.serviceEnv(), ...(image.env ?? {}) });
+        env = resolveEnv(this.ctx.api, this.pod, c.spec, { ...base, HOSTNAME: this.name, ...this.ctx.serviceEnv(), ...(image.env ?? {}) }, this.ctx.podIP);
         const command = Array.isArray(c.spec.command) ? c.spec.command.map(String) : undefined;
         const args = Array.isArray(c.spec.args) ? c.spec.args.map(String) : undefined;
         argv = [...(command ?? image.entrypoint ?? []), ...(args ?? (command ? [] : image.cmd ?? []))].map((a) => expand(a, env ?? {}));
+        const standIn = podman ? undefined : image.executables?.[argv[0] ?? ""];
+        if (standIn !== undefined) argv[0] = standIn;
         if (argv.length === 0) throw new ContainerConfigError("no command specified (the test cluster knows no entrypoint for this image; set command or register the image)");
         break;
       } catch (e) {
@@ -423,6 +481,7 @@ export class PodWorker {
       return 128;
     }
     c.state = { running: { startedAt } };
+    c.onStarted?.();
     const probes = c.init ? {} : { startup: objOrUndef(c.spec.startupProbe), liveness: objOrUndef(c.spec.livenessProbe), readiness: objOrUndef(c.spec.readinessProbe) };
     c.started = probes.startup === undefined;
     c.ready = !c.init && c.started && probes.readiness === undefined;
@@ -472,7 +531,7 @@ export class PodWorker {
       let failures = 0;
       while (active()) {
         // timeoutSeconds stays in real seconds: a scaled-down timeout would fail healthy probes on a busy machine.
-        const r = await runProbe(probe, c.spec, target, Math.max(1, t.timeoutSeconds) * 1000);
+        const r = await runProbe(probe, c.spec, target, Math.max(1, t.timeoutSeconds) * 1000, this.ctx.podIP);
         if (!active()) return;
         if (r.ok) {
           successes++;
@@ -568,7 +627,7 @@ export class PodWorker {
       this.reason = "DeadlineExceeded";
       this.message = "Pod was active on the node longer than the specified deadline";
       this.event("Warning", "DeadlineExceeded", this.message);
-    } else if (this.inits.some((c) => exited(c) && exited(c)?.exitCode !== 0)) {
+    } else if (this.inits.some((c) => !c.sidecar && exited(c) && exited(c)?.exitCode !== 0)) {
       this.phase = "Failed";
     } else if (this.mains.every((c) => exited(c)?.exitCode === 0)) {
       this.phase = "Succeeded";

@@ -1,14 +1,16 @@
 /**
  * Container probes as kubelet runs them: httpGet (success is a status in [200, 400)),
  * tcpSocket (a connection is accepted) and exec (exit code 0, run inside the
- * container's mount namespace and root as its user). Timing fields are in "probe
+ * container's mount namespace and root as its user). httpGet and tcpSocket connect to the
+ * pod's IP unless they name a `host`, so a server bound to the other IP family is refused as
+ * on a single-stack cluster. Timing fields are in "probe
  * seconds", whose length the cluster's `probeSecondMs` timing sets, so tests can run a
  * chart's real probe settings quickly.
  */
 import { spawn } from "node:child_process";
 import { request as httpRequest } from "node:http";
 import { request as httpsRequest } from "node:https";
-import { connect } from "node:net";
+import { connect, isIPv6 } from "node:net";
 import type { JsonObject } from "../api/types.js";
 import { isObject } from "../api/types.js";
 
@@ -55,15 +57,20 @@ function portOf(value: unknown, container: JsonObject): number | undefined {
   return undefined;
 }
 
-function httpProbe(h: JsonObject, container: JsonObject, timeoutMs: number): Promise<ProbeResult> {
+/** `host:port` as Go's net.JoinHostPort writes it (kubelet's messages and URLs). */
+function hostPort(host: string, port: number): string {
+  return isIPv6(host) ? `[${host}]:${port}` : `${host}:${port}`;
+}
+
+function httpProbe(h: JsonObject, container: JsonObject, timeoutMs: number, podIP: string): Promise<ProbeResult> {
   const port = portOf(h.port, container);
   if (port === undefined) return Promise.resolve({ ok: false, message: `Probe failed: invalid port ${JSON.stringify(h.port)}` });
   const https = String(h.scheme ?? "HTTP").toUpperCase() === "HTTPS";
-  const host = typeof h.host === "string" && h.host !== "" ? h.host : "127.0.0.1";
+  const host = typeof h.host === "string" && h.host !== "" ? h.host : podIP;
   const path = typeof h.path === "string" && h.path !== "" ? h.path : "/";
   const headers: Record<string, string> = { "user-agent": "kube-probe/1.32", accept: "*/*" };
   for (const x of (Array.isArray(h.httpHeaders) ? h.httpHeaders : []).filter(isObject)) headers[String(x.name).toLowerCase()] = String(x.value ?? "");
-  const url = `${https ? "https" : "http"}://${host}:${port}${path.startsWith("/") ? path : `/${path}`}`;
+  const url = `${https ? "https" : "http"}://${hostPort(host, port)}${path.startsWith("/") ? path : `/${path}`}`;
   return new Promise((resolve) => {
     const req = (https ? httpsRequest : httpRequest)(url, { method: "GET", headers, timeout: timeoutMs, ...(https ? { rejectUnauthorized: false } : {}) }, (res) => {
       const code = res.statusCode ?? 0;
@@ -75,14 +82,14 @@ function httpProbe(h: JsonObject, container: JsonObject, timeoutMs: number): Pro
       req.destroy();
       resolve({ ok: false, message: `Get "${url}": context deadline exceeded (Client.Timeout exceeded while awaiting headers)` });
     });
-    req.on("error", (e: NodeJS.ErrnoException) => resolve({ ok: false, message: `Get "${url}": dial tcp ${host}:${port}: connect: ${e.code === "ECONNREFUSED" ? "connection refused" : e.message}` }));
+    req.on("error", (e: NodeJS.ErrnoException) => resolve({ ok: false, message: `Get "${url}": dial tcp ${hostPort(host, port)}: connect: ${e.code === "ECONNREFUSED" ? "connection refused" : e.message}` }));
     req.end();
   });
 }
 
-function tcpProbe(t: JsonObject, container: JsonObject, timeoutMs: number): Promise<ProbeResult> {
+function tcpProbe(t: JsonObject, container: JsonObject, timeoutMs: number, podIP: string): Promise<ProbeResult> {
   const port = portOf(t.port, container);
-  const host = typeof t.host === "string" && t.host !== "" ? t.host : "127.0.0.1";
+  const host = typeof t.host === "string" && t.host !== "" ? t.host : podIP;
   if (port === undefined) return Promise.resolve({ ok: false, message: `Probe failed: invalid port ${JSON.stringify(t.port)}` });
   return new Promise((resolve) => {
     const s = connect({ host, port, timeout: timeoutMs });
@@ -92,9 +99,9 @@ function tcpProbe(t: JsonObject, container: JsonObject, timeoutMs: number): Prom
     });
     s.on("timeout", () => {
       s.destroy();
-      resolve({ ok: false, message: `dial tcp ${host}:${port}: i/o timeout` });
+      resolve({ ok: false, message: `dial tcp ${hostPort(host, port)}: i/o timeout` });
     });
-    s.on("error", (e: NodeJS.ErrnoException) => resolve({ ok: false, message: `dial tcp ${host}:${port}: connect: ${e.code === "ECONNREFUSED" ? "connection refused" : e.message}` }));
+    s.on("error", (e: NodeJS.ErrnoException) => resolve({ ok: false, message: `dial tcp ${hostPort(host, port)}: connect: ${e.code === "ECONNREFUSED" ? "connection refused" : e.message}` }));
   });
 }
 
@@ -120,10 +127,10 @@ function execProbe(e: JsonObject, target: ExecTarget, timeoutMs: number): Promis
   });
 }
 
-/** Runs a probe once. */
-export function runProbe(probe: JsonObject, container: JsonObject, target: ExecTarget, timeoutMs: number): Promise<ProbeResult> {
-  if (isObject(probe.httpGet)) return httpProbe(probe.httpGet, container, timeoutMs);
-  if (isObject(probe.tcpSocket)) return tcpProbe(probe.tcpSocket, container, timeoutMs);
+/** Runs a probe once against the pod at `podIP`. */
+export function runProbe(probe: JsonObject, container: JsonObject, target: ExecTarget, timeoutMs: number, podIP: string): Promise<ProbeResult> {
+  if (isObject(probe.httpGet)) return httpProbe(probe.httpGet, container, timeoutMs, podIP);
+  if (isObject(probe.tcpSocket)) return tcpProbe(probe.tcpSocket, container, timeoutMs, podIP);
   if (isObject(probe.exec)) return execProbe(probe.exec, target, timeoutMs);
   return Promise.resolve({ ok: false, message: "probe handler not supported by the test cluster (httpGet, tcpSocket and exec are)" });
 }
