@@ -130,7 +130,8 @@ function blocksEveryEviction(pdb: { minAvailable?: number | string; maxUnavailab
   return count(pdb.minAvailable!, true) >= replicas;
 }
 
-const podSecurityContext: k8s.types.input.core.v1.PodSecurityContext = { runAsNonRoot: true, runAsUser: 1000, runAsGroup: 1000, fsGroup: 1000, seccompProfile: { type: "RuntimeDefault" } };
+// The UID and GID are the containers' (as in the charts), so a container of a podTemplate brings its own.
+const podSecurityContext: k8s.types.input.core.v1.PodSecurityContext = { runAsNonRoot: true, fsGroup: 1000, seccompProfile: { type: "RuntimeDefault" } };
 
 const securityContext: k8s.types.input.core.v1.SecurityContext = {
   runAsNonRoot: true,
@@ -177,7 +178,8 @@ export class DroverAgent extends pulumi.ComponentResource {
       : undefined;
     const sa = new k8s.core.v1.ServiceAccount(
       `${name}-sa`,
-      { metadata: { ...metadata(controllerMode ? "controller" : "agent"), annotations: args.serviceAccountAnnotations ?? {} }, automountServiceAccountToken: controllerMode },
+      // The token is mounted by the pod spec that needs it (the controller's), not by every pod of this account.
+      { metadata: { ...metadata(controllerMode ? "controller" : "agent"), annotations: args.serviceAccountAnnotations ?? {} }, ...(controllerMode ? {} : { automountServiceAccountToken: false }) },
       inNs,
     );
     const proxyEnv: k8s.types.input.core.v1.EnvVar[] = [
@@ -467,7 +469,7 @@ export class DroverAgent extends pulumi.ComponentResource {
     const saName = `${name}-node-worker`;
     const labels = { "app.kubernetes.io/name": "drover-agent", "app.kubernetes.io/instance": name, "app.kubernetes.io/component": "node-worker" };
     const meta = { ...o.metadata("node-worker"), labels };
-    const sa = new k8s.core.v1.ServiceAccount(`${name}-node-worker-sa`, { metadata: meta, automountServiceAccountToken: true }, o.inNs);
+    const sa = new k8s.core.v1.ServiceAccount(`${name}-node-worker-sa`, { metadata: meta, automountServiceAccountToken: false }, o.inNs);
     const role = new k8s.rbac.v1.Role(`${name}-node-worker`, { metadata: meta, rules: [{ apiGroups: [""], resources: ["pods"], verbs: ["get", "list", "watch"] }] }, o.inNs);
     new k8s.rbac.v1.RoleBinding(
       `${name}-node-worker`,

@@ -10,7 +10,10 @@ type Resources = k8s.types.input.core.v1.ResourceRequirements;
 /** Each process's default resources, by the container it runs in. */
 export const defaultResources = {
   /** agent-local's agent: it runs terraform itself. */
-  agent: { requests: { cpu: "500m", memory: "512Mi", "ephemeral-storage": "256Mi" }, limits: { cpu: "2", memory: "2Gi" } },
+  agent: {
+    requests: { cpu: "500m", memory: "512Mi", "ephemeral-storage": "256Mi" },
+    limits: { cpu: "2", memory: "2Gi" },
+  },
   controller: { requests: { cpu: "100m", memory: "128Mi", "ephemeral-storage": "64Mi" }, limits: { memory: "512Mi" } },
   worker: { requests: { cpu: "100m", memory: "128Mi", "ephemeral-storage": "64Mi" }, limits: { memory: "512Mi" } },
   runner: { requests: { cpu: "500m", memory: "512Mi", "ephemeral-storage": "1Gi" }, limits: { memory: "2Gi" } },
@@ -40,7 +43,8 @@ export function cacheEnv(volumeMb: number | undefined): k8s.types.input.core.v1.
   if (volumeMb !== undefined) {
     const room = Math.trunc((volumeMb * 4) / 5);
     const sum = (cache.providerEnabled ? p : 0) + (cache.moduleEnabled ? m : 0) + b;
-    if (sum > room) [p, m, b] = [p, m, b].map((x) => Math.max(1, Math.trunc((x * room) / sum))) as [number, number, number];
+    const scale = (x: number) => Math.max(1, Math.trunc((x * room) / sum));
+    if (sum > room) [p, m, b] = [scale(p), scale(m), scale(b)];
   }
   return [
     { name: "DROVER_AGENT_PROVIDER_CACHE_ENABLED", value: String(cache.providerEnabled) },
