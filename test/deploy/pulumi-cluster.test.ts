@@ -2,7 +2,9 @@
 // raised test cluster: in a namespace enforcing the restricted PodSecurity level every pod
 // must pass admission; with or without it the job-mode controller becomes Ready through its
 // probes under its own ServiceAccount's RBAC, and examples/hello completes through the task
-// pods it launches, whose UID-1000 worker must read its 0400 job Secret (fsGroup). Where podman
+// pods it launches, whose UID-1000 worker must read its 0400 job Secret (fsGroup). In the
+// restricted namespace a ResourceQuota on requests and memory limits refuses any pod that
+// does not state them (as many multi-tenant clusters do): run pods must not be BestEffort. Where podman
 // runs here, the controller, the task pods' worker and runner are real containers of the locally
 // built drover and runner images (chartImages); elsewhere the host-process shim stands in.
 import assert from "node:assert/strict";
@@ -98,6 +100,10 @@ async function installAndRun(ns: string, level: "restricted" | "privileged"): Pr
   assert.ok(objects.some((o) => o.kind === "Deployment") && objects.some((o) => o.kind === "AgentTask"), created.map((c) => c.type).join(", "));
 
   await namespace(cluster, ns, level);
+  if (level === "restricted") {
+    const hard = { "requests.cpu": "8", "requests.memory": "16Gi", "limits.memory": "32Gi" };
+    assert.equal((await kube(cluster, "POST", `/api/v1/namespaces/${ns}/resourcequotas`, { metadata: { name: "compute" }, spec: { hard } })).status, 201);
+  }
   // The component installs the AgentTask CRD itself: applied first, as helm orders CRDs.
   const crds = objects.filter((o) => o.kind === "CustomResourceDefinition");
   assert.deepEqual(crds.map((o) => o.spec), [parse(readFileSync(join(repo, "deploy", "kubernetes", "agenttasks.drover.dev.yaml"), "utf8")).spec]);
@@ -142,7 +148,7 @@ async function remove(ns: string): Promise<void> {
   await until(`namespace ${ns} gone`, () => kube(cluster, "GET", `/api/v1/namespaces/${ns}`), (r) => r.status === 404, 30_000).catch(() => undefined);
 }
 
-test("the Pulumi component's job-mode objects, applied in a restricted namespace: admitted, Ready through probes, examples/hello completes", async () => {
+test("the Pulumi component's job-mode objects, applied in a restricted namespace with a compute quota: admitted, Ready through probes, examples/hello completes", async () => {
   try {
     await installAndRun("pulumi-restricted", "restricted");
   } finally {

@@ -2,6 +2,7 @@ import * as k8s from "@pulumi/kubernetes";
 import * as pulumi from "@pulumi/pulumi";
 import { minimumGraceSeconds, reservedSettings, type StopAction } from "@drover/protocol";
 import { agentTaskCrd } from "./crd.js";
+import { cacheEnv, defaultResources, emptyDirMb, mib } from "./sizing.js";
 import { strategicMerge } from "./strategic-merge.js";
 
 /**
@@ -48,6 +49,7 @@ export interface DroverAgentArgs {
   concurrency?: number;
   /** Extra environment of the agent; keys the component sets itself are refused. */
   env?: Record<string, pulumi.Input<string>>;
+  /** The agent's (local) or controller's resources; default as the charts'. */
   resources?: k8s.types.input.core.v1.ResourceRequirements;
   /** PEM bundle added to the trust store of the agent, the task workers and runs (mounted from a Secret). */
   caBundle?: pulumi.Input<string>;
@@ -58,8 +60,9 @@ export interface DroverAgentArgs {
   /** Annotations of the task pods' ServiceAccount (job mode): the identity runs use in the cloud. */
   taskServiceAccountAnnotations?: Record<string, pulumi.Input<string>>;
   /**
-   * Job mode: let task pods reach the cloud metadata service (169.254.169.254, fd00:ec2::254).
-   * Default false: a NetworkPolicy denies it, so runs cannot take the node's credentials.
+   * Let runs reach the cloud metadata service (169.254.169.254, fd00:ec2::254): the agent pods in
+   * local mode, the task pods otherwise. Default false: a NetworkPolicy denies it, so runs cannot
+   * take the node's credentials (it needs a CNI that enforces egress policies).
    */
   allowMetadataService?: boolean;
   /**
@@ -70,6 +73,8 @@ export interface DroverAgentArgs {
   /**
    * Job mode: install the AgentTask CustomResourceDefinition (default true). It is cluster-wide:
    * set false for a second installation in the same cluster, or when the charts installed it.
+   * `pulumi destroy` leaves it in the cluster (retainOnDelete), as Helm leaves `crds/`: deleting
+   * it would delete every other installation's AgentTasks. Delete it by hand after the last one.
    */
   installCrd?: boolean;
   /** Create a Prometheus Operator ServiceMonitor for the agent's /metrics. */
@@ -125,7 +130,8 @@ function blocksEveryEviction(pdb: { minAvailable?: number | string; maxUnavailab
   return count(pdb.minAvailable!, true) >= replicas;
 }
 
-const podSecurityContext: k8s.types.input.core.v1.PodSecurityContext = { runAsNonRoot: true, runAsUser: 1000, runAsGroup: 1000, fsGroup: 1000, seccompProfile: { type: "RuntimeDefault" } };
+// The UID and GID are the containers' (as in the charts), so a container of a podTemplate brings its own.
+const podSecurityContext: k8s.types.input.core.v1.PodSecurityContext = { runAsNonRoot: true, fsGroup: 1000, seccompProfile: { type: "RuntimeDefault" } };
 
 const securityContext: k8s.types.input.core.v1.SecurityContext = {
   runAsNonRoot: true,
@@ -172,7 +178,8 @@ export class DroverAgent extends pulumi.ComponentResource {
       : undefined;
     const sa = new k8s.core.v1.ServiceAccount(
       `${name}-sa`,
-      { metadata: { ...metadata(controllerMode ? "controller" : "agent"), annotations: args.serviceAccountAnnotations ?? {} }, automountServiceAccountToken: controllerMode },
+      // The token is mounted by the pod spec that needs it (the controller's), not by every pod of this account.
+      { metadata: { ...metadata(controllerMode ? "controller" : "agent"), annotations: args.serviceAccountAnnotations ?? {} }, ...(controllerMode ? {} : { automountServiceAccountToken: false }) },
       inNs,
     );
     const proxyEnv: k8s.types.input.core.v1.EnvVar[] = [
@@ -192,8 +199,19 @@ export class DroverAgent extends pulumi.ComponentResource {
       controllerMode ? { name: "DROVER_AGENT_NAME", value: `${name}-controller` } : { name: "DROVER_AGENT_NAME", valueFrom: { fieldRef: { fieldPath: "metadata.name" } } },
       { name: "DROVER_AGENT_WORKER_ON_STOP_ACTION", value: args.shutdownMode ?? "graceful" },
       { name: "DROVER_AGENT_GRACE_PERIOD_SECONDS", value: String(grace) },
-      { name: "DROVER_AGENT_DATA_DIR", value: "/var/lib/drover/data" },
-      { name: "DROVER_AGENT_CACHE_DIR", value: "/var/lib/drover/cache" },
+      // The controller keeps no cache: its scratch lives in /tmp. A local agent keeps its caches
+      // on their own emptyDir, their limits scaled to fit it.
+      ...(controllerMode
+        ? [
+            { name: "DROVER_AGENT_DATA_DIR", value: "/tmp/drover/data" },
+            { name: "DROVER_AGENT_CACHE_DIR", value: "/tmp/drover/cache" },
+            { name: "DROVER_AGENT_KUBERNETES_NAMESPACE", valueFrom: { fieldRef: { fieldPath: "metadata.namespace" } } },
+          ]
+        : [
+            { name: "DROVER_AGENT_DATA_DIR", value: "/var/lib/drover/data" },
+            { name: "DROVER_AGENT_CACHE_DIR", value: "/var/lib/drover/cache" },
+            ...cacheEnv(emptyDirMb.localCache),
+          ]),
       { name: "DROVER_AGENT_HEALTH_PORT", value: "8080" },
     ];
     if (args.url) env.push({ name: "DROVER_URL", value: args.url });
@@ -202,6 +220,24 @@ export class DroverAgent extends pulumi.ComponentResource {
     if (controllerMode) env.push({ name: "DROVER_AGENT_KUBERNETES_WORKER_IMAGE", value: image });
     for (const [k, v] of Object.entries(args.env ?? {})) env.push({ name: k, value: v });
 
+    if (!args.allowMetadataService) {
+      // Runs may not read cloud instance credentials from the metadata service: a local agent
+      // runs them in its own pods, a controller in task pods.
+      const suffix = controllerMode ? "task-deny-metadata" : "deny-metadata";
+      new k8s.networking.v1.NetworkPolicy(
+        `${name}-${suffix}`,
+        {
+          metadata: metadata(suffix),
+          spec: {
+            podSelector: { matchLabels: controllerMode ? taskLabels : labels },
+            policyTypes: ["Egress"],
+            egress: [{ to: [{ ipBlock: { cidr: "0.0.0.0/0", except: ["169.254.169.254/32"] } }, { ipBlock: { cidr: "::/0", except: ["fd00:ec2::254/128"] } }] }],
+          },
+        },
+        inNs,
+      );
+    }
+
     let taskTemplate: k8s.apiextensions.CustomResource | undefined;
     if (controllerMode) {
       const taskSa = new k8s.core.v1.ServiceAccount(
@@ -209,22 +245,11 @@ export class DroverAgent extends pulumi.ComponentResource {
         { metadata: { ...metadata("task"), annotations: args.taskServiceAccountAnnotations ?? {} }, automountServiceAccountToken: false },
         inNs,
       );
-      const crd = args.installCrd === false ? undefined : new k8s.apiextensions.v1.CustomResourceDefinition(`${name}-agenttasks-crd`, { metadata: agentTaskCrd.metadata, spec: agentTaskCrd.spec }, parent);
-      if (!args.allowMetadataService) {
-        // Runs may not read cloud instance credentials from the metadata service.
-        new k8s.networking.v1.NetworkPolicy(
-          `${name}-task-deny-metadata`,
-          {
-            metadata: metadata("task-deny-metadata"),
-            spec: {
-              podSelector: { matchLabels: taskLabels },
-              policyTypes: ["Egress"],
-              egress: [{ to: [{ ipBlock: { cidr: "0.0.0.0/0", except: ["169.254.169.254/32"] } }, { ipBlock: { cidr: "::/0", except: ["fd00:ec2::254/128"] } }] }],
-            },
-          },
-          inNs,
-        );
-      }
+      // Retained: it is cluster-wide, and deleting it deletes every installation's AgentTasks.
+      const crd =
+        args.installCrd === false
+          ? undefined
+          : new k8s.apiextensions.v1.CustomResourceDefinition(`${name}-agenttasks-crd`, { metadata: agentTaskCrd.metadata, spec: agentTaskCrd.spec }, { ...parent, retainOnDelete: true });
       const role = new k8s.rbac.v1.Role(
         `${name}-controller`,
         {
@@ -256,6 +281,39 @@ export class DroverAgent extends pulumi.ComponentResource {
         inNs,
       );
       const taskEnv = (extra: k8s.types.input.core.v1.EnvVar[]) => [...proxyEnv, ...(ca ? extra : [])];
+      const pullPolicy = args.imagePullPolicy ?? "IfNotPresent";
+      const tmp = { name: "tmp", emptyDir: { sizeLimit: mib(emptyDirMb.tmp) } };
+      const tmpMount = { name: "tmp", mountPath: "/tmp" };
+      const cacheMount = { name: "drover-cache", mountPath: "/var/lib/drover/cache" };
+      // A pod's own worker (job mode) fills its cache and serves its metrics; in node mode the
+      // node's worker does, and run pods hold only the runner (the controller drops a worker).
+      const worker = {
+        name: "worker",
+        image,
+        imagePullPolicy: pullPolicy,
+        command: ["drover"],
+        args: ["agent", "worker"],
+        securityContext,
+        env: [
+          { name: "DROVER_AGENT_HEALTH_PORT", value: "8080" },
+          ...cacheEnv(emptyDirMb.taskCache),
+          ...taskEnv([{ name: "DROVER_CA_CERT", value: "/etc/drover/ca/ca.crt" }]),
+        ],
+        // Served for scraping, not probed: a failed liveness probe would end the run.
+        ports: [{ name: "health", containerPort: 8080 }],
+        resources: defaultResources.worker,
+        volumeMounts: [tmpMount, cacheMount, ...(ca ? [caMount] : [])],
+      };
+      const runner = {
+        name: "runner",
+        image: args.runnerImage ?? "ghcr.io/drover-dev/drover-runner:1.11.4",
+        imagePullPolicy: pullPolicy,
+        securityContext,
+        // terraform writes provider downloads and module archives to /tmp, its CLI state to HOME.
+        env: [{ name: "HOME", value: "/tmp" }, ...taskEnv([{ name: "SSL_CERT_FILE", value: "/etc/drover/ca/ca.crt" }])],
+        resources: defaultResources.runner,
+        volumeMounts: [tmpMount, ...(mode === "job" ? [{ ...cacheMount, readOnly: true }] : []), ...(ca ? [caMount] : [])],
+      };
       const basePod = {
         metadata: { labels: taskLabels },
         spec: {
@@ -266,26 +324,19 @@ export class DroverAgent extends pulumi.ComponentResource {
           // fsGroup: the worker (UID 1000) reads its job Secret, mounted with mode 0400.
           securityContext: podSecurityContext,
           // The controller adds the exec-loop copy command and mounts; image and hardening come from here.
-          initContainers: [{ name: "drover-init", image, imagePullPolicy: args.imagePullPolicy ?? "IfNotPresent", securityContext }],
-          containers: [
-            {
-              name: "worker",
-              image,
-              imagePullPolicy: args.imagePullPolicy ?? "IfNotPresent",
-              args: ["agent", "worker"],
-              securityContext,
-              env: taskEnv([{ name: "DROVER_CA_CERT", value: "/etc/drover/ca/ca.crt" }]),
-              volumeMounts: ca ? [caMount] : [],
-            },
-            {
-              name: "runner",
-              image: args.runnerImage ?? "ghcr.io/drover-dev/drover-runner:1.11.4",
-              securityContext,
-              env: taskEnv([{ name: "SSL_CERT_FILE", value: "/etc/drover/ca/ca.crt" }]),
-              volumeMounts: ca ? [caMount] : [],
-            },
+          initContainers: [{ name: "drover-init", image, imagePullPolicy: pullPolicy, resources: defaultResources.init, securityContext }],
+          containers: mode === "job" ? [worker, runner] : [runner],
+          volumes: [
+            tmp,
+            ...(mode === "job"
+              ? [
+                  // The run's working directory (configuration, .terraform, providers); the controller mounts it.
+                  { name: "drover-run", emptyDir: { sizeLimit: mib(emptyDirMb.runDir) } },
+                  { name: "drover-cache", emptyDir: { sizeLimit: mib(emptyDirMb.taskCache) } },
+                ]
+              : []),
+            ...(ca ? [{ name: "ca", secret: { secretName: ca.metadata.name } }] : []),
           ],
-          volumes: ca ? [{ name: "ca", secret: { secretName: ca.metadata.name } }] : [],
         },
       };
       taskTemplate = new k8s.apiextensions.CustomResource(
@@ -318,7 +369,10 @@ export class DroverAgent extends pulumi.ComponentResource {
       metadata: { labels, annotations: { "prometheus.io/scrape": "true", "prometheus.io/port": "8080", "prometheus.io/path": "/metrics" } },
       spec: {
         serviceAccountName: sa.metadata.name,
-        terminationGracePeriodSeconds: grace,
+        automountServiceAccountToken: controllerMode,
+        // A controller stops taking jobs at once (its runs belong to their pods); a local agent
+        // runs them itself and needs the grace its stop action does.
+        terminationGracePeriodSeconds: controllerMode ? 30 : grace,
         securityContext: podSecurityContext,
         containers: [
           {
@@ -328,22 +382,30 @@ export class DroverAgent extends pulumi.ComponentResource {
             args: controllerMode ? ["agent", "controller"] : ["agent", "run"],
             env,
             ports: [{ name: "health", containerPort: 8080 }],
-            livenessProbe: { httpGet: { path: "/healthz", port: "health" } },
-            readinessProbe: { httpGet: { path: "/readyz", port: "health" } },
-            resources: args.resources ?? { requests: { cpu: "100m", memory: "256Mi" } },
+            livenessProbe: { httpGet: { path: "/healthz", port: "health" }, ...(controllerMode ? {} : { periodSeconds: 20 }) },
+            readinessProbe: { httpGet: { path: "/readyz", port: "health" }, ...(controllerMode ? {} : { periodSeconds: 10 }) },
+            resources: args.resources ?? (controllerMode ? defaultResources.controller : defaultResources.agent),
             securityContext,
             volumeMounts: [
-              { name: "data", mountPath: "/var/lib/drover/data" },
-              { name: "cache", mountPath: "/var/lib/drover/cache" },
+              ...(controllerMode
+                ? []
+                : [
+                    { name: "data", mountPath: "/var/lib/drover/data" },
+                    { name: "cache", mountPath: "/var/lib/drover/cache" },
+                  ]),
               { name: "tmp", mountPath: "/tmp" },
               ...(ca ? [caMount] : []),
             ],
           },
         ],
         volumes: [
-          { name: "data", emptyDir: {} },
-          { name: "cache", emptyDir: {} },
-          { name: "tmp", emptyDir: {} },
+          ...(controllerMode
+            ? []
+            : [
+                { name: "data", emptyDir: { sizeLimit: mib(emptyDirMb.localData) } },
+                { name: "cache", emptyDir: { sizeLimit: mib(emptyDirMb.localCache) } },
+              ]),
+          { name: "tmp", emptyDir: { sizeLimit: mib(emptyDirMb.tmp) } },
           ...(ca ? [{ name: "ca", secret: { secretName: ca.metadata.name } }] : []),
         ],
       },
@@ -354,6 +416,8 @@ export class DroverAgent extends pulumi.ComponentResource {
         metadata: metadata(controllerMode ? "controller" : "agent"),
         spec: {
           replicas: args.replicas ?? 1,
+          // A controller is never started beside its predecessor: two would launch the same Jobs.
+          strategy: controllerMode ? { type: "Recreate" } : { type: "RollingUpdate", rollingUpdate: { maxSurge: "25%", maxUnavailable: "50%" } },
           selector: { matchLabels: labels },
           template: mode === "local" ? strategicMerge(agentPod, args.podTemplate ?? {}) : agentPod,
         },
@@ -408,7 +472,7 @@ export class DroverAgent extends pulumi.ComponentResource {
     const saName = `${name}-node-worker`;
     const labels = { "app.kubernetes.io/name": "drover-agent", "app.kubernetes.io/instance": name, "app.kubernetes.io/component": "node-worker" };
     const meta = { ...o.metadata("node-worker"), labels };
-    const sa = new k8s.core.v1.ServiceAccount(`${name}-node-worker-sa`, { metadata: meta, automountServiceAccountToken: true }, o.inNs);
+    const sa = new k8s.core.v1.ServiceAccount(`${name}-node-worker-sa`, { metadata: meta, automountServiceAccountToken: false }, o.inNs);
     const role = new k8s.rbac.v1.Role(`${name}-node-worker`, { metadata: meta, rules: [{ apiGroups: [""], resources: ["pods"], verbs: ["get", "list", "watch"] }] }, o.inNs);
     new k8s.rbac.v1.RoleBinding(
       `${name}-node-worker`,
@@ -424,6 +488,8 @@ export class DroverAgent extends pulumi.ComponentResource {
       { name: "DROVER_AGENT_HEALTH_PORT", value: "8080" },
       { name: "DROVER_AGENT_WORKER_ON_STOP_ACTION", value: args.shutdownMode ?? "graceful" },
       { name: "DROVER_AGENT_GRACE_PERIOD_SECONDS", value: String(o.grace) },
+      // The node's caches, in <home>/cache (a hostPath: not scaled to a volume).
+      ...cacheEnv(undefined),
       ...(args.url ? [{ name: "DROVER_URL", value: args.url }] : []),
       ...(o.ca ? [{ name: "DROVER_CA_CERT", value: "/etc/drover/ca/ca.crt" }] : []),
       ...o.proxyEnv,
@@ -440,6 +506,8 @@ export class DroverAgent extends pulumi.ComponentResource {
             metadata: { labels, annotations: { "cluster-autoscaler.kubernetes.io/safe-to-evict": "false", "karpenter.sh/do-not-disrupt": "true" } },
             spec: {
               serviceAccountName: sa.metadata.name,
+              // The worker lists this node's run pods and reads their job Secrets.
+              automountServiceAccountToken: true,
               terminationGracePeriodSeconds: o.grace,
               securityContext: podSecurityContext,
               nodeSelector: args.nodeSelector,
@@ -453,7 +521,7 @@ export class DroverAgent extends pulumi.ComponentResource {
                   ports: [{ name: "health", containerPort: 8080 }],
                   livenessProbe: { httpGet: { path: "/healthz", port: "health" } },
                   readinessProbe: { httpGet: { path: "/readyz", port: "health" } },
-                  resources: { requests: { cpu: "50m", memory: "128Mi", "ephemeral-storage": "64Mi" } },
+                  resources: defaultResources.nodeWorker,
                   securityContext,
                   volumeMounts: [
                     // At the node's own path: run pods mount their directory at the same path.
@@ -465,7 +533,7 @@ export class DroverAgent extends pulumi.ComponentResource {
               ],
               volumes: [
                 { name: "home", hostPath: { path: o.home, type: "Directory" } },
-                { name: "tmp", emptyDir: { sizeLimit: "256Mi" } },
+                { name: "tmp", emptyDir: { sizeLimit: mib(emptyDirMb.tmp) } },
                 ...(o.ca ? [{ name: "ca", secret: { secretName: o.ca.metadata.name } }] : []),
               ],
             },

@@ -29,10 +29,10 @@ before(async () => {
 });
 
 /** Creates the component and waits until every child resource was registered. */
-async function install(args: Record<string, unknown>) {
+async function install(args: Record<string, unknown>, opts?: pulumi.ComponentResourceOptions) {
   created = [];
   const { DroverAgent } = await import("../src/index.js");
-  const agent = new DroverAgent("drv", { namespace: "drover", token: "drv_p_abc.secret", ...args } as any);
+  const agent = new DroverAgent("drv", { namespace: "drover", token: "drv_p_abc.secret", ...args } as any, opts);
   await new Promise<void>((resolve) => pulumi.all([agent.deployment.id, agent.service.id, agent.tokenSecret?.id ?? ""]).apply(() => resolve()));
   await new Promise((r) => setTimeout(r, 50));
   return agent;
@@ -104,7 +104,7 @@ describe("DroverAgent (Pulumi mocks)", () => {
     assert.deepEqual(pod.spec.containers.map((c: any) => c.name), ["worker", "runner"], "containers merged by name, none added");
     const runner = pod.spec.containers[1];
     assert.equal(runner.image, "ghcr.io/drover-dev/drover-runner:1.11.4", "the runner's image survives the merge");
-    assert.deepEqual(runner.env, [{ name: "SSL_CERT_FILE", value: "/etc/drover/ca/ca.crt" }, { name: "HELLO", value: "world" }], "the CA reaches runs; the template's env is merged");
+    assert.deepEqual(runner.env, [{ name: "HOME", value: "/tmp" }, { name: "SSL_CERT_FILE", value: "/etc/drover/ca/ca.crt" }, { name: "HELLO", value: "world" }], "the CA reaches runs; the template's env is merged");
     assert.equal(runner.resources.requests.cpu, "1");
     assert.deepEqual(pod.spec.initContainers.map((c: any) => c.name), ["drover-init", "prepare"]);
     assert.equal(pod.spec.automountServiceAccountToken, false, "task pods get no API access");
@@ -165,7 +165,7 @@ describe("DroverAgent (Pulumi mocks)", () => {
     assert.deepEqual(sas["drv-sa"], { "iam.gke.io/gcp-service-account": "ctl@p.iam.gserviceaccount.com" });
     assert.deepEqual(sas["drv-task-sa"], { "eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/runs" });
     const pod = one("kubernetes:drover.dev/v1alpha1:AgentTask").inputs.spec.jobTemplate.template;
-    for (const c of pod.spec.containers) assert.deepEqual(c.env, [{ name: "HTTPS_PROXY", value: "http://proxy:3128" }, { name: "NO_PROXY", value: ".svc" }], c.name);
+    for (const c of pod.spec.containers) assert.deepEqual(c.env.filter((e: any) => /PROXY/.test(e.name)), [{ name: "HTTPS_PROXY", value: "http://proxy:3128" }, { name: "NO_PROXY", value: ".svc" }], c.name);
     const pdb = one("kubernetes:policy/v1:PodDisruptionBudget").inputs.spec;
     assert.equal(pdb.maxUnavailable, 1);
     assert.deepEqual(pdb.selector.matchLabels, one("kubernetes:apps/v1:Deployment").inputs.spec.selector.matchLabels);
@@ -208,6 +208,60 @@ describe("DroverAgent (Pulumi mocks)", () => {
     assert.equal(byType("kubernetes:apps/v1:DaemonSet").length, 0);
     const jobRules = one("kubernetes:rbac.authorization.k8s.io/v1:Role").inputs.rules;
     assert.ok(jobRules.every((r: any) => !r.resources.includes("roles")), "job mode grants no RBAC creation");
+  });
+
+  test("B7: a controller Deployment is replaced, never rolled (two would launch the same Jobs)", async () => {
+    for (const mode of ["job", "node"]) {
+      await install({ mode });
+      assert.deepEqual(one("kubernetes:apps/v1:Deployment").inputs.spec.strategy, { type: "Recreate" }, mode);
+    }
+    await install({ mode: "local" });
+    assert.equal(one("kubernetes:apps/v1:Deployment").inputs.spec.strategy.type, "RollingUpdate");
+  });
+
+  test("B13: run pods have a bounded writable /tmp, HOME=/tmp and resources (Burstable, not BestEffort)", async () => {
+    for (const mode of ["job", "node"]) {
+      await install({ mode });
+      const pod = one("kubernetes:drover.dev/v1alpha1:AgentTask").inputs.spec.jobTemplate.template.spec;
+      const tmp = pod.volumes.find((v: any) => v.name === "tmp");
+      assert.equal(tmp.emptyDir.sizeLimit, "1Gi", mode);
+      for (const c of [...pod.containers, ...pod.initContainers]) {
+        assert.ok(c.resources.requests.cpu && c.resources.requests.memory && c.resources.limits.memory, `${mode} ${c.name}`);
+      }
+      const runner = pod.containers.find((c: any) => c.name === "runner");
+      assert.ok(runner.volumeMounts.some((m: any) => m.name === "tmp" && m.mountPath === "/tmp"), mode);
+      assert.ok(runner.env.some((e: any) => e.name === "HOME" && e.value === "/tmp"), mode);
+    }
+  });
+
+  test("B14: the cluster-wide AgentTask CRD is retained by pulumi destroy; the namespaced objects are not", async () => {
+    const retained = new Map<string, boolean | undefined>();
+    // The SDK hands every child's options to its parent's transformations: read retainOnDelete there.
+    await install({ mode: "job" }, { transformations: [(a) => void retained.set(a.name, a.opts.retainOnDelete)] });
+    assert.equal(retained.get("drv-agenttasks-crd"), true);
+    assert.equal(retained.get("drv-deployment"), undefined);
+    assert.equal(retained.get("drv-task-template"), undefined);
+  });
+
+  test("U4: local mode puts the metadata NetworkPolicy on the agent pods (they run the runs)", async () => {
+    await install({ mode: "local" });
+    const policy = one("kubernetes:networking.k8s.io/v1:NetworkPolicy").inputs.spec;
+    const podLabels = one("kubernetes:apps/v1:Deployment").inputs.spec.template.metadata.labels;
+    for (const [k, v] of Object.entries(policy.podSelector.matchLabels)) assert.equal(podLabels[k], v, k);
+    assert.deepEqual(policy.egress[0].to.map((t: any) => t.ipBlock.except[0]), ["169.254.169.254/32", "fd00:ec2::254/128"]);
+    await install({ mode: "local", allowMetadataService: true });
+    assert.equal(byType("kubernetes:networking.k8s.io/v1:NetworkPolicy").length, 0);
+  });
+
+  test("I18: node workers have the chart's requests and memory limit; every agent emptyDir has a size limit", async () => {
+    await install({ mode: "node" });
+    const ds = one("kubernetes:apps/v1:DaemonSet").inputs.spec.template.spec;
+    assert.deepEqual(ds.containers[0].resources, { requests: { cpu: "500m", memory: "512Mi", "ephemeral-storage": "64Mi" }, limits: { memory: "2Gi" } });
+    for (const mode of ["local", "job", "node"]) {
+      await install({ mode });
+      const pods = [...byType("kubernetes:apps/v1:Deployment"), ...byType("kubernetes:apps/v1:DaemonSet")].map((d) => d.inputs.spec.template.spec);
+      for (const v of pods.flatMap((p) => p.volumes).filter((v: any) => v.emptyDir)) assert.ok(v.emptyDir.sizeLimit, `${mode} ${v.name}`);
+    }
   });
 
   test("bad settings are refused with one clear message", async () => {

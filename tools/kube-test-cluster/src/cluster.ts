@@ -36,6 +36,8 @@ import { isObject } from "./api/types.js";
 import type { NodeTimings } from "./node/pod-worker.js";
 import { servingCert } from "./tls.js";
 import { ownerReferencesAdmission, podSecurityAdmission, rootCaConfigMap, serviceAccountAdmission } from "./api/admission.js";
+import { resourceQuotaAdmission } from "./api/quota-admission.js";
+import { sccUidAdmission } from "./api/scc-admission.js";
 import { RbacAuthorizer, TokenAuthority } from "./api/auth.js";
 
 export interface ClusterTimings extends NodeTimings, JobControllerTimings {
@@ -221,6 +223,7 @@ export async function startTestCluster(options: TestClusterOptions = {}): Promis
   const tokens = new TokenAuthority(api, token);
   const authorizer = new RbacAuthorizer(api);
   api.admission.push(serviceAccountAdmission(api), podSecurityAdmission(api), ownerReferencesAdmission(api, authorizer));
+  api.admission.push(sccUidAdmission(api), resourceQuotaAdmission(api));
   // The service-account and root-CA publisher controllers' visible effects: a "default"
   // ServiceAccount and the kube-root-ca.crt ConfigMap in every namespace.
   const unsubscribeSa = store.subscribe((e) => {

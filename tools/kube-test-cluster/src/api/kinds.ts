@@ -3,6 +3,7 @@
  * `generation`, what deleting a kind orphans by default, and pod grace periods.
  */
 import type { ResourceType } from "./resources.js";
+import { deploymentRules } from "./deployment-rules.js";
 import { applySchema } from "./schema.js";
 import type { StatusCause } from "./status-error.js";
 import type { JsonObject, KObject } from "./types.js";
@@ -294,6 +295,7 @@ const rulesByType: Record<string, KindRules> = {
   "/configmaps": configMapRules,
   "/namespaces": namespaceRules,
   "apiextensions.k8s.io/customresourcedefinitions": crdRules,
+  "apps/deployments": deploymentRules,
 };
 
 export function rulesFor(t: ResourceType, version: string): KindRules {

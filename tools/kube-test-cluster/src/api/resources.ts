@@ -43,6 +43,7 @@ const builtins: ResourceType[] = [
   core("nodes", "node", "Node", false, ["no"], [], true),
   core("services", "service", "Service", true, ["svc"], ["all"], true),
   core("persistentvolumeclaims", "persistentvolumeclaim", "PersistentVolumeClaim", true, ["pvc"], [], true),
+  core("resourcequotas", "resourcequota", "ResourceQuota", true, ["quota"], [], true),
   // Stored and served so charts apply as a whole; only Deployments have a controller here.
   {
     group: "apps", versions: ["v1"], resource: "deployments", singular: "deployment", kind: "Deployment", listKind: "DeploymentList",
