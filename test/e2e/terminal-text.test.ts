@@ -59,8 +59,15 @@ test("N9: escapes a run prints are made visible by run start, run logs, run logs
 test("N9: a job cannot upload an output name holding a control character (400)", async () => {
   assert.equal((await stack.server.api(routes.createPool, { body: { name: "names" } })).status, 201);
   const agent = await registerAgent(stack.server, "names", "fake");
-  await queueRun(stack.server, "names", "names", rawTarGz([{ path: "main.tf", content: "" }]));
+  await queueRun(stack.server, "names", "names", rawTarGz([{ path: "main.tf", content: "" }]), { autoApply: true });
+  // Only an apply job may upload outputs: the plan job ends with changes, the apply job uploads.
+  const plan = (await call(stack.server, routes.pollJob, agent.session, { query: { wait: 2000 } })).body.job;
+  assert.equal((await call(stack.server, routes.startJob, plan.jobToken, { params: { id: plan.jobId }, body: { starter: "test" } })).status, 200);
+  const planSummary = { add: 1, change: 0, destroy: 0, hasChanges: true };
+  const finished = await call(stack.server, routes.finishJob, plan.jobToken, { params: { id: plan.jobId }, body: { outcome: "succeeded", planSummary } });
+  assert.equal(finished.status, 204, JSON.stringify(finished.body));
   const job = (await call(stack.server, routes.pollJob, agent.session, { query: { wait: 2000 } })).body.job;
+  assert.equal(job.phase, "apply");
   assert.equal((await call(stack.server, routes.startJob, job.jobToken, { params: { id: job.jobId }, body: { starter: "test" } })).status, 200);
   const put = (name: string) =>
     call(stack.server, routes.uploadOutputs, job.jobToken, { params: { id: job.jobId }, body: { outputs: [{ name, sensitive: false, type: "string", value: "v" }] } });
