@@ -4,6 +4,8 @@
 #     --build-arg TERRAFORM_IMAGE=hashicorp/terraform:1.11.4 -t ghcr.io/drover-dev/drover-runner:1.11.4 .
 # BASE_IMAGE is any Debian bookworm image; TERRAFORM_IMAGE any image holding /bin/terraform
 # (HashiCorp's own images do). scripts/build-images.mjs passes both, built without a registry.
+# The docker driver's default container user is 65532 (no host account has it); it gets an entry
+# here because ssh (git::ssh:// module sources) refuses to run as a uid /etc/passwd does not name.
 ARG BASE_IMAGE=debian:bookworm-slim
 ARG TERRAFORM_IMAGE=hashicorp/terraform:1.11.4
 
@@ -15,6 +17,8 @@ RUN apt-get update \
  && apt-get clean \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin \
  && groupadd --gid 1000 drover && useradd --uid 1000 --gid 1000 --home-dir /home/drover --create-home drover
+RUN groupadd --gid 65532 drover-run \
+ && useradd --uid 65532 --gid 65532 --no-log-init --home-dir /tmp --no-create-home --shell /usr/sbin/nologin drover-run
 COPY --from=terraform /bin/terraform /usr/local/bin/terraform
 COPY packages/agent/exec-loop/exec-loop.sh /usr/local/bin/drover-exec-loop
 RUN chmod 0755 /usr/local/bin/drover-exec-loop

@@ -1,10 +1,10 @@
 import assert from "node:assert/strict";
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import { loadAgentConfig } from "@drover/agent";
-import { cgroupOomKills, memoryEventsFile, runnerImageFor, StreamDemuxer } from "@drover/agent/docker";
+import { cgroupOomKills, DiskWatch, diskUsage, memoryEventsFile, runnerImageFor, StreamDemuxer } from "@drover/agent/docker";
 import { DroverError, newPoolToken, type JobAssignment } from "@drover/protocol";
 import { spawnDrover } from "../support/processes.js";
 
@@ -14,14 +14,16 @@ import { spawnDrover } from "../support/processes.js";
 const token = newPoolToken({ url: "http://127.0.0.1:9", pool: "pool_x" });
 const load = (env: Record<string, string>) => loadAgentConfig({ DROVER_TOKEN: token, DROVER_AGENT_DRIVER: "docker", ...env });
 
-test("docker settings compile with their defaults (agent as root: runs as 1000:1000) and with every value set", () => {
+test("docker settings compile with their defaults (agent as root: runs as 65532:65532, no host account's uid) and with every value set", () => {
   const d = load({}).docker!;
   assert.equal(d.socketPath, "/var/run/docker.sock");
   assert.equal(d.image, "ghcr.io/drover-dev/drover-runner:1.11.4");
-  if (process.getuid?.() === 0) assert.deepEqual(d.user, { uid: 1000, gid: 1000 });
+  // Not 1000, the host's first regular account: its processes could read runs' /proc environ (N5).
+  if (process.getuid?.() === 0) assert.deepEqual(d.user, { uid: 65532, gid: 65532 });
   assert.equal(d.memoryBytes, 4096 * 1024 * 1024);
   assert.equal(d.nanoCpus, 2e9);
   assert.equal(d.network, "bridge");
+  assert.equal(d.diskBytes, 10_240 * 1024 * 1024);
   const set = load({
     DROVER_AGENT_DOCKER_HOST: "unix:///run/podman/podman.sock",
     DROVER_AGENT_DOCKER_IMAGE: "registry.example/runner:7",
@@ -29,8 +31,9 @@ test("docker settings compile with their defaults (agent as root: runs as 1000:1
     DROVER_AGENT_DOCKER_MEMORY_MB: "0",
     DROVER_AGENT_DOCKER_CPUS: "1.5",
     DROVER_AGENT_DOCKER_NETWORK: "runs",
+    DROVER_AGENT_DOCKER_DISK_MB: "0",
   }).docker!;
-  assert.deepEqual(set, { socketPath: "/run/podman/podman.sock", image: "registry.example/runner:7", allowedImages: [], user: { uid: 2000, gid: 3000 }, memoryBytes: 0, nanoCpus: 1.5e9, network: "runs" });
+  assert.deepEqual(set, { socketPath: "/run/podman/podman.sock", image: "registry.example/runner:7", allowedImages: [], user: { uid: 2000, gid: 3000 }, memoryBytes: 0, nanoCpus: 1.5e9, network: "runs", diskBytes: 0 });
   assert.equal(load({ DROVER_AGENT_CONCURRENCY: "50" }).concurrency, 50, "a docker agent may run up to 50 jobs");
   assert.equal(loadAgentConfig({ DROVER_TOKEN: token }).docker, undefined, "other drivers have no docker settings");
   assert.equal(loadAgentConfig({ DROVER_TOKEN: token }, { driver: "docker", dockerImage: "from-flag:1" }).docker?.image, "from-flag:1", "flags override");
@@ -133,4 +136,35 @@ test("the OOM counter is read from the container's memory cgroup, v1 or v2, and 
   assert.equal(cgroupOomKills(memoryEventsFile(42, proc, cg)!), 1);
   assert.equal(memoryEventsFile(43, proc, cg), undefined, "a process this host cannot see");
   assert.equal(cgroupOomKills(join(root, "nothing")), 0);
+});
+
+test("the disk watch counts a job's directories' allocated blocks, follows no link, and reports the first measure past the bound", async () => {
+  const root = mkdtempSync(join(tmpdir(), "drover-disk-"));
+  const [run, exec] = [join(root, "run"), join(root, "exec")];
+  mkdirSync(run);
+  mkdirSync(exec);
+  writeFileSync(join(run, "big"), Buffer.alloc(3 * 1024 * 1024, 1));
+  writeFileSync(join(exec, "out"), Buffer.alloc(1024 * 1024, 1));
+  // Links out of the directories are not followed: the agent's data or / would count otherwise.
+  symlinkSync("/", join(run, "root"));
+  symlinkSync(tmpdir(), join(exec, "tmp"));
+  const used = await diskUsage([exec, run], AbortSignal.timeout(10_000));
+  assert.ok(used >= 4 * 1024 * 1024 && used < 5 * 1024 * 1024, `4 MiB and the directories' own blocks, got ${used}`);
+
+  const watch = (limitBytes: number) =>
+    new Promise<{ over: number | undefined; errors: unknown[] }>((resolve) => {
+      const errors: unknown[] = [];
+      const w = new DiskWatch({ dirs: [exec, run], limitBytes, intervalMs: 1, onExceeded: (n) => resolve({ over: n, errors }), onError: (e) => errors.push(e) });
+      // Below the bound it measures on: the third measure's result decides.
+      void w.check().then(() => w.check()).then(async (over) => {
+        if (!over) {
+          w.stop();
+          resolve({ over: undefined, errors });
+        }
+      });
+    });
+  assert.deepEqual(await watch(8 * 1024 * 1024), { over: undefined, errors: [] }, "under the bound: nothing reported");
+  const past = await watch(2 * 1024 * 1024);
+  assert.ok(past.over !== undefined && past.over >= 4 * 1024 * 1024, "past the bound: reported with what was used");
+  rmSync(root, { recursive: true, force: true });
 });

@@ -37,7 +37,9 @@ test("one environment gives the agent, the controller and both workers the same 
       const expected = pick(agent);
       for (const other of [controller, worker, node]) assert.deepEqual(pick(other), expected);
       if ("DROVER_AGENT_OTLP_ENDPOINT" in shared) {
-        assert.deepEqual(expected, { otlp: { endpoint: "http://collector:4317", protocol: "grpc", traces: false, metrics: true }, stopAction: "drain", gracePeriodMs: 300_000, caCertPem: pem });
+        assert.deepEqual(expected, {
+          otlp: { endpoint: "http://collector:4317", protocol: "grpc", traces: false, metrics: true, headers: {}, serviceName: undefined, resourceAttributes: {}, metricsIntervalMs: 60_000, sampler: "parentbased_always_on", samplerRatio: 1 },
+          stopAction: "drain", gracePeriodMs: 300_000, caCertPem: pem });
       } else {
         assert.deepEqual(expected, { otlp: undefined, stopAction: "graceful", gracePeriodMs: 120_000, caCertPem: undefined });
       }

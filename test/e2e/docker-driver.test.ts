@@ -86,18 +86,20 @@ test("examples/hello through the drover image's server and an agent in the drove
   const token = await server.cli(["token", "create", "--pool", "docker", "--json"]);
   assert.equal(token.code, 0, token.stderr);
 
-  // As the README's agent line: UID 1000 in the socket's group, the socket mounted, and the data
-  // dir at its own host path (the daemon resolves the runs' bind mounts on the host).
+  // As the README's agent line: UID 65532 (no host account's) in the socket's group, the socket mounted, and
+  // the data dir at its own host path (the daemon resolves the runs' bind mounts on the host).
   const socketGroup = 2375;
   chownSync(api.socketPath, 0, socketGroup);
   chmodSync(api.socketPath, 0o660);
-  const dataDir = ownedDir(join(dir, "agent-data"));
+  const agentUser = 65532;
+  const dataDir = ownedDir(join(dir, "agent-data"), agentUser);
   const agent = runContainer([
     ...hardened,
+    "--user", `${agentUser}:${agentUser}`,
     "--group-add", String(socketGroup),
     "-v", `${api.socketPath}:/var/run/docker.sock`,
     "-v", `${dataDir}:${dataDir}`,
-    "-v", `${ownedDir(join(dir, "agent-cache"))}:/var/lib/drover/cache`,
+    "-v", `${ownedDir(join(dir, "agent-cache"), agentUser)}:/var/lib/drover/cache`,
     "-e", `DROVER_URL=${server.url}`,
     "-e", `DROVER_TOKEN=${(JSON.parse(token.stdout) as { token: string }).token}`,
     "-e", "DROVER_AGENT_NAME=image-docker-agent",
@@ -113,7 +115,7 @@ test("examples/hello through the drover image's server and an agent in the drove
   ]);
   t.after(() => agent.stop(10));
   await agent.waitFor(/"msg":"registered"/, 60_000);
-  assert.match((await podmanOk(["exec", agent.name, "id"])).trim(), new RegExp(`^uid=1000\\b.*\\b${socketGroup}\\b`), "the agent is not root, and reaches the socket through its group");
+  assert.match((await podmanOk(["exec", agent.name, "id"])).trim(), new RegExp(`^uid=${agentUser}\\b.*\\b${socketGroup}\\b`), "the agent is not root, and reaches the socket through its group");
 
   const started = await server.cli(["run", "start", hello, "--workspace", "hello", "--auto-apply", "--no-follow", "--json"]);
   assert.equal(started.code, 0, started.stderr);
@@ -166,7 +168,7 @@ test("cancel during apply interrupts terraform in its container and releases the
     DROVER_CONTAINER_TASK_CA_CERT: ca,
   });
   const wsId = await workspace("cancel");
-  const dir = writeConfig(stack.dir, "cancel", gatedConfig('echo proxy=$HTTPS_PROXY; echo ca=$(sed -n 2p $SSL_CERT_FILE); '));
+  const dir = writeConfig(stack.dir, "cancel", gatedConfig('echo proxy=$HTTPS_PROXY; echo ca=$(sed -n 2p $SSL_CERT_FILE); echo who=$(id -u):$(id -g); '));
   const runId = await stack.startRun(dir, "cancel", ["--auto-apply"]);
   const log = await waitForLog(runId, "apply", /\(local-exec\): holding/);
   assert.match(log, /proxy=http:\/\/proxy\.invalid:3128/, "the proxy reaches the run");
@@ -180,7 +182,10 @@ test("cancel during apply interrupts terraform in its container and releases the
     HostConfig: { ReadonlyRootfs: boolean; Memory: number; NanoCpus: number; NetworkMode: string; Binds: string[] | null; Tmpfs: Record<string, string> | null; CapDrop: string[] | null };
     Mounts: Array<{ Source: string; Destination: string }>;
   };
-  assert.equal(info.Config.User, "1000:1000", "not root");
+  // The agent runs as root here and sets no DROVER_AGENT_DOCKER_USER: the default is a uid no host account has
+  // (1000 is the host's first regular account, whose processes could read the run's /proc environ).
+  assert.equal(info.Config.User, "65532:65532", "not root, and not a host account");
+  assert.match(log, /\(local-exec\): who=65532:65532(?!\d)/, "the run's processes run as that user");
   assert.equal(info.HostConfig.ReadonlyRootfs, true);
   assert.equal(info.HostConfig.Memory, 512 * 1024 * 1024, "DROVER_AGENT_DOCKER_MEMORY_MB");
   assert.equal(info.HostConfig.NanoCpus, 1e9, "DROVER_AGENT_DOCKER_CPUS");
@@ -211,6 +216,19 @@ test("a process exceeding the container's memory limit ends the run errored: out
   const run = await stack.waitForRun(runId, ["errored", "failed", "applied", "canceled"], 180_000);
   assert.equal(run.status, "errored", `${run.errorMessage}\n${await runLog(stack.server, runId, "apply")}`);
   assert.match(run.errorMessage, /^out of memory: .*160 MiB.*DROVER_AGENT_DOCKER_MEMORY_MB/);
+  await until("the run's container is removed", async () => (await runContainers(runId)).length === 0, 30_000);
+});
+
+test("a run writing past DROVER_AGENT_DOCKER_DISK_MB has its container killed and ends errored: out of disk", { skip }, async (t) => {
+  const agent = await dockerAgent(t, "disk-docker", { DROVER_AGENT_DOCKER_DISK_MB: "32" });
+  await workspace("disk");
+  // Without the bound this run would hold its 64 MiB (or, writing on, fill the host's disk) until released.
+  const dir = writeConfig(stack.dir, "disk", gatedConfig("dd if=/dev/zero of=big bs=1M count=64 2>/dev/null; "));
+  const runId = await stack.startRun(dir, "disk", ["--auto-apply"]);
+  const run = await stack.waitForRun(runId, ["errored", "failed", "applied", "canceled"], 180_000);
+  assert.equal(run.status, "errored", `${run.errorMessage}\n${await runLog(stack.server, runId, "apply")}\n${agent.output()}`);
+  assert.match(run.errorMessage, /^out of disk: the run's files on the agent's host took \d+ MiB, past the docker driver's bound of 32 MiB, .*DROVER_AGENT_DOCKER_DISK_MB/);
+  assert.match(agent.output(), /outgrew DROVER_AGENT_DOCKER_DISK_MB; killing its container/);
   await until("the run's container is removed", async () => (await runContainers(runId)).length === 0, 30_000);
 });
 

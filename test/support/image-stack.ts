@@ -10,10 +10,10 @@ import { freePort, runDrover, testServerDiagnostics } from "./processes.js";
 /** `podman run` options of every Drover container in the tests: UID 1000, read-only root, a tmpfs for /tmp. */
 export const hardened = ["--user", "1000:1000", "--read-only", "--read-only-tmpfs=false", "--tmpfs", "/tmp:rw,mode=1777"];
 
-/** Creates `path` (and parents) owned by UID 1000, for a container's writable mount. */
-export function ownedDir(path: string): string {
+/** Creates `path` (and parents) owned by `uid` (and the same gid), for a container's writable mount. */
+export function ownedDir(path: string, uid = 1000): string {
   mkdirSync(path, { recursive: true });
-  chownSync(path, 1000, 1000);
+  chownSync(path, uid, uid);
   return path;
 }
 

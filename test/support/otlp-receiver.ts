@@ -162,8 +162,8 @@ export interface OtlpReceiver {
   url: string;
   spans: ReceivedSpan[];
   metrics: ReceivedMetric[];
-  /** Request paths and content types seen, for protocol checks. */
-  requests: Array<{ path: string; contentType: string }>;
+  /** Request paths, content types and headers seen, for protocol checks; `at`: arrival (ms since the epoch). */
+  requests: Array<{ path: string; contentType: string; headers: Record<string, string | string[] | undefined>; at: number }>;
   close(): Promise<void>;
 }
 
@@ -177,7 +177,7 @@ export async function startOtlpReceiver(): Promise<OtlpReceiver> {
     req.on("data", (c: Buffer) => chunks.push(c));
     req.on("end", () => {
       const body = Buffer.concat(chunks);
-      requests.push({ path: req.url ?? "", contentType: req.headers["content-type"] ?? "" });
+      requests.push({ path: req.url ?? "", contentType: req.headers["content-type"] ?? "", headers: req.headers, at: Date.now() });
       try {
         if (req.url === "/v1/traces") spans.push(...decodeTraces(body));
         else if (req.url === "/v1/metrics") metrics.push(...decodeMetrics(body));

@@ -74,7 +74,8 @@ export interface DockerSettings {
   /** CPU limit of each job's container in billionths of a CPU; 0: none. */
   nanoCpus: number;
   /** Network each job's container joins (`bridge`, `host` or a network's name). */
-  network: string;
+  network: string;  /** Disk a job's directories may take on the host, in bytes, before its container is killed; 0: no bound. */
+  diskBytes: number;
 }
 
 /** Flags of `drover agent run`; each overrides its environment variable. */
@@ -161,11 +162,20 @@ export function loadAgentConfig(env: NodeJS.ProcessEnv, flags: AgentFlags = {}):
   };
 }
 
+/**
+ * The user of runs' containers under a root agent. Any host process of the same uid may read a
+ * run's /proc environ (its job token and secrets), so it is one no host account has: 65532,
+ * the unprivileged uid distroless images reserve, above the ranges `useradd` hands out and
+ * clear of `nobody` (65534), which host daemons do run as. It stays below 65536 so that the
+ * default user-namespace maps (rootless podman, userns-remap) still hold it.
+ */
+export const defaultContainerUser = "65532:65532";
+
 /** The docker driver's settings (DROVER_AGENT_DOCKER_*); any bad value throws one clear line. */
 function dockerSettings(src: SettingsSource): DockerSettings {
   const agentUid = process.getuid?.() ?? 0;
   const agentGid = process.getgid?.() ?? 0;
-  const userRaw = src.get("DROVER_AGENT_DOCKER_USER") ?? (agentUid === 0 ? "1000:1000" : `${agentUid}:${agentGid}`);
+  const userRaw = src.get("DROVER_AGENT_DOCKER_USER") ?? (agentUid === 0 ? defaultContainerUser : `${agentUid}:${agentGid}`);
   const m = /^(\d+)(?::(\d+))?$/.exec(userRaw);
   if (!m) throw new InvalidSettingError("DROVER_AGENT_DOCKER_USER", `DROVER_AGENT_DOCKER_USER must be a numeric uid or uid:gid, got ${JSON.stringify(userRaw)}`);
   const user = { uid: Number(m[1]), gid: Number(m[2] ?? m[1]) };
@@ -186,6 +196,7 @@ function dockerSettings(src: SettingsSource): DockerSettings {
     memoryBytes: memoryMb * 1024 * 1024,
     nanoCpus: Math.round(src.get("DROVER_AGENT_DOCKER_CPUS") * 1e9),
     network: src.get("DROVER_AGENT_DOCKER_NETWORK"),
+    diskBytes: src.get("DROVER_AGENT_DOCKER_DISK_MB") * 1024 * 1024,
   };
 }
 

@@ -1,4 +1,4 @@
-import type { OtlpProtocol, SettingsSource, StopAction } from "@drover/protocol";
+import { otlpSettings as otlpOf, type OtlpSettings, type SettingsSource, type StopAction } from "@drover/protocol";
 
 /*
  * The groups of settings every agent process reads alike: the agent (`agent run`, `agent
@@ -6,20 +6,11 @@ import type { OtlpProtocol, SettingsSource, StopAction } from "@drover/protocol"
  * spells the variables of a group by hand and all of them agree on units and defaults.
  */
 
-/** OTLP export of an agent process (DROVER_AGENT_OTLP_*). */
-export interface OtlpSettings {
-  endpoint: string;
-  protocol: OtlpProtocol;
-  traces: boolean;
-  metrics: boolean;
-}
+export type { OtlpSettings };
 
-/** The OTLP export settings; undefined without DROVER_AGENT_OTLP_ENDPOINT (no exporter is loaded). */
+/** The OTLP export settings (DROVER_AGENT_OTLP_*, then OTEL_*); undefined without an endpoint (no exporter is loaded). */
 export function otlpSettings(src: SettingsSource): OtlpSettings | undefined {
-  const endpoint = src.get("DROVER_AGENT_OTLP_ENDPOINT");
-  return endpoint
-    ? { endpoint, protocol: src.get("DROVER_AGENT_OTLP_PROTOCOL"), traces: src.get("DROVER_AGENT_OTLP_TRACES_ENABLED"), metrics: src.get("DROVER_AGENT_OTLP_METRICS_ENABLED") }
-    : undefined;
+  return otlpOf(src, "agent");
 }
 
 /** How an agent process stops, and the extra trust roots of its own HTTPS. */

@@ -15,3 +15,4 @@ export * from "./versions.js";
 export * from "./client.js";
 export { EnvHttpProxyAgent, lazyHttp2, request as transportRequest, type TransportRequestOptions } from "./transport.js";
 export * from "./tracing.js";
+export * from "./otlp-settings.js";

@@ -181,6 +181,40 @@ const fingerprints: SettingParser<string[]> = (raw, name) =>
     .filter((f) => f !== "")
     .map((f) => (/^[0-9A-F]{40}$/.test(f) ? f : invalid(name, `${name} must list full 40-digit key fingerprints separated by commas, got ${JSON.stringify(f)}`)));
 
+/**
+ * OpenTelemetry's `key=value,…` lists (OTEL_EXPORTER_OTLP_HEADERS, OTEL_RESOURCE_ATTRIBUTES):
+ * keys and values trimmed and percent-decoded, as the specification's W3C Baggage-like format.
+ */
+const keyValues: SettingParser<Record<string, string>> = (raw, name) => {
+  const out: Record<string, string> = {};
+  for (const item of raw.split(",")) {
+    if (item.trim() === "") continue;
+    const at = item.indexOf("=");
+    let key = "";
+    let value = "";
+    try {
+      key = decodeURIComponent(item.slice(0, at).trim());
+      value = decodeURIComponent(item.slice(at + 1).trim());
+    } catch {
+      // A malformed escape falls through to the message below.
+    }
+    if (at <= 0 || key === "") invalid(name, `${name} must be key=value pairs separated by commas (values percent-encoded), got ${JSON.stringify(item.trim())}`);
+    out[key] = value;
+  }
+  return out;
+};
+
+/** The samplers of OTEL_TRACES_SAMPLER that a process offers (the specification's built-in ones). */
+export const otelSamplers = ["always_on", "always_off", "traceidratio", "parentbased_always_on", "parentbased_always_off", "parentbased_traceidratio"] as const;
+export type OtelSampler = (typeof otelSamplers)[number];
+
+/** A probability from 0 to 1. */
+const ratio: SettingParser<number> = (raw, name) => {
+  const n = Number(raw);
+  if (raw.trim() === "" || !(n >= 0 && n <= 1)) invalid(name, `${name} must be a number from 0 to 1 (the share of traces kept), got ${JSON.stringify(raw)}`);
+  return n;
+};
+
 /** What the agent does with running jobs on SIGTERM (SPEC §5). */
 export const stopActions = ["graceful", "drain", "force"] as const;
 export type StopAction = (typeof stopActions)[number];
@@ -200,6 +234,8 @@ const agents = ["agent", "controller"] as const;
 const allAgents = ["agent", "controller", "worker", "node-worker"] as const;
 const seconds7d = intIn(1, 7 * 86_400);
 const sizeMb = intIn(1, 10_000_000);
+/** Every process that exports OpenTelemetry. */
+const exporters = ["server", ...allAgents] as const;
 
 /** The settings, by variable. */
 export const settings = {
@@ -225,6 +261,14 @@ export const settings = {
   DROVER_METRICS_CACHE_SECONDS: setting({ doc: "the gauges `/metrics` computes from the database (queue depth, runs, agents, pool demand) are recomputed at most this often, however often it is scraped; `0`: at every scrape", default: 5, readers: ["server"], parse: intIn(0, 300), section: "server" }),
   DROVER_FORCE_CANCEL_AFTER_SECONDS: setting({ doc: "a running job that ignores a cancel this long is force-canceled: it ends on the server, its job token stops working, its state lock is released (`drover run cancel --force` does it at once)", default: 120, readers: ["server"], parse: intIn(1), section: "server" }),
   DROVER_JOB_TOKEN_RETENTION_SECONDS: setting({ doc: "how long a job's tokens are still recognised after the job stops being leased (finished, requeued): an agent back from a partition is told its job is over (`job_finished`, `stale_attempt`) rather than that its token is unknown; then the sweeper deletes them. `0`: deleted at the next sweep", default: 86_400, readers: ["server"], parse: intIn(0, 30 * 86_400), section: "server" }),
+  OTEL_EXPORTER_OTLP_ENDPOINT: setting({ doc: "every process: OpenTelemetry collector used when the process's own `DROVER_OTLP_ENDPOINT` / `DROVER_AGENT_OTLP_ENDPOINT` is unset (those win)", readers: exporters, parse: httpUrl, section: "server" }),
+  OTEL_EXPORTER_OTLP_PROTOCOL: setting({ doc: "every process: `http/protobuf` or `grpc` when its own `DROVER_…_OTLP_PROTOCOL` is unset (that wins); `http/json` is not offered", defaultText: "`http/protobuf`", readers: exporters, parse: oneOf(["http/protobuf", "grpc"] as const), section: "server" }),
+  OTEL_EXPORTER_OTLP_HEADERS: setting({ doc: "every process: headers sent with each export, `key=value,…` with percent-encoded values (`authorization=Bearer%20…`); not copied into Kubernetes run pods", readers: exporters, parse: keyValues, section: "server" }),
+  OTEL_SERVICE_NAME: setting({ doc: "every process: `service.name` of what it exports; beats `service.name` in `OTEL_RESOURCE_ATTRIBUTES`", defaultText: "`drover-server`, `drover-agent`, `drover-controller`, `drover-worker`, `drover-node-worker`", readers: exporters, parse: text, section: "server" }),
+  OTEL_RESOURCE_ATTRIBUTES: setting({ doc: "every process: resource attributes added to what it exports, `key=value,…` (percent-encoded); beat Drover's own (`k8s.pod.name`, …) except `drover.*`", readers: exporters, parse: keyValues, section: "server" }),
+  OTEL_METRIC_EXPORT_INTERVAL: setting({ doc: "every process: milliseconds between two metric exports", default: 60_000, readers: exporters, parse: intIn(100, 86_400_000), section: "server" }),
+  OTEL_TRACES_SAMPLER: setting({ doc: "every process: which traces are kept: `always_on`, `always_off`, `traceidratio`, `parentbased_always_on`, `parentbased_always_off`, `parentbased_traceidratio` (a job's trace id is the same in every process, so ratios agree)", default: "parentbased_always_on", readers: exporters, parse: oneOf(otelSamplers), section: "server" }),
+  OTEL_TRACES_SAMPLER_ARG: setting({ doc: "every process: the ratio of `traceidratio` samplers, 0 to 1", default: 1, readers: exporters, parse: ratio, section: "server" }),
   DROVER_OTLP_ENDPOINT: setting({ doc: "OpenTelemetry collector the server exports to (`http://collector:4318` for http/protobuf, `:4317` for grpc); unset: no exporter is loaded", readers: ["server"], parse: httpUrl, section: "server" }),
   DROVER_OTLP_PROTOCOL: setting({ doc: "`http/protobuf` or `grpc`", default: "http/protobuf", readers: ["server"], parse: oneOf(["http/protobuf", "grpc"] as const), section: "server" }),
   DROVER_OTLP_TRACES_ENABLED: setting({ doc: "with an endpoint: export a trace per run phase (the job's root span and its queue wait)", default: true, readers: ["server"], parse: bool, section: "server" }),
@@ -287,9 +331,10 @@ export const settings = {
   DROVER_AGENT_DOCKER_HOST: setting({ flag: "--docker-host", doc: "docker driver: the Docker Engine API's unix socket (`unix:///path`)", default: "unix:///var/run/docker.sock", readers: ["agent"], parse: dockerHost, section: "agent" }),
   DROVER_AGENT_DOCKER_IMAGE: setting({ flag: "--docker-image", doc: "docker driver: runner image each job's container starts from (any image with `/bin/sh` and terraform/tofu; pulled when missing)", default: "ghcr.io/drover-dev/drover-runner:1.11.4", readers: ["agent"], parse: text, section: "agent" }),
   DROVER_AGENT_DOCKER_ALLOWED_IMAGES: setting({ doc: "docker driver: runner images a workspace may choose instead of `DROVER_AGENT_DOCKER_IMAGE` (its `runnerImage`), comma-separated: exact references or prefixes ending in `*` (`registry.example.com/runners/*`; `*` allows any). Compared as written, no registry or tag is implied. A run of a workspace naming an image not listed ends errored", defaultText: "none: workspaces cannot choose", readers: ["agent"], parse: imagePatterns, section: "agent" }),
-  DROVER_AGENT_DOCKER_USER: setting({ doc: "docker driver: numeric `uid[:gid]` the run's container runs as, never root; an agent not running as root runs containers as itself", defaultText: "`1000:1000` (agent as root), else the agent's own", readers: ["agent"], parse: text, section: "agent" }),
+  DROVER_AGENT_DOCKER_USER: setting({ doc: "docker driver: numeric `uid[:gid]` the run's container runs as, never root; an agent not running as root runs containers as itself", defaultText: "`65532:65532`, a uid no host account should have (agent as root), else the agent's own", readers: ["agent"], parse: text, section: "agent" }),
   DROVER_AGENT_DOCKER_MEMORY_MB: setting({ doc: "docker driver: memory limit of each run's container (no swap); a run exceeding it ends errored \"out of memory\"; 0 = none", default: 4096, readers: ["agent"], parse: intIn(0, 16_777_216), section: "agent" }),
   DROVER_AGENT_DOCKER_CPUS: setting({ doc: "docker driver: CPUs each run's container may use, like `1.5`; 0 = no limit", default: 2, readers: ["agent"], parse: cpuCount, section: "agent" }),
+  DROVER_AGENT_DOCKER_DISK_MB: setting({ doc: "docker driver: disk a run's files (its working directory and step output, on the agent's host) may take; a run past it has its container killed within seconds and ends errored \"out of disk\"; 0 = no bound", default: 10_240, readers: ["agent"], parse: intIn(0, 16_777_216), section: "agent" }),
   DROVER_AGENT_DOCKER_NETWORK: setting({ doc: "docker driver: network each run's container joins (`bridge`, `host` or a network's name)", default: "bridge", readers: ["agent"], parse: text, section: "agent" }),
 
   // Terraform's own; runs inherit it, and the agent reads it to extend it with the provider cache.

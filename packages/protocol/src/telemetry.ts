@@ -10,7 +10,18 @@ import {
   type MetricProducer,
   type PushMetricExporter,
 } from "@opentelemetry/sdk-metrics";
-import { BasicTracerProvider, BatchSpanProcessor, RandomIdGenerator, type IdGenerator, type SpanExporter } from "@opentelemetry/sdk-trace-base";
+import {
+  AlwaysOffSampler,
+  AlwaysOnSampler,
+  BasicTracerProvider,
+  BatchSpanProcessor,
+  ParentBasedSampler,
+  RandomIdGenerator,
+  TraceIdRatioBasedSampler,
+  type IdGenerator,
+  type Sampler,
+  type SpanExporter,
+} from "@opentelemetry/sdk-trace-base";
 import type { RunTracer, SpanAttributes, SpanHandle, Telemetry, TelemetryOptions } from "./tracing.js";
 
 /*
@@ -70,7 +81,7 @@ async function traceExporter(o: TelemetryOptions): Promise<SpanExporter> {
     return new OTLPTraceExporter({ url: base });
   }
   const { OTLPTraceExporter } = await import("@opentelemetry/exporter-trace-otlp-proto");
-  return new OTLPTraceExporter({ url: `${base}/v1/traces` });
+  return new OTLPTraceExporter({ url: `${base}/v1/traces`, headers: o.headers ?? {} });
 }
 
 async function metricExporter(o: TelemetryOptions): Promise<PushMetricExporter> {
@@ -80,7 +91,7 @@ async function metricExporter(o: TelemetryOptions): Promise<PushMetricExporter> 
     return new OTLPMetricExporter({ url: base });
   }
   const { OTLPMetricExporter } = await import("@opentelemetry/exporter-metrics-otlp-proto");
-  return new OTLPMetricExporter({ url: `${base}/v1/metrics` });
+  return new OTLPMetricExporter({ url: `${base}/v1/metrics`, headers: o.headers ?? {} });
 }
 
 /** One sample of a Prometheus exposition. */
@@ -178,14 +189,46 @@ class ExpositionProducer implements MetricProducer {
   }
 }
 
+/** OTEL_TRACES_SAMPLER's sampler. */
+function sampler(o: TelemetryOptions): Sampler {
+  const ratio = new TraceIdRatioBasedSampler(o.samplerRatio ?? 1);
+  switch (o.sampler ?? "parentbased_always_on") {
+    case "always_on":
+      return new AlwaysOnSampler();
+    case "always_off":
+      return new AlwaysOffSampler();
+    case "traceidratio":
+      return ratio;
+    case "parentbased_always_off":
+      return new ParentBasedSampler({ root: new AlwaysOffSampler() });
+    case "parentbased_traceidratio":
+      return new ParentBasedSampler({ root: ratio });
+    default:
+      return new ParentBasedSampler({ root: new AlwaysOnSampler() });
+  }
+}
+
+/**
+ * The process's own attributes, then the operator's (OTEL_RESOURCE_ATTRIBUTES; they may correct
+ * `k8s.pod.name` and the like, not the `drover.*` ones that say which pool or agent this is),
+ * then OTEL_SERVICE_NAME. Empty values are dropped.
+ */
+export function resourceAttributes(o: Pick<TelemetryOptions, "resource" | "resourceAttributes" | "serviceName">): Record<string, string> {
+  const own = Object.entries(o.resource).filter((e): e is [string, string] => typeof e[1] === "string" && e[1] !== "");
+  const operator = Object.entries(o.resourceAttributes ?? {}).filter(([k, v]) => v !== "" && !k.startsWith("drover."));
+  const merged: Record<string, string> = Object.fromEntries([...own, ...operator, ...own.filter(([k]) => k.startsWith("drover."))]);
+  if (o.serviceName) merged["service.name"] = o.serviceName;
+  return merged;
+}
+
 /** Starts exporting; resolves once the exporters are loaded. */
 export async function startTelemetry(o: TelemetryOptions): Promise<Telemetry> {
-  const resource = resourceFromAttributes(Object.fromEntries(Object.entries(o.resource).filter((e): e is [string, string] => typeof e[1] === "string" && e[1] !== "")));
+  const resource = resourceFromAttributes(resourceAttributes(o));
   const stops: Array<() => Promise<void>> = [];
   let tracer: RunTracer = { start: () => ({ end: () => undefined, traceparent: () => "" }) };
   if (o.traces) {
     const ids = new PrimedIds();
-    const provider = new BasicTracerProvider({ resource, idGenerator: ids, spanProcessors: [new BatchSpanProcessor(await traceExporter(o), { scheduledDelayMillis: 1000 })] });
+    const provider = new BasicTracerProvider({ resource, idGenerator: ids, sampler: sampler(o), spanProcessors: [new BatchSpanProcessor(await traceExporter(o), { scheduledDelayMillis: 1000 })] });
     const t = provider.getTracer("drover");
     tracer = {
       start(name, parent, options = {}) {

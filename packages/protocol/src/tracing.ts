@@ -1,4 +1,5 @@
 import { createHash } from "node:crypto";
+import type { OtelSampler } from "./settings.js";
 
 /*
  * The tracing interface every process codes against. It is tiny on purpose: the OpenTelemetry
@@ -68,6 +69,14 @@ export interface TelemetryOptions {
   /** The process's Prometheus exposition, read at each metrics export. */
   exposition?: () => string | Promise<string>;
   metricsIntervalMs?: number;
+  /** Sent with every http/protobuf export (grpc exporters read OTEL_EXPORTER_OTLP_HEADERS themselves). */
+  headers?: Record<string, string>;
+  /** Beats `resource`'s and `resourceAttributes`' service.name. */
+  serviceName?: string | undefined;
+  /** The operator's attributes: beat `resource`'s, except `drover.*`. */
+  resourceAttributes?: Record<string, string>;
+  sampler?: OtelSampler;
+  samplerRatio?: number;
 }
 
 /** A running export; `shutdown` flushes what is buffered and stops. */

@@ -1,4 +1,4 @@
-import { defaultArchiveLimits, InvalidSettingError, SettingsSource, type ArchiveLimits } from "@drover/protocol";
+import { defaultArchiveLimits, InvalidSettingError, otlpSettings, SettingsSource, type ArchiveLimits, type OtlpSettings } from "@drover/protocol";
 import { resolve, join } from "node:path";
 import type { DatabaseLocation } from "./db/connect.js";
 import { minAdminTokenLength } from "./store/user-tokens.js";
@@ -35,7 +35,7 @@ export interface ServerConfig {
   /** Diagnostics: check every JSON answer against the route table (DROVER_DIAGNOSTICS_VALIDATE_RESPONSES). */
   validateResponses: boolean;
   /** OTLP export; undefined without an endpoint. */
-  otlp: { endpoint: string; protocol: "http/protobuf" | "grpc"; traces: boolean; metrics: boolean } | undefined;
+  otlp: OtlpSettings | undefined;
 }
 
 /** Flags of `drover server`; each overrides the environment variable of the same meaning. */
@@ -90,7 +90,6 @@ export function loadServerConfig(input: { env: NodeJS.ProcessEnv; flags?: Server
   if (adminToken !== undefined && (adminToken.length < minAdminTokenLength || new Set(adminToken).size < 8 || /\s/.test(adminToken))) {
     throw new InvalidSettingError("DROVER_ADMIN_TOKEN", `DROVER_ADMIN_TOKEN is too weak: use at least ${minAdminTokenLength} random characters without spaces (for example \`openssl rand -base64 32\`)`);
   }
-  const otlpEndpoint = src.get("DROVER_OTLP_ENDPOINT");
   return {
     host,
     port,
@@ -112,8 +111,6 @@ export function loadServerConfig(input: { env: NodeJS.ProcessEnv; flags?: Server
     logLevel: src.get("DROVER_LOG_LEVEL"),
     tls: tlsCert && tlsKey ? { certFile: tlsCert, keyFile: tlsKey } : undefined,
     validateResponses: src.get("DROVER_DIAGNOSTICS_VALIDATE_RESPONSES"),
-    otlp: otlpEndpoint
-      ? { endpoint: otlpEndpoint, protocol: src.get("DROVER_OTLP_PROTOCOL"), traces: src.get("DROVER_OTLP_TRACES_ENABLED"), metrics: src.get("DROVER_OTLP_METRICS_ENABLED") }
-      : undefined,
+    otlp: otlpSettings(src, "server"),
   };
 }

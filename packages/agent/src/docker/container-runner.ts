@@ -9,6 +9,7 @@ import type { ProcessOptions, RunningProcess } from "../process.js";
 import type { RunFiles, Runner } from "../runner.js";
 import { SafeDir } from "../safe-dir.js";
 import { DockerApiError, type ContainerCreate, type DockerEngine } from "./engine-api.js";
+import { DiskWatch } from "./disk-watch.js";
 import { cgroupOomKills, memoryEventsFile } from "./oom.js";
 
 /** Labels on every run container; `agentTag` finds a restarted agent's orphans. */
@@ -74,6 +75,8 @@ export interface ContainerJobOptions {
   log: Logger;
   /** How long the exec-loop may stay silent before its step counts as lost. */
   runnerStaleMs?: number;
+  /** Time between two measures of the job's directories against DROVER_AGENT_DOCKER_DISK_MB. */
+  diskCheckMs?: number;
 }
 
 const quietly = async (p: Promise<unknown>): Promise<void> => {
@@ -115,6 +118,11 @@ export class ContainerJob implements Runner {
   private engineDir: string | undefined;
   /** The container's own output (the exec-loop's messages), last 4 KiB, for error reports. */
   private containerTail = "";
+  private diskWatch: DiskWatch | undefined;
+  /** Why the run was stopped for the disk its directories took; set once. */
+  private overDisk: string | undefined;
+  private readonly diskExceeded: Promise<string>;
+  private reportDiskExceeded: (why: string) => void = () => undefined;
 
   constructor(private readonly o: ContainerJobOptions) {
     const a = o.assignment;
@@ -147,6 +155,7 @@ export class ContainerJob implements Runner {
     this.loop.touchWorkerHeartbeat();
     this.heartbeat = setInterval(() => this.loop.touchWorkerHeartbeat(), 5_000);
     this.heartbeat.unref();
+    this.diskExceeded = new Promise((resolve) => (this.reportDiskExceeded = resolve));
   }
 
   /** Rewrites a path (or an argument holding one) of the agent's into the container's. */
@@ -229,6 +238,7 @@ export class ContainerJob implements Runner {
       const id = await engine.create(this.name, this.spec(), signal);
       this.id = id;
       await engine.start(id, signal);
+      this.watchDisk();
       const info = await engine.inspect(id, signal);
       this.oomFile = memoryEventsFile(info.State.Pid);
       this.exited = engine.wait(id, signal).then(
@@ -248,6 +258,29 @@ export class ContainerJob implements Runner {
       if (err instanceof DockerApiError && err.status === 0) throw new DroverError("internal", `${msg}; check DROVER_AGENT_DOCKER_HOST and that the agent may use the socket`);
       throw new DroverError("internal", `the run's container could not be started from ${image}: ${msg}`);
     }
+  }
+
+  /**
+   * The run's directories are bind mounts of the host's disk, which the Engine API cannot bound:
+   * they are measured while the container lives, and a run past DROVER_AGENT_DOCKER_DISK_MB has
+   * its container killed at once (so it writes no more) and its step ended with the reason.
+   */
+  private watchDisk(): void {
+    const limitBytes = this.o.settings.diskBytes;
+    if (limitBytes === 0) return;
+    this.diskWatch = new DiskWatch({
+      dirs: [join(this.dir, "exec"), this.runBase],
+      limitBytes,
+      intervalMs: this.o.diskCheckMs ?? 2_000,
+      onExceeded: (used) => {
+        const mib = (n: number) => Math.ceil(n / (1024 * 1024));
+        this.overDisk = `out of disk: the run's files on the agent's host took ${mib(used)} MiB, past the docker driver's bound of ${mib(limitBytes)} MiB, and the run was stopped (raise DROVER_AGENT_DOCKER_DISK_MB, or have the run write less)`;
+        this.o.log.warn({ container: this.name, usedBytes: used, limitBytes }, "a run's directories outgrew DROVER_AGENT_DOCKER_DISK_MB; killing its container");
+        this.reportDiskExceeded(this.overDisk);
+        if (this.id) void quietly(this.o.engine.kill(this.id, "SIGKILL"));
+      },
+      onError: (err) => this.o.log.warn({ container: this.name, err: err instanceof Error ? err.message : String(err) }, "could not measure the run's directories"),
+    });
   }
 
   private containerOutput(stream: "stdout" | "stderr", data: Buffer): void {
@@ -278,6 +311,9 @@ export class ContainerJob implements Runner {
 
   /** A step's end, with a lost or out-of-memory container turned into the reason. */
   private async settle(result: { code: number | null; signal: NodeJS.Signals | null; failure?: string }): Promise<{ code: number | null; signal: NodeJS.Signals | null; failure?: string }> {
+    // A run that wrote past the bound faster than one interval is caught when its step ends.
+    if (!this.overDisk) await this.diskWatch?.check();
+    if (this.overDisk) return { code: null, signal: null, failure: this.overDisk };
     if (result.code === 0 && !result.failure) return result;
     if (await this.outOfMemory()) return { code: null, signal: null, failure: this.oomMessage() };
     return result;
@@ -290,7 +326,8 @@ export class ContainerJob implements Runner {
     } catch (err) {
       return err instanceof Error ? err.message : String(err);
     }
-    const why = await this.exited!;
+    const why = await Promise.race([this.exited!, this.diskExceeded]);
+    if (this.overDisk) return this.overDisk;
     if (await this.outOfMemory()) return this.oomMessage();
     const tail = this.containerTail.trim().split("\n").slice(-5).join("\n");
     return tail ? `${why}; its last output:\n${tail}` : why;
@@ -335,6 +372,8 @@ export class ContainerJob implements Runner {
     const lost = this.containerFailure().then((why) => Promise.reject(new DroverError("internal", why)));
     lost.catch(() => {});
     const r = await Promise.race([this.loop.capture(this.translate(command), args.map((x) => this.translate(x)), { cwd: this.translate(options.cwd), env: this.translateEnv(options.env), onStderr: options.onStderr }), lost]);
+    if (!this.overDisk) await this.diskWatch?.check();
+    if (this.overDisk) throw new DroverError("internal", this.overDisk);
     if (r.code !== 0 && (await this.outOfMemory())) throw new DroverError("internal", this.oomMessage());
     return r;
   }
@@ -345,6 +384,7 @@ export class ContainerJob implements Runner {
    */
   async close(): Promise<void> {
     clearInterval(this.heartbeat);
+    this.diskWatch?.stop();
     this.loop.shutdown();
     // Ends a pull or create still going on, and the output follower.
     this.ending.abort();

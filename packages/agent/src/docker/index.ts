@@ -1,6 +1,7 @@
 // The docker driver's parts, for tests and embedders (the agent itself imports them directly).
 export { ContainerJob, dockerLabels, jobsDirName, runnerImageFor } from "./container-runner.js";
 export { StreamDemuxer } from "./demux.js";
+export { DiskWatch, diskUsage } from "./disk-watch.js";
 export { DockerApiError, DockerEngine } from "./engine-api.js";
 export { cgroupOomKills, memoryEventsFile } from "./oom.js";
 export { reapDockerOrphans, restartedReason } from "./orphans.js";

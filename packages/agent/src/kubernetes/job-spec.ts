@@ -1,5 +1,5 @@
 import type { V1Container, V1Job, V1JobSpec, V1Volume, V1VolumeMount } from "@kubernetes/client-node";
-import type { JobAssignment } from "@drover/protocol";
+import type { JobAssignment, OtlpSettings } from "@drover/protocol";
 
 /** Labels on every Job and pod the controller creates (SPEC §6). */
 export const labels = {
@@ -34,7 +34,7 @@ export interface TaskSettings {
    */
   nodeHome?: string | undefined;
   /** The controller's OTLP export, passed to each pod's worker so its spans join the job's trace. */
-  otlp?: { endpoint: string; protocol: string; traces: boolean; metrics: boolean } | undefined;
+  otlp?: Pick<OtlpSettings, "endpoint" | "protocol" | "traces" | "metrics"> & Partial<OtlpSettings>;
 }
 
 /** A run's own directory under a node's data home (with an empty name: the directory of all runs). */
@@ -150,6 +150,13 @@ export function buildJob(a: JobAssignment, template: V1JobSpec | undefined, s: T
           DROVER_AGENT_OTLP_PROTOCOL: s.otlp.protocol,
           DROVER_AGENT_OTLP_TRACES_ENABLED: String(s.otlp.traces),
           DROVER_AGENT_OTLP_METRICS_ENABLED: String(s.otlp.metrics),
+          // The worker exports as the controller does; headers stay out of the Job's spec (they may
+          // hold a collector's credentials, which anyone reading Jobs would see).
+          ...(s.otlp.metricsIntervalMs === undefined ? {} : { OTEL_METRIC_EXPORT_INTERVAL: String(s.otlp.metricsIntervalMs) }),
+          ...(s.otlp.sampler === undefined ? {} : { OTEL_TRACES_SAMPLER: s.otlp.sampler, OTEL_TRACES_SAMPLER_ARG: String(s.otlp.samplerRatio ?? 1) }),
+          ...(s.otlp.resourceAttributes && Object.keys(s.otlp.resourceAttributes).length > 0
+            ? { OTEL_RESOURCE_ATTRIBUTES: Object.entries(s.otlp.resourceAttributes).map(([k, v]) => `${encodeURIComponent(k)}=${encodeURIComponent(v)}`).join(",") }
+            : {}),
         }
       : {}),
   });
