@@ -44,8 +44,8 @@ export interface DroverAgentArgs {
   /** The image that runs terraform in job mode (its entrypoint must be the exec-loop). */
   runnerImage?: string;
   /**
-   * Agent pods (local mode). Job mode runs exactly one controller (more would claim and
-   * supervise the same Jobs twice; there is no leader election), so it refuses more than 1.
+   * Agent pods (local mode). Job and node modes run exactly one controller and refuse more:
+   * controllers elect a leader (a Lease), so a second would only stand by, never Ready.
    */
   replicas?: number;
   /** Jobs in flight per agent pod (local: ≤ 5) or per controller (job). */
@@ -106,7 +106,7 @@ export function validateArgs(args: DroverAgentArgs): void {
   if ((args.mode ?? "local") === "local" && (args.concurrency ?? 1) > 5) throw new Error("concurrency of a local agent is at most 5");
   if (args.nodeDataHome !== undefined && !/^\/[^\0]*[^/]$/.test(args.nodeDataHome)) throw new Error(`nodeDataHome must be an absolute path without a trailing slash, got ${JSON.stringify(args.nodeDataHome)}`);
   if ((args.mode === "job" || args.mode === "node") && (args.replicas ?? 1) !== 1) {
-    throw new Error(`replicas ${args.replicas} in ${args.mode} mode: exactly one controller may run (two would launch and supervise the same Jobs; there is no leader election). Raise concurrency instead`);
+    throw new Error(`replicas ${args.replicas} in ${args.mode} mode: exactly one controller may run (controllers elect a leader, so a second would only stand by, never Ready). Raise concurrency instead`);
   }
   if ((args.token === undefined) === (args.tokenExistingSecret === undefined)) throw new Error("set exactly one of token and tokenExistingSecret");
   const pdb = args.podDisruptionBudget;
@@ -451,7 +451,8 @@ export class DroverAgent extends pulumi.ComponentResource {
         metadata: metadata(controllerMode ? "controller" : "agent"),
         spec: {
           replicas: args.replicas ?? 1,
-          // A controller is never started beside its predecessor: two would launch the same Jobs.
+          // A controller is never started beside its predecessor (it would stand by, not Ready, until the
+          // old one released its Lease or the Lease expired).
           strategy: controllerMode ? { type: "Recreate" } : { type: "RollingUpdate", rollingUpdate: { maxSurge: "25%", maxUnavailable: "50%" } },
           selector: { matchLabels: labels },
           template: mode === "local" ? strategicMerge(agentPod, args.podTemplate ?? {}) : agentPod,
