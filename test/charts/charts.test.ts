@@ -206,7 +206,7 @@ describe("podLabels (the seed's agent.podLabels)", () => {
   }
 });
 
-describe("one controller per release (no leader election)", () => {
+describe("one controller per release (a second, not the leader, would never be Ready)", () => {
   for (const chart of ["agent-job", "agent-k8s"]) {
     test(`${chart}: agent.replicaCount other than 1 is refused with the reason; 1 renders one replica`, () => {
       for (const n of [2, 0]) {
@@ -261,7 +261,7 @@ describe("agent-job specifics", () => {
     assert.equal(all.filter((o) => o.kind === "ClusterRole" || o.kind === "ClusterRoleBinding").length, 0);
     const role = all.find((o) => o.kind === "Role")!;
     const granted = new Set(role.rules!.flatMap((r: any) => r.resources));
-    assert.deepEqual([...granted].sort(), ["agenttasks", "events", "jobs", "pods", "secrets"]);
+    assert.deepEqual([...granted].sort(), ["agenttasks", "events", "jobs", "leases", "pods", "secrets"]);
     assert.ok(role.rules!.every((r: any) => !r.verbs.includes("*") && !r.resources.includes("*")));
     const binding = all.find((o) => o.kind === "RoleBinding")!;
     assert.deepEqual(binding.subjects!.map((s: any) => s.name), ["rel-agent-job-controller"]);

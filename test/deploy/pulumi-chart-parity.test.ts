@@ -192,14 +192,14 @@ const allowed: { modes: Mode[]; path: RegExp; why: string }[] = [
     why: "the component also annotates its pods for annotation-based scraping (the Service has them in both)",
   },
   {
-    modes: ["local"],
-    path: /^Deployment\/drv\.spec\.template\.metadata\.annotations\.(cluster-autoscaler\.kubernetes\.io|karpenter\.sh)\//,
-    why: "agent-local's always-on do-not-evict annotations block node scale-down (review I2); the component omits them",
-  },
-  {
     modes: ["job", "node"],
     path: /env\.(DROVER_AGENT_NAME|DROVER_AGENT_CONTROLLER_NAME)\.value: chart="drv" pulumi="drv-controller"/,
     why: "the controller's name labels its Jobs: the component keeps `<name>-controller`, so installations keep theirs",
+  },
+  {
+    modes: ["job", "node"],
+    path: /^Role\/drv-controller\.rules\[\d+\]\.resourceNames\[0\]: chart="drv-leader" pulumi="drv-controller-leader"$/,
+    why: "the leader Lease is `<DROVER_AGENT_NAME>-leader`, so it follows the controller's name (the entry above)",
   },
   {
     modes: ["job", "node"],

@@ -27,7 +27,10 @@ export interface DroverAgentArgs {
    * by UID/GID 1000 (mode 0711), before the worker starts there. Default /var/lib/drover-agent.
    */
   nodeDataHome?: string;
-  /** Node mode: where the node workers run (the nodes run pods may land on). */
+  /**
+   * Node mode: where the node workers run, and so the run pods too (they need a worker on their
+   * node). Its keys are added to the default `kubernetes.io/os: linux` (the images are Linux images).
+   */
   nodeSelector?: Record<string, string>;
   /** The pool token (drv_p_…); stored as a Pulumi secret and a Kubernetes Secret. Or tokenExistingSecret. */
   token?: pulumi.Input<string>;
@@ -41,8 +44,8 @@ export interface DroverAgentArgs {
   /** The image that runs terraform in job mode (its entrypoint must be the exec-loop). */
   runnerImage?: string;
   /**
-   * Agent pods (local mode). Job mode runs exactly one controller (more would claim and
-   * supervise the same Jobs twice; there is no leader election), so it refuses more than 1.
+   * Agent pods (local mode). Job and node modes run exactly one controller and refuse more:
+   * controllers elect a leader (a Lease), so a second would only stand by, never Ready.
    */
   replicas?: number;
   /** Jobs in flight per agent pod (local: ≤ 5) or per controller (job). */
@@ -103,7 +106,7 @@ export function validateArgs(args: DroverAgentArgs): void {
   if ((args.mode ?? "local") === "local" && (args.concurrency ?? 1) > 5) throw new Error("concurrency of a local agent is at most 5");
   if (args.nodeDataHome !== undefined && !/^\/[^\0]*[^/]$/.test(args.nodeDataHome)) throw new Error(`nodeDataHome must be an absolute path without a trailing slash, got ${JSON.stringify(args.nodeDataHome)}`);
   if ((args.mode === "job" || args.mode === "node") && (args.replicas ?? 1) !== 1) {
-    throw new Error(`replicas ${args.replicas} in ${args.mode} mode: exactly one controller may run (two would launch and supervise the same Jobs; there is no leader election). Raise concurrency instead`);
+    throw new Error(`replicas ${args.replicas} in ${args.mode} mode: exactly one controller may run (controllers elect a leader, so a second would only stand by, never Ready). Raise concurrency instead`);
   }
   if ((args.token === undefined) === (args.tokenExistingSecret === undefined)) throw new Error("set exactly one of token and tokenExistingSecret");
   const pdb = args.podDisruptionBudget;
@@ -131,7 +134,19 @@ function blocksEveryEviction(pdb: { minAvailable?: number | string; maxUnavailab
 }
 
 // The UID and GID are the containers' (as in the charts), so a container of a podTemplate brings its own.
-const podSecurityContext: k8s.types.input.core.v1.PodSecurityContext = { runAsNonRoot: true, fsGroup: 1000, seccompProfile: { type: "RuntimeDefault" } };
+// OnRootMismatch: volume ownership is changed only when the volume's root does not match fsGroup,
+// not by a recursive walk of a full cache at every start.
+const podSecurityContext: k8s.types.input.core.v1.PodSecurityContext = {
+  runAsNonRoot: true,
+  fsGroup: 1000,
+  fsGroupChangePolicy: "OnRootMismatch",
+  seccompProfile: { type: "RuntimeDefault" },
+};
+// The cloud metadata services' addresses (the charts' drover.metadataPolicy).
+const metadataV4 = ["169.254.169.254/32", "100.100.100.200/32", "168.63.129.16/32"];
+const metadataV6 = ["fd00:ec2::254/128", "fd20:ce::254/128", "fe80::a9fe:a9fe/128"];
+// The images are Linux images; a user's nodeSelector adds its keys next to this one.
+const linuxNodes = { "kubernetes.io/os": "linux" };
 
 const securityContext: k8s.types.input.core.v1.SecurityContext = {
   runAsNonRoot: true,
@@ -231,7 +246,24 @@ export class DroverAgent extends pulumi.ComponentResource {
           spec: {
             podSelector: { matchLabels: controllerMode ? taskLabels : labels },
             policyTypes: ["Egress"],
-            egress: [{ to: [{ ipBlock: { cidr: "0.0.0.0/0", except: ["169.254.169.254/32"] } }, { ipBlock: { cidr: "::/0", except: ["fd00:ec2::254/128"] } }] }],
+            egress: [
+              // AWS (IPv4, IPv6 on Nitro), GCE (IPv6), Alibaba Cloud, OpenStack (IPv6) and Azure's WireServer.
+              {
+                to: [
+                  { ipBlock: { cidr: "0.0.0.0/0", except: metadataV4 } },
+                  { ipBlock: { cidr: "::/0", except: metadataV6 } },
+                ],
+              },
+              // Some CNIs (Cilium) match neither pods nor nodes by ipBlock: pods of every namespace (an
+              // in-cluster server, a proxy, CoreDNS) and DNS on any address (NodeLocal DNS) by their own rules.
+              { to: [{ namespaceSelector: {} }] },
+              {
+                ports: [
+                  { port: 53, protocol: "UDP" },
+                  { port: 53, protocol: "TCP" },
+                ],
+              },
+            ],
           },
         },
         inNs,
@@ -291,7 +323,8 @@ export class DroverAgent extends pulumi.ComponentResource {
         name: "worker",
         image,
         imagePullPolicy: pullPolicy,
-        command: ["drover"],
+        // tini (the image's entrypoint) reaps terraform's orphaned children; Node.js as PID 1 would not.
+        command: ["/usr/bin/tini", "--", "drover"],
         args: ["agent", "worker"],
         securityContext,
         env: [
@@ -323,6 +356,8 @@ export class DroverAgent extends pulumi.ComponentResource {
           terminationGracePeriodSeconds: grace,
           // fsGroup: the worker (UID 1000) reads its job Secret, mounted with mode 0400.
           securityContext: podSecurityContext,
+          // Node mode: the nodes the node workers run on, as the agent-k8s chart does.
+          nodeSelector: mode === "node" ? { ...linuxNodes, ...args.nodeSelector } : linuxNodes,
           // The controller adds the exec-loop copy command and mounts; image and hardening come from here.
           initContainers: [{ name: "drover-init", image, imagePullPolicy: pullPolicy, resources: defaultResources.init, securityContext }],
           containers: mode === "job" ? [worker, runner] : [runner],
@@ -416,7 +451,8 @@ export class DroverAgent extends pulumi.ComponentResource {
         metadata: metadata(controllerMode ? "controller" : "agent"),
         spec: {
           replicas: args.replicas ?? 1,
-          // A controller is never started beside its predecessor: two would launch the same Jobs.
+          // A controller is never started beside its predecessor (it would stand by, not Ready, until the
+          // old one released its Lease or the Lease expired).
           strategy: controllerMode ? { type: "Recreate" } : { type: "RollingUpdate", rollingUpdate: { maxSurge: "25%", maxUnavailable: "50%" } },
           selector: { matchLabels: labels },
           template: mode === "local" ? strategicMerge(agentPod, args.podTemplate ?? {}) : agentPod,
@@ -473,7 +509,8 @@ export class DroverAgent extends pulumi.ComponentResource {
     const labels = { "app.kubernetes.io/name": "drover-agent", "app.kubernetes.io/instance": name, "app.kubernetes.io/component": "node-worker" };
     const meta = { ...o.metadata("node-worker"), labels };
     const sa = new k8s.core.v1.ServiceAccount(`${name}-node-worker-sa`, { metadata: meta, automountServiceAccountToken: false }, o.inNs);
-    const role = new k8s.rbac.v1.Role(`${name}-node-worker`, { metadata: meta, rules: [{ apiGroups: [""], resources: ["pods"], verbs: ["get", "list", "watch"] }] }, o.inNs);
+    const rules = [{ apiGroups: [""], resources: ["pods"], verbs: ["list", "watch"] }];
+    const role = new k8s.rbac.v1.Role(`${name}-node-worker`, { metadata: meta, rules }, o.inNs);
     new k8s.rbac.v1.RoleBinding(
       `${name}-node-worker`,
       { metadata: meta, roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "Role", name: role.metadata.name }, subjects: [{ kind: "ServiceAccount", name: sa.metadata.name, namespace: meta.namespace }] },
@@ -503,14 +540,16 @@ export class DroverAgent extends pulumi.ComponentResource {
           // An upgrade must not restart a worker under runs in progress (they would end errored).
           updateStrategy: { type: "OnDelete" },
           template: {
-            metadata: { labels, annotations: { "cluster-autoscaler.kubernetes.io/safe-to-evict": "false", "karpenter.sh/do-not-disrupt": "true" } },
+            // No do-not-evict annotations: cluster-autoscaler and Karpenter ignore them on DaemonSet
+            // pods (review I3). Runs are protected by their own pods' annotations.
+            metadata: { labels },
             spec: {
               serviceAccountName: sa.metadata.name,
               // The worker lists this node's run pods and reads their job Secrets.
               automountServiceAccountToken: true,
               terminationGracePeriodSeconds: o.grace,
               securityContext: podSecurityContext,
-              nodeSelector: args.nodeSelector,
+              nodeSelector: { ...linuxNodes, ...args.nodeSelector },
               containers: [
                 {
                   name: "worker",

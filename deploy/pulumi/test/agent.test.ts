@@ -134,7 +134,10 @@ describe("DroverAgent (Pulumi mocks)", () => {
     assert.equal(init.securityContext.allowPrivilegeEscalation, false);
     assert.deepEqual(init.securityContext.capabilities.drop, ["ALL"]);
     assert.equal(init.securityContext.seccompProfile.type, "RuntimeDefault");
-    assert.equal(pod.spec.containers.find((c: any) => c.name === "worker").image, "registry.example/drover:9");
+    const worker = pod.spec.containers.find((c: any) => c.name === "worker");
+    assert.equal(worker.image, "registry.example/drover:9");
+    assert.deepEqual(worker.command, ["/usr/bin/tini", "--", "drover"], "tini reaps terraform's orphans");
+    assert.deepEqual(pod.spec.nodeSelector, { "kubernetes.io/os": "linux" }, "Linux images: Linux nodes");
     const crd = one("kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition").inputs;
     const { parse } = await import("yaml");
     const { readFileSync } = await import("node:fs");
@@ -171,7 +174,15 @@ describe("DroverAgent (Pulumi mocks)", () => {
     assert.deepEqual(pdb.selector.matchLabels, one("kubernetes:apps/v1:Deployment").inputs.spec.selector.matchLabels);
     const policy = one("kubernetes:networking.k8s.io/v1:NetworkPolicy").inputs.spec;
     assert.deepEqual(policy.podSelector.matchLabels, pod.metadata.labels);
-    assert.deepEqual(policy.egress[0].to.map((t: any) => t.ipBlock.except[0]), ["169.254.169.254/32", "fd00:ec2::254/128"]);
+    assert.deepEqual(policy.egress[0].to.map((t: any) => t.ipBlock.except), [
+      ["169.254.169.254/32", "100.100.100.200/32", "168.63.129.16/32"],
+      ["fd00:ec2::254/128", "fd20:ce::254/128", "fe80::a9fe:a9fe/128"],
+    ]);
+    // CNIs that match no pod by ipBlock (Cilium) still let runs reach in-cluster pods and DNS.
+    assert.deepEqual(policy.egress.slice(1), [
+      { to: [{ namespaceSelector: {} }] },
+      { ports: [{ port: 53, protocol: "UDP" }, { port: 53, protocol: "TCP" }] },
+    ]);
     await install({ mode: "job", allowMetadataService: true });
     assert.equal(byType("kubernetes:networking.k8s.io/v1:NetworkPolicy").length, 0);
     assert.equal(byType("kubernetes:policy/v1:PodDisruptionBudget").length, 0, "no PDB unless asked for");
@@ -187,8 +198,12 @@ describe("DroverAgent (Pulumi mocks)", () => {
     const ds = one("kubernetes:apps/v1:DaemonSet").inputs;
     assert.equal(ds.spec.updateStrategy.type, "OnDelete", "an upgrade does not restart workers under runs");
     const pod = ds.spec.template.spec;
-    assert.deepEqual(pod.nodeSelector, { pool: "runs" });
+    assert.deepEqual(pod.nodeSelector, { "kubernetes.io/os": "linux", pool: "runs" }, "Linux, and the user's keys");
+    const taskPod = one("kubernetes:drover.dev/v1alpha1:AgentTask").inputs.spec.jobTemplate.template.spec;
+    assert.deepEqual(taskPod.nodeSelector, pod.nodeSelector, "run pods land where a node worker runs");
+    assert.equal(ds.spec.template.metadata.annotations, undefined, "no do-not-evict annotations (no-ops here, I3)");
     assert.equal(pod.securityContext.fsGroup, 1000);
+    assert.equal(pod.securityContext.fsGroupChangePolicy, "OnRootMismatch");
     const worker = pod.containers[0];
     assert.deepEqual(worker.args, ["agent", "node-worker"]);
     const wenv = Object.fromEntries(worker.env.map((e: any) => [e.name, e.value ?? e.valueFrom]));
@@ -201,7 +216,8 @@ describe("DroverAgent (Pulumi mocks)", () => {
     assert.deepEqual(worker.volumeMounts[0], { name: "home", mountPath: "/srv/drover" });
     assert.equal(pod.serviceAccountName, env.DROVER_AGENT_NODE_WORKER_SERVICE_ACCOUNT, "the controller grants each run's job Secret to this ServiceAccount");
     const roles = Object.fromEntries(byType("kubernetes:rbac.authorization.k8s.io/v1:Role").map((r) => [r.name, r.inputs.rules]));
-    assert.deepEqual(roles["drv-node-worker"], [{ apiGroups: [""], resources: ["pods"], verbs: ["get", "list", "watch"] }], "no Secret: not the pool token");
+    const workerRules = [{ apiGroups: [""], resources: ["pods"], verbs: ["list", "watch"] }];
+    assert.deepEqual(roles["drv-node-worker"], workerRules, "no Secret: not the pool token");
     assert.ok(roles["drv-controller"].some((r: any) => r.resources.includes("roles") && r.resources.includes("rolebindings") && r.verbs.join() === "create"));
     assert.ok(roles["drv-controller"].every((r: any) => !r.resources.includes("pods/log") && !(r.resources.includes("secrets") && r.verbs.includes("delete"))), "trimmed to the calls the code makes");
     await install({ mode: "job" });
