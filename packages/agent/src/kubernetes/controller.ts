@@ -502,7 +502,8 @@ export class Controller {
             },
             type: "Opaque",
             // The server URL rides along for node workers, which hold no pool token to read it from.
-            stringData: { token: jobToken, "assignment.json": JSON.stringify(rest), url: this.config.url },
+            // So is this controller's version, which a node worker compares with its own (versionSkew).
+            stringData: { token: jobToken, "assignment.json": JSON.stringify(rest), url: this.config.url, version: agentVersion },
           },
         });
       } catch (err) {
