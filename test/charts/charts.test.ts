@@ -261,7 +261,7 @@ describe("agent-job specifics", () => {
     assert.equal(all.filter((o) => o.kind === "ClusterRole" || o.kind === "ClusterRoleBinding").length, 0);
     const role = all.find((o) => o.kind === "Role")!;
     const granted = new Set(role.rules!.flatMap((r: any) => r.resources));
-    assert.deepEqual([...granted].sort(), ["agenttasks", "events", "jobs", "leases", "pods", "secrets"]);
+    assert.deepEqual([...granted].sort(), ["agenttasks", "agenttasks/status", "events", "jobs", "leases", "pods", "secrets"]);
     assert.ok(role.rules!.every((r: any) => !r.verbs.includes("*") && !r.resources.includes("*")));
     const binding = all.find((o) => o.kind === "RoleBinding")!;
     assert.deepEqual(binding.subjects!.map((s: any) => s.name), ["rel-agent-job-controller"]);

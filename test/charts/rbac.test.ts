@@ -42,7 +42,9 @@ function callsOf(file: string): Grants {
     assert.ok(k, `${file}: unknown kind ${kind} (add it to this test's table)`);
     used.add(`${k[0]}/${k[1]}${sub ? "/status" : ""} ${verbs[verb!]}`);
   }
-  for (const m of src.matchAll(/\.(get|list|create|delete|patch|replace)NamespacedCustomObject\(\{[^}]*group: "([^"]+)"[^}]*plural: "([^"]+)"/g)) used.add(`${m[2]}/${m[3]} ${verbs[m[1]!]}`);
+  for (const m of src.matchAll(/\.(get|list|create|delete|patch|replace)NamespacedCustomObject(Status)?\(\{[^}]*group: "([^"]+)"[^}]*plural: "([^"]+)"/g)) {
+    used.add(`${m[3]}/${m[4]}${m[2] ? "/status" : ""} ${verbs[m[1]!]}`);
+  }
   // Informers: `inform("<resource>", "<path>", ...)` lists and watches the path's resource.
   for (const m of src.matchAll(/inform\("[^"]*", `\/apis?\/(?:([a-z.]+)\/)?v1(?:(?:alpha|beta)\d+)?\/namespaces\/\$\{ns\}\/([a-z]+)`/g)) {
     const group = m[1] && m[1] !== "v1" ? m[1] : "";
@@ -93,13 +95,16 @@ test("the controller's Role grants exactly the API calls the controller makes", 
   }
 });
 
-test("no Role grants pods/log, secrets delete or agenttasks/status; agenttasks only the chart's own task template, by name", () => {
+test("no Role grants pods/log or secrets delete; agenttasks (and its status) only the chart's own task template, by name", () => {
+  // The controller writes its template's Valid condition (I7): a status patch, and no update.
+  assert.ok(callsOf("controller.ts").has("drover.dev/agenttasks/status patch"));
   for (const [chart, role] of [["agent-job", "controller"], ["agent-k8s", "controller"], ["agent-k8s", "worker"]] as const) {
     const g = granted(chart, role);
-    for (const bad of ["/pods/log get", "/secrets delete", "drover.dev/agenttasks/status update", "drover.dev/agenttasks/status patch"]) {
+    for (const bad of ["/pods/log get", "/secrets delete", "drover.dev/agenttasks/status update"]) {
       assert.ok(!g.has(bad), `${chart} ${role}: ${bad}`);
     }
-    for (const rule of rules(chart, role).filter((r) => r.resources.includes("agenttasks"))) {
+    assert.equal(g.has("drover.dev/agenttasks/status patch"), role === "controller", `${chart} ${role}: agenttasks/status patch`);
+    for (const rule of rules(chart, role).filter((r) => r.resources.some((x) => x.startsWith("agenttasks")))) {
       assert.deepEqual(rule.resourceNames, [`rel-${chart}-task-template`], `${chart} ${role}: agenttasks granted beyond the task template`);
     }
   }

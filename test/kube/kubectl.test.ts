@@ -114,6 +114,45 @@ describe("kubectl against the test cluster", { skip: !hasKubectl && "kubectl not
     }
   });
 
+  it("creates a Job with --dry-run=server: validated and admitted, never stored", async () => {
+    const ok = await kubectl(c, ["create", "--dry-run=server", "-o", "name", "-f", "-"], job("dry", "true"));
+    assert.equal(ok.code, 0, ok.stderr);
+    assert.match(ok.stdout, /job.batch\/dry/);
+    assert.equal((await kube(c, "GET", "/apis/batch/v1/namespaces/default/jobs/dry")).status, 404);
+    const bad = await kubectl(c, ["create", "--dry-run=server", "-f", "-"], job("dry", "true").replace("name: main", "name: Main_1"));
+    assert.notEqual(bad.code, 0);
+    assert.match(bad.stderr, /spec.template.spec.containers\[0\].name: Invalid value: "Main_1"/);
+  });
+
+  it("prints a CRD's condition column (a JSONPath filter) once status is written through /status", async () => {
+    const crd = {
+      apiVersion: "apiextensions.k8s.io/v1",
+      kind: "CustomResourceDefinition",
+      metadata: { name: "gadgets.example.dev" },
+      spec: {
+        group: "example.dev",
+        scope: "Namespaced",
+        names: { plural: "gadgets", singular: "gadget", kind: "Gadget" },
+        versions: [{
+          name: "v1", served: true, storage: true, subresources: { status: {} },
+          additionalPrinterColumns: [{ name: "Ready", type: "string", jsonPath: ".status.conditions[?(@.type==\"Ready\")].status" }],
+          schema: { openAPIV3Schema: { type: "object", "x-kubernetes-preserve-unknown-fields": true } },
+        }],
+      },
+    };
+    assert.equal((await kube(c, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)).status, 201);
+    const base = "/apis/example.dev/v1/namespaces/default/gadgets";
+    await until("the CRD to be served", () => kube(c, "GET", base), (r) => r.status === 200);
+    assert.equal((await kube(c, "POST", base, { apiVersion: "example.dev/v1", kind: "Gadget", metadata: { name: "g" } })).status, 201);
+    const conditions = [{ type: "Other", status: "False" }, { type: "Ready", status: "True" }];
+    const st = await kube(c, "PATCH", `${base}/g/status`, [{ op: "add", path: "/status", value: { conditions } }], "application/json-patch+json");
+    assert.equal(st.status, 200, JSON.stringify(st.body));
+    const r = await kubectl(c, ["get", "gadgets"]);
+    assert.equal(r.code, 0, r.stderr);
+    assert.match(r.stdout, /^NAME\s+READY\s+AGE$/m);
+    assert.match(r.stdout, /^g\s+True\s+/m);
+  });
+
   it("reports errors as kubectl prints them", async () => {
     const r = await kubectl(c, ["get", "pod", "nope"]);
     assert.notEqual(r.code, 0);

@@ -297,6 +297,8 @@ export class DroverAgent extends pulumi.ComponentResource {
             { apiGroups: ["coordination.k8s.io"], resources: ["leases"], resourceNames: [`${name}-controller-leader`], verbs: ["get", "update"] },
             // Only its own task template, which it watches (list/watch are allowed by name when they select metadata.name).
             { apiGroups: ["drover.dev"], resources: ["agenttasks"], resourceNames: [`${name}-task-template`], verbs: ["get", "list", "watch"] },
+            // Its Valid condition, set from a dry-run create of the Job it makes.
+            { apiGroups: ["drover.dev"], resources: ["agenttasks/status"], resourceNames: [`${name}-task-template`], verbs: ["patch"] },
             // Node mode: per run, a Role and RoleBinding granting the node workers that run's job Secret only.
             ...(mode === "node" ? [{ apiGroups: ["rbac.authorization.k8s.io"], resources: ["roles", "rolebindings"], verbs: ["create"] }] : []),
           ],

@@ -5,7 +5,7 @@ import type { CacheCounters } from "./providers/cache.js";
 export const requestSecondsBuckets = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
 
 /** Kinds of agent and controller errors (the `kind` label of drover_*_errors_total): a closed set, so the label stays low-cardinality. */
-export type ErrorKind = "register" | "poll" | "heartbeat" | "session_lost" | "log_upload" | "server" | "watch" | "job_create" | "pod_failure_report";
+export type ErrorKind = "register" | "poll" | "heartbeat" | "session_lost" | "log_upload" | "server" | "watch" | "job_create" | "pod_failure_report" | "template_check";
 
 /**
  * The agent's series in Prometheus' text format, written directly: prom-client costs an

@@ -67,6 +67,8 @@ export type JobSettings = Pick<AgentConfig, SharedSettings> & {
   onLogBytes?: (n: number) => void;
   /** Told each error the job retries past (the process's errors counter). */
   onError?: (kind: "log_upload") => void;
+  /** Lines for the run's log after its header (a node worker's version skew with its controller). */
+  notes?: string[];
 };
 
 /** One job executing on this agent with the local driver. */
@@ -380,7 +382,7 @@ export class JobRun {
       `[drover] ${a.phase}${a.isDestroy ? " (destroy)" : ""} of run ${a.runId} on agent ${this.config.name}\n` +
         `[drover] ${a.workspace.engine} ${binary.version} (${binary.path}); workspace ${a.workspace.name}; working directory ${a.workspace.workingDirectory || "."}`,
     );
-    for (const note of this.engineLease?.notes ?? []) this.log.line(`[drover] ${note}`);
+    for (const note of [...(this.config.notes ?? []), ...(this.engineLease?.notes ?? [])]) this.log.line(`[drover] ${note}`);
 
     // Where the agent writes into the working directory: locally its real path (it may be reached
     // through the archive's own links, checked below to stay inside); a runner's files refuse every link.

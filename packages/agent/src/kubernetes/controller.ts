@@ -130,6 +130,9 @@ export class Controller {
   private readonly informers: { name: string; informer: Informer<KubernetesObject> }[] = [];
   /** Launches started by the poll loop and not finished yet. */
   private readonly launching = new Set<Promise<void>>();
+  /** The task template's checks in order, and the generation whose Valid condition is written. */
+  private templateChecking: Promise<void> = Promise.resolve();
+  private templateChecked: number | undefined;
   /** Everything done to one Job — launch, its Job and pod events, sweeps, reports, deletion — runs through here, one at a time per Job. */
   private readonly queue: KeyedWorkQueue;
   private readonly metrics = new MetricSet()
@@ -236,7 +239,10 @@ export class Controller {
       // no API round trip between a job offered and its Job's create.
       const field = `metadata.name=${task}`;
       const list = (from: ListFrom) => this.custom.listNamespacedCustomObject({ group: "drover.dev", version: "v1alpha1", namespace: ns, plural: "agenttasks", fieldSelector: field, ...from }) as Promise<KubernetesListObject<AgentTask>>;
-      const seen = (type: string, t: AgentTask) => this.log.info({ task, resourceVersion: t.metadata?.resourceVersion, event: type }, "task template watched: new Jobs use this version");
+      const seen = (type: string, t: AgentTask) => {
+        this.log.info({ task, resourceVersion: t.metadata?.resourceVersion, event: type }, "task template watched: new Jobs use this version");
+        if (type !== "DELETED") this.checkTemplate(t);
+      };
       this.inform("agenttasks", `/apis/drover.dev/v1alpha1/namespaces/${ns}/agenttasks`, list, seen, { fieldSelector: field });
     }
     const beats = this.heartbeatLoop();
@@ -392,13 +398,8 @@ export class Controller {
     return task.spec?.jobTemplate;
   }
 
-  /**
-   * Creates the Job (deterministic name) and then its token Secret, owned by the Job. Both tolerate
-   * "already exists", so a launch whose API call went unanswered (a deadline, a 5xx) is thrown back to
-   * the queue to run again (`attempt` counts from 1); other failures, or the last attempt's, are reported.
-   */
-  private async launch(a: JobAssignment, attempt: number): Promise<void> {
-    const settings: TaskSettings = {
+  private taskSettings(): TaskSettings {
+    return {
       namespace: this.settings.namespace,
       controllerName: this.config.name,
       serverUrl: this.config.url,
@@ -411,6 +412,57 @@ export class Controller {
       nodeHome: this.settings.nodeHome,
       otlp: this.config.otlp,
     };
+  }
+
+  /**
+   * Sets the AgentTask's `Valid` condition (its VALID column) once per generation of its spec: a bad
+   * template shows in `kubectl get agenttasks` when it is applied, not only at each run's Job create.
+   * The Job it makes for a placeholder job is created with `dryRun=All`, so the API server's own
+   * validation and admission judge it. Checks run one at a time, the latest template last.
+   */
+  private checkTemplate(task: AgentTask): void {
+    const generation = task.metadata?.generation;
+    if (generation !== undefined && generation === this.templateChecked) return;
+    this.templateChecking = this.templateChecking.then(() => this.validateTemplate(task)).catch((err: unknown) => {
+      this.countError("template_check");
+      this.log.warn({ task: task.metadata?.name, err: errText(err) }, "could not set the task template's Valid condition");
+    });
+  }
+
+  private async validateTemplate(task: AgentTask): Promise<void> {
+    const generation = task.metadata?.generation;
+    const name = task.metadata?.name ?? "";
+    if (this.stop.signal.aborted || (generation !== undefined && generation === this.templateChecked)) return;
+    let condition: { status: "True" | "False"; reason: string; message: string };
+    const problem = templateProblem(task.spec?.jobTemplate);
+    if (problem) {
+      condition = { status: "False", reason: "TemplateUnusable", message: problem };
+    } else {
+      try {
+        const body = buildJob(templateCheckJob, task.spec?.jobTemplate, this.taskSettings());
+        await this.batch.createNamespacedJob({ namespace: this.settings.namespace, body, dryRun: "All" });
+        condition = { status: "True", reason: "DryRunAccepted", message: "the API server accepts the Job this template makes (server-side dry run)" };
+      } catch (err) {
+        // No answer, or the server's own trouble, says nothing about the template: the next change or restart checks again.
+        if (!(err instanceof KubeApiError) || transient(err)) throw err;
+        condition = { status: "False", reason: "DryRunRefused", message: `the API server refuses the Job this template makes: ${err.apiMessage}` };
+      }
+    }
+    const value = { observedGeneration: generation, conditions: [{ type: "Valid", ...condition, lastTransitionTime: new Date().toISOString().replace(/\.\d+Z$/, "Z") }] };
+    await this.custom.patchNamespacedCustomObjectStatus({ group: "drover.dev", version: "v1alpha1", namespace: this.settings.namespace, plural: "agenttasks", name, body: [{ op: "add", path: "/status", value }] });
+    this.templateChecked = generation;
+    const log = { task: name, generation, valid: condition.status, reason: condition.reason };
+    if (condition.status === "True") this.log.info(log, "task template valid");
+    else this.log.error({ ...log, message: condition.message }, "task template invalid: runs will fail at Job create until it is fixed");
+  }
+
+  /**
+   * Creates the Job (deterministic name) and then its token Secret, owned by the Job. Both tolerate
+   * "already exists", so a launch whose API call went unanswered (a deadline, a 5xx) is thrown back to
+   * the queue to run again (`attempt` counts from 1); other failures, or the last attempt's, are reported.
+   */
+  private async launch(a: JobAssignment, attempt: number): Promise<void> {
+    const settings = this.taskSettings();
     const name = jobName(a);
     try {
       const body = buildJob(a, await this.template(), settings);
@@ -450,7 +502,8 @@ export class Controller {
             },
             type: "Opaque",
             // The server URL rides along for node workers, which hold no pool token to read it from.
-            stringData: { token: jobToken, "assignment.json": JSON.stringify(rest), url: this.config.url },
+            // So is this controller's version, which a node worker compares with its own (versionSkew).
+            stringData: { token: jobToken, "assignment.json": JSON.stringify(rest), url: this.config.url, version: agentVersion },
           },
         });
       } catch (err) {
@@ -784,6 +837,39 @@ function status(err: unknown): number | undefined {
   if (typeof e.code === "number") return e.code;
   if (typeof e.statusCode === "number") return e.statusCode;
   return undefined;
+}
+
+/** The placeholder job a task template's dry-run Job is made for (never created for real). */
+const templateCheckJob: JobAssignment = {
+  jobId: "template-check",
+  attempt: 1,
+  jobToken: "",
+  phase: "plan",
+  runId: "template-check",
+  planOnly: true,
+  isDestroy: false,
+  workspace: { id: "template-check", name: "template-check", engine: "terraform", engineVersion: null, workingDirectory: "", runnerImage: null },
+  configurationVersionId: "template-check",
+  statePath: "",
+  leaseTtlMs: 0,
+};
+
+/** Why a jobTemplate cannot be made into a Job at all (the CRD's schema leaves it open), if it cannot. */
+function templateProblem(spec: unknown): string | undefined {
+  if (spec === undefined) return undefined; // no template: Drover's defaults alone
+  if (!isRecord(spec)) return "spec.jobTemplate must be a Job spec (an object)";
+  if (!isRecord(spec.template)) return "spec.jobTemplate.template must be a pod template (an object)";
+  const pod = spec.template.spec;
+  if (pod !== undefined && !isRecord(pod)) return "spec.jobTemplate.template.spec must be a pod spec (an object)";
+  for (const list of ["containers", "initContainers", "volumes"]) {
+    const v = isRecord(pod) ? pod[list] : undefined;
+    if (v !== undefined && (!Array.isArray(v) || !v.every(isRecord))) return `spec.jobTemplate.template.spec.${list} must be a list of objects`;
+  }
+  return undefined;
+}
+
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
 }
 
 /** An API call that got no answer, or a server-side or throttling one: worth trying again. */

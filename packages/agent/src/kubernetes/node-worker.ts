@@ -3,6 +3,7 @@ import { jobAssignmentSchema, noopTracer, SettingsSource, startTelemetryIfSet, t
 import { hostname } from "node:os";
 import { mkdirSync, readdirSync, readFileSync } from "node:fs";
 import type { Logger } from "pino";
+import { agentVersion } from "../agent.js";
 import { AgentClient } from "../client.js";
 import { MetricSet, servingHealth } from "../health.js";
 import type { LogFormat, StopAction } from "../config.js";
@@ -234,6 +235,8 @@ export class NodeWorker {
     const assignment: JobAssignment = jobAssignmentSchema.parse({ ...JSON.parse(field("assignment.json")), jobToken: field("token").trim() });
     const url = this.settings.url ?? field("url").replace(/\/+$/, "");
     if (!url) throw new Error(`the Secret ${name}-job holds no server URL and DROVER_URL is not set`);
+    const skew = versionSkew(field("version"), agentVersion);
+    if (skew) this.log.warn({ k8sJob: name, controllerVersion: field("version"), workerVersion: agentVersion }, skew);
     const runs = this.runsDir!;
     if (this.readyDir!.exists(name)) return this.abandon(name, assignment, url);
     // Not marked ready: its runner never started, so whatever an earlier process left is stale.
@@ -266,6 +269,7 @@ export class NodeWorker {
         runDir: `${dir}/run`,
         onLogBytes: (n) => this.metrics.add("drover_node_worker_log_bytes_shipped_total", n),
         onError: (kind) => this.metrics.inc("drover_node_worker_errors_total", { kind }),
+        ...(skew ? { notes: [skew] } : {}),
         tracer: this.telemetry.tracer,
       },
       log,
@@ -322,4 +326,18 @@ export async function runNodeWorker(settings: NodeWorkerSettings, log: Logger): 
   process.on("SIGTERM", onSignal);
   process.on("SIGINT", onSignal);
   return worker.run();
+}
+
+/**
+ * The warning for a node worker serving a controller of another version (the DaemonSet's
+ * OnDelete strategy keeps a node's worker until its pod is deleted), or undefined. A warning,
+ * not a refusal: what they share (the job Secret's fields, the run directory, the exec-loop)
+ * only grows compatibly (charts/agent-k8s README, "Upgrades and drains").
+ */
+export function versionSkew(controllerVersion: string, workerVersion: string): string | undefined {
+  // A controller older than this check writes no version.
+  const controller = controllerVersion.trim() || "an older version";
+  if (controller === workerVersion) return undefined;
+  return `version skew: this node's drover worker is ${workerVersion}, the controller ${controller}; ` +
+    "update the worker by deleting its pod (kubectl delete pod) once no run pod is on the node";
 }

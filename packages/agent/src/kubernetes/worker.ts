@@ -125,7 +125,8 @@ export async function runWorker(settings: WorkerSettings, log: Logger): Promise<
 }
 
 /** Where and how one job runs under a worker: its exec-loop directory and its files. */
-export type SupervisionSettings = Pick<WorkerSettings, "url" | "execDir" | "runDir" | "stopAction" | "gracePeriodMs" | "caCertPem" | "runnerStaleMs" | "runnerStartTimeoutMs" | "tracer"> & Pick<JobSettings, "onLogBytes" | "onError">;
+export type SupervisionSettings = Pick<WorkerSettings, "url" | "execDir" | "runDir" | "stopAction" | "gracePeriodMs" | "caCertPem" | "runnerStaleMs" | "runnerStartTimeoutMs" | "tracer">
+  & Pick<JobSettings, "onLogBytes" | "onError" | "notes">;
 
 /**
  * Owns one job whose steps execute in a runner container through the exec-loop in
@@ -152,6 +153,7 @@ export function superviseJob(
     ...(settings.tracer ? { tracer: settings.tracer } : {}),
     onLogBytes: settings.onLogBytes,
     onError: settings.onError,
+    ...(settings.notes ? { notes: settings.notes } : {}),
     dataDir: settings.runDir,
     cacheDir: join(settings.runDir, ".cache"),
     stopAction: settings.stopAction,

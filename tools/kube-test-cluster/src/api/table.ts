@@ -129,16 +129,28 @@ const columnsByType: Record<string, Column[]> = {
   "coordination.k8s.io/leases": [nameCol, { name: "Holder", type: "string", cell: (o) => String(obj(o.spec).holderIdentity ?? "") }, ageCol],
 };
 
-/** Evaluates the simple JSONPath of CRD printer columns (`.status.phase`, `.spec.items[0].name`). */
+/**
+ * Evaluates the JSONPath of CRD printer columns: fields, indexes and equality filters
+ * (`.status.phase`, `.spec.items[0].name`, `.status.conditions[?(@.type=="Ready")].status`).
+ * A filter keeps the matching items; a printer column shows the first.
+ */
 function jsonPath(o: unknown, path: string): unknown {
-  let cur: unknown = o;
-  for (const part of path.replace(/^\./, "").split(".").filter((p) => p !== "")) {
-    const m = /^([^[\]]+)((?:\[\d+\])*)$/.exec(part);
+  let cur: unknown[] = [o];
+  // Fields split on dots outside brackets (a filter's `@.type` has one).
+  const parts = path.replace(/^\./, "").match(/(?:[^.[\]]+|\[[^\]]*\])+/g) ?? [];
+  for (const part of parts) {
+    const m = /^([^[\]]*)((?:\[[^\]]*\])*)$/.exec(part);
     if (!m) return undefined;
-    cur = isObject(cur) ? cur[m[1] ?? ""] : undefined;
-    for (const idx of (m[2] ?? "").match(/\d+/g) ?? []) cur = Array.isArray(cur) ? cur[Number(idx)] : undefined;
+    if (m[1]) cur = cur.map((v) => (isObject(v) ? v[m[1] ?? ""] : undefined));
+    for (const sel of (m[2] ?? "").match(/\[[^\]]*\]/g) ?? []) {
+      const index = /^\[(\d+)\]$/.exec(sel);
+      const filter = /^\[\?\(@\.([A-Za-z0-9_]+)\s*==\s*["']([^"']*)["']\)\]$/.exec(sel);
+      if (index) cur = cur.map((v) => (Array.isArray(v) ? v[Number(index[1])] : undefined));
+      else if (filter) cur = cur.flatMap((v) => (Array.isArray(v) ? v.filter((i) => isObject(i) && String(i[filter[1] ?? ""]) === filter[2]) : []));
+      else return undefined;
+    }
   }
-  return cur;
+  return cur[0];
 }
 
 function columnsFor(t: ResourceType, version: string): Column[] {
