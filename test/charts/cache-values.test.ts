@@ -39,6 +39,8 @@ describe("agent.providerCache and agent.moduleCache", () => {
       const read = loadWorkerSettings({ ...env, DROVER_URL: "http://d.example" }).caches;
       assert.deepEqual(read, {
         cacheDir: "/var/lib/drover/cache", providerCacheEnabled: false, providerCacheSizeLimitMb: 3072, moduleCacheEnabled: true, moduleCacheSizeLimitMb: 700, binaryCacheSizeLimitMb: 300,
+        // The fetch guards keep their safe defaults: the charts do not pass them (N4, N14).
+        moduleCacheLocalSources: false, cacheAllowMetadataAddresses: false,
         engines: { ...read.engines, terraformReleasesUrl: "https://mirror.example/terraform", pathFallback: false },
       });
     });
@@ -51,7 +53,7 @@ describe("agent.providerCache and agent.moduleCache", () => {
     assert.equal(env.DROVER_AGENT_PROVIDER_CACHE_SIZE_LIMIT_MB, "2048");
     const read = loadNodeWorkerSettings({ ...env, DROVER_AGENT_NODE_NAME: "n", DROVER_AGENT_CONTROLLER_NAME: "c" }).caches;
     // The node's cache is on its hostPath: nothing is scaled to fit an emptyDir.
-    assert.deepEqual(read, { cacheDir: "/mnt/drover/cache", providerCacheEnabled: true, providerCacheSizeLimitMb: 2048, moduleCacheEnabled: true, moduleCacheSizeLimitMb: 2048, binaryCacheSizeLimitMb: 5120, engines: read.engines });
+    assert.deepEqual(read, { cacheDir: "/mnt/drover/cache", providerCacheEnabled: true, providerCacheSizeLimitMb: 2048, moduleCacheEnabled: true, moduleCacheSizeLimitMb: 2048, binaryCacheSizeLimitMb: 5120, moduleCacheLocalSources: false, cacheAllowMetadataAddresses: false, engines: read.engines });
   });
 
   for (const [chart, extra] of [...jobCharts, ["agent-local", []] as [string, string[]]]) {

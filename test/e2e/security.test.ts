@@ -66,13 +66,26 @@ test("(13) the agent never writes its variables file through a link the configur
   assert.ok(!existsSync(data) || !JSON.stringify(readdirDeep(data)).includes("planted-secret"));
 });
 
+/** Every file's text below `dir`; the agent may be removing the run's directory meanwhile, so what vanishes is skipped. */
 function readdirDeep(dir: string): string[] {
   const out: string[] = [];
-  for (const name of readdirSync(dir)) {
+  const gone = (err: unknown) => (err as NodeJS.ErrnoException).code === "ENOENT";
+  let names: string[];
+  try {
+    names = readdirSync(dir);
+  } catch (err) {
+    if (gone(err)) return out;
+    throw err;
+  }
+  for (const name of names) {
     const p = join(dir, name);
-    if (lstatSync(p).isSymbolicLink()) continue;
-    if (statSync(p).isDirectory()) out.push(...readdirDeep(p));
-    else out.push(readFileSync(p, "utf8"));
+    try {
+      if (lstatSync(p).isSymbolicLink()) continue;
+      if (statSync(p).isDirectory()) out.push(...readdirDeep(p));
+      else out.push(readFileSync(p, "utf8"));
+    } catch (err) {
+      if (!gone(err)) throw err;
+    }
   }
   return out;
 }

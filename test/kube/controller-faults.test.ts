@@ -44,6 +44,9 @@ function startController(name: string, env: Record<string, string> = {}): Proc {
     DROVER_AGENT_KUBERNETES_NAMESPACE: ns,
     DROVER_AGENT_HEALTH_PORT: "0",
     DROVER_AGENT_LOG_FORMAT: "plain",
+    // These faults are about the server and the list calls; with a leader lease, a blackholed API
+    // server would hold the controller before it registers (test/kube/leader-election.test.ts).
+    DROVER_AGENT_KUBERNETES_LEADER_ELECTION: "false",
     ...env,
   });
 }

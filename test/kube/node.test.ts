@@ -184,8 +184,8 @@ describe("test cluster node agent", () => {
   it("a deleted Job pod counts as failed at once by default (backoffLimit 0: no second pod); under podReplacementPolicy Failed only once it has failed", async () => {
     const lingering = { terminationGracePeriodSeconds: 2, containers: [sh("main", "trap '' TERM; while true; do sleep 0.05; done")] };
     // Starts the Job, deletes its running pod and returns the watch of its pods (from before the deletion).
-    const deleteFirst = async (name: string, spec: Record<string, unknown>) => {
-      await createJob(jobBody(name, lingering, spec));
+    const deleteFirst = async (name: string, spec: Record<string, unknown>, podSpec = lingering) => {
+      await createJob(jobBody(name, podSpec, spec));
       const w = await watch(c, `/api/v1/namespaces/${ns}/pods?watch=true&labelSelector=${encodeURIComponent(`job-name=${name}`)}`);
       const first = (await jobPod(c, ns, name, (p) => p.status.phase === "Running")).metadata.name as string;
       assert.equal((await kube(c, "DELETE", `/api/v1/namespaces/${ns}/pods/${first}`)).status, 200);
@@ -194,11 +194,12 @@ describe("test cluster node agent", () => {
     const at = (w: { events: { type: string; object: any }[] }, pred: (e: { type: string; object: any }) => boolean) => w.events.findIndex(pred);
 
     // backoffLimit 0: the terminating pod is the Job's failure; nothing replaces it.
-    const none = await deleteFirst("deleted-no-retry", {});
+    // A longer grace here: the pod must still be terminating when the test reads it, however busy the machine.
+    const none = await deleteFirst("deleted-no-retry", {}, { ...lingering, terminationGracePeriodSeconds: 10 });
     const target = await until("FailureTarget", () => job("deleted-no-retry"), (x) => condition(x, "FailureTarget"));
     assert.equal(target.status.failed, 1);
     assert.ok((await pod(c, ns, none.first)).metadata.deletionTimestamp, "counted failed while still terminating");
-    await none.w.waitFor((e) => e.type === "DELETED" && e.object.metadata.name === none.first, 15_000);
+    await none.w.waitFor((e) => e.type === "DELETED" && e.object.metadata.name === none.first, 30_000);
     await until("Job failure", () => job("deleted-no-retry"), (x) => condition(x, "Failed"));
     assert.deepEqual(none.w.events.filter((e) => e.type === "ADDED").map((e) => e.object.metadata.name), [none.first], "no second pod");
     none.w.close();
