@@ -93,7 +93,9 @@ test("agent-job: otel.endpoint with metrics and traces on — the controller's a
     const inTrace = receiver.spans.filter((s) => s.traceId === worker!.traceId);
     assert.ok(inTrace.some((s) => s.name === "container started" && s.resource["service.name"] === "drover-controller" && s.parentSpanId === worker!.parentSpanId), "the controller's stages share the worker's parent (the job span)");
   }
-  await until("the run pod workers' metrics", async () => receiver.metrics.filter((m) => m.name === "drover_worker_log_bytes_shipped_total").flatMap((m) => m.points), (ps) => ps.length >= 2 && ps.every((p) => p.value > 0), 30_000);
+  // Each run pod's worker ships its log bytes; a periodic export before its first log (OTEL_METRIC_EXPORT_INTERVAL
+  // reaches the pods) adds a point of 0 beside them.
+  await until("the run pod workers' metrics", async () => receiver.metrics.filter((m) => m.name === "drover_worker_log_bytes_shipped_total").flatMap((m) => m.points), (ps) => ps.filter((p) => p.value > 0).length >= jobs.length, 30_000);
   // The controller exports at its stop.
   await stopPods(ns, "controller");
   const launched = await until("the controller's metrics", async () => receiver.metrics.filter((m) => m.name === "drover_controller_jobs_launched_total" && m.resource["service.name"] === "drover-controller").flatMap((m) => m.points), (ps) => ps.some((p) => p.value === 2), 60_000);
