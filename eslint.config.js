@@ -1,8 +1,10 @@
 import js from "@eslint/js";
 import tseslint from "typescript-eslint";
 
-const serverPathMessage = "Call the server through the route table (routes.x with test/support/typed-api.ts or bench's api()), not a path literal.";
-const rawClientMessage = "Call the Drover server through the typed client (test/support/typed-api.ts); for other HTTP servers disable this on the line and say which.";
+const serverPathMessage =
+  "Call the server through the route table (routes.x with test/support/typed-api.ts or bench's api()), not a path literal.";
+const rawClientMessage =
+  "Call the Drover server through the typed client (test/support/typed-api.ts); for other HTTP servers disable this on the line and say which.";
 
 export default tseslint.config(
   { ignores: ["**/dist/**", "**/node_modules/**", "bench/results/**", "charts/**", "deploy/**/bin/**"] },
@@ -16,7 +18,13 @@ export default tseslint.config(
     },
   },
   {
-    files: ["test/**/*.ts", "packages/*/test/**/*.ts", "deploy/*/test/**/*.ts", "tools/*/test/**/*.ts", "bench/src/**/*.ts"],
+    files: [
+      "test/**/*.ts",
+      "packages/*/test/**/*.ts",
+      "deploy/*/test/**/*.ts",
+      "tools/*/test/**/*.ts",
+      "bench/src/**/*.ts",
+    ],
     rules: { "@typescript-eslint/no-explicit-any": "off" },
   },
   {
@@ -28,15 +36,41 @@ export default tseslint.config(
     rules: {
       "no-restricted-syntax": [
         "error",
-        { selector: String.raw`Literal[value=/^\x2Fapi\x2F(v1|agent\x2Fv1)(?!\x2F(namespaces|nodes|pods))[\x2F?]/]`, message: serverPathMessage },
-        { selector: String.raw`TemplateElement[value.raw=/^\x2Fapi\x2F(v1|agent\x2Fv1)(?!\x2F(namespaces|nodes|pods))[\x2F?]/]`, message: serverPathMessage },
+        {
+          selector: String.raw`Literal[value=/^\x2Fapi\x2F(v1|agent\x2Fv1)(?!\x2F(namespaces|nodes|pods))[\x2F?]/]`,
+          message: serverPathMessage,
+        },
+        {
+          selector: String.raw`TemplateElement[value.raw=/^\x2Fapi\x2F(v1|agent\x2Fv1)(?!\x2F(namespaces|nodes|pods))[\x2F?]/]`,
+          message: serverPathMessage,
+        },
       ],
-      "no-restricted-imports": ["error", { paths: [{ name: "undici", importNames: ["request", "fetch", "stream", "pipeline", "Client", "Pool"], message: rawClientMessage }] }],
+      "no-restricted-imports": [
+        "error",
+        {
+          paths: [
+            {
+              name: "undici",
+              importNames: ["request", "fetch", "stream", "pipeline", "Client", "Pool"],
+              message: rawClientMessage,
+            },
+          ],
+        },
+      ],
       "no-restricted-globals": ["error", { name: "fetch", message: rawClientMessage }],
     },
   },
   {
     files: ["**/*.mjs", "**/*.js"],
-    languageOptions: { globals: { process: "readonly", console: "readonly", Buffer: "readonly", setTimeout: "readonly", clearTimeout: "readonly", URL: "readonly" } },
+    languageOptions: {
+      globals: {
+        process: "readonly",
+        console: "readonly",
+        Buffer: "readonly",
+        setTimeout: "readonly",
+        clearTimeout: "readonly",
+        URL: "readonly",
+      },
+    },
   },
 );

@@ -12,7 +12,15 @@ export default tseslint.config(...base, {
     "@typescript-eslint/no-floating-promises": [
       "error",
       // node:test registers these and awaits them itself.
-      { allowForKnownSafeCalls: [{ from: "package", package: "node:test", name: ["test", "describe", "it", "before", "after", "beforeEach", "afterEach", "suite"] }] },
+      {
+        allowForKnownSafeCalls: [
+          {
+            from: "package",
+            package: "node:test",
+            name: ["test", "describe", "it", "before", "after", "beforeEach", "afterEach", "suite"],
+          },
+        ],
+      },
     ],
     "@typescript-eslint/no-misused-promises": "error",
   },

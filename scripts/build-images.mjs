@@ -15,7 +15,20 @@
 // and configuration; DROVER_DEBIAN_MIRROR (default http://deb.debian.org/debian) is debootstrap's.
 import { execFileSync, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { chmodSync, cpSync, existsSync, lstatSync, mkdirSync, readFileSync, readdirSync, readlinkSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  cpSync,
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  readFileSync,
+  readdirSync,
+  readlinkSync,
+  renameSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import { homedir } from "node:os";
 import { dirname, join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -43,7 +56,10 @@ const short = (s) => createHash("sha256").update(s).digest("hex").slice(0, 16);
 export function podmanEnv() {
   const dir = join(cacheDir(), "podman");
   // Runtime state belongs on a tmpfs so podman notices a reboot; /run is one when we are root.
-  const runBase = process.getuid?.() === 0 && existsSync("/run") ? join("/run", `drover-podman-${short(dir).slice(0, 8)}`) : join(dir, "run");
+  const runBase =
+    process.getuid?.() === 0 && existsSync("/run")
+      ? join("/run", `drover-podman-${short(dir).slice(0, 8)}`)
+      : join(dir, "run");
   mkdirSync(join(dir, "storage"), { recursive: true });
   mkdirSync(runBase, { recursive: true });
   const containersConf = join(dir, "containers.conf");
@@ -69,11 +85,21 @@ export function podmanEnv() {
   );
   writeIfChanged(
     storageConf,
-    ["[storage]", 'driver = "overlay"', `graphroot = ${JSON.stringify(join(dir, "storage"))}`, `runroot = ${JSON.stringify(join(runBase, "storage"))}`, ""].join("\n"),
+    [
+      "[storage]",
+      'driver = "overlay"',
+      `graphroot = ${JSON.stringify(join(dir, "storage"))}`,
+      `runroot = ${JSON.stringify(join(runBase, "storage"))}`,
+      "",
+    ].join("\n"),
   );
   // No search registries: a short name never turns into a pull attempt.
   writeIfChanged(registriesConf, "unqualified-search-registries = []\n");
-  return { CONTAINERS_CONF: containersConf, CONTAINERS_STORAGE_CONF: storageConf, CONTAINERS_REGISTRIES_CONF: registriesConf };
+  return {
+    CONTAINERS_CONF: containersConf,
+    CONTAINERS_STORAGE_CONF: storageConf,
+    CONTAINERS_REGISTRIES_CONF: registriesConf,
+  };
 }
 
 function writeIfChanged(path, text) {
@@ -83,9 +109,15 @@ function writeIfChanged(path, text) {
 
 /** Runs podman with the project's configuration; throws with its output when it fails. */
 function podman(env, args, opts = {}) {
-  const r = spawnSync("podman", args, { env: { ...process.env, ...env }, encoding: "utf8", maxBuffer: 64 * 1024 * 1024, stdio: opts.inherit ? ["ignore", 2, 2] : "pipe" });
+  const r = spawnSync("podman", args, {
+    env: { ...process.env, ...env },
+    encoding: "utf8",
+    maxBuffer: 64 * 1024 * 1024,
+    stdio: opts.inherit ? ["ignore", 2, 2] : "pipe",
+  });
   if (r.error) throw r.error;
-  if (r.status !== 0) throw new Error(`podman ${args.join(" ")} failed (exit ${r.status}):\n${r.stderr ?? ""}${r.stdout ?? ""}`);
+  if (r.status !== 0)
+    throw new Error(`podman ${args.join(" ")} failed (exit ${r.status}):\n${r.stderr ?? ""}${r.stdout ?? ""}`);
   return r.stdout ?? "";
 }
 
@@ -112,7 +144,9 @@ function hashTree(paths, base = root) {
       h.update(`F ${rel} ${st.mode & 0o777} ${st.size}\n`);
       const content = readFileSync(abs);
       h.update(content);
-      listing.push(`F ${rel} ${st.mode & 0o777} ${st.size} ${createHash("sha256").update(content).digest("hex").slice(0, 12)}`);
+      listing.push(
+        `F ${rel} ${st.mode & 0o777} ${st.size} ${createHash("sha256").update(content).digest("hex").slice(0, 12)}`,
+      );
     }
   };
   for (const p of paths) walk(join(base, p));
@@ -136,7 +170,12 @@ function copiedSources(dockerfile) {
     .split("\n")
     .map((l) => l.trim())
     .filter((l) => /^COPY\s/i.test(l) && !/--from=/.test(l))
-    .flatMap((l) => l.split(/\s+/).slice(1, -1).filter((t) => !t.startsWith("--")));
+    .flatMap((l) =>
+      l
+        .split(/\s+/)
+        .slice(1, -1)
+        .filter((t) => !t.startsWith("--")),
+    );
 }
 
 const baseRecipe = {
@@ -157,7 +196,9 @@ function buildDebianBase(env, log) {
   const rootfs = join(work, "rootfs");
   try {
     log(`debootstrap ${baseRecipe.variant} ${baseRecipe.suite} from ${baseRecipe.mirror}`);
-    execFileSync("debootstrap", ["--variant=" + baseRecipe.variant, baseRecipe.suite, rootfs, baseRecipe.mirror], { stdio: ["ignore", "ignore", "inherit"] });
+    execFileSync("debootstrap", ["--variant=" + baseRecipe.variant, baseRecipe.suite, rootfs, baseRecipe.mirror], {
+      stdio: ["ignore", "ignore", "inherit"],
+    });
     // As in Debian's published images: apt drops downloaded packages after installing them, and
     // the image carries no package lists or caches of its own.
     writeFileSync(
@@ -166,11 +207,17 @@ function buildDebianBase(env, log) {
     );
     writeFileSync(join(rootfs, "etc/apt/apt.conf.d/docker-no-recommends"), 'APT::Install-Recommends "false";\n');
     for (const d of ["var/lib/apt/lists", "var/cache/apt/archives"]) {
-      for (const name of readdirSync(join(rootfs, d))) if (name !== "partial" && name !== "lock") rmSync(join(rootfs, d, name), { recursive: true, force: true });
+      for (const name of readdirSync(join(rootfs, d)))
+        if (name !== "partial" && name !== "lock") rmSync(join(rootfs, d, name), { recursive: true, force: true });
     }
-    for (const f of readdirSync(join(rootfs, "var/cache/apt"))) if (f.endsWith(".bin")) rmSync(join(rootfs, "var/cache/apt", f));
+    for (const f of readdirSync(join(rootfs, "var/cache/apt")))
+      if (f.endsWith(".bin")) rmSync(join(rootfs, "var/cache/apt", f));
     log(`podman import ${tag}`);
-    const tar = spawnSync("sh", ["-c", 'tar -C "$1" -c . | podman import --change "CMD [\\"/bin/bash\\"]" - "$2"', "sh", rootfs, tag], { env: { ...process.env, ...env }, stdio: ["ignore", "ignore", "inherit"] });
+    const tar = spawnSync(
+      "sh",
+      ["-c", 'tar -C "$1" -c . | podman import --change "CMD [\\"/bin/bash\\"]" - "$2"', "sh", rootfs, tag],
+      { env: { ...process.env, ...env }, stdio: ["ignore", "ignore", "inherit"] },
+    );
     if (tar.status !== 0) throw new Error(`podman import of the debootstrapped base failed (exit ${tar.status})`);
     return tag;
   } finally {
@@ -181,9 +228,18 @@ function buildDebianBase(env, log) {
 function hostNode() {
   const node = process.execPath;
   const prefix = dirname(dirname(node));
-  const npmDir = [join(prefix, "lib", "node_modules", "npm"), "/usr/lib/node_modules/npm", "/usr/local/lib/node_modules/npm"].find((d) => existsSync(join(d, "package.json")));
-  const headers = [join(prefix, "include", "node"), "/usr/include/node", "/usr/local/include/node"].find((d) => existsSync(join(d, "node.h")));
-  if (!npmDir || !headers) throw new Error(`the host's Node at ${node} needs npm and its headers (include/node) beside it to build the images`);
+  const npmDir = [
+    join(prefix, "lib", "node_modules", "npm"),
+    "/usr/lib/node_modules/npm",
+    "/usr/local/lib/node_modules/npm",
+  ].find((d) => existsSync(join(d, "package.json")));
+  const headers = [join(prefix, "include", "node"), "/usr/include/node", "/usr/local/include/node"].find((d) =>
+    existsSync(join(d, "node.h")),
+  );
+  if (!npmDir || !headers)
+    throw new Error(
+      `the host's Node at ${node} needs npm and its headers (include/node) beside it to build the images`,
+    );
   const st = statSync(node);
   const npmVersion = JSON.parse(readFileSync(join(npmDir, "package.json"), "utf8")).version;
   return { node, npmDir, headers, id: `${process.version} ${st.size} ${st.mtimeMs} npm ${npmVersion}` };
@@ -216,7 +272,13 @@ function build(env, tag, contextPath, args, log, npm = false) {
       else mkdirSync(`${cache}.tmp`, { recursive: true });
       renameSync(`${cache}.tmp`, cache);
     }
-    const lines = ["prefer-offline=true", "fund=false", "audit=false", "update-notifier=false", "cache=/usr/local/etc/npm-cache"];
+    const lines = [
+      "prefer-offline=true",
+      "fund=false",
+      "audit=false",
+      "update-notifier=false",
+      "cache=/usr/local/etc/npm-cache",
+    ];
     const ca = hostNpmCafile();
     if (ca) {
       cpSync(ca, join(dir, "ca.crt"));
@@ -226,7 +288,9 @@ function build(env, tag, contextPath, args, log, npm = false) {
     volumes.push("-v", `${dir}:/usr/local/etc`);
   }
   log(`podman build ${tag}`);
-  podman(env, ["build", "--pull=never", "--network=host", "--layers", ...volumes, "-t", tag, ...args, contextPath], { inherit: true });
+  podman(env, ["build", "--pull=never", "--network=host", "--layers", ...volumes, "-t", tag, ...args, contextPath], {
+    inherit: true,
+  });
 }
 
 /** The CA bundle the host's npm trusts (a registry mirror may need it), if one is set. */
@@ -270,8 +334,13 @@ function buildNodeBase(env, debian, log) {
 /** An image holding the host's terraform at /bin/terraform, as HashiCorp's images do. */
 function buildTerraform(env, log) {
   const bin = process.env.DROVER_TERRAFORM_BIN || "/usr/local/bin/terraform";
-  if (!existsSync(bin)) throw new Error(`terraform is not at ${bin}; set DROVER_TERRAFORM_BIN to build the runner image`);
-  const version = execFileSync(bin, ["version", "-json"], { encoding: "utf8", env: { ...process.env, CHECKPOINT_DISABLE: "1", TF_CLI_CONFIG_FILE: "/dev/null" }, stdio: ["ignore", "pipe", "ignore"] });
+  if (!existsSync(bin))
+    throw new Error(`terraform is not at ${bin}; set DROVER_TERRAFORM_BIN to build the runner image`);
+  const version = execFileSync(bin, ["version", "-json"], {
+    encoding: "utf8",
+    env: { ...process.env, CHECKPOINT_DISABLE: "1", TF_CLI_CONFIG_FILE: "/dev/null" },
+    stdio: ["ignore", "pipe", "ignore"],
+  });
   const st = statSync(bin);
   const tag = `localhost/drover-terraform:${JSON.parse(version).terraform_version}-${short(`${bin} ${st.size} ${st.mtimeMs}`)}`;
   if (imageExists(env, tag)) return tag;
@@ -292,11 +361,16 @@ const keepTags = 4;
 
 /** Removes all but the newest `keep` tags of a repository (images in use stay). */
 function pruneOld(env, repository, keep) {
-  const r = spawnSync("podman", ["images", "--filter", `reference=${repository}`, "--sort", "created", "--format", "{{.Repository}}:{{.Tag}}"], { env: { ...process.env, ...env }, encoding: "utf8" });
+  const r = spawnSync(
+    "podman",
+    ["images", "--filter", `reference=${repository}`, "--sort", "created", "--format", "{{.Repository}}:{{.Tag}}"],
+    { env: { ...process.env, ...env }, encoding: "utf8" },
+  );
   if (r.status !== 0) return;
   // Newest first.
   const tags = r.stdout.split("\n").filter((t) => t.startsWith(`${repository}:`));
-  for (const tag of tags.slice(keep)) spawnSync("podman", ["rmi", tag], { env: { ...process.env, ...env }, stdio: "ignore" });
+  for (const tag of tags.slice(keep))
+    spawnSync("podman", ["rmi", tag], { env: { ...process.env, ...env }, stdio: "ignore" });
 }
 
 /** Builds whatever is missing and returns the image names plus how long each step took. */
@@ -326,9 +400,23 @@ export function buildImages(log = (line) => console.error(`[images] ${line}`)) {
   timed("runner", () => {
     if (imageExists(env, runner)) return;
     recordInputs(runner);
-    build(env, runner, root, ["-f", join(root, runnerFile), "--build-arg", `BASE_IMAGE=${debian}`, "--build-arg", `TERRAFORM_IMAGE=${terraform}`], log);
+    build(
+      env,
+      runner,
+      root,
+      [
+        "-f",
+        join(root, runnerFile),
+        "--build-arg",
+        `BASE_IMAGE=${debian}`,
+        "--build-arg",
+        `TERRAFORM_IMAGE=${terraform}`,
+      ],
+      log,
+    );
   });
-  for (const repo of ["localhost/drover", "localhost/drover-runner", "localhost/drover-node"]) pruneOld(env, repo, keepTags);
+  for (const repo of ["localhost/drover", "localhost/drover-runner", "localhost/drover-node"])
+    pruneOld(env, repo, keepTags);
   return { env, images: { debian, node, terraform, drover, runner }, timingsMs: timings };
 }
 
@@ -338,10 +426,14 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
   } else if (process.env.DROVER_IMAGES_LOCKED !== lockPath()) {
     // Whoever holds the lock builds; the others wait, then find the images built.
     mkdirSync(cacheDir(), { recursive: true });
-    const r = spawnSync("flock", [lockPath(), process.execPath, fileURLToPath(import.meta.url), ...process.argv.slice(2)], {
-      stdio: "inherit",
-      env: { ...process.env, DROVER_IMAGES_LOCKED: lockPath() },
-    });
+    const r = spawnSync(
+      "flock",
+      [lockPath(), process.execPath, fileURLToPath(import.meta.url), ...process.argv.slice(2)],
+      {
+        stdio: "inherit",
+        env: { ...process.env, DROVER_IMAGES_LOCKED: lockPath() },
+      },
+    );
     process.exitCode = r.status ?? 1;
   } else {
     const start = Date.now();

@@ -24,7 +24,11 @@ const inlined = new Set(["zod", "commander", "pino"]);
 const heapMode = join(root, "packages", "agent", "dist", "src", "heap-mode.js");
 
 /** The package name of a bare specifier (`@scope/name/x` → `@scope/name`). */
-const packageOf = (spec) => spec.split("/").slice(0, spec.startsWith("@") ? 2 : 1).join("/");
+const packageOf = (spec) =>
+  spec
+    .split("/")
+    .slice(0, spec.startsWith("@") ? 2 : 1)
+    .join("/");
 
 /** Marks the plugin's own look-ups of an external, which must resolve as esbuild would. */
 const probe = Symbol("probe");
@@ -73,10 +77,24 @@ const jsonSchemaFiles = /\/(to-json-schema|json-schema-processors|json-schema-ge
 function jsonSchemaStub(file) {
   const source = readFileSync(file, "utf8");
   const names = new Set([...source.matchAll(/^export (?:function|const|let|class) (\w+)/gm)].map((m) => m[1]));
-  for (const [, list] of source.matchAll(/^export \{([^}]*)\};/gm)) for (const part of list.split(",")) names.add(part.trim().split(/\s+as\s+/).pop());
+  for (const [, list] of source.matchAll(/^export \{([^}]*)\};/gm))
+    for (const part of list.split(","))
+      names.add(
+        part
+          .trim()
+          .split(/\s+as\s+/)
+          .pop(),
+      );
   names.delete("");
-  const lines = [`const unavailable = (name) => function () { throw new Error("zod's " + name + " (JSON Schema) is left out of the agent bundle (scripts/bundle-agent.mjs); it runs from tsc's files"); };`];
-  for (const name of names) lines.push(/^create\w*Method$/.test(name) ? `export const ${name} = () => unavailable(${JSON.stringify(name)});` : `export const ${name} = unavailable(${JSON.stringify(name)});`);
+  const lines = [
+    `const unavailable = (name) => function () { throw new Error("zod's " + name + " (JSON Schema) is left out of the agent bundle (scripts/bundle-agent.mjs); it runs from tsc's files"); };`,
+  ];
+  for (const name of names)
+    lines.push(
+      /^create\w*Method$/.test(name)
+        ? `export const ${name} = () => unavailable(${JSON.stringify(name)});`
+        : `export const ${name} = unavailable(${JSON.stringify(name)});`,
+    );
   return lines.join("\n");
 }
 
@@ -91,7 +109,10 @@ function classNames(path) {
   const source = readFileSync(path, "utf8");
   const names = [...source.matchAll(/^(?:export (?:default )?)?class ([A-Za-z_$][\w$]*)/gm)].map((m) => m[1]);
   if (names.length === 0) return undefined;
-  return { contents: `${source}\n${names.map((n) => `Object.defineProperty(${n}, "name", { value: ${JSON.stringify(n)}, configurable: true });`).join("\n")}\n`, loader: "js" };
+  return {
+    contents: `${source}\n${names.map((n) => `Object.defineProperty(${n}, "name", { value: ${JSON.stringify(n)}, configurable: true });`).join("\n")}\n`,
+    loader: "js",
+  };
 }
 
 /** A file of the three bundled Drover packages (tsc's output). */
@@ -103,21 +124,34 @@ const drover = {
     b.onResolve({ filter: /^(node:)?(child_process|worker_threads)$|^thread-stream$/ }, (a) => {
       const name = a.path.replace(/^node:/, "");
       if (a.namespace === "lazy") return { path: a.path, external: true };
-      const importer = Object.keys(lazyFor).find((pkg) => a.importer.includes(`${join("node_modules", pkg)}/`) && lazyFor[pkg].includes(name));
+      const importer = Object.keys(lazyFor).find(
+        (pkg) => a.importer.includes(`${join("node_modules", pkg)}/`) && lazyFor[pkg].includes(name),
+      );
       return importer ? { path: name, namespace: "lazy" } : undefined;
     });
     b.onLoad({ filter: /.*/, namespace: "lazy" }, (a) => ({ contents: standIn(a.path), loader: "js" }));
     b.onLoad({ filter: /\.(c|m)?js$/, namespace: "file" }, (a) => classNames(a.path));
-    b.onResolve({ filter: /^(node:)?crypto$/ }, (a) => (droverFile.test(a.importer) ? { path: "node:crypto", namespace: "lazy-crypto" } : undefined));
+    b.onResolve({ filter: /^(node:)?crypto$/ }, (a) =>
+      droverFile.test(a.importer) ? { path: "node:crypto", namespace: "lazy-crypto" } : undefined,
+    );
     b.onLoad({ filter: /.*/, namespace: "lazy-crypto" }, () => ({ contents: cryptoStandIn, loader: "js" }));
     // zod's JSON Schema code (~100 KB of source: zod → JSON Schema, JSON Schema → zod), which
     // every zod schema links to but only z.toJSONSchema, z.fromJSONSchema and `~standard`'s
     // jsonSchema run: nothing in the agent does (the server's OpenAPI document is not bundled).
-    b.onResolve({ filter: jsonSchemaFiles }, (a) => (a.importer.includes(`${join("node_modules", "zod")}/`) ? { path: join(a.resolveDir, a.path), namespace: "zod-json-schema" } : undefined));
-    b.onLoad({ filter: /.*/, namespace: "zod-json-schema" }, (a) => ({ contents: jsonSchemaStub(a.path), loader: "js" }));
+    b.onResolve({ filter: jsonSchemaFiles }, (a) =>
+      a.importer.includes(`${join("node_modules", "zod")}/`)
+        ? { path: join(a.resolveDir, a.path), namespace: "zod-json-schema" }
+        : undefined,
+    );
+    b.onLoad({ filter: /.*/, namespace: "zod-json-schema" }, (a) => ({
+      contents: jsonSchemaStub(a.path),
+      loader: "js",
+    }));
     // zod's `locales` namespace (its error messages in 40 languages); zod itself imports only
     // `locales/en.js` directly, which stays.
-    b.onResolve({ filter: /\/locales\/index\.js$/ }, (a) => (a.importer.includes(`${join("node_modules", "zod")}`) ? { path: "zod-locales", namespace: "empty" } : undefined));
+    b.onResolve({ filter: /\/locales\/index\.js$/ }, (a) =>
+      a.importer.includes(`${join("node_modules", "zod")}`) ? { path: "zod-locales", namespace: "empty" } : undefined,
+    );
     b.onLoad({ filter: /.*/, namespace: "empty" }, () => ({ contents: "export {};", loader: "js" }));
     b.onResolve({ filter: /heap-mode(\.js)?$/ }, async (a) => {
       if (a.path === "@drover/agent/heap-mode") return { path: a.path, external: true };
@@ -137,7 +171,13 @@ const drover = {
       };
       const [fromImporter, fromBundle] = await Promise.all([at(a.resolveDir), at(dirname(outdir))]);
       if (fromImporter !== fromBundle) {
-        return { errors: [{ text: `external "${a.path}" resolves to ${fromImporter} from ${a.importer} but to ${fromBundle} from the bundle (${outdir}): hoist it (npm ci) or bundle it` }] };
+        return {
+          errors: [
+            {
+              text: `external "${a.path}" resolves to ${fromImporter} from ${a.importer} but to ${fromBundle} from the bundle (${outdir}): hoist it (npm ci) or bundle it`,
+            },
+          ],
+        };
       }
       return { path: a.path, external: true };
     });
@@ -169,7 +209,9 @@ const result = await build({
   logLevel: "warning",
   plugins: [drover],
   // Bundled CommonJS (commander, pino) calls require for Node's own modules.
-  banner: { js: 'import { createRequire as __droverCreateRequire } from "node:module"; const require = __droverCreateRequire(import.meta.url);' },
+  banner: {
+    js: 'import { createRequire as __droverCreateRequire } from "node:module"; const require = __droverCreateRequire(import.meta.url);',
+  },
 });
 // A warning is a build fault here: e.g. an import the bundle cannot follow would fail only when
 // the agent reaches it. Remove the bundle so `drover agent run` says it is not built.
@@ -191,6 +233,8 @@ for (const f of readdirSync(outdir).filter((name) => name.endsWith(".js"))) {
 }
 if (renamedClasses.length > 0) {
   rmSync(outdir, { recursive: true, force: true });
-  process.stderr.write(`bundle-agent: esbuild renamed these classes and nothing gives their names back (declare them at the start of a line, or rename one of the two): ${renamedClasses.join(", ")}; the agent bundle is not written\n`);
+  process.stderr.write(
+    `bundle-agent: esbuild renamed these classes and nothing gives their names back (declare them at the start of a line, or rename one of the two): ${renamedClasses.join(", ")}; the agent bundle is not written\n`,
+  );
   process.exit(1);
 }

@@ -13,8 +13,18 @@ const enums = {
   "image.pullPolicy": ["Always", "IfNotPresent", "Never"],
   "networkPolicy.flavor": ["kubernetes", "cilium"],
   "strategy.type": ["RollingUpdate", "Recreate"],
-  "persistence.persistentVolumeClaim.accessMode": ["ReadWriteOnce", "ReadWriteMany", "ReadOnlyMany", "ReadWriteOncePod"],
-  "persistence.cache.persistentVolumeClaim.accessMode": ["ReadWriteOnce", "ReadWriteMany", "ReadOnlyMany", "ReadWriteOncePod"],
+  "persistence.persistentVolumeClaim.accessMode": [
+    "ReadWriteOnce",
+    "ReadWriteMany",
+    "ReadOnlyMany",
+    "ReadWriteOncePod",
+  ],
+  "persistence.cache.persistentVolumeClaim.accessMode": [
+    "ReadWriteOnce",
+    "ReadWriteMany",
+    "ReadOnlyMany",
+    "ReadWriteOncePod",
+  ],
 };
 /** Values that take a whole number or a percentage ("50%"); empty means unset. */
 const intOrPercent = [
@@ -28,9 +38,20 @@ const intOrPercent = [
  * Maps whose keys are Kubernetes' own fields, or the user's (a node selector with a default): open at every depth, so
  * any field Kubernetes accepts passes.
  */
-const openObjects = ["affinity", "strategy", "updateStrategy", "podSecurityContext", "securityContext", "emptyDir", "nodeSelector"];
+const openObjects = [
+  "affinity",
+  "strategy",
+  "updateStrategy",
+  "podSecurityContext",
+  "securityContext",
+  "emptyDir",
+  "nodeSelector",
+];
 /** A Kubernetes quantity, which Kubernetes accepts as a string or a number. */
-const quantity = { type: ["string", "number"], pattern: "^[+-]?([0-9]+(\\.[0-9]*)?|\\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?$" };
+const quantity = {
+  type: ["string", "number"],
+  pattern: "^[+-]?([0-9]+(\\.[0-9]*)?|\\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?$",
+};
 /** A container's `resources`: the shape of the core ResourceRequirements, with any resource name in either map. */
 const resourceRequirements = {
   type: "object",
@@ -57,7 +78,11 @@ function description(comment) {
   const lines = comment.split("\n").map((l) => l.trim());
   const at = lines.findIndex((l) => l.startsWith("--"));
   if (at < 0) return undefined;
-  return lines.slice(at).join(" ").replace(/^--\s*/, "").trim();
+  return lines
+    .slice(at)
+    .join(" ")
+    .replace(/^--\s*/, "")
+    .trim();
 }
 
 /**
@@ -85,7 +110,22 @@ function walk(node, path, rows, undocumented) {
     const documentedChildren = hasDocs(pair.value);
     if (isMap(pair.value) && documentedChildren) return walk(pair.value, full, rows, undocumented);
     if (!desc) return undocumented.push(full);
-    rows.push({ key: full, type: Array.isArray(value) ? "list" : value === null ? "string" : typeof value === "object" ? "object" : typeof value === "number" ? (Number.isInteger(value) ? "int" : "float") : typeof value, value, desc });
+    rows.push({
+      key: full,
+      type: Array.isArray(value)
+        ? "list"
+        : value === null
+          ? "string"
+          : typeof value === "object"
+            ? "object"
+            : typeof value === "number"
+              ? Number.isInteger(value)
+                ? "int"
+                : "float"
+              : typeof value,
+      value,
+      desc,
+    });
   });
 }
 
@@ -99,15 +139,27 @@ function schemaOf(value, path, open = false) {
     // An empty map is free-form (annotations, nodeSelector, extraEnv…).
     if (keys.length === 0) return { type: "object" };
     const freeForm = open || openObjects.includes(last);
-    const properties = Object.fromEntries(keys.map((k) => [k, schemaOf(value[k], path ? `${path}.${k}` : k, freeForm)]));
+    const properties = Object.fromEntries(
+      keys.map((k) => [k, schemaOf(value[k], path ? `${path}.${k}` : k, freeForm)]),
+    );
     // `global` is shared with an umbrella chart's other subcharts: keys this chart does not read are theirs.
     return { type: "object", properties, additionalProperties: freeForm || path === "global" };
   }
   if (intOrPercent.includes(path)) return { type: ["integer", "string"], minimum: 0, pattern: "^([0-9]+%?)?$" };
-  const s = { type: typeof value === "number" ? (Number.isInteger(value) ? "integer" : "number") : typeof value === "boolean" ? "boolean" : "string" };
+  const s = {
+    type:
+      typeof value === "number"
+        ? Number.isInteger(value)
+          ? "integer"
+          : "number"
+        : typeof value === "boolean"
+          ? "boolean"
+          : "string",
+  };
   if (enums[path]) s.enum = enums[path];
   if (ranges[path]) Object.assign(s, { minimum: ranges[path][0], maximum: ranges[path][1] });
-  if (s.type === "integer" && typeof value === "number" && String(value).length > 0 && /Port$/.test(path)) Object.assign(s, { minimum: 0, maximum: 65535 });
+  if (s.type === "integer" && typeof value === "number" && String(value).length > 0 && /Port$/.test(path))
+    Object.assign(s, { minimum: 0, maximum: 65535 });
   return s;
 }
 
@@ -122,9 +174,17 @@ function render(chartDir) {
   }
   rows.sort((a, b) => a.key.localeCompare(b.key));
   const cell = (s) => String(s).replace(/\|/g, "\\|").replace(/\n/g, " ");
-  const table = ["| Key | Type | Default | Description |", "|-----|------|---------|-------------|", ...rows.map((r) => `| ${r.key} | ${r.type} | \`${cell(JSON.stringify(r.value))}\` | ${cell(r.desc)} |`)].join("\n");
+  const table = [
+    "| Key | Type | Default | Description |",
+    "|-----|------|---------|-------------|",
+    ...rows.map((r) => `| ${r.key} | ${r.type} | \`${cell(JSON.stringify(r.value))}\` | ${cell(r.desc)} |`),
+  ].join("\n");
   const values = doc.toJSON();
-  const schema = { $schema: "http://json-schema.org/draft-07/schema#", title: `${chartDir.split("/").pop()} values`, ...schemaOf(values, "") };
+  const schema = {
+    $schema: "http://json-schema.org/draft-07/schema#",
+    title: `${chartDir.split("/").pop()} values`,
+    ...schemaOf(values, ""),
+  };
   return { table, schema: JSON.stringify(schema, null, 2) + "\n" };
 }
 
@@ -136,10 +196,13 @@ for (const name of readdirSync(chartsDir)) {
   if (!existsSync(join(dir, "values.yaml"))) continue;
   const { table, schema } = render(dir);
   const readmePath = join(dir, "README.md");
-  const readme = existsSync(readmePath) ? readFileSync(readmePath, "utf8") : `# ${name}\n\n## Values\n\n<!-- values:start -->\n<!-- values:end -->\n`;
+  const readme = existsSync(readmePath)
+    ? readFileSync(readmePath, "utf8")
+    : `# ${name}\n\n## Values\n\n<!-- values:start -->\n<!-- values:end -->\n`;
   const start = readme.indexOf("<!-- values:start -->");
   const end = readme.indexOf("<!-- values:end -->");
-  if (start < 0 || end < 0) throw new Error(`${readmePath} lacks the <!-- values:start --> / <!-- values:end --> markers`);
+  if (start < 0 || end < 0)
+    throw new Error(`${readmePath} lacks the <!-- values:start --> / <!-- values:end --> markers`);
   const newReadme = `${readme.slice(0, start)}<!-- values:start -->\n${table}\n${readme.slice(end)}`;
   const schemaPath = join(dir, "values.schema.json");
   const oldSchema = existsSync(schemaPath) ? readFileSync(schemaPath, "utf8") : "";

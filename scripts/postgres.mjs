@@ -10,7 +10,8 @@ import { join } from "node:path";
 function findBin(name) {
   const candidates = [`/usr/local/bin/${name}`];
   if (existsSync("/usr/lib/postgresql")) {
-    for (const v of readdirSync("/usr/lib/postgresql").sort().reverse()) candidates.push(`/usr/lib/postgresql/${v}/bin/${name}`);
+    for (const v of readdirSync("/usr/lib/postgresql").sort().reverse())
+      candidates.push(`/usr/lib/postgresql/${v}/bin/${name}`);
   }
   const found = candidates.find((p) => existsSync(p));
   if (!found) throw new Error(`PostgreSQL's ${name} was not found; install the postgresql package (.ci/run does)`);
@@ -46,7 +47,8 @@ export async function startPostgres() {
   const as = runAsUser();
   const dir = mkdtempSync(join(tmpdir(), "drover-pg-"));
   if (as) chownSync(dir, as.uid, as.gid);
-  const wrap = (bin, args) => (as ? ["setpriv", [`--reuid=${as.uid}`, `--regid=${as.gid}`, "--clear-groups", bin, ...args]] : [bin, args]);
+  const wrap = (bin, args) =>
+    as ? ["setpriv", [`--reuid=${as.uid}`, `--regid=${as.gid}`, "--clear-groups", bin, ...args]] : [bin, args];
   const data = join(dir, "data");
   const [c1, a1] = wrap(findBin("initdb"), ["-D", data, "-U", "drover", "--auth=trust", "-E", "UTF8", "--no-sync"]);
   execFileSync(c1, a1, { stdio: "pipe", cwd: dir });

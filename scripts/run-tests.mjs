@@ -35,7 +35,9 @@ function findTests(dir, out = []) {
 const rawTimeout = process.env.DROVER_TEST_TIMEOUT_MS ?? String(defaultTimeoutMs);
 const timeoutMs = Number(rawTimeout);
 if (!/^\d+$/.test(rawTimeout) || !Number.isSafeInteger(timeoutMs) || timeoutMs <= 0) {
-  console.error(`DROVER_TEST_TIMEOUT_MS must be a positive whole number of milliseconds; got ${JSON.stringify(rawTimeout)}`);
+  console.error(
+    `DROVER_TEST_TIMEOUT_MS must be a positive whole number of milliseconds; got ${JSON.stringify(rawTimeout)}`,
+  );
   process.exit(2);
 }
 
@@ -60,7 +62,10 @@ if (files.length === 0) {
 }
 bundleAgentIfStale();
 // Longest first (scripts/test-durations.json), so the lanes end together.
-files = orderByDuration(files.map((f) => resolve(f)), readDurations());
+files = orderByDuration(
+  files.map((f) => resolve(f)),
+  readDurations(),
+);
 
 let pg;
 let child;
@@ -72,7 +77,9 @@ function stopPostgres() {
   try {
     cluster.stop();
   } catch (err) {
-    console.error(`[run-tests] could not stop the test PostgreSQL: ${err instanceof Error ? err.message : String(err)}`);
+    console.error(
+      `[run-tests] could not stop the test PostgreSQL: ${err instanceof Error ? err.message : String(err)}`,
+    );
   }
 }
 // The last line of defence: runs on every exit of this process that is not a SIGKILL.
@@ -104,8 +111,21 @@ function killTests(signal) {
  */
 function prebuildImages() {
   // The chart tests' clusters run the images too (chartImages in test/support/chart-cluster.ts).
-  if (!files.some((f) => /(images|podman|docker|pulumi-cluster)[^/]*\.test\.js$|\/charts\/[^/]*(install|upgrade|disruptions|cluster)[^/]*\.test\.js$/.test(f))) return;
-  if (process.getuid?.() !== 0 || spawnSync("sh", ["-c", "command -v podman && command -v debootstrap || test -x /usr/sbin/debootstrap"], { stdio: "ignore" }).status !== 0) return;
+  if (
+    !files.some((f) =>
+      /(images|podman|docker|pulumi-cluster)[^/]*\.test\.js$|\/charts\/[^/]*(install|upgrade|disruptions|cluster)[^/]*\.test\.js$/.test(
+        f,
+      ),
+    )
+  )
+    return;
+  if (
+    process.getuid?.() !== 0 ||
+    spawnSync("sh", ["-c", "command -v podman && command -v debootstrap || test -x /usr/sbin/debootstrap"], {
+      stdio: "ignore",
+    }).status !== 0
+  )
+    return;
   const script = join(dirname(fileURLToPath(import.meta.url)), "build-images.mjs");
   const log = spawnSync(process.execPath, [script, "--env"], { encoding: "utf8" });
   if (log.status !== 0) return;
@@ -140,7 +160,11 @@ for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"]) {
 function startPromiseLint() {
   const root = join(dirname(fileURLToPath(import.meta.url)), "..");
   const eslint = join(root, "node_modules", "eslint", "bin", "eslint.js");
-  const lint = (lintChild = spawn("nice", ["-n", "10", process.execPath, eslint, "-c", join(root, "eslint.promises.config.js"), root], { stdio: ["ignore", "pipe", "pipe"], cwd: root }));
+  const lint = (lintChild = spawn(
+    "nice",
+    ["-n", "10", process.execPath, eslint, "-c", join(root, "eslint.promises.config.js"), root],
+    { stdio: ["ignore", "pipe", "pipe"], cwd: root },
+  ));
   let output = "";
   lint.stdout.on("data", (d) => (output += d));
   lint.stderr.on("data", (d) => (output += d));
@@ -151,16 +175,26 @@ const promiseLint = lintPromises ? startPromiseLint() : undefined;
 pg = await startPostgres();
 prebuildImages();
 const scripts = dirname(fileURLToPath(import.meta.url));
-const env = { ...process.env, DROVER_TEST_PG_URL: pg.url, DROVER_TEST_TIMEOUT_MS: String(timeoutMs), CHECKPOINT_DISABLE: "1" };
+const env = {
+  ...process.env,
+  DROVER_TEST_PG_URL: pg.url,
+  DROVER_TEST_TIMEOUT_MS: String(timeoutMs),
+  CHECKPOINT_DISABLE: "1",
+};
 // Its own process group, so an interrupt can reach every test file, not just the runner.
 // Three files at a time on two cores: most test time is spent waiting on terraform, child
 // processes and the test cluster, not on this machine's CPU. test-files.mjs runs them in the
 // order given (node --test would sort them by path); the runner passes the --import on to them.
-child = spawn(process.execPath, ["--import", join(scripts, "test-timeout.mjs"), join(scripts, "test-files.mjs"), "--concurrency=3", ...files], { stdio: "inherit", env, detached: true });
+child = spawn(
+  process.execPath,
+  ["--import", join(scripts, "test-timeout.mjs"), join(scripts, "test-files.mjs"), "--concurrency=3", ...files],
+  { stdio: "inherit", env, detached: true },
+);
 let code = await new Promise((resolve) => child.on("exit", (c, s) => resolve(c ?? (s ? 1 : 0))));
 if (promiseLint && !interrupted) {
   const lint = await promiseLint;
-  if (lint.code === 0) console.error("[run-tests] promise lint (eslint.promises.config.js): no dropped or misused promise");
+  if (lint.code === 0)
+    console.error("[run-tests] promise lint (eslint.promises.config.js): no dropped or misused promise");
   else {
     console.error(`[run-tests] promise lint (eslint.promises.config.js) failed:\n${lint.output}`);
     code = code || 1;
@@ -174,11 +208,23 @@ if (!interrupted) process.exit(code);
  */
 function bundleAgentIfStale() {
   const bundle = join("packages", "cli", "dist", "agent-bundle", "program.js");
-  const newest = (dir) => (existsSync(dir) ? readdirSync(dir, { recursive: true }).filter((f) => String(f).endsWith(".js")).reduce((m, f) => Math.max(m, statSync(join(dir, String(f))).mtimeMs), 0) : 0);
+  const newest = (dir) =>
+    existsSync(dir)
+      ? readdirSync(dir, { recursive: true })
+          .filter((f) => String(f).endsWith(".js"))
+          .reduce((m, f) => Math.max(m, statSync(join(dir, String(f))).mtimeMs), 0)
+      : 0;
   // With the .tsbuildinfo files, which `drover agent run` compares with the bundle (packages/cli/src/main.ts).
   const info = (p) => (existsSync(p) ? statSync(p).mtimeMs : 0);
-  const sources = Math.max(...["protocol", "agent", "cli"].flatMap((p) => [newest(join("packages", p, "dist", "src")), info(join("packages", p, "dist", ".tsbuildinfo"))]));
+  const sources = Math.max(
+    ...["protocol", "agent", "cli"].flatMap((p) => [
+      newest(join("packages", p, "dist", "src")),
+      info(join("packages", p, "dist", ".tsbuildinfo")),
+    ]),
+  );
   if (existsSync(bundle) && statSync(bundle).mtimeMs >= sources) return;
   console.error("[run-tests] the agent bundle is older than tsc's output: rebuilding it (scripts/bundle-agent.mjs)");
-  execFileSync(process.execPath, [join(dirname(fileURLToPath(import.meta.url)), "bundle-agent.mjs")], { stdio: "inherit" });
+  execFileSync(process.execPath, [join(dirname(fileURLToPath(import.meta.url)), "bundle-agent.mjs")], {
+    stdio: "inherit",
+  });
 }

@@ -11,4 +11,6 @@ const readme = join(dirname(fileURLToPath(import.meta.url)), "..", "README.md");
 const before = readFileSync(readme, "utf8");
 const after = withSettingsTables(before);
 if (after !== before) writeFileSync(readme, after);
-process.stdout.write(after === before ? "README.md: settings tables already current\n" : "README.md: settings tables regenerated\n");
+process.stdout.write(
+  after === before ? "README.md: settings tables already current\n" : "README.md: settings tables regenerated\n",
+);

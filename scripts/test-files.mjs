@@ -15,7 +15,10 @@ const concurrencyArg = process.argv.find((a) => a.startsWith("--concurrency="));
 const concurrency = concurrencyArg ? Number(concurrencyArg.slice("--concurrency=".length)) : 1;
 // Absolute: the runner names a file's test by the path it was given but reports the file's
 // absolute path, and a file's wall time is recognised by the two being equal.
-const files = process.argv.slice(2).filter((a) => !a.startsWith("--")).map((f) => resolve(f));
+const files = process.argv
+  .slice(2)
+  .filter((a) => !a.startsWith("--"))
+  .map((f) => resolve(f));
 
 const measured = {};
 /** Files with a failed test: their time (a timeout, a test cut short) says nothing of their usual one. */
@@ -42,7 +45,9 @@ stream.once("end", () => {
     mkdirSync(dirname(lastRunDurations), { recursive: true });
     writeFileSync(lastRunDurations, JSON.stringify(record, null, 1) + "\n");
   } catch (err) {
-    process.stderr.write(`[run-tests] could not record the files' durations in ${lastRunDurations}: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.stderr.write(
+      `[run-tests] could not record the files' durations in ${lastRunDurations}: ${err instanceof Error ? err.message : String(err)}\n`,
+    );
   }
 });
 stream.compose(spec).pipe(process.stdout);

@@ -39,7 +39,10 @@ export function orderByDuration(files, durations) {
     const s = durations[durationKey(f)];
     return typeof s === "number" && Number.isFinite(s) ? s : Infinity;
   };
-  return [...files].sort((a, b) => seconds(b) - seconds(a) || (durationKey(a) < durationKey(b) ? -1 : durationKey(a) > durationKey(b) ? 1 : 0));
+  return [...files].sort(
+    (a, b) =>
+      seconds(b) - seconds(a) || (durationKey(a) < durationKey(b) ? -1 : durationKey(a) > durationKey(b) ? 1 : 0),
+  );
 }
 
 /**

@@ -47,7 +47,9 @@ if (process.env.NODE_TEST_CONTEXT !== undefined && Number.isSafeInteger(timeoutM
     // socket whose close never completed (a file that had passed every test never exited).
     process.on("exit", (code) => process.reallyExit(process.exitCode ?? code));
     setTimeout(() => {
-      process.stderr.write(`[run-tests] ${process.argv[1] ?? "a test file"} was still running ${timeoutMs} ms after its last test (open handles); ending it\n`);
+      process.stderr.write(
+        `[run-tests] ${process.argv[1] ?? "a test file"} was still running ${timeoutMs} ms after its last test (open handles); ending it\n`,
+      );
       process.exit(process.exitCode || 1);
     }, timeoutMs).unref();
   });

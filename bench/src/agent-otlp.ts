@@ -25,7 +25,9 @@ export async function benchAgentOtlpIdle(): Promise<Figure[]> {
   try {
     await api(server.url, routes.createPool, { body: { name: "otlp-idle" } });
     const plain = await startAgentProc(server, "otlp-idle", "idle-without-otlp");
-    const traced = await startAgentProc(server, "otlp-idle", "idle-with-otlp", { DROVER_AGENT_OTLP_ENDPOINT: endpoint });
+    const traced = await startAgentProc(server, "otlp-idle", "idle-with-otlp", {
+      DROVER_AGENT_OTLP_ENDPOINT: endpoint,
+    });
     // Both sampled at the same moments, after V8's memory reducer has had its seconds (see agent-resources.ts).
     const without: number[] = [];
     const withOtlp: number[] = [];

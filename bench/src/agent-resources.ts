@@ -23,7 +23,19 @@ export async function benchAgentIdle(): Promise<Figure[]> {
     await sleep(1000);
     const bareRss = rssMb(bare.pid!);
     bare.kill();
-    return [{ bench: "agent idle", metric: "RSS after 30 s idle", unit: "MB", value: rss, baseline: bareRss, baselineLabel: "empty Node.js process", target: "≤ 55 MB", met: rss <= 55, note: `every 5 s: ${samples.map((v) => v.toFixed(1)).join(", ")} MB (peak ${Math.max(...samples).toFixed(1)})` }];
+    return [
+      {
+        bench: "agent idle",
+        metric: "RSS after 30 s idle",
+        unit: "MB",
+        value: rss,
+        baseline: bareRss,
+        baselineLabel: "empty Node.js process",
+        target: "≤ 55 MB",
+        met: rss <= 55,
+        note: `every 5 s: ${samples.map((v) => v.toFixed(1)).join(", ")} MB (peak ${Math.max(...samples).toFixed(1)})`,
+      },
+    ];
   } finally {
     await server.stop();
   }

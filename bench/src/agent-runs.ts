@@ -13,7 +13,12 @@ export interface AgentProc {
   stop(): Promise<void>;
 }
 
-export async function startAgentProc(server: ServerProc, pool: string, name: string, env: Record<string, string> = {}): Promise<AgentProc> {
+export async function startAgentProc(
+  server: ServerProc,
+  pool: string,
+  name: string,
+  env: Record<string, string> = {},
+): Promise<AgentProc> {
   const { token } = await api(server.url, routes.createPoolToken, { params: { pool }, body: {} });
   const dir = mkdtempSync(join(tmpdir(), "drover-bench-agent-"));
   const tfrc = join(dir, "terraformrc");
@@ -57,7 +62,11 @@ export async function startAgentProc(server: ServerProc, pool: string, name: str
 /** Packs a directory as a configuration upload. */
 export async function packDir(dir: string): Promise<Buffer> {
   const chunks: Buffer[] = [];
-  for await (const c of create({ gzip: true, cwd: dir, filter: (p) => !p.includes(".terraform") && !p.includes("tfstate") }, ["."]) as AsyncIterable<Buffer>) chunks.push(c);
+  for await (const c of create(
+    { gzip: true, cwd: dir, filter: (p) => !p.includes(".terraform") && !p.includes("tfstate") },
+    ["."],
+  ) as AsyncIterable<Buffer>)
+    chunks.push(c);
   return Buffer.concat(chunks);
 }
 
@@ -72,23 +81,38 @@ export interface RunTimeline {
   apply: number;
 }
 
-export async function runToCompletion(server: ServerProc, workspace: string, archive: Buffer): Promise<{ id: string; status: string; ms: number; timeline: RunTimeline | null }> {
+export async function runToCompletion(
+  server: ServerProc,
+  workspace: string,
+  archive: Buffer,
+): Promise<{ id: string; status: string; ms: number; timeline: RunTimeline | null }> {
   const started = Date.now();
   const cv = await api(server.url, routes.uploadConfiguration, { params: { ws: workspace }, body: archive });
-  const run = await api(server.url, routes.createRun, { body: { workspace, configurationVersionId: cv.id, autoApply: true } });
+  const run = await api(server.url, routes.createRun, {
+    body: { workspace, configurationVersionId: cv.id, autoApply: true },
+  });
   for (;;) {
     const r = await api(server.url, routes.getRun, { params: { id: run.id } });
     if (["applied", "planned_and_finished", "errored", "canceled", "discarded"].includes(r.status)) {
       // The end is the server's own record of the last job finishing (same machine, same
       // clock), so this loop's polling interval does not count against Drover.
-      const jobs = (await api(server.url, routes.listRunJobs, { params: { id: run.id } })).items as Array<{ phase: string; startedAt: string | null; finishedAt: string | null }>;
+      const jobs = (await api(server.url, routes.listRunJobs, { params: { id: run.id } })).items as Array<{
+        phase: string;
+        startedAt: string | null;
+        finishedAt: string | null;
+      }>;
       const ended = Math.max(...jobs.map((j) => (j.finishedAt ? Date.parse(j.finishedAt) : 0)));
       const plan = jobs.find((j) => j.phase === "plan");
       const apply = jobs.find((j) => j.phase === "apply");
       const t = (s: string | null | undefined) => (s ? Date.parse(s) : NaN);
       const timeline =
         plan && apply
-          ? { toPlan: t(plan.startedAt) - started, plan: t(plan.finishedAt) - t(plan.startedAt), handoff: t(apply.startedAt) - t(plan.finishedAt), apply: t(apply.finishedAt) - t(apply.startedAt) }
+          ? {
+              toPlan: t(plan.startedAt) - started,
+              plan: t(plan.finishedAt) - t(plan.startedAt),
+              handoff: t(apply.startedAt) - t(plan.finishedAt),
+              apply: t(apply.finishedAt) - t(apply.startedAt),
+            }
           : null;
       return { id: run.id, status: r.status, ms: (ended > 0 ? ended : Date.now()) - started, timeline };
     }

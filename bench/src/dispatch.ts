@@ -3,7 +3,14 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { create } from "tar";
 import { api, sleep, startServerProc } from "./harness.js";
-import { describeFunctions, describeProfile, monotonicUs, summarizeProfiles, type ProfileSummary, type ProfileWindow } from "./profile.js";
+import {
+  describeFunctions,
+  describeProfile,
+  monotonicUs,
+  summarizeProfiles,
+  type ProfileSummary,
+  type ProfileWindow,
+} from "./profile.js";
 import { percentile, type Figure } from "./report.js";
 import { routes } from "@drover/protocol";
 
@@ -21,7 +28,11 @@ export async function tinyArchive(): Promise<Buffer> {
 type Mode = "long-poll" | "interval-1s";
 
 /** Runs `task` over `items` with at most `limit` in flight, keeping the results in order. */
-export async function inParallel<T, R>(items: T[], limit: number, task: (item: T, index: number) => Promise<R>): Promise<R[]> {
+export async function inParallel<T, R>(
+  items: T[],
+  limit: number,
+  task: (item: T, index: number) => Promise<R>,
+): Promise<R[]> {
   const results = new Array<R>(items.length);
   let next = 0;
   await Promise.all(
@@ -53,7 +64,14 @@ interface DispatchResult {
  * takes them, so the queue is never idle while it fills. `serverEnv` adds server settings (the
  * test suite's pass turns on DROVER_DIAGNOSTICS_VALIDATE_RESPONSES).
  */
-export async function measure(mode: Mode, jobs: number, agents: number, submitters = 1, serverNodeArgs: string[] = [], serverEnv: Record<string, string> = {}): Promise<DispatchResult> {
+export async function measure(
+  mode: Mode,
+  jobs: number,
+  agents: number,
+  submitters = 1,
+  serverNodeArgs: string[] = [],
+  serverEnv: Record<string, string> = {},
+): Promise<DispatchResult> {
   const server = await startServerProc({ DROVER_LEASE_TTL_SECONDS: "600", ...serverEnv }, serverNodeArgs);
   try {
     const url = server.url;
@@ -74,7 +92,12 @@ export async function measure(mode: Mode, jobs: number, agents: number, submitte
       8,
       async (i) => {
         const { token } = await api(url, routes.createPoolToken, { params: { pool: "bench" }, body: {} });
-        return (await api(url, routes.register, { token: token, body: { name: `a${i}`, version: "bench", driver: "local", capacity: Math.min(jobs, 1000) } })).sessionToken as string;
+        return (
+          await api(url, routes.register, {
+            token: token,
+            body: { name: `a${i}`, version: "bench", driver: "local", capacity: Math.min(jobs, 1000) },
+          })
+        ).sessionToken as string;
       },
     );
     let started = 0;
@@ -82,11 +105,18 @@ export async function measure(mode: Mode, jobs: number, agents: number, submitte
     let refused = 0;
     const loops = sessions.map(async (session) => {
       while (started < jobs) {
-        const res = await api(url, routes.pollJob, { query: { wait: mode === "long-poll" ? 5000 : 0 }, token: session });
+        const res = await api(url, routes.pollJob, {
+          query: { wait: mode === "long-poll" ? 5000 : 0 },
+          token: session,
+        });
         if (res.job) {
           handed.set(res.job.jobId, (handed.get(res.job.jobId) ?? 0) + 1);
           try {
-            await api(url, routes.startJob, { params: { id: res.job.jobId }, body: { starter: "test" }, token: res.job.jobToken });
+            await api(url, routes.startJob, {
+              params: { id: res.job.jobId },
+              body: { starter: "test" },
+              token: res.job.jobToken,
+            });
           } catch {
             refused++;
           }
@@ -98,10 +128,25 @@ export async function measure(mode: Mode, jobs: number, agents: number, submitte
     });
     await sleep(500);
     const fromUs = monotonicUs();
-    const runIds = await inParallel(cvs, submitters, async ({ ws, cv }) => (await api(url, routes.createRun, { body: { workspace: ws, configurationVersionId: cv } })).id as string);
+    const runIds = await inParallel(
+      cvs,
+      submitters,
+      async ({ ws, cv }) =>
+        (await api(url, routes.createRun, { body: { workspace: ws, configurationVersionId: cv } })).id as string,
+    );
     await Promise.all(loops);
     const window = { fromUs, toUs: monotonicUs() };
-    const rows = await inParallel(runIds, 8, async (id) => (await api(url, routes.listRunJobs, { params: { id } })).items as Array<{ id: string; attempt: number; createdAt: string; startedAt: string | null }>);
+    const rows = await inParallel(
+      runIds,
+      8,
+      async (id) =>
+        (await api(url, routes.listRunJobs, { params: { id } })).items as Array<{
+          id: string;
+          attempt: number;
+          createdAt: string;
+          startedAt: string | null;
+        }>,
+    );
     const latencies: number[] = [];
     let reclaimed = 0;
     for (const items of rows) {
@@ -132,7 +177,8 @@ export async function benchDispatch(jobs = 10_000, agents = 100): Promise<Figure
   } finally {
     rmSync(profileDir, { recursive: true, force: true });
   }
-  const correct = ours.duplicates === 0 && ours.reclaimed === 0 && baseline.duplicates === 0 && baseline.reclaimed === 0;
+  const correct =
+    ours.duplicates === 0 && ours.reclaimed === 0 && baseline.duplicates === 0 && baseline.reclaimed === 0;
   const figure = (metric: string, p: number, target: number | null): Figure => {
     const value = percentile(ours.latencies, p);
     return {
@@ -151,6 +197,7 @@ export async function benchDispatch(jobs = 10_000, agents = 100): Promise<Figure
     `${ours.latencies.length} jobs started; jobs handed out twice, refused at start or never handed out: ${ours.duplicates} (baseline ${baseline.duplicates}); ` +
     `jobs not started on their first attempt: ${ours.reclaimed} (baseline ${baseline.reclaimed}); runs submitted one after another as fast as the server accepts them (agents are waiting when most jobs land); ` +
     `the long-poll server's CPU profile from the first submission to the last start (${((ours.window.toUs - ours.window.fromUs) / 1e6).toFixed(1)} s, ${profile.busyMs.toFixed(0)} ms busy), self time by place: ${describeProfile(profile)}; top functions: ${describeFunctions(profile)}`;
-  p99.why = "the server's CPU profile in this figure's note (taken in this run); bench/notes/issue-18.md, sections \"Dispatch, 10,000 jobs, 100 agents\" and \"Server pass of 2026-11-26\"";
+  p99.why =
+    'the server\'s CPU profile in this figure\'s note (taken in this run); bench/notes/issue-18.md, sections "Dispatch, 10,000 jobs, 100 agents" and "Server pass of 2026-11-26"';
   return [figure("queued→started p50", 50, null), p99, figure("queued→started max", 100, null)];
 }

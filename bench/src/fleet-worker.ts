@@ -23,7 +23,9 @@ const dispatcher = new Agent({ connections: null, keepAliveTimeout: 60_000, head
 class HttpConnection {
   private socket: Socket | undefined;
   private buffered: Buffer = Buffer.alloc(0);
-  private waiting: { resolve: (a: { status: number; body: string }) => void; reject: (e: Error) => void; timer: NodeJS.Timeout } | undefined;
+  private waiting:
+    | { resolve: (a: { status: number; body: string }) => void; reject: (e: Error) => void; timer: NodeJS.Timeout }
+    | undefined;
 
   constructor(
     private readonly host: string,
@@ -31,12 +33,25 @@ class HttpConnection {
   ) {}
 
   /** Sends one request and resolves with the answer's status and body; rejects on close or after `timeoutMs`. */
-  request(method: string, path: string, token: string, body: string | undefined, timeoutMs: number): Promise<{ status: number; body: string }> {
+  request(
+    method: string,
+    path: string,
+    token: string,
+    body: string | undefined,
+    timeoutMs: number,
+  ): Promise<{ status: number; body: string }> {
     const socket = this.socket ?? this.open();
     const head = `${method} ${path} HTTP/1.1\r\nhost: ${this.host}:${this.port}\r\nauthorization: Bearer ${token}\r\n`;
-    socket.write(body === undefined ? `${head}content-length: 0\r\n\r\n` : `${head}content-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+    socket.write(
+      body === undefined
+        ? `${head}content-length: 0\r\n\r\n`
+        : `${head}content-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+    );
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => this.fail(new Error(`no answer from the server within ${timeoutMs} ms (${method} ${path})`)), timeoutMs);
+      const timer = setTimeout(
+        () => this.fail(new Error(`no answer from the server within ${timeoutMs} ms (${method} ${path})`)),
+        timeoutMs,
+      );
       this.waiting = { resolve, reject, timer };
     });
   }
@@ -148,7 +163,15 @@ async function runAgent(session: string, interval: number, i: number): Promise<v
   while (performance.now() < windowEnd) {
     const t = performance.now();
     try {
-      ok(await heartbeatConnection.request("POST", routes.agentHeartbeat.path, session, heartbeatBody, heartbeatTimeoutMs));
+      ok(
+        await heartbeatConnection.request(
+          "POST",
+          routes.agentHeartbeat.path,
+          session,
+          heartbeatBody,
+          heartbeatTimeoutMs,
+        ),
+      );
       if (t >= windowStart && t < windowEnd) latencies.push(performance.now() - t);
     } catch (err) {
       failed(err);
@@ -172,7 +195,10 @@ let next = 0;
 await Promise.all(
   Array.from({ length: registerConcurrency }, async () => {
     for (let i = next++; i < count; i = next++) {
-      const reg = await client.call(routes.register, { token, body: { name: `${prefix}-${i}`, version: "bench", driver: "local", capacity: 1 } });
+      const reg = await client.call(routes.register, {
+        token,
+        body: { name: `${prefix}-${i}`, version: "bench", driver: "local", capacity: 1 },
+      });
       agents.push(runAgent(reg.sessionToken, reg.heartbeatIntervalMs, i));
     }
   }),
@@ -185,5 +211,15 @@ setTimeout(() => (windowCpu = { at: performance.now(), usage: process.cpuUsage()
 await Promise.all(agents);
 // This process's CPU from the window's start to its last agent's end, in % of one core.
 const used = windowCpu ? process.cpuUsage(windowCpu.usage) : undefined;
-const windowCpuPercent = used && windowCpu ? ((used.user + used.system) / 1000 / (performance.now() - windowCpu.at)) * 100 : 0;
-process.stdout.write(JSON.stringify({ latencies, heartbeatFailures, errors, errorKinds: [...errorKinds], loopDelayP99Ms: loopDelay.percentile(99) / 1e6, windowCpuPercent }) + "\n");
+const windowCpuPercent =
+  used && windowCpu ? ((used.user + used.system) / 1000 / (performance.now() - windowCpu.at)) * 100 : 0;
+process.stdout.write(
+  JSON.stringify({
+    latencies,
+    heartbeatFailures,
+    errors,
+    errorKinds: [...errorKinds],
+    loopDelayP99Ms: loopDelay.percentile(99) / 1e6,
+    windowCpuPercent,
+  }) + "\n",
+);

@@ -77,7 +77,9 @@ export function stopTracked(graceMs = stopGraceMs): number {
       stop();
       ended++;
     } catch (err) {
-      process.stderr.write(`stopping an abandoned bench's process failed: ${err instanceof Error ? err.message : String(err)}\n`);
+      process.stderr.write(
+        `stopping an abandoned bench's process failed: ${err instanceof Error ? err.message : String(err)}\n`,
+      );
     }
   }
   return ended;
@@ -93,13 +95,27 @@ const serverLogLines = 40;
  * (DROVER_DIAGNOSTICS_VALIDATE_RESPONSES, a schema check per answer, would be measured too);
  * test/bench/dispatch-validated.test.ts runs a dispatch pass with the check on instead.
  */
-export async function startServerProc(env: Record<string, string> = {}, nodeArgs: string[] = [], profileName = "server"): Promise<ServerProc> {
+export async function startServerProc(
+  env: Record<string, string> = {},
+  nodeArgs: string[] = [],
+  profileName = "server",
+): Promise<ServerProc> {
   const dir = mkdtempSync(join(tmpdir(), "drover-bench-"));
   const child = track(
-    spawn(process.execPath, [...profileFlags(profileName), ...nodeArgs, droverBin, "server", "--port", "0", "--data-dir", dir], {
-      env: { ...process.env, DROVER_ADMIN_TOKEN: adminToken, DROVER_LOG_LEVEL: "warn", DROVER_DIAGNOSTICS_VALIDATE_RESPONSES: "false", ...env },
-      stdio: ["ignore", "pipe", "inherit"],
-    }),
+    spawn(
+      process.execPath,
+      [...profileFlags(profileName), ...nodeArgs, droverBin, "server", "--port", "0", "--data-dir", dir],
+      {
+        env: {
+          ...process.env,
+          DROVER_ADMIN_TOKEN: adminToken,
+          DROVER_LOG_LEVEL: "warn",
+          DROVER_DIAGNOSTICS_VALIDATE_RESPONSES: "false",
+          ...env,
+        },
+        stdio: ["ignore", "pipe", "inherit"],
+      },
+    ),
   );
   const url = await new Promise<string>((resolve, reject) => {
     let out = "";
@@ -109,9 +125,13 @@ export async function startServerProc(env: Record<string, string> = {}, nodeArgs
       if (listening) {
         // The server's warnings and errors (it logs at warn): a bench that fails on a 500 shows
         // why. Capped, so a flood of one warning does not bury the run's output.
-        for (const line of d.toString().split("\n").filter((l) => l.trim())) {
+        for (const line of d
+          .toString()
+          .split("\n")
+          .filter((l) => l.trim())) {
           if (forwarded < serverLogLines) process.stderr.write(`server ${child.pid}: ${line}\n`);
-          else if (forwarded === serverLogLines) process.stderr.write(`server ${child.pid}: more log lines follow, not shown\n`);
+          else if (forwarded === serverLogLines)
+            process.stderr.write(`server ${child.pid}: more log lines follow, not shown\n`);
           forwarded++;
         }
         return;
@@ -167,7 +187,11 @@ export function client(url: string, token = adminToken): DroverClient {
 type Nothing = Record<never, never>;
 
 /** A route call through the typed client (admin token unless the input names one); a failure throws its coded error. */
-export async function api<R extends Route>(url: string, route: R, ...[input]: Nothing extends RequestOf<R> ? [input?: RequestOf<R>] : [input: RequestOf<R>]): Promise<ResultOf<R>> {
+export async function api<R extends Route>(
+  url: string,
+  route: R,
+  ...[input]: Nothing extends RequestOf<R> ? [input?: RequestOf<R>] : [input: RequestOf<R>]
+): Promise<ResultOf<R>> {
   return client(url).call(route, (input ?? {}) as RequestOf<R>);
 }
 

@@ -15,7 +15,11 @@ interface Built {
 
 /** Builds (or finds) the local images with scripts/build-images.mjs. */
 function buildImages(): Built {
-  const r = spawnSync(process.execPath, [join(repoRoot, "scripts", "build-images.mjs")], { encoding: "utf8", stdio: ["ignore", "pipe", "inherit"], maxBuffer: 16 * 1024 * 1024 });
+  const r = spawnSync(process.execPath, [join(repoRoot, "scripts", "build-images.mjs")], {
+    encoding: "utf8",
+    stdio: ["ignore", "pipe", "inherit"],
+    maxBuffer: 16 * 1024 * 1024,
+  });
   if (r.status !== 0) throw new Error(`scripts/build-images.mjs failed (exit ${r.status})`);
   return JSON.parse(r.stdout) as Built;
 }
@@ -48,7 +52,28 @@ async function containerStartMs(env: Record<string, string>, image: string, port
   const start = Date.now();
   const child = spawn(
     "podman",
-    ["run", "--rm", "--name", name, "--user", "1000:1000", "--read-only", "--read-only-tmpfs=false", "--tmpfs", "/tmp:rw,mode=1777", "-v", `${state}:/var/lib/drover`, "-e", `DROVER_PORT=${port}`, "-e", "DROVER_HOST=127.0.0.1", "-e", `DROVER_ADMIN_TOKEN=${adminToken}`, image, "server"],
+    [
+      "run",
+      "--rm",
+      "--name",
+      name,
+      "--user",
+      "1000:1000",
+      "--read-only",
+      "--read-only-tmpfs=false",
+      "--tmpfs",
+      "/tmp:rw,mode=1777",
+      "-v",
+      `${state}:/var/lib/drover`,
+      "-e",
+      `DROVER_PORT=${port}`,
+      "-e",
+      "DROVER_HOST=127.0.0.1",
+      "-e",
+      `DROVER_ADMIN_TOKEN=${adminToken}`,
+      image,
+      "server",
+    ],
     { env: { ...process.env, ...env }, stdio: "ignore" },
   );
   track(child);
@@ -72,7 +97,8 @@ async function containerStartMs(env: Record<string, string>, image: string, port
  */
 export async function benchImages(): Promise<Figure[]> {
   const built = buildImages();
-  const sizeMb = (image: string) => Number(podman(built.env, ["image", "inspect", "--format", "{{.Size}}", image]).trim()) / 1e6;
+  const sizeMb = (image: string) =>
+    Number(podman(built.env, ["image", "inspect", "--format", "{{.Size}}", image]).trim()) / 1e6;
   const hostStarts: number[] = [];
   const containerStarts: number[] = [];
   for (let i = 0; i < 5; i++) {
@@ -81,12 +107,36 @@ export async function benchImages(): Promise<Figure[]> {
     await readyWithin(server.url, 30_000);
     hostStarts.push(Date.now() - t0);
     await server.stop();
-    containerStarts.push(await containerStartMs(built.env, built.images.drover, 20_000 + Math.floor(Math.random() * 20_000)));
+    containerStarts.push(
+      await containerStartMs(built.env, built.images.drover, 20_000 + Math.floor(Math.random() * 20_000)),
+    );
   }
-  const buildNote = `build-images.mjs took ${built.totalMs} ms here (${Object.entries(built.timingsMs).map(([k, v]) => `${k} ${v} ms`).join(", ")})`;
+  const buildNote = `build-images.mjs took ${built.totalMs} ms here (${Object.entries(built.timingsMs)
+    .map(([k, v]) => `${k} ${v} ms`)
+    .join(", ")})`;
   return [
-    { bench: "images", metric: "drover image size", unit: "MB", value: sizeMb(built.images.drover), baseline: null, baselineLabel: "", target: "—", met: null, note: `${built.images.drover}; ${buildNote}` },
-    { bench: "images", metric: "runner image size", unit: "MB", value: sizeMb(built.images.runner), baseline: null, baselineLabel: "", target: "—", met: null, note: built.images.runner },
+    {
+      bench: "images",
+      metric: "drover image size",
+      unit: "MB",
+      value: sizeMb(built.images.drover),
+      baseline: null,
+      baselineLabel: "",
+      target: "—",
+      met: null,
+      note: `${built.images.drover}; ${buildNote}`,
+    },
+    {
+      bench: "images",
+      metric: "runner image size",
+      unit: "MB",
+      value: sizeMb(built.images.runner),
+      baseline: null,
+      baselineLabel: "",
+      target: "—",
+      met: null,
+      note: built.images.runner,
+    },
     {
       bench: "images",
       metric: "drover server start (podman run → ready), median of 5",

@@ -14,15 +14,31 @@ import { median, percentile, type Figure } from "./report.js";
 const ktc = (await import(new URL("../../tools/kube-test-cluster/dist/index.js", import.meta.url).href)) as typeof Ktc;
 const ns = "bench";
 
-function kube(c: Ktc.TestCluster, method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> {
+function kube(
+  c: Ktc.TestCluster,
+  method: string,
+  path: string,
+  body?: unknown,
+): Promise<{ status: number; body: any }> {
   return new Promise((resolve, reject) => {
     const text = body === undefined ? undefined : JSON.stringify(body);
     // A connection of its own: a reused keep-alive socket the server is closing answers ECONNRESET.
-    const req = request(new URL(path, c.url), { method, agent: false, ca: c.caCert, headers: { authorization: `Bearer ${c.token}`, "content-type": "application/json", accept: "application/json" } }, (res) => {
-      const chunks: Buffer[] = [];
-      res.on("data", (d: Buffer) => chunks.push(d));
-      res.on("end", () => resolve({ status: res.statusCode ?? 0, body: JSON.parse(Buffer.concat(chunks).toString("utf8") || "null") }));
-    });
+    const req = request(
+      new URL(path, c.url),
+      {
+        method,
+        agent: false,
+        ca: c.caCert,
+        headers: { authorization: `Bearer ${c.token}`, "content-type": "application/json", accept: "application/json" },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on("data", (d: Buffer) => chunks.push(d));
+        res.on("end", () =>
+          resolve({ status: res.statusCode ?? 0, body: JSON.parse(Buffer.concat(chunks).toString("utf8") || "null") }),
+        );
+      },
+    );
     req.on("error", reject);
     if (text) req.write(text);
     req.end();
@@ -34,27 +50,35 @@ function kube(c: Ktc.TestCluster, method: string, path: string, body?: unknown):
  * the label `key`: one stream instead of a poll loop on the API server, which shares this
  * process's event loop (the test cluster runs in process).
  */
-function watchJobs(c: Ktc.TestCluster, namespace: string, key: string): { seen: Map<string, number>; waitFor(value: string): Promise<number>; close(): void } {
+function watchJobs(
+  c: Ktc.TestCluster,
+  namespace: string,
+  key: string,
+): { seen: Map<string, number>; waitFor(value: string): Promise<number>; close(): void } {
   const seen = new Map<string, number>();
   const waiting = new Map<string, (t: number) => void>();
-  const req = request(new URL(`/apis/batch/v1/namespaces/${namespace}/jobs?watch=1`, c.url), { ca: c.caCert, headers: { authorization: `Bearer ${c.token}` } }, (res) => {
-    let buf = "";
-    res.on("data", (d: Buffer) => {
-      const now = performance.now();
-      buf += d.toString("utf8");
-      let nl: number;
-      while ((nl = buf.indexOf("\n")) >= 0) {
-        const line = buf.slice(0, nl);
-        buf = buf.slice(nl + 1);
-        if (!line.trim()) continue;
-        const ev = JSON.parse(line) as { type: string; object: { metadata?: { labels?: Record<string, string> } } };
-        const value = ev.object.metadata?.labels?.[key];
-        if (ev.type !== "ADDED" || value === undefined || seen.has(value)) continue;
-        seen.set(value, now);
-        waiting.get(value)?.(now);
-      }
-    });
-  });
+  const req = request(
+    new URL(`/apis/batch/v1/namespaces/${namespace}/jobs?watch=1`, c.url),
+    { ca: c.caCert, headers: { authorization: `Bearer ${c.token}` } },
+    (res) => {
+      let buf = "";
+      res.on("data", (d: Buffer) => {
+        const now = performance.now();
+        buf += d.toString("utf8");
+        let nl: number;
+        while ((nl = buf.indexOf("\n")) >= 0) {
+          const line = buf.slice(0, nl);
+          buf = buf.slice(nl + 1);
+          if (!line.trim()) continue;
+          const ev = JSON.parse(line) as { type: string; object: { metadata?: { labels?: Record<string, string> } } };
+          const value = ev.object.metadata?.labels?.[key];
+          if (ev.type !== "ADDED" || value === undefined || seen.has(value)) continue;
+          seen.set(value, now);
+          waiting.get(value)?.(now);
+        }
+      });
+    },
+  );
   req.on("error", () => undefined);
   req.end();
   return {
@@ -74,11 +98,16 @@ const runDeadlineMs = 120_000;
 async function firstStep(url: string, runId: string, t0: number): Promise<number> {
   const deadline = Date.now() + runDeadlineMs;
   while (Date.now() < deadline) {
-    const res = await client(url).exchange(routes.runLogs, { params: { id: runId }, query: { phase: "plan", offset: 0, limit: 65536 } });
+    const res = await client(url).exchange(routes.runLogs, {
+      params: { id: runId },
+      query: { phase: "plan", offset: 0, limit: 65536 },
+    });
     if (res.result.toString("utf8").includes("$ terraform init")) return performance.now() - t0;
     await sleep(5);
   }
-  throw new Error(`run ${runId} did not reach \`terraform init\` within ${runDeadlineMs / 1000} s (is its agent running?)`);
+  throw new Error(
+    `run ${runId} did not reach \`terraform init\` within ${runDeadlineMs / 1000} s (is its agent running?)`,
+  );
 }
 
 async function waitForRun(url: string, runId: string): Promise<string> {
@@ -91,7 +120,12 @@ async function waitForRun(url: string, runId: string): Promise<string> {
   throw new Error(`run ${runId} did not end within ${runDeadlineMs / 1000} s`);
 }
 
-const task = (containers: unknown[], podSpec: Record<string, unknown> = {}) => ({ apiVersion: "drover.dev/v1alpha1", kind: "AgentTask", metadata: { name: "task" }, spec: { jobTemplate: { template: { spec: { ...podSpec, containers } } } } });
+const task = (containers: unknown[], podSpec: Record<string, unknown> = {}) => ({
+  apiVersion: "drover.dev/v1alpha1",
+  kind: "AgentTask",
+  metadata: { name: "task" },
+  spec: { jobTemplate: { template: { spec: { ...podSpec, containers } } } },
+});
 
 /**
  * Where the first part's pods go: nowhere. No node carries the label, so each pod is marked
@@ -103,36 +137,65 @@ const task = (containers: unknown[], podSpec: Record<string, unknown> = {}) => (
 const nowhere = { nodeSelector: { "bench.drover.dev/node": "none" } };
 
 /** `drover agent controller` for `namespace`, serving the pool of `token`. */
-function startController(cluster: Ktc.TestCluster, namespace: string, token: string, concurrency: number, extra: Record<string, string> = {}): ChildProcess {
-  return track(spawn(process.execPath, [droverBin, "agent", "controller"], {
-    env: {
-      ...process.env,
-      KUBECONFIG: cluster.kubeconfigPath,
-      DROVER_TOKEN: token,
-      DROVER_AGENT_NAME: `bench-ctl-${namespace}`,
-      DROVER_AGENT_CONCURRENCY: String(concurrency),
-      DROVER_AGENT_KUBERNETES_NAMESPACE: namespace,
-      DROVER_AGENT_KUBERNETES_TASK_TEMPLATE: "task",
-      DROVER_AGENT_IMAGE_PULL_GRACE_SECONDS: "3600",
-      DROVER_AGENT_HEALTH_PORT: "0",
-      ...extra,
-    },
-    stdio: "ignore",
-  }));
+function startController(
+  cluster: Ktc.TestCluster,
+  namespace: string,
+  token: string,
+  concurrency: number,
+  extra: Record<string, string> = {},
+): ChildProcess {
+  return track(
+    spawn(process.execPath, [droverBin, "agent", "controller"], {
+      env: {
+        ...process.env,
+        KUBECONFIG: cluster.kubeconfigPath,
+        DROVER_TOKEN: token,
+        DROVER_AGENT_NAME: `bench-ctl-${namespace}`,
+        DROVER_AGENT_CONCURRENCY: String(concurrency),
+        DROVER_AGENT_KUBERNETES_NAMESPACE: namespace,
+        DROVER_AGENT_KUBERNETES_TASK_TEMPLATE: "task",
+        DROVER_AGENT_IMAGE_PULL_GRACE_SECONDS: "3600",
+        DROVER_AGENT_HEALTH_PORT: "0",
+        ...extra,
+      },
+      stdio: "ignore",
+    }),
+  );
 }
 
 async function waitForAgent(url: string, pool: string): Promise<void> {
   for (let i = 0; i < 600; i++) {
-    if ((await api(url, routes.listAgents, { query: { pool } })).items.some((a: { status: string }) => a.status !== "offline")) return;
+    if (
+      (await api(url, routes.listAgents, { query: { pool } })).items.some(
+        (a: { status: string }) => a.status !== "offline",
+      )
+    )
+      return;
     await sleep(50);
   }
   throw new Error(`no agent of pool ${pool} came online`);
 }
 
-async function prepareNamespace(cluster: Ktc.TestCluster, namespace: string, containers: unknown[], podSpec: Record<string, unknown> = {}): Promise<void> {
+async function prepareNamespace(
+  cluster: Ktc.TestCluster,
+  namespace: string,
+  containers: unknown[],
+  podSpec: Record<string, unknown> = {},
+): Promise<void> {
   await kube(cluster, "POST", "/api/v1/namespaces", { metadata: { name: namespace } });
-  for (let i = 0; i < 100 && (await kube(cluster, "GET", `/apis/drover.dev/v1alpha1/namespaces/${namespace}/agenttasks`)).status !== 200; i++) await sleep(50);
-  await kube(cluster, "POST", `/apis/drover.dev/v1alpha1/namespaces/${namespace}/agenttasks`, task(containers, podSpec));
+  for (
+    let i = 0;
+    i < 100 &&
+    (await kube(cluster, "GET", `/apis/drover.dev/v1alpha1/namespaces/${namespace}/agenttasks`)).status !== 200;
+    i++
+  )
+    await sleep(50);
+  await kube(
+    cluster,
+    "POST",
+    `/apis/drover.dev/v1alpha1/namespaces/${namespace}/agenttasks`,
+    task(containers, podSpec),
+  );
 }
 
 /**
@@ -150,7 +213,12 @@ export async function benchKubernetes(runs = 100, stepRuns = 8): Promise<Figure[
   const cluster = await ktc.startTestCluster({
     unpullableImages: [image],
     onRequest: (method, url) => {
-      if (!url.startsWith(`/apis/drover.dev/v1alpha1/namespaces/${ns}/agenttasks/`) && !url.startsWith(`/apis/batch/v1/namespaces/${ns}/jobs`) && !url.startsWith(`/api/v1/namespaces/${ns}/secrets`)) return;
+      if (
+        !url.startsWith(`/apis/drover.dev/v1alpha1/namespaces/${ns}/agenttasks/`) &&
+        !url.startsWith(`/apis/batch/v1/namespaces/${ns}/jobs`) &&
+        !url.startsWith(`/api/v1/namespaces/${ns}/secrets`)
+      )
+        return;
       if (method === "GET" && url.includes("/agenttasks/")) calls.taskReads++;
       else if (method === "POST" && url.includes("/jobs")) calls.jobCreates++;
       else if (method === "POST" && url.includes("/secrets")) calls.secretCreates++;
@@ -164,8 +232,21 @@ export async function benchKubernetes(runs = 100, stepRuns = 8): Promise<Figure[
   let local: AgentProc | undefined;
   const dir = mkdtempSync(join(tmpdir(), "drover-bench-k8s-"));
   try {
-    await kube(cluster, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", parse(readFileSync(join(repoRoot, "deploy", "kubernetes", "agenttasks.drover.dev.yaml"), "utf8")));
-    await prepareNamespace(cluster, ns, [{ name: "worker", image }, { name: "runner", image }], nowhere);
+    await kube(
+      cluster,
+      "POST",
+      "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+      parse(readFileSync(join(repoRoot, "deploy", "kubernetes", "agenttasks.drover.dev.yaml"), "utf8")),
+    );
+    await prepareNamespace(
+      cluster,
+      ns,
+      [
+        { name: "worker", image },
+        { name: "runner", image },
+      ],
+      nowhere,
+    );
     await api(server.url, routes.createPool, { body: { name: "k8s" } });
     const { token } = await api(server.url, routes.createPoolToken, { params: { pool: "k8s" }, body: {} });
     controllers.push(startController(cluster, ns, token, runs + 5));
@@ -186,7 +267,10 @@ export async function benchKubernetes(runs = 100, stepRuns = 8): Promise<Figure[
       t0 = performance.now();
       await kube(cluster, "POST", `/apis/batch/v1/namespaces/${ns}/jobs`, {
         metadata: { name: `direct-${i}`, labels: { direct: String(i) } },
-        spec: { backoffLimit: 0, template: { spec: { ...nowhere, restartPolicy: "Never", containers: [{ name: "c", image }] } } },
+        spec: {
+          backoffLimit: 0,
+          template: { spec: { ...nowhere, restartPolicy: "Never", containers: [{ name: "c", image }] } },
+        },
       });
       direct.push((await directJobs.waitFor(String(i))) - t0);
     }
@@ -202,11 +286,24 @@ export async function benchKubernetes(runs = 100, stepRuns = 8): Promise<Figure[
     writeFileSync(tfrc, "");
     const runNs = "bench-run";
     await prepareNamespace(cluster, runNs, [
-      { name: "worker", image: "ghcr.io/drover-dev/drover:bench", command: [process.execPath, droverBin], args: ["agent", "worker"] },
-      { name: "runner", image: "ghcr.io/drover-dev/drover-runner:bench", env: [{ name: "TF_CLI_CONFIG_FILE", value: tfrc }, { name: "CHECKPOINT_DISABLE", value: "1" }] },
+      {
+        name: "worker",
+        image: "ghcr.io/drover-dev/drover:bench",
+        command: [process.execPath, droverBin],
+        args: ["agent", "worker"],
+      },
+      {
+        name: "runner",
+        image: "ghcr.io/drover-dev/drover-runner:bench",
+        env: [
+          { name: "TF_CLI_CONFIG_FILE", value: tfrc },
+          { name: "CHECKPOINT_DISABLE", value: "1" },
+        ],
+      },
     ]);
     await api(server.url, routes.createPool, { body: { name: "k8s-run" } });
-    const runToken = (await api(server.url, routes.createPoolToken, { params: { pool: "k8s-run" }, body: {} })).token as string;
+    const runToken = (await api(server.url, routes.createPoolToken, { params: { pool: "k8s-run" }, body: {} }))
+      .token as string;
     controllers.push(
       startController(cluster, runNs, runToken, 5, {
         DROVER_AGENT_KUBERNETES_WORKER_IMAGE: "ghcr.io/drover-dev/drover:bench",
@@ -226,7 +323,9 @@ export async function benchKubernetes(runs = 100, stepRuns = 8): Promise<Figure[
         await api(server.url, routes.createWorkspace, { body: { name: ws, pool } });
         const cv = await api(server.url, routes.uploadConfiguration, { params: { ws }, body: runArchive });
         const t0 = performance.now();
-        const run = await api(server.url, routes.createRun, { body: { workspace: ws, configurationVersionId: cv.id, planOnly: true } });
+        const run = await api(server.url, routes.createRun, {
+          body: { workspace: ws, configurationVersionId: cv.id, planOnly: true },
+        });
         out.push(await firstStep(server.url, run.id, t0));
         const status = await waitForRun(server.url, run.id);
         if (status !== "planned_and_finished") throw new Error(`run ${run.id} in pool ${pool} ended ${status}`);
@@ -235,7 +334,10 @@ export async function benchKubernetes(runs = 100, stepRuns = 8): Promise<Figure[
     };
     const podSteps = await steps("k8s-run");
     const localSteps = await steps("k8s-local");
-    writeFileSync(join(repoRoot, "bench", "results", "kubernetes-samples.json"), JSON.stringify({ drover, direct, podSteps, localSteps }) + "\n");
+    writeFileSync(
+      join(repoRoot, "bench", "results", "kubernetes-samples.json"),
+      JSON.stringify({ drover, direct, podSteps, localSteps }) + "\n",
+    );
     const bench = `kubernetes (test cluster)`;
     const f = (n: number) => n.toFixed(0);
     return [

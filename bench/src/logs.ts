@@ -20,7 +20,10 @@ async function readPhaseLog(server: ServerProc, runId: string, phase: "plan" | "
   const parts: Buffer[] = [];
   let offset = 0;
   for (;;) {
-    const res = await client(server.url).exchange(routes.runLogs, { params: { id: runId }, query: { phase, offset, limit: 8388608 } });
+    const res = await client(server.url).exchange(routes.runLogs, {
+      params: { id: runId },
+      query: { phase, offset, limit: 8388608 },
+    });
     parts.push(res.result);
     offset = Number(res.headers["x-drover-log-offset"]);
     if (res.headers["x-drover-log-complete"] === "true" || res.result.length === 0) break;
@@ -43,10 +46,14 @@ function checkProvisionerLines(text: string, count: number): void {
   let at = 0;
   for (let n = 1; n <= count; n++) {
     const want = lineText(n).replace(/\s+/g, "");
-    if (!joined.startsWith(want, at)) throw new Error(`log-heavy apply: line ${n} is not where it belongs (found ${JSON.stringify(joined.slice(at, at + 40))})`);
+    if (!joined.startsWith(want, at))
+      throw new Error(
+        `log-heavy apply: line ${n} is not where it belongs (found ${JSON.stringify(joined.slice(at, at + 40))})`,
+      );
     at += want.length;
   }
-  if (at !== joined.length) throw new Error(`log-heavy apply: ${joined.length - at} characters of provisioner output after line ${count}`);
+  if (at !== joined.length)
+    throw new Error(`log-heavy apply: ${joined.length - at} characters of provisioner output after line ${count}`);
 }
 
 function logHeavyConfig(dir: string): void {
@@ -63,9 +70,19 @@ async function bareLogHeavy(config: string): Promise<number> {
   cpSync(config, dir, { recursive: true });
   const tfrc = join(dir, ".terraformrc");
   writeFileSync(tfrc, "");
-  const env = { ...process.env, TF_CLI_CONFIG_FILE: tfrc, CHECKPOINT_DISABLE: "1", TF_IN_AUTOMATION: "1", TF_INPUT: "0" };
+  const env = {
+    ...process.env,
+    TF_CLI_CONFIG_FILE: tfrc,
+    CHECKPOINT_DISABLE: "1",
+    TF_IN_AUTOMATION: "1",
+    TF_INPUT: "0",
+  };
   const started = Date.now();
-  for (const args of [["init", "-input=false", "-no-color"], ["plan", "-input=false", "-no-color", "-out=plan.tfplan"], ["apply", "-input=false", "-no-color", "plan.tfplan"]]) {
+  for (const args of [
+    ["init", "-input=false", "-no-color"],
+    ["plan", "-input=false", "-no-color", "-out=plan.tfplan"],
+    ["apply", "-input=false", "-no-color", "plan.tfplan"],
+  ]) {
     const code = await new Promise<number | null>((resolve) => {
       const child = track(spawn("terraform", args, { cwd: dir, env, stdio: ["ignore", "pipe", "pipe"] }));
       child.stdout.on("data", () => undefined);
@@ -84,15 +101,23 @@ async function bareLogHeavy(config: string): Promise<number> {
  * record of the last job finishing. Polled every 250 ms (not faster): the figure does not depend
  * on the interval, and quicker polling would take CPU from the terraform being measured.
  */
-async function runUntilEnd(server: ServerProc, workspace: string, archive: Buffer): Promise<{ id: string; status: string; ms: number }> {
+async function runUntilEnd(
+  server: ServerProc,
+  workspace: string,
+  archive: Buffer,
+): Promise<{ id: string; status: string; ms: number }> {
   const started = Date.now();
   const cv = await api(server.url, routes.uploadConfiguration, { params: { ws: workspace }, body: archive });
-  const run = await api(server.url, routes.createRun, { body: { workspace, configurationVersionId: cv.id, autoApply: true } });
+  const run = await api(server.url, routes.createRun, {
+    body: { workspace, configurationVersionId: cv.id, autoApply: true },
+  });
   for (;;) {
     await sleep(250);
     const r = await api(server.url, routes.getRun, { params: { id: run.id } });
     if (!["applied", "planned_and_finished", "errored", "canceled", "discarded"].includes(r.status)) continue;
-    const jobs = (await api(server.url, routes.listRunJobs, { params: { id: run.id } })).items as Array<{ finishedAt: string | null }>;
+    const jobs = (await api(server.url, routes.listRunJobs, { params: { id: run.id } })).items as Array<{
+      finishedAt: string | null;
+    }>;
     const ended = Math.max(...jobs.map((j) => (j.finishedAt ? Date.parse(j.finishedAt) : 0)));
     return { id: run.id, status: r.status, ms: (ended > 0 ? ended : Date.now()) - started };
   }
@@ -169,7 +194,11 @@ export async function benchLogStreaming(megabytes = 50): Promise<Figure[]> {
     const startedFile = join(dir, "hook-started");
     const endedFile = join(dir, "hook-ended");
     // The hook records its start and the printer's end (ms since the epoch; the server's clock).
-    writeFileSync(join(hooks, "post-plan"), `#!/bin/sh\nset -e\ndate +%s%3N > '${startedFile}'\n${printer}\ndate +%s%3N > '${endedFile}'\n`, { mode: 0o755 });
+    writeFileSync(
+      join(hooks, "post-plan"),
+      `#!/bin/sh\nset -e\ndate +%s%3N > '${startedFile}'\n${printer}\ndate +%s%3N > '${endedFile}'\n`,
+      { mode: 0o755 },
+    );
     const config = join(dir, "config");
     mkdirSync(config);
     writeFileSync(join(config, "main.tf"), 'resource "terraform_data" "quiet" {}\n');
@@ -185,12 +214,17 @@ export async function benchLogStreaming(megabytes = 50): Promise<Figure[]> {
     await api(server.url, routes.createPool, { body: { name: "logs" } });
     await api(server.url, routes.createWorkspace, { body: { name: "logs", pool: "logs" } });
     const agent = await startAgentProc(server, "logs", "log-agent", { DROVER_AGENT_HOOKS_DIR: hooks });
-    const cv = await api(server.url, routes.uploadConfiguration, { params: { ws: "logs" }, body: await packDir(config) });
+    const cv = await api(server.url, routes.uploadConfiguration, {
+      params: { ws: "logs" },
+      body: await packDir(config),
+    });
     // The server's CPU, sampled as the run is polled: its use from the hook's start to the job's
     // end (to within one poll) is what the streamed MBs cost it.
     const cpuSamples: Array<{ at: number; cpu: number }> = [];
     const loadBefore = loadavg()[0]!;
-    const created = await api(server.url, routes.createRun, { body: { workspace: "logs", configurationVersionId: cv.id, planOnly: true } });
+    const created = await api(server.url, routes.createRun, {
+      body: { workspace: "logs", configurationVersionId: cv.id, planOnly: true },
+    });
     let run: { status: string };
     for (;;) {
       run = await api(server.url, routes.getRun, { params: { id: created.id } });
@@ -205,7 +239,8 @@ export async function benchLogStreaming(megabytes = 50): Promise<Figure[]> {
     for (const l of log.toString("utf8").split("\n")) {
       const m = /^line (\d{10}) /.exec(l);
       if (!m) continue;
-      if (Number(m[1]) !== expected) throw new Error(`log out of order or lost: expected line ${expected}, got ${m[1]}`);
+      if (Number(m[1]) !== expected)
+        throw new Error(`log out of order or lost: expected line ${expected}, got ${m[1]}`);
       expected++;
     }
     if (expected - 1 !== lines) throw new Error(`log incomplete: ${expected - 1} of ${lines} lines`);

@@ -13,9 +13,19 @@ function bareRun(): number {
   cpSync(join(repoRoot, "examples", "bench"), dir, { recursive: true });
   const tfrc = join(dir, ".terraformrc");
   writeFileSync(tfrc, "");
-  const env = { ...process.env, TF_CLI_CONFIG_FILE: tfrc, CHECKPOINT_DISABLE: "1", TF_IN_AUTOMATION: "1", TF_INPUT: "0" };
+  const env = {
+    ...process.env,
+    TF_CLI_CONFIG_FILE: tfrc,
+    CHECKPOINT_DISABLE: "1",
+    TF_IN_AUTOMATION: "1",
+    TF_INPUT: "0",
+  };
   const started = Date.now();
-  for (const args of [["init", "-input=false", "-no-color"], ["plan", "-input=false", "-no-color", "-out=plan.tfplan"], ["apply", "-input=false", "-no-color", "plan.tfplan"]]) {
+  for (const args of [
+    ["init", "-input=false", "-no-color"],
+    ["plan", "-input=false", "-no-color", "-out=plan.tfplan"],
+    ["apply", "-input=false", "-no-color", "plan.tfplan"],
+  ]) {
     const r = spawnSync("terraform", args, { cwd: dir, env, stdio: "ignore" });
     if (r.status !== 0) throw new Error(`bare terraform ${args[0]} failed`);
   }

@@ -3,7 +3,11 @@ import { join } from "node:path";
 
 /** The parts of a V8 `.cpuprofile` (written by `node --cpu-prof`) this summary reads. */
 interface CpuProfile {
-  nodes: Array<{ id: number; callFrame: { functionName: string; url: string; lineNumber: number }; children?: number[] }>;
+  nodes: Array<{
+    id: number;
+    callFrame: { functionName: string; url: string; lineNumber: number };
+    children?: number[];
+  }>;
   samples: number[];
   timeDeltas: number[];
   /** Microseconds on the machine's monotonic clock (the clock of `process.hrtime`). */

@@ -30,13 +30,28 @@ const three = [
 function init(dir: string, cliConfig: string, caFile: string, extra: Record<string, string> = {}): Promise<number> {
   const rc = join(dir, ".terraformrc");
   writeFileSync(rc, cliConfig);
-  const env = { ...process.env, TF_CLI_CONFIG_FILE: rc, CHECKPOINT_DISABLE: "1", TF_IN_AUTOMATION: "1", SSL_CERT_FILE: caFile, ...extra };
+  const env = {
+    ...process.env,
+    TF_CLI_CONFIG_FILE: rc,
+    CHECKPOINT_DISABLE: "1",
+    TF_IN_AUTOMATION: "1",
+    SSL_CERT_FILE: caFile,
+    ...extra,
+  };
   const started = Date.now();
   return new Promise((resolve, reject) => {
-    const child = track(spawn("terraform", ["init", "-input=false", "-no-color", "-backend=false"], { cwd: dir, env, stdio: ["ignore", "ignore", "pipe"] }));
+    const child = track(
+      spawn("terraform", ["init", "-input=false", "-no-color", "-backend=false"], {
+        cwd: dir,
+        env,
+        stdio: ["ignore", "ignore", "pipe"],
+      }),
+    );
     let err = "";
     child.stderr.on("data", (d: Buffer) => (err += d.toString()));
-    child.on("exit", (code) => (code === 0 ? resolve(Date.now() - started) : reject(new Error(`terraform init failed: ${err}`))));
+    child.on("exit", (code) =>
+      code === 0 ? resolve(Date.now() - started) : reject(new Error(`terraform init failed: ${err}`)),
+    );
   });
 }
 
@@ -47,8 +62,12 @@ function init(dir: string, cliConfig: string, caFile: string, extra: Record<stri
  * cache, counting lock files with a wrong h1.
  */
 export async function benchProviderCache(reps = 3): Promise<Figure[]> {
-  const mod = (await import(pathToFileURL(join(repoRoot, "test", "dist", "support", "provider-registry.js")).href)) as RegistryModule;
-  const registry = await mod.startProviderRegistry(three.map((p) => ({ type: p.type, versions: [p.version], padBytes: 20 << 20 })));
+  const mod = (await import(
+    pathToFileURL(join(repoRoot, "test", "dist", "support", "provider-registry.js")).href
+  )) as RegistryModule;
+  const registry = await mod.startProviderRegistry(
+    three.map((p) => ({ type: p.type, versions: [p.version], padBytes: 20 << 20 })),
+  );
   const root = mkdtempSync(join(tmpdir(), "drover-bench-pcache-"));
   const logger = createLogger("json", false);
   logger.level = "silent";
@@ -95,7 +114,8 @@ export async function benchProviderCache(reps = 3): Promise<Figure[]> {
       for (let round = 0; round < 3; round++) {
         const shared = join(root, `race-${mode}-${round}`);
         mkdirSync(shared);
-        const cache = mode === "drover" ? new ProviderCache({ dir: shared, limitBytes: 1 << 30, dispatcher, logger }) : undefined;
+        const cache =
+          mode === "drover" ? new ProviderCache({ dir: shared, limitBytes: 1 << 30, dispatcher, logger }) : undefined;
         const dirs = Array.from({ length: 12 }, () => config());
         await Promise.all(
           dirs.map(async (dir) => {
@@ -122,12 +142,67 @@ export async function benchProviderCache(reps = 3): Promise<Figure[]> {
     const droverRace = await wrongLocks("drover");
     const ratio = median(cacheWarm) / median(cacheCold);
     return [
-      { bench: "provider-cache", metric: "init, bare terraform, cold (3 × 20 MB providers)", unit: "ms", value: median(bareCold), baseline: null, baselineLabel: "", target: "—", met: null },
-      { bench: "provider-cache", metric: "init, bare terraform, TF_PLUGIN_CACHE_DIR warm + lock file", unit: "ms", value: median(bareWarm), baseline: median(bareCold), baselineLabel: "bare cold", target: "—", met: null },
-      { bench: "provider-cache", metric: "init via the agent's cache, cold (fetch + verify + init)", unit: "ms", value: median(cacheCold), baseline: median(bareCold), baselineLabel: "bare cold", target: "—", met: null },
-      { bench: "provider-cache", metric: "init via the agent's cache, warm", unit: "ms", value: median(cacheWarm), baseline: median(cacheCold), baselineLabel: "cache cold", target: "warm ≤ 0.3× cold", met: ratio <= 0.3, note: `ratio ${ratio.toFixed(2)}` },
-      { bench: "provider-cache", metric: "wrong lock files, 12 concurrent inits × 3 rounds, TF_PLUGIN_CACHE_DIR", unit: "count", value: pluginRace.wrong, baseline: pluginRace.total, baselineLabel: "inits", target: "—", met: null },
-      { bench: "provider-cache", metric: "wrong lock files, 12 concurrent inits × 3 rounds, agent's cache", unit: "count", value: droverRace.wrong, baseline: droverRace.total, baselineLabel: "inits", target: "0", met: droverRace.wrong === 0 },
+      {
+        bench: "provider-cache",
+        metric: "init, bare terraform, cold (3 × 20 MB providers)",
+        unit: "ms",
+        value: median(bareCold),
+        baseline: null,
+        baselineLabel: "",
+        target: "—",
+        met: null,
+      },
+      {
+        bench: "provider-cache",
+        metric: "init, bare terraform, TF_PLUGIN_CACHE_DIR warm + lock file",
+        unit: "ms",
+        value: median(bareWarm),
+        baseline: median(bareCold),
+        baselineLabel: "bare cold",
+        target: "—",
+        met: null,
+      },
+      {
+        bench: "provider-cache",
+        metric: "init via the agent's cache, cold (fetch + verify + init)",
+        unit: "ms",
+        value: median(cacheCold),
+        baseline: median(bareCold),
+        baselineLabel: "bare cold",
+        target: "—",
+        met: null,
+      },
+      {
+        bench: "provider-cache",
+        metric: "init via the agent's cache, warm",
+        unit: "ms",
+        value: median(cacheWarm),
+        baseline: median(cacheCold),
+        baselineLabel: "cache cold",
+        target: "warm ≤ 0.3× cold",
+        met: ratio <= 0.3,
+        note: `ratio ${ratio.toFixed(2)}`,
+      },
+      {
+        bench: "provider-cache",
+        metric: "wrong lock files, 12 concurrent inits × 3 rounds, TF_PLUGIN_CACHE_DIR",
+        unit: "count",
+        value: pluginRace.wrong,
+        baseline: pluginRace.total,
+        baselineLabel: "inits",
+        target: "—",
+        met: null,
+      },
+      {
+        bench: "provider-cache",
+        metric: "wrong lock files, 12 concurrent inits × 3 rounds, agent's cache",
+        unit: "count",
+        value: droverRace.wrong,
+        baseline: droverRace.total,
+        baselineLabel: "inits",
+        target: "0",
+        met: droverRace.wrong === 0,
+      },
     ];
   } finally {
     await registry.close();

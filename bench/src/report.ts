@@ -29,7 +29,15 @@ export type ExpectedRow = Pick<Figure, "bench" | "metric" | "unit" | "target">;
  * their why, so a broken bench stays in the table, the missed targets and the README.
  */
 export function failedRows(rows: ExpectedRow[], failure: string): Figure[] {
-  return rows.map((row) => ({ ...row, value: NaN, baseline: null, baselineLabel: "", met: false, note: failure, why: `the bench failed: ${failure}` }));
+  return rows.map((row) => ({
+    ...row,
+    value: NaN,
+    baseline: null,
+    baselineLabel: "",
+    met: false,
+    note: failure,
+    why: `the bench failed: ${failure}`,
+  }));
 }
 
 export function percentile(values: number[], p: number): number {
@@ -43,7 +51,8 @@ export function median(values: number[]): number {
   return percentile(values, 50);
 }
 
-const fmt = (n: number | null) => (n === null || Number.isNaN(n) ? "—" : Math.abs(n) >= 100 ? n.toFixed(0) : n.toFixed(2));
+const fmt = (n: number | null) =>
+  n === null || Number.isNaN(n) ? "—" : Math.abs(n) >= 100 ? n.toFixed(0) : n.toFixed(2);
 /** A figure's value with its unit; n/a when nothing was measured (its bench failed). */
 const shown = (f: Figure) => (Number.isNaN(f.value) ? "n/a" : `${fmt(f.value)} ${f.unit}`);
 
@@ -66,7 +75,8 @@ export function missedBy(f: Figure): string | undefined {
   const over = m[1] === "≤" ? measured - limit : limit - measured;
   const times = m[1] === "≤" ? measured / limit : limit / measured;
   const absolute = ratio ? `; ${fmt(f.value)} ${f.unit} against ${fmt(limit * f.baseline!)} ${f.unit} allowed` : "";
-  if (over <= 0) return `meets ${f.target} by its value (${show(measured)}), but its correctness check failed (see its note)`;
+  if (over <= 0)
+    return `meets ${f.target} by its value (${show(measured)}), but its correctness check failed (see its note)`;
   return `${show(measured)} against ${f.target}: ${m[1] === "≤" ? "over" : "short"} by ${show(over)} (${times.toFixed(2)}× off)${absolute}`;
 }
 
@@ -82,7 +92,15 @@ const load = () => loadavg()[0]!.toFixed(1);
 function missedSection(figures: Figure[]): string[] {
   const missed = figures.filter((f) => f.met === false);
   if (missed.length === 0) return [];
-  return [``, `## Missed targets`, ``, ...missed.map((f) => `- **${f.bench}, ${f.metric}**: ${missedBy(f)}. Why: ${f.why ?? "no profile was taken in this run; see bench/notes/"}`)];
+  return [
+    ``,
+    `## Missed targets`,
+    ``,
+    ...missed.map(
+      (f) =>
+        `- **${f.bench}, ${f.metric}**: ${missedBy(f)}. Why: ${f.why ?? "no profile was taken in this run; see bench/notes/"}`,
+    ),
+  ];
 }
 
 /**
@@ -114,16 +132,30 @@ export function writeReport(dir: string, figures: Figure[], notes: string[], nam
   const md = lines.join("\n");
   mkdirSync(dir, { recursive: true });
   writeFileSync(join(dir, `${name}.md`), md);
-  writeFileSync(join(dir, `${name}.json`), JSON.stringify({ date, machine: machine(), load: Number(load()), figures, notes }, null, 2) + "\n");
+  writeFileSync(
+    join(dir, `${name}.json`),
+    JSON.stringify({ date, machine: machine(), load: Number(load()), figures, notes }, null, 2) + "\n",
+  );
   if (name === "latest") {
-    const compact = figures.map((f) => ({ bench: f.bench, metric: f.metric, unit: f.unit, value: f.value, baseline: f.baseline, met: f.met }));
-    appendFileSync(join(dir, "history.jsonl"), JSON.stringify({ date, machine: machine(), load: Number(load()), figures: compact }) + "\n");
+    const compact = figures.map((f) => ({
+      bench: f.bench,
+      metric: f.metric,
+      unit: f.unit,
+      value: f.value,
+      baseline: f.baseline,
+      met: f.met,
+    }));
+    appendFileSync(
+      join(dir, "history.jsonl"),
+      JSON.stringify({ date, machine: machine(), load: Number(load()), figures: compact }) + "\n",
+    );
     if (readme) process.stderr.write(`${quoteInReadme(readme, figures, date, load())}\n`);
   }
   return md;
 }
 
-const readmeStart = "<!-- bench:latest (written by a full `npm run bench`; edit bench/src/report.ts, not this table) -->";
+const readmeStart =
+  "<!-- bench:latest (written by a full `npm run bench`; edit bench/src/report.ts, not this table) -->";
 const readmeEnd = "<!-- /bench:latest -->";
 
 /**

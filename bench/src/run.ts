@@ -19,13 +19,16 @@ import { benchScale, scaleCoversAll, scaleProfileFile, scalePlans, scaleRows } f
 
 /** Where the bench notes explain each bench's misses, when its run took no profile of its own. */
 const notesFor: Record<string, string> = {
-  overhead: 'bench/notes/issue-18.md, "Overhead" and "Where the agent adds time" (`terraform show -json` on the critical path, and the design that takes it off)',
-  "agent-idle": 'bench/notes/issue-18.md, "Idle agent RSS" (what the RSS is made of, what the agent bundle and the http2 stand-in took off, and what is left)',
+  overhead:
+    'bench/notes/issue-18.md, "Overhead" and "Where the agent adds time" (`terraform show -json` on the critical path, and the design that takes it off)',
+  "agent-idle":
+    'bench/notes/issue-18.md, "Idle agent RSS" (what the RSS is made of, what the agent bundle and the http2 stand-in took off, and what is left)',
   "agent-otlp-idle": 'bench/notes/issue-18.md, "Idle agent RSS"',
   logs: 'bench/notes/logs.md, "2026-11-26 … why 100 MB/s is missed here" (windowed server and agent profiles; decision 0032)',
   "log-heavy-apply": 'bench/notes/logs.md, "Log-heavy apply"',
   scale: 'bench/notes/issue-18.md, "5,000 agents on PostgreSQL" and "Server pass of 2026-11-26"',
-  kubernetes: 'bench/notes/issue-18.md, "Kubernetes: run created → Job exists" (the create path counted; the direct create\'s own p99 beside it in this table)',
+  kubernetes:
+    'bench/notes/issue-18.md, "Kubernetes: run created → Job exists" (the create path counted; the direct create\'s own p99 beside it in this table)',
   dispatch: 'bench/notes/issue-18.md, "Dispatch, 10,000 jobs, 100 agents"',
 };
 
@@ -78,7 +81,8 @@ const benches: Record<string, Bench> = {
  * met, so its rows stay in the report, its missed targets and the README. The runner notes
  * when a bench's figures stop matching them.
  */
-const rows = (bench: string, metrics: Array<[metric: string, unit: string, target: string]>): ExpectedRow[] => metrics.map(([metric, unit, target]) => ({ bench, metric, unit, target }));
+const rows = (bench: string, metrics: Array<[metric: string, unit: string, target: string]>): ExpectedRow[] =>
+  metrics.map(([metric, unit, target]) => ({ bench, metric, unit, target }));
 const expected: Record<string, () => ExpectedRow[]> = {
   dispatch: () =>
     rows("dispatch (10000 jobs, 100 agents, SQLite)", [
@@ -86,11 +90,24 @@ const expected: Record<string, () => ExpectedRow[]> = {
       ["queued→started p99", "ms", "≤ 20 ms"],
       ["queued→started max", "ms", "—"],
     ]),
-  overhead: () => rows("overhead (examples/bench: 100 terraform_data, init+plan+apply)", [["wall time, median of 5", "ms", "≤ 1.05×"]]),
+  overhead: () =>
+    rows("overhead (examples/bench: 100 terraform_data, init+plan+apply)", [
+      ["wall time, median of 5", "ms", "≤ 1.05×"],
+    ]),
   "agent-idle": () => rows("agent idle", [["RSS after 30 s idle", "MB", "≤ 55 MB"]]),
-  "agent-otlp-idle": () => rows("agent idle, OTLP off vs on", [["RSS after 30 s idle with DROVER_AGENT_OTLP_ENDPOINT", "MB", "without endpoint ≤ 55 MB (SPEC §8); with: reported"]]),
+  "agent-otlp-idle": () =>
+    rows("agent idle, OTLP off vs on", [
+      [
+        "RSS after 30 s idle with DROVER_AGENT_OTLP_ENDPOINT",
+        "MB",
+        "without endpoint ≤ 55 MB (SPEC §8); with: reported",
+      ],
+    ]),
   logs: () => rows("log streaming (50 MB from a run's hook)", [["throughput into the server", "MB/s", "≥ 100 MB/s"]]),
-  "log-heavy-apply": () => rows("log-heavy apply (a provisioner printing 200,000 lines)", [["wall time, init+plan+apply, median of 5", "ms", "≤ 1.10×"]]),
+  "log-heavy-apply": () =>
+    rows("log-heavy apply (a provisioner printing 200,000 lines)", [
+      ["wall time, init+plan+apply, median of 5", "ms", "≤ 1.10×"],
+    ]),
   scale: () => scaleRows(),
   kubernetes: () =>
     rows("kubernetes (test cluster)", [
@@ -135,7 +152,9 @@ try {
 }
 const timeoutMinutes = Number(process.env.BENCH_TIMEOUT_MINUTES ?? "20");
 if (!(timeoutMinutes > 0)) {
-  console.error(`BENCH_TIMEOUT_MINUTES must be a positive number of minutes (got ${process.env.BENCH_TIMEOUT_MINUTES})`);
+  console.error(
+    `BENCH_TIMEOUT_MINUTES must be a positive number of minutes (got ${process.env.BENCH_TIMEOUT_MINUTES})`,
+  );
   process.exit(2);
 }
 const outcome = await runBenches(
@@ -155,8 +174,19 @@ const outcome = await runBenches(
 // Full only with every bench at its every size: a run of some fleets (BENCH_SCALE_DATABASES)
 // lacks rows, so it must not replace latest, the history or the README's table.
 const full = selected.length === 0 && scaleAll;
-console.log(writeReport(join(repoRoot, "bench", "results"), outcome.figures, [...outcome.notes, timingNote(outcome.seconds)], full ? "latest" : "partial", full ? join(repoRoot, "README.md") : undefined));
-if (outcome.failed.length > 0) console.error(`${outcome.failed.length} bench(es) failed, each a note in the report and its rows not met: ${outcome.failed.join(", ")}`);
+console.log(
+  writeReport(
+    join(repoRoot, "bench", "results"),
+    outcome.figures,
+    [...outcome.notes, timingNote(outcome.seconds)],
+    full ? "latest" : "partial",
+    full ? join(repoRoot, "README.md") : undefined,
+  ),
+);
+if (outcome.failed.length > 0)
+  console.error(
+    `${outcome.failed.length} bench(es) failed, each a note in the report and its rows not met: ${outcome.failed.join(", ")}`,
+  );
 // A bench that timed out may still hold timers open, and its processes must not outlive the run.
 stopTracked();
 process.exit(outcome.failed.length > 0 ? 1 : 0);

@@ -33,7 +33,8 @@ const message = (err: unknown) => (err instanceof Error ? err.message : String(e
 /** Puts process.env back to `saved`: a bench's changes (BENCH_CPU_PROF…) end with it, even when it never finished. */
 function restoreEnv(saved: Record<string, string | undefined>): void {
   for (const key of Object.keys(process.env)) if (!(key in saved)) delete process.env[key];
-  for (const [key, value] of Object.entries(saved)) if (value !== undefined && process.env[key] !== value) process.env[key] = value;
+  for (const [key, value] of Object.entries(saved))
+    if (value !== undefined && process.env[key] !== value) process.env[key] = value;
 }
 
 const key = (r: ExpectedRow) => `${r.bench} / ${r.metric}`;
@@ -45,7 +46,11 @@ const key = (r: ExpectedRow) => `${r.bench} / ${r.metric}`;
  * promise a bench leaves rejected in the background (a child's late failure) is a note too,
  * blamed on the bench it came from, instead of Node ending the process.
  */
-export async function runBenches(benches: Record<string, Bench>, names: string[], options: RunOptions): Promise<BenchOutcome> {
+export async function runBenches(
+  benches: Record<string, Bench>,
+  names: string[],
+  options: RunOptions,
+): Promise<BenchOutcome> {
   const log = options.log ?? ((line: string) => process.stderr.write(`${line}\n`));
   const outcome: BenchOutcome = { figures: [], notes: [], failed: [], seconds: [] };
   const fail = (name: string) => {
@@ -58,7 +63,9 @@ export async function runBenches(benches: Record<string, Bench>, names: string[]
   const stray = (err: unknown) => {
     const source = running.getStore() ?? current;
     fail(source);
-    outcome.notes.push(`${source}: a failure outside the bench's own flow${source === current ? "" : ` (after it was abandoned, while ${current} ran)`}: ${message(err)}`);
+    outcome.notes.push(
+      `${source}: a failure outside the bench's own flow${source === current ? "" : ` (after it was abandoned, while ${current} ran)`}: ${message(err)}`,
+    );
   };
   process.on("unhandledRejection", stray);
   try {
@@ -74,7 +81,9 @@ export async function runBenches(benches: Record<string, Bench>, names: string[]
       const timedOut = new Promise<never>((_, reject) => {
         timer = setTimeout(() => {
           abandoned = true;
-          reject(new Error(`did not finish within ${(options.timeoutMs / 60_000).toFixed(1)} min (BENCH_TIMEOUT_MINUTES)`));
+          reject(
+            new Error(`did not finish within ${(options.timeoutMs / 60_000).toFixed(1)} min (BENCH_TIMEOUT_MINUTES)`),
+          );
         }, options.timeoutMs);
       });
       try {
@@ -87,7 +96,9 @@ export async function runBenches(benches: Record<string, Bench>, names: string[]
           const missing = [...listed].filter((k) => !got.has(k));
           const unlisted = [...got].filter((k) => !listed.has(k));
           if (missing.length + unlisted.length > 0) {
-            outcome.notes.push(`${name}: its expected rows (shown when it fails) differ from its figures; update them: ${[...missing.map((k) => `expected but not reported: ${k}`), ...unlisted.map((k) => `reported but not expected: ${k}`)].join("; ")}`);
+            outcome.notes.push(
+              `${name}: its expected rows (shown when it fails) differ from its figures; update them: ${[...missing.map((k) => `expected but not reported: ${k}`), ...unlisted.map((k) => `reported but not expected: ${k}`)].join("; ")}`,
+            );
           }
         }
       } catch (err) {

@@ -2,7 +2,18 @@ import { spawn } from "node:child_process";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { routes } from "@drover/protocol";
-import { api, client, cpuSeconds, repoRoot, rssMb, sleep, startServerProc, track, trackStop, type ServerProc } from "./harness.js";
+import {
+  api,
+  client,
+  cpuSeconds,
+  repoRoot,
+  rssMb,
+  sleep,
+  startServerProc,
+  track,
+  trackStop,
+  type ServerProc,
+} from "./harness.js";
 import { percentile, type ExpectedRow, type Figure } from "./report.js";
 
 interface FleetResult {
@@ -37,11 +48,18 @@ interface ServerSide {
  * from its /metrics histogram; `before` subtracts an earlier reading, so only the steady
  * window counts.
  */
-async function serverHeartbeatShare(url: string, before?: Map<string, number>): Promise<{ share: ServerSide; buckets: Map<string, number> }> {
+async function serverHeartbeatShare(
+  url: string,
+  before?: Map<string, number>,
+): Promise<{ share: ServerSide; buckets: Map<string, number> }> {
   const text = (await client(url).call(routes.metrics, {})).toString("utf8");
   const buckets = new Map<string, number>();
   for (const l of text.split("\n")) {
-    if (!l.startsWith("drover_http_request_duration_seconds_bucket") || !l.includes(`route="${routes.agentHeartbeat.path}"`)) continue;
+    if (
+      !l.startsWith("drover_http_request_duration_seconds_bucket") ||
+      !l.includes(`route="${routes.agentHeartbeat.path}"`)
+    )
+      continue;
     const le = l.match(/le="([^"]+)"/)?.[1];
     if (le) buckets.set(le, (buckets.get(le) ?? 0) + Number(l.split(" ").at(-1)));
   }
@@ -49,7 +67,10 @@ async function serverHeartbeatShare(url: string, before?: Map<string, number>): 
   const count = at("+Inf");
   const bounds = [...buckets.keys()].filter((le) => le !== "+Inf").sort((a, b) => Number(a) - Number(b));
   const p99 = bounds.find((le) => at(le) >= count * 0.99);
-  return { share: { count, over50ms: count - at("0.05"), p99AtMostMs: p99 === undefined ? Infinity : Number(p99) * 1000 }, buckets };
+  return {
+    share: { count, over50ms: count - at("0.05"), p99AtMostMs: p99 === undefined ? Infinity : Number(p99) * 1000 },
+    buckets,
+  };
 }
 
 const warmupMs = 8000;
@@ -72,7 +93,10 @@ export interface WorkerResult {
  * one's (timed out, 401, 500…) as `timeoutMs`, so a fleet that loses heartbeats cannot read as
  * meeting its p99 on the ones that got through.
  */
-export function clientLatencies(results: Array<Pick<WorkerResult, "latencies" | "heartbeatFailures">>, timeoutMs = heartbeatTimeoutMs): number[] {
+export function clientLatencies(
+  results: Array<Pick<WorkerResult, "latencies" | "heartbeatFailures">>,
+  timeoutMs = heartbeatTimeoutMs,
+): number[] {
   return results.flatMap((r) => [...r.latencies, ...Array.from({ length: r.heartbeatFailures }, () => timeoutMs)]);
 }
 
@@ -89,11 +113,19 @@ export function scaleProfileFile(files: string[], db: ScalePlan["db"], agents: n
 }
 
 /** Runs `agents` simulated agents in `workers` processes against one server for `durationMs`. */
-export async function fleet(database: "sqlite" | "postgres", agents: number, workers: number, durationMs: number, serverNodeArgs: string[] = []): Promise<FleetResult> {
+export async function fleet(
+  database: "sqlite" | "postgres",
+  agents: number,
+  workers: number,
+  durationMs: number,
+  serverNodeArgs: string[] = [],
+): Promise<FleetResult> {
   let pg: { url: string; stop(): void } | undefined;
   const env: Record<string, string> = { DROVER_AGENT_HEARTBEAT_SECONDS: "5" };
   if (database === "postgres") {
-    const mod = (await import(pathToFileURL(join(repoRoot, "scripts", "postgres.mjs")).href)) as { startPostgres(): Promise<{ url: string; stop(): void }> };
+    const mod = (await import(pathToFileURL(join(repoRoot, "scripts", "postgres.mjs")).href)) as {
+      startPostgres(): Promise<{ url: string; stop(): void }>;
+    };
     pg = await mod.startPostgres();
     env.DROVER_DATABASE_URL = pg.url;
   }
@@ -121,9 +153,22 @@ export async function fleet(database: "sqlite" | "postgres", agents: number, wor
     const perWorker = Math.ceil(agents / workers);
     const children = Array.from({ length: workers }, (_, w) =>
       track(
-        spawn(process.execPath, [join(repoRoot, "bench", "dist", "fleet-worker.js"), server.url, token, String(Math.min(perWorker, agents - w * perWorker)), String(durationMs), `w${w}`, String(warmupMs), String(heartbeatTimeoutMs)], {
-          stdio: ["pipe", "pipe", "inherit"],
-        }),
+        spawn(
+          process.execPath,
+          [
+            join(repoRoot, "bench", "dist", "fleet-worker.js"),
+            server.url,
+            token,
+            String(Math.min(perWorker, agents - w * perWorker)),
+            String(durationMs),
+            `w${w}`,
+            String(warmupMs),
+            String(heartbeatTimeoutMs),
+          ],
+          {
+            stdio: ["pipe", "pipe", "inherit"],
+          },
+        ),
       ),
     );
     const registered: Array<Promise<void>> = [];
@@ -162,7 +207,18 @@ export async function fleet(database: "sqlite" | "postgres", agents: number, wor
     const fleetCpuPercent = results.reduce((sum, r) => sum + r.windowCpuPercent, 0);
     const latencies = clientLatencies(results);
     const serverSide = (await serverHeartbeatShare(server.url, before)).share;
-    return { heartbeatP99: percentile(latencies, 99), heartbeats: latencies.length, heartbeatFailures: results.reduce((n, r) => n + r.heartbeatFailures, 0), errors: results.reduce((n, r) => n + r.errors, 0), errorKinds: [...new Set(results.flatMap((r) => r.errorKinds))], rssMb: peakRss, cpuPercent, fleetCpuPercent, clientLoopDelayP99: Math.max(...results.map((r) => r.loopDelayP99Ms)), serverSide };
+    return {
+      heartbeatP99: percentile(latencies, 99),
+      heartbeats: latencies.length,
+      heartbeatFailures: results.reduce((n, r) => n + r.heartbeatFailures, 0),
+      errors: results.reduce((n, r) => n + r.errors, 0),
+      errorKinds: [...new Set(results.flatMap((r) => r.errorKinds))],
+      rssMb: peakRss,
+      cpuPercent,
+      fleetCpuPercent,
+      clientLoopDelayP99: Math.max(...results.map((r) => r.loopDelayP99Ms)),
+      serverSide,
+    };
   } finally {
     await server.stop();
     forgetPg();
@@ -192,7 +248,10 @@ export function scalePlans(selection = process.env.BENCH_SCALE_DATABASES): Scale
   if (selection === undefined || selection.trim() === "") return allPlans;
   const names = selection.split(",").map((n) => n.trim());
   const unknown = names.filter((n) => !allPlans.some((p) => p.db === n));
-  if (unknown.length > 0) throw new Error(`BENCH_SCALE_DATABASES: unknown database ${unknown.join(", ")}; use sqlite, postgres or both, comma-separated`);
+  if (unknown.length > 0)
+    throw new Error(
+      `BENCH_SCALE_DATABASES: unknown database ${unknown.join(", ")}; use sqlite, postgres or both, comma-separated`,
+    );
   return allPlans.filter((p) => names.includes(p.db));
 }
 
@@ -224,14 +283,32 @@ export async function benchScale(durationMs = 30_000, plans = scalePlans()): Pro
     const { db, agents, workers, p99, rss } = plan;
     const small = await fleet(db, 10, 1, durationMs);
     const big = await fleet(db, agents, workers, durationMs);
-    const [clientRow, serverRow, rssRow, cpuRow] = scaleRows([plan]) as [ExpectedRow, ExpectedRow, ExpectedRow, ExpectedRow];
+    const [clientRow, serverRow, rssRow, cpuRow] = scaleRows([plan]) as [
+      ExpectedRow,
+      ExpectedRow,
+      ExpectedRow,
+      ExpectedRow,
+    ];
     const note =
       `${big.heartbeats} heartbeats in a ${durationMs / 1000} s steady window after an ${warmupMs / 1000} s warm-up, ${big.heartbeatFailures} of them failed, each counted in the client-side p99 at its ${heartbeatTimeoutMs / 1000} s timeout; ${big.errors} errors in all (polls included)${big.errorKinds.length ? ` (${big.errorKinds.join("; ")})` : ""}; ` +
       `the server's own latency (its histogram, same window): p99 ≤ ${big.serverSide.p99AtMostMs} ms, ${big.serverSide.over50ms} of ${big.serverSide.count} heartbeats over 50 ms (10 agents: p99 ≤ ${small.serverSide.p99AtMostMs} ms); ` +
       `the simulated fleet's own event-loop delay p99 ${big.clientLoopDelayP99.toFixed(1)} ms (its share of the client-side figure, which shares the 2 cores with the server), its CPU ${big.fleetCpuPercent.toFixed(0)}% of a core`;
     figures.push(
-      { ...clientRow, value: big.heartbeatP99, baseline: small.heartbeatP99, baselineLabel: "10 agents", met: big.heartbeatP99 <= p99, note },
-      { ...serverRow, value: big.serverSide.p99AtMostMs, baseline: small.serverSide.p99AtMostMs, baselineLabel: "10 agents", met: big.serverSide.p99AtMostMs <= p99 },
+      {
+        ...clientRow,
+        value: big.heartbeatP99,
+        baseline: small.heartbeatP99,
+        baselineLabel: "10 agents",
+        met: big.heartbeatP99 <= p99,
+        note,
+      },
+      {
+        ...serverRow,
+        value: big.serverSide.p99AtMostMs,
+        baseline: small.serverSide.p99AtMostMs,
+        baselineLabel: "10 agents",
+        met: big.serverSide.p99AtMostMs <= p99,
+      },
       { ...rssRow, value: big.rssMb, baseline: small.rssMb, baselineLabel: "10 agents", met: big.rssMb <= rss },
       { ...cpuRow, value: big.cpuPercent, baseline: small.cpuPercent, baselineLabel: "10 agents", met: null },
     );

@@ -17,11 +17,19 @@ function bareRun(): Promise<void> {
   writeFileSync(join(dir, "main.tf"), config);
   const tfrc = join(dir, ".terraformrc");
   writeFileSync(tfrc, "");
-  const env = { ...process.env, TF_CLI_CONFIG_FILE: tfrc, CHECKPOINT_DISABLE: "1", TF_IN_AUTOMATION: "1", TF_INPUT: "0" };
+  const env = {
+    ...process.env,
+    TF_CLI_CONFIG_FILE: tfrc,
+    CHECKPOINT_DISABLE: "1",
+    TF_IN_AUTOMATION: "1",
+    TF_INPUT: "0",
+  };
   const step = (args: string[]) =>
     new Promise<void>((resolve, reject) => {
       const child = track(spawn("terraform", args, { cwd: dir, env, stdio: "ignore" }));
-      child.on("exit", (code) => (code === 0 ? resolve() : reject(new Error(`bare terraform ${args[0]} exited ${code}`))));
+      child.on("exit", (code) =>
+        code === 0 ? resolve() : reject(new Error(`bare terraform ${args[0]} exited ${code}`)),
+      );
     });
   return step(["init", "-input=false", "-no-color"])
     .then(() => step(["plan", "-input=false", "-no-color", "-out=plan.tfplan"]))
@@ -59,7 +67,16 @@ export async function benchThroughput(runs = 60, agents = 20): Promise<Figure[]>
     for (let i = 0; i < agents; i++) fleet.push(await startAgentProc(server, "tp", `tp-agent-${i}`));
     const cpu0 = cpuSeconds(server.child.pid!);
     const t0 = Date.now();
-    const ids = await inParallel(workspaces, 4, async ({ ws, cv }) => (await api(server.url, routes.createRun, { body: { workspace: ws, configurationVersionId: cv, planOnly: true } })).id as string);
+    const ids = await inParallel(
+      workspaces,
+      4,
+      async ({ ws, cv }) =>
+        (
+          await api(server.url, routes.createRun, {
+            body: { workspace: ws, configurationVersionId: cv, planOnly: true },
+          })
+        ).id as string,
+    );
     const ended = new Map<string, string>();
     while (ended.size < ids.length) {
       for (const id of ids.filter((i) => !ended.has(i))) {
@@ -70,9 +87,19 @@ export async function benchThroughput(runs = 60, agents = 20): Promise<Figure[]>
     }
     const cpu = cpuSeconds(server.child.pid!) - cpu0;
     // The end is the server's record of the last job finishing, not this loop's polling.
-    const finishes = await inParallel(ids, 4, async (id) => Math.max(...((await api(server.url, routes.listRunJobs, { params: { id } })).items as Array<{ finishedAt: string }>).map((j) => Date.parse(j.finishedAt))));
+    const finishes = await inParallel(ids, 4, async (id) =>
+      Math.max(
+        ...((await api(server.url, routes.listRunJobs, { params: { id } })).items as Array<{ finishedAt: string }>).map(
+          (j) => Date.parse(j.finishedAt),
+        ),
+      ),
+    );
     const minutes = (Math.max(...finishes) - t0) / 60_000;
-    result = { perMinute: runs / minutes, cpuPerRun: (cpu / runs) * 1000, failed: [...ended.values()].filter((s) => s !== "planned_and_finished").length };
+    result = {
+      perMinute: runs / minutes,
+      cpuPerRun: (cpu / runs) * 1000,
+      failed: [...ended.values()].filter((s) => s !== "planned_and_finished").length,
+    };
   } finally {
     for (const a of fleet) await a.stop();
     await server.stop();
@@ -81,9 +108,14 @@ export async function benchThroughput(runs = 60, agents = 20): Promise<Figure[]>
   rmSync(profileDir, { recursive: true, force: true });
 
   const b0 = Date.now();
-  await inParallel(Array.from({ length: runs }, (_, i) => i), agents, () => bareRun());
+  await inParallel(
+    Array.from({ length: runs }, (_, i) => i),
+    agents,
+    () => bareRun(),
+  );
   const bareMinutes = (Date.now() - b0) / 60_000;
-  if (result.failed > 0) throw new Error(`${result.failed} of ${runs} throughput runs did not end planned_and_finished`);
+  if (result.failed > 0)
+    throw new Error(`${result.failed} of ${runs} throughput runs did not end planned_and_finished`);
   const bench = `throughput (${runs} plan-only runs of one terraform_data, ${agents} agents, SQLite)`;
   return [
     {
@@ -102,6 +134,15 @@ export async function benchThroughput(runs = 60, agents = 20): Promise<Figure[]>
           .map((f) => `${f.fn} ${(f.share * 100).toFixed(0)}%`)
           .join(", ")}`,
     },
-    { bench, metric: "server CPU per run", unit: "ms", value: result.cpuPerRun, baseline: null, baselineLabel: "", target: "reported", met: null },
+    {
+      bench,
+      metric: "server CPU per run",
+      unit: "ms",
+      value: result.cpuPerRun,
+      baseline: null,
+      baselineLabel: "",
+      target: "reported",
+      met: null,
+    },
   ];
 }

@@ -23,9 +23,15 @@ test("without the agent bundle, `drover agent run` says to run `npm run build` a
   const dir = mkdtempSync(join(tmpdir(), "drover-no-bundle-"));
   try {
     const src = copyEntryPoint(dir);
-    const r = spawnSync(process.execPath, [join(src, "main.js"), "agent", "run"], { encoding: "utf8", env: { ...process.env, DROVER_TOKEN: "" } });
+    const r = spawnSync(process.execPath, [join(src, "main.js"), "agent", "run"], {
+      encoding: "utf8",
+      env: { ...process.env, DROVER_TOKEN: "" },
+    });
     assert.equal(r.status, 1, r.stderr);
-    assert.match(r.stderr, /^drover: the agent bundle is not built \(.*\/packages\/cli\/dist\/agent-bundle\/program\.js is missing\)\. Run `npm run build`/);
+    assert.match(
+      r.stderr,
+      /^drover: the agent bundle is not built \(.*\/packages\/cli\/dist\/agent-bundle\/program\.js is missing\)\. Run `npm run build`/,
+    );
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
@@ -43,14 +49,21 @@ test("with a bundle older than a package's .tsbuildinfo, `drover agent run` refu
     const info = join(dir, "packages", "agent", "dist", ".tsbuildinfo");
     mkdirSync(dirname(info), { recursive: true });
     writeFileSync(info, "{}");
-    const run = () => spawnSync(process.execPath, [join(src, "main.js"), "agent", "run"], { encoding: "utf8", env: { ...process.env, DROVER_TOKEN: "" } });
+    const run = () =>
+      spawnSync(process.execPath, [join(src, "main.js"), "agent", "run"], {
+        encoding: "utf8",
+        env: { ...process.env, DROVER_TOKEN: "" },
+      });
 
     utimesSync(bundle, 1_000_000, 1_000_000);
     utimesSync(info, 2_000_000, 2_000_000);
     const stale = run();
     assert.equal(stale.status, 1, stale.stderr);
     assert.equal(stale.stdout, "");
-    assert.match(stale.stderr, /^drover: the agent bundle is older than the compiled packages \(.*\/packages\/agent\/dist\/\.tsbuildinfo was written after .*\/agent-bundle\/program\.js\) \(agent_bundle_stale\) Run `npm ci && npm run build`/);
+    assert.match(
+      stale.stderr,
+      /^drover: the agent bundle is older than the compiled packages \(.*\/packages\/agent\/dist\/\.tsbuildinfo was written after .*\/agent-bundle\/program\.js\) \(agent_bundle_stale\) Run `npm ci && npm run build`/,
+    );
 
     utimesSync(bundle, 3_000_000, 3_000_000);
     const fresh = run();

@@ -29,15 +29,27 @@ after(() => {
 
 test("a provider download from an address that never answers the handshake fails after the connect deadline", async () => {
   const connectMs = 300;
-  const cache = new ProviderCache({ dir: join(root, "cache"), limitBytes: 1 << 30, dispatcher: cacheDispatcher(undefined, connectMs), logger, platform: "linux_amd64" });
+  const cache = new ProviderCache({
+    dir: join(root, "cache"),
+    limitBytes: 1 << 30,
+    dispatcher: cacheDispatcher(undefined, connectMs),
+    logger,
+    platform: "linux_amd64",
+  });
   const dir = join(root, "config");
   mkdirSync(dir, { recursive: true });
   const port = (silent.address() as AddressInfo).port;
-  writeFileSync(join(dir, "main.tf"), `terraform {\n  required_providers {\n    silent = { source = "127.0.0.1:${port}/drover/silent", version = "1.0.0" }\n  }\n}\n`);
+  writeFileSync(
+    join(dir, "main.tf"),
+    `terraform {\n  required_providers {\n    silent = { source = "127.0.0.1:${port}/drover/silent", version = "1.0.0" }\n  }\n}\n`,
+  );
   const lease = await cache.prepare(dir, AbortSignal.timeout(60_000));
   lease.release();
   assert.ok(held.length > 0, "the client never reached the silent address");
   assert.deepEqual(lease.prepared, []);
   // undici's connect-timeout error names the deadline it applied: the agent's, not undici's 10 s.
-  assert.match(lease.notes.join("\n"), new RegExp(`silent 1\\.0\\.0 not cached .*Connect Timeout Error .*timeout: ${connectMs}ms`));
+  assert.match(
+    lease.notes.join("\n"),
+    new RegExp(`silent 1\\.0\\.0 not cached .*Connect Timeout Error .*timeout: ${connectMs}ms`),
+  );
 });

@@ -13,18 +13,32 @@ after(() => rmSync(root, { recursive: true, force: true }));
 const logger = createLogger("json", false);
 logger.level = "silent";
 
-function store(dir: string, options: { limitBytes?: number; staleMs?: number; now?: () => number } = {}): CacheStore<{ n: number }> {
-  return new CacheStore<{ n: number }>({ dir: join(root, dir), entries: "entries", limitBytes: options.limitBytes ?? 1 << 30, logger, kind: "test", pollMs: 5, ...options });
+function store(
+  dir: string,
+  options: { limitBytes?: number; staleMs?: number; now?: () => number } = {},
+): CacheStore<{ n: number }> {
+  return new CacheStore<{ n: number }>({
+    dir: join(root, dir),
+    entries: "entries",
+    limitBytes: options.limitBytes ?? 1 << 30,
+    logger,
+    kind: "test",
+    pollMs: 5,
+    ...options,
+  });
 }
 
 /** A fill that writes `bytes` bytes and counts its calls; it waits for `gate` before finishing. */
 function filler(bytes = 10, gate: Promise<void> = Promise.resolve()) {
-  const f = { calls: 0, fill: async (dir: string) => {
-    f.calls++;
-    await gate;
-    writeFileSync(join(dir, "file"), "x".repeat(bytes));
-    return { n: f.calls };
-  } };
+  const f = {
+    calls: 0,
+    fill: async (dir: string) => {
+      f.calls++;
+      await gate;
+      writeFileSync(join(dir, "file"), "x".repeat(bytes));
+      return { n: f.calls };
+    },
+  };
   return f;
 }
 
@@ -75,7 +89,7 @@ test("eviction keeps what another process holds, drops its stale holds, and remo
   const f = filler(10);
   for (const k of ["e/1", "e/2", "e/3"]) {
     now += 1000;
-    (await b.acquire(k, f.fill, AbortSignal.timeout(5000)));
+    await b.acquire(k, f.fill, AbortSignal.timeout(5000));
   }
   // b holds the oldest: a must not evict it, but the next oldest.
   const hold = b.hold("e/1");
@@ -85,7 +99,8 @@ test("eviction keeps what another process holds, drops its stale holds, and remo
   assert.ok(existsSync(join(root, "evict", "entries", "e", "3")), "newest kept");
   assert.equal(a.counters.evictions, 1);
   // The holder is gone (its hold file went stale): the entry may go now.
-  for (const h of readdirSync(join(root, "evict", "holds"))) utimesSync(join(root, "evict", "holds", h), new Date(now - 120_000), new Date(now - 120_000));
+  for (const h of readdirSync(join(root, "evict", "holds")))
+    utimesSync(join(root, "evict", "holds", h), new Date(now - 120_000), new Date(now - 120_000));
   now += 1000;
   await a.acquire("e/4", f.fill, AbortSignal.timeout(5000));
   a.evict();
@@ -133,7 +148,11 @@ test("in one process, the job that started a fill being canceled stops only its 
 // and containers are the boundary. This test pins the documented behaviour.
 test("an entry replaced together with its meta file is served, by a running and by a restarted process", async () => {
   const { chmodSync, readFileSync } = await import("node:fs");
-  const evil = await store("n15-evil").acquire("m/1", async (dir) => (writeFileSync(join(dir, "file"), "evil"), { n: 0 }), AbortSignal.timeout(10_000));
+  const evil = await store("n15-evil").acquire(
+    "m/1",
+    async (dir) => (writeFileSync(join(dir, "file"), "evil"), { n: 0 }),
+    AbortSignal.timeout(10_000),
+  );
   const running = store("n15");
   const entry = await running.acquire("m/1", filler().fill, AbortSignal.timeout(10_000));
   chmodSync(entry.path, 0o755);

@@ -25,7 +25,10 @@ test("a call the server never answers ends at its deadline as a NetworkError", a
   handler = () => undefined;
   const client = new AgentClient(url, undefined, { requestMs: 300 });
   const started = Date.now();
-  await assert.rejects(client.deregister("session"), (err: Error) => err instanceof NetworkError && /no answer .* within 300 ms/.test(err.message));
+  await assert.rejects(
+    client.deregister("session"),
+    (err: Error) => err instanceof NetworkError && /no answer .* within 300 ms/.test(err.message),
+  );
   assert.ok(Date.now() - started < 10_000);
 });
 
@@ -52,12 +55,21 @@ test("503 and 429 with Retry-After: the client reports the wait and withRetry ho
   handler = (_req, res) => {
     calls++;
     times.push(Date.now());
-    if (calls === 1) res.writeHead(503, { "retry-after": "1", "content-type": "application/json" }).end('{"error":"unavailable","message":"database away"}');
-    else if (calls === 2) res.writeHead(429, { "retry-after": "1", "content-type": "application/json" }).end('{"error":"rate_limited","message":"slow down"}');
+    if (calls === 1)
+      res
+        .writeHead(503, { "retry-after": "1", "content-type": "application/json" })
+        .end('{"error":"unavailable","message":"database away"}');
+    else if (calls === 2)
+      res
+        .writeHead(429, { "retry-after": "1", "content-type": "application/json" })
+        .end('{"error":"rate_limited","message":"slow down"}');
     else res.writeHead(200, { "content-type": "application/json" }).end('{"ok":true}');
   };
   const client = new AgentClient(url);
-  await assert.rejects(client.deregister("s"), (err: Error) => err instanceof NetworkError && err.retryAfterMs === 1000);
+  await assert.rejects(
+    client.deregister("s"),
+    (err: Error) => err instanceof NetworkError && err.retryAfterMs === 1000,
+  );
   calls = 0;
   times.length = 0;
   await withRetry(() => client.deregister("s"), new AbortController().signal);
@@ -68,7 +80,7 @@ test("503 and 429 with Retry-After: the client reports the wait and withRetry ho
 
 test("Retry-After is capped and reads HTTP dates", () => {
   assert.equal(parseRetryAfter("3600"), 30_000);
-  assert.equal(parseRetryAfter(new Date(Date.now() + 5_000).toUTCString(), Date.now()) ! > 3_000, true);
+  assert.equal(parseRetryAfter(new Date(Date.now() + 5_000).toUTCString(), Date.now())! > 3_000, true);
   assert.equal(parseRetryAfter("soon"), undefined);
   assert.equal(parseRetryAfter(undefined), undefined);
 });

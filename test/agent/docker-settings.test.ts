@@ -4,7 +4,14 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import { loadAgentConfig } from "@drover/agent";
-import { cgroupOomKills, DiskWatch, diskUsage, memoryEventsFile, runnerImageFor, StreamDemuxer } from "@drover/agent/docker";
+import {
+  cgroupOomKills,
+  DiskWatch,
+  diskUsage,
+  memoryEventsFile,
+  runnerImageFor,
+  StreamDemuxer,
+} from "@drover/agent/docker";
 import { DroverError, newPoolToken, type JobAssignment } from "@drover/protocol";
 import { spawnDrover } from "../support/processes.js";
 
@@ -12,7 +19,8 @@ import { spawnDrover } from "../support/processes.js";
 // value stops the agent at start with one line naming it.
 
 const token = newPoolToken({ url: "http://127.0.0.1:9", pool: "pool_x" });
-const load = (env: Record<string, string>) => loadAgentConfig({ DROVER_TOKEN: token, DROVER_AGENT_DRIVER: "docker", ...env });
+const load = (env: Record<string, string>) =>
+  loadAgentConfig({ DROVER_TOKEN: token, DROVER_AGENT_DRIVER: "docker", ...env });
 
 test("docker settings compile with their defaults (agent as root: runs as 65532:65532, no host account's uid) and with every value set", () => {
   const d = load({}).docker!;
@@ -33,47 +41,139 @@ test("docker settings compile with their defaults (agent as root: runs as 65532:
     DROVER_AGENT_DOCKER_NETWORK: "runs",
     DROVER_AGENT_DOCKER_DISK_MB: "0",
   }).docker!;
-  assert.deepEqual(set, { socketPath: "/run/podman/podman.sock", image: "registry.example/runner:7", allowedImages: [], user: { uid: 2000, gid: 3000 }, memoryBytes: 0, nanoCpus: 1.5e9, network: "runs", diskBytes: 0 });
+  assert.deepEqual(set, {
+    socketPath: "/run/podman/podman.sock",
+    image: "registry.example/runner:7",
+    allowedImages: [],
+    user: { uid: 2000, gid: 3000 },
+    memoryBytes: 0,
+    nanoCpus: 1.5e9,
+    network: "runs",
+    diskBytes: 0,
+  });
   assert.equal(load({ DROVER_AGENT_CONCURRENCY: "50" }).concurrency, 50, "a docker agent may run up to 50 jobs");
   assert.equal(loadAgentConfig({ DROVER_TOKEN: token }).docker, undefined, "other drivers have no docker settings");
-  assert.equal(loadAgentConfig({ DROVER_TOKEN: token }, { driver: "docker", dockerImage: "from-flag:1" }).docker?.image, "from-flag:1", "flags override");
+  assert.equal(
+    loadAgentConfig({ DROVER_TOKEN: token }, { driver: "docker", dockerImage: "from-flag:1" }).docker?.image,
+    "from-flag:1",
+    "flags override",
+  );
 });
 
 test("DROVER_AGENT_DOCKER_ALLOWED_IMAGES decides which workspace runner images a job's container may start from", () => {
   assert.deepEqual(load({}).docker!.allowedImages, [], "by default workspaces cannot choose");
-  const settings = load({ DROVER_AGENT_DOCKER_IMAGE: "ghcr.io/drover-dev/drover-runner:1.11.4", DROVER_AGENT_DOCKER_ALLOWED_IMAGES: " registry.example.com/runners/* , ghcr.io/acme/tf:1.9 ," }).docker!;
+  const settings = load({
+    DROVER_AGENT_DOCKER_IMAGE: "ghcr.io/drover-dev/drover-runner:1.11.4",
+    DROVER_AGENT_DOCKER_ALLOWED_IMAGES: " registry.example.com/runners/* , ghcr.io/acme/tf:1.9 ,",
+  }).docker!;
   assert.deepEqual(settings.allowedImages, ["registry.example.com/runners/*", "ghcr.io/acme/tf:1.9"]);
-  const ws = (runnerImage: string | null): JobAssignment["workspace"] => ({ id: "ws_1", name: "net", engine: "terraform", engineVersion: null, workingDirectory: "", runnerImage });
-  assert.equal(runnerImageFor(settings, ws(null)), "ghcr.io/drover-dev/drover-runner:1.11.4", "no choice: the agent's own");
-  assert.equal(runnerImageFor(settings, ws("registry.example.com/runners/tf:1.9")), "registry.example.com/runners/tf:1.9", "a prefix entry");
+  const ws = (runnerImage: string | null): JobAssignment["workspace"] => ({
+    id: "ws_1",
+    name: "net",
+    engine: "terraform",
+    engineVersion: null,
+    workingDirectory: "",
+    runnerImage,
+  });
+  assert.equal(
+    runnerImageFor(settings, ws(null)),
+    "ghcr.io/drover-dev/drover-runner:1.11.4",
+    "no choice: the agent's own",
+  );
+  assert.equal(
+    runnerImageFor(settings, ws("registry.example.com/runners/tf:1.9")),
+    "registry.example.com/runners/tf:1.9",
+    "a prefix entry",
+  );
   assert.equal(runnerImageFor(settings, ws("ghcr.io/acme/tf:1.9")), "ghcr.io/acme/tf:1.9", "an exact entry");
-  assert.equal(runnerImageFor({ ...settings, allowedImages: [] }, ws("ghcr.io/drover-dev/drover-runner:1.11.4")), "ghcr.io/drover-dev/drover-runner:1.11.4", "naming the agent's own image needs no entry");
-  for (const refused of ["ghcr.io/acme/tf:1.10", "registry.example.com/runnersx/tf:1", "registry.example.com/runners", "docker.io/library/alpine", "alpine"]) {
+  assert.equal(
+    runnerImageFor({ ...settings, allowedImages: [] }, ws("ghcr.io/drover-dev/drover-runner:1.11.4")),
+    "ghcr.io/drover-dev/drover-runner:1.11.4",
+    "naming the agent's own image needs no entry",
+  );
+  for (const refused of [
+    "ghcr.io/acme/tf:1.10",
+    "registry.example.com/runnersx/tf:1",
+    "registry.example.com/runners",
+    "docker.io/library/alpine",
+    "alpine",
+  ]) {
     assert.throws(
       () => runnerImageFor(settings, ws(refused)),
-      (err: unknown) => err instanceof DroverError && err.code === "forbidden" && err.message.includes(`workspace net asks for the runner image ${refused}, which this agent does not allow`) && err.message.includes("DROVER_AGENT_DOCKER_ALLOWED_IMAGES"),
+      (err: unknown) =>
+        err instanceof DroverError &&
+        err.code === "forbidden" &&
+        err.message.includes(`workspace net asks for the runner image ${refused}, which this agent does not allow`) &&
+        err.message.includes("DROVER_AGENT_DOCKER_ALLOWED_IMAGES"),
       refused,
     );
   }
-  assert.throws(() => runnerImageFor({ ...settings, allowedImages: ["*"] }, ws("--privileged")), /not an image reference/, "the agent checks what it hands the daemon itself");
-  assert.equal(runnerImageFor({ ...settings, allowedImages: ["*"] }, ws("alpine:3")), "alpine:3", "'*' allows any image");
+  assert.throws(
+    () => runnerImageFor({ ...settings, allowedImages: ["*"] }, ws("--privileged")),
+    /not an image reference/,
+    "the agent checks what it hands the daemon itself",
+  );
+  assert.equal(
+    runnerImageFor({ ...settings, allowedImages: ["*"] }, ws("alpine:3")),
+    "alpine:3",
+    "'*' allows any image",
+  );
 });
 
 const bad: Array<[string, Record<string, string>, RegExp]> = [
-  ["an allow-list entry that is no image", { DROVER_AGENT_DOCKER_ALLOWED_IMAGES: "ghcr.io/acme/tf:1.9,Not An Image" }, /DROVER_AGENT_DOCKER_ALLOWED_IMAGES must list image references or prefixes ending in '\*', separated by commas; not one: "Not An Image"/],
-  ["a TCP Docker host", { DROVER_AGENT_DOCKER_HOST: "tcp://10.0.0.1:2375" }, /DROVER_AGENT_DOCKER_HOST must be unix:\/\/\/path\/to\/docker.sock/],
+  [
+    "an allow-list entry that is no image",
+    { DROVER_AGENT_DOCKER_ALLOWED_IMAGES: "ghcr.io/acme/tf:1.9,Not An Image" },
+    /DROVER_AGENT_DOCKER_ALLOWED_IMAGES must list image references or prefixes ending in '\*', separated by commas; not one: "Not An Image"/,
+  ],
+  [
+    "a TCP Docker host",
+    { DROVER_AGENT_DOCKER_HOST: "tcp://10.0.0.1:2375" },
+    /DROVER_AGENT_DOCKER_HOST must be unix:\/\/\/path\/to\/docker.sock/,
+  ],
   ["a root container user", { DROVER_AGENT_DOCKER_USER: "0:0" }, /DROVER_AGENT_DOCKER_USER must not be root/],
-  ["a named container user", { DROVER_AGENT_DOCKER_USER: "drover" }, /DROVER_AGENT_DOCKER_USER must be a numeric uid or uid:gid, got "drover"/],
-  ["a memory limit too small to start terraform", { DROVER_AGENT_DOCKER_MEMORY_MB: "8" }, /DROVER_AGENT_DOCKER_MEMORY_MB must be 0 \(no limit\) or at least 16, got 8/],
-  ["a memory limit in another unit", { DROVER_AGENT_DOCKER_MEMORY_MB: "2g" }, /DROVER_AGENT_DOCKER_MEMORY_MB must be a whole number from 0 to/],
-  ["a CPU limit that is not a number", { DROVER_AGENT_DOCKER_CPUS: "two" }, /DROVER_AGENT_DOCKER_CPUS must be a number of CPUs from 0 \(no limit\) to 1024, like 1.5, got "two"/],
-  ["a concurrency above the docker driver's limit", { DROVER_AGENT_CONCURRENCY: "51" }, /DROVER_AGENT_CONCURRENCY must be a whole number from 1 to 50, got "51"/],
-  ["an unknown driver", { DROVER_AGENT_DRIVER: "lxc" }, /DROVER_AGENT_DRIVER must be one of local, kubernetes, docker, got "lxc"/],
+  [
+    "a named container user",
+    { DROVER_AGENT_DOCKER_USER: "drover" },
+    /DROVER_AGENT_DOCKER_USER must be a numeric uid or uid:gid, got "drover"/,
+  ],
+  [
+    "a memory limit too small to start terraform",
+    { DROVER_AGENT_DOCKER_MEMORY_MB: "8" },
+    /DROVER_AGENT_DOCKER_MEMORY_MB must be 0 \(no limit\) or at least 16, got 8/,
+  ],
+  [
+    "a memory limit in another unit",
+    { DROVER_AGENT_DOCKER_MEMORY_MB: "2g" },
+    /DROVER_AGENT_DOCKER_MEMORY_MB must be a whole number from 0 to/,
+  ],
+  [
+    "a CPU limit that is not a number",
+    { DROVER_AGENT_DOCKER_CPUS: "two" },
+    /DROVER_AGENT_DOCKER_CPUS must be a number of CPUs from 0 \(no limit\) to 1024, like 1.5, got "two"/,
+  ],
+  [
+    "a concurrency above the docker driver's limit",
+    { DROVER_AGENT_CONCURRENCY: "51" },
+    /DROVER_AGENT_CONCURRENCY must be a whole number from 1 to 50, got "51"/,
+  ],
+  [
+    "an unknown driver",
+    { DROVER_AGENT_DRIVER: "lxc" },
+    /DROVER_AGENT_DRIVER must be one of local, kubernetes, docker, got "lxc"/,
+  ],
 ];
 
 for (const [what, env, message] of bad) {
   test(`drover agent run --driver docker with ${what} exits 2 with one clear line`, async () => {
-    const proc = spawnDrover(["agent", "run"], { PATH: process.env.PATH, HOME: process.env.HOME, DROVER_TOKEN: token, DROVER_AGENT_DRIVER: "docker", DROVER_AGENT_HEALTH_PORT: "0", ...env });
+    const proc = spawnDrover(["agent", "run"], {
+      PATH: process.env.PATH,
+      HOME: process.env.HOME,
+      DROVER_TOKEN: token,
+      DROVER_AGENT_DRIVER: "docker",
+      DROVER_AGENT_HEALTH_PORT: "0",
+      ...env,
+    });
     const exit = await Promise.race([proc.exited, new Promise<null>((r) => setTimeout(() => r(null), 15_000))]);
     if (!exit) await proc.stop("SIGKILL");
     const output = proc.output().trim();
@@ -113,7 +213,16 @@ test("the multiplexed stream decoder yields whole frames in order however the ch
     const got: Array<[string, string]> = [];
     const d = new StreamDemuxer((s, data) => got.push([s, data.toString()]));
     for (let i = 0; i < all.length; i += step) d.push(all.subarray(i, i + step));
-    assert.deepEqual(got, [["stdout", "out one\n"], ["stderr", "err\n"], ["stdout", ""], ["stdout", "x".repeat(70_000)]], `chunks of ${step}`);
+    assert.deepEqual(
+      got,
+      [
+        ["stdout", "out one\n"],
+        ["stderr", "err\n"],
+        ["stdout", ""],
+        ["stdout", "x".repeat(70_000)],
+      ],
+      `chunks of ${step}`,
+    );
     assert.equal(d.leftover, 0);
   }
 });
@@ -154,14 +263,23 @@ test("the disk watch counts a job's directories' allocated blocks, follows no li
   const watch = (limitBytes: number) =>
     new Promise<{ over: number | undefined; errors: unknown[] }>((resolve) => {
       const errors: unknown[] = [];
-      const w = new DiskWatch({ dirs: [exec, run], limitBytes, intervalMs: 1, onExceeded: (n) => resolve({ over: n, errors }), onError: (e) => errors.push(e) });
-      // Below the bound it measures on: the third measure's result decides.
-      void w.check().then(() => w.check()).then(async (over) => {
-        if (!over) {
-          w.stop();
-          resolve({ over: undefined, errors });
-        }
+      const w = new DiskWatch({
+        dirs: [exec, run],
+        limitBytes,
+        intervalMs: 1,
+        onExceeded: (n) => resolve({ over: n, errors }),
+        onError: (e) => errors.push(e),
       });
+      // Below the bound it measures on: the third measure's result decides.
+      void w
+        .check()
+        .then(() => w.check())
+        .then(async (over) => {
+          if (!over) {
+            w.stop();
+            resolve({ over: undefined, errors });
+          }
+        });
     });
   assert.deepEqual(await watch(8 * 1024 * 1024), { over: undefined, errors: [] }, "under the bound: nothing reported");
   const past = await watch(2 * 1024 * 1024);

@@ -5,7 +5,15 @@ import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writ
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { Agent as UndiciAgent } from "undici";
-import { createLogger, EngineCache, EngineError, hashicorpReleaseKey, loadAgentConfig, newestSatisfying, type EngineCacheOptions } from "@drover/agent";
+import {
+  createLogger,
+  EngineCache,
+  EngineError,
+  hashicorpReleaseKey,
+  loadAgentConfig,
+  newestSatisfying,
+  type EngineCacheOptions,
+} from "@drover/agent";
 import { InvalidSettingError, newPoolToken } from "@drover/protocol";
 import { startReleaseServer, type TestReleaseServer } from "../support/engine-releases.js";
 
@@ -56,7 +64,8 @@ function newCache(options: Partial<EngineCacheOptions> = {}): EngineCache {
 }
 
 function reported(path: string): string {
-  return (JSON.parse(execFileSync(path, ["version", "-json"], { encoding: "utf8" })) as { terraform_version: string }).terraform_version;
+  return (JSON.parse(execFileSync(path, ["version", "-json"], { encoding: "utf8" })) as { terraform_version: string })
+    .terraform_version;
 }
 
 /** Resolves once `ok()` holds, looking again on every turn of the event loop. */
@@ -90,7 +99,12 @@ test("an exact version is downloaded, verified, stored by its archive's sha256 a
     assert.equal(lease.version, version);
     assert.equal(reported(lease.path), version, "the binary run is the one asked for");
     assert.ok(lease.path.includes(releases.archiveSha("terraform", version)), `content-addressed: ${lease.path}`);
-    assert.match(lease.notes.join("\n"), new RegExp(`downloaded from .*terraform_${version.replace(/\./g, "\\.")}_linux_amd64\\.zip, verified: sha256 [0-9a-f]{64}, SHA256SUMS signed by ${releases.fingerprint}`));
+    assert.match(
+      lease.notes.join("\n"),
+      new RegExp(
+        `downloaded from .*terraform_${version.replace(/\./g, "\\.")}_linux_amd64\\.zip, verified: sha256 [0-9a-f]{64}, SHA256SUMS signed by ${releases.fingerprint}`,
+      ),
+    );
     // Read-only to runs (which never run as the agent's root; see the run-user tests for the refusal itself).
     assert.equal(statSync(lease.path).mode & 0o777, 0o555);
     assert.equal(statSync(dirname(lease.path)).mode & 0o777, 0o555);
@@ -109,7 +123,11 @@ test("a constraint selects the newest matching release (terraform index.json, to
   const cache = newCache();
   assert.equal((await cache.acquire("terraform", "~> 1.0", signal)).version, "1.2.0");
   assert.equal((await cache.acquire("terraform", ">= 1.0, < 1.1", signal)).version, "1.0.0");
-  assert.equal((await cache.acquire("terraform", ">= 1.5, < 3.0", signal)).version, "2.0.0", "not the pre-release 2.1.0-beta1");
+  assert.equal(
+    (await cache.acquire("terraform", ">= 1.5, < 3.0", signal)).version,
+    "2.0.0",
+    "not the pre-release 2.1.0-beta1",
+  );
   const tofu = await cache.acquire("tofu", "~> 1.8", signal);
   assert.equal(tofu.version, "1.9.1");
   assert.equal(reported(tofu.path), "1.9.1");
@@ -144,7 +162,11 @@ test("a job that stops waiting (canceled) does not end the download other jobs w
 });
 
 for (const [lie, reason, message] of [
-  ["archive", "engine_checksum_mismatch", /has sha256 [0-9a-f]{64}, but the signed terraform_1\.2\.0_SHA256SUMS lists [0-9a-f]{64}/],
+  [
+    "archive",
+    "engine_checksum_mismatch",
+    /has sha256 [0-9a-f]{64}, but the signed terraform_1\.2\.0_SHA256SUMS lists [0-9a-f]{64}/,
+  ],
   ["signature", "engine_signature_invalid", /SHA256SUMS of terraform 1\.2\.0 is not signed/],
   ["unknown-key", "engine_key_unknown", /signed by key [0-9A-F]{16}, which is not a pinned key/],
 ] as const) {
@@ -185,7 +207,10 @@ test("a missing version fails with engine_version_missing; with the fallback a P
   const allowed = await newCache({ pathFallback: true, pathEnv: pathDir }).acquire("terraform", "9.9.9", signal);
   assert.equal(allowed.path, join(pathDir, "terraform"));
   assert.equal(allowed.version, "9.9.9");
-  assert.match(allowed.notes.join("\n"), /not downloaded \(terraform 9\.9\.9 is not among the releases.*\); using .*path-bin\/terraform from PATH/);
+  assert.match(
+    allowed.notes.join("\n"),
+    /not downloaded \(terraform 9\.9\.9 is not among the releases.*\); using .*path-bin\/terraform from PATH/,
+  );
   // The fallback still never runs another version.
   const none = await failure(newCache({ pathFallback: true, pathEnv: pathDir }).acquire("terraform", "3.0.0", signal));
   assert.equal(none.reason, "engine_unavailable");
@@ -193,10 +218,18 @@ test("a missing version fails with engine_version_missing; with the fallback a P
 });
 
 test("unreachable releases: the fallback decides; a stored version satisfying a constraint still runs", async () => {
-  const dead = { terraform: "http://127.0.0.1:1/terraform", tofu: "http://127.0.0.1:1/tofu", tofuIndex: "http://127.0.0.1:1/tofu/api.json" };
+  const dead = {
+    terraform: "http://127.0.0.1:1/terraform",
+    tofu: "http://127.0.0.1:1/tofu",
+    tofuIndex: "http://127.0.0.1:1/tofu/api.json",
+  };
   const refused = await failure(newCache({ releases: dead, pathEnv: pathDir }).acquire("terraform", "~> 9.0", signal));
   assert.equal(refused.reason, "engine_releases_unreachable");
-  const allowed = await newCache({ releases: dead, pathFallback: true, pathEnv: pathDir }).acquire("terraform", "~> 9.0", signal);
+  const allowed = await newCache({ releases: dead, pathFallback: true, pathEnv: pathDir }).acquire(
+    "terraform",
+    "~> 9.0",
+    signal,
+  );
   assert.equal(allowed.version, "9.9.9");
 
   const dir = join(root, "warm-then-offline");
@@ -226,7 +259,11 @@ test("above the size limit, releases no job holds are evicted oldest first; a he
   assert.equal(cache.stored().length, 2, "both held: nothing evicted");
   other.release();
   const third = await cache.acquire("tofu", "1.8.0", signal);
-  assert.deepEqual(cache.stored().sort(), [releases.archiveSha("terraform", "1.0.0"), releases.archiveSha("tofu", "1.8.0")].sort(), "the idle one went");
+  assert.deepEqual(
+    cache.stored().sort(),
+    [releases.archiveSha("terraform", "1.0.0"), releases.archiveSha("tofu", "1.8.0")].sort(),
+    "the idle one went",
+  );
   assert.equal(cache.counters.evictions, 1);
   assert.equal(reported(held.path), "1.0.0");
   held.release();
@@ -249,22 +286,39 @@ test("engine settings: defaults are the vendors' releases and keys; values compi
     DROVER_TOKEN: token,
     DROVER_AGENT_TERRAFORM_RELEASES_URL: "https://mirror.example/terraform/",
     DROVER_AGENT_ENGINE_SIGNING_KEYS: Buffer.from(armored).toString("base64"),
-    DROVER_AGENT_ENGINE_TRUSTED_FINGERPRINTS: "c874 011f 0ab4 0511 0d02  1055 3436 5d94 72d7 468f, " + releases.fingerprint,
+    DROVER_AGENT_ENGINE_TRUSTED_FINGERPRINTS:
+      "c874 011f 0ab4 0511 0d02  1055 3436 5d94 72d7 468f, " + releases.fingerprint,
     DROVER_AGENT_ENGINE_PATH_FALLBACK: "false",
   }).engines;
   assert.equal(set.terraformReleasesUrl, "https://mirror.example/terraform");
   assert.equal(set.signingKeys, armored, "base64 of the armored text");
-  assert.equal(loadAgentConfig({ DROVER_TOKEN: token, DROVER_AGENT_ENGINE_SIGNING_KEYS: releases.keyFile }).engines.signingKeys, armored, "a file");
+  assert.equal(
+    loadAgentConfig({ DROVER_TOKEN: token, DROVER_AGENT_ENGINE_SIGNING_KEYS: releases.keyFile }).engines.signingKeys,
+    armored,
+    "a file",
+  );
   assert.deepEqual(set.trustedFingerprints, ["C874011F0AB405110D02105534365D9472D7468F", releases.fingerprint]);
   assert.equal(set.pathFallback, false);
   for (const [env, message] of [
-    [{ DROVER_AGENT_ENGINE_TRUSTED_FINGERPRINTS: "72D7468F" }, /DROVER_AGENT_ENGINE_TRUSTED_FINGERPRINTS must list full 40-digit key fingerprints/],
-    [{ DROVER_AGENT_ENGINE_SIGNING_KEYS: "/nonexistent/keys.asc" }, /DROVER_AGENT_ENGINE_SIGNING_KEYS: cannot read \/nonexistent\/keys\.asc \(no such file\)/],
+    [
+      { DROVER_AGENT_ENGINE_TRUSTED_FINGERPRINTS: "72D7468F" },
+      /DROVER_AGENT_ENGINE_TRUSTED_FINGERPRINTS must list full 40-digit key fingerprints/,
+    ],
+    [
+      { DROVER_AGENT_ENGINE_SIGNING_KEYS: "/nonexistent/keys.asc" },
+      /DROVER_AGENT_ENGINE_SIGNING_KEYS: cannot read \/nonexistent\/keys\.asc \(no such file\)/,
+    ],
     [{ DROVER_AGENT_ENGINE_SIGNING_KEYS: join(pathDir, "terraform") }, /holds no armored OpenPGP public key/],
-    [{ DROVER_AGENT_TOFU_RELEASES_URL: "ftp://mirror/tofu" }, /DROVER_AGENT_TOFU_RELEASES_URL must be http:\/\/ or https:\/\//],
+    [
+      { DROVER_AGENT_TOFU_RELEASES_URL: "ftp://mirror/tofu" },
+      /DROVER_AGENT_TOFU_RELEASES_URL must be http:\/\/ or https:\/\//,
+    ],
     [{ DROVER_AGENT_ENGINE_PATH_FALLBACK: "maybe" }, /DROVER_AGENT_ENGINE_PATH_FALLBACK must be true or false/],
   ] as const) {
-    assert.throws(() => loadAgentConfig({ DROVER_TOKEN: token, ...env }), (err: unknown) => err instanceof InvalidSettingError && message.test(err.message));
+    assert.throws(
+      () => loadAgentConfig({ DROVER_TOKEN: token, ...env }),
+      (err: unknown) => err instanceof InvalidSettingError && message.test(err.message),
+    );
   }
 });
 
@@ -280,7 +334,11 @@ test("the built-in HashiCorp key is the one its pinned fingerprint names", async
 test("a workspace without a version whose fallback has no engine and takes no download is refused before anything is fetched", async () => {
   const cache = newCache();
   const asked = releases.requests.length;
-  const fallback = { where: "in the runner image", engines: () => Promise.resolve([]), noEngine: (engine: string) => new Error(`no ${engine} in the image`) };
+  const fallback = {
+    where: "in the runner image",
+    engines: () => Promise.resolve([]),
+    noEngine: (engine: string) => new Error(`no ${engine} in the image`),
+  };
   await assert.rejects(cache.acquire("terraform", null, signal, fallback), /^Error: no terraform in the image$/);
   assert.deepEqual(releases.requests.slice(asked), [], "nothing was asked of the releases");
   // Without `noEngine` the newest release stands in, as for the local driver.

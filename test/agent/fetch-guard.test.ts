@@ -29,7 +29,8 @@ before(async () => {
     seen.push(`${req.headers.host ?? ""}${req.url ?? ""}`);
     if (req.url === "/mod.tar.gz" && req.headers.host?.startsWith("127.0.0.1")) {
       res.writeHead(302, { location: `http://169.254.169.254:${port}/latest/mod.tar.gz` }).end();
-    } else if (req.url === "/latest/mod.tar.gz") res.writeHead(200, { "content-type": "application/gzip" }).end(archive);
+    } else if (req.url === "/latest/mod.tar.gz")
+      res.writeHead(200, { "content-type": "application/gzip" }).end(archive);
     else res.writeHead(404).end();
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
@@ -62,10 +63,31 @@ function configDir(): string {
 }
 
 test("link-local and metadata addresses are told apart from loopback and private ones", () => {
-  for (const a of ["169.254.169.254", "169.254.170.2", "100.100.100.200", "168.63.129.16", "fe80::1", "fd00:ec2::254", "fd20:ce::254", "::ffff:169.254.169.254", "::ffff:a9fe:a9fe", "[fd00:ec2::254]"]) {
+  for (const a of [
+    "169.254.169.254",
+    "169.254.170.2",
+    "100.100.100.200",
+    "168.63.129.16",
+    "fe80::1",
+    "fd00:ec2::254",
+    "fd20:ce::254",
+    "::ffff:169.254.169.254",
+    "::ffff:a9fe:a9fe",
+    "[fd00:ec2::254]",
+  ]) {
     assert.equal(isMetadataAddress(a), true, a);
   }
-  for (const a of ["127.0.0.1", "::1", "10.0.0.1", "192.168.1.1", "100.100.100.201", "fd00:ec2::253", "8.8.8.8", "::ffff:127.0.0.1", "registry.example.com"]) {
+  for (const a of [
+    "127.0.0.1",
+    "::1",
+    "10.0.0.1",
+    "192.168.1.1",
+    "100.100.100.201",
+    "fd00:ec2::253",
+    "8.8.8.8",
+    "::ffff:127.0.0.1",
+    "registry.example.com",
+  ]) {
     assert.equal(isMetadataAddress(a), false, a);
   }
 });
@@ -75,7 +97,10 @@ test("a module source on 127.0.0.1 that redirects to the metadata address fails 
   seen.length = 0;
   await assert.rejects(cache.prepare(configDir(), AbortSignal.timeout(30_000)), (err: Error & { code?: string }) => {
     assert.equal(err.code, "fetch_refused", err.message);
-    assert.match(err.message, /refused to fetch http:\/\/169\.254\.169\.254:\d+\/latest\/mod\.tar\.gz: its host is 169\.254\.169\.254, a link-local or cloud metadata address/);
+    assert.match(
+      err.message,
+      /refused to fetch http:\/\/169\.254\.169\.254:\d+\/latest\/mod\.tar\.gz: its host is 169\.254\.169\.254, a link-local or cloud metadata address/,
+    );
     assert.match(err.message, /DROVER_AGENT_CACHE_ALLOW_METADATA_ADDRESSES/);
     return true;
   });
@@ -83,7 +108,13 @@ test("a module source on 127.0.0.1 that redirects to the metadata address fails 
 });
 
 test("DROVER_AGENT_CACHE_ALLOW_METADATA_ADDRESSES lets the redirect be followed", async () => {
-  const cache = new ModuleCache({ dir: join(root, "on"), limitBytes: 1 << 30, dispatcher: everythingHere(), logger, allowMetadataAddresses: true });
+  const cache = new ModuleCache({
+    dir: join(root, "on"),
+    limitBytes: 1 << 30,
+    dispatcher: everythingHere(),
+    logger,
+    allowMetadataAddresses: true,
+  });
   seen.length = 0;
   const lease = await cache.prepare(configDir(), AbortSignal.timeout(30_000));
   lease.release();

@@ -28,7 +28,14 @@ test("the agent's heartbeat loop adds no abort listener per beat", async () => {
   try {
     await server.api(routes.createPool, { body: { name: "hb" } });
     const tok = await server.api(routes.createPoolToken, { params: { pool: "hb" }, body: { description: "hb" } });
-    const config = loadAgentConfig({ DROVER_TOKEN: tok.body.token, DROVER_URL: server.url, DROVER_AGENT_NAME: "hb", DROVER_AGENT_DATA_DIR: join(dir, "data"), DROVER_AGENT_CACHE_DIR: join(dir, "cache"), DROVER_AGENT_HEALTH_PORT: "0" });
+    const config = loadAgentConfig({
+      DROVER_TOKEN: tok.body.token,
+      DROVER_URL: server.url,
+      DROVER_AGENT_NAME: "hb",
+      DROVER_AGENT_DATA_DIR: join(dir, "data"),
+      DROVER_AGENT_CACHE_DIR: join(dir, "cache"),
+      DROVER_AGENT_HEALTH_PORT: "0",
+    });
     const agent = new Agent(config, pino({ level: "silent" }), { heartbeatMs: 2 });
     const done = agent.run();
     await until("10 beats", () => beats >= 10);
@@ -39,7 +46,10 @@ test("the agent's heartbeat loop adds no abort listener per beat", async () => {
     assert.ok(late < 10, `${late} abort listeners on the agent's stop signal`);
     await agent.stop();
     assert.equal(await done, 0);
-    assert.deepEqual(warnings.filter((w) => w === "MaxListenersExceededWarning"), []);
+    assert.deepEqual(
+      warnings.filter((w) => w === "MaxListenersExceededWarning"),
+      [],
+    );
   } finally {
     AgentClient.prototype.heartbeat = original;
     process.off("warning", onWarning);

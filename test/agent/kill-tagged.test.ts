@@ -15,7 +15,11 @@ after(() => {
 
 /** A tagged process in a session of its own, and its exit (listened to from the start: it may come at any turn). */
 function tagged(tag: string): { child: ChildProcess; exited: Promise<unknown> } {
-  const child = spawn("sleep", ["60"], { detached: true, stdio: "ignore", env: { ...process.env, DROVER_AGENT_PROCESS_TAG: tag } });
+  const child = spawn("sleep", ["60"], {
+    detached: true,
+    stdio: "ignore",
+    env: { ...process.env, DROVER_AGENT_PROCESS_TAG: tag },
+  });
   children.push(child);
   return { child, exited: new Promise((r) => child.once("exit", r)) };
 }

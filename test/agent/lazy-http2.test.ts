@@ -23,7 +23,11 @@ test("the stand-in's connect is Node's: it opens an HTTP/2 session and gets an a
     const body = await new Promise<string>((resolve, reject) => {
       const stream = session.request({ ":path": "/ping" });
       let text = "";
-      stream.setEncoding("utf8").on("data", (d: string) => (text += d)).on("end", () => resolve(text)).on("error", reject);
+      stream
+        .setEncoding("utf8")
+        .on("data", (d: string) => (text += d))
+        .on("end", () => resolve(text))
+        .on("error", reject);
     });
     assert.equal(body, "h2 /ping");
   } finally {
@@ -33,7 +37,15 @@ test("the stand-in's connect is Node's: it opens an HTTP/2 session and gets an a
 });
 
 test("loading the protocol package (undici's proxy agent and request) does not load Node's http2", () => {
-  const out = spawnSync(process.execPath, ["--input-type=module", "-e", 'await import("@drover/protocol"); console.log(JSON.stringify(process.moduleLoadList.filter((m) => m.includes("http2"))))'], { cwd: process.cwd(), encoding: "utf8" });
+  const out = spawnSync(
+    process.execPath,
+    [
+      "--input-type=module",
+      "-e",
+      'await import("@drover/protocol"); console.log(JSON.stringify(process.moduleLoadList.filter((m) => m.includes("http2"))))',
+    ],
+    { cwd: process.cwd(), encoding: "utf8" },
+  );
   assert.equal(out.status, 0, out.stderr);
   assert.deepEqual(JSON.parse(out.stdout), []);
 });

@@ -3,7 +3,15 @@ import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 import { test } from "node:test";
 import { z } from "zod";
-import { ApiError, builtLazySchemas, DroverClient, pollResponseSchema, routes, userApi, workspaceSchema } from "@drover/protocol";
+import {
+  ApiError,
+  builtLazySchemas,
+  DroverClient,
+  pollResponseSchema,
+  routes,
+  userApi,
+  workspaceSchema,
+} from "@drover/protocol";
 
 // The protocol's schemas and routes are built on first use (protocol/lazy-schema.ts; SPEC §8).
 // These tests fail when a lazy schema checks differently from the schema it stands for, or when
@@ -33,7 +41,12 @@ test("a lazy schema is its schema: same type checks, same answers, same issues, 
   assert.deepEqual(pollResponseSchema.parse({ job: null }), { job: null });
   // A copy made outside the stand-in answers exactly as the stand-in does.
   const copy = z.object({ job: z.array(pollResponseSchema).element.shape.job });
-  for (const bad of [{ job: { ...assignment, phase: "destroy" } }, { job: { ...assignment, attempt: "1" } }, {}, null]) {
+  for (const bad of [
+    { job: { ...assignment, phase: "destroy" } },
+    { job: { ...assignment, attempt: "1" } },
+    {},
+    null,
+  ]) {
     const lazy = pollResponseSchema.safeParse(bad);
     const built = copy.safeParse(bad);
     assert.equal(lazy.success, false);
@@ -49,19 +62,29 @@ test("a route of the table is built on first use, and the client refuses an answ
   const answers: unknown[] = [{ ok: "yes" }, { ok: true, dropPlanRuns: ["run-1"] }];
   const server = createServer((req, res) => {
     req.resume();
-    req.on("end", () => res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(answers.shift())));
+    req.on("end", () =>
+      res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(answers.shift())),
+    );
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   try {
-    const client = new DroverClient({ baseUrl: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, token: "t" });
+    const client = new DroverClient({
+      baseUrl: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+      token: "t",
+    });
     await assert.rejects(client.call(routes.agentHeartbeat, { body: { runningJobs: 0 } }), (err: unknown) => {
       assert.ok(err instanceof ApiError);
       assert.equal(err.code, "unexpected_response");
       assert.match(err.message, /answered outside the API contract: [^]*"ok"/);
       return true;
     });
-    assert.ok(builtLazySchemas.includes("routes.agentHeartbeat") && builtLazySchemas.includes("agentHeartbeatResponseSchema"));
-    assert.deepEqual(await client.call(routes.agentHeartbeat, { body: { runningJobs: 0 } }), { ok: true, dropPlanRuns: ["run-1"] });
+    assert.ok(
+      builtLazySchemas.includes("routes.agentHeartbeat") && builtLazySchemas.includes("agentHeartbeatResponseSchema"),
+    );
+    assert.deepEqual(await client.call(routes.agentHeartbeat, { body: { runningJobs: 0 } }), {
+      ok: true,
+      dropPlanRuns: ["run-1"],
+    });
   } finally {
     server.close();
   }

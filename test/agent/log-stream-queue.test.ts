@@ -18,13 +18,19 @@ function memoryServer(opts: { loseAfterFirst?: number } = {}) {
       await gate;
       appends++;
       if (opts.loseAfterFirst !== undefined && appends === 2) stored = stored.subarray(0, opts.loseAfterFirst);
-      if (offset > stored.length) throw new DroverError("log_gap", "gap", { details: { expectedOffset: stored.length } });
+      if (offset > stored.length)
+        throw new DroverError("log_gap", "gap", { details: { expectedOffset: stored.length } });
       const fresh = data.subarray(Math.min(data.length, stored.length - offset));
       stored = Buffer.concat([stored, fresh]);
       return stored.length;
     },
   } as unknown as JobClient;
-  return { job, stored: () => stored, open: () => release(), hold: () => (gate = new Promise<void>((r) => (release = r))) };
+  return {
+    job,
+    stored: () => stored,
+    open: () => release(),
+    hold: () => (gate = new Promise<void>((r) => (release = r))),
+  };
 }
 
 test("thousands of small writes queued behind held appends reach the server whole, in order, once", async () => {

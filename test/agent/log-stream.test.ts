@@ -26,26 +26,40 @@ before(async () => {
     const body: Buffer[] = [];
     req.on("data", (d: Buffer) => body.push(d));
     // A failed upstream call resets the agent's connection rather than leaving it hanging.
-    req.on("end", () => void (async () => {
-      const isAppend = req.method === "POST" && /\/logs\?offset=/.test(req.url ?? "");
-      const n = isAppend ? ++appends : 0;
-      if (isAppend && n % 5 === 2) {
-        failures.refused++;
-        res.writeHead(503, { "content-type": "application/json" }).end('{"error":"internal","message":"flaky network"}');
-        return;
-      }
-      const headers: Record<string, string> = {};
-      for (const k of ["authorization", "content-type"]) if (typeof req.headers[k] === "string") headers[k] = req.headers[k];
-      const upstream = await client(server.url).request(req.method ?? "GET", req.url ?? "/", { headers, body: body.length > 0 ? Buffer.concat(body) : undefined });
-      const data = upstream.body;
-      if (isAppend && n % 4 === 3) {
-        // The server stored the bytes; the agent never hears so.
-        failures.answerLost++;
-        req.socket.destroy();
-        return;
-      }
-      res.writeHead(upstream.status, { "content-type": String(upstream.headers["content-type"] ?? "application/octet-stream") }).end(data);
-    })().catch(() => res.destroy()));
+    req.on(
+      "end",
+      () =>
+        void (async () => {
+          const isAppend = req.method === "POST" && /\/logs\?offset=/.test(req.url ?? "");
+          const n = isAppend ? ++appends : 0;
+          if (isAppend && n % 5 === 2) {
+            failures.refused++;
+            res
+              .writeHead(503, { "content-type": "application/json" })
+              .end('{"error":"internal","message":"flaky network"}');
+            return;
+          }
+          const headers: Record<string, string> = {};
+          for (const k of ["authorization", "content-type"])
+            if (typeof req.headers[k] === "string") headers[k] = req.headers[k];
+          const upstream = await client(server.url).request(req.method ?? "GET", req.url ?? "/", {
+            headers,
+            body: body.length > 0 ? Buffer.concat(body) : undefined,
+          });
+          const data = upstream.body;
+          if (isAppend && n % 4 === 3) {
+            // The server stored the bytes; the agent never hears so.
+            failures.answerLost++;
+            req.socket.destroy();
+            return;
+          }
+          res
+            .writeHead(upstream.status, {
+              "content-type": String(upstream.headers["content-type"] ?? "application/octet-stream"),
+            })
+            .end(data);
+        })().catch(() => res.destroy()),
+    );
   });
   await new Promise<void>((r) => proxy.listen(0, "127.0.0.1", r));
   proxyUrl = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`;
@@ -58,9 +72,18 @@ after(async () => {
 test("a log streamed through failing appends arrives whole, in order, once", async () => {
   await server.api(routes.createPool, { body: { name: "logs" } });
   const { session } = await registerAgent(server, "logs", "log-writer");
-  const { runId } = await queueRun(server, "logs", "logs", rawTarGz([{ path: "main.tf", content: 'resource "terraform_data" "x" {}\n' }]));
+  const { runId } = await queueRun(
+    server,
+    "logs",
+    "logs",
+    rawTarGz([{ path: "main.tf", content: 'resource "terraform_data" "x" {}\n' }]),
+  );
   const job = (await call(server, routes.pollJob, session, { query: { wait: 1000 } })).body.job;
-  assert.equal((await call(server, routes.startJob, job.jobToken, { params: { id: job.jobId }, body: { starter: "test" } })).status, 200);
+  assert.equal(
+    (await call(server, routes.startJob, job.jobToken, { params: { id: job.jobId }, body: { starter: "test" } }))
+      .status,
+    200,
+  );
 
   const log = new LogStream(new AgentClient(proxyUrl).job(job.jobId, job.jobToken));
   let expected = "";
@@ -75,7 +98,12 @@ test("a log streamed through failing appends arrives whole, in order, once", asy
   assert.equal(log.acknowledged, Buffer.byteLength(expected));
   assert.ok(failures.refused > 0 && failures.answerLost > 0, `the network did fail (${JSON.stringify(failures)})`);
 
-  const stored = (await client(server.url, server.adminToken).call(routes.runLogs, { params: { id: runId }, query: { phase: "plan", limit: 8388608 } })).toString("utf8");
+  const stored = (
+    await client(server.url, server.adminToken).call(routes.runLogs, {
+      params: { id: runId },
+      query: { phase: "plan", limit: 8388608 },
+    })
+  ).toString("utf8");
   assert.equal(stored.length, expected.length, "no byte lost or doubled");
   assert.ok(stored === expected, "every line in order");
 });

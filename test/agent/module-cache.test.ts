@@ -1,6 +1,17 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { appendFileSync, chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
+import {
+  appendFileSync,
+  chmodSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Agent as UndiciAgent } from "undici";
@@ -14,7 +25,10 @@ const logger = createLogger("json", false);
 logger.level = "silent";
 
 before(async () => {
-  registry = await startProviderRegistry([], [{ name: "thing", versions: ["1.0.0", "1.2.0"], files: { "main.tf": 'output "v" { value = "thing-VERSION" }\n' } }]);
+  registry = await startProviderRegistry(
+    [],
+    [{ name: "thing", versions: ["1.0.0", "1.2.0"], files: { "main.tf": 'output "v" { value = "thing-VERSION" }\n' } }],
+  );
   root = mkdtempSync(join(tmpdir(), "drover-module-cache-"));
 });
 after(async () => {
@@ -31,7 +45,10 @@ let n = 0;
 function configDir(version: string): string {
   const dir = join(root, "configs", `c${n++}`);
   mkdirSync(dir, { recursive: true });
-  writeFileSync(join(dir, "main.tf"), `module "m" {\n  source  = "${registry.host}/drover/thing/null"\n  version = "${version}"\n}\noutput "v" { value = module.m.v }\n`);
+  writeFileSync(
+    join(dir, "main.tf"),
+    `module "m" {\n  source  = "${registry.host}/drover/thing/null"\n  version = "${version}"\n}\noutput "v" { value = module.m.v }\n`,
+  );
   return dir;
 }
 
@@ -107,7 +124,13 @@ test("module eviction above the soft limit never removes an entry a run holds", 
 // configuration planted must not let the agent create modules/, links or modules.json elsewhere.
 for (const [what, plant] of [
   [".terraform", (dir: string, victim: string) => symlinkSync(victim, join(dir, ".terraform"))],
-  [".terraform/modules", (dir: string, victim: string) => (mkdirSync(join(dir, ".terraform")), symlinkSync(victim, join(dir, ".terraform", "modules")))],
+  [
+    ".terraform/modules",
+    (dir: string, victim: string) => (
+      mkdirSync(join(dir, ".terraform")),
+      symlinkSync(victim, join(dir, ".terraform", "modules"))
+    ),
+  ],
 ] as const) {
   test(`a planted ${what} link outside the run directory: the module cache refuses the run and writes nothing through it`, async () => {
     const cache = newCache(`planted-${what.replace(/\W/g, "-")}`);

@@ -1,7 +1,16 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import {
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Agent as UndiciAgent } from "undici";
@@ -19,7 +28,17 @@ let root: string;
 let ca: { cert: string; key: string };
 let gitServer: Awaited<ReturnType<typeof startGitHttpServer>>;
 
-const git = (args: string[], cwd: string) => execFileSync("git", args, { cwd, env: { ...process.env, GIT_AUTHOR_NAME: "t", GIT_AUTHOR_EMAIL: "t@t", GIT_COMMITTER_NAME: "t", GIT_COMMITTER_EMAIL: "t@t" } });
+const git = (args: string[], cwd: string) =>
+  execFileSync("git", args, {
+    cwd,
+    env: {
+      ...process.env,
+      GIT_AUTHOR_NAME: "t",
+      GIT_AUTHOR_EMAIL: "t@t",
+      GIT_COMMITTER_NAME: "t",
+      GIT_COMMITTER_EMAIL: "t@t",
+    },
+  });
 
 before(async () => {
   root = mkdtempSync(join(tmpdir(), "drover-module-git-ca-"));
@@ -44,7 +63,13 @@ function prepare(name: string, caCertPem: string | undefined) {
   const dir = mkdtempSync(join(root, "config-"));
   writeFileSync(join(dir, "main.tf"), `module "m" {\n  source = "git::${gitServer.url}/repo.git"\n}\n`);
   const cacheDir = join(root, `cache-${name}`);
-  const modules = new ModuleCache({ dir: cacheDir, limitBytes: 1 << 30, dispatcher: new UndiciAgent(), logger, caCertPem });
+  const modules = new ModuleCache({
+    dir: cacheDir,
+    limitBytes: 1 << 30,
+    dispatcher: new UndiciAgent(),
+    logger,
+    caCertPem,
+  });
   return { dir, cacheDir, lease: modules.prepare(dir, AbortSignal.timeout(60_000)) };
 }
 
@@ -53,7 +78,10 @@ test("with the private CA given to the module cache, a git source over https is 
   const lease = await pending;
   lease.release();
   assert.deepEqual(lease.notes, []);
-  assert.deepEqual(lease.installed.map((i) => i.split(" ")[0]), ["m"]);
+  assert.deepEqual(
+    lease.installed.map((i) => i.split(" ")[0]),
+    ["m"],
+  );
   assert.match(installedModuleFile(dir, "m"), /"private-ca"/);
   // git's CA file: private to the agent's user, the default roots and the private CA.
   const bundles = readdirSync(cacheDir).filter((n) => n.startsWith("git-ca-"));
@@ -73,7 +101,10 @@ test("without the CA, the git source is not cached and the note names the untrus
   const lease = await pending;
   lease.release();
   assert.deepEqual(lease.installed, []);
-  assert.match(lease.notes.join("\n"), /module m not cached \(git_tls_untrusted: git ls-remote: .*certificate.*set DROVER_CA_CERT.*\); terraform installs it itself/);
+  assert.match(
+    lease.notes.join("\n"),
+    /module m not cached \(git_tls_untrusted: git ls-remote: .*certificate.*set DROVER_CA_CERT.*\); terraform installs it itself/,
+  );
   assert.equal(readdirSync(join(dir)).includes(".terraform"), false);
 });
 
@@ -100,7 +131,8 @@ test("the roots git would have used stay trusted beside the private CA: GIT_SSL_
   const saved = { git: process.env.GIT_SSL_CAINFO, node: process.env.NODE_EXTRA_CA_CERTS };
   process.env.GIT_SSL_CAINFO = gitFile;
   process.env.NODE_EXTRA_CA_CERTS = nodeFile;
-  const restore = (key: "GIT_SSL_CAINFO" | "NODE_EXTRA_CA_CERTS", value: string | undefined) => (value === undefined ? delete process.env[key] : (process.env[key] = value));
+  const restore = (key: "GIT_SSL_CAINFO" | "NODE_EXTRA_CA_CERTS", value: string | undefined) =>
+    value === undefined ? delete process.env[key] : (process.env[key] = value);
   try {
     const cacheDir = join(root, "cache-inherited");
     new ModuleCache({ dir: cacheDir, limitBytes: 1 << 30, dispatcher: new UndiciAgent(), logger, caCertPem: ca.cert });
@@ -110,7 +142,8 @@ test("the roots git would have used stay trusted beside the private CA: GIT_SSL_
     assert.ok(text.includes(forNode.cert.trim()), "NODE_EXTRA_CA_CERTS's roots");
     assert.ok(text.includes(ca.cert.trim()), "the private CA");
     const system = "/etc/ssl/certs/ca-certificates.crt";
-    if (existsSync(system)) assert.ok(text.includes(readFileSync(system, "utf8").trim()), "the system store (update-ca-certificates)");
+    if (existsSync(system))
+      assert.ok(text.includes(readFileSync(system, "utf8").trim()), "the system store (update-ca-certificates)");
   } finally {
     restore("GIT_SSL_CAINFO", saved.git);
     restore("NODE_EXTRA_CA_CERTS", saved.node);

@@ -28,7 +28,19 @@ const sockets: Socket[] = [];
 let relayed = 0;
 let url: string;
 
-const git = (args: string[], cwd: string) => execFileSync("git", args, { cwd, env: { ...process.env, GIT_AUTHOR_NAME: "t", GIT_AUTHOR_EMAIL: "t@t", GIT_COMMITTER_NAME: "t", GIT_COMMITTER_EMAIL: "t@t" } }).toString().trim();
+const git = (args: string[], cwd: string) =>
+  execFileSync("git", args, {
+    cwd,
+    env: {
+      ...process.env,
+      GIT_AUTHOR_NAME: "t",
+      GIT_AUTHOR_EMAIL: "t@t",
+      GIT_COMMITTER_NAME: "t",
+      GIT_COMMITTER_EMAIL: "t@t",
+    },
+  })
+    .toString()
+    .trim();
 
 before(async () => {
   root = mkdtempSync(join(tmpdir(), "drover-module-git-shallow-"));
@@ -76,13 +88,21 @@ function configDir(text: string): string {
 
 /** Prepares `source` in a fresh cache; what the module's main.tf says and the bytes the server sent. */
 async function fetchModule(name: string, source: string): Promise<{ text: string; bytes: number }> {
-  const modules = new ModuleCache({ dir: join(root, `cache-${name}`), limitBytes: 1 << 30, dispatcher: new UndiciAgent(), logger });
+  const modules = new ModuleCache({
+    dir: join(root, `cache-${name}`),
+    limitBytes: 1 << 30,
+    dispatcher: new UndiciAgent(),
+    logger,
+  });
   const before = relayed;
   const dir = configDir(`module "m" {\n  source = "${source}"\n}\n`);
   const lease = await modules.prepare(dir, AbortSignal.timeout(60_000));
   lease.release();
   assert.deepEqual(lease.notes, []);
-  assert.deepEqual(lease.installed.map((i) => i.split(" ")[0]), ["m"]);
+  assert.deepEqual(
+    lease.installed.map((i) => i.split(" ")[0]),
+    ["m"],
+  );
   return { text: installedModuleFile(dir, "m"), bytes: relayed - before };
 }
 
@@ -104,14 +124,22 @@ test("a tag, HEAD and an old commit of a long history each cost about one tree o
 
 test("a server that only serves advertised refs (protocol v0): an old commit still comes, through a whole clone", async () => {
   // The agent's git reads its configuration from the environment it inherits.
-  const saved = { count: process.env.GIT_CONFIG_COUNT, key: process.env.GIT_CONFIG_KEY_0, value: process.env.GIT_CONFIG_VALUE_0 };
+  const saved = {
+    count: process.env.GIT_CONFIG_COUNT,
+    key: process.env.GIT_CONFIG_KEY_0,
+    value: process.env.GIT_CONFIG_VALUE_0,
+  };
   Object.assign(process.env, { GIT_CONFIG_COUNT: "1", GIT_CONFIG_KEY_0: "protocol.version", GIT_CONFIG_VALUE_0: "0" });
   try {
     const { text, bytes } = await fetchModule("v0", `git::${url}?ref=${history[5]}`);
     assert.match(text, /"version-5"/);
     assert.ok(bytes > historyBytes / 2, `the fallback is a whole clone (${bytes} bytes)`);
   } finally {
-    for (const [k, v] of [["GIT_CONFIG_COUNT", saved.count], ["GIT_CONFIG_KEY_0", saved.key], ["GIT_CONFIG_VALUE_0", saved.value]] as const) {
+    for (const [k, v] of [
+      ["GIT_CONFIG_COUNT", saved.count],
+      ["GIT_CONFIG_KEY_0", saved.key],
+      ["GIT_CONFIG_VALUE_0", saved.value],
+    ] as const) {
       if (v === undefined) delete process.env[k];
       else process.env[k] = v;
     }

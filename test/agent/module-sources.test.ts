@@ -30,10 +30,25 @@ const archiveSum = createHash("sha256").update(archive).digest("hex");
 const logger = createLogger("json", false);
 logger.level = "silent";
 
-const git = (args: string[], cwd: string) => execFileSync("git", args, { cwd, env: { ...process.env, GIT_AUTHOR_NAME: "t", GIT_AUTHOR_EMAIL: "t@t", GIT_COMMITTER_NAME: "t", GIT_COMMITTER_EMAIL: "t@t" } }).toString().trim();
+const git = (args: string[], cwd: string) =>
+  execFileSync("git", args, {
+    cwd,
+    env: {
+      ...process.env,
+      GIT_AUTHOR_NAME: "t",
+      GIT_AUTHOR_EMAIL: "t@t",
+      GIT_COMMITTER_NAME: "t",
+      GIT_COMMITTER_EMAIL: "t@t",
+    },
+  })
+    .toString()
+    .trim();
 
 before(async () => {
-  registry = await startProviderRegistry([{ type: "alpha", versions: ["1.0.0"] }], [{ name: "thing", versions: ["1.0.0"], files: { "main.tf": 'output "v" { value = "thing-VERSION" }\n' } }]);
+  registry = await startProviderRegistry(
+    [{ type: "alpha", versions: ["1.0.0"] }],
+    [{ name: "thing", versions: ["1.0.0"], files: { "main.tf": 'output "v" { value = "thing-VERSION" }\n' } }],
+  );
   root = mkdtempSync(join(tmpdir(), "drover-module-sources-"));
   repo = join(root, "repo");
   mkdirSync(join(repo, "sub"), { recursive: true });
@@ -83,8 +98,20 @@ const sourcesConfig = (checksum = archiveSum) =>
   ].join("\n") + "\n";
 
 test("git (commit, tag, subdir) and http (checksum) modules, and the registry module and provider the git module needs, are prepared; init downloads nothing", async () => {
-  const modules = new ModuleCache({ dir: join(root, "modules"), limitBytes: 1 << 30, dispatcher: dispatcher(), logger, allowLocalSources: true });
-  const providers = new ProviderCache({ dir: join(root, "providers"), limitBytes: 1 << 30, dispatcher: dispatcher(), logger, platform: "linux_amd64" });
+  const modules = new ModuleCache({
+    dir: join(root, "modules"),
+    limitBytes: 1 << 30,
+    dispatcher: dispatcher(),
+    logger,
+    allowLocalSources: true,
+  });
+  const providers = new ProviderCache({
+    dir: join(root, "providers"),
+    limitBytes: 1 << 30,
+    dispatcher: dispatcher(),
+    logger,
+    platform: "linux_amd64",
+  });
   const plan = async () => {
     const dir = configDir(sourcesConfig());
     const mods = await modules.prepare(dir, AbortSignal.timeout(60_000));
@@ -122,14 +149,29 @@ test("git (commit, tag, subdir) and http (checksum) modules, and the registry mo
 });
 
 test("an http module whose archive does not match its ?checksum fails the run with the reason, and nothing is cached", async () => {
-  const modules = new ModuleCache({ dir: join(root, "modules-bad"), limitBytes: 1 << 30, dispatcher: dispatcher(), logger });
+  const modules = new ModuleCache({
+    dir: join(root, "modules-bad"),
+    limitBytes: 1 << 30,
+    dispatcher: dispatcher(),
+    logger,
+  });
   const dir = configDir(`module "h" {\n  source = "${archiveUrl}?checksum=sha256:${"0".repeat(64)}"\n}\n`);
-  await assert.rejects(modules.prepare(dir, AbortSignal.timeout(30_000)), (err: unknown) => err instanceof VerificationError && err.reason === "module_checksum_mismatch" && /sha256/.test(err.message));
+  await assert.rejects(
+    modules.prepare(dir, AbortSignal.timeout(30_000)),
+    (err: unknown) =>
+      err instanceof VerificationError && err.reason === "module_checksum_mismatch" && /sha256/.test(err.message),
+  );
   assert.equal(modules.counters.misses, 0);
 });
 
 test("a git ref the repository does not have is left to terraform with a note, not cached", async () => {
-  const modules = new ModuleCache({ dir: join(root, "modules-ref"), limitBytes: 1 << 30, dispatcher: dispatcher(), logger, allowLocalSources: true });
+  const modules = new ModuleCache({
+    dir: join(root, "modules-ref"),
+    limitBytes: 1 << 30,
+    dispatcher: dispatcher(),
+    logger,
+    allowLocalSources: true,
+  });
   const dir = configDir(`module "g" {\n  source = "git::file://${repo}?ref=no-such-tag"\n}\n`);
   const lease = await modules.prepare(dir, AbortSignal.timeout(30_000));
   lease.release();
@@ -144,12 +186,23 @@ test("git over http (git http-backend on 127.0.0.1): a commit ref needs no reque
   git(["clone", "-q", "--bare", repo, join(served, "repo.git")], root);
   const server = await startGitHttpServer(served);
   try {
-    const modules = new ModuleCache({ dir: join(root, "modules-http-git"), limitBytes: 1 << 30, dispatcher: dispatcher(), logger });
+    const modules = new ModuleCache({
+      dir: join(root, "modules-http-git"),
+      limitBytes: 1 << 30,
+      dispatcher: dispatcher(),
+      logger,
+    });
     const prepare = async (ref: string) => {
-      const lease = await modules.prepare(configDir(`module "s" {\n  source = "git::${server.url}/repo.git//sub?ref=${ref}"\n}\n`), AbortSignal.timeout(60_000));
+      const lease = await modules.prepare(
+        configDir(`module "s" {\n  source = "git::${server.url}/repo.git//sub?ref=${ref}"\n}\n`),
+        AbortSignal.timeout(60_000),
+      );
       lease.release();
       assert.deepEqual(lease.notes, []);
-      assert.deepEqual(lease.installed.map((i) => i.split(" ")[0]), ["s"]);
+      assert.deepEqual(
+        lease.installed.map((i) => i.split(" ")[0]),
+        ["s"],
+      );
     };
     await prepare(commit);
     assert.equal(modules.counters.misses, 1);
@@ -159,7 +212,10 @@ test("git over http (git http-backend on 127.0.0.1): a commit ref needs no reque
     assert.deepEqual(server.requests.slice(seen), [], "a cached commit asks nothing");
     await prepare("v1");
     assert.equal(modules.counters.misses, 1, "the tag names the cached commit: nothing fetched");
-    assert.ok(server.requests.slice(seen).every((p) => p.endsWith("/info/refs") || p.endsWith("/git-upload-pack")), `only ls-remote: ${server.requests.slice(seen).join(" ")}`);
+    assert.ok(
+      server.requests.slice(seen).every((p) => p.endsWith("/info/refs") || p.endsWith("/git-upload-pack")),
+      `only ls-remote: ${server.requests.slice(seen).join(" ")}`,
+    );
   } finally {
     await server.close();
   }
@@ -177,14 +233,32 @@ test("a git::file:// source is left to terraform unless DROVER_AGENT_MODULE_CACH
   git(["commit", "-q", "-m", "secret"], join(locked, "repo"));
   chmodSync(locked, 0o700);
   const text = `module "m" {\n  source = "git::file://${locked}/repo//sub"\n}\n`;
-  const off = new ModuleCache({ dir: join(root, "modules-local-off"), limitBytes: 1 << 30, dispatcher: dispatcher(), logger });
+  const off = new ModuleCache({
+    dir: join(root, "modules-local-off"),
+    limitBytes: 1 << 30,
+    dispatcher: dispatcher(),
+    logger,
+  });
   const lease = await off.prepare(configDir(text), AbortSignal.timeout(30_000));
   lease.release();
   assert.deepEqual(lease.installed, []);
-  assert.match(lease.notes.join("\n"), /module m: the cache does not fetch local repositories \(git::file:\/\/.*\); left to terraform/);
+  assert.match(
+    lease.notes.join("\n"),
+    /module m: the cache does not fetch local repositories \(git::file:\/\/.*\); left to terraform/,
+  );
   assert.equal(off.counters.misses, 0);
-  assert.equal(existsSync(join(root, "modules-local-off", "entries", "git")), false, "nothing was fetched from the repository");
-  const on = new ModuleCache({ dir: join(root, "modules-local-on"), limitBytes: 1 << 30, dispatcher: dispatcher(), logger, allowLocalSources: true });
+  assert.equal(
+    existsSync(join(root, "modules-local-off", "entries", "git")),
+    false,
+    "nothing was fetched from the repository",
+  );
+  const on = new ModuleCache({
+    dir: join(root, "modules-local-on"),
+    limitBytes: 1 << 30,
+    dispatcher: dispatcher(),
+    logger,
+    allowLocalSources: true,
+  });
   const allowed = await on.prepare(configDir(text), AbortSignal.timeout(30_000));
   allowed.release();
   assert.equal(allowed.installed.length, 1, allowed.notes.join("\n"));

@@ -33,7 +33,12 @@ test("the summary line's counts, as terraform and OpenTofu print them, in any ch
   assert.equal(scan("a\nPlan: 1 to add, 0 to change, 0 to destroy.", 5), "Plan: 1 to add, 0 to change, 0 to destroy.");
   assert.equal(scan(`${"z".repeat(1000)}Plan: 9 to add\nNo changes.\n`, 3), undefined);
   // Exit 0 is no changes, whatever the output says; exit 2 without a line (outputs only) is a change of nothing counted.
-  assert.deepEqual(summaryOfPlanOutput(0, "Plan: 1 to add, 0 to change, 0 to destroy."), { add: 0, change: 0, destroy: 0, hasChanges: false });
+  assert.deepEqual(summaryOfPlanOutput(0, "Plan: 1 to add, 0 to change, 0 to destroy."), {
+    add: 0,
+    change: 0,
+    destroy: 0,
+    hasChanges: false,
+  });
   assert.deepEqual(summaryOfPlanOutput(2, undefined), { add: 0, change: 0, destroy: 0, hasChanges: true });
   assert.deepEqual([...planSucceededCodes], [0, 2]);
 });
@@ -54,7 +59,10 @@ test("real terraform: -detailed-exitcode and the summary line agree with the pla
     assert.deepEqual(fromLine, fromJson, plan.output);
     await tf([0], "apply", "-input=false", "-no-color", "p.tfplan");
   };
-  writeFileSync(join(dir, "main.tf"), 'resource "terraform_data" "keep" {\n  input = "a"\n}\nresource "terraform_data" "gone" {\n  count = 2\n}\nresource "terraform_data" "swap" {\n  triggers_replace = "1"\n}\n');
+  writeFileSync(
+    join(dir, "main.tf"),
+    'resource "terraform_data" "keep" {\n  input = "a"\n}\nresource "terraform_data" "gone" {\n  count = 2\n}\nresource "terraform_data" "swap" {\n  triggers_replace = "1"\n}\n',
+  );
   await tf([0], "init", "-input=false", "-no-color");
   await both();
   writeFileSync(
@@ -63,9 +71,15 @@ test("real terraform: -detailed-exitcode and the summary line agree with the pla
   );
   await both();
   // Moves only, then an output only: changes that count nothing.
-  writeFileSync(join(dir, "main.tf"), 'resource "terraform_data" "k" {\n  input = "b"\n}\nmoved {\n  from = terraform_data.kept\n  to   = terraform_data.k\n}\nresource "terraform_data" "swap" {\n  triggers_replace = "2"\n}\nresource "terraform_data" "new" {}\n');
+  writeFileSync(
+    join(dir, "main.tf"),
+    'resource "terraform_data" "k" {\n  input = "b"\n}\nmoved {\n  from = terraform_data.kept\n  to   = terraform_data.k\n}\nresource "terraform_data" "swap" {\n  triggers_replace = "2"\n}\nresource "terraform_data" "new" {}\n',
+  );
   await both();
-  writeFileSync(join(dir, "main.tf"), 'resource "terraform_data" "k" {\n  input = "b"\n}\nresource "terraform_data" "swap" {\n  triggers_replace = "2"\n}\nresource "terraform_data" "new" {}\noutput "o" {\n  value = 1\n}\n');
+  writeFileSync(
+    join(dir, "main.tf"),
+    'resource "terraform_data" "k" {\n  input = "b"\n}\nresource "terraform_data" "swap" {\n  triggers_replace = "2"\n}\nresource "terraform_data" "new" {}\noutput "o" {\n  value = 1\n}\n',
+  );
   await both();
   await both();
 });
@@ -79,12 +93,22 @@ test("a planJson value a newer server added reads as absent (the plan job render
     runId: "run_1",
     planOnly: false,
     isDestroy: false,
-    workspace: { id: "ws_1", name: "w", engine: "terraform", engineVersion: null, workingDirectory: "", runnerImage: null },
+    workspace: {
+      id: "ws_1",
+      name: "w",
+      engine: "terraform",
+      engineVersion: null,
+      workingDirectory: "",
+      runnerImage: null,
+    },
     configurationVersionId: "cv_1",
     statePath: "/s",
     leaseTtlMs: 30_000,
   };
-  assert.equal(jobAssignmentSchema.parse({ ...assignment, planJson: "plan-unless-changes" }).planJson, "plan-unless-changes");
+  assert.equal(
+    jobAssignmentSchema.parse({ ...assignment, planJson: "plan-unless-changes" }).planJson,
+    "plan-unless-changes",
+  );
   const future = jobAssignmentSchema.safeParse({ ...assignment, planJson: "render-somewhere-new" });
   assert.ok(future.success, future.success ? "" : future.error.message);
   assert.equal(future.data.planJson, undefined);

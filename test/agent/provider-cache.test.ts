@@ -1,6 +1,16 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { appendFileSync, chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import {
+  appendFileSync,
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Agent as UndiciAgent } from "undici";
@@ -54,7 +64,9 @@ async function init(dir: string, installation: string): Promise<{ code: number; 
 
 function lockedH1(dir: string, type: string): string[] {
   const text = readFileSync(join(dir, ".terraform.lock.hcl"), "utf8");
-  const block = new RegExp(`provider "${registry.source(type).replace(/[.]/g, "\\.")}" \\{([\\s\\S]*?)\\n\\}`).exec(text)?.[1] ?? "";
+  const block =
+    new RegExp(`provider "${registry.source(type).replace(/[.]/g, "\\.")}" \\{([\\s\\S]*?)\\n\\}`).exec(text)?.[1] ??
+    "";
   return [...block.matchAll(/"(h1:[^"]+)"/g)].map((m) => m[1] as string);
 }
 
@@ -77,7 +89,8 @@ test("12 concurrent inits needing the same 3 providers: every lock file correct,
     );
     for (const r of results) {
       assert.equal(r.code, 0, r.output);
-      for (const p of three) assert.deepEqual(lockedH1(r.dir, p.type), [registry.h1(p.type, p.version)], `${r.dir}: lock file of ${p.type}`);
+      for (const p of three)
+        assert.deepEqual(lockedH1(r.dir, p.type), [registry.h1(p.type, p.version)], `${r.dir}: lock file of ${p.type}`);
     }
   }
   for (const p of three) {
@@ -99,10 +112,18 @@ test("12 concurrent inits needing the same 3 providers: every lock file correct,
 
 test("the cache is read-only: entries have no write permission anywhere", async () => {
   const cache = newCache("modes");
-  const lease = await cache.prepare(configDir("modes", providerConfig(registry, three.slice(0, 1))), AbortSignal.timeout(60_000));
+  const lease = await cache.prepare(
+    configDir("modes", providerConfig(registry, three.slice(0, 1))),
+    AbortSignal.timeout(60_000),
+  );
   lease.release();
   const entry = join(root, "modes", "mirror", registry.host, "drover", "alpha", "1.0.0", "linux_amd64");
-  const walk = (p: string): string[] => [p, ...(readdirSync(p, { withFileTypes: true }).flatMap((d) => (d.isDirectory() ? walk(join(p, d.name)) : [join(p, d.name)])))];
+  const walk = (p: string): string[] => [
+    p,
+    ...readdirSync(p, { withFileTypes: true }).flatMap((d) =>
+      d.isDirectory() ? walk(join(p, d.name)) : [join(p, d.name)],
+    ),
+  ];
   const { statSync } = await import("node:fs");
   for (const p of walk(entry)) assert.equal(statSync(p).mode & 0o222, 0, `${p} is writable`);
 });
@@ -113,7 +134,17 @@ test("a changed byte in a cache entry is detected before use and the entry is fe
   (await cache.prepare(dir, AbortSignal.timeout(60_000))).release();
   const name = registry.archiveName("beta", "2.1.0");
   const downloads = registry.downloads.get(name) ?? 0;
-  const file = join(root, "tamper-byte", "mirror", registry.host, "drover", "beta", "2.1.0", "linux_amd64", "terraform-provider-beta_v2.1.0");
+  const file = join(
+    root,
+    "tamper-byte",
+    "mirror",
+    registry.host,
+    "drover",
+    "beta",
+    "2.1.0",
+    "linux_amd64",
+    "terraform-provider-beta_v2.1.0",
+  );
   chmodSync(file, 0o755);
   appendFileSync(file, "# planted\n");
   chmodSync(file, 0o555);
@@ -129,9 +160,20 @@ test("a changed byte in a cache entry is detected before use and the entry is fe
 test("a lock file hash that matches nothing fails with the reason; a zh-only lock file gains the verified h1", async () => {
   const cache = newCache("lock");
   const addr = registry.source("alpha");
-  const lock = (hash: string) => `provider "${addr}" {\n  version     = "1.0.0"\n  constraints = "1.0.0"\n  hashes = [\n    "${hash}",\n  ]\n}\n`;
-  const bad = configDir("lock-bad", providerConfig(registry, three.slice(0, 1)), lock("h1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="));
-  await assert.rejects(cache.prepare(bad, AbortSignal.timeout(60_000)), (err: unknown) => err instanceof VerificationError && err.reason === "provider_lock_mismatch" && /lock file's hashes match neither/.test(err.message));
+  const lock = (hash: string) =>
+    `provider "${addr}" {\n  version     = "1.0.0"\n  constraints = "1.0.0"\n  hashes = [\n    "${hash}",\n  ]\n}\n`;
+  const bad = configDir(
+    "lock-bad",
+    providerConfig(registry, three.slice(0, 1)),
+    lock("h1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="),
+  );
+  await assert.rejects(
+    cache.prepare(bad, AbortSignal.timeout(60_000)),
+    (err: unknown) =>
+      err instanceof VerificationError &&
+      err.reason === "provider_lock_mismatch" &&
+      /lock file's hashes match neither/.test(err.message),
+  );
   const zhOnly = configDir("lock-zh", providerConfig(registry, three.slice(0, 1)), lock(registry.zh("alpha", "1.0.0")));
   const lease = await cache.prepare(zhOnly, AbortSignal.timeout(60_000));
   lease.release();
@@ -151,15 +193,24 @@ test("a bad signature, a wrong shasum from the registry, or a changed archive: t
     const cache = newCache(`lie-${lie}`);
     registry.tamper[lie] = true;
     try {
-      await assert.rejects(cache.prepare(configDir(`lie-${lie}`, providerConfig(registry, three.slice(2, 3))), AbortSignal.timeout(60_000)), (err: unknown) => {
-        assert.ok(err instanceof VerificationError, String(err));
-        assert.equal(err.reason, reason, err.message);
-        return true;
-      });
+      await assert.rejects(
+        cache.prepare(
+          configDir(`lie-${lie}`, providerConfig(registry, three.slice(2, 3))),
+          AbortSignal.timeout(60_000),
+        ),
+        (err: unknown) => {
+          assert.ok(err instanceof VerificationError, String(err));
+          assert.equal(err.reason, reason, err.message);
+          return true;
+        },
+      );
     } finally {
       registry.tamper[lie] = false;
     }
-    assert.ok(!existsSync(join(root, `lie-${lie}`, "mirror", registry.host, "drover", "gamma", "0.3.0", "linux_amd64")), `${lie}: nothing cached`);
+    assert.ok(
+      !existsSync(join(root, `lie-${lie}`, "mirror", registry.host, "drover", "gamma", "0.3.0", "linux_amd64")),
+      `${lie}: nothing cached`,
+    );
     assert.deepEqual(readdirSync(join(root, `lie-${lie}`, "tmp")), [], `${lie}: no temporary files left`);
   }
 });
@@ -182,7 +233,10 @@ test("eviction above the soft limit keeps the newest entries and never one a run
 
 test("without a lock file a version constraint resolves to the newest matching version the registry offers", async () => {
   const cache = newCache("resolve");
-  const dir = configDir("resolve", `terraform {\n  required_providers {\n    alpha = {\n      source  = "${registry.source("alpha")}" # comment with { brace\n      version = "~> 1.0"\n    }\n  }\n}\n`);
+  const dir = configDir(
+    "resolve",
+    `terraform {\n  required_providers {\n    alpha = {\n      source  = "${registry.source("alpha")}" # comment with { brace\n      version = "~> 1.0"\n    }\n  }\n}\n`,
+  );
   const lease = await cache.prepare(dir, AbortSignal.timeout(60_000));
   lease.release();
   assert.deepEqual(lease.prepared, [`${registry.source("alpha")} 1.1.0`]);
@@ -190,10 +244,16 @@ test("without a lock file a version constraint resolves to the newest matching v
 
 test("a provider the agent cannot fetch (registry unreachable) is left to terraform with a note, not failed", async () => {
   const cache = newCache("unreachable");
-  const dir = configDir("unreachable", `terraform {\n  required_providers {\n    nowhere = { source = "127.0.0.1:1/drover/nowhere", version = "1.0.0" }\n  }\n}\n`);
+  const dir = configDir(
+    "unreachable",
+    `terraform {\n  required_providers {\n    nowhere = { source = "127.0.0.1:1/drover/nowhere", version = "1.0.0" }\n  }\n}\n`,
+  );
   const lease = await cache.prepare(dir, AbortSignal.timeout(60_000));
   lease.release();
   assert.deepEqual(lease.prepared, []);
   assert.equal(lease.installation, "");
-  assert.match(lease.notes.join("\n"), /127\.0\.0\.1:1\/drover\/nowhere 1\.0\.0 not cached .*terraform installs it itself/);
+  assert.match(
+    lease.notes.join("\n"),
+    /127\.0\.0\.1:1\/drover\/nowhere 1\.0\.0 not cached .*terraform installs it itself/,
+  );
 });

@@ -90,7 +90,10 @@ function useProxy(noProxy?: string): void {
 
 test("undici's index is not loaded in this test process (the agent's own loading is what is under test)", () => {
   const cache = createRequire(import.meta.url).cache;
-  assert.deepEqual(Object.keys(cache).filter((m) => /\/node_modules\/undici\/index\.js$/.test(m)), []);
+  assert.deepEqual(
+    Object.keys(cache).filter((m) => /\/node_modules\/undici\/index\.js$/.test(m)),
+    [],
+  );
 });
 
 test("the agent's client reaches an HTTPS server of a private CA through HTTPS_PROXY's CONNECT tunnel", async () => {

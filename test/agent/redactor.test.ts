@@ -31,7 +31,11 @@ test("a secret split at any byte offset, inside a character too, is redacted as 
     assert.equal(got, expected, `split at ${at}`);
   }
   for (let at = 0; at + 7 <= whole.length; at += 3) {
-    const got = feed(redactorFor(secrets), [whole.subarray(0, at), whole.subarray(at, at + 7), whole.subarray(at + 7)]).toString("utf8");
+    const got = feed(redactorFor(secrets), [
+      whole.subarray(0, at),
+      whole.subarray(at, at + 7),
+      whole.subarray(at + 7),
+    ]).toString("utf8");
     assert.equal(got, expected, `three pieces at ${at}`);
   }
   const byteByByte = [...whole].map((b) => Buffer.from([b]));
@@ -40,7 +44,10 @@ test("a secret split at any byte offset, inside a character too, is redacted as 
 
 test("output without a secret passes uncopied and byte for byte, invalid UTF-8 included", () => {
   const r = redactorFor(["a-long-secret-value"]);
-  const chunk = Buffer.concat([Buffer.from("terraform output without the value ".repeat(100)), Buffer.from([0xff, 0xfe, 0xc3])]);
+  const chunk = Buffer.concat([
+    Buffer.from("terraform output without the value ".repeat(100)),
+    Buffer.from([0xff, 0xfe, 0xc3]),
+  ]);
   const first = r.push(chunk);
   assert.ok(first.length > 0);
   for (const piece of first) assert.equal(piece.buffer, chunk.buffer, "a view of the chunk, not a copy");
@@ -65,7 +72,11 @@ test("output that cannot be the start of a secret passes at once; only a secret'
   assert.equal(push("tick a-lo"), "tick ", "the possible start of the secret waits");
   assert.equal(push("ng-secret-value done\n"), "*** done\n");
   assert.equal(push("a-lo"), "");
-  assert.equal(push("t of output\n"), "a-lot of output\n", "held bytes that turn out not to be the secret follow at once");
+  assert.equal(
+    push("t of output\n"),
+    "a-lot of output\n",
+    "held bytes that turn out not to be the secret follow at once",
+  );
   assert.equal(push("ends with a"), "ends with ");
   assert.equal(r.end().toString("utf8"), "a");
 });
@@ -83,7 +94,11 @@ test("overlapping secrets, one inside another: any cut into three pieces gives t
     for (let j = i; j <= bytes.length; j++) {
       const r = new StreamRedactor();
       r.setSecrets(values);
-      assert.equal(feed(r, [bytes.subarray(0, i), bytes.subarray(i, j), bytes.subarray(j)]).toString("utf8"), want, `cut at ${i} and ${j}`);
+      assert.equal(
+        feed(r, [bytes.subarray(0, i), bytes.subarray(i, j), bytes.subarray(j)]).toString("utf8"),
+        want,
+        `cut at ${i} and ${j}`,
+      );
     }
   }
 });

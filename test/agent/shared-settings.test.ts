@@ -32,16 +32,45 @@ test("one environment gives the agent, the controller and both workers the same 
       const agent = loadAgentConfig({ DROVER_TOKEN: token, ...shared });
       const controller = loadAgentConfig({ DROVER_TOKEN: token, DROVER_AGENT_DRIVER: "kubernetes", ...shared });
       const worker = loadWorkerSettings({ DROVER_URL: "http://127.0.0.1:9", ...shared });
-      const node = loadNodeWorkerSettings({ DROVER_AGENT_NODE_HOME: home, DROVER_AGENT_NODE_NAME: "n1", DROVER_AGENT_CONTROLLER_NAME: "ctl", ...shared });
-      const pick = (s: { otlp?: unknown; stopAction: string; gracePeriodMs: number; caCertPem: string | undefined }) => ({ otlp: s.otlp, stopAction: s.stopAction, gracePeriodMs: s.gracePeriodMs, caCertPem: s.caCertPem });
+      const node = loadNodeWorkerSettings({
+        DROVER_AGENT_NODE_HOME: home,
+        DROVER_AGENT_NODE_NAME: "n1",
+        DROVER_AGENT_CONTROLLER_NAME: "ctl",
+        ...shared,
+      });
+      const pick = (s: {
+        otlp?: unknown;
+        stopAction: string;
+        gracePeriodMs: number;
+        caCertPem: string | undefined;
+      }) => ({ otlp: s.otlp, stopAction: s.stopAction, gracePeriodMs: s.gracePeriodMs, caCertPem: s.caCertPem });
       const expected = pick(agent);
       for (const other of [controller, worker, node]) assert.deepEqual(pick(other), expected);
       if ("DROVER_AGENT_OTLP_ENDPOINT" in shared) {
         assert.deepEqual(expected, {
-          otlp: { endpoint: "http://collector:4317", protocol: "grpc", traces: false, metrics: true, headers: {}, serviceName: undefined, resourceAttributes: {}, metricsIntervalMs: 60_000, sampler: "parentbased_always_on", samplerRatio: 1 },
-          stopAction: "drain", gracePeriodMs: 300_000, caCertPem: pem });
+          otlp: {
+            endpoint: "http://collector:4317",
+            protocol: "grpc",
+            traces: false,
+            metrics: true,
+            headers: {},
+            serviceName: undefined,
+            resourceAttributes: {},
+            metricsIntervalMs: 60_000,
+            sampler: "parentbased_always_on",
+            samplerRatio: 1,
+          },
+          stopAction: "drain",
+          gracePeriodMs: 300_000,
+          caCertPem: pem,
+        });
       } else {
-        assert.deepEqual(expected, { otlp: undefined, stopAction: "graceful", gracePeriodMs: 120_000, caCertPem: undefined });
+        assert.deepEqual(expected, {
+          otlp: undefined,
+          stopAction: "graceful",
+          gracePeriodMs: 120_000,
+          caCertPem: undefined,
+        });
       }
     }
   } finally {

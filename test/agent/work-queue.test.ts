@@ -40,7 +40,11 @@ async function eventually(cond: () => boolean): Promise<void> {
   assert.ok(cond(), "condition never held");
 }
 
-function queue(over: Partial<WorkQueueOptions> = {}): { q: KeyedWorkQueue; errors: [string, number, number | undefined][]; ac: AbortController } {
+function queue(over: Partial<WorkQueueOptions> = {}): {
+  q: KeyedWorkQueue;
+  errors: [string, number, number | undefined][];
+  ac: AbortController;
+} {
   const ac = new AbortController();
   const errors: [string, number, number | undefined][] = [];
   const q = new KeyedWorkQueue({
@@ -82,7 +86,10 @@ test("items of one key never run at the same time and run in the order added; ot
   for (let i = blockers.length - 1; i >= 0; i--) blockers[i]!.open();
   await Promise.all(all);
   assert.equal(most, 1);
-  assert.deepEqual(order, blockers.map((_, i) => i));
+  assert.deepEqual(
+    order,
+    blockers.map((_, i) => i),
+  );
 });
 
 test("an item added for a key while its last one runs waits for it", async () => {
@@ -174,7 +181,13 @@ test("parallelism bounds the keys processed at once", async () => {
 
 test("stopping drops queued items and ends a backoff", async () => {
   const ac = new AbortController();
-  const { q } = queue({ sleep: (ms, signal) => (signal.aborted ? Promise.resolve() : new Promise<void>((r) => signal.addEventListener("abort", () => r(), { once: true }))), signal: ac.signal });
+  const { q } = queue({
+    sleep: (ms, signal) =>
+      signal.aborted
+        ? Promise.resolve()
+        : new Promise<void>((r) => signal.addEventListener("abort", () => r(), { once: true })),
+    signal: ac.signal,
+  });
   let failing = 0;
   const first = q.add("k", async () => {
     failing++;

@@ -5,7 +5,9 @@ import { test } from "node:test";
 // The bench's types from the project reference, its code from the compiled output (bench/ is not an npm workspace).
 import type * as Harness from "../../bench/src/harness.js";
 
-const { stopTracked, track, trackStop } = (await import(new URL("../../../bench/dist/harness.js", import.meta.url).href)) as typeof Harness;
+const { stopTracked, track, trackStop } = (await import(
+  new URL("../../../bench/dist/harness.js", import.meta.url).href
+)) as typeof Harness;
 
 test("stopTracked ends every tracked process still running and runs the recorded stops, once; a forgotten stop is not run", async () => {
   const child = track(spawn(process.execPath, ["-e", "setInterval(() => {}, 1000)"], { stdio: "ignore" }));
@@ -30,8 +32,23 @@ test("a tracked process that ended on its own is not counted", async () => {
 // An abandoned bench's agent ends its steps' process groups only on SIGTERM: a SIGKILL left
 // terraform and its provisioners running into the benches after it.
 test("stopTracked sends SIGTERM first, which a process can act on, and SIGKILL after the grace to one that ignores it", async () => {
-  const graceful = track(spawn(process.execPath, ["-e", "process.on('SIGTERM', () => { process.stdout.write('cleaned up'); process.exit(0); }); process.stdout.write('ready'); setInterval(() => {}, 1000)"], { stdio: ["ignore", "pipe", "ignore"] }));
-  const stubborn = track(spawn(process.execPath, ["-e", "process.on('SIGTERM', () => {}); process.stdout.write('ready'); setInterval(() => {}, 1000)"], { stdio: ["ignore", "pipe", "ignore"] }));
+  const graceful = track(
+    spawn(
+      process.execPath,
+      [
+        "-e",
+        "process.on('SIGTERM', () => { process.stdout.write('cleaned up'); process.exit(0); }); process.stdout.write('ready'); setInterval(() => {}, 1000)",
+      ],
+      { stdio: ["ignore", "pipe", "ignore"] },
+    ),
+  );
+  const stubborn = track(
+    spawn(
+      process.execPath,
+      ["-e", "process.on('SIGTERM', () => {}); process.stdout.write('ready'); setInterval(() => {}, 1000)"],
+      { stdio: ["ignore", "pipe", "ignore"] },
+    ),
+  );
   let said = "";
   graceful.stdout!.on("data", (d: Buffer) => (said += d.toString()));
   await Promise.all([once(graceful.stdout!, "data"), once(stubborn.stdout!, "data")]);

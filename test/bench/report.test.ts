@@ -8,8 +8,12 @@ import { test } from "node:test";
 import type * as Report from "../../bench/src/report.js";
 import type * as Runner from "../../bench/src/runner.js";
 
-const { failedRows, missedBy, quoteInReadme, writeReport } = (await import(new URL("../../../bench/dist/report.js", import.meta.url).href)) as typeof Report;
-const { runBenches, timingNote } = (await import(new URL("../../../bench/dist/runner.js", import.meta.url).href)) as typeof Runner;
+const { failedRows, missedBy, quoteInReadme, writeReport } = (await import(
+  new URL("../../../bench/dist/report.js", import.meta.url).href
+)) as typeof Report;
+const { runBenches, timingNote } = (await import(
+  new URL("../../../bench/dist/runner.js", import.meta.url).href
+)) as typeof Runner;
 
 const figure = (over: Partial<Report.Figure>): Report.Figure => ({
   bench: "b",
@@ -55,7 +59,10 @@ test("a bench that throws or never ends leaves a note, and the benches after it 
     outcome.seconds.map((s) => s.name),
     ["broken", "stuck", "fine"],
   );
-  assert.match(timingNote(outcome.seconds), /^time per bench: broken \d+ s, stuck \d+ s, fine \d+ s; total [\d.]+ min$/);
+  assert.match(
+    timingNote(outcome.seconds),
+    /^time per bench: broken \d+ s, stuck \d+ s, fine \d+ s; total [\d.]+ min$/,
+  );
 });
 
 test("a failed bench keeps its expected rows (n/a, not met, the failure as note), is listed as failed, and its env changes and processes end with it", async () => {
@@ -81,14 +88,22 @@ test("a failed bench keeps its expected rows (n/a, not met, the failure as note)
     {
       timeoutMs: 50,
       log: () => undefined,
-      expected: { broken: () => [row("broken bench", "p99", "≤ 20 ms"), row("broken bench", "count", "reported")], stuck: () => [row("stuck bench", "wall time", "≤ 1.05×")], fine: () => [row("fine", "p50", "—"), row("fine", "p99", "—")] },
+      expected: {
+        broken: () => [row("broken bench", "p99", "≤ 20 ms"), row("broken bench", "count", "reported")],
+        stuck: () => [row("stuck bench", "wall time", "≤ 1.05×")],
+        fine: () => [row("fine", "p50", "—"), row("fine", "p99", "—")],
+      },
       abandon: () => {
         abandoned.push("called");
         return 3;
       },
     },
   );
-  assert.equal(process.env.BENCH_RUNNER_TEST_ENV, undefined, "a bench's env change ends with it, a timed-out one's too");
+  assert.equal(
+    process.env.BENCH_RUNNER_TEST_ENV,
+    undefined,
+    "a bench's env change ends with it, a timed-out one's too",
+  );
   assert.deepEqual(seen, [undefined]);
   assert.deepEqual(abandoned, ["called"], "only the timed-out bench is abandoned");
   assert.deepEqual(outcome.failed, ["broken", "stuck"]);
@@ -103,14 +118,23 @@ test("a failed bench keeps its expected rows (n/a, not met, the failure as note)
     ],
   );
   assert.equal(outcome.figures[0]!.note, "broken failed: no cluster");
-  assert.match(outcome.figures[2]!.note!, /^stuck failed: did not finish within .*; 3 process\(es\) it left running were ended$/);
-  assert.match(outcome.notes[2]!, /^fine: its expected rows .* differ from its figures; update them: expected but not reported: fine \/ p99; reported but not expected: fine \/ new$/);
+  assert.match(
+    outcome.figures[2]!.note!,
+    /^stuck failed: did not finish within .*; 3 process\(es\) it left running were ended$/,
+  );
+  assert.match(
+    outcome.notes[2]!,
+    /^fine: its expected rows .* differ from its figures; update them: expected but not reported: fine \/ p99; reported but not expected: fine \/ new$/,
+  );
 
   const dir = mkdtempSync(join(tmpdir(), "drover-bench-report-"));
   try {
     const md = writeReport(join(dir, "results"), outcome.figures, outcome.notes, "partial");
     assert.match(md, /\| broken bench \| p99 \| n\/a \| — \| — \| ≤ 20 ms \| \*\*no\*\* \|/);
-    assert.match(md, /- \*\*broken bench, p99\*\*: misses ≤ 20 ms: nothing was measured\. Why: the bench failed: broken failed: no cluster/);
+    assert.match(
+      md,
+      /- \*\*broken bench, p99\*\*: misses ≤ 20 ms: nothing was measured\. Why: the bench failed: broken failed: no cluster/,
+    );
     assert.match(md, /- \*\*stuck bench, wall time\*\*: misses ≤ 1\.05×: nothing was measured\./);
     assert.match(md, /- \*\*broken bench, count\*\*: misses reported: nothing was measured\./);
   } finally {
@@ -132,7 +156,12 @@ test("a late failure of a timed-out bench is blamed on it, not on the bench runn
   assert.equal(child.status, 0, child.stderr);
   const outcome = JSON.parse(child.stdout) as Runner.BenchOutcome;
   // Only the notes are asserted: on a loaded machine `next` may itself outlast the 10 ms timeout.
-  assert.ok(outcome.notes.includes("stuck: a failure outside the bench's own flow (after it was abandoned, while next ran): late child failure"), JSON.stringify(outcome.notes));
+  assert.ok(
+    outcome.notes.includes(
+      "stuck: a failure outside the bench's own flow (after it was abandoned, while next ran): late child failure",
+    ),
+    JSON.stringify(outcome.notes),
+  );
   assert.ok(!outcome.notes.some((n) => n.startsWith("next: a failure outside")), JSON.stringify(outcome.notes));
   assert.ok(outcome.failed.includes("stuck"));
 });
@@ -156,13 +185,22 @@ test("a promise a bench leaves rejected behind it is a note, not the end of the 
 
 test("a missed target says by how much: bounds in the figure's unit and ratios to the baseline", () => {
   assert.equal(missedBy(figure({ value: 12, target: "≤ 20 ms", met: true })), undefined);
-  assert.equal(missedBy(figure({ value: 333, target: "≤ 20 ms", met: false })), "333 ms against ≤ 20 ms: over by 313 ms (16.65× off)");
-  assert.equal(missedBy(figure({ value: 37, unit: "MB/s", target: "≥ 100 MB/s", met: false })), "37.00 MB/s against ≥ 100 MB/s: short by 63.00 MB/s (2.70× off)");
+  assert.equal(
+    missedBy(figure({ value: 333, target: "≤ 20 ms", met: false })),
+    "333 ms against ≤ 20 ms: over by 313 ms (16.65× off)",
+  );
+  assert.equal(
+    missedBy(figure({ value: 37, unit: "MB/s", target: "≥ 100 MB/s", met: false })),
+    "37.00 MB/s against ≥ 100 MB/s: short by 63.00 MB/s (2.70× off)",
+  );
   assert.equal(
     missedBy(figure({ value: 920, baseline: 800, target: "≤ 1.05×", met: false })),
     "1.15× against ≤ 1.05×: over by 0.10× (1.10× off); 920 ms against 840 ms allowed",
   );
-  assert.equal(missedBy(figure({ value: 15, target: "≤ 20 ms", met: false })), "meets ≤ 20 ms by its value (15.00 ms), but its correctness check failed (see its note)");
+  assert.equal(
+    missedBy(figure({ value: 15, target: "≤ 20 ms", met: false })),
+    "meets ≤ 20 ms by its value (15.00 ms), but its correctness check failed (see its note)",
+  );
   assert.equal(missedBy(figure({ value: NaN, target: "≤ 20 ms", met: false })), "misses ≤ 20 ms: nothing was measured");
 });
 
@@ -173,7 +211,16 @@ test("a full run writes latest, one history line and the README's table; a parti
     const start = "<!-- bench:latest (written by a full `npm run bench`; edit bench/src/report.ts, not this table) -->";
     writeFileSync(readme, `# Title\n\nbefore\n${start}\nold table\n<!-- /bench:latest -->\nafter\n`);
     const figures = [
-      figure({ bench: "dispatch", metric: "p99", value: 333, baseline: 700, baselineLabel: "1 s polling", target: "≤ 20 ms", met: false, why: "the profile in its note" }),
+      figure({
+        bench: "dispatch",
+        metric: "p99",
+        value: 333,
+        baseline: 700,
+        baselineLabel: "1 s polling",
+        target: "≤ 20 ms",
+        met: false,
+        why: "the profile in its note",
+      }),
       figure({ bench: "throughput", metric: "runs per minute", unit: "runs/min", value: 200, target: "reported" }),
     ];
     const results = join(dir, "results");
@@ -182,7 +229,10 @@ test("a full run writes latest, one history line and the README's table; a parti
     assert.match(readFileSync(readme, "utf8"), /old table/);
 
     const md = writeReport(results, figures, ["x failed: boom"], "latest", readme);
-    assert.match(md, /## Missed targets\n\n- \*\*dispatch, p99\*\*: 333 ms against ≤ 20 ms: over by 313 ms \(16\.65× off\)\. Why: the profile in its note/);
+    assert.match(
+      md,
+      /## Missed targets\n\n- \*\*dispatch, p99\*\*: 333 ms against ≤ 20 ms: over by 313 ms \(16\.65× off\)\. Why: the profile in its note/,
+    );
     assert.match(md, /- x failed: boom/);
     const history = readFileSync(join(results, "history.jsonl"), "utf8").trim().split("\n");
     assert.equal(history.length, 1);

@@ -6,7 +6,9 @@ import type * as Scale from "../../bench/src/scale.js";
 
 const { percentile } = (await import(new URL("../../../bench/dist/report.js", import.meta.url).href)) as typeof Report;
 
-const { clientLatencies, heartbeatTimeoutMs, scaleCoversAll, scalePlans, scaleProfileFile, scaleRows } = (await import(new URL("../../../bench/dist/scale.js", import.meta.url).href)) as typeof Scale;
+const { clientLatencies, heartbeatTimeoutMs, scaleCoversAll, scalePlans, scaleProfileFile, scaleRows } = (await import(
+  new URL("../../../bench/dist/scale.js", import.meta.url).href
+)) as typeof Scale;
 
 test("BENCH_SCALE_DATABASES selects the scale bench's fleets by database; unset runs both; a typo is refused", () => {
   assert.deepEqual(
@@ -37,8 +39,16 @@ test("a run with some scale fleets only (BENCH_SCALE_DATABASES) is not a full ru
   assert.deepEqual(
     rows.map((r) => [r.bench, r.metric, r.target]),
     [
-      ["scale (5000 agents in 5 processes, long-polling + heartbeating, postgres)", "heartbeat p99 (client side)", "≤ 50 ms"],
-      ["scale (5000 agents in 5 processes, long-polling + heartbeating, postgres)", "heartbeat p99 (server's histogram, bucket bound)", "≤ 50 ms"],
+      [
+        "scale (5000 agents in 5 processes, long-polling + heartbeating, postgres)",
+        "heartbeat p99 (client side)",
+        "≤ 50 ms",
+      ],
+      [
+        "scale (5000 agents in 5 processes, long-polling + heartbeating, postgres)",
+        "heartbeat p99 (server's histogram, bucket bound)",
+        "≤ 50 ms",
+      ],
       ["scale (5000 agents in 5 processes, long-polling + heartbeating, postgres)", "server peak RSS", "≤ 500 MB"],
       ["scale (5000 agents in 5 processes, long-polling + heartbeating, postgres)", "server CPU", "—"],
     ],
@@ -59,7 +69,13 @@ test("failed heartbeats count in the client-side p99 at their timeout: a fleet l
 });
 
 test("the scale bench's server profiles are told apart by their names (database and fleet size), not their contents", () => {
-  const files = ["server-sqlite-10-100.cpuprofile", "server-sqlite-1000-200.cpuprofile", "server-postgres-10-300.cpuprofile", "server-postgres-5000-400.cpuprofile", "server-postgres-5000-400.txt"];
+  const files = [
+    "server-sqlite-10-100.cpuprofile",
+    "server-sqlite-1000-200.cpuprofile",
+    "server-postgres-10-300.cpuprofile",
+    "server-postgres-5000-400.cpuprofile",
+    "server-postgres-5000-400.txt",
+  ];
   assert.equal(scaleProfileFile(files, "sqlite", 1000), "server-sqlite-1000-200.cpuprofile");
   assert.equal(scaleProfileFile(files, "sqlite", 10), "server-sqlite-10-100.cpuprofile");
   assert.equal(scaleProfileFile(files, "postgres", 5000), "server-postgres-5000-400.cpuprofile");

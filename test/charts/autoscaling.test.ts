@@ -10,13 +10,19 @@ import { test } from "node:test";
 import { parseAllDocuments } from "yaml";
 import { repo } from "../support/chart-cluster.js";
 
-const { tools } = (await import(pathToFileURL(join(repo, "scripts", "tools.mjs")).href)) as { tools(): { helm: string } };
+const { tools } = (await import(pathToFileURL(join(repo, "scripts", "tools.mjs")).href)) as {
+  tools(): { helm: string };
+};
 const { helm } = tools();
 const token = "drv_p_eyJ1cmwiOiJodHRwczovL2QuZXhhbXBsZSIsInBvb2wiOiJwIn0.c2VjcmV0";
 const chart = join(repo, "charts", "agent-local");
 
 function render(args: string[]): any[] {
-  const out = execFileSync(helm, ["template", "rel", chart, "--namespace", "drover", "--set", `agent.token=${token}`, ...args], { encoding: "utf8" });
+  const out = execFileSync(
+    helm,
+    ["template", "rel", chart, "--namespace", "drover", "--set", `agent.token=${token}`, ...args],
+    { encoding: "utf8" },
+  );
   const docs = parseAllDocuments(out, { uniqueKeys: true, strict: true });
   assert.ok(!("empty" in docs));
   return docs.map((d) => d.toJSON()).filter((o) => o !== null);
@@ -41,7 +47,14 @@ test("KEDA: a metrics-api trigger on desiredAgents with the pool token, scale to
   assert.deepEqual(so.spec.triggers, [
     {
       type: "metrics-api",
-      metadata: { url: "https://drover.example/api/agent/v1/demand?jobsPerAgent=3", format: "json", valueLocation: "desiredAgents", targetValue: "1", activationTargetValue: "0", authMode: "bearer" },
+      metadata: {
+        url: "https://drover.example/api/agent/v1/demand?jobsPerAgent=3",
+        format: "json",
+        valueLocation: "desiredAgents",
+        targetValue: "1",
+        activationTargetValue: "0",
+        authMode: "bearer",
+      },
       authenticationRef: { name: "rel-agent-local-demand" },
     },
   ]);
@@ -53,9 +66,23 @@ test("KEDA: a metrics-api trigger on desiredAgents with the pool token, scale to
   assert.ok(!JSON.stringify(so).includes("drv_p_") && !JSON.stringify(auth).includes("drv_p_"));
 
   // An existing token Secret and a separate URL for KEDA.
-  const existing = render(["--set", "autoscaling.keda.enabled=true", "--set", "autoscaling.keda.serverUrl=http://drover.svc:8080", "--set", "agent.tokenExistingSecret.name=pool", "--set", "agent.tokenExistingSecret.key=t"]);
-  assert.deepEqual(one(existing, "TriggerAuthentication").spec.secretTargetRef, [{ parameter: "token", name: "pool", key: "t" }]);
-  assert.equal(one(existing, "ScaledObject").spec.triggers[0].metadata.url, "http://drover.svc:8080/api/agent/v1/demand?jobsPerAgent=1");
+  const existing = render([
+    "--set",
+    "autoscaling.keda.enabled=true",
+    "--set",
+    "autoscaling.keda.serverUrl=http://drover.svc:8080",
+    "--set",
+    "agent.tokenExistingSecret.name=pool",
+    "--set",
+    "agent.tokenExistingSecret.key=t",
+  ]);
+  assert.deepEqual(one(existing, "TriggerAuthentication").spec.secretTargetRef, [
+    { parameter: "token", name: "pool", key: "t" },
+  ]);
+  assert.equal(
+    one(existing, "ScaledObject").spec.triggers[0].metadata.url,
+    "http://drover.svc:8080/api/agent/v1/demand?jobsPerAgent=1",
+  );
 
   // Off by default.
   const plain = render([]);
@@ -64,10 +91,29 @@ test("KEDA: a metrics-api trigger on desiredAgents with the pool token, scale to
 });
 
 test("KEDA refusals: no URL to call, min above max", () => {
-  const noUrl = spawnSync(helm, ["template", "rel", chart, "--set", `agent.token=${token}`, "--set", "autoscaling.keda.enabled=true"], { encoding: "utf8" });
+  const noUrl = spawnSync(
+    helm,
+    ["template", "rel", chart, "--set", `agent.token=${token}`, "--set", "autoscaling.keda.enabled=true"],
+    { encoding: "utf8" },
+  );
   assert.notEqual(noUrl.status, 0);
   assert.match(noUrl.stderr, /autoscaling.keda.serverUrl or agent.url/);
-  const inverted = spawnSync(helm, ["template", "rel", chart, "--set", `agent.token=${token}`, ...keda, "--set", "autoscaling.keda.minReplicaCount=3", "--set", "autoscaling.keda.maxReplicaCount=2"], { encoding: "utf8" });
+  const inverted = spawnSync(
+    helm,
+    [
+      "template",
+      "rel",
+      chart,
+      "--set",
+      `agent.token=${token}`,
+      ...keda,
+      "--set",
+      "autoscaling.keda.minReplicaCount=3",
+      "--set",
+      "autoscaling.keda.maxReplicaCount=2",
+    ],
+    { encoding: "utf8" },
+  );
   assert.notEqual(inverted.status, 0);
   assert.match(inverted.stderr, /minReplicaCount is above maxReplicaCount/);
 });
@@ -81,9 +127,17 @@ test("busy-pod protection: the sidecar alone holds an API token, the Role gets a
   assert.equal(agent.name, "agent");
   assert.equal(sidecar.name, "pod-annotator");
   assert.deepEqual(sidecar.args, ["agent", "pod-annotator"]);
-  assert.ok(!agent.volumeMounts.some((m: any) => m.mountPath.startsWith("/var/run/secrets")), "the agent (and its runs) cannot read the token");
-  assert.ok(sidecar.volumeMounts.some((m: any) => m.mountPath === "/var/run/secrets/kubernetes.io/serviceaccount" && m.readOnly));
-  const env = (c: any) => Object.fromEntries(c.env.map((e: any) => [e.name, e.value ?? e.valueFrom?.fieldRef?.fieldPath]));
+  assert.ok(
+    !agent.volumeMounts.some((m: any) => m.mountPath.startsWith("/var/run/secrets")),
+    "the agent (and its runs) cannot read the token",
+  );
+  assert.ok(
+    sidecar.volumeMounts.some(
+      (m: any) => m.mountPath === "/var/run/secrets/kubernetes.io/serviceaccount" && m.readOnly,
+    ),
+  );
+  const env = (c: any) =>
+    Object.fromEntries(c.env.map((e: any) => [e.name, e.value ?? e.valueFrom?.fieldRef?.fieldPath]));
   assert.equal(env(agent).DROVER_AGENT_STATUS_FILE, "/run/drover-status/agent.json");
   assert.equal(env(sidecar).DROVER_AGENT_STATUS_FILE, "/run/drover-status/agent.json");
   assert.equal(env(sidecar).DROVER_AGENT_POD_NAME, "metadata.name");
@@ -91,7 +145,11 @@ test("busy-pod protection: the sidecar alone holds an API token, the Role gets a
   assert.equal(sidecar.securityContext.readOnlyRootFilesystem, true);
   assert.equal(sidecar.securityContext.runAsNonRoot, true);
   const annotations = d.spec.template.metadata.annotations;
-  assert.ok(!("cluster-autoscaler.kubernetes.io/safe-to-evict" in annotations) && !("karpenter.sh/do-not-disrupt" in annotations), "the sidecar sets them while busy only");
+  assert.ok(
+    !("cluster-autoscaler.kubernetes.io/safe-to-evict" in annotations) &&
+      !("karpenter.sh/do-not-disrupt" in annotations),
+    "the sidecar sets them while busy only",
+  );
   assert.deepEqual(one(objects, "Role").rules, [{ apiGroups: [""], resources: ["pods"], verbs: ["patch"] }]);
   const binding = one(objects, "RoleBinding");
   assert.deepEqual(binding.subjects, [{ kind: "ServiceAccount", name: spec.serviceAccountName, namespace: "drover" }]);
@@ -99,8 +157,15 @@ test("busy-pod protection: the sidecar alone holds an API token, the Role gets a
   const plain = render([]);
   assert.equal(plain.filter((o) => o.kind === "Role" || o.kind === "RoleBinding").length, 0);
   assert.equal(one(plain, "Deployment").spec.template.spec.containers.length, 1);
-  assert.equal(one(plain, "Deployment").spec.template.metadata.annotations["cluster-autoscaler.kubernetes.io/safe-to-evict"], undefined);
+  assert.equal(
+    one(plain, "Deployment").spec.template.metadata.annotations["cluster-autoscaler.kubernetes.io/safe-to-evict"],
+    undefined,
+  );
   // The status file variable is the chart's own.
-  const extra = spawnSync(helm, ["template", "rel", chart, "--set", `agent.token=${token}`, "--set", "extraEnv.DROVER_AGENT_STATUS_FILE=/x"], { encoding: "utf8" });
+  const extra = spawnSync(
+    helm,
+    ["template", "rel", chart, "--set", `agent.token=${token}`, "--set", "extraEnv.DROVER_AGENT_STATUS_FILE=/x"],
+    { encoding: "utf8" },
+  );
   assert.notEqual(extra.status, 0);
 });

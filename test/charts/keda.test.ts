@@ -25,7 +25,9 @@ import { startStack, writeConfig, type Stack } from "../support/stack.js";
 import { kube, startTestCluster, type TestCluster } from "../kube/cluster.js";
 import { routes } from "@drover/protocol";
 
-const { tools } = (await import(pathToFileURL(join(repo, "scripts", "tools.mjs")).href)) as { tools(): { helm: string } };
+const { tools } = (await import(pathToFileURL(join(repo, "scripts", "tools.mjs")).href)) as {
+  tools(): { helm: string };
+};
 const { helm } = tools();
 const chart = join(repo, "charts", "agent-local");
 const ns = "drover";
@@ -47,7 +49,11 @@ const scaledObjectSchema = {
       type: "object",
       required: ["scaleTargetRef", "triggers"],
       properties: {
-        scaleTargetRef: { type: "object", required: ["name"], properties: { name: str, apiVersion: str, kind: str, envSourceContainerName: str } },
+        scaleTargetRef: {
+          type: "object",
+          required: ["name"],
+          properties: { name: str, apiVersion: str, kind: str, envSourceContainerName: str },
+        },
         pollingInterval: int32,
         cooldownPeriod: int32,
         idleReplicaCount: int32,
@@ -71,7 +77,14 @@ const scaledObjectSchema = {
                         properties: {
                           stabilizationWindowSeconds: int32,
                           selectPolicy: str,
-                          policies: { type: "array", items: { type: "object", required: ["type", "value", "periodSeconds"], properties: { type: str, value: int32, periodSeconds: int32 } } },
+                          policies: {
+                            type: "array",
+                            items: {
+                              type: "object",
+                              required: ["type", "value", "periodSeconds"],
+                              properties: { type: str, value: int32, periodSeconds: int32 },
+                            },
+                          },
                         },
                       },
                     ]),
@@ -106,7 +119,16 @@ const triggerAuthenticationSchema = {
   properties: {
     spec: {
       type: "object",
-      properties: { secretTargetRef: { type: "array", items: { type: "object", required: ["parameter", "name", "key"], properties: { parameter: str, name: str, key: str } } } },
+      properties: {
+        secretTargetRef: {
+          type: "array",
+          items: {
+            type: "object",
+            required: ["parameter", "name", "key"],
+            properties: { parameter: str, name: str, key: str },
+          },
+        },
+      },
     },
   },
 };
@@ -116,7 +138,12 @@ function crd(kind: string, plural: string, schema: object) {
     apiVersion: "apiextensions.k8s.io/v1",
     kind: "CustomResourceDefinition",
     metadata: { name: `${plural}.keda.sh` },
-    spec: { group: "keda.sh", scope: "Namespaced", names: { kind, plural, singular: kind.toLowerCase(), listKind: `${kind}List` }, versions: [{ name: "v1alpha1", served: true, storage: true, schema: { openAPIV3Schema: schema } }] },
+    spec: {
+      group: "keda.sh",
+      scope: "Namespaced",
+      names: { kind, plural, singular: kind.toLowerCase(), listKind: `${kind}List` },
+      versions: [{ name: "v1alpha1", served: true, storage: true, schema: { openAPIV3Schema: schema } }],
+    },
   };
 }
 
@@ -124,9 +151,19 @@ let cluster: TestCluster;
 let stack: Stack;
 before(async () => {
   [cluster, stack] = await Promise.all([startTestCluster(), startStack()]);
-  assert.equal((await kube(cluster, "POST", "/api/v1/namespaces", { apiVersion: "v1", kind: "Namespace", metadata: { name: ns } })).status, 201);
-  for (const c of [crd("ScaledObject", "scaledobjects", scaledObjectSchema), crd("TriggerAuthentication", "triggerauthentications", triggerAuthenticationSchema)]) {
-    assert.equal((await kube(cluster, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", c)).status, 201);
+  assert.equal(
+    (await kube(cluster, "POST", "/api/v1/namespaces", { apiVersion: "v1", kind: "Namespace", metadata: { name: ns } }))
+      .status,
+    201,
+  );
+  for (const c of [
+    crd("ScaledObject", "scaledobjects", scaledObjectSchema),
+    crd("TriggerAuthentication", "triggerauthentications", triggerAuthenticationSchema),
+  ]) {
+    assert.equal(
+      (await kube(cluster, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", c)).status,
+      201,
+    );
   }
 });
 after(async () => {
@@ -135,8 +172,25 @@ after(async () => {
 });
 
 function render(args: string[]): any[] {
-  const out = execFileSync(helm, ["template", "rel", chart, "--namespace", ns, "--set", `agent.token=${stack.poolToken}`, "--set", "autoscaling.keda.enabled=true", ...args], { encoding: "utf8" });
-  return parseAllDocuments(out).map((d) => d.toJSON()).filter((o) => o !== null);
+  const out = execFileSync(
+    helm,
+    [
+      "template",
+      "rel",
+      chart,
+      "--namespace",
+      ns,
+      "--set",
+      `agent.token=${stack.poolToken}`,
+      "--set",
+      "autoscaling.keda.enabled=true",
+      ...args,
+    ],
+    { encoding: "utf8" },
+  );
+  return parseAllDocuments(out)
+    .map((d) => d.toJSON())
+    .filter((o) => o !== null);
 }
 const one = (objects: any[], kind: string) => objects.find((o) => o.kind === kind);
 
@@ -151,23 +205,44 @@ async function create(obj: any, plural: string) {
 
 test("the rendered ScaledObject and TriggerAuthentication fit KEDA's schema: created, nothing pruned, wrong types refused", async () => {
   const objects = render(["--set", `agent.url=${stack.server.url}`]);
-  for (const [kind, plural] of [["ScaledObject", "scaledobjects"], ["TriggerAuthentication", "triggerauthentications"]] as const) {
+  for (const [kind, plural] of [
+    ["ScaledObject", "scaledobjects"],
+    ["TriggerAuthentication", "triggerauthentications"],
+  ] as const) {
     const rendered = one(objects, kind);
     const res = await create(rendered, plural);
     assert.equal(res.status, 201, JSON.stringify(res.body));
-    assert.deepEqual(res.body.spec, rendered.spec, `${kind}: every rendered field is one KEDA's schema has (unknown ones would be pruned)`);
+    assert.deepEqual(
+      res.body.spec,
+      rendered.spec,
+      `${kind}: every rendered field is one KEDA's schema has (unknown ones would be pruned)`,
+    );
   }
   const so = one(objects, "ScaledObject");
   const broken = [
     { ...so, metadata: { name: "bad-count" }, spec: { ...so.spec, maxReplicaCount: "10" } },
-    { ...so, metadata: { name: "bad-metadata" }, spec: { ...so.spec, triggers: [{ ...so.spec.triggers[0], metadata: { ...so.spec.triggers[0].metadata, targetValue: 1 } }] } },
-    { ...so, metadata: { name: "no-trigger-type" }, spec: { ...so.spec, triggers: [{ metadata: so.spec.triggers[0].metadata }] } },
+    {
+      ...so,
+      metadata: { name: "bad-metadata" },
+      spec: {
+        ...so.spec,
+        triggers: [{ ...so.spec.triggers[0], metadata: { ...so.spec.triggers[0].metadata, targetValue: 1 } }],
+      },
+    },
+    {
+      ...so,
+      metadata: { name: "no-trigger-type" },
+      spec: { ...so.spec, triggers: [{ metadata: so.spec.triggers[0].metadata }] },
+    },
   ];
   for (const b of broken) assert.equal((await create(b, "scaledobjects")).status, 422, b.metadata.name);
 });
 
 /** What KEDA's metrics-api scaler and the HPA it drives make of one poll, `current` replicas now. */
-async function kedaPoll(objects: any[], current: number): Promise<{ value: number; active: boolean; replicas: number } | { error: string }> {
+async function kedaPoll(
+  objects: any[],
+  current: number,
+): Promise<{ value: number; active: boolean; replicas: number } | { error: string }> {
   const so = one(objects, "ScaledObject");
   const trigger = so.spec.triggers[0];
   assert.equal(trigger.type, "metrics-api");
@@ -175,7 +250,9 @@ async function kedaPoll(objects: any[], current: number): Promise<{ value: numbe
   assert.equal(m.format, "json");
   assert.equal(m.authMode, "bearer");
   // authenticationRef → TriggerAuthentication → its `token` parameter → the Secret's key.
-  const auth = objects.find((o) => o.kind === "TriggerAuthentication" && o.metadata.name === trigger.authenticationRef.name);
+  const auth = objects.find(
+    (o) => o.kind === "TriggerAuthentication" && o.metadata.name === trigger.authenticationRef.name,
+  );
   const ref = auth.spec.secretTargetRef.find((r: any) => r.parameter === "token");
   const secret = objects.find((o) => o.kind === "Secret" && o.metadata.name === ref.name);
   const token = secret.stringData[ref.key] as string;
@@ -198,18 +275,40 @@ async function queueRuns(prefix: string, n: number): Promise<void> {
   for (let i = 0; i < n; i++) {
     const ws = `${prefix}-${i}`;
     await stack.server.api(routes.createWorkspace, { body: { name: ws, pool: stack.pool } });
-    await stack.startRun(writeConfig(stack.dir, ws, { "main.tf": 'resource "terraform_data" "x" {}\n' }), ws, ["--plan-only"]);
+    await stack.startRun(writeConfig(stack.dir, ws, { "main.tf": 'resource "terraform_data" "x" {}\n' }), ws, [
+      "--plan-only",
+    ]);
   }
 }
 
 test("KEDA's metrics-api scaler against the real server: zero demand scales to zero, queued runs scale out by desiredAgents / targetValue within maxReplicaCount, a refused token is a scaler error", async () => {
   const base = ["--set", `agent.url=${stack.server.url}`];
-  assert.deepEqual(await kedaPoll(render(base), 2), { value: 0, active: false, replicas: 0 }, "an idle pool: inactive, scaled to zero");
+  assert.deepEqual(
+    await kedaPoll(render(base), 2),
+    { value: 0, active: false, replicas: 0 },
+    "an idle pool: inactive, scaled to zero",
+  );
   await queueRuns("keda", 4);
-  assert.deepEqual(await kedaPoll(render(base), 0), { value: 4, active: true, replicas: 4 }, "four queued plan-only runs, one job per agent");
-  assert.deepEqual(await kedaPoll(render([...base, "--set", "agent.concurrency=3"]), 0), { value: 2, active: true, replicas: 2 }, "three jobs per agent: the server's desiredAgents is ceil(4 / 3)");
-  assert.deepEqual(await kedaPoll(render([...base, "--set", "autoscaling.keda.maxReplicaCount=3"]), 0), { value: 4, active: true, replicas: 3 }, "clamped to maxReplicaCount");
-  assert.deepEqual(await kedaPoll(render([...base, "--set", "autoscaling.keda.minReplicaCount=2"]), 0), { value: 4, active: true, replicas: 4 });
+  assert.deepEqual(
+    await kedaPoll(render(base), 0),
+    { value: 4, active: true, replicas: 4 },
+    "four queued plan-only runs, one job per agent",
+  );
+  assert.deepEqual(
+    await kedaPoll(render([...base, "--set", "agent.concurrency=3"]), 0),
+    { value: 2, active: true, replicas: 2 },
+    "three jobs per agent: the server's desiredAgents is ceil(4 / 3)",
+  );
+  assert.deepEqual(
+    await kedaPoll(render([...base, "--set", "autoscaling.keda.maxReplicaCount=3"]), 0),
+    { value: 4, active: true, replicas: 3 },
+    "clamped to maxReplicaCount",
+  );
+  assert.deepEqual(await kedaPoll(render([...base, "--set", "autoscaling.keda.minReplicaCount=2"]), 0), {
+    value: 4,
+    active: true,
+    replicas: 4,
+  });
   // A revoked pool token: the server answers 401 and KEDA reports a scaler error (no replica change from it).
   assert.equal((await stack.server.api(routes.revokePoolToken, { params: { id: stack.poolTokenId } })).status, 200);
   assert.deepEqual(await kedaPoll(render(base), 4), { error: "api returned 401" });

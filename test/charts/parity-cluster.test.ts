@@ -16,7 +16,19 @@ import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
 import { remoteStateConfig, startPrivateTlsStateServer, type PrivateTlsStateServer } from "../support/private-ca.js";
-import { applyRendered, assertRanFromImages, chartImages, isReady, kubectlOut, namespace, repo, runnerValues, template, chartTimings, type ChartImages } from "../support/chart-cluster.js";
+import {
+  applyRendered,
+  assertRanFromImages,
+  chartImages,
+  isReady,
+  kubectlOut,
+  namespace,
+  repo,
+  runnerValues,
+  template,
+  chartTimings,
+  type ChartImages,
+} from "../support/chart-cluster.js";
 import { kube, startTestCluster, until, type TestCluster } from "../kube/cluster.js";
 import { routes } from "@drover/protocol";
 
@@ -27,15 +39,18 @@ let images: ChartImages;
 const startedAt = new Date();
 const shared = join(repo, "test", "dist", ".chart-cluster-parity");
 
-before(async () => {
-  images = await chartImages(shared);
-  cluster = await startTestCluster({
-    timings: chartTimings,
-    ...images.options,
-  });
-  stack = await startStack();
-  tls = await startPrivateTlsStateServer("hello over private TLS");
-}, { timeout: 20 * 60_000 });
+before(
+  async () => {
+    images = await chartImages(shared);
+    cluster = await startTestCluster({
+      timings: chartTimings,
+      ...images.options,
+    });
+    stack = await startStack();
+    tls = await startPrivateTlsStateServer("hello over private TLS");
+  },
+  { timeout: 20 * 60_000 },
+);
 
 after(async () => {
   tls?.close();
@@ -45,36 +60,61 @@ after(async () => {
 
 function baseArgs(ns: string): string[] {
   return [
-    "--set", `agent.token=${stack.poolToken}`,
-    "--set", `agent.url=${stack.server.url}`,
-    "--set", "image.tag=test",
-    "--set", `agent.healthPort=${20000 + Math.floor(Math.random() * 20000)}`,
+    "--set",
+    `agent.token=${stack.poolToken}`,
+    "--set",
+    `agent.url=${stack.server.url}`,
+    "--set",
+    "image.tag=test",
+    "--set",
+    `agent.healthPort=${20000 + Math.floor(Math.random() * 20000)}`,
     ...runnerValues(images),
-    "--namespace", ns,
+    "--namespace",
+    ns,
   ];
 }
 
 test("agent-job under an existing ServiceAccount, with global pod labels and annotations and secret labels; task.caBundle makes a run trust a private CA", async () => {
   const ns = "parity-job";
   await namespace(cluster, ns, "restricted");
-  const sa = await kube(cluster, "POST", `/api/v1/namespaces/${ns}/serviceaccounts`, { metadata: { name: "platform-sa" } });
+  const sa = await kube(cluster, "POST", `/api/v1/namespaces/${ns}/serviceaccounts`, {
+    metadata: { name: "platform-sa" },
+  });
   assert.equal(sa.status, 201, JSON.stringify(sa.body));
   mkdirSync(shared, { recursive: true });
   const args = [
     ...baseArgs(ns),
-    "--set", "serviceAccount.create=false",
-    "--set", "serviceAccount.name=platform-sa",
-    "--set", "global.podLabels.tier=infra",
-    "--set", "global.podAnnotations.owner=platform",
-    "--set", "secret.labels.backup=no",
+    "--set",
+    "serviceAccount.create=false",
+    "--set",
+    "serviceAccount.name=platform-sa",
+    "--set",
+    "global.podLabels.tier=infra",
+    "--set",
+    "global.podAnnotations.owner=platform",
+    "--set",
+    "secret.labels.backup=no",
   ];
   const applied = await applyRendered(cluster, ns, template("agent-job", ns, args));
   assert.equal(applied.code, 0, applied.out);
-  const diagnose = async () => `${(await kubectlOut(cluster, ["get", "pods,events", "-n", ns, "-o", "wide"])).out}\n${(await kubectlOut(cluster, ["logs", "-n", ns, "-l", "app.kubernetes.io/component=controller", "--tail=40"])).out}`;
-  const controllerPods = async () => (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods?labelSelector=app.kubernetes.io%2Fcomponent%3Dcontroller`)).body.items as any[];
+  const diagnose = async () =>
+    `${(await kubectlOut(cluster, ["get", "pods,events", "-n", ns, "-o", "wide"])).out}\n${(await kubectlOut(cluster, ["logs", "-n", ns, "-l", "app.kubernetes.io/component=controller", "--tail=40"])).out}`;
+  const controllerPods = async () =>
+    (
+      await kube(
+        cluster,
+        "GET",
+        `/api/v1/namespaces/${ns}/pods?labelSelector=app.kubernetes.io%2Fcomponent%3Dcontroller`,
+      )
+    ).body.items as any[];
   let controller: any;
   try {
-    [controller] = await until("the controller Ready", controllerPods, (ps) => ps.length === 1 && isReady(ps[0]), 120_000);
+    [controller] = await until(
+      "the controller Ready",
+      controllerPods,
+      (ps) => ps.length === 1 && isReady(ps[0]),
+      120_000,
+    );
   } catch (e) {
     assert.fail(`${(e as Error).message}\n${await diagnose()}`);
   }
@@ -95,7 +135,14 @@ test("agent-job under an existing ServiceAccount, with global pod labels and ann
   assert.match(failedLog, /x509|certificate/i, failedLog);
 
   // The same chart with task.caBundle: the next run trusts it.
-  const withCa = await applyRendered(cluster, ns, template("agent-job", ns, [...args, "--set-string", `task.caBundle=${tls.caPem}`]).split(/^---$/m).filter((d) => !/^kind: CustomResourceDefinition$/m.test(d)).join("---"));
+  const withCa = await applyRendered(
+    cluster,
+    ns,
+    template("agent-job", ns, [...args, "--set-string", `task.caBundle=${tls.caPem}`])
+      .split(/^---$/m)
+      .filter((d) => !/^kind: CustomResourceDefinition$/m.test(d))
+      .join("---"),
+  );
   assert.equal(withCa.code, 0, withCa.out);
   const trusted = await stack.startRun(config, "private-tls", ["--auto-apply"]);
   const done = await stack.waitForRun(trusted, ["applied", "errored", "canceled"], 120_000);
@@ -104,15 +151,24 @@ test("agent-job under an existing ServiceAccount, with global pod labels and ann
   assert.match(log, /hello over private TLS/);
 
   // The task pods the controller's Jobs made carry the global labels and annotations.
-  const tasks = (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods?labelSelector=app.kubernetes.io%2Fcomponent%3Dtask`)).body.items as any[];
+  const tasks = (
+    await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods?labelSelector=app.kubernetes.io%2Fcomponent%3Dtask`)
+  ).body.items as any[];
   assert.ok(tasks.length >= 2, `task pods: ${tasks.length}`);
   for (const p of tasks) {
     assert.equal(p.metadata.labels.tier, "infra", p.metadata.name);
     assert.equal(p.metadata.annotations.owner, "platform", p.metadata.name);
   }
   // The chart's Role, bound to the existing account, covered every call the controller made.
-  assert.deepEqual(cluster.denials.filter((d) => d.user.startsWith(`system:serviceaccount:${ns}:`)), []);
-  await assertRanFromImages(cluster, images, startedAt, [["drover", "controller"], ["drover", "worker"], ["runner", "runner"]]);
+  assert.deepEqual(
+    cluster.denials.filter((d) => d.user.startsWith(`system:serviceaccount:${ns}:`)),
+    [],
+  );
+  await assertRanFromImages(cluster, images, startedAt, [
+    ["drover", "controller"],
+    ["drover", "worker"],
+    ["runner", "runner"],
+  ]);
 });
 
 test("extraEnvFrom: a ConfigMap's variable reaches the controller process", async () => {
@@ -120,13 +176,23 @@ test("extraEnvFrom: a ConfigMap's variable reaches the controller process", asyn
   await namespace(cluster, ns, "restricted");
   // A value the controller refuses at start: it exits naming the variable, which it can only
   // have read from the ConfigMap.
-  const cm = await kube(cluster, "POST", `/api/v1/namespaces/${ns}/configmaps`, { metadata: { name: "drover-extra" }, data: { DROVER_AGENT_SWEEP_INTERVAL_SECONDS: "0" } });
+  const cm = await kube(cluster, "POST", `/api/v1/namespaces/${ns}/configmaps`, {
+    metadata: { name: "drover-extra" },
+    data: { DROVER_AGENT_SWEEP_INTERVAL_SECONDS: "0" },
+  });
   assert.equal(cm.status, 201, JSON.stringify(cm.body));
-  const applied = await applyRendered(cluster, ns, template("agent-job", ns, [...baseArgs(ns), "--set", "extraEnvFrom[0].configMapRef.name=drover-extra"], { release: "envfrom" }));
+  const applied = await applyRendered(
+    cluster,
+    ns,
+    template("agent-job", ns, [...baseArgs(ns), "--set", "extraEnvFrom[0].configMapRef.name=drover-extra"], {
+      release: "envfrom",
+    }),
+  );
   assert.equal(applied.code, 0, applied.out);
   const logs = await until(
     "the controller refusing the ConfigMap's value",
-    async () => (await kubectlOut(cluster, ["logs", "-n", ns, "-l", "app.kubernetes.io/component=controller", "--tail=20"])).out,
+    async () =>
+      (await kubectlOut(cluster, ["logs", "-n", ns, "-l", "app.kubernetes.io/component=controller", "--tail=20"])).out,
     (out) => out.includes("DROVER_AGENT_SWEEP_INTERVAL_SECONDS"),
     60_000,
   );

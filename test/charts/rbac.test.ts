@@ -12,7 +12,9 @@ import { parseAllDocuments } from "yaml";
 // behind after a call went away, fails here.
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
-const { tools } = (await import(pathToFileURL(join(repo, "scripts", "tools.mjs")).href)) as { tools(): { helm: string } };
+const { tools } = (await import(pathToFileURL(join(repo, "scripts", "tools.mjs")).href)) as {
+  tools(): { helm: string };
+};
 const token = "drv_p_eyJ1cmwiOiJodHRwczovL2QuZXhhbXBsZSIsInBvb2wiOiJwIn0.c2VjcmV0";
 
 /** `group/resource verb` strings. */
@@ -29,11 +31,22 @@ const kinds: Record<string, [string, string]> = {
   ServiceAccount: ["", "serviceaccounts"],
   Lease: ["coordination.k8s.io", "leases"],
 };
-const verbs: Record<string, string> = { list: "list", read: "get", create: "create", delete: "delete", patch: "patch", replace: "update", get: "get" };
+const verbs: Record<string, string> = {
+  list: "list",
+  read: "get",
+  create: "create",
+  delete: "delete",
+  patch: "patch",
+  replace: "update",
+  get: "get",
+};
 
 /** The API calls a source file makes, as grants: client methods, custom objects, informers (list + watch). */
 function callsOf(file: string): Grants {
-  const src = readFileSync(join(repo, "packages", "agent", "src", file.includes("/") ? "" : "kubernetes", file), "utf8");
+  const src = readFileSync(
+    join(repo, "packages", "agent", "src", file.includes("/") ? "" : "kubernetes", file),
+    "utf8",
+  );
   const used: Grants = new Set();
   for (const m of src.matchAll(/\.(list|read|create|delete|patch|replace)Namespaced([A-Z][A-Za-z]*?)(Status)?\(/g)) {
     const [, verb, kind, sub] = m;
@@ -42,19 +55,26 @@ function callsOf(file: string): Grants {
     assert.ok(k, `${file}: unknown kind ${kind} (add it to this test's table)`);
     used.add(`${k[0]}/${k[1]}${sub ? "/status" : ""} ${verbs[verb!]}`);
   }
-  for (const m of src.matchAll(/\.(get|list|create|delete|patch|replace)NamespacedCustomObject(Status)?\(\{[^}]*group: "([^"]+)"[^}]*plural: "([^"]+)"/g)) {
+  for (const m of src.matchAll(
+    /\.(get|list|create|delete|patch|replace)NamespacedCustomObject(Status)?\(\{[^}]*group: "([^"]+)"[^}]*plural: "([^"]+)"/g,
+  )) {
     used.add(`${m[3]}/${m[4]}${m[2] ? "/status" : ""} ${verbs[m[1]!]}`);
   }
   // Informers: `inform("<resource>", "<path>", ...)` lists and watches the path's resource.
-  for (const m of src.matchAll(/inform\("[^"]*", `\/apis?\/(?:([a-z.]+)\/)?v1(?:(?:alpha|beta)\d+)?\/namespaces\/\$\{ns\}\/([a-z]+)`/g)) {
+  for (const m of src.matchAll(
+    /inform\("[^"]*", `\/apis?\/(?:([a-z.]+)\/)?v1(?:(?:alpha|beta)\d+)?\/namespaces\/\$\{ns\}\/([a-z]+)`/g,
+  )) {
     const group = m[1] && m[1] !== "v1" ? m[1] : "";
     used.add(`${group}/${m[2]} list`).add(`${group}/${m[2]} watch`);
   }
   // `startInformer({ …, path: "/api/v1/namespaces/${namespace}/<resource>", … })` likewise.
-  for (const m of src.matchAll(/startInformer<\w+>\(\{[^}]*?path: `\/apis?\/(?:([a-z.]+)\/)?v1\/namespaces\/\$\{\w+\}\/([a-z]+)`/g)) {
+  for (const m of src.matchAll(
+    /startInformer<\w+>\(\{[^}]*?path: `\/apis?\/(?:([a-z.]+)\/)?v1\/namespaces\/\$\{\w+\}\/([a-z]+)`/g,
+  )) {
     used.add(`${m[1] ?? ""}/${m[2]} list`).add(`${m[1] ?? ""}/${m[2]} watch`);
   }
-  if (/new ListWatch|makeInformer/.test(src) && !/inform\(|startInformer</.test(src)) assert.fail(`${file}: an informer this test cannot attribute`);
+  if (/new ListWatch|makeInformer/.test(src) && !/inform\(|startInformer</.test(src))
+    assert.fail(`${file}: an informer this test cannot attribute`);
   return used;
 }
 
@@ -66,7 +86,11 @@ interface Rule {
 }
 
 function rules(chart: string, role: string, args: string[] = []): Rule[] {
-  const out = execFileSync(tools().helm, ["template", "rel", join(repo, "charts", chart), "--set", `agent.token=${token}`, ...args], { encoding: "utf8" });
+  const out = execFileSync(
+    tools().helm,
+    ["template", "rel", join(repo, "charts", chart), "--set", `agent.token=${token}`, ...args],
+    { encoding: "utf8" },
+  );
   const r = parseAllDocuments(out)
     .map((d) => d.toJSON() as { kind: string; metadata: { name: string }; rules?: Rule[] } | null)
     .find((o) => o?.kind === "Role" && o.metadata.name === `rel-${chart}-${role}`);
@@ -76,7 +100,9 @@ function rules(chart: string, role: string, args: string[] = []): Rule[] {
 
 function granted(chart: string, role: string, args: string[] = []): Grants {
   const g: Grants = new Set();
-  for (const rule of rules(chart, role, args)) for (const group of rule.apiGroups) for (const res of rule.resources) for (const v of rule.verbs) g.add(`${group}/${res} ${v}`);
+  for (const rule of rules(chart, role, args))
+    for (const group of rule.apiGroups)
+      for (const res of rule.resources) for (const v of rule.verbs) g.add(`${group}/${res} ${v}`);
   return g;
 }
 
@@ -88,7 +114,10 @@ test("the controller's Role grants exactly the API calls the controller makes", 
   assert.ok(controller.has("batch/jobs create") && controller.has("batch/jobs watch"), [...controller].join(", "));
   // agent-k8s's node mode also grants each run's job Secret to the node workers (run-access.ts).
   const nodeMode = new Set([...controller, ...callsOf("run-access.ts")]);
-  for (const [chart, used] of [["agent-job", controller], ["agent-k8s", nodeMode]] as const) {
+  for (const [chart, used] of [
+    ["agent-job", controller],
+    ["agent-k8s", nodeMode],
+  ] as const) {
     const g = granted(chart, "controller");
     assert.deepEqual(diff(used, g), [], `${chart}: calls without a grant`);
     assert.deepEqual(diff(g, used), [], `${chart}: grants no call uses`);
@@ -98,21 +127,37 @@ test("the controller's Role grants exactly the API calls the controller makes", 
 test("no Role grants pods/log or secrets delete; agenttasks (and its status) only the chart's own task template, by name", () => {
   // The controller writes its template's Valid condition (I7): a status patch, and no update.
   assert.ok(callsOf("controller.ts").has("drover.dev/agenttasks/status patch"));
-  for (const [chart, role] of [["agent-job", "controller"], ["agent-k8s", "controller"], ["agent-k8s", "worker"]] as const) {
+  for (const [chart, role] of [
+    ["agent-job", "controller"],
+    ["agent-k8s", "controller"],
+    ["agent-k8s", "worker"],
+  ] as const) {
     const g = granted(chart, role);
     for (const bad of ["/pods/log get", "/secrets delete", "drover.dev/agenttasks/status update"]) {
       assert.ok(!g.has(bad), `${chart} ${role}: ${bad}`);
     }
-    assert.equal(g.has("drover.dev/agenttasks/status patch"), role === "controller", `${chart} ${role}: agenttasks/status patch`);
+    assert.equal(
+      g.has("drover.dev/agenttasks/status patch"),
+      role === "controller",
+      `${chart} ${role}: agenttasks/status patch`,
+    );
     for (const rule of rules(chart, role).filter((r) => r.resources.some((x) => x.startsWith("agenttasks")))) {
-      assert.deepEqual(rule.resourceNames, [`rel-${chart}-task-template`], `${chart} ${role}: agenttasks granted beyond the task template`);
+      assert.deepEqual(
+        rule.resourceNames,
+        [`rel-${chart}-task-template`],
+        `${chart} ${role}: agenttasks granted beyond the task template`,
+      );
     }
   }
 });
 
 test("agent-k8s's node workers are granted no Secret: the controller grants each run's job Secret by name", () => {
   const g = granted("agent-k8s", "worker");
-  assert.deepEqual([...g].filter((x) => x.startsWith("/secrets")), [], "the worker Role grants no Secret");
+  assert.deepEqual(
+    [...g].filter((x) => x.startsWith("/secrets")),
+    [],
+    "the worker Role grants no Secret",
+  );
   assert.ok(callsOf("run-access.ts").has("rbac.authorization.k8s.io/roles create"));
 });
 

@@ -11,12 +11,29 @@ import { buildJob } from "@drover/agent/kubernetes";
 // with the charts' CI values (max-values.yaml has a long-running log-shipper sidecar).
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
-const { tools } = (await import(pathToFileURL(join(repo, "scripts", "tools.mjs")).href)) as { tools(): { helm: string } };
+const { tools } = (await import(pathToFileURL(join(repo, "scripts", "tools.mjs")).href)) as {
+  tools(): { helm: string };
+};
 const token = "drv_p_eyJ1cmwiOiJodHRwczovL2QuZXhhbXBsZSIsInBvb2wiOiJwIn0.c2VjcmV0";
 
 function taskPodSpec(chart: string, args: string[] = []): any {
-  const out = execFileSync(tools().helm, ["template", "rel", join(repo, "charts", chart), "-f", join(repo, "charts", chart, "ci", "max-values.yaml"), "--set", `agent.token=${token}`, ...args], { encoding: "utf8" });
-  const task = parseAllDocuments(out).map((d) => d.toJSON() as any).find((o) => o?.kind === "AgentTask");
+  const out = execFileSync(
+    tools().helm,
+    [
+      "template",
+      "rel",
+      join(repo, "charts", chart),
+      "-f",
+      join(repo, "charts", chart, "ci", "max-values.yaml"),
+      "--set",
+      `agent.token=${token}`,
+      ...args,
+    ],
+    { encoding: "utf8" },
+  );
+  const task = parseAllDocuments(out)
+    .map((d) => d.toJSON() as any)
+    .find((o) => o?.kind === "AgentTask");
   assert.ok(task, `${chart}: no AgentTask`);
   return task.spec.jobTemplate.template.spec;
 }
@@ -27,8 +44,24 @@ test("I12: the image's tini is at /usr/bin/tini; a Job the controller builds wit
   const dockerfile = readFileSync(join(repo, "deploy", "docker", "Dockerfile"), "utf8");
   assert.match(dockerfile, /apt-get install [^\n]*\btini\b/, "Debian's tini package installs /usr/bin/tini");
   assert.match(dockerfile, /^ENTRYPOINT \["\/usr\/bin\/tini", "--", "drover"\]$/m);
-  const assignment = { jobId: "j", runId: "r", phase: "plan", attempt: 1, workspace: { id: "w" } } as unknown as Parameters<typeof buildJob>[0];
-  const settings = { namespace: "ns", controllerName: "c", serverUrl: "http://s", workerImage: "w", execLoopPath: "/e", stopAction: "graceful", gracePeriodSeconds: 120, activeDeadlineSeconds: 60, ttlSecondsAfterFinished: 60 } as const;
+  const assignment = {
+    jobId: "j",
+    runId: "r",
+    phase: "plan",
+    attempt: 1,
+    workspace: { id: "w" },
+  } as unknown as Parameters<typeof buildJob>[0];
+  const settings = {
+    namespace: "ns",
+    controllerName: "c",
+    serverUrl: "http://s",
+    workerImage: "w",
+    execLoopPath: "/e",
+    stopAction: "graceful",
+    gracePeriodSeconds: 120,
+    activeDeadlineSeconds: 60,
+    ttlSecondsAfterFinished: 60,
+  } as const;
   const pod = buildJob(assignment, undefined, settings).spec!.template.spec!;
   assert.deepEqual(pod.containers.find((c) => c.name === "worker")!.command, tini);
 });
@@ -42,15 +75,30 @@ for (const chart of ["agent-job", "agent-k8s"]) {
 
   test(`${chart}: task.sidecars are native sidecars (init containers with restartPolicy Always), after drover-init`, () => {
     const spec = taskPodSpec(chart);
-    assert.deepEqual(spec.initContainers.map((c: any) => [c.name, c.restartPolicy]), [["drover-init", undefined], ["log-shipper", "Always"]]);
-    assert.ok(!spec.containers.some((c: any) => c.name === "log-shipper"), "a sidecar among the regular containers keeps the Job open");
+    assert.deepEqual(
+      spec.initContainers.map((c: any) => [c.name, c.restartPolicy]),
+      [
+        ["drover-init", undefined],
+        ["log-shipper", "Always"],
+      ],
+    );
+    assert.ok(
+      !spec.containers.some((c: any) => c.name === "log-shipper"),
+      "a sidecar among the regular containers keeps the Job open",
+    );
   });
 }
 
 test("I6: both charts give the controller a 120 s image pull grace by default", () => {
   for (const chart of ["agent-job", "agent-k8s"]) {
-    const out = execFileSync(tools().helm, ["template", "rel", join(repo, "charts", chart), "--set", `agent.token=${token}`], { encoding: "utf8" });
-    const deployment = parseAllDocuments(out).map((d) => d.toJSON() as any).find((o) => o?.kind === "Deployment");
+    const out = execFileSync(
+      tools().helm,
+      ["template", "rel", join(repo, "charts", chart), "--set", `agent.token=${token}`],
+      { encoding: "utf8" },
+    );
+    const deployment = parseAllDocuments(out)
+      .map((d) => d.toJSON() as any)
+      .find((o) => o?.kind === "Deployment");
     const env = deployment.spec.template.spec.containers[0].env as { name: string; value?: string }[];
     assert.equal(env.find((e) => e.name === "DROVER_AGENT_IMAGE_PULL_GRACE_SECONDS")?.value, "120", chart);
   }

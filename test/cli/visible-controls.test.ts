@@ -16,7 +16,11 @@ test("N9: escapes, C1 controls, bidi overrides and lone CRs become visible at an
   assert.equal(shown([bytes]), want);
   for (let i = 0; i <= bytes.length; i++) {
     for (let j = i; j <= bytes.length; j++) {
-      assert.equal(shown([bytes.subarray(0, i), bytes.subarray(i, j), bytes.subarray(j)]), want, `cut at ${i} and ${j}`);
+      assert.equal(
+        shown([bytes.subarray(0, i), bytes.subarray(i, j), bytes.subarray(j)]),
+        want,
+        `cut at ${i} and ${j}`,
+      );
     }
   }
 });

@@ -81,7 +81,8 @@ function checkCommand(args: string[], where: string): void {
   const command = args.filter((a) => !a.startsWith("-"));
   const help = spawnSync(process.execPath, [droverBin, ...command, "--help"], { encoding: "utf8" });
   assert.equal(help.status, 0, `${where}: drover ${command.join(" ")} is not a command:\n${help.stderr}`);
-  for (const flag of args.filter((a) => a.startsWith("--"))) assert.ok(help.stdout.includes(flag.split("=")[0]!), `${where}: drover ${command.join(" ")} has no ${flag}`);
+  for (const flag of args.filter((a) => a.startsWith("--")))
+    assert.ok(help.stdout.includes(flag.split("=")[0]!), `${where}: drover ${command.join(" ")} has no ${flag}`);
 }
 
 test("the README's docker run lines name real settings, commands and flags, and the agent's line compiles to a docker-driver agent", () => {
@@ -97,17 +98,27 @@ test("the README's docker run lines name real settings, commands and flags, and 
 
   const { DROVER_TOKEN_FILE: tokenFile, ...env } = agent.env;
   assert.ok(tokenFile, "the agent reads its token from a file");
-  assert.ok(agent.volumes.some(([, dest]) => dest === tokenFile), "the token file is mounted");
+  assert.ok(
+    agent.volumes.some(([, dest]) => dest === tokenFile),
+    "the token file is mounted",
+  );
   const config = loadAgentConfig({ ...env, DROVER_TOKEN: token });
   assert.equal(config.driver, "docker");
   assert.equal(config.docker?.socketPath, "/var/run/docker.sock");
-  assert.ok(agent.volumes.some(([source, dest]) => source === config.docker?.socketPath && dest === source), "the agent's container has the Docker socket");
+  assert.ok(
+    agent.volumes.some(([source, dest]) => source === config.docker?.socketPath && dest === source),
+    "the agent's container has the Docker socket",
+  );
   // Runs' bind mounts are resolved by the daemon on the host: the data dir must be the same path inside and out.
   assert.ok(
     agent.volumes.some(([source, dest]) => source === dest && config.dataDir.startsWith(`${dest}/`)),
     `the data dir ${config.dataDir} is mounted at its own host path: ${JSON.stringify(agent.volumes)}`,
   );
-  assert.equal(Number(agent.options.get("--stop-timeout")), config.gracePeriodMs / 1000, "docker stop waits the whole grace period");
+  assert.equal(
+    Number(agent.options.get("--stop-timeout")),
+    config.gracePeriodMs / 1000,
+    "docker stop waits the whole grace period",
+  );
   assert.match(agent.options.get("--user") ?? "", /^\d+:\d+$/, "the agent's container is not root");
 });
 
@@ -123,7 +134,11 @@ test("the README's systemd unit is deploy/systemd/drover-agent-docker.service, i
   checkCommand(words(exec![2]!), "systemd unit");
   const config = loadAgentConfig({ ...env, DROVER_TOKEN: token });
   assert.equal(config.driver, "docker");
-  assert.equal(Number(/^TimeoutStopSec=(\d+)$/m.exec(file)?.[1]), config.gracePeriodMs / 1000, "systemd waits the whole grace period");
+  assert.equal(
+    Number(/^TimeoutStopSec=(\d+)$/m.exec(file)?.[1]),
+    config.gracePeriodMs / 1000,
+    "systemd waits the whole grace period",
+  );
   assert.match(file, /^SupplementaryGroups=docker$/m, "the agent may use the Docker socket");
   assert.match(file, /^Requires=docker\.service$/m);
 });

@@ -30,14 +30,21 @@ function stages(dockerfile: string): Stage[] {
 function copiedSources(stage: Stage): string[] {
   return stage.lines
     .filter((l) => /^COPY\s/i.test(l) && !/--from=/.test(l))
-    .flatMap((l) => l.split(/\s+/).slice(1, -1).filter((t) => !t.startsWith("--")));
+    .flatMap((l) =>
+      l
+        .split(/\s+/)
+        .slice(1, -1)
+        .filter((t) => !t.startsWith("--")),
+    );
 }
 
 for (const file of ["deploy/docker/Dockerfile", "deploy/docker/runner.Dockerfile"]) {
   test(`${file}: every COPY source exists and the final stage runs as UID 1000`, () => {
     const all = stages(read(file));
     assert.ok(all.length >= 1);
-    for (const stage of all) for (const src of copiedSources(stage)) assert.ok(existsSync(join(repo, src)), `${file} copies ${src}, which does not exist`);
+    for (const stage of all)
+      for (const src of copiedSources(stage))
+        assert.ok(existsSync(join(repo, src)), `${file} copies ${src}, which does not exist`);
     const last = all.at(-1)!;
     const user = last.lines.filter((l) => /^USER\s/i.test(l)).at(-1);
     assert.equal(user, "USER 1000:1000", "the image runs as the unprivileged UID/GID 1000");
@@ -48,12 +55,17 @@ test("the drover image's entrypoint is the drover binary under an init", () => {
   const last = stages(read("deploy/docker/Dockerfile")).at(-1)!;
   const entry = last.lines.find((l) => l.startsWith("ENTRYPOINT"));
   assert.match(entry ?? "", /tini.*drover/);
-  assert.ok(last.lines.some((l) => l.includes("packages/cli/dist/src/main.js")), "the CLI entry point is linked onto PATH");
+  assert.ok(
+    last.lines.some((l) => l.includes("packages/cli/dist/src/main.js")),
+    "the CLI entry point is linked onto PATH",
+  );
 });
 
 test("the runner image's entrypoint is the exec-loop", () => {
   const last = stages(read("deploy/docker/runner.Dockerfile")).at(-1)!;
-  assert.ok(last.lines.some((l) => l.startsWith("COPY packages/agent/exec-loop/exec-loop.sh /usr/local/bin/drover-exec-loop")));
+  assert.ok(
+    last.lines.some((l) => l.startsWith("COPY packages/agent/exec-loop/exec-loop.sh /usr/local/bin/drover-exec-loop")),
+  );
   assert.ok(last.lines.includes('ENTRYPOINT ["/usr/local/bin/drover-exec-loop"]'));
 });
 

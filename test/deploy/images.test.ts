@@ -1,5 +1,15 @@
 import assert from "node:assert/strict";
-import { chownSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import {
+  chownSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -10,7 +20,15 @@ import { client } from "../support/typed-api.js";
 import { freePort } from "../support/processes.js";
 import { hardened, httpOk, ownedDir, startServerContainer } from "../support/image-stack.js";
 import { request } from "node:http";
-import { ensureImages, podmanOk, podmanUnavailable, runContainer, startDockerApi, type BuiltImages, type Container } from "../support/podman.js";
+import {
+  ensureImages,
+  podmanOk,
+  podmanUnavailable,
+  runContainer,
+  startDockerApi,
+  type BuiltImages,
+  type Container,
+} from "../support/podman.js";
 
 // The images built from deploy/docker/*Dockerfile (scripts/build-images.mjs), run for real
 // under podman: as UID 1000, with a read-only root filesystem and tmpfs where they write.
@@ -26,11 +44,14 @@ let dir: string;
 const containers: Container[] = [];
 
 describe("locally built images", { skip: unavailable }, () => {
-  before(async () => {
-    built = await ensureImages();
-    console.log(`[images] ready in ${built.totalMs} ms: ${JSON.stringify(built.timingsMs)}`);
-    dir = mkdtempSync(join(tmpdir(), "drover-images-"));
-  }, { timeout: buildTimeoutMs });
+  before(
+    async () => {
+      built = await ensureImages();
+      console.log(`[images] ready in ${built.totalMs} ms: ${JSON.stringify(built.timingsMs)}`);
+      dir = mkdtempSync(join(tmpdir(), "drover-images-"));
+    },
+    { timeout: buildTimeoutMs },
+  );
 
   after(async () => {
     await Promise.all(containers.map((c) => c.stop(5)));
@@ -47,9 +68,14 @@ describe("locally built images", { skip: unavailable }, () => {
         assert.deepEqual(debs, [], `${image} keeps downloaded packages`);
         const lists = readdirSync(join(mount, "var/lib/apt/lists")).filter((f) => f !== "partial" && f !== "lock");
         assert.deepEqual(lists, [], `${image} keeps apt's package lists`);
-        assert.deepEqual(readdirSync(join(mount, "var/cache/apt")).filter((f) => f.endsWith(".bin")), [], `${image} keeps apt's binary caches`);
+        assert.deepEqual(
+          readdirSync(join(mount, "var/cache/apt")).filter((f) => f.endsWith(".bin")),
+          [],
+          `${image} keeps apt's binary caches`,
+        );
         for (const tool of ["gcc", "cc", "g++", "c++", "make", "cc1"]) {
-          for (const bin of ["usr/bin", "usr/local/bin", "bin"]) assert.ok(!existsSync(join(mount, bin, tool)), `${image} contains /${bin}/${tool}`);
+          for (const bin of ["usr/bin", "usr/local/bin", "bin"])
+            assert.ok(!existsSync(join(mount, bin, tool)), `${image} contains /${bin}/${tool}`);
         }
         assert.ok(!existsSync(join(mount, "usr/lib/gcc")), `${image} contains /usr/lib/gcc`);
         // tsc's build info is what `drover agent run` compares its bundle with (packages/cli/src/main.ts):
@@ -60,7 +86,8 @@ describe("locally built images", { skip: unavailable }, () => {
           const infos = readdirSync(packages).filter((pkg) => existsSync(join(packages, pkg, "dist", ".tsbuildinfo")));
           assert.deepEqual(infos, [], `${image} keeps tsc's .tsbuildinfo in these packages`);
         }
-        for (const cache of ["root/.npm", "root/.cache", "home/node/.npm", "home/drover/.npm"]) assert.ok(!existsSync(join(mount, cache)), `${image} contains /${cache}`);
+        for (const cache of ["root/.npm", "root/.cache", "home/node/.npm", "home/drover/.npm"])
+          assert.ok(!existsSync(join(mount, cache)), `${image} contains /${cache}`);
       } finally {
         await podmanOk(["image", "unmount", image]);
       }
@@ -116,20 +143,37 @@ describe("locally built images", { skip: unavailable }, () => {
       "run",
     ]);
     containers.push(agent);
-    await until("the agent in the drover image to be healthy", async () => {
-      if (agent.child.exitCode !== null) throw new Error(`the agent container exited:\n${agent.output()}`);
-      return httpOk(`http://127.0.0.1:${agentHealth}/healthz`);
-    }, 60_000);
+    await until(
+      "the agent in the drover image to be healthy",
+      async () => {
+        if (agent.child.exitCode !== null) throw new Error(`the agent container exited:\n${agent.output()}`);
+        return httpOk(`http://127.0.0.1:${agentHealth}/healthz`);
+      },
+      60_000,
+    );
 
-    const started = await cli(["run", "start", join(repo, "examples", "hello"), "--workspace", "hello", "--auto-apply", "--no-follow", "--json"]);
+    const started = await cli([
+      "run",
+      "start",
+      join(repo, "examples", "hello"),
+      "--workspace",
+      "hello",
+      "--auto-apply",
+      "--no-follow",
+      "--json",
+    ]);
     assert.equal(started.code, 0, started.stderr + started.stdout);
     const id = (JSON.parse(started.stdout) as { id: string }).id;
     let status = "";
-    await until("the run to end", async () => {
-      const run = await client(url, adminToken).call(routes.getRun, { params: { id } });
-      status = run.status;
-      return isTerminalRun(run.status);
-    }, 180_000);
+    await until(
+      "the run to end",
+      async () => {
+        const run = await client(url, adminToken).call(routes.getRun, { params: { id } });
+        status = run.status;
+        return isTerminalRun(run.status);
+      },
+      180_000,
+    );
     assert.equal(status, "applied", `agent:\n${agent.output()}\nserver:\n${server.container.output()}`);
     const logs = await cli(["run", "logs", id, "--phase", "apply"]);
     assert.match(logs.stdout, /Hello from Drover, from run/);
@@ -160,7 +204,10 @@ describe("locally built images", { skip: unavailable }, () => {
     await until("the exec-loop's heartbeat", () => existsSync(join(exec, "heartbeat")), 60_000);
     const step = join(exec, "steps", "1");
     mkdirSync(step, { recursive: true });
-    writeFileSync(join(step, "script.sh"), "cd /drover/exec/work\ncommand -v terraform\nterraform init -input=false -no-color >/dev/null\nexec terraform apply -auto-approve -input=false -no-color\n");
+    writeFileSync(
+      join(step, "script.sh"),
+      "cd /drover/exec/work\ncommand -v terraform\nterraform init -input=false -no-color >/dev/null\nexec terraform apply -auto-approve -input=false -no-color\n",
+    );
     for (const p of [join(exec, "steps"), step, join(step, "script.sh")]) chownSync(p, 1000, 1000);
     writeFileSync(join(step, "ready.tmp"), "");
     renameSync(join(step, "ready.tmp"), join(step, "ready"));
@@ -182,7 +229,9 @@ describe("locally built images", { skip: unavailable }, () => {
         const req = request({ socketPath: api.socketPath, path: "/v1.41/images/json" }, (res) => {
           let text = "";
           res.on("data", (d: Buffer) => (text += d.toString()));
-          res.on("end", () => (res.statusCode === 200 ? resolve(text) : reject(new Error(`${res.statusCode}: ${text}`))));
+          res.on("end", () =>
+            res.statusCode === 200 ? resolve(text) : reject(new Error(`${res.statusCode}: ${text}`)),
+          );
         });
         req.on("error", reject);
         req.end();

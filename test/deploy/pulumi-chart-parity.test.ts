@@ -94,7 +94,8 @@ const renames: Record<string, string> = { "drv-agent": "drv", "drv-node-worker":
 /** A pod template's owner, the role by which selectors are compared. */
 function podTemplates(objects: Obj[]): { role: string; labels: Record<string, string> }[] {
   return objects.flatMap((o) => {
-    if (["Deployment", "DaemonSet"].includes(o.kind)) return [{ role: o.kind, labels: o.spec.template.metadata.labels }];
+    if (["Deployment", "DaemonSet"].includes(o.kind))
+      return [{ role: o.kind, labels: o.spec.template.metadata.labels }];
     if (o.kind === "AgentTask") return [{ role: "task pods", labels: o.spec.jobTemplate.template.metadata.labels }];
     return [];
   });
@@ -240,6 +241,9 @@ describe("the Pulumi component renders what the charts render", () => {
   }
 
   test("every allow-list entry still matches a difference (a fixed drift leaves the list)", () => {
-    assert.deepEqual(allowed.filter((_, i) => !used.has(i)).map((x) => x.why), []);
+    assert.deepEqual(
+      allowed.filter((_, i) => !used.has(i)).map((x) => x.why),
+      [],
+    );
   });
 });

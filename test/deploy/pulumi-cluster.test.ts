@@ -14,7 +14,20 @@ import { pathToFileURL } from "node:url";
 import { after, before, test } from "node:test";
 import { parse, stringify } from "yaml";
 import { runLog, startStack, type Stack } from "../support/stack.js";
-import { applyRendered, assertStarted, chartImages, startedContainers, droverImage, isReady, kubectlOut, namespace, repo, runnerImage, type ChartImages, chartTimings } from "../support/chart-cluster.js";
+import {
+  applyRendered,
+  assertStarted,
+  chartImages,
+  startedContainers,
+  droverImage,
+  isReady,
+  kubectlOut,
+  namespace,
+  repo,
+  runnerImage,
+  type ChartImages,
+  chartTimings,
+} from "../support/chart-cluster.js";
 import { kube, startTestCluster, until, type TestCluster } from "../kube/cluster.js";
 import { routes } from "@drover/protocol";
 
@@ -52,17 +65,20 @@ function toObject(c: Created): Record<string, any> | undefined {
   return { apiVersion, kind, ...o };
 }
 
-before(async () => {
-  // The locally built drover and runner images as real containers where podman runs here.
-  images = await chartImages(join(repo, "test", "dist", ".pulumi-cluster"));
-  cluster = await startTestCluster({
-    timings: chartTimings,
-    ...images.options,
-    // The server ends every watch after 1.5 s, so the controller's re-list/re-watch runs many times per test.
-    watchTimeoutMs: 1500,
-  });
-  stack = await startStack();
-}, { timeout: 20 * 60_000 });
+before(
+  async () => {
+    // The locally built drover and runner images as real containers where podman runs here.
+    images = await chartImages(join(repo, "test", "dist", ".pulumi-cluster"));
+    cluster = await startTestCluster({
+      timings: chartTimings,
+      ...images.options,
+      // The server ends every watch after 1.5 s, so the controller's re-list/re-watch runs many times per test.
+      watchTimeoutMs: 1500,
+    });
+    stack = await startStack();
+  },
+  { timeout: 20 * 60_000 },
+);
 
 after(async () => {
   await stack?.stop();
@@ -74,14 +90,21 @@ async function installAndRun(ns: string, level: "restricted" | "privileged"): Pr
   const since = new Date();
   const created: Created[] = [];
   const pulumi = await import("@pulumi/pulumi");
-  await pulumi.runtime.setMocks({
-    newResource: (args) => {
-      created.push({ type: args.type, name: args.name, inputs: args.inputs as Record<string, unknown> });
-      return { id: `${args.name}-id`, state: args.inputs };
+  await pulumi.runtime.setMocks(
+    {
+      newResource: (args) => {
+        created.push({ type: args.type, name: args.name, inputs: args.inputs as Record<string, unknown> });
+        return { id: `${args.name}-id`, state: args.inputs };
+      },
+      call: (args) => args.inputs,
     },
-    call: (args) => args.inputs,
-  }, "drover", "cluster", false);
-  const { DroverAgent } = (await import(pathToFileURL(join(repo, "deploy", "pulumi", "dist", "src", "index.js")).href)) as { DroverAgent: new (name: string, args: Record<string, unknown>) => { deployment: { id: unknown } } };
+    "drover",
+    "cluster",
+    false,
+  );
+  const { DroverAgent } = (await import(
+    pathToFileURL(join(repo, "deploy", "pulumi", "dist", "src", "index.js")).href
+  )) as { DroverAgent: new (name: string, args: Record<string, unknown>) => { deployment: { id: unknown } } };
   const agent = new DroverAgent("drv", {
     namespace: ns,
     createNamespace: false,
@@ -91,52 +114,107 @@ async function installAndRun(ns: string, level: "restricted" | "privileged"): Pr
     image: droverImage,
     runnerImage,
     env: images.execLoopPath ? { DROVER_AGENT_EXEC_LOOP_PATH: images.execLoopPath } : {},
-    podTemplate: { spec: { containers: [{ name: "runner", env: Object.entries(images.runnerEnv).map(([name, value]) => ({ name, value })) }] } },
+    podTemplate: {
+      spec: {
+        containers: [
+          { name: "runner", env: Object.entries(images.runnerEnv).map(([name, value]) => ({ name, value })) },
+        ],
+      },
+    },
   });
   await new Promise<void>((resolve) => pulumi.all([agent.deployment.id as never]).apply(() => resolve()));
-  await until("every child registered", async () => created.length, (n) => n > 0);
+  await until(
+    "every child registered",
+    async () => created.length,
+    (n) => n > 0,
+  );
   await new Promise((r) => setTimeout(r, 100));
-  const objects = created.map(toObject).filter((o): o is Record<string, any> => o !== undefined && o.kind !== "Namespace");
-  assert.ok(objects.some((o) => o.kind === "Deployment") && objects.some((o) => o.kind === "AgentTask"), created.map((c) => c.type).join(", "));
+  const objects = created
+    .map(toObject)
+    .filter((o): o is Record<string, any> => o !== undefined && o.kind !== "Namespace");
+  assert.ok(
+    objects.some((o) => o.kind === "Deployment") && objects.some((o) => o.kind === "AgentTask"),
+    created.map((c) => c.type).join(", "),
+  );
 
   await namespace(cluster, ns, level);
   if (level === "restricted") {
     const hard = { "requests.cpu": "8", "requests.memory": "16Gi", "limits.memory": "32Gi" };
-    assert.equal((await kube(cluster, "POST", `/api/v1/namespaces/${ns}/resourcequotas`, { metadata: { name: "compute" }, spec: { hard } })).status, 201);
+    assert.equal(
+      (
+        await kube(cluster, "POST", `/api/v1/namespaces/${ns}/resourcequotas`, {
+          metadata: { name: "compute" },
+          spec: { hard },
+        })
+      ).status,
+      201,
+    );
   }
   // The component installs the AgentTask CRD itself: applied first, as helm orders CRDs.
   const crds = objects.filter((o) => o.kind === "CustomResourceDefinition");
-  assert.deepEqual(crds.map((o) => o.spec), [parse(readFileSync(join(repo, "deploy", "kubernetes", "agenttasks.drover.dev.yaml"), "utf8")).spec]);
+  assert.deepEqual(
+    crds.map((o) => o.spec),
+    [parse(readFileSync(join(repo, "deploy", "kubernetes", "agenttasks.drover.dev.yaml"), "utf8")).spec],
+  );
   const applied = await applyRendered(cluster, ns, objects.map((o) => stringify(o)).join("---\n"));
   assert.equal(applied.code, 0, applied.out);
 
-  const diagnose = async () => `${(await kubectlOut(cluster, ["get", "pods,events", "-n", ns, "-o", "wide"])).out}\n${(await kubectlOut(cluster, ["logs", "-n", ns, "deployment/drv", "--tail=50"])).out}\n${(await kubectlOut(cluster, ["logs", "-n", ns, "-l", "app.kubernetes.io/name=drover-task", "-c", "worker", "--tail=20"])).out}`;
+  const diagnose = async () =>
+    `${(await kubectlOut(cluster, ["get", "pods,events", "-n", ns, "-o", "wide"])).out}\n${(await kubectlOut(cluster, ["logs", "-n", ns, "deployment/drv", "--tail=50"])).out}\n${(await kubectlOut(cluster, ["logs", "-n", ns, "-l", "app.kubernetes.io/name=drover-task", "-c", "worker", "--tail=20"])).out}`;
   const pods = async () => (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods`)).body.items as any[];
   try {
     await until("the controller Ready through its readiness probe", pods, (ps) => ps.some(isReady), 60_000);
   } catch (e) {
     assert.fail(`${(e as Error).message}\n${await diagnose()}`);
   }
-  const refused = (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/events?fieldSelector=reason%3DFailedCreate`)).body.items as any[];
-  assert.deepEqual(refused.map((e) => e.message), []);
+  const refused = (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/events?fieldSelector=reason%3DFailedCreate`))
+    .body.items as any[];
+  assert.deepEqual(
+    refused.map((e) => e.message),
+    [],
+  );
 
   await stack.server.api(routes.createWorkspace, { body: { name: `hello-${ns}`, pool: stack.pool } });
   const runId = await stack.startRun(join(repo, "examples", "hello"), `hello-${ns}`, ["--auto-apply"]);
   // A refused task pod fails the test at once instead of leaving the run queued until a timeout.
-  const refusal = async () => ((await kube(cluster, "GET", `/api/v1/namespaces/${ns}/events?fieldSelector=reason%3DFailedCreate`)).body.items as any[])[0]?.message as string | undefined;
-  await until("the run to end (or a task pod to be refused)", async () => ({ run: (await stack.server.api(routes.getRun, { params: { id: runId } })).body, refused: await refusal() }), (x) => ["applied", "errored", "canceled"].includes(x.run.status) || x.refused !== undefined, 120_000);
+  const refusal = async () =>
+    (
+      (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/events?fieldSelector=reason%3DFailedCreate`)).body
+        .items as any[]
+    )[0]?.message as string | undefined;
+  await until(
+    "the run to end (or a task pod to be refused)",
+    async () => ({
+      run: (await stack.server.api(routes.getRun, { params: { id: runId } })).body,
+      refused: await refusal(),
+    }),
+    (x) => ["applied", "errored", "canceled"].includes(x.run.status) || x.refused !== undefined,
+    120_000,
+  );
   assert.equal(await refusal(), undefined, "every task pod passes admission");
   const run = (await stack.server.api(routes.getRun, { params: { id: runId } })).body;
-  assert.equal(run.status, "applied", `${JSON.stringify(run)}\n${await runLog(stack.server, runId, "plan")}\n${await diagnose()}`);
+  assert.equal(
+    run.status,
+    "applied",
+    `${JSON.stringify(run)}\n${await runLog(stack.server, runId, "plan")}\n${await diagnose()}`,
+  );
   assert.match(await runLog(stack.server, runId, "apply"), /Hello from Drover/);
   if (images.built) {
     // The controller, the task pods' worker and runner were real containers of the built images.
     const started = await startedContainers(cluster, since);
-    for (const [image, container] of [[images.built.images.drover, "controller"], [images.built.images.drover, "worker"], [images.built.images.runner, "runner"]] as const) assertStarted(started, image, container);
+    for (const [image, container] of [
+      [images.built.images.drover, "controller"],
+      [images.built.images.drover, "worker"],
+      [images.built.images.runner, "runner"],
+    ] as const)
+      assertStarted(started, image, container);
   }
   // Jobs carry the controller's stable name, not its pod's: a replaced pod finds them again.
   const jobs = (await kube(cluster, "GET", `/apis/batch/v1/namespaces/${ns}/jobs`)).body.items as any[];
-  assert.ok(jobs.length >= 2 && jobs.every((j) => j.metadata.labels["drover.dev/controller"] === "drv-controller"), JSON.stringify(jobs.map((j) => j.metadata.labels)));
+  assert.ok(
+    jobs.length >= 2 && jobs.every((j) => j.metadata.labels["drover.dev/controller"] === "drv-controller"),
+    JSON.stringify(jobs.map((j) => j.metadata.labels)),
+  );
 }
 
 /** The component's controller always listens on 8080 (pods share this machine's network here): one install at a time. */
@@ -145,7 +223,12 @@ async function remove(ns: string): Promise<void> {
   await kube(cluster, "DELETE", `/apis/apps/v1/namespaces/${ns}/deployments`);
   await kube(cluster, "DELETE", `/api/v1/namespaces/${ns}/pods?gracePeriodSeconds=0`);
   await kube(cluster, "DELETE", `/api/v1/namespaces/${ns}`);
-  await until(`namespace ${ns} gone`, () => kube(cluster, "GET", `/api/v1/namespaces/${ns}`), (r) => r.status === 404, 30_000).catch(() => undefined);
+  await until(
+    `namespace ${ns} gone`,
+    () => kube(cluster, "GET", `/api/v1/namespaces/${ns}`),
+    (r) => r.status === 404,
+    30_000,
+  ).catch(() => undefined);
 }
 
 test("the Pulumi component's job-mode objects, applied in a restricted namespace with a compute quota: admitted, Ready through probes, examples/hello completes", async () => {

@@ -32,7 +32,10 @@ async function workspace(name: string) {
 }
 
 function marked(mark: string, agent?: Proc) {
-  return markedProcesses(mark, { name: "FAULT_MARK", exclude: agent?.child.pid !== undefined ? [agent.child.pid] : [] });
+  return markedProcesses(mark, {
+    name: "FAULT_MARK",
+    exclude: agent?.child.pid !== undefined ? [agent.child.pid] : [],
+  });
 }
 
 /** A provisioner that records its begin and end in `ledger` around a long sleep. */
@@ -62,7 +65,9 @@ test("SIGTERM while the server is unreachable: the agent ends within its stop bu
     FAULT_MARK: "unreachable",
   });
   const ledger = join(stack.dir, "unreachable.ledger");
-  const runId = await stack.startRun(writeConfig(stack.dir, "unreachable", ledgerConfig(ledger, 60)), "unreachable", ["--auto-apply"]);
+  const runId = await stack.startRun(writeConfig(stack.dir, "unreachable", ledgerConfig(ledger, 60)), "unreachable", [
+    "--auto-apply",
+  ]);
   await until("the provisioner to begin", () => ledgerLines(ledger).length > 0, 90_000);
   proxy.set("blackhole");
   const started = Date.now();
@@ -89,7 +94,11 @@ test("the network cut for twice the lease TTL: the agent stops its work on the l
   proxy.set("open");
   const cutAgent = await stack.startAgent("partitioned", { DROVER_URL: proxy.url, FAULT_MARK: "partition" });
   const ledger = join(stack.dir, "partition.ledger");
-  const first = await stack.startRun(writeConfig(stack.dir, "partition-a", ledgerConfig(ledger, 60, "first")), "partition", ["--auto-apply"]);
+  const first = await stack.startRun(
+    writeConfig(stack.dir, "partition-a", ledgerConfig(ledger, 60, "first")),
+    "partition",
+    ["--auto-apply"],
+  );
   await until("the first run's provisioner to begin", () => ledgerLines(ledger).length > 0, 90_000);
   proxy.set("blackhole");
   const cutAt = Date.now();
@@ -98,7 +107,11 @@ test("the network cut for twice the lease TTL: the agent stops its work on the l
   assert.match(lost.errorMessage ?? "", /agent lost/);
   // A newer run on the same workspace completes elsewhere while the partition lasts.
   const other = await stack.startAgent("partition-other", { FAULT_MARK: "partition-other" });
-  const second = await stack.startRun(writeConfig(stack.dir, "partition-b", ledgerConfig(ledger, 0, "second")), "partition", ["--auto-apply"]);
+  const second = await stack.startRun(
+    writeConfig(stack.dir, "partition-b", ledgerConfig(ledger, 0, "second")),
+    "partition",
+    ["--auto-apply"],
+  );
   assert.equal((await stack.waitForRun(second, ["applied", "errored"], 90_000)).status, "applied");
   await until("twice the lease TTL since the cut", () => Date.now() - cutAt >= 2 * leaseTtlSeconds * 1000);
   proxy.set("open");
@@ -107,7 +120,11 @@ test("the network cut for twice the lease TTL: the agent stops its work on the l
   const lines = ledgerLines(ledger);
   assert.ok(!lines.includes(`end ${first}`), `the first run's provisioner went on: ${lines.join(", ")}`);
   const outputs = (await stack.server.api(routes.workspaceOutputs, { params: { ws: "partition" } })).body;
-  assert.deepEqual(outputs.items.map((o: any) => o.value), ["second"], "the state is the newer run's");
+  assert.deepEqual(
+    outputs.items.map((o: any) => o.value),
+    ["second"],
+    "the state is the newer run's",
+  );
   const state = await stack.server.api(routes.getRun, { params: { id: first } });
   assert.equal(state.body.status, "errored", "the lost run stays errored");
   await other.stop();
@@ -118,12 +135,19 @@ test("the agent killed (-9) mid-apply and restarted: no process of the old job s
   await workspace("crash");
   const ledger = join(stack.dir, "crash.ledger");
   const agent = await stack.startAgent("crashy", { FAULT_MARK: "crash" });
-  const first = await stack.startRun(writeConfig(stack.dir, "crash-a", ledgerConfig(ledger, 40)), "crash", ["--auto-apply"]);
+  const first = await stack.startRun(writeConfig(stack.dir, "crash-a", ledgerConfig(ledger, 40)), "crash", [
+    "--auto-apply",
+  ]);
   await until("the provisioner to begin", () => ledgerLines(ledger).length > 0, 90_000);
   await agent.stop("SIGKILL");
-  assert.ok(marked("crash").some((p) => /sleep 40/.test(p.cmdline)), "the dead agent's provisioner still runs (what the restart must end)");
+  assert.ok(
+    marked("crash").some((p) => /sleep 40/.test(p.cmdline)),
+    "the dead agent's provisioner still runs (what the restart must end)",
+  );
   assert.equal((await stack.waitForRun(first, ["errored", "applied"], 30_000)).status, "errored");
-  const second = await stack.startRun(writeConfig(stack.dir, "crash-b", ledgerConfig(ledger, 1)), "crash", ["--auto-apply"]);
+  const second = await stack.startRun(writeConfig(stack.dir, "crash-b", ledgerConfig(ledger, 1)), "crash", [
+    "--auto-apply",
+  ]);
   const restarted = await stack.startAgent("crashy", { FAULT_MARK: "crash" });
   try {
     // Registered means the old processes are gone: the agent ends them before it takes work.
@@ -145,15 +169,30 @@ describe("no grandchild outlives its job", () => {
     test(`${how}: the provisioner's sleep is gone when the run ends`, async () => {
       const name = how === "cancel" ? "orphan-cancel" : "orphan-stop";
       await workspace(name);
-      const agent = await stack.startAgent(`${name}-agent`, { FAULT_MARK: name, DROVER_AGENT_WORKER_ON_STOP_ACTION: "graceful", DROVER_AGENT_GRACE_PERIOD_SECONDS: "30" });
-      const runId = await stack.startRun(writeConfig(stack.dir, name, { "main.tf": 'resource "terraform_data" "s" {\n  input = timestamp()\n  provisioner "local-exec" {\n    command = "sleep 40"\n  }\n}\n' }), name, ["--auto-apply"]);
+      const agent = await stack.startAgent(`${name}-agent`, {
+        FAULT_MARK: name,
+        DROVER_AGENT_WORKER_ON_STOP_ACTION: "graceful",
+        DROVER_AGENT_GRACE_PERIOD_SECONDS: "30",
+      });
+      const runId = await stack.startRun(
+        writeConfig(stack.dir, name, {
+          "main.tf":
+            'resource "terraform_data" "s" {\n  input = timestamp()\n  provisioner "local-exec" {\n    command = "sleep 40"\n  }\n}\n',
+        }),
+        name,
+        ["--auto-apply"],
+      );
       await stack.waitForRun(runId, ["applying"]);
       await waitForLog(runId, "apply", /local-exec/);
       await until("the provisioner's sleep to run", () => marked(name, agent).some((p) => /sleep 40/.test(p.cmdline)));
       if (how === "cancel") {
         const res = await stack.cli(["run", "cancel", runId]);
         assert.equal(res.code, 0, res.stderr);
-        assert.ok(["canceled", "errored"].includes((await stack.waitForRun(runId, ["canceled", "errored", "applied"], 60_000)).status));
+        assert.ok(
+          ["canceled", "errored"].includes(
+            (await stack.waitForRun(runId, ["canceled", "errored", "applied"], 60_000)).status,
+          ),
+        );
         // The job has ended: it reported its outcome only after ending its processes.
         assert.deepEqual(marked(name, agent), []);
         await agent.stop();
@@ -166,4 +205,3 @@ describe("no grandchild outlives its job", () => {
     });
   }
 });
-

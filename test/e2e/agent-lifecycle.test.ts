@@ -10,7 +10,10 @@ import { routes } from "@drover/protocol";
 // The agent as an operator sees it: killed, stopped in each mode, its token revoked.
 
 let stack: Stack;
-const longApply = { "main.tf": 'resource "terraform_data" "long" {\n  input = timestamp()\n  provisioner "local-exec" {\n    command = "sleep 60"\n  }\n}\n' };
+const longApply = {
+  "main.tf":
+    'resource "terraform_data" "long" {\n  input = timestamp()\n  provisioner "local-exec" {\n    command = "sleep 60"\n  }\n}\n',
+};
 
 before(async () => {
   // Heartbeats every second: a revoked token is seen at the next one, not up to 10 s later.
@@ -59,7 +62,10 @@ test("kill -9 of the agent mid-run: the run ends errored (agent lost) and the wo
 describe("SIGTERM stop modes (SPEC §5)", () => {
   test("graceful: terraform is interrupted at once; the run ends errored (agent stopped), never success", async () => {
     await workspace("graceful");
-    const agent = await stack.startAgent("graceful-agent", { DROVER_AGENT_WORKER_ON_STOP_ACTION: "graceful", DROVER_AGENT_GRACE_PERIOD_SECONDS: "30" });
+    const agent = await stack.startAgent("graceful-agent", {
+      DROVER_AGENT_WORKER_ON_STOP_ACTION: "graceful",
+      DROVER_AGENT_GRACE_PERIOD_SECONDS: "30",
+    });
     const runId = await stack.startRun(writeConfig(stack.dir, "graceful", longApply), "graceful", ["--auto-apply"]);
     await stack.waitForRun(runId, ["applying"]);
     await waitForLog(runId, "apply", /local-exec/);
@@ -80,8 +86,14 @@ describe("SIGTERM stop modes (SPEC §5)", () => {
 
   test("drain: the running job is allowed to finish; no new job is taken", async () => {
     await workspace("drain");
-    const agent = await stack.startAgent("drain-agent", { DROVER_AGENT_WORKER_ON_STOP_ACTION: "drain", DROVER_AGENT_GRACE_PERIOD_SECONDS: "120" });
-    const cfg = writeConfig(stack.dir, "drain", { "main.tf": 'resource "terraform_data" "d" {\n  input = timestamp()\n  provisioner "local-exec" {\n    command = "sleep 3"\n  }\n}\n' });
+    const agent = await stack.startAgent("drain-agent", {
+      DROVER_AGENT_WORKER_ON_STOP_ACTION: "drain",
+      DROVER_AGENT_GRACE_PERIOD_SECONDS: "120",
+    });
+    const cfg = writeConfig(stack.dir, "drain", {
+      "main.tf":
+        'resource "terraform_data" "d" {\n  input = timestamp()\n  provisioner "local-exec" {\n    command = "sleep 3"\n  }\n}\n',
+    });
     const runId = await stack.startRun(cfg, "drain", ["--auto-apply"]);
     await stack.waitForRun(runId, ["applying"]);
     await waitForLog(runId, "apply", /local-exec/);
@@ -89,16 +101,26 @@ describe("SIGTERM stop modes (SPEC §5)", () => {
     await new Promise((r) => setTimeout(r, 300));
     const later = await stack.startRun(cfg, "drain", ["--auto-apply"]);
     const exit = await agent.exited;
-    assert.equal((await stack.waitForRun(runId, ["applied", "errored"], 30_000)).status, "applied", "the draining job completed");
+    assert.equal(
+      (await stack.waitForRun(runId, ["applied", "errored"], 30_000)).status,
+      "applied",
+      "the draining job completed",
+    );
     assert.equal(exit.code, 0, agent.output());
     const pending = (await stack.server.api(routes.getRun, { params: { id: later } })).body;
-    assert.ok(["pending", "queued"].includes(pending.status), `the draining agent took no new work (${pending.status})`);
+    assert.ok(
+      ["pending", "queued"].includes(pending.status),
+      `the draining agent took no new work (${pending.status})`,
+    );
     await stack.cli(["run", "cancel", later]);
   });
 
   test("force: terraform is killed at once; the run ends errored (agent stopped)", async () => {
     await workspace("force");
-    const agent = await stack.startAgent("force-agent", { DROVER_AGENT_WORKER_ON_STOP_ACTION: "force", DROVER_AGENT_GRACE_PERIOD_SECONDS: "10" });
+    const agent = await stack.startAgent("force-agent", {
+      DROVER_AGENT_WORKER_ON_STOP_ACTION: "force",
+      DROVER_AGENT_GRACE_PERIOD_SECONDS: "10",
+    });
     const runId = await stack.startRun(writeConfig(stack.dir, "force", longApply), "force", ["--auto-apply"]);
     await stack.waitForRun(runId, ["applying"]);
     await waitForLog(runId, "apply", /local-exec/);
@@ -113,7 +135,10 @@ describe("SIGTERM stop modes (SPEC §5)", () => {
 });
 
 test("a revoked pool token stops the agent with a clear message", async () => {
-  const tok = await stack.server.api(routes.createPoolToken, { params: { pool: stack.pool }, body: { description: "to revoke" } });
+  const tok = await stack.server.api(routes.createPoolToken, {
+    params: { pool: stack.pool },
+    body: { description: "to revoke" },
+  });
   const agent = await stack.startAgent("revoked-agent", { DROVER_TOKEN: tok.body.token });
   const res = await stack.cli(["token", "revoke", tok.body.id]);
   assert.equal(res.code, 0, res.stderr);
@@ -125,7 +150,8 @@ test("a revoked pool token stops the agent with a clear message", async () => {
 
 test("the apply reuses its plan's initialized directory on the agent that planned; turned off, or with a pre-init hook, it initializes again", async () => {
   const config = writeConfig(stack.dir, "reuse", {
-    "main.tf": 'resource "terraform_data" "r" {\n  input = "reused"\n}\noutput "r" {\n  value = terraform_data.r.output\n}\n',
+    "main.tf":
+      'resource "terraform_data" "r" {\n  input = "reused"\n}\noutput "r" {\n  value = terraform_data.r.output\n}\n',
   });
   const applyLog = async (ws: string, agentEnv: Record<string, string>) => {
     await workspace(ws);
@@ -143,7 +169,11 @@ test("the apply reuses its plan's initialized directory on the agent that planne
   };
 
   // The server's request counter of the plan-file download route tells who fetched the plan back.
-  const planDownloads = async () => (await scrape(`${stack.server.url}/metrics`, "drover_http_request_duration_seconds_count", { method: "GET", route: routes.downloadPlan.path })) ?? 0;
+  const planDownloads = async () =>
+    (await scrape(`${stack.server.url}/metrics`, "drover_http_request_duration_seconds_count", {
+      method: "GET",
+      route: routes.downloadPlan.path,
+    })) ?? 0;
   const downloadsBefore = await planDownloads();
   const reused = await applyLog("reuse-on", {});
   assert.match(reused, /reusing this run's initialized plan directory/);
@@ -184,7 +214,11 @@ test("the agent's health port: /healthz and /readyz say it is running, /metrics 
     // eslint-disable-next-line no-restricted-globals -- the agent's health port, not the server
     assert.equal((await fetch(`${base}/readyz`)).status, 200);
 
-    const runId = await stack.startRun(writeConfig(stack.dir, "health", { "main.tf": 'resource "terraform_data" "h" {}\n' }), "health", ["--plan-only"]);
+    const runId = await stack.startRun(
+      writeConfig(stack.dir, "health", { "main.tf": 'resource "terraform_data" "h" {}\n' }),
+      "health",
+      ["--plan-only"],
+    );
     await stack.waitForRun(runId, ["planned_and_finished", "errored"]);
     // eslint-disable-next-line no-restricted-globals -- the agent's health port, not the server
     const metrics = await fetch(`${base}/metrics`);
@@ -195,7 +229,8 @@ test("the agent's health port: /healthz and /readyz say it is running, /metrics 
     assert.match(text, /^drover_agent_jobs_finished_total\{phase="plan"\} 1$/m);
     assert.match(text, /^drover_agent_poll_errors_total 0$/m);
     // eslint-disable-next-line no-restricted-globals -- the agent's health port, not the server
-    assert.notEqual(((await (await fetch(`${base}/healthz`)).json()) as any).lastActivity, null, "the long-poll counts as activity");
+    const afterPoll = (await (await fetch(`${base}/healthz`)).json()) as any;
+    assert.notEqual(afterPoll.lastActivity, null, "the long-poll counts as activity");
   } finally {
     await agent.stop();
   }

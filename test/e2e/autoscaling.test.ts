@@ -27,7 +27,8 @@ async function demand(query: { jobsPerAgent?: number } = {}): Promise<PoolDemand
 async function scraped(): Promise<Record<string, number>> {
   const text = (await client(stack.server.url, stack.server.adminToken).call(routes.metrics, {})).toString("utf8");
   const out: Record<string, number> = {};
-  for (const m of text.matchAll(/^(drover_pool_[a-z_]+)\{pool="([^"]+)"\} (\S+)$/gm)) if (m[2] === stack.pool) out[m[1]!] = Number(m[3]);
+  for (const m of text.matchAll(/^(drover_pool_[a-z_]+)\{pool="([^"]+)"\} (\S+)$/gm))
+    if (m[2] === stack.pool) out[m[1]!] = Number(m[3]);
   return out;
 }
 
@@ -38,13 +39,29 @@ test("a plan-only run from the CLI is demand until an agent runs it", async () =
   await stack.server.api(routes.createWorkspace, { body: { name: "speculative", pool: stack.pool } });
   const runId = await stack.startRun(dir, "speculative", ["--plan-only"]);
   const d = await demand();
-  assert.deepEqual({ pending: d.pending, queued: d.queued, claimed: d.claimed, running: d.running, awaiting: d.awaitingConfirmation, desired: d.desiredAgents, online: d.agents.online }, { pending: 1, queued: 1, claimed: 0, running: 0, awaiting: 0, desired: 1, online: 0 });
+  assert.deepEqual(
+    {
+      pending: d.pending,
+      queued: d.queued,
+      claimed: d.claimed,
+      running: d.running,
+      awaiting: d.awaitingConfirmation,
+      desired: d.desiredAgents,
+      online: d.agents.online,
+    },
+    { pending: 1, queued: 1, claimed: 0, running: 0, awaiting: 0, desired: 1, online: 0 },
+  );
   assert.equal(d.pool.name, stack.pool);
   // The user API reports the same, by pool name.
   const byUser = await stack.server.api(routes.poolDemand, { params: { pool: stack.pool } });
   assert.equal(byUser.status, 200);
   assert.deepEqual(byUser.body, d);
-  assert.deepEqual(await scraped(), { drover_pool_jobs_pending: 1, drover_pool_jobs_running: 0, drover_pool_runs_awaiting_confirmation: 0, drover_pool_desired_agents: 1 });
+  assert.deepEqual(await scraped(), {
+    drover_pool_jobs_pending: 1,
+    drover_pool_jobs_running: 0,
+    drover_pool_runs_awaiting_confirmation: 0,
+    drover_pool_desired_agents: 1,
+  });
 
   agent = await stack.startAgent("scaler-1");
   assert.equal((await stack.waitForRun(runId, ["planned_and_finished", "errored"])).status, "planned_and_finished");
@@ -64,7 +81,10 @@ test("a run awaiting confirmation needs no agent", async () => {
     const x = await demand();
     return x.agents.busy === 0 ? x : undefined;
   });
-  assert.deepEqual({ pending: d.pending, running: d.running, awaiting: d.awaitingConfirmation, desired: d.desiredAgents }, { pending: 0, running: 0, awaiting: 1, desired: 0 });
+  assert.deepEqual(
+    { pending: d.pending, running: d.running, awaiting: d.awaitingConfirmation, desired: d.desiredAgents },
+    { pending: 0, running: 0, awaiting: 1, desired: 0 },
+  );
   assert.equal((await scraped()).drover_pool_runs_awaiting_confirmation, 1);
   assert.equal((await scraped()).drover_pool_desired_agents, 0);
   // Confirming it makes the apply demand again (or the idle agent has already taken it).
@@ -81,27 +101,37 @@ test("a burst of 50 queued runs asks for 50 agents of concurrency 1, 13 of concu
   const archive = rawTarGz([{ path: "main.tf", content: 'resource "terraform_data" "x" {}\n' }]);
   for (let i = 0; i < 50; i++) {
     const ws = `burst-${i}`;
-    assert.equal((await stack.server.api(routes.createWorkspace, { body: { name: ws, pool: stack.pool } })).status, 201);
+    assert.equal(
+      (await stack.server.api(routes.createWorkspace, { body: { name: ws, pool: stack.pool } })).status,
+      201,
+    );
     const cv = await stack.server.api(routes.uploadConfiguration, { params: { ws }, body: archive });
     assert.equal(cv.status, 201, JSON.stringify(cv.body));
     // Two runs per workspace: the second waits for the first and needs no agent yet.
     for (let r = 0; r < 2; r++) {
-      const run = await stack.server.api(routes.createRun, { body: { workspace: ws, configurationVersionId: cv.body.id, planOnly: true } });
+      const run = await stack.server.api(routes.createRun, {
+        body: { workspace: ws, configurationVersionId: cv.body.id, planOnly: true },
+      });
       assert.equal(run.status, 201, JSON.stringify(run.body));
     }
   }
   const d = await demand();
-  assert.deepEqual({ pending: d.pending, running: d.running, jobsPerAgent: d.jobsPerAgent, desired: d.desiredAgents }, { pending: 50, running: 0, jobsPerAgent: 1, desired: 50 });
+  assert.deepEqual(
+    { pending: d.pending, running: d.running, jobsPerAgent: d.jobsPerAgent, desired: d.desiredAgents },
+    { pending: 50, running: 0, jobsPerAgent: 1, desired: 50 },
+  );
   assert.equal((await demand({ jobsPerAgent: 4 })).desiredAgents, 13);
   assert.equal((await scraped()).drover_pool_desired_agents, 50);
 });
 
 test("the pool-token endpoint refuses other tokens and bad parameters", async () => {
   const refused = (token: string | undefined, query: { jobsPerAgent?: number } = {}) =>
-    client(stack.server.url, token).call(routes.agentDemand, { query }).then(
-      () => assert.fail("the demand endpoint answered"),
-      (err: unknown) => err as ApiError,
-    );
+    client(stack.server.url, token)
+      .call(routes.agentDemand, { query })
+      .then(
+        () => assert.fail("the demand endpoint answered"),
+        (err: unknown) => err as ApiError,
+      );
   const none = await refused(undefined);
   assert.equal(none.httpStatus, 401);
   const user = await refused(stack.server.adminToken);

@@ -43,21 +43,31 @@ async function cli(args: string[], env: Record<string, string> = {}) {
 test("--timeout bounds each API call: a server that never answers gives server_unreachable on one line", async () => {
   const res = await cli(["pool", "list", "--url", silentUrl, "--token", "drv_u_x.y", "--timeout", "1"]);
   assert.equal(res.code, 1);
-  assert.match(res.output, /^drover: no answer from the Drover server at http:\/\/127\.0\.0\.1:\d+ within 1000 ms \(GET \/api\/v1\/pools\) \(server_unreachable\) Check the server URL/);
+  assert.match(
+    res.output,
+    /^drover: no answer from the Drover server at http:\/\/127\.0\.0\.1:\d+ within 1000 ms \(GET \/api\/v1\/pools\) \(server_unreachable\) Check the server URL/,
+  );
   assert.equal(res.output.trim().split("\n").length, 1, "one line");
 });
 
 test("DROVER_CLIENT_TIMEOUT_SECONDS sets the deadline; --timeout beats it", async () => {
-  const fromEnv = await cli(["pool", "list", "--url", silentUrl, "--token", "drv_u_x.y"], { DROVER_CLIENT_TIMEOUT_SECONDS: "1" });
+  const fromEnv = await cli(["pool", "list", "--url", silentUrl, "--token", "drv_u_x.y"], {
+    DROVER_CLIENT_TIMEOUT_SECONDS: "1",
+  });
   assert.match(fromEnv.output, /within 1000 ms .*\(server_unreachable\)/);
-  const flagWins = await cli(["pool", "list", "--url", silentUrl, "--token", "drv_u_x.y", "--timeout", "2"], { DROVER_CLIENT_TIMEOUT_SECONDS: "1" });
+  const flagWins = await cli(["pool", "list", "--url", silentUrl, "--token", "drv_u_x.y", "--timeout", "2"], {
+    DROVER_CLIENT_TIMEOUT_SECONDS: "1",
+  });
   assert.match(flagWins.output, /within 2000 ms .*\(server_unreachable\)/);
 });
 
 test("--timeout refuses a value that is not a whole number of seconds (exit 2)", async () => {
   const res = await cli(["pool", "list", "--url", server.url, "--token", server.adminToken, "--timeout", "soon"]);
   assert.equal(res.code, 2);
-  assert.match(res.output, /DROVER_CLIENT_TIMEOUT_SECONDS must be a whole number from 1 to 3600, got "soon".*\(invalid_setting\)/);
+  assert.match(
+    res.output,
+    /DROVER_CLIENT_TIMEOUT_SECONDS must be a whole number from 1 to 3600, got "soon".*\(invalid_setting\)/,
+  );
 });
 
 test("creating a pool twice: already_exists with its hint", async () => {

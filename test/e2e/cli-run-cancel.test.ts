@@ -56,7 +56,11 @@ after(async () => {
 });
 
 async function cancel(): Promise<string> {
-  const proc = spawnDrover(["run", "cancel", "run_cancelrace", "--url", stubUrl, "--token", "drv_u_x.y"], { PATH: process.env.PATH, HOME: configDir, DROVER_CONFIG_DIR: configDir });
+  const proc = spawnDrover(["run", "cancel", "run_cancelrace", "--url", stubUrl, "--token", "drv_u_x.y"], {
+    PATH: process.env.PATH,
+    HOME: configDir,
+    DROVER_CONFIG_DIR: configDir,
+  });
   const { code } = await proc.exited;
   assert.equal(code, 0, proc.output());
   return proc.output();

@@ -56,7 +56,11 @@ test("run logs without --phase prints the plan log, then the apply log", async (
   assert.equal(printedLines(res.stdout).length, lines);
   const planOnly = await stack.cli(["run", "logs", bigRun, "--phase", "plan"]);
   assert.equal(planOnly.code, 0, planOnly.stderr);
-  assert.equal(res.stdout, planOnly.stdout + res.stdout.slice(planOnly.stdout.length), "the plan log comes first, whole");
+  assert.equal(
+    res.stdout,
+    planOnly.stdout + res.stdout.slice(planOnly.stdout.length),
+    "the plan log comes first, whole",
+  );
   assert.equal(printedLines(planOnly.stdout).length, 0);
 });
 
@@ -79,7 +83,11 @@ test("a line terraform prints in pieces counts once, wherever the provisioner pa
   await stack.waitForRun(runId, ["applied"]);
   const res = await stack.cli(["run", "logs", runId, "--phase", "apply"]);
   assert.equal(res.code, 0, res.stderr);
-  assert.deepEqual(printedLines(res.stdout), splits.map((_, i) => i + 1), res.stdout);
+  assert.deepEqual(
+    printedLines(res.stdout),
+    splits.map((_, i) => i + 1),
+    res.stdout,
+  );
 });
 
 test("run logs rejects an unknown --phase", async () => {
@@ -92,22 +100,33 @@ test("run logs exits non-zero with log_incomplete when a page cannot be read", a
   // A proxy that passes the first page of the log and fails every later one.
   const proxy: Server = createServer((req, res) => {
     if (req.url?.includes("/logs?") && !req.url.includes("offset=0&")) {
-      res.writeHead(500, { "content-type": "application/json" }).end(JSON.stringify({ error: "internal", message: "injected failure" }));
+      res
+        .writeHead(500, { "content-type": "application/json" })
+        .end(JSON.stringify({ error: "internal", message: "injected failure" }));
       return;
     }
-    const upstream = request(new URL(req.url ?? "/", stack.server.url), { method: req.method, headers: req.headers }, (up) => {
-      res.writeHead(up.statusCode ?? 502, up.headers);
-      up.pipe(res);
-    });
+    const upstream = request(
+      new URL(req.url ?? "/", stack.server.url),
+      { method: req.method, headers: req.headers },
+      (up) => {
+        res.writeHead(up.statusCode ?? 502, up.headers);
+        up.pipe(res);
+      },
+    );
     req.pipe(upstream);
   });
   await new Promise<void>((resolve) => proxy.listen(0, "127.0.0.1", resolve));
   try {
     const address = proxy.address();
     assert.ok(address && typeof address === "object");
-    const res = await stack.cli(["run", "logs", bigRun, "--phase", "apply"], { env: { DROVER_URL: `http://127.0.0.1:${address.port}` } });
+    const res = await stack.cli(["run", "logs", bigRun, "--phase", "apply"], {
+      env: { DROVER_URL: `http://127.0.0.1:${address.port}` },
+    });
     assert.equal(res.code, 1);
-    assert.match(res.stderr, /printed 1048576 bytes of the apply log of run run-\S+, then the read failed: injected failure\. Run `drover run logs run-\S+ --phase apply` again\. \(log_incomplete\)/);
+    assert.match(
+      res.stderr,
+      /printed 1048576 bytes of the apply log of run run-\S+, then the read failed: injected failure\. Run `drover run logs run-\S+ --phase apply` again\. \(log_incomplete\)/,
+    );
     assert.equal(Buffer.byteLength(res.stdout), 1024 * 1024, "what was read is printed, nothing more");
   } finally {
     await new Promise((resolve) => proxy.close(resolve));
@@ -133,7 +152,12 @@ test("run logs of a phase still running prints what exists and says the log is n
       const res = await stack.cli(["run", "logs", runId, "--phase", "apply"]);
       assert.equal(res.code, 0, res.stderr);
       if (!res.stdout.includes("(local-exec): holding")) continue;
-      assert.match(res.stderr, new RegExp(`the apply log of run ${runId} is not finished yet \\(\\d+ bytes so far\\); use --follow to keep reading`));
+      assert.match(
+        res.stderr,
+        new RegExp(
+          `the apply log of run ${runId} is not finished yet \\(\\d+ bytes so far\\); use --follow to keep reading`,
+        ),
+      );
       break;
     }
   } finally {

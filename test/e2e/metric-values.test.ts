@@ -35,13 +35,23 @@ test("log bytes: the server's received count, the agent's shipped count and the 
   await stack.server.api(routes.createWorkspace, { body: { name: "bytes-hello", pool: stack.pool } });
   const runId = await stack.startRun(join(repo, "examples", "hello"), "bytes-hello", ["--auto-apply"]);
   assert.equal((await stack.waitForRun(runId, ["applied", "errored"], 120_000)).status, "applied");
-  const stored = Buffer.byteLength(await runLog(stack.server, runId, "plan")) + Buffer.byteLength(await runLog(stack.server, runId, "apply"));
+  const stored =
+    Buffer.byteLength(await runLog(stack.server, runId, "plan")) +
+    Buffer.byteLength(await runLog(stack.server, runId, "apply"));
   assert.ok(stored > 100, `the run logged ${stored} bytes`);
   const server = `${stack.server.url}/metrics`;
-  assert.equal((await scrape(server, "drover_log_bytes_received_total", { phase: "plan" }))! + (await scrape(server, "drover_log_bytes_received_total", { phase: "apply" }))!, stored);
+  assert.equal(
+    (await scrape(server, "drover_log_bytes_received_total", { phase: "plan" }))! +
+      (await scrape(server, "drover_log_bytes_received_total", { phase: "apply" }))!,
+    stored,
+  );
   assert.equal(await scrape(metrics, "drover_agent_log_bytes_shipped_total"), stored);
   // Heartbeats every second: some have been timed, each within the bucket bounds.
-  const beats = await eventually("a timed heartbeat", async () => ((await scrape(metrics, "drover_agent_heartbeat_duration_seconds_count"))! > 0 ? true : undefined), 30_000);
+  const beats = await eventually(
+    "a timed heartbeat",
+    async () => ((await scrape(metrics, "drover_agent_heartbeat_duration_seconds_count"))! > 0 ? true : undefined),
+    30_000,
+  );
   assert.ok(beats);
   const sum = (await scrape(metrics, "drover_agent_heartbeat_duration_seconds_sum"))!;
   const count = (await scrape(metrics, "drover_agent_heartbeat_duration_seconds_count"))!;
@@ -57,18 +67,30 @@ test("errors by kind: register, poll and heartbeat while the server is cut off, 
   const errors = (kind: string) => scrape(metrics, "drover_agent_errors_total", { kind });
   proxy.set("refuse");
   const starting = stack.startAgent("cut-off", { DROVER_URL: proxy.url, DROVER_AGENT_HEALTH_PORT: String(port) });
-  await eventually("a failed registration", async () => ((await errors("register").catch(() => undefined)) ?? 0) >= 1 || undefined, 30_000);
+  await eventually(
+    "a failed registration",
+    async () => ((await errors("register").catch(() => undefined)) ?? 0) >= 1 || undefined,
+    30_000,
+  );
   proxy.set("open");
   const agent = await starting;
   assert.equal(await errors("poll"), undefined);
 
   // Cut again while idle: the long poll and the next heartbeat both fail.
   proxy.set("refuse");
-  await eventually("failed polls and heartbeats", async () => (((await errors("poll")) ?? 0) >= 1 && ((await errors("heartbeat")) ?? 0) >= 1) || undefined, 30_000);
+  await eventually(
+    "failed polls and heartbeats",
+    async () => (((await errors("poll")) ?? 0) >= 1 && ((await errors("heartbeat")) ?? 0) >= 1) || undefined,
+    30_000,
+  );
   // Both series from one exposition: the agent goes on failing polls between two scrapes.
   // eslint-disable-next-line no-restricted-globals -- the agent's /metrics, read once for both series
   const exposition = await (await fetch(metrics)).text();
-  assert.equal(sampleValue(exposition, "drover_agent_poll_errors_total"), sampleValue(exposition, "drover_agent_errors_total", { kind: "poll" }), "the older poll-errors series counts the same failures");
+  assert.equal(
+    sampleValue(exposition, "drover_agent_poll_errors_total"),
+    sampleValue(exposition, "drover_agent_errors_total", { kind: "poll" }),
+    "the older poll-errors series counts the same failures",
+  );
   proxy.set("open");
 
   // Mid-run: the provisioner writes a line only once the server is unreachable, then waits.
@@ -78,11 +100,19 @@ test("errors by kind: register, poll and heartbeat while the server is cut off, 
   });
   await stack.server.api(routes.createWorkspace, { body: { name: "log-upload", pool: stack.pool } });
   const runId = await stack.startRun(dir, "log-upload", ["--auto-apply"]);
-  await eventually("the provisioner's first line in the log", async () => (/waiting/.test(await runLog(stack.server, runId, "apply").catch(() => "")) ? true : undefined), 120_000);
+  await eventually(
+    "the provisioner's first line in the log",
+    async () => (/waiting/.test(await runLog(stack.server, runId, "apply").catch(() => "")) ? true : undefined),
+    120_000,
+  );
   const before = (await errors("log_upload")) ?? 0;
   proxy.set("refuse");
   writeFileSync(`${gate}.speak`, "");
-  await eventually("a log chunk retried", async () => ((await errors("log_upload")) ?? 0) > before || undefined, 30_000);
+  await eventually(
+    "a log chunk retried",
+    async () => ((await errors("log_upload")) ?? 0) > before || undefined,
+    30_000,
+  );
   proxy.set("open");
   writeFileSync(`${gate}.go`, "");
   assert.equal((await stack.waitForRun(runId, ["applied", "errored"], 120_000)).status, "applied");

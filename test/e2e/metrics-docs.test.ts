@@ -27,8 +27,16 @@ function table(): Row[] {
     .split("\n")
     .filter((l) => l.startsWith("| `"))
     .map((l) => {
-      const [name, type, labels, process] = l.split("|").slice(1, 5).map((c) => c.trim());
-      return { name: name!.replaceAll("`", ""), type: type!, labels: labels === "—" ? [] : labels!.split(",").map((x) => x.trim().replaceAll("`", "")), process: process! };
+      const [name, type, labels, process] = l
+        .split("|")
+        .slice(1, 5)
+        .map((c) => c.trim());
+      return {
+        name: name!.replaceAll("`", ""),
+        type: type!,
+        labels: labels === "—" ? [] : labels!.split(",").map((x) => x.trim().replaceAll("`", "")),
+        process: process!,
+      };
     });
 }
 
@@ -57,11 +65,18 @@ after(() => stack?.stop());
 
 test("the server's and the agent's /metrics are exactly the table's rows: names, types, labels", async () => {
   const rows = table();
-  for (const [process, url] of [["server", `${stack.server.url}/metrics`], ["agent", `http://127.0.0.1:${agentPort}/metrics`]] as const) {
+  for (const [process, url] of [
+    ["server", `${stack.server.url}/metrics`],
+    ["agent", `http://127.0.0.1:${agentPort}/metrics`],
+  ] as const) {
     // eslint-disable-next-line no-restricted-globals -- the agent's health port as well as the server's /metrics, read alike
     const seen = exposed(await (await fetch(url)).text());
     const documented = rows.filter((r) => r.process === process);
-    assert.deepEqual([...seen.keys()].sort(), documented.map((r) => r.name).sort(), `${process}: emitted vs documented`);
+    assert.deepEqual(
+      [...seen.keys()].sort(),
+      documented.map((r) => r.name).sort(),
+      `${process}: emitted vs documented`,
+    );
     for (const r of documented) {
       const s = seen.get(r.name)!;
       assert.equal(s.type, r.type, `${r.name} type`);
@@ -75,15 +90,30 @@ test("the server's and the agent's /metrics are exactly the table's rows: names,
 
 test("the Kubernetes processes define exactly the table's controller, node-worker and worker rows", () => {
   const rows = table();
-  for (const [process, file] of [["controller", "controller.js"], ["node-worker", "node-worker.js"], ["worker", "worker.js"]] as const) {
+  for (const [process, file] of [
+    ["controller", "controller.js"],
+    ["node-worker", "node-worker.js"],
+    ["worker", "worker.js"],
+  ] as const) {
     const source = readFileSync(join(repo, "packages", "agent", "dist", "src", "kubernetes", file), "utf8");
-    const defined = [...source.matchAll(/\.define\("(drover_[a-z_]+)", "(gauge|counter|histogram)"/g)].map((m) => `${m[1]} ${m[2]}`).sort();
-    assert.deepEqual(defined, rows.filter((r) => r.process === process).map((r) => `${r.name} ${r.type}`).sort(), process);
+    const defined = [...source.matchAll(/\.define\("(drover_[a-z_]+)", "(gauge|counter|histogram)"/g)]
+      .map((m) => `${m[1]} ${m[2]}`)
+      .sort();
+    assert.deepEqual(
+      defined,
+      rows
+        .filter((r) => r.process === process)
+        .map((r) => `${r.name} ${r.type}`)
+        .sort(),
+      process,
+    );
   }
 });
 
 test("the Grafana dashboard references table metrics only, and every row has a panel", () => {
-  const dashboard = JSON.parse(readFileSync(join(repo, "deploy", "grafana", "drover.json"), "utf8")) as { panels: Array<{ title: string; targets: Array<{ expr: string }> }> };
+  const dashboard = JSON.parse(readFileSync(join(repo, "deploy", "grafana", "drover.json"), "utf8")) as {
+    panels: Array<{ title: string; targets: Array<{ expr: string }> }>;
+  };
   const names = new Map(table().map((r) => [r.name, r]));
   const used = new Set<string>();
   for (const p of dashboard.panels) {
@@ -98,5 +128,9 @@ test("the Grafana dashboard references table metrics only, and every row has a p
       }
     }
   }
-  assert.deepEqual([...names.keys()].filter((n) => !used.has(n)), [], "every documented metric is on the dashboard");
+  assert.deepEqual(
+    [...names.keys()].filter((n) => !used.has(n)),
+    [],
+    "every documented metric is on the dashboard",
+  );
 });

@@ -76,17 +76,27 @@ test("auto-apply with changes: the plan job leaves the JSON to the apply job, an
   const planLog = await runLog(stack.server, runId, "plan");
   assert.ok(planLog.includes("-detailed-exitcode"), planLog);
   assert.ok(planLog.includes(deferredLine), "the plan job did not run `show -json`");
-  assert.ok(!(await runLog(stack.server, runId, "apply")).includes("could not"), "the apply job rendered and uploaded the JSON");
+  assert.ok(
+    !(await runLog(stack.server, runId, "apply")).includes("could not"),
+    "the apply job rendered and uploaded the JSON",
+  );
   rmSync(`${started}.hold`);
   const events = readFileSync(started, "utf8").split("\n");
   assert.equal(events.filter((l) => l.startsWith("start show -json ")).length, 1, events.join("\n"));
   // The apply waited for a show to start: one that starts only after the apply would come after its end.
   const showStart = events.findIndex((l) => l.startsWith("start show"));
   const applyEnd = events.indexOf("end apply");
-  assert.ok(showStart >= 0 && applyEnd > showStart, `the plan JSON is rendered beside the apply:\n${events.join("\n")}`);
+  assert.ok(
+    showStart >= 0 && applyEnd > showStart,
+    `the plan JSON is rendered beside the apply:\n${events.join("\n")}`,
+  );
   const json = await planJson(runId);
   assert.deepEqual(await summary(runId), { add: 3, change: 0, destroy: 0, hasChanges: true });
-  assert.deepEqual(summarizePlan(json), await summary(runId), "the counts terraform's summary line gave are the JSON's");
+  assert.deepEqual(
+    summarizePlan(json),
+    await summary(runId),
+    "the counts terraform's summary line gave are the JSON's",
+  );
 });
 
 test("a run that waits for confirmation has its plan JSON when it is planned; confirmed, it applies", async () => {
@@ -102,23 +112,44 @@ test("a run that waits for confirmation has its plan JSON when it is planned; co
   const confirmed = await stack.server.api(routes.confirmRun, { params: { id: runId } });
   assert.equal(confirmed.status, 200, JSON.stringify(confirmed.body));
   assert.equal((await stack.waitForRun(runId, ["applied", "errored"])).status, "applied");
-  assert.deepEqual(summarizePlan(await planJson(runId)), { add: 3, change: 0, destroy: 0, hasChanges: true }, "the apply job left the stored JSON alone");
+  assert.deepEqual(
+    summarizePlan(await planJson(runId)),
+    { add: 3, change: 0, destroy: 0, hasChanges: true },
+    "the apply job left the stored JSON alone",
+  );
 });
 
 test("no changes: planned_and_finished with its plan JSON; a move-only plan is applied", async () => {
   await workspace("still");
-  const first = await stack.startRun(writeConfig(stack.dir, "still-1", { "main.tf": 'resource "terraform_data" "a" {\n  input = "x"\n}\n' }), "still", ["--auto-apply"]);
+  const first = await stack.startRun(
+    writeConfig(stack.dir, "still-1", { "main.tf": 'resource "terraform_data" "a" {\n  input = "x"\n}\n' }),
+    "still",
+    ["--auto-apply"],
+  );
   assert.equal((await stack.waitForRun(first, ["applied", "errored"])).status, "applied");
 
-  const same = await stack.startRun(writeConfig(stack.dir, "still-2", { "main.tf": 'resource "terraform_data" "a" {\n  input = "x"\n}\n' }), "still", ["--auto-apply"]);
-  assert.equal((await stack.waitForRun(same, ["applied", "errored", "planned_and_finished"])).status, "planned_and_finished");
-  assert.ok(!(await runLog(stack.server, same, "plan")).includes(deferredLine), "a plan without changes renders its JSON itself");
+  const same = await stack.startRun(
+    writeConfig(stack.dir, "still-2", { "main.tf": 'resource "terraform_data" "a" {\n  input = "x"\n}\n' }),
+    "still",
+    ["--auto-apply"],
+  );
+  assert.equal(
+    (await stack.waitForRun(same, ["applied", "errored", "planned_and_finished"])).status,
+    "planned_and_finished",
+  );
+  assert.ok(
+    !(await runLog(stack.server, same, "plan")).includes(deferredLine),
+    "a plan without changes renders its JSON itself",
+  );
   assert.deepEqual(summarizePlan(await planJson(same)), { add: 0, change: 0, destroy: 0, hasChanges: false });
   assert.deepEqual(await summary(same), { add: 0, change: 0, destroy: 0, hasChanges: false });
 
   // terraform says a move is a change (exit 2) though its `Plan:` line counts nothing.
   const moved = await stack.startRun(
-    writeConfig(stack.dir, "still-3", { "main.tf": 'resource "terraform_data" "b" {\n  input = "x"\n}\nmoved {\n  from = terraform_data.a\n  to   = terraform_data.b\n}\n' }),
+    writeConfig(stack.dir, "still-3", {
+      "main.tf":
+        'resource "terraform_data" "b" {\n  input = "x"\n}\nmoved {\n  from = terraform_data.a\n  to   = terraform_data.b\n}\n',
+    }),
     "still",
     ["--auto-apply"],
   );
@@ -135,7 +166,13 @@ test("a plan-only run keeps its JSON; a failed plan (exit 1) still errors the ru
   assert.deepEqual(await summary(only), { add: 3, change: 0, destroy: 0, hasChanges: true });
 
   await workspace("fails");
-  const failing = await stack.startRun(writeConfig(stack.dir, "fails", { "main.tf": 'resource "terraform_data" "x" {\n  input = file("/nonexistent/drover")\n}\n' }), "fails", ["--auto-apply"]);
+  const failing = await stack.startRun(
+    writeConfig(stack.dir, "fails", {
+      "main.tf": 'resource "terraform_data" "x" {\n  input = file("/nonexistent/drover")\n}\n',
+    }),
+    "fails",
+    ["--auto-apply"],
+  );
   const run = await stack.waitForRun(failing, ["errored", "applied", "planned_and_finished"]);
   assert.equal(run.status, "errored");
   assert.match(await runLog(stack.server, failing, "plan"), /Invalid function argument|no file exists/i);
@@ -147,13 +184,22 @@ test("a cancel that arrives as the plan exits with changes cancels the plan job:
   writeFileSync(started, "");
   writeFileSync(`${started}.holdplan`, "");
   try {
-    const runId = await stack.startRun(writeConfig(stack.dir, "late-cancel", { "main.tf": three }), "late-cancel", ["--auto-apply"]);
+    const runId = await stack.startRun(writeConfig(stack.dir, "late-cancel", { "main.tf": three }), "late-cancel", [
+      "--auto-apply",
+    ]);
     // terraform's plan has ended (exit 2); the wrapper holds its exit until the cancel's signal.
     await waitUntil(() => readFileSync(started, "utf8").includes("held plan"));
     const canceled = await stack.server.api(routes.cancelRun, { params: { id: runId } });
     assert.ok(canceled.status < 300, JSON.stringify(canceled.body));
-    assert.equal((await stack.waitForRun(runId, ["canceled", "applied", "errored", "planned_and_finished"])).status, "canceled");
-    const jobs = ((await stack.server.api(routes.listRunJobs, { params: { id: runId } })).body as { items: Array<{ phase: string; status: string }> }).items;
+    assert.equal(
+      (await stack.waitForRun(runId, ["canceled", "applied", "errored", "planned_and_finished"])).status,
+      "canceled",
+    );
+    const jobs = (
+      (await stack.server.api(routes.listRunJobs, { params: { id: runId } })).body as {
+        items: Array<{ phase: string; status: string }>;
+      }
+    ).items;
     assert.deepEqual(
       jobs.map((j) => [j.phase, j.status]),
       [["plan", "canceled"]],
@@ -177,7 +223,9 @@ test("an apply job that cannot render the plan JSON says so: a reader gets 404 w
   writeFileSync(started, "");
   for (const f of ["failshow", "holdapply"]) writeFileSync(`${started}.${f}`, "");
   try {
-    const runId = await stack.startRun(writeConfig(stack.dir, "no-show", { "main.tf": three }), "no-show", ["--auto-apply"]);
+    const runId = await stack.startRun(writeConfig(stack.dir, "no-show", { "main.tf": three }), "no-show", [
+      "--auto-apply",
+    ]);
     await waitUntil(() => readFileSync(started, "utf8").includes("failed show"));
     // The apply is held until the release file exists: the answer cannot come from its end.
     const res = await stack.server.api(routes.runPlan, { params: { id: runId } });
@@ -187,7 +235,11 @@ test("an apply job that cannot render the plan JSON says so: a reader gets 404 w
     assert.match(body.message, /apply job could not render it/);
     assert.ok(!readFileSync(started, "utf8").includes("end apply"), "the apply had not ended yet");
     writeFileSync(`${started}.release`, "");
-    assert.equal((await stack.waitForRun(runId, ["applied", "errored"])).status, "applied", "the apply's outcome stands");
+    assert.equal(
+      (await stack.waitForRun(runId, ["applied", "errored"])).status,
+      "applied",
+      "the apply's outcome stands",
+    );
   } finally {
     for (const f of ["failshow", "holdapply", "release"]) rmSync(`${started}.${f}`, { force: true });
   }

@@ -20,7 +20,10 @@ function terraformPrints(piece: string): string {
 test("a line split at any offset, the newline's included, counts once", () => {
   const whole = `${line(1)}\n`;
   for (let at = 0; at <= whole.length; at++) {
-    const out = ["terraform_data.big: Provisioning with 'local-exec'...\n", `${prefix}Executing: ["/bin/sh" "-c" "seq"]\n`];
+    const out = [
+      "terraform_data.big: Provisioning with 'local-exec'...\n",
+      `${prefix}Executing: ["/bin/sh" "-c" "seq"]\n`,
+    ];
     out.push(terraformPrints(whole.slice(0, at)), terraformPrints(whole.slice(at)), terraformPrints(line(2)));
     assert.deepEqual(printedLines(out.join("")), [1, 2], `split at ${at}: ${JSON.stringify(out)}`);
   }

@@ -58,7 +58,8 @@ test("N1: a multi-word sensitive env var a failing local-exec echoes, wrapped by
   assert.match(run.errorMessage, /password\s+\*\*\*\s+rejected/);
   const jobs = (await stack.server.api(routes.listRunJobs, { params: { id: run.id } })).body;
   const span = await eventually("the server's span of the apply job", async () =>
-    receiver.spans.find((s) => s.name === "job" && s.attributes["drover.job.id"] === run.applyJobId));
+    receiver.spans.find((s) => s.name === "job" && s.attributes["drover.job.id"] === run.applyJobId),
+  );
   assert.match(span.statusMessage, /\*\*\*/);
   const traced = receiver.spans.filter((s) => s.traceId === span.traceId);
   const shown: Array<[string, string]> = [
@@ -109,6 +110,9 @@ test("N7, N11: Go-escaped and doubly escaped JSON forms and map keys are redacte
   }
   const parsed = JSON.parse(outputs.stdout) as Array<{ name: string; sensitive: boolean; value: unknown }>;
   for (const name of ["j", "jsonenc"]) {
-    assert.deepEqual(parsed.find((o) => o.name === name), { name, sensitive: true, type: "string", value: null });
+    assert.deepEqual(
+      parsed.find((o) => o.name === name),
+      { name, sensitive: true, type: "string", value: null },
+    );
   }
 });

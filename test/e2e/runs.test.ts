@@ -51,7 +51,9 @@ test("plan+apply of examples/hello succeeds through the CLI and its state is sto
 
 test("a plan error fails the run with terraform's message in the log", async () => {
   await workspace("broken");
-  const dir = writeConfig(stack.dir, "broken", { "main.tf": 'resource "terraform_data" "x" {\n  input = var.not_declared\n}\n' });
+  const dir = writeConfig(stack.dir, "broken", {
+    "main.tf": 'resource "terraform_data" "x" {\n  input = var.not_declared\n}\n',
+  });
   const res = await stack.cli(["run", "start", dir, "--workspace", "broken"]);
   assert.equal(res.code, 1, `${res.stdout}\n${res.stderr}`);
   const runs = await stack.server.api(routes.listRuns, { query: { workspace: "broken" } });
@@ -70,7 +72,10 @@ test("a second run on the same workspace waits for the first", async () => {
     "main.tf": `resource "terraform_data" "slow" {\n  input = timestamp()\n  provisioner "local-exec" {\n    command = "echo holding; while [ ! -e '${release}' ]; do sleep 0.1; done"\n  }\n}\n`,
   });
   const first = await stack.startRun(dir, "queue", ["--auto-apply"]);
-  for (const deadline = Date.now() + 90_000; !(await runLog(stack.server, first, "apply")).includes("(local-exec): holding"); ) {
+  for (
+    const deadline = Date.now() + 90_000;
+    !(await runLog(stack.server, first, "apply")).includes("(local-exec): holding");
+  ) {
     assert.ok(Date.now() < deadline, "the first run's apply never started");
     await new Promise((r) => setTimeout(r, 100));
   }
@@ -92,14 +97,22 @@ test("cancel during a long local-exec interrupts it: the run ends canceled with 
   // A provisioner that never ends on its own: only the cancel can end this run, so no time
   // bound is needed to show the cancel interrupted it (a fixed bound failed on a loaded machine).
   const dir = writeConfig(stack.dir, "cancel", {
-    "main.tf": 'resource "terraform_data" "long" {\n  provisioner "local-exec" {\n    command = "echo holding; while :; do sleep 1; done"\n  }\n}\n',
+    "main.tf":
+      'resource "terraform_data" "long" {\n  provisioner "local-exec" {\n    command = "echo holding; while :; do sleep 1; done"\n  }\n}\n',
   });
   const runId = await stack.startRun(dir, "cancel", ["--auto-apply"]);
-  for (const deadline = Date.now() + 90_000; !(await runLog(stack.server, runId, "apply")).includes("(local-exec): holding"); ) {
+  for (
+    const deadline = Date.now() + 90_000;
+    !(await runLog(stack.server, runId, "apply")).includes("(local-exec): holding");
+  ) {
     assert.ok(Date.now() < deadline, "the provisioner never started");
     await new Promise((r) => setTimeout(r, 100));
   }
-  assert.equal((await stack.server.api(routes.getWorkspace, { params: { ws: wsId } })).body.stateLocked, true, "terraform holds the lock while applying");
+  assert.equal(
+    (await stack.server.api(routes.getWorkspace, { params: { ws: wsId } })).body.stateLocked,
+    true,
+    "terraform holds the lock while applying",
+  );
   const res = await stack.cli(["run", "cancel", runId]);
   assert.equal(res.code, 0, res.stderr);
   const run = await stack.waitForRun(runId, ["canceled", "errored", "applied"]);

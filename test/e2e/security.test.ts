@@ -29,7 +29,9 @@ test("(3) a failing step that prints a sensitive value: the run's errorMessage, 
   await workspace("leak");
   assert.equal((await stack.cli(["workspace", "set-var", "leak", `secret=${secret}`, "--sensitive"])).code, 0);
   // terraform quotes the variable's value in this error, as a local-exec echo would.
-  const dir = writeConfig(stack.dir, "leak", { "main.tf": 'variable "secret" { type = string }\noutput "x" { value = tonumber(var.secret) }\n' });
+  const dir = writeConfig(stack.dir, "leak", {
+    "main.tf": 'variable "secret" { type = string }\noutput "x" { value = tonumber(var.secret) }\n',
+  });
   const res = await stack.cli(["run", "start", dir, "--workspace", "leak"]);
   assert.equal(res.code, 1, res.stdout + res.stderr);
   const run = (await stack.server.api(routes.listRuns, { query: { workspace: "leak" } })).body.items[0];
@@ -49,7 +51,15 @@ test("(3) a failing step that prints a sensitive value: the run's errorMessage, 
 
 test("(13) the agent never writes its variables file through a link the configuration planted", async () => {
   await workspace("planted");
-  assert.equal((await stack.server.api(routes.setVariable, { params: { ws: "planted", key: "secret" }, body: { value: "planted-secret", sensitive: true } })).status, 200);
+  assert.equal(
+    (
+      await stack.server.api(routes.setVariable, {
+        params: { ws: "planted", key: "secret" },
+        body: { value: "planted-secret", sensitive: true },
+      })
+    ).status,
+    200,
+  );
   // A link that stays inside the archive passes the server's check; the agent must still not follow it.
   const archive = rawTarGz([
     { path: "main.tf", content: 'variable "secret" { type = string }\n' },
@@ -58,7 +68,9 @@ test("(13) the agent never writes its variables file through a link the configur
   ]);
   const cv = await stack.server.api(routes.uploadConfiguration, { params: { ws: "planted" }, body: archive });
   assert.equal(cv.status, 201, JSON.stringify(cv.body));
-  const run = await stack.server.api(routes.createRun, { body: { workspace: "planted", configurationVersionId: cv.body.id, planOnly: true } });
+  const run = await stack.server.api(routes.createRun, {
+    body: { workspace: "planted", configurationVersionId: cv.body.id, planOnly: true },
+  });
   const done = await stack.waitForRun(run.body.id, ["errored", "planned_and_finished", "planned"]);
   assert.equal(done.status, "errored");
   assert.match(done.errorMessage, /link named drover\.auto\.tfvars\.json/);
@@ -96,7 +108,10 @@ test("(15) a pinned engine version the agent does not have fails the run clearly
   const runId = await stack.startRun(dir, "pinned");
   const run = await stack.waitForRun(runId, ["errored", "planned", "planned_and_finished"]);
   assert.equal(run.status, "errored");
-  assert.match(run.errorMessage, /^engine_unavailable: the terraform releases cannot be listed: .*; no terraform on PATH satisfies 0\.0\.1 either \(on PATH: \d+\.\d+\.\d+/);
+  assert.match(
+    run.errorMessage,
+    /^engine_unavailable: the terraform releases cannot be listed: .*; no terraform on PATH satisfies 0\.0\.1 either \(on PATH: \d+\.\d+\.\d+/,
+  );
   const log = await runLog(stack.server, runId, "plan");
   assert.doesNotMatch(log, /\$ terraform init/, "no terraform ran");
 });
@@ -123,11 +138,23 @@ test("(6) an agent removes the run directories a crashed process left, and keeps
 
   // A plan that waits for confirmation keeps its directory for the apply: its files are private.
   await workspace("private");
-  assert.equal((await stack.server.api(routes.setVariable, { params: { ws: "private", key: "password" }, body: { value: "kept-secret", sensitive: true } })).status, 200);
-  const dir = writeConfig(stack.dir, "private", { "main.tf": 'variable "password" { type = string }\nresource "terraform_data" "a" {}\n' });
+  assert.equal(
+    (
+      await stack.server.api(routes.setVariable, {
+        params: { ws: "private", key: "password" },
+        body: { value: "kept-secret", sensitive: true },
+      })
+    ).status,
+    200,
+  );
+  const dir = writeConfig(stack.dir, "private", {
+    "main.tf": 'variable "password" { type = string }\nresource "terraform_data" "a" {}\n',
+  });
   const runId = await stack.startRun(dir, "private");
   await stack.waitForRun(runId, ["planned"]);
-  const kept = ["sec-agent", "sec-fresh"].map((a) => join(stack.dir, `agent-${a}`, "data", `kept-plan-${runId}`)).find((d) => existsSync(d));
+  const kept = ["sec-agent", "sec-fresh"]
+    .map((a) => join(stack.dir, `agent-${a}`, "data", `kept-plan-${runId}`))
+    .find((d) => existsSync(d));
   assert.ok(kept, "the plan directory was kept on one of the agents");
   const vars = readdirDeepPaths(kept).find((p) => p.endsWith("drover.auto.tfvars.json"));
   assert.ok(vars);
@@ -157,7 +184,10 @@ function readdirDeepPaths(dir: string): string[] {
 async function cliWithStdin(args: string[], input: string): Promise<{ code: number; out: string; cmdline: string }> {
   const { spawn } = await import("node:child_process");
   const { droverBin } = await import("../support/processes.js");
-  const child = spawn(process.execPath, [droverBin, ...args], { env: { ...stack.baseEnv, DROVER_TOKEN: stack.server.adminToken }, stdio: ["pipe", "pipe", "pipe"] });
+  const child = spawn(process.execPath, [droverBin, ...args], {
+    env: { ...stack.baseEnv, DROVER_TOKEN: stack.server.adminToken },
+    stdio: ["pipe", "pipe", "pipe"],
+  });
   let out = "";
   child.stdout.on("data", (d: Buffer) => (out += d.toString()));
   child.stderr.on("data", (d: Buffer) => (out += d.toString()));
@@ -171,10 +201,17 @@ async function cliWithStdin(args: string[], input: string): Promise<{ code: numb
 test("(7) secrets reach the CLI through stdin or a file, never its command line", async () => {
   await workspace("stdin-secret");
   const secret = "from-stdin-not-argv-42";
-  const set = await cliWithStdin(["workspace", "set-var", "stdin-secret", "db_password", "--sensitive", "--value-stdin"], `${secret}\n`);
+  const set = await cliWithStdin(
+    ["workspace", "set-var", "stdin-secret", "db_password", "--sensitive", "--value-stdin"],
+    `${secret}\n`,
+  );
   assert.equal(set.code, 0, set.out);
   assert.ok(!set.cmdline.includes(secret));
-  const stored = await stack.server.store.db.selectFrom("variables").select(["value", "sensitive"]).where("key", "=", "db_password").executeTakeFirstOrThrow();
+  const stored = await stack.server.store.db
+    .selectFrom("variables")
+    .select(["value", "sensitive"])
+    .where("key", "=", "db_password")
+    .executeTakeFirstOrThrow();
   assert.equal(stored.value, secret, "stdin's value was stored without its trailing newline");
   const listed = (await stack.server.api(routes.listVariables, { params: { ws: "stdin-secret" } })).body.items[0];
   assert.equal(listed.sensitive, true);
@@ -183,17 +220,31 @@ test("(7) secrets reach the CLI through stdin or a file, never its command line"
   const { writeFileSync } = await import("node:fs");
   const file = join(stack.dir, "value.txt");
   writeFileSync(file, "from-a-file\n", { mode: 0o600 });
-  assert.equal((await stack.cli(["workspace", "set-var", "stdin-secret", "other", "--sensitive", "--value-file", file])).code, 0);
+  assert.equal(
+    (await stack.cli(["workspace", "set-var", "stdin-secret", "other", "--sensitive", "--value-file", file])).code,
+    0,
+  );
   const refused = await stack.cli(["workspace", "set-var", "stdin-secret", "k=v", "--value-file", file]);
   assert.notEqual(refused.code, 0);
 
-  const login = await cliWithStdin(["login", "--url", stack.server.url, "--token-stdin"], stack.server.adminToken + "\n");
+  const login = await cliWithStdin(
+    ["login", "--url", stack.server.url, "--token-stdin"],
+    stack.server.adminToken + "\n",
+  );
   assert.equal(login.code, 0, login.out);
   assert.ok(!login.cmdline.includes(stack.server.adminToken));
 });
 
 test("(9) the CLI creates, lists and revokes API tokens", async () => {
-  const created = await stack.cli(["user-token", "create", "--description", "from the cli", "--expires-in-days", "7", "--json"]);
+  const created = await stack.cli([
+    "user-token",
+    "create",
+    "--description",
+    "from the cli",
+    "--expires-in-days",
+    "7",
+    "--json",
+  ]);
   assert.equal(created.code, 0, created.stderr);
   const token = JSON.parse(created.stdout);
   const listed = await stack.cli(["user-token", "list"]);
@@ -211,8 +262,16 @@ test("(4) escaped, multi-line and number forms of secrets are redacted; outputs 
   const quoted = 'pa"ss\\word-q1';
   const pem = "-----BEGIN TEST KEY-----\nAAAAsecretline1BBBB\nCCCCsecretline2DDDD\n-----END TEST KEY-----";
   const num = "98765432";
-  for (const [key, value] of [["quoted", quoted], ["pem", pem], ["num", num]] as const) {
-    assert.equal((await stack.server.api(routes.setVariable, { params: { ws: "forms", key }, body: { value, sensitive: true } })).status, 200);
+  for (const [key, value] of [
+    ["quoted", quoted],
+    ["pem", pem],
+    ["num", num],
+  ] as const) {
+    assert.equal(
+      (await stack.server.api(routes.setVariable, { params: { ws: "forms", key }, body: { value, sensitive: true } }))
+        .status,
+      200,
+    );
   }
   const dir = writeConfig(stack.dir, "forms", {
     "main.tf": [
@@ -239,7 +298,10 @@ test("(4) escaped, multi-line and number forms of secrets are redacted; outputs 
   }
   const out = await stack.cli(["output", "--workspace", "forms", "--json"]);
   const outputs = JSON.parse(out.stdout) as Array<{ name: string; sensitive: boolean; value: unknown }>;
-  assert.deepEqual(outputs.find((o) => o.name === "conn"), { name: "conn", sensitive: true, type: "string", value: null });
+  assert.deepEqual(
+    outputs.find((o) => o.name === "conn"),
+    { name: "conn", sensitive: true, type: "string", value: null },
+  );
   assert.equal(outputs.find((o) => o.name === "plain")?.value, "nothing secret");
 });
 
@@ -249,7 +311,9 @@ test("(5) with DROVER_AGENT_RUN_AS_USER a run cannot read the pool token from th
   const { spawnDrover } = await import("../support/processes.js");
   if (process.getuid?.() !== 0) return; // only root can start runs as another user
   await stack.server.api(routes.createPool, { body: { name: "runas" } });
-  const token = (await stack.server.api(routes.createPoolToken, { params: { pool: "runas" }, body: { description: "runas" } })).body.token as string;
+  const token = (
+    await stack.server.api(routes.createPoolToken, { params: { pool: "runas" }, body: { description: "runas" } })
+  ).body.token as string;
   // Reachable (0711) by the run user, like /var/lib/drover.
   const home = mkdtempSync(join(tmpdir(), "drover-runas-"));
   chmodSync(home, 0o711);
@@ -283,7 +347,8 @@ test("(5) with DROVER_AGENT_RUN_AS_USER a run cannot read the pool token from th
     const run = await stack.waitForRun(runId, ["applied", "errored"]);
     const log = await runLog(stack.server, runId, "apply");
     assert.equal(run.status, "applied", `${run.errorMessage}\n${log}`);
-    const decoded = (what: string) => Buffer.from(new RegExp(`\\(local-exec\\): ${what}:(\\S*)`).exec(log)?.[1] ?? "", "base64").toString("utf8");
+    const decoded = (what: string) =>
+      Buffer.from(new RegExp(`\\(local-exec\\): ${what}:(\\S*)`).exec(log)?.[1] ?? "", "base64").toString("utf8");
     assert.equal(decoded("UID").trim(), String(runUid), `the run ran as the run user:\n${log}`);
     for (const what of ["ENVIRON", "TOKENFILE"]) {
       assert.ok(!decoded(what).includes(token.split(".")[1] as string), `${what} gave the run the pool token`);
@@ -298,9 +363,20 @@ test("(5) with DROVER_AGENT_RUN_AS_USER a run cannot read the pool token from th
 test("(5) DROVER_AGENT_RUN_AS_USER refuses root, non-numeric values and uid ranges holding nobody or past the last uid at start (exit 2, one line)", async () => {
   const { spawnDrover } = await import("../support/processes.js");
   // A uid per job slot: slot 1 of 65533 would be nobody; Node starts processes as int32 uids only.
-  const refused = [["0", "1", /must not be root/], ["nobody", "1", /numeric uid/], ["65533", "2", /include 65534 \(nobody\)/], ["2147483647", "2", /go past 2147483647/]] as const;
+  const refused = [
+    ["0", "1", /must not be root/],
+    ["nobody", "1", /numeric uid/],
+    ["65533", "2", /include 65534 \(nobody\)/],
+    ["2147483647", "2", /go past 2147483647/],
+  ] as const;
   for (const [value, concurrency, message] of refused) {
-    const agent = spawnDrover(["agent", "run"], { ...stack.baseEnv, DROVER_TOKEN: stack.poolToken, DROVER_AGENT_RUN_AS_USER: value, DROVER_AGENT_CONCURRENCY: concurrency, DROVER_AGENT_HEALTH_PORT: "0" });
+    const agent = spawnDrover(["agent", "run"], {
+      ...stack.baseEnv,
+      DROVER_TOKEN: stack.poolToken,
+      DROVER_AGENT_RUN_AS_USER: value,
+      DROVER_AGENT_CONCURRENCY: concurrency,
+      DROVER_AGENT_HEALTH_PORT: "0",
+    });
     const exit = await agent.exited;
     assert.equal(exit.code, 2, agent.output());
     assert.match(agent.output(), message);
@@ -312,7 +388,11 @@ test("(12) the CLI escapes control characters of an error message stored before 
   const dir = writeConfig(stack.dir, "old-ansi", { "main.tf": "" });
   const runId = await stack.startRun(dir, "old-ansi", ["--plan-only"]);
   await stack.waitForRun(runId, ["planned_and_finished", "errored"]);
-  await stack.server.store.db.updateTable("runs").set({ status: "errored", error_message: "boom \u001b]0;pwned\u0007\u001b[2J" }).where("id", "=", runId).execute();
+  await stack.server.store.db
+    .updateTable("runs")
+    .set({ status: "errored", error_message: "boom \u001b]0;pwned\u0007\u001b[2J" })
+    .where("id", "=", runId)
+    .execute();
   const shown = await stack.cli(["run", "show", runId]);
   assert.ok(!shown.stdout.includes("\u001b"), JSON.stringify(shown.stdout));
   assert.match(shown.stdout, /boom \\u\{1b\}\]0;pwned/);

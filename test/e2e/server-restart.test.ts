@@ -50,8 +50,16 @@ after(async () => {
 
 test("server kill -9 for twice the lease TTL during an apply: the apply completes and its log is whole", async () => {
   await callOk(server.url, routes.createPool, admin, { body: { name: "restart" } });
-  const poolToken = (await callOk(server.url, routes.createPoolToken, admin, { params: { pool: "restart" }, body: {} })).token;
-  agent = await startAgentProc({ serverUrl: server.url, adminToken: admin, poolToken, pool: "restart", name: "survivor", dir });
+  const poolToken = (await callOk(server.url, routes.createPoolToken, admin, { params: { pool: "restart" }, body: {} }))
+    .token;
+  agent = await startAgentProc({
+    serverUrl: server.url,
+    adminToken: admin,
+    poolToken,
+    pool: "restart",
+    name: "survivor",
+    dir,
+  });
   const gate = join(dir, "gate");
   const marker = join(dir, "marker");
   const runId = await startGatedRun(server.url, admin, "restart", "restart", gatedApplyConfig(gate, marker));
@@ -69,7 +77,9 @@ test("server kill -9 for twice the lease TTL during an apply: the apply complete
   // The agent reconnects and keeps streaming; the lease is renewed before the grace ends.
   const ticks = [...(await phaseLog(server.url, admin, runId, "apply")).matchAll(/: tick-\d+$/gm)].length;
   await waitForTicks(server.url, admin, runId, ticks + 5).catch((err: Error) => {
-    throw new Error(`${err.message}\nagent:\n${agent?.output().slice(-4000)}\nserver:\n${server.proc.output().slice(-3000)}`);
+    throw new Error(
+      `${err.message}\nagent:\n${agent?.output().slice(-4000)}\nserver:\n${server.proc.output().slice(-3000)}`,
+    );
   });
   // Past the grace period (one lease TTL after the start) the lease is still held.
   assert.match(server.proc.output(), /lease expiry waits one lease TTL/);

@@ -42,17 +42,24 @@ test("the server exports to OTEL_EXPORTER_OTLP_ENDPOINT every OTEL_METRIC_EXPORT
   try {
     // Three exports while the server runs: the default interval (60 s) would give none within the deadline.
     const started = Date.now();
-    const exports = await eventually("three metric exports from the running server", async () => {
-      const got = receiver.requests.slice(seen).filter((q) => q.path === "/v1/metrics");
-      return got.length >= 3 ? got : undefined;
-    }, 15_000);
+    const exports = await eventually(
+      "three metric exports from the running server",
+      async () => {
+        const got = receiver.requests.slice(seen).filter((q) => q.path === "/v1/metrics");
+        return got.length >= 3 ? got : undefined;
+      },
+      15_000,
+    );
     assert.ok(exports[2]!.at - started < 10_000, "exported every 200 ms, not every minute");
     for (const q of exports) {
       assert.equal(q.headers.authorization, "Bearer otel-s3cret", "OTEL_EXPORTER_OTLP_HEADERS, percent-decoded");
       assert.equal(q.headers["x-tenant"], "drover");
     }
     const mine = receiver.metrics.filter((m) => m.resource["service.name"] === "drover-server-eu");
-    assert.ok(mine.some((m) => m.name === "drover_queue_depth"), JSON.stringify([...new Set(receiver.metrics.map((m) => m.resource["service.name"]))]));
+    assert.ok(
+      mine.some((m) => m.name === "drover_queue_depth"),
+      JSON.stringify([...new Set(receiver.metrics.map((m) => m.resource["service.name"]))]),
+    );
     assert.equal(mine[0]!.resource["deployment.environment"], "test", "OTEL_RESOURCE_ATTRIBUTES");
   } finally {
     await server.stop();
@@ -70,8 +77,16 @@ test("DROVER_OTLP_ENDPOINT and DROVER_OTLP_PROTOCOL beat OTEL_EXPORTER_OTLP_ENDP
     OTEL_METRIC_EXPORT_INTERVAL: "200",
   });
   try {
-    await eventually("two metric exports at DROVER_OTLP_ENDPOINT", async () => (receiver.requests.slice(seenHere).filter((q) => q.path === "/v1/metrics").length >= 2 ? true : undefined), 15_000);
-    assert.ok(receiver.requests.slice(seenHere).every((q) => q.contentType === "application/x-protobuf"), "over http/protobuf, not OTEL's grpc");
+    await eventually(
+      "two metric exports at DROVER_OTLP_ENDPOINT",
+      async () =>
+        receiver.requests.slice(seenHere).filter((q) => q.path === "/v1/metrics").length >= 2 ? true : undefined,
+      15_000,
+    );
+    assert.ok(
+      receiver.requests.slice(seenHere).every((q) => q.contentType === "application/x-protobuf"),
+      "over http/protobuf, not OTEL's grpc",
+    );
   } finally {
     await server.stop();
   }
@@ -86,10 +101,14 @@ test("an agent honours the OTEL_* variables too; its drover.* attributes stay it
     OTEL_RESOURCE_ATTRIBUTES: "deployment.environment=test,drover.pool=spoofed",
   });
   t.after(() => agent.stop("SIGTERM"));
-  const mine = await eventually("two metric exports from the running agent", async () => {
-    const m = other.metrics.filter((x) => x.resource["drover.agent"] === "otel-env");
-    return metricExports(other, "drover-agent").requests.length >= 2 && m.length > 0 ? m : undefined;
-  }, 30_000);
+  const mine = await eventually(
+    "two metric exports from the running agent",
+    async () => {
+      const m = other.metrics.filter((x) => x.resource["drover.agent"] === "otel-env");
+      return metricExports(other, "drover-agent").requests.length >= 2 && m.length > 0 ? m : undefined;
+    },
+    30_000,
+  );
   assert.equal(mine[0]!.resource["service.name"], "drover-agent", "the process's own name without OTEL_SERVICE_NAME");
   assert.equal(mine[0]!.resource["deployment.environment"], "test");
   assert.equal(mine[0]!.resource["drover.pool"], stack.pool, "drover.pool is the agent's pool, not the spoofed one");
@@ -111,8 +130,16 @@ test("the OTEL_* settings compile as the specification reads them; bad values ar
   assert.deepEqual(s.headers, { a: "1", b: "x=y,z" });
   assert.equal(s.metricsIntervalMs, 60_000, "the specification's default");
   assert.deepEqual([s.sampler, s.samplerRatio], ["parentbased_traceidratio", 0.25]);
-  const own = of({ DROVER_AGENT_OTLP_ENDPOINT: "http://mine:4318", OTEL_EXPORTER_OTLP_ENDPOINT: "http://theirs:4317", OTEL_EXPORTER_OTLP_PROTOCOL: "grpc" })!;
-  assert.deepEqual([own.endpoint, own.protocol], ["http://mine:4318", "grpc"], "Drover's endpoint wins; an unset Drover protocol leaves OTEL's");
+  const own = of({
+    DROVER_AGENT_OTLP_ENDPOINT: "http://mine:4318",
+    OTEL_EXPORTER_OTLP_ENDPOINT: "http://theirs:4317",
+    OTEL_EXPORTER_OTLP_PROTOCOL: "grpc",
+  })!;
+  assert.deepEqual(
+    [own.endpoint, own.protocol],
+    ["http://mine:4318", "grpc"],
+    "Drover's endpoint wins; an unset Drover protocol leaves OTEL's",
+  );
   for (const [env, message] of [
     [{ OTEL_EXPORTER_OTLP_HEADERS: "novalue" }, /OTEL_EXPORTER_OTLP_HEADERS must be key=value pairs/],
     [{ OTEL_EXPORTER_OTLP_PROTOCOL: "http/json" }, /OTEL_EXPORTER_OTLP_PROTOCOL must be one of http\/protobuf, grpc/],

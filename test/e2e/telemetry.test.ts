@@ -30,22 +30,42 @@ after(async () => {
 
 test("examples/hello through a local agent: a trace per phase with the stage spans, parented across server and agent; the metrics under their /metrics names", async () => {
   const moduleLog = join(stack.dir, "modules-with-endpoint.log");
-  const agent = await stack.startAgent("traced", { DROVER_AGENT_OTLP_ENDPOINT: receiver.url, NODE_OPTIONS: `--import=${watchModule}`, DROVER_TEST_MODULE_LOG: moduleLog });
+  const agent = await stack.startAgent("traced", {
+    DROVER_AGENT_OTLP_ENDPOINT: receiver.url,
+    NODE_OPTIONS: `--import=${watchModule}`,
+    DROVER_TEST_MODULE_LOG: moduleLog,
+  });
   await stack.server.api(routes.createWorkspace, { body: { name: "traced-hello", pool: stack.pool } });
   const runId = await stack.startRun(join(repo, "examples", "hello"), "traced-hello", ["--auto-apply"]);
   assert.equal((await stack.waitForRun(runId, ["applied", "errored", "canceled"], 120_000)).status, "applied");
   // Stopping flushes what the agent buffered.
   await agent.stop("SIGTERM");
-  assert.ok(existsSync(moduleLog) && readFileSync(moduleLog, "utf8").includes("@opentelemetry"), "with an endpoint the exporter is loaded");
+  assert.ok(
+    existsSync(moduleLog) && readFileSync(moduleLog, "utf8").includes("@opentelemetry"),
+    "with an endpoint the exporter is loaded",
+  );
 
-  const jobs = (await stack.server.api(routes.listRunJobs, { params: { id: runId } })).body.items as Array<{ id: string; phase: string }>;
+  const jobs = (await stack.server.api(routes.listRunJobs, { params: { id: runId } })).body.items as Array<{
+    id: string;
+    phase: string;
+  }>;
   assert.equal(jobs.length, 2);
   for (const job of jobs) {
-    const root = await eventually(`the server's span of the ${job.phase} job`, async () => receiver.spans.find((s) => s.name === "job" && s.attributes["drover.job.id"] === job.id), 30_000);
+    const root = await eventually(
+      `the server's span of the ${job.phase} job`,
+      async () => receiver.spans.find((s) => s.name === "job" && s.attributes["drover.job.id"] === job.id),
+      30_000,
+    );
     const trace = () => receiver.spans.filter((s) => s.traceId === root.traceId);
     const named = (name: string, spans: ReceivedSpan[] = trace()) => {
       const found = spans.filter((s) => s.name === name);
-      assert.equal(found.length, 1, `one ${name} span in the ${job.phase} trace: ${trace().map((s) => s.name).join(", ")}`);
+      assert.equal(
+        found.length,
+        1,
+        `one ${name} span in the ${job.phase} trace: ${trace()
+          .map((s) => s.name)
+          .join(", ")}`,
+      );
       return found[0]!;
     };
     assert.equal(root.parentSpanId, "", "the job span is the trace's root");
@@ -61,7 +81,10 @@ test("examples/hello through a local agent: a trace per phase with the stage spa
     assert.equal(agentSpan.resource["drover.agent"], "traced");
     assert.equal(agentSpan.resource["drover.pool"], stack.pool);
     assert.ok(agentSpan.startNs >= queued.endNs - 5_000_000n, "the agent's work starts after the queue wait");
-    const stages = job.phase === "plan" ? ["claimed", "configuration download", "init", "plan", "uploads", "finish"] : ["claimed", "configuration download", "apply", "uploads", "finish"];
+    const stages =
+      job.phase === "plan"
+        ? ["claimed", "configuration download", "init", "plan", "uploads", "finish"]
+        : ["claimed", "configuration download", "apply", "uploads", "finish"];
     let previous = { startNs: 0n, endNs: 0n };
     for (const name of stages) {
       const s = named(name);
@@ -74,16 +97,24 @@ test("examples/hello through a local agent: a trace per phase with the stage spa
     assert.ok(agentSpan.startNs >= root.startNs);
   }
   // Every request was OTLP/HTTP protobuf.
-  assert.ok(receiver.requests.every((r) => r.contentType === "application/x-protobuf"), JSON.stringify(receiver.requests));
+  assert.ok(
+    receiver.requests.every((r) => r.contentType === "application/x-protobuf"),
+    JSON.stringify(receiver.requests),
+  );
 
   // The agent's series, under their /metrics names (the final export at its stop).
   const agentMetrics = receiver.metrics.filter((m) => m.resource["service.name"] === "drover-agent");
   const finished = agentMetrics.filter((m) => m.name === "drover_agent_jobs_finished_total").flatMap((m) => m.points);
-  assert.ok(finished.some((p) => p.attributes.phase === "plan" && p.value === 1), JSON.stringify(finished));
+  assert.ok(
+    finished.some((p) => p.attributes.phase === "plan" && p.value === 1),
+    JSON.stringify(finished),
+  );
   assert.ok(finished.some((p) => p.attributes.phase === "apply" && p.value === 1));
   assert.ok(agentMetrics.some((m) => m.name === "drover_agent_jobs_running" && m.kind === "gauge"));
   assert.ok(agentMetrics.some((m) => m.name === "drover_agent_poll_errors_total" && m.kind === "sum"));
-  const shipped = agentMetrics.filter((m) => m.name === "drover_agent_log_bytes_shipped_total").flatMap((m) => m.points);
+  const shipped = agentMetrics
+    .filter((m) => m.name === "drover_agent_log_bytes_shipped_total")
+    .flatMap((m) => m.points);
   assert.ok(shipped.length > 0 && shipped.every((p) => p.value > 0), JSON.stringify(shipped));
 });
 
@@ -95,22 +126,43 @@ test("the server's gauges reach the collector under their /metrics names", async
   await server.stop();
   const serverMetrics = receiver.metrics.filter((m) => m.resource["service.name"] === "drover-server");
   const depth = serverMetrics.filter((m) => m.name === "drover_pool_jobs_pending").flatMap((m) => m.points);
-  assert.ok(depth.some((p) => p.attributes.pool === "otlp-pool" && p.value === 0), JSON.stringify(serverMetrics.map((m) => m.name)));
-  for (const name of ["drover_queue_depth", "drover_agents", "drover_pool_desired_agents"]) assert.ok(serverMetrics.some((m) => m.name === name), name);
+  assert.ok(
+    depth.some((p) => p.attributes.pool === "otlp-pool" && p.value === 0),
+    JSON.stringify(serverMetrics.map((m) => m.name)),
+  );
+  for (const name of ["drover_queue_depth", "drover_agents", "drover_pool_desired_agents"])
+    assert.ok(
+      serverMetrics.some((m) => m.name === name),
+      name,
+    );
   // Histograms too, under their /metrics name, with /metrics' bucket bounds and per-bucket counts.
   const requests = serverMetrics.filter((m) => m.name === "drover_http_request_duration_seconds");
   assert.ok(requests.length > 0 && requests.every((m) => m.kind === "histogram"), JSON.stringify(requests));
-  const created = requests.flatMap((m) => m.points).find((p) => p.attributes.method === "POST" && p.attributes.route === routes.createPool.path && p.attributes.status === "201");
+  const created = requests
+    .flatMap((m) => m.points)
+    .find(
+      (p) =>
+        p.attributes.method === "POST" &&
+        p.attributes.route === routes.createPool.path &&
+        p.attributes.status === "201",
+    );
   assert.ok(created, JSON.stringify(requests.flatMap((m) => m.points).map((p) => p.attributes)));
   assert.equal(created.value, 1, "one request counted");
   assert.deepEqual(created.bounds, [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5, 30, 60]);
-  assert.equal(created.counts!.reduce((a, b) => a + b, 0), 1, "per-bucket counts, not Prometheus' cumulative ones");
+  assert.equal(
+    created.counts!.reduce((a, b) => a + b, 0),
+    1,
+    "per-bucket counts, not Prometheus' cumulative ones",
+  );
   assert.ok(created.sum! > 0);
 });
 
 test("with no endpoint set the agent loads no OpenTelemetry module", async () => {
   const moduleLog = join(stack.dir, "modules-without-endpoint.log");
-  const agent = await stack.startAgent("untraced", { NODE_OPTIONS: `--import=${watchModule}`, DROVER_TEST_MODULE_LOG: moduleLog });
+  const agent = await stack.startAgent("untraced", {
+    NODE_OPTIONS: `--import=${watchModule}`,
+    DROVER_TEST_MODULE_LOG: moduleLog,
+  });
   await stack.server.api(routes.createWorkspace, { body: { name: "untraced-hello", pool: stack.pool } });
   const runId = await stack.startRun(join(repo, "examples", "hello"), "untraced-hello", ["--auto-apply"]);
   assert.equal((await stack.waitForRun(runId, ["applied", "errored", "canceled"], 120_000)).status, "applied");

@@ -21,7 +21,10 @@ after(() => stack?.stop());
 const acted = /[\u001b\u0007\u0080-\u009f\u202a-\u202e]|\r(?!\n)/;
 
 test("N9: escapes a run prints are made visible by run start, run logs, run logs --follow and output", async () => {
-  assert.equal((await stack.server.api(routes.createWorkspace, { body: { name: "escapes", pool: stack.pool } })).status, 201);
+  assert.equal(
+    (await stack.server.api(routes.createWorkspace, { body: { name: "escapes", pool: stack.pool } })).status,
+    201,
+  );
   const dir = writeConfig(stack.dir, "escapes", {
     "main.tf": [
       'resource "terraform_data" "x" {',
@@ -38,16 +41,30 @@ test("N9: escapes a run prints are made visible by run start, run logs, run logs
   const run = (await stack.server.api(routes.listRuns, { query: { workspace: "escapes" } })).body.items[0];
   const logs = await stack.cli(["run", "logs", run.id]);
   const followed = await stack.cli(["run", "logs", run.id, "--follow"]);
-  for (const [what, out] of [["run start", started.stdout], ["run logs", logs.stdout], ["run logs --follow", followed.stdout]]) {
+  for (const [what, out] of [
+    ["run start", started.stdout],
+    ["run logs", logs.stdout],
+    ["run logs --follow", followed.stdout],
+  ]) {
     assert.ok(!acted.test(out!), `${what}: ${JSON.stringify(out)}`);
     // The sequences are there to be read; layout is not touched.
-    assert.match(out!, /clip \\u\{1b\}\]52;c;cHduZWQ=\\u\{7\} wipe \\u\{1b\}\[2J\tfake/, `${what}: ${JSON.stringify(out)}`);
+    assert.match(
+      out!,
+      /clip \\u\{1b\}\]52;c;cHduZWQ=\\u\{7\} wipe \\u\{1b\}\[2J\tfake/,
+      `${what}: ${JSON.stringify(out)}`,
+    );
     assert.match(out!, /\n/);
   }
 
   // Outputs stored before the server refused such names are still printed safely.
-  const evil = [{ name: "evil\u001b]0;PWNED\u0007\u001b[2J", sensitive: false, type: "string", value: "a\u202eb\u009bc" }];
-  await stack.server.store.db.updateTable("runs").set({ outputs_json: JSON.stringify(evil) }).where("id", "=", run.id).execute();
+  const evil = [
+    { name: "evil\u001b]0;PWNED\u0007\u001b[2J", sensitive: false, type: "string", value: "a\u202eb\u009bc" },
+  ];
+  await stack.server.store.db
+    .updateTable("runs")
+    .set({ outputs_json: JSON.stringify(evil) })
+    .where("id", "=", run.id)
+    .execute();
   for (const args of [[], ["--json"]]) {
     const out = await stack.cli(["output", "--workspace", "escapes", ...args]);
     assert.equal(out.code, 0, out.stderr);
@@ -62,15 +79,33 @@ test("N9: a job cannot upload an output name holding a control character (400)",
   await queueRun(stack.server, "names", "names", rawTarGz([{ path: "main.tf", content: "" }]), { autoApply: true });
   // Only an apply job may upload outputs: the plan job ends with changes, the apply job uploads.
   const plan = (await call(stack.server, routes.pollJob, agent.session, { query: { wait: 2000 } })).body.job;
-  assert.equal((await call(stack.server, routes.startJob, plan.jobToken, { params: { id: plan.jobId }, body: { starter: "test" } })).status, 200);
+  assert.equal(
+    (
+      await call(stack.server, routes.startJob, plan.jobToken, {
+        params: { id: plan.jobId },
+        body: { starter: "test" },
+      })
+    ).status,
+    200,
+  );
   const planSummary = { add: 1, change: 0, destroy: 0, hasChanges: true };
-  const finished = await call(stack.server, routes.finishJob, plan.jobToken, { params: { id: plan.jobId }, body: { outcome: "succeeded", planSummary } });
+  const finished = await call(stack.server, routes.finishJob, plan.jobToken, {
+    params: { id: plan.jobId },
+    body: { outcome: "succeeded", planSummary },
+  });
   assert.equal(finished.status, 204, JSON.stringify(finished.body));
   const job = (await call(stack.server, routes.pollJob, agent.session, { query: { wait: 2000 } })).body.job;
   assert.equal(job.phase, "apply");
-  assert.equal((await call(stack.server, routes.startJob, job.jobToken, { params: { id: job.jobId }, body: { starter: "test" } })).status, 200);
+  assert.equal(
+    (await call(stack.server, routes.startJob, job.jobToken, { params: { id: job.jobId }, body: { starter: "test" } }))
+      .status,
+    200,
+  );
   const put = (name: string) =>
-    call(stack.server, routes.uploadOutputs, job.jobToken, { params: { id: job.jobId }, body: { outputs: [{ name, sensitive: false, type: "string", value: "v" }] } });
+    call(stack.server, routes.uploadOutputs, job.jobToken, {
+      params: { id: job.jobId },
+      body: { outputs: [{ name, sensitive: false, type: "string", value: "v" }] },
+    });
   for (const name of ["evil\u001b]0;PWNED\u0007", "line\nbreak", "rtl\u202eeman"]) {
     const res = await put(name);
     assert.equal(res.status, 400, `${JSON.stringify(name)}: ${JSON.stringify(res.body)}`);
@@ -79,7 +114,10 @@ test("N9: a job cannot upload an output name holding a control character (400)",
 });
 
 test("run list shows each run's workspace by name", async () => {
-  assert.equal((await stack.server.api(routes.createWorkspace, { body: { name: "listed-ws", pool: stack.pool } })).status, 201);
+  assert.equal(
+    (await stack.server.api(routes.createWorkspace, { body: { name: "listed-ws", pool: stack.pool } })).status,
+    201,
+  );
   const dir = writeConfig(stack.dir, "listed", { "main.tf": "" });
   const runId = await stack.startRun(dir, "listed-ws", ["--plan-only"]);
   const ws = (await stack.server.api(routes.getWorkspace, { params: { ws: "listed-ws" } })).body;

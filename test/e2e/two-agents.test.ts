@@ -25,11 +25,16 @@ test("two agents, 10 runs over 10 workspaces: all complete, none executed twice"
     });
     runs.push(await stack.startRun(dir, name, ["--auto-apply"]));
   }
-  for (const id of runs) assert.equal((await stack.waitForRun(id, ["applied", "errored", "canceled"], 180_000)).status, "applied");
+  for (const id of runs)
+    assert.equal((await stack.waitForRun(id, ["applied", "errored", "canceled"], 180_000)).status, "applied");
   const lines = readFileSync(ledger, "utf8").trim().split("\n");
   assert.equal(lines.length, 10, "each apply executed exactly once");
   assert.equal(new Set(lines).size, 10);
-  for (const id of runs) assert.ok(lines.some((l) => l.endsWith(id)), `run ${id} saw DROVER_RUN_ID`);
+  for (const id of runs)
+    assert.ok(
+      lines.some((l) => l.endsWith(id)),
+      `run ${id} saw DROVER_RUN_ID`,
+    );
   const agentsUsed = new Set<string>();
   for (const id of runs) {
     for (const job of (await stack.server.api(routes.listRunJobs, { params: { id } })).body.items) {

@@ -1,6 +1,16 @@
 import assert from "node:assert/strict";
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, statSync, utimesSync, writeFileSync } from "node:fs";
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  statSync,
+  utimesSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -8,10 +18,24 @@ import { describe, test } from "node:test";
 
 // The exec-loop protocol (SPEC §6) under every POSIX shell a runner image may have.
 
-const script = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "packages", "agent", "exec-loop", "exec-loop.sh");
+const script = join(
+  dirname(fileURLToPath(import.meta.url)),
+  "..",
+  "..",
+  "..",
+  "packages",
+  "agent",
+  "exec-loop",
+  "exec-loop.sh",
+);
 const shells: Array<[string, string[]]> = [["dash", ["dash"]]];
 if (spawnSync("busybox", ["sh", "-c", "true"]).status === 0) shells.push(["busybox sh", ["busybox", "sh"]]);
-else test("exec-loop under busybox sh", { skip: "busybox is not installed: install it (apt-get install busybox) to test the exec-loop under busybox sh" }, () => {});
+else
+  test(
+    "exec-loop under busybox sh",
+    { skip: "busybox is not installed: install it (apt-get install busybox) to test the exec-loop under busybox sh" },
+    () => {},
+  );
 
 /** Starts `n` CPU-bound processes so the loop runs on oversubscribed cores; returns their stop. */
 function busyLoops(n: number): () => void {
@@ -40,7 +64,10 @@ class Loop {
   readonly exited: Promise<number | null>;
   private n = 0;
   constructor(shell: string[], env: Record<string, string> = {}) {
-    this.child = spawn(shell[0]!, [...shell.slice(1), script], { env: { ...process.env, DROVER_EXEC_DIR: this.dir, DROVER_EXEC_TICK: "0.1", ...env }, stdio: "ignore" });
+    this.child = spawn(shell[0]!, [...shell.slice(1), script], {
+      env: { ...process.env, DROVER_EXEC_DIR: this.dir, DROVER_EXEC_TICK: "0.1", ...env },
+      stdio: "ignore",
+    });
     this.exited = new Promise((r) => this.child.on("exit", (code) => r(code)));
   }
   /** Writes a step the way the worker does: script first, then the ready marker by rename. */
@@ -64,7 +91,12 @@ class Loop {
   }
   exitCode(n: number, timeoutMs?: number, pollMs?: number): Promise<number> {
     const p = join(this.dir, "steps", String(n), "exit");
-    return until(`exit file of step ${n}`, () => existsSync(p) && Number(readFileSync(p, "utf8").trim()) + 1, timeoutMs, pollMs).then((v) => v - 1);
+    return until(
+      `exit file of step ${n}`,
+      () => existsSync(p) && Number(readFileSync(p, "utf8").trim()) + 1,
+      timeoutMs,
+      pollMs,
+    ).then((v) => v - 1);
   }
   async close(): Promise<void> {
     writeFileSync(join(this.dir, "shutdown"), "");
@@ -86,7 +118,10 @@ for (const [name, shell] of shells) {
         assert.equal(await loop.exitCode(b), 3);
         assert.equal(loop.output(a), "first\nto-stderr\n");
         assert.equal(loop.output(b), "second\n");
-        assert.ok(!existsSync(join(loop.dir, "steps", "1", "exit.tmp")), "the exit file is renamed into place, never left half-written");
+        assert.ok(
+          !existsSync(join(loop.dir, "steps", "1", "exit.tmp")),
+          "the exit file is renamed into place, never left half-written",
+        );
       } finally {
         await loop.close();
       }
@@ -95,18 +130,28 @@ for (const [name, shell] of shells) {
     test("a second runner on the same directory refuses with exit 73 and runs no step (a Job pod started twice)", async () => {
       const loop = new Loop(shell, { HOSTNAME: "first-pod" });
       try {
-        const n = loop.step("echo once >>\"$0.count\"; echo started; while :; do sleep 0.1; done\n");
+        const n = loop.step('echo once >>"$0.count"; echo started; while :; do sleep 0.1; done\n');
         await until("the first runner's step", () => loop.output(n).includes("started"));
         assert.match(readFileSync(join(loop.dir, "runner.lock"), "utf8"), /^pod first-pod, pid \d+$/m);
-        const second = spawn(shell[0]!, [...shell.slice(1), script], { env: { ...process.env, DROVER_EXEC_DIR: loop.dir, DROVER_EXEC_TICK: "0.1", HOSTNAME: "second-pod" }, stdio: ["ignore", "ignore", "pipe"] });
+        const second = spawn(shell[0]!, [...shell.slice(1), script], {
+          env: { ...process.env, DROVER_EXEC_DIR: loop.dir, DROVER_EXEC_TICK: "0.1", HOSTNAME: "second-pod" },
+          stdio: ["ignore", "ignore", "pipe"],
+        });
         let stderr = "";
         second.stderr!.on("data", (d: Buffer) => (stderr += d.toString()));
         const code = await new Promise<number | null>((r) => second.on("close", (c) => r(c)));
         assert.equal(code, 73);
-        assert.match(stderr, /is already driven by another runner \(pod first-pod, pid \d+\); refusing to run its steps a second time/);
+        assert.match(
+          stderr,
+          /is already driven by another runner \(pod first-pod, pid \d+\); refusing to run its steps a second time/,
+        );
         loop.signal(n, "KILL");
         await loop.exitCode(n);
-        assert.equal(readFileSync(join(loop.dir, "steps", String(n), "script.sh.count"), "utf8"), "once\n", "the step ran once");
+        assert.equal(
+          readFileSync(join(loop.dir, "steps", String(n), "script.sh.count"), "utf8"),
+          "once\n",
+          "the step ran once",
+        );
       } finally {
         await loop.close();
       }
@@ -168,7 +213,10 @@ for (const [name, shell] of shells) {
         await until("step start", () => existsSync(join(loop.dir, "steps", String(n), "pid")));
         const first = statSync(hb).mtimeMs;
         await until("heartbeat advanced", () => statSync(hb).mtimeMs > first);
-        assert.ok(!existsSync(join(loop.dir, "steps", String(n), "exit")), "the step was still running: its watcher kept the heartbeat");
+        assert.ok(
+          !existsSync(join(loop.dir, "steps", String(n), "exit")),
+          "the step was still running: its watcher kept the heartbeat",
+        );
         loop.signal(n, "KILL");
         assert.equal(await loop.exitCode(n), 137);
       } finally {

@@ -1,6 +1,15 @@
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
-import { accessSync, constants, copyFileSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync } from "node:fs";
+import {
+  accessSync,
+  constants,
+  copyFileSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  realpathSync,
+  rmSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -20,9 +29,18 @@ describe("install", () => {
     assert.equal(cli.bin.drover, "./bin/drover.js");
     accessSync(join(root, "packages", "cli", "bin", "drover.js"), constants.X_OK);
     const rootPkg = readJson("package.json") as { devDependencies: Record<string, string> };
-    assert.ok(rootPkg.devDependencies["@drover/cli"], "the root depends on @drover/cli, so its bin lands in node_modules/.bin");
-    const lock = readJson("package-lock.json") as { packages: Record<string, { bin?: Record<string, string>; devDependencies?: Record<string, string> }> };
-    assert.equal(lock.packages["packages/cli"]?.bin?.drover, "bin/drover.js", "package-lock.json is up to date (run npm install)");
+    assert.ok(
+      rootPkg.devDependencies["@drover/cli"],
+      "the root depends on @drover/cli, so its bin lands in node_modules/.bin",
+    );
+    const lock = readJson("package-lock.json") as {
+      packages: Record<string, { bin?: Record<string, string>; devDependencies?: Record<string, string> }>;
+    };
+    assert.equal(
+      lock.packages["packages/cli"]?.bin?.drover,
+      "bin/drover.js",
+      "package-lock.json is up to date (run npm install)",
+    );
     assert.equal(lock.packages[""]?.devDependencies?.["@drover/cli"], rootPkg.devDependencies["@drover/cli"]);
   });
 
@@ -41,7 +59,10 @@ describe("install", () => {
       copyFileSync(join(root, "packages", "cli", "bin", "drover.js"), join(dir, "bin", "drover.mjs"));
       const r = spawnSync(process.execPath, [join(dir, "bin", "drover.mjs"), "--help"], { encoding: "utf8" });
       assert.equal(r.status, 1);
-      assert.match(r.stderr, /drover: the CLI is not built \(.*dist\/src\/main\.js is missing\)\. Run `npm run build` in the Drover repository/);
+      assert.match(
+        r.stderr,
+        /drover: the CLI is not built \(.*dist\/src\/main\.js is missing\)\. Run `npm run build` in the Drover repository/,
+      );
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
@@ -49,8 +70,15 @@ describe("install", () => {
 
   test("the commands the quickstart prints run as written", async () => {
     const dir = mkdtempSync(join(tmpdir(), "drover-quickstart-"));
-    const env = terraformEnv(dir, { DROVER_CONFIG_DIR: join(dir, "config"), DROVER_AGENT_NAME: `quickstart-${process.pid}` });
-    const quickstart = spawn(bin, ["quickstart", "--data-dir", join(dir, "data"), "--port", "0"], { cwd: root, env, stdio: ["ignore", "pipe", "pipe"] });
+    const env = terraformEnv(dir, {
+      DROVER_CONFIG_DIR: join(dir, "config"),
+      DROVER_AGENT_NAME: `quickstart-${process.pid}`,
+    });
+    const quickstart = spawn(bin, ["quickstart", "--data-dir", join(dir, "data"), "--port", "0"], {
+      cwd: root,
+      env,
+      stdio: ["ignore", "pipe", "pipe"],
+    });
     const exited = new Promise<number | null>((resolve) => quickstart.on("exit", (code) => resolve(code)));
     try {
       let printed = "";
@@ -62,7 +90,10 @@ describe("install", () => {
         });
         void exited.then((code) => reject(new Error(`quickstart exited ${code} before it was ready:\n${printed}`)));
       });
-      const commands = printed.split("\n").filter((l) => l.startsWith("  npx drover ")).map((l) => l.trim());
+      const commands = printed
+        .split("\n")
+        .filter((l) => l.startsWith("  npx drover "))
+        .map((l) => l.trim());
       assert.equal(commands.length, 3, printed);
       assert.equal(commands[0], "npx drover run start examples/hello --workspace hello --auto-apply");
       const shell = (line: string) => spawnSync("sh", ["-c", line], { cwd: root, env, encoding: "utf8" });

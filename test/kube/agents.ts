@@ -29,11 +29,24 @@ export function prepareNamespace(c: TestCluster, ns: string): Promise<void> {
 export function terraformRunner(stack: Stack): { name: string; image: string; env: { name: string; value: string }[] } {
   const tfrc = join(stack.dir, "runner-terraformrc");
   writeFileSync(tfrc, "");
-  return { name: "runner", image: runnerImage, env: [{ name: "TF_CLI_CONFIG_FILE", value: tfrc }, { name: "CHECKPOINT_DISABLE", value: "1" }] };
+  return {
+    name: "runner",
+    image: runnerImage,
+    env: [
+      { name: "TF_CLI_CONFIG_FILE", value: tfrc },
+      { name: "CHECKPOINT_DISABLE", value: "1" },
+    ],
+  };
 }
 
 /** A job-mode pod's worker container: this checkout's drover, which the test cluster runs as a process. */
-export function podWorker(env: { name: string; value: string }[] = []): { name: string; image: string; command: string[]; args: string[]; env: { name: string; value: string }[] } {
+export function podWorker(env: { name: string; value: string }[] = []): {
+  name: string;
+  image: string;
+  command: string[];
+  args: string[];
+  env: { name: string; value: string }[];
+} {
   return { name: "worker", image: workerImage, command: [process.execPath, droverBin], args: ["agent", "worker"], env };
 }
 
@@ -41,22 +54,43 @@ export function podWorker(env: { name: string; value: string }[] = []): { name: 
  * Creates the AgentTask `name` in `ns`, whose task pods run `containers`; `podSpec` adds to
  * their pod spec (a nodeSelector…), `jobSpec` to the Job's (ttlSecondsAfterFinished…).
  */
-export async function createAgentTask(c: TestCluster, ns: string, name: string, containers: unknown[], o: { podSpec?: Record<string, unknown>; jobSpec?: Record<string, unknown> } = {}): Promise<void> {
-  const body = { apiVersion: "drover.dev/v1alpha1", kind: "AgentTask", metadata: { name, namespace: ns }, spec: { jobTemplate: { ...o.jobSpec, template: { spec: { ...o.podSpec, containers } } } } };
+export async function createAgentTask(
+  c: TestCluster,
+  ns: string,
+  name: string,
+  containers: unknown[],
+  o: { podSpec?: Record<string, unknown>; jobSpec?: Record<string, unknown> } = {},
+): Promise<void> {
+  const body = {
+    apiVersion: "drover.dev/v1alpha1",
+    kind: "AgentTask",
+    metadata: { name, namespace: ns },
+    spec: { jobTemplate: { ...o.jobSpec, template: { spec: { ...o.podSpec, containers } } } },
+  };
   const r = await kube(c, "POST", `/apis/drover.dev/v1alpha1/namespaces/${ns}/agenttasks`, body);
   assert.equal(r.status, 201, JSON.stringify(r.body));
 }
 
 /** Waits until the agent `name` has registered with the stack's server and is not offline. */
 export async function agentRegistered(stack: Stack, name: string): Promise<void> {
-  await eventually("the controller to register", async () => ((await stack.server.api(routes.listAgents, { query: { pool: stack.pool } })).body.items as any[]).some((a) => a.name === name && a.status !== "offline"));
+  await eventually("the controller to register", async () =>
+    ((await stack.server.api(routes.listAgents, { query: { pool: stack.pool } })).body.items as any[]).some(
+      (a) => a.name === name && a.status !== "offline",
+    ),
+  );
 }
 
 /** The environment of `drover agent controller` named `name`, launching task pods from the AgentTask `template`. */
 export function controllerEnv(stack: Stack, name: string, template: string): Record<string, string> {
   // Tests replace controllers by SIGKILL, which leaves the lease to expire before the next one
   // may lead; test/kube/leader-election.test.ts runs the election itself.
-  return { DROVER_TOKEN: stack.poolToken, DROVER_AGENT_NAME: name, DROVER_AGENT_KUBERNETES_TASK_TEMPLATE: template, DROVER_AGENT_KUBERNETES_WORKER_IMAGE: workerImage, DROVER_AGENT_KUBERNETES_LEADER_ELECTION: "false" };
+  return {
+    DROVER_TOKEN: stack.poolToken,
+    DROVER_AGENT_NAME: name,
+    DROVER_AGENT_KUBERNETES_TASK_TEMPLATE: template,
+    DROVER_AGENT_KUBERNETES_WORKER_IMAGE: workerImage,
+    DROVER_AGENT_KUBERNETES_LEADER_ELECTION: "false",
+  };
 }
 
 /**
@@ -64,7 +98,11 @@ export function controllerEnv(stack: Stack, name: string, template: string): Rec
  * checkout's exec-loop), launching task pods in `ns` from the AgentTask `template` (default
  * "task-template"); `env` adds to or overrides its environment (DROVER_TOKEN of another pool…).
  */
-export function startJobModeController(c: TestCluster, stack: Stack, o: { ns: string; name: string; template?: string; env?: Record<string, string> }): Proc {
+export function startJobModeController(
+  c: TestCluster,
+  stack: Stack,
+  o: { ns: string; name: string; template?: string; env?: Record<string, string> },
+): Proc {
   return spawnDrover(["agent", "controller"], {
     ...stack.baseEnv,
     KUBECONFIG: c.kubeconfigPath,
@@ -79,7 +117,11 @@ export function startJobModeController(c: TestCluster, stack: Stack, o: { ns: st
 
 /** The environment of `drover agent node-worker` on the test cluster's node, serving the controller `controller`. */
 export function nodeWorkerEnv(controller: string): Record<string, string> {
-  return { DROVER_AGENT_NODE_NAME: "ktc-node", DROVER_AGENT_CONTROLLER_NAME: controller, DROVER_AGENT_EXEC_LOOP_PATH: execLoopPath };
+  return {
+    DROVER_AGENT_NODE_NAME: "ktc-node",
+    DROVER_AGENT_CONTROLLER_NAME: controller,
+    DROVER_AGENT_EXEC_LOOP_PATH: execLoopPath,
+  };
 }
 
 /** One agent-k8s release in node mode, run here as processes: its controller and this node's worker. */
@@ -105,10 +147,25 @@ export interface NodeModeAgents {
 export async function startNodeModeAgents(
   c: TestCluster,
   stack: Stack,
-  o: { ns: string; name: string; template: string; env?: Record<string, string>; workerEnv?: Record<string, string>; controllerEnv?: Record<string, string> },
+  o: {
+    ns: string;
+    name: string;
+    template: string;
+    env?: Record<string, string>;
+    workerEnv?: Record<string, string>;
+    controllerEnv?: Record<string, string>;
+  },
 ): Promise<NodeModeAgents> {
   const home = mkdtempSync(join(tmpdir(), `drover-node-home-${o.name}-`));
-  const common = { ...stack.baseEnv, KUBECONFIG: c.kubeconfigPath, DROVER_AGENT_KUBERNETES_NAMESPACE: o.ns, DROVER_AGENT_NODE_HOME: home, DROVER_AGENT_LOG_FORMAT: "plain", DROVER_AGENT_HEALTH_PORT: "0", ...o.env };
+  const common = {
+    ...stack.baseEnv,
+    KUBECONFIG: c.kubeconfigPath,
+    DROVER_AGENT_KUBERNETES_NAMESPACE: o.ns,
+    DROVER_AGENT_NODE_HOME: home,
+    DROVER_AGENT_LOG_FORMAT: "plain",
+    DROVER_AGENT_HEALTH_PORT: "0",
+    ...o.env,
+  };
   const startWorker = async () => {
     const worker = spawnDrover(["agent", "node-worker"], { ...common, ...nodeWorkerEnv(o.name), ...o.workerEnv });
     await worker.waitFor(/node worker started/);
@@ -116,7 +173,11 @@ export async function startNodeModeAgents(
   };
   const agents: NodeModeAgents = {
     nodeWorker: await startWorker(),
-    controller: spawnDrover(["agent", "controller"], { ...common, ...controllerEnv(stack, o.name, o.template), ...o.controllerEnv }),
+    controller: spawnDrover(["agent", "controller"], {
+      ...common,
+      ...controllerEnv(stack, o.name, o.template),
+      ...o.controllerEnv,
+    }),
     home,
     async restartNodeWorker() {
       await agents.nodeWorker.stop("SIGKILL");
@@ -160,15 +221,26 @@ done
  * container started — and checks each hangs under the job span `jobSpanId`, comes from the controller, and they end
  * in that order. Returns them in that order.
  */
-export async function controllerStages(inTrace: () => ReceivedSpan[], jobSpanId: string, phase: string): Promise<ReceivedSpan[]> {
-  const k8s = await eventually(`the controller's ${phase} stages`, async () => {
-    const found = ["kubernetes job created", "pod scheduled", "image pulled", "container started"].map((n) => inTrace().find((s) => s.name === n));
-    return found.every((f) => f !== undefined) ? found.map((f) => f!) : undefined;
-  }, 30_000);
+export async function controllerStages(
+  inTrace: () => ReceivedSpan[],
+  jobSpanId: string,
+  phase: string,
+): Promise<ReceivedSpan[]> {
+  const k8s = await eventually(
+    `the controller's ${phase} stages`,
+    async () => {
+      const found = ["kubernetes job created", "pod scheduled", "image pulled", "container started"].map((n) =>
+        inTrace().find((s) => s.name === n),
+      );
+      return found.every((f) => f !== undefined) ? found.map((f) => f!) : undefined;
+    },
+    30_000,
+  );
   for (const s of k8s) {
     assert.equal(s.parentSpanId, jobSpanId, `${s.name} hangs under the job span`);
     assert.equal(s.resource["service.name"], "drover-controller");
   }
-  for (let i = 1; i < k8s.length; i++) assert.ok(k8s[i - 1]!.endNs <= k8s[i]!.endNs, `${k8s[i - 1]!.name} ends before ${k8s[i]!.name}`);
+  for (let i = 1; i < k8s.length; i++)
+    assert.ok(k8s[i - 1]!.endNs <= k8s[i]!.endNs, `${k8s[i - 1]!.name} ends before ${k8s[i]!.name}`);
   return k8s;
 }

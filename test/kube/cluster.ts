@@ -14,7 +14,13 @@ export type TestCluster = Ktc.TestCluster;
 export type KObject = Ktc.KObject;
 
 /** Short timings so every simulated wait stays well under a second. */
-export const fastTimings = { imagePullBackoffMs: 150, crashLoopBackoffMs: 150, configRetryMs: 100, podBackoffMs: 100, namespaceRetryMs: 20 };
+export const fastTimings = {
+  imagePullBackoffMs: 150,
+  crashLoopBackoffMs: 150,
+  configRetryMs: 100,
+  podBackoffMs: 100,
+  namespaceRetryMs: 20,
+};
 
 export interface Reply {
   status: number;
@@ -22,9 +28,19 @@ export interface Reply {
   headers: IncomingMessage["headers"];
 }
 
-function open(c: TestCluster, method: string, path: string, headers: Record<string, string>, body?: string): Promise<IncomingMessage> {
+function open(
+  c: TestCluster,
+  method: string,
+  path: string,
+  headers: Record<string, string>,
+  body?: string,
+): Promise<IncomingMessage> {
   const url = new URL(path, c.url);
-  const opts = { method, headers: { authorization: `Bearer ${c.token}`, ...headers }, ...(c.caCert ? { ca: c.caCert } : {}) };
+  const opts = {
+    method,
+    headers: { authorization: `Bearer ${c.token}`, ...headers },
+    ...(c.caCert ? { ca: c.caCert } : {}),
+  };
   return new Promise((resolve, reject) => {
     const req = (url.protocol === "https:" ? httpsRequest : httpRequest)(url, opts, resolve);
     req.on("error", reject);
@@ -34,9 +50,24 @@ function open(c: TestCluster, method: string, path: string, headers: Record<stri
 }
 
 /** One API call; JSON bodies are parsed. `contentType` picks the patch type for PATCH. */
-export async function kube(c: TestCluster, method: string, path: string, body?: unknown, contentType = "application/json"): Promise<Reply> {
+export async function kube(
+  c: TestCluster,
+  method: string,
+  path: string,
+  body?: unknown,
+  contentType = "application/json",
+): Promise<Reply> {
   const text = body === undefined ? undefined : JSON.stringify(body);
-  const res = await open(c, method, path, { ...(text !== undefined ? { "content-type": contentType, "content-length": String(Buffer.byteLength(text)) } : {}), accept: "application/json" }, text);
+  const res = await open(
+    c,
+    method,
+    path,
+    {
+      ...(text !== undefined ? { "content-type": contentType, "content-length": String(Buffer.byteLength(text)) } : {}),
+      accept: "application/json",
+    },
+    text,
+  );
   const chunks: Buffer[] = [];
   for await (const ch of res) chunks.push(ch as Buffer);
   const raw = Buffer.concat(chunks).toString("utf8");
@@ -48,7 +79,10 @@ export async function kube(c: TestCluster, method: string, path: string, body?: 
 export interface WatchStream {
   events: { type: string; object: any }[];
   /** Resolves with the first event (seen or future) matching `pred`. */
-  waitFor(pred: (e: { type: string; object: any }) => boolean, timeoutMs?: number): Promise<{ type: string; object: any }>;
+  waitFor(
+    pred: (e: { type: string; object: any }) => boolean,
+    timeoutMs?: number,
+  ): Promise<{ type: string; object: any }>;
   ended: Promise<void>;
   close(): void;
 }
@@ -88,7 +122,11 @@ export async function watch(c: TestCluster, path: string): Promise<WatchStream> 
         };
         const timer = setTimeout(() => {
           listeners.delete(check);
-          reject(new Error(`watch ${path}: no matching event in ${timeoutMs} ms; saw ${events.map((e) => `${e.type} ${e.object?.metadata?.name ?? ""}`).join(", ")}`));
+          reject(
+            new Error(
+              `watch ${path}: no matching event in ${timeoutMs} ms; saw ${events.map((e) => `${e.type} ${e.object?.metadata?.name ?? ""}`).join(", ")}`,
+            ),
+          );
         }, timeoutMs);
         if (!check()) listeners.add(check);
       });
@@ -97,7 +135,12 @@ export async function watch(c: TestCluster, path: string): Promise<WatchStream> 
 }
 
 /** Polls `get` until `pred` holds (the cluster is in-process, so polling is cheap). */
-export async function until<T>(what: string, get: () => Promise<T>, pred: (v: T) => boolean, timeoutMs = 10_000): Promise<T> {
+export async function until<T>(
+  what: string,
+  get: () => Promise<T>,
+  pred: (v: T) => boolean,
+  timeoutMs = 10_000,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let last: T | undefined;
   while (Date.now() < deadline) {
@@ -121,13 +164,26 @@ export function pod(c: TestCluster, ns: string, name: string): Promise<any> {
 }
 
 /** Waits for the Job's single pod and returns it. */
-export async function jobPod(c: TestCluster, ns: string, job: string, pred: (p: any) => boolean = () => true): Promise<any> {
-  const list = await until(`a pod of job ${job}`, () => kube(c, "GET", `/api/v1/namespaces/${ns}/pods?labelSelector=job-name%3D${job}`), (r) => (r.body.items as any[]).some(pred));
+export async function jobPod(
+  c: TestCluster,
+  ns: string,
+  job: string,
+  pred: (p: any) => boolean = () => true,
+): Promise<any> {
+  const list = await until(
+    `a pod of job ${job}`,
+    () => kube(c, "GET", `/api/v1/namespaces/${ns}/pods?labelSelector=job-name%3D${job}`),
+    (r) => (r.body.items as any[]).some(pred),
+  );
   return (list.body.items as any[]).find(pred);
 }
 
 /** Runs kubectl asynchronously (the cluster is served by this very process, so never spawnSync). */
-export function kubectl(c: TestCluster, args: string[], input?: string): Promise<{ code: number; stdout: string; stderr: string }> {
+export function kubectl(
+  c: TestCluster,
+  args: string[],
+  input?: string,
+): Promise<{ code: number; stdout: string; stderr: string }> {
   const child = spawn("kubectl", args, { env: { ...process.env, ...c.kubectlEnv() }, stdio: ["pipe", "pipe", "pipe"] });
   let stdout = "";
   let stderr = "";
@@ -135,10 +191,12 @@ export function kubectl(c: TestCluster, args: string[], input?: string): Promise
   child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
   child.stdin.end(input ?? "");
   const timer = setTimeout(() => child.kill("SIGKILL"), 30_000);
-  return new Promise((resolve) => child.on("close", (code) => {
-    clearTimeout(timer);
-    resolve({ code: code ?? -1, stdout, stderr });
-  }));
+  return new Promise((resolve) =>
+    child.on("close", (code) => {
+      clearTimeout(timer);
+      resolve({ code: code ?? -1, stdout, stderr });
+    }),
+  );
 }
 
 export function spawnKubectl(c: TestCluster, args: string[]) {
@@ -148,7 +206,11 @@ export function spawnKubectl(c: TestCluster, args: string[]) {
 export const hasKubectl = spawnSync("kubectl", ["version", "--client"], { stdio: "ignore" }).status === 0;
 
 /** Polls `check` until it returns something truthy; fails the test naming `what` after `timeoutMs`. */
-export async function eventually<T>(what: string, check: () => Promise<T | undefined | false>, timeoutMs = 60_000): Promise<T> {
+export async function eventually<T>(
+  what: string,
+  check: () => Promise<T | undefined | false>,
+  timeoutMs = 60_000,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const v = await check();
@@ -164,7 +226,15 @@ export async function prepareDroverNamespace(c: TestCluster, namespace: string, 
   const { readFileSync } = await import("node:fs");
   const ns = await kube(c, "POST", "/api/v1/namespaces", { metadata: { name: namespace } });
   if (ns.status !== 201) throw new Error(`namespace ${namespace}: ${JSON.stringify(ns.body)}`);
-  const crd = await kube(c, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", parse(readFileSync(crdPath, "utf8")));
+  const crd = await kube(
+    c,
+    "POST",
+    "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+    parse(readFileSync(crdPath, "utf8")),
+  );
   if (crd.status !== 201 && crd.status !== 409) throw new Error(`CRD: ${JSON.stringify(crd.body)}`);
-  await eventually("the CRD to be served", async () => (await kube(c, "GET", `/apis/drover.dev/v1alpha1/namespaces/${namespace}/agenttasks`)).status === 200);
+  await eventually(
+    "the CRD to be served",
+    async () => (await kube(c, "GET", `/apis/drover.dev/v1alpha1/namespaces/${namespace}/agenttasks`)).status === 200,
+  );
 }

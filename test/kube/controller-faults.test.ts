@@ -7,7 +7,14 @@ import { freePort, spawnDrover, type Proc } from "../support/processes.js";
 import { scrape } from "../support/metric-values.js";
 import { startStack, type Stack } from "../support/stack.js";
 import { startTcpProxy, type TcpProxy } from "../support/tcp-proxy.js";
-import { eventually, fastTimings, kube, prepareDroverNamespace, startTestCluster, type TestCluster } from "./cluster.js";
+import {
+  eventually,
+  fastTimings,
+  kube,
+  prepareDroverNamespace,
+  startTestCluster,
+  type TestCluster,
+} from "./cluster.js";
 import { createAgentTask, terraformRunner, workerImage } from "./agents.js";
 import { routes } from "@drover/protocol";
 
@@ -52,17 +59,23 @@ function startController(name: string, env: Record<string, string> = {}): Proc {
 }
 
 async function registered(name: string): Promise<boolean> {
-  return (await stack.server.api(routes.listAgents, { query: { pool: stack.pool } })).body.items.some((a: any) => a.name === name && a.status !== "offline");
+  return (await stack.server.api(routes.listAgents, { query: { pool: stack.pool } })).body.items.some(
+    (a: any) => a.name === name && a.status !== "offline",
+  );
 }
 
 test("a controller started while the server is down registers once it comes up; its errors are counted by kind", async () => {
   proxy.set("refuse");
   const port = await freePort();
-  const errors = (kind: string) => scrape(`http://127.0.0.1:${port}/metrics`, "drover_controller_errors_total", { kind });
+  const errors = (kind: string) =>
+    scrape(`http://127.0.0.1:${port}/metrics`, "drover_controller_errors_total", { kind });
   const controller = startController("late-ctl", { DROVER_AGENT_HEALTH_PORT: String(port) });
   try {
     await controller.waitFor(/registering with the Drover server failed; retrying/);
-    await controller.waitFor(/registering with the Drover server failed; retrying[^\n]*\n(.|\n)*registering with the Drover server failed; retrying/, 30_000);
+    await controller.waitFor(
+      /registering with the Drover server failed; retrying[^\n]*\n(.|\n)*registering with the Drover server failed; retrying/,
+      30_000,
+    );
     assert.equal(controller.child.exitCode, null, `the controller ended:\n${controller.output()}`);
     assert.ok(((await errors("server")) ?? 0) >= 2, "each failed registration counted");
     proxy.set("open");
@@ -70,7 +83,11 @@ test("a controller started while the server is down registers once it comes up; 
     await controller.waitFor(/controller registered/);
     // Cut off once registered: its heartbeats fail and are counted apart from the server calls.
     proxy.set("refuse");
-    await eventually("a failed heartbeat counted", async () => ((await errors("heartbeat")) ?? 0) >= 1 || undefined, 30_000);
+    await eventually(
+      "a failed heartbeat counted",
+      async () => ((await errors("heartbeat")) ?? 0) >= 1 || undefined,
+      30_000,
+    );
     proxy.set("open");
   } finally {
     controller.child.kill("SIGTERM");
@@ -94,8 +111,14 @@ test("an API server that never answers: the controller's list ends at DROVER_AGE
   const apiProxy = await startTcpProxy(cluster.url, "blackhole");
   const kubeconfig = join(stack.dir, "blackholed-kubeconfig");
   const port = new URL(cluster.url).port;
-  writeFileSync(kubeconfig, readFileSync(cluster.kubeconfigPath, "utf8").replace(`127.0.0.1:${port}`, `127.0.0.1:${apiProxy.port}`));
-  const controller = startController("api-ctl", { KUBECONFIG: kubeconfig, DROVER_AGENT_KUBERNETES_API_TIMEOUT_SECONDS: "1" });
+  writeFileSync(
+    kubeconfig,
+    readFileSync(cluster.kubeconfigPath, "utf8").replace(`127.0.0.1:${port}`, `127.0.0.1:${apiProxy.port}`),
+  );
+  const controller = startController("api-ctl", {
+    KUBECONFIG: kubeconfig,
+    DROVER_AGENT_KUBERNETES_API_TIMEOUT_SECONDS: "1",
+  });
   try {
     await controller.waitFor(/controller registered/);
     await controller.waitFor(/listing this controller's Jobs failed; retrying/, 20_000);
@@ -113,23 +136,43 @@ test("a job Secret the controller's RBAC refuses: the run errors naming the Secr
   // The controller's own ServiceAccount, granted everything it needs but creating Secrets.
   const sa = "no-secrets";
   const rbac = "/apis/rbac.authorization.k8s.io/v1";
-  assert.equal((await kube(cluster, "POST", `/api/v1/namespaces/${ns}/serviceaccounts`, { metadata: { name: sa } })).status, 201);
+  assert.equal(
+    (await kube(cluster, "POST", `/api/v1/namespaces/${ns}/serviceaccounts`, { metadata: { name: sa } })).status,
+    201,
+  );
   const rules = [
     { apiGroups: ["batch"], resources: ["jobs"], verbs: ["create", "get", "list", "watch", "delete"] },
     { apiGroups: [""], resources: ["pods"], verbs: ["get", "list", "watch"] },
     { apiGroups: [""], resources: ["events"], verbs: ["list"] },
     { apiGroups: ["drover.dev"], resources: ["agenttasks"], verbs: ["get"] },
   ];
-  assert.equal((await kube(cluster, "POST", `${rbac}/namespaces/${ns}/roles`, { metadata: { name: sa }, rules })).status, 201);
-  const binding = { metadata: { name: sa }, roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "Role", name: sa }, subjects: [{ kind: "ServiceAccount", name: sa, namespace: ns }] };
+  assert.equal(
+    (await kube(cluster, "POST", `${rbac}/namespaces/${ns}/roles`, { metadata: { name: sa }, rules })).status,
+    201,
+  );
+  const binding = {
+    metadata: { name: sa },
+    roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "Role", name: sa },
+    subjects: [{ kind: "ServiceAccount", name: sa, namespace: ns }],
+  };
   assert.equal((await kube(cluster, "POST", `${rbac}/namespaces/${ns}/rolebindings`, binding)).status, 201);
   const kubeconfig = join(stack.dir, "no-secrets-kubeconfig");
-  writeFileSync(kubeconfig, readFileSync(cluster.kubeconfigPath, "utf8").replace(cluster.token, cluster.serviceAccountToken(ns, sa)));
+  writeFileSync(
+    kubeconfig,
+    readFileSync(cluster.kubeconfigPath, "utf8").replace(cluster.token, cluster.serviceAccountToken(ns, sa)),
+  );
   await createAgentTask(cluster, ns, "no-secrets-template", [terraformRunner(stack)]);
-  const controller = startController("no-secrets-ctl", { KUBECONFIG: kubeconfig, DROVER_AGENT_KUBERNETES_TASK_TEMPLATE: "no-secrets-template", DROVER_AGENT_KUBERNETES_WORKER_IMAGE: workerImage });
+  const controller = startController("no-secrets-ctl", {
+    KUBECONFIG: kubeconfig,
+    DROVER_AGENT_KUBERNETES_TASK_TEMPLATE: "no-secrets-template",
+    DROVER_AGENT_KUBERNETES_WORKER_IMAGE: workerImage,
+  });
   try {
     await eventually("the controller to register", () => registered("no-secrets-ctl"));
-    assert.equal((await stack.server.api(routes.createWorkspace, { body: { name: "no-secrets", pool: stack.pool } })).status, 201);
+    assert.equal(
+      (await stack.server.api(routes.createWorkspace, { body: { name: "no-secrets", pool: stack.pool } })).status,
+      201,
+    );
     const runId = await stack.startRun(join(repo, "examples", "hello"), "no-secrets", []);
     const run = await stack.waitForRun(runId, ["planned", "errored", "canceled"], 60_000);
     assert.equal(run.status, "errored", controller.output());

@@ -6,7 +6,14 @@ import { runLog, startStack, type Stack } from "../support/stack.js";
 import type { Proc } from "../support/processes.js";
 import { startOtlpReceiver, type OtlpReceiver } from "../support/otlp-receiver.js";
 import { fastTimings, startTestCluster, type TestCluster } from "./cluster.js";
-import { agentRegistered, createAgentTask, prepareNamespace, runnerImage, startJobModeController, workerImage } from "./agents.js";
+import {
+  agentRegistered,
+  createAgentTask,
+  prepareNamespace,
+  runnerImage,
+  startJobModeController,
+  workerImage,
+} from "./agents.js";
 import { routes } from "@drover/protocol";
 
 // The controller's trace of the Kubernetes stages reads the pod's events (an API call). A pod
@@ -41,13 +48,26 @@ after(async () => {
 test("a failing pod is reported while the stage tracing's events list still waits for an answer", async () => {
   cluster.stallRequests((method, url) => method === "GET" && url.startsWith(`/api/v1/namespaces/${ns}/events`));
   // A call's deadline far beyond this test: only not waiting on the list lets the report through.
-  controller = startJobModeController(cluster, stack, { ns, name: "stages-ctl", env: { DROVER_AGENT_OTLP_ENDPOINT: receiver.url, DROVER_AGENT_KUBERNETES_API_TIMEOUT_SECONDS: "3600" } });
+  controller = startJobModeController(cluster, stack, {
+    ns,
+    name: "stages-ctl",
+    env: { DROVER_AGENT_OTLP_ENDPOINT: receiver.url, DROVER_AGENT_KUBERNETES_API_TIMEOUT_SECONDS: "3600" },
+  });
   const ctl = controller;
   await agentRegistered(stack, "stages-ctl");
   await stack.server.api(routes.createWorkspace, { body: { name: ns, pool: stack.pool } });
   const runId = await stack.startRun(join(repo, "examples", "hello"), ns);
-  const run = await stack.waitForRun(runId, ["errored", "planned", "planned_and_finished"], 90_000).catch((e: Error) => assert.fail(`${e.message}\n${ctl.output()}`));
+  const run = await stack
+    .waitForRun(runId, ["errored", "planned", "planned_and_finished"], 90_000)
+    .catch((e: Error) => assert.fail(`${e.message}\n${ctl.output()}`));
   assert.equal(run.status, "errored");
-  assert.match(run.errorMessage ?? "", /the worker container exited with code 3/, await runLog(stack.server, runId, "plan"));
-  assert.ok(cluster.stalledRequests >= 1, `the stage tracing listed the pod's events (and still waits): ${cluster.stalledRequests}\n${ctl.output()}`);
+  assert.match(
+    run.errorMessage ?? "",
+    /the worker container exited with code 3/,
+    await runLog(stack.server, runId, "plan"),
+  );
+  assert.ok(
+    cluster.stalledRequests >= 1,
+    `the stage tracing listed the pod's events (and still waits): ${cluster.stalledRequests}\n${ctl.output()}`,
+  );
 });

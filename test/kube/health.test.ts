@@ -6,7 +6,14 @@ import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js
 import { droverBin, freePort, spawnDrover, type Proc } from "../support/processes.js";
 import { startTcpProxy, type TcpProxy } from "../support/tcp-proxy.js";
 import { eventually, fastTimings, startTestCluster, type TestCluster } from "./cluster.js";
-import { controllerEnv, createAgentTask, execLoopPath, prepareNamespace, terraformRunner, workerImage } from "./agents.js";
+import {
+  controllerEnv,
+  createAgentTask,
+  execLoopPath,
+  prepareNamespace,
+  terraformRunner,
+  workerImage,
+} from "./agents.js";
 import { routes } from "@drover/protocol";
 
 // Every long-running drover process of the Kubernetes designs — the controller, a run pod's
@@ -34,7 +41,12 @@ async function probe(port: number, path: string): Promise<{ status: number; body
 }
 
 function spawn(args: string[], env: Record<string, string>): Proc {
-  const p = spawnDrover(args, { ...stack.baseEnv, DROVER_AGENT_LOG_FORMAT: "plain", DROVER_AGENT_KUBERNETES_NAMESPACE: ns, ...env });
+  const p = spawnDrover(args, {
+    ...stack.baseEnv,
+    DROVER_AGENT_LOG_FORMAT: "plain",
+    DROVER_AGENT_KUBERNETES_NAMESPACE: ns,
+    ...env,
+  });
   procs.push(p);
   return p;
 }
@@ -117,7 +129,13 @@ test("node worker: ready once it has listed its node's run pods; live while the 
 test("a run pod's worker serves its health port while its job runs", async () => {
   const workerPort = await freePort();
   await createAgentTask(cluster, ns, "task-template", [
-    { name: "worker", image: workerImage, command: [process.execPath, droverBin], args: ["agent", "worker"], env: [{ name: "DROVER_AGENT_HEALTH_PORT", value: String(workerPort) }] },
+    {
+      name: "worker",
+      image: workerImage,
+      command: [process.execPath, droverBin],
+      args: ["agent", "worker"],
+      env: [{ name: "DROVER_AGENT_HEALTH_PORT", value: String(workerPort) }],
+    },
     terraformRunner(stack),
   ]);
   spawn(["agent", "controller"], {
@@ -126,10 +144,20 @@ test("a run pod's worker serves its health port while its job runs", async () =>
     DROVER_AGENT_EXEC_LOOP_PATH: execLoopPath,
     DROVER_AGENT_HEALTH_PORT: "0",
   });
-  assert.equal((await stack.server.api(routes.createWorkspace, { body: { name: "health-pod", pool: stack.pool } })).status, 201);
-  const files = { "main.tf": 'resource "terraform_data" "long" {\n  input = timestamp()\n  provisioner "local-exec" {\n    command = "echo started-long; sleep 30"\n  }\n}\n' };
+  assert.equal(
+    (await stack.server.api(routes.createWorkspace, { body: { name: "health-pod", pool: stack.pool } })).status,
+    201,
+  );
+  const files = {
+    "main.tf":
+      'resource "terraform_data" "long" {\n  input = timestamp()\n  provisioner "local-exec" {\n    command = "echo started-long; sleep 30"\n  }\n}\n',
+  };
   const runId = await stack.startRun(writeConfig(stack.dir, "health-pod", files), "health-pod", ["--auto-apply"]);
-  await eventually("the apply to run", async () => (await runLog(stack.server, runId, "apply")).includes("started-long"), 90_000);
+  await eventually(
+    "the apply to run",
+    async () => (await runLog(stack.server, runId, "apply")).includes("started-long"),
+    90_000,
+  );
   const ready = await probe(workerPort, "/readyz");
   assert.equal(ready.status, 200, JSON.stringify(ready.body));
   assert.equal(ready.body.phase, "apply");

@@ -5,7 +5,14 @@ import { after, before, test } from "node:test";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
 import type { Proc } from "../support/processes.js";
 import { eventually, fastTimings, kube, startTestCluster, type TestCluster } from "./cluster.js";
-import { agentRegistered, createAgentTask, podWorker, prepareNamespace, startJobModeController, terraformRunner } from "./agents.js";
+import {
+  agentRegistered,
+  createAgentTask,
+  podWorker,
+  prepareNamespace,
+  startJobModeController,
+  terraformRunner,
+} from "./agents.js";
 import { routes } from "@drover/protocol";
 
 // Issue 11 / decision 0028: a second pod for a job that a worker already started (the Job's
@@ -21,7 +28,9 @@ before(async () => {
   cluster = await startTestCluster({ timings: fastTimings });
   stack = await startStack();
   await prepareNamespace(cluster, ns);
-  await createAgentTask(cluster, ns, "task-template", [podWorker(), terraformRunner(stack)], { jobSpec: { ttlSecondsAfterFinished: 600 } });
+  await createAgentTask(cluster, ns, "task-template", [podWorker(), terraformRunner(stack)], {
+    jobSpec: { ttlSecondsAfterFinished: 600 },
+  });
   controller = startJobModeController(cluster, stack, { ns, name: "fence-ctl" });
   await agentRegistered(stack, "fence-ctl");
 });
@@ -34,7 +43,8 @@ after(async () => {
 
 const count = (text: string, needle: string) => text.split(needle).length - 1;
 /** Lines the provisioner printed (not the "Executing" line that quotes its command). */
-const printed = (text: string, word: string) => text.split("\n").filter((l) => l.endsWith(`(local-exec): ${word}`)).length;
+const printed = (text: string, word: string) =>
+  text.split("\n").filter((l) => l.endsWith(`(local-exec): ${word}`)).length;
 
 test("a second pod for a started job: its worker is refused with job_already_started and no step runs twice", async () => {
   const res = await stack.server.api(routes.createWorkspace, { body: { name: "k8s-fence", pool: stack.pool } });
@@ -47,10 +57,19 @@ test("a second pod for a started job: its worker is refused with job_already_sta
   };
   const runId = await stack.startRun(writeConfig(stack.dir, "k8s-fence", files), "k8s-fence", ["--auto-apply"]);
   await stack.waitForRun(runId, ["applying"], 120_000);
-  await eventually("the provisioner to run", async () => printed(await runLog(stack.server, runId, "apply"), "provisioner-ran") > 0);
+  await eventually(
+    "the provisioner to run",
+    async () => printed(await runLog(stack.server, runId, "apply"), "provisioner-ran") > 0,
+  );
   const first = await eventually("the running apply pod", async () => {
-    const pods = await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods?labelSelector=${encodeURIComponent(`drover.dev/run-id=${runId}`)}`);
-    return (pods.body.items as any[]).find((p) => p.metadata.labels["drover.dev/phase"] === "apply" && p.status?.phase === "Running");
+    const pods = await kube(
+      cluster,
+      "GET",
+      `/api/v1/namespaces/${ns}/pods?labelSelector=${encodeURIComponent(`drover.dev/run-id=${runId}`)}`,
+    );
+    return (pods.body.items as any[]).find(
+      (p) => p.metadata.labels["drover.dev/phase"] === "apply" && p.status?.phase === "Running",
+    );
   });
 
   // The same pod spec (same job Secret, same containers) under another name, owned by the Job
@@ -76,11 +95,19 @@ test("a second pod for a started job: its worker is refused with job_already_sta
     },
     120_000,
   );
-  const workerLog = (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods/${second}/log?container=worker`)).body as string;
+  const workerLog = (await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods/${second}/log?container=worker`))
+    .body as string;
   assert.match(workerLog, /job_already_started/, workerLog);
   assert.match(workerLog, /already started by another worker.*no step ran here/, workerLog);
-  assert.equal(ended.status.phase, "Succeeded", `the refused worker ends cleanly: ${JSON.stringify(ended.status)}\n${workerLog}`);
-  assert.ok((ended.metadata.ownerReferences as any[]).some((r) => r.uid === owner.uid), "still the Job's pod");
+  assert.equal(
+    ended.status.phase,
+    "Succeeded",
+    `the refused worker ends cleanly: ${JSON.stringify(ended.status)}\n${workerLog}`,
+  );
+  assert.ok(
+    (ended.metadata.ownerReferences as any[]).some((r) => r.uid === owner.uid),
+    "still the Job's pod",
+  );
 
   const during = await runLog(stack.server, runId, "apply");
   assert.equal(printed(during, "provisioner-ran"), 1, during);

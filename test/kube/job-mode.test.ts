@@ -6,7 +6,14 @@ import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js
 import { freePort, type Proc } from "../support/processes.js";
 import { scrape } from "../support/metric-values.js";
 import { eventually, fastTimings, kube, startTestCluster, type TestCluster } from "./cluster.js";
-import { agentRegistered, createAgentTask, podWorker, prepareNamespace, startJobModeController, terraformRunner } from "./agents.js";
+import {
+  agentRegistered,
+  createAgentTask,
+  podWorker,
+  prepareNamespace,
+  startJobModeController,
+  terraformRunner,
+} from "./agents.js";
 import { routes } from "@drover/protocol";
 
 // Kubernetes job mode end to end: the real server, the real controller process, the test
@@ -23,11 +30,19 @@ let controllerPort = 0;
 
 function startController(name = "ctl", env: Record<string, string> = {}): Proc {
   // A short image pull grace, so the image pull failure test ends soon.
-  return startJobModeController(cluster, stack, { ns, name, env: { DROVER_AGENT_IMAGE_PULL_GRACE_SECONDS: "6", DROVER_AGENT_HEALTH_PORT: String(controllerPort), ...env } });
+  return startJobModeController(cluster, stack, {
+    ns,
+    name,
+    env: { DROVER_AGENT_IMAGE_PULL_GRACE_SECONDS: "6", DROVER_AGENT_HEALTH_PORT: String(controllerPort), ...env },
+  });
 }
 
 async function jobsOf(runId: string): Promise<any[]> {
-  const res = await kube(cluster, "GET", `/apis/batch/v1/namespaces/${ns}/jobs?labelSelector=${encodeURIComponent(`drover.dev/run-id=${runId}`)}`);
+  const res = await kube(
+    cluster,
+    "GET",
+    `/apis/batch/v1/namespaces/${ns}/jobs?labelSelector=${encodeURIComponent(`drover.dev/run-id=${runId}`)}`,
+  );
   return res.body.items;
 }
 
@@ -36,13 +51,21 @@ async function workspace(name: string) {
   assert.equal(res.status, 201, JSON.stringify(res.body));
 }
 
-const longApply = (seconds: number) => ({ "main.tf": `resource "terraform_data" "long" {\n  input = timestamp()\n  provisioner "local-exec" {\n    command = "echo started-long; sleep ${seconds}"\n  }\n}\n` });
+const longApply = (seconds: number) => ({
+  "main.tf": `resource "terraform_data" "long" {\n  input = timestamp()\n  provisioner "local-exec" {\n    command = "echo started-long; sleep ${seconds}"\n  }\n}\n`,
+});
 
 before(async () => {
   cluster = await startTestCluster({ timings: fastTimings });
   stack = await startStack();
   await prepareNamespace(cluster, ns);
-  await createAgentTask(cluster, ns, "task-template", [podWorker([{ name: "DROVER_WORKER_RUNNER_STALE_SECONDS", value: "10" }]), terraformRunner(stack)], { jobSpec: { ttlSecondsAfterFinished: 600 } });
+  await createAgentTask(
+    cluster,
+    ns,
+    "task-template",
+    [podWorker([{ name: "DROVER_WORKER_RUNNER_STALE_SECONDS", value: "10" }]), terraformRunner(stack)],
+    { jobSpec: { ttlSecondsAfterFinished: 600 } },
+  );
   controllerPort = await freePort();
   controller = startController();
   await agentRegistered(stack, "ctl");
@@ -62,21 +85,35 @@ describe("Kubernetes job mode", () => {
     const plan = await runLog(stack.server, runId, "plan");
     const apply = await runLog(stack.server, runId, "apply");
     assert.equal(run.status, "applied", `${plan}\n${apply}\n${controller.output()}`);
-    const order = ["[drover] plan of run", "$ terraform init", "$ terraform plan", "Plan: 2 to add", "[drover] plan succeeded"].map((s) => plan.indexOf(s));
-    assert.ok(order.every((v, i) => v >= 0 && (i === 0 || v > order[i - 1]!)), `plan log out of order: ${order}`);
+    const order = [
+      "[drover] plan of run",
+      "$ terraform init",
+      "$ terraform plan",
+      "Plan: 2 to add",
+      "[drover] plan succeeded",
+    ].map((s) => plan.indexOf(s));
+    assert.ok(
+      order.every((v, i) => v >= 0 && (i === 0 || v > order[i - 1]!)),
+      `plan log out of order: ${order}`,
+    );
     assert.match(apply, /Hello from Drover, from run run-/);
     assert.match(apply, /Apply complete! Resources: 2 added/);
     const ws = (await stack.server.api(routes.getWorkspace, { params: { ws: "k8s-hello" } })).body;
     assert.ok((await stack.server.api(routes.listStateVersions, { params: { ws: ws.id } })).body.items.length >= 1);
     const jobs = await jobsOf(runId);
-    assert.deepEqual(jobs.map((j) => j.metadata.labels["drover.dev/phase"]).sort(), ["apply", "plan"], "one Job per phase");
+    assert.deepEqual(
+      jobs.map((j) => j.metadata.labels["drover.dev/phase"]).sort(),
+      ["apply", "plan"],
+      "one Job per phase",
+    );
     for (const j of jobs) {
       assert.equal(j.spec.backoffLimit, 0);
       assert.equal(j.spec.template.spec.restartPolicy, "Never");
       assert.ok(j.spec.activeDeadlineSeconds > 0 && j.spec.ttlSecondsAfterFinished >= 0);
       assert.equal(j.spec.template.metadata.annotations["cluster-autoscaler.kubernetes.io/safe-to-evict"], "false");
       assert.equal(j.spec.template.metadata.annotations["karpenter.sh/do-not-disrupt"], "true");
-      for (const l of ["drover.dev/run-id", "drover.dev/workspace-id", "drover.dev/phase", "drover.dev/controller"]) assert.ok(j.metadata.labels[l], l);
+      for (const l of ["drover.dev/run-id", "drover.dev/workspace-id", "drover.dev/phase", "drover.dev/controller"])
+        assert.ok(j.metadata.labels[l], l);
     }
   });
 
@@ -86,12 +123,17 @@ describe("Kubernetes job mode", () => {
     assert.ok(jobs.body.items.length > 0 && pods.body.items.length > 0);
     const text = JSON.stringify([jobs.body, pods.body]);
     assert.ok(!/drv_[jpsu]_/.test(text), "a token leaked into a Job or pod spec");
-    assert.ok(pods.body.items.every((p: any) => p.spec.volumes.some((v: any) => v.secret?.secretName?.endsWith("-job"))), "the job token reaches pods through a Secret volume");
+    assert.ok(
+      pods.body.items.every((p: any) => p.spec.volumes.some((v: any) => v.secret?.secretName?.endsWith("-job"))),
+      "the job token reaches pods through a Secret volume",
+    );
   });
 
   test("the controller killed and restarted mid-run: the run completes, no second Job appears", async () => {
     await workspace("k8s-restart");
-    const runId = await stack.startRun(writeConfig(stack.dir, "k8s-restart", longApply(4)), "k8s-restart", ["--auto-apply"]);
+    const runId = await stack.startRun(writeConfig(stack.dir, "k8s-restart", longApply(4)), "k8s-restart", [
+      "--auto-apply",
+    ]);
     await stack.waitForRun(runId, ["applying"], 60_000);
     await controller.stop("SIGKILL");
     controller = startController();
@@ -103,15 +145,22 @@ describe("Kubernetes job mode", () => {
 
   test("cancel during apply interrupts terraform (SIGINT first); the run ends canceled with the lock released", async () => {
     await workspace("k8s-cancel");
-    const runId = await stack.startRun(writeConfig(stack.dir, "k8s-cancel", longApply(120)), "k8s-cancel", ["--auto-apply"]);
+    const runId = await stack.startRun(writeConfig(stack.dir, "k8s-cancel", longApply(120)), "k8s-cancel", [
+      "--auto-apply",
+    ]);
     await stack.waitForRun(runId, ["applying"], 60_000);
-    await eventually("the provisioner to start", async () => (await runLog(stack.server, runId, "apply")).includes("started-long"));
+    await eventually("the provisioner to start", async () =>
+      (await runLog(stack.server, runId, "apply")).includes("started-long"),
+    );
     assert.equal((await stack.cli(["run", "cancel", runId])).code, 0);
     const run = await stack.waitForRun(runId, ["canceled", "errored", "applied"], 60_000);
     const log = await runLog(stack.server, runId, "apply");
     assert.equal(run.status, "canceled", log);
     assert.match(log, /Interrupt received/, "terraform got SIGINT and stopped gracefully");
-    assert.equal((await stack.server.api(routes.getWorkspace, { params: { ws: "k8s-cancel" } })).body.stateLocked, false);
+    assert.equal(
+      (await stack.server.api(routes.getWorkspace, { params: { ws: "k8s-cancel" } })).body.stateLocked,
+      false,
+    );
   });
 
   test("cancel before the worker starts deletes the Job", async () => {
@@ -141,11 +190,19 @@ describe("pod failures reach the run log once, with specifics", () => {
     await workspace(name);
     const runId = await stack.startRun(writeConfig(stack.dir, name, files), name, ["--auto-apply"]);
     const pod = await eventually("a running task pod", async () => {
-      const pods = await kube(cluster, "GET", `/api/v1/namespaces/${ns}/pods?labelSelector=${encodeURIComponent(`drover.dev/run-id=${runId}`)}`);
-      const running = pods.body.items.find((p: any) => p.metadata.labels["drover.dev/phase"] === "apply" && p.status?.phase === "Running");
+      const pods = await kube(
+        cluster,
+        "GET",
+        `/api/v1/namespaces/${ns}/pods?labelSelector=${encodeURIComponent(`drover.dev/run-id=${runId}`)}`,
+      );
+      const running = pods.body.items.find(
+        (p: any) => p.metadata.labels["drover.dev/phase"] === "apply" && p.status?.phase === "Running",
+      );
       return running?.metadata.name as string | undefined;
     });
-    await eventually("the provisioner to start", async () => (await runLog(stack.server, runId, "apply")).includes("started-long"));
+    await eventually("the provisioner to start", async () =>
+      (await runLog(stack.server, runId, "apply")).includes("started-long"),
+    );
     await cause(pod);
     const run = await stack.waitForRun(runId, ["errored", "applied", "canceled"], 60_000);
     return { run, log: await runLog(stack.server, runId, "apply") };

@@ -3,7 +3,16 @@
 // and get --watch.
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { fastTimings, hasKubectl, kube, kubectl, spawnKubectl, startTestCluster, until, type TestCluster } from "./cluster.js";
+import {
+  fastTimings,
+  hasKubectl,
+  kube,
+  kubectl,
+  spawnKubectl,
+  startTestCluster,
+  until,
+  type TestCluster,
+} from "./cluster.js";
 
 const job = (name: string, script: string, extra = "") => `apiVersion: batch/v1
 kind: Job
@@ -34,7 +43,10 @@ describe("kubectl against the test cluster", { skip: !hasKubectl && "kubectl not
   let c: TestCluster;
   let watches = 0;
   before(async () => {
-    c = await startTestCluster({ timings: fastTimings, onRequest: (_m, url) => void (url.includes("watch=true") && watches++) });
+    c = await startTestCluster({
+      timings: fastTimings,
+      onRequest: (_m, url) => void (url.includes("watch=true") && watches++),
+    });
   });
   after(async () => {
     await c.close();
@@ -50,12 +62,20 @@ describe("kubectl against the test cluster", { skip: !hasKubectl && "kubectl not
   });
 
   it("applies a Job and a ConfigMap, then re-applies changes as patches", async () => {
-    const first = await kubectl(c, ["apply", "-f", "-"], `${job("greeter", "echo hello from $HOSTNAME; sleep 0.2")}---\n${configMap("one")}`);
+    const first = await kubectl(
+      c,
+      ["apply", "-f", "-"],
+      `${job("greeter", "echo hello from $HOSTNAME; sleep 0.2")}---\n${configMap("one")}`,
+    );
     assert.equal(first.code, 0, first.stderr);
     assert.match(first.stdout, /job.batch\/greeter created/);
     assert.match(first.stdout, /configmap\/settings created/);
 
-    const second = await kubectl(c, ["apply", "-f", "-"], `${job("greeter", "echo hello from $HOSTNAME; sleep 0.2", "\n    tier: batch")}---\n${configMap("two")}`);
+    const second = await kubectl(
+      c,
+      ["apply", "-f", "-"],
+      `${job("greeter", "echo hello from $HOSTNAME; sleep 0.2", "\n    tier: batch")}---\n${configMap("two")}`,
+    );
     assert.equal(second.code, 0, second.stderr);
     assert.match(second.stdout, /job.batch\/greeter configured/);
     assert.match(second.stdout, /configmap\/settings configured/);
@@ -66,7 +86,11 @@ describe("kubectl against the test cluster", { skip: !hasKubectl && "kubectl not
     const unchanged = await kubectl(c, ["apply", "-f", "-"], configMap("two"));
     assert.match(unchanged.stdout, /configmap\/settings unchanged/);
 
-    await until("the Job to complete", () => kube(c, "GET", "/apis/batch/v1/namespaces/default/jobs/greeter"), (r) => r.body.status?.succeeded === 1);
+    await until(
+      "the Job to complete",
+      () => kube(c, "GET", "/apis/batch/v1/namespaces/default/jobs/greeter"),
+      (r) => r.body.status?.succeeded === 1,
+    );
     const json = await kubectl(c, ["get", "jobs", "-o", "json"]);
     assert.equal(json.code, 0, json.stderr);
     const list = JSON.parse(json.stdout);
@@ -92,7 +116,11 @@ describe("kubectl against the test cluster", { skip: !hasKubectl && "kubectl not
     const r = await kubectl(c, ["delete", "job", "greeter", "--cascade=background"]);
     assert.equal(r.code, 0, r.stderr);
     assert.match(r.stdout, /job.batch "greeter" deleted/);
-    await until("the Job's pods to be collected", () => kube(c, "GET", "/api/v1/namespaces/default/pods?labelSelector=job-name%3Dgreeter"), (x) => x.body.items.length === 0);
+    await until(
+      "the Job's pods to be collected",
+      () => kube(c, "GET", "/api/v1/namespaces/default/pods?labelSelector=job-name%3Dgreeter"),
+      (x) => x.body.items.length === 0,
+    );
     const get = await kubectl(c, ["get", "job", "greeter"]);
     assert.notEqual(get.code, 0);
     assert.match(get.stderr, /NotFound|not found/);
@@ -104,11 +132,23 @@ describe("kubectl against the test cluster", { skip: !hasKubectl && "kubectl not
     watcher.stdout.on("data", (d: Buffer) => (out += d.toString()));
     watcher.stderr.on("data", (d: Buffer) => (out += d.toString()));
     try {
-      await until("kubectl to start watching", async () => watches, (n) => n > 0);
+      await until(
+        "kubectl to start watching",
+        async () => watches,
+        (n) => n > 0,
+      );
       const r = await kubectl(c, ["apply", "-f", "-"], job("watched", "sleep 0.3"));
       assert.equal(r.code, 0, r.stderr);
-      await until("a watch line for the new pod", async () => out, (o) => /ADDED\s+watched-\w{5}\s+0\/1\s+Pending/.test(o));
-      await until("the pod to be seen completing", async () => out, (o) => /MODIFIED\s+watched-\w{5}\s+0\/1\s+Completed/.test(o));
+      await until(
+        "a watch line for the new pod",
+        async () => out,
+        (o) => /ADDED\s+watched-\w{5}\s+0\/1\s+Pending/.test(o),
+      );
+      await until(
+        "the pod to be seen completing",
+        async () => out,
+        (o) => /MODIFIED\s+watched-\w{5}\s+0\/1\s+Completed/.test(o),
+      );
     } finally {
       watcher.kill("SIGTERM");
     }
@@ -119,7 +159,11 @@ describe("kubectl against the test cluster", { skip: !hasKubectl && "kubectl not
     assert.equal(ok.code, 0, ok.stderr);
     assert.match(ok.stdout, /job.batch\/dry/);
     assert.equal((await kube(c, "GET", "/apis/batch/v1/namespaces/default/jobs/dry")).status, 404);
-    const bad = await kubectl(c, ["create", "--dry-run=server", "-f", "-"], job("dry", "true").replace("name: main", "name: Main_1"));
+    const bad = await kubectl(
+      c,
+      ["create", "--dry-run=server", "-f", "-"],
+      job("dry", "true").replace("name: main", "name: Main_1"),
+    );
     assert.notEqual(bad.code, 0);
     assert.match(bad.stderr, /spec.template.spec.containers\[0\].name: Invalid value: "Main_1"/);
   });
@@ -133,19 +177,42 @@ describe("kubectl against the test cluster", { skip: !hasKubectl && "kubectl not
         group: "example.dev",
         scope: "Namespaced",
         names: { plural: "gadgets", singular: "gadget", kind: "Gadget" },
-        versions: [{
-          name: "v1", served: true, storage: true, subresources: { status: {} },
-          additionalPrinterColumns: [{ name: "Ready", type: "string", jsonPath: ".status.conditions[?(@.type==\"Ready\")].status" }],
-          schema: { openAPIV3Schema: { type: "object", "x-kubernetes-preserve-unknown-fields": true } },
-        }],
+        versions: [
+          {
+            name: "v1",
+            served: true,
+            storage: true,
+            subresources: { status: {} },
+            additionalPrinterColumns: [
+              { name: "Ready", type: "string", jsonPath: '.status.conditions[?(@.type=="Ready")].status' },
+            ],
+            schema: { openAPIV3Schema: { type: "object", "x-kubernetes-preserve-unknown-fields": true } },
+          },
+        ],
       },
     };
     assert.equal((await kube(c, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)).status, 201);
     const base = "/apis/example.dev/v1/namespaces/default/gadgets";
-    await until("the CRD to be served", () => kube(c, "GET", base), (r) => r.status === 200);
-    assert.equal((await kube(c, "POST", base, { apiVersion: "example.dev/v1", kind: "Gadget", metadata: { name: "g" } })).status, 201);
-    const conditions = [{ type: "Other", status: "False" }, { type: "Ready", status: "True" }];
-    const st = await kube(c, "PATCH", `${base}/g/status`, [{ op: "add", path: "/status", value: { conditions } }], "application/json-patch+json");
+    await until(
+      "the CRD to be served",
+      () => kube(c, "GET", base),
+      (r) => r.status === 200,
+    );
+    assert.equal(
+      (await kube(c, "POST", base, { apiVersion: "example.dev/v1", kind: "Gadget", metadata: { name: "g" } })).status,
+      201,
+    );
+    const conditions = [
+      { type: "Other", status: "False" },
+      { type: "Ready", status: "True" },
+    ];
+    const st = await kube(
+      c,
+      "PATCH",
+      `${base}/g/status`,
+      [{ op: "add", path: "/status", value: { conditions } }],
+      "application/json-patch+json",
+    );
     assert.equal(st.status, 200, JSON.stringify(st.body));
     const r = await kubectl(c, ["get", "gadgets"]);
     assert.equal(r.code, 0, r.stderr);
@@ -157,7 +224,11 @@ describe("kubectl against the test cluster", { skip: !hasKubectl && "kubectl not
     const r = await kubectl(c, ["get", "pod", "nope"]);
     assert.notEqual(r.code, 0);
     assert.match(r.stderr, /Error from server \(NotFound\): pods "nope" not found/);
-    const bad = await kubectl(c, ["apply", "-f", "-"], "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: Bad_Name\n");
+    const bad = await kubectl(
+      c,
+      ["apply", "-f", "-"],
+      "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: Bad_Name\n",
+    );
     assert.notEqual(bad.code, 0);
     assert.match(bad.stderr, /Invalid value: "Bad_Name"/);
   });

@@ -35,7 +35,10 @@ after(async () => {
   await cluster?.close();
 });
 
-const finished = (job: any) => (job.status?.conditions ?? []).some((c: any) => (c.type === "Complete" || c.type === "Failed") && c.status === "True");
+const finished = (job: any) =>
+  (job.status?.conditions ?? []).some(
+    (c: any) => (c.type === "Complete" || c.type === "Failed") && c.status === "True",
+  );
 
 test("two controllers, one lease: the standby claims nothing while the leader lives, takes over when it is killed mid-run, and every run completes once", async () => {
   // Every Job of the release as the API server stores it: how many were unfinished at once.
@@ -49,7 +52,11 @@ test("two controllers, one lease: the standby claims nothing while the leader li
     mostAtOnce = Math.max(mostAtOnce, unfinished.size);
   });
   try {
-    const env = { DROVER_AGENT_CONCURRENCY: "1", DROVER_AGENT_KUBERNETES_LEADER_ELECTION: "true", DROVER_AGENT_KUBERNETES_LEASE_DURATION_MS: "3000" };
+    const env = {
+      DROVER_AGENT_CONCURRENCY: "1",
+      DROVER_AGENT_KUBERNETES_LEADER_ELECTION: "true",
+      DROVER_AGENT_KUBERNETES_LEASE_DURATION_MS: "3000",
+    };
     const first = startJobModeController(cluster, stack, { ns, name, env });
     procs.push(first);
     await first.waitFor(/leader lease acquired/);
@@ -57,14 +64,23 @@ test("two controllers, one lease: the standby claims nothing while the leader li
     procs.push(second);
     await second.waitFor(/standing by/);
 
-    for (const ws of ["leader-held", "leader-queued"]) assert.equal((await stack.server.api(routes.createWorkspace, { body: { name: ws, pool: stack.pool } })).status, 201);
-    const held = writeConfig(stack.dir, "leader-held", { "main.tf": `resource "terraform_data" "held" {\n  input = timestamp()\n${gates.provisioner("held")}}\n` });
+    for (const ws of ["leader-held", "leader-queued"])
+      assert.equal(
+        (await stack.server.api(routes.createWorkspace, { body: { name: ws, pool: stack.pool } })).status,
+        201,
+      );
+    const held = writeConfig(stack.dir, "leader-held", {
+      "main.tf": `resource "terraform_data" "held" {\n  input = timestamp()\n${gates.provisioner("held")}}\n`,
+    });
     const heldRun = await stack.startRun(held, "leader-held", ["--auto-apply"]);
     await eventually("the apply held at its gate", async () => gates.waiting("held") === 1, 90_000);
-    const queued = writeConfig(stack.dir, "leader-queued", { "main.tf": `resource "terraform_data" "queued" {\n  input = "q"\n}\n` });
+    const queued = writeConfig(stack.dir, "leader-queued", {
+      "main.tf": `resource "terraform_data" "queued" {\n  input = "q"\n}\n`,
+    });
     const queuedRun = await stack.startRun(queued, "leader-queued", ["--auto-apply"]);
     // The queued run waits for the one slot: the standby, idle, has not claimed it.
-    const lease = (await kube(cluster, "GET", `/apis/coordination.k8s.io/v1/namespaces/${ns}/leases/${name}-leader`)).body;
+    const lease = (await kube(cluster, "GET", `/apis/coordination.k8s.io/v1/namespaces/${ns}/leases/${name}-leader`))
+      .body;
     assert.match(first.output(), new RegExp(lease.spec.holderIdentity as string));
 
     await first.stop("SIGKILL");
@@ -75,8 +91,18 @@ test("two controllers, one lease: the standby claims nothing while the leader li
     for (const runId of [heldRun, queuedRun]) {
       const run = await stack.waitForRun(runId, ["applied", "errored", "canceled"], 120_000);
       assert.equal(run.status, "applied", `${await runLog(stack.server, runId, "apply")}\n${second.output()}`);
-      const jobs = (await kube(cluster, "GET", `/apis/batch/v1/namespaces/${ns}/jobs?labelSelector=${encodeURIComponent(`drover.dev/run-id=${runId}`)}`)).body.items as any[];
-      assert.deepEqual(jobs.map((j) => j.metadata.labels["drover.dev/phase"]).sort(), ["apply", "plan"], "one Job per phase: nothing launched twice");
+      const jobs = (
+        await kube(
+          cluster,
+          "GET",
+          `/apis/batch/v1/namespaces/${ns}/jobs?labelSelector=${encodeURIComponent(`drover.dev/run-id=${runId}`)}`,
+        )
+      ).body.items as any[];
+      assert.deepEqual(
+        jobs.map((j) => j.metadata.labels["drover.dev/phase"]).sort(),
+        ["apply", "plan"],
+        "one Job per phase: nothing launched twice",
+      );
     }
     assert.equal(mostAtOnce, 1, "never two Jobs at once: only the lease holder launches");
   } finally {

@@ -68,11 +68,18 @@ async function setAttack(attack: string): Promise<void> {
 async function attackRun(attack: string): Promise<{ run: any; log: string }> {
   await setAttack(attack);
   const workspace = `iso-${attack}`;
-  assert.equal((await stack.server.api(routes.createWorkspace, { body: { name: workspace, pool: stack.pool } })).status, 201);
+  assert.equal(
+    (await stack.server.api(routes.createWorkspace, { body: { name: workspace, pool: stack.pool } })).status,
+    201,
+  );
   const runId = await stack.startRun(config, workspace);
-  const run = await stack.waitForRun(runId, ["planned", "errored", "canceled", "planned_and_finished"], 60_000).catch((err: Error) => {
-    throw new Error(`${err.message}\nnode worker:\n${agents.nodeWorker.output()}\ncontroller:\n${agents.controller.output()}`);
-  });
+  const run = await stack
+    .waitForRun(runId, ["planned", "errored", "canceled", "planned_and_finished"], 60_000)
+    .catch((err: Error) => {
+      throw new Error(
+        `${err.message}\nnode worker:\n${agents.nodeWorker.output()}\ncontroller:\n${agents.controller.output()}`,
+      );
+    });
   return { run, log: await runLog(stack.server, runId, "plan") };
 }
 
@@ -139,6 +146,14 @@ test("a run blocking the worker's shutdown file ends only itself; the node worke
   assert.ok(["errored", "planned", "planned_and_finished"].includes(run.status), run.status);
   const next = await attackRun("none");
   assert.ok(["errored", "planned", "planned_and_finished"].includes(next.run.status), next.run.status);
-  assert.equal(await Promise.race([agents.nodeWorker.exited.then(() => "exited"), Promise.resolve("running")]), "running", "the node worker is still running");
-  assert.equal((agents.nodeWorker.output().match(/supervising a run pod on this node/g) ?? []).length, 7, agents.nodeWorker.output());
+  assert.equal(
+    await Promise.race([agents.nodeWorker.exited.then(() => "exited"), Promise.resolve("running")]),
+    "running",
+    "the node worker is still running",
+  );
+  assert.equal(
+    (agents.nodeWorker.output().match(/supervising a run pod on this node/g) ?? []).length,
+    7,
+    agents.nodeWorker.output(),
+  );
 });

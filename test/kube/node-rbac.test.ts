@@ -8,7 +8,13 @@ import { parseAllDocuments } from "yaml";
 import { runLog, startStack, type Stack } from "../support/stack.js";
 import { spawnDrover } from "../support/processes.js";
 import { fastTimings, kube, kubectl, startTestCluster, type TestCluster } from "./cluster.js";
-import { createAgentTask, prepareNamespace, startNodeModeAgents, terraformRunner, type NodeModeAgents } from "./agents.js";
+import {
+  createAgentTask,
+  prepareNamespace,
+  startNodeModeAgents,
+  terraformRunner,
+  type NodeModeAgents,
+} from "./agents.js";
 import { routes } from "@drover/protocol";
 
 // agent-k8s node mode under the chart's own RBAC on the test cluster (which enforces RBAC):
@@ -17,7 +23,9 @@ import { routes } from "@drover/protocol";
 // controller creates for that run alone (decision 0009).
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
-const { tools } = (await import(pathToFileURL(join(repo, "scripts", "tools.mjs")).href)) as { tools(): { helm: string } };
+const { tools } = (await import(pathToFileURL(join(repo, "scripts", "tools.mjs")).href)) as {
+  tools(): { helm: string };
+};
 const ns = "drover-rbac";
 const release = "rel";
 const workerSa = `${release}-agent-k8s-worker`;
@@ -57,10 +65,25 @@ before(async () => {
   stack = await startStack();
   await prepareNamespace(cluster, ns);
   // The chart's ServiceAccounts, Roles, RoleBindings and pool-token Secret, as it renders them.
-  const rendered = execFileSync(tools().helm, ["template", release, join(repo, "charts", "agent-k8s"), "--namespace", ns, "--set", `agent.token=${stack.poolToken}`], { encoding: "utf8" });
+  const rendered = execFileSync(
+    tools().helm,
+    [
+      "template",
+      release,
+      join(repo, "charts", "agent-k8s"),
+      "--namespace",
+      ns,
+      "--set",
+      `agent.token=${stack.poolToken}`,
+    ],
+    { encoding: "utf8" },
+  );
   const objects = parseAllDocuments(rendered)
     .map((d) => d.toJSON() as { kind: string; metadata: { name: string } } | null)
-    .filter((o): o is { kind: string; metadata: { name: string } } => !!o && ["ServiceAccount", "Role", "RoleBinding", "Secret"].includes(o.kind));
+    .filter(
+      (o): o is { kind: string; metadata: { name: string } } =>
+        !!o && ["ServiceAccount", "Role", "RoleBinding", "Secret"].includes(o.kind),
+    );
   poolSecret = objects.find((o) => o.kind === "Secret" && JSON.stringify(o).includes(stack.poolToken))!.metadata.name;
   const paths: Record<string, string> = {
     ServiceAccount: `/api/v1/namespaces/${ns}/serviceaccounts`,
@@ -97,18 +120,33 @@ test("kubectl auth can-i: the node worker's ServiceAccount cannot read the pool 
 });
 
 test("examples/hello under the chart's RBAC: each run's job Secret is granted to the node workers by name, and only it", async () => {
-  assert.equal((await stack.server.api(routes.createWorkspace, { body: { name: "rbac-hello", pool: stack.pool } })).status, 201);
+  assert.equal(
+    (await stack.server.api(routes.createWorkspace, { body: { name: "rbac-hello", pool: stack.pool } })).status,
+    201,
+  );
   const runId = await stack.startRun(join(repo, "examples", "hello"), "rbac-hello", ["--auto-apply"]);
   const run = await stack.waitForRun(runId, ["applied", "errored", "canceled"], 90_000);
-  assert.equal(run.status, "applied", `${await runLog(stack.server, runId, "plan")}\n${agents.controller.output()}\n${agents.nodeWorker.output()}`);
-  const jobs = (await kube(cluster, "GET", `/apis/batch/v1/namespaces/${ns}/jobs?labelSelector=${encodeURIComponent(`drover.dev/run-id=${runId}`)}`)).body.items as any[];
+  assert.equal(
+    run.status,
+    "applied",
+    `${await runLog(stack.server, runId, "plan")}\n${agents.controller.output()}\n${agents.nodeWorker.output()}`,
+  );
+  const jobs = (
+    await kube(
+      cluster,
+      "GET",
+      `/apis/batch/v1/namespaces/${ns}/jobs?labelSelector=${encodeURIComponent(`drover.dev/run-id=${runId}`)}`,
+    )
+  ).body.items as any[];
   assert.equal(jobs.length, 2);
   for (const job of jobs) {
     const name = `${job.metadata.name}-job`;
     const role = (await kube(cluster, "GET", `/apis/rbac.authorization.k8s.io/v1/namespaces/${ns}/roles/${name}`)).body;
     assert.deepEqual(role.rules, [{ apiGroups: [""], resources: ["secrets"], resourceNames: [name], verbs: ["get"] }]);
     assert.equal(role.metadata.ownerReferences[0].uid, job.metadata.uid, "removed with its Job");
-    const binding = (await kube(cluster, "GET", `/apis/rbac.authorization.k8s.io/v1/namespaces/${ns}/rolebindings/${name}`)).body;
+    const binding = (
+      await kube(cluster, "GET", `/apis/rbac.authorization.k8s.io/v1/namespaces/${ns}/rolebindings/${name}`)
+    ).body;
     assert.deepEqual(binding.subjects, [{ kind: "ServiceAccount", name: workerSa, namespace: ns }]);
     assert.equal(await canI(workerSa, "get", `secret/${name}`), "yes");
   }
@@ -117,10 +155,19 @@ test("examples/hello under the chart's RBAC: each run's job Secret is granted to
 });
 
 test("DROVER_AGENT_NODE_WORKER_SERVICE_ACCOUNT that is no ServiceAccount name: one clear line and exit 2", async () => {
-  const proc = spawnDrover(["agent", "controller"], { PATH: process.env.PATH, DROVER_URL: "http://127.0.0.1:9", DROVER_TOKEN: stack.poolToken, DROVER_AGENT_NODE_HOME: agents.home, DROVER_AGENT_NODE_WORKER_SERVICE_ACCOUNT: "Not A Name" });
+  const proc = spawnDrover(["agent", "controller"], {
+    PATH: process.env.PATH,
+    DROVER_URL: "http://127.0.0.1:9",
+    DROVER_TOKEN: stack.poolToken,
+    DROVER_AGENT_NODE_HOME: agents.home,
+    DROVER_AGENT_NODE_WORKER_SERVICE_ACCOUNT: "Not A Name",
+  });
   const exit = await proc.exited;
   assert.equal(exit.code, 2, proc.output());
   const output = proc.output().trim();
   assert.equal(output.split("\n").length, 1, output);
-  assert.match(output, /DROVER_AGENT_NODE_WORKER_SERVICE_ACCOUNT must be a Kubernetes object name .*got "Not A Name" \(invalid_setting\)/);
+  assert.match(
+    output,
+    /DROVER_AGENT_NODE_WORKER_SERVICE_ACCOUNT must be a Kubernetes object name .*got "Not A Name" \(invalid_setting\)/,
+  );
 });

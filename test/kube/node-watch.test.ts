@@ -29,7 +29,11 @@ interface Release {
 const releases: Record<string, Release> = {};
 
 before(async () => {
-  cluster = await startTestCluster({ timings: fastTimings, hostPaths: "real", onRequest: (method, url) => void requests.push(`${method} ${url}`) });
+  cluster = await startTestCluster({
+    timings: fastTimings,
+    hostPaths: "real",
+    onRequest: (method, url) => void requests.push(`${method} ${url}`),
+  });
   stack = await startStack();
   const tfrc = join(stack.dir, "runner-terraformrc");
   writeFileSync(tfrc, "");
@@ -39,16 +43,44 @@ before(async () => {
       apiVersion: "drover.dev/v1alpha1",
       kind: "AgentTask",
       metadata: { name: `task-${name}`, namespace: ns },
-      spec: { jobTemplate: { template: { spec: { containers: [{ name: "runner", image: "ghcr.io/drover-dev/drover-runner:test", env: [{ name: "TF_CLI_CONFIG_FILE", value: tfrc }, { name: "CHECKPOINT_DISABLE", value: "1" }] }] } } } },
+      spec: {
+        jobTemplate: {
+          template: {
+            spec: {
+              containers: [
+                {
+                  name: "runner",
+                  image: "ghcr.io/drover-dev/drover-runner:test",
+                  env: [
+                    { name: "TF_CLI_CONFIG_FILE", value: tfrc },
+                    { name: "CHECKPOINT_DISABLE", value: "1" },
+                  ],
+                },
+              ],
+            },
+          },
+        },
+      },
     };
-    assert.equal((await kube(cluster, "POST", `/apis/drover.dev/v1alpha1/namespaces/${ns}/agenttasks`, template)).status, 201);
+    assert.equal(
+      (await kube(cluster, "POST", `/apis/drover.dev/v1alpha1/namespaces/${ns}/agenttasks`, template)).status,
+      201,
+    );
     const pool = `pool-${name}`;
     assert.equal((await stack.server.api(routes.createPool, { body: { name: pool } })).status, 201);
-    const token = (await stack.server.api(routes.createPoolToken, { params: { pool }, body: { description: pool } })).body.token as string;
+    const token = (await stack.server.api(routes.createPoolToken, { params: { pool }, body: { description: pool } }))
+      .body.token as string;
     assert.equal((await stack.server.api(routes.createWorkspace, { body: { name: `ws-${name}`, pool } })).status, 201);
     const home = mkdtempSync(join(tmpdir(), `drover-release-${name}-`));
     homes.push(home);
-    const common = { ...stack.baseEnv, KUBECONFIG: cluster.kubeconfigPath, DROVER_AGENT_KUBERNETES_NAMESPACE: ns, DROVER_AGENT_NODE_HOME: home, DROVER_AGENT_LOG_FORMAT: "plain", DROVER_AGENT_HEALTH_PORT: "0" };
+    const common = {
+      ...stack.baseEnv,
+      KUBECONFIG: cluster.kubeconfigPath,
+      DROVER_AGENT_KUBERNETES_NAMESPACE: ns,
+      DROVER_AGENT_NODE_HOME: home,
+      DROVER_AGENT_LOG_FORMAT: "plain",
+      DROVER_AGENT_HEALTH_PORT: "0",
+    };
     const worker = spawnDrover(["agent", "node-worker"], {
       ...common,
       DROVER_AGENT_NODE_NAME: "ktc-node",
@@ -77,9 +109,20 @@ after(async () => {
 
 test("two releases in one namespace each complete their run; no node worker touches the other release's pods; workers watch instead of polling", async () => {
   const [a, b] = [releases.a!, releases.b!];
-  const listsBefore = requests.filter((r) => r.startsWith("GET ") && decodeURIComponent(r).includes("fieldSelector=spec.nodeName") && !/[?&]watch=(true|1)/.test(r)).length;
-  const [runA, runB] = await Promise.all([stack.startRun(join(repo, "examples", "hello"), a.workspace, ["--auto-apply"]), stack.startRun(join(repo, "examples", "hello"), b.workspace, ["--auto-apply"])]);
-  const [doneA, doneB] = await Promise.all([stack.waitForRun(runA, ["applied", "errored", "canceled"], 120_000), stack.waitForRun(runB, ["applied", "errored", "canceled"], 120_000)]);
+  const listsBefore = requests.filter(
+    (r) =>
+      r.startsWith("GET ") &&
+      decodeURIComponent(r).includes("fieldSelector=spec.nodeName") &&
+      !/[?&]watch=(true|1)/.test(r),
+  ).length;
+  const [runA, runB] = await Promise.all([
+    stack.startRun(join(repo, "examples", "hello"), a.workspace, ["--auto-apply"]),
+    stack.startRun(join(repo, "examples", "hello"), b.workspace, ["--auto-apply"]),
+  ]);
+  const [doneA, doneB] = await Promise.all([
+    stack.waitForRun(runA, ["applied", "errored", "canceled"], 120_000),
+    stack.waitForRun(runB, ["applied", "errored", "canceled"], 120_000),
+  ]);
   const logs = `release a worker:\n${a.worker.output()}\nrelease b worker:\n${b.worker.output()}`;
   assert.equal(doneA.status, "applied", logs);
   assert.equal(doneB.status, "applied", logs);
@@ -90,7 +133,15 @@ test("two releases in one namespace each complete their run; no node worker touc
 
   // Both workers watched: a listing only where a watch must relist (410 after the bounded
   // watch history moved on). Polling every 500 ms made about four a second.
-  const lists = requests.filter((r) => r.startsWith("GET ") && decodeURIComponent(r).includes("fieldSelector=spec.nodeName") && !/[?&]watch=(true|1)/.test(r));
+  const lists = requests.filter(
+    (r) =>
+      r.startsWith("GET ") &&
+      decodeURIComponent(r).includes("fieldSelector=spec.nodeName") &&
+      !/[?&]watch=(true|1)/.test(r),
+  );
   assert.ok(lists.length - listsBefore <= 4, lists.join("\n"));
-  assert.ok(requests.some((r) => decodeURIComponent(r).includes("fieldSelector=spec.nodeName") && /[?&]watch=(true|1)/.test(r)), "a watch on this node's pods");
+  assert.ok(
+    requests.some((r) => decodeURIComponent(r).includes("fieldSelector=spec.nodeName") && /[?&]watch=(true|1)/.test(r)),
+    "a watch on this node's pods",
+  );
 });

@@ -27,7 +27,11 @@ after(async () => {
 
 test("a patch its RBAC refuses: the annotator's error names the Pod, the reason Forbidden, HTTP 403 and the API's message", async () => {
   const ns = await freshNamespace(cluster, "annot");
-  assert.equal((await kube(cluster, "POST", `/api/v1/namespaces/${ns}/serviceaccounts`, { metadata: { name: "annotator" } })).status, 201);
+  assert.equal(
+    (await kube(cluster, "POST", `/api/v1/namespaces/${ns}/serviceaccounts`, { metadata: { name: "annotator" } }))
+      .status,
+    201,
+  );
   const sa = join(dir, "sa");
   mkdirSync(sa);
   writeFileSync(join(sa, "token"), cluster.serviceAccountToken(ns, "annotator"));
@@ -42,11 +46,30 @@ test("a patch its RBAC refuses: the annotator's error names the Pod, the reason 
     },
   });
   const stop = new AbortController();
-  const done = runPodAnnotator({ statusFile, podName: "agent-0", namespace: ns, apiUrl: cluster.url, serviceAccountDir: sa, recheckMs: 100, logFormat: "json" }, pino(sink), stop.signal);
+  const done = runPodAnnotator(
+    {
+      statusFile,
+      podName: "agent-0",
+      namespace: ns,
+      apiUrl: cluster.url,
+      serviceAccountDir: sa,
+      recheckMs: 100,
+      logFormat: "json",
+    },
+    pino(sink),
+    stop.signal,
+  );
   try {
-    const line = await eventually("the refused patch in the log", async () => lines.find((l) => l.includes("could not annotate the pod")), 20_000);
+    const line = await eventually(
+      "the refused patch in the log",
+      async () => lines.find((l) => l.includes("could not annotate the pod")),
+      20_000,
+    );
     const err = String((JSON.parse(line) as { err?: unknown }).err);
-    assert.equal(err, `cannot patch Pod "agent-0" in namespace "${ns}": Forbidden (HTTP 403): pods "agent-0" is forbidden: User "system:serviceaccount:${ns}:annotator" cannot patch resource "pods" in API group "" in the namespace "${ns}"`);
+    assert.equal(
+      err,
+      `cannot patch Pod "agent-0" in namespace "${ns}": Forbidden (HTTP 403): pods "agent-0" is forbidden: User "system:serviceaccount:${ns}:annotator" cannot patch resource "pods" in API group "" in the namespace "${ns}"`,
+    );
   } finally {
     stop.abort();
     await done;

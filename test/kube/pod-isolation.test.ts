@@ -6,7 +6,15 @@ import { after, before, test } from "node:test";
 import { runLog, startStack, type Stack } from "../support/stack.js";
 import type { Proc } from "../support/processes.js";
 import { fastTimings, startTestCluster, type TestCluster } from "./cluster.js";
-import { agentRegistered, createAgentTask, fakeExecLoop, podWorker, prepareNamespace, runnerImage, startJobModeController } from "./agents.js";
+import {
+  agentRegistered,
+  createAgentTask,
+  fakeExecLoop,
+  podWorker,
+  prepareNamespace,
+  runnerImage,
+  startJobModeController,
+} from "./agents.js";
 import { routes } from "@drover/protocol";
 
 // Job mode's per-pod worker shares its exec and run emptyDirs with the runner container the
@@ -46,15 +54,20 @@ after(async () => {
 });
 
 test("job mode: a link planted at steps/N/output does not ship the worker container's files into the run log", async () => {
-  assert.equal((await stack.server.api(routes.createWorkspace, { body: { name: "pod-iso", pool: stack.pool } })).status, 201);
+  assert.equal(
+    (await stack.server.api(routes.createWorkspace, { body: { name: "pod-iso", pool: stack.pool } })).status,
+    201,
+  );
   const dir = join(stack.dir, "cfg");
   const { mkdirSync } = await import("node:fs");
   mkdirSync(dir);
   writeFileSync(join(dir, "main.tf"), 'resource "terraform_data" "x" {}\n');
   const runId = await stack.startRun(dir, "pod-iso");
-  const run = await stack.waitForRun(runId, ["planned", "errored", "canceled", "planned_and_finished"], 60_000).catch((err: Error) => {
-    throw new Error(`${err.message}\ncontroller:\n${controller.output()}`);
-  });
+  const run = await stack
+    .waitForRun(runId, ["planned", "errored", "canceled", "planned_and_finished"], 60_000)
+    .catch((err: Error) => {
+      throw new Error(`${err.message}\ncontroller:\n${controller.output()}`);
+    });
   const log = await runLog(stack.server, runId, "plan");
   assert.equal(run.status, "errored", `${log}\n${controller.output()}`);
   assert.match(run.errorMessage ?? "", /refused .*steps\/1\/output: it is a symbolic link/);

@@ -5,7 +5,14 @@ import { after, before, test } from "node:test";
 import { runLog, startStack, type Stack } from "../support/stack.js";
 import type { Proc } from "../support/processes.js";
 import { fastTimings, startTestCluster, type TestCluster } from "./cluster.js";
-import { agentRegistered, createAgentTask, podWorker, prepareNamespace, runnerImage, startJobModeController } from "./agents.js";
+import {
+  agentRegistered,
+  createAgentTask,
+  podWorker,
+  prepareNamespace,
+  runnerImage,
+  startJobModeController,
+} from "./agents.js";
 import { routes } from "@drover/protocol";
 
 // A runner container that runs but never starts its exec-loop (a wrong entrypoint) writes no
@@ -41,7 +48,13 @@ test("a runner container that never starts its exec-loop ends the run errored af
   await agentRegistered(stack, "runner-start-ctl");
   await stack.server.api(routes.createWorkspace, { body: { name: ns, pool: stack.pool } });
   const runId = await stack.startRun(join(repo, "examples", "hello"), ns);
-  const run = await stack.waitForRun(runId, ["errored", "planned", "planned_and_finished", "canceled"], 90_000).catch((e: Error) => assert.fail(`${e.message}\n${ctl.output()}`));
+  const run = await stack
+    .waitForRun(runId, ["errored", "planned", "planned_and_finished", "canceled"], 90_000)
+    .catch((e: Error) => assert.fail(`${e.message}\n${ctl.output()}`));
   assert.equal(run.status, "errored");
-  assert.match(run.errorMessage ?? "", /runner never started: the runner container's exec-loop wrote no heartbeat within 3 s \(DROVER_WORKER_RUNNER_START_TIMEOUT_SECONDS\)/, `${await runLog(stack.server, runId, "plan")}\n${ctl.output()}`);
+  assert.match(
+    run.errorMessage ?? "",
+    /runner never started: the runner container's exec-loop wrote no heartbeat within 3 s \(DROVER_WORKER_RUNNER_START_TIMEOUT_SECONDS\)/,
+    `${await runLog(stack.server, runId, "plan")}\n${ctl.output()}`,
+  );
 });

@@ -21,7 +21,13 @@ const requests: string[] = [];
 
 before(async () => {
   // A short watch history: 40 changes elsewhere push a quiet watch's version out of it.
-  cluster = await startTestCluster({ timings: fastTimings, watchHistory: 20, bookmarkIntervalMs: 100, namespaces: [ns, "churn"], onRequest: (method, url) => requests.push(`${method} ${url}`) });
+  cluster = await startTestCluster({
+    timings: fastTimings,
+    watchHistory: 20,
+    bookmarkIntervalMs: 100,
+    namespaces: [ns, "churn"],
+    onRequest: (method, url) => requests.push(`${method} ${url}`),
+  });
   home = mkdtempSync(join(tmpdir(), "drover-bookmarks-"));
 });
 
@@ -36,15 +42,25 @@ test("a quiet node worker's watch resumes across other objects' churn without a 
   const lists = () => podRequests().filter((r) => !/[?&]watch=(1|true)/.test(r));
   const watches = () => podRequests().filter((r) => /[?&]watch=(1|true)/.test(r));
   worker = spawnDrover(["agent", "node-worker"], {
-    PATH: process.env.PATH, KUBECONFIG: cluster.kubeconfigPath, DROVER_AGENT_KUBERNETES_NAMESPACE: ns, DROVER_AGENT_NODE_HOME: home,
-    DROVER_AGENT_LOG_FORMAT: "plain", DROVER_AGENT_HEALTH_PORT: "0", DROVER_AGENT_KUBERNETES_WATCH_TIMEOUT_SECONDS: "1", ...nodeWorkerEnv("bookmarks"),
+    PATH: process.env.PATH,
+    KUBECONFIG: cluster.kubeconfigPath,
+    DROVER_AGENT_KUBERNETES_NAMESPACE: ns,
+    DROVER_AGENT_NODE_HOME: home,
+    DROVER_AGENT_LOG_FORMAT: "plain",
+    DROVER_AGENT_HEALTH_PORT: "0",
+    DROVER_AGENT_KUBERNETES_WATCH_TIMEOUT_SECONDS: "1",
+    ...nodeWorkerEnv("bookmarks"),
   });
   await eventually("the first watch", async () => watches().length >= 1);
   assert.equal(lists().length, 1);
   assert.match(lists()[0]!, /[?&]resourceVersion=0(&|$)/, "the first list may come from the watch cache");
   assert.match(watches()[0]!, /[?&]allowWatchBookmarks=true(&|$)/);
 
-  for (let i = 0; i < 40; i++) assert.equal((await kube(cluster, "POST", "/api/v1/namespaces/churn/configmaps", { metadata: { name: `c${i}` } })).status, 201);
+  for (let i = 0; i < 40; i++)
+    assert.equal(
+      (await kube(cluster, "POST", "/api/v1/namespaces/churn/configmaps", { metadata: { name: `c${i}` } })).status,
+      201,
+    );
   // Each watch ends after a second and resumes: three more have come and gone.
   const after = watches().length;
   await eventually("three more watches", async () => watches().length >= after + 3, 30_000);

@@ -27,7 +27,8 @@ const moduleOf = (path: string) => path.replace(/\.d\.ts$|\.js$/, "");
 /** Each module's relative imports (static `import … from`, `export … from`, bare `import "…"`). */
 export function importGraph(files: string[]): Map<string, Set<string>> {
   const graph = new Map<string, Set<string>>();
-  const pattern = /(?:^|\n)\s*(?:import|export)\s[^;]*?from\s*["'](\.{1,2}\/[^"']+)["']|(?:^|\n)\s*import\s*["'](\.{1,2}\/[^"']+)["']/g;
+  const pattern =
+    /(?:^|\n)\s*(?:import|export)\s[^;]*?from\s*["'](\.{1,2}\/[^"']+)["']|(?:^|\n)\s*import\s*["'](\.{1,2}\/[^"']+)["']/g;
   for (const file of files) {
     const from = moduleOf(file);
     const edges = graph.get(from) ?? new Set<string>();
@@ -76,7 +77,9 @@ export function cycles(graph: Map<string, Set<string>>): string[][] {
 }
 
 test("no import cycle among the compiled modules of packages/", () => {
-  const packages = readdirSync(join(root, "packages")).filter((p) => existsSync(join(root, "packages", p, "dist", "src")));
+  const packages = readdirSync(join(root, "packages")).filter((p) =>
+    existsSync(join(root, "packages", p, "dist", "src")),
+  );
   assert.ok(packages.length >= 4, `compiled packages found: ${packages.join(", ")}`);
   const files = packages.flatMap((p) => compiledFiles(join(root, "packages", p, "dist", "src")));
   const found = cycles(importGraph(files)).map((c) => c.map((m) => relative(root, m)).join(" ↔ "));

@@ -26,7 +26,11 @@ function withoutTestContext(): NodeJS.ProcessEnv {
 }
 
 function runner(args: string[], env: Record<string, string> = {}) {
-  const child = spawn(process.execPath, [join(root, "scripts", "run-tests.mjs"), ...args], { cwd: root, env: { ...withoutTestContext(), ...env }, stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(process.execPath, [join(root, "scripts", "run-tests.mjs"), ...args], {
+    cwd: root,
+    env: { ...withoutTestContext(), ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   let output = "";
   child.stdout.on("data", (d: Buffer) => (output += d.toString()));
   child.stderr.on("data", (d: Buffer) => (output += d.toString()));
@@ -80,7 +84,10 @@ describe("run-tests.mjs", () => {
     assert.match(output, /DROVER_TEST_TIMEOUT_MS must be a positive whole number of milliseconds; got "5m"/);
   });
 
-  for (const [signal, expected] of [["SIGTERM", 143], ["SIGINT", 130]] as const) {
+  for (const [signal, expected] of [
+    ["SIGTERM", 143],
+    ["SIGINT", 130],
+  ] as const) {
     test(`${signal} stops the running tests and the throwaway PostgreSQL`, async () => {
       const dir = mkdtempSync(join(tmpdir(), "drover-runner-"));
       try {

@@ -22,7 +22,12 @@ const order = (await import(pathToFileURL(join(root, "scripts", "test-order.mjs"
 
 test("files the table does not know run first, then the known ones longest first; ties keep path order", () => {
   const f = (name: string) => join(root, "test", "dist", name);
-  const durations = { "test/dist/short.test.js": 2, "test/dist/long.test.js": 90, "test/dist/mid-b.test.js": 30, "test/dist/mid-a.test.js": 30 };
+  const durations = {
+    "test/dist/short.test.js": 2,
+    "test/dist/long.test.js": 90,
+    "test/dist/mid-b.test.js": 30,
+    "test/dist/mid-a.test.js": 30,
+  };
   const files = ["short", "mid-b", "new-b", "long", "mid-a", "new-a"].map((n) => f(`${n}.test.js`));
   assert.deepEqual(
     order.orderByDuration(files, durations).map((p) => p.slice(f("x").length - 1)),
@@ -31,7 +36,13 @@ test("files the table does not know run first, then the known ones longest first
 });
 
 test("longest first ends the lanes together where path order leaves one running alone", () => {
-  const durations: Record<string, number> = { "a.test.js": 10, "b.test.js": 10, "c.test.js": 10, "d.test.js": 10, "z.test.js": 40 };
+  const durations: Record<string, number> = {
+    "a.test.js": 10,
+    "b.test.js": 10,
+    "c.test.js": 10,
+    "d.test.js": 10,
+    "z.test.js": 40,
+  };
   const files = Object.keys(durations).map((k) => join(root, k));
   assert.deepEqual(order.simulateLanes(files, durations, 2), [60, 20]);
   assert.deepEqual(order.simulateLanes(order.orderByDuration(files, durations), durations, 2), [40, 40]);
@@ -49,7 +60,11 @@ test("the committed table names only compiled test files, each with a positive n
 test("test-files.mjs runs the files in the order given (node --test would sort them) and records each one's time", async () => {
   const env = { ...process.env };
   delete env.NODE_TEST_CONTEXT;
-  const child = spawn(process.execPath, [join(root, "scripts", "test-files.mjs"), "--concurrency=1", fixture("z-first.js"), fixture("a-second.js")], { cwd: root, env, stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(
+    process.execPath,
+    [join(root, "scripts", "test-files.mjs"), "--concurrency=1", fixture("z-first.js"), fixture("a-second.js")],
+    { cwd: root, env, stdio: ["ignore", "pipe", "pipe"] },
+  );
   let output = "";
   child.stdout.on("data", (d: Buffer) => (output += d.toString()));
   child.stderr.on("data", (d: Buffer) => (output += d.toString()));
@@ -66,7 +81,11 @@ test("test-files.mjs runs the files in the order given (node --test would sort t
 test("test-files.mjs fails the run when a test fails, and does not record that file's time", async () => {
   const env = { ...process.env };
   delete env.NODE_TEST_CONTEXT;
-  const child = spawn(process.execPath, [join(root, "scripts", "test-files.mjs"), "--concurrency=1", fixture("fails.js")], { cwd: root, env, stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(
+    process.execPath,
+    [join(root, "scripts", "test-files.mjs"), "--concurrency=1", fixture("fails.js")],
+    { cwd: root, env, stdio: ["ignore", "pipe", "pipe"] },
+  );
   let output = "";
   child.stdout.on("data", (d: Buffer) => (output += d.toString()));
   const code = await new Promise<number | null>((resolve) => child.on("close", resolve));

@@ -20,7 +20,7 @@ import {
   type ServerProc,
 } from "../support/fault-runs.js";
 import { startPrivatePostgres, type PrivatePostgres } from "../support/private-postgres.js";
-import { routes } from "@drover/protocol";
+import { routes, messageOf } from "@drover/protocol";
 
 // PostgreSQL restarted, its backends terminated, or stopped for a while under two server
 // processes with a real run applying and agents long-polling: both servers stay up, the run
@@ -60,7 +60,10 @@ before(async () => {
   await callOk(a.url, routes.createPool, admin, { body: { name: pool } });
   poolToken = (await callOk(a.url, routes.createPoolToken, admin, { params: { pool }, body: {} })).token;
   // One agent per server: whichever takes the job, the other keeps long-polling through the fault.
-  for (const [name, server] of [["agent-a", a], ["agent-b", b]] as const) {
+  for (const [name, server] of [
+    ["agent-a", a],
+    ["agent-b", b],
+  ] as const) {
     agents.push(await startAgentProc({ serverUrl: server.url, adminToken: admin, poolToken, pool, name, dir }));
   }
 });
@@ -81,13 +84,18 @@ function assertServersUp(): void {
 }
 
 async function bothReady(): Promise<void> {
-  for (const s of servers) await eventually(`${s.url}/readyz`, async () => ((await call(s.url, routes.readyz, "")).status === 200 ? true : undefined));
+  for (const s of servers)
+    await eventually(`${s.url}/readyz`, async () =>
+      (await call(s.url, routes.readyz, "")).status === 200 ? true : undefined,
+    );
 }
 
 /** Both servers LISTEN again (cross-server wake-ups resumed). */
 async function bothListening(): Promise<void> {
   await eventually("both servers to LISTEN again", async () => {
-    const rows = await cluster.query<{ n: string }>("select count(*) as n from pg_stat_activity where datname = 'drover_faults' and query ilike 'LISTEN drover_events'");
+    const rows = await cluster.query<{ n: string }>(
+      "select count(*) as n from pg_stat_activity where datname = 'drover_faults' and query ilike 'LISTEN drover_events'",
+    );
     return Number(rows[0]?.n) === 2 ? true : undefined;
   });
 }
@@ -105,8 +113,11 @@ async function survives(name: string, fault: () => Promise<void>): Promise<void>
   try {
     await afterFault(runId, gate, marker);
   } catch (err) {
-    const tails = [...servers.map((s) => `server ${s.url}:\n${s.proc.output().slice(-3000)}`), ...agents.map((p, i) => `agent ${i}:\n${p.output().slice(-4000)}`)];
-    throw new Error(`${err instanceof Error ? err.message : String(err)}\n${tails.join("\n")}`, { cause: err });
+    const tails = [
+      ...servers.map((s) => `server ${s.url}:\n${s.proc.output().slice(-3000)}`),
+      ...agents.map((p, i) => `agent ${i}:\n${p.output().slice(-4000)}`),
+    ];
+    throw new Error(`${messageOf(err)}\n${tails.join("\n")}`, { cause: err });
   }
 }
 
@@ -149,7 +160,10 @@ describe("PostgreSQL faults under two servers", () => {
         const res = await call(a.url, routes.listPools, admin);
         assert.equal(res.status, 503, JSON.stringify(res.body));
         assert.equal(res.body.error, "database_unavailable");
-        assert.ok(Date.now() - started < 20_000, `answered after ${Date.now() - started} ms: every call has a deadline`);
+        assert.ok(
+          Date.now() - started < 20_000,
+          `answered after ${Date.now() - started} ms: every call has a deadline`,
+        );
         const ready = await eventually("/readyz to report the halted database", async () => {
           const r = await call(a.url, routes.readyz, "");
           return r.status === 503 ? r : undefined;
@@ -166,13 +180,21 @@ describe("PostgreSQL faults under two servers", () => {
     const [a, b] = servers as [ServerProc, ServerProc];
     // A poller of its own pool, held in a long-poll on server b when the database goes away.
     await callOk(a.url, routes.createPool, admin, { body: { name: "idle" } });
-    const idleToken = (await callOk(a.url, routes.createPoolToken, admin, { params: { pool: "idle" }, body: {} })).token;
-    const session = (await callOk(b.url, routes.register, idleToken, { body: { name: "idle-poller", version: "t", driver: "local", capacity: 1 } })).sessionToken;
+    const idleToken = (await callOk(a.url, routes.createPoolToken, admin, { params: { pool: "idle" }, body: {} }))
+      .token;
+    const session = (
+      await callOk(b.url, routes.register, idleToken, {
+        body: { name: "idle-poller", version: "t", driver: "local", capacity: 1 },
+      })
+    ).sessionToken;
 
     await survives("outage", async () => {
       const poll = call(b.url, routes.pollJob, session, { query: { wait: 45000 } });
       // Held on the server (an idle pool has no job for it) before the database goes.
-      const early = await Promise.race([poll.then(() => "ended"), new Promise((r) => setTimeout(() => r("held"), 1_000))]);
+      const early = await Promise.race([
+        poll.then(() => "ended"),
+        new Promise((r) => setTimeout(() => r("held"), 1_000)),
+      ]);
       assert.equal(early, "held", "the long-poll waits while the database is up");
       const stoppedAt = Date.now();
       cluster.stopCluster();

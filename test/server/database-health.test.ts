@@ -13,10 +13,19 @@ async function settle(): Promise<void> {
 }
 
 test("connection errors are told apart from query errors", () => {
-  for (const err of [coded("57P01"), coded("57P03"), coded("08006"), coded("ECONNREFUSED"), coded("ECONNRESET"), new Error("Connection terminated unexpectedly"), new Error("Query read timeout")]) {
+  for (const err of [
+    coded("57P01"),
+    coded("57P03"),
+    coded("08006"),
+    coded("ECONNREFUSED"),
+    coded("ECONNRESET"),
+    new Error("Connection terminated unexpectedly"),
+    new Error("Query read timeout"),
+  ]) {
     assert.ok(isConnectionError(err), err.message);
   }
-  for (const err of [coded("23505"), coded("42P01"), coded("57014"), new Error("syntax error")]) assert.ok(!isConnectionError(err), err.message);
+  for (const err of [coded("23505"), coded("42P01"), coded("57014"), new Error("syntax error")])
+    assert.ok(!isConnectionError(err), err.message);
 });
 
 test("one failed connection is only a suspicion: the state turns unavailable only if the probe fails too", async () => {
@@ -27,7 +36,11 @@ test("one failed connection is only a suspicion: the state turns unavailable onl
   const states: string[] = [];
   health.onChange((s) => states.push(s));
   const mapped = health.failure(coded("57P01", "terminating connection due to administrator command"));
-  assert.equal((mapped as { code?: string }).code, "database_unavailable", "the call itself fails with the coded error");
+  assert.equal(
+    (mapped as { code?: string }).code,
+    "database_unavailable",
+    "the call itself fails with the coded error",
+  );
   await settle();
   assert.equal(health.state, "available", "the probe succeeded: a single terminated backend is no outage");
   probeFails = true;

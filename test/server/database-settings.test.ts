@@ -22,21 +22,46 @@ const quiet = pino({ level: "silent" });
 
 test("the settings are read in seconds and bad values are refused with the variable's name", () => {
   const config = loadServerConfig({
-    env: { DROVER_DATABASE_URL: "postgres://x@127.0.0.1/db", DROVER_DATABASE_CONNECT_TIMEOUT_SECONDS: "3", DROVER_DATABASE_STATEMENT_TIMEOUT_SECONDS: "7" },
+    env: {
+      DROVER_DATABASE_URL: "postgres://x@127.0.0.1/db",
+      DROVER_DATABASE_CONNECT_TIMEOUT_SECONDS: "3",
+      DROVER_DATABASE_STATEMENT_TIMEOUT_SECONDS: "7",
+    },
   });
-  assert.deepEqual(config.database, { kind: "postgres", url: "postgres://x@127.0.0.1/db", connectTimeoutMs: 3000, statementTimeoutMs: 7000 });
+  assert.deepEqual(config.database, {
+    kind: "postgres",
+    url: "postgres://x@127.0.0.1/db",
+    connectTimeoutMs: 3000,
+    statementTimeoutMs: 7000,
+  });
   const defaults = loadServerConfig({ env: { DROVER_DATABASE_URL: "postgres://x@127.0.0.1/db" } }).database;
-  assert.deepEqual(defaults, { kind: "postgres", url: "postgres://x@127.0.0.1/db", connectTimeoutMs: 10_000, statementTimeoutMs: 60_000 });
+  assert.deepEqual(defaults, {
+    kind: "postgres",
+    url: "postgres://x@127.0.0.1/db",
+    connectTimeoutMs: 10_000,
+    statementTimeoutMs: 60_000,
+  });
   for (const [name, value] of [
     ["DROVER_DATABASE_CONNECT_TIMEOUT_SECONDS", "0"],
     ["DROVER_DATABASE_STATEMENT_TIMEOUT_SECONDS", "soon"],
   ] as const) {
-    assert.throws(() => loadServerConfig({ env: { DROVER_DATABASE_URL: "postgres://x@127.0.0.1/db", [name]: value } }), new RegExp(name));
+    assert.throws(
+      () => loadServerConfig({ env: { DROVER_DATABASE_URL: "postgres://x@127.0.0.1/db", [name]: value } }),
+      new RegExp(name),
+    );
   }
 });
 
 test("DROVER_DATABASE_STATEMENT_TIMEOUT_SECONDS: a statement running past it fails with database_unavailable; the server stays ready", async () => {
-  const config = loadServerConfig({ env: { DROVER_PORT: "0", DROVER_DATABASE_URL: database.url, DROVER_ADMIN_TOKEN: "drv_u_settings.0123456789abcdefghij0123456789ab", DROVER_DATABASE_STATEMENT_TIMEOUT_SECONDS: "1", ...testServerDiagnostics } });
+  const config = loadServerConfig({
+    env: {
+      DROVER_PORT: "0",
+      DROVER_DATABASE_URL: database.url,
+      DROVER_ADMIN_TOKEN: "drv_u_settings.0123456789abcdefghij0123456789ab",
+      DROVER_DATABASE_STATEMENT_TIMEOUT_SECONDS: "1",
+      ...testServerDiagnostics,
+    },
+  });
   const server = await startServer(config, { logger: quiet });
   try {
     const started = Date.now();
@@ -61,7 +86,13 @@ test("DROVER_DATABASE_CONNECT_TIMEOUT_SECONDS: a database that accepts but never
   const address = silent.address();
   const port = typeof address === "object" && address ? address.port : 0;
   try {
-    const config = loadServerConfig({ env: { DROVER_PORT: "0", DROVER_DATABASE_URL: `postgres://x@127.0.0.1:${port}/db`, DROVER_DATABASE_CONNECT_TIMEOUT_SECONDS: "1" } });
+    const config = loadServerConfig({
+      env: {
+        DROVER_PORT: "0",
+        DROVER_DATABASE_URL: `postgres://x@127.0.0.1:${port}/db`,
+        DROVER_DATABASE_CONNECT_TIMEOUT_SECONDS: "1",
+      },
+    });
     const started = Date.now();
     await assert.rejects(startServer(config, { logger: quiet }), (err: Error) => {
       assert.match(err.message, /^cannot open the database: .*timeout/i);

@@ -17,7 +17,13 @@ for (const backend of backends) {
     before(async () => {
       database = await createTestDatabase(backend);
       db = await openDatabase(database.location);
-      ctx = { db: db.kysely, dialect: db.dialect, events: localEventBus(), now: () => Date.now(), settings: { leaseTtlMs: 30_000, agentTtlMs: 60_000, heartbeatIntervalMs: 10_000 } };
+      ctx = {
+        db: db.kysely,
+        dialect: db.dialect,
+        events: localEventBus(),
+        now: () => Date.now(),
+        settings: { leaseTtlMs: 30_000, agentTtlMs: 60_000, heartbeatIntervalMs: 10_000 },
+      };
     });
     after(async () => {
       await db.close();
@@ -25,9 +31,27 @@ for (const backend of backends) {
     });
 
     async function workspace(pool: string, name: string) {
-      const ws = await store.createWorkspace(ctx, { name, pool, engine: "terraform", engineVersion: null, workingDirectory: "", autoApply: false });
-      const cv = await store.createConfigurationVersion(ctx, ws.id, archive, { maxCompressedBytes: 1e6, maxUnpackedBytes: 1e7, maxEntries: 100 });
-      return (planOnly = false) => store.createRun(ctx, { workspace: ws.id, configurationVersionId: cv.id, planOnly, isDestroy: false, message: "" });
+      const ws = await store.createWorkspace(ctx, {
+        name,
+        pool,
+        engine: "terraform",
+        engineVersion: null,
+        workingDirectory: "",
+        autoApply: false,
+      });
+      const cv = await store.createConfigurationVersion(ctx, ws.id, archive, {
+        maxCompressedBytes: 1e6,
+        maxUnpackedBytes: 1e7,
+        maxEntries: 100,
+      });
+      return (planOnly = false) =>
+        store.createRun(ctx, {
+          workspace: ws.id,
+          configurationVersionId: cv.id,
+          planOnly,
+          isDestroy: false,
+          message: "",
+        });
     }
 
     test("pending, running, awaiting confirmation and desired agents", async () => {
@@ -35,11 +59,30 @@ for (const backend of backends) {
       const other = await store.createPool(ctx, "other");
       const tok = await store.createPoolToken(ctx, pool.id, "t", "http://drover.test");
       const register = async (name: string, capacity: number) =>
-        (await store.registerAgent(ctx, { poolId: pool.id, poolTokenId: tok.id, name, version: "t", driver: "local", capacity })).agent;
+        (
+          await store.registerAgent(ctx, {
+            poolId: pool.id,
+            poolTokenId: tok.id,
+            name,
+            version: "t",
+            driver: "local",
+            capacity,
+          })
+        ).agent;
       const empty = await store.poolDemand(ctx, "busy");
       assert.deepEqual(
         { ...empty, pool: empty.pool.name },
-        { pool: "busy", pending: 0, queued: 0, claimed: 0, running: 0, awaitingConfirmation: 0, agents: { online: 0, idle: 0, busy: 0 }, jobsPerAgent: 1, desiredAgents: 0 },
+        {
+          pool: "busy",
+          pending: 0,
+          queued: 0,
+          claimed: 0,
+          running: 0,
+          awaitingConfirmation: 0,
+          agents: { online: 0, idle: 0, busy: 0 },
+          jobsPerAgent: 1,
+          desiredAgents: 0,
+        },
       );
 
       for (let i = 0; i < 4; i++) {
@@ -47,7 +90,9 @@ for (const backend of backends) {
         await run(i === 0);
         await run(); // queued behind the first: not demand
       }
-      await (await workspace(other.id, "elsewhere"))();
+      await (
+        await workspace(other.id, "elsewhere")
+      )();
 
       const a = await register("a", 2);
       const b = await register("b", 3);
@@ -58,8 +103,24 @@ for (const backend of backends) {
       await store.startJob(ctx, started, "starter");
       let d = await store.poolDemand(ctx, pool.id);
       assert.deepEqual(
-        { pending: d.pending, queued: d.queued, claimed: d.claimed, running: d.running, agents: d.agents, jobsPerAgent: d.jobsPerAgent, desired: d.desiredAgents },
-        { pending: 3, queued: 2, claimed: 1, running: 1, agents: { online: 2, idle: 1, busy: 1 }, jobsPerAgent: 3, desired: 2 },
+        {
+          pending: d.pending,
+          queued: d.queued,
+          claimed: d.claimed,
+          running: d.running,
+          agents: d.agents,
+          jobsPerAgent: d.jobsPerAgent,
+          desired: d.desiredAgents,
+        },
+        {
+          pending: 3,
+          queued: 2,
+          claimed: 1,
+          running: 1,
+          agents: { online: 2, idle: 1, busy: 1 },
+          jobsPerAgent: 3,
+          desired: 2,
+        },
       );
       assert.equal((await store.poolDemand(ctx, pool.id, 1)).desiredAgents, 4);
 
@@ -67,7 +128,11 @@ for (const backend of backends) {
       const planned = first.planOnly ? second : first;
       const job = await store.authenticateJobToken(ctx, planned.jobToken);
       if (job.status !== "running") await store.startJob(ctx, job, "starter");
-      await store.savePlanJson(ctx, job, Buffer.from(JSON.stringify({ resource_changes: [{ address: "x", change: { actions: ["create"] } }] })));
+      await store.savePlanJson(
+        ctx,
+        job,
+        Buffer.from(JSON.stringify({ resource_changes: [{ address: "x", change: { actions: ["create"] } }] })),
+      );
       await store.finishJob(ctx, job, "succeeded", null);
       d = await store.poolDemand(ctx, pool.id);
       assert.equal(d.awaitingConfirmation, 1);

@@ -33,7 +33,10 @@ async function finishedJob(server: TestServer) {
   const params = { id: job.jobId as string };
   assert.equal((await call(server, routes.startJob, job.jobToken, { params, body: { starter: "test" } })).status, 200);
   assert.equal((await call(server, routes.jobHeartbeat, job.jobToken, { params })).status, 200);
-  assert.equal((await call(server, routes.finishJob, job.jobToken, { params, body: { outcome: "succeeded" } })).status, 204);
+  assert.equal(
+    (await call(server, routes.finishJob, job.jobToken, { params, body: { outcome: "succeeded" } })).status,
+    204,
+  );
   return () => call(server, routes.jobHeartbeat, job.jobToken, { params });
 }
 
@@ -54,7 +57,16 @@ test("the default retention is a day: a finished job's token still tells a late 
 });
 
 test("DROVER_JOB_TOKEN_RETENTION_SECONDS refuses a negative or fractional value", () => {
-  assert.throws(() => loadServerConfig({ env: { DROVER_JOB_TOKEN_RETENTION_SECONDS: "-1" } }), /DROVER_JOB_TOKEN_RETENTION_SECONDS/);
-  assert.throws(() => loadServerConfig({ env: { DROVER_JOB_TOKEN_RETENTION_SECONDS: "1.5" } }), /DROVER_JOB_TOKEN_RETENTION_SECONDS/);
-  assert.equal(loadServerConfig({ env: { DROVER_JOB_TOKEN_RETENTION_SECONDS: "3600" } }).jobTokenRetentionMs, 3_600_000);
+  assert.throws(
+    () => loadServerConfig({ env: { DROVER_JOB_TOKEN_RETENTION_SECONDS: "-1" } }),
+    /DROVER_JOB_TOKEN_RETENTION_SECONDS/,
+  );
+  assert.throws(
+    () => loadServerConfig({ env: { DROVER_JOB_TOKEN_RETENTION_SECONDS: "1.5" } }),
+    /DROVER_JOB_TOKEN_RETENTION_SECONDS/,
+  );
+  assert.equal(
+    loadServerConfig({ env: { DROVER_JOB_TOKEN_RETENTION_SECONDS: "3600" } }).jobTokenRetentionMs,
+    3_600_000,
+  );
 });

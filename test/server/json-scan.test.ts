@@ -7,7 +7,10 @@ import { store } from "@drover/server";
 
 const keep = ["serial", "lineage"];
 
-function scan(text: string | Buffer, cuts: number[] = []): { ok: true; top: string; fields: Map<string, unknown> } | { ok: false; kind: string } {
+function scan(
+  text: string | Buffer,
+  cuts: number[] = [],
+): { ok: true; top: string; fields: Map<string, unknown> } | { ok: false; kind: string } {
   const bytes = Buffer.isBuffer(text) ? text : Buffer.from(text, "utf8");
   const scanner = new store.JsonScanner({ keep, maxKeptBytes: 64 });
   try {
@@ -45,7 +48,36 @@ const valid = [
   '{"x":[1,2,[3,{"y":"z"}]],"serial":12345678901234567890}',
   '{"é":"ü","lineage":"ä"}',
 ];
-const invalid = ["", " ", "{", "}", "{,}", '{"a"}', '{"a":}', '{"a":1,}', "[1,]", "01", "-", "1.", "1e", "+1", ".5", "tru", "nul", "[1 2]", '{"a":1 "b":2}', '"\\x"', '"\\u12g4"', '"a\nb"', "\uFEFF{}", "{} x", "{}{}", "'a'", "NaN", '{"a":1}}'];
+const invalid = [
+  "",
+  " ",
+  "{",
+  "}",
+  "{,}",
+  '{"a"}',
+  '{"a":}',
+  '{"a":1,}',
+  "[1,]",
+  "01",
+  "-",
+  "1.",
+  "1e",
+  "+1",
+  ".5",
+  "tru",
+  "nul",
+  "[1 2]",
+  '{"a":1 "b":2}',
+  '"\\x"',
+  '"\\u12g4"',
+  '"a\nb"',
+  "\uFEFF{}",
+  "{} x",
+  "{}{}",
+  "'a'",
+  "NaN",
+  '{"a":1}}',
+];
 
 test("accepts and rejects what JSON.parse does, and keeps the same top-level members, at every cut", () => {
   for (const text of [...valid, ...invalid]) {
@@ -61,7 +93,11 @@ test("accepts and rejects what JSON.parse does, and keeps the same top-level mem
       const got = scan(text, [cut]);
       assert.equal(got.ok, parses, `${JSON.stringify(text)} cut at ${cut}`);
       if (!got.ok || !parses) continue;
-      const kind = Array.isArray(expected) ? "array" : expected === null || typeof expected === "boolean" ? "literal" : typeof expected;
+      const kind = Array.isArray(expected)
+        ? "array"
+        : expected === null || typeof expected === "boolean"
+          ? "literal"
+          : typeof expected;
       assert.equal(got.top, kind, JSON.stringify(text));
       if (kind !== "object") continue;
       const object = expected as Record<string, unknown>;
@@ -76,9 +112,17 @@ test("accepts and rejects what JSON.parse does, and keeps the same top-level mem
 });
 
 test("cut into single bytes, a document of nested structures checks the same", () => {
-  const doc = JSON.stringify({ version: 4, serial: 42, lineage: "l-1", resources: Array.from({ length: 50 }, (_, i) => ({ i, s: `v${i}\u2603`, n: [i, -i / 3, null, true] })) });
+  const doc = JSON.stringify({
+    version: 4,
+    serial: 42,
+    lineage: "l-1",
+    resources: Array.from({ length: 50 }, (_, i) => ({ i, s: `v${i}\u2603`, n: [i, -i / 3, null, true] })),
+  });
   const bytes = Buffer.from(doc);
-  const got = scan(bytes, Array.from({ length: bytes.length - 1 }, (_, i) => i + 1));
+  const got = scan(
+    bytes,
+    Array.from({ length: bytes.length - 1 }, (_, i) => i + 1),
+  );
   assert.ok(got.ok);
   assert.equal(got.fields.get("serial"), 42);
   assert.equal(got.fields.get("lineage"), "l-1");
@@ -87,5 +131,8 @@ test("cut into single bytes, a document of nested structures checks the same", (
 test("a kept member over its size limit is refused as too long, not as a syntax error", () => {
   const got = scan(JSON.stringify({ lineage: "x".repeat(100) }));
   assert.deepEqual(got, { ok: false, kind: "too_long" });
-  assert.ok(scan(JSON.stringify({ other: "x".repeat(100), lineage: "short" })).ok, "members that are not kept have no limit");
+  assert.ok(
+    scan(JSON.stringify({ other: "x".repeat(100), lineage: "short" })).ok,
+    "members that are not kept have no limit",
+  );
 });

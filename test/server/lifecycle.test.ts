@@ -1,11 +1,28 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { DroverError, finishedJobStatuses, jobStatuses, jobTakenAway, jobTransitions, leasedJobStatuses, runStatuses, runTransitions, terminalRunStatuses, unfinishedJobStatuses } from "@drover/protocol";
+import {
+  DroverError,
+  finishedJobStatuses,
+  jobStatuses,
+  jobTakenAway,
+  jobTransitions,
+  leasedJobStatuses,
+  runStatuses,
+  runTransitions,
+  terminalRunStatuses,
+  unfinishedJobStatuses,
+} from "@drover/protocol";
 
 // The lifecycle table (packages/protocol/src/lifecycle.ts) is the one place statuses are related.
 
 test("terminal statuses are those without successors, and every status is reachable from the first", () => {
-  assert.deepEqual([...terminalRunStatuses].sort(), ["applied", "canceled", "discarded", "errored", "planned_and_finished"]);
+  assert.deepEqual([...terminalRunStatuses].sort(), [
+    "applied",
+    "canceled",
+    "discarded",
+    "errored",
+    "planned_and_finished",
+  ]);
   assert.deepEqual([...finishedJobStatuses].sort(), ["canceled", "errored", "failed", "succeeded"]);
   for (const [table, all, first] of [
     [runTransitions as Record<string, readonly string[]>, runStatuses as readonly string[], "pending"],
@@ -29,9 +46,15 @@ test("the job lists the store queries by, and the agent's reading of a refused j
   assert.deepEqual([...unfinishedJobStatuses].sort(), ["assigned", "queued", "running"]);
   for (const s of leasedJobStatuses) assert.ok(unfinishedJobStatuses.includes(s) && s !== "queued", s);
   assert.deepEqual(jobTakenAway(new DroverError("stale_attempt", "reassigned")), { why: "superseded" });
-  assert.deepEqual(jobTakenAway(new DroverError("job_finished", "over", { details: { status: "canceled" } })), { why: "finished", status: "canceled" });
+  assert.deepEqual(jobTakenAway(new DroverError("job_finished", "over", { details: { status: "canceled" } })), {
+    why: "finished",
+    status: "canceled",
+  });
   // A status that is not a finished one (or none) is not trusted as the job's end.
-  assert.deepEqual(jobTakenAway(new DroverError("job_finished", "over", { details: { status: "running" } })), { why: "finished", status: undefined });
+  assert.deepEqual(jobTakenAway(new DroverError("job_finished", "over", { details: { status: "running" } })), {
+    why: "finished",
+    status: undefined,
+  });
   assert.equal(jobTakenAway(new DroverError("server_unreachable", "away")), undefined);
   assert.equal(jobTakenAway(new Error("plain")), undefined);
 });

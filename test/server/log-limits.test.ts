@@ -25,8 +25,15 @@ after(() => server?.stop());
 
 async function startedJob() {
   const { runId } = await queueRun(server, "logs", `logs-ws${++n}`, archive);
-  const job = (await call(server, routes.pollJob, session, { query: { wait: 0 } })).body.job as { jobId: string; jobToken: string };
-  assert.equal((await call(server, routes.startJob, job.jobToken, { params: { id: job.jobId }, body: { starter: "test" } })).status, 200);
+  const job = (await call(server, routes.pollJob, session, { query: { wait: 0 } })).body.job as {
+    jobId: string;
+    jobToken: string;
+  };
+  assert.equal(
+    (await call(server, routes.startJob, job.jobToken, { params: { id: job.jobId }, body: { starter: "test" } }))
+      .status,
+    200,
+  );
   return { job, runId };
 }
 
@@ -36,10 +43,15 @@ const append = (job: { jobId: string; jobToken: string }, offset: number, body: 
 test("many concurrent appends with one job token: all but the few the server holds are refused 429 with Retry-After", async () => {
   const { job } = await startedJob();
   // The review's flood at small scale: each ahead of the log's end, so each would be held waiting.
-  const flood = await Promise.all(Array.from({ length: 40 }, () => append(job, 64 * kib, Buffer.alloc(256 * kib, "x"))));
+  const flood = await Promise.all(
+    Array.from({ length: 40 }, () => append(job, 64 * kib, Buffer.alloc(256 * kib, "x"))),
+  );
   const refused = flood.filter((r) => r.status === 429);
   const held = flood.filter((r) => r.status !== 429);
-  assert.ok(held.length <= 2, `at most two appends of the job were held (then log_gap): ${held.map((r) => r.status).join(",")}`);
+  assert.ok(
+    held.length <= 2,
+    `at most two appends of the job were held (then log_gap): ${held.map((r) => r.status).join(",")}`,
+  );
   for (const r of held) assert.equal(r.body.error, "log_gap");
   assert.equal(refused.length, 40 - held.length);
   for (const r of refused) {
@@ -57,7 +69,10 @@ test("a log over DROVER_MAX_JOB_LOG_MB ends with a notice; later appends are ack
   assert.equal((await append(job, 512 * kib, chunk("b"))).body.offset, mib, "exactly the limit is stored");
   assert.equal((await append(job, mib, chunk("c"))).body.offset, mib + 512 * kib, "acknowledged as the agent counts");
   assert.equal((await append(job, mib + 512 * kib, chunk("d"))).body.offset, 2 * mib);
-  const finished = await call(server, routes.finishJob, job.jobToken, { params: { id: job.jobId }, body: { outcome: "succeeded", planSummary: { add: 0, change: 0, destroy: 0, hasChanges: false } } });
+  const finished = await call(server, routes.finishJob, job.jobToken, {
+    params: { id: job.jobId },
+    body: { outcome: "succeeded", planSummary: { add: 0, change: 0, destroy: 0, hasChanges: false } },
+  });
   assert.equal(finished.status, 204, JSON.stringify(finished.body));
   const log = await readPhaseLog(server.url, server.adminToken, runId, "plan");
   assert.ok(log.startsWith("a".repeat(512 * kib) + "b".repeat(512 * kib)));

@@ -27,7 +27,10 @@ test("a long-poll whose client disconnects stops waiting; the next job goes to a
   const live = await registerAgent(server, "gone", "live");
   const url = new URL(`${routes.pollJob.path}?wait=25000`, server.url);
   assert.ok(url.pathname.startsWith(agentApi));
-  const req = request(url, { method: routes.pollJob.method, headers: { authorization: `Bearer ${departed.session}`, "content-length": "0" } });
+  const req = request(url, {
+    method: routes.pollJob.method,
+    headers: { authorization: `Bearer ${departed.session}`, "content-length": "0" },
+  });
   req.on("error", () => undefined);
   req.end();
   await eventually("the departed agent's poll to wait", async () => (waiting() === 1 ? true : undefined));

@@ -15,9 +15,13 @@ for (const backend of backends) {
   describe(`metrics cache: ${backend}`, () => {
     let ctx: StoreContext;
     let clock = 1_700_000_000_000;
-    useStoreDatabase(backend, () => clock, (_db, context) => {
-      ctx = context;
-    });
+    useStoreDatabase(
+      backend,
+      () => clock,
+      (_db, context) => {
+        ctx = context;
+      },
+    );
 
     test("scrapes in a row run the aggregate statements once per cache period", async () => {
       await store.createPool(ctx, "cached-pool");
@@ -54,7 +58,8 @@ describe("metrics: pool names", () => {
     await server?.stop();
     await named?.stop();
   });
-  const scrape = async (s: TestServer, token?: string) => (await client(s.url, token).call(routes.metrics, {})).toString("utf8");
+  const scrape = async (s: TestServer, token?: string) =>
+    (await client(s.url, token).call(routes.metrics, {})).toString("utf8");
 
   test("an anonymous scrape labels pools by id, never by name; a user token sees names", async () => {
     const anonymous = await scrape(server);

@@ -16,7 +16,9 @@ async function migratedTo(database: TestDatabase, last: string): Promise<Kysely<
   const db =
     location.kind === "sqlite"
       ? new Kysely<unknown>({ dialect: new SqliteDialect({ database: new BetterSqlite3(location.path) }) })
-      : new Kysely<unknown>({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: location.url, max: 1 }) }) });
+      : new Kysely<unknown>({
+          dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: location.url, max: 1 }) }),
+        });
   const { error } = await new Migrator({ db, provider: migrationProvider(location.kind) }).migrateTo(last);
   if (error) throw error;
   return db;
@@ -27,7 +29,11 @@ const partialStates: Array<{ name: string; steps: string[] }> = [
   { name: "after the old queue index was dropped", steps: ["drop index jobs_queue"] },
   {
     name: "after the run index was made",
-    steps: ["drop index jobs_queue", "create index jobs_queue on jobs (pool_id, status, queued_at, id)", "create index jobs_run on jobs (run_id, created_at, id)"],
+    steps: [
+      "drop index jobs_queue",
+      "create index jobs_queue on jobs (pool_id, status, queued_at, id)",
+      "create index jobs_run on jobs (run_id, created_at, id)",
+    ],
   },
 ];
 
@@ -43,9 +49,26 @@ for (const backend of backends) {
         try {
           const indexes =
             backend === "sqlite"
-              ? (await sql<{ name: string }>`select name from sqlite_master where type = 'index' and name in ('jobs_queue', 'jobs_run', 'jobs_agent', 'runs_workspace_status')`.execute(db.kysely)).rows
-              : (await sql<{ name: string }>`select indexname as name from pg_indexes where indexname in ('jobs_queue', 'jobs_run', 'jobs_agent', 'runs_workspace_status')`.execute(db.kysely)).rows;
-          assert.deepEqual(indexes.map((r) => r.name).sort(), ["jobs_agent", "jobs_queue", "jobs_run", "runs_workspace_status"]);
+              ? (
+                  await sql<{
+                    name: string;
+                  }>`select name from sqlite_master where type = 'index' and name in ('jobs_queue', 'jobs_run', 'jobs_agent', 'runs_workspace_status')`.execute(
+                    db.kysely,
+                  )
+                ).rows
+              : (
+                  await sql<{
+                    name: string;
+                  }>`select indexname as name from pg_indexes where indexname in ('jobs_queue', 'jobs_run', 'jobs_agent', 'runs_workspace_status')`.execute(
+                    db.kysely,
+                  )
+                ).rows;
+          assert.deepEqual(indexes.map((r) => r.name).sort(), [
+            "jobs_agent",
+            "jobs_queue",
+            "jobs_run",
+            "runs_workspace_status",
+          ]);
         } finally {
           await db.close();
         }
@@ -75,13 +98,17 @@ test("postgres: a migration that waits longer than the statement deadline still 
     await watcher.connect();
     try {
       // Released only once the migration has waited past the deadlines (server-side clock).
-      await until("the migration to wait past the statement deadline", async () => {
-        const r = await watcher.query<{ waited: number }>(
-          "select extract(epoch from clock_timestamp() - query_start) * 1000 as waited from pg_stat_activity where wait_event_type = 'Lock' and pid <> pg_backend_pid() and query ilike '%index%'",
-        );
-        // Past the client's own deadline too (the statement deadline + 5 s), which no SET can lift.
-        return r.rows.some((row) => Number(row.waited) > deadlineMs + 5_500);
-      }, 30_000);
+      await until(
+        "the migration to wait past the statement deadline",
+        async () => {
+          const r = await watcher.query<{ waited: number }>(
+            "select extract(epoch from clock_timestamp() - query_start) * 1000 as waited from pg_stat_activity where wait_event_type = 'Lock' and pid <> pg_backend_pid() and query ilike '%index%'",
+          );
+          // Past the client's own deadline too (the statement deadline + 5 s), which no SET can lift.
+          return r.rows.some((row) => Number(row.waited) > deadlineMs + 5_500);
+        },
+        30_000,
+      );
     } finally {
       await holder.query("commit");
       await holder.end();

@@ -14,11 +14,15 @@ let database: TestDatabase;
 const servers: Proc[] = [];
 const urls: string[] = [];
 
-
 before(async () => {
   database = await createTestDatabase("postgres");
   for (let i = 0; i < 2; i++) {
-    const proc = spawnDrover(["server", "--port", "0", "--database-url", database.url], { ...process.env, DROVER_ADMIN_TOKEN: admin, DROVER_LOG_LEVEL: "warn", DROVER_LEASE_TTL_SECONDS: "600" });
+    const proc = spawnDrover(["server", "--port", "0", "--database-url", database.url], {
+      ...process.env,
+      DROVER_ADMIN_TOKEN: admin,
+      DROVER_LOG_LEVEL: "warn",
+      DROVER_LEASE_TTL_SECONDS: "600",
+    });
     servers.push(proc);
     urls.push((await proc.waitFor(/listening on (http:\/\/\S+)/))[1]!);
   }
@@ -36,7 +40,9 @@ test("two servers, 200 jobs, 20 competing pollers: every job handed out exactly 
     Array.from({ length: 20 }, async (_, i) => {
       const url = i % 2 === 0 ? a : b;
       const { token } = await callOk(url, routes.createPoolToken, admin, { params: { pool: "shared" }, body: {} });
-      const reg = await callOk(url, routes.register, token, { body: { name: `poller-${i}`, version: "t", driver: "local", capacity: 100 } });
+      const reg = await callOk(url, routes.register, token, {
+        body: { name: `poller-${i}`, version: "t", driver: "local", capacity: 100 },
+      });
       return { url, session: reg.sessionToken as string };
     }),
   );

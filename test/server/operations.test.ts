@@ -58,21 +58,37 @@ test("long-poll: a job queued while an agent waits is handed over at once, and l
 
   const job = claimed.body.job;
   await call(server, routes.startJob, job.jobToken, { params: { id: job.jobId }, body: { starter: "test" } });
-  const logs = (query: { phase: "plan" | "apply"; offset: number }) => routeCall(server.url, routes.runLogs, { token: server.adminToken, params: { id: runId }, query: { phase: query.phase, offset: query.offset, wait: 20000 } });
+  const logs = (query: { phase: "plan" | "apply"; offset: number }) =>
+    routeCall(server.url, routes.runLogs, {
+      token: server.adminToken,
+      params: { id: runId },
+      query: { phase: query.phase, offset: query.offset, wait: 20000 },
+    });
   const follow = logs({ phase: "plan", offset: 0 });
   await new Promise((r) => setTimeout(r, 200));
-  await call(server, routes.appendLog, job.jobToken, { params: { id: job.jobId }, query: { offset: 0 }, body: Buffer.from("Initializing...\n") });
+  await call(server, routes.appendLog, job.jobToken, {
+    params: { id: job.jobId },
+    query: { offset: 0 },
+    body: Buffer.from("Initializing...\n"),
+  });
   const res = await follow;
   assert.equal(res.body, "Initializing...\n");
   assert.equal(res.headers.get("x-drover-log-offset"), "16");
   assert.equal(res.headers.get("x-drover-log-complete"), "false");
 
-  await call(server, routes.finishJob, job.jobToken, { params: { id: job.jobId }, body: { outcome: "failed", message: "boom" } });
+  await call(server, routes.finishJob, job.jobToken, {
+    params: { id: job.jobId },
+    body: { outcome: "failed", message: "boom" },
+  });
   const end = await logs({ phase: "plan", offset: 16 });
   assert.equal(end.body, undefined, "no more bytes");
   assert.equal(end.headers.get("x-drover-log-complete"), "true", "a finished job's log says it is complete");
   const apply = await logs({ phase: "apply", offset: 0 });
-  assert.equal(apply.headers.get("x-drover-log-complete"), "true", "a phase that never ran is complete once the run ended");
+  assert.equal(
+    apply.headers.get("x-drover-log-complete"),
+    "true",
+    "a phase that never ran is complete once the run ended",
+  );
   const run = await server.api(routes.getRun, { params: { id: runId } });
   assert.equal(run.body.status, "errored");
   assert.equal(run.body.errorMessage, "boom");

@@ -33,7 +33,11 @@ async function startedJob(runId?: string) {
   const job = polled.body.job;
   assert.ok(job, "a job was queued");
   assert.equal(job.runId, queued);
-  assert.equal((await call(server, routes.startJob, job.jobToken, { params: { id: job.jobId }, body: { starter: "test" } })).status, 200);
+  assert.equal(
+    (await call(server, routes.startJob, job.jobToken, { params: { id: job.jobId }, body: { starter: "test" } }))
+      .status,
+    200,
+  );
   return { job: job as { jobId: string; jobToken: string; phase: string }, runId: queued };
 }
 
@@ -55,7 +59,14 @@ interface Answer {
  */
 function sendPartly(path: string, token: string, length: number, pieces: Iterable<Buffer>): Promise<Answer> {
   return new Promise((resolve, reject) => {
-    const req = request(server.url + path, { method: "PUT", headers: { authorization: `Bearer ${token}`, "content-type": "application/json", "content-length": String(length) } });
+    const req = request(server.url + path, {
+      method: "PUT",
+      headers: {
+        authorization: `Bearer ${token}`,
+        "content-type": "application/json",
+        "content-length": String(length),
+      },
+    });
     req.on("response", (res) => {
       const parts: Buffer[] = [];
       res.on("data", (d: Buffer) => parts.push(d));
@@ -72,7 +83,8 @@ function sendPartly(path: string, token: string, length: number, pieces: Iterabl
 }
 
 const planJsonPath = (jobId: string) => routePath(routes.uploadPlanJson, { id: jobId });
-const storedPlanJson = (runId: string) => routeCall(server.url, routes.runPlan, { token: server.adminToken, params: { id: runId }, query: { wait: 0 } });
+const storedPlanJson = (runId: string) =>
+  routeCall(server.url, routes.runPlan, { token: server.adminToken, params: { id: runId }, query: { wait: 0 } });
 
 test("a large plan JSON is parsed off the event loop: /healthz answers before the upload does", async () => {
   const { job, runId } = await startedJob();
@@ -100,7 +112,10 @@ test("a large plan JSON is parsed off the event loop: /healthz answers before th
   // This process is the server: its event loop was never held for a large part of the upload
   // (parsing and serialising it on the loop held it for most of it).
   const longestStallMs = delay.max / 1e6;
-  assert.ok(longestStallMs < uploadMs / 4, `the event loop stalled ${longestStallMs.toFixed(0)} ms of an upload of ${uploadMs.toFixed(0)} ms`);
+  assert.ok(
+    longestStallMs < uploadMs / 4,
+    `the event loop stalled ${longestStallMs.toFixed(0)} ms of an upload of ${uploadMs.toFixed(0)} ms`,
+  );
   const stored = await storedPlanJson(runId);
   assert.equal(stored.status, 200);
   assert.equal(stored.body.format_version, "1.2");
@@ -112,7 +127,10 @@ test("an over-limit plan JSON gets 413 with the limit, declared or streamed, and
   assert.equal(declared.status, 413);
   assert.equal(declared.body.error, "payload_too_large");
   assert.match(declared.body.message, new RegExp(`the limit is ${limitMb * mb} bytes`));
-  const streamed = await call(server, routes.uploadPlanJson, job.jobToken, { params: { id: job.jobId }, body: bigPlanJson(limitMb + 1) });
+  const streamed = await call(server, routes.uploadPlanJson, job.jobToken, {
+    params: { id: job.jobId },
+    body: bigPlanJson(limitMb + 1),
+  });
   assert.equal(streamed.status, 413);
   assert.equal(streamed.body.error, "payload_too_large");
   assert.equal((await storedPlanJson(runId)).status, 404, "no plan JSON was stored");
@@ -120,9 +138,17 @@ test("an over-limit plan JSON gets 413 with the limit, declared or streamed, and
 
 test("an apply job's upload after the plan job stored the plan JSON is refused before its body is read", async () => {
   const { job: plan, runId } = await startedJob();
-  const planJson = Buffer.from(JSON.stringify({ format_version: "1.2", resource_changes: [{ address: "a.b", change: { actions: ["create"] } }] }));
-  assert.equal((await call(server, routes.uploadPlanJson, plan.jobToken, { params: { id: plan.jobId }, body: planJson })).status, 200);
-  const finished = await call(server, routes.finishJob, plan.jobToken, { params: { id: plan.jobId }, body: { outcome: "succeeded", planSummary: { add: 1, change: 0, destroy: 0, hasChanges: true } } });
+  const planJson = Buffer.from(
+    JSON.stringify({ format_version: "1.2", resource_changes: [{ address: "a.b", change: { actions: ["create"] } }] }),
+  );
+  assert.equal(
+    (await call(server, routes.uploadPlanJson, plan.jobToken, { params: { id: plan.jobId }, body: planJson })).status,
+    200,
+  );
+  const finished = await call(server, routes.finishJob, plan.jobToken, {
+    params: { id: plan.jobId },
+    body: { outcome: "succeeded", planSummary: { add: 1, change: 0, destroy: 0, hasChanges: true } },
+  });
   assert.equal(finished.status, 204, JSON.stringify(finished.body));
   assert.equal((await server.api(routes.confirmRun, { params: { id: runId } })).status, 200);
   const { job: apply } = await startedJob(runId);
@@ -132,22 +158,38 @@ test("an apply job's upload after the plan job stored the plan JSON is refused b
   assert.equal(unsent.status, 403);
   assert.match(unsent.body.message, /stored by its plan job/);
   // A whole body that is not JSON: refused as forbidden, not as invalid JSON (it was never parsed).
-  const whole = await call(server, routes.uploadPlanJson, apply.jobToken, { params: { id: apply.jobId }, body: Buffer.alloc(2 * mb, "x") });
+  const whole = await call(server, routes.uploadPlanJson, apply.jobToken, {
+    params: { id: apply.jobId },
+    body: Buffer.alloc(2 * mb, "x"),
+  });
   assert.equal(whole.status, 403, JSON.stringify(whole.body));
-  assert.deepEqual((await storedPlanJson(runId)).body, JSON.parse(planJson.toString("utf8")), "the plan job's JSON stands");
+  assert.deepEqual(
+    (await storedPlanJson(runId)).body,
+    JSON.parse(planJson.toString("utf8")),
+    "the plan job's JSON stands",
+  );
 });
 
 test("an apply job that renders the plan JSON itself may resend the same one (a lost answer)", async () => {
   const { job: plan, runId } = await startedJob();
-  const finished = await call(server, routes.finishJob, plan.jobToken, { params: { id: plan.jobId }, body: { outcome: "succeeded", planSummary: { add: 1, change: 0, destroy: 0, hasChanges: true } } });
+  const finished = await call(server, routes.finishJob, plan.jobToken, {
+    params: { id: plan.jobId },
+    body: { outcome: "succeeded", planSummary: { add: 1, change: 0, destroy: 0, hasChanges: true } },
+  });
   assert.equal(finished.status, 204, JSON.stringify(finished.body));
   assert.equal((await server.api(routes.confirmRun, { params: { id: runId } })).status, 200);
   const { job: apply } = await startedJob(runId);
   const planJson = Buffer.from(JSON.stringify({ format_version: "1.2", resource_changes: [] }));
   for (let i = 0; i < 2; i++) {
-    const answer = await call(server, routes.uploadPlanJson, apply.jobToken, { params: { id: apply.jobId }, body: planJson });
+    const answer = await call(server, routes.uploadPlanJson, apply.jobToken, {
+      params: { id: apply.jobId },
+      body: planJson,
+    });
     assert.equal(answer.status, 200, JSON.stringify(answer.body));
   }
-  const other = await call(server, routes.uploadPlanJson, apply.jobToken, { params: { id: apply.jobId }, body: Buffer.from('{"resource_changes":[],"other":1}') });
+  const other = await call(server, routes.uploadPlanJson, apply.jobToken, {
+    params: { id: apply.jobId },
+    body: Buffer.from('{"resource_changes":[],"other":1}'),
+  });
   assert.equal(other.status, 400, "a different JSON is still refused once one is stored");
 });

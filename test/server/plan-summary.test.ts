@@ -21,7 +21,10 @@ test("a plan that only moves a resource (terraform's own JSON) has changes; a pl
   writeFileSync(join(dir, "main.tf"), `resource "terraform_data" "a" { input = "x" }\n`);
   await tf("init", "-input=false");
   await tf("apply", "-auto-approve", "-input=false");
-  writeFileSync(join(dir, "main.tf"), `resource "terraform_data" "b" { input = "x" }\nmoved {\n  from = terraform_data.a\n  to   = terraform_data.b\n}\n`);
+  writeFileSync(
+    join(dir, "main.tf"),
+    `resource "terraform_data" "b" { input = "x" }\nmoved {\n  from = terraform_data.a\n  to   = terraform_data.b\n}\n`,
+  );
   await tf("plan", "-input=false", "-out=moved.plan");
   const moved = JSON.parse(await tf("show", "-json", "moved.plan")) as Record<string, unknown>;
   assert.deepEqual(summarizePlan(moved), { add: 0, change: 0, destroy: 0, hasChanges: true });
@@ -38,7 +41,9 @@ test("a plan that only moves a resource (terraform's own JSON) has changes; a pl
 });
 
 test("without `applyable`, imports and forgets count as changes; a no-op in place does not; a create counts whatever `applyable` says", () => {
-  const rc = (change: Record<string, unknown>, extra: Record<string, unknown> = {}) => ({ resource_changes: [{ address: "x.y", change, ...extra }] });
+  const rc = (change: Record<string, unknown>, extra: Record<string, unknown> = {}) => ({
+    resource_changes: [{ address: "x.y", change, ...extra }],
+  });
   assert.equal(summarizePlan(rc({ actions: ["no-op"], importing: { id: "i-1" } })).hasChanges, true);
   assert.equal(summarizePlan(rc({ actions: ["forget"] })).hasChanges, true);
   assert.equal(summarizePlan(rc({ actions: ["no-op"] }, { previous_address: "x.y" })).hasChanges, false);

@@ -1,7 +1,18 @@
 import assert from "node:assert/strict";
 import { createServer, type Server } from "node:http";
 import { after, before, test } from "node:test";
-import { authErrors, commonErrors, DroverClient, DroverError, routes, type AuthKind, type ErrorCode, type JobAssignment, type Route, type RouteName } from "@drover/protocol";
+import {
+  authErrors,
+  commonErrors,
+  DroverClient,
+  DroverError,
+  routes,
+  type AuthKind,
+  type ErrorCode,
+  type JobAssignment,
+  type Route,
+  type RouteName,
+} from "@drover/protocol";
 import { rawTarGz } from "../support/archives.js";
 import { startTestServer, type TestServer } from "../support/server.js";
 
@@ -47,7 +58,10 @@ const as = (token: string | undefined) => new DroverClient({ baseUrl: server.url
 /** A registered agent of pool "errs": its pool token (and id) and session token. */
 async function agent(name = unique("agent")) {
   const tok = await admin.call(routes.createPoolToken, { params: { pool: "errs" }, body: { description: name } });
-  const reg = await admin.call(routes.register, { token: tok.token, body: { name, version: "test", driver: "local", capacity: 5 } });
+  const reg = await admin.call(routes.register, {
+    token: tok.token,
+    body: { name, version: "test", driver: "local", capacity: 5 },
+  });
   return { poolToken: tok.token, poolTokenId: tok.id, session: reg.sessionToken, name };
 }
 
@@ -80,11 +94,16 @@ async function workspaceWithUpload(): Promise<string> {
 
 /** What a lease expiry and a new claim do to a job (a new attempt, a new token), without waiting for them. */
 async function supersede(job: JobAssignment): Promise<void> {
-  await server.store.db.updateTable("jobs").set({ attempt: job.attempt + 1, token_hash: "superseded" }).where("id", "=", job.jobId).execute();
+  await server.store.db
+    .updateTable("jobs")
+    .set({ attempt: job.attempt + 1, token_hash: "superseded" })
+    .where("id", "=", job.jobId)
+    .execute();
 }
 
 const lockInfo = (id: string) => Buffer.from(JSON.stringify({ ID: id, Operation: "OperationTypeApply", Who: "test" }));
-const stateBody = (lineage: string, serial: number) => Buffer.from(JSON.stringify({ version: 4, lineage, serial, resources: [], outputs: {} }));
+const stateBody = (lineage: string, serial: number) =>
+  Buffer.from(JSON.stringify({ version: 4, lineage, serial, resources: [], outputs: {} }));
 
 interface Case {
   route: RouteName;
@@ -95,54 +114,144 @@ interface Case {
 }
 
 const routeCases: Case[] = [
-  { route: "createPool", code: "bad_request", run: () => admin.call(routes.createPool, { body: { name: "bad name!" } }) },
+  {
+    route: "createPool",
+    code: "bad_request",
+    run: () => admin.call(routes.createPool, { body: { name: "bad name!" } }),
+  },
   { route: "createPool", code: "already_exists", run: () => admin.call(routes.createPool, { body: { name: "errs" } }) },
   { route: "getPool", code: "not_found", run: () => admin.call(routes.getPool, { params: { pool: "nope" } }) },
   { route: "poolDemand", code: "not_found", run: () => admin.call(routes.poolDemand, { params: { pool: "nope" } }) },
-  { route: "createPoolToken", code: "not_found", run: () => admin.call(routes.createPoolToken, { params: { pool: "nope" }, body: {} }) },
-  { route: "listPoolTokens", code: "not_found", run: () => admin.call(routes.listPoolTokens, { params: { pool: "nope" } }) },
-  { route: "revokePoolToken", code: "not_found", run: () => admin.call(routes.revokePoolToken, { params: { id: "ptok-nope" } }) },
-  { route: "revokeUserToken", code: "not_found", run: () => admin.call(routes.revokeUserToken, { params: { id: "utok-nope" } }) },
+  {
+    route: "createPoolToken",
+    code: "not_found",
+    run: () => admin.call(routes.createPoolToken, { params: { pool: "nope" }, body: {} }),
+  },
+  {
+    route: "listPoolTokens",
+    code: "not_found",
+    run: () => admin.call(routes.listPoolTokens, { params: { pool: "nope" } }),
+  },
+  {
+    route: "revokePoolToken",
+    code: "not_found",
+    run: () => admin.call(routes.revokePoolToken, { params: { id: "ptok-nope" } }),
+  },
+  {
+    route: "revokeUserToken",
+    code: "not_found",
+    run: () => admin.call(routes.revokeUserToken, { params: { id: "utok-nope" } }),
+  },
   {
     route: "revokeUserToken",
     code: "conflict",
     run: async () => {
       // Revoking every other token first leaves the admin token the last valid one.
       const { items } = await admin.call(routes.listUserTokens, {});
-      for (const t of items.filter((t) => !t.bootstrap && t.revokedAt === null)) await admin.call(routes.revokeUserToken, { params: { id: t.id } });
+      for (const t of items.filter((t) => !t.bootstrap && t.revokedAt === null))
+        await admin.call(routes.revokeUserToken, { params: { id: t.id } });
       const mine = items.find((t) => t.bootstrap);
       assert.ok(mine);
       return admin.call(routes.revokeUserToken, { params: { id: mine.id } });
     },
   },
   { route: "listAgents", code: "not_found", run: () => admin.call(routes.listAgents, { query: { pool: "nope" } }) },
-  { route: "createWorkspace", code: "not_found", run: () => admin.call(routes.createWorkspace, { body: { name: unique("ws"), pool: "nope" } }) },
+  {
+    route: "createWorkspace",
+    code: "not_found",
+    run: () => admin.call(routes.createWorkspace, { body: { name: unique("ws"), pool: "nope" } }),
+  },
   {
     route: "createWorkspace",
     code: "already_exists",
     run: async () => admin.call(routes.createWorkspace, { body: { name: await workspaceWithUpload(), pool: "errs" } }),
   },
   { route: "getWorkspace", code: "not_found", run: () => admin.call(routes.getWorkspace, { params: { ws: "nope" } }) },
-  { route: "updateWorkspace", code: "not_found", run: () => admin.call(routes.updateWorkspace, { params: { ws: "nope" }, body: { autoApply: true } }) },
-  { route: "deleteWorkspace", code: "not_found", run: () => admin.call(routes.deleteWorkspace, { params: { ws: "nope" } }) },
-  { route: "deleteWorkspace", code: "conflict", run: async () => admin.call(routes.deleteWorkspace, { params: { ws: (await startedJob()).ws } }) },
-  { route: "listVariables", code: "not_found", run: () => admin.call(routes.listVariables, { params: { ws: "nope" } }) },
-  { route: "setVariable", code: "not_found", run: () => admin.call(routes.setVariable, { params: { ws: "nope", key: "k" }, body: { value: "v" } }) },
-  { route: "deleteVariable", code: "not_found", run: async () => admin.call(routes.deleteVariable, { params: { ws: await workspaceWithUpload(), key: "missing" } }) },
-  { route: "uploadConfiguration", code: "not_found", run: () => admin.call(routes.uploadConfiguration, { params: { ws: "nope" }, body: archive }) },
-  { route: "uploadConfiguration", code: "invalid_archive", run: async () => admin.call(routes.uploadConfiguration, { params: { ws: await workspaceWithUpload() }, body: Buffer.from("not a tar.gz") }) },
+  {
+    route: "updateWorkspace",
+    code: "not_found",
+    run: () => admin.call(routes.updateWorkspace, { params: { ws: "nope" }, body: { autoApply: true } }),
+  },
+  {
+    route: "deleteWorkspace",
+    code: "not_found",
+    run: () => admin.call(routes.deleteWorkspace, { params: { ws: "nope" } }),
+  },
+  {
+    route: "deleteWorkspace",
+    code: "conflict",
+    run: async () => admin.call(routes.deleteWorkspace, { params: { ws: (await startedJob()).ws } }),
+  },
+  {
+    route: "listVariables",
+    code: "not_found",
+    run: () => admin.call(routes.listVariables, { params: { ws: "nope" } }),
+  },
+  {
+    route: "setVariable",
+    code: "not_found",
+    run: () => admin.call(routes.setVariable, { params: { ws: "nope", key: "k" }, body: { value: "v" } }),
+  },
+  {
+    route: "deleteVariable",
+    code: "not_found",
+    run: async () => admin.call(routes.deleteVariable, { params: { ws: await workspaceWithUpload(), key: "missing" } }),
+  },
+  {
+    route: "uploadConfiguration",
+    code: "not_found",
+    run: () => admin.call(routes.uploadConfiguration, { params: { ws: "nope" }, body: archive }),
+  },
+  {
+    route: "uploadConfiguration",
+    code: "invalid_archive",
+    run: async () =>
+      admin.call(routes.uploadConfiguration, {
+        params: { ws: await workspaceWithUpload() },
+        body: Buffer.from("not a tar.gz"),
+      }),
+  },
   {
     route: "uploadConfiguration",
     code: "payload_too_large",
-    run: async () => admin.call(routes.uploadConfiguration, { params: { ws: await workspaceWithUpload() }, body: Buffer.alloc(1024 * 1024 + 10) }),
+    run: async () =>
+      admin.call(routes.uploadConfiguration, {
+        params: { ws: await workspaceWithUpload() },
+        body: Buffer.alloc(1024 * 1024 + 10),
+      }),
   },
-  { route: "listConfigurationVersions", code: "not_found", run: () => admin.call(routes.listConfigurationVersions, { params: { ws: "nope" } }) },
-  { route: "workspaceOutputs", code: "not_found", run: () => admin.call(routes.workspaceOutputs, { params: { ws: "nope" } }) },
-  { route: "listStateVersions", code: "not_found", run: () => admin.call(routes.listStateVersions, { params: { ws: "nope" } }) },
-  { route: "downloadStateVersion", code: "not_found", run: () => admin.call(routes.downloadStateVersion, { params: { id: "sv-nope" } }) },
+  {
+    route: "listConfigurationVersions",
+    code: "not_found",
+    run: () => admin.call(routes.listConfigurationVersions, { params: { ws: "nope" } }),
+  },
+  {
+    route: "workspaceOutputs",
+    code: "not_found",
+    run: () => admin.call(routes.workspaceOutputs, { params: { ws: "nope" } }),
+  },
+  {
+    route: "listStateVersions",
+    code: "not_found",
+    run: () => admin.call(routes.listStateVersions, { params: { ws: "nope" } }),
+  },
+  {
+    route: "downloadStateVersion",
+    code: "not_found",
+    run: () => admin.call(routes.downloadStateVersion, { params: { id: "sv-nope" } }),
+  },
   { route: "readState", code: "not_found", run: () => admin.call(routes.readState, { params: { ws: "nope" } }) },
-  { route: "writeState", code: "not_found", run: () => admin.call(routes.writeState, { params: { ws: "nope" }, body: stateBody("l", 1) }) },
-  { route: "writeState", code: "invalid_json", run: async () => admin.call(routes.writeState, { params: { ws: await workspaceWithUpload() }, body: Buffer.from("{not json") }) },
+  {
+    route: "writeState",
+    code: "not_found",
+    run: () => admin.call(routes.writeState, { params: { ws: "nope" }, body: stateBody("l", 1) }),
+  },
+  {
+    route: "writeState",
+    code: "invalid_json",
+    run: async () =>
+      admin.call(routes.writeState, { params: { ws: await workspaceWithUpload() }, body: Buffer.from("{not json") }),
+  },
   {
     route: "writeState",
     code: "conflict",
@@ -171,21 +280,37 @@ const routeCases: Case[] = [
       return admin.call(routes.deleteState, { params: { ws }, query: { ID: "other" } });
     },
   },
-  { route: "lockState", code: "not_found", run: () => admin.call(routes.lockState, { params: { ws: "nope" }, body: lockInfo("a") }) },
-  { route: "lockState", code: "invalid_json", run: async () => admin.call(routes.lockState, { params: { ws: await workspaceWithUpload() }, body: Buffer.from("{") }) },
+  {
+    route: "lockState",
+    code: "not_found",
+    run: () => admin.call(routes.lockState, { params: { ws: "nope" }, body: lockInfo("a") }),
+  },
+  {
+    route: "lockState",
+    code: "invalid_json",
+    run: async () =>
+      admin.call(routes.lockState, { params: { ws: await workspaceWithUpload() }, body: Buffer.from("{") }),
+  },
   {
     route: "lockState",
     code: "state_locked",
     run: async () => {
       const ws = await workspaceWithUpload();
       await admin.call(routes.lockState, { params: { ws }, body: lockInfo("first") });
-      const err = await expectCode("state_locked", admin.call(routes.lockState, { params: { ws }, body: lockInfo("second") }));
+      const err = await expectCode(
+        "state_locked",
+        admin.call(routes.lockState, { params: { ws }, body: lockInfo("second") }),
+      );
       // terraform's 423 carries the holder's LockInfo, which the client keeps.
       assert.equal(err.details?.ID, "first");
       throw err;
     },
   },
-  { route: "unlockState", code: "not_found", run: () => admin.call(routes.unlockState, { params: { ws: "nope" }, body: lockInfo("a") }) },
+  {
+    route: "unlockState",
+    code: "not_found",
+    run: () => admin.call(routes.unlockState, { params: { ws: "nope" }, body: lockInfo("a") }),
+  },
   {
     route: "unlockState",
     code: "invalid_json",
@@ -204,15 +329,31 @@ const routeCases: Case[] = [
       return admin.call(routes.unlockState, { params: { ws }, body: lockInfo("other") });
     },
   },
-  { route: "createRun", code: "not_found", run: () => admin.call(routes.createRun, { body: { workspace: "nope", configurationVersionId: "cv-nope" } }) },
+  {
+    route: "createRun",
+    code: "not_found",
+    run: () => admin.call(routes.createRun, { body: { workspace: "nope", configurationVersionId: "cv-nope" } }),
+  },
   { route: "listRuns", code: "not_found", run: () => admin.call(routes.listRuns, { query: { workspace: "nope" } }) },
   { route: "getRun", code: "not_found", run: () => admin.call(routes.getRun, { params: { id: "run-nope" } }) },
   { route: "confirmRun", code: "not_found", run: () => admin.call(routes.confirmRun, { params: { id: "run-nope" } }) },
-  { route: "confirmRun", code: "invalid_transition", run: async () => admin.call(routes.confirmRun, { params: { id: await endedRun() } }) },
+  {
+    route: "confirmRun",
+    code: "invalid_transition",
+    run: async () => admin.call(routes.confirmRun, { params: { id: await endedRun() } }),
+  },
   { route: "discardRun", code: "not_found", run: () => admin.call(routes.discardRun, { params: { id: "run-nope" } }) },
-  { route: "discardRun", code: "invalid_transition", run: async () => admin.call(routes.discardRun, { params: { id: await endedRun() } }) },
+  {
+    route: "discardRun",
+    code: "invalid_transition",
+    run: async () => admin.call(routes.discardRun, { params: { id: await endedRun() } }),
+  },
   { route: "cancelRun", code: "not_found", run: () => admin.call(routes.cancelRun, { params: { id: "run-nope" } }) },
-  { route: "cancelRun", code: "invalid_transition", run: async () => admin.call(routes.cancelRun, { params: { id: await endedRun() } }) },
+  {
+    route: "cancelRun",
+    code: "invalid_transition",
+    run: async () => admin.call(routes.cancelRun, { params: { id: await endedRun() } }),
+  },
   { route: "runPlan", code: "not_found", run: () => admin.call(routes.runPlan, { params: { id: "run-nope" } }) },
   {
     route: "runPlan",
@@ -220,7 +361,10 @@ const routeCases: Case[] = [
     run: async () => {
       // A confirmed run with changes whose plan job left the JSON out: its apply job would bring it.
       const { runId, job, client } = await startedJob();
-      await client.call(routes.finishJob, { params: { id: job.jobId }, body: { outcome: "succeeded", message: null, planSummary: { add: 1, change: 0, destroy: 0, hasChanges: true } } });
+      await client.call(routes.finishJob, {
+        params: { id: job.jobId },
+        body: { outcome: "succeeded", message: null, planSummary: { add: 1, change: 0, destroy: 0, hasChanges: true } },
+      });
       await admin.call(routes.confirmRun, { params: { id: runId } });
       const raw = await server.api(routes.runPlan, { params: { id: runId }, query: { wait: 0 } });
       assert.equal(raw.status, 409);
@@ -242,7 +386,11 @@ const routeCases: Case[] = [
     code: "log_gap",
     run: async () => {
       const { job, client } = await startedJob();
-      return client.call(routes.appendLog, { params: { id: job.jobId }, query: { offset: 10 }, body: Buffer.from("x") });
+      return client.call(routes.appendLog, {
+        params: { id: job.jobId },
+        query: { offset: 10 },
+        body: Buffer.from("x"),
+      });
     },
   },
   {
@@ -250,8 +398,16 @@ const routeCases: Case[] = [
     code: "log_conflict",
     run: async () => {
       const { job, client } = await startedJob();
-      await client.call(routes.appendLog, { params: { id: job.jobId }, query: { offset: 0 }, body: Buffer.from("first\n") });
-      return client.call(routes.appendLog, { params: { id: job.jobId }, query: { offset: 0 }, body: Buffer.from("other\n") });
+      await client.call(routes.appendLog, {
+        params: { id: job.jobId },
+        query: { offset: 0 },
+        body: Buffer.from("first\n"),
+      });
+      return client.call(routes.appendLog, {
+        params: { id: job.jobId },
+        query: { offset: 0 },
+        body: Buffer.from("other\n"),
+      });
     },
   },
   {
@@ -259,16 +415,31 @@ const routeCases: Case[] = [
     code: "payload_too_large",
     run: async () => {
       const { job, client } = await startedJob();
-      return client.call(routes.appendLog, { params: { id: job.jobId }, query: { offset: 0 }, body: Buffer.alloc(2 * 1024 * 1024) });
+      return client.call(routes.appendLog, {
+        params: { id: job.jobId },
+        query: { offset: 0 },
+        body: Buffer.alloc(2 * 1024 * 1024),
+      });
     },
   },
-  { route: "metrics", code: "unauthorized", run: () => new DroverClient({ baseUrl: server.url, token: "drv_u_nobody.0123456789abcdefghij0123456789ab" }).call(routes.metrics, {}) },
+  {
+    route: "metrics",
+    code: "unauthorized",
+    run: () =>
+      new DroverClient({ baseUrl: server.url, token: "drv_u_nobody.0123456789abcdefghij0123456789ab" }).call(
+        routes.metrics,
+        {},
+      ),
+  },
   {
     route: "uploadPlanJson",
     code: "payload_too_large",
     run: async () => {
       const { job, client } = await startedJob();
-      return client.call(routes.uploadPlanJson, { params: { id: job.jobId }, body: Buffer.alloc(1024 * 1024 + 1, " ") });
+      return client.call(routes.uploadPlanJson, {
+        params: { id: job.jobId },
+        body: Buffer.alloc(1024 * 1024 + 1, " "),
+      });
     },
   },
   {
@@ -285,7 +456,10 @@ const routeCases: Case[] = [
     run: async () => {
       // startedJob started it as "test": a retry by that starter answers again, another is refused.
       const { job, client } = await startedJob();
-      assert.equal((await client.call(routes.startJob, { params: { id: job.jobId }, body: { starter: "test" } })).runStatus, "planning");
+      assert.equal(
+        (await client.call(routes.startJob, { params: { id: job.jobId }, body: { starter: "test" } })).runStatus,
+        "planning",
+      );
       return client.call(routes.startJob, { params: { id: job.jobId }, body: { starter: "second-pod" } });
     },
   },
@@ -303,8 +477,18 @@ const authCases: Case[] = [
       return as(t.token).call(routes.listPools, {});
     },
   },
-  { route: "listPools", auth: "user", code: "forbidden", run: async () => as((await agent()).poolToken).call(routes.listPools, {}) },
-  { route: "register", auth: "pool", code: "unauthorized", run: () => admin.call(routes.register, { body: { name: "x", version: "t", driver: "local", capacity: 1 } }) },
+  {
+    route: "listPools",
+    auth: "user",
+    code: "forbidden",
+    run: async () => as((await agent()).poolToken).call(routes.listPools, {}),
+  },
+  {
+    route: "register",
+    auth: "pool",
+    code: "unauthorized",
+    run: () => admin.call(routes.register, { body: { name: "x", version: "t", driver: "local", capacity: 1 } }),
+  },
   {
     route: "register",
     auth: "pool",
@@ -312,10 +496,18 @@ const authCases: Case[] = [
     run: async () => {
       const a = await agent();
       await admin.call(routes.revokePoolToken, { params: { id: a.poolTokenId } });
-      return admin.call(routes.register, { token: a.poolToken, body: { name: "x", version: "t", driver: "local", capacity: 1 } });
+      return admin.call(routes.register, {
+        token: a.poolToken,
+        body: { name: "x", version: "t", driver: "local", capacity: 1 },
+      });
     },
   },
-  { route: "agentHeartbeat", auth: "session", code: "unauthorized", run: () => admin.call(routes.agentHeartbeat, { body: { runningJobs: 0 } }) },
+  {
+    route: "agentHeartbeat",
+    auth: "session",
+    code: "unauthorized",
+    run: () => admin.call(routes.agentHeartbeat, { body: { runningJobs: 0 } }),
+  },
   {
     route: "agentHeartbeat",
     auth: "session",
@@ -333,12 +525,25 @@ const authCases: Case[] = [
     run: async () => {
       // A second registration of the same name supersedes the first.
       const a = await agent();
-      await admin.call(routes.register, { token: a.poolToken, body: { name: a.name, version: "test", driver: "local", capacity: 5 } });
+      await admin.call(routes.register, {
+        token: a.poolToken,
+        body: { name: a.name, version: "test", driver: "local", capacity: 5 },
+      });
       return admin.call(routes.agentHeartbeat, { token: a.session, body: { runningJobs: 0 } });
     },
   },
-  { route: "jobVariables", auth: "job", code: "unauthorized", run: () => admin.call(routes.jobVariables, { params: { id: "job-any" } }) },
-  { route: "jobVariables", auth: "job", code: "forbidden", run: async () => (await startedJob()).client.call(routes.jobVariables, { params: { id: "job-other" } }) },
+  {
+    route: "jobVariables",
+    auth: "job",
+    code: "unauthorized",
+    run: () => admin.call(routes.jobVariables, { params: { id: "job-any" } }),
+  },
+  {
+    route: "jobVariables",
+    auth: "job",
+    code: "forbidden",
+    run: async () => (await startedJob()).client.call(routes.jobVariables, { params: { id: "job-other" } }),
+  },
   {
     route: "jobVariables",
     auth: "job",
@@ -359,7 +564,12 @@ const authCases: Case[] = [
       return client.call(routes.jobVariables, { params: { id: job.jobId } });
     },
   },
-  { route: "readState", auth: "state", code: "unauthorized", run: async () => as(undefined).call(routes.readState, { params: { ws: await workspaceWithUpload() } }) },
+  {
+    route: "readState",
+    auth: "state",
+    code: "unauthorized",
+    run: async () => as(undefined).call(routes.readState, { params: { ws: await workspaceWithUpload() } }),
+  },
   {
     route: "readState",
     auth: "state",
@@ -370,7 +580,13 @@ const authCases: Case[] = [
       return as(t.token).call(routes.readState, { params: { ws: await workspaceWithUpload() } });
     },
   },
-  { route: "readState", auth: "state", code: "forbidden", run: async () => (await startedJob()).client.call(routes.readState, { params: { ws: await workspaceWithUpload() } }) },
+  {
+    route: "readState",
+    auth: "state",
+    code: "forbidden",
+    run: async () =>
+      (await startedJob()).client.call(routes.readState, { params: { ws: await workspaceWithUpload() } }),
+  },
   {
     route: "readState",
     auth: "state",
@@ -402,10 +618,12 @@ test("every code the route table documents has a case here", () => {
     for (const code of route.errors) if (!covered.has(`${name} ${code}`)) missing.push(`${name} ${code}`);
   }
   for (const [kind, codes] of Object.entries(authErrors) as [AuthKind, readonly ErrorCode[]][]) {
-    for (const code of codes) if (!authCases.some((c) => c.auth === kind && c.code === code)) missing.push(`auth ${kind} ${code}`);
+    for (const code of codes)
+      if (!authCases.some((c) => c.auth === kind && c.code === code)) missing.push(`auth ${kind} ${code}`);
   }
   for (const code of commonErrors) {
-    if (!drivenElsewhere.includes(code) && ![...routeCases, ...authCases].some((c) => c.code === code)) missing.push(`common ${code}`);
+    if (!drivenElsewhere.includes(code) && ![...routeCases, ...authCases].some((c) => c.code === code))
+      missing.push(`common ${code}`);
   }
   for (const c of authCases) assert.equal(routes[c.route].auth, c.auth, `${c.route} stands for auth kind ${c.auth}`);
   assert.deepEqual(missing, [], `documented without a case: ${missing.join(", ")}`);
@@ -418,7 +636,9 @@ for (const c of [...routeCases, ...authCases]) {
 }
 
 /** A local HTTP server answering every request with `handler`. */
-async function fakeServer(handler: Parameters<typeof createServer>[1]): Promise<{ url: string; close(): Promise<void> }> {
+async function fakeServer(
+  handler: Parameters<typeof createServer>[1],
+): Promise<{ url: string; close(): Promise<void> }> {
   const s: Server = createServer(handler);
   await new Promise<void>((resolve) => s.listen(0, "127.0.0.1", resolve));
   const address = s.address();
@@ -436,7 +656,10 @@ async function fakeServer(handler: Parameters<typeof createServer>[1]): Promise<
 test("no server listening: server_unreachable, with a hint", async () => {
   const gone = await fakeServer((_req, res) => res.end());
   await gone.close();
-  const err = await expectCode("server_unreachable", new DroverClient({ baseUrl: gone.url, token: "t" }).call(routes.listPools, {}));
+  const err = await expectCode(
+    "server_unreachable",
+    new DroverClient({ baseUrl: gone.url, token: "t" }).call(routes.listPools, {}),
+  );
   assert.match(err.message, /cannot reach the Drover server at http:\/\/127\.0\.0\.1:\d+/);
   assert.ok(err.hint && /DROVER_URL/.test(err.hint));
 });
@@ -444,7 +667,10 @@ test("no server listening: server_unreachable, with a hint", async () => {
 test("a server that never answers: server_unreachable once the deadline passes", async () => {
   const silent = await fakeServer(() => undefined);
   try {
-    const err = await expectCode("server_unreachable", new DroverClient({ baseUrl: silent.url, token: "t", timeoutMs: 300 }).call(routes.listPools, {}));
+    const err = await expectCode(
+      "server_unreachable",
+      new DroverClient({ baseUrl: silent.url, token: "t", timeoutMs: 300 }).call(routes.listPools, {}),
+    );
     assert.match(err.message, /no answer .* within 300 ms/);
   } finally {
     await silent.close();
@@ -457,7 +683,10 @@ test("a server that sends headers and then stalls the body: the deadline covers 
     res.write('{"items":');
   });
   try {
-    await expectCode("server_unreachable", new DroverClient({ baseUrl: stalls.url, token: "t", timeoutMs: 300 }).call(routes.listPools, {}));
+    await expectCode(
+      "server_unreachable",
+      new DroverClient({ baseUrl: stalls.url, token: "t", timeoutMs: 300 }).call(routes.listPools, {}),
+    );
   } finally {
     await stalls.close();
   }
@@ -465,8 +694,10 @@ test("a server that sends headers and then stalls the body: the deadline covers 
 
 test("a proxy's bare 502 is server_unreachable; an answer outside the contract is unexpected_response", async () => {
   const proxy = await fakeServer((req, res) => {
-    if (req.url?.startsWith(routes.listPools.path)) res.writeHead(502, { "content-type": "text/html" }).end("<html>Bad Gateway</html>");
-    else if (req.url?.startsWith(routes.listWorkspaces.path)) res.writeHead(200, { "content-type": "text/html" }).end("<html>a login page</html>");
+    if (req.url?.startsWith(routes.listPools.path))
+      res.writeHead(502, { "content-type": "text/html" }).end("<html>Bad Gateway</html>");
+    else if (req.url?.startsWith(routes.listWorkspaces.path))
+      res.writeHead(200, { "content-type": "text/html" }).end("<html>a login page</html>");
     else res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ items: [{ id: 1 }] }));
   });
   try {
@@ -482,7 +713,9 @@ test("a proxy's bare 502 is server_unreachable; an answer outside the contract i
 
 test("two concurrent creates of one pool name over HTTP: one 201, the others 409 already_exists", async () => {
   const name = unique("raced");
-  const results = await Promise.allSettled(Array.from({ length: 8 }, () => admin.call(routes.createPool, { body: { name } })));
+  const results = await Promise.allSettled(
+    Array.from({ length: 8 }, () => admin.call(routes.createPool, { body: { name } })),
+  );
   assert.equal(results.filter((r) => r.status === "fulfilled").length, 1);
   for (const r of results) {
     if (r.status === "fulfilled") continue;

@@ -17,7 +17,9 @@ import { spawnDrover } from "../support/processes.js";
  */
 
 async function appWith(validateResponses: boolean, result: unknown, logged?: string[]) {
-  const app = Fastify({ loggerInstance: pino({ level: logged ? "error" : "silent" }, { write: (line: string) => void logged?.push(line) }) });
+  const app = Fastify({
+    loggerInstance: pino({ level: logged ? "error" : "silent" }, { write: (line: string) => void logged?.push(line) }),
+  });
   await app.register(
     async (scope) => {
       const serve = registrar(scope, userApi, { validateResponses });
@@ -65,8 +67,13 @@ test("an answer outside the schema is logged as an error naming the route", asyn
   const app = await appWith(true, { id: "pool-1", name: "p" }, logged);
   try {
     assert.equal((await app.inject({ method: "GET", url: routePath(routes.getPool, { pool: "p" }) })).statusCode, 500);
-    const errors = logged.map((l) => JSON.parse(l) as { level: number; err?: { message?: string } }).filter((l) => l.level >= 50);
-    assert.ok(errors.some((l) => l.err?.message?.includes(`GET ${routes.getPool.path} answered outside its response schema`)), logged.join("\n"));
+    const errors = logged
+      .map((l) => JSON.parse(l) as { level: number; err?: { message?: string } })
+      .filter((l) => l.level >= 50);
+    assert.ok(
+      errors.some((l) => l.err?.message?.includes(`GET ${routes.getPool.path} answered outside its response schema`)),
+      logged.join("\n"),
+    );
   } finally {
     await app.close();
   }
@@ -75,7 +82,10 @@ test("an answer outside the schema is logged as an error naming the route", asyn
 test("DROVER_DIAGNOSTICS_VALIDATE_RESPONSES: off unless set, a bad value is refused at start", () => {
   assert.equal(loadServerConfig({ env: {} }).validateResponses, false);
   assert.equal(loadServerConfig({ env: { DROVER_DIAGNOSTICS_VALIDATE_RESPONSES: "true" } }).validateResponses, true);
-  assert.throws(() => loadServerConfig({ env: { DROVER_DIAGNOSTICS_VALIDATE_RESPONSES: "sometimes" } }), (err: unknown) => err instanceof InvalidSettingError && err.setting === "DROVER_DIAGNOSTICS_VALIDATE_RESPONSES");
+  assert.throws(
+    () => loadServerConfig({ env: { DROVER_DIAGNOSTICS_VALIDATE_RESPONSES: "sometimes" } }),
+    (err: unknown) => err instanceof InvalidSettingError && err.setting === "DROVER_DIAGNOSTICS_VALIDATE_RESPONSES",
+  );
 });
 
 test("the real server binary the tests start checks its answers (test support turns the setting on)", async () => {

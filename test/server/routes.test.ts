@@ -23,24 +23,35 @@ const documentMethod = (key: string) => (key.startsWith("x-") ? key.slice(2) : k
 test("the server registers exactly the routes that /openapi.json documents", async () => {
   const res = await server.api(routes.openapi);
   assert.equal(res.status, 200);
-  const documented = Object.entries(res.body.paths as Record<string, Record<string, unknown>>).flatMap(([path, ops]) => Object.keys(ops).map((m) => `${documentMethod(m)} ${path}`));
+  const documented = Object.entries(res.body.paths as Record<string, Record<string, unknown>>).flatMap(([path, ops]) =>
+    Object.keys(ops).map((m) => `${documentMethod(m)} ${path}`),
+  );
   // Fastify adds a HEAD route for every GET by itself; those are not part of the contract.
-  const served = registered.filter((r) => !r.startsWith("HEAD ")).map((r) => {
-    const [method, path] = r.split(" ") as [string, string];
-    return `${method} ${openApiPath(path)}`;
-  });
+  const served = registered
+    .filter((r) => !r.startsWith("HEAD "))
+    .map((r) => {
+      const [method, path] = r.split(" ") as [string, string];
+      return `${method} ${openApiPath(path)}`;
+    });
   assert.deepEqual([...new Set(served)].sort(), [...new Set(documented)].sort());
   assert.equal(served.length, new Set(served).size, "no route is registered twice");
-  assert.ok(served.includes("LOCK /api/v1/workspaces/{ws}/state") && served.includes("UNLOCK /api/v1/workspaces/{ws}/state"), "the state backend's lock methods are served and documented");
+  assert.ok(
+    served.includes("LOCK /api/v1/workspaces/{ws}/state") && served.includes("UNLOCK /api/v1/workspaces/{ws}/state"),
+    "the state backend's lock methods are served and documented",
+  );
 });
 
 test("the document gives each route the status its handler answers", async () => {
-  const doc = (await server.api(routes.openapi)).body as { paths: Record<string, Record<string, { responses: Record<string, unknown> }>> };
+  const doc = (await server.api(routes.openapi)).body as {
+    paths: Record<string, Record<string, { responses: Record<string, unknown> }>>;
+  };
   assert.ok(doc.paths[routes.createPool.path]?.post?.responses["201"], "POST /pools answers 201");
   const created = await server.api(routes.createPool, { body: { name: "documented" } });
   assert.equal(created.status, 201);
   for (const [name, route] of Object.entries(routes) as [string, Route][]) {
-    const method = ["GET", "POST", "PUT", "PATCH", "DELETE"].includes(route.method) ? route.method.toLowerCase() : `x-${route.method.toLowerCase()}`;
+    const method = ["GET", "POST", "PUT", "PATCH", "DELETE"].includes(route.method)
+      ? route.method.toLowerCase()
+      : `x-${route.method.toLowerCase()}`;
     const op = doc.paths[openApiPath(route.path)]?.[method];
     assert.ok(op, `${name} is documented`);
     assert.ok(op.responses[String(route.response.status)], `${name} documents its ${route.response.status}`);

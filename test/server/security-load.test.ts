@@ -20,7 +20,11 @@ let dataDir: string;
 
 before(async () => {
   dataDir = mkdtempSync(join(tmpdir(), "drover-sec-load-"));
-  proc = spawnDrover(["server", "--port", "0", "--data-dir", dataDir], { ...process.env, DROVER_ADMIN_TOKEN: admin, DROVER_LOG_LEVEL: "warn" });
+  proc = spawnDrover(["server", "--port", "0", "--data-dir", dataDir], {
+    ...process.env,
+    DROVER_ADMIN_TOKEN: admin,
+    DROVER_LOG_LEVEL: "warn",
+  });
   url = (await proc.waitFor(/listening on (http:\/\/\S+)/))[1] as string;
   await api(routes.createPool, { body: { name: "load" } });
   await api(routes.createWorkspace, { body: { name: "load-ws", pool: "load" } });
@@ -62,12 +66,20 @@ function watchHealth(): { stop(): Promise<number> } {
 }
 
 /** Streams `totalBytes` of zeros to `path` without a token; resolves with the status, or the socket error. */
-function anonymousUpload(method: string, path: string, totalBytes: number, contentType: string): Promise<{ status?: number; error?: string; sent: number }> {
+function anonymousUpload(
+  method: string,
+  path: string,
+  totalBytes: number,
+  contentType: string,
+): Promise<{ status?: number; error?: string; sent: number }> {
   return new Promise((resolve) => {
     const chunk = Buffer.alloc(1024 * 1024);
     let sent = 0;
     let finished = false;
-    const req = request(url + path, { method, headers: { "content-type": contentType, "content-length": String(totalBytes) } });
+    const req = request(url + path, {
+      method,
+      headers: { "content-type": contentType, "content-length": String(totalBytes) },
+    });
     const finish = (r: { status?: number; error?: string }) => {
       if (finished) return;
       finished = true;
@@ -92,22 +104,38 @@ function anonymousUpload(method: string, path: string, totalBytes: number, conte
 
 test("20 concurrent anonymous 100 MB uploads are refused unread: server RSS stays under 300 MB, /healthz keeps answering", async () => {
   const targets: Array<[string, string, string]> = [
-    [routes.uploadConfiguration.method, routePath(routes.uploadConfiguration, { ws: "load-ws" }), routes.uploadConfiguration.body.contentType],
+    [
+      routes.uploadConfiguration.method,
+      routePath(routes.uploadConfiguration, { ws: "load-ws" }),
+      routes.uploadConfiguration.body.contentType,
+    ],
     [routes.writeState.method, routePath(routes.writeState, { ws: "load-ws" }), routes.writeState.body.contentType],
-    [routes.uploadPlan.method, routePath(routes.uploadPlan, { id: "job-0000000000000000" }), routes.uploadPlan.body.contentType],
+    [
+      routes.uploadPlan.method,
+      routePath(routes.uploadPlan, { id: "job-0000000000000000" }),
+      routes.uploadPlan.body.contentType,
+    ],
     [routes.register.method, routePath(routes.register, {}), "application/json"],
   ];
   const health = watchHealth();
-  const results = await Promise.all(Array.from({ length: 20 }, (_, i) => {
-    const [method, path, type] = targets[i % targets.length] as [string, string, string];
-    return anonymousUpload(method, path, 100 * 1024 * 1024, type);
-  }));
+  const results = await Promise.all(
+    Array.from({ length: 20 }, (_, i) => {
+      const [method, path, type] = targets[i % targets.length] as [string, string, string];
+      return anonymousUpload(method, path, 100 * 1024 * 1024, type);
+    }),
+  );
   const slowest = await health.stop();
   const peak = peakRssMb();
   const sentMb = results.reduce((n, r) => n + r.sent, 0) / (1024 * 1024);
-  console.log(`anonymous uploads: peak server RSS ${peak.toFixed(0)} MB, slowest /healthz ${slowest.toFixed(0)} ms, ${sentMb.toFixed(0)} MB written by the clients before the server hung up`);
-  for (const r of results) assert.ok(r.status === 401 || r.error === "ECONNRESET" || r.error === "EPIPE", JSON.stringify(r));
-  assert.ok(results.some((r) => r.status === 401), "the refusals are 401s");
+  console.log(
+    `anonymous uploads: peak server RSS ${peak.toFixed(0)} MB, slowest /healthz ${slowest.toFixed(0)} ms, ${sentMb.toFixed(0)} MB written by the clients before the server hung up`,
+  );
+  for (const r of results)
+    assert.ok(r.status === 401 || r.error === "ECONNRESET" || r.error === "EPIPE", JSON.stringify(r));
+  assert.ok(
+    results.some((r) => r.status === 401),
+    "the refusals are 401s",
+  );
   assert.ok(peak < 300, `server peak RSS ${peak.toFixed(0)} MB`);
   // Loose on a shared machine; the figure is printed above.
   assert.ok(slowest < 2000, `slowest /healthz ${slowest.toFixed(0)} ms`);
@@ -125,7 +153,8 @@ async function trailingZerosArchive(zeros: number): Promise<Buffer> {
   gz.write(plain);
   const block = Buffer.alloc(4 * 1024 * 1024);
   for (let left = zeros; left > 0; left -= block.length) {
-    if (!gz.write(left >= block.length ? block : block.subarray(0, left))) await new Promise((r) => gz.once("drain", r));
+    if (!gz.write(left >= block.length ? block : block.subarray(0, left)))
+      await new Promise((r) => gz.once("drain", r));
   }
   gz.end();
   await done;
@@ -137,11 +166,17 @@ test("a 1 MB archive with 1 GiB of zeros after its end marker is refused at once
   assert.ok(archive.length < 2 * 1024 * 1024, `archive is ${archive.length} bytes`);
   const health = watchHealth();
   const t0 = performance.now();
-  const res = await routeCall(url, routes.uploadConfiguration, { token: admin, params: { ws: "load-ws" }, body: archive });
+  const res = await routeCall(url, routes.uploadConfiguration, {
+    token: admin,
+    params: { ws: "load-ws" },
+    body: archive,
+  });
   const body = res.body as { error: string; message: string };
   const elapsed = performance.now() - t0;
   const slowest = await health.stop();
-  console.log(`trailing-data archive (${archive.length} bytes): refused in ${elapsed.toFixed(0)} ms, slowest /healthz ${slowest.toFixed(0)} ms`);
+  console.log(
+    `trailing-data archive (${archive.length} bytes): refused in ${elapsed.toFixed(0)} ms, slowest /healthz ${slowest.toFixed(0)} ms`,
+  );
   assert.equal(res.status, 422, JSON.stringify(body));
   assert.equal(body.error, "invalid_archive");
   assert.match(body.message, /after its end-of-archive marker/);
@@ -153,7 +188,8 @@ test("non-zero data after the end marker is refused too, and a normal archive is
   const plain = (await import("node:zlib")).gunzipSync(rawTarGz([{ path: "main.tf", content: "" }]));
   const { gzipSync } = await import("node:zlib");
   const hidden = gzipSync(Buffer.concat([plain, Buffer.from("hidden payload after the marker")]));
-  const post = (body: Buffer) => routeCall(url, routes.uploadConfiguration, { token: admin, params: { ws: "load-ws" }, body: body });
+  const post = (body: Buffer) =>
+    routeCall(url, routes.uploadConfiguration, { token: admin, params: { ws: "load-ws" }, body: body });
   const refused = await post(hidden);
   assert.equal(refused.status, 422);
   assert.equal((await post(rawTarGz([{ path: "main.tf", content: "" }]))).status, 201);

@@ -26,18 +26,46 @@ for (const backend of backends) {
     let clock = 1_700_000_000_000;
     let n = 0;
     const unique = (p: string) => `${p}${++n}`;
-    useStoreDatabase(backend, () => clock, (opened, context) => {
-      db = opened;
-      ctx = context;
-    });
+    useStoreDatabase(
+      backend,
+      () => clock,
+      (opened, context) => {
+        db = opened;
+        ctx = context;
+      },
+    );
 
     async function runningJob() {
       const pool = await store.createPool(ctx, unique("pool"));
       const tok = await store.createPoolToken(ctx, pool.id, "t", "http://drover.test");
-      const { agent } = await store.registerAgent(ctx, { poolId: pool.id, poolTokenId: tok.id, name: unique("agent"), version: "t", driver: "local", capacity: 5 });
-      const ws = await store.createWorkspace(ctx, { name: unique("ws"), pool: pool.id, engine: "terraform", engineVersion: null, workingDirectory: "", autoApply: false });
-      const cv = await store.createConfigurationVersion(ctx, ws.id, archive, { maxCompressedBytes: 1e6, maxUnpackedBytes: 1e7, maxEntries: 100 });
-      const run = await store.createRun(ctx, { workspace: ws.id, configurationVersionId: cv.id, planOnly: false, isDestroy: false, message: "" });
+      const { agent } = await store.registerAgent(ctx, {
+        poolId: pool.id,
+        poolTokenId: tok.id,
+        name: unique("agent"),
+        version: "t",
+        driver: "local",
+        capacity: 5,
+      });
+      const ws = await store.createWorkspace(ctx, {
+        name: unique("ws"),
+        pool: pool.id,
+        engine: "terraform",
+        engineVersion: null,
+        workingDirectory: "",
+        autoApply: false,
+      });
+      const cv = await store.createConfigurationVersion(ctx, ws.id, archive, {
+        maxCompressedBytes: 1e6,
+        maxUnpackedBytes: 1e7,
+        maxEntries: 100,
+      });
+      const run = await store.createRun(ctx, {
+        workspace: ws.id,
+        configurationVersionId: cv.id,
+        planOnly: false,
+        isDestroy: false,
+        message: "",
+      });
       const job = await store.claimNextJob(ctx, agent);
       assert.ok(job);
       const row = await store.authenticateJobToken(ctx, job.jobToken);
@@ -57,9 +85,19 @@ for (const backend of backends) {
     test("sessions: compared in constant time; a forged secret for a real agent, or a damaged stored hash, is unauthorized", async () => {
       const pool = await store.createPool(ctx, unique("pool"));
       const tok = await store.createPoolToken(ctx, pool.id, "t", "http://drover.test");
-      const { agent, sessionToken } = await store.registerAgent(ctx, { poolId: pool.id, poolTokenId: tok.id, name: unique("agent"), version: "t", driver: "local", capacity: 1 });
+      const { agent, sessionToken } = await store.registerAgent(ctx, {
+        poolId: pool.id,
+        poolTokenId: tok.id,
+        name: unique("agent"),
+        version: "t",
+        driver: "local",
+        capacity: 1,
+      });
       assert.equal((await store.authenticateSession(ctx, sessionToken)).id, agent.id);
-      await rejectsWith(store.authenticateSession(ctx, `drv_s_${agent.id}.${randomBytes(32).toString("base64url")}`), "unauthorized");
+      await rejectsWith(
+        store.authenticateSession(ctx, `drv_s_${agent.id}.${randomBytes(32).toString("base64url")}`),
+        "unauthorized",
+      );
       // A stored hash of another length must be a refusal, not timingSafeEqual's RangeError (a 500).
       await db.kysely.updateTable("agents").set({ session_hash: "abcd" }).where("id", "=", agent.id).execute();
       await rejectsWith(store.authenticateSession(ctx, sessionToken), "unauthorized");
@@ -68,10 +106,43 @@ for (const backend of backends) {
     test("state: JSON only, same lineage, no lower serial; DELETE honours the lock and keeps versions", async () => {
       const { ws } = await runningJob();
       const body = (serial: number, lineage: string) => Buffer.from(JSON.stringify({ version: 4, serial, lineage }));
-      await store.writeState(ctx, { workspaceId: ws.id, body: body(3, "L"), contentMd5: undefined, lockId: undefined, runId: null });
-      await rejectsWith(store.writeState(ctx, { workspaceId: ws.id, body: body(2, "L"), contentMd5: undefined, lockId: undefined, runId: null }), "conflict");
-      await rejectsWith(store.writeState(ctx, { workspaceId: ws.id, body: body(4, "M"), contentMd5: undefined, lockId: undefined, runId: null }), "conflict");
-      await rejectsWith(store.writeState(ctx, { workspaceId: ws.id, body: Buffer.from("nope"), contentMd5: undefined, lockId: undefined, runId: null }), "invalid_json");
+      await store.writeState(ctx, {
+        workspaceId: ws.id,
+        body: body(3, "L"),
+        contentMd5: undefined,
+        lockId: undefined,
+        runId: null,
+      });
+      await rejectsWith(
+        store.writeState(ctx, {
+          workspaceId: ws.id,
+          body: body(2, "L"),
+          contentMd5: undefined,
+          lockId: undefined,
+          runId: null,
+        }),
+        "conflict",
+      );
+      await rejectsWith(
+        store.writeState(ctx, {
+          workspaceId: ws.id,
+          body: body(4, "M"),
+          contentMd5: undefined,
+          lockId: undefined,
+          runId: null,
+        }),
+        "conflict",
+      );
+      await rejectsWith(
+        store.writeState(ctx, {
+          workspaceId: ws.id,
+          body: Buffer.from("nope"),
+          contentMd5: undefined,
+          lockId: undefined,
+          runId: null,
+        }),
+        "invalid_json",
+      );
       await store.lockState(ctx, ws.id, JSON.stringify({ ID: "a" }), null);
       await rejectsWith(store.deleteState(ctx, ws.id, undefined), "state_locked");
       await store.deleteState(ctx, ws.id, "a");
@@ -83,7 +154,14 @@ for (const backend of backends) {
 
     test("state without lineage or serial is refused and never becomes current; encrypted state does not reset the checks", async () => {
       const { ws } = await runningJob();
-      const write = (doc: unknown) => store.writeState(ctx, { workspaceId: ws.id, body: Buffer.from(JSON.stringify(doc)), contentMd5: undefined, lockId: undefined, runId: null });
+      const write = (doc: unknown) =>
+        store.writeState(ctx, {
+          workspaceId: ws.id,
+          body: Buffer.from(JSON.stringify(doc)),
+          contentMd5: undefined,
+          lockId: undefined,
+          runId: null,
+        });
       await rejectsWith(write({ version: 4 }), "bad_request");
       await rejectsWith(write({ version: 4, serial: 1 }), "bad_request");
       await rejectsWith(write({ version: 4, lineage: "L" }), "bad_request");
@@ -97,30 +175,50 @@ for (const backend of backends) {
       await rejectsWith(write({ version: 4, serial: 0, lineage: "attacker-lineage" }), "conflict");
       await rejectsWith(write({ version: 4, serial: 2, lineage: "L" }), "conflict");
       await write({ version: 4, serial: 4, lineage: "L" });
-      assert.deepEqual((await store.listStateVersions(ctx, ws.id)).map((v) => v.lineage), ["L", null, "L"]);
+      assert.deepEqual(
+        (await store.listStateVersions(ctx, ws.id)).map((v) => v.lineage),
+        ["L", null, "L"],
+      );
     });
 
     test("outputs: only the current apply job may upload them; a plan job is refused and changes nothing", async () => {
       const { ws, run, job } = await runningJob();
       const planJob = await store.authenticateJobToken(ctx, job.jobToken);
       assert.equal(planJob.phase, "plan");
-      await rejectsWith(store.saveOutputs(ctx, planJob, [{ name: "o", sensitive: false, type: "string", value: "from a plan" }]), "forbidden");
+      await rejectsWith(
+        store.saveOutputs(ctx, planJob, [{ name: "o", sensitive: false, type: "string", value: "from a plan" }]),
+        "forbidden",
+      );
       assert.deepEqual(await store.workspaceOutputs(ctx, ws.id), []);
       await store.finishJob(ctx, planJob, "succeeded", null, { add: 1, change: 0, destroy: 0, hasChanges: true });
       await store.confirmRun(ctx, run.id);
       const pool = (await store.getWorkspace(ctx, ws.id)).poolId;
       const tok = await store.createPoolToken(ctx, pool, "t", "http://drover.test");
-      const { agent } = await store.registerAgent(ctx, { poolId: pool, poolTokenId: tok.id, name: unique("agent"), version: "t", driver: "local", capacity: 5 });
+      const { agent } = await store.registerAgent(ctx, {
+        poolId: pool,
+        poolTokenId: tok.id,
+        name: unique("agent"),
+        version: "t",
+        driver: "local",
+        capacity: 5,
+      });
       const claimed = await store.claimNextJob(ctx, agent);
       assert.ok(claimed);
       const applyJob = await store.authenticateJobToken(ctx, claimed.jobToken);
       assert.equal(applyJob.phase, "apply");
       await store.startJob(ctx, applyJob, "starter");
       await store.saveOutputs(ctx, applyJob, [{ name: "o", sensitive: false, type: "string", value: "applied" }]);
-      assert.deepEqual(await store.workspaceOutputs(ctx, ws.id), [{ name: "o", sensitive: false, type: "string", value: "applied" }]);
+      assert.deepEqual(await store.workspaceOutputs(ctx, ws.id), [
+        { name: "o", sensitive: false, type: "string", value: "applied" },
+      ]);
       await store.finishJob(ctx, applyJob, "succeeded", null);
-      await rejectsWith(store.saveOutputs(ctx, applyJob, [{ name: "o", sensitive: false, type: "string", value: "late" }]), "job_finished");
-      assert.deepEqual(await store.workspaceOutputs(ctx, ws.id), [{ name: "o", sensitive: false, type: "string", value: "applied" }]);
+      await rejectsWith(
+        store.saveOutputs(ctx, applyJob, [{ name: "o", sensitive: false, type: "string", value: "late" }]),
+        "job_finished",
+      );
+      assert.deepEqual(await store.workspaceOutputs(ctx, ws.id), [
+        { name: "o", sensitive: false, type: "string", value: "applied" },
+      ]);
     });
 
     test("force-cancel and pool token revocation end the job and release its lock", async () => {
@@ -147,7 +245,9 @@ for (const backend of backends) {
       await store.authenticateUserToken(ctx, t.token);
       clock += 2000;
       await rejectsWith(store.authenticateUserToken(ctx, t.token), "unauthorized");
-      assert.deepEqual(await store.ensureBootstrapToken(ctx, "drv_u_b.EEEEffffGGGGhhhh5555666677778888"), { revoked: 1 });
+      assert.deepEqual(await store.ensureBootstrapToken(ctx, "drv_u_b.EEEEffffGGGGhhhh5555666677778888"), {
+        revoked: 1,
+      });
       await rejectsWith(store.authenticateUserToken(ctx, first), "token_revoked");
       await rejectsWith(store.ensureBootstrapToken(ctx, first), "bad_request");
     });

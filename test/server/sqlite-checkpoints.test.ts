@@ -6,7 +6,14 @@ import { sql } from "kysely";
 import { Worker } from "node:worker_threads";
 import BetterSqlite3 from "better-sqlite3";
 import { pino, type Logger } from "pino";
-import { backstopPages, checkpointEveryBytes, openDatabase, startCheckpointer, startCheckpointWorker, walSizeLimitBytes } from "@drover/server";
+import {
+  backstopPages,
+  checkpointEveryBytes,
+  openDatabase,
+  startCheckpointer,
+  startCheckpointWorker,
+  walSizeLimitBytes,
+} from "@drover/server";
 import { createTestDatabase } from "../support/databases.js";
 import { eventually } from "../support/fault-runs.js";
 
@@ -24,13 +31,18 @@ test("SQLite: the write-ahead log is copied into the database by the background 
     assert.equal(setting?.wal_autocheckpoint, backstopPages, "the main connection's own checkpoint is only a backstop");
     await sql`create table blobs (n integer primary key, data blob not null)`.execute(db.kysely);
     const mib = 16;
-    assert.ok(mib * 1024 * 1024 >= 2 * checkpointEveryBytes && mib * 256 < backstopPages, "more than the checkpoint step, less than the backstop");
+    assert.ok(
+      mib * 1024 * 1024 >= 2 * checkpointEveryBytes && mib * 256 < backstopPages,
+      "more than the checkpoint step, less than the backstop",
+    );
     const before = statSync(path).size;
     for (let n = 0; n < mib; n++) {
       await sql`insert into blobs (n, data) values (${n}, ${Buffer.alloc(1024 * 1024, n)})`.execute(db.kysely);
     }
     // Only a checkpoint writes to the database file; the backstop is far above what was written.
-    await eventually("the log copied into the database file", async () => (statSync(path).size - before >= (mib - checkpointEveryBytes / 1024 / 1024) * 1024 * 1024 ? true : undefined));
+    await eventually("the log copied into the database file", async () =>
+      statSync(path).size - before >= (mib - checkpointEveryBytes / 1024 / 1024) * 1024 * 1024 ? true : undefined,
+    );
     // Had the worker stopped, the main connection would be back at SQLite's 1,000 pages and
     // would have copied the log itself: the backstop still in place says the worker did it.
     const [after] = (await sql<{ wal_autocheckpoint: number }>`pragma wal_autocheckpoint`.execute(db.kysely)).rows;
@@ -39,8 +51,12 @@ test("SQLite: the write-ahead log is copied into the database by the background 
     assert.equal(existsSync(`${path}-wal`), false, "the last connection to close removed the log");
     db = await openDatabase(database.location);
     const rows = (await sql<{ n: number; data: Buffer }>`select n, data from blobs order by n`.execute(db.kysely)).rows;
-    assert.deepEqual(rows.map((r) => r.n), [...Array(mib).keys()]);
-    for (const r of rows) assert.ok(r.data.equals(Buffer.alloc(1024 * 1024, r.n)), `blob ${r.n} whole after the restart`);
+    assert.deepEqual(
+      rows.map((r) => r.n),
+      [...Array(mib).keys()],
+    );
+    for (const r of rows)
+      assert.ok(r.data.equals(Buffer.alloc(1024 * 1024, r.n)), `blob ${r.n} whole after the restart`);
     await db.close();
   } finally {
     await database.drop();
@@ -59,7 +75,8 @@ test("SQLite: the write-ahead log is cut back to the size limit once a write sta
       // One transaction larger than the limit: the log must grow past it to hold it.
       const burst = walSizeLimitBytes / (1024 * 1024) + 8;
       await db.kysely.transaction().execute(async (tx) => {
-        for (let n = 0; n < burst; n++) await sql`insert into blobs (n, data) values (${n}, ${Buffer.alloc(1024 * 1024, n)})`.execute(tx);
+        for (let n = 0; n < burst; n++)
+          await sql`insert into blobs (n, data) values (${n}, ${Buffer.alloc(1024 * 1024, n)})`.execute(tx);
       });
       assert.ok(statSync(`${path}-wal`).size > walSizeLimitBytes, "the burst made the log larger than the limit");
       let n = burst;
@@ -79,7 +96,10 @@ test("SQLite: the write-ahead log is cut back to the size limit once a write sta
 /** A logger whose warnings the test reads. */
 function recordingLogger(): { log: Logger; warnings: string[] } {
   const warnings: string[] = [];
-  const log = pino({ level: "warn" }, { write: (line: string) => void warnings.push((JSON.parse(line) as { msg: string }).msg) });
+  const log = pino(
+    { level: "warn" },
+    { write: (line: string) => void warnings.push((JSON.parse(line) as { msg: string }).msg) },
+  );
   return { log, warnings };
 }
 
@@ -90,15 +110,23 @@ test("SQLite: if the checkpoint worker dies, the main connection checkpoints its
   sqlite.pragma("journal_mode = WAL");
   let worker: Worker | undefined;
   const { log, warnings } = recordingLogger();
-  const checkpointer = startCheckpointer(sqlite, path, log, { startWorker: (data) => (worker = startCheckpointWorker(data)) });
+  const checkpointer = startCheckpointer(sqlite, path, log, {
+    startWorker: (data) => (worker = startCheckpointWorker(data)),
+  });
   try {
     assert.equal(sqlite.pragma("wal_autocheckpoint", { simple: true }), backstopPages);
     const db = checkpointer.counting(sqlite);
     db.prepare("create table blobs (n integer primary key, data blob not null)").run([]);
     await worker!.terminate();
-    await eventually("the fallback to SQLite's own checkpoints", async () => (sqlite.pragma("wal_autocheckpoint", { simple: true }) === 1000 ? true : undefined));
-    assert.ok(warnings.some((w) => w.startsWith("background checkpoints stopped")), `a warning says so: ${JSON.stringify(warnings)}`);
-    for (let n = 0; n < 8; n++) db.prepare("insert into blobs (n, data) values (?, ?)").run([n, Buffer.alloc(1024 * 1024, n)]);
+    await eventually("the fallback to SQLite's own checkpoints", async () =>
+      sqlite.pragma("wal_autocheckpoint", { simple: true }) === 1000 ? true : undefined,
+    );
+    assert.ok(
+      warnings.some((w) => w.startsWith("background checkpoints stopped")),
+      `a warning says so: ${JSON.stringify(warnings)}`,
+    );
+    for (let n = 0; n < 8; n++)
+      db.prepare("insert into blobs (n, data) values (?, ?)").run([n, Buffer.alloc(1024 * 1024, n)]);
     assert.deepEqual(sqlite.prepare("select count(*) as c from blobs").get(), { c: 8 });
   } finally {
     await checkpointer.close();
@@ -118,7 +146,10 @@ test("SQLite: closing does not wait for ever on a checkpoint worker that never a
   const checkpointer = startCheckpointer(sqlite, path, log, { closeDeadlineMs: 50, startWorker: stuck });
   try {
     await checkpointer.close();
-    assert.ok(warnings.some((w) => w.startsWith("the checkpoint worker did not close its connection in time")), `a warning says so: ${JSON.stringify(warnings)}`);
+    assert.ok(
+      warnings.some((w) => w.startsWith("the checkpoint worker did not close its connection in time")),
+      `a warning says so: ${JSON.stringify(warnings)}`,
+    );
   } finally {
     sqlite.close();
     await database.drop();
@@ -137,13 +168,17 @@ test("SQLite: writes with returning (run by better-sqlite3 as readers) count tow
       { eval: true },
     );
   let worker: Worker | undefined;
-  const checkpointer = startCheckpointer(sqlite, path, pino({ level: "silent" }), { startWorker: () => (worker = answering()) });
+  const checkpointer = startCheckpointer(sqlite, path, pino({ level: "silent" }), {
+    startWorker: () => (worker = answering()),
+  });
   try {
     let requests = 0;
     worker!.on("message", (m: { kind: string }) => void (m.kind === "done" && requests++));
     const db = checkpointer.counting(sqlite);
     db.prepare("create table blobs (n integer primary key, data blob not null)").run([]);
-    const update = db.prepare("insert into blobs (n, data) values (?, ?) on conflict (n) do update set data = excluded.data returning n");
+    const update = db.prepare(
+      "insert into blobs (n, data) values (?, ?) on conflict (n) do update set data = excluded.data returning n",
+    );
     assert.equal(update.reader, true, "better-sqlite3 runs it as a reader");
     for (let n = 0; n < (2 * checkpointEveryBytes) / (1024 * 1024); n++) update.all([n, Buffer.alloc(1024 * 1024, n)]);
     await eventually("a checkpoint requested", async () => (requests > 0 ? true : undefined));
@@ -188,7 +223,8 @@ test("SQLite: a transaction that reads, then writes, while another connection ho
     const [after] = (await sql<{ hits: number }>`select hits from counters where n = 1`.execute(db.kysely)).rows;
     assert.equal(after?.hits, 1);
   } finally {
-    if (holder) await new Promise((resolve) => (holder!.threadId === -1 ? resolve(undefined) : holder!.once("exit", resolve)));
+    if (holder)
+      await new Promise((resolve) => (holder!.threadId === -1 ? resolve(undefined) : holder!.once("exit", resolve)));
     await db.close();
     await database.drop();
   }

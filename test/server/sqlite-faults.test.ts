@@ -34,7 +34,13 @@ function tempDir(): string {
 
 /** Runs `drover server` expecting it to refuse to start; returns its exit code and output. */
 async function refusedStart(env: Record<string, string>): Promise<{ code: number | null; output: string }> {
-  const proc = spawnDrover(["server"], { ...process.env, DROVER_PORT: "0", DROVER_ADMIN_TOKEN: admin, DROVER_LOG_LEVEL: "warn", ...env });
+  const proc = spawnDrover(["server"], {
+    ...process.env,
+    DROVER_PORT: "0",
+    DROVER_ADMIN_TOKEN: admin,
+    DROVER_LOG_LEVEL: "warn",
+    ...env,
+  });
   const exit = await proc.exited;
   return { code: exit.code, output: proc.output() };
 }
@@ -70,7 +76,12 @@ describe("a second server on the same SQLite file", () => {
     assert.equal(second.code, 2, second.output);
     const lines = second.output.trim().split("\n");
     assert.equal(lines.length, 1, `one line:\n${second.output}`);
-    assert.match(lines[0]!, new RegExp(`^drover server: another Drover server \\(pid ${first.proc.child.pid} on .*\\) is using the SQLite database .*drover\\.db`));
+    assert.match(
+      lines[0]!,
+      new RegExp(
+        `^drover server: another Drover server \\(pid ${first.proc.child.pid} on .*\\) is using the SQLite database .*drover\\.db`,
+      ),
+    );
     // The first server is undisturbed.
     await callOk(first.url, routes.createPool, admin, { body: { name: "still-mine" } });
 
@@ -99,7 +110,10 @@ describe("a read-only data directory", () => {
     assert.equal(refused.code, 2, refused.output);
     const lines = refused.output.trim().split("\n");
     assert.equal(lines.length, 1, `one line:\n${refused.output}`);
-    assert.match(lines[0]!, /^drover server: the database in .* cannot be written \(EROFS: .*\); make the directory and its files writable/);
+    assert.match(
+      lines[0]!,
+      /^drover server: the database in .* cannot be written \(EROFS: .*\); make the directory and its files writable/,
+    );
 
     execFileSync("mount", ["-o", "remount,rw", mount.dir], { stdio: "pipe" });
     assert.equal(integrity(join(dataDir, "drover.db")), "ok");
@@ -139,7 +153,9 @@ describe("a database that turns read-only while the server runs", () => {
     await server.proc.stop("SIGTERM");
     assert.equal(integrity(join(dataDir, "drover.db")), "ok");
     const db = new BetterSqlite3(join(dataDir, "drover.db"), { readonly: true });
-    const names = (db.prepare("select name from pools order by name").all() as Array<{ name: string }>).map((r) => r.name);
+    const names = (db.prepare("select name from pools order by name").all() as Array<{ name: string }>).map(
+      (r) => r.name,
+    );
     db.close();
     assert.deepEqual(names, ["after", "before"], "the refused write left nothing behind");
   });
@@ -172,10 +188,17 @@ describe("a full data directory", () => {
     assert.match(refused.body.message, /the data directory .* is full .*free space there/);
     assert.ok(Number(refused.headers.get("retry-after")) > 0);
     assert.equal(server.proc.child.exitCode, null, "the server stays up");
-    assert.equal((await call(server.url, routes.getWorkspace, admin, { params: { ws: "full" } })).status, 200, "reads still work");
+    assert.equal(
+      (await call(server.url, routes.getWorkspace, admin, { params: { ws: "full" } })).status,
+      200,
+      "reads still work",
+    );
 
     rmSync(ballast);
-    const after = await call(server.url, routes.uploadConfiguration, admin, { params: { ws: "full" }, body: rawTarGz([{ path: "main.tf", content: "" }]) });
+    const after = await call(server.url, routes.uploadConfiguration, admin, {
+      params: { ws: "full" },
+      body: rawTarGz([{ path: "main.tf", content: "" }]),
+    });
     assert.equal(after.status, 201, `writes resume without a restart: ${JSON.stringify(after.body)}`);
     await server.proc.stop("SIGTERM");
 

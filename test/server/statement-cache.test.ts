@@ -9,22 +9,39 @@ function counted(max?: number) {
   const raw = new BetterSqlite3(":memory:");
   let prepares = 0;
   const spy = { close: () => raw.close(), prepare: (q: string) => (prepares++, raw.prepare(q)) };
-  const db = new Kysely<{ t: { id: number; v: string } }>({ dialect: new SqliteDialect({ database: cachingStatements(spy, max) }) });
+  const db = new Kysely<{ t: { id: number; v: string } }>({
+    dialect: new SqliteDialect({ database: cachingStatements(spy, max) }),
+  });
   return { db, prepares: () => prepares };
 }
 
 test("statement cache: a repeated query is prepared once and answers with the current rows", async () => {
   const { db, prepares } = counted();
   await sql`create table t (id integer primary key, v text)`.execute(db);
-  const insert = (id: number) => db.insertInto("t").values({ id, v: `v${id}` }).execute();
+  const insert = (id: number) =>
+    db
+      .insertInto("t")
+      .values({ id, v: `v${id}` })
+      .execute();
   const read = () => db.selectFrom("t").select(["id", "v"]).orderBy("id").execute();
   await insert(1);
   const before = prepares();
   await insert(2);
-  assert.deepEqual(await read(), [{ id: 1, v: "v1" }, { id: 2, v: "v2" }]);
+  assert.deepEqual(await read(), [
+    { id: 1, v: "v1" },
+    { id: 2, v: "v2" },
+  ]);
   await insert(3);
-  assert.deepEqual((await read()).map((r) => r.id), [1, 2, 3], "a kept statement sees rows written after it was prepared");
-  assert.equal(prepares() - before, 1, "only the first read was prepared; the insert and the second read reused theirs");
+  assert.deepEqual(
+    (await read()).map((r) => r.id),
+    [1, 2, 3],
+    "a kept statement sees rows written after it was prepared",
+  );
+  assert.equal(
+    prepares() - before,
+    1,
+    "only the first read was prepared; the insert and the second read reused theirs",
+  );
   // A stream holds the connection until it ends; the same statement then runs again.
   const streamed: number[] = [];
   for await (const r of db.selectFrom("t").select(["id", "v"]).orderBy("id").stream()) streamed.push(r.id);
@@ -57,7 +74,16 @@ test("statement cache: a statement with a long in-list is not kept, so batches o
   const { db, prepares } = counted(2);
   await sql`create table t (id integer primary key, v text)`.execute(db);
   const a = () => db.selectFrom("t").select(["id"]).execute();
-  const batch = (n: number) => db.selectFrom("t").select(["v"]).where("id", "in", Array.from({ length: n }, (_, i) => i)).execute();
+  const batch = (n: number) =>
+    db
+      .selectFrom("t")
+      .select(["v"])
+      .where(
+        "id",
+        "in",
+        Array.from({ length: n }, (_, i) => i),
+      )
+      .execute();
   const start = prepares();
   await a();
   for (const n of [40, 41, 42, 40]) await batch(n);

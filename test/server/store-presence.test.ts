@@ -13,13 +13,29 @@ for (const backend of backends) {
   describe(`agent presence at scale: ${backend}`, () => {
     let ctx: StoreContext;
     let clock = 1_700_000_000_000;
-    useStoreDatabase(backend, () => clock, (_db, opened) => (ctx = opened));
+    useStoreDatabase(
+      backend,
+      () => clock,
+      (_db, opened) => (ctx = opened),
+    );
 
     test("1,200 agents' sightings in one flush: all written, in one statement on PostgreSQL", async () => {
       const pool = await store.createPool(ctx, "fleet");
       const tok = await store.createPoolToken(ctx, pool.id, "t", "http://drover.test");
       const ids: string[] = [];
-      for (let i = 0; i < 1200; i++) ids.push((await store.registerAgent(ctx, { poolId: pool.id, poolTokenId: tok.id, name: `a${i}`, version: "t", driver: "local", capacity: 3 })).agent.id);
+      for (let i = 0; i < 1200; i++)
+        ids.push(
+          (
+            await store.registerAgent(ctx, {
+              poolId: pool.id,
+              poolTokenId: tok.id,
+              name: `a${i}`,
+              version: "t",
+              driver: "local",
+              capacity: 3,
+            })
+          ).agent.id,
+        );
       const logged = loggingStatements(ctx);
       const presence = new store.AgentPresence(logged.ctx);
       clock += 30_000;

@@ -3,7 +3,17 @@ import { after, before, describe, test } from "node:test";
 import pg from "pg";
 import { pino } from "pino";
 import { DroverError } from "@drover/protocol";
-import { loadServerConfig, localEventBus, openDatabase, postgresEventBus, startServer, store, type Db, type EventBus, type StoreContext } from "@drover/server";
+import {
+  loadServerConfig,
+  localEventBus,
+  openDatabase,
+  postgresEventBus,
+  startServer,
+  store,
+  type Db,
+  type EventBus,
+  type StoreContext,
+} from "@drover/server";
 import { rawTarGz } from "../support/archives.js";
 import { backends, createTestDatabase, type TestDatabase } from "../support/databases.js";
 import { useStoreDatabase } from "../support/store-database.js";
@@ -47,10 +57,14 @@ for (const backend of backends) {
     let counter = 0;
     const unique = (p: string) => `${p}${++counter}`;
 
-    useStoreDatabase(backend, () => clock, (opened, context) => {
-      db = opened;
-      base = context;
-    });
+    useStoreDatabase(
+      backend,
+      () => clock,
+      (opened, context) => {
+        db = opened;
+        base = context;
+      },
+    );
 
     /** A store context with its own event bus, session cache and statement log; an agent registered in a fresh pool. */
     async function setup(name = unique("agent")) {
@@ -60,8 +74,16 @@ for (const backend of backends) {
       ctx.sessions = sessions;
       const pool = await store.createPool(ctx, unique("pool"));
       const tok = await store.createPoolToken(ctx, pool.id, "t", "http://drover.test");
-      const reg = await store.registerAgent(ctx, { poolId: pool.id, poolTokenId: tok.id, name, version: "t", driver: "local", capacity: 1 });
-      const sessionReads = () => logged.statements.filter((s) => /from "agents" inner join "pool_tokens"/.test(s)).length;
+      const reg = await store.registerAgent(ctx, {
+        poolId: pool.id,
+        poolTokenId: tok.id,
+        name,
+        version: "t",
+        driver: "local",
+        capacity: 1,
+      });
+      const sessionReads = () =>
+        logged.statements.filter((s) => /from "agents" inner join "pool_tokens"/.test(s)).length;
       return { ctx, sessions, pool, tok, reg, sessionReads };
     }
 
@@ -76,7 +98,13 @@ for (const backend of backends) {
       await store.authenticateSession(ctx, reg.sessionToken);
       assert.equal(sessionReads(), 2, "too old: read again");
       // The secret is still compared on every request.
-      await rejectsWith(store.authenticateSession(ctx, reg.sessionToken.replace(/.$/, (c) => (c === "a" ? "b" : "a"))), "unauthorized");
+      await rejectsWith(
+        store.authenticateSession(
+          ctx,
+          reg.sessionToken.replace(/.$/, (c) => (c === "a" ? "b" : "a")),
+        ),
+        "unauthorized",
+      );
       await sessions.stop();
     });
 
@@ -93,14 +121,28 @@ for (const backend of backends) {
       const name = unique("same");
       const { ctx, sessions, pool, tok, reg } = await setup(name);
       await store.authenticateSession(ctx, reg.sessionToken);
-      const second = await store.registerAgent(ctx, { poolId: pool.id, poolTokenId: tok.id, name, version: "t", driver: "local", capacity: 1 });
+      const second = await store.registerAgent(ctx, {
+        poolId: pool.id,
+        poolTokenId: tok.id,
+        name,
+        version: "t",
+        driver: "local",
+        capacity: 1,
+      });
       await rejectsWith(store.authenticateSession(ctx, reg.sessionToken), "agent_lost");
 
       await store.authenticateSession(ctx, second.sessionToken);
       await store.deregisterAgent(ctx, second.agent.id);
       await rejectsWith(store.authenticateSession(ctx, second.sessionToken), "agent_lost");
 
-      const third = await store.registerAgent(ctx, { poolId: pool.id, poolTokenId: tok.id, name: unique("silent"), version: "t", driver: "local", capacity: 1 });
+      const third = await store.registerAgent(ctx, {
+        poolId: pool.id,
+        poolTokenId: tok.id,
+        name: unique("silent"),
+        version: "t",
+        driver: "local",
+        capacity: 1,
+      });
       await store.authenticateSession(ctx, third.sessionToken);
       advance(61_000);
       assert.ok((await store.markSilentAgentsLost(ctx)) >= 1);
@@ -131,7 +173,16 @@ for (const backend of backends) {
     test("the refresh keeps sessions in use fresh in one statement, and forgets unused ones", async () => {
       const { ctx, sessions, pool, tok, reg, sessionReads } = await setup();
       const more = await Promise.all(
-        Array.from({ length: 9 }, () => store.registerAgent(ctx, { poolId: pool.id, poolTokenId: tok.id, name: unique("fleet"), version: "t", driver: "local", capacity: 1 })),
+        Array.from({ length: 9 }, () =>
+          store.registerAgent(ctx, {
+            poolId: pool.id,
+            poolTokenId: tok.id,
+            name: unique("fleet"),
+            version: "t",
+            driver: "local",
+            capacity: 1,
+          }),
+        ),
       );
       const all = [reg, ...more];
       for (const r of all) await store.authenticateSession(ctx, r.sessionToken);
@@ -182,7 +233,15 @@ for (const backend of backends) {
     test("a deregistration or a supersede drops only that agent's session; a read of it in flight is not kept", async () => {
       const name = unique("same");
       const { ctx, sessions, pool, tok, reg, sessionReads } = await setup(name);
-      const register = (n: string) => store.registerAgent(ctx, { poolId: pool.id, poolTokenId: tok.id, name: n, version: "t", driver: "local", capacity: 1 });
+      const register = (n: string) =>
+        store.registerAgent(ctx, {
+          poolId: pool.id,
+          poolTokenId: tok.id,
+          name: n,
+          version: "t",
+          driver: "local",
+          capacity: 1,
+        });
       const [a, b] = [await register(unique("keep")), await register(unique("leave"))];
       for (const r of [reg, a, b]) await store.authenticateSession(ctx, r.sessionToken);
       assert.equal(sessions.size, 3);
@@ -199,7 +258,10 @@ for (const backend of backends) {
 
       // Two reads in flight; one agent's change comes in before they answer: only the other is kept.
       sessions.invalidate();
-      const checks = [store.authenticateSession(ctx, a.sessionToken), store.authenticateSession(ctx, successor.sessionToken)];
+      const checks = [
+        store.authenticateSession(ctx, a.sessionToken),
+        store.authenticateSession(ctx, successor.sessionToken),
+      ];
       sessions.drop(successor.agent.id);
       await Promise.all(checks);
       assert.equal(sessions.size, 1);
@@ -210,9 +272,26 @@ for (const backend of backends) {
 
     test("a claim re-checks the agent: a cached session whose token was revoked elsewhere gets no job", async () => {
       const { ctx, sessions, pool, tok, reg } = await setup();
-      const ws = await store.createWorkspace(ctx, { name: unique("ws"), pool: pool.id, engine: "terraform", engineVersion: null, workingDirectory: "", autoApply: false });
-      const cv = await store.createConfigurationVersion(ctx, ws.id, archive, { maxCompressedBytes: 1e6, maxUnpackedBytes: 1e7, maxEntries: 100 });
-      await store.createRun(ctx, { workspace: ws.id, configurationVersionId: cv.id, planOnly: false, isDestroy: false, message: "" });
+      const ws = await store.createWorkspace(ctx, {
+        name: unique("ws"),
+        pool: pool.id,
+        engine: "terraform",
+        engineVersion: null,
+        workingDirectory: "",
+        autoApply: false,
+      });
+      const cv = await store.createConfigurationVersion(ctx, ws.id, archive, {
+        maxCompressedBytes: 1e6,
+        maxUnpackedBytes: 1e7,
+        maxEntries: 100,
+      });
+      await store.createRun(ctx, {
+        workspace: ws.id,
+        configurationVersionId: cv.id,
+        planOnly: false,
+        isDestroy: false,
+        message: "",
+      });
       const [queued] = await ctx.db.selectFrom("jobs").select("id").where("pool_id", "=", pool.id).execute();
       assert.ok(queued);
       await store.authenticateSession(ctx, reg.sessionToken);
@@ -238,7 +317,22 @@ for (const backend of backends) {
 
 /** A session row as the database would answer it. */
 function sessionRow(id: string): store.SessionRow {
-  return { id, pool_id: "p", pool_token_id: "t", name: id, version: "t", driver: "local", capacity: 1, running_jobs: 0, session_hash: "h", state: "online", registered_at: 0, last_seen_at: 0, capabilities: null, revoked_at: null };
+  return {
+    id,
+    pool_id: "p",
+    pool_token_id: "t",
+    name: id,
+    version: "t",
+    driver: "local",
+    capacity: 1,
+    running_jobs: 0,
+    session_hash: "h",
+    state: "online",
+    registered_at: 0,
+    last_seen_at: 0,
+    capabilities: null,
+    revoked_at: null,
+  };
 }
 
 test("stopping the cache waits for a refresh in progress and issues no further batch", async () => {
@@ -293,7 +387,13 @@ describe("session events between server processes: postgres", () => {
     assert.ok(db.postgres);
     const events = await postgresEventBus(db.postgres.pool, db.postgres.settings, quiet);
     opened.push({ db, events });
-    return { db: db.kysely, dialect: db.dialect, events, now: () => Date.now(), settings: { leaseTtlMs: 30_000, agentTtlMs: 60_000, heartbeatIntervalMs: 10_000 } };
+    return {
+      db: db.kysely,
+      dialect: db.dialect,
+      events,
+      now: () => Date.now(),
+      settings: { leaseTtlMs: 30_000, agentTtlMs: 60_000, heartbeatIntervalMs: 10_000 },
+    };
   }
 
   test("a deregistration and a revocation on one process reach the other's cache through NOTIFY", async () => {
@@ -304,7 +404,15 @@ describe("session events between server processes: postgres", () => {
     const pool = await store.createPool(a, unique("pool"));
     const tok = await store.createPoolToken(a, pool.id, "t", "http://drover.test");
     const other = await store.createPoolToken(a, pool.id, "t2", "http://drover.test");
-    const register = (tokenId: string) => store.registerAgent(a, { poolId: pool.id, poolTokenId: tokenId, name: unique("agent"), version: "t", driver: "local", capacity: 1 });
+    const register = (tokenId: string) =>
+      store.registerAgent(a, {
+        poolId: pool.id,
+        poolTokenId: tokenId,
+        name: unique("agent"),
+        version: "t",
+        driver: "local",
+        capacity: 1,
+      });
     const [leaving, revoked, staying] = [await register(tok.id), await register(tok.id), await register(other.id)];
     for (const r of [leaving, revoked, staying]) await store.authenticateSession(b, r.sessionToken);
     assert.equal(sessions.size, 3);
@@ -337,7 +445,9 @@ describe("session events between server processes: postgres", () => {
       await assert.rejects(startServer(config, { logger: quiet }), /user_tokens|relation/);
       await watcher.connect();
       const others = async () => {
-        const res = await watcher.query<{ n: string }>("select count(*) as n from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()");
+        const res = await watcher.query<{ n: string }>(
+          "select count(*) as n from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()",
+        );
         return Number(res.rows[0]!.n);
       };
       // Closed on the failure path, not by an idle timeout: the LISTEN connection never idles out.

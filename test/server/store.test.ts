@@ -4,7 +4,14 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { DroverError, newPoolToken, planJsonBesideApplyCapability, planSummarySchema, type Agent, type JobAssignment } from "@drover/protocol";
+import {
+  DroverError,
+  newPoolToken,
+  planJsonBesideApplyCapability,
+  planSummarySchema,
+  type Agent,
+  type JobAssignment,
+} from "@drover/protocol";
 import { localEventBus, openDatabase, store, type Db, type StoreContext } from "@drover/server";
 import { backends, createTestDatabase, type TestDatabase } from "../support/databases.js";
 import { rawTarGz } from "../support/archives.js";
@@ -54,13 +61,39 @@ for (const backend of backends) {
       const pool = await store.createPool(ctx, unique("pool"));
       const tok = await store.createPoolToken(ctx, pool.id, "t", "http://drover.test");
       const capabilities = opts.capabilities ?? [planJsonBesideApplyCapability];
-      const { agent } = await store.registerAgent(ctx, { poolId: pool.id, poolTokenId: tok.id, name: unique("agent"), version: "t", driver: "local", capacity: 5, capabilities });
-      const ws = await store.createWorkspace(ctx, { name: unique("ws"), pool: pool.id, engine: "terraform", engineVersion: null, workingDirectory: "", autoApply: opts.autoApply ?? false });
-      const cv = await store.createConfigurationVersion(ctx, ws.id, archive, { maxCompressedBytes: 1e6, maxUnpackedBytes: 1e7, maxEntries: 100 });
+      const { agent } = await store.registerAgent(ctx, {
+        poolId: pool.id,
+        poolTokenId: tok.id,
+        name: unique("agent"),
+        version: "t",
+        driver: "local",
+        capacity: 5,
+        capabilities,
+      });
+      const ws = await store.createWorkspace(ctx, {
+        name: unique("ws"),
+        pool: pool.id,
+        engine: "terraform",
+        engineVersion: null,
+        workingDirectory: "",
+        autoApply: opts.autoApply ?? false,
+      });
+      const cv = await store.createConfigurationVersion(ctx, ws.id, archive, {
+        maxCompressedBytes: 1e6,
+        maxUnpackedBytes: 1e7,
+        maxEntries: 100,
+      });
       return { pool, tok, agent, ws, cv };
     }
     const newRun = (ws: string, cv: string, extra: Partial<store.CreateRunInput> = {}) =>
-      store.createRun(ctx, { workspace: ws, configurationVersionId: cv, planOnly: false, isDestroy: false, message: "", ...extra });
+      store.createRun(ctx, {
+        workspace: ws,
+        configurationVersionId: cv,
+        planOnly: false,
+        isDestroy: false,
+        message: "",
+        ...extra,
+      });
     const claim = async (agent: Agent): Promise<JobAssignment> => {
       const job = await store.claimNextJob(ctx, agent);
       assert.ok(job, "expected a job to claim");
@@ -72,13 +105,26 @@ for (const backend of backends) {
       const name = unique("race");
       const pools = await Promise.allSettled(Array.from({ length: 12 }, () => store.createPool(ctx, name)));
       assert.equal(pools.filter((r) => r.status === "fulfilled").length, 1);
-      for (const r of pools) if (r.status === "rejected") assert.ok(r.reason instanceof DroverError && r.reason.code === "already_exists", String(r.reason));
+      for (const r of pools)
+        if (r.status === "rejected")
+          assert.ok(r.reason instanceof DroverError && r.reason.code === "already_exists", String(r.reason));
       const wsName = unique("race-ws");
       const workspaces = await Promise.allSettled(
-        Array.from({ length: 12 }, () => store.createWorkspace(ctx, { name: wsName, pool: name, engine: "terraform", engineVersion: null, workingDirectory: "", autoApply: false })),
+        Array.from({ length: 12 }, () =>
+          store.createWorkspace(ctx, {
+            name: wsName,
+            pool: name,
+            engine: "terraform",
+            engineVersion: null,
+            workingDirectory: "",
+            autoApply: false,
+          }),
+        ),
       );
       assert.equal(workspaces.filter((r) => r.status === "fulfilled").length, 1);
-      for (const r of workspaces) if (r.status === "rejected") assert.ok(r.reason instanceof DroverError && r.reason.code === "already_exists", String(r.reason));
+      for (const r of workspaces)
+        if (r.status === "rejected")
+          assert.ok(r.reason instanceof DroverError && r.reason.code === "already_exists", String(r.reason));
     });
 
     test("pools: names are unique; tokens authenticate until revoked", async () => {
@@ -93,15 +139,32 @@ for (const backend of backends) {
       assert.ok(!("token" in listed[0]!), "a listed token never shows its secret");
       await store.revokePoolToken(ctx, created.id);
       await rejectsWith(store.authenticatePoolToken(ctx, created.token), "token_revoked");
-      await rejectsWith(store.authenticatePoolToken(ctx, newPoolToken({ url: "http://x", pool: pool.id })), "unauthorized");
+      await rejectsWith(
+        store.authenticatePoolToken(ctx, newPoolToken({ url: "http://x", pool: pool.id })),
+        "unauthorized",
+      );
     });
 
     test("agents: a revoked pool token ends its agents' sessions; a namesake supersedes", async () => {
       const pool = await store.createPool(ctx, unique("p"));
       const tok = await store.createPoolToken(ctx, pool.id, "", "http://drover.test");
-      const first = await store.registerAgent(ctx, { poolId: pool.id, poolTokenId: tok.id, name: "same", version: "1", driver: "local", capacity: 1 });
+      const first = await store.registerAgent(ctx, {
+        poolId: pool.id,
+        poolTokenId: tok.id,
+        name: "same",
+        version: "1",
+        driver: "local",
+        capacity: 1,
+      });
       assert.equal((await store.authenticateSession(ctx, first.sessionToken)).status, "idle");
-      const second = await store.registerAgent(ctx, { poolId: pool.id, poolTokenId: tok.id, name: "same", version: "1", driver: "local", capacity: 1 });
+      const second = await store.registerAgent(ctx, {
+        poolId: pool.id,
+        poolTokenId: tok.id,
+        name: "same",
+        version: "1",
+        driver: "local",
+        capacity: 1,
+      });
       await rejectsWith(store.authenticateSession(ctx, first.sessionToken), "agent_lost");
       await store.authenticateSession(ctx, second.sessionToken);
       await store.revokePoolToken(ctx, tok.id);
@@ -112,7 +175,16 @@ for (const backend of backends) {
       const pool = await store.createPool(ctx, unique("p"));
       const tok = await store.createPoolToken(ctx, pool.id, "", "http://drover.test");
       const sessions = await Promise.all(
-        Array.from({ length: 30 }, (_, i) => store.registerAgent(ctx, { poolId: pool.id, poolTokenId: tok.id, name: unique(`fleet${i}-`), version: "1", driver: "local", capacity: 1 })),
+        Array.from({ length: 30 }, (_, i) =>
+          store.registerAgent(ctx, {
+            poolId: pool.id,
+            poolTokenId: tok.id,
+            name: unique(`fleet${i}-`),
+            version: "1",
+            driver: "local",
+            capacity: 1,
+          }),
+        ),
       );
       let selects = 0;
       const counting: StoreContext = {
@@ -127,11 +199,25 @@ for (const backend of backends) {
       };
       // The same secret with its last character changed: the agent id parses, the hash does not match.
       const forged = sessions[0]!.sessionToken.replace(/.$/, (c) => (c === "a" ? "b" : "a"));
-      const results = await Promise.allSettled([...sessions.flatMap((s) => [s.sessionToken, s.sessionToken]), forged].map((t) => store.authenticateSession(counting, t)));
+      const results = await Promise.allSettled(
+        [...sessions.flatMap((s) => [s.sessionToken, s.sessionToken]), forged].map((t) =>
+          store.authenticateSession(counting, t),
+        ),
+      );
       assert.equal(selects, 1, "60 concurrent session checks issue one statement");
-      results.slice(0, 60).forEach((r, i) => assert.ok(r.status === "fulfilled" && r.value.id === sessions[Math.floor(i / 2)]!.agent.id, `session ${i} answered with its own agent`));
+      results
+        .slice(0, 60)
+        .forEach((r, i) =>
+          assert.ok(
+            r.status === "fulfilled" && r.value.id === sessions[Math.floor(i / 2)]!.agent.id,
+            `session ${i} answered with its own agent`,
+          ),
+        );
       const last = results[60]!;
-      assert.ok(last.status === "rejected" && (last.reason as DroverError).code === "unauthorized", "a wrong secret for a real agent id is refused");
+      assert.ok(
+        last.status === "rejected" && (last.reason as DroverError).code === "unauthorized",
+        "a wrong secret for a real agent id is refused",
+      );
     });
 
     test("agents: silent agents are declared offline", async () => {
@@ -144,7 +230,15 @@ for (const backend of backends) {
 
     test("agents: coalesced heartbeats keep agents online, record job counts, and never revive an offline agent", async () => {
       const { pool, tok } = await fixture();
-      const register = (name: string) => store.registerAgent(ctx, { poolId: pool.id, poolTokenId: tok.id, name, version: "t", driver: "local", capacity: 2 });
+      const register = (name: string) =>
+        store.registerAgent(ctx, {
+          poolId: pool.id,
+          poolTokenId: tok.id,
+          name,
+          version: "t",
+          driver: "local",
+          capacity: 2,
+        });
       const busy = (await register(unique("busy"))).agent;
       const polling = (await register(unique("polling"))).agent;
       const gone = (await register(unique("gone"))).agent;
@@ -179,7 +273,11 @@ for (const backend of backends) {
       assert.equal(plan.phase, "plan");
       assert.equal(await store.claimNextJob(ctx, agent), null, "run2 must not be queued while run1 is active");
       assert.equal(await store.startJob(ctx, await jobRow(plan), "starter"), "planning");
-      await store.savePlanJson(ctx, await jobRow(plan), Buffer.from(JSON.stringify({ resource_changes: [{ change: { actions: ["create"] } }] })));
+      await store.savePlanJson(
+        ctx,
+        await jobRow(plan),
+        Buffer.from(JSON.stringify({ resource_changes: [{ change: { actions: ["create"] } }] })),
+      );
       await store.finishJob(ctx, await jobRow(plan), "succeeded", null);
       const planned = await store.getRun(ctx, run1.id);
       assert.equal(planned.status, "planned");
@@ -207,7 +305,11 @@ for (const backend of backends) {
       const refused = await rejectsWith(store.startJob(ctx, await jobRow(job), "pod-b"), "job_already_started");
       assert.equal(refused.status, 409);
       assert.match(refused.message, /already started by another worker/);
-      const row = await db.kysely.selectFrom("jobs").select(["status", "started_by"]).where("id", "=", job.jobId).executeTakeFirstOrThrow();
+      const row = await db.kysely
+        .selectFrom("jobs")
+        .select(["status", "started_by"])
+        .where("id", "=", job.jobId)
+        .executeTakeFirstOrThrow();
       assert.deepEqual(row, { status: "running", started_by: "pod-a" });
       await store.finishJob(ctx, await jobRow(job), "succeeded", null);
       assert.equal((await store.getRun(ctx, run.id)).status, "planned_and_finished");
@@ -221,7 +323,11 @@ for (const backend of backends) {
       await db.kysely.updateTable("jobs").set({ started_by: null }).where("id", "=", job.jobId).execute();
       assert.equal(await store.startJob(ctx, await jobRow(job), "pod-b"), "planning");
       await rejectsWith(store.startJob(ctx, await jobRow(job), "pod-c"), "job_already_started");
-      const row = await db.kysely.selectFrom("jobs").select("started_by").where("id", "=", job.jobId).executeTakeFirstOrThrow();
+      const row = await db.kysely
+        .selectFrom("jobs")
+        .select("started_by")
+        .where("id", "=", job.jobId)
+        .executeTakeFirstOrThrow();
       assert.equal(row.started_by, "pod-b");
     });
 
@@ -235,9 +341,16 @@ for (const backend of backends) {
       const lost = results.flatMap((r) => (r.status === "rejected" ? [r.reason as unknown] : []));
       assert.equal(won.length, 1, `exactly one start wins: ${JSON.stringify(results.map((r) => r.status))}`);
       assert.equal(lost.length, 1);
-      assert.ok(lost[0] instanceof DroverError && lost[0].code === "job_already_started", `the loser is refused with job_already_started, not ${String(lost[0])}`);
+      assert.ok(
+        lost[0] instanceof DroverError && lost[0].code === "job_already_started",
+        `the loser is refused with job_already_started, not ${String(lost[0])}`,
+      );
       const winner = results[0]!.status === "fulfilled" ? "pod-a" : "pod-b";
-      const stored = await db.kysely.selectFrom("jobs").select("started_by").where("id", "=", job.jobId).executeTakeFirstOrThrow();
+      const stored = await db.kysely
+        .selectFrom("jobs")
+        .select("started_by")
+        .where("id", "=", job.jobId)
+        .executeTakeFirstOrThrow();
       assert.equal(stored.started_by, winner);
     });
 
@@ -256,7 +369,15 @@ for (const backend of backends) {
       assert.equal((await store.getWorkspace(ctx, ws.id)).runnerImage, null);
       await newRun(ws.id, cv.id, { planOnly: true });
       assert.equal((await claim(agent)).workspace.runnerImage, null);
-      const other = await store.createWorkspace(ctx, { name: unique("ws"), pool: ws.poolId, engine: "terraform", engineVersion: null, workingDirectory: "", runnerImage: "ghcr.io/acme/tf:1", autoApply: false });
+      const other = await store.createWorkspace(ctx, {
+        name: unique("ws"),
+        pool: ws.poolId,
+        engine: "terraform",
+        engineVersion: null,
+        workingDirectory: "",
+        runnerImage: "ghcr.io/acme/tf:1",
+        autoApply: false,
+      });
       assert.equal((await store.getWorkspace(ctx, other.id)).runnerImage, "ghcr.io/acme/tf:1");
     });
 
@@ -265,14 +386,22 @@ for (const backend of backends) {
       const planOnly = await newRun(ws.id, cv.id, { planOnly: true });
       let job = await claim(agent);
       await store.startJob(ctx, await jobRow(job), "starter");
-      await store.savePlanJson(ctx, await jobRow(job), Buffer.from(JSON.stringify({ resource_changes: [{ change: { actions: ["create"] } }] })));
+      await store.savePlanJson(
+        ctx,
+        await jobRow(job),
+        Buffer.from(JSON.stringify({ resource_changes: [{ change: { actions: ["create"] } }] })),
+      );
       await store.finishJob(ctx, await jobRow(job), "succeeded", null);
       assert.equal((await store.getRun(ctx, planOnly.id)).status, "planned_and_finished");
 
       const noChange = await newRun(ws.id, cv.id);
       job = await claim(agent);
       await store.startJob(ctx, await jobRow(job), "starter");
-      await store.savePlanJson(ctx, await jobRow(job), Buffer.from(JSON.stringify({ resource_changes: [{ change: { actions: ["no-op"] } }] })));
+      await store.savePlanJson(
+        ctx,
+        await jobRow(job),
+        Buffer.from(JSON.stringify({ resource_changes: [{ change: { actions: ["no-op"] } }] })),
+      );
       await store.finishJob(ctx, await jobRow(job), "succeeded", null);
       assert.equal((await store.getRun(ctx, noChange.id)).status, "planned_and_finished");
 
@@ -285,16 +414,28 @@ for (const backend of backends) {
     });
 
     test("plan summary (decision 0041): terraform's verdict decides; an auto-apply run's apply job brings the JSON, readers wait for it", async () => {
-      const create = JSON.stringify({ resource_changes: [{ change: { actions: ["create"] } }, { change: { actions: ["create"] } }] });
+      const create = JSON.stringify({
+        resource_changes: [{ change: { actions: ["create"] } }, { change: { actions: ["create"] } }],
+      });
       const { agent, ws, cv } = await fixture({ autoApply: true });
       // Changes reported, no JSON: the apply is queued at once and is the one to render it.
       const auto = await newRun(ws.id, cv.id);
       const plan = await claim(agent);
       assert.equal(plan.planJson, "plan-unless-changes");
       await store.startJob(ctx, await jobRow(plan), "starter");
-      await store.finishJob(ctx, await jobRow(plan), "succeeded", null, { add: 2, change: 0, destroy: 0, hasChanges: true });
+      await store.finishJob(ctx, await jobRow(plan), "succeeded", null, {
+        add: 2,
+        change: 0,
+        destroy: 0,
+        hasChanges: true,
+      });
       assert.equal((await store.getRun(ctx, auto.id)).status, "confirmed");
-      assert.deepEqual((await store.getRun(ctx, auto.id)).planSummary, { add: 2, change: 0, destroy: 0, hasChanges: true });
+      assert.deepEqual((await store.getRun(ctx, auto.id)).planSummary, {
+        add: 2,
+        change: 0,
+        destroy: 0,
+        hasChanges: true,
+      });
       await rejectsWith(store.readPlanJsonWhenReady(ctx, auto.id, 0), "plan_pending");
       const apply = await claim(agent);
       assert.equal(apply.phase, "apply");
@@ -308,9 +449,25 @@ for (const backend of backends) {
       for await (const c of body.open()) chunks.push(Buffer.from(c as Buffer));
       assert.deepEqual(JSON.parse(Buffer.concat(chunks).toString("utf8")), JSON.parse(create));
       // The same JSON again (the first answer lost) gets the same answer; another one is refused.
-      assert.deepEqual(await store.savePlanJson(ctx, await jobRow(apply), Buffer.from(create)), { add: 2, change: 0, destroy: 0, hasChanges: true });
-      await rejectsWith(store.savePlanJson(ctx, await jobRow(apply), Buffer.from(JSON.stringify({ resource_changes: [] }))), "bad_request");
-      await rejectsWith(store.finishJob(ctx, await jobRow(apply), "succeeded", null, { add: 1, change: 0, destroy: 0, hasChanges: true }), "bad_request");
+      assert.deepEqual(await store.savePlanJson(ctx, await jobRow(apply), Buffer.from(create)), {
+        add: 2,
+        change: 0,
+        destroy: 0,
+        hasChanges: true,
+      });
+      await rejectsWith(
+        store.savePlanJson(ctx, await jobRow(apply), Buffer.from(JSON.stringify({ resource_changes: [] }))),
+        "bad_request",
+      );
+      await rejectsWith(
+        store.finishJob(ctx, await jobRow(apply), "succeeded", null, {
+          add: 1,
+          change: 0,
+          destroy: 0,
+          hasChanges: true,
+        }),
+        "bad_request",
+      );
       await store.finishJob(ctx, await jobRow(apply), "succeeded", null);
       assert.equal((await store.getRun(ctx, auto.id)).status, "applied");
 
@@ -319,14 +476,28 @@ for (const backend of backends) {
       let job = await claim(agent);
       await store.startJob(ctx, await jobRow(job), "starter");
       await store.savePlanJson(ctx, await jobRow(job), Buffer.from(JSON.stringify({ resource_changes: [] })));
-      await store.finishJob(ctx, await jobRow(job), "succeeded", null, { add: 0, change: 0, destroy: 0, hasChanges: false });
+      await store.finishJob(ctx, await jobRow(job), "succeeded", null, {
+        add: 0,
+        change: 0,
+        destroy: 0,
+        hasChanges: false,
+      });
       assert.equal((await store.getRun(ctx, none.id)).status, "planned_and_finished");
       // A JSON that shows no change while terraform says there is one (a move older JSON misses): applied.
       const moved = await newRun(ws.id, cv.id);
       job = await claim(agent);
       await store.startJob(ctx, await jobRow(job), "starter");
-      await store.savePlanJson(ctx, await jobRow(job), Buffer.from(JSON.stringify({ resource_changes: [{ change: { actions: ["no-op"] } }] })));
-      await store.finishJob(ctx, await jobRow(job), "succeeded", null, { add: 0, change: 0, destroy: 0, hasChanges: true });
+      await store.savePlanJson(
+        ctx,
+        await jobRow(job),
+        Buffer.from(JSON.stringify({ resource_changes: [{ change: { actions: ["no-op"] } }] })),
+      );
+      await store.finishJob(ctx, await jobRow(job), "succeeded", null, {
+        add: 0,
+        change: 0,
+        destroy: 0,
+        hasChanges: true,
+      });
       assert.equal((await store.getRun(ctx, moved.id)).status, "confirmed");
       const movedApply = await claim(agent);
       assert.equal(movedApply.planJson, "none", "the plan job's JSON is there: the apply renders nothing");
@@ -343,18 +514,49 @@ for (const backend of backends) {
     test("plan JSON (decision 0041): deferred to the apply job only when every online agent of the pool declares it renders it there", async () => {
       const { pool, tok, agent, ws, cv } = await fixture({ autoApply: true });
       // An older agent (no capabilities) joins the pool: it could claim the apply and ignore `planJson`.
-      const old = await store.registerAgent(ctx, { poolId: pool.id, poolTokenId: tok.id, name: unique("old"), version: "0.0.9", driver: "local", capacity: 1 });
+      const old = await store.registerAgent(ctx, {
+        poolId: pool.id,
+        poolTokenId: tok.id,
+        name: unique("old"),
+        version: "0.0.9",
+        driver: "local",
+        capacity: 1,
+      });
       await newRun(ws.id, cv.id);
       const plan = await claim(agent);
-      assert.equal(plan.planJson, "plan", "the plan job renders the JSON while an agent without the capability is online");
+      assert.equal(
+        plan.planJson,
+        "plan",
+        "the plan job renders the JSON while an agent without the capability is online",
+      );
       await store.startJob(ctx, await jobRow(plan), "starter");
-      await store.savePlanJson(ctx, await jobRow(plan), Buffer.from(JSON.stringify({ resource_changes: [{ change: { actions: ["create"] } }] })));
-      await store.finishJob(ctx, await jobRow(plan), "succeeded", null, { add: 1, change: 0, destroy: 0, hasChanges: true });
+      await store.savePlanJson(
+        ctx,
+        await jobRow(plan),
+        Buffer.from(JSON.stringify({ resource_changes: [{ change: { actions: ["create"] } }] })),
+      );
+      await store.finishJob(ctx, await jobRow(plan), "succeeded", null, {
+        add: 1,
+        change: 0,
+        destroy: 0,
+        hasChanges: true,
+      });
       assert.equal((await claim(agent)).planJson, "none");
       // Once the older agent is gone, the JSON is left to the apply job again.
       await store.deregisterAgent(ctx, old.agent.id);
-      const other = await store.createWorkspace(ctx, { name: unique("ws"), pool: pool.id, engine: "terraform", engineVersion: null, workingDirectory: "", autoApply: true });
-      const cv2 = await store.createConfigurationVersion(ctx, other.id, archive, { maxCompressedBytes: 1e6, maxUnpackedBytes: 1e7, maxEntries: 100 });
+      const other = await store.createWorkspace(ctx, {
+        name: unique("ws"),
+        pool: pool.id,
+        engine: "terraform",
+        engineVersion: null,
+        workingDirectory: "",
+        autoApply: true,
+      });
+      const cv2 = await store.createConfigurationVersion(ctx, other.id, archive, {
+        maxCompressedBytes: 1e6,
+        maxUnpackedBytes: 1e7,
+        maxEntries: 100,
+      });
       await newRun(other.id, cv2.id);
       assert.equal((await claim(agent)).planJson, "plan-unless-changes");
     });
@@ -374,10 +576,23 @@ for (const backend of backends) {
       assert.equal(second.attempt, first.attempt + 1);
       await rejectsWith(store.readPlanJson(ctx, run.id), "not_found");
       // Attempt 1's upload that passed its token check before the reclaim is refused inside the write.
-      await rejectsWith(store.savePlanJson(ctx, firstRow, Buffer.from(JSON.stringify({ resource_changes: [] }))), "stale_attempt");
+      await rejectsWith(
+        store.savePlanJson(ctx, firstRow, Buffer.from(JSON.stringify({ resource_changes: [] }))),
+        "stale_attempt",
+      );
       await store.startJob(ctx, await jobRow(second), "starter");
-      await store.finishJob(ctx, await jobRow(second), "succeeded", null, { add: 2, change: 0, destroy: 0, hasChanges: true });
-      assert.deepEqual((await store.getRun(ctx, run.id)).planSummary, { add: 2, change: 0, destroy: 0, hasChanges: true });
+      await store.finishJob(ctx, await jobRow(second), "succeeded", null, {
+        add: 2,
+        change: 0,
+        destroy: 0,
+        hasChanges: true,
+      });
+      assert.deepEqual((await store.getRun(ctx, run.id)).planSummary, {
+        add: 2,
+        change: 0,
+        destroy: 0,
+        hasChanges: true,
+      });
       const apply = await claim(agent);
       assert.equal(apply.phase, "apply");
       assert.equal(apply.planJson, "apply", "the apply job renders the JSON of the plan it applies");
@@ -390,11 +605,19 @@ for (const backend of backends) {
       const plan = await claim(agent);
       await store.startJob(ctx, await jobRow(plan), "starter");
       await store.savePlanFile(ctx, await jobRow(plan), Buffer.from("plan-file"));
-      await store.finishJob(ctx, await jobRow(plan), "succeeded", null, { add: 1, change: 0, destroy: 0, hasChanges: true });
+      await store.finishJob(ctx, await jobRow(plan), "succeeded", null, {
+        add: 1,
+        change: 0,
+        destroy: 0,
+        hasChanges: true,
+      });
       const apply = await claim(agent);
       await store.startJob(ctx, await jobRow(apply), "starter");
       const row = await jobRow(apply);
-      const results = await Promise.allSettled([store.savePlanJson(ctx, row, Buffer.from(create)), store.savePlanJson(ctx, row, Buffer.from(create))]);
+      const results = await Promise.allSettled([
+        store.savePlanJson(ctx, row, Buffer.from(create)),
+        store.savePlanJson(ctx, row, Buffer.from(create)),
+      ]);
       for (const r of results) assert.equal(r.status, "fulfilled", r.status === "rejected" ? String(r.reason) : "");
       const body = await store.readPlanJson(ctx, run.id);
       const chunks: Buffer[] = [];
@@ -409,7 +632,12 @@ for (const backend of backends) {
       await store.startJob(ctx, await jobRow(plan), "starter");
       await store.savePlanFile(ctx, await jobRow(plan), Buffer.from("plan-file"));
       await rejectsWith(store.recordPlanJsonUnavailable(ctx, await jobRow(plan), "no"), "bad_request");
-      await store.finishJob(ctx, await jobRow(plan), "succeeded", null, { add: 1, change: 0, destroy: 0, hasChanges: true });
+      await store.finishJob(ctx, await jobRow(plan), "succeeded", null, {
+        add: 1,
+        change: 0,
+        destroy: 0,
+        hasChanges: true,
+      });
       const apply = await claim(agent);
       await store.startJob(ctx, await jobRow(apply), "starter");
       const waiting = rejectsWith(store.readPlanJsonWhenReady(ctx, run.id, 600_000), "not_found");
@@ -423,11 +651,19 @@ for (const backend of backends) {
       const run = await newRun(ws.id, cv.id);
       const plan = await claim(agent);
       await store.startJob(ctx, await jobRow(plan), "starter");
-      await store.finishJob(ctx, await jobRow(plan), "succeeded", null, { add: 3, change: 0, destroy: 0, hasChanges: false });
+      await store.finishJob(ctx, await jobRow(plan), "succeeded", null, {
+        add: 3,
+        change: 0,
+        destroy: 0,
+        hasChanges: false,
+      });
       const shown = await store.getRun(ctx, run.id);
       assert.equal(shown.status, "confirmed", "a plan with 3 to add is applied, not finished as 'no changes'");
       assert.deepEqual(shown.planSummary, { add: 3, change: 0, destroy: 0, hasChanges: true });
-      assert.equal(planSummarySchema.safeParse({ add: 2 ** 31, change: 0, destroy: 0, hasChanges: true }).success, false);
+      assert.equal(
+        planSummarySchema.safeParse({ add: 2 ** 31, change: 0, destroy: 0, hasChanges: true }).success,
+        false,
+      );
     });
 
     test("runs: a failed plan errors the run with its message and frees the workspace", async () => {
@@ -514,12 +750,32 @@ for (const backend of backends) {
       const pool = await store.createPool(ctx, unique("p"));
       const tok = await store.createPoolToken(ctx, pool.id, "", "http://drover.test");
       const agents = await Promise.all(
-        Array.from({ length: 8 }, (_, i) => store.registerAgent(ctx, { poolId: pool.id, poolTokenId: tok.id, name: `a${i}`, version: "t", driver: "local", capacity: 100 })),
+        Array.from({ length: 8 }, (_, i) =>
+          store.registerAgent(ctx, {
+            poolId: pool.id,
+            poolTokenId: tok.id,
+            name: `a${i}`,
+            version: "t",
+            driver: "local",
+            capacity: 100,
+          }),
+        ),
       );
       const runs = [];
       for (let i = 0; i < 40; i++) {
-        const ws = await store.createWorkspace(ctx, { name: unique("cw"), pool: pool.id, engine: "terraform", engineVersion: null, workingDirectory: "", autoApply: false });
-        const cv = await store.createConfigurationVersion(ctx, ws.id, archive, { maxCompressedBytes: 1e6, maxUnpackedBytes: 1e7, maxEntries: 100 });
+        const ws = await store.createWorkspace(ctx, {
+          name: unique("cw"),
+          pool: pool.id,
+          engine: "terraform",
+          engineVersion: null,
+          workingDirectory: "",
+          autoApply: false,
+        });
+        const cv = await store.createConfigurationVersion(ctx, ws.id, archive, {
+          maxCompressedBytes: 1e6,
+          maxUnpackedBytes: 1e7,
+          maxEntries: 100,
+        });
         runs.push(await newRun(ws.id, cv.id));
       }
       const claimed: string[] = [];
@@ -562,16 +818,37 @@ for (const backend of backends) {
 
     test("long-poll: concurrent polls of a pool share one look at the queue, and one that times out does not look again", async () => {
       const { pool, tok, agent, ws, cv } = await fixture();
-      const others = await Promise.all(Array.from({ length: 19 }, () => store.registerAgent(ctx, { poolId: pool.id, poolTokenId: tok.id, name: unique("poller"), version: "t", driver: "local", capacity: 1 })));
+      const others = await Promise.all(
+        Array.from({ length: 19 }, () =>
+          store.registerAgent(ctx, {
+            poolId: pool.id,
+            poolTokenId: tok.id,
+            name: unique("poller"),
+            version: "t",
+            driver: "local",
+            capacity: 1,
+          }),
+        ),
+      );
       const pollers = [agent, ...others.map((o) => o.agent)];
       const empty = loggingStatements(ctx);
-      assert.deepEqual(await Promise.all(pollers.map((a) => store.claimNextJob(empty.ctx, a))), pollers.map(() => null));
-      assert.equal(empty.statements.length, 1, `20 polls of an empty queue, one statement: ${empty.statements.join("\n")}`);
+      assert.deepEqual(
+        await Promise.all(pollers.map((a) => store.claimNextJob(empty.ctx, a))),
+        pollers.map(() => null),
+      );
+      assert.equal(
+        empty.statements.length,
+        1,
+        `20 polls of an empty queue, one statement: ${empty.statements.join("\n")}`,
+      );
 
       // With a job queued, the shared look says so to all, and exactly one claim takes it.
       const run = await newRun(ws.id, cv.id);
       const claims = (await Promise.all(pollers.map((a) => store.claimNextJob(ctx, a)))).filter((j) => j !== null);
-      assert.deepEqual(claims.map((j) => j.runId), [run.id]);
+      assert.deepEqual(
+        claims.map((j) => j.runId),
+        [run.id],
+      );
 
       const realNow = ctx.now;
       ctx.now = () => Date.now();
@@ -582,7 +859,11 @@ for (const backend of backends) {
         store.poolWaiters(events, 3_600_000);
         const timing = loggingStatements({ ...ctx, events });
         assert.equal(await store.pollForJob(timing.ctx, agent, 30), null);
-        assert.equal(timing.statements.filter((q) => q.startsWith("select")).length, 1, `one look, at the start of the wait: ${timing.statements.join("\n")}`);
+        assert.equal(
+          timing.statements.filter((q) => q.startsWith("select")).length,
+          1,
+          `one look, at the start of the wait: ${timing.statements.join("\n")}`,
+        );
       } finally {
         ctx.now = realNow;
       }
@@ -594,7 +875,11 @@ for (const backend of backends) {
       const job = await claim(agent);
       const row = await jobRow(job);
       assert.equal(await store.appendLog(ctx, row, 0, Buffer.from("hello ")), 6);
-      assert.equal(await store.appendLog(ctx, row, 0, Buffer.from("hello ")), 6, "a retry of the same chunk is ignored");
+      assert.equal(
+        await store.appendLog(ctx, row, 0, Buffer.from("hello ")),
+        6,
+        "a retry of the same chunk is ignored",
+      );
       assert.equal(await store.appendLog(ctx, row, 3, Buffer.from("lo world")), 11);
       const gap = await rejectsWith(store.appendLog(ctx, row, 20, Buffer.from("x")), "log_gap");
       assert.equal(gap.details?.expectedOffset, 11);
@@ -624,7 +909,7 @@ for (const backend of backends) {
       assert.equal(await store.appendLog(ctx, row, 5, Buffer.from("1\nline 2\nline 3\n")), 21);
       for (let limit = 1; limit <= 22; limit++) {
         let text = "";
-        for (let offset = 0; ; ) {
+        for (let offset = 0; ;) {
           const page = await store.readLog(ctx, job.jobId, offset, limit);
           text += page.data.toString();
           if (page.data.length === 0) break;
@@ -643,10 +928,18 @@ for (const backend of backends) {
       const realEvents = ctx.events;
       const bus = localEventBus();
       let subscriptions = 0;
-      ctx.events = { publish: (t, k) => bus.publish(t, k), subscribe: (t, k, l) => (subscriptions++, bus.subscribe(t, k, l)), subscribeTopic: (t, l) => bus.subscribeTopic(t, l), wakeAll: () => bus.wakeAll(), onWakeAll: (l) => bus.onWakeAll(l), close: () => bus.close() };
+      ctx.events = {
+        publish: (t, k) => bus.publish(t, k),
+        subscribe: (t, k, l) => (subscriptions++, bus.subscribe(t, k, l)),
+        subscribeTopic: (t, l) => bus.subscribeTopic(t, l),
+        wakeAll: () => bus.wakeAll(),
+        onWakeAll: (l) => bus.onWakeAll(l),
+        close: () => bus.close(),
+      };
       try {
         let offset = 0;
-        for (let i = 0; i < 20; i++) offset = await store.appendLogInOrder(ctx, row, offset, Buffer.from(`line ${i}\n`), 60_000);
+        for (let i = 0; i < 20; i++)
+          offset = await store.appendLogInOrder(ctx, row, offset, Buffer.from(`line ${i}\n`), 60_000);
         assert.equal(subscriptions, 0, "an append in order subscribes nothing");
         const early = store.appendLogInOrder(ctx, row, offset + 5, Buffer.from("late\n"), 60_000);
         // Held, not refused: it subscribed and waits for the bytes before it.
@@ -669,9 +962,30 @@ for (const backend of backends) {
       const err = await rejectsWith(store.lockState(ctx, ws.id, JSON.stringify({ ID: "bbb" }), null), "state_locked");
       assert.ok(err instanceof store.StateLockedError);
       assert.equal(JSON.parse(err.holderInfo).ID, "aaa");
-      await rejectsWith(store.writeState(ctx, { workspaceId: ws.id, body: Buffer.from('{"serial":1}'), contentMd5: undefined, lockId: "bbb", runId: null }), "state_locked");
-      await store.writeState(ctx, { workspaceId: ws.id, body: Buffer.from('{"serial":1,"lineage":"l"}'), contentMd5: undefined, lockId: "aaa", runId: null });
-      await store.writeState(ctx, { workspaceId: ws.id, body: Buffer.from('{"serial":2,"lineage":"l"}'), contentMd5: undefined, lockId: "aaa", runId: null });
+      await rejectsWith(
+        store.writeState(ctx, {
+          workspaceId: ws.id,
+          body: Buffer.from('{"serial":1}'),
+          contentMd5: undefined,
+          lockId: "bbb",
+          runId: null,
+        }),
+        "state_locked",
+      );
+      await store.writeState(ctx, {
+        workspaceId: ws.id,
+        body: Buffer.from('{"serial":1,"lineage":"l"}'),
+        contentMd5: undefined,
+        lockId: "aaa",
+        runId: null,
+      });
+      await store.writeState(ctx, {
+        workspaceId: ws.id,
+        body: Buffer.from('{"serial":2,"lineage":"l"}'),
+        contentMd5: undefined,
+        lockId: "aaa",
+        runId: null,
+      });
       await rejectsWith(store.unlockState(ctx, ws.id, JSON.stringify({ ID: "bbb" })), "state_locked");
       await store.unlockState(ctx, ws.id, info);
       assert.equal((await store.getWorkspace(ctx, ws.id)).stateLocked, false);
@@ -679,8 +993,20 @@ for (const backend of backends) {
       assert.ok(current);
       assert.equal((await store.storedBytes(current)).toString(), '{"serial":2,"lineage":"l"}');
       const versions = await store.listStateVersions(ctx, ws.id);
-      assert.deepEqual(versions.map((v) => v.serial), [2, 1]);
-      await rejectsWith(store.writeState(ctx, { workspaceId: ws.id, body: Buffer.from("{}"), contentMd5: "AAAA", lockId: undefined, runId: null }), "bad_request");
+      assert.deepEqual(
+        versions.map((v) => v.serial),
+        [2, 1],
+      );
+      await rejectsWith(
+        store.writeState(ctx, {
+          workspaceId: ws.id,
+          body: Buffer.from("{}"),
+          contentMd5: "AAAA",
+          lockId: undefined,
+          runId: null,
+        }),
+        "bad_request",
+      );
       await store.lockState(ctx, ws.id, info, null);
       await store.unlockState(ctx, ws.id, "");
       assert.equal((await store.getWorkspace(ctx, ws.id)).stateLocked, false, "an empty unlock body is a force-unlock");
@@ -698,7 +1024,13 @@ for (const backend of backends) {
         const padding = randomBytes(Math.ceil(store.chunkBytes * 1.6)).toString("base64");
         const state = Buffer.from(JSON.stringify({ version: 4, serial: 7, lineage: "lin", padding }));
         assert.ok(state.length > 2 * store.chunkBytes);
-        const version = await store.writeState(ctx, { workspaceId: ws.id, body: spool("state", state), contentMd5: createHash("md5").update(state).digest("base64"), lockId: undefined, runId: null });
+        const version = await store.writeState(ctx, {
+          workspaceId: ws.id,
+          body: spool("state", state),
+          contentMd5: createHash("md5").update(state).digest("base64"),
+          lockId: undefined,
+          runId: null,
+        });
         assert.deepEqual([version.serial, version.lineage, version.size], [7, "lin", state.length]);
         const current = await store.currentState(ctx, ws.id);
         assert.ok(current);
@@ -706,14 +1038,36 @@ for (const backend of backends) {
         assert.ok((await store.storedBytes(current)).equals(state));
         assert.ok((await store.storedBytes(await store.readStateVersion(ctx, version.id))).equals(state));
         // Truncated JSON is refused and stores no version and no chunk.
-        await rejectsWith(store.writeState(ctx, { workspaceId: ws.id, body: spool("cut", state.subarray(0, state.length - 1)), contentMd5: undefined, lockId: undefined, runId: null }), "invalid_json");
+        await rejectsWith(
+          store.writeState(ctx, {
+            workspaceId: ws.id,
+            body: spool("cut", state.subarray(0, state.length - 1)),
+            contentMd5: undefined,
+            lockId: undefined,
+            runId: null,
+          }),
+          "invalid_json",
+        );
         assert.equal((await store.listStateVersions(ctx, ws.id)).length, 1);
-        const chunks = await db.kysely.selectFrom("state_version_chunks").select((eb) => eb.fn.countAll<number>().as("n")).executeTakeFirstOrThrow();
-        const expected = await db.kysely.selectFrom("state_versions").select((eb) => eb.fn.countAll<number>().as("n")).executeTakeFirstOrThrow();
+        const chunks = await db.kysely
+          .selectFrom("state_version_chunks")
+          .select((eb) => eb.fn.countAll<number>().as("n"))
+          .executeTakeFirstOrThrow();
+        const expected = await db.kysely
+          .selectFrom("state_versions")
+          .select((eb) => eb.fn.countAll<number>().as("n"))
+          .executeTakeFirstOrThrow();
         assert.ok(Number(chunks.n) >= Number(expected.n), "chunks belong to stored versions only");
 
-        const big = rawTarGz([{ path: "main.tf", content: "" }, { path: "blob.bin", content: randomBytes(Math.ceil(store.chunkBytes * 1.5)).toString("base64") }]);
-        const cv = await store.createConfigurationVersion(ctx, ws.id, spool("cv.tar.gz", big), { maxCompressedBytes: 1e8, maxUnpackedBytes: 1e8, maxEntries: 100 });
+        const big = rawTarGz([
+          { path: "main.tf", content: "" },
+          { path: "blob.bin", content: randomBytes(Math.ceil(store.chunkBytes * 1.5)).toString("base64") },
+        ]);
+        const cv = await store.createConfigurationVersion(ctx, ws.id, spool("cv.tar.gz", big), {
+          maxCompressedBytes: 1e8,
+          maxUnpackedBytes: 1e8,
+          maxEntries: 100,
+        });
         assert.equal(cv.sha256, createHash("sha256").update(big).digest("hex"));
         assert.ok((await store.storedBytes(await store.readConfigurationArchive(ctx, cv.id))).equals(big));
 
@@ -735,11 +1089,17 @@ for (const backend of backends) {
       const { ws, cv } = await fixture();
       const run = await newRun(ws.id, cv.id);
       assert.equal(run.status, "queued");
-      const err = await rejectsWith(db.kysely.transaction().execute((trx) => store.moveRun(ctx, trx, { id: run.id, status: "queued" }, "applied")), "invalid_transition");
+      const err = await rejectsWith(
+        db.kysely.transaction().execute((trx) => store.moveRun(ctx, trx, { id: run.id, status: "queued" }, "applied")),
+        "invalid_transition",
+      );
       assert.match(err.message, /queued and cannot become applied/);
       assert.equal((await store.getRun(ctx, run.id)).status, "queued");
       await store.cancelRun(ctx, run.id);
-      await rejectsWith(db.kysely.transaction().execute((trx) => store.moveRun(ctx, trx, { id: run.id, status: "canceled" }, "queued")), "invalid_transition");
+      await rejectsWith(
+        db.kysely.transaction().execute((trx) => store.moveRun(ctx, trx, { id: run.id, status: "canceled" }, "queued")),
+        "invalid_transition",
+      );
       await rejectsWith(store.confirmRun(ctx, run.id), "invalid_transition");
       assert.equal((await store.getRun(ctx, run.id)).status, "canceled");
     });
@@ -750,7 +1110,8 @@ for (const backend of backends) {
       const a = await claim(agent);
       const row = await jobRow(a);
       assert.equal(row.status, "assigned");
-      const move = (from: store.JobRow, to: store.JobRow["status"]) => db.kysely.transaction().execute((trx) => store.moveJob(ctx, trx, from, to));
+      const move = (from: store.JobRow, to: store.JobRow["status"]) =>
+        db.kysely.transaction().execute((trx) => store.moveJob(ctx, trx, from, to));
       const err = await rejectsWith(move(row, "succeeded"), "invalid_transition");
       assert.match(err.message, /assigned and cannot become succeeded: from assigned it may only become/);
       assert.equal((await jobRow(a)).status, "assigned");
@@ -759,7 +1120,8 @@ for (const backend of backends) {
       const [ended] = await store.listRunJobs(ctx, run.id);
       assert.equal(ended?.status, "failed");
       const finished = { ...row, status: "failed" as const };
-      for (const to of ["queued", "running", "succeeded", "canceled"] as const) await rejectsWith(move(finished, to), "invalid_transition");
+      for (const to of ["queued", "running", "succeeded", "canceled"] as const)
+        await rejectsWith(move(finished, to), "invalid_transition");
       assert.equal((await store.getJob(ctx, row.id)).status, "failed");
       // A legal move of a row that changed since it was read does not happen (another process won).
       assert.equal(await move({ ...row, status: "running" }, "succeeded"), false);
@@ -769,9 +1131,19 @@ for (const backend of backends) {
     test("job tokens: retired when the job stops being leased, kept for the retention, then deleted in batches within a deadline", async () => {
       const { ws, cv, agent } = await fixture();
       await newRun(ws.id, cv.id, { planOnly: true });
-      const tokenRows = (jobId: string) => db.kysely.selectFrom("job_tokens").select(["attempt", "retired_at"]).where("job_id", "=", jobId).orderBy("attempt").execute();
+      const tokenRows = (jobId: string) =>
+        db.kysely
+          .selectFrom("job_tokens")
+          .select(["attempt", "retired_at"])
+          .where("job_id", "=", jobId)
+          .orderBy("attempt")
+          .execute();
       const first = await claim(agent);
-      assert.deepEqual(await tokenRows(first.jobId), [{ attempt: 1, retired_at: null }], "the current token is not retired");
+      assert.deepEqual(
+        await tokenRows(first.jobId),
+        [{ attempt: 1, retired_at: null }],
+        "the current token is not retired",
+      );
       // The lease lapses before the job starts: requeued, its token retired but still known.
       clock += ctx.settings.leaseTtlMs + 1;
       await store.expireLeases(ctx);
@@ -783,7 +1155,10 @@ for (const backend of backends) {
       clock += 1000;
       await store.finishJob(ctx, await jobRow(second), "succeeded", null);
       const finishedAt = clock;
-      assert.deepEqual(await tokenRows(first.jobId), [{ attempt: 1, retired_at: requeuedAt }, { attempt: 2, retired_at: finishedAt }]);
+      assert.deepEqual(await tokenRows(first.jobId), [
+        { attempt: 1, retired_at: requeuedAt },
+        { attempt: 2, retired_at: finishedAt },
+      ]);
       await rejectsWith(store.authenticateJobToken(ctx, second.jobToken), "job_finished");
 
       const retention = 60_000;
@@ -798,7 +1173,13 @@ for (const backend of backends) {
       await rejectsWith(store.authenticateJobToken(ctx, second.jobToken), "unauthorized");
 
       // A backlog is deleted a batch at a time; a passed deadline stops after the first batch.
-      const backlog = Array.from({ length: 5 }, (_, i) => ({ token_hash: unique(`backlog-${i}-`), job_id: first.jobId, attempt: 100 + i, created_at: 0, retired_at: 0 }));
+      const backlog = Array.from({ length: 5 }, (_, i) => ({
+        token_hash: unique(`backlog-${i}-`),
+        job_id: first.jobId,
+        attempt: 100 + i,
+        created_at: 0,
+        retired_at: 0,
+      }));
       await db.kysely.insertInto("job_tokens").values(backlog).execute();
       const stepping = { ...ctx, now: () => (clock += 10) };
       assert.equal(await store.deleteRetiredJobTokens(stepping, retention, { batch: 2, deadlineMs: 0 }), 2);
@@ -811,22 +1192,57 @@ for (const backend of backends) {
       const { ws, cv, agent } = await fixture();
       await newRun(ws.id, cv.id, { planOnly: true });
       const { jobId } = await claim(agent);
-      const backlog = Array.from({ length: 5 }, (_, i) => ({ token_hash: unique(`batched-${i}-`), job_id: jobId, attempt: 200 + i, created_at: 0, retired_at: 0 }));
+      const backlog = Array.from({ length: 5 }, (_, i) => ({
+        token_hash: unique(`batched-${i}-`),
+        job_id: jobId,
+        attempt: 200 + i,
+        created_at: 0,
+        retired_at: 0,
+      }));
       await db.kysely.insertInto("job_tokens").values(backlog).execute();
       const logged = loggingStatements(ctx);
       assert.equal(await store.deleteRetiredJobTokens(logged.ctx, 60_000, { batch: 2 }), 5);
       assert.equal(logged.statements.length, 3, logged.statements.join("\n"));
-      assert.ok(logged.statements.every((q) => /^delete from "job_tokens"/.test(q)), logged.statements.join("\n"));
+      assert.ok(
+        logged.statements.every((q) => /^delete from "job_tokens"/.test(q)),
+        logged.statements.join("\n"),
+      );
       const left = await db.kysely.selectFrom("job_tokens").select("attempt").where("job_id", "=", jobId).execute();
-      assert.deepEqual(left.map((r) => r.attempt), [1], "the current token stays");
+      assert.deepEqual(
+        left.map((r) => r.attempt),
+        [1],
+        "the current token stays",
+      );
     });
 
     test("agents: a stopping agent's unstarted jobs go back to the queue in one UPDATE, tokens retired, started ones kept", async () => {
       const { pool, agent, ws, cv } = await fixture();
-      const ws2 = await store.createWorkspace(ctx, { name: unique("ws"), pool: pool.id, engine: "terraform", engineVersion: null, workingDirectory: "", autoApply: false });
-      const cv2 = await store.createConfigurationVersion(ctx, ws2.id, archive, { maxCompressedBytes: 1e6, maxUnpackedBytes: 1e7, maxEntries: 100 });
-      const ws3 = await store.createWorkspace(ctx, { name: unique("ws"), pool: pool.id, engine: "terraform", engineVersion: null, workingDirectory: "", autoApply: false });
-      const cv3 = await store.createConfigurationVersion(ctx, ws3.id, archive, { maxCompressedBytes: 1e6, maxUnpackedBytes: 1e7, maxEntries: 100 });
+      const ws2 = await store.createWorkspace(ctx, {
+        name: unique("ws"),
+        pool: pool.id,
+        engine: "terraform",
+        engineVersion: null,
+        workingDirectory: "",
+        autoApply: false,
+      });
+      const cv2 = await store.createConfigurationVersion(ctx, ws2.id, archive, {
+        maxCompressedBytes: 1e6,
+        maxUnpackedBytes: 1e7,
+        maxEntries: 100,
+      });
+      const ws3 = await store.createWorkspace(ctx, {
+        name: unique("ws"),
+        pool: pool.id,
+        engine: "terraform",
+        engineVersion: null,
+        workingDirectory: "",
+        autoApply: false,
+      });
+      const cv3 = await store.createConfigurationVersion(ctx, ws3.id, archive, {
+        maxCompressedBytes: 1e6,
+        maxUnpackedBytes: 1e7,
+        maxEntries: 100,
+      });
       await newRun(ws.id, cv.id);
       await newRun(ws2.id, cv2.id);
       await newRun(ws3.id, cv3.id);
@@ -844,14 +1260,21 @@ for (const backend of backends) {
         const row = await store.getJob(ctx, j.jobId);
         assert.deepEqual([row.status, row.agentId], ["queued", null]);
         await rejectsWith(store.authenticateJobToken(ctx, j.jobToken), "unauthorized");
-        const retired = await db.kysely.selectFrom("job_tokens").select("retired_at").where("job_id", "=", j.jobId).executeTakeFirstOrThrow();
+        const retired = await db.kysely
+          .selectFrom("job_tokens")
+          .select("retired_at")
+          .where("job_id", "=", j.jobId)
+          .executeTakeFirstOrThrow();
         assert.equal(retired.retired_at, clock);
       }
       assert.equal((await store.getJob(ctx, c.jobId)).status, "running", "a started job is not released");
       const again = await claim(agent);
       assert.ok([a.jobId, b.jobId].includes(again.jobId));
       assert.equal(again.attempt, 2);
-      await rejectsWith(store.authenticateJobToken(ctx, again.jobId === a.jobId ? a.jobToken : b.jobToken), "stale_attempt");
+      await rejectsWith(
+        store.authenticateJobToken(ctx, again.jobId === a.jobId ? a.jobToken : b.jobToken),
+        "stale_attempt",
+      );
     });
 
     test("cancel --force: the job cancelRun locked is ended without reading it again", async () => {
@@ -870,10 +1293,20 @@ for (const backend of backends) {
     test("variables: sensitive values are write-only except for the job", async () => {
       const { ws } = await fixture();
       await store.setVariable(ctx, ws.id, "region", { value: "eu", kind: "terraform", sensitive: false });
-      const secret = await store.setVariable(ctx, ws.id, "password", { value: "hunter2", kind: "terraform", sensitive: true });
+      const secret = await store.setVariable(ctx, ws.id, "password", {
+        value: "hunter2",
+        kind: "terraform",
+        sensitive: true,
+      });
       assert.equal(secret.value, null);
       const listed = await store.listVariables(ctx, ws.id);
-      assert.deepEqual(listed.map((v) => [v.key, v.value]), [["password", null], ["region", "eu"]]);
+      assert.deepEqual(
+        listed.map((v) => [v.key, v.value]),
+        [
+          ["password", null],
+          ["region", "eu"],
+        ],
+      );
       const forJob = await store.variablesForJob(ctx, ws.id);
       assert.equal(forJob.find((v) => v.key === "password")?.value, "hunter2");
     });
@@ -882,8 +1315,14 @@ for (const backend of backends) {
       const { ws } = await fixture();
       const before = (await store.listConfigurationVersions(ctx, ws.id)).length;
       const limits = { maxCompressedBytes: 1e6, maxUnpackedBytes: 1e7, maxEntries: 100 };
-      await rejectsWith(store.createConfigurationVersion(ctx, ws.id, rawTarGz([{ path: "../evil.tf", content: "x" }]), limits), "invalid_archive");
-      await rejectsWith(store.createConfigurationVersion(ctx, ws.id, Buffer.from("not gzip"), limits), "invalid_archive");
+      await rejectsWith(
+        store.createConfigurationVersion(ctx, ws.id, rawTarGz([{ path: "../evil.tf", content: "x" }]), limits),
+        "invalid_archive",
+      );
+      await rejectsWith(
+        store.createConfigurationVersion(ctx, ws.id, Buffer.from("not gzip"), limits),
+        "invalid_archive",
+      );
       assert.equal((await store.listConfigurationVersions(ctx, ws.id)).length, before);
     });
   });

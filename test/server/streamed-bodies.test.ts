@@ -79,12 +79,22 @@ function send(
   route: Route,
   params: Record<string, string>,
   pieces: Iterable<Buffer>,
-  options: { token: string; contentType: string; length?: number; stopAfter?: number; abortAfter?: number; beforeAbort?: () => Promise<void> },
+  options: {
+    token: string;
+    contentType: string;
+    length?: number;
+    stopAfter?: number;
+    abortAfter?: number;
+    beforeAbort?: () => Promise<void>;
+  },
 ): Promise<Sent> {
   return new Promise((resolve) => {
     let sent = 0;
     let finished = false;
-    const headers: Record<string, string> = { authorization: `Bearer ${options.token}`, "content-type": options.contentType };
+    const headers: Record<string, string> = {
+      authorization: `Bearer ${options.token}`,
+      "content-type": options.contentType,
+    };
     if (options.length !== undefined) headers["content-length"] = String(options.length);
     // node:http rather than the typed client: the test controls how the body is written, paused and cut.
     const req = request(url + routePath(route, params), { method: route.method, headers });
@@ -131,19 +141,28 @@ function send(
 }
 
 /** Downloads `path` as a stream; returns its status, size and SHA-256. */
-function download(url: string, route: Route, params: Record<string, string>, token: string): Promise<{ status: number; size: number; sha256: string }> {
+function download(
+  url: string,
+  route: Route,
+  params: Record<string, string>,
+  token: string,
+): Promise<{ status: number; size: number; sha256: string }> {
   return new Promise((resolve, reject) => {
     // node:http rather than the typed client: the body is hashed as it streams, never held whole.
-    const req = request(url + routePath(route, params), { method: route.method, headers: { authorization: `Bearer ${token}` } }, (res) => {
-      const hash = createHash("sha256");
-      let size = 0;
-      res.on("data", (d: Buffer) => {
-        size += d.length;
-        hash.update(d);
-      });
-      res.on("end", () => resolve({ status: res.statusCode ?? 0, size, sha256: hash.digest("hex") }));
-      res.on("error", reject);
-    });
+    const req = request(
+      url + routePath(route, params),
+      { method: route.method, headers: { authorization: `Bearer ${token}` } },
+      (res) => {
+        const hash = createHash("sha256");
+        let size = 0;
+        res.on("data", (d: Buffer) => {
+          size += d.length;
+          hash.update(d);
+        });
+        res.on("end", () => resolve({ status: res.statusCode ?? 0, size, sha256: hash.digest("hex") }));
+        res.on("error", reject);
+      },
+    );
     req.on("error", reject);
     req.end();
   });
@@ -161,8 +180,14 @@ function sha256Of(pieces: Iterable<Buffer>): { sha256: string; size: number } {
 
 /** Registers an agent and takes the plan job of a new run in `ws`; returns the job's id and token. */
 async function planJob(server: ServerProc, pool: string, ws: string): Promise<{ id: string; token: string }> {
-  const poolToken = (await callOk(server.url, routes.createPoolToken, admin, { params: { pool }, body: { description: "streamed" } })).token as string;
-  const session = (await callOk(server.url, routes.register, poolToken, { body: { name: `a-${ws}`, version: "test", driver: "local", capacity: 1 } })).sessionToken as string;
+  const poolToken = (
+    await callOk(server.url, routes.createPoolToken, admin, { params: { pool }, body: { description: "streamed" } })
+  ).token as string;
+  const session = (
+    await callOk(server.url, routes.register, poolToken, {
+      body: { name: `a-${ws}`, version: "test", driver: "local", capacity: 1 },
+    })
+  ).sessionToken as string;
   const tiny = (await import("../support/archives.js")).rawTarGz([{ path: "main.tf", content: "" }]);
   const cv = await callOk(server.url, routes.uploadConfiguration, admin, { params: { ws }, body: tiny });
   await callOk(server.url, routes.createRun, admin, { body: { workspace: ws, configurationVersionId: cv.id } });
@@ -184,7 +209,12 @@ for (const backend of backends) {
     test("setup: a server, a workspace, one small state written and read back", async () => {
       dataDir = join(tempDir(), "data");
       // A configuration limit of 16 MiB (the setting users have): the over-limit upload passes it by 2 MiB, not 102.
-      const env: Record<string, string> = { DROVER_DATA_DIR: dataDir, DROVER_ADMIN_TOKEN: admin, DROVER_LOG_LEVEL: "warn", DROVER_MAX_CONFIGURATION_MB: "16" };
+      const env: Record<string, string> = {
+        DROVER_DATA_DIR: dataDir,
+        DROVER_ADMIN_TOKEN: admin,
+        DROVER_LOG_LEVEL: "warn",
+        DROVER_MAX_CONFIGURATION_MB: "16",
+      };
       if (backend === "postgres") {
         database = await createTestDatabase("postgres");
         env.DROVER_DATABASE_URL = database.url;
@@ -198,39 +228,70 @@ for (const backend of backends) {
       await callOk(server.url, routes.createWorkspace, admin, { body: { name: "big", pool: "big" } });
       // Warm up every code path the big upload takes, so the baseline includes them.
       const small = [...bigState(1, 2)];
-      const warm = await send(server.url, routes.writeState, { ws: "big" }, small, { token: admin, contentType: "application/json" });
+      const warm = await send(server.url, routes.writeState, { ws: "big" }, small, {
+        token: admin,
+        contentType: "application/json",
+      });
       assert.equal(warm.status, 200, JSON.stringify(warm));
       Object.assign(state, sha256Of(small));
       assert.equal((await download(server.url, routes.readState, { ws: "big" }, admin)).sha256, state.sha256);
     });
 
     test("an upload aborted mid-body leaves no file behind and the state as it was", async () => {
-      const versionsBefore = (await callOk(server.url, routes.listStateVersions, admin, { params: { ws: "big" } })).items.length;
+      const versionsBefore = (await callOk(server.url, routes.listStateVersions, admin, { params: { ws: "big" } }))
+        .items.length;
       const res = await send(server.url, routes.writeState, { ws: "big" }, bigState(3, 50), {
         token: admin,
         contentType: "application/json",
         length: 51 * mb,
         abortAfter: 20 * mb,
         // The body is on its way to disk, not into memory.
-        beforeAbort: () => eventually("the spooled body", async () => (leftovers(dataDir).length === 1 ? true : undefined), 30_000).then(() => undefined),
+        beforeAbort: () =>
+          eventually("the spooled body", async () => (leftovers(dataDir).length === 1 ? true : undefined), 30_000).then(
+            () => undefined,
+          ),
       });
       assert.equal(res.error, "aborted by the test");
-      await eventually("the spooled body removed", async () => (leftovers(dataDir).length === 0 ? true : undefined), 30_000);
+      await eventually(
+        "the spooled body removed",
+        async () => (leftovers(dataDir).length === 0 ? true : undefined),
+        30_000,
+      );
       const got = await download(server.url, routes.readState, { ws: "big" }, admin);
       assert.equal(got.sha256, state.sha256, "the current state is the one before the aborted upload");
-      assert.equal((await callOk(server.url, routes.listStateVersions, admin, { params: { ws: "big" } })).items.length, versionsBefore);
+      assert.equal(
+        (await callOk(server.url, routes.listStateVersions, admin, { params: { ws: "big" } })).items.length,
+        versionsBefore,
+      );
     });
 
     test("an over-limit body is refused while it streams (413 before the body ends) and a declared one before it is read", async () => {
       // Chunked, so only counting can tell: the client stops 2 MiB past the 16 MiB limit and waits.
-      const streamed = await send(server.url, routes.uploadConfiguration, { ws: "big" }, bytesOf(1000, 0), { token: admin, contentType: "application/gzip", stopAfter: 18 * mb });
+      const streamed = await send(server.url, routes.uploadConfiguration, { ws: "big" }, bytesOf(1000, 0), {
+        token: admin,
+        contentType: "application/gzip",
+        stopAfter: 18 * mb,
+      });
       assert.equal(streamed.status, 413, JSON.stringify(streamed));
       assert.equal(streamed.body.error, "payload_too_large");
-      assert.match(streamed.body.message, new RegExp(`limit is ${16 * mb + 1} bytes`), "the configured limit (one byte over, for the archive check)");
+      assert.match(
+        streamed.body.message,
+        new RegExp(`limit is ${16 * mb + 1} bytes`),
+        "the configured limit (one byte over, for the archive check)",
+      );
       assert.ok(streamed.sent <= 18 * mb, "the answer came before the client sent the rest");
-      await eventually("the spooled body removed", async () => (leftovers(dataDir).length === 0 ? true : undefined), 30_000);
+      await eventually(
+        "the spooled body removed",
+        async () => (leftovers(dataDir).length === 0 ? true : undefined),
+        30_000,
+      );
 
-      const declared = await send(server.url, routes.writeState, { ws: "big" }, bytesOf(1, 0), { token: admin, contentType: "application/json", length: 300 * mb, stopAfter: 0 });
+      const declared = await send(server.url, routes.writeState, { ws: "big" }, bytesOf(1, 0), {
+        token: admin,
+        contentType: "application/json",
+        length: 300 * mb,
+        stopAfter: 0,
+      });
       assert.equal(declared.status, 413, JSON.stringify(declared));
       assert.equal(declared.body.error, "payload_too_large");
       assert.deepEqual(leftovers(dataDir), []);
@@ -242,18 +303,30 @@ for (const backend of backends) {
       // Every code path the upload takes has run (setup, the tests above); the peak starts from the RSS now.
       const baseline = restartPeakRssMb(server.proc.child.pid!);
       Object.assign(state, sha256Of(bigState(2, 200)));
-      const res = await send(server.url, routes.writeState, { ws: "big" }, bigState(2, 200), { token: admin, contentType: "application/json", length: state.size });
+      const res = await send(server.url, routes.writeState, { ws: "big" }, bigState(2, 200), {
+        token: admin,
+        contentType: "application/json",
+        length: state.size,
+      });
       assert.equal(res.status, 200, JSON.stringify(res));
       const afterUpload = peakRssMb(server.proc.child.pid!);
       const got = await download(server.url, routes.readState, { ws: "big" }, admin);
       const afterDownload = peakRssMb(server.proc.child.pid!);
-      console.log(`${backend}: ${(state.size / mb).toFixed(0)} MB state; RSS ${baseline.toFixed(0)} MB before, ${afterUpload.toFixed(0)} MB after the upload, ${afterDownload.toFixed(0)} MB after the download`);
-      assert.deepEqual({ status: got.status, size: got.size, sha256: got.sha256 }, { status: 200, size: state.size, sha256: state.sha256 });
+      console.log(
+        `${backend}: ${(state.size / mb).toFixed(0)} MB state; RSS ${baseline.toFixed(0)} MB before, ${afterUpload.toFixed(0)} MB after the upload, ${afterDownload.toFixed(0)} MB after the download`,
+      );
+      assert.deepEqual(
+        { status: got.status, size: got.size, sha256: got.sha256 },
+        { status: 200, size: state.size, sha256: state.sha256 },
+      );
       const versions = await callOk(server.url, routes.listStateVersions, admin, { params: { ws: "big" } });
       assert.equal(versions.items[0].serial, 2);
       assert.equal(versions.items[0].size, state.size);
       assert.ok(afterUpload - baseline < 100, `the upload grew peak RSS by ${(afterUpload - baseline).toFixed(0)} MB`);
-      assert.ok(afterDownload - baseline < 100, `the download grew peak RSS by ${(afterDownload - baseline).toFixed(0)} MB`);
+      assert.ok(
+        afterDownload - baseline < 100,
+        `the download grew peak RSS by ${(afterDownload - baseline).toFixed(0)} MB`,
+      );
       assert.deepEqual(leftovers(dataDir), [], "the spooled body is removed after the request");
     });
 
@@ -261,7 +334,11 @@ for (const backend of backends) {
       const job = await planJob(server, "big", "big");
       const plan = sha256Of(bytesOf(200, 7));
       const before = restartPeakRssMb(server.proc.child.pid!);
-      const res = await send(server.url, routes.uploadPlan, { id: job.id }, bytesOf(200, 7), { token: job.token, contentType: "application/octet-stream", length: plan.size });
+      const res = await send(server.url, routes.uploadPlan, { id: job.id }, bytesOf(200, 7), {
+        token: job.token,
+        contentType: "application/octet-stream",
+        length: plan.size,
+      });
       assert.equal(res.status, 204, JSON.stringify(res));
       const got = await download(server.url, routes.downloadPlan, { id: job.id }, job.token);
       const peak = peakRssMb(server.proc.child.pid!);
@@ -284,18 +361,29 @@ describe("a data directory that fills up during an upload", () => {
     }
     cleanups.push(() => void execFileSync("umount", ["-l", mount], { stdio: "pipe" }));
     const dataDir = join(mount, "data");
-    const server = await startServerProc({ DROVER_DATA_DIR: dataDir, DROVER_ADMIN_TOKEN: admin, DROVER_LOG_LEVEL: "warn" });
+    const server = await startServerProc({
+      DROVER_DATA_DIR: dataDir,
+      DROVER_ADMIN_TOKEN: admin,
+      DROVER_LOG_LEVEL: "warn",
+    });
     cleanups.push(() => server.proc.stop());
     await callOk(server.url, routes.createPool, admin, { body: { name: "full" } });
     await callOk(server.url, routes.createWorkspace, admin, { body: { name: "full", pool: "full" } });
     const size = sha256Of(bigState(1, 40)).size;
-    const res = await send(server.url, routes.writeState, { ws: "full" }, bigState(1, 40), { token: admin, contentType: "application/json", length: size });
+    const res = await send(server.url, routes.writeState, { ws: "full" }, bigState(1, 40), {
+      token: admin,
+      contentType: "application/json",
+      length: size,
+    });
     assert.equal(res.status, 507, JSON.stringify(res));
     assert.equal(res.body.error, "storage_full");
     assert.match(res.body.message, /the data directory .* is full .*free space there/);
     assert.deepEqual(leftovers(dataDir), [], "the partial body is removed");
     const small = [...bigState(1, 1)];
-    const again = await send(server.url, routes.writeState, { ws: "full" }, small, { token: admin, contentType: "application/json" });
+    const again = await send(server.url, routes.writeState, { ws: "full" }, small, {
+      token: admin,
+      contentType: "application/json",
+    });
     assert.equal(again.status, 200, JSON.stringify(again));
     assert.equal((await call(server.url, routes.readState, admin, { params: { ws: "full" } })).status, 200);
   });
@@ -305,12 +393,21 @@ describe("the default configuration upload limit", () => {
   test("a configuration declared just over 100 MiB is refused (413) before its body is read", async () => {
     // The setup above sets DROVER_MAX_CONFIGURATION_MB; this server keeps the default.
     const dataDir = join(tempDir(), "data");
-    const server = await startServerProc({ DROVER_DATA_DIR: dataDir, DROVER_ADMIN_TOKEN: admin, DROVER_LOG_LEVEL: "warn" });
+    const server = await startServerProc({
+      DROVER_DATA_DIR: dataDir,
+      DROVER_ADMIN_TOKEN: admin,
+      DROVER_LOG_LEVEL: "warn",
+    });
     cleanups.push(() => server.proc.stop());
     await callOk(server.url, routes.createPool, admin, { body: { name: "default" } });
     await callOk(server.url, routes.createWorkspace, admin, { body: { name: "default", pool: "default" } });
     // The route lets one byte over 100 MiB through (for the archive check), so two bytes over is the first refused.
-    const res = await send(server.url, routes.uploadConfiguration, { ws: "default" }, bytesOf(1, 0), { token: admin, contentType: "application/gzip", length: 100 * mb + 2, stopAfter: 0 });
+    const res = await send(server.url, routes.uploadConfiguration, { ws: "default" }, bytesOf(1, 0), {
+      token: admin,
+      contentType: "application/gzip",
+      length: 100 * mb + 2,
+      stopAfter: 0,
+    });
     assert.equal(res.status, 413, JSON.stringify(res));
     assert.equal(res.body.error, "payload_too_large");
     assert.match(res.body.message, new RegExp(`limit is ${100 * mb + 1} bytes`));

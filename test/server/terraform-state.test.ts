@@ -74,7 +74,11 @@ test("terraform apply stores a state version through the http backend", async ()
 test("a second terraform run while the lock is held fails with terraform's lock error; state intact", async () => {
   const before = await server.api(routes.listStateVersions, { params: { ws: wsId } });
   // The first run holds the lock while its provisioner sleeps (replace forces the provisioner to run).
-  const first = spawn("terraform", ["apply", "-auto-approve", "-input=false", "-no-color", "-var", "pause=4", "-replace=terraform_data.slow"], { cwd: dir, env });
+  const first = spawn(
+    "terraform",
+    ["apply", "-auto-approve", "-input=false", "-no-color", "-var", "pause=4", "-replace=terraform_data.slow"],
+    { cwd: dir, env },
+  );
   let firstOutput = "";
   first.stdout.on("data", (d: Buffer) => (firstOutput += d.toString()));
   first.stderr.on("data", (d: Buffer) => (firstOutput += d.toString()));
@@ -84,9 +88,17 @@ test("a second terraform run while the lock is held fails with terraform's lock 
     if ((await server.api(routes.getWorkspace, { params: { ws: wsId } })).body.stateLocked) break;
     await new Promise((r) => setTimeout(r, 100));
   }
-  assert.equal((await server.api(routes.getWorkspace, { params: { ws: wsId } })).body.stateLocked, true, "the first run holds the lock");
+  assert.equal(
+    (await server.api(routes.getWorkspace, { params: { ws: wsId } })).body.stateLocked,
+    true,
+    "the first run holds the lock",
+  );
 
-  const second = await runTerraform(["apply", "-auto-approve", "-input=false", "-no-color", "-replace=terraform_data.slow"], dir, env);
+  const second = await runTerraform(
+    ["apply", "-auto-approve", "-input=false", "-no-color", "-replace=terraform_data.slow"],
+    dir,
+    env,
+  );
   assert.notEqual(second.code, 0);
   assert.match(second.output, /Error acquiring the state lock/);
   assert.match(second.output, /OperationTypeApply/, "terraform shows the holder's lock info");

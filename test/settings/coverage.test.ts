@@ -5,7 +5,16 @@ import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { test } from "node:test";
 import { parseAllDocuments } from "yaml";
-import { buildScriptVariables, nonSettingVariables, reservedSettings, settings, settingsReadBy, withSettingsTables, type SettingName, type SettingReader } from "@drover/protocol";
+import {
+  buildScriptVariables,
+  nonSettingVariables,
+  reservedSettings,
+  settings,
+  settingsReadBy,
+  withSettingsTables,
+  type SettingName,
+  type SettingReader,
+} from "@drover/protocol";
 
 // Nothing reads, documents or sets a setting the table does not know: the compiled code, the
 // exec-loop, the README and every chart are checked against packages/protocol/src/settings.ts.
@@ -36,14 +45,25 @@ const droverNames = (text: string) => [...text.matchAll(/\bDROVER_[A-Z0-9_]*[A-Z
 test("every DROVER_* name in the shipped code is a setting of the table (or a variable Drover sets for runs)", () => {
   // The table's own module names only what it declares (build-script variables included).
   const code = shipped.filter((f) => !f.path.endsWith("protocol/dist/src/settings.js"));
-  const unknown = code.flatMap(({ path, text }) => droverNames(text).filter((n) => !known.has(n)).map((n) => `${path}: ${n}`));
+  const unknown = code.flatMap(({ path, text }) =>
+    droverNames(text)
+      .filter((n) => !known.has(n))
+      .map((n) => `${path}: ${n}`),
+  );
   assert.deepEqual([...new Set(unknown)], []);
 });
 
 test("every DROVER_* name in the repository's scripts is a setting, a run variable or a build-script variable", () => {
   const allowed = new Set<string>([...known, ...buildScriptVariables]);
-  const scripts = files(join(repo, "scripts"), ".mjs").map((path) => ({ path: path.slice(repo.length + 1), text: readFileSync(path, "utf8") }));
-  const unknown = scripts.flatMap(({ path, text }) => droverNames(text).filter((n) => !allowed.has(n) && !n.startsWith("DROVER_TEST_")).map((n) => `${path}: ${n}`));
+  const scripts = files(join(repo, "scripts"), ".mjs").map((path) => ({
+    path: path.slice(repo.length + 1),
+    text: readFileSync(path, "utf8"),
+  }));
+  const unknown = scripts.flatMap(({ path, text }) =>
+    droverNames(text)
+      .filter((n) => !allowed.has(n) && !n.startsWith("DROVER_TEST_"))
+      .map((n) => `${path}: ${n}`),
+  );
   assert.deepEqual([...new Set(unknown)], []);
 });
 
@@ -54,29 +74,52 @@ test("every environment read in the shipped code (process.env.X, env.X) is a set
   // of idle heap mode (heap-mode.ts).
   const notSettings = new Set(["PATH", "GIT_SSL_CAINFO", "SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS", "NODE_OPTIONS"]);
   const reads = shipped.flatMap(({ path, text }) =>
-    [...text.matchAll(/\benv(?:\.([A-Z_][A-Z0-9_]*)\b|\[["']([A-Za-z_][A-Za-z0-9_]*)["']\])(?!\s*=[^=])/g)].map((m) => ({ path, name: m[1] ?? m[2] ?? "" })),
+    [...text.matchAll(/\benv(?:\.([A-Z_][A-Z0-9_]*)\b|\[["']([A-Za-z_][A-Za-z0-9_]*)["']\])(?!\s*=[^=])/g)].map(
+      (m) => ({ path, name: m[1] ?? m[2] ?? "" }),
+    ),
   );
   assert.ok(reads.length > 0, "the scan found no reads at all: it is looking in the wrong place");
-  assert.deepEqual(reads.filter((r) => !isSetting(r.name) && !notSettings.has(r.name)).map((r) => `${r.path}: env.${r.name}`), []);
+  assert.deepEqual(
+    reads.filter((r) => !isSetting(r.name) && !notSettings.has(r.name)).map((r) => `${r.path}: env.${r.name}`),
+    [],
+  );
 });
 
 test("every setting of the table is read by the shipped code (none is stale)", () => {
   // Read by undici's EnvHttpProxyAgent, not by our code.
   const readByLibraries = new Set(["HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY"]);
-  const mentioned = new Set(shipped.filter((f) => !f.path.endsWith("protocol/dist/src/settings.js")).flatMap((f) => [...f.text.matchAll(/\b[A-Z][A-Z0-9_]+\b/g)].map((m) => m[0])));
-  assert.deepEqual(Object.keys(settings).filter((n) => !mentioned.has(n) && !readByLibraries.has(n)), []);
+  const mentioned = new Set(
+    shipped
+      .filter((f) => !f.path.endsWith("protocol/dist/src/settings.js"))
+      .flatMap((f) => [...f.text.matchAll(/\b[A-Z][A-Z0-9_]+\b/g)].map((m) => m[0])),
+  );
+  assert.deepEqual(
+    Object.keys(settings).filter((n) => !mentioned.has(n) && !readByLibraries.has(n)),
+    [],
+  );
 });
 
 test("the README's configuration tables are the ones the table generates, and name every setting", () => {
   const readme = readFileSync(join(repo, "README.md"), "utf8");
-  assert.equal(withSettingsTables(readme), readme, "README.md is out of date: run `npm run build && node scripts/settings-docs.mjs`");
-  const tables = [...readme.matchAll(/<!-- settings:[a-z-]+ -->\n([\s\S]*?)\n<!-- \/settings -->/g)].map((m) => m[1]).join("\n");
-  assert.deepEqual(Object.keys(settings).filter((n) => !tables.includes(`\`${n}\``)), []);
+  assert.equal(
+    withSettingsTables(readme),
+    readme,
+    "README.md is out of date: run `npm run build && node scripts/settings-docs.mjs`",
+  );
+  const tables = [...readme.matchAll(/<!-- settings:[a-z-]+ -->\n([\s\S]*?)\n<!-- \/settings -->/g)]
+    .map((m) => m[1])
+    .join("\n");
+  assert.deepEqual(
+    Object.keys(settings).filter((n) => !tables.includes(`\`${n}\``)),
+    [],
+  );
 });
 
 // ---- charts ----
 
-const { tools } = (await import(pathToFileURL(join(repo, "scripts", "tools.mjs")).href)) as { tools(): { helm: string } };
+const { tools } = (await import(pathToFileURL(join(repo, "scripts", "tools.mjs")).href)) as {
+  tools(): { helm: string };
+};
 const token = "drv_p_eyJ1cmwiOiJodHRwczovL2QuZXhhbXBsZSIsInBvb2wiOiJwIn0.c2VjcmV0";
 
 interface Container {
@@ -96,12 +139,16 @@ function processOf(c: Container): SettingReader | undefined {
   const i = words.indexOf("agent");
   const command = i >= 0 ? words[i + 1] : undefined;
   if (command === "run") return "agent";
-  if (command === "controller" || command === "worker" || command === "node-worker" || command === "pod-annotator") return command;
+  if (command === "controller" || command === "worker" || command === "node-worker" || command === "pod-annotator")
+    return command;
   if (c.name === "runner") return "runner";
   return undefined;
 }
 
-function podSpecs(o: { kind: string; spec?: { template?: { spec?: PodSpec }; jobTemplate?: { template?: { spec?: PodSpec } } } }): PodSpec[] {
+function podSpecs(o: {
+  kind: string;
+  spec?: { template?: { spec?: PodSpec }; jobTemplate?: { template?: { spec?: PodSpec } } };
+}): PodSpec[] {
   if (o.kind === "AgentTask") return o.spec?.jobTemplate?.template?.spec ? [o.spec.jobTemplate.template.spec] : [];
   return o.spec?.template?.spec ? [o.spec.template.spec] : [];
 }
@@ -110,11 +157,16 @@ const charts = ["agent-local", "agent-job", "agent-k8s"];
 for (const chart of charts) {
   test(`chart ${chart}: every variable it sets is a setting of the process its container runs, and its reserved names are settings`, () => {
     const dir = join(repo, "charts", chart);
-    const configurations = [["--set", `agent.token=${token}`], ...readdirSync(join(dir, "ci")).map((f) => ["-f", join(dir, "ci", f)])];
+    const configurations = [
+      ["--set", `agent.token=${token}`],
+      ...readdirSync(join(dir, "ci")).map((f) => ["-f", join(dir, "ci", f)]),
+    ];
     const problems = new Set<string>();
     let checked = 0;
     for (const args of configurations) {
-      const out = execFileSync(tools().helm, ["template", "rel", dir, "--namespace", "drover", ...args], { encoding: "utf8" });
+      const out = execFileSync(tools().helm, ["template", "rel", dir, "--namespace", "drover", ...args], {
+        encoding: "utf8",
+      });
       for (const doc of parseAllDocuments(out)) {
         const o = doc.toJSON() as Parameters<typeof podSpecs>[0] | null;
         if (!o) continue;
@@ -125,7 +177,8 @@ for (const chart of charts) {
               if (!name.startsWith("DROVER_")) continue;
               checked++;
               if (!isSetting(name)) {
-                if (!(nonSettingVariables as readonly string[]).includes(name)) problems.add(`${o.kind} ${c.name}: ${name} is not a setting`);
+                if (!(nonSettingVariables as readonly string[]).includes(name))
+                  problems.add(`${o.kind} ${c.name}: ${name} is not a setting`);
               } else if (reader && !settingsReadBy(reader).includes(name)) {
                 problems.add(`${o.kind} ${c.name} (${reader}): ${name} is not read by ${reader}`);
               }

@@ -5,7 +5,15 @@ import { join } from "node:path";
 import { test } from "node:test";
 import { resolveSettings } from "@drover/cli/dist/src/settings.js";
 import { freePort, spawnDrover } from "../support/processes.js";
-import { closestSetting, InvalidSettingError, settings, SettingsSource, unknownSettingWarnings, type SettingName, type SettingSpec } from "@drover/protocol";
+import {
+  closestSetting,
+  InvalidSettingError,
+  settings,
+  SettingsSource,
+  unknownSettingWarnings,
+  type SettingName,
+  type SettingSpec,
+} from "@drover/protocol";
 
 // The settings table: every default is a value its own parser accepts, precedence is the same
 // everywhere, and unknown DROVER_* variables are named with the closest known setting.
@@ -56,14 +64,24 @@ test("the CLI: --url/--token beat DROVER_URL/DROVER_TOKEN, which beat the creden
   assert.deepEqual(resolveSettings({}, env), { url: "http://file.example", token: "file-token" });
   const withEnv = { ...env, DROVER_URL: "http://env.example/", DROVER_TOKEN: "env-token" };
   assert.deepEqual(resolveSettings({}, withEnv), { url: "http://env.example", token: "env-token" });
-  assert.deepEqual(resolveSettings({ url: "http://flag.example", token: "flag-token" }, withEnv), { url: "http://flag.example", token: "flag-token" });
+  assert.deepEqual(resolveSettings({ url: "http://flag.example", token: "flag-token" }, withEnv), {
+    url: "http://flag.example",
+    token: "flag-token",
+  });
 });
 
 test("unknown DROVER_* variables are warned about with the closest setting; run variables, the test suite's and the build scripts' are not", () => {
   assert.equal(closestSetting("DROVER_AGENT_CONCURENCY"), "DROVER_AGENT_CONCURRENCY");
   assert.equal(closestSetting("DROVER_TOKN_FILE"), "DROVER_TOKEN_FILE");
   assert.deepEqual(
-    unknownSettingWarnings({ DROVER_DATABSE_URL: "x", DROVER_URL: "http://a", DROVER_RUN_ID: "run_1", DROVER_TEST_PG_URL: "x", DROVER_CACHE_DIR: "/c", HOME: "/root" }),
+    unknownSettingWarnings({
+      DROVER_DATABSE_URL: "x",
+      DROVER_URL: "http://a",
+      DROVER_RUN_ID: "run_1",
+      DROVER_TEST_PG_URL: "x",
+      DROVER_CACHE_DIR: "/c",
+      HOME: "/root",
+    }),
     ["DROVER_DATABSE_URL is not a Drover setting and is ignored; did you mean DROVER_DATABASE_URL?"],
   );
 });
@@ -73,10 +91,16 @@ test("drover (a user command): a bad DROVER_URL is an invalid_setting, exit 2; -
   const bad = spawnDrover(["pool", "list"], { ...base, DROVER_URL: "ftp://drover.example" });
   const badExit = await bad.exited;
   assert.equal(badExit.code, 2, bad.output());
-  assert.match(bad.output(), /^drover: DROVER_URL must be http:\/\/ or https:\/\/, got "ftp:\/\/drover.example" \(invalid_setting\)/);
+  assert.match(
+    bad.output(),
+    /^drover: DROVER_URL must be http:\/\/ or https:\/\/, got "ftp:\/\/drover.example" \(invalid_setting\)/,
+  );
   // Nothing listens on this port: the flag's URL is the one dialled (refused), not the variable's.
   const port = await freePort();
-  const flagged = spawnDrover(["pool", "list", "--url", `http://127.0.0.1:${port}`], { ...base, DROVER_URL: "ftp://drover.example" });
+  const flagged = spawnDrover(["pool", "list", "--url", `http://127.0.0.1:${port}`], {
+    ...base,
+    DROVER_URL: "ftp://drover.example",
+  });
   const flaggedExit = await flagged.exited;
   assert.equal(flaggedExit.code, 1, flagged.output());
   assert.match(flagged.output(), /\(server_unreachable\)/);

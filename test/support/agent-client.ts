@@ -12,13 +12,25 @@ export async function call<R extends Route>(server: TestServer, route: R, token:
 export async function registerAgent(server: TestServer, pool: string, name: string) {
   const tok = await server.api(routes.createPoolToken, { params: { pool }, body: { description: name } });
   if (tok.status !== 201) throw new Error(`pool token: ${JSON.stringify(tok.body)}`);
-  const reg = await call(server, routes.register, tok.body.token, { body: { name, version: "test", driver: "local", capacity: 1 } });
+  const reg = await call(server, routes.register, tok.body.token, {
+    body: { name, version: "test", driver: "local", capacity: 1 },
+  });
   if (reg.status !== 200) throw new Error(`register: ${JSON.stringify(reg.body)}`);
-  return { poolToken: tok.body.token as string, poolTokenId: tok.body.id as string, session: reg.body.sessionToken as string };
+  return {
+    poolToken: tok.body.token as string,
+    poolTokenId: tok.body.id as string,
+    session: reg.body.sessionToken as string,
+  };
 }
 
 /** Creates a workspace with an uploaded configuration and a run; returns their ids. */
-export async function queueRun(server: TestServer, pool: string, workspace: string, archive: Buffer, run: Record<string, unknown> = {}) {
+export async function queueRun(
+  server: TestServer,
+  pool: string,
+  workspace: string,
+  archive: Buffer,
+  run: Record<string, unknown> = {},
+) {
   const ws = await server.api(routes.createWorkspace, { body: { name: workspace, pool } });
   if (ws.status !== 201) throw new Error(`workspace: ${JSON.stringify(ws.body)}`);
   const cv = await server.api(routes.uploadConfiguration, { params: { ws: workspace }, body: archive });

@@ -36,12 +36,19 @@ export function rawTarGz(entries: RawEntry[]): Buffer {
   const parts: Buffer[] = [];
   for (const e of entries) {
     // Names longer than the ustar fields travel in a pax header, as tar writes them.
-    const records = [["path", e.path], ["linkpath", e.linkpath ?? ""]]
+    const records = [
+      ["path", e.path],
+      ["linkpath", e.linkpath ?? ""],
+    ]
       .filter(([, v]) => Buffer.byteLength(v ?? "") > 100)
       .map(([k, v]) => paxRecord(`${k}=${v}`));
     if (records.length > 0) {
       const pax = Buffer.concat(records);
-      parts.push(header({ path: "PaxHeader", type: "pax" }, pax.length), pax, Buffer.alloc((512 - (pax.length % 512)) % 512));
+      parts.push(
+        header({ path: "PaxHeader", type: "pax" }, pax.length),
+        pax,
+        Buffer.alloc((512 - (pax.length % 512)) % 512),
+      );
     }
     const body = Buffer.from(e.type === undefined || e.type === "file" ? (e.content ?? "") : "", "utf8");
     parts.push(header(e, body.length), body, Buffer.alloc((512 - (body.length % 512)) % 512));

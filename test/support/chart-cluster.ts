@@ -24,20 +24,32 @@ export const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", ".
 export const chartProbeTimings = { probeSecondMs: 4000, readinessProbeSecondMs: 100 };
 
 /** Test-cluster back-offs short enough for chart installs to settle quickly, long enough to see a crash loop. */
-export const chartTimings = { imagePullBackoffMs: 150, crashLoopBackoffMs: 500, configRetryMs: 100, podBackoffMs: 100, namespaceRetryMs: 20, ...chartProbeTimings };
+export const chartTimings = {
+  imagePullBackoffMs: 150,
+  crashLoopBackoffMs: 500,
+  configRetryMs: 100,
+  podBackoffMs: 100,
+  namespaceRetryMs: 20,
+  ...chartProbeTimings,
+};
 
 /** The image name the charts and the Pulumi component use for the agent at tag `test`. */
 
 export const droverImage = "ghcr.io/drover-dev/drover:test";
 
-const { tools } = (await import(pathToFileURL(join(repo, "scripts", "tools.mjs")).href)) as { tools(): { helm: string } };
+const { tools } = (await import(pathToFileURL(join(repo, "scripts", "tools.mjs")).href)) as {
+  tools(): { helm: string };
+};
 
 /**
  * The startTestCluster options that make `droverImage` run this checkout: a `drover` shim on
  * the pods' PATH (in test/dist/.bin), as the real image has one, and a stand-in for the image's
  * /usr/bin/tini (it execs its command: no init process is needed for a host process).
  */
-export function droverImageOptions(): { images: Record<string, { entrypoint: string[]; paths: string[]; executables: Record<string, string> }>; baseEnv: Record<string, string> } {
+export function droverImageOptions(): {
+  images: Record<string, { entrypoint: string[]; paths: string[]; executables: Record<string, string> }>;
+  baseEnv: Record<string, string>;
+} {
   const bin = join(repo, "test", "dist", ".bin");
   mkdirSync(bin, { recursive: true });
   writeFileSync(join(bin, "drover"), `#!/bin/sh\nexec "${process.execPath}" "${droverBin}" "$@"\n`);
@@ -45,7 +57,13 @@ export function droverImageOptions(): { images: Record<string, { entrypoint: str
   writeFileSync(join(bin, "tini"), `#!/bin/sh\n[ "$1" = "--" ] && shift\nexec "$@"\n`);
   chmodSync(join(bin, "tini"), 0o755);
   return {
-    images: { [droverImage]: { entrypoint: ["/usr/bin/tini", "--", "drover"], paths: [repo], executables: { "/usr/bin/tini": join(bin, "tini") } } },
+    images: {
+      [droverImage]: {
+        entrypoint: ["/usr/bin/tini", "--", "drover"],
+        paths: [repo],
+        executables: { "/usr/bin/tini": join(bin, "tini") },
+      },
+    },
     baseEnv: { PATH: `${bin}:${process.env.PATH ?? ""}`, HOME: "/root" },
   };
 }
@@ -79,7 +97,10 @@ export async function chartImages(shared: string, opts: { runnerMounts?: string[
     const built = await ensureImages();
     const runner = { podman: built.images.runner, ...(opts.runnerMounts ? { podmanMounts: opts.runnerMounts } : {}) };
     return {
-      options: { podman: { env: built.env }, images: { [droverImage]: { podman: built.images.drover }, [runnerImage]: runner } },
+      options: {
+        podman: { env: built.env },
+        images: { [droverImage]: { podman: built.images.drover }, [runnerImage]: runner },
+      },
       built,
       runnerEnv: { CHECKPOINT_DISABLE: "1" },
       execLoopPath: undefined,
@@ -88,15 +109,24 @@ export async function chartImages(shared: string, opts: { runnerMounts?: string[
   mkdirSync(shared, { recursive: true });
   const tfrc = join(shared, "runner.tfrc");
   writeFileSync(tfrc, "");
-  return { options: droverImageOptions(), built: undefined, runnerEnv: { TF_CLI_CONFIG_FILE: tfrc, CHECKPOINT_DISABLE: "1" }, execLoopPath: join(repo, "packages", "agent", "exec-loop", "exec-loop.sh") };
+  return {
+    options: droverImageOptions(),
+    built: undefined,
+    runnerEnv: { TF_CLI_CONFIG_FILE: tfrc, CHECKPOINT_DISABLE: "1" },
+    execLoopPath: join(repo, "packages", "agent", "exec-loop", "exec-loop.sh"),
+  };
 }
 
 /** The task.runner and task.execLoopPath values of agent-job and agent-k8s that run task pods' runners as `images` says. */
 export function runnerValues(images: ChartImages): string[] {
   return [
-    "--set", `task.runner.image=${runnerImage}`,
+    "--set",
+    `task.runner.image=${runnerImage}`,
     ...(images.execLoopPath ? ["--set", `task.execLoopPath=${images.execLoopPath}`] : []),
-    ...Object.entries(images.runnerEnv).flatMap(([name, value]) => ["--set-string", `task.runner.extraEnv.${name}=${value}`]),
+    ...Object.entries(images.runnerEnv).flatMap(([name, value]) => [
+      "--set-string",
+      `task.runner.extraEnv.${name}=${value}`,
+    ]),
   ];
 }
 
@@ -107,11 +137,23 @@ export function runnerValues(images: ChartImages): string[] {
  */
 export function localEngineValues(images: ChartImages, releases: TestReleaseServer): string[] {
   if (!images.built) return [];
-  return ["--set", `agent.engines.terraformReleasesUrl=${releases.base("terraform")}`, "--set-file", `agent.engines.signingKeys=${releases.keyFile}`, "--set", `agent.engines.trustedFingerprints=${releases.fingerprint}`];
+  return [
+    "--set",
+    `agent.engines.terraformReleasesUrl=${releases.base("terraform")}`,
+    "--set-file",
+    `agent.engines.signingKeys=${releases.keyFile}`,
+    "--set",
+    `agent.engines.trustedFingerprints=${releases.fingerprint}`,
+  ];
 }
 
 /** With the built images, asserts that each `[image, container]` ran as a real container of cluster `c` since `since`. */
-export async function assertRanFromImages(c: TestCluster, images: ChartImages, since: Date, containers: Array<["drover" | "runner", string]>): Promise<void> {
+export async function assertRanFromImages(
+  c: TestCluster,
+  images: ChartImages,
+  since: Date,
+  containers: Array<["drover" | "runner", string]>,
+): Promise<void> {
   if (!images.built) return;
   const started = await startedContainers(c, since);
   for (const [image, container] of containers) assertStarted(started, images.built.images[image], container);
@@ -122,12 +164,27 @@ export async function assertRanFromImages(c: TestCluster, images: ChartImages, s
  * Filtered by the cluster's own id: other test files' clusters run at the same time.
  */
 export async function startedContainers(c: TestCluster, since: Date): Promise<string> {
-  return podmanOk(["events", "--stream=false", "--since", since.toISOString(), "--filter", "event=start", "--filter", `label=dev.drover.kube-test-cluster.id=${c.id}`, "--format", "{{.Image}} {{.Name}}"]);
+  return podmanOk([
+    "events",
+    "--stream=false",
+    "--since",
+    since.toISOString(),
+    "--filter",
+    "event=start",
+    "--filter",
+    `label=dev.drover.kube-test-cluster.id=${c.id}`,
+    "--format",
+    "{{.Image}} {{.Name}}",
+  ]);
 }
 
 /** Asserts that a real container of a pod's `container` (named `ktc-…-<container>-…`) started from `image`. */
 export function assertStarted(started: string, image: string, container: string): void {
-  assert.match(started, new RegExp(`^${image.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")} ktc-\\S*-${container}-\\d+-`, "m"), `${container} ran from ${image}:\n${started}`);
+  assert.match(
+    started,
+    new RegExp(`^${image.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")} ktc-\\S*-${container}-\\d+-`, "m"),
+    `${container} ran from ${image}:\n${started}`,
+  );
 }
 
 /**
@@ -147,8 +204,14 @@ export function kubectlOut(c: TestCluster, args: string[], input?: string): Prom
 
 /** Waits until the AgentTask CRD is served (in `ns`, or cluster-wide without one). */
 export async function agentTasksServed(c: TestCluster, ns?: string): Promise<void> {
-  const path = ns === undefined ? "/apis/drover.dev/v1alpha1/agenttasks" : `/apis/drover.dev/v1alpha1/namespaces/${ns}/agenttasks`;
-  await until("the CRD served", () => kube(c, "GET", path), (r) => r.status === 200, 30_000);
+  const path =
+    ns === undefined ? "/apis/drover.dev/v1alpha1/agenttasks" : `/apis/drover.dev/v1alpha1/namespaces/${ns}/agenttasks`;
+  await until(
+    "the CRD served",
+    () => kube(c, "GET", path),
+    (r) => r.status === 200,
+    30_000,
+  );
 }
 
 /** Applies the AgentTask CRD the charts ship, as `helm install` applies it first, and waits until it is served. */
@@ -159,7 +222,11 @@ export async function applyAgentTaskCrd(c: TestCluster, ns?: string): Promise<vo
 }
 
 /** Applies rendered manifests as `helm install` would: CRDs first and served, then the rest into `ns`. */
-export async function applyRendered(c: TestCluster, ns: string, rendered: string): Promise<{ code: number; out: string }> {
+export async function applyRendered(
+  c: TestCluster,
+  ns: string,
+  rendered: string,
+): Promise<{ code: number; out: string }> {
   const docs = rendered.split(/^---$/m).filter((d) => /\bkind:/.test(d));
   const crds = docs.filter((d) => /^kind: CustomResourceDefinition$/m.test(d));
   const rest = docs.filter((d) => !crds.includes(d));
@@ -178,10 +245,19 @@ export async function applyRendered(c: TestCluster, ns: string, rendered: string
  * `helm template` of charts/<chart> into `ns`. The release is named after the chart (`d-job`
  * for agent-job) with its CRDs included unless `release`/`crds` say otherwise.
  */
-export function template(chart: string, ns: string, args: string[], opts: { release?: string; crds?: boolean } = {}): string {
+export function template(
+  chart: string,
+  ns: string,
+  args: string[],
+  opts: { release?: string; crds?: boolean } = {},
+): string {
   const release = opts.release ?? chart.replace("agent-", "d-");
   const crds = (opts.crds ?? true) ? ["--include-crds"] : [];
-  return execFileSync(tools().helm, ["template", release, join(repo, "charts", chart), "--namespace", ns, ...crds, ...args], { encoding: "utf8" });
+  return execFileSync(
+    tools().helm,
+    ["template", release, join(repo, "charts", chart), "--namespace", ns, ...crds, ...args],
+    { encoding: "utf8" },
+  );
 }
 
 /**
@@ -191,11 +267,18 @@ export function template(chart: string, ns: string, args: string[], opts: { rele
  */
 export function templateAgentK8s(ns: string, controllerPort: number, args: string[]): string {
   const rendered = template("agent-k8s", ns, ["--set", `agent.healthPort=${controllerPort}`, ...args]);
-  return rendered.split(/^---$/m).map((d) => (/^kind: DaemonSet$/m.test(d) ? d.replaceAll(String(controllerPort), String(controllerPort + 1)) : d)).join("---");
+  return rendered
+    .split(/^---$/m)
+    .map((d) => (/^kind: DaemonSet$/m.test(d) ? d.replaceAll(String(controllerPort), String(controllerPort + 1)) : d))
+    .join("---");
 }
 
 /** Creates namespace `name`, enforcing the PodSecurity `level` when one is given. */
-export async function namespace(c: TestCluster, name: string, level?: "restricted" | "baseline" | "privileged"): Promise<void> {
+export async function namespace(
+  c: TestCluster,
+  name: string,
+  level?: "restricted" | "baseline" | "privileged",
+): Promise<void> {
   const labels = level ? { "pod-security.kubernetes.io/enforce": level } : undefined;
   const r = await kube(c, "POST", "/api/v1/namespaces", { metadata: { name, ...(labels ? { labels } : {}) } });
   assert.equal(r.status, 201, JSON.stringify(r.body));
@@ -210,10 +293,23 @@ export async function createServiceMonitorCrd(c: TestCluster): Promise<void> {
       apiVersion: "apiextensions.k8s.io/v1",
       kind: "CustomResourceDefinition",
       metadata: { name: `${singular}s.monitoring.coreos.com` },
-      spec: { group: "monitoring.coreos.com", scope: "Namespaced", names: { kind, plural: `${singular}s`, singular, listKind: `${kind}List` }, versions: [{ name: "v1", served: true, storage: true, schema: { openAPIV3Schema: { type: "object", "x-kubernetes-preserve-unknown-fields": true } } }] },
+      spec: {
+        group: "monitoring.coreos.com",
+        scope: "Namespaced",
+        names: { kind, plural: `${singular}s`, singular, listKind: `${kind}List` },
+        versions: [
+          {
+            name: "v1",
+            served: true,
+            storage: true,
+            schema: { openAPIV3Schema: { type: "object", "x-kubernetes-preserve-unknown-fields": true } },
+          },
+        ],
+      },
     });
   }
 }
 
 /** Whether a pod's Ready condition is True. */
-export const isReady = (p: any): boolean => (p?.status?.conditions ?? []).some((c: any) => c.type === "Ready" && c.status === "True");
+export const isReady = (p: any): boolean =>
+  (p?.status?.conditions ?? []).some((c: any) => c.type === "Ready" && c.status === "True");

@@ -18,7 +18,8 @@ export const backends: BackendName[] = ["sqlite", "postgres"];
 /** The shared test cluster started by scripts/run-tests.mjs. */
 export function testClusterUrl(): string {
   const url = process.env.DROVER_TEST_PG_URL;
-  if (!url) throw new Error("DROVER_TEST_PG_URL is not set: run the tests with `npm test` (it starts a throwaway PostgreSQL)");
+  if (!url)
+    throw new Error("DROVER_TEST_PG_URL is not set: run the tests with `npm test` (it starts a throwaway PostgreSQL)");
   return url;
 }
 
@@ -27,7 +28,11 @@ export async function createTestDatabase(kind: BackendName): Promise<TestDatabas
   if (kind === "sqlite") {
     const dir = mkdtempSync(join(tmpdir(), "drover-sqlite-"));
     const path = join(dir, "drover.db");
-    return { location: { kind: "sqlite", path }, url: `sqlite:${path}`, drop: async () => rmSync(dir, { recursive: true, force: true }) };
+    return {
+      location: { kind: "sqlite", path },
+      url: `sqlite:${path}`,
+      drop: async () => rmSync(dir, { recursive: true, force: true }),
+    };
   }
   const admin = testClusterUrl();
   const name = `t_${randomBytes(6).toString("hex")}`;

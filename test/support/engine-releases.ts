@@ -1,6 +1,15 @@
 import { execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { createServer, type Server } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -70,7 +79,8 @@ export async function startReleaseServer(releases: TestRelease[]): Promise<TestR
   const other = gen("Someone Else <else@drover.dev>");
   const keyFile = join(dir, "releases.asc");
   writeFileSync(keyFile, run("gpg", ["--batch", "--armor", "--export", fingerprint], gpgEnv));
-  const sign = (file: string, key: string): Buffer => run("gpg", ["--batch", "--local-user", key, "--output", "-", "--detach-sign", file], gpgEnv);
+  const sign = (file: string, key: string): Buffer =>
+    run("gpg", ["--batch", "--local-user", key, "--output", "-", "--detach-sign", file], gpgEnv);
 
   const files = new Map<string, Buffer>();
   const shas = new Map<string, string>();
@@ -83,7 +93,10 @@ export async function startReleaseServer(releases: TestRelease[]): Promise<TestR
     if (r.binary) copyFileSync(r.binary, exe);
     else {
       const mark = join(marks, `${r.engine}-${r.version}`);
-      writeFileSync(exe, `#!/bin/sh\n: > "${mark}"\nif [ "$1" = version ]; then echo '{"terraform_version":"${r.version}"}'; fi\n`);
+      writeFileSync(
+        exe,
+        `#!/bin/sh\n: > "${mark}"\nif [ "$1" = version ]; then echo '{"terraform_version":"${r.version}"}'; fi\n`,
+      );
     }
     chmodSync(exe, 0o755);
     writeFileSync(join(pkg, "LICENSE.txt"), `test release ${r.version}\n`);
@@ -107,7 +120,10 @@ export async function startReleaseServer(releases: TestRelease[]): Promise<TestR
     files.set(`${prefix}/${r.engine}_${r.version}${sigName}`, sign(sumsPath, fingerprint));
     files.set(`lie:signature:${prefix}/${r.engine}_${r.version}${sigName}`, sign(`${sumsPath}.other`, fingerprint));
     files.set(`lie:unknown-key:${prefix}/${r.engine}_${r.version}${sigName}`, sign(sumsPath, other));
-    files.set(`lie:archive:${prefix}/${archive}`, Buffer.concat([zip.subarray(0, zip.length - 22), Buffer.from("tampered!!"), zip.subarray(zip.length - 22)]));
+    files.set(
+      `lie:archive:${prefix}/${archive}`,
+      Buffer.concat([zip.subarray(0, zip.length - 22), Buffer.from("tampered!!"), zip.subarray(zip.length - 22)]),
+    );
   }
   try {
     run("gpgconf", ["--kill", "all"], gpgEnv);
@@ -121,10 +137,23 @@ export async function startReleaseServer(releases: TestRelease[]): Promise<TestR
     versions: Object.fromEntries(
       releases
         .filter((r) => r.engine === "terraform")
-        .map((r) => [r.version, { name: "terraform", version: r.version, shasums: `terraform_${r.version}_SHA256SUMS`, shasums_signature: `terraform_${r.version}_SHA256SUMS.sig`, builds: [{ os: "linux", arch: "amd64", filename: `terraform_${r.version}_linux_amd64.zip` }] }]),
+        .map((r) => [
+          r.version,
+          {
+            name: "terraform",
+            version: r.version,
+            shasums: `terraform_${r.version}_SHA256SUMS`,
+            shasums_signature: `terraform_${r.version}_SHA256SUMS.sig`,
+            builds: [{ os: "linux", arch: "amd64", filename: `terraform_${r.version}_linux_amd64.zip` }],
+          },
+        ]),
     ),
   };
-  const tofuIndex = { versions: releases.filter((r) => r.engine === "tofu").map((r) => ({ id: r.version, files: [`tofu_${r.version}_linux_amd64.zip`] })) };
+  const tofuIndex = {
+    versions: releases
+      .filter((r) => r.engine === "tofu")
+      .map((r) => ({ id: r.version, files: [`tofu_${r.version}_linux_amd64.zip`] })),
+  };
   const downloads = new Map<string, number>();
   const requests: string[] = [];
   const lieOf = (path: string): ReleaseLie | undefined => {

@@ -16,12 +16,22 @@ import { isTerminalRun, routes, type Route } from "@drover/protocol";
 export type { ApiResponse };
 
 /** Calls a route of `url` with a bearer token; never throws on an HTTP error status. */
-export async function call<R extends Route>(url: string, route: R, token: string, ...[input]: RouteArgs<R>): Promise<ApiResponse> {
+export async function call<R extends Route>(
+  url: string,
+  route: R,
+  token: string,
+  ...[input]: RouteArgs<R>
+): Promise<ApiResponse> {
   return routeCall(url, route, ...([{ token, ...input }] as RouteArgs<R>));
 }
 
 /** Like `call`, but a status ≥ 300 throws with the body. */
-export async function callOk<R extends Route>(url: string, route: R, token: string, ...input: RouteArgs<R>): Promise<any> {
+export async function callOk<R extends Route>(
+  url: string,
+  route: R,
+  token: string,
+  ...input: RouteArgs<R>
+): Promise<any> {
   const res = await call(url, route, token, ...input);
   if (res.status >= 300) throw new Error(`${route.method} ${route.path}: ${res.status} ${JSON.stringify(res.body)}`);
   return res.body;
@@ -57,7 +67,14 @@ export async function startServerProc(env: Record<string, string>): Promise<Serv
 }
 
 /** Starts `drover agent run` against `serverUrl` and waits until the server lists it online. */
-export async function startAgentProc(options: { serverUrl: string; adminToken: string; poolToken: string; pool: string; name: string; dir: string }): Promise<Proc> {
+export async function startAgentProc(options: {
+  serverUrl: string;
+  adminToken: string;
+  poolToken: string;
+  pool: string;
+  name: string;
+  dir: string;
+}): Promise<Proc> {
   const agentDir = join(options.dir, `agent-${options.name}`);
   const tfrc = join(options.dir, "terraformrc");
   if (!existsSync(tfrc)) writeFileSync(tfrc, "");
@@ -76,7 +93,9 @@ export async function startAgentProc(options: { serverUrl: string; adminToken: s
   const proc = spawnDrover(["agent", "run"], env);
   await eventually(`agent ${options.name} to register`, async () => {
     if (proc.child.exitCode !== null) throw new Error(`agent ${options.name} exited:\n${proc.output()}`);
-    const listed = await callOk(options.serverUrl, routes.listAgents, options.adminToken, { query: { pool: options.pool } });
+    const listed = await callOk(options.serverUrl, routes.listAgents, options.adminToken, {
+      query: { pool: options.pool },
+    });
     return listed.items.some((a: any) => a.name === options.name && a.status !== "offline") ? true : undefined;
   });
   return proc;
@@ -95,15 +114,32 @@ export function gatedApplyConfig(gate: string, marker: string): string {
 }
 
 /** Creates a workspace in `pool` and starts an auto-applied run of `mainTf`; returns the run id. */
-export async function startGatedRun(url: string, token: string, pool: string, workspace: string, mainTf: string): Promise<string> {
+export async function startGatedRun(
+  url: string,
+  token: string,
+  pool: string,
+  workspace: string,
+  mainTf: string,
+): Promise<string> {
   await callOk(url, routes.createWorkspace, token, { body: { name: workspace, pool } });
-  const cv = await callOk(url, routes.uploadConfiguration, token, { params: { ws: workspace }, body: rawTarGz([{ path: "main.tf", content: mainTf }]) });
-  const run = await callOk(url, routes.createRun, token, { body: { workspace, configurationVersionId: cv.id, autoApply: true } });
+  const cv = await callOk(url, routes.uploadConfiguration, token, {
+    params: { ws: workspace },
+    body: rawTarGz([{ path: "main.tf", content: mainTf }]),
+  });
+  const run = await callOk(url, routes.createRun, token, {
+    body: { workspace, configurationVersionId: cv.id, autoApply: true },
+  });
   return run.id as string;
 }
 
 /** Waits for the run to reach one of `statuses` (answers of a server in trouble are retried). */
-export async function waitForRunStatus(url: string, token: string, runId: string, statuses: string[], timeoutMs = 120_000): Promise<any> {
+export async function waitForRunStatus(
+  url: string,
+  token: string,
+  runId: string,
+  statuses: string[],
+  timeoutMs = 120_000,
+): Promise<any> {
   return eventually(
     `run ${runId} to be ${statuses.join("|")}`,
     async () => {
@@ -137,7 +173,11 @@ export function assertWholeTicks(log: string): number {
   assert.ok(done, `the apply log ends with ticks-done:\n${log.slice(-2000)}`);
   const n = Number(done[1]);
   const seen = [...log.matchAll(/: tick-(\d+)$/gm)].map((m) => Number(m[1]));
-  assert.deepEqual(seen, Array.from({ length: n }, (_, i) => i + 1), "every tick line once, in order");
+  assert.deepEqual(
+    seen,
+    Array.from({ length: n }, (_, i) => i + 1),
+    "every tick line once, in order",
+  );
   assert.equal([...log.matchAll(/ticks-done-\d+$/gm)].length, 1, "the end line once");
   return n;
 }

@@ -7,7 +7,10 @@ import { createServer as createTlsServer, type Server as TlsServer } from "node:
  * `git http-backend` as a CGI program; counts requests by path (module-cache tests). With `tls`
  * (a certificate and its key) it is HTTPS.
  */
-export async function startGitHttpServer(root: string, tls?: { cert: string; key: string }): Promise<{ url: string; requests: string[]; close(): Promise<void> }> {
+export async function startGitHttpServer(
+  root: string,
+  tls?: { cert: string; key: string },
+): Promise<{ url: string; requests: string[]; close(): Promise<void> }> {
   const requests: string[] = [];
   const handle = (req: IncomingMessage, res: ServerResponse): void => {
     const url = new URL(req.url ?? "/", "http://x");

@@ -8,7 +8,14 @@ import { runContainer, type Container } from "./podman.js";
 import { freePort, runDrover, testServerDiagnostics } from "./processes.js";
 
 /** `podman run` options of every Drover container in the tests: UID 1000, read-only root, a tmpfs for /tmp. */
-export const hardened = ["--user", "1000:1000", "--read-only", "--read-only-tmpfs=false", "--tmpfs", "/tmp:rw,mode=1777"];
+export const hardened = [
+  "--user",
+  "1000:1000",
+  "--read-only",
+  "--read-only-tmpfs=false",
+  "--tmpfs",
+  "/tmp:rw,mode=1777",
+];
 
 /** Creates `path` (and parents) owned by `uid` (and the same gid), for a container's writable mount. */
 export function ownedDir(path: string, uid = 1000): string {
@@ -42,7 +49,11 @@ export interface ServerContainer {
  * Starts `drover server` from `image` (hardened, its state in `dir`/server-state mounted at
  * /var/lib/drover, host network) and waits until /readyz answers.
  */
-export async function startServerContainer(image: string, dir: string, adminToken = "drv_u_image-admin.0123456789abcdefghij0123456789ab"): Promise<ServerContainer> {
+export async function startServerContainer(
+  image: string,
+  dir: string,
+  adminToken = "drv_u_image-admin.0123456789abcdefghij0123456789ab",
+): Promise<ServerContainer> {
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
   const container = runContainer([
@@ -60,15 +71,25 @@ export async function startServerContainer(image: string, dir: string, adminToke
     "server",
   ]);
   try {
-    await until("the server in the drover image to answer /readyz", async () => {
-      if (container.child.exitCode !== null) throw new Error(`the server container exited:\n${container.output()}`);
-      return httpOk(`${url}/readyz`);
-    }, 60_000);
+    await until(
+      "the server in the drover image to answer /readyz",
+      async () => {
+        if (container.child.exitCode !== null) throw new Error(`the server container exited:\n${container.output()}`);
+        return httpOk(`${url}/readyz`);
+      },
+      60_000,
+    );
   } catch (err) {
     await container.stop(0);
     throw err;
   }
-  const env = { ...process.env, DROVER_URL: url, DROVER_TOKEN: adminToken, DROVER_CONFIG_DIR: join(dir, "cli-config"), NO_COLOR: "1" };
+  const env = {
+    ...process.env,
+    DROVER_URL: url,
+    DROVER_TOKEN: adminToken,
+    DROVER_CONFIG_DIR: join(dir, "cli-config"),
+    NO_COLOR: "1",
+  };
   const cli = (args: string[]) => runDrover(args, env);
   return { container, url, adminToken, cli };
 }

@@ -31,7 +31,25 @@ if (log) {
   };
   let dumps = 0;
   process.on("SIGUSR2", () => {
-    appendFileSync(log, Object.keys(require.cache).map((path) => `file://${path}\n`).join(""));
-    writeFileSync(`${log}.done`, JSON.stringify({ dump: ++dumps, idleHeapMode: inIdleHeapMode(), builtins: (process as unknown as { moduleLoadList: string[] }).moduleLoadList.filter((m) => m.startsWith("NativeModule ")).map((m) => m.slice("NativeModule ".length)), cryptoLoadedBy, lazySchemas: [...((globalThis as Record<symbol, string[] | undefined>)[Symbol.for("drover.builtLazySchemas")] ?? [])] }));
+    appendFileSync(
+      log,
+      Object.keys(require.cache)
+        .map((path) => `file://${path}\n`)
+        .join(""),
+    );
+    writeFileSync(
+      `${log}.done`,
+      JSON.stringify({
+        dump: ++dumps,
+        idleHeapMode: inIdleHeapMode(),
+        builtins: (process as unknown as { moduleLoadList: string[] }).moduleLoadList
+          .filter((m) => m.startsWith("NativeModule "))
+          .map((m) => m.slice("NativeModule ".length)),
+        cryptoLoadedBy,
+        lazySchemas: [
+          ...((globalThis as Record<symbol, string[] | undefined>)[Symbol.for("drover.builtLazySchemas")] ?? []),
+        ],
+      }),
+    );
   });
 }

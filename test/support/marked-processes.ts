@@ -11,7 +11,10 @@ export interface MarkedProcess {
  * contains `value`: the processes a test started under that marker, however deep in the tree
  * and whether or not they left their process group. Linux only (/proc).
  */
-export function markedProcesses(value: string, options: { name?: string; exclude?: readonly number[] } = {}): MarkedProcess[] {
+export function markedProcesses(
+  value: string,
+  options: { name?: string; exclude?: readonly number[] } = {},
+): MarkedProcess[] {
   if (!existsSync("/proc/self/environ")) throw new Error("markedProcesses needs /proc");
   const entry = options.name ? `${options.name}=${value}` : undefined;
   const out: MarkedProcess[] = [];

@@ -20,7 +20,11 @@ export function sampleValue(text: string, name: string, labels: Record<string, s
 }
 
 /** Fetches `url` (a /metrics endpoint) and reads one value as `sampleValue` does. */
-export async function scrape(url: string, name: string, labels: Record<string, string> = {}): Promise<number | undefined> {
+export async function scrape(
+  url: string,
+  name: string,
+  labels: Record<string, string> = {},
+): Promise<number | undefined> {
   // eslint-disable-next-line no-restricted-globals -- any process's /metrics (agents, controllers), read alike
   return sampleValue(await (await fetch(url)).text(), name, labels);
 }

@@ -5,7 +5,11 @@ import { appendFileSync } from "node:fs";
 import { register } from "node:module";
 import { isMainThread } from "node:worker_threads";
 
-type Resolve = (specifier: string, context: unknown, next: (s: string, c: unknown) => Promise<{ url: string }>) => Promise<{ url: string }>;
+type Resolve = (
+  specifier: string,
+  context: unknown,
+  next: (s: string, c: unknown) => Promise<{ url: string }>,
+) => Promise<{ url: string }>;
 
 /** The resolve hook. */
 export const resolve: Resolve = async (specifier, context, next) => {

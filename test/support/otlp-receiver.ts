@@ -24,7 +24,13 @@ export interface ReceivedMetric {
   name: string;
   kind: "gauge" | "sum" | "histogram" | "other";
   /** Gauge and sum points: their value; histogram points: their count, with sum and per-bucket counts. */
-  points: Array<{ attributes: Record<string, string | number | boolean>; value: number; sum?: number; bounds?: number[]; counts?: number[] }>;
+  points: Array<{
+    attributes: Record<string, string | number | boolean>;
+    value: number;
+    sum?: number;
+    bounds?: number[];
+    counts?: number[];
+  }>;
   resource: Record<string, string | number | boolean>;
 }
 
@@ -149,7 +155,9 @@ export function decodeMetrics(body: Buffer): ReceivedMetric[] {
         const sum = msgs(m, 7)[0];
         const histogram = msgs(m, 9)[0];
         const kind = gauge ? "gauge" : sum ? "sum" : histogram ? "histogram" : "other";
-        const points = histogram ? msgs(histogram, 1).map(histogramPoint) : msgs(gauge ?? sum ?? [], 1).map(numberPoint);
+        const points = histogram
+          ? msgs(histogram, 1).map(histogramPoint)
+          : msgs(gauge ?? sum ?? [], 1).map(numberPoint);
         out.push({ name: text(m, 1), kind, points, resource });
       }
     }
@@ -163,7 +171,12 @@ export interface OtlpReceiver {
   spans: ReceivedSpan[];
   metrics: ReceivedMetric[];
   /** Request paths, content types and headers seen, for protocol checks; `at`: arrival (ms since the epoch). */
-  requests: Array<{ path: string; contentType: string; headers: Record<string, string | string[] | undefined>; at: number }>;
+  requests: Array<{
+    path: string;
+    contentType: string;
+    headers: Record<string, string | string[] | undefined>;
+    at: number;
+  }>;
   close(): Promise<void>;
 }
 
@@ -177,7 +190,12 @@ export async function startOtlpReceiver(): Promise<OtlpReceiver> {
     req.on("data", (c: Buffer) => chunks.push(c));
     req.on("end", () => {
       const body = Buffer.concat(chunks);
-      requests.push({ path: req.url ?? "", contentType: req.headers["content-type"] ?? "", headers: req.headers, at: Date.now() });
+      requests.push({
+        path: req.url ?? "",
+        contentType: req.headers["content-type"] ?? "",
+        headers: req.headers,
+        at: Date.now(),
+      });
       try {
         if (req.url === "/v1/traces") spans.push(...decodeTraces(body));
         else if (req.url === "/v1/metrics") metrics.push(...decodeMetrics(body));
@@ -209,10 +227,17 @@ export async function startOtlpReceiver(): Promise<OtlpReceiver> {
  * renders the plan's JSON, so "uploads" may begin inside the stage before it, but not before it
  * began, and ends after it. (1 ms of slack: the SDK's timestamps are float milliseconds.)
  */
-export function assertStageOrder(name: string, stage: { startNs: bigint; endNs: bigint }, previous: { startNs: bigint; endNs: bigint }): void {
+export function assertStageOrder(
+  name: string,
+  stage: { startNs: bigint; endNs: bigint },
+  previous: { startNs: bigint; endNs: bigint },
+): void {
   const slack = 1_000_000n;
   if (name === "uploads") {
-    assert.ok(stage.startNs >= previous.startNs - slack && stage.endNs >= previous.endNs - slack, `${name} runs with or after the stage before it`);
+    assert.ok(
+      stage.startNs >= previous.startNs - slack && stage.endNs >= previous.endNs - slack,
+      `${name} runs with or after the stage before it`,
+    );
   } else {
     assert.ok(stage.startNs >= previous.endNs - slack, `${name} starts after the stage before it`);
   }

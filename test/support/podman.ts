@@ -132,14 +132,18 @@ export interface Container extends Omit<Proc, "stop"> {
  */
 export function runContainer(args: string[], prefix = "drover-test"): Container {
   const name = `${prefix}-${randomBytes(4).toString("hex")}`;
-  const proc = spawnProcess("podman", ["run", "--rm", "--name", name, "--label", `${testLabel}=1`, ...args], { ...process.env, ...podmanEnv() });
+  const proc = spawnProcess("podman", ["run", "--rm", "--name", name, "--label", `${testLabel}=1`, ...args], {
+    ...process.env,
+    ...podmanEnv(),
+  });
   return {
     ...proc,
     name,
     // A container's first start may unpack image layers: a minute rather than spawnProcess's 20 s.
     waitFor: (pattern, timeoutMs = 60_000) => proc.waitFor(pattern, timeoutMs),
     async stop(graceSeconds = 10) {
-      if (proc.child.exitCode === null && proc.child.signalCode === null) await podman(["stop", "-t", String(graceSeconds), name]);
+      if (proc.child.exitCode === null && proc.child.signalCode === null)
+        await podman(["stop", "-t", String(graceSeconds), name]);
       await proc.exited;
       await podman(["rm", "-f", "--ignore", name]);
     },
@@ -165,7 +169,11 @@ export interface DockerApi {
 export async function startDockerApi(socketPath: string, timeoutMs = 30_000): Promise<DockerApi> {
   // Run beside the socket: conmon leaves files such as an empty `oom` marker in its working directory, which would
   // otherwise be the repository's root.
-  const child = spawn("podman", ["system", "service", "--time=0", `unix://${socketPath}`], { cwd: dirname(socketPath), env: { ...process.env, ...podmanEnv() }, stdio: ["ignore", "ignore", "pipe"] });
+  const child = spawn("podman", ["system", "service", "--time=0", `unix://${socketPath}`], {
+    cwd: dirname(socketPath),
+    env: { ...process.env, ...podmanEnv() },
+    stdio: ["ignore", "ignore", "pipe"],
+  });
   let stderr = "";
   child.stderr.on("data", (d: Buffer) => (stderr = (stderr + d.toString()).slice(-10_000)));
   const exited = new Promise<void>((resolve) => child.on("exit", () => resolve()));

@@ -20,12 +20,33 @@ export interface PrivateTlsStateServer {
 export function privateCa(): { cert: string; key: string } {
   const dir = mkdtempSync(join(tmpdir(), "private-ca-"));
   try {
-    const r = spawnSync("openssl", [
-      "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2",
-      "-subj", "/CN=drover-test-private-ca", "-addext", "subjectAltName=IP:127.0.0.1",
-      "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,digitalSignature,keyCertSign",
-      "-keyout", join(dir, "key.pem"), "-out", join(dir, "cert.pem"),
-    ], { encoding: "utf8" });
+    const r = spawnSync(
+      "openssl",
+      [
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=drover-test-private-ca",
+        "-addext",
+        "subjectAltName=IP:127.0.0.1",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,digitalSignature,keyCertSign",
+        "-keyout",
+        join(dir, "key.pem"),
+        "-out",
+        join(dir, "cert.pem"),
+      ],
+      { encoding: "utf8" },
+    );
     assert.equal(r.status, 0, r.stderr);
     return { cert: readFileSync(join(dir, "cert.pem"), "utf8"), key: readFileSync(join(dir, "key.pem"), "utf8") };
   } finally {
@@ -35,7 +56,14 @@ export function privateCa(): { cert: string; key: string } {
 
 export async function startPrivateTlsStateServer(greeting: string): Promise<PrivateTlsStateServer> {
   const ca = privateCa();
-  const state = JSON.stringify({ version: 4, terraform_version: "1.5.0", serial: 1, lineage: "private-ca", outputs: { greeting: { value: greeting, type: "string" } }, resources: [] });
+  const state = JSON.stringify({
+    version: 4,
+    terraform_version: "1.5.0",
+    serial: 1,
+    lineage: "private-ca",
+    outputs: { greeting: { value: greeting, type: "string" } },
+    resources: [],
+  });
   const server: Server = createServer({ cert: ca.cert, key: ca.key }, (_req, res) => {
     res.setHeader("content-type", "application/json");
     res.end(state);
@@ -48,5 +76,7 @@ export async function startPrivateTlsStateServer(greeting: string): Promise<Priv
 
 /** A configuration that reads the state at `url` over the http backend and outputs its greeting. */
 export function remoteStateConfig(url: string): Record<string, string> {
-  return { "main.tf": `data "terraform_remote_state" "ca" {\n  backend = "http"\n  config = {\n    address = "${url}"\n  }\n}\n\noutput "greeting" {\n  value = data.terraform_remote_state.ca.outputs.greeting\n}\n` };
+  return {
+    "main.tf": `data "terraform_remote_state" "ca" {\n  backend = "http"\n  config = {\n    address = "${url}"\n  }\n}\n\noutput "greeting" {\n  value = data.terraform_remote_state.ca.outputs.greeting\n}\n`,
+  };
 }

@@ -28,7 +28,11 @@ export interface PrivatePostgres {
   /** `pg_terminate_backend` of every other backend; returns how many were terminated. */
   terminateBackends(): Promise<number>;
   /** Runs one query as superuser on `database` (default `postgres`). */
-  query<T extends pg.QueryResultRow = pg.QueryResultRow>(text: string, values?: unknown[], database?: string): Promise<T[]>;
+  query<T extends pg.QueryResultRow = pg.QueryResultRow>(
+    text: string,
+    values?: unknown[],
+    database?: string,
+  ): Promise<T[]>;
   /** Creates a database and returns its URL. */
   createDatabase(name: string): Promise<string>;
   /** Stops the cluster and deletes its files. */
@@ -38,7 +42,8 @@ export interface PrivatePostgres {
 function findBin(name: string): string {
   const candidates = [`/usr/local/bin/${name}`];
   if (existsSync("/usr/lib/postgresql")) {
-    for (const v of readdirSync("/usr/lib/postgresql").sort().reverse()) candidates.push(`/usr/lib/postgresql/${v}/bin/${name}`);
+    for (const v of readdirSync("/usr/lib/postgresql").sort().reverse())
+      candidates.push(`/usr/lib/postgresql/${v}/bin/${name}`);
   }
   const found = candidates.find((p) => existsSync(p));
   if (!found) throw new Error(`PostgreSQL's ${name} was not found`);
@@ -49,7 +54,11 @@ function runAs(): { uid: number; gid: number } | undefined {
   if (process.getuid?.() !== 0) return undefined;
   for (const user of ["postgres", "nobody"]) {
     const r = spawnSync("id", ["-u", user], { encoding: "utf8" });
-    if (r.status === 0) return { uid: Number(r.stdout.trim()), gid: Number(spawnSync("id", ["-g", user], { encoding: "utf8" }).stdout.trim()) };
+    if (r.status === 0)
+      return {
+        uid: Number(r.stdout.trim()),
+        gid: Number(spawnSync("id", ["-g", user], { encoding: "utf8" }).stdout.trim()),
+      };
   }
   throw new Error("running as root and no postgres or nobody user exists to run PostgreSQL");
 }
@@ -61,17 +70,24 @@ export async function startPrivatePostgres(): Promise<PrivatePostgres> {
   if (as) chownSync(dir, as.uid, as.gid);
   const data = join(dir, "data");
   const run = (bin: string, args: string[]) => {
-    const [cmd, argv] = as ? ["setpriv", [`--reuid=${as.uid}`, `--regid=${as.gid}`, "--clear-groups", findBin(bin), ...args]] : [findBin(bin), args];
+    const [cmd, argv] = as
+      ? ["setpriv", [`--reuid=${as.uid}`, `--regid=${as.gid}`, "--clear-groups", findBin(bin), ...args]]
+      : [findBin(bin), args];
     execFileSync(cmd as string, argv as string[], { stdio: "pipe", cwd: dir });
   };
   run("initdb", ["-D", data, "-U", "drover", "--auth=trust", "-E", "UTF8", "--no-sync"]);
   const port = await freePort();
   const opts = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=100`;
-  const ctl = (...args: string[]) => run("pg_ctl", ["-D", data, "-o", opts, "-l", join(dir, "log"), "-w", "-t", "60", ...args]);
+  const ctl = (...args: string[]) =>
+    run("pg_ctl", ["-D", data, "-o", opts, "-l", join(dir, "log"), "-w", "-t", "60", ...args]);
   ctl("start");
   const url = `postgres://drover@127.0.0.1:${port}/postgres`;
   const urlOf = (database: string) => url.replace(/\/postgres$/, `/${database}`);
-  const query = async <T extends pg.QueryResultRow>(text: string, values: unknown[] = [], database = "postgres"): Promise<T[]> => {
+  const query = async <T extends pg.QueryResultRow>(
+    text: string,
+    values: unknown[] = [],
+    database = "postgres",
+  ): Promise<T[]> => {
     const client = new pg.Client({ connectionString: urlOf(database) });
     client.on("error", () => undefined);
     await client.connect();

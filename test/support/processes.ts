@@ -4,7 +4,17 @@ import { createServer } from "node:net";
 import { dirname, join } from "node:path";
 
 /** Path of the built `drover` CLI entry point. */
-export const droverBin = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "packages", "cli", "dist", "src", "main.js");
+export const droverBin = join(
+  dirname(fileURLToPath(import.meta.url)),
+  "..",
+  "..",
+  "..",
+  "packages",
+  "cli",
+  "dist",
+  "src",
+  "main.js",
+);
 
 /** A TCP port on 127.0.0.1 that was free a moment ago, for a process to listen on. */
 export async function freePort(): Promise<number> {
@@ -49,7 +59,9 @@ export function spawnProcess(command: string, args: string[], env: NodeJS.Proces
   };
   child.stdout?.on("data", onData);
   child.stderr?.on("data", onData);
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.on("exit", (code, signal) => resolve({ code, signal })));
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    child.on("exit", (code, signal) => resolve({ code, signal })),
+  );
   return {
     child,
     output: () => out,
@@ -91,7 +103,11 @@ export function spawnProcess(command: string, args: string[], env: NodeJS.Proces
 }
 
 /** Runs `drover <args>` to its end (SIGKILL after `timeoutMs`) and returns its exit code and output. */
-export function runDrover(args: string[], env: NodeJS.ProcessEnv, timeoutMs = 120_000): Promise<{ code: number; stdout: string; stderr: string }> {
+export function runDrover(
+  args: string[],
+  env: NodeJS.ProcessEnv,
+  timeoutMs = 120_000,
+): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [droverBin, ...args], { env, stdio: ["ignore", "pipe", "pipe"] });
     let stdout = "";

@@ -59,9 +59,29 @@ export function selfSignedCert(dir: string, name: string): { cert: string; key: 
   const cert = join(dir, `${name}.crt`);
   const key = join(dir, `${name}.key`);
   run("openssl", [
-    "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout", key, "-out", cert, "-days", "3650", "-subj", "/CN=localhost",
-    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-addext", "basicConstraints=critical,CA:TRUE",
-    "-addext", "keyUsage=digitalSignature,keyCertSign", "-addext", "extendedKeyUsage=serverAuth,clientAuth",
+    "req",
+    "-x509",
+    "-newkey",
+    "ec",
+    "-pkeyopt",
+    "ec_paramgen_curve:P-256",
+    "-nodes",
+    "-keyout",
+    key,
+    "-out",
+    cert,
+    "-days",
+    "3650",
+    "-subj",
+    "/CN=localhost",
+    "-addext",
+    "subjectAltName=DNS:localhost,IP:127.0.0.1",
+    "-addext",
+    "basicConstraints=critical,CA:TRUE",
+    "-addext",
+    "keyUsage=digitalSignature,keyCertSign",
+    "-addext",
+    "extendedKeyUsage=serverAuth,clientAuth",
   ]);
   chmodSync(key, 0o644);
   return { cert, key };
@@ -70,12 +90,20 @@ export function selfSignedCert(dir: string, name: string): { cert: string; key: 
 function packageHash(dir: string): string {
   const lines = readdirSync(dir)
     .sort()
-    .map((n) => `${createHash("sha256").update(readFileSync(join(dir, n))).digest("hex")}  ${n}\n`)
+    .map(
+      (n) =>
+        `${createHash("sha256")
+          .update(readFileSync(join(dir, n)))
+          .digest("hex")}  ${n}\n`,
+    )
     .join("");
   return `h1:${createHash("sha256").update(lines).digest("base64")}`;
 }
 
-export async function startProviderRegistry(providers: RegistryProvider[], modules: RegistryModule[] = []): Promise<TestRegistry> {
+export async function startProviderRegistry(
+  providers: RegistryProvider[],
+  modules: RegistryModule[] = [],
+): Promise<TestRegistry> {
   const dir = mkdtempSync(join(tmpdir(), "drover-registry-"));
   // Runs may be another user: the launchers and the provider's certificate must be readable.
   chmodSync(dir, 0o755);
@@ -83,9 +111,25 @@ export async function startProviderRegistry(providers: RegistryProvider[], modul
   const pluginTls = selfSignedCert(dir, "plugin");
   const gnupg = mkdtempSync(join(tmpdir(), "gpg-"));
   const gpgEnv = { ...process.env, GNUPGHOME: gnupg };
-  run("gpg", ["--batch", "--passphrase", "", "--quick-gen-key", "Drover Test Registry <registry@drover.dev>", "rsa2048", "sign", "never"], gpgEnv);
+  run(
+    "gpg",
+    [
+      "--batch",
+      "--passphrase",
+      "",
+      "--quick-gen-key",
+      "Drover Test Registry <registry@drover.dev>",
+      "rsa2048",
+      "sign",
+      "never",
+    ],
+    gpgEnv,
+  );
   const armoredKey = run("gpg", ["--batch", "--armor", "--export"], gpgEnv).toString("utf8");
-  const keyId = /^pub:[^:]*:[^:]*:[^:]*:([0-9A-F]{16})/m.exec(run("gpg", ["--batch", "--with-colons", "--list-keys"], gpgEnv).toString("utf8"))?.[1] ?? "";
+  const keyId =
+    /^pub:[^:]*:[^:]*:[^:]*:([0-9A-F]{16})/m.exec(
+      run("gpg", ["--batch", "--with-colons", "--list-keys"], gpgEnv).toString("utf8"),
+    )?.[1] ?? "";
 
   const files = new Map<string, Buffer>();
   const hashes = new Map<string, { h1: string; zh: string; archive: string }>();
@@ -94,7 +138,11 @@ export async function startProviderRegistry(providers: RegistryProvider[], modul
       const pkg = join(dir, "pkg", `${p.type}_${v}`);
       mkdirSync(pkg, { recursive: true });
       const launcher = join(pkg, `terraform-provider-${p.type}_v${v}`);
-      writeFileSync(launcher, `#!/bin/sh\nexec "${process.execPath}" "${providerScript}" ${p.type} "${pluginTls.cert}" "${pluginTls.key}"\n`, { mode: 0o755 });
+      writeFileSync(
+        launcher,
+        `#!/bin/sh\nexec "${process.execPath}" "${providerScript}" ${p.type} "${pluginTls.cert}" "${pluginTls.key}"\n`,
+        { mode: 0o755 },
+      );
       if (p.padBytes) writeFileSync(join(pkg, "pad.bin"), randomBytes(p.padBytes));
       const archive = `terraform-provider-${p.type}_${v}_linux_amd64.zip`;
       const zipPath = join(dir, archive);
@@ -107,9 +155,15 @@ export async function startProviderRegistry(providers: RegistryProvider[], modul
       files.set(`${p.type}_${v}_SHA256SUMS`, sums);
       const sumsPath = join(dir, `${p.type}_${v}_SHA256SUMS`);
       writeFileSync(sumsPath, sums);
-      files.set(`${p.type}_${v}_SHA256SUMS.sig`, run("gpg", ["--batch", "--output", "-", "--detach-sign", sumsPath], gpgEnv));
+      files.set(
+        `${p.type}_${v}_SHA256SUMS.sig`,
+        run("gpg", ["--batch", "--output", "-", "--detach-sign", sumsPath], gpgEnv),
+      );
       writeFileSync(`${sumsPath}.other`, Buffer.concat([sums, Buffer.from("\n")]));
-      files.set(`${p.type}_${v}_SHA256SUMS.badsig`, run("gpg", ["--batch", "--output", "-", "--detach-sign", `${sumsPath}.other`], gpgEnv));
+      files.set(
+        `${p.type}_${v}_SHA256SUMS.badsig`,
+        run("gpg", ["--batch", "--output", "-", "--detach-sign", `${sumsPath}.other`], gpgEnv),
+      );
     }
   }
   try {
@@ -147,7 +201,8 @@ export async function startProviderRegistry(providers: RegistryProvider[], modul
     const path = (req.url ?? "").split("?")[0] ?? "";
     reg.requests.push(path);
     let m: RegExpExecArray | null;
-    if (path === "/.well-known/terraform.json") return json(res, { "providers.v1": "/v1/providers/", "modules.v1": "/v1/modules/" });
+    if (path === "/.well-known/terraform.json")
+      return json(res, { "providers.v1": "/v1/providers/", "modules.v1": "/v1/modules/" });
     if ((m = /^\/v1\/modules\/drover\/([a-z]+)\/null\/versions$/.exec(path))) {
       const mod = modules.find((x) => x.name === m?.[1]);
       if (!mod) return void res.writeHead(404).end();
@@ -160,7 +215,13 @@ export async function startProviderRegistry(providers: RegistryProvider[], modul
     if ((m = /^\/v1\/providers\/drover\/([a-z]+)\/versions$/.exec(path))) {
       const p = providers.find((x) => x.type === m?.[1]);
       if (!p) return void res.writeHead(404).end();
-      return json(res, { versions: p.versions.map((version) => ({ version, protocols: ["6.0"], platforms: [{ os: "linux", arch: "amd64" }] })) });
+      return json(res, {
+        versions: p.versions.map((version) => ({
+          version,
+          protocols: ["6.0"],
+          platforms: [{ os: "linux", arch: "amd64" }],
+        })),
+      });
     }
     if ((m = /^\/v1\/providers\/drover\/([a-z]+)\/([^/]+)\/download\/linux\/amd64$/.exec(path))) {
       const [type, v] = [m[1] as string, m[2] as string];
@@ -206,8 +267,19 @@ export async function startProviderRegistry(providers: RegistryProvider[], modul
 }
 
 /** A root module that needs each of `types` from `registry` (exact versions) and uses each once. */
-export function providerConfig(registry: TestRegistry, types: Array<{ type: string; version: string }>, input = "hello"): string {
-  const req = types.map((t) => `    ${t.type} = { source = "${registry.source(t.type)}", version = "${t.version}" }`).join("\n");
-  const res = types.map((t) => `resource "${t.type}_thing" "x" { input = "${input}-${t.type}" }\noutput "${t.type}" { value = ${t.type}_thing.x.input }`).join("\n");
+export function providerConfig(
+  registry: TestRegistry,
+  types: Array<{ type: string; version: string }>,
+  input = "hello",
+): string {
+  const req = types
+    .map((t) => `    ${t.type} = { source = "${registry.source(t.type)}", version = "${t.version}" }`)
+    .join("\n");
+  const res = types
+    .map(
+      (t) =>
+        `resource "${t.type}_thing" "x" { input = "${input}-${t.type}" }\noutput "${t.type}" { value = ${t.type}_thing.x.input }`,
+    )
+    .join("\n");
   return `terraform {\n  required_providers {\n${req}\n  }\n}\n${res}\n`;
 }

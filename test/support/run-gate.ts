@@ -32,7 +32,12 @@ export async function startRunGates(): Promise<RunGates> {
     const list = held.get(name) ?? [];
     list.push(res);
     held.set(name, list);
-    res.on("close", () => held.set(name, (held.get(name) ?? []).filter((r) => r !== res)));
+    res.on("close", () =>
+      held.set(
+        name,
+        (held.get(name) ?? []).filter((r) => r !== res),
+      ),
+    );
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   const address = server.address();

@@ -17,12 +17,28 @@ export interface TestServer extends RunningServer {
 }
 
 /** Starts a server that checks its responses against the route table; `env` adds DROVER_* settings (e.g. DROVER_DATABASE_URL, DROVER_LEASE_TTL_SECONDS). */
-export async function startTestServer(env: Record<string, string> = {}, options: StartOptions = {}): Promise<TestServer> {
+export async function startTestServer(
+  env: Record<string, string> = {},
+  options: StartOptions = {},
+): Promise<TestServer> {
   const dataDir = mkdtempSync(join(tmpdir(), "drover-server-"));
-  const config = loadServerConfig({ env: { DROVER_DATA_DIR: dataDir, DROVER_PORT: "0", DROVER_ADMIN_TOKEN: "drv_u_test-admin.0123456789abcdefghij0123456789ab", DROVER_SWEEP_INTERVAL_MS: "200", ...testServerDiagnostics, ...env } });
-  const server = await startServer(config, { logger: pino({ level: process.env.DROVER_TEST_LOG_LEVEL ?? "silent" }), ...options });
+  const config = loadServerConfig({
+    env: {
+      DROVER_DATA_DIR: dataDir,
+      DROVER_PORT: "0",
+      DROVER_ADMIN_TOKEN: "drv_u_test-admin.0123456789abcdefghij0123456789ab",
+      DROVER_SWEEP_INTERVAL_MS: "200",
+      ...testServerDiagnostics,
+      ...env,
+    },
+  });
+  const server = await startServer(config, {
+    logger: pino({ level: process.env.DROVER_TEST_LOG_LEVEL ?? "silent" }),
+    ...options,
+  });
   const adminToken = server.adminToken ?? "";
-  const api: TestServer["api"] = (route, ...[input]) => routeCall(server.url, route, ...([{ token: adminToken, ...input }] as RouteArgs<typeof route>));
+  const api: TestServer["api"] = (route, ...[input]) =>
+    routeCall(server.url, route, ...([{ token: adminToken, ...input }] as RouteArgs<typeof route>));
   return {
     ...server,
     adminToken,

@@ -16,7 +16,10 @@ export interface Stack {
   /** Environment every agent and CLI process gets (terraform offline config included). */
   baseEnv: NodeJS.ProcessEnv;
   startAgent(name: string, env?: Record<string, string>): Promise<Proc>;
-  cli(args: string[], options?: { env?: Record<string, string>; timeoutMs?: number }): Promise<{ code: number; stdout: string; stderr: string }>;
+  cli(
+    args: string[],
+    options?: { env?: Record<string, string>; timeoutMs?: number },
+  ): Promise<{ code: number; stdout: string; stderr: string }>;
   /** Uploads a directory and starts a run without following it; returns the run id. */
   startRun(dir: string, workspace: string, flags?: string[]): Promise<string>;
   waitForRun(runId: string, statuses: string[], timeoutMs?: number): Promise<any>;
@@ -66,7 +69,8 @@ export async function startStack(serverEnv: Record<string, string> = {}): Promis
       for (;;) {
         const listed = await server.api(routes.listAgents, { query: { pool } });
         if (listed.body.items.some((a: any) => a.name === name && a.status !== "offline")) return proc;
-        if (proc.child.exitCode !== null || Date.now() > deadline) throw new Error(`agent ${name} did not register:\n${proc.output()}`);
+        if (proc.child.exitCode !== null || Date.now() > deadline)
+          throw new Error(`agent ${name} did not register:\n${proc.output()}`);
         await new Promise((r) => setTimeout(r, 50));
       }
     },
@@ -74,8 +78,18 @@ export async function startStack(serverEnv: Record<string, string> = {}): Promis
       return runDrover(args, { ...baseEnv, DROVER_TOKEN: server.adminToken, ...options.env }, options.timeoutMs);
     },
     async startRun(configDir, workspace, flags = []) {
-      const res = await stack.cli(["run", "start", configDir, "--workspace", workspace, "--no-follow", "--json", ...flags]);
-      if (res.code !== 0 && res.code !== 2) throw new Error(`run start failed (${res.code}): ${res.stderr}${res.stdout}`);
+      const res = await stack.cli([
+        "run",
+        "start",
+        configDir,
+        "--workspace",
+        workspace,
+        "--no-follow",
+        "--json",
+        ...flags,
+      ]);
+      if (res.code !== 0 && res.code !== 2)
+        throw new Error(`run start failed (${res.code}): ${res.stderr}${res.stdout}`);
       return JSON.parse(res.stdout).id as string;
     },
     async waitForRun(runId, statuses, timeoutMs = 90_000) {

@@ -10,7 +10,11 @@ export const storeTestSettings = { leaseTtlMs: 30_000, agentTtlMs: 60_000, heart
  * with a store context on it that reads the clock `now` and has its own local event bus), then
  * closed and dropped after them.
  */
-export function useStoreDatabase(backend: BackendName, now: () => number, opened: (db: Db, ctx: StoreContext) => void): void {
+export function useStoreDatabase(
+  backend: BackendName,
+  now: () => number,
+  opened: (db: Db, ctx: StoreContext) => void,
+): void {
   let database: TestDatabase | undefined;
   let db: Db | undefined;
   before(async () => {

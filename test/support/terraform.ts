@@ -6,11 +6,22 @@ import { join } from "node:path";
 export function terraformEnv(dir: string, extra: Record<string, string> = {}): NodeJS.ProcessEnv {
   const config = join(dir, ".terraformrc");
   writeFileSync(config, "");
-  return { ...process.env, TF_CLI_CONFIG_FILE: config, CHECKPOINT_DISABLE: "1", TF_IN_AUTOMATION: "1", TF_INPUT: "0", ...extra };
+  return {
+    ...process.env,
+    TF_CLI_CONFIG_FILE: config,
+    CHECKPOINT_DISABLE: "1",
+    TF_IN_AUTOMATION: "1",
+    TF_INPUT: "0",
+    ...extra,
+  };
 }
 
 /** Runs terraform; resolves with exit code and combined output. */
-export function runTerraform(args: string[], cwd: string, env: NodeJS.ProcessEnv): Promise<{ code: number; output: string }> {
+export function runTerraform(
+  args: string[],
+  cwd: string,
+  env: NodeJS.ProcessEnv,
+): Promise<{ code: number; output: string }> {
   return new Promise((resolve, reject) => {
     const child = spawn("terraform", args, { cwd, env });
     let output = "";

@@ -1,4 +1,13 @@
-import { DroverClient, routePath, routes, type BodyOf, type ParamsOf, type Phase, type QueryOf, type Route } from "@drover/protocol";
+import {
+  DroverClient,
+  routePath,
+  routes,
+  type BodyOf,
+  type ParamsOf,
+  type Phase,
+  type QueryOf,
+  type Route,
+} from "@drover/protocol";
 
 /*
  * The tests' HTTP calls, all through the protocol's typed client and the route table, so a
@@ -43,18 +52,31 @@ export type RouteInput<R extends Route> = {
 } & (Nothing extends ParamsOf<R> ? { params?: ParamsOf<R> } : { params: ParamsOf<R> });
 
 /** The optional or required input argument of a route call. */
-export type RouteArgs<R extends Route> = Nothing extends RouteInput<R> ? [input?: RouteInput<R>] : [input: RouteInput<R>];
+export type RouteArgs<R extends Route> =
+  Nothing extends RouteInput<R> ? [input?: RouteInput<R>] : [input: RouteInput<R>];
 
 /** Calls a route of the table, answered whatever its status; the body is parsed as in `rawCall`. */
-export async function routeCall<R extends Route>(baseUrl: string, route: R, ...[input]: RouteArgs<R>): Promise<ApiResponse> {
-  const given = (input ?? {}) as { token?: string; headers?: Record<string, string>; params?: Record<string, string>; query?: Record<string, unknown>; body?: unknown; invalidBody?: unknown };
+export async function routeCall<R extends Route>(
+  baseUrl: string,
+  route: R,
+  ...[input]: RouteArgs<R>
+): Promise<ApiResponse> {
+  const given = (input ?? {}) as {
+    token?: string;
+    headers?: Record<string, string>;
+    params?: Record<string, string>;
+    query?: Record<string, unknown>;
+    body?: unknown;
+    invalidBody?: unknown;
+  };
   let path = routePath(route, given.params ?? {});
   const query = new URLSearchParams();
   for (const [key, value] of Object.entries(given.query ?? {})) if (value !== undefined) query.set(key, String(value));
   if ([...query.keys()].length > 0) path += `?${query.toString()}`;
   const headers: Record<string, string> = { ...given.headers };
   const body = "invalidBody" in given ? given.invalidBody : given.body;
-  if (route.body.kind === "raw" && (Buffer.isBuffer(body) || typeof body === "string")) headers["content-type"] ??= route.body.contentType;
+  if (route.body.kind === "raw" && (Buffer.isBuffer(body) || typeof body === "string"))
+    headers["content-type"] ??= route.body.contentType;
   return rawCall(baseUrl, route.method, path, given.token, body, headers);
 }
 
@@ -62,7 +84,14 @@ export async function routeCall<R extends Route>(baseUrl: string, route: R, ...[
  * Sends `body` (a Buffer as is, a string as JSON text, anything else as JSON) to `path` with a
  * bearer token; the answer's JSON is parsed when it is JSON, else kept as text.
  */
-export async function rawCall(baseUrl: string, method: string, path: string, token: string | undefined, body?: unknown, headers: Record<string, string> = {}): Promise<ApiResponse> {
+export async function rawCall(
+  baseUrl: string,
+  method: string,
+  path: string,
+  token: string | undefined,
+  body?: unknown,
+  headers: Record<string, string> = {},
+): Promise<ApiResponse> {
   const sent: Record<string, string> = { ...headers };
   let payload: Buffer | string | undefined;
   if (Buffer.isBuffer(body)) {
@@ -75,7 +104,12 @@ export async function rawCall(baseUrl: string, method: string, path: string, tok
     payload = JSON.stringify(body);
     sent["content-type"] ??= "application/json";
   }
-  const answer = await client(baseUrl).request(method, path, { token, headers: sent, body: payload, timeoutMs: 120_000 });
+  const answer = await client(baseUrl).request(method, path, {
+    token,
+    headers: sent,
+    body: payload,
+    timeoutMs: 120_000,
+  });
   const text = answer.body.toString("utf8");
   let parsed: unknown = text;
   try {
@@ -96,7 +130,10 @@ export async function readPhaseLog(baseUrl: string, token: string, runId: string
   let out = "";
   let offset = 0;
   for (;;) {
-    const res = await client(baseUrl, token).exchange(routes.runLogs, { params: { id: runId }, query: { phase, offset } });
+    const res = await client(baseUrl, token).exchange(routes.runLogs, {
+      params: { id: runId },
+      query: { phase, offset },
+    });
     out += res.result.toString("utf8");
     offset = Number(res.headers["x-drover-log-offset"]);
     if (res.headers["x-drover-log-complete"] === "true" || res.result.length === 0) return out;

@@ -98,29 +98,45 @@ export function validateArgs(args: DroverAgentArgs): void {
   const mode = args.shutdownMode ?? "graceful";
   const grace = args.terminationGracePeriodSeconds ?? 120;
   if (grace < minimumGraceSeconds[mode]) {
-    throw new Error(`terminationGracePeriodSeconds ${grace} is too short for shutdownMode ${mode}: it needs at least ${minimumGraceSeconds[mode]}`);
+    throw new Error(
+      `terminationGracePeriodSeconds ${grace} is too short for shutdownMode ${mode}: it needs at least ${minimumGraceSeconds[mode]}`,
+    );
   }
   for (const key of Object.keys(args.env ?? {})) {
-    if (reservedEnv.has(key)) throw new Error(`env ${key} is set by the component itself; use the matching argument instead`);
+    if (reservedEnv.has(key))
+      throw new Error(`env ${key} is set by the component itself; use the matching argument instead`);
   }
-  if ((args.mode ?? "local") === "local" && (args.concurrency ?? 1) > 5) throw new Error("concurrency of a local agent is at most 5");
-  if (args.nodeDataHome !== undefined && !/^\/[^\0]*[^/]$/.test(args.nodeDataHome)) throw new Error(`nodeDataHome must be an absolute path without a trailing slash, got ${JSON.stringify(args.nodeDataHome)}`);
+  if ((args.mode ?? "local") === "local" && (args.concurrency ?? 1) > 5)
+    throw new Error("concurrency of a local agent is at most 5");
+  if (args.nodeDataHome !== undefined && !/^\/[^\0]*[^/]$/.test(args.nodeDataHome))
+    throw new Error(
+      `nodeDataHome must be an absolute path without a trailing slash, got ${JSON.stringify(args.nodeDataHome)}`,
+    );
   if ((args.mode === "job" || args.mode === "node") && (args.replicas ?? 1) !== 1) {
-    throw new Error(`replicas ${args.replicas} in ${args.mode} mode: exactly one controller may run (controllers elect a leader, so a second would only stand by, never Ready). Raise concurrency instead`);
+    throw new Error(
+      `replicas ${args.replicas} in ${args.mode} mode: exactly one controller may run (controllers elect a leader, so a second would only stand by, never Ready). Raise concurrency instead`,
+    );
   }
-  if ((args.token === undefined) === (args.tokenExistingSecret === undefined)) throw new Error("set exactly one of token and tokenExistingSecret");
+  if ((args.token === undefined) === (args.tokenExistingSecret === undefined))
+    throw new Error("set exactly one of token and tokenExistingSecret");
   const pdb = args.podDisruptionBudget;
   if (pdb) {
-    if ((pdb.minAvailable === undefined) === (pdb.maxUnavailable === undefined)) throw new Error("podDisruptionBudget: set exactly one of minAvailable and maxUnavailable");
+    if ((pdb.minAvailable === undefined) === (pdb.maxUnavailable === undefined))
+      throw new Error("podDisruptionBudget: set exactly one of minAvailable and maxUnavailable");
     const replicas = args.replicas ?? 1;
     if (blocksEveryEviction(pdb, replicas)) {
-      throw new Error(`podDisruptionBudget ${JSON.stringify(pdb)} of ${replicas} replica(s) lets no pod be evicted, so a node drain would wait forever; use maxUnavailable: 1`);
+      throw new Error(
+        `podDisruptionBudget ${JSON.stringify(pdb)} of ${replicas} replica(s) lets no pod be evicted, so a node drain would wait forever; use maxUnavailable: 1`,
+      );
     }
   }
 }
 
 /** Whether a PDB of `replicas` pods allows no voluntary eviction at all. */
-function blocksEveryEviction(pdb: { minAvailable?: number | string; maxUnavailable?: number | string }, replicas: number): boolean {
+function blocksEveryEviction(
+  pdb: { minAvailable?: number | string; maxUnavailable?: number | string },
+  replicas: number,
+): boolean {
   const count = (v: number | string, roundUp: boolean) => {
     if (typeof v === "number") return v;
     const pct = /^(\d+)%$/.exec(v);
@@ -174,11 +190,18 @@ export class DroverAgent extends pulumi.ComponentResource {
     // job and node modes both run a controller that launches Jobs.
     const controllerMode = mode !== "local";
     const image = args.image ?? "ghcr.io/drover-dev/drover:0.1.0";
-    const labels = { "app.kubernetes.io/name": "drover-agent", "app.kubernetes.io/instance": name, "app.kubernetes.io/component": controllerMode ? "controller" : "agent" };
+    const labels = {
+      "app.kubernetes.io/name": "drover-agent",
+      "app.kubernetes.io/instance": name,
+      "app.kubernetes.io/component": controllerMode ? "controller" : "agent",
+    };
     const taskLabels = { "app.kubernetes.io/name": "drover-task", "app.kubernetes.io/instance": name };
     const parent = { parent: this };
 
-    const ns = args.createNamespace === false ? undefined : new k8s.core.v1.Namespace(`${name}-ns`, { metadata: { name: args.namespace } }, parent);
+    const ns =
+      args.createNamespace === false
+        ? undefined
+        : new k8s.core.v1.Namespace(`${name}-ns`, { metadata: { name: args.namespace } }, parent);
     this.namespace = ns ? ns.metadata.name : pulumi.output(args.namespace);
     const inNs = { ...parent, dependsOn: ns ? [ns] : [] };
     const metadata = (suffix: string) => ({ name: `${name}-${suffix}`, namespace: this.namespace, labels });
@@ -186,15 +209,31 @@ export class DroverAgent extends pulumi.ComponentResource {
     this.tokenSecret =
       args.token === undefined
         ? undefined
-        : new k8s.core.v1.Secret(`${name}-token`, { metadata: metadata("token"), type: "Opaque", stringData: { token: pulumi.secret(args.token) } }, inNs);
-    const tokenRef = this.tokenSecret ? { name: this.tokenSecret.metadata.name, key: "token" } : { name: args.tokenExistingSecret!.name, key: args.tokenExistingSecret!.key ?? "token" };
+        : new k8s.core.v1.Secret(
+            `${name}-token`,
+            { metadata: metadata("token"), type: "Opaque", stringData: { token: pulumi.secret(args.token) } },
+            inNs,
+          );
+    const tokenRef = this.tokenSecret
+      ? { name: this.tokenSecret.metadata.name, key: "token" }
+      : { name: args.tokenExistingSecret!.name, key: args.tokenExistingSecret!.key ?? "token" };
     const ca = args.caBundle
-      ? new k8s.core.v1.Secret(`${name}-ca`, { metadata: metadata("ca"), type: "Opaque", stringData: { "ca.crt": args.caBundle } }, inNs)
+      ? new k8s.core.v1.Secret(
+          `${name}-ca`,
+          { metadata: metadata("ca"), type: "Opaque", stringData: { "ca.crt": args.caBundle } },
+          inNs,
+        )
       : undefined;
     const sa = new k8s.core.v1.ServiceAccount(
       `${name}-sa`,
       // The token is mounted by the pod spec that needs it (the controller's), not by every pod of this account.
-      { metadata: { ...metadata(controllerMode ? "controller" : "agent"), annotations: args.serviceAccountAnnotations ?? {} }, ...(controllerMode ? {} : { automountServiceAccountToken: false }) },
+      {
+        metadata: {
+          ...metadata(controllerMode ? "controller" : "agent"),
+          annotations: args.serviceAccountAnnotations ?? {},
+        },
+        ...(controllerMode ? {} : { automountServiceAccountToken: false }),
+      },
       inNs,
     );
     const proxyEnv: k8s.types.input.core.v1.EnvVar[] = [
@@ -211,7 +250,9 @@ export class DroverAgent extends pulumi.ComponentResource {
       { name: "DROVER_AGENT_CONCURRENCY", value: String(args.concurrency ?? (controllerMode ? 10 : 1)) },
       // Job mode: a stable name, so a replaced controller pod finds the Jobs its predecessor
       // launched (they carry this name in their labels). Local agents each register their own.
-      controllerMode ? { name: "DROVER_AGENT_NAME", value: `${name}-controller` } : { name: "DROVER_AGENT_NAME", valueFrom: { fieldRef: { fieldPath: "metadata.name" } } },
+      controllerMode
+        ? { name: "DROVER_AGENT_NAME", value: `${name}-controller` }
+        : { name: "DROVER_AGENT_NAME", valueFrom: { fieldRef: { fieldPath: "metadata.name" } } },
       { name: "DROVER_AGENT_WORKER_ON_STOP_ACTION", value: args.shutdownMode ?? "graceful" },
       { name: "DROVER_AGENT_GRACE_PERIOD_SECONDS", value: String(grace) },
       // The controller keeps no cache: its scratch lives in /tmp. A local agent keeps its caches
@@ -274,14 +315,21 @@ export class DroverAgent extends pulumi.ComponentResource {
     if (controllerMode) {
       const taskSa = new k8s.core.v1.ServiceAccount(
         `${name}-task-sa`,
-        { metadata: { ...metadata("task"), annotations: args.taskServiceAccountAnnotations ?? {} }, automountServiceAccountToken: false },
+        {
+          metadata: { ...metadata("task"), annotations: args.taskServiceAccountAnnotations ?? {} },
+          automountServiceAccountToken: false,
+        },
         inNs,
       );
       // Retained: it is cluster-wide, and deleting it deletes every installation's AgentTasks.
       const crd =
         args.installCrd === false
           ? undefined
-          : new k8s.apiextensions.v1.CustomResourceDefinition(`${name}-agenttasks-crd`, { metadata: agentTaskCrd.metadata, spec: agentTaskCrd.spec }, { ...parent, retainOnDelete: true });
+          : new k8s.apiextensions.v1.CustomResourceDefinition(
+              `${name}-agenttasks-crd`,
+              { metadata: agentTaskCrd.metadata, spec: agentTaskCrd.spec },
+              { ...parent, retainOnDelete: true },
+            );
       const role = new k8s.rbac.v1.Role(
         `${name}-controller`,
         {
@@ -294,13 +342,30 @@ export class DroverAgent extends pulumi.ComponentResource {
             { apiGroups: [""], resources: ["secrets"], verbs: ["get", "create"] },
             // Leader election (create cannot be limited by name).
             { apiGroups: ["coordination.k8s.io"], resources: ["leases"], verbs: ["create"] },
-            { apiGroups: ["coordination.k8s.io"], resources: ["leases"], resourceNames: [`${name}-controller-leader`], verbs: ["get", "update"] },
+            {
+              apiGroups: ["coordination.k8s.io"],
+              resources: ["leases"],
+              resourceNames: [`${name}-controller-leader`],
+              verbs: ["get", "update"],
+            },
             // Only its own task template, which it watches (list/watch are allowed by name when they select metadata.name).
-            { apiGroups: ["drover.dev"], resources: ["agenttasks"], resourceNames: [`${name}-task-template`], verbs: ["get", "list", "watch"] },
+            {
+              apiGroups: ["drover.dev"],
+              resources: ["agenttasks"],
+              resourceNames: [`${name}-task-template`],
+              verbs: ["get", "list", "watch"],
+            },
             // Its Valid condition, set from a dry-run create of the Job it makes.
-            { apiGroups: ["drover.dev"], resources: ["agenttasks/status"], resourceNames: [`${name}-task-template`], verbs: ["patch"] },
+            {
+              apiGroups: ["drover.dev"],
+              resources: ["agenttasks/status"],
+              resourceNames: [`${name}-task-template`],
+              verbs: ["patch"],
+            },
             // Node mode: per run, a Role and RoleBinding granting the node workers that run's job Secret only.
-            ...(mode === "node" ? [{ apiGroups: ["rbac.authorization.k8s.io"], resources: ["roles", "rolebindings"], verbs: ["create"] }] : []),
+            ...(mode === "node"
+              ? [{ apiGroups: ["rbac.authorization.k8s.io"], resources: ["roles", "rolebindings"], verbs: ["create"] }]
+              : []),
           ],
         },
         inNs,
@@ -347,7 +412,11 @@ export class DroverAgent extends pulumi.ComponentResource {
         // terraform writes provider downloads and module archives to /tmp, its CLI state to HOME.
         env: [{ name: "HOME", value: "/tmp" }, ...taskEnv([{ name: "SSL_CERT_FILE", value: "/etc/drover/ca/ca.crt" }])],
         resources: defaultResources.runner,
-        volumeMounts: [tmpMount, ...(mode === "job" ? [{ ...cacheMount, readOnly: true }] : []), ...(ca ? [caMount] : [])],
+        volumeMounts: [
+          tmpMount,
+          ...(mode === "job" ? [{ ...cacheMount, readOnly: true }] : []),
+          ...(ca ? [caMount] : []),
+        ],
       };
       const basePod = {
         metadata: { labels: taskLabels },
@@ -361,7 +430,15 @@ export class DroverAgent extends pulumi.ComponentResource {
           // Node mode: the nodes the node workers run on, as the agent-k8s chart does.
           nodeSelector: mode === "node" ? { ...linuxNodes, ...args.nodeSelector } : linuxNodes,
           // The controller adds the exec-loop copy command and mounts; image and hardening come from here.
-          initContainers: [{ name: "drover-init", image, imagePullPolicy: pullPolicy, resources: defaultResources.init, securityContext }],
+          initContainers: [
+            {
+              name: "drover-init",
+              image,
+              imagePullPolicy: pullPolicy,
+              resources: defaultResources.init,
+              securityContext,
+            },
+          ],
           containers: mode === "job" ? [worker, runner] : [runner],
           volumes: [
             tmp,
@@ -397,13 +474,19 @@ export class DroverAgent extends pulumi.ComponentResource {
       if (mode === "node") {
         const home = args.nodeDataHome ?? "/var/lib/drover-agent";
         const workerSa = this.nodeWorkers(name, args, { image, home, grace, proxyEnv, ca, caMount, metadata, inNs });
-        env.push({ name: "DROVER_AGENT_NODE_HOME", value: home }, { name: "DROVER_AGENT_NODE_WORKER_SERVICE_ACCOUNT", value: workerSa });
+        env.push(
+          { name: "DROVER_AGENT_NODE_HOME", value: home },
+          { name: "DROVER_AGENT_NODE_WORKER_SERVICE_ACCOUNT", value: workerSa },
+        );
       }
     }
     this.taskTemplate = taskTemplate;
 
     const agentPod = {
-      metadata: { labels, annotations: { "prometheus.io/scrape": "true", "prometheus.io/port": "8080", "prometheus.io/path": "/metrics" } },
+      metadata: {
+        labels,
+        annotations: { "prometheus.io/scrape": "true", "prometheus.io/port": "8080", "prometheus.io/path": "/metrics" },
+      },
       spec: {
         serviceAccountName: sa.metadata.name,
         automountServiceAccountToken: controllerMode,
@@ -419,8 +502,14 @@ export class DroverAgent extends pulumi.ComponentResource {
             args: controllerMode ? ["agent", "controller"] : ["agent", "run"],
             env,
             ports: [{ name: "health", containerPort: 8080 }],
-            livenessProbe: { httpGet: { path: "/healthz", port: "health" }, ...(controllerMode ? {} : { periodSeconds: 20 }) },
-            readinessProbe: { httpGet: { path: "/readyz", port: "health" }, ...(controllerMode ? {} : { periodSeconds: 10 }) },
+            livenessProbe: {
+              httpGet: { path: "/healthz", port: "health" },
+              ...(controllerMode ? {} : { periodSeconds: 20 }),
+            },
+            readinessProbe: {
+              httpGet: { path: "/readyz", port: "health" },
+              ...(controllerMode ? {} : { periodSeconds: 10 }),
+            },
             resources: args.resources ?? (controllerMode ? defaultResources.controller : defaultResources.agent),
             securityContext,
             volumeMounts: [
@@ -455,7 +544,9 @@ export class DroverAgent extends pulumi.ComponentResource {
           replicas: args.replicas ?? 1,
           // A controller is never started beside its predecessor (it would stand by, not Ready, until the
           // old one released its Lease or the Lease expired).
-          strategy: controllerMode ? { type: "Recreate" } : { type: "RollingUpdate", rollingUpdate: { maxSurge: "25%", maxUnavailable: "50%" } },
+          strategy: controllerMode
+            ? { type: "Recreate" }
+            : { type: "RollingUpdate", rollingUpdate: { maxSurge: "25%", maxUnavailable: "50%" } },
           selector: { matchLabels: labels },
           template: mode === "local" ? strategicMerge(agentPod, args.podTemplate ?? {}) : agentPod,
         },
@@ -465,13 +556,24 @@ export class DroverAgent extends pulumi.ComponentResource {
     this.service = new k8s.core.v1.Service(
       `${name}-metrics`,
       {
-        metadata: { ...metadata("metrics"), annotations: { "prometheus.io/scrape": "true", "prometheus.io/port": "8080", "prometheus.io/path": "/metrics" } },
+        metadata: {
+          ...metadata("metrics"),
+          annotations: {
+            "prometheus.io/scrape": "true",
+            "prometheus.io/port": "8080",
+            "prometheus.io/path": "/metrics",
+          },
+        },
         spec: { selector: labels, ports: [{ name: "health", port: 8080, targetPort: "health" }] },
       },
       inNs,
     );
     if (args.podDisruptionBudget) {
-      new k8s.policy.v1.PodDisruptionBudget(`${name}-pdb`, { metadata: metadata("pdb"), spec: { ...args.podDisruptionBudget, selector: { matchLabels: labels } } }, inNs);
+      new k8s.policy.v1.PodDisruptionBudget(
+        `${name}-pdb`,
+        { metadata: metadata("pdb"), spec: { ...args.podDisruptionBudget, selector: { matchLabels: labels } } },
+        inNs,
+      );
     }
     if (args.enableServiceMonitor) {
       new k8s.apiextensions.CustomResource(
@@ -480,7 +582,10 @@ export class DroverAgent extends pulumi.ComponentResource {
           apiVersion: "monitoring.coreos.com/v1",
           kind: "ServiceMonitor",
           metadata: metadata("agent"),
-          spec: { selector: { matchLabels: labels }, endpoints: [{ port: "health", path: "/metrics", interval: "30s" }] },
+          spec: {
+            selector: { matchLabels: labels },
+            endpoints: [{ port: "health", path: "/metrics", interval: "30s" }],
+          },
         },
         inNs,
       );
@@ -508,14 +613,26 @@ export class DroverAgent extends pulumi.ComponentResource {
     },
   ): string {
     const saName = `${name}-node-worker`;
-    const labels = { "app.kubernetes.io/name": "drover-agent", "app.kubernetes.io/instance": name, "app.kubernetes.io/component": "node-worker" };
+    const labels = {
+      "app.kubernetes.io/name": "drover-agent",
+      "app.kubernetes.io/instance": name,
+      "app.kubernetes.io/component": "node-worker",
+    };
     const meta = { ...o.metadata("node-worker"), labels };
-    const sa = new k8s.core.v1.ServiceAccount(`${name}-node-worker-sa`, { metadata: meta, automountServiceAccountToken: false }, o.inNs);
+    const sa = new k8s.core.v1.ServiceAccount(
+      `${name}-node-worker-sa`,
+      { metadata: meta, automountServiceAccountToken: false },
+      o.inNs,
+    );
     const rules = [{ apiGroups: [""], resources: ["pods"], verbs: ["list", "watch"] }];
     const role = new k8s.rbac.v1.Role(`${name}-node-worker`, { metadata: meta, rules }, o.inNs);
     new k8s.rbac.v1.RoleBinding(
       `${name}-node-worker`,
-      { metadata: meta, roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "Role", name: role.metadata.name }, subjects: [{ kind: "ServiceAccount", name: sa.metadata.name, namespace: meta.namespace }] },
+      {
+        metadata: meta,
+        roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "Role", name: role.metadata.name },
+        subjects: [{ kind: "ServiceAccount", name: sa.metadata.name, namespace: meta.namespace }],
+      },
       o.inNs,
     );
     const env: k8s.types.input.core.v1.EnvVar[] = [

@@ -33,7 +33,9 @@ async function install(args: Record<string, unknown>, opts?: pulumi.ComponentRes
   created = [];
   const { DroverAgent } = await import("../src/index.js");
   const agent = new DroverAgent("drv", { namespace: "drover", token: "drv_p_abc.secret", ...args } as any, opts);
-  await new Promise<void>((resolve) => pulumi.all([agent.deployment.id, agent.service.id, agent.tokenSecret?.id ?? ""]).apply(() => resolve()));
+  await new Promise<void>((resolve) =>
+    pulumi.all([agent.deployment.id, agent.service.id, agent.tokenSecret?.id ?? ""]).apply(() => resolve()),
+  );
   await new Promise((r) => setTimeout(r, 50));
   return agent;
 }
@@ -56,7 +58,11 @@ describe("DroverAgent (Pulumi mocks)", () => {
     assert.equal(env.DROVER_URL, "https://drover.example.com");
     assert.equal(env.DROVER_AGENT_DRIVER, "local");
     assert.equal(env.FOO, "bar");
-    assert.equal(env.DROVER_TOKEN.secretKeyRef.key, "token", "the token reaches the pod only through a Secret reference");
+    assert.equal(
+      env.DROVER_TOKEN.secretKeyRef.key,
+      "token",
+      "the token reaches the pod only through a Secret reference",
+    );
     assert.equal(container.securityContext.runAsUser, 1000);
     assert.equal(container.securityContext.readOnlyRootFilesystem, true);
     assert.deepEqual(container.securityContext.capabilities.drop, ["ALL"]);
@@ -83,7 +89,9 @@ describe("DroverAgent (Pulumi mocks)", () => {
         metadata: { labels: { team: "infra" } },
         spec: {
           nodeSelector: { "kubernetes.io/os": "linux" },
-          containers: [{ name: "runner", env: [{ name: "HELLO", value: "world" }], resources: { requests: { cpu: "1" } } }],
+          containers: [
+            { name: "runner", env: [{ name: "HELLO", value: "world" }], resources: { requests: { cpu: "1" } } },
+          ],
           initContainers: [{ name: "prepare", image: "busybox:1.36", command: ["true"] }],
         },
       },
@@ -101,12 +109,27 @@ describe("DroverAgent (Pulumi mocks)", () => {
     assert.equal(pod.metadata.labels.team, "infra", "labels merged");
     assert.equal(pod.metadata.labels["app.kubernetes.io/name"], "drover-task", "existing labels kept");
     assert.equal(pod.spec.nodeSelector["kubernetes.io/os"], "linux");
-    assert.deepEqual(pod.spec.containers.map((c: any) => c.name), ["worker", "runner"], "containers merged by name, none added");
+    assert.deepEqual(
+      pod.spec.containers.map((c: any) => c.name),
+      ["worker", "runner"],
+      "containers merged by name, none added",
+    );
     const runner = pod.spec.containers[1];
     assert.equal(runner.image, "ghcr.io/drover-dev/drover-runner:1.11.4", "the runner's image survives the merge");
-    assert.deepEqual(runner.env, [{ name: "HOME", value: "/tmp" }, { name: "SSL_CERT_FILE", value: "/etc/drover/ca/ca.crt" }, { name: "HELLO", value: "world" }], "the CA reaches runs; the template's env is merged");
+    assert.deepEqual(
+      runner.env,
+      [
+        { name: "HOME", value: "/tmp" },
+        { name: "SSL_CERT_FILE", value: "/etc/drover/ca/ca.crt" },
+        { name: "HELLO", value: "world" },
+      ],
+      "the CA reaches runs; the template's env is merged",
+    );
     assert.equal(runner.resources.requests.cpu, "1");
-    assert.deepEqual(pod.spec.initContainers.map((c: any) => c.name), ["drover-init", "prepare"]);
+    assert.deepEqual(
+      pod.spec.initContainers.map((c: any) => c.name),
+      ["drover-init", "prepare"],
+    );
     assert.equal(pod.spec.automountServiceAccountToken, false, "task pods get no API access");
 
     const taskSa = byType("kubernetes:core/v1:ServiceAccount").find((s) => s.name === "drv-task-sa")!;
@@ -115,7 +138,10 @@ describe("DroverAgent (Pulumi mocks)", () => {
     assert.equal(binding.subjects.length, 1);
     assert.notEqual(binding.subjects[0].name, "drv-task", "only the controller is bound to the role");
     const rules = one("kubernetes:rbac.authorization.k8s.io/v1:Role").inputs.rules;
-    assert.ok(rules.every((r: any) => !r.verbs.includes("*") && !r.resources.includes("*")), "least privilege: no wildcards");
+    assert.ok(
+      rules.every((r: any) => !r.verbs.includes("*") && !r.resources.includes("*")),
+      "least privilege: no wildcards",
+    );
     assert.equal(byType("kubernetes:monitoring.coreos.com/v1:ServiceMonitor").length, 1);
     assert.equal(byType("kubernetes:core/v1:Secret").length, 2, "token and CA bundle");
   });
@@ -124,7 +150,11 @@ describe("DroverAgent (Pulumi mocks)", () => {
     await install({ mode: "job", image: "registry.example/drover:9" });
     const controller = one("kubernetes:apps/v1:Deployment").inputs.spec.template.spec.containers[0];
     const env = Object.fromEntries(controller.env.map((e: any) => [e.name, e.value ?? e.valueFrom]));
-    assert.equal(env.DROVER_AGENT_NAME, "drv-controller", "not the pod name: a replaced controller pod finds its Jobs by this name");
+    assert.equal(
+      env.DROVER_AGENT_NAME,
+      "drv-controller",
+      "not the pod name: a replaced controller pod finds its Jobs by this name",
+    );
     assert.equal(env.DROVER_AGENT_KUBERNETES_WORKER_IMAGE, "registry.example/drover:9");
     const pod = one("kubernetes:drover.dev/v1alpha1:AgentTask").inputs.spec.jobTemplate.template;
     assert.equal(pod.spec.securityContext.fsGroup, 1000, "the worker (UID 1000) can read its job Secret (mode 0400)");
@@ -141,8 +171,14 @@ describe("DroverAgent (Pulumi mocks)", () => {
     const crd = one("kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition").inputs;
     const { parse } = await import("yaml");
     const { readFileSync } = await import("node:fs");
-    const file = parse(readFileSync(new URL("../../../kubernetes/agenttasks.drover.dev.yaml", import.meta.url), "utf8"));
-    assert.deepEqual({ metadata: crd.metadata, spec: crd.spec }, { metadata: file.metadata, spec: file.spec }, "the CRD the charts install");
+    const file = parse(
+      readFileSync(new URL("../../../kubernetes/agenttasks.drover.dev.yaml", import.meta.url), "utf8"),
+    );
+    assert.deepEqual(
+      { metadata: crd.metadata, spec: crd.spec },
+      { metadata: file.metadata, spec: file.spec },
+      "the CRD the charts install",
+    );
     await install({ mode: "job", installCrd: false });
     assert.equal(byType("kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition").length, 0);
   });
@@ -164,24 +200,42 @@ describe("DroverAgent (Pulumi mocks)", () => {
     assert.equal(env.HTTPS_PROXY, "http://proxy:3128");
     assert.equal(env.NO_PROXY, ".svc");
     assert.equal(env.HTTP_PROXY, undefined);
-    const sas = Object.fromEntries(byType("kubernetes:core/v1:ServiceAccount").map((s) => [s.name, s.inputs.metadata.annotations]));
+    const sas = Object.fromEntries(
+      byType("kubernetes:core/v1:ServiceAccount").map((s) => [s.name, s.inputs.metadata.annotations]),
+    );
     assert.deepEqual(sas["drv-sa"], { "iam.gke.io/gcp-service-account": "ctl@p.iam.gserviceaccount.com" });
     assert.deepEqual(sas["drv-task-sa"], { "eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/runs" });
     const pod = one("kubernetes:drover.dev/v1alpha1:AgentTask").inputs.spec.jobTemplate.template;
-    for (const c of pod.spec.containers) assert.deepEqual(c.env.filter((e: any) => /PROXY/.test(e.name)), [{ name: "HTTPS_PROXY", value: "http://proxy:3128" }, { name: "NO_PROXY", value: ".svc" }], c.name);
+    for (const c of pod.spec.containers)
+      assert.deepEqual(
+        c.env.filter((e: any) => /PROXY/.test(e.name)),
+        [
+          { name: "HTTPS_PROXY", value: "http://proxy:3128" },
+          { name: "NO_PROXY", value: ".svc" },
+        ],
+        c.name,
+      );
     const pdb = one("kubernetes:policy/v1:PodDisruptionBudget").inputs.spec;
     assert.equal(pdb.maxUnavailable, 1);
     assert.deepEqual(pdb.selector.matchLabels, one("kubernetes:apps/v1:Deployment").inputs.spec.selector.matchLabels);
     const policy = one("kubernetes:networking.k8s.io/v1:NetworkPolicy").inputs.spec;
     assert.deepEqual(policy.podSelector.matchLabels, pod.metadata.labels);
-    assert.deepEqual(policy.egress[0].to.map((t: any) => t.ipBlock.except), [
-      ["169.254.169.254/32", "100.100.100.200/32", "168.63.129.16/32"],
-      ["fd00:ec2::254/128", "fd20:ce::254/128", "fe80::a9fe:a9fe/128"],
-    ]);
+    assert.deepEqual(
+      policy.egress[0].to.map((t: any) => t.ipBlock.except),
+      [
+        ["169.254.169.254/32", "100.100.100.200/32", "168.63.129.16/32"],
+        ["fd00:ec2::254/128", "fd20:ce::254/128", "fe80::a9fe:a9fe/128"],
+      ],
+    );
     // CNIs that match no pod by ipBlock (Cilium) still let runs reach in-cluster pods and DNS.
     assert.deepEqual(policy.egress.slice(1), [
       { to: [{ namespaceSelector: {} }] },
-      { ports: [{ port: 53, protocol: "UDP" }, { port: 53, protocol: "TCP" }] },
+      {
+        ports: [
+          { port: 53, protocol: "UDP" },
+          { port: 53, protocol: "TCP" },
+        ],
+      },
     ]);
     await install({ mode: "job", allowMetadataService: true });
     assert.equal(byType("kubernetes:networking.k8s.io/v1:NetworkPolicy").length, 0);
@@ -189,7 +243,13 @@ describe("DroverAgent (Pulumi mocks)", () => {
   });
 
   test("node mode: controller with the node home, a per-node worker DaemonSet whose Role reads pods only", async () => {
-    await install({ mode: "node", url: "https://d.example", nodeDataHome: "/srv/drover", nodeSelector: { pool: "runs" }, proxy: { httpsProxy: "http://p:3128" } });
+    await install({
+      mode: "node",
+      url: "https://d.example",
+      nodeDataHome: "/srv/drover",
+      nodeSelector: { pool: "runs" },
+      proxy: { httpsProxy: "http://p:3128" },
+    });
     const controller = one("kubernetes:apps/v1:Deployment").inputs.spec.template.spec.containers[0];
     const env = Object.fromEntries(controller.env.map((e: any) => [e.name, e.value ?? e.valueFrom]));
     assert.deepEqual(controller.args, ["agent", "controller"]);
@@ -214,16 +274,36 @@ describe("DroverAgent (Pulumi mocks)", () => {
     assert.equal(wenv.DROVER_TOKEN, undefined, "no pool token in the node worker");
     assert.deepEqual(pod.volumes[0].hostPath, { path: "/srv/drover", type: "Directory" });
     assert.deepEqual(worker.volumeMounts[0], { name: "home", mountPath: "/srv/drover" });
-    assert.equal(pod.serviceAccountName, env.DROVER_AGENT_NODE_WORKER_SERVICE_ACCOUNT, "the controller grants each run's job Secret to this ServiceAccount");
-    const roles = Object.fromEntries(byType("kubernetes:rbac.authorization.k8s.io/v1:Role").map((r) => [r.name, r.inputs.rules]));
+    assert.equal(
+      pod.serviceAccountName,
+      env.DROVER_AGENT_NODE_WORKER_SERVICE_ACCOUNT,
+      "the controller grants each run's job Secret to this ServiceAccount",
+    );
+    const roles = Object.fromEntries(
+      byType("kubernetes:rbac.authorization.k8s.io/v1:Role").map((r) => [r.name, r.inputs.rules]),
+    );
     const workerRules = [{ apiGroups: [""], resources: ["pods"], verbs: ["list", "watch"] }];
     assert.deepEqual(roles["drv-node-worker"], workerRules, "no Secret: not the pool token");
-    assert.ok(roles["drv-controller"].some((r: any) => r.resources.includes("roles") && r.resources.includes("rolebindings") && r.verbs.join() === "create"));
-    assert.ok(roles["drv-controller"].every((r: any) => !r.resources.includes("pods/log") && !(r.resources.includes("secrets") && r.verbs.includes("delete"))), "trimmed to the calls the code makes");
+    assert.ok(
+      roles["drv-controller"].some(
+        (r: any) =>
+          r.resources.includes("roles") && r.resources.includes("rolebindings") && r.verbs.join() === "create",
+      ),
+    );
+    assert.ok(
+      roles["drv-controller"].every(
+        (r: any) =>
+          !r.resources.includes("pods/log") && !(r.resources.includes("secrets") && r.verbs.includes("delete")),
+      ),
+      "trimmed to the calls the code makes",
+    );
     await install({ mode: "job" });
     assert.equal(byType("kubernetes:apps/v1:DaemonSet").length, 0);
     const jobRules = one("kubernetes:rbac.authorization.k8s.io/v1:Role").inputs.rules;
-    assert.ok(jobRules.every((r: any) => !r.resources.includes("roles")), "job mode grants no RBAC creation");
+    assert.ok(
+      jobRules.every((r: any) => !r.resources.includes("roles")),
+      "job mode grants no RBAC creation",
+    );
   });
 
   test("B7: a controller Deployment is replaced, never rolled (two would launch the same Jobs)", async () => {
@@ -242,11 +322,20 @@ describe("DroverAgent (Pulumi mocks)", () => {
       const tmp = pod.volumes.find((v: any) => v.name === "tmp");
       assert.equal(tmp.emptyDir.sizeLimit, "1Gi", mode);
       for (const c of [...pod.containers, ...pod.initContainers]) {
-        assert.ok(c.resources.requests.cpu && c.resources.requests.memory && c.resources.limits.memory, `${mode} ${c.name}`);
+        assert.ok(
+          c.resources.requests.cpu && c.resources.requests.memory && c.resources.limits.memory,
+          `${mode} ${c.name}`,
+        );
       }
       const runner = pod.containers.find((c: any) => c.name === "runner");
-      assert.ok(runner.volumeMounts.some((m: any) => m.name === "tmp" && m.mountPath === "/tmp"), mode);
-      assert.ok(runner.env.some((e: any) => e.name === "HOME" && e.value === "/tmp"), mode);
+      assert.ok(
+        runner.volumeMounts.some((m: any) => m.name === "tmp" && m.mountPath === "/tmp"),
+        mode,
+      );
+      assert.ok(
+        runner.env.some((e: any) => e.name === "HOME" && e.value === "/tmp"),
+        mode,
+      );
     }
   });
 
@@ -264,7 +353,10 @@ describe("DroverAgent (Pulumi mocks)", () => {
     const policy = one("kubernetes:networking.k8s.io/v1:NetworkPolicy").inputs.spec;
     const podLabels = one("kubernetes:apps/v1:Deployment").inputs.spec.template.metadata.labels;
     for (const [k, v] of Object.entries(policy.podSelector.matchLabels)) assert.equal(podLabels[k], v, k);
-    assert.deepEqual(policy.egress[0].to.map((t: any) => t.ipBlock.except[0]), ["169.254.169.254/32", "fd00:ec2::254/128"]);
+    assert.deepEqual(
+      policy.egress[0].to.map((t: any) => t.ipBlock.except[0]),
+      ["169.254.169.254/32", "fd00:ec2::254/128"],
+    );
     await install({ mode: "local", allowMetadataService: true });
     assert.equal(byType("kubernetes:networking.k8s.io/v1:NetworkPolicy").length, 0);
   });
@@ -272,55 +364,136 @@ describe("DroverAgent (Pulumi mocks)", () => {
   test("I18: node workers have the chart's requests and memory limit; every agent emptyDir has a size limit", async () => {
     await install({ mode: "node" });
     const ds = one("kubernetes:apps/v1:DaemonSet").inputs.spec.template.spec;
-    assert.deepEqual(ds.containers[0].resources, { requests: { cpu: "500m", memory: "512Mi", "ephemeral-storage": "64Mi" }, limits: { memory: "2Gi" } });
+    assert.deepEqual(ds.containers[0].resources, {
+      requests: { cpu: "500m", memory: "512Mi", "ephemeral-storage": "64Mi" },
+      limits: { memory: "2Gi" },
+    });
     for (const mode of ["local", "job", "node"]) {
       await install({ mode });
-      const pods = [...byType("kubernetes:apps/v1:Deployment"), ...byType("kubernetes:apps/v1:DaemonSet")].map((d) => d.inputs.spec.template.spec);
-      for (const v of pods.flatMap((p) => p.volumes).filter((v: any) => v.emptyDir)) assert.ok(v.emptyDir.sizeLimit, `${mode} ${v.name}`);
+      const pods = [...byType("kubernetes:apps/v1:Deployment"), ...byType("kubernetes:apps/v1:DaemonSet")].map(
+        (d) => d.inputs.spec.template.spec,
+      );
+      for (const v of pods.flatMap((p) => p.volumes).filter((v: any) => v.emptyDir))
+        assert.ok(v.emptyDir.sizeLimit, `${mode} ${v.name}`);
     }
   });
 
   test("bad settings are refused with one clear message", async () => {
     const { validateArgs } = await import("../src/index.js");
-    assert.throws(() => validateArgs({ namespace: "n", token: "t", shutdownMode: "drain", terminationGracePeriodSeconds: 60 }), /too short for shutdownMode drain/);
-    assert.throws(() => validateArgs({ namespace: "n", token: "t", env: { DROVER_TOKEN: "x" } }), /set by the component/);
+    assert.throws(
+      () => validateArgs({ namespace: "n", token: "t", shutdownMode: "drain", terminationGracePeriodSeconds: 60 }),
+      /too short for shutdownMode drain/,
+    );
+    assert.throws(
+      () => validateArgs({ namespace: "n", token: "t", env: { DROVER_TOKEN: "x" } }),
+      /set by the component/,
+    );
     assert.throws(() => validateArgs({ namespace: "n", token: "t", concurrency: 6 }), /at most 5/);
-    assert.doesNotThrow(() => validateArgs({ namespace: "n", token: "t", shutdownMode: "force", terminationGracePeriodSeconds: 10 }));
-    assert.throws(() => validateArgs({ namespace: "n", token: "t", mode: "job", replicas: 2 }), /replicas 2 in job mode: exactly one controller may run/);
-    assert.throws(() => validateArgs({ namespace: "n", token: "t", mode: "node", replicas: 3 }), /replicas 3 in node mode: exactly one controller may run/);
-    assert.throws(() => validateArgs({ namespace: "n", token: "t", mode: "node", nodeDataHome: "relative/dir" }), /nodeDataHome must be an absolute path/);
+    assert.doesNotThrow(() =>
+      validateArgs({ namespace: "n", token: "t", shutdownMode: "force", terminationGracePeriodSeconds: 10 }),
+    );
+    assert.throws(
+      () => validateArgs({ namespace: "n", token: "t", mode: "job", replicas: 2 }),
+      /replicas 2 in job mode: exactly one controller may run/,
+    );
+    assert.throws(
+      () => validateArgs({ namespace: "n", token: "t", mode: "node", replicas: 3 }),
+      /replicas 3 in node mode: exactly one controller may run/,
+    );
+    assert.throws(
+      () => validateArgs({ namespace: "n", token: "t", mode: "node", nodeDataHome: "relative/dir" }),
+      /nodeDataHome must be an absolute path/,
+    );
     assert.doesNotThrow(() => validateArgs({ namespace: "n", token: "t", mode: "local", replicas: 3 }));
-    assert.throws(() => validateArgs({ namespace: "n", token: "t", tokenExistingSecret: { name: "s" } }), /exactly one of token and tokenExistingSecret/);
+    assert.throws(
+      () => validateArgs({ namespace: "n", token: "t", tokenExistingSecret: { name: "s" } }),
+      /exactly one of token and tokenExistingSecret/,
+    );
     assert.throws(() => validateArgs({ namespace: "n" }), /exactly one of token and tokenExistingSecret/);
-    assert.throws(() => validateArgs({ namespace: "n", token: "t", podDisruptionBudget: { minAvailable: 1 } }), /lets no pod be evicted/);
-    assert.throws(() => validateArgs({ namespace: "n", token: "t", podDisruptionBudget: { maxUnavailable: "0%" } }), /lets no pod be evicted/);
-    assert.doesNotThrow(() => validateArgs({ namespace: "n", token: "t", replicas: 3, podDisruptionBudget: { minAvailable: "50%" } }));
+    assert.throws(
+      () => validateArgs({ namespace: "n", token: "t", podDisruptionBudget: { minAvailable: 1 } }),
+      /lets no pod be evicted/,
+    );
+    assert.throws(
+      () => validateArgs({ namespace: "n", token: "t", podDisruptionBudget: { maxUnavailable: "0%" } }),
+      /lets no pod be evicted/,
+    );
+    assert.doesNotThrow(() =>
+      validateArgs({ namespace: "n", token: "t", replicas: 3, podDisruptionBudget: { minAvailable: "50%" } }),
+    );
   });
 
   test("its reserved names and grace minimums are the settings table's; every variable it sets is a setting", async () => {
     const { validateArgs } = await import("../src/index.js");
     const { minimumGraceSeconds, reservedSettings, settings, stopActions } = await import("@drover/protocol");
-    for (const name of reservedSettings()) assert.throws(() => validateArgs({ namespace: "n", token: "t", env: { [name]: "x" } }), /set by the component/, name);
+    for (const name of reservedSettings())
+      assert.throws(
+        () => validateArgs({ namespace: "n", token: "t", env: { [name]: "x" } }),
+        /set by the component/,
+        name,
+      );
     for (const mode of stopActions) {
-      assert.throws(() => validateArgs({ namespace: "n", token: "t", shutdownMode: mode, terminationGracePeriodSeconds: minimumGraceSeconds[mode] - 1 }), /too short/);
-      assert.doesNotThrow(() => validateArgs({ namespace: "n", token: "t", shutdownMode: mode, terminationGracePeriodSeconds: minimumGraceSeconds[mode] }));
+      assert.throws(
+        () =>
+          validateArgs({
+            namespace: "n",
+            token: "t",
+            shutdownMode: mode,
+            terminationGracePeriodSeconds: minimumGraceSeconds[mode] - 1,
+          }),
+        /too short/,
+      );
+      assert.doesNotThrow(() =>
+        validateArgs({
+          namespace: "n",
+          token: "t",
+          shutdownMode: mode,
+          terminationGracePeriodSeconds: minimumGraceSeconds[mode],
+        }),
+      );
     }
     const set = new Set<string>();
     for (const mode of ["local", "job", "node"]) {
-      await install({ mode, url: "https://d.example", caBundle: "-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n" });
-      for (const name of JSON.stringify(created.map((c) => c.inputs)).match(/"DROVER_[A-Z0-9_]+"/g) ?? []) set.add(JSON.parse(name) as string);
+      await install({
+        mode,
+        url: "https://d.example",
+        caBundle: "-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n",
+      });
+      for (const name of JSON.stringify(created.map((c) => c.inputs)).match(/"DROVER_[A-Z0-9_]+"/g) ?? [])
+        set.add(JSON.parse(name) as string);
     }
     assert.ok(set.has("DROVER_AGENT_NODE_HOME"), "the scan sees the node mode's variables");
-    assert.deepEqual([...set].filter((n) => !(n in settings)), []);
+    assert.deepEqual(
+      [...set].filter((n) => !(n in settings)),
+      [],
+    );
   });
 
   test("strategic merge: named lists merge, other lists are replaced, null deletes", async () => {
     const { strategicMerge } = await import("../src/index.js");
-    const base = { containers: [{ name: "a", image: "x", env: [{ name: "K", value: "1" }] }], tolerations: [{ key: "t1" }], dnsPolicy: "ClusterFirst" };
-    const merged = strategicMerge(base, { containers: [{ name: "a", env: [{ name: "L", value: "2" }] }, { name: "b", image: "y" }], tolerations: [{ key: "t2" }], dnsPolicy: null });
+    const base = {
+      containers: [{ name: "a", image: "x", env: [{ name: "K", value: "1" }] }],
+      tolerations: [{ key: "t1" }],
+      dnsPolicy: "ClusterFirst",
+    };
+    const merged = strategicMerge(base, {
+      containers: [
+        { name: "a", env: [{ name: "L", value: "2" }] },
+        { name: "b", image: "y" },
+      ],
+      tolerations: [{ key: "t2" }],
+      dnsPolicy: null,
+    });
     assert.deepEqual(merged, {
       containers: [
-        { name: "a", image: "x", env: [{ name: "K", value: "1" }, { name: "L", value: "2" }] },
+        {
+          name: "a",
+          image: "x",
+          env: [
+            { name: "K", value: "1" },
+            { name: "L", value: "2" },
+          ],
+        },
         { name: "b", image: "y" },
       ],
       tolerations: [{ key: "t2" }],

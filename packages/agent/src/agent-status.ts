@@ -16,4 +16,3 @@ export function writeAgentStatus(path: string, status: AgentStatus): void {
   writeFileSync(tmp, JSON.stringify(status));
   renameSync(tmp, path);
 }
-

@@ -1,4 +1,12 @@
-import { DroverError, noopTracer, planJsonBesideApplyCapability, startTelemetryIfSet, type JobAssignment, type Telemetry } from "@drover/protocol";
+import {
+  DroverError,
+  noopTracer,
+  planJsonBesideApplyCapability,
+  startTelemetryIfSet,
+  type JobAssignment,
+  type Telemetry,
+  messageOf,
+} from "@drover/protocol";
 import type { Server } from "node:http";
 import type { Logger } from "pino";
 import { pause, waitFor } from "./backoff.js";
@@ -113,13 +121,24 @@ export class Agent {
   }
 
   private transition(to: AgentState): void {
-    const allowed: Record<AgentState, AgentState[]> = { starting: ["running", "stopping"], running: ["stopping"], stopping: ["stopped"], stopped: [] };
+    const allowed: Record<AgentState, AgentState[]> = {
+      starting: ["running", "stopping"],
+      running: ["stopping"],
+      stopping: ["stopped"],
+      stopped: [],
+    };
     if (!allowed[this.state].includes(to)) throw new Error(`agent cannot go from ${this.state} to ${to}`);
     this.state = to;
   }
 
   private async register(): Promise<void> {
-    const reg = await this.client.register(this.config.token, { name: this.config.name, version: agentVersion, driver: this.config.driver, capacity: this.config.concurrency, capabilities: agentCapabilities });
+    const reg = await this.client.register(this.config.token, {
+      name: this.config.name,
+      version: agentVersion,
+      driver: this.config.driver,
+      capacity: this.config.concurrency,
+      capabilities: agentCapabilities,
+    });
     this.session = reg.sessionToken;
     this.heartbeatMs = this.options.heartbeatMs ?? reg.heartbeatIntervalMs;
     this.log.info({ agent: reg.agentId, pool: reg.poolName, url: this.config.url }, "registered");
@@ -128,11 +147,16 @@ export class Agent {
       try {
         this.telemetry = await startTelemetryIfSet({
           ...this.config.otlp,
-          resource: { "service.name": "drover-agent", "drover.pool": reg.poolName, "drover.agent": this.config.name, "k8s.pod.name": this.config.kubernetesPod },
+          resource: {
+            "service.name": "drover-agent",
+            "drover.pool": reg.poolName,
+            "drover.agent": this.config.name,
+            "k8s.pod.name": this.config.kubernetesPod,
+          },
           exposition: () => this.metrics.render(),
         });
       } catch (err) {
-        this.log.warn({ err: err instanceof Error ? err.message : String(err) }, "OpenTelemetry export could not start; running without it");
+        this.log.warn({ err: messageOf(err) }, "OpenTelemetry export could not start; running without it");
       }
     }
   }
@@ -148,18 +172,26 @@ export class Agent {
         mkdirSync(this.config.cacheDir, { recursive: true, mode: 0o711 });
         chmodSync(this.config.cacheDir, 0o711);
       }
-      if (leftovers.length > 0) this.log.info({ removed: leftovers }, "removed run directories an earlier agent process left behind");
+      if (leftovers.length > 0)
+        this.log.info({ removed: leftovers }, "removed run directories an earlier agent process left behind");
     }
     if (this.docker) prepareDataDir(this.config.dataDir, 0o700);
     if (this.config.healthPort > 0) {
-      this.health = await startHealthServer(this.config.healthPort, {
-        health: () => ({
-          live: this.state !== "stopped",
-          ready: this.state === "running",
-          details: { state: this.state, lastActivity: this.lastActivity ? new Date(this.lastActivity).toISOString() : null },
-        }),
-        metrics: () => this.metrics.render(),
-      }, this.config.healthAddress);
+      this.health = await startHealthServer(
+        this.config.healthPort,
+        {
+          health: () => ({
+            live: this.state !== "stopped",
+            ready: this.state === "running",
+            details: {
+              state: this.state,
+              lastActivity: this.lastActivity ? new Date(this.lastActivity).toISOString() : null,
+            },
+          }),
+          metrics: () => this.metrics.render(),
+        },
+        this.config.healthAddress,
+      );
     }
     try {
       // Before any work: processes an earlier run of this agent left behind (it was killed)
@@ -168,7 +200,13 @@ export class Agent {
       if (this.docker) {
         // Before any work: containers of an earlier process of this agent are removed and their runs ended.
         await this.docker.version(AbortSignal.timeout(30_000));
-        await reapDockerOrphans(this.docker, this.config.dataDir, agentTag(this.config.dataDir), this.config.caCertPem, this.log);
+        await reapDockerOrphans(
+          this.docker,
+          this.config.dataDir,
+          agentTag(this.config.dataDir),
+          this.config.caCertPem,
+          this.log,
+        );
       }
       await this.retrying(() => this.register());
     } catch (err) {
@@ -191,7 +229,9 @@ export class Agent {
     await this.stopping;
     await heartbeat;
     // The last jobs' spans and the final counters go out before the process exits.
-    await this.telemetry.shutdown().catch((err: unknown) => this.log.warn({ err: err instanceof Error ? err.message : String(err) }, "flushing telemetry failed"));
+    await this.telemetry
+      .shutdown()
+      .catch((err: unknown) => this.log.warn({ err: messageOf(err) }, "flushing telemetry failed"));
     return this.exitCode;
   }
 
@@ -208,7 +248,11 @@ export class Agent {
         return await work();
       } catch (err) {
         if (err instanceof DroverError && (err.code === "token_revoked" || err.code === "unauthorized")) {
-          throw new FatalAgentError(err.code === "token_revoked" ? `the pool token was revoked; stopping (${err.message})` : `the server refused the pool token; stopping (${err.message})`);
+          throw new FatalAgentError(
+            err.code === "token_revoked"
+              ? `the pool token was revoked; stopping (${err.message})`
+              : `the server refused the pool token; stopping (${err.message})`,
+          );
         }
         if (stop.aborted) throw new StopRequested();
         if (!(err instanceof NetworkError)) throw err;
@@ -255,7 +299,11 @@ export class Agent {
       return;
     }
     if (err instanceof DroverError && (err.code === "token_revoked" || err.code === "unauthorized")) {
-      this.fatal = new FatalAgentError(err.code === "token_revoked" ? `the pool token was revoked; stopping (${err.message})` : `the server refused this agent; stopping (${err.message})`);
+      this.fatal = new FatalAgentError(
+        err.code === "token_revoked"
+          ? `the pool token was revoked; stopping (${err.message})`
+          : `the server refused this agent; stopping (${err.message})`,
+      );
       this.log.error(this.fatal.message);
       this.pollAbort.abort();
       this.slotFreed?.();
@@ -263,7 +311,7 @@ export class Agent {
     }
     if (kind === "poll") this.metrics.pollErrors.inc();
     this.metrics.error(kind);
-    this.log.warn({ err: err instanceof Error ? err.message : String(err) }, `${kind} failed; retrying`);
+    this.log.warn({ err: messageOf(err) }, `${kind} failed; retrying`);
     await pause(waitFor(err, 1000), this.pollAbort.signal);
   }
 
@@ -276,7 +324,17 @@ export class Agent {
     const slot = this.freeSlot();
     const runAs = this.config.runUsers?.[slot];
     const run = container
-      ? new JobRun(assignment, this.client, { ...container.config, ...this.jobHooks() }, this.log, container.runner, undefined, undefined, undefined, this.engines)
+      ? new JobRun(
+          assignment,
+          this.client,
+          { ...container.config, ...this.jobHooks() },
+          this.log,
+          container.runner,
+          undefined,
+          undefined,
+          undefined,
+          this.engines,
+        )
       : new JobRun(
           assignment,
           this.client,
@@ -291,9 +349,14 @@ export class Agent {
     const key = `${assignment.jobId}-${assignment.attempt}`;
     // An older attempt of this job still winding down here (its lease lapsed) ends first: a new
     // attempt never runs beside processes of an older one.
-    const older = [...this.jobs.entries()].filter(([k, j]) => k !== key && j.run.id === assignment.jobId).map(([, j]) => j);
+    const older = [...this.jobs.entries()]
+      .filter(([k, j]) => k !== key && j.run.id === assignment.jobId)
+      .map(([, j]) => j);
     for (const j of older) j.run.kill();
-    this.log.info({ job: assignment.jobId, run: assignment.runId, phase: assignment.phase, workspace: assignment.workspace.name }, "job received");
+    this.log.info(
+      { job: assignment.jobId, run: assignment.runId, phase: assignment.phase, workspace: assignment.workspace.name },
+      "job received",
+    );
     const ended = Promise.all(older.map((j) => j.ended))
       .then(() => run.execute())
       .then(() => container?.close())
@@ -330,7 +393,7 @@ export class Agent {
     try {
       writeAgentStatus(this.config.statusFile, { runningJobs: this.jobs.size, state: this.state });
     } catch (err) {
-      this.log.warn({ err: err instanceof Error ? err.message : String(err), file: this.config.statusFile }, "cannot write the agent status file");
+      this.log.warn({ err: messageOf(err), file: this.config.statusFile }, "cannot write the agent status file");
     }
   }
 
@@ -360,10 +423,14 @@ export class Agent {
         log: this.log.child({ job: assignment.jobId }),
       });
       const runAs = process.getuid?.() === 0 ? docker.user : undefined;
-      return { runner: job, config: { ...this.config, dataDir: job.runBase, planReuseMs: 0, runAs }, close: () => job.close() };
+      return {
+        runner: job,
+        config: { ...this.config, dataDir: job.runBase, planReuseMs: 0, runAs },
+        close: () => job.close(),
+      };
     } catch (err) {
       // The job still ends, errored with the reason, through the usual path.
-      const why = `the run's container could not be prepared: ${err instanceof Error ? err.message : String(err)}`;
+      const why = `the run's container could not be prepared: ${messageOf(err)}`;
       const failing: Runner = {
         engine: () => Promise.reject(new DroverError("internal", why)),
         start: () => ({ signal: () => {}, done: Promise.resolve({ code: null, signal: null, failure: why }) }),
@@ -388,7 +455,12 @@ export class Agent {
       try {
         // process.hrtime, not `performance`: the global's first use loads Node's perf_hooks (~0.3 MB of an idle agent, decision 0037).
         const sent = process.hrtime.bigint();
-        const drop = await this.client.heartbeat(this.session, this.jobs.size, this.pollAbort.signal, this.keptPlans.runIds().slice(0, 100));
+        const drop = await this.client.heartbeat(
+          this.session,
+          this.jobs.size,
+          this.pollAbort.signal,
+          this.keptPlans.runIds().slice(0, 100),
+        );
         this.metrics.heartbeatSeconds(Number(process.hrtime.bigint() - sent) / 1e9);
         for (const runId of drop) this.keptPlans.release(runId);
       } catch (err) {
@@ -413,21 +485,29 @@ export class Agent {
       this.pollAbort.abort();
       this.slotFreed?.();
       const plan = stopPlan(this.config.stopAction, this.config.gracePeriodMs);
-      if (this.jobs.size > 0) this.log.info({ jobs: this.jobs.size, action: this.config.stopAction, budgetMs: plan.budgetMs }, "stopping: winding down running jobs");
+      if (this.jobs.size > 0)
+        this.log.info(
+          { jobs: this.jobs.size, action: this.config.stopAction, budgetMs: plan.budgetMs },
+          "stopping: winding down running jobs",
+        );
       for (const job of this.jobs.values()) job.run.stop(plan, this.config.stopAction);
       // Each job delivers within the budget (minus the reserve); this wait is a backstop.
       const jobsEnded = Promise.all([...this.jobs.values()].map((j) => j.ended));
       const backstop = new AbortController();
-      await Promise.race([jobsEnded, pause(Math.max(0, plan.budgetMs - stopReserveMs / 2 - (Date.now() - started)), backstop.signal)]);
+      await Promise.race([
+        jobsEnded,
+        pause(Math.max(0, plan.budgetMs - stopReserveMs / 2 - (Date.now() - started)), backstop.signal),
+      ]);
       backstop.abort();
-      for (const job of this.jobs.values()) this.undelivered.push(`job ${job.run.id}: did not end within the stop budget`);
+      for (const job of this.jobs.values())
+        this.undelivered.push(`job ${job.run.id}: did not end within the stop budget`);
       this.keptPlans.clear();
       if (this.session) {
         const left = plan.budgetMs - (Date.now() - started) - 250;
         try {
           await this.client.deregister(this.session, AbortSignal.timeout(Math.max(1, Math.min(5_000, left))));
         } catch (err) {
-          this.log.warn({ err: err instanceof Error ? err.message : String(err) }, "deregistration failed");
+          this.log.warn({ err: messageOf(err) }, "deregistration failed");
           this.undelivered.push("deregistration undelivered");
         }
       }
@@ -456,7 +536,11 @@ export class Agent {
  * Runs an agent until it stops: on SIGTERM/SIGINT it stops per its stop action; a second
  * signal escalates. Resolves with the exit code (0 normal stop, 1 fatal).
  */
-export async function runAgent(config: AgentConfig, log: Logger, options: { handleSignals?: boolean } & AgentOptions = {}): Promise<{ agent: Agent; done: Promise<number> }> {
+export async function runAgent(
+  config: AgentConfig,
+  log: Logger,
+  options: { handleSignals?: boolean } & AgentOptions = {},
+): Promise<{ agent: Agent; done: Promise<number> }> {
   const agent = new Agent(config, log, options);
   if (options.handleSignals !== false) {
     const onSignal = (sig: string) => {
@@ -467,7 +551,7 @@ export async function runAgent(config: AgentConfig, log: Logger, options: { hand
     process.on("SIGINT", onSignal);
   }
   const done = agent.run().catch((err: unknown) => {
-    log.error(err instanceof Error ? err.message : String(err));
+    log.error(messageOf(err));
     return 1;
   });
   return { agent, done };

@@ -53,7 +53,12 @@ export class AgentClient {
     // undici's own timeouts catch a server that stops answering mid-response; the per-call
     // deadline bounds the whole call (a long-poll legitimately waits for headers).
     const longest = this.timeouts.requestMs + this.timeouts.longPollSlackMs + 50_000;
-    this.dispatcher = proxyDispatcher({ caCertPem, connectMs: this.timeouts.connectMs, headersTimeoutMs: longest, bodyTimeoutMs: this.timeouts.requestMs });
+    this.dispatcher = proxyDispatcher({
+      caCertPem,
+      connectMs: this.timeouts.connectMs,
+      headersTimeoutMs: longest,
+      bodyTimeoutMs: this.timeouts.requestMs,
+    });
     this.http = new DroverClient({ baseUrl, dispatcher: this.dispatcher, timeoutMs: this.timeouts.requestMs });
   }
 
@@ -66,16 +71,38 @@ export class AgentClient {
     }
   }
 
-  register(poolToken: string, body: { name: string; version: string; driver: "local" | "kubernetes" | "docker"; capacity: number; capabilities?: string[] }, signal?: AbortSignal): Promise<RegisterResponse> {
+  register(
+    poolToken: string,
+    body: {
+      name: string;
+      version: string;
+      driver: "local" | "kubernetes" | "docker";
+      capacity: number;
+      capabilities?: string[];
+    },
+    signal?: AbortSignal,
+  ): Promise<RegisterResponse> {
     return this.call(routes.register, { token: poolToken, body, signal });
   }
 
   async poll(session: string, waitMs: number, signal?: AbortSignal): Promise<JobAssignment | null> {
-    return (await this.call(routes.pollJob, { token: session, query: { wait: waitMs }, signal, timeoutMs: waitMs + this.timeouts.longPollSlackMs })).job;
+    return (
+      await this.call(routes.pollJob, {
+        token: session,
+        query: { wait: waitMs },
+        signal,
+        timeoutMs: waitMs + this.timeouts.longPollSlackMs,
+      })
+    ).job;
   }
 
   /** Returns the kept plan runs the server says will not be applied here. */
-  async heartbeat(session: string, runningJobs: number, signal?: AbortSignal, keptPlanRuns: string[] = []): Promise<string[]> {
+  async heartbeat(
+    session: string,
+    runningJobs: number,
+    signal?: AbortSignal,
+    keptPlanRuns: string[] = [],
+  ): Promise<string[]> {
     const body = keptPlanRuns.length > 0 ? { runningJobs, keptPlanRuns } : { runningJobs };
     return (await this.call(routes.agentHeartbeat, { token: session, body, signal })).dropPlanRuns;
   }
@@ -107,7 +134,12 @@ export class JobClient {
     return (await this.client.call(routes.startJob, { ...this.ids, body: { starter }, signal })).runStatus;
   }
   heartbeat(waitMs: number, signal?: AbortSignal): Promise<JobHeartbeatResponse> {
-    return this.client.call(routes.jobHeartbeat, { ...this.ids, query: { wait: waitMs }, signal, timeoutMs: waitMs + this.client.timeouts.longPollSlackMs });
+    return this.client.call(routes.jobHeartbeat, {
+      ...this.ids,
+      query: { wait: waitMs },
+      signal,
+      timeoutMs: waitMs + this.client.timeouts.longPollSlackMs,
+    });
   }
   configuration(signal?: AbortSignal): Promise<Buffer> {
     return this.client.call(routes.jobConfiguration, { ...this.ids, signal });
@@ -148,8 +180,17 @@ export class JobClient {
     await this.client.call(routes.uploadOutputs, { ...this.ids, body: { outputs }, signal });
   }
   /** Reports the job's outcome; a plan job adds its plan's summary (decision 0041). */
-  async finish(outcome: JobOutcome, message: string | null, signal?: AbortSignal, planSummary?: PlanSummary): Promise<void> {
-    await this.client.call(routes.finishJob, { ...this.ids, body: { outcome, message, ...(planSummary ? { planSummary } : {}) }, signal });
+  async finish(
+    outcome: JobOutcome,
+    message: string | null,
+    signal?: AbortSignal,
+    planSummary?: PlanSummary,
+  ): Promise<void> {
+    await this.client.call(routes.finishJob, {
+      ...this.ids,
+      body: { outcome, message, ...(planSummary ? { planSummary } : {}) },
+      signal,
+    });
   }
 }
 
@@ -159,7 +200,10 @@ function retriable(err: unknown): unknown {
   if (err.code === "server_unreachable" || err.httpStatus >= 500 || err.httpStatus === 429) {
     const asked = err.httpStatus === 503 || err.httpStatus === 429 ? err.retryAfterMs : undefined;
     const retryAfterMs = asked === undefined ? undefined : Math.min(asked, maxRetryAfterMs);
-    return new NetworkError(err.httpStatus >= 500 || err.httpStatus === 429 ? `server error: ${err.message}` : err.message, { cause: err, retryAfterMs, code: err.code });
+    return new NetworkError(
+      err.httpStatus >= 500 || err.httpStatus === 429 ? `server error: ${err.message}` : err.message,
+      { cause: err, retryAfterMs, code: err.code },
+    );
   }
   return err;
 }

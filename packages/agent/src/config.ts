@@ -1,6 +1,22 @@
 import { parseRunUsers, type RunUser } from "./run-user.js";
-import { engineSettings, otlpSettings, stopAndTrustSettings, type EngineSettings, type OtlpSettings } from "./shared-settings.js";
-import { InvalidSettingError, minimumGraceSeconds, parsePoolToken, SettingsSource, settingParsers, type FlagValues, type LogFormat, type StopAction } from "@drover/protocol";
+import {
+  engineSettings,
+  otlpSettings,
+  stopAndTrustSettings,
+  type EngineSettings,
+  type OtlpSettings,
+} from "./shared-settings.js";
+import {
+  InvalidSettingError,
+  minimumGraceSeconds,
+  parsePoolToken,
+  SettingsSource,
+  settingParsers,
+  type FlagValues,
+  type LogFormat,
+  type StopAction,
+  messageOf,
+} from "@drover/protocol";
 import { readFileSync } from "node:fs";
 import { hostname } from "node:os";
 
@@ -58,7 +74,6 @@ export interface AgentConfig {
   runUsers?: readonly RunUser[] | undefined;
 }
 
-
 /** How the docker driver starts each job's container (DROVER_AGENT_DOCKER_*). */
 export interface DockerSettings {
   /** Path of the Docker Engine API's unix socket. */
@@ -74,7 +89,7 @@ export interface DockerSettings {
   /** CPU limit of each job's container in billionths of a CPU; 0: none. */
   nanoCpus: number;
   /** Network each job's container joins (`bridge`, `host` or a network's name). */
-  network: string;  /** Disk a job's directories may take on the host, in bytes, before its container is killed; 0: no bound. */
+  network: string; /** Disk a job's directories may take on the host, in bytes, before its container is killed; 0: no bound. */
   diskBytes: number;
 }
 
@@ -91,21 +106,32 @@ export function loadAgentConfig(env: NodeJS.ProcessEnv, flags: AgentFlags = {}):
   // --token beats --token-file beats DROVER_TOKEN beats DROVER_TOKEN_FILE.
   const tokenFrom = src.origin("DROVER_TOKEN");
   const fileFrom = src.origin("DROVER_TOKEN_FILE");
-  let token = tokenFrom === "flag" || (tokenFrom === "env" && fileFrom !== "flag") ? src.get("DROVER_TOKEN") : undefined;
+  let token =
+    tokenFrom === "flag" || (tokenFrom === "env" && fileFrom !== "flag") ? src.get("DROVER_TOKEN") : undefined;
   const tokenFile = token === undefined ? src.get("DROVER_TOKEN_FILE") : undefined;
   if (tokenFile !== undefined) {
     try {
       token = readFileSync(tokenFile, "utf8").trim();
     } catch (err) {
-      throw new InvalidSettingError("DROVER_TOKEN_FILE", `DROVER_TOKEN_FILE ${tokenFile} cannot be read: ${err instanceof Error ? err.message : String(err)}`, { hint: "Give the path of a file holding the pool token." });
+      throw new InvalidSettingError(
+        "DROVER_TOKEN_FILE",
+        `DROVER_TOKEN_FILE ${tokenFile} cannot be read: ${messageOf(err)}`,
+        { hint: "Give the path of a file holding the pool token." },
+      );
     }
   }
-  if (!token) throw new InvalidSettingError("DROVER_TOKEN", "no pool token: set DROVER_TOKEN or DROVER_TOKEN_FILE (create one with `drover token create --pool <pool>`)");
+  if (!token)
+    throw new InvalidSettingError(
+      "DROVER_TOKEN",
+      "no pool token: set DROVER_TOKEN or DROVER_TOKEN_FILE (create one with `drover token create --pool <pool>`)",
+    );
   let claimsUrl: string | undefined;
   try {
     claimsUrl = parsePoolToken(token).url;
   } catch (err) {
-    throw new InvalidSettingError("DROVER_TOKEN", `DROVER_TOKEN is not a valid pool token: ${err instanceof Error ? err.message : String(err)}`, { hint: "Create one with `drover token create --pool <pool>`." });
+    throw new InvalidSettingError("DROVER_TOKEN", `DROVER_TOKEN is not a valid pool token: ${messageOf(err)}`, {
+      hint: "Create one with `drover token create --pool <pool>`.",
+    });
   }
   const url = src.get("DROVER_URL") ?? settingParsers.httpUrl(claimsUrl ?? "", "DROVER_URL");
 
@@ -120,7 +146,11 @@ export function loadAgentConfig(env: NodeJS.ProcessEnv, flags: AgentFlags = {}):
   const runAsRaw = src.get("DROVER_AGENT_RUN_AS_USER");
   let runUsers: RunUser[] | undefined;
   if (runAsRaw !== undefined) {
-    if (driver !== "local") throw new InvalidSettingError("DROVER_AGENT_RUN_AS_USER", "DROVER_AGENT_RUN_AS_USER applies to the local driver only; Kubernetes and docker runs use the runner container's user (DROVER_AGENT_DOCKER_USER)");
+    if (driver !== "local")
+      throw new InvalidSettingError(
+        "DROVER_AGENT_RUN_AS_USER",
+        "DROVER_AGENT_RUN_AS_USER applies to the local driver only; Kubernetes and docker runs use the runner container's user (DROVER_AGENT_DOCKER_USER)",
+      );
     const parsed = parseRunUsers(runAsRaw, process.getuid?.(), concurrency);
     if (typeof parsed === "string") throw new InvalidSettingError("DROVER_AGENT_RUN_AS_USER", parsed);
     runUsers = parsed;
@@ -175,11 +205,20 @@ export const defaultContainerUser = "65532:65532";
 function dockerSettings(src: SettingsSource): DockerSettings {
   const agentUid = process.getuid?.() ?? 0;
   const agentGid = process.getgid?.() ?? 0;
-  const userRaw = src.get("DROVER_AGENT_DOCKER_USER") ?? (agentUid === 0 ? defaultContainerUser : `${agentUid}:${agentGid}`);
+  const userRaw =
+    src.get("DROVER_AGENT_DOCKER_USER") ?? (agentUid === 0 ? defaultContainerUser : `${agentUid}:${agentGid}`);
   const m = /^(\d+)(?::(\d+))?$/.exec(userRaw);
-  if (!m) throw new InvalidSettingError("DROVER_AGENT_DOCKER_USER", `DROVER_AGENT_DOCKER_USER must be a numeric uid or uid:gid, got ${JSON.stringify(userRaw)}`);
+  if (!m)
+    throw new InvalidSettingError(
+      "DROVER_AGENT_DOCKER_USER",
+      `DROVER_AGENT_DOCKER_USER must be a numeric uid or uid:gid, got ${JSON.stringify(userRaw)}`,
+    );
   const user = { uid: Number(m[1]), gid: Number(m[2] ?? m[1]) };
-  if (user.uid === 0 || user.gid === 0) throw new InvalidSettingError("DROVER_AGENT_DOCKER_USER", "DROVER_AGENT_DOCKER_USER must not be root (uid or gid 0): runs' containers run as an unprivileged user");
+  if (user.uid === 0 || user.gid === 0)
+    throw new InvalidSettingError(
+      "DROVER_AGENT_DOCKER_USER",
+      "DROVER_AGENT_DOCKER_USER must not be root (uid or gid 0): runs' containers run as an unprivileged user",
+    );
   if (agentUid !== 0 && (user.uid !== agentUid || user.gid !== agentGid)) {
     throw new InvalidSettingError(
       "DROVER_AGENT_DOCKER_USER",
@@ -187,7 +226,11 @@ function dockerSettings(src: SettingsSource): DockerSettings {
     );
   }
   const memoryMb = src.get("DROVER_AGENT_DOCKER_MEMORY_MB");
-  if (memoryMb > 0 && memoryMb < 16) throw new InvalidSettingError("DROVER_AGENT_DOCKER_MEMORY_MB", `DROVER_AGENT_DOCKER_MEMORY_MB must be 0 (no limit) or at least 16, got ${memoryMb}`);
+  if (memoryMb > 0 && memoryMb < 16)
+    throw new InvalidSettingError(
+      "DROVER_AGENT_DOCKER_MEMORY_MB",
+      `DROVER_AGENT_DOCKER_MEMORY_MB must be 0 (no limit) or at least 16, got ${memoryMb}`,
+    );
   return {
     socketPath: src.get("DROVER_AGENT_DOCKER_HOST").replace(/^unix:\/\//, ""),
     image: src.get("DROVER_AGENT_DOCKER_IMAGE"),
@@ -203,9 +246,13 @@ function dockerSettings(src: SettingsSource): DockerSettings {
 /** A grace period shorter than the stop action needs (SPEC §5) is a config error. */
 export function checkGracePeriod(stopAction: StopAction, graceSeconds: number): void {
   if (graceSeconds < minimumGraceSeconds[stopAction]) {
-    throw new InvalidSettingError("DROVER_AGENT_GRACE_PERIOD_SECONDS", `DROVER_AGENT_GRACE_PERIOD_SECONDS ${graceSeconds} is too short for the ${stopAction} stop action: it needs at least ${minimumGraceSeconds[stopAction]}`, {
-      hint: `Raise it (and the pod's terminationGracePeriodSeconds) to ${minimumGraceSeconds[stopAction]} or more, or choose another stop action.`,
-    });
+    throw new InvalidSettingError(
+      "DROVER_AGENT_GRACE_PERIOD_SECONDS",
+      `DROVER_AGENT_GRACE_PERIOD_SECONDS ${graceSeconds} is too short for the ${stopAction} stop action: it needs at least ${minimumGraceSeconds[stopAction]}`,
+      {
+        hint: `Raise it (and the pod's terminationGracePeriodSeconds) to ${minimumGraceSeconds[stopAction]} or more, or choose another stop action.`,
+      },
+    );
   }
 }
 

@@ -38,7 +38,10 @@ function executable(path: string): boolean {
 export function reportedVersion(path: string): string {
   let v = versions.get(path);
   if (!v) {
-    const out = childProcess().spawnSync(path, ["version", "-json"], { encoding: "utf8", env: { ...process.env, CHECKPOINT_DISABLE: "1" } });
+    const out = childProcess().spawnSync(path, ["version", "-json"], {
+      encoding: "utf8",
+      env: { ...process.env, CHECKPOINT_DISABLE: "1" },
+    });
     try {
       v = (JSON.parse(out.stdout) as { terraform_version?: string }).terraform_version ?? "unknown";
     } catch {
@@ -51,7 +54,11 @@ export function reportedVersion(path: string): string {
 
 /** The executables named `engine` in the absolute directories of PATH, in order. */
 export function enginesOnPath(engine: Engine, pathEnv: string | undefined): string[] {
-  return (pathEnv ?? "").split(delimiter).filter((d) => d.startsWith("/")).map((d) => join(d, engine)).filter(executable);
+  return (pathEnv ?? "")
+    .split(delimiter)
+    .filter((d) => d.startsWith("/"))
+    .map((d) => join(d, engine))
+    .filter(executable);
 }
 
 /**
@@ -60,15 +67,27 @@ export function enginesOnPath(engine: Engine, pathEnv: string | undefined): stri
  * that reports exactly that version. With a constraint: the first binary on PATH that
  * satisfies it. Never another version: a pinned version that is not here fails the run.
  */
-export function resolveEngine(engine: Engine, version: string | null, cacheDir: string, pathEnv: string | undefined): EngineBinary {
+export function resolveEngine(
+  engine: Engine,
+  version: string | null,
+  cacheDir: string,
+  pathEnv: string | undefined,
+): EngineBinary {
   // The server validates versions too; the agent trusts nothing it builds a path from.
   if (version !== null && !isExactVersion(version) && !isVersionConstraint(version)) {
-    throw new DroverError("bad_request", `the workspace's ${engine} version ${JSON.stringify(version)} is not a version or a version constraint; fix the workspace's engineVersion`);
+    throw new DroverError(
+      "bad_request",
+      `the workspace's ${engine} version ${JSON.stringify(version)} is not a version or a version constraint; fix the workspace's engineVersion`,
+    );
   }
   const onPath = enginesOnPath(engine, pathEnv);
   if (version === null) {
     const path = onPath[0];
-    if (!path) throw new DroverError("not_found", `${engine} is not installed on this agent: put it on PATH or pin a version in ${join(cacheDir, "bin", engine, "<version>")}`);
+    if (!path)
+      throw new DroverError(
+        "not_found",
+        `${engine} is not installed on this agent: put it on PATH or pin a version in ${join(cacheDir, "bin", engine, "<version>")}`,
+      );
     return { path, version: reportedVersion(path) };
   }
   if (isExactVersion(version)) {

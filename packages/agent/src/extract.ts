@@ -1,4 +1,10 @@
-import { defaultArchiveLimits, DroverError, inspectArchive, unsafePathReason, type ArchiveLimits } from "@drover/protocol";
+import {
+  defaultArchiveLimits,
+  DroverError,
+  inspectArchive,
+  unsafePathReason,
+  type ArchiveLimits,
+} from "@drover/protocol";
 import { mkdirSync } from "node:fs";
 import type { Stats } from "node:fs";
 import type { ReadEntry } from "tar";
@@ -11,7 +17,11 @@ const allowed = new Set(["File", "OldFile", "ContiguousFile", "Directory", "Symb
  * repeated because the agent trusts nothing it did not verify), then tar extracts with its own
  * path protections and a filter that refuses anything but files, directories and links.
  */
-export async function extractConfiguration(archive: Buffer, dir: string, limits: ArchiveLimits = defaultArchiveLimits): Promise<void> {
+export async function extractConfiguration(
+  archive: Buffer,
+  dir: string,
+  limits: ArchiveLimits = defaultArchiveLimits,
+): Promise<void> {
   await inspectArchive(archive, limits);
   mkdirSync(dir, { recursive: true });
   const { x: extractTar } = await import("tar");
@@ -33,7 +43,9 @@ export async function extractConfiguration(archive: Buffer, dir: string, limits:
     },
   });
   await new Promise<void>((resolve, reject) => {
-    unpack.on("error", (err: Error) => reject(new DroverError("invalid_archive", `cannot unpack the configuration: ${err.message}`, { cause: err })));
+    unpack.on("error", (err: Error) =>
+      reject(new DroverError("invalid_archive", `cannot unpack the configuration: ${err.message}`, { cause: err })),
+    );
     unpack.on("close", () => resolve());
     unpack.end(archive);
   });

@@ -5,7 +5,17 @@ import type { CacheCounters } from "./providers/cache.js";
 export const requestSecondsBuckets = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
 
 /** Kinds of agent and controller errors (the `kind` label of drover_*_errors_total): a closed set, so the label stays low-cardinality. */
-export type ErrorKind = "register" | "poll" | "heartbeat" | "session_lost" | "log_upload" | "server" | "watch" | "job_create" | "pod_failure_report" | "template_check";
+export type ErrorKind =
+  | "register"
+  | "poll"
+  | "heartbeat"
+  | "session_lost"
+  | "log_upload"
+  | "server"
+  | "watch"
+  | "job_create"
+  | "pod_failure_report"
+  | "template_check";
 
 /**
  * The agent's series in Prometheus' text format, written directly: prom-client costs an
@@ -18,16 +28,27 @@ export class AgentMetrics {
   private pollErrorCount = 0;
   private readonly series = new MetricSet()
     .define("drover_agent_log_bytes_shipped_total", "counter", "Log bytes of jobs the server acknowledged")
-    .define("drover_agent_heartbeat_duration_seconds", "histogram", "Round trip of the agent's heartbeats to the server", { buckets: requestSecondsBuckets })
-    .define("drover_agent_errors_total", "counter", "Errors of this agent by kind (each retried or handled)", { initial: false });
+    .define(
+      "drover_agent_heartbeat_duration_seconds",
+      "histogram",
+      "Round trip of the agent's heartbeats to the server",
+      { buckets: requestSecondsBuckets },
+    )
+    .define("drover_agent_errors_total", "counter", "Errors of this agent by kind (each retried or handled)", {
+      initial: false,
+    });
 
   readonly jobsRunning = { set: (n: number) => void (this.running = n) };
-  readonly jobsFinished = { inc: (labels: { phase: string }) => void this.finished.set(labels.phase, (this.finished.get(labels.phase) ?? 0) + 1) };
+  readonly jobsFinished = {
+    inc: (labels: { phase: string }) =>
+      void this.finished.set(labels.phase, (this.finished.get(labels.phase) ?? 0) + 1),
+  };
   readonly pollErrors = { inc: () => void this.pollErrorCount++ };
   /** Counts `n` log bytes the server acknowledged. */
   readonly logBytesShipped = (n: number): void => this.series.add("drover_agent_log_bytes_shipped_total", n);
   /** Records one heartbeat's round trip. */
-  readonly heartbeatSeconds = (seconds: number): void => this.series.observe("drover_agent_heartbeat_duration_seconds", seconds);
+  readonly heartbeatSeconds = (seconds: number): void =>
+    this.series.observe("drover_agent_heartbeat_duration_seconds", seconds);
   /** Counts one error of `kind`. */
   readonly error = (kind: ErrorKind): void => this.series.inc("drover_agent_errors_total", { kind });
 
@@ -38,7 +59,9 @@ export class AgentMetrics {
 
   /** The exposition `/metrics` serves. */
   render(): string {
-    const finished = [...this.finished].map(([phase, n]) => `drover_agent_jobs_finished_total{phase="${phase}"} ${n}\n`).join("");
+    const finished = [...this.finished]
+      .map(([phase, n]) => `drover_agent_jobs_finished_total{phase="${phase}"} ${n}\n`)
+      .join("");
     return (
       "# HELP drover_agent_jobs_running Jobs running on this agent\n# TYPE drover_agent_jobs_running gauge\n" +
       `drover_agent_jobs_running ${this.running}\n` +
@@ -55,11 +78,17 @@ export class AgentMetrics {
 function renderCacheSeries(caches: Map<string, CacheCounters>): string {
   if (caches.size === 0) return "";
   const series = (name: string, type: string, help: string, pick: (c: CacheCounters) => number): string =>
-    `# HELP ${name} ${help}\n# TYPE ${name} ${type}\n` + [...caches].map(([cache, c]) => `${name}{cache="${cache}"} ${pick(c)}\n`).join("");
+    `# HELP ${name} ${help}\n# TYPE ${name} ${type}\n` +
+    [...caches].map(([cache, c]) => `${name}{cache="${cache}"} ${pick(c)}\n`).join("");
   return (
     series("drover_agent_cache_hits_total", "counter", "Cache entries used without a download", (c) => c.hits) +
     series("drover_agent_cache_misses_total", "counter", "Cache entries downloaded", (c) => c.misses) +
-    series("drover_agent_cache_evictions_total", "counter", "Cache entries evicted under the size limit", (c) => c.evictions) +
+    series(
+      "drover_agent_cache_evictions_total",
+      "counter",
+      "Cache entries evicted under the size limit",
+      (c) => c.evictions,
+    ) +
     series("drover_agent_cache_bytes", "gauge", "Bytes the cache holds", (c) => c.bytes)
   );
 }
@@ -98,7 +127,9 @@ export async function startHealthServer(port: number, source: HealthSource, addr
       const ok = path === "/healthz" ? h.live : h.ready;
       const status = path === "/healthz" ? (h.live ? "ok" : "down") : h.ready ? "ready" : "not ready";
       res.writeHead(ok ? 200 : 503, { "content-type": "application/json" });
-      res.end(JSON.stringify({ status, live: h.live, ready: h.ready, currentTime: new Date().toISOString(), ...h.details }));
+      res.end(
+        JSON.stringify({ status, live: h.live, ready: h.ready, currentTime: new Date().toISOString(), ...h.details }),
+      );
     } else if (path === "/metrics") {
       res.writeHead(200, { "content-type": AgentMetrics.contentType });
       res.end(source.metrics());
@@ -129,7 +160,12 @@ export function closeHealthServer(server: Server | undefined): Promise<void> {
  * Runs `work` with the health server of `source` on `port` (none when `port` is 0) and
  * `address` (see startHealthServer), closing it once `work` settles; resolves or rejects as `work` does.
  */
-export async function servingHealth<T>(port: number, address: string | undefined, source: HealthSource, work: () => Promise<T>): Promise<T> {
+export async function servingHealth<T>(
+  port: number,
+  address: string | undefined,
+  source: HealthSource,
+  work: () => Promise<T>,
+): Promise<T> {
   const server = port > 0 ? await startHealthServer(port, source, address) : undefined;
   try {
     return await work();
@@ -140,7 +176,12 @@ export async function servingHealth<T>(port: number, address: string | undefined
 
 type Series =
   | { help: string; type: "gauge" | "counter"; values: Map<string, number> }
-  | { help: string; type: "histogram"; buckets: number[]; values: Map<string, { counts: number[]; sum: number; count: number }> };
+  | {
+      help: string;
+      type: "histogram";
+      buckets: number[];
+      values: Map<string, { counts: number[]; sum: number; count: number }>;
+    };
 
 /** Gauges, counters and histograms in Prometheus' text format, for processes with a handful of series. */
 export class MetricSet {
@@ -157,7 +198,12 @@ export class MetricSet {
    * Declares a series. A gauge's or counter's unlabelled value starts at 0 so scrapers see it
    * at once (`initial: false` for series that only exist with labels); a histogram needs `buckets`.
    */
-  define(name: string, type: "gauge" | "counter" | "histogram", help: string, options: { initial?: boolean; buckets?: number[] } = {}): this {
+  define(
+    name: string,
+    type: "gauge" | "counter" | "histogram",
+    help: string,
+    options: { initial?: boolean; buckets?: number[] } = {},
+  ): this {
     if (type === "histogram") {
       if (!options.buckets?.length) throw new Error(`histogram ${name} needs buckets`);
       this.series.set(name, { help, type, buckets: [...options.buckets].sort((a, b) => a - b), values: new Map() });
@@ -206,7 +252,9 @@ export class MetricSet {
       }
       for (const [key, h] of s.values) {
         const labels = JSON.parse(key) as Record<string, string>;
-        s.buckets.forEach((le, i) => (out += `${name}_bucket${labelText({ ...labels, le: String(le) })} ${h.counts[i]}\n`));
+        s.buckets.forEach(
+          (le, i) => (out += `${name}_bucket${labelText({ ...labels, le: String(le) })} ${h.counts[i]}\n`),
+        );
         out += `${name}_bucket${labelText({ ...labels, le: "+Inf" })} ${h.count}\n${name}_sum${labelText(labels)} ${h.sum}\n${name}_count${labelText(labels)} ${h.count}\n`;
       }
     }
@@ -220,6 +268,8 @@ export class MetricSet {
   }
 }
 function labelText(labels: Record<string, string>): string {
-  const parts = Object.entries(labels).map(([k, v]) => `${k}="${v.replace(/["\\\n]/g, (c) => (c === "\n" ? "\\n" : `\\${c}`))}"`);
+  const parts = Object.entries(labels).map(
+    ([k, v]) => `${k}="${v.replace(/["\\\n]/g, (c) => (c === "\n" ? "\\n" : `\\${c}`))}"`,
+  );
   return parts.length ? `{${parts.join(",")}}` : "";
 }

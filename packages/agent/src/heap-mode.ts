@@ -34,7 +34,10 @@ const heapFlagNames = new Set(["semi-space-growth-factor", "max-opt", "liftoff-o
  * NODE_OPTIONS, which Node 20 refuses them in, should a later Node allow them). Leaving idle mode sets V8's defaults back, which would silently replace them,
  * so with any of them set the agent does not enter idle mode at all.
  */
-export function operatorHeapFlags(execArgv: readonly string[] = process.execArgv, nodeOptions: string | undefined = process.env.NODE_OPTIONS): string[] {
+export function operatorHeapFlags(
+  execArgv: readonly string[] = process.execArgv,
+  nodeOptions: string | undefined = process.env.NODE_OPTIONS,
+): string[] {
   return [...execArgv, ...(nodeOptions ?? "").split(/\s+/)].filter((arg) => {
     const name = arg.replace(/^--?/, "").split("=")[0]!.replace(/_/g, "-").replace(/^no-/, "");
     return arg.startsWith("-") && heapFlagNames.has(name);

@@ -1,4 +1,19 @@
-import { containsSecret, DroverError, jobTakenAway, noopTracer, redactText, secretForms, versionSatisfies, type JobAssignment, type JobOutcome, type Output, type PlanSummary, type RunTracer, type SpanHandle } from "@drover/protocol";
+import {
+  containsSecret,
+  DroverError,
+  jobTakenAway,
+  noopTracer,
+  redactText,
+  secretForms,
+  versionSatisfies,
+  type JobAssignment,
+  type JobOutcome,
+  type Output,
+  type PlanSummary,
+  type RunTracer,
+  type SpanHandle,
+  messageOf,
+} from "@drover/protocol";
 import { randomUUID } from "node:crypto";
 import { existsSync, readFileSync, realpathSync } from "node:fs";
 import { join, relative, resolve } from "node:path";
@@ -121,7 +136,10 @@ export class JobRun {
     private readonly engines?: EngineCache,
   ) {
     this.job = client.job(assignment.jobId, assignment.jobToken);
-    this.log = new LogStream(this.job, { onAcknowledged: config.onLogBytes, onRetry: config.onError && (() => config.onError?.("log_upload")) });
+    this.log = new LogStream(this.job, {
+      onAcknowledged: config.onLogBytes,
+      onRetry: config.onError && (() => config.onError?.("log_upload")),
+    });
   }
 
   /** The job's own files, through the runner when it shares them with a runner container. */
@@ -155,7 +173,9 @@ export class JobRun {
       if (this.state === "done" || this.state === "finishing") return;
       this.stopSignalled = true;
       this.work.abort();
-      this.log.line(`\n[drover] agent stopped (${action} stop): ${plan.firstSignal === "SIGKILL" ? "killing" : "interrupting"} ${this.assignment.workspace.engine}`);
+      this.log.line(
+        `\n[drover] agent stopped (${action} stop): ${plan.firstSignal === "SIGKILL" ? "killing" : "interrupting"} ${this.assignment.workspace.engine}`,
+      );
       this.signal(plan.firstSignal);
       if (plan.firstSignal !== "SIGKILL") this.later(plan.killAfterMs, () => this.signal("SIGKILL"));
     });
@@ -189,7 +209,9 @@ export class JobRun {
     const runDir = join(this.config.dataDir, `${a.jobId}-${a.attempt}`);
     const started = Date.now();
     const tracer = this.config.tracer ?? noopTracer;
-    this.trace = tracer.start(`agent ${a.phase}`, a.traceparent, { attributes: { "drover.phase": a.phase, "drover.agent": this.config.name, "drover.run.id": a.runId } });
+    this.trace = tracer.start(`agent ${a.phase}`, a.traceparent, {
+      attributes: { "drover.phase": a.phase, "drover.agent": this.config.name, "drover.run.id": a.runId },
+    });
     const claimed = tracer.start("claimed", this.trace);
     try {
       // One id for every try: the server takes a retried start as this one, and refuses any
@@ -206,7 +228,7 @@ export class JobRun {
         return;
       }
       // Canceled before it started, or reassigned: nothing to do.
-      this.logger.info({ job: a.jobId, err: err instanceof Error ? err.message : String(err) }, "job not started");
+      this.logger.info({ job: a.jobId, err: messageOf(err) }, "job not started");
       claimed.end(undefined, "not started");
       this.trace.end(undefined, "not started");
       this.state = "done";
@@ -222,7 +244,8 @@ export class JobRun {
       [outcome, message] = this.outcomeOf(err);
     }
     await this.endProcesses();
-    if (this.stopSignalled) [outcome, message] = ["errored", `agent stopped (${this.config.stopAction} stop) while the ${a.phase} ran`];
+    if (this.stopSignalled)
+      [outcome, message] = ["errored", `agent stopped (${this.config.stopAction} stop) while the ${a.phase} ran`];
     else if (this.canceled && outcome !== "succeeded") [outcome, message] = ["canceled", "canceled by request"];
     // The outcome message quotes terraform's output, which may echo a secret like the log does;
     // redacted whole, before any part of it (its first line) is logged or traced.
@@ -235,17 +258,19 @@ export class JobRun {
         if (this.config.ownsRunUser) chownTree(runDir, { uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0 });
         this.keptPlans.keep(this.planDirKey(), runDir);
       } catch (err) {
-        this.logger.warn({ job: a.jobId, err: err instanceof Error ? err.message : String(err) }, "could not keep the plan directory for the apply");
+        this.logger.warn({ job: a.jobId, err: messageOf(err) }, "could not keep the plan directory for the apply");
       }
     }
     const seconds = ((Date.now() - started) / 1000).toFixed(1);
-    this.log.line(`\n[drover] ${a.phase} ${outcome === "succeeded" ? "succeeded" : outcome}${message ? `: ${message.split("\n")[0]}` : ""} after ${seconds} s`);
+    this.log.line(
+      `\n[drover] ${a.phase} ${outcome === "succeeded" ? "succeeded" : outcome}${message ? `: ${message.split("\n")[0]}` : ""} after ${seconds} s`,
+    );
     const deliver = this.delivery.signal;
     const finishing = tracer.start("finish", this.trace);
     try {
       await this.log.close(deliver);
     } catch (err) {
-      this.logger.warn({ job: a.jobId, err: err instanceof Error ? err.message : String(err) }, "could not deliver the whole log");
+      this.logger.warn({ job: a.jobId, err: messageOf(err) }, "could not deliver the whole log");
     }
     if (this.log.unsent > 0) this.undeliveredItems.push(`job ${a.jobId}: ${this.log.unsent} log bytes undelivered`);
     if (!this.lost) {
@@ -253,12 +278,16 @@ export class JobRun {
         const planSummary = outcome === "succeeded" ? this.planSummary : undefined;
         await withRetry(() => this.job.finish(outcome, message, deliver, planSummary), deliver);
       } catch (err) {
-        this.logger.warn({ job: a.jobId, err: err instanceof Error ? err.message : String(err) }, "could not report the job's outcome");
-        if (err instanceof NetworkError || deliver.aborted) this.undeliveredItems.push(`job ${a.jobId} finish undelivered (outcome ${outcome})`);
+        this.logger.warn({ job: a.jobId, err: messageOf(err) }, "could not report the job's outcome");
+        if (err instanceof NetworkError || deliver.aborted)
+          this.undeliveredItems.push(`job ${a.jobId} finish undelivered (outcome ${outcome})`);
       }
     }
     finishing.end();
-    this.trace.end({ "drover.outcome": outcome }, outcome === "succeeded" ? undefined : (message ?? outcome).split("\n")[0]);
+    this.trace.end(
+      { "drover.outcome": outcome },
+      outcome === "succeeded" ? undefined : (message ?? outcome).split("\n")[0],
+    );
     this.work.abort();
     this.abort.abort();
     await heartbeats;
@@ -281,10 +310,13 @@ export class JobRun {
     if (this.groups.length === 0) this.firstStart = processStartTicks(pgid);
     this.groups.push(pgid);
     try {
-      this.groupRecord ??= new ProcessGroupRecord(this.config.dataDir, `${this.assignment.jobId}-${this.assignment.attempt}`);
+      this.groupRecord ??= new ProcessGroupRecord(
+        this.config.dataDir,
+        `${this.assignment.jobId}-${this.assignment.attempt}`,
+      );
       this.groupRecord.add(pgid);
     } catch (err) {
-      this.logger.warn({ job: this.id, err: err instanceof Error ? err.message : String(err) }, "could not record the job's process group");
+      this.logger.warn({ job: this.id, err: messageOf(err) }, "could not record the job's process group");
     }
   }
 
@@ -304,7 +336,7 @@ export class JobRun {
       if (killed > 0) this.logger.warn({ job: this.id, killed }, "killed processes the job left behind");
       this.groupRecord?.remove();
     } catch (err) {
-      this.logger.warn({ job: this.id, err: err instanceof Error ? err.message : String(err) }, "could not check for processes the job left behind");
+      this.logger.warn({ job: this.id, err: messageOf(err) }, "could not check for processes the job left behind");
     }
   }
 
@@ -312,7 +344,7 @@ export class JobRun {
     if (err instanceof StepFailed) return ["failed", err.message];
     if (err instanceof Interrupted) return ["canceled", err.message];
     if (err instanceof DroverError) return ["errored", err.message];
-    return ["errored", `agent error: ${err instanceof Error ? err.message : String(err)}`];
+    return ["errored", `agent error: ${messageOf(err)}`];
   }
 
   /** Renews the lease; a held heartbeat returns as soon as the user cancels. */
@@ -330,7 +362,7 @@ export class JobRun {
           // The server gave this job to someone else (our lease lapsed) or ended it: stop writing at once.
           this.lost = true;
           this.work.abort();
-          this.logger.warn({ job: this.id, err: err instanceof Error ? err.message : String(err), ...gone }, "lost the job's lease; killing it");
+          this.logger.warn({ job: this.id, err: messageOf(err), ...gone }, "lost the job's lease; killing it");
           this.kill();
           return;
         }
@@ -350,58 +382,90 @@ export class JobRun {
     const a = this.assignment;
     const configDir = join(runDir, "config");
     // A pre-init hook may prepare more than the directory, so it gets its init every time.
-    const reused = a.phase === "apply" && !this.hookPath("pre-init") && this.keptPlans?.take(this.planDirKey(), runDir) === true;
+    const reused =
+      a.phase === "apply" && !this.hookPath("pre-init") && this.keptPlans?.take(this.planDirKey(), runDir) === true;
     if (!reused) this.files.prepare(runDir, configDir);
     const download = this.stage("configuration download");
     // The configuration travels while the variables are read and the engine is found; if one of
     // those fails, the job's end aborts it (`work`).
-    const configuration = reused ? undefined : withRetry(() => this.job.configuration(this.work.signal), this.work.signal);
+    const configuration = reused
+      ? undefined
+      : withRetry(() => this.job.configuration(this.work.signal), this.work.signal);
     configuration?.catch(() => undefined);
     const variables = await withRetry(() => this.job.variables(this.work.signal), this.work.signal);
-    this.secrets = secretForms([...variables.filter((v) => v.sensitive).map((v) => v.value), a.jobToken, ...(this.config.token === undefined ? [] : [this.config.token])]);
+    this.secrets = secretForms([
+      ...variables.filter((v) => v.sensitive).map((v) => v.value),
+      a.jobToken,
+      ...(this.config.token === undefined ? [] : [this.config.token]),
+    ]);
     this.log.setSecrets(this.secrets);
 
     // The agent provides the asked version itself (a runner container gets it mounted read-only);
     // the engine on PATH, or a runner image's own, stands in only as the cache allows.
     let binary: EngineBinary;
     if (this.engines) {
-      const lease = await this.engines.acquire(a.workspace.engine, a.workspace.engineVersion, this.work.signal, this.runner.ownEngines);
+      const lease = await this.engines.acquire(
+        a.workspace.engine,
+        a.workspace.engineVersion,
+        this.work.signal,
+        this.runner.ownEngines,
+      );
       this.engineLease = lease;
-      binary = lease.downloaded && this.runner.useEngine ? { path: this.runner.useEngine(lease.path), version: lease.version } : lease;
+      binary =
+        lease.downloaded && this.runner.useEngine
+          ? { path: this.runner.useEngine(lease.path), version: lease.version }
+          : lease;
     } else binary = await this.runner.engine(a.workspace.engine, a.workspace.engineVersion, this.config.cacheDir);
     // Without the agent's cache a runner brings its own engine: it runs only if it is a version the workspace asks for.
-    if (!this.engineLease && a.workspace.engineVersion !== null && !versionSatisfies(binary.version, a.workspace.engineVersion)) {
+    if (
+      !this.engineLease &&
+      a.workspace.engineVersion !== null &&
+      !versionSatisfies(binary.version, a.workspace.engineVersion)
+    ) {
       throw new EngineError(
         "engine_unavailable",
         `the runner's ${a.workspace.engine} is ${binary.version}, but the workspace asks for ${a.workspace.engineVersion}; nothing was run: use a runner image with that version, or change the workspace's engineVersion`,
       );
     }
     const workDir = resolve(configDir, a.workspace.workingDirectory || ".");
-    if (relative(configDir, workDir).startsWith("..")) throw new DroverError("bad_request", "the workspace's working directory is outside the configuration");
+    if (relative(configDir, workDir).startsWith(".."))
+      throw new DroverError("bad_request", "the workspace's working directory is outside the configuration");
     this.log.line(
       `[drover] ${a.phase}${a.isDestroy ? " (destroy)" : ""} of run ${a.runId} on agent ${this.config.name}\n` +
         `[drover] ${a.workspace.engine} ${binary.version} (${binary.path}); workspace ${a.workspace.name}; working directory ${a.workspace.workingDirectory || "."}`,
     );
-    for (const note of [...(this.config.notes ?? []), ...(this.engineLease?.notes ?? [])]) this.log.line(`[drover] ${note}`);
+    for (const note of [...(this.config.notes ?? []), ...(this.engineLease?.notes ?? [])])
+      this.log.line(`[drover] ${note}`);
 
     // Where the agent writes into the working directory: locally its real path (it may be reached
     // through the archive's own links, checked below to stay inside); a runner's files refuse every link.
     let writeDir = workDir;
     if (reused) {
-      this.log.line("[drover] reusing this run's initialized plan directory on this agent: configuration download, init and plan download skipped");
+      this.log.line(
+        "[drover] reusing this run's initialized plan directory on this agent: configuration download, init and plan download skipped",
+      );
     } else {
-      const archive = await (configuration ?? withRetry(() => this.job.configuration(this.work.signal), this.work.signal));
+      const archive = await (configuration ??
+        withRetry(() => this.job.configuration(this.work.signal), this.work.signal));
       await this.files.withDir(configDir, (dir) => extractConfiguration(archive, dir));
-      if (!existsSync(workDir)) throw new DroverError("not_found", `the working directory ${a.workspace.workingDirectory} is not in the configuration`);
+      if (!existsSync(workDir))
+        throw new DroverError(
+          "not_found",
+          `the working directory ${a.workspace.workingDirectory} is not in the configuration`,
+        );
       // The working directory may be reached through the archive's own links: it must still be inside.
       const realConfig = realpathSync(configDir);
       const realWork = realpathSync(workDir);
       if (realWork !== realConfig && !realWork.startsWith(realConfig + "/")) {
-        throw new DroverError("invalid_archive", `the working directory ${a.workspace.workingDirectory} leads outside the configuration through a link`);
+        throw new DroverError(
+          "invalid_archive",
+          `the working directory ${a.workspace.workingDirectory} leads outside the configuration through a link`,
+        );
       }
       const tfvars = Object.fromEntries(variables.filter((v) => v.kind === "terraform").map((v) => [v.key, v.value]));
       if (!this.runner.files) writeDir = realWork;
-      if (Object.keys(tfvars).length > 0) this.files.write(join(writeDir, "drover.auto.tfvars.json"), JSON.stringify(tfvars, null, 2));
+      if (Object.keys(tfvars).length > 0)
+        this.files.write(join(writeDir, "drover.auto.tfvars.json"), JSON.stringify(tfvars, null, 2));
       // terraform merges *_override.tf files into the configuration: this selects the http
       // backend, which the TF_HTTP_* variables configure.
       this.files.write(join(writeDir, "drover_backend_override.tf"), 'terraform {\n  backend "http" {}\n}\n');
@@ -412,9 +476,15 @@ export class JobRun {
     if (this.moduleCache) {
       this.moduleLease = await this.moduleCache.prepare(writeDir, this.work.signal, this.files);
       for (const note of this.moduleLease.notes) this.log.line(`[drover] module cache: ${note}`);
-      if (this.moduleLease.installed.length > 0) this.log.line(`[drover] modules from the agent's cache: ${this.moduleLease.installed.join(", ")}`);
+      if (this.moduleLease.installed.length > 0)
+        this.log.line(`[drover] modules from the agent's cache: ${this.moduleLease.installed.join(", ")}`);
     }
-    await this.useProviderCache(runDir, workDir, env, variables.some((v) => v.kind === "env" && v.key === "TF_CLI_CONFIG_FILE"));
+    await this.useProviderCache(
+      runDir,
+      workDir,
+      env,
+      variables.some((v) => v.kind === "env" && v.key === "TF_CLI_CONFIG_FILE"),
+    );
     if (this.config.runAs) {
       // Runs are another user (DROVER_AGENT_RUN_AS_USER): the run directory is theirs, and so
       // is HOME, since the agent's is not readable to them.
@@ -437,7 +507,14 @@ export class JobRun {
       // Exit 2 is a plan with changes: terraform's own verdict, which the server decides from.
       const code = await this.step(
         binary,
-        ["plan", "-input=false", "-no-color", "-detailed-exitcode", `-out=${planPath}`, ...(a.isDestroy ? ["-destroy"] : [])],
+        [
+          "plan",
+          "-input=false",
+          "-no-color",
+          "-detailed-exitcode",
+          `-out=${planPath}`,
+          ...(a.isDestroy ? ["-destroy"] : []),
+        ],
         workDir,
         env,
         planSucceededCodes,
@@ -451,7 +528,10 @@ export class JobRun {
       const uploads = this.stage("uploads");
       // The plan file travels while terraform renders the plan as JSON.
       // If `show` fails, the job's end aborts the upload (`work`); its failure is not the run's.
-      const planFile = withRetry(() => this.job.uploadPlan(this.files.read(planPath), this.work.signal), this.work.signal);
+      const planFile = withRetry(
+        () => this.job.uploadPlan(this.files.read(planPath), this.work.signal),
+        this.work.signal,
+      );
       planFile.catch(() => undefined);
       // An auto-apply run with changes goes on to its apply at once; that job renders the JSON
       // beside the apply (decision 0041). Everywhere else a user may read it as soon as the plan
@@ -462,7 +542,8 @@ export class JobRun {
       plan.end();
       await planFile;
       if (json) await withRetry(() => this.job.uploadPlanJson(json, this.work.signal), this.work.signal);
-      else this.log.line("[drover] the plan's JSON (its resource changes) is rendered by the apply job, beside the apply");
+      else
+        this.log.line("[drover] the plan's JSON (its resource changes) is rendered by the apply job, beside the apply");
       this.planSummary = summary;
       uploads.end();
     } else {
@@ -480,7 +561,7 @@ export class JobRun {
       // failure is logged, never the run's.
       const renderJson = (): Promise<Buffer | string> =>
         this.capture(binary, ["show", "-json", planPath], workDir, env).catch((err: unknown) => {
-          const message = err instanceof Error ? err.message : String(err);
+          const message = messageOf(err);
           this.log.line(`[drover] could not render the plan as JSON: ${message}`);
           return message;
         });
@@ -509,7 +590,9 @@ export class JobRun {
       const state = await withRetry(() => this.job.state(a.statePath, this.work.signal), this.work.signal);
       const outputs = outputsOfState(state) ?? (await this.engineOutputs(binary, workDir, env));
       // An output built from a sensitive value is sensitive, whatever the configuration declares.
-      const masked = outputs.map((o) => (!o.sensitive && containsSecret(o.value, this.secrets) ? { ...o, sensitive: true } : o));
+      const masked = outputs.map((o) =>
+        !o.sensitive && containsSecret(o.value, this.secrets) ? { ...o, sensitive: true } : o,
+      );
       await withRetry(() => this.job.uploadOutputs(masked, this.work.signal), this.work.signal);
       uploads.end();
     }
@@ -521,10 +604,14 @@ export class JobRun {
    */
   private async uploadDeferredPlanJson(json: Buffer | string): Promise<void> {
     try {
-      if (typeof json === "string") await withRetry(() => this.job.planJsonUnavailable(json.replace(controlChars, " ").slice(0, 500), this.work.signal), this.work.signal);
+      if (typeof json === "string")
+        await withRetry(
+          () => this.job.planJsonUnavailable(json.replace(controlChars, " ").slice(0, 500), this.work.signal),
+          this.work.signal,
+        );
       else await withRetry(() => this.job.uploadPlanJson(json, this.work.signal), this.work.signal);
     } catch (err) {
-      this.log.line(`[drover] could not upload the plan's JSON: ${err instanceof Error ? err.message : String(err)}`);
+      this.log.line(`[drover] could not upload the plan's JSON: ${messageOf(err)}`);
     }
   }
 
@@ -536,8 +623,16 @@ export class JobRun {
   /** `terraform output -json`, for states the agent cannot read itself. */
   private async engineOutputs(binary: EngineBinary, workDir: string, env: NodeJS.ProcessEnv): Promise<Output[]> {
     const out = await this.capture(binary, ["output", "-json"], workDir, env);
-    const parsed = JSON.parse(out.toString("utf8") || "{}") as Record<string, { sensitive?: boolean; type?: unknown; value?: unknown }>;
-    return Object.entries(parsed).map(([name, o]) => ({ name, sensitive: o.sensitive === true, type: o.type ?? null, value: o.value ?? null }));
+    const parsed = JSON.parse(out.toString("utf8") || "{}") as Record<
+      string,
+      { sensitive?: boolean; type?: unknown; value?: unknown }
+    >;
+    return Object.entries(parsed).map(([name, o]) => ({
+      name,
+      sensitive: o.sensitive === true,
+      type: o.type ?? null,
+      value: o.value ?? null,
+    }));
   }
 
   /** The environment terraform and hooks see: never the agent's own tokens. */
@@ -572,7 +667,12 @@ export class JobRun {
    * own CLI configuration at it (the agent's CLI configuration, if any, plus the cache's
    * provider_installation). The run reads the cache and never writes it.
    */
-  private async useProviderCache(runDir: string, workDir: string, env: NodeJS.ProcessEnv, workspaceCliConfig: boolean): Promise<void> {
+  private async useProviderCache(
+    runDir: string,
+    workDir: string,
+    env: NodeJS.ProcessEnv,
+    workspaceCliConfig: boolean,
+  ): Promise<void> {
     if (!this.providerCache) return;
     if (workspaceCliConfig) {
       // The agent never reads a file a workspace names: it may be one only the agent can read.
@@ -583,13 +683,16 @@ export class JobRun {
     const baseFile = env.TF_CLI_CONFIG_FILE;
     const base = baseFile && existsSync(baseFile) ? readFileSync(baseFile, "utf8") : "";
     if (/\bprovider_installation\b/.test(base)) {
-      this.log.line("[drover] provider cache not used: the agent's TF_CLI_CONFIG_FILE has its own provider_installation");
+      this.log.line(
+        "[drover] provider cache not used: the agent's TF_CLI_CONFIG_FILE has its own provider_installation",
+      );
       return;
     }
     const lease = await this.providerCache.prepare(workDir, this.work.signal, this.moduleLease?.dirs);
     this.providerLease = lease;
     for (const note of lease.notes) this.log.line(`[drover] provider cache: ${note}`);
-    if (lease.prepared.length > 0) this.log.line(`[drover] providers from the agent's cache: ${lease.prepared.join(", ")}`);
+    if (lease.prepared.length > 0)
+      this.log.line(`[drover] providers from the agent's cache: ${lease.prepared.join(", ")}`);
     if (lease.lockFile !== undefined) this.files.write(join(workDir, lockFileName), lease.lockFile);
     const configPath = join(runDir, "drover-cli.tfrc");
     this.files.write(configPath, `${base}\n${lease.installation}`);
@@ -630,12 +733,24 @@ export class JobRun {
   /** Runs a step whose stdout is data (show -json, output -json); stderr goes to the log. */
   private async capture(binary: EngineBinary, args: string[], cwd: string, env: NodeJS.ProcessEnv): Promise<Buffer> {
     this.checkInterrupted();
-    const { code, stdout } = await this.runner.capture(binary.path, args, { cwd, env, onStderr: (d) => this.log.write(d), onSpawn: (g) => this.recordGroup(g) });
-    if (code !== 0) throw new StepFailed(`${this.assignment.workspace.engine} ${args.join(" ")} exited with code ${code}`);
+    const { code, stdout } = await this.runner.capture(binary.path, args, {
+      cwd,
+      env,
+      onStderr: (d) => this.log.write(d),
+      onSpawn: (g) => this.recordGroup(g),
+    });
+    if (code !== 0)
+      throw new StepFailed(`${this.assignment.workspace.engine} ${args.join(" ")} exited with code ${code}`);
     return stdout;
   }
 
-  private async spawn(command: string, args: string[], cwd: string, env: NodeJS.ProcessEnv, onOutput: (b: Buffer) => void): Promise<number> {
+  private async spawn(
+    command: string,
+    args: string[],
+    cwd: string,
+    env: NodeJS.ProcessEnv,
+    onOutput: (b: Buffer) => void,
+  ): Promise<number> {
     const proc = this.runner.start(command, args, { cwd, env, onOutput, onSpawn: (g) => this.recordGroup(g) });
     this.process = proc;
     // A signal that arrived between steps applies to this one too.
@@ -656,7 +771,13 @@ export class JobRun {
   /** What this job's directory holds, for reusing a plan's directory in its apply. */
   private planDirKey(): PlanDirKey {
     const a = this.assignment;
-    return { runId: a.runId, configurationVersionId: a.configurationVersionId, engine: a.workspace.engine, engineVersion: a.workspace.engineVersion, workingDirectory: a.workspace.workingDirectory };
+    return {
+      runId: a.runId,
+      configurationVersionId: a.configurationVersionId,
+      engine: a.workspace.engine,
+      engineVersion: a.workspace.engineVersion,
+      workingDirectory: a.workspace.workingDirectory,
+    };
   }
 
   /** Runs a hook from DROVER_AGENT_HOOKS_DIR when present; non-zero or timeout fails the run. */

@@ -17,7 +17,11 @@ interface Kept {
 }
 
 const sameKey = (a: PlanDirKey, b: PlanDirKey) =>
-  a.runId === b.runId && a.configurationVersionId === b.configurationVersionId && a.engine === b.engine && a.engineVersion === b.engineVersion && a.workingDirectory === b.workingDirectory;
+  a.runId === b.runId &&
+  a.configurationVersionId === b.configurationVersionId &&
+  a.engine === b.engine &&
+  a.engineVersion === b.engineVersion &&
+  a.workingDirectory === b.workingDirectory;
 
 /**
  * Initialized plan directories this agent keeps for the same run's apply: when the apply

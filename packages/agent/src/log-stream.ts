@@ -41,7 +41,10 @@ export class LogStream {
 
   constructor(
     private readonly job: JobClient,
-    private readonly hooks: { onAcknowledged?: ((bytes: number) => void) | undefined; onRetry?: (() => void) | undefined } = {},
+    private readonly hooks: {
+      onAcknowledged?: ((bytes: number) => void) | undefined;
+      onRetry?: (() => void) | undefined;
+    } = {},
   ) {
     this.timer = setInterval(() => void this.kick(), flushIntervalMs);
     this.timer.unref();
@@ -126,11 +129,13 @@ export class LogStream {
       const second = this.pendingBytes > first.length ? this.piece(first.length, maxChunk) : undefined;
       const round = new AbortController();
       const signal = AbortSignal.any([this.stopSending.signal, round.signal]);
-      const sends = [this.job.appendLog(base, first, signal).catch((err: unknown) => {
-        // The second cannot land without the first: do not leave it waiting on the server.
-        round.abort();
-        throw err;
-      })];
+      const sends = [
+        this.job.appendLog(base, first, signal).catch((err: unknown) => {
+          // The second cannot land without the first: do not leave it waiting on the server.
+          round.abort();
+          throw err;
+        }),
+      ];
       if (second) sends.push(this.job.appendLog(base + first.length, second, signal));
       const results = await Promise.allSettled(sends);
       // The server keeps only contiguous bytes: the furthest end an append reports is stored.

@@ -9,7 +9,11 @@ export function createLogger(format: LogFormat, debug: boolean): Logger {
     { level, base: undefined, timestamp: false },
     {
       write(line: string) {
-        const { level: lv, msg, ...rest } = JSON.parse(line) as { level: number; msg?: string } & Record<string, unknown>;
+        const {
+          level: lv,
+          msg,
+          ...rest
+        } = JSON.parse(line) as { level: number; msg?: string } & Record<string, unknown>;
         const name = pino.levels.labels[lv] ?? String(lv);
         const extras = Object.entries(rest)
           .map(([k, v]) => `${k}=${typeof v === "string" ? v : JSON.stringify(v)}`)

@@ -119,10 +119,16 @@ function carries(p: ProcInfo, tag: string): boolean {
  * carries any job's tag. `startedFrom`: the start (processStartTicks) of the first process
  * that carried the tag; older processes are not looked at.
  */
-export async function killTagged(tag: string | (() => string), groups: readonly number[], timeoutMs: number, startedFrom?: number): Promise<number> {
+export async function killTagged(
+  tag: string | (() => string),
+  groups: readonly number[],
+  timeoutMs: number,
+  startedFrom?: number,
+): Promise<number> {
   let known: string | undefined;
   // A tag given as a function is computed only once a process carries some agent's tag: see reapOrphans.
-  const tagged = (p: ProcInfo): boolean => p.environ.includes(`${processTagVariable}=`) && carries(p, (known ??= typeof tag === "string" ? tag : tag()));
+  const tagged = (p: ProcInfo): boolean =>
+    p.environ.includes(`${processTagVariable}=`) && carries(p, (known ??= typeof tag === "string" ? tag : tag()));
   const targets = listProcesses(startedFrom).filter(tagged);
   if (!existsSync("/proc/self/stat")) {
     for (const g of groups) {
@@ -230,12 +236,14 @@ export async function reapOrphans(
   const jobs = existsSync(dir) ? readdirSync(dir) : [];
   const groups: number[] = [];
   for (const job of jobs) {
-    for (const line of readFileSync(join(dir, job), "utf8").split("\n")) if (/^\d+$/.test(line)) groups.push(Number(line));
+    for (const line of readFileSync(join(dir, job), "utf8").split("\n"))
+      if (/^\d+$/.test(line)) groups.push(Number(line));
   }
   // The tag is a hash, which loads Node's crypto (~0.75 MB an idle agent would keep, SPEC §8):
   // computed only when some process on the host carries a job's tag at all.
   let killed = await killTagged(() => `${agentTag(dataDir)}:`, groups, timeoutMs);
   for (const user of runUsers) killed += await killUser(user, timeoutMs);
-  if (killed > 0 || jobs.length > 0) log.warn({ jobs, killed }, "ended processes left behind by jobs of this agent's previous run");
+  if (killed > 0 || jobs.length > 0)
+    log.warn({ jobs, killed }, "ended processes left behind by jobs of this agent's previous run");
   rmSync(dir, { recursive: true, force: true });
 }

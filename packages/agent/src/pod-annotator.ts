@@ -1,4 +1,4 @@
-import { SettingsSource, type LogFormat } from "@drover/protocol";
+import { SettingsSource, type LogFormat, messageOf } from "@drover/protocol";
 import { readFileSync, watch, type FSWatcher } from "node:fs";
 import { request } from "node:https";
 import { dirname, join } from "node:path";
@@ -60,7 +60,10 @@ export function loadPodAnnotatorSettings(env: NodeJS.ProcessEnv): PodAnnotatorSe
   const port = src.get("KUBERNETES_SERVICE_PORT");
   const why = "the chart sets it from the downward API";
   return {
-    statusFile: src.require("DROVER_AGENT_STATUS_FILE", "the agent's status file, on a volume the agent container shares"),
+    statusFile: src.require(
+      "DROVER_AGENT_STATUS_FILE",
+      "the agent's status file, on a volume the agent container shares",
+    ),
     podName: src.require("DROVER_AGENT_POD_NAME", why),
     namespace: src.require("DROVER_AGENT_POD_NAMESPACE", why),
     apiUrl: `https://${host.includes(":") ? `[${host}]` : host}:${port}`,
@@ -73,7 +76,9 @@ export function loadPodAnnotatorSettings(env: NodeJS.ProcessEnv): PodAnnotatorSe
 function readStatus(path: string): AgentStatus | undefined {
   try {
     const parsed = JSON.parse(readFileSync(path, "utf8")) as Partial<AgentStatus>;
-    return typeof parsed.runningJobs === "number" ? { runningJobs: parsed.runningJobs, state: String(parsed.state ?? "") } : undefined;
+    return typeof parsed.runningJobs === "number"
+      ? { runningJobs: parsed.runningJobs, state: String(parsed.state ?? "") }
+      : undefined;
   } catch {
     return undefined; // not written yet
   }
@@ -85,7 +90,10 @@ function patchPod(s: PodAnnotatorSettings, body: unknown, signal: AbortSignal): 
   const token = readFileSync(join(s.serviceAccountDir, "token"), "utf8").trim();
   const ca = readFileSync(join(s.serviceAccountDir, "ca.crt"), "utf8");
   const text = JSON.stringify(body);
-  const url = new URL(`/api/v1/namespaces/${encodeURIComponent(s.namespace)}/pods/${encodeURIComponent(s.podName)}`, s.apiUrl);
+  const url = new URL(
+    `/api/v1/namespaces/${encodeURIComponent(s.namespace)}/pods/${encodeURIComponent(s.podName)}`,
+    s.apiUrl,
+  );
   return new Promise((resolve, reject) => {
     const req = request(
       url,
@@ -93,7 +101,12 @@ function patchPod(s: PodAnnotatorSettings, body: unknown, signal: AbortSignal): 
         method: "PATCH",
         ca,
         signal: AbortSignal.any([signal, AbortSignal.timeout(30_000)]),
-        headers: { authorization: `Bearer ${token}`, "content-type": "application/merge-patch+json", "content-length": String(Buffer.byteLength(text)), accept: "application/json" },
+        headers: {
+          authorization: `Bearer ${token}`,
+          "content-type": "application/merge-patch+json",
+          "content-length": String(Buffer.byteLength(text)),
+          accept: "application/json",
+        },
       },
       (res) => {
         const chunks: Buffer[] = [];
@@ -102,7 +115,12 @@ function patchPod(s: PodAnnotatorSettings, body: unknown, signal: AbortSignal): 
           const status = res.statusCode ?? 0;
           if (status >= 200 && status < 300) return resolve();
           // The Status body's reason and message, named after the pod (as every Kubernetes API error of Drover's).
-          reject(kubeApiError(`patch Pod ${JSON.stringify(s.podName)} in namespace ${JSON.stringify(s.namespace)}`, { code: status, body: Buffer.concat(chunks).toString("utf8") }));
+          reject(
+            kubeApiError(`patch Pod ${JSON.stringify(s.podName)} in namespace ${JSON.stringify(s.namespace)}`, {
+              code: status,
+              body: Buffer.concat(chunks).toString("utf8"),
+            }),
+          );
         });
         res.on("error", reject);
       },
@@ -129,7 +147,7 @@ export async function runPodAnnotator(s: PodAnnotatorSettings, log: Logger, sign
   try {
     watcher = watch(dirname(s.statusFile), poke);
   } catch (err) {
-    log.warn({ err: err instanceof Error ? err.message : String(err) }, "cannot watch the status file's directory; re-reading it periodically only");
+    log.warn({ err: messageOf(err) }, "cannot watch the status file's directory; re-reading it periodically only");
   }
   signal.addEventListener("abort", poke, { once: true });
   try {
@@ -144,7 +162,7 @@ export async function runPodAnnotator(s: PodAnnotatorSettings, log: Logger, sign
           applied = want;
         } catch (err) {
           if (signal.aborted) break;
-          log.warn({ err: err instanceof Error ? err.message : String(err) }, "could not annotate the pod; retrying");
+          log.warn({ err: messageOf(err) }, "could not annotate the pod; retrying");
         }
       }
       if (dirty) continue;

@@ -46,7 +46,14 @@ export function killGroup(pgid: number): void {
  * provisioner child (a `sleep` under a shell) outlives its step.
  */
 export function startProcess(command: string, args: string[], options: ProcessOptions): RunningProcess {
-  const child = childProcess().spawn(command, args, { cwd: options.cwd, env: options.env, detached: true, stdio: ["ignore", "pipe", "pipe"], uid: options.uid, gid: options.gid });
+  const child = childProcess().spawn(command, args, {
+    cwd: options.cwd,
+    env: options.env,
+    detached: true,
+    stdio: ["ignore", "pipe", "pipe"],
+    uid: options.uid,
+    gid: options.gid,
+  });
   if (child.pid !== undefined) options.onSpawn?.(child.pid);
   child.stdout.on("data", options.onOutput);
   child.stderr.on("data", options.onOutput);

@@ -26,7 +26,8 @@ export function parseRunUsers(raw: string, agentUid: number | undefined, slots: 
   if (!m) return `DROVER_AGENT_RUN_AS_USER must be a numeric uid or uid:gid, got ${JSON.stringify(raw)}`;
   const uid = Number(m[1]);
   const gid = m[2] === undefined ? undefined : Number(m[2]);
-  if (uid === 0 || gid === 0) return "DROVER_AGENT_RUN_AS_USER must not be root (uid or gid 0): runs would see everything the agent holds";
+  if (uid === 0 || gid === 0)
+    return "DROVER_AGENT_RUN_AS_USER must not be root (uid or gid 0): runs would see everything the agent holds";
   const last = uid + slots - 1;
   if (last > maxUid || (gid ?? 0) > maxUid) {
     return `DROVER_AGENT_RUN_AS_USER: uids ${uid}-${last} (one per job slot) go past ${maxUid}`;
@@ -37,7 +38,8 @@ export function parseRunUsers(raw: string, agentUid: number | undefined, slots: 
       "every process of a run uid is killed when a job ends, so choose a range no one else uses"
     );
   }
-  if (agentUid !== 0) return "DROVER_AGENT_RUN_AS_USER needs the agent to run as root (it starts runs as that user); run the agent as root or unset it";
+  if (agentUid !== 0)
+    return "DROVER_AGENT_RUN_AS_USER needs the agent to run as root (it starts runs as that user); run the agent as root or unset it";
   return Array.from({ length: slots }, (_, i) => ({ uid: uid + i, gid: gid ?? uid + i }));
 }
 

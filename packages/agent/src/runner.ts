@@ -12,7 +12,14 @@ export interface Runner {
   capture(
     command: string,
     args: string[],
-    options: { cwd: string; env: NodeJS.ProcessEnv; onStderr(chunk: Buffer): void; onSpawn?(pgid: number): void; uid?: number; gid?: number },
+    options: {
+      cwd: string;
+      env: NodeJS.ProcessEnv;
+      onStderr(chunk: Buffer): void;
+      onSpawn?(pgid: number): void;
+      uid?: number;
+      gid?: number;
+    },
   ): Promise<{ code: number; stdout: Buffer }>;
   /**
    * Set when steps do not see this process's PATH (a runner container): the engines its image
@@ -54,7 +61,14 @@ export const localRunner: Runner = {
   start: startProcess,
   async capture(command, args, options) {
     // Its own process group, killed when it exits, like every step (see startProcess).
-    const child = childProcess().spawn(command, args, { cwd: options.cwd, env: options.env, detached: true, stdio: ["ignore", "pipe", "pipe"], uid: options.uid, gid: options.gid });
+    const child = childProcess().spawn(command, args, {
+      cwd: options.cwd,
+      env: options.env,
+      detached: true,
+      stdio: ["ignore", "pipe", "pipe"],
+      uid: options.uid,
+      gid: options.gid,
+    });
     if (child.pid !== undefined) options.onSpawn?.(child.pid);
     child.on("exit", () => {
       if (child.pid !== undefined) killGroup(child.pid);

@@ -1,4 +1,18 @@
-import { closeSync, constants, fchmodSync, fstatSync, lstatSync, mkdirSync, openSync, readSync, renameSync, rmSync, symlinkSync, unlinkSync, writeSync } from "node:fs";
+import {
+  closeSync,
+  constants,
+  fchmodSync,
+  fstatSync,
+  lstatSync,
+  mkdirSync,
+  openSync,
+  readSync,
+  renameSync,
+  rmSync,
+  symlinkSync,
+  unlinkSync,
+  writeSync,
+} from "node:fs";
 import { randomBytes } from "node:crypto";
 import { isAbsolute, relative, sep } from "node:path";
 
@@ -47,7 +61,8 @@ export class SafeDir {
   /** A path the kernel resolves inside this directory, for one component `name`. */
   at(name: string): string {
     if (this.closed) throw new Error(`${this.label} was closed`);
-    if (!name || name === "." || name === ".." || name.includes("/") || name.includes("\0")) throw new UnsafePathError(`${this.label}/${name}`, "not a plain file name");
+    if (!name || name === "." || name === ".." || name.includes("/") || name.includes("\0"))
+      throw new UnsafePathError(`${this.label}/${name}`, "not a plain file name");
     return `/proc/self/fd/${this.fd}/${name}`;
   }
 
@@ -73,7 +88,8 @@ export class SafeDir {
             mkdirSync(current.at(part), 0o755);
           } catch (err) {
             if (errno(err) !== "EEXIST") throw err;
-            if (options.create === "fresh" && i === parts.length - 1) throw new UnsafePathError(`${current.label}/${part}`, "it already exists but must be new");
+            if (options.create === "fresh" && i === parts.length - 1)
+              throw new UnsafePathError(`${current.label}/${part}`, "it already exists but must be new");
           }
         }
         const label = `${current.label}/${part}`;
@@ -244,7 +260,8 @@ function openDir(path: string, label: string): number {
 /** The components of a relative path below a SafeDir; "..", "." and empty ones are refused. */
 function components(rel: string): string[] {
   const parts = rel.split("/");
-  if (isAbsolute(rel) || parts.some((p) => !p || p === "." || p === "..")) throw new UnsafePathError(rel, "not a plain relative path");
+  if (isAbsolute(rel) || parts.some((p) => !p || p === "." || p === ".."))
+    throw new UnsafePathError(rel, "not a plain relative path");
   return parts;
 }
 

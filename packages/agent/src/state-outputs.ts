@@ -21,5 +21,10 @@ export function outputsOfState(state: Buffer): Output[] | undefined {
   if (typeof parsed !== "object" || parsed === null) return undefined;
   const { version, outputs } = parsed as { version?: unknown; outputs?: unknown };
   if (version !== 4 || typeof outputs !== "object" || outputs === null || Array.isArray(outputs)) return undefined;
-  return Object.entries(outputs as Record<string, StateOutput>).map(([name, o]) => ({ name, sensitive: o.sensitive === true, type: o.type ?? null, value: o.value ?? null }));
+  return Object.entries(outputs as Record<string, StateOutput>).map(([name, o]) => ({
+    name,
+    sensitive: o.sensitive === true,
+    type: o.type ?? null,
+    value: o.value ?? null,
+  }));
 }

@@ -12,7 +12,14 @@ export interface CommonOptions {
 }
 
 export function withCommon(cmd: Command): Command {
-  return cmd.option("--url <url>", "server URL (DROVER_URL)").option("--token <token>", "API token (DROVER_TOKEN)").option("--json", "print JSON for scripts").option("--timeout <seconds>", `give up on an API call the server has not answered after this many seconds (DROVER_CLIENT_TIMEOUT_SECONDS, default ${settings.DROVER_CLIENT_TIMEOUT_SECONDS.default})`);
+  return cmd
+    .option("--url <url>", "server URL (DROVER_URL)")
+    .option("--token <token>", "API token (DROVER_TOKEN)")
+    .option("--json", "print JSON for scripts")
+    .option(
+      "--timeout <seconds>",
+      `give up on an API call the server has not answered after this many seconds (DROVER_CLIENT_TIMEOUT_SECONDS, default ${settings.DROVER_CLIENT_TIMEOUT_SECONDS.default})`,
+    );
 }
 
 /** The API client of a command: its settings and its per-call deadline. */
@@ -42,6 +49,10 @@ export function emit<T>(opts: CommonOptions, data: T, human: (d: T) => string): 
 export function table(headers: string[], rows: string[][]): string {
   if (rows.length === 0) return "(none)";
   const widths = headers.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
-  const line = (cells: string[]) => cells.map((c, i) => c.padEnd(widths[i] ?? 0)).join("  ").trimEnd();
+  const line = (cells: string[]) =>
+    cells
+      .map((c, i) => c.padEnd(widths[i] ?? 0))
+      .join("  ")
+      .trimEnd();
   return [line(headers), ...rows.map(line)].join("\n");
 }

@@ -7,14 +7,23 @@ import { VisibleControls } from "./visible.js";
  * Streams a run's logs as they are written (control characters made visible) — plan, then apply — until the run settles
  * (finished, or waiting for confirmation). Returns the run in its final state.
  */
-export async function followRun(api: DroverClient, runId: string, out: NodeJS.WritableStream, phases: Phase[] = ["plan", "apply"]): Promise<Run> {
+export async function followRun(
+  api: DroverClient,
+  runId: string,
+  out: NodeJS.WritableStream,
+  phases: Phase[] = ["plan", "apply"],
+): Promise<Run> {
   for (const phase of phases) {
     let offset = 0;
     const shown = new VisibleControls();
     for (;;) {
       const wait = Math.min(25_000, maxLongPollMs);
       // The server holds the read up to `wait`: the deadline starts counting after it.
-      const res = await api.exchange(routes.runLogs, { params: { id: runId }, query: { phase, offset, wait }, timeoutMs: api.timeoutMs + wait });
+      const res = await api.exchange(routes.runLogs, {
+        params: { id: runId },
+        query: { phase, offset, wait },
+        timeoutMs: api.timeoutMs + wait,
+      });
       await writeWithBackpressure(out, shown.push(res.result));
       offset = Number(res.headers[logHeaders.nextOffset] ?? offset);
       if (res.headers[logHeaders.complete] === "true") break;

@@ -1,4 +1,4 @@
-import { DroverError, logHeaders, routes, type DroverClient, type Phase } from "@drover/protocol";
+import { DroverError, logHeaders, routes, type DroverClient, type Phase, messageOf } from "@drover/protocol";
 import { once } from "node:events";
 import { VisibleControls } from "./visible.js";
 
@@ -23,23 +23,38 @@ export async function writeWithBackpressure(out: NodeJS.WritableStream, chunk: B
  * is complete or has no more bytes yet (the job still runs). Any failure part-way is a
  * `log_incomplete` error naming what was printed, so a truncated log never looks whole.
  */
-export async function printPhaseLog(api: DroverClient, runId: string, phase: Phase, out: NodeJS.WritableStream): Promise<PhaseRead> {
+export async function printPhaseLog(
+  api: DroverClient,
+  runId: string,
+  phase: Phase,
+  out: NodeJS.WritableStream,
+): Promise<PhaseRead> {
   let offset = 0;
   const shown = new VisibleControls();
   for (;;) {
     let res;
     try {
-      res = await api.exchange(routes.runLogs, { params: { id: runId }, query: { phase, offset, limit: logPageBytes } });
+      res = await api.exchange(routes.runLogs, {
+        params: { id: runId },
+        query: { phase, offset, limit: logPageBytes },
+      });
     } catch (err) {
       // A refused first request (no such run, bad token) is about the request, not the log.
       if (offset === 0 && err instanceof DroverError && err.status < 500) throw err;
-      const why = err instanceof Error ? err.message : String(err);
-      throw new DroverError("log_incomplete", `printed ${offset} bytes of the ${phase} log of run ${runId}, then the read failed: ${why}. Run \`drover run logs ${runId} --phase ${phase}\` again.`, { cause: err });
+      const why = messageOf(err);
+      throw new DroverError(
+        "log_incomplete",
+        `printed ${offset} bytes of the ${phase} log of run ${runId}, then the read failed: ${why}. Run \`drover run logs ${runId} --phase ${phase}\` again.`,
+        { cause: err },
+      );
     }
     const next = Number(res.headers[logHeaders.nextOffset]);
     const complete = res.headers[logHeaders.complete] === "true";
     if (!Number.isSafeInteger(next) || next !== offset + res.result.length) {
-      throw new DroverError("log_incomplete", `printed ${offset} bytes of the ${phase} log of run ${runId}, then the server answered an inconsistent offset (${String(res.headers[logHeaders.nextOffset])} after ${res.result.length} bytes from ${offset}). Run the command again; report it if it persists.`);
+      throw new DroverError(
+        "log_incomplete",
+        `printed ${offset} bytes of the ${phase} log of run ${runId}, then the server answered an inconsistent offset (${String(res.headers[logHeaders.nextOffset])} after ${res.result.length} bytes from ${offset}). Run the command again; report it if it persists.`,
+      );
     }
     await writeWithBackpressure(out, shown.push(res.result));
     offset = next;

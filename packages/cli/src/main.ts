@@ -14,7 +14,9 @@ if (agentRun) enterIdleHeapMode();
 const program = agentRun ? "../agent-bundle/program.js" : "./program.js";
 if (agentRun && !existsSync(new URL(program, import.meta.url))) {
   // tsc alone (`tsc -b`) does not write the bundle: say what builds it rather than fail on a module path.
-  process.stderr.write(`drover: the agent bundle is not built (${fileURLToPath(new URL(program, import.meta.url))} is missing). Run \`npm run build\` in the Drover repository, then try again.\n`);
+  process.stderr.write(
+    `drover: the agent bundle is not built (${fileURLToPath(new URL(program, import.meta.url))} is missing). Run \`npm run build\` in the Drover repository, then try again.\n`,
+  );
   process.exit(1);
 }
 if (agentRun) {
@@ -24,7 +26,9 @@ if (agentRun) {
   for (const pkg of ["protocol", "agent", "cli"]) {
     const info = new URL(`../../../${pkg}/dist/.tsbuildinfo`, import.meta.url);
     if (existsSync(info) && statSync(info).mtimeMs > bundle) {
-      process.stderr.write(`drover: the agent bundle is older than the compiled packages (${fileURLToPath(info)} was written after ${fileURLToPath(new URL(program, import.meta.url))}) (agent_bundle_stale) Run \`npm ci && npm run build\` in the Drover repository, then try again.\n`);
+      process.stderr.write(
+        `drover: the agent bundle is older than the compiled packages (${fileURLToPath(info)} was written after ${fileURLToPath(new URL(program, import.meta.url))}) (agent_bundle_stale) Run \`npm ci && npm run build\` in the Drover repository, then try again.\n`,
+      );
       process.exit(1);
     }
   }

@@ -37,4 +37,3 @@ export async function main(): Promise<void> {
     process.exitCode = process.exitCode && process.exitCode !== 0 ? process.exitCode : code;
   }
 }
-

@@ -1,4 +1,4 @@
-import { DroverError } from "@drover/protocol";
+import { DroverError, messageOf } from "@drover/protocol";
 import { readFileSync } from "node:fs";
 
 /*
@@ -20,9 +20,13 @@ export async function readSecret(source: string, what: string): Promise<string> 
   try {
     text = source === "-" ? await readStdin() : readFileSync(source, "utf8");
   } catch (err) {
-    throw new DroverError("bad_request", `cannot read the ${what} from ${source}: ${err instanceof Error ? err.message : String(err)}`);
+    throw new DroverError("bad_request", `cannot read the ${what} from ${source}: ${messageOf(err)}`);
   }
   const value = text.replace(/\r?\n$/, "");
-  if (value === "") throw new DroverError("bad_request", `the ${what} read from ${source === "-" ? "standard input" : source} is empty`);
+  if (value === "")
+    throw new DroverError(
+      "bad_request",
+      `the ${what} read from ${source === "-" ? "standard input" : source} is empty`,
+    );
   return value;
 }

@@ -1,4 +1,4 @@
-import { DroverError, SettingsSource } from "@drover/protocol";
+import { DroverError, SettingsSource, messageOf } from "@drover/protocol";
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { dirname, join } from "node:path";
@@ -23,7 +23,7 @@ export function readCredentials(env: NodeJS.ProcessEnv = process.env): Partial<S
     const parsed = JSON.parse(readFileSync(path, "utf8")) as Partial<Settings>;
     return { url: parsed.url, token: parsed.token };
   } catch (err) {
-    throw new DroverError("bad_request", `${path} is not valid JSON: ${err instanceof Error ? err.message : String(err)}; run \`drover login\` again`);
+    throw new DroverError("bad_request", `${path} is not valid JSON: ${messageOf(err)}; run \`drover login\` again`);
   }
 }
 
@@ -36,17 +36,24 @@ export function writeCredentials(settings: Settings, env: NodeJS.ProcessEnv = pr
 }
 
 /** The deadline of one API call in ms: --timeout, else DROVER_CLIENT_TIMEOUT_SECONDS, else 60 s. */
-export function resolveTimeoutMs(flags: { timeout?: string | undefined }, env: NodeJS.ProcessEnv = process.env): number {
+export function resolveTimeoutMs(
+  flags: { timeout?: string | undefined },
+  env: NodeJS.ProcessEnv = process.env,
+): number {
   return new SettingsSource(env, flags).get("DROVER_CLIENT_TIMEOUT_SECONDS") * 1000;
 }
 
 /** Flags first, then DROVER_URL / DROVER_TOKEN, then the credentials file. */
-export function resolveSettings(flags: { url?: string | undefined; token?: string | undefined }, env: NodeJS.ProcessEnv = process.env): Settings {
+export function resolveSettings(
+  flags: { url?: string | undefined; token?: string | undefined },
+  env: NodeJS.ProcessEnv = process.env,
+): Settings {
   const file = readCredentials(env);
   const src = new SettingsSource(env, flags);
   const url = src.get("DROVER_URL") ?? file.url;
   const token = src.get("DROVER_TOKEN") ?? file.token;
   if (!url) throw new DroverError("bad_request", "no server URL: pass --url, set DROVER_URL, or run `drover login`");
-  if (!token) throw new DroverError("unauthorized", "no API token: pass --token, set DROVER_TOKEN, or run `drover login`");
+  if (!token)
+    throw new DroverError("unauthorized", "no API token: pass --token, set DROVER_TOKEN, or run `drover login`");
   return { url: url.replace(/\/+$/, ""), token };
 }

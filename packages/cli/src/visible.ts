@@ -18,7 +18,8 @@ const unfinished = /(?:\r|\xc2|\xe2|\xe2\x80|\xe2\x81)$/;
 
 function visible(sequence: string): string {
   const b = [...sequence].map((c) => c.charCodeAt(0));
-  const code = b.length === 1 ? b[0]! : b.length === 2 ? b[1]! : ((b[0]! & 0x0f) << 12) | ((b[1]! & 0x3f) << 6) | (b[2]! & 0x3f);
+  const code =
+    b.length === 1 ? b[0]! : b.length === 2 ? b[1]! : ((b[0]! & 0x0f) << 12) | ((b[1]! & 0x3f) << 6) | (b[2]! & 0x3f);
   return `\\u{${code.toString(16)}}`;
 }
 

@@ -54,7 +54,14 @@ interface Entry {
   linkpath: string;
 }
 
-const typeByFlag: Record<string, EntryType> = { "0": "File", "\0": "File", "7": "File", "1": "Link", "2": "SymbolicLink", "5": "Directory" };
+const typeByFlag: Record<string, EntryType> = {
+  "0": "File",
+  "\0": "File",
+  "7": "File",
+  "1": "Link",
+  "2": "SymbolicLink",
+  "5": "Directory",
+};
 const typeNames: Record<string, string> = { "3": "CharacterDevice (device)", "4": "BlockDevice (device)", "6": "FIFO" };
 
 const invalid = (message: string) => new DroverError("invalid_archive", message);
@@ -99,7 +106,8 @@ function paxRecords(body: Buffer): Map<string, string> {
     const space = body.indexOf(0x20, at);
     if (space < 0) break;
     const len = Number(body.subarray(at, space).toString("ascii"));
-    if (!Number.isInteger(len) || len <= space - at || at + len > body.length) throw invalid("the archive has a malformed pax header");
+    if (!Number.isInteger(len) || len <= space - at || at + len > body.length)
+      throw invalid("the archive has a malformed pax header");
     const record = body.subarray(space + 1, at + len - 1).toString("utf8");
     const eq = record.indexOf("=");
     if (eq > 0) out.set(record.slice(0, eq), record.slice(eq + 1));
@@ -190,7 +198,11 @@ class TarWalker {
     if (!Number.isSafeInteger(size) || size < 0) throw invalid("the archive is corrupt: an entry has an invalid size");
     const padding = (512 - (size % 512)) % 512;
     if (flag === "x" || flag === "g" || flag === "L" || flag === "K") {
-      if (size > maxMetaBytes) throw new DroverError("payload_too_large", `the archive has a ${size}-byte extended header; the limit is ${maxMetaBytes}`);
+      if (size > maxMetaBytes)
+        throw new DroverError(
+          "payload_too_large",
+          `the archive has a ${size}-byte extended header; the limit is ${maxMetaBytes}`,
+        );
       this.meta = { kind: flag, body: Buffer.alloc(size), fill: 0, padding };
       if (size === 0) {
         this.meta = undefined;
@@ -210,12 +222,15 @@ class TarWalker {
     this.pax = new Map();
     this.longName = undefined;
     this.longLink = undefined;
-    if (!Number.isSafeInteger(realSize) || realSize < 0) throw invalid(`archive entry ${JSON.stringify(path)} has an invalid size`);
+    if (!Number.isSafeInteger(realSize) || realSize < 0)
+      throw invalid(`archive entry ${JSON.stringify(path)} has an invalid size`);
 
     const type = typeByFlag[flag];
     if (!type) {
       const what = typeNames[flag] ?? `entry of type ${JSON.stringify(flag)}`;
-      throw invalid(`archive entry ${JSON.stringify(path)} is a ${what}; only files, directories and links are allowed`);
+      throw invalid(
+        `archive entry ${JSON.stringify(path)} is a ${what}; only files, directories and links are allowed`,
+      );
     }
     const reason = unsafePathReason(path);
     if (reason) throw invalid(`archive entry ${JSON.stringify(path)} ${reason}`);
@@ -223,10 +238,19 @@ class TarWalker {
       if (type !== "Directory") throw invalid(`archive entry ${JSON.stringify(path)} replaces the archive root`);
     }
     // Only files carry data; a size on anything else would make readers disagree about where the next header is.
-    if (type !== "File" && realSize !== 0) throw invalid(`archive entry ${JSON.stringify(path)} is a ${type} with a size; the archive is corrupt`);
+    if (type !== "File" && realSize !== 0)
+      throw invalid(`archive entry ${JSON.stringify(path)} is a ${type} with a size; the archive is corrupt`);
     if (type === "SymbolicLink" || type === "Link") {
-      if (linkpath === "" || linkpath.includes("\0") || linkpath.startsWith("/") || /^[A-Za-z]:/.test(linkpath) || linkpath.startsWith("\\")) {
-        throw invalid(`archive link ${JSON.stringify(path)} points to ${JSON.stringify(linkpath)}, outside the archive`);
+      if (
+        linkpath === "" ||
+        linkpath.includes("\0") ||
+        linkpath.startsWith("/") ||
+        /^[A-Za-z]:/.test(linkpath) ||
+        linkpath.startsWith("\\")
+      ) {
+        throw invalid(
+          `archive link ${JSON.stringify(path)} points to ${JSON.stringify(linkpath)}, outside the archive`,
+        );
       }
       // The unpacker refuses any ".." in a hard link's target.
       const hardReason = type === "Link" ? unsafePathReason(linkpath) : undefined;
@@ -236,10 +260,14 @@ class TarWalker {
       }
     }
     this.entries.push({ path, type, linkpath });
-    if (this.entries.length > this.limits.maxEntries) throw new DroverError("payload_too_large", `the archive holds more than ${this.limits.maxEntries} entries`);
+    if (this.entries.length > this.limits.maxEntries)
+      throw new DroverError("payload_too_large", `the archive holds more than ${this.limits.maxEntries} entries`);
     this.unpackedBytes += realSize;
     if (this.unpackedBytes > this.limits.maxUnpackedBytes) {
-      throw new DroverError("payload_too_large", `the archive unpacks to more than ${this.limits.maxUnpackedBytes} bytes`);
+      throw new DroverError(
+        "payload_too_large",
+        `the archive unpacks to more than ${this.limits.maxUnpackedBytes} bytes`,
+      );
     }
     this.skip = realSize + ((512 - (realSize % 512)) % 512);
   }
@@ -296,7 +324,8 @@ function backslashEscape(from: string[], target: string): string | undefined {
   for (const part of target.split(/[\\/]/)) {
     if (part === "" || part === ".") continue;
     if (part !== "..") stack.push(part);
-    else if (stack.pop() === undefined) return "leaves the archive root when '\\' is read as a separator (as node-tar does)";
+    else if (stack.pop() === undefined)
+      return "leaves the archive root when '\\' is read as a separator (as node-tar does)";
   }
   return undefined;
 }
@@ -310,14 +339,20 @@ function checkLinks(entries: Entry[]): void {
     const p = parts(e.path);
     // A parent that is a link would make the unpacker write wherever that link points.
     for (let i = 1; i < p.length; i++) {
-      if (links.has(p.slice(0, i).join("/"))) throw invalid(`archive entry ${JSON.stringify(e.path)} lies under the link ${JSON.stringify(p.slice(0, i).join("/"))}`);
+      if (links.has(p.slice(0, i).join("/")))
+        throw invalid(
+          `archive entry ${JSON.stringify(e.path)} lies under the link ${JSON.stringify(p.slice(0, i).join("/"))}`,
+        );
     }
     if (e.type === "SymbolicLink" || e.type === "Link") {
       // Symlinks resolve against their own directory, hard links against the root.
       const from = e.type === "SymbolicLink" ? p.slice(0, -1) : [];
       const backslashed = e.type === "SymbolicLink" ? backslashEscape(from, e.linkpath) : undefined;
       const reason = escapeReason(from, e.linkpath, links) ?? backslashed;
-      if (reason) throw invalid(`archive link ${JSON.stringify(e.path)} points to ${JSON.stringify(e.linkpath)}, outside the archive: resolved through the archive's links it ${reason}`);
+      if (reason)
+        throw invalid(
+          `archive link ${JSON.stringify(e.path)} points to ${JSON.stringify(e.linkpath)}, outside the archive: resolved through the archive's links it ${reason}`,
+        );
     }
     if (e.type === "Link") {
       // link(2) would link the symlink itself, and the unpacker refuses a hard link whose target is or
@@ -347,7 +382,8 @@ export async function inspectArchive(
   limits: ArchiveLimits = defaultArchiveLimits,
   options: { timeoutMs?: number; signal?: AbortSignal } = {},
 ): Promise<ArchiveSummary> {
-  const tooLarge = (size: number) => new DroverError("payload_too_large", `the archive is ${size} bytes; the limit is ${limits.maxCompressedBytes}`);
+  const tooLarge = (size: number) =>
+    new DroverError("payload_too_large", `the archive is ${size} bytes; the limit is ${limits.maxCompressedBytes}`);
   const notGzip = () => invalid("the upload is not a gzip-compressed tar archive (tar.gz)");
   if (Buffer.isBuffer(archive)) {
     if (archive.length > limits.maxCompressedBytes) throw tooLarge(archive.length);
@@ -370,7 +406,10 @@ export async function inspectArchive(
         reject(err instanceof Error ? err : new Error(String(err)));
       } else resolve();
     };
-    const timer = setTimeout(() => done(invalid(`checking the archive took longer than ${timeoutMs} ms; upload a smaller configuration`)), timeoutMs);
+    const timer = setTimeout(
+      () => done(invalid(`checking the archive took longer than ${timeoutMs} ms; upload a smaller configuration`)),
+      timeoutMs,
+    );
     timer.unref();
     const onAbort = () => done(options.signal?.reason ?? new Error("aborted"));
     options.signal?.addEventListener("abort", onAbort, { once: true });

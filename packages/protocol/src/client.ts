@@ -60,7 +60,16 @@ export class ApiError extends DroverError {
   /** The `Retry-After` header, in ms, when the server sent one. */
   readonly retryAfterMs: number | undefined;
 
-  constructor(code: ErrorCode, message: string, options: { httpStatus: number; retryAfterMs?: number | undefined; details?: Record<string, unknown>; cause?: unknown }) {
+  constructor(
+    code: ErrorCode,
+    message: string,
+    options: {
+      httpStatus: number;
+      retryAfterMs?: number | undefined;
+      details?: Record<string, unknown>;
+      cause?: unknown;
+    },
+  ) {
     super(code, message, { details: options.details, cause: options.cause });
     this.name = "ApiError";
     this.httpStatus = options.httpStatus;
@@ -102,12 +111,20 @@ export function decodeErrorAnswer(what: string, answer: RawAnswer): ApiError {
   }
   if (typeof parsed === "object" && parsed !== null && !Array.isArray(parsed)) {
     const { error, message, ...details } = parsed as Record<string, unknown>;
-    if (isErrorCode(error) && typeof message === "string") return new ApiError(error, message, { httpStatus: answer.status, retryAfterMs, details });
+    if (isErrorCode(error) && typeof message === "string")
+      return new ApiError(error, message, { httpStatus: answer.status, retryAfterMs, details });
   }
   const code = codeByBareStatus[answer.status] ?? "unexpected_response";
   const snippet = answer.body.toString("utf8", 0, Math.min(answer.body.length, 200)).replace(/\s+/g, " ").trim();
-  const details = code === "state_locked" && typeof parsed === "object" && parsed !== null ? (parsed as Record<string, unknown>) : undefined;
-  return new ApiError(code, `${what} answered HTTP ${answer.status}${snippet ? `: ${snippet}` : ""}`, { httpStatus: answer.status, retryAfterMs, ...(details ? { details } : {}) });
+  const details =
+    code === "state_locked" && typeof parsed === "object" && parsed !== null
+      ? (parsed as Record<string, unknown>)
+      : undefined;
+  return new ApiError(code, `${what} answered HTTP ${answer.status}${snippet ? `: ${snippet}` : ""}`, {
+    httpStatus: answer.status,
+    retryAfterMs,
+    ...(details ? { details } : {}),
+  });
 }
 
 /** The HTTP client of the Drover API. */
@@ -122,7 +139,8 @@ export class DroverClient {
     this.baseUrl = options.baseUrl.replace(/\/+$/, "");
     this.token = options.token;
     this.timeoutMs = options.timeoutMs ?? defaultRequestTimeoutMs;
-    if (!Number.isFinite(this.timeoutMs) || this.timeoutMs <= 0) throw new Error(`a request deadline must be a positive number of ms, not ${this.timeoutMs}`);
+    if (!Number.isFinite(this.timeoutMs) || this.timeoutMs <= 0)
+      throw new Error(`a request deadline must be a positive number of ms, not ${this.timeoutMs}`);
     this.ownsDispatcher = options.dispatcher === undefined;
     this.dispatcher = options.dispatcher ?? new EnvHttpProxyAgent();
   }
@@ -133,11 +151,19 @@ export class DroverClient {
   }
 
   /** Like `call`, also returning the answer's status and headers (log reads need both). */
-  async exchange<R extends Route>(route: R, input: RequestOf<R>): Promise<{ result: ResultOf<R>; status: number; headers: RawAnswer["headers"] }> {
-    const loose = input as CallOptions & { params?: Record<string, string>; query?: Record<string, unknown>; body?: unknown };
+  async exchange<R extends Route>(
+    route: R,
+    input: RequestOf<R>,
+  ): Promise<{ result: ResultOf<R>; status: number; headers: RawAnswer["headers"] }> {
+    const loose = input as CallOptions & {
+      params?: Record<string, string>;
+      query?: Record<string, unknown>;
+      body?: unknown;
+    };
     let path = routePath(route, loose.params ?? {});
     const query = new URLSearchParams();
-    for (const [key, value] of Object.entries(loose.query ?? {})) if (value !== undefined) query.set(key, String(value));
+    for (const [key, value] of Object.entries(loose.query ?? {}))
+      if (value !== undefined) query.set(key, String(value));
     if ([...query.keys()].length > 0) path += `?${query.toString()}`;
     const headers: Record<string, string> = { ...loose.headers };
     let body: Buffer | string | undefined;
@@ -152,9 +178,14 @@ export class DroverClient {
     const answer = await this.request(route.method, path, { ...loose, headers, body });
     if (answer.status >= 400) throw decodeErrorAnswer(`${what} at ${this.baseUrl}`, answer);
     const spec = route.response;
-    const expected: number[] = spec.kind === "raw" && spec.emptyStatus !== undefined ? [spec.status, spec.emptyStatus] : [spec.status];
+    const expected: number[] =
+      spec.kind === "raw" && spec.emptyStatus !== undefined ? [spec.status, spec.emptyStatus] : [spec.status];
     if (!expected.includes(answer.status)) {
-      throw new ApiError("unexpected_response", `${what} at ${this.baseUrl} answered HTTP ${answer.status}, not ${expected.join(" or ")}`, { httpStatus: answer.status });
+      throw new ApiError(
+        "unexpected_response",
+        `${what} at ${this.baseUrl} answered HTTP ${answer.status}, not ${expected.join(" or ")}`,
+        { httpStatus: answer.status },
+      );
     }
     let result: unknown;
     if (spec.kind === "json") {
@@ -162,10 +193,18 @@ export class DroverClient {
       try {
         parsed = JSON.parse(answer.body.toString("utf8"));
       } catch (err) {
-        throw new ApiError("unexpected_response", `${what} at ${this.baseUrl} answered something that is not JSON`, { httpStatus: answer.status, cause: err });
+        throw new ApiError("unexpected_response", `${what} at ${this.baseUrl} answered something that is not JSON`, {
+          httpStatus: answer.status,
+          cause: err,
+        });
       }
       const checked = spec.schema.safeParse(parsed);
-      if (!checked.success) throw new ApiError("unexpected_response", `${what} at ${this.baseUrl} answered outside the API contract: ${checked.error.message}`, { httpStatus: answer.status });
+      if (!checked.success)
+        throw new ApiError(
+          "unexpected_response",
+          `${what} at ${this.baseUrl} answered outside the API contract: ${checked.error.message}`,
+          { httpStatus: answer.status },
+        );
       result = checked.data;
     } else if (spec.kind === "raw") {
       result = answer.body;
@@ -178,13 +217,26 @@ export class DroverClient {
    * express: tests that send malformed input on purpose. Unreachable or too slow is a
    * `server_unreachable` DroverError; the caller's abort rethrows its reason.
    */
-  async request(method: string, path: string, options: CallOptions & { body?: Buffer | string | undefined } = {}): Promise<RawAnswer> {
+  async request(
+    method: string,
+    path: string,
+    options: CallOptions & { body?: Buffer | string | undefined } = {},
+  ): Promise<RawAnswer> {
     const token = options.token ?? this.token;
-    const headers: Record<string, string> = { ...(token ? { authorization: `Bearer ${token}` } : {}), ...options.headers };
+    const headers: Record<string, string> = {
+      ...(token ? { authorization: `Bearer ${token}` } : {}),
+      ...options.headers,
+    };
     const timeoutMs = options.timeoutMs ?? this.timeoutMs;
     const limit = callDeadline(options.signal, timeoutMs);
     try {
-      const res = await request(this.baseUrl + path, { method: method as Dispatcher.HttpMethod, headers, body: options.body, dispatcher: this.dispatcher, signal: limit.signal });
+      const res = await request(this.baseUrl + path, {
+        method: method as Dispatcher.HttpMethod,
+        headers,
+        body: options.body,
+        dispatcher: this.dispatcher,
+        signal: limit.signal,
+      });
       // Read inside the deadline: a server that sends headers and then stalls is no answer either.
       const body = Buffer.from(await res.body.arrayBuffer());
       return { status: res.statusCode, headers: res.headers, body };
@@ -192,9 +244,17 @@ export class DroverClient {
       if (options.signal?.aborted) throw options.signal.reason ?? err;
       const at = `${method} ${path.split("?")[0]}`;
       if (limit.timedOut()) {
-        throw new ApiError("server_unreachable", `no answer from the Drover server at ${this.baseUrl} within ${timeoutMs} ms (${at})`, { httpStatus: 0, cause: err });
+        throw new ApiError(
+          "server_unreachable",
+          `no answer from the Drover server at ${this.baseUrl} within ${timeoutMs} ms (${at})`,
+          { httpStatus: 0, cause: err },
+        );
       }
-      throw new ApiError("server_unreachable", `cannot reach the Drover server at ${this.baseUrl} (${at}): ${describe(err)}`, { httpStatus: 0, cause: err });
+      throw new ApiError(
+        "server_unreachable",
+        `cannot reach the Drover server at ${this.baseUrl} (${at}): ${describe(err)}`,
+        { httpStatus: 0, cause: err },
+      );
     } finally {
       limit.dispose();
     }
@@ -216,7 +276,10 @@ function describe(err: unknown): string {
  * A signal that aborts when `parent` does or after `ms`. Linked by hand rather than with
  * AbortSignal.any so that the listener on a long-lived parent is removed when the call ends.
  */
-function callDeadline(parent: AbortSignal | undefined, ms: number): { signal: AbortSignal; timedOut(): boolean; dispose(): void } {
+function callDeadline(
+  parent: AbortSignal | undefined,
+  ms: number,
+): { signal: AbortSignal; timedOut(): boolean; dispose(): void } {
   const controller = new AbortController();
   let expired = false;
   const onParent = () => controller.abort(parent?.reason);

@@ -77,10 +77,13 @@ const statusByCode: Record<ErrorCode, number> = {
 
 /** What to do about an error of this code, when the message alone may not say it. */
 const defaultHints: Partial<Record<ErrorCode, string>> = {
-  server_unreachable: "Check the server URL (--url / DROVER_URL), that the server runs, and any proxy between (HTTPS_PROXY / NO_PROXY).",
-  unexpected_response: "The server answered outside the API contract: check that the URL points at a Drover server of the same version, not a proxy or another service.",
+  server_unreachable:
+    "Check the server URL (--url / DROVER_URL), that the server runs, and any proxy between (HTTPS_PROXY / NO_PROXY).",
+  unexpected_response:
+    "The server answered outside the API contract: check that the URL points at a Drover server of the same version, not a proxy or another service.",
   already_exists: "Pick another name, or use the existing one.",
-  job_already_started: "Another worker already started this job: this one must not run it. Nothing to do; the first worker reports the outcome (or the job ends as agent lost).",
+  job_already_started:
+    "Another worker already started this job: this one must not run it. Nothing to do; the first worker reports the outcome (or the job ends as agent lost).",
 };
 
 /** An error meant for a user or operator: a stable code, a message saying what to do. */
@@ -92,7 +95,11 @@ export class DroverError extends Error {
   /** A next step for the person reading the error (printed after the message). */
   readonly hint: string | undefined;
 
-  constructor(code: ErrorCode, message: string, options?: { cause?: unknown; details?: Record<string, unknown>; hint?: string }) {
+  constructor(
+    code: ErrorCode,
+    message: string,
+    options?: { cause?: unknown; details?: Record<string, unknown>; hint?: string },
+  ) {
     super(message, options?.cause === undefined ? undefined : { cause: options.cause });
     this.name = "DroverError";
     this.code = code;
@@ -110,4 +117,9 @@ export function statusForCode(code: ErrorCode): number {
 /** Whether a value is one of our error codes (used when decoding a server reply). */
 export function isErrorCode(value: unknown): value is ErrorCode {
   return typeof value === "string" && (errorCodes as readonly string[]).includes(value);
+}
+
+/** The message of anything thrown: an Error's message, otherwise its string form. */
+export function messageOf(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
 }

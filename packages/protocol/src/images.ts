@@ -8,8 +8,11 @@ import { z } from "zod";
  */
 
 const component = "[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*";
-const host = "(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?/)?";
-const referencePattern = new RegExp(`^${host}${component}(?:/${component})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$`);
+const host =
+  "(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?/)?";
+const referencePattern = new RegExp(
+  `^${host}${component}(?:/${component})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$`,
+);
 
 /** Whether `s` is a well-formed image reference (`[host[:port]/]path[:tag][@sha256:…]`, at most 255 characters). */
 export function isImageReference(s: string): boolean {
@@ -20,7 +23,10 @@ export function isImageReference(s: string): boolean {
 export const imageReferenceSchema = z
   .string()
   .max(255)
-  .refine(isImageReference, "must be an image reference such as registry.example.com/team/runner:1.2 (lower-case path, optional tag and @sha256 digest)");
+  .refine(
+    isImageReference,
+    "must be an image reference such as registry.example.com/team/runner:1.2 (lower-case path, optional tag and @sha256 digest)",
+  );
 
 /**
  * Whether `image` matches one of `patterns`: an exact reference, or a prefix ending in `*` that
@@ -37,5 +43,8 @@ export function isImagePattern(p: string): boolean {
   if (!p.endsWith("*")) return isImageReference(p);
   // The prefix must be the start of some valid reference: completing it with a name component makes one.
   const prefix = p.slice(0, -1);
-  return !prefix.includes("*") && (isImageReference(`${prefix}x`) || isImageReference(`${prefix}/x`) || isImageReference(prefix.replace(/[:@]$/, "")));
+  return (
+    !prefix.includes("*") &&
+    (isImageReference(`${prefix}x`) || isImageReference(`${prefix}/x`) || isImageReference(prefix.replace(/[:@]$/, "")))
+  );
 }

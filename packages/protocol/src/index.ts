@@ -13,6 +13,11 @@ export * from "./redact.js";
 export * from "./text.js";
 export * from "./versions.js";
 export * from "./client.js";
-export { EnvHttpProxyAgent, lazyHttp2, request as transportRequest, type TransportRequestOptions } from "./transport.js";
+export {
+  EnvHttpProxyAgent,
+  lazyHttp2,
+  request as transportRequest,
+  type TransportRequestOptions,
+} from "./transport.js";
 export * from "./tracing.js";
 export * from "./otlp-settings.js";

@@ -36,14 +36,20 @@ export const jobTransitions: { readonly [S in JobStatus]: readonly JobStatus[] }
 };
 
 /** Run statuses after which nothing more happens to the run. */
-export const terminalRunStatuses: readonly RunStatus[] = (Object.keys(runTransitions) as RunStatus[]).filter((s) => runTransitions[s].length === 0);
+export const terminalRunStatuses: readonly RunStatus[] = (Object.keys(runTransitions) as RunStatus[]).filter(
+  (s) => runTransitions[s].length === 0,
+);
 /** Job statuses after which the job holds nothing (its token and lease are gone). */
-export const finishedJobStatuses: readonly JobStatus[] = (Object.keys(jobTransitions) as JobStatus[]).filter((s) => jobTransitions[s].length === 0);
+export const finishedJobStatuses: readonly JobStatus[] = (Object.keys(jobTransitions) as JobStatus[]).filter(
+  (s) => jobTransitions[s].length === 0,
+);
 
 /** Job statuses in which an agent holds the job: its lease and its job token are live. */
 export const leasedJobStatuses: readonly JobStatus[] = ["assigned", "running"];
 /** Job statuses of a job not yet finished: queued, or held by an agent. */
-export const unfinishedJobStatuses: readonly JobStatus[] = (Object.keys(jobTransitions) as JobStatus[]).filter((s) => jobTransitions[s].length > 0);
+export const unfinishedJobStatuses: readonly JobStatus[] = (Object.keys(jobTransitions) as JobStatus[]).filter(
+  (s) => jobTransitions[s].length > 0,
+);
 
 /** Whether nothing more happens to a run in this status. */
 export function isTerminalRun(status: RunStatus): boolean {
@@ -66,7 +72,9 @@ export function isLeasedJob(status: JobStatus): boolean {
  * said, e.g. canceled by a force-cancel or errored when its pool token was revoked). Undefined
  * for any other failure: the job may still be the agent's.
  */
-export function jobTakenAway(err: unknown): { why: "superseded" } | { why: "finished"; status: JobStatus | undefined } | undefined {
+export function jobTakenAway(
+  err: unknown,
+): { why: "superseded" } | { why: "finished"; status: JobStatus | undefined } | undefined {
   if (!(err instanceof DroverError)) return undefined;
   if (err.code === "stale_attempt") return { why: "superseded" };
   if (err.code !== "job_finished") return undefined;

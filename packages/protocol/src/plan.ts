@@ -18,7 +18,11 @@ export function summarizePlan(planJson: unknown): PlanSummary {
   // Moves, imports and forgets change the state without an add, change or destroy: a plan of only
   // those must still be applied.
   let stateOnly = false;
-  const plan = planJson as { resource_changes?: unknown; output_changes?: Record<string, { actions?: unknown }>; applyable?: unknown } | null;
+  const plan = planJson as {
+    resource_changes?: unknown;
+    output_changes?: Record<string, { actions?: unknown }>;
+    applyable?: unknown;
+  } | null;
   const changes = plan?.resource_changes;
   if (Array.isArray(changes)) {
     for (const rc of changes as ResourceChange[]) {
@@ -26,11 +30,18 @@ export function summarizePlan(planJson: unknown): PlanSummary {
       if (actions.includes("create")) add++;
       if (actions.includes("delete")) destroy++;
       if (actions.includes("update")) change++;
-      if (actions.includes("forget") || rc.change?.importing != null || (typeof rc.previous_address === "string" && rc.previous_address !== rc.address)) stateOnly = true;
+      if (
+        actions.includes("forget") ||
+        rc.change?.importing != null ||
+        (typeof rc.previous_address === "string" && rc.previous_address !== rc.address)
+      )
+        stateOnly = true;
     }
   }
   const outputChanges = plan?.output_changes ?? {};
-  const outputsChange = Object.values(outputChanges).some((c) => Array.isArray(c.actions) && !(c.actions.length === 1 && c.actions[0] === "no-op"));
+  const outputsChange = Object.values(outputChanges).some(
+    (c) => Array.isArray(c.actions) && !(c.actions.length === 1 && c.actions[0] === "no-op"),
+  );
   // Newer terraform says itself whether the plan is worth applying; it is trusted only to add to what
   // the changes show, because a needless apply costs little and a skipped one loses the changes.
   const hasChanges = plan?.applyable === true || add + change + destroy > 0 || outputsChange || stateOnly;

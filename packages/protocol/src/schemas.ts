@@ -18,7 +18,10 @@ export const nameSchema = lazySchema("nameSchema", () =>
     .min(1)
     .max(90)
     .regex(/^[A-Za-z0-9][A-Za-z0-9_.-]*$/, "use letters, digits, '-', '_' and '.', starting with a letter or digit")
-    .refine((n) => !looksLikeId(n), "must not look like an id (<kind>-<16 characters>): lookups by id or name would be ambiguous"),
+    .refine(
+      (n) => !looksLikeId(n),
+      "must not look like an id (<kind>-<16 characters>): lookups by id or name would be ambiguous",
+    ),
 );
 
 // ---------- lifecycle unions ----------
@@ -60,7 +63,9 @@ export type Driver = z.infer<typeof driverSchema>;
 
 // ---------- resources ----------
 
-export const poolSchema = lazySchema("poolSchema", () => z.object({ id: z.string(), name: z.string(), createdAt: z.string() }));
+export const poolSchema = lazySchema("poolSchema", () =>
+  z.object({ id: z.string(), name: z.string(), createdAt: z.string() }),
+);
 export type Pool = z.infer<typeof poolSchema>;
 export const createPoolSchema = lazySchema("createPoolSchema", () => z.object({ name: nameSchema }));
 
@@ -75,9 +80,13 @@ export const poolTokenSchema = lazySchema("poolTokenSchema", () =>
   }),
 );
 export type PoolToken = z.infer<typeof poolTokenSchema>;
-export const createPoolTokenSchema = lazySchema("createPoolTokenSchema", () => z.object({ description: singleLineText(200).default("") }));
+export const createPoolTokenSchema = lazySchema("createPoolTokenSchema", () =>
+  z.object({ description: singleLineText(200).default("") }),
+);
 /** Returned once, at creation: the only time the secret is shown. */
-export const createdPoolTokenSchema = lazySchema("createdPoolTokenSchema", () => poolTokenSchema.extend({ token: z.string() }));
+export const createdPoolTokenSchema = lazySchema("createdPoolTokenSchema", () =>
+  poolTokenSchema.extend({ token: z.string() }),
+);
 
 export const userTokenSchema = lazySchema("userTokenSchema", () =>
   z.object({
@@ -99,7 +108,9 @@ export const createUserTokenSchema = lazySchema("createUserTokenSchema", () =>
   }),
 );
 /** Returned once, at creation: the only time the secret is shown. */
-export const createdUserTokenSchema = lazySchema("createdUserTokenSchema", () => userTokenSchema.extend({ token: z.string() }));
+export const createdUserTokenSchema = lazySchema("createdUserTokenSchema", () =>
+  userTokenSchema.extend({ token: z.string() }),
+);
 
 export const agentSchema = lazySchema("agentSchema", () =>
   z.object({
@@ -144,7 +155,9 @@ export const poolDemandSchema = lazySchema("poolDemandSchema", () =>
 );
 export type PoolDemand = z.infer<typeof poolDemandSchema>;
 /** Query of the demand endpoints: the agents' concurrency (default: the largest of the pool's online agents, else 1). */
-export const poolDemandQuerySchema = lazySchema("poolDemandQuerySchema", () => z.object({ jobsPerAgent: z.coerce.number().int().min(1).max(100).optional() }));
+export const poolDemandQuerySchema = lazySchema("poolDemandQuerySchema", () =>
+  z.object({ jobsPerAgent: z.coerce.number().int().min(1).max(100).optional() }),
+);
 
 export const workspaceSchema = lazySchema("workspaceSchema", () =>
   z.object({
@@ -168,7 +181,10 @@ const workingDirectorySchema = lazySchema("workingDirectorySchema", () =>
   z
     .string()
     .max(500)
-    .refine((d) => !d.startsWith("/") && !d.split("/").includes(".."), "the working directory must be a relative path inside the configuration"),
+    .refine(
+      (d) => !d.startsWith("/") && !d.split("/").includes(".."),
+      "the working directory must be a relative path inside the configuration",
+    ),
 );
 
 export const createWorkspaceSchema = lazySchema("createWorkspaceSchema", () =>
@@ -178,7 +194,12 @@ export const createWorkspaceSchema = lazySchema("createWorkspaceSchema", () =>
     engine: engineSchema.default("terraform"),
     engineVersion: engineVersionSchema.nullable().default(null),
     workingDirectory: workingDirectorySchema.default(""),
-    runnerImage: imageReferenceSchema.nullable().default(null).describe("docker driver: runner image of this workspace's runs; agents run it only if their DROVER_AGENT_DOCKER_ALLOWED_IMAGES allows it"),
+    runnerImage: imageReferenceSchema
+      .nullable()
+      .default(null)
+      .describe(
+        "docker driver: runner image of this workspace's runs; agents run it only if their DROVER_AGENT_DOCKER_ALLOWED_IMAGES allows it",
+      ),
     autoApply: z.boolean().default(false),
   }),
 );
@@ -272,7 +293,14 @@ export const createRunSchema = lazySchema("createRunSchema", () =>
     planOnly: z.boolean().default(false),
     isDestroy: z.boolean().default(false),
     autoApply: z.boolean().optional().describe("defaults to the workspace's setting"),
-    message: z.string().max(500).refine((m) => !hasControlChars(m.replace(/[\n\t]/g, "")), "must not contain control characters other than newlines and tabs").default(""),
+    message: z
+      .string()
+      .max(500)
+      .refine(
+        (m) => !hasControlChars(m.replace(/[\n\t]/g, "")),
+        "must not contain control characters other than newlines and tabs",
+      )
+      .default(""),
   }),
 );
 
@@ -322,7 +350,9 @@ export type StateVersion = z.infer<typeof stateVersionSchema>;
 
 export const listOf = <T extends z.ZodType>(item: T) => z.object({ items: z.array(item) });
 
-export const errorBodySchema = lazySchema("errorBodySchema", () => z.object({ error: z.string(), message: z.string() }).loose());
+export const errorBodySchema = lazySchema("errorBodySchema", () =>
+  z.object({ error: z.string(), message: z.string() }).loose(),
+);
 export type ErrorBody = z.infer<typeof errorBodySchema>;
 
 export const healthSchema = lazySchema("healthSchema", () =>
@@ -345,7 +375,10 @@ export const registerRequestSchema = lazySchema("registerRequestSchema", () =>
      * What this agent's version can do beyond the protocol's base (e.g. `plan-json-beside-apply`);
      * older agents send none, older servers strip it.
      */
-    capabilities: z.array(z.string().regex(/^[a-z0-9-]{1,60}$/)).max(20).optional(),
+    capabilities: z
+      .array(z.string().regex(/^[a-z0-9-]{1,60}$/))
+      .max(20)
+      .optional(),
   }),
 );
 /**
@@ -354,7 +387,9 @@ export const registerRequestSchema = lazySchema("registerRequestSchema", () =>
  */
 export const planJsonBesideApplyCapability = "plan-json-beside-apply";
 /** An apply job that could not render the plan JSON it was told to (decision 0041). */
-export const planJsonUnavailableSchema = lazySchema("planJsonUnavailableSchema", () => z.object({ message: singleLineText(500) }));
+export const planJsonUnavailableSchema = lazySchema("planJsonUnavailableSchema", () =>
+  z.object({ message: singleLineText(500) }),
+);
 
 export const registerResponseSchema = lazySchema("registerResponseSchema", () =>
   z.object({
@@ -421,7 +456,9 @@ export const jobAssignmentSchema = lazySchema("jobAssignmentSchema", () =>
   }),
 );
 export type JobAssignment = z.infer<typeof jobAssignmentSchema>;
-export const pollResponseSchema = lazySchema("pollResponseSchema", () => z.object({ job: jobAssignmentSchema.nullable() }));
+export const pollResponseSchema = lazySchema("pollResponseSchema", () =>
+  z.object({ job: jobAssignmentSchema.nullable() }),
+);
 
 export const jobHeartbeatResponseSchema = lazySchema("jobHeartbeatResponseSchema", () =>
   z.object({
@@ -440,11 +477,17 @@ export const jobVariableSchema = lazySchema("jobVariableSchema", () =>
   }),
 );
 export type JobVariable = z.infer<typeof jobVariableSchema>;
-export const jobVariablesResponseSchema = lazySchema("jobVariablesResponseSchema", () => z.object({ variables: z.array(jobVariableSchema) }));
+export const jobVariablesResponseSchema = lazySchema("jobVariablesResponseSchema", () =>
+  z.object({ variables: z.array(jobVariableSchema) }),
+);
 
-export const logAppendResponseSchema = lazySchema("logAppendResponseSchema", () => z.object({ offset: z.number().int() }));
+export const logAppendResponseSchema = lazySchema("logAppendResponseSchema", () =>
+  z.object({ offset: z.number().int() }),
+);
 
-export const jobOutcomeSchema = lazySchema("jobOutcomeSchema", () => z.enum(["succeeded", "failed", "canceled", "errored"]));
+export const jobOutcomeSchema = lazySchema("jobOutcomeSchema", () =>
+  z.enum(["succeeded", "failed", "canceled", "errored"]),
+);
 export type JobOutcome = z.infer<typeof jobOutcomeSchema>;
 export const finishJobSchema = lazySchema("finishJobSchema", () =>
   z.object({
@@ -464,7 +507,9 @@ export const finishJobSchema = lazySchema("finishJobSchema", () =>
  * server recognises a retried start as the same one and refuses a second process (decision 0028).
  */
 export const startJobSchema = lazySchema("startJobSchema", () => z.object({ starter: z.string().min(1).max(128) }));
-export const startJobResponseSchema = lazySchema("startJobResponseSchema", () => z.object({ runStatus: runStatusSchema }));
+export const startJobResponseSchema = lazySchema("startJobResponseSchema", () =>
+  z.object({ runStatus: runStatusSchema }),
+);
 
 // An output's name is printed by `drover output`: one a job uploads holding a control character
 // (a terminal escape) is refused. The response schema stays open, so names stored before still list.

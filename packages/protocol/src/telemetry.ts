@@ -1,4 +1,13 @@
-import { ROOT_CONTEXT, SpanStatusCode, trace, TraceFlags, ValueType, type Attributes, type Context, type Span } from "@opentelemetry/api";
+import {
+  ROOT_CONTEXT,
+  SpanStatusCode,
+  trace,
+  TraceFlags,
+  ValueType,
+  type Attributes,
+  type Context,
+  type Span,
+} from "@opentelemetry/api";
 import { emptyResource, resourceFromAttributes } from "@opentelemetry/resources";
 import {
   AggregationTemporality,
@@ -49,7 +58,12 @@ function parentContext(parent: SpanHandle | string | undefined): Context {
   if (typeof parent !== "string") return (parent as OtelSpanHandle).context ?? ROOT_CONTEXT;
   const m = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/.exec(parent);
   if (!m) return ROOT_CONTEXT;
-  return trace.setSpanContext(ROOT_CONTEXT, { traceId: m[1]!, spanId: m[2]!, traceFlags: parseInt(m[3]!, 16) & TraceFlags.SAMPLED, isRemote: true });
+  return trace.setSpanContext(ROOT_CONTEXT, {
+    traceId: m[1]!,
+    spanId: m[2]!,
+    traceFlags: parseInt(m[3]!, 16) & TraceFlags.SAMPLED,
+    isRemote: true,
+  });
 }
 
 interface OtelSpanHandle extends SpanHandle {
@@ -113,7 +127,8 @@ type SeriesType = "gauge" | "counter" | "histogram";
 
 function labelsOf(text: string | undefined): Attributes {
   const labels: Attributes = {};
-  for (const l of (text ?? "").matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) labels[l[1]!] = l[2]!.replace(/\\(.)/g, (_, c: string) => (c === "n" ? "\n" : c));
+  for (const l of (text ?? "").matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g))
+    labels[l[1]!] = l[2]!.replace(/\\(.)/g, (_, c: string) => (c === "n" ? "\n" : c));
   return labels;
 }
 
@@ -131,7 +146,8 @@ export function parseExposition(text: string): {
     const h = /^# HELP (\S+) (.*)$/.exec(line);
     if (h) help.set(h[1]!, h[2]!);
     const t = /^# TYPE (\S+) (\S+)$/.exec(line);
-    if (t && (t[2] === "gauge" || t[2] === "counter" || t[2] === "histogram")) types.set(t[1]!, { type: t[2], help: help.get(t[1]!) ?? "" });
+    if (t && (t[2] === "gauge" || t[2] === "counter" || t[2] === "histogram"))
+      types.set(t[1]!, { type: t[2], help: help.get(t[1]!) ?? "" });
     if (line === "" || line.startsWith("#")) continue;
     const s = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)/.exec(line);
     if (!s) continue;
@@ -171,21 +187,35 @@ class ExpositionProducer implements MetricProducer {
     const now = hrTime(Date.now());
     const metrics: MetricData[] = [];
     for (const [name, t] of types) {
-      const base = { descriptor: { name, description: t.help, unit: "", valueType: ValueType.DOUBLE }, aggregationTemporality: AggregationTemporality.CUMULATIVE };
-      const points = samples.filter((s) => s.name === name).map((s) => ({ startTime: this.started, endTime: now, attributes: s.labels, value: s.value }));
+      const base = {
+        descriptor: { name, description: t.help, unit: "", valueType: ValueType.DOUBLE },
+        aggregationTemporality: AggregationTemporality.CUMULATIVE,
+      };
+      const points = samples
+        .filter((s) => s.name === name)
+        .map((s) => ({ startTime: this.started, endTime: now, attributes: s.labels, value: s.value }));
       if (t.type === "gauge") metrics.push({ ...base, dataPointType: DataPointType.GAUGE, dataPoints: points });
-      else if (t.type === "counter") metrics.push({ ...base, dataPointType: DataPointType.SUM, isMonotonic: true, dataPoints: points });
+      else if (t.type === "counter")
+        metrics.push({ ...base, dataPointType: DataPointType.SUM, isMonotonic: true, dataPoints: points });
       else {
         const dataPoints = (histograms.get(name) ?? []).map((h) => {
           const boundaries = [...h.buckets.keys()].sort((x, y) => x - y);
           const cumulative = boundaries.map((b) => h.buckets.get(b)!);
           const counts = [...cumulative, h.count].map((c, i) => c - (i === 0 ? 0 : cumulative[i - 1]!));
-          return { startTime: this.started, endTime: now, attributes: h.labels, value: { buckets: { boundaries, counts }, sum: h.sum, count: h.count } };
+          return {
+            startTime: this.started,
+            endTime: now,
+            attributes: h.labels,
+            value: { buckets: { boundaries, counts }, sum: h.sum, count: h.count },
+          };
         });
         metrics.push({ ...base, dataPointType: DataPointType.HISTOGRAM, dataPoints });
       }
     }
-    return { resourceMetrics: { resource: emptyResource(), scopeMetrics: [{ scope: { name: "drover" }, metrics }] }, errors: [] };
+    return {
+      resourceMetrics: { resource: emptyResource(), scopeMetrics: [{ scope: { name: "drover" }, metrics }] },
+      errors: [],
+    };
   }
 }
 
@@ -213,10 +243,16 @@ function sampler(o: TelemetryOptions): Sampler {
  * `k8s.pod.name` and the like, not the `drover.*` ones that say which pool or agent this is),
  * then OTEL_SERVICE_NAME. Empty values are dropped.
  */
-export function resourceAttributes(o: Pick<TelemetryOptions, "resource" | "resourceAttributes" | "serviceName">): Record<string, string> {
+export function resourceAttributes(
+  o: Pick<TelemetryOptions, "resource" | "resourceAttributes" | "serviceName">,
+): Record<string, string> {
   const own = Object.entries(o.resource).filter((e): e is [string, string] => typeof e[1] === "string" && e[1] !== "");
   const operator = Object.entries(o.resourceAttributes ?? {}).filter(([k, v]) => v !== "" && !k.startsWith("drover."));
-  const merged: Record<string, string> = Object.fromEntries([...own, ...operator, ...own.filter(([k]) => k.startsWith("drover."))]);
+  const merged: Record<string, string> = Object.fromEntries([
+    ...own,
+    ...operator,
+    ...own.filter(([k]) => k.startsWith("drover.")),
+  ]);
   if (o.serviceName) merged["service.name"] = o.serviceName;
   return merged;
 }
@@ -228,13 +264,25 @@ export async function startTelemetry(o: TelemetryOptions): Promise<Telemetry> {
   let tracer: RunTracer = { start: () => ({ end: () => undefined, traceparent: () => "" }) };
   if (o.traces) {
     const ids = new PrimedIds();
-    const provider = new BasicTracerProvider({ resource, idGenerator: ids, sampler: sampler(o), spanProcessors: [new BatchSpanProcessor(await traceExporter(o), { scheduledDelayMillis: 1000 })] });
+    const provider = new BasicTracerProvider({
+      resource,
+      idGenerator: ids,
+      sampler: sampler(o),
+      spanProcessors: [new BatchSpanProcessor(await traceExporter(o), { scheduledDelayMillis: 1000 })],
+    });
     const t = provider.getTracer("drover");
     tracer = {
       start(name, parent, options = {}) {
         // Priming and starting happen in one synchronous stretch: no other span can take the ids.
         ids.next = options.ids;
-        const span = t.startSpan(name, { ...(options.startTime === undefined ? {} : { startTime: options.startTime }), ...(options.attributes ? { attributes: options.attributes } : {}) }, parentContext(parent));
+        const span = t.startSpan(
+          name,
+          {
+            ...(options.startTime === undefined ? {} : { startTime: options.startTime }),
+            ...(options.attributes ? { attributes: options.attributes } : {}),
+          },
+          parentContext(parent),
+        );
         ids.next = undefined;
         return handleOf(span);
       },

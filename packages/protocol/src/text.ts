@@ -23,5 +23,8 @@ export function escapeControlChars(text: string): string {
 
 /** A one-line free-text field (descriptions, versions): control characters are refused. */
 export function singleLineText(max: number) {
-  return z.string().max(max).refine((s) => !hasControlChars(s), "must not contain control characters (escape sequences, newlines, tabs)");
+  return z
+    .string()
+    .max(max)
+    .refine((s) => !hasControlChars(s), "must not contain control characters (escape sequences, newlines, tabs)");
 }

@@ -57,14 +57,16 @@ export function parsePoolToken(token: string): PoolTokenClaims {
   }
   const body = trimmed.slice(prefixes.pool.length);
   const dot = body.indexOf(".");
-  if (dot <= 0 || dot === body.length - 1) throw new DroverError("unauthorized", "malformed pool token: expected drv_p_<claims>.<secret>");
+  if (dot <= 0 || dot === body.length - 1)
+    throw new DroverError("unauthorized", "malformed pool token: expected drv_p_<claims>.<secret>");
   let parsed: unknown;
   try {
     parsed = JSON.parse(Buffer.from(body.slice(0, dot), "base64url").toString("utf8"));
   } catch (cause) {
     throw new DroverError("unauthorized", "malformed pool token: its claims are not base64url JSON", { cause });
   }
-  if (typeof parsed !== "object" || parsed === null) throw new DroverError("unauthorized", "malformed pool token: claims are not an object");
+  if (typeof parsed !== "object" || parsed === null)
+    throw new DroverError("unauthorized", "malformed pool token: claims are not an object");
   const { url, pool } = parsed as Record<string, unknown>;
   if (typeof url !== "string" || typeof pool !== "string") {
     throw new DroverError("unauthorized", "malformed pool token: claims lack url or pool");

@@ -25,7 +25,11 @@ export interface RunTracer {
    * `ids` fixes the span's (and, without a parent, the trace's) id: the server's job span is
    * named by the job so that every process can parent on it without asking.
    */
-  start(name: string, parent?: SpanHandle | string, options?: { startTime?: number; attributes?: SpanAttributes; ids?: { traceId: string; spanId: string } }): SpanHandle;
+  start(
+    name: string,
+    parent?: SpanHandle | string,
+    options?: { startTime?: number; attributes?: SpanAttributes; ids?: { traceId: string; spanId: string } },
+  ): SpanHandle;
 }
 
 const noopSpan: SpanHandle = { end: () => undefined, traceparent: () => "" };
@@ -84,4 +88,3 @@ export interface Telemetry {
   tracer: RunTracer;
   shutdown(): Promise<void>;
 }
-

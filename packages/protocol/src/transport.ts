@@ -20,7 +20,10 @@ const load = createRequire(import.meta.url);
  * HTTP(S)_PROXY fails (`connect is not a function`). Same assignment as the index's, so loading
  * both (a test's Agent) is harmless.
  */
-Object.assign((load("undici/lib/dispatcher/dispatcher.js") as { prototype: object }).prototype, load("undici/lib/api/index.js") as object);
+Object.assign(
+  (load("undici/lib/dispatcher/dispatcher.js") as { prototype: object }).prototype,
+  load("undici/lib/api/index.js") as object,
+);
 
 /*
  * undici's HTTP/2 client (client-h2.js, loaded by every Client) requires node:http2 when it
@@ -46,7 +49,8 @@ const http2Constants = {
 /** What undici's HTTP/2 client gets for node:http2: its constants, and Node's `connect` loaded on first call. */
 export const lazyHttp2 = {
   constants: http2Constants,
-  connect: ((...args: Parameters<typeof Http2.connect>) => (load("node:http2") as typeof Http2).connect(...args)) as typeof Http2.connect,
+  connect: ((...args: Parameters<typeof Http2.connect>) =>
+    (load("node:http2") as typeof Http2).connect(...args)) as typeof Http2.connect,
 };
 
 /** Runs `fn` (which loads undici's files) with `require("node:http2")` answered by lazyHttp2. */
@@ -64,16 +68,29 @@ function withLazyHttp2<T>(fn: () => T): T {
 }
 
 /** undici's EnvHttpProxyAgent: honours HTTP(S)_PROXY and NO_PROXY. */
-export const EnvHttpProxyAgent = withLazyHttp2(() => load("undici/lib/dispatcher/env-http-proxy-agent.js") as typeof EnvHttpProxyAgentClass);
+export const EnvHttpProxyAgent = withLazyHttp2(
+  () => load("undici/lib/dispatcher/env-http-proxy-agent.js") as typeof EnvHttpProxyAgentClass,
+);
 
-const requestOn = load("undici/lib/api/api-request.js") as (this: Dispatcher, options: Dispatcher.RequestOptions) => Promise<Dispatcher.ResponseData>;
+const requestOn = load("undici/lib/api/api-request.js") as (
+  this: Dispatcher,
+  options: Dispatcher.RequestOptions,
+) => Promise<Dispatcher.ResponseData>;
 
 /** Options of `request`: undici's, with the dispatcher required (there is no global one here). */
-export type TransportRequestOptions = Omit<Dispatcher.RequestOptions, "origin" | "path" | "method"> & { method?: Dispatcher.HttpMethod; dispatcher: Dispatcher };
+export type TransportRequestOptions = Omit<Dispatcher.RequestOptions, "origin" | "path" | "method"> & {
+  method?: Dispatcher.HttpMethod;
+  dispatcher: Dispatcher;
+};
 
 /** undici's `request(url, options)` on `options.dispatcher`: GET unless a method is given. */
 export function request(url: string | URL, options: TransportRequestOptions): Promise<Dispatcher.ResponseData> {
   const { dispatcher, method, ...rest } = options;
   const at = typeof url === "string" ? new URL(url) : url;
-  return requestOn.call(dispatcher, { ...rest, origin: at.origin, path: `${at.pathname}${at.search}`, method: method ?? "GET" });
+  return requestOn.call(dispatcher, {
+    ...rest,
+    origin: at.origin,
+    path: `${at.pathname}${at.search}`,
+    method: method ?? "GET",
+  });
 }

@@ -22,7 +22,10 @@ export function isVersionConstraint(v: string): boolean {
 export const engineVersionSchema = z
   .string()
   .max(60)
-  .refine((v) => isExactVersion(v) || isVersionConstraint(v), "must be a version such as 1.9.8 or a constraint such as '>= 1.6, < 2.0' or '~> 1.9'");
+  .refine(
+    (v) => isExactVersion(v) || isVersionConstraint(v),
+    "must be a version such as 1.9.8 or a constraint such as '>= 1.6, < 2.0' or '~> 1.9'",
+  );
 
 type Parsed = [number, number, number, string];
 

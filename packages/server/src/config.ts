@@ -1,4 +1,11 @@
-import { defaultArchiveLimits, InvalidSettingError, otlpSettings, SettingsSource, type ArchiveLimits, type OtlpSettings } from "@drover/protocol";
+import {
+  defaultArchiveLimits,
+  InvalidSettingError,
+  otlpSettings,
+  SettingsSource,
+  type ArchiveLimits,
+  type OtlpSettings,
+} from "@drover/protocol";
 import { resolve, join } from "node:path";
 import type { DatabaseLocation } from "./db/connect.js";
 import { minAdminTokenLength } from "./store/user-tokens.js";
@@ -55,7 +62,10 @@ export interface ServerFlags {
  */
 export function loadServerConfig(input: { env: NodeJS.ProcessEnv; flags?: ServerFlags }): ServerConfig {
   const flags = input.flags ?? {};
-  const src = new SettingsSource(input.env, { ...flags, port: flags.port === undefined ? undefined : String(flags.port) });
+  const src = new SettingsSource(input.env, {
+    ...flags,
+    port: flags.port === undefined ? undefined : String(flags.port),
+  });
   const dataDir = resolve(src.get("DROVER_DATA_DIR"));
   const host = src.get("DROVER_HOST");
   const port = src.get("DROVER_PORT");
@@ -76,19 +86,35 @@ export function loadServerConfig(input: { env: NodeJS.ProcessEnv; flags?: Server
   }
   const tlsCert = src.get("DROVER_TLS_CERT_FILE");
   const tlsKey = src.get("DROVER_TLS_KEY_FILE");
-  if (Boolean(tlsCert) !== Boolean(tlsKey)) throw new InvalidSettingError("DROVER_TLS_CERT_FILE", "set both DROVER_TLS_CERT_FILE and DROVER_TLS_KEY_FILE, or neither");
+  if (Boolean(tlsCert) !== Boolean(tlsKey))
+    throw new InvalidSettingError(
+      "DROVER_TLS_CERT_FILE",
+      "set both DROVER_TLS_CERT_FILE and DROVER_TLS_KEY_FILE, or neither",
+    );
   const scheme = tlsCert ? "https" : "http";
   const reachableHost = host === "0.0.0.0" || host === "::" ? "127.0.0.1" : host;
-  const publicUrl = (src.get("DROVER_PUBLIC_URL") ?? `${scheme}://${reachableHost.includes(":") ? `[${reachableHost}]` : reachableHost}:${port}`).replace(/\/+$/, "");
+  const publicUrl = (
+    src.get("DROVER_PUBLIC_URL") ??
+    `${scheme}://${reachableHost.includes(":") ? `[${reachableHost}]` : reachableHost}:${port}`
+  ).replace(/\/+$/, "");
   try {
     new URL(publicUrl);
   } catch {
     throw new InvalidSettingError("DROVER_PUBLIC_URL", `DROVER_PUBLIC_URL is not a URL: ${JSON.stringify(publicUrl)}`);
   }
-  const maxArchiveMb = src.getOr("DROVER_MAX_CONFIGURATION_MB", defaultArchiveLimits.maxCompressedBytes / (1024 * 1024));
+  const maxArchiveMb = src.getOr(
+    "DROVER_MAX_CONFIGURATION_MB",
+    defaultArchiveLimits.maxCompressedBytes / (1024 * 1024),
+  );
   const adminToken = flags.adminToken ?? src.get("DROVER_ADMIN_TOKEN");
-  if (adminToken !== undefined && (adminToken.length < minAdminTokenLength || new Set(adminToken).size < 8 || /\s/.test(adminToken))) {
-    throw new InvalidSettingError("DROVER_ADMIN_TOKEN", `DROVER_ADMIN_TOKEN is too weak: use at least ${minAdminTokenLength} random characters without spaces (for example \`openssl rand -base64 32\`)`);
+  if (
+    adminToken !== undefined &&
+    (adminToken.length < minAdminTokenLength || new Set(adminToken).size < 8 || /\s/.test(adminToken))
+  ) {
+    throw new InvalidSettingError(
+      "DROVER_ADMIN_TOKEN",
+      `DROVER_ADMIN_TOKEN is too weak: use at least ${minAdminTokenLength} random characters without spaces (for example \`openssl rand -base64 32\`)`,
+    );
   }
   return {
     host,

@@ -105,7 +105,10 @@ class PostgresBus extends LocalBus {
       if (lost) return;
       lost = true;
       if (this.listener !== client) return;
-      this.log.warn({ err: err ? describeError(err) : "connection ended" }, "event listener connection lost; reconnecting");
+      this.log.warn(
+        { err: err ? describeError(err) : "connection ended" },
+        "event listener connection lost; reconnecting",
+      );
       this.listener = undefined;
       client.end().catch(() => undefined);
       this.pool.health.suspect(err ? describeError(err) : "the event listener connection ended");
@@ -182,7 +185,11 @@ export function localEventBus(): EventBus {
  * A bus that also crosses server processes through PostgreSQL LISTEN/NOTIFY. NOTIFY goes
  * through `pool`; LISTEN holds its own connection, re-established with backoff when lost.
  */
-export async function postgresEventBus(pool: GuardedPgPool, settings: PgConnectionSettings, log: Logger): Promise<EventBus> {
+export async function postgresEventBus(
+  pool: GuardedPgPool,
+  settings: PgConnectionSettings,
+  log: Logger,
+): Promise<EventBus> {
   const bus = new PostgresBus(pool, settings, log);
   await bus.start();
   return bus;
@@ -192,7 +199,13 @@ export async function postgresEventBus(pool: GuardedPgPool, settings: PgConnecti
  * Resolves true when topic+key fires, false after `timeoutMs` or when `signal` aborts.
  * Subscribe *before* checking the condition you wait for, so no wake-up slips between.
  */
-export function waitForEvent(bus: EventBus, topic: Topic, key: string, timeoutMs: number, signal?: AbortSignal): { promise: Promise<boolean>; cancel: () => void } {
+export function waitForEvent(
+  bus: EventBus,
+  topic: Topic,
+  key: string,
+  timeoutMs: number,
+  signal?: AbortSignal,
+): { promise: Promise<boolean>; cancel: () => void } {
   let cancel = () => {};
   const promise = new Promise<boolean>((resolve) => {
     const done = (fired: boolean) => {

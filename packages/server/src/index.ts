@@ -8,7 +8,13 @@ export * as store from "./store/index.js";
 export { localEventBus, postgresEventBus, type EventBus } from "./events.js";
 export { DatabaseHealth, isConnectionError } from "./db/health.js";
 export { cachingStatements } from "./db/statement-cache.js";
-export { backstopPages, checkpointEveryBytes, startCheckpointer, startCheckpointWorker, walSizeLimitBytes } from "./db/checkpointer.js";
+export {
+  backstopPages,
+  checkpointEveryBytes,
+  startCheckpointer,
+  startCheckpointWorker,
+  walSizeLimitBytes,
+} from "./db/checkpointer.js";
 export { openApiDocument, openApiPath } from "./http/openapi.js";
 export type { AppOptions } from "./http/app.js";
 export { registrar, answered, type Registrar, type ServeOptions } from "./http/serve.js";

@@ -108,7 +108,10 @@ export function createMetrics(ctx: StoreContext, options: MetricsOptions = { cac
     registers: both,
   });
   const poolGauges = (name: string, help: string, values: (a: Aggregates) => PoolCount[]) => {
-    for (const [target, label] of [[registry, "name"], [anonymousRegistry, "id"]] as const) {
+    for (const [target, label] of [
+      [registry, "name"],
+      [anonymousRegistry, "id"],
+    ] as const) {
       new Gauge({
         name,
         help,
@@ -123,7 +126,11 @@ export function createMetrics(ctx: StoreContext, options: MetricsOptions = { cac
     }
   };
   poolGauges("drover_queue_depth", "Jobs queued and waiting for an agent, per pool", (a) => a.queueDepth);
-  poolGauges("drover_pending_runs", "Runs waiting behind another run of their workspace, per pool", (a) => a.pendingRuns);
+  poolGauges(
+    "drover_pending_runs",
+    "Runs waiting behind another run of their workspace, per pool",
+    (a) => a.pendingRuns,
+  );
   new Gauge({
     name: "drover_agents",
     help: "Registered agents by status",
@@ -148,10 +155,19 @@ export function createMetrics(ctx: StoreContext, options: MetricsOptions = { cac
   });
   // Demand signals for autoscalers.
   const demand = {
-    drover_pool_jobs_pending: ["Jobs that need an agent and have not started (queued + claimed-not-started), per pool", (d: PoolDemand) => d.pending],
+    drover_pool_jobs_pending: [
+      "Jobs that need an agent and have not started (queued + claimed-not-started), per pool",
+      (d: PoolDemand) => d.pending,
+    ],
     drover_pool_jobs_running: ["Jobs executing on an agent, per pool", (d: PoolDemand) => d.running],
-    drover_pool_runs_awaiting_confirmation: ["Runs with a plan waiting for confirmation (need no agent), per pool", (d: PoolDemand) => d.awaitingConfirmation],
-    drover_pool_desired_agents: ["Agents needed for the pending and running jobs, per pool (at the largest online agent's concurrency, else 1)", (d: PoolDemand) => d.desiredAgents],
+    drover_pool_runs_awaiting_confirmation: [
+      "Runs with a plan waiting for confirmation (need no agent), per pool",
+      (d: PoolDemand) => d.awaitingConfirmation,
+    ],
+    drover_pool_desired_agents: [
+      "Agents needed for the pending and running jobs, per pool (at the largest online agent's concurrency, else 1)",
+      (d: PoolDemand) => d.desiredAgents,
+    ],
   } as const;
   for (const [name, [help, value]] of Object.entries(demand)) {
     poolGauges(name, help, (a) => a.demand.map((d) => ({ pool: d.pool, n: value(d) })));

@@ -54,7 +54,8 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   const bus = events;
   db.health.onStall((gapMs) => log.warn({ gapMs }, "the database stalled; lease expiry waits one more lease TTL"));
   db.health.onChange((state) => {
-    if (state === "unavailable") log.error({ reason: db.health.lastError }, "database unavailable; API calls answer 503 until it returns");
+    if (state === "unavailable")
+      log.error({ reason: db.health.lastError }, "database unavailable; API calls answer 503 until it returns");
     else log.warn("database available again; lease expiry resumes after one lease TTL");
     // Long-polls end at once rather than sit on a dead database; after the return every waiter re-checks.
     bus.wakeAll();
@@ -64,7 +65,11 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     dialect: db.dialect,
     events,
     now: () => Date.now(),
-    settings: { leaseTtlMs: config.leaseTtlMs, agentTtlMs: config.agentTtlMs, heartbeatIntervalMs: config.heartbeatIntervalMs },
+    settings: {
+      leaseTtlMs: config.leaseTtlMs,
+      agentTtlMs: config.agentTtlMs,
+      heartbeatIntervalMs: config.heartbeatIntervalMs,
+    },
   };
   const presence = new AgentPresence(store);
   store.presence = presence;
@@ -103,7 +108,10 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     telemetry = await startTelemetryIfSet(
       config.otlp && {
         ...config.otlp,
-        resource: { "service.name": "drover-server", "k8s.pod.name": process.env.KUBERNETES_SERVICE_HOST ? hostname() : undefined },
+        resource: {
+          "service.name": "drover-server",
+          "k8s.pod.name": process.env.KUBERNETES_SERVICE_HOST ? hostname() : undefined,
+        },
         exposition: () => metrics.registry.metrics(),
       },
     );
@@ -112,7 +120,10 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     throw err;
   }
   let publicUrl = config.publicUrl;
-  const storageDir = config.database.kind === "sqlite" && config.database.path !== ":memory:" ? dirname(config.database.path) : undefined;
+  const storageDir =
+    config.database.kind === "sqlite" && config.database.path !== ":memory:"
+      ? dirname(config.database.path)
+      : undefined;
   const uploadDir = uploadDirOf(config.dataDir);
   try {
     await prepareUploadDir(uploadDir);
@@ -122,9 +133,38 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     throw err;
   }
   const validateResponses = options.validateResponses ?? config.validateResponses;
-  if (validateResponses) log.warn("diagnostics: every JSON answer is checked against the route table (DROVER_DIAGNOSTICS_VALIDATE_RESPONSES); one outside it is a 500");
-  const app = buildApp({ store, health: db.health, ...(storageDir === undefined ? {} : { storageDir }), archiveLimits: config.archiveLimits, maxPlanJsonBytes: config.maxPlanJsonBytes, maxJobLogBytes: config.maxJobLogBytes, metricsPublicNames: config.metricsPublicNames, uploadDir, publicUrl: () => publicUrl, shutdown: shutdown.signal, markActivity: () => {}, tracer: telemetry.tracer }, metrics, log, config.tls, { ...options, validateResponses });
-  const sweeper = startSweeper(store, log, config.sweepIntervalMs, db.health, config.forceCancelAfterMs, config.jobTokenRetentionMs);
+  if (validateResponses)
+    log.warn(
+      "diagnostics: every JSON answer is checked against the route table (DROVER_DIAGNOSTICS_VALIDATE_RESPONSES); one outside it is a 500",
+    );
+  const app = buildApp(
+    {
+      store,
+      health: db.health,
+      ...(storageDir === undefined ? {} : { storageDir }),
+      archiveLimits: config.archiveLimits,
+      maxPlanJsonBytes: config.maxPlanJsonBytes,
+      maxJobLogBytes: config.maxJobLogBytes,
+      metricsPublicNames: config.metricsPublicNames,
+      uploadDir,
+      publicUrl: () => publicUrl,
+      shutdown: shutdown.signal,
+      markActivity: () => {},
+      tracer: telemetry.tracer,
+    },
+    metrics,
+    log,
+    config.tls,
+    { ...options, validateResponses },
+  );
+  const sweeper = startSweeper(
+    store,
+    log,
+    config.sweepIntervalMs,
+    db.health,
+    config.forceCancelAfterMs,
+    config.jobTokenRetentionMs,
+  );
   try {
     // A fleet reconnecting at once (after a restart or a network blip) overflows the default
     // backlog of 511; dropped SYNs cost each agent a 1 s retransmit.

@@ -19,7 +19,14 @@ const offlineRetentionMs = 24 * 60 * 60 * 1000;
  * lease that lapsed while no server could record heartbeats says nothing about the agent, and
  * every healthy agent renews within that time.
  */
-export function startSweeper(ctx: StoreContext, log: Logger, intervalMs: number, health: DatabaseHealth, forceCancelAfterMs: number, tokenRetentionMs: number): { stop(): Promise<void> } {
+export function startSweeper(
+  ctx: StoreContext,
+  log: Logger,
+  intervalMs: number,
+  health: DatabaseHealth,
+  forceCancelAfterMs: number,
+  tokenRetentionMs: number,
+): { stop(): Promise<void> } {
   let running: Promise<void> | undefined;
   let stopped = false;
   let announcedGraceOf = -1;
@@ -34,7 +41,10 @@ export function startSweeper(ctx: StoreContext, log: Logger, intervalMs: number,
       if (upFor < ctx.settings.leaseTtlMs) {
         if (announcedGraceOf !== health.since) {
           announcedGraceOf = health.since;
-          log.info({ graceMs: ctx.settings.leaseTtlMs - upFor }, "lease expiry waits one lease TTL for agents to heartbeat (server start or database recovery)");
+          log.info(
+            { graceMs: ctx.settings.leaseTtlMs - upFor },
+            "lease expiry waits one lease TTL for agents to heartbeat (server start or database recovery)",
+          );
         }
         return;
       }

@@ -35,7 +35,12 @@ import { badRequest } from "./api/status-error.js";
 import { isObject } from "./api/types.js";
 import type { NodeTimings } from "./node/pod-worker.js";
 import { servingCert } from "./tls.js";
-import { ownerReferencesAdmission, podSecurityAdmission, rootCaConfigMap, serviceAccountAdmission } from "./api/admission.js";
+import {
+  ownerReferencesAdmission,
+  podSecurityAdmission,
+  rootCaConfigMap,
+  serviceAccountAdmission,
+} from "./api/admission.js";
 import { resourceQuotaAdmission } from "./api/quota-admission.js";
 import { sccUidAdmission } from "./api/scc-admission.js";
 import { RbacAuthorizer, TokenAuthority } from "./api/auth.js";
@@ -201,14 +206,17 @@ export async function startTestCluster(options: TestClusterOptions = {}): Promis
   const dataDir = options.dataDir ?? mkdtempSync(join(tmpdir(), "kube-test-cluster-"));
   mkdirSync(dataDir, { recursive: true });
   const errors: unknown[] = [];
-  const onError = options.onError ?? ((e: unknown) => {
-    errors.push(e);
-    if (process.env.KTC_DEBUG) console.error("kube-test-cluster:", e);
-  });
+  const onError =
+    options.onError ??
+    ((e: unknown) => {
+      errors.push(e);
+      if (process.env.KTC_DEBUG) console.error("kube-test-cluster:", e);
+    });
   const timings: ClusterTimings = { ...defaultTimings, ...(options.timings ?? {}) };
   const token = `ktc-${randomBytes(16).toString("hex")}`;
   const id = randomBytes(8).toString("hex");
-  const isolation: Isolation = options.isolation === undefined || options.isolation === "auto" ? detectIsolation() : options.isolation;
+  const isolation: Isolation =
+    options.isolation === undefined || options.isolation === "auto" ? detectIsolation() : options.isolation;
   const nodeName = options.nodeName ?? "ktc-node";
   const podIP = options.ipFamily === "IPv6" ? "::1" : "127.0.0.1";
 
@@ -219,10 +227,15 @@ export async function startTestCluster(options: TestClusterOptions = {}): Promis
   const nsType = api.type("", "namespaces");
   const saType = api.type("", "serviceaccounts");
   const cert = options.tls === false ? undefined : servingCert();
-  if (options.tls === true && !cert) throw new Error("kube-test-cluster: tls requested but the openssl CLI could not make a certificate");
+  if (options.tls === true && !cert)
+    throw new Error("kube-test-cluster: tls requested but the openssl CLI could not make a certificate");
   const tokens = new TokenAuthority(api, token);
   const authorizer = new RbacAuthorizer(api);
-  api.admission.push(serviceAccountAdmission(api), podSecurityAdmission(api), ownerReferencesAdmission(api, authorizer));
+  api.admission.push(
+    serviceAccountAdmission(api),
+    podSecurityAdmission(api),
+    ownerReferencesAdmission(api, authorizer),
+  );
   api.admission.push(sccUidAdmission(api), resourceQuotaAdmission(api));
   // The service-account and root-CA publisher controllers' visible effects: a "default"
   // ServiceAccount and the kube-root-ca.crt ConfigMap in every namespace.
@@ -230,7 +243,10 @@ export async function startTestCluster(options: TestClusterOptions = {}): Promis
     if (e.typeKey !== "/namespaces" || e.type !== "ADDED") return;
     const ns = e.object.metadata.name ?? "";
     setImmediate(() => {
-      for (const [t, body] of [[saType, { metadata: { name: "default" } }], [api.type("", "configmaps"), { metadata: { name: rootCaConfigMap }, data: { "ca.crt": cert?.cert ?? "" } }]] as const) {
+      for (const [t, body] of [
+        [saType, { metadata: { name: "default" } }],
+        [api.type("", "configmaps"), { metadata: { name: rootCaConfigMap }, data: { "ca.crt": cert?.cert ?? "" } }],
+      ] as const) {
         try {
           api.create(t, ns, body, { system: true });
         } catch (err) {
@@ -239,9 +255,30 @@ export async function startTestCluster(options: TestClusterOptions = {}): Promis
       }
     });
   });
-  api.create(api.type("rbac.authorization.k8s.io", "clusterroles"), undefined, { metadata: { name: "cluster-admin" }, rules: [{ apiGroups: ["*"], resources: ["*"], verbs: ["*"] }, { nonResourceURLs: ["*"], verbs: ["*"] }] }, { system: true });
-  api.create(api.type("rbac.authorization.k8s.io", "clusterrolebindings"), undefined, { metadata: { name: "cluster-admin" }, roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: "cluster-admin" }, subjects: [{ apiGroup: "rbac.authorization.k8s.io", kind: "Group", name: "system:masters" }] }, { system: true });
-  for (const ns of ["default", "kube-system", "kube-public", "kube-node-lease", ...(options.namespaces ?? [])]) api.create(nsType, undefined, { metadata: { name: ns } }, { system: true });
+  api.create(
+    api.type("rbac.authorization.k8s.io", "clusterroles"),
+    undefined,
+    {
+      metadata: { name: "cluster-admin" },
+      rules: [
+        { apiGroups: ["*"], resources: ["*"], verbs: ["*"] },
+        { nonResourceURLs: ["*"], verbs: ["*"] },
+      ],
+    },
+    { system: true },
+  );
+  api.create(
+    api.type("rbac.authorization.k8s.io", "clusterrolebindings"),
+    undefined,
+    {
+      metadata: { name: "cluster-admin" },
+      roleRef: { apiGroup: "rbac.authorization.k8s.io", kind: "ClusterRole", name: "cluster-admin" },
+      subjects: [{ apiGroup: "rbac.authorization.k8s.io", kind: "Group", name: "system:masters" }],
+    },
+    { system: true },
+  );
+  for (const ns of ["default", "kube-system", "kube-public", "kube-node-lease", ...(options.namespaces ?? [])])
+    api.create(nsType, undefined, { metadata: { name: ns } }, { system: true });
 
   const gc = new GarbageCollector(api, (_k, e) => onError(e));
   const namespaces = new NamespaceController(api, timings.namespaceRetryMs, (_k, e) => onError(e));
@@ -252,27 +289,34 @@ export async function startTestCluster(options: TestClusterOptions = {}): Promis
   const scheduler = new Scheduler(api, events, (_k, e) => onError(e));
   const images = new ImageCatalog(options.images ?? {}, options.unpullableImages ?? [], options.podman?.env, id);
   const nodeList: NodeOptions[] = options.nodes && options.nodes.length > 0 ? options.nodes : [{ name: nodeName }];
-  const hostRoot = (n: string): string => (n === nodeList[0]?.name ? join(dataDir, "host") : join(dataDir, "nodes", n, "host"));
+  const hostRoot = (n: string): string =>
+    n === nodeList[0]?.name ? join(dataDir, "host") : join(dataDir, "nodes", n, "host");
   const agents = new Map<string, NodeAgent>();
   for (const n of nodeList) {
-    agents.set(n.name, new NodeAgent({
-      api,
-      events,
-      images,
-      timings,
-      nodeName: n.name,
-      ...(n.labels ? { labels: n.labels } : {}),
-      ...(n.taints ? { taints: n.taints } : {}),
-      ...(n.allocatable ? { allocatable: n.allocatable } : {}),
-      isolation,
-      podIP,
-      dataDir,
-      baseEnv: options.baseEnv ?? { PATH: process.env.PATH ?? "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", HOME: "/root" },
-      apiPort: () => port,
-      serviceAccountToken: (ns, name) => tokens.issue(ns, name),
-      hostPathRoot: options.hostPaths === "real" ? undefined : hostRoot(n.name),
-      onError,
-    }));
+    agents.set(
+      n.name,
+      new NodeAgent({
+        api,
+        events,
+        images,
+        timings,
+        nodeName: n.name,
+        ...(n.labels ? { labels: n.labels } : {}),
+        ...(n.taints ? { taints: n.taints } : {}),
+        ...(n.allocatable ? { allocatable: n.allocatable } : {}),
+        isolation,
+        podIP,
+        dataDir,
+        baseEnv: options.baseEnv ?? {
+          PATH: process.env.PATH ?? "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+          HOME: "/root",
+        },
+        apiPort: () => port,
+        serviceAccountToken: (ns, name) => tokens.issue(ns, name),
+        hostPathRoot: options.hostPaths === "real" ? undefined : hostRoot(n.name),
+        onError,
+      }),
+    );
   }
   const agentFor = (ns: string, pod: string): NodeAgent => {
     const p = api.get(api.type("", "pods"), ns, pod);
@@ -284,7 +328,10 @@ export async function startTestCluster(options: TestClusterOptions = {}): Promis
   const nodeHooks: NodeHooks = {
     streamLog: (pod, container, opts, write, signal) => {
       const a = agents.get(isObject(pod.spec) ? String(pod.spec.nodeName ?? "") : "");
-      if (!a) throw badRequest(`container "${container}" in pod "${pod.metadata.name ?? ""}" is waiting to start: ContainerCreating`);
+      if (!a)
+        throw badRequest(
+          `container "${container}" in pod "${pod.metadata.name ?? ""}" is waiting to start: ContainerCreating`,
+        );
       return a.streamLog(pod, container, opts, write, signal);
     },
     evict: (ns, name, deleteOptions) => evictPod(api, ns, name, deleteOptions),
@@ -299,7 +346,9 @@ export async function startTestCluster(options: TestClusterOptions = {}): Promis
     ...(options.onRequest ? { onRequest: options.onRequest } : {}),
   });
   let port = 0;
-  const server = cert ? createHttpsServer({ cert: cert.cert, key: cert.key }, handler.handle) : createServer(handler.handle);
+  const server = cert
+    ? createHttpsServer({ cert: cert.cert, key: cert.key }, handler.handle)
+    : createServer(handler.handle);
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
     server.listen(0, "127.0.0.1", () => resolve());

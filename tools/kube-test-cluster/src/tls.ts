@@ -19,13 +19,35 @@ export function servingCert(): ServingCert | undefined {
   if (cached) return cached;
   const dir = mkdtempSync(join(tmpdir(), "ktc-tls-"));
   try {
-    const r = spawnSync("openssl", [
-      "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "30",
-      "-subj", "/CN=kube-test-cluster", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
-      "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,digitalSignature,keyCertSign",
-      "-addext", "extendedKeyUsage=serverAuth",
-      "-keyout", join(dir, "key.pem"), "-out", join(dir, "cert.pem"),
-    ], { stdio: "ignore", timeout: 20_000 });
+    const r = spawnSync(
+      "openssl",
+      [
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-days",
+        "30",
+        "-subj",
+        "/CN=kube-test-cluster",
+        "-addext",
+        "subjectAltName=IP:127.0.0.1,DNS:localhost",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,digitalSignature,keyCertSign",
+        "-addext",
+        "extendedKeyUsage=serverAuth",
+        "-keyout",
+        join(dir, "key.pem"),
+        "-out",
+        join(dir, "cert.pem"),
+      ],
+      { stdio: "ignore", timeout: 20_000 },
+    );
     if (r.status !== 0) return undefined;
     cached = { cert: readFileSync(join(dir, "cert.pem"), "utf8"), key: readFileSync(join(dir, "key.pem"), "utf8") };
     return cached;

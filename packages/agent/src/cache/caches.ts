@@ -1,3 +1,4 @@
+import { messageOf } from "@drover/protocol";
 import type { SettingsSource } from "@drover/protocol";
 import { join } from "node:path";
 import type { Logger } from "pino";
@@ -55,7 +56,10 @@ export interface Caches {
  * The HTTP client of the caches of a worker that has no AgentClient (a Kubernetes worker): the
  * same client the agent's own is, with the agent's connect deadline.
  */
-export function cacheDispatcher(caCertPem: string | undefined, connectMs = defaultClientTimeouts.connectMs): Dispatcher {
+export function cacheDispatcher(
+  caCertPem: string | undefined,
+  connectMs = defaultClientTimeouts.connectMs,
+): Dispatcher {
   return proxyDispatcher({ caCertPem, connectMs });
 }
 
@@ -65,13 +69,21 @@ export function cacheDispatcher(caCertPem: string | undefined, connectMs = defau
  * install what they need themselves, as with the cache disabled. `caCertPem` (DROVER_CA_CERT) is
  * what `dispatcher` trusts beside the default roots; the module cache's git trusts it too.
  */
-export function openCaches(s: CacheSettings, dispatcher: Dispatcher, logger: Logger, caCertPem: string | undefined): Caches {
+export function openCaches(
+  s: CacheSettings,
+  dispatcher: Dispatcher,
+  logger: Logger,
+  caCertPem: string | undefined,
+): Caches {
   const mb = 1024 * 1024;
   const open = <T>(name: string, make: () => T): T | undefined => {
     try {
       return make();
     } catch (err) {
-      logger.warn({ dir: join(s.cacheDir, name), err: err instanceof Error ? err.message : String(err) }, `the ${name} cache cannot be used: runs install their ${name} themselves`);
+      logger.warn(
+        { dir: join(s.cacheDir, name), err: messageOf(err) },
+        `the ${name} cache cannot be used: runs install their ${name} themselves`,
+      );
       return undefined;
     }
   };
@@ -84,21 +96,31 @@ export function openCaches(s: CacheSettings, dispatcher: Dispatcher, logger: Log
           return new ProviderCache({ dir, limitBytes, dispatcher, logger, allowMetadataAddresses });
         })
       : undefined,
-    modules: s.moduleCacheEnabled ? open("modules", () => new ModuleCache({
-            dir: join(s.cacheDir, "modules"),
-            limitBytes: s.moduleCacheSizeLimitMb * mb,
-            dispatcher,
-            logger,
-            caCertPem,
-            allowMetadataAddresses: s.cacheAllowMetadataAddresses,
-            allowLocalSources: s.moduleCacheLocalSources,
-          })) : undefined,
+    modules: s.moduleCacheEnabled
+      ? open(
+          "modules",
+          () =>
+            new ModuleCache({
+              dir: join(s.cacheDir, "modules"),
+              limitBytes: s.moduleCacheSizeLimitMb * mb,
+              dispatcher,
+              logger,
+              caCertPem,
+              allowMetadataAddresses: s.cacheAllowMetadataAddresses,
+              allowLocalSources: s.moduleCacheLocalSources,
+            }),
+        )
+      : undefined,
     engines: new EngineCache({
       dir: join(s.cacheDir, "engines"),
       limitBytes: s.binaryCacheSizeLimitMb * mb,
       dispatcher,
       logger,
-      releases: { terraform: s.engines.terraformReleasesUrl, tofu: s.engines.tofuReleasesUrl, tofuIndex: s.engines.tofuVersionsUrl },
+      releases: {
+        terraform: s.engines.terraformReleasesUrl,
+        tofu: s.engines.tofuReleasesUrl,
+        tofuIndex: s.engines.tofuVersionsUrl,
+      },
       signingKeys: [hashicorpReleaseKey, ...(s.engines.signingKeys === undefined ? [] : [s.engines.signingKeys])],
       trustedFingerprints: s.engines.trustedFingerprints,
       pathFallback: s.engines.pathFallback,

@@ -1,4 +1,17 @@
-import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmdirSync, rmSync, statSync, utimesSync, writeFileSync } from "node:fs";
+import { messageOf } from "@drover/protocol";
+import {
+  chmodSync,
+  existsSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmdirSync,
+  rmSync,
+  statSync,
+  utimesSync,
+  writeFileSync,
+} from "node:fs";
 import { createHash, randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import { dirname, join, relative } from "node:path";
@@ -108,7 +121,8 @@ const defaultStaleMs = 10 * 60_000;
 
 /** Whether `key` is a relative path of plain components. */
 function checkKey(key: string): void {
-  if (key.split("/").some((p) => !p || p === "." || p === ".." || p.includes("\0"))) throw new Error(`bad cache key ${key}`);
+  if (key.split("/").some((p) => !p || p === "." || p === ".." || p.includes("\0")))
+    throw new Error(`bad cache key ${key}`);
 }
 
 const digest = (key: string): string => createHash("sha256").update(key).digest("hex").slice(0, 40);
@@ -201,7 +215,16 @@ export class CacheStore<M> {
       const m = JSON.parse(readFileSync(metaPath, "utf8")) as MetaFile<M>;
       const path = join(this.root, key);
       if (m.key !== key || typeof m.h1 !== "string" || !existsSync(path)) return undefined;
-      const entry: Entry<M> = { key, path, metaPath, h1: m.h1, size: m.size, meta: m.meta, lastUsed: statSync(metaPath).mtimeMs, verified: undefined };
+      const entry: Entry<M> = {
+        key,
+        path,
+        metaPath,
+        h1: m.h1,
+        size: m.size,
+        meta: m.meta,
+        lastUsed: statSync(metaPath).mtimeMs,
+        verified: undefined,
+      };
       this.entries.set(key, entry);
       return entry;
     } catch {
@@ -246,19 +269,25 @@ export class CacheStore<M> {
     try {
       writeFileSync(this.holdPath(key), key);
     } catch (err) {
-      this.log.warn({ entry: key, err: err instanceof Error ? err.message : String(err) }, `${this.options.kind} cache: cannot record a hold; other processes sharing the cache may evict the entry`);
+      this.log.warn(
+        { entry: key, err: messageOf(err) },
+        `${this.options.kind} cache: cannot record a hold; other processes sharing the cache may evict the entry`,
+      );
     }
     // Holds of a live process stay fresh; a crashed one's go stale and stop protecting anything.
-    this.refresher ??= setInterval(() => {
-      const t = new Date(this.now());
-      for (const k of this.users.keys()) {
-        try {
-          utimesSync(this.holdPath(k), t, t);
-        } catch {
-          this.writeHold(k);
+    this.refresher ??= setInterval(
+      () => {
+        const t = new Date(this.now());
+        for (const k of this.users.keys()) {
+          try {
+            utimesSync(this.holdPath(k), t, t);
+          } catch {
+            this.writeHold(k);
+          }
         }
-      }
-    }, Math.max(1000, this.staleMs / 3)).unref();
+      },
+      Math.max(1000, this.staleMs / 3),
+    ).unref();
   }
 
   /** Keys other live processes hold (their hold files are fresh); stale ones are removed. */
@@ -290,7 +319,9 @@ export class CacheStore<M> {
     let p = this.inflight.get(key);
     const mine = !p;
     if (!p) {
-      p = this.ready(key, fill, AbortSignal.timeout(this.options.fillTimeoutMs ?? defaultFillTimeoutMs)).finally(() => this.inflight.delete(key));
+      p = this.ready(key, fill, AbortSignal.timeout(this.options.fillTimeoutMs ?? defaultFillTimeoutMs)).finally(() =>
+        this.inflight.delete(key),
+      );
       // A fill nobody waits for any more must not surface as an unhandled rejection.
       p.catch(() => undefined);
       this.inflight.set(key, p);
@@ -316,7 +347,11 @@ export class CacheStore<M> {
       // Another process may have filled (or replaced) it while this one waited for the lock.
       const current = this.read(key);
       if (current && (await this.usable(current))) return { entry: current, filled: false };
-      if (current ?? existing) this.log.warn({ entry: key }, `${this.options.kind} cache entry changed since it was verified; fetching it again`);
+      if (current ?? existing)
+        this.log.warn(
+          { entry: key },
+          `${this.options.kind} cache entry changed since it was verified; fetching it again`,
+        );
       this.discard(key);
       return { entry: await this.fill(key, fill, signal), filled: true };
     });
@@ -366,7 +401,10 @@ export class CacheStore<M> {
       if (age > this.staleMs) {
         // Its owner is gone. Should two processes break it at once, both fill; placing never
         // replaces a good entry, so the cost is one more download.
-        this.log.warn({ entry: key }, `${this.options.kind} cache: breaking a fill lock left by a process that is gone`);
+        this.log.warn(
+          { entry: key },
+          `${this.options.kind} cache: breaking a fill lock left by a process that is gone`,
+        );
         rmSync(lock, { force: true });
         continue;
       }
@@ -382,14 +420,17 @@ export class CacheStore<M> {
         signal.addEventListener("abort", onAbort, { once: true });
       });
     }
-    const touch = setInterval(() => {
-      try {
-        const t = new Date(this.now());
-        utimesSync(lock, t, t);
-      } catch {
-        // Broken by another process: it fills too, and placing keeps whichever is good.
-      }
-    }, Math.max(1000, this.staleMs / 3)).unref();
+    const touch = setInterval(
+      () => {
+        try {
+          const t = new Date(this.now());
+          utimesSync(lock, t, t);
+        } catch {
+          // Broken by another process: it fills too, and placing keeps whichever is good.
+        }
+      },
+      Math.max(1000, this.staleMs / 3),
+    ).unref();
     try {
       return await fn();
     } finally {
@@ -428,7 +469,16 @@ export class CacheStore<M> {
       chmodSync(path, 0o555);
       writeFileSync(join(work, "meta.json"), JSON.stringify({ key, h1, size, meta } satisfies MetaFile<M>));
       renameSync(join(work, "meta.json"), metaPath);
-      const entry: Entry<M> = { key, path, metaPath, h1, size, meta, lastUsed: this.now(), verified: treeFingerprint(path) };
+      const entry: Entry<M> = {
+        key,
+        path,
+        metaPath,
+        h1,
+        size,
+        meta,
+        lastUsed: this.now(),
+        verified: treeFingerprint(path),
+      };
       this.entries.set(key, entry);
       this.counters.bytes = [...this.entries.values()].reduce((n, e) => n + e.size, 0);
       this.log.info({ entry: key, bytes: size }, `${this.options.kind} cached`);
@@ -478,7 +528,9 @@ export class CacheStore<M> {
     this.scan();
     if (this.counters.bytes <= this.options.limitBytes) return;
     const foreign = this.foreignHolds();
-    const idle = [...this.entries.values()].filter((e) => !this.users.has(e.key) && !this.inflight.has(e.key) && !foreign.has(e.key)).sort((a, b) => a.lastUsed - b.lastUsed);
+    const idle = [...this.entries.values()]
+      .filter((e) => !this.users.has(e.key) && !this.inflight.has(e.key) && !foreign.has(e.key))
+      .sort((a, b) => a.lastUsed - b.lastUsed);
     for (const e of idle) {
       if (this.counters.bytes <= this.options.limitBytes) break;
       const trash = this.moveAway(e.path);

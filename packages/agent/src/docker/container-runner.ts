@@ -1,4 +1,11 @@
-import { DroverError, imageAllowed, isImageReference, type Engine, type JobAssignment } from "@drover/protocol";
+import {
+  DroverError,
+  imageAllowed,
+  isImageReference,
+  type Engine,
+  type JobAssignment,
+  messageOf,
+} from "@drover/protocol";
 import { chownSync, lchownSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import type { Logger } from "pino";
@@ -24,7 +31,14 @@ export const dockerLabels = {
 } as const;
 
 /** Where the run container sees its directories: the agent's paths are rewritten to these. */
-const inContainer = { exec: "/drover/exec", run: "/drover/run", bin: "/drover/bin", ca: "/drover/ca/ca.pem", hooks: "/drover/hooks", engine: "/drover/engine" };
+const inContainer = {
+  exec: "/drover/exec",
+  run: "/drover/run",
+  bin: "/drover/bin",
+  ca: "/drover/ca/ca.pem",
+  hooks: "/drover/hooks",
+  engine: "/drover/engine",
+};
 
 /** What the agent keeps of a job outside the container's reach, so a restarted agent can end its run. */
 export interface JobRecord {
@@ -42,11 +56,18 @@ export interface JobRecord {
  * naming an image the operator did not allow is refused rather than silently given the
  * default: its configuration may depend on what that image holds.
  */
-export function runnerImageFor(settings: Pick<DockerSettings, "image" | "allowedImages">, workspace: JobAssignment["workspace"]): string {
+export function runnerImageFor(
+  settings: Pick<DockerSettings, "image" | "allowedImages">,
+  workspace: JobAssignment["workspace"],
+): string {
   const wanted = workspace.runnerImage;
   if (wanted === null || wanted === settings.image) return settings.image;
   // The server validates it too; the agent does not lean on that for what it hands the daemon.
-  if (!isImageReference(wanted)) throw new DroverError("forbidden", `workspace ${workspace.name} names the runner image ${JSON.stringify(wanted)}, which is not an image reference`);
+  if (!isImageReference(wanted))
+    throw new DroverError(
+      "forbidden",
+      `workspace ${workspace.name} names the runner image ${JSON.stringify(wanted)}, which is not an image reference`,
+    );
   if (!imageAllowed(wanted, settings.allowedImages)) {
     throw new DroverError(
       "forbidden",
@@ -136,7 +157,14 @@ export class ContainerJob implements Runner {
     // A leftover of the same attempt (an agent killed before it cleaned up) is never reused.
     rmSync(this.dir, { recursive: true, force: true });
     mkdirSync(join(this.dir, "bin"), { recursive: true, mode: 0o700 });
-    const record: JobRecord = { url: o.serverUrl, jobId: a.jobId, attempt: a.attempt, runId: a.runId, jobToken: a.jobToken, container: this.name };
+    const record: JobRecord = {
+      url: o.serverUrl,
+      jobId: a.jobId,
+      attempt: a.attempt,
+      runId: a.runId,
+      jobToken: a.jobToken,
+      container: this.name,
+    };
     writeFileSync(join(this.dir, "job.json"), JSON.stringify(record), { mode: 0o600 });
     writeFileSync(join(this.dir, "bin", "exec-loop.sh"), readFileSync(o.execLoopPath), { mode: 0o755 });
     for (const sub of ["exec", "run"]) {
@@ -150,7 +178,14 @@ export class ContainerJob implements Runner {
     }
     this.execHandle = SafeDir.open(join(this.dir, "exec"));
     this.runHandle = SafeDir.open(this.runBase);
-    this.loop = new ExecLoopRunner(inContainer.exec, this.execHandle, { path: this.runBase, handle: this.runHandle }, o.runnerStaleMs ?? 30_000, 100, this.owner);
+    this.loop = new ExecLoopRunner(
+      inContainer.exec,
+      this.execHandle,
+      { path: this.runBase, handle: this.runHandle },
+      o.runnerStaleMs ?? 30_000,
+      100,
+      this.owner,
+    );
     this.files = this.loop.files;
     this.loop.touchWorkerHeartbeat();
     this.heartbeat = setInterval(() => this.loop.touchWorkerHeartbeat(), 5_000);
@@ -175,7 +210,11 @@ export class ContainerJob implements Runner {
   private spec(): ContainerCreate {
     const s = this.o.settings;
     const a = this.o.assignment;
-    const binds = [`${join(this.dir, "exec")}:${inContainer.exec}:rw`, `${this.runBase}:${inContainer.run}:rw`, `${join(this.dir, "bin")}:${inContainer.bin}:ro`];
+    const binds = [
+      `${join(this.dir, "exec")}:${inContainer.exec}:rw`,
+      `${this.runBase}:${inContainer.run}:rw`,
+      `${join(this.dir, "bin")}:${inContainer.bin}:ro`,
+    ];
     if (this.o.taskCaCertPath) binds.push(`${this.o.taskCaCertPath}:${inContainer.ca}:ro`);
     if (this.o.hooksDir) binds.push(`${this.o.hooksDir}:${inContainer.hooks}:ro`);
     // The release's own directory in the agent's cache (already read-only files), mounted read-only.
@@ -231,7 +270,7 @@ export class ContainerJob implements Runner {
           if (signal.aborted) throw err;
           throw new DroverError(
             "not_found",
-            `the runner image ${image} is not on this Docker host and pulling it failed: ${err instanceof Error ? err.message : String(err)}. Pull or build it on the host, or set ${image === this.o.settings.image ? "DROVER_AGENT_DOCKER_IMAGE" : "the workspace's runner image"} to an image it has`,
+            `the runner image ${image} is not on this Docker host and pulling it failed: ${messageOf(err)}. Pull or build it on the host, or set ${image === this.o.settings.image ? "DROVER_AGENT_DOCKER_IMAGE" : "the workspace's runner image"} to an image it has`,
           );
         }
       }
@@ -248,14 +287,18 @@ export class ContainerJob implements Runner {
       void engine
         .follow(id, (stream, data) => this.containerOutput(stream, data), signal)
         .catch((err: unknown) => {
-          if (!signal.aborted) log.debug({ err: err instanceof Error ? err.message : String(err) }, "following the run container's output ended");
+          if (!signal.aborted) log.debug({ err: messageOf(err) }, "following the run container's output ended");
         });
       log.info({ container: this.name, image }, "run container started");
       return id;
     } catch (err) {
       if (err instanceof DroverError || signal.aborted) throw err;
-      const msg = err instanceof Error ? err.message : String(err);
-      if (err instanceof DockerApiError && err.status === 0) throw new DroverError("internal", `${msg}; check DROVER_AGENT_DOCKER_HOST and that the agent may use the socket`);
+      const msg = messageOf(err);
+      if (err instanceof DockerApiError && err.status === 0)
+        throw new DroverError(
+          "internal",
+          `${msg}; check DROVER_AGENT_DOCKER_HOST and that the agent may use the socket`,
+        );
       throw new DroverError("internal", `the run's container could not be started from ${image}: ${msg}`);
     }
   }
@@ -275,11 +318,15 @@ export class ContainerJob implements Runner {
       onExceeded: (used) => {
         const mib = (n: number) => Math.ceil(n / (1024 * 1024));
         this.overDisk = `out of disk: the run's files on the agent's host took ${mib(used)} MiB, past the docker driver's bound of ${mib(limitBytes)} MiB, and the run was stopped (raise DROVER_AGENT_DOCKER_DISK_MB, or have the run write less)`;
-        this.o.log.warn({ container: this.name, usedBytes: used, limitBytes }, "a run's directories outgrew DROVER_AGENT_DOCKER_DISK_MB; killing its container");
+        this.o.log.warn(
+          { container: this.name, usedBytes: used, limitBytes },
+          "a run's directories outgrew DROVER_AGENT_DOCKER_DISK_MB; killing its container",
+        );
         this.reportDiskExceeded(this.overDisk);
         if (this.id) void quietly(this.o.engine.kill(this.id, "SIGKILL"));
       },
-      onError: (err) => this.o.log.warn({ container: this.name, err: err instanceof Error ? err.message : String(err) }, "could not measure the run's directories"),
+      onError: (err) =>
+        this.o.log.warn({ container: this.name, err: messageOf(err) }, "could not measure the run's directories"),
     });
   }
 
@@ -310,7 +357,11 @@ export class ContainerJob implements Runner {
   }
 
   /** A step's end, with a lost or out-of-memory container turned into the reason. */
-  private async settle(result: { code: number | null; signal: NodeJS.Signals | null; failure?: string }): Promise<{ code: number | null; signal: NodeJS.Signals | null; failure?: string }> {
+  private async settle(result: {
+    code: number | null;
+    signal: NodeJS.Signals | null;
+    failure?: string;
+  }): Promise<{ code: number | null; signal: NodeJS.Signals | null; failure?: string }> {
     // A run that wrote past the bound faster than one interval is caught when its step ends.
     if (!this.overDisk) await this.diskWatch?.check();
     if (this.overDisk) return { code: null, signal: null, failure: this.overDisk };
@@ -324,7 +375,7 @@ export class ContainerJob implements Runner {
     try {
       await this.container();
     } catch (err) {
-      return err instanceof Error ? err.message : String(err);
+      return messageOf(err);
     }
     const why = await Promise.race([this.exited!, this.diskExceeded]);
     if (this.overDisk) return this.overDisk;
@@ -342,7 +393,10 @@ export class ContainerJob implements Runner {
   };
 
   private noEngineError(engine: string): DroverError {
-    return new DroverError("not_found", `the runner image ${this.image} has no ${engine} on its PATH: use an image that has one, or set the workspace's engineVersion so that the agent provides it`);
+    return new DroverError(
+      "not_found",
+      `the runner image ${this.image} has no ${engine} on its PATH: use an image that has one, or set the workspace's engineVersion so that the agent provides it`,
+    );
   }
 
   useEngine(path: string): string {
@@ -360,7 +414,11 @@ export class ContainerJob implements Runner {
   }
 
   start(command: string, args: string[], options: ProcessOptions): RunningProcess {
-    const proc = this.loop.start(this.translate(command), args.map((x) => this.translate(x)), { cwd: this.translate(options.cwd), env: this.translateEnv(options.env), onOutput: options.onOutput });
+    const proc = this.loop.start(
+      this.translate(command),
+      args.map((x) => this.translate(x)),
+      { cwd: this.translate(options.cwd), env: this.translateEnv(options.env), onOutput: options.onOutput },
+    );
     const lost = this.containerFailure().then((failure) => ({ code: null, signal: null, failure }));
     return {
       signal: (sig) => proc.signal(sig),
@@ -368,10 +426,21 @@ export class ContainerJob implements Runner {
     };
   }
 
-  async capture(command: string, args: string[], options: { cwd: string; env: NodeJS.ProcessEnv; onStderr(chunk: Buffer): void }): Promise<{ code: number; stdout: Buffer }> {
+  async capture(
+    command: string,
+    args: string[],
+    options: { cwd: string; env: NodeJS.ProcessEnv; onStderr(chunk: Buffer): void },
+  ): Promise<{ code: number; stdout: Buffer }> {
     const lost = this.containerFailure().then((why) => Promise.reject(new DroverError("internal", why)));
     lost.catch(() => {});
-    const r = await Promise.race([this.loop.capture(this.translate(command), args.map((x) => this.translate(x)), { cwd: this.translate(options.cwd), env: this.translateEnv(options.env), onStderr: options.onStderr }), lost]);
+    const r = await Promise.race([
+      this.loop.capture(
+        this.translate(command),
+        args.map((x) => this.translate(x)),
+        { cwd: this.translate(options.cwd), env: this.translateEnv(options.env), onStderr: options.onStderr },
+      ),
+      lost,
+    ]);
     if (!this.overDisk) await this.diskWatch?.check();
     if (this.overDisk) throw new DroverError("internal", this.overDisk);
     if (r.code !== 0 && (await this.outOfMemory())) throw new DroverError("internal", this.oomMessage());
@@ -396,7 +465,10 @@ export class ContainerJob implements Runner {
       try {
         await this.o.engine.remove(id, AbortSignal.timeout(30_000));
       } catch (err) {
-        this.o.log.warn({ container: this.name, err: err instanceof Error ? err.message : String(err) }, "could not remove the run container; a restarted agent removes it");
+        this.o.log.warn(
+          { container: this.name, err: messageOf(err) },
+          "could not remove the run container; a restarted agent removes it",
+        );
       }
     }
     this.loop.close();
@@ -405,7 +477,7 @@ export class ContainerJob implements Runner {
     try {
       rmSync(this.dir, { recursive: true, force: true });
     } catch (err) {
-      this.o.log.warn({ dir: this.dir, err: err instanceof Error ? err.message : String(err) }, "could not delete the job's directory");
+      this.o.log.warn({ dir: this.dir, err: messageOf(err) }, "could not delete the job's directory");
     }
   }
 }

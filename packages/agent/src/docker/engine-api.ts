@@ -1,3 +1,4 @@
+import { messageOf } from "@drover/protocol";
 import { createRequire } from "node:module";
 import type { Pool } from "undici";
 import type * as Undici from "undici";
@@ -74,7 +75,12 @@ export class DockerEngine {
     this.client = new UndiciPool("http://docker", { socketPath, headersTimeout: 0, bodyTimeout: 0 });
   }
 
-  private async call(method: "GET" | "POST" | "DELETE", path: string, signal: AbortSignal | undefined, body?: unknown): Promise<{ status: number; text: string }> {
+  private async call(
+    method: "GET" | "POST" | "DELETE",
+    path: string,
+    signal: AbortSignal | undefined,
+    body?: unknown,
+  ): Promise<{ status: number; text: string }> {
     let res;
     try {
       res = await this.client.request({
@@ -86,15 +92,24 @@ export class DockerEngine {
       });
     } catch (err) {
       if (signal?.aborted) throw err;
-      throw new DockerApiError(0, `cannot reach the Docker daemon at ${this.socketPath}: ${err instanceof Error ? err.message : String(err)}`, { cause: err });
+      throw new DockerApiError(0, `cannot reach the Docker daemon at ${this.socketPath}: ${messageOf(err)}`, {
+        cause: err,
+      });
     }
     const text = await res.body.text();
     return { status: res.statusCode, text };
   }
 
-  private async json<T>(method: "GET" | "POST" | "DELETE", path: string, signal: AbortSignal | undefined, body?: unknown, ok: number[] = [200, 201, 204]): Promise<T> {
+  private async json<T>(
+    method: "GET" | "POST" | "DELETE",
+    path: string,
+    signal: AbortSignal | undefined,
+    body?: unknown,
+    ok: number[] = [200, 201, 204],
+  ): Promise<T> {
     const { status, text } = await this.call(method, path, signal, body);
-    if (!ok.includes(status)) throw new DockerApiError(status, daemonMessage(text) ?? `${method} ${path} answered ${status}`);
+    if (!ok.includes(status))
+      throw new DockerApiError(status, daemonMessage(text) ?? `${method} ${path} answered ${status}`);
     return (text ? JSON.parse(text) : undefined) as T;
   }
 
@@ -105,7 +120,12 @@ export class DockerEngine {
 
   /** Creates a container; a missing image is a DockerApiError with status 404. */
   async create(name: string, spec: ContainerCreate, signal?: AbortSignal): Promise<string> {
-    const made = await this.json<{ Id: string }>("POST", `/containers/create?name=${encodeURIComponent(name)}`, signal, spec);
+    const made = await this.json<{ Id: string }>(
+      "POST",
+      `/containers/create?name=${encodeURIComponent(name)}`,
+      signal,
+      spec,
+    );
     return made.Id;
   }
 
@@ -141,7 +161,11 @@ export class DockerEngine {
 
   /** True when the image is on the daemon. */
   async hasImage(image: string, signal?: AbortSignal): Promise<boolean> {
-    const { status, text } = await this.call("GET", `/images/${image.split("/").map(encodeURIComponent).join("/")}/json`, signal);
+    const { status, text } = await this.call(
+      "GET",
+      `/images/${image.split("/").map(encodeURIComponent).join("/")}/json`,
+      signal,
+    );
     if (status === 200) return true;
     if (status === 404) return false;
     throw new DockerApiError(status, daemonMessage(text) ?? `looking up image ${image} answered ${status}`);
@@ -171,9 +195,21 @@ export class DockerEngine {
    * Follows the container's stdout and stderr (the multiplexed stream format of a container
    * without a TTY) until it stops or `signal` aborts; each frame goes to `onFrame`.
    */
-  async follow(id: string, onFrame: (stream: "stdout" | "stderr", data: Buffer) => void, signal: AbortSignal): Promise<void> {
-    const res = await this.client.request({ method: "GET", path: `/${apiVersion}/containers/${id}/logs?follow=true&stdout=true&stderr=true`, signal });
-    if (res.statusCode !== 200) throw new DockerApiError(res.statusCode, daemonMessage(await res.body.text()) ?? `following the logs of ${id} answered ${res.statusCode}`);
+  async follow(
+    id: string,
+    onFrame: (stream: "stdout" | "stderr", data: Buffer) => void,
+    signal: AbortSignal,
+  ): Promise<void> {
+    const res = await this.client.request({
+      method: "GET",
+      path: `/${apiVersion}/containers/${id}/logs?follow=true&stdout=true&stderr=true`,
+      signal,
+    });
+    if (res.statusCode !== 200)
+      throw new DockerApiError(
+        res.statusCode,
+        daemonMessage(await res.body.text()) ?? `following the logs of ${id} answered ${res.statusCode}`,
+      );
     const demux = new StreamDemuxer(onFrame);
     for await (const chunk of res.body) demux.push(chunk as Buffer);
   }

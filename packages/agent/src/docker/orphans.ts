@@ -1,3 +1,4 @@
+import { messageOf } from "@drover/protocol";
 import { readdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import type { Logger } from "pino";
@@ -6,7 +7,8 @@ import { dockerLabels, jobsDirName, type JobRecord } from "./container-runner.js
 import type { DockerEngine } from "./engine-api.js";
 
 /** The reason a run gets when its agent restarted under it. */
-export const restartedReason = "the agent restarted while the run was in progress: its container was removed and the run cannot be resumed";
+export const restartedReason =
+  "the agent restarted while the run was in progress: its container was removed and the run cannot be resumed";
 
 /**
  * Before a restarted docker-driver agent takes work: removes every container an earlier
@@ -15,10 +17,19 @@ export const restartedReason = "the agent restarted while the run was in progres
  * nothing can resume it. A job the server already ended elsewhere (lease expired) is left as
  * the server has it. Returns how many jobs were ended.
  */
-export async function reapDockerOrphans(engine: DockerEngine, dataDir: string, agentTag: string, caCertPem: string | undefined, log: Logger): Promise<number> {
+export async function reapDockerOrphans(
+  engine: DockerEngine,
+  dataDir: string,
+  agentTag: string,
+  caCertPem: string | undefined,
+  log: Logger,
+): Promise<number> {
   for (const c of await engine.list([`${dockerLabels.agentTag}=${agentTag}`])) {
     await engine.remove(c.Id);
-    log.warn({ container: c.Id.slice(0, 12), run: c.Labels?.[dockerLabels.runId], job: c.Labels?.[dockerLabels.jobId] }, "removed a run container an earlier process of this agent left behind");
+    log.warn(
+      { container: c.Id.slice(0, 12), run: c.Labels?.[dockerLabels.runId], job: c.Labels?.[dockerLabels.jobId] },
+      "removed a run container an earlier process of this agent left behind",
+    );
   }
   const base = join(dataDir, jobsDirName);
   let names: string[];
@@ -37,7 +48,10 @@ export async function reapDockerOrphans(engine: DockerEngine, dataDir: string, a
       ended++;
       log.warn({ job: record.jobId, run: record.runId }, `ended an orphaned run: ${restartedReason}`);
     } catch (err) {
-      log.info({ dir: name, err: err instanceof Error ? err.message : String(err) }, "an orphaned job's directory could not end its run (the server may have ended it already); removing it");
+      log.info(
+        { dir: name, err: messageOf(err) },
+        "an orphaned job's directory could not end its run (the server may have ended it already); removing it",
+      );
     }
     rmSync(dir, { recursive: true, force: true });
   }

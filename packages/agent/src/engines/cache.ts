@@ -3,7 +3,14 @@ import { join } from "node:path";
 import type * as OpenPgp from "openpgp";
 import type { Logger } from "pino";
 import type { Dispatcher } from "undici";
-import { DroverError, isExactVersion, isVersionConstraint, versionSatisfies, type Engine } from "@drover/protocol";
+import {
+  DroverError,
+  isExactVersion,
+  isVersionConstraint,
+  versionSatisfies,
+  type Engine,
+  messageOf,
+} from "@drover/protocol";
 import { CacheStore, untilAborted, type CacheCounters } from "../cache/store.js";
 import { mkdirReadable } from "../cache/tree.js";
 import { enginesOnPath, reportedVersion, type EngineBinary, type EngineFallback } from "../engine.js";
@@ -127,7 +134,15 @@ export class EngineCache {
   private get store(): CacheStore<ReleaseMeta> {
     if (!this.storeOnDisk) {
       const o = this.options;
-      this.storeOnDisk = new CacheStore<ReleaseMeta>({ dir: o.dir, entries: "releases", limitBytes: o.limitBytes, logger: o.logger, kind: "engine", fillTimeoutMs: this.downloadTimeoutMs, ...(o.now ? { now: o.now } : {}) });
+      this.storeOnDisk = new CacheStore<ReleaseMeta>({
+        dir: o.dir,
+        entries: "releases",
+        limitBytes: o.limitBytes,
+        logger: o.logger,
+        kind: "engine",
+        fillTimeoutMs: this.downloadTimeoutMs,
+        ...(o.now ? { now: o.now } : {}),
+      });
       mkdirReadable(this.versionsDir);
     }
     return this.storeOnDisk;
@@ -149,9 +164,17 @@ export class EngineCache {
    * `fallback` is where engines other than downloads are (default: this process's PATH); a
    * runner container passes its image's.
    */
-  async acquire(engine: Engine, wanted: string | null, signal: AbortSignal, fallback: EngineFallback = this.pathEngines): Promise<EngineLease> {
+  async acquire(
+    engine: Engine,
+    wanted: string | null,
+    signal: AbortSignal,
+    fallback: EngineFallback = this.pathEngines,
+  ): Promise<EngineLease> {
     if (wanted !== null && !isExactVersion(wanted) && !isVersionConstraint(wanted)) {
-      throw new DroverError("bad_request", `the workspace's ${engine} version ${JSON.stringify(wanted)} is not a version or a version constraint; fix the workspace's engineVersion`);
+      throw new DroverError(
+        "bad_request",
+        `the workspace's ${engine} version ${JSON.stringify(wanted)} is not a version or a version constraint; fix the workspace's engineVersion`,
+      );
     }
     if (wanted === null) {
       const first = (await fallback.engines(engine))[0];
@@ -167,16 +190,32 @@ export class EngineCache {
       if (!(err instanceof EngineError) || err.untrusted) throw err;
       const why = err.message.slice(err.reason.length + 2);
       if (!this.options.pathFallback) {
-        throw new EngineError(err.reason, `${why}; the agent does not fall back to a ${engine} ${fallback.where} (DROVER_AGENT_ENGINE_PATH_FALLBACK=false)`);
+        throw new EngineError(
+          err.reason,
+          `${why}; the agent does not fall back to a ${engine} ${fallback.where} (DROVER_AGENT_ENGINE_PATH_FALLBACK=false)`,
+        );
       }
       const there = await fallback.engines(engine);
       const found = there.find((b) => versionSatisfies(b.version, want));
       if (!found) {
         const versions = there.map((b) => b.version).join(", ") || "none";
-        throw new EngineError("engine_unavailable", `${why}; no ${engine} ${fallback.where} satisfies ${want} either (${fallback.where}: ${versions}): install it, make the releases reachable, or change the workspace's engineVersion`);
+        throw new EngineError(
+          "engine_unavailable",
+          `${why}; no ${engine} ${fallback.where} satisfies ${want} either (${fallback.where}: ${versions}): install it, make the releases reachable, or change the workspace's engineVersion`,
+        );
       }
-      this.options.logger.warn({ engine, wanted: want, path: found.path, reason: err.reason }, `engine not downloaded; using the one ${fallback.where}`);
-      return { ...found, downloaded: false, notes: [`${engine} ${want} not downloaded (${why}); using ${found.path} ${fallback.where === "on PATH" ? "from PATH" : `(${engine} ${found.version}) ${fallback.where}`} (DROVER_AGENT_ENGINE_PATH_FALLBACK)`], release: () => {} };
+      this.options.logger.warn(
+        { engine, wanted: want, path: found.path, reason: err.reason },
+        `engine not downloaded; using the one ${fallback.where}`,
+      );
+      return {
+        ...found,
+        downloaded: false,
+        notes: [
+          `${engine} ${want} not downloaded (${why}); using ${found.path} ${fallback.where === "on PATH" ? "from PATH" : `(${engine} ${found.version}) ${fallback.where}`} (DROVER_AGENT_ENGINE_PATH_FALLBACK)`,
+        ],
+        release: () => {},
+      };
     }
   }
 
@@ -184,13 +223,16 @@ export class EngineCache {
   private get pathEngines(): EngineFallback {
     return {
       where: "on PATH",
-      engines: async (engine) => enginesOnPath(engine, this.options.pathEnv).map((path) => ({ path, version: reportedVersion(path) })),
+      engines: async (engine) =>
+        enginesOnPath(engine, this.options.pathEnv).map((path) => ({ path, version: reportedVersion(path) })),
     };
   }
 
   private layout(engine: Engine): ReleaseLayout {
     const r = this.options.releases;
-    return engine === "terraform" ? releaseLayout("terraform", r.terraform) : releaseLayout("tofu", r.tofu, r.tofuIndex);
+    return engine === "terraform"
+      ? releaseLayout("terraform", r.terraform)
+      : releaseLayout("tofu", r.tofu, r.tofuIndex);
   }
 
   private async provide(engine: Engine, wanted: string, signal: AbortSignal): Promise<EngineLease> {
@@ -211,7 +253,10 @@ export class EngineCache {
     }
     version ??= newestSatisfying(offered, wanted);
     if (version === undefined || !offered.includes(version)) {
-      throw new EngineError("engine_version_missing", `${engine} ${wanted} is not among the releases at ${this.layout(engine).indexUrl} (newest offered: ${newestSatisfying(offered, ">= 0.0.0") ?? "none"})`);
+      throw new EngineError(
+        "engine_version_missing",
+        `${engine} ${wanted} is not among the releases at ${this.layout(engine).indexUrl} (newest offered: ${newestSatisfying(offered, ">= 0.0.0") ?? "none"})`,
+      );
     }
     const cached = await this.cached(engine, version, signal);
     if (cached) return cached;
@@ -236,7 +281,14 @@ export class EngineCache {
       return undefined;
     }
     if (!/^[0-9a-f]{64}$/.test(record.digest)) return undefined;
-    return this.install(engine, version, record.digest, this.layout(engine).archive(version, this.platform), undefined, signal);
+    return this.install(
+      engine,
+      version,
+      record.digest,
+      this.layout(engine).archive(version, this.platform),
+      undefined,
+      signal,
+    );
   }
 
   /** Versions the releases offer. */
@@ -246,7 +298,10 @@ export class EngineCache {
     try {
       doc = JSON.parse((await this.http.fetchBytes(url, indexLimit, signal)).toString("utf8"));
     } catch (err) {
-      throw new EngineError("engine_releases_unreachable", `the ${engine} releases cannot be listed: ${err instanceof SyntaxError ? `${url} did not answer JSON` : err instanceof Error ? err.message : String(err)}`);
+      throw new EngineError(
+        "engine_releases_unreachable",
+        `the ${engine} releases cannot be listed: ${err instanceof SyntaxError ? `${url} did not answer JSON` : messageOf(err)}`,
+      );
     }
     return this.layout(engine).versions(doc);
   }
@@ -256,7 +311,9 @@ export class EngineCache {
     let p = this.verifying.get(key);
     if (!p) {
       // Shared by every job that wants the version: one job's cancel does not end it for the others.
-      p = this.verifiedSums(engine, version, AbortSignal.timeout(this.downloadTimeoutMs)).finally(() => this.verifying.delete(key));
+      p = this.verifiedSums(engine, version, AbortSignal.timeout(this.downloadTimeoutMs)).finally(() =>
+        this.verifying.delete(key),
+      );
       this.verifying.set(key, p);
     }
     const { digest, archive, signer } = await untilAborted(p, signal);
@@ -267,7 +324,14 @@ export class EngineCache {
    * The release stored under `digest` (the archive's sha256 from a verified SHA256SUMS), held
    * for the job; downloaded and unpacked when the store lacks it or it changed.
    */
-  private async install(engine: Engine, version: string, digest: string, archive: string, signer: string | undefined, signal: AbortSignal): Promise<EngineLease> {
+  private async install(
+    engine: Engine,
+    version: string,
+    digest: string,
+    archive: string,
+    signer: string | undefined,
+    signal: AbortSignal,
+  ): Promise<EngineLease> {
     const url = this.layout(engine).url(version, archive);
     const sums = this.layout(engine).sums(version);
     const hold = this.store.hold(digest);
@@ -280,19 +344,43 @@ export class EngineCache {
           const zip = join(scratch, archive);
           let sha: string;
           try {
-            sha = await this.http.fetchArchive({ filename: archive, downloadUrl: url, shasum: digest, shasumsUrl: undefined, signatureUrl: undefined, armoredKeys: [] }, zip, this.maxArchiveBytes, shared);
+            sha = await this.http.fetchArchive(
+              {
+                filename: archive,
+                downloadUrl: url,
+                shasum: digest,
+                shasumsUrl: undefined,
+                signatureUrl: undefined,
+                armoredKeys: [],
+              },
+              zip,
+              this.maxArchiveBytes,
+              shared,
+            );
           } catch (err) {
-            if (err instanceof VerificationError) throw new EngineError("engine_archive_invalid", `${url}: ${err.message}`);
-            throw new EngineError("engine_releases_unreachable", `${engine} ${version} cannot be downloaded: ${err instanceof Error ? err.message : String(err)}`);
+            if (err instanceof VerificationError)
+              throw new EngineError("engine_archive_invalid", `${url}: ${err.message}`);
+            throw new EngineError(
+              "engine_releases_unreachable",
+              `${engine} ${version} cannot be downloaded: ${messageOf(err)}`,
+            );
           }
-          if (sha !== digest) throw new EngineError("engine_checksum_mismatch", `${url} has sha256 ${sha}, but the signed ${sums} lists ${digest}; nothing was installed or run`);
+          if (sha !== digest)
+            throw new EngineError(
+              "engine_checksum_mismatch",
+              `${url} has sha256 ${sha}, but the signed ${sums} lists ${digest}; nothing was installed or run`,
+            );
           try {
             unzipProvider(zip, tree, this.maxArchiveBytes);
           } catch (err) {
-            throw new EngineError("engine_archive_invalid", `${archive}: ${err instanceof Error ? err.message.replace(/provider archive/g, "archive") : String(err)}`);
+            throw new EngineError(
+              "engine_archive_invalid",
+              `${archive}: ${err instanceof Error ? err.message.replace(/provider archive/g, "archive") : String(err)}`,
+            );
           }
           const exe = join(tree, engine);
-          if (!existsSync(exe) || !lstatSync(exe).isFile()) throw new EngineError("engine_archive_invalid", `${archive} holds no ${engine} executable`);
+          if (!existsSync(exe) || !lstatSync(exe).isFile())
+            throw new EngineError("engine_archive_invalid", `${archive} holds no ${engine} executable`);
           return { engine, version, archive };
         },
         signal,
@@ -317,16 +405,23 @@ export class EngineCache {
   }
 
   /** The archive's sha256 as the signed SHA256SUMS lists it, once its signature is verified. */
-  private async verifiedSums(engine: Engine, version: string, signal: AbortSignal): Promise<{ digest: string; archive: string; signer: string }> {
+  private async verifiedSums(
+    engine: Engine,
+    version: string,
+    signal: AbortSignal,
+  ): Promise<{ digest: string; archive: string; signer: string }> {
     const layout = this.layout(engine);
     const get = async (file: string, limit: number): Promise<Buffer> => {
       try {
         return await this.http.fetchBytes(layout.url(version, file), limit, signal);
       } catch (err) {
         if (err instanceof RegistryUnavailable && / answered 404$/.test(err.message)) {
-          throw new EngineError("engine_version_missing", `${engine} ${version} has no ${file} at ${layout.url(version, file)}`);
+          throw new EngineError(
+            "engine_version_missing",
+            `${engine} ${version} has no ${file} at ${layout.url(version, file)}`,
+          );
         }
-        throw new EngineError("engine_releases_unreachable", `${engine} ${version}: ${err instanceof Error ? err.message : String(err)}`);
+        throw new EngineError("engine_releases_unreachable", `${engine} ${version}: ${messageOf(err)}`);
       }
     };
     const sums = await get(layout.sums(version), 1 << 20);
@@ -338,7 +433,11 @@ export class EngineCache {
       .split("\n")
       .map((l) => /^([0-9a-f]{64})\s+\*?(\S+)$/.exec(l.trim()))
       .find((m) => m?.[2] === archive);
-    if (!line?.[1]) throw new EngineError("engine_version_missing", `${engine} ${version} has no build for ${this.platform} (${archive} is not in its SHA256SUMS)`);
+    if (!line?.[1])
+      throw new EngineError(
+        "engine_version_missing",
+        `${engine} ${version} has no build for ${this.platform} (${archive} is not in its SHA256SUMS)`,
+      );
     return { digest: line[1], archive, signer };
   }
 
@@ -360,9 +459,14 @@ export class EngineCache {
       const sig = await openpgp.readSignature({ binarySignature: new Uint8Array(signature) });
       issuers = sig.getSigningKeyIDs().map((id) => id.toHex().toUpperCase());
     } catch (err) {
-      throw new EngineError("engine_signature_invalid", `the signature of the SHA256SUMS of ${what} cannot be read: ${err instanceof Error ? err.message : String(err)}`);
+      throw new EngineError(
+        "engine_signature_invalid",
+        `the signature of the SHA256SUMS of ${what} cannot be read: ${messageOf(err)}`,
+      );
     }
-    const keys = (await this.trustedKeys()).filter((k) => k.getKeyIDs().some((id) => issuers.includes(id.toHex().toUpperCase())));
+    const keys = (await this.trustedKeys()).filter((k) =>
+      k.getKeyIDs().some((id) => issuers.includes(id.toHex().toUpperCase())),
+    );
     const signer = keys[0];
     if (!signer) {
       throw new EngineError(
@@ -371,9 +475,14 @@ export class EngineCache {
       );
     }
     try {
-      await verifySignature(sums, signature, keys.map((k) => k.armor()), what);
+      await verifySignature(
+        sums,
+        signature,
+        keys.map((k) => k.armor()),
+        what,
+      );
     } catch (err) {
-      throw new EngineError("engine_signature_invalid", `${err instanceof Error ? err.message : String(err)}; nothing was downloaded or run`);
+      throw new EngineError("engine_signature_invalid", `${messageOf(err)}; nothing was downloaded or run`);
     }
     return signer.getFingerprint().toUpperCase();
   }

@@ -11,7 +11,12 @@ export type EngineFailure =
   | "engine_unavailable";
 
 /** Failures that are about trust: never answered by running another binary. */
-const verification = new Set<EngineFailure>(["engine_checksum_mismatch", "engine_signature_invalid", "engine_key_unknown", "engine_archive_invalid"]);
+const verification = new Set<EngineFailure>([
+  "engine_checksum_mismatch",
+  "engine_signature_invalid",
+  "engine_key_unknown",
+  "engine_archive_invalid",
+]);
 
 const codes: Record<EngineFailure, ErrorCode> = {
   engine_checksum_mismatch: "verification_failed",

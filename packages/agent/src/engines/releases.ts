@@ -52,6 +52,8 @@ export function releaseLayout(engine: Engine, baseUrl: string, indexUrl?: string
     sums: (v) => `tofu_${v}_SHA256SUMS`,
     signature: (v) => `tofu_${v}_SHA256SUMS.gpgsig`,
     versions: (doc) =>
-      ((doc as { versions?: Array<{ id?: unknown }> } | null)?.versions ?? []).map((v) => v.id).filter((v): v is string => typeof v === "string"),
+      ((doc as { versions?: Array<{ id?: unknown }> } | null)?.versions ?? [])
+        .map((v) => v.id)
+        .filter((v): v is string => typeof v === "string"),
   };
 }

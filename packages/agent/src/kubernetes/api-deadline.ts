@@ -11,23 +11,29 @@ export const defaultApiTimeoutMs = settings.DROVER_AGENT_KUBERNETES_API_TIMEOUT_
  * error path takes over) instead of stalling the loop that made it. Watches are not made here.
  * Failed calls reject with a KubeApiError naming the object acted on and the API's reason.
  */
-export function apiClientWithDeadline<T extends object>(kc: KubeConfig, type: new (config: Configuration) => T, timeoutMs: number): T {
+export function apiClientWithDeadline<T extends object>(
+  kc: KubeConfig,
+  type: new (config: Configuration) => T,
+  timeoutMs: number,
+): T {
   const cluster = kc.getCurrentCluster();
   if (!cluster) throw new Error("the kubeconfig has no current cluster");
-  return describingErrors(new type(
-    createConfiguration({
-      baseServer: new ServerConfiguration(cluster.server, {}),
-      authMethods: { default: kc },
-      promiseMiddleware: [
-        {
-          // AbortSignal.timeout's timer is unref'd and needs no cleanup; it also bounds reading the body.
-          pre: (context) => {
-            context.setSignal(AbortSignal.timeout(timeoutMs));
-            return Promise.resolve(context);
+  return describingErrors(
+    new type(
+      createConfiguration({
+        baseServer: new ServerConfiguration(cluster.server, {}),
+        authMethods: { default: kc },
+        promiseMiddleware: [
+          {
+            // AbortSignal.timeout's timer is unref'd and needs no cleanup; it also bounds reading the body.
+            pre: (context) => {
+              context.setSignal(AbortSignal.timeout(timeoutMs));
+              return Promise.resolve(context);
+            },
+            post: (response) => Promise.resolve(response),
           },
-          post: (response) => Promise.resolve(response),
-        },
-      ],
-    }),
-  ));
+        ],
+      }),
+    ),
+  );
 }

@@ -16,7 +16,10 @@ export class KubeApiError extends Error {
     readonly apiMessage: string,
     options?: { cause?: unknown },
   ) {
-    super(`cannot ${action}: ${code === undefined ? "" : `${reason ?? "error"} (HTTP ${code}): `}${apiMessage}`, options);
+    super(
+      `cannot ${action}: ${code === undefined ? "" : `${reason ?? "error"} (HTTP ${code}): `}${apiMessage}`,
+      options,
+    );
     this.name = "KubeApiError";
   }
 }
@@ -38,13 +41,22 @@ const verbs: Record<string, string> = {
  * `getNamespacedCustomObject` (the kind is then the parameters' plural)…
  */
 export function describeCall(method: string, params: unknown): string {
-  const p = (params ?? {}) as { name?: unknown; namespace?: unknown; plural?: unknown; body?: { metadata?: { name?: unknown } } };
-  const m = /^(deleteCollection|create|read|list|replace|patch|delete|get)(Namespaced|Cluster)?(.*?)(Status|ForAllNamespaces)?$/.exec(method);
+  const p = (params ?? {}) as {
+    name?: unknown;
+    namespace?: unknown;
+    plural?: unknown;
+    body?: { metadata?: { name?: unknown } };
+  };
+  const m =
+    /^(deleteCollection|create|read|list|replace|patch|delete|get)(Namespaced|Cluster)?(.*?)(Status|ForAllNamespaces)?$/.exec(
+      method,
+    );
   const verb = m ? verbs[m[1]!]! : method;
   let kind = m?.[3] || method;
   if (/CustomObject$/.test(kind) && typeof p.plural === "string") kind = p.plural;
   if (m?.[1] === "list" || m?.[1] === "deleteCollection") kind = /s$/.test(kind) ? kind : `${kind}s`;
-  const name = typeof p.name === "string" ? p.name : typeof p.body?.metadata?.name === "string" ? p.body.metadata.name : undefined;
+  const name =
+    typeof p.name === "string" ? p.name : typeof p.body?.metadata?.name === "string" ? p.body.metadata.name : undefined;
   const status = m?.[4] === "Status" ? " status" : "";
   return `${verb} ${kind}${status}${name ? ` ${JSON.stringify(name)}` : ""}${typeof p.namespace === "string" ? ` in namespace ${JSON.stringify(p.namespace)}` : ""}`;
 }
@@ -61,7 +73,10 @@ function statusOf(body: unknown): { reason?: string; message?: string } | undefi
   }
   if (typeof value !== "object" || value === null) return undefined;
   const s = value as { reason?: unknown; message?: unknown };
-  return { reason: typeof s.reason === "string" ? s.reason : undefined, message: typeof s.message === "string" ? s.message : undefined };
+  return {
+    reason: typeof s.reason === "string" ? s.reason : undefined,
+    message: typeof s.message === "string" ? s.message : undefined,
+  };
 }
 
 /** `err` (from the call `action`) as a KubeApiError naming the object and the API's reason. */
@@ -70,10 +85,17 @@ export function kubeApiError(action: string, err: unknown): KubeApiError {
   const e = err as { code?: unknown; body?: unknown; message?: unknown; name?: unknown };
   if (typeof e.code === "number") {
     const status = statusOf(e.body);
-    return new KubeApiError(action, e.code, status?.reason, status?.message ?? "no Status in the answer", { cause: err });
+    return new KubeApiError(action, e.code, status?.reason, status?.message ?? "no Status in the answer", {
+      cause: err,
+    });
   }
   // No answer: the deadline (an AbortError/TimeoutError) or the transport's own error.
-  const message = e.name === "TimeoutError" || e.name === "AbortError" ? "the API server did not answer in time" : err instanceof Error ? err.message.split("\n")[0]! : String(err);
+  const message =
+    e.name === "TimeoutError" || e.name === "AbortError"
+      ? "the API server did not answer in time"
+      : err instanceof Error
+        ? err.message.split("\n")[0]!
+        : String(err);
   return new KubeApiError(action, undefined, undefined, message, { cause: err });
 }
 

@@ -1,5 +1,28 @@
-import { BatchV1Api, CoordinationV1Api, CoreV1Api, CustomObjectsApi, KubeConfig, RbacAuthorizationV1Api, type CoreV1Event, type KubernetesListObject, type KubernetesObject, type V1Job, type V1JobSpec, type V1Pod } from "@kubernetes/client-node";
-import { DroverError, jobAssignmentSchema, jobTakenAway, noopTracer, SettingsSource, startTelemetryIfSet, type JobAssignment, type RunTracer } from "@drover/protocol";
+import {
+  BatchV1Api,
+  CoordinationV1Api,
+  CoreV1Api,
+  CustomObjectsApi,
+  KubeConfig,
+  RbacAuthorizationV1Api,
+  type CoreV1Event,
+  type KubernetesListObject,
+  type KubernetesObject,
+  type V1Job,
+  type V1JobSpec,
+  type V1Pod,
+} from "@kubernetes/client-node";
+import {
+  DroverError,
+  jobAssignmentSchema,
+  jobTakenAway,
+  noopTracer,
+  SettingsSource,
+  startTelemetryIfSet,
+  type JobAssignment,
+  type RunTracer,
+  messageOf,
+} from "@drover/protocol";
 import type { Logger } from "pino";
 import { waitFor } from "../backoff.js";
 import { AgentClient, NetworkError } from "../client.js";
@@ -138,11 +161,35 @@ export class Controller {
   private readonly metrics = new MetricSet()
     .define("drover_controller_jobs_in_flight", "gauge", "Kubernetes Jobs of this controller that have not finished")
     .define("drover_controller_jobs_launched_total", "counter", "Kubernetes Jobs this controller created")
-    .define("drover_controller_pod_failures_total", "counter", "Runs this controller ended errored for a pod-level reason, by reason", { initial: false })
-    .define("drover_controller_watch_errors_total", "counter", "Failed lists or watches of Jobs and pods (each is retried)")
-    .define("drover_controller_errors_total", "counter", "Errors of this controller by kind (each retried or reported)", { initial: false })
-    .define("drover_controller_heartbeat_duration_seconds", "histogram", "Round trip of the controller's heartbeats to the server", { buckets: requestSecondsBuckets })
-    .define("drover_controller_job_startup_latency_seconds", "histogram", "From the controller creating a Kubernetes Job to it seeing the run's worker container running", { buckets: startupSecondsBuckets });
+    .define(
+      "drover_controller_pod_failures_total",
+      "counter",
+      "Runs this controller ended errored for a pod-level reason, by reason",
+      { initial: false },
+    )
+    .define(
+      "drover_controller_watch_errors_total",
+      "counter",
+      "Failed lists or watches of Jobs and pods (each is retried)",
+    )
+    .define(
+      "drover_controller_errors_total",
+      "counter",
+      "Errors of this controller by kind (each retried or reported)",
+      { initial: false },
+    )
+    .define(
+      "drover_controller_heartbeat_duration_seconds",
+      "histogram",
+      "Round trip of the controller's heartbeats to the server",
+      { buckets: requestSecondsBuckets },
+    )
+    .define(
+      "drover_controller_job_startup_latency_seconds",
+      "histogram",
+      "From the controller creating a Kubernetes Job to it seeing the run's worker container running",
+      { buckets: startupSecondsBuckets },
+    );
 
   constructor(
     private readonly config: AgentConfig,
@@ -163,7 +210,10 @@ export class Controller {
       signal: this.stop.signal,
       onError: (key, err, attempt, retryInMs) =>
         retryInMs === undefined
-          ? this.log.warn({ k8sJob: key, err: errText(err), attempt }, "handling a Job failed; the next sweep tries again")
+          ? this.log.warn(
+              { k8sJob: key, err: errText(err), attempt },
+              "handling a Job failed; the next sweep tries again",
+            )
           : this.log.warn({ k8sJob: key, err: errText(err), attempt, retryInMs }, "handling a Job failed; retrying"),
     });
   }
@@ -175,12 +225,21 @@ export class Controller {
   /** Registered with the server and every watch (Jobs, pods, the task template) listed: the readiness of `/readyz`. */
   get ready(): boolean {
     const expected = this.config.kubernetesTaskTemplate ? 3 : 2;
-    return this.registered && this.informers.length === expected && this.informers.every((i) => i.informer.synced) && !this.stop.signal.aborted;
+    return (
+      this.registered &&
+      this.informers.length === expected &&
+      this.informers.every((i) => i.informer.synced) &&
+      !this.stop.signal.aborted
+    );
   }
 
   async run(): Promise<number> {
     const source = {
-      health: () => ({ live: !this.stop.signal.aborted, ready: this.ready, details: { registered: this.registered, inFlight: this.tracked.size } }),
+      health: () => ({
+        live: !this.stop.signal.aborted,
+        ready: this.ready,
+        details: { registered: this.registered, inFlight: this.tracked.size },
+      }),
       metrics: () => this.exposition(),
     };
     return servingHealth(this.config.healthPort, this.config.healthAddress, source, () => this.work());
@@ -194,7 +253,13 @@ export class Controller {
   private async work(): Promise<number> {
     if (!this.settings.leaderElection) return this.lead();
     const api = apiClientWithDeadline(this.kc, CoordinationV1Api, this.settings.apiTimeoutMs);
-    const lease = new LeaderLease(api, this.settings.namespace, `${this.config.name}-leader`, leaseTimings(this.settings.leaseDurationMs), this.log);
+    const lease = new LeaderLease(
+      api,
+      this.settings.namespace,
+      `${this.config.name}-leader`,
+      leaseTimings(this.settings.leaseDurationMs),
+      this.log,
+    );
     try {
       await lease.acquire(this.stop.signal);
     } catch (err) {
@@ -225,25 +290,51 @@ export class Controller {
     } catch (err) {
       if (this.stop.signal.aborted) return 0;
       if (err instanceof DroverError && (err.code === "token_revoked" || err.code === "unauthorized")) {
-        this.log.error(`the pool token was ${err.code === "token_revoked" ? "revoked" : "refused"}; stopping (${err.message})`);
+        this.log.error(
+          `the pool token was ${err.code === "token_revoked" ? "revoked" : "refused"}; stopping (${err.message})`,
+        );
         return 1;
       }
       throw err;
     }
     const ns = this.settings.namespace;
-    this.inform("jobs", `/apis/batch/v1/namespaces/${ns}/jobs`, (from) => this.batch.listNamespacedJob({ namespace: ns, labelSelector: this.selector, ...from }), (type, job: V1Job) => void this.queue.add(job.metadata?.name ?? "", () => this.onJob(type, job)));
-    this.inform("pods", `/api/v1/namespaces/${ns}/pods`, (from) => this.core.listNamespacedPod({ namespace: ns, labelSelector: this.selector, ...from }), (type, pod: V1Pod) => void this.queue.add(pod.metadata?.labels?.[labels.k8sJob] ?? "", () => this.onPod(type, pod)));
+    this.inform(
+      "jobs",
+      `/apis/batch/v1/namespaces/${ns}/jobs`,
+      (from) => this.batch.listNamespacedJob({ namespace: ns, labelSelector: this.selector, ...from }),
+      (type, job: V1Job) => void this.queue.add(job.metadata?.name ?? "", () => this.onJob(type, job)),
+    );
+    this.inform(
+      "pods",
+      `/api/v1/namespaces/${ns}/pods`,
+      (from) => this.core.listNamespacedPod({ namespace: ns, labelSelector: this.selector, ...from }),
+      (type, pod: V1Pod) =>
+        void this.queue.add(pod.metadata?.labels?.[labels.k8sJob] ?? "", () => this.onPod(type, pod)),
+    );
     const task = this.config.kubernetesTaskTemplate;
     if (task) {
       // The template of every Job, kept current by a watch of that one object (RBAC grants list/watch by its name):
       // no API round trip between a job offered and its Job's create.
       const field = `metadata.name=${task}`;
-      const list = (from: ListFrom) => this.custom.listNamespacedCustomObject({ group: "drover.dev", version: "v1alpha1", namespace: ns, plural: "agenttasks", fieldSelector: field, ...from }) as Promise<KubernetesListObject<AgentTask>>;
+      const list = (from: ListFrom) =>
+        this.custom.listNamespacedCustomObject({
+          group: "drover.dev",
+          version: "v1alpha1",
+          namespace: ns,
+          plural: "agenttasks",
+          fieldSelector: field,
+          ...from,
+        }) as Promise<KubernetesListObject<AgentTask>>;
       const seen = (type: string, t: AgentTask) => {
-        this.log.info({ task, resourceVersion: t.metadata?.resourceVersion, event: type }, "task template watched: new Jobs use this version");
+        this.log.info(
+          { task, resourceVersion: t.metadata?.resourceVersion, event: type },
+          "task template watched: new Jobs use this version",
+        );
         if (type !== "DELETED") this.checkTemplate(t);
       };
-      this.inform("agenttasks", `/apis/drover.dev/v1alpha1/namespaces/${ns}/agenttasks`, list, seen, { fieldSelector: field });
+      this.inform("agenttasks", `/apis/drover.dev/v1alpha1/namespaces/${ns}/agenttasks`, list, seen, {
+        fieldSelector: field,
+      });
     }
     const beats = this.heartbeatLoop();
     const sweeps = this.sweepLoop();
@@ -251,7 +342,9 @@ export class Controller {
       await this.pollLoop();
     } catch (err) {
       if (err instanceof DroverError && (err.code === "token_revoked" || err.code === "unauthorized")) {
-        this.log.error(`the pool token was ${err.code === "token_revoked" ? "revoked" : "refused"}; stopping (${err.message})`);
+        this.log.error(
+          `the pool token was ${err.code === "token_revoked" ? "revoked" : "refused"}; stopping (${err.message})`,
+        );
         this.shutdown();
         await Promise.all([beats, sweeps]);
         return 1;
@@ -263,11 +356,24 @@ export class Controller {
   }
 
   private async register(): Promise<void> {
-    const reg = await this.client.register(this.config.token, { name: this.config.name, version: agentVersion, driver: "kubernetes", capacity: this.config.concurrency, capabilities: agentCapabilities }, this.stop.signal);
+    const reg = await this.client.register(
+      this.config.token,
+      {
+        name: this.config.name,
+        version: agentVersion,
+        driver: "kubernetes",
+        capacity: this.config.concurrency,
+        capabilities: agentCapabilities,
+      },
+      this.stop.signal,
+    );
     this.session = reg.sessionToken;
     this.heartbeatMs = reg.heartbeatIntervalMs;
     this.registered = true;
-    this.log.info({ agent: reg.agentId, pool: reg.poolName, namespace: this.settings.namespace }, "controller registered");
+    this.log.info(
+      { agent: reg.agentId, pool: reg.poolName, namespace: this.settings.namespace },
+      "controller registered",
+    );
   }
 
   /**
@@ -300,18 +406,37 @@ export class Controller {
 
   /** In-flight count and tokens from the cluster: unfinished Jobs with this controller's label. */
   private async rebuildFromCluster(): Promise<void> {
-    const jobs = await this.batch.listNamespacedJob({ namespace: this.settings.namespace, labelSelector: this.selector });
+    const jobs = await this.batch.listNamespacedJob({
+      namespace: this.settings.namespace,
+      labelSelector: this.selector,
+    });
     for (const job of jobs.items) {
       const name = job.metadata?.name;
       if (!name || finished(job) || this.tracked.has(name)) continue;
       try {
-        const secret = await this.core.readNamespacedSecret({ name: `${name}-job`, namespace: this.settings.namespace });
+        const secret = await this.core.readNamespacedSecret({
+          name: `${name}-job`,
+          namespace: this.settings.namespace,
+        });
         const data = secret.data ?? {};
         const token = Buffer.from(data.token ?? "", "base64").toString("utf8");
-        const assignment = jobAssignmentSchema.parse({ ...JSON.parse(Buffer.from(data["assignment.json"] ?? "", "base64").toString("utf8")), jobToken: token });
-        this.tracked.set(name, { name, assignment, started: false, reported: false, podSeen: false, since: Date.now() });
+        const assignment = jobAssignmentSchema.parse({
+          ...JSON.parse(Buffer.from(data["assignment.json"] ?? "", "base64").toString("utf8")),
+          jobToken: token,
+        });
+        this.tracked.set(name, {
+          name,
+          assignment,
+          started: false,
+          reported: false,
+          podSeen: false,
+          since: Date.now(),
+        });
       } catch (err) {
-        this.log.warn({ job: name, err: errText(err) }, "cannot read the job Secret of a running Job; leaving it to its worker");
+        this.log.warn(
+          { job: name, err: errText(err) },
+          "cannot read the job Secret of a running Job; leaving it to its worker",
+        );
       }
     }
     this.log.info({ inFlight: this.tracked.size }, "rebuilt in-flight Jobs from the cluster");
@@ -335,9 +460,14 @@ export class Controller {
     const budget = new Promise<"timeout">((r) => (timer = setTimeout(() => r("timeout"), launchStopBudgetMs)));
     let ended: "ended" | "timeout" = "ended";
     // A failed launch adds its report while it ends: wait for what was added meanwhile too.
-    while (this.launching.size > 0 && ended === "ended") ended = await Promise.race([Promise.allSettled([...this.launching]).then(() => "ended" as const), budget]);
+    while (this.launching.size > 0 && ended === "ended")
+      ended = await Promise.race([Promise.allSettled([...this.launching]).then(() => "ended" as const), budget]);
     clearTimeout(timer);
-    if (ended === "timeout") this.log.error({ launches: this.launching.size }, `launches still running after ${launchStopBudgetMs / 1000} s; stopping without them (their jobs' leases expire on the server)`);
+    if (ended === "timeout")
+      this.log.error(
+        { launches: this.launching.size },
+        `launches still running after ${launchStopBudgetMs / 1000} s; stopping without them (their jobs' leases expire on the server)`,
+      );
   }
 
   private async polling(): Promise<void> {
@@ -373,7 +503,14 @@ export class Controller {
         const a = job;
         const name = jobName(a);
         // Counted in flight at once; the next poll does not wait for this launch (its Secret and grants).
-        this.tracked.set(name, { name, assignment: a, started: false, reported: false, podSeen: false, since: Date.now() });
+        this.tracked.set(name, {
+          name,
+          assignment: a,
+          started: false,
+          reported: false,
+          podSeen: false,
+          since: Date.now(),
+        });
         // Kept past a stop: the job is claimed, and dropping its launch would leave it with no Job.
         let attempt = 0;
         const launching = this.queue.add(name, () => this.launch(a, ++attempt), { keepOnStop: true });
@@ -394,7 +531,13 @@ export class Controller {
     const cache = this.informers.find((i) => i.name === "agenttasks")?.informer;
     const cached = cache?.synced ? (cache.get(name, this.settings.namespace) as AgentTask | undefined) : undefined;
     if (cached) return cached.spec?.jobTemplate;
-    const task = (await this.custom.getNamespacedCustomObject({ group: "drover.dev", version: "v1alpha1", namespace: this.settings.namespace, plural: "agenttasks", name })) as AgentTask;
+    const task = (await this.custom.getNamespacedCustomObject({
+      group: "drover.dev",
+      version: "v1alpha1",
+      namespace: this.settings.namespace,
+      plural: "agenttasks",
+      name,
+    })) as AgentTask;
     return task.spec?.jobTemplate;
   }
 
@@ -423,10 +566,15 @@ export class Controller {
   private checkTemplate(task: AgentTask): void {
     const generation = task.metadata?.generation;
     if (generation !== undefined && generation === this.templateChecked) return;
-    this.templateChecking = this.templateChecking.then(() => this.validateTemplate(task)).catch((err: unknown) => {
-      this.countError("template_check");
-      this.log.warn({ task: task.metadata?.name, err: errText(err) }, "could not set the task template's Valid condition");
-    });
+    this.templateChecking = this.templateChecking
+      .then(() => this.validateTemplate(task))
+      .catch((err: unknown) => {
+        this.countError("template_check");
+        this.log.warn(
+          { task: task.metadata?.name, err: errText(err) },
+          "could not set the task template's Valid condition",
+        );
+      });
   }
 
   private async validateTemplate(task: AgentTask): Promise<void> {
@@ -441,19 +589,43 @@ export class Controller {
       try {
         const body = buildJob(templateCheckJob, task.spec?.jobTemplate, this.taskSettings());
         await this.batch.createNamespacedJob({ namespace: this.settings.namespace, body, dryRun: "All" });
-        condition = { status: "True", reason: "DryRunAccepted", message: "the API server accepts the Job this template makes (server-side dry run)" };
+        condition = {
+          status: "True",
+          reason: "DryRunAccepted",
+          message: "the API server accepts the Job this template makes (server-side dry run)",
+        };
       } catch (err) {
         // No answer, or the server's own trouble, says nothing about the template: the next change or restart checks again.
         if (!(err instanceof KubeApiError) || transient(err)) throw err;
-        condition = { status: "False", reason: "DryRunRefused", message: `the API server refuses the Job this template makes: ${err.apiMessage}` };
+        condition = {
+          status: "False",
+          reason: "DryRunRefused",
+          message: `the API server refuses the Job this template makes: ${err.apiMessage}`,
+        };
       }
     }
-    const value = { observedGeneration: generation, conditions: [{ type: "Valid", ...condition, lastTransitionTime: new Date().toISOString().replace(/\.\d+Z$/, "Z") }] };
-    await this.custom.patchNamespacedCustomObjectStatus({ group: "drover.dev", version: "v1alpha1", namespace: this.settings.namespace, plural: "agenttasks", name, body: [{ op: "add", path: "/status", value }] });
+    const value = {
+      observedGeneration: generation,
+      conditions: [
+        { type: "Valid", ...condition, lastTransitionTime: new Date().toISOString().replace(/\.\d+Z$/, "Z") },
+      ],
+    };
+    await this.custom.patchNamespacedCustomObjectStatus({
+      group: "drover.dev",
+      version: "v1alpha1",
+      namespace: this.settings.namespace,
+      plural: "agenttasks",
+      name,
+      body: [{ op: "add", path: "/status", value }],
+    });
     this.templateChecked = generation;
     const log = { task: name, generation, valid: condition.status, reason: condition.reason };
     if (condition.status === "True") this.log.info(log, "task template valid");
-    else this.log.error({ ...log, message: condition.message }, "task template invalid: runs will fail at Job create until it is fixed");
+    else
+      this.log.error(
+        { ...log, message: condition.message },
+        "task template invalid: runs will fail at Job create until it is fixed",
+      );
   }
 
   /**
@@ -485,7 +657,12 @@ export class Controller {
           // A create answered now, or one whose answer was lost: then the Job's own creation time (whole seconds).
           const stamp = created.metadata?.creationTimestamp;
           t.jobCreatedAt = Math.max(t.since, stamp && !createdNow ? new Date(stamp).getTime() : Date.now());
-          this.tracer.start("kubernetes job created", a.traceparent, { startTime: t.since, attributes: { "k8s.job.name": name } }).end(undefined, undefined, t.jobCreatedAt);
+          this.tracer
+            .start("kubernetes job created", a.traceparent, {
+              startTime: t.since,
+              attributes: { "k8s.job.name": name },
+            })
+            .end(undefined, undefined, t.jobCreatedAt);
         }
       }
       const { jobToken, ...rest } = a;
@@ -498,12 +675,19 @@ export class Controller {
               labels: { [labels.controller]: this.config.name, [labels.k8sJob]: name },
               // No blockOwnerDeletion: setting it needs `update` on jobs/finalizers under the
               // OwnerReferencesPermissionEnforcement admission plugin, and nothing waits on the Secret.
-              ownerReferences: [{ apiVersion: "batch/v1", kind: "Job", name, uid: created.metadata?.uid ?? "", controller: true }],
+              ownerReferences: [
+                { apiVersion: "batch/v1", kind: "Job", name, uid: created.metadata?.uid ?? "", controller: true },
+              ],
             },
             type: "Opaque",
             // The server URL rides along for node workers, which hold no pool token to read it from.
             // So is this controller's version, which a node worker compares with its own (versionSkew).
-            stringData: { token: jobToken, "assignment.json": JSON.stringify(rest), url: this.config.url, version: agentVersion },
+            stringData: {
+              token: jobToken,
+              "assignment.json": JSON.stringify(rest),
+              url: this.config.url,
+              version: agentVersion,
+            },
           },
         });
       } catch (err) {
@@ -527,7 +711,9 @@ export class Controller {
       // Queued behind this launch (same key), so a server that cannot be told is retried without launching again.
       // errText names the object refused (the Job, its Secret, the Role granting it) and the API's reason.
       const reason = `could not launch the Kubernetes Job ${name}: ${errText(err)}`;
-      const reporting = this.queue.add(name, () => this.report(name, reason, "job_create_failed"), { keepOnStop: true });
+      const reporting = this.queue.add(name, () => this.report(name, reason, "job_create_failed"), {
+        keepOnStop: true,
+      });
       this.launching.add(reporting);
       void reporting.finally(() => this.launching.delete(reporting));
     }
@@ -566,7 +752,9 @@ export class Controller {
 
   /** The events about the object `name` (a Job or a pod) in this namespace; none when they cannot be listed. */
   private async eventsAbout(name: string): Promise<CoreV1Event[]> {
-    const events = await this.core.listNamespacedEvent({ namespace: this.settings.namespace, fieldSelector: `involvedObject.name=${name}` }).catch(() => ({ items: [] as CoreV1Event[] }));
+    const events = await this.core
+      .listNamespacedEvent({ namespace: this.settings.namespace, fieldSelector: `involvedObject.name=${name}` })
+      .catch(() => ({ items: [] as CoreV1Event[] }));
     return events.items;
   }
 
@@ -584,14 +772,24 @@ export class Controller {
     t.lastPod = pod;
     // The worker owns the run once it runs; in node-worker mode, once the runner it prepared does.
     const owner = this.settings.nodeHome ? "runner" : "worker";
-    if (pod.status?.containerStatuses?.some((c) => c.name === owner && (c.state?.running || c.state?.terminated))) t.started = true;
-    if (t.jobCreatedAt !== undefined && !t.startupMeasured && pod.status?.containerStatuses?.some((c) => c.name === owner && c.state?.running)) {
+    if (pod.status?.containerStatuses?.some((c) => c.name === owner && (c.state?.running || c.state?.terminated)))
+      t.started = true;
+    if (
+      t.jobCreatedAt !== undefined &&
+      !t.startupMeasured &&
+      pod.status?.containerStatuses?.some((c) => c.name === owner && c.state?.running)
+    ) {
       t.startupMeasured = true;
-      this.metrics.observe("drover_controller_job_startup_latency_seconds", Math.max(0, Date.now() - t.jobCreatedAt) / 1000);
+      this.metrics.observe(
+        "drover_controller_job_startup_latency_seconds",
+        Math.max(0, Date.now() - t.jobCreatedAt) / 1000,
+      );
     }
     await this.check(t, Date.now());
     // Tracing reads events (an API call): it must not hold up this Job's failure reports or later events.
-    void this.traceStages(t, pod, owner).catch((err: unknown) => this.log.debug({ k8sJob: name, err: errText(err) }, "tracing the Kubernetes stages failed"));
+    void this.traceStages(t, pod, owner).catch((err: unknown) =>
+      this.log.debug({ k8sJob: name, err: errText(err) }, "tracing the Kubernetes stages failed"),
+    );
   }
 
   private countError(kind: ErrorKind): void {
@@ -616,8 +814,13 @@ export class Controller {
     const scheduled = pod.status?.conditions?.find((c) => c.type === "PodScheduled" && c.status === "True");
     if (t.scheduledAt === undefined && scheduled) {
       // The API server's times have whole seconds: never before the Job existed.
-      t.scheduledAt = Math.max(t.jobCreatedAt, scheduled.lastTransitionTime ? new Date(scheduled.lastTransitionTime).getTime() : Date.now());
-      this.tracer.start("pod scheduled", parent, { startTime: t.jobCreatedAt, attributes }).end(undefined, undefined, t.scheduledAt);
+      t.scheduledAt = Math.max(
+        t.jobCreatedAt,
+        scheduled.lastTransitionTime ? new Date(scheduled.lastTransitionTime).getTime() : Date.now(),
+      );
+      this.tracer
+        .start("pod scheduled", parent, { startTime: t.jobCreatedAt, attributes })
+        .end(undefined, undefined, t.scheduledAt);
     }
     const status = pod.status?.containerStatuses?.find((c) => c.name === owner);
     const running = status?.state?.running;
@@ -627,8 +830,15 @@ export class Controller {
       const pulled = await this.imagePulledAt(pod, owner);
       const pulledAt = Math.min(at, Math.max(t.scheduledAt, pulled ?? at));
       const container = { ...attributes, "k8s.container.name": owner, "container.image.name": status?.image ?? "" };
-      this.tracer.start("image pulled", parent, { startTime: t.scheduledAt, attributes: { ...container, "drover.k8s.pulled_event": pulled !== undefined } }).end(undefined, undefined, pulledAt);
-      this.tracer.start("container started", parent, { startTime: pulledAt, attributes: container }).end(undefined, undefined, at);
+      this.tracer
+        .start("image pulled", parent, {
+          startTime: t.scheduledAt,
+          attributes: { ...container, "drover.k8s.pulled_event": pulled !== undefined },
+        })
+        .end(undefined, undefined, pulledAt);
+      this.tracer
+        .start("container started", parent, { startTime: pulledAt, attributes: container })
+        .end(undefined, undefined, at);
     }
   }
 
@@ -687,7 +897,11 @@ export class Controller {
   private async sweepOne(t: Tracked, now: number): Promise<void> {
     if (t.reported || t.deleting || this.tracked.get(t.name) !== t) return;
     const jobs = this.informers.find((i) => i.name === "jobs");
-    if (jobs?.informer.synced && !jobs.informer.get(t.name, this.settings.namespace) && now - t.since > 2 * this.settings.sweepIntervalMs) {
+    if (
+      jobs?.informer.synced &&
+      !jobs.informer.get(t.name, this.settings.namespace) &&
+      now - t.since > 2 * this.settings.sweepIntervalMs
+    ) {
       // Not in the cache long after launch: ask once; a 404 means it was deleted unseen.
       const gone = await this.batch.readNamespacedJob({ name: t.name, namespace: this.settings.namespace }).then(
         () => false,
@@ -695,7 +909,12 @@ export class Controller {
       );
       if (gone) {
         if (t.started) this.untrack(t.name);
-        else await this.report(t.name, `the Kubernetes Job ${t.name} was deleted before its worker started`, "job_deleted");
+        else
+          await this.report(
+            t.name,
+            `the Kubernetes Job ${t.name} was deleted before its worker started`,
+            "job_deleted",
+          );
         return;
       }
     }
@@ -708,7 +927,11 @@ export class Controller {
       const lines = await this.jobEvents(t.name);
       const refused = lines.filter((l) => l.startsWith("FailedCreate"));
       const why = refused.length ? refused.slice(-1)[0]! : lines.length ? `events: ${lines.join("; ")}` : "no events";
-      await this.report(t.name, `the Kubernetes Job ${t.name} created no pod within ${Math.round(this.settings.timings.podPendingTimeoutMs / 1000)} s (${why})`, "no_pod");
+      await this.report(
+        t.name,
+        `the Kubernetes Job ${t.name} created no pod within ${Math.round(this.settings.timings.podPendingTimeoutMs / 1000)} s (${why})`,
+        "no_pod",
+      );
     }
   }
 
@@ -744,7 +967,10 @@ export class Controller {
         this.countError("pod_failure_report");
         throw err;
       }
-      this.log.info({ job: t.assignment.jobId, err: errText(err) }, "pod failure not reported: the job had already ended");
+      this.log.info(
+        { job: t.assignment.jobId, err: errText(err) },
+        "pod failure not reported: the job had already ended",
+      );
     }
     this.metrics.inc("drover_controller_pod_failures_total", { reason: kind });
     await this.deleteJob(name);
@@ -754,7 +980,12 @@ export class Controller {
     const t = this.tracked.get(name);
     if (t) t.deleting = true;
     try {
-      await this.batch.deleteNamespacedJob({ name, namespace: this.settings.namespace, propagationPolicy: "Background", gracePeriodSeconds: 0 });
+      await this.batch.deleteNamespacedJob({
+        name,
+        namespace: this.settings.namespace,
+        propagationPolicy: "Background",
+        gracePeriodSeconds: 0,
+      });
     } catch (err) {
       if (status(err) !== 404) this.log.warn({ job: name, err: errText(err) }, "could not delete the Job");
     }
@@ -785,7 +1016,10 @@ export class Controller {
         } catch (err) {
           const gone = jobTakenAway(err);
           if (gone) {
-            this.log.info({ job: t.assignment.jobId, ...gone }, "the job ended before its worker started: deleting the Job");
+            this.log.info(
+              { job: t.assignment.jobId, ...gone },
+              "the job ended before its worker started: deleting the Job",
+            );
             await this.queue.add(t.name, () => this.deleteJob(t.name));
           }
         }
@@ -794,7 +1028,13 @@ export class Controller {
   }
 
   /** Watches `path` (this controller's objects only) through an informer; see informer.ts. */
-  private inform<T extends KubernetesObject>(name: string, path: string, list: (from: ListFrom) => Promise<KubernetesListObject<T>>, handle: (type: string, obj: T) => void, selectors: { labelSelector?: string; fieldSelector?: string } = { labelSelector: this.selector }): void {
+  private inform<T extends KubernetesObject>(
+    name: string,
+    path: string,
+    list: (from: ListFrom) => Promise<KubernetesListObject<T>>,
+    handle: (type: string, obj: T) => void,
+    selectors: { labelSelector?: string; fieldSelector?: string } = { labelSelector: this.selector },
+  ): void {
     const informer = startInformer<T>({
       kc: this.kc,
       name,
@@ -829,7 +1069,9 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
 }
 
 function finished(job: V1Job): boolean {
-  return (job.status?.conditions ?? []).some((c) => (c.type === "Complete" || c.type === "Failed") && c.status === "True");
+  return (job.status?.conditions ?? []).some(
+    (c) => (c.type === "Complete" || c.type === "Failed") && c.status === "True",
+  );
 }
 
 function status(err: unknown): number | undefined {
@@ -848,7 +1090,14 @@ const templateCheckJob: JobAssignment = {
   runId: "template-check",
   planOnly: true,
   isDestroy: false,
-  workspace: { id: "template-check", name: "template-check", engine: "terraform", engineVersion: null, workingDirectory: "", runnerImage: null },
+  workspace: {
+    id: "template-check",
+    name: "template-check",
+    engine: "terraform",
+    engineVersion: null,
+    workingDirectory: "",
+    runnerImage: null,
+  },
   configurationVersionId: "template-check",
   statePath: "",
   leaseTtlMs: 0,
@@ -863,7 +1112,8 @@ function templateProblem(spec: unknown): string | undefined {
   if (pod !== undefined && !isRecord(pod)) return "spec.jobTemplate.template.spec must be a pod spec (an object)";
   for (const list of ["containers", "initContainers", "volumes"]) {
     const v = isRecord(pod) ? pod[list] : undefined;
-    if (v !== undefined && (!Array.isArray(v) || !v.every(isRecord))) return `spec.jobTemplate.template.spec.${list} must be a list of objects`;
+    if (v !== undefined && (!Array.isArray(v) || !v.every(isRecord)))
+      return `spec.jobTemplate.template.spec.${list} must be a list of objects`;
   }
   return undefined;
 }
@@ -889,12 +1139,16 @@ export async function runController(config: AgentConfig, settings: ControllerSet
     config.otlp
       ? {
           ...config.otlp,
-          resource: { "service.name": "drover-controller", "drover.agent": config.name, "k8s.pod.name": config.kubernetesPod },
+          resource: {
+            "service.name": "drover-controller",
+            "drover.agent": config.name,
+            "k8s.pod.name": config.kubernetesPod,
+          },
           exposition: () => controller.exposition(),
         }
       : undefined,
   ).catch((err: unknown) => {
-    log.warn({ err: err instanceof Error ? err.message : String(err) }, "OpenTelemetry export could not start; running without it");
+    log.warn({ err: messageOf(err) }, "OpenTelemetry export could not start; running without it");
     return undefined;
   });
   if (telemetry) controller.tracer = telemetry.tracer;

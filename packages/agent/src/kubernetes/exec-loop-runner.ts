@@ -1,3 +1,4 @@
+import { messageOf } from "@drover/protocol";
 import { fchownSync, lchownSync } from "node:fs";
 import { join } from "node:path";
 import type { Engine } from "@drover/protocol";
@@ -74,7 +75,13 @@ export class ExecLoopRunner implements Runner {
     const exports = Object.entries(env)
       .filter(([k, v]) => v !== undefined && !containerOwn.test(k) && /^[A-Za-z_][A-Za-z0-9_]*$/.test(k))
       .map(([k, v]) => `export ${k}=${quote(v ?? "")}`);
-    return ["#!/bin/sh", `cd ${quote(cwd)} || exit 70`, ...exports, `exec ${[command, ...args].map(quote).join(" ")}${redirect}`, ""].join("\n");
+    return [
+      "#!/bin/sh",
+      `cd ${quote(cwd)} || exit 70`,
+      ...exports,
+      `exec ${[command, ...args].map(quote).join(" ")}${redirect}`,
+      "",
+    ].join("\n");
   }
 
   private readonly createdAt = Date.now();
@@ -88,11 +95,15 @@ export class ExecLoopRunner implements Runner {
       return `runner never started: the runner container's exec-loop wrote no heartbeat within ${Math.round(this.startTimeoutMs / 1000)} s (DROVER_WORKER_RUNNER_START_TIMEOUT_SECONDS); its entrypoint must be the exec-loop (step ${step} never ran)`;
     }
     const silent = Date.now() - mtime;
-    if (silent > this.staleMs) return `runner lost: the runner container's heartbeat is ${Math.round(silent / 1000)} s old (step ${step} never reported an exit code)`;
+    if (silent > this.staleMs)
+      return `runner lost: the runner container's heartbeat is ${Math.round(silent / 1000)} s old (step ${step} never reported an exit code)`;
     return undefined;
   }
 
-  private launch(script: (stepDir: string) => string, onOutput: (chunk: Buffer) => void): RunningProcess & { stepDir: string; handle: SafeDir } {
+  private launch(
+    script: (stepDir: string) => string,
+    onOutput: (chunk: Buffer) => void,
+  ): RunningProcess & { stepDir: string; handle: SafeDir } {
     const n = ++this.step;
     const stepDir = join(this.dir, "steps", String(n));
     // New, so nothing was planted in it before this step; the handle keeps it this step's own.
@@ -120,14 +131,18 @@ export class ExecLoopRunner implements Runner {
           if (exit !== undefined) {
             tail();
             const code = Number(exit.toString("utf8").trim());
-            end(Number.isInteger(code) ? { code, signal: null } : { code: null, signal: null, failure: `the runner wrote an unreadable exit code for step ${n}` });
+            end(
+              Number.isInteger(code)
+                ? { code, signal: null }
+                : { code: null, signal: null, failure: `the runner wrote an unreadable exit code for step ${n}` },
+            );
             return;
           }
           const failure = this.runnerFailure(n);
           if (failure) end({ code: null, signal: null, failure });
         } catch (err) {
           // A planted link or a swapped file: the step's outcome is unknown, so it failed.
-          end({ code: null, signal: null, failure: `step ${n}: ${err instanceof Error ? err.message : String(err)}` });
+          end({ code: null, signal: null, failure: `step ${n}: ${messageOf(err)}` });
         }
       }, this.pollMs);
     });
@@ -147,7 +162,11 @@ export class ExecLoopRunner implements Runner {
   readonly ownEngines: EngineFallback = runnerImageEngines((engine) => this.engine(engine));
 
   async engine(engine: Engine): Promise<EngineBinary> {
-    const { code, stdout } = await this.capture(engine, ["version", "-json"], { cwd: "/", env: {}, onStderr: () => {} });
+    const { code, stdout } = await this.capture(engine, ["version", "-json"], {
+      cwd: "/",
+      env: {},
+      onStderr: () => {},
+    });
     let version = "unknown";
     try {
       version = (JSON.parse(stdout.toString("utf8")) as { terraform_version?: string }).terraform_version ?? version;
@@ -158,14 +177,25 @@ export class ExecLoopRunner implements Runner {
     return { path: engine, version };
   }
 
-  start(command: string, args: string[], options: { cwd: string; env: NodeJS.ProcessEnv; onOutput(chunk: Buffer): void }): RunningProcess {
+  start(
+    command: string,
+    args: string[],
+    options: { cwd: string; env: NodeJS.ProcessEnv; onOutput(chunk: Buffer): void },
+  ): RunningProcess {
     const proc = this.launch(() => this.script(command, args, options.cwd, options.env, ""), options.onOutput);
     void proc.done.then(() => proc.handle.close());
     return proc;
   }
 
-  async capture(command: string, args: string[], options: { cwd: string; env: NodeJS.ProcessEnv; onStderr(chunk: Buffer): void }): Promise<{ code: number; stdout: Buffer }> {
-    const proc = this.launch((stepDir) => this.script(command, args, options.cwd, options.env, ` >${quote(join(stepDir, "stdout"))}`), options.onStderr);
+  async capture(
+    command: string,
+    args: string[],
+    options: { cwd: string; env: NodeJS.ProcessEnv; onStderr(chunk: Buffer): void },
+  ): Promise<{ code: number; stdout: Buffer }> {
+    const proc = this.launch(
+      (stepDir) => this.script(command, args, options.cwd, options.env, ` >${quote(join(stepDir, "stdout"))}`),
+      options.onStderr,
+    );
     const { code, failure } = await proc.done;
     try {
       if (failure) throw new Error(failure);

@@ -1,4 +1,10 @@
-import { ListWatch, Watch, type KubeConfig, type KubernetesListObject, type KubernetesObject } from "@kubernetes/client-node";
+import {
+  ListWatch,
+  Watch,
+  type KubeConfig,
+  type KubernetesListObject,
+  type KubernetesObject,
+} from "@kubernetes/client-node";
 import { KubeApiError, kubeApiError } from "./api-errors.js";
 
 /**
@@ -41,7 +47,14 @@ function described(err: unknown, name: string, path: string): unknown {
   if (err instanceof KubeApiError || err instanceof WatchDeadlineError) return err;
   const e = err as { statusCode?: unknown; message?: unknown };
   // client-node's Watch keeps only the status line of a refused watch, not its Status body.
-  if (typeof e.statusCode === "number") return new KubeApiError(`watch ${name} at ${path}`, e.statusCode, String(e.message), "the API server refused the watch", { cause: err });
+  if (typeof e.statusCode === "number")
+    return new KubeApiError(
+      `watch ${name} at ${path}`,
+      e.statusCode,
+      String(e.message),
+      "the API server refused the watch",
+      { cause: err },
+    );
   return kubeApiError(`watch ${name} at ${path}`, err);
 }
 
@@ -52,7 +65,9 @@ function described(err: unknown, name: string, path: string): unknown {
 class WatchDeadlineError extends Error {
   readonly statusCode = 410;
   constructor(name: string, ms: number) {
-    super(`the watch of ${name} was still open ${Math.round(ms / 1000)} s after it asked the API server to end it (no events or end arrived): dropped; re-listing`);
+    super(
+      `the watch of ${name} was still open ${Math.round(ms / 1000)} s after it asked the API server to end it (no events or end arrived): dropped; re-listing`,
+    );
   }
 }
 
@@ -129,7 +144,12 @@ export function startInformer<T extends KubernetesObject>(o: InformerOptions<T>)
         if (phase !== "ERROR" && obj?.metadata?.resourceVersion) seen = obj.metadata.resourceVersion;
         cb(phase, obj, watchObj);
       };
-      const ac = await real.watch(path, { ...params, allowWatchBookmarks: true, timeoutSeconds: o.watchTimeoutSeconds }, record, end);
+      const ac = await real.watch(
+        path,
+        { ...params, allowWatchBookmarks: true, timeoutSeconds: o.watchTimeoutSeconds },
+        record,
+        end,
+      );
       request.ac = ac;
       if (!failed && listed) {
         synced = true;
@@ -143,7 +163,9 @@ export function startInformer<T extends KubernetesObject>(o: InformerOptions<T>)
     o.path,
     watch,
     async () => {
-      const result = await o.list(seen === "" ? { resourceVersion: "0" } : { resourceVersion: seen, resourceVersionMatch: "NotOlderThan" });
+      const result = await o.list(
+        seen === "" ? { resourceVersion: "0" } : { resourceVersion: seen, resourceVersionMatch: "NotOlderThan" },
+      );
       seen = result.metadata?.resourceVersion ?? seen;
       listed = true;
       return result;

@@ -14,7 +14,11 @@ export const labels = {
 
 /** Deterministic Job name: a retry of the same attempt gets AlreadyExists, never a duplicate. */
 export function jobName(a: Pick<JobAssignment, "runId" | "phase" | "attempt">): string {
-  return `drover-${a.runId}-${a.phase}-${a.attempt}`.toLowerCase().replace(/[^a-z0-9-]/g, "-").slice(0, 63).replace(/-+$/, "");
+  return `drover-${a.runId}-${a.phase}-${a.attempt}`
+    .toLowerCase()
+    .replace(/[^a-z0-9-]/g, "-")
+    .slice(0, 63)
+    .replace(/-+$/, "");
 }
 
 /** Settings the controller injects into every task pod. */
@@ -77,14 +81,20 @@ const emptyDirLimits = { exec: "64Mi", bin: "16Mi", run: "10Gi", cache: "1Gi" };
 const cacheVolume = { name: "drover-cache", mountPath: "/var/lib/drover/cache" };
 
 /** Requests of the init container Drover adds (a copy or a wait loop). */
-const initResources = { requests: { cpu: "10m", memory: "16Mi", "ephemeral-storage": "16Mi" }, limits: { memory: "64Mi" } };
+const initResources = {
+  requests: { cpu: "10m", memory: "16Mi", "ephemeral-storage": "16Mi" },
+  limits: { memory: "64Mi" },
+};
 
 function addMounts(c: V1Container, wanted: V1VolumeMount[]): void {
   c.volumeMounts = [...(c.volumeMounts ?? []).filter((m) => !wanted.some((w) => w.name === m.name)), ...wanted];
 }
 
 function setEnv(c: V1Container, values: Record<string, string>): void {
-  c.env = [...(c.env ?? []).filter((e) => !(e.name in values)), ...Object.entries(values).map(([name, value]) => ({ name, value }))];
+  c.env = [
+    ...(c.env ?? []).filter((e) => !(e.name in values)),
+    ...Object.entries(values).map(([name, value]) => ({ name, value })),
+  ];
 }
 
 /**
@@ -103,11 +113,18 @@ export function buildJob(a: JobAssignment, template: V1JobSpec | undefined, s: T
     [labels.jobId]: a.jobId,
     [labels.k8sJob]: name,
   };
-  const annotations = { "cluster-autoscaler.kubernetes.io/safe-to-evict": "false", "karpenter.sh/do-not-disrupt": "true" };
+  const annotations = {
+    "cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
+    "karpenter.sh/do-not-disrupt": "true",
+  };
   spec.backoffLimit = 0;
   spec.activeDeadlineSeconds ??= s.activeDeadlineSeconds;
   spec.ttlSecondsAfterFinished ??= s.ttlSecondsAfterFinished;
-  spec.template.metadata = { ...spec.template.metadata, labels: { ...spec.template.metadata?.labels, ...meta }, annotations: { ...spec.template.metadata?.annotations, ...annotations } };
+  spec.template.metadata = {
+    ...spec.template.metadata,
+    labels: { ...spec.template.metadata?.labels, ...meta },
+    annotations: { ...spec.template.metadata?.annotations, ...annotations },
+  };
   const pod = (spec.template.spec ??= { containers: [] });
   pod.restartPolicy = "Never";
   pod.terminationGracePeriodSeconds ??= s.gracePeriodSeconds;
@@ -124,7 +141,11 @@ export function buildJob(a: JobAssignment, template: V1JobSpec | undefined, s: T
   // A template's drover-init may bring only its image and hardening (securityContext, resources).
   const init: V1Container = pod.initContainers?.find((c) => c.name === "drover-init") ?? { name: "drover-init" };
   init.image ??= s.workerImage;
-  init.command ??= ["sh", "-c", `cp "${s.execLoopPath}" /drover/bin/exec-loop.sh && chmod 0755 /drover/bin/exec-loop.sh`];
+  init.command ??= [
+    "sh",
+    "-c",
+    `cp "${s.execLoopPath}" /drover/bin/exec-loop.sh && chmod 0755 /drover/bin/exec-loop.sh`,
+  ];
   init.resources ??= initResources;
   addMounts(init, [mounts.bin]);
   pod.initContainers = [init, ...(pod.initContainers ?? []).filter((c) => c.name !== "drover-init")];
@@ -152,16 +173,29 @@ export function buildJob(a: JobAssignment, template: V1JobSpec | undefined, s: T
           DROVER_AGENT_OTLP_METRICS_ENABLED: String(s.otlp.metrics),
           // The worker exports as the controller does; headers stay out of the Job's spec (they may
           // hold a collector's credentials, which anyone reading Jobs would see).
-          ...(s.otlp.metricsIntervalMs === undefined ? {} : { OTEL_METRIC_EXPORT_INTERVAL: String(s.otlp.metricsIntervalMs) }),
-          ...(s.otlp.sampler === undefined ? {} : { OTEL_TRACES_SAMPLER: s.otlp.sampler, OTEL_TRACES_SAMPLER_ARG: String(s.otlp.samplerRatio ?? 1) }),
+          ...(s.otlp.metricsIntervalMs === undefined
+            ? {}
+            : { OTEL_METRIC_EXPORT_INTERVAL: String(s.otlp.metricsIntervalMs) }),
+          ...(s.otlp.sampler === undefined
+            ? {}
+            : { OTEL_TRACES_SAMPLER: s.otlp.sampler, OTEL_TRACES_SAMPLER_ARG: String(s.otlp.samplerRatio ?? 1) }),
           ...(s.otlp.resourceAttributes && Object.keys(s.otlp.resourceAttributes).length > 0
-            ? { OTEL_RESOURCE_ATTRIBUTES: Object.entries(s.otlp.resourceAttributes).map(([k, v]) => `${encodeURIComponent(k)}=${encodeURIComponent(v)}`).join(",") }
+            ? {
+                OTEL_RESOURCE_ATTRIBUTES: Object.entries(s.otlp.resourceAttributes)
+                  .map(([k, v]) => `${encodeURIComponent(k)}=${encodeURIComponent(v)}`)
+                  .join(","),
+              }
             : {}),
         }
       : {}),
   });
-  if (!pod.volumes.some((v) => v.name === cacheVolume.name)) pod.volumes.push({ name: cacheVolume.name, emptyDir: { sizeLimit: emptyDirLimits.cache } });
-  const cacheMount: V1VolumeMount = { ...cacheVolume, ...worker.volumeMounts?.find((m) => m.name === cacheVolume.name), readOnly: false };
+  if (!pod.volumes.some((v) => v.name === cacheVolume.name))
+    pod.volumes.push({ name: cacheVolume.name, emptyDir: { sizeLimit: emptyDirLimits.cache } });
+  const cacheMount: V1VolumeMount = {
+    ...cacheVolume,
+    ...worker.volumeMounts?.find((m) => m.name === cacheVolume.name),
+    readOnly: false,
+  };
   setEnv(worker, { DROVER_AGENT_CACHE_DIR: cacheMount.mountPath });
   addMounts(worker, [mounts.exec, mounts.run, mounts.secret, cacheMount]);
 
@@ -174,7 +208,12 @@ export function buildJob(a: JobAssignment, template: V1JobSpec | undefined, s: T
   setEnv(runner, { DROVER_EXEC_DIR: mounts.exec.mountPath });
   addMounts(runner, [mounts.exec, mounts.run, { ...mounts.bin, readOnly: true }, { ...cacheMount, readOnly: true }]);
 
-  return { apiVersion: "batch/v1", kind: "Job", metadata: { name, namespace: s.namespace, labels: meta, annotations }, spec };
+  return {
+    apiVersion: "batch/v1",
+    kind: "Job",
+    metadata: { name, namespace: s.namespace, labels: meta, annotations },
+    spec,
+  };
 }
 
 /**
@@ -183,7 +222,14 @@ export function buildJob(a: JobAssignment, template: V1JobSpec | undefined, s: T
  * that one directory — at the same path, so no path is translated — and nothing else of the
  * node. An init container waits until the worker has claimed the directory.
  */
-function nodeModeJob(name: string, spec: V1JobSpec, meta: Record<string, string>, annotations: Record<string, string>, home: string, s: TaskSettings): V1Job {
+function nodeModeJob(
+  name: string,
+  spec: V1JobSpec,
+  meta: Record<string, string>,
+  annotations: Record<string, string>,
+  home: string,
+  s: TaskSettings,
+): V1Job {
   const pod = spec.template.spec!;
   const dir = nodeRunDir(home, name);
   const volume: V1Volume = { name: "drover-home", hostPath: { path: home, type: "Directory" } };
@@ -195,7 +241,11 @@ function nodeModeJob(name: string, spec: V1JobSpec, meta: Record<string, string>
   // The worker marks the run ready once its directory is prepared; a pod no worker picks up
   // fails here. The init container sees only the (empty) ready marks, no run's files.
   const ready = nodeReadyDir(home);
-  init.command = ["sh", "-c", `i=0; until [ -f "${ready}/${name}" ]; do i=$((i+1)); [ "$i" -gt 3000 ] && echo "no drover worker on this node prepared ${dir}" >&2 && exit 1; sleep 0.2; done`];
+  init.command = [
+    "sh",
+    "-c",
+    `i=0; until [ -f "${ready}/${name}" ]; do i=$((i+1)); [ "$i" -gt 3000 ] && echo "no drover worker on this node prepared ${dir}" >&2 && exit 1; sleep 0.2; done`,
+  ];
   addMounts(init, [{ name: volume.name, mountPath: ready, subPath: "ready", readOnly: true }]);
   pod.initContainers = [init, ...(pod.initContainers ?? []).filter((c) => c.name !== "drover-init")];
   pod.containers = pod.containers.filter((c) => c.name !== "worker");
@@ -211,5 +261,10 @@ function nodeModeJob(name: string, spec: V1JobSpec, meta: Record<string, string>
     { name: volume.name, mountPath: dir, subPath: `runs/${name}` },
     { name: volume.name, mountPath: nodeCacheDir(home), subPath: "cache", readOnly: true },
   ]);
-  return { apiVersion: "batch/v1", kind: "Job", metadata: { name, namespace: s.namespace, labels: meta, annotations }, spec };
+  return {
+    apiVersion: "batch/v1",
+    kind: "Job",
+    metadata: { name, namespace: s.namespace, labels: meta, annotations },
+    spec,
+  };
 }

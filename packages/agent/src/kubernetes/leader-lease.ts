@@ -1,3 +1,4 @@
+import { messageOf } from "@drover/protocol";
 import { randomBytes } from "node:crypto";
 import { hostname } from "node:os";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -17,7 +18,11 @@ export interface LeaseTimings {
 
 /** client-go's proportions (15 s / 10 s / 2 s): renew often, give up at 2/3 of the duration. */
 export function leaseTimings(durationMs: number): LeaseTimings {
-  return { durationMs, renewMs: Math.max(1, Math.floor(durationMs / 5)), renewDeadlineMs: Math.floor((durationMs * 2) / 3) };
+  return {
+    durationMs,
+    renewMs: Math.max(1, Math.floor(durationMs / 5)),
+    renewDeadlineMs: Math.floor((durationMs * 2) / 3),
+  };
 }
 
 /**
@@ -50,13 +55,20 @@ export class LeaderLease {
       try {
         const holder = await this.tryTake();
         if (holder === this.identity) {
-          this.log.info({ lease: this.name, identity: this.identity }, "leader lease acquired: this controller takes work");
+          this.log.info(
+            { lease: this.name, identity: this.identity },
+            "leader lease acquired: this controller takes work",
+          );
           return;
         }
-        if (!waitingLogged) this.log.info({ lease: this.name, holder }, "another controller of this release holds the leader lease; standing by");
+        if (!waitingLogged)
+          this.log.info(
+            { lease: this.name, holder },
+            "another controller of this release holds the leader lease; standing by",
+          );
         waitingLogged = true;
       } catch (err) {
-        this.log.warn({ lease: this.name, err: err instanceof Error ? err.message : String(err) }, "reading or taking the leader lease failed; retrying");
+        this.log.warn({ lease: this.name, err: messageOf(err) }, "reading or taking the leader lease failed; retrying");
       }
       await sleep(this.timings.renewMs, undefined, { signal });
     }
@@ -80,9 +92,10 @@ export class LeaderLease {
         if (holder === this.identity) this.lastRenew = this.now();
         else return `the leader lease is held by ${holder ?? "nobody"}`;
       } catch (err) {
-        this.log.warn({ lease: this.name, err: err instanceof Error ? err.message : String(err) }, "renewing the leader lease failed");
+        this.log.warn({ lease: this.name, err: messageOf(err) }, "renewing the leader lease failed");
       }
-      if (this.now() - this.lastRenew > this.timings.renewDeadlineMs) return `the leader lease could not be renewed for ${this.timings.renewDeadlineMs} ms`;
+      if (this.now() - this.lastRenew > this.timings.renewDeadlineMs)
+        return `the leader lease could not be renewed for ${this.timings.renewDeadlineMs} ms`;
     }
     await this.release();
     return undefined;
@@ -96,7 +109,10 @@ export class LeaderLease {
       lease.spec = { ...lease.spec, holderIdentity: "", renewTime: new V1MicroTime(this.now()) };
       await this.api.replaceNamespacedLease({ name: this.name, namespace: this.namespace, body: lease });
     } catch (err) {
-      this.log.warn({ lease: this.name, err: err instanceof Error ? err.message : String(err) }, "releasing the leader lease failed; a standby takes over when it expires");
+      this.log.warn(
+        { lease: this.name, err: messageOf(err) },
+        "releasing the leader lease failed; a standby takes over when it expires",
+      );
     }
   }
 
@@ -108,7 +124,10 @@ export class LeaderLease {
       lease = await this.api.readNamespacedLease({ name: this.name, namespace: this.namespace });
     } catch (err) {
       if (!(err instanceof KubeApiError && err.code === 404)) throw err;
-      await this.api.createNamespacedLease({ namespace: this.namespace, body: { metadata: { name: this.name }, spec: this.spec(now, 0, now) } });
+      await this.api.createNamespacedLease({
+        namespace: this.namespace,
+        body: { metadata: { name: this.name }, spec: this.spec(now, 0, now) },
+      });
       return this.identity;
     }
     const spec = lease.spec ?? {};
@@ -120,8 +139,15 @@ export class LeaderLease {
     if (holder !== undefined && holder !== this.identity && !expired) return holder;
     const acquired = holder === this.identity && spec.acquireTime ? new Date(spec.acquireTime).getTime() : now;
     const transitions = (spec.leaseTransitions ?? 0) + (holder === this.identity ? 0 : 1);
-    const updated = await this.api.replaceNamespacedLease({ name: this.name, namespace: this.namespace, body: { ...lease, spec: this.spec(acquired, transitions, now) } });
-    this.observed = { key: `${this.identity}|${String(updated.spec?.renewTime ?? "")}|${updated.metadata?.resourceVersion ?? ""}`, at: now };
+    const updated = await this.api.replaceNamespacedLease({
+      name: this.name,
+      namespace: this.namespace,
+      body: { ...lease, spec: this.spec(acquired, transitions, now) },
+    });
+    this.observed = {
+      key: `${this.identity}|${String(updated.spec?.renewTime ?? "")}|${updated.metadata?.resourceVersion ?? ""}`,
+      at: now,
+    };
     return this.identity;
   }
 

@@ -1,5 +1,13 @@
 import { CoreV1Api, KubeConfig, type V1Pod } from "@kubernetes/client-node";
-import { jobAssignmentSchema, noopTracer, SettingsSource, startTelemetryIfSet, type JobAssignment, type Telemetry } from "@drover/protocol";
+import {
+  jobAssignmentSchema,
+  noopTracer,
+  SettingsSource,
+  startTelemetryIfSet,
+  type JobAssignment,
+  type Telemetry,
+  messageOf,
+} from "@drover/protocol";
 import { hostname } from "node:os";
 import { mkdirSync, readdirSync, readFileSync } from "node:fs";
 import type { Logger } from "pino";
@@ -62,7 +70,10 @@ export function loadNodeWorkerSettings(env: NodeJS.ProcessEnv): NodeWorkerSettin
     execLoopPath: src.get("DROVER_AGENT_EXEC_LOOP_PATH"),
     ...supervisionSettings(src),
     pollMs: src.get("DROVER_AGENT_NODE_POLL_MS"),
-    controllerName: src.require("DROVER_AGENT_CONTROLLER_NAME", "the name of the controller whose run pods this worker supervises (its DROVER_AGENT_NAME)"),
+    controllerName: src.require(
+      "DROVER_AGENT_CONTROLLER_NAME",
+      "the name of the controller whose run pods this worker supervises (its DROVER_AGENT_NAME)",
+    ),
     healthPort: src.getOr("DROVER_AGENT_HEALTH_PORT", 8080),
     healthAddress: src.get("DROVER_AGENT_HEALTH_ADDRESS"),
     logFormat: src.get("DROVER_AGENT_LOG_FORMAT"),
@@ -101,10 +112,24 @@ export class NodeWorker {
   private telemetry: Telemetry = { tracer: noopTracer, shutdown: async () => undefined };
   private readonly metrics = new MetricSet()
     .define("drover_node_worker_runs", "gauge", "Runs this node worker supervises")
-    .define("drover_node_worker_watch_errors_total", "counter", "Failed lists or watches of this node's run pods (each is retried)")
-    .define("drover_node_worker_log_bytes_shipped_total", "counter", "Log bytes of this node's runs the server acknowledged")
-    .define("drover_node_worker_errors_total", "counter", "Errors of this node worker by kind (each retried)", { initial: false })
-    .define("drover_node_worker_supervisors_started_total", "counter", "Runs this node worker started driving (one per run pod; more means a run was driven twice)");
+    .define(
+      "drover_node_worker_watch_errors_total",
+      "counter",
+      "Failed lists or watches of this node's run pods (each is retried)",
+    )
+    .define(
+      "drover_node_worker_log_bytes_shipped_total",
+      "counter",
+      "Log bytes of this node's runs the server acknowledged",
+    )
+    .define("drover_node_worker_errors_total", "counter", "Errors of this node worker by kind (each retried)", {
+      initial: false,
+    })
+    .define(
+      "drover_node_worker_supervisors_started_total",
+      "counter",
+      "Runs this node worker started driving (one per run pod; more means a run was driven twice)",
+    );
 
   constructor(
     private readonly settings: NodeWorkerSettings,
@@ -127,16 +152,25 @@ export class NodeWorker {
     };
     const source = {
       // Winding runs down after SIGTERM is still healthy work: liveness never fails on its own.
-      health: () => ({ live: true, ready: (this.pods?.synced ?? false) && !this.stopping, details: { runs: this.runs.size } }),
+      health: () => ({
+        live: true,
+        ready: (this.pods?.synced ?? false) && !this.stopping,
+        details: { runs: this.runs.size },
+      }),
       metrics: exposition,
     };
     if (this.settings.otlp) {
       this.telemetry = await startTelemetryIfSet({
         ...this.settings.otlp,
-        resource: { "service.name": "drover-node-worker", "k8s.node.name": this.settings.nodeName, "k8s.pod.name": hostname(), "drover.controller": this.settings.controllerName },
+        resource: {
+          "service.name": "drover-node-worker",
+          "k8s.node.name": this.settings.nodeName,
+          "k8s.pod.name": hostname(),
+          "drover.controller": this.settings.controllerName,
+        },
         exposition,
       }).catch((err: unknown) => {
-        this.log.warn({ err: err instanceof Error ? err.message : String(err) }, "OpenTelemetry export could not start; running without it");
+        this.log.warn({ err: messageOf(err) }, "OpenTelemetry export could not start; running without it");
         return this.telemetry;
       });
     }
@@ -153,12 +187,19 @@ export class NodeWorker {
     this.readyDir = SafeDir.open(nodeReadyDir(this.settings.home), { create: true });
     const unwritable = [this.runsDir, this.readyDir].map(notWritable).find((why) => why !== undefined);
     if (unwritable) {
-      this.log.error(`${unwritable}: this worker could never prepare or mark a run on this node ready. Create ${this.settings.home}/runs and ${this.settings.home}/ready owned by the worker's user with the data home (README: agent-k8s node preparation), or set workerDaemonSet.prepareDataHome=true`);
+      this.log.error(
+        `${unwritable}: this worker could never prepare or mark a run on this node ready. Create ${this.settings.home}/runs and ${this.settings.home}/ready owned by the worker's user with the data home (README: agent-k8s node preparation), or set workerDaemonSet.prepareDataHome=true`,
+      );
       return 1;
     }
     // Made even with both caches off: every run pod mounts it.
     mkdirSync(this.settings.caches.cacheDir, { recursive: true, mode: 0o755 });
-    this.caches = openCaches(this.settings.caches, cacheDispatcher(this.settings.caCertPem), this.log, this.settings.caCertPem);
+    this.caches = openCaches(
+      this.settings.caches,
+      cacheDispatcher(this.settings.caCertPem),
+      this.log,
+      this.settings.caCertPem,
+    );
     if (this.caches.providers) this.metrics.addCache("providers", this.caches.providers.counters);
     if (this.caches.engines) this.metrics.addCache("engines", this.caches.engines.counters);
     if (this.caches.modules) this.metrics.addCache("modules", this.caches.modules.counters);
@@ -177,7 +218,7 @@ export class NodeWorker {
       onError: (err, retryInMs) => {
         this.metrics.inc("drover_node_worker_watch_errors_total");
         this.metrics.inc("drover_node_worker_errors_total", { kind: "watch" });
-        this.log.warn({ err: err instanceof Error ? err.message : String(err), retryInMs }, "watching this node's run pods failed; resuming");
+        this.log.warn({ err: messageOf(err), retryInMs }, "watching this node's run pods failed; resuming");
       },
       signal: this.halt.signal,
       watchTimeoutSeconds: this.settings.watchTimeoutSeconds,
@@ -210,7 +251,10 @@ export class NodeWorker {
   }
 
   private async reconcile(): Promise<void> {
-    const pods = (this.pods?.list(this.settings.namespace) ?? []).filter((p) => !p.spec?.containers.some((c) => c.name === "worker") && p.spec?.volumes?.some((v) => v.name === "drover-home"));
+    const pods = (this.pods?.list(this.settings.namespace) ?? []).filter(
+      (p) =>
+        !p.spec?.containers.some((c) => c.name === "worker") && p.spec?.volumes?.some((v) => v.name === "drover-home"),
+    );
     const liveNames = new Set(pods.filter(live).map((p) => p.metadata?.labels?.[labels.k8sJob] ?? ""));
     for (const pod of pods) {
       const name = pod.metadata?.labels?.[labels.k8sJob];
@@ -219,7 +263,7 @@ export class NodeWorker {
       await this.take(name).catch((err: unknown) => {
         // The controller creates the Job's Secret just after the Job: try again next round.
         this.seen.delete(name);
-        this.log.warn({ k8sJob: name, err: err instanceof Error ? err.message : String(err) }, "cannot take the run pod yet");
+        this.log.warn({ k8sJob: name, err: messageOf(err) }, "cannot take the run pod yet");
       });
     }
     // A directory whose pod is gone or finished (its runner cannot write any more), and whose
@@ -232,7 +276,10 @@ export class NodeWorker {
   private async take(name: string): Promise<void> {
     const secret = await this.core.readNamespacedSecret({ name: `${name}-job`, namespace: this.settings.namespace });
     const field = (k: string) => Buffer.from(secret.data?.[k] ?? "", "base64").toString("utf8");
-    const assignment: JobAssignment = jobAssignmentSchema.parse({ ...JSON.parse(field("assignment.json")), jobToken: field("token").trim() });
+    const assignment: JobAssignment = jobAssignmentSchema.parse({
+      ...JSON.parse(field("assignment.json")),
+      jobToken: field("token").trim(),
+    });
     const url = this.settings.url ?? field("url").replace(/\/+$/, "");
     if (!url) throw new Error(`the Secret ${name}-job holds no server URL and DROVER_URL is not set`);
     const skew = versionSkew(field("version"), agentVersion);
@@ -295,7 +342,10 @@ export class NodeWorker {
         exec.close();
       }
     } catch (err) {
-      this.log.warn({ k8sJob: name, err: err instanceof Error ? err.message : String(err) }, "could not tell the abandoned run's runner to exit; the pod ends at its deadline");
+      this.log.warn(
+        { k8sJob: name, err: messageOf(err) },
+        "could not tell the abandoned run's runner to exit; the pod ends at its deadline",
+      );
     }
   }
 }
@@ -338,6 +388,8 @@ export function versionSkew(controllerVersion: string, workerVersion: string): s
   // A controller older than this check writes no version.
   const controller = controllerVersion.trim() || "an older version";
   if (controller === workerVersion) return undefined;
-  return `version skew: this node's drover worker is ${workerVersion}, the controller ${controller}; ` +
-    "update the worker by deleting its pod (kubectl delete pod) once no run pod is on the node";
+  return (
+    `version skew: this node's drover worker is ${workerVersion}, the controller ${controller}; ` +
+    "update the worker by deleting its pod (kubectl delete pod) once no run pod is on the node"
+  );
 }

@@ -9,13 +9,23 @@ import type { RbacAuthorizationV1Api, V1OwnerReference } from "@kubernetes/clien
  */
 export async function grantJobSecret(
   rbac: RbacAuthorizationV1Api,
-  o: { namespace: string; jobName: string; secretName: string; serviceAccount: string; owner: V1OwnerReference; labels: Record<string, string> },
+  o: {
+    namespace: string;
+    jobName: string;
+    secretName: string;
+    serviceAccount: string;
+    owner: V1OwnerReference;
+    labels: Record<string, string>;
+  },
 ): Promise<void> {
   const metadata = { name: o.secretName, labels: o.labels, ownerReferences: [o.owner] };
   await ignoreConflict(
     rbac.createNamespacedRole({
       namespace: o.namespace,
-      body: { metadata, rules: [{ apiGroups: [""], resources: ["secrets"], resourceNames: [o.secretName], verbs: ["get"] }] },
+      body: {
+        metadata,
+        rules: [{ apiGroups: [""], resources: ["secrets"], resourceNames: [o.secretName], verbs: ["get"] }],
+      },
     }),
   );
   await ignoreConflict(

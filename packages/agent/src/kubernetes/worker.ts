@@ -1,4 +1,12 @@
-import { jobAssignmentSchema, settings as settingsTable, SettingsSource, startTelemetryIfSet, type JobAssignment, type RunTracer } from "@drover/protocol";
+import {
+  jobAssignmentSchema,
+  settings as settingsTable,
+  SettingsSource,
+  startTelemetryIfSet,
+  type JobAssignment,
+  type RunTracer,
+  messageOf,
+} from "@drover/protocol";
 import { otlpSettings, stopAndTrustSettings, type OtlpSettings } from "../shared-settings.js";
 import { readFileSync } from "node:fs";
 import { hostname } from "node:os";
@@ -59,7 +67,9 @@ export function loadWorkerSettings(env: NodeJS.ProcessEnv): WorkerSettings {
 }
 
 /** The settings every worker (a pod's or a node's) reads the same way: stop behaviour, trust, runner staleness. */
-export function supervisionSettings(src: SettingsSource): Pick<WorkerSettings, "stopAction" | "gracePeriodMs" | "caCertPem" | "runnerStaleMs" | "runnerStartTimeoutMs"> {
+export function supervisionSettings(
+  src: SettingsSource,
+): Pick<WorkerSettings, "stopAction" | "gracePeriodMs" | "caCertPem" | "runnerStaleMs" | "runnerStartTimeoutMs"> {
   return {
     ...stopAndTrustSettings(src),
     runnerStaleMs: src.get("DROVER_WORKER_RUNNER_STALE_SECONDS") * 1000,
@@ -74,20 +84,29 @@ export function supervisionSettings(src: SettingsSource): Pick<WorkerSettings, "
  */
 export async function runWorker(settings: WorkerSettings, log: Logger): Promise<number> {
   const token = readFileSync(join(settings.secretDir, "token"), "utf8").trim();
-  const assignment = jobAssignmentSchema.parse({ ...JSON.parse(readFileSync(join(settings.secretDir, "assignment.json"), "utf8")), jobToken: token });
+  const assignment = jobAssignmentSchema.parse({
+    ...JSON.parse(readFileSync(join(settings.secretDir, "assignment.json"), "utf8")),
+    jobToken: token,
+  });
   let running = true;
   const metrics = new MetricSet()
     .define("drover_worker_job_running", "gauge", "1 while this pod's job runs")
     .define("drover_worker_log_bytes_shipped_total", "counter", "Log bytes of this pod's job the server acknowledged")
-    .define("drover_worker_errors_total", "counter", "Errors of this pod's worker by kind (each retried)", { initial: false });
+    .define("drover_worker_errors_total", "counter", "Errors of this pod's worker by kind (each retried)", {
+      initial: false,
+    });
   const exposition = () => {
     metrics.set("drover_worker_job_running", running ? 1 : 0);
     return metrics.render();
   };
   const telemetry = await startTelemetryIfSet(
-    settings.otlp && { ...settings.otlp, resource: { "service.name": "drover-worker", "k8s.pod.name": hostname(), "drover.phase": assignment.phase }, exposition },
+    settings.otlp && {
+      ...settings.otlp,
+      resource: { "service.name": "drover-worker", "k8s.pod.name": hostname(), "drover.phase": assignment.phase },
+      exposition,
+    },
   ).catch((err: unknown) => {
-    log.warn({ err: err instanceof Error ? err.message : String(err) }, "OpenTelemetry export could not start; running without it");
+    log.warn({ err: messageOf(err) }, "OpenTelemetry export could not start; running without it");
     return undefined;
   });
   const caches = openCaches(settings.caches, cacheDispatcher(settings.caCertPem), log, settings.caCertPem);
@@ -96,21 +115,34 @@ export async function runWorker(settings: WorkerSettings, log: Logger): Promise<
   if (caches.engines) metrics.addCache("engines", caches.engines.counters);
   const supervised = superviseJob(
     assignment,
-    { ...settings, tracer: telemetry?.tracer, onLogBytes: (n) => metrics.add("drover_worker_log_bytes_shipped_total", n), onError: (kind) => metrics.inc("drover_worker_errors_total", { kind }) },
+    {
+      ...settings,
+      tracer: telemetry?.tracer,
+      onLogBytes: (n) => metrics.add("drover_worker_log_bytes_shipped_total", n),
+      onError: (kind) => metrics.inc("drover_worker_errors_total", { kind }),
+    },
     log,
     undefined,
     caches,
   );
   // The run matters more than its health port: a port already taken costs the probe, not the run.
-  const health = settings.healthPort > 0
-    ? await startHealthServer(settings.healthPort, {
-        health: () => ({ live: true, ready: running, details: { job: assignment.jobId, phase: assignment.phase } }),
-        metrics: exposition,
-      }, settings.healthAddress).catch((err: unknown) => {
-        log.warn({ port: settings.healthPort, err: err instanceof Error ? err.message : String(err) }, "cannot serve the health port; running the job without it");
-        return undefined;
-      })
-    : undefined;
+  const health =
+    settings.healthPort > 0
+      ? await startHealthServer(
+          settings.healthPort,
+          {
+            health: () => ({ live: true, ready: running, details: { job: assignment.jobId, phase: assignment.phase } }),
+            metrics: exposition,
+          },
+          settings.healthAddress,
+        ).catch((err: unknown) => {
+          log.warn(
+            { port: settings.healthPort, err: messageOf(err) },
+            "cannot serve the health port; running the job without it",
+          );
+          return undefined;
+        })
+      : undefined;
   const onStop = () => {
     log.info("stop signal received; stopping the run");
     supervised.stop();
@@ -125,8 +157,19 @@ export async function runWorker(settings: WorkerSettings, log: Logger): Promise<
 }
 
 /** Where and how one job runs under a worker: its exec-loop directory and its files. */
-export type SupervisionSettings = Pick<WorkerSettings, "url" | "execDir" | "runDir" | "stopAction" | "gracePeriodMs" | "caCertPem" | "runnerStaleMs" | "runnerStartTimeoutMs" | "tracer">
-  & Pick<JobSettings, "onLogBytes" | "onError" | "notes">;
+export type SupervisionSettings = Pick<
+  WorkerSettings,
+  | "url"
+  | "execDir"
+  | "runDir"
+  | "stopAction"
+  | "gracePeriodMs"
+  | "caCertPem"
+  | "runnerStaleMs"
+  | "runnerStartTimeoutMs"
+  | "tracer"
+> &
+  Pick<JobSettings, "onLogBytes" | "onError" | "notes">;
 
 /**
  * Owns one job whose steps execute in a runner container through the exec-loop in
@@ -143,7 +186,15 @@ export function superviseJob(
   // The runner container shares both directories: reach them only through handles opened now.
   const exec = handles?.exec ?? SafeDir.open(settings.execDir, { create: true });
   const run = handles?.run ?? SafeDir.open(settings.runDir, { create: true });
-  const runner = new ExecLoopRunner(settings.execDir, exec, { path: settings.runDir, handle: run }, settings.runnerStaleMs, undefined, undefined, settings.runnerStartTimeoutMs);
+  const runner = new ExecLoopRunner(
+    settings.execDir,
+    exec,
+    { path: settings.runDir, handle: run },
+    settings.runnerStaleMs,
+    undefined,
+    undefined,
+    settings.runnerStartTimeoutMs,
+  );
   runner.touchWorkerHeartbeat();
   const beat = setInterval(() => runner.touchWorkerHeartbeat(), 5_000);
   const jobSettings: JobSettings = {
@@ -163,10 +214,21 @@ export function superviseJob(
     hookTimeoutMs: settingsTable.DROVER_AGENT_HOOK_TIMEOUT_SECONDS.default * 1000,
   };
   // No kept plan directories: each phase runs in a new pod (or a new directory on the node).
-  const job = new JobRun(assignment, new AgentClient(settings.url, settings.caCertPem), jobSettings, log, runner, undefined, caches?.providers, caches?.modules, caches?.engines);
+  const job = new JobRun(
+    assignment,
+    new AgentClient(settings.url, settings.caCertPem),
+    jobSettings,
+    log,
+    runner,
+    undefined,
+    caches?.providers,
+    caches?.modules,
+    caches?.engines,
+  );
   const done = job.execute().finally(() => {
     clearInterval(beat);
-    if (!runner.shutdown()) log.warn("could not tell the runner to exit: the run blocked its shutdown file; the pod ends at its deadline");
+    if (!runner.shutdown())
+      log.warn("could not tell the runner to exit: the run blocked its shutdown file; the pod ends at its deadline");
     runner.close();
     exec.close();
     run.close();

@@ -9,7 +9,7 @@ import { checkFetchTarget, FetchRefused } from "../fetch-guard.js";
 import { VerificationError } from "../providers/errors.js";
 import type { Logger } from "pino";
 import type { Dispatcher } from "undici";
-import { versionSatisfies } from "@drover/protocol";
+import { versionSatisfies, messageOf } from "@drover/protocol";
 import { extractConfiguration } from "../extract.js";
 import { CacheStore, type CacheCounters, type Fill, type Hold } from "../cache/store.js";
 import { RegistryClient, RegistryUnavailable } from "../providers/registry.js";
@@ -96,11 +96,31 @@ export function parseModuleSource(source: string, constraint: string | undefined
   const part = /^[0-9A-Za-z][0-9A-Za-z_-]*$/;
   const parts = source.split("/");
   if (!source.includes(":") && !source.startsWith("/")) {
-    if (parts.length === 3 && parts.every((p) => part.test(p))) return { kind: "registry", host: defaultRegistry, path: parts.join("/").toLowerCase(), constraint };
-    if (parts.length === 4 && /^[0-9a-z.-]*\.[0-9a-z.-]*$/i.test(parts[0] ?? "") && parts.slice(1).every((p) => part.test(p))) return { kind: "registry", host: (parts[0] as string).toLowerCase(), path: parts.slice(1).join("/").toLowerCase(), constraint };
+    if (parts.length === 3 && parts.every((p) => part.test(p)))
+      return { kind: "registry", host: defaultRegistry, path: parts.join("/").toLowerCase(), constraint };
+    if (
+      parts.length === 4 &&
+      /^[0-9a-z.-]*\.[0-9a-z.-]*$/i.test(parts[0] ?? "") &&
+      parts.slice(1).every((p) => part.test(p))
+    )
+      return {
+        kind: "registry",
+        host: (parts[0] as string).toLowerCase(),
+        path: parts.slice(1).join("/").toLowerCase(),
+        constraint,
+      };
   }
-  if (parts.length === 4 && /^[0-9a-z.-]*\.[0-9a-z.-]*:\d{1,5}$/i.test(parts[0] ?? "") && parts.slice(1).every((p) => part.test(p))) {
-    return { kind: "registry", host: (parts[0] as string).toLowerCase(), path: parts.slice(1).join("/").toLowerCase(), constraint };
+  if (
+    parts.length === 4 &&
+    /^[0-9a-z.-]*\.[0-9a-z.-]*:\d{1,5}$/i.test(parts[0] ?? "") &&
+    parts.slice(1).every((p) => part.test(p))
+  ) {
+    return {
+      kind: "registry",
+      host: (parts[0] as string).toLowerCase(),
+      path: parts.slice(1).join("/").toLowerCase(),
+      constraint,
+    };
   }
   const forced = /^([a-z0-9]+)::(.*)$/.exec(source);
   const { url: raw, subdir } = splitSubdir(forced ? (forced[2] as string) : source);
@@ -175,7 +195,8 @@ const gitEnv = (): NodeJS.ProcessEnv => ({ ...process.env, GIT_TERMINAL_PROMPT: 
 const gitTimeoutMs = 10 * 60_000;
 
 /** What git's TLS libraries (gnutls and OpenSSL builds) say when the server's certificate chains to no trusted root. */
-const untrustedCertificate = /server certificate verification failed|SSL certificate problem|certificate verify failed/i;
+const untrustedCertificate =
+  /server certificate verification failed|SSL certificate problem|certificate verify failed/i;
 
 /** How the module cache runs git. */
 interface GitOptions {
@@ -202,9 +223,14 @@ function git(args: string[], signal: AbortSignal, options: GitOptions, cwd?: str
     const run = { cwd, env, signal: AbortSignal.any([signal, deadline]), maxBuffer: 16 << 20 };
     childProcess().execFile("git", argv, run, (err, stdout, stderr) => {
       const said = (stderr || err?.message || "").trim().split("\n").slice(-1)[0];
-      if (err && deadline.aborted && !signal.aborted) reject(new ModuleSourceUnavailable(`git ${args[0]} took longer than ${gitTimeoutMs / 1000} s`));
+      if (err && deadline.aborted && !signal.aborted)
+        reject(new ModuleSourceUnavailable(`git ${args[0]} took longer than ${gitTimeoutMs / 1000} s`));
       else if (err && untrustedCertificate.test(stderr)) {
-        reject(new ModuleSourceUnavailable(`git_tls_untrusted: git ${args[0]}: ${said}: the git server's TLS certificate is not signed by a trusted CA; set DROVER_CA_CERT to the PEM of the CA that signed it`));
+        reject(
+          new ModuleSourceUnavailable(
+            `git_tls_untrusted: git ${args[0]}: ${said}: the git server's TLS certificate is not signed by a trusted CA; set DROVER_CA_CERT to the PEM of the CA that signed it`,
+          ),
+        );
       } else if (err) reject(new ModuleSourceUnavailable(`git ${args[0]}: ${said}`));
       else resolvePromise(stdout);
     });
@@ -216,7 +242,12 @@ function inheritedGitRoots(): string[] {
   // GIT_SSL_CAINFO replaces every CA source git would otherwise use, so the bundle carries them:
   // a file the environment names for git, OpenSSL or Node, and the system's store (where
   // update-ca-certificates puts an organisation's roots).
-  const files = [process.env.GIT_SSL_CAINFO, process.env.SSL_CERT_FILE, process.env.NODE_EXTRA_CA_CERTS, systemBundles.find((f) => existsSync(f))];
+  const files = [
+    process.env.GIT_SSL_CAINFO,
+    process.env.SSL_CERT_FILE,
+    process.env.NODE_EXTRA_CA_CERTS,
+    systemBundles.find((f) => existsSync(f)),
+  ];
   const roots: string[] = [];
   for (const file of new Set(files.filter((f): f is string => !!f))) {
     try {
@@ -229,7 +260,11 @@ function inheritedGitRoots(): string[] {
 }
 
 /** Where Linux distributions keep the system's CA bundle (Debian/Ubuntu/Alpine, RHEL/Fedora, SUSE). */
-const systemBundles = ["/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/ca-bundle.pem"];
+const systemBundles = [
+  "/etc/ssl/certs/ca-certificates.crt",
+  "/etc/pki/tls/certs/ca-bundle.crt",
+  "/etc/ssl/ca-bundle.pem",
+];
 
 /**
  * Writes the default roots (Node's, the system's and the files the environment names) and `pem` into one
@@ -258,9 +293,18 @@ function writeCaBundle(dir: string, pem: string): string {
 }
 
 /** The commit `ref` (a branch or tag; HEAD when unset) names in the repository at `url`. */
-async function lsRemote(url: string, ref: string | undefined, signal: AbortSignal, options: GitOptions): Promise<string> {
+async function lsRemote(
+  url: string,
+  ref: string | undefined,
+  signal: AbortSignal,
+  options: GitOptions,
+): Promise<string> {
   const out = await git(["ls-remote", "--", url, ...(ref ? [ref, `${ref}^{}`] : ["HEAD"])], signal, options);
-  const lines = out.trim().split("\n").map((l) => l.split("\t")).filter((p) => p.length === 2) as Array<[string, string]>;
+  const lines = out
+    .trim()
+    .split("\n")
+    .map((l) => l.split("\t"))
+    .filter((p) => p.length === 2) as Array<[string, string]>;
   // An annotated tag's commit is its peeled line (`refs/tags/v1^{}`).
   const pick = lines.find(([, name]) => name.endsWith("^{}")) ?? lines[0];
   if (!pick || !/^[0-9a-f]{40}$/.test(pick[0])) throw new ModuleSourceUnavailable(`${url} has no ref ${ref ?? "HEAD"}`);
@@ -274,16 +318,38 @@ async function lsRemote(url: string, ref: string | undefined, signal: AbortSigna
  * receives against its hash, and the commit must be the one asked for, so the tree is the one
  * the commit id vouches for.
  */
-async function gitCheckout(url: string, ref: string | undefined, commit: string, dir: string, scratch: string, signal: AbortSignal, options: GitOptions): Promise<ModuleMeta> {
-  const has = async (repo: string): Promise<boolean> => (await git(["--git-dir", repo, "cat-file", "-t", commit], signal, options).catch(() => "")).trim() === "commit";
+async function gitCheckout(
+  url: string,
+  ref: string | undefined,
+  commit: string,
+  dir: string,
+  scratch: string,
+  signal: AbortSignal,
+  options: GitOptions,
+): Promise<ModuleMeta> {
+  const has = async (repo: string): Promise<boolean> =>
+    (await git(["--git-dir", repo, "cat-file", "-t", commit], signal, options).catch(() => "")).trim() === "commit";
   const shallow = join(scratch, "shallow.git");
   await git(["init", "--quiet", "--bare", shallow], signal, options);
   // By id: protocol v2 servers serve any commit; an older one only what a ref points at, so the
   // ref is asked for too (ls-remote said it names this commit; if it has moved since, the
   // commit is missing and the whole clone below decides).
   for (const want of [commit, ...(ref === commit ? [] : [ref ?? "HEAD"])]) {
-    if (await git(["--git-dir", shallow, "fetch", "--quiet", "--depth", "1", "--no-tags", "--", url, want], signal, options).then(() => has(shallow), () => false)) {
-      await git(["--git-dir", shallow, "--work-tree", dir, "checkout", "--quiet", "-f", commit, "--", "."], signal, options);
+    if (
+      await git(
+        ["--git-dir", shallow, "fetch", "--quiet", "--depth", "1", "--no-tags", "--", url, want],
+        signal,
+        options,
+      ).then(
+        () => has(shallow),
+        () => false,
+      )
+    ) {
+      await git(
+        ["--git-dir", shallow, "--work-tree", dir, "checkout", "--quiet", "-f", commit, "--", "."],
+        signal,
+        options,
+      );
       return { source: url, commit };
     }
   }
@@ -301,7 +367,14 @@ export class ModuleCache {
   private readonly gitOptions: GitOptions;
 
   constructor(private readonly options: ModuleCacheOptions) {
-    this.store = new CacheStore<ModuleMeta>({ dir: options.dir, entries: "entries", limitBytes: options.limitBytes, logger: options.logger, kind: "module", ...(options.now ? { now: options.now } : {}) });
+    this.store = new CacheStore<ModuleMeta>({
+      dir: options.dir,
+      entries: "entries",
+      limitBytes: options.limitBytes,
+      logger: options.logger,
+      kind: "module",
+      ...(options.now ? { now: options.now } : {}),
+    });
     const allowMetadataAddresses = options.allowMetadataAddresses ?? false;
     this.registry = new RegistryClient(options.dispatcher, { allowMetadataAddresses });
     const caFile = options.caCertPem ? writeCaBundle(options.dir, options.caCertPem) : undefined;
@@ -319,7 +392,11 @@ export class ModuleCache {
    * `workDir/.terraform/modules`, writing through `files` (the run directory may be shared with a
    * runner container). Calls it cannot serve are left to terraform with a note.
    */
-  async prepare(workDir: string, signal: AbortSignal, files: Pick<RunFiles, "link" | "write"> = localRunFiles(workDir)): Promise<ModuleLease> {
+  async prepare(
+    workDir: string,
+    signal: AbortSignal,
+    files: Pick<RunFiles, "link" | "write"> = localRunFiles(workDir),
+  ): Promise<ModuleLease> {
     const notes: string[] = [];
     const held: Hold[] = [];
     const records: Array<{ Key: string; Source: string; Version?: string; Dir: string }> = [];
@@ -359,27 +436,41 @@ export class ModuleCache {
         try {
           const got = await this.install(spec, call, signal);
           if (!got) {
-            notes.push(`module ${key}: no version of ${call.source} satisfies ${spec.kind === "registry" ? (spec.constraint ?? "any") : "any"}; left to terraform`);
+            notes.push(
+              `module ${key}: no version of ${call.source} satisfies ${spec.kind === "registry" ? (spec.constraint ?? "any") : "any"}; left to terraform`,
+            );
             continue;
           }
           held.push(got.hold);
           files.link(join(workDir, ".terraform", "modules", key), got.path);
           const subdir = spec.kind === "registry" ? "" : spec.subdir;
-          records.push({ Key: key, Source: got.source, ...(got.version ? { Version: got.version } : {}), Dir: `.terraform/modules/${key}${subdir ? `/${subdir}` : ""}` });
+          records.push({
+            Key: key,
+            Source: got.source,
+            ...(got.version ? { Version: got.version } : {}),
+            Dir: `.terraform/modules/${key}${subdir ? `/${subdir}` : ""}`,
+          });
           const moduleDir = subdir ? join(got.path, subdir) : got.path;
           dirs.push(moduleDir);
           await visit(moduleDir, key, depth + 1);
         } catch (err) {
-          if (err instanceof RegistryUnavailable || err instanceof ModuleSourceUnavailable) notes.push(`module ${key} not cached (${err.message}); terraform installs it itself`);
+          if (err instanceof RegistryUnavailable || err instanceof ModuleSourceUnavailable)
+            notes.push(`module ${key} not cached (${err.message}); terraform installs it itself`);
           else throw err;
         }
       }
     };
     try {
       await visit(workDir, "", 0);
-      if (records.length > 0) files.write(manifest, JSON.stringify({ Modules: [{ Key: "", Source: "", Dir: "." }, ...records] }));
+      if (records.length > 0)
+        files.write(manifest, JSON.stringify({ Modules: [{ Key: "", Source: "", Dir: "." }, ...records] }));
       this.store.evict();
-      return { installed: records.map((r) => `${r.Key} (${r.Source}${r.Version ? ` ${r.Version}` : ""})`), notes, dirs, release };
+      return {
+        installed: records.map((r) => `${r.Key} (${r.Source}${r.Version ? ` ${r.Version}` : ""})`),
+        notes,
+        dirs,
+        release,
+      };
     } catch (err) {
       release();
       throw err;
@@ -387,7 +478,11 @@ export class ModuleCache {
   }
 
   /** The cache entry of one remote module source, held for the run; undefined when no version fits. */
-  private async install(spec: Exclude<ModuleSource, { kind: "local" }>, call: ModuleCall, signal: AbortSignal): Promise<{ path: string; source: string; version?: string; hold: Hold } | undefined> {
+  private async install(
+    spec: Exclude<ModuleSource, { kind: "local" }>,
+    call: ModuleCall,
+    signal: AbortSignal,
+  ): Promise<{ path: string; source: string; version?: string; hold: Hold } | undefined> {
     const max = this.options.maxPackageBytes ?? 512 << 20;
     let key: string;
     let fill: Fill<ModuleMeta>;
@@ -414,11 +509,14 @@ export class ModuleCache {
       fill = async (dir, _scratch, s) => {
         const archive = await this.registry.fetchBytes(spec.url, max, s).catch((err: unknown) => {
           if (err instanceof FetchRefused) throw err;
-          throw new ModuleSourceUnavailable(`${spec.url}: ${err instanceof Error ? err.message : String(err)}`);
+          throw new ModuleSourceUnavailable(`${spec.url}: ${messageOf(err)}`);
         });
         const sum = createHash("sha256").update(archive).digest("hex");
         if (spec.checksum && sum !== spec.checksum) {
-          throw new VerificationError("module_checksum_mismatch", `module ${call.name}: ${spec.url} has sha256 ${sum}, but its source asks for ${spec.checksum}; nothing was installed (fix the checksum if the new archive is trusted)`);
+          throw new VerificationError(
+            "module_checksum_mismatch",
+            `module ${call.name}: ${spec.url} has sha256 ${sum}, but its source asks for ${spec.checksum}; nothing was installed (fix the checksum if the new archive is trusted)`,
+          );
         }
         await extractConfiguration(archive, dir);
         return { source: spec.url, sha256: sum };
@@ -434,7 +532,10 @@ export class ModuleCache {
     }
   }
 
-  private async resolve(spec: Extract<ModuleSource, { kind: "registry" }>, signal: AbortSignal): Promise<string | undefined> {
+  private async resolve(
+    spec: Extract<ModuleSource, { kind: "registry" }>,
+    signal: AbortSignal,
+  ): Promise<string | undefined> {
     const pinned = /^=?\s*v?(\d+\.\d+\.\d+(?:-[0-9A-Za-z.]+)?)$/.exec(spec.constraint?.trim() ?? "")?.[1];
     if (pinned) return pinned;
     const offered = await this.registry.moduleVersions(spec.host, spec.path, signal);
@@ -449,10 +550,18 @@ export class ModuleCache {
   }
 
   /** Downloads a registry module's package and unpacks it into `dir`. */
-  private async fetchRegistry(spec: Extract<ModuleSource, { kind: "registry" }>, version: string, dir: string, signal: AbortSignal): Promise<ModuleMeta> {
+  private async fetchRegistry(
+    spec: Extract<ModuleSource, { kind: "registry" }>,
+    version: string,
+    dir: string,
+    signal: AbortSignal,
+  ): Promise<ModuleMeta> {
     const location = await this.registry.moduleLocation(spec.host, spec.path, version, signal);
     const url = new URL(location);
-    if (url.protocol !== "https:" || !/\.(tar\.gz|tgz)$/.test(url.pathname)) throw new ModuleSourceUnavailable(`unsupported module package ${location} (the cache takes https .tar.gz packages)`);
+    if (url.protocol !== "https:" || !/\.(tar\.gz|tgz)$/.test(url.pathname))
+      throw new ModuleSourceUnavailable(
+        `unsupported module package ${location} (the cache takes https .tar.gz packages)`,
+      );
     const archive = await this.registry.fetchBytes(location, this.options.maxPackageBytes ?? 512 << 20, signal);
     await extractConfiguration(archive, dir);
     return { source: location };

@@ -69,7 +69,8 @@ export interface ProviderCacheOptions {
 
 /** This machine's platform in terraform's naming. */
 export function terraformPlatform(): string {
-  const arch = ({ x64: "amd64", arm64: "arm64", ia32: "386", arm: "arm" } as Record<string, string>)[process.arch] ?? process.arch;
+  const arch =
+    ({ x64: "amd64", arm64: "arm64", ia32: "386", arm: "arm" } as Record<string, string>)[process.arch] ?? process.arch;
   return `${process.platform}_${arch}`;
 }
 
@@ -86,7 +87,14 @@ export class ProviderCache {
   private readonly maxPackageBytes: number;
 
   constructor(options: ProviderCacheOptions) {
-    this.store = new CacheStore<ProviderMeta>({ dir: options.dir, entries: "mirror", limitBytes: options.limitBytes, logger: options.logger, kind: "provider", ...(options.now ? { now: options.now } : {}) });
+    this.store = new CacheStore<ProviderMeta>({
+      dir: options.dir,
+      entries: "mirror",
+      limitBytes: options.limitBytes,
+      logger: options.logger,
+      kind: "provider",
+      ...(options.now ? { now: options.now } : {}),
+    });
     this.mirror = this.store.root;
     const allowMetadataAddresses = options.allowMetadataAddresses === true;
     this.registry = new RegistryClient(options.dispatcher, { allowMetadataAddresses });
@@ -131,15 +139,24 @@ export class ProviderCache {
           try {
             version ??= await this.resolve(w.address, w.constraints, signal);
             if (!version) {
-              notes.push(`${address}: no version for ${this.platform} satisfies ${w.constraints.join(", ") || "any"}; left to terraform`);
+              notes.push(
+                `${address}: no version for ${this.platform} satisfies ${w.constraints.join(", ") || "any"}; left to terraform`,
+              );
               return;
             }
             const key = `${address}/${version}/${this.platform}`;
             held.push(this.store.hold(key));
-            const entry = await this.store.acquire(key, (dir, scratch, s) => this.fetch(w.address, version as string, dir, scratch, s), signal);
+            const entry = await this.store.acquire(
+              key,
+              (dir, scratch, s) => this.fetch(w.address, version as string, dir, scratch, s),
+              signal,
+            );
             prepared.push({ address, entry });
           } catch (err) {
-            if (err instanceof RegistryUnavailable) notes.push(`${address}${version ? ` ${version}` : ""} not cached (${err.message}); terraform installs it itself`);
+            if (err instanceof RegistryUnavailable)
+              notes.push(
+                `${address}${version ? ` ${version}` : ""} not cached (${err.message}); terraform installs it itself`,
+              );
             else throw err;
           }
         }),
@@ -149,7 +166,8 @@ export class ProviderCache {
         const l = locked.get(address);
         if (!l) continue;
         const fixed = checkLock(l, entry);
-        if (fixed) lockText = addLockHash(lockText ?? readFileSync(join(workDir, lockFileName), "utf8"), address, fixed);
+        if (fixed)
+          lockText = addLockHash(lockText ?? readFileSync(join(workDir, lockFileName), "utf8"), address, fixed);
       }
       this.store.evict();
       prepared.sort((a, b) => a.address.localeCompare(b.address));
@@ -167,12 +185,22 @@ export class ProviderCache {
   }
 
   /** The newest version the registry offers that satisfies every constraint (no pre-releases unless pinned). */
-  private async resolve(address: ProviderAddress, constraints: string[], signal: AbortSignal): Promise<string | undefined> {
+  private async resolve(
+    address: ProviderAddress,
+    constraints: string[],
+    signal: AbortSignal,
+  ): Promise<string | undefined> {
     // A pinned version needs no question to the registry (a warm run then makes no request at all).
-    const pinned = constraints.map((c) => /^=?\s*v?(\d+\.\d+\.\d+(?:-[0-9A-Za-z.]+)?)$/.exec(c.trim())?.[1]).find((v) => v !== undefined);
+    const pinned = constraints
+      .map((c) => /^=?\s*v?(\d+\.\d+\.\d+(?:-[0-9A-Za-z.]+)?)$/.exec(c.trim())?.[1])
+      .find((v) => v !== undefined);
     if (pinned && constraints.every((c) => versionSatisfies(pinned, c))) return pinned;
     const offered = await this.registry.versions(address, this.platform, signal);
-    const ok = offered.filter((v) => constraints.every((c) => versionSatisfies(v, c)) && (!v.includes("-") || constraints.some((c) => c.includes(v))));
+    const ok = offered.filter(
+      (v) =>
+        constraints.every((c) => versionSatisfies(v, c)) &&
+        (!v.includes("-") || constraints.some((c) => c.includes(v))),
+    );
     const num = (v: string): number[] => v.replace(/-.*/, "").split(".").map(Number);
     ok.sort((a, b) => {
       const [x, y] = [num(a), num(b)];
@@ -189,14 +217,23 @@ export class ProviderCache {
   }
 
   /** Downloads, verifies and unpacks one provider package into `dir`. */
-  private async fetch(address: ProviderAddress, version: string, dir: string, scratch: string, signal: AbortSignal): Promise<ProviderMeta> {
+  private async fetch(
+    address: ProviderAddress,
+    version: string,
+    dir: string,
+    scratch: string,
+    signal: AbortSignal,
+  ): Promise<ProviderMeta> {
     const addr = addressString(address);
     const info = await this.registry.download(address, version, this.platform, signal);
     await this.registry.checksums(info, signal);
     const zip = join(scratch, "package.zip");
     const sha = await this.registry.fetchArchive(info, zip, this.maxPackageBytes, signal);
     if (sha !== info.shasum) {
-      throw new VerificationError("provider_checksum_mismatch", `${addr} ${version}: the downloaded ${info.filename} has sha256 ${sha}, but the registry vouches for ${info.shasum}; nothing was installed`);
+      throw new VerificationError(
+        "provider_checksum_mismatch",
+        `${addr} ${version}: the downloaded ${info.filename} has sha256 ${sha}, but the registry vouches for ${info.shasum}; nothing was installed`,
+      );
     }
     unzipProvider(zip, dir, this.maxPackageBytes);
     return { address: addr, version, platform: this.platform, zh: `zh:${sha}` };

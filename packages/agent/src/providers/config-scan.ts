@@ -15,8 +15,10 @@ export const defaultRegistry = "registry.terraform.io";
 export function parseSource(source: string): ProviderAddress | undefined {
   const parts = source.trim().toLowerCase().split("/");
   const ok = (s: string | undefined): s is string => s !== undefined && /^[0-9a-z][0-9a-z_-]*$/.test(s);
-  if (parts.length === 2 && ok(parts[0]) && ok(parts[1])) return { host: defaultRegistry, namespace: parts[0], type: parts[1] };
-  if (parts.length === 3 && /^[0-9a-z.-]+(:\d{1,5})?$/.test(parts[0] ?? "") && ok(parts[1]) && ok(parts[2])) return { host: parts[0] as string, namespace: parts[1], type: parts[2] };
+  if (parts.length === 2 && ok(parts[0]) && ok(parts[1]))
+    return { host: defaultRegistry, namespace: parts[0], type: parts[1] };
+  if (parts.length === 3 && /^[0-9a-z.-]+(:\d{1,5})?$/.test(parts[0] ?? "") && ok(parts[1]) && ok(parts[2]))
+    return { host: parts[0] as string, namespace: parts[1], type: parts[2] };
   return undefined;
 }
 
@@ -89,7 +91,9 @@ export function scanRequirements(workDir: string): Map<string, Requirement> {
         }
         const source = /\bsource\s*=\s*"([^"]*)"/.exec(value)?.[1];
         const version = /\bversion\s*=\s*"([^"]*)"/.exec(value)?.[1];
-        const address = source ? parseSource(source) : { host: defaultRegistry, namespace: "hashicorp", type: localName };
+        const address = source
+          ? parseSource(source)
+          : { host: defaultRegistry, namespace: "hashicorp", type: localName };
         if (address) add(address, version);
       }
     }
@@ -118,7 +122,11 @@ export function readLockFile(workDir: string): Map<string, LockedProvider> {
     const version = /\bversion\s*=\s*"([^"]+)"/.exec(body)?.[1];
     const list = /\bhashes\s*=\s*\[([^\]]*)\]/.exec(body)?.[1] ?? "";
     if (!address || !version) continue;
-    out.set(`${address.host}/${address.namespace}/${address.type}`, { address, version, hashes: [...list.matchAll(/"([^"]+)"/g)].map((h) => h[1] as string) });
+    out.set(`${address.host}/${address.namespace}/${address.type}`, {
+      address,
+      version,
+      hashes: [...list.matchAll(/"([^"]+)"/g)].map((h) => h[1] as string),
+    });
   }
   return out;
 }

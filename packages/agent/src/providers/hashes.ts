@@ -25,7 +25,7 @@ export async function sha256File(path: string): Promise<string> {
  * "<hex sha256>  <relative path>\n" of its files in byte order.
  */
 export async function packageHashV1(dir: string): Promise<string> {
-  const names = files(dir).sort((a, b) => (Buffer.compare(Buffer.from(a), Buffer.from(b))));
+  const names = files(dir).sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
   const summary = createHash("sha256");
   for (const name of names) summary.update(`${await sha256File(join(dir, name))}  ${name}\n`);
   return `h1:${summary.digest("base64")}`;

@@ -4,7 +4,7 @@ import { pipeline } from "node:stream/promises";
 import { Transform } from "node:stream";
 import type * as OpenPgp from "openpgp";
 import type { Dispatcher } from "undici";
-import { transportRequest as request } from "@drover/protocol";
+import { transportRequest as request, messageOf } from "@drover/protocol";
 import { VerificationError } from "./errors.js";
 import { checkFetchTarget, FetchRefused } from "../fetch-guard.js";
 
@@ -64,7 +64,7 @@ export class RegistryClient {
         res = await request(at, { dispatcher: this.dispatcher, signal });
       } catch (err) {
         if (err instanceof FetchRefused) throw err;
-        throw new RegistryUnavailable(`${at.href}: ${err instanceof Error ? err.message : String(err)}`);
+        throw new RegistryUnavailable(`${at.href}: ${messageOf(err)}`);
       }
       const location = res.headers.location;
       if (res.statusCode < 300 || res.statusCode >= 400 || typeof location !== "string" || hop >= 3) return res;
@@ -74,7 +74,11 @@ export class RegistryClient {
     }
   }
 
-  private async get(url: URL | string, signal: AbortSignal, limit: number): Promise<{ status: number; body: Buffer; type: string; location: string | undefined }> {
+  private async get(
+    url: URL | string,
+    signal: AbortSignal,
+    limit: number,
+  ): Promise<{ status: number; body: Buffer; type: string; location: string | undefined }> {
     const res = await this.open(url, AbortSignal.any([signal, AbortSignal.timeout(this.timeoutMs)]));
     const get = res.headers["x-terraform-get"];
     const parts: Buffer[] = [];
@@ -87,7 +91,12 @@ export class RegistryClient {
       }
       parts.push(chunk as Buffer);
     }
-    return { status: res.statusCode, body: Buffer.concat(parts), type: String(res.headers["content-type"] ?? ""), location: typeof get === "string" ? get : undefined };
+    return {
+      status: res.statusCode,
+      body: Buffer.concat(parts),
+      type: String(res.headers["content-type"] ?? ""),
+      location: typeof get === "string" ? get : undefined,
+    };
   }
 
   private async json(url: URL, signal: AbortSignal): Promise<unknown> {
@@ -101,7 +110,11 @@ export class RegistryClient {
   }
 
   /** A registry service's base URL (service discovery, once per host and service). */
-  private base(host: string, signal: AbortSignal, service: "providers.v1" | "modules.v1" = "providers.v1"): Promise<URL> {
+  private base(
+    host: string,
+    signal: AbortSignal,
+    service: "providers.v1" | "modules.v1" = "providers.v1",
+  ): Promise<URL> {
     const key = `${service} ${host}`;
     let found = this.discovered.get(key);
     if (!found) {
@@ -121,7 +134,9 @@ export class RegistryClient {
   /** Versions of a registry module (`ns/name/system`). */
   async moduleVersions(host: string, path: string, signal: AbortSignal): Promise<string[]> {
     const base = await this.base(host, signal, "modules.v1");
-    const doc = (await this.json(new URL(`${path}/versions`, base), signal)) as { modules?: Array<{ versions?: Array<{ version?: unknown }> }> };
+    const doc = (await this.json(new URL(`${path}/versions`, base), signal)) as {
+      modules?: Array<{ versions?: Array<{ version?: unknown }> }>;
+    };
     return (doc.modules?.[0]?.versions ?? []).map((v) => v.version).filter((v): v is string => typeof v === "string");
   }
 
@@ -131,7 +146,8 @@ export class RegistryClient {
     const url = new URL(`${path}/${version}/download`, base);
     const res = await this.get(url, signal, maxJsonBytes);
     const header = res.location;
-    if ((res.status !== 204 && res.status !== 200) || !header) throw new RegistryUnavailable(`${url.href} gave no X-Terraform-Get (answered ${res.status})`);
+    if ((res.status !== 204 && res.status !== 200) || !header)
+      throw new RegistryUnavailable(`${url.href} gave no X-Terraform-Get (answered ${res.status})`);
     return new URL(header, url).href;
   }
 
@@ -145,7 +161,9 @@ export class RegistryClient {
   /** Versions the registry offers for `platform` (`linux_amd64`). */
   async versions(a: ProviderAddress, platform: string, signal: AbortSignal): Promise<string[]> {
     const base = await this.base(a.host, signal);
-    const doc = (await this.json(new URL(`${a.namespace}/${a.type}/versions`, base), signal)) as { versions?: Array<{ version?: unknown; platforms?: Array<{ os?: unknown; arch?: unknown }> }> };
+    const doc = (await this.json(new URL(`${a.namespace}/${a.type}/versions`, base), signal)) as {
+      versions?: Array<{ version?: unknown; platforms?: Array<{ os?: unknown; arch?: unknown }> }>;
+    };
     const [os, arch] = platform.split("_");
     return (doc.versions ?? [])
       .filter((v) => typeof v.version === "string" && (v.platforms ?? []).some((p) => p.os === os && p.arch === arch))
@@ -158,17 +176,29 @@ export class RegistryClient {
     const [os, arch] = platform.split("_");
     const url = new URL(`${a.namespace}/${a.type}/${version}/download/${os}/${arch}`, base);
     const d = (await this.json(url, signal)) as Record<string, unknown>;
-    const keys = ((d.signing_keys as { gpg_public_keys?: Array<{ ascii_armor?: unknown }> } | undefined)?.gpg_public_keys ?? []).map((k) => k.ascii_armor).filter((k): k is string => typeof k === "string");
-    if (d.os !== os || d.arch !== arch) throw new VerificationError("provider_registry_invalid", `${url.href} answered for ${String(d.os)}_${String(d.arch)}, not ${platform}`);
-    if (typeof d.filename !== "string" || !name.test(d.filename)) throw new VerificationError("provider_registry_invalid", `${url.href} gave no usable filename`);
-    if (typeof d.shasum !== "string" || !/^[0-9a-f]{64}$/.test(d.shasum)) throw new VerificationError("provider_registry_invalid", `${url.href} gave no sha256 shasum`);
-    if (typeof d.download_url !== "string") throw new VerificationError("provider_registry_invalid", `${url.href} gave no download_url`);
+    const keys = (
+      (d.signing_keys as { gpg_public_keys?: Array<{ ascii_armor?: unknown }> } | undefined)?.gpg_public_keys ?? []
+    )
+      .map((k) => k.ascii_armor)
+      .filter((k): k is string => typeof k === "string");
+    if (d.os !== os || d.arch !== arch)
+      throw new VerificationError(
+        "provider_registry_invalid",
+        `${url.href} answered for ${String(d.os)}_${String(d.arch)}, not ${platform}`,
+      );
+    if (typeof d.filename !== "string" || !name.test(d.filename))
+      throw new VerificationError("provider_registry_invalid", `${url.href} gave no usable filename`);
+    if (typeof d.shasum !== "string" || !/^[0-9a-f]{64}$/.test(d.shasum))
+      throw new VerificationError("provider_registry_invalid", `${url.href} gave no sha256 shasum`);
+    if (typeof d.download_url !== "string")
+      throw new VerificationError("provider_registry_invalid", `${url.href} gave no download_url`);
     return {
       filename: d.filename,
       downloadUrl: new URL(d.download_url, url).href,
       shasum: d.shasum,
       shasumsUrl: typeof d.shasums_url === "string" ? new URL(d.shasums_url, url).href : undefined,
-      signatureUrl: typeof d.shasums_signature_url === "string" ? new URL(d.shasums_signature_url, url).href : undefined,
+      signatureUrl:
+        typeof d.shasums_signature_url === "string" ? new URL(d.shasums_signature_url, url).href : undefined,
       armoredKeys: keys,
     };
   }
@@ -181,7 +211,11 @@ export class RegistryClient {
   async checksums(info: DownloadInfo, signal: AbortSignal): Promise<Map<string, string>> {
     const sums = new Map<string, string>();
     if (!info.shasumsUrl) {
-      if (info.armoredKeys.length > 0) throw new VerificationError("provider_signature_invalid", "the registry names signing keys but no SHA256SUMS document");
+      if (info.armoredKeys.length > 0)
+        throw new VerificationError(
+          "provider_signature_invalid",
+          "the registry names signing keys but no SHA256SUMS document",
+        );
       sums.set(info.filename, info.shasum);
       return sums;
     }
@@ -192,10 +226,17 @@ export class RegistryClient {
       if (m) sums.set(m[2] as string, m[1] as string);
     }
     if (sums.get(info.filename) !== info.shasum) {
-      throw new VerificationError("provider_checksum_mismatch", `the registry's shasum ${info.shasum} for ${info.filename} is not the one its SHA256SUMS lists (${sums.get(info.filename) ?? "none"})`);
+      throw new VerificationError(
+        "provider_checksum_mismatch",
+        `the registry's shasum ${info.shasum} for ${info.filename} is not the one its SHA256SUMS lists (${sums.get(info.filename) ?? "none"})`,
+      );
     }
     if (info.armoredKeys.length > 0) {
-      if (!info.signatureUrl) throw new VerificationError("provider_signature_invalid", "the registry names signing keys but no SHA256SUMS signature");
+      if (!info.signatureUrl)
+        throw new VerificationError(
+          "provider_signature_invalid",
+          "the registry names signing keys but no SHA256SUMS signature",
+        );
       const sig = await this.get(info.signatureUrl, signal, 64 << 10);
       if (sig.status !== 200) throw new RegistryUnavailable(`${info.signatureUrl} answered ${sig.status}`);
       await verifySignature(doc.body, sig.body, info.armoredKeys, info.filename);
@@ -215,7 +256,10 @@ export class RegistryClient {
     const meter = new Transform({
       transform(chunk: Buffer, _enc, done) {
         size += chunk.length;
-        if (size > maxBytes) return done(new VerificationError("provider_archive_invalid", `${info.filename} is larger than ${maxBytes} bytes`));
+        if (size > maxBytes)
+          return done(
+            new VerificationError("provider_archive_invalid", `${info.filename} is larger than ${maxBytes} bytes`),
+          );
         hash.update(chunk);
         done(null, chunk);
       },
@@ -226,7 +270,12 @@ export class RegistryClient {
 }
 
 /** Verifies a binary detached OpenPGP signature of `data` against armored public keys. */
-export async function verifySignature(data: Buffer, signature: Buffer, armoredKeys: string[], what: string): Promise<void> {
+export async function verifySignature(
+  data: Buffer,
+  signature: Buffer,
+  armoredKeys: string[],
+  what: string,
+): Promise<void> {
   // Loaded on first use: it is large, and an idle agent (or the CLI) never needs it.
   const openpgp: typeof OpenPgp = await import("openpgp");
   let sig: OpenPgp.Signature;
@@ -235,14 +284,27 @@ export async function verifySignature(data: Buffer, signature: Buffer, armoredKe
     sig = await openpgp.readSignature({ binarySignature: new Uint8Array(signature) });
     for (const armored of armoredKeys) keys.push(await openpgp.readKey({ armoredKey: armored }));
   } catch (err) {
-    throw new VerificationError("provider_signature_invalid", `the signature of the SHA256SUMS of ${what} or its keys cannot be read: ${err instanceof Error ? err.message : String(err)}`);
+    throw new VerificationError(
+      "provider_signature_invalid",
+      `the signature of the SHA256SUMS of ${what} or its keys cannot be read: ${messageOf(err)}`,
+    );
   }
   const created = sig.packets[0]?.created ?? undefined;
   try {
     const message = await openpgp.createMessage({ binary: new Uint8Array(data) });
-    const result = await openpgp.verify({ message, signature: sig, verificationKeys: keys, expectSigned: true, format: "binary", ...(created ? { date: created } : {}) });
+    const result = await openpgp.verify({
+      message,
+      signature: sig,
+      verificationKeys: keys,
+      expectSigned: true,
+      format: "binary",
+      ...(created ? { date: created } : {}),
+    });
     for (const s of result.signatures) await s.verified;
   } catch (err) {
-    throw new VerificationError("provider_signature_invalid", `the SHA256SUMS of ${what} is not signed by the registry's keys: ${err instanceof Error ? err.message : String(err)}`);
+    throw new VerificationError(
+      "provider_signature_invalid",
+      `the SHA256SUMS of ${what} is not signed by the registry's keys: ${messageOf(err)}`,
+    );
   }
 }

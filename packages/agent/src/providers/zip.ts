@@ -37,12 +37,14 @@ function entries(fd: number, fileSize: number): ZipEntry[] {
   const count = tail.readUInt16LE(eocd + 10);
   const cdSize = tail.readUInt32LE(eocd + 12);
   const cdOffset = tail.readUInt32LE(eocd + 16);
-  if (count > maxEntries || cdOffset + cdSize > fileSize) throw new VerificationError("provider_archive_invalid", "the provider archive's directory is invalid");
+  if (count > maxEntries || cdOffset + cdSize > fileSize)
+    throw new VerificationError("provider_archive_invalid", "the provider archive's directory is invalid");
   const cd = readAt(fd, cdOffset, cdSize);
   const out: ZipEntry[] = [];
   let at = 0;
   for (let i = 0; i < count; i++) {
-    if (cd.readUInt32LE(at) !== 0x02014b50) throw new VerificationError("provider_archive_invalid", "the provider archive's directory is invalid");
+    if (cd.readUInt32LE(at) !== 0x02014b50)
+      throw new VerificationError("provider_archive_invalid", "the provider archive's directory is invalid");
     const nameLength = cd.readUInt16LE(at + 28);
     const extraLength = cd.readUInt16LE(at + 30);
     const commentLength = cd.readUInt16LE(at + 32);
@@ -74,25 +76,42 @@ export function unzipProvider(zipPath: string, dest: string, maxBytes: number): 
     for (const e of entries(fd, fstatSync(fd).size)) {
       const parts = e.name.split("/");
       if (e.name.startsWith("/") || e.name.includes("\\") || parts.some((p) => p === ".." || p === ".")) {
-        throw new VerificationError("provider_archive_invalid", `the provider archive holds an unsafe name ${JSON.stringify(e.name)}`);
+        throw new VerificationError(
+          "provider_archive_invalid",
+          `the provider archive holds an unsafe name ${JSON.stringify(e.name)}`,
+        );
       }
       const type = e.mode & 0o170000;
       if (e.name.endsWith("/")) {
         mkdirSync(join(dest, e.name), { recursive: true });
         continue;
       }
-      if (type !== 0 && type !== 0o100000) throw new VerificationError("provider_archive_invalid", `the provider archive holds ${JSON.stringify(e.name)}, which is not a regular file`);
+      if (type !== 0 && type !== 0o100000)
+        throw new VerificationError(
+          "provider_archive_invalid",
+          `the provider archive holds ${JSON.stringify(e.name)}, which is not a regular file`,
+        );
       total += e.size;
-      if (total > maxBytes) throw new VerificationError("provider_archive_invalid", `the provider archive unpacks to more than ${maxBytes} bytes`);
+      if (total > maxBytes)
+        throw new VerificationError(
+          "provider_archive_invalid",
+          `the provider archive unpacks to more than ${maxBytes} bytes`,
+        );
       const local = readAt(fd, e.localOffset, 30);
-      if (local.readUInt32LE(0) !== 0x04034b50) throw new VerificationError("provider_archive_invalid", "the provider archive's entries are invalid");
+      if (local.readUInt32LE(0) !== 0x04034b50)
+        throw new VerificationError("provider_archive_invalid", "the provider archive's entries are invalid");
       const dataAt = e.localOffset + 30 + local.readUInt16LE(26) + local.readUInt16LE(28);
       const raw = readAt(fd, dataAt, e.compressedSize);
       let data: Buffer;
       if (e.method === 0) data = raw;
       else if (e.method === 8) data = zlib().inflateRawSync(raw, { maxOutputLength: Math.max(1, e.size) });
-      else throw new VerificationError("provider_archive_invalid", `the provider archive uses compression method ${e.method}`);
-      if (data.length !== e.size) throw new VerificationError("provider_archive_invalid", `${e.name} in the provider archive has the wrong size`);
+      else
+        throw new VerificationError(
+          "provider_archive_invalid",
+          `the provider archive uses compression method ${e.method}`,
+        );
+      if (data.length !== e.size)
+        throw new VerificationError("provider_archive_invalid", `${e.name} in the provider archive has the wrong size`);
       const path = join(dest, e.name);
       mkdirSync(dirname(path), { recursive: true });
       writeFileSync(path, data, { flag: "wx", mode: e.mode & 0o111 || e.mode === 0 ? 0o555 : 0o444 });

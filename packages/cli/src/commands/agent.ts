@@ -1,3 +1,4 @@
+import { messageOf } from "@drover/protocol";
 import { createLogger, loadAgentConfig, runAgent, type AgentFlags } from "@drover/agent";
 import { settingsOrExit } from "../settings-errors.js";
 import type { Command } from "commander";
@@ -7,13 +8,18 @@ export function registerAgentCommands(program: Command): void {
   const agent = program.command("agent").description("Run a Drover agent");
   agent
     .command("run")
-    .description("Register with a pool token, take jobs and run them as local processes (or each in its own container: --driver docker)")
+    .description(
+      "Register with a pool token, take jobs and run them as local processes (or each in its own container: --driver docker)",
+    )
     .option("--url <url>", "server URL (DROVER_URL; default: the one in the token)")
     .option("--token <token>", "pool token (DROVER_TOKEN; visible in the process list: prefer --token-file)")
     .option("--token-file <path>", "file holding the pool token (DROVER_TOKEN_FILE)")
     .option("--name <name>", "agent name, unique in the pool (DROVER_AGENT_NAME; default: hostname)")
     .option("--driver <driver>", "local or docker (DROVER_AGENT_DRIVER; default local)")
-    .option("--concurrency <n>", "jobs at once, at most 5 locally, 50 with docker (DROVER_AGENT_CONCURRENCY; default 1)")
+    .option(
+      "--concurrency <n>",
+      "jobs at once, at most 5 locally, 50 with docker (DROVER_AGENT_CONCURRENCY; default 1)",
+    )
     .option("--single", "take one job, finish it, deregister and exit (DROVER_AGENT_SINGLE)")
     .option("--data-dir <dir>", "per-run work directories (DROVER_AGENT_DATA_DIR)")
     .option("--cache-dir <dir>", "binaries, providers, modules (DROVER_AGENT_CACHE_DIR)")
@@ -45,13 +51,15 @@ export function registerAgentCommands(program: Command): void {
     .option("--concurrency <n>", "Jobs in flight (DROVER_AGENT_CONCURRENCY; default 10)")
     .action(async (opts: AgentFlags) => {
       const { loadControllerSettings, runController } = await import("@drover/agent/kubernetes");
-      const config = settingsOrExit("agent controller", () => loadAgentConfig({ ...process.env, DROVER_AGENT_DRIVER: "kubernetes" }, opts));
+      const config = settingsOrExit("agent controller", () =>
+        loadAgentConfig({ ...process.env, DROVER_AGENT_DRIVER: "kubernetes" }, opts),
+      );
       const settings = settingsOrExit("agent controller", () => loadControllerSettings(process.env));
       const log = createLogger(config.logFormat, config.debug);
       try {
         process.exit(await runController(config, settings, log));
       } catch (err) {
-        log.error(err instanceof Error ? err.message : String(err));
+        log.error(messageOf(err));
         process.exit(1);
       }
     });
@@ -65,7 +73,9 @@ export function registerAgentCommands(program: Command): void {
     });
   agent
     .command("pod-annotator")
-    .description("Sidecar of an agent pod: marks the pod busy (pod-deletion-cost, safe-to-evict=false) while its agent runs a job, so scale-in picks idle agents")
+    .description(
+      "Sidecar of an agent pod: marks the pod busy (pod-deletion-cost, safe-to-evict=false) while its agent runs a job, so scale-in picks idle agents",
+    )
     .action(async () => {
       const { loadPodAnnotatorSettings, runPodAnnotator } = await import("@drover/agent/pod-annotator");
       const settings = settingsOrExit("agent pod-annotator", () => loadPodAnnotatorSettings(process.env));

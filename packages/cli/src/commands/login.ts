@@ -11,15 +11,28 @@ export function registerLoginCommand(program: Command): void {
     .requiredOption("--url <url>", "server URL")
     .option("--token-file <path>", "read the API token from this file ('-' for standard input)")
     .option("--token-stdin", "read the API token from standard input")
-    .option("--token <token>", "API token (visible to other users in the process list: prefer --token-file or --token-stdin)")
+    .option(
+      "--token <token>",
+      "API token (visible to other users in the process list: prefer --token-file or --token-stdin)",
+    )
     .option("--json", "print JSON")
     .action(async (opts: { url: string; token?: string; tokenFile?: string; tokenStdin?: boolean; json?: boolean }) => {
-      const given = [opts.token !== undefined, opts.tokenFile !== undefined, opts.tokenStdin === true].filter(Boolean).length;
-      if (given !== 1) throw new DroverError("bad_request", "give the API token once: --token-file <path>, --token-stdin, or --token <token>");
+      const given = [opts.token !== undefined, opts.tokenFile !== undefined, opts.tokenStdin === true].filter(
+        Boolean,
+      ).length;
+      if (given !== 1)
+        throw new DroverError(
+          "bad_request",
+          "give the API token once: --token-file <path>, --token-stdin, or --token <token>",
+        );
       const token = opts.token ?? (await readSecret(opts.tokenStdin ? "-" : (opts.tokenFile as string), "API token"));
       const settings = { url: opts.url.replace(/\/+$/, ""), token };
       await new DroverClient({ baseUrl: settings.url, token }).call(routes.listPools, {});
       const path = writeCredentials(settings);
-      process.stdout.write(opts.json ? JSON.stringify({ url: settings.url, credentials: path }) + "\n" : `Logged in to ${settings.url} (credentials in ${path})\n`);
+      process.stdout.write(
+        opts.json
+          ? JSON.stringify({ url: settings.url, credentials: path }) + "\n"
+          : `Logged in to ${settings.url} (credentials in ${path})\n`,
+      );
     });
 }

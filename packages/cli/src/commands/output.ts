@@ -7,6 +7,11 @@ export function registerOutputCommand(program: Command): void {
     .requiredOption("--workspace <workspace>", "workspace name or id")
     .action(async (opts: CommonOptions & { workspace: string }) => {
       const { items } = await apiFor(opts).call(routes.workspaceOutputs, { params: { ws: opts.workspace } });
-      emit(opts, items, (os) => table(["NAME", "VALUE"], os.map((o) => [o.name, o.sensitive ? "<sensitive>" : JSON.stringify(o.value)])));
+      emit(opts, items, (os) =>
+        table(
+          ["NAME", "VALUE"],
+          os.map((o) => [o.name, o.sensitive ? "<sensitive>" : JSON.stringify(o.value)]),
+        ),
+      );
     });
 }

@@ -4,12 +4,19 @@ import { apiFor, emit, table, withCommon, type CommonOptions } from "../command-
 
 export function registerPoolCommands(program: Command): void {
   const pool = program.command("pool").description("Agent pools");
-  withCommon(pool.command("create <name>").description("Create a pool")).action(async (name: string, opts: CommonOptions) => {
-    const created = await apiFor(opts).call(routes.createPool, { body: { name } });
-    emit(opts, created, (p) => `Created pool ${p.name} (${p.id})`);
-  });
+  withCommon(pool.command("create <name>").description("Create a pool")).action(
+    async (name: string, opts: CommonOptions) => {
+      const created = await apiFor(opts).call(routes.createPool, { body: { name } });
+      emit(opts, created, (p) => `Created pool ${p.name} (${p.id})`);
+    },
+  );
   withCommon(pool.command("list").description("List pools")).action(async (opts: CommonOptions) => {
     const { items } = await apiFor(opts).call(routes.listPools, {});
-    emit(opts, items, (ps) => table(["NAME", "ID", "CREATED"], ps.map((p) => [p.name, p.id, p.createdAt])));
+    emit(opts, items, (ps) =>
+      table(
+        ["NAME", "ID", "CREATED"],
+        ps.map((p) => [p.name, p.id, p.createdAt]),
+      ),
+    );
   });
 }

@@ -29,7 +29,12 @@ export function registerQuickstartCommand(program: Command): void {
       const dataDir = resolve(opts.dataDir);
       mkdirSync(dataDir, { recursive: true });
       const adminToken = keep(join(dataDir, "admin-token"), () => newUserToken(newId("utok")));
-      const server = await startServer(loadServerConfig({ env: { ...process.env, DROVER_LOG_LEVEL: process.env.DROVER_LOG_LEVEL ?? "warn" }, flags: { dataDir, port: opts.port, adminToken } }));
+      const server = await startServer(
+        loadServerConfig({
+          env: { ...process.env, DROVER_LOG_LEVEL: process.env.DROVER_LOG_LEVEL ?? "warn" },
+          flags: { dataDir, port: opts.port, adminToken },
+        }),
+      );
       const api = new DroverClient({ baseUrl: server.url, token: adminToken });
       const credentials = writeCredentials({ url: server.url, token: adminToken });
 
@@ -40,11 +45,17 @@ export function registerQuickstartCommand(program: Command): void {
       // A token minted for another URL (a different --port) is replaced.
       let poolToken = existing && parsePoolToken(existing).url === server.url ? existing : "";
       if (!poolToken) {
-        poolToken = (await api.call(routes.createPoolToken, { params: { pool: "default" }, body: { description: "quickstart agent" } })).token;
+        poolToken = (
+          await api.call(routes.createPoolToken, {
+            params: { pool: "default" },
+            body: { description: "quickstart agent" },
+          })
+        ).token;
         writeFileSync(tokenPath, poolToken + "\n", { mode: 0o600 });
       }
       const workspaces = (await api.call(routes.listWorkspaces, {})).items;
-      if (!workspaces.some((w) => w.name === "hello")) await api.call(routes.createWorkspace, { body: { name: "hello", pool: "default" } });
+      if (!workspaces.some((w) => w.name === "hello"))
+        await api.call(routes.createWorkspace, { body: { name: "hello", pool: "default" } });
 
       const agentConfig = loadAgentConfig({
         ...process.env,
@@ -56,7 +67,9 @@ export function registerQuickstartCommand(program: Command): void {
         DROVER_AGENT_HEALTH_PORT: process.env.DROVER_AGENT_HEALTH_PORT ?? "0",
         DROVER_AGENT_LOG_FORMAT: process.env.DROVER_AGENT_LOG_FORMAT ?? "plain",
       });
-      const { agent, done } = await runAgent(agentConfig, createLogger(agentConfig.logFormat, agentConfig.debug), { handleSignals: false });
+      const { agent, done } = await runAgent(agentConfig, createLogger(agentConfig.logFormat, agentConfig.debug), {
+        handleSignals: false,
+      });
       for (let i = 0; i < 200; i++) {
         const agents = (await api.call(routes.listAgents, { query: { pool: "default" } })).items;
         if (agents.some((a) => a.name === agentConfig.name && a.status !== "offline")) break;

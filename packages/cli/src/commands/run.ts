@@ -1,4 +1,12 @@
-import { DroverError, escapeControlChars, isTerminalRun, routes, type DroverClient, type Phase, type Run } from "@drover/protocol";
+import {
+  DroverError,
+  escapeControlChars,
+  isTerminalRun,
+  routes,
+  type DroverClient,
+  type Phase,
+  type Run,
+} from "@drover/protocol";
 import { Option, type Command } from "commander";
 import { resolve } from "node:path";
 import { apiFor, emit, jsonText, table, withCommon, type CommonOptions } from "../command-kit.js";
@@ -13,11 +21,19 @@ const summary = (r: Run) =>
   `Run ${r.id}: ${r.status}${r.planSummary ? ` (plan: ${r.planSummary.add} to add, ${r.planSummary.change} to change, ${r.planSummary.destroy} to destroy)` : ""}${r.errorMessage ? `\n${escapeControlChars(r.errorMessage)}` : ""}`;
 
 /** Follows a run (logs to stdout, or stderr with --json), prints its end, sets the exit code. */
-async function followAndReport(api: DroverClient, run: Run, opts: CommonOptions & { follow?: boolean }, phases?: Phase[]): Promise<void> {
+async function followAndReport(
+  api: DroverClient,
+  run: Run,
+  opts: CommonOptions & { follow?: boolean },
+  phases?: Phase[],
+): Promise<void> {
   let final = run;
   if (opts.follow !== false) final = await followRun(api, run.id, opts.json ? process.stderr : process.stdout, phases);
   if (opts.json) process.stdout.write(jsonText(final) + "\n");
-  else process.stdout.write(`\n${escapeControlChars(summary(final))}${final.status === "planned" ? `\nConfirm with: drover run confirm ${final.id}` : ""}\n`);
+  else
+    process.stdout.write(
+      `\n${escapeControlChars(summary(final))}${final.status === "planned" ? `\nConfirm with: drover run confirm ${final.id}` : ""}\n`,
+    );
   process.exitCode = opts.follow === false ? 0 : exitCodeFor(final.status);
 }
 
@@ -30,16 +46,36 @@ export function registerRunCommands(program: Command): void {
     .option("--plan-only", "plan, never apply")
     .option("--message <text>", "why this run", "")
     .option("--no-follow", "return once the run is created")
-    .action(async (dir: string, opts: CommonOptions & { workspace: string; autoApply?: boolean; destroy?: boolean; planOnly?: boolean; message: string; follow?: boolean }) => {
-      const api = apiFor(opts);
-      const archive = await packDirectory(resolve(dir));
-      const cv = await api.call(routes.uploadConfiguration, { params: { ws: opts.workspace }, body: archive });
-      const created = await api.call(routes.createRun, {
-        body: { workspace: opts.workspace, configurationVersionId: cv.id, planOnly: opts.planOnly === true, isDestroy: opts.destroy === true, message: opts.message, ...(opts.autoApply ? { autoApply: true } : {}) },
-      });
-      if (!opts.json && opts.follow !== false) process.stdout.write(`Run ${created.id} created (${created.status}); following its log.\n\n`);
-      await followAndReport(api, created, opts);
-    });
+    .action(
+      async (
+        dir: string,
+        opts: CommonOptions & {
+          workspace: string;
+          autoApply?: boolean;
+          destroy?: boolean;
+          planOnly?: boolean;
+          message: string;
+          follow?: boolean;
+        },
+      ) => {
+        const api = apiFor(opts);
+        const archive = await packDirectory(resolve(dir));
+        const cv = await api.call(routes.uploadConfiguration, { params: { ws: opts.workspace }, body: archive });
+        const created = await api.call(routes.createRun, {
+          body: {
+            workspace: opts.workspace,
+            configurationVersionId: cv.id,
+            planOnly: opts.planOnly === true,
+            isDestroy: opts.destroy === true,
+            message: opts.message,
+            ...(opts.autoApply ? { autoApply: true } : {}),
+          },
+        });
+        if (!opts.json && opts.follow !== false)
+          process.stdout.write(`Run ${created.id} created (${created.status}); following its log.\n\n`);
+        await followAndReport(api, created, opts);
+      },
+    );
   withCommon(run.command("confirm <runId>").description("Apply a planned run, following the apply log"))
     .option("--no-follow", "return at once")
     .action(async (id: string, opts: CommonOptions & { follow?: boolean }) => {
@@ -47,28 +83,52 @@ export function registerRunCommands(program: Command): void {
       const confirmed = await api.call(routes.confirmRun, { params: { id } });
       await followAndReport(api, confirmed, opts, ["apply"]);
     });
-  withCommon(run.command("discard <runId>").description("Discard a planned run")).action(async (id: string, opts: CommonOptions) => {
-    emit(opts, await apiFor(opts).call(routes.discardRun, { params: { id } }), summary);
-  });
+  withCommon(run.command("discard <runId>").description("Discard a planned run")).action(
+    async (id: string, opts: CommonOptions) => {
+      emit(opts, await apiFor(opts).call(routes.discardRun, { params: { id } }), summary);
+    },
+  );
   withCommon(run.command("cancel <runId>").description("Cancel a run"))
-    .option("--force", "end the job on the server now, without waiting for the agent: its token stops working and its state lock is released")
+    .option(
+      "--force",
+      "end the job on the server now, without waiting for the agent: its token stops working and its state lock is released",
+    )
     .action(async (id: string, opts: CommonOptions & { force?: boolean }) => {
-      const r = await apiFor(opts).call(routes.cancelRun, { params: { id }, query: opts.force ? { force: "true" } : {} });
+      const r = await apiFor(opts).call(routes.cancelRun, {
+        params: { id },
+        query: opts.force ? { force: "true" } : {},
+      });
       // Any end the lifecycle table calls terminal (the run may have applied or errored before the cancel reached it) is reported as it is.
-      emit(opts, r, (x) => (x.cancelRequested && !isTerminalRun(x.status) ? `Cancel requested for run ${x.id}; the agent is stopping it` : summary(x)));
+      emit(opts, r, (x) =>
+        x.cancelRequested && !isTerminalRun(x.status)
+          ? `Cancel requested for run ${x.id}; the agent is stopping it`
+          : summary(x),
+      );
     });
   withCommon(run.command("show <runId>").description("Show a run")).action(async (id: string, opts: CommonOptions) => {
     const api = apiFor(opts);
     const r = await api.call(routes.getRun, { params: { id } });
     const { items: jobs } = await api.call(routes.listRunJobs, { params: { id } });
-    emit(opts, { ...r, jobs }, (d) => [summary(d), "", table(["PHASE", "JOB", "STATUS", "ATTEMPT", "AGENT"], d.jobs.map((j) => [j.phase, j.id, j.status, String(j.attempt), j.agentId ?? "-"]))].join("\n"));
+    emit(opts, { ...r, jobs }, (d) =>
+      [
+        summary(d),
+        "",
+        table(
+          ["PHASE", "JOB", "STATUS", "ATTEMPT", "AGENT"],
+          d.jobs.map((j) => [j.phase, j.id, j.status, String(j.attempt), j.agentId ?? "-"]),
+        ),
+      ].join("\n"),
+    );
   });
   withCommon(run.command("list").description("List runs"))
     .option("--workspace <workspace>", "only this workspace")
     .option("--limit <n>", "how many", "20")
     .action(async (opts: CommonOptions & { workspace?: string; limit: string }) => {
       // The server names a limit that is not a number; the CLI passes what it was given.
-      const query = { limit: opts.limit as unknown as number, ...(opts.workspace ? { workspace: opts.workspace } : {}) };
+      const query = {
+        limit: opts.limit as unknown as number,
+        ...(opts.workspace ? { workspace: opts.workspace } : {}),
+      };
       const api = apiFor(opts);
       const { items } = await api.call(routes.listRuns, { query });
       if (opts.json) return emit(opts, items, () => "");
@@ -98,7 +158,10 @@ export function registerRunCommands(program: Command): void {
       for (const phase of phases) {
         const read = await printPhaseLog(api, id, phase, process.stdout);
         // Not an error: the job is still writing (or not started); say so where scripts won't parse it.
-        if (!read.complete) process.stderr.write(`drover: the ${phase} log of run ${id} is not finished yet (${read.bytes} bytes so far); use --follow to keep reading\n`);
+        if (!read.complete)
+          process.stderr.write(
+            `drover: the ${phase} log of run ${id} is not finished yet (${read.bytes} bytes so far); use --follow to keep reading\n`,
+          );
       }
     });
 }

@@ -1,5 +1,5 @@
 import type { Command } from "commander";
-import { DroverError } from "@drover/protocol";
+import { DroverError, messageOf } from "@drover/protocol";
 import { describeError, settingsOrExit } from "../settings-errors.js";
 
 interface ServerOptions {
@@ -15,7 +15,9 @@ interface ServerOptions {
 export function registerServerCommand(program: Command): void {
   program
     .command("server")
-    .description("Run the Drover server (SQLite under --data-dir by default; DROVER_DATABASE_URL=postgres://… for PostgreSQL)")
+    .description(
+      "Run the Drover server (SQLite under --data-dir by default; DROVER_DATABASE_URL=postgres://… for PostgreSQL)",
+    )
     .option("--data-dir <dir>", "where the SQLite database lives (DROVER_DATA_DIR, default ./.drover)")
     .option("--host <host>", "address to listen on (DROVER_HOST, default 127.0.0.1)")
     .option("--port <port>", "port to listen on (DROVER_PORT, default 8800)")
@@ -32,7 +34,7 @@ export function registerServerCommand(program: Command): void {
       } catch (err) {
         // One line for the operator: a coded error (lock held, read-only or full data
         // directory) is a configuration problem (exit 2); anything else failed to start (exit 1).
-        process.stderr.write(`drover server: ${err instanceof DroverError ? describeError(err) : err instanceof Error ? err.message : String(err)}\n`);
+        process.stderr.write(`drover server: ${err instanceof DroverError ? describeError(err) : messageOf(err)}\n`);
         process.exit(err instanceof DroverError ? 2 : 1);
       }
       process.stdout.write(`Drover server listening on ${server.url}\n`);

@@ -8,17 +8,32 @@ export function registerTokenCommands(program: Command): void {
     .requiredOption("--pool <pool>", "pool name or id")
     .option("--description <text>", "what the token is for", "")
     .action(async (opts: CommonOptions & { pool: string; description: string }) => {
-      const created = await apiFor(opts).call(routes.createPoolToken, { params: { pool: opts.pool }, body: { description: opts.description } });
-      emit(opts, created, (t) => `${t.token}\n\nThis token (id ${t.id}) is shown once. Start an agent with:\n  DROVER_TOKEN=${t.token} drover agent run`);
+      const created = await apiFor(opts).call(routes.createPoolToken, {
+        params: { pool: opts.pool },
+        body: { description: opts.description },
+      });
+      emit(
+        opts,
+        created,
+        (t) =>
+          `${t.token}\n\nThis token (id ${t.id}) is shown once. Start an agent with:\n  DROVER_TOKEN=${t.token} drover agent run`,
+      );
     });
   withCommon(token.command("list").description("List a pool's tokens"))
     .requiredOption("--pool <pool>", "pool name or id")
     .action(async (opts: CommonOptions & { pool: string }) => {
       const { items } = await apiFor(opts).call(routes.listPoolTokens, { params: { pool: opts.pool } });
-      emit(opts, items, (ts) => table(["ID", "DESCRIPTION", "CREATED", "LAST USED", "REVOKED"], ts.map((t) => [t.id, t.description, t.createdAt, t.lastUsedAt ?? "-", t.revokedAt ?? "-"])));
+      emit(opts, items, (ts) =>
+        table(
+          ["ID", "DESCRIPTION", "CREATED", "LAST USED", "REVOKED"],
+          ts.map((t) => [t.id, t.description, t.createdAt, t.lastUsedAt ?? "-", t.revokedAt ?? "-"]),
+        ),
+      );
     });
-  withCommon(token.command("revoke <tokenId>").description("Revoke a pool token; its agents stop")).action(async (tokenId: string, opts: CommonOptions) => {
-    const revoked = await apiFor(opts).call(routes.revokePoolToken, { params: { id: tokenId } });
-    emit(opts, revoked, (t) => `Revoked pool token ${t.id}`);
-  });
+  withCommon(token.command("revoke <tokenId>").description("Revoke a pool token; its agents stop")).action(
+    async (tokenId: string, opts: CommonOptions) => {
+      const revoked = await apiFor(opts).call(routes.revokePoolToken, { params: { id: tokenId } });
+      emit(opts, revoked, (t) => `Revoked pool token ${t.id}`);
+    },
+  );
 }

@@ -9,16 +9,33 @@ export function registerUserTokenCommands(program: Command): void {
     .requiredOption("--description <text>", "who or what uses it")
     .option("--expires-in-days <n>", "stop working after this many days (default: never)")
     .action(async (opts: CommonOptions & { description: string; expiresInDays?: string }) => {
-      const json = { description: opts.description, ...(opts.expiresInDays !== undefined ? { expiresInDays: Number(opts.expiresInDays) } : {}) };
+      const json = {
+        description: opts.description,
+        ...(opts.expiresInDays !== undefined ? { expiresInDays: Number(opts.expiresInDays) } : {}),
+      };
       const created = await apiFor(opts).call(routes.createUserToken, { body: json });
-      emit(opts, created, (t) => `${t.token}\n\nThis token (id ${t.id}${t.expiresAt ? `, expires ${t.expiresAt}` : ""}) is shown once. Use it with:\n  drover login --url <server> --token-stdin`);
+      emit(
+        opts,
+        created,
+        (t) =>
+          `${t.token}\n\nThis token (id ${t.id}${t.expiresAt ? `, expires ${t.expiresAt}` : ""}) is shown once. Use it with:\n  drover login --url <server> --token-stdin`,
+      );
     });
-  withCommon(cmd.command("list").description("List API tokens (never their secrets)")).action(async (opts: CommonOptions) => {
-    const { items } = await apiFor(opts).call(routes.listUserTokens, {});
-    emit(opts, items, (ts) => table(["ID", "DESCRIPTION", "CREATED", "EXPIRES", "REVOKED"], ts.map((t) => [t.id, t.description, t.createdAt, t.expiresAt ?? "never", t.revokedAt ?? "-"])));
-  });
-  withCommon(cmd.command("revoke <tokenId>").description("Revoke an API token at once")).action(async (tokenId: string, opts: CommonOptions) => {
-    const revoked = await apiFor(opts).call(routes.revokeUserToken, { params: { id: tokenId } });
-    emit(opts, revoked, (t) => `Revoked API token ${t.id}`);
-  });
+  withCommon(cmd.command("list").description("List API tokens (never their secrets)")).action(
+    async (opts: CommonOptions) => {
+      const { items } = await apiFor(opts).call(routes.listUserTokens, {});
+      emit(opts, items, (ts) =>
+        table(
+          ["ID", "DESCRIPTION", "CREATED", "EXPIRES", "REVOKED"],
+          ts.map((t) => [t.id, t.description, t.createdAt, t.expiresAt ?? "never", t.revokedAt ?? "-"]),
+        ),
+      );
+    },
+  );
+  withCommon(cmd.command("revoke <tokenId>").description("Revoke an API token at once")).action(
+    async (tokenId: string, opts: CommonOptions) => {
+      const revoked = await apiFor(opts).call(routes.revokeUserToken, { params: { id: tokenId } });
+      emit(opts, revoked, (t) => `Revoked API token ${t.id}`);
+    },
+  );
 }

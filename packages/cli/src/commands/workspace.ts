@@ -10,78 +10,151 @@ export function parseAssignment(text: string): { key: string; value: string } {
   return { key: text.slice(0, eq), value: text.slice(eq + 1) };
 }
 
-const runnerImageHelp = "docker driver: image the runs' containers start from, instead of the agents' own (agents must allow it in DROVER_AGENT_DOCKER_ALLOWED_IMAGES)";
+const runnerImageHelp =
+  "docker driver: image the runs' containers start from, instead of the agents' own (agents must allow it in DROVER_AGENT_DOCKER_ALLOWED_IMAGES)";
 
 export function registerWorkspaceCommands(program: Command): void {
   const ws = program.command("workspace").description("Workspaces: one state, one run at a time");
   withCommon(ws.command("create <name>").description("Create a workspace"))
     .requiredOption("--pool <pool>", "agent pool that runs it")
     .option("--engine <engine>", "terraform or tofu", "terraform")
-    .option("--engine-version <version>", "terraform/tofu version or constraint (`~> 1.9`) the agents download, verify and run")
+    .option(
+      "--engine-version <version>",
+      "terraform/tofu version or constraint (`~> 1.9`) the agents download, verify and run",
+    )
     .option("--working-dir <dir>", "directory inside the configuration to run in", "")
     .option("--runner-image <image>", runnerImageHelp)
     .option("--auto-apply", "apply plans without confirmation")
-    .action(async (name: string, opts: CommonOptions & { pool: string; engine: string; engineVersion?: string; workingDir: string; runnerImage?: string; autoApply?: boolean }) => {
-      const created = await apiFor(opts).call(routes.createWorkspace, {
-        // The server names a wrong engine; the CLI passes what it was given.
-        body: { name, pool: opts.pool, engine: opts.engine as Engine, engineVersion: opts.engineVersion ?? null, workingDirectory: opts.workingDir, runnerImage: opts.runnerImage ?? null, autoApply: opts.autoApply === true },
-      });
-      emit(opts, created, (w) => `Created workspace ${w.name} (${w.id}) on pool ${opts.pool}`);
-    });
+    .action(
+      async (
+        name: string,
+        opts: CommonOptions & {
+          pool: string;
+          engine: string;
+          engineVersion?: string;
+          workingDir: string;
+          runnerImage?: string;
+          autoApply?: boolean;
+        },
+      ) => {
+        const created = await apiFor(opts).call(routes.createWorkspace, {
+          // The server names a wrong engine; the CLI passes what it was given.
+          body: {
+            name,
+            pool: opts.pool,
+            engine: opts.engine as Engine,
+            engineVersion: opts.engineVersion ?? null,
+            workingDirectory: opts.workingDir,
+            runnerImage: opts.runnerImage ?? null,
+            autoApply: opts.autoApply === true,
+          },
+        });
+        emit(opts, created, (w) => `Created workspace ${w.name} (${w.id}) on pool ${opts.pool}`);
+      },
+    );
   withCommon(ws.command("update <workspace>").description("Change a workspace's settings (only those given)"))
     .option("--runner-image <image>", `${runnerImageHelp}; '' returns to the agents' own`)
     .option("--auto-apply <bool>", "true or false")
     .option("--working-dir <dir>", "directory inside the configuration to run in")
-    .action(async (name: string, opts: CommonOptions & { runnerImage?: string; autoApply?: string; workingDir?: string }) => {
-      if (opts.autoApply !== undefined && !/^(true|false)$/.test(opts.autoApply)) throw new DroverError("bad_request", `--auto-apply takes true or false, got ${JSON.stringify(opts.autoApply)}`);
-      const body = {
-        ...(opts.runnerImage === undefined ? {} : { runnerImage: opts.runnerImage === "" ? null : opts.runnerImage }),
-        ...(opts.autoApply === undefined ? {} : { autoApply: opts.autoApply === "true" }),
-        ...(opts.workingDir === undefined ? {} : { workingDirectory: opts.workingDir }),
-      };
-      if (Object.keys(body).length === 0) throw new DroverError("bad_request", "nothing to change: give --runner-image, --auto-apply or --working-dir");
-      const updated = await apiFor(opts).call(routes.updateWorkspace, { params: { ws: name }, body });
-      emit(opts, updated, (w) => `Updated workspace ${w.name} (${w.id})${w.runnerImage ? `: runner image ${w.runnerImage}` : ""}`);
-    });
+    .action(
+      async (name: string, opts: CommonOptions & { runnerImage?: string; autoApply?: string; workingDir?: string }) => {
+        if (opts.autoApply !== undefined && !/^(true|false)$/.test(opts.autoApply))
+          throw new DroverError(
+            "bad_request",
+            `--auto-apply takes true or false, got ${JSON.stringify(opts.autoApply)}`,
+          );
+        const body = {
+          ...(opts.runnerImage === undefined ? {} : { runnerImage: opts.runnerImage === "" ? null : opts.runnerImage }),
+          ...(opts.autoApply === undefined ? {} : { autoApply: opts.autoApply === "true" }),
+          ...(opts.workingDir === undefined ? {} : { workingDirectory: opts.workingDir }),
+        };
+        if (Object.keys(body).length === 0)
+          throw new DroverError("bad_request", "nothing to change: give --runner-image, --auto-apply or --working-dir");
+        const updated = await apiFor(opts).call(routes.updateWorkspace, { params: { ws: name }, body });
+        emit(
+          opts,
+          updated,
+          (w) => `Updated workspace ${w.name} (${w.id})${w.runnerImage ? `: runner image ${w.runnerImage}` : ""}`,
+        );
+      },
+    );
   withCommon(ws.command("list").description("List workspaces")).action(async (opts: CommonOptions) => {
     const { items } = await apiFor(opts).call(routes.listWorkspaces, {});
-    emit(opts, items, (list) => table(["NAME", "ID", "ENGINE", "AUTO-APPLY", "CURRENT RUN", "LOCKED"], list.map((w) => [w.name, w.id, `${w.engine}${w.engineVersion ? ` ${w.engineVersion}` : ""}`, String(w.autoApply), w.currentRunId ?? "-", String(w.stateLocked)])));
-  });
-  withCommon(ws.command("show <workspace>").description("Show a workspace and its variables")).action(async (name: string, opts: CommonOptions) => {
-    const api = apiFor(opts);
-    const w = await api.call(routes.getWorkspace, { params: { ws: name } });
-    const { items: vars } = await api.call(routes.listVariables, { params: { ws: name } });
-    emit(opts, { ...w, variables: vars }, (d) =>
-      [
-        `Workspace ${d.name} (${d.id})`,
-        `  pool: ${d.poolId}  engine: ${d.engine}${d.engineVersion ? ` ${d.engineVersion}` : ""}  auto-apply: ${d.autoApply}`,
-        `  working directory: ${d.workingDirectory || "."}  current run: ${d.currentRunId ?? "-"}  state locked: ${d.stateLocked}`,
-        `  runner image: ${d.runnerImage ?? "the agents' own"}`,
-        "",
-        table(["KEY", "KIND", "VALUE"], d.variables.map((v) => [v.key, v.kind, v.sensitive ? "<sensitive>" : (v.value ?? "")])),
-      ].join("\n"),
+    emit(opts, items, (list) =>
+      table(
+        ["NAME", "ID", "ENGINE", "AUTO-APPLY", "CURRENT RUN", "LOCKED"],
+        list.map((w) => [
+          w.name,
+          w.id,
+          `${w.engine}${w.engineVersion ? ` ${w.engineVersion}` : ""}`,
+          String(w.autoApply),
+          w.currentRunId ?? "-",
+          String(w.stateLocked),
+        ]),
+      ),
     );
   });
-  withCommon(ws.command("set-var <workspace> <assignment>").description("Set a variable: KEY=VALUE, or KEY with --value-file / --value-stdin (for secrets)"))
+  withCommon(ws.command("show <workspace>").description("Show a workspace and its variables")).action(
+    async (name: string, opts: CommonOptions) => {
+      const api = apiFor(opts);
+      const w = await api.call(routes.getWorkspace, { params: { ws: name } });
+      const { items: vars } = await api.call(routes.listVariables, { params: { ws: name } });
+      emit(opts, { ...w, variables: vars }, (d) =>
+        [
+          `Workspace ${d.name} (${d.id})`,
+          `  pool: ${d.poolId}  engine: ${d.engine}${d.engineVersion ? ` ${d.engineVersion}` : ""}  auto-apply: ${d.autoApply}`,
+          `  working directory: ${d.workingDirectory || "."}  current run: ${d.currentRunId ?? "-"}  state locked: ${d.stateLocked}`,
+          `  runner image: ${d.runnerImage ?? "the agents' own"}`,
+          "",
+          table(
+            ["KEY", "KIND", "VALUE"],
+            d.variables.map((v) => [v.key, v.kind, v.sensitive ? "<sensitive>" : (v.value ?? "")]),
+          ),
+        ].join("\n"),
+      );
+    },
+  );
+  withCommon(
+    ws
+      .command("set-var <workspace> <assignment>")
+      .description("Set a variable: KEY=VALUE, or KEY with --value-file / --value-stdin (for secrets)"),
+  )
     .option("--env", "an environment variable (default: a terraform variable)")
     .option("--sensitive", "write-only: never shown again, redacted from logs")
     .option("--value-file <path>", "read the value from this file ('-' for standard input) instead of the command line")
     .option("--value-stdin", "read the value from standard input instead of the command line")
-    .action(async (name: string, assignment: string, opts: CommonOptions & { env?: boolean; sensitive?: boolean; valueFile?: string; valueStdin?: boolean }) => {
-      const source = opts.valueStdin ? "-" : opts.valueFile;
-      if (opts.valueStdin && opts.valueFile !== undefined) throw new DroverError("bad_request", "give --value-file or --value-stdin, not both");
-      if (source !== undefined && assignment.includes("=")) throw new DroverError("bad_request", `with --value-file or --value-stdin give only the KEY, not ${JSON.stringify(assignment.split("=")[0] + "=…")}`);
-      const { key, value } = source !== undefined ? { key: assignment, value: await readSecret(source, `value of ${assignment}`) } : parseAssignment(assignment);
-      const v = await apiFor(opts).call(routes.setVariable, {
-        params: { ws: name, key },
-        body: { value, kind: opts.env ? "env" : "terraform", sensitive: opts.sensitive === true },
-      });
-      emit(opts, v, (x) => `Set ${x.kind} variable ${x.key}${x.sensitive ? " (sensitive)" : ""} on ${name}`);
-    });
+    .action(
+      async (
+        name: string,
+        assignment: string,
+        opts: CommonOptions & { env?: boolean; sensitive?: boolean; valueFile?: string; valueStdin?: boolean },
+      ) => {
+        const source = opts.valueStdin ? "-" : opts.valueFile;
+        if (opts.valueStdin && opts.valueFile !== undefined)
+          throw new DroverError("bad_request", "give --value-file or --value-stdin, not both");
+        if (source !== undefined && assignment.includes("="))
+          throw new DroverError(
+            "bad_request",
+            `with --value-file or --value-stdin give only the KEY, not ${JSON.stringify(assignment.split("=")[0] + "=…")}`,
+          );
+        const { key, value } =
+          source !== undefined
+            ? { key: assignment, value: await readSecret(source, `value of ${assignment}`) }
+            : parseAssignment(assignment);
+        const v = await apiFor(opts).call(routes.setVariable, {
+          params: { ws: name, key },
+          body: { value, kind: opts.env ? "env" : "terraform", sensitive: opts.sensitive === true },
+        });
+        emit(opts, v, (x) => `Set ${x.kind} variable ${x.key}${x.sensitive ? " (sensitive)" : ""} on ${name}`);
+      },
+    );
   withCommon(ws.command("delete-var <workspace> <key>").description("Delete a variable"))
     .option("--env", "an environment variable")
     .action(async (name: string, key: string, opts: CommonOptions & { env?: boolean }) => {
-      await apiFor(opts).call(routes.deleteVariable, { params: { ws: name, key }, query: { kind: opts.env ? "env" : "terraform" } });
+      await apiFor(opts).call(routes.deleteVariable, {
+        params: { ws: name, key },
+        query: { kind: opts.env ? "env" : "terraform" },
+      });
       emit(opts, { deleted: key }, () => `Deleted ${key} from ${name}`);
     });
 }

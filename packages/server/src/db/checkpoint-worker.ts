@@ -1,3 +1,4 @@
+import { messageOf } from "@drover/protocol";
 import { parentPort, workerData } from "node:worker_threads";
 import BetterSqlite3 from "better-sqlite3";
 
@@ -11,7 +12,8 @@ import BetterSqlite3 from "better-sqlite3";
 export type CheckpointRequest = "checkpoint" | "close";
 
 /** What the worker answers to each request. */
-export type CheckpointReply = { kind: "done"; walFrames: number; copiedFrames: number } | { kind: "failed"; message: string } | { kind: "closed" };
+export type CheckpointReply =
+  { kind: "done"; walFrames: number; copiedFrames: number } | { kind: "failed"; message: string } | { kind: "closed" };
 
 /** What the worker is started with. */
 export interface CheckpointWorkerData {
@@ -47,6 +49,9 @@ port.on("message", (request: CheckpointRequest) => {
     const row = (db.pragma("wal_checkpoint(PASSIVE)") as CheckpointRow[])[0]!;
     port.postMessage({ kind: "done", walFrames: row.log, copiedFrames: row.checkpointed } satisfies CheckpointReply);
   } catch (err) {
-    port.postMessage({ kind: "failed", message: err instanceof Error ? err.message : String(err) } satisfies CheckpointReply);
+    port.postMessage({
+      kind: "failed",
+      message: messageOf(err),
+    } satisfies CheckpointReply);
   }
 });

@@ -51,7 +51,12 @@ export function startCheckpointWorker(data: CheckpointWorkerData): Worker {
 }
 
 /** Starts the checkpoint worker for the database at `path`, whose main connection is `sqlite`. */
-export function startCheckpointer(sqlite: BetterSqlite3.Database, path: string, log: Logger, options: CheckpointerOptions = {}): Checkpointer {
+export function startCheckpointer(
+  sqlite: BetterSqlite3.Database,
+  path: string,
+  log: Logger,
+  options: CheckpointerOptions = {},
+): Checkpointer {
   const closeDeadlineMs = options.closeDeadlineMs ?? defaultCloseDeadlineMs;
   const worker = (options.startWorker ?? startCheckpointWorker)({ path });
   worker.unref();
@@ -80,7 +85,8 @@ export function startCheckpointer(sqlite: BetterSqlite3.Database, path: string, 
   worker.on("message", (reply: CheckpointReply) => {
     if (reply.kind === "closed") return closed?.();
     inFlight = false;
-    if (reply.kind === "failed") log.warn({ err: reply.message }, "background checkpoint failed; the next write retries it");
+    if (reply.kind === "failed")
+      log.warn({ err: reply.message }, "background checkpoint failed; the next write retries it");
     if (written >= checkpointEveryBytes) request();
   });
   worker.on("error", (err) => stopUsing(err.message));
@@ -108,7 +114,10 @@ export function startCheckpointer(sqlite: BetterSqlite3.Database, path: string, 
           const acknowledged = new Promise<void>((resolve) => (closed = resolve));
           send("close");
           if (!(await within(Promise.race([acknowledged, gone]), closeDeadlineMs))) {
-            log.warn({ deadlineMs: closeDeadlineMs }, "the checkpoint worker did not close its connection in time; stopping it");
+            log.warn(
+              { deadlineMs: closeDeadlineMs },
+              "the checkpoint worker did not close its connection in time; stopping it",
+            );
           }
         }
         if (!(await within(worker.terminate(), closeDeadlineMs))) {

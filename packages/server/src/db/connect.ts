@@ -38,7 +38,10 @@ export type DatabaseLocation =
   | { kind: "postgres"; url: string; poolSize?: number; connectTimeoutMs?: number; statementTimeoutMs?: number };
 
 /** Opens the database and applies every pending migration. */
-export async function openDatabase(location: DatabaseLocation, options: { logger?: Logger; stallMs?: number } = {}): Promise<Db> {
+export async function openDatabase(
+  location: DatabaseLocation,
+  options: { logger?: Logger; stallMs?: number } = {},
+): Promise<Db> {
   const log = options.logger ?? pino({ level: "silent" });
   let kysely: Kysely<Database>;
   let dialect: Dialect;
@@ -71,7 +74,11 @@ export async function openDatabase(location: DatabaseLocation, options: { logger
       lock?.release();
       throw storageError(err, dir) ?? err;
     }
-    kysely = new Kysely<Database>({ dialect: new SqliteDialect({ database: cachingStatements(checkpointer ? checkpointer.counting(sqlite) : sqlite) }) });
+    kysely = new Kysely<Database>({
+      dialect: new SqliteDialect({
+        database: cachingStatements(checkpointer ? checkpointer.counting(sqlite) : sqlite),
+      }),
+    });
     dialect = "sqlite";
     health = new DatabaseHealth(async () => undefined);
   } else {
@@ -88,10 +95,18 @@ export async function openDatabase(location: DatabaseLocation, options: { logger
     dialect = "postgres";
   }
   // PostgreSQL migrates on a connection of its own without the requests' statement deadline.
-  const migrationDb = postgres ? new Kysely<Database>({ dialect: new PostgresDialect({ pool: new GuardedPgPool(migrationConnectionSettings(postgres.settings), 1, health, log) }) }) : kysely;
-  const { error, results } = await new Migrator({ db: migrationDb, provider: migrationProvider(dialect) }).migrateToLatest().finally(async () => {
-    if (migrationDb !== kysely) await migrationDb.destroy();
-  });
+  const migrationDb = postgres
+    ? new Kysely<Database>({
+        dialect: new PostgresDialect({
+          pool: new GuardedPgPool(migrationConnectionSettings(postgres.settings), 1, health, log),
+        }),
+      })
+    : kysely;
+  const { error, results } = await new Migrator({ db: migrationDb, provider: migrationProvider(dialect) })
+    .migrateToLatest()
+    .finally(async () => {
+      if (migrationDb !== kysely) await migrationDb.destroy();
+    });
   if (error) {
     health.close();
     await checkpointer?.close();

@@ -17,7 +17,16 @@ export const retryAfterSeconds = 2;
 // Class 08 (connection exception), 57P01–57P03 (admin/crash shutdown, cannot connect now),
 // 53300 (too many connections) and 3D000 never (a missing database is configuration, not an outage).
 const unavailableSqlStates = new Set(["57P01", "57P02", "57P03", "53300"]);
-const unavailableErrnos = new Set(["ECONNREFUSED", "ECONNRESET", "EPIPE", "ETIMEDOUT", "EHOSTUNREACH", "ENETUNREACH", "ENOTFOUND", "EAI_AGAIN"]);
+const unavailableErrnos = new Set([
+  "ECONNREFUSED",
+  "ECONNRESET",
+  "EPIPE",
+  "ETIMEDOUT",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "ENOTFOUND",
+  "EAI_AGAIN",
+]);
 const unavailableMessages = [
   /Connection terminated/i,
   /connection timeout/i,
@@ -35,7 +44,11 @@ export function isConnectionError(err: unknown): boolean {
   if (err instanceof DatabaseUnavailableError) return true;
   if (!(err instanceof Error)) return false;
   const code = (err as { code?: unknown }).code;
-  if (typeof code === "string" && (code.startsWith("08") || unavailableSqlStates.has(code) || unavailableErrnos.has(code))) return true;
+  if (
+    typeof code === "string" &&
+    (code.startsWith("08") || unavailableSqlStates.has(code) || unavailableErrnos.has(code))
+  )
+    return true;
   if (err instanceof AggregateError && err.errors.some(isConnectionError)) return true;
   return unavailableMessages.some((re) => re.test(err.message));
 }
@@ -43,10 +56,14 @@ export function isConnectionError(err: unknown): boolean {
 /** The coded error every caller sees while the database is away. */
 export class DatabaseUnavailableError extends DroverError {
   constructor(reason: string, cause?: unknown) {
-    super("database_unavailable", `the database is unavailable (${reason}); retry shortly — the server reconnects on its own`, {
-      cause,
-      details: { retryAfterSeconds },
-    });
+    super(
+      "database_unavailable",
+      `the database is unavailable (${reason}); retry shortly — the server reconnects on its own`,
+      {
+        cause,
+        details: { retryAfterSeconds },
+      },
+    );
   }
 }
 
@@ -54,7 +71,8 @@ export class DatabaseUnavailableError extends DroverError {
 export function describeError(err: unknown): string {
   if (!(err instanceof Error)) return String(err);
   const code = (err as { code?: unknown }).code;
-  const message = err.message || (err instanceof AggregateError ? err.errors.map((e) => describeError(e)).join("; ") : err.name);
+  const message =
+    err.message || (err instanceof AggregateError ? err.errors.map((e) => describeError(e)).join("; ") : err.name);
   return typeof code === "string" && !message.includes(code) ? `${code}: ${message}` : message;
 }
 
@@ -157,7 +175,12 @@ export class DatabaseHealth {
   noteSuccess(): void {
     const now = this.now();
     const stallMs = this.options.stallMs;
-    if (stallMs !== undefined && this.lastOkAt !== undefined && now - this.lastOkAt > stallMs && this.current === "available") {
+    if (
+      stallMs !== undefined &&
+      this.lastOkAt !== undefined &&
+      now - this.lastOkAt > stallMs &&
+      this.current === "available"
+    ) {
       this.changedAt = now;
       for (const l of this.stallListeners) l(now - this.lastOkAt);
     }

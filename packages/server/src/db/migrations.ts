@@ -111,7 +111,11 @@ function initial(dialect: Dialect): Migration {
         .addColumn("created_at", t.time, (c) => c.notNull())
         .addColumn("updated_at", t.time, (c) => c.notNull())
         .execute();
-      await db.schema.createIndex("runs_workspace_status").on("runs").columns(["workspace_id", "status", "created_at"]).execute();
+      await db.schema
+        .createIndex("runs_workspace_status")
+        .on("runs")
+        .columns(["workspace_id", "status", "created_at"])
+        .execute();
       await db.schema
         .createTable("jobs")
         .addColumn("id", "text", (c) => c.primaryKey())
@@ -162,7 +166,11 @@ function initial(dialect: Dialect): Migration {
         .addColumn("run_id", "text")
         .addColumn("created_at", t.time, (c) => c.notNull())
         .execute();
-      await db.schema.createIndex("state_versions_workspace").on("state_versions").columns(["workspace_id", "seq"]).execute();
+      await db.schema
+        .createIndex("state_versions_workspace")
+        .on("state_versions")
+        .columns(["workspace_id", "seq"])
+        .execute();
       await db.schema
         .createTable("state_locks")
         .addColumn("workspace_id", "text", (c) => c.primaryKey().references("workspaces.id").onDelete("cascade"))
@@ -218,7 +226,10 @@ function userTokens(dialect: Dialect): Migration {
     async up(db: Kysely<unknown>) {
       await db.schema.alterTable("user_tokens").addColumn("expires_at", t.time).execute();
       await db.schema.alterTable("user_tokens").addColumn("revoked_at", t.time).execute();
-      await db.schema.alterTable("user_tokens").addColumn("bootstrap", "integer", (c) => c.notNull().defaultTo(0)).execute();
+      await db.schema
+        .alterTable("user_tokens")
+        .addColumn("bootstrap", "integer", (c) => c.notNull().defaultTo(0))
+        .execute();
       await sql`update user_tokens set bootstrap = 1 where description = 'DROVER_ADMIN_TOKEN'`.execute(db);
     },
   };
@@ -250,7 +261,9 @@ function chunkedBodies(dialect: Dialect): Migration {
           .addColumn("data", t.blob, (c) => c.notNull())
           .addPrimaryKeyConstraint(`${chunks}_pk`, ["owner_id", "seq"])
           .execute();
-        await sql`insert into ${sql.table(chunks)} (owner_id, seq, data) select ${sql.ref(key)}, 0, ${sql.ref(column)} from ${sql.table(owner)} where ${sql.ref(column)} is not null and length(${sql.ref(column)}) > 0`.execute(db);
+        await sql`insert into ${sql.table(chunks)} (owner_id, seq, data) select ${sql.ref(key)}, 0, ${sql.ref(column)} from ${sql.table(owner)} where ${sql.ref(column)} is not null and length(${sql.ref(column)}) > 0`.execute(
+          db,
+        );
       }
       for (const [, owner, , column] of owners) await db.schema.alterTable(owner).dropColumn(column).execute();
     },
@@ -315,11 +328,26 @@ function queueIndexes(dialect: Dialect): Migration {
     async up(db: Kysely<unknown>) {
       if (dialect === "postgres") await sql`set local statement_timeout = 0`.execute(db);
       await db.schema.dropIndex("jobs_queue").ifExists().execute();
-      await db.schema.createIndex("jobs_queue").ifNotExists().on("jobs").columns(["pool_id", "status", "queued_at", "id"]).execute();
-      await db.schema.createIndex("jobs_run").ifNotExists().on("jobs").columns(["run_id", "created_at", "id"]).execute();
+      await db.schema
+        .createIndex("jobs_queue")
+        .ifNotExists()
+        .on("jobs")
+        .columns(["pool_id", "status", "queued_at", "id"])
+        .execute();
+      await db.schema
+        .createIndex("jobs_run")
+        .ifNotExists()
+        .on("jobs")
+        .columns(["run_id", "created_at", "id"])
+        .execute();
       await db.schema.createIndex("jobs_agent").ifNotExists().on("jobs").columns(["agent_id", "status"]).execute();
       await db.schema.dropIndex("runs_workspace_status").ifExists().execute();
-      await db.schema.createIndex("runs_workspace_status").ifNotExists().on("runs").columns(["workspace_id", "status", "created_at", "id"]).execute();
+      await db.schema
+        .createIndex("runs_workspace_status")
+        .ifNotExists()
+        .on("runs")
+        .columns(["workspace_id", "status", "created_at", "id"])
+        .execute();
     },
   };
 }
@@ -353,7 +381,10 @@ function uploadLimits(): Migration {
   return {
     async up(db: Kysely<unknown>) {
       await db.schema.alterTable("plans").addColumn("plan_json_phase", "text").execute();
-      await db.schema.alterTable("jobs").addColumn("log_truncated", "integer", (c) => c.notNull().defaultTo(0)).execute();
+      await db.schema
+        .alterTable("jobs")
+        .addColumn("log_truncated", "integer", (c) => c.notNull().defaultTo(0))
+        .execute();
     },
   };
 }
@@ -361,6 +392,19 @@ function uploadLimits(): Migration {
 /** All migrations in order; names sort lexically, which is the order Kysely applies them. */
 export function migrationProvider(dialect: Dialect): MigrationProvider {
   return {
-    getMigrations: async () => ({ "0001_initial": initial(dialect), "0010a_security": security(dialect), "0010b_force_cancel": forceCancel(dialect), "0010c_user_tokens": userTokens(dialect), "0012_chunked_bodies": chunkedBodies(dialect), "0026_runner_image": runnerImage(), "0026b_job_token_retirement": jobTokenRetirement(dialect), "0028_job_starter": jobStarter(), "0033_queue_indexes": queueIndexes(dialect), "0041_agent_capabilities": agentCapabilities(), "0041b_plan_json_error": planJsonError(), "0046_upload_limits": uploadLimits() }),
+    getMigrations: async () => ({
+      "0001_initial": initial(dialect),
+      "0010a_security": security(dialect),
+      "0010b_force_cancel": forceCancel(dialect),
+      "0010c_user_tokens": userTokens(dialect),
+      "0012_chunked_bodies": chunkedBodies(dialect),
+      "0026_runner_image": runnerImage(),
+      "0026b_job_token_retirement": jobTokenRetirement(dialect),
+      "0028_job_starter": jobStarter(),
+      "0033_queue_indexes": queueIndexes(dialect),
+      "0041_agent_capabilities": agentCapabilities(),
+      "0041b_plan_json_error": planJsonError(),
+      "0046_upload_limits": uploadLimits(),
+    }),
   };
 }

@@ -128,7 +128,10 @@ class GuardedClient implements PostgresPoolClient {
 
   query<R>(sql: string, parameters: ReadonlyArray<unknown>): Promise<PostgresQueryResult<R>>;
   query<R>(cursor: PostgresCursor<R>): PostgresCursor<R>;
-  query<R>(sqlOrCursor: string | PostgresCursor<R>, parameters?: ReadonlyArray<unknown>): Promise<PostgresQueryResult<R>> | PostgresCursor<R> {
+  query<R>(
+    sqlOrCursor: string | PostgresCursor<R>,
+    parameters?: ReadonlyArray<unknown>,
+  ): Promise<PostgresQueryResult<R>> | PostgresCursor<R> {
     if (typeof sqlOrCursor !== "string") throw new Error("cursors are not used by the Drover server");
     if (this.broken) return Promise.reject(new DatabaseUnavailableError(describeError(this.broken), this.broken));
     return (this.client.query(sqlOrCursor, parameters as unknown[]) as unknown as Promise<PostgresQueryResult<R>>).then(
@@ -137,12 +140,13 @@ class GuardedClient implements PostgresPoolClient {
         return result;
       },
       (err: unknown) => {
-      const mapped = this.health.failure(err);
-      if (mapped instanceof DatabaseUnavailableError) this.broken = err instanceof Error ? err : new Error(String(err));
-      else if ((err as { code?: unknown }).code === "57014") {
-        throw new DatabaseUnavailableError("a statement ran past DROVER_DATABASE_STATEMENT_TIMEOUT_SECONDS", err);
-      }
-      throw mapped;
+        const mapped = this.health.failure(err);
+        if (mapped instanceof DatabaseUnavailableError)
+          this.broken = err instanceof Error ? err : new Error(String(err));
+        else if ((err as { code?: unknown }).code === "57014") {
+          throw new DatabaseUnavailableError("a statement ran past DROVER_DATABASE_STATEMENT_TIMEOUT_SECONDS", err);
+        }
+        throw mapped;
       },
     );
   }

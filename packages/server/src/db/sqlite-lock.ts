@@ -79,7 +79,8 @@ export function lockDatabaseFile(dbPath: string): SqliteLock {
           `another Drover server (pid ${owner.pid} on ${owner.host}) is using the SQLite database ${dbPath}; stop it, or give this server its own --data-dir (several servers need PostgreSQL)`,
         );
       }
-      if (attempt >= 2) throw new DroverError("conflict", `cannot take the lock ${path}: another process keeps recreating it`);
+      if (attempt >= 2)
+        throw new DroverError("conflict", `cannot take the lock ${path}: another process keeps recreating it`);
       try {
         unlinkSync(path);
       } catch (e) {

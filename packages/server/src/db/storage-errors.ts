@@ -15,14 +15,30 @@ export function storageError(err: unknown, dataDir: string): DroverError | undef
   const code = String((err as { code?: unknown }).code ?? "");
   const detail = `${code}: ${err.message}`;
   if (fullCodes.has(code) || /database or disk is full|no space left/i.test(err.message)) {
-    return new DroverError("storage_full", `the data directory ${dataDir} is full (${detail}); free space there — nothing was written`, { cause: err });
+    return new DroverError(
+      "storage_full",
+      `the data directory ${dataDir} is full (${detail}); free space there — nothing was written`,
+      { cause: err },
+    );
   }
-  if (code.startsWith("SQLITE_READONLY") || readOnlyCodes.has(code) || /read-only file system|readonly database/i.test(err.message)) {
-    return new DroverError("database_read_only", `the database in ${dataDir} cannot be written (${detail}); make the directory and its files writable by the server`, { cause: err });
+  if (
+    code.startsWith("SQLITE_READONLY") ||
+    readOnlyCodes.has(code) ||
+    /read-only file system|readonly database/i.test(err.message)
+  ) {
+    return new DroverError(
+      "database_read_only",
+      `the database in ${dataDir} cannot be written (${detail}); make the directory and its files writable by the server`,
+      { cause: err },
+    );
   }
   if (code.startsWith("SQLITE_IOERR") || code === "SQLITE_CANTOPEN") {
     // An I/O error on write is almost always one of the two above seen through the VFS layer.
-    return new DroverError("database_read_only", `writing the database in ${dataDir} failed (${detail}); check that the directory is writable and has free space`, { cause: err });
+    return new DroverError(
+      "database_read_only",
+      `writing the database in ${dataDir} failed (${detail}); check that the directory is writable and has free space`,
+      { cause: err },
+    );
   }
   return undefined;
 }

@@ -5,10 +5,34 @@ import { agentHeartbeat, deregisterAgent, registerAgent } from "../store/agents.
 import { poolDemand } from "../store/demand.js";
 import { readConfigurationArchive } from "../store/configuration-versions.js";
 import { appendLogInOrder } from "../store/logs.js";
-import { mayUploadPlanJson, plansNoLongerNeeded, readPlanFile, recordPlanJsonUnavailable, saveOutputs, savePlanFile, savePlanJson } from "../store/plans.js";
-import { finishJob, heartbeatJob, pollForJob, queuedAtOf, releaseUnstartedJobs, startJob, type JobRow } from "../store/queue.js";
+import {
+  mayUploadPlanJson,
+  plansNoLongerNeeded,
+  readPlanFile,
+  recordPlanJsonUnavailable,
+  saveOutputs,
+  savePlanFile,
+  savePlanJson,
+} from "../store/plans.js";
+import {
+  finishJob,
+  heartbeatJob,
+  pollForJob,
+  queuedAtOf,
+  releaseUnstartedJobs,
+  startJob,
+  type JobRow,
+} from "../store/queue.js";
 import { variablesForJob } from "../store/variables.js";
-import { authenticateFirst, callerOf, limitConcurrentAppends, requestSignal, requireJob, requirePoolToken, requireSession } from "./auth.js";
+import {
+  authenticateFirst,
+  callerOf,
+  limitConcurrentAppends,
+  requestSignal,
+  requireJob,
+  requirePoolToken,
+  requireSession,
+} from "./auth.js";
 import { spooledBody, spoolBodies } from "./bodies.js";
 import type { HttpContext } from "./context.js";
 import { parse } from "./errors.js";
@@ -31,7 +55,9 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, opt
     const sensitive = (await variablesForJob(ctx, job.workspace_id)).filter((v) => v.sensitive);
     return redactText(text, secretForms(sensitive.map((v) => v.value)));
   };
-  const asJob = { onRequest: authenticateFirst((req) => requireJob(ctx, req, parse(routes.startJob.params, req.params, "path").id)) };
+  const asJob = {
+    onRequest: authenticateFirst((req) => requireJob(ctx, req, parse(routes.startJob.params, req.params, "path").id)),
+  };
   const jobOf = (req: FastifyRequest) => callerOf<JobRow>(req);
   const agentOf = (req: FastifyRequest) => callerOf<Agent>(req);
 
@@ -67,10 +93,14 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, opt
     // the agent and the pod worker parent their spans on it through this field alone.
     const traceparent = jobTraceparent(job.jobId, job.attempt);
     const queuedAt = queuedAtOf(job);
-    if (queuedAt !== undefined) http.metrics?.queueWait.observe({ phase: job.phase }, Math.max(0, Date.now() - queuedAt) / 1000);
+    if (queuedAt !== undefined)
+      http.metrics?.queueWait.observe({ phase: job.phase }, Math.max(0, Date.now() - queuedAt) / 1000);
     if (http.tracer !== noopTracer) {
       http.tracer
-        .start("queued", traceparent, { startTime: queuedAt ?? Date.now(), attributes: { "drover.phase": job.phase, "drover.pool.id": agent.poolId, "drover.agent": agent.name } })
+        .start("queued", traceparent, {
+          startTime: queuedAt ?? Date.now(),
+          attributes: { "drover.phase": job.phase, "drover.pool.id": agent.poolId, "drover.agent": agent.name },
+        })
         .end();
     }
     return { job: { ...job, traceparent } };
@@ -89,17 +119,27 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, opt
     return { ok: true };
   });
 
-  serve(routes.startJob, asJob, async ({ body }, req) => ({ runStatus: await startJob(ctx, jobOf(req), body.starter) }));
+  serve(routes.startJob, asJob, async ({ body }, req) => ({
+    runStatus: await startJob(ctx, jobOf(req), body.starter),
+  }));
 
-  serve(routes.jobHeartbeat, asJob, async ({ query: { wait } }, req, reply) => heartbeatJob(ctx, jobOf(req), wait, requestSignal(reply, http.shutdown)));
+  serve(routes.jobHeartbeat, asJob, async ({ query: { wait } }, req, reply) =>
+    heartbeatJob(ctx, jobOf(req), wait, requestSignal(reply, http.shutdown)),
+  );
 
   serve(routes.jobConfiguration, asJob, async (_input, req) => {
     const job = jobOf(req);
-    const run = await ctx.db.selectFrom("runs").select("configuration_version_id").where("id", "=", job.run_id).executeTakeFirstOrThrow();
+    const run = await ctx.db
+      .selectFrom("runs")
+      .select("configuration_version_id")
+      .where("id", "=", job.run_id)
+      .executeTakeFirstOrThrow();
     return readConfigurationArchive(ctx, run.configuration_version_id);
   });
 
-  serve(routes.jobVariables, asJob, async (_input, req) => ({ variables: await variablesForJob(ctx, jobOf(req).workspace_id) }));
+  serve(routes.jobVariables, asJob, async (_input, req) => ({
+    variables: await variablesForJob(ctx, jobOf(req).workspace_id),
+  }));
 
   serve(routes.downloadPlan, asJob, async (_input, req) => readPlanFile(ctx, jobOf(req).run_id));
 
@@ -115,12 +155,22 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, opt
     // that missed a form (an older one) cannot get a secret stored, shown or exported (N1).
     const message = body.message === null ? null : await redactedForWorkspace(job, body.message);
     const result = await finishJob(ctx, job, body.outcome, message, body.planSummary);
-    if (job.started_at !== null) http.metrics?.jobDuration.observe({ phase: job.phase, outcome: body.outcome }, Math.max(0, Date.now() - Number(job.started_at)) / 1000);
+    if (job.started_at !== null)
+      http.metrics?.jobDuration.observe(
+        { phase: job.phase, outcome: body.outcome },
+        Math.max(0, Date.now() - Number(job.started_at)) / 1000,
+      );
     http.tracer
       .start("job", undefined, {
         ids: jobTraceIds(job.id, job.attempt),
         startTime: Number(job.queued_at),
-        attributes: { "drover.phase": job.phase, "drover.run.id": job.run_id, "drover.job.id": job.id, "drover.pool.id": job.pool_id, "drover.outcome": body.outcome },
+        attributes: {
+          "drover.phase": job.phase,
+          "drover.run.id": job.run_id,
+          "drover.job.id": job.id,
+          "drover.pool.id": job.pool_id,
+          "drover.outcome": body.outcome,
+        },
       })
       .end(undefined, body.outcome === "succeeded" ? undefined : (message ?? body.outcome));
     return result;
@@ -130,7 +180,9 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, opt
   // plans spooled to disk.
   void app.register(async (binary) => {
     binary.removeAllContentTypeParsers();
-    binary.addContentTypeParser("*", { parseAs: "buffer", bodyLimit: maxLogChunkBytes + 1024 }, (_req, body, done) => done(null, body));
+    binary.addContentTypeParser("*", { parseAs: "buffer", bodyLimit: maxLogChunkBytes + 1024 }, (_req, body, done) =>
+      done(null, body),
+    );
     const serveBinary = registrar(binary, agentApi, options);
 
     // Agents keep two appends in flight: the later one may arrive first and waits for its turn.
@@ -139,14 +191,26 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, opt
       const job = jobOf(req);
       const onStored = (n: number) => http.metrics?.logBytes.inc({ phase: job.phase }, n);
       const options = { onStored, maxLogBytes: http.maxJobLogBytes };
-      return { offset: await appendLogInOrder(ctx, job, query.offset, bodyBuffer(body), logReorderWaitMs, requestSignal(reply, http.shutdown), options) };
+      return {
+        offset: await appendLogInOrder(
+          ctx,
+          job,
+          query.offset,
+          bodyBuffer(body),
+          logReorderWaitMs,
+          requestSignal(reply, http.shutdown),
+          options,
+        ),
+      };
     });
   });
   void app.register(async (upload) => {
     upload.removeAllContentTypeParsers();
     spoolBodies(upload, "*", http.uploadDir);
     const serveUpload = registrar(upload, agentApi, options);
-    serveUpload(routes.uploadPlan, { ...asJob, bodyLimit: maxPlanBytes }, async (_input, req) => savePlanFile(ctx, jobOf(req), spooledBody(req)));
+    serveUpload(routes.uploadPlan, { ...asJob, bodyLimit: maxPlanBytes }, async (_input, req) =>
+      savePlanFile(ctx, jobOf(req), spooledBody(req)),
+    );
     // Refused before the body is read when this job may not upload it (an apply job whose plan job stored it).
     const mayUpload: preParsingAsyncHookHandler = async (req, reply, payload) => {
       try {
@@ -157,7 +221,11 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, opt
       }
       return payload;
     };
-    serveUpload(routes.uploadPlanJson, { ...asJob, preParsing: mayUpload, bodyLimit: http.maxPlanJsonBytes }, async (_input, req) => savePlanJson(ctx, jobOf(req), spooledBody(req)));
+    serveUpload(
+      routes.uploadPlanJson,
+      { ...asJob, preParsing: mayUpload, bodyLimit: http.maxPlanJsonBytes },
+      async (_input, req) => savePlanJson(ctx, jobOf(req), spooledBody(req)),
+    );
   });
 }
 

@@ -24,7 +24,13 @@ export interface AppOptions {
 }
 
 /** Builds the Fastify application: user API, agent protocol, state backend, health and metrics. */
-export function buildApp(http: HttpContext, metrics: ServerMetrics, log: Logger, tls?: { certFile: string; keyFile: string }, options: AppOptions = {}): FastifyInstance {
+export function buildApp(
+  http: HttpContext,
+  metrics: ServerMetrics,
+  log: Logger,
+  tls?: { certFile: string; keyFile: string },
+  options: AppOptions = {},
+): FastifyInstance {
   const app = Fastify({
     loggerInstance: log,
     logController: new LogController({ disableRequestLogging: true }),
@@ -53,7 +59,9 @@ export function buildApp(http: HttpContext, metrics: ServerMetrics, log: Logger,
         },
   );
   app.setNotFoundHandler((request, reply) => {
-    void reply.code(404).send({ error: "not_found", message: `no route ${request.method} ${request.url.split("?")[0]}` });
+    void reply
+      .code(404)
+      .send({ error: "not_found", message: `no route ${request.method} ${request.url.split("?")[0]}` });
   });
   app.addHook("onResponse", async (request, reply) => {
     metrics.httpDuration.observe(
@@ -77,7 +85,8 @@ export function buildApp(http: HttpContext, metrics: ServerMetrics, log: Logger,
     lastActivity: lastActivity === null ? null : new Date(lastActivity).toISOString(),
   }));
   serve(routes.readyz, async (_input, _req, reply) => {
-    if (http.shutdown.aborted) return answered(reply.code(503).send({ error: "internal", message: "the server is stopping" }));
+    if (http.shutdown.aborted)
+      return answered(reply.code(503).send({ error: "internal", message: "the server is stopping" }));
     const unavailable = (reason: string, since: number | undefined) =>
       answered(
         reply
@@ -97,7 +106,9 @@ export function buildApp(http: HttpContext, metrics: ServerMetrics, log: Logger,
       // The tracker may still be confirming the outage; this check failing is answer enough.
       const cause = err instanceof DroverError && err.code === "database_unavailable" ? err.cause : err;
       if (isConnectionError(cause) || isConnectionError(err)) return unavailable(describeError(cause), undefined);
-      return answered(reply.code(503).send({ error: "internal", message: `database check failed: ${describeError(err)}` }));
+      return answered(
+        reply.code(503).send({ error: "internal", message: `database check failed: ${describeError(err)}` }),
+      );
     }
   });
   // Anonymous by default (Prometheus scrapes without credentials), but pool names only to a

@@ -12,7 +12,8 @@ import { authenticateUserToken } from "../store/user-tokens.js";
  */
 export function presentedToken(request: FastifyRequest): string {
   const header = request.headers.authorization;
-  if (!header) throw new DroverError("unauthorized", "missing Authorization header: send `Authorization: Bearer <token>`");
+  if (!header)
+    throw new DroverError("unauthorized", "missing Authorization header: send `Authorization: Bearer <token>`");
   const [scheme, value] = header.split(/\s+/, 2);
   if (scheme?.toLowerCase() === "bearer" && value) return value.trim();
   if (scheme?.toLowerCase() === "basic" && value) {
@@ -21,7 +22,10 @@ export function presentedToken(request: FastifyRequest): string {
     const password = colon >= 0 ? decoded.slice(colon + 1) : "";
     if (password) return password;
   }
-  throw new DroverError("unauthorized", "malformed Authorization header: use `Bearer <token>` or basic auth with the token as password");
+  throw new DroverError(
+    "unauthorized",
+    "malformed Authorization header: use `Bearer <token>` or basic auth with the token as password",
+  );
 }
 
 export async function requireUser(ctx: StoreContext, request: FastifyRequest): Promise<void> {
@@ -41,7 +45,8 @@ export async function requirePoolToken(ctx: StoreContext, request: FastifyReques
 
 export async function requireSession(ctx: StoreContext, request: FastifyRequest): Promise<Agent> {
   const token = presentedToken(request);
-  if (tokenKind(token) !== "session") throw new DroverError("unauthorized", "this call needs the agent session token returned by register");
+  if (tokenKind(token) !== "session")
+    throw new DroverError("unauthorized", "this call needs the agent session token returned by register");
   return authenticateSession(ctx, token);
 }
 
@@ -92,7 +97,13 @@ export function authenticateFirst<T>(check: (request: FastifyRequest) => Promise
 function claimUploadSlot(request: FastifyRequest, reply: FastifyReply): void {
   const length = Number(request.headers["content-length"] ?? "0");
   if (!(length > largeBodyBytes || request.headers["transfer-encoding"] !== undefined)) return;
-  claimSlot(uploadsInFlight, maxUploadsPerCaller, request, reply, (now) => `this token already has ${now} large uploads in progress; wait for one to finish and retry`);
+  claimSlot(
+    uploadsInFlight,
+    maxUploadsPerCaller,
+    request,
+    reply,
+    (now) => `this token already has ${now} large uploads in progress; wait for one to finish and retry`,
+  );
 }
 
 /**
@@ -105,7 +116,8 @@ const appendsInFlight = new Map<string, number>();
 /** An onRequest hook after authentication: appends beyond `maxAppendsPerCaller` get 429 before their bodies are read. */
 export const limitConcurrentAppends: onRequestAsyncHookHandler = async function (request, reply) {
   try {
-    const refusal = (now: number) => `this token already has ${now} log appends in progress; wait for their answers and retry`;
+    const refusal = (now: number) =>
+      `this token already has ${now} log appends in progress; wait for their answers and retry`;
     claimSlot(appendsInFlight, maxAppendsPerCaller, request, reply, refusal);
   } catch (err) {
     if (hasBody(request)) void reply.header("connection", "close");

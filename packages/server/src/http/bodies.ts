@@ -59,19 +59,33 @@ export function spooledBody(request: FastifyRequest): BodyFile {
 
 /** Whether a request's body is a spooled file. */
 export function isBodyFile(value: unknown): value is BodyFile {
-  return typeof value === "object" && value !== null && typeof (value as BodyFile).path === "string" && typeof (value as BodyFile).size === "number";
+  return (
+    typeof value === "object" &&
+    value !== null &&
+    typeof (value as BodyFile).path === "string" &&
+    typeof (value as BodyFile).size === "number"
+  );
 }
 
 function tooLarge(limit: number, seen: number | undefined): DroverError {
   const size = seen === undefined ? "" : ` (${seen} bytes or more)`;
-  return new DroverError("payload_too_large", `the request body is larger than this endpoint accepts${size}: the limit is ${limit} bytes`);
+  return new DroverError(
+    "payload_too_large",
+    `the request body is larger than this endpoint accepts${size}: the limit is ${limit} bytes`,
+  );
 }
 
 /**
  * Copies the request body to `path`. On an over-limit body the request is left paused rather
  * than destroyed, so the 413 still reaches the client (Fastify closes the connection after it).
  */
-function spool(payload: IncomingMessage, path: string, limit: number, uploadDir: string, declared: number): Promise<BodyFile> {
+function spool(
+  payload: IncomingMessage,
+  path: string,
+  limit: number,
+  uploadDir: string,
+  declared: number,
+): Promise<BodyFile> {
   // A declared length over the limit is refused before a byte is read.
   if (declared > limit) return Promise.reject(tooLarge(limit, declared));
   return new Promise((resolve, reject) => {
@@ -91,7 +105,11 @@ function spool(payload: IncomingMessage, path: string, limit: number, uploadDir:
           : full?.code === "storage_full"
             ? full
             : !payload.complete
-              ? new DroverError("bad_request", "the request body ended before it was complete: the client closed the connection; retry the upload", { cause: err })
+              ? new DroverError(
+                  "bad_request",
+                  "the request body ended before it was complete: the client closed the connection; retry the upload",
+                  { cause: err },
+                )
               : err;
       void rm(path, { force: true }).finally(() => reject(coded instanceof Error ? coded : new Error(String(coded))));
     };

@@ -11,7 +11,9 @@ const planPendingRetryAfterSeconds = 2;
 export function parse<T extends z.ZodType>(schema: T, value: unknown, what = "request body"): z.infer<T> {
   const result = schema.safeParse(value ?? {});
   if (result.success) return result.data;
-  const problems = result.error.issues.map((i) => `${i.path.length > 0 ? i.path.join(".") : what}: ${i.message}`).join("; ");
+  const problems = result.error.issues
+    .map((i) => `${i.path.length > 0 ? i.path.join(".") : what}: ${i.message}`)
+    .join("; ");
   throw new DroverError("bad_request", `invalid ${what}: ${problems}`);
 }
 
@@ -37,16 +39,26 @@ export function errorHandler(err: FastifyError | Error, request: FastifyRequest,
     void reply
       .code(statusForCode("database_unavailable"))
       .header("retry-after", String(retryAfterSeconds))
-      .send({ error: "database_unavailable", message: `the database is unavailable (${describeError(err)}); retry shortly` });
+      .send({
+        error: "database_unavailable",
+        message: `the database is unavailable (${describeError(err)}); retry shortly`,
+      });
     return;
   }
   const fe = err as FastifyError;
-  if (fe.code === "FST_ERR_CTP_INVALID_JSON_BODY" || fe.code === "FST_ERR_CTP_EMPTY_JSON_BODY" || (err instanceof SyntaxError && fe.statusCode === 400)) {
+  if (
+    fe.code === "FST_ERR_CTP_INVALID_JSON_BODY" ||
+    fe.code === "FST_ERR_CTP_EMPTY_JSON_BODY" ||
+    (err instanceof SyntaxError && fe.statusCode === 400)
+  ) {
     void reply.code(400).send({ error: "invalid_json", message: `the request body is not valid JSON: ${err.message}` });
     return;
   }
   if (fe.code === "FST_ERR_CTP_BODY_TOO_LARGE") {
-    void reply.code(413).send({ error: "payload_too_large", message: `the request body is larger than this endpoint accepts (${err.message})` });
+    void reply.code(413).send({
+      error: "payload_too_large",
+      message: `the request body is larger than this endpoint accepts (${err.message})`,
+    });
     return;
   }
   if (fe.code === "FST_ERR_CTP_INVALID_MEDIA_TYPE") {
@@ -58,5 +70,7 @@ export function errorHandler(err: FastifyError | Error, request: FastifyRequest,
     return;
   }
   request.log.error({ err }, "request failed");
-  void reply.code(statusForCode("internal")).send({ error: "internal", message: "internal server error; see the server log" });
+  void reply
+    .code(statusForCode("internal"))
+    .send({ error: "internal", message: "internal server error; see the server log" });
 }

@@ -12,7 +12,12 @@ function successResponses(route: Route): Record<string, unknown> {
   const r = route.response;
   switch (r.kind) {
     case "json":
-      return { [String(r.status)]: { description: "OK", content: { "application/json": { schema: schemaOf(r.schema, "output") } } } };
+      return {
+        [String(r.status)]: {
+          description: "OK",
+          content: { "application/json": { schema: schemaOf(r.schema, "output") } },
+        },
+      };
     case "raw":
       return {
         [String(r.status)]: { description: "OK", content: { [r.contentType]: {} } },
@@ -25,18 +30,36 @@ function successResponses(route: Route): Record<string, unknown> {
 
 function errorResponses(route: Route): Record<string, unknown> {
   const byStatus = new Map<number, string[]>();
-  for (const code of errorsOf(route)) byStatus.set(statusForCode(code), [...(byStatus.get(statusForCode(code)) ?? []), code]);
+  for (const code of errorsOf(route))
+    byStatus.set(statusForCode(code), [...(byStatus.get(statusForCode(code)) ?? []), code]);
   const out: Record<string, unknown> = {};
   for (const [status, codes] of [...byStatus].sort((a, b) => a[0] - b[0])) {
     const schema = schemaOf(errorBodySchema, "output");
-    out[String(status)] = { description: codes.join(", "), content: { "application/json": { schema: { ...schema, properties: { ...(schema.properties ?? {}), error: { type: "string", enum: codes } } } } } };
+    out[String(status)] = {
+      description: codes.join(", "),
+      content: {
+        "application/json": {
+          schema: { ...schema, properties: { ...(schema.properties ?? {}), error: { type: "string", enum: codes } } },
+        },
+      },
+    };
   }
   return out;
 }
 
 function parameters(route: Route): unknown[] {
-  const path = (Object.entries(route.params.shape) as [string, z.ZodType][]).map(([name, schema]) => ({ name, in: "path", required: true, schema: schemaOf(schema, "input") }));
-  const query = (Object.entries(route.query.shape) as [string, z.ZodType][]).map(([name, schema]) => ({ name, in: "query", required: !schema.safeParse(undefined).success, schema: schemaOf(schema, "input") }));
+  const path = (Object.entries(route.params.shape) as [string, z.ZodType][]).map(([name, schema]) => ({
+    name,
+    in: "path",
+    required: true,
+    schema: schemaOf(schema, "input"),
+  }));
+  const query = (Object.entries(route.query.shape) as [string, z.ZodType][]).map(([name, schema]) => ({
+    name,
+    in: "query",
+    required: !schema.safeParse(undefined).success,
+    schema: schemaOf(schema, "input"),
+  }));
   return [...path, ...query];
 }
 
@@ -52,15 +75,27 @@ export function openApiDocument(serverUrl: string): Record<string, unknown> {
       security: route.auth === "none" ? [] : [{ bearer: [] }],
       "x-drover-auth": route.auth,
     };
-    if (route.body.kind === "json") operation.requestBody = { required: true, content: { "application/json": { schema: schemaOf(route.body.schema, "input") } } };
-    if (route.body.kind === "raw") operation.requestBody = { required: true, content: { [route.body.contentType]: {} } };
+    if (route.body.kind === "json")
+      operation.requestBody = {
+        required: true,
+        content: { "application/json": { schema: schemaOf(route.body.schema, "input") } },
+      };
+    if (route.body.kind === "raw")
+      operation.requestBody = { required: true, content: { [route.body.contentType]: {} } };
     // LOCK and UNLOCK are not OpenAPI methods; they are kept under an x- key so nothing is left out.
-    const method = ["GET", "POST", "PUT", "PATCH", "DELETE"].includes(route.method) ? route.method.toLowerCase() : `x-${route.method.toLowerCase()}`;
+    const method = ["GET", "POST", "PUT", "PATCH", "DELETE"].includes(route.method)
+      ? route.method.toLowerCase()
+      : `x-${route.method.toLowerCase()}`;
     (paths[openApiPath(route.path)] ??= {})[method] = operation;
   }
   return {
     openapi: "3.1.0",
-    info: { title: "Drover API", version: "0.1.0", description: "Drover control plane: user API (/api/v1), agent protocol (/api/agent/v1), terraform http state backend." },
+    info: {
+      title: "Drover API",
+      version: "0.1.0",
+      description:
+        "Drover control plane: user API (/api/v1), agent protocol (/api/agent/v1), terraform http state backend.",
+    },
     servers: [{ url: serverUrl }],
     components: { securitySchemes: { bearer: { type: "http", scheme: "bearer" } } },
     paths,

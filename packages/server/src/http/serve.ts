@@ -17,14 +17,22 @@ export interface Input<R extends Route> {
   params: z.output<R["params"]>;
   query: z.output<R["query"]>;
   /** JSON routes: the parsed body. Raw routes: the bytes, or undefined when none came. */
-  body: R["body"] extends { kind: "json"; schema: infer S extends z.ZodType } ? z.output<S> : R["body"] extends { kind: "raw" } ? Buffer | undefined : undefined;
+  body: R["body"] extends { kind: "json"; schema: infer S extends z.ZodType }
+    ? z.output<S>
+    : R["body"] extends { kind: "raw" }
+      ? Buffer | undefined
+      : undefined;
 }
 
 /**
  * What a handler returns: JSON routes the response body; raw routes the bytes or a stored body
  * (streamed; null for the route's empty status, e.g. 204 for no state yet); empty routes nothing.
  */
-export type Result<R extends Route> = R["response"] extends { kind: "json" } ? ReplyOf<R> : R["response"] extends { kind: "raw" } ? Buffer | string | StoredBody | null : void;
+export type Result<R extends Route> = R["response"] extends { kind: "json" }
+  ? ReplyOf<R>
+  : R["response"] extends { kind: "raw" }
+    ? Buffer | string | StoredBody | null
+    : void;
 
 /** A handler that answered by itself (an error body the coded errors cannot express). */
 export interface Answered {
@@ -39,7 +47,11 @@ export function answered(reply: FastifyReply): Answered {
 }
 
 /** A route handler; `reply` is for headers only (the status and body come from the table and the result). */
-export type Handler<R extends Route> = (input: Input<R>, req: FastifyRequest, reply: FastifyReply) => Promise<Result<R> | Answered>;
+export type Handler<R extends Route> = (
+  input: Input<R>,
+  req: FastifyRequest,
+  reply: FastifyReply,
+) => Promise<Result<R> | Answered>;
 
 /** Registers routes of the table on one prefixed Fastify scope. */
 export interface Registrar {
@@ -67,7 +79,12 @@ export function registrar(scope: FastifyInstance, prefix: string, options: Serve
         const input = {
           params: parse(route.params, req.params, "path"),
           query: parse(route.query, req.query, "query"),
-          body: route.body.kind === "json" ? parse(route.body.schema, req.body) : route.body.kind === "raw" && Buffer.isBuffer(req.body) ? req.body : undefined,
+          body:
+            route.body.kind === "json"
+              ? parse(route.body.schema, req.body)
+              : route.body.kind === "raw" && Buffer.isBuffer(req.body)
+                ? req.body
+                : undefined,
         } as Input<R>;
         const result = await handler(input, req, reply);
         return send(route, result, reply, options);
@@ -83,14 +100,18 @@ function send(route: Route, result: unknown, reply: FastifyReply, options: Serve
     case "json": {
       if (options.validateResponses) {
         const checked = spec.schema.safeParse(result);
-        if (!checked.success) throw new Error(`${route.method} ${route.path} answered outside its response schema: ${checked.error.message}`);
+        if (!checked.success)
+          throw new Error(
+            `${route.method} ${route.path} answered outside its response schema: ${checked.error.message}`,
+          );
       }
       return reply.code(spec.status).send(result);
     }
     case "raw": {
       if (result === null) return reply.code(spec.emptyStatus ?? 204).send();
       if (reply.getHeader("content-type") === undefined) void reply.header("content-type", spec.contentType);
-      if (isStoredBody(result)) return reply.code(spec.status).header("content-length", result.size).send(result.open());
+      if (isStoredBody(result))
+        return reply.code(spec.status).header("content-length", result.size).send(result.open());
       return reply.code(spec.status).send(result);
     }
     case "empty":
@@ -99,5 +120,10 @@ function send(route: Route, result: unknown, reply: FastifyReply, options: Serve
 }
 
 function isStoredBody(value: unknown): value is StoredBody {
-  return typeof value === "object" && value !== null && typeof (value as StoredBody).open === "function" && typeof (value as StoredBody).size === "number";
+  return (
+    typeof value === "object" &&
+    value !== null &&
+    typeof (value as StoredBody).open === "function" &&
+    typeof (value as StoredBody).size === "number"
+  );
 }

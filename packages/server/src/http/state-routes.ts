@@ -21,16 +21,22 @@ export function registerStateRoutes(app: FastifyInstance, http: HttpContext, opt
   const ctx = http.store;
   const serve = registrar(app, userApi, options);
   app.removeAllContentTypeParsers();
-  app.addContentTypeParser("*", { parseAs: "buffer", bodyLimit: maxLockInfoBytes }, (_req, body, done) => done(null, body));
+  app.addContentTypeParser("*", { parseAs: "buffer", bodyLimit: maxLockInfoBytes }, (_req, body, done) =>
+    done(null, body),
+  );
 
-  app.addHook("onRequest", authenticateFirst((request) => requireStateCaller(ctx, request)));
+  app.addHook(
+    "onRequest",
+    authenticateFirst((request) => requireStateCaller(ctx, request)),
+  );
 
   const workspaceOf = async (req: FastifyRequest, name: string) => {
     const { job } = callerOf<{ job: JobRow | null }>(req);
     if (job) {
       // A job token learns nothing about other workspaces, not even whether they exist.
       const ws = await getWorkspace(ctx, name).catch(() => undefined);
-      if (ws?.id !== job.workspace_id) throw new DroverError("forbidden", `this job token is scoped to workspace ${job.workspace_id}, not ${name}`);
+      if (ws?.id !== job.workspace_id)
+        throw new DroverError("forbidden", `this job token is scoped to workspace ${job.workspace_id}, not ${name}`);
       return { ws, job };
     }
     return { ws: await getWorkspace(ctx, name), job };
@@ -45,13 +51,23 @@ export function registerStateRoutes(app: FastifyInstance, http: HttpContext, opt
   void app.register(async (upload) => {
     upload.removeAllContentTypeParsers();
     spoolBodies(upload, "*", http.uploadDir);
-    registrar(upload, userApi, options)(routes.writeState, { bodyLimit: maxStateBytes }, async ({ params, query }, req) => {
-      const { ws, job } = await workspaceOf(req, params.ws);
-      const body = spooledBody(req);
-      if (body.size === 0) throw new DroverError("bad_request", "the state body is empty");
-      const md5 = req.headers["content-md5"];
-      await writeState(ctx, { workspaceId: ws.id, body, contentMd5: typeof md5 === "string" ? md5 : undefined, lockId: query.ID, runId: job?.run_id ?? null });
-    });
+    registrar(upload, userApi, options)(
+      routes.writeState,
+      { bodyLimit: maxStateBytes },
+      async ({ params, query }, req) => {
+        const { ws, job } = await workspaceOf(req, params.ws);
+        const body = spooledBody(req);
+        if (body.size === 0) throw new DroverError("bad_request", "the state body is empty");
+        const md5 = req.headers["content-md5"];
+        await writeState(ctx, {
+          workspaceId: ws.id,
+          body,
+          contentMd5: typeof md5 === "string" ? md5 : undefined,
+          lockId: query.ID,
+          runId: job?.run_id ?? null,
+        });
+      },
+    );
   });
 
   serve(routes.deleteState, async ({ params, query }, req) => {

@@ -12,7 +12,13 @@ import { cancelRun, confirmRun, createRun, discardRun, endJobsOfPoolToken, getRu
 import { listStateVersions, readStateVersion } from "../store/state.js";
 import { createUserToken, listUserTokens, revokeUserToken } from "../store/user-tokens.js";
 import { deleteVariable, listVariables, setVariable } from "../store/variables.js";
-import { createWorkspace, deleteWorkspace, getWorkspace, listWorkspaces, updateWorkspace } from "../store/workspaces.js";
+import {
+  createWorkspace,
+  deleteWorkspace,
+  getWorkspace,
+  listWorkspaces,
+  updateWorkspace,
+} from "../store/workspaces.js";
 import { authenticateFirst, requestSignal, requireUser } from "./auth.js";
 import { isBodyFile, spoolBodies } from "./bodies.js";
 import type { HttpContext } from "./context.js";
@@ -22,12 +28,17 @@ import { registrar, type ServeOptions } from "./serve.js";
 export function registerUserRoutes(app: FastifyInstance, http: HttpContext, options: ServeOptions): void {
   const ctx = http.store;
   const serve = registrar(app, userApi, options);
-  app.addHook("onRequest", authenticateFirst((request) => requireUser(ctx, request)));
+  app.addHook(
+    "onRequest",
+    authenticateFirst((request) => requireUser(ctx, request)),
+  );
 
   serve(routes.listPools, async () => ({ items: await listPools(ctx) }));
   serve(routes.createPool, async ({ body }) => createPool(ctx, body.name));
   serve(routes.getPool, async ({ params }) => getPool(ctx, params.pool));
-  serve(routes.createPoolToken, async ({ params, body }) => createPoolToken(ctx, params.pool, body.description, http.publicUrl()));
+  serve(routes.createPoolToken, async ({ params, body }) =>
+    createPoolToken(ctx, params.pool, body.description, http.publicUrl()),
+  );
   serve(routes.poolDemand, async ({ params, query }) => poolDemand(ctx, params.pool, query.jobsPerAgent));
   serve(routes.listPoolTokens, async ({ params }) => ({ items: await listPoolTokens(ctx, params.pool) }));
   serve(routes.revokePoolToken, async ({ params }) => {
@@ -44,7 +55,9 @@ export function registerUserRoutes(app: FastifyInstance, http: HttpContext, opti
   });
   serve(routes.revokeUserToken, async ({ params }) => revokeUserToken(ctx, params.id));
 
-  serve(routes.listAgents, async ({ query }) => ({ items: await listAgents(ctx, query.pool ? (await getPool(ctx, query.pool)).id : undefined) }));
+  serve(routes.listAgents, async ({ query }) => ({
+    items: await listAgents(ctx, query.pool ? (await getPool(ctx, query.pool)).id : undefined),
+  }));
 
   serve(routes.createWorkspace, async ({ body }) => createWorkspace(ctx, body));
   serve(routes.listWorkspaces, async () => ({ items: await listWorkspaces(ctx) }));
@@ -59,14 +72,28 @@ export function registerUserRoutes(app: FastifyInstance, http: HttpContext, opti
   void app.register(async (upload) => {
     spoolBodies(upload, ["application/gzip", "application/x-gzip", "application/octet-stream"], http.uploadDir);
     // One byte over the limit is let through so that the archive check names the archive's size.
-    registrar(upload, userApi, options)(routes.uploadConfiguration, { bodyLimit: http.archiveLimits.maxCompressedBytes + 1 }, async ({ params }, req) => {
-      if (!isBodyFile(req.body)) throw new DroverError("bad_request", "upload the configuration as a raw tar.gz body with Content-Type: application/gzip");
-      return createConfigurationVersion(ctx, params.ws, req.body, http.archiveLimits);
-    });
+    registrar(upload, userApi, options)(
+      routes.uploadConfiguration,
+      { bodyLimit: http.archiveLimits.maxCompressedBytes + 1 },
+      async ({ params }, req) => {
+        if (!isBodyFile(req.body))
+          throw new DroverError(
+            "bad_request",
+            "upload the configuration as a raw tar.gz body with Content-Type: application/gzip",
+          );
+        return createConfigurationVersion(ctx, params.ws, req.body, http.archiveLimits);
+      },
+    );
   });
-  serve(routes.listConfigurationVersions, async ({ params }) => ({ items: await listConfigurationVersions(ctx, params.ws) }));
-  serve(routes.workspaceOutputs, async ({ params }) => ({ items: await workspaceOutputs(ctx, (await getWorkspace(ctx, params.ws)).id) }));
-  serve(routes.listStateVersions, async ({ params }) => ({ items: await listStateVersions(ctx, (await getWorkspace(ctx, params.ws)).id) }));
+  serve(routes.listConfigurationVersions, async ({ params }) => ({
+    items: await listConfigurationVersions(ctx, params.ws),
+  }));
+  serve(routes.workspaceOutputs, async ({ params }) => ({
+    items: await workspaceOutputs(ctx, (await getWorkspace(ctx, params.ws)).id),
+  }));
+  serve(routes.listStateVersions, async ({ params }) => ({
+    items: await listStateVersions(ctx, (await getWorkspace(ctx, params.ws)).id),
+  }));
   serve(routes.downloadStateVersion, async ({ params }) => readStateVersion(ctx, params.id));
 
   serve(routes.createRun, async ({ body }) => createRun(ctx, body));
@@ -78,7 +105,9 @@ export function registerUserRoutes(app: FastifyInstance, http: HttpContext, opti
   serve(routes.listRunJobs, async ({ params }) => ({ items: await listRunJobs(ctx, params.id) }));
   // An auto-apply run's plan JSON may still be on its way from the apply job: the answer waits for it.
   // The default wait (50 s) stays under the 60 s common proxies allow an idle request.
-  serve(routes.runPlan, async ({ params, query }, _req, reply) => readPlanJsonWhenReady(ctx, params.id, query.wait, requestSignal(reply, http.shutdown)));
+  serve(routes.runPlan, async ({ params, query }, _req, reply) =>
+    readPlanJsonWhenReady(ctx, params.id, query.wait, requestSignal(reply, http.shutdown)),
+  );
 
   serve(routes.runLogs, async ({ params: { id }, query: q }, _req, reply) => {
     const signal = requestSignal(reply, http.shutdown);
@@ -87,13 +116,23 @@ export function registerUserRoutes(app: FastifyInstance, http: HttpContext, opti
       const run = await getRun(ctx, id);
       const jobId = q.phase === "plan" ? run.planJobId : run.applyJobId;
       // Subscribe before reading, so bytes appended in between wake us.
-      const wake = waitForEvent(ctx.events, jobId ? "log" : "run-changed", jobId ?? run.id, Math.max(0, deadline - Date.now()), signal);
+      const wake = waitForEvent(
+        ctx.events,
+        jobId ? "log" : "run-changed",
+        jobId ?? run.id,
+        Math.max(0, deadline - Date.now()),
+        signal,
+      );
       const runOver = isTerminalRun(run.status);
       // A phase that has no job yet is complete only once the run is over without it.
-      const slice = jobId ? await readLog(ctx, jobId, q.offset, q.limit) : { data: Buffer.alloc(0), nextOffset: q.offset, complete: runOver };
+      const slice = jobId
+        ? await readLog(ctx, jobId, q.offset, q.limit)
+        : { data: Buffer.alloc(0), nextOffset: q.offset, complete: runOver };
       if (slice.data.length > 0 || slice.complete || Date.now() >= deadline || signal.aborted) {
         wake.cancel();
-        void reply.header(logHeaders.nextOffset, String(slice.nextOffset)).header(logHeaders.complete, String(slice.complete));
+        void reply
+          .header(logHeaders.nextOffset, String(slice.nextOffset))
+          .header(logHeaders.complete, String(slice.complete));
         return slice.data;
       }
       await wake.promise;

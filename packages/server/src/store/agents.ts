@@ -1,4 +1,13 @@
-import { DroverError, hashToken, newId, newSessionToken, tokenMatches, tokenSubject, type Agent, type Driver } from "@drover/protocol";
+import {
+  DroverError,
+  hashToken,
+  newId,
+  newSessionToken,
+  tokenMatches,
+  tokenSubject,
+  type Agent,
+  type Driver,
+} from "@drover/protocol";
 import type { Selectable } from "kysely";
 import type { AgentsTable } from "../db/schema.js";
 import { CoalescedReads } from "./coalesced-reads.js";
@@ -37,7 +46,10 @@ export interface RegisterInput {
  * online agents: a new registration supersedes an older one of the same name (a restarted
  * agent), whose session then gets `agent_lost`.
  */
-export async function registerAgent(ctx: StoreContext, input: RegisterInput): Promise<{ agent: Agent; sessionToken: string }> {
+export async function registerAgent(
+  ctx: StoreContext,
+  input: RegisterInput,
+): Promise<{ agent: Agent; sessionToken: string }> {
   const id = newId("agent");
   const sessionToken = newSessionToken(id);
   const now = ctx.now();
@@ -104,7 +116,12 @@ async function readSessions(ctx: Pick<StoreContext, "db">, ids: string[]): Promi
  * after they were read, and forgotten when unused for `keepMs`, both measured by `clock`
  * (monotonic milliseconds; tests inject one).
  */
-export function createSessionCache(ctx: Pick<StoreContext, "db" | "events">, maxAgeMs: number, keepMs: number, clock: () => number = monotonicMs): SessionCache {
+export function createSessionCache(
+  ctx: Pick<StoreContext, "db" | "events">,
+  maxAgeMs: number,
+  keepMs: number,
+  clock: () => number = monotonicMs,
+): SessionCache {
   return new SessionCache(ctx, (ids) => readSessions(ctx, ids), maxAgeMs, keepMs, clock);
 }
 
@@ -123,9 +140,12 @@ export async function authenticateSession(ctx: StoreContext, token: string): Pro
   // Constant time: how long a comparison takes must not tell how much of a guessed session matched.
   const row = found && tokenMatches(token, found.session_hash) ? found : undefined;
   if (!row) throw new DroverError("unauthorized", "unknown agent session: register again with the pool token");
-  if (row.revoked_at !== null) throw new DroverError("token_revoked", "the pool token this agent registered with was revoked");
+  if (row.revoked_at !== null)
+    throw new DroverError("token_revoked", "the pool token this agent registered with was revoked");
   if (row.state !== "online") {
-    throw new DroverError("agent_lost", `this agent registration is ${row.state}; register again`, { details: { state: row.state } });
+    throw new DroverError("agent_lost", `this agent registration is ${row.state}; register again`, {
+      details: { state: row.state },
+    });
   }
   return toAgent(row);
 }
@@ -133,17 +153,31 @@ export async function authenticateSession(ctx: StoreContext, token: string): Pro
 /** Records that an agent is alive and how many jobs it runs. */
 export async function agentHeartbeat(ctx: StoreContext, agentId: string, runningJobs: number): Promise<void> {
   if (ctx.presence) return ctx.presence.record(agentId, runningJobs);
-  await ctx.db.updateTable("agents").set({ last_seen_at: ctx.now(), running_jobs: runningJobs }).where("id", "=", agentId).where("state", "=", "online").execute();
+  await ctx.db
+    .updateTable("agents")
+    .set({ last_seen_at: ctx.now(), running_jobs: runningJobs })
+    .where("id", "=", agentId)
+    .where("state", "=", "online")
+    .execute();
 }
 
 /** Marks an agent seen without changing its job count (each long-poll counts as a sign of life). */
 export async function touchAgent(ctx: StoreContext, agentId: string): Promise<void> {
   if (ctx.presence) return ctx.presence.record(agentId, null);
-  await ctx.db.updateTable("agents").set({ last_seen_at: ctx.now() }).where("id", "=", agentId).where("state", "=", "online").execute();
+  await ctx.db
+    .updateTable("agents")
+    .set({ last_seen_at: ctx.now() })
+    .where("id", "=", agentId)
+    .where("state", "=", "online")
+    .execute();
 }
 
 export async function deregisterAgent(ctx: StoreContext, agentId: string): Promise<void> {
-  await ctx.db.updateTable("agents").set({ state: "deregistered", running_jobs: 0, last_seen_at: ctx.now() }).where("id", "=", agentId).execute();
+  await ctx.db
+    .updateTable("agents")
+    .set({ state: "deregistered", running_jobs: 0, last_seen_at: ctx.now() })
+    .where("id", "=", agentId)
+    .execute();
   announceSessionsChanged(ctx.events, [agentId]);
 }
 
@@ -160,7 +194,12 @@ export async function listAgents(ctx: StoreContext, poolId?: string): Promise<Ag
 export async function markSilentAgentsLost(ctx: StoreContext): Promise<number> {
   await ctx.presence?.flush();
   const cutoff = ctx.now() - ctx.settings.agentTtlMs;
-  const result = await ctx.db.updateTable("agents").set({ state: "lost", running_jobs: 0 }).where("state", "=", "online").where("last_seen_at", "<", cutoff).executeTakeFirst();
+  const result = await ctx.db
+    .updateTable("agents")
+    .set({ state: "lost", running_jobs: 0 })
+    .where("state", "=", "online")
+    .where("last_seen_at", "<", cutoff)
+    .executeTakeFirst();
   const lost = Number(result.numUpdatedRows);
   if (lost > 0) announceSessionsChanged(ctx.events);
   return lost;
@@ -168,5 +207,9 @@ export async function markSilentAgentsLost(ctx: StoreContext): Promise<number> {
 
 /** Forgets offline registrations older than `retainMs`. */
 export async function pruneOfflineAgents(ctx: StoreContext, retainMs: number): Promise<void> {
-  await ctx.db.deleteFrom("agents").where("state", "!=", "online").where("last_seen_at", "<", ctx.now() - retainMs).execute();
+  await ctx.db
+    .deleteFrom("agents")
+    .where("state", "!=", "online")
+    .where("last_seen_at", "<", ctx.now() - retainMs)
+    .execute();
 }

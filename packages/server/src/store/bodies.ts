@@ -30,7 +30,8 @@ export interface StoredBody {
 export const chunkBytes = 1024 * 1024;
 
 /** Tables holding body chunks; each row is (owner_id, seq, data) and goes with its owner. */
-export type ChunkTable = "state_version_chunks" | "configuration_version_chunks" | "plan_file_chunks" | "plan_json_chunks";
+export type ChunkTable =
+  "state_version_chunks" | "configuration_version_chunks" | "plan_file_chunks" | "plan_json_chunks";
 
 export function sourceSize(source: BodySource): number {
   return Buffer.isBuffer(source) ? source.length : source.size;
@@ -72,7 +73,12 @@ export async function sourceBytes(source: BodySource): Promise<Buffer> {
  * Writes `source` as the chunks of `ownerId` in `table`, replacing any it had. Run it inside
  * the transaction that writes the owner row, so a failure leaves no partial body.
  */
-export async function writeChunks(trx: Kysely<Database>, table: ChunkTable, ownerId: string, source: BodySource): Promise<number> {
+export async function writeChunks(
+  trx: Kysely<Database>,
+  table: ChunkTable,
+  ownerId: string,
+  source: BodySource,
+): Promise<number> {
   await trx.deleteFrom(table).where("owner_id", "=", ownerId).execute();
   let seq = 0;
   let size = 0;

@@ -10,7 +10,12 @@ import { getWorkspace } from "./workspaces.js";
  * Stores an uploaded tar.gz after checking every entry (SPEC §9). A rejected archive leaves
  * nothing behind: the check runs before the one transaction that stores it.
  */
-export async function createConfigurationVersion(ctx: StoreContext, workspace: string, archive: BodySource, limits: ArchiveLimits): Promise<ConfigurationVersion> {
+export async function createConfigurationVersion(
+  ctx: StoreContext,
+  workspace: string,
+  archive: BodySource,
+  limits: ArchiveLimits,
+): Promise<ConfigurationVersion> {
   const ws = await getWorkspace(ctx, workspace);
   const hash = createHash("sha256");
   // The check reads the archive to its end when it accepts it, so the hash covers every byte.
@@ -41,9 +46,19 @@ export async function createConfigurationVersion(ctx: StoreContext, workspace: s
 }
 
 export async function getConfigurationVersion(ctx: StoreContext, id: string): Promise<ConfigurationVersion> {
-  const row = await ctx.db.selectFrom("configuration_versions").select(["id", "workspace_id", "size", "sha256", "created_at"]).where("id", "=", id).executeTakeFirst();
+  const row = await ctx.db
+    .selectFrom("configuration_versions")
+    .select(["id", "workspace_id", "size", "sha256", "created_at"])
+    .where("id", "=", id)
+    .executeTakeFirst();
   if (!row) throw new DroverError("not_found", `no configuration version ${JSON.stringify(id)}`);
-  return { id: row.id, workspaceId: row.workspace_id, size: row.size, sha256: row.sha256, createdAt: iso(row.created_at) };
+  return {
+    id: row.id,
+    workspaceId: row.workspace_id,
+    size: row.size,
+    sha256: row.sha256,
+    createdAt: iso(row.created_at),
+  };
 }
 
 export async function listConfigurationVersions(ctx: StoreContext, workspace: string): Promise<ConfigurationVersion[]> {
@@ -54,12 +69,22 @@ export async function listConfigurationVersions(ctx: StoreContext, workspace: st
     .where("workspace_id", "=", ws.id)
     .orderBy("created_at", "desc")
     .execute();
-  return rows.map((row) => ({ id: row.id, workspaceId: row.workspace_id, size: row.size, sha256: row.sha256, createdAt: iso(row.created_at) }));
+  return rows.map((row) => ({
+    id: row.id,
+    workspaceId: row.workspace_id,
+    size: row.size,
+    sha256: row.sha256,
+    createdAt: iso(row.created_at),
+  }));
 }
 
 /** The archive bytes of a configuration version. */
 export async function readConfigurationArchive(ctx: StoreContext, id: string): Promise<StoredBody> {
-  const row = await ctx.db.selectFrom("configuration_versions").select(["id", "size"]).where("id", "=", id).executeTakeFirst();
+  const row = await ctx.db
+    .selectFrom("configuration_versions")
+    .select(["id", "size"])
+    .where("id", "=", id)
+    .executeTakeFirst();
   if (!row) throw new DroverError("not_found", `no configuration version ${JSON.stringify(id)}`);
   return storedBody(ctx.db, "configuration_version_chunks", row.id, row.size);
 }

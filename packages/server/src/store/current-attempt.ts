@@ -11,7 +11,13 @@ export async function currentAttempt(ctx: StoreContext, trx: Transaction<Databas
   let q = trx.selectFrom("jobs").selectAll().where("id", "=", job.id);
   if (ctx.dialect === "postgres") q = q.forUpdate();
   const row = await q.executeTakeFirstOrThrow();
-  if (row.attempt !== job.attempt) throw new DroverError("stale_attempt", `job ${job.id} was reassigned (attempt ${row.attempt})`, { details: { attempt: row.attempt } });
-  if (isFinishedJob(row.status)) throw new DroverError("job_finished", `job ${job.id} has ended (${row.status})`, { details: { status: row.status } });
+  if (row.attempt !== job.attempt)
+    throw new DroverError("stale_attempt", `job ${job.id} was reassigned (attempt ${row.attempt})`, {
+      details: { attempt: row.attempt },
+    });
+  if (isFinishedJob(row.status))
+    throw new DroverError("job_finished", `job ${job.id} has ended (${row.status})`, {
+      details: { status: row.status },
+    });
   return row;
 }

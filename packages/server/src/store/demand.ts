@@ -13,7 +13,15 @@ interface DemandCounts {
   largestCapacity: number;
 }
 
-const emptyCounts = (): DemandCounts => ({ queued: 0, claimed: 0, running: 0, awaitingConfirmation: 0, online: 0, busy: 0, largestCapacity: 0 });
+const emptyCounts = (): DemandCounts => ({
+  queued: 0,
+  claimed: 0,
+  running: 0,
+  awaitingConfirmation: 0,
+  online: 0,
+  busy: 0,
+  largestCapacity: 0,
+});
 
 /**
  * Demand counts of every pool (by pool id) in four grouped queries, so /metrics costs the same
@@ -63,7 +71,13 @@ async function demandCounts(ctx: StoreContext, poolId?: string): Promise<Map<str
       "capacity",
       (eb) =>
         eb
-          .exists(eb.selectFrom("jobs").select("jobs.id").whereRef("jobs.agent_id", "=", "agents.id").where("jobs.status", "in", leasedJobStatuses))
+          .exists(
+            eb
+              .selectFrom("jobs")
+              .select("jobs.id")
+              .whereRef("jobs.agent_id", "=", "agents.id")
+              .where("jobs.status", "in", leasedJobStatuses),
+          )
           .as("busy"),
     ])
     .where("state", "=", "online");
@@ -105,6 +119,9 @@ export async function poolDemand(ctx: StoreContext, poolIdOrName: string, jobsPe
 
 /** The demand of every pool, for /metrics. */
 export async function allPoolDemands(ctx: StoreContext): Promise<PoolDemand[]> {
-  const [pools, counts] = await Promise.all([ctx.db.selectFrom("pools").select(["id", "name"]).execute(), demandCounts(ctx)]);
+  const [pools, counts] = await Promise.all([
+    ctx.db.selectFrom("pools").select(["id", "name"]).execute(),
+    demandCounts(ctx),
+  ]);
   return pools.map((p) => toDemand(p, counts.get(p.id) ?? emptyCounts(), undefined));
 }

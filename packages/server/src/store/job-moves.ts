@@ -25,7 +25,13 @@ export type JobMoveFields = Omit<Updateable<JobsTable>, "id" | "status">;
  * forbids it; returns false when the row is no longer in the status and attempt read (another
  * process moved it first), true when it moved.
  */
-export async function moveJob(ctx: StoreContext, trx: Trx, job: Pick<JobRow, "id" | "status" | "attempt">, to: JobStatus, fields: JobMoveFields = {}): Promise<boolean> {
+export async function moveJob(
+  ctx: StoreContext,
+  trx: Trx,
+  job: Pick<JobRow, "id" | "status" | "attempt">,
+  to: JobStatus,
+  fields: JobMoveFields = {},
+): Promise<boolean> {
   assertJobTransition(job.id, job.status, to);
   const releases = isLeasedJob(job.status) && !isLeasedJob(to);
   const moved = await trx
@@ -36,13 +42,26 @@ export async function moveJob(ctx: StoreContext, trx: Trx, job: Pick<JobRow, "id
     .where("attempt", "=", job.attempt)
     .executeTakeFirst();
   if (Number(moved.numUpdatedRows) !== 1) return false;
-  if (releases) await trx.updateTable("job_tokens").set({ retired_at: ctx.now() }).where("job_id", "=", job.id).where("retired_at", "is", null).execute();
+  if (releases)
+    await trx
+      .updateTable("job_tokens")
+      .set({ retired_at: ctx.now() })
+      .where("job_id", "=", job.id)
+      .where("retired_at", "is", null)
+      .execute();
   return true;
 }
 
 /** Like moveJob, for a row locked in this transaction: it not moving is a bug, not a race. */
-export async function moveLockedJob(ctx: StoreContext, trx: Trx, job: Pick<JobRow, "id" | "status" | "attempt">, to: JobStatus, fields: JobMoveFields = {}): Promise<void> {
-  if (!(await moveJob(ctx, trx, job, to, fields))) throw new Error(`job ${job.id} was no longer ${job.status} (attempt ${job.attempt}) when it was moved to ${to}`);
+export async function moveLockedJob(
+  ctx: StoreContext,
+  trx: Trx,
+  job: Pick<JobRow, "id" | "status" | "attempt">,
+  to: JobStatus,
+  fields: JobMoveFields = {},
+): Promise<void> {
+  if (!(await moveJob(ctx, trx, job, to, fields)))
+    throw new Error(`job ${job.id} was no longer ${job.status} (attempt ${job.attempt}) when it was moved to ${to}`);
 }
 
 /** Job ids per statement when retiring tokens of many jobs: far below either database's parameter limit. */
@@ -52,7 +71,14 @@ const retireBatch = 500;
  * Moves every job of `agentId` that is `from` to `to` in one statement (the table is checked
  * once for the pair), retiring their tokens when they stop being leased. Returns the jobs moved.
  */
-export async function moveAgentJobs(ctx: StoreContext, trx: Trx, agentId: string, from: JobStatus, to: JobStatus, fields: JobMoveFields = {}): Promise<Array<Pick<JobRow, "id" | "pool_id">>> {
+export async function moveAgentJobs(
+  ctx: StoreContext,
+  trx: Trx,
+  agentId: string,
+  from: JobStatus,
+  to: JobStatus,
+  fields: JobMoveFields = {},
+): Promise<Array<Pick<JobRow, "id" | "pool_id">>> {
   assertJobTransition(`(every ${from} job of agent ${agentId})`, from, to);
   const releases = isLeasedJob(from) && !isLeasedJob(to);
   const moved = await trx
@@ -65,7 +91,12 @@ export async function moveAgentJobs(ctx: StoreContext, trx: Trx, agentId: string
   if (releases) {
     for (let i = 0; i < moved.length; i += retireBatch) {
       const ids = moved.slice(i, i + retireBatch).map((j) => j.id);
-      await trx.updateTable("job_tokens").set({ retired_at: ctx.now() }).where("job_id", "in", ids).where("retired_at", "is", null).execute();
+      await trx
+        .updateTable("job_tokens")
+        .set({ retired_at: ctx.now() })
+        .where("job_id", "in", ids)
+        .where("retired_at", "is", null)
+        .execute();
     }
   }
   return moved;
@@ -76,7 +107,11 @@ export async function moveAgentJobs(ctx: StoreContext, trx: Trx, agentId: string
  * or `deadlineMs` (on the store's clock) has passed, so a large backlog never holds the sweeper
  * for long; the rest goes on the next call. Returns how many were deleted.
  */
-export async function deleteRetiredJobTokens(ctx: StoreContext, retentionMs: number, options: { batch?: number; deadlineMs?: number } = {}): Promise<number> {
+export async function deleteRetiredJobTokens(
+  ctx: StoreContext,
+  retentionMs: number,
+  options: { batch?: number; deadlineMs?: number } = {},
+): Promise<number> {
   const batch = options.batch ?? 500;
   const deadline = ctx.now() + (options.deadlineMs ?? 5_000);
   let deleted = 0;
@@ -86,7 +121,9 @@ export async function deleteRetiredJobTokens(ctx: StoreContext, retentionMs: num
     // and back (PostgreSQL has no DELETE … LIMIT; SQLite's is a compile-time option).
     const res = await ctx.db
       .deleteFrom("job_tokens")
-      .where("token_hash", "in", (eb) => eb.selectFrom("job_tokens").select("token_hash").where("retired_at", "<", before).limit(batch))
+      .where("token_hash", "in", (eb) =>
+        eb.selectFrom("job_tokens").select("token_hash").where("retired_at", "<", before).limit(batch),
+      )
       .executeTakeFirst();
     const n = Number(res.numDeletedRows);
     deleted += n;

@@ -103,22 +103,32 @@ export class JsonScanner {
 
   end(): void {
     if (numberEnds.has(this.state)) this.finishScalar();
-    if (this.state !== DONE) throw new JsonScanError("syntax", this.offset === 0 ? "the body is empty" : `unexpected end of JSON input at byte ${this.offset}`);
+    if (this.state !== DONE)
+      throw new JsonScanError(
+        "syntax",
+        this.offset === 0 ? "the body is empty" : `unexpected end of JSON input at byte ${this.offset}`,
+      );
   }
 
   result(): JsonScanResult {
-    if (this.state !== DONE || this.topLevel === undefined) throw new Error("JsonScanner.result() before a successful end()");
+    if (this.state !== DONE || this.topLevel === undefined)
+      throw new Error("JsonScanner.result() before a successful end()");
     return { topLevel: this.topLevel, fields: this.fields };
   }
 
   private fail(b: number): never {
-    const shown = b >= 0x20 && b < 0x7f ? JSON.stringify(String.fromCharCode(b)) : `byte 0x${b.toString(16).padStart(2, "0")}`;
+    const shown =
+      b >= 0x20 && b < 0x7f ? JSON.stringify(String.fromCharCode(b)) : `byte 0x${b.toString(16).padStart(2, "0")}`;
     throw new JsonScanError("syntax", `unexpected ${shown} at byte ${this.offset}`);
   }
 
   private capture(b: number): void {
     if (this.kept) {
-      if (this.kept.length >= this.maxKeptBytes) throw new JsonScanError("too_long", `top-level ${JSON.stringify(this.currentKey)} is longer than ${this.maxKeptBytes} bytes`);
+      if (this.kept.length >= this.maxKeptBytes)
+        throw new JsonScanError(
+          "too_long",
+          `top-level ${JSON.stringify(this.currentKey)} is longer than ${this.maxKeptBytes} bytes`,
+        );
       this.kept.push(b);
     } else if (this.keyBytes) {
       if (this.keyBytes.length >= maxKeyBytes) this.keyBytes = null;
@@ -143,7 +153,17 @@ export class JsonScanner {
         if (b === 0x75) {
           this.hexLeft = 4;
           this.state = UNICODE;
-        } else if (b === 0x22 || b === 0x5c || b === 0x2f || b === 0x62 || b === 0x66 || b === 0x6e || b === 0x72 || b === 0x74) this.state = STRING;
+        } else if (
+          b === 0x22 ||
+          b === 0x5c ||
+          b === 0x2f ||
+          b === 0x62 ||
+          b === 0x66 ||
+          b === 0x6e ||
+          b === 0x72 ||
+          b === 0x74
+        )
+          this.state = STRING;
         else this.fail(b);
         this.capture(b);
         return false;
@@ -248,7 +268,11 @@ export class JsonScanner {
   }
 
   private startValue(b: number): void {
-    const keptMember = this.stack.length === 1 && this.stack[0] === OPEN_OBJECT && this.currentKey !== null && this.keep.has(this.currentKey);
+    const keptMember =
+      this.stack.length === 1 &&
+      this.stack[0] === OPEN_OBJECT &&
+      this.currentKey !== null &&
+      this.keep.has(this.currentKey);
     const atTop = this.stack.length === 0;
     if (b === OPEN_OBJECT || b === OPEN_ARRAY) {
       if (keptMember) this.fields.set(this.currentKey as string, nonScalar);

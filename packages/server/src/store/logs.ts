@@ -41,28 +41,49 @@ export function truncationNotice(maxLogBytes: number): Buffer {
  * the log would pass `maxLogBytes`, a notice ends it and every later append is acknowledged and
  * dropped: the agent goes on as if stored, so a chatty run is not failed for its log.
  */
-export async function appendLog(ctx: StoreContext, job: JobRow, offset: number, data: Buffer, options: AppendOptions = {}): Promise<number> {
+export async function appendLog(
+  ctx: StoreContext,
+  job: JobRow,
+  offset: number,
+  data: Buffer,
+  options: AppendOptions = {},
+): Promise<number> {
   if (data.length > maxLogChunkBytes) {
-    throw new DroverError("payload_too_large", `a log chunk may be at most ${maxLogChunkBytes} bytes; this one is ${data.length}`);
+    throw new DroverError(
+      "payload_too_large",
+      `a log chunk may be at most ${maxLogChunkBytes} bytes; this one is ${data.length}`,
+    );
   }
-  if (!Number.isSafeInteger(offset) || offset < 0) throw new DroverError("bad_request", "offset must be a non-negative integer");
+  if (!Number.isSafeInteger(offset) || offset < 0)
+    throw new DroverError("bad_request", "offset must be a non-negative integer");
   let stored = 0;
   const end = await inTransaction(ctx, async (trx, effects) => {
     stored = 0;
     let q = trx.selectFrom("jobs").select(["log_size", "log_truncated", "attempt", "status"]).where("id", "=", job.id);
     if (ctx.dialect === "postgres") q = q.forUpdate();
     const row = await q.executeTakeFirstOrThrow();
-    if (row.attempt !== job.attempt) throw new DroverError("stale_attempt", `job ${job.id} was reassigned (attempt ${row.attempt})`, { details: { attempt: row.attempt } });
+    if (row.attempt !== job.attempt)
+      throw new DroverError("stale_attempt", `job ${job.id} was reassigned (attempt ${row.attempt})`, {
+        details: { attempt: row.attempt },
+      });
     if (row.log_truncated === 1) return offset + data.length;
     const size = row.log_size;
     if (offset > size) {
-      throw new DroverError("log_gap", `log offset ${offset} is past the end of the log (${size}); resend from ${size}`, { details: { expectedOffset: size } });
+      throw new DroverError(
+        "log_gap",
+        `log offset ${offset} is past the end of the log (${size}); resend from ${size}`,
+        { details: { expectedOffset: size } },
+      );
     }
     const overlap = Math.min(data.length, size - offset);
     if (overlap > 0) {
       const stored = await storedBytes(trx, job.id, offset, offset + overlap);
       if (!stored.equals(data.subarray(0, overlap))) {
-        throw new DroverError("log_conflict", `log bytes ${offset}..${offset + overlap} differ from the ones already stored; the log continues at ${size}`, { details: { expectedOffset: size } });
+        throw new DroverError(
+          "log_conflict",
+          `log bytes ${offset}..${offset + overlap} differ from the ones already stored; the log continues at ${size}`,
+          { details: { expectedOffset: size } },
+        );
       }
     }
     const fresh = data.subarray(overlap);
@@ -70,7 +91,10 @@ export async function appendLog(ctx: StoreContext, job: JobRow, offset: number, 
     if (options.maxLogBytes !== undefined && size + fresh.length > options.maxLogBytes) {
       const notice = truncationNotice(options.maxLogBytes);
       const end = size + notice.length;
-      await trx.insertInto("log_chunks").values({ job_id: job.id, offset: size, end_offset: end, data: notice }).execute();
+      await trx
+        .insertInto("log_chunks")
+        .values({ job_id: job.id, offset: size, end_offset: end, data: notice })
+        .execute();
       await trx.updateTable("jobs").set({ log_size: end, log_truncated: 1 }).where("id", "=", job.id).execute();
       effects.push(["log", job.id]);
       return offset + data.length;
@@ -102,7 +126,15 @@ const waitingAppends = new Map<string, number>();
  * reach its offset, instead of being refused at once. Still a gap after that: log_gap. Beyond
  * `maxWaitingAppendsPerJob` waiting at once: too_many_requests.
  */
-export async function appendLogInOrder(ctx: StoreContext, job: JobRow, offset: number, data: Buffer, waitMs: number, signal?: AbortSignal, options: AppendOptions = {}): Promise<number> {
+export async function appendLogInOrder(
+  ctx: StoreContext,
+  job: JobRow,
+  offset: number,
+  data: Buffer,
+  waitMs: number,
+  signal?: AbortSignal,
+  options: AppendOptions = {},
+): Promise<number> {
   const deadline = Date.now() + waitMs;
   // Appends nearly always arrive in order: only one refused for a gap subscribes to the job's
   // log event, before it tries again, so an append landing in between still wakes it.
@@ -113,7 +145,8 @@ export async function appendLogInOrder(ctx: StoreContext, job: JobRow, offset: n
       try {
         return await appendLog(ctx, job, offset, data, options);
       } catch (err) {
-        const expected = err instanceof DroverError && err.code === "log_gap" ? Number(err.details?.expectedOffset) : NaN;
+        const expected =
+          err instanceof DroverError && err.code === "log_gap" ? Number(err.details?.expectedOffset) : NaN;
         if (!(offset - expected <= reorderWindowBytes) || Date.now() >= deadline || signal?.aborted) throw err;
         if (!waiting) {
           const now = waitingAppends.get(job.id) ?? 0;
@@ -148,7 +181,6 @@ export interface LogSlice {
   complete: boolean;
 }
 
-
 /** The stored bytes from `from` up to `to` (both within the log). */
 async function storedBytes(db: Queryable, jobId: string, from: number, to: number): Promise<Buffer> {
   const chunks = await db
@@ -173,7 +205,8 @@ async function storedBytes(db: Queryable, jobId: string, from: number, to: numbe
 export async function readLog(ctx: StoreContext, jobId: string, offset: number, limit: number): Promise<LogSlice> {
   const job = await ctx.db.selectFrom("jobs").select(["log_size", "status"]).where("id", "=", jobId).executeTakeFirst();
   if (!job) throw new DroverError("not_found", `no job ${JSON.stringify(jobId)}`);
-  if (offset > job.log_size) throw new DroverError("bad_request", `offset ${offset} is past the end of the log (${job.log_size})`);
+  if (offset > job.log_size)
+    throw new DroverError("bad_request", `offset ${offset} is past the end of the log (${job.log_size})`);
   const data = await storedBytes(ctx.db, jobId, offset, Math.min(job.log_size, offset + limit));
   const nextOffset = offset + data.length;
   return { data, nextOffset, complete: isFinishedJob(job.status) && nextOffset >= job.log_size };

@@ -1,6 +1,6 @@
 import { readFileSync } from "node:fs";
 import { parentPort, workerData } from "node:worker_threads";
-import { redactJson, secretForms, summarizePlan, type PlanSummary } from "@drover/protocol";
+import { redactJson, secretForms, summarizePlan, type PlanSummary, messageOf } from "@drover/protocol";
 
 /*
  * The thread that turns an uploaded plan JSON into what is stored (see plan-json.ts): parsing,
@@ -16,8 +16,7 @@ export interface PlanJsonWorkerData {
 
 /** The worker's one message. */
 export type PlanJsonWorkerReply =
-  | { kind: "done"; summary: PlanSummary; json: Uint8Array }
-  | { kind: "invalid_json"; message: string };
+  { kind: "done"; summary: PlanSummary; json: Uint8Array } | { kind: "invalid_json"; message: string };
 
 const port = parentPort;
 if (!port) throw new Error("plan-json-worker.js runs as a worker thread");
@@ -29,7 +28,7 @@ function render(): PlanJsonWorkerReply {
   try {
     parsed = JSON.parse(bytes.toString("utf8"));
   } catch (err) {
-    return { kind: "invalid_json", message: err instanceof Error ? err.message : String(err) };
+    return { kind: "invalid_json", message: messageOf(err) };
   }
   const redacted = JSON.stringify(redactJson(parsed, secretForms(sensitiveValues)));
   // TextEncoder gives the bytes a buffer of their own (small Buffers share a pool), so it can be moved, not copied.

@@ -65,6 +65,8 @@ export function renderPlanJson(source: BodySource, size: number, sensitiveValues
         ),
       ),
     );
-    worker.once("exit", (code) => settle(() => reject(new Error(`the plan JSON worker exited (${code}) without answering`))));
+    worker.once("exit", (code) =>
+      settle(() => reject(new Error(`the plan JSON worker exited (${code}) without answering`))),
+    );
   });
 }

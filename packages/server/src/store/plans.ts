@@ -45,22 +45,49 @@ export async function savePlanJson(ctx: StoreContext, job: JobRow, uploaded: Bod
       // Conditional inside the transaction: two uploads never both pass an "is it stored yet?" read.
       const claimed = await trx
         .insertInto("plans")
-        .values({ run_id: job.run_id, plan_file_size: null, plan_json_size: planJson.length, plan_json_phase: "apply", created_at: ctx.now() })
-        .onConflict((oc) => oc.column("run_id").doUpdateSet({ plan_json_size: planJson.length, plan_json_phase: "apply" }).where("plans.plan_json_size", "is", null))
+        .values({
+          run_id: job.run_id,
+          plan_file_size: null,
+          plan_json_size: planJson.length,
+          plan_json_phase: "apply",
+          created_at: ctx.now(),
+        })
+        .onConflict((oc) =>
+          oc
+            .column("run_id")
+            .doUpdateSet({ plan_json_size: planJson.length, plan_json_phase: "apply" })
+            .where("plans.plan_json_size", "is", null),
+        )
         .executeTakeFirst();
       if (Number(claimed.numInsertedOrUpdatedRows ?? 0) === 0) {
         if ((await storedPlanJson(trx, job.run_id))?.equals(planJson)) return false;
-        throw new DroverError("bad_request", "this run's plan JSON is already stored: an apply job uploads it only when the plan job left it out");
+        throw new DroverError(
+          "bad_request",
+          "this run's plan JSON is already stored: an apply job uploads it only when the plan job left it out",
+        );
       }
     } else {
       await trx
         .insertInto("plans")
-        .values({ run_id: job.run_id, plan_file_size: null, plan_json_size: planJson.length, plan_json_phase: "plan", created_at: ctx.now() })
-        .onConflict((oc) => oc.column("run_id").doUpdateSet({ plan_json_size: planJson.length, plan_json_phase: "plan" }))
+        .values({
+          run_id: job.run_id,
+          plan_file_size: null,
+          plan_json_size: planJson.length,
+          plan_json_phase: "plan",
+          created_at: ctx.now(),
+        })
+        .onConflict((oc) =>
+          oc.column("run_id").doUpdateSet({ plan_json_size: planJson.length, plan_json_phase: "plan" }),
+        )
         .execute();
     }
     await writeChunks(trx, "plan_json_chunks", job.run_id, planJson);
-    const counts = { plan_add: summary.add, plan_change: summary.change, plan_destroy: summary.destroy, updated_at: ctx.now() };
+    const counts = {
+      plan_add: summary.add,
+      plan_change: summary.change,
+      plan_destroy: summary.destroy,
+      updated_at: ctx.now(),
+    };
     // The apply of a run runs only when its plan had changes: that verdict stands.
     await trx
       .updateTable("runs")
@@ -82,9 +109,16 @@ export async function savePlanJson(ctx: StoreContext, job: JobRow, uploaded: Bod
 export async function mayUploadPlanJson(ctx: StoreContext, job: JobRow): Promise<void> {
   if (job.phase === "plan") return;
   if (job.phase !== "apply") throw new DroverError("forbidden", "only a plan or apply job uploads a plan JSON");
-  const row = await ctx.db.selectFrom("plans").select(["plan_json_size", "plan_json_phase"]).where("run_id", "=", job.run_id).executeTakeFirst();
+  const row = await ctx.db
+    .selectFrom("plans")
+    .select(["plan_json_size", "plan_json_phase"])
+    .where("run_id", "=", job.run_id)
+    .executeTakeFirst();
   if (row?.plan_json_size != null && row.plan_json_phase !== "apply") {
-    throw new DroverError("forbidden", "this run's plan JSON was stored by its plan job: an apply job uploads it only when the plan job left it out");
+    throw new DroverError(
+      "forbidden",
+      "this run's plan JSON was stored by its plan job: an apply job uploads it only when the plan job left it out",
+    );
   }
 }
 
@@ -92,7 +126,12 @@ export async function mayUploadPlanJson(ctx: StoreContext, job: JobRow): Promise
 async function storedPlanJson(trx: Transaction<Database>, runId: string): Promise<Buffer | undefined> {
   const row = await trx.selectFrom("plans").select("plan_json_size").where("run_id", "=", runId).executeTakeFirst();
   if (row?.plan_json_size == null) return undefined;
-  const chunks = await trx.selectFrom("plan_json_chunks").select("data").where("owner_id", "=", runId).orderBy("seq").execute();
+  const chunks = await trx
+    .selectFrom("plan_json_chunks")
+    .select("data")
+    .where("owner_id", "=", runId)
+    .orderBy("seq")
+    .execute();
   return Buffer.concat(chunks.map((c) => Buffer.from(c.data)));
 }
 
@@ -102,13 +141,29 @@ async function storedPlanJson(trx: Transaction<Database>, runId: string): Promis
  * has changes when either says so, since a needless apply costs little and a skipped one loses
  * changes (a move-only plan, which older JSON does not show as a change).
  */
-export async function recordPlanSummary(ctx: StoreContext, trx: Transaction<Database>, runId: string, reported: PlanSummary): Promise<void> {
+export async function recordPlanSummary(
+  ctx: StoreContext,
+  trx: Transaction<Database>,
+  runId: string,
+  reported: PlanSummary,
+): Promise<void> {
   // A count above zero is a change whatever the flag says: a run never ends "no changes" showing some.
-  const summary = { ...reported, hasChanges: reported.hasChanges || reported.add + reported.change + reported.destroy > 0 };
+  const summary = {
+    ...reported,
+    hasChanges: reported.hasChanges || reported.add + reported.change + reported.destroy > 0,
+  };
   const stored = await trx.selectFrom("plans").select("plan_json_size").where("run_id", "=", runId).executeTakeFirst();
   const runs = trx.updateTable("runs").where("id", "=", runId);
   if (stored?.plan_json_size == null) {
-    await runs.set({ plan_add: summary.add, plan_change: summary.change, plan_destroy: summary.destroy, has_changes: summary.hasChanges ? 1 : 0, updated_at: ctx.now() }).execute();
+    await runs
+      .set({
+        plan_add: summary.add,
+        plan_change: summary.change,
+        plan_destroy: summary.destroy,
+        has_changes: summary.hasChanges ? 1 : 0,
+        updated_at: ctx.now(),
+      })
+      .execute();
   } else if (summary.hasChanges) {
     await runs.set({ has_changes: 1, updated_at: ctx.now() }).execute();
   }
@@ -119,10 +174,16 @@ export async function recordPlanSummary(ctx: StoreContext, trx: Transaction<Data
  * waiting for it get "no plan JSON" (with the reason) at once instead of when the apply ends.
  */
 export async function recordPlanJsonUnavailable(ctx: StoreContext, job: JobRow, message: string): Promise<void> {
-  if (job.phase !== "apply") throw new DroverError("bad_request", "only an apply job reports a plan JSON it could not render");
+  if (job.phase !== "apply")
+    throw new DroverError("bad_request", "only an apply job reports a plan JSON it could not render");
   await transactionKeepingCause(ctx, async (trx) => {
     await currentAttempt(ctx, trx, job);
-    await trx.updateTable("plans").set({ plan_json_error: message }).where("run_id", "=", job.run_id).where("plan_json_size", "is", null).execute();
+    await trx
+      .updateTable("plans")
+      .set({ plan_json_error: message })
+      .where("run_id", "=", job.run_id)
+      .where("plan_json_size", "is", null)
+      .execute();
   });
   ctx.events.publish("run-changed", job.run_id);
 }
@@ -139,7 +200,12 @@ export async function readPlanFile(ctx: StoreContext, runId: string): Promise<St
  * decision 0041), waits for it up to `waitMs`, so a reader sees the plan of every run that had
  * one as soon as it could before.
  */
-export async function readPlanJsonWhenReady(ctx: StoreContext, runId: string, waitMs: number, signal?: AbortSignal): Promise<StoredBody> {
+export async function readPlanJsonWhenReady(
+  ctx: StoreContext,
+  runId: string,
+  waitMs: number,
+  signal?: AbortSignal,
+): Promise<StoredBody> {
   const deadline = Date.now() + waitMs;
   for (;;) {
     // Subscribe before reading, so an upload in between wakes this loop.
@@ -150,10 +216,19 @@ export async function readPlanJsonWhenReady(ctx: StoreContext, runId: string, wa
       .select(["runs.status", "runs.has_changes", "plans.plan_json_size", "plans.plan_json_error"])
       .where("runs.id", "=", runId)
       .executeTakeFirst();
-    const pending = row !== undefined && row.plan_json_size == null && row.plan_json_error == null && row.has_changes === 1 && (row.status === "confirmed" || row.status === "applying");
+    const pending =
+      row !== undefined &&
+      row.plan_json_size == null &&
+      row.plan_json_error == null &&
+      row.has_changes === 1 &&
+      (row.status === "confirmed" || row.status === "applying");
     if (!pending || Date.now() >= deadline || signal?.aborted) {
       wake.cancel();
-      if (pending) throw new DroverError("plan_pending", `run ${runId}'s plan JSON is still being rendered by its apply job; ask again in a moment`);
+      if (pending)
+        throw new DroverError(
+          "plan_pending",
+          `run ${runId}'s plan JSON is still being rendered by its apply job; ask again in a moment`,
+        );
       return readPlanJson(ctx, runId);
     }
     await wake.promise;
@@ -162,7 +237,11 @@ export async function readPlanJsonWhenReady(ctx: StoreContext, runId: string, wa
 
 /** The stored plan JSON of a run. */
 export async function readPlanJson(ctx: StoreContext, runId: string): Promise<StoredBody> {
-  const row = await ctx.db.selectFrom("plans").select(["plan_json_size", "plan_json_error"]).where("run_id", "=", runId).executeTakeFirst();
+  const row = await ctx.db
+    .selectFrom("plans")
+    .select(["plan_json_size", "plan_json_error"])
+    .where("run_id", "=", runId)
+    .executeTakeFirst();
   if (row?.plan_json_size == null) {
     const why = row?.plan_json_error != null ? `: its apply job could not render it (${row.plan_json_error})` : "";
     throw new DroverError("not_found", `run ${runId} has no plan JSON${why}`);
@@ -177,12 +256,19 @@ export async function readPlanJson(ctx: StoreContext, runId: string): Promise<St
  * (never applied, perhaps never confirmed) must not change them.
  */
 export async function saveOutputs(ctx: StoreContext, job: JobRow, outputs: Output[]): Promise<void> {
-  if (job.phase !== "apply") throw new DroverError("forbidden", "only an apply job uploads outputs: a plan changes nothing until it is applied");
-  const secrets = secretForms((await variablesForJob(ctx, job.workspace_id)).filter((v) => v.sensitive).map((v) => v.value));
+  if (job.phase !== "apply")
+    throw new DroverError("forbidden", "only an apply job uploads outputs: a plan changes nothing until it is applied");
+  const secrets = secretForms(
+    (await variablesForJob(ctx, job.workspace_id)).filter((v) => v.sensitive).map((v) => v.value),
+  );
   const marked = outputs.map((o) => (!o.sensitive && containsSecret(o.value, secrets) ? { ...o, sensitive: true } : o));
   await transactionKeepingCause(ctx, async (trx) => {
     await currentAttempt(ctx, trx, job);
-    await trx.updateTable("runs").set({ outputs_json: JSON.stringify(marked) }).where("id", "=", job.run_id).execute();
+    await trx
+      .updateTable("runs")
+      .set({ outputs_json: JSON.stringify(marked) })
+      .where("id", "=", job.run_id)
+      .execute();
   });
 }
 
@@ -210,7 +296,11 @@ export async function workspaceOutputs(ctx: StoreContext, workspaceId: string): 
  * applied (discarded, canceled, errored, gone, or of another pool): the agent deletes their
  * directories, which hold the variables file and the plan.
  */
-export async function plansNoLongerNeeded(ctx: StoreContext, poolId: string, runIds: readonly string[]): Promise<string[]> {
+export async function plansNoLongerNeeded(
+  ctx: StoreContext,
+  poolId: string,
+  runIds: readonly string[],
+): Promise<string[]> {
   if (runIds.length === 0) return [];
   const waiting = await ctx.db
     .selectFrom("runs")

@@ -48,17 +48,35 @@ export async function getPool(ctx: StoreContext, idOrName: string): Promise<Pool
 }
 
 /** Creates a pool token embedding `serverUrl`; the secret is returned here and never again. */
-export async function createPoolToken(ctx: StoreContext, poolIdOrName: string, description: string, serverUrl: string): Promise<PoolToken & { token: string }> {
+export async function createPoolToken(
+  ctx: StoreContext,
+  poolIdOrName: string,
+  description: string,
+  serverUrl: string,
+): Promise<PoolToken & { token: string }> {
   const pool = await getPool(ctx, poolIdOrName);
   const token = newPoolToken({ url: serverUrl, pool: pool.id });
-  const row = { id: newId("ptok"), pool_id: pool.id, description, token_hash: hashToken(token), created_at: ctx.now(), last_used_at: null, revoked_at: null };
+  const row = {
+    id: newId("ptok"),
+    pool_id: pool.id,
+    description,
+    token_hash: hashToken(token),
+    created_at: ctx.now(),
+    last_used_at: null,
+    revoked_at: null,
+  };
   await ctx.db.insertInto("pool_tokens").values(row).execute();
   return { ...toPoolToken(row), token };
 }
 
 export async function listPoolTokens(ctx: StoreContext, poolIdOrName: string): Promise<PoolToken[]> {
   const pool = await getPool(ctx, poolIdOrName);
-  const rows = await ctx.db.selectFrom("pool_tokens").selectAll().where("pool_id", "=", pool.id).orderBy("created_at").execute();
+  const rows = await ctx.db
+    .selectFrom("pool_tokens")
+    .selectAll()
+    .where("pool_id", "=", pool.id)
+    .orderBy("created_at")
+    .execute();
   return rows.map(toPoolToken);
 }
 
@@ -77,15 +95,20 @@ export async function revokePoolToken(ctx: StoreContext, tokenId: string): Promi
 }
 
 /** Looks a presented pool token up; unknown and revoked tokens are distinct 401s. */
-export async function authenticatePoolToken(ctx: StoreContext, token: string): Promise<{ tokenId: string; pool: Pool }> {
+export async function authenticatePoolToken(
+  ctx: StoreContext,
+  token: string,
+): Promise<{ tokenId: string; pool: Pool }> {
   const row = await ctx.db
     .selectFrom("pool_tokens")
     .innerJoin("pools", "pools.id", "pool_tokens.pool_id")
     .select(["pool_tokens.id as tokenId", "pool_tokens.revoked_at", "pools.id", "pools.name", "pools.created_at"])
     .where("pool_tokens.token_hash", "=", hashToken(token))
     .executeTakeFirst();
-  if (!row) throw new DroverError("unauthorized", "unknown pool token: create one with `drover token create --pool <pool>`");
-  if (row.revoked_at !== null) throw new DroverError("token_revoked", "this pool token was revoked; give the agent a new one");
+  if (!row)
+    throw new DroverError("unauthorized", "unknown pool token: create one with `drover token create --pool <pool>`");
+  if (row.revoked_at !== null)
+    throw new DroverError("token_revoked", "this pool token was revoked; give the agent a new one");
   await ctx.db.updateTable("pool_tokens").set({ last_used_at: ctx.now() }).where("id", "=", row.tokenId).execute();
   return { tokenId: row.tokenId, pool: toPool({ id: row.id, name: row.name, created_at: row.created_at }) };
 }

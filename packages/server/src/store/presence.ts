@@ -65,11 +65,15 @@ export class AgentPresence implements PresenceRecorder {
       return;
     }
     for (let i = 0; i < batch.length; i += batchSize) {
-      const rows = batch.slice(i, i + batchSize).map(([id, s]) => sql`(${id}, cast(${s.seenAt} as bigint), cast(${s.runningJobs} as integer))`);
+      const rows = batch
+        .slice(i, i + batchSize)
+        .map(([id, s]) => sql`(${id}, cast(${s.seenAt} as bigint), cast(${s.runningJobs} as integer))`);
       // UPDATE … FROM (VALUES …) on SQLite (≥ 3.33), whose VALUES list names its columns column1, column2, …
       await sql`update agents set last_seen_at = v.column2, running_jobs = coalesce(v.column3, agents.running_jobs)
         from (values ${sql.join(rows)}) as v
-        where agents.id = v.column1 and agents.state = 'online' and agents.last_seen_at <= v.column2`.execute(this.ctx.db);
+        where agents.id = v.column1 and agents.state = 'online' and agents.last_seen_at <= v.column2`.execute(
+        this.ctx.db,
+      );
     }
   }
 }

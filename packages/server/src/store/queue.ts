@@ -53,7 +53,6 @@ export const toJob = (r: JobRow): Job => ({
   finishedAt: isoOrNull(r.finished_at),
 });
 
-
 /** Path (relative to the server URL) of a workspace's state, as the http backend uses it. */
 export const statePath = (workspaceId: string): string => `/api/v1/workspaces/${workspaceId}/state`;
 
@@ -65,7 +64,13 @@ async function poolsWithQueuedJobs(ctx: StoreContext, poolIds: string[]): Promis
   const found = new Map<string, true>();
   if (poolIds.length === 1) {
     // One pool (the usual case): the index answers `limit 1` without touching the other queued jobs.
-    const row = await ctx.db.selectFrom("jobs").select("pool_id").where("pool_id", "=", poolIds[0]!).where("status", "=", "queued").limit(1).executeTakeFirst();
+    const row = await ctx.db
+      .selectFrom("jobs")
+      .select("pool_id")
+      .where("pool_id", "=", poolIds[0]!)
+      .where("status", "=", "queued")
+      .limit(1)
+      .executeTakeFirst();
     if (row) found.set(row.pool_id, true);
     return found;
   }
@@ -74,7 +79,15 @@ async function poolsWithQueuedJobs(ctx: StoreContext, poolIds: string[]): Promis
     .selectFrom("pools")
     .select("id")
     .where("id", "in", poolIds)
-    .where((eb) => eb.exists(eb.selectFrom("jobs").select("jobs.id").whereRef("jobs.pool_id", "=", "pools.id").where("jobs.status", "=", "queued")))
+    .where((eb) =>
+      eb.exists(
+        eb
+          .selectFrom("jobs")
+          .select("jobs.id")
+          .whereRef("jobs.pool_id", "=", "pools.id")
+          .where("jobs.status", "=", "queued"),
+      ),
+    )
     .execute();
   for (const r of rows) found.set(r.id, true);
   return found;
@@ -90,7 +103,8 @@ export async function claimNextJob(ctx: StoreContext, agent: Agent): Promise<Job
   // few statements per turn, not one each. It is issued after this call, so a job queued
   // before it is seen.
   let probe = queueProbes.get(ctx.db);
-  if (!probe) queueProbes.set(ctx.db, (probe = new CoalescedReads((pools) => poolsWithQueuedJobs(ctx, pools), probeBatchSize)));
+  if (!probe)
+    queueProbes.set(ctx.db, (probe = new CoalescedReads((pools) => poolsWithQueuedJobs(ctx, pools), probeBatchSize)));
   if (!(await probe.get(agent.poolId))) return null;
   return inTransaction(ctx, async (trx) => {
     let q = trx
@@ -108,19 +122,48 @@ export async function claimNextJob(ctx: StoreContext, agent: Agent): Promise<Job
     const attempt = job.attempt + 1;
     const token = newJobToken(job.id, attempt);
     const leaseExpiresAt = ctx.now() + ctx.settings.leaseTtlMs;
-    if (!(await moveJob(ctx, trx, job, "assigned", { attempt, agent_id: agent.id, token_hash: hashToken(token), lease_expires_at: leaseExpiresAt }))) return null;
-    await trx.insertInto("job_tokens").values({ token_hash: hashToken(token), job_id: job.id, attempt, created_at: ctx.now() }).execute();
+    if (
+      !(await moveJob(ctx, trx, job, "assigned", {
+        attempt,
+        agent_id: agent.id,
+        token_hash: hashToken(token),
+        lease_expires_at: leaseExpiresAt,
+      }))
+    )
+      return null;
+    await trx
+      .insertInto("job_tokens")
+      .values({ token_hash: hashToken(token), job_id: job.id, attempt, created_at: ctx.now() })
+      .execute();
     // The run and its workspace in one statement.
     const rw = await trx
       .selectFrom("runs")
       .innerJoin("workspaces", "workspaces.id", "runs.workspace_id")
       .leftJoin("plans", "plans.run_id", "runs.id")
-      .select(["runs.id as run_id", "runs.plan_only", "runs.is_destroy", "runs.auto_apply", "runs.configuration_version_id", "plans.plan_json_size"])
-      .select(["workspaces.id as ws_id", "workspaces.name", "workspaces.engine", "workspaces.engine_version", "workspaces.working_directory", "workspaces.runner_image"])
+      .select([
+        "runs.id as run_id",
+        "runs.plan_only",
+        "runs.is_destroy",
+        "runs.auto_apply",
+        "runs.configuration_version_id",
+        "plans.plan_json_size",
+      ])
+      .select([
+        "workspaces.id as ws_id",
+        "workspaces.name",
+        "workspaces.engine",
+        "workspaces.engine_version",
+        "workspaces.working_directory",
+        "workspaces.runner_image",
+      ])
       .where("runs.id", "=", job.run_id)
       .executeTakeFirstOrThrow();
     if (job.phase === "plan") await forgetEarlierPlanJson(trx, job.run_id);
-    const deferJson = job.phase === "plan" && rw.auto_apply === 1 && rw.plan_only === 0 && (await everyLiveAgentDeclares(trx, agent.poolId, planJsonBesideApplyCapability));
+    const deferJson =
+      job.phase === "plan" &&
+      rw.auto_apply === 1 &&
+      rw.plan_only === 0 &&
+      (await everyLiveAgentDeclares(trx, agent.poolId, planJsonBesideApplyCapability));
     const assignment: JobAssignment = {
       jobId: job.id,
       attempt,
@@ -140,7 +183,14 @@ export async function claimNextJob(ctx: StoreContext, agent: Agent): Promise<Job
       configurationVersionId: rw.configuration_version_id,
       statePath: statePath(rw.ws_id),
       leaseTtlMs: ctx.settings.leaseTtlMs,
-      planJson: job.phase === "plan" ? (deferJson ? "plan-unless-changes" : "plan") : rw.plan_json_size === null ? "apply" : "none",
+      planJson:
+        job.phase === "plan"
+          ? deferJson
+            ? "plan-unless-changes"
+            : "plan"
+          : rw.plan_json_size === null
+            ? "apply"
+            : "none",
     };
     claimQueuedAt.set(assignment, Number(job.queued_at));
     return assignment;
@@ -159,14 +209,19 @@ async function forgetEarlierPlanJson(trx: Transaction<Database>, runId: string):
     .where("run_id", "=", runId)
     .where((eb) => eb.or([eb("plan_json_size", "is not", null), eb("plan_json_error", "is not", null)]))
     .executeTakeFirst();
-  if (Number(cleared.numUpdatedRows) > 0) await trx.deleteFrom("plan_json_chunks").where("owner_id", "=", runId).execute();
+  if (Number(cleared.numUpdatedRows) > 0)
+    await trx.deleteFrom("plan_json_chunks").where("owner_id", "=", runId).execute();
 }
 
 /**
  * Whether every online agent of the pool declared `capability`. An older agent could claim the
  * apply of a run whose plan left the JSON to it and ignore that, losing the JSON for good.
  */
-async function everyLiveAgentDeclares(trx: Transaction<Database>, poolId: string, capability: string): Promise<boolean> {
+async function everyLiveAgentDeclares(
+  trx: Transaction<Database>,
+  poolId: string,
+  capability: string,
+): Promise<boolean> {
   const lacking = await trx
     .selectFrom("agents")
     .select("id")
@@ -186,13 +241,25 @@ async function everyLiveAgentDeclares(trx: Transaction<Database>, poolId: string
  * more. On PostgreSQL the rows are share-locked: a revocation or deregistration committing
  * meanwhile waits for this claim, so none is followed by a claim that read the row before it.
  */
-async function requireClaimingAgent(ctx: StoreContext, trx: Parameters<Parameters<typeof inTransaction>[1]>[0], agentId: string): Promise<void> {
-  let q = trx.selectFrom("agents").innerJoin("pool_tokens", "pool_tokens.id", "agents.pool_token_id").select(["agents.state", "pool_tokens.revoked_at"]).where("agents.id", "=", agentId);
+async function requireClaimingAgent(
+  ctx: StoreContext,
+  trx: Parameters<Parameters<typeof inTransaction>[1]>[0],
+  agentId: string,
+): Promise<void> {
+  let q = trx
+    .selectFrom("agents")
+    .innerJoin("pool_tokens", "pool_tokens.id", "agents.pool_token_id")
+    .select(["agents.state", "pool_tokens.revoked_at"])
+    .where("agents.id", "=", agentId);
   if (ctx.dialect === "postgres") q = q.forShare();
   const row = await q.executeTakeFirst();
   if (!row) throw new DroverError("unauthorized", "unknown agent session: register again with the pool token");
-  if (row.revoked_at !== null) throw new DroverError("token_revoked", "the pool token this agent registered with was revoked");
-  if (row.state !== "online") throw new DroverError("agent_lost", `this agent registration is ${row.state}; register again`, { details: { state: row.state } });
+  if (row.revoked_at !== null)
+    throw new DroverError("token_revoked", "the pool token this agent registered with was revoked");
+  if (row.state !== "online")
+    throw new DroverError("agent_lost", `this agent registration is ${row.state}; register again`, {
+      details: { state: row.state },
+    });
 }
 
 /** When each assignment's job was queued, as the claim read it (for the queue-wait figures). */
@@ -207,7 +274,12 @@ export function queuedAtOf(assignment: JobAssignment): number | undefined {
  * The long-poll: claims a job, waiting up to `waitMs` for one to be queued. Joins the pool's
  * waiter queue before each claim attempt, so a job queued in between wakes it.
  */
-export async function pollForJob(ctx: StoreContext, agent: Agent, waitMs: number, signal?: AbortSignal): Promise<JobAssignment | null> {
+export async function pollForJob(
+  ctx: StoreContext,
+  agent: Agent,
+  waitMs: number,
+  signal?: AbortSignal,
+): Promise<JobAssignment | null> {
   const deadline = ctx.now() + waitMs;
   await touchAgent(ctx, agent.id);
   const waiters = poolWaiters(ctx.events);
@@ -242,20 +314,33 @@ export async function pollForJob(ctx: StoreContext, agent: Agent, waitMs: number
  */
 export async function authenticateJobToken(ctx: StoreContext, token: string): Promise<JobRow> {
   const parsed = parseJobToken(token);
-  const job = parsed ? await ctx.db.selectFrom("jobs").selectAll().where("id", "=", parsed.jobId).executeTakeFirst() : undefined;
+  const job = parsed
+    ? await ctx.db.selectFrom("jobs").selectAll().where("id", "=", parsed.jobId).executeTakeFirst()
+    : undefined;
   if (!parsed || !job) throw new DroverError("unauthorized", "unknown job token");
   if (job.token_hash !== null && tokenMatches(token, job.token_hash)) return job;
   const hash = hashToken(token);
   // Only a token this job was really given may learn that it is stale or how the job ended.
-  const issued = await ctx.db.selectFrom("job_tokens").select("attempt").where("token_hash", "=", hash).where("job_id", "=", job.id).executeTakeFirst();
+  const issued = await ctx.db
+    .selectFrom("job_tokens")
+    .select("attempt")
+    .where("token_hash", "=", hash)
+    .where("job_id", "=", job.id)
+    .executeTakeFirst();
   if (!issued || issued.attempt !== parsed.attempt) throw new DroverError("unauthorized", "unknown job token");
   if (job.attempt !== parsed.attempt) {
-    throw new DroverError("stale_attempt", `job ${job.id} was reassigned (attempt ${job.attempt}; this token is for attempt ${parsed.attempt}); stop working on it`, {
-      details: { attempt: job.attempt },
-    });
+    throw new DroverError(
+      "stale_attempt",
+      `job ${job.id} was reassigned (attempt ${job.attempt}; this token is for attempt ${parsed.attempt}); stop working on it`,
+      {
+        details: { attempt: job.attempt },
+      },
+    );
   }
   if (isFinishedJob(job.status)) {
-    throw new DroverError("job_finished", `job ${job.id} has ended (${job.status}); its token is no longer valid`, { details: { status: job.status } });
+    throw new DroverError("job_finished", `job ${job.id} has ended (${job.status}); its token is no longer valid`, {
+      details: { status: job.status },
+    });
   }
   throw new DroverError("unauthorized", "unknown job token");
 }
@@ -271,15 +356,28 @@ export async function startJob(ctx: StoreContext, job: JobRow, starter: string):
     const row = await currentAttempt(ctx, trx, job);
     if (row.status === "running") {
       // A job started before migration 0028 has no starter on record: the first one to call again takes it.
-      if (row.started_by === null) await trx.updateTable("jobs").set({ started_by: starter }).where("id", "=", row.id).where("started_by", "is", null).execute();
+      if (row.started_by === null)
+        await trx
+          .updateTable("jobs")
+          .set({ started_by: starter })
+          .where("id", "=", row.id)
+          .where("started_by", "is", null)
+          .execute();
       else if (row.started_by !== starter) {
-        throw new DroverError("job_already_started", `job ${row.id} (attempt ${row.attempt}) was already started by another worker; this one must not run it and stops without running any step`);
+        throw new DroverError(
+          "job_already_started",
+          `job ${row.id} (attempt ${row.attempt}) was already started by another worker; this one must not run it and stops without running any step`,
+        );
       }
       const run = await trx.selectFrom("runs").select("status").where("id", "=", row.run_id).executeTakeFirstOrThrow();
       return run.status;
     }
     const now = ctx.now();
-    await moveLockedJob(ctx, trx, row, "running", { started_at: now, started_by: starter, lease_expires_at: now + ctx.settings.leaseTtlMs });
+    await moveLockedJob(ctx, trx, row, "running", {
+      started_at: now,
+      started_by: starter,
+      lease_expires_at: now + ctx.settings.leaseTtlMs,
+    });
     return markPhaseStarted(ctx, trx, effects, row.run_id, row.phase);
   });
 }
@@ -288,7 +386,12 @@ export async function startJob(ctx: StoreContext, job: JobRow, starter: string):
  * Renews the lease. With `waitMs`, holds the request until a cancel is requested or the wait
  * ends, so a cancel reaches the agent in milliseconds with one request in flight per job.
  */
-export async function heartbeatJob(ctx: StoreContext, job: JobRow, waitMs: number, signal?: AbortSignal): Promise<JobHeartbeatResponse> {
+export async function heartbeatJob(
+  ctx: StoreContext,
+  job: JobRow,
+  waitMs: number,
+  signal?: AbortSignal,
+): Promise<JobHeartbeatResponse> {
   const renew = async (): Promise<JobHeartbeatResponse> =>
     inTransaction(ctx, async (trx) => {
       const row = await currentAttempt(ctx, trx, job);
@@ -316,8 +419,15 @@ export async function heartbeatJob(ctx: StoreContext, job: JobRow, waitMs: numbe
  * succeeded plan job's `planSummary` (terraform's own verdict) decides the run's next step
  * together with the plan JSON's, or alone when the JSON is left to the apply job (decision 0041).
  */
-export async function finishJob(ctx: StoreContext, job: JobRow, outcome: JobOutcome, message: string | null, planSummary?: PlanSummary): Promise<void> {
-  if (planSummary && job.phase !== "plan") throw new DroverError("bad_request", "only a plan job reports a plan summary");
+export async function finishJob(
+  ctx: StoreContext,
+  job: JobRow,
+  outcome: JobOutcome,
+  message: string | null,
+  planSummary?: PlanSummary,
+): Promise<void> {
+  if (planSummary && job.phase !== "plan")
+    throw new DroverError("bad_request", "only a plan job reports a plan summary");
   await inTransaction(ctx, async (trx, effects) => {
     const row = await currentAttempt(ctx, trx, job);
     await moveLockedJob(ctx, trx, row, outcome, { message, finished_at: ctx.now() });
@@ -352,7 +462,9 @@ export async function expireLeases(ctx: StoreContext): Promise<{ requeued: numbe
         }
         return;
       }
-      const agent = job.agent_id ? await trx.selectFrom("agents").select("name").where("id", "=", job.agent_id).executeTakeFirst() : undefined;
+      const agent = job.agent_id
+        ? await trx.selectFrom("agents").select("name").where("id", "=", job.agent_id).executeTakeFirst()
+        : undefined;
       const reason = `agent lost: no heartbeat from agent ${agent?.name ?? job.agent_id ?? "?"} for ${Math.round(ctx.settings.leaseTtlMs / 1000)} s`;
       if (!(await moveJob(ctx, trx, job, "errored", { message: reason, finished_at: now }))) return;
       lost++;
@@ -383,6 +495,12 @@ export async function getJob(ctx: StoreContext, id: string): Promise<Job> {
 
 /** Jobs of a run, in order of creation. */
 export async function listRunJobs(ctx: StoreContext, runId: string): Promise<Job[]> {
-  const rows = await ctx.db.selectFrom("jobs").selectAll().where("run_id", "=", runId).orderBy("created_at").orderBy("id").execute();
+  const rows = await ctx.db
+    .selectFrom("jobs")
+    .selectAll()
+    .where("run_id", "=", runId)
+    .orderBy("created_at")
+    .orderBy("id")
+    .execute();
   return rows.map(toJob);
 }

@@ -1,4 +1,15 @@
-import { assertRunTransition, DroverError, isLeasedJob, isTerminalRun, leasedJobStatuses, newId, type JobOutcome, type Phase, type Run, type RunStatus } from "@drover/protocol";
+import {
+  assertRunTransition,
+  DroverError,
+  isLeasedJob,
+  isTerminalRun,
+  leasedJobStatuses,
+  newId,
+  type JobOutcome,
+  type Phase,
+  type Run,
+  type RunStatus,
+} from "@drover/protocol";
 import type { Selectable, Transaction } from "kysely";
 import type { Database, JobsTable, RunsTable } from "../db/schema.js";
 import { iso, type Queryable, type StoreContext } from "./context.js";
@@ -48,7 +59,13 @@ const toRun = (r: RunRow): Run => ({
  * Changes a run's status (with `fields`), refusing a change the lifecycle table does not allow
  * (invalid_transition). `run` is the row as read in this transaction.
  */
-export async function moveRun(ctx: StoreContext, trx: Trx, run: Pick<RunRow, "id" | "status">, to: RunStatus, fields: Partial<Omit<RunRow, "id" | "status">> = {}): Promise<void> {
+export async function moveRun(
+  ctx: StoreContext,
+  trx: Trx,
+  run: Pick<RunRow, "id" | "status">,
+  to: RunStatus,
+  fields: Partial<Omit<RunRow, "id" | "status">> = {},
+): Promise<void> {
   assertRunTransition(run.id, run.status, to);
   const moved = await trx
     .updateTable("runs")
@@ -57,7 +74,8 @@ export async function moveRun(ctx: StoreContext, trx: Trx, run: Pick<RunRow, "id
     .where("status", "=", run.status)
     .executeTakeFirst();
   // The row changed under this transaction: a bug in locking, not a user error.
-  if (Number(moved.numUpdatedRows) !== 1) throw new Error(`run ${run.id} was no longer ${run.status} when it was moved to ${to}`);
+  if (Number(moved.numUpdatedRows) !== 1)
+    throw new Error(`run ${run.id} was no longer ${run.status} when it was moved to ${to}`);
 }
 
 export interface CreateRunInput {
@@ -72,9 +90,15 @@ export interface CreateRunInput {
 /** Creates a run; it is queued at once when the workspace is free, else pending behind the active one. */
 export async function createRun(ctx: StoreContext, input: CreateRunInput): Promise<Run> {
   const ws = await getWorkspace(ctx, input.workspace);
-  const cv = await ctx.db.selectFrom("configuration_versions").select(["id", "workspace_id"]).where("id", "=", input.configurationVersionId).executeTakeFirst();
-  if (!cv) throw new DroverError("not_found", `no configuration version ${JSON.stringify(input.configurationVersionId)}`);
-  if (cv.workspace_id !== ws.id) throw new DroverError("bad_request", `configuration version ${cv.id} belongs to another workspace`);
+  const cv = await ctx.db
+    .selectFrom("configuration_versions")
+    .select(["id", "workspace_id"])
+    .where("id", "=", input.configurationVersionId)
+    .executeTakeFirst();
+  if (!cv)
+    throw new DroverError("not_found", `no configuration version ${JSON.stringify(input.configurationVersionId)}`);
+  if (cv.workspace_id !== ws.id)
+    throw new DroverError("bad_request", `configuration version ${cv.id} belongs to another workspace`);
   const id = newId("run");
   await inTransaction(ctx, async (trx, effects) => {
     const now = ctx.now();
@@ -114,7 +138,10 @@ export async function getRun(ctx: StoreContext, id: string, db: Queryable = ctx.
 }
 
 /** Runs of a workspace (or all), newest first. */
-export async function listRuns(ctx: StoreContext, options: { workspace?: string | undefined; limit?: number | undefined }): Promise<Run[]> {
+export async function listRuns(
+  ctx: StoreContext,
+  options: { workspace?: string | undefined; limit?: number | undefined },
+): Promise<Run[]> {
   let q = ctx.db.selectFrom("runs").selectAll();
   if (options.workspace) q = q.where("workspace_id", "=", (await getWorkspace(ctx, options.workspace)).id);
   const rows = await q
@@ -127,7 +154,11 @@ export async function listRuns(ctx: StoreContext, options: { workspace?: string 
 
 /** Inserts a queued job for a run phase and wakes the pool's waiting agents after commit. */
 async function enqueueJob(ctx: StoreContext, trx: Trx, effects: Effects, run: RunRow, phase: Phase): Promise<string> {
-  const ws = await trx.selectFrom("workspaces").select("pool_id").where("id", "=", run.workspace_id).executeTakeFirstOrThrow();
+  const ws = await trx
+    .selectFrom("workspaces")
+    .select("pool_id")
+    .where("id", "=", run.workspace_id)
+    .executeTakeFirstOrThrow();
   const now = ctx.now();
   const id = newId("job");
   await trx
@@ -185,13 +216,29 @@ async function promoteNextRun(ctx: StoreContext, trx: Trx, effects: Effects, wor
  * Ends a run in a terminal state: releases the workspace and any state lock its jobs took,
  * then starts the next pending run.
  */
-async function endRun(ctx: StoreContext, trx: Trx, effects: Effects, run: RunRow, status: RunStatus, errorMessage: string | null): Promise<void> {
+async function endRun(
+  ctx: StoreContext,
+  trx: Trx,
+  effects: Effects,
+  run: RunRow,
+  status: RunStatus,
+  errorMessage: string | null,
+): Promise<void> {
   await moveRun(ctx, trx, run, status, { error_message: errorMessage ?? run.error_message });
   const jobIds = [run.plan_job_id, run.apply_job_id].filter((j): j is string => j !== null);
   if (status !== "applied" && status !== "planned_and_finished" && jobIds.length > 0) {
-    await trx.deleteFrom("state_locks").where("workspace_id", "=", run.workspace_id).where("job_id", "in", jobIds).execute();
+    await trx
+      .deleteFrom("state_locks")
+      .where("workspace_id", "=", run.workspace_id)
+      .where("job_id", "in", jobIds)
+      .execute();
   }
-  await trx.updateTable("workspaces").set({ current_run_id: null }).where("id", "=", run.workspace_id).where("current_run_id", "=", run.id).execute();
+  await trx
+    .updateTable("workspaces")
+    .set({ current_run_id: null })
+    .where("id", "=", run.workspace_id)
+    .where("current_run_id", "=", run.id)
+    .execute();
   effects.push(["run-changed", run.id]);
   await promoteNextRun(ctx, trx, effects, run.workspace_id);
 }
@@ -209,7 +256,10 @@ export async function confirmRun(ctx: StoreContext, runId: string): Promise<Run>
   await inTransaction(ctx, async (trx, effects) => {
     const run = await lockedRun(ctx, trx, runId);
     if (run.status !== "planned") {
-      throw new DroverError("invalid_transition", `run ${run.id} is ${run.status}; only a planned run can be confirmed`);
+      throw new DroverError(
+        "invalid_transition",
+        `run ${run.id} is ${run.status}; only a planned run can be confirmed`,
+      );
     }
     const jobId = await enqueueJob(ctx, trx, effects, run, "apply");
     await moveRun(ctx, trx, run, "confirmed", { apply_job_id: jobId });
@@ -223,7 +273,10 @@ export async function discardRun(ctx: StoreContext, runId: string): Promise<Run>
   await inTransaction(ctx, async (trx, effects) => {
     const run = await lockedRun(ctx, trx, runId);
     if (run.status !== "planned") {
-      throw new DroverError("invalid_transition", `run ${run.id} is ${run.status}; only a planned run can be discarded`);
+      throw new DroverError(
+        "invalid_transition",
+        `run ${run.id} is ${run.status}; only a planned run can be discarded`,
+      );
     }
     await endRun(ctx, trx, effects, run, "discarded", null);
   });
@@ -238,25 +291,48 @@ export async function discardRun(ctx: StoreContext, runId: string): Promise<Run>
 export async function cancelRun(ctx: StoreContext, runId: string, options: { force?: boolean } = {}): Promise<Run> {
   await inTransaction(ctx, async (trx, effects) => {
     const run = await lockedRun(ctx, trx, runId);
-    if (isTerminalRun(run.status)) throw new DroverError("invalid_transition", `run ${run.id} is already ${run.status}`);
+    if (isTerminalRun(run.status))
+      throw new DroverError("invalid_transition", `run ${run.id} is already ${run.status}`);
     const activeJobId = run.status === "confirmed" || run.status === "applying" ? run.apply_job_id : run.plan_job_id;
-    let jobQuery = trx.selectFrom("jobs").selectAll().where("id", "=", activeJobId ?? "");
+    let jobQuery = trx
+      .selectFrom("jobs")
+      .selectAll()
+      .where("id", "=", activeJobId ?? "");
     if (ctx.dialect === "postgres") jobQuery = jobQuery.forUpdate();
     const job = activeJobId ? await jobQuery.executeTakeFirst() : undefined;
     if (job && job.status === "running" && options.force) {
       // The row was read and locked just above: no second read.
-      await endLockedJobNow(ctx, trx, effects, job, "canceled", "force-canceled by request: the job ended on the server, its token no longer works and its state lock is released");
+      await endLockedJobNow(
+        ctx,
+        trx,
+        effects,
+        job,
+        "canceled",
+        "force-canceled by request: the job ended on the server, its token no longer works and its state lock is released",
+      );
       return;
     }
     if (job && job.status === "running") {
       // The first request starts the clock after which the sweeper force-cancels (decision 0010).
-      await trx.updateTable("jobs").set({ cancel_requested: 1, cancel_requested_at: job.cancel_requested_at ?? ctx.now() }).where("id", "=", job.id).execute();
-      await trx.updateTable("runs").set({ cancel_requested: 1, updated_at: ctx.now() }).where("id", "=", run.id).execute();
+      await trx
+        .updateTable("jobs")
+        .set({ cancel_requested: 1, cancel_requested_at: job.cancel_requested_at ?? ctx.now() })
+        .where("id", "=", job.id)
+        .execute();
+      await trx
+        .updateTable("runs")
+        .set({ cancel_requested: 1, updated_at: ctx.now() })
+        .where("id", "=", run.id)
+        .execute();
       effects.push(["job-cancel", job.id], ["run-changed", run.id]);
       return;
     }
     if (job && (job.status === "queued" || job.status === "assigned")) {
-      await moveLockedJob(ctx, trx, job, "canceled", { cancel_requested: 1, finished_at: ctx.now(), message: "canceled before it started" });
+      await moveLockedJob(ctx, trx, job, "canceled", {
+        cancel_requested: 1,
+        finished_at: ctx.now(),
+        message: "canceled before it started",
+      });
       effects.push(["job-cancel", job.id], ["job-finished", job.id], ["log", job.id]);
     }
     await trx.updateTable("runs").set({ cancel_requested: 1 }).where("id", "=", run.id).execute();
@@ -294,7 +370,13 @@ export async function applyJobOutcome(
 }
 
 /** Marks the run as executing its phase when the agent starts the job. */
-export async function markPhaseStarted(ctx: StoreContext, trx: Trx, effects: Effects, runId: string, phase: Phase): Promise<RunStatus> {
+export async function markPhaseStarted(
+  ctx: StoreContext,
+  trx: Trx,
+  effects: Effects,
+  runId: string,
+  phase: Phase,
+): Promise<RunStatus> {
   const status: RunStatus = phase === "plan" ? "planning" : "applying";
   await moveRun(ctx, trx, await lockedRun(ctx, trx, runId), status);
   effects.push(["run-changed", runId]);
@@ -307,7 +389,14 @@ export async function markPhaseStarted(ctx: StoreContext, trx: Trx, effects: Eff
  * force-cancel and revoked pool tokens. `job` is the row as listed outside this transaction;
  * false when the job was no longer leased by that attempt.
  */
-export async function endJobNow(ctx: StoreContext, trx: Trx, effects: Effects, job: Selectable<JobsTable>, outcome: "canceled" | "errored", reason: string): Promise<boolean> {
+export async function endJobNow(
+  ctx: StoreContext,
+  trx: Trx,
+  effects: Effects,
+  job: Selectable<JobsTable>,
+  outcome: "canceled" | "errored",
+  reason: string,
+): Promise<boolean> {
   // Re-read in this transaction: the job may have started (or ended) since it was listed.
   let q = trx.selectFrom("jobs").selectAll().where("id", "=", job.id);
   if (ctx.dialect === "postgres") q = q.forUpdate();
@@ -317,8 +406,16 @@ export async function endJobNow(ctx: StoreContext, trx: Trx, effects: Effects, j
 }
 
 /** endJobNow for a leased row already read (and, on PostgreSQL, locked) in this transaction. */
-async function endLockedJobNow(ctx: StoreContext, trx: Trx, effects: Effects, job: Selectable<JobsTable>, outcome: "canceled" | "errored", reason: string): Promise<boolean> {
-  if (!(await moveJob(ctx, trx, job, outcome, { message: reason, finished_at: ctx.now(), cancel_requested: 1 }))) return false;
+async function endLockedJobNow(
+  ctx: StoreContext,
+  trx: Trx,
+  effects: Effects,
+  job: Selectable<JobsTable>,
+  outcome: "canceled" | "errored",
+  reason: string,
+): Promise<boolean> {
+  if (!(await moveJob(ctx, trx, job, outcome, { message: reason, finished_at: ctx.now(), cancel_requested: 1 })))
+    return false;
   await appendAtEnd(trx, job.id, Buffer.from(`\n[drover] ${reason}\n`, "utf8"));
   effects.push(["job-cancel", job.id], ["job-finished", job.id], ["log", job.id]);
   await applyJobOutcome(ctx, trx, effects, job, outcome, reason);

@@ -86,7 +86,9 @@ export class SessionCache {
     private readonly clock: () => number = monotonicMs,
   ) {
     this.unsubscribe = [
-      ctx.events.subscribeTopic("sessions-changed", (key) => (key === sessionsChangedKey ? this.invalidate() : this.drop(key))),
+      ctx.events.subscribeTopic("sessions-changed", (key) =>
+        key === sessionsChangedKey ? this.invalidate() : this.drop(key),
+      ),
       ctx.events.onWakeAll(() => this.invalidate()),
     ];
   }
@@ -109,7 +111,8 @@ export class SessionCache {
   /** Keeps a row read after `mark` (only a valid one, and only if no change of its agent was announced since). */
   keep(agentId: string, row: SessionRow | undefined, mark: ReadMark): void {
     if (this.stopped || mark.seq < this.allChangedAt || mark.seq < (this.changedAt.get(agentId) ?? 0)) return;
-    if (row && isValid(row)) this.entries.set(agentId, { row, readAt: mark.readAt, usedAt: this.entries.get(agentId)?.usedAt ?? mark.readAt });
+    if (row && isValid(row))
+      this.entries.set(agentId, { row, readAt: mark.readAt, usedAt: this.entries.get(agentId)?.usedAt ?? mark.readAt });
     else this.entries.delete(agentId);
   }
 

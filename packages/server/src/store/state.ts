@@ -84,19 +84,38 @@ export async function writeState(ctx: StoreContext, input: WriteStateInput): Pro
   if (!invalid) attempt(() => scanner.end());
   const md5 = hash.digest("base64");
   if (input.contentMd5 && input.contentMd5 !== md5) {
-    throw new DroverError("bad_request", "Content-MD5 does not match the state body; the upload was corrupted, retry it");
+    throw new DroverError(
+      "bad_request",
+      "Content-MD5 does not match the state body; the upload was corrupted, retry it",
+    );
   }
-  if (invalid?.kind === "too_long") throw new DroverError("bad_request", `the state's ${invalid.message}; send a terraform state file`, { cause: invalid });
-  if (invalid) throw new DroverError("invalid_json", `the state body is not JSON (${invalid.message}); send a terraform state file`, { cause: invalid });
+  if (invalid?.kind === "too_long")
+    throw new DroverError("bad_request", `the state's ${invalid.message}; send a terraform state file`, {
+      cause: invalid,
+    });
+  if (invalid)
+    throw new DroverError(
+      "invalid_json",
+      `the state body is not JSON (${invalid.message}); send a terraform state file`,
+      { cause: invalid },
+    );
   const scanned = scanner.result();
-  if (scanned.topLevel !== "object") throw new DroverError("bad_request", "the state body is not a JSON object; send a terraform state file");
+  if (scanned.topLevel !== "object")
+    throw new DroverError("bad_request", "the state body is not a JSON object; send a terraform state file");
   const identity = stateIdentity(scanned.fields);
   const { serial, lineage } = identity ?? { serial: null, lineage: null };
   return transactionKeepingCause(ctx, async (trx) => {
-    const lock = await trx.selectFrom("state_locks").select(["lock_id", "info"]).where("workspace_id", "=", input.workspaceId).executeTakeFirst();
+    const lock = await trx
+      .selectFrom("state_locks")
+      .select(["lock_id", "info"])
+      .where("workspace_id", "=", input.workspaceId)
+      .executeTakeFirst();
     if (lock && lock.lock_id !== input.lockId) throw new StateLockedError(lock.info);
     if (identity === undefined) {
-      throw new DroverError("bad_request", "the state has no `lineage` (a non-empty string) and `serial` (a non-negative integer): terraform sends both in every state; send a terraform state file");
+      throw new DroverError(
+        "bad_request",
+        "the state has no `lineage` (a non-empty string) and `serial` (a non-negative integer): terraform sends both in every state; send a terraform state file",
+      );
     }
     // Compared with the newest version that has them: an encrypted state in between (which
     // carries neither) must not switch the checks off for the write after it.
@@ -110,10 +129,16 @@ export async function writeState(ctx: StoreContext, input: WriteStateInput): Pro
       .limit(1)
       .executeTakeFirst();
     if (current?.lineage && lineage !== null && lineage !== current.lineage) {
-      throw new DroverError("conflict", `the state's lineage ${JSON.stringify(lineage)} differs from the workspace's ${JSON.stringify(current.lineage)}: it is another state; delete the workspace state first if you mean to replace it`);
+      throw new DroverError(
+        "conflict",
+        `the state's lineage ${JSON.stringify(lineage)} differs from the workspace's ${JSON.stringify(current.lineage)}: it is another state; delete the workspace state first if you mean to replace it`,
+      );
     }
     if (current?.serial != null && serial !== null && serial < current.serial) {
-      throw new DroverError("conflict", `the state's serial ${serial} is lower than the workspace's ${current.serial}: it is older than the stored state; refresh and retry`);
+      throw new DroverError(
+        "conflict",
+        `the state's serial ${serial} is lower than the workspace's ${current.serial}: it is older than the stored state; refresh and retry`,
+      );
     }
     const row = {
       id: newId("sv"),
@@ -140,13 +165,26 @@ export async function writeState(ctx: StoreContext, input: WriteStateInput): Pro
 function stateIdentity(fields: Map<string, unknown>): { serial: number | null; lineage: string | null } | undefined {
   const serial = fields.get("serial");
   const lineage = fields.get("lineage");
-  if (typeof serial === "number" && Number.isSafeInteger(serial) && serial >= 0 && typeof lineage === "string" && lineage !== "") return { serial, lineage };
-  const encrypted = typeof fields.get("encryption_version") === "string" && serial === undefined && lineage === undefined;
+  if (
+    typeof serial === "number" &&
+    Number.isSafeInteger(serial) &&
+    serial >= 0 &&
+    typeof lineage === "string" &&
+    lineage !== ""
+  )
+    return { serial, lineage };
+  const encrypted =
+    typeof fields.get("encryption_version") === "string" && serial === undefined && lineage === undefined;
   return encrypted ? { serial: null, lineage: null } : undefined;
 }
 
 /** Takes the state lock. Idempotent for the same lock ID (terraform retries); else StateLockedError. */
-export async function lockState(ctx: StoreContext, workspaceId: string, infoJson: string, jobId: string | null): Promise<void> {
+export async function lockState(
+  ctx: StoreContext,
+  workspaceId: string,
+  infoJson: string,
+  jobId: string | null,
+): Promise<void> {
   let lockId: unknown;
   try {
     lockId = (JSON.parse(infoJson) as { ID?: unknown }).ID;
@@ -159,7 +197,11 @@ export async function lockState(ctx: StoreContext, workspaceId: string, infoJson
     .values({ workspace_id: workspaceId, lock_id: lockId, info: infoJson, job_id: jobId, created_at: ctx.now() })
     .onConflict((oc) => oc.column("workspace_id").doNothing())
     .execute();
-  const held = await ctx.db.selectFrom("state_locks").select(["lock_id", "info"]).where("workspace_id", "=", workspaceId).executeTakeFirstOrThrow();
+  const held = await ctx.db
+    .selectFrom("state_locks")
+    .select(["lock_id", "info"])
+    .where("workspace_id", "=", workspaceId)
+    .executeTakeFirstOrThrow();
   if (held.lock_id !== lockId) throw new StateLockedError(held.info);
 }
 
@@ -168,7 +210,11 @@ export async function lockState(ctx: StoreContext, workspaceId: string, infoJson
  * match the holder (terraform sends the stored LockInfo, OpenTofu one with the same ID).
  */
 export async function unlockState(ctx: StoreContext, workspaceId: string, body: string): Promise<void> {
-  const held = await ctx.db.selectFrom("state_locks").select(["lock_id", "info"]).where("workspace_id", "=", workspaceId).executeTakeFirst();
+  const held = await ctx.db
+    .selectFrom("state_locks")
+    .select(["lock_id", "info"])
+    .where("workspace_id", "=", workspaceId)
+    .executeTakeFirst();
   if (!held) return;
   if (body.trim() !== "") {
     let id: unknown;
@@ -179,7 +225,11 @@ export async function unlockState(ctx: StoreContext, workspaceId: string, body: 
     }
     if (id !== held.lock_id) throw new StateLockedError(held.info);
   }
-  await ctx.db.deleteFrom("state_locks").where("workspace_id", "=", workspaceId).where("lock_id", "=", held.lock_id).execute();
+  await ctx.db
+    .deleteFrom("state_locks")
+    .where("workspace_id", "=", workspaceId)
+    .where("lock_id", "=", held.lock_id)
+    .execute();
 }
 
 /**
@@ -188,9 +238,18 @@ export async function unlockState(ctx: StoreContext, workspaceId: string, body: 
  */
 export async function deleteState(ctx: StoreContext, workspaceId: string, lockId: string | undefined): Promise<void> {
   await transactionKeepingCause(ctx, async (trx) => {
-    const lock = await trx.selectFrom("state_locks").select(["lock_id", "info"]).where("workspace_id", "=", workspaceId).executeTakeFirst();
+    const lock = await trx
+      .selectFrom("state_locks")
+      .select(["lock_id", "info"])
+      .where("workspace_id", "=", workspaceId)
+      .executeTakeFirst();
     if (lock && lock.lock_id !== lockId) throw new StateLockedError(lock.info);
-    await trx.updateTable("state_versions").set({ deleted_at: ctx.now() }).where("workspace_id", "=", workspaceId).where("deleted_at", "is", null).execute();
+    await trx
+      .updateTable("state_versions")
+      .set({ deleted_at: ctx.now() })
+      .where("workspace_id", "=", workspaceId)
+      .where("deleted_at", "is", null)
+      .execute();
   });
 }
 

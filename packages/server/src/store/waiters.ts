@@ -67,7 +67,10 @@ class PoolWaiters {
       if (!set) {
         set = new Set();
         this.byPool.set(pool, set);
-        this.unsubscribe.set(pool, this.events.subscribe("job-queued", pool, () => this.wakeOne(pool)));
+        this.unsubscribe.set(
+          pool,
+          this.events.subscribe("job-queued", pool, () => this.wakeOne(pool)),
+        );
       }
       const done = (woken: boolean) => {
         cancel();

@@ -42,7 +42,8 @@ export interface CreateWorkspaceInput {
 
 export async function createWorkspace(ctx: StoreContext, input: CreateWorkspaceInput): Promise<Workspace> {
   const pool = await getPool(ctx, input.pool);
-  const exists = () => new DroverError("already_exists", `a workspace named ${JSON.stringify(input.name)} already exists`);
+  const exists = () =>
+    new DroverError("already_exists", `a workspace named ${JSON.stringify(input.name)} already exists`);
   const taken = await ctx.db.selectFrom("workspaces").select("id").where("name", "=", input.name).executeTakeFirst();
   if (taken) throw exists();
   const row = {
@@ -90,7 +91,11 @@ export interface UpdateWorkspaceInput {
   autoApply?: boolean | undefined;
 }
 
-export async function updateWorkspace(ctx: StoreContext, idOrName: string, input: UpdateWorkspaceInput): Promise<Workspace> {
+export async function updateWorkspace(
+  ctx: StoreContext,
+  idOrName: string,
+  input: UpdateWorkspaceInput,
+): Promise<Workspace> {
   const ws = await getWorkspace(ctx, idOrName);
   const set: Partial<Selectable<WorkspacesTable>> = {};
   if (input.pool !== undefined) set.pool_id = (await getPool(ctx, input.pool)).id;
@@ -106,7 +111,8 @@ export async function updateWorkspace(ctx: StoreContext, idOrName: string, input
 /** Deletes a workspace with its runs, state and variables; refused while a run is active. */
 export async function deleteWorkspace(ctx: StoreContext, idOrName: string): Promise<void> {
   const ws = await getWorkspace(ctx, idOrName);
-  if (ws.currentRunId) throw new DroverError("conflict", `workspace ${ws.name} has an active run (${ws.currentRunId}); cancel it first`);
+  if (ws.currentRunId)
+    throw new DroverError("conflict", `workspace ${ws.name} has an active run (${ws.currentRunId}); cancel it first`);
   await ctx.db.transaction().execute(async (trx) => {
     const runIds = trx.selectFrom("runs").select("id").where("workspace_id", "=", ws.id);
     const jobIds = trx.selectFrom("jobs").select("id").where("workspace_id", "=", ws.id);

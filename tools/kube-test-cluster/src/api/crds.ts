@@ -12,7 +12,8 @@ export function serveCustomResources(api: ObjectApi): void {
     const names = isObject(spec.names) ? spec.names : {};
     const plural = String(names.plural ?? "");
     if (removed || crd.metadata.deletionTimestamp) {
-      for (const o of api.store.list(typeKey(group, plural))) api.store.remove(typeKey(group, plural), o.metadata.namespace, o.metadata.name ?? "");
+      for (const o of api.store.list(typeKey(group, plural)))
+        api.store.remove(typeKey(group, plural), o.metadata.namespace, o.metadata.name ?? "");
       api.resources.unregister(group, plural);
       return;
     }
@@ -23,7 +24,9 @@ export function serveCustomResources(api: ObjectApi): void {
 function register(api: ObjectApi, crd: KObject): void {
   const spec = isObject(crd.spec) ? crd.spec : {};
   const names = isObject(spec.names) ? spec.names : {};
-  const versions = (Array.isArray(spec.versions) ? spec.versions : []).filter(isObject).filter((v) => v.served !== false);
+  const versions = (Array.isArray(spec.versions) ? spec.versions : [])
+    .filter(isObject)
+    .filter((v) => v.served !== false);
   const schemas = new Map<string, JsonObject | undefined>();
   const printerColumns = new Map<string, JsonObject[]>();
   let status = false;
@@ -31,7 +34,10 @@ function register(api: ObjectApi, crd: KObject): void {
     const name = String(v.name);
     const schema = isObject(v.schema) && isObject(v.schema.openAPIV3Schema) ? v.schema.openAPIV3Schema : undefined;
     schemas.set(name, schema);
-    printerColumns.set(name, (Array.isArray(v.additionalPrinterColumns) ? v.additionalPrinterColumns : []).filter(isObject));
+    printerColumns.set(
+      name,
+      (Array.isArray(v.additionalPrinterColumns) ? v.additionalPrinterColumns : []).filter(isObject),
+    );
     if (isObject(v.subresources) && v.subresources.status !== undefined) status = true;
   }
   const kind = String(names.kind ?? "");

@@ -11,7 +11,8 @@ import type { JsonObject } from "./types.js";
 import { isObject } from "./types.js";
 
 const percent = /^[0-9]+%$/;
-const percentHelp = "a valid percent string must be a numeric string followed by an ending '%' (e.g. '1%',  or '93%', regex used for validation is '[0-9]+%')";
+const percentHelp =
+  "a valid percent string must be a numeric string followed by an ending '%' (e.g. '1%',  or '93%', regex used for validation is '[0-9]+%')";
 
 /** The value of an IntOrString as Go prints it in a field error. */
 function shown(v: unknown): string {
@@ -20,7 +21,8 @@ function shown(v: unknown): string {
 
 /** An IntOrString that must be ≥ 0 (and, for a percentage, at most 100% when `max100`); its value, or causes. */
 function intOrPercent(v: unknown, field: string, max100: boolean, causes: StatusCause[]): number | undefined {
-  const invalid = (message: string) => causes.push({ reason: "FieldValueInvalid", field, message: `Invalid value: ${shown(v)}: ${message}` });
+  const invalid = (message: string) =>
+    causes.push({ reason: "FieldValueInvalid", field, message: `Invalid value: ${shown(v)}: ${message}` });
   if (typeof v === "number") {
     if (!Number.isInteger(v)) return void invalid("must be an integer");
     if (v < 0) return void invalid("must be greater than or equal to 0");
@@ -50,18 +52,34 @@ export const deploymentRules: KindRules = {
     const type = strategy.type ?? "RollingUpdate";
     if (type === "Recreate") {
       if (strategy.rollingUpdate !== undefined && strategy.rollingUpdate !== null) {
-        causes.push({ reason: "FieldValueForbidden", field: "spec.strategy.rollingUpdate", message: "Forbidden: may not be specified when strategy `type` is 'Recreate'" });
+        causes.push({
+          reason: "FieldValueForbidden",
+          field: "spec.strategy.rollingUpdate",
+          message: "Forbidden: may not be specified when strategy `type` is 'Recreate'",
+        });
       }
     } else if (type === "RollingUpdate") {
       const ru = isObject(strategy.rollingUpdate) ? strategy.rollingUpdate : {};
       const path = "spec.strategy.rollingUpdate";
-      const unavailable = ru.maxUnavailable === undefined ? undefined : intOrPercent(ru.maxUnavailable, `${path}.maxUnavailable`, true, causes);
-      const surge = ru.maxSurge === undefined ? undefined : intOrPercent(ru.maxSurge, `${path}.maxSurge`, false, causes);
+      const unavailable =
+        ru.maxUnavailable === undefined
+          ? undefined
+          : intOrPercent(ru.maxUnavailable, `${path}.maxUnavailable`, true, causes);
+      const surge =
+        ru.maxSurge === undefined ? undefined : intOrPercent(ru.maxSurge, `${path}.maxSurge`, false, causes);
       if (unavailable === 0 && surge === 0) {
-        causes.push({ reason: "FieldValueInvalid", field: `${path}.maxUnavailable`, message: `Invalid value: ${shown(ru.maxUnavailable)}: may not be 0 when \`maxSurge\` is 0` });
+        causes.push({
+          reason: "FieldValueInvalid",
+          field: `${path}.maxUnavailable`,
+          message: `Invalid value: ${shown(ru.maxUnavailable)}: may not be 0 when \`maxSurge\` is 0`,
+        });
       }
     } else {
-      causes.push({ reason: "FieldValueNotSupported", field: "spec.strategy.type", message: `Unsupported value: ${shown(type)}: supported values: "Recreate", "RollingUpdate"` });
+      causes.push({
+        reason: "FieldValueNotSupported",
+        field: "spec.strategy.type",
+        message: `Unsupported value: ${shown(type)}: supported values: "Recreate", "RollingUpdate"`,
+      });
     }
     return causes;
   },

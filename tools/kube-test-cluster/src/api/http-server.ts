@@ -32,7 +32,13 @@ export interface LogOptions {
 /** What the node agent provides to serve pods/log and pods/eviction. */
 export interface NodeHooks {
   /** Streams a container's log into `res`; throws StatusError when the container has none yet. */
-  streamLog(pod: KObject, container: string, opts: LogOptions, write: (chunk: Buffer) => boolean, signal: AbortSignal): Promise<void>;
+  streamLog(
+    pod: KObject,
+    container: string,
+    opts: LogOptions,
+    write: (chunk: Buffer) => boolean,
+    signal: AbortSignal,
+  ): Promise<void>;
   /** API-initiated eviction: marks the pod with DisruptionTarget and deletes it. */
   evict(ns: string, name: string, deleteOptions: JsonObject | undefined): void;
 }
@@ -59,7 +65,11 @@ interface Target {
 
 function send(res: ServerResponse, code: number, body: unknown, contentType = "application/json"): void {
   const text = JSON.stringify(body);
-  res.writeHead(code, { "content-type": contentType, "content-length": Buffer.byteLength(text), "cache-control": "no-cache, private" });
+  res.writeHead(code, {
+    "content-type": contentType,
+    "content-length": Buffer.byteLength(text),
+    "cache-control": "no-cache, private",
+  });
   res.end(text);
 }
 
@@ -69,7 +79,16 @@ function sendError(res: ServerResponse, e: unknown): void {
     return;
   }
   if (e instanceof StatusError) send(res, e.code, e.toStatus());
-  else send(res, 500, { kind: "Status", apiVersion: "v1", metadata: {}, status: "Failure", message: e instanceof Error ? e.message : String(e), reason: "InternalError", code: 500 });
+  else
+    send(res, 500, {
+      kind: "Status",
+      apiVersion: "v1",
+      metadata: {},
+      status: "Failure",
+      message: e instanceof Error ? e.message : String(e),
+      reason: "InternalError",
+      code: 500,
+    });
 }
 
 async function readBody(req: IncomingMessage): Promise<unknown> {
@@ -80,7 +99,9 @@ async function readBody(req: IncomingMessage): Promise<unknown> {
   try {
     return JSON.parse(text) as unknown;
   } catch {
-    throw badRequest(`the request body could not be decoded as JSON (YAML and protobuf bodies are not supported by the test cluster)`);
+    throw badRequest(
+      `the request body could not be decoded as JSON (YAML and protobuf bodies are not supported by the test cluster)`,
+    );
   }
 }
 
@@ -94,7 +115,11 @@ async function readReviewBody(req: IncomingMessage): Promise<unknown> {
 
 function wantsTable(req: IncomingMessage): boolean {
   const accept = req.headers.accept ?? "";
-  return accept.split(",").some((a) => a.includes("as=Table") && a.includes("g=meta.k8s.io") && a.includes("v=v1") && !a.includes("v=v1beta1"));
+  return accept
+    .split(",")
+    .some(
+      (a) => a.includes("as=Table") && a.includes("g=meta.k8s.io") && a.includes("v=v1") && !a.includes("v=v1beta1"),
+    );
 }
 
 const tableContentType = "application/json;as=Table;v=v1;g=meta.k8s.io";
@@ -143,14 +168,33 @@ export class ApiHttpHandler {
     }
     const user = this.authenticate(req);
     if (!user) {
-      send(res, 401, { kind: "Status", apiVersion: "v1", metadata: {}, status: "Failure", message: "Unauthorized", reason: "Unauthorized", code: 401 });
+      send(res, 401, {
+        kind: "Status",
+        apiVersion: "v1",
+        metadata: {},
+        status: "Failure",
+        message: "Unauthorized",
+        reason: "Unauthorized",
+        code: 401,
+      });
       return;
     }
     const q = url.searchParams;
-    if (!path.startsWith("/api/") && !path.startsWith("/apis/") && path !== "/api" && path !== "/apis") this.opts.auth?.authorizer.check(user, { verb: method.toLowerCase(), group: "", resource: "", path });
+    if (!path.startsWith("/api/") && !path.startsWith("/apis/") && path !== "/api" && path !== "/apis")
+      this.opts.auth?.authorizer.check(user, { verb: method.toLowerCase(), group: "", resource: "", path });
     if (path === "/version") {
       const m = /^v(\d+)\.(\d+)/.exec(this.opts.gitVersion);
-      send(res, 200, { major: m?.[1] ?? "1", minor: m?.[2] ?? "32", gitVersion: this.opts.gitVersion, gitCommit: "0000000000000000000000000000000000000000", gitTreeState: "clean", buildDate: "2025-01-01T00:00:00Z", goVersion: "go1.23.0", compiler: "gc", platform: "linux/amd64" });
+      send(res, 200, {
+        major: m?.[1] ?? "1",
+        minor: m?.[2] ?? "32",
+        gitVersion: this.opts.gitVersion,
+        gitCommit: "0000000000000000000000000000000000000000",
+        gitTreeState: "clean",
+        buildDate: "2025-01-01T00:00:00Z",
+        goVersion: "go1.23.0",
+        compiler: "gc",
+        platform: "linux/amd64",
+      });
       return;
     }
     if (path === "/openapi/v3") {
@@ -159,20 +203,34 @@ export class ApiHttpHandler {
     }
     if (path.startsWith("/openapi/v3/")) {
       const rest = path.slice("/openapi/v3/".length).split("/");
-      const doc = rest[0] === "api" ? openApiDocument(this.api.resources, "", rest[1] ?? "") : openApiDocument(this.api.resources, rest[1] ?? "", rest[2] ?? "");
+      const doc =
+        rest[0] === "api"
+          ? openApiDocument(this.api.resources, "", rest[1] ?? "")
+          : openApiDocument(this.api.resources, rest[1] ?? "", rest[2] ?? "");
       if (!doc) throw notFoundPath();
       send(res, 200, doc);
       return;
     }
     if (path === "/api") {
-      send(res, 200, { kind: "APIVersions", versions: ["v1"], serverAddressByClientCIDRs: [{ clientCIDR: "0.0.0.0/0", serverAddress: req.headers.host ?? "" }] });
+      send(res, 200, {
+        kind: "APIVersions",
+        versions: ["v1"],
+        serverAddressByClientCIDRs: [{ clientCIDR: "0.0.0.0/0", serverAddress: req.headers.host ?? "" }],
+      });
       return;
     }
     if (path === "/apis") {
-      send(res, 200, { kind: "APIGroupList", apiVersion: "v1", groups: this.api.resources.groups().map((g) => this.groupObject(g.name, g.versions)) });
+      send(res, 200, {
+        kind: "APIGroupList",
+        apiVersion: "v1",
+        groups: this.api.resources.groups().map((g) => this.groupObject(g.name, g.versions)),
+      });
       return;
     }
-    const parts = path.split("/").filter((p) => p !== "").map(decodeURIComponent);
+    const parts = path
+      .split("/")
+      .filter((p) => p !== "")
+      .map(decodeURIComponent);
     let group: string;
     let version: string;
     let rest: string[];
@@ -231,10 +289,18 @@ export class ApiHttpHandler {
     const as = req.headers["impersonate-user"];
     if (typeof as !== "string" || as === "") return user;
     const sa = /^system:serviceaccount:([^:]+):([^:]+)$/.exec(as);
-    auth.authorizer.check(user, sa ? { verb: "impersonate", group: "", resource: "serviceaccounts", namespace: sa[1], name: sa[2] } : { verb: "impersonate", group: "", resource: "users", name: as });
+    auth.authorizer.check(
+      user,
+      sa
+        ? { verb: "impersonate", group: "", resource: "serviceaccounts", namespace: sa[1], name: sa[2] }
+        : { verb: "impersonate", group: "", resource: "users", name: as },
+    );
     const raw = req.headers["impersonate-group"];
-    const groups = (Array.isArray(raw) ? raw : typeof raw === "string" ? raw.split(",") : []).map((g) => g.trim()).filter((g) => g !== "");
-    for (const g of groups) auth.authorizer.check(user, { verb: "impersonate", group: "", resource: "groups", name: g });
+    const groups = (Array.isArray(raw) ? raw : typeof raw === "string" ? raw.split(",") : [])
+      .map((g) => g.trim())
+      .filter((g) => g !== "");
+    for (const g of groups)
+      auth.authorizer.check(user, { verb: "impersonate", group: "", resource: "groups", name: g });
     const base = sa ? serviceAccountUser(sa[1] ?? "", sa[2] ?? "").groups : ["system:authenticated"];
     return { name: as, groups: [...new Set([...groups, ...base])] };
   }
@@ -245,22 +311,44 @@ export class ApiHttpHandler {
     const spec = isObject(b.spec) ? b.spec : {};
     if (target.t.resource === "selfsubjectrulesreviews") {
       const namespace = String(spec.namespace ?? "");
-      const rules = this.opts.auth ? this.opts.auth.authorizer.rulesFor(user, namespace) : { resourceRules: [{ verbs: ["*"], apiGroups: ["*"], resources: ["*"] }], nonResourceRules: [{ verbs: ["*"], nonResourceURLs: ["*"] }] };
-      return { kind: "SelfSubjectRulesReview", apiVersion: "authorization.k8s.io/v1", metadata: { creationTimestamp: null }, spec, status: { ...rules, incomplete: false } };
+      const rules = this.opts.auth
+        ? this.opts.auth.authorizer.rulesFor(user, namespace)
+        : {
+            resourceRules: [{ verbs: ["*"], apiGroups: ["*"], resources: ["*"] }],
+            nonResourceRules: [{ verbs: ["*"], nonResourceURLs: ["*"] }],
+          };
+      return {
+        kind: "SelfSubjectRulesReview",
+        apiVersion: "authorization.k8s.io/v1",
+        metadata: { creationTimestamp: null },
+        spec,
+        status: { ...rules, incomplete: false },
+      };
     }
     let subject = user;
     if (target.t.resource !== "selfsubjectaccessreviews") {
       subject = { name: String(spec.user ?? ""), groups: Array.isArray(spec.groups) ? spec.groups.map(String) : [] };
       const sa = /^system:serviceaccount:([^:]+):([^:]+)$/.exec(subject.name);
-      if (sa) subject = { name: subject.name, groups: [...new Set([...subject.groups, ...serviceAccountUser(sa[1] ?? "", sa[2] ?? "").groups])] };
+      if (sa)
+        subject = {
+          name: subject.name,
+          groups: [...new Set([...subject.groups, ...serviceAccountUser(sa[1] ?? "", sa[2] ?? "").groups])],
+        };
     }
     const ra = isObject(spec.resourceAttributes) ? spec.resourceAttributes : undefined;
     const nra = isObject(spec.nonResourceAttributes) ? spec.nonResourceAttributes : undefined;
     let attrs: Attributes;
     if (ra) {
-      const ns = target.t.resource === "localsubjectaccessreviews" ? target.ns : typeof ra.namespace === "string" && ra.namespace !== "" ? ra.namespace : undefined;
+      const ns =
+        target.t.resource === "localsubjectaccessreviews"
+          ? target.ns
+          : typeof ra.namespace === "string" && ra.namespace !== ""
+            ? ra.namespace
+            : undefined;
       attrs = {
-        verb: String(ra.verb ?? ""), group: String(ra.group ?? ""), resource: String(ra.resource ?? ""),
+        verb: String(ra.verb ?? ""),
+        group: String(ra.group ?? ""),
+        resource: String(ra.resource ?? ""),
         ...(typeof ra.subresource === "string" && ra.subresource !== "" ? { subresource: ra.subresource } : {}),
         ...(ns !== undefined ? { namespace: ns } : {}),
         ...(typeof ra.name === "string" && ra.name !== "" ? { name: ra.name } : {}),
@@ -268,8 +356,16 @@ export class ApiHttpHandler {
     } else if (nra) {
       attrs = { verb: String(nra.verb ?? ""), group: "", resource: "", path: String(nra.path ?? "") };
     } else throw badRequest("spec.resourceAttributes or spec.nonResourceAttributes is required");
-    const decision = this.opts.auth ? this.opts.auth.authorizer.authorize(subject, attrs) : { allowed: true, reason: "" };
-    return { kind: target.t.kind, apiVersion: "authorization.k8s.io/v1", metadata: { creationTimestamp: null }, spec, status: { allowed: decision.allowed, ...(decision.reason ? { reason: decision.reason } : {}) } };
+    const decision = this.opts.auth
+      ? this.opts.auth.authorizer.authorize(subject, attrs)
+      : { allowed: true, reason: "" };
+    return {
+      kind: target.t.kind,
+      apiVersion: "authorization.k8s.io/v1",
+      metadata: { creationTimestamp: null },
+      spec,
+      status: { allowed: decision.allowed, ...(decision.reason ? { reason: decision.reason } : {}) },
+    };
   }
 
   private resolve(group: string, version: string, rest: string[]): Omit<Target, "user"> | undefined {
@@ -284,7 +380,14 @@ export class ApiHttpHandler {
     return { t, version, ns: undefined, name: rest[1], sub: rest[2] };
   }
 
-  private async serveResource(req: IncomingMessage, res: ServerResponse, method: string, target: Target, q: URLSearchParams, isWatch: boolean): Promise<void> {
+  private async serveResource(
+    req: IncomingMessage,
+    res: ServerResponse,
+    method: string,
+    target: Target,
+    q: URLSearchParams,
+    isWatch: boolean,
+  ): Promise<void> {
     const { t, version, ns, name, sub } = target;
     const api = this.api;
     const dryRun = q.get("dryRun") === "All";
@@ -295,29 +398,60 @@ export class ApiHttpHandler {
         case "GET": {
           if (isWatch) return this.serveWatch(req, res, target, q, table, include);
           const limit = q.get("limit");
-          const result = api.list(t, ns, { labelSelector: q.get("labelSelector"), fieldSelector: q.get("fieldSelector"), ...(limit ? { limit: Number(limit) } : {}), continueToken: q.get("continue") }, version);
+          const result = api.list(
+            t,
+            ns,
+            {
+              labelSelector: q.get("labelSelector"),
+              fieldSelector: q.get("fieldSelector"),
+              ...(limit ? { limit: Number(limit) } : {}),
+              continueToken: q.get("continue"),
+            },
+            version,
+          );
           if (table) {
-            send(res, 200, toTable(t, version, result.items, result.resourceVersion, include, true, result.continueToken), tableContentType);
+            send(
+              res,
+              200,
+              toTable(t, version, result.items, result.resourceVersion, include, true, result.continueToken),
+              tableContentType,
+            );
             return;
           }
           send(res, 200, {
             kind: t.listKind,
             apiVersion: apiVersionOf(t.group, version),
-            metadata: { resourceVersion: result.resourceVersion, ...(result.continueToken ? { continue: result.continueToken, remainingItemCount: result.remainingItemCount } : {}) },
+            metadata: {
+              resourceVersion: result.resourceVersion,
+              ...(result.continueToken
+                ? { continue: result.continueToken, remainingItemCount: result.remainingItemCount }
+                : {}),
+            },
             items: result.items,
           });
           return;
         }
         case "POST": {
-          if (t.namespaced && ns === undefined) throw methodNotAllowed(`the server does not allow this method on the requested resource`);
+          if (t.namespaced && ns === undefined)
+            throw methodNotAllowed(`the server does not allow this method on the requested resource`);
           const created = api.create(t, ns, await readBody(req), { dryRun, user: target.user }, version);
           send(res, 201, created);
           return;
         }
         case "DELETE": {
           const body = await readBody(req);
-          const deleted = api.deleteCollection(t, ns, { labelSelector: q.get("labelSelector"), fieldSelector: q.get("fieldSelector") }, { ...deleteOptions(body, q), dryRun });
-          send(res, 200, { kind: t.listKind, apiVersion: apiVersionOf(t.group, version), metadata: {}, items: deleted });
+          const deleted = api.deleteCollection(
+            t,
+            ns,
+            { labelSelector: q.get("labelSelector"), fieldSelector: q.get("fieldSelector") },
+            { ...deleteOptions(body, q), dryRun },
+          );
+          send(res, 200, {
+            kind: t.listKind,
+            apiVersion: apiVersionOf(t.group, version),
+            metadata: {},
+            items: deleted,
+          });
           return;
         }
         default:
@@ -333,7 +467,8 @@ export class ApiHttpHandler {
           return this.serveWatch(req, res, { ...target, name: undefined }, q, table, include);
         }
         const o = api.get(t, ns, name, version);
-        if (table) send(res, 200, toTable(t, version, [o], o.metadata.resourceVersion ?? "", include, true), tableContentType);
+        if (table)
+          send(res, 200, toTable(t, version, [o], o.metadata.resourceVersion ?? "", include, true), tableContentType);
         else send(res, 200, o);
         return;
       }
@@ -355,15 +490,41 @@ export class ApiHttpHandler {
     }
   }
 
-  private async serveSubresource(req: IncomingMessage, res: ServerResponse, method: string, target: Target, q: URLSearchParams, name: string, sub: string): Promise<void> {
+  private async serveSubresource(
+    req: IncomingMessage,
+    res: ServerResponse,
+    method: string,
+    target: Target,
+    q: URLSearchParams,
+    name: string,
+    sub: string,
+  ): Promise<void> {
     const { t, version, ns } = target;
     const api = this.api;
     const dryRun = q.get("dryRun") === "All";
     const isPods = t.group === "" && t.resource === "pods";
     if (sub === "status" && t.statusSubresource) {
       if (method === "GET") send(res, 200, api.get(t, ns, name, version));
-      else if (method === "PUT") send(res, 200, api.update(t, ns, name, await readBody(req), { subresource: "status", dryRun, user: target.user }, version));
-      else if (method === "PATCH") send(res, 200, api.patch(t, ns, name, patchTypeOf(req.headers["content-type"] ?? ""), await readBody(req), { subresource: "status", dryRun, user: target.user }, version));
+      else if (method === "PUT")
+        send(
+          res,
+          200,
+          api.update(t, ns, name, await readBody(req), { subresource: "status", dryRun, user: target.user }, version),
+        );
+      else if (method === "PATCH")
+        send(
+          res,
+          200,
+          api.patch(
+            t,
+            ns,
+            name,
+            patchTypeOf(req.headers["content-type"] ?? ""),
+            await readBody(req),
+            { subresource: "status", dryRun, user: target.user },
+            version,
+          ),
+        );
       else throw methodNotAllowed("the server does not allow this method on the requested resource");
       return;
     }
@@ -379,7 +540,12 @@ export class ApiHttpHandler {
       const body = await readBody(req);
       const node = isObject(body) && isObject(body.target) ? String(body.target.name ?? "") : "";
       const pod = api.get(t, ns, name);
-      if (isObject(pod.spec) && pod.spec.nodeName) throw new StatusError(409, "Conflict", `pod ${name} is already assigned to node "${String(pod.spec.nodeName)}"`);
+      if (isObject(pod.spec) && pod.spec.nodeName)
+        throw new StatusError(
+          409,
+          "Conflict",
+          `pod ${name} is already assigned to node "${String(pod.spec.nodeName)}"`,
+        );
       api.mutate(t, ns, name, (p) => {
         if (isObject(p.spec)) p.spec.nodeName = node;
       });
@@ -389,19 +555,30 @@ export class ApiHttpHandler {
     throw notFoundPath();
   }
 
-  private async serveLog(req: IncomingMessage, res: ServerResponse, ns: string, name: string, q: URLSearchParams): Promise<void> {
+  private async serveLog(
+    req: IncomingMessage,
+    res: ServerResponse,
+    ns: string,
+    name: string,
+    q: URLSearchParams,
+  ): Promise<void> {
     const pod = this.api.get(this.api.type("", "pods"), ns, name);
     const spec = isObject(pod.spec) ? pod.spec : {};
-    const names = (key: string): string[] => (Array.isArray(spec[key]) ? spec[key].filter(isObject).map((c) => String(c.name)) : []);
+    const names = (key: string): string[] =>
+      Array.isArray(spec[key]) ? spec[key].filter(isObject).map((c) => String(c.name)) : [];
     const containers = names("containers");
     const inits = names("initContainers");
     let container = q.get("container") ?? undefined;
     if (container === undefined) {
       if (containers.length === 1 && inits.length === 0) container = containers[0];
       else if (containers.length === 1) container = containers[0];
-      else throw badRequest(`a container name must be specified for pod ${name}, choose one of: [${containers.join(" ")}]${inits.length > 0 ? ` or one of the init containers: [${inits.join(" ")}]` : ""}`);
+      else
+        throw badRequest(
+          `a container name must be specified for pod ${name}, choose one of: [${containers.join(" ")}]${inits.length > 0 ? ` or one of the init containers: [${inits.join(" ")}]` : ""}`,
+        );
     }
-    if (container === undefined || ![...containers, ...inits].includes(container)) throw badRequest(`container ${container ?? ""} is not valid for pod ${name}`);
+    if (container === undefined || ![...containers, ...inits].includes(container))
+      throw badRequest(`container ${container ?? ""} is not valid for pod ${name}`);
     const num = (k: string): number | undefined => (q.get(k) === null ? undefined : Number(q.get(k)));
     const opts: LogOptions = {
       follow: q.get("follow") === "true" || q.get("follow") === "1",
@@ -416,7 +593,11 @@ export class ApiHttpHandler {
     let started = false;
     const write = (chunk: Buffer): boolean => {
       if (!started) {
-        res.writeHead(200, { "content-type": "text/plain", "transfer-encoding": "chunked", "cache-control": "no-cache, private" });
+        res.writeHead(200, {
+          "content-type": "text/plain",
+          "transfer-encoding": "chunked",
+          "cache-control": "no-cache, private",
+        });
         started = true;
       }
       return res.write(chunk);
@@ -431,15 +612,29 @@ export class ApiHttpHandler {
    * for the current objects; with one it replays the retained history after it, or
    * sends a single ERROR event carrying a 410 Expired Status when that is compacted.
    */
-  private serveWatch(req: IncomingMessage, res: ServerResponse, target: Target, q: URLSearchParams, table: boolean, include: IncludeObject): void {
+  private serveWatch(
+    req: IncomingMessage,
+    res: ServerResponse,
+    target: Target,
+    q: URLSearchParams,
+    table: boolean,
+    include: IncludeObject,
+  ): void {
     const { t, version, ns } = target;
     const labels = parseLabelSelector(q.get("labelSelector"));
     const fields = parseFieldSelector(q.get("fieldSelector"));
     checkFieldSelector(t, fields.keys);
     const key = typeKey(t.group, t.resource);
     const matches = (o: KObject | undefined): boolean =>
-      o !== undefined && (!t.namespaced || ns === undefined || o.metadata.namespace === ns) && labels(o.metadata.labels ?? {}) && fields.selector(fieldsOf(o, fields.keys));
-    res.writeHead(200, { "content-type": table ? tableContentType : "application/json", "transfer-encoding": "chunked", "cache-control": "no-cache, private" });
+      o !== undefined &&
+      (!t.namespaced || ns === undefined || o.metadata.namespace === ns) &&
+      labels(o.metadata.labels ?? {}) &&
+      fields.selector(fieldsOf(o, fields.keys));
+    res.writeHead(200, {
+      "content-type": table ? tableContentType : "application/json",
+      "transfer-encoding": "chunked",
+      "cache-control": "no-cache, private",
+    });
     res.flushHeaders();
     if (this.stallWatches) {
       // A stalled API server or a proxy that keeps the connection but passes nothing on: the
@@ -453,7 +648,14 @@ export class ApiHttpHandler {
       let object: unknown = o;
       if (table && type !== "ERROR" && type !== "BOOKMARK") {
         const k = o as KObject;
-        object = toTable(t, version, [this.api.present(t, k, version)], k.metadata.resourceVersion ?? "", include, first);
+        object = toTable(
+          t,
+          version,
+          [this.api.present(t, k, version)],
+          k.metadata.resourceVersion ?? "",
+          include,
+          first,
+        );
         first = false;
       } else if (type !== "ERROR" && type !== "BOOKMARK") {
         object = this.api.present(t, o as KObject, version);
@@ -478,13 +680,24 @@ export class ApiHttpHandler {
     if (rvParam === "" || rvParam === "0" || sendInitial) {
       for (const o of this.api.store.list(key, t.namespaced ? ns : undefined)) if (matches(o)) emit("ADDED", o);
       if (sendInitial && bookmarks) {
-        emit("BOOKMARK", { kind: t.kind, apiVersion: apiVersionOf(t.group, version), metadata: { resourceVersion: String(this.api.store.currentRevision), annotations: { "k8s.io/initial-events-end": "true" } } });
+        emit("BOOKMARK", {
+          kind: t.kind,
+          apiVersion: apiVersionOf(t.group, version),
+          metadata: {
+            resourceVersion: String(this.api.store.currentRevision),
+            annotations: { "k8s.io/initial-events-end": "true" },
+          },
+        });
       }
     } else {
       const from = Number(rvParam);
       const replay = Number.isFinite(from) ? this.api.store.since(from) : undefined;
       if (!replay) {
-        const status = new StatusError(410, "Expired", `too old resource version: ${rvParam} (${this.api.store.oldestResumable + 1})`).toStatus();
+        const status = new StatusError(
+          410,
+          "Expired",
+          `too old resource version: ${rvParam} (${this.api.store.oldestResumable + 1})`,
+        ).toStatus();
         res.end(`${JSON.stringify({ type: "ERROR", object: status })}\n`);
         return;
       }
@@ -498,12 +711,23 @@ export class ApiHttpHandler {
       if (!res.writableEnded) res.end();
     };
     if (bookmarks) {
-      const iv = setInterval(() => emit("BOOKMARK", { kind: t.kind, apiVersion: apiVersionOf(t.group, version), metadata: { resourceVersion: String(this.api.store.currentRevision) } }), this.opts.bookmarkIntervalMs);
+      const iv = setInterval(
+        () =>
+          emit("BOOKMARK", {
+            kind: t.kind,
+            apiVersion: apiVersionOf(t.group, version),
+            metadata: { resourceVersion: String(this.api.store.currentRevision) },
+          }),
+        this.opts.bookmarkIntervalMs,
+      );
       iv.unref();
       timers.push(iv);
     }
     const timeout = Number(q.get("timeoutSeconds") ?? "0");
-    const tm = setTimeout(stop, timeout > 0 ? Math.min(timeout * 1000, this.opts.watchTimeoutMs) : this.opts.watchTimeoutMs);
+    const tm = setTimeout(
+      stop,
+      timeout > 0 ? Math.min(timeout * 1000, this.opts.watchTimeoutMs) : this.opts.watchTimeoutMs,
+    );
     tm.unref();
     timers.push(tm);
     req.on("close", stop);
@@ -521,7 +745,9 @@ function requestAttributes(method: string, target: Target, isWatch: boolean, fie
   const { t, ns, sub } = target;
   let name = target.name;
   if (name === undefined && (method === "GET" || method === "HEAD") && fieldSelector) {
-    const named = /^metadata\.name==?(.+)$/.exec(fieldSelector.split(",").find((f) => f.startsWith("metadata.name=")) ?? "");
+    const named = /^metadata\.name==?(.+)$/.exec(
+      fieldSelector.split(",").find((f) => f.startsWith("metadata.name=")) ?? "",
+    );
     if (named) name = named[1];
   }
   let verb: string;
@@ -546,16 +772,36 @@ function requestAttributes(method: string, target: Target, isWatch: boolean, fie
       verb = method.toLowerCase();
   }
   const namespace = t.namespaced ? ns : t.group === "" && t.resource === "namespaces" ? target.name : undefined;
-  return { verb, group: t.group, resource: t.resource, ...(sub !== undefined ? { subresource: sub } : {}), ...(namespace !== undefined ? { namespace } : {}), ...(name !== undefined ? { name } : {}) };
+  return {
+    verb,
+    group: t.group,
+    resource: t.resource,
+    ...(sub !== undefined ? { subresource: sub } : {}),
+    ...(namespace !== undefined ? { namespace } : {}),
+    ...(name !== undefined ? { name } : {}),
+  };
 }
 
 function notFoundPath(): StatusError {
   return new StatusError(404, "NotFound", "the server could not find the requested resource", {});
 }
 
-function deleteOptions(body: unknown, q: URLSearchParams): { propagationPolicy?: PropagationPolicy; gracePeriodSeconds?: number; orphanDependents?: boolean; preconditions?: { uid?: string; resourceVersion?: string } } {
+function deleteOptions(
+  body: unknown,
+  q: URLSearchParams,
+): {
+  propagationPolicy?: PropagationPolicy;
+  gracePeriodSeconds?: number;
+  orphanDependents?: boolean;
+  preconditions?: { uid?: string; resourceVersion?: string };
+} {
   const b = isObject(body) ? body : {};
-  const out: { propagationPolicy?: PropagationPolicy; gracePeriodSeconds?: number; orphanDependents?: boolean; preconditions?: { uid?: string; resourceVersion?: string } } = {};
+  const out: {
+    propagationPolicy?: PropagationPolicy;
+    gracePeriodSeconds?: number;
+    orphanDependents?: boolean;
+    preconditions?: { uid?: string; resourceVersion?: string };
+  } = {};
   const policy = b.propagationPolicy ?? q.get("propagationPolicy") ?? undefined;
   if (typeof policy === "string") out.propagationPolicy = policy as PropagationPolicy;
   const grace = b.gracePeriodSeconds ?? q.get("gracePeriodSeconds") ?? undefined;
@@ -565,7 +811,9 @@ function deleteOptions(body: unknown, q: URLSearchParams): { propagationPolicy?:
   if (isObject(b.preconditions)) {
     out.preconditions = {
       ...(typeof b.preconditions.uid === "string" ? { uid: b.preconditions.uid } : {}),
-      ...(typeof b.preconditions.resourceVersion === "string" ? { resourceVersion: b.preconditions.resourceVersion } : {}),
+      ...(typeof b.preconditions.resourceVersion === "string"
+        ? { resourceVersion: b.preconditions.resourceVersion }
+        : {}),
     };
   }
   return out;

@@ -29,11 +29,13 @@ const configKey = /^[-._a-zA-Z0-9]+$/;
 export function validateName(name: string, label: boolean): string | undefined {
   if (label) {
     if (name.length > 63) return "must be no more than 63 characters";
-    if (!dns1123Label.test(name)) return `a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')`;
+    if (!dns1123Label.test(name))
+      return `a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')`;
     return undefined;
   }
   if (name.length > 253) return "must be no more than 253 characters";
-  if (!dns1123Subdomain.test(name)) return `a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')`;
+  if (!dns1123Subdomain.test(name))
+    return `a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')`;
   return undefined;
 }
 
@@ -43,13 +45,29 @@ export function validateLabels(labels: Record<string, string> | undefined, field
     const slash = k.lastIndexOf("/");
     const prefix = slash >= 0 ? k.slice(0, slash) : undefined;
     const name = slash >= 0 ? k.slice(slash + 1) : k;
-    if (name.length > 63 || !qualifiedName.test(name) || (prefix !== undefined && validateName(prefix, false) !== undefined)) {
-      causes.push({ reason: "FieldValueInvalid", field, message: `Invalid value: "${k}": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character` });
+    if (
+      name.length > 63 ||
+      !qualifiedName.test(name) ||
+      (prefix !== undefined && validateName(prefix, false) !== undefined)
+    ) {
+      causes.push({
+        reason: "FieldValueInvalid",
+        field,
+        message: `Invalid value: "${k}": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character`,
+      });
     }
     if (typeof v !== "string" || v.length > 63) {
-      causes.push({ reason: "FieldValueInvalid", field, message: `Invalid value: "${String(v)}": must be no more than 63 characters` });
+      causes.push({
+        reason: "FieldValueInvalid",
+        field,
+        message: `Invalid value: "${String(v)}": must be no more than 63 characters`,
+      });
     } else if (!labelValue.test(v)) {
-      causes.push({ reason: "FieldValueInvalid", field, message: `Invalid value: "${v}": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character` });
+      causes.push({
+        reason: "FieldValueInvalid",
+        field,
+        message: `Invalid value: "${v}": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character`,
+      });
     }
   }
   return causes;
@@ -64,35 +82,73 @@ export function validatePodSpec(spec: unknown, path: string, allowedRestart: str
   const causes: StatusCause[] = [];
   if (!isObject(spec)) return [{ reason: "FieldValueRequired", field: path, message: "Required value" }];
   const containers = asArray(spec.containers);
-  if (containers.length === 0) causes.push({ reason: "FieldValueRequired", field: `${path}.containers`, message: "Required value" });
+  if (containers.length === 0)
+    causes.push({ reason: "FieldValueRequired", field: `${path}.containers`, message: "Required value" });
   const volumeNames = new Set(asArray(spec.volumes).map((v) => String(v.name)));
   const seen = new Set<string>();
-  for (const [listName, list] of [["initContainers", asArray(spec.initContainers)], ["containers", containers]] as const) {
+  for (const [listName, list] of [
+    ["initContainers", asArray(spec.initContainers)],
+    ["containers", containers],
+  ] as const) {
     list.forEach((c, i) => {
       const name = typeof c.name === "string" ? c.name : "";
       const field = `${path}.${listName}[${i}]`;
       if (name === "") causes.push({ reason: "FieldValueRequired", field: `${field}.name`, message: "Required value" });
-      else if (validateName(name, true)) causes.push({ reason: "FieldValueInvalid", field: `${field}.name`, message: `Invalid value: "${name}": ${validateName(name, true) ?? ""}` });
-      else if (seen.has(name)) causes.push({ reason: "FieldValueDuplicate", field: `${field}.name`, message: `Duplicate value: "${name}"` });
+      else if (validateName(name, true))
+        causes.push({
+          reason: "FieldValueInvalid",
+          field: `${field}.name`,
+          message: `Invalid value: "${name}": ${validateName(name, true) ?? ""}`,
+        });
+      else if (seen.has(name))
+        causes.push({ reason: "FieldValueDuplicate", field: `${field}.name`, message: `Duplicate value: "${name}"` });
       seen.add(name);
       // Only init containers may set a restartPolicy, and only Always (a native sidecar).
       if (c.restartPolicy !== undefined && (listName === "containers" || c.restartPolicy !== "Always")) {
-        causes.push(listName === "containers"
-          ? { reason: "FieldValueForbidden", field: `${field}.restartPolicy`, message: "Forbidden: may not be set for non-init containers" }
-          : { reason: "FieldValueNotSupported", field: `${field}.restartPolicy`, message: `Unsupported value: "${String(c.restartPolicy)}": supported values: "Always"` });
+        causes.push(
+          listName === "containers"
+            ? {
+                reason: "FieldValueForbidden",
+                field: `${field}.restartPolicy`,
+                message: "Forbidden: may not be set for non-init containers",
+              }
+            : {
+                reason: "FieldValueNotSupported",
+                field: `${field}.restartPolicy`,
+                message: `Unsupported value: "${String(c.restartPolicy)}": supported values: "Always"`,
+              },
+        );
       }
       asArray(c.volumeMounts).forEach((m, j) => {
-        if (!volumeNames.has(String(m.name))) causes.push({ reason: "FieldValueNotFound", field: `${field}.volumeMounts[${j}].name`, message: `Not found: "${String(m.name)}"` });
-        if (typeof m.mountPath !== "string" || m.mountPath === "") causes.push({ reason: "FieldValueRequired", field: `${field}.volumeMounts[${j}].mountPath`, message: "Required value" });
+        if (!volumeNames.has(String(m.name)))
+          causes.push({
+            reason: "FieldValueNotFound",
+            field: `${field}.volumeMounts[${j}].name`,
+            message: `Not found: "${String(m.name)}"`,
+          });
+        if (typeof m.mountPath !== "string" || m.mountPath === "")
+          causes.push({
+            reason: "FieldValueRequired",
+            field: `${field}.volumeMounts[${j}].mountPath`,
+            message: "Required value",
+          });
       });
     });
   }
   const restart = spec.restartPolicy;
   if (restart !== undefined && !allowedRestart.includes(String(restart))) {
-    causes.push({ reason: "FieldValueNotSupported", field: `${path}.restartPolicy`, message: `Unsupported value: "${String(restart)}": supported values: ${allowedRestart.map((r) => `"${r}"`).join(", ")}` });
+    causes.push({
+      reason: "FieldValueNotSupported",
+      field: `${path}.restartPolicy`,
+      message: `Unsupported value: "${String(restart)}": supported values: ${allowedRestart.map((r) => `"${r}"`).join(", ")}`,
+    });
   }
   if (restart === undefined && !allowedRestart.includes("Always")) {
-    causes.push({ reason: "FieldValueRequired", field: `${path}.restartPolicy`, message: `Required value: valid values: ${allowedRestart.map((r) => `"${r}"`).join(", ")}` });
+    causes.push({
+      reason: "FieldValueRequired",
+      field: `${path}.restartPolicy`,
+      message: `Required value: valid values: ${allowedRestart.map((r) => `"${r}"`).join(", ")}`,
+    });
   }
   return causes;
 }
@@ -145,7 +201,12 @@ const podRules: KindRules = {
   validate(obj, old, system) {
     const causes = validatePodSpec(obj.spec, "spec", ["Always", "OnFailure", "Never"]);
     if (old && !system && !deepEqual(mutablePodSpecView(obj.spec), mutablePodSpecView(old.spec))) {
-      causes.push({ reason: "FieldValueForbidden", field: "spec", message: "Forbidden: pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)" });
+      causes.push({
+        reason: "FieldValueForbidden",
+        field: "spec",
+        message:
+          "Forbidden: pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)",
+      });
     }
     return causes;
   },
@@ -170,11 +231,22 @@ const jobRules: KindRules = {
     template.metadata = tmeta;
     const labels = isObject(tmeta.labels) ? (tmeta.labels as Record<string, string>) : {};
     if (spec.manualSelector !== true) {
-      Object.assign(labels, { "batch.kubernetes.io/controller-uid": uid, "batch.kubernetes.io/job-name": name, "controller-uid": uid, "job-name": name });
+      Object.assign(labels, {
+        "batch.kubernetes.io/controller-uid": uid,
+        "batch.kubernetes.io/job-name": name,
+        "controller-uid": uid,
+        "job-name": name,
+      });
       spec.selector ??= { matchLabels: { "batch.kubernetes.io/controller-uid": uid } };
     }
     tmeta.labels = labels;
-    obj.metadata.labels = { "batch.kubernetes.io/controller-uid": uid, "batch.kubernetes.io/job-name": name, "controller-uid": uid, "job-name": name, ...(obj.metadata.labels ?? {}) };
+    obj.metadata.labels = {
+      "batch.kubernetes.io/controller-uid": uid,
+      "batch.kubernetes.io/job-name": name,
+      "controller-uid": uid,
+      "job-name": name,
+      ...(obj.metadata.labels ?? {}),
+    };
     if (isObject(template.spec)) defaultPodSpec(template.spec);
   },
   initialStatus() {
@@ -188,19 +260,53 @@ const jobRules: KindRules = {
     causes.push(...validateLabels(tmeta.labels as Record<string, string> | undefined, "spec.template.labels"));
     for (const f of ["backoffLimit", "parallelism", "completions", "ttlSecondsAfterFinished"]) {
       const v = spec[f];
-      if (v !== undefined && v !== null && (!Number.isInteger(v) || (v as number) < 0)) causes.push({ reason: "FieldValueInvalid", field: `spec.${f}`, message: `Invalid value: ${JSON.stringify(v)}: must be greater than or equal to 0` });
+      if (v !== undefined && v !== null && (!Number.isInteger(v) || (v as number) < 0))
+        causes.push({
+          reason: "FieldValueInvalid",
+          field: `spec.${f}`,
+          message: `Invalid value: ${JSON.stringify(v)}: must be greater than or equal to 0`,
+        });
     }
     const replacement = spec.podReplacementPolicy;
-    if (replacement !== undefined && replacement !== null && replacement !== "Failed" && replacement !== "TerminatingOrFailed") {
-      causes.push({ reason: "FieldValueNotSupported", field: "spec.podReplacementPolicy", message: `Unsupported value: ${JSON.stringify(replacement)}: supported values: "Failed", "TerminatingOrFailed"` });
+    if (
+      replacement !== undefined &&
+      replacement !== null &&
+      replacement !== "Failed" &&
+      replacement !== "TerminatingOrFailed"
+    ) {
+      causes.push({
+        reason: "FieldValueNotSupported",
+        field: "spec.podReplacementPolicy",
+        message: `Unsupported value: ${JSON.stringify(replacement)}: supported values: "Failed", "TerminatingOrFailed"`,
+      });
     }
     const ads = spec.activeDeadlineSeconds;
-    if (ads !== undefined && ads !== null && (!Number.isInteger(ads) || (ads as number) <= 0)) causes.push({ reason: "FieldValueInvalid", field: "spec.activeDeadlineSeconds", message: `Invalid value: ${JSON.stringify(ads)}: must be greater than 0` });
+    if (ads !== undefined && ads !== null && (!Number.isInteger(ads) || (ads as number) <= 0))
+      causes.push({
+        reason: "FieldValueInvalid",
+        field: "spec.activeDeadlineSeconds",
+        message: `Invalid value: ${JSON.stringify(ads)}: must be greater than 0`,
+      });
     if (old) {
       const oldSpec = isObject(old.spec) ? old.spec : {};
-      if (!deepEqual(spec.template, oldSpec.template) && oldSpec.suspend !== true) causes.push({ reason: "FieldValueInvalid", field: "spec.template", message: "Invalid value: field is immutable" });
-      if (!deepEqual(spec.selector, oldSpec.selector)) causes.push({ reason: "FieldValueInvalid", field: "spec.selector", message: "Invalid value: field is immutable" });
-      if (spec.completions !== oldSpec.completions) causes.push({ reason: "FieldValueInvalid", field: "spec.completions", message: "Invalid value: field is immutable" });
+      if (!deepEqual(spec.template, oldSpec.template) && oldSpec.suspend !== true)
+        causes.push({
+          reason: "FieldValueInvalid",
+          field: "spec.template",
+          message: "Invalid value: field is immutable",
+        });
+      if (!deepEqual(spec.selector, oldSpec.selector))
+        causes.push({
+          reason: "FieldValueInvalid",
+          field: "spec.selector",
+          message: "Invalid value: field is immutable",
+        });
+      if (spec.completions !== oldSpec.completions)
+        causes.push({
+          reason: "FieldValueInvalid",
+          field: "spec.completions",
+          message: "Invalid value: field is immutable",
+        });
     }
     return causes;
   },
@@ -216,10 +322,17 @@ function validateDataKeys(obj: KObject, fields: string[]): StatusCause[] {
       continue;
     }
     for (const [k, v] of Object.entries(data)) {
-      if (!configKey.test(k)) causes.push({ reason: "FieldValueInvalid", field: `${f}[${k}]`, message: `Invalid value: "${k}": a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')` });
-      if (typeof v !== "string") causes.push({ reason: "FieldValueTypeInvalid", field: `${f}[${k}]`, message: "must be a string" });
+      if (!configKey.test(k))
+        causes.push({
+          reason: "FieldValueInvalid",
+          field: `${f}[${k}]`,
+          message: `Invalid value: "${k}": a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')`,
+        });
+      if (typeof v !== "string")
+        causes.push({ reason: "FieldValueTypeInvalid", field: `${f}[${k}]`, message: "must be a string" });
       else if ((f === "data" && obj.kind === "Secret") || f === "binaryData") {
-        if (!/^[A-Za-z0-9+/]*={0,2}$/.test(v) || v.length % 4 !== 0) causes.push({ reason: "FieldValueInvalid", field: `${f}[${k}]`, message: "illegal base64 data" });
+        if (!/^[A-Za-z0-9+/]*={0,2}$/.test(v) || v.length % 4 !== 0)
+          causes.push({ reason: "FieldValueInvalid", field: `${f}[${k}]`, message: "illegal base64 data" });
       }
     }
   }
@@ -229,7 +342,15 @@ function validateDataKeys(obj: KObject, fields: string[]): StatusCause[] {
 function immutableData(obj: KObject, old: KObject | undefined, fields: string[]): StatusCause[] {
   if (!old || old.immutable !== true) return [];
   const changed = fields.some((f) => !deepEqual(obj[f], old[f])) || obj.immutable !== true;
-  return changed ? [{ reason: "FieldValueForbidden", field: "data", message: "Forbidden: field is immutable when `immutable` is set" }] : [];
+  return changed
+    ? [
+        {
+          reason: "FieldValueForbidden",
+          field: "data",
+          message: "Forbidden: field is immutable when `immutable` is set",
+        },
+      ]
+    : [];
 }
 
 const secretRules: KindRules = {
@@ -264,14 +385,41 @@ const crdRules: KindRules = {
     const names = isObject(spec.names) ? spec.names : {};
     const group = typeof spec.group === "string" ? spec.group : "";
     const plural = typeof names.plural === "string" ? names.plural : "";
-    if (group === "" || !group.includes(".")) causes.push({ reason: "FieldValueInvalid", field: "spec.group", message: `Invalid value: "${group}": should be a domain with at least one dot` });
-    if (plural === "") causes.push({ reason: "FieldValueRequired", field: "spec.names.plural", message: "Required value" });
-    if (typeof names.kind !== "string" || names.kind === "") causes.push({ reason: "FieldValueRequired", field: "spec.names.kind", message: "Required value" });
-    if (obj.metadata.name !== `${plural}.${group}`) causes.push({ reason: "FieldValueInvalid", field: "metadata.name", message: `Invalid value: "${obj.metadata.name ?? ""}": must be spec.names.plural+"."+spec.group` });
-    if (spec.scope !== "Namespaced" && spec.scope !== "Cluster") causes.push({ reason: "FieldValueNotSupported", field: "spec.scope", message: `Unsupported value: "${String(spec.scope)}": supported values: "Cluster", "Namespaced"` });
+    if (group === "" || !group.includes("."))
+      causes.push({
+        reason: "FieldValueInvalid",
+        field: "spec.group",
+        message: `Invalid value: "${group}": should be a domain with at least one dot`,
+      });
+    if (plural === "")
+      causes.push({ reason: "FieldValueRequired", field: "spec.names.plural", message: "Required value" });
+    if (typeof names.kind !== "string" || names.kind === "")
+      causes.push({ reason: "FieldValueRequired", field: "spec.names.kind", message: "Required value" });
+    if (obj.metadata.name !== `${plural}.${group}`)
+      causes.push({
+        reason: "FieldValueInvalid",
+        field: "metadata.name",
+        message: `Invalid value: "${obj.metadata.name ?? ""}": must be spec.names.plural+"."+spec.group`,
+      });
+    if (spec.scope !== "Namespaced" && spec.scope !== "Cluster")
+      causes.push({
+        reason: "FieldValueNotSupported",
+        field: "spec.scope",
+        message: `Unsupported value: "${String(spec.scope)}": supported values: "Cluster", "Namespaced"`,
+      });
     const versions = asArray(spec.versions);
-    if (versions.length === 0) causes.push({ reason: "FieldValueRequired", field: "spec.versions", message: "Required value: must have at least one version" });
-    if (versions.filter((v) => v.storage === true).length !== 1) causes.push({ reason: "FieldValueInvalid", field: "spec.versions", message: "Invalid value: must have exactly one version marked as storage version" });
+    if (versions.length === 0)
+      causes.push({
+        reason: "FieldValueRequired",
+        field: "spec.versions",
+        message: "Required value: must have at least one version",
+      });
+    if (versions.filter((v) => v.storage === true).length !== 1)
+      causes.push({
+        reason: "FieldValueInvalid",
+        field: "spec.versions",
+        message: "Invalid value: must have exactly one version marked as storage version",
+      });
     return causes;
   },
   initialStatus(obj) {
@@ -280,10 +428,24 @@ const crdRules: KindRules = {
     return {
       acceptedNames: spec.names,
       conditions: [
-        { type: "NamesAccepted", status: "True", reason: "NoConflicts", message: "no conflicts found", lastTransitionTime: now },
-        { type: "Established", status: "True", reason: "InitialNamesAccepted", message: "the initial names have been accepted", lastTransitionTime: now },
+        {
+          type: "NamesAccepted",
+          status: "True",
+          reason: "NoConflicts",
+          message: "no conflicts found",
+          lastTransitionTime: now,
+        },
+        {
+          type: "Established",
+          status: "True",
+          reason: "InitialNamesAccepted",
+          message: "the initial names have been accepted",
+          lastTransitionTime: now,
+        },
       ],
-      storedVersions: asArray(spec.versions).filter((v) => v.storage === true).map((v) => v.name),
+      storedVersions: asArray(spec.versions)
+        .filter((v) => v.storage === true)
+        .map((v) => v.name),
     };
   },
 };
@@ -312,5 +474,14 @@ export function rulesFor(t: ResourceType, version: string): KindRules {
 
 /** Kinds whose spec changes bump metadata.generation. */
 export function tracksGeneration(t: ResourceType): boolean {
-  return t.custom !== undefined || ["batch/jobs", "apps/deployments", "apps/daemonsets", "policy/poddisruptionbudgets", "apiextensions.k8s.io/customresourcedefinitions"].includes(`${t.group}/${t.resource}`);
+  return (
+    t.custom !== undefined ||
+    [
+      "batch/jobs",
+      "apps/deployments",
+      "apps/daemonsets",
+      "policy/poddisruptionbudgets",
+      "apiextensions.k8s.io/customresourcedefinitions",
+    ].includes(`${t.group}/${t.resource}`)
+  );
 }

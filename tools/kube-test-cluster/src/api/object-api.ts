@@ -10,7 +10,17 @@ import type { ResourceRegistry, ResourceType } from "./resources.js";
 import { apiVersionOf, compareVersions, typeKey } from "./resources.js";
 import { fieldsOf, parseFieldSelector, parseLabelSelector } from "./selectors.js";
 import type { StatusCause } from "./status-error.js";
-import { alreadyExists, badRequest, conflict, gone, invalid, notFound, staleMessage, StatusError, unsupportedMediaType } from "./status-error.js";
+import {
+  alreadyExists,
+  badRequest,
+  conflict,
+  gone,
+  invalid,
+  notFound,
+  staleMessage,
+  StatusError,
+  unsupportedMediaType,
+} from "./status-error.js";
 import type { Store } from "./store.js";
 import type { UserInfo } from "./auth.js";
 import type { JsonObject, KObject } from "./types.js";
@@ -86,8 +96,29 @@ export function patchTypeOf(contentType: string): PatchType {
 
 /** Field selectors the real server accepts per kind (beyond metadata.name/namespace). */
 const selectableFields: Record<string, string[]> = {
-  "/pods": ["spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName", "spec.hostNetwork", "status.phase", "status.podIP", "status.nominatedNodeName"],
-  "/events": ["involvedObject.kind", "involvedObject.namespace", "involvedObject.name", "involvedObject.uid", "involvedObject.apiVersion", "involvedObject.resourceVersion", "involvedObject.fieldPath", "reason", "reportingComponent", "source", "type"],
+  "/pods": [
+    "spec.nodeName",
+    "spec.restartPolicy",
+    "spec.schedulerName",
+    "spec.serviceAccountName",
+    "spec.hostNetwork",
+    "status.phase",
+    "status.podIP",
+    "status.nominatedNodeName",
+  ],
+  "/events": [
+    "involvedObject.kind",
+    "involvedObject.namespace",
+    "involvedObject.name",
+    "involvedObject.uid",
+    "involvedObject.apiVersion",
+    "involvedObject.resourceVersion",
+    "involvedObject.fieldPath",
+    "reason",
+    "reportingComponent",
+    "source",
+    "type",
+  ],
   "/secrets": ["type"],
   "/namespaces": ["status.phase"],
   "/nodes": ["spec.unschedulable"],
@@ -125,8 +156,10 @@ export class ObjectApi {
   /** The object as served at `version`: stored once, shown under the version asked for. */
   present(t: ResourceType, obj: KObject, version?: string): KObject {
     const out = clone(obj);
-    const v = version ?? (obj.apiVersion.includes("/") ? obj.apiVersion.slice(obj.apiVersion.indexOf("/") + 1) : obj.apiVersion);
-    out.apiVersion = apiVersionOf(t.group, t.versions.includes(v) ? v : t.versions[0] ?? v);
+    const v =
+      version ??
+      (obj.apiVersion.includes("/") ? obj.apiVersion.slice(obj.apiVersion.indexOf("/") + 1) : obj.apiVersion);
+    out.apiVersion = apiVersionOf(t.group, t.versions.includes(v) ? v : (t.versions[0] ?? v));
     out.kind = t.kind;
     return out;
   }
@@ -147,17 +180,26 @@ export class ObjectApi {
     const fields = parseFieldSelector(opts.fieldSelector);
     checkFieldSelector(t, fields.keys);
     const rv = this.store.currentRevision;
-    let all = this.store.select(typeKey(t.group, t.resource), t.namespaced ? ns : undefined, (o) => labels(o.metadata.labels ?? {}) && fields.selector(fieldsOf(o, fields.keys)));
+    let all = this.store.select(
+      typeKey(t.group, t.resource),
+      t.namespaced ? ns : undefined,
+      (o) => labels(o.metadata.labels ?? {}) && fields.selector(fieldsOf(o, fields.keys)),
+    );
     let listRv = String(rv);
     if (opts.continueToken) {
       let token: { rv?: number; start?: string };
       try {
-        token = JSON.parse(Buffer.from(opts.continueToken, "base64url").toString("utf8")) as { rv?: number; start?: string };
+        token = JSON.parse(Buffer.from(opts.continueToken, "base64url").toString("utf8")) as {
+          rv?: number;
+          start?: string;
+        };
       } catch {
         throw badRequest("continue key is not valid: illegal base64 data");
       }
       if ((token.rv ?? 0) < this.store.oldestResumable) {
-        throw gone("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.");
+        throw gone(
+          "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.",
+        );
       }
       const start = token.start ?? "";
       all = all.filter((o) => `${o.metadata.namespace ?? ""}/${o.metadata.name ?? ""}` > start);
@@ -184,7 +226,22 @@ export class ObjectApi {
     const nsObj = this.store.get("/namespaces", undefined, ns);
     if (!nsObj) throw notFound("namespaces", "", ns);
     if (creating && nsObj.metadata.deletionTimestamp) {
-      throw new StatusError(403, "Forbidden", `${t.resource} "${"(new)"}" is forbidden: unable to create new content in namespace ${ns} because it is being terminated`, { kind: t.resource, group: t.group, causes: [{ reason: "NamespaceTerminating", message: `namespace ${ns} is being terminated`, field: "metadata.namespace" }] });
+      throw new StatusError(
+        403,
+        "Forbidden",
+        `${t.resource} "${"(new)"}" is forbidden: unable to create new content in namespace ${ns} because it is being terminated`,
+        {
+          kind: t.resource,
+          group: t.group,
+          causes: [
+            {
+              reason: "NamespaceTerminating",
+              message: `namespace ${ns} is being terminated`,
+              field: "metadata.namespace",
+            },
+          ],
+        },
+      );
     }
   }
 
@@ -194,7 +251,8 @@ export class ObjectApi {
     obj.metadata = isObject(obj.metadata) ? obj.metadata : {};
     const meta = obj.metadata;
     if (t.namespaced) {
-      if (meta.namespace && ns && meta.namespace !== ns) throw badRequest("the namespace of the provided object does not match the namespace sent on the request");
+      if (meta.namespace && ns && meta.namespace !== ns)
+        throw badRequest("the namespace of the provided object does not match the namespace sent on the request");
       meta.namespace = ns;
     } else delete meta.namespace;
     this.checkNamespace(t, ns, true);
@@ -204,10 +262,22 @@ export class ObjectApi {
       while (this.store.get(key, meta.namespace, meta.name));
     }
     const name = meta.name ?? "";
-    if (name === "") throw invalid(t.kind, t.group, "", [{ reason: "FieldValueRequired", field: "metadata.name", message: "Required value: name or generateName is required" }]);
+    if (name === "")
+      throw invalid(t.kind, t.group, "", [
+        {
+          reason: "FieldValueRequired",
+          field: "metadata.name",
+          message: "Required value: name or generateName is required",
+        },
+      ]);
     const causes: StatusCause[] = [];
     const nameError = validateName(name, t.resource === "namespaces");
-    if (nameError) causes.push({ reason: "FieldValueInvalid", field: "metadata.name", message: `Invalid value: "${name}": ${nameError}` });
+    if (nameError)
+      causes.push({
+        reason: "FieldValueInvalid",
+        field: "metadata.name",
+        message: `Invalid value: "${name}": ${nameError}`,
+      });
     if (this.store.get(key, meta.namespace, name)) throw alreadyExists(t.resource, t.group, name);
     obj.apiVersion = apiVersionOf(t.group, version ?? t.versions[0] ?? "v1");
     obj.kind = t.kind;
@@ -230,7 +300,10 @@ export class ObjectApi {
       if (status === undefined) delete obj.status;
       else obj.status = status;
     }
-    causes.push(...validateLabels(meta.labels, "metadata.labels"), ...(rules.validate?.(obj, undefined, opts.system === true) ?? []));
+    causes.push(
+      ...validateLabels(meta.labels, "metadata.labels"),
+      ...(rules.validate?.(obj, undefined, opts.system === true) ?? []),
+    );
     if (causes.length > 0) throw invalid(t.kind, t.group, name, causes);
     for (const a of this.admission) a.validate?.(review);
     if (opts.dryRun) return this.present(t, obj, version);
@@ -239,19 +312,36 @@ export class ObjectApi {
     return this.present(t, stored, version);
   }
 
-  update(t: ResourceType, ns: string | undefined, name: string, body: unknown, opts: WriteOptions = {}, version?: string): KObject {
+  update(
+    t: ResourceType,
+    ns: string | undefined,
+    name: string,
+    body: unknown,
+    opts: WriteOptions = {},
+    version?: string,
+  ): KObject {
     if (!isObject(body)) throw badRequest("the body of the request was not a JSON object");
     const key = typeKey(t.group, t.resource);
     const old = this.store.get(key, t.namespaced ? ns : undefined, name);
     if (!old) throw notFound(t.resource, t.group, name);
     const incoming = clone(body) as KObject;
     incoming.metadata = isObject(incoming.metadata) ? incoming.metadata : {};
-    if (incoming.metadata.name !== undefined && incoming.metadata.name !== name) throw badRequest(`the name of the object (${String(incoming.metadata.name)}) does not match the name on the URL (${name})`);
-    if (t.namespaced && incoming.metadata.namespace && incoming.metadata.namespace !== ns) throw badRequest("the namespace of the provided object does not match the namespace sent on the request");
+    if (incoming.metadata.name !== undefined && incoming.metadata.name !== name)
+      throw badRequest(
+        `the name of the object (${String(incoming.metadata.name)}) does not match the name on the URL (${name})`,
+      );
+    if (t.namespaced && incoming.metadata.namespace && incoming.metadata.namespace !== ns)
+      throw badRequest("the namespace of the provided object does not match the namespace sent on the request");
     const rvIn = incoming.metadata.resourceVersion;
-    if (rvIn !== undefined && rvIn !== "" && rvIn !== old.metadata.resourceVersion) throw conflict(t.resource, t.group, name, staleMessage);
+    if (rvIn !== undefined && rvIn !== "" && rvIn !== old.metadata.resourceVersion)
+      throw conflict(t.resource, t.group, name, staleMessage);
     if (incoming.metadata.uid && incoming.metadata.uid !== old.metadata.uid) {
-      throw conflict(t.resource, t.group, name, `Precondition failed: UID in precondition: ${String(incoming.metadata.uid)}, UID in object meta: ${old.metadata.uid ?? ""}`);
+      throw conflict(
+        t.resource,
+        t.group,
+        name,
+        `Precondition failed: UID in precondition: ${String(incoming.metadata.uid)}, UID in object meta: ${old.metadata.uid ?? ""}`,
+      );
     }
     let obj: KObject;
     if (opts.subresource === "status") {
@@ -261,7 +351,14 @@ export class ObjectApi {
     } else {
       obj = incoming;
       const m = obj.metadata;
-      for (const f of ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation", "namespace"] as const) {
+      for (const f of [
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generation",
+        "namespace",
+      ] as const) {
         const prev: unknown = old.metadata[f];
         if (prev === undefined) delete m[f];
         else (m as Record<string, unknown>)[f] = prev;
@@ -275,35 +372,59 @@ export class ObjectApi {
       mergeStringData(obj);
       if (old.metadata.deletionTimestamp) {
         const added = (m.finalizers ?? []).filter((f) => !(old.metadata.finalizers ?? []).includes(f));
-        if (added.length > 0) throw invalid(t.kind, t.group, name, [{ reason: "FieldValueForbidden", field: "metadata.finalizers", message: `Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{"${added.join('", "')}"}` }]);
+        if (added.length > 0)
+          throw invalid(t.kind, t.group, name, [
+            {
+              reason: "FieldValueForbidden",
+              field: "metadata.finalizers",
+              message: `Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{"${added.join('", "')}"}`,
+            },
+          ]);
       }
     }
     obj.apiVersion = old.apiVersion;
     obj.kind = t.kind;
     obj.metadata.resourceVersion = old.metadata.resourceVersion;
-    if (tracksGeneration(t) && !deepEqual(specView(obj), specView(old))) obj.metadata.generation = (old.metadata.generation ?? 1) + 1;
+    if (tracksGeneration(t) && !deepEqual(specView(obj), specView(old)))
+      obj.metadata.generation = (old.metadata.generation ?? 1) + 1;
     const rules = rulesFor(t, version ?? t.versions[0] ?? "v1");
     const review: AdmissionRequest = { t, operation: "UPDATE", obj, old, opts };
     if (opts.subresource === undefined) for (const a of this.admission) a.mutate?.(review);
-    const causes = [...validateLabels(obj.metadata.labels, "metadata.labels"), ...(rules.validate?.(obj, old, opts.system === true) ?? [])];
+    const causes = [
+      ...validateLabels(obj.metadata.labels, "metadata.labels"),
+      ...(rules.validate?.(obj, old, opts.system === true) ?? []),
+    ];
     if (causes.length > 0) throw invalid(t.kind, t.group, name, causes);
     if (opts.subresource === undefined) for (const a of this.admission) a.validate?.(review);
     if (deepEqual(obj, old)) return this.present(t, old, version);
     if (opts.dryRun) return this.present(t, obj, version);
     const stored = this.store.put(key, obj);
     const meta = stored.metadata;
-    if (meta.deletionTimestamp && (meta.finalizers ?? []).length === 0 && (meta.deletionGracePeriodSeconds ?? 0) === 0) {
+    if (
+      meta.deletionTimestamp &&
+      (meta.finalizers ?? []).length === 0 &&
+      (meta.deletionGracePeriodSeconds ?? 0) === 0
+    ) {
       return this.present(t, this.removeNow(t, stored), version);
     }
     for (const h of this.hooks) h(t, stored, false);
     return this.present(t, stored, version);
   }
 
-  patch(t: ResourceType, ns: string | undefined, name: string, type: PatchType, body: unknown, opts: WriteOptions = {}, version?: string): KObject {
+  patch(
+    t: ResourceType,
+    ns: string | undefined,
+    name: string,
+    type: PatchType,
+    body: unknown,
+    opts: WriteOptions = {},
+    version?: string,
+  ): KObject {
     const key = typeKey(t.group, t.resource);
     const old = this.store.get(key, t.namespaced ? ns : undefined, name);
     if (!old) {
-      if (type === "apply" && opts.subresource === undefined) return this.create(t, ns, { ...(isObject(body) ? body : {}) }, opts, version);
+      if (type === "apply" && opts.subresource === undefined)
+        return this.create(t, ns, { ...(isObject(body) ? body : {}) }, opts, version);
       throw notFound(t.resource, t.group, name);
     }
     const base = this.present(t, old, version);
@@ -343,13 +464,32 @@ export class ObjectApi {
     const old = this.store.get(key, t.namespaced ? ns : undefined, name);
     if (!old) throw notFound(t.resource, t.group, name);
     if (opts.preconditions?.uid && opts.preconditions.uid !== old.metadata.uid) {
-      throw conflict(t.resource, t.group, name, `Precondition failed: UID in precondition: ${opts.preconditions.uid}, UID in object meta: ${old.metadata.uid ?? ""}`);
+      throw conflict(
+        t.resource,
+        t.group,
+        name,
+        `Precondition failed: UID in precondition: ${opts.preconditions.uid}, UID in object meta: ${old.metadata.uid ?? ""}`,
+      );
     }
     if (opts.preconditions?.resourceVersion && opts.preconditions.resourceVersion !== old.metadata.resourceVersion) {
-      throw conflict(t.resource, t.group, name, `Precondition failed: ResourceVersion in precondition: ${opts.preconditions.resourceVersion}, ResourceVersion in object meta: ${old.metadata.resourceVersion ?? ""}`);
+      throw conflict(
+        t.resource,
+        t.group,
+        name,
+        `Precondition failed: ResourceVersion in precondition: ${opts.preconditions.resourceVersion}, ResourceVersion in object meta: ${old.metadata.resourceVersion ?? ""}`,
+      );
     }
-    const policy: PropagationPolicy = opts.propagationPolicy ?? (opts.orphanDependents === true ? "Orphan" : opts.orphanDependents === false ? "Background" : rulesFor(t, t.versions[0] ?? "v1").defaultPropagation ?? "Background");
-    if (!["Orphan", "Background", "Foreground"].includes(policy)) throw badRequest(`Unsupported value: "${String(policy)}": supported values: "Foreground", "Background", "Orphan"`);
+    const policy: PropagationPolicy =
+      opts.propagationPolicy ??
+      (opts.orphanDependents === true
+        ? "Orphan"
+        : opts.orphanDependents === false
+          ? "Background"
+          : (rulesFor(t, t.versions[0] ?? "v1").defaultPropagation ?? "Background"));
+    if (!["Orphan", "Background", "Foreground"].includes(policy))
+      throw badRequest(
+        `Unsupported value: "${String(policy)}": supported values: "Foreground", "Background", "Orphan"`,
+      );
     if (opts.dryRun) return this.present(t, old, version);
     const obj = clone(old);
     const meta = obj.metadata;
@@ -366,7 +506,9 @@ export class ObjectApi {
     if (t.group === "" && t.resource === "pods") {
       const spec = isObject(obj.spec) ? obj.spec : {};
       const status = isObject(obj.status) ? obj.status : {};
-      grace = opts.gracePeriodSeconds ?? (typeof spec.terminationGracePeriodSeconds === "number" ? spec.terminationGracePeriodSeconds : 30);
+      grace =
+        opts.gracePeriodSeconds ??
+        (typeof spec.terminationGracePeriodSeconds === "number" ? spec.terminationGracePeriodSeconds : 30);
       if (!spec.nodeName || status.phase === "Succeeded" || status.phase === "Failed") grace = 0;
       if (grace < 0) grace = 0;
     }
@@ -381,7 +523,8 @@ export class ObjectApi {
       if (grace < (meta.deletionGracePeriodSeconds ?? 0)) {
         meta.deletionGracePeriodSeconds = grace;
         const stored = this.store.put(key, obj);
-        if (grace === 0 && (stored.metadata.finalizers ?? []).length === 0) return this.present(t, this.removeNow(t, stored), version);
+        if (grace === 0 && (stored.metadata.finalizers ?? []).length === 0)
+          return this.present(t, this.removeNow(t, stored), version);
         return this.present(t, stored, version);
       }
       return this.present(t, old, version);
@@ -397,7 +540,11 @@ export class ObjectApi {
 
   /** Removes an object from storage now, whatever its finalizers (namespace/CRD cleanup, final pod removal). */
   removeNow(t: ResourceType, obj: KObject): KObject {
-    const removed = this.store.remove(typeKey(t.group, t.resource), t.namespaced ? obj.metadata.namespace : undefined, obj.metadata.name ?? "");
+    const removed = this.store.remove(
+      typeKey(t.group, t.resource),
+      t.namespaced ? obj.metadata.namespace : undefined,
+      obj.metadata.name ?? "",
+    );
     const out = removed ?? obj;
     for (const h of this.hooks) h(t, out, true);
     return out;
@@ -420,7 +567,13 @@ export class ObjectApi {
    * Read-modify-write for controllers: applies `mutate` to the latest object and
    * retries on conflicts. Returns undefined when the object is gone.
    */
-  mutate(t: ResourceType, ns: string | undefined, name: string, mutate: (o: KObject) => void, subresource?: "status"): KObject | undefined {
+  mutate(
+    t: ResourceType,
+    ns: string | undefined,
+    name: string,
+    mutate: (o: KObject) => void,
+    subresource?: "status",
+  ): KObject | undefined {
     for (let attempt = 0; attempt < 5; attempt++) {
       const cur = this.tryGet(t, ns, name);
       if (!cur) return undefined;
@@ -438,7 +591,9 @@ export class ObjectApi {
 
   /** Types in discovery order, highest version first (for kubectl's resource resolution). */
   typesSorted(): ResourceType[] {
-    return this.resources.all().sort((a, b) => a.group.localeCompare(b.group) || compareVersions(a.versions[0] ?? "", b.versions[0] ?? ""));
+    return this.resources
+      .all()
+      .sort((a, b) => a.group.localeCompare(b.group) || compareVersions(a.versions[0] ?? "", b.versions[0] ?? ""));
   }
 }
 

@@ -14,7 +14,12 @@ function gvPath(group: string, version: string): string {
   return group === "" ? `api/${version}` : `apis/${group}/${version}`;
 }
 
-const patchParams = ["dryRun", "fieldManager", "fieldValidation", "force", "pretty"].map((name) => ({ name, in: "query", schema: { type: name === "force" ? "boolean" : "string" }, uniqueItems: true }));
+const patchParams = ["dryRun", "fieldManager", "fieldValidation", "force", "pretty"].map((name) => ({
+  name,
+  in: "query",
+  schema: { type: name === "force" ? "boolean" : "string" },
+  uniqueItems: true,
+}));
 
 export function openApiDocument(registry: ResourceRegistry, group: string, version: string): JsonObject | undefined {
   const paths: JsonObject = {};
@@ -28,13 +33,25 @@ export function openApiDocument(registry: ResourceRegistry, group: string, versi
         "x-kubernetes-action": "patch",
         "x-kubernetes-group-version-kind": gvk,
         parameters: patchParams,
-        requestBody: { content: { "application/json-patch+json": { schema: { type: "object" } }, "application/merge-patch+json": { schema: { type: "object" } }, "application/apply-patch+yaml": { schema: { type: "object" } } }, required: true },
+        requestBody: {
+          content: {
+            "application/json-patch+json": { schema: { type: "object" } },
+            "application/merge-patch+json": { schema: { type: "object" } },
+            "application/apply-patch+yaml": { schema: { type: "object" } },
+          },
+          required: true,
+        },
         responses: { "200": { description: "OK" } },
       },
     };
   }
   if (Object.keys(paths).length === 0) return undefined;
-  return { openapi: "3.0.0", info: { title: "Kubernetes", version: apiVersionOf(group, version) }, paths, components: { schemas: {} } };
+  return {
+    openapi: "3.0.0",
+    info: { title: "Kubernetes", version: apiVersionOf(group, version) },
+    paths,
+    components: { schemas: {} },
+  };
 }
 
 export function openApiRoot(registry: ResourceRegistry): JsonObject {

@@ -131,7 +131,8 @@ export function jsonPatch(target: unknown, ops: unknown): unknown {
   if (!Array.isArray(ops)) throw badRequest("json patch must be an array of operations");
   let doc: unknown = clone(target);
   for (const raw of ops) {
-    if (!isObject(raw) || typeof raw.op !== "string" || typeof raw.path !== "string") throw badRequest("invalid JSON patch operation");
+    if (!isObject(raw) || typeof raw.op !== "string" || typeof raw.path !== "string")
+      throw badRequest("invalid JSON patch operation");
     const op = raw.op;
     const path = parsePointer(raw.path);
     switch (op) {
@@ -155,7 +156,12 @@ export function jsonPatch(target: unknown, ops: unknown): unknown {
         doc = setAt(doc, path, clone(getAt(doc, parsePointer(String(raw.from)))), "add");
         break;
       case "test":
-        if (!deepEqual(getAt(doc, path), raw.value)) throw new StatusError(422, "Invalid", `the server rejected our request due to an error in our request: testing value ${raw.path} failed`);
+        if (!deepEqual(getAt(doc, path), raw.value))
+          throw new StatusError(
+            422,
+            "Invalid",
+            `the server rejected our request due to an error in our request: testing value ${raw.path} failed`,
+          );
         break;
       default:
         throw badRequest(`unexpected JSON patch operation "${op}"`);
@@ -167,11 +173,18 @@ export function jsonPatch(target: unknown, ops: unknown): unknown {
 function parsePointer(pointer: string): string[] {
   if (pointer === "") return [];
   if (!pointer.startsWith("/")) throw badRequest(`invalid JSON pointer ${pointer}`);
-  return pointer.slice(1).split("/").map((p) => p.replace(/~1/g, "/").replace(/~0/g, "~"));
+  return pointer
+    .slice(1)
+    .split("/")
+    .map((p) => p.replace(/~1/g, "/").replace(/~0/g, "~"));
 }
 
 function missing(path: string[]): StatusError {
-  return new StatusError(422, "Invalid", `the server rejected our request due to an error in our request: path /${path.join("/")} does not exist`);
+  return new StatusError(
+    422,
+    "Invalid",
+    `the server rejected our request due to an error in our request: path /${path.join("/")} does not exist`,
+  );
 }
 
 function getAt(doc: unknown, path: string[]): unknown {

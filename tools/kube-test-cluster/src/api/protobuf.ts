@@ -65,22 +65,42 @@ export function decodeAccessReview(body: Buffer): JsonObject {
   const typeMeta = sub(unknown, 1);
   const kind = typeMeta ? str(typeMeta, 2) : undefined;
   const raw = unknown.get(2)?.[0];
-  if (!Buffer.isBuffer(raw) || !kind || !/Subject(Access|Rules)Review$/.test(kind)) throw badRequest(`protobuf bodies are only supported for access reviews (got ${kind ?? "nothing"})`);
+  if (!Buffer.isBuffer(raw) || !kind || !/Subject(Access|Rules)Review$/.test(kind))
+    throw badRequest(`protobuf bodies are only supported for access reviews (got ${kind ?? "nothing"})`);
   if (kind === "SelfSubjectRulesReview") {
     const rulesSpec = sub(fields(raw), 2);
-    return { apiVersion: "authorization.k8s.io/v1", kind, spec: compact({ namespace: rulesSpec ? str(rulesSpec, 1) : undefined }) };
+    return {
+      apiVersion: "authorization.k8s.io/v1",
+      kind,
+      spec: compact({ namespace: rulesSpec ? str(rulesSpec, 1) : undefined }),
+    };
   }
   const spec: Fields = sub(fields(raw), 2) ?? new Map<number, (Buffer | number)[]>();
   const ra = sub(spec, 1);
   const nra = sub(spec, 2);
   const self = kind === "SelfSubjectAccessReview";
   return {
-    apiVersion: typeMeta ? str(typeMeta, 1) ?? "authorization.k8s.io/v1" : "authorization.k8s.io/v1",
+    apiVersion: typeMeta ? (str(typeMeta, 1) ?? "authorization.k8s.io/v1") : "authorization.k8s.io/v1",
     kind,
     spec: compact({
-      resourceAttributes: ra && compact({ namespace: str(ra, 1), verb: str(ra, 2), group: str(ra, 3), version: str(ra, 4), resource: str(ra, 5), subresource: str(ra, 6), name: str(ra, 7) }),
+      resourceAttributes:
+        ra &&
+        compact({
+          namespace: str(ra, 1),
+          verb: str(ra, 2),
+          group: str(ra, 3),
+          version: str(ra, 4),
+          resource: str(ra, 5),
+          subresource: str(ra, 6),
+          name: str(ra, 7),
+        }),
       nonResourceAttributes: nra && compact({ path: str(nra, 1), verb: str(nra, 2) }),
-      ...(self ? {} : { user: str(spec, 3), groups: (spec.get(4) ?? []).filter((b): b is Buffer => Buffer.isBuffer(b)).map((b) => b.toString("utf8")) }),
+      ...(self
+        ? {}
+        : {
+            user: str(spec, 3),
+            groups: (spec.get(4) ?? []).filter((b): b is Buffer => Buffer.isBuffer(b)).map((b) => b.toString("utf8")),
+          }),
     }),
   };
 }

@@ -47,7 +47,10 @@ function podUse(spec: JsonObject, name: string): number {
     if (c.restartPolicy === "Always") sidecars += value(c);
     else initPeak = Math.max(initPeak, sidecars + value(c));
   }
-  return Math.max(arr(spec.containers).reduce((a, c) => a + value(c), sidecars), initPeak);
+  return Math.max(
+    arr(spec.containers).reduce((a, c) => a + value(c), sidecars),
+    initPeak,
+  );
 }
 
 const ended = (p: KObject) => ["Succeeded", "Failed"].includes(String(obj(p.status).phase));
@@ -55,10 +58,12 @@ const ended = (p: KObject) => ["Succeeded", "Failed"].includes(String(obj(p.stat
 /** How a quantity prints in the API server's quota messages (as given, or as a count). */
 function printed(n: number, name: string): string {
   if (name.endsWith("cpu") || name === "cpu") return Number.isInteger(n) ? String(n) : `${Math.round(n * 1000)}m`;
-  if (name.endsWith("memory") || name === "memory") return n % 1024 ** 3 === 0 ? `${n / 1024 ** 3}Gi` : n % 1024 ** 2 === 0 ? `${n / 1024 ** 2}Mi` : String(n);
+  if (name.endsWith("memory") || name === "memory")
+    return n % 1024 ** 3 === 0 ? `${n / 1024 ** 3}Gi` : n % 1024 ** 2 === 0 ? `${n / 1024 ** 2}Mi` : String(n);
   return String(n);
 }
-const list = (names: string[], value: (n: string) => number) => names.map((n) => `${n}=${printed(value(n), n)}`).join(",");
+const list = (names: string[], value: (n: string) => number) =>
+  names.map((n) => `${n}=${printed(value(n), n)}`).join(",");
 
 export function resourceQuotaAdmission(api: ObjectApi): AdmissionPlugin {
   const quotas = api.type("", "resourcequotas");
@@ -69,28 +74,41 @@ export function resourceQuotaAdmission(api: ObjectApi): AdmissionPlugin {
       const ns = r.obj.metadata.namespace ?? "default";
       const spec = obj(r.obj.spec);
       const forbidden = (message: string) =>
-        new StatusError(403, "Forbidden", `pods "${r.obj.metadata.name ?? ""}" is forbidden: ${message}`, { name: r.obj.metadata.name ?? "", kind: "pods" });
+        new StatusError(403, "Forbidden", `pods "${r.obj.metadata.name ?? ""}" is forbidden: ${message}`, {
+          name: r.obj.metadata.name ?? "",
+          kind: "pods",
+        });
       const all = [...arr(spec.initContainers), ...arr(spec.containers)];
-      for (const quota of api.list(quotas, ns).items.sort((a, b) => (a.metadata.name ?? "").localeCompare(b.metadata.name ?? ""))) {
+      for (const quota of api
+        .list(quotas, ns)
+        .items.sort((a, b) => (a.metadata.name ?? "").localeCompare(b.metadata.name ?? ""))) {
         const hard = obj(obj(quota.spec).hard);
         const missing = Object.keys(hard)
           .filter((n) => perContainer[n])
           .sort()
           .flatMap((n) => {
             const at = perContainer[n]!;
-            const lacking = all.filter((c) => containerValue(c, at.kind, at.resource) === undefined).map((c) => String(c.name)).sort();
+            const lacking = all
+              .filter((c) => containerValue(c, at.kind, at.resource) === undefined)
+              .map((c) => String(c.name))
+              .sort();
             return lacking.length > 0 ? [`${n} for: ${lacking.join(",")}`] : [];
           });
-        if (missing.length > 0) throw forbidden(`failed quota: ${quota.metadata.name ?? ""}: must specify ${missing.join("; ")}`);
+        if (missing.length > 0)
+          throw forbidden(`failed quota: ${quota.metadata.name ?? ""}: must specify ${missing.join("; ")}`);
         const live = api.list(pods, ns).items.filter((p) => !ended(p) && p.metadata.name !== r.obj.metadata.name);
         const used = (n: string) => live.reduce((a, p) => a + podUse(obj(p.spec), n), 0);
         const asked = (n: string) => podUse(spec, n);
-        const tracked = Object.keys(hard).filter((n) => perContainer[n] || n === "pods" || n === "count/pods").sort();
+        const tracked = Object.keys(hard)
+          .filter((n) => perContainer[n] || n === "pods" || n === "count/pods")
+          .sort();
         // A thousandth of a core or a byte of slack: quantities are parsed to floating point.
         const over = tracked.filter((n) => used(n) + asked(n) > quantity(hard[n]) + 1e-9);
         if (over.length > 0) {
           const limit = (n: string) => quantity(hard[n]);
-          throw forbidden(`exceeded quota: ${quota.metadata.name ?? ""}, requested: ${list(over, asked)}, used: ${list(over, used)}, limited: ${list(over, limit)}`);
+          throw forbidden(
+            `exceeded quota: ${quota.metadata.name ?? ""}, requested: ${list(over, asked)}, used: ${list(over, used)}, limited: ${list(over, limit)}`,
+          );
         }
       }
     },

@@ -46,53 +46,140 @@ const builtins: ResourceType[] = [
   core("resourcequotas", "resourcequota", "ResourceQuota", true, ["quota"], [], true),
   // Stored and served so charts apply as a whole; only Deployments have a controller here.
   {
-    group: "apps", versions: ["v1"], resource: "deployments", singular: "deployment", kind: "Deployment", listKind: "DeploymentList",
-    namespaced: true, shortNames: ["deploy"], categories: ["all"], statusSubresource: true,
+    group: "apps",
+    versions: ["v1"],
+    resource: "deployments",
+    singular: "deployment",
+    kind: "Deployment",
+    listKind: "DeploymentList",
+    namespaced: true,
+    shortNames: ["deploy"],
+    categories: ["all"],
+    statusSubresource: true,
   },
   {
-    group: "apps", versions: ["v1"], resource: "daemonsets", singular: "daemonset", kind: "DaemonSet", listKind: "DaemonSetList",
-    namespaced: true, shortNames: ["ds"], categories: ["all"], statusSubresource: true,
+    group: "apps",
+    versions: ["v1"],
+    resource: "daemonsets",
+    singular: "daemonset",
+    kind: "DaemonSet",
+    listKind: "DaemonSetList",
+    namespaced: true,
+    shortNames: ["ds"],
+    categories: ["all"],
+    statusSubresource: true,
   },
   {
-    group: "policy", versions: ["v1"], resource: "poddisruptionbudgets", singular: "poddisruptionbudget", kind: "PodDisruptionBudget", listKind: "PodDisruptionBudgetList",
-    namespaced: true, shortNames: ["pdb"], categories: [], statusSubresource: true,
+    group: "policy",
+    versions: ["v1"],
+    resource: "poddisruptionbudgets",
+    singular: "poddisruptionbudget",
+    kind: "PodDisruptionBudget",
+    listKind: "PodDisruptionBudgetList",
+    namespaced: true,
+    shortNames: ["pdb"],
+    categories: [],
+    statusSubresource: true,
   },
   {
-    group: "networking.k8s.io", versions: ["v1"], resource: "networkpolicies", singular: "networkpolicy", kind: "NetworkPolicy", listKind: "NetworkPolicyList",
-    namespaced: true, shortNames: ["netpol"], categories: [], statusSubresource: false,
+    group: "networking.k8s.io",
+    versions: ["v1"],
+    resource: "networkpolicies",
+    singular: "networkpolicy",
+    kind: "NetworkPolicy",
+    listKind: "NetworkPolicyList",
+    namespaced: true,
+    shortNames: ["netpol"],
+    categories: [],
+    statusSubresource: false,
   },
   {
-    group: "rbac.authorization.k8s.io", versions: ["v1"], resource: "roles", singular: "role", kind: "Role", listKind: "RoleList",
-    namespaced: true, shortNames: [], categories: [], statusSubresource: false,
+    group: "rbac.authorization.k8s.io",
+    versions: ["v1"],
+    resource: "roles",
+    singular: "role",
+    kind: "Role",
+    listKind: "RoleList",
+    namespaced: true,
+    shortNames: [],
+    categories: [],
+    statusSubresource: false,
   },
   {
-    group: "rbac.authorization.k8s.io", versions: ["v1"], resource: "rolebindings", singular: "rolebinding", kind: "RoleBinding", listKind: "RoleBindingList",
-    namespaced: true, shortNames: [], categories: [], statusSubresource: false,
+    group: "rbac.authorization.k8s.io",
+    versions: ["v1"],
+    resource: "rolebindings",
+    singular: "rolebinding",
+    kind: "RoleBinding",
+    listKind: "RoleBindingList",
+    namespaced: true,
+    shortNames: [],
+    categories: [],
+    statusSubresource: false,
   },
   {
-    group: "rbac.authorization.k8s.io", versions: ["v1"], resource: "clusterroles", singular: "clusterrole", kind: "ClusterRole", listKind: "ClusterRoleList",
-    namespaced: false, shortNames: [], categories: [], statusSubresource: false,
+    group: "rbac.authorization.k8s.io",
+    versions: ["v1"],
+    resource: "clusterroles",
+    singular: "clusterrole",
+    kind: "ClusterRole",
+    listKind: "ClusterRoleList",
+    namespaced: false,
+    shortNames: [],
+    categories: [],
+    statusSubresource: false,
   },
   {
-    group: "rbac.authorization.k8s.io", versions: ["v1"], resource: "clusterrolebindings", singular: "clusterrolebinding", kind: "ClusterRoleBinding", listKind: "ClusterRoleBindingList",
-    namespaced: false, shortNames: [], categories: [], statusSubresource: false,
+    group: "rbac.authorization.k8s.io",
+    versions: ["v1"],
+    resource: "clusterrolebindings",
+    singular: "clusterrolebinding",
+    kind: "ClusterRoleBinding",
+    listKind: "ClusterRoleBindingList",
+    namespaced: false,
+    shortNames: [],
+    categories: [],
+    statusSubresource: false,
   },
   review("selfsubjectaccessreviews", "SelfSubjectAccessReview", false),
   review("subjectaccessreviews", "SubjectAccessReview", false),
   review("localsubjectaccessreviews", "LocalSubjectAccessReview", true),
   review("selfsubjectrulesreviews", "SelfSubjectRulesReview", false),
   {
-    group: "batch", versions: ["v1"], resource: "jobs", singular: "job", kind: "Job", listKind: "JobList",
-    namespaced: true, shortNames: [], categories: ["all"], statusSubresource: true,
+    group: "batch",
+    versions: ["v1"],
+    resource: "jobs",
+    singular: "job",
+    kind: "Job",
+    listKind: "JobList",
+    namespaced: true,
+    shortNames: [],
+    categories: ["all"],
+    statusSubresource: true,
   },
   {
-    group: "coordination.k8s.io", versions: ["v1"], resource: "leases", singular: "lease", kind: "Lease", listKind: "LeaseList",
-    namespaced: true, shortNames: [], categories: [], statusSubresource: false,
+    group: "coordination.k8s.io",
+    versions: ["v1"],
+    resource: "leases",
+    singular: "lease",
+    kind: "Lease",
+    listKind: "LeaseList",
+    namespaced: true,
+    shortNames: [],
+    categories: [],
+    statusSubresource: false,
   },
   {
-    group: "apiextensions.k8s.io", versions: ["v1"], resource: "customresourcedefinitions", singular: "customresourcedefinition",
-    kind: "CustomResourceDefinition", listKind: "CustomResourceDefinitionList", namespaced: false, shortNames: ["crd", "crds"],
-    categories: ["api-extensions"], statusSubresource: true,
+    group: "apiextensions.k8s.io",
+    versions: ["v1"],
+    resource: "customresourcedefinitions",
+    singular: "customresourcedefinition",
+    kind: "CustomResourceDefinition",
+    listKind: "CustomResourceDefinitionList",
+    namespaced: false,
+    shortNames: ["crd", "crds"],
+    categories: ["api-extensions"],
+    statusSubresource: true,
   },
 ];
 
@@ -105,11 +192,42 @@ const extraSubresources: Record<string, SubresourceEntry[]> = {
 };
 
 function review(resource: string, kind: string, namespaced: boolean): ResourceType {
-  return { group: "authorization.k8s.io", versions: ["v1"], resource, singular: "", kind, listKind: `${kind}List`, namespaced, shortNames: [], categories: [], statusSubresource: false, verbs: ["create"] };
+  return {
+    group: "authorization.k8s.io",
+    versions: ["v1"],
+    resource,
+    singular: "",
+    kind,
+    listKind: `${kind}List`,
+    namespaced,
+    shortNames: [],
+    categories: [],
+    statusSubresource: false,
+    verbs: ["create"],
+  };
 }
 
-function core(resource: string, singular: string, kind: string, namespaced: boolean, shortNames: string[], categories: string[] = [], status = false): ResourceType {
-  return { group: "", versions: ["v1"], resource, singular, kind, listKind: `${kind}List`, namespaced, shortNames, categories, statusSubresource: status || resource === "namespaces" };
+function core(
+  resource: string,
+  singular: string,
+  kind: string,
+  namespaced: boolean,
+  shortNames: string[],
+  categories: string[] = [],
+  status = false,
+): ResourceType {
+  return {
+    group: "",
+    versions: ["v1"],
+    resource,
+    singular,
+    kind,
+    listKind: `${kind}List`,
+    namespaced,
+    shortNames,
+    categories,
+    statusSubresource: status || resource === "namespaces",
+  };
 }
 
 export function typeKey(group: string, resource: string): string {
@@ -122,7 +240,9 @@ export function apiVersionOf(group: string, version: string): string {
 
 export function splitApiVersion(apiVersion: string): { group: string; version: string } {
   const slash = apiVersion.indexOf("/");
-  return slash < 0 ? { group: "", version: apiVersion } : { group: apiVersion.slice(0, slash), version: apiVersion.slice(slash + 1) };
+  return slash < 0
+    ? { group: "", version: apiVersion }
+    : { group: apiVersion.slice(0, slash), version: apiVersion.slice(slash + 1) };
 }
 
 export class ResourceRegistry {
@@ -144,7 +264,8 @@ export class ResourceRegistry {
 
   byKind(apiVersion: string, kind: string): ResourceType | undefined {
     const { group, version } = splitApiVersion(apiVersion);
-    for (const t of this.types.values()) if (t.group === group && t.kind === kind && t.versions.includes(version)) return t;
+    for (const t of this.types.values())
+      if (t.group === group && t.kind === kind && t.versions.includes(version)) return t;
     return undefined;
   }
 
@@ -188,10 +309,23 @@ export class ResourceRegistry {
         storageVersionHash: Buffer.from(`${group}/${version}/${t.kind}`).toString("base64").slice(0, 12),
       });
       if (t.statusSubresource) {
-        resources.push({ name: `${t.resource}/status`, singularName: "", namespaced: t.namespaced, kind: t.kind, verbs: ["get", "patch", "update"] });
+        resources.push({
+          name: `${t.resource}/status`,
+          singularName: "",
+          namespaced: t.namespaced,
+          kind: t.kind,
+          verbs: ["get", "patch", "update"],
+        });
       }
       for (const s of extraSubresources[typeKey(t.group, t.resource)] ?? []) {
-        resources.push({ name: s.name, singularName: "", namespaced: t.namespaced, kind: s.kind, verbs: s.verbs, ...(s.group ? { group: s.group, version: s.version } : {}) });
+        resources.push({
+          name: s.name,
+          singularName: "",
+          namespaced: t.namespaced,
+          kind: s.kind,
+          verbs: s.verbs,
+          ...(s.group ? { group: s.group, version: s.version } : {}),
+        });
       }
     }
     if (resources.length === 0) return undefined;

@@ -45,16 +45,23 @@ export function sccUidAdmission(api: ObjectApi): AdmissionPlugin {
       const pod: JsonObject = isObject(spec.securityContext) ? spec.securityContext : (spec.securityContext = {});
       const problems: string[] = [];
       if (typeof pod.fsGroup === "number") {
-        if (!within(groups, pod.fsGroup)) problems.push(`.spec.securityContext.fsGroup: Invalid value: []int64{${pod.fsGroup}}: ${pod.fsGroup} is not an allowed group`);
+        if (!within(groups, pod.fsGroup))
+          problems.push(
+            `.spec.securityContext.fsGroup: Invalid value: []int64{${pod.fsGroup}}: ${pod.fsGroup} is not an allowed group`,
+          );
       } else {
         pod.fsGroup = firstGroup;
       }
-      for (const [field, list] of [["initContainers", arr(spec.initContainers)], ["containers", arr(spec.containers)]] as const) {
+      for (const [field, list] of [
+        ["initContainers", arr(spec.initContainers)],
+        ["containers", arr(spec.containers)],
+      ] as const) {
         list.forEach((c, i) => {
           const sc: JsonObject = isObject(c.securityContext) ? c.securityContext : (c.securityContext = {});
           const uid = sc.runAsUser ?? pod.runAsUser;
           if (typeof uid !== "number") sc.runAsUser = firstUid;
-          else if (!within(uids, uid)) problems.push(`.${field}[${i}].runAsUser: Invalid value: ${uid}: must be in the ranges: ${shown(uids)}`);
+          else if (!within(uids, uid))
+            problems.push(`.${field}[${i}].runAsUser: Invalid value: ${uid}: must be in the ranges: ${shown(uids)}`);
         });
       }
       if (problems.length === 0) return;
@@ -64,4 +71,3 @@ export function sccUidAdmission(api: ObjectApi): AdmissionPlugin {
     },
   };
 }
-

@@ -11,7 +11,15 @@ export function applySchema(value: JsonObject, schema: JsonObject): StatusCause[
   const causes: StatusCause[] = [];
   const props = isObject(schema.properties) ? schema.properties : {};
   // apiVersion, kind and metadata are validated by the server itself, never pruned.
-  const rootSchema: JsonObject = { ...schema, properties: { ...props, apiVersion: { type: "string" }, kind: { type: "string" }, metadata: { type: "object", "x-kubernetes-preserve-unknown-fields": true } } };
+  const rootSchema: JsonObject = {
+    ...schema,
+    properties: {
+      ...props,
+      apiVersion: { type: "string" },
+      kind: { type: "string" },
+      metadata: { type: "object", "x-kubernetes-preserve-unknown-fields": true },
+    },
+  };
   walk(value, rootSchema, "", causes);
   return causes;
 }
@@ -19,34 +27,87 @@ export function applySchema(value: JsonObject, schema: JsonObject): StatusCause[
 function walk(value: unknown, schema: JsonObject, path: string, causes: StatusCause[]): unknown {
   const at = path === "" ? "<root>" : path;
   if (value === null) {
-    if (schema.nullable !== true) causes.push({ reason: "FieldValueTypeInvalid", field: at, message: `Invalid value: "null": ${at} in body must be of type ${String(schema.type ?? "object")}` });
+    if (schema.nullable !== true)
+      causes.push({
+        reason: "FieldValueTypeInvalid",
+        field: at,
+        message: `Invalid value: "null": ${at} in body must be of type ${String(schema.type ?? "object")}`,
+      });
     return value;
   }
   const intOrString = schema["x-kubernetes-int-or-string"] === true;
   const type = typeof schema.type === "string" ? schema.type : undefined;
   if (intOrString) {
-    if (typeof value !== "string" && !Number.isInteger(value)) causes.push({ reason: "FieldValueTypeInvalid", field: at, message: `Invalid value: ${JSON.stringify(value)}: ${at} in body must be of type integer or string` });
+    if (typeof value !== "string" && !Number.isInteger(value))
+      causes.push({
+        reason: "FieldValueTypeInvalid",
+        field: at,
+        message: `Invalid value: ${JSON.stringify(value)}: ${at} in body must be of type integer or string`,
+      });
     return value;
   }
   if (type && !matchesType(value, type)) {
-    causes.push({ reason: "FieldValueTypeInvalid", field: at, message: `Invalid value: "${typeName(value)}": ${at} in body must be of type ${type}: "${typeName(value)}"` });
+    causes.push({
+      reason: "FieldValueTypeInvalid",
+      field: at,
+      message: `Invalid value: "${typeName(value)}": ${at} in body must be of type ${type}: "${typeName(value)}"`,
+    });
     return value;
   }
   if (Array.isArray(schema.enum) && !schema.enum.some((e) => JSON.stringify(e) === JSON.stringify(value))) {
-    causes.push({ reason: "FieldValueNotSupported", field: at, message: `Unsupported value: ${JSON.stringify(value)}: supported values: ${schema.enum.map((e) => JSON.stringify(e)).join(", ")}` });
+    causes.push({
+      reason: "FieldValueNotSupported",
+      field: at,
+      message: `Unsupported value: ${JSON.stringify(value)}: supported values: ${schema.enum.map((e) => JSON.stringify(e)).join(", ")}`,
+    });
   }
   if (typeof value === "number") {
-    if (typeof schema.minimum === "number" && value < schema.minimum) causes.push({ reason: "FieldValueInvalid", field: at, message: `Invalid value: ${value}: ${at} in body should be greater than or equal to ${schema.minimum}` });
-    if (typeof schema.maximum === "number" && value > schema.maximum) causes.push({ reason: "FieldValueInvalid", field: at, message: `Invalid value: ${value}: ${at} in body should be less than or equal to ${schema.maximum}` });
+    if (typeof schema.minimum === "number" && value < schema.minimum)
+      causes.push({
+        reason: "FieldValueInvalid",
+        field: at,
+        message: `Invalid value: ${value}: ${at} in body should be greater than or equal to ${schema.minimum}`,
+      });
+    if (typeof schema.maximum === "number" && value > schema.maximum)
+      causes.push({
+        reason: "FieldValueInvalid",
+        field: at,
+        message: `Invalid value: ${value}: ${at} in body should be less than or equal to ${schema.maximum}`,
+      });
   }
   if (typeof value === "string") {
-    if (typeof schema.minLength === "number" && value.length < schema.minLength) causes.push({ reason: "FieldValueInvalid", field: at, message: `Invalid value: "${value}": ${at} in body should be at least ${schema.minLength} chars long` });
-    if (typeof schema.maxLength === "number" && value.length > schema.maxLength) causes.push({ reason: "FieldValueTooLong", field: at, message: `Too long: may not be longer than ${schema.maxLength}` });
-    if (typeof schema.pattern === "string" && !new RegExp(schema.pattern).test(value)) causes.push({ reason: "FieldValueInvalid", field: at, message: `Invalid value: "${value}": ${at} in body should match '${schema.pattern}'` });
+    if (typeof schema.minLength === "number" && value.length < schema.minLength)
+      causes.push({
+        reason: "FieldValueInvalid",
+        field: at,
+        message: `Invalid value: "${value}": ${at} in body should be at least ${schema.minLength} chars long`,
+      });
+    if (typeof schema.maxLength === "number" && value.length > schema.maxLength)
+      causes.push({
+        reason: "FieldValueTooLong",
+        field: at,
+        message: `Too long: may not be longer than ${schema.maxLength}`,
+      });
+    if (typeof schema.pattern === "string" && !new RegExp(schema.pattern).test(value))
+      causes.push({
+        reason: "FieldValueInvalid",
+        field: at,
+        message: `Invalid value: "${value}": ${at} in body should match '${schema.pattern}'`,
+      });
   }
   if (Array.isArray(value)) {
-    if (typeof schema.minItems === "number" && value.length < schema.minItems) causes.push({ reason: "FieldValueInvalid", field: at, message: `Invalid value: ${value.length}: ${at} in body should have at least ${schema.minItems} items` });
-    if (typeof schema.maxItems === "number" && value.length > schema.maxItems) causes.push({ reason: "FieldValueTooMany", field: at, message: `Too many: ${value.length}: must have at most ${schema.maxItems} items` });
+    if (typeof schema.minItems === "number" && value.length < schema.minItems)
+      causes.push({
+        reason: "FieldValueInvalid",
+        field: at,
+        message: `Invalid value: ${value.length}: ${at} in body should have at least ${schema.minItems} items`,
+      });
+    if (typeof schema.maxItems === "number" && value.length > schema.maxItems)
+      causes.push({
+        reason: "FieldValueTooMany",
+        field: at,
+        message: `Too many: ${value.length}: must have at most ${schema.maxItems} items`,
+      });
     if (isObject(schema.items)) {
       const items = schema.items;
       value.forEach((v, i) => {
@@ -76,7 +137,12 @@ function walk(value: unknown, schema: JsonObject, path: string, causes: StatusCa
     }
     const required = Array.isArray(schema.required) ? schema.required.map(String) : [];
     for (const r of required) {
-      if (value[r] === undefined) causes.push({ reason: "FieldValueRequired", field: path === "" ? r : `${path}.${r}`, message: "Required value" });
+      if (value[r] === undefined)
+        causes.push({
+          reason: "FieldValueRequired",
+          field: path === "" ? r : `${path}.${r}`,
+          message: "Required value",
+        });
     }
   }
   return value;

@@ -32,7 +32,14 @@ function parseRequirements(text: string, allowSets: boolean): Requirement[] {
   for (const term of splitTerms(text)) {
     let m = /^([^\s!=,()]+)\s+(in|notin)\s+\(([^)]*)\)$/.exec(term);
     if (m && allowSets) {
-      reqs.push({ key: m[1] ?? "", op: m[2] === "in" ? "in" : "notin", values: (m[3] ?? "").split(",").map((v) => v.trim()).filter((v) => v !== "") });
+      reqs.push({
+        key: m[1] ?? "",
+        op: m[2] === "in" ? "in" : "notin",
+        values: (m[3] ?? "")
+          .split(",")
+          .map((v) => v.trim())
+          .filter((v) => v !== ""),
+      });
       continue;
     }
     m = /^([^\s!=]+)\s*(==|=|!=)\s*([^\s,]*)$/.exec(term);

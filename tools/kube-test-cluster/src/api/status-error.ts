@@ -65,22 +65,41 @@ export function qualified(resource: string, group: string): string {
 }
 
 export function notFound(resource: string, group: string, name: string): StatusError {
-  return new StatusError(404, "NotFound", `${qualified(resource, group)} "${name}" not found`, { name, group, kind: resource });
+  return new StatusError(404, "NotFound", `${qualified(resource, group)} "${name}" not found`, {
+    name,
+    group,
+    kind: resource,
+  });
 }
 
 export function alreadyExists(resource: string, group: string, name: string): StatusError {
-  return new StatusError(409, "AlreadyExists", `${qualified(resource, group)} "${name}" already exists`, { name, group, kind: resource });
+  return new StatusError(409, "AlreadyExists", `${qualified(resource, group)} "${name}" already exists`, {
+    name,
+    group,
+    kind: resource,
+  });
 }
 
 export function conflict(resource: string, group: string, name: string, why: string): StatusError {
-  return new StatusError(409, "Conflict", `Operation cannot be fulfilled on ${qualified(resource, group)} "${name}": ${why}`, { name, group, kind: resource });
+  return new StatusError(
+    409,
+    "Conflict",
+    `Operation cannot be fulfilled on ${qualified(resource, group)} "${name}": ${why}`,
+    { name, group, kind: resource },
+  );
 }
 
-export const staleMessage = "the object has been modified; please apply your changes to the latest version and try again";
+export const staleMessage =
+  "the object has been modified; please apply your changes to the latest version and try again";
 
 export function invalid(kind: string, group: string, name: string, causes: StatusCause[]): StatusError {
   const text = causes.map((c) => `${c.field ?? ""}: ${c.message ?? ""}`).join(", ");
-  return new StatusError(422, "Invalid", `${qualified(kind, group)} "${name}" is invalid: ${text}`, { name, group, kind, causes });
+  return new StatusError(422, "Invalid", `${qualified(kind, group)} "${name}" is invalid: ${text}`, {
+    name,
+    group,
+    kind,
+    causes,
+  });
 }
 
 export function badRequest(message: string): StatusError {
@@ -96,7 +115,11 @@ export function forbidden(message: string): StatusError {
 }
 
 export function unsupportedMediaType(contentType: string): StatusError {
-  return new StatusError(415, "UnsupportedMediaType", `the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got ${contentType})`);
+  return new StatusError(
+    415,
+    "UnsupportedMediaType",
+    `the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got ${contentType})`,
+  );
 }
 
 export function methodNotAllowed(message: string): StatusError {

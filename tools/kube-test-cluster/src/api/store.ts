@@ -70,7 +70,11 @@ export class Store {
     const prefix = namespace === undefined ? `${typeKey}|` : `${typeKey}|${namespace}|`;
     const out: KObject[] = [];
     for (const [k, o] of this.objects) if (k.startsWith(prefix) && match(o)) out.push(clone(o));
-    return out.sort((a, b) => `${a.metadata.namespace ?? ""}/${a.metadata.name ?? ""}`.localeCompare(`${b.metadata.namespace ?? ""}/${b.metadata.name ?? ""}`));
+    return out.sort((a, b) =>
+      `${a.metadata.namespace ?? ""}/${a.metadata.name ?? ""}`.localeCompare(
+        `${b.metadata.namespace ?? ""}/${b.metadata.name ?? ""}`,
+      ),
+    );
   }
 
   /** Every object of every type (for the garbage collector). */
@@ -88,7 +92,13 @@ export class Store {
     stored.metadata.resourceVersion = String(this.revision);
     this.objects.set(key, stored);
     if (stored.metadata.uid) this.byUid.set(stored.metadata.uid, { typeKey, key });
-    this.record({ type: previous ? "MODIFIED" : "ADDED", typeKey, rv: this.revision, object: stored, ...(previous ? { previous } : {}) });
+    this.record({
+      type: previous ? "MODIFIED" : "ADDED",
+      typeKey,
+      rv: this.revision,
+      object: stored,
+      ...(previous ? { previous } : {}),
+    });
     return clone(stored);
   }
 

@@ -35,7 +35,10 @@ function ready(p: KObject): boolean {
 }
 
 export function templateHash(template: unknown): string {
-  return createHash("sha256").update(JSON.stringify(template ?? {})).digest("hex").slice(0, 10);
+  return createHash("sha256")
+    .update(JSON.stringify(template ?? {}))
+    .digest("hex")
+    .slice(0, 10);
 }
 
 export class DaemonSetController {
@@ -50,10 +53,15 @@ export class DaemonSetController {
   ) {
     this.queue = new WorkQueue((key) => this.sync(key), onError);
     this.unsubscribe = api.store.subscribe((e) => {
-      if (e.typeKey === "apps/daemonsets" && e.type !== "DELETED") this.queue.add(`${e.object.metadata.namespace ?? ""}|${e.object.metadata.name ?? ""}`);
-      if (e.typeKey === "/nodes") for (const d of api.store.list("apps/daemonsets")) this.queue.add(`${d.metadata.namespace ?? ""}|${d.metadata.name ?? ""}`);
+      if (e.typeKey === "apps/daemonsets" && e.type !== "DELETED")
+        this.queue.add(`${e.object.metadata.namespace ?? ""}|${e.object.metadata.name ?? ""}`);
+      if (e.typeKey === "/nodes")
+        for (const d of api.store.list("apps/daemonsets"))
+          this.queue.add(`${d.metadata.namespace ?? ""}|${d.metadata.name ?? ""}`);
       if (e.typeKey === "/pods") {
-        const owner = (e.object.metadata.ownerReferences ?? []).find((r) => r.controller === true && r.kind === "DaemonSet");
+        const owner = (e.object.metadata.ownerReferences ?? []).find(
+          (r) => r.controller === true && r.kind === "DaemonSet",
+        );
         if (owner) this.queue.add(`${e.object.metadata.namespace ?? ""}|${owner.name}`);
       }
     });
@@ -76,11 +84,16 @@ export class DaemonSetController {
     const strategy = obj(spec.updateStrategy);
     const onDelete = strategy.type === "OnDelete";
     const maxUnavailableRaw = obj(strategy.rollingUpdate).maxUnavailable ?? 1;
-    const owned = this.api.store.select("/pods", ns, (p) => (p.metadata.ownerReferences ?? []).some((r) => r.uid === ds.metadata.uid && r.controller === true));
+    const owned = this.api.store.select("/pods", ns, (p) =>
+      (p.metadata.ownerReferences ?? []).some((r) => r.uid === ds.metadata.uid && r.controller === true),
+    );
     const nodeOf = (p: KObject): string => {
       const direct = obj(p.spec).nodeName;
       if (typeof direct === "string" && direct !== "") return direct;
-      const terms = arr(obj(obj(obj(obj(p.spec).affinity).nodeAffinity).requiredDuringSchedulingIgnoredDuringExecution).nodeSelectorTerms);
+      const terms = arr(
+        obj(obj(obj(obj(p.spec).affinity).nodeAffinity).requiredDuringSchedulingIgnoredDuringExecution)
+          .nodeSelectorTerms,
+      );
       const field = arr(terms[0]?.matchFields).find((f) => f.key === "metadata.name");
       return Array.isArray(field?.values) ? String(field.values[0]) : "";
     };
@@ -90,22 +103,36 @@ export class DaemonSetController {
     });
     const eligibleNames = new Set(eligible.map((n) => n.metadata.name ?? ""));
     const total = eligible.length;
-    const maxUnavailable = typeof maxUnavailableRaw === "string" && maxUnavailableRaw.endsWith("%") ? Math.max(1, Math.floor((Number(maxUnavailableRaw.slice(0, -1)) / 100) * total)) : Number(maxUnavailableRaw);
+    const maxUnavailable =
+      typeof maxUnavailableRaw === "string" && maxUnavailableRaw.endsWith("%")
+        ? Math.max(1, Math.floor((Number(maxUnavailableRaw.slice(0, -1)) / 100) * total))
+        : Number(maxUnavailableRaw);
     let retry = false;
     // Pods on nodes that no longer qualify, and failed pods, go.
     for (const p of owned) {
       if (p.metadata.deletionTimestamp) continue;
-      if (!eligibleNames.has(nodeOf(p)) || obj(p.status).phase === "Failed" || obj(p.status).phase === "Succeeded") this.deletePod(ds, p);
+      if (!eligibleNames.has(nodeOf(p)) || obj(p.status).phase === "Failed" || obj(p.status).phase === "Succeeded")
+        this.deletePod(ds, p);
     }
-    const live = owned.filter((p) => !p.metadata.deletionTimestamp && eligibleNames.has(nodeOf(p)) && !["Failed", "Succeeded"].includes(String(obj(p.status).phase)));
+    const live = owned.filter(
+      (p) =>
+        !p.metadata.deletionTimestamp &&
+        eligibleNames.has(nodeOf(p)) &&
+        !["Failed", "Succeeded"].includes(String(obj(p.status).phase)),
+    );
     const byNode = new Map<string, KObject[]>();
-    for (const p of owned.filter((x) => eligibleNames.has(nodeOf(x)) && !["Failed", "Succeeded"].includes(String(obj(x.status).phase)))) byNode.set(nodeOf(p), [...(byNode.get(nodeOf(p)) ?? []), p]);
+    for (const p of owned.filter(
+      (x) => eligibleNames.has(nodeOf(x)) && !["Failed", "Succeeded"].includes(String(obj(x.status).phase)),
+    ))
+      byNode.set(nodeOf(p), [...(byNode.get(nodeOf(p)) ?? []), p]);
     for (const n of eligible) {
       const nodeName = n.metadata.name ?? "";
       if ((byNode.get(nodeName) ?? []).length === 0 && !this.createPod(ds, nodeName, hash, generation)) retry = true;
     }
     if (!onDelete) {
-      let unavailable = eligible.filter((n) => !(byNode.get(n.metadata.name ?? "") ?? []).some((p) => !p.metadata.deletionTimestamp && ready(p))).length;
+      let unavailable = eligible.filter(
+        (n) => !(byNode.get(n.metadata.name ?? "") ?? []).some((p) => !p.metadata.deletionTimestamp && ready(p)),
+      ).length;
       for (const p of live) {
         if (p.metadata.labels?.["controller-revision-hash"] === hash) continue;
         if (unavailable >= maxUnavailable && ready(p)) break;
@@ -116,18 +143,25 @@ export class DaemonSetController {
     const current = live.filter((p) => obj(p.spec).nodeName);
     const updated = current.filter((p) => p.metadata.labels?.["controller-revision-hash"] === hash);
     const readyCount = current.filter(ready).length;
-    this.api.mutate(dsType, ns, name, (o) => {
-      o.status = {
-        currentNumberScheduled: current.length,
-        desiredNumberScheduled: total,
-        numberMisscheduled: owned.filter((p) => !eligibleNames.has(nodeOf(p)) && !p.metadata.deletionTimestamp).length,
-        numberReady: readyCount,
-        observedGeneration: o.metadata.generation ?? 1,
-        updatedNumberScheduled: updated.length,
-        numberAvailable: readyCount,
-        ...(total - readyCount > 0 ? { numberUnavailable: total - readyCount } : {}),
-      };
-    }, "status");
+    this.api.mutate(
+      dsType,
+      ns,
+      name,
+      (o) => {
+        o.status = {
+          currentNumberScheduled: current.length,
+          desiredNumberScheduled: total,
+          numberMisscheduled: owned.filter((p) => !eligibleNames.has(nodeOf(p)) && !p.metadata.deletionTimestamp)
+            .length,
+          numberReady: readyCount,
+          observedGeneration: o.metadata.generation ?? 1,
+          updatedNumberScheduled: updated.length,
+          numberAvailable: readyCount,
+          ...(total - readyCount > 0 ? { numberUnavailable: total - readyCount } : {}),
+        };
+      },
+      "status",
+    );
     if (retry) this.queue.addAfter(key, this.retryMs);
   }
 
@@ -135,28 +169,65 @@ export class DaemonSetController {
     const template = obj(obj(ds.spec).template);
     const tmeta = obj(template.metadata);
     const spec = JSON.parse(JSON.stringify(obj(template.spec))) as JsonObject;
-    spec.tolerations = [...arr(spec.tolerations), ...daemonTolerations.filter((t) => !arr(spec.tolerations).some((x) => x.key === t.key && x.effect === t.effect))];
+    spec.tolerations = [
+      ...arr(spec.tolerations),
+      ...daemonTolerations.filter((t) => !arr(spec.tolerations).some((x) => x.key === t.key && x.effect === t.effect)),
+    ];
     const affinity = obj(spec.affinity);
     const nodeAffinity = obj(affinity.nodeAffinity);
-    nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution = { nodeSelectorTerms: [{ matchFields: [{ key: "metadata.name", operator: "In", values: [nodeName] }] }] };
+    nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution = {
+      nodeSelectorTerms: [{ matchFields: [{ key: "metadata.name", operator: "In", values: [nodeName] }] }],
+    };
     affinity.nodeAffinity = nodeAffinity;
     spec.affinity = affinity;
     const name = ds.metadata.name ?? "";
     try {
-      const pod = this.api.create(this.pods, ds.metadata.namespace, {
-        metadata: {
-          generateName: `${name.slice(0, 57)}-`,
-          labels: { ...obj(tmeta.labels), "controller-revision-hash": hash, "pod-template-generation": String(generation) },
-          annotations: { ...obj(tmeta.annotations) },
-          ownerReferences: [{ apiVersion: "apps/v1", kind: "DaemonSet", name, uid: ds.metadata.uid ?? "", controller: true, blockOwnerDeletion: true }],
+      const pod = this.api.create(
+        this.pods,
+        ds.metadata.namespace,
+        {
+          metadata: {
+            generateName: `${name.slice(0, 57)}-`,
+            labels: {
+              ...obj(tmeta.labels),
+              "controller-revision-hash": hash,
+              "pod-template-generation": String(generation),
+            },
+            annotations: { ...obj(tmeta.annotations) },
+            ownerReferences: [
+              {
+                apiVersion: "apps/v1",
+                kind: "DaemonSet",
+                name,
+                uid: ds.metadata.uid ?? "",
+                controller: true,
+                blockOwnerDeletion: true,
+              },
+            ],
+          },
+          spec,
         },
-        spec,
-      }, { system: true });
-      this.events.record("daemonset-controller", undefined, ds, "Normal", "SuccessfulCreate", `Created pod: ${pod.metadata.name ?? ""}`);
+        { system: true },
+      );
+      this.events.record(
+        "daemonset-controller",
+        undefined,
+        ds,
+        "Normal",
+        "SuccessfulCreate",
+        `Created pod: ${pod.metadata.name ?? ""}`,
+      );
       return true;
     } catch (e) {
       if (!(e instanceof StatusError)) throw e;
-      this.events.record("daemonset-controller", undefined, ds, "Warning", "FailedCreate", `Error creating: ${e.message}`);
+      this.events.record(
+        "daemonset-controller",
+        undefined,
+        ds,
+        "Warning",
+        "FailedCreate",
+        `Error creating: ${e.message}`,
+      );
       return false;
     }
   }
@@ -164,7 +235,14 @@ export class DaemonSetController {
   private deletePod(ds: KObject, p: KObject): void {
     try {
       this.api.delete(this.pods, p.metadata.namespace, p.metadata.name ?? "", {});
-      this.events.record("daemonset-controller", undefined, ds, "Normal", "SuccessfulDelete", `Deleted pod: ${p.metadata.name ?? ""}`);
+      this.events.record(
+        "daemonset-controller",
+        undefined,
+        ds,
+        "Normal",
+        "SuccessfulDelete",
+        `Deleted pod: ${p.metadata.name ?? ""}`,
+      );
     } catch (e) {
       if (!(e instanceof StatusError && e.code === 404)) throw e;
     }

@@ -18,7 +18,9 @@ import { WorkQueue } from "./work-queue.js";
 const obj = (v: unknown): JsonObject => (isObject(v) ? v : {});
 
 function ready(p: KObject): boolean {
-  return (Array.isArray(obj(p.status).conditions) ? (obj(p.status).conditions as unknown[]) : []).some((c) => isObject(c) && c.type === "Ready" && c.status === "True");
+  return (Array.isArray(obj(p.status).conditions) ? (obj(p.status).conditions as unknown[]) : []).some(
+    (c) => isObject(c) && c.type === "Ready" && c.status === "True",
+  );
 }
 
 /** The annotation's integer value (the API server rejects others; here they count as 0). */
@@ -57,9 +59,12 @@ export class DeploymentController {
   ) {
     this.queue = new WorkQueue((key) => this.process(key), onError);
     this.unsubscribe = api.store.subscribe((e) => {
-      if (e.typeKey === "apps/deployments" && e.type !== "DELETED") this.queue.add(`${e.object.metadata.namespace ?? ""}|${e.object.metadata.name ?? ""}`);
+      if (e.typeKey === "apps/deployments" && e.type !== "DELETED")
+        this.queue.add(`${e.object.metadata.namespace ?? ""}|${e.object.metadata.name ?? ""}`);
       if (e.typeKey === "/pods") {
-        const owner = (e.object.metadata.ownerReferences ?? []).find((r) => r.controller === true && r.kind === "Deployment");
+        const owner = (e.object.metadata.ownerReferences ?? []).find(
+          (r) => r.controller === true && r.kind === "Deployment",
+        );
         if (owner) this.queue.add(`${e.object.metadata.namespace ?? ""}|${owner.name}`);
       }
     });
@@ -77,8 +82,13 @@ export class DeploymentController {
     const want = Number(spec.replicas ?? 1);
     const owned = this.api.store
       .list("/pods", ns)
-      .filter((p: KObject) => (p.metadata.ownerReferences ?? []).some((r) => r.uid === d.metadata.uid && r.controller === true));
-    const live = owned.filter((p) => !p.metadata.deletionTimestamp && !["Succeeded", "Failed"].includes(String(obj(p.status).phase ?? "Pending")));
+      .filter((p: KObject) =>
+        (p.metadata.ownerReferences ?? []).some((r) => r.uid === d.metadata.uid && r.controller === true),
+      );
+    const live = owned.filter(
+      (p) =>
+        !p.metadata.deletionTimestamp && !["Succeeded", "Failed"].includes(String(obj(p.status).phase ?? "Pending")),
+    );
     const current = live.filter((p) => p.metadata.labels?.["pod-template-hash"] === hash);
     const old = live.filter((p) => p.metadata.labels?.["pod-template-hash"] !== hash);
     const del = (p: KObject): void => {
@@ -88,29 +98,53 @@ export class DeploymentController {
         if (!(e instanceof StatusError && e.code === 404)) throw e;
       }
     };
-    for (const p of owned) if (!p.metadata.deletionTimestamp && ["Succeeded", "Failed"].includes(String(obj(p.status).phase))) del(p);
+    for (const p of owned)
+      if (!p.metadata.deletionTimestamp && ["Succeeded", "Failed"].includes(String(obj(p.status).phase))) del(p);
     const recreate = obj(spec.strategy).type === "Recreate";
     if (recreate && old.length > 0) {
       for (const p of old) del(p);
     } else {
       // One surge pod while old ones remain; an old pod goes for each Ready new one beyond the rest.
       const room = want + (old.length > 0 ? 1 : 0) - live.length;
-      const terminating = owned.some((p) => p.metadata.deletionTimestamp && p.metadata.labels?.["pod-template-hash"] !== hash);
+      const terminating = owned.some(
+        (p) => p.metadata.deletionTimestamp && p.metadata.labels?.["pod-template-hash"] !== hash,
+      );
       let failed = false;
       for (let i = 0; i < room && !(recreate && terminating); i++) {
         try {
-          this.api.create(pods, ns, {
-            metadata: {
-              generateName: `${name.slice(0, 46)}-${hash.slice(0, 10)}-`,
-              labels: { ...obj(obj(template.metadata).labels), "pod-template-hash": hash },
-              annotations: { ...obj(obj(template.metadata).annotations) },
-              ownerReferences: [{ apiVersion: "apps/v1", kind: "Deployment", name, uid: d.metadata.uid ?? "", controller: true, blockOwnerDeletion: true }],
+          this.api.create(
+            pods,
+            ns,
+            {
+              metadata: {
+                generateName: `${name.slice(0, 46)}-${hash.slice(0, 10)}-`,
+                labels: { ...obj(obj(template.metadata).labels), "pod-template-hash": hash },
+                annotations: { ...obj(obj(template.metadata).annotations) },
+                ownerReferences: [
+                  {
+                    apiVersion: "apps/v1",
+                    kind: "Deployment",
+                    name,
+                    uid: d.metadata.uid ?? "",
+                    controller: true,
+                    blockOwnerDeletion: true,
+                  },
+                ],
+              },
+              spec: template.spec,
             },
-            spec: template.spec,
-          }, { system: true });
+            { system: true },
+          );
         } catch (e) {
           if (!(e instanceof StatusError)) throw e;
-          this.events.record("deployment-controller", undefined, d, "Warning", "FailedCreate", `Error creating: ${e.message}`);
+          this.events.record(
+            "deployment-controller",
+            undefined,
+            d,
+            "Warning",
+            "FailedCreate",
+            `Error creating: ${e.message}`,
+          );
           failed = true;
           break;
         }
@@ -132,17 +166,33 @@ export class DeploymentController {
       for (const p of [...current].sort(deletionOrder).slice(0, excess)) del(p);
     }
     const readyCount = live.filter(ready).length;
-    this.api.mutate(deployments, ns, name, (o) => {
-      o.status = {
-        observedGeneration: o.metadata.generation,
-        replicas: live.length,
-        updatedReplicas: current.length,
-        readyReplicas: readyCount,
-        availableReplicas: readyCount,
-        ...(live.length - readyCount > 0 ? { unavailableReplicas: live.length - readyCount } : {}),
-        conditions: [{ type: "Available", status: readyCount >= want ? "True" : "False", reason: readyCount >= want ? "MinimumReplicasAvailable" : "MinimumReplicasUnavailable", message: readyCount >= want ? "Deployment has minimum availability." : "Deployment does not have minimum availability." }],
-      };
-    }, "status");
+    this.api.mutate(
+      deployments,
+      ns,
+      name,
+      (o) => {
+        o.status = {
+          observedGeneration: o.metadata.generation,
+          replicas: live.length,
+          updatedReplicas: current.length,
+          readyReplicas: readyCount,
+          availableReplicas: readyCount,
+          ...(live.length - readyCount > 0 ? { unavailableReplicas: live.length - readyCount } : {}),
+          conditions: [
+            {
+              type: "Available",
+              status: readyCount >= want ? "True" : "False",
+              reason: readyCount >= want ? "MinimumReplicasAvailable" : "MinimumReplicasUnavailable",
+              message:
+                readyCount >= want
+                  ? "Deployment has minimum availability."
+                  : "Deployment does not have minimum availability.",
+            },
+          ],
+        };
+      },
+      "status",
+    );
   }
 
   async close(): Promise<void> {

@@ -16,7 +16,9 @@ const obj = (v: unknown): JsonObject => (isObject(v) ? v : {});
 
 function healthy(p: KObject): boolean {
   if (p.metadata.deletionTimestamp) return false;
-  return (Array.isArray(obj(p.status).conditions) ? (obj(p.status).conditions as unknown[]) : []).some((c) => isObject(c) && c.type === "Ready" && c.status === "True");
+  return (Array.isArray(obj(p.status).conditions) ? (obj(p.status).conditions as unknown[]) : []).some(
+    (c) => isObject(c) && c.type === "Ready" && c.status === "True",
+  );
 }
 
 function terminal(p: KObject): boolean {
@@ -39,14 +41,24 @@ export interface BudgetState {
 
 export function budgetState(api: ObjectApi, pdb: KObject): BudgetState {
   const spec = obj(pdb.spec);
-  const pods = api.store.select("/pods", pdb.metadata.namespace, (p) => !terminal(p) && matchesLabelSelector(spec.selector ?? {}, p.metadata.labels ?? {}));
+  const pods = api.store.select(
+    "/pods",
+    pdb.metadata.namespace,
+    (p) => !terminal(p) && matchesLabelSelector(spec.selector ?? {}, p.metadata.labels ?? {}),
+  );
   const expectedPods = pods.length;
   const currentHealthy = pods.filter(healthy).length;
   let desiredHealthy: number;
   if (spec.minAvailable !== undefined) desiredHealthy = scaled(spec.minAvailable, expectedPods);
-  else if (spec.maxUnavailable !== undefined) desiredHealthy = Math.max(0, expectedPods - scaled(spec.maxUnavailable, expectedPods));
+  else if (spec.maxUnavailable !== undefined)
+    desiredHealthy = Math.max(0, expectedPods - scaled(spec.maxUnavailable, expectedPods));
   else desiredHealthy = expectedPods;
-  return { expectedPods, currentHealthy, desiredHealthy, disruptionsAllowed: Math.max(0, currentHealthy - desiredHealthy) };
+  return {
+    expectedPods,
+    currentHealthy,
+    desiredHealthy,
+    disruptionsAllowed: Math.max(0, currentHealthy - desiredHealthy),
+  };
 }
 
 /** The eviction subresource: checks the pod's budget, then marks the pod DisruptionTarget and deletes it gracefully. */
@@ -54,8 +66,15 @@ export function evictPod(api: ObjectApi, ns: string, name: string, deleteOptions
   const pods = api.type("", "pods");
   const pod = api.get(pods, ns, name);
   if (!terminal(pod) && !pod.metadata.deletionTimestamp) {
-    const pdbs = api.store.list("policy/poddisruptionbudgets", ns).filter((b) => matchesLabelSelector(obj(b.spec).selector ?? {}, pod.metadata.labels ?? {}));
-    if (pdbs.length > 1) throw new StatusError(500, "InternalError", "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.");
+    const pdbs = api.store
+      .list("policy/poddisruptionbudgets", ns)
+      .filter((b) => matchesLabelSelector(obj(b.spec).selector ?? {}, pod.metadata.labels ?? {}));
+    if (pdbs.length > 1)
+      throw new StatusError(
+        500,
+        "InternalError",
+        "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
+      );
     const pdb = pdbs[0];
     if (pdb) {
       const s = budgetState(api, pdb);
@@ -63,21 +82,49 @@ export function evictPod(api: ObjectApi, ns: string, name: string, deleteOptions
       // An unready pod may go while the budget is met (IfHealthyBudget) or always (AlwaysAllow).
       const unhealthyOk = !healthy(pod) && (alwaysAllow || s.currentHealthy >= s.desiredHealthy);
       if (!unhealthyOk && s.disruptionsAllowed <= 0) {
-        throw new StatusError(429, "TooManyRequests", "Cannot evict pod as it would violate the pod's disruption budget.", {
-          causes: [{ reason: "DisruptionBudget", message: `The disruption budget ${pdb.metadata.name ?? ""} needs ${s.desiredHealthy} healthy pods and has ${s.currentHealthy} currently` }],
-        });
+        throw new StatusError(
+          429,
+          "TooManyRequests",
+          "Cannot evict pod as it would violate the pod's disruption budget.",
+          {
+            causes: [
+              {
+                reason: "DisruptionBudget",
+                message: `The disruption budget ${pdb.metadata.name ?? ""} needs ${s.desiredHealthy} healthy pods and has ${s.currentHealthy} currently`,
+              },
+            ],
+          },
+        );
       }
     }
   }
   const now = isoNow();
-  api.mutate(pods, ns, name, (p) => {
-    const st = obj(p.status);
-    const conds = (Array.isArray(st.conditions) ? st.conditions : []).filter(isObject).filter((c) => c.type !== "DisruptionTarget");
-    conds.push({ type: "DisruptionTarget", status: "True", lastProbeTime: null, lastTransitionTime: now, reason: "EvictionByEvictionAPI", message: "Eviction API: evicting" });
-    st.conditions = conds;
-    p.status = st;
-  }, "status");
-  const grace = deleteOptions && typeof deleteOptions.gracePeriodSeconds === "number" ? { gracePeriodSeconds: deleteOptions.gracePeriodSeconds } : {};
+  api.mutate(
+    pods,
+    ns,
+    name,
+    (p) => {
+      const st = obj(p.status);
+      const conds = (Array.isArray(st.conditions) ? st.conditions : [])
+        .filter(isObject)
+        .filter((c) => c.type !== "DisruptionTarget");
+      conds.push({
+        type: "DisruptionTarget",
+        status: "True",
+        lastProbeTime: null,
+        lastTransitionTime: now,
+        reason: "EvictionByEvictionAPI",
+        message: "Eviction API: evicting",
+      });
+      st.conditions = conds;
+      p.status = st;
+    },
+    "status",
+  );
+  const grace =
+    deleteOptions && typeof deleteOptions.gracePeriodSeconds === "number"
+      ? { gracePeriodSeconds: deleteOptions.gracePeriodSeconds }
+      : {};
   api.delete(pods, ns, name, grace);
 }
 
@@ -92,9 +139,11 @@ export class DisruptionController {
   ) {
     this.queue = new WorkQueue((key) => this.sync(key), onError);
     this.unsubscribe = api.store.subscribe((e) => {
-      if (e.typeKey === "policy/poddisruptionbudgets" && e.type !== "DELETED") this.queue.add(`${e.object.metadata.namespace ?? ""}|${e.object.metadata.name ?? ""}`);
+      if (e.typeKey === "policy/poddisruptionbudgets" && e.type !== "DELETED")
+        this.queue.add(`${e.object.metadata.namespace ?? ""}|${e.object.metadata.name ?? ""}`);
       if (e.typeKey === "/pods") {
-        for (const b of api.store.list("policy/poddisruptionbudgets", e.object.metadata.namespace)) this.queue.add(`${b.metadata.namespace ?? ""}|${b.metadata.name ?? ""}`);
+        for (const b of api.store.list("policy/poddisruptionbudgets", e.object.metadata.namespace))
+          this.queue.add(`${b.metadata.namespace ?? ""}|${b.metadata.name ?? ""}`);
       }
     });
   }
@@ -106,21 +155,34 @@ export class DisruptionController {
     if (!pdb) return;
     const s = budgetState(this.api, pdb);
     const st = obj(pdb.status);
-    const prev = (Array.isArray(st.conditions) ? st.conditions : []).filter(isObject).find((c) => c.type === "DisruptionAllowed");
+    const prev = (Array.isArray(st.conditions) ? st.conditions : [])
+      .filter(isObject)
+      .find((c) => c.type === "DisruptionAllowed");
     const allowed = s.disruptionsAllowed > 0;
     const status = {
       observedGeneration: pdb.metadata.generation ?? 1,
       ...s,
-      conditions: [{
-        type: "DisruptionAllowed", status: allowed ? "True" : "False", reason: allowed ? "SufficientPods" : "InsufficientPods", message: "",
-        observedGeneration: pdb.metadata.generation ?? 1,
-        lastTransitionTime: prev && prev.status === (allowed ? "True" : "False") ? prev.lastTransitionTime : isoNow(),
-      }],
+      conditions: [
+        {
+          type: "DisruptionAllowed",
+          status: allowed ? "True" : "False",
+          reason: allowed ? "SufficientPods" : "InsufficientPods",
+          message: "",
+          observedGeneration: pdb.metadata.generation ?? 1,
+          lastTransitionTime: prev && prev.status === (allowed ? "True" : "False") ? prev.lastTransitionTime : isoNow(),
+        },
+      ],
     };
     if (JSON.stringify(status) === JSON.stringify({ ...st, disruptedPods: undefined })) return;
-    this.api.mutate(t, ns, name, (o) => {
-      o.status = status;
-    }, "status");
+    this.api.mutate(
+      t,
+      ns,
+      name,
+      (o) => {
+        o.status = status;
+      },
+      "status",
+    );
   }
 
   async close(): Promise<void> {

@@ -25,7 +25,8 @@ export class GarbageCollector {
         for (const r of meta.ownerReferences ?? []) this.queue.add(`owner|${r.uid}`);
         return;
       }
-      if (meta.deletionTimestamp && (meta.finalizers ?? []).some((f) => f === "orphan" || f === "foregroundDeletion")) this.queue.add(`owner|${meta.uid ?? ""}`);
+      if (meta.deletionTimestamp && (meta.finalizers ?? []).some((f) => f === "orphan" || f === "foregroundDeletion"))
+        this.queue.add(`owner|${meta.uid ?? ""}`);
       if (e.type === "ADDED" && (meta.ownerReferences ?? []).length > 0) this.queue.add(`dangling|${meta.uid ?? ""}`);
     });
   }
@@ -48,7 +49,10 @@ export class GarbageCollector {
   private deleteQuietly(t: ResourceType, o: KObject, policy: "Background" | "Foreground"): void {
     if (o.metadata.deletionTimestamp) return;
     try {
-      this.api.delete(t, o.metadata.namespace, o.metadata.name ?? "", { propagationPolicy: policy, preconditions: { uid: o.metadata.uid ?? "" } });
+      this.api.delete(t, o.metadata.namespace, o.metadata.name ?? "", {
+        propagationPolicy: policy,
+        preconditions: { uid: o.metadata.uid ?? "" },
+      });
     } catch (e) {
       if (!(e instanceof StatusError && (e.code === 404 || e.code === 409))) throw e;
     }
@@ -67,7 +71,9 @@ export class GarbageCollector {
     if (kind === "gone") {
       // The owner is gone: dependents without another live owner go too.
       for (const { t, object } of this.dependents(uid)) {
-        const live = (object.metadata.ownerReferences ?? []).filter((r) => r.uid !== uid && this.api.store.getByUid(r.uid));
+        const live = (object.metadata.ownerReferences ?? []).filter(
+          (r) => r.uid !== uid && this.api.store.getByUid(r.uid),
+        );
         if (live.length === 0) this.deleteQuietly(t, object, "Background");
         else this.dropOwner(t, object, new Set([uid]));
       }

@@ -73,15 +73,19 @@ export class JobController {
     this.queue = new WorkQueue((key) => this.process(key), onError);
     this.unsubscribe = api.store.subscribe((e) => {
       if (e.typeKey === "batch/jobs") {
-        if (e.type !== "DELETED") this.queue.add(`job|${e.object.metadata.namespace ?? ""}|${e.object.metadata.name ?? ""}`);
+        if (e.type !== "DELETED")
+          this.queue.add(`job|${e.object.metadata.namespace ?? ""}|${e.object.metadata.name ?? ""}`);
         else {
           this.lastFailure.delete(e.object.metadata.uid ?? "");
           this.createFailures.delete(e.object.metadata.uid ?? "");
         }
       } else if (e.typeKey === "/pods") {
-        const owner = (e.object.metadata.ownerReferences ?? []).find((r) => r.controller === true && r.kind === "Job" && r.apiVersion === "batch/v1");
+        const owner = (e.object.metadata.ownerReferences ?? []).find(
+          (r) => r.controller === true && r.kind === "Job" && r.apiVersion === "batch/v1",
+        );
         if (owner) this.queue.add(`job|${e.object.metadata.namespace ?? ""}|${owner.name}`);
-        if (e.type !== "DELETED" && (e.object.metadata.finalizers ?? []).includes(trackingFinalizer)) this.queue.add(`pod|${e.object.metadata.namespace ?? ""}|${e.object.metadata.name ?? ""}`);
+        if (e.type !== "DELETED" && (e.object.metadata.finalizers ?? []).includes(trackingFinalizer))
+          this.queue.add(`pod|${e.object.metadata.namespace ?? ""}|${e.object.metadata.name ?? ""}`);
       }
     });
   }
@@ -122,15 +126,22 @@ export class JobController {
     const uid = job.metadata.uid ?? "";
     const spec = obj(job.spec);
     const status: JsonObject = { ...obj(job.status) };
-    const pods = this.api.store.select("/pods", ns, (p) =>
-      (p.metadata.ownerReferences ?? []).some((r) => r.uid === uid && r.controller === true) && matchesLabelSelector(spec.selector, p.metadata.labels ?? {}));
+    const pods = this.api.store.select(
+      "/pods",
+      ns,
+      (p) =>
+        (p.metadata.ownerReferences ?? []).some((r) => r.uid === uid && r.controller === true) &&
+        matchesLabelSelector(spec.selector, p.metadata.labels ?? {}),
+    );
     const now = Date.now();
 
     // Count finished tracked pods once, releasing their finalizer. As Kubernetes' isPodFailed: a
     // pod being deleted that has not succeeded has failed already (it may never reach Failed: an
     // orphan, a pod on a lost node), unless the Job replaces only pods that reached Failed.
     const onlyFailedPhase = spec.podReplacementPolicy === "Failed" || spec.suspend === true;
-    const hasFailed = (p: KObject) => podPhase(p) === "Failed" || (!onlyFailedPhase && Boolean(p.metadata.deletionTimestamp) && podPhase(p) !== "Succeeded");
+    const hasFailed = (p: KObject) =>
+      podPhase(p) === "Failed" ||
+      (!onlyFailedPhase && Boolean(p.metadata.deletionTimestamp) && podPhase(p) !== "Succeeded");
     let succeeded = Number(status.succeeded ?? 0);
     let failed = Number(status.failed ?? 0);
     for (const p of pods) {
@@ -162,17 +173,34 @@ export class JobController {
     const completions = Number(spec.completions ?? 1);
     const parallelism = Number(spec.parallelism ?? 1);
     const backoffLimit = Number(spec.backoffLimit ?? 6);
-    const deadline = typeof spec.activeDeadlineSeconds === "number" && typeof status.startTime === "string" ? Date.parse(status.startTime) + spec.activeDeadlineSeconds * 1000 : undefined;
+    const deadline =
+      typeof spec.activeDeadlineSeconds === "number" && typeof status.startTime === "string"
+        ? Date.parse(status.startTime) + spec.activeDeadlineSeconds * 1000
+        : undefined;
 
     let target = hasCondition(status, "FailureTarget");
     if (!target && failed > backoffLimit) {
       setCondition(status, "FailureTarget", "BackoffLimitExceeded", "Job has reached the specified backoff limit");
-      this.events.record("job-controller", undefined, job, "Warning", "BackoffLimitExceeded", "Job has reached the specified backoff limit");
+      this.events.record(
+        "job-controller",
+        undefined,
+        job,
+        "Warning",
+        "BackoffLimitExceeded",
+        "Job has reached the specified backoff limit",
+      );
       target = hasCondition(status, "FailureTarget");
     }
     if (!target && deadline !== undefined && now >= deadline) {
       setCondition(status, "FailureTarget", "DeadlineExceeded", "Job was active longer than specified deadline");
-      this.events.record("job-controller", undefined, job, "Warning", "DeadlineExceeded", "Job was active longer than specified deadline");
+      this.events.record(
+        "job-controller",
+        undefined,
+        job,
+        "Warning",
+        "DeadlineExceeded",
+        "Job was active longer than specified deadline",
+      );
       target = hasCondition(status, "FailureTarget");
     }
     if (target) {
@@ -203,11 +231,20 @@ export class JobController {
     if (want > 0) {
       const last = this.lastFailure.get(uid);
       const refused = this.createFailures.get(uid);
-      const delay = Math.max(last === undefined || failed === 0 ? 0 : this.timings.podBackoffMs * 2 ** Math.min(failed - 1, 6) - (now - last), refused ? refused.retryAt - now : 0);
+      const delay = Math.max(
+        last === undefined || failed === 0
+          ? 0
+          : this.timings.podBackoffMs * 2 ** Math.min(failed - 1, 6) - (now - last),
+        refused ? refused.retryAt - now : 0,
+      );
       if (delay > 0) this.queue.addAfter(`job|${ns}|${name}`, delay);
       else for (let i = 0; i < want; i++) if (this.createPod(job)) created++;
     }
-    const ready = active.filter((p) => (Array.isArray(obj(p.status).conditions) ? (obj(p.status).conditions as JsonObject[]) : []).some((c) => c.type === "Ready" && c.status === "True")).length;
+    const ready = active.filter((p) =>
+      (Array.isArray(obj(p.status).conditions) ? (obj(p.status).conditions as JsonObject[]) : []).some(
+        (c) => c.type === "Ready" && c.status === "True",
+      ),
+    ).length;
     this.writeStatus(job, { ...status, active: active.length + created, ready, terminating: terminating.length });
     if (deadline !== undefined) this.queue.addAfter(`job|${ns}|${name}`, deadline - now + 5);
   }
@@ -217,17 +254,38 @@ export class JobController {
     const template = obj(spec.template);
     const tmeta = obj(template.metadata);
     try {
-      const pod = this.api.create(this.pods, job.metadata.namespace, {
-        metadata: {
-          generateName: `${(job.metadata.name ?? "").slice(0, 57)}-`,
-          labels: { ...obj(tmeta.labels) },
-          annotations: { ...obj(tmeta.annotations) },
-          ownerReferences: [{ apiVersion: "batch/v1", kind: "Job", name: job.metadata.name ?? "", uid: job.metadata.uid ?? "", controller: true, blockOwnerDeletion: true }],
-          finalizers: [trackingFinalizer],
+      const pod = this.api.create(
+        this.pods,
+        job.metadata.namespace,
+        {
+          metadata: {
+            generateName: `${(job.metadata.name ?? "").slice(0, 57)}-`,
+            labels: { ...obj(tmeta.labels) },
+            annotations: { ...obj(tmeta.annotations) },
+            ownerReferences: [
+              {
+                apiVersion: "batch/v1",
+                kind: "Job",
+                name: job.metadata.name ?? "",
+                uid: job.metadata.uid ?? "",
+                controller: true,
+                blockOwnerDeletion: true,
+              },
+            ],
+            finalizers: [trackingFinalizer],
+          },
+          spec: template.spec,
         },
-        spec: template.spec,
-      }, { system: true });
-      this.events.record("job-controller", undefined, job, "Normal", "SuccessfulCreate", `Created pod: ${pod.metadata.name ?? ""}`);
+        { system: true },
+      );
+      this.events.record(
+        "job-controller",
+        undefined,
+        job,
+        "Normal",
+        "SuccessfulCreate",
+        `Created pod: ${pod.metadata.name ?? ""}`,
+      );
       this.createFailures.delete(job.metadata.uid ?? "");
       return true;
     } catch (e) {
@@ -244,7 +302,14 @@ export class JobController {
   private deletePod(job: KObject, pod: KObject): void {
     try {
       this.api.delete(this.pods, pod.metadata.namespace, pod.metadata.name ?? "", { propagationPolicy: "Background" });
-      this.events.record("job-controller", undefined, job, "Normal", "SuccessfulDelete", `Deleted pod: ${pod.metadata.name ?? ""}`);
+      this.events.record(
+        "job-controller",
+        undefined,
+        job,
+        "Normal",
+        "SuccessfulDelete",
+        `Deleted pod: ${pod.metadata.name ?? ""}`,
+      );
     } catch (e) {
       if (!(e instanceof StatusError && e.code === 404)) throw e;
     }
@@ -252,9 +317,15 @@ export class JobController {
 
   private writeStatus(job: KObject, status: JsonObject): void {
     status.uncountedTerminatedPods = {};
-    this.api.mutate(this.jobs, job.metadata.namespace, job.metadata.name ?? "", (j) => {
-      j.status = status;
-    }, "status");
+    this.api.mutate(
+      this.jobs,
+      job.metadata.namespace,
+      job.metadata.name ?? "",
+      (j) => {
+        j.status = status;
+      },
+      "status",
+    );
   }
 
   /** ttlSecondsAfterFinished: delete (Foreground, like the TTL controller) once it elapses. */
@@ -268,7 +339,10 @@ export class JobController {
       return;
     }
     try {
-      this.api.delete(this.jobs, job.metadata.namespace, job.metadata.name ?? "", { propagationPolicy: "Foreground", preconditions: { uid: job.metadata.uid ?? "" } });
+      this.api.delete(this.jobs, job.metadata.namespace, job.metadata.name ?? "", {
+        propagationPolicy: "Foreground",
+        preconditions: { uid: job.metadata.uid ?? "" },
+      });
     } catch (e) {
       if (!(e instanceof StatusError)) throw e;
     }

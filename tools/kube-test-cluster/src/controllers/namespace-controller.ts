@@ -14,7 +14,8 @@ export class NamespaceController {
   ) {
     this.queue = new WorkQueue((ns) => this.process(ns), onError);
     this.unsubscribe = api.store.subscribe((e) => {
-      if (e.typeKey === "/namespaces" && e.type !== "DELETED" && e.object.metadata.deletionTimestamp) this.queue.add(e.object.metadata.name ?? "");
+      if (e.typeKey === "/namespaces" && e.type !== "DELETED" && e.object.metadata.deletionTimestamp)
+        this.queue.add(e.object.metadata.name ?? "");
     });
   }
 

@@ -21,13 +21,26 @@ export function quantity(v: unknown): number {
   const m = /^([0-9.]+)([a-zA-Z]*)$/.exec(String(v ?? "0").trim());
   if (!m) return 0;
   const n = Number(m[1]);
-  const units: Record<string, number> = { "": 1, m: 1e-3, k: 1e3, K: 1e3, M: 1e6, G: 1e9, T: 1e12, Ki: 1024, Mi: 1024 ** 2, Gi: 1024 ** 3, Ti: 1024 ** 4 };
+  const units: Record<string, number> = {
+    "": 1,
+    m: 1e-3,
+    k: 1e3,
+    K: 1e3,
+    M: 1e6,
+    G: 1e9,
+    T: 1e12,
+    Ki: 1024,
+    Mi: 1024 ** 2,
+    Gi: 1024 ** 3,
+    Ti: 1024 ** 4,
+  };
   return n * (units[m[2] ?? ""] ?? 1);
 }
 
 /** The pod's effective requests: max of init containers' and the sum of containers'. */
 export function podRequests(spec: JsonObject): { cpu: number; memory: number } {
-  const req = (c: JsonObject, k: string): number => quantity(obj(obj(c.resources).requests)[k] ?? obj(obj(c.resources).limits)[k] ?? 0);
+  const req = (c: JsonObject, k: string): number =>
+    quantity(obj(obj(c.resources).requests)[k] ?? obj(obj(c.resources).limits)[k] ?? 0);
   const sum = (k: string): number => arr(spec.containers).reduce((a, c) => a + req(c, k), 0);
   const init = (k: string): number => arr(spec.initContainers).reduce((a, c) => Math.max(a, req(c, k)), 0);
   return { cpu: Math.max(sum("cpu"), init("cpu")), memory: Math.max(sum("memory"), init("memory")) };
@@ -46,7 +59,8 @@ function tolerates(tolerations: JsonObject[], taint: JsonObject): boolean {
 export function nodeTaints(node: KObject): JsonObject[] {
   const spec = obj(node.spec);
   const taints = arr(spec.taints);
-  if (spec.unschedulable === true && !taints.some((t) => t.key === "node.kubernetes.io/unschedulable")) taints.push({ key: "node.kubernetes.io/unschedulable", effect: "NoSchedule" });
+  if (spec.unschedulable === true && !taints.some((t) => t.key === "node.kubernetes.io/unschedulable"))
+    taints.push({ key: "node.kubernetes.io/unschedulable", effect: "NoSchedule" });
   return taints;
 }
 
@@ -77,15 +91,19 @@ export function matchesNodeSelection(spec: JsonObject, node: KObject): boolean {
   const required = obj(obj(obj(spec.affinity).nodeAffinity).requiredDuringSchedulingIgnoredDuringExecution);
   const terms = arr(required.nodeSelectorTerms);
   if (terms.length === 0) return true;
-  return terms.some((t) =>
-    arr(t.matchExpressions).every((e) => matchExpression(e, labels[String(e.key)])) &&
-    arr(t.matchFields).every((e) => matchExpression(e, e.key === "metadata.name" ? node.metadata.name : undefined)));
+  return terms.some(
+    (t) =>
+      arr(t.matchExpressions).every((e) => matchExpression(e, labels[String(e.key)])) &&
+      arr(t.matchFields).every((e) => matchExpression(e, e.key === "metadata.name" ? node.metadata.name : undefined)),
+  );
 }
 
 /** The first untolerated NoSchedule/NoExecute taint, if any. */
 export function untoleratedTaint(spec: JsonObject, node: KObject): JsonObject | undefined {
   const tolerations = arr(spec.tolerations);
-  return nodeTaints(node).find((t) => (t.effect === "NoSchedule" || t.effect === "NoExecute") && !tolerates(tolerations, t));
+  return nodeTaints(node).find(
+    (t) => (t.effect === "NoSchedule" || t.effect === "NoExecute") && !tolerates(tolerations, t),
+  );
 }
 
 function terminal(p: KObject): boolean {
@@ -129,7 +147,12 @@ export class Scheduler {
     const [ns = "", name = ""] = key.split("|");
     const pod = this.api.tryGet(this.pods, ns, name);
     const spec = obj(pod?.spec);
-    if (!pod || spec.nodeName || pod.metadata.deletionTimestamp || (spec.schedulerName !== undefined && spec.schedulerName !== "default-scheduler")) {
+    if (
+      !pod ||
+      spec.nodeName ||
+      pod.metadata.deletionTimestamp ||
+      (spec.schedulerName !== undefined && spec.schedulerName !== "default-scheduler")
+    ) {
       this.waiting.delete(key);
       return;
     }
@@ -144,7 +167,11 @@ export class Scheduler {
     for (const node of nodes) {
       const taint = untoleratedTaint(spec, node);
       if (taint) {
-        why(taint.key === "node.kubernetes.io/unschedulable" ? "node(s) were unschedulable" : `node(s) had untolerated taint {${String(taint.key)}: ${String(taint.value ?? "")}}`);
+        why(
+          taint.key === "node.kubernetes.io/unschedulable"
+            ? "node(s) were unschedulable"
+            : `node(s) had untolerated taint {${String(taint.key)}: ${String(taint.value ?? "")}}`,
+        );
         continue;
       }
       if (!matchesNodeSelection(spec, node)) {
@@ -153,10 +180,13 @@ export class Scheduler {
       }
       const on = pods.filter((p) => obj(p.spec).nodeName === node.metadata.name);
       const alloc = obj(obj(node.status).allocatable);
-      const used = on.reduce((a, p) => {
-        const r = podRequests(obj(p.spec));
-        return { cpu: a.cpu + r.cpu, memory: a.memory + r.memory };
-      }, { cpu: 0, memory: 0 });
+      const used = on.reduce(
+        (a, p) => {
+          const r = podRequests(obj(p.spec));
+          return { cpu: a.cpu + r.cpu, memory: a.memory + r.memory };
+        },
+        { cpu: 0, memory: 0 },
+      );
       let short = false;
       if (on.length + 1 > quantity(alloc.pods ?? 110)) {
         why("Too many pods");
@@ -172,18 +202,39 @@ export class Scheduler {
       }
       if (!short) fits.push({ node, count: on.length });
     }
-    const best = fits.sort((a, b) => a.count - b.count || (a.node.metadata.name ?? "").localeCompare(b.node.metadata.name ?? ""))[0];
+    const best = fits.sort(
+      (a, b) => a.count - b.count || (a.node.metadata.name ?? "").localeCompare(b.node.metadata.name ?? ""),
+    )[0];
     if (!best) {
       this.waiting.add(key);
-      const detail = [...reasons.entries()].sort((a, b) => a[0].localeCompare(b[0])).map(([r, n]) => `${n} ${r}`).join(", ");
+      const detail = [...reasons.entries()]
+        .sort((a, b) => a[0].localeCompare(b[0]))
+        .map(([r, n]) => `${n} ${r}`)
+        .join(", ");
       const message = `0/${nodes.length} nodes are available: ${detail}. preemption: 0/${nodes.length} nodes are available: ${nodes.length} Preemption is not helpful for scheduling.`;
       const cur = arr(obj(pod.status).conditions).find((c) => c.type === "PodScheduled");
       if (cur?.status === "False" && cur.message === message) return;
-      this.api.mutate(this.pods, ns, name, (p) => {
-        const st = obj(p.status);
-        st.conditions = [...arr(st.conditions).filter((c) => c.type !== "PodScheduled"), { type: "PodScheduled", status: "False", lastProbeTime: null, lastTransitionTime: isoNow(), reason: "Unschedulable", message }];
-        p.status = st;
-      }, "status");
+      this.api.mutate(
+        this.pods,
+        ns,
+        name,
+        (p) => {
+          const st = obj(p.status);
+          st.conditions = [
+            ...arr(st.conditions).filter((c) => c.type !== "PodScheduled"),
+            {
+              type: "PodScheduled",
+              status: "False",
+              lastProbeTime: null,
+              lastTransitionTime: isoNow(),
+              reason: "Unschedulable",
+              message,
+            },
+          ];
+          p.status = st;
+        },
+        "status",
+      );
       this.events.record("default-scheduler", undefined, pod, "Warning", "FailedScheduling", message);
       return;
     }
@@ -197,7 +248,14 @@ export class Scheduler {
       if (!(e instanceof StatusError)) throw e;
       return;
     }
-    this.events.record("default-scheduler", undefined, pod, "Normal", "Scheduled", `Successfully assigned ${ns}/${name} to ${nodeName}`);
+    this.events.record(
+      "default-scheduler",
+      undefined,
+      pod,
+      "Normal",
+      "Scheduled",
+      `Successfully assigned ${ns}/${name} to ${nodeName}`,
+    );
   }
 
   async close(): Promise<void> {

@@ -31,10 +31,13 @@ export class WorkQueue {
     if (this.closed) return;
     const existing = this.timers.get(key);
     if (existing) return;
-    const timer = setTimeout(() => {
-      this.timers.delete(key);
-      this.add(key);
-    }, Math.max(0, ms));
+    const timer = setTimeout(
+      () => {
+        this.timers.delete(key);
+        this.add(key);
+      },
+      Math.max(0, ms),
+    );
     timer.unref();
     this.timers.set(key, timer);
   }

@@ -59,7 +59,22 @@ export const podmanClusterLabel = `${podmanLabel}.id`;
 
 /** `podman create` arguments for a launch spec in podman mode. */
 export function podmanCreateArgs(spec: LaunchSpec & { podman: NonNullable<LaunchSpec["podman"]> }): string[] {
-  const args = ["create", "--rm", "--name", spec.podman.name, "--label", `${podmanLabel}=1`, "--label", `${podmanClusterLabel}=${spec.podman.clusterId}`, "--network", "host", "--pull", "never", "--workdir", spec.workingDir];
+  const args = [
+    "create",
+    "--rm",
+    "--name",
+    spec.podman.name,
+    "--label",
+    `${podmanLabel}=1`,
+    "--label",
+    `${podmanClusterLabel}=${spec.podman.clusterId}`,
+    "--network",
+    "host",
+    "--pull",
+    "never",
+    "--workdir",
+    spec.workingDir,
+  ];
   if (spec.user) {
     args.push("--user", `${spec.user.uid}:${spec.user.gid}`);
     for (const g of new Set(spec.user.groups)) if (g !== spec.user.gid) args.push("--group-add", String(g));
@@ -85,14 +100,36 @@ export interface ExitInfo {
   signal: NodeJS.Signals | null;
 }
 
-const signalNumbers: Record<string, number> = { SIGHUP: 1, SIGINT: 2, SIGQUIT: 3, SIGKILL: 9, SIGUSR1: 10, SIGSEGV: 11, SIGUSR2: 12, SIGPIPE: 13, SIGALRM: 14, SIGTERM: 15 };
+const signalNumbers: Record<string, number> = {
+  SIGHUP: 1,
+  SIGINT: 2,
+  SIGQUIT: 3,
+  SIGKILL: 9,
+  SIGUSR1: 10,
+  SIGSEGV: 11,
+  SIGUSR2: 12,
+  SIGPIPE: 13,
+  SIGALRM: 14,
+  SIGTERM: 15,
+};
 
 let probed: Isolation | undefined;
 
 /** Namespace isolation if this process may create mount namespaces, else rewrite. */
 export function detectIsolation(): Isolation {
   if (probed) return probed;
-  const r = spawnSync("unshare", ["-m", "--propagation", "private", "/bin/sh", "-c", "mount -t tmpfs ktc-probe /mnt 2>/dev/null || mount -t tmpfs ktc-probe /tmp"], { stdio: "ignore", timeout: 5000 });
+  const r = spawnSync(
+    "unshare",
+    [
+      "-m",
+      "--propagation",
+      "private",
+      "/bin/sh",
+      "-c",
+      "mount -t tmpfs ktc-probe /mnt 2>/dev/null || mount -t tmpfs ktc-probe /tmp",
+    ],
+    { stdio: "ignore", timeout: 5000 },
+  );
   probed = r.status === 0 && existsSync("/usr/sbin/chroot") ? "namespace" : "rewrite";
   return probed;
 }
@@ -166,7 +203,9 @@ function canonical(p: string): string {
  * nearest existing host ancestor being shadowed (mirrored into a tmpfs) first.
  */
 export function planMounts(mounts: Mount[], workingDir: string, readOnlyRoot = false): string[] {
-  const sorted = [...mounts].map((m) => ({ ...m, containerPath: canonical(m.containerPath) })).sort((a, b) => depth(a.containerPath) - depth(b.containerPath));
+  const sorted = [...mounts]
+    .map((m) => ({ ...m, containerPath: canonical(m.containerPath) }))
+    .sort((a, b) => depth(a.containerPath) - depth(b.containerPath));
   const shadows = new Set<string>();
   const creates: string[][] = [];
   const binds: string[][] = [];
@@ -204,7 +243,9 @@ export function planMounts(mounts: Mount[], workingDir: string, readOnlyRoot = f
     // The host's top-level directories and the shadows over them turn read-only (volumes
     // mounted exactly there keep their own mode); /dev, /proc and /sys stay as a runtime leaves them.
     const volumePaths = new Set(placed.map((m) => m.containerPath));
-    const tops = readdirSync("/", { withFileTypes: true }).filter((d) => d.isDirectory() && !["dev", "proc", "sys"].includes(d.name)).map((d) => `/${d.name}`);
+    const tops = readdirSync("/", { withFileTypes: true })
+      .filter((d) => d.isDirectory() && !["dev", "proc", "sys"].includes(d.name))
+      .map((d) => `/${d.name}`);
     for (const p of [...tops, ...shadows]) if (!volumePaths.has(p)) roSteps.push(["ro", p]);
     roSteps.push(["roroot"]);
   }
@@ -251,7 +292,8 @@ export class ContainerProcess {
       // Created first, so a failure to create (a missing image, a bad mount) is a start error;
       // then started attached: the child's output is the container's, its exit code the container's.
       const podman = spec.podman;
-      const script = 'podman "$@" >/dev/null || exit 128; printf k >&3; exec 3>&-; exec podman start --attach "$KTC_PODMAN_NAME"';
+      const script =
+        'podman "$@" >/dev/null || exit 128; printf k >&3; exec 3>&-; exec podman start --attach "$KTC_PODMAN_NAME"';
       this.child = spawn("/bin/sh", ["-c", script, "ktc-podman", ...podmanCreateArgs({ ...spec, podman })], {
         env: { ...process.env, ...podman.env, KTC_PODMAN_NAME: podman.name },
         stdio: ["ignore", "pipe", "pipe", "pipe"],
@@ -267,11 +309,30 @@ export class ContainerProcess {
       const steps = planMounts(spec.mounts, spec.workingDir, spec.readOnlyRoot === true);
       const u = spec.user;
       const userArgs = u ? [`${u.uid}:${u.gid}`, [...new Set([u.gid, ...u.groups])].join(",")] : ["", ""];
-      this.child = spawn("unshare", ["-m", "--propagation", "private", "/bin/sh", "-c", setupScript, "ktc-setup", spec.rootDir, ...steps, "--", spec.workingDir, "/usr/sbin/chroot", ...userArgs, ...spec.argv], {
-        env: spec.env,
-        stdio: ["ignore", "pipe", "pipe", "pipe"],
-        detached: true,
-      });
+      this.child = spawn(
+        "unshare",
+        [
+          "-m",
+          "--propagation",
+          "private",
+          "/bin/sh",
+          "-c",
+          setupScript,
+          "ktc-setup",
+          spec.rootDir,
+          ...steps,
+          "--",
+          spec.workingDir,
+          "/usr/sbin/chroot",
+          ...userArgs,
+          ...spec.argv,
+        ],
+        {
+          env: spec.env,
+          stdio: ["ignore", "pipe", "pipe", "pipe"],
+          detached: true,
+        },
+      );
       const ready = this.child.stdio[3];
       ready?.on("data", () => {
         startedOk = true;
@@ -296,7 +357,13 @@ export class ContainerProcess {
       }
       const [cmd = "", ...args] = spec.argv.map(rw);
       const u = spec.user;
-      this.child = spawn(cmd, args, { env, cwd, stdio: ["ignore", "pipe", "pipe"], detached: true, ...(u && process.getuid?.() === 0 ? { uid: u.uid, gid: u.gid } : {}) });
+      this.child = spawn(cmd, args, {
+        env,
+        cwd,
+        stdio: ["ignore", "pipe", "pipe"],
+        detached: true,
+        ...(u && process.getuid?.() === 0 ? { uid: u.uid, gid: u.gid } : {}),
+      });
       this.child.on("spawn", () => {
         startedOk = true;
         resolveStarted();
@@ -329,12 +396,41 @@ export class ContainerProcess {
   execArgv(command: string[], user: ContainerUser | undefined): string[] {
     if (this.podman) {
       const envPairs = Object.entries(this.podman.env).map(([k, v]) => `${k}=${v}`);
-      return ["/usr/bin/env", ...envPairs, "podman", "exec", ...(user ? ["--user", `${user.uid}:${user.gid}`] : []), this.podman.name, ...command];
+      return [
+        "/usr/bin/env",
+        ...envPairs,
+        "podman",
+        "exec",
+        ...(user ? ["--user", `${user.uid}:${user.gid}`] : []),
+        this.podman.name,
+        ...command,
+      ];
     }
     if (this.isolation === "namespace" && this.child.pid !== undefined) {
-      return ["nsenter", "-t", String(this.child.pid), "-m", "-r", "-w", ...(user ? ["-S", String(user.uid), "-G", String(user.gid)] : []), "--", ...command];
+      return [
+        "nsenter",
+        "-t",
+        String(this.child.pid),
+        "-m",
+        "-r",
+        "-w",
+        ...(user ? ["-S", String(user.uid), "-G", String(user.gid)] : []),
+        "--",
+        ...command,
+      ];
     }
-    return [...(user && process.getuid?.() === 0 ? ["setpriv", `--reuid=${user.uid}`, `--regid=${user.gid}`, `--groups=${[user.gid, ...user.groups].join(",")}`, "--"] : []), ...command.map(this.rewrite)];
+    return [
+      ...(user && process.getuid?.() === 0
+        ? [
+            "setpriv",
+            `--reuid=${user.uid}`,
+            `--regid=${user.gid}`,
+            `--groups=${[user.gid, ...user.groups].join(",")}`,
+            "--",
+          ]
+        : []),
+      ...command.map(this.rewrite),
+    ];
   }
 
   get pid(): number | undefined {
@@ -349,7 +445,10 @@ export class ContainerProcess {
   signal(sig: NodeJS.Signals): void {
     if (this.child.pid === undefined || this.exitInfo) return;
     if (this.podman) {
-      spawn("podman", ["kill", "--signal", sig, this.podman.name], { env: { ...process.env, ...this.podman.env }, stdio: "ignore" }).on("error", () => undefined);
+      spawn("podman", ["kill", "--signal", sig, this.podman.name], {
+        env: { ...process.env, ...this.podman.env },
+        stdio: "ignore",
+      }).on("error", () => undefined);
       return;
     }
     try {
@@ -364,7 +463,10 @@ export class ContainerProcess {
     if (this.podman) {
       // Removing the container kills all of its processes; the attached child then exits.
       if (this.exitInfo) return;
-      spawn("podman", ["rm", "--force", "--time", "0", "--ignore", this.podman.name], { env: { ...process.env, ...this.podman.env }, stdio: "ignore" }).on("error", () => undefined);
+      spawn("podman", ["rm", "--force", "--time", "0", "--ignore", this.podman.name], {
+        env: { ...process.env, ...this.podman.env },
+        stdio: "ignore",
+      }).on("error", () => undefined);
       return;
     }
     if (this.child.pid === undefined) return;

@@ -26,8 +26,10 @@ function lookup(api: ObjectApi, ns: string, resource: "secrets" | "configmaps", 
 function dataOf(o: KObject, resource: "secrets" | "configmaps"): Record<string, string> {
   const out: Record<string, string> = {};
   const data = isObject(o.data) ? o.data : {};
-  for (const [k, v] of Object.entries(data)) out[k] = resource === "secrets" ? Buffer.from(String(v), "base64").toString("utf8") : String(v);
-  if (resource === "configmaps" && isObject(o.binaryData)) for (const [k, v] of Object.entries(o.binaryData)) out[k] = Buffer.from(String(v), "base64").toString("utf8");
+  for (const [k, v] of Object.entries(data))
+    out[k] = resource === "secrets" ? Buffer.from(String(v), "base64").toString("utf8") : String(v);
+  if (resource === "configmaps" && isObject(o.binaryData))
+    for (const [k, v] of Object.entries(o.binaryData)) out[k] = Buffer.from(String(v), "base64").toString("utf8");
   return out;
 }
 
@@ -51,9 +53,15 @@ export function fieldRefValue(pod: KObject, path: string, podIP = "127.0.0.1"): 
     case "metadata.uid":
       return pod.metadata.uid;
     case "metadata.labels":
-      return Object.entries(pod.metadata.labels ?? {}).map(([k, v]) => `${k}="${v}"`).sort().join("\n");
+      return Object.entries(pod.metadata.labels ?? {})
+        .map(([k, v]) => `${k}="${v}"`)
+        .sort()
+        .join("\n");
     case "metadata.annotations":
-      return Object.entries(pod.metadata.annotations ?? {}).map(([k, v]) => `${k}="${v}"`).sort().join("\n");
+      return Object.entries(pod.metadata.annotations ?? {})
+        .map(([k, v]) => `${k}="${v}"`)
+        .sort()
+        .join("\n");
     case "spec.nodeName":
       return String(spec.nodeName ?? "");
     case "spec.serviceAccountName":
@@ -68,12 +76,21 @@ export function fieldRefValue(pod: KObject, path: string, podIP = "127.0.0.1"): 
   }
 }
 
-export function resolveEnv(api: ObjectApi, pod: KObject, container: JsonObject, base: Record<string, string>, podIP = "127.0.0.1"): Record<string, string> {
+export function resolveEnv(
+  api: ObjectApi,
+  pod: KObject,
+  container: JsonObject,
+  base: Record<string, string>,
+  podIP = "127.0.0.1",
+): Record<string, string> {
   const ns = pod.metadata.namespace ?? "default";
   const env: Record<string, string> = { ...base };
   for (const from of (Array.isArray(container.envFrom) ? container.envFrom : []).filter(isObject)) {
     const prefix = typeof from.prefix === "string" ? from.prefix : "";
-    for (const [field, resource] of [["configMapRef", "configmaps"], ["secretRef", "secrets"]] as const) {
+    for (const [field, resource] of [
+      ["configMapRef", "configmaps"],
+      ["secretRef", "secrets"],
+    ] as const) {
       const ref = from[field];
       if (!isObject(ref)) continue;
       const name = String(ref.name ?? "");
@@ -96,7 +113,10 @@ export function resolveEnv(api: ObjectApi, pod: KObject, container: JsonObject, 
       env[name] = "";
       continue;
     }
-    for (const [field, resource] of [["secretKeyRef", "secrets"], ["configMapKeyRef", "configmaps"]] as const) {
+    for (const [field, resource] of [
+      ["secretKeyRef", "secrets"],
+      ["configMapKeyRef", "configmaps"],
+    ] as const) {
       const ref = vf[field];
       if (!isObject(ref)) continue;
       const refName = String(ref.name ?? "");
@@ -109,7 +129,9 @@ export function resolveEnv(api: ObjectApi, pod: KObject, container: JsonObject, 
       const data = dataOf(o, resource);
       if (data[key] === undefined) {
         if (ref.optional === true) continue;
-        throw new ContainerConfigError(`couldn't find key ${key} in ${resource === "secrets" ? "Secret" : "ConfigMap"} ${ns}/${refName}`);
+        throw new ContainerConfigError(
+          `couldn't find key ${key} in ${resource === "secrets" ? "Secret" : "ConfigMap"} ${ns}/${refName}`,
+        );
       }
       env[name] = data[key];
     }

@@ -100,7 +100,8 @@ export class ImageCatalog {
   podman(image: string): PodmanLaunch | undefined {
     const local = this.configured(image).podman;
     if (local === undefined) return undefined;
-    if (!this.podmanEnv) throw new Error(`image ${image} maps to the podman image ${local}, but the cluster has no podman option`);
+    if (!this.podmanEnv)
+      throw new Error(`image ${image} maps to the podman image ${local}, but the cluster has no podman option`);
     return { image: local, env: this.podmanEnv, clusterId: this.clusterId };
   }
 
@@ -111,12 +112,20 @@ export class ImageCatalog {
 
   pull(image: string): PullOutcome {
     if (!isValidImageName(image)) {
-      return { ok: false, reason: "InvalidImageName", message: `Failed to apply default image tag "${image}": couldn't parse image name "${image}": invalid reference format` };
+      return {
+        ok: false,
+        reason: "InvalidImageName",
+        message: `Failed to apply default image tag "${image}": couldn't parse image name "${image}": invalid reference format`,
+      };
     }
     const tagged = /:pull-fails$/.test(image) || this.unpullable.has(image) || this.unpullable.has(repositoryOf(image));
     if (tagged) {
       const full = normalizeImage(image);
-      return { ok: false, reason: "ErrImagePull", message: `failed to pull and unpack image "${full}": failed to resolve reference "${full}": pull access denied, repository does not exist or may require authorization: server message: insufficient_scope: authorization failed` };
+      return {
+        ok: false,
+        reason: "ErrImagePull",
+        message: `failed to pull and unpack image "${full}": failed to resolve reference "${full}": pull access denied, repository does not exist or may require authorization: server message: insufficient_scope: authorization failed`,
+      };
     }
     return { ok: true };
   }
@@ -135,15 +144,25 @@ export class ImageCatalog {
   private inspect(local: string): ImageConfig {
     let found = this.inspected.get(local);
     if (found) return found;
-    const r = spawnSync("podman", ["image", "inspect", "--format", "{{json .Config}}", local], { encoding: "utf8", env: { ...process.env, ...(this.podmanEnv ?? {}) } });
+    const r = spawnSync("podman", ["image", "inspect", "--format", "{{json .Config}}", local], {
+      encoding: "utf8",
+      env: { ...process.env, ...(this.podmanEnv ?? {}) },
+    });
     if (r.status !== 0) throw new Error(`podman image inspect ${local} failed: ${r.stderr}`);
-    const c = JSON.parse(r.stdout) as { Entrypoint?: string[] | null; Cmd?: string[] | null; Env?: string[] | null; WorkingDir?: string; User?: string };
+    const c = JSON.parse(r.stdout) as {
+      Entrypoint?: string[] | null;
+      Cmd?: string[] | null;
+      Env?: string[] | null;
+      WorkingDir?: string;
+      User?: string;
+    };
     found = {};
     if (c.Entrypoint && c.Entrypoint.length > 0) found.entrypoint = c.Entrypoint;
     if (c.Cmd && c.Cmd.length > 0) found.cmd = c.Cmd;
     if (c.WorkingDir) found.workingDir = c.WorkingDir;
     if (c.User) found.user = c.User;
-    if (c.Env) found.env = Object.fromEntries(c.Env.map((kv) => [kv.slice(0, kv.indexOf("=")), kv.slice(kv.indexOf("=") + 1)]));
+    if (c.Env)
+      found.env = Object.fromEntries(c.Env.map((kv) => [kv.slice(0, kv.indexOf("=")), kv.slice(kv.indexOf("=") + 1)]));
     this.inspected.set(local, found);
     return found;
   }

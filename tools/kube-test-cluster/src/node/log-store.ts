@@ -67,7 +67,12 @@ function lines(chunks: Chunk[]): { time: number; text: string }[] {
   return out;
 }
 
-export async function streamContainerLog(log: ContainerLog, opts: LogOptions, write: (chunk: Buffer) => boolean, signal: AbortSignal): Promise<void> {
+export async function streamContainerLog(
+  log: ContainerLog,
+  opts: LogOptions,
+  write: (chunk: Buffer) => boolean,
+  signal: AbortSignal,
+): Promise<void> {
   let budget = opts.limitBytes ?? Infinity;
   const emit = (text: string): boolean => {
     if (budget <= 0) return false;
@@ -93,11 +98,14 @@ export async function streamContainerLog(log: ContainerLog, opts: LogOptions, wr
       if (!c) continue;
       let text = c.data.toString("utf8");
       if (opts.timestamps) {
-        text = text.split(/(?<=\n)/).map((part) => {
-          const out = atLineStart ? `${stamp(c.time)} ${part}` : part;
-          atLineStart = part.endsWith("\n");
-          return out;
-        }).join("");
+        text = text
+          .split(/(?<=\n)/)
+          .map((part) => {
+            const out = atLineStart ? `${stamp(c.time)} ${part}` : part;
+            atLineStart = part.endsWith("\n");
+            return out;
+          })
+          .join("");
       }
       if (!emit(text)) return;
     }

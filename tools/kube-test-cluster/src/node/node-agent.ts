@@ -49,27 +49,66 @@ export class NodeAgent {
   private readonly unsubscribe: () => void;
 
   constructor(private readonly o: NodeAgentOptions) {
-    this.queue = new WorkQueue((key) => this.process(key), (_k, e) => o.onError(e));
+    this.queue = new WorkQueue(
+      (key) => this.process(key),
+      (_k, e) => o.onError(e),
+    );
     this.unsubscribe = o.api.store.subscribe((e) => {
       if (e.typeKey !== "/pods") return;
       const m = e.object.metadata;
       this.queue.add(`${m.namespace ?? ""}|${m.name ?? ""}|${m.uid ?? ""}`);
     });
-    o.api.create(o.api.type("", "nodes"), undefined, {
-      metadata: { name: o.nodeName, labels: { "kubernetes.io/hostname": o.nodeName, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", ...(o.labels ?? {}) } },
-      spec: o.taints && o.taints.length > 0 ? { taints: o.taints } : {},
-    }, { system: true });
+    o.api.create(
+      o.api.type("", "nodes"),
+      undefined,
+      {
+        metadata: {
+          name: o.nodeName,
+          labels: {
+            "kubernetes.io/hostname": o.nodeName,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            ...(o.labels ?? {}),
+          },
+        },
+        spec: o.taints && o.taints.length > 0 ? { taints: o.taints } : {},
+      },
+      { system: true },
+    );
     const alloc = { cpu: "2", memory: "8Gi", pods: "110", ...(o.allocatable ?? {}) };
-    o.api.mutate(o.api.type("", "nodes"), undefined, o.nodeName, (n) => {
-      const now = isoNow();
-      n.status = {
-        capacity: alloc,
-        allocatable: alloc,
-        conditions: [{ type: "Ready", status: "True", reason: "KubeletReady", message: "kubelet is posting ready status", lastHeartbeatTime: now, lastTransitionTime: now }],
-        addresses: [{ type: "InternalIP", address: o.podIP }, { type: "Hostname", address: o.nodeName }],
-        nodeInfo: { kubeletVersion: "v1.32.0", containerRuntimeVersion: "ktc://local-processes", operatingSystem: "linux", architecture: "amd64" },
-      };
-    }, "status");
+    o.api.mutate(
+      o.api.type("", "nodes"),
+      undefined,
+      o.nodeName,
+      (n) => {
+        const now = isoNow();
+        n.status = {
+          capacity: alloc,
+          allocatable: alloc,
+          conditions: [
+            {
+              type: "Ready",
+              status: "True",
+              reason: "KubeletReady",
+              message: "kubelet is posting ready status",
+              lastHeartbeatTime: now,
+              lastTransitionTime: now,
+            },
+          ],
+          addresses: [
+            { type: "InternalIP", address: o.podIP },
+            { type: "Hostname", address: o.nodeName },
+          ],
+          nodeInfo: {
+            kubeletVersion: "v1.32.0",
+            containerRuntimeVersion: "ktc://local-processes",
+            operatingSystem: "linux",
+            architecture: "amd64",
+          },
+        };
+      },
+      "status",
+    );
   }
 
   private get pods() {
@@ -103,24 +142,42 @@ export class NodeAgent {
       return;
     }
     if (!worker && phase !== "Succeeded" && phase !== "Failed") {
-      const w = new PodWorker({
-        api: this.o.api,
-        events: this.o.events,
-        images: this.o.images,
-        timings: this.o.timings,
-        nodeName: this.o.nodeName,
-        isolation: this.o.isolation,
-        podIP: this.o.podIP,
-        baseEnv: this.o.baseEnv,
-        serviceEnv: () => {
-          const port = String(this.o.apiPort());
-          return { KUBERNETES_SERVICE_HOST: "127.0.0.1", KUBERNETES_SERVICE_PORT: port, KUBERNETES_SERVICE_PORT_HTTPS: port, KUBERNETES_PORT: `tcp://127.0.0.1:${port}`, KUBERNETES_PORT_443_TCP: `tcp://127.0.0.1:${port}`, KUBERNETES_PORT_443_TCP_PROTO: "tcp", KUBERNETES_PORT_443_TCP_PORT: port, KUBERNETES_PORT_443_TCP_ADDR: "127.0.0.1" };
+      const w = new PodWorker(
+        {
+          api: this.o.api,
+          events: this.o.events,
+          images: this.o.images,
+          timings: this.o.timings,
+          nodeName: this.o.nodeName,
+          isolation: this.o.isolation,
+          podIP: this.o.podIP,
+          baseEnv: this.o.baseEnv,
+          serviceEnv: () => {
+            const port = String(this.o.apiPort());
+            return {
+              KUBERNETES_SERVICE_HOST: "127.0.0.1",
+              KUBERNETES_SERVICE_PORT: port,
+              KUBERNETES_SERVICE_PORT_HTTPS: port,
+              KUBERNETES_PORT: `tcp://127.0.0.1:${port}`,
+              KUBERNETES_PORT_443_TCP: `tcp://127.0.0.1:${port}`,
+              KUBERNETES_PORT_443_TCP_PROTO: "tcp",
+              KUBERNETES_PORT_443_TCP_PORT: port,
+              KUBERNETES_PORT_443_TCP_ADDR: "127.0.0.1",
+            };
+          },
+          volumeContext: (podDir) => ({
+            api: this.o.api,
+            podDir,
+            hostPathRoot: this.o.hostPathRoot,
+            pvcRoot: join(this.o.dataDir, "pvc"),
+            serviceAccountToken: (ns, name) => this.o.serviceAccountToken(ns, name),
+          }),
+          podDir: (u) => join(this.o.dataDir, "pods", u),
+          registerLog: (u, c, r, log) => this.logs.set(`${u}/${c}/${r}`, log),
+          onError: this.o.onError,
         },
-        volumeContext: (podDir) => ({ api: this.o.api, podDir, hostPathRoot: this.o.hostPathRoot, pvcRoot: join(this.o.dataDir, "pvc"), serviceAccountToken: (ns, name) => this.o.serviceAccountToken(ns, name) }),
-        podDir: (u) => join(this.o.dataDir, "pods", u),
-        registerLog: (u, c, r, log) => this.logs.set(`${u}/${c}/${r}`, log),
-        onError: this.o.onError,
-      }, pod);
+        pod,
+      );
       this.workers.set(uid, w);
       w.start();
     }
@@ -132,18 +189,33 @@ export class NodeAgent {
     rmSync(join(this.o.dataDir, "pods", uid), { recursive: true, force: true });
   }
 
-  async streamLog(pod: KObject, container: string, opts: LogOptions, write: (chunk: Buffer) => boolean, signal: AbortSignal): Promise<void> {
+  async streamLog(
+    pod: KObject,
+    container: string,
+    opts: LogOptions,
+    write: (chunk: Buffer) => boolean,
+    signal: AbortSignal,
+  ): Promise<void> {
     const uid = pod.metadata.uid ?? "";
     const status = isObject(pod.status) ? pod.status : {};
-    const all = [...(Array.isArray(status.initContainerStatuses) ? status.initContainerStatuses : []), ...(Array.isArray(status.containerStatuses) ? status.containerStatuses : [])].filter(isObject);
+    const all = [
+      ...(Array.isArray(status.initContainerStatuses) ? status.initContainerStatuses : []),
+      ...(Array.isArray(status.containerStatuses) ? status.containerStatuses : []),
+    ].filter(isObject);
     const cs = all.find((c) => c.name === container);
     const restart = typeof cs?.restartCount === "number" ? cs.restartCount : 0;
     const log = this.logs.get(`${uid}/${container}/${opts.previous ? restart - 1 : restart}`);
     if (!log) {
-      if (opts.previous) throw badRequest(`previous terminated container "${container}" in pod "${pod.metadata.name ?? ""}" not found`);
+      if (opts.previous)
+        throw badRequest(`previous terminated container "${container}" in pod "${pod.metadata.name ?? ""}" not found`);
       const waiting = isObject(cs?.state) && isObject(cs.state.waiting) ? (cs.state.waiting as JsonObject) : undefined;
       const reason = String(waiting?.reason ?? "ContainerCreating");
-      const why = reason === "ImagePullBackOff" || reason === "ErrImagePull" ? "trying and failing to pull image" : reason === "InvalidImageName" ? "invalid image name" : reason;
+      const why =
+        reason === "ImagePullBackOff" || reason === "ErrImagePull"
+          ? "trying and failing to pull image"
+          : reason === "InvalidImageName"
+            ? "invalid image name"
+            : reason;
       throw badRequest(`container "${container}" in pod "${pod.metadata.name ?? ""}" is waiting to start: ${why}`);
     }
     await streamContainerLog(log, opts, write, signal);

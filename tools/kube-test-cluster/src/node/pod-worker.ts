@@ -143,7 +143,9 @@ export class PodWorker {
       init,
       sidecar: init && c.restartPolicy === "Always",
       spec: c,
-      state: { waiting: { reason: init || arr(this.spec.initContainers).length > 0 ? "PodInitializing" : "ContainerCreating" } },
+      state: {
+        waiting: { reason: init || arr(this.spec.initContainers).length > 0 ? "PodInitializing" : "ContainerCreating" },
+      },
       lastState: {},
       restartCount: 0,
       ready: false,
@@ -166,11 +168,20 @@ export class PodWorker {
     const prev = this.conditions.get(type);
     const s = status ? "True" : "False";
     if (prev && prev.status === s && prev.reason === reason) return;
-    this.conditions.set(type, { type, status: s, lastProbeTime: null, lastTransitionTime: isoNow(), ...(reason ? { reason } : {}), ...(message ? { message } : {}) });
+    this.conditions.set(type, {
+      type,
+      status: s,
+      lastProbeTime: null,
+      lastTransitionTime: isoNow(),
+      ...(reason ? { reason } : {}),
+      ...(message ? { message } : {}),
+    });
   }
 
   private event(type: EventType, reason: string, message: string, container?: Runtime): void {
-    const fieldPath = container ? `spec.${container.init ? "initContainers" : "containers"}{${container.name}}` : undefined;
+    const fieldPath = container
+      ? `spec.${container.init ? "initContainers" : "containers"}{${container.name}}`
+      : undefined;
     this.ctx.events.record("kubelet", this.ctx.nodeName, this.pod, type, reason, message, fieldPath);
   }
 
@@ -207,8 +218,12 @@ export class PodWorker {
 
   private status(existing: JsonObject): JsonObject {
     // Conditions others set (DisruptionTarget from the eviction API) are kept; ours replace theirs.
-    const own = [...managedConditions, "DisruptionTarget"].map((t) => this.conditions.get(t)).filter((c): c is JsonObject => c !== undefined);
-    const kept = arr(existing.conditions).filter((c) => !own.some((o) => o.type === c.type) && !managedConditions.includes(String(c.type)));
+    const own = [...managedConditions, "DisruptionTarget"]
+      .map((t) => this.conditions.get(t))
+      .filter((c): c is JsonObject => c !== undefined);
+    const kept = arr(existing.conditions).filter(
+      (c) => !own.some((o) => o.type === c.type) && !managedConditions.includes(String(c.type)),
+    );
     const conds = [...kept, ...own];
     return {
       phase: this.phase,
@@ -221,7 +236,9 @@ export class PodWorker {
       podIPs: [{ ip: this.ctx.podIP }],
       ...(this.startTime ? { startTime: this.startTime } : {}),
       ...(this.inits.length > 0 ? { initContainerStatuses: this.inits.map((c) => this.containerStatus(c)) } : {}),
-      containerStatuses: [...this.mains].sort((a, b) => a.name.localeCompare(b.name)).map((c) => this.containerStatus(c)),
+      containerStatuses: [...this.mains]
+        .sort((a, b) => a.name.localeCompare(b.name))
+        .map((c) => this.containerStatus(c)),
       qosClass: String(existing.qosClass ?? "BestEffort"),
     };
   }
@@ -232,9 +249,15 @@ export class PodWorker {
     const cur = this.ctx.api.tryGet(t, this.ns, this.name);
     if (!cur || cur.metadata.uid !== this.uid) return;
     try {
-      const updated = this.ctx.api.mutate(t, this.ns, this.name, (p) => {
-        p.status = this.status(isObject(p.status) ? p.status : {});
-      }, "status");
+      const updated = this.ctx.api.mutate(
+        t,
+        this.ns,
+        this.name,
+        (p) => {
+          p.status = this.status(isObject(p.status) ? p.status : {});
+        },
+        "status",
+      );
       if (updated) this.pod = updated;
     } catch (e) {
       if (!(e instanceof StatusError)) throw e;
@@ -244,9 +267,26 @@ export class PodWorker {
   private async run(): Promise<void> {
     this.startTime = isoNow();
     this.setCondition("PodReadyToStartContainers", false);
-    this.setCondition("Initialized", this.inits.length === 0, this.inits.length > 0 ? "ContainersNotInitialized" : undefined, this.inits.length > 0 ? `containers with incomplete status: [${this.inits.map((c) => c.name).join(" ")}]` : undefined);
-    this.setCondition("Ready", false, "ContainersNotReady", `containers with unready status: [${this.mains.map((c) => c.name).join(" ")}]`);
-    this.setCondition("ContainersReady", false, "ContainersNotReady", `containers with unready status: [${this.mains.map((c) => c.name).join(" ")}]`);
+    this.setCondition(
+      "Initialized",
+      this.inits.length === 0,
+      this.inits.length > 0 ? "ContainersNotInitialized" : undefined,
+      this.inits.length > 0
+        ? `containers with incomplete status: [${this.inits.map((c) => c.name).join(" ")}]`
+        : undefined,
+    );
+    this.setCondition(
+      "Ready",
+      false,
+      "ContainersNotReady",
+      `containers with unready status: [${this.mains.map((c) => c.name).join(" ")}]`,
+    );
+    this.setCondition(
+      "ContainersReady",
+      false,
+      "ContainersNotReady",
+      `containers with unready status: [${this.mains.map((c) => c.name).join(" ")}]`,
+    );
     this.setCondition("PodScheduled", true);
     this.sync();
     await this.prepareVolumes();
@@ -262,7 +302,10 @@ export class PodWorker {
         // A sidecar only has to start before the next container does; it keeps running.
         const loop = this.runSidecar(c);
         sidecars.push(loop);
-        const started = await Promise.race([new Promise<boolean>((r) => (c.onStarted = () => r(true))), loop.then(() => false)]);
+        const started = await Promise.race([
+          new Promise<boolean>((r) => (c.onStarted = () => r(true))),
+          loop.then(() => false),
+        ]);
         if (!started) return this.endSidecars(sidecars);
         continue;
       }
@@ -285,7 +328,12 @@ export class PodWorker {
       if (code === undefined || this.stopping || this.sidecarsEnding) return;
       const backoff = this.ctx.timings.crashLoopBackoffMs * 2 ** Math.min(c.restartCount, 5);
       c.lastState = c.state;
-      c.state = { waiting: { reason: "CrashLoopBackOff", message: `back-off ${Math.ceil(backoff / 1000)}s restarting failed container=${c.name} pod=${this.name}_${this.ns}(${this.uid})` } };
+      c.state = {
+        waiting: {
+          reason: "CrashLoopBackOff",
+          message: `back-off ${Math.ceil(backoff / 1000)}s restarting failed container=${c.name} pod=${this.name}_${this.ns}(${this.uid})`,
+        },
+      };
       this.sync();
       await this.sleep(backoff);
       c.restartCount++;
@@ -304,7 +352,8 @@ export class PodWorker {
         this.event("Normal", "Killing", `Stopping container ${c.name}`, c);
         c.proc?.signal("SIGTERM");
       }
-      const grace = typeof this.spec.terminationGracePeriodSeconds === "number" ? this.spec.terminationGracePeriodSeconds : 30;
+      const grace =
+        typeof this.spec.terminationGracePeriodSeconds === "number" ? this.spec.terminationGracePeriodSeconds : 30;
       const kill = setTimeout(() => running.forEach((c) => c.proc?.killGroup()), grace * 1000);
       kill.unref();
       await Promise.all(sidecars);
@@ -365,8 +414,18 @@ export class PodWorker {
       if (this.restartPolicy === "Never" || this.stopping) return false;
       const backoff = this.ctx.timings.crashLoopBackoffMs * 2 ** Math.min(c.restartCount, 5);
       c.lastState = c.state;
-      c.state = { waiting: { reason: "CrashLoopBackOff", message: `back-off ${Math.ceil(backoff / 1000)}s restarting failed container=${c.name} pod=${this.name}_${this.ns}(${this.uid})` } };
-      this.event("Warning", "BackOff", `Back-off restarting failed container ${c.name} in pod ${this.name}_${this.ns}(${this.uid})`, c);
+      c.state = {
+        waiting: {
+          reason: "CrashLoopBackOff",
+          message: `back-off ${Math.ceil(backoff / 1000)}s restarting failed container=${c.name} pod=${this.name}_${this.ns}(${this.uid})`,
+        },
+      };
+      this.event(
+        "Warning",
+        "BackOff",
+        `Back-off restarting failed container ${c.name} in pod ${this.name}_${this.ns}(${this.uid})`,
+        c,
+      );
       this.sync();
       await this.sleep(backoff);
       c.restartCount++;
@@ -397,7 +456,12 @@ export class PodWorker {
       this.sync();
       await this.sleep(this.ctx.timings.imagePullBackoffMs);
       if (this.stopping) return undefined;
-      c.state = { waiting: { reason: "ImagePullBackOff", message: `Back-off pulling image "${c.image}": ErrImagePull: ${pull.message}` } };
+      c.state = {
+        waiting: {
+          reason: "ImagePullBackOff",
+          message: `Back-off pulling image "${c.image}": ErrImagePull: ${pull.message}`,
+        },
+      };
       this.event("Normal", "BackOff", `Back-off pulling image "${c.image}"`, c);
       this.event("Warning", "Failed", "Error: ImagePullBackOff", c);
       this.sync();
@@ -418,17 +482,33 @@ export class PodWorker {
         const home: Record<string, string> = user.uid !== 0 && this.ctx.baseEnv.HOME === "/root" ? { HOME: "/" } : {};
         // A real container starts from its image's environment alone (podman sets HOME from the image's passwd).
         const base = podman ? {} : { ...this.ctx.baseEnv, ...home };
-        env = resolveEnv(this.ctx.api, this.pod, c.spec, { ...base, HOSTNAME: this.name, ...this.ctx.serviceEnv(), ...(image.env ?? {}) }, this.ctx.podIP);
+        env = resolveEnv(
+          this.ctx.api,
+          this.pod,
+          c.spec,
+          { ...base, HOSTNAME: this.name, ...this.ctx.serviceEnv(), ...(image.env ?? {}) },
+          this.ctx.podIP,
+        );
         const command = Array.isArray(c.spec.command) ? c.spec.command.map(String) : undefined;
         const args = Array.isArray(c.spec.args) ? c.spec.args.map(String) : undefined;
-        argv = [...(command ?? image.entrypoint ?? []), ...(args ?? (command ? [] : image.cmd ?? []))].map((a) => expand(a, env ?? {}));
+        argv = [...(command ?? image.entrypoint ?? []), ...(args ?? (command ? [] : (image.cmd ?? [])))].map((a) =>
+          expand(a, env ?? {}),
+        );
         const standIn = podman ? undefined : image.executables?.[argv[0] ?? ""];
         if (standIn !== undefined) argv[0] = standIn;
-        if (argv.length === 0) throw new ContainerConfigError("no command specified (the test cluster knows no entrypoint for this image; set command or register the image)");
+        if (argv.length === 0)
+          throw new ContainerConfigError(
+            "no command specified (the test cluster knows no entrypoint for this image; set command or register the image)",
+          );
         break;
       } catch (e) {
         if (!(e instanceof ContainerConfigError)) throw e;
-        c.state = { waiting: { reason: e.message.startsWith("no command") ? "CreateContainerError" : "CreateContainerConfigError", message: e.message } };
+        c.state = {
+          waiting: {
+            reason: e.message.startsWith("no command") ? "CreateContainerError" : "CreateContainerConfigError",
+            message: e.message,
+          },
+        };
         this.event("Warning", "Failed", `Error: ${e.message}`, c);
         this.sync();
         await this.sleep(this.ctx.timings.configRetryMs);
@@ -440,30 +520,54 @@ export class PodWorker {
       const vol = this.volumes.get(String(m.name));
       if (!vol) continue;
       let host = vol.hostPath;
-      const sub = typeof m.subPath === "string" && m.subPath !== "" ? m.subPath : typeof m.subPathExpr === "string" ? expand(m.subPathExpr, env) : "";
+      const sub =
+        typeof m.subPath === "string" && m.subPath !== ""
+          ? m.subPath
+          : typeof m.subPathExpr === "string"
+            ? expand(m.subPathExpr, env)
+            : "";
       if (sub !== "") {
         host = join(host, posix.normalize(sub).replace(/^(\.\.\/)+/, ""));
         if (!vol.readOnly) mkdirSync(host, { recursive: true });
       }
-      mounts.push({ hostPath: host, containerPath: String(m.mountPath), readOnly: vol.readOnly || m.readOnly === true });
+      mounts.push({
+        hostPath: host,
+        containerPath: String(m.mountPath),
+        readOnly: vol.readOnly || m.readOnly === true,
+      });
     }
-    for (const path of podman ? [] : image.paths ?? []) {
-      if (mounts.some((m) => under(path, m.containerPath))) mounts.push({ hostPath: path, containerPath: path, readOnly: true });
+    for (const path of podman ? [] : (image.paths ?? [])) {
+      if (mounts.some((m) => under(path, m.containerPath)))
+        mounts.push({ hostPath: path, containerPath: path, readOnly: true });
     }
-    for (const path of podman ? image.podmanMounts ?? [] : []) mounts.push({ hostPath: path, containerPath: path, readOnly: true });
+    for (const path of podman ? (image.podmanMounts ?? []) : [])
+      mounts.push({ hostPath: path, containerPath: path, readOnly: true });
     c.containerID = randomBytes(32).toString("hex");
     const log = new ContainerLog();
     this.ctx.registerLog(this.uid, c.name, c.restartCount, log);
     const proc = new ContainerProcess({
       argv,
       env,
-      workingDir: typeof c.spec.workingDir === "string" && c.spec.workingDir !== "" ? c.spec.workingDir : image.workingDir ?? "/",
+      workingDir:
+        typeof c.spec.workingDir === "string" && c.spec.workingDir !== ""
+          ? c.spec.workingDir
+          : (image.workingDir ?? "/"),
       mounts,
       rootDir: join(this.ctx.podDir(this.uid), "roots", `${c.name}-${c.restartCount}`),
       isolation: this.ctx.isolation,
       ...(user ? { user } : {}),
       readOnlyRoot: isObject(c.spec.securityContext) && c.spec.securityContext.readOnlyRootFilesystem === true,
-      ...(podman ? { podman: { ...podman, name: `ktc-${this.name}-${c.name}-${c.restartCount}-${c.containerID.slice(0, 8)}`.replace(/[^a-zA-Z0-9_.-]/g, "-") } } : {}),
+      ...(podman
+        ? {
+            podman: {
+              ...podman,
+              name: `ktc-${this.name}-${c.name}-${c.restartCount}-${c.containerID.slice(0, 8)}`.replace(
+                /[^a-zA-Z0-9_.-]/g,
+                "-",
+              ),
+            },
+          }
+        : {}),
       onOutput: (d) => log.append(d),
     });
     c.proc = proc;
@@ -475,14 +579,29 @@ export class PodWorker {
       await proc.exited;
       log.close();
       const message = e instanceof Error ? e.message : String(e);
-      c.state = { terminated: { exitCode: 128, reason: "StartError", message, startedAt: "1970-01-01T00:00:00Z", finishedAt: isoNow(), containerID: `containerd://${c.containerID}` } };
+      c.state = {
+        terminated: {
+          exitCode: 128,
+          reason: "StartError",
+          message,
+          startedAt: "1970-01-01T00:00:00Z",
+          finishedAt: isoNow(),
+          containerID: `containerd://${c.containerID}`,
+        },
+      };
       this.event("Warning", "Failed", `Error: failed to create containerd task: ${message}`, c);
       this.sync();
       return 128;
     }
     c.state = { running: { startedAt } };
     c.onStarted?.();
-    const probes = c.init ? {} : { startup: objOrUndef(c.spec.startupProbe), liveness: objOrUndef(c.spec.livenessProbe), readiness: objOrUndef(c.spec.readinessProbe) };
+    const probes = c.init
+      ? {}
+      : {
+          startup: objOrUndef(c.spec.startupProbe),
+          liveness: objOrUndef(c.spec.livenessProbe),
+          readiness: objOrUndef(c.spec.readinessProbe),
+        };
     c.started = probes.startup === undefined;
     c.ready = !c.init && c.started && probes.readiness === undefined;
     this.event("Normal", "Started", `Started container ${c.name}`, c);
@@ -498,7 +617,15 @@ export class PodWorker {
     probing.abort();
     log.close();
     const exitCode = c.oomKilled ? 137 : exit.exitCode;
-    c.state = { terminated: { exitCode, reason: c.oomKilled ? "OOMKilled" : exitCode === 0 ? "Completed" : "Error", startedAt, finishedAt: isoNow(), containerID: `containerd://${c.containerID}` } };
+    c.state = {
+      terminated: {
+        exitCode,
+        reason: c.oomKilled ? "OOMKilled" : exitCode === 0 ? "Completed" : "Error",
+        startedAt,
+        finishedAt: isoNow(),
+        containerID: `containerd://${c.containerID}`,
+      },
+    };
     c.ready = false;
     c.started = false;
     c.proc = undefined;
@@ -513,19 +640,37 @@ export class PodWorker {
    * after the grace period), which then restarts per restartPolicy; readiness only
    * flips the container's (and so the pod's) Ready condition.
    */
-  private startProbes(c: Runtime, proc: ContainerProcess, probes: { startup?: JsonObject; liveness?: JsonObject; readiness?: JsonObject }, target: ExecTarget, signal: AbortSignal): void {
+  private startProbes(
+    c: Runtime,
+    proc: ContainerProcess,
+    probes: { startup?: JsonObject; liveness?: JsonObject; readiness?: JsonObject },
+    target: ExecTarget,
+    signal: AbortSignal,
+  ): void {
     const active = (): boolean => !signal.aborted && !this.stopping;
     const kill = (kind: string, probe: JsonObject): void => {
       this.event("Normal", "Killing", `Container ${c.name} failed ${kind} probe, will be restarted`, c);
       proc.signal("SIGTERM");
-      const grace = typeof probe.terminationGracePeriodSeconds === "number" ? probe.terminationGracePeriodSeconds : typeof this.spec.terminationGracePeriodSeconds === "number" ? this.spec.terminationGracePeriodSeconds : 30;
+      const grace =
+        typeof probe.terminationGracePeriodSeconds === "number"
+          ? probe.terminationGracePeriodSeconds
+          : typeof this.spec.terminationGracePeriodSeconds === "number"
+            ? this.spec.terminationGracePeriodSeconds
+            : 30;
       const t = setTimeout(() => proc.killGroup(), grace * 1000);
       t.unref();
       signal.addEventListener("abort", () => clearTimeout(t), { once: true });
     };
-    const loop = async (kind: "Startup" | "Liveness" | "Readiness", probe: JsonObject, onResult: (ok: boolean, successes: number, failures: number) => boolean): Promise<void> => {
+    const loop = async (
+      kind: "Startup" | "Liveness" | "Readiness",
+      probe: JsonObject,
+      onResult: (ok: boolean, successes: number, failures: number) => boolean,
+    ): Promise<void> => {
       const t = probeTiming(probe);
-      const sec = kind === "Readiness" ? (this.ctx.timings.readinessProbeSecondMs ?? this.ctx.timings.probeSecondMs) : this.ctx.timings.probeSecondMs;
+      const sec =
+        kind === "Readiness"
+          ? (this.ctx.timings.readinessProbeSecondMs ?? this.ctx.timings.probeSecondMs)
+          : this.ctx.timings.probeSecondMs;
       await this.sleep(t.initialDelaySeconds * sec, signal);
       let successes = 0;
       let failures = 0;
@@ -589,7 +734,10 @@ export class PodWorker {
 
   private armSimulations(c: Runtime): void {
     const ann = this.pod.metadata.annotations ?? {};
-    for (const entry of (ann[annotationOomKill] ?? "").split(",").map((s) => s.trim()).filter((s) => s !== "")) {
+    for (const entry of (ann[annotationOomKill] ?? "")
+      .split(",")
+      .map((s) => s.trim())
+      .filter((s) => s !== "")) {
       const [name, ms] = entry.split("=");
       if (name === c.name) this.later(Number(ms ?? 0), () => this.oom(c.name));
     }
@@ -614,13 +762,21 @@ export class PodWorker {
     this.finished = true;
     for (const t of this.timers) clearTimeout(t);
     if (this.killTimer) clearTimeout(this.killTimer);
-    const exited = (c: Runtime): JsonObject | undefined => (isObject(c.state.terminated) ? c.state.terminated : undefined);
+    const exited = (c: Runtime): JsonObject | undefined =>
+      isObject(c.state.terminated) ? c.state.terminated : undefined;
     if (this.stopReason === "evicted") {
       const message = this.evictionWhy ?? evictionMessage;
       this.phase = "Failed";
       this.reason = "Evicted";
       this.message = message;
-      this.conditions.set("DisruptionTarget", { type: "DisruptionTarget", status: "True", lastProbeTime: null, lastTransitionTime: isoNow(), reason: "TerminationByKubelet", message });
+      this.conditions.set("DisruptionTarget", {
+        type: "DisruptionTarget",
+        status: "True",
+        lastProbeTime: null,
+        lastTransitionTime: isoNow(),
+        reason: "TerminationByKubelet",
+        message,
+      });
       this.event("Warning", "Evicted", message);
     } else if (this.stopReason === "deadline") {
       this.phase = "Failed";
@@ -729,20 +885,38 @@ export function effectiveUser(pod: JsonObject, container: JsonObject, imageUser:
   const [iu, ig] = (imageUser ?? "").split(":");
   const uid = num(csc.runAsUser) ?? num(psc.runAsUser) ?? (iu && /^\d+$/.test(iu) ? Number(iu) : 0);
   const gid = num(csc.runAsGroup) ?? num(psc.runAsGroup) ?? (ig && /^\d+$/.test(ig) ? Number(ig) : 0);
-  const groups = [...(Array.isArray(psc.supplementalGroups) ? psc.supplementalGroups.filter((g): g is number => typeof g === "number") : []), ...(num(psc.fsGroup) !== undefined ? [num(psc.fsGroup) as number] : [])];
+  const groups = [
+    ...(Array.isArray(psc.supplementalGroups)
+      ? psc.supplementalGroups.filter((g): g is number => typeof g === "number")
+      : []),
+    ...(num(psc.fsGroup) !== undefined ? [num(psc.fsGroup) as number] : []),
+  ];
   return { uid, gid, groups: [...new Set(groups)] };
 }
 
 /** runAsNonRoot as kubelet verifies it before creating the container. */
-function checkNonRoot(pod: JsonObject, container: JsonObject, user: ContainerUser, imageUser: string | undefined, podRef: string, name: string): void {
+function checkNonRoot(
+  pod: JsonObject,
+  container: JsonObject,
+  user: ContainerUser,
+  imageUser: string | undefined,
+  podRef: string,
+  name: string,
+): void {
   const psc = isObject(pod.securityContext) ? pod.securityContext : {};
   const csc = isObject(container.securityContext) ? container.securityContext : {};
   const nonRoot = csc.runAsNonRoot ?? psc.runAsNonRoot;
   if (nonRoot !== true) return;
   const explicit = num(csc.runAsUser) ?? num(psc.runAsUser);
   const iu = (imageUser ?? "").split(":")[0] ?? "";
-  if (explicit === undefined && iu !== "" && !/^\d+$/.test(iu)) throw new ContainerConfigError(`container has runAsNonRoot and image has non-numeric user (${iu}), cannot verify user is non-root (pod: "${podRef}", container: ${name})`);
-  if (user.uid === 0) throw new ContainerConfigError(`container has runAsNonRoot and image will run as root (pod: "${podRef}", container: ${name})`);
+  if (explicit === undefined && iu !== "" && !/^\d+$/.test(iu))
+    throw new ContainerConfigError(
+      `container has runAsNonRoot and image has non-numeric user (${iu}), cannot verify user is non-root (pod: "${podRef}", container: ${name})`,
+    );
+  if (user.uid === 0)
+    throw new ContainerConfigError(
+      `container has runAsNonRoot and image will run as root (pod: "${podRef}", container: ${name})`,
+    );
 }
 
 /** Whether `path` lies strictly below the directory `dir`. */

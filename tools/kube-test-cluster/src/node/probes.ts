@@ -64,25 +64,45 @@ function hostPort(host: string, port: number): string {
 
 function httpProbe(h: JsonObject, container: JsonObject, timeoutMs: number, podIP: string): Promise<ProbeResult> {
   const port = portOf(h.port, container);
-  if (port === undefined) return Promise.resolve({ ok: false, message: `Probe failed: invalid port ${JSON.stringify(h.port)}` });
+  if (port === undefined)
+    return Promise.resolve({ ok: false, message: `Probe failed: invalid port ${JSON.stringify(h.port)}` });
   const https = String(h.scheme ?? "HTTP").toUpperCase() === "HTTPS";
   const host = typeof h.host === "string" && h.host !== "" ? h.host : podIP;
   const path = typeof h.path === "string" && h.path !== "" ? h.path : "/";
   const headers: Record<string, string> = { "user-agent": "kube-probe/1.32", accept: "*/*" };
-  for (const x of (Array.isArray(h.httpHeaders) ? h.httpHeaders : []).filter(isObject)) headers[String(x.name).toLowerCase()] = String(x.value ?? "");
+  for (const x of (Array.isArray(h.httpHeaders) ? h.httpHeaders : []).filter(isObject))
+    headers[String(x.name).toLowerCase()] = String(x.value ?? "");
   const url = `${https ? "https" : "http"}://${hostPort(host, port)}${path.startsWith("/") ? path : `/${path}`}`;
   return new Promise((resolve) => {
-    const req = (https ? httpsRequest : httpRequest)(url, { method: "GET", headers, timeout: timeoutMs, ...(https ? { rejectUnauthorized: false } : {}) }, (res) => {
-      const code = res.statusCode ?? 0;
-      res.resume();
-      res.on("end", () => resolve(code >= 200 && code < 400 ? { ok: true, message: "" } : { ok: false, message: `HTTP probe failed with statuscode: ${code}` }));
-      res.on("error", () => resolve({ ok: false, message: `Get "${url}": response ended early` }));
-    });
+    const req = (https ? httpsRequest : httpRequest)(
+      url,
+      { method: "GET", headers, timeout: timeoutMs, ...(https ? { rejectUnauthorized: false } : {}) },
+      (res) => {
+        const code = res.statusCode ?? 0;
+        res.resume();
+        res.on("end", () =>
+          resolve(
+            code >= 200 && code < 400
+              ? { ok: true, message: "" }
+              : { ok: false, message: `HTTP probe failed with statuscode: ${code}` },
+          ),
+        );
+        res.on("error", () => resolve({ ok: false, message: `Get "${url}": response ended early` }));
+      },
+    );
     req.on("timeout", () => {
       req.destroy();
-      resolve({ ok: false, message: `Get "${url}": context deadline exceeded (Client.Timeout exceeded while awaiting headers)` });
+      resolve({
+        ok: false,
+        message: `Get "${url}": context deadline exceeded (Client.Timeout exceeded while awaiting headers)`,
+      });
     });
-    req.on("error", (e: NodeJS.ErrnoException) => resolve({ ok: false, message: `Get "${url}": dial tcp ${hostPort(host, port)}: connect: ${e.code === "ECONNREFUSED" ? "connection refused" : e.message}` }));
+    req.on("error", (e: NodeJS.ErrnoException) =>
+      resolve({
+        ok: false,
+        message: `Get "${url}": dial tcp ${hostPort(host, port)}: connect: ${e.code === "ECONNREFUSED" ? "connection refused" : e.message}`,
+      }),
+    );
     req.end();
   });
 }
@@ -90,7 +110,8 @@ function httpProbe(h: JsonObject, container: JsonObject, timeoutMs: number, podI
 function tcpProbe(t: JsonObject, container: JsonObject, timeoutMs: number, podIP: string): Promise<ProbeResult> {
   const port = portOf(t.port, container);
   const host = typeof t.host === "string" && t.host !== "" ? t.host : podIP;
-  if (port === undefined) return Promise.resolve({ ok: false, message: `Probe failed: invalid port ${JSON.stringify(t.port)}` });
+  if (port === undefined)
+    return Promise.resolve({ ok: false, message: `Probe failed: invalid port ${JSON.stringify(t.port)}` });
   return new Promise((resolve) => {
     const s = connect({ host, port, timeout: timeoutMs });
     s.on("connect", () => {
@@ -101,7 +122,12 @@ function tcpProbe(t: JsonObject, container: JsonObject, timeoutMs: number, podIP
       s.destroy();
       resolve({ ok: false, message: `dial tcp ${hostPort(host, port)}: i/o timeout` });
     });
-    s.on("error", (e: NodeJS.ErrnoException) => resolve({ ok: false, message: `dial tcp ${hostPort(host, port)}: connect: ${e.code === "ECONNREFUSED" ? "connection refused" : e.message}` }));
+    s.on("error", (e: NodeJS.ErrnoException) =>
+      resolve({
+        ok: false,
+        message: `dial tcp ${hostPort(host, port)}: connect: ${e.code === "ECONNREFUSED" ? "connection refused" : e.message}`,
+      }),
+    );
   });
 }
 
@@ -122,15 +148,35 @@ function execProbe(e: JsonObject, target: ExecTarget, timeoutMs: number): Promis
     child.on("close", (code, signal) => {
       clearTimeout(timer);
       if (signal) resolve({ ok: false, message: `command ${JSON.stringify(command.join(" "))} timed out` });
-      else resolve(code === 0 ? { ok: true, message: "" } : { ok: false, message: out.trim() === "" ? `command ${JSON.stringify(command.join(" "))} exited with ${String(code)}` : out.trim() });
+      else
+        resolve(
+          code === 0
+            ? { ok: true, message: "" }
+            : {
+                ok: false,
+                message:
+                  out.trim() === ""
+                    ? `command ${JSON.stringify(command.join(" "))} exited with ${String(code)}`
+                    : out.trim(),
+              },
+        );
     });
   });
 }
 
 /** Runs a probe once against the pod at `podIP`. */
-export function runProbe(probe: JsonObject, container: JsonObject, target: ExecTarget, timeoutMs: number, podIP: string): Promise<ProbeResult> {
+export function runProbe(
+  probe: JsonObject,
+  container: JsonObject,
+  target: ExecTarget,
+  timeoutMs: number,
+  podIP: string,
+): Promise<ProbeResult> {
   if (isObject(probe.httpGet)) return httpProbe(probe.httpGet, container, timeoutMs, podIP);
   if (isObject(probe.tcpSocket)) return tcpProbe(probe.tcpSocket, container, timeoutMs, podIP);
   if (isObject(probe.exec)) return execProbe(probe.exec, target, timeoutMs);
-  return Promise.resolve({ ok: false, message: "probe handler not supported by the test cluster (httpGet, tcpSocket and exec are)" });
+  return Promise.resolve({
+    ok: false,
+    message: "probe handler not supported by the test cluster (httpGet, tcpSocket and exec are)",
+  });
 }

@@ -63,7 +63,9 @@ function owned(pod: KObject, v: PreparedVolume): PreparedVolume {
 /** hostPath `type` checks (and creation for the *OrCreate types), with kubelet's messages. */
 function hostPathVolume(name: string, path: string, host: string, type: string): PreparedVolume {
   const fail = (what: string): never => {
-    throw new VolumeError(`MountVolume.SetUp failed for volume "${name}" : hostPath type check failed: ${path} is not ${what}`);
+    throw new VolumeError(
+      `MountVolume.SetUp failed for volume "${name}" : hostPath type check failed: ${path} is not ${what}`,
+    );
   };
   const exists = existsSync(host);
   const st = exists ? statSync(host) : undefined;
@@ -82,7 +84,10 @@ function hostPathVolume(name: string, path: string, host: string, type: string):
       break;
     case "FileOrCreate":
       if (!st) {
-        if (!existsSync(dirname(host))) throw new VolumeError(`MountVolume.SetUp failed for volume "${name}" : hostPath type check failed: ${path}: parent directory does not exist`);
+        if (!existsSync(dirname(host)))
+          throw new VolumeError(
+            `MountVolume.SetUp failed for volume "${name}" : hostPath type check failed: ${path}: parent directory does not exist`,
+          );
         writeFileSync(host, "", { mode: 0o644 });
       } else if (!st.isFile()) fail("a file");
       break;
@@ -115,7 +120,13 @@ function writeFiles(dir: string, files: { path: string; data: Buffer; mode: numb
   }
 }
 
-function projectData(data: Record<string, Buffer>, items: unknown, defaultMode: number, what: string, optional: boolean): { path: string; data: Buffer; mode: number }[] {
+function projectData(
+  data: Record<string, Buffer>,
+  items: unknown,
+  defaultMode: number,
+  what: string,
+  optional: boolean,
+): { path: string; data: Buffer; mode: number }[] {
   if (Array.isArray(items) && items.length > 0) {
     const out: { path: string; data: Buffer; mode: number }[] = [];
     for (const it of items.filter(isObject)) {
@@ -132,7 +143,13 @@ function projectData(data: Record<string, Buffer>, items: unknown, defaultMode: 
   return Object.entries(data).map(([k, d]) => ({ path: k, data: d, mode: defaultMode }));
 }
 
-function sourceData(ctx: VolumeContext, ns: string, resource: "secrets" | "configmaps", name: string, optional: boolean): Record<string, Buffer> | undefined {
+function sourceData(
+  ctx: VolumeContext,
+  ns: string,
+  resource: "secrets" | "configmaps",
+  name: string,
+  optional: boolean,
+): Record<string, Buffer> | undefined {
   const o = ctx.api.tryGet(ctx.api.type("", resource), ns, name);
   if (!o) {
     if (optional) return {};
@@ -140,15 +157,25 @@ function sourceData(ctx: VolumeContext, ns: string, resource: "secrets" | "confi
   }
   const out: Record<string, Buffer> = {};
   const data = isObject(o.data) ? o.data : {};
-  for (const [k, v] of Object.entries(data)) out[k] = resource === "secrets" ? Buffer.from(String(v), "base64") : Buffer.from(String(v), "utf8");
-  if (isObject(o.binaryData)) for (const [k, v] of Object.entries(o.binaryData)) out[k] = Buffer.from(String(v), "base64");
+  for (const [k, v] of Object.entries(data))
+    out[k] = resource === "secrets" ? Buffer.from(String(v), "base64") : Buffer.from(String(v), "utf8");
+  if (isObject(o.binaryData))
+    for (const [k, v] of Object.entries(o.binaryData)) out[k] = Buffer.from(String(v), "base64");
   return out;
 }
 
-function downwardFiles(pod: KObject, items: unknown, defaultMode: number): { path: string; data: Buffer; mode: number }[] {
+function downwardFiles(
+  pod: KObject,
+  items: unknown,
+  defaultMode: number,
+): { path: string; data: Buffer; mode: number }[] {
   return (Array.isArray(items) ? items : []).filter(isObject).map((it) => {
     const ref = isObject(it.fieldRef) ? String(it.fieldRef.fieldPath ?? "") : "";
-    return { path: String(it.path ?? ""), data: Buffer.from(fieldRefValue(pod, ref) ?? ""), mode: typeof it.mode === "number" ? it.mode : defaultMode };
+    return {
+      path: String(it.path ?? ""),
+      data: Buffer.from(fieldRefValue(pod, ref) ?? ""),
+      mode: typeof it.mode === "number" ? it.mode : defaultMode,
+    };
   });
 }
 
@@ -173,13 +200,19 @@ export function prepareVolume(ctx: VolumeContext, pod: KObject, v: JsonObject): 
     mkdirSync(host, { recursive: true });
     return owned(pod, { hostPath: host, readOnly: v.persistentVolumeClaim.readOnly === true });
   }
-  for (const [field, resource, nameField] of [["secret", "secrets", "secretName"], ["configMap", "configmaps", "name"]] as const) {
+  for (const [field, resource, nameField] of [
+    ["secret", "secrets", "secretName"],
+    ["configMap", "configmaps", "name"],
+  ] as const) {
     const src = v[field];
     if (!isObject(src)) continue;
     const refName = String(src[nameField] ?? "");
     const optional = src.optional === true;
     const data = sourceData(ctx, ns, resource, refName, optional);
-    if (!data) throw new VolumeError(`MountVolume.SetUp failed for volume "${name}" : ${resource === "secrets" ? "secret" : "configmap"} "${refName}" not found`);
+    if (!data)
+      throw new VolumeError(
+        `MountVolume.SetUp failed for volume "${name}" : ${resource === "secrets" ? "secret" : "configmap"} "${refName}" not found`,
+      );
     const mode = typeof src.defaultMode === "number" ? src.defaultMode : 0o644;
     writeFiles(dir, projectData(data, src.items, mode, resource === "secrets" ? "secret" : "configmap", optional));
     return owned(pod, { hostPath: dir, readOnly: true });
@@ -193,22 +226,36 @@ export function prepareVolume(ctx: VolumeContext, pod: KObject, v: JsonObject): 
     const mode = typeof v.projected.defaultMode === "number" ? v.projected.defaultMode : 0o644;
     const files: { path: string; data: Buffer; mode: number }[] = [];
     for (const s of (Array.isArray(v.projected.sources) ? v.projected.sources : []).filter(isObject)) {
-      for (const [field, resource] of [["secret", "secrets"], ["configMap", "configmaps"]] as const) {
+      for (const [field, resource] of [
+        ["secret", "secrets"],
+        ["configMap", "configmaps"],
+      ] as const) {
         const src = s[field];
         if (!isObject(src)) continue;
         const refName = String(src.name ?? "");
         const data = sourceData(ctx, ns, resource, refName, src.optional === true);
-        if (!data) throw new VolumeError(`MountVolume.SetUp failed for volume "${name}" : ${resource === "secrets" ? "secret" : "configmap"} "${refName}" not found`);
-        files.push(...projectData(data, src.items, mode, resource === "secrets" ? "secret" : "configmap", src.optional === true));
+        if (!data)
+          throw new VolumeError(
+            `MountVolume.SetUp failed for volume "${name}" : ${resource === "secrets" ? "secret" : "configmap"} "${refName}" not found`,
+          );
+        files.push(
+          ...projectData(data, src.items, mode, resource === "secrets" ? "secret" : "configmap", src.optional === true),
+        );
       }
       if (isObject(s.downwardAPI)) files.push(...downwardFiles(pod, s.downwardAPI.items, mode));
       if (isObject(s.serviceAccountToken)) {
         const spec = isObject(pod.spec) ? pod.spec : {};
-        files.push({ path: String(s.serviceAccountToken.path ?? "token"), data: Buffer.from(ctx.serviceAccountToken(ns, String(spec.serviceAccountName ?? "default"))), mode });
+        files.push({
+          path: String(s.serviceAccountToken.path ?? "token"),
+          data: Buffer.from(ctx.serviceAccountToken(ns, String(spec.serviceAccountName ?? "default"))),
+          mode,
+        });
       }
     }
     writeFiles(dir, files);
     return owned(pod, { hostPath: dir, readOnly: true });
   }
-  throw new VolumeError(`MountVolume.SetUp failed for volume "${name}" : volume type not supported by the test cluster`);
+  throw new VolumeError(
+    `MountVolume.SetUp failed for volume "${name}" : volume type not supported by the test cluster`,
+  );
 }
