@@ -170,7 +170,7 @@ test("agent-k8s's node-worker Role grants exactly the worker's calls but its per
 });
 
 test("agent-local's pod-annotator Role grants only the patch of pods the sidecar sends", () => {
-  const src = readFileSync(join(repo, "packages", "agent", "src", "pod-annotator.ts"), "utf8");
+  const src = readFileSync(join(repo, "packages", "agent", "src", "drivers", "kubernetes", "pod-annotator.ts"), "utf8");
   const methods = new Set([...src.matchAll(/method: "([A-Z]+)"/g)].map((m) => m[1]!.toLowerCase()));
   assert.deepEqual([...methods], ["patch"]);
   const args = ["--set", "busyPodProtection.enabled=true"];

@@ -9,21 +9,21 @@ import {
 } from "@drover/protocol";
 import type { Server } from "node:http";
 import type { Logger } from "pino";
-import { pause, waitFor } from "./backoff.js";
-import { AgentClient, NetworkError, type ClientTimeouts } from "./client.js";
+import { pause, waitFor } from "./session/backoff.js";
+import { AgentClient, NetworkError, type ClientTimeouts } from "./session/client.js";
 import { stopPlan, stopReserveMs, type AgentConfig } from "./config.js";
 import { AgentMetrics, closeHealthServer, startHealthServer } from "./health.js";
 import { chmodSync, mkdirSync } from "node:fs";
 import { prepareDataDir } from "./data-dir.js";
-import { runnerAs } from "./run-user.js";
-import { localRunner } from "./runner.js";
-import { JobRun, type JobSettings } from "./job.js";
-import { KeptPlanDirs } from "./kept-plans.js";
-import { agentTag, reapOrphans } from "./orphans.js";
-import { ContainerJob } from "./docker/container-runner.js";
-import { DockerEngine } from "./docker/engine-api.js";
-import { reapDockerOrphans } from "./docker/orphans.js";
-import type { Runner } from "./runner.js";
+import { runnerAs } from "./runners/run-user.js";
+import { localRunner } from "./runners/runner.js";
+import { JobRun, type JobSettings } from "./job/job.js";
+import { KeptPlanDirs } from "./job/kept-plans.js";
+import { agentTag, reapOrphans } from "./runners/orphans.js";
+import { ContainerJob } from "./runners/container.js";
+import { DockerEngine } from "./drivers/docker/engine-api.js";
+import { reapDockerOrphans } from "./drivers/docker/orphans.js";
+import type { Runner } from "./runners/runner.js";
 import { createRequire } from "node:module";
 
 /**
@@ -32,7 +32,7 @@ import { createRequire } from "node:module";
  * agent bundle (decision 0037), which lives in the CLI's dist, finds it too.
  */
 const execLoopPath = createRequire(import.meta.url).resolve("@drover/agent/exec-loop.sh");
-import { writeAgentStatus } from "./agent-status.js";
+import { writeAgentStatus } from "./drivers/kubernetes/agent-status.js";
 import type { ProviderCache } from "./providers/cache.js";
 import type { ModuleCache } from "./modules/cache.js";
 import { openCaches } from "./cache/caches.js";

@@ -1,4 +1,4 @@
-import { parseRunUsers, type RunUser } from "./run-user.js";
+import { parseRunUsers, type RunUser } from "./runners/run-user.js";
 import {
   engineSettings,
   otlpSettings,

@@ -13,7 +13,7 @@ import {
 } from "@drover/protocol";
 import { CacheStore, untilAborted, type CacheCounters } from "../cache/store.js";
 import { mkdirReadable } from "../cache/tree.js";
-import { enginesOnPath, reportedVersion, type EngineBinary, type EngineFallback } from "../engine.js";
+import { enginesOnPath, reportedVersion, type EngineBinary, type EngineFallback } from "../job/engine.js";
 import { terraformPlatform } from "../providers/cache.js";
 import { VerificationError } from "../providers/errors.js";
 import { RegistryClient, RegistryUnavailable, verifySignature } from "../providers/registry.js";

@@ -6,7 +6,7 @@ import type * as OpenPgp from "openpgp";
 import type { Dispatcher } from "undici";
 import { transportRequest as request, messageOf } from "@drover/protocol";
 import { VerificationError } from "./errors.js";
-import { checkFetchTarget, FetchRefused } from "../fetch-guard.js";
+import { checkFetchTarget, FetchRefused } from "../net/fetch-guard.js";
 
 /** A provider address as terraform writes it in lock files: `host/namespace/type`, lower case. */
 export interface ProviderAddress {

@@ -2,8 +2,8 @@ import { messageOf } from "@drover/protocol";
 import { readdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import type { Logger } from "pino";
-import { AgentClient } from "../client.js";
-import { dockerLabels, jobsDirName, type JobRecord } from "./container-runner.js";
+import { AgentClient } from "../../session/client.js";
+import { dockerLabels, jobsDirName, type JobRecord } from "../../runners/container.js";
 import type { DockerEngine } from "./engine-api.js";
 
 /** The reason a run gets when its agent restarted under it. */

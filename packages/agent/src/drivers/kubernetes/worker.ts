@@ -7,18 +7,18 @@ import {
   type RunTracer,
   messageOf,
 } from "@drover/protocol";
-import { otlpSettings, stopAndTrustSettings, type OtlpSettings } from "../shared-settings.js";
+import { otlpSettings, stopAndTrustSettings, type OtlpSettings } from "../../shared-settings.js";
 import { readFileSync } from "node:fs";
 import { hostname } from "node:os";
 import { join } from "node:path";
 import type { Logger } from "pino";
-import { AgentClient } from "../client.js";
-import { stopPlan, type StopAction } from "../config.js";
-import { closeHealthServer, MetricSet, startHealthServer } from "../health.js";
-import { JobRun, type JobSettings } from "../job.js";
-import { ExecLoopRunner } from "./exec-loop-runner.js";
-import { SafeDir } from "../safe-dir.js";
-import { cacheDispatcher, cacheSettings, openCaches, type CacheSettings, type Caches } from "../cache/caches.js";
+import { AgentClient } from "../../session/client.js";
+import { stopPlan, type StopAction } from "../../config.js";
+import { closeHealthServer, MetricSet, startHealthServer } from "../../health.js";
+import { JobRun, type JobSettings } from "../../job/job.js";
+import { ExecLoopRunner } from "../../runners/exec-loop.js";
+import { SafeDir } from "../../job/safe-dir.js";
+import { cacheDispatcher, cacheSettings, openCaches, type CacheSettings, type Caches } from "../../cache/caches.js";
 
 /** Where the controller's Secret (job token + assignment) is mounted in the worker container. */
 export const defaultJobSecretDir = settingsTable.DROVER_WORKER_SECRET_DIR.default;

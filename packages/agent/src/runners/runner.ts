@@ -1,5 +1,5 @@
 import type { Engine } from "@drover/protocol";
-import { resolveEngine, type EngineBinary, type EngineFallback } from "./engine.js";
+import { resolveEngine, type EngineBinary, type EngineFallback } from "../job/engine.js";
 import { childProcess, killGroup, startProcess, type ProcessOptions, type RunningProcess } from "./process.js";
 
 /** Where a job's steps execute: as local processes, or in a runner container via the exec-loop. */

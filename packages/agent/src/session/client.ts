@@ -18,7 +18,7 @@ import {
 } from "@drover/protocol";
 import type { Dispatcher } from "undici";
 import { maxRetryAfterMs, pause, waitFor } from "./backoff.js";
-import { proxyDispatcher } from "./http-dispatcher.js";
+import { proxyDispatcher } from "../net/http-dispatcher.js";
 
 /** Deadlines of the agent's HTTP calls. */
 export interface ClientTimeouts {

@@ -11,18 +11,18 @@ import {
 import { hostname } from "node:os";
 import { mkdirSync, readdirSync, readFileSync } from "node:fs";
 import type { Logger } from "pino";
-import { agentVersion } from "../agent.js";
-import { AgentClient } from "../client.js";
-import { MetricSet, servingHealth } from "../health.js";
-import type { LogFormat, StopAction } from "../config.js";
-import { SafeDir } from "../safe-dir.js";
+import { agentVersion } from "../../agent.js";
+import { AgentClient } from "../../session/client.js";
+import { MetricSet, servingHealth } from "../../health.js";
+import type { LogFormat, StopAction } from "../../config.js";
+import { SafeDir } from "../../job/safe-dir.js";
 import { apiClientWithDeadline, defaultApiTimeoutMs } from "./api-deadline.js";
 import { labels, nodeCacheDir, nodeReadyDir, nodeRunDir } from "./job-spec.js";
-import { cacheDispatcher, cacheSettings, openCaches, type CacheSettings, type Caches } from "../cache/caches.js";
+import { cacheDispatcher, cacheSettings, openCaches, type CacheSettings, type Caches } from "../../cache/caches.js";
 import { podNamespace } from "./settings.js";
 import { startInformer, type Informer } from "./informer.js";
 import { superviseJob, supervisionSettings, type WorkerSettings } from "./worker.js";
-import { otlpSettings } from "../shared-settings.js";
+import { otlpSettings } from "../../shared-settings.js";
 
 /** Settings of `drover agent node-worker`, the per-node worker of the agent-k8s design. */
 export interface NodeWorkerSettings {

@@ -1,7 +1,7 @@
 import { DroverError } from "@drover/protocol";
 import { closeSync, constants, openSync, realpathSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { below, SafeDir, UnsafePathError } from "./safe-dir.js";
-import type { RunFiles } from "./runner.js";
+import type { RunFiles } from "../runners/runner.js";
 
 /**
  * The local driver's files below `base` (the agent's data directory, or for the module cache

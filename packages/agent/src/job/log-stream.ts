@@ -1,7 +1,7 @@
 import { DroverError, maxLogChunkBytes } from "@drover/protocol";
-import type { JobClient } from "./client.js";
-import { pause, waitFor } from "./backoff.js";
-import { NetworkError } from "./client.js";
+import type { JobClient } from "../session/client.js";
+import { pause, waitFor } from "../session/backoff.js";
+import { NetworkError } from "../session/client.js";
 import { StreamRedactor } from "./redactor.js";
 
 /** The most the server takes in one append: fewer, larger appends cost it less per byte. */

@@ -1,5 +1,5 @@
 // The docker driver's parts, for tests and embedders (the agent itself imports them directly).
-export { ContainerJob, dockerLabels, jobsDirName, runnerImageFor } from "./container-runner.js";
+export { ContainerJob, dockerLabels, jobsDirName, runnerImageFor } from "../../runners/container.js";
 export { StreamDemuxer } from "./demux.js";
 export { DiskWatch, diskUsage } from "./disk-watch.js";
 export { DockerApiError, DockerEngine } from "./engine-api.js";

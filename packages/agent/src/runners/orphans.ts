@@ -2,7 +2,7 @@ import { createHash } from "node:crypto";
 import { appendFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, rmSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { Logger } from "pino";
-import { pause } from "./backoff.js";
+import { pause } from "../session/backoff.js";
 import { childProcess } from "./process.js";
 import type { RunUser } from "./run-user.js";
 

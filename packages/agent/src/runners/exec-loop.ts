@@ -2,10 +2,10 @@ import { messageOf } from "@drover/protocol";
 import { fchownSync, lchownSync } from "node:fs";
 import { join } from "node:path";
 import type { Engine } from "@drover/protocol";
-import type { EngineBinary, EngineFallback } from "../engine.js";
-import type { RunningProcess } from "../process.js";
-import type { RunFiles, Runner } from "../runner.js";
-import { below, type SafeDir } from "../safe-dir.js";
+import type { EngineBinary, EngineFallback } from "../job/engine.js";
+import type { RunningProcess } from "./process.js";
+import type { RunFiles, Runner } from "./runner.js";
+import { below, type SafeDir } from "../job/safe-dir.js";
 
 /** Environment a step must not inherit from the worker: the runner container has its own. */
 const containerOwn = /^(PATH|HOME|HOSTNAME|PWD|OLDPWD|SHLVL|_|TERM|NODE_.*|KUBERNETES_.*|npm_.*)$/;

@@ -10,14 +10,14 @@ import { chownSync, lchownSync, mkdirSync, readFileSync, rmSync, writeFileSync }
 import { basename, dirname, join } from "node:path";
 import type { Logger } from "pino";
 import type { DockerSettings } from "../config.js";
-import type { EngineBinary, EngineFallback } from "../engine.js";
-import { ExecLoopRunner, runnerImageEngines } from "../kubernetes/exec-loop-runner.js";
-import type { ProcessOptions, RunningProcess } from "../process.js";
-import type { RunFiles, Runner } from "../runner.js";
-import { SafeDir } from "../safe-dir.js";
-import { DockerApiError, type ContainerCreate, type DockerEngine } from "./engine-api.js";
-import { DiskWatch } from "./disk-watch.js";
-import { cgroupOomKills, memoryEventsFile } from "./oom.js";
+import type { EngineBinary, EngineFallback } from "../job/engine.js";
+import { ExecLoopRunner, runnerImageEngines } from "./exec-loop.js";
+import type { ProcessOptions, RunningProcess } from "./process.js";
+import type { RunFiles, Runner } from "./runner.js";
+import { SafeDir } from "../job/safe-dir.js";
+import { DockerApiError, type ContainerCreate, type DockerEngine } from "../drivers/docker/engine-api.js";
+import { DiskWatch } from "../drivers/docker/disk-watch.js";
+import { cgroupOomKills, memoryEventsFile } from "../drivers/docker/oom.js";
 
 /** Labels on every run container; `agentTag` finds a restarted agent's orphans. */
 export const dockerLabels = {

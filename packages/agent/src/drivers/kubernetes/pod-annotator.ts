@@ -4,7 +4,7 @@ import { request } from "node:https";
 import { dirname, join } from "node:path";
 import type { Logger } from "pino";
 import type { AgentStatus } from "./agent-status.js";
-import { kubeApiError } from "./kubernetes/api-errors.js";
+import { kubeApiError } from "./api-errors.js";
 
 /*
  * Scale-in that never picks a busy agent. The agent writes how many jobs it runs to a status

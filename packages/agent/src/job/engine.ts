@@ -1,6 +1,6 @@
 import { accessSync, constants } from "node:fs";
 import { delimiter, join } from "node:path";
-import { childProcess } from "./process.js";
+import { childProcess } from "../runners/process.js";
 import { DroverError, isExactVersion, isVersionConstraint, versionSatisfies, type Engine } from "@drover/protocol";
 
 /** A terraform or tofu executable and the version it reports. */

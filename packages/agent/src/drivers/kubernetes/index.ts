@@ -2,7 +2,7 @@
 export { Controller, loadControllerSettings, runController } from "./controller.js";
 export { buildJob, jobName } from "./job-spec.js";
 export { describePodFailure } from "./pod-failures.js";
-export { ExecLoopRunner } from "./exec-loop-runner.js";
+export { ExecLoopRunner } from "../../runners/exec-loop.js";
 export { loadWorkerSettings, runWorker } from "./worker.js";
 export { loadNodeWorkerSettings, NodeWorker, runNodeWorker } from "./node-worker.js";
 export { exponentialBackoff, KeyedWorkQueue, type WorkQueueOptions } from "./work-queue.js";

@@ -18,9 +18,9 @@ import { randomUUID } from "node:crypto";
 import { existsSync, readFileSync, realpathSync } from "node:fs";
 import { join, relative, resolve } from "node:path";
 import type { Logger } from "pino";
-import { pause } from "./backoff.js";
-import { NetworkError, withRetry, type AgentClient, type JobClient } from "./client.js";
-import { stopReserveMs, type AgentConfig, type StopPlan } from "./config.js";
+import { pause } from "../session/backoff.js";
+import { NetworkError, withRetry, type AgentClient, type JobClient } from "../session/client.js";
+import { stopReserveMs, type AgentConfig, type StopPlan } from "../config.js";
 import type { EngineBinary } from "./engine.js";
 import { extractConfiguration } from "./extract.js";
 import type { KeptPlanDirs, PlanDirKey } from "./kept-plans.js";
@@ -32,17 +32,17 @@ import {
   ProcessGroupRecord,
   processStartTicks,
   processTagVariable,
-} from "./orphans.js";
+} from "../runners/orphans.js";
 import { outputsOfState } from "./state-outputs.js";
-import type { RunningProcess } from "./process.js";
-import { chownTree, type RunUser } from "./run-user.js";
-import { localRunner, type RunFiles, type Runner } from "./runner.js";
+import type { RunningProcess } from "../runners/process.js";
+import { chownTree, type RunUser } from "../runners/run-user.js";
+import { localRunner, type RunFiles, type Runner } from "../runners/runner.js";
 import { localRunFiles } from "./local-files.js";
-import type { ProviderCache, ProviderLease } from "./providers/cache.js";
-import type { ModuleCache, ModuleLease } from "./modules/cache.js";
-import type { EngineCache, EngineLease } from "./engines/cache.js";
-import { EngineError } from "./engines/errors.js";
-import { lockFileName } from "./providers/config-scan.js";
+import type { ProviderCache, ProviderLease } from "../providers/cache.js";
+import type { ModuleCache, ModuleLease } from "../modules/cache.js";
+import type { EngineCache, EngineLease } from "../engines/cache.js";
+import { EngineError } from "../engines/errors.js";
+import { lockFileName } from "../providers/config-scan.js";
 import { PlanLineScanner, planSucceededCodes, summaryOfPlanOutput } from "./plan-summary.js";
 
 /** Job states as the agent tracks them. */

@@ -24,11 +24,11 @@ import {
   messageOf,
 } from "@drover/protocol";
 import type { Logger } from "pino";
-import { waitFor } from "../backoff.js";
-import { AgentClient, NetworkError } from "../client.js";
-import type { AgentConfig } from "../config.js";
-import { agentCapabilities, agentVersion } from "../agent.js";
-import { MetricSet, requestSecondsBuckets, servingHealth, type ErrorKind } from "../health.js";
+import { waitFor } from "../../session/backoff.js";
+import { AgentClient, NetworkError } from "../../session/client.js";
+import type { AgentConfig } from "../../config.js";
+import { agentCapabilities, agentVersion } from "../../agent.js";
+import { MetricSet, requestSecondsBuckets, servingHealth, type ErrorKind } from "../../health.js";
 import { apiClientWithDeadline } from "./api-deadline.js";
 import { KubeApiError } from "./api-errors.js";
 import { startInformer, type Informer, type ListFrom } from "./informer.js";
