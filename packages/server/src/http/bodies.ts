@@ -30,6 +30,8 @@ export async function prepareUploadDir(dir: string): Promise<void> {
 }
 
 const spooled = new WeakMap<FastifyRequest, string>();
+/** Bodies refused mid-stream as too large: their rest is read and dropped, not left unread. */
+const refusedMidBody = new WeakSet<IncomingMessage>();
 
 /**
  * Makes every route of `scope` receive bodies of `contentTypes` as a spooled BodyFile, each
@@ -41,6 +43,12 @@ export function spoolBodies(scope: FastifyInstance, contentTypes: string | strin
     spooled.set(request, path);
     // After the response, or when the client goes away: either way the body is no longer needed.
     reply.raw.once("close", () => void rm(path, { force: true }));
+  });
+  // Fastify answers a failed body with `connection: close`. For a body refused mid-stream that
+  // close would race the client's bytes still in flight; the connection instead stays open
+  // while the rest is dropped, bounded by the server's request timeout, and the client closes it.
+  scope.addHook("onSend", async (request, reply) => {
+    if (refusedMidBody.has(request.raw)) void reply.removeHeader("connection");
   });
   scope.addContentTypeParser(contentTypes, async (request: FastifyRequest, payload: IncomingMessage) => {
     const path = spooled.get(request);
@@ -76,8 +84,8 @@ function tooLarge(limit: number, seen: number | undefined): DroverError {
 }
 
 /**
- * Copies the request body to `path`. On an over-limit body the request is left paused rather
- * than destroyed, so the 413 still reaches the client (Fastify closes the connection after it).
+ * Copies the request body to `path`. An over-limit body is answered 413 at once, while its rest
+ * is read and dropped so that the answer reaches the client.
  */
 function spool(
   payload: IncomingMessage,
@@ -96,7 +104,14 @@ function spool(
       if (settled) return;
       settled = true;
       payload.off("data", onData);
-      payload.pause();
+      if (err instanceof DroverError && err.code === "payload_too_large") {
+        // Read the rest and drop it: closing a socket with unread bytes in it sends a reset,
+        // which can reach the client before the 413 does (it then sees EPIPE, not the answer).
+        refusedMidBody.add(payload);
+        payload.resume();
+      } else {
+        payload.pause();
+      }
       file.destroy();
       const full = err instanceof DroverError ? undefined : storageError(err, uploadDir);
       const coded =
