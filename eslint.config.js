@@ -6,6 +6,14 @@ const serverPathMessage =
 const rawClientMessage =
   "Call the Drover server through the typed client (test/support/typed-api.ts); for other HTTP servers disable this on the line and say which.";
 
+// A dependency's files outside its `exports` map (or, without one, its built and internal
+// folders) are private: they change in any release. test/layout/private-imports checks every
+// import, require() and import() against the exports maps; this pattern says it in the editor.
+const privatePaths = {
+  regex: String.raw`^(@[^/]+/)?[^./@][^/]*/(.+/)?(lib|dist|src|build|internal|cjs|esm)(/|$)`,
+  message: "Import a dependency by its published entry points (its package.json exports), not a private file.",
+};
+
 export default tseslint.config(
   { ignores: ["**/dist/**", "**/node_modules/**", "bench/results/**", "charts/**", "deploy/**/bin/**"] },
   js.configs.recommended,
@@ -16,6 +24,10 @@ export default tseslint.config(
       "@typescript-eslint/no-unused-vars": ["error", { argsIgnorePattern: "^_", varsIgnorePattern: "^_" }],
       "@typescript-eslint/consistent-type-imports": "error",
     },
+  },
+  {
+    files: ["**/*.ts", "**/*.mts", "**/*.mjs", "**/*.js", "**/*.cjs"],
+    rules: { "no-restricted-imports": ["error", { patterns: [privatePaths] }] },
   },
   {
     files: [
@@ -55,6 +67,7 @@ export default tseslint.config(
               message: rawClientMessage,
             },
           ],
+          patterns: [privatePaths],
         },
       ],
       "no-restricted-globals": ["error", { name: "fetch", message: rawClientMessage }],

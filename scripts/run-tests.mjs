@@ -10,7 +10,7 @@
 // DROVER_TEST_TIMEOUT_MS (default 300000) bounds every test and hook that sets no timeout of
 // its own (see test-timeout.mjs). The PostgreSQL cluster is stopped however the run ends:
 // normally, on SIGINT/SIGTERM/SIGHUP (forwarded to the tests first), or on a crash of this script.
-import { execFileSync, spawn, spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { openSync, readdirSync, statSync, existsSync } from "node:fs";
 import { constants } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -60,7 +60,6 @@ if (files.length === 0) {
   console.error("no test files found; run `tsc -b` first");
   process.exit(1);
 }
-bundleAgentIfStale();
 // Longest first (scripts/test-durations.json), so the lanes end together.
 files = orderByDuration(
   files.map((f) => resolve(f)),
@@ -201,30 +200,3 @@ if (promiseLint && !interrupted) {
   }
 }
 if (!interrupted) process.exit(code);
-
-/**
- * Tests start `drover agent run`, which runs from the agent bundle (decision 0037), so a bundle
- * older than tsc's output (after a bare `tsc -b`) would test yesterday's agent: rebuild it first.
- */
-function bundleAgentIfStale() {
-  const bundle = join("packages", "cli", "dist", "agent-bundle", "program.js");
-  const newest = (dir) =>
-    existsSync(dir)
-      ? readdirSync(dir, { recursive: true })
-          .filter((f) => String(f).endsWith(".js"))
-          .reduce((m, f) => Math.max(m, statSync(join(dir, String(f))).mtimeMs), 0)
-      : 0;
-  // With the .tsbuildinfo files, which `drover agent run` compares with the bundle (packages/cli/src/main.ts).
-  const info = (p) => (existsSync(p) ? statSync(p).mtimeMs : 0);
-  const sources = Math.max(
-    ...["protocol", "agent", "cli"].flatMap((p) => [
-      newest(join("packages", p, "dist", "src")),
-      info(join("packages", p, "dist", ".tsbuildinfo")),
-    ]),
-  );
-  if (existsSync(bundle) && statSync(bundle).mtimeMs >= sources) return;
-  console.error("[run-tests] the agent bundle is older than tsc's output: rebuilding it (scripts/bundle-agent.mjs)");
-  execFileSync(process.execPath, [join(dirname(fileURLToPath(import.meta.url)), "bundle-agent.mjs")], {
-    stdio: "inherit",
-  });
-}

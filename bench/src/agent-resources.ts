@@ -1,6 +1,6 @@
 import { spawn } from "node:child_process";
 import { startAgentProc } from "./agent-runs.js";
-import { api, rssMb, sleep, startServerProc, track } from "./harness.js";
+import { api, idleAgentTargetMb, rssMb, sleep, startServerProc, track } from "./harness.js";
 import { type Figure } from "./report.js";
 import { routes } from "@drover/protocol";
 
@@ -31,8 +31,8 @@ export async function benchAgentIdle(): Promise<Figure[]> {
         value: rss,
         baseline: bareRss,
         baselineLabel: "empty Node.js process",
-        target: "≤ 55 MB",
-        met: rss <= 55,
+        target: `≤ ${idleAgentTargetMb} MB`,
+        met: rss <= idleAgentTargetMb,
         note: `every 5 s: ${samples.map((v) => v.toFixed(1)).join(", ")} MB (peak ${Math.max(...samples).toFixed(1)})`,
       },
     ];

@@ -5,6 +5,9 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { DroverClient, type RequestOf, type ResultOf, type Route } from "@drover/protocol";
 
+/** The idle agent's RSS target, in MB (decision 0048). */
+export const idleAgentTargetMb = 80;
+
 export const repoRoot = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 export const droverBin = join(repoRoot, "packages", "cli", "dist", "src", "main.js");
 export const adminToken = "drv_u_bench-admin.0123456789abcdefghij0123456789ab";

@@ -1,7 +1,7 @@
 import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { repoRoot, stopTracked } from "./harness.js";
+import { idleAgentTargetMb, repoRoot, stopTracked } from "./harness.js";
 import { describeFunctions, describeProfile, summarizeProfiles } from "./profile.js";
 import { writeReport, type ExpectedRow, type Figure } from "./report.js";
 import { runBenches, timingNote, type Bench } from "./runner.js";
@@ -22,7 +22,7 @@ const notesFor: Record<string, string> = {
   overhead:
     'bench/notes/issue-18.md, "Overhead" and "Where the agent adds time" (`terraform show -json` on the critical path, and the design that takes it off)',
   "agent-idle":
-    'bench/notes/issue-18.md, "Idle agent RSS" (what the RSS is made of, what the agent bundle and the http2 stand-in took off, and what is left)',
+    'bench/notes/issue-18.md, "Idle agent RSS" (what the RSS is made of); decision 0048 (why the target is 80 MB)',
   "agent-otlp-idle": 'bench/notes/issue-18.md, "Idle agent RSS"',
   logs: 'bench/notes/logs.md, "2026-11-26 … why 100 MB/s is missed here" (windowed server and agent profiles; decision 0032)',
   "log-heavy-apply": 'bench/notes/logs.md, "Log-heavy apply"',
@@ -94,13 +94,13 @@ const expected: Record<string, () => ExpectedRow[]> = {
     rows("overhead (examples/bench: 100 terraform_data, init+plan+apply)", [
       ["wall time, median of 5", "ms", "≤ 1.05×"],
     ]),
-  "agent-idle": () => rows("agent idle", [["RSS after 30 s idle", "MB", "≤ 55 MB"]]),
+  "agent-idle": () => rows("agent idle", [["RSS after 30 s idle", "MB", `≤ ${idleAgentTargetMb} MB`]]),
   "agent-otlp-idle": () =>
     rows("agent idle, OTLP off vs on", [
       [
         "RSS after 30 s idle with DROVER_AGENT_OTLP_ENDPOINT",
         "MB",
-        "without endpoint ≤ 55 MB (SPEC §8); with: reported",
+        `without endpoint ≤ ${idleAgentTargetMb} MB; with: reported`,
       ],
     ]),
   logs: () => rows("log streaming (50 MB from a run's hook)", [["throughput into the server", "MB/s", "≥ 100 MB/s"]]),

@@ -1,6 +1,5 @@
 import assert from "node:assert/strict";
 import { createServer as createHttpServer, type Server } from "node:http";
-import { createRequire } from "node:module";
 import { connect as tcpConnect, type AddressInfo, type Socket } from "node:net";
 import { after, afterEach, before, test } from "node:test";
 import { AgentClient, cacheDispatcher } from "@drover/agent";
@@ -9,8 +8,7 @@ import { startPrivateTlsStateServer, type PrivateTlsStateServer } from "../suppo
 
 // The agent's outbound clients (its own and the caches') through HTTP(S)_PROXY: a CONNECT tunnel
 // to an HTTPS server of a private CA (DROVER_CA_CERT), a plain-http server through HTTP_PROXY,
-// and NO_PROXY going direct. undici is loaded file by file (decision 0031); its index must not be
-// loaded here, or it would patch what the agent's own loading has to do itself.
+// and NO_PROXY going direct.
 
 /** A forward proxy on 127.0.0.1 that tunnels CONNECT and counts the tunnels it opened. */
 interface CountingProxy {
@@ -87,14 +85,6 @@ function useProxy(noProxy?: string): void {
   process.env.HTTPS_PROXY = proxy.url;
   if (noProxy !== undefined) process.env.NO_PROXY = noProxy;
 }
-
-test("undici's index is not loaded in this test process (the agent's own loading is what is under test)", () => {
-  const cache = createRequire(import.meta.url).cache;
-  assert.deepEqual(
-    Object.keys(cache).filter((m) => /\/node_modules\/undici\/index\.js$/.test(m)),
-    [],
-  );
-});
 
 test("the agent's client reaches an HTTPS server of a private CA through HTTPS_PROXY's CONNECT tunnel", async () => {
   useProxy();

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { VisibleControls } from "@drover/cli/dist/src/visible.js";
+import { VisibleControls } from "@drover/cli/visible";
 
 // N9: the CLI's log printer makes control characters visible however the log is cut into pages.
 

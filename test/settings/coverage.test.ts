@@ -70,9 +70,8 @@ test("every DROVER_* name in the repository's scripts is a setting, a run variab
 test("every environment read in the shipped code (process.env.X, env.X) is a setting of the table", () => {
   // Reads of the environment that are not settings: the search path handed on to terraform; the
   // CA files of git, OpenSSL and Node, whose roots the module cache's git CA bundle keeps
-  // (modules/cache.ts); and Node's own options, where an operator's heap flags keep the agent out
-  // of idle heap mode (heap-mode.ts).
-  const notSettings = new Set(["PATH", "GIT_SSL_CAINFO", "SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS", "NODE_OPTIONS"]);
+  // (modules/cache.ts).
+  const notSettings = new Set(["PATH", "GIT_SSL_CAINFO", "SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS"]);
   const reads = shipped.flatMap(({ path, text }) =>
     [...text.matchAll(/\benv(?:\.([A-Z_][A-Z0-9_]*)\b|\[["']([A-Za-z_][A-Za-z0-9_]*)["']\])(?!\s*=[^=])/g)].map(
       (m) => ({ path, name: m[1] ?? m[2] ?? "" }),

@@ -3,7 +3,7 @@ import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
-import { resolveSettings } from "@drover/cli/dist/src/settings.js";
+import { resolveSettings } from "@drover/cli/settings";
 import { freePort, spawnDrover } from "../support/processes.js";
 import {
   closestSetting,

@@ -28,8 +28,7 @@ import { createRequire } from "node:module";
 
 /**
  * The exec-loop script shipped with this package; the docker driver mounts it into every run
- * container. Resolved through the package's exports, not relative to this file, so that the
- * agent bundle (decision 0037), which lives in the CLI's dist, finds it too.
+ * container. Resolved through the package's exports: the script is not under dist/.
  */
 const execLoopPath = createRequire(import.meta.url).resolve("@drover/agent/exec-loop.sh");
 import { writeAgentStatus } from "./drivers/kubernetes/agent-status.js";
@@ -37,7 +36,6 @@ import type { ProviderCache } from "./providers/cache.js";
 import type { ModuleCache } from "./modules/cache.js";
 import { openCaches } from "./cache/caches.js";
 import type { EngineCache } from "./engines/cache.js";
-import { leaveIdleHeapMode } from "./heap-mode.js";
 
 export const agentVersion = "0.1.0";
 /**
@@ -316,8 +314,6 @@ export class Agent {
   }
 
   private startJob(assignment: JobAssignment): void {
-    // A busy agent's heap grows and its code is optimized as usual (heap-mode.ts).
-    leaveIdleHeapMode();
     this.jobsTaken++;
     const container = this.docker ? this.containerJob(assignment) : undefined;
     // Held until the job's end has killed every process of its run user (JobRun.endProcesses).
@@ -453,15 +449,14 @@ export class Agent {
       await pause(this.heartbeatMs, this.pollAbort.signal);
       if (this.state !== "running" || !this.session) return;
       try {
-        // process.hrtime, not `performance`: the global's first use loads Node's perf_hooks (~0.3 MB of an idle agent, decision 0037).
-        const sent = process.hrtime.bigint();
+        const sent = performance.now();
         const drop = await this.client.heartbeat(
           this.session,
           this.jobs.size,
           this.pollAbort.signal,
           this.keptPlans.runIds().slice(0, 100),
         );
-        this.metrics.heartbeatSeconds(Number(process.hrtime.bigint() - sent) / 1e9);
+        this.metrics.heartbeatSeconds((performance.now() - sent) / 1000);
         for (const runId of drop) this.keptPlans.release(runId);
       } catch (err) {
         if (this.state !== "running") return;

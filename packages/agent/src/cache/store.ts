@@ -140,14 +140,8 @@ export class CacheStore<M> {
   private readonly inflight = new Map<string, Promise<{ entry: Entry<M>; filled: boolean }>>();
   /** Per entry: how many runs of this process hold it. */
   private readonly users = new Map<string, number>();
-  private holderName: string | undefined;
-  /**
-   * This process among those sharing the directory. Drawn on first use: an idle agent opens its
-   * caches but holds nothing, and the draw would load Node's crypto into it (SPEC §8).
-   */
-  private get holder(): string {
-    return (this.holderName ??= `${hostname()}-${process.pid}-${randomBytes(4).toString("hex")}`);
-  }
+  /** This process among those sharing the directory. */
+  private readonly holder = `${hostname()}-${process.pid}-${randomBytes(4).toString("hex")}`;
   private readonly now: () => number;
   private readonly staleMs: number;
   private readonly pollMs: number;

@@ -1,6 +1,6 @@
 import { accessSync, constants } from "node:fs";
 import { delimiter, join } from "node:path";
-import { childProcess } from "../runners/process.js";
+import { spawnSync } from "node:child_process";
 import { DroverError, isExactVersion, isVersionConstraint, versionSatisfies, type Engine } from "@drover/protocol";
 
 /** A terraform or tofu executable and the version it reports. */
@@ -38,7 +38,7 @@ function executable(path: string): boolean {
 export function reportedVersion(path: string): string {
   let v = versions.get(path);
   if (!v) {
-    const out = childProcess().spawnSync(path, ["version", "-json"], {
+    const out = spawnSync(path, ["version", "-json"], {
       encoding: "utf8",
       env: { ...process.env, CHECKPOINT_DISABLE: "1" },
     });

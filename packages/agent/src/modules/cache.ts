@@ -1,9 +1,9 @@
+import { execFile } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import { closeSync, existsSync, openSync, readdirSync, readFileSync, renameSync, rmSync, writeSync } from "node:fs";
-import { rootCertificates } from "../net/root-certificates.js";
 import { join, resolve } from "node:path";
+import { rootCertificates } from "node:tls";
 import type { RunFiles } from "../runners/runner.js";
-import { childProcess } from "../runners/process.js";
 import { localRunFiles } from "../job/local-files.js";
 import { checkFetchTarget, FetchRefused } from "../net/fetch-guard.js";
 import { VerificationError } from "../providers/errors.js";
@@ -221,7 +221,7 @@ function git(args: string[], signal: AbortSignal, options: GitOptions, cwd?: str
   const argv = options.followRedirects ? args : ["-c", "http.followRedirects=false", ...args];
   return new Promise((resolvePromise, reject) => {
     const run = { cwd, env, signal: AbortSignal.any([signal, deadline]), maxBuffer: 16 << 20 };
-    childProcess().execFile("git", argv, run, (err, stdout, stderr) => {
+    execFile("git", argv, run, (err, stdout, stderr) => {
       const said = (stderr || err?.message || "").trim().split("\n").slice(-1)[0];
       if (err && deadline.aborted && !signal.aborted)
         reject(new ModuleSourceUnavailable(`git ${args[0]} took longer than ${gitTimeoutMs / 1000} s`));
@@ -273,7 +273,7 @@ const systemBundles = [
  * link) and renamed into place.
  */
 function writeCaBundle(dir: string, pem: string): string {
-  const bundle = [...rootCertificates(), ...inheritedGitRoots(), pem.trim()].join("\n") + "\n";
+  const bundle = [...rootCertificates, ...inheritedGitRoots(), pem.trim()].join("\n") + "\n";
   const uid = process.getuid?.() ?? 0;
   const path = join(dir, `git-ca-${uid}-${createHash("sha256").update(bundle).digest("hex").slice(0, 16)}.pem`);
   const tmp = join(dir, "tmp", `git-ca-${randomBytes(8).toString("hex")}`);

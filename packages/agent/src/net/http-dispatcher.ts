@@ -1,7 +1,5 @@
-import { rootCertificates } from "./root-certificates.js";
-import type { Dispatcher } from "undici";
-// undici's proxy agent from its own file, not its index (protocol/transport.ts, decision 0031).
-import { EnvHttpProxyAgent } from "@drover/protocol";
+import { rootCertificates } from "node:tls";
+import { EnvHttpProxyAgent, type Dispatcher } from "undici";
 
 /** What an agent process's outbound HTTP client is made of. */
 export interface DispatcherOptions {
@@ -21,7 +19,7 @@ export interface DispatcherOptions {
  * (an address that never answers fails after it, not after undici's own default).
  */
 export function proxyDispatcher(o: DispatcherOptions): Dispatcher {
-  const tls = { timeout: o.connectMs, ...(o.caCertPem ? { ca: [...rootCertificates(), o.caCertPem] } : {}) };
+  const tls = { timeout: o.connectMs, ...(o.caCertPem ? { ca: [...rootCertificates, o.caCertPem] } : {}) };
   // Through a proxy undici ignores `connect`: it reaches the proxy with `proxyTls` and the
   // server inside the CONNECT tunnel with `requestTls`, so the CA and deadline go to all three.
   return new EnvHttpProxyAgent({

@@ -1,7 +1,6 @@
 import { closeSync, fstatSync, mkdirSync, openSync, readSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
-import { createRequire } from "node:module";
-import type * as Zlib from "node:zlib";
+import { inflateRawSync } from "node:zlib";
 import { VerificationError } from "./errors.js";
 
 /** One file of a zip archive, as the central directory lists it. */
@@ -61,9 +60,6 @@ function entries(fd: number, fileSize: number): ZipEntry[] {
   return out;
 }
 
-/** node:zlib, loaded by the first archive unpacked: an idle agent unpacks none (SPEC §8, test/agent/lean-idle). */
-const zlib = (): typeof Zlib => createRequire(import.meta.url)("node:zlib") as typeof Zlib;
-
 /**
  * Unpacks a provider's zip into `dest` (which must exist and be empty): regular files and
  * directories only, every name inside `dest`, at most `maxBytes` unpacked. Executables get
@@ -104,7 +100,7 @@ export function unzipProvider(zipPath: string, dest: string, maxBytes: number): 
       const raw = readAt(fd, dataAt, e.compressedSize);
       let data: Buffer;
       if (e.method === 0) data = raw;
-      else if (e.method === 8) data = zlib().inflateRawSync(raw, { maxOutputLength: Math.max(1, e.size) });
+      else if (e.method === 8) data = inflateRawSync(raw, { maxOutputLength: Math.max(1, e.size) });
       else
         throw new VerificationError(
           "provider_archive_invalid",

@@ -1,9 +1,9 @@
+import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { appendFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, rmSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { Logger } from "pino";
 import { pause } from "../session/backoff.js";
-import { childProcess } from "./process.js";
 import type { RunUser } from "./run-user.js";
 
 /**
@@ -115,20 +115,16 @@ function carries(p: ProcInfo, tag: string): boolean {
 /**
  * Kills every live process that carries `tag` (and, where there is no /proc, the recorded
  * process groups), then waits until they are gone or `timeoutMs` passes. Resolves with the
- * number of processes killed. A `tag` given as a function is computed only when some process
- * carries any job's tag. `startedFrom`: the start (processStartTicks) of the first process
+ * number of processes killed. `startedFrom`: the start (processStartTicks) of the first process
  * that carried the tag; older processes are not looked at.
  */
 export async function killTagged(
-  tag: string | (() => string),
+  tag: string,
   groups: readonly number[],
   timeoutMs: number,
   startedFrom?: number,
 ): Promise<number> {
-  let known: string | undefined;
-  // A tag given as a function is computed only once a process carries some agent's tag: see reapOrphans.
-  const tagged = (p: ProcInfo): boolean =>
-    p.environ.includes(`${processTagVariable}=`) && carries(p, (known ??= typeof tag === "string" ? tag : tag()));
+  const tagged = (p: ProcInfo): boolean => p.environ.includes(`${processTagVariable}=`) && carries(p, tag);
   const targets = listProcesses(startedFrom).filter(tagged);
   if (!existsSync("/proc/self/stat")) {
     for (const g of groups) {
@@ -190,7 +186,7 @@ function killAllAs(user: RunUser): Promise<void> {
   if (!(user.uid > 0)) throw new Error(`refusing to kill every process of uid ${user.uid}`);
   return new Promise((resolve) => {
     const options = { uid: user.uid, gid: user.gid, env: {}, cwd: "/", stdio: "ignore" } as const;
-    const helper = childProcess().spawn("/bin/sh", ["-c", "kill -s KILL -- -1"], options);
+    const helper = spawn("/bin/sh", ["-c", "kill -s KILL -- -1"], options);
     helper.once("error", () => resolve());
     helper.once("exit", () => resolve());
   });
@@ -239,9 +235,7 @@ export async function reapOrphans(
     for (const line of readFileSync(join(dir, job), "utf8").split("\n"))
       if (/^\d+$/.test(line)) groups.push(Number(line));
   }
-  // The tag is a hash, which loads Node's crypto (~0.75 MB an idle agent would keep, SPEC §8):
-  // computed only when some process on the host carries a job's tag at all.
-  let killed = await killTagged(() => `${agentTag(dataDir)}:`, groups, timeoutMs);
+  let killed = await killTagged(`${agentTag(dataDir)}:`, groups, timeoutMs);
   for (const user of runUsers) killed += await killUser(user, timeoutMs);
   if (killed > 0 || jobs.length > 0)
     log.warn({ jobs, killed }, "ended processes left behind by jobs of this agent's previous run");

@@ -1,13 +1,4 @@
-import { createRequire } from "node:module";
-import type * as ChildProcess from "node:child_process";
-
-/**
- * node:child_process, loaded by the first step a job starts: an idle agent runs nothing, and the
- * module costs it ~0.3 MB (SPEC §8; test/agent/lean-idle fails if it loads at idle).
- */
-export function childProcess(): typeof ChildProcess {
-  return createRequire(import.meta.url)("node:child_process") as typeof ChildProcess;
-}
+import { spawn } from "node:child_process";
 
 /** A running child process of a job (terraform, tofu or a hook). */
 export interface RunningProcess {
@@ -46,7 +37,7 @@ export function killGroup(pgid: number): void {
  * provisioner child (a `sleep` under a shell) outlives its step.
  */
 export function startProcess(command: string, args: string[], options: ProcessOptions): RunningProcess {
-  const child = childProcess().spawn(command, args, {
+  const child = spawn(command, args, {
     cwd: options.cwd,
     env: options.env,
     detached: true,

@@ -1,6 +1,7 @@
+import { spawn } from "node:child_process";
 import type { Engine } from "@drover/protocol";
 import { resolveEngine, type EngineBinary, type EngineFallback } from "../job/engine.js";
-import { childProcess, killGroup, startProcess, type ProcessOptions, type RunningProcess } from "./process.js";
+import { killGroup, startProcess, type ProcessOptions, type RunningProcess } from "./process.js";
 
 /** Where a job's steps execute: as local processes, or in a runner container via the exec-loop. */
 export interface Runner {
@@ -61,7 +62,7 @@ export const localRunner: Runner = {
   start: startProcess,
   async capture(command, args, options) {
     // Its own process group, killed when it exits, like every step (see startProcess).
-    const child = childProcess().spawn(command, args, {
+    const child = spawn(command, args, {
       cwd: options.cwd,
       env: options.env,
       detached: true,

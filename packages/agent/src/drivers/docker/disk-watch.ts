@@ -1,3 +1,5 @@
+import { execFile } from "node:child_process";
+
 /**
  * Disk a job's directories take on the host, in bytes: `du -skx` over them. du walks with
  * directory handles and never follows a symlink nor leaves the file system, so a run that swaps
@@ -5,8 +7,6 @@
  * allocated blocks, so sparse files count for what they hold. Rejects when du cannot run.
  */
 export async function diskUsage(dirs: string[], signal: AbortSignal): Promise<number> {
-  // Loaded with the first measure: an idle agent loads no child_process (decision 0031).
-  const { execFile } = await import("node:child_process");
   return new Promise((resolve, reject) => {
     execFile("du", ["-s", "-k", "-x", ...dirs], { signal, maxBuffer: 64 * 1024 }, (err, stdout) => {
       // du exits 1 when a file vanished while it walked (a run deleting its temporaries): its sum

@@ -1,7 +1,5 @@
 import { messageOf } from "@drover/protocol";
-import { createRequire } from "node:module";
-import type { Pool } from "undici";
-import type * as Undici from "undici";
+import { Pool } from "undici";
 import { StreamDemuxer } from "./demux.js";
 
 /** Engine API version every call names: Docker 20.10+ and podman 4's Docker API both serve it. */
@@ -68,11 +66,7 @@ export class DockerEngine {
   constructor(readonly socketPath: string) {
     // The host part is never sent anywhere: the socket is the connection. A pool, not one
     // connection: `wait` and followed logs hold theirs open for as long as a container runs.
-    // undici's index is loaded only here, by a docker-driver agent (decision 0031): its Pool's
-    // request method is put on the prototype by the index, and an agent of another driver
-    // never needs it.
-    const { Pool: UndiciPool } = createRequire(import.meta.url)("undici") as typeof Undici;
-    this.client = new UndiciPool("http://docker", { socketPath, headersTimeout: 0, bodyTimeout: 0 });
+    this.client = new Pool("http://docker", { socketPath, headersTimeout: 0, bodyTimeout: 0 });
   }
 
   private async call(

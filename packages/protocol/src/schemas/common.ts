@@ -1,0 +1,61 @@
+import { z } from "zod";
+import { looksLikeId } from "../ids.js";
+
+/** The names of pools, workspaces and agents. */
+export const nameSchema = z
+  .string()
+  .min(1)
+  .max(90)
+  .regex(/^[A-Za-z0-9][A-Za-z0-9_.-]*$/, "use letters, digits, '-', '_' and '.', starting with a letter or digit")
+  .refine(
+    (n) => !looksLikeId(n),
+    "must not look like an id (<kind>-<16 characters>): lookups by id or name would be ambiguous",
+  );
+
+// ---------- lifecycle unions ----------
+
+/** Run states; see docs/decisions/0002-run-lifecycle.md for the transitions. */
+export const runStatuses = [
+  "pending",
+  "queued",
+  "planning",
+  "planned",
+  "confirmed",
+  "applying",
+  "applied",
+  "planned_and_finished",
+  "errored",
+  "canceled",
+  "discarded",
+] as const;
+export const runStatusSchema = z.enum(runStatuses);
+export type RunStatus = z.infer<typeof runStatusSchema>;
+// Which status may follow which, and which are terminal: lifecycle.ts.
+
+/** Job states: queued → assigned (leased) → running → one of the finished states. */
+export const jobStatuses = ["queued", "assigned", "running", "succeeded", "failed", "canceled", "errored"] as const;
+export const jobStatusSchema = z.enum(jobStatuses);
+export type JobStatus = z.infer<typeof jobStatusSchema>;
+
+export const phaseSchema = z.enum(["plan", "apply"]);
+export type Phase = z.infer<typeof phaseSchema>;
+
+export const engineSchema = z.enum(["terraform", "tofu"]);
+export type Engine = z.infer<typeof engineSchema>;
+
+export const agentStatusSchema = z.enum(["idle", "busy", "offline"]);
+export type AgentStatus = z.infer<typeof agentStatusSchema>;
+
+export const driverSchema = z.enum(["local", "kubernetes", "docker"]);
+export type Driver = z.infer<typeof driverSchema>;
+
+export const listOf = <T extends z.ZodType>(item: T) => z.object({ items: z.array(item) });
+
+export const errorBodySchema = z.object({ error: z.string(), message: z.string() }).loose();
+export type ErrorBody = z.infer<typeof errorBodySchema>;
+
+export const healthSchema = z.object({
+  status: z.enum(["ok", "starting", "stopping"]),
+  currentTime: z.string(),
+  lastActivity: z.string().nullable(),
+});

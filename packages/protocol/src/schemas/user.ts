@@ -1,0 +1,252 @@
+import { z } from "zod";
+import { imageReferenceSchema } from "../images.js";
+import { hasControlChars, singleLineText } from "../text.js";
+import { engineVersionSchema } from "../versions.js";
+import {
+  agentStatusSchema,
+  driverSchema,
+  engineSchema,
+  jobStatusSchema,
+  nameSchema,
+  phaseSchema,
+  runStatusSchema,
+} from "./common.js";
+
+/* The resources of the user API (/api/v1). */
+
+export const poolSchema = z.object({ id: z.string(), name: z.string(), createdAt: z.string() });
+export type Pool = z.infer<typeof poolSchema>;
+export const createPoolSchema = z.object({ name: nameSchema });
+
+export const poolTokenSchema = z.object({
+  id: z.string(),
+  poolId: z.string(),
+  description: z.string(),
+  createdAt: z.string(),
+  lastUsedAt: z.string().nullable(),
+  revokedAt: z.string().nullable(),
+});
+export type PoolToken = z.infer<typeof poolTokenSchema>;
+export const createPoolTokenSchema = z.object({ description: singleLineText(200).default("") });
+/** Returned once, at creation: the only time the secret is shown. */
+export const createdPoolTokenSchema = poolTokenSchema.extend({ token: z.string() });
+
+export const userTokenSchema = z.object({
+  id: z.string(),
+  description: z.string(),
+  createdAt: z.string(),
+  expiresAt: z.string().nullable(),
+  revokedAt: z.string().nullable(),
+  /** Installed from DROVER_ADMIN_TOKEN; a new value of that setting revokes it. */
+  bootstrap: z.boolean(),
+});
+export type UserToken = z.infer<typeof userTokenSchema>;
+export const createUserTokenSchema = z.object({
+  description: singleLineText(200).pipe(z.string().min(1, "name the token: who or what uses it")),
+  /** Days until the token stops working; none means it never expires. */
+  expiresInDays: z.number().int().min(1).max(3650).optional(),
+});
+/** Returned once, at creation: the only time the secret is shown. */
+export const createdUserTokenSchema = userTokenSchema.extend({ token: z.string() });
+
+export const agentSchema = z.object({
+  id: z.string(),
+  poolId: z.string(),
+  name: z.string(),
+  version: z.string(),
+  driver: driverSchema,
+  capacity: z.number().int(),
+  runningJobs: z.number().int(),
+  status: agentStatusSchema,
+  registeredAt: z.string(),
+  lastSeenAt: z.string(),
+});
+export type Agent = z.infer<typeof agentSchema>;
+
+/**
+ * What a pool needs from its agents right now, for autoscalers (KEDA's metrics-api scaler reads
+ * `desiredAgents`). Runs awaiting confirmation need no agent and are reported apart.
+ */
+export const poolDemandSchema = z.object({
+  pool: z.object({ id: z.string(), name: z.string() }),
+  /** Jobs that need an agent and have not started: queued plus claimed-not-started. */
+  pending: z.number().int(),
+  /** Of `pending`: waiting for an agent to claim them. */
+  queued: z.number().int(),
+  /** Of `pending`: claimed by an agent that has not started them yet. */
+  claimed: z.number().int(),
+  /** Jobs executing on an agent. */
+  running: z.number().int(),
+  /** Runs with a finished plan waiting for a user to confirm or discard: no agent is needed until then. */
+  awaitingConfirmation: z.number().int(),
+  /** Online agents of the pool: idle ones run no job, busy ones at least one. */
+  agents: z.object({ online: z.number().int(), idle: z.number().int(), busy: z.number().int() }),
+  /** Jobs one agent runs at once, used for `desiredAgents`. */
+  jobsPerAgent: z.number().int(),
+  /** Agents needed for every pending and running job: ceil((pending + running) / jobsPerAgent). */
+  desiredAgents: z.number().int(),
+});
+export type PoolDemand = z.infer<typeof poolDemandSchema>;
+/** Query of the demand endpoints: the agents' concurrency (default: the largest of the pool's online agents, else 1). */
+export const poolDemandQuerySchema = z.object({ jobsPerAgent: z.coerce.number().int().min(1).max(100).optional() });
+
+export const workspaceSchema = z.object({
+  id: z.string(),
+  name: z.string(),
+  poolId: z.string(),
+  engine: engineSchema,
+  engineVersion: z.string().nullable(),
+  workingDirectory: z.string(),
+  /** Docker driver: the image each run's container starts from; null: the agent's own (DROVER_AGENT_DOCKER_IMAGE). */
+  runnerImage: z.string().nullable(),
+  autoApply: z.boolean(),
+  currentRunId: z.string().nullable(),
+  stateLocked: z.boolean(),
+  createdAt: z.string(),
+});
+export type Workspace = z.infer<typeof workspaceSchema>;
+
+const workingDirectorySchema = z
+  .string()
+  .max(500)
+  .refine(
+    (d) => !d.startsWith("/") && !d.split("/").includes(".."),
+    "the working directory must be a relative path inside the configuration",
+  );
+
+export const createWorkspaceSchema = z.object({
+  name: nameSchema,
+  pool: z.string().min(1).describe("pool id or name"),
+  engine: engineSchema.default("terraform"),
+  engineVersion: engineVersionSchema.nullable().default(null),
+  workingDirectory: workingDirectorySchema.default(""),
+  runnerImage: imageReferenceSchema
+    .nullable()
+    .default(null)
+    .describe(
+      "docker driver: runner image of this workspace's runs; agents run it only if their DROVER_AGENT_DOCKER_ALLOWED_IMAGES allows it",
+    ),
+  autoApply: z.boolean().default(false),
+});
+export const updateWorkspaceSchema = z.object({
+  pool: z.string().min(1).optional(),
+  engine: engineSchema.optional(),
+  engineVersion: engineVersionSchema.nullable().optional(),
+  workingDirectory: workingDirectorySchema.optional(),
+  runnerImage: imageReferenceSchema.nullable().optional().describe("null: back to the agents' own runner image"),
+  autoApply: z.boolean().optional(),
+});
+
+export const variableKindSchema = z.enum(["terraform", "env"]);
+export type VariableKind = z.infer<typeof variableKindSchema>;
+/** A variable as the user API shows it: a sensitive value is never returned (null). */
+export const variableSchema = z.object({
+  key: z.string(),
+  kind: variableKindSchema,
+  sensitive: z.boolean(),
+  value: z.string().nullable(),
+  updatedAt: z.string(),
+});
+export type Variable = z.infer<typeof variableSchema>;
+export const setVariableSchema = z.object({
+  value: z.string().max(256 * 1024),
+  kind: variableKindSchema.default("terraform"),
+  sensitive: z.boolean().default(false),
+});
+export const variableKeySchema = z
+  .string()
+  .min(1)
+  .max(128)
+  .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "a variable key is letters, digits and '_', not starting with a digit");
+
+export const configurationVersionSchema = z.object({
+  id: z.string(),
+  workspaceId: z.string(),
+  size: z.number().int(),
+  sha256: z.string(),
+  createdAt: z.string(),
+});
+export type ConfigurationVersion = z.infer<typeof configurationVersionSchema>;
+
+/** The largest resource count a plan summary may report (the database columns are 32-bit). */
+export const maxPlanCount = 10_000_000;
+
+export const planSummarySchema = z.object({
+  add: z.number().int().min(0).max(maxPlanCount),
+  change: z.number().int().min(0).max(maxPlanCount),
+  destroy: z.number().int().min(0).max(maxPlanCount),
+  hasChanges: z.boolean(),
+});
+export type PlanSummary = z.infer<typeof planSummarySchema>;
+
+export const runSchema = z.object({
+  id: z.string(),
+  workspaceId: z.string(),
+  configurationVersionId: z.string(),
+  status: runStatusSchema,
+  planOnly: z.boolean(),
+  isDestroy: z.boolean(),
+  autoApply: z.boolean(),
+  message: z.string(),
+  errorMessage: z.string().nullable(),
+  cancelRequested: z.boolean(),
+  planSummary: planSummarySchema.nullable(),
+  planJobId: z.string().nullable(),
+  applyJobId: z.string().nullable(),
+  createdAt: z.string(),
+  updatedAt: z.string(),
+});
+export type Run = z.infer<typeof runSchema>;
+export const createRunSchema = z.object({
+  workspace: z.string().min(1).describe("workspace id or name"),
+  configurationVersionId: z.string().min(1),
+  planOnly: z.boolean().default(false),
+  isDestroy: z.boolean().default(false),
+  autoApply: z.boolean().optional().describe("defaults to the workspace's setting"),
+  message: z
+    .string()
+    .max(500)
+    .refine(
+      (m) => !hasControlChars(m.replace(/[\n\t]/g, "")),
+      "must not contain control characters other than newlines and tabs",
+    )
+    .default(""),
+});
+
+export const jobSchema = z.object({
+  id: z.string(),
+  runId: z.string(),
+  workspaceId: z.string(),
+  poolId: z.string(),
+  phase: phaseSchema,
+  status: jobStatusSchema,
+  attempt: z.number().int(),
+  agentId: z.string().nullable(),
+  message: z.string().nullable(),
+  createdAt: z.string(),
+  startedAt: z.string().nullable(),
+  finishedAt: z.string().nullable(),
+});
+export type Job = z.infer<typeof jobSchema>;
+
+export const outputSchema = z.object({
+  name: z.string(),
+  sensitive: z.boolean(),
+  type: z.unknown(),
+  value: z.unknown(),
+});
+export type Output = z.infer<typeof outputSchema>;
+
+export const stateVersionSchema = z.object({
+  id: z.string(),
+  workspaceId: z.string(),
+  serial: z.number().int().nullable(),
+  lineage: z.string().nullable(),
+  md5: z.string(),
+  size: z.number().int(),
+  runId: z.string().nullable(),
+  createdAt: z.string(),
+  /** When a DELETE of the workspace state hid this version; it stays downloadable. */
+  deletedAt: z.string().nullable(),
+});
+export type StateVersion = z.infer<typeof stateVersionSchema>;
