@@ -135,9 +135,6 @@ const wsVar = lazySchema("wsVar", () => z.object({ ws: z.string(), key: s.variab
 const waitQuery = lazySchema("waitQuery", () =>
   z.object({ wait: z.coerce.number().int().min(0).max(maxLongPollMs).default(0) }),
 );
-const planWaitQuery = lazySchema("planWaitQuery", () =>
-  z.object({ wait: z.coerce.number().int().min(0).max(maxLongPollMs).default(maxLongPollMs) }),
-);
 const lockIdQuery = lazySchema("lockIdQuery", () => z.object({ ID: z.string().optional() }));
 const list = s.listOf;
 
@@ -498,13 +495,11 @@ export const routes = {
   runPlan: route("runPlan", () => ({
     method: "GET",
     path: `${userApi}/runs/:id/plan`,
-    summary:
-      "Plan JSON of a run; while its apply job still renders it, waits up to ?wait= ms (default and most 50 000), then 409 plan_pending",
+    summary: "Plan JSON of a run (`terraform show -json` of its plan, sensitive values redacted)",
     auth: "user",
     params: id,
-    query: planWaitQuery,
     response: bytes("application/json"),
-    errors: ["not_found", "plan_pending"],
+    errors: ["not_found"],
   })),
   runLogs: route("runLogs", () => ({
     method: "GET",
@@ -650,16 +645,6 @@ export const routes = {
     body: raw("application/json"),
     response: ok(s.planSummarySchema),
     errors: ["invalid_json", "payload_too_large"],
-  })),
-
-  planJsonUnavailable: route("planJsonUnavailable", () => ({
-    method: "POST",
-    path: `${agentApi}/jobs/:id/plan-json-unavailable`,
-    summary: "The apply job could not render the plan JSON it was told to: readers stop waiting for it",
-    auth: "job",
-    params: id,
-    body: json(s.planJsonUnavailableSchema),
-    response: noContent,
   })),
 
   // ---------- operations ----------
