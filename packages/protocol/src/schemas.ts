@@ -470,8 +470,8 @@ export const finishJobSchema = lazySchema("finishJobSchema", () =>
     message: z.string().max(4000).transform(escapeControlChars).nullable().default(null),
     /**
      * A plan job's summary from terraform itself: `plan -detailed-exitcode` (2 = changes) and the
-     * counts of its `Plan:` line. The server decides the run's next step from it when the plan
-     * JSON is not there yet (decision 0041).
+     * counts of its `Plan:` line. The server decides the run's next step from it with the plan
+     * JSON's counts, or from it alone when the JSON was too large to store (decision 0050).
      */
     planSummary: planSummarySchema.optional(),
   }),

@@ -174,7 +174,7 @@ export class JobClient {
   async uploadOutputs(outputs: Output[], signal?: AbortSignal): Promise<void> {
     await this.client.call(routes.uploadOutputs, { ...this.ids, body: { outputs }, signal });
   }
-  /** Reports the job's outcome; a plan job adds its plan's summary (decision 0041). */
+  /** Reports the job's outcome; a plan job adds its plan's summary (decision 0050). */
   async finish(
     outcome: JobOutcome,
     message: string | null,
