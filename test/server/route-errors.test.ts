@@ -355,23 +355,6 @@ const routeCases: Case[] = [
     run: async () => admin.call(routes.cancelRun, { params: { id: await endedRun() } }),
   },
   { route: "runPlan", code: "not_found", run: () => admin.call(routes.runPlan, { params: { id: "run-nope" } }) },
-  {
-    route: "runPlan",
-    code: "plan_pending",
-    run: async () => {
-      // A confirmed run with changes whose plan job left the JSON out: its apply job would bring it.
-      const { runId, job, client } = await startedJob();
-      await client.call(routes.finishJob, {
-        params: { id: job.jobId },
-        body: { outcome: "succeeded", message: null, planSummary: { add: 1, change: 0, destroy: 0, hasChanges: true } },
-      });
-      await admin.call(routes.confirmRun, { params: { id: runId } });
-      const raw = await server.api(routes.runPlan, { params: { id: runId }, query: { wait: 0 } });
-      assert.equal(raw.status, 409);
-      assert.equal(raw.headers.get("retry-after"), "2", "the answer says when to ask again");
-      return admin.call(routes.runPlan, { params: { id: runId }, query: { wait: 0 } });
-    },
-  },
   { route: "runLogs", code: "not_found", run: () => admin.call(routes.runLogs, { params: { id: "run-nope" } }) },
   {
     route: "downloadPlan",

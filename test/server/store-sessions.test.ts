@@ -330,7 +330,6 @@ function sessionRow(id: string): store.SessionRow {
     state: "online",
     registered_at: 0,
     last_seen_at: 0,
-    capabilities: null,
     revoked_at: null,
   };
 }

@@ -4,14 +4,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import {
-  DroverError,
-  newPoolToken,
-  planJsonBesideApplyCapability,
-  planSummarySchema,
-  type Agent,
-  type JobAssignment,
-} from "@drover/protocol";
+import { DroverError, newPoolToken, planSummarySchema, type Agent, type JobAssignment } from "@drover/protocol";
 import { localEventBus, openDatabase, store, type Db, type StoreContext } from "@drover/server";
 import { backends, createTestDatabase, type TestDatabase } from "../support/databases.js";
 import { rawTarGz } from "../support/archives.js";
@@ -57,10 +50,9 @@ for (const backend of backends) {
     });
 
     /** A pool with a registered agent and a workspace with one uploaded configuration. */
-    async function fixture(opts: { autoApply?: boolean; capabilities?: string[] } = {}) {
+    async function fixture(opts: { autoApply?: boolean } = {}) {
       const pool = await store.createPool(ctx, unique("pool"));
       const tok = await store.createPoolToken(ctx, pool.id, "t", "http://drover.test");
-      const capabilities = opts.capabilities ?? [planJsonBesideApplyCapability];
       const { agent } = await store.registerAgent(ctx, {
         poolId: pool.id,
         poolTokenId: tok.id,
@@ -68,7 +60,6 @@ for (const backend of backends) {
         version: "t",
         driver: "local",
         capacity: 5,
-        capabilities,
       });
       const ws = await store.createWorkspace(ctx, {
         name: unique("ws"),
@@ -413,16 +404,23 @@ for (const backend of backends) {
       assert.equal((await claim(agent)).phase, "apply");
     });
 
-    test("plan summary (decision 0041): terraform's verdict decides; an auto-apply run's apply job brings the JSON, readers wait for it", async () => {
+    /** The stored plan JSON of a run, parsed. */
+    const storedJson = async (runId: string): Promise<unknown> => {
+      const chunks: Buffer[] = [];
+      for await (const c of (await store.readPlanJson(ctx, runId)).open()) chunks.push(Buffer.from(c as Buffer));
+      return JSON.parse(Buffer.concat(chunks).toString("utf8"));
+    };
+
+    test("plan summary: terraform's verdict decides with the plan job's JSON, readable as soon as the plan job ends; an apply job uploads none", async () => {
       const create = JSON.stringify({
         resource_changes: [{ change: { actions: ["create"] } }, { change: { actions: ["create"] } }],
       });
       const { agent, ws, cv } = await fixture({ autoApply: true });
-      // Changes reported, no JSON: the apply is queued at once and is the one to render it.
       const auto = await newRun(ws.id, cv.id);
       const plan = await claim(agent);
-      assert.equal(plan.planJson, "plan-unless-changes");
+      assert.ok(!("planJson" in plan), "the assignment does not say who renders the plan JSON");
       await store.startJob(ctx, await jobRow(plan), "starter");
+      await store.savePlanJson(ctx, await jobRow(plan), Buffer.from(create));
       await store.finishJob(ctx, await jobRow(plan), "succeeded", null, {
         add: 2,
         change: 0,
@@ -436,28 +434,15 @@ for (const backend of backends) {
         destroy: 0,
         hasChanges: true,
       });
-      await rejectsWith(store.readPlanJsonWhenReady(ctx, auto.id, 0), "plan_pending");
+      // An auto-apply run has its plan JSON before its apply job is even claimed.
+      assert.deepEqual(await storedJson(auto.id), JSON.parse(create));
       const apply = await claim(agent);
       assert.equal(apply.phase, "apply");
-      assert.equal(apply.planJson, "apply");
+      assert.ok(!("planJson" in apply));
       await store.startJob(ctx, await jobRow(apply), "starter");
-      // A reader that asks now gets the JSON once the apply job uploads it.
-      const waiting = store.readPlanJsonWhenReady(ctx, auto.id, 60_000);
-      await store.savePlanJson(ctx, await jobRow(apply), Buffer.from(create));
-      const body = await waiting;
-      const chunks: Buffer[] = [];
-      for await (const c of body.open()) chunks.push(Buffer.from(c as Buffer));
-      assert.deepEqual(JSON.parse(Buffer.concat(chunks).toString("utf8")), JSON.parse(create));
-      // The same JSON again (the first answer lost) gets the same answer; another one is refused.
-      assert.deepEqual(await store.savePlanJson(ctx, await jobRow(apply), Buffer.from(create)), {
-        add: 2,
-        change: 0,
-        destroy: 0,
-        hasChanges: true,
-      });
       await rejectsWith(
         store.savePlanJson(ctx, await jobRow(apply), Buffer.from(JSON.stringify({ resource_changes: [] }))),
-        "bad_request",
+        "forbidden",
       );
       await rejectsWith(
         store.finishJob(ctx, await jobRow(apply), "succeeded", null, {
@@ -470,8 +455,9 @@ for (const backend of backends) {
       );
       await store.finishJob(ctx, await jobRow(apply), "succeeded", null);
       assert.equal((await store.getRun(ctx, auto.id)).status, "applied");
+      assert.deepEqual(await storedJson(auto.id), JSON.parse(create), "the plan job's JSON stands");
 
-      // No changes by terraform's verdict: planned_and_finished, as the JSON (rendered by the plan job) says too.
+      // No changes by terraform's verdict: planned_and_finished, as the JSON says too.
       const none = await newRun(ws.id, cv.id);
       let job = await claim(agent);
       await store.startJob(ctx, await jobRow(job), "starter");
@@ -499,73 +485,12 @@ for (const backend of backends) {
         hasChanges: true,
       });
       assert.equal((await store.getRun(ctx, moved.id)).status, "confirmed");
-      const movedApply = await claim(agent);
-      assert.equal(movedApply.planJson, "none", "the plan job's JSON is there: the apply renders nothing");
-
-      // A run that waits for confirmation, and a plan-only one: the plan job renders the JSON.
-      const manual = await fixture();
-      await newRun(manual.ws.id, manual.cv.id);
-      assert.equal((await claim(manual.agent)).planJson, "plan");
-      const onlyFixture = await fixture({ autoApply: true });
-      await newRun(onlyFixture.ws.id, onlyFixture.cv.id, { planOnly: true });
-      assert.equal((await claim(onlyFixture.agent)).planJson, "plan");
     });
 
-    test("plan JSON (decision 0041): deferred to the apply job only when every online agent of the pool declares it renders it there", async () => {
-      const { pool, tok, agent, ws, cv } = await fixture({ autoApply: true });
-      // An older agent (no capabilities) joins the pool: it could claim the apply and ignore `planJson`.
-      const old = await store.registerAgent(ctx, {
-        poolId: pool.id,
-        poolTokenId: tok.id,
-        name: unique("old"),
-        version: "0.0.9",
-        driver: "local",
-        capacity: 1,
-      });
-      await newRun(ws.id, cv.id);
-      const plan = await claim(agent);
-      assert.equal(
-        plan.planJson,
-        "plan",
-        "the plan job renders the JSON while an agent without the capability is online",
-      );
-      await store.startJob(ctx, await jobRow(plan), "starter");
-      await store.savePlanJson(
-        ctx,
-        await jobRow(plan),
-        Buffer.from(JSON.stringify({ resource_changes: [{ change: { actions: ["create"] } }] })),
-      );
-      await store.finishJob(ctx, await jobRow(plan), "succeeded", null, {
-        add: 1,
-        change: 0,
-        destroy: 0,
-        hasChanges: true,
-      });
-      assert.equal((await claim(agent)).planJson, "none");
-      // Once the older agent is gone, the JSON is left to the apply job again.
-      await store.deregisterAgent(ctx, old.agent.id);
-      const other = await store.createWorkspace(ctx, {
-        name: unique("ws"),
-        pool: pool.id,
-        engine: "terraform",
-        engineVersion: null,
-        workingDirectory: "",
-        autoApply: true,
-      });
-      const cv2 = await store.createConfigurationVersion(ctx, other.id, archive, {
-        maxCompressedBytes: 1e6,
-        maxUnpackedBytes: 1e7,
-        maxEntries: 100,
-      });
-      await newRun(other.id, cv2.id);
-      assert.equal((await claim(agent)).planJson, "plan-unless-changes");
-    });
-
-    test("plan JSON (decision 0041): a reclaimed plan job's earlier JSON is dropped, and a stale attempt cannot store one", async () => {
+    test("plan JSON: a reclaimed plan job stores its own, and the earlier attempt cannot store one", async () => {
       const { agent, ws, cv } = await fixture({ autoApply: true });
       const run = await newRun(ws.id, cv.id);
       const first = await claim(agent);
-      assert.equal(first.planJson, "plan-unless-changes");
       const firstRow = await jobRow(first);
       // Attempt 1 uploaded a JSON without changes, then lost its lease before its start was
       // recorded (a lost start answer): the job is queued again.
@@ -574,13 +499,14 @@ for (const backend of backends) {
       await store.expireLeases(ctx);
       const second = await claim(agent);
       assert.equal(second.attempt, first.attempt + 1);
-      await rejectsWith(store.readPlanJson(ctx, run.id), "not_found");
       // Attempt 1's upload that passed its token check before the reclaim is refused inside the write.
       await rejectsWith(
         store.savePlanJson(ctx, firstRow, Buffer.from(JSON.stringify({ resource_changes: [] }))),
         "stale_attempt",
       );
       await store.startJob(ctx, await jobRow(second), "starter");
+      const create = { resource_changes: [{ change: { actions: ["create"] } }, { change: { actions: ["create"] } }] };
+      await store.savePlanJson(ctx, await jobRow(second), Buffer.from(JSON.stringify(create)));
       await store.finishJob(ctx, await jobRow(second), "succeeded", null, {
         add: 2,
         change: 0,
@@ -593,60 +519,25 @@ for (const backend of backends) {
         destroy: 0,
         hasChanges: true,
       });
-      const apply = await claim(agent);
-      assert.equal(apply.phase, "apply");
-      assert.equal(apply.planJson, "apply", "the apply job renders the JSON of the plan it applies");
+      assert.deepEqual(await storedJson(run.id), create, "the JSON of the plan that is applied");
     });
 
-    test("plan JSON (decision 0041): two concurrent identical uploads by the apply job both get the answer, one JSON is stored", async () => {
+    test("plan JSON: two concurrent identical uploads by the plan job both get the answer, one whole JSON is stored", async () => {
       const create = JSON.stringify({ resource_changes: [{ change: { actions: ["create"] } }] });
       const { agent, ws, cv } = await fixture({ autoApply: true });
       const run = await newRun(ws.id, cv.id);
       const plan = await claim(agent);
       await store.startJob(ctx, await jobRow(plan), "starter");
-      await store.savePlanFile(ctx, await jobRow(plan), Buffer.from("plan-file"));
-      await store.finishJob(ctx, await jobRow(plan), "succeeded", null, {
-        add: 1,
-        change: 0,
-        destroy: 0,
-        hasChanges: true,
-      });
-      const apply = await claim(agent);
-      await store.startJob(ctx, await jobRow(apply), "starter");
-      const row = await jobRow(apply);
+      const row = await jobRow(plan);
       const results = await Promise.allSettled([
         store.savePlanJson(ctx, row, Buffer.from(create)),
         store.savePlanJson(ctx, row, Buffer.from(create)),
       ]);
       for (const r of results) assert.equal(r.status, "fulfilled", r.status === "rejected" ? String(r.reason) : "");
-      const body = await store.readPlanJson(ctx, run.id);
-      const chunks: Buffer[] = [];
-      for await (const c of body.open()) chunks.push(Buffer.from(c as Buffer));
-      assert.deepEqual(JSON.parse(Buffer.concat(chunks).toString("utf8")), JSON.parse(create));
+      assert.deepEqual(await storedJson(run.id), JSON.parse(create));
     });
 
-    test("plan JSON (decision 0041): an apply job that could not render it says so, and a waiting reader gets not_found with the reason at once", async () => {
-      const { agent, ws, cv } = await fixture({ autoApply: true });
-      const run = await newRun(ws.id, cv.id);
-      const plan = await claim(agent);
-      await store.startJob(ctx, await jobRow(plan), "starter");
-      await store.savePlanFile(ctx, await jobRow(plan), Buffer.from("plan-file"));
-      await rejectsWith(store.recordPlanJsonUnavailable(ctx, await jobRow(plan), "no"), "bad_request");
-      await store.finishJob(ctx, await jobRow(plan), "succeeded", null, {
-        add: 1,
-        change: 0,
-        destroy: 0,
-        hasChanges: true,
-      });
-      const apply = await claim(agent);
-      await store.startJob(ctx, await jobRow(apply), "starter");
-      const waiting = rejectsWith(store.readPlanJsonWhenReady(ctx, run.id, 600_000), "not_found");
-      await store.recordPlanJsonUnavailable(ctx, await jobRow(apply), "terraform show exited with code 1");
-      assert.match((await waiting).message, /could not render it \(terraform show exited with code 1\)/);
-      assert.equal((await store.getRun(ctx, run.id)).status, "applying", "the apply goes on");
-    });
-
-    test("plan summary (decision 0041): counts above zero mean changes whatever the flag says; counts are bounded", async () => {
+    test("plan summary: counts above zero mean changes whatever the flag says; counts are bounded", async () => {
       const { agent, ws, cv } = await fixture({ autoApply: true });
       const run = await newRun(ws.id, cv.id);
       const plan = await claim(agent);

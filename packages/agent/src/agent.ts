@@ -1,7 +1,6 @@
 import {
   DroverError,
   noopTracer,
-  planJsonBesideApplyCapability,
   startTelemetryIfSet,
   type JobAssignment,
   type Telemetry,
@@ -38,12 +37,6 @@ import { openCaches } from "./cache/caches.js";
 import type { EngineCache } from "./engines/cache.js";
 
 export const agentVersion = "0.1.0";
-/**
- * What this agent declares at registration. It honours `planJson` (decision 0041), and so does
- * the Kubernetes controller, whose Jobs run this agent's code with the assignment as given.
- */
-export const agentCapabilities = [planJsonBesideApplyCapability];
-
 /**
  * Agent lifecycle: starting → running → stopping → stopped. Wrong transitions are bugs.
  * `running` polls for work; `stopping` takes none and winds running jobs down per the stop
@@ -135,7 +128,6 @@ export class Agent {
       version: agentVersion,
       driver: this.config.driver,
       capacity: this.config.concurrency,
-      capabilities: agentCapabilities,
     });
     this.session = reg.sessionToken;
     this.heartbeatMs = this.options.heartbeatMs ?? reg.heartbeatIntervalMs;

@@ -32,7 +32,6 @@ export const errorCodes = [
   "invalid_setting",
   "verification_failed",
   "fetch_refused",
-  "plan_pending",
 ] as const;
 export type ErrorCode = (typeof errorCodes)[number];
 
@@ -71,8 +70,6 @@ const statusByCode: Record<ErrorCode, number> = {
   verification_failed: 422,
   // Raised by agents: a fetch a configuration asked for, from an address runs must not reach through the agent.
   fetch_refused: 403,
-  // A run's plan JSON that its apply job is still rendering (decision 0041): ask again after Retry-After.
-  plan_pending: 409,
 };
 
 /** What to do about an error of this code, when the message alone may not say it. */

@@ -5,7 +5,7 @@ import { markSilentAgentsLost, pruneOfflineAgents } from "./store/agents.js";
 import type { StoreContext } from "./store/context.js";
 import { deleteRetiredJobTokens } from "./store/job-moves.js";
 import { expireLeases } from "./store/queue.js";
-import { forceOverdueCancels } from "./store/runs.js";
+import { forceOverdueCancels } from "./store/cancels.js";
 
 const offlineRetentionMs = 24 * 60 * 60 * 1000;
 

@@ -50,9 +50,6 @@ export type JobRunState = "starting" | "running" | "finishing" | "done";
 
 /** A step that exited non-zero: the run failed (terraform's error is in the message). */
 class StepFailed extends Error {}
-/** What the server's one-line text fields refuse (control characters, bidi overrides). */
-// eslint-disable-next-line no-control-regex -- matching control characters is the point
-const controlChars = /[\u0000-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]+/g;
 
 /** The run must end now: canceled by the user or stopped by the agent. */
 class Interrupted extends Error {}
@@ -520,8 +517,7 @@ export class JobRun {
         planSucceededCodes,
         (chunk) => planLine.push(chunk),
       );
-      // A cancel or stop that arrived as terraform exited with a plan: the job is interrupted, not
-      // a plan to apply (a deferred JSON starts no further step that would notice it).
+      // A cancel or stop that arrived as terraform exited with a plan: the job is interrupted, not a plan to apply.
       this.checkInterrupted();
       const summary = summaryOfPlanOutput(code, planLine.end());
       await this.hook("post-plan", workDir, env);
@@ -533,17 +529,12 @@ export class JobRun {
         this.work.signal,
       );
       planFile.catch(() => undefined);
-      // An auto-apply run with changes goes on to its apply at once; that job renders the JSON
-      // beside the apply (decision 0041). Everywhere else a user may read it as soon as the plan
-      // ends, and so where steps run one at a time: there the apply could only render it after
-      // applying, and a reader would wait for the whole apply.
-      const deferred = a.planJson === "plan-unless-changes" && summary.hasChanges && this.runner.parallelSteps === true;
-      const json = deferred ? undefined : await this.capture(binary, ["show", "-json", planPath], workDir, env);
+      // Stored before the job finishes, every time: the run is read (its changes shown, its
+      // policy checked) before anyone applies it.
+      const json = await this.capture(binary, ["show", "-json", planPath], workDir, env);
       plan.end();
       await planFile;
-      if (json) await withRetry(() => this.job.uploadPlanJson(json, this.work.signal), this.work.signal);
-      else
-        this.log.line("[drover] the plan's JSON (its resource changes) is rendered by the apply job, beside the apply");
+      await this.uploadPlanJson(json);
       this.planSummary = summary;
       uploads.end();
     } else {
@@ -555,34 +546,7 @@ export class JobRun {
         if (this.config.runAs) chownTree(planPath, this.config.runAs);
       }
       await this.hook("pre-apply", workDir, env);
-      // The plan job left the plan's JSON to this job: rendered while the apply runs when steps
-      // may run side by side (the apply waits on providers and the state backend more than it
-      // uses a core), before it otherwise, so that a reader never waits for a whole apply. Its
-      // failure is logged, never the run's.
-      const renderJson = (): Promise<Buffer | string> =>
-        this.capture(binary, ["show", "-json", planPath], workDir, env).catch((err: unknown) => {
-          const message = messageOf(err);
-          this.log.line(`[drover] could not render the plan as JSON: ${message}`);
-          return message;
-        });
-      let beside: Promise<Buffer | undefined> | undefined;
-      if (a.planJson === "apply") {
-        if (this.runner.parallelSteps === true) {
-          // A render that failed is reported at once, so readers stop waiting for it during the apply.
-          beside = renderJson().then(async (json) => {
-            if (typeof json !== "string") return json;
-            await this.uploadDeferredPlanJson(json);
-            return undefined;
-          });
-        } else await this.uploadDeferredPlanJson(await renderJson());
-      }
-      try {
-        await this.step(binary, ["apply", "-input=false", "-no-color", planPath], workDir, env);
-      } finally {
-        // A failed apply still leaves the plan it attempted readable.
-        const json = await beside;
-        if (json) await this.uploadDeferredPlanJson(json);
-      }
+      await this.step(binary, ["apply", "-input=false", "-no-color", planPath], workDir, env);
       await this.hook("post-apply", workDir, env);
       apply.end();
       const uploads = this.stage("uploads");
@@ -599,19 +563,16 @@ export class JobRun {
   }
 
   /**
-   * Uploads the plan JSON an apply job rendered, or why it could not (so readers stop waiting
-   * for it); a failure is logged, the apply's outcome stands.
+   * Uploads the plan's JSON. One larger than the server stores (DROVER_MAX_PLAN_JSON_MB) leaves
+   * the run without it, its counts from terraform's summary line: a plan too large to show is
+   * still a plan to apply.
    */
-  private async uploadDeferredPlanJson(json: Buffer | string): Promise<void> {
+  private async uploadPlanJson(json: Buffer): Promise<void> {
     try {
-      if (typeof json === "string")
-        await withRetry(
-          () => this.job.planJsonUnavailable(json.replace(controlChars, " ").slice(0, 500), this.work.signal),
-          this.work.signal,
-        );
-      else await withRetry(() => this.job.uploadPlanJson(json, this.work.signal), this.work.signal);
+      await withRetry(() => this.job.uploadPlanJson(json, this.work.signal), this.work.signal);
     } catch (err) {
-      this.log.line(`[drover] could not upload the plan's JSON: ${messageOf(err)}`);
+      if (!(err instanceof DroverError && err.code === "payload_too_large")) throw err;
+      this.log.line(`[drover] the plan's JSON is not stored: ${err.message}`);
     }
   }
 

@@ -78,7 +78,6 @@ export class AgentClient {
       version: string;
       driver: "local" | "kubernetes" | "docker";
       capacity: number;
-      capabilities?: string[];
     },
     signal?: AbortSignal,
   ): Promise<RegisterResponse> {
@@ -156,10 +155,6 @@ export class JobClient {
   async uploadPlanJson(planJson: Buffer, signal?: AbortSignal): Promise<void> {
     await this.client.call(routes.uploadPlanJson, { ...this.ids, body: planJson, signal });
   }
-  /** Tells the server this apply job could not render the plan JSON it was told to (readers stop waiting). */
-  async planJsonUnavailable(message: string, signal?: AbortSignal): Promise<void> {
-    await this.client.call(routes.planJsonUnavailable, { ...this.ids, body: { message }, signal });
-  }
   downloadPlan(signal?: AbortSignal): Promise<Buffer> {
     return this.client.call(routes.downloadPlan, { ...this.ids, signal });
   }
@@ -179,7 +174,7 @@ export class JobClient {
   async uploadOutputs(outputs: Output[], signal?: AbortSignal): Promise<void> {
     await this.client.call(routes.uploadOutputs, { ...this.ids, body: { outputs }, signal });
   }
-  /** Reports the job's outcome; a plan job adds its plan's summary (decision 0041). */
+  /** Reports the job's outcome; a plan job adds its plan's summary (decision 0050). */
   async finish(
     outcome: JobOutcome,
     message: string | null,

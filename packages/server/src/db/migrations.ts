@@ -389,6 +389,19 @@ function uploadLimits(): Migration {
   };
 }
 
+/**
+ * Decision 0050: the plan job always stores the plan JSON, so what served leaving it to the apply
+ * job goes. One column per migration: a migration is one statement, so a crash between two drops
+ * (SQLite runs DDL outside a transaction here) never leaves one that fails at the next start.
+ */
+function dropColumn(table: string, column: string): Migration {
+  return {
+    async up(db: Kysely<unknown>) {
+      await db.schema.alterTable(table).dropColumn(column).execute();
+    },
+  };
+}
+
 /** All migrations in order; names sort lexically, which is the order Kysely applies them. */
 export function migrationProvider(dialect: Dialect): MigrationProvider {
   return {
@@ -405,6 +418,9 @@ export function migrationProvider(dialect: Dialect): MigrationProvider {
       "0041_agent_capabilities": agentCapabilities(),
       "0041b_plan_json_error": planJsonError(),
       "0046_upload_limits": uploadLimits(),
+      "0050a_drop_agent_capabilities": dropColumn("agents", "capabilities"),
+      "0050b_drop_plan_json_error": dropColumn("plans", "plan_json_error"),
+      "0050c_drop_plan_json_phase": dropColumn("plans", "plan_json_phase"),
     }),
   };
 }

@@ -50,8 +50,6 @@ export interface AgentsTable {
   state: string;
   registered_at: number;
   last_seen_at: number;
-  /** The capabilities the agent declared at registration, space-separated with a space at each end; null: none. */
-  capabilities: string | null;
 }
 
 export interface WorkspacesTable {
@@ -147,10 +145,6 @@ export interface PlansTable {
   plan_file_size: number | null;
   /** Size of the redacted plan JSON in plan_json_chunks; null until it is uploaded. */
   plan_json_size: number | null;
-  /** Why the apply job could not render the plan JSON it was told to (decision 0041); null: it did not say. */
-  plan_json_error: string | null;
-  /** The phase of the job that stored the plan JSON (an apply job may only resend its own); null when none is stored. */
-  plan_json_phase: "plan" | "apply" | null;
   created_at: number;
 }
 

@@ -9,7 +9,6 @@ import {
   mayUploadPlanJson,
   plansNoLongerNeeded,
   readPlanFile,
-  recordPlanJsonUnavailable,
   saveOutputs,
   savePlanFile,
   savePlanJson,
@@ -143,10 +142,6 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, opt
 
   serve(routes.downloadPlan, asJob, async (_input, req) => readPlanFile(ctx, jobOf(req).run_id));
 
-  serve(routes.planJsonUnavailable, asJob, async ({ body }, req) =>
-    recordPlanJsonUnavailable(ctx, jobOf(req), await redactedForWorkspace(jobOf(req), body.message)),
-  );
-
   serve(routes.uploadOutputs, asJob, async ({ body }, req) => saveOutputs(ctx, jobOf(req), body.outputs));
 
   serve(routes.finishJob, asJob, async ({ body }, req) => {
@@ -211,10 +206,10 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, opt
     serveUpload(routes.uploadPlan, { ...asJob, bodyLimit: maxPlanBytes }, async (_input, req) =>
       savePlanFile(ctx, jobOf(req), spooledBody(req)),
     );
-    // Refused before the body is read when this job may not upload it (an apply job whose plan job stored it).
+    // Refused before the body is read when this job may not upload it (an apply job).
     const mayUpload: preParsingAsyncHookHandler = async (req, reply, payload) => {
       try {
-        await mayUploadPlanJson(ctx, jobOf(req));
+        mayUploadPlanJson(jobOf(req));
       } catch (err) {
         void reply.header("connection", "close");
         throw err;

@@ -4,9 +4,6 @@ import type { z } from "zod";
 import { describeError, isConnectionError, retryAfterSeconds } from "../db/health.js";
 import { StateLockedError } from "../store/state.js";
 
-/** When a reader of a plan JSON still being rendered should ask again: an apply job renders it in well under a second. */
-const planPendingRetryAfterSeconds = 2;
-
 /** Validates a request part with a wire schema; a mismatch is a 400 naming each bad field. */
 export function parse<T extends z.ZodType>(schema: T, value: unknown, what = "request body"): z.infer<T> {
   const result = schema.safeParse(value ?? {});
@@ -28,7 +25,6 @@ export function errorHandler(err: FastifyError | Error, request: FastifyRequest,
     if (err.code === "database_unavailable" || err.code === "database_read_only" || err.code === "storage_full") {
       void reply.header("retry-after", String(retryAfterSeconds));
     }
-    if (err.code === "plan_pending") void reply.header("retry-after", String(planPendingRetryAfterSeconds));
     // Too many at once from one caller: one of its own requests ends within moments.
     if (err.code === "too_many_requests") void reply.header("retry-after", "1");
     void reply.code(err.status).send({ error: err.code, message: err.message, ...err.details });

@@ -5,10 +5,11 @@ import { listAgents } from "../store/agents.js";
 import { poolDemand } from "../store/demand.js";
 import { createConfigurationVersion, listConfigurationVersions } from "../store/configuration-versions.js";
 import { readLog } from "../store/logs.js";
-import { readPlanJsonWhenReady, workspaceOutputs } from "../store/plans.js";
+import { readPlanJson, workspaceOutputs } from "../store/plans.js";
 import { createPool, createPoolToken, getPool, listPools, listPoolTokens, revokePoolToken } from "../store/pools.js";
 import { listRunJobs } from "../store/queue.js";
-import { cancelRun, confirmRun, createRun, discardRun, endJobsOfPoolToken, getRun, listRuns } from "../store/runs.js";
+import { confirmRun, createRun, discardRun, getRun, listRuns } from "../store/runs.js";
+import { cancelRun, endJobsOfPoolToken } from "../store/cancels.js";
 import { listStateVersions, readStateVersion } from "../store/state.js";
 import { createUserToken, listUserTokens, revokeUserToken } from "../store/user-tokens.js";
 import { deleteVariable, listVariables, setVariable } from "../store/variables.js";
@@ -103,11 +104,8 @@ export function registerUserRoutes(app: FastifyInstance, http: HttpContext, opti
   serve(routes.discardRun, async ({ params }) => discardRun(ctx, params.id));
   serve(routes.cancelRun, async ({ params, query }) => cancelRun(ctx, params.id, { force: query.force === "true" }));
   serve(routes.listRunJobs, async ({ params }) => ({ items: await listRunJobs(ctx, params.id) }));
-  // An auto-apply run's plan JSON may still be on its way from the apply job: the answer waits for it.
-  // The default wait (50 s) stays under the 60 s common proxies allow an idle request.
-  serve(routes.runPlan, async ({ params, query }, _req, reply) =>
-    readPlanJsonWhenReady(ctx, params.id, query.wait, requestSignal(reply, http.shutdown)),
-  );
+  // The plan job stores it before the run leaves planning: a reader never waits for it.
+  serve(routes.runPlan, async ({ params }) => readPlanJson(ctx, params.id));
 
   serve(routes.runLogs, async ({ params: { id }, query: q }, _req, reply) => {
     const signal = requestSignal(reply, http.shutdown);

@@ -37,8 +37,6 @@ export interface RegisterInput {
   version: string;
   driver: Driver;
   capacity: number;
-  /** What the agent declared it can do (registerRequestSchema's `capabilities`). */
-  capabilities?: readonly string[];
 }
 
 /**
@@ -66,8 +64,6 @@ export async function registerAgent(
     state: "online",
     registered_at: now,
     last_seen_at: now,
-    // Padded with spaces so a claim matches one capability with `like '% name %'`.
-    capabilities: input.capabilities && input.capabilities.length > 0 ? ` ${input.capabilities.join(" ")} ` : null,
   };
   const superseded = await ctx.db.transaction().execute(async (trx) => {
     const rows = await trx

@@ -1,7 +1,6 @@
 import { containsSecret, DroverError, secretForms, type Output, type PlanSummary } from "@drover/protocol";
 import type { Transaction } from "kysely";
 import type { Database, JobRow } from "../db/schema.js";
-import { waitForEvent } from "../events.js";
 import { variablesForJob } from "./variables.js";
 import { renderPlanJson } from "./plan-json.js";
 import { sourceSize, storedBody, writeChunks, type BodySource, type StoredBody } from "./bodies.js";
@@ -24,115 +23,45 @@ export async function savePlanFile(ctx: StoreContext, job: JobRow, planFile: Bod
 }
 
 /**
- * Stores `terraform show -json` output and the summary derived from it. That JSON carries
- * variable values verbatim, so the workspace's sensitive values are redacted before storing.
- * The plan job uploads it, or, when that job left it out (an auto-apply run with changes,
- * decision 0041), the run's apply job: then its counts replace the ones terraform's summary
- * line gave, and whether the run has changes stays what the plan decided. The apply job's
- * upload is written once; the same JSON sent again (its first answer lost) gets the same answer.
+ * Stores `terraform show -json` output of a plan job's plan and the summary derived from it.
+ * That JSON carries variable values verbatim, so the workspace's sensitive values are redacted
+ * before storing. The plan job uploads it before it finishes, so a run that has left planning
+ * has its plan JSON (or none at all, when it was too large to store).
  */
 export async function savePlanJson(ctx: StoreContext, job: JobRow, uploaded: BodySource): Promise<PlanSummary> {
-  await mayUploadPlanJson(ctx, job);
+  mayUploadPlanJson(job);
   const sensitive = (await variablesForJob(ctx, job.workspace_id)).filter((v) => v.sensitive).map((v) => v.value);
   // Redacting needs the parsed document: a worker thread holds it, never the event loop.
   const { summary, json: planJson } = await renderPlanJson(uploaded, sourceSize(uploaded), sensitive);
-  const written = await transactionKeepingCause(ctx, async (trx) => {
+  await transactionKeepingCause(ctx, async (trx) => {
     // The token was checked before the body arrived; a plan job reclaimed since then made
     // another plan, and this JSON would describe one that is never applied. On PostgreSQL this
     // locks the job's row, so two uploads of one job take turns.
     await currentAttempt(ctx, trx, job);
-    if (job.phase === "apply") {
-      // Conditional inside the transaction: two uploads never both pass an "is it stored yet?" read.
-      const claimed = await trx
-        .insertInto("plans")
-        .values({
-          run_id: job.run_id,
-          plan_file_size: null,
-          plan_json_size: planJson.length,
-          plan_json_phase: "apply",
-          created_at: ctx.now(),
-        })
-        .onConflict((oc) =>
-          oc
-            .column("run_id")
-            .doUpdateSet({ plan_json_size: planJson.length, plan_json_phase: "apply" })
-            .where("plans.plan_json_size", "is", null),
-        )
-        .executeTakeFirst();
-      if (Number(claimed.numInsertedOrUpdatedRows ?? 0) === 0) {
-        if ((await storedPlanJson(trx, job.run_id))?.equals(planJson)) return false;
-        throw new DroverError(
-          "bad_request",
-          "this run's plan JSON is already stored: an apply job uploads it only when the plan job left it out",
-        );
-      }
-    } else {
-      await trx
-        .insertInto("plans")
-        .values({
-          run_id: job.run_id,
-          plan_file_size: null,
-          plan_json_size: planJson.length,
-          plan_json_phase: "plan",
-          created_at: ctx.now(),
-        })
-        .onConflict((oc) =>
-          oc.column("run_id").doUpdateSet({ plan_json_size: planJson.length, plan_json_phase: "plan" }),
-        )
-        .execute();
-    }
+    await trx
+      .insertInto("plans")
+      .values({ run_id: job.run_id, plan_file_size: null, plan_json_size: planJson.length, created_at: ctx.now() })
+      .onConflict((oc) => oc.column("run_id").doUpdateSet({ plan_json_size: planJson.length }))
+      .execute();
     await writeChunks(trx, "plan_json_chunks", job.run_id, planJson);
-    const counts = {
-      plan_add: summary.add,
-      plan_change: summary.change,
-      plan_destroy: summary.destroy,
-      updated_at: ctx.now(),
-    };
-    // The apply of a run runs only when its plan had changes: that verdict stands.
     await trx
       .updateTable("runs")
-      .set(job.phase === "apply" ? counts : { ...counts, has_changes: summary.hasChanges ? 1 : 0 })
+      .set({
+        plan_add: summary.add,
+        plan_change: summary.change,
+        plan_destroy: summary.destroy,
+        has_changes: summary.hasChanges ? 1 : 0,
+        updated_at: ctx.now(),
+      })
       .where("id", "=", job.run_id)
       .execute();
-    return true;
   });
-  // Wakes readers waiting for a plan JSON the apply job renders (readPlanJsonWhenReady).
-  if (written) ctx.events.publish("run-changed", job.run_id);
   return summary;
 }
 
-/**
- * Whether `job` may upload its run's plan JSON, decided from the job and the database alone, so
- * a refusal comes before the body is read: a plan job may; an apply job only when the plan job
- * left it out (decision 0041) or to resend the one it stored itself (its first answer lost).
- */
-export async function mayUploadPlanJson(ctx: StoreContext, job: JobRow): Promise<void> {
-  if (job.phase === "plan") return;
-  if (job.phase !== "apply") throw new DroverError("forbidden", "only a plan or apply job uploads a plan JSON");
-  const row = await ctx.db
-    .selectFrom("plans")
-    .select(["plan_json_size", "plan_json_phase"])
-    .where("run_id", "=", job.run_id)
-    .executeTakeFirst();
-  if (row?.plan_json_size != null && row.plan_json_phase !== "apply") {
-    throw new DroverError(
-      "forbidden",
-      "this run's plan JSON was stored by its plan job: an apply job uploads it only when the plan job left it out",
-    );
-  }
-}
-
-/** The plan JSON stored for a run, read whole inside a transaction; undefined when there is none. */
-async function storedPlanJson(trx: Transaction<Database>, runId: string): Promise<Buffer | undefined> {
-  const row = await trx.selectFrom("plans").select("plan_json_size").where("run_id", "=", runId).executeTakeFirst();
-  if (row?.plan_json_size == null) return undefined;
-  const chunks = await trx
-    .selectFrom("plan_json_chunks")
-    .select("data")
-    .where("owner_id", "=", runId)
-    .orderBy("seq")
-    .execute();
-  return Buffer.concat(chunks.map((c) => Buffer.from(c.data)));
+/** Whether `job` may upload its run's plan JSON, from the job alone, so a refusal comes before the body is read. */
+export function mayUploadPlanJson(job: JobRow): void {
+  if (job.phase !== "plan") throw new DroverError("forbidden", "only a plan job uploads its run's plan JSON");
 }
 
 /**
@@ -169,25 +98,6 @@ export async function recordPlanSummary(
   }
 }
 
-/**
- * Records that the run's apply job could not render the plan JSON it was told to: readers
- * waiting for it get "no plan JSON" (with the reason) at once instead of when the apply ends.
- */
-export async function recordPlanJsonUnavailable(ctx: StoreContext, job: JobRow, message: string): Promise<void> {
-  if (job.phase !== "apply")
-    throw new DroverError("bad_request", "only an apply job reports a plan JSON it could not render");
-  await transactionKeepingCause(ctx, async (trx) => {
-    await currentAttempt(ctx, trx, job);
-    await trx
-      .updateTable("plans")
-      .set({ plan_json_error: message })
-      .where("run_id", "=", job.run_id)
-      .where("plan_json_size", "is", null)
-      .execute();
-  });
-  ctx.events.publish("run-changed", job.run_id);
-}
-
 /** The plan file an apply job must apply. */
 export async function readPlanFile(ctx: StoreContext, runId: string): Promise<StoredBody> {
   const row = await ctx.db.selectFrom("plans").select("plan_file_size").where("run_id", "=", runId).executeTakeFirst();
@@ -195,57 +105,10 @@ export async function readPlanFile(ctx: StoreContext, runId: string): Promise<St
   return storedBody(ctx.db, "plan_file_chunks", runId, row.plan_file_size);
 }
 
-/**
- * The stored plan JSON of a run; while the run's apply job still renders it (an auto-apply run,
- * decision 0041), waits for it up to `waitMs`, so a reader sees the plan of every run that had
- * one as soon as it could before.
- */
-export async function readPlanJsonWhenReady(
-  ctx: StoreContext,
-  runId: string,
-  waitMs: number,
-  signal?: AbortSignal,
-): Promise<StoredBody> {
-  const deadline = Date.now() + waitMs;
-  for (;;) {
-    // Subscribe before reading, so an upload in between wakes this loop.
-    const wake = waitForEvent(ctx.events, "run-changed", runId, Math.max(0, deadline - Date.now()), signal);
-    const row = await ctx.db
-      .selectFrom("runs")
-      .leftJoin("plans", "plans.run_id", "runs.id")
-      .select(["runs.status", "runs.has_changes", "plans.plan_json_size", "plans.plan_json_error"])
-      .where("runs.id", "=", runId)
-      .executeTakeFirst();
-    const pending =
-      row !== undefined &&
-      row.plan_json_size == null &&
-      row.plan_json_error == null &&
-      row.has_changes === 1 &&
-      (row.status === "confirmed" || row.status === "applying");
-    if (!pending || Date.now() >= deadline || signal?.aborted) {
-      wake.cancel();
-      if (pending)
-        throw new DroverError(
-          "plan_pending",
-          `run ${runId}'s plan JSON is still being rendered by its apply job; ask again in a moment`,
-        );
-      return readPlanJson(ctx, runId);
-    }
-    await wake.promise;
-  }
-}
-
 /** The stored plan JSON of a run. */
 export async function readPlanJson(ctx: StoreContext, runId: string): Promise<StoredBody> {
-  const row = await ctx.db
-    .selectFrom("plans")
-    .select(["plan_json_size", "plan_json_error"])
-    .where("run_id", "=", runId)
-    .executeTakeFirst();
-  if (row?.plan_json_size == null) {
-    const why = row?.plan_json_error != null ? `: its apply job could not render it (${row.plan_json_error})` : "";
-    throw new DroverError("not_found", `run ${runId} has no plan JSON${why}`);
-  }
+  const row = await ctx.db.selectFrom("plans").select("plan_json_size").where("run_id", "=", runId).executeTakeFirst();
+  if (row?.plan_json_size == null) throw new DroverError("not_found", `run ${runId} has no plan JSON`);
   return storedBody(ctx.db, "plan_json_chunks", runId, row.plan_json_size);
 }
 

@@ -5,7 +5,6 @@ import {
   hashToken,
   newJobToken,
   parseJobToken,
-  planJsonBesideApplyCapability,
   tokenMatches,
   type Agent,
   type Job,
@@ -35,8 +34,7 @@ import { moveAgentJobs, moveJob, moveLockedJob } from "./job-moves.js";
  */
 
 export type { JobRow } from "../db/schema.js";
-import type { Database, JobRow } from "../db/schema.js";
-import type { Transaction } from "kysely";
+import type { JobRow } from "../db/schema.js";
 
 export const toJob = (r: JobRow): Job => ({
   id: r.id,
@@ -139,15 +137,7 @@ export async function claimNextJob(ctx: StoreContext, agent: Agent): Promise<Job
     const rw = await trx
       .selectFrom("runs")
       .innerJoin("workspaces", "workspaces.id", "runs.workspace_id")
-      .leftJoin("plans", "plans.run_id", "runs.id")
-      .select([
-        "runs.id as run_id",
-        "runs.plan_only",
-        "runs.is_destroy",
-        "runs.auto_apply",
-        "runs.configuration_version_id",
-        "plans.plan_json_size",
-      ])
+      .select(["runs.id as run_id", "runs.plan_only", "runs.is_destroy", "runs.configuration_version_id"])
       .select([
         "workspaces.id as ws_id",
         "workspaces.name",
@@ -158,12 +148,6 @@ export async function claimNextJob(ctx: StoreContext, agent: Agent): Promise<Job
       ])
       .where("runs.id", "=", job.run_id)
       .executeTakeFirstOrThrow();
-    if (job.phase === "plan") await forgetEarlierPlanJson(trx, job.run_id);
-    const deferJson =
-      job.phase === "plan" &&
-      rw.auto_apply === 1 &&
-      rw.plan_only === 0 &&
-      (await everyLiveAgentDeclares(trx, agent.poolId, planJsonBesideApplyCapability));
     const assignment: JobAssignment = {
       jobId: job.id,
       attempt,
@@ -183,54 +167,10 @@ export async function claimNextJob(ctx: StoreContext, agent: Agent): Promise<Job
       configurationVersionId: rw.configuration_version_id,
       statePath: statePath(rw.ws_id),
       leaseTtlMs: ctx.settings.leaseTtlMs,
-      planJson:
-        job.phase === "plan"
-          ? deferJson
-            ? "plan-unless-changes"
-            : "plan"
-          : rw.plan_json_size === null
-            ? "apply"
-            : "none",
     };
     claimQueuedAt.set(assignment, Number(job.queued_at));
     return assignment;
   });
-}
-
-/**
- * Drops the plan JSON an earlier attempt of a run's plan job uploaded: the new attempt makes a
- * plan of its own and may leave its JSON to the apply job (decision 0041), which renders one
- * only when none is stored; an old one would be shown for a plan that was never applied.
- */
-async function forgetEarlierPlanJson(trx: Transaction<Database>, runId: string): Promise<void> {
-  const cleared = await trx
-    .updateTable("plans")
-    .set({ plan_json_size: null, plan_json_error: null, plan_json_phase: null })
-    .where("run_id", "=", runId)
-    .where((eb) => eb.or([eb("plan_json_size", "is not", null), eb("plan_json_error", "is not", null)]))
-    .executeTakeFirst();
-  if (Number(cleared.numUpdatedRows) > 0)
-    await trx.deleteFrom("plan_json_chunks").where("owner_id", "=", runId).execute();
-}
-
-/**
- * Whether every online agent of the pool declared `capability`. An older agent could claim the
- * apply of a run whose plan left the JSON to it and ignore that, losing the JSON for good.
- */
-async function everyLiveAgentDeclares(
-  trx: Transaction<Database>,
-  poolId: string,
-  capability: string,
-): Promise<boolean> {
-  const lacking = await trx
-    .selectFrom("agents")
-    .select("id")
-    .where("pool_id", "=", poolId)
-    .where("state", "=", "online")
-    .where((eb) => eb.or([eb("capabilities", "is", null), eb("capabilities", "not like", `% ${capability} %`)]))
-    .limit(1)
-    .executeTakeFirst();
-  return lacking === undefined;
 }
 
 /**
@@ -417,7 +357,7 @@ export async function heartbeatJob(
 /**
  * Ends the job with the agent's outcome and moves its run on; the job token expires here. A
  * succeeded plan job's `planSummary` (terraform's own verdict) decides the run's next step
- * together with the plan JSON's, or alone when the JSON is left to the apply job (decision 0041).
+ * together with the plan JSON's.
  */
 export async function finishJob(
   ctx: StoreContext,

@@ -27,7 +27,7 @@ import type { Logger } from "pino";
 import { waitFor } from "../../session/backoff.js";
 import { AgentClient, NetworkError } from "../../session/client.js";
 import type { AgentConfig } from "../../config.js";
-import { agentCapabilities, agentVersion } from "../../agent.js";
+import { agentVersion } from "../../agent.js";
 import { MetricSet, requestSecondsBuckets, servingHealth, type ErrorKind } from "../../health.js";
 import { apiClientWithDeadline } from "./api-deadline.js";
 import { KubeApiError } from "./api-errors.js";
@@ -363,7 +363,6 @@ export class Controller {
         version: agentVersion,
         driver: "kubernetes",
         capacity: this.config.concurrency,
-        capabilities: agentCapabilities,
       },
       this.stop.signal,
     );
