@@ -51,11 +51,13 @@ export interface Route<
   Q extends AnyObject = AnyObject,
   B extends BodySpec = BodySpec,
   R extends ResponseSpec = ResponseSpec,
+  A extends AuthKind = AuthKind,
 > {
   method: RouteMethod;
   path: string;
   summary: string;
-  auth: AuthKind;
+  /** The server authenticates the caller by this kind and hands the handler a caller of its type. */
+  auth: A;
   params: P;
   query: Q;
   body: B;
@@ -102,20 +104,21 @@ function route<
   Q extends AnyObject = typeof noQuery,
   B extends BodySpec = typeof none,
   R extends ResponseSpec = typeof noContent,
+  A extends AuthKind = AuthKind,
 >(
   name: string,
   define: () => {
     method: RouteMethod;
     path: string;
     summary: string;
-    auth: AuthKind;
+    auth: A;
     params?: P;
     query?: Q;
     body?: B;
     response: R;
     errors?: readonly ErrorCode[];
   },
-): Route<P, Q, B, R> {
+): Route<P, Q, B, R, A> {
   return lazySchema(`routes.${name}`, () => {
     const def = define();
     return {
