@@ -185,6 +185,9 @@ function render(chartDir) {
     title: `${chartDir.split("/").pop()} values`,
     ...schemaOf(values, ""),
   };
+  // Helm gives every dependency a key of the parent's values (the library chart reads none).
+  const chart = parseDocument(readFileSync(join(chartDir, "Chart.yaml"), "utf8")).toJSON();
+  for (const dep of chart.dependencies ?? []) schema.properties[dep.alias ?? dep.name] = { type: "object" };
   return { table, schema: JSON.stringify(schema, null, 2) + "\n" };
 }
 

@@ -1,6 +1,5 @@
 import assert from "node:assert/strict";
 import { execFileSync, spawnSync } from "node:child_process";
-import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { describe, test } from "node:test";
@@ -179,22 +178,6 @@ describe("agent.providerCache and agent.moduleCache", () => {
         );
     });
   }
-
-  test("the cache helpers (drover.sizeMb, drover.cacheEnv) are the same file in every agent chart", () => {
-    const copies = ["agent-local", "agent-job", "agent-k8s"].map((c) =>
-      readFileSync(join(repo, "charts", c, "templates", "_cache.tpl"), "utf8"),
-    );
-    for (const copy of copies.slice(1))
-      assert.equal(copy, copies[0], "charts/*/templates/_cache.tpl differ: copy the edited one to the others");
-    for (const c of ["agent-local", "agent-job", "agent-k8s"]) {
-      const helpers = readFileSync(join(repo, "charts", c, "templates", "_helpers.tpl"), "utf8");
-      assert.doesNotMatch(
-        helpers,
-        /define "drover\.(sizeMb|cacheEnv)"/,
-        `${c} defines a cache helper outside _cache.tpl`,
-      );
-    }
-  });
 
   test("a size that is not a Kubernetes quantity, or is under 1Mi, is refused at render time", () => {
     const refused = (value: string) =>

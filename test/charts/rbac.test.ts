@@ -43,10 +43,7 @@ const verbs: Record<string, string> = {
 
 /** The API calls a source file makes, as grants: client methods, custom objects, informers (list + watch). */
 function callsOf(file: string): Grants {
-  const src = readFileSync(
-    join(repo, "packages", "agent", "src", file.includes("/") ? "" : "kubernetes", file),
-    "utf8",
-  );
+  const src = readFileSync(join(repo, "packages", "agent", "src", "drivers", "kubernetes", file), "utf8");
   const used: Grants = new Set();
   for (const m of src.matchAll(/\.(list|read|create|delete|patch|replace)Namespaced([A-Z][A-Za-z]*?)(Status)?\(/g)) {
     const [, verb, kind, sub] = m;

@@ -6,8 +6,8 @@ import { test } from "node:test";
 import Fastify from "fastify";
 import { routePath, routes, userApi } from "@drover/protocol";
 import { pino } from "pino";
-import { InvalidSettingError } from "@drover/protocol";
-import { loadServerConfig, registrar } from "@drover/server";
+import { DroverError, InvalidSettingError } from "@drover/protocol";
+import { loadServerConfig, registrar, type Authenticators } from "@drover/server";
 import { spawnDrover } from "../support/processes.js";
 
 /*
@@ -16,13 +16,25 @@ import { spawnDrover } from "../support/processes.js";
  * validateResponses one that slips past the compiler is refused at run time.
  */
 
+const refused = async (): Promise<never> => {
+  throw new DroverError("unauthorized", "not in this test");
+};
+/** Every request is a user's; no other kind of caller exists here. */
+const anyUser: Authenticators = {
+  user: async () => ({ tokenId: "t" }),
+  pool: refused,
+  session: refused,
+  job: refused,
+  state: refused,
+};
+
 async function appWith(validateResponses: boolean, result: unknown, logged?: string[]) {
   const app = Fastify({
     loggerInstance: pino({ level: logged ? "error" : "silent" }, { write: (line: string) => void logged?.push(line) }),
   });
   await app.register(
     async (scope) => {
-      const serve = registrar(scope, userApi, { validateResponses });
+      const serve = registrar(scope, userApi, { validateResponses, authenticators: anyUser });
       // A cast: what an `any` from a store or a JSON.parse can do to the compiler's view.
       serve(routes.getPool, async () => result as { id: string; name: string; createdAt: string });
     },
@@ -107,4 +119,14 @@ export function wrongResultsDoNotCompile(serve: ReturnType<typeof registrar>): v
   serve(routes.listPools, async () => []);
   // @ts-expect-error an empty (204) route answers nothing
   serve(routes.deleteWorkspace, async () => ({ deleted: true }));
+}
+
+// Compile-time checks only: the caller a handler gets has the type of its route's auth kind.
+export function callersAreTypedByAuthKind(serve: ReturnType<typeof registrar>): void {
+  serve(routes.agentDemand, async ({ caller }) => ({ pool: caller.pool.name, demand: 0 }) as never);
+  // @ts-expect-error a user route's caller is a user token, with no pool
+  serve(routes.listPools, async ({ caller }) => ({ items: [caller.pool] }));
+  serve(routes.readState, async ({ caller }) => (caller.job === null ? null : Buffer.from(caller.job.id)));
+  // @ts-expect-error a route without auth has no caller
+  serve(routes.healthz, async ({ caller }) => ({ status: caller.tokenId }));
 }

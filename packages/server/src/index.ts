@@ -18,4 +18,5 @@ export {
 export { openApiDocument, openApiPath } from "./http/openapi.js";
 export type { AppOptions } from "./http/app.js";
 export { registrar, answered, type Registrar, type ServeOptions } from "./http/serve.js";
+export type { Authenticators, Callers } from "./http/auth.js";
 export { createMetrics, type MetricsOptions, type ServerMetrics } from "./metrics.js";

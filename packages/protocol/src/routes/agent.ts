@@ -145,16 +145,6 @@ export const agentRoutes = {
     errors: ["invalid_json", "payload_too_large"],
   }),
 
-  planJsonUnavailable: route({
-    method: "POST",
-    path: `${agentApi}/jobs/:id/plan-json-unavailable`,
-    summary: "The apply job could not render the plan JSON it was told to: readers stop waiting for it",
-    auth: "job",
-    params: id,
-    body: json(s.planJsonUnavailableSchema),
-    response: noContent,
-  }),
-
   healthz: route({
     method: "GET",
     path: "/healthz",

@@ -43,11 +43,13 @@ export interface Route<
   Q extends AnyObject = AnyObject,
   B extends BodySpec = BodySpec,
   R extends ResponseSpec = ResponseSpec,
+  A extends AuthKind = AuthKind,
 > {
   method: RouteMethod;
   path: string;
   summary: string;
-  auth: AuthKind;
+  /** The server authenticates the caller by this kind and hands the handler a caller of its type. */
+  auth: A;
   params: P;
   query: Q;
   body: B;
@@ -91,17 +93,18 @@ export function route<
   Q extends AnyObject = typeof noQuery,
   B extends BodySpec = typeof none,
   R extends ResponseSpec = typeof noContent,
+  A extends AuthKind = AuthKind,
 >(def: {
   method: RouteMethod;
   path: string;
   summary: string;
-  auth: AuthKind;
+  auth: A;
   params?: P;
   query?: Q;
   body?: B;
   response: R;
   errors?: readonly ErrorCode[];
-}): Route<P, Q, B, R> {
+}): Route<P, Q, B, R, A> {
   return {
     ...def,
     params: def.params ?? (noParams as unknown as P),

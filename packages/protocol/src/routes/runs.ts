@@ -16,7 +16,6 @@ import {
   ws,
 } from "./define.js";
 
-const planWaitQuery = z.object({ wait: z.coerce.number().int().min(0).max(maxLongPollMs).default(maxLongPollMs) });
 const lockIdQuery = z.object({ ID: z.string().optional() });
 
 /** Query of GET /api/v1/runs/:id/logs. */
@@ -152,13 +151,11 @@ export const runRoutes = {
   runPlan: route({
     method: "GET",
     path: `${userApi}/runs/:id/plan`,
-    summary:
-      "Plan JSON of a run; while its apply job still renders it, waits up to ?wait= ms (default and most 50 000), then 409 plan_pending",
+    summary: "Plan JSON of a run (`terraform show -json` of its plan, sensitive values redacted)",
     auth: "user",
     params: id,
-    query: planWaitQuery,
     response: bytes("application/json"),
-    errors: ["not_found", "plan_pending"],
+    errors: ["not_found"],
   }),
   runLogs: route({
     method: "GET",

@@ -10,22 +10,7 @@ export const registerRequestSchema = z.object({
   version: singleLineText(60),
   driver: driverSchema,
   capacity: z.number().int().min(1).max(1000),
-  /**
-   * What this agent's version can do beyond the protocol's base (e.g. `plan-json-beside-apply`);
-   * older agents send none, older servers strip it.
-   */
-  capabilities: z
-    .array(z.string().regex(/^[a-z0-9-]{1,60}$/))
-    .max(20)
-    .optional(),
 });
-/**
- * An agent that declares it honours `planJson: "plan-unless-changes"` and renders a plan JSON
- * its apply job is told to (decision 0041); the server defers the JSON only to such a pool.
- */
-export const planJsonBesideApplyCapability = "plan-json-beside-apply";
-/** An apply job that could not render the plan JSON it was told to (decision 0041). */
-export const planJsonUnavailableSchema = z.object({ message: singleLineText(500) });
 
 export const registerResponseSchema = z.object({
   agentId: z.string(),
@@ -71,15 +56,6 @@ export const jobAssignmentSchema = z.object({
   /** Path, relative to the server URL the agent uses, of the workspace state (http backend address and lock address). */
   statePath: z.string(),
   leaseTtlMs: z.number().int(),
-  /**
-   * Who renders the plan JSON (`show -json`; decision 0041). "plan": the plan job, before it
-   * finishes. "plan-unless-changes": the plan job only when the plan has no changes; with
-   * changes it finishes with the summary alone, and the run's apply job renders it (an
-   * auto-apply run). "apply": the plan JSON is still missing, the apply job renders it.
-   * "none": nothing to render. Absent from older servers: "plan" for plan jobs. A value a newer
-   * server added reads as absent (the plan job renders it) rather than failing the whole poll.
-   */
-  planJson: z.enum(["plan", "plan-unless-changes", "apply", "none"]).optional().catch(undefined),
   /** W3C traceparent of the job's root span: every process's spans for this job are its descendants. */
   traceparent: z.string().max(100).optional(),
 });
@@ -111,8 +87,8 @@ export const finishJobSchema = z.object({
   message: z.string().max(4000).transform(escapeControlChars).nullable().default(null),
   /**
    * A plan job's summary from terraform itself: `plan -detailed-exitcode` (2 = changes) and the
-   * counts of its `Plan:` line. The server decides the run's next step from it when the plan
-   * JSON is not there yet (decision 0041).
+   * counts of its `Plan:` line. The server decides the run's next step from it with the plan
+   * JSON's counts, or from it alone when the JSON was too large to store (decision 0050).
    */
   planSummary: planSummarySchema.optional(),
 });

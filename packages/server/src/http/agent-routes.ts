@@ -1,6 +1,6 @@
 import { agentApi, maxLogChunkBytes, maxLongPollMs, redactText, routes, secretForms } from "@drover/protocol";
-import { jobTraceIds, jobTraceparent, noopTracer, type Agent } from "@drover/protocol";
-import type { FastifyInstance, FastifyRequest, preParsingAsyncHookHandler } from "fastify";
+import { jobTraceIds, jobTraceparent, noopTracer } from "@drover/protocol";
+import type { FastifyInstance, preParsingAsyncHookHandler } from "fastify";
 import { agentHeartbeat, deregisterAgent, registerAgent } from "../store/agents.js";
 import { poolDemand } from "../store/demand.js";
 import { readConfigurationArchive } from "../store/configuration-versions.js";
@@ -23,19 +23,10 @@ import {
   type JobRow,
 } from "../store/queue.js";
 import { variablesForJob } from "../store/variables.js";
-import {
-  authenticateFirst,
-  callerOf,
-  limitConcurrentAppends,
-  requestSignal,
-  requireJob,
-  requirePoolToken,
-  requireSession,
-} from "./auth.js";
+import { limitConcurrentAppends, requestSignal } from "./auth.js";
 import { spooledBody, spoolBodies } from "./bodies.js";
 import type { HttpContext } from "./context.js";
-import { parse } from "./errors.js";
-import { registrar, type ServeOptions } from "./serve.js";
+import { callerOf, registrar, type ServeOptions } from "./serve.js";
 
 /** Largest plan file an agent may upload (the plan JSON's limit is DROVER_MAX_PLAN_JSON_MB). */
 const maxPlanBytes = 512 * 1024 * 1024;
@@ -48,20 +39,12 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, opt
   const ctx = http.store;
   const serve = registrar(app, agentApi, options);
   app.addHook("onRequest", async () => http.markActivity());
-  const asPool = { onRequest: authenticateFirst((req) => requirePoolToken(ctx, req)) };
-  const asSession = { onRequest: authenticateFirst((req) => requireSession(ctx, req)) };
   const redactedForWorkspace = async (job: JobRow, text: string): Promise<string> => {
     const sensitive = (await variablesForJob(ctx, job.workspace_id)).filter((v) => v.sensitive);
     return redactText(text, secretForms(sensitive.map((v) => v.value)));
   };
-  const asJob = {
-    onRequest: authenticateFirst((req) => requireJob(ctx, req, parse(routes.startJob.params, req.params, "path").id)),
-  };
-  const jobOf = (req: FastifyRequest) => callerOf<JobRow>(req);
-  const agentOf = (req: FastifyRequest) => callerOf<Agent>(req);
 
-  serve(routes.register, asPool, async ({ body }, req) => {
-    const { tokenId, pool } = callerOf<Awaited<ReturnType<typeof requirePoolToken>>>(req);
+  serve(routes.register, async ({ body, caller: { tokenId, pool } }) => {
     const { agent, sessionToken } = await registerAgent(ctx, { ...body, poolId: pool.id, poolTokenId: tokenId });
     return {
       agentId: agent.id,
@@ -76,16 +59,12 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, opt
 
   // The pool token's own pool only: the credential an agent deployment already holds is
   // enough for its autoscaler, and it reveals counts, never runs or workspaces.
-  serve(routes.agentDemand, asPool, async ({ query }, req) => {
-    const { pool } = callerOf<Awaited<ReturnType<typeof requirePoolToken>>>(req);
-    return poolDemand(ctx, pool.id, query.jobsPerAgent);
-  });
+  serve(routes.agentDemand, async ({ query, caller: { pool } }) => poolDemand(ctx, pool.id, query.jobsPerAgent));
 
-  serve(routes.pollJob, asSession, async ({ query: { wait } }, req, reply) => {
+  serve(routes.pollJob, async ({ query: { wait }, caller: agent }, _req, reply) => {
     // Up to 20% jitter: agents that (re)connected together — after a server restart, say —
     // would otherwise all time out and reconnect in the same instant, forever.
     const jittered = Math.round(wait * (0.8 + 0.2 * Math.random()));
-    const agent = agentOf(req);
     const job = await pollForJob(ctx, agent, jittered, requestSignal(reply, http.shutdown));
     if (!job) return { job };
     // The job's trace: its root span is named by the job attempt (emitted when it finishes), so
@@ -105,29 +84,24 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, opt
     return { job: { ...job, traceparent } };
   });
 
-  serve(routes.agentHeartbeat, asSession, async ({ body }, req) => {
-    const agent = agentOf(req);
+  serve(routes.agentHeartbeat, async ({ body, caller: agent }) => {
     await agentHeartbeat(ctx, agent.id, body.runningJobs);
     return { ok: true, dropPlanRuns: await plansNoLongerNeeded(ctx, agent.poolId, body.keptPlanRuns ?? []) };
   });
 
-  serve(routes.deregister, asSession, async (_input, req) => {
-    const agent = agentOf(req);
+  serve(routes.deregister, async ({ caller: agent }) => {
     await releaseUnstartedJobs(ctx, agent.id);
     await deregisterAgent(ctx, agent.id);
     return { ok: true };
   });
 
-  serve(routes.startJob, asJob, async ({ body }, req) => ({
-    runStatus: await startJob(ctx, jobOf(req), body.starter),
-  }));
+  serve(routes.startJob, async ({ body, caller: job }) => ({ runStatus: await startJob(ctx, job, body.starter) }));
 
-  serve(routes.jobHeartbeat, asJob, async ({ query: { wait } }, req, reply) =>
-    heartbeatJob(ctx, jobOf(req), wait, requestSignal(reply, http.shutdown)),
+  serve(routes.jobHeartbeat, async ({ query: { wait }, caller: job }, _req, reply) =>
+    heartbeatJob(ctx, job, wait, requestSignal(reply, http.shutdown)),
   );
 
-  serve(routes.jobConfiguration, asJob, async (_input, req) => {
-    const job = jobOf(req);
+  serve(routes.jobConfiguration, async ({ caller: job }) => {
     const run = await ctx.db
       .selectFrom("runs")
       .select("configuration_version_id")
@@ -136,16 +110,13 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, opt
     return readConfigurationArchive(ctx, run.configuration_version_id);
   });
 
-  serve(routes.jobVariables, asJob, async (_input, req) => ({
-    variables: await variablesForJob(ctx, jobOf(req).workspace_id),
-  }));
+  serve(routes.jobVariables, async ({ caller: job }) => ({ variables: await variablesForJob(ctx, job.workspace_id) }));
 
-  serve(routes.downloadPlan, asJob, async (_input, req) => readPlanFile(ctx, jobOf(req).run_id));
+  serve(routes.downloadPlan, async ({ caller: job }) => readPlanFile(ctx, job.run_id));
 
-  serve(routes.uploadOutputs, asJob, async ({ body }, req) => saveOutputs(ctx, jobOf(req), body.outputs));
+  serve(routes.uploadOutputs, async ({ body, caller: job }) => saveOutputs(ctx, job, body.outputs));
 
-  serve(routes.finishJob, asJob, async ({ body }, req) => {
-    const job = jobOf(req);
+  serve(routes.finishJob, async ({ body, caller: job }) => {
     // The agent redacts its message; redacted again against the workspace's values, so an agent
     // that missed a form (an older one) cannot get a secret stored, shown or exported (N1).
     const message = body.message === null ? null : await redactedForWorkspace(job, body.message);
@@ -181,9 +152,8 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, opt
     const serveBinary = registrar(binary, agentApi, options);
 
     // Agents keep two appends in flight: the later one may arrive first and waits for its turn.
-    const appendHooks = { onRequest: [asJob.onRequest, limitConcurrentAppends], bodyLimit: maxLogChunkBytes + 1024 };
-    serveBinary(routes.appendLog, appendHooks, async ({ query, body }, req, reply) => {
-      const job = jobOf(req);
+    const appendHooks = { onRequest: limitConcurrentAppends, bodyLimit: maxLogChunkBytes + 1024 };
+    serveBinary(routes.appendLog, appendHooks, async ({ query, body, caller: job }, _req, reply) => {
       const onStored = (n: number) => http.metrics?.logBytes.inc({ phase: job.phase }, n);
       const options = { onStored, maxLogBytes: http.maxJobLogBytes };
       return {
@@ -203,13 +173,13 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, opt
     upload.removeAllContentTypeParsers();
     spoolBodies(upload, "*", http.uploadDir);
     const serveUpload = registrar(upload, agentApi, options);
-    serveUpload(routes.uploadPlan, { ...asJob, bodyLimit: maxPlanBytes }, async (_input, req) =>
-      savePlanFile(ctx, jobOf(req), spooledBody(req)),
+    serveUpload(routes.uploadPlan, { bodyLimit: maxPlanBytes }, async ({ caller: job }, req) =>
+      savePlanFile(ctx, job, spooledBody(req)),
     );
     // Refused before the body is read when this job may not upload it (an apply job).
     const mayUpload: preParsingAsyncHookHandler = async (req, reply, payload) => {
       try {
-        mayUploadPlanJson(jobOf(req));
+        mayUploadPlanJson(callerOf(routes.uploadPlanJson, req));
       } catch (err) {
         void reply.header("connection", "close");
         throw err;
@@ -218,8 +188,8 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, opt
     };
     serveUpload(
       routes.uploadPlanJson,
-      { ...asJob, preParsing: mayUpload, bodyLimit: http.maxPlanJsonBytes },
-      async (_input, req) => savePlanJson(ctx, jobOf(req), spooledBody(req)),
+      { preParsing: mayUpload, bodyLimit: http.maxPlanJsonBytes },
+      async ({ caller: job }, req) => savePlanJson(ctx, job, spooledBody(req)),
     );
   });
 }

@@ -4,7 +4,7 @@ import { readFileSync } from "node:fs";
 import type { Logger } from "pino";
 import type { ServerMetrics } from "../metrics.js";
 import { registerAgentRoutes } from "./agent-routes.js";
-import { requireUser } from "./auth.js";
+import { authenticators, requireUser } from "./auth.js";
 import type { HttpContext } from "./context.js";
 import { errorHandler } from "./errors.js";
 import { openApiDocument } from "./openapi.js";
@@ -73,7 +73,10 @@ export function buildApp(
   let lastActivity: number | null = null;
   const ctx: HttpContext = { ...http, markActivity: () => (lastActivity = Date.now()), metrics };
 
-  const serveOptions = { validateResponses: options.validateResponses ?? false };
+  const serveOptions = {
+    validateResponses: options.validateResponses ?? false,
+    authenticators: authenticators(http.store),
+  };
   void app.register(async (scope) => registerUserRoutes(scope, ctx, serveOptions), { prefix: userApi });
   void app.register(async (scope) => registerStateRoutes(scope, ctx, serveOptions), { prefix: userApi });
   void app.register(async (scope) => registerAgentRoutes(scope, ctx, serveOptions), { prefix: agentApi });

@@ -1,10 +1,11 @@
-import { DroverError, hashToken, tokenKind, type Agent } from "@drover/protocol";
+import { DroverError, hashToken, routes, tokenKind, type Agent, type AuthKind, type Pool } from "@drover/protocol";
 import type { FastifyReply, FastifyRequest, onRequestAsyncHookHandler } from "fastify";
 import { authenticateSession } from "../store/agents.js";
 import type { StoreContext } from "../store/context.js";
 import { authenticatePoolToken } from "../store/pools.js";
 import { authenticateJobToken, type JobRow } from "../store/queue.js";
 import { authenticateUserToken } from "../store/user-tokens.js";
+import { parse } from "./errors.js";
 
 /**
  * The token a request presents: `Authorization: Bearer <token>`, or basic auth whose password
@@ -28,13 +29,13 @@ export function presentedToken(request: FastifyRequest): string {
   );
 }
 
-export async function requireUser(ctx: StoreContext, request: FastifyRequest): Promise<void> {
+export async function requireUser(ctx: StoreContext, request: FastifyRequest): Promise<{ tokenId: string }> {
   const token = presentedToken(request);
   const kind = tokenKind(token);
   if (kind === "pool" || kind === "session" || kind === "job") {
     throw new DroverError("forbidden", `a ${kind} token cannot use the user API; use an API token`);
   }
-  await authenticateUserToken(ctx, token);
+  return authenticateUserToken(ctx, token);
 }
 
 export async function requirePoolToken(ctx: StoreContext, request: FastifyRequest) {
@@ -65,6 +66,33 @@ export async function requireStateCaller(ctx: StoreContext, request: FastifyRequ
   if (tokenKind(token) === "job") return { job: await authenticateJobToken(ctx, token) };
   await requireUser(ctx, request);
   return { job: null };
+}
+
+/** Who called a route, by the auth kind the route table gives it. */
+export interface Callers {
+  none: undefined;
+  user: { tokenId: string };
+  pool: { tokenId: string; pool: Pool };
+  session: Agent;
+  job: JobRow;
+  state: { job: JobRow | null };
+}
+
+/** How each auth kind finds its caller. */
+export type Authenticators = {
+  [K in Exclude<AuthKind, "none">]: (request: FastifyRequest) => Promise<Callers[K]>;
+};
+
+/** The authenticators of a store: what the registrar runs for the auth a route declares. */
+export function authenticators(ctx: StoreContext): Authenticators {
+  return {
+    user: (request) => requireUser(ctx, request),
+    pool: (request) => requirePoolToken(ctx, request),
+    session: (request) => requireSession(ctx, request),
+    // Every job route names its job in the path: a job token is good for that job only.
+    job: (request) => requireJob(ctx, request, parse(routes.startJob.params, request.params, "path").id),
+    state: (request) => requireStateCaller(ctx, request),
+  };
 }
 
 /*
@@ -144,10 +172,10 @@ function claimSlot(
   });
 }
 
-/** What the request's onRequest authentication returned. */
-export function callerOf<T>(request: FastifyRequest): T {
+/** What the request's onRequest authentication returned; serve.ts types it by the route's auth kind. */
+export function authenticatedCaller(request: FastifyRequest): unknown {
   if (!callers.has(request)) throw new Error(`no authentication ran for ${request.method} ${request.url}`);
-  return callers.get(request) as T;
+  return callers.get(request);
 }
 
 function hasBody(request: FastifyRequest): boolean {

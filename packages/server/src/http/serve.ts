@@ -2,6 +2,7 @@ import type { ReplyOf, Route } from "@drover/protocol";
 import type { FastifyInstance, FastifyReply, FastifyRequest, RouteShorthandOptions } from "fastify";
 import type { z } from "zod";
 import type { StoredBody } from "../store/bodies.js";
+import { authenticatedCaller, authenticateFirst, type Authenticators, type Callers } from "./auth.js";
 import { parse } from "./errors.js";
 
 /*
@@ -10,6 +11,8 @@ import { parse } from "./errors.js";
  * result must have the type of the route's response schema — a wrong shape does not compile.
  * With `validateResponses` (tests) every JSON result is also checked against the schema at
  * run time, so a cast or an `unknown` that slipped past the compiler still fails loudly.
+ * The registrar also runs the authentication of the route's auth kind, before the route's own
+ * onRequest hooks, and hands the handler the caller it found, typed by that kind.
  */
 
 /** The parsed request a handler receives. */
@@ -22,6 +25,8 @@ export interface Input<R extends Route> {
     : R["body"] extends { kind: "raw" }
       ? Buffer | undefined
       : undefined;
+  /** Who called: the user token, pool token, agent session or job the route's auth kind admits. */
+  caller: Callers[R["auth"]];
 }
 
 /**
@@ -59,9 +64,23 @@ export interface Registrar {
   <R extends Route>(route: R, options: RouteShorthandOptions, handler: Handler<R>): void;
 }
 
-/** Whether JSON results are checked against their schemas at run time (tests turn it on). */
+/** Whether JSON results are checked against their schemas at run time (tests turn it on), and how callers authenticate. */
 export interface ServeOptions {
   validateResponses: boolean;
+  authenticators: Authenticators;
+}
+
+/** The caller of a request to `route`, for hooks that run before its handler (after onRequest). */
+export function callerOf<R extends Route>(_route: R, request: FastifyRequest): Callers[R["auth"]] {
+  return authenticatedCaller(request) as Callers[R["auth"]];
+}
+
+/** The onRequest hooks of a route: its auth kind's authentication first, then its own. */
+function onRequestHooks(route: Route, shorthand: RouteShorthandOptions, authenticators: Authenticators) {
+  const own = shorthand.onRequest === undefined ? [] : [shorthand.onRequest].flat();
+  if (route.auth === "none") return own;
+  const check: (request: FastifyRequest) => Promise<unknown> = authenticators[route.auth];
+  return [authenticateFirst(check), ...own];
 }
 
 /** A registrar for `scope`, which Fastify mounted at `prefix`. */
@@ -71,8 +90,10 @@ export function registrar(scope: FastifyInstance, prefix: string, options: Serve
     const handler = typeof a === "function" ? a : b;
     if (!handler) throw new Error(`no handler for ${route.method} ${route.path}`);
     if (!route.path.startsWith(prefix)) throw new Error(`${route.path} is not under ${prefix}`);
+    const onRequest = onRequestHooks(route, shorthand, options.authenticators);
     scope.route({
       ...shorthand,
+      ...(onRequest.length > 0 ? { onRequest } : {}),
       method: route.method,
       url: route.path.slice(prefix.length) || "/",
       handler: async (req, reply) => {
@@ -85,6 +106,7 @@ export function registrar(scope: FastifyInstance, prefix: string, options: Serve
               : route.body.kind === "raw" && Buffer.isBuffer(req.body)
                 ? req.body
                 : undefined,
+          caller: route.auth === "none" ? undefined : authenticatedCaller(req),
         } as Input<R>;
         const result = await handler(input, req, reply);
         return send(route, result, reply, options);

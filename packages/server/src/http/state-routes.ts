@@ -1,9 +1,8 @@
 import { DroverError, routes, userApi } from "@drover/protocol";
-import type { FastifyInstance, FastifyRequest } from "fastify";
+import type { FastifyInstance } from "fastify";
 import { currentState, deleteState, lockState, unlockState, writeState } from "../store/state.js";
 import { getWorkspace } from "../store/workspaces.js";
-import type { JobRow } from "../store/queue.js";
-import { authenticateFirst, callerOf, requireStateCaller } from "./auth.js";
+import type { Callers } from "./auth.js";
 import { spooledBody, spoolBodies } from "./bodies.js";
 import type { HttpContext } from "./context.js";
 import { registrar, type ServeOptions } from "./serve.js";
@@ -25,13 +24,7 @@ export function registerStateRoutes(app: FastifyInstance, http: HttpContext, opt
     done(null, body),
   );
 
-  app.addHook(
-    "onRequest",
-    authenticateFirst((request) => requireStateCaller(ctx, request)),
-  );
-
-  const workspaceOf = async (req: FastifyRequest, name: string) => {
-    const { job } = callerOf<{ job: JobRow | null }>(req);
+  const workspaceOf = async ({ job }: Callers["state"], name: string) => {
     if (job) {
       // A job token learns nothing about other workspaces, not even whether they exist.
       const ws = await getWorkspace(ctx, name).catch(() => undefined);
@@ -43,8 +36,8 @@ export function registerStateRoutes(app: FastifyInstance, http: HttpContext, opt
   };
   const raw = (body: Buffer | undefined): Buffer => body ?? Buffer.alloc(0);
 
-  serve(routes.readState, async ({ params }, req) => {
-    const { ws } = await workspaceOf(req, params.ws);
+  serve(routes.readState, async ({ params, caller }) => {
+    const { ws } = await workspaceOf(caller, params.ws);
     return (await currentState(ctx, ws.id)) ?? null;
   });
 
@@ -54,8 +47,8 @@ export function registerStateRoutes(app: FastifyInstance, http: HttpContext, opt
     registrar(upload, userApi, options)(
       routes.writeState,
       { bodyLimit: maxStateBytes },
-      async ({ params, query }, req) => {
-        const { ws, job } = await workspaceOf(req, params.ws);
+      async ({ params, query, caller }, req) => {
+        const { ws, job } = await workspaceOf(caller, params.ws);
         const body = spooledBody(req);
         if (body.size === 0) throw new DroverError("bad_request", "the state body is empty");
         const md5 = req.headers["content-md5"];
@@ -70,19 +63,19 @@ export function registerStateRoutes(app: FastifyInstance, http: HttpContext, opt
     );
   });
 
-  serve(routes.deleteState, async ({ params, query }, req) => {
-    const { ws, job } = await workspaceOf(req, params.ws);
+  serve(routes.deleteState, async ({ params, query, caller }) => {
+    const { ws, job } = await workspaceOf(caller, params.ws);
     if (job) throw new DroverError("forbidden", "a job may not delete the workspace state");
     await deleteState(ctx, ws.id, query.ID);
   });
 
-  serve(routes.lockState, async ({ params, body }, req) => {
-    const { ws, job } = await workspaceOf(req, params.ws);
+  serve(routes.lockState, async ({ params, body, caller }) => {
+    const { ws, job } = await workspaceOf(caller, params.ws);
     await lockState(ctx, ws.id, raw(body).toString("utf8"), job?.id ?? null);
   });
 
-  serve(routes.unlockState, async ({ params, body }, req) => {
-    const { ws } = await workspaceOf(req, params.ws);
+  serve(routes.unlockState, async ({ params, body, caller }) => {
+    const { ws } = await workspaceOf(caller, params.ws);
     await unlockState(ctx, ws.id, raw(body).toString("utf8"));
   });
 }

@@ -20,7 +20,7 @@ import {
   listWorkspaces,
   updateWorkspace,
 } from "../store/workspaces.js";
-import { authenticateFirst, requestSignal, requireUser } from "./auth.js";
+import { requestSignal } from "./auth.js";
 import { isBodyFile, spoolBodies } from "./bodies.js";
 import type { HttpContext } from "./context.js";
 import { registrar, type ServeOptions } from "./serve.js";
@@ -29,10 +29,6 @@ import { registrar, type ServeOptions } from "./serve.js";
 export function registerUserRoutes(app: FastifyInstance, http: HttpContext, options: ServeOptions): void {
   const ctx = http.store;
   const serve = registrar(app, userApi, options);
-  app.addHook(
-    "onRequest",
-    authenticateFirst((request) => requireUser(ctx, request)),
-  );
 
   serve(routes.listPools, async () => ({ items: await listPools(ctx) }));
   serve(routes.createPool, async ({ body }) => createPool(ctx, body.name));

@@ -1,7 +1,5 @@
 {{- /*
-  The cache helpers of every agent chart. charts/agent-local, agent-job and agent-k8s hold the
-  same copy of this file (test/charts/cache-values.test.ts fails when they differ): edit one,
-  copy it to the others.
+  The cache helpers of every agent chart.
 */ -}}
 
 {{- /*
