@@ -20,7 +20,7 @@ import { benchScale, scaleCoversAll, scaleProfileFile, scalePlans, scaleRows } f
 /** Where the bench notes explain each bench's misses, when its run took no profile of its own. */
 const notesFor: Record<string, string> = {
   overhead:
-    'bench/notes/issue-18.md, "Overhead" and "Where the agent adds time" (`terraform show -json` on the critical path, and the design that takes it off)',
+    'bench/notes/issue-18.md, "Overhead" and "Where the agent adds time" (`terraform show -json` on the critical path, kept there by decision 0050)',
   "agent-idle":
     'bench/notes/issue-18.md, "Idle agent RSS" (what the RSS is made of); decision 0048 (why the target is 80 MB)',
   "agent-otlp-idle": 'bench/notes/issue-18.md, "Idle agent RSS"',
