@@ -34,8 +34,6 @@ export interface Runner {
   useEngine?(path: string): string;
   /** How the job's own files are reached; unset: plainly (nothing else writes the job's directory). */
   readonly files?: RunFiles | undefined;
-  /** True when two steps may run at the same time (local processes); unset: one after the other. */
-  readonly parallelSteps?: boolean;
 }
 
 /** File operations of a job on its run directory (paths as the job builds them). */
@@ -54,7 +52,6 @@ export interface RunFiles {
 
 /** The local driver: steps are child processes of the agent. */
 export const localRunner: Runner = {
-  parallelSteps: true,
   async engine(engine, version, cacheDir) {
     return resolveEngine(engine, version, cacheDir, process.env.PATH);
   },
