@@ -5,16 +5,11 @@ import { after, before, test } from "node:test";
 import { routes, summarizePlan, type PlanSummary } from "@drover/protocol";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
 
-// Decision 0041: the plan job decides from terraform's own verdict (`plan -detailed-exitcode` and
-// its `Plan:` line); an auto-apply run with changes gets its plan JSON from the apply job.
+// The plan job decides from terraform's own verdict (`plan -detailed-exitcode` and its `Plan:`
+// line), and renders the plan JSON itself before it finishes, whatever comes next.
 // Real server, real agent, real terraform.
-
-const deferredLine = "[drover] the plan's JSON (its resource changes) is rendered by the apply job";
 let stack: Stack;
-/**
- * The starts and ends of each terraform the agent runs (a wrapper first on PATH). While
- * `<file>.hold` exists, an apply starts only once a `show` has started (or after 30 s).
- */
+/** The starts and ends of each terraform the agent runs (a wrapper first on PATH). */
 let started: string;
 
 before(async () => {
@@ -28,11 +23,9 @@ before(async () => {
     [
       "#!/bin/sh",
       `log='${started}'`,
-      `if [ "$1" = apply ] && [ -e "$log.hold" ]; then i=0; until grep -q '^start show' "$log"; do i=$((i+1)); [ $i -gt 600 ] && break; sleep 0.05; done; fi`,
       'echo "start $*" >> "$log"',
-      // While `<file>.failshow` exists, `show` fails; while `<file>.holdapply` exists, an apply waits for `<file>.release` (or 30 s).
+      // While `<file>.failshow` exists, `show` fails.
       `if [ "$1" = show ] && [ -e "$log.failshow" ]; then echo "failed show" >> "$log"; echo "Error: cannot read the plan" >&2; exit 1; fi`,
-      `if [ "$1" = apply ] && [ -e "$log.holdapply" ]; then i=0; until [ -e "$log.release" ]; do i=$((i+1)); [ $i -gt 600 ] && break; sleep 0.05; done; fi`,
       '/usr/local/bin/terraform "$@"',
       "rc=$?",
       // While `<file>.holdplan` exists, a finished plan waits for a signal (or 30 s) and then exits with the plan's code.
@@ -52,7 +45,7 @@ async function workspace(name: string): Promise<void> {
   assert.equal(res.status, 201, JSON.stringify(res.body));
 }
 
-/** The run's stored plan JSON (the route waits while the apply job still renders it). */
+/** The run's stored plan JSON. */
 async function planJson(runId: string): Promise<unknown> {
   const res = await stack.server.api(routes.runPlan, { params: { id: runId } });
   assert.equal(res.status, 200, JSON.stringify(res.body));
@@ -65,30 +58,21 @@ async function summary(runId: string): Promise<PlanSummary | null> {
 
 const three = 'resource "terraform_data" "n" {\n  count = 3\n  input = count.index\n}\n';
 
-test("auto-apply with changes: the plan job leaves the JSON to the apply job, and the run's counts agree with it", async () => {
+test("auto-apply with changes: the plan job renders the plan JSON before the apply starts, and the run's counts agree with it", async () => {
   await workspace("auto");
   writeFileSync(started, "");
-  writeFileSync(`${started}.hold`, "");
   const dir = writeConfig(stack.dir, "auto", { "main.tf": three });
   const runId = await stack.startRun(dir, "auto", ["--auto-apply"]);
   const run = await stack.waitForRun(runId, ["applied", "errored", "planned_and_finished"]);
   assert.equal(run.status, "applied");
   const planLog = await runLog(stack.server, runId, "plan");
   assert.ok(planLog.includes("-detailed-exitcode"), planLog);
-  assert.ok(planLog.includes(deferredLine), "the plan job did not run `show -json`");
-  assert.ok(
-    !(await runLog(stack.server, runId, "apply")).includes("could not"),
-    "the apply job rendered and uploaded the JSON",
-  );
-  rmSync(`${started}.hold`);
   const events = readFileSync(started, "utf8").split("\n");
   assert.equal(events.filter((l) => l.startsWith("start show -json ")).length, 1, events.join("\n"));
-  // The apply waited for a show to start: one that starts only after the apply would come after its end.
-  const showStart = events.findIndex((l) => l.startsWith("start show"));
-  const applyEnd = events.indexOf("end apply");
   assert.ok(
-    showStart >= 0 && applyEnd > showStart,
-    `the plan JSON is rendered beside the apply:\n${events.join("\n")}`,
+    events.indexOf("end show") >= 0 &&
+      events.indexOf("end show") < events.findIndex((l) => l.startsWith("start apply")),
+    `the plan JSON is rendered before the apply:\n${events.join("\n")}`,
   );
   const json = await planJson(runId);
   assert.deepEqual(await summary(runId), { add: 3, change: 0, destroy: 0, hasChanges: true });
@@ -104,7 +88,6 @@ test("a run that waits for confirmation has its plan JSON when it is planned; co
   const dir = writeConfig(stack.dir, "confirm", { "main.tf": three });
   const runId = await stack.startRun(dir, "confirm");
   assert.equal((await stack.waitForRun(runId, ["planned", "errored", "planned_and_finished"])).status, "planned");
-  assert.ok(!(await runLog(stack.server, runId, "plan")).includes(deferredLine));
   // Straight from the store: no apply job exists that could still bring it.
   const json = await planJson(runId);
   assert.deepEqual(summarizePlan(json), { add: 3, change: 0, destroy: 0, hasChanges: true });
@@ -136,10 +119,6 @@ test("no changes: planned_and_finished with its plan JSON; a move-only plan is a
   assert.equal(
     (await stack.waitForRun(same, ["applied", "errored", "planned_and_finished"])).status,
     "planned_and_finished",
-  );
-  assert.ok(
-    !(await runLog(stack.server, same, "plan")).includes(deferredLine),
-    "a plan without changes renders its JSON itself",
   );
   assert.deepEqual(summarizePlan(await planJson(same)), { add: 0, change: 0, destroy: 0, hasChanges: false });
   assert.deepEqual(await summary(same), { add: 0, change: 0, destroy: 0, hasChanges: false });
@@ -218,29 +197,18 @@ async function waitUntil(check: () => boolean): Promise<void> {
   }
 }
 
-test("an apply job that cannot render the plan JSON says so: a reader gets 404 with the reason at once, not after the apply", async () => {
+test("a plan whose JSON cannot be rendered errors the run in the plan job's uploads stage: nothing is applied", async () => {
   await workspace("no-show");
   writeFileSync(started, "");
-  for (const f of ["failshow", "holdapply"]) writeFileSync(`${started}.${f}`, "");
+  writeFileSync(`${started}.failshow`, "");
   try {
     const runId = await stack.startRun(writeConfig(stack.dir, "no-show", { "main.tf": three }), "no-show", [
       "--auto-apply",
     ]);
-    await waitUntil(() => readFileSync(started, "utf8").includes("failed show"));
-    // The apply is held until the release file exists: the answer cannot come from its end.
-    const res = await stack.server.api(routes.runPlan, { params: { id: runId } });
-    assert.equal(res.status, 404, JSON.stringify(res.body));
-    const body = res.body as { error: string; message: string };
-    assert.equal(body.error, "not_found");
-    assert.match(body.message, /apply job could not render it/);
-    assert.ok(!readFileSync(started, "utf8").includes("end apply"), "the apply had not ended yet");
-    writeFileSync(`${started}.release`, "");
-    assert.equal(
-      (await stack.waitForRun(runId, ["applied", "errored"])).status,
-      "applied",
-      "the apply's outcome stands",
-    );
+    assert.equal((await stack.waitForRun(runId, ["applied", "errored", "planned_and_finished"])).status, "errored");
+    assert.match(await runLog(stack.server, runId, "plan"), /\[drover\] plan failed in stage uploads: terraform show/);
+    assert.ok(!readFileSync(started, "utf8").includes("start apply"), "no apply ran");
   } finally {
-    for (const f of ["failshow", "holdapply", "release"]) rmSync(`${started}.${f}`, { force: true });
+    rmSync(`${started}.failshow`, { force: true });
   }
 });
