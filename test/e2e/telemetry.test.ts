@@ -83,8 +83,9 @@ test("examples/hello through a local agent: a trace per phase with the stage spa
     assert.ok(agentSpan.startNs >= queued.endNs - 5_000_000n, "the agent's work starts after the queue wait");
     const stages =
       job.phase === "plan"
-        ? ["claimed", "configuration download", "init", "plan", "uploads", "finish"]
-        : ["claimed", "configuration download", "apply", "uploads", "finish"];
+        ? ["claimed", "fetch", "engine", "extract", "caches", "init", "plan", "uploads", "finish"]
+        : // The agent kept the plan's directory: its apply has no extract and no init.
+          ["claimed", "fetch", "engine", "caches", "apply", "outputs", "uploads", "finish"];
     let previous = { startNs: 0n, endNs: 0n };
     for (const name of stages) {
       const s = named(name);

@@ -84,8 +84,8 @@ test("examples/hello in job mode: each phase's trace holds the server's spans an
     assert.equal(inTrace().filter((s) => s.name === "queued" && s.parentSpanId === root.spanId).length, 1);
     const stages =
       job.phase === "plan"
-        ? ["claimed", "configuration download", "init", "plan", "uploads", "finish"]
-        : ["claimed", "configuration download", "init", "apply", "uploads", "finish"];
+        ? ["claimed", "fetch", "engine", "extract", "caches", "init", "plan", "uploads", "finish"]
+        : ["claimed", "fetch", "engine", "extract", "caches", "init", "apply", "outputs", "uploads", "finish"];
     const children = await eventually(
       `the ${job.phase} stages`,
       async () => {

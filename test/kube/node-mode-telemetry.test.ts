@@ -78,7 +78,10 @@ test("examples/hello in node-worker mode: each phase's trace holds the server's 
     assert.equal(worker.resource["service.name"], "drover-node-worker");
     assert.equal(worker.resource["k8s.node.name"], "ktc-node");
     assert.equal(worker.resource["drover.controller"], "traced-node-ctl");
-    const stages = ["claimed", "configuration download", "init", job.phase, "uploads", "finish"];
+    const stages =
+      job.phase === "plan"
+        ? ["claimed", "fetch", "engine", "extract", "caches", "init", "plan", "uploads", "finish"]
+        : ["claimed", "fetch", "engine", "extract", "caches", "init", "apply", "outputs", "uploads", "finish"];
     const children = await eventually(
       `the ${job.phase} stages`,
       async () => {

@@ -312,28 +312,25 @@ export class Agent {
     const slot = this.freeSlot();
     const runAs = this.config.runUsers?.[slot];
     const run = container
-      ? new JobRun(
+      ? new JobRun({
           assignment,
-          this.client,
-          { ...container.config, ...this.jobHooks() },
-          this.log,
-          container.runner,
-          undefined,
-          undefined,
-          undefined,
-          this.engines,
-        )
-      : new JobRun(
+          client: this.client,
+          settings: { ...container.config, ...this.jobHooks() },
+          logger: this.log,
+          runner: container.runner,
+          engines: this.engines,
+        })
+      : new JobRun({
           assignment,
-          this.client,
-          { ...this.config, ...this.jobHooks(), runAs, ownsRunUser: runAs !== undefined },
-          this.log,
-          runAs ? runnerAs(localRunner, runAs) : undefined,
-          this.keptPlans,
-          this.providerCache,
-          this.moduleCache,
-          this.engines,
-        );
+          client: this.client,
+          settings: { ...this.config, ...this.jobHooks(), runAs, ownsRunUser: runAs !== undefined },
+          logger: this.log,
+          runner: runAs ? runnerAs(localRunner, runAs) : undefined,
+          keptPlans: this.keptPlans,
+          providerCache: this.providerCache,
+          moduleCache: this.moduleCache,
+          engines: this.engines,
+        });
     const key = `${assignment.jobId}-${assignment.attempt}`;
     // An older attempt of this job still winding down here (its lease lapsed) ends first: a new
     // attempt never runs beside processes of an older one.

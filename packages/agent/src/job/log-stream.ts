@@ -40,7 +40,7 @@ export class LogStream {
   private readonly stopSending = new AbortController();
 
   constructor(
-    private readonly job: JobClient,
+    private readonly job: Pick<JobClient, "appendLog">,
     private readonly hooks: {
       onAcknowledged?: ((bytes: number) => void) | undefined;
       onRetry?: (() => void) | undefined;

@@ -1,11 +1,4 @@
-import {
-  DroverError,
-  imageAllowed,
-  isImageReference,
-  type Engine,
-  type JobAssignment,
-  messageOf,
-} from "@drover/protocol";
+import { DroverError, type Engine, type JobAssignment, messageOf } from "@drover/protocol";
 import { chownSync, lchownSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import type { Logger } from "pino";
@@ -15,70 +8,16 @@ import { ExecLoopRunner, runnerImageEngines } from "./exec-loop.js";
 import type { ProcessOptions, RunningProcess } from "./process.js";
 import type { RunFiles, Runner } from "./runner.js";
 import { SafeDir } from "../job/safe-dir.js";
-import { DockerApiError, type ContainerCreate, type DockerEngine } from "../drivers/docker/engine-api.js";
+import { DockerApiError, type DockerEngine } from "../drivers/docker/engine-api.js";
+import {
+  containerSpec,
+  inContainer,
+  jobsDirName,
+  runnerImageFor,
+  type JobRecord,
+} from "../drivers/docker/container-spec.js";
 import { DiskWatch } from "../drivers/docker/disk-watch.js";
 import { cgroupOomKills, memoryEventsFile } from "../drivers/docker/oom.js";
-
-/** Labels on every run container; `agentTag` finds a restarted agent's orphans. */
-export const dockerLabels = {
-  agentTag: "drover.dev/agent-tag",
-  agent: "drover.dev/agent",
-  runId: "drover.dev/run-id",
-  jobId: "drover.dev/job-id",
-  attempt: "drover.dev/attempt",
-  phase: "drover.dev/phase",
-  workspaceId: "drover.dev/workspace-id",
-} as const;
-
-/** Where the run container sees its directories: the agent's paths are rewritten to these. */
-const inContainer = {
-  exec: "/drover/exec",
-  run: "/drover/run",
-  bin: "/drover/bin",
-  ca: "/drover/ca/ca.pem",
-  hooks: "/drover/hooks",
-  engine: "/drover/engine",
-};
-
-/** What the agent keeps of a job outside the container's reach, so a restarted agent can end its run. */
-export interface JobRecord {
-  url: string;
-  jobId: string;
-  attempt: number;
-  runId: string;
-  jobToken: string;
-  container: string;
-}
-
-/**
- * The image a job's container starts from: its workspace's `runnerImage` when the agent's
- * allow-list (DROVER_AGENT_DOCKER_ALLOWED_IMAGES) has it, else the agent's own. A workspace
- * naming an image the operator did not allow is refused rather than silently given the
- * default: its configuration may depend on what that image holds.
- */
-export function runnerImageFor(
-  settings: Pick<DockerSettings, "image" | "allowedImages">,
-  workspace: JobAssignment["workspace"],
-): string {
-  const wanted = workspace.runnerImage;
-  if (wanted === null || wanted === settings.image) return settings.image;
-  // The server validates it too; the agent does not lean on that for what it hands the daemon.
-  if (!isImageReference(wanted))
-    throw new DroverError(
-      "forbidden",
-      `workspace ${workspace.name} names the runner image ${JSON.stringify(wanted)}, which is not an image reference`,
-    );
-  if (!imageAllowed(wanted, settings.allowedImages)) {
-    throw new DroverError(
-      "forbidden",
-      `workspace ${workspace.name} asks for the runner image ${wanted}, which this agent does not allow. Add it (or a prefix ending in '*') to the agent's DROVER_AGENT_DOCKER_ALLOWED_IMAGES, or clear the workspace's runner image to use the agent's own (${settings.image})`,
-    );
-  }
-  return wanted;
-}
-
-/** The directory of the docker driver's per-job directories in the data dir. */
-export const jobsDirName = "docker-jobs";
 
 /** Options of one job's container. */
 export interface ContainerJobOptions {
@@ -207,50 +146,6 @@ export class ContainerJob implements Runner {
     return out;
   }
 
-  private spec(): ContainerCreate {
-    const s = this.o.settings;
-    const a = this.o.assignment;
-    const binds = [
-      `${join(this.dir, "exec")}:${inContainer.exec}:rw`,
-      `${this.runBase}:${inContainer.run}:rw`,
-      `${join(this.dir, "bin")}:${inContainer.bin}:ro`,
-    ];
-    if (this.o.taskCaCertPath) binds.push(`${this.o.taskCaCertPath}:${inContainer.ca}:ro`);
-    if (this.o.hooksDir) binds.push(`${this.o.hooksDir}:${inContainer.hooks}:ro`);
-    // The release's own directory in the agent's cache (already read-only files), mounted read-only.
-    if (this.engineDir) binds.push(`${this.engineDir}:${inContainer.engine}:ro`);
-    return {
-      Image: this.image,
-      // The agent's own exec-loop, whatever the image's entrypoint: it always speaks this agent's protocol.
-      Entrypoint: ["/bin/sh", `${inContainer.bin}/exec-loop.sh`],
-      Cmd: [],
-      User: `${s.user.uid}:${s.user.gid}`,
-      Env: [`DROVER_EXEC_DIR=${inContainer.exec}`, "HOME=/tmp", "TMPDIR=/tmp"],
-      WorkingDir: inContainer.run,
-      Labels: {
-        [dockerLabels.agentTag]: this.o.agentTag,
-        [dockerLabels.agent]: this.o.agentName,
-        [dockerLabels.runId]: a.runId,
-        [dockerLabels.jobId]: a.jobId,
-        [dockerLabels.attempt]: String(a.attempt),
-        [dockerLabels.phase]: a.phase,
-        [dockerLabels.workspaceId]: a.workspace.id,
-      },
-      HostConfig: {
-        Binds: binds,
-        Tmpfs: { "/tmp": "rw,nosuid,nodev,size=512m" },
-        ReadonlyRootfs: true,
-        NetworkMode: s.network,
-        ...(s.memoryBytes > 0 ? { Memory: s.memoryBytes, MemorySwap: s.memoryBytes } : {}),
-        ...(s.nanoCpus > 0 ? { NanoCpus: s.nanoCpus } : {}),
-        PidsLimit: 4096,
-        CapDrop: ["ALL"],
-        SecurityOpt: ["no-new-privileges"],
-        AutoRemove: false,
-      },
-    };
-  }
-
   /** Creates and starts the container once; rejects with a reason the run's outcome carries. */
   private container(): Promise<string> {
     this.started ??= this.startContainer();
@@ -274,7 +169,11 @@ export class ContainerJob implements Runner {
           );
         }
       }
-      const id = await engine.create(this.name, this.spec(), signal);
+      const id = await engine.create(
+        this.name,
+        containerSpec({ ...this.o, image, dir: this.dir, runBase: this.runBase, engineDir: this.engineDir }),
+        signal,
+      );
       this.id = id;
       await engine.start(id, signal);
       this.watchDisk();

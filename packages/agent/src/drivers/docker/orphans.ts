@@ -3,7 +3,7 @@ import { readdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import type { Logger } from "pino";
 import { AgentClient } from "../../session/client.js";
-import { dockerLabels, jobsDirName, type JobRecord } from "../../runners/container.js";
+import { dockerLabels, jobsDirName, type JobRecord } from "./container-spec.js";
 import type { DockerEngine } from "./engine-api.js";
 
 /** The reason a run gets when its agent restarted under it. */

@@ -214,17 +214,16 @@ export function superviseJob(
     hookTimeoutMs: settingsTable.DROVER_AGENT_HOOK_TIMEOUT_SECONDS.default * 1000,
   };
   // No kept plan directories: each phase runs in a new pod (or a new directory on the node).
-  const job = new JobRun(
+  const job = new JobRun({
     assignment,
-    new AgentClient(settings.url, settings.caCertPem),
-    jobSettings,
-    log,
+    client: new AgentClient(settings.url, settings.caCertPem),
+    settings: jobSettings,
+    logger: log,
     runner,
-    undefined,
-    caches?.providers,
-    caches?.modules,
-    caches?.engines,
-  );
+    providerCache: caches?.providers,
+    moduleCache: caches?.modules,
+    engines: caches?.engines,
+  });
   const done = job.execute().finally(() => {
     clearInterval(beat);
     if (!runner.shutdown())

@@ -1,0 +1,118 @@
+import { containsSecret, DroverError, type Output } from "@drover/protocol";
+import type { JobContext } from "../context.js";
+import type { EngineBinary } from "../engine.js";
+import type { Stage } from "../pipeline.js";
+import { PlanLineScanner, planSucceededCodes, summaryOfPlanOutput } from "../plan-summary.js";
+import { outputsOfState } from "../state-outputs.js";
+import { hookPath } from "./prepare.js";
+
+/** The engine binary the engine stage found. */
+function binaryOf(c: JobContext): EngineBinary {
+  if (!c.binary) throw new Error("no engine: the engine stage did not run");
+  return c.binary;
+}
+
+/** A hook of DROVER_AGENT_HOOKS_DIR as a stage of its own; it runs only when its file is there. */
+export function hook(name: string, after?: Stage): Stage {
+  return {
+    name: `hook ${name}`,
+    retries: "nothing",
+    when: (c) => (after?.when?.(c) ?? true) && hookPath(c, name) !== undefined,
+    async run(c) {
+      const path = hookPath(c, name);
+      if (path) await c.steps.hook(name, path, c.workDir, c.env);
+    },
+  };
+}
+
+export const init: Stage = {
+  name: "init",
+  retries: "nothing",
+  when: (c) => !c.reused,
+  async run(c) {
+    await c.steps.step(binaryOf(c), ["init", "-input=false", "-no-color"], c.workDir, c.env);
+  },
+};
+
+/** `plan -detailed-exitcode`: exit 2 is a plan with changes, terraform's own verdict, which the server decides from. */
+export const plan: Stage = {
+  name: "plan",
+  retries: "nothing",
+  async run(c) {
+    const planLine = new PlanLineScanner();
+    const args = ["plan", "-input=false", "-no-color", "-detailed-exitcode", `-out=${c.planPath}`];
+    if (c.assignment.isDestroy) args.push("-destroy");
+    const code = await c.steps.step(binaryOf(c), args, c.workDir, c.env, planSucceededCodes, (chunk) =>
+      planLine.push(chunk),
+    );
+    c.planSummary = summaryOfPlanOutput(code, planLine.end());
+  },
+};
+
+export const apply: Stage = {
+  name: "apply",
+  retries: "nothing",
+  async run(c) {
+    await c.steps.step(binaryOf(c), ["apply", "-input=false", "-no-color", c.planPath], c.workDir, c.env);
+  },
+};
+
+/** The outputs of the state the apply just wrote, masked with the run's secrets. */
+export const outputs: Stage = {
+  name: "outputs",
+  retries: "server calls",
+  async run(c, retry) {
+    // Reading the state spares starting terraform; `output -json` reads what the agent cannot (an encrypted state).
+    const state = await retry((signal) => c.job.state(c.assignment.statePath, signal));
+    const outputs = outputsOfState(state) ?? (await engineOutputs(c));
+    // An output built from a sensitive value is sensitive, whatever the configuration declares.
+    c.outputs = outputs.map((o) =>
+      !o.sensitive && containsSecret(o.value, c.secrets) ? { ...o, sensitive: true } : o,
+    );
+  },
+};
+
+/** `terraform output -json`, for states the agent cannot read itself. */
+async function engineOutputs(c: JobContext): Promise<Output[]> {
+  const out = await c.steps.capture(binaryOf(c), ["output", "-json"], c.workDir, c.env);
+  const parsed = JSON.parse(out.toString("utf8") || "{}") as Record<
+    string,
+    { sensitive?: boolean; type?: unknown; value?: unknown }
+  >;
+  return Object.entries(parsed).map(([name, o]) => ({
+    name,
+    sensitive: o.sensitive === true,
+    type: o.type ?? null,
+    value: o.value ?? null,
+  }));
+}
+
+/**
+ * A plan job's plan file and its JSON (`show -json`, which readers and the run's next steps
+ * read before the run is planned); an apply job's outputs.
+ */
+export const uploads: Stage = {
+  name: "uploads",
+  retries: "server calls",
+  async run(c, retry) {
+    if (c.assignment.phase === "apply") {
+      const outputs = c.outputs ?? [];
+      await retry((signal) => c.job.uploadOutputs(outputs, signal));
+      return;
+    }
+    // The plan file travels while terraform renders the plan as JSON; if `show` fails, the
+    // job's end aborts the upload, and its failure is not the run's.
+    const planFile = retry((signal) => c.job.uploadPlan(c.files.read(c.planPath), signal));
+    planFile.catch(() => undefined);
+    const json = await c.steps.capture(binaryOf(c), ["show", "-json", c.planPath], c.workDir, c.env);
+    await planFile;
+    try {
+      await retry((signal) => c.job.uploadPlanJson(json, signal));
+    } catch (err) {
+      // Larger than the server stores (DROVER_MAX_PLAN_JSON_MB): the run goes on without it,
+      // its counts from terraform's summary line; a plan too large to show is still a plan.
+      if (!(err instanceof DroverError && err.code === "payload_too_large")) throw err;
+      c.log.line(`[drover] the plan's JSON is not stored: ${err.message}`);
+    }
+  },
+};
