@@ -93,10 +93,8 @@ export class Agent {
       role: "agent",
       heartbeatMs: options.heartbeatMs,
       room: () => this.room(),
-      onJob: (job) => {
-        this.lastActivity = Date.now();
-        this.startJob(job);
-      },
+      onPolled: () => (this.lastActivity = Date.now()),
+      onJob: (job) => this.startJob(job),
       load: () => ({ runningJobs: this.jobs.size, keptPlanRuns: this.keptPlans.runIds().slice(0, 100) }),
       onDropPlanRuns: (runIds) => runIds.forEach((runId) => this.keptPlans.release(runId)),
       onRegistered: (reg) => this.startTelemetry(reg.poolName),
@@ -104,10 +102,7 @@ export class Agent {
         if (kind === "poll") this.metrics.pollErrors.inc();
         this.metrics.error(kind);
       },
-      onHeartbeat: (seconds) => {
-        this.lastActivity = Date.now();
-        this.metrics.heartbeatSeconds(seconds);
-      },
+      onHeartbeat: (seconds) => this.metrics.heartbeatSeconds(seconds),
     });
   }
 

@@ -30,6 +30,8 @@ export interface PoolSessionOptions {
   heartbeatMs?: number | undefined;
   /** Whether to take a job now: `full` waits for `roomFreed()`, `finished` ends the poll loop. */
   room: () => Room;
+  /** Called after every poll the server answered, with a job or without. */
+  onPolled?: () => void;
   /** Called with every job the server hands out. */
   onJob: (job: JobAssignment) => void;
   /** What each heartbeat reports: jobs running here, and kept plan directories. */
@@ -126,6 +128,7 @@ export class PoolSession {
         if (await this.failed(err, "poll")) await this.sleep(waitFor(err, retry), this.halt.signal);
         continue;
       }
+      this.o.onPolled?.();
       if (job) this.o.onJob(job);
     }
     if (this.fatal) throw this.fatal;
