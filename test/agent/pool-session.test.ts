@@ -192,7 +192,9 @@ describe("against a scripted server", () => {
   test("a coded poll answer the session does not expect is retried, not the end of the process", async () => {
     let polls = 0;
     handler = (req, res) => {
-      if (req.url!.endsWith("/register")) return answer(res, 200, registered);
+      if (req.url!.endsWith("/register")) return answer(res, 200, { ...registered, sessionToken: "coded" });
+      // An aborted poll of an earlier test may still arrive: only this session's count.
+      if (req.headers.authorization !== "Bearer coded") return answer(res, 200, { job: null });
       polls++;
       if (polls === 1) return answer(res, 404, { error: "not_found", message: "no such route" });
       return answer(res, 200, { job: null });
@@ -212,8 +214,8 @@ describe("against a scripted server", () => {
   test("a full process waits for room and polls again once told", async () => {
     let polls = 0;
     handler = (req, res) => {
-      if (req.url!.endsWith("/register")) return answer(res, 200, registered);
-      polls++;
+      if (req.url!.endsWith("/register")) return answer(res, 200, { ...registered, sessionToken: "room" });
+      if (req.headers.authorization === "Bearer room") polls++;
       return answer(res, 200, { job: null });
     };
     let room: "free" | "full" = "full";
