@@ -41,7 +41,7 @@ function session(client: AgentClient, token: string, extra: Partial<PoolSessionO
     capacity: 1,
     pollWaitMs: 200,
     log,
-    role: "agent",
+    registeredLog: "registered",
     room: () => "free",
     onJob: () => undefined,
     load: () => ({ runningJobs: 0 }),

@@ -90,7 +90,7 @@ export class Agent {
       capacity: config.concurrency,
       pollWaitMs: config.pollWaitMs,
       log,
-      role: "agent",
+      registeredLog: "registered",
       heartbeatMs: options.heartbeatMs,
       room: () => this.room(),
       onPolled: () => (this.lastActivity = Date.now()),

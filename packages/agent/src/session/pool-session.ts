@@ -24,8 +24,8 @@ export interface PoolSessionOptions {
   /** The server-side wait of each long-poll. */
   pollWaitMs: number;
   log: Logger;
-  /** What the logs call this process ("agent", "controller"). */
-  role: string;
+  /** The log line of a registration; operators' tooling matches it ("registered", "controller registered"). */
+  registeredLog: string;
   /** Overrides the heartbeat interval the server hands out at registration. */
   heartbeatMs?: number | undefined;
   /** Whether to take a job now: `full` waits for `roomFreed()`, `finished` ends the poll loop. */
@@ -168,10 +168,7 @@ export class PoolSession {
         );
         this.token = reg.sessionToken;
         this.interval = this.o.heartbeatMs ?? reg.heartbeatIntervalMs;
-        this.o.log.info(
-          { agent: reg.agentId, pool: reg.poolName, url: this.o.client.baseUrl },
-          `${this.o.role} registered`,
-        );
+        this.o.log.info({ agent: reg.agentId, pool: reg.poolName, url: this.o.client.baseUrl }, this.o.registeredLog);
         await this.o.onRegistered?.(reg);
         return;
       } catch (err) {

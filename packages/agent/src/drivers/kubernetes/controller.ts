@@ -108,7 +108,7 @@ export class Controller {
       capacity: config.concurrency,
       pollWaitMs: config.pollWaitMs,
       log,
-      role: "controller",
+      registeredLog: "controller registered",
       room: () => (stop.signal.aborted ? "finished" : this.c.tracked.size >= config.concurrency ? "full" : "free"),
       onJob: (job) => this.claim(job),
       load: () => ({ runningJobs: this.c.tracked.size }),
