@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import { AgentClient, NetworkError, parseRetryAfter, withRetry } from "@drover/agent";
+import { AgentClient, NetworkError, waitFor, withRetry } from "@drover/agent";
+import { parseRetryAfterMs } from "@drover/protocol";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { after, before, test } from "node:test";
@@ -78,11 +79,12 @@ test("503 and 429 with Retry-After: the client reports the wait and withRetry ho
   assert.ok(times[2]! - times[1]! >= 950, `waited ${times[2]! - times[1]!} ms after a 429 asking for 1 s`);
 });
 
-test("Retry-After is capped and reads HTTP dates", () => {
-  assert.equal(parseRetryAfter("3600"), 30_000);
-  assert.equal(parseRetryAfter(new Date(Date.now() + 5_000).toUTCString(), Date.now())! > 3_000, true);
-  assert.equal(parseRetryAfter("soon"), undefined);
-  assert.equal(parseRetryAfter(undefined), undefined);
+test("Retry-After reads seconds and HTTP dates; the agent's wait is capped", () => {
+  assert.equal(parseRetryAfterMs("3600"), 3_600_000);
+  assert.equal(waitFor({ retryAfterMs: parseRetryAfterMs("3600") }, 500), 30_000);
+  assert.equal(parseRetryAfterMs(new Date(Date.now() + 5_000).toUTCString(), Date.now())! > 3_000, true);
+  assert.equal(parseRetryAfterMs("soon"), undefined);
+  assert.equal(parseRetryAfterMs(undefined), undefined);
 });
 
 test("withRetry stops retrying when its signal aborts, even in a long Retry-After wait", async () => {

@@ -1,15 +1,9 @@
-import {
-  DroverError,
-  noopTracer,
-  startTelemetryIfSet,
-  type JobAssignment,
-  type Telemetry,
-  messageOf,
-} from "@drover/protocol";
+import { noopTracer, startTelemetryIfSet, type JobAssignment, type Telemetry, messageOf } from "@drover/protocol";
 import type { Server } from "node:http";
 import type { Logger } from "pino";
-import { pause, waitFor } from "./session/backoff.js";
-import { AgentClient, NetworkError, type ClientTimeouts } from "./session/client.js";
+import { pause } from "./session/backoff.js";
+import { AgentClient, type ClientTimeouts } from "./session/client.js";
+import { PoolSession, type Room } from "./session/pool-session.js";
 import { stopPlan, stopReserveMs, type AgentConfig } from "./config.js";
 import { AgentMetrics, closeHealthServer, startHealthServer } from "./health.js";
 import { chmodSync, mkdirSync } from "node:fs";
@@ -18,39 +12,21 @@ import { runnerAs } from "./runners/run-user.js";
 import { localRunner } from "./runners/runner.js";
 import { JobRun, type JobSettings } from "./job/job.js";
 import { KeptPlanDirs } from "./job/kept-plans.js";
-import { agentTag, reapOrphans } from "./runners/orphans.js";
-import { ContainerJob } from "./runners/container.js";
+import { reapOrphans } from "./runners/orphans.js";
 import { DockerEngine } from "./drivers/docker/engine-api.js";
-import { reapDockerOrphans } from "./drivers/docker/orphans.js";
-import type { Runner } from "./runners/runner.js";
-import { createRequire } from "node:module";
-
-/**
- * The exec-loop script shipped with this package; the docker driver mounts it into every run
- * container. Resolved through the package's exports: the script is not under dist/.
- */
-const execLoopPath = createRequire(import.meta.url).resolve("@drover/agent/exec-loop.sh");
+import { prepareDocker, runContainer } from "./drivers/docker/run-container.js";
 import { writeAgentStatus } from "./drivers/kubernetes/agent-status.js";
 import type { ProviderCache } from "./providers/cache.js";
 import type { ModuleCache } from "./modules/cache.js";
 import { openCaches } from "./cache/caches.js";
 import type { EngineCache } from "./engines/cache.js";
 
-export const agentVersion = "0.1.0";
 /**
  * Agent lifecycle: starting → running → stopping → stopped. Wrong transitions are bugs.
  * `running` polls for work; `stopping` takes none and winds running jobs down per the stop
  * action; `stopped` has deregistered.
  */
 export type AgentState = "starting" | "running" | "stopping" | "stopped";
-
-/** The pool token was revoked or is unknown: the agent cannot go on. */
-export class FatalAgentError extends Error {
-  override readonly name = "FatalAgentError";
-}
-
-/** The agent began stopping while a call was being retried. */
-class StopRequested extends Error {}
 
 /** Knobs for tests and embedders; the defaults are the production behaviour. */
 export interface AgentOptions {
@@ -60,24 +36,20 @@ export interface AgentOptions {
   timeouts?: Partial<ClientTimeouts>;
 }
 
-const maxRegisterBackoffMs = 30_000;
-
 export class Agent {
   state: AgentState = "starting";
   private readonly client: AgentClient;
+  private readonly session: PoolSession;
   private readonly metrics = new AgentMetrics();
-  private session: string | undefined;
-  private heartbeatMs = 10_000;
   /** Running jobs by job id and attempt, with the promise of each one's end. */
   private readonly jobs = new Map<string, { run: JobRun; ended: Promise<void>; slot: number }>();
-  private readonly pollAbort = new AbortController();
   private health: Server | undefined;
   private lastActivity: number | null = null;
   private jobsTaken = 0;
   private exitCode = 0;
   private stopping: Promise<void> | undefined;
-  private slotFreed: (() => void) | undefined;
-  private fatal: Error | undefined;
+  private beginStop: () => void = () => undefined;
+  private readonly stopBegun = new Promise<void>((resolve) => (this.beginStop = resolve));
   private readonly keptPlans: KeptPlanDirs;
   /** The provider cache runs read (DROVER_AGENT_PROVIDER_CACHE_ENABLED). */
   private readonly providerCache: ProviderCache | undefined;
@@ -94,7 +66,7 @@ export class Agent {
   constructor(
     private readonly config: AgentConfig,
     private readonly log: Logger,
-    private readonly options: AgentOptions = {},
+    options: AgentOptions = {},
   ) {
     this.client = new AgentClient(config.url, config.caCertPem, options.timeouts);
     this.keptPlans = new KeptPlanDirs(config.dataDir, config.concurrency, config.planReuseMs);
@@ -109,6 +81,28 @@ export class Agent {
       if (this.engines) this.metrics.addCache("engines", this.engines.counters);
     }
     if (config.docker) this.docker = new DockerEngine(config.docker.socketPath);
+    this.session = new PoolSession({
+      client: this.client,
+      poolToken: config.token,
+      name: config.name,
+      driver: config.driver,
+      capacity: config.concurrency,
+      pollWaitMs: config.pollWaitMs,
+      log,
+      registeredLog: "registered",
+      heartbeatMs: options.heartbeatMs,
+      room: () => this.room(),
+      onPolled: () => (this.lastActivity = Date.now()),
+      onJob: (job) => this.startJob(job),
+      load: () => ({ runningJobs: this.jobs.size, keptPlanRuns: this.keptPlans.runIds().slice(0, 100) }),
+      onDropPlanRuns: (runIds) => runIds.forEach((runId) => this.keptPlans.release(runId)),
+      onRegistered: (reg) => this.startTelemetry(reg.poolName),
+      onError: (kind) => {
+        if (kind === "poll") this.metrics.pollErrors.inc();
+        this.metrics.error(kind);
+      },
+      onHeartbeat: (seconds) => this.metrics.heartbeatSeconds(seconds),
+    });
   }
 
   private transition(to: AgentState): void {
@@ -122,32 +116,29 @@ export class Agent {
     this.state = to;
   }
 
-  private async register(): Promise<void> {
-    const reg = await this.client.register(this.config.token, {
-      name: this.config.name,
-      version: agentVersion,
-      driver: this.config.driver,
-      capacity: this.config.concurrency,
-    });
-    this.session = reg.sessionToken;
-    this.heartbeatMs = this.options.heartbeatMs ?? reg.heartbeatIntervalMs;
-    this.log.info({ agent: reg.agentId, pool: reg.poolName, url: this.config.url }, "registered");
-    if (this.config.otlp && !this.telemetryStarted) {
-      this.telemetryStarted = true;
-      try {
-        this.telemetry = await startTelemetryIfSet({
-          ...this.config.otlp,
-          resource: {
-            "service.name": "drover-agent",
-            "drover.pool": reg.poolName,
-            "drover.agent": this.config.name,
-            "k8s.pod.name": this.config.kubernetesPod,
-          },
-          exposition: () => this.metrics.render(),
-        });
-      } catch (err) {
-        this.log.warn({ err: messageOf(err) }, "OpenTelemetry export could not start; running without it");
-      }
+  /** Whether the poll loop may take a job now. */
+  private room(): Room {
+    if (this.state !== "running") return "finished";
+    if (this.config.single && this.jobsTaken > 0) return "finished";
+    return this.jobs.size >= this.config.concurrency ? "full" : "free";
+  }
+
+  private async startTelemetry(pool: string): Promise<void> {
+    if (!this.config.otlp || this.telemetryStarted) return;
+    this.telemetryStarted = true;
+    try {
+      this.telemetry = await startTelemetryIfSet({
+        ...this.config.otlp,
+        resource: {
+          "service.name": "drover-agent",
+          "drover.pool": pool,
+          "drover.agent": this.config.name,
+          "k8s.pod.name": this.config.kubernetesPod,
+        },
+        exposition: () => this.metrics.render(),
+      });
+    } catch (err) {
+      this.log.warn({ err: messageOf(err) }, "OpenTelemetry export could not start; running without it");
     }
   }
 
@@ -183,41 +174,34 @@ export class Agent {
         this.config.healthAddress,
       );
     }
+    let registered: boolean;
     try {
       // Before any work: processes an earlier run of this agent left behind (it was killed)
       // must not run beside a new attempt.
       await reapOrphans(this.config.dataDir, this.log, this.config.runUsers);
-      if (this.docker) {
-        // Before any work: containers of an earlier process of this agent are removed and their runs ended.
-        await this.docker.version(AbortSignal.timeout(30_000));
-        await reapDockerOrphans(
-          this.docker,
-          this.config.dataDir,
-          agentTag(this.config.dataDir),
-          this.config.caCertPem,
-          this.log,
-        );
-      }
-      await this.retrying(() => this.register());
+      if (this.docker) await prepareDocker(this.docker, this.config, this.log);
+      registered = await this.session.start();
     } catch (err) {
-      if (err instanceof StopRequested) {
-        await this.stopping;
-        return this.exitCode;
-      }
       await this.closeHealth();
       await this.docker?.close();
       throw err;
     }
+    if (!registered) {
+      await this.stopping;
+      return this.exitCode;
+    }
     if (this.state === "starting") this.transition("running");
     this.publishStatus();
-    const heartbeat = this.heartbeatLoop();
-    await this.pollLoop();
-    if (this.fatal) {
+    try {
+      await this.session.poll();
+    } catch {
+      // The pool token was refused (the session said so): running jobs wind down per the stop action.
       this.exitCode = 1;
-      await this.stop();
+      void this.stop();
     }
+    // A single-job agent has stopped polling; it stops once that job has ended.
+    await this.stopBegun;
     await this.stopping;
-    await heartbeat;
     // The last jobs' spans and the final counters go out before the process exits.
     await this.telemetry
       .shutdown()
@@ -225,89 +209,11 @@ export class Agent {
     return this.exitCode;
   }
 
-  /**
-   * Retries registration-type calls on network errors with backoff (or the server's
-   * Retry-After) until they succeed or the agent stops (StopRequested); auth errors are fatal.
-   */
-  private async retrying<T>(work: () => Promise<T>): Promise<T> {
-    let delay = 500;
-    const stop = this.pollAbort.signal;
-    for (;;) {
-      if (stop.aborted) throw new StopRequested();
-      try {
-        return await work();
-      } catch (err) {
-        if (err instanceof DroverError && (err.code === "token_revoked" || err.code === "unauthorized")) {
-          throw new FatalAgentError(
-            err.code === "token_revoked"
-              ? `the pool token was revoked; stopping (${err.message})`
-              : `the server refused the pool token; stopping (${err.message})`,
-          );
-        }
-        if (stop.aborted) throw new StopRequested();
-        if (!(err instanceof NetworkError)) throw err;
-        this.metrics.error("register");
-        const wait = waitFor(err, delay);
-        this.log.warn({ err: err.message, retryInMs: wait }, "server unreachable");
-        await pause(wait, stop);
-        delay = Math.min(maxRegisterBackoffMs, delay * 2);
-      }
-    }
-  }
-
-  private async pollLoop(): Promise<void> {
-    while (this.state === "running" && !this.fatal) {
-      if (this.jobs.size >= this.config.concurrency) {
-        await new Promise<void>((r) => (this.slotFreed = r));
-        continue;
-      }
-      if (this.config.single && this.jobsTaken > 0) return;
-      let job: JobAssignment | null = null;
-      try {
-        job = await this.client.poll(this.session!, this.config.pollWaitMs, this.pollAbort.signal);
-        this.lastActivity = Date.now();
-      } catch (err) {
-        if (this.pollAbort.signal.aborted) return;
-        await this.handleSessionError(err, "poll");
-        continue;
-      }
-      if (job) this.startJob(job);
-    }
-  }
-
-  /** Decides what a failed session call (`kind`) means: re-register, stop, or retry later. */
-  private async handleSessionError(err: unknown, kind: "poll" | "heartbeat"): Promise<void> {
-    if (err instanceof DroverError && err.code === "agent_lost") {
-      this.metrics.error("session_lost");
-      this.log.warn({ err: err.message }, "the server no longer knows this agent; registering again");
-      try {
-        await this.retrying(() => this.register());
-      } catch (e) {
-        if (e instanceof StopRequested) return;
-        this.fatal = e instanceof Error ? e : new Error(String(e));
-      }
-      return;
-    }
-    if (err instanceof DroverError && (err.code === "token_revoked" || err.code === "unauthorized")) {
-      this.fatal = new FatalAgentError(
-        err.code === "token_revoked"
-          ? `the pool token was revoked; stopping (${err.message})`
-          : `the server refused this agent; stopping (${err.message})`,
-      );
-      this.log.error(this.fatal.message);
-      this.pollAbort.abort();
-      this.slotFreed?.();
-      return;
-    }
-    if (kind === "poll") this.metrics.pollErrors.inc();
-    this.metrics.error(kind);
-    this.log.warn({ err: messageOf(err) }, `${kind} failed; retrying`);
-    await pause(waitFor(err, 1000), this.pollAbort.signal);
-  }
-
   private startJob(assignment: JobAssignment): void {
     this.jobsTaken++;
-    const container = this.docker ? this.containerJob(assignment) : undefined;
+    const container = this.docker
+      ? runContainer({ engine: this.docker, config: this.config, assignment, log: this.log })
+      : undefined;
     // Held until the job's end has killed every process of its run user (JobRun.endProcesses).
     const slot = this.freeSlot();
     const runAs = this.config.runUsers?.[slot];
@@ -351,7 +257,7 @@ export class Agent {
         this.metrics.jobsRunning.set(this.jobs.size);
         this.publishStatus();
         this.metrics.jobsFinished.inc({ phase: assignment.phase });
-        this.slotFreed?.();
+        this.session.roomFreed();
         if (this.config.single && this.jobs.size === 0) void this.stop();
       });
     this.jobs.set(key, { run, ended, slot });
@@ -382,76 +288,12 @@ export class Agent {
     }
   }
 
-  /**
-   * The docker driver's runner for one job (its own container) and the configuration its JobRun
-   * uses: the run directory lives in the job's directory, providers are not shared between
-   * runs' containers, and an agent running as root gives the run's files to the container's user.
-   */
-  private containerJob(assignment: JobAssignment): {
-    runner: Runner;
-    config: AgentConfig & Pick<JobSettings, "runAs">;
-    close(): Promise<void>;
-  } {
-    const docker = this.config.docker!;
-    try {
-      const job = new ContainerJob({
-        engine: this.docker!,
-        settings: docker,
-        assignment,
-        dataDir: this.config.dataDir,
-        serverUrl: this.client.baseUrl,
-        agentName: this.config.name,
-        agentTag: agentTag(this.config.dataDir),
-        execLoopPath,
-        taskCaCertPath: this.config.taskCaCertPath,
-        hooksDir: this.config.hooksDir,
-        log: this.log.child({ job: assignment.jobId }),
-      });
-      const runAs = process.getuid?.() === 0 ? docker.user : undefined;
-      return {
-        runner: job,
-        config: { ...this.config, dataDir: job.runBase, planReuseMs: 0, runAs },
-        close: () => job.close(),
-      };
-    } catch (err) {
-      // The job still ends, errored with the reason, through the usual path.
-      const why = `the run's container could not be prepared: ${messageOf(err)}`;
-      const failing: Runner = {
-        engine: () => Promise.reject(new DroverError("internal", why)),
-        start: () => ({ signal: () => {}, done: Promise.resolve({ code: null, signal: null, failure: why }) }),
-        capture: () => Promise.reject(new DroverError("internal", why)),
-      };
-      return { runner: failing, config: { ...this.config, planReuseMs: 0 }, close: async () => {} };
-    }
-  }
-
   /** What jobs could not deliver to the server, printed when the agent stops. */
   private readonly undelivered: string[] = [];
 
   /** Aborted when the agent begins stopping. */
   get stopSignal(): AbortSignal {
-    return this.pollAbort.signal;
-  }
-
-  private async heartbeatLoop(): Promise<void> {
-    while (this.state === "running" || this.state === "starting") {
-      await pause(this.heartbeatMs, this.pollAbort.signal);
-      if (this.state !== "running" || !this.session) return;
-      try {
-        const sent = performance.now();
-        const drop = await this.client.heartbeat(
-          this.session,
-          this.jobs.size,
-          this.pollAbort.signal,
-          this.keptPlans.runIds().slice(0, 100),
-        );
-        this.metrics.heartbeatSeconds((performance.now() - sent) / 1000);
-        for (const runId of drop) this.keptPlans.release(runId);
-      } catch (err) {
-        if (this.state !== "running") return;
-        await this.handleSessionError(err, "heartbeat");
-      }
-    }
+    return this.session.signal;
   }
 
   /**
@@ -466,8 +308,8 @@ export class Agent {
     this.stopping = (async () => {
       const started = Date.now();
       if (this.state !== "stopping") this.transition("stopping");
-      this.pollAbort.abort();
-      this.slotFreed?.();
+      this.beginStop();
+      await this.session.stop();
       const plan = stopPlan(this.config.stopAction, this.config.gracePeriodMs);
       if (this.jobs.size > 0)
         this.log.info(
@@ -486,14 +328,12 @@ export class Agent {
       for (const job of this.jobs.values())
         this.undelivered.push(`job ${job.run.id}: did not end within the stop budget`);
       this.keptPlans.clear();
-      if (this.session) {
-        const left = plan.budgetMs - (Date.now() - started) - 250;
-        try {
-          await this.client.deregister(this.session, AbortSignal.timeout(Math.max(1, Math.min(5_000, left))));
-        } catch (err) {
-          this.log.warn({ err: messageOf(err) }, "deregistration failed");
-          this.undelivered.push("deregistration undelivered");
-        }
+      const left = plan.budgetMs - (Date.now() - started) - 250;
+      try {
+        await this.session.deregister(AbortSignal.timeout(Math.max(1, Math.min(5_000, left))));
+      } catch (err) {
+        this.log.warn({ err: messageOf(err) }, "deregistration failed");
+        this.undelivered.push("deregistration undelivered");
       }
       await this.closeHealth();
       await this.docker?.close();
@@ -512,7 +352,7 @@ export class Agent {
 
   /** Why the agent ended, when it ended on its own. */
   get fatalError(): Error | undefined {
-    return this.fatal;
+    return this.session.fatalError;
   }
 }
 

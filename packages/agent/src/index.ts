@@ -1,6 +1,8 @@
-export { Agent, agentVersion, FatalAgentError, runAgent, type AgentOptions, type AgentState } from "./agent.js";
+export { Agent, runAgent, type AgentOptions, type AgentState } from "./agent.js";
+export { agentVersion } from "./session/version.js";
 export { AgentClient, JobClient, NetworkError, withRetry, type ClientTimeouts } from "./session/client.js";
-export { pause, parseRetryAfter } from "./session/backoff.js";
+export { Backoff, maxRetryAfterMs, pause, waitFor, type Sleep } from "./session/backoff.js";
+export { FatalAgentError, PoolSession, type PoolSessionOptions, type Room } from "./session/pool-session.js";
 export { loadAgentConfig, stopPlan, type AgentConfig, type AgentFlags, type StopAction } from "./config.js";
 export { extractConfiguration } from "./job/extract.js";
 export { createLogger } from "./logger.js";

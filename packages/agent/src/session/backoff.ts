@@ -19,6 +19,9 @@ export function pause(ms: number, signal?: AbortSignal): Promise<void> {
   });
 }
 
+/** An abortable wait; `pause` unless a test hands in its own clock. */
+export type Sleep = (ms: number, signal: AbortSignal) => Promise<void>;
+
 /** An error that says how long the server asked to wait (`Retry-After` on 503/429). */
 export interface RetryAfter {
   retryAfterMs?: number | undefined;
@@ -30,17 +33,22 @@ export function waitFor(err: unknown, delayMs: number): number {
   return typeof asked === "number" && asked > delayMs ? Math.min(asked, maxRetryAfterMs) : delayMs;
 }
 
-/** Parses a `Retry-After` header (delta seconds or an HTTP date) into milliseconds, capped. */
-export function parseRetryAfter(header: string | string[] | undefined, now = Date.now()): number | undefined {
-  const raw = Array.isArray(header) ? header[0] : header;
-  if (!raw) return undefined;
-  const trimmed = raw.trim();
-  let ms: number;
-  if (/^\d+$/.test(trimmed)) ms = Number(trimmed) * 1000;
-  else {
-    const at = Date.parse(trimmed);
-    if (Number.isNaN(at)) return undefined;
-    ms = at - now;
+/** Exponential backoff: `initialMs`, doubling up to `maxMs`; `reset()` after a success. */
+export class Backoff {
+  private delay: number;
+
+  constructor(private readonly range: { initialMs: number; maxMs: number }) {
+    this.delay = range.initialMs;
   }
-  return Math.max(0, Math.min(ms, maxRetryAfterMs));
+
+  /** The wait before the next attempt after `err` (its Retry-After when longer), and doubles the next. */
+  next(err: unknown): number {
+    const wait = waitFor(err, this.delay);
+    this.delay = Math.min(this.range.maxMs, this.delay * 2);
+    return wait;
+  }
+
+  reset(): void {
+    this.delay = this.range.initialMs;
+  }
 }

@@ -17,7 +17,7 @@ import {
   type RunStatus,
 } from "@drover/protocol";
 import type { Dispatcher } from "undici";
-import { maxRetryAfterMs, pause, waitFor } from "./backoff.js";
+import { Backoff, maxRetryAfterMs, pause } from "./backoff.js";
 import { proxyDispatcher } from "../net/http-dispatcher.js";
 
 /** Deadlines of the agent's HTTP calls. */
@@ -224,15 +224,14 @@ export class NetworkError extends Error {
  * loop would be unbounded, so one is required.
  */
 export async function withRetry<T>(work: () => Promise<T>, signal: AbortSignal, maxDelayMs = 10_000): Promise<T> {
-  let delay = 200;
+  const backoff = new Backoff({ initialMs: 200, maxMs: maxDelayMs });
   for (;;) {
     try {
       return await work();
     } catch (err) {
       if (!(err instanceof NetworkError) || signal.aborted) throw err;
-      await pause(waitFor(err, delay), signal);
+      await pause(backoff.next(err), signal);
       if (signal.aborted) throw err;
-      delay = Math.min(maxDelayMs, delay * 2);
     }
   }
 }

@@ -1,5 +1,6 @@
 // Kubernetes job mode, a separate entry point: the local agent never loads the Kubernetes client.
-export { Controller, loadControllerSettings, runController } from "./controller.js";
+export { Controller, runController } from "./controller.js";
+export { loadControllerSettings, type ControllerSettings } from "./controller-settings.js";
 export { buildJob, jobName } from "./job-spec.js";
 export { describePodFailure } from "./pod-failures.js";
 export { ExecLoopRunner } from "../../runners/exec-loop.js";

@@ -11,7 +11,7 @@ import {
 import { hostname } from "node:os";
 import { mkdirSync, readdirSync, readFileSync } from "node:fs";
 import type { Logger } from "pino";
-import { agentVersion } from "../../agent.js";
+import { agentVersion } from "../../session/version.js";
 import { AgentClient } from "../../session/client.js";
 import { MetricSet, servingHealth } from "../../health.js";
 import type { LogFormat, StopAction } from "../../config.js";
