@@ -59,7 +59,7 @@ function callsOf(file: string): Grants {
   }
   // Informers: `inform("<resource>", "<path>", ...)` lists and watches the path's resource.
   for (const m of src.matchAll(
-    /inform\("[^"]*", `\/apis?\/(?:([a-z.]+)\/)?v1(?:(?:alpha|beta)\d+)?\/namespaces\/\$\{ns\}\/([a-z]+)`/g,
+    /inform\(\s*"[^"]*",\s*`\/apis?\/(?:([a-z.]+)\/)?v1(?:(?:alpha|beta)\d+)?\/namespaces\/\$\{ns\}\/([a-z]+)`/g,
   )) {
     const group = m[1] && m[1] !== "v1" ? m[1] : "";
     used.add(`${group}/${m[2]} list`).add(`${group}/${m[2]} watch`);
