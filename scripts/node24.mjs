@@ -4,6 +4,7 @@
 //
 //   node scripts/node24.mjs           prepare it; print {version, node, nodedir} as JSON
 //   node scripts/node24.mjs smoke     run the smoke subset under it (what .ci/run does after npm test)
+//   node scripts/node24.mjs smoke S…  only the smoke's files whose path contains one of S…
 //
 // The smoke's own test output goes to a log file; on success it prints one line, so the last
 // test-runner summary on the console stays the one of `npm test`. On failure it prints the log.
@@ -117,8 +118,13 @@ export function sqliteAddonFor(n) {
   }
 }
 
-/** Runs the smoke subset under Node 24; resolves with its exit code. */
-export async function smoke() {
+/** Runs the smoke subset (its files containing one of `only`, when given) under Node 24; resolves with its exit code. */
+export async function smoke(only = []) {
+  const files = smokeFiles.filter((f) => only.length === 0 || only.some((s) => f.includes(s)));
+  if (files.length === 0) {
+    log(`no smoke file matches ${only.join(" ")}`);
+    return 2;
+  }
   const n = node24();
   const addon = sqliteAddonFor(n);
   const logPath = join(tmpdir(), `drover-node24-smoke-${process.pid}.log`);
@@ -131,9 +137,9 @@ export async function smoke() {
     DROVER_SQLITE_ADDON: addon,
   };
   const started = Date.now();
-  log(`smoke under Node ${n.version}: ${smokeFiles.join(" ")} (log: ${logPath})`);
+  log(`smoke under Node ${n.version}: ${files.join(" ")} (log: ${logPath})`);
   const out = createWriteStream(logPath);
-  const child = spawn(n.node, [join(root, "scripts", "run-tests.mjs"), ...smokeFiles], {
+  const child = spawn(n.node, [join(root, "scripts", "run-tests.mjs"), ...files], {
     cwd: root,
     env,
     stdio: ["ignore", "pipe", "pipe"],
@@ -155,6 +161,6 @@ export async function smoke() {
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
-  if (process.argv[2] === "smoke") process.exitCode = await smoke();
+  if (process.argv[2] === "smoke") process.exitCode = await smoke(process.argv.slice(3));
   else console.log(JSON.stringify(node24()));
 }
