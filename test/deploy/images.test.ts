@@ -26,6 +26,7 @@ import {
   podmanUnavailable,
   runContainer,
   startDockerApi,
+  testLabel,
   type BuiltImages,
   type Container,
 } from "../support/podman.js";
@@ -92,6 +93,24 @@ describe("locally built images", { skip: unavailable }, () => {
         await podmanOk(["image", "unmount", image]);
       }
     }
+  });
+
+  test("the drover image runs Node 24 (the LTS the images ship), and its better-sqlite3 was built for that Node", async () => {
+    const probe =
+      'const D = require("/opt/drover/node_modules/better-sqlite3"); const db = new D(":memory:"); ' +
+      'console.log(process.version, db.prepare("select sqlite_version() as v").get().v)';
+    const out = await podmanOk([
+      "run",
+      "--rm",
+      "--label",
+      testLabel,
+      "--entrypoint",
+      "node",
+      built.images.drover,
+      "-e",
+      probe,
+    ]);
+    assert.match(out.trim(), /^v24\.\d+\.\d+ 3\.\d+\.\d+$/, out);
   });
 
   test("drover server in the drover image (UID 1000, read-only root) is healthy and serves a run of examples/hello to an agent in the same image", async () => {

@@ -16,7 +16,7 @@ const buildScript = join(repo, "scripts", "build-images.mjs");
 export interface LocalImages {
   /** The debootstrapped Debian bookworm base. */
   debian: string;
-  /** The Debian base plus the host's Node 20 (the NODE_IMAGE the drover image builds from). */
+  /** The Debian base plus Node 24 (the NODE_IMAGE the drover image builds from). */
   node: string;
   /** An image holding the host's terraform at /bin/terraform. */
   terraform: string;

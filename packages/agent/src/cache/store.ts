@@ -1,4 +1,3 @@
-import { messageOf } from "@drover/protocol";
 import {
   chmodSync,
   existsSync,
@@ -12,12 +11,14 @@ import {
   utimesSync,
   writeFileSync,
 } from "node:fs";
-import { createHash, randomBytes } from "node:crypto";
-import { hostname } from "node:os";
+import { randomBytes } from "node:crypto";
 import { dirname, join, relative } from "node:path";
 import type { Logger } from "pino";
 import { packageHashV1, treeBytes, treeFingerprint } from "../providers/hashes.js";
 import { makeReadOnly, mkdirReadable, readOnly, removeTree } from "./tree.js";
+import { digest, HoldFiles, holderName, withFillLock, type Hold, type SharingOptions } from "./store-sharing.js";
+
+export type { Hold } from "./store-sharing.js";
 
 /*
  * One verified, read-only cache store, shared by the provider, module (and engine) caches.
@@ -37,7 +38,8 @@ import { makeReadOnly, mkdirReadable, readOnly, removeTree } from "./tree.js";
  * Entries a run uses are held: in memory for this process, and as a hold file per entry and
  * process (touched while held) for the others. Above the soft size limit, entries nobody holds
  * are evicted least recently used first (use time = the metadata file's mtime, shared by all
- * processes). docs/decisions/0019 and 0024 have the reasons.
+ * processes). docs/decisions/0019 and 0024 have the reasons; store-sharing.ts has the lock and
+ * hold files.
  */
 
 /** Counters the agent's /metrics exposes for one cache. */
@@ -112,11 +114,6 @@ export function untilAborted<T>(p: Promise<T>, signal: AbortSignal): Promise<T> 
   });
 }
 
-/** A hold on one entry: it is not evicted until released. */
-export interface Hold {
-  release(): void;
-}
-
 const defaultStaleMs = 10 * 60_000;
 
 /** Whether `key` is a relative path of plain components. */
@@ -124,8 +121,6 @@ function checkKey(key: string): void {
   if (key.split("/").some((p) => !p || p === "." || p === ".." || p.includes("\0")))
     throw new Error(`bad cache key ${key}`);
 }
-
-const digest = (key: string): string => createHash("sha256").update(key).digest("hex").slice(0, 40);
 
 export class CacheStore<M> {
   readonly counters: CacheCounters = { hits: 0, misses: 0, evictions: 0, bytes: 0 };
@@ -138,15 +133,10 @@ export class CacheStore<M> {
   private readonly entries = new Map<string, Entry<M>>();
   /** Per entry: the one check or fill in flight in this process. */
   private readonly inflight = new Map<string, Promise<{ entry: Entry<M>; filled: boolean }>>();
-  /** Per entry: how many runs of this process hold it. */
-  private readonly users = new Map<string, number>();
-  /** This process among those sharing the directory. */
-  private readonly holder = `${hostname()}-${process.pid}-${randomBytes(4).toString("hex")}`;
   private readonly now: () => number;
-  private readonly staleMs: number;
-  private readonly pollMs: number;
   private readonly log: Logger;
-  private refresher: NodeJS.Timeout | undefined;
+  private readonly sharing: SharingOptions;
+  private readonly holds: HoldFiles;
 
   constructor(private readonly options: CacheStoreOptions) {
     this.root = join(options.dir, options.entries);
@@ -155,9 +145,17 @@ export class CacheStore<M> {
     this.locksDir = join(options.dir, "locks");
     this.holdsDir = join(options.dir, "holds");
     this.now = options.now ?? Date.now;
-    this.staleMs = options.staleMs ?? defaultStaleMs;
-    this.pollMs = options.pollMs ?? 200;
     this.log = options.logger;
+    let holder: string | undefined;
+    this.sharing = {
+      logger: options.logger,
+      kind: options.kind,
+      now: this.now,
+      staleMs: options.staleMs ?? defaultStaleMs,
+      pollMs: options.pollMs ?? 200,
+      holder: () => (holder ??= holderName()),
+    };
+    this.holds = new HoldFiles(this.holdsDir, this.sharing);
     for (const d of [options.dir, this.root, this.metaDir, this.tmpDir, this.locksDir, this.holdsDir]) {
       mkdirReadable(d);
       // The agent's own directories (runs read entries through them, but only entries).
@@ -232,73 +230,7 @@ export class CacheStore<M> {
    */
   hold(key: string): Hold {
     checkKey(key);
-    const n = this.users.get(key) ?? 0;
-    this.users.set(key, n + 1);
-    if (n === 0) this.writeHold(key);
-    let released = false;
-    return {
-      release: () => {
-        if (released) return;
-        released = true;
-        const left = (this.users.get(key) ?? 1) - 1;
-        if (left > 0) {
-          this.users.set(key, left);
-          return;
-        }
-        this.users.delete(key);
-        rmSync(this.holdPath(key), { force: true });
-        if (this.users.size === 0 && this.refresher) {
-          clearInterval(this.refresher);
-          this.refresher = undefined;
-        }
-      },
-    };
-  }
-
-  private holdPath(key: string): string {
-    return join(this.holdsDir, `${digest(key)}.${this.holder}`);
-  }
-
-  private writeHold(key: string): void {
-    try {
-      writeFileSync(this.holdPath(key), key);
-    } catch (err) {
-      this.log.warn(
-        { entry: key, err: messageOf(err) },
-        `${this.options.kind} cache: cannot record a hold; other processes sharing the cache may evict the entry`,
-      );
-    }
-    // Holds of a live process stay fresh; a crashed one's go stale and stop protecting anything.
-    this.refresher ??= setInterval(
-      () => {
-        const t = new Date(this.now());
-        for (const k of this.users.keys()) {
-          try {
-            utimesSync(this.holdPath(k), t, t);
-          } catch {
-            this.writeHold(k);
-          }
-        }
-      },
-      Math.max(1000, this.staleMs / 3),
-    ).unref();
-  }
-
-  /** Keys other live processes hold (their hold files are fresh); stale ones are removed. */
-  private foreignHolds(): Set<string> {
-    const held = new Set<string>();
-    const mine = new Set([...this.users.keys()].map((k) => `${digest(k)}.${this.holder}`));
-    for (const name of readdirSync(this.holdsDir)) {
-      if (mine.has(name)) continue;
-      const p = join(this.holdsDir, name);
-      try {
-        if (this.now() - statSync(p).mtimeMs > this.staleMs) rmSync(p, { force: true });
-        else held.add(readFileSync(p, "utf8"));
-      } catch {
-        // Released meanwhile.
-      }
-    }
-    return held;
+    return this.holds.hold(key);
   }
 
   /**
@@ -376,61 +308,8 @@ export class CacheStore<M> {
   }
 
   /** Runs `fn` holding the entry's fill lock among every process sharing the directory. */
-  private async locked<T>(key: string, signal: AbortSignal, fn: () => Promise<T>): Promise<T> {
-    const lock = join(this.locksDir, digest(key));
-    for (;;) {
-      signal.throwIfAborted();
-      try {
-        writeFileSync(lock, `${this.holder}\n${key}\n`, { flag: "wx" });
-        break;
-      } catch (err) {
-        if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
-      }
-      let age: number;
-      try {
-        age = this.now() - statSync(lock).mtimeMs;
-      } catch {
-        continue;
-      }
-      if (age > this.staleMs) {
-        // Its owner is gone. Should two processes break it at once, both fill; placing never
-        // replaces a good entry, so the cost is one more download.
-        this.log.warn(
-          { entry: key },
-          `${this.options.kind} cache: breaking a fill lock left by a process that is gone`,
-        );
-        rmSync(lock, { force: true });
-        continue;
-      }
-      await new Promise<void>((resolve, reject) => {
-        const t = setTimeout(() => {
-          signal.removeEventListener("abort", onAbort);
-          resolve();
-        }, this.pollMs);
-        const onAbort = () => {
-          clearTimeout(t);
-          reject(signal.reason as Error);
-        };
-        signal.addEventListener("abort", onAbort, { once: true });
-      });
-    }
-    const touch = setInterval(
-      () => {
-        try {
-          const t = new Date(this.now());
-          utimesSync(lock, t, t);
-        } catch {
-          // Broken by another process: it fills too, and placing keeps whichever is good.
-        }
-      },
-      Math.max(1000, this.staleMs / 3),
-    ).unref();
-    try {
-      return await fn();
-    } finally {
-      clearInterval(touch);
-      rmSync(lock, { force: true });
-    }
+  private locked<T>(key: string, signal: AbortSignal, fn: () => Promise<T>): Promise<T> {
+    return withFillLock(join(this.locksDir, digest(key)), key, { ...this.sharing, signal }, fn);
   }
 
   private async fill(key: string, fill: Fill<M>, signal: AbortSignal): Promise<Entry<M>> {
@@ -521,16 +400,16 @@ export class CacheStore<M> {
   evict(): void {
     this.scan();
     if (this.counters.bytes <= this.options.limitBytes) return;
-    const foreign = this.foreignHolds();
+    const foreign = this.holds.foreign();
     const idle = [...this.entries.values()]
-      .filter((e) => !this.users.has(e.key) && !this.inflight.has(e.key) && !foreign.has(e.key))
+      .filter((e) => !this.holds.has(e.key) && !this.inflight.has(e.key) && !foreign.has(e.key))
       .sort((a, b) => a.lastUsed - b.lastUsed);
     for (const e of idle) {
       if (this.counters.bytes <= this.options.limitBytes) break;
       const trash = this.moveAway(e.path);
       if (!trash) continue;
       // A process may have started holding it between the look above and the move: give it back.
-      if (this.foreignHolds().has(e.key)) {
+      if (this.holds.foreign().has(e.key)) {
         try {
           renameSync(trash, e.path);
           chmodSync(e.path, 0o555);
@@ -561,7 +440,6 @@ export class CacheStore<M> {
 
   /** Stops touching hold files (the process is ending; its holds go stale). */
   close(): void {
-    if (this.refresher) clearInterval(this.refresher);
-    this.refresher = undefined;
+    this.holds.close();
   }
 }

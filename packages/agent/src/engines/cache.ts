@@ -1,6 +1,5 @@
 import { existsSync, lstatSync, readdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import type * as OpenPgp from "openpgp";
 import type { Logger } from "pino";
 import type { Dispatcher } from "undici";
 import {
@@ -16,10 +15,11 @@ import { mkdirReadable } from "../cache/tree.js";
 import { enginesOnPath, reportedVersion, type EngineBinary, type EngineFallback } from "../job/engine.js";
 import { terraformPlatform } from "../providers/cache.js";
 import { VerificationError } from "../providers/errors.js";
-import { RegistryClient, RegistryUnavailable, verifySignature } from "../providers/registry.js";
+import { RegistryClient } from "../providers/registry.js";
 import { unzipProvider } from "../providers/zip.js";
 import { EngineError } from "./errors.js";
 import { releaseLayout, type ReleaseLayout } from "./releases.js";
+import { ReleaseVerifier, type VerifiedRelease } from "./verify.js";
 
 /*
  * The agent's terraform/tofu binaries. The version a workspace asks for (exact, or the newest
@@ -29,7 +29,8 @@ import { releaseLayout, type ReleaseLayout } from "./releases.js";
  * the archive has that sha256. The unpacked release is stored read-only under that sha256
  * (content-addressed, in the caches' shared store: cache/store.ts), checked before each use. When the
  * releases are unreachable or lack the version, the engine on PATH may stand in if the agent
- * allows it; a verification failure never falls back. docs/decisions/0023-engine-binaries.md.
+ * allows it; a verification failure never falls back (verify.ts checks the signature).
+ * docs/decisions/0023-engine-binaries.md.
  */
 
 /** A binary a job runs, held against eviction until `release`. */
@@ -103,8 +104,8 @@ export class EngineCache {
   private readonly maxArchiveBytes: number;
   private readonly downloadTimeoutMs: number;
   /** Per `engine version`: the one SHA256SUMS verification in flight. */
-  private readonly verifying = new Map<string, Promise<{ digest: string; archive: string; signer: string }>>();
-  private keys: Promise<OpenPgp.Key[]> | undefined;
+  private readonly verifying = new Map<string, Promise<VerifiedRelease>>();
+  private readonly verifier: ReleaseVerifier;
 
   constructor(private readonly options: EngineCacheOptions) {
     this.versionsDir = join(options.dir, "versions");
@@ -113,6 +114,12 @@ export class EngineCache {
     this.platform = options.platform ?? terraformPlatform();
     this.maxArchiveBytes = options.maxArchiveBytes ?? 1024 ** 3;
     this.downloadTimeoutMs = options.downloadTimeoutMs ?? 30 * 60_000;
+    this.verifier = new ReleaseVerifier({
+      http: this.http,
+      platform: this.platform,
+      signingKeys: options.signingKeys,
+      trustedFingerprints: options.trustedFingerprints,
+    });
     const live = (): CacheCounters => this.storeOnDisk?.counters ?? { hits: 0, misses: 0, evictions: 0, bytes: 0 };
     this.counters = {
       get hits() {
@@ -311,9 +318,9 @@ export class EngineCache {
     let p = this.verifying.get(key);
     if (!p) {
       // Shared by every job that wants the version: one job's cancel does not end it for the others.
-      p = this.verifiedSums(engine, version, AbortSignal.timeout(this.downloadTimeoutMs)).finally(() =>
-        this.verifying.delete(key),
-      );
+      p = this.verifier
+        .verifiedSums(engine, version, this.layout(engine), AbortSignal.timeout(this.downloadTimeoutMs))
+        .finally(() => this.verifying.delete(key));
       this.verifying.set(key, p);
     }
     const { digest, archive, signer } = await untilAborted(p, signal);
@@ -402,88 +409,5 @@ export class EngineCache {
       : `${engine} ${version} from the agent's verified cache (sha256 ${digest})`;
     if (entry.fetched) this.options.logger.info({ engine, version, digest }, "engine downloaded and verified");
     return { path: join(entry.path, engine), version, downloaded: true, notes: [note], release: () => hold.release() };
-  }
-
-  /** The archive's sha256 as the signed SHA256SUMS lists it, once its signature is verified. */
-  private async verifiedSums(
-    engine: Engine,
-    version: string,
-    signal: AbortSignal,
-  ): Promise<{ digest: string; archive: string; signer: string }> {
-    const layout = this.layout(engine);
-    const get = async (file: string, limit: number): Promise<Buffer> => {
-      try {
-        return await this.http.fetchBytes(layout.url(version, file), limit, signal);
-      } catch (err) {
-        if (err instanceof RegistryUnavailable && / answered 404$/.test(err.message)) {
-          throw new EngineError(
-            "engine_version_missing",
-            `${engine} ${version} has no ${file} at ${layout.url(version, file)}`,
-          );
-        }
-        throw new EngineError("engine_releases_unreachable", `${engine} ${version}: ${messageOf(err)}`);
-      }
-    };
-    const sums = await get(layout.sums(version), 1 << 20);
-    const signature = await get(layout.signature(version), 64 << 10);
-    const signer = await this.verifySums(sums, signature, `${engine} ${version}`);
-    const archive = layout.archive(version, this.platform);
-    const line = sums
-      .toString("utf8")
-      .split("\n")
-      .map((l) => /^([0-9a-f]{64})\s+\*?(\S+)$/.exec(l.trim()))
-      .find((m) => m?.[2] === archive);
-    if (!line?.[1])
-      throw new EngineError(
-        "engine_version_missing",
-        `${engine} ${version} has no build for ${this.platform} (${archive} is not in its SHA256SUMS)`,
-      );
-    return { digest: line[1], archive, signer };
-  }
-
-  private trustedKeys(): Promise<OpenPgp.Key[]> {
-    this.keys ??= (async () => {
-      const openpgp: typeof OpenPgp = await import("openpgp");
-      const keys: OpenPgp.Key[] = [];
-      for (const armored of this.options.signingKeys) keys.push(...(await openpgp.readKeys({ armoredKeys: armored })));
-      return keys.filter((k) => this.options.trustedFingerprints.includes(k.getFingerprint().toUpperCase()));
-    })();
-    return this.keys;
-  }
-
-  /** Checks the SHA256SUMS signature against the pinned keys; returns the signer's fingerprint. */
-  private async verifySums(sums: Buffer, signature: Buffer, what: string): Promise<string> {
-    const openpgp: typeof OpenPgp = await import("openpgp");
-    let issuers: string[];
-    try {
-      const sig = await openpgp.readSignature({ binarySignature: new Uint8Array(signature) });
-      issuers = sig.getSigningKeyIDs().map((id) => id.toHex().toUpperCase());
-    } catch (err) {
-      throw new EngineError(
-        "engine_signature_invalid",
-        `the signature of the SHA256SUMS of ${what} cannot be read: ${messageOf(err)}`,
-      );
-    }
-    const keys = (await this.trustedKeys()).filter((k) =>
-      k.getKeyIDs().some((id) => issuers.includes(id.toHex().toUpperCase())),
-    );
-    const signer = keys[0];
-    if (!signer) {
-      throw new EngineError(
-        "engine_key_unknown",
-        `the SHA256SUMS of ${what} is signed by key ${issuers.join(", ") || "(none named)"}, which is not a pinned key (DROVER_AGENT_ENGINE_TRUSTED_FINGERPRINTS, keys from DROVER_AGENT_ENGINE_SIGNING_KEYS); nothing was downloaded or run`,
-      );
-    }
-    try {
-      await verifySignature(
-        sums,
-        signature,
-        keys.map((k) => k.armor()),
-        what,
-      );
-    } catch (err) {
-      throw new EngineError("engine_signature_invalid", `${messageOf(err)}; nothing was downloaded or run`);
-    }
-    return signer.getFingerprint().toUpperCase();
   }
 }

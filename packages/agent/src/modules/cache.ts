@@ -1,8 +1,6 @@
-import { execFile } from "node:child_process";
-import { createHash, randomBytes } from "node:crypto";
-import { closeSync, existsSync, openSync, readdirSync, readFileSync, renameSync, rmSync, writeSync } from "node:fs";
+import { createHash } from "node:crypto";
+import { existsSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { rootCertificates } from "node:tls";
 import type { RunFiles } from "../runners/runner.js";
 import { localRunFiles } from "../job/local-files.js";
 import { checkFetchTarget, FetchRefused } from "../net/fetch-guard.js";
@@ -13,7 +11,15 @@ import { versionSatisfies, messageOf } from "@drover/protocol";
 import { extractConfiguration } from "../job/extract.js";
 import { CacheStore, type CacheCounters, type Fill, type Hold } from "../cache/store.js";
 import { RegistryClient, RegistryUnavailable } from "../providers/registry.js";
-import { stripComments, braced } from "../providers/config-scan.js";
+import { gitCheckout, lsRemote, writeCaBundle, type GitOptions } from "./git.js";
+import {
+  packageSource,
+  scanModuleCalls,
+  ModuleSourceUnavailable,
+  type ModuleCall,
+  type ModuleMeta,
+  type ModuleSource,
+} from "./sources.js";
 
 /*
  * The agent's module cache: registry modules by exact version
@@ -25,25 +31,9 @@ import { stripComments, braced } from "../providers/config-scan.js";
  * entry and `.terraform/modules/modules.json` records it, so `init` finds them installed and asks
  * no registry. Registries give no checksum for modules: an entry is hashed when fetched and
  * checked against that hash before each use (fetched again when it changed), by the shared
- * CacheStore (cache/store.ts). Module calls it does not handle are left to terraform.
+ * CacheStore (cache/store.ts). Module calls it does not handle are left to terraform. Sources are
+ * read in sources.ts, git ones fetched by git.ts.
  */
-
-/** Where a module call's code comes from, as far as the cache understands it. */
-type ModuleSource =
-  | { kind: "registry"; host: string; path: string; constraint: string | undefined }
-  /** `git::<url>[//subdir][?ref=…]`: cached by the commit the ref names. */
-  | { kind: "git"; url: string; ref: string | undefined; subdir: string }
-  /** An `http(s)://….tar.gz` archive (`?checksum=sha256:<hex>` verified when given): cached by URL. */
-  | { kind: "http"; url: string; checksum: string | undefined; subdir: string }
-  /** A directory of the calling module (`./…`, `../…`): its own calls are followed. */
-  | { kind: "local"; path: string };
-
-interface ModuleCall {
-  name: string;
-  /** The source as written (what terraform records in modules.json). */
-  source: string;
-  spec: ModuleSource | undefined;
-}
 
 /** What a run gets: the calls installed from the cache, and lines for its log. */
 export interface ModuleLease {
@@ -73,292 +63,10 @@ export interface ModuleCacheOptions {
   allowLocalSources?: boolean;
 }
 
-const defaultRegistry = "registry.terraform.io";
-
-/** Splits go-getter's `//subdir` off a source (the query stays with the URL). */
-function splitSubdir(src: string): { url: string; subdir: string } {
-  const schemeEnd = src.indexOf("://");
-  const at = src.indexOf("//", schemeEnd >= 0 ? schemeEnd + 3 : 0);
-  if (at < 0) return { url: src, subdir: "" };
-  let subdir = src.slice(at + 2);
-  let url = src.slice(0, at);
-  const q = subdir.indexOf("?");
-  if (q >= 0) {
-    url += subdir.slice(q);
-    subdir = subdir.slice(0, q);
-  }
-  return { url, subdir: subdir.replace(/\/+$/, "") };
-}
-
-/** What the cache makes of a module source; undefined: left to terraform. */
-export function parseModuleSource(source: string, constraint: string | undefined): ModuleSource | undefined {
-  if (source.startsWith("./") || source.startsWith("../")) return { kind: "local", path: source };
-  const part = /^[0-9A-Za-z][0-9A-Za-z_-]*$/;
-  const parts = source.split("/");
-  if (!source.includes(":") && !source.startsWith("/")) {
-    if (parts.length === 3 && parts.every((p) => part.test(p)))
-      return { kind: "registry", host: defaultRegistry, path: parts.join("/").toLowerCase(), constraint };
-    if (
-      parts.length === 4 &&
-      /^[0-9a-z.-]*\.[0-9a-z.-]*$/i.test(parts[0] ?? "") &&
-      parts.slice(1).every((p) => part.test(p))
-    )
-      return {
-        kind: "registry",
-        host: (parts[0] as string).toLowerCase(),
-        path: parts.slice(1).join("/").toLowerCase(),
-        constraint,
-      };
-  }
-  if (
-    parts.length === 4 &&
-    /^[0-9a-z.-]*\.[0-9a-z.-]*:\d{1,5}$/i.test(parts[0] ?? "") &&
-    parts.slice(1).every((p) => part.test(p))
-  ) {
-    return {
-      kind: "registry",
-      host: (parts[0] as string).toLowerCase(),
-      path: parts.slice(1).join("/").toLowerCase(),
-      constraint,
-    };
-  }
-  const forced = /^([a-z0-9]+)::(.*)$/.exec(source);
-  const { url: raw, subdir } = splitSubdir(forced ? (forced[2] as string) : source);
-  let url: URL;
-  try {
-    url = new URL(raw);
-  } catch {
-    return undefined;
-  }
-  if (subdir.split("/").some((p) => p === ".." || p === ".")) return undefined;
-  if (forced?.[1] === "git" && ["https:", "http:", "file:"].includes(url.protocol)) {
-    const ref = url.searchParams.get("ref") ?? undefined;
-    url.searchParams.delete("ref");
-    // Other go-getter options (depth, sshkey) change how terraform fetches: leave those calls to it.
-    if ([...url.searchParams.keys()].length > 0) return undefined;
-    return { kind: "git", url: url.href, ref, subdir };
-  }
-  if (!forced && ["https:", "http:"].includes(url.protocol) && /\.(tar\.gz|tgz)$/.test(url.pathname)) {
-    const sum = url.searchParams.get("checksum") ?? undefined;
-    if (sum !== undefined && !/^sha256:[0-9a-f]{64}$/.test(sum)) return undefined;
-    url.searchParams.delete("checksum");
-    if ([...url.searchParams.keys()].length > 0) return undefined;
-    return { kind: "http", url: url.href, checksum: sum?.slice("sha256:".length), subdir };
-  }
-  return undefined;
-}
-
-/** The module calls of the module in `dir` (`module "x" { source = "…" version = "…" }`). */
-export function scanModuleCalls(dir: string): ModuleCall[] {
-  const calls: ModuleCall[] = [];
-  for (const file of readdirSync(dir)) {
-    if (!file.endsWith(".tf")) continue;
-    const text = stripComments(readFileSync(join(dir, file), "utf8"));
-    for (const m of text.matchAll(/\bmodule\s+"([A-Za-z][\w-]*)"\s*\{/g)) {
-      const body = braced(text, (m.index ?? 0) + m[0].length - 1);
-      const source = /\bsource\s*=\s*"([^"]*)"/.exec(body)?.[1];
-      const constraint = /\bversion\s*=\s*"([^"]*)"/.exec(body)?.[1];
-      if (!source) continue;
-      calls.push({ name: m[1] as string, source, spec: parseModuleSource(source, constraint) });
-    }
-  }
-  return calls;
-}
-
 const digest = (s: string): string => createHash("sha256").update(s).digest("hex").slice(0, 32);
 
 /** Modules nested deeper than this are left to terraform. */
 const maxDepth = 8;
-
-/** A module source the cache cannot fetch (unreachable, unknown ref, unsupported package): terraform gets it. */
-class ModuleSourceUnavailable extends Error {}
-
-/** What the module cache records beside an entry: where it came from, and the archive's sha256 when there was one. */
-interface ModuleMeta {
-  source: string;
-  sha256?: string;
-  commit?: string;
-}
-
-/** terraform's normalized form of a remote source in modules.json: the package with `//subdir` before its query. */
-function packageSource(source: string): string {
-  const forced = /^([a-z0-9]+::)(.*)$/.exec(source);
-  const { url, subdir } = splitSubdir(forced ? (forced[2] as string) : source);
-  const q = url.indexOf("?");
-  const withSubdir = !subdir ? url : q < 0 ? `${url}//${subdir}` : `${url.slice(0, q)}//${subdir}${url.slice(q)}`;
-  return `${forced?.[1] ?? ""}${withSubdir}`;
-}
-
-const gitEnv = (): NodeJS.ProcessEnv => ({ ...process.env, GIT_TERMINAL_PROMPT: "0", GIT_ASKPASS: "true" });
-
-/** Longest one git command may take: a git server that stalls must not hold the run (and every run waiting for the entry). */
-const gitTimeoutMs = 10 * 60_000;
-
-/** What git's TLS libraries (gnutls and OpenSSL builds) say when the server's certificate chains to no trusted root. */
-const untrustedCertificate =
-  /server certificate verification failed|SSL certificate problem|certificate verify failed/i;
-
-/** How the module cache runs git. */
-interface GitOptions {
-  /**
-   * A PEM bundle replacing git's CA file for https, so it holds the default roots as well as
-   * DROVER_CA_CERT. It is given as GIT_SSL_CAINFO, not `-c http.sslCAInfo`: git lets that
-   * variable (often set by images and CI) override any configuration.
-   */
-  caFile: string | undefined;
-  /**
-   * Whether git may follow an http redirect. Off unless metadata addresses are allowed: git
-   * resolves and follows redirects itself, so only the source's own host can be checked.
-   */
-  followRedirects: boolean;
-}
-
-function git(args: string[], signal: AbortSignal, options: GitOptions, cwd?: string): Promise<string> {
-  const deadline = AbortSignal.timeout(gitTimeoutMs);
-  const env = gitEnv();
-  if (options.caFile) env.GIT_SSL_CAINFO = options.caFile;
-  // Command-line configuration outranks every configuration file.
-  const argv = options.followRedirects ? args : ["-c", "http.followRedirects=false", ...args];
-  return new Promise((resolvePromise, reject) => {
-    const run = { cwd, env, signal: AbortSignal.any([signal, deadline]), maxBuffer: 16 << 20 };
-    execFile("git", argv, run, (err, stdout, stderr) => {
-      const said = (stderr || err?.message || "").trim().split("\n").slice(-1)[0];
-      if (err && deadline.aborted && !signal.aborted)
-        reject(new ModuleSourceUnavailable(`git ${args[0]} took longer than ${gitTimeoutMs / 1000} s`));
-      else if (err && untrustedCertificate.test(stderr)) {
-        reject(
-          new ModuleSourceUnavailable(
-            `git_tls_untrusted: git ${args[0]}: ${said}: the git server's TLS certificate is not signed by a trusted CA; set DROVER_CA_CERT to the PEM of the CA that signed it`,
-          ),
-        );
-      } else if (err) reject(new ModuleSourceUnavailable(`git ${args[0]}: ${said}`));
-      else resolvePromise(stdout);
-    });
-  });
-}
-
-/** The roots git was told to use by the environment (GIT_SSL_CAINFO), which the bundle replaces; none when unset or unreadable. */
-function inheritedGitRoots(): string[] {
-  // GIT_SSL_CAINFO replaces every CA source git would otherwise use, so the bundle carries them:
-  // a file the environment names for git, OpenSSL or Node, and the system's store (where
-  // update-ca-certificates puts an organisation's roots).
-  const files = [
-    process.env.GIT_SSL_CAINFO,
-    process.env.SSL_CERT_FILE,
-    process.env.NODE_EXTRA_CA_CERTS,
-    systemBundles.find((f) => existsSync(f)),
-  ];
-  const roots: string[] = [];
-  for (const file of new Set(files.filter((f): f is string => !!f))) {
-    try {
-      roots.push(readFileSync(file, "utf8").trim());
-    } catch {
-      // An unreadable file adds nothing; the private CA and Node's roots are still there.
-    }
-  }
-  return roots;
-}
-
-/** Where Linux distributions keep the system's CA bundle (Debian/Ubuntu/Alpine, RHEL/Fedora, SUSE). */
-const systemBundles = [
-  "/etc/ssl/certs/ca-certificates.crt",
-  "/etc/pki/tls/certs/ca-bundle.crt",
-  "/etc/ssl/ca-bundle.pem",
-];
-
-/**
- * Writes the default roots (Node's, the system's and the files the environment names) and `pem` into one
- * private file below `dir` for git: named by owner and content (processes of other users sharing
- * the cache keep their own), made 0600 with O_EXCL under a random name (never through a planted
- * link) and renamed into place.
- */
-function writeCaBundle(dir: string, pem: string): string {
-  const bundle = [...rootCertificates, ...inheritedGitRoots(), pem.trim()].join("\n") + "\n";
-  const uid = process.getuid?.() ?? 0;
-  const path = join(dir, `git-ca-${uid}-${createHash("sha256").update(bundle).digest("hex").slice(0, 16)}.pem`);
-  const tmp = join(dir, "tmp", `git-ca-${randomBytes(8).toString("hex")}`);
-  const fd = openSync(tmp, "wx", 0o600);
-  try {
-    writeSync(fd, bundle);
-  } finally {
-    closeSync(fd);
-  }
-  try {
-    renameSync(tmp, path);
-  } catch (err) {
-    rmSync(tmp, { force: true });
-    throw err;
-  }
-  return path;
-}
-
-/** The commit `ref` (a branch or tag; HEAD when unset) names in the repository at `url`. */
-async function lsRemote(
-  url: string,
-  ref: string | undefined,
-  signal: AbortSignal,
-  options: GitOptions,
-): Promise<string> {
-  const out = await git(["ls-remote", "--", url, ...(ref ? [ref, `${ref}^{}`] : ["HEAD"])], signal, options);
-  const lines = out
-    .trim()
-    .split("\n")
-    .map((l) => l.split("\t"))
-    .filter((p) => p.length === 2) as Array<[string, string]>;
-  // An annotated tag's commit is its peeled line (`refs/tags/v1^{}`).
-  const pick = lines.find(([, name]) => name.endsWith("^{}")) ?? lines[0];
-  if (!pick || !/^[0-9a-f]{40}$/.test(pick[0])) throw new ModuleSourceUnavailable(`${url} has no ref ${ref ?? "HEAD"}`);
-  return pick[0];
-}
-
-/**
- * Fetches `commit` of the repository at `url` and writes its tree into `dir`. Only that commit
- * is fetched (depth 1: its tree, not the repository's history), by its id or else by the ref
- * that named it; a server that refuses both gets a whole clone. git checks every object it
- * receives against its hash, and the commit must be the one asked for, so the tree is the one
- * the commit id vouches for.
- */
-async function gitCheckout(
-  url: string,
-  ref: string | undefined,
-  commit: string,
-  dir: string,
-  scratch: string,
-  signal: AbortSignal,
-  options: GitOptions,
-): Promise<ModuleMeta> {
-  const has = async (repo: string): Promise<boolean> =>
-    (await git(["--git-dir", repo, "cat-file", "-t", commit], signal, options).catch(() => "")).trim() === "commit";
-  const shallow = join(scratch, "shallow.git");
-  await git(["init", "--quiet", "--bare", shallow], signal, options);
-  // By id: protocol v2 servers serve any commit; an older one only what a ref points at, so the
-  // ref is asked for too (ls-remote said it names this commit; if it has moved since, the
-  // commit is missing and the whole clone below decides).
-  for (const want of [commit, ...(ref === commit ? [] : [ref ?? "HEAD"])]) {
-    if (
-      await git(
-        ["--git-dir", shallow, "fetch", "--quiet", "--depth", "1", "--no-tags", "--", url, want],
-        signal,
-        options,
-      ).then(
-        () => has(shallow),
-        () => false,
-      )
-    ) {
-      await git(
-        ["--git-dir", shallow, "--work-tree", dir, "checkout", "--quiet", "-f", commit, "--", "."],
-        signal,
-        options,
-      );
-      return { source: url, commit };
-    }
-  }
-  const repo = join(scratch, "repo.git");
-  await git(["clone", "--quiet", "--bare", "--", url, repo], signal, options);
-  if (!(await has(repo))) throw new ModuleSourceUnavailable(`${url} has no commit ${commit}`);
-  await git(["--git-dir", repo, "--work-tree", dir, "checkout", "--quiet", "-f", commit, "--", "."], signal, options);
-  return { source: url, commit };
-}
 
 export class ModuleCache {
   private readonly store: CacheStore<ModuleMeta>;
