@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { runDrover, spawnDrover, type Proc } from "./processes.js";
 import { startTestServer, type TestServer } from "./server.js";
-import { readPhaseLog } from "./typed-api.js";
+import { readPhaseLog, waitForRunStatus } from "./typed-api.js";
 import { routes } from "@drover/protocol";
 
 /** A real server with a pool, its token, and helpers to start real agents and run the real CLI. */
@@ -92,14 +92,8 @@ export async function startStack(serverEnv: Record<string, string> = {}): Promis
         throw new Error(`run start failed (${res.code}): ${res.stderr}${res.stdout}`);
       return JSON.parse(res.stdout).id as string;
     },
-    async waitForRun(runId, statuses, timeoutMs = 90_000) {
-      const deadline = Date.now() + timeoutMs;
-      for (;;) {
-        const run = (await server.api(routes.getRun, { params: { id: runId } })).body;
-        if (statuses.includes(run.status)) return run;
-        if (Date.now() > deadline) throw new Error(`run ${runId} is ${run.status}, expected ${statuses.join("|")}`);
-        await new Promise((r) => setTimeout(r, 100));
-      }
+    waitForRun(runId, statuses, timeoutMs = 90_000) {
+      return waitForRunStatus(server.url, server.adminToken, runId, statuses, timeoutMs);
     },
     async stop() {
       await Promise.all(agents.map((a) => a.stop("SIGKILL")));

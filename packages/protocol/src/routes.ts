@@ -145,6 +145,16 @@ const list = s.listOf;
 export const okResponseSchema = lazySchema("okResponseSchema", () => z.object({ ok: z.boolean() }));
 /** GET /readyz when the database answers. */
 export const readyResponseSchema = lazySchema("readyResponseSchema", () => z.object({ status: z.literal("ready") }));
+/**
+ * Query of GET /api/v1/runs/:id: with `wait` (ms), the answer waits until the run's status
+ * differs from `status` (by default the status it has when the request arrives).
+ */
+export const runWaitQuerySchema = lazySchema("runWaitQuerySchema", () =>
+  z.object({
+    wait: z.coerce.number().int().min(0).max(maxLongPollMs).default(0),
+    status: s.runStatusSchema.optional(),
+  }),
+);
 /** Query of GET /api/v1/runs/:id/logs. */
 export const logQuerySchema = lazySchema("logQuerySchema", () =>
   z.object({
@@ -453,9 +463,10 @@ export const routes = {
   getRun: route("getRun", () => ({
     method: "GET",
     path: `${userApi}/runs/:id`,
-    summary: "Show a run",
+    summary: `Show a run; with ?wait=ms (most ${maxLongPollMs}) and &status=, once its status differs from that one`,
     auth: "user",
     params: id,
+    query: runWaitQuerySchema,
     response: ok(s.runSchema),
     errors: ["not_found"],
   })),
