@@ -95,6 +95,19 @@ function intIn(min: number, max = Number.POSITIVE_INFINITY): SettingParser<numbe
   };
 }
 
+/**
+ * Seconds, a fraction allowed to the millisecond (`0.25`): short enough for tests of leases and
+ * silent agents to wait well under a second, and still seconds for everyone else.
+ */
+function secondsFrom(min: number): SettingParser<number> {
+  return (raw, name) => {
+    const n = Number(raw);
+    if (!/^\d+(\.\d{1,3})?$/.test(raw.trim()) || n < min)
+      invalid(name, `${name} must be a number of seconds ≥ ${min} (up to 3 decimals), got ${JSON.stringify(raw)}`);
+    return n;
+  };
+}
+
 /** One of `allowed`. */
 function oneOf<T extends string>(allowed: readonly T[]): SettingParser<T> {
   return (raw, name) => {
@@ -403,24 +416,24 @@ export const settings = {
     section: "server",
   }),
   DROVER_LEASE_TTL_SECONDS: setting({
-    doc: "a job lease lives this long without a heartbeat; no lease expires until the server has reached its database for this long (after a start or a database outage)",
+    doc: "a job lease lives this long without a heartbeat; no lease expires until the server has reached its database for this long (after a start or a database outage); fractions allowed, e.g. 0.5",
     default: 30,
     readers: ["server"],
-    parse: intIn(1),
+    parse: secondsFrom(0.1),
     section: "server",
   }),
   DROVER_AGENT_TTL_SECONDS: setting({
-    doc: "an agent silent this long is shown offline",
+    doc: "an agent silent this long is shown offline (fractions allowed, e.g. 0.5)",
     default: 60,
     readers: ["server"],
-    parse: intIn(1),
+    parse: secondsFrom(0.1),
     section: "server",
   }),
   DROVER_AGENT_HEARTBEAT_SECONDS: setting({
-    doc: "heartbeat interval agents are told to use",
+    doc: "heartbeat interval agents are told to use (fractions allowed, e.g. 0.5)",
     default: 10,
     readers: ["server"],
-    parse: intIn(1),
+    parse: secondsFrom(0.1),
     section: "server",
   }),
   DROVER_SWEEP_INTERVAL_MS: setting({
