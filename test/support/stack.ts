@@ -1,6 +1,7 @@
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { runCliInProcess } from "./cli.js";
 import { runDrover, spawnDrover, type Proc } from "./processes.js";
 import { startTestServer, type TestServer } from "./server.js";
 import { readPhaseLog, waitForRunStatus } from "./typed-api.js";
@@ -16,9 +17,13 @@ export interface Stack {
   /** Environment every agent and CLI process gets (terraform offline config included). */
   baseEnv: NodeJS.ProcessEnv;
   startAgent(name: string, env?: Record<string, string>): Promise<Proc>;
+  /**
+   * Runs a user command as the admin, in this process; `subprocess` runs the real binary instead
+   * (tests of the binary itself), killed after `timeoutMs`.
+   */
   cli(
     args: string[],
-    options?: { env?: Record<string, string>; timeoutMs?: number },
+    options?: { env?: Record<string, string>; subprocess?: boolean; timeoutMs?: number },
   ): Promise<{ code: number; stdout: string; stderr: string }>;
   /** Uploads a directory and starts a run without following it; returns the run id. */
   startRun(dir: string, workspace: string, flags?: string[]): Promise<string>;
@@ -75,7 +80,8 @@ export async function startStack(serverEnv: Record<string, string> = {}): Promis
       }
     },
     cli(args, options = {}) {
-      return runDrover(args, { ...baseEnv, DROVER_TOKEN: server.adminToken, ...options.env }, options.timeoutMs);
+      const env = { ...baseEnv, DROVER_TOKEN: server.adminToken, ...options.env };
+      return options.subprocess ? runDrover(args, env, options.timeoutMs) : runCliInProcess(args, env);
     },
     async startRun(configDir, workspace, flags = []) {
       const res = await stack.cli([
@@ -88,9 +94,18 @@ export async function startStack(serverEnv: Record<string, string> = {}): Promis
         "--json",
         ...flags,
       ]);
-      if (res.code !== 0 && res.code !== 2)
-        throw new Error(`run start failed (${res.code}): ${res.stderr}${res.stdout}`);
-      return JSON.parse(res.stdout).id as string;
+      // With --no-follow the CLI exits 0 once the run exists; anything else fails here with what it printed.
+      let id: unknown;
+      try {
+        id = res.code === 0 ? (JSON.parse(res.stdout) as { id?: unknown }).id : undefined;
+      } catch {
+        id = undefined;
+      }
+      if (typeof id !== "string")
+        throw new Error(
+          `run start failed (exit ${res.code}): stdout ${JSON.stringify(res.stdout)}, stderr ${JSON.stringify(res.stderr)}`,
+        );
+      return id;
     },
     waitForRun(runId, statuses, timeoutMs = 90_000) {
       return waitForRunStatus(server.url, server.adminToken, runId, statuses, timeoutMs);
