@@ -16,7 +16,10 @@ export interface Stack {
   dir: string;
   /** Environment every agent and CLI process gets (terraform offline config included). */
   baseEnv: NodeJS.ProcessEnv;
-  startAgent(name: string, env?: Record<string, string>): Promise<Proc>;
+  /** Starts an agent of `pool` (by default the stack's; give another pool's token in `env`). */
+  startAgent(name: string, env?: Record<string, string>, pool?: string): Promise<Proc>;
+  /** A pool of a test's own, so its runs land only on its agents; returns a token to start them with. */
+  createPool(name: string): Promise<{ pool: string; token: string }>;
   /**
    * Runs a user command as the admin, in this process; `subprocess` runs the real binary instead
    * (tests of the binary itself), killed after `timeoutMs`.
@@ -56,7 +59,12 @@ export async function startStack(serverEnv: Record<string, string> = {}): Promis
     poolTokenId: tok.body.id,
     dir,
     baseEnv,
-    async startAgent(name, env = {}) {
+    async createPool(name) {
+      await server.api(routes.createPool, { body: { name } });
+      const created = await server.api(routes.createPoolToken, { params: { pool: name }, body: { description: name } });
+      return { pool: name, token: created.body.token as string };
+    },
+    async startAgent(name, env = {}, agentPool = pool) {
       const agentDir = join(dir, `agent-${name}`);
       const proc = spawnDrover(["agent", "run"], {
         ...baseEnv,
@@ -69,10 +77,10 @@ export async function startStack(serverEnv: Record<string, string> = {}): Promis
         ...env,
       });
       agents.push(proc);
-      // Registered once the server lists it.
-      const deadline = Date.now() + 20_000;
+      // Registered once the server lists it; generous: agents started together on a busy machine are slow.
+      const deadline = Date.now() + 60_000;
       for (;;) {
-        const listed = await server.api(routes.listAgents, { query: { pool } });
+        const listed = await server.api(routes.listAgents, { query: { pool: agentPool } });
         if (listed.body.items.some((a: any) => a.name === name && a.status !== "offline")) return proc;
         if (proc.child.exitCode !== null || Date.now() > deadline)
           throw new Error(`agent ${name} did not register:\n${proc.output()}`);
