@@ -26,7 +26,8 @@ async function workspace(name: string) {
 
 test("plan+apply of examples/hello succeeds through the CLI and its state is stored", async () => {
   const wsId = await workspace("hello");
-  const res = await stack.cli(["run", "start", hello, "--workspace", "hello", "--auto-apply"]);
+  // The binary itself, end to end: a real `drover` process follows the run to its end.
+  const res = await stack.cli(["run", "start", hello, "--workspace", "hello", "--auto-apply"], { subprocess: true });
   assert.equal(res.code, 0, `${res.stdout}\n${res.stderr}`);
   assert.match(res.stdout, /Plan: \d+ to add/, "the plan log streamed to the terminal");
   assert.match(res.stdout, /Apply complete!/, "the apply log streamed to the terminal");

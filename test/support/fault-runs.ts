@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { rawTarGz } from "./archives.js";
 import { spawnDrover, type Proc } from "./processes.js";
 import { readPhaseLog, routeCall, type ApiResponse, type RouteArgs } from "./typed-api.js";
-import { isTerminalRun, routes, type Route } from "@drover/protocol";
+import { routes, type Route } from "@drover/protocol";
 
 /*
  * Fault tests' building blocks: real `drover server` and `drover agent run` processes, and an
@@ -14,6 +14,8 @@ import { isTerminalRun, routes, type Route } from "@drover/protocol";
  */
 
 export type { ApiResponse };
+// Fault tests wait on runs through the same long-poll as every test.
+export { waitForRunStatus } from "./typed-api.js";
 
 /** Calls a route of `url` with a bearer token; never throws on an HTTP error status. */
 export async function call<R extends Route>(
@@ -130,27 +132,6 @@ export async function startGatedRun(
     body: { workspace, configurationVersionId: cv.id, autoApply: true },
   });
   return run.id as string;
-}
-
-/** Waits for the run to reach one of `statuses` (answers of a server in trouble are retried). */
-export async function waitForRunStatus(
-  url: string,
-  token: string,
-  runId: string,
-  statuses: string[],
-  timeoutMs = 120_000,
-): Promise<any> {
-  return eventually(
-    `run ${runId} to be ${statuses.join("|")}`,
-    async () => {
-      const res = await call(url, routes.getRun, token, { params: { id: runId } });
-      if (res.status === 200 && isTerminalRun(res.body.status) && !statuses.includes(res.body.status)) {
-        throw new Error(`run ended ${res.body.status}: ${res.body.errorMessage}`);
-      }
-      return res.status === 200 && statuses.includes(res.body.status) ? res.body : undefined;
-    },
-    timeoutMs,
-  );
 }
 
 /** A phase's whole log, following offsets to the end. */

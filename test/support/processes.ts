@@ -110,15 +110,22 @@ export function runDrover(
 ): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [droverBin, ...args], { env, stdio: ["ignore", "pipe", "pipe"] });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
-    child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+    const stdout: Buffer[] = [];
+    const stderr: Buffer[] = [];
+    child.stdout.on("data", (d: Buffer) => stdout.push(d));
+    child.stderr.on("data", (d: Buffer) => stderr.push(d));
     const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs);
     child.on("error", reject);
-    child.on("exit", (code) => {
+    // 'close', not 'exit': 'exit' may come while the last output still sits in the pipes unread
+    // (a busy machine saw `run start --json` answer an empty stdout); 'close' comes after both
+    // pipes reached their end.
+    child.on("close", (code) => {
       clearTimeout(timer);
-      resolve({ code: code ?? 1, stdout, stderr });
+      resolve({
+        code: code ?? 1,
+        stdout: Buffer.concat(stdout).toString("utf8"),
+        stderr: Buffer.concat(stderr).toString("utf8"),
+      });
     });
   });
 }

@@ -1,9 +1,10 @@
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { runCliInProcess } from "./cli.js";
 import { runDrover, spawnDrover, type Proc } from "./processes.js";
 import { startTestServer, type TestServer } from "./server.js";
-import { readPhaseLog } from "./typed-api.js";
+import { readPhaseLog, waitForRunStatus } from "./typed-api.js";
 import { routes } from "@drover/protocol";
 
 /** A real server with a pool, its token, and helpers to start real agents and run the real CLI. */
@@ -15,10 +16,17 @@ export interface Stack {
   dir: string;
   /** Environment every agent and CLI process gets (terraform offline config included). */
   baseEnv: NodeJS.ProcessEnv;
-  startAgent(name: string, env?: Record<string, string>): Promise<Proc>;
+  /** Starts an agent of `pool` (by default the stack's; give another pool's token in `env`). */
+  startAgent(name: string, env?: Record<string, string>, pool?: string): Promise<Proc>;
+  /** A pool of a test's own, so its runs land only on its agents; returns a token to start them with. */
+  createPool(name: string): Promise<{ pool: string; token: string }>;
+  /**
+   * Runs a user command as the admin, in this process; `subprocess` runs the real binary instead
+   * (tests of the binary itself), killed after `timeoutMs`.
+   */
   cli(
     args: string[],
-    options?: { env?: Record<string, string>; timeoutMs?: number },
+    options?: { env?: Record<string, string>; subprocess?: boolean; timeoutMs?: number },
   ): Promise<{ code: number; stdout: string; stderr: string }>;
   /** Uploads a directory and starts a run without following it; returns the run id. */
   startRun(dir: string, workspace: string, flags?: string[]): Promise<string>;
@@ -51,7 +59,12 @@ export async function startStack(serverEnv: Record<string, string> = {}): Promis
     poolTokenId: tok.body.id,
     dir,
     baseEnv,
-    async startAgent(name, env = {}) {
+    async createPool(name) {
+      await server.api(routes.createPool, { body: { name } });
+      const created = await server.api(routes.createPoolToken, { params: { pool: name }, body: { description: name } });
+      return { pool: name, token: created.body.token as string };
+    },
+    async startAgent(name, env = {}, agentPool = pool) {
       const agentDir = join(dir, `agent-${name}`);
       const proc = spawnDrover(["agent", "run"], {
         ...baseEnv,
@@ -64,10 +77,10 @@ export async function startStack(serverEnv: Record<string, string> = {}): Promis
         ...env,
       });
       agents.push(proc);
-      // Registered once the server lists it.
-      const deadline = Date.now() + 20_000;
+      // Registered once the server lists it; generous: agents started together on a busy machine are slow.
+      const deadline = Date.now() + 60_000;
       for (;;) {
-        const listed = await server.api(routes.listAgents, { query: { pool } });
+        const listed = await server.api(routes.listAgents, { query: { pool: agentPool } });
         if (listed.body.items.some((a: any) => a.name === name && a.status !== "offline")) return proc;
         if (proc.child.exitCode !== null || Date.now() > deadline)
           throw new Error(`agent ${name} did not register:\n${proc.output()}`);
@@ -75,7 +88,8 @@ export async function startStack(serverEnv: Record<string, string> = {}): Promis
       }
     },
     cli(args, options = {}) {
-      return runDrover(args, { ...baseEnv, DROVER_TOKEN: server.adminToken, ...options.env }, options.timeoutMs);
+      const env = { ...baseEnv, DROVER_TOKEN: server.adminToken, ...options.env };
+      return options.subprocess ? runDrover(args, env, options.timeoutMs) : runCliInProcess(args, env);
     },
     async startRun(configDir, workspace, flags = []) {
       const res = await stack.cli([
@@ -88,18 +102,21 @@ export async function startStack(serverEnv: Record<string, string> = {}): Promis
         "--json",
         ...flags,
       ]);
-      if (res.code !== 0 && res.code !== 2)
-        throw new Error(`run start failed (${res.code}): ${res.stderr}${res.stdout}`);
-      return JSON.parse(res.stdout).id as string;
-    },
-    async waitForRun(runId, statuses, timeoutMs = 90_000) {
-      const deadline = Date.now() + timeoutMs;
-      for (;;) {
-        const run = (await server.api(routes.getRun, { params: { id: runId } })).body;
-        if (statuses.includes(run.status)) return run;
-        if (Date.now() > deadline) throw new Error(`run ${runId} is ${run.status}, expected ${statuses.join("|")}`);
-        await new Promise((r) => setTimeout(r, 100));
+      // With --no-follow the CLI exits 0 once the run exists; anything else fails here with what it printed.
+      let id: unknown;
+      try {
+        id = res.code === 0 ? (JSON.parse(res.stdout) as { id?: unknown }).id : undefined;
+      } catch {
+        id = undefined;
       }
+      if (typeof id !== "string")
+        throw new Error(
+          `run start failed (exit ${res.code}): stdout ${JSON.stringify(res.stdout)}, stderr ${JSON.stringify(res.stderr)}`,
+        );
+      return id;
+    },
+    waitForRun(runId, statuses, timeoutMs = 90_000) {
+      return waitForRunStatus(server.url, server.adminToken, runId, statuses, timeoutMs);
     },
     async stop() {
       await Promise.all(agents.map((a) => a.stop("SIGKILL")));

@@ -1,5 +1,7 @@
 import {
   DroverClient,
+  isTerminalRun,
+  maxLongPollMs,
   routePath,
   routes,
   type BodyOf,
@@ -7,6 +9,7 @@ import {
   type Phase,
   type QueryOf,
   type Route,
+  type RunStatus,
 } from "@drover/protocol";
 
 /*
@@ -137,5 +140,46 @@ export async function readPhaseLog(baseUrl: string, token: string, runId: string
     out += res.result.toString("utf8");
     offset = Number(res.headers["x-drover-log-offset"]);
     if (res.headers["x-drover-log-complete"] === "true" || res.result.length === 0) return out;
+  }
+}
+
+/**
+ * Waits until run `runId` is in one of `statuses`, on the server's long-poll (the answer comes
+ * when the status moves on); fails at once when the run ends in another status, and after
+ * `timeoutMs`. A failed call (a server restarting, a database outage) is tried again.
+ */
+export async function waitForRunStatus(
+  baseUrl: string,
+  token: string,
+  runId: string,
+  statuses: readonly string[],
+  timeoutMs = 120_000,
+): Promise<any> {
+  const deadline = Date.now() + timeoutMs;
+  let seen: { status: RunStatus; errorMessage?: string | null } | undefined;
+  let trouble = "";
+  for (;;) {
+    const left = deadline - Date.now();
+    if (left <= 0)
+      throw new Error(`run ${runId} is ${seen?.status ?? "unread"}, expected ${statuses.join("|")}${trouble}`);
+    const query = seen ? { wait: Math.min(left, maxLongPollMs), status: seen.status } : {};
+    let res: ApiResponse | undefined;
+    try {
+      res = await routeCall(baseUrl, routes.getRun, { token, params: { id: runId }, query });
+    } catch (err) {
+      trouble = ` (last call: ${String(err)})`;
+    }
+    if (res?.status === 200) {
+      seen = res.body;
+      if (statuses.includes(res.body.status)) return res.body;
+      if (isTerminalRun(res.body.status))
+        throw new Error(
+          `run ${runId} ended ${res.body.status}, expected ${statuses.join("|")}: ${res.body.errorMessage}`,
+        );
+      continue;
+    }
+    if (res) trouble = ` (last answer: ${res.status} ${JSON.stringify(res.body)})`;
+    // Only after a failed call: a server in trouble is asked again shortly.
+    await new Promise((r) => setTimeout(r, 100));
   }
 }

@@ -1,5 +1,6 @@
 import { DroverClient, escapeControlChars, settings } from "@drover/protocol";
 import type { Command } from "commander";
+import { io } from "./io.js";
 import { resolveSettings, resolveTimeoutMs } from "./settings.js";
 
 /** Options every user command takes. */
@@ -24,8 +25,9 @@ export function withCommon(cmd: Command): Command {
 
 /** The API client of a command: its settings and its per-call deadline. */
 export function apiFor(opts: CommonOptions): DroverClient {
-  const { url, token } = resolveSettings({ url: opts.url, token: opts.token });
-  return new DroverClient({ baseUrl: url, token, timeoutMs: resolveTimeoutMs({ timeout: opts.timeout }) });
+  const { env } = io();
+  const { url, token } = resolveSettings({ url: opts.url, token: opts.token }, env);
+  return new DroverClient({ baseUrl: url, token, timeoutMs: resolveTimeoutMs({ timeout: opts.timeout }, env) });
 }
 
 /**
@@ -42,7 +44,7 @@ export function jsonText(data: unknown): string {
  * with control characters made visible: names, messages and values come from runs (N9).
  */
 export function emit<T>(opts: CommonOptions, data: T, human: (d: T) => string): void {
-  process.stdout.write(opts.json ? jsonText(data) + "\n" : escapeControlChars(human(data)) + "\n");
+  io().stdout.write(opts.json ? jsonText(data) + "\n" : escapeControlChars(human(data)) + "\n");
 }
 
 /** A plain text table. */

@@ -35,9 +35,15 @@ export async function followRun(
     }
     await writeWithBackpressure(out, shown.end());
   }
-  for (;;) {
-    const run = await api.call(routes.getRun, { params: { id: runId } });
-    if (settled(run.status)) return run;
-    await new Promise((r) => setTimeout(r, 200));
+  let run = await api.call(routes.getRun, { params: { id: runId } });
+  while (!settled(run.status)) {
+    const wait = Math.min(25_000, maxLongPollMs);
+    // The server answers once the status moves on (or at the wait's end, unchanged).
+    run = await api.call(routes.getRun, {
+      params: { id: runId },
+      query: { wait, status: run.status },
+      timeoutMs: api.timeoutMs + wait,
+    });
   }
+  return run;
 }

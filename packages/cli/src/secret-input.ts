@@ -1,5 +1,6 @@
 import { DroverError, messageOf } from "@drover/protocol";
 import { readFileSync } from "node:fs";
+import { io } from "./io.js";
 
 /*
  * Secrets given on the command line are visible to every user of the machine
@@ -10,7 +11,7 @@ import { readFileSync } from "node:fs";
 /** Reads all of standard input. */
 export async function readStdin(): Promise<string> {
   const parts: Buffer[] = [];
-  for await (const chunk of process.stdin) parts.push(chunk as Buffer);
+  for await (const chunk of io().stdin) parts.push(chunk as Buffer);
   return Buffer.concat(parts).toString("utf8");
 }
 

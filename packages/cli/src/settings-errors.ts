@@ -1,4 +1,5 @@
 import { DroverError, unknownSettingWarnings } from "@drover/protocol";
+import { io } from "./io.js";
 
 /** One line for a coded error, as `printError` writes it: the message, its code, what to do. */
 export function describeError(err: DroverError): string {
@@ -20,5 +21,5 @@ export function settingsOrExit<T>(command: string, load: () => T): T {
 
 /** Warns on stderr about each DROVER_* variable no Drover process reads (a misspelling would be ignored silently). */
 export function warnUnknownSettings(env: NodeJS.ProcessEnv): void {
-  for (const warning of unknownSettingWarnings(env)) process.stderr.write(`drover: warning: ${warning}\n`);
+  for (const warning of unknownSettingWarnings(env)) io().stderr.write(`drover: warning: ${warning}\n`);
 }

@@ -20,7 +20,7 @@ export {
   type RouteMethod,
 } from "./routes/define.js";
 export { okResponseSchema, readyResponseSchema } from "./routes/agent.js";
-export { logQuerySchema } from "./routes/runs.js";
+export { logQuerySchema, runWaitQuerySchema } from "./routes/runs.js";
 
 /*
  * The route table: every HTTP route the server registers, declared once. The server registers

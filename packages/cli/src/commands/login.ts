@@ -1,5 +1,6 @@
 import { DroverClient, DroverError, routes } from "@drover/protocol";
 import type { Command } from "commander";
+import { io } from "../io.js";
 import { readSecret } from "../secret-input.js";
 import { writeCredentials } from "../settings.js";
 
@@ -28,8 +29,8 @@ export function registerLoginCommand(program: Command): void {
       const token = opts.token ?? (await readSecret(opts.tokenStdin ? "-" : (opts.tokenFile as string), "API token"));
       const settings = { url: opts.url.replace(/\/+$/, ""), token };
       await new DroverClient({ baseUrl: settings.url, token }).call(routes.listPools, {});
-      const path = writeCredentials(settings);
-      process.stdout.write(
+      const path = writeCredentials(settings, io().env);
+      io().stdout.write(
         opts.json
           ? JSON.stringify({ url: settings.url, credentials: path }) + "\n"
           : `Logged in to ${settings.url} (credentials in ${path})\n`,

@@ -11,6 +11,7 @@ import { Option, type Command } from "commander";
 import { resolve } from "node:path";
 import { apiFor, emit, jsonText, table, withCommon, type CommonOptions } from "../command-kit.js";
 import { exitCodeFor } from "../exit-codes.js";
+import { io } from "../io.js";
 import { followRun } from "../follow.js";
 import { printPhaseLog } from "../logs.js";
 import { packDirectory } from "../pack.js";
@@ -28,13 +29,13 @@ async function followAndReport(
   phases?: Phase[],
 ): Promise<void> {
   let final = run;
-  if (opts.follow !== false) final = await followRun(api, run.id, opts.json ? process.stderr : process.stdout, phases);
-  if (opts.json) process.stdout.write(jsonText(final) + "\n");
+  if (opts.follow !== false) final = await followRun(api, run.id, opts.json ? io().stderr : io().stdout, phases);
+  if (opts.json) io().stdout.write(jsonText(final) + "\n");
   else
-    process.stdout.write(
+    io().stdout.write(
       `\n${escapeControlChars(summary(final))}${final.status === "planned" ? `\nConfirm with: drover run confirm ${final.id}` : ""}\n`,
     );
-  process.exitCode = opts.follow === false ? 0 : exitCodeFor(final.status);
+  io().exitCode = opts.follow === false ? 0 : exitCodeFor(final.status);
 }
 
 export function registerRunCommands(program: Command): void {
@@ -72,7 +73,7 @@ export function registerRunCommands(program: Command): void {
           },
         });
         if (!opts.json && opts.follow !== false)
-          process.stdout.write(`Run ${created.id} created (${created.status}); following its log.\n\n`);
+          io().stdout.write(`Run ${created.id} created (${created.status}); following its log.\n\n`);
         await followAndReport(api, created, opts);
       },
     );
@@ -152,14 +153,14 @@ export function registerRunCommands(program: Command): void {
       const api = apiFor(opts);
       const phases: Phase[] = opts.phase ? [opts.phase] : ["plan", "apply"];
       if (opts.follow) {
-        await followRun(api, id, process.stdout, phases);
+        await followRun(api, id, io().stdout, phases);
         return;
       }
       for (const phase of phases) {
-        const read = await printPhaseLog(api, id, phase, process.stdout);
+        const read = await printPhaseLog(api, id, phase, io().stdout);
         // Not an error: the job is still writing (or not started); say so where scripts won't parse it.
         if (!read.complete)
-          process.stderr.write(
+          io().stderr.write(
             `drover: the ${phase} log of run ${id} is not finished yet (${read.bytes} bytes so far); use --follow to keep reading\n`,
           );
       }

@@ -18,6 +18,15 @@ import {
 
 const lockIdQuery = z.object({ ID: z.string().optional() });
 
+/**
+ * Query of GET /api/v1/runs/:id: with `wait` (ms), the answer waits until the run's status
+ * differs from `status` (by default the status it has when the request arrives).
+ */
+export const runWaitQuerySchema = z.object({
+  wait: z.coerce.number().int().min(0).max(maxLongPollMs).default(0),
+  status: s.runStatusSchema.optional(),
+});
+
 /** Query of GET /api/v1/runs/:id/logs. */
 export const logQuerySchema = z.object({
   phase: s.phaseSchema.default("plan"),
@@ -106,9 +115,10 @@ export const runRoutes = {
   getRun: route({
     method: "GET",
     path: `${userApi}/runs/:id`,
-    summary: "Show a run",
+    summary: `Show a run; with ?wait=ms (most ${maxLongPollMs}) and &status=, once its status differs from that one`,
     auth: "user",
     params: id,
+    query: runWaitQuerySchema,
     response: ok(s.runSchema),
     errors: ["not_found"],
   }),

@@ -33,6 +33,19 @@ export function intIn(min: number, max = Number.POSITIVE_INFINITY): SettingParse
   };
 }
 
+/**
+ * Seconds, a fraction allowed to the millisecond (`0.25`): short enough for tests of leases and
+ * silent agents to wait well under a second, and still seconds for everyone else.
+ */
+export function secondsFrom(min: number): SettingParser<number> {
+  return (raw, name) => {
+    const n = Number(raw);
+    if (!/^\d+(\.\d{1,3})?$/.test(raw.trim()) || n < min)
+      invalid(name, `${name} must be a number of seconds ≥ ${min} (up to 3 decimals), got ${JSON.stringify(raw)}`);
+    return n;
+  };
+}
+
 /** One of `allowed`. */
 export function oneOf<T extends string>(allowed: readonly T[]): SettingParser<T> {
   return (raw, name) => {

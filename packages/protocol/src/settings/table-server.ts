@@ -1,4 +1,4 @@
-import { text, bool, intIn, oneOf, httpUrl, keyValues, ratio, otelSamplers } from "./parsers.js";
+import { text, bool, intIn, secondsFrom, oneOf, httpUrl, keyValues, ratio, otelSamplers } from "./parsers.js";
 import { setting, exporters } from "./spec.js";
 
 /** The settings of the server. */
@@ -79,24 +79,24 @@ export const serverSettings = {
     section: "server",
   }),
   DROVER_LEASE_TTL_SECONDS: setting({
-    doc: "a job lease lives this long without a heartbeat; no lease expires until the server has reached its database for this long (after a start or a database outage)",
+    doc: "a job lease lives this long without a heartbeat; no lease expires until the server has reached its database for this long (after a start or a database outage); fractions allowed, e.g. 0.5",
     default: 30,
     readers: ["server"],
-    parse: intIn(1),
+    parse: secondsFrom(0.1),
     section: "server",
   }),
   DROVER_AGENT_TTL_SECONDS: setting({
-    doc: "an agent silent this long is shown offline",
+    doc: "an agent silent this long is shown offline (fractions allowed, e.g. 0.5)",
     default: 60,
     readers: ["server"],
-    parse: intIn(1),
+    parse: secondsFrom(0.1),
     section: "server",
   }),
   DROVER_AGENT_HEARTBEAT_SECONDS: setting({
-    doc: "heartbeat interval agents are told to use",
+    doc: "heartbeat interval agents are told to use (fractions allowed, e.g. 0.5)",
     default: 10,
     readers: ["server"],
-    parse: intIn(1),
+    parse: secondsFrom(0.1),
     section: "server",
   }),
   DROVER_SWEEP_INTERVAL_MS: setting({

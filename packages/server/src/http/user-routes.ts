@@ -95,7 +95,22 @@ export function registerUserRoutes(app: FastifyInstance, http: HttpContext, opti
 
   serve(routes.createRun, async ({ body }) => createRun(ctx, body));
   serve(routes.listRuns, async ({ query }) => ({ items: await listRuns(ctx, query) }));
-  serve(routes.getRun, async ({ params }) => getRun(ctx, params.id));
+  serve(routes.getRun, async ({ params, query }, _req, reply) => {
+    if (query.wait === 0) return getRun(ctx, params.id);
+    const signal = requestSignal(reply, http.shutdown);
+    const deadline = Date.now() + query.wait;
+    const from = query.status ?? (await getRun(ctx, params.id)).status;
+    for (;;) {
+      // Subscribe before reading, so a change in between wakes us.
+      const wake = waitForEvent(ctx.events, "run-changed", params.id, Math.max(0, deadline - Date.now()), signal);
+      const run = await getRun(ctx, params.id);
+      if (run.status !== from || Date.now() >= deadline || signal.aborted) {
+        wake.cancel();
+        return run;
+      }
+      await wake.promise;
+    }
+  });
   serve(routes.confirmRun, async ({ params }) => confirmRun(ctx, params.id));
   serve(routes.discardRun, async ({ params }) => discardRun(ctx, params.id));
   serve(routes.cancelRun, async ({ params, query }) => cancelRun(ctx, params.id, { force: query.force === "true" }));

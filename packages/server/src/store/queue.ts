@@ -405,7 +405,7 @@ export async function expireLeases(ctx: StoreContext): Promise<{ requeued: numbe
       const agent = job.agent_id
         ? await trx.selectFrom("agents").select("name").where("id", "=", job.agent_id).executeTakeFirst()
         : undefined;
-      const reason = `agent lost: no heartbeat from agent ${agent?.name ?? job.agent_id ?? "?"} for ${Math.round(ctx.settings.leaseTtlMs / 1000)} s`;
+      const reason = `agent lost: no heartbeat from agent ${agent?.name ?? job.agent_id ?? "?"} for ${ctx.settings.leaseTtlMs / 1000} s`;
       if (!(await moveJob(ctx, trx, job, "errored", { message: reason, finished_at: now }))) return;
       lost++;
       await appendAtEnd(trx, job.id, Buffer.from(`\n[drover] ${reason}; the run is errored\n`, "utf8"));
