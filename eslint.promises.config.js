@@ -1,7 +1,7 @@
 // Type-aware lint for two rules only: a promise dropped or passed where nothing awaits it loses
 // its error. It type-checks every file (about 6× the time of `npx eslint .`), so it runs beside
-// the test files in `npm test` (scripts/run-tests.mjs --lint-promises) and on demand with
-// `npm run lint:promises`, rather than on every landing.
+// the test files in `npm test` (scripts/run-tests.mjs --lint, which runs it instead of `eslint .`:
+// it holds every rule of the base config too) and on demand with `npm run lint:promises`.
 import tseslint from "typescript-eslint";
 import base from "./eslint.config.js";
 

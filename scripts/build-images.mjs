@@ -123,7 +123,30 @@ function podman(env, args, opts = {}) {
 }
 
 function imageExists(env, name) {
-  return spawnSync("podman", ["image", "exists", name], { env: { ...process.env, ...env } }).status === 0;
+  const exists = spawnSync("podman", ["image", "exists", name], { env: { ...process.env, ...env } }).status === 0;
+  if (!exists && lookOnly) throw new MissingImage(name);
+  return exists;
+}
+
+/** Set while checking, without the lock, whether every image is built already: a missing one throws. */
+let lookOnly = false;
+class MissingImage extends Error {}
+
+/**
+ * The images' names when all are built, else undefined; builds nothing and takes no lock, so a
+ * test run whose images exist does not wait behind another checkout's build.
+ */
+function builtAlready() {
+  lookOnly = true;
+  try {
+    return buildImages(() => {});
+  } catch (err) {
+    if (!(err instanceof MissingImage)) throw err;
+    console.error(`[images] ${err.message} is not built yet: taking the build lock`);
+    return undefined;
+  } finally {
+    lookOnly = false;
+  }
 }
 
 /** Hash of files and directories (path, mode, content or link target), skipping build output. */
@@ -417,15 +440,21 @@ export function buildImages(log = (line) => console.error(`[images] ${line}`)) {
       log,
     );
   });
-  for (const repo of ["localhost/drover", "localhost/drover-runner", "localhost/drover-node"])
-    pruneOld(env, repo, keepTags);
+  if (!lookOnly)
+    for (const repo of ["localhost/drover", "localhost/drover-runner", "localhost/drover-node"])
+      pruneOld(env, repo, keepTags);
   return { env, images: { debian, node, terraform, drover, runner }, timingsMs: timings };
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  const start = Date.now();
+  const locked = process.env.DROVER_IMAGES_LOCKED === lockPath();
+  const built = process.argv.includes("--env") || locked ? undefined : builtAlready();
   if (process.argv.includes("--env")) {
     console.log(JSON.stringify({ env: podmanEnv(), lock: lockPath() }));
-  } else if (process.env.DROVER_IMAGES_LOCKED !== lockPath()) {
+  } else if (built) {
+    console.log(JSON.stringify({ ...built, totalMs: Date.now() - start }));
+  } else if (!locked) {
     // Whoever holds the lock builds; the others wait, then find the images built.
     mkdirSync(cacheDir(), { recursive: true });
     const r = spawnSync(
@@ -438,7 +467,6 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
     );
     process.exitCode = r.status ?? 1;
   } else {
-    const start = Date.now();
     const out = buildImages();
     console.log(JSON.stringify({ ...out, totalMs: Date.now() - start }));
   }

@@ -1,11 +1,14 @@
 // Runs every compiled test file with Node's test runner, with one throwaway PostgreSQL
 // cluster shared by the run (each test file creates its own database in it).
 //
-//   node scripts/run-tests.mjs [--lint-promises] [substring-of-compiled-path | path/to/file.test.js ...]
+//   node scripts/run-tests.mjs [--lint | --lint-promises] [substring-of-compiled-path | path/to/file.test.js ...]
 //
-// --lint-promises (what `npm test` passes) runs the type-aware promise lint
-// (eslint.promises.config.js, about a minute of CPU) beside the tests, at low priority, so it
-// costs the suite little wall time; the run fails if the lint does, its findings printed last.
+// --lint (what `npm test` passes) runs the repository's lints beside the tests, at low priority,
+// so they cost the suite little wall time: the type-aware lint (eslint.promises.config.js, which
+// holds every rule of `eslint .` plus the two promise rules, so `eslint .` is not run twice) and
+// `prettier --check`. --lint-promises runs the type-aware lint alone. The run fails if a lint
+// does, its findings printed last. DROVER_TEST_LINT_DIR lints another directory (the runner's
+// own tests use it; its eslint.promises.config.js is then that directory's).
 //
 // DROVER_TEST_TIMEOUT_MS (default 300000) bounds every test and hook that sets no timeout of
 // its own (see test-timeout.mjs). The PostgreSQL cluster is stopped however the run ends:
@@ -41,8 +44,9 @@ if (!/^\d+$/.test(rawTimeout) || !Number.isSafeInteger(timeoutMs) || timeoutMs <
   process.exit(2);
 }
 
-const lintPromises = process.argv.includes("--lint-promises");
-const args = process.argv.slice(2).filter((a) => a !== "--lint-promises");
+const lintAll = process.argv.includes("--lint");
+const lintPromises = lintAll || process.argv.includes("--lint-promises");
+const args = process.argv.slice(2).filter((a) => a !== "--lint-promises" && a !== "--lint");
 // An argument naming an existing file is run as given; any other is a substring filter.
 const named = args.filter((a) => a.endsWith(".js") && existsSync(a) && statSync(a).isFile());
 const filter = args.filter((a) => !named.includes(a));
@@ -68,7 +72,8 @@ files = orderByDuration(
 
 let pg;
 let child;
-let lintChild;
+/** The lints still running, killed if this process ends first. */
+const lintChildren = new Set();
 function stopPostgres() {
   const cluster = pg;
   pg = undefined;
@@ -83,7 +88,7 @@ function stopPostgres() {
 }
 // The last line of defence: runs on every exit of this process that is not a SIGKILL.
 process.on("exit", () => {
-  if (lintChild && lintChild.exitCode === null) lintChild.kill("SIGKILL");
+  for (const lint of lintChildren) if (lint.exitCode === null) lint.kill("SIGKILL");
   stopPostgres();
 });
 process.on("uncaughtException", (err) => {
@@ -153,24 +158,43 @@ for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"]) {
 }
 
 /**
- * Starts the type-aware promise lint in the background at low priority; resolves with its exit
- * code and output once it ends.
+ * Starts one lint (`args` to node) in the background at low priority, in `dir`; resolves with
+ * its name, exit code and output once it ends.
  */
-function startPromiseLint() {
-  const root = join(dirname(fileURLToPath(import.meta.url)), "..");
-  const eslint = join(root, "node_modules", "eslint", "bin", "eslint.js");
-  const lint = (lintChild = spawn(
-    "nice",
-    ["-n", "10", process.execPath, eslint, "-c", join(root, "eslint.promises.config.js"), root],
-    { stdio: ["ignore", "pipe", "pipe"], cwd: root },
-  ));
+function startLint(name, args, dir) {
+  const lint = spawn("nice", ["-n", "10", process.execPath, ...args], { stdio: ["ignore", "pipe", "pipe"], cwd: dir });
+  lintChildren.add(lint);
   let output = "";
   lint.stdout.on("data", (d) => (output += d));
   lint.stderr.on("data", (d) => (output += d));
-  return new Promise((resolve) => lint.on("exit", (c, s) => resolve({ code: c ?? (s ? 1 : 0), output })));
+  return new Promise((resolve) =>
+    lint.on("exit", (c, s) => {
+      lintChildren.delete(lint);
+      resolve({ name, code: c ?? (s ? 1 : 0), output });
+    }),
+  );
 }
 
-const promiseLint = lintPromises ? startPromiseLint() : undefined;
+/** The lints this run was asked for, started at once; resolves with each one's result. */
+function startLints() {
+  const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+  const dir = resolve(process.env.DROVER_TEST_LINT_DIR || root);
+  const bin = (pkg, file) => join(root, "node_modules", pkg, "bin", file);
+  const lints = [
+    startLint(
+      "type-aware lint (eslint.promises.config.js)",
+      [bin("eslint", "eslint.js"), "-c", join(dir, "eslint.promises.config.js"), dir],
+      dir,
+    ),
+  ];
+  if (lintAll)
+    lints.push(
+      startLint("prettier --check", [bin("prettier", "prettier.cjs"), "--check", "**/*.{ts,mts,mjs,js,cjs}"], dir),
+    );
+  return Promise.all(lints);
+}
+
+const lintsDone = lintPromises ? startLints() : undefined;
 pg = await startPostgres();
 prebuildImages();
 const scripts = dirname(fileURLToPath(import.meta.url));
@@ -190,13 +214,13 @@ child = spawn(
   { stdio: "inherit", env, detached: true },
 );
 let code = await new Promise((resolve) => child.on("exit", (c, s) => resolve(c ?? (s ? 1 : 0))));
-if (promiseLint && !interrupted) {
-  const lint = await promiseLint;
-  if (lint.code === 0)
-    console.error("[run-tests] promise lint (eslint.promises.config.js): no dropped or misused promise");
-  else {
-    console.error(`[run-tests] promise lint (eslint.promises.config.js) failed:\n${lint.output}`);
-    code = code || 1;
+if (lintsDone && !interrupted) {
+  for (const lint of await lintsDone) {
+    if (lint.code === 0) console.error(`[run-tests] ${lint.name}: passed`);
+    else {
+      console.error(`[run-tests] ${lint.name} failed:\n${lint.output}`);
+      code = code || 1;
+    }
   }
 }
 if (!interrupted) process.exit(code);

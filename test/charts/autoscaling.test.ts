@@ -3,12 +3,13 @@
 // protection puts the API token in the pod-annotator sidecar only, under a Role that gets and
 // patches pods and nothing else.
 import assert from "node:assert/strict";
-import { execFileSync, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { test } from "node:test";
 import { parseAllDocuments } from "yaml";
 import { repo } from "../support/chart-cluster.js";
+import { helmTemplate } from "../support/helm.js";
 
 const { tools } = (await import(pathToFileURL(join(repo, "scripts", "tools.mjs")).href)) as {
   tools(): { helm: string };
@@ -18,11 +19,16 @@ const token = "drv_p_eyJ1cmwiOiJodHRwczovL2QuZXhhbXBsZSIsInBvb2wiOiJwIn0.c2VjcmV
 const chart = join(repo, "charts", "agent-local");
 
 function render(args: string[]): any[] {
-  const out = execFileSync(
-    helm,
-    ["template", "rel", chart, "--namespace", "drover", "--set", `agent.token=${token}`, ...args],
-    { encoding: "utf8" },
-  );
+  const out = helmTemplate([
+    "template",
+    "rel",
+    chart,
+    "--namespace",
+    "drover",
+    "--set",
+    `agent.token=${token}`,
+    ...args,
+  ]);
   const docs = parseAllDocuments(out, { uniqueKeys: true, strict: true });
   assert.ok(!("empty" in docs));
   return docs.map((d) => d.toJSON()).filter((o) => o !== null);

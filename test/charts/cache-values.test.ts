@@ -1,10 +1,11 @@
 import assert from "node:assert/strict";
-import { execFileSync, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { describe, test } from "node:test";
 import { parseAllDocuments } from "yaml";
 import { buildJob, loadNodeWorkerSettings, loadWorkerSettings } from "@drover/agent/kubernetes";
+import { helmTemplate } from "../support/helm.js";
 
 // Every cache value of the job charts (agent.providerCache.*, agent.moduleCache.*,
 // persistence.cache.*) reaches what it names, and what it reaches is read as the worker reads
@@ -19,11 +20,16 @@ const token = "drv_p_eyJ1cmwiOiJodHRwczovL2QuZXhhbXBsZSIsInBvb2wiOiJwIn0.c2VjcmV
 
 type Obj = { kind: string; metadata: { name: string }; spec?: any };
 function render(chart: string, args: string[]): Obj[] {
-  const out = execFileSync(
-    tools().helm,
-    ["template", "rel", join(repo, "charts", chart), "--namespace", "drover", "--set", `agent.token=${token}`, ...args],
-    { encoding: "utf8" },
-  );
+  const out = helmTemplate([
+    "template",
+    "rel",
+    join(repo, "charts", chart),
+    "--namespace",
+    "drover",
+    "--set",
+    `agent.token=${token}`,
+    ...args,
+  ]);
   return parseAllDocuments(out)
     .map((d) => d.toJSON() as Obj | null)
     .filter((o): o is Obj => o !== null);

@@ -1,11 +1,12 @@
 import assert from "node:assert/strict";
-import { execFileSync, spawn, spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { describe, test } from "node:test";
 import { parseAllDocuments } from "yaml";
+import { helmTemplate } from "../support/helm.js";
 
 // The charts as a user installs them: helm lint and template pass, every rendered object is
 // a valid Kubernetes object, and the promises of the chart READMEs hold in the output.
@@ -39,8 +40,8 @@ function render(chart: string, args: string[], options: { fresh?: boolean } = {}
   const key = JSON.stringify([chart, args]);
   let objects = options.fresh ? undefined : rendered.get(key);
   if (!objects) {
-    const out = execFileSync(helm, ["template", "rel", join(repo, "charts", chart), "--namespace", "drover", ...args], {
-      encoding: "utf8",
+    const out = helmTemplate(["template", "rel", join(repo, "charts", chart), "--namespace", "drover", ...args], {
+      fresh: options.fresh,
     });
     const docs = parseAllDocuments(out, { uniqueKeys: true, strict: true });
     assert.ok(!("empty" in docs), "no documents rendered");

@@ -15,20 +15,15 @@
 // Not proven here (no KEDA, no registry): KEDA's operator accepting these objects, its polling
 // and cooldown timers, the HPA it creates, and its stabilization windows.
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
 import { join } from "node:path";
-import { pathToFileURL } from "node:url";
 import { after, before, test } from "node:test";
 import { parseAllDocuments } from "yaml";
 import { repo } from "../support/chart-cluster.js";
 import { startStack, writeConfig, type Stack } from "../support/stack.js";
 import { kube, startTestCluster, type TestCluster } from "../kube/cluster.js";
 import { routes } from "@drover/protocol";
+import { helmTemplate } from "../support/helm.js";
 
-const { tools } = (await import(pathToFileURL(join(repo, "scripts", "tools.mjs")).href)) as {
-  tools(): { helm: string };
-};
-const { helm } = tools();
 const chart = join(repo, "charts", "agent-local");
 const ns = "drover";
 
@@ -172,22 +167,18 @@ after(async () => {
 });
 
 function render(args: string[]): any[] {
-  const out = execFileSync(
-    helm,
-    [
-      "template",
-      "rel",
-      chart,
-      "--namespace",
-      ns,
-      "--set",
-      `agent.token=${stack.poolToken}`,
-      "--set",
-      "autoscaling.keda.enabled=true",
-      ...args,
-    ],
-    { encoding: "utf8" },
-  );
+  const out = helmTemplate([
+    "template",
+    "rel",
+    chart,
+    "--namespace",
+    ns,
+    "--set",
+    `agent.token=${stack.poolToken}`,
+    "--set",
+    "autoscaling.keda.enabled=true",
+    ...args,
+  ]);
   return parseAllDocuments(out)
     .map((d) => d.toJSON())
     .filter((o) => o !== null);

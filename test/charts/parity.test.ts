@@ -1,9 +1,10 @@
 import assert from "node:assert/strict";
-import { execFileSync, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { describe, test } from "node:test";
 import { parseAllDocuments } from "yaml";
+import { helmTemplate } from "../support/helm.js";
 
 // The values a user of the seed charts carries over (each chart README's parity table), each
 // rendered and checked in the object it must reach. test/charts/parity-cluster.test.ts installs
@@ -24,11 +25,16 @@ type Obj = {
 };
 
 function render(chart: string, args: string[]): Obj[] {
-  const out = execFileSync(
-    tools().helm,
-    ["template", "rel", join(repo, "charts", chart), "--namespace", "drover", "--set", `agent.token=${token}`, ...args],
-    { encoding: "utf8" },
-  );
+  const out = helmTemplate([
+    "template",
+    "rel",
+    join(repo, "charts", chart),
+    "--namespace",
+    "drover",
+    "--set",
+    `agent.token=${token}`,
+    ...args,
+  ]);
   return parseAllDocuments(out, { uniqueKeys: true, strict: true })
     .map((d) => d.toJSON() as Obj | null)
     .filter((o): o is Obj => o !== null);

@@ -1,10 +1,11 @@
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
+
 import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
+import { fileURLToPath } from "node:url";
 import { test } from "node:test";
 import { parseAllDocuments } from "yaml";
+import { helmTemplate } from "../support/helm.js";
 
 // Least privilege, checked against the code: every Kubernetes API call the controller and the
 // node worker make (read from their sources) needs a grant of the chart's Role, and every
@@ -12,9 +13,6 @@ import { parseAllDocuments } from "yaml";
 // behind after a call went away, fails here.
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
-const { tools } = (await import(pathToFileURL(join(repo, "scripts", "tools.mjs")).href)) as {
-  tools(): { helm: string };
-};
 const token = "drv_p_eyJ1cmwiOiJodHRwczovL2QuZXhhbXBsZSIsInBvb2wiOiJwIn0.c2VjcmV0";
 
 /** `group/resource verb` strings. */
@@ -57,7 +55,8 @@ function callsOf(file: string): Grants {
   )) {
     used.add(`${m[3]}/${m[4]}${m[2] ? "/status" : ""} ${verbs[m[1]!]}`);
   }
-  // Informers: `inform("<resource>", "<path>", ...)` lists and watches the path's resource.
+  // Informers: `inform("<resource>", "<path>", ...)` lists and watches the path's resource (however the
+  // formatter breaks the call's lines).
   for (const m of src.matchAll(
     /inform\(\s*"[^"]*",\s*`\/apis?\/(?:([a-z.]+)\/)?v1(?:(?:alpha|beta)\d+)?\/namespaces\/\$\{ns\}\/([a-z]+)`/g,
   )) {
@@ -83,11 +82,7 @@ interface Rule {
 }
 
 function rules(chart: string, role: string, args: string[] = []): Rule[] {
-  const out = execFileSync(
-    tools().helm,
-    ["template", "rel", join(repo, "charts", chart), "--set", `agent.token=${token}`, ...args],
-    { encoding: "utf8" },
-  );
+  const out = helmTemplate(["template", "rel", join(repo, "charts", chart), "--set", `agent.token=${token}`, ...args]);
   const r = parseAllDocuments(out)
     .map((d) => d.toJSON() as { kind: string; metadata: { name: string }; rules?: Rule[] } | null)
     .find((o) => o?.kind === "Role" && o.metadata.name === `rel-${chart}-${role}`);

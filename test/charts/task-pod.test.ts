@@ -1,36 +1,30 @@
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
+
 import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
+import { fileURLToPath } from "node:url";
 import { test } from "node:test";
 import { parseAllDocuments } from "yaml";
 import { buildJob } from "@drover/agent/kubernetes";
+import { helmTemplate } from "../support/helm.js";
 
 // The task pod template of both controller charts (the AgentTask's jobTemplate) as rendered
 // with the charts' CI values (max-values.yaml has a long-running log-shipper sidecar).
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
-const { tools } = (await import(pathToFileURL(join(repo, "scripts", "tools.mjs")).href)) as {
-  tools(): { helm: string };
-};
 const token = "drv_p_eyJ1cmwiOiJodHRwczovL2QuZXhhbXBsZSIsInBvb2wiOiJwIn0.c2VjcmV0";
 
 function taskPodSpec(chart: string, args: string[] = []): any {
-  const out = execFileSync(
-    tools().helm,
-    [
-      "template",
-      "rel",
-      join(repo, "charts", chart),
-      "-f",
-      join(repo, "charts", chart, "ci", "max-values.yaml"),
-      "--set",
-      `agent.token=${token}`,
-      ...args,
-    ],
-    { encoding: "utf8" },
-  );
+  const out = helmTemplate([
+    "template",
+    "rel",
+    join(repo, "charts", chart),
+    "-f",
+    join(repo, "charts", chart, "ci", "max-values.yaml"),
+    "--set",
+    `agent.token=${token}`,
+    ...args,
+  ]);
   const task = parseAllDocuments(out)
     .map((d) => d.toJSON() as any)
     .find((o) => o?.kind === "AgentTask");
@@ -91,11 +85,7 @@ for (const chart of ["agent-job", "agent-k8s"]) {
 
 test("I6: both charts give the controller a 120 s image pull grace by default", () => {
   for (const chart of ["agent-job", "agent-k8s"]) {
-    const out = execFileSync(
-      tools().helm,
-      ["template", "rel", join(repo, "charts", chart), "--set", `agent.token=${token}`],
-      { encoding: "utf8" },
-    );
+    const out = helmTemplate(["template", "rel", join(repo, "charts", chart), "--set", `agent.token=${token}`]);
     const deployment = parseAllDocuments(out)
       .map((d) => d.toJSON() as any)
       .find((o) => o?.kind === "Deployment");

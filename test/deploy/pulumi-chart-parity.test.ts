@@ -5,17 +5,16 @@
 // drift a failure. What may differ is the short allow-list below, each entry with its reason;
 // an entry that no longer matches anything fails too, so the list cannot outlive the drift.
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
+
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { describe, test } from "node:test";
 import * as pulumi from "@pulumi/pulumi";
 import { parseAllDocuments } from "yaml";
 import { settings } from "@drover/protocol";
+import { helmTemplate } from "../support/helm.js";
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
-const toolsUrl = pathToFileURL(join(repo, "scripts", "tools.mjs")).href;
-const { tools } = (await import(toolsUrl)) as { tools(): { helm: string } };
 const token = "drv_p_eyJ1cmwiOiJodHRwczovL2QuZXhhbXBsZSIsInBvb2wiOiJwIn0.c2VjcmV0";
 type Obj = Record<string, any>;
 type Mode = "local" | "job" | "node";
@@ -44,7 +43,7 @@ function renderChart(mode: Mode, inputs: Inputs): Obj[] {
     ...["template", "drv", join(repo, "charts", charts[mode]), "--namespace", "drover", "--include-crds"],
     ...["--set", "fullnameOverride=drv", "--set", `agent.token=${token}`, ...inputs.chart],
   ];
-  return parseAllDocuments(execFileSync(tools().helm, args, { encoding: "utf8" }))
+  return parseAllDocuments(helmTemplate(args))
     .map((d) => d.toJSON() as Obj | null)
     .filter((o): o is Obj => o !== null);
 }

@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
+
 import { writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
+import { fileURLToPath } from "node:url";
 import { after, before, test } from "node:test";
 import { parseAllDocuments } from "yaml";
 import { runLog, startStack, type Stack } from "../support/stack.js";
@@ -16,6 +16,7 @@ import {
   type NodeModeAgents,
 } from "./agents.js";
 import { routes } from "@drover/protocol";
+import { helmTemplate } from "../support/helm.js";
 
 // agent-k8s node mode under the chart's own RBAC on the test cluster (which enforces RBAC):
 // the controller and the node worker run with their ServiceAccounts' tokens. No node worker
@@ -23,9 +24,6 @@ import { routes } from "@drover/protocol";
 // controller creates for that run alone (decision 0009).
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
-const { tools } = (await import(pathToFileURL(join(repo, "scripts", "tools.mjs")).href)) as {
-  tools(): { helm: string };
-};
 const ns = "drover-rbac";
 const release = "rel";
 const workerSa = `${release}-agent-k8s-worker`;
@@ -65,19 +63,15 @@ before(async () => {
   stack = await startStack();
   await prepareNamespace(cluster, ns);
   // The chart's ServiceAccounts, Roles, RoleBindings and pool-token Secret, as it renders them.
-  const rendered = execFileSync(
-    tools().helm,
-    [
-      "template",
-      release,
-      join(repo, "charts", "agent-k8s"),
-      "--namespace",
-      ns,
-      "--set",
-      `agent.token=${stack.poolToken}`,
-    ],
-    { encoding: "utf8" },
-  );
+  const rendered = helmTemplate([
+    "template",
+    release,
+    join(repo, "charts", "agent-k8s"),
+    "--namespace",
+    ns,
+    "--set",
+    `agent.token=${stack.poolToken}`,
+  ]);
   const objects = parseAllDocuments(rendered)
     .map((d) => d.toJSON() as { kind: string; metadata: { name: string } } | null)
     .filter(

@@ -1,13 +1,13 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, test } from "node:test";
 
-// scripts/run-tests.mjs itself: per-test timeouts and the throwaway PostgreSQL's cleanup.
+// scripts/run-tests.mjs itself: per-test timeouts, the throwaway PostgreSQL's cleanup, and the lints beside the tests.
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 const fixture = (name: string) => join(root, "test", "fixtures", "runner", name);
@@ -68,7 +68,8 @@ function alive(pid: number): boolean {
   }
 }
 
-describe("run-tests.mjs", () => {
+// Each test runs its own runner, PostgreSQL and temp dirs: independent, so they run at once.
+describe("run-tests.mjs", { concurrency: true }, () => {
   test("a hanging test fails under its own name once DROVER_TEST_TIMEOUT_MS has passed, and the run ends", async () => {
     const { finished } = runner([fixture("hangs.js")], { DROVER_TEST_TIMEOUT_MS: "1500" });
     const { code, output } = await finished;
@@ -82,6 +83,39 @@ describe("run-tests.mjs", () => {
     const { code, output } = await runner([fixture("hangs.js")], { DROVER_TEST_TIMEOUT_MS: "5m" }).finished;
     assert.equal(code, 2);
     assert.match(output, /DROVER_TEST_TIMEOUT_MS must be a positive whole number of milliseconds; got "5m"/);
+  });
+
+  /** A directory for DROVER_TEST_LINT_DIR whose lint config refuses `debugger`, holding the files given. */
+  function lintDir(files: Record<string, string>): string {
+    const dir = mkdtempSync(join(tmpdir(), "drover-runner-lint-"));
+    writeFileSync(join(dir, "eslint.promises.config.js"), 'export default [{ rules: { "no-debugger": "error" } }];\n');
+    for (const [name, text] of Object.entries(files)) writeFileSync(join(dir, name), text);
+    return dir;
+  }
+
+  test("--lint: passing tests, a lint finding and a misformatted file fail the run, each finding printed", async () => {
+    const dir = lintDir({ "bad.mjs": "debugger;\nexport const x = {a:1};\n" });
+    try {
+      const { code, output } = await runner(["--lint", fixture("a-second.js")], { DROVER_TEST_LINT_DIR: dir }).finished;
+      assert.equal(code, 1, output);
+      assert.match(output, /✔ a-second runs second/);
+      assert.match(output, /\[run-tests\] type-aware lint \(eslint\.promises\.config\.js\) failed:[\s\S]*no-debugger/);
+      assert.match(output, /\[run-tests\] prettier --check failed:[\s\S]*bad\.mjs/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test("--lint: clean lints and passing tests pass the run", async () => {
+    const dir = lintDir({ "good.mjs": "export const x = { a: 1 };\n" });
+    try {
+      const { code, output } = await runner(["--lint", fixture("a-second.js")], { DROVER_TEST_LINT_DIR: dir }).finished;
+      assert.equal(code, 0, output);
+      assert.match(output, /\[run-tests\] type-aware lint \(eslint\.promises\.config\.js\): passed/);
+      assert.match(output, /\[run-tests\] prettier --check: passed/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   for (const [signal, expected] of [

@@ -2,14 +2,15 @@
 // the drover image mapped to this checkout, kubectl and helm against the cluster, and
 // manifests applied in the order `helm install` uses.
 import assert from "node:assert/strict";
-import { execFileSync, spawn } from "node:child_process";
+import { spawn } from "node:child_process";
 import { chmodSync, mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
+import { fileURLToPath } from "node:url";
 import { droverBin } from "./processes.js";
 import { kube, until, type startTestCluster, type TestCluster } from "../kube/cluster.js";
 import { ensureImages, podmanOk, podmanUnavailable, type BuiltImages } from "./podman.js";
 import type { TestReleaseServer } from "./engine-releases.js";
+import { helmTemplate } from "./helm.js";
 
 /** The repository root (this file runs from test/dist/support). */
 export const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
@@ -36,10 +37,6 @@ export const chartTimings = {
 /** The image name the charts and the Pulumi component use for the agent at tag `test`. */
 
 export const droverImage = "ghcr.io/drover-dev/drover:test";
-
-const { tools } = (await import(pathToFileURL(join(repo, "scripts", "tools.mjs")).href)) as {
-  tools(): { helm: string };
-};
 
 /**
  * The startTestCluster options that make `droverImage` run this checkout: a `drover` shim on
@@ -253,11 +250,7 @@ export function template(
 ): string {
   const release = opts.release ?? chart.replace("agent-", "d-");
   const crds = (opts.crds ?? true) ? ["--include-crds"] : [];
-  return execFileSync(
-    tools().helm,
-    ["template", release, join(repo, "charts", chart), "--namespace", ns, ...crds, ...args],
-    { encoding: "utf8" },
-  );
+  return helmTemplate(["template", release, join(repo, "charts", chart), "--namespace", ns, ...crds, ...args]);
 }
 
 /**
