@@ -134,7 +134,7 @@ export async function smoke(only = []) {
     // Every `node` the tests start (the CLI's shebang, npx, scripts) is Node 24 too.
     PATH: `${dirname(n.node)}${delimiter}${process.env.PATH ?? ""}`,
     NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ""} --import=${preload}`.trim(),
-    DROVER_SQLITE_ADDON: addon,
+    DROVER_TEST_SQLITE_ADDON: addon,
   };
   const started = Date.now();
   log(`smoke under Node ${n.version}: ${files.join(" ")} (log: ${logPath})`);

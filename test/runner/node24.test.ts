@@ -27,7 +27,7 @@ test("CI runs the smoke after npm test, and every file of the smoke exists", () 
 });
 
 test(
-  "under Node 24 the preload sends every load of better-sqlite3's addon to DROVER_SQLITE_ADDON",
+  "under Node 24 the preload sends every load of better-sqlite3's addon to DROVER_TEST_SQLITE_ADDON",
   // Synchronous module hooks: Node 22.15 and later (the smoke's Node).
   { skip: createRequire(import.meta.url)("node:module").registerHooks ? false : "this Node has no registerHooks" },
   () => {
@@ -36,7 +36,7 @@ test(
     const r = spawnSync(process.execPath, ["--import", join(root, "scripts", "node24-sqlite.mjs"), "-e", probe], {
       cwd: root,
       encoding: "utf8",
-      env: { ...process.env, DROVER_SQLITE_ADDON: missing },
+      env: { ...process.env, DROVER_TEST_SQLITE_ADDON: missing },
     });
     assert.notEqual(r.status, 0, r.stdout);
     assert.ok(r.stderr.includes(missing), r.stderr);

@@ -13,8 +13,7 @@ import type { EngineCache, EngineLease } from "../engines/cache.js";
 import type { RunTracer } from "@drover/protocol";
 import type { Steps } from "./steps.js";
 
-/** A step that exited non-zero: the run failed (terraform's error is in the message). */
-export class StepFailed extends Error {}
+export { StepFailed } from "./steps.js";
 
 /** The run must end now: canceled by the user, stopped by the agent, or its lease lost. */
 export class Interrupted extends Error {}

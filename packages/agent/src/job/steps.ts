@@ -6,7 +6,9 @@ import { killTagged, killUser, ProcessGroupRecord, processStartTicks } from "../
 import type { RunningProcess } from "../runners/process.js";
 import type { RunUser } from "../runners/run-user.js";
 import type { Runner } from "../runners/runner.js";
-import { StepFailed } from "./context.js";
+
+/** A step that exited non-zero: the run failed (terraform's error is in the message). */
+export class StepFailed extends Error {}
 
 /** What a job's steps need to know of it. */
 export interface StepsOptions {
