@@ -74,7 +74,7 @@ describe("the agent as an operator sees it", () => {
     await rescuer.stop();
   });
 
-  describe("SIGTERM stop modes (SPEC §5)", () => {
+  describe("SIGTERM stop modes", () => {
     test("graceful: terraform is interrupted at once; the run ends errored (agent stopped), never success", async () => {
       const ws = await workspace("graceful");
       const agent = await ws.startAgent("graceful-agent", {

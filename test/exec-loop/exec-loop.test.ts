@@ -16,7 +16,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, test } from "node:test";
 
-// The exec-loop protocol (SPEC §6) under every POSIX shell a runner image may have.
+// The exec-loop protocol under every POSIX shell a runner image may have.
 
 const script = join(
   dirname(fileURLToPath(import.meta.url)),

@@ -8,7 +8,7 @@ import { startTestServer, type TestServer } from "../support/server.js";
 import { routes } from "@drover/protocol";
 import { client, rawCall, routeCall } from "../support/typed-api.js";
 
-// SPEC §9: every bad input gets a clear 4xx JSON error and nothing is lost or half-written.
+// Every bad input gets a clear 4xx JSON error and nothing is lost or half-written.
 
 let server: TestServer;
 const good = rawTarGz([{ path: "main.tf", content: 'resource "terraform_data" "a" {}\n' }]);

@@ -11,7 +11,7 @@ import { strategicMerge } from "./strategic-merge.js";
  * per-node worker DaemonSet (`node`, the agent-k8s chart's default design).
  */
 export type AgentMode = "local" | "job" | "node";
-/** The agent's stop action (SPEC §5). */
+/** The agent's stop action. */
 export type ShutdownMode = StopAction;
 
 /** Inputs of a Drover agent installation. */

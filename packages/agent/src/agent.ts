@@ -297,7 +297,7 @@ export class Agent {
   }
 
   /**
-   * Stops the agent (SPEC §5): take no more jobs, wind running ones down per the stop action,
+   * Stops the agent: take no more jobs, wind running ones down per the stop action,
    * deregister. Idempotent; a second call (second signal) kills running jobs at once.
    */
   stop(): Promise<void> {

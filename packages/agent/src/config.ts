@@ -243,7 +243,7 @@ function dockerSettings(src: SettingsSource): DockerSettings {
   };
 }
 
-/** A grace period shorter than the stop action needs (SPEC §5) is a config error. */
+/** A grace period shorter than the stop action needs is a config error. */
 export function checkGracePeriod(stopAction: StopAction, graceSeconds: number): void {
   if (graceSeconds < minimumGraceSeconds[stopAction]) {
     throw new InvalidSettingError(
@@ -256,7 +256,7 @@ export function checkGracePeriod(stopAction: StopAction, graceSeconds: number): 
   }
 }
 
-/** Timeouts of each stop action, derived from the grace period G (SPEC §5). */
+/** Timeouts of each stop action, derived from the grace period G. */
 export interface StopPlan {
   /** How long running jobs may go on before terraform is signalled. */
   continueMs: number;

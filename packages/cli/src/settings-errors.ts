@@ -6,7 +6,7 @@ export function describeError(err: DroverError): string {
   return `${err.message} (${err.code})${err.hint ? ` ${err.hint}` : ""}`;
 }
 
-/** Loads a command's settings, or prints the one-line reason and exits 2 (SPEC §3, §9). */
+/** Loads a command's settings, or prints the one-line reason and exits 2. */
 export function settingsOrExit<T>(command: string, load: () => T): T {
   try {
     return load();

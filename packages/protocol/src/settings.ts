@@ -49,7 +49,7 @@ type WithDefault<N extends SettingName> = Table[N]["default"] extends undefined
   : SettingValue<N>;
 
 /**
- * Variables Drover sets for others, never reads as settings: the run's own (SPEC §3) and the
+ * Variables Drover sets for others, never reads as settings: the run's own and the
  * tag on a run's processes. Known, so not reported as misspellings.
  */
 export const nonSettingVariables = [

@@ -3,7 +3,7 @@ import { DroverError } from "./errors.js";
 
 /**
  * Token formats. Every secret part is 32 random bytes; servers store only sha256 hashes.
- * - pool token:    drv_p_<base64url(JSON {url, pool})>.<secret>  (SPEC §4: the URL rides along)
+ * - pool token:    drv_p_<base64url(JSON {url, pool})>.<secret>  (the URL rides along)
  * - session token: drv_s_<agentId>.<secret>
  * - job token:     drv_j_<jobId>.<attempt>.<secret>  (the attempt lets the server name a stale holder)
  * - user token:    drv_u_<tokenId>.<secret>

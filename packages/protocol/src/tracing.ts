@@ -4,7 +4,7 @@ import type { OtelSampler } from "./settings.js";
 /*
  * The tracing interface every process codes against. It is tiny on purpose: the OpenTelemetry
  * SDK behind it (./telemetry.ts) is imported only when an OTLP endpoint is set, so a process
- * without one loads no exporter code and its memory does not grow (SPEC §8).
+ * without one loads no exporter code and its memory does not grow.
  */
 
 /** Span attribute values. */

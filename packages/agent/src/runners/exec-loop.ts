@@ -35,8 +35,8 @@ export function runnerImageEngines(find: (engine: Engine) => Promise<EngineBinar
 }
 
 /**
- * Runs steps in the runner container through the exec-loop's files on the shared volume
- * (SPEC §6): script then `ready` by rename; output tailed by byte offset; the exit code only
+ * Runs steps in the runner container through the exec-loop's files on the shared volume:
+ * script then `ready` by rename; output tailed by byte offset; the exit code only
  * from the `exit` file. A runner heartbeat older than `staleMs` means the runner is lost —
  * reported as a failure, never as success.
  *

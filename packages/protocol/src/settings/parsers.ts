@@ -242,10 +242,10 @@ export const ratio: SettingParser<number> = (raw, name) => {
   return n;
 };
 
-/** What the agent does with running jobs on SIGTERM (SPEC §5). */
+/** What the agent does with running jobs on SIGTERM. */
 export const stopActions = ["graceful", "drain", "force"] as const;
 export type StopAction = (typeof stopActions)[number];
-/** The shortest grace period (seconds) each stop action works with (SPEC §5). */
+/** The shortest grace period (seconds) each stop action works with. */
 export const minimumGraceSeconds: Readonly<Record<StopAction, number>> = { graceful: 30, drain: 120, force: 10 };
 export const logFormats = ["json", "plain", "dev"] as const;
 export type LogFormat = (typeof logFormats)[number];

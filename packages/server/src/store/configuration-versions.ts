@@ -7,7 +7,7 @@ import { transactionKeepingCause } from "./transaction.js";
 import { getWorkspace } from "./workspaces.js";
 
 /**
- * Stores an uploaded tar.gz after checking every entry (SPEC §9). A rejected archive leaves
+ * Stores an uploaded tar.gz after checking every entry. A rejected archive leaves
  * nothing behind: the check runs before the one transaction that stores it.
  */
 export async function createConfigurationVersion(

@@ -1,7 +1,7 @@
 import type { V1Container, V1Job, V1JobSpec, V1Volume, V1VolumeMount } from "@kubernetes/client-node";
 import type { JobAssignment, OtlpSettings } from "@drover/protocol";
 
-/** Labels on every Job and pod the controller creates (SPEC §6). */
+/** Labels on every Job and pod the controller creates. */
 export const labels = {
   runId: "drover.dev/run-id",
   workspaceId: "drover.dev/workspace-id",
