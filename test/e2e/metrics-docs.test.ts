@@ -91,12 +91,12 @@ test("the server's and the agent's /metrics are exactly the table's rows: names,
 test("the Kubernetes processes define exactly the table's controller, node-worker and worker rows", () => {
   const rows = table();
   for (const [process, file] of [
-    ["controller", "controller.js"],
+    ["controller", "controller-metrics.js"],
     ["node-worker", "node-worker.js"],
     ["worker", "worker.js"],
   ] as const) {
-    const source = readFileSync(join(repo, "packages", "agent", "dist", "src", "kubernetes", file), "utf8");
-    const defined = [...source.matchAll(/\.define\("(drover_[a-z_]+)", "(gauge|counter|histogram)"/g)]
+    const source = readFileSync(join(repo, "packages", "agent", "dist", "src", "drivers", "kubernetes", file), "utf8");
+    const defined = [...source.matchAll(/\.define\(\s*"(drover_[a-z_]+)",\s*"(gauge|counter|histogram)"/g)]
       .map((m) => `${m[1]} ${m[2]}`)
       .sort();
     assert.deepEqual(
