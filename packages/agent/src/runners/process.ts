@@ -1,4 +1,5 @@
-import { spawn } from "node:child_process";
+import { spawn, type ChildProcessByStdio } from "node:child_process";
+import type { Readable } from "node:stream";
 
 /** A running child process of a job (terraform, tofu or a hook). */
 export interface RunningProcess {
@@ -37,15 +38,7 @@ export function killGroup(pgid: number): void {
  * provisioner child (a `sleep` under a shell) outlives its step.
  */
 export function startProcess(command: string, args: string[], options: ProcessOptions): RunningProcess {
-  const child = spawn(command, args, {
-    cwd: options.cwd,
-    env: options.env,
-    detached: true,
-    stdio: ["ignore", "pipe", "pipe"],
-    uid: options.uid,
-    gid: options.gid,
-  });
-  if (child.pid !== undefined) options.onSpawn?.(child.pid);
+  const child = spawnInGroup(command, args, options);
   child.stdout.on("data", options.onOutput);
   child.stderr.on("data", options.onOutput);
   const done = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
@@ -72,4 +65,25 @@ export function startProcess(command: string, args: string[], options: ProcessOp
       }
     },
   };
+}
+
+/**
+ * Spawns a step's command as the leader of its own process group (so the group can be killed
+ * as one), stdout and stderr piped, as the given user, and tells `onSpawn` its pid.
+ */
+export function spawnInGroup(
+  command: string,
+  args: string[],
+  options: Pick<ProcessOptions, "cwd" | "env" | "uid" | "gid" | "onSpawn">,
+): ChildProcessByStdio<null, Readable, Readable> {
+  const child = spawn(command, args, {
+    cwd: options.cwd,
+    env: options.env,
+    detached: true,
+    stdio: ["ignore", "pipe", "pipe"],
+    uid: options.uid,
+    gid: options.gid,
+  });
+  if (child.pid !== undefined) options.onSpawn?.(child.pid);
+  return child;
 }

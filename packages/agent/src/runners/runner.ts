@@ -1,7 +1,6 @@
-import { spawn } from "node:child_process";
 import type { Engine } from "@drover/protocol";
 import { resolveEngine, type EngineBinary, type EngineFallback } from "../job/engine.js";
-import { killGroup, startProcess, type ProcessOptions, type RunningProcess } from "./process.js";
+import { killGroup, spawnInGroup, startProcess, type ProcessOptions, type RunningProcess } from "./process.js";
 
 /** Where a job's steps execute: as local processes, or in a runner container via the exec-loop. */
 export interface Runner {
@@ -59,15 +58,7 @@ export const localRunner: Runner = {
   start: startProcess,
   async capture(command, args, options) {
     // Its own process group, killed when it exits, like every step (see startProcess).
-    const child = spawn(command, args, {
-      cwd: options.cwd,
-      env: options.env,
-      detached: true,
-      stdio: ["ignore", "pipe", "pipe"],
-      uid: options.uid,
-      gid: options.gid,
-    });
-    if (child.pid !== undefined) options.onSpawn?.(child.pid);
+    const child = spawnInGroup(command, args, options);
     child.on("exit", () => {
       if (child.pid !== undefined) killGroup(child.pid);
     });
