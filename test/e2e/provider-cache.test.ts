@@ -57,7 +57,7 @@ async function metric(port: number, name: string): Promise<number> {
   return Number(new RegExp(`^${name}\\{cache="providers"\\} (\\d+)$`, "m").exec(text)?.[1] ?? "NaN");
 }
 
-test("12 runs needing the same 3 providers on one agent: all planned with correct lock files, each provider downloaded once", async () => {
+test("5 concurrent runs needing the same 3 providers on one agent: all planned with correct lock files, each provider downloaded once", async () => {
   const agentHome = join(home, "shared");
   const lockOut = join(home, "locks");
   const hooks = join(home, "hooks");
@@ -80,7 +80,9 @@ test("12 runs needing the same 3 providers on one agent: all planned with correc
   const rounds = Number(process.env.DROVER_PROVIDER_CACHE_ROUNDS ?? "1");
   for (let round = 0; round < rounds; round++) {
     const runs = await Promise.all(
-      Array.from({ length: 12 }, async (_, i) => {
+      // As many as the agent runs at once: every init races for the empty cache (the store's races
+      // showed at this width; test/agent/provider-cache.test.ts races 12 inits without the server).
+      Array.from({ length: 5 }, async (_, i) => {
         const ws = `pc-${round}-${i}`;
         await stack.server.api(routes.createWorkspace, { body: { name: ws, pool: stack.pool, autoApply: true } });
         const dir = writeConfig(stack.dir, ws, { "main.tf": providerConfig(registry, three, ws) });
@@ -105,7 +107,7 @@ test("12 runs needing the same 3 providers on one agent: all planned with correc
   for (const p of three)
     assert.equal(registry.downloads.get(registry.archiveName(p.type, p.version)), 1, `${p.type} downloaded once`);
   assert.equal(await metric(port, "drover_agent_cache_misses_total"), 3);
-  assert.equal(await metric(port, "drover_agent_cache_hits_total"), 12 * rounds * 3 - 3);
+  assert.equal(await metric(port, "drover_agent_cache_hits_total"), 5 * rounds * 3 - 3);
   assert.ok((await metric(port, "drover_agent_cache_bytes")) > 0);
   assert.equal(await metric(port, "drover_agent_cache_evictions_total"), 0);
   // DROVER_AGENT_MODULE_CACHE_ENABLED is false by default: no module cache at all.
