@@ -4,6 +4,7 @@ import { request as httpsRequest } from "node:https";
 import { request as httpRequest, type IncomingMessage } from "node:http";
 import { spawn, spawnSync } from "node:child_process";
 import type * as Ktc from "../../tools/kube-test-cluster/src/index.js";
+import { pollWait } from "../support/poll.js";
 
 const moduleUrl = new URL("../../../tools/kube-test-cluster/dist/index.js", import.meta.url);
 const ktc = (await import(moduleUrl.href)) as typeof Ktc;
@@ -143,10 +144,10 @@ export async function until<T>(
 ): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let last: T | undefined;
-  while (Date.now() < deadline) {
+  for (let attempt = 0; Date.now() < deadline; attempt++) {
     last = await get();
     if (pred(last)) return last;
-    await new Promise((r) => setTimeout(r, 25));
+    await pollWait(attempt);
   }
   throw new Error(`timed out waiting for ${what}; last value: ${JSON.stringify(last)?.slice(0, 2000)}`);
 }

@@ -474,16 +474,18 @@ describe("test cluster node agent", () => {
         restartPolicy: "Never",
         terminationGracePeriodSeconds: 1,
         containers: [
-          sh("polite", "trap 'echo bye; exit 0' TERM; while true; do sleep 0.05; done"),
-          sh("stubborn", "trap '' TERM; while true; do sleep 0.05; done"),
+          sh("polite", "trap 'echo bye; exit 0' TERM; echo ready; while true; do sleep 0.05; done"),
+          sh("stubborn", "trap '' TERM; echo ready; while true; do sleep 0.05; done"),
         ],
       },
     });
-    await until(
-      "running",
-      () => pod(c, ns, "graceful"),
-      (x) => x.status.containerStatuses?.every((s: any) => s.state.running),
-    );
+    // Running is not enough: on a busy machine a SIGTERM can reach a shell before it has set its trap.
+    for (const container of ["polite", "stubborn"])
+      await until(
+        `${container} to have set its trap`,
+        () => kube(c, "GET", `/api/v1/namespaces/${ns}/pods/graceful/log?container=${container}`),
+        (r) => r.status === 200 && String(r.body).includes("ready"),
+      );
     const follow = kube(c, "GET", `/api/v1/namespaces/${ns}/pods/graceful/log?container=polite&follow=true`);
     const w = await watch(c, `/api/v1/namespaces/${ns}/pods?watch=true&fieldSelector=metadata.name%3Dgraceful`);
     const started = Date.now();
@@ -492,7 +494,7 @@ describe("test cluster node agent", () => {
     const gone = await w.waitFor((e) => e.type === "DELETED", 5000);
     w.close();
     assert.ok(Date.now() - started >= 900, "the stubborn container is killed only after the grace period");
-    assert.equal((await follow).body, "bye\n");
+    assert.equal((await follow).body, "ready\nbye\n");
     assert.equal(gone.object.status.phase, "Failed");
     const byName = Object.fromEntries(
       gone.object.status.containerStatuses.map((s: any) => [s.name, s.state.terminated?.exitCode]),

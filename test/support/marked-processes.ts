@@ -1,4 +1,5 @@
 import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { pollWait } from "./poll.js";
 
 /** A live process found by its marker. */
 export interface MarkedProcess {
@@ -39,9 +40,9 @@ export function markedProcesses(
 /** Waits until `check` returns true, polling; fails with `what` after `timeoutMs`. */
 export async function until(what: string, check: () => boolean | Promise<boolean>, timeoutMs = 30_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
-  for (;;) {
+  for (let attempt = 0; ; attempt++) {
     if (await check()) return;
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
+    await pollWait(attempt);
   }
 }

@@ -6,6 +6,7 @@ import { runDrover, spawnDrover, type Proc } from "./processes.js";
 import { startTestServer, type TestServer } from "./server.js";
 import { readPhaseLog, waitForRunStatus } from "./typed-api.js";
 import { routes } from "@drover/protocol";
+import { pollWait } from "./poll.js";
 
 /** A real server with a pool, its token, and helpers to start real agents and run the real CLI. */
 export interface Stack {
@@ -79,12 +80,12 @@ export async function startStack(serverEnv: Record<string, string> = {}): Promis
       agents.push(proc);
       // Registered once the server lists it; generous: agents started together on a busy machine are slow.
       const deadline = Date.now() + 60_000;
-      for (;;) {
+      for (let attempt = 0; ; attempt++) {
         const listed = await server.api(routes.listAgents, { query: { pool: agentPool } });
         if (listed.body.items.some((a: any) => a.name === name && a.status !== "offline")) return proc;
         if (proc.child.exitCode !== null || Date.now() > deadline)
           throw new Error(`agent ${name} did not register:\n${proc.output()}`);
-        await new Promise((r) => setTimeout(r, 50));
+        await pollWait(attempt);
       }
     },
     cli(args, options = {}) {

@@ -182,16 +182,18 @@ export class ContainerJob implements Runner {
       // The daemon ends the followed output when the container stops, so its end is the container's
       // end: no `wait` is held open beside it (podman's Docker API answers one by polling the runtime,
       // a good part of a core per container). A stream cut short falls back to `wait`.
-      const followed = engine.follow(id, (stream, data) => this.containerOutput(stream, data), signal).then(
-        async () => {
-          const state = (await engine.inspect(id, signal)).State;
-          return state.Running ? engine.wait(id, signal) : state.ExitCode;
-        },
-        (err: unknown) => {
-          if (!signal.aborted) log.debug({ err: messageOf(err) }, "following the run container's output ended");
-          return engine.wait(id, signal);
-        },
-      );
+      const followed = engine
+        .follow(id, (stream, data) => this.containerOutput(stream, data), signal)
+        .then(
+          async () => {
+            const state = (await engine.inspect(id, signal)).State;
+            return state.Running ? engine.wait(id, signal) : state.ExitCode;
+          },
+          (err: unknown) => {
+            if (!signal.aborted) log.debug({ err: messageOf(err) }, "following the run container's output ended");
+            return engine.wait(id, signal);
+          },
+        );
       this.exited = followed.then(
         (code) => `the run's container ${this.name} stopped (exit code ${code}) before the step ended`,
         () => new Promise<string>(() => {}),

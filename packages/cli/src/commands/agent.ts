@@ -67,7 +67,9 @@ export function registerAgentCommands(program: Command): void {
     .command("worker")
     .description("Inside a task pod: run the pod's job, driving the runner container through the exec-loop")
     .action(async () => {
-      const { loadWorkerSettings, runWorker } = await import("@drover/agent/kubernetes");
+      // Its own entry: a run pod's worker talks to the server only, and the Kubernetes client the
+      // controller needs would cost each run pod a second of CPU to load.
+      const { loadWorkerSettings, runWorker } = await import("@drover/agent/worker");
       const settings = settingsOrExit("agent worker", () => loadWorkerSettings(process.env));
       process.exit(await runWorker(settings, createLogger("json", false)));
     });
