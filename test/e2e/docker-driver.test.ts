@@ -323,6 +323,38 @@ test("a process exceeding the container's memory limit ends the run errored: out
 });
 
 test(
+  "a run's container killed from outside mid-apply ends the run errored with the container's exit code, and the agent takes the next run",
+  { skip },
+  async (t) => {
+    await dockerAgent(t, "killed-docker");
+    await workspace("killed");
+    const runId = await stack.startRun(writeConfig(stack.dir, "killed", gatedConfig()), "killed", ["--auto-apply"]);
+    await waitForLog(runId, "apply", /\(local-exec\): holding/);
+    const [summary] = await runContainers(runId);
+    assert.ok(summary, "the apply runs in a container");
+    // What an operator's `docker kill` does: the daemon ends the container; the agent sees it through the
+    // end of the container's output (it holds no `wait` open) and asks the daemon for the exit code.
+    await engine.kill(summary.Id, "SIGKILL");
+    const run = await stack.waitForRun(runId, ["errored", "failed", "applied", "canceled"], 60_000);
+    assert.equal(run.status, "errored", `${run.errorMessage}\n${await runLog(stack.server, runId, "apply")}`);
+    assert.match(
+      run.errorMessage,
+      /the run's container drover-job-\S+ stopped \(exit code 137\) before the step ended/,
+    );
+    await until("the run's container is removed", async () => (await runContainers(runId)).length === 0, 30_000);
+
+    await workspace("after-kill");
+    const next = await stack.startRun(
+      writeConfig(stack.dir, "after-kill", { "main.tf": 'resource "terraform_data" "x" {}\n' }),
+      "after-kill",
+      ["--auto-apply"],
+    );
+    const done = await stack.waitForRun(next, ["errored", "failed", "applied", "canceled"], 120_000);
+    assert.equal(done.status, "applied", done.errorMessage);
+  },
+);
+
+test(
   "a run writing past DROVER_AGENT_DOCKER_DISK_MB has its container killed and ends errored: out of disk",
   { skip },
   async (t) => {
