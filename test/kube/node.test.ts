@@ -231,18 +231,16 @@ describe("test cluster node agent", () => {
   });
 
   it("deletes a finished Job after ttlSecondsAfterFinished, its pods with it", async () => {
-    await createJob(jobBody("ttl", { containers: [sh("main", "true")] }, { ttlSecondsAfterFinished: 1 }));
-    await until(
-      "Job completion",
-      () => job("ttl"),
-      (j) => condition(j, "Complete"),
-    );
-    await until(
-      "Job deletion",
-      () => kube(c, "GET", `/apis/batch/v1/namespaces/${ns}/jobs/ttl`),
-      (r) => r.status === 404,
-      5000,
-    );
+    // Watched, not polled: the Job lives one second after it completes, which a poll on a busy machine can miss.
+    const w = await watch(c, `/apis/batch/v1/namespaces/${ns}/jobs?watch=true&fieldSelector=metadata.name%3Dttl`);
+    try {
+      await createJob(jobBody("ttl", { containers: [sh("main", "true")] }, { ttlSecondsAfterFinished: 1 }));
+      const completed = await w.waitFor((e) => e.type === "MODIFIED" && condition(e.object, "Complete"), 30_000);
+      const deleted = await w.waitFor((e) => e.type === "DELETED", 10_000);
+      assert.ok(w.events.indexOf(deleted) > w.events.indexOf(completed), "deleted after it completed");
+    } finally {
+      w.close();
+    }
     await until(
       "pod deletion",
       () => kube(c, "GET", `/api/v1/namespaces/${ns}/pods?labelSelector=job-name%3Dttl`),
