@@ -19,6 +19,9 @@ import {
 import { DiskWatch } from "../drivers/docker/disk-watch.js";
 import { cgroupOomKills, memoryEventsFile } from "../drivers/docker/oom.js";
 
+/** Deadline of a one-shot call to the daemon (inspect, remove); `wait` and followed output last as long as the container. */
+const daemonCallMs = 30_000;
+
 /** Options of one job's container. */
 export interface ContainerJobOptions {
   engine: DockerEngine;
@@ -177,7 +180,7 @@ export class ContainerJob implements Runner {
       this.id = id;
       await engine.start(id, signal);
       this.watchDisk();
-      const info = await engine.inspect(id, signal);
+      const info = await engine.inspect(id, AbortSignal.any([signal, AbortSignal.timeout(daemonCallMs)]));
       this.oomFile = memoryEventsFile(info.State.Pid);
       // The daemon ends the followed output when the container stops, so its end is the container's
       // end: no `wait` is held open beside it (podman's Docker API answers one by polling the runtime,
@@ -186,8 +189,11 @@ export class ContainerJob implements Runner {
         .follow(id, (stream, data) => this.containerOutput(stream, data), signal)
         .then(
           async () => {
-            const state = (await engine.inspect(id, signal)).State;
-            return state.Running ? engine.wait(id, signal) : state.ExitCode;
+            const state = await engine
+              .inspect(id, AbortSignal.any([signal, AbortSignal.timeout(daemonCallMs)]))
+              .then((info) => info.State)
+              .catch(() => undefined);
+            return state && !state.Running ? state.ExitCode : engine.wait(id, signal);
           },
           (err: unknown) => {
             if (!signal.aborted) log.debug({ err: messageOf(err) }, "following the run container's output ended");
@@ -372,7 +378,7 @@ export class ContainerJob implements Runner {
       const waited = AbortSignal.timeout(10_000);
       await quietly(this.o.engine.wait(id, waited));
       try {
-        await this.o.engine.remove(id, AbortSignal.timeout(30_000));
+        await this.o.engine.remove(id, AbortSignal.timeout(daemonCallMs));
       } catch (err) {
         this.o.log.warn(
           { container: this.name, err: messageOf(err) },
