@@ -2,6 +2,12 @@ import { existsSync, readFileSync } from "node:fs";
 import { isIP } from "node:net";
 import { isImagePattern } from "../images.js";
 import { invalid, type SettingParser } from "./spec.js";
+import { messageOf } from "../errors.js";
+
+/** Why a file a setting names could not be read, in words for its error. */
+function readFailure(err: unknown): string {
+  return (err as NodeJS.ErrnoException).code === "ENOENT" ? "no such file" : messageOf(err);
+}
 
 // ---- parsers ----
 
@@ -97,12 +103,7 @@ export const pemBundle: SettingParser<string> = (raw, name) => {
   try {
     return readFileSync(raw, "utf8");
   } catch (err) {
-    const reason =
-      (err as NodeJS.ErrnoException).code === "ENOENT"
-        ? "no such file"
-        : err instanceof Error
-          ? err.message
-          : String(err);
+    const reason = readFailure(err);
     return invalid(
       name,
       `${name}: cannot read ${raw} (${reason}), and it is not a base64-encoded PEM bundle either`,
@@ -164,12 +165,7 @@ export const pgpKeys: SettingParser<string> = (raw, name) => {
   try {
     text = readFileSync(raw, "utf8");
   } catch (err) {
-    const reason =
-      (err as NodeJS.ErrnoException).code === "ENOENT"
-        ? "no such file"
-        : err instanceof Error
-          ? err.message
-          : String(err);
+    const reason = readFailure(err);
     return invalid(
       name,
       `${name}: cannot read ${raw} (${reason}), and it is not base64 of armored public keys either`,
