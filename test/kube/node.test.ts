@@ -432,9 +432,14 @@ describe("test cluster node agent", () => {
     none.w.close();
 
     // backoffLimit 1, the default policy: the second pod comes while the first still terminates.
-    const eager = await deleteFirst("replaced-eagerly", { backoffLimit: 1 });
+    // The longer grace again: the replacement must come inside it, and a busy controller can take seconds.
+    const eager = await deleteFirst(
+      "replaced-eagerly",
+      { backoffLimit: 1 },
+      { ...lingering, terminationGracePeriodSeconds: 10 },
+    );
     await eager.w.waitFor((e) => e.type === "ADDED" && e.object.metadata.name !== eager.first);
-    await eager.w.waitFor((e) => e.type === "DELETED" && e.object.metadata.name === eager.first, 15_000);
+    await eager.w.waitFor((e) => e.type === "DELETED" && e.object.metadata.name === eager.first, 30_000);
     assert.ok(
       at(eager.w, (e) => e.type === "ADDED" && e.object.metadata.name !== eager.first) <
         at(eager.w, (e) => e.type === "DELETED" && e.object.metadata.name === eager.first),
