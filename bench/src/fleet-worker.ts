@@ -14,7 +14,8 @@
 // 2–5× the server's CPU, bench/notes/issue-18.md). Registration uses the typed client.
 import { connect, type Socket } from "node:net";
 import { monitorEventLoopDelay } from "node:perf_hooks";
-import { DroverClient, routes } from "@drover/protocol";
+import { routes } from "@drover/protocol";
+import { DroverClient } from "@drover/runtime";
 import { Agent } from "undici";
 
 const dispatcher = new Agent({ connections: null, keepAliveTimeout: 60_000, headersTimeout: 0, bodyTimeout: 0 });

@@ -3,7 +3,8 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { DroverClient, type RequestOf, type ResultOf, type Route } from "@drover/protocol";
+import { type ResultOf, type Route } from "@drover/protocol";
+import { DroverClient, type RequestOf } from "@drover/runtime";
 
 /** The idle agent's RSS target, in MB (decision 0048). */
 export const idleAgentTargetMb = 80;

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { AgentClient, NetworkError, waitFor, withRetry } from "@drover/agent";
-import { parseRetryAfterMs } from "@drover/protocol";
+import { parseRetryAfterMs } from "@drover/runtime";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { after, before, test } from "node:test";

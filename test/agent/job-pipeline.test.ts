@@ -5,14 +5,8 @@ import { join } from "node:path";
 import { after, test } from "node:test";
 import { pino } from "pino";
 import { JobRun, type JobApi, type JobSettings, type Runner } from "@drover/agent";
-import {
-  DroverError,
-  type JobAssignment,
-  type JobOutcome,
-  type JobVariable,
-  type RunTracer,
-  type SpanHandle,
-} from "@drover/protocol";
+import { DroverError, type JobAssignment, type JobOutcome, type JobVariable } from "@drover/protocol";
+import { type RunTracer, type SpanHandle } from "@drover/runtime";
 import { rawTarGz } from "../support/archives.js";
 
 // The job pipeline's orchestration against a recording runner (no processes) and a recording

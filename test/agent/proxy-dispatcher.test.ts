@@ -3,7 +3,7 @@ import { createServer as createHttpServer, type Server } from "node:http";
 import { connect as tcpConnect, type AddressInfo, type Socket } from "node:net";
 import { after, afterEach, before, test } from "node:test";
 import { AgentClient, cacheDispatcher } from "@drover/agent";
-import { transportRequest } from "@drover/protocol";
+import { transportRequest } from "@drover/runtime";
 import { startPrivateTlsStateServer, type PrivateTlsStateServer } from "../support/private-ca.js";
 
 // The agent's outbound clients (its own and the caches') through HTTP(S)_PROXY: a CONNECT tunnel

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { StreamRedactor } from "@drover/agent";
-import { containsSecret, redactJson, redactText, secretForms } from "@drover/protocol";
+import { containsSecret, redactJson, redactText, secretForms } from "@drover/runtime";
 import { test } from "node:test";
 
 // The agent's streaming redaction works on bytes: whatever way the output is cut into chunks,

@@ -8,7 +8,8 @@ import { rawTarGz } from "../support/archives.js";
 import { eventually } from "../support/fault-runs.js";
 import { startStack, writeConfig, type Stack } from "../support/stack.js";
 import type { Proc } from "../support/processes.js";
-import { routes, type ApiError, type PoolDemand } from "@drover/protocol";
+import { routes, type PoolDemand } from "@drover/protocol";
+import { type ApiError } from "@drover/runtime";
 import { client } from "../support/typed-api.js";
 
 let stack: Stack;

@@ -4,7 +4,8 @@
 // DROVER_…_OTLP_* settings beat them.
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { otlpSettings, SettingsSource } from "@drover/protocol";
+import { SettingsSource } from "@drover/protocol";
+import { otlpSettings } from "@drover/runtime";
 import { startOtlpReceiver, type OtlpReceiver } from "../support/otlp-receiver.js";
 import { startTestServer } from "../support/server.js";
 import { startStack, type Stack } from "../support/stack.js";

@@ -51,3 +51,18 @@ test(`no source file of packages/ is over ${maxLines} lines`, () => {
     .filter((f) => f.lines > maxLines);
   assert.deepEqual(long, [], `split these by concept (at most ${maxLines} lines each)`);
 });
+
+test("packages/protocol is the contract alone: it imports zod and Node's built-ins, nothing that runs a process", () => {
+  const dir = join(root, "packages", "protocol", "src");
+  const foreign = sources(dir).flatMap((file) =>
+    [...readFileSync(file, "utf8").matchAll(/(?:from|import)\s*\(?\s*"([^"]+)"/g)]
+      .map((m) => m[1]!)
+      .filter((spec) => !spec.startsWith(".") && !spec.startsWith("node:") && spec !== "zod")
+      .map((spec) => `${relative(root, file)}: ${spec}`),
+  );
+  assert.deepEqual(foreign, [], "transport, telemetry, archives and the client belong in packages/runtime");
+  const manifest = JSON.parse(readFileSync(join(root, "packages", "protocol", "package.json"), "utf8")) as {
+    dependencies?: Record<string, string>;
+  };
+  assert.deepEqual(Object.keys(manifest.dependencies ?? {}), ["zod"]);
+});

@@ -4,7 +4,6 @@ import { after, before, test } from "node:test";
 import {
   authErrors,
   commonErrors,
-  DroverClient,
   DroverError,
   routes,
   type AuthKind,
@@ -13,6 +12,7 @@ import {
   type Route,
   type RouteName,
 } from "@drover/protocol";
+import { DroverClient } from "@drover/runtime";
 import { rawTarGz } from "../support/archives.js";
 import { startTestServer, type TestServer } from "../support/server.js";
 

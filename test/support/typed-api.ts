@@ -1,5 +1,4 @@
 import {
-  DroverClient,
   isTerminalRun,
   maxLongPollMs,
   routePath,
@@ -11,6 +10,7 @@ import {
   type Route,
   type RunStatus,
 } from "@drover/protocol";
+import { DroverClient } from "@drover/runtime";
 
 /*
  * The tests' HTTP calls, all through the protocol's typed client and the route table, so a

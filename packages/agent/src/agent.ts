@@ -1,4 +1,5 @@
-import { noopTracer, startTelemetryIfSet, type JobAssignment, type Telemetry, messageOf } from "@drover/protocol";
+import { type JobAssignment, messageOf } from "@drover/protocol";
+import { noopTracer, startTelemetryIfSet, type Telemetry } from "@drover/runtime";
 import type { Server } from "node:http";
 import type { Logger } from "pino";
 import { pause } from "./session/backoff.js";

@@ -1,4 +1,5 @@
-import { otlpSettings as otlpOf, type OtlpSettings, type SettingsSource, type StopAction } from "@drover/protocol";
+import { type SettingsSource, type StopAction } from "@drover/protocol";
+import { otlpSettings as otlpOf, type OtlpSettings } from "@drover/runtime";
 
 /*
  * The groups of settings every agent process reads alike: the agent (`agent run`, `agent

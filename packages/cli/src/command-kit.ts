@@ -1,4 +1,5 @@
-import { DroverClient, escapeControlChars, settings } from "@drover/protocol";
+import { escapeControlChars, settings } from "@drover/protocol";
+import { DroverClient } from "@drover/runtime";
 import type { Command } from "commander";
 import { io } from "./io.js";
 import { resolveSettings, resolveTimeoutMs } from "./settings.js";

@@ -1,4 +1,5 @@
-import { logHeaders, maxLongPollMs, routes, type DroverClient, type Phase, type Run } from "@drover/protocol";
+import { logHeaders, maxLongPollMs, routes, type Phase, type Run } from "@drover/protocol";
+import { type DroverClient } from "@drover/runtime";
 import { settled } from "./exit-codes.js";
 import { writeWithBackpressure } from "./logs.js";
 import { VisibleControls } from "./visible.js";

@@ -1,4 +1,5 @@
-import { DroverError, logHeaders, routes, type DroverClient, type Phase, messageOf } from "@drover/protocol";
+import { DroverError, logHeaders, routes, type Phase, messageOf } from "@drover/protocol";
+import { type DroverClient } from "@drover/runtime";
 import { once } from "node:events";
 import { VisibleControls } from "./visible.js";
 

@@ -1,4 +1,3 @@
-export * from "./archive.js";
 export * from "./errors.js";
 export * from "./ids.js";
 export * from "./images.js";
@@ -8,10 +7,5 @@ export * from "./routes.js";
 export * from "./schemas.js";
 export * from "./settings.js";
 export * from "./tokens.js";
-export * from "./redact.js";
 export * from "./text.js";
 export * from "./versions.js";
-export * from "./client.js";
-export { EnvHttpProxyAgent, request as transportRequest, type TransportRequestOptions } from "./transport.js";
-export * from "./tracing.js";
-export * from "./otlp-settings.js";

@@ -1,11 +1,5 @@
-import {
-  defaultArchiveLimits,
-  InvalidSettingError,
-  otlpSettings,
-  SettingsSource,
-  type ArchiveLimits,
-  type OtlpSettings,
-} from "@drover/protocol";
+import { InvalidSettingError, SettingsSource } from "@drover/protocol";
+import { defaultArchiveLimits, otlpSettings, type ArchiveLimits, type OtlpSettings } from "@drover/runtime";
 import { resolve, join } from "node:path";
 import type { DatabaseLocation } from "./db/connect.js";
 import { minAdminTokenLength } from "./store/user-tokens.js";

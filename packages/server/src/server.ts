@@ -1,4 +1,4 @@
-import { startTelemetryIfSet } from "@drover/protocol";
+import { startTelemetryIfSet } from "@drover/runtime";
 import { hostname } from "node:os";
 import { dirname } from "node:path";
 import { pino, type Logger } from "pino";

@@ -10,7 +10,7 @@ import type { RunUser } from "../runners/run-user.js";
 import type { ProviderCache, ProviderLease } from "../providers/cache.js";
 import type { ModuleCache, ModuleLease } from "../modules/cache.js";
 import type { EngineCache, EngineLease } from "../engines/cache.js";
-import type { RunTracer } from "@drover/protocol";
+import type { RunTracer } from "@drover/runtime";
 import type { Steps } from "./steps.js";
 
 export { StepFailed } from "./steps.js";

@@ -1,10 +1,5 @@
-import {
-  defaultArchiveLimits,
-  DroverError,
-  inspectArchive,
-  unsafePathReason,
-  type ArchiveLimits,
-} from "@drover/protocol";
+import { DroverError } from "@drover/protocol";
+import { defaultArchiveLimits, inspectArchive, unsafePathReason, type ArchiveLimits } from "@drover/runtime";
 import { mkdirSync } from "node:fs";
 import type { Stats } from "node:fs";
 import type { ReadEntry } from "tar";

@@ -1,13 +1,5 @@
-import {
-  DroverError,
-  jobTakenAway,
-  noopTracer,
-  redactText,
-  type JobAssignment,
-  type JobOutcome,
-  type SpanHandle,
-  messageOf,
-} from "@drover/protocol";
+import { DroverError, jobTakenAway, type JobAssignment, type JobOutcome, messageOf } from "@drover/protocol";
+import { noopTracer, redactText, type SpanHandle } from "@drover/runtime";
 import { randomUUID } from "node:crypto";
 import { join } from "node:path";
 import type { Logger } from "pino";

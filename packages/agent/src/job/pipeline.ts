@@ -1,4 +1,4 @@
-import type { RunTracer, SpanAttributes, SpanHandle } from "@drover/protocol";
+import type { RunTracer, SpanAttributes, SpanHandle } from "@drover/runtime";
 import { messageOf } from "@drover/protocol";
 import { withRetry } from "../session/client.js";
 import type { JobContext, Retry } from "./context.js";

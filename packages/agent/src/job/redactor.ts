@@ -1,4 +1,4 @@
-import { redactionMark, SecretMatcher } from "@drover/protocol";
+import { redactionMark, SecretMatcher } from "@drover/runtime";
 
 const mark = Buffer.from(redactionMark, "utf8");
 const empty: Buffer = Buffer.alloc(0);

@@ -1,4 +1,5 @@
-import { DroverError, redactText, messageOf, type Engine } from "@drover/protocol";
+import { DroverError, messageOf, type Engine } from "@drover/protocol";
+import { redactText } from "@drover/runtime";
 import type { Logger } from "pino";
 import type { EngineBinary } from "./engine.js";
 import type { LogStream } from "./log-stream.js";

@@ -4,7 +4,8 @@ import { pipeline } from "node:stream/promises";
 import { Transform } from "node:stream";
 import type * as OpenPgp from "openpgp";
 import type { Dispatcher } from "undici";
-import { transportRequest as request, messageOf } from "@drover/protocol";
+import { messageOf } from "@drover/protocol";
+import { transportRequest as request } from "@drover/runtime";
 import { VerificationError } from "./errors.js";
 import { checkFetchTarget, FetchRefused } from "../net/fetch-guard.js";
 

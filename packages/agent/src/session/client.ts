@@ -1,7 +1,4 @@
 import {
-  ApiError,
-  decodeErrorAnswer,
-  DroverClient,
   routes,
   type ErrorCode,
   type JobAssignment,
@@ -11,11 +8,11 @@ import {
   type Output,
   type PlanSummary,
   type RegisterResponse,
-  type RequestOf,
   type ResultOf,
   type Route,
   type RunStatus,
 } from "@drover/protocol";
+import { ApiError, decodeErrorAnswer, DroverClient, type RequestOf } from "@drover/runtime";
 import type { Dispatcher } from "undici";
 import { Backoff, maxRetryAfterMs, pause } from "./backoff.js";
 import { proxyDispatcher } from "../net/http-dispatcher.js";

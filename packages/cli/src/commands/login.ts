@@ -1,4 +1,5 @@
-import { DroverClient, DroverError, routes } from "@drover/protocol";
+import { DroverError, routes } from "@drover/protocol";
+import { DroverClient } from "@drover/runtime";
 import type { Command } from "commander";
 import { io } from "../io.js";
 import { readSecret } from "../secret-input.js";

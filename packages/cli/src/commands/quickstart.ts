@@ -1,5 +1,6 @@
 import { createLogger, loadAgentConfig, runAgent } from "@drover/agent";
-import { DroverClient, newId, newUserToken, parsePoolToken, routes } from "@drover/protocol";
+import { newId, newUserToken, parsePoolToken, routes } from "@drover/protocol";
+import { DroverClient } from "@drover/runtime";
 import type { Command } from "commander";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";

@@ -1,12 +1,5 @@
-import {
-  DroverError,
-  escapeControlChars,
-  isTerminalRun,
-  routes,
-  type DroverClient,
-  type Phase,
-  type Run,
-} from "@drover/protocol";
+import { DroverError, escapeControlChars, isTerminalRun, routes, type Phase, type Run } from "@drover/protocol";
+import { type DroverClient } from "@drover/runtime";
 import { Option, type Command } from "commander";
 import { resolve } from "node:path";
 import { apiFor, emit, jsonText, table, withCommon, type CommonOptions } from "../command-kit.js";

@@ -1,5 +1,6 @@
-import { agentApi, maxLogChunkBytes, maxLongPollMs, redactText, routes, secretForms } from "@drover/protocol";
-import { jobTraceIds, jobTraceparent, noopTracer } from "@drover/protocol";
+import { agentApi, maxLogChunkBytes, maxLongPollMs, routes } from "@drover/protocol";
+import { redactText, secretForms } from "@drover/runtime";
+import { jobTraceIds, jobTraceparent, noopTracer } from "@drover/runtime";
 import type { FastifyInstance, preParsingAsyncHookHandler } from "fastify";
 import { agentHeartbeat, deregisterAgent, registerAgent } from "../store/agents.js";
 import { poolDemand } from "../store/demand.js";

@@ -1,4 +1,4 @@
-import type { ArchiveLimits, RunTracer } from "@drover/protocol";
+import type { ArchiveLimits, RunTracer } from "@drover/runtime";
 import type { DatabaseHealth } from "../db/health.js";
 import type { StoreContext } from "../store/context.js";
 import type { ServerMetrics } from "../metrics.js";

@@ -1,5 +1,6 @@
 import { createHash } from "node:crypto";
-import { DroverError, inspectArchive, newId, type ArchiveLimits, type ConfigurationVersion } from "@drover/protocol";
+import { DroverError, newId, type ConfigurationVersion } from "@drover/protocol";
+import { inspectArchive, type ArchiveLimits } from "@drover/runtime";
 import { sourceChunks, sourceSize, storedBody, writeChunks, type BodySource, type StoredBody } from "./bodies.js";
 import type { StoreContext } from "./context.js";
 import { iso } from "./context.js";

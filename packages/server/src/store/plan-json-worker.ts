@@ -1,6 +1,7 @@
 import { readFileSync } from "node:fs";
 import { parentPort, workerData } from "node:worker_threads";
-import { redactJson, secretForms, summarizePlan, type PlanSummary, messageOf } from "@drover/protocol";
+import { summarizePlan, type PlanSummary, messageOf } from "@drover/protocol";
+import { redactJson, secretForms } from "@drover/runtime";
 
 /*
  * The thread that turns an uploaded plan JSON into what is stored (see plan-json.ts): parsing,

@@ -1,4 +1,5 @@
-import { containsSecret, DroverError, secretForms, type Output, type PlanSummary } from "@drover/protocol";
+import { DroverError, type Output, type PlanSummary } from "@drover/protocol";
+import { containsSecret, secretForms } from "@drover/runtime";
 import type { Transaction } from "kysely";
 import type { Database, JobRow } from "../db/schema.js";
 import { variablesForJob } from "./variables.js";

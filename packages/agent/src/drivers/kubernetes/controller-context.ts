@@ -9,7 +9,8 @@ import type {
   V1JobSpec,
   V1Pod,
 } from "@kubernetes/client-node";
-import type { JobAssignment, RunTracer } from "@drover/protocol";
+import type { JobAssignment } from "@drover/protocol";
+import type { RunTracer } from "@drover/runtime";
 import type { Logger } from "pino";
 import type { AgentClient } from "../../session/client.js";
 import type { AgentConfig } from "../../config.js";

@@ -10,14 +10,8 @@ import {
   type V1Job,
   type V1Pod,
 } from "@kubernetes/client-node";
-import {
-  jobTakenAway,
-  noopTracer,
-  startTelemetryIfSet,
-  type JobAssignment,
-  type RunTracer,
-  messageOf,
-} from "@drover/protocol";
+import { jobTakenAway, type JobAssignment, messageOf } from "@drover/protocol";
+import { noopTracer, startTelemetryIfSet, type RunTracer } from "@drover/runtime";
 import type { Logger } from "pino";
 import { Backoff, pause } from "../../session/backoff.js";
 import { AgentClient } from "../../session/client.js";

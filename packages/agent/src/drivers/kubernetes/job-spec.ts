@@ -1,5 +1,6 @@
 import type { V1Container, V1Job, V1JobSpec, V1Volume, V1VolumeMount } from "@kubernetes/client-node";
-import type { JobAssignment, OtlpSettings } from "@drover/protocol";
+import type { JobAssignment } from "@drover/protocol";
+import type { OtlpSettings } from "@drover/runtime";
 
 /** Labels on every Job and pod the controller creates. */
 export const labels = {

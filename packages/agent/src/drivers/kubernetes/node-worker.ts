@@ -1,13 +1,6 @@
 import { CoreV1Api, KubeConfig, type V1Pod } from "@kubernetes/client-node";
-import {
-  jobAssignmentSchema,
-  noopTracer,
-  SettingsSource,
-  startTelemetryIfSet,
-  type JobAssignment,
-  type Telemetry,
-  messageOf,
-} from "@drover/protocol";
+import { jobAssignmentSchema, SettingsSource, type JobAssignment, messageOf } from "@drover/protocol";
+import { noopTracer, startTelemetryIfSet, type Telemetry } from "@drover/runtime";
 import { hostname } from "node:os";
 import { mkdirSync, readdirSync, readFileSync } from "node:fs";
 import type { Logger } from "pino";

@@ -1,4 +1,4 @@
-import { noopTracer } from "@drover/protocol";
+import { noopTracer } from "@drover/runtime";
 import type { V1Pod } from "@kubernetes/client-node";
 import { eventsAbout, type ControllerContext, type Tracked } from "./controller-context.js";
 

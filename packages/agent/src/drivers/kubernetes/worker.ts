@@ -2,11 +2,10 @@ import {
   jobAssignmentSchema,
   settings as settingsTable,
   SettingsSource,
-  startTelemetryIfSet,
   type JobAssignment,
-  type RunTracer,
   messageOf,
 } from "@drover/protocol";
+import { startTelemetryIfSet, type RunTracer } from "@drover/runtime";
 import { otlpSettings, stopAndTrustSettings, type OtlpSettings } from "../../shared-settings.js";
 import { readFileSync } from "node:fs";
 import { hostname } from "node:os";

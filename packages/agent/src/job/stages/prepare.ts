@@ -1,4 +1,5 @@
-import { DroverError, secretForms, versionSatisfies } from "@drover/protocol";
+import { DroverError, versionSatisfies } from "@drover/protocol";
+import { secretForms } from "@drover/runtime";
 import { existsSync, readFileSync, realpathSync } from "node:fs";
 import { join, relative, resolve } from "node:path";
 import type { JobContext } from "../context.js";

@@ -1,4 +1,5 @@
-import { containsSecret, DroverError, type Output } from "@drover/protocol";
+import { DroverError, type Output } from "@drover/protocol";
+import { containsSecret } from "@drover/runtime";
 import type { JobContext } from "../context.js";
 import type { EngineBinary } from "../engine.js";
 import type { Stage } from "../pipeline.js";

@@ -1,7 +1,16 @@
 import type { Dispatcher } from "undici";
 import { EnvHttpProxyAgent, request } from "./transport.js";
-import { DroverError, isErrorCode, type ErrorCode } from "./errors.js";
-import { routePath, type BodyOf, type ParamsOf, type QueryOf, type ResultOf, type Route } from "./routes.js";
+import {
+  DroverError,
+  isErrorCode,
+  routePath,
+  type BodyOf,
+  type ErrorCode,
+  type ParamsOf,
+  type QueryOf,
+  type ResultOf,
+  type Route,
+} from "@drover/protocol";
 
 /*
  * The one HTTP client of the API, used by the CLI, the agent, the tests and the bench. It

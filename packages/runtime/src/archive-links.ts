@@ -1,4 +1,4 @@
-import { DroverError } from "./errors.js";
+import { DroverError } from "@drover/protocol";
 
 // Where an archive's links lead once it is unpacked: a symlink or hard link that leaves the
 // unpack root, directly or through other links of the same archive, refuses the archive.

@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import type { OtelSampler } from "./settings.js";
+import type { OtelSampler } from "@drover/protocol";
 
 /*
  * The tracing interface every process codes against. It is tiny on purpose: the OpenTelemetry

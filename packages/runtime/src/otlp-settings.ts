@@ -1,4 +1,4 @@
-import type { OtelSampler, SettingsSource } from "./settings.js";
+import type { OtelSampler, SettingsSource } from "@drover/protocol";
 import type { OtlpProtocol } from "./tracing.js";
 
 /** A process's OTLP export, from its own DROVER_…_OTLP_* settings and OpenTelemetry's standard OTEL_* ones. */

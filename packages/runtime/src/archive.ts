@@ -1,5 +1,5 @@
 import { createGunzip } from "node:zlib";
-import { DroverError } from "./errors.js";
+import { DroverError } from "@drover/protocol";
 import { checkLinks, type Entry, type EntryType } from "./archive-links.js";
 
 /** Size limits for configuration archives; both ends enforce them. */
