@@ -19,7 +19,7 @@ function sources(dir: string, out: string[] = []): string[] {
   return out;
 }
 
-/** The files at the agent's source root: the process itself, its settings, logs and health. */
+/** The files at the agent's source root: the process itself, its settings, logs, metrics and health. */
 const agentRoot = new Set([
   "agent.ts",
   "config.ts",
@@ -27,6 +27,7 @@ const agentRoot = new Set([
   "health.ts",
   "index.ts",
   "logger.ts",
+  "metrics.ts",
   "shared-settings.ts",
 ]);
 

@@ -6,7 +6,8 @@ import { pause } from "./session/backoff.js";
 import { AgentClient, type ClientTimeouts } from "./session/client.js";
 import { PoolSession, type Room } from "./session/pool-session.js";
 import { stopPlan, stopReserveMs, type AgentConfig } from "./config.js";
-import { AgentMetrics, closeHealthServer, startHealthServer } from "./health.js";
+import { closeHealthServer, startHealthServer } from "./health.js";
+import { AgentMetrics } from "./metrics.js";
 import { chmodSync, mkdirSync } from "node:fs";
 import { prepareDataDir } from "./data-dir.js";
 import { runnerAs } from "./runners/run-user.js";
@@ -136,7 +137,7 @@ export class Agent {
           "drover.agent": this.config.name,
           "k8s.pod.name": this.config.kubernetesPod,
         },
-        exposition: () => this.metrics.render(),
+        registry: this.metrics.registry,
       });
     } catch (err) {
       this.log.warn({ err: messageOf(err) }, "OpenTelemetry export could not start; running without it");

@@ -31,12 +31,13 @@ import {
   type Sampler,
   type SpanExporter,
 } from "@opentelemetry/sdk-trace-base";
+import type { Registry } from "prom-client";
 import type { RunTracer, SpanAttributes, SpanHandle, Telemetry, TelemetryOptions } from "./tracing.js";
 
 /*
  * OpenTelemetry export of one process: traces through the RunTracer interface, and the
- * process's Prometheus series (gauges, counters, histograms) re-read from its exposition text
- * at each export, so OTLP carries the same names as /metrics. Imported (dynamically) only when an OTLP endpoint is set.
+ * process's prom-client series (gauges, counters, histograms) read from its registry at each
+ * export, so OTLP carries the same names as /metrics. Imported (dynamically) only when an OTLP endpoint is set.
  */
 
 export { otlpProtocols, type OtlpProtocol, type Telemetry, type TelemetryOptions } from "./tracing.js";
@@ -108,115 +109,88 @@ async function metricExporter(o: TelemetryOptions): Promise<PushMetricExporter> 
   return new OTLPMetricExporter({ url: `${base}/v1/metrics`, headers: o.headers ?? {} });
 }
 
-/** One sample of a Prometheus exposition. */
-interface Sample {
-  name: string;
-  labels: Attributes;
-  value: number;
-}
-
-/** One label set of a histogram: Prometheus' cumulative bucket counts by upper bound, sum and count. */
-interface HistogramSample {
-  labels: Attributes;
-  buckets: Map<number, number>;
-  sum: number;
-  count: number;
-}
-
-type SeriesType = "gauge" | "counter" | "histogram";
-
-function labelsOf(text: string | undefined): Attributes {
-  const labels: Attributes = {};
-  for (const l of (text ?? "").matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g))
-    labels[l[1]!] = l[2]!.replace(/\\(.)/g, (_, c: string) => (c === "n" ? "\n" : c));
-  return labels;
-}
-
-/** Gauges, counters and histograms of a Prometheus text exposition. */
-export function parseExposition(text: string): {
-  types: Map<string, { type: SeriesType; help: string }>;
-  samples: Sample[];
-  histograms: Map<string, HistogramSample[]>;
-} {
-  const types = new Map<string, { type: SeriesType; help: string }>();
-  const help = new Map<string, string>();
-  const samples: Sample[] = [];
-  const histograms = new Map<string, Map<string, HistogramSample>>();
-  for (const line of text.split("\n")) {
-    const h = /^# HELP (\S+) (.*)$/.exec(line);
-    if (h) help.set(h[1]!, h[2]!);
-    const t = /^# TYPE (\S+) (\S+)$/.exec(line);
-    if (t && (t[2] === "gauge" || t[2] === "counter" || t[2] === "histogram"))
-      types.set(t[1]!, { type: t[2], help: help.get(t[1]!) ?? "" });
-    if (line === "" || line.startsWith("#")) continue;
-    const s = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)/.exec(line);
-    if (!s) continue;
-    const value = Number(s[3]);
-    if (types.get(s[1]!)?.type === "gauge" || types.get(s[1]!)?.type === "counter") {
-      samples.push({ name: s[1]!, labels: labelsOf(s[2]), value });
-      continue;
-    }
-    const part = /^(.*)_(bucket|sum|count)$/.exec(s[1]!);
-    if (!part || types.get(part[1]!)?.type !== "histogram") continue;
-    const { le, ...labels } = labelsOf(s[2]);
-    const key = JSON.stringify(labels);
-    const byLabels = histograms.get(part[1]!) ?? new Map<string, HistogramSample>();
-    histograms.set(part[1]!, byLabels);
-    const sample = byLabels.get(key) ?? { labels, buckets: new Map<number, number>(), sum: 0, count: 0 };
-    byLabels.set(key, sample);
-    if (part[2] === "sum") sample.sum = value;
-    else if (part[2] === "count") sample.count = value;
-    else if (le !== "+Inf") sample.buckets.set(Number(le), value);
-  }
-  return { types, samples, histograms: new Map([...histograms].map(([name, m]) => [name, [...m.values()]])) };
-}
-
 const hrTime = (ms: number): [number, number] => [Math.floor(ms / 1000), Math.round((ms % 1000) * 1e6)];
 
+/** Labels of one prom-client value. */
+type Labels = Partial<Record<string, string | number>>;
+
+/** Labels of a prom-client value as OTLP attributes. */
+function attributesOf(labels: Labels): Attributes {
+  return Object.fromEntries(
+    Object.entries(labels)
+      .filter((e): e is [string, string | number] => e[1] !== undefined)
+      .map(([k, v]) => [k, String(v)]),
+  );
+}
+
 /**
- * Turns the process's exposition into OTLP metric data at each export: gauges as gauges,
- * counters as cumulative monotonic sums, histograms as cumulative explicit-bucket histograms
- * (Prometheus' cumulative bucket counts made per-bucket) — the same names as /metrics.
+ * Turns the process's prom-client series into OTLP metric data at each export: gauges as
+ * gauges, counters as cumulative monotonic sums, histograms as cumulative explicit-bucket
+ * histograms (prom-client's cumulative bucket counts made per-bucket) — the names /metrics shows.
  */
-class ExpositionProducer implements MetricProducer {
+class RegistryProducer implements MetricProducer {
   private readonly started = hrTime(Date.now());
-  constructor(private readonly exposition: () => string | Promise<string>) {}
+  constructor(private readonly registry: Registry) {}
 
   async collect(): Promise<CollectionResult> {
-    const { types, samples, histograms } = parseExposition(await this.exposition());
     const now = hrTime(Date.now());
     const metrics: MetricData[] = [];
-    for (const [name, t] of types) {
+    for (const m of await this.registry.getMetricsAsJSON()) {
       const base = {
-        descriptor: { name, description: t.help, unit: "", valueType: ValueType.DOUBLE },
+        descriptor: { name: m.name, description: m.help, unit: "", valueType: ValueType.DOUBLE },
         aggregationTemporality: AggregationTemporality.CUMULATIVE,
       };
-      const points = samples
-        .filter((s) => s.name === name)
-        .map((s) => ({ startTime: this.started, endTime: now, attributes: s.labels, value: s.value }));
-      if (t.type === "gauge") metrics.push({ ...base, dataPointType: DataPointType.GAUGE, dataPoints: points });
-      else if (t.type === "counter")
-        metrics.push({ ...base, dataPointType: DataPointType.SUM, isMonotonic: true, dataPoints: points });
-      else {
-        const dataPoints = (histograms.get(name) ?? []).map((h) => {
-          const boundaries = [...h.buckets.keys()].sort((x, y) => x - y);
-          const cumulative = boundaries.map((b) => h.buckets.get(b)!);
-          const counts = [...cumulative, h.count].map((c, i) => c - (i === 0 ? 0 : cumulative[i - 1]!));
-          return {
-            startTime: this.started,
-            endTime: now,
-            attributes: h.labels,
-            value: { buckets: { boundaries, counts }, sum: h.sum, count: h.count },
-          };
+      const point = (labels: Labels) => ({
+        startTime: this.started,
+        endTime: now,
+        attributes: attributesOf(labels),
+      });
+      const type = String(m.type);
+      if (type === "gauge")
+        metrics.push({
+          ...base,
+          dataPointType: DataPointType.GAUGE,
+          dataPoints: m.values.map((v) => ({ ...point(v.labels), value: v.value })),
         });
-        metrics.push({ ...base, dataPointType: DataPointType.HISTOGRAM, dataPoints });
-      }
+      else if (type === "counter")
+        metrics.push({
+          ...base,
+          dataPointType: DataPointType.SUM,
+          isMonotonic: true,
+          dataPoints: m.values.map((v) => ({ ...point(v.labels), value: v.value })),
+        });
+      else if (type === "histogram") metrics.push({ ...base, ...histogramPoints(m.name, m.values, point) });
     }
     return {
       resourceMetrics: { resource: emptyResource(), scopeMetrics: [{ scope: { name: "drover" }, metrics }] },
       errors: [],
     };
   }
+}
+
+/** A histogram's prom-client values (`_bucket` per `le`, `_sum`, `_count`) grouped by label set. */
+function histogramPoints(
+  name: string,
+  values: { value: number; labels: Labels; metricName?: string }[],
+  point: (labels: Labels) => { startTime: [number, number]; endTime: [number, number]; attributes: Attributes },
+) {
+  const sets = new Map<string, { labels: Labels; buckets: Map<number, number>; sum: number; count: number }>();
+  for (const v of values) {
+    const { le, ...labels } = v.labels;
+    const key = JSON.stringify(labels);
+    const set = sets.get(key) ?? { labels, buckets: new Map<number, number>(), sum: 0, count: 0 };
+    sets.set(key, set);
+    if (v.metricName === `${name}_sum`) set.sum = v.value;
+    else if (v.metricName === `${name}_count`) set.count = v.value;
+    else if (le !== undefined && le !== "+Inf") set.buckets.set(Number(le), v.value);
+  }
+  const dataPoints = [...sets.values()].map((h) => {
+    const boundaries = [...h.buckets.keys()].sort((x, y) => x - y);
+    const cumulative = boundaries.map((b) => h.buckets.get(b)!);
+    const counts = [...cumulative, h.count].map((c, i) => c - (i === 0 ? 0 : cumulative[i - 1]!));
+    return { ...point(h.labels), value: { buckets: { boundaries, counts }, sum: h.sum, count: h.count } };
+  });
+  return { dataPointType: DataPointType.HISTOGRAM as const, dataPoints };
 }
 
 /** OTEL_TRACES_SAMPLER's sampler. */
@@ -289,12 +263,12 @@ export async function startTelemetry(o: TelemetryOptions): Promise<Telemetry> {
     };
     stops.push(() => provider.shutdown());
   }
-  if (o.metrics && o.exposition) {
-    // No instruments of its own: everything comes from the exposition, read at each export.
+  if (o.metrics && o.registry) {
+    // No instruments of its own: everything comes from the process's registry, read at each export.
     const reader = new PeriodicExportingMetricReader({
       exporter: await metricExporter(o),
       exportIntervalMillis: o.metricsIntervalMs ?? 60_000,
-      metricProducers: [new ExpositionProducer(o.exposition)],
+      metricProducers: [new RegistryProducer(o.registry)],
     });
     const provider = new MeterProvider({ resource, readers: [reader] });
     stops.push(() => provider.shutdown());

@@ -1,5 +1,6 @@
 import { createHash } from "node:crypto";
 import type { OtelSampler } from "@drover/protocol";
+import type { Registry } from "prom-client";
 
 /*
  * The tracing interface every process codes against. It is tiny on purpose: the OpenTelemetry
@@ -70,8 +71,8 @@ export interface TelemetryOptions {
   metrics: boolean;
   /** Resource attributes: service.name, drover.pool, drover.agent, k8s.pod.name, … (empty values dropped). */
   resource: Record<string, string | undefined>;
-  /** The process's Prometheus exposition, read at each metrics export. */
-  exposition?: () => string | Promise<string>;
+  /** The process's prom-client registry (what /metrics serves), read at each metrics export. */
+  registry?: Registry;
   metricsIntervalMs?: number;
   /** Sent with every http/protobuf export (grpc exporters read OTEL_EXPORTER_OTLP_HEADERS themselves). */
   headers?: Record<string, string>;

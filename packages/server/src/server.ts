@@ -112,7 +112,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
           "service.name": "drover-server",
           "k8s.pod.name": process.env.KUBERNETES_SERVICE_HOST ? hostname() : undefined,
         },
-        exposition: () => metrics.registry.metrics(),
+        registry: metrics.registry,
       },
     );
   } catch (err) {

@@ -14,7 +14,7 @@ import type { RunTracer } from "@drover/runtime";
 import type { Logger } from "pino";
 import type { AgentClient } from "../../session/client.js";
 import type { AgentConfig } from "../../config.js";
-import type { ErrorKind, MetricSet } from "../../health.js";
+import type { ErrorKind, MetricSet } from "../../metrics.js";
 import { KubeApiError } from "./api-errors.js";
 import type { ControllerSettings } from "./controller-settings.js";
 import type { Informer } from "./informer.js";

@@ -1,17 +1,19 @@
-import { MetricSet, requestSecondsBuckets } from "../../health.js";
+import { MetricSet, requestSecondsBuckets } from "../../metrics.js";
 
 /** Bucket bounds (seconds) of Job startup: scheduling, image pulls and container start. */
 const startupSecondsBuckets = [0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600];
-/** The controller's series (/metrics, and OTLP's source). */
-export function controllerMetrics(): MetricSet {
+/** The controller's series (/metrics, and OTLP's source); `inFlight` counts its unfinished Jobs at each scrape. */
+export function controllerMetrics(inFlight: () => number): MetricSet {
   return new MetricSet()
-    .define("drover_controller_jobs_in_flight", "gauge", "Kubernetes Jobs of this controller that have not finished")
+    .define("drover_controller_jobs_in_flight", "gauge", "Kubernetes Jobs of this controller that have not finished", {
+      read: inFlight,
+    })
     .define("drover_controller_jobs_launched_total", "counter", "Kubernetes Jobs this controller created")
     .define(
       "drover_controller_pod_failures_total",
       "counter",
       "Runs this controller ended errored for a pod-level reason, by reason",
-      { initial: false },
+      { labels: ["reason"] },
     )
     .define(
       "drover_controller_watch_errors_total",
@@ -22,7 +24,7 @@ export function controllerMetrics(): MetricSet {
       "drover_controller_errors_total",
       "counter",
       "Errors of this controller by kind (each retried or reported)",
-      { initial: false },
+      { labels: ["kind"] },
     )
     .define(
       "drover_controller_heartbeat_duration_seconds",

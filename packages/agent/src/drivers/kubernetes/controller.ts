@@ -17,7 +17,8 @@ import { Backoff, pause } from "../../session/backoff.js";
 import { AgentClient } from "../../session/client.js";
 import { FatalAgentError, PoolSession } from "../../session/pool-session.js";
 import type { AgentConfig } from "../../config.js";
-import { servingHealth, type ErrorKind } from "../../health.js";
+import { servingHealth } from "../../health.js";
+import type { ErrorKind, MetricSet } from "../../metrics.js";
 import { controllerMetrics } from "./controller-metrics.js";
 import { apiClientWithDeadline } from "./api-deadline.js";
 import { errText, queueMaxAttempts, type AgentTask, type ControllerContext } from "./controller-context.js";
@@ -81,7 +82,7 @@ export class Controller {
             ? log.warn({ k8sJob: key, err: errText(err), attempt }, "handling a Job failed; the next sweep tries again")
             : log.warn({ k8sJob: key, err: errText(err), attempt, retryInMs }, "handling a Job failed; retrying"),
       }),
-      metrics: controllerMetrics(),
+      metrics: controllerMetrics(() => this.c.tracked.size),
       tracer: noopTracer,
       stop,
       informers: [],
@@ -142,7 +143,7 @@ export class Controller {
         ready: this.ready,
         details: { registered: this.session.registered, inFlight: this.c.tracked.size },
       }),
-      metrics: () => this.exposition(),
+      metrics: () => this.c.metrics.render(),
     };
     return servingHealth(this.config.healthPort, this.config.healthAddress, source, () => this.work());
   }
@@ -371,10 +372,9 @@ export class Controller {
     this.c.informers.push({ name, informer: informer as unknown as Informer<KubernetesObject> });
   }
 
-  /** The controller's series in Prometheus' text format (/metrics, and OTLP's source). */
-  exposition(): string {
-    this.c.metrics.set("drover_controller_jobs_in_flight", this.c.tracked.size);
-    return this.c.metrics.render();
+  /** The controller's series (/metrics, and OTLP's source). */
+  get metrics(): MetricSet {
+    return this.c.metrics;
   }
 }
 
@@ -390,7 +390,7 @@ export async function runController(config: AgentConfig, settings: ControllerSet
             "drover.agent": config.name,
             "k8s.pod.name": config.kubernetesPod,
           },
-          exposition: () => controller.exposition(),
+          registry: controller.metrics.registry,
         }
       : undefined,
   ).catch((err: unknown) => {

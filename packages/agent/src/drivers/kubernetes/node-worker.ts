@@ -6,7 +6,8 @@ import { mkdirSync, readdirSync, readFileSync } from "node:fs";
 import type { Logger } from "pino";
 import { agentVersion } from "../../session/version.js";
 import { AgentClient } from "../../session/client.js";
-import { MetricSet, servingHealth } from "../../health.js";
+import { servingHealth } from "../../health.js";
+import { MetricSet } from "../../metrics.js";
 import type { LogFormat, StopAction } from "../../config.js";
 import { SafeDir } from "../../job/safe-dir.js";
 import { apiClientWithDeadline, defaultApiTimeoutMs } from "./api-deadline.js";
@@ -104,7 +105,7 @@ export class NodeWorker {
   /** The runs' spans (each under its job's span through the assignment's traceparent) and this worker's metrics over OTLP. */
   private telemetry: Telemetry = { tracer: noopTracer, shutdown: async () => undefined };
   private readonly metrics = new MetricSet()
-    .define("drover_node_worker_runs", "gauge", "Runs this node worker supervises")
+    .define("drover_node_worker_runs", "gauge", "Runs this node worker supervises", { read: () => this.runs.size })
     .define(
       "drover_node_worker_watch_errors_total",
       "counter",
@@ -116,7 +117,7 @@ export class NodeWorker {
       "Log bytes of this node's runs the server acknowledged",
     )
     .define("drover_node_worker_errors_total", "counter", "Errors of this node worker by kind (each retried)", {
-      initial: false,
+      labels: ["kind"],
     })
     .define(
       "drover_node_worker_supervisors_started_total",
@@ -139,10 +140,6 @@ export class NodeWorker {
 
   /** Runs until `shutdown()`, then waits for its runs to wind down; resolves with the exit code. */
   async run(): Promise<number> {
-    const exposition = () => {
-      this.metrics.set("drover_node_worker_runs", this.runs.size);
-      return this.metrics.render();
-    };
     const source = {
       // Winding runs down after SIGTERM is still healthy work: liveness never fails on its own.
       health: () => ({
@@ -150,7 +147,7 @@ export class NodeWorker {
         ready: (this.pods?.synced ?? false) && !this.stopping,
         details: { runs: this.runs.size },
       }),
-      metrics: exposition,
+      metrics: () => this.metrics.render(),
     };
     if (this.settings.otlp) {
       this.telemetry = await startTelemetryIfSet({
@@ -161,7 +158,7 @@ export class NodeWorker {
           "k8s.pod.name": hostname(),
           "drover.controller": this.settings.controllerName,
         },
-        exposition,
+        registry: this.metrics.registry,
       }).catch((err: unknown) => {
         this.log.warn({ err: messageOf(err) }, "OpenTelemetry export could not start; running without it");
         return this.telemetry;

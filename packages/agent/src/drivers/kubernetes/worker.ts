@@ -13,7 +13,8 @@ import { join } from "node:path";
 import type { Logger } from "pino";
 import { AgentClient } from "../../session/client.js";
 import { stopPlan, type StopAction } from "../../config.js";
-import { closeHealthServer, MetricSet, startHealthServer } from "../../health.js";
+import { closeHealthServer, startHealthServer } from "../../health.js";
+import { MetricSet } from "../../metrics.js";
 import { JobRun, type JobSettings } from "../../job/job.js";
 import { ExecLoopRunner } from "../../runners/exec-loop.js";
 import { SafeDir } from "../../job/safe-dir.js";
@@ -89,20 +90,16 @@ export async function runWorker(settings: WorkerSettings, log: Logger): Promise<
   });
   let running = true;
   const metrics = new MetricSet()
-    .define("drover_worker_job_running", "gauge", "1 while this pod's job runs")
+    .define("drover_worker_job_running", "gauge", "1 while this pod's job runs", { read: () => (running ? 1 : 0) })
     .define("drover_worker_log_bytes_shipped_total", "counter", "Log bytes of this pod's job the server acknowledged")
     .define("drover_worker_errors_total", "counter", "Errors of this pod's worker by kind (each retried)", {
-      initial: false,
+      labels: ["kind"],
     });
-  const exposition = () => {
-    metrics.set("drover_worker_job_running", running ? 1 : 0);
-    return metrics.render();
-  };
   const telemetry = await startTelemetryIfSet(
     settings.otlp && {
       ...settings.otlp,
       resource: { "service.name": "drover-worker", "k8s.pod.name": hostname(), "drover.phase": assignment.phase },
-      exposition,
+      registry: metrics.registry,
     },
   ).catch((err: unknown) => {
     log.warn({ err: messageOf(err) }, "OpenTelemetry export could not start; running without it");
@@ -131,7 +128,7 @@ export async function runWorker(settings: WorkerSettings, log: Logger): Promise<
           settings.healthPort,
           {
             health: () => ({ live: true, ready: running, details: { job: assignment.jobId, phase: assignment.phase } }),
-            metrics: exposition,
+            metrics: () => metrics.render(),
           },
           settings.healthAddress,
         ).catch((err: unknown) => {
