@@ -4,6 +4,7 @@ import { authErrors, commonErrors, type Route } from "./routes/define.js";
 import { agentRoutes } from "./routes/agent.js";
 import { runRoutes } from "./routes/runs.js";
 import { userRoutes } from "./routes/user.js";
+import { webRoutes } from "./routes/web.js";
 
 export {
   agentApi,
@@ -21,6 +22,7 @@ export {
 } from "./routes/define.js";
 export { okResponseSchema, readyResponseSchema } from "./routes/agent.js";
 export { logQuerySchema, runWaitQuerySchema } from "./routes/runs.js";
+export { csrfHeader, webSessionCookie } from "./routes/web.js";
 
 /*
  * The route table: every HTTP route the server registers, declared once. The server registers
@@ -30,7 +32,7 @@ export { logQuerySchema, runWaitQuerySchema } from "./routes/runs.js";
  */
 
 /** Every route, by name. Keys are stable: clients call `routes.createPool`, not a path string. */
-export const routes = { ...userRoutes, ...runRoutes, ...agentRoutes } as const;
+export const routes = { ...userRoutes, ...webRoutes, ...runRoutes, ...agentRoutes } as const;
 
 /** The name of a route in the table. */
 export type RouteName = keyof typeof routes;

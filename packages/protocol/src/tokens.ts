@@ -7,11 +7,18 @@ import { DroverError } from "./errors.js";
  * - session token: drv_s_<agentId>.<secret>
  * - job token:     drv_j_<jobId>.<attempt>.<secret>  (the attempt lets the server name a stale holder)
  * - user token:    drv_u_<tokenId>.<secret>
+ * - web session:   drv_w_<sessionId>.<secret>  (a browser's session cookie, never a bearer token)
  * `.` never occurs in base64url or ids, so each form splits unambiguously.
  */
-export type TokenKind = "pool" | "session" | "job" | "user";
+export type TokenKind = "pool" | "session" | "job" | "user" | "web";
 
-const prefixes: Record<TokenKind, string> = { pool: "drv_p_", session: "drv_s_", job: "drv_j_", user: "drv_u_" };
+const prefixes: Record<TokenKind, string> = {
+  pool: "drv_p_",
+  session: "drv_s_",
+  job: "drv_j_",
+  user: "drv_u_",
+  web: "drv_w_",
+};
 
 function secret(): string {
   return randomBytes(32).toString("base64url");
@@ -89,8 +96,21 @@ export function newUserToken(tokenId: string): string {
   return `${prefixes.user}${tokenId}.${secret()}`;
 }
 
-/** The id part of a session or user token, or undefined when malformed. */
-export function tokenSubject(token: string, kind: "session" | "user"): string | undefined {
+/** A new browser session token (the session cookie's value). */
+export function newWebSessionToken(sessionId: string): string {
+  return `${prefixes.web}${sessionId}.${secret()}`;
+}
+
+/**
+ * The CSRF token of a browser session: derived from the cookie's secret, so the server stores
+ * nothing more, and a page of another site, which cannot read the cookie, cannot forge it.
+ */
+export function csrfTokenOf(webSessionToken: string): string {
+  return createHash("sha256").update(`drover-csrf\0${webSessionToken}`, "utf8").digest("base64url");
+}
+
+/** The id part of a session, user or web session token, or undefined when malformed. */
+export function tokenSubject(token: string, kind: "session" | "user" | "web"): string | undefined {
   const prefix = prefixes[kind];
   if (!token.startsWith(prefix)) return undefined;
   const rest = token.slice(prefix.length);

@@ -29,6 +29,8 @@ export interface ServerConfig {
   maxJobLogBytes: number;
   /** Whether anonymous `/metrics` shows pool names (DROVER_METRICS_PUBLIC_NAMES). */
   metricsPublicNames: boolean;
+  /** How long a browser session lasts (DROVER_WEB_SESSION_HOURS). */
+  webSessionMs: number;
   /** How long the database-derived gauges are reused (DROVER_METRICS_CACHE_SECONDS). */
   metricsCacheMs: number;
   logLevel: string;
@@ -127,6 +129,7 @@ export function loadServerConfig(input: { env: NodeJS.ProcessEnv; flags?: Server
     maxPlanJsonBytes: src.get("DROVER_MAX_PLAN_JSON_MB") * 1024 * 1024,
     maxJobLogBytes: src.get("DROVER_MAX_JOB_LOG_MB") * 1024 * 1024,
     metricsPublicNames: src.get("DROVER_METRICS_PUBLIC_NAMES"),
+    webSessionMs: src.get("DROVER_WEB_SESSION_HOURS") * 60 * 60 * 1000,
     metricsCacheMs: src.get("DROVER_METRICS_CACHE_SECONDS") * 1000,
     logLevel: src.get("DROVER_LOG_LEVEL"),
     tls: tlsCert && tlsKey ? { certFile: tlsCert, keyFile: tlsKey } : undefined,

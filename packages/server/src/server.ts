@@ -146,6 +146,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
       maxPlanJsonBytes: config.maxPlanJsonBytes,
       maxJobLogBytes: config.maxJobLogBytes,
       metricsPublicNames: config.metricsPublicNames,
+      webSessionMs: config.webSessionMs,
       uploadDir,
       publicUrl: () => publicUrl,
       shutdown: shutdown.signal,

@@ -49,6 +49,17 @@ export const createUserTokenSchema = z.object({
 /** Returned once, at creation: the only time the secret is shown. */
 export const createdUserTokenSchema = userTokenSchema.extend({ token: z.string() });
 
+/** A browser signs in with an API token (typed into the sign-in form). */
+export const webSignInSchema = z.object({ token: z.string().min(1, "paste an API token (drv_u_…)").max(4096) });
+/** A browser session: the API token it stands for, when it ends, and the CSRF token its changes must carry. */
+export const webSessionSchema = z.object({
+  userTokenId: z.string(),
+  expiresAt: z.string(),
+  /** Sent back in the `x-drover-csrf` header with every request that changes something. */
+  csrfToken: z.string(),
+});
+export type WebSession = z.infer<typeof webSessionSchema>;
+
 export const agentSchema = z.object({
   id: z.string(),
   poolId: z.string(),

@@ -59,6 +59,13 @@ export const serverSettings = {
     parse: text,
     section: "server",
   }),
+  DROVER_WEB_SESSION_HOURS: setting({
+    doc: "how long a browser stays signed in (its session cookie's life); revoking the API token it signed in with ends it sooner",
+    default: 12,
+    readers: ["server"],
+    parse: intIn(1, 24 * 30),
+    section: "server",
+  }),
   DROVER_ADMIN_TOKEN: setting({
     doc: "an admin API token of your choosing",
     defaultText: "generated once",

@@ -402,6 +402,25 @@ function dropColumn(table: string, column: string): Migration {
   };
 }
 
+/** Browser sign-in (the web UI): sessions made from a user token, ended by it too. */
+function webSessions(dialect: Dialect): Migration {
+  const t = types(dialect);
+  return {
+    async up(db: Kysely<unknown>) {
+      await db.schema
+        .createTable("web_sessions")
+        .addColumn("id", "text", (c) => c.primaryKey())
+        .addColumn("user_token_id", "text", (c) => c.notNull().references("user_tokens.id").onDelete("cascade"))
+        .addColumn("token_hash", "text", (c) => c.notNull().unique())
+        .addColumn("created_at", t.time, (c) => c.notNull())
+        .addColumn("expires_at", t.time, (c) => c.notNull())
+        .addColumn("revoked_at", t.time)
+        .execute();
+      await db.schema.createIndex("web_sessions_expires_at").on("web_sessions").column("expires_at").execute();
+    },
+  };
+}
+
 /** All migrations in order; names sort lexically, which is the order Kysely applies them. */
 export function migrationProvider(dialect: Dialect): MigrationProvider {
   return {
@@ -421,6 +440,7 @@ export function migrationProvider(dialect: Dialect): MigrationProvider {
       "0050a_drop_agent_capabilities": dropColumn("agents", "capabilities"),
       "0050b_drop_plan_json_error": dropColumn("plans", "plan_json_error"),
       "0050c_drop_plan_json_phase": dropColumn("plans", "plan_json_phase"),
+      "0058_web_sessions": webSessions(dialect),
     }),
   };
 }

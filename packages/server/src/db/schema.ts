@@ -185,10 +185,21 @@ export interface JobTokensTable {
   retired_at: number | null;
 }
 
+/** A browser's sign-in: a session cookie standing for the API token it was made with. */
+export interface WebSessionsTable {
+  id: string;
+  user_token_id: string;
+  token_hash: string;
+  created_at: number;
+  expires_at: number;
+  revoked_at: number | null;
+}
+
 export interface Database {
   pools: PoolsTable;
   pool_tokens: PoolTokensTable;
   user_tokens: UserTokensTable;
+  web_sessions: WebSessionsTable;
   agents: AgentsTable;
   workspaces: WorkspacesTable;
   variables: VariablesTable;

@@ -6,6 +6,7 @@ import { authenticatePoolToken } from "../store/pools.js";
 import { authenticateJobToken, type JobRow } from "../store/queue.js";
 import { authenticateUserToken } from "../store/user-tokens.js";
 import { parse } from "./errors.js";
+import { requireWebSession, sessionCookieOf, type WebCaller } from "./web-session.js";
 
 /**
  * The token a request presents: `Authorization: Bearer <token>`, or basic auth whose password
@@ -29,12 +30,26 @@ export function presentedToken(request: FastifyRequest): string {
   );
 }
 
-export async function requireUser(ctx: StoreContext, request: FastifyRequest): Promise<{ tokenId: string }> {
+/** A user API caller: the API token it presented, or the browser session that stands for one. */
+export interface UserCaller {
+  tokenId: string;
+  /** Set when the caller came with the session cookie instead of a bearer token. */
+  web?: WebCaller;
+}
+
+/** Authenticates a user API caller: an `Authorization` header, else the browser's session cookie. */
+export async function requireUser(ctx: StoreContext, request: FastifyRequest): Promise<UserCaller> {
+  if (request.headers.authorization === undefined) {
+    const cookie = sessionCookieOf(request);
+    if (cookie !== undefined) return requireWebSession(ctx, request, cookie);
+  }
   const token = presentedToken(request);
   const kind = tokenKind(token);
   if (kind === "pool" || kind === "session" || kind === "job") {
     throw new DroverError("forbidden", `a ${kind} token cannot use the user API; use an API token`);
   }
+  if (kind === "web")
+    throw new DroverError("forbidden", "a browser session works only as its cookie; send an API token instead");
   return authenticateUserToken(ctx, token);
 }
 
@@ -71,7 +86,7 @@ export async function requireStateCaller(ctx: StoreContext, request: FastifyRequ
 /** Who called a route, by the auth kind the route table gives it. */
 export interface Callers {
   none: undefined;
-  user: { tokenId: string };
+  user: UserCaller;
   pool: { tokenId: string; pool: Pool };
   session: Agent;
   job: JobRow;
@@ -161,7 +176,9 @@ function claimSlot(
   reply: FastifyReply,
   refusal: (now: number) => string,
 ): void {
-  const key = hashToken(presentedToken(request));
+  // A browser's requests count against its session, as a client's count against its token.
+  const cookie = request.headers.authorization === undefined ? sessionCookieOf(request) : undefined;
+  const key = hashToken(cookie ?? presentedToken(request));
   const now = inFlight.get(key) ?? 0;
   if (now >= max) throw new DroverError("too_many_requests", refusal(now));
   inFlight.set(key, now + 1);

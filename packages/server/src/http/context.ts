@@ -17,6 +17,8 @@ export interface HttpContext {
   maxJobLogBytes: number;
   /** Whether `/metrics` shows pool names to a caller without a token. */
   metricsPublicNames: boolean;
+  /** How long a browser session lasts from sign-in. */
+  webSessionMs: number;
   /** Where large request bodies are spooled while a request lasts (http/bodies.ts). */
   uploadDir: string;
   /** The URL embedded in new pool tokens: how agents reach this server. */

@@ -1,5 +1,5 @@
-import { DroverError, isTerminalRun, logHeaders, routes, userApi } from "@drover/protocol";
-import type { FastifyInstance } from "fastify";
+import { csrfTokenOf, DroverError, isTerminalRun, logHeaders, routes, userApi } from "@drover/protocol";
+import type { FastifyInstance, FastifyRequest } from "fastify";
 import { waitForEvent } from "../events.js";
 import { listAgents } from "../store/agents.js";
 import { poolDemand } from "../store/demand.js";
@@ -13,6 +13,7 @@ import { cancelRun, endJobsOfPoolToken } from "../store/cancels.js";
 import { listStateVersions, readStateVersion } from "../store/state.js";
 import { createUserToken, listUserTokens, revokeUserToken } from "../store/user-tokens.js";
 import { deleteVariable, listVariables, setVariable } from "../store/variables.js";
+import { createWebSession, endWebSession } from "../store/web-sessions.js";
 import {
   createWorkspace,
   deleteWorkspace,
@@ -24,6 +25,7 @@ import { requestSignal } from "./auth.js";
 import { isBodyFile, spoolBodies } from "./bodies.js";
 import type { HttpContext } from "./context.js";
 import { registrar, type ServeOptions } from "./serve.js";
+import { clearedSessionCookieHeader, sameOrigin, sessionCookieHeader } from "./web-session.js";
 
 /** The user API under /api/v1 (JSON; configuration uploads are raw tar.gz). */
 export function registerUserRoutes(app: FastifyInstance, http: HttpContext, options: ServeOptions): void {
@@ -51,6 +53,36 @@ export function registerUserRoutes(app: FastifyInstance, http: HttpContext, opti
     return createUserToken(ctx, description, expiresAt);
   });
   serve(routes.revokeUserToken, async ({ params }) => revokeUserToken(ctx, params.id));
+
+  // Secure cookies when the browser came over TLS, or through a proxy that the public URL says speaks it.
+  const secure = (req: FastifyRequest) => req.protocol === "https" || http.publicUrl().startsWith("https:");
+  serve(routes.createWebSession, async ({ body }, req, reply) => {
+    // A page of another site must not sign this browser in to an account of its choosing.
+    if (!sameOrigin(req))
+      throw new DroverError("forbidden", "sign-in is accepted from the server's own pages only (Origin differs)");
+    const session = await createWebSession(ctx, body.token, http.webSessionMs);
+    void reply.header("set-cookie", sessionCookieHeader(session.token, http.webSessionMs, secure(req)));
+    void reply.header("cache-control", "no-store");
+    return {
+      userTokenId: session.userTokenId,
+      expiresAt: new Date(session.expiresAt).toISOString(),
+      csrfToken: csrfTokenOf(session.token),
+    };
+  });
+  serve(routes.getWebSession, async ({ caller }, _req, reply) => {
+    if (!caller.web)
+      throw new DroverError("bad_request", "this request came with an API token, not a browser session cookie");
+    void reply.header("cache-control", "no-store");
+    return {
+      userTokenId: caller.tokenId,
+      expiresAt: new Date(caller.web.expiresAt).toISOString(),
+      csrfToken: caller.web.csrfToken,
+    };
+  });
+  serve(routes.deleteWebSession, async ({ caller }, req, reply) => {
+    if (caller.web) await endWebSession(ctx, caller.web.sessionId);
+    void reply.header("set-cookie", clearedSessionCookieHeader(secure(req)));
+  });
 
   serve(routes.listAgents, async ({ query }) => ({
     items: await listAgents(ctx, query.pool ? (await getPool(ctx, query.pool)).id : undefined),

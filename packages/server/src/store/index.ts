@@ -20,6 +20,7 @@ export * from "./state.js";
 export * from "./user-tokens.js";
 export { poolWaiters } from "./waiters.js";
 export * from "./variables.js";
+export * from "./web-sessions.js";
 export * from "./workspaces.js";
 export * from "./presence.js";
 export * from "./sessions.js";
