@@ -155,6 +155,29 @@ const routeCases: Case[] = [
       return admin.call(routes.revokeUserToken, { params: { id: mine.id } });
     },
   },
+  {
+    route: "createWebSession",
+    code: "unauthorized",
+    run: () => as(undefined).call(routes.createWebSession, { body: { token: "drv_u_nobody.secret" } }),
+  },
+  {
+    route: "createWebSession",
+    code: "token_revoked",
+    run: async () => {
+      const t = await admin.call(routes.createUserToken, { body: { description: "revoked before sign-in" } });
+      await admin.call(routes.revokeUserToken, { params: { id: t.id } });
+      return as(undefined).call(routes.createWebSession, { body: { token: t.token } });
+    },
+  },
+  {
+    route: "createWebSession",
+    code: "forbidden",
+    run: () =>
+      as(undefined).call(routes.createWebSession, {
+        body: { token: server.adminToken },
+        headers: { origin: "https://attacker.example" },
+      }),
+  },
   { route: "listAgents", code: "not_found", run: () => admin.call(routes.listAgents, { query: { pool: "nope" } }) },
   {
     route: "createWorkspace",
