@@ -19,14 +19,14 @@ export default tseslint.config(
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {
-    files: ["**/*.ts"],
+    files: ["**/*.ts", "**/*.tsx"],
     rules: {
       "@typescript-eslint/no-unused-vars": ["error", { argsIgnorePattern: "^_", varsIgnorePattern: "^_" }],
       "@typescript-eslint/consistent-type-imports": "error",
     },
   },
   {
-    files: ["**/*.ts", "**/*.mts", "**/*.mjs", "**/*.js", "**/*.cjs"],
+    files: ["**/*.ts", "**/*.tsx", "**/*.mts", "**/*.mjs", "**/*.js", "**/*.cjs"],
     rules: { "no-restricted-imports": ["error", { patterns: [privatePaths] }] },
   },
   {

@@ -6,7 +6,7 @@ import tseslint from "typescript-eslint";
 import base from "./eslint.config.js";
 
 export default tseslint.config(...base, {
-  files: ["**/*.ts"],
+  files: ["**/*.ts", "**/*.tsx"],
   languageOptions: { parserOptions: { projectService: true, tsconfigRootDir: import.meta.dirname } },
   rules: {
     "@typescript-eslint/no-floating-promises": [

@@ -189,7 +189,11 @@ function startLints() {
   ];
   if (lintAll)
     lints.push(
-      startLint("prettier --check", [bin("prettier", "prettier.cjs"), "--check", "**/*.{ts,mts,mjs,js,cjs}"], dir),
+      startLint(
+        "prettier --check",
+        [bin("prettier", "prettier.cjs"), "--check", "**/*.{ts,tsx,mts,mjs,js,cjs,css}"],
+        dir,
+      ),
     );
   return Promise.all(lints);
 }

@@ -358,6 +358,11 @@ const routeCases: Case[] = [
     run: () => admin.call(routes.createRun, { body: { workspace: "nope", configurationVersionId: "cv-nope" } }),
   },
   { route: "listRuns", code: "not_found", run: () => admin.call(routes.listRuns, { query: { workspace: "nope" } }) },
+  {
+    route: "listWorkspaces",
+    code: "not_found",
+    run: () => admin.call(routes.listWorkspaces, { query: { pool: "nope" } }),
+  },
   { route: "getRun", code: "not_found", run: () => admin.call(routes.getRun, { params: { id: "run-nope" } }) },
   { route: "confirmRun", code: "not_found", run: () => admin.call(routes.confirmRun, { params: { id: "run-nope" } }) },
   {

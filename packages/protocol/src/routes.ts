@@ -22,7 +22,7 @@ export {
 } from "./routes/define.js";
 export { okResponseSchema, readyResponseSchema } from "./routes/agent.js";
 export { logQuerySchema, runWaitQuerySchema } from "./routes/runs.js";
-export { csrfHeader, webSessionCookie } from "./routes/web.js";
+export { csrfHeader, liveEvents, webSessionCookie } from "./routes/web.js";
 
 /*
  * The route table: every HTTP route the server registers, declared once. The server registers

@@ -16,6 +16,7 @@ export {
   walSizeLimitBytes,
 } from "./db/checkpointer.js";
 export { openApiDocument, openApiPath } from "./http/openapi.js";
+export { contentSecurityPolicy, registerWebUi, webUiPaths } from "./http/web-ui.js";
 export type { AppOptions } from "./http/app.js";
 export { registrar, answered, type Registrar, type ServeOptions } from "./http/serve.js";
 export type { Authenticators, Callers } from "./http/auth.js";

@@ -88,7 +88,12 @@ export function registerQuickstartCommand(program: Command): void {
           `  ${cli} output --workspace hello`,
           `  ${cli} run list --workspace hello`,
           "",
-          `Without --auto-apply the plan waits: ${cli} run confirm <run-id>. Press Ctrl-C to stop.`,
+          `Without --auto-apply the plan waits: ${cli} run confirm <run-id>, or confirm it in the web UI.`,
+          "",
+          `Web UI: ${server.url}/app — sign in with the admin token (${join(dataDir, "admin-token")}), or open`,
+          `this link, which carries it (keep it private): ${server.url}/app#token=${adminToken}`,
+          "",
+          "Press Ctrl-C to stop.",
           "",
         ].join("\n"),
       );

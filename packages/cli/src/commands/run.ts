@@ -14,6 +14,11 @@ import { packDirectory } from "../pack.js";
 const summary = (r: Run) =>
   `Run ${r.id}: ${r.status}${r.planSummary ? ` (plan: ${r.planSummary.add} to add, ${r.planSummary.change} to change, ${r.planSummary.destroy} to destroy)` : ""}${r.errorMessage ? `\n${escapeControlChars(r.errorMessage)}` : ""}`;
 
+/** The run's page in the web UI, served by the server the CLI talks to. */
+export function runLink(baseUrl: string, workspace: string, runId: string): string {
+  return `${baseUrl}/app/workspaces/${encodeURIComponent(workspace)}/runs/${encodeURIComponent(runId)}`;
+}
+
 /** Follows a run (logs to stdout, or stderr with --json), prints its end, sets the exit code. */
 async function followAndReport(
   api: DroverClient,
@@ -65,8 +70,11 @@ export function registerRunCommands(program: Command): void {
             ...(opts.autoApply ? { autoApply: true } : {}),
           },
         });
-        if (!opts.json && opts.follow !== false)
-          io().stdout.write(`Run ${created.id} created (${created.status}); following its log.\n\n`);
+        if (!opts.json)
+          io().stdout.write(
+            `Run ${created.id} created (${created.status})${opts.follow !== false ? "; following its log" : ""}.\n` +
+              `In the browser: ${runLink(api.baseUrl, opts.workspace, created.id)}\n\n`,
+          );
         await followAndReport(api, created, opts);
       },
     );

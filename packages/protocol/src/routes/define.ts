@@ -118,3 +118,4 @@ export function route<
 export const id = z.object({ id: z.string() });
 export const ws = z.object({ ws: z.string() });
 export const list = s.listOf;
+export const page = s.pageOf;

@@ -10,6 +10,7 @@ import {
   logHeaders,
   maxLongPollMs,
   ok,
+  page,
   raw,
   route,
   userApi,
@@ -106,10 +107,10 @@ export const runRoutes = {
   listRuns: route({
     method: "GET",
     path: `${userApi}/runs`,
-    summary: "List runs (?workspace=&limit=)",
+    summary: "List runs, newest first (?workspace=&status=&limit=&after=)",
     auth: "user",
-    query: z.object({ workspace: z.string().optional(), limit: z.coerce.number().int().min(1).max(1000).optional() }),
-    response: ok(list(s.runSchema)),
+    query: s.listRunsQuerySchema,
+    response: ok(page(s.runSchema)),
     errors: ["not_found"],
   }),
   getRun: route({

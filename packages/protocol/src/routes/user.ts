@@ -1,6 +1,6 @@
 import { z } from "zod";
 import * as s from "../schemas.js";
-import { bytes, created, id, json, list, noContent, ok, raw, route, userApi, ws } from "./define.js";
+import { bytes, created, id, json, list, noContent, ok, page, raw, route, userApi, ws } from "./define.js";
 
 const pool = z.object({ pool: z.string() });
 const wsVar = z.object({ ws: z.string(), key: s.variableKeySchema });
@@ -115,9 +115,11 @@ export const userRoutes = {
   listWorkspaces: route({
     method: "GET",
     path: `${userApi}/workspaces`,
-    summary: "List workspaces",
+    summary: "List workspaces by name, with their newest run (?search=&pool=&limit=&after=)",
     auth: "user",
-    response: ok(list(s.workspaceSchema)),
+    query: s.listWorkspacesQuerySchema,
+    response: ok(page(s.workspaceSummarySchema)),
+    errors: ["not_found"],
   }),
   getWorkspace: route({
     method: "GET",

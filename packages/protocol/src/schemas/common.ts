@@ -50,6 +50,10 @@ export const driverSchema = z.enum(["local", "kubernetes", "docker"]);
 export type Driver = z.infer<typeof driverSchema>;
 
 export const listOf = <T extends z.ZodType>(item: T) => z.object({ items: z.array(item) });
+/** One page of a long list: `next` is the cursor of the following page (pass it as `?after=`), null on the last. */
+export const pageOf = <T extends z.ZodType>(item: T) => z.object({ items: z.array(item), next: z.string().nullable() });
+/** Most items one page may hold. */
+export const maxPageSize = 1000;
 
 export const errorBodySchema = z.object({ error: z.string(), message: z.string() }).loose();
 export type ErrorBody = z.infer<typeof errorBodySchema>;

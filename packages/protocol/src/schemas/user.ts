@@ -5,6 +5,7 @@ import { engineVersionSchema } from "../versions.js";
 import {
   agentStatusSchema,
   driverSchema,
+  maxPageSize,
   engineSchema,
   jobStatusSchema,
   nameSchema,
@@ -117,6 +118,19 @@ export const workspaceSchema = z.object({
 });
 export type Workspace = z.infer<typeof workspaceSchema>;
 
+/** The newest run of a workspace, as its list shows it. */
+export const runBriefSchema = z.object({ id: z.string(), status: runStatusSchema, createdAt: z.string() });
+/** A workspace in a list: the workspace and its newest run. */
+export const workspaceSummarySchema = workspaceSchema.extend({ latestRun: runBriefSchema.nullable() });
+export type WorkspaceSummary = z.infer<typeof workspaceSummarySchema>;
+/** Query of the workspace list: a name filter and a page (ordered by name). */
+export const listWorkspacesQuerySchema = z.object({
+  search: z.string().max(200).optional().describe("only workspaces whose name contains this (case-insensitive)"),
+  pool: z.string().min(1).optional().describe("only workspaces of this pool (id or name)"),
+  after: z.string().max(200).optional().describe("the `next` cursor of the previous page"),
+  limit: z.coerce.number().int().min(1).max(maxPageSize).optional().describe("page size; all workspaces without it"),
+});
+
 const workingDirectorySchema = z
   .string()
   .max(500)
@@ -222,6 +236,14 @@ export const createRunSchema = z.object({
       "must not contain control characters other than newlines and tabs",
     )
     .default(""),
+});
+
+/** Query of the run list: newest first, by workspace and status, a page at a time. */
+export const listRunsQuerySchema = z.object({
+  workspace: z.string().optional(),
+  status: runStatusSchema.optional(),
+  limit: z.coerce.number().int().min(1).max(maxPageSize).optional(),
+  after: z.string().max(200).optional().describe("the `next` cursor of the previous page"),
 });
 
 export const jobSchema = z.object({

@@ -1,19 +1,13 @@
 import { type Kysely, type Migration, type MigrationProvider, sql } from "kysely";
 import type { Dialect } from "./schema.js";
+import { types } from "./column-types.js";
+import { runListIndexes, webSessions } from "./migrations-web.js";
 
 /*
  * The one migration history, applied at server start on either database. Column types
  * that differ between SQLite and PostgreSQL come from `types(dialect)`; everything else is
  * written once.
  */
-
-function types(dialect: Dialect) {
-  return {
-    time: dialect === "postgres" ? ("bigint" as const) : ("integer" as const),
-    blob: dialect === "postgres" ? sql`bytea` : sql`blob`,
-    serial: dialect === "postgres" ? ("bigserial" as const) : ("integer" as const),
-  };
-}
 
 function initial(dialect: Dialect): Migration {
   const t = types(dialect);
@@ -402,25 +396,6 @@ function dropColumn(table: string, column: string): Migration {
   };
 }
 
-/** Browser sign-in (the web UI): sessions made from a user token, ended by it too. */
-function webSessions(dialect: Dialect): Migration {
-  const t = types(dialect);
-  return {
-    async up(db: Kysely<unknown>) {
-      await db.schema
-        .createTable("web_sessions")
-        .addColumn("id", "text", (c) => c.primaryKey())
-        .addColumn("user_token_id", "text", (c) => c.notNull().references("user_tokens.id").onDelete("cascade"))
-        .addColumn("token_hash", "text", (c) => c.notNull().unique())
-        .addColumn("created_at", t.time, (c) => c.notNull())
-        .addColumn("expires_at", t.time, (c) => c.notNull())
-        .addColumn("revoked_at", t.time)
-        .execute();
-      await db.schema.createIndex("web_sessions_expires_at").on("web_sessions").column("expires_at").execute();
-    },
-  };
-}
-
 /** All migrations in order; names sort lexically, which is the order Kysely applies them. */
 export function migrationProvider(dialect: Dialect): MigrationProvider {
   return {
@@ -441,6 +416,7 @@ export function migrationProvider(dialect: Dialect): MigrationProvider {
       "0050b_drop_plan_json_error": dropColumn("plans", "plan_json_error"),
       "0050c_drop_plan_json_phase": dropColumn("plans", "plan_json_phase"),
       "0058_web_sessions": webSessions(dialect),
+      "0059_run_list_indexes": runListIndexes(),
     }),
   };
 }

@@ -11,6 +11,7 @@ import { openApiDocument } from "./openapi.js";
 import { answered, registrar } from "./serve.js";
 import { registerStateRoutes } from "./state-routes.js";
 import { registerUserRoutes } from "./user-routes.js";
+import { registerWebUi } from "./web-ui.js";
 import { sql } from "kysely";
 import { describeError, isConnectionError, retryAfterSeconds } from "../db/health.js";
 import { storageError } from "../db/storage-errors.js";
@@ -21,6 +22,8 @@ export interface AppOptions {
   validateResponses?: boolean;
   /** Told of every route as it is registered (method, full path). */
   onRoute?: (method: string, path: string) => void;
+  /** Keep-alive interval of the live event stream (default 25 s). */
+  liveKeepAliveMs?: number;
 }
 
 /** Builds the Fastify application: user API, agent protocol, state backend, health and metrics. */
@@ -71,7 +74,12 @@ export function buildApp(
   });
 
   let lastActivity: number | null = null;
-  const ctx: HttpContext = { ...http, markActivity: () => (lastActivity = Date.now()), metrics };
+  const ctx: HttpContext = {
+    ...http,
+    markActivity: () => (lastActivity = Date.now()),
+    metrics,
+    ...(options.liveKeepAliveMs === undefined ? {} : { liveKeepAliveMs: options.liveKeepAliveMs }),
+  };
 
   const serveOptions = {
     validateResponses: options.validateResponses ?? false,
@@ -127,5 +135,6 @@ export function buildApp(
     return registry.metrics();
   });
   serve(routes.openapi, async () => openApiDocument(http.publicUrl()));
+  registerWebUi(app);
   return app;
 }

@@ -28,6 +28,8 @@ export interface HttpContext {
   markActivity(): void;
   /** Spans of each job's trace (the no-op tracer without an OTLP endpoint). */
   tracer: RunTracer;
+  /** How often the live event stream sends a keep-alive and re-checks the session (tests shorten it). */
+  liveKeepAliveMs?: number;
   /** The server's Prometheus series (set by buildApp). */
   metrics?: ServerMetrics;
 }

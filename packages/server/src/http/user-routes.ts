@@ -24,7 +24,8 @@ import {
 import { requestSignal } from "./auth.js";
 import { isBodyFile, spoolBodies } from "./bodies.js";
 import type { HttpContext } from "./context.js";
-import { registrar, type ServeOptions } from "./serve.js";
+import { streamLiveEvents } from "./live-events.js";
+import { answered, registrar, type ServeOptions } from "./serve.js";
 import { clearedSessionCookieHeader, sameOrigin, sessionCookieHeader } from "./web-session.js";
 
 /** The user API under /api/v1 (JSON; configuration uploads are raw tar.gz). */
@@ -69,6 +70,10 @@ export function registerUserRoutes(app: FastifyInstance, http: HttpContext, opti
       csrfToken: csrfTokenOf(session.token),
     };
   });
+  serve(routes.liveEvents, async (_input, req, reply) => {
+    streamLiveEvents(http, req, reply, http.liveKeepAliveMs);
+    return answered(reply);
+  });
   serve(routes.getWebSession, async ({ caller }, _req, reply) => {
     if (!caller.web)
       throw new DroverError("bad_request", "this request came with an API token, not a browser session cookie");
@@ -89,7 +94,7 @@ export function registerUserRoutes(app: FastifyInstance, http: HttpContext, opti
   }));
 
   serve(routes.createWorkspace, async ({ body }) => createWorkspace(ctx, body));
-  serve(routes.listWorkspaces, async () => ({ items: await listWorkspaces(ctx) }));
+  serve(routes.listWorkspaces, async ({ query }) => listWorkspaces(ctx, query));
   serve(routes.getWorkspace, async ({ params }) => getWorkspace(ctx, params.ws));
   serve(routes.updateWorkspace, async ({ params, body }) => updateWorkspace(ctx, params.ws, body));
   serve(routes.deleteWorkspace, async ({ params }) => deleteWorkspace(ctx, params.ws));
@@ -126,7 +131,7 @@ export function registerUserRoutes(app: FastifyInstance, http: HttpContext, opti
   serve(routes.downloadStateVersion, async ({ params }) => readStateVersion(ctx, params.id));
 
   serve(routes.createRun, async ({ body }) => createRun(ctx, body));
-  serve(routes.listRuns, async ({ query }) => ({ items: await listRuns(ctx, query) }));
+  serve(routes.listRuns, async ({ query }) => listRuns(ctx, query));
   serve(routes.getRun, async ({ params, query }, _req, reply) => {
     if (query.wait === 0) return getRun(ctx, params.id);
     const signal = requestSignal(reply, http.shutdown);

@@ -77,7 +77,8 @@ export async function registerAgent(
     await trx.insertInto("agents").values(row).execute();
     return rows.map((r) => r.id);
   });
-  if (superseded.length > 0) announceSessionsChanged(ctx.events, superseded);
+  // The new agent is announced too: pages that list agents show it at once.
+  announceSessionsChanged(ctx.events, [...superseded, id]);
   return { agent: toAgent(row), sessionToken };
 }
 

@@ -133,19 +133,47 @@ export async function getRun(ctx: StoreContext, id: string, db: Queryable = ctx.
   return toRun(row);
 }
 
-/** Runs of a workspace (or all), newest first. */
+/** What a run list asks for: a workspace, a status and a page. */
+export interface ListRunsInput {
+  workspace?: string | undefined;
+  status?: RunStatus | undefined;
+  /** Page size (default 100). */
+  limit?: number | undefined;
+  /** The id of the run the previous page ended with. */
+  after?: string | undefined;
+}
+
+/** Runs of a workspace (or all), newest first, a page at a time; `next` is the cursor of the page after. */
 export async function listRuns(
   ctx: StoreContext,
-  options: { workspace?: string | undefined; limit?: number | undefined },
-): Promise<Run[]> {
+  input: ListRunsInput,
+): Promise<{ items: Run[]; next: string | null }> {
+  const limit = input.limit ?? 100;
   let q = ctx.db.selectFrom("runs").selectAll();
-  if (options.workspace) q = q.where("workspace_id", "=", (await getWorkspace(ctx, options.workspace)).id);
+  if (input.workspace) q = q.where("workspace_id", "=", (await getWorkspace(ctx, input.workspace)).id);
+  if (input.status) q = q.where("status", "=", input.status);
+  if (input.after !== undefined) {
+    const last = await ctx.db
+      .selectFrom("runs")
+      .select(["id", "created_at"])
+      .where("id", "=", input.after)
+      .executeTakeFirst();
+    if (!last) throw new DroverError("bad_request", `no run ${JSON.stringify(input.after)} to list after`);
+    q = q.where((eb) =>
+      eb.or([
+        eb("created_at", "<", last.created_at),
+        eb.and([eb("created_at", "=", last.created_at), eb("id", "<", last.id)]),
+      ]),
+    );
+  }
   const rows = await q
     .orderBy("created_at", "desc")
     .orderBy("id", "desc")
-    .limit(options.limit ?? 100)
+    .limit(limit + 1)
     .execute();
-  return rows.map(toRun);
+  const more = rows.length > limit;
+  const items = (more ? rows.slice(0, limit) : rows).map(toRun);
+  return { items, next: more ? (items.at(-1)?.id ?? null) : null };
 }
 
 /** Inserts a queued job for a run phase and wakes the pool's waiting agents after commit. */

@@ -1,5 +1,5 @@
-import { DroverError, newId, type Engine, type Workspace } from "@drover/protocol";
-import type { Selectable } from "kysely";
+import { DroverError, newId, type Engine, type Workspace, type WorkspaceSummary } from "@drover/protocol";
+import { sql, type Selectable } from "kysely";
 import type { WorkspacesTable } from "../db/schema.js";
 import { isUniqueViolation } from "../db/storage-errors.js";
 import { iso, type Queryable, type StoreContext } from "./context.js";
@@ -77,9 +77,55 @@ export async function getWorkspace(ctx: StoreContext, idOrName: string, db: Quer
   return toWorkspace(row);
 }
 
-export async function listWorkspaces(ctx: StoreContext): Promise<Workspace[]> {
-  const rows = await selectWorkspaces(ctx.db).orderBy("workspaces.created_at").orderBy("workspaces.id").execute();
-  return rows.map(toWorkspace);
+/** What a workspace list asks for: a name filter and a page. */
+export interface ListWorkspacesInput {
+  /** Only names holding this, case-insensitively. */
+  search?: string | undefined;
+  /** Only the workspaces of this pool (id or name). */
+  pool?: string | undefined;
+  /** The name the previous page ended with. */
+  after?: string | undefined;
+  /** Page size; every workspace without it. */
+  limit?: number | undefined;
+}
+
+/** Workspaces ordered by name, each with its newest run; `next` is the cursor of the page after. */
+export async function listWorkspaces(
+  ctx: StoreContext,
+  input: ListWorkspacesInput = {},
+): Promise<{ items: WorkspaceSummary[]; next: string | null }> {
+  let q = selectWorkspaces(ctx.db).select((eb) =>
+    eb
+      .selectFrom("runs")
+      .select("runs.id")
+      .whereRef("runs.workspace_id", "=", "workspaces.id")
+      .orderBy("runs.created_at", "desc")
+      .orderBy("runs.id", "desc")
+      .limit(1)
+      .as("latest_run_id"),
+  );
+  if (input.search) {
+    // lower() on both sides: SQLite's LIKE ignores ASCII case, PostgreSQL's does not.
+    const pattern = `%${input.search.toLowerCase().replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
+    q = q.where(sql<boolean>`lower(${sql.ref("workspaces.name")}) like ${pattern} escape '\\'`);
+  }
+  if (input.pool !== undefined) q = q.where("workspaces.pool_id", "=", (await getPool(ctx, input.pool)).id);
+  if (input.after !== undefined) q = q.where("workspaces.name", ">", input.after);
+  q = q.orderBy("workspaces.name");
+  if (input.limit !== undefined) q = q.limit(input.limit + 1);
+  const rows = await q.execute();
+  const more = input.limit !== undefined && rows.length > input.limit;
+  const pageRows = more ? rows.slice(0, input.limit) : rows;
+  const runIds = pageRows.flatMap((r) => (r.latest_run_id ? [r.latest_run_id] : []));
+  const runs =
+    runIds.length === 0
+      ? []
+      : await ctx.db.selectFrom("runs").select(["id", "status", "created_at"]).where("id", "in", runIds).execute();
+  const byId = new Map(runs.map((r) => [r.id, { id: r.id, status: r.status, createdAt: iso(r.created_at) }]));
+  return {
+    items: pageRows.map((r) => ({ ...toWorkspace(r), latestRun: byId.get(r.latest_run_id ?? "") ?? null })),
+    next: more ? (pageRows.at(-1)?.name ?? null) : null,
+  };
 }
 
 export interface UpdateWorkspaceInput {

@@ -1,0 +1,202 @@
+import type {
+  Agent,
+  Job,
+  Output,
+  Pool,
+  PoolDemand,
+  PoolToken,
+  Run,
+  RunStatus,
+  StateVersion,
+  UserToken,
+  Variable,
+  VariableKind,
+  WebSession,
+  Workspace,
+  WorkspaceSummary,
+} from "@drover/protocol";
+
+/*
+ * The user API as the page calls it: same origin, the session cookie, and the session's CSRF
+ * token on every change. Only types come from @drover/protocol (its schemas would add zod to
+ * the bundle); the server checks every request, and a test checks these names match its own.
+ */
+
+/** The CSRF header of @drover/protocol. */
+export const csrfHeader = "x-drover-csrf";
+/** The log read headers of @drover/protocol. */
+export const logOffsetHeader = "x-drover-log-offset";
+export const logCompleteHeader = "x-drover-log-complete";
+
+/** An error answer of the API: its HTTP status, code and message. */
+export class ApiError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+let csrfToken: string | null = null;
+const signedOutListeners = new Set<() => void>();
+
+/** Calls `listener` when the API refuses the session (expired, revoked, signed out elsewhere). */
+export function onSignedOut(listener: () => void): () => void {
+  signedOutListeners.add(listener);
+  return () => signedOutListeners.delete(listener);
+}
+
+const e = encodeURIComponent;
+
+type Method = "GET" | "POST" | "PUT" | "PATCH" | "DELETE";
+
+async function call(method: Method, path: string, body?: unknown): Promise<Response> {
+  const headers: Record<string, string> = { accept: "application/json" };
+  if (body !== undefined) headers["content-type"] = "application/json";
+  if (method !== "GET" && csrfToken !== null) headers[csrfHeader] = csrfToken;
+  const res = await fetch(path, {
+    method,
+    headers,
+    credentials: "same-origin",
+    cache: "no-store",
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+  });
+  if (res.ok) return res;
+  let code = "internal";
+  let message = `${res.status} ${res.statusText}`;
+  try {
+    const answer = (await res.json()) as { error?: string; message?: string };
+    code = answer.error ?? code;
+    message = answer.message ?? message;
+  } catch {
+    // Not a JSON error body (a proxy's page): the status line says enough.
+  }
+  if (res.status === 401 && path !== sessionPath) for (const listener of signedOutListeners) listener();
+  throw new ApiError(res.status, code, message);
+}
+
+async function json<T>(method: Method, path: string, body?: unknown): Promise<T> {
+  const res = await call(method, path, body);
+  return (res.status === 204 ? undefined : await res.json()) as T;
+}
+
+function query(params: Record<string, string | number | boolean | undefined>): string {
+  const q = new URLSearchParams();
+  for (const [key, value] of Object.entries(params)) if (value !== undefined && value !== "") q.set(key, String(value));
+  const text = q.toString();
+  return text === "" ? "" : `?${text}`;
+}
+
+const sessionPath = "/api/v1/web/session";
+
+/** One page of a list and the cursor of the next. */
+export interface Page<T> {
+  items: T[];
+  next: string | null;
+}
+
+/** A chunk of a job's log: its bytes, where the next read starts, and whether the log is complete. */
+export interface LogChunk {
+  bytes: Uint8Array;
+  nextOffset: number;
+  complete: boolean;
+}
+
+/** The API calls of the pages. */
+export const api = {
+  /** The session of this browser's cookie (401 when signed out). */
+  async session(): Promise<WebSession> {
+    const session = await json<WebSession>("GET", sessionPath);
+    csrfToken = session.csrfToken;
+    return session;
+  },
+  async signIn(token: string): Promise<WebSession> {
+    const session = await json<WebSession>("POST", sessionPath, { token });
+    csrfToken = session.csrfToken;
+    return session;
+  },
+  async signOut(): Promise<void> {
+    try {
+      await call("DELETE", sessionPath);
+    } finally {
+      csrfToken = null;
+    }
+  },
+
+  pools: () => json<{ items: Pool[] }>("GET", "/api/v1/pools"),
+  pool: (name: string) => json<Pool>("GET", `/api/v1/pools/${e(name)}`),
+  createPool: (name: string) => json<Pool>("POST", "/api/v1/pools", { name }),
+  poolDemand: (name: string) => json<PoolDemand>("GET", `/api/v1/pools/${e(name)}/demand`),
+  poolTokens: (name: string) => json<{ items: PoolToken[] }>("GET", `/api/v1/pools/${e(name)}/tokens`),
+  createPoolToken: (name: string, description: string) =>
+    json<PoolToken & { token: string }>("POST", `/api/v1/pools/${e(name)}/tokens`, { description }),
+  revokePoolToken: (id: string) => json<PoolToken>("DELETE", `/api/v1/pool-tokens/${e(id)}`),
+  agents: () => json<{ items: Agent[] }>("GET", "/api/v1/agents"),
+
+  userTokens: () => json<{ items: UserToken[] }>("GET", "/api/v1/user-tokens"),
+  createUserToken: (description: string, expiresInDays?: number) =>
+    json<UserToken & { token: string }>("POST", "/api/v1/user-tokens", {
+      description,
+      ...(expiresInDays === undefined ? {} : { expiresInDays }),
+    }),
+  revokeUserToken: (id: string) => json<UserToken>("DELETE", `/api/v1/user-tokens/${e(id)}`),
+
+  workspaces: (q: { search?: string; pool?: string; after?: string; limit?: number }) =>
+    json<Page<WorkspaceSummary>>("GET", `/api/v1/workspaces${query(q)}`),
+  workspace: (name: string) => json<Workspace>("GET", `/api/v1/workspaces/${e(name)}`),
+  updateWorkspace: (name: string, change: Partial<WorkspaceSettings>) =>
+    json<Workspace>("PATCH", `/api/v1/workspaces/${e(name)}`, change),
+  variables: (ws: string) => json<{ items: Variable[] }>("GET", `/api/v1/workspaces/${e(ws)}/vars`),
+  setVariable: (ws: string, key: string, value: { value: string; kind: VariableKind; sensitive: boolean }) =>
+    json<Variable>("PUT", `/api/v1/workspaces/${e(ws)}/vars/${e(key)}`, value),
+  deleteVariable: (ws: string, key: string) => call("DELETE", `/api/v1/workspaces/${e(ws)}/vars/${e(key)}`),
+  outputs: (ws: string) => json<{ items: Output[] }>("GET", `/api/v1/workspaces/${e(ws)}/outputs`),
+  stateVersions: (ws: string) => json<{ items: StateVersion[] }>("GET", `/api/v1/workspaces/${e(ws)}/state-versions`),
+  stateVersionUrl: (id: string) => `/api/v1/state-versions/${e(id)}/download`,
+
+  runs: (q: { workspace?: string; status?: RunStatus; after?: string; limit?: number }) =>
+    json<Page<Run>>("GET", `/api/v1/runs${query(q)}`),
+  run: (id: string) => json<Run>("GET", `/api/v1/runs/${e(id)}`),
+  runJobs: (id: string) => json<{ items: Job[] }>("GET", `/api/v1/runs/${e(id)}/jobs`),
+  /** The run's plan JSON (`terraform show -json`), or null before the plan has one. */
+  async runPlan(id: string): Promise<PlanJson | null> {
+    try {
+      return await json<PlanJson>("GET", `/api/v1/runs/${e(id)}/plan`);
+    } catch (err) {
+      if (err instanceof ApiError && err.status === 404) return null;
+      throw err;
+    }
+  },
+  confirmRun: (id: string) => json<Run>("POST", `/api/v1/runs/${e(id)}/confirm`),
+  discardRun: (id: string) => json<Run>("POST", `/api/v1/runs/${e(id)}/discard`),
+  cancelRun: (id: string, force: boolean) => json<Run>("POST", `/api/v1/runs/${e(id)}/cancel${query({ force })}`),
+  async runLog(id: string, phase: "plan" | "apply", offset: number): Promise<LogChunk> {
+    const res = await call("GET", `/api/v1/runs/${e(id)}/logs${query({ phase, offset })}`);
+    return {
+      bytes: new Uint8Array(await res.arrayBuffer()),
+      nextOffset: Number(res.headers.get(logOffsetHeader) ?? offset),
+      complete: res.headers.get(logCompleteHeader) === "true",
+    };
+  },
+};
+
+/** The workspace settings the settings form edits. */
+export interface WorkspaceSettings {
+  pool: string;
+  engine: "terraform" | "tofu";
+  engineVersion: string | null;
+  workingDirectory: string;
+  runnerImage: string | null;
+  autoApply: boolean;
+}
+
+/** The parts of terraform's plan JSON the run page shows. */
+export interface PlanJson {
+  resource_changes?: {
+    address: string;
+    type?: string;
+    change?: { actions?: string[] };
+  }[];
+}

@@ -1,0 +1,281 @@
+import type { Job, Run } from "@drover/protocol";
+import { useEffect, useRef, useState } from "preact/hooks";
+import { api, type PlanJson } from "../api.js";
+import { ConfirmButton, ErrorNote, Link, Loading, PageTitle, Status, Time } from "../components.js";
+import { useLive } from "../live.js";
+import { LogBuffer } from "../log/log-buffer.js";
+import { LogView } from "../log/log-view.js";
+import { useResource } from "../resource.js";
+import { paths } from "../router.js";
+
+const terminal = new Set(["applied", "planned_and_finished", "errored", "canceled", "discarded"]);
+
+/** One run: status and timeline, plan summary and resource changes, live logs, and its actions. */
+export function RunPage(props: { workspace: string; id: string }) {
+  const isThisRun = (event: string, data: string) => event === "run" && data === props.id;
+  const run = useResource(() => api.run(props.id), [props.id], isThisRun);
+  const jobs = useResource(() => api.runJobs(props.id), [props.id], isThisRun);
+  const hasPlan = run.data?.planSummary != null;
+  const plan = useResource(() => (hasPlan ? api.runPlan(props.id) : Promise.resolve(null)), [props.id, hasPlan]);
+  const [phase, setPhase] = useState<"plan" | "apply" | null>(null);
+
+  if (run.error) return <ErrorNote error={run.error} />;
+  if (run.data === undefined) return <Loading />;
+  const r = run.data;
+  const shown = phase ?? (r.applyJobId ? "apply" : "plan");
+  return (
+    <>
+      <PageTitle
+        sub={
+          <p>
+            <Status value={r.status} /> in workspace{" "}
+            <Link href={paths.workspace(props.workspace)}>{props.workspace}</Link>
+          </p>
+        }
+      >
+        {`Run ${r.id}`}
+      </PageTitle>
+      <RunActions run={r} onDone={run.reload} />
+      <section aria-labelledby="run-about">
+        <h2 id="run-about">About</h2>
+        <dl class="facts">
+          <dt>Started</dt>
+          <dd>
+            <Time at={r.createdAt} /> from configuration version <code>{r.configurationVersionId}</code>
+          </dd>
+          {r.message ? (
+            <>
+              <dt>Message</dt>
+              <dd class="message">{r.message}</dd>
+            </>
+          ) : null}
+          <dt>Kind</dt>
+          <dd>
+            {r.isDestroy ? "destroy" : "apply"}
+            {r.planOnly ? ", plan only" : ""}
+            {r.autoApply ? ", applies without confirmation" : ""}
+          </dd>
+          {r.errorMessage ? (
+            <>
+              <dt>Error</dt>
+              <dd class="error">{r.errorMessage}</dd>
+            </>
+          ) : null}
+        </dl>
+      </section>
+      <Timeline run={r} jobs={jobs.data?.items} />
+      <section aria-labelledby="run-plan">
+        <h2 id="run-plan">Plan</h2>
+        {r.planSummary ? (
+          <p class="plan-summary">
+            <span class="add">+{r.planSummary.add} to add</span>,{" "}
+            <span class="change">~{r.planSummary.change} to change</span>,{" "}
+            <span class="destroy">−{r.planSummary.destroy} to destroy</span>
+          </p>
+        ) : (
+          <p class="muted">No plan yet.</p>
+        )}
+        <ErrorNote error={plan.error} />
+        {plan.data ? <ResourceChanges plan={plan.data} /> : null}
+      </section>
+      <section aria-labelledby="run-logs">
+        <h2 id="run-logs">Logs</h2>
+        <div class="tabs" role="group" aria-label="Log of phase">
+          <button type="button" aria-pressed={shown === "plan"} onClick={() => setPhase("plan")}>
+            Plan
+          </button>
+          <button
+            type="button"
+            aria-pressed={shown === "apply"}
+            disabled={!r.applyJobId}
+            onClick={() => setPhase("apply")}
+          >
+            Apply
+          </button>
+        </div>
+        {shown === "plan" && r.planJobId ? (
+          <PhaseLog key={r.planJobId} run={r} phase="plan" jobId={r.planJobId} />
+        ) : null}
+        {shown === "apply" && r.applyJobId ? (
+          <PhaseLog key={r.applyJobId} run={r} phase="apply" jobId={r.applyJobId} />
+        ) : null}
+        {!(shown === "plan" ? r.planJobId : r.applyJobId) ? <p class="muted">This phase has not started.</p> : null}
+      </section>
+    </>
+  );
+}
+
+function RunActions(props: { run: Run; onDone: () => void }) {
+  const r = props.run;
+  if (terminal.has(r.status)) return null;
+  const act = (call: () => Promise<unknown>) => async () => {
+    await call();
+    props.onDone();
+  };
+  return (
+    <div class="actions run-actions" role="group" aria-label="Run actions">
+      {r.status === "planned" ? (
+        <>
+          <ConfirmButton
+            label="Confirm and apply"
+            title="Apply this plan?"
+            description={`Terraform applies the plan${
+              r.planSummary ? ` (+${r.planSummary.add} ~${r.planSummary.change} −${r.planSummary.destroy})` : ""
+            } to the workspace's infrastructure.`}
+            confirmLabel="Apply"
+            onConfirm={act(() => api.confirmRun(r.id))}
+          />
+          <ConfirmButton
+            label="Discard"
+            title="Discard this plan?"
+            description="The run ends without applying; the next queued run of the workspace starts."
+            confirmLabel="Discard plan"
+            danger
+            onConfirm={act(() => api.discardRun(r.id))}
+          />
+        </>
+      ) : null}
+      <ConfirmButton
+        label="Cancel run"
+        title="Cancel this run?"
+        description="Terraform is interrupted and may finish what it is doing, then the run ends as canceled."
+        confirmLabel="Cancel run"
+        danger
+        disabled={r.cancelRequested}
+        onConfirm={act(() => api.cancelRun(r.id, false))}
+      />
+      {r.cancelRequested ? (
+        <ConfirmButton
+          label="Force cancel"
+          title="Force-cancel this run?"
+          description="The agent kills terraform at once. The state may be left locked or partly written."
+          confirmLabel="Force cancel"
+          danger
+          onConfirm={act(() => api.cancelRun(r.id, true))}
+        />
+      ) : null}
+    </div>
+  );
+}
+
+function Timeline(props: { run: Run; jobs: Job[] | undefined }) {
+  return (
+    <section aria-labelledby="run-timeline">
+      <h2 id="run-timeline">Timeline</h2>
+      <ol class="timeline">
+        <li>
+          Created <Time at={props.run.createdAt} />
+        </li>
+        {(props.jobs ?? []).map((job) => (
+          <li key={job.id}>
+            {job.phase} job {job.attempt > 1 ? `(attempt ${job.attempt}) ` : ""}
+            <Status value={job.status} />: queued <Time at={job.createdAt} />
+            {job.startedAt ? (
+              <>
+                , started <Time at={job.startedAt} />
+                {job.agentId ? ` on agent ${job.agentId}` : ""}
+              </>
+            ) : null}
+            {job.finishedAt ? (
+              <>
+                , finished <Time at={job.finishedAt} />
+              </>
+            ) : null}
+            {job.message ? <span class="muted"> — {job.message}</span> : null}
+          </li>
+        ))}
+        <li>
+          Now <Status value={props.run.status} /> (since <Time at={props.run.updatedAt} />)
+        </li>
+      </ol>
+    </section>
+  );
+}
+
+function actionOf(actions: string[]): string {
+  if (actions.includes("delete") && actions.includes("create")) return "replace";
+  return actions.join(", ") || "no-op";
+}
+
+function ResourceChanges(props: { plan: PlanJson }) {
+  const changes = (props.plan.resource_changes ?? [])
+    .map((c) => ({ address: c.address, action: actionOf(c.change?.actions ?? []) }))
+    .filter((c) => c.action !== "no-op" && c.action !== "read");
+  if (changes.length === 0) return <p class="muted">No resource changes.</p>;
+  return (
+    <div class="table-wrap">
+      <table>
+        <caption class="visually-hidden">Resource changes</caption>
+        <thead>
+          <tr>
+            <th scope="col">Action</th>
+            <th scope="col">Resource</th>
+          </tr>
+        </thead>
+        <tbody>
+          {changes.map((c) => (
+            <tr key={c.address}>
+              <td>
+                <span class={`action action-${c.action.replace(/[^a-z]/g, "")}`}>{c.action}</span>
+              </td>
+              <td>
+                <code>{c.address}</code>
+              </td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </div>
+  );
+}
+
+/** A phase's log, read from where it stopped whenever the stream says the job's log grew. */
+function PhaseLog(props: { run: Run; phase: "plan" | "apply"; jobId: string }) {
+  const buffer = useRef(new LogBuffer());
+  const reader = useRef({ offset: 0, running: false, again: false, decoder: new TextDecoder() });
+  const [version, setVersion] = useState(0);
+  const [complete, setComplete] = useState(false);
+  const [error, setError] = useState<Error | null>(null);
+
+  const pump = async () => {
+    const s = reader.current;
+    if (s.running) {
+      s.again = true;
+      return;
+    }
+    s.running = true;
+    try {
+      for (;;) {
+        const chunk = await api.runLog(props.run.id, props.phase, s.offset);
+        if (chunk.bytes.length > 0) buffer.current.append(s.decoder.decode(chunk.bytes, { stream: true }));
+        s.offset = chunk.nextOffset;
+        setVersion(buffer.current.version);
+        setError(null);
+        if (chunk.complete) {
+          buffer.current.append(s.decoder.decode());
+          setComplete(true);
+          return;
+        }
+        if (chunk.bytes.length === 0 && !s.again) return;
+        s.again = false;
+      }
+    } catch (err) {
+      setError(err instanceof Error ? err : new Error(String(err)));
+    } finally {
+      s.running = false;
+    }
+  };
+  useEffect(() => {
+    void pump();
+  }, []);
+  useLive((event, data) => {
+    if (complete) return;
+    if ((event === "log" && data === props.jobId) || event === "resync") void pump();
+  });
+  return (
+    <>
+      <ErrorNote error={error} />
+      <LogView buffer={buffer.current} version={version} name={`${props.run.id}-${props.phase}`} complete={complete} />
+    </>
+  );
+}

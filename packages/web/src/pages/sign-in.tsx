@@ -1,0 +1,67 @@
+import { useEffect, useState } from "preact/hooks";
+import { api } from "../api.js";
+import { ErrorNote } from "../components.js";
+
+/**
+ * Sign-in with an API token. A link may carry the token in its fragment (`#token=…`, which the
+ * browser never sends to a server): the page signs in with it and wipes it from the address bar.
+ */
+export function SignInPage(props: { onSignedIn: () => void }) {
+  const [token, setToken] = useState("");
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState<Error | null>(null);
+
+  const signIn = async (value: string) => {
+    setBusy(true);
+    setError(null);
+    try {
+      await api.signIn(value.trim());
+      props.onSignedIn();
+    } catch (err) {
+      setError(err instanceof Error ? err : new Error(String(err)));
+    } finally {
+      setBusy(false);
+    }
+  };
+
+  useEffect(() => {
+    document.title = "Sign in · Drover";
+    const fromLink = new URLSearchParams(location.hash.slice(1)).get("token");
+    if (fromLink) {
+      history.replaceState(null, "", location.pathname + location.search);
+      void signIn(fromLink);
+    }
+  }, []);
+
+  return (
+    <main id="main" class="sign-in">
+      <h1>Sign in to Drover</h1>
+      <form
+        onSubmit={(e) => {
+          e.preventDefault();
+          void signIn(token);
+        }}
+      >
+        <label for="token">API token</label>
+        <input
+          id="token"
+          name="token"
+          type="password"
+          autoComplete="off"
+          required
+          value={token}
+          onInput={(e) => setToken(e.currentTarget.value)}
+          aria-describedby="token-help"
+        />
+        <p id="token-help" class="muted">
+          A user API token (<code>drv_u_…</code>): the admin token of <code>npm start</code>, or one made with{" "}
+          <code>drover token create</code>.
+        </p>
+        <ErrorNote error={error} />
+        <button type="submit" class="primary" disabled={busy}>
+          {busy ? "Signing in…" : "Sign in"}
+        </button>
+      </form>
+    </main>
+  );
+}

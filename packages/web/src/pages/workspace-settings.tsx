@@ -1,0 +1,98 @@
+import type { Workspace } from "@drover/protocol";
+import { useState } from "preact/hooks";
+import { api } from "../api.js";
+import { ErrorNote, later } from "../components.js";
+import { useResource } from "../resource.js";
+
+/** A workspace's settings: engine and version, auto-apply, pool, runner image, working directory. */
+export function SettingsTab(props: { ws: Workspace; onSaved: () => void }) {
+  const ws = props.ws;
+  const pools = useResource(() => api.pools(), []);
+  const [engine, setEngine] = useState(ws.engine);
+  const [version, setVersion] = useState(ws.engineVersion ?? "");
+  const [autoApply, setAutoApply] = useState(ws.autoApply);
+  const [pool, setPool] = useState(ws.poolId);
+  const [image, setImage] = useState(ws.runnerImage ?? "");
+  const [dir, setDir] = useState(ws.workingDirectory);
+  const [error, setError] = useState<Error | null>(null);
+  const [saved, setSaved] = useState(false);
+  const [busy, setBusy] = useState(false);
+  return (
+    <form
+      class="stacked-form"
+      aria-label="Workspace settings"
+      onSubmit={later(async (e) => {
+        e.preventDefault();
+        setBusy(true);
+        setError(null);
+        setSaved(false);
+        try {
+          await api.updateWorkspace(ws.id, {
+            engine,
+            engineVersion: version.trim() === "" ? null : version.trim(),
+            autoApply,
+            pool,
+            runnerImage: image.trim() === "" ? null : image.trim(),
+            workingDirectory: dir.trim(),
+          });
+          setSaved(true);
+          props.onSaved();
+        } catch (err) {
+          setError(err instanceof Error ? err : new Error(String(err)));
+        } finally {
+          setBusy(false);
+        }
+      })}
+    >
+      <label for="set-engine">Engine</label>
+      <select id="set-engine" value={engine} onChange={(e) => setEngine(e.currentTarget.value as Workspace["engine"])}>
+        <option value="terraform">Terraform</option>
+        <option value="tofu">OpenTofu</option>
+      </select>
+      <label for="set-version">Engine version</label>
+      <input
+        id="set-version"
+        value={version}
+        placeholder="the agent's own"
+        onInput={(e) => setVersion(e.currentTarget.value)}
+      />
+      <label for="set-pool">Agent pool</label>
+      <select id="set-pool" value={pool} onChange={(e) => setPool(e.currentTarget.value)}>
+        {(pools.data?.items ?? [{ id: ws.poolId, name: ws.poolId, createdAt: "" }]).map((p) => (
+          <option key={p.id} value={p.id}>
+            {p.name}
+          </option>
+        ))}
+      </select>
+      <label for="set-image">Runner image (docker driver)</label>
+      <input
+        id="set-image"
+        value={image}
+        placeholder="the agent's own"
+        onInput={(e) => setImage(e.currentTarget.value)}
+      />
+      <label for="set-dir">Working directory</label>
+      <input
+        id="set-dir"
+        value={dir}
+        placeholder="the configuration's root"
+        onInput={(e) => setDir(e.currentTarget.value)}
+      />
+      <label class="check">
+        <input type="checkbox" checked={autoApply} onChange={(e) => setAutoApply(e.currentTarget.checked)} />
+        Apply without confirmation (auto-apply)
+      </label>
+      <ErrorNote error={error ?? pools.error} />
+      {saved ? (
+        <p role="status" class="ok">
+          Saved.
+        </p>
+      ) : null}
+      <div class="actions">
+        <button type="submit" class="primary" disabled={busy}>
+          Save settings
+        </button>
+      </div>
+    </form>
+  );
+}

@@ -1,0 +1,162 @@
+import type { Variable, VariableKind, Workspace } from "@drover/protocol";
+import { useState } from "preact/hooks";
+import { api } from "../api.js";
+import { ConfirmButton, ErrorNote, later, Loading, Time } from "../components.js";
+import { useResource } from "../resource.js";
+
+/**
+ * A workspace's variables. A sensitive value is write-only: the API never returns it, so the
+ * page can only replace it; its field starts empty and is a password field.
+ */
+export function VariablesTab(props: { ws: Workspace }) {
+  const vars = useResource(() => api.variables(props.ws.id), [props.ws.id]);
+  const [editing, setEditing] = useState<string | null>(null);
+  if (vars.error) return <ErrorNote error={vars.error} />;
+  if (vars.data === undefined) return <Loading />;
+  const done = () => {
+    setEditing(null);
+    vars.reload();
+  };
+  return (
+    <>
+      {vars.data.items.length === 0 ? (
+        <p class="muted">No variables.</p>
+      ) : (
+        <div class="table-wrap">
+          <table>
+            <caption class="visually-hidden">Variables of {props.ws.name}</caption>
+            <thead>
+              <tr>
+                <th scope="col">Key</th>
+                <th scope="col">Kind</th>
+                <th scope="col">Value</th>
+                <th scope="col">Updated</th>
+                <th scope="col">
+                  <span class="visually-hidden">Actions</span>
+                </th>
+              </tr>
+            </thead>
+            <tbody>
+              {vars.data.items.map((v) =>
+                editing === v.key ? (
+                  <tr key={v.key}>
+                    <td colSpan={5}>
+                      <VariableForm ws={props.ws} existing={v} onDone={done} onCancel={() => setEditing(null)} />
+                    </td>
+                  </tr>
+                ) : (
+                  <tr key={v.key}>
+                    <td>
+                      <code>{v.key}</code>
+                    </td>
+                    <td>{v.kind === "env" ? "environment" : "terraform"}</td>
+                    <td>{v.sensitive ? <span class="muted">sensitive — write-only</span> : <code>{v.value}</code>}</td>
+                    <td>
+                      <Time at={v.updatedAt} />
+                    </td>
+                    <td class="actions">
+                      <button type="button" onClick={() => setEditing(v.key)} aria-label={`Edit ${v.key}`}>
+                        Edit
+                      </button>
+                      <ConfirmButton
+                        label="Delete"
+                        title={`Delete variable ${v.key}?`}
+                        description="Runs that start after this no longer get it."
+                        confirmLabel="Delete variable"
+                        danger
+                        onConfirm={async () => {
+                          await api.deleteVariable(props.ws.id, v.key);
+                          vars.reload();
+                        }}
+                      />
+                    </td>
+                  </tr>
+                ),
+              )}
+            </tbody>
+          </table>
+        </div>
+      )}
+      <h3>Add a variable</h3>
+      <VariableForm ws={props.ws} onDone={done} />
+    </>
+  );
+}
+
+function VariableForm(props: { ws: Workspace; existing?: Variable; onDone: () => void; onCancel?: () => void }) {
+  const old = props.existing;
+  const [key, setKey] = useState(old?.key ?? "");
+  const [value, setValue] = useState(old?.sensitive ? "" : (old?.value ?? ""));
+  const [kind, setKind] = useState<VariableKind>(old?.kind ?? "terraform");
+  const [sensitive, setSensitive] = useState(old?.sensitive ?? false);
+  const [error, setError] = useState<Error | null>(null);
+  const [busy, setBusy] = useState(false);
+  const id = (field: string) => `var-${old?.key ?? "new"}-${field}`;
+  return (
+    <form
+      class="stacked-form"
+      aria-label={old ? `Edit variable ${old.key}` : "Add a variable"}
+      onSubmit={later(async (e) => {
+        e.preventDefault();
+        setBusy(true);
+        setError(null);
+        try {
+          await api.setVariable(props.ws.id, key, { value, kind, sensitive });
+          if (!old) {
+            setKey("");
+            setValue("");
+          }
+          props.onDone();
+        } catch (err) {
+          setError(err instanceof Error ? err : new Error(String(err)));
+        } finally {
+          setBusy(false);
+        }
+      })}
+    >
+      <label for={id("key")}>Key</label>
+      <input
+        id={id("key")}
+        value={key}
+        required
+        readOnly={old !== undefined}
+        onInput={(e) => setKey(e.currentTarget.value)}
+        pattern="[A-Za-z_][A-Za-z0-9_]*"
+      />
+      <label for={id("value")}>Value</label>
+      {sensitive ? (
+        <input
+          id={id("value")}
+          type="password"
+          autoComplete="off"
+          value={value}
+          required={old?.sensitive ?? false}
+          placeholder={old?.sensitive ? "a new value (the old one cannot be shown)" : ""}
+          onInput={(e) => setValue(e.currentTarget.value)}
+        />
+      ) : (
+        <textarea id={id("value")} rows={2} value={value} onInput={(e) => setValue(e.currentTarget.value)} />
+      )}
+      <label for={id("kind")}>Kind</label>
+      <select id={id("kind")} value={kind} onChange={(e) => setKind(e.currentTarget.value as VariableKind)}>
+        <option value="terraform">terraform variable</option>
+        <option value="env">environment variable</option>
+      </select>
+      <label class="check">
+        <input type="checkbox" checked={sensitive} onChange={(e) => setSensitive(e.currentTarget.checked)} />
+        Sensitive (write-only, masked in plans and outputs)
+      </label>
+      <ErrorNote error={error} />
+      <div class="actions">
+        {props.onCancel ? (
+          <button type="button" onClick={props.onCancel}>
+            Cancel
+          </button>
+        ) : null}
+        <button type="submit" class="primary" disabled={busy}>
+          {old ? "Save" : "Add variable"}
+        </button>
+      </div>
+    </form>
+  );
+}

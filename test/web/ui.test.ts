@@ -1,0 +1,396 @@
+import assert from "node:assert/strict";
+import { existsSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+import { routes } from "@drover/protocol";
+import type { Browser, BrowserContext, Page } from "playwright-core";
+import { accessibilityViolations, launchBrowser, screenshotDir, watchedContext } from "../support/browser.js";
+import { startStack, writeConfig, type Stack } from "../support/stack.js";
+
+// A real browser (Debian's chromium) against a real server, a real agent and real terraform:
+// what a user does in the web UI, page by page.
+
+let stack: Stack;
+let browser: Browser;
+let context: BrowserContext;
+let problems: () => string[];
+let page: Page;
+const shots = screenshotDir();
+
+before(async () => {
+  stack = await startStack();
+  await stack.startAgent("ui-agent", { DROVER_AGENT_CONCURRENCY: "2" });
+  browser = await launchBrowser();
+  ({ context, problems } = await watchedContext(browser));
+  page = await context.newPage();
+  page.setDefaultTimeout(90_000);
+});
+after(async () => {
+  await browser?.close();
+  await stack?.stop();
+});
+
+async function workspace(name: string, autoApply = false): Promise<void> {
+  const res = await stack.server.api(routes.createWorkspace, { body: { name, pool: stack.pool, autoApply } });
+  assert.equal(res.status, 201, JSON.stringify(res.body));
+}
+
+/** A configuration whose apply prints `step-1`, waits for `gate`, then prints `step-2`. */
+function gatedApply(name: string, gate: string): string {
+  return writeConfig(stack.dir, name, {
+    "main.tf": `resource "terraform_data" "gated" {
+  provisioner "local-exec" {
+    command = "echo step-1; while [ ! -f ${gate} ]; do sleep 0.1; done; echo step-2"
+  }
+}
+`,
+  });
+}
+
+const logRows = (p: Page) => p.locator(".log-rows");
+const runStatus = (p: Page, status: string) =>
+  p.locator(".page-title .status").filter({ hasText: new RegExp(`^${status.replace(/_/g, " ")}$`) });
+
+test("sign-in refuses a wrong token and accepts an API token, then shows the overview", async () => {
+  await page.goto(`${stack.server.url}/`);
+  assert.equal(new URL(page.url()).pathname, "/app/", "/ leads to the UI");
+  await page.getByLabel("API token").fill("drv_u_wrong.0123456789abcdefghij0123456789ab");
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.getByRole("alert").waitFor();
+  assert.match((await page.getByRole("alert").textContent()) ?? "", /token/i);
+  await page.getByLabel("API token").fill(stack.server.adminToken);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.getByRole("heading", { name: "Overview" }).waitFor();
+  const cookies = await context.cookies();
+  const session = cookies.find((c) => c.name === "drover_session");
+  assert.ok(session, "the session cookie is set");
+  assert.equal(session.httpOnly, true);
+  assert.equal(session.sameSite, "Strict");
+  assert.deepEqual(problems(), []);
+});
+
+test("a run started with the CLI streams its log into the page, is confirmed in the browser and applies", async () => {
+  await workspace("live");
+  const gate = join(stack.dir, "live-gate");
+  const started = await stack.cli([
+    "run",
+    "start",
+    gatedApply("live-config", gate),
+    "--workspace",
+    "live",
+    "--no-follow",
+  ]);
+  assert.equal(started.code, 0, started.stderr);
+  const link = /In the browser: (\S+)/.exec(started.stdout)?.[1];
+  assert.ok(link, `the CLI prints the run's link:\n${started.stdout}`);
+  const runId = /runs\/(run[^/\s]+)$/.exec(link)?.[1] ?? "";
+
+  await page.goto(link);
+  await runStatus(page, "planned").waitFor();
+  await logRows(page)
+    .getByText(/Plan: 1 to add/)
+    .waitFor();
+  await page.getByRole("button", { name: "Confirm and apply" }).click();
+  const dialog = page.getByRole("dialog", { name: "Apply this plan?" });
+  await dialog.getByRole("button", { name: "Apply" }).click();
+  await runStatus(page, "applying").waitFor();
+  // The apply log arrives while terraform still runs: the page was not reloaded.
+  await page.getByRole("button", { name: "Apply", pressed: true }).waitFor();
+  await logRows(page)
+    .getByText(/\(local-exec\): step-1$/)
+    .waitFor();
+  assert.equal(
+    await logRows(page)
+      .getByText(/\(local-exec\): step-2$/)
+      .count(),
+    0,
+    "the apply is still waiting at the gate",
+  );
+  writeFileSync(gate, "");
+  await logRows(page)
+    .getByText(/\(local-exec\): step-2$/)
+    .waitFor();
+  await runStatus(page, "applied").waitFor();
+  await logRows(page)
+    .getByText(/Apply complete!/)
+    .waitFor();
+  const run = await stack.server.api(routes.getRun, { params: { id: runId } });
+  assert.equal(run.body.status, "applied");
+  await page.screenshot({ path: join(shots, "run.png"), fullPage: true });
+  assert.deepEqual(problems(), []);
+});
+
+test("a run is cancelled from its page", async () => {
+  await workspace("to-cancel", true);
+  const gate = join(stack.dir, "never-opened");
+  const runId = await stack.startRun(gatedApply("cancel-config", gate), "to-cancel");
+  await page.goto(`${stack.server.url}/app/workspaces/to-cancel/runs/${runId}`);
+  await runStatus(page, "applying").waitFor();
+  await logRows(page)
+    .getByText(/\(local-exec\): step-1$/)
+    .waitFor();
+  await page.getByRole("button", { name: "Cancel run" }).click();
+  await page.getByRole("dialog", { name: "Cancel this run?" }).getByRole("button", { name: "Cancel run" }).click();
+  await runStatus(page, "canceled").waitFor();
+  assert.equal(existsSync(gate), false);
+  const run = await stack.server.api(routes.getRun, { params: { id: runId } });
+  assert.equal(run.body.status, "canceled");
+});
+
+test("a 200,000-line log opens and scrolls to its last line", async () => {
+  await workspace("long-log", true);
+  const dir = writeConfig(stack.dir, "long-log", {
+    "main.tf": `resource "terraform_data" "many" {
+  provisioner "local-exec" {
+    command = "seq 1 200000"
+  }
+}
+`,
+  });
+  const runId = await stack.startRun(dir, "long-log");
+  await stack.waitForRun(runId, ["applied"], 240_000);
+  await page.goto(`${stack.server.url}/app/workspaces/long-log/runs/${runId}`);
+  await logRows(page)
+    .getByText(/Apply complete!/)
+    .waitFor();
+  const rows = await page.locator(".log-row").count();
+  assert.ok(rows < 500, `only the visible rows are in the page (${rows})`);
+  const log = page.getByRole("log", { name: /apply log/ });
+  await log.evaluate((el) => (el.scrollTop = 0));
+  await log
+    .getByText(/Terraform will perform|Apply|terraform_data/)
+    .first()
+    .waitFor();
+  await log.focus();
+  await page.keyboard.press("End");
+  await log.getByText(/\): 200000$/).waitFor();
+  await log.getByText(/Apply complete!/).waitFor();
+});
+
+test("a variable is added and edited, a sensitive one never reaches the page", async () => {
+  await workspace("vars");
+  const secret = "s3cr3t-value-never-shown";
+  const answers: string[] = [];
+  page.on("response", (res) => {
+    if (res.url().includes("/api/"))
+      void res.text().then(
+        (t) => answers.push(t),
+        () => undefined,
+      );
+  });
+  await page.goto(`${stack.server.url}/app/workspaces/vars/variables`);
+  const add = page.getByRole("form", { name: "Add a variable" });
+  await add.getByLabel("Key").fill("region");
+  await add.getByLabel("Value").fill("eu-west-1");
+  await add.getByRole("button", { name: "Add variable" }).click();
+  await page.getByRole("cell", { name: "eu-west-1" }).waitFor();
+  await page.getByRole("button", { name: "Edit region" }).click();
+  const edit = page.getByRole("form", { name: "Edit variable region" });
+  await edit.getByLabel("Value").fill("us-east-2");
+  await edit.getByRole("button", { name: "Save" }).click();
+  await page.getByRole("cell", { name: "us-east-2" }).waitFor();
+
+  await add.getByLabel("Key").fill("password");
+  await add.getByLabel(/Sensitive/).check();
+  await add.getByLabel("Value").fill(secret);
+  await add.getByRole("button", { name: "Add variable" }).click();
+  await page.getByRole("cell", { name: "password", exact: true }).waitFor();
+  await page.reload();
+  await page.getByText("sensitive — write-only").waitFor();
+
+  const vars = await stack.server.api(routes.listVariables, { params: { ws: "vars" } });
+  const byKey = Object.fromEntries(vars.body.items.map((v: any) => [v.key, v]));
+  assert.equal(byKey.region.value, "us-east-2");
+  assert.equal(byKey.password.sensitive, true);
+  assert.equal(byKey.password.value, null);
+  assert.equal((await page.content()).includes(secret), false, "not in the DOM");
+  const stored = await page.evaluate(() => {
+    const w = globalThis as any;
+    return JSON.stringify({ ...w.localStorage }) + JSON.stringify({ ...w.sessionStorage });
+  });
+  assert.equal(stored.includes(secret), false, "not in the page's storage");
+  await page.waitForLoadState("networkidle");
+  assert.ok(answers.length > 0);
+  assert.equal(
+    answers.some((a) => a.includes(secret)),
+    false,
+    "no API answer the page read holds it",
+  );
+  await page.screenshot({ path: join(shots, "variables.png"), fullPage: true });
+});
+
+test("a pool token is created (shown once) and revoked", async () => {
+  await page.goto(`${stack.server.url}/app/pools/${stack.pool}`);
+  await page.getByRole("heading", { name: "Agents" }).waitFor();
+  await page.getByRole("cell", { name: "ui-agent" }).waitFor();
+  await page.getByLabel("Description").fill("made in the browser");
+  await page.getByRole("button", { name: "Create pool token" }).click();
+  const shown = page.getByRole("textbox", { name: "New pool token" });
+  const token = await shown.inputValue();
+  assert.match(token, /^drv_p_/);
+  const row = page.getByRole("row").filter({ hasText: "made in the browser" });
+  await row.waitFor();
+  await page.getByRole("button", { name: "Done" }).click();
+  assert.equal(await shown.count(), 0, "the secret is shown once");
+  await row.getByRole("button", { name: "Revoke" }).click();
+  await page
+    .getByRole("dialog", { name: /Revoke the pool token/ })
+    .getByRole("button", { name: "Revoke token" })
+    .click();
+  await row.getByText("revoked").waitFor();
+  const listed = await stack.server.api(routes.listPoolTokens, { params: { pool: stack.pool } });
+  const made = listed.body.items.find((t: any) => t.description === "made in the browser");
+  assert.ok(made?.revokedAt, "the server has it revoked");
+  await page.screenshot({ path: join(shots, "pool.png"), fullPage: true });
+});
+
+test("markup and terminal escapes in run data render as text", async () => {
+  await workspace("inert", true);
+  const attack = "<img src=x onerror=window.__pwned=1>";
+  const dir = writeConfig(stack.dir, "inert", {
+    "main.tf": `resource "terraform_data" "x" {
+  provisioner "local-exec" {
+    command = "printf '%s\\\\n' '${attack}'; printf '\\\\033]0;title\\\\007\\\\033[2J\\\\033[31mred-text\\\\033[0m\\\\n'"
+  }
+}
+output "html" {
+  value = "${attack}"
+}
+`,
+  });
+  const res = await stack.cli([
+    "run",
+    "start",
+    dir,
+    "--workspace",
+    "inert",
+    "--message",
+    attack,
+    "--no-follow",
+    "--json",
+  ]);
+  assert.equal(res.code, 0, res.stderr);
+  const runId = JSON.parse(res.stdout).id as string;
+  await stack.waitForRun(runId, ["applied"]);
+  await page.goto(`${stack.server.url}/app/workspaces/inert/runs/${runId}`);
+  await logRows(page).getByText("red-text", { exact: true }).waitFor();
+  await logRows(page).getByText(attack).first().waitFor();
+  await page.getByText(attack).first().waitFor();
+  const red = logRows(page).getByText("red-text", { exact: true });
+  assert.match((await red.getAttribute("class")) ?? "", /ansi-fg-1/, "the colour is rendered, not printed");
+  const redRow = logRows(page).locator(".log-row", { has: page.getByText("red-text", { exact: true }) });
+  assert.match(
+    (await redRow.textContent()) ?? "",
+    /\(local-exec\): red-text$/,
+    "the OSC title and the screen erase are dropped, not shown",
+  );
+  await page.goto(`${stack.server.url}/app/workspaces/inert/outputs`);
+  await page.getByText(attack).waitFor();
+  await page.goto(`${stack.server.url}/app/workspaces`);
+  await page.getByRole("link", { name: "inert" }).waitFor();
+  assert.equal(await page.evaluate(() => (globalThis as any).__pwned), undefined, "no injected script ran");
+  assert.equal(await page.locator("img").count(), 0, "no injected element");
+  assert.deepEqual(problems(), []);
+});
+
+test("every page passes axe-core, fits 375 px and is saved as a screenshot", async () => {
+  const runs = await stack.server.api(routes.listRuns, { query: { workspace: "live" } });
+  const runId = runs.body.items[0].id as string;
+  const pages: [string, string][] = [
+    ["home", "/app"],
+    ["workspaces", "/app/workspaces"],
+    ["workspace", "/app/workspaces/live"],
+    ["outputs", "/app/workspaces/inert/outputs"],
+    ["state", "/app/workspaces/live/state"],
+    ["settings", "/app/workspaces/live/settings"],
+    ["variables", "/app/workspaces/vars/variables"],
+    ["run", `/app/workspaces/live/runs/${runId}`],
+    ["pools", "/app/pools"],
+    ["pool", `/app/pools/${stack.pool}`],
+    ["tokens", "/app/tokens"],
+  ];
+  for (const scheme of ["light", "dark"] as const) {
+    await page.emulateMedia({ colorScheme: scheme });
+    for (const [name, path] of pages) {
+      await page.goto(`${stack.server.url}${path}`);
+      await page.locator("h1").first().waitFor();
+      await page.waitForLoadState("networkidle");
+      assert.deepEqual(await accessibilityViolations(page), [], `${name} (${scheme})`);
+      if (scheme === "light") await page.screenshot({ path: join(shots, `${name}.png`), fullPage: true });
+    }
+  }
+  await page.emulateMedia({ colorScheme: "light" });
+  await page.setViewportSize({ width: 375, height: 800 });
+  for (const [name, path] of pages) {
+    await page.goto(`${stack.server.url}${path}`);
+    await page.locator("h1").first().waitFor();
+    const width = await page.evaluate(() => (globalThis as any).document.documentElement.scrollWidth as number);
+    assert.ok(width <= 375, `${name} needs no sideways scrolling at 375 px (${width})`);
+  }
+  await page.setViewportSize({ width: 1280, height: 800 });
+  assert.deepEqual(problems(), []);
+});
+
+/** Presses Tab until the focused element's text or label matches `name`; fails after 40 presses. */
+async function tabTo(p: Page, name: RegExp): Promise<void> {
+  for (let i = 0; i < 40; i++) {
+    await p.keyboard.press("Tab");
+    const focused = await p.evaluate(() => {
+      const doc = (globalThis as any).document;
+      const el = doc.activeElement;
+      if (!el || el === doc.body) return "";
+      return `${el?.getAttribute("aria-label") ?? ""} ${el?.textContent ?? ""} ${el?.id ?? ""}`;
+    });
+    if (name.test(focused)) return;
+  }
+  assert.fail(`no element matching ${name} is reachable with Tab`);
+}
+
+test("the keyboard alone finds a workspace and opens and closes a confirmation", async () => {
+  await page.goto(`${stack.server.url}/app/workspaces`);
+  await page.getByRole("heading", { name: "Workspaces" }).waitFor();
+  await tabTo(page, /ws-search/);
+  await page.keyboard.type("long");
+  await page.keyboard.press("Enter");
+  await page.waitForURL(/\?q=long$/);
+  await page.getByRole("link", { name: "long-log" }).waitFor();
+  await tabTo(page, /^\s*long-log\s*$/);
+  await page.keyboard.press("Enter");
+  await page.waitForURL(/\/app\/workspaces\/long-log$/);
+
+  await workspace("keys");
+  const runId = await stack.startRun(gatedApply("keys-config", join(stack.dir, "keys-gate")), "keys");
+  await stack.waitForRun(runId, ["planned"]);
+  await page.goto(`${stack.server.url}/app/workspaces/keys/runs/${runId}`);
+  await runStatus(page, "planned").waitFor();
+  await tabTo(page, /Discard/);
+  await page.keyboard.press("Enter");
+  const dialog = page.getByRole("dialog", { name: "Discard this plan?" });
+  await dialog.waitFor();
+  await page.keyboard.press("Escape");
+  await dialog.waitFor({ state: "hidden" });
+  await page.getByRole("button", { name: "Discard", exact: true }).and(page.locator(":focus")).waitFor();
+  await page.keyboard.press("Enter");
+  await tabTo(page, /Discard plan/);
+  await page.keyboard.press("Enter");
+  await runStatus(page, "discarded").waitFor();
+});
+
+test("signing out ends the session: the page and the API refuse the old cookie", async () => {
+  await page.goto(`${stack.server.url}/app`);
+  const cookie = (await context.cookies()).find((c) => c.name === "drover_session");
+  assert.ok(cookie);
+  await page.getByRole("button", { name: "Sign out" }).click();
+  await page.getByLabel("API token").waitFor();
+  // The page's own request, from inside the browser, with whatever cookie it still holds.
+  const status = await page.evaluate(
+    async (path) => (await (globalThis as any).fetch(path)).status,
+    routes.listWorkspaces.path,
+  );
+  assert.equal(status, 401);
+  const replay = await stack.server.api(routes.listWorkspaces, {
+    token: undefined,
+    headers: { cookie: `drover_session=${cookie.value}` },
+  });
+  assert.equal(replay.status, 401, "the old cookie no longer works");
+});
