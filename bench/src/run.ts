@@ -5,6 +5,7 @@ import { idleAgentTargetMb, repoRoot, stopTracked } from "./harness.js";
 import { describeFunctions, describeProfile, summarizeProfiles } from "./profile.js";
 import { writeReport, type ExpectedRow, type Figure } from "./report.js";
 import { runBenches, timingNote, type Bench } from "./runner.js";
+import { webRows } from "./web-rows.js";
 import { benchScale, scaleCoversAll, scaleProfileFile, scalePlans, scaleRows } from "./scale.js";
 
 /**
@@ -74,6 +75,7 @@ const benches: Record<string, Bench> = {
   "provider-cache": async () => (await import("./provider-cache.js")).benchProviderCache(),
   images: async () => (await import("./images.js")).benchImages(),
   throughput: async () => (await import("./throughput.js")).benchThroughput(),
+  web: async () => (await import("./web.js")).benchWeb(),
 };
 
 /**
@@ -84,6 +86,7 @@ const benches: Record<string, Bench> = {
 const rows = (bench: string, metrics: Array<[metric: string, unit: string, target: string]>): ExpectedRow[] =>
   metrics.map(([metric, unit, target]) => ({ bench, metric, unit, target }));
 const expected: Record<string, () => ExpectedRow[]> = {
+  web: webRows,
   dispatch: () =>
     rows("dispatch (10000 jobs, 100 agents, SQLite)", [
       ["queued→started p50", "ms", "—"],

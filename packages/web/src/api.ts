@@ -90,6 +90,8 @@ function query(params: Record<string, string | number | boolean | undefined>): s
 }
 
 const sessionPath = "/api/v1/web/session";
+/** The most log bytes one read asks for (the server allows 8 MiB). */
+const logReadBytes = 4 * 1024 * 1024;
 
 /** One page of a list and the cursor of the next. */
 export interface Page<T> {
@@ -173,7 +175,8 @@ export const api = {
   discardRun: (id: string) => json<Run>("POST", `/api/v1/runs/${e(id)}/discard`),
   cancelRun: (id: string, force: boolean) => json<Run>("POST", `/api/v1/runs/${e(id)}/cancel${query({ force })}`),
   async runLog(id: string, phase: "plan" | "apply", offset: number): Promise<LogChunk> {
-    const res = await call("GET", `/api/v1/runs/${e(id)}/logs${query({ phase, offset })}`);
+    // Large reads: a long finished log arrives in a few requests instead of one per MiB.
+    const res = await call("GET", `/api/v1/runs/${e(id)}/logs${query({ phase, offset, limit: logReadBytes })}`);
     return {
       bytes: new Uint8Array(await res.arrayBuffer()),
       nextOffset: Number(res.headers.get(logOffsetHeader) ?? offset),
