@@ -34,6 +34,7 @@ const run = (status: RunStatus): Run => ({
   planSummary: null,
   planJobId: "job_p",
   applyJobId: "job_a",
+  createdBy: null,
   createdAt: new Date(0).toISOString(),
   updatedAt: new Date(0).toISOString(),
 });

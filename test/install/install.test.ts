@@ -14,7 +14,9 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, test } from "node:test";
+import { routes } from "@drover/protocol";
 import { terraformEnv } from "../support/terraform.js";
+import { rawCall, routeCall } from "../support/typed-api.js";
 
 // A fresh clone gets a working `drover` from `npm ci`, and the commands the README and the
 // quickstart print run as written.
@@ -104,6 +106,16 @@ describe("install", () => {
       const output = shell(commands[1]!);
       assert.equal(output.status, 0, output.stderr);
       assert.match(output.stdout, /Hello from Drover/);
+
+      // The web UI's address and sign-in link it prints: the page is served, the link's token signs in.
+      const link = /(http:\/\/\S+)\/app#token=(\S+)/.exec(printed);
+      assert.ok(link, printed);
+      const [, base, token] = link;
+      const page = await rawCall(base!, "GET", "/app", undefined);
+      assert.equal(page.status, 200);
+      assert.match(String(page.body), /<div id="app">/);
+      const session = await routeCall(base!, routes.createWebSession, { body: { token: decodeURIComponent(token!) } });
+      assert.equal(session.status, 201, JSON.stringify(session.body));
     } finally {
       quickstart.kill("SIGINT");
       await exited;

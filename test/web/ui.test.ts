@@ -87,6 +87,7 @@ test("a run started with the CLI streams its log into the page, is confirmed in 
 
   await page.goto(link);
   await runStatus(page, "planned").waitFor();
+  await page.getByText("by “DROVER_ADMIN_TOKEN”", { exact: false }).waitFor();
   await logRows(page)
     .getByText(/Plan: 1 to add/)
     .waitFor();

@@ -217,6 +217,8 @@ export const runSchema = z.object({
   cancelRequested: z.boolean(),
   planSummary: planSummarySchema.nullable(),
   planJobId: z.string().nullable(),
+  /** Who started it: the description of the API token it was created with (null for older runs). */
+  createdBy: z.string().nullable().default(null),
   applyJobId: z.string().nullable(),
   createdAt: z.string(),
   updatedAt: z.string(),

@@ -2,7 +2,7 @@ import type { Kysely, Migration } from "kysely";
 import { types } from "./column-types.js";
 import type { Dialect } from "./schema.js";
 
-/* Migrations of what the web UI brought: browser sessions and the indexes of its paged lists. */
+/* Migrations of what the web UI brought: browser sessions, the indexes of its paged lists, run creators. */
 
 /** Browser sign-in (the web UI): sessions made from a user token, ended by it too. */
 export function webSessions(dialect: Dialect): Migration {
@@ -32,6 +32,15 @@ export function runListIndexes(): Migration {
       await index("runs_workspace_created", ["workspace_id", "created_at", "id"]);
       await index("runs_created", ["created_at", "id"]);
       await index("runs_status_created", ["status", "created_at", "id"]);
+    },
+  };
+}
+
+/** Who started a run: the description of its user token, kept with the run. */
+export function runCreator(): Migration {
+  return {
+    async up(db: Kysely<unknown>) {
+      await db.schema.alterTable("runs").addColumn("created_by", "text").execute();
     },
   };
 }

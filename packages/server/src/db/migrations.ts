@@ -1,7 +1,7 @@
 import { type Kysely, type Migration, type MigrationProvider, sql } from "kysely";
 import type { Dialect } from "./schema.js";
 import { types } from "./column-types.js";
-import { runListIndexes, webSessions } from "./migrations-web.js";
+import { runCreator, runListIndexes, webSessions } from "./migrations-web.js";
 
 /*
  * The one migration history, applied at server start on either database. Column types
@@ -417,6 +417,7 @@ export function migrationProvider(dialect: Dialect): MigrationProvider {
       "0050c_drop_plan_json_phase": dropColumn("plans", "plan_json_phase"),
       "0058_web_sessions": webSessions(dialect),
       "0059_run_list_indexes": runListIndexes(),
+      "0060_run_creator": runCreator(),
     }),
   };
 }

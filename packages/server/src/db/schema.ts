@@ -100,6 +100,8 @@ export interface RunsTable {
   plan_job_id: string | null;
   apply_job_id: string | null;
   outputs_json: string | null;
+  /** The description of the user token that started the run (null before 0060). */
+  created_by: string | null;
   created_at: number;
   updated_at: number;
 }

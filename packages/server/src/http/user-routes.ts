@@ -130,7 +130,7 @@ export function registerUserRoutes(app: FastifyInstance, http: HttpContext, opti
   }));
   serve(routes.downloadStateVersion, async ({ params }) => readStateVersion(ctx, params.id));
 
-  serve(routes.createRun, async ({ body }) => createRun(ctx, body));
+  serve(routes.createRun, async ({ body, caller }) => createRun(ctx, { ...body, createdByTokenId: caller.tokenId }));
   serve(routes.listRuns, async ({ query }) => listRuns(ctx, query));
   serve(routes.getRun, async ({ params, query }, _req, reply) => {
     if (query.wait === 0) return getRun(ctx, params.id);

@@ -46,6 +46,7 @@ const toRun = (r: RunRow): Run => ({
       ? null
       : { add: r.plan_add, change: r.plan_change, destroy: r.plan_destroy, hasChanges: r.has_changes === 1 },
   planJobId: r.plan_job_id,
+  createdBy: r.created_by,
   applyJobId: r.apply_job_id,
   createdAt: iso(r.created_at),
   updatedAt: iso(r.updated_at),
@@ -81,6 +82,8 @@ export interface CreateRunInput {
   isDestroy: boolean;
   autoApply?: boolean | undefined;
   message: string;
+  /** The user token that starts it: its description is kept as who started the run. */
+  createdByTokenId?: string | undefined;
 }
 
 /** Creates a run; it is queued at once when the workspace is free, else pending behind the active one. */
@@ -95,6 +98,14 @@ export async function createRun(ctx: StoreContext, input: CreateRunInput): Promi
     throw new DroverError("not_found", `no configuration version ${JSON.stringify(input.configurationVersionId)}`);
   if (cv.workspace_id !== ws.id)
     throw new DroverError("bad_request", `configuration version ${cv.id} belongs to another workspace`);
+  const creator =
+    input.createdByTokenId === undefined
+      ? undefined
+      : await ctx.db
+          .selectFrom("user_tokens")
+          .select("description")
+          .where("id", "=", input.createdByTokenId)
+          .executeTakeFirst();
   const id = newId("run");
   await inTransaction(ctx, async (trx, effects) => {
     const now = ctx.now();
@@ -118,6 +129,7 @@ export async function createRun(ctx: StoreContext, input: CreateRunInput): Promi
         plan_job_id: null,
         apply_job_id: null,
         outputs_json: null,
+        created_by: creator?.description ?? null,
         created_at: now,
         updated_at: now,
       })

@@ -41,7 +41,9 @@ export function RunPage(props: { workspace: string; id: string }) {
         <dl class="facts">
           <dt>Started</dt>
           <dd>
-            <Time at={r.createdAt} /> from configuration version <code>{r.configurationVersionId}</code>
+            <Time at={r.createdAt} />
+            {r.createdBy ? ` by “${r.createdBy}”` : ""} from configuration version{" "}
+            <code>{r.configurationVersionId}</code>
           </dd>
           {r.message ? (
             <>
