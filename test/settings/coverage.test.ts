@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { readdirSync, readFileSync, statSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { test } from "node:test";
@@ -34,7 +34,13 @@ function files(dir: string, ext: string, out: string[] = []): string[] {
 
 /** The shipped code: every package's compiled sources, the Pulumi component, the exec-loop. */
 const shipped = [
-  ...readdirSync(join(repo, "packages")).flatMap((p) => files(join(repo, "packages", p, "dist", "src"), ".js")),
+  ...readdirSync(join(repo, "packages")).flatMap((p) => {
+    const dist = join(repo, "packages", p, "dist", "src");
+    return existsSync(dist) ? files(dist, ".js") : [];
+  }),
+  // The web UI is bundled by Vite, not compiled by tsc: its sources are what ships.
+  ...files(join(repo, "packages", "web", "src"), ".ts"),
+  ...files(join(repo, "packages", "web", "src"), ".tsx"),
   ...files(join(repo, "deploy", "pulumi", "dist", "src"), ".js"),
   ...files(join(repo, "packages", "agent", "exec-loop"), ".sh"),
 ].map((path) => ({ path: path.slice(repo.length + 1), text: readFileSync(path, "utf8") }));

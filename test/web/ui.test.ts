@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { existsSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { routes } from "@drover/protocol";
@@ -166,6 +166,22 @@ test("a 200,000-line log opens and scrolls to its last line", async () => {
   await page.keyboard.press("End");
   await log.getByText(/\): 200000$/).waitFor();
   await log.getByText(/Apply complete!/).waitFor();
+
+  // Search finds one line among 200,000 and brings it into view.
+  await page.getByLabel("Search log").fill("): 123456");
+  await page.getByLabel("Search log").press("Enter");
+  await page.locator(".log-search-status").getByText("1 of 1").waitFor();
+  await log.locator(".log-row-match").getByText(/\): 123456$/).waitFor();
+
+  // The download is the whole log, every line of it.
+  const [download] = await Promise.all([
+    page.waitForEvent("download"),
+    page.getByRole("button", { name: "Download" }).click(),
+  ]);
+  const saved = readFileSync((await download.path()) ?? "", "utf8");
+  assert.equal(download.suggestedFilename(), `${runId}-apply.log`);
+  assert.match(saved, /\(local-exec\): 1\n[\s\S]*\(local-exec\): 200000\n/);
+  assert.equal(saved.split("\n").filter((l) => /\(local-exec\): \d+$/.test(l)).length, 200_000);
 });
 
 test("a variable is added and edited, a sensitive one never reaches the page", async () => {

@@ -4,7 +4,7 @@ import type { Server } from "node:http";
 import type { Logger } from "pino";
 import { pause } from "./session/backoff.js";
 import { AgentClient, type ClientTimeouts } from "./session/client.js";
-import { PoolSession, type Room } from "./session/pool-session.js";
+import { PoolSession, TokenRefusedError, type Room } from "./session/pool-session.js";
 import { stopPlan, stopReserveMs, type AgentConfig } from "./config.js";
 import { closeHealthServer, startHealthServer } from "./health.js";
 import { AgentMetrics } from "./metrics.js";
@@ -86,6 +86,7 @@ export class Agent {
     this.session = new PoolSession({
       client: this.client,
       poolToken: config.token,
+      tokenSource: config.tokenSource,
       name: config.name,
       driver: config.driver,
       capacity: config.concurrency,
@@ -196,9 +197,10 @@ export class Agent {
     this.publishStatus();
     try {
       await this.session.poll();
-    } catch {
-      // The pool token was refused (the session said so): running jobs wind down per the stop action.
-      this.exitCode = 1;
+    } catch (err) {
+      // The pool token was refused or revoked (the session logged it): running jobs wind down
+      // per the stop action, and the exit code says it is the token to fix.
+      this.exitCode = err instanceof TokenRefusedError ? 2 : 1;
       void this.stop();
     }
     // A single-job agent has stopped polling; it stops once that job has ended.
@@ -360,7 +362,7 @@ export class Agent {
 
 /**
  * Runs an agent until it stops: on SIGTERM/SIGINT it stops per its stop action; a second
- * signal escalates. Resolves with the exit code (0 normal stop, 1 fatal).
+ * signal escalates. Resolves with the exit code (0 normal stop, 1 fatal, 2 the token was refused).
  */
 export async function runAgent(
   config: AgentConfig,
@@ -378,7 +380,8 @@ export async function runAgent(
   }
   const done = agent.run().catch((err: unknown) => {
     log.error(messageOf(err));
-    return 1;
+    // A refused token is a setting to fix, like any other bad setting: exit 2.
+    return err instanceof TokenRefusedError ? 2 : 1;
   });
   return { agent, done };
 }

@@ -26,6 +26,8 @@ export type { LogFormat, StopAction };
 export interface AgentConfig {
   url: string;
   token: string;
+  /** Where the token came from (a flag, a variable or a file), named when the server refuses it. */
+  tokenSource: string;
   name: string;
   driver: "local" | "kubernetes" | "docker";
   concurrency: number;
@@ -120,6 +122,18 @@ export function loadAgentConfig(env: NodeJS.ProcessEnv, flags: AgentFlags = {}):
       );
     }
   }
+  const lines = token?.split(/\r?\n/).filter((l) => l.trim() !== "").length ?? 0;
+  if (tokenFile !== undefined && lines > 1)
+    throw new InvalidSettingError(
+      "DROVER_TOKEN_FILE",
+      `DROVER_TOKEN_FILE ${tokenFile} has ${lines} lines; expected one drv_p_ token`,
+      { hint: "Write the token alone: `drover token create --pool <pool> > <file>` does." },
+    );
+  const flag = (origin: string | undefined, name: string) => (origin === "flag" ? `--${name}` : undefined);
+  const tokenSource =
+    tokenFile !== undefined
+      ? `${flag(fileFrom, "token-file") ?? "DROVER_TOKEN_FILE"} ${tokenFile}`
+      : (flag(tokenFrom, "token") ?? "DROVER_TOKEN");
   if (!token)
     throw new InvalidSettingError(
       "DROVER_TOKEN",
@@ -159,6 +173,7 @@ export function loadAgentConfig(env: NodeJS.ProcessEnv, flags: AgentFlags = {}):
   return {
     url,
     token,
+    tokenSource,
     name: src.get("DROVER_AGENT_NAME") ?? hostname(),
     driver,
     concurrency,

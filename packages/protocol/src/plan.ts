@@ -7,6 +7,24 @@ interface ResourceChange {
 }
 
 /**
+ * Whether applying the plan leaves the workspace managing nothing: it deletes resources and
+ * every managed resource it knows of is deleted, none kept, changed or created. Such a plan
+ * comes from an emptied or wrong configuration as often as from intent.
+ */
+export function destroysEverything(planJson: unknown): boolean {
+  const changes = (planJson as { resource_changes?: unknown } | null)?.resource_changes;
+  if (!Array.isArray(changes)) return false;
+  const managed = (changes as (ResourceChange & { mode?: unknown })[]).filter((rc) => rc.mode !== "data");
+  return (
+    managed.length > 0 &&
+    managed.every((rc) => {
+      const actions = Array.isArray(rc.change?.actions) ? (rc.change.actions as unknown[]) : [];
+      return actions.length === 1 && actions[0] === "delete";
+    })
+  );
+}
+
+/**
  * Counts adds, changes and destroys in `terraform show -json <planfile>` output, the way
  * terraform's own summary line does (a replace counts as one add and one destroy), and says
  * whether applying the plan would change anything.

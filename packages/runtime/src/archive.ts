@@ -45,6 +45,26 @@ export function unsafePathReason(path: string): string | undefined {
 export interface ArchiveSummary {
   entries: number;
   unpackedBytes: number;
+  /** Paths of its files and links (what `configurationFiles` looks through). */
+  files: string[];
+}
+
+/** Files terraform and tofu read as configuration: a directory without one has nothing to plan. */
+export const configurationFileSuffixes = [".tf", ".tf.json", ".tofu", ".tofu.json"] as const;
+
+/**
+ * The configuration files directly in `dir` (relative, "" for the root) among `paths`. A run of a
+ * directory without any would plan to destroy everything the workspace manages.
+ */
+export function configurationFiles(paths: readonly string[], dir: string): string[] {
+  const prefix = dir.replace(/^\.?\/+|\/+$/g, "").replace(/^\.$/, "");
+  return paths.filter((p) => {
+    const clean = p.replace(/^\.\//, "");
+    const slash = clean.lastIndexOf("/");
+    const parent = slash < 0 ? "" : clean.slice(0, slash);
+    const name = clean.slice(slash + 1);
+    return parent === prefix && configurationFileSuffixes.some((suffix) => name.endsWith(suffix) && name !== suffix);
+  });
 }
 
 const typeByFlag: Record<string, EntryType> = {
@@ -371,5 +391,9 @@ export async function inspectArchive(
       gunzip.end();
     })().catch(done);
   });
-  return { entries: walker.entries.length, unpackedBytes: walker.unpackedBytes };
+  return {
+    entries: walker.entries.length,
+    unpackedBytes: walker.unpackedBytes,
+    files: walker.entries.filter((e) => e.type !== "Directory").map((e) => e.path),
+  };
 }

@@ -22,7 +22,12 @@ export function App() {
 
   useEffect(() => {
     api.session().then(
-      () => setSession("signed-in"),
+      () => {
+        // Already signed in: a sign-in link's token has nothing to do and must not stay in the address bar.
+        const here = window.location;
+        if (here.hash.includes("token=")) history.replaceState(null, "", here.pathname + here.search);
+        setSession("signed-in");
+      },
       (err: unknown) => {
         if (err instanceof ApiError && err.status === 401) setSession("signed-out");
         else setError(err instanceof Error ? err : new Error(String(err)));

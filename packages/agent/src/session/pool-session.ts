@@ -9,6 +9,9 @@ export class FatalAgentError extends Error {
   override readonly name = "FatalAgentError";
 }
 
+/** The server refused the pool token (unknown, wrong or revoked): the operator must give another. */
+export class TokenRefusedError extends FatalAgentError {}
+
 /** Which session call failed, for the caller's error counters. */
 export type SessionErrorKind = "register" | "poll" | "heartbeat" | "session_lost";
 
@@ -18,6 +21,8 @@ export type Room = "free" | "full" | "finished";
 export interface PoolSessionOptions {
   client: AgentClient;
   poolToken: string;
+  /** Where the token came from (`DROVER_TOKEN_FILE /etc/drover/pool-token`), named when the server refuses it. */
+  tokenSource?: string | undefined;
   name: string;
   driver: "local" | "docker" | "kubernetes";
   capacity: number;
@@ -172,7 +177,7 @@ export class PoolSession {
         return;
       } catch (err) {
         if (this.halt.signal.aborted) return;
-        const refused = refusal(err);
+        const refused = refusal(err, this.o.tokenSource);
         if (refused) throw refused;
         if (!(err instanceof NetworkError)) throw err;
         this.o.onError?.("register");
@@ -191,7 +196,7 @@ export class PoolSession {
    * next call (a retried failure), false when it may go on at once (registered again, or ended).
    */
   private async failed(err: unknown, kind: "poll" | "heartbeat"): Promise<boolean> {
-    const refused = refusal(err);
+    const refused = refusal(err, this.o.tokenSource);
     if (refused) {
       if (!this.fatal) {
         this.fatal = refused;
@@ -262,11 +267,13 @@ export class PoolSession {
   }
 }
 
-/** The FatalAgentError of a refused or revoked pool token, or undefined for any other failure. */
-function refusal(err: unknown): FatalAgentError | undefined {
+/** The error of a refused or revoked pool token (naming where it came from), or undefined for any other failure. */
+function refusal(err: unknown, source: string | undefined): TokenRefusedError | undefined {
   if (!(err instanceof DroverError)) return undefined;
-  if (err.code === "token_revoked") return new FatalAgentError(`the pool token was revoked; stopping (${err.message})`);
+  const from = source === undefined ? "" : ` from ${source}`;
+  if (err.code === "token_revoked")
+    return new TokenRefusedError(`the pool token${from} was revoked; stopping (${err.message})`);
   if (err.code === "unauthorized")
-    return new FatalAgentError(`the server refused the pool token; stopping (${err.message})`);
+    return new TokenRefusedError(`the server refused the pool token${from}; stopping (${err.message})`);
   return undefined;
 }

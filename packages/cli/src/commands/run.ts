@@ -1,7 +1,8 @@
 import { DroverError, escapeControlChars, isTerminalRun, routes, type Phase, type Run } from "@drover/protocol";
-import { type DroverClient } from "@drover/runtime";
+import { configurationFiles, configurationFileSuffixes, type DroverClient } from "@drover/runtime";
 import { Option, type Command } from "commander";
-import { resolve } from "node:path";
+import { existsSync, readdirSync, statSync } from "node:fs";
+import { join, resolve } from "node:path";
 import { apiFor, emit, jsonText, table, withCommon, type CommonOptions } from "../command-kit.js";
 import { exitCodeFor } from "../exit-codes.js";
 import { io } from "../io.js";
@@ -13,6 +14,21 @@ import { packDirectory } from "../pack.js";
 // server escaped them cannot drive the terminal either.
 const summary = (r: Run) =>
   `Run ${r.id}: ${r.status}${r.planSummary ? ` (plan: ${r.planSummary.add} to add, ${r.planSummary.change} to change, ${r.planSummary.destroy} to destroy)` : ""}${r.errorMessage ? `\n${escapeControlChars(r.errorMessage)}` : ""}`;
+
+/**
+ * Refuses a directory with no configuration file where the workspace runs terraform: such a run
+ * would plan to destroy everything the workspace manages (a wrong path, a missed checkout).
+ */
+function refuseWithoutConfiguration(dir: string, workingDirectory: string): void {
+  const where = join(dir, workingDirectory);
+  const names = existsSync(where) && statSync(where).isDirectory() ? readdirSync(where) : [];
+  if (configurationFiles(names, "").length === 0)
+    throw new DroverError(
+      "bad_request",
+      `no ${configurationFileSuffixes.join(", ")} file in ${where}: nothing to plan (a run of it would destroy what the workspace manages)`,
+      { hint: "Give the directory of the configuration; to destroy everything, use --destroy." },
+    );
+}
 
 /** The run's page in the web UI, served by the server the CLI talks to. */
 export function runLink(baseUrl: string, workspace: string, runId: string): string {
@@ -42,6 +58,10 @@ export function registerRunCommands(program: Command): void {
     .requiredOption("--workspace <workspace>", "workspace name or id")
     .option("--auto-apply", "apply without confirmation")
     .option("--destroy", "plan to destroy everything")
+    .option(
+      "--allow-destroy-all",
+      "with auto-apply, apply even a plan that destroys every resource the workspace manages (held otherwise)",
+    )
     .option("--plan-only", "plan, never apply")
     .option("--message <text>", "why this run", "")
     .option("--no-follow", "return once the run is created")
@@ -53,11 +73,14 @@ export function registerRunCommands(program: Command): void {
           autoApply?: boolean;
           destroy?: boolean;
           planOnly?: boolean;
+          allowDestroyAll?: boolean;
           message: string;
           follow?: boolean;
         },
       ) => {
         const api = apiFor(opts);
+        const ws = await api.call(routes.getWorkspace, { params: { ws: opts.workspace } });
+        refuseWithoutConfiguration(resolve(dir), ws.workingDirectory);
         const archive = await packDirectory(resolve(dir));
         const cv = await api.call(routes.uploadConfiguration, { params: { ws: opts.workspace }, body: archive });
         const created = await api.call(routes.createRun, {
@@ -66,6 +89,7 @@ export function registerRunCommands(program: Command): void {
             configurationVersionId: cv.id,
             planOnly: opts.planOnly === true,
             isDestroy: opts.destroy === true,
+            allowDestroyAll: opts.allowDestroyAll === true,
             message: opts.message,
             ...(opts.autoApply ? { autoApply: true } : {}),
           },

@@ -1,6 +1,7 @@
 import { routes } from "@drover/protocol";
 import type { Command } from "commander";
 import { apiFor, emit, table, withCommon, type CommonOptions } from "../command-kit.js";
+import { io } from "../io.js";
 
 export function registerTokenCommands(program: Command): void {
   const token = program.command("token").description("Pool tokens (agents register with them)");
@@ -12,12 +13,13 @@ export function registerTokenCommands(program: Command): void {
         params: { pool: opts.pool },
         body: { description: opts.description },
       });
-      emit(
-        opts,
-        created,
-        (t) =>
-          `${t.token}\n\nThis token (id ${t.id}) is shown once. Start an agent with:\n  DROVER_TOKEN=${t.token} drover agent run`,
-      );
+      // The token alone on stdout, so `> pool-token` makes a token file; the advice goes to stderr.
+      emit(opts, created, (t) => t.token);
+      if (!opts.json)
+        io().stderr.write(
+          `This pool token (id ${created.id}) is shown once. Save it to a file (mode 0600) and start an agent with:\n` +
+            `  drover agent run --token-file <file>\n`,
+        );
     });
   withCommon(token.command("list").description("List a pool's tokens"))
     .requiredOption("--pool <pool>", "pool name or id")

@@ -230,6 +230,10 @@ export const createRunSchema = z.object({
   planOnly: z.boolean().default(false),
   isDestroy: z.boolean().default(false),
   autoApply: z.boolean().optional().describe("defaults to the workspace's setting"),
+  allowDestroyAll: z
+    .boolean()
+    .default(false)
+    .describe("auto-apply even a plan that destroys every resource the workspace manages (held for confirmation otherwise)"),
   message: z
     .string()
     .max(500)

@@ -1,6 +1,7 @@
 import { type Kysely, type Migration, type MigrationProvider, sql } from "kysely";
 import type { Dialect } from "./schema.js";
 import { types } from "./column-types.js";
+import { destroyGuard } from "./migrations-destroy-guard.js";
 import { runCreator, runListIndexes, webSessions } from "./migrations-web.js";
 
 /*
@@ -418,6 +419,7 @@ export function migrationProvider(dialect: Dialect): MigrationProvider {
       "0058_web_sessions": webSessions(dialect),
       "0059_run_list_indexes": runListIndexes(),
       "0060_run_creator": runCreator(),
+      "0061_destroy_guard": destroyGuard(),
     }),
   };
 }

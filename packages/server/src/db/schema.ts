@@ -102,6 +102,10 @@ export interface RunsTable {
   outputs_json: string | null;
   /** The description of the user token that started the run (null before 0060). */
   created_by: string | null;
+  /** 1 when its plan would leave the workspace managing nothing; null without a plan JSON. */
+  destroys_all: number | null;
+  /** 1 when the run may auto-apply a plan that destroys everything (--allow-destroy-all). */
+  allow_destroy_all: number;
   created_at: number;
   updated_at: number;
 }

@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import { DroverError, newId, type ConfigurationVersion } from "@drover/protocol";
-import { inspectArchive, type ArchiveLimits } from "@drover/runtime";
+import { configurationFiles, configurationFileSuffixes, inspectArchive, type ArchiveLimits } from "@drover/runtime";
 import { sourceChunks, sourceSize, storedBody, writeChunks, type BodySource, type StoredBody } from "./bodies.js";
 import type { StoreContext } from "./context.js";
 import { iso } from "./context.js";
@@ -20,7 +20,7 @@ export async function createConfigurationVersion(
   const ws = await getWorkspace(ctx, workspace);
   const hash = createHash("sha256");
   // The check reads the archive to its end when it accepts it, so the hash covers every byte.
-  await inspectArchive(
+  const summary = await inspectArchive(
     Buffer.isBuffer(archive)
       ? archive
       : (async function* () {
@@ -31,6 +31,12 @@ export async function createConfigurationVersion(
         })(),
     limits,
   );
+  // An upload without configuration would plan to destroy everything the workspace manages.
+  if (configurationFiles(summary.files, ws.workingDirectory).length === 0)
+    throw new DroverError(
+      "invalid_archive",
+      `the configuration holds no ${configurationFileSuffixes.join(", ")} file in ${ws.workingDirectory ? `its working directory ${JSON.stringify(ws.workingDirectory)}` : "its root"}: nothing to plan`,
+    );
   if (Buffer.isBuffer(archive)) hash.update(archive);
   const row = {
     id: newId("cv"),

@@ -1,6 +1,6 @@
 import { readFileSync } from "node:fs";
 import { parentPort, workerData } from "node:worker_threads";
-import { summarizePlan, type PlanSummary, messageOf } from "@drover/protocol";
+import { destroysEverything, summarizePlan, type PlanSummary, messageOf } from "@drover/protocol";
 import { redactJson, secretForms } from "@drover/runtime";
 
 /*
@@ -17,7 +17,8 @@ export interface PlanJsonWorkerData {
 
 /** The worker's one message. */
 export type PlanJsonWorkerReply =
-  { kind: "done"; summary: PlanSummary; json: Uint8Array } | { kind: "invalid_json"; message: string };
+  | { kind: "done"; summary: PlanSummary; destroysAll: boolean; json: Uint8Array }
+  | { kind: "invalid_json"; message: string };
 
 const port = parentPort;
 if (!port) throw new Error("plan-json-worker.js runs as a worker thread");
@@ -33,7 +34,12 @@ function render(): PlanJsonWorkerReply {
   }
   const redacted = JSON.stringify(redactJson(parsed, secretForms(sensitiveValues)));
   // TextEncoder gives the bytes a buffer of their own (small Buffers share a pool), so it can be moved, not copied.
-  return { kind: "done", summary: summarizePlan(parsed), json: new TextEncoder().encode(redacted) };
+  return {
+    kind: "done",
+    summary: summarizePlan(parsed),
+    destroysAll: destroysEverything(parsed),
+    json: new TextEncoder().encode(redacted),
+  };
 }
 
 const reply = render();

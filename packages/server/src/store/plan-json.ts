@@ -6,6 +6,8 @@ import type { PlanJsonWorkerData, PlanJsonWorkerReply } from "./plan-json-worker
 /** The stored form of an uploaded plan JSON: its summary, and the document redacted. */
 export interface RenderedPlanJson {
   summary: PlanSummary;
+  /** Applying it would leave the workspace managing nothing (see destroysEverything). */
+  destroysAll: boolean;
   json: Buffer;
 }
 
@@ -47,7 +49,11 @@ export function renderPlanJson(source: BodySource, size: number, sensitiveValues
           reject(new DroverError("invalid_json", `the plan JSON is not valid JSON (${reply.message})`));
         } else {
           const { buffer, byteOffset, byteLength } = reply.json;
-          resolve({ summary: reply.summary, json: Buffer.from(buffer, byteOffset, byteLength) });
+          resolve({
+            summary: reply.summary,
+            destroysAll: reply.destroysAll,
+            json: Buffer.from(buffer, byteOffset, byteLength),
+          });
         }
       }),
     );

@@ -33,7 +33,7 @@ export async function savePlanJson(ctx: StoreContext, job: JobRow, uploaded: Bod
   mayUploadPlanJson(job);
   const sensitive = (await variablesForJob(ctx, job.workspace_id)).filter((v) => v.sensitive).map((v) => v.value);
   // Redacting needs the parsed document: a worker thread holds it, never the event loop.
-  const { summary, json: planJson } = await renderPlanJson(uploaded, sourceSize(uploaded), sensitive);
+  const { summary, destroysAll, json: planJson } = await renderPlanJson(uploaded, sourceSize(uploaded), sensitive);
   await transactionKeepingCause(ctx, async (trx) => {
     // The token was checked before the body arrived; a plan job reclaimed since then made
     // another plan, and this JSON would describe one that is never applied. On PostgreSQL this
@@ -52,6 +52,7 @@ export async function savePlanJson(ctx: StoreContext, job: JobRow, uploaded: Bod
         plan_change: summary.change,
         plan_destroy: summary.destroy,
         has_changes: summary.hasChanges ? 1 : 0,
+        destroys_all: destroysAll ? 1 : 0,
         updated_at: ctx.now(),
       })
       .where("id", "=", job.run_id)

@@ -11,6 +11,7 @@ import {
 import type { Selectable, Transaction } from "kysely";
 import type { Database, JobsTable, RunsTable } from "../db/schema.js";
 import { iso, type Queryable, type StoreContext } from "./context.js";
+import { appendAtEnd } from "./logs.js";
 import { inTransaction, type Effects } from "./transaction.js";
 import { getWorkspace } from "./workspaces.js";
 
@@ -82,6 +83,8 @@ export interface CreateRunInput {
   isDestroy: boolean;
   autoApply?: boolean | undefined;
   message: string;
+  /** Auto-apply even a plan that destroys everything the workspace manages. */
+  allowDestroyAll?: boolean | undefined;
   /** The user token that starts it: its description is kept as who started the run. */
   createdByTokenId?: string | undefined;
 }
@@ -130,6 +133,8 @@ export async function createRun(ctx: StoreContext, input: CreateRunInput): Promi
         apply_job_id: null,
         outputs_json: null,
         created_by: creator?.description ?? null,
+        destroys_all: null,
+        allow_destroy_all: input.allowDestroyAll ? 1 : 0,
         created_at: now,
         updated_at: now,
       })
@@ -339,7 +344,20 @@ export async function applyJobOutcome(
   // A plan succeeded.
   if (run.cancel_requested === 1) return endRun(ctx, trx, effects, run, "canceled", null);
   if (run.plan_only === 1 || run.has_changes === 0) return endRun(ctx, trx, effects, run, "planned_and_finished", null);
-  if (run.auto_apply === 1) {
+  const guarded = run.destroys_all === 1 && run.is_destroy === 0 && run.allow_destroy_all === 0;
+  if (run.auto_apply === 1 && guarded) {
+    // An emptied or wrong configuration plans to destroy everything: a person must say so.
+    await appendAtEnd(
+      trx,
+      job.id,
+      Buffer.from(
+        "\n[drover] this plan destroys every resource the workspace manages, so it is not applied automatically: " +
+          "confirm it (drover run confirm), or start the run with --allow-destroy-all\n",
+        "utf8",
+      ),
+    );
+  }
+  if (run.auto_apply === 1 && !guarded) {
     const jobId = await enqueueJob(ctx, trx, effects, run, "apply");
     await moveRun(ctx, trx, run, "confirmed", { apply_job_id: jobId });
   } else {

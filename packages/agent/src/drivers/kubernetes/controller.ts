@@ -98,6 +98,7 @@ export class Controller {
     this.session = new PoolSession({
       client,
       poolToken: config.token,
+      tokenSource: config.tokenSource,
       name: config.name,
       driver: "kubernetes",
       capacity: config.concurrency,

@@ -1,0 +1,136 @@
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+import { routes } from "@drover/protocol";
+import { rawTarGz } from "../support/archives.js";
+import { droverBin, spawnDrover } from "../support/processes.js";
+import { startStack, writeConfig, type Stack } from "../support/stack.js";
+
+// What a new user trips over on the first day (issue 30's blocker and dangerous points), with
+// the real binary where the point is about the binary: a token file made with `>`, an agent
+// whose token is refused, an upload with no configuration, a plan that destroys everything.
+
+let stack: Stack;
+before(async () => {
+  stack = await startStack();
+});
+after(() => stack?.stop());
+
+test("`token create > file` writes a token file an agent runs with; refused, the agent exits 2 naming the file", async () => {
+  const file = join(stack.dir, "pool-token");
+  const env = { ...stack.baseEnv, DROVER_TOKEN: stack.server.adminToken };
+  // Through a shell, as a user types it; asynchronously, since the server runs in this process.
+  const made = await promisify(execFile)(
+    "sh",
+    ["-c", `"${process.execPath}" "${droverBin}" token create --pool ${stack.pool} > "${file}"`],
+    { env, encoding: "utf8" },
+  );
+  const written = readFileSync(file, "utf8");
+  assert.match(written, /^drv_p_\S+\n$/, "the token alone, on one line");
+  assert.match(made.stderr, /shown once/);
+  assert.match(made.stderr, /drover agent run --token-file <file>/, "the advice matches the README's");
+
+  const agent = spawnDrover(["agent", "run", "--token-file", file], {
+    ...stack.baseEnv,
+    DROVER_AGENT_NAME: "from-file",
+    DROVER_AGENT_DATA_DIR: join(stack.dir, "from-file"),
+    DROVER_AGENT_HEALTH_PORT: "0",
+    DROVER_AGENT_LOG_FORMAT: "plain",
+  });
+  try {
+    await waitForAgent("from-file");
+    // The token the file holds is the one the agent registered with: the only one used besides the stack's.
+    const tokens = await stack.server.api(routes.listPoolTokens, { params: { pool: stack.pool } });
+    const mine = tokens.body.items.filter((t: any) => t.lastUsedAt !== null && t.id !== stack.poolTokenId);
+    assert.equal(mine.length, 1, JSON.stringify(tokens.body.items));
+    await stack.server.api(routes.revokePoolToken, { params: { id: mine[0].id } });
+    const exit = await agent.exited;
+    assert.equal(exit.code, 2, agent.output());
+    assert.match(
+      agent.output(),
+      new RegExp(`pool token from --token-file ${file.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&")} was revoked`),
+    );
+  } finally {
+    await agent.stop("SIGKILL");
+  }
+});
+
+async function waitForAgent(name: string): Promise<void> {
+  for (let i = 0; i < 600; i++) {
+    const listed = await stack.server.api(routes.listAgents, { query: { pool: stack.pool } });
+    if (listed.body.items.some((a: any) => a.name === name && a.status !== "offline")) return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  assert.fail(`agent ${name} did not register`);
+}
+
+test("a token file holding more than the token stops the agent at start with exit 2 and one line", async () => {
+  const token = (await stack.server.api(routes.createPoolToken, { params: { pool: stack.pool }, body: {} })).body
+    .token as string;
+  const file = join(stack.dir, "chatty-token");
+  writeFileSync(file, `${token}\n\nThis token is shown once. Start an agent with:\n  drover agent run\n`);
+  const agent = spawnDrover(["agent", "run", "--token-file", file], {
+    ...stack.baseEnv,
+    DROVER_AGENT_HEALTH_PORT: "0",
+  });
+  const exit = await agent.exited;
+  assert.equal(exit.code, 2, agent.output());
+  assert.match(agent.output(), new RegExp(`chatty-token has 3 lines; expected one drv_p_ token`));
+  assert.equal(agent.output().trim().split("\n").length, 1, agent.output());
+});
+
+test("a directory without configuration is refused before upload, and by the server", async () => {
+  await stack.server.api(routes.createWorkspace, { body: { name: "no-config", pool: stack.pool } });
+  const dir = writeConfig(stack.dir, "readme-only", { "README.txt": "not terraform\n" });
+  const res = await stack.cli(["run", "start", dir, "--workspace", "no-config", "--auto-apply"]);
+  assert.notEqual(res.code, 0);
+  assert.match(res.stderr, /no \.tf, \.tf\.json, \.tofu, \.tofu\.json file in .*readme-only: nothing to plan/);
+  const versions = await stack.server.api(routes.listConfigurationVersions, { params: { ws: "no-config" } });
+  assert.deepEqual(versions.body.items, [], "nothing was uploaded");
+
+  const direct = await stack.server.api(routes.uploadConfiguration, {
+    params: { ws: "no-config" },
+    body: rawTarGz([
+      { path: "README.txt", content: "not terraform\n" },
+      { path: "modules/x/main.tf", content: "# a module is not the root configuration\n" },
+    ]),
+  });
+  assert.equal(direct.status, 422);
+  assert.equal(direct.body.error, "invalid_archive");
+  assert.match(direct.body.message, /no \.tf, .* file in its root: nothing to plan/);
+});
+
+test("a plan that destroys everything is not auto-applied without --allow-destroy-all", async () => {
+  await stack.startAgent("guard-agent");
+  await stack.server.api(routes.createWorkspace, { body: { name: "guarded", pool: stack.pool, autoApply: true } });
+  const full = writeConfig(stack.dir, "guarded-full", {
+    "main.tf": 'resource "terraform_data" "a" {}\nresource "terraform_data" "b" {}\n',
+  });
+  const first = await stack.cli(["run", "start", full, "--workspace", "guarded"]);
+  assert.equal(first.code, 0, first.stdout + first.stderr);
+
+  // The resources' blocks are gone (a wrong path, a bad merge): terraform plans to destroy both.
+  const emptied = writeConfig(stack.dir, "guarded-empty", { "main.tf": 'output "left" {\n  value = "nothing"\n}\n' });
+  const held = await stack.cli(["run", "start", emptied, "--workspace", "guarded"]);
+  assert.equal(held.code, 2, "the run waits for confirmation:\n" + held.stdout + held.stderr);
+  assert.match(
+    held.stdout,
+    /this plan destroys every resource the workspace manages, so it is not applied automatically/,
+  );
+  assert.match(held.stdout, /Confirm with: drover run confirm/);
+  const state = await stack.server.api(routes.listStateVersions, { params: { ws: "guarded" } });
+  const heldRun = (await stack.server.api(routes.listRuns, { query: { workspace: "guarded", limit: 1 } })).body
+    .items[0];
+  assert.equal(heldRun.status, "planned");
+  assert.equal(heldRun.applyJobId, null, "no apply was queued");
+  await stack.server.api(routes.discardRun, { params: { id: heldRun.id } });
+
+  const allowed = await stack.cli(["run", "start", emptied, "--workspace", "guarded", "--allow-destroy-all"]);
+  assert.equal(allowed.code, 0, allowed.stdout + allowed.stderr);
+  assert.match(allowed.stdout, /Destroy complete|Apply complete! Resources: 0 added, 0 changed, 2 destroyed/);
+  const after = await stack.server.api(routes.listStateVersions, { params: { ws: "guarded" } });
+  assert.ok(after.body.items.length > state.body.items.length, "the destroy was applied");
+});
