@@ -171,7 +171,10 @@ test("a 200,000-line log opens and scrolls to its last line", async () => {
   await page.getByLabel("Search log").fill("): 123456");
   await page.getByLabel("Search log").press("Enter");
   await page.locator(".log-search-status").getByText("1 of 1").waitFor();
-  await log.locator(".log-row-match").getByText(/\): 123456$/).waitFor();
+  await log
+    .locator(".log-row-match")
+    .getByText(/\): 123456$/)
+    .waitFor();
 
   // The download is the whole log, every line of it.
   const [download] = await Promise.all([

@@ -63,7 +63,10 @@ export function parsePoolToken(token: string): PoolTokenClaims {
     throw new DroverError("unauthorized", "not a Drover pool token: it must start with drv_p_");
   }
   if (/\s/.test(trimmed))
-    throw new DroverError("unauthorized", "malformed pool token: it holds spaces or several lines; give the token alone");
+    throw new DroverError(
+      "unauthorized",
+      "malformed pool token: it holds spaces or several lines; give the token alone",
+    );
   const body = trimmed.slice(prefixes.pool.length);
   const dot = body.indexOf(".");
   if (dot <= 0 || dot === body.length - 1)

@@ -233,7 +233,9 @@ export const createRunSchema = z.object({
   allowDestroyAll: z
     .boolean()
     .default(false)
-    .describe("auto-apply even a plan that destroys every resource the workspace manages (held for confirmation otherwise)"),
+    .describe(
+      "auto-apply even a plan that destroys every resource the workspace manages (held for confirmation otherwise)",
+    ),
   message: z
     .string()
     .max(500)
