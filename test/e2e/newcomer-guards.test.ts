@@ -2,6 +2,8 @@ import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { readFileSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
+import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { routes } from "@drover/protocol";
@@ -133,4 +135,45 @@ test("a plan that destroys everything is not auto-applied without --allow-destro
   assert.match(allowed.stdout, /Destroy complete|Apply complete! Resources: 0 added, 0 changed, 2 destroyed/);
   const after = await stack.server.api(routes.listStateVersions, { params: { ws: "guarded" } });
   assert.ok(after.body.items.length > state.body.items.length, "the destroy was applied");
+});
+
+test("agent list shows each agent with its pool, status, driver, version and running jobs", async () => {
+  const res = await stack.cli(["agent", "list", "--pool", stack.pool]);
+  assert.equal(res.code, 0, res.stderr);
+  const [header, ...rows] = res.stdout.trim().split("\n");
+  assert.match(header ?? "", /^NAME\s+POOL\s+STATUS\s+DRIVER\s+VERSION\s+RUNNING\s+LAST SEEN$/);
+  assert.ok(
+    rows.some((r) => new RegExp(`^guard-agent\\s+${stack.pool}\\s+idle\\s+local\\s+\\S+\\s+0/1\\s`).test(r)),
+    res.stdout,
+  );
+});
+
+test("a taken port stops the server and the agent with exit 2 and the flag to change it", async () => {
+  const taken = createServer();
+  await new Promise<void>((resolve) => taken.listen(0, "127.0.0.1", resolve));
+  const port = (taken.address() as AddressInfo).port;
+  try {
+    const server = spawnDrover(["server", "--port", String(port), "--data-dir", join(stack.dir, "second-server")], {
+      ...stack.baseEnv,
+      DROVER_HOST: "127.0.0.1",
+    });
+    const serverExit = await server.exited;
+    assert.equal(serverExit.code, 2, server.output());
+    assert.match(server.output(), new RegExp(`port ${port} on 127\\.0\\.0\\.1 is in use .*--port`));
+
+    const token = (await stack.server.api(routes.createPoolToken, { params: { pool: stack.pool }, body: {} })).body
+      .token as string;
+    const agent = spawnDrover(["agent", "run"], {
+      ...stack.baseEnv,
+      DROVER_TOKEN: token,
+      DROVER_AGENT_HEALTH_PORT: String(port),
+      DROVER_AGENT_DATA_DIR: join(stack.dir, "port-agent"),
+      DROVER_AGENT_LOG_FORMAT: "plain",
+    });
+    const agentExit = await agent.exited;
+    assert.equal(agentExit.code, 2, agent.output());
+    assert.match(agent.output(), new RegExp(`health port ${port} is in use: choose another with --health-port`));
+  } finally {
+    await new Promise((resolve) => taken.close(resolve));
+  }
 });

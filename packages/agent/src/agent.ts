@@ -1,4 +1,4 @@
-import { type JobAssignment, messageOf } from "@drover/protocol";
+import { DroverError, type JobAssignment, messageOf } from "@drover/protocol";
 import { noopTracer, startTelemetryIfSet, type Telemetry } from "@drover/runtime";
 import type { Server } from "node:http";
 import type { Logger } from "pino";
@@ -380,8 +380,9 @@ export async function runAgent(
   }
   const done = agent.run().catch((err: unknown) => {
     log.error(messageOf(err));
-    // A refused token is a setting to fix, like any other bad setting: exit 2.
-    return err instanceof TokenRefusedError ? 2 : 1;
+    // A refused token or a taken port is a setting to fix, like any other bad setting: exit 2.
+    const setting = err instanceof TokenRefusedError || (err instanceof DroverError && err.code === "invalid_setting");
+    return setting ? 2 : 1;
   });
   return { agent, done };
 }

@@ -1,5 +1,5 @@
 import { createServer, type Server } from "node:http";
-import { messageOf } from "@drover/protocol";
+import { DroverError, messageOf } from "@drover/protocol";
 
 /** What a long-running drover process says about itself on its health port. */
 export interface HealthReport {
@@ -55,7 +55,17 @@ export async function startHealthServer(port: number, source: HealthSource, addr
     }
   });
   await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
+    server.once("error", (err: NodeJS.ErrnoException) =>
+      reject(
+        err.code === "EADDRINUSE"
+          ? new DroverError(
+              "invalid_setting",
+              `the health port ${port} is in use: choose another with --health-port (DROVER_AGENT_HEALTH_PORT), or 0 for none`,
+              { cause: err },
+            )
+          : err,
+      ),
+    );
     const listening = () => {
       server.off("error", reject);
       resolve();

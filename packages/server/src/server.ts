@@ -1,3 +1,4 @@
+import { DroverError } from "@drover/protocol";
 import { startTelemetryIfSet } from "@drover/runtime";
 import { hostname } from "node:os";
 import { dirname } from "node:path";
@@ -174,6 +175,11 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     await sweeper.stop();
     await telemetry.shutdown().catch(() => undefined);
     await stopStarted();
+    if ((err as NodeJS.ErrnoException).code === "EADDRINUSE")
+      throw new DroverError("invalid_setting", `port ${config.port} on ${config.host} is in use`, {
+        hint: "Choose another with --port (DROVER_PORT); with npm start: npm start -- --port <port>.",
+        cause: err,
+      });
     throw err;
   }
   const address = app.server.address();

@@ -1,11 +1,37 @@
 import { messageOf } from "@drover/protocol";
 import { createLogger, loadAgentConfig, runAgent, type AgentFlags } from "@drover/agent";
+import { routes } from "@drover/protocol";
+import { apiFor, emit, table, withCommon, type CommonOptions } from "../command-kit.js";
 import { settingsOrExit } from "../settings-errors.js";
 import type { Command } from "commander";
 
-/** `drover agent run|controller|worker|node-worker`. Config errors: one line, exit code 2. */
+/** `drover agent run|controller|worker|node-worker` (config errors: one line, exit code 2) and `agent list`. */
 export function registerAgentCommands(program: Command): void {
-  const agent = program.command("agent").description("Run a Drover agent");
+  const agent = program.command("agent").description("Run a Drover agent, or list the agents of a pool");
+  withCommon(agent.command("list").description("List agents: status, driver, version, running jobs"))
+    .option("--pool <pool>", "only this pool's agents (name or id)")
+    .action(async (opts: CommonOptions & { pool?: string }) => {
+      const api = apiFor(opts);
+      const [{ items }, pools] = await Promise.all([
+        api.call(routes.listAgents, { query: opts.pool === undefined ? {} : { pool: opts.pool } }),
+        api.call(routes.listPools, {}),
+      ]);
+      const poolName = new Map(pools.items.map((p) => [p.id, p.name]));
+      emit(opts, items, (agents) =>
+        table(
+          ["NAME", "POOL", "STATUS", "DRIVER", "VERSION", "RUNNING", "LAST SEEN"],
+          agents.map((a) => [
+            a.name,
+            poolName.get(a.poolId) ?? a.poolId,
+            a.status,
+            a.driver,
+            a.version,
+            `${a.runningJobs}/${a.capacity}`,
+            a.lastSeenAt,
+          ]),
+        ),
+      );
+    });
   agent
     .command("run")
     .description(

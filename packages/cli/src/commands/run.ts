@@ -26,7 +26,7 @@ function refuseWithoutConfiguration(dir: string, workingDirectory: string): void
     throw new DroverError(
       "bad_request",
       `no ${configurationFileSuffixes.join(", ")} file in ${where}: nothing to plan (a run of it would destroy what the workspace manages)`,
-      { hint: "Give the directory of the configuration; to destroy everything, use --destroy." },
+      { hint: "Give the configuration's directory (with --destroy to destroy what it manages)." },
     );
 }
 
