@@ -131,6 +131,31 @@ export function ConfirmButton(props: {
   );
 }
 
+/** A token's state in a table: when it was revoked, or a button that revokes it after a confirmation. */
+export function RevokeCell(props: {
+  revokedAt: string | null;
+  title: string;
+  description: string;
+  onRevoke: () => Promise<unknown>;
+}) {
+  if (props.revokedAt)
+    return (
+      <>
+        revoked <Time at={props.revokedAt} />
+      </>
+    );
+  return (
+    <ConfirmButton
+      label="Revoke"
+      title={props.title}
+      description={props.description}
+      confirmLabel="Revoke token"
+      danger
+      onConfirm={props.onRevoke}
+    />
+  );
+}
+
 /** A secret shown once, right after it was made, with a button to copy it. */
 export function ShownOnce(props: { label: string; secret: string; onDone: () => void }) {
   const field = useRef<HTMLInputElement>(null);

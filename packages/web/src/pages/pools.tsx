@@ -1,7 +1,7 @@
 import type { Agent } from "@drover/protocol";
 import { useState } from "preact/hooks";
 import { api } from "../api.js";
-import { ConfirmButton, ErrorNote, later, Link, Loading, PageTitle, ShownOnce, Status, Time } from "../components.js";
+import { ErrorNote, later, Link, Loading, PageTitle, RevokeCell, ShownOnce, Status, Time } from "../components.js";
 import { useResource } from "../resource.js";
 import { navigate, paths } from "../router.js";
 
@@ -121,23 +121,15 @@ export function PoolPage(props: { name: string }) {
                       <Time at={t.lastUsedAt} />
                     </td>
                     <td>
-                      {t.revokedAt ? (
-                        <>
-                          revoked <Time at={t.revokedAt} />
-                        </>
-                      ) : (
-                        <ConfirmButton
-                          label="Revoke"
-                          title={`Revoke the pool token “${t.description || t.id}”?`}
-                          description="Agents using it are refused from now on, and the jobs they hold end."
-                          confirmLabel="Revoke token"
-                          danger
-                          onConfirm={async () => {
-                            await api.revokePoolToken(t.id);
-                            tokens.reload();
-                          }}
-                        />
-                      )}
+                      <RevokeCell
+                        revokedAt={t.revokedAt}
+                        title={`Revoke the pool token “${t.description || t.id}”?`}
+                        description="Agents using it are refused from now on, and the jobs they hold end."
+                        onRevoke={async () => {
+                          await api.revokePoolToken(t.id);
+                          tokens.reload();
+                        }}
+                      />
                     </td>
                   </tr>
                 ))}

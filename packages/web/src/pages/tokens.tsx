@@ -1,6 +1,6 @@
 import { useState } from "preact/hooks";
 import { api } from "../api.js";
-import { ConfirmButton, ErrorNote, later, Loading, PageTitle, ShownOnce, Time } from "../components.js";
+import { ErrorNote, later, Loading, PageTitle, RevokeCell, ShownOnce, Time } from "../components.js";
 import { useResource } from "../resource.js";
 
 /** User API tokens: made here (shown once), listed, revoked. */
@@ -48,27 +48,19 @@ export function TokensPage() {
                     </td>
                     <td>{t.expiresAt ? <Time at={t.expiresAt} /> : "never"}</td>
                     <td>
-                      {t.revokedAt ? (
-                        <>
-                          revoked <Time at={t.revokedAt} />
-                        </>
-                      ) : (
-                        <ConfirmButton
-                          label="Revoke"
-                          title={`Revoke the API token “${t.description}”?`}
-                          description={
-                            mine
-                              ? "This browser signed in with it: revoking it signs you out."
-                              : "Everything that uses it is refused from now on."
-                          }
-                          confirmLabel="Revoke token"
-                          danger
-                          onConfirm={async () => {
-                            await api.revokeUserToken(t.id);
-                            tokens.reload();
-                          }}
-                        />
-                      )}
+                      <RevokeCell
+                        revokedAt={t.revokedAt}
+                        title={`Revoke the API token “${t.description}”?`}
+                        description={
+                          mine
+                            ? "This browser signed in with it: revoking it signs you out."
+                            : "Everything that uses it is refused from now on."
+                        }
+                        onRevoke={async () => {
+                          await api.revokeUserToken(t.id);
+                          tokens.reload();
+                        }}
+                      />
                     </td>
                   </tr>
                 );
