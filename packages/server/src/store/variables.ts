@@ -19,8 +19,8 @@ function checkHcl(key: string, input: { value: string; kind: VariableKind }): vo
   if (hasControlChars(input.value.replace(/\t/g, "")))
     throw new DroverError(
       "bad_request",
-      `${key}: an HCL value is one expression on one line, without line breaks, heredocs or control characters`,
-      { hint: 'write a map or an object on one line: {a = "b", c = "d"}' },
+      `${key}: an HCL value is one expression on one line, without line breaks, heredocs or control characters; ` +
+        'write a map or an object on one line: {a = "b", c = "d"}',
     );
 }
 
