@@ -217,6 +217,10 @@ test("a workspace's allowDestroyAll auto-applies a destroy-everything plan; the 
   await applyFull();
   const held = await destroyAll();
   assert.equal(held.status, "planned", "the default holds it");
+  assert.match(
+    await runLog(stack.server, held.id, "plan"),
+    /a workspace allows it for all its runs with: drover workspace update <ws> --allow-destroy-all true/,
+  );
   await stack.server.api(routes.discardRun, { params: { id: held.id } });
 
   const updated = await stack.cli(["workspace", "update", "ws-guard", "--allow-destroy-all", "true"]);

@@ -352,7 +352,8 @@ export async function applyJobOutcome(
       job.id,
       Buffer.from(
         "\n[drover] this plan destroys every resource the workspace manages, so it is not applied automatically: " +
-          "confirm it (drover run confirm), or start the run with --allow-destroy-all\n",
+          "confirm it (drover run confirm), or start the run with --allow-destroy-all " +
+          "(a workspace allows it for all its runs with: drover workspace update <ws> --allow-destroy-all true)\n",
         "utf8",
       ),
     );
