@@ -82,7 +82,7 @@ async function runJob(assignment: JobAssignment, script: Script = {}) {
     variables: async () => {
       events.push("variables");
       await script.onVariables?.(run);
-      const variables: JobVariable[] = [{ key: "secret", value: "hunter2", kind: "env", sensitive: true }];
+      const variables: JobVariable[] = [{ key: "secret", value: "hunter2", kind: "env", sensitive: true, hcl: false }];
       return variables;
     },
     appendLog: async (offset, data) => {

@@ -239,6 +239,33 @@ test("a variable is added and edited, a sensitive one never reaches the page", a
   await page.screenshot({ path: join(shots, "variables.png"), fullPage: true });
 });
 
+test("an HCL variable is added with its checkbox and shown as HCL; the destroy-all setting is saved", async () => {
+  await workspace("hcl-ui");
+  await page.goto(`${stack.server.url}/app/workspaces/hcl-ui/variables`);
+  const add = page.getByRole("form", { name: "Add a variable" });
+  await add.getByLabel("Key").fill("tags");
+  await add.getByLabel("Value").fill('{a = "b"}');
+  await add.getByLabel(/^HCL/).check();
+  await add.getByRole("button", { name: "Add variable" }).click();
+  const row = page.getByRole("row", { name: /tags/ });
+  await row.getByRole("cell", { name: "HCL", exact: true }).waitFor();
+  const vars = await stack.server.api(routes.listVariables, { params: { ws: "hcl-ui" } });
+  assert.deepEqual(
+    vars.body.items.map((v: any) => [v.key, v.hcl, v.value]),
+    [["tags", true, '{a = "b"}']],
+  );
+
+  await page.goto(`${stack.server.url}/app/workspaces/hcl-ui/settings`);
+  const settings = page.getByRole("form", { name: "Workspace settings" });
+  const guard = settings.getByLabel(/destroys everything the workspace manages/);
+  assert.equal(await guard.isChecked(), false);
+  await guard.check();
+  await settings.getByRole("button", { name: "Save settings" }).click();
+  await page.getByRole("status").getByText("Saved.").waitFor();
+  const ws = await stack.server.api(routes.getWorkspace, { params: { ws: "hcl-ui" } });
+  assert.equal(ws.body.allowDestroyAll, true);
+});
+
 test("a pool token is created (shown once) and revoked", async () => {
   await page.goto(`${stack.server.url}/app/pools/${stack.pool}`);
   await page.getByRole("heading", { name: "Agents" }).waitFor();

@@ -151,8 +151,11 @@ export const api = {
   updateWorkspace: (name: string, change: Partial<WorkspaceSettings>) =>
     json<Workspace>("PATCH", `/api/v1/workspaces/${e(name)}`, change),
   variables: (ws: string) => json<{ items: Variable[] }>("GET", `/api/v1/workspaces/${e(ws)}/vars`),
-  setVariable: (ws: string, key: string, value: { value: string; kind: VariableKind; sensitive: boolean }) =>
-    json<Variable>("PUT", `/api/v1/workspaces/${e(ws)}/vars/${e(key)}`, value),
+  setVariable: (
+    ws: string,
+    key: string,
+    value: { value: string; kind: VariableKind; sensitive: boolean; hcl: boolean },
+  ) => json<Variable>("PUT", `/api/v1/workspaces/${e(ws)}/vars/${e(key)}`, value),
   deleteVariable: (ws: string, key: string) => call("DELETE", `/api/v1/workspaces/${e(ws)}/vars/${e(key)}`),
   outputs: (ws: string) => json<{ items: Output[] }>("GET", `/api/v1/workspaces/${e(ws)}/outputs`),
   stateVersions: (ws: string) => json<{ items: StateVersion[] }>("GET", `/api/v1/workspaces/${e(ws)}/state-versions`),
@@ -193,6 +196,7 @@ export interface WorkspaceSettings {
   workingDirectory: string;
   runnerImage: string | null;
   autoApply: boolean;
+  allowDestroyAll: boolean;
 }
 
 /** The parts of terraform's plan JSON the run page shows. */

@@ -5,12 +5,16 @@ import { apiFor, emit, table, withCommon, type CommonOptions } from "../command-
 export function registerOutputCommand(program: Command): void {
   withCommon(program.command("output").description("Outputs of a workspace's latest apply"))
     .requiredOption("--workspace <workspace>", "workspace name or id")
-    .action(async (opts: CommonOptions & { workspace: string }) => {
-      const { items } = await apiFor(opts).call(routes.workspaceOutputs, { params: { ws: opts.workspace } });
+    .option("--reveal", "show sensitive values too (hidden otherwise: <sensitive>, or null with --json)")
+    .action(async (opts: CommonOptions & { workspace: string; reveal?: boolean }) => {
+      const { items } = await apiFor(opts).call(routes.workspaceOutputs, {
+        params: { ws: opts.workspace },
+        query: { reveal: opts.reveal === true ? "true" : "false" },
+      });
       emit(opts, items, (os) =>
         table(
           ["NAME", "VALUE"],
-          os.map((o) => [o.name, o.sensitive ? "<sensitive>" : JSON.stringify(o.value)]),
+          os.map((o) => [o.name, o.sensitive && opts.reveal !== true ? "<sensitive>" : JSON.stringify(o.value)]),
         ),
       );
     });

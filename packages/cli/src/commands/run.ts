@@ -60,8 +60,10 @@ export function registerRunCommands(program: Command): void {
     .option("--destroy", "plan to destroy everything")
     .option(
       "--allow-destroy-all",
-      "with auto-apply, apply even a plan that destroys every resource the workspace manages (held otherwise)",
+      "with auto-apply, apply even a plan that destroys every resource the workspace manages " +
+        "(held otherwise, unless the workspace allows it)",
     )
+    .option("--no-allow-destroy-all", "hold such a plan for confirmation even when the workspace allows it")
     .option("--plan-only", "plan, never apply")
     .option("--message <text>", "why this run", "")
     .option("--no-follow", "return once the run is created")
@@ -89,7 +91,8 @@ export function registerRunCommands(program: Command): void {
             configurationVersionId: cv.id,
             planOnly: opts.planOnly === true,
             isDestroy: opts.destroy === true,
-            allowDestroyAll: opts.allowDestroyAll === true,
+            // Unsaid, the workspace's setting decides.
+            ...(opts.allowDestroyAll === undefined ? {} : { allowDestroyAll: opts.allowDestroyAll }),
             message: opts.message,
             ...(opts.autoApply ? { autoApply: true } : {}),
           },

@@ -10,6 +10,17 @@ export function parseAssignment(text: string): { key: string; value: string } {
   return { key: text.slice(0, eq), value: text.slice(eq + 1) };
 }
 
+/** A `<bool>` option's value, refused unless true or false. */
+function boolOption(flag: string, value: string | undefined): boolean | undefined {
+  if (value === undefined) return undefined;
+  if (!/^(true|false)$/.test(value))
+    throw new DroverError("bad_request", `${flag} takes true or false, got ${JSON.stringify(value)}`);
+  return value === "true";
+}
+
+const allowDestroyAllHelp =
+  "true: runs that do not say otherwise auto-apply even a plan that destroys everything the workspace manages";
+
 const runnerImageHelp =
   "docker driver: image the runs' containers start from, instead of the agents' own (agents must allow it in DROVER_AGENT_DOCKER_ALLOWED_IMAGES)";
 
@@ -25,6 +36,7 @@ export function registerWorkspaceCommands(program: Command): void {
     .option("--working-dir <dir>", "directory inside the configuration to run in", "")
     .option("--runner-image <image>", runnerImageHelp)
     .option("--auto-apply", "apply plans without confirmation")
+    .option("--allow-destroy-all <bool>", allowDestroyAllHelp)
     .action(
       async (
         name: string,
@@ -35,8 +47,10 @@ export function registerWorkspaceCommands(program: Command): void {
           workingDir: string;
           runnerImage?: string;
           autoApply?: boolean;
+          allowDestroyAll?: string;
         },
       ) => {
+        const allowDestroyAll = boolOption("--allow-destroy-all", opts.allowDestroyAll);
         const created = await apiFor(opts).call(routes.createWorkspace, {
           // The server names a wrong engine; the CLI passes what it was given.
           body: {
@@ -47,6 +61,7 @@ export function registerWorkspaceCommands(program: Command): void {
             workingDirectory: opts.workingDir,
             runnerImage: opts.runnerImage ?? null,
             autoApply: opts.autoApply === true,
+            ...(allowDestroyAll === undefined ? {} : { allowDestroyAll }),
           },
         });
         emit(opts, created, (w) => `Created workspace ${w.name} (${w.id}) on pool ${opts.pool}`);
@@ -56,20 +71,30 @@ export function registerWorkspaceCommands(program: Command): void {
     .option("--runner-image <image>", `${runnerImageHelp}; '' returns to the agents' own`)
     .option("--auto-apply <bool>", "true or false")
     .option("--working-dir <dir>", "directory inside the configuration to run in")
+    .option("--allow-destroy-all <bool>", allowDestroyAllHelp)
     .action(
-      async (name: string, opts: CommonOptions & { runnerImage?: string; autoApply?: string; workingDir?: string }) => {
-        if (opts.autoApply !== undefined && !/^(true|false)$/.test(opts.autoApply))
-          throw new DroverError(
-            "bad_request",
-            `--auto-apply takes true or false, got ${JSON.stringify(opts.autoApply)}`,
-          );
+      async (
+        name: string,
+        opts: CommonOptions & {
+          runnerImage?: string;
+          autoApply?: string;
+          workingDir?: string;
+          allowDestroyAll?: string;
+        },
+      ) => {
+        const autoApply = boolOption("--auto-apply", opts.autoApply);
+        const allowDestroyAll = boolOption("--allow-destroy-all", opts.allowDestroyAll);
         const body = {
           ...(opts.runnerImage === undefined ? {} : { runnerImage: opts.runnerImage === "" ? null : opts.runnerImage }),
-          ...(opts.autoApply === undefined ? {} : { autoApply: opts.autoApply === "true" }),
+          ...(autoApply === undefined ? {} : { autoApply }),
           ...(opts.workingDir === undefined ? {} : { workingDirectory: opts.workingDir }),
+          ...(allowDestroyAll === undefined ? {} : { allowDestroyAll }),
         };
         if (Object.keys(body).length === 0)
-          throw new DroverError("bad_request", "nothing to change: give --runner-image, --auto-apply or --working-dir");
+          throw new DroverError(
+            "bad_request",
+            "nothing to change: give --runner-image, --auto-apply, --working-dir or --allow-destroy-all",
+          );
         const updated = await apiFor(opts).call(routes.updateWorkspace, { params: { ws: name }, body });
         emit(
           opts,
@@ -104,11 +129,16 @@ export function registerWorkspaceCommands(program: Command): void {
           `Workspace ${d.name} (${d.id})`,
           `  pool: ${d.poolId}  engine: ${d.engine}${d.engineVersion ? ` ${d.engineVersion}` : ""}  auto-apply: ${d.autoApply}`,
           `  working directory: ${d.workingDirectory || "."}  current run: ${d.currentRunId ?? "-"}  state locked: ${d.stateLocked}`,
-          `  runner image: ${d.runnerImage ?? "the agents' own"}`,
+          `  runner image: ${d.runnerImage ?? "the agents' own"}  allow destroy-all: ${d.allowDestroyAll}`,
           "",
           table(
-            ["KEY", "KIND", "VALUE"],
-            d.variables.map((v) => [v.key, v.kind, v.sensitive ? "<sensitive>" : (v.value ?? "")]),
+            ["KEY", "KIND", "HCL", "VALUE"],
+            d.variables.map((v) => [
+              v.key,
+              v.kind,
+              v.hcl ? "yes" : "no",
+              v.sensitive ? "<sensitive>" : (v.value ?? ""),
+            ]),
           ),
         ].join("\n"),
       );
@@ -121,14 +151,29 @@ export function registerWorkspaceCommands(program: Command): void {
   )
     .option("--env", "an environment variable (default: a terraform variable)")
     .option("--sensitive", "write-only: never shown again, redacted from logs")
+    .option(
+      "--hcl",
+      "the value is one line of HCL (a list, map or object: 'tags={a=\"b\"}'), passed to terraform typed",
+    )
     .option("--value-file <path>", "read the value from this file ('-' for standard input) instead of the command line")
     .option("--value-stdin", "read the value from standard input instead of the command line")
     .action(
       async (
         name: string,
         assignment: string,
-        opts: CommonOptions & { env?: boolean; sensitive?: boolean; valueFile?: string; valueStdin?: boolean },
+        opts: CommonOptions & {
+          env?: boolean;
+          sensitive?: boolean;
+          hcl?: boolean;
+          valueFile?: string;
+          valueStdin?: boolean;
+        },
       ) => {
+        if (opts.env && opts.hcl)
+          throw new DroverError(
+            "bad_request",
+            "--hcl is for terraform variables: an environment variable (--env) is always a string",
+          );
         const source = opts.valueStdin ? "-" : opts.valueFile;
         if (opts.valueStdin && opts.valueFile !== undefined)
           throw new DroverError("bad_request", "give --value-file or --value-stdin, not both");
@@ -143,9 +188,19 @@ export function registerWorkspaceCommands(program: Command): void {
             : parseAssignment(assignment);
         const v = await apiFor(opts).call(routes.setVariable, {
           params: { ws: name, key },
-          body: { value, kind: opts.env ? "env" : "terraform", sensitive: opts.sensitive === true },
+          body: {
+            value,
+            kind: opts.env ? "env" : "terraform",
+            sensitive: opts.sensitive === true,
+            hcl: opts.hcl === true,
+          },
         });
-        emit(opts, v, (x) => `Set ${x.kind} variable ${x.key}${x.sensitive ? " (sensitive)" : ""} on ${name}`);
+        emit(
+          opts,
+          v,
+          (x) =>
+            `Set ${x.kind} variable ${x.key}${x.hcl ? " (HCL)" : ""}${x.sensitive ? " (sensitive)" : ""} on ${name}`,
+        );
       },
     );
   withCommon(ws.command("delete-var <workspace> <key>").description("Delete a variable"))

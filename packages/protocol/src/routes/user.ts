@@ -200,9 +200,15 @@ export const userRoutes = {
   workspaceOutputs: route({
     method: "GET",
     path: `${userApi}/workspaces/:ws/outputs`,
-    summary: "Latest outputs (sensitive values null)",
+    summary: "Latest outputs (sensitive values null unless ?reveal=true)",
     auth: "user",
     params: ws,
+    query: z.object({
+      reveal: z
+        .enum(["true", "false"])
+        .default("false")
+        .describe("true: include sensitive values (a user token can download the state, which holds them anyway)"),
+    }),
     response: ok(list(s.outputSchema)),
     errors: ["not_found"],
   }),

@@ -72,6 +72,8 @@ export const jobVariableSchema = z.object({
   key: z.string(),
   kind: variableKindSchema,
   sensitive: z.boolean(),
+  /** The value is an HCL expression; absent from servers that predate HCL variables. */
+  hcl: z.boolean().default(false),
   value: z.string(),
 });
 export type JobVariable = z.infer<typeof jobVariableSchema>;

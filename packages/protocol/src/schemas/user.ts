@@ -112,6 +112,8 @@ export const workspaceSchema = z.object({
   /** Docker driver: the image each run's container starts from; null: the agent's own (DROVER_AGENT_DOCKER_IMAGE). */
   runnerImage: z.string().nullable(),
   autoApply: z.boolean(),
+  /** Runs that do not say otherwise auto-apply even a plan that destroys everything the workspace manages. */
+  allowDestroyAll: z.boolean(),
   currentRunId: z.string().nullable(),
   stateLocked: z.boolean(),
   createdAt: z.string(),
@@ -130,6 +132,9 @@ export const listWorkspacesQuerySchema = z.object({
   after: z.string().max(200).optional().describe("the `next` cursor of the previous page"),
   limit: z.coerce.number().int().min(1).max(maxPageSize).optional().describe("page size; all workspaces without it"),
 });
+
+const allowDestroyAllHelp =
+  "auto-apply even a plan that destroys every resource the workspace manages, for runs that do not say otherwise";
 
 const workingDirectorySchema = z
   .string()
@@ -152,6 +157,7 @@ export const createWorkspaceSchema = z.object({
       "docker driver: runner image of this workspace's runs; agents run it only if their DROVER_AGENT_DOCKER_ALLOWED_IMAGES allows it",
     ),
   autoApply: z.boolean().default(false),
+  allowDestroyAll: z.boolean().default(false).describe(allowDestroyAllHelp),
 });
 export const updateWorkspaceSchema = z.object({
   pool: z.string().min(1).optional(),
@@ -160,6 +166,7 @@ export const updateWorkspaceSchema = z.object({
   workingDirectory: workingDirectorySchema.optional(),
   runnerImage: imageReferenceSchema.nullable().optional().describe("null: back to the agents' own runner image"),
   autoApply: z.boolean().optional(),
+  allowDestroyAll: z.boolean().optional().describe(allowDestroyAllHelp),
 });
 
 export const variableKindSchema = z.enum(["terraform", "env"]);
@@ -169,6 +176,8 @@ export const variableSchema = z.object({
   key: z.string(),
   kind: variableKindSchema,
   sensitive: z.boolean(),
+  /** The value is an HCL expression (a list, map, object, number…), not a string; terraform variables only. */
+  hcl: z.boolean(),
   value: z.string().nullable(),
   updatedAt: z.string(),
 });
@@ -177,6 +186,10 @@ export const setVariableSchema = z.object({
   value: z.string().max(256 * 1024),
   kind: variableKindSchema.default("terraform"),
   sensitive: z.boolean().default(false),
+  hcl: z
+    .boolean()
+    .default(false)
+    .describe('terraform variables: the value is one line of HCL (`{a = "b"}`, `[1, 2]`), passed to terraform typed'),
 });
 export const variableKeySchema = z
   .string()
@@ -232,9 +245,10 @@ export const createRunSchema = z.object({
   autoApply: z.boolean().optional().describe("defaults to the workspace's setting"),
   allowDestroyAll: z
     .boolean()
-    .default(false)
+    .optional()
     .describe(
-      "auto-apply even a plan that destroys every resource the workspace manages (held for confirmation otherwise)",
+      "auto-apply even a plan that destroys every resource the workspace manages (held for confirmation otherwise); " +
+        "defaults to the workspace's setting",
     ),
   message: z
     .string()

@@ -61,6 +61,8 @@ export interface WorkspacesTable {
   working_directory: string;
   runner_image: string | null;
   auto_apply: number;
+  /** 1 when runs that do not say otherwise may auto-apply a plan that destroys everything (0063). */
+  allow_destroy_all: number;
   current_run_id: string | null;
   created_at: number;
 }
@@ -71,6 +73,8 @@ export interface VariablesTable {
   key: string;
   value: string;
   sensitive: number;
+  /** 1 when the value is an HCL expression rather than a string (0063). */
+  hcl: number;
   updated_at: number;
 }
 

@@ -122,8 +122,8 @@ export function registerUserRoutes(app: FastifyInstance, http: HttpContext, opti
   serve(routes.listConfigurationVersions, async ({ params }) => ({
     items: await listConfigurationVersions(ctx, params.ws),
   }));
-  serve(routes.workspaceOutputs, async ({ params }) => ({
-    items: await workspaceOutputs(ctx, (await getWorkspace(ctx, params.ws)).id),
+  serve(routes.workspaceOutputs, async ({ params, query }) => ({
+    items: await workspaceOutputs(ctx, (await getWorkspace(ctx, params.ws)).id, { reveal: query.reveal === "true" }),
   }));
   serve(routes.listStateVersions, async ({ params }) => ({
     items: await listStateVersions(ctx, (await getWorkspace(ctx, params.ws)).id),

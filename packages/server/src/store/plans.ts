@@ -142,8 +142,15 @@ export function maskOutputs(outputs: Output[]): Output[] {
   return outputs.map((o) => (o.sensitive ? { ...o, value: null } : o));
 }
 
-/** Outputs of the workspace's latest run that recorded any, sensitive values masked. */
-export async function workspaceOutputs(ctx: StoreContext, workspaceId: string): Promise<Output[]> {
+/**
+ * Outputs of the workspace's latest run that recorded any, sensitive values masked unless the
+ * caller asked to see them (any user token can download the state, which holds them).
+ */
+export async function workspaceOutputs(
+  ctx: StoreContext,
+  workspaceId: string,
+  opts: { reveal?: boolean } = {},
+): Promise<Output[]> {
   const row = await ctx.db
     .selectFrom("runs")
     .select("outputs_json")
@@ -153,7 +160,8 @@ export async function workspaceOutputs(ctx: StoreContext, workspaceId: string): 
     .limit(1)
     .executeTakeFirst();
   if (!row?.outputs_json) return [];
-  return maskOutputs(JSON.parse(row.outputs_json) as Output[]);
+  const outputs = JSON.parse(row.outputs_json) as Output[];
+  return opts.reveal === true ? outputs : maskOutputs(outputs);
 }
 
 /**

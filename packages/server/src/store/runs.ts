@@ -83,7 +83,7 @@ export interface CreateRunInput {
   isDestroy: boolean;
   autoApply?: boolean | undefined;
   message: string;
-  /** Auto-apply even a plan that destroys everything the workspace manages. */
+  /** Auto-apply even a plan that destroys everything the workspace manages; unset: the workspace's setting. */
   allowDestroyAll?: boolean | undefined;
   /** The user token that starts it: its description is kept as who started the run. */
   createdByTokenId?: string | undefined;
@@ -134,7 +134,7 @@ export async function createRun(ctx: StoreContext, input: CreateRunInput): Promi
         outputs_json: null,
         created_by: creator?.description ?? null,
         destroys_all: null,
-        allow_destroy_all: input.allowDestroyAll ? 1 : 0,
+        allow_destroy_all: (input.allowDestroyAll ?? ws.allowDestroyAll) ? 1 : 0,
         created_at: now,
         updated_at: now,
       })
@@ -352,7 +352,8 @@ export async function applyJobOutcome(
       job.id,
       Buffer.from(
         "\n[drover] this plan destroys every resource the workspace manages, so it is not applied automatically: " +
-          "confirm it (drover run confirm), or start the run with --allow-destroy-all\n",
+          "confirm it (drover run confirm), or start the run with --allow-destroy-all " +
+          "(a workspace allows it for all its runs with: drover workspace update <ws> --allow-destroy-all true)\n",
         "utf8",
       ),
     );

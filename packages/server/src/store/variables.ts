@@ -1,15 +1,38 @@
-import { DroverError, type JobVariable, type Variable, type VariableKind } from "@drover/protocol";
+import { DroverError, hasControlChars, type JobVariable, type Variable, type VariableKind } from "@drover/protocol";
 import type { StoreContext } from "./context.js";
 import { iso } from "./context.js";
 import { getWorkspace } from "./workspaces.js";
+
+/**
+ * An HCL value must be one expression on one line: the agent writes it as the only line of its own
+ * tfvars file, and HCL ends an assignment at a line break, so a value that could hold one (or a
+ * heredoc, which needs one) might assign other variables.
+ */
+function checkHcl(key: string, input: { value: string; kind: VariableKind }): void {
+  if (input.kind !== "terraform")
+    throw new DroverError(
+      "bad_request",
+      `${key}: an environment variable is always a string; HCL values are for terraform variables only`,
+    );
+  if (input.value.trim() === "") throw new DroverError("bad_request", `${key}: an HCL value cannot be empty`);
+  // Tabs are HCL whitespace; every other control character (line breaks above all) is refused.
+  if (hasControlChars(input.value.replace(/\t/g, "")))
+    throw new DroverError(
+      "bad_request",
+      `${key}: an HCL value is one expression on one line, without line breaks, heredocs or control characters; ` +
+        'write a map or an object on one line: {a = "b", c = "d"}',
+    );
+}
 
 /** Sets (creates or replaces) a variable. Sensitive values are write-only from here on. */
 export async function setVariable(
   ctx: StoreContext,
   workspace: string,
   key: string,
-  input: { value: string; kind: VariableKind; sensitive: boolean },
+  input: { value: string; kind: VariableKind; sensitive: boolean; hcl?: boolean | undefined },
 ): Promise<Variable> {
+  const hcl = input.hcl === true;
+  if (hcl) checkHcl(key, input);
   const ws = await getWorkspace(ctx, workspace);
   const now = ctx.now();
   const row = {
@@ -18,6 +41,7 @@ export async function setVariable(
     key,
     value: input.value,
     sensitive: input.sensitive ? 1 : 0,
+    hcl: hcl ? 1 : 0,
     updated_at: now,
   };
   await ctx.db
@@ -26,13 +50,14 @@ export async function setVariable(
     .onConflict((oc) =>
       oc
         .columns(["workspace_id", "kind", "key"])
-        .doUpdateSet({ value: input.value, sensitive: row.sensitive, updated_at: now }),
+        .doUpdateSet({ value: input.value, sensitive: row.sensitive, hcl: row.hcl, updated_at: now }),
     )
     .execute();
   return {
     key,
     kind: input.kind,
     sensitive: input.sensitive,
+    hcl,
     value: input.sensitive ? null : input.value,
     updatedAt: iso(now),
   };
@@ -52,6 +77,7 @@ export async function listVariables(ctx: StoreContext, workspace: string): Promi
     key: r.key,
     kind: r.kind,
     sensitive: r.sensitive === 1,
+    hcl: r.hcl === 1,
     value: r.sensitive === 1 ? null : r.value,
     updatedAt: iso(r.updated_at),
   }));
@@ -83,5 +109,11 @@ export async function variablesForJob(ctx: StoreContext, workspaceId: string): P
     .orderBy("kind")
     .orderBy("key")
     .execute();
-  return rows.map((r) => ({ key: r.key, kind: r.kind, sensitive: r.sensitive === 1, value: r.value }));
+  return rows.map((r) => ({
+    key: r.key,
+    kind: r.kind,
+    sensitive: r.sensitive === 1,
+    hcl: r.hcl === 1,
+    value: r.value,
+  }));
 }

@@ -16,6 +16,7 @@ const toWorkspace = (r: Row): Workspace => ({
   workingDirectory: r.working_directory,
   runnerImage: r.runner_image,
   autoApply: r.auto_apply === 1,
+  allowDestroyAll: r.allow_destroy_all === 1,
   currentRunId: r.current_run_id,
   stateLocked: r.locked !== null,
   createdAt: iso(r.created_at),
@@ -38,6 +39,8 @@ export interface CreateWorkspaceInput {
   /** Docker driver: the runs' runner image; unset or null: the agents' own. */
   runnerImage?: string | null | undefined;
   autoApply: boolean;
+  /** Runs that do not say otherwise may auto-apply a plan that destroys everything. */
+  allowDestroyAll?: boolean | undefined;
 }
 
 export async function createWorkspace(ctx: StoreContext, input: CreateWorkspaceInput): Promise<Workspace> {
@@ -55,6 +58,7 @@ export async function createWorkspace(ctx: StoreContext, input: CreateWorkspaceI
     working_directory: input.workingDirectory,
     runner_image: input.runnerImage ?? null,
     auto_apply: input.autoApply ? 1 : 0,
+    allow_destroy_all: input.allowDestroyAll === true ? 1 : 0,
     current_run_id: null,
     created_at: ctx.now(),
   };
@@ -135,6 +139,7 @@ export interface UpdateWorkspaceInput {
   workingDirectory?: string | undefined;
   runnerImage?: string | null | undefined;
   autoApply?: boolean | undefined;
+  allowDestroyAll?: boolean | undefined;
 }
 
 export async function updateWorkspace(
@@ -150,6 +155,7 @@ export async function updateWorkspace(
   if (input.workingDirectory !== undefined) set.working_directory = input.workingDirectory;
   if (input.runnerImage !== undefined) set.runner_image = input.runnerImage;
   if (input.autoApply !== undefined) set.auto_apply = input.autoApply ? 1 : 0;
+  if (input.allowDestroyAll !== undefined) set.allow_destroy_all = input.allowDestroyAll ? 1 : 0;
   if (Object.keys(set).length > 0) await ctx.db.updateTable("workspaces").set(set).where("id", "=", ws.id).execute();
   return getWorkspace(ctx, ws.id);
 }

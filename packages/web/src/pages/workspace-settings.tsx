@@ -4,13 +4,17 @@ import { api } from "../api.js";
 import { ErrorNote, later } from "../components.js";
 import { useResource } from "../resource.js";
 
-/** A workspace's settings: engine and version, auto-apply, pool, runner image, working directory. */
+/**
+ * A workspace's settings: engine and version, auto-apply and the destroy-all guard, pool, runner
+ * image, working directory.
+ */
 export function SettingsTab(props: { ws: Workspace; onSaved: () => void }) {
   const ws = props.ws;
   const pools = useResource(() => api.pools(), []);
   const [engine, setEngine] = useState(ws.engine);
   const [version, setVersion] = useState(ws.engineVersion ?? "");
   const [autoApply, setAutoApply] = useState(ws.autoApply);
+  const [allowDestroyAll, setAllowDestroyAll] = useState(ws.allowDestroyAll);
   const [pool, setPool] = useState(ws.poolId);
   const [image, setImage] = useState(ws.runnerImage ?? "");
   const [dir, setDir] = useState(ws.workingDirectory);
@@ -31,6 +35,7 @@ export function SettingsTab(props: { ws: Workspace; onSaved: () => void }) {
             engine,
             engineVersion: version.trim() === "" ? null : version.trim(),
             autoApply,
+            allowDestroyAll,
             pool,
             runnerImage: image.trim() === "" ? null : image.trim(),
             workingDirectory: dir.trim(),
@@ -81,6 +86,14 @@ export function SettingsTab(props: { ws: Workspace; onSaved: () => void }) {
       <label class="check">
         <input type="checkbox" checked={autoApply} onChange={(e) => setAutoApply(e.currentTarget.checked)} />
         Apply without confirmation (auto-apply)
+      </label>
+      <label class="check">
+        <input
+          type="checkbox"
+          checked={allowDestroyAll}
+          onChange={(e) => setAllowDestroyAll(e.currentTarget.checked)}
+        />
+        Auto-apply even a plan that destroys everything the workspace manages (unless the run says otherwise)
       </label>
       <ErrorNote error={error ?? pools.error} />
       {saved ? (

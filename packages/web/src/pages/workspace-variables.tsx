@@ -6,7 +6,8 @@ import { useResource } from "../resource.js";
 
 /**
  * A workspace's variables. A sensitive value is write-only: the API never returns it, so the
- * page can only replace it; its field starts empty and is a password field.
+ * page can only replace it; its field starts empty and is a password field. An HCL value is an
+ * expression (a list, map or object) terraform receives typed.
  */
 export function VariablesTab(props: { ws: Workspace }) {
   const vars = useResource(() => api.variables(props.ws.id), [props.ws.id]);
@@ -29,6 +30,7 @@ export function VariablesTab(props: { ws: Workspace }) {
               <tr>
                 <th scope="col">Key</th>
                 <th scope="col">Kind</th>
+                <th scope="col">HCL</th>
                 <th scope="col">Value</th>
                 <th scope="col">Updated</th>
                 <th scope="col">
@@ -40,7 +42,7 @@ export function VariablesTab(props: { ws: Workspace }) {
               {vars.data.items.map((v) =>
                 editing === v.key ? (
                   <tr key={v.key}>
-                    <td colSpan={5}>
+                    <td colSpan={6}>
                       <VariableForm ws={props.ws} existing={v} onDone={done} onCancel={() => setEditing(null)} />
                     </td>
                   </tr>
@@ -50,6 +52,7 @@ export function VariablesTab(props: { ws: Workspace }) {
                       <code>{v.key}</code>
                     </td>
                     <td>{v.kind === "env" ? "environment" : "terraform"}</td>
+                    <td>{v.hcl ? "HCL" : <span class="muted">string</span>}</td>
                     <td>{v.sensitive ? <span class="muted">sensitive — write-only</span> : <code>{v.value}</code>}</td>
                     <td>
                       <Time at={v.updatedAt} />
@@ -89,6 +92,7 @@ function VariableForm(props: { ws: Workspace; existing?: Variable; onDone: () =>
   const [value, setValue] = useState(old?.sensitive ? "" : (old?.value ?? ""));
   const [kind, setKind] = useState<VariableKind>(old?.kind ?? "terraform");
   const [sensitive, setSensitive] = useState(old?.sensitive ?? false);
+  const [hcl, setHcl] = useState(old?.hcl ?? false);
   const [error, setError] = useState<Error | null>(null);
   const [busy, setBusy] = useState(false);
   const id = (field: string) => `var-${old?.key ?? "new"}-${field}`;
@@ -101,7 +105,7 @@ function VariableForm(props: { ws: Workspace; existing?: Variable; onDone: () =>
         setBusy(true);
         setError(null);
         try {
-          await api.setVariable(props.ws.id, key, { value, kind, sensitive });
+          await api.setVariable(props.ws.id, key, { value, kind, sensitive, hcl: hcl && kind === "terraform" });
           if (!old) {
             setKey("");
             setValue("");
@@ -145,6 +149,15 @@ function VariableForm(props: { ws: Workspace; existing?: Variable; onDone: () =>
       <label class="check">
         <input type="checkbox" checked={sensitive} onChange={(e) => setSensitive(e.currentTarget.checked)} />
         Sensitive (write-only, masked in plans and outputs)
+      </label>
+      <label class="check">
+        <input
+          type="checkbox"
+          checked={hcl && kind === "terraform"}
+          disabled={kind !== "terraform"}
+          onChange={(e) => setHcl(e.currentTarget.checked)}
+        />
+        HCL (one line: a list, map or object such as {'{a = "b"}'}; terraform variables only)
       </label>
       <ErrorNote error={error} />
       <div class="actions">

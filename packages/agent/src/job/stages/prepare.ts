@@ -5,6 +5,7 @@ import { join, relative, resolve } from "node:path";
 import type { JobContext } from "../context.js";
 import { extractConfiguration } from "../extract.js";
 import type { PlanDirKey } from "../kept-plans.js";
+import { sensitiveValues, tfvarsFiles } from "../tfvars.js";
 import type { Stage } from "../pipeline.js";
 import { EngineError } from "../../engines/errors.js";
 import { lockFileName } from "../../providers/config-scan.js";
@@ -56,7 +57,7 @@ export const fetch: Stage = {
     plan?.catch(() => undefined);
     c.variables = await retry((signal) => c.job.variables(signal));
     c.secrets = secretForms([
-      ...c.variables.filter((v) => v.sensitive).map((v) => v.value),
+      ...c.variables.filter((v) => v.sensitive).flatMap(sensitiveValues),
       a.jobToken,
       ...(c.settings.token === undefined ? [] : [c.settings.token]),
     ]);
@@ -143,9 +144,7 @@ export const extract: Stage = {
     // Locally the agent writes through the real path (the archive's links were checked above);
     // a runner's files refuse every link.
     if (!c.runner.files) c.writeDir = realWork;
-    const tfvars = Object.fromEntries(c.variables.filter((v) => v.kind === "terraform").map((v) => [v.key, v.value]));
-    if (Object.keys(tfvars).length > 0)
-      c.files.write(join(c.writeDir, "drover.auto.tfvars.json"), JSON.stringify(tfvars, null, 2));
+    for (const file of tfvarsFiles(c.variables)) c.files.write(join(c.writeDir, file.name), file.content);
     // terraform merges *_override.tf files into the configuration: this selects the http
     // backend, which the TF_HTTP_* variables configure.
     c.files.write(join(c.writeDir, "drover_backend_override.tf"), 'terraform {\n  backend "http" {}\n}\n');
