@@ -1,5 +1,6 @@
 import { existsSync, readFileSync } from "node:fs";
 import { isIP } from "node:net";
+import { resolve } from "node:path";
 import { isImagePattern } from "../images.js";
 import { invalid, type SettingParser } from "./spec.js";
 import { messageOf } from "../errors.js";
@@ -85,10 +86,16 @@ export const absolutePath: SettingParser<string> = (raw, name) => {
   return raw.replace(/(.)\/+$/, "$1");
 };
 
-/** A path that exists when the process starts. */
+/**
+ * A directory of the process's own, made absolute from where the process started: terraform and
+ * hooks run in other directories, where a relative path would name something else.
+ */
+export const localDirectory: SettingParser<string> = (raw) => resolve(raw);
+
+/** A path that exists when the process starts, made absolute (see `localDirectory`). */
 export const existingPath: SettingParser<string> = (raw, name) => {
   if (!existsSync(raw)) invalid(name, `${name} ${raw} does not exist`, "Create it, or correct the path.");
-  return raw;
+  return resolve(raw);
 };
 
 /**
