@@ -43,6 +43,11 @@ export const plan: Stage = {
     const planLine = new PlanLineScanner();
     const args = ["plan", "-input=false", "-no-color", "-detailed-exitcode", `-out=${c.planPath}`];
     if (c.assignment.isDestroy) args.push("-destroy");
+    // One argument each, `-flag=value`: the assignment's schema already refused an address that
+    // is not one, and even then a value glued to its flag can never be read as a flag of its own.
+    if (c.assignment.refreshOnly) args.push("-refresh-only");
+    for (const t of c.assignment.targets) args.push(`-target=${t}`);
+    for (const r of c.assignment.replaces) args.push(`-replace=${r}`);
     const code = await c.steps.step(binaryOf(c), args, c.workDir, c.env, planSucceededCodes, (chunk) =>
       planLine.push(chunk),
     );
