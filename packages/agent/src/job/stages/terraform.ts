@@ -78,6 +78,14 @@ export const outputs: Stage = {
   },
 };
 
+function notApplyable(planJson: Buffer): boolean {
+  try {
+    return (JSON.parse(planJson.toString("utf8")) as { applyable?: unknown }).applyable === false;
+  } catch {
+    return false;
+  }
+}
+
 /** `terraform output -json`, for states the agent cannot read itself. */
 async function engineOutputs(c: JobContext): Promise<Output[]> {
   const out = await c.steps.capture(binaryOf(c), ["output", "-json"], c.workDir, c.env);
@@ -111,6 +119,10 @@ export const uploads: Stage = {
     const planFile = retry((signal) => c.job.uploadPlan(c.files.read(c.planPath), signal));
     planFile.catch(() => undefined);
     const json = await c.steps.capture(binaryOf(c), ["show", "-json", c.planPath], c.workDir, c.env);
+    // Exit code 2 of a refresh-only plan may be a change terraform will not apply (an output it
+    // drops): its own `applyable` decides. Such plans list no resource changes, so parsing is cheap.
+    if (c.assignment.refreshOnly && c.planSummary && notApplyable(json))
+      c.planSummary = { ...c.planSummary, hasChanges: false };
     await planFile;
     try {
       await retry((signal) => c.job.uploadPlanJson(json, signal));
