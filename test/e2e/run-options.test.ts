@@ -24,10 +24,9 @@ after(() => stack?.stop());
 async function stateResources(ws: string): Promise<Record<string, string>> {
   const versions = (await stack.server.api(routes.listStateVersions, { params: { ws } })).body.items;
   if (versions.length === 0) return {};
-  const res = await fetch(`${stack.server.url}/api/v1/state-versions/${versions[0].id}/download`, {
-    headers: { authorization: `Bearer ${stack.server.adminToken}` },
-  });
-  const state = (await res.json()) as { resources: Array<{ name: string; instances: Array<{ attributes: any }> }> };
+  const state = (await stack.server.api(routes.downloadStateVersion, { params: { id: versions[0].id } })).body as {
+    resources: Array<{ name: string; instances: Array<{ attributes: any }> }>;
+  };
   return Object.fromEntries(state.resources.map((r) => [r.name, r.instances[0]!.attributes.id as string]));
 }
 

@@ -60,7 +60,8 @@ export const jobAssignmentSchema = z.object({
   /** W3C traceparent of the job's root span: every process's spans for this job are its descendants. */
   traceparent: z.string().max(100).optional(),
   // Plan options: absent from older servers (a full plan); checked again here, as they become terraform arguments.
-}).extend(runPlanOptionsSchema.shape);
+  ...runPlanOptionsSchema.shape,
+});
 export type JobAssignment = z.infer<typeof jobAssignmentSchema>;
 export const pollResponseSchema = z.object({ job: jobAssignmentSchema.nullable() });
 

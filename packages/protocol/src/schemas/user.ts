@@ -237,7 +237,8 @@ export const runSchema = z.object({
   applyJobId: z.string().nullable(),
   createdAt: z.string(),
   updatedAt: z.string(),
-}).extend(runPlanOptionsSchema.shape);
+  ...runPlanOptionsSchema.shape,
+});
 export type Run = z.infer<typeof runSchema>;
 export const createRunSchema = z.object({
   workspace: z.string().min(1).describe("workspace id or name"),
@@ -259,7 +260,8 @@ export const createRunSchema = z.object({
       "must not contain control characters other than newlines and tabs",
     )
     .default(""),
-}).extend(runPlanOptionsSchema.shape);
+  ...runPlanOptionsSchema.shape,
+});
 
 /** Query of the run list: newest first, by workspace and status, a page at a time. */
 export const listRunsQuerySchema = z.object({
