@@ -30,6 +30,9 @@ function assignmentOf(phase: "plan" | "apply"): JobAssignment {
     runId: `run-${jobs}`,
     planOnly: false,
     isDestroy: false,
+    targets: [],
+    replaces: [],
+    refreshOnly: false,
     workspace: {
       id: "ws",
       name: "ws",

@@ -23,6 +23,7 @@ let answer: Run;
 const run = (status: RunStatus): Run => ({
   id: "run_cancelrace",
   workspaceId: "ws_x",
+  workspaceName: "x",
   configurationVersionId: "cv_x",
   status,
   planOnly: false,
@@ -35,6 +36,9 @@ const run = (status: RunStatus): Run => ({
   planJobId: "job_p",
   applyJobId: "job_a",
   createdBy: null,
+  targets: [],
+  replaces: [],
+  refreshOnly: false,
   createdAt: new Date(0).toISOString(),
   updatedAt: new Date(0).toISOString(),
 });

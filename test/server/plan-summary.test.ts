@@ -50,4 +50,9 @@ test("without `applyable`, imports and forgets count as changes; a no-op in plac
   assert.equal(summarizePlan(rc({ actions: ["no-op"] })).hasChanges, false);
   // A plan that says it is not applyable while it creates something is still applied.
   assert.equal(summarizePlan({ ...rc({ actions: ["create"] }), applyable: false }).hasChanges, true);
+  // Output changes alone in a plan terraform will not apply (refresh-only dropping an output) are not applied.
+  const dropped = { output_changes: { a_id: { actions: ["delete"] } } };
+  assert.equal(summarizePlan({ ...dropped, applyable: false }).hasChanges, false);
+  assert.equal(summarizePlan({ ...dropped, applyable: true }).hasChanges, true);
+  assert.equal(summarizePlan(dropped).hasChanges, true);
 });

@@ -121,6 +121,15 @@ const routeCases: Case[] = [
   },
   { route: "createPool", code: "already_exists", run: () => admin.call(routes.createPool, { body: { name: "errs" } }) },
   { route: "getPool", code: "not_found", run: () => admin.call(routes.getPool, { params: { pool: "nope" } }) },
+  { route: "deletePool", code: "not_found", run: () => admin.call(routes.deletePool, { params: { pool: "nope" } }) },
+  {
+    route: "deletePool",
+    code: "conflict",
+    run: async () => {
+      const ws = await admin.call(routes.getWorkspace, { params: { ws: (await startedJob()).ws } });
+      return admin.call(routes.deletePool, { params: { pool: ws.poolId } });
+    },
+  },
   { route: "poolDemand", code: "not_found", run: () => admin.call(routes.poolDemand, { params: { pool: "nope" } }) },
   {
     route: "createPoolToken",

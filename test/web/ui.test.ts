@@ -121,6 +121,28 @@ test("a run started with the CLI streams its log into the page, is confirmed in 
   assert.deepEqual(problems(), []);
 });
 
+test("a run's page shows its targets, replacements and the agent's name", async () => {
+  await workspace("narrowed");
+  const dir = writeConfig(stack.dir, "narrowed-config", {
+    "main.tf": 'resource "terraform_data" "a" {}\nresource "terraform_data" "b" {}\n',
+  });
+  const runId = await stack.startRun(dir, "narrowed", [
+    "--plan-only",
+    "--target",
+    "terraform_data.a",
+    "--replace",
+    "terraform_data.b",
+  ]);
+  await stack.waitForRun(runId, ["planned_and_finished", "errored"]);
+  await page.goto(`${stack.server.url}/app/workspaces/narrowed/runs/${runId}`);
+  await page.locator("dd.addresses").filter({ hasText: "terraform_data.a" }).waitFor();
+  await page.locator("dd.addresses").filter({ hasText: "terraform_data.b" }).waitFor();
+  await page
+    .getByText(/on agent ui-agent/)
+    .first()
+    .waitFor();
+});
+
 test("a run is cancelled from its page", async () => {
   await workspace("to-cancel", true);
   const gate = join(stack.dir, "never-opened");

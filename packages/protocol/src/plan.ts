@@ -57,9 +57,13 @@ export function summarizePlan(planJson: unknown): PlanSummary {
     }
   }
   const outputChanges = plan?.output_changes ?? {};
-  const outputsChange = Object.values(outputChanges).some(
-    (c) => Array.isArray(c.actions) && !(c.actions.length === 1 && c.actions[0] === "no-op"),
-  );
+  // Output changes alone in a plan terraform calls not applyable (a refresh-only plan that only
+  // drops an output) cannot be applied: terraform refuses it.
+  const outputsChange =
+    plan?.applyable !== false &&
+    Object.values(outputChanges).some(
+      (c) => Array.isArray(c.actions) && !(c.actions.length === 1 && c.actions[0] === "no-op"),
+    );
   // Newer terraform says itself whether the plan is worth applying; it is trusted only to add to what
   // the changes show, because a needless apply costs little and a skipped one loses the changes.
   const hasChanges = plan?.applyable === true || add + change + destroy > 0 || outputsChange || stateOnly;

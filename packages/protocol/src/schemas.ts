@@ -7,4 +7,5 @@
 
 export * from "./schemas/common.js";
 export * from "./schemas/user.js";
+export * from "./schemas/run-options.js";
 export * from "./schemas/agent.js";

@@ -1,10 +1,11 @@
 import { routes } from "@drover/protocol";
 import type { Command } from "commander";
+import { workspaceOption } from "../workspace-arg.js";
 import { apiFor, emit, table, withCommon, type CommonOptions } from "../command-kit.js";
 
 export function registerOutputCommand(program: Command): void {
   withCommon(program.command("output").description("Outputs of a workspace's latest apply"))
-    .requiredOption("--workspace <workspace>", "workspace name or id")
+    .addOption(workspaceOption().makeOptionMandatory())
     .option("--reveal", "show sensitive values too (hidden otherwise: <sensitive>, or null with --json)")
     .action(async (opts: CommonOptions & { workspace: string; reveal?: boolean }) => {
       const { items } = await apiFor(opts).call(routes.workspaceOutputs, {

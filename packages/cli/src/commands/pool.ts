@@ -14,9 +14,22 @@ export function registerPoolCommands(program: Command): void {
     const { items } = await apiFor(opts).call(routes.listPools, {});
     emit(opts, items, (ps) =>
       table(
-        ["NAME", "ID", "CREATED"],
-        ps.map((p) => [p.name, p.id, p.createdAt]),
+        ["NAME", "AGENTS (ONLINE/TOTAL)", "ID", "CREATED"],
+        ps.map((p) => [p.name, `${p.agents.online}/${p.agents.total}`, p.id, p.createdAt]),
       ),
+    );
+  });
+  withCommon(
+    pool
+      .command("delete <pool>")
+      .description("Delete a pool no workspace uses: its tokens are revoked and its agents' sessions end"),
+  ).action(async (name: string, opts: CommonOptions) => {
+    const deleted = await apiFor(opts).call(routes.deletePool, { params: { pool: name } });
+    emit(
+      opts,
+      deleted,
+      (p) =>
+        `Deleted pool ${p.name} (${p.id}): ${p.tokensRevoked} token(s) revoked, ${p.agentsEnded} agent session(s) ended`,
     );
   });
 }

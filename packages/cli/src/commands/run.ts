@@ -9,6 +9,16 @@ import { io } from "../io.js";
 import { followRun } from "../follow.js";
 import { printPhaseLog } from "../logs.js";
 import { packDirectory } from "../pack.js";
+import { workspaceOption } from "../workspace-arg.js";
+
+const collect = (value: string, previous: string[]) => [...previous, value];
+
+/** The plan options of a run, one line each, for `run show`. */
+const planOptionLines = (r: Run): string[] => [
+  ...(r.refreshOnly ? ["Refresh-only: updates the state to match the real resources, changes nothing"] : []),
+  ...(r.targets.length > 0 ? [`Targets: ${r.targets.join(", ")}`] : []),
+  ...(r.replaces.length > 0 ? [`Replaces: ${r.replaces.join(", ")}`] : []),
+];
 
 // The error message is the agent's text: escaped again here, so a message stored before the
 // server escaped them cannot drive the terminal either.
@@ -55,7 +65,7 @@ async function followAndReport(
 export function registerRunCommands(program: Command): void {
   const run = program.command("run").description("Runs: plan, apply, destroy");
   withCommon(run.command("start <dir>").description("Upload a directory and start a run, following its log"))
-    .requiredOption("--workspace <workspace>", "workspace name or id")
+    .addOption(workspaceOption().makeOptionMandatory())
     .option("--auto-apply", "apply without confirmation")
     .option("--destroy", "plan to destroy everything")
     .option(
@@ -65,6 +75,9 @@ export function registerRunCommands(program: Command): void {
     )
     .option("--no-allow-destroy-all", "hold such a plan for confirmation even when the workspace allows it")
     .option("--plan-only", "plan, never apply")
+    .option("--target <address>", "plan only this resource or module and what it depends on (repeatable)", collect, [])
+    .option("--replace <address>", "plan to replace this resource (repeatable)", collect, [])
+    .option("--refresh-only", "only update the state to match the real resources")
     .option("--message <text>", "why this run", "")
     .option("--no-follow", "return once the run is created")
     .action(
@@ -76,6 +89,9 @@ export function registerRunCommands(program: Command): void {
           destroy?: boolean;
           planOnly?: boolean;
           allowDestroyAll?: boolean;
+          target: string[];
+          replace: string[];
+          refreshOnly?: boolean;
           message: string;
           follow?: boolean;
         },
@@ -93,6 +109,9 @@ export function registerRunCommands(program: Command): void {
             isDestroy: opts.destroy === true,
             // Unsaid, the workspace's setting decides.
             ...(opts.allowDestroyAll === undefined ? {} : { allowDestroyAll: opts.allowDestroyAll }),
+            targets: opts.target,
+            replaces: opts.replace,
+            refreshOnly: opts.refreshOnly === true,
             message: opts.message,
             ...(opts.autoApply ? { autoApply: true } : {}),
           },
@@ -141,16 +160,18 @@ export function registerRunCommands(program: Command): void {
     emit(opts, { ...r, jobs }, (d) =>
       [
         summary(d),
+        `Workspace: ${d.workspaceName}`,
+        ...planOptionLines(d),
         "",
         table(
           ["PHASE", "JOB", "STATUS", "ATTEMPT", "AGENT"],
-          d.jobs.map((j) => [j.phase, j.id, j.status, String(j.attempt), j.agentId ?? "-"]),
+          d.jobs.map((j) => [j.phase, j.id, j.status, String(j.attempt), j.agentName ?? j.agentId ?? "-"]),
         ),
       ].join("\n"),
     );
   });
   withCommon(run.command("list").description("List runs"))
-    .option("--workspace <workspace>", "only this workspace")
+    .addOption(workspaceOption("only this workspace (name or id)"))
     .option("--limit <n>", "how many", "20")
     .action(async (opts: CommonOptions & { workspace?: string; limit: string }) => {
       // The server names a limit that is not a number; the CLI passes what it was given.
@@ -160,18 +181,7 @@ export function registerRunCommands(program: Command): void {
       };
       const api = apiFor(opts);
       const { items } = await api.call(routes.listRuns, { query });
-      if (opts.json) return emit(opts, items, () => "");
-      // Runs carry their workspace's id; people know workspaces by name.
-      const names = new Map<string, string>();
-      for (const wsId of new Set(items.map((r) => r.workspaceId))) {
-        const ws = await api.call(routes.getWorkspace, { params: { ws: wsId } }).catch((err: unknown) => {
-          // Deleted since: its id is all there is to show.
-          if (err instanceof DroverError && err.code === "not_found") return undefined;
-          throw err;
-        });
-        if (ws) names.set(wsId, ws.name);
-      }
-      const rows = items.map((r) => [r.id, names.get(r.workspaceId) ?? r.workspaceId, r.status, r.createdAt]);
+      const rows = items.map((r) => [r.id, r.workspaceName, r.status, r.createdAt]);
       emit(opts, items, () => table(["RUN", "WORKSPACE", "STATUS", "CREATED"], rows));
     });
   withCommon(run.command("logs <runId>").description("Print a run's logs (plan, then apply), every byte stored so far"))

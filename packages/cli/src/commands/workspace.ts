@@ -2,6 +2,10 @@ import { DroverError, routes, type Engine } from "@drover/protocol";
 import { readSecret } from "../secret-input.js";
 import type { Command } from "commander";
 import { apiFor, emit, table, withCommon, type CommonOptions } from "../command-kit.js";
+import { registerWorkspaceDelete } from "./workspace-delete.js";
+import { workspaceAndArg, workspaceOf, workspaceOption } from "../workspace-arg.js";
+
+type WsOpt = { workspace?: string };
 
 /** Splits `KEY=VALUE`; the value may contain '='. */
 export function parseAssignment(text: string): { key: string; value: string } {
@@ -67,21 +71,21 @@ export function registerWorkspaceCommands(program: Command): void {
         emit(opts, created, (w) => `Created workspace ${w.name} (${w.id}) on pool ${opts.pool}`);
       },
     );
-  withCommon(ws.command("update <workspace>").description("Change a workspace's settings (only those given)"))
+  withCommon(
+    ws.command("update [workspace]").description("Change a workspace's settings (only those given); -w names it too"),
+  )
+    .addOption(workspaceOption())
     .option("--runner-image <image>", `${runnerImageHelp}; '' returns to the agents' own`)
     .option("--auto-apply <bool>", "true or false")
     .option("--working-dir <dir>", "directory inside the configuration to run in")
     .option("--allow-destroy-all <bool>", allowDestroyAllHelp)
     .action(
       async (
-        name: string,
-        opts: CommonOptions & {
-          runnerImage?: string;
-          autoApply?: string;
-          workingDir?: string;
-          allowDestroyAll?: string;
-        },
+        given: string | undefined,
+        opts: CommonOptions &
+          WsOpt & { runnerImage?: string; autoApply?: string; workingDir?: string; allowDestroyAll?: string },
       ) => {
+        const name = workspaceOf("workspace update", given, opts.workspace);
         const autoApply = boolOption("--auto-apply", opts.autoApply);
         const allowDestroyAll = boolOption("--allow-destroy-all", opts.allowDestroyAll);
         const body = {
@@ -119,15 +123,17 @@ export function registerWorkspaceCommands(program: Command): void {
       ),
     );
   });
-  withCommon(ws.command("show <workspace>").description("Show a workspace and its variables")).action(
-    async (name: string, opts: CommonOptions) => {
+  withCommon(ws.command("show [workspace]").description("Show a workspace and its variables; -w names it too"))
+    .addOption(workspaceOption())
+    .action(async (given: string | undefined, opts: CommonOptions & WsOpt) => {
+      const name = workspaceOf("workspace show", given, opts.workspace);
       const api = apiFor(opts);
       const w = await api.call(routes.getWorkspace, { params: { ws: name } });
       const { items: vars } = await api.call(routes.listVariables, { params: { ws: name } });
       emit(opts, { ...w, variables: vars }, (d) =>
         [
           `Workspace ${d.name} (${d.id})`,
-          `  pool: ${d.poolId}  engine: ${d.engine}${d.engineVersion ? ` ${d.engineVersion}` : ""}  auto-apply: ${d.autoApply}`,
+          `  pool: ${d.poolName}  engine: ${d.engine}${d.engineVersion ? ` ${d.engineVersion}` : ""}  auto-apply: ${d.autoApply}`,
           `  working directory: ${d.workingDirectory || "."}  current run: ${d.currentRunId ?? "-"}  state locked: ${d.stateLocked}`,
           `  runner image: ${d.runnerImage ?? "the agents' own"}  allow destroy-all: ${d.allowDestroyAll}`,
           "",
@@ -142,13 +148,16 @@ export function registerWorkspaceCommands(program: Command): void {
           ),
         ].join("\n"),
       );
-    },
-  );
+    });
+  registerWorkspaceDelete(ws);
   withCommon(
     ws
-      .command("set-var <workspace> <assignment>")
-      .description("Set a variable: KEY=VALUE, or KEY with --value-file / --value-stdin (for secrets)"),
+      .command("set-var <workspace> [assignment]")
+      .description(
+        "Set a variable: KEY=VALUE, or KEY with --value-file / --value-stdin (for secrets); with -w, KEY=VALUE alone",
+      ),
   )
+    .addOption(workspaceOption())
     .option("--env", "an environment variable (default: a terraform variable)")
     .option("--sensitive", "write-only: never shown again, redacted from logs")
     .option(
@@ -159,16 +168,17 @@ export function registerWorkspaceCommands(program: Command): void {
     .option("--value-stdin", "read the value from standard input instead of the command line")
     .action(
       async (
-        name: string,
-        assignment: string,
-        opts: CommonOptions & {
-          env?: boolean;
-          sensitive?: boolean;
-          hcl?: boolean;
-          valueFile?: string;
-          valueStdin?: boolean;
-        },
+        first: string,
+        second: string | undefined,
+        opts: CommonOptions &
+          WsOpt & { env?: boolean; sensitive?: boolean; hcl?: boolean; valueFile?: string; valueStdin?: boolean },
       ) => {
+        const { workspace: name, arg: assignment } = workspaceAndArg(
+          "workspace set-var",
+          first,
+          second,
+          opts.workspace,
+        );
         if (opts.env && opts.hcl)
           throw new DroverError(
             "bad_request",
@@ -203,9 +213,11 @@ export function registerWorkspaceCommands(program: Command): void {
         );
       },
     );
-  withCommon(ws.command("delete-var <workspace> <key>").description("Delete a variable"))
+  withCommon(ws.command("delete-var <workspace> [key]").description("Delete a variable; with -w, KEY alone"))
+    .addOption(workspaceOption())
     .option("--env", "an environment variable")
-    .action(async (name: string, key: string, opts: CommonOptions & { env?: boolean }) => {
+    .action(async (first: string, second: string | undefined, opts: CommonOptions & WsOpt & { env?: boolean }) => {
+      const { workspace: name, arg: key } = workspaceAndArg("workspace delete-var", first, second, opts.workspace);
       await apiFor(opts).call(routes.deleteVariable, {
         params: { ws: name, key },
         query: { kind: opts.env ? "env" : "terraform" },

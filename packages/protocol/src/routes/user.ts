@@ -12,7 +12,7 @@ export const userRoutes = {
     path: `${userApi}/pools`,
     summary: "List agent pools",
     auth: "user",
-    response: ok(list(s.poolSchema)),
+    response: ok(list(s.poolSummarySchema)),
   }),
   createPool: route({
     method: "POST",
@@ -31,6 +31,15 @@ export const userRoutes = {
     params: pool,
     response: ok(s.poolSchema),
     errors: ["not_found"],
+  }),
+  deletePool: route({
+    method: "DELETE",
+    path: `${userApi}/pools/:pool`,
+    summary: "Delete a pool no workspace uses: its tokens are revoked and its agents' sessions end",
+    auth: "user",
+    params: pool,
+    response: ok(s.deletedPoolSchema),
+    errors: ["not_found", "conflict"],
   }),
   createPoolToken: route({
     method: "POST",

@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { escapeControlChars, hasControlChars, singleLineText } from "../text.js";
 import { driverSchema, engineSchema, nameSchema, phaseSchema, runStatusSchema } from "./common.js";
+import { runPlanOptionsSchema } from "./run-options.js";
 import { outputSchema, planSummarySchema, variableKindSchema } from "./user.js";
 
 /* The agent protocol (/api/agent/v1). */
@@ -58,6 +59,8 @@ export const jobAssignmentSchema = z.object({
   leaseTtlMs: z.number().int(),
   /** W3C traceparent of the job's root span: every process's spans for this job are its descendants. */
   traceparent: z.string().max(100).optional(),
+  // Plan options: absent from older servers (a full plan); checked again here, as they become terraform arguments.
+  ...runPlanOptionsSchema.shape,
 });
 export type JobAssignment = z.infer<typeof jobAssignmentSchema>;
 export const pollResponseSchema = z.object({ job: jobAssignmentSchema.nullable() });

@@ -12,11 +12,22 @@ import {
   phaseSchema,
   runStatusSchema,
 } from "./common.js";
+import { runPlanOptionsSchema } from "./run-options.js";
 
 /* The resources of the user API (/api/v1). */
 
 export const poolSchema = z.object({ id: z.string(), name: z.string(), createdAt: z.string() });
 export type Pool = z.infer<typeof poolSchema>;
+/** A pool in a list, with how many of its agents are online (idle or busy) out of those registered. */
+export const poolSummarySchema = poolSchema.extend({
+  agents: z.object({ online: z.number().int(), total: z.number().int() }),
+});
+export type PoolSummary = z.infer<typeof poolSummarySchema>;
+/** What deleting a pool ended: its tokens (revoked) and its agents' registrations. */
+export const deletedPoolSchema = poolSchema.extend({
+  tokensRevoked: z.number().int(),
+  agentsEnded: z.number().int(),
+});
 export const createPoolSchema = z.object({ name: nameSchema });
 
 export const poolTokenSchema = z.object({
@@ -106,6 +117,8 @@ export const workspaceSchema = z.object({
   id: z.string(),
   name: z.string(),
   poolId: z.string(),
+  /** The pool's name, for people (poolId stays the reference). */
+  poolName: z.string(),
   engine: engineSchema,
   engineVersion: z.string().nullable(),
   workingDirectory: z.string(),
@@ -220,6 +233,8 @@ export type PlanSummary = z.infer<typeof planSummarySchema>;
 export const runSchema = z.object({
   id: z.string(),
   workspaceId: z.string(),
+  /** The workspace's name, for people (workspaceId stays the reference). */
+  workspaceName: z.string(),
   configurationVersionId: z.string(),
   status: runStatusSchema,
   planOnly: z.boolean(),
@@ -235,6 +250,7 @@ export const runSchema = z.object({
   applyJobId: z.string().nullable(),
   createdAt: z.string(),
   updatedAt: z.string(),
+  ...runPlanOptionsSchema.shape,
 });
 export type Run = z.infer<typeof runSchema>;
 export const createRunSchema = z.object({
@@ -258,6 +274,7 @@ export const createRunSchema = z.object({
       "must not contain control characters other than newlines and tabs",
     )
     .default(""),
+  ...runPlanOptionsSchema.shape,
 });
 
 /** Query of the run list: newest first, by workspace and status, a page at a time. */
@@ -277,6 +294,8 @@ export const jobSchema = z.object({
   status: jobStatusSchema,
   attempt: z.number().int(),
   agentId: z.string().nullable(),
+  /** The agent's name, for people; null without an agent or once its registration is forgotten. */
+  agentName: z.string().nullable(),
   message: z.string().nullable(),
   createdAt: z.string(),
   startedAt: z.string().nullable(),

@@ -2,6 +2,7 @@ import { type Kysely, type Migration, type MigrationProvider, sql } from "kysely
 import type { Dialect } from "./schema.js";
 import { types } from "./column-types.js";
 import { destroyGuard } from "./migrations-destroy-guard.js";
+import { runPlanOptions } from "./migrations-plan-options.js";
 import { runCreator, runListIndexes, webSessions } from "./migrations-web.js";
 import { variableHcl, workspaceAllowDestroyAll } from "./migrations-workspace-options.js";
 
@@ -421,6 +422,7 @@ export function migrationProvider(dialect: Dialect): MigrationProvider {
       "0059_run_list_indexes": runListIndexes(),
       "0060_run_creator": runCreator(),
       "0061_destroy_guard": destroyGuard(),
+      "0062_run_plan_options": runPlanOptions(),
       "0063a_variable_hcl": variableHcl(),
       "0063b_workspace_allow_destroy_all": workspaceAllowDestroyAll(),
     }),

@@ -110,6 +110,8 @@ export interface RunsTable {
   destroys_all: number | null;
   /** 1 when the run may auto-apply a plan that destroys everything (--allow-destroy-all). */
   allow_destroy_all: number;
+  /** Targets, replacements and refresh-only as JSON (store/run-options.ts); null: a full plan. */
+  plan_options: string | null;
   created_at: number;
   updated_at: number;
 }

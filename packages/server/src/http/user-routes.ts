@@ -6,8 +6,16 @@ import { poolDemand } from "../store/demand.js";
 import { createConfigurationVersion, listConfigurationVersions } from "../store/configuration-versions.js";
 import { readLog } from "../store/logs.js";
 import { readPlanJson, workspaceOutputs } from "../store/plans.js";
-import { createPool, createPoolToken, getPool, listPools, listPoolTokens, revokePoolToken } from "../store/pools.js";
-import { listRunJobs } from "../store/queue.js";
+import {
+  createPool,
+  createPoolToken,
+  deletePool,
+  getPool,
+  listPools,
+  listPoolTokens,
+  revokePoolToken,
+} from "../store/pools.js";
+import { listRunJobs } from "../store/run-jobs.js";
 import { confirmRun, createRun, discardRun, getRun, listRuns } from "../store/runs.js";
 import { cancelRun, endJobsOfPoolToken } from "../store/cancels.js";
 import { listStateVersions, readStateVersion } from "../store/state.js";
@@ -36,6 +44,7 @@ export function registerUserRoutes(app: FastifyInstance, http: HttpContext, opti
   serve(routes.listPools, async () => ({ items: await listPools(ctx) }));
   serve(routes.createPool, async ({ body }) => createPool(ctx, body.name));
   serve(routes.getPool, async ({ params }) => getPool(ctx, params.pool));
+  serve(routes.deletePool, async ({ params }) => deletePool(ctx, params.pool));
   serve(routes.createPoolToken, async ({ params, body }) =>
     createPoolToken(ctx, params.pool, body.description, http.publicUrl()),
   );

@@ -1,4 +1,12 @@
-import { DroverError, hashToken, newId, newPoolToken, type Pool, type PoolToken } from "@drover/protocol";
+import {
+  DroverError,
+  hashToken,
+  newId,
+  newPoolToken,
+  type Pool,
+  type PoolSummary,
+  type PoolToken,
+} from "@drover/protocol";
 import type { Selectable } from "kysely";
 import type { PoolTokensTable, PoolsTable } from "../db/schema.js";
 import { isUniqueViolation } from "../db/storage-errors.js";
@@ -31,9 +39,73 @@ export async function createPool(ctx: StoreContext, name: string): Promise<Pool>
   return toPool(row);
 }
 
-export async function listPools(ctx: StoreContext): Promise<Pool[]> {
+/** Pools with their agent counts: registrations kept (total) and online ones among them. */
+export async function listPools(ctx: StoreContext): Promise<PoolSummary[]> {
+  await ctx.presence?.flush();
   const rows = await ctx.db.selectFrom("pools").selectAll().orderBy("created_at").orderBy("id").execute();
-  return rows.map(toPool);
+  const counts = await ctx.db
+    .selectFrom("agents")
+    .select(["pool_id", "state", (eb) => eb.fn.countAll<number | string | bigint>().as("n")])
+    .groupBy(["pool_id", "state"])
+    .execute();
+  const agents = new Map<string, { online: number; total: number }>();
+  for (const c of counts) {
+    const a = agents.get(c.pool_id) ?? { online: 0, total: 0 };
+    a.total += Number(c.n);
+    if (c.state === "online") a.online += Number(c.n);
+    agents.set(c.pool_id, a);
+  }
+  return rows.map((r) => ({ ...toPool(r), agents: agents.get(r.id) ?? { online: 0, total: 0 } }));
+}
+
+/**
+ * Deletes a pool no workspace uses: its tokens stop working and its agents' sessions end (they
+ * are told their token was revoked); refused while a workspace or an unfinished job needs it.
+ */
+export async function deletePool(
+  ctx: StoreContext,
+  idOrName: string,
+): Promise<Pool & { tokensRevoked: number; agentsEnded: number }> {
+  const pool = await getPool(ctx, idOrName);
+  const result = await ctx.db.transaction().execute(async (trx) => {
+    const users = await trx.selectFrom("workspaces").select("name").where("pool_id", "=", pool.id).execute();
+    if (users.length > 0)
+      throw new DroverError(
+        "conflict",
+        `pool ${pool.name} is used by ${users.length} workspace(s) (${users
+          .slice(0, 5)
+          .map((w) => w.name)
+          .join(", ")}${users.length > 5 ? ", …" : ""}): move or delete them first`,
+        { hint: "drover workspace delete <workspace> --yes, or move it with the API (PATCH pool)" },
+      );
+    const active = await trx
+      .selectFrom("jobs")
+      .select("id")
+      .where("pool_id", "=", pool.id)
+      .where("status", "in", ["queued", "assigned", "running"])
+      .executeTakeFirst();
+    if (active) throw new DroverError("conflict", `pool ${pool.name} still has a job to finish (${active.id})`);
+    const now = ctx.now();
+    const revoked = await trx
+      .updateTable("pool_tokens")
+      .set({ revoked_at: now })
+      .where("pool_id", "=", pool.id)
+      .where("revoked_at", "is", null)
+      .executeTakeFirst();
+    const ended = await trx
+      .updateTable("agents")
+      .set({ state: "deregistered", running_jobs: 0, last_seen_at: now })
+      .where("pool_id", "=", pool.id)
+      .where("state", "=", "online")
+      .executeTakeFirst();
+    await trx.deleteFrom("agents").where("pool_id", "=", pool.id).execute();
+    await trx.deleteFrom("pool_tokens").where("pool_id", "=", pool.id).execute();
+    await trx.deleteFrom("pools").where("id", "=", pool.id).execute();
+    return { tokensRevoked: Number(revoked.numUpdatedRows), agentsEnded: Number(ended.numUpdatedRows) };
+  });
+  // Sessions kept by any server process are read again, and refused.
+  announceSessionsChanged(ctx.events);
+  return { ...pool, ...result };
 }
 
 /** Finds a pool by id or by name; not found is a DroverError. */

@@ -24,6 +24,7 @@ import { appendAtEnd } from "./logs.js";
 import { recordPlanSummary } from "./plans.js";
 import { currentAttempt } from "./current-attempt.js";
 import { poolWaiters } from "./waiters.js";
+import { planOptionsOf } from "./run-options.js";
 import { moveAgentJobs, moveJob, moveLockedJob } from "./job-moves.js";
 
 /*
@@ -36,7 +37,7 @@ import { moveAgentJobs, moveJob, moveLockedJob } from "./job-moves.js";
 export type { JobRow } from "../db/schema.js";
 import type { JobRow } from "../db/schema.js";
 
-export const toJob = (r: JobRow): Job => ({
+export const toJob = (r: JobRow, agentName: string | null = null): Job => ({
   id: r.id,
   runId: r.run_id,
   workspaceId: r.workspace_id,
@@ -45,6 +46,7 @@ export const toJob = (r: JobRow): Job => ({
   status: r.status,
   attempt: r.attempt,
   agentId: r.agent_id,
+  agentName,
   message: r.message,
   createdAt: iso(r.created_at),
   startedAt: isoOrNull(r.started_at),
@@ -139,6 +141,7 @@ export async function claimNextJob(ctx: StoreContext, agent: Agent): Promise<Job
       .innerJoin("workspaces", "workspaces.id", "runs.workspace_id")
       .select(["runs.id as run_id", "runs.plan_only", "runs.is_destroy", "runs.configuration_version_id"])
       .select([
+        "runs.plan_options",
         "workspaces.id as ws_id",
         "workspaces.name",
         "workspaces.engine",
@@ -156,6 +159,7 @@ export async function claimNextJob(ctx: StoreContext, agent: Agent): Promise<Job
       runId: rw.run_id,
       planOnly: rw.plan_only === 1,
       isDestroy: rw.is_destroy === 1,
+      ...planOptionsOf(rw.plan_options),
       workspace: {
         id: rw.ws_id,
         name: rw.name,
@@ -431,16 +435,4 @@ export async function getJob(ctx: StoreContext, id: string): Promise<Job> {
   const row = await ctx.db.selectFrom("jobs").selectAll().where("id", "=", id).executeTakeFirst();
   if (!row) throw new DroverError("not_found", `no job ${JSON.stringify(id)}`);
   return toJob(row);
-}
-
-/** Jobs of a run, in order of creation. */
-export async function listRunJobs(ctx: StoreContext, runId: string): Promise<Job[]> {
-  const rows = await ctx.db
-    .selectFrom("jobs")
-    .selectAll()
-    .where("run_id", "=", runId)
-    .orderBy("created_at")
-    .orderBy("id")
-    .execute();
-  return rows.map(toJob);
 }

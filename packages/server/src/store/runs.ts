@@ -14,6 +14,7 @@ import { iso, type Queryable, type StoreContext } from "./context.js";
 import { appendAtEnd } from "./logs.js";
 import { inTransaction, type Effects } from "./transaction.js";
 import { getWorkspace } from "./workspaces.js";
+import { checkPlanOptions, planOptionsOf, storedPlanOptions } from "./run-options.js";
 
 /*
  * Run lifecycle. A workspace runs one run at a time: `workspaces.current_run_id` is the
@@ -31,9 +32,10 @@ import { getWorkspace } from "./workspaces.js";
 type Trx = Transaction<Database>;
 type RunRow = Selectable<RunsTable>;
 
-const toRun = (r: RunRow): Run => ({
+const toRun = (r: RunRow & { workspace_name: string }): Run => ({
   id: r.id,
   workspaceId: r.workspace_id,
+  workspaceName: r.workspace_name,
   configurationVersionId: r.configuration_version_id,
   status: r.status,
   planOnly: r.plan_only === 1,
@@ -51,7 +53,16 @@ const toRun = (r: RunRow): Run => ({
   applyJobId: r.apply_job_id,
   createdAt: iso(r.created_at),
   updatedAt: iso(r.updated_at),
+  ...planOptionsOf(r.plan_options),
 });
+
+/** Runs with their workspace's name. */
+const selectRuns = (db: Queryable) =>
+  db
+    .selectFrom("runs")
+    .innerJoin("workspaces", "workspaces.id", "runs.workspace_id")
+    .selectAll("runs")
+    .select("workspaces.name as workspace_name");
 
 /**
  * Changes a run's status (with `fields`), refusing a change the lifecycle table does not allow
@@ -87,10 +98,16 @@ export interface CreateRunInput {
   allowDestroyAll?: boolean | undefined;
   /** The user token that starts it: its description is kept as who started the run. */
   createdByTokenId?: string | undefined;
+  /** `-target=` addresses. */
+  targets?: string[] | undefined;
+  /** `-replace=` addresses. */
+  replaces?: string[] | undefined;
+  refreshOnly?: boolean | undefined;
 }
 
 /** Creates a run; it is queued at once when the workspace is free, else pending behind the active one. */
 export async function createRun(ctx: StoreContext, input: CreateRunInput): Promise<Run> {
+  checkPlanOptions(input);
   const ws = await getWorkspace(ctx, input.workspace);
   const cv = await ctx.db
     .selectFrom("configuration_versions")
@@ -135,6 +152,11 @@ export async function createRun(ctx: StoreContext, input: CreateRunInput): Promi
         created_by: creator?.description ?? null,
         destroys_all: null,
         allow_destroy_all: (input.allowDestroyAll ?? ws.allowDestroyAll) ? 1 : 0,
+        plan_options: storedPlanOptions({
+          targets: input.targets ?? [],
+          replaces: input.replaces ?? [],
+          refreshOnly: input.refreshOnly ?? false,
+        }),
         created_at: now,
         updated_at: now,
       })
@@ -145,7 +167,7 @@ export async function createRun(ctx: StoreContext, input: CreateRunInput): Promi
 }
 
 export async function getRun(ctx: StoreContext, id: string, db: Queryable = ctx.db): Promise<Run> {
-  const row = await db.selectFrom("runs").selectAll().where("id", "=", id).executeTakeFirst();
+  const row = await selectRuns(db).where("runs.id", "=", id).executeTakeFirst();
   if (!row) throw new DroverError("not_found", `no run ${JSON.stringify(id)}`);
   return toRun(row);
 }
@@ -189,7 +211,17 @@ export async function listRuns(
     .limit(limit + 1)
     .execute();
   const more = rows.length > limit;
-  const items = (more ? rows.slice(0, limit) : rows).map(toRun);
+  const pageRows = more ? rows.slice(0, limit) : rows;
+  // The names in a second look-up: the page's query stays the one its indexes serve.
+  const wsIds = [...new Set(pageRows.map((r) => r.workspace_id))];
+  const names = new Map(
+    wsIds.length === 0
+      ? []
+      : (await ctx.db.selectFrom("workspaces").select(["id", "name"]).where("id", "in", wsIds).execute()).map(
+          (w) => [w.id, w.name] as const,
+        ),
+  );
+  const items = pageRows.map((r) => toRun({ ...r, workspace_name: names.get(r.workspace_id) ?? r.workspace_id }));
   return { items, next: more ? (items.at(-1)?.id ?? null) : null };
 }
 

@@ -5,12 +5,13 @@ import { isUniqueViolation } from "../db/storage-errors.js";
 import { iso, type Queryable, type StoreContext } from "./context.js";
 import { getPool } from "./pools.js";
 
-type Row = Selectable<WorkspacesTable> & { locked: number | string | null };
+type Row = Selectable<WorkspacesTable> & { locked: number | string | null; pool_name: string };
 
 const toWorkspace = (r: Row): Workspace => ({
   id: r.id,
   name: r.name,
   poolId: r.pool_id,
+  poolName: r.pool_name,
   engine: r.engine,
   engineVersion: r.engine_version,
   workingDirectory: r.working_directory,
@@ -26,8 +27,9 @@ function selectWorkspaces(db: Queryable) {
   return db
     .selectFrom("workspaces")
     .leftJoin("state_locks", "state_locks.workspace_id", "workspaces.id")
+    .innerJoin("pools", "pools.id", "workspaces.pool_id")
     .selectAll("workspaces")
-    .select("state_locks.lock_id as locked");
+    .select(["state_locks.lock_id as locked", "pools.name as pool_name"]);
 }
 
 export interface CreateWorkspaceInput {
@@ -69,7 +71,7 @@ export async function createWorkspace(ctx: StoreContext, input: CreateWorkspaceI
     if (isUniqueViolation(err)) throw exists();
     throw err;
   }
-  return toWorkspace({ ...row, locked: null });
+  return toWorkspace({ ...row, locked: null, pool_name: pool.name });
 }
 
 /** Finds a workspace by id or name. */

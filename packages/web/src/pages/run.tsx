@@ -53,10 +53,22 @@ export function RunPage(props: { workspace: string; id: string }) {
           ) : null}
           <dt>Kind</dt>
           <dd>
-            {r.isDestroy ? "destroy" : "apply"}
+            {r.refreshOnly ? "refresh only" : r.isDestroy ? "destroy" : "apply"}
             {r.planOnly ? ", plan only" : ""}
             {r.autoApply ? ", applies without confirmation" : ""}
           </dd>
+          {r.targets.length > 0 ? (
+            <>
+              <dt>Targets</dt>
+              <dd class="addresses">{r.targets.join(", ")}</dd>
+            </>
+          ) : null}
+          {r.replaces.length > 0 ? (
+            <>
+              <dt>Replaces</dt>
+              <dd class="addresses">{r.replaces.join(", ")}</dd>
+            </>
+          ) : null}
           {r.errorMessage ? (
             <>
               <dt>Error</dt>
@@ -175,7 +187,7 @@ function Timeline(props: { run: Run; jobs: Job[] | undefined }) {
             {job.startedAt ? (
               <>
                 , started <Time at={job.startedAt} />
-                {job.agentId ? ` on agent ${job.agentId}` : ""}
+                {job.agentId ? ` on agent ${job.agentName ?? job.agentId}` : ""}
               </>
             ) : null}
             {job.finishedAt ? (

@@ -63,7 +63,7 @@ export function SettingsTab(props: { ws: Workspace; onSaved: () => void }) {
       />
       <label for="set-pool">Agent pool</label>
       <select id="set-pool" value={pool} onChange={(e) => setPool(e.currentTarget.value)}>
-        {(pools.data?.items ?? [{ id: ws.poolId, name: ws.poolId, createdAt: "" }]).map((p) => (
+        {(pools.data?.items ?? [{ id: ws.poolId, name: ws.poolName }]).map((p) => (
           <option key={p.id} value={p.id}>
             {p.name}
           </option>

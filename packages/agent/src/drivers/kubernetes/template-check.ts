@@ -111,6 +111,9 @@ const templateCheckJob: JobAssignment = {
   runId: "template-check",
   planOnly: true,
   isDestroy: false,
+  targets: [],
+  replaces: [],
+  refreshOnly: false,
   workspace: {
     id: "template-check",
     name: "template-check",

@@ -43,6 +43,11 @@ export const plan: Stage = {
     const planLine = new PlanLineScanner();
     const args = ["plan", "-input=false", "-no-color", "-detailed-exitcode", `-out=${c.planPath}`];
     if (c.assignment.isDestroy) args.push("-destroy");
+    // One argument each, `-flag=value`: the assignment's schema already refused an address that
+    // is not one, and even then a value glued to its flag can never be read as a flag of its own.
+    if (c.assignment.refreshOnly) args.push("-refresh-only");
+    for (const t of c.assignment.targets) args.push(`-target=${t}`);
+    for (const r of c.assignment.replaces) args.push(`-replace=${r}`);
     const code = await c.steps.step(binaryOf(c), args, c.workDir, c.env, planSucceededCodes, (chunk) =>
       planLine.push(chunk),
     );
@@ -72,6 +77,14 @@ export const outputs: Stage = {
     );
   },
 };
+
+function notApplyable(planJson: Buffer): boolean {
+  try {
+    return (JSON.parse(planJson.toString("utf8")) as { applyable?: unknown }).applyable === false;
+  } catch {
+    return false;
+  }
+}
 
 /** `terraform output -json`, for states the agent cannot read itself. */
 async function engineOutputs(c: JobContext): Promise<Output[]> {
@@ -106,6 +119,10 @@ export const uploads: Stage = {
     const planFile = retry((signal) => c.job.uploadPlan(c.files.read(c.planPath), signal));
     planFile.catch(() => undefined);
     const json = await c.steps.capture(binaryOf(c), ["show", "-json", c.planPath], c.workDir, c.env);
+    // Exit code 2 of a refresh-only plan may be a change terraform will not apply (an output it
+    // drops): its own `applyable` decides. Such plans list no resource changes, so parsing is cheap.
+    if (c.assignment.refreshOnly && c.planSummary && notApplyable(json))
+      c.planSummary = { ...c.planSummary, hasChanges: false };
     await planFile;
     try {
       await retry((signal) => c.job.uploadPlanJson(json, signal));
