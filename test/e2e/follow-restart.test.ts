@@ -104,6 +104,7 @@ test("run start keeps following through a server restart: every log line once, t
       await phaseLog(server.url, admin, runId, "plan"),
       await phaseLog(server.url, admin, runId, "apply"),
     ];
+    assertWholeTicks(apply);
     assertWholeTicks(cli.stdout());
     assert.equal(cli.stdout().split(plan).length, 2, "the plan log once:\n" + cli.stdout());
     assert.equal(cli.stdout().split(apply).length, 2, "the apply log once:\n" + cli.stdout());

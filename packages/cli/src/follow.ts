@@ -49,7 +49,8 @@ function retrying(runId: string, reconnect: Reconnect): <T>(call: () => Promise<
         }
         if (attempt === 0)
           reconnect.notices.write(
-            `drover: lost the Drover server (${messageOf(err)}); run ${runId} continues on the agent; retrying for up to ${Math.round(reconnect.forMs / 1000)} s\n`,
+            `drover: lost the Drover server (${messageOf(err)}); run ${runId} continues on the agent; ` +
+              `retrying for up to ${Math.round(reconnect.forMs / 1000)} s\n`,
           );
         await pause(
           Math.min(firstPauseMs * 2 ** Math.min(attempt, 10), longestPauseMs, reconnect.forMs - (at - since)),
@@ -75,8 +76,10 @@ export async function followRun(
   for (const phase of phases) {
     let offset = 0;
     const shown = new VisibleControls();
+    // The run was seen settled after an empty read: one more read, at once, has the last word.
+    let settledSeen = false;
     for (;;) {
-      const wait = Math.min(25_000, maxLongPollMs);
+      const wait = settledSeen ? 0 : Math.min(25_000, maxLongPollMs);
       // The server holds the read up to `wait`: the deadline starts counting after it.
       const res = await retry(() =>
         api.exchange(routes.runLogs, {
@@ -89,9 +92,11 @@ export async function followRun(
       offset = Number(res.headers[logHeaders.nextOffset] ?? offset);
       if (res.headers[logHeaders.complete] === "true") break;
       if (res.result.length === 0) {
-        const run = await getRun();
         // A plan waiting for confirmation has no apply log yet: stop following there.
-        if (phase === "apply" && settled(run.status)) break;
+        if (settledSeen) break;
+        // Not at once: bytes may have come between the read and now (a retried call can span an
+        // outage in which the job wrote its last lines and ended).
+        if (phase === "apply" && settled((await getRun()).status)) settledSeen = true;
       }
     }
     await writeWithBackpressure(out, shown.end());
