@@ -119,7 +119,8 @@ test("`run logs <run> | head -n 1` prints the first line and exits 0 with nothin
   // Far more than a pipe holds, so the CLI is still writing when head has gone.
   const config = writeConfig(dir, "long-log", {
     "main.tf":
-      'resource "terraform_data" "long" {\n  provisioner "local-exec" {\n    command = "seq 1 20000 | sed s/^/line-/"\n  }\n}\n',
+      'resource "terraform_data" "long" {\n' +
+      '  provisioner "local-exec" {\n    command = "seq 1 20000 | sed s/^/line-/"\n  }\n}\n',
   });
   const runId = await stack.startRun(config, "long-log");
   await stack.waitForRun(runId, ["applied"]);
