@@ -4,7 +4,8 @@ import type { LogFormat } from "./config.js";
 /** The agent's own log (not a run's log): JSON for collectors, one line per event otherwise. */
 export function createLogger(format: LogFormat, debug: boolean): Logger {
   const level = debug ? "debug" : "info";
-  if (format === "json") return pino({ level, base: { component: "drover-agent" } });
+  // Through process.stdout, as the server's log: see there why not pino's own writer.
+  if (format === "json") return pino({ level, base: { component: "drover-agent" } }, process.stdout);
   return pino(
     { level, base: undefined, timestamp: false },
     {

@@ -13,6 +13,12 @@ export function exitCodeFor(status: RunStatus): number {
   }
 }
 
+/**
+ * The CLI stopped following a run it could no longer reach the server about: the run's outcome
+ * is unknown here (it goes on on the agent), so neither 0 nor the 1 of a failed run.
+ */
+export const exitFollowLost = 3;
+
 /** Whether the CLI stops following a run in this state. */
 export function settled(status: RunStatus): boolean {
   return isTerminalRun(status) || awaitsConfirmation(status);

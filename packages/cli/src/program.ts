@@ -7,6 +7,7 @@ import { DroverError } from "@drover/protocol";
 import { printError } from "./output.js";
 import { warnUnknownSettings } from "./settings-errors.js";
 import { io, withIo, type CliIo } from "./io.js";
+import { guardProcessOutput } from "./stdio.js";
 
 /** The one `drover` binary: server, agent and user commands. */
 export function buildProgram(): Command {
@@ -25,6 +26,7 @@ export function buildProgram(): Command {
 
 /** Parses the command line and runs the command; sets the exit code. */
 export async function main(): Promise<void> {
+  guardProcessOutput();
   await runCli(process.argv.slice(2), io());
 }
 

@@ -57,3 +57,8 @@ export function resolveSettings(
     throw new DroverError("unauthorized", "no API token: pass --token, set DROVER_TOKEN, or run `drover login`");
   return { url: url.replace(/\/+$/, ""), token };
 }
+
+/** How long a follow keeps retrying an unreachable server, in ms (DROVER_CLIENT_RECONNECT_SECONDS). */
+export function resolveReconnectMs(env: NodeJS.ProcessEnv = process.env): number {
+  return new SettingsSource(env).get("DROVER_CLIENT_RECONNECT_SECONDS") * 1000;
+}

@@ -41,7 +41,9 @@ export interface StartOptions extends AppOptions {
 
 /** Opens the database (migrating it), starts the HTTP server and the lease sweeper. */
 export async function startServer(config: ServerConfig, options: StartOptions = {}): Promise<RunningServer> {
-  const log = options.logger ?? pino({ level: config.logLevel });
+  // Through process.stdout, not pino's own file-descriptor writer: the process's one guard of a
+  // closed stdout covers it, and that writer's exit hook retries a failed write forever (EPIPE).
+  const log = options.logger ?? pino({ level: config.logLevel }, process.stdout);
   // A quarter of the lease TTL without one successful round trip eats into agents' margin to
   // renew; such a stall restarts the lease grace (see DatabaseHealth.noteSuccess).
   const db = await openDatabase(config.database, { logger: log, stallMs: config.leaseTtlMs / 4 });

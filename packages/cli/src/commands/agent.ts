@@ -4,6 +4,7 @@ import { routes } from "@drover/protocol";
 import { apiFor, emit, table, withCommon, type CommonOptions } from "../command-kit.js";
 import { settingsOrExit } from "../settings-errors.js";
 import type { Command } from "commander";
+import { runsUntilSignalled } from "../stdio.js";
 
 /** `drover agent run|controller|worker|node-worker` (config errors: one line, exit code 2) and `agent list`. */
 export function registerAgentCommands(program: Command): void {
@@ -57,6 +58,7 @@ export function registerAgentCommands(program: Command): void {
     .option("--docker-host <socket>", "docker driver: unix:///path of the Engine API socket (DROVER_AGENT_DOCKER_HOST)")
     .option("--docker-image <image>", "docker driver: runner image of each job's container (DROVER_AGENT_DOCKER_IMAGE)")
     .action(async (opts: AgentFlags) => {
+      runsUntilSignalled();
       const config = settingsOrExit("agent run", () => loadAgentConfig(process.env, opts));
       if (config.driver === "kubernetes") {
         process.stderr.write("drover agent run: DROVER_AGENT_DRIVER=kubernetes is run by `drover agent controller`\n");
@@ -76,6 +78,7 @@ export function registerAgentCommands(program: Command): void {
     .option("--name <name>", "controller name (DROVER_AGENT_NAME)")
     .option("--concurrency <n>", "Jobs in flight (DROVER_AGENT_CONCURRENCY; default 10)")
     .action(async (opts: AgentFlags) => {
+      runsUntilSignalled();
       const { loadControllerSettings, runController } = await import("@drover/agent/kubernetes");
       const config = settingsOrExit("agent controller", () =>
         loadAgentConfig({ ...process.env, DROVER_AGENT_DRIVER: "kubernetes" }, opts),
@@ -93,6 +96,7 @@ export function registerAgentCommands(program: Command): void {
     .command("worker")
     .description("Inside a task pod: run the pod's job, driving the runner container through the exec-loop")
     .action(async () => {
+      runsUntilSignalled();
       // Its own entry: a run pod's worker talks to the server only, and the Kubernetes client the
       // controller needs would cost each run pod a second of CPU to load.
       const { loadWorkerSettings, runWorker } = await import("@drover/agent/worker");
@@ -105,6 +109,7 @@ export function registerAgentCommands(program: Command): void {
       "Sidecar of an agent pod: marks the pod busy (pod-deletion-cost, safe-to-evict=false) while its agent runs a job, so scale-in picks idle agents",
     )
     .action(async () => {
+      runsUntilSignalled();
       const { loadPodAnnotatorSettings, runPodAnnotator } = await import("@drover/agent/pod-annotator");
       const settings = settingsOrExit("agent pod-annotator", () => loadPodAnnotatorSettings(process.env));
       const log = createLogger(settings.logFormat, false);
@@ -116,6 +121,7 @@ export function registerAgentCommands(program: Command): void {
     .command("node-worker")
     .description("agent-k8s: one per node (DaemonSet); supervises the run pods the controller puts on this node")
     .action(async () => {
+      runsUntilSignalled();
       const { loadNodeWorkerSettings, runNodeWorker } = await import("@drover/agent/kubernetes");
       const settings = settingsOrExit("agent node-worker", () => loadNodeWorkerSettings(process.env));
       const log = createLogger(settings.logFormat, false);

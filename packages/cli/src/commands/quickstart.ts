@@ -2,6 +2,7 @@ import { createLogger, loadAgentConfig, runAgent } from "@drover/agent";
 import { newId, newUserToken, parsePoolToken, routes } from "@drover/protocol";
 import { DroverClient } from "@drover/runtime";
 import type { Command } from "commander";
+import { runsUntilSignalled } from "../stdio.js";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { writeCredentials } from "../settings.js";
@@ -26,6 +27,7 @@ export function registerQuickstartCommand(program: Command): void {
     .option("--data-dir <dir>", "where everything is kept", ".drover")
     .option("--port <port>", "server port", "8800")
     .action(async (opts: { dataDir: string; port: string }) => {
+      runsUntilSignalled();
       const { loadServerConfig, startServer } = await import("@drover/server");
       const dataDir = resolve(opts.dataDir);
       mkdirSync(dataDir, { recursive: true });

@@ -6,7 +6,8 @@ import { join, resolve } from "node:path";
 import { apiFor, emit, jsonText, table, withCommon, type CommonOptions } from "../command-kit.js";
 import { exitCodeFor } from "../exit-codes.js";
 import { io } from "../io.js";
-import { followRun } from "../follow.js";
+import { followRun, type Reconnect } from "../follow.js";
+import { resolveReconnectMs } from "../settings.js";
 import { printPhaseLog } from "../logs.js";
 import { packDirectory } from "../pack.js";
 import { workspaceOption } from "../workspace-arg.js";
@@ -45,6 +46,9 @@ export function runLink(baseUrl: string, workspace: string, runId: string): stri
   return `${baseUrl}/app/workspaces/${encodeURIComponent(workspace)}/runs/${encodeURIComponent(runId)}`;
 }
 
+/** How a follow of this command rides out a server restart: notices on stderr, for DROVER_CLIENT_RECONNECT_SECONDS. */
+const reconnectOf = (): Reconnect => ({ forMs: resolveReconnectMs(io().env), notices: io().stderr });
+
 /** Follows a run (logs to stdout, or stderr with --json), prints its end, sets the exit code. */
 async function followAndReport(
   api: DroverClient,
@@ -53,7 +57,8 @@ async function followAndReport(
   phases?: Phase[],
 ): Promise<void> {
   let final = run;
-  if (opts.follow !== false) final = await followRun(api, run.id, opts.json ? io().stderr : io().stdout, phases);
+  if (opts.follow !== false)
+    final = await followRun(api, run.id, opts.json ? io().stderr : io().stdout, reconnectOf(), phases);
   if (opts.json) io().stdout.write(jsonText(final) + "\n");
   else
     io().stdout.write(
@@ -191,7 +196,7 @@ export function registerRunCommands(program: Command): void {
       const api = apiFor(opts);
       const phases: Phase[] = opts.phase ? [opts.phase] : ["plan", "apply"];
       if (opts.follow) {
-        await followRun(api, id, io().stdout, phases);
+        await followRun(api, id, io().stdout, reconnectOf(), phases);
         return;
       }
       for (const phase of phases) {

@@ -1,6 +1,7 @@
 import type { Command } from "commander";
 import { DroverError, messageOf } from "@drover/protocol";
 import { describeError, settingsOrExit } from "../settings-errors.js";
+import { runsUntilSignalled } from "../stdio.js";
 
 interface ServerOptions {
   dataDir?: string;
@@ -25,6 +26,7 @@ export function registerServerCommand(program: Command): void {
     .option("--public-url <url>", "how agents reach this server; embedded in pool tokens (DROVER_PUBLIC_URL)")
     .option("--log-level <level>", "pino log level (DROVER_LOG_LEVEL, default info)")
     .action(async (opts: ServerOptions) => {
+      runsUntilSignalled();
       // Loaded here, not at start-up: agents and user commands never pay for the server.
       const { loadServerConfig, startServer } = await import("@drover/server");
       const config = settingsOrExit("server", () => loadServerConfig({ env: process.env, flags: opts }));

@@ -26,4 +26,11 @@ export const cliSettings = {
     parse: intIn(1, 3600),
     section: "cli",
   }),
+  DROVER_CLIENT_RECONNECT_SECONDS: setting({
+    doc: "how long `run start`, `run confirm` and `run logs --follow` keep retrying, with backoff, while the server they follow a run on does not answer (a restart); past it they exit 3 and the run goes on on the agent",
+    default: 300,
+    readers: ["cli"],
+    parse: intIn(0, 86_400),
+    section: "cli",
+  }),
 } as const;
