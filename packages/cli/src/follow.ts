@@ -13,6 +13,7 @@ export async function followRun(
   runId: string,
   out: NodeJS.WritableStream,
   phases: Phase[] = ["plan", "apply"],
+  seen?: (text: Buffer) => void,
 ): Promise<Run> {
   for (const phase of phases) {
     let offset = 0;
@@ -25,7 +26,9 @@ export async function followRun(
         query: { phase, offset, wait },
         timeoutMs: api.timeoutMs + wait,
       });
-      await writeWithBackpressure(out, shown.push(res.result));
+      const text = shown.push(res.result);
+      seen?.(text);
+      await writeWithBackpressure(out, text);
       offset = Number(res.headers[logHeaders.nextOffset] ?? offset);
       if (res.headers[logHeaders.complete] === "true") break;
       if (res.result.length === 0) {
@@ -34,7 +37,9 @@ export async function followRun(
         if (phase === "apply" && settled(run.status)) break;
       }
     }
-    await writeWithBackpressure(out, shown.end());
+    const rest = shown.end();
+    seen?.(rest);
+    await writeWithBackpressure(out, rest);
   }
   let run = await api.call(routes.getRun, { params: { id: runId } });
   while (!settled(run.status)) {

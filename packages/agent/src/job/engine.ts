@@ -13,6 +13,8 @@ export interface EngineBinary {
 export interface EngineFallback {
   /** Where they are, for messages: "on PATH", "in the runner image". */
   where: string;
+  /** What was looked through, for messages ("/usr/local/bin, /usr/bin"); absent where it is not a list of directories. */
+  searched?: string;
   /** The engines there with their versions, preferred first (empty: none). */
   engines(engine: Engine): Promise<EngineBinary[]>;
   /**
@@ -52,11 +54,14 @@ export function reportedVersion(path: string): string {
   return v;
 }
 
+/** The absolute directories of PATH, in order: the only ones an engine is looked for in. */
+export function pathDirectories(pathEnv: string | undefined): string[] {
+  return (pathEnv ?? "").split(delimiter).filter((d) => d.startsWith("/"));
+}
+
 /** The executables named `engine` in the absolute directories of PATH, in order. */
 export function enginesOnPath(engine: Engine, pathEnv: string | undefined): string[] {
-  return (pathEnv ?? "")
-    .split(delimiter)
-    .filter((d) => d.startsWith("/"))
+  return pathDirectories(pathEnv)
     .map((d) => join(d, engine))
     .filter(executable);
 }

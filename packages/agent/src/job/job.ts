@@ -1,4 +1,11 @@
-import { DroverError, jobTakenAway, type JobAssignment, type JobOutcome, messageOf } from "@drover/protocol";
+import {
+  DroverError,
+  firstSentence,
+  jobTakenAway,
+  type JobAssignment,
+  type JobOutcome,
+  messageOf,
+} from "@drover/protocol";
 import { noopTracer, redactText, type SpanHandle } from "@drover/runtime";
 import { randomUUID } from "node:crypto";
 import { join } from "node:path";
@@ -231,8 +238,9 @@ export class JobRun {
     this.state = "finishing";
     this.keepPlanDir(outcome);
     const seconds = ((Date.now() - started) / 1000).toFixed(1);
+    // The duration before the message: the message's first sentence, kept whole, ends the line.
     this.log.line(
-      `\n[drover] ${a.phase} ${outcome}${where}${message ? `: ${message.split("\n")[0]}` : ""} after ${seconds} s`,
+      `\n[drover] ${a.phase} ${outcome}${where} after ${seconds} s${message ? `: ${firstSentence(message)}` : ""}`,
     );
     await this.finish(outcome, message);
     this.trace.end(
