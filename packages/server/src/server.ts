@@ -1,5 +1,5 @@
 import { DroverError } from "@drover/protocol";
-import { startTelemetryIfSet } from "@drover/runtime";
+import { logDestination, startTelemetryIfSet } from "@drover/runtime";
 import { hostname } from "node:os";
 import { dirname } from "node:path";
 import { pino, type Logger } from "pino";
@@ -41,7 +41,12 @@ export interface StartOptions extends AppOptions {
 
 /** Opens the database (migrating it), starts the HTTP server and the lease sweeper. */
 export async function startServer(config: ServerConfig, options: StartOptions = {}): Promise<RunningServer> {
-  const log = options.logger ?? pino({ level: config.logLevel });
+  const readable = logDestination(config.logFormat, process.stdout);
+  const log =
+    options.logger ??
+    (readable
+      ? pino({ level: config.logLevel, base: undefined, timestamp: false }, readable)
+      : pino({ level: config.logLevel }));
   // A quarter of the lease TTL without one successful round trip eats into agents' margin to
   // renew; such a stall restarts the lease grace (see DatabaseHealth.noteSuccess).
   const db = await openDatabase(config.database, { logger: log, stallMs: config.leaseTtlMs / 4 });
