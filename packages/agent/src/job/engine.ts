@@ -91,7 +91,7 @@ export function resolveEngine(
     if (!path)
       throw new DroverError(
         "not_found",
-        `${engine} is not installed on this agent: put it on PATH or pin a version in ${join(cacheDir, "bin", engine, "<version>")}`,
+        `${engine} is not installed on this agent (PATH searched: ${pathDirectories(pathEnv).join(", ") || "no directory"}): put it on PATH or pin a version in ${join(cacheDir, "bin", engine, "<version>")}`,
       );
     return { path, version: reportedVersion(path) };
   }
