@@ -214,7 +214,10 @@ test("a missing version fails with engine_version_missing; with the fallback a P
   // The fallback still never runs another version.
   const none = await failure(newCache({ pathFallback: true, pathEnv: pathDir }).acquire("terraform", "3.0.0", signal));
   assert.equal(none.reason, "engine_unavailable");
-  assert.match(none.message, /no terraform on PATH satisfies 3\.0\.0 either \(on PATH: 9\.9\.9\)/);
+  assert.match(
+    none.message,
+    /no terraform on PATH satisfies 3\.0\.0 either \(on PATH: 9\.9\.9; searched \/\S*path-bin\)/,
+  );
 });
 
 test("unreachable releases: the fallback decides; a stored version satisfying a constraint still runs", async () => {
@@ -237,6 +240,24 @@ test("unreachable releases: the fallback decides; a stored version satisfying a 
   const offline = await newCache({ dir, releases: dead }).acquire("terraform", "~> 1.0", signal);
   assert.equal(offline.version, "1.2.0");
   assert.equal(reported(offline.path), "1.2.0");
+});
+
+test("no version, no engine on PATH, unreachable releases: the error names the directories and the releases, no constraint", async () => {
+  const dead = {
+    terraform: "http://127.0.0.1:1/terraform",
+    tofu: "http://127.0.0.1:1/tofu",
+    tofuIndex: "http://127.0.0.1:1/tofu/api.json",
+  };
+  const empty = join(root, "empty-bin");
+  mkdirSync(empty, { recursive: true });
+  const none = await failure(
+    newCache({ releases: dead, pathFallback: true, pathEnv: `${empty}:relative` }).acquire("terraform", null, signal),
+  );
+  assert.equal(none.reason, "engine_unavailable");
+  assert.match(none.message, /http:\/\/127\.0\.0\.1:1\/terraform\/index\.json/);
+  assert.match(none.message, new RegExp(`no terraform on PATH either \\(on PATH: none; searched ${empty}\\)`));
+  assert.match(none.message, /set the workspace's engineVersion/);
+  assert.doesNotMatch(none.message, /0\.0\.0/);
 });
 
 test("a stored binary changed on disk is fetched again, never run", async () => {

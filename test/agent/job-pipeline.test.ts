@@ -191,7 +191,7 @@ test("a stage that fails ends the job there: no later stage runs, and the failur
   assert.deepEqual(r.stages, ["fetch", "engine", "extract", "caches", "init"]);
   assert.ok(!r.events.includes("step plan"), r.events.join("\n"));
   assert.deepEqual(r.finished, [{ outcome: "failed", message: "Error: no such provider" }]);
-  assert.match(r.log, /\[drover\] plan failed in stage init: Error: no such provider after/);
+  assert.match(r.log, /\[drover\] plan failed in stage init after [0-9.]+ s: Error: no such provider/);
   assert.equal(r.spans.find((s) => s.name === "init")?.error, "Error: no such provider");
   assert.equal(r.spans.find((s) => s.name === "agent plan")?.error, "Error: no such provider");
 });
@@ -201,7 +201,7 @@ test("a cancel that arrives during a stage lets no further stage start", async (
   assert.deepEqual(r.stages, ["fetch"]);
   assert.ok(!r.events.some((e) => e.startsWith("step ")), r.events.join("\n"));
   assert.deepEqual(r.finished, [{ outcome: "canceled", message: "canceled by request" }]);
-  assert.match(r.log, /\[drover\] plan canceled before stage engine: canceled by request/);
+  assert.match(r.log, /\[drover\] plan canceled before stage engine after [0-9.]+ s: canceled by request/);
 });
 
 test("an agent stop between stages lets no further stage start", async () => {

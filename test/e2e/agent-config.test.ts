@@ -123,7 +123,6 @@ writeFileSync(badTokenFile, "drv_u_abc.def\n");
 // A concurrency the local driver refuses ends the start right after the token was accepted.
 const pastToken = { DROVER_AGENT_CONCURRENCY: "6" };
 const acceptedToken = /DROVER_AGENT_CONCURRENCY must be a whole number from 1 to 5/;
-const refusedToken = /DROVER_TOKEN is not a valid pool token/;
 const precedence: Array<[string, Record<string, string>, string[], RegExp]> = [
   [
     "--token-file beats DROVER_TOKEN",
@@ -135,13 +134,13 @@ const precedence: Array<[string, Record<string, string>, string[], RegExp]> = [
     "--token-file beats DROVER_TOKEN (the file's token is the one used)",
     { ...pastToken, DROVER_TOKEN: token },
     ["--token-file", badTokenFile],
-    refusedToken,
+    new RegExp(`--token-file ${badTokenFile} is not a valid pool token`),
   ],
   [
     "--token beats DROVER_TOKEN_FILE",
     { ...pastToken, DROVER_TOKEN_FILE: goodTokenFile },
     ["--token", "drv_u_abc.def"],
-    refusedToken,
+    /--token is not a valid pool token/,
   ],
   ["--token beats --token-file", pastToken, ["--token", token, "--token-file", badTokenFile], acceptedToken],
   [
@@ -154,7 +153,7 @@ const precedence: Array<[string, Record<string, string>, string[], RegExp]> = [
     "--concurrency beats DROVER_AGENT_CONCURRENCY",
     { DROVER_TOKEN: token, DROVER_AGENT_CONCURRENCY: "2" },
     ["--concurrency", "7"],
-    /DROVER_AGENT_CONCURRENCY must be a whole number from 1 to 5, got "7"/,
+    /--concurrency must be a whole number from 1 to 5, got "7"/,
   ],
 ];
 // Each test starts its own short-lived agent process and waits for it to exit: they share nothing, so a few run at once.

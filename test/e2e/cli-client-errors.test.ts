@@ -66,7 +66,7 @@ test("--timeout refuses a value that is not a whole number of seconds (exit 2)",
   assert.equal(res.code, 2);
   assert.match(
     res.output,
-    /DROVER_CLIENT_TIMEOUT_SECONDS must be a whole number from 1 to 3600, got "soon".*\(invalid_setting\)/,
+    /^drover: --timeout must be a whole number from 1 to 3600, got "soon" \(invalid_setting\) See DROVER_CLIENT_TIMEOUT_SECONDS/,
   );
 });
 

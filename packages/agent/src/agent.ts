@@ -158,6 +158,7 @@ export class Agent {
       }
       if (leftovers.length > 0)
         this.log.info({ removed: leftovers }, "removed run directories an earlier agent process left behind");
+      this.engines?.warnWithoutPathEngines();
     }
     if (this.docker) prepareDataDir(this.config.dataDir, 0o700);
     if (this.config.healthPort > 0) {

@@ -111,29 +111,26 @@ export function loadAgentConfig(env: NodeJS.ProcessEnv, flags: AgentFlags = {}):
   let token =
     tokenFrom === "flag" || (tokenFrom === "env" && fileFrom !== "flag") ? src.get("DROVER_TOKEN") : undefined;
   const tokenFile = token === undefined ? src.get("DROVER_TOKEN_FILE") : undefined;
-  if (tokenFile !== undefined) {
-    try {
-      token = readFileSync(tokenFile, "utf8").trim();
-    } catch (err) {
-      throw new InvalidSettingError(
-        "DROVER_TOKEN_FILE",
-        `DROVER_TOKEN_FILE ${tokenFile} cannot be read: ${messageOf(err)}`,
-        { hint: "Give the path of a file holding the pool token." },
-      );
-    }
-  }
-  const lines = token?.split(/\r?\n/).filter((l) => l.trim() !== "").length ?? 0;
-  if (tokenFile !== undefined && lines > 1)
-    throw new InvalidSettingError(
-      "DROVER_TOKEN_FILE",
-      `DROVER_TOKEN_FILE ${tokenFile} has ${lines} lines; expected one drv_p_ token`,
-      { hint: "Write the token alone: `drover token create --pool <pool> > <file>` does." },
-    );
+  // Errors name what the user gave: `--token-file <path>` is not `DROVER_TOKEN`.
   const flag = (origin: string | undefined, name: string) => (origin === "flag" ? `--${name}` : undefined);
   const tokenSource =
     tokenFile !== undefined
       ? `${flag(fileFrom, "token-file") ?? "DROVER_TOKEN_FILE"} ${tokenFile}`
       : (flag(tokenFrom, "token") ?? "DROVER_TOKEN");
+  if (tokenFile !== undefined) {
+    try {
+      token = readFileSync(tokenFile, "utf8").trim();
+    } catch (err) {
+      throw new InvalidSettingError("DROVER_TOKEN_FILE", `${tokenSource} cannot be read: ${messageOf(err)}`, {
+        hint: "Give the path of a file holding the pool token.",
+      });
+    }
+  }
+  const lines = token?.split(/\r?\n/).filter((l) => l.trim() !== "").length ?? 0;
+  if (tokenFile !== undefined && lines > 1)
+    throw new InvalidSettingError("DROVER_TOKEN_FILE", `${tokenSource} has ${lines} lines; expected one drv_p_ token`, {
+      hint: "Write the token alone: `drover token create --pool <pool> > <file>` does.",
+    });
   if (!token)
     throw new InvalidSettingError(
       "DROVER_TOKEN",
@@ -143,7 +140,7 @@ export function loadAgentConfig(env: NodeJS.ProcessEnv, flags: AgentFlags = {}):
   try {
     claimsUrl = parsePoolToken(token).url;
   } catch (err) {
-    throw new InvalidSettingError("DROVER_TOKEN", `DROVER_TOKEN is not a valid pool token: ${messageOf(err)}`, {
+    throw new InvalidSettingError("DROVER_TOKEN", `${tokenSource} is not a valid pool token: ${messageOf(err)}`, {
       hint: "Create one with `drover token create --pool <pool>`.",
     });
   }

@@ -70,6 +70,7 @@ export async function followRun(
   out: NodeJS.WritableStream,
   reconnect: Reconnect,
   phases: Phase[] = ["plan", "apply"],
+  seen?: (text: Buffer) => void,
 ): Promise<Run> {
   const retry = retrying(runId, reconnect);
   const getRun = () => retry(() => api.call(routes.getRun, { params: { id: runId } }));
@@ -88,7 +89,9 @@ export async function followRun(
           timeoutMs: api.timeoutMs + wait,
         }),
       );
-      await writeWithBackpressure(out, shown.push(res.result));
+      const text = shown.push(res.result);
+      seen?.(text);
+      await writeWithBackpressure(out, text);
       offset = Number(res.headers[logHeaders.nextOffset] ?? offset);
       if (res.headers[logHeaders.complete] === "true") break;
       if (res.result.length === 0) {
@@ -99,7 +102,9 @@ export async function followRun(
         if (phase === "apply" && settled((await getRun()).status)) settledSeen = true;
       }
     }
-    await writeWithBackpressure(out, shown.end());
+    const rest = shown.end();
+    seen?.(rest);
+    await writeWithBackpressure(out, rest);
   }
   let run = await getRun();
   while (!settled(run.status)) {

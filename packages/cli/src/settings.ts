@@ -1,4 +1,4 @@
-import { DroverError, SettingsSource, messageOf } from "@drover/protocol";
+import { DroverError, SettingsSource, messageOf, settingParsers } from "@drover/protocol";
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { dirname, join } from "node:path";
@@ -43,6 +43,16 @@ export function resolveTimeoutMs(
   return new SettingsSource(env, flags).get("DROVER_CLIENT_TIMEOUT_SECONDS") * 1000;
 }
 
+function urlOfFile(url: string, env: NodeJS.ProcessEnv): string {
+  try {
+    return settingParsers.httpUrl(url, "url");
+  } catch (err) {
+    throw new DroverError("bad_request", `the url in ${credentialsPath(env)} ${messageOf(err).replace(/^url /, "")}`, {
+      hint: "Run `drover login` again, or pass --url.",
+    });
+  }
+}
+
 /** Flags first, then DROVER_URL / DROVER_TOKEN, then the credentials file. */
 export function resolveSettings(
   flags: { url?: string | undefined; token?: string | undefined },
@@ -50,7 +60,8 @@ export function resolveSettings(
 ): Settings {
   const file = readCredentials(env);
   const src = new SettingsSource(env, flags);
-  const url = src.get("DROVER_URL") ?? file.url;
+  // A URL from the credentials file is checked as one from --url is, its error naming the file.
+  const url = src.get("DROVER_URL") ?? (file.url === undefined ? undefined : urlOfFile(file.url, env));
   const token = src.get("DROVER_TOKEN") ?? file.token;
   if (!url) throw new DroverError("bad_request", "no server URL: pass --url, set DROVER_URL, or run `drover login`");
   if (!token)

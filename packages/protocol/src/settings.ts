@@ -4,6 +4,7 @@ import { kubernetesSettings } from "./settings/table-kubernetes.js";
 import { serverSettings } from "./settings/table-server.js";
 import {
   invalid,
+  InvalidSettingError,
   type SettingParser,
   type SettingReader,
   type SettingSection,
@@ -113,11 +114,28 @@ export class SettingsSource {
     }
   }
 
+  /**
+   * Parses a value with the error naming what the user wrote: `--url` when the flag gave the
+   * value, the variable otherwise (the error's `setting` stays the variable).
+   */
+  private parse<T>(name: SettingName, raw: string, parse: SettingParser<T>): T {
+    const flag = settings[name].flag;
+    try {
+      return parse(raw, name);
+    } catch (err) {
+      if (!(err instanceof InvalidSettingError) || flag === undefined || this.origin(name) !== "flag") throw err;
+      throw new InvalidSettingError(name, err.message.replaceAll(name, flag), {
+        cause: err,
+        ...(err.hint === undefined ? {} : { hint: err.hint }),
+      });
+    }
+  }
+
   /** The parsed setting, else the table's default. */
   get<N extends SettingName>(name: N): WithDefault<N> {
     const raw = this.raw(name);
     const spec = settings[name] as SettingSpec<SettingValue<N>>;
-    return (raw === undefined ? spec.default : spec.parse(raw, name)) as WithDefault<N>;
+    return (raw === undefined ? spec.default : this.parse(name, raw, spec.parse)) as WithDefault<N>;
   }
 
   /** The parsed setting, else `fallback` (a process whose default differs from the table's). */
@@ -128,14 +146,14 @@ export class SettingsSource {
   ): SettingValue<N> {
     const raw = this.raw(name);
     if (raw === undefined) return fallback;
-    return (parse ?? (settings[name] as SettingSpec<SettingValue<N>>).parse)(raw, name);
+    return this.parse(name, raw, parse ?? (settings[name] as SettingSpec<SettingValue<N>>).parse);
   }
 
   /** The parsed setting; unset fails with what it is for. */
   require<N extends SettingName>(name: N, why: string): SettingValue<N> {
     const raw = this.raw(name);
     if (raw === undefined) invalid(name, `${name} is not set: ${why}`, `Set ${name}.`);
-    return (settings[name] as SettingSpec<SettingValue<N>>).parse(raw, name);
+    return this.parse(name, raw, (settings[name] as SettingSpec<SettingValue<N>>).parse);
   }
 
   /** Whether any variable of the environment is set (not a flag). */

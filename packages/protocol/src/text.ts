@@ -28,3 +28,16 @@ export function singleLineText(max: number) {
     .max(max)
     .refine((s) => !hasControlChars(s), "must not contain control characters (escape sequences, newlines, tabs)");
 }
+
+/**
+ * The first sentence of an error text, on one line: terraform wraps a long error at 80 columns,
+ * so the lines of the first paragraph are joined before the cut at its first full stop.
+ */
+export function firstSentence(text: string): string {
+  const paragraph = (text.trim().split(/\n\s*\n/)[0] ?? "")
+    .split("\n")
+    .map((l) => l.trim())
+    .join(" ");
+  const end = /[.!?](?=\s|$)/.exec(paragraph);
+  return end ? paragraph.slice(0, end.index + 1) : paragraph;
+}

@@ -77,9 +77,14 @@ export class ApiError extends DroverError {
       retryAfterMs?: number | undefined;
       details?: Record<string, unknown>;
       cause?: unknown;
+      hint?: string;
     },
   ) {
-    super(code, message, { details: options.details, cause: options.cause });
+    super(code, message, {
+      details: options.details,
+      cause: options.cause,
+      ...(options.hint === undefined ? {} : { hint: options.hint }),
+    });
     this.name = "ApiError";
     this.httpStatus = options.httpStatus;
     this.retryAfterMs = options.retryAfterMs;
@@ -259,6 +264,18 @@ export class DroverClient {
           { httpStatus: 0, cause: err },
         );
       }
+      if (this.baseUrl.startsWith("https:") && isPlainHttpAnswer(err)) {
+        const plain = this.baseUrl.replace(/^https:/, "http:");
+        throw new ApiError(
+          "server_unreachable",
+          `the server at ${this.baseUrl} did not answer TLS (${at}): the server may not speak HTTPS; try ${plain}`,
+          {
+            httpStatus: 0,
+            cause: err,
+            hint: "Give the http:// URL (--url / DROVER_URL), or serve HTTPS (DROVER_TLS_CERT_FILE and DROVER_TLS_KEY_FILE).",
+          },
+        );
+      }
       throw new ApiError(
         "server_unreachable",
         `cannot reach the Drover server at ${this.baseUrl} (${at}): ${describe(err)}`,
@@ -273,6 +290,18 @@ export class DroverClient {
   async close(): Promise<void> {
     if (this.ownsDispatcher) await this.dispatcher.close();
   }
+}
+
+/**
+ * OpenSSL's reading of a plain-HTTP answer to a TLS hello: its first bytes ("HTTP/1.1 400")
+ * taken as a TLS record header give a bad version or an absurd length.
+ */
+function isPlainHttpAnswer(err: unknown): boolean {
+  for (let e = err; e instanceof Error; e = e.cause) {
+    const code = (e as { code?: unknown }).code;
+    if (code === "ERR_SSL_WRONG_VERSION_NUMBER" || code === "ERR_SSL_PACKET_LENGTH_TOO_LONG") return true;
+  }
+  return false;
 }
 
 function describe(err: unknown): string {

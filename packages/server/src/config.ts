@@ -1,5 +1,11 @@
-import { InvalidSettingError, SettingsSource } from "@drover/protocol";
-import { defaultArchiveLimits, otlpSettings, type ArchiveLimits, type OtlpSettings } from "@drover/runtime";
+import { InvalidSettingError, SettingsSource, type LogFormat } from "@drover/protocol";
+import {
+  defaultArchiveLimits,
+  defaultLogFormat,
+  otlpSettings,
+  type ArchiveLimits,
+  type OtlpSettings,
+} from "@drover/runtime";
 import { resolve, join } from "node:path";
 import type { DatabaseLocation } from "./db/connect.js";
 import { minAdminTokenLength } from "./store/user-tokens.js";
@@ -34,6 +40,7 @@ export interface ServerConfig {
   /** How long the database-derived gauges are reused (DROVER_METRICS_CACHE_SECONDS). */
   metricsCacheMs: number;
   logLevel: string;
+  logFormat: LogFormat;
   tls: { certFile: string; keyFile: string } | undefined;
   /** Diagnostics: check every JSON answer against the route table (DROVER_DIAGNOSTICS_VALIDATE_RESPONSES). */
   validateResponses: boolean;
@@ -50,13 +57,19 @@ export interface ServerFlags {
   publicUrl?: string | undefined;
   adminToken?: string | undefined;
   logLevel?: string | undefined;
+  logFormat?: string | undefined;
 }
 
 /**
  * Reads DROVER_* variables and flags into a ServerConfig (a flag beats its variable). Invalid
  * values throw one clear line.
  */
-export function loadServerConfig(input: { env: NodeJS.ProcessEnv; flags?: ServerFlags }): ServerConfig {
+export function loadServerConfig(input: {
+  env: NodeJS.ProcessEnv;
+  flags?: ServerFlags;
+  /** Whether the log goes to a terminal (default: whether standard output is one). */
+  stdoutIsTty?: boolean;
+}): ServerConfig {
   const flags = input.flags ?? {};
   const src = new SettingsSource(input.env, {
     ...flags,
@@ -132,6 +145,7 @@ export function loadServerConfig(input: { env: NodeJS.ProcessEnv; flags?: Server
     webSessionMs: src.get("DROVER_WEB_SESSION_HOURS") * 60 * 60 * 1000,
     metricsCacheMs: src.get("DROVER_METRICS_CACHE_SECONDS") * 1000,
     logLevel: src.get("DROVER_LOG_LEVEL"),
+    logFormat: src.get("DROVER_LOG_FORMAT") ?? defaultLogFormat(input.stdoutIsTty ?? process.stdout.isTTY),
     tls: tlsCert && tlsKey ? { certFile: tlsCert, keyFile: tlsKey } : undefined,
     validateResponses: src.get("DROVER_DIAGNOSTICS_VALIDATE_RESPONSES"),
     otlp: otlpSettings(src, "server"),

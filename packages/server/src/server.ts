@@ -1,5 +1,5 @@
 import { DroverError } from "@drover/protocol";
-import { startTelemetryIfSet } from "@drover/runtime";
+import { logDestination, startTelemetryIfSet } from "@drover/runtime";
 import { hostname } from "node:os";
 import { dirname } from "node:path";
 import { pino, type Logger } from "pino";
@@ -43,7 +43,12 @@ export interface StartOptions extends AppOptions {
 export async function startServer(config: ServerConfig, options: StartOptions = {}): Promise<RunningServer> {
   // Through process.stdout, not pino's own file-descriptor writer: the process's one guard of a
   // closed stdout covers it, and that writer's exit hook retries a failed write forever (EPIPE).
-  const log = options.logger ?? pino({ level: config.logLevel }, process.stdout);
+  const readable = logDestination(config.logFormat, process.stdout);
+  const log =
+    options.logger ??
+    (readable
+      ? pino({ level: config.logLevel, base: undefined, timestamp: false }, readable)
+      : pino({ level: config.logLevel }, process.stdout));
   // A quarter of the lease TTL without one successful round trip eats into agents' margin to
   // renew; such a stall restarts the lease grace (see DatabaseHealth.noteSuccess).
   const db = await openDatabase(config.database, { logger: log, stallMs: config.leaseTtlMs / 4 });

@@ -1,4 +1,5 @@
 import { sql } from "kysely";
+import { leasedJobStatuses } from "@drover/protocol";
 import type { Logger } from "pino";
 import type { DatabaseHealth } from "./db/health.js";
 import { markSilentAgentsLost, pruneOfflineAgents } from "./store/agents.js";
@@ -8,6 +9,15 @@ import { expireLeases } from "./store/queue.js";
 import { forceOverdueCancels } from "./store/cancels.js";
 
 const offlineRetentionMs = 24 * 60 * 60 * 1000;
+
+async function countLeasedJobs(ctx: StoreContext): Promise<number> {
+  const row = await ctx.db
+    .selectFrom("jobs")
+    .select((eb) => eb.fn.countAll<number | string>().as("n"))
+    .where("status", "in", leasedJobStatuses)
+    .executeTakeFirst();
+  return Number(row?.n ?? 0);
+}
 
 /**
  * Periodically expires job leases and declares silent agents lost. Every server process runs
@@ -40,9 +50,13 @@ export function startSweeper(
       const upFor = ctx.now() - health.since;
       if (upFor < ctx.settings.leaseTtlMs) {
         if (announcedGraceOf !== health.since) {
+          // The wait matters to jobs whose lease was taken before it: at a start with none (the
+          // usual start) the line says nothing an operator needs, so it is debug only.
+          const atStart = announcedGraceOf === -1;
           announcedGraceOf = health.since;
-          log.info(
-            { graceMs: ctx.settings.leaseTtlMs - upFor },
+          const leased = await countLeasedJobs(ctx);
+          (atStart && leased === 0 ? log.debug.bind(log) : log.info.bind(log))(
+            { graceMs: ctx.settings.leaseTtlMs - upFor, leasedJobs: leased },
             "lease expiry waits one lease TTL for agents to heartbeat (server start or database recovery)",
           );
         }

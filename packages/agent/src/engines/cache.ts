@@ -12,7 +12,13 @@ import {
 } from "@drover/protocol";
 import { CacheStore, untilAborted, type CacheCounters } from "../cache/store.js";
 import { mkdirReadable } from "../cache/tree.js";
-import { enginesOnPath, reportedVersion, type EngineBinary, type EngineFallback } from "../job/engine.js";
+import {
+  enginesOnPath,
+  pathDirectories,
+  reportedVersion,
+  type EngineBinary,
+  type EngineFallback,
+} from "../job/engine.js";
 import { terraformPlatform } from "../providers/cache.js";
 import { VerificationError } from "../providers/errors.js";
 import { RegistryClient } from "../providers/registry.js";
@@ -206,9 +212,12 @@ export class EngineCache {
       const found = there.find((b) => versionSatisfies(b.version, want));
       if (!found) {
         const versions = there.map((b) => b.version).join(", ") || "none";
+        const searched = fallback.searched === undefined ? "" : `; searched ${fallback.searched || "no directory"}`;
+        // Without a version any engine would have done: the message names no constraint then.
+        const wants = wanted === null ? "" : ` satisfies ${want}`;
         throw new EngineError(
           "engine_unavailable",
-          `${why}; no ${engine} ${fallback.where} satisfies ${want} either (${fallback.where}: ${versions}): install it, make the releases reachable, or change the workspace's engineVersion`,
+          `${why}; no ${engine} ${fallback.where}${wants} either (${fallback.where}: ${versions}${searched}): install it, make the releases reachable, or ${wanted === null ? "set" : "change"} the workspace's engineVersion`,
         );
       }
       this.options.logger.warn(
@@ -226,10 +235,29 @@ export class EngineCache {
     }
   }
 
+  /**
+   * Says at start when neither engine is on PATH: a workspace without an engineVersion then
+   * makes the first run download the newest release, which an offline machine cannot.
+   */
+  warnWithoutPathEngines(): void {
+    const pathEnv = this.options.pathEnv;
+    if (enginesOnPath("terraform", pathEnv).length > 0 || enginesOnPath("tofu", pathEnv).length > 0) return;
+    const terraform = this.layout("terraform").indexUrl;
+    this.options.logger.warn(
+      {
+        searched: pathDirectories(pathEnv).join(", "),
+        releases: terraform,
+        tofuReleases: this.layout("tofu").indexUrl,
+      },
+      `no terraform or tofu on PATH: runs of workspaces without an engineVersion will download the newest release (terraform: from ${terraform})`,
+    );
+  }
+
   /** The engines on this process's PATH. */
   private get pathEngines(): EngineFallback {
     return {
       where: "on PATH",
+      searched: pathDirectories(this.options.pathEnv).join(", "),
       engines: async (engine) =>
         enginesOnPath(engine, this.options.pathEnv).map((path) => ({ path, version: reportedVersion(path) })),
     };

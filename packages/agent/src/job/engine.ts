@@ -13,6 +13,8 @@ export interface EngineBinary {
 export interface EngineFallback {
   /** Where they are, for messages: "on PATH", "in the runner image". */
   where: string;
+  /** What was looked through, for messages ("/usr/local/bin, /usr/bin"); absent where it is not a list of directories. */
+  searched?: string;
   /** The engines there with their versions, preferred first (empty: none). */
   engines(engine: Engine): Promise<EngineBinary[]>;
   /**
@@ -52,11 +54,14 @@ export function reportedVersion(path: string): string {
   return v;
 }
 
+/** The absolute directories of PATH, in order: the only ones an engine is looked for in. */
+export function pathDirectories(pathEnv: string | undefined): string[] {
+  return (pathEnv ?? "").split(delimiter).filter((d) => d.startsWith("/"));
+}
+
 /** The executables named `engine` in the absolute directories of PATH, in order. */
 export function enginesOnPath(engine: Engine, pathEnv: string | undefined): string[] {
-  return (pathEnv ?? "")
-    .split(delimiter)
-    .filter((d) => d.startsWith("/"))
+  return pathDirectories(pathEnv)
     .map((d) => join(d, engine))
     .filter(executable);
 }
@@ -86,7 +91,7 @@ export function resolveEngine(
     if (!path)
       throw new DroverError(
         "not_found",
-        `${engine} is not installed on this agent: put it on PATH or pin a version in ${join(cacheDir, "bin", engine, "<version>")}`,
+        `${engine} is not installed on this agent (PATH searched: ${pathDirectories(pathEnv).join(", ") || "no directory"}): put it on PATH or pin a version in ${join(cacheDir, "bin", engine, "<version>")}`,
       );
     return { path, version: reportedVersion(path) };
   }

@@ -1,4 +1,11 @@
-import { DroverError, jobTakenAway, type JobAssignment, type JobOutcome, messageOf } from "@drover/protocol";
+import {
+  DroverError,
+  firstSentence,
+  jobTakenAway,
+  type JobAssignment,
+  type JobOutcome,
+  messageOf,
+} from "@drover/protocol";
 import { noopTracer, redactText, type SpanHandle } from "@drover/runtime";
 import { randomUUID } from "node:crypto";
 import { join } from "node:path";
@@ -210,6 +217,8 @@ export class JobRun {
     let outcome: JobOutcome = "succeeded";
     let message: string | null = null;
     let where = "";
+    // Terraform's error block is in the log already: the outcome line quotes its first sentence only.
+    let inLog = false;
     try {
       await runPipeline(this.stages, this.context, {
         interruption: () => this.interruption(),
@@ -220,6 +229,7 @@ export class JobRun {
       const cause = err instanceof StageError ? err.cause : err;
       if (err instanceof StageError) where = ` ${err.before ? "before" : "in"} stage ${err.stage}`;
       [outcome, message] = outcomeOf(cause);
+      inLog = cause instanceof StepFailed && cause.output !== "";
     }
     await this.steps.end();
     if (this.stopSignalled)
@@ -231,9 +241,9 @@ export class JobRun {
     this.state = "finishing";
     this.keepPlanDir(outcome);
     const seconds = ((Date.now() - started) / 1000).toFixed(1);
-    this.log.line(
-      `\n[drover] ${a.phase} ${outcome}${where}${message ? `: ${message.split("\n")[0]}` : ""} after ${seconds} s`,
-    );
+    // The duration before the message, which ends the line: whole, or terraform's first sentence.
+    const quoted = message === null || this.stopSignalled || this.canceled || !inLog ? message : firstSentence(message);
+    this.log.line(`\n[drover] ${a.phase} ${outcome}${where} after ${seconds} s${quoted ? `: ${quoted}` : ""}`);
     await this.finish(outcome, message);
     this.trace.end(
       { "drover.outcome": outcome, ...(where ? { "drover.stage": where.trim() } : {}) },

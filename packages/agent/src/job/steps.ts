@@ -9,7 +9,14 @@ import type { RunUser } from "../runners/run-user.js";
 import type { Runner } from "../runners/runner.js";
 
 /** A step that exited non-zero: the run failed (terraform's error is in the message). */
-export class StepFailed extends Error {}
+export class StepFailed extends Error {
+  /** The step's output tail, redacted (empty for a hook or a capture). */
+  readonly output: string;
+  constructor(message: string, output = "") {
+    super(message);
+    this.output = output;
+  }
+}
 
 /** What a job's steps need to know of it. */
 export interface StepsOptions {
@@ -91,7 +98,7 @@ export class Steps {
       this.check();
       // Redacted before it is cut to an excerpt: a cut through a secret would leave a part of it.
       const output = redactText(Buffer.concat(this.tail).toString("utf8"), this.o.secrets());
-      throw new StepFailed(errorExcerpt(output) ?? `${this.o.engine} ${args[0]} exited with code ${code}`);
+      throw new StepFailed(errorExcerpt(output) ?? `${this.o.engine} ${args[0]} exited with code ${code}`, output);
     }
     return code;
   }

@@ -5,7 +5,7 @@ import type { Command } from "commander";
 import { runsUntilSignalled } from "../stdio.js";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { writeCredentials } from "../settings.js";
+import { credentialsPath, readCredentials, writeCredentials } from "../settings.js";
 
 /** Reads a secret kept in the data dir, creating it once. */
 function keep(path: string, make: () => string): string {
@@ -13,6 +13,28 @@ function keep(path: string, make: () => string): string {
   const value = make();
   writeFileSync(path, value + "\n", { mode: 0o600 });
   return value;
+}
+
+/**
+ * Logs the CLI in to the quickstart's server. A login to another server (`drover login`) is
+ * kept: the quickstart's credentials then go to a config dir of its own in its data dir.
+ */
+function logIn(
+  dataDir: string,
+  url: string,
+  token: string,
+): { credentials: string; kept?: string; keptIn?: string; configDir?: string } {
+  let earlier: string | undefined;
+  try {
+    earlier = readCredentials().url;
+  } catch {
+    // A file that does not parse is someone's too: left as it is.
+    earlier = "not readable";
+  }
+  if (earlier === undefined || earlier === url) return { credentials: writeCredentials({ url, token }) };
+  const configDir = join(dataDir, "cli-config");
+  const credentials = writeCredentials({ url, token }, { ...process.env, DROVER_CONFIG_DIR: configDir });
+  return { credentials, kept: earlier, keptIn: credentialsPath(), configDir };
 }
 
 /**
@@ -39,7 +61,7 @@ export function registerQuickstartCommand(program: Command): void {
         }),
       );
       const api = new DroverClient({ baseUrl: server.url, token: adminToken });
-      const credentials = writeCredentials({ url: server.url, token: adminToken });
+      const login = logIn(dataDir, server.url, adminToken);
 
       const pools = (await api.call(routes.listPools, {})).items;
       if (!pools.some((p) => p.name === "default")) await api.call(routes.createPool, { body: { name: "default" } });
@@ -84,8 +106,14 @@ export function registerQuickstartCommand(program: Command): void {
         [
           "",
           `Drover is running: server ${server.url} (SQLite in ${dataDir}), agent "${agentConfig.name}" in pool "default".`,
-          `The CLI is logged in (${credentials}). In another terminal, from this directory:`,
-          "",
+          ...(login.kept
+            ? [
+                `Your earlier login (${login.kept}, in ${login.keptIn}) is kept; the quickstart's is in ${login.credentials}.`,
+                "In another terminal, from this directory:",
+                "",
+                `  export DROVER_CONFIG_DIR=${login.configDir}`,
+              ]
+            : [`The CLI is logged in (${login.credentials}). In another terminal, from this directory:`, ""]),
           `  ${cli} run start examples/hello --workspace hello --auto-apply`,
           `  ${cli} output --workspace hello`,
           `  ${cli} run list --workspace hello`,

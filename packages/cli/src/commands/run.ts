@@ -1,4 +1,12 @@
-import { DroverError, escapeControlChars, isTerminalRun, routes, type Phase, type Run } from "@drover/protocol";
+import {
+  DroverError,
+  escapeControlChars,
+  firstSentence,
+  isTerminalRun,
+  routes,
+  type Phase,
+  type Run,
+} from "@drover/protocol";
 import { configurationFiles, configurationFileSuffixes, type DroverClient } from "@drover/runtime";
 import { Option, type Command } from "commander";
 import { existsSync, readdirSync, statSync } from "node:fs";
@@ -23,8 +31,10 @@ const planOptionLines = (r: Run): string[] => [
 
 // The error message is the agent's text: escaped again here, so a message stored before the
 // server escaped them cannot drive the terminal either.
-const summary = (r: Run) =>
-  `Run ${r.id}: ${r.status}${r.planSummary ? ` (plan: ${r.planSummary.add} to add, ${r.planSummary.change} to change, ${r.planSummary.destroy} to destroy)` : ""}${r.errorMessage ? `\n${escapeControlChars(r.errorMessage)}` : ""}`;
+// A message the followed log already ended with (the agent's last line quotes its first
+// sentence, terraform's error block precedes it) is not printed a second time.
+const summary = (r: Run, shownLog = "") =>
+  `Run ${r.id}: ${r.status}${r.planSummary ? ` (plan: ${r.planSummary.add} to add, ${r.planSummary.change} to change, ${r.planSummary.destroy} to destroy)` : ""}${r.errorMessage && !shownLog.includes(escapeControlChars(firstSentence(r.errorMessage))) ? `\n${escapeControlChars(r.errorMessage)}` : ""}`;
 
 /**
  * Refuses a directory with no configuration file where the workspace runs terraform: such a run
@@ -57,12 +67,16 @@ async function followAndReport(
   phases?: Phase[],
 ): Promise<void> {
   let final = run;
+  // The log's end, where the agent's outcome line is.
+  let tail = Buffer.alloc(0);
   if (opts.follow !== false)
-    final = await followRun(api, run.id, opts.json ? io().stderr : io().stdout, reconnectOf(), phases);
+    final = await followRun(api, run.id, opts.json ? io().stderr : io().stdout, reconnectOf(), phases, (text) => {
+      tail = Buffer.concat([tail, text]).subarray(-16_384);
+    });
   if (opts.json) io().stdout.write(jsonText(final) + "\n");
   else
     io().stdout.write(
-      `\n${escapeControlChars(summary(final))}${final.status === "planned" ? `\nConfirm with: drover run confirm ${final.id}` : ""}\n`,
+      `\n${escapeControlChars(summary(final, tail.toString("utf8")))}${final.status === "planned" ? `\nConfirm with: drover run confirm ${final.id}` : ""}\n`,
     );
   io().exitCode = opts.follow === false ? 0 : exitCodeFor(final.status);
 }
@@ -138,7 +152,7 @@ export function registerRunCommands(program: Command): void {
     });
   withCommon(run.command("discard <runId>").description("Discard a planned run")).action(
     async (id: string, opts: CommonOptions) => {
-      emit(opts, await apiFor(opts).call(routes.discardRun, { params: { id } }), summary);
+      emit(opts, await apiFor(opts).call(routes.discardRun, { params: { id } }), (x) => summary(x));
     },
   );
   withCommon(run.command("cancel <runId>").description("Cancel a run"))

@@ -10,6 +10,7 @@ interface ServerOptions {
   databaseUrl?: string;
   publicUrl?: string;
   logLevel?: string;
+  logFormat?: string;
 }
 
 /** `drover server`: the control plane. Runs until SIGINT/SIGTERM. */
@@ -25,6 +26,10 @@ export function registerServerCommand(program: Command): void {
     .option("--database-url <url>", "postgres://… or sqlite:<path> (DROVER_DATABASE_URL)")
     .option("--public-url <url>", "how agents reach this server; embedded in pool tokens (DROVER_PUBLIC_URL)")
     .option("--log-level <level>", "pino log level (DROVER_LOG_LEVEL, default info)")
+    .option(
+      "--log-format <format>",
+      "json, plain or dev (DROVER_LOG_FORMAT; default plain on a terminal, json otherwise)",
+    )
     .action(async (opts: ServerOptions) => {
       runsUntilSignalled();
       // Loaded here, not at start-up: agents and user commands never pay for the server.

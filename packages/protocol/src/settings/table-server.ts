@@ -1,4 +1,15 @@
-import { text, bool, intIn, secondsFrom, oneOf, httpUrl, keyValues, ratio, otelSamplers } from "./parsers.js";
+import {
+  text,
+  bool,
+  intIn,
+  secondsFrom,
+  oneOf,
+  httpUrl,
+  keyValues,
+  ratio,
+  otelSamplers,
+  logFormats,
+} from "./parsers.js";
 import { setting, exporters } from "./spec.js";
 
 /** The settings of the server. */
@@ -247,6 +258,14 @@ export const serverSettings = {
     default: false,
     readers: ["server"],
     parse: bool,
+    section: "server",
+  }),
+  DROVER_LOG_FORMAT: setting({
+    flag: "--log-format",
+    doc: "`json`, `plain` (one readable line per event), `dev` (`plain` with the time)",
+    defaultText: "`plain` when standard output is a terminal, else `json`",
+    readers: ["server"],
+    parse: oneOf(logFormats),
     section: "server",
   }),
   DROVER_LOG_LEVEL: setting({

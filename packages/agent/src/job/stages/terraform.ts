@@ -6,6 +6,7 @@ import type { Stage } from "../pipeline.js";
 import { PlanLineScanner, planSucceededCodes, summaryOfPlanOutput } from "../plan-summary.js";
 import { outputsOfState } from "../state-outputs.js";
 import { hookPath } from "./prepare.js";
+import { StepFailed } from "../steps.js";
 
 /** The engine binary the engine stage found. */
 function binaryOf(c: JobContext): EngineBinary {
@@ -48,12 +49,30 @@ export const plan: Stage = {
     if (c.assignment.refreshOnly) args.push("-refresh-only");
     for (const t of c.assignment.targets) args.push(`-target=${t}`);
     for (const r of c.assignment.replaces) args.push(`-replace=${r}`);
-    const code = await c.steps.step(binaryOf(c), args, c.workDir, c.env, planSucceededCodes, (chunk) =>
-      planLine.push(chunk),
-    );
+    const code = await c.steps
+      .step(binaryOf(c), args, c.workDir, c.env, planSucceededCodes, (chunk) => planLine.push(chunk))
+      .catch((err: unknown) => {
+        throw withVariableHint(c, err);
+      });
     c.planSummary = summaryOfPlanOutput(code, planLine.end());
   },
 };
+
+/**
+ * Terraform's advice for a missing variable is a command-line flag no Drover user passes: the
+ * failure also says how to set it on the workspace.
+ */
+function withVariableHint(c: JobContext, err: unknown): unknown {
+  if (!(err instanceof StepFailed)) return err;
+  const names = [...err.output.matchAll(/The root module input variable "([^"]+)" is not set/g)].map((m) => m[1]);
+  if (names.length === 0) return err;
+  const ws = c.assignment.workspace.name;
+  const hint = [...new Set(names)]
+    .map((n) => `[drover] set ${n} with: drover workspace set-var ${ws} ${n}=…`)
+    .join("\n");
+  c.log.line(hint);
+  return new StepFailed(`${err.message}\n\n${hint}`, err.output);
+}
 
 export const apply: Stage = {
   name: "apply",
