@@ -29,8 +29,8 @@ test("listings and show name the workspace and pool; -w names the workspace in e
     assert.equal(shown.code, 0, shown.stderr);
     assert.match(shown.stdout, new RegExp(`pool: ${stack.pool} `), shown.stdout);
     assert.doesNotMatch(shown.stdout, new RegExp(poolId));
-    assert.match(shown.stdout, /region\s+terraform\s+eu/);
-    assert.match(shown.stdout, /zone\s+terraform\s+a/);
+    assert.match(shown.stdout, /region\s+terraform\s+no\s+eu/);
+    assert.match(shown.stdout, /zone\s+terraform\s+no\s+a/);
   }
   const both = await stack.cli(["workspace", "show", "named", "-w", "other"]);
   assert.equal(both.code, 2);

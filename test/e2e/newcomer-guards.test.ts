@@ -9,6 +9,7 @@ import { after, before, test } from "node:test";
 import { routes } from "@drover/protocol";
 import { rawTarGz } from "../support/archives.js";
 import { droverBin, spawnDrover } from "../support/processes.js";
+import { pollWait } from "../support/poll.js";
 import { startStack, writeConfig, type Stack } from "../support/stack.js";
 
 // What a new user trips over on the first day (issue 30's blocker and dangerous points), with
@@ -60,13 +61,15 @@ test("`token create > file` writes a token file an agent runs with; refused, the
   }
 });
 
-async function waitForAgent(name: string): Promise<void> {
-  for (let i = 0; i < 600; i++) {
+/** Waits until the agent is registered (and, with `idle`, has reported no running job: it reports at its next heartbeat). */
+async function waitForAgent(name: string, idle = false): Promise<void> {
+  for (let attempt = 0; attempt < 1200; attempt++) {
     const listed = await stack.server.api(routes.listAgents, { query: { pool: stack.pool } });
-    if (listed.body.items.some((a: any) => a.name === name && a.status !== "offline")) return;
-    await new Promise((r) => setTimeout(r, 100));
+    const agent = listed.body.items.find((a: any) => a.name === name && a.status !== "offline");
+    if (agent && (!idle || (agent.status === "idle" && agent.runningJobs === 0))) return;
+    await pollWait(attempt);
   }
-  assert.fail(`agent ${name} did not register`);
+  assert.fail(`agent ${name} did not register${idle ? " or did not become idle" : ""}`);
 }
 
 test("a token file holding more than the token stops the agent at start with exit 2 and one line", async () => {
@@ -138,6 +141,8 @@ test("a plan that destroys everything is not auto-applied without --allow-destro
 });
 
 test("agent list shows each agent with its pool, status, driver, version and running jobs", async () => {
+  // The previous test's run has just ended; its agent says so at its next heartbeat.
+  await waitForAgent("guard-agent", true);
   const res = await stack.cli(["agent", "list", "--pool", stack.pool]);
   assert.equal(res.code, 0, res.stderr);
   const [header, ...rows] = res.stdout.trim().split("\n");
