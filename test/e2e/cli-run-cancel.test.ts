@@ -35,6 +35,7 @@ const run = (status: RunStatus): Run => ({
   planJobId: "job_p",
   applyJobId: "job_a",
   createdBy: null,
+  source: null,
   createdAt: new Date(0).toISOString(),
   updatedAt: new Date(0).toISOString(),
 });

@@ -8,3 +8,4 @@
 export * from "./schemas/common.js";
 export * from "./schemas/user.js";
 export * from "./schemas/agent.js";
+export * from "./schemas/vcs.js";

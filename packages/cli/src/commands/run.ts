@@ -9,6 +9,7 @@ import { io } from "../io.js";
 import { followRun } from "../follow.js";
 import { printPhaseLog } from "../logs.js";
 import { packDirectory } from "../pack.js";
+import { commitOf } from "./vcs.js";
 
 // The error message is the agent's text: escaped again here, so a message stored before the
 // server escaped them cannot drive the terminal either.
@@ -138,6 +139,7 @@ export function registerRunCommands(program: Command): void {
     emit(opts, { ...r, jobs }, (d) =>
       [
         summary(d),
+        ...(d.source ? [`commit ${commitOf(d)} (${d.source.repository} ${d.source.branch}, ${d.source.author})`] : []),
         "",
         table(
           ["PHASE", "JOB", "STATUS", "ATTEMPT", "AGENT"],
@@ -168,8 +170,14 @@ export function registerRunCommands(program: Command): void {
         });
         if (ws) names.set(wsId, ws.name);
       }
-      const rows = items.map((r) => [r.id, names.get(r.workspaceId) ?? r.workspaceId, r.status, r.createdAt]);
-      emit(opts, items, () => table(["RUN", "WORKSPACE", "STATUS", "CREATED"], rows));
+      const rows = items.map((r) => [
+        r.id,
+        names.get(r.workspaceId) ?? r.workspaceId,
+        r.status,
+        r.createdAt,
+        commitOf(r) || "-",
+      ]);
+      emit(opts, items, () => table(["RUN", "WORKSPACE", "STATUS", "CREATED", "COMMIT"], rows));
     });
   withCommon(run.command("logs <runId>").description("Print a run's logs (plan, then apply), every byte stored so far"))
     .option("--follow", "keep printing as the run goes on, until it settles")

@@ -2,6 +2,7 @@ import { DroverError, routes, type Engine } from "@drover/protocol";
 import { readSecret } from "../secret-input.js";
 import type { Command } from "commander";
 import { apiFor, emit, table, withCommon, type CommonOptions } from "../command-kit.js";
+import { registerWorkspaceLinkCommands } from "./vcs.js";
 
 /** Splits `KEY=VALUE`; the value may contain '='. */
 export function parseAssignment(text: string): { key: string; value: string } {
@@ -157,4 +158,5 @@ export function registerWorkspaceCommands(program: Command): void {
       });
       emit(opts, { deleted: key }, () => `Deleted ${key} from ${name}`);
     });
+  registerWorkspaceLinkCommands(ws);
 }

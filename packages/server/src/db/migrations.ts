@@ -3,6 +3,7 @@ import type { Dialect } from "./schema.js";
 import { types } from "./column-types.js";
 import { destroyGuard } from "./migrations-destroy-guard.js";
 import { runCreator, runListIndexes, webSessions } from "./migrations-web.js";
+import { vcs } from "./migrations-vcs.js";
 
 /*
  * The one migration history, applied at server start on either database. Column types
@@ -420,6 +421,7 @@ export function migrationProvider(dialect: Dialect): MigrationProvider {
       "0059_run_list_indexes": runListIndexes(),
       "0060_run_creator": runCreator(),
       "0061_destroy_guard": destroyGuard(),
+      "0064_vcs": vcs(dialect),
     }),
   };
 }

@@ -6,6 +6,7 @@ import {
   type JobOutcome,
   type Phase,
   type Run,
+  type RunSource,
   type RunStatus,
 } from "@drover/protocol";
 import type { Selectable, Transaction } from "kysely";
@@ -49,6 +50,16 @@ const toRun = (r: RunRow): Run => ({
   planJobId: r.plan_job_id,
   createdBy: r.created_by,
   applyJobId: r.apply_job_id,
+  source:
+    r.source_commit_sha === null
+      ? null
+      : {
+          repository: r.source_repository ?? "",
+          branch: r.source_branch ?? "",
+          commitSha: r.source_commit_sha,
+          message: r.source_message ?? "",
+          author: r.source_author ?? "",
+        },
   createdAt: iso(r.created_at),
   updatedAt: iso(r.updated_at),
 });
@@ -87,6 +98,8 @@ export interface CreateRunInput {
   allowDestroyAll?: boolean | undefined;
   /** The user token that starts it: its description is kept as who started the run. */
   createdByTokenId?: string | undefined;
+  /** The commit of a linked repository the configuration was fetched from. */
+  source?: RunSource | undefined;
 }
 
 /** Creates a run; it is queued at once when the workspace is free, else pending behind the active one. */
@@ -135,6 +148,11 @@ export async function createRun(ctx: StoreContext, input: CreateRunInput): Promi
         created_by: creator?.description ?? null,
         destroys_all: null,
         allow_destroy_all: input.allowDestroyAll ? 1 : 0,
+        source_repository: input.source?.repository ?? null,
+        source_branch: input.source?.branch ?? null,
+        source_commit_sha: input.source?.commitSha ?? null,
+        source_message: input.source?.message ?? null,
+        source_author: input.source?.author ?? null,
         created_at: now,
         updated_at: now,
       })
