@@ -12,7 +12,8 @@ export function registerVcsCommands(program: Command): void {
   const vcs = program.command("vcs").description("VCS connections: where linked workspaces get their configuration");
   withCommon(vcs.command("connect <name>").description("Connect a GitHub or GitLab by token (stored write-only)"))
     .addOption(new Option("--provider <provider>", "the VCS").choices(["github", "gitlab"]).makeOptionMandatory())
-    .requiredOption("--url <base>", "web/git base URL, e.g. https://github.com or https://gitlab.example.com")
+    // Not --url: every command's --url is the Drover server's.
+    .requiredOption("--vcs-url <base>", "web/git base URL, e.g. https://github.com or https://gitlab.example.com")
     .option("--api-url <url>", "API base URL, when it is not derived from --url")
     .option("--token-file <path>", "read the token from this file")
     .option("--token-stdin", "read the token from standard input")
@@ -21,7 +22,7 @@ export function registerVcsCommands(program: Command): void {
         name: string,
         opts: CommonOptions & {
           provider: VcsProvider;
-          url: string;
+          vcsUrl: string;
           apiUrl?: string;
           tokenFile?: string;
           tokenStdin?: boolean;
@@ -34,7 +35,7 @@ export function registerVcsCommands(program: Command): void {
           );
         const token = await readSecret(opts.tokenStdin ? "-" : (opts.tokenFile ?? "-"), "token");
         const created = await apiFor(opts).call(routes.createVcsConnection, {
-          body: { name, provider: opts.provider, url: opts.url, apiUrl: opts.apiUrl ?? null, token },
+          body: { name, provider: opts.provider, url: opts.vcsUrl, apiUrl: opts.apiUrl ?? null, token },
         });
         emit(opts, created, (c) => `Connected ${c.provider} ${c.url} as ${c.name} (${c.id})`);
       },
