@@ -199,6 +199,8 @@ test("a linked branch's commits run and apply; a commit without configuration is
   );
   const fourth = commit("Back again", { "main.tf": tf("four") });
   const outcomes = await stack.server.pollVcs();
+  // The failing link does not keep the poll from the other one.
+  assert.deepEqual(outcomes.map((o) => o.workspace).sort(), ["infra", "wrong"]);
   const wrong = outcomes.find((o) => o.workspace === "wrong");
   assert.match(wrong?.failed ?? "", /the VCS refused the connection's token for org\/infra/);
   assert.ok(!(wrong?.failed ?? "").includes("WRONGtoken"), wrong?.failed);
