@@ -53,7 +53,6 @@ for (const backend of backends) {
         name,
         provider: "gitlab",
         url: "https://gitlab.example.com",
-        apiUrl: null,
         token,
       });
       assert.equal(conn.authKind, "token");
@@ -65,7 +64,7 @@ for (const backend of backends) {
       assert.ok(!shown.includes(token), shown);
       assert.equal((await store.vcsCredential(ctx, conn.id)).token, token);
       await rejectsWith(
-        store.createVcsConnection(ctx, { name, provider: "github", url: "https://github.com", apiUrl: null, token }),
+        store.createVcsConnection(ctx, { name, provider: "github", url: "https://github.com", token }),
         "already_exists",
         /already exists/,
       );
@@ -76,14 +75,12 @@ for (const backend of backends) {
         name: unique("gh"),
         provider: "github",
         url: "https://github.com",
-        apiUrl: null,
         token,
       });
       const gl = await store.createVcsConnection(ctx, {
         name: unique("gl"),
         provider: "gitlab",
         url: "https://gitlab.example.com",
-        apiUrl: null,
         token,
       });
       const ws = await workspace();
@@ -111,7 +108,6 @@ for (const backend of backends) {
         name: unique("gh"),
         provider: "github",
         url: "https://github.com",
-        apiUrl: null,
         token,
       });
       const ws = await workspace();

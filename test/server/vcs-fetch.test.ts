@@ -102,6 +102,49 @@ test("two server processes polling at once start one run for a new commit", asyn
   assert.equal((await a.api(routes.listRuns, { query: { workspace: "race" } })).body.items.length, 1);
 });
 
+test("trigger paths: a commit starts a run when it changes a matching file or the working directory", async () => {
+  const [a] = servers as [TestServer];
+  repository("mono", { "README.md": "" }, (work) => {
+    mkdirSync(join(work, "envs", "prod"), { recursive: true });
+    mkdirSync(join(work, "modules", "net"), { recursive: true });
+    writeFileSync(join(work, "envs", "prod", "main.tf"), "");
+    writeFileSync(join(work, "modules", "net", "main.tf"), "");
+  });
+  await a.api(routes.createWorkspace, { body: { name: "mono", pool: "p", workingDirectory: "envs/prod" } });
+  const linkedMono = await a.api(routes.linkWorkspaceVcs, {
+    params: { ws: "mono" },
+    body: { connection: "gl", repository: "group/mono", branch: "main", triggerPaths: ["modules/**"] },
+  });
+  assert.equal(linkedMono.status, 200, JSON.stringify(linkedMono.body));
+  const work = join(root, "work-mono");
+  const commit = async (path: string): Promise<{ sha: string; outcome: string }> => {
+    writeFileSync(join(work, path), `changed ${Date.now()} ${Math.random()}\n`);
+    sh(work, "add", "-A");
+    sh(work, "commit", "-q", "-m", `change ${path}`);
+    sh(work, "push", "-q", join(root, "group/mono.git"), "HEAD:main");
+    const outcome = (await a.pollVcs()).find((o) => o.workspace === "mono");
+    return {
+      sha: sh(work, "rev-parse", "HEAD"),
+      outcome: outcome?.started ? "started" : (outcome?.skipped ?? JSON.stringify(outcome)),
+    };
+  };
+  // The first commit seen always runs: there is nothing to compare it with.
+  assert.ok((await a.pollVcs()).find((o) => o.workspace === "mono")?.started);
+  assert.deepEqual(await commit("README.md").then((c) => c.outcome), "no changed file matches the trigger paths");
+  const viaModule = await commit("modules/net/main.tf");
+  assert.equal(viaModule.outcome, "started");
+  assert.equal((await commit("envs/prod/main.tf")).outcome, "started", "the working directory always triggers");
+  assert.equal((await commit("README.md")).outcome, "no changed file matches the trigger paths");
+  const runs = (await a.api(routes.listRuns, { query: { workspace: "mono" } })).body.items;
+  assert.equal(runs.length, 3);
+  assert.ok(runs.some((r: { source: { commitSha: string } }) => r.source.commitSha === viaModule.sha));
+  // A skipped commit still counts as seen: the next comparison starts from it.
+  assert.equal(
+    (await a.api(routes.getWorkspaceVcs, { params: { ws: "mono" } })).body.lastCommitSha,
+    sh(work, "rev-parse", "HEAD"),
+  );
+});
+
 test("an archive over DROVER_MAX_CONFIGURATION_MB and a symlink out of the repository are refused, with no run", async () => {
   const [a] = servers as [TestServer];
   repository("big", { "main.tf": "", "blob.bin": randomBytes(1_200_000).toString("base64") });

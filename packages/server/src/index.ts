@@ -22,4 +22,5 @@ export { registrar, answered, type Registrar, type ServeOptions } from "./http/s
 export type { Authenticators, Callers } from "./http/auth.js";
 export type { PollOutcome } from "./vcs/poller.js";
 export { branchHead, fetchCommit, type GitDeadlines } from "./vcs/fetch.js";
+export { commitTriggers, globPattern } from "./vcs/triggers.js";
 export { createMetrics, type MetricsOptions, type ServerMetrics } from "./metrics.js";

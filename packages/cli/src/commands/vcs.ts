@@ -14,7 +14,6 @@ export function registerVcsCommands(program: Command): void {
     .addOption(new Option("--provider <provider>", "the VCS").choices(["github", "gitlab"]).makeOptionMandatory())
     // Not --url: every command's --url is the Drover server's.
     .requiredOption("--vcs-url <base>", "web/git base URL, e.g. https://github.com or https://gitlab.example.com")
-    .option("--api-url <url>", "API base URL, when it is not derived from --url")
     .option("--token-file <path>", "read the token from this file")
     .option("--token-stdin", "read the token from standard input")
     .action(
@@ -23,7 +22,6 @@ export function registerVcsCommands(program: Command): void {
         opts: CommonOptions & {
           provider: VcsProvider;
           vcsUrl: string;
-          apiUrl?: string;
           tokenFile?: string;
           tokenStdin?: boolean;
         },
@@ -35,7 +33,7 @@ export function registerVcsCommands(program: Command): void {
           );
         const token = await readSecret(opts.tokenStdin ? "-" : (opts.tokenFile ?? "-"), "token");
         const created = await apiFor(opts).call(routes.createVcsConnection, {
-          body: { name, provider: opts.provider, url: opts.vcsUrl, apiUrl: opts.apiUrl ?? null, token },
+          body: { name, provider: opts.provider, url: opts.vcsUrl, token },
         });
         emit(opts, created, (c) => `Connected ${c.provider} ${c.url} as ${c.name} (${c.id})`);
       },
@@ -63,7 +61,12 @@ export function registerWorkspaceLinkCommands(ws: Command): void {
     .requiredOption("--vcs <connection>", "VCS connection (drover vcs list)")
     .requiredOption("--repo <path>", "owner/name (GitHub) or group/…/project (GitLab)")
     .requiredOption("--branch <branch>", "branch whose new commits start runs")
-    .option("--trigger <glob>", "trigger path (repeatable)", (v: string, all: string[]) => [...all, v], [])
+    .option(
+      "--trigger <glob>",
+      "run only for commits changing a file that matches this glob, or one in the working directory (repeatable)",
+      (v: string, all: string[]) => [...all, v],
+      [],
+    )
     .action(
       async (name: string, opts: CommonOptions & { vcs: string; repo: string; branch: string; trigger: string[] }) => {
         const link = await apiFor(opts).call(routes.linkWorkspaceVcs, {

@@ -48,8 +48,6 @@ export const vcsConnectionSchema = z.object({
   provider: vcsProviderSchema,
   /** The web and git base, e.g. https://github.com or https://gitlab.example.com. */
   url: z.string(),
-  /** The API base, when it is not derived from `url`. */
-  apiUrl: z.string().nullable(),
   /** How the server authenticates; the secret itself is never returned. */
   authKind: z.literal("token"),
   createdAt: z.string(),
@@ -59,7 +57,6 @@ export const createVcsConnectionSchema = z.object({
   name: nameSchema,
   provider: vcsProviderSchema,
   url: vcsUrlSchema,
-  apiUrl: vcsUrlSchema.nullable().default(null),
   /** Write-only: stored, never shown again. */
   token: vcsTokenSchema,
 });
@@ -109,7 +106,11 @@ export const linkWorkspaceVcsSchema = z.object({
   connection: z.string().min(1).describe("VCS connection id or name"),
   repository: z.string().min(1).max(300).describe("owner/name (GitHub) or group/…/project (GitLab)"),
   branch: z.string().superRefine((b, ctx) => problemIssue(ctx, branchProblem(b))),
-  triggerPaths: z.array(triggerSchema).max(50).default([]),
+  triggerPaths: z
+    .array(triggerSchema)
+    .max(50)
+    .default([])
+    .describe("run only for commits changing a file that matches one of these globs, or one in the working directory"),
 });
 
 export const workspaceVcsSchema = z.object({

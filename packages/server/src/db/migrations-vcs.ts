@@ -15,7 +15,6 @@ export function vcs(dialect: Dialect): Migration {
         .addColumn("name", "text", (c) => c.notNull().unique())
         .addColumn("provider", "text", (c) => c.notNull())
         .addColumn("url", "text", (c) => c.notNull())
-        .addColumn("api_url", "text")
         .addColumn("auth_kind", "text", (c) => c.notNull())
         .addColumn("token", "text", (c) => c.notNull())
         .addColumn("created_at", t.time, (c) => c.notNull())

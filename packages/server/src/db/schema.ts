@@ -212,7 +212,6 @@ export interface VcsConnectionsTable {
   name: string;
   provider: VcsProvider;
   url: string;
-  api_url: string | null;
   auth_kind: "token";
   /** Write-only: read by the fetch only, never returned by the API. */
   token: string;

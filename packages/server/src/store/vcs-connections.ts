@@ -14,7 +14,6 @@ const toConnection = (r: Selectable<VcsConnectionsTable>): VcsConnection => ({
   name: r.name,
   provider: r.provider,
   url: r.url,
-  apiUrl: r.api_url,
   authKind: r.auth_kind,
   createdAt: iso(r.created_at),
 });
@@ -23,7 +22,6 @@ export interface CreateVcsConnectionInput {
   name: string;
   provider: VcsProvider;
   url: string;
-  apiUrl: string | null;
   token: string;
 }
 
@@ -42,7 +40,6 @@ export async function createVcsConnection(ctx: StoreContext, input: CreateVcsCon
     name: input.name,
     provider: input.provider,
     url: input.url,
-    api_url: input.apiUrl,
     auth_kind: "token" as const,
     token: input.token,
     created_at: ctx.now(),

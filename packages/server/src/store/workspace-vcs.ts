@@ -34,6 +34,7 @@ const selectLinks = (ctx: StoreContext) =>
       "vcs_connections.name as connection_name",
       "vcs_connections.provider",
       "workspaces.name as workspace_name",
+      "workspaces.working_directory",
     ]);
 type LinkRow = Awaited<ReturnType<ReturnType<typeof selectLinks>["executeTakeFirstOrThrow"]>>;
 
@@ -102,6 +103,8 @@ export async function unlinkWorkspaceVcs(ctx: StoreContext, workspace: string): 
 /** A link as the poller sees it. */
 export interface PolledLink extends WorkspaceVcs {
   workspaceName: string;
+  /** Files there always trigger a run, whatever the trigger paths. */
+  workingDirectory: string;
   /** The commit `lastError` is about. */
   lastErrorSha: string | null;
 }
@@ -109,7 +112,12 @@ export interface PolledLink extends WorkspaceVcs {
 /** Every link, for the poller. */
 export async function listVcsLinks(ctx: StoreContext): Promise<PolledLink[]> {
   const rows = await selectLinks(ctx).orderBy("workspace_vcs.workspace_id").execute();
-  return rows.map((r) => ({ ...toLink(r), workspaceName: r.workspace_name, lastErrorSha: r.last_error_sha }));
+  return rows.map((r) => ({
+    ...toLink(r),
+    workspaceName: r.workspace_name,
+    workingDirectory: r.working_directory,
+    lastErrorSha: r.last_error_sha,
+  }));
 }
 
 /**

@@ -78,30 +78,56 @@ export interface FetchCommitInput {
   limits: ArchiveLimits;
   deadlines?: GitDeadlines;
   signal?: AbortSignal;
+  /**
+   * Decides from the files changed since `since` (null when they cannot be known) whether the
+   * commit is wanted; an unwanted one is neither packed nor stored.
+   */
+  wanted?: { since: string | null; given(changed: string[] | null): boolean };
 }
 
-/** Fetches one commit and stores it as a configuration version of the workspace, with what the run shows of it. */
+/**
+ * The files changed between `since` and `sha` (both trees, each fetched at depth 1), or null when
+ * `since` is unknown or no longer in the repository (a rewritten history).
+ */
+async function changedFiles(
+  git: (args: string[]) => Promise<Buffer>,
+  repo: string[],
+  url: string,
+  since: string | null,
+  sha: string,
+): Promise<string[] | null> {
+  if (since === null || !shaPattern.test(since)) return null;
+  try {
+    await git([...repo, "fetch", "--quiet", "--depth", "1", "--no-tags", url, since]);
+  } catch {
+    return null;
+  }
+  const out = await git([...repo, "diff", "--name-only", "-z", "--no-renames", since, sha]);
+  return out
+    .toString("utf8")
+    .split("\0")
+    .filter((f) => f !== "");
+}
+
+/**
+ * Fetches one commit and stores it as a configuration version of the workspace, with what the
+ * run shows of it; null when `wanted` turned it down.
+ */
 export async function fetchCommit(
   ctx: StoreContext,
   input: FetchCommitInput,
-): Promise<{ configurationVersion: ConfigurationVersion; source: RunSource }> {
+): Promise<{ configurationVersion: ConfigurationVersion; source: RunSource } | null> {
   if (!shaPattern.test(input.sha)) throw new GitError(`not a commit id: ${JSON.stringify(input.sha)}`, false);
   const deadlineMs = (input.deadlines ?? defaultGitDeadlines).fetchMs;
-  const { archive, meta } = await inTempDir(async (dir) => {
+  const fetched = await inTempDir(async (dir) => {
     const git = (args: string[], extra: { maxStdout?: number; tooLarge?: () => Error } = {}) =>
       runGit({ access: input.access, args, cwd: dir, deadlineMs, signal: input.signal, ...extra });
     await git(["init", "--quiet", "--bare", "repo.git"]);
     const repo = ["--git-dir", join(dir, "repo.git")];
-    await git([
-      ...repo,
-      "fetch",
-      "--quiet",
-      "--depth",
-      "1",
-      "--no-tags",
-      cloneUrl(input.access, input.repository),
-      input.sha,
-    ]);
+    const url = cloneUrl(input.access, input.repository);
+    await git([...repo, "fetch", "--quiet", "--depth", "1", "--no-tags", url, input.sha]);
+    if (input.wanted && !input.wanted.given(await changedFiles(git, repo, url, input.wanted.since, input.sha)))
+      return null;
     const meta = await git([...repo, "log", "-1", "--format=%an <%ae>%x00%B", input.sha]);
     const max = input.limits.maxCompressedBytes;
     const archive = await git([...repo, "archive", "--format=tar.gz", input.sha], {
@@ -116,6 +142,8 @@ export async function fetchCommit(
   }).catch((err: unknown) => {
     throw explained(err, input.repository);
   });
+  if (fetched === null) return null;
+  const { archive, meta } = fetched;
   const [author = "", body = ""] = meta.split("\0");
   const configurationVersion = await createConfigurationVersion(ctx, input.workspace, archive, input.limits);
   const firstLine = body.trim().split("\n")[0] ?? "";

@@ -14,6 +14,7 @@ import {
 } from "../store/workspace-vcs.js";
 import { branchHead, fetchCommit, type GitDeadlines } from "./fetch.js";
 import { redact, secretsOf } from "./git.js";
+import { commitTriggers } from "./triggers.js";
 
 /*
  * Finds new commits of linked branches by asking git for each branch's head, and starts a run
@@ -98,7 +99,20 @@ export class VcsPoller {
         limits: this.o.limits,
         deadlines: this.o.deadlines,
         signal,
+        wanted: {
+          since: link.lastCommitSha,
+          given: (changed) => commitTriggers(changed, link.triggerPaths, link.workingDirectory),
+        },
       });
+      if (fetched === null) {
+        // Seen, so the next commit is compared with this one.
+        if (await claimVcsCommit(ctx, link, link.lastCommitSha, head))
+          log.info(
+            { ...where, commit: head },
+            "a new commit of a linked branch changed no file its trigger paths name",
+          );
+        return { workspace, skipped: "no changed file matches the trigger paths" };
+      }
       if (!(await claimVcsCommit(ctx, link, link.lastCommitSha, head)))
         return { workspace, skipped: "another server process started this commit" };
       try {
