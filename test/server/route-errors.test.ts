@@ -215,6 +215,60 @@ const routeCases: Case[] = [
     run: async () => admin.call(routes.deleteWorkspace, { params: { ws: (await startedJob()).ws } }),
   },
   {
+    route: "createVcsConnection",
+    code: "already_exists",
+    run: async () => {
+      const body = { name: unique("vcs"), provider: "github" as const, url: "https://github.com", token: "t0ken" };
+      await admin.call(routes.createVcsConnection, { body });
+      return admin.call(routes.createVcsConnection, { body });
+    },
+  },
+  {
+    route: "getVcsConnection",
+    code: "not_found",
+    run: () => admin.call(routes.getVcsConnection, { params: { connection: "nope" } }),
+  },
+  {
+    route: "deleteVcsConnection",
+    code: "not_found",
+    run: () => admin.call(routes.deleteVcsConnection, { params: { connection: "nope" } }),
+  },
+  {
+    route: "deleteVcsConnection",
+    code: "conflict",
+    run: async () => {
+      const [connection, ws] = [unique("vcs"), unique("ws")];
+      await admin.call(routes.createVcsConnection, {
+        body: { name: connection, provider: "gitlab", url: "https://gitlab.example.com", token: "t0ken" },
+      });
+      await admin.call(routes.createWorkspace, { body: { name: ws, pool: "errs" } });
+      await admin.call(routes.linkWorkspaceVcs, {
+        params: { ws },
+        body: { connection, repository: "group/project", branch: "main" },
+      });
+      return admin.call(routes.deleteVcsConnection, { params: { connection } });
+    },
+  },
+  {
+    route: "linkWorkspaceVcs",
+    code: "not_found",
+    run: () =>
+      admin.call(routes.linkWorkspaceVcs, {
+        params: { ws: "nope" },
+        body: { connection: "nope", repository: "o/r", branch: "main" },
+      }),
+  },
+  {
+    route: "getWorkspaceVcs",
+    code: "not_found",
+    run: () => admin.call(routes.getWorkspaceVcs, { params: { ws: "nope" } }),
+  },
+  {
+    route: "unlinkWorkspaceVcs",
+    code: "not_found",
+    run: () => admin.call(routes.unlinkWorkspaceVcs, { params: { ws: "nope" } }),
+  },
+  {
     route: "listVariables",
     code: "not_found",
     run: () => admin.call(routes.listVariables, { params: { ws: "nope" } }),

@@ -5,16 +5,28 @@ import { createServer as createTlsServer, type Server as TlsServer } from "node:
 /**
  * git's smart HTTP protocol on 127.0.0.1 for the repositories below `root`, through
  * `git http-backend` as a CGI program; counts requests by path (module-cache tests). With `tls`
- * (a certificate and its key) it is HTTPS.
+ * (a certificate and its key) it is HTTPS. With `basicAuth` every request must carry that HTTP
+ * Basic credential: others get 401 (`refused` counts them).
  */
 export async function startGitHttpServer(
   root: string,
   tls?: { cert: string; key: string },
-): Promise<{ url: string; requests: string[]; close(): Promise<void> }> {
+  options: { basicAuth?: { user: string; password: string } } = {},
+): Promise<{ url: string; requests: string[]; refused: string[]; close(): Promise<void> }> {
   const requests: string[] = [];
+  const refused: string[] = [];
+  const expected =
+    options.basicAuth &&
+    `Basic ${Buffer.from(`${options.basicAuth.user}:${options.basicAuth.password}`).toString("base64")}`;
   const handle = (req: IncomingMessage, res: ServerResponse): void => {
     const url = new URL(req.url ?? "/", "http://x");
     requests.push(url.pathname);
+    if (expected !== undefined && req.headers.authorization !== expected) {
+      refused.push(url.pathname);
+      res.writeHead(401, { "www-authenticate": 'Basic realm="git"', "content-type": "text/plain" });
+      res.end("authentication required\n");
+      return;
+    }
     const cgi = spawn("git", ["http-backend"], {
       env: {
         ...process.env,
@@ -58,6 +70,7 @@ export async function startGitHttpServer(
   return {
     url: `${tls ? "https" : "http"}://127.0.0.1:${typeof address === "object" && address ? address.port : 0}`,
     requests,
+    refused,
     close: async () => {
       server.closeAllConnections();
       await new Promise<void>((r) => server.close(() => r()));

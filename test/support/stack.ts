@@ -6,6 +6,7 @@ import { runDrover, spawnDrover, type Proc } from "./processes.js";
 import { startTestServer, type TestServer } from "./server.js";
 import { readPhaseLog, waitForRunStatus } from "./typed-api.js";
 import { routes } from "@drover/protocol";
+import type { StartOptions } from "@drover/server";
 import { pollWait } from "./poll.js";
 
 /** A real server with a pool, its token, and helpers to start real agents and run the real CLI. */
@@ -35,8 +36,8 @@ export interface Stack {
   stop(): Promise<void>;
 }
 
-export async function startStack(serverEnv: Record<string, string> = {}): Promise<Stack> {
-  const server = await startTestServer(serverEnv);
+export async function startStack(serverEnv: Record<string, string> = {}, options: StartOptions = {}): Promise<Stack> {
+  const server = await startTestServer(serverEnv, options);
   const dir = mkdtempSync(join(tmpdir(), "drover-e2e-"));
   const tfrc = join(dir, "terraformrc");
   writeFileSync(tfrc, "");

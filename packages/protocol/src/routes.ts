@@ -4,6 +4,7 @@ import { authErrors, commonErrors, type Route } from "./routes/define.js";
 import { agentRoutes } from "./routes/agent.js";
 import { runRoutes } from "./routes/runs.js";
 import { userRoutes } from "./routes/user.js";
+import { vcsRoutes } from "./routes/vcs.js";
 import { webRoutes } from "./routes/web.js";
 
 export {
@@ -32,7 +33,7 @@ export { csrfHeader, liveEvents, webSessionCookie } from "./routes/web.js";
  */
 
 /** Every route, by name. Keys are stable: clients call `routes.createPool`, not a path string. */
-export const routes = { ...userRoutes, ...webRoutes, ...runRoutes, ...agentRoutes } as const;
+export const routes = { ...userRoutes, ...vcsRoutes, ...webRoutes, ...runRoutes, ...agentRoutes } as const;
 
 /** The name of a route in the table. */
 export type RouteName = keyof typeof routes;

@@ -9,3 +9,4 @@ export * from "./schemas/common.js";
 export * from "./schemas/user.js";
 export * from "./schemas/run-options.js";
 export * from "./schemas/agent.js";
+export * from "./schemas/vcs.js";

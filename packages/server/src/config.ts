@@ -24,6 +24,8 @@ export interface ServerConfig {
   agentTtlMs: number;
   heartbeatIntervalMs: number;
   sweepIntervalMs: number;
+  /** How often linked repositories are polled for new commits; 0: never (DROVER_VCS_POLL_SECONDS). */
+  vcsPollMs: number;
   /** How long a running job may ignore a cancel before the server force-cancels it. */
   forceCancelAfterMs: number;
   /** How long retired job tokens are kept before the sweeper deletes them (DROVER_JOB_TOKEN_RETENTION_SECONDS). */
@@ -136,6 +138,7 @@ export function loadServerConfig(input: {
     agentTtlMs: Math.round(src.get("DROVER_AGENT_TTL_SECONDS") * 1000),
     heartbeatIntervalMs: Math.round(src.get("DROVER_AGENT_HEARTBEAT_SECONDS") * 1000),
     sweepIntervalMs: src.get("DROVER_SWEEP_INTERVAL_MS"),
+    vcsPollMs: Math.round(src.get("DROVER_VCS_POLL_SECONDS") * 1000),
     forceCancelAfterMs: src.get("DROVER_FORCE_CANCEL_AFTER_SECONDS") * 1000,
     jobTokenRetentionMs: src.get("DROVER_JOB_TOKEN_RETENTION_SECONDS") * 1000,
     archiveLimits: { ...defaultArchiveLimits, maxCompressedBytes: maxArchiveMb * 1024 * 1024 },

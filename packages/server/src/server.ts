@@ -10,6 +10,7 @@ import { prepareUploadDir, uploadDirOf } from "./http/bodies.js";
 import type { ServerConfig } from "./config.js";
 import { createMetrics } from "./metrics.js";
 import { startSweeper } from "./sweeper.js";
+import { VcsPoller, type PollOutcome } from "./vcs/poller.js";
 import { AgentPresence } from "./store/presence.js";
 import { createSessionCache } from "./store/agents.js";
 import type { StoreContext } from "./store/context.js";
@@ -21,6 +22,8 @@ export interface RunningServer {
   /** The admin token, when this start generated it or it came from the configuration. */
   adminToken: string | undefined;
   store: StoreContext;
+  /** Looks at every linked repository once, now (what the poller does every DROVER_VCS_POLL_SECONDS). */
+  pollVcs(): Promise<PollOutcome[]>;
   close(): Promise<void>;
 }
 
@@ -174,12 +177,21 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     config.forceCancelAfterMs,
     config.jobTokenRetentionMs,
   );
+  const poller = new VcsPoller({
+    ctx: store,
+    log,
+    intervalMs: config.vcsPollMs,
+    health: db.health,
+    limits: config.archiveLimits,
+  });
+  poller.start();
   try {
     // A fleet reconnecting at once (after a restart or a network blip) overflows the default
     // backlog of 511; dropped SYNs cost each agent a 1 s retransmit.
     await app.listen({ host: config.host, port: config.port, backlog: 4096 });
   } catch (err) {
     await sweeper.stop();
+    await poller.stop();
     await telemetry.shutdown().catch(() => undefined);
     await stopStarted();
     if ((err as NodeJS.ErrnoException).code === "EADDRINUSE")
@@ -201,10 +213,12 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     url,
     adminToken,
     store,
+    pollVcs: () => poller.pollOnce(),
     close() {
       closing ??= (async () => {
         shutdown.abort();
         await sweeper.stop();
+        await poller.stop();
         await app.close().catch((err: unknown) => log.warn({ err }, "closing HTTP server failed"));
         await sessions.stop();
         await presence.stop().catch((err: unknown) => log.warn({ err }, "writing the last heartbeats failed"));

@@ -28,6 +28,7 @@ const planOptionLines = (r: Run): string[] => [
   ...(r.targets.length > 0 ? [`Targets: ${r.targets.join(", ")}`] : []),
   ...(r.replaces.length > 0 ? [`Replaces: ${r.replaces.join(", ")}`] : []),
 ];
+import { commitOf } from "./vcs.js";
 
 // The error message is the agent's text: escaped again here, so a message stored before the
 // server escaped them cannot drive the terminal either.
@@ -181,6 +182,7 @@ export function registerRunCommands(program: Command): void {
         summary(d),
         `Workspace: ${d.workspaceName}`,
         ...planOptionLines(d),
+        ...(d.source ? [`commit ${commitOf(d)} (${d.source.repository} ${d.source.branch}, ${d.source.author})`] : []),
         "",
         table(
           ["PHASE", "JOB", "STATUS", "ATTEMPT", "AGENT"],
@@ -200,8 +202,8 @@ export function registerRunCommands(program: Command): void {
       };
       const api = apiFor(opts);
       const { items } = await api.call(routes.listRuns, { query });
-      const rows = items.map((r) => [r.id, r.workspaceName, r.status, r.createdAt]);
-      emit(opts, items, () => table(["RUN", "WORKSPACE", "STATUS", "CREATED"], rows));
+      const rows = items.map((r) => [r.id, r.workspaceName, r.status, r.createdAt, commitOf(r) || "-"]);
+      emit(opts, items, () => table(["RUN", "WORKSPACE", "STATUS", "CREATED", "COMMIT"], rows));
     });
   withCommon(run.command("logs <runId>").description("Print a run's logs (plan, then apply), every byte stored so far"))
     .option("--follow", "keep printing as the run goes on, until it settles")

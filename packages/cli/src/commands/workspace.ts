@@ -6,6 +6,7 @@ import { registerWorkspaceDelete } from "./workspace-delete.js";
 import { workspaceAndArg, workspaceOf, workspaceOption } from "../workspace-arg.js";
 
 type WsOpt = { workspace?: string };
+import { registerWorkspaceLinkCommands } from "./vcs.js";
 
 /** Splits `KEY=VALUE`; the value may contain '='. */
 export function parseAssignment(text: string): { key: string; value: string } {
@@ -224,4 +225,5 @@ export function registerWorkspaceCommands(program: Command): void {
       });
       emit(opts, { deleted: key }, () => `Deleted ${key} from ${name}`);
     });
+  registerWorkspaceLinkCommands(ws);
 }

@@ -13,6 +13,7 @@ import {
   runStatusSchema,
 } from "./common.js";
 import { runPlanOptionsSchema } from "./run-options.js";
+import { runSourceSchema } from "./vcs.js";
 
 /* The resources of the user API (/api/v1). */
 
@@ -248,6 +249,8 @@ export const runSchema = z.object({
   /** Who started it: the description of the API token it was created with (null for older runs). */
   createdBy: z.string().nullable().default(null),
   applyJobId: z.string().nullable(),
+  /** The commit a run from a linked repository was started for (null for uploads). */
+  source: runSourceSchema.nullable().default(null),
   createdAt: z.string(),
   updatedAt: z.string(),
   ...runPlanOptionsSchema.shape,

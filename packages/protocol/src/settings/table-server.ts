@@ -124,6 +124,13 @@ export const serverSettings = {
     parse: intIn(10),
     section: "server",
   }),
+  DROVER_VCS_POLL_SECONDS: setting({
+    doc: "how often the server asks each linked repository for its branch's newest commit, and starts a run for a new one (`0`: never; fractions allowed)",
+    default: 60,
+    readers: ["server"],
+    parse: secondsFrom(0),
+    section: "server",
+  }),
   DROVER_MAX_CONFIGURATION_MB: setting({
     doc: "largest configuration upload (tar.gz)",
     default: 100,

@@ -5,6 +5,7 @@ import { destroyGuard } from "./migrations-destroy-guard.js";
 import { runPlanOptions } from "./migrations-plan-options.js";
 import { runCreator, runListIndexes, webSessions } from "./migrations-web.js";
 import { variableHcl, workspaceAllowDestroyAll } from "./migrations-workspace-options.js";
+import { vcs } from "./migrations-vcs.js";
 
 /*
  * The one migration history, applied at server start on either database. Column types
@@ -425,6 +426,7 @@ export function migrationProvider(dialect: Dialect): MigrationProvider {
       "0062_run_plan_options": runPlanOptions(),
       "0063a_variable_hcl": variableHcl(),
       "0063b_workspace_allow_destroy_all": workspaceAllowDestroyAll(),
+      "0064_vcs": vcs(dialect),
     }),
   };
 }

@@ -1,4 +1,4 @@
-import type { Driver, Engine, JobStatus, Phase, RunStatus, VariableKind } from "@drover/protocol";
+import type { Driver, Engine, JobStatus, Phase, RunStatus, VariableKind, VcsProvider } from "@drover/protocol";
 import type { Generated, Selectable } from "kysely";
 
 /** Which database a connection speaks; the few queries that differ branch on it. */
@@ -112,6 +112,12 @@ export interface RunsTable {
   allow_destroy_all: number;
   /** Targets, replacements and refresh-only as JSON (store/run-options.ts); null: a full plan. */
   plan_options: string | null;
+  /** Where the configuration came from when a linked repository's commit started the run (all null otherwise). */
+  source_repository: string | null;
+  source_branch: string | null;
+  source_commit_sha: string | null;
+  source_message: string | null;
+  source_author: string | null;
   created_at: number;
   updated_at: number;
 }
@@ -207,7 +213,35 @@ export interface WebSessionsTable {
   revoked_at: number | null;
 }
 
+export interface VcsConnectionsTable {
+  id: string;
+  name: string;
+  provider: VcsProvider;
+  url: string;
+  auth_kind: "token";
+  /** Write-only: read by the fetch only, never returned by the API. */
+  token: string;
+  created_at: number;
+}
+
+/** A workspace linked to a repository branch (one link per workspace). */
+export interface WorkspaceVcsTable {
+  workspace_id: string;
+  connection_id: string;
+  repository: string;
+  branch: string;
+  /** JSON array of globs. */
+  trigger_paths: string;
+  last_commit_sha: string | null;
+  last_error: string | null;
+  /** The commit `last_error` is about; a refused archive is not fetched again for it. */
+  last_error_sha: string | null;
+  created_at: number;
+}
+
 export interface Database {
+  vcs_connections: VcsConnectionsTable;
+  workspace_vcs: WorkspaceVcsTable;
   pools: PoolsTable;
   pool_tokens: PoolTokensTable;
   user_tokens: UserTokensTable;

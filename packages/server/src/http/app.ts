@@ -11,6 +11,7 @@ import { openApiDocument } from "./openapi.js";
 import { answered, registrar } from "./serve.js";
 import { registerStateRoutes } from "./state-routes.js";
 import { registerUserRoutes } from "./user-routes.js";
+import { registerVcsRoutes } from "./vcs-routes.js";
 import { registerWebUi } from "./web-ui.js";
 import { sql } from "kysely";
 import { describeError, isConnectionError, retryAfterSeconds } from "../db/health.js";
@@ -87,6 +88,7 @@ export function buildApp(
   };
   void app.register(async (scope) => registerUserRoutes(scope, ctx, serveOptions), { prefix: userApi });
   void app.register(async (scope) => registerStateRoutes(scope, ctx, serveOptions), { prefix: userApi });
+  void app.register(async (scope) => registerVcsRoutes(scope, ctx, serveOptions), { prefix: userApi });
   void app.register(async (scope) => registerAgentRoutes(scope, ctx, serveOptions), { prefix: agentApi });
 
   const serve = registrar(app, "", serveOptions);

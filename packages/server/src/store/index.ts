@@ -25,3 +25,5 @@ export * from "./web-sessions.js";
 export * from "./workspaces.js";
 export * from "./presence.js";
 export * from "./sessions.js";
+export * from "./vcs-connections.js";
+export * from "./workspace-vcs.js";

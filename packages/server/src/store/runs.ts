@@ -6,6 +6,7 @@ import {
   type JobOutcome,
   type Phase,
   type Run,
+  type RunSource,
   type RunStatus,
 } from "@drover/protocol";
 import type { Selectable, Transaction } from "kysely";
@@ -51,6 +52,16 @@ const toRun = (r: RunRow & { workspace_name: string }): Run => ({
   planJobId: r.plan_job_id,
   createdBy: r.created_by,
   applyJobId: r.apply_job_id,
+  source:
+    r.source_commit_sha === null
+      ? null
+      : {
+          repository: r.source_repository ?? "",
+          branch: r.source_branch ?? "",
+          commitSha: r.source_commit_sha,
+          message: r.source_message ?? "",
+          author: r.source_author ?? "",
+        },
   createdAt: iso(r.created_at),
   updatedAt: iso(r.updated_at),
   ...planOptionsOf(r.plan_options),
@@ -103,6 +114,8 @@ export interface CreateRunInput {
   /** `-replace=` addresses. */
   replaces?: string[] | undefined;
   refreshOnly?: boolean | undefined;
+  /** The commit of a linked repository the configuration was fetched from. */
+  source?: RunSource | undefined;
 }
 
 /** Creates a run; it is queued at once when the workspace is free, else pending behind the active one. */
@@ -157,6 +170,11 @@ export async function createRun(ctx: StoreContext, input: CreateRunInput): Promi
           replaces: input.replaces ?? [],
           refreshOnly: input.refreshOnly ?? false,
         }),
+        source_repository: input.source?.repository ?? null,
+        source_branch: input.source?.branch ?? null,
+        source_commit_sha: input.source?.commitSha ?? null,
+        source_message: input.source?.message ?? null,
+        source_author: input.source?.author ?? null,
         created_at: now,
         updated_at: now,
       })

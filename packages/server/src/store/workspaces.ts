@@ -178,6 +178,7 @@ export async function deleteWorkspace(ctx: StoreContext, idOrName: string): Prom
     await trx.deleteFrom("variables").where("workspace_id", "=", ws.id).execute();
     await trx.deleteFrom("state_versions").where("workspace_id", "=", ws.id).execute();
     await trx.deleteFrom("state_locks").where("workspace_id", "=", ws.id).execute();
+    await trx.deleteFrom("workspace_vcs").where("workspace_id", "=", ws.id).execute();
     await trx.deleteFrom("workspaces").where("id", "=", ws.id).execute();
   });
 }

@@ -1,0 +1,71 @@
+import { z } from "zod";
+import * as s from "../schemas.js";
+import { created, json, list, noContent, ok, route, userApi, ws } from "./define.js";
+
+const connection = z.object({ connection: z.string() });
+
+/** VCS connections, and the link of a workspace to a repository branch whose new commits it runs. */
+export const vcsRoutes = {
+  createVcsConnection: route({
+    method: "POST",
+    path: `${userApi}/vcs-connections`,
+    summary: "Connect a VCS (GitHub or GitLab) by token; the token is write-only",
+    auth: "user",
+    body: json(s.createVcsConnectionSchema),
+    response: created(s.vcsConnectionSchema),
+    errors: ["already_exists"],
+  }),
+  listVcsConnections: route({
+    method: "GET",
+    path: `${userApi}/vcs-connections`,
+    summary: "List VCS connections (never their tokens)",
+    auth: "user",
+    response: ok(list(s.vcsConnectionSchema)),
+  }),
+  getVcsConnection: route({
+    method: "GET",
+    path: `${userApi}/vcs-connections/:connection`,
+    summary: "Show a VCS connection (id or name)",
+    auth: "user",
+    params: connection,
+    response: ok(s.vcsConnectionSchema),
+    errors: ["not_found"],
+  }),
+  deleteVcsConnection: route({
+    method: "DELETE",
+    path: `${userApi}/vcs-connections/:connection`,
+    summary: "Delete a VCS connection no workspace is linked through",
+    auth: "user",
+    params: connection,
+    response: noContent,
+    errors: ["not_found", "conflict"],
+  }),
+  linkWorkspaceVcs: route({
+    method: "PUT",
+    path: `${userApi}/workspaces/:ws/vcs`,
+    summary: "Link a workspace to a repository branch: its new commits start runs",
+    auth: "user",
+    params: ws,
+    body: json(s.linkWorkspaceVcsSchema),
+    response: ok(s.workspaceVcsSchema),
+    errors: ["not_found"],
+  }),
+  getWorkspaceVcs: route({
+    method: "GET",
+    path: `${userApi}/workspaces/:ws/vcs`,
+    summary: "Show a workspace's repository link",
+    auth: "user",
+    params: ws,
+    response: ok(s.workspaceVcsSchema),
+    errors: ["not_found"],
+  }),
+  unlinkWorkspaceVcs: route({
+    method: "DELETE",
+    path: `${userApi}/workspaces/:ws/vcs`,
+    summary: "Unlink a workspace from its repository",
+    auth: "user",
+    params: ws,
+    response: noContent,
+    errors: ["not_found"],
+  }),
+} as const;

@@ -1,0 +1,45 @@
+import type { Kysely, Migration } from "kysely";
+import type { Dialect } from "./schema.js";
+import { types } from "./column-types.js";
+
+/* VCS connections, workspaces linked to a repository branch, and where a run's configuration came from. */
+
+/** Connections by token, the one link per workspace, and the commit a run was started for. */
+export function vcs(dialect: Dialect): Migration {
+  const t = types(dialect);
+  return {
+    async up(db: Kysely<unknown>) {
+      await db.schema
+        .createTable("vcs_connections")
+        .addColumn("id", "text", (c) => c.primaryKey())
+        .addColumn("name", "text", (c) => c.notNull().unique())
+        .addColumn("provider", "text", (c) => c.notNull())
+        .addColumn("url", "text", (c) => c.notNull())
+        .addColumn("auth_kind", "text", (c) => c.notNull())
+        .addColumn("token", "text", (c) => c.notNull())
+        .addColumn("created_at", t.time, (c) => c.notNull())
+        .execute();
+      await db.schema
+        .createTable("workspace_vcs")
+        .addColumn("workspace_id", "text", (c) => c.primaryKey().references("workspaces.id").onDelete("cascade"))
+        .addColumn("connection_id", "text", (c) => c.notNull().references("vcs_connections.id"))
+        .addColumn("repository", "text", (c) => c.notNull())
+        .addColumn("branch", "text", (c) => c.notNull())
+        .addColumn("trigger_paths", "text", (c) => c.notNull())
+        .addColumn("last_commit_sha", "text")
+        .addColumn("last_error", "text")
+        .addColumn("last_error_sha", "text")
+        .addColumn("created_at", t.time, (c) => c.notNull())
+        .execute();
+      await db.schema.createIndex("workspace_vcs_connection").on("workspace_vcs").column("connection_id").execute();
+      for (const column of [
+        "source_repository",
+        "source_branch",
+        "source_commit_sha",
+        "source_message",
+        "source_author",
+      ])
+        await db.schema.alterTable("runs").addColumn(column, "text").execute();
+    },
+  };
+}

@@ -1,0 +1,114 @@
+import { DroverError, newId, type VcsConnection, type VcsProvider } from "@drover/protocol";
+import type { Selectable } from "kysely";
+import type { VcsConnectionsTable } from "../db/schema.js";
+import { isUniqueViolation } from "../db/storage-errors.js";
+import { iso, type StoreContext } from "./context.js";
+
+/*
+ * VCS connections. The token is write-only like a sensitive variable: only the fetch reads it
+ * (vcsCredential), and nothing returned by the API carries it.
+ */
+
+const toConnection = (r: Selectable<VcsConnectionsTable>): VcsConnection => ({
+  id: r.id,
+  name: r.name,
+  provider: r.provider,
+  url: r.url,
+  authKind: r.auth_kind,
+  createdAt: iso(r.created_at),
+});
+
+export interface CreateVcsConnectionInput {
+  name: string;
+  provider: VcsProvider;
+  url: string;
+  token: string;
+}
+
+/** Creates a connection; a taken name is `already_exists`. */
+export async function createVcsConnection(ctx: StoreContext, input: CreateVcsConnectionInput): Promise<VcsConnection> {
+  const taken = () =>
+    new DroverError("already_exists", `a VCS connection named ${JSON.stringify(input.name)} already exists`);
+  const existing = await ctx.db
+    .selectFrom("vcs_connections")
+    .select("id")
+    .where("name", "=", input.name)
+    .executeTakeFirst();
+  if (existing) throw taken();
+  const row = {
+    id: newId("vcs"),
+    name: input.name,
+    provider: input.provider,
+    url: input.url,
+    auth_kind: "token" as const,
+    token: input.token,
+    created_at: ctx.now(),
+  };
+  try {
+    await ctx.db.insertInto("vcs_connections").values(row).execute();
+  } catch (err) {
+    if (isUniqueViolation(err)) throw taken();
+    throw err;
+  }
+  return toConnection(row);
+}
+
+export async function listVcsConnections(ctx: StoreContext): Promise<VcsConnection[]> {
+  const rows = await ctx.db.selectFrom("vcs_connections").selectAll().orderBy("name").execute();
+  return rows.map(toConnection);
+}
+
+async function connectionRow(ctx: StoreContext, idOrName: string): Promise<Selectable<VcsConnectionsTable>> {
+  const row = await ctx.db
+    .selectFrom("vcs_connections")
+    .selectAll()
+    .where((eb) => eb.or([eb("id", "=", idOrName), eb("name", "=", idOrName)]))
+    .executeTakeFirst();
+  if (!row) throw new DroverError("not_found", `no VCS connection ${JSON.stringify(idOrName)}`);
+  return row;
+}
+
+/** Finds a connection by id or name. */
+export async function getVcsConnection(ctx: StoreContext, idOrName: string): Promise<VcsConnection> {
+  return toConnection(await connectionRow(ctx, idOrName));
+}
+
+/** What the fetch needs to reach a connection's repositories: its base URL and secret. */
+export interface VcsCredential {
+  provider: VcsProvider;
+  url: string;
+  token: string;
+}
+
+/** The connection's secret, for the fetch only. */
+export async function vcsCredential(ctx: StoreContext, connectionId: string): Promise<VcsCredential> {
+  const row = await connectionRow(ctx, connectionId);
+  return { provider: row.provider, url: row.url, token: row.token };
+}
+
+/** Deletes a connection; while workspaces are linked through it, `conflict` names them. */
+export async function deleteVcsConnection(ctx: StoreContext, idOrName: string): Promise<void> {
+  const row = await connectionRow(ctx, idOrName);
+  // One statement: a link made meanwhile keeps the connection rather than dangling.
+  const deleted = await ctx.db
+    .deleteFrom("vcs_connections")
+    .where("id", "=", row.id)
+    .where((eb) =>
+      eb.not(eb.exists(eb.selectFrom("workspace_vcs").select("workspace_id").where("connection_id", "=", row.id))),
+    )
+    .executeTakeFirst();
+  if (Number(deleted.numDeletedRows) === 1) return;
+  const linked = await ctx.db
+    .selectFrom("workspace_vcs")
+    .innerJoin("workspaces", "workspaces.id", "workspace_vcs.workspace_id")
+    .select("workspaces.name")
+    .where("workspace_vcs.connection_id", "=", row.id)
+    .orderBy("workspaces.name")
+    .execute();
+  if (linked.length === 0) throw new DroverError("not_found", `no VCS connection ${JSON.stringify(idOrName)}`);
+  throw new DroverError(
+    "conflict",
+    `VCS connection ${row.name} is used by workspace${linked.length === 1 ? "" : "s"} ${linked.map((l) => l.name).join(", ")}`,
+    { hint: "Unlink them first: drover workspace unlink <workspace>." },
+  );
+}

@@ -1,0 +1,147 @@
+import { DroverError, messageOf } from "@drover/protocol";
+import type { ArchiveLimits } from "@drover/runtime";
+import type { Logger } from "pino";
+import type { DatabaseHealth } from "../db/health.js";
+import type { StoreContext } from "../store/context.js";
+import { createRun } from "../store/runs.js";
+import { vcsCredential } from "../store/vcs-connections.js";
+import {
+  claimVcsCommit,
+  listVcsLinks,
+  recordVcsError,
+  releaseVcsCommit,
+  type PolledLink,
+} from "../store/workspace-vcs.js";
+import { branchHead, fetchCommit, type GitDeadlines } from "./fetch.js";
+import { redact, secretsOf } from "./git.js";
+import { commitTriggers } from "./triggers.js";
+
+/*
+ * Finds new commits of linked branches by asking git for each branch's head, and starts a run
+ * for each new one. Every server process polls; the conditional move of a link's last commit
+ * decides which of them starts the run. A failure is logged and recorded on the link and the
+ * commit is tried again at the next poll, except a refused archive, which a retry cannot change.
+ */
+
+export interface VcsPollerOptions {
+  ctx: StoreContext;
+  log: Logger;
+  intervalMs: number;
+  health: DatabaseHealth;
+  limits: ArchiveLimits;
+  deadlines?: GitDeadlines;
+}
+
+/** What one poll did, per workspace (tests and logs). */
+export type PollOutcome = { workspace: string; started?: string; skipped?: string; failed?: string };
+
+// An archive a retry cannot change: the same commit gives the same refusal.
+const permanent = (err: unknown) =>
+  err instanceof DroverError && (err.code === "invalid_archive" || err.code === "payload_too_large");
+
+export class VcsPoller {
+  private timer: NodeJS.Timeout | undefined;
+  private running: Promise<unknown> | undefined;
+  private readonly shutdown = new AbortController();
+
+  constructor(private readonly o: VcsPollerOptions) {}
+
+  /** Polls every interval (nothing with an interval of 0). */
+  start(): void {
+    if (this.o.intervalMs <= 0) return;
+    this.timer = setInterval(() => {
+      if (this.running || this.shutdown.signal.aborted || this.o.health.state !== "available") return;
+      this.running = this.pollOnce()
+        .catch((err: unknown) => {
+          if (!this.shutdown.signal.aborted) this.o.log.error({ err }, "polling linked repositories failed");
+        })
+        .finally(() => (this.running = undefined));
+    }, this.o.intervalMs);
+    this.timer.unref();
+  }
+
+  async stop(): Promise<void> {
+    this.shutdown.abort();
+    clearInterval(this.timer);
+    await this.running;
+  }
+
+  /** Looks at every link once; one link's failure does not stop the others. */
+  async pollOnce(): Promise<PollOutcome[]> {
+    const outcomes: PollOutcome[] = [];
+    for (const link of await listVcsLinks(this.o.ctx)) {
+      if (this.shutdown.signal.aborted) break;
+      outcomes.push(await this.pollLink(link));
+    }
+    return outcomes;
+  }
+
+  private async pollLink(link: PolledLink): Promise<PollOutcome> {
+    const { ctx, log } = this.o;
+    const workspace = link.workspaceName;
+    const where = { workspace, repository: link.repository, branch: link.branch };
+    let secrets: string[] = [];
+    let head: string | null = null;
+    try {
+      const access = await vcsCredential(ctx, link.connectionId);
+      secrets = secretsOf(access);
+      const signal = this.shutdown.signal;
+      head = await branchHead(access, link.repository, link.branch, { deadlines: this.o.deadlines, signal });
+      if (head === null) throw new Error(`branch ${link.branch} does not exist in ${link.repository}`);
+      if (head === link.lastCommitSha) return { workspace, skipped: "no new commit" };
+      if (head === link.lastErrorSha) return { workspace, skipped: "this commit was refused before" };
+      const fetched = await fetchCommit(ctx, {
+        access,
+        repository: link.repository,
+        branch: link.branch,
+        sha: head,
+        workspace: link.workspaceId,
+        limits: this.o.limits,
+        deadlines: this.o.deadlines,
+        signal,
+        wanted: {
+          since: link.lastCommitSha,
+          given: (changed) => commitTriggers(changed, link.triggerPaths, link.workingDirectory),
+        },
+      });
+      if (fetched === null) {
+        // Seen, so the next commit is compared with this one.
+        if (await claimVcsCommit(ctx, link, link.lastCommitSha, head))
+          log.info(
+            { ...where, commit: head },
+            "a new commit of a linked branch changed no file its trigger paths name",
+          );
+        return { workspace, skipped: "no changed file matches the trigger paths" };
+      }
+      if (!(await claimVcsCommit(ctx, link, link.lastCommitSha, head)))
+        return { workspace, skipped: "another server process started this commit" };
+      try {
+        const run = await createRun(ctx, {
+          workspace: link.workspaceId,
+          configurationVersionId: fetched.configurationVersion.id,
+          planOnly: false,
+          isDestroy: false,
+          message: fetched.source.message,
+          source: fetched.source,
+        });
+        log.info({ ...where, commit: head, run: run.id }, "a new commit of a linked branch started a run");
+        return { workspace, started: run.id };
+      } catch (err) {
+        await releaseVcsCommit(ctx, link.workspaceId, head, link.lastCommitSha);
+        throw err;
+      }
+    } catch (err) {
+      const reason = redact(messageOf(err), secrets);
+      if (this.shutdown.signal.aborted) return { workspace, failed: reason };
+      const refused = permanent(err);
+      log.warn(
+        { ...where, commit: head, reason },
+        refused
+          ? "the commit of a linked branch was refused; a new commit is needed"
+          : "starting a run from a linked branch failed; retrying at the next poll",
+      );
+      await recordVcsError(ctx, link.workspaceId, refused ? head : null, reason).catch(() => undefined);
+      return { workspace, failed: reason };
+    }
+  }
+}

@@ -1,0 +1,267 @@
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+import { routes } from "@drover/protocol";
+import { pino } from "pino";
+import { startGitHttpServer } from "../support/git-http-server.js";
+import { pollWait } from "../support/poll.js";
+import { startStack, type Stack } from "../support/stack.js";
+
+/*
+ * Runs from git by polling, end to end over real git: a repository served by `git http-backend`
+ * that demands the connection's token, a workspace linked to its branch, and a real agent running
+ * real terraform on what the poller fetched.
+ */
+
+const token = "ghp_TOKENvcs0123456789abcdefSECRET";
+const basic = Buffer.from(`x-access-token:${token}`).toString("base64");
+const logLines: string[] = [];
+let stack: Stack;
+let git: Awaited<ReturnType<typeof startGitHttpServer>>;
+let root: string;
+let work: string;
+
+const sh = (cwd: string, ...args: string[]) =>
+  execFileSync("git", args, {
+    cwd,
+    encoding: "utf8",
+    env: {
+      ...process.env,
+      GIT_CONFIG_NOSYSTEM: "1",
+      GIT_CONFIG_GLOBAL: "/dev/null",
+      GIT_AUTHOR_NAME: "Ada",
+      GIT_AUTHOR_EMAIL: "ada@example.com",
+      GIT_COMMITTER_NAME: "Ada",
+      GIT_COMMITTER_EMAIL: "ada@example.com",
+    },
+  }).trim();
+
+/** Commits `files` (path → content; null removes it) to main and pushes; returns the commit id. */
+function commit(message: string, files: Record<string, string | null>): string {
+  for (const [path, content] of Object.entries(files)) {
+    if (content === null) rmSync(join(work, path), { force: true });
+    else {
+      mkdirSync(join(work, path, ".."), { recursive: true });
+      writeFileSync(join(work, path), content);
+    }
+  }
+  sh(work, "add", "-A");
+  sh(work, "commit", "-q", "-m", message);
+  sh(work, "push", "-q", "origin", "HEAD:main");
+  return sh(work, "rev-parse", "HEAD");
+}
+
+const tf = (value: string) =>
+  `resource "terraform_data" "v" {\n  input = "${value}"\n}\noutput "v" {\n  value = terraform_data.v.output\n}\n`;
+
+async function waitFor<T>(what: string, look: () => Promise<T | undefined>, timeoutMs = 120_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (let attempt = 0; ; attempt++) {
+    const seen = await look();
+    if (seen !== undefined) return seen;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}\n${logLines.join("")}`);
+    await pollWait(attempt);
+  }
+}
+
+const runsOf = async (ws: string) =>
+  (await stack.server.api(routes.listRuns, { query: { workspace: ws } })).body.items as {
+    id: string;
+    status: string;
+    message: string;
+    source: { commitSha: string; message: string; author: string; branch: string; repository: string } | null;
+  }[];
+
+before(async () => {
+  root = mkdtempSync(join(tmpdir(), "drover-vcs-repos-"));
+  mkdirSync(join(root, "org"));
+  sh(root, "init", "-q", "--bare", "-b", "main", "org/infra.git");
+  work = join(root, "work");
+  sh(root, "init", "-q", "-b", "main", "work");
+  sh(work, "remote", "add", "origin", join(root, "org/infra.git"));
+  git = await startGitHttpServer(root, undefined, { basicAuth: { user: "x-access-token", password: token } });
+  stack = await startStack(
+    { DROVER_VCS_POLL_SECONDS: "1" },
+    { logger: pino({ level: "debug" }, { write: (line: string) => void logLines.push(line) }) },
+  );
+  await stack.startAgent("vcs-agent");
+});
+after(async () => {
+  await stack?.stop();
+  await git?.close();
+  rmSync(root, { recursive: true, force: true });
+});
+
+test("a linked branch's commits run and apply; a commit without configuration is refused; the token stays secret", async () => {
+  const tokenFile = join(stack.dir, "vcs-token");
+  writeFileSync(tokenFile, `${token}\n`);
+  const connected = await stack.cli([
+    "vcs",
+    "connect",
+    "gh",
+    "--provider",
+    "github",
+    "--vcs-url",
+    git.url,
+    "--token-file",
+    tokenFile,
+    "--json",
+  ]);
+  assert.equal(connected.code, 0, connected.stderr);
+  assert.equal(JSON.parse(connected.stdout).provider, "github");
+  await stack.server.api(routes.createWorkspace, { body: { name: "infra", pool: stack.pool, autoApply: true } });
+  const first = commit("Add v\n\nThe body is not the run's message.", { "main.tf": tf("one") });
+  const linked = await stack.cli([
+    "workspace",
+    "link",
+    "infra",
+    "--vcs",
+    "gh",
+    "--repo",
+    "org/infra",
+    "--branch",
+    "main",
+    "--json",
+  ]);
+  assert.equal(linked.code, 0, linked.stderr);
+  assert.equal(JSON.parse(linked.stdout).repository, "org/infra");
+
+  // The poller sees the first commit: one run, applied, carrying the commit.
+  const run1 = await waitFor("the first commit's run", async () => (await runsOf("infra"))[0]);
+  assert.deepEqual(run1.source, {
+    repository: "org/infra",
+    branch: "main",
+    commitSha: first,
+    message: "Add v",
+    author: "Ada <ada@example.com>",
+  });
+  assert.equal(run1.message, "Add v");
+  assert.equal((await stack.waitForRun(run1.id, ["applied"])).status, "applied");
+  assert.ok(git.refused.length === 0, `git saw requests without the token: ${git.refused.join(", ")}`);
+
+  // A new commit: a second run, applied, with that commit.
+  const second = commit("Change v", { "main.tf": tf("two") });
+  const run2 = await waitFor("the second commit's run", async () => {
+    const runs = await runsOf("infra");
+    return runs.length === 2 ? runs[0] : undefined;
+  });
+  assert.equal(run2.source?.commitSha, second);
+  assert.equal((await stack.waitForRun(run2.id, ["applied"])).status, "applied");
+  const outputs = await stack.server.api(routes.workspaceOutputs, { params: { ws: "infra" } });
+  assert.equal(outputs.body.items[0].value, "two");
+  const listed = await stack.cli(["run", "list", "--workspace", "infra"]);
+  assert.match(listed.stdout, new RegExp(`${second.slice(0, 8)} Change v`));
+  assert.match(listed.stdout, new RegExp(`${first.slice(0, 8)} Add v`));
+  const shown = await stack.cli(["run", "show", run2.id]);
+  assert.match(shown.stdout, new RegExp(`commit ${second.slice(0, 8)} Change v \\(org/infra main, Ada`));
+
+  // A commit whose root holds no .tf file: refused with the archive check's error, no run.
+  const third = commit("Move everything away", { "main.tf": null, "docs/README.md": "nothing to plan\n" });
+  const refusal = await waitFor("the refusal", async () => {
+    const link = await stack.server.api(routes.getWorkspaceVcs, { params: { ws: "infra" } });
+    return link.body.lastError ?? undefined;
+  });
+  assert.match(refusal, /no \.tf.* file in its root: nothing to plan/);
+  assert.ok(
+    logLines.some((l) => l.includes(third) && l.includes("nothing to plan")),
+    "the log names the commit and why",
+  );
+  // Polls go on and still start nothing for it.
+  const polled = await stack.server.pollVcs();
+  assert.deepEqual(polled, [{ workspace: "infra", skipped: "this commit was refused before" }]);
+  assert.equal((await runsOf("infra")).length, 2);
+
+  // A connection with a wrong token: a clear error; the other link goes on.
+  writeFileSync(tokenFile, "ghp_WRONGtoken000000000000000000");
+  assert.equal(
+    (
+      await stack.cli([
+        "vcs",
+        "connect",
+        "bad",
+        "--provider",
+        "github",
+        "--vcs-url",
+        git.url,
+        "--token-file",
+        tokenFile,
+      ])
+    ).code,
+    0,
+  );
+  await stack.server.api(routes.createWorkspace, { body: { name: "wrong", pool: stack.pool } });
+  assert.equal(
+    (await stack.cli(["workspace", "link", "wrong", "--vcs", "bad", "--repo", "org/infra", "--branch", "main"])).code,
+    0,
+  );
+  const fourth = commit("Back again", { "main.tf": tf("four") });
+  const outcomes = await stack.server.pollVcs();
+  // The failing link does not keep the poll from the other one.
+  assert.deepEqual(outcomes.map((o) => o.workspace).sort(), ["infra", "wrong"]);
+  const wrong = outcomes.find((o) => o.workspace === "wrong");
+  assert.match(wrong?.failed ?? "", /the VCS refused the connection's token for org\/infra/);
+  assert.ok(!(wrong?.failed ?? "").includes("WRONGtoken"), wrong?.failed);
+  assert.ok(git.refused.length > 0);
+  const run3 = await waitFor("the fourth commit's run", async () => {
+    const runs = await runsOf("infra");
+    return runs.length === 3 ? runs[0] : undefined;
+  });
+  assert.equal(run3.source?.commitSha, fourth);
+  await stack.waitForRun(run3.id, ["applied"]);
+
+  // Deleting a connection in use names the workspaces; unlinking frees it.
+  const refused = await stack.cli(["vcs", "delete", "bad"]);
+  assert.notEqual(refused.code, 0);
+  assert.match(refused.stderr, /VCS connection bad is used by workspace wrong/);
+  assert.equal((await stack.cli(["workspace", "unlink", "wrong"])).code, 0);
+  assert.equal((await stack.cli(["vcs", "delete", "bad", "--json"])).code, 0);
+
+  // The token is in no answer and no log line.
+  const answers = JSON.stringify([
+    (await stack.server.api(routes.listVcsConnections, {})).body,
+    (await stack.server.api(routes.getVcsConnection, { params: { connection: "gh" } })).body,
+    (await stack.server.api(routes.getWorkspaceVcs, { params: { ws: "infra" } })).body,
+    await runsOf("infra"),
+    connected.stdout,
+    (await stack.cli(["vcs", "list"])).stdout,
+  ]);
+  const logs = logLines.join("");
+  for (const secret of [token, basic, "WRONGtoken"]) {
+    assert.ok(!answers.includes(secret), `an API answer holds ${secret}`);
+    assert.ok(!logs.includes(secret), `the server log holds ${secret}`);
+  }
+});
+
+test("repository paths, branches and URLs that could reach outside the repository are refused", async () => {
+  const bad = async (route: typeof routes.linkWorkspaceVcs | typeof routes.createVcsConnection, input: object) => {
+    const res = await stack.server.api(route as typeof routes.linkWorkspaceVcs, input as never);
+    assert.equal(res.status, 400, JSON.stringify(res.body));
+    return res.body.message as string;
+  };
+  await stack.server.api(routes.createVcsConnection, {
+    body: { name: "attacks", provider: "github", url: "https://github.com", token: "t0ken" },
+  });
+  await stack.server.api(routes.createWorkspace, { body: { name: "attacked", pool: stack.pool } });
+  const link = (repository: string, branch = "main") =>
+    bad(routes.linkWorkspaceVcs, { params: { ws: "attacked" }, body: { connection: "attacks", repository, branch } });
+  assert.match(await link("../x"), /repository/);
+  assert.match(await link("-upload-pack=touch /tmp/pwned"), /repository/);
+  assert.match(await link("o/-upload-pack=x"), /repository/);
+  assert.match(await link("https://evil.example/o/r"), /repository/);
+  assert.match(await link("o/r", "--foo"), /not a valid git branch name/);
+  assert.match(await link("o/r", "a..b"), /not a valid git branch name/);
+  for (const url of [
+    "file:///srv/git",
+    "ext::sh -c touch% /tmp/pwned",
+    "ssh://git@github.com",
+    "https://u:p@github.com",
+  ])
+    assert.match(
+      await bad(routes.createVcsConnection, { body: { name: "x", provider: "github", url, token: "t0ken" } }),
+      /URL/,
+    );
+  assert.equal((await stack.server.api(routes.getWorkspaceVcs, { params: { ws: "attacked" } })).status, 404);
+});

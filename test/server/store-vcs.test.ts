@@ -1,0 +1,172 @@
+import assert from "node:assert/strict";
+import { before, describe, test } from "node:test";
+import { DroverError } from "@drover/protocol";
+import { store, type StoreContext } from "@drover/server";
+import { rawTarGz } from "../support/archives.js";
+import { backends } from "../support/databases.js";
+import { useStoreDatabase } from "../support/store-database.js";
+
+/*
+ * VCS connections and repository links (store/vcs-connections.ts, store/workspace-vcs.ts) on both
+ * databases: the token is never read back but by the fetch, repository paths of each provider are
+ * checked, a connection in use is not deleted, and of two processes claiming one commit only one wins.
+ */
+
+async function rejectsWith(promise: Promise<unknown>, code: string, message: RegExp): Promise<void> {
+  await assert.rejects(promise, (err: unknown) => {
+    assert.ok(err instanceof DroverError, String(err));
+    assert.equal(err.code, code, err.message);
+    assert.match(err.message, message);
+    return true;
+  });
+}
+
+const token = "glpat-SECRET0123456789abcdef";
+const limits = { maxCompressedBytes: 1e6, maxUnpackedBytes: 1e7, maxEntries: 100 };
+
+for (const backend of backends) {
+  describe(`vcs store: ${backend}`, () => {
+    let ctx: StoreContext;
+    useStoreDatabase(
+      backend,
+      () => 1_700_000_000_000,
+      (_db, c) => (ctx = c),
+    );
+    let counter = 0;
+    const unique = (p: string) => `${p}${++counter}`;
+    const workspace = async () =>
+      store.createWorkspace(ctx, {
+        name: unique("ws"),
+        pool: "p",
+        engine: "terraform",
+        engineVersion: null,
+        workingDirectory: "",
+        autoApply: false,
+      });
+    before(async () => {
+      await store.createPool(ctx, "p");
+    });
+
+    test("a connection's token is kept for the fetch and in nothing else the store returns", async () => {
+      const name = unique("gl");
+      const conn = await store.createVcsConnection(ctx, {
+        name,
+        provider: "gitlab",
+        url: "https://gitlab.example.com",
+        token,
+      });
+      assert.equal(conn.authKind, "token");
+      const shown = JSON.stringify([
+        conn,
+        await store.getVcsConnection(ctx, name),
+        await store.listVcsConnections(ctx),
+      ]);
+      assert.ok(!shown.includes(token), shown);
+      assert.equal((await store.vcsCredential(ctx, conn.id)).token, token);
+      await rejectsWith(
+        store.createVcsConnection(ctx, { name, provider: "github", url: "https://github.com", token }),
+        "already_exists",
+        /already exists/,
+      );
+    });
+
+    test("repository paths are checked per provider; a connection in use is not deleted", async () => {
+      const gh = await store.createVcsConnection(ctx, {
+        name: unique("gh"),
+        provider: "github",
+        url: "https://github.com",
+        token,
+      });
+      const gl = await store.createVcsConnection(ctx, {
+        name: unique("gl"),
+        provider: "gitlab",
+        url: "https://gitlab.example.com",
+        token,
+      });
+      const ws = await workspace();
+      const link = (connection: string, repository: string) =>
+        store.linkWorkspaceVcs(ctx, ws.name, { connection, repository, branch: "main", triggerPaths: [] });
+      for (const bad of ["../x", "a/..", "-upload-pack=touch x/y", "https://evil.example/x/y", "a/b/c", "a", "a/.b"])
+        await rejectsWith(link(gh.name, bad), "bad_request", /repository/);
+      await rejectsWith(link(gl.name, "group"), "bad_request", /group/);
+      const linked = await link(gl.name, "group/sub/project");
+      assert.equal(linked.repository, "group/sub/project");
+      assert.equal(linked.lastCommitSha, null);
+      assert.deepEqual((await store.getWorkspaceVcs(ctx, ws.id)).provider, "gitlab");
+      assert.deepEqual((await link(gh.name, "owner/name")).connection, gh.name);
+      await rejectsWith(store.deleteVcsConnection(ctx, gh.name), "conflict", new RegExp(`workspace ${ws.name}`));
+      await store.deleteVcsConnection(ctx, gl.name);
+      await store.unlinkWorkspaceVcs(ctx, ws.name);
+      await rejectsWith(store.getWorkspaceVcs(ctx, ws.name), "not_found", /not linked/);
+      await rejectsWith(store.unlinkWorkspaceVcs(ctx, ws.name), "not_found", /not linked/);
+      await store.deleteVcsConnection(ctx, gh.name);
+      await rejectsWith(store.getVcsConnection(ctx, gh.name), "not_found", /no VCS connection/);
+    });
+
+    test("of two claims of one new commit only one wins; a released claim is retried", async () => {
+      const conn = await store.createVcsConnection(ctx, {
+        name: unique("gh"),
+        provider: "github",
+        url: "https://github.com",
+        token,
+      });
+      const ws = await workspace();
+      const link = await store.linkWorkspaceVcs(ctx, ws.name, {
+        connection: conn.name,
+        repository: "o/r",
+        branch: "main",
+        triggerPaths: ["modules/**"],
+      });
+      assert.deepEqual(link.triggerPaths, ["modules/**"]);
+      const sha = "a".repeat(40);
+      const claims = await Promise.all([1, 2, 3].map(() => store.claimVcsCommit(ctx, link, null, sha)));
+      assert.deepEqual(claims.filter(Boolean).length, 1);
+      assert.equal((await store.getWorkspaceVcs(ctx, ws.id)).lastCommitSha, sha);
+      await store.releaseVcsCommit(ctx, ws.id, sha, null);
+      assert.equal((await store.getWorkspaceVcs(ctx, ws.id)).lastCommitSha, null);
+      await store.recordVcsError(ctx, ws.id, null, "it failed");
+      assert.equal((await store.getWorkspaceVcs(ctx, ws.id)).lastError, "it failed");
+      assert.equal(await store.claimVcsCommit(ctx, link, null, sha), true);
+      assert.equal((await store.getWorkspaceVcs(ctx, ws.id)).lastError, null);
+      // Deleting the workspace takes its link along.
+      await store.deleteWorkspace(ctx, ws.name);
+      assert.equal((await store.listVcsLinks(ctx)).filter((l) => l.workspaceId === ws.id).length, 0);
+    });
+
+    test("a run keeps its source commit; an uploaded run has none", async () => {
+      const ws = await workspace();
+      const archive = rawTarGz([{ path: "main.tf", content: "" }]);
+      const cv = await store.createConfigurationVersion(ctx, ws.id, archive, limits);
+      const source = {
+        repository: "o/r",
+        branch: "main",
+        commitSha: "b".repeat(40),
+        message: "Add x",
+        author: "A <a@x>",
+      };
+      const run = await store.createRun(ctx, {
+        workspace: ws.id,
+        configurationVersionId: cv.id,
+        planOnly: false,
+        isDestroy: false,
+        message: source.message,
+        source,
+      });
+      assert.deepEqual((await store.getRun(ctx, run.id)).source, source);
+      const upload = await store.createRun(ctx, {
+        workspace: ws.id,
+        configurationVersionId: cv.id,
+        planOnly: false,
+        isDestroy: false,
+        message: "",
+      });
+      assert.equal(upload.source, null);
+      const { items } = await store.listRuns(ctx, { workspace: ws.id });
+      // One clock tick for both: compare by id, not by order.
+      assert.deepEqual(Object.fromEntries(items.map((r) => [r.id, r.source?.commitSha ?? null])), {
+        [run.id]: source.commitSha,
+        [upload.id]: null,
+      });
+    });
+  });
+}
