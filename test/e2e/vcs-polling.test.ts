@@ -1,11 +1,11 @@
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { routes } from "@drover/protocol";
 import { pino } from "pino";
+import { gitAs } from "../support/git-repo.js";
 import { startGitHttpServer } from "../support/git-http-server.js";
 import { pollWait } from "../support/poll.js";
 import { startStack, type Stack } from "../support/stack.js";
@@ -24,20 +24,7 @@ let git: Awaited<ReturnType<typeof startGitHttpServer>>;
 let root: string;
 let work: string;
 
-const sh = (cwd: string, ...args: string[]) =>
-  execFileSync("git", args, {
-    cwd,
-    encoding: "utf8",
-    env: {
-      ...process.env,
-      GIT_CONFIG_NOSYSTEM: "1",
-      GIT_CONFIG_GLOBAL: "/dev/null",
-      GIT_AUTHOR_NAME: "Ada",
-      GIT_AUTHOR_EMAIL: "ada@example.com",
-      GIT_COMMITTER_NAME: "Ada",
-      GIT_COMMITTER_EMAIL: "ada@example.com",
-    },
-  }).trim();
+const sh = gitAs("Ada", "ada@example.com");
 
 /** Commits `files` (path → content; null removes it) to main and pushes; returns the commit id. */
 function commit(message: string, files: Record<string, string | null>): string {

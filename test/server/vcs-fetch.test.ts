@@ -1,5 +1,4 @@
 import assert from "node:assert/strict";
-import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { createServer, type Socket } from "node:net";
@@ -9,6 +8,7 @@ import { after, before, test } from "node:test";
 import { routes } from "@drover/protocol";
 import { branchHead } from "@drover/server";
 import { createTestDatabase, type TestDatabase } from "../support/databases.js";
+import { gitAs } from "../support/git-repo.js";
 import { startGitHttpServer } from "../support/git-http-server.js";
 import { startTestServer, type TestServer } from "../support/server.js";
 
@@ -24,20 +24,7 @@ let git: Awaited<ReturnType<typeof startGitHttpServer>>;
 let database: TestDatabase;
 let servers: TestServer[] = [];
 
-const sh = (cwd: string, ...args: string[]) =>
-  execFileSync("git", args, {
-    cwd,
-    encoding: "utf8",
-    env: {
-      ...process.env,
-      GIT_CONFIG_NOSYSTEM: "1",
-      GIT_CONFIG_GLOBAL: "/dev/null",
-      GIT_AUTHOR_NAME: "B",
-      GIT_AUTHOR_EMAIL: "b@example.com",
-      GIT_COMMITTER_NAME: "B",
-      GIT_COMMITTER_EMAIL: "b@example.com",
-    },
-  }).trim();
+const sh = gitAs("B", "b@example.com");
 
 /** A bare repository group/<name>.git whose main holds `files` (a function may add more to the work tree). */
 function repository(name: string, files: Record<string, string>, extra?: (work: string) => void): string {
