@@ -392,7 +392,7 @@ describe("test cluster node agent", () => {
   it("a deleted Job pod counts as failed at once by default (backoffLimit 0: no second pod); under podReplacementPolicy Failed only once it has failed", async () => {
     const lingering = {
       terminationGracePeriodSeconds: 2,
-      containers: [sh("main", "trap '' TERM; while true; do sleep 0.05; done")],
+      containers: [sh("main", "trap '' TERM; echo trapped; while true; do sleep 0.05; done")],
     };
     // Starts the Job, deletes its running pod and returns the watch of its pods (from before the deletion).
     const deleteFirst = async (name: string, spec: Record<string, unknown>, podSpec = lingering) => {
@@ -402,6 +402,13 @@ describe("test cluster node agent", () => {
         `/api/v1/namespaces/${ns}/pods?watch=true&labelSelector=${encodeURIComponent(`job-name=${name}`)}`,
       );
       const first = (await jobPod(c, ns, name, (p) => p.status.phase === "Running")).metadata.name as string;
+      // Running comes when the process starts: on a busy machine the shell may not have set its
+      // trap yet, and a SIGTERM then ends the pod before anything could replace it.
+      await until(
+        "the pod's trap of SIGTERM",
+        () => kube(c, "GET", `/api/v1/namespaces/${ns}/pods/${first}/log`),
+        (r) => String(r.body).includes("trapped"),
+      );
       assert.equal((await kube(c, "DELETE", `/api/v1/namespaces/${ns}/pods/${first}`)).status, 200);
       return { w, first };
     };
