@@ -6,6 +6,8 @@ import { join } from "node:path";
 import { after, test } from "node:test";
 import { droverBin, freePort, spawnProcess, type Proc } from "../support/processes.js";
 import { pollWait } from "../support/poll.js";
+import { routeCall } from "../support/typed-api.js";
+import { routes } from "@drover/protocol";
 import { markedBlocks, repoRoot } from "../support/repo.js";
 
 // The README's "Your first real agent" section, run as a new user types it: the real `drover`
@@ -86,13 +88,17 @@ test("the README's first-real-agent walkthrough works as written", { timeout: 24
     );
     processes.push(agent);
   }
+  // Through the API, not a `drover` process per look: the walkthrough's own `agent list` comes next.
   for (let attempt = 0; ; attempt++) {
-    const listed = await sh("drover agent list --pool prod --json", env);
-    const agents = listed.code === 0 ? (JSON.parse(listed.stdout) as { name: string; status: string }[]) : [];
+    const listed = await routeCall(`http://127.0.0.1:${serverPort}`, routes.listAgents, {
+      token: adminToken,
+      query: { pool: "prod" },
+    });
+    const agents: { name: string; status: string }[] = listed.status === 200 ? listed.body.items : [];
     if (["first", "second"].every((n) => agents.some((a) => a.name === n && a.status === "idle"))) break;
     assert.ok(
       attempt < 1200,
-      `both agents online: ${listed.stdout}${listed.stderr}\n${processes.map((p) => p.output()).join("\n")}`,
+      `both agents online: ${JSON.stringify(agents)}\n${processes.map((p) => p.output()).join("\n")}`,
     );
     await pollWait(attempt);
   }

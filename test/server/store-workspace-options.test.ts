@@ -1,9 +1,10 @@
 import assert from "node:assert/strict";
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import { DroverError } from "@drover/protocol";
-import { localEventBus, openDatabase, store, type Db, type StoreContext } from "@drover/server";
+import { store, type StoreContext } from "@drover/server";
 import { rawTarGz } from "../support/archives.js";
-import { backends, createTestDatabase, type TestDatabase } from "../support/databases.js";
+import { backends } from "../support/databases.js";
+import { useStoreDatabase } from "../support/store-database.js";
 
 // Migration 0063 on both databases: HCL variables, outputs revealed on request, and the
 // workspace's default for the destroy-all guard.
@@ -19,27 +20,22 @@ async function rejectsWith(promise: Promise<unknown>, code: string, message: Reg
 
 for (const backend of backends) {
   describe(`workspace options: ${backend}`, () => {
-    let database: TestDatabase;
-    let db: Db;
     let ctx: StoreContext;
     let counter = 0;
     const unique = (p: string) => `${p}${++counter}`;
+    useStoreDatabase(
+      backend,
+      () => 1_700_000_000_000,
+      (_db, c) => (ctx = c),
+    );
 
-    before(async () => {
-      database = await createTestDatabase(backend);
-      db = await openDatabase(database.location);
-      ctx = {
-        db: db.kysely,
-        dialect: db.dialect,
-        events: localEventBus(),
-        now: () => 1_700_000_000_000,
-        settings: { leaseTtlMs: 30_000, agentTtlMs: 60_000, heartbeatIntervalMs: 10_000 },
-      };
-    });
-    after(async () => {
-      await db.close();
-      await database.drop();
-    });
+    /** A configuration version of an empty main.tf. */
+    const configuration = (ws: string) =>
+      store.createConfigurationVersion(ctx, ws, rawTarGz([{ path: "main.tf", content: "" }]), {
+        maxCompressedBytes: 1e6,
+        maxUnpackedBytes: 1e7,
+        maxEntries: 10,
+      });
 
     async function workspace(allowDestroyAll?: boolean) {
       const pool = await store.createPool(ctx, unique("pool"));
@@ -98,11 +94,7 @@ for (const backend of backends) {
 
     test("outputs: sensitive values are null unless revealed", async () => {
       const ws = await workspace();
-      const cv = await store.createConfigurationVersion(ctx, ws.id, rawTarGz([{ path: "main.tf", content: "" }]), {
-        maxCompressedBytes: 1e6,
-        maxUnpackedBytes: 1e7,
-        maxEntries: 10,
-      });
+      const cv = await configuration(ws.id);
       const run = await store.createRun(ctx, {
         workspace: ws.id,
         configurationVersionId: cv.id,
@@ -132,11 +124,7 @@ for (const backend of backends) {
     test("allowDestroyAll: a run that does not say takes the workspace's setting; one that says keeps its own", async () => {
       const ws = await workspace();
       assert.equal(ws.allowDestroyAll, false);
-      const cv = await store.createConfigurationVersion(ctx, ws.id, rawTarGz([{ path: "main.tf", content: "" }]), {
-        maxCompressedBytes: 1e6,
-        maxUnpackedBytes: 1e7,
-        maxEntries: 10,
-      });
+      const cv = await configuration(ws.id);
       const allowed = async (extra: { allowDestroyAll?: boolean }) => {
         const run = await store.createRun(ctx, {
           workspace: ws.id,
