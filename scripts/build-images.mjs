@@ -79,6 +79,9 @@ export function podmanEnv() {
       'cgroup_manager = "cgroupfs"',
       'events_logger = "file"',
       `events_logfile_path = ${JSON.stringify(join(runBase, "events.log"))}`,
+      // Tests read start events back (assertRanFromImages); podman's default 1m rotation deletes a
+      // busy suite's older events while a test still waits to read them.
+      'events_logfile_max_size = "256m"',
       `tmp_dir = ${JSON.stringify(join(runBase, "tmp"))}`,
       `volume_path = ${JSON.stringify(join(dir, "volumes"))}`,
       "",
