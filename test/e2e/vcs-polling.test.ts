@@ -3,7 +3,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { routes } from "@drover/protocol";
+import { routes, type RunSource } from "@drover/protocol";
 import { pino } from "pino";
 import { gitAs } from "../support/git-repo.js";
 import { startGitHttpServer } from "../support/git-http-server.js";
@@ -59,7 +59,7 @@ const runsOf = async (ws: string) =>
     id: string;
     status: string;
     message: string;
-    source: { commitSha: string; message: string; author: string; branch: string; repository: string } | null;
+    source: RunSource | null;
   }[];
 
 before(async () => {
@@ -124,6 +124,7 @@ test("a linked branch's commits run and apply; a commit without configuration is
     commitSha: first,
     message: "Add v",
     author: "Ada <ada@example.com>",
+    pullRequest: null,
   });
   assert.equal(run1.message, "Add v");
   assert.equal((await stack.waitForRun(run1.id, ["applied"])).status, "applied");

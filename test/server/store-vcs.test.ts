@@ -133,7 +133,7 @@ for (const backend of backends) {
       assert.equal((await store.listVcsLinks(ctx)).filter((l) => l.workspaceId === ws.id).length, 0);
     });
 
-    test("a run keeps its source commit; an uploaded run has none", async () => {
+    test("a run keeps its source commit and pull request; an uploaded run has none", async () => {
       const ws = await workspace();
       const archive = rawTarGz([{ path: "main.tf", content: "" }]);
       const cv = await store.createConfigurationVersion(ctx, ws.id, archive, limits);
@@ -143,16 +143,26 @@ for (const backend of backends) {
         commitSha: "b".repeat(40),
         message: "Add x",
         author: "A <a@x>",
+        pullRequest: null,
       };
-      const run = await store.createRun(ctx, {
-        workspace: ws.id,
-        configurationVersionId: cv.id,
-        planOnly: false,
-        isDestroy: false,
-        message: source.message,
-        source,
-      });
-      assert.deepEqual((await store.getRun(ctx, run.id)).source, source);
+      const proposed = {
+        ...source,
+        branch: "feature",
+        pullRequest: { number: 7, url: "https://github.com/o/r/pull/7" },
+      };
+      const ids: string[] = [];
+      for (const given of [source, proposed]) {
+        const run = await store.createRun(ctx, {
+          workspace: ws.id,
+          configurationVersionId: cv.id,
+          planOnly: given.pullRequest !== null,
+          isDestroy: false,
+          message: given.message,
+          source: given,
+        });
+        assert.deepEqual((await store.getRun(ctx, run.id)).source, given);
+        ids.push(run.id);
+      }
       const upload = await store.createRun(ctx, {
         workspace: ws.id,
         configurationVersionId: cv.id,
@@ -164,7 +174,8 @@ for (const backend of backends) {
       const { items } = await store.listRuns(ctx, { workspace: ws.id });
       // One clock tick for both: compare by id, not by order.
       assert.deepEqual(Object.fromEntries(items.map((r) => [r.id, r.source?.commitSha ?? null])), {
-        [run.id]: source.commitSha,
+        [ids[0]!]: source.commitSha,
+        [ids[1]!]: source.commitSha,
         [upload.id]: null,
       });
     });

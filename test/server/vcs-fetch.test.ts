@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { routes } from "@drover/protocol";
-import { branchHead } from "@drover/server";
+import { branchHead } from "@drover/vcs";
 import { createTestDatabase, type TestDatabase } from "../support/databases.js";
 import { gitAs } from "../support/git-repo.js";
 import { startGitHttpServer } from "../support/git-http-server.js";

@@ -10,3 +10,4 @@ export * from "./schemas/user.js";
 export * from "./schemas/run-options.js";
 export * from "./schemas/agent.js";
 export * from "./schemas/vcs.js";
+export * from "./schemas/vcs-operations.js";

@@ -21,6 +21,6 @@ export type { AppOptions } from "./http/app.js";
 export { registrar, answered, type Registrar, type ServeOptions } from "./http/serve.js";
 export type { Authenticators, Callers } from "./http/auth.js";
 export type { PollOutcome } from "./vcs/poller.js";
-export { branchHead, fetchCommit, type GitDeadlines } from "./vcs/fetch.js";
+export { fetchCommit } from "./vcs/fetch.js";
 export { commitTriggers, globPattern } from "./vcs/triggers.js";
 export { createMetrics, type MetricsOptions, type ServerMetrics } from "./metrics.js";

@@ -137,5 +137,7 @@ export const runSourceSchema = z.object({
   /** The commit message's first line. */
   message: z.string(),
   author: z.string(),
+  /** The pull (merge) request a speculative run plans; absent or null for a branch's commit. */
+  pullRequest: z.object({ number: z.number().int().positive(), url: z.string() }).nullable().optional(),
 });
 export type RunSource = z.infer<typeof runSourceSchema>;

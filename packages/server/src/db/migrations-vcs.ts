@@ -43,3 +43,13 @@ export function vcs(dialect: Dialect): Migration {
     },
   };
 }
+
+/** The pull or merge request a speculative run was started for. */
+export function runPullRequest(): Migration {
+  return {
+    async up(db: Kysely<unknown>) {
+      await db.schema.alterTable("runs").addColumn("source_pull_request_number", "integer").execute();
+      await db.schema.alterTable("runs").addColumn("source_pull_request_url", "text").execute();
+    },
+  };
+}

@@ -118,6 +118,8 @@ export interface RunsTable {
   source_commit_sha: string | null;
   source_message: string | null;
   source_author: string | null;
+  source_pull_request_number: number | null;
+  source_pull_request_url: string | null;
   created_at: number;
   updated_at: number;
 }

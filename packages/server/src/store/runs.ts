@@ -61,6 +61,10 @@ const toRun = (r: RunRow & { workspace_name: string }): Run => ({
           commitSha: r.source_commit_sha,
           message: r.source_message ?? "",
           author: r.source_author ?? "",
+          pullRequest:
+            r.source_pull_request_number === null
+              ? null
+              : { number: r.source_pull_request_number, url: r.source_pull_request_url ?? "" },
         },
   createdAt: iso(r.created_at),
   updatedAt: iso(r.updated_at),
@@ -175,6 +179,8 @@ export async function createRun(ctx: StoreContext, input: CreateRunInput): Promi
         source_commit_sha: input.source?.commitSha ?? null,
         source_message: input.source?.message ?? null,
         source_author: input.source?.author ?? null,
+        source_pull_request_number: input.source?.pullRequest?.number ?? null,
+        source_pull_request_url: input.source?.pullRequest?.url ?? null,
         created_at: now,
         updated_at: now,
       })

@@ -1,72 +1,13 @@
-import { DroverError, escapeControlChars, type ConfigurationVersion, type RunSource } from "@drover/protocol";
+import { escapeControlChars, type ConfigurationVersion, type RunSource } from "@drover/protocol";
 import type { ArchiveLimits } from "@drover/runtime";
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { fetchCommitArchive, type GitAccess, type GitDeadlines } from "@drover/vcs";
 import { createConfigurationVersion } from "../store/configuration-versions.js";
 import type { StoreContext } from "../store/context.js";
-import { cloneUrl, GitError, runGit, type GitAccess } from "./git.js";
 
 /*
- * A commit of a linked repository as a configuration version: fetched at depth 1 into an empty
- * repository (never a history), packed by `git archive`, then checked and stored exactly like a
- * CLI upload, size limit included.
+ * A commit of a linked repository as a configuration version: packed by the VCS package, then
+ * checked and stored exactly like a CLI upload, size limit included.
  */
-
-/** Deadlines of the git calls. */
-export interface GitDeadlines {
-  lsRemoteMs: number;
-  fetchMs: number;
-}
-
-export const defaultGitDeadlines: GitDeadlines = { lsRemoteMs: 30_000, fetchMs: 300_000 };
-
-const shaPattern = /^[0-9a-f]{40}([0-9a-f]{24})?$/;
-
-/** Wraps git's refusal of a credential in a message that says what to do. */
-function explained(err: unknown, repository: string): unknown {
-  if (err instanceof GitError && err.authFailed)
-    return new GitError(
-      `the VCS refused the connection's token for ${repository} (check that the token is valid and may read the repository): ${err.message}`,
-      true,
-    );
-  return err;
-}
-
-async function inTempDir<T>(work: (dir: string) => Promise<T>): Promise<T> {
-  const dir = await mkdtemp(join(tmpdir(), "drover-vcs-"));
-  try {
-    return await work(dir);
-  } finally {
-    await rm(dir, { recursive: true, force: true });
-  }
-}
-
-/** The commit a branch points at (`git ls-remote`); null when the branch does not exist. */
-export async function branchHead(
-  access: GitAccess,
-  repository: string,
-  branch: string,
-  options: { deadlines?: GitDeadlines; signal?: AbortSignal } = {},
-): Promise<string | null> {
-  const ref = `refs/heads/${branch}`;
-  const out = await inTempDir((dir) =>
-    runGit({
-      access,
-      args: ["ls-remote", cloneUrl(access, repository), ref],
-      cwd: dir,
-      deadlineMs: (options.deadlines ?? defaultGitDeadlines).lsRemoteMs,
-      signal: options.signal,
-    }),
-  ).catch((err: unknown) => {
-    throw explained(err, repository);
-  });
-  for (const line of out.toString("utf8").split("\n")) {
-    const [sha, name] = line.split("\t");
-    if (name === ref && sha !== undefined && shaPattern.test(sha)) return sha;
-  }
-  return null;
-}
 
 export interface FetchCommitInput {
   access: GitAccess;
@@ -78,35 +19,8 @@ export interface FetchCommitInput {
   limits: ArchiveLimits;
   deadlines?: GitDeadlines;
   signal?: AbortSignal;
-  /**
-   * Decides from the files changed since `since` (null when they cannot be known) whether the
-   * commit is wanted; an unwanted one is neither packed nor stored.
-   */
+  /** Decides from the files changed since `since` whether the commit is wanted (see fetchCommitArchive). */
   wanted?: { since: string | null; given(changed: string[] | null): boolean };
-}
-
-/**
- * The files changed between `since` and `sha` (both trees, each fetched at depth 1), or null when
- * `since` is unknown or no longer in the repository (a rewritten history).
- */
-async function changedFiles(
-  git: (args: string[]) => Promise<Buffer>,
-  repo: string[],
-  url: string,
-  since: string | null,
-  sha: string,
-): Promise<string[] | null> {
-  if (since === null || !shaPattern.test(since)) return null;
-  try {
-    await git([...repo, "fetch", "--quiet", "--depth", "1", "--no-tags", url, since]);
-  } catch {
-    return null;
-  }
-  const out = await git([...repo, "diff", "--name-only", "-z", "--no-renames", since, sha]);
-  return out
-    .toString("utf8")
-    .split("\0")
-    .filter((f) => f !== "");
 }
 
 /**
@@ -117,44 +31,17 @@ export async function fetchCommit(
   ctx: StoreContext,
   input: FetchCommitInput,
 ): Promise<{ configurationVersion: ConfigurationVersion; source: RunSource } | null> {
-  if (!shaPattern.test(input.sha)) throw new GitError(`not a commit id: ${JSON.stringify(input.sha)}`, false);
-  const deadlineMs = (input.deadlines ?? defaultGitDeadlines).fetchMs;
-  const fetched = await inTempDir(async (dir) => {
-    const git = (args: string[], extra: { maxStdout?: number; tooLarge?: () => Error } = {}) =>
-      runGit({ access: input.access, args, cwd: dir, deadlineMs, signal: input.signal, ...extra });
-    await git(["init", "--quiet", "--bare", "repo.git"]);
-    const repo = ["--git-dir", join(dir, "repo.git")];
-    const url = cloneUrl(input.access, input.repository);
-    await git([...repo, "fetch", "--quiet", "--depth", "1", "--no-tags", url, input.sha]);
-    if (input.wanted && !input.wanted.given(await changedFiles(git, repo, url, input.wanted.since, input.sha)))
-      return null;
-    const meta = await git([...repo, "log", "-1", "--format=%an <%ae>%x00%B", input.sha]);
-    const max = input.limits.maxCompressedBytes;
-    const archive = await git([...repo, "archive", "--format=tar.gz", input.sha], {
-      maxStdout: max,
-      tooLarge: () =>
-        new DroverError(
-          "payload_too_large",
-          `the archive of ${input.repository} at ${input.sha.slice(0, 12)} is larger than ${Math.round(max / 1024 / 1024)} MB (DROVER_MAX_CONFIGURATION_MB)`,
-        ),
-    });
-    return { archive, meta: meta.toString("utf8") };
-  }).catch((err: unknown) => {
-    throw explained(err, input.repository);
-  });
+  const fetched = await fetchCommitArchive({ ...input, maxBytes: input.limits.maxCompressedBytes });
   if (fetched === null) return null;
-  const { archive, meta } = fetched;
-  const [author = "", body = ""] = meta.split("\0");
-  const configurationVersion = await createConfigurationVersion(ctx, input.workspace, archive, input.limits);
-  const firstLine = body.trim().split("\n")[0] ?? "";
+  const configurationVersion = await createConfigurationVersion(ctx, input.workspace, fetched.archive, input.limits);
   return {
     configurationVersion,
     source: {
       repository: input.repository,
       branch: input.branch,
       commitSha: input.sha,
-      message: escapeControlChars(firstLine).slice(0, 500),
-      author: escapeControlChars(author.trim()).slice(0, 300),
+      message: escapeControlChars(fetched.message).slice(0, 500),
+      author: escapeControlChars(fetched.author).slice(0, 300),
     },
   };
 }

@@ -12,8 +12,8 @@ import {
   releaseVcsCommit,
   type PolledLink,
 } from "../store/workspace-vcs.js";
-import { branchHead, fetchCommit, type GitDeadlines } from "./fetch.js";
-import { redact, secretsOf } from "./git.js";
+import { branchHead, redact, secretsOf, type GitDeadlines } from "@drover/vcs";
+import { fetchCommit } from "./fetch.js";
 import { commitTriggers } from "./triggers.js";
 
 /*

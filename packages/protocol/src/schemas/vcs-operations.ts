@@ -1,0 +1,93 @@
+import { z } from "zod";
+import { hasControlChars } from "../text.js";
+import { branchProblem } from "./vcs.js";
+
+/*
+ * The closed set of things Drover asks of a VCS, whether the server asks it directly or through a
+ * VCS agent's relay. Each operation names a repository and shas or numbers matching strict
+ * patterns; none takes a URL, a host or a path, so the side that builds the request (from its
+ * own configured base URL) can never be made to call anything else.
+ */
+
+const segment = /^[A-Za-z0-9_][A-Za-z0-9_.-]*$/;
+
+/** A repository path (`owner/name`, or a GitLab `group/…/project`); no `..`, no leading `-`. */
+export const repositoryPathSchema = z
+  .string()
+  .max(300)
+  .refine((r) => {
+    const parts = r.split("/");
+    return parts.length >= 2 && parts.length <= 20 && parts.every((p) => segment.test(p) && !p.endsWith("."));
+  }, "not a repository path");
+
+export const commitShaSchema = z.string().regex(/^[0-9a-f]{40}([0-9a-f]{24})?$/, "not a commit id");
+const branchSchema = z.string().refine((b) => branchProblem(b) === null, "not a valid branch name");
+const numberSchema = z
+  .number()
+  .int()
+  .positive()
+  .max(2 ** 31);
+const textSchema = (max: number) =>
+  z
+    .string()
+    .max(max)
+    .refine((t) => !hasControlChars(t.replace(/[\n\t]/g, "")), "control characters are not allowed");
+
+export const vcsOperationSchema = z.discriminatedUnion("op", [
+  z.object({ op: z.literal("branchHead"), repository: repositoryPathSchema, branch: branchSchema }),
+  z.object({ op: z.literal("commit"), repository: repositoryPathSchema, sha: commitShaSchema }),
+  z.object({
+    op: z.literal("changedFiles"),
+    repository: repositoryPathSchema,
+    base: commitShaSchema,
+    head: commitShaSchema,
+  }),
+  z.object({
+    op: z.literal("setCommitStatus"),
+    repository: repositoryPathSchema,
+    sha: commitShaSchema,
+    state: z.enum(["pending", "success", "failure", "error"]),
+    /** The status's name on the commit, e.g. `drover/<workspace>`. */
+    context: textSchema(100),
+    description: textSchema(140),
+    /** The run's page on the Drover server. */
+    targetUrl: z.url({ protocol: /^https?$/ }).max(2000),
+  }),
+  z.object({
+    op: z.literal("upsertPullRequestComment"),
+    repository: repositoryPathSchema,
+    number: numberSchema,
+    /** The comment to edit in place; null creates it. */
+    commentId: numberSchema.nullable(),
+    body: textSchema(60_000),
+  }),
+  z.object({
+    op: z.literal("createWebhook"),
+    repository: repositoryPathSchema,
+    /** Where the VCS delivers: the server's (or a VCS agent listener's) webhook URL. */
+    url: z.url({ protocol: /^https?$/ }).max(2000),
+    secret: z.string().min(16).max(200),
+  }),
+  z.object({ op: z.literal("deleteWebhook"), repository: repositoryPathSchema, webhookId: numberSchema }),
+]);
+export type VcsOperation = z.infer<typeof vcsOperationSchema>;
+export type VcsOperationName = VcsOperation["op"];
+
+const commitResultSchema = z.object({
+  sha: commitShaSchema,
+  message: z.string(),
+  author: z.string(),
+});
+
+/** What each operation answers. */
+export const vcsOperationResultSchemas = {
+  branchHead: z.object({ sha: commitShaSchema.nullable() }),
+  commit: commitResultSchema,
+  /** null when the provider cannot say (e.g. too many files). */
+  changedFiles: z.object({ files: z.array(z.string()).nullable() }),
+  setCommitStatus: z.object({}),
+  upsertPullRequestComment: z.object({ commentId: numberSchema }),
+  createWebhook: z.object({ webhookId: numberSchema }),
+  deleteWebhook: z.object({}),
+} satisfies Record<VcsOperationName, z.ZodType>;
+export type VcsOperationResult<K extends VcsOperationName> = z.infer<(typeof vcsOperationResultSchemas)[K]>;

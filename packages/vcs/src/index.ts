@@ -1,0 +1,4 @@
+/* Talking to a VCS: git fetches of one commit, and the closed set of provider API operations. */
+export * from "./git.js";
+export * from "./fetch.js";
+export * from "./operations.js";
