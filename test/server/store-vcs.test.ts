@@ -63,6 +63,17 @@ for (const backend of backends) {
       ]);
       assert.ok(!shown.includes(token), shown);
       assert.equal((await store.vcsCredential(ctx, conn.id)).token, token);
+      // Each connection gets its own webhook secret, which nothing returned carries either.
+      const secret = await store.vcsWebhookSecret(ctx, name);
+      assert.match(secret, /^[0-9a-f]{64}$/);
+      assert.ok(!shown.includes(secret), shown);
+      const other = await store.createVcsConnection(ctx, {
+        name: unique("gh"),
+        provider: "github",
+        url: "https://github.com",
+        token,
+      });
+      assert.notEqual(await store.vcsWebhookSecret(ctx, other.id), secret);
       await rejectsWith(
         store.createVcsConnection(ctx, { name, provider: "github", url: "https://github.com", token }),
         "already_exists",

@@ -1,3 +1,4 @@
+import { randomBytes } from "node:crypto";
 import type { Kysely, Migration } from "kysely";
 import type { Dialect } from "./schema.js";
 import { types } from "./column-types.js";
@@ -52,4 +53,25 @@ export function runPullRequest(): Migration {
       await db.schema.alterTable("runs").addColumn("source_pull_request_url", "text").execute();
     },
   };
+}
+
+/** A webhook secret of each connection, made by the server (existing connections get theirs here). */
+export function vcsWebhookSecret(): Migration {
+  return {
+    async up(db: Kysely<unknown>) {
+      await db.schema.alterTable("vcs_connections").addColumn("webhook_secret", "text").execute();
+      const untyped = db as Kysely<{ vcs_connections: { id: string; webhook_secret: string | null } }>;
+      for (const { id } of await untyped.selectFrom("vcs_connections").select("id").execute())
+        await untyped
+          .updateTable("vcs_connections")
+          .set({ webhook_secret: newWebhookSecret() })
+          .where("id", "=", id)
+          .execute();
+    },
+  };
+}
+
+/** A fresh webhook secret: 32 random bytes, hex. */
+export function newWebhookSecret(): string {
+  return randomBytes(32).toString("hex");
 }

@@ -223,6 +223,8 @@ export interface VcsConnectionsTable {
   auth_kind: "token";
   /** Write-only: read by the fetch only, never returned by the API. */
   token: string;
+  /** The secret the VCS signs webhook deliveries with (GitHub) or sends as their token (GitLab); write-only. */
+  webhook_secret: string;
   created_at: number;
 }
 

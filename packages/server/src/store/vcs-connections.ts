@@ -1,6 +1,7 @@
 import { DroverError, newId, type VcsConnection, type VcsProvider } from "@drover/protocol";
 import type { Selectable } from "kysely";
 import type { VcsConnectionsTable } from "../db/schema.js";
+import { newWebhookSecret } from "../db/migrations-vcs.js";
 import { isUniqueViolation } from "../db/storage-errors.js";
 import { iso, type StoreContext } from "./context.js";
 
@@ -42,6 +43,7 @@ export async function createVcsConnection(ctx: StoreContext, input: CreateVcsCon
     url: input.url,
     auth_kind: "token" as const,
     token: input.token,
+    webhook_secret: newWebhookSecret(),
     created_at: ctx.now(),
   };
   try {
@@ -84,6 +86,11 @@ export interface VcsCredential {
 export async function vcsCredential(ctx: StoreContext, connectionId: string): Promise<VcsCredential> {
   const row = await connectionRow(ctx, connectionId);
   return { provider: row.provider, url: row.url, token: row.token };
+}
+
+/** The connection's webhook secret, for checking deliveries and registering webhooks only. */
+export async function vcsWebhookSecret(ctx: StoreContext, idOrName: string): Promise<string> {
+  return (await connectionRow(ctx, idOrName)).webhook_secret;
 }
 
 /** Deletes a connection; while workspaces are linked through it, `conflict` names them. */
