@@ -6,6 +6,8 @@ import {
   registerDiscovery,
   registerOrganizationRoutes,
 } from "./organization-routes.js";
+import { registerStateRoutes, stateRoutes } from "./state-routes.js";
+import { registerWorkspaceRoutes, workspaceRoutes } from "./workspace-routes.js";
 import { tfeApi, tfeScope, type TfeRoute } from "./serve.js";
 
 /*
@@ -14,7 +16,11 @@ import { tfeApi, tfeScope, type TfeRoute } from "./serve.js";
  */
 
 /** Every route of the TFE API, for the route tests (each area's table joins here). */
-export const tfeRoutes: readonly TfeRoute[] = [...Object.values(organizationRoutes)];
+export const tfeRoutes: readonly TfeRoute[] = [
+  ...Object.values(organizationRoutes),
+  ...Object.values(workspaceRoutes),
+  ...Object.values(stateRoutes),
+];
 
 /** Paths outside the tables: the discovery document. */
 export const tfeExtraPaths = [discoveryPath] as const;
@@ -25,6 +31,8 @@ export function registerTfe(app: FastifyInstance, http: HttpContext): void {
     async (scope) => {
       const serve = tfeScope(scope, http);
       registerOrganizationRoutes(serve, http);
+      registerWorkspaceRoutes(serve, http);
+      registerStateRoutes(serve, http);
     },
     { prefix: tfeApi },
   );
