@@ -454,6 +454,17 @@ test("GitLab: a Push Hook applies, a Merge Request Hook plans speculatively, a w
   assert.equal(d.outcomes[0]?.outcome, "started");
   const run = await stack.waitForRun(d.outcomes[0]?.runId ?? "", ["applied"]);
   assert.equal(run.source.commitSha, c2.id);
+  // The push of the older commit, delivered late: the branch has moved on, nothing runs.
+  const late = await send("gl", {
+    provider: "gitlab",
+    event: "Push Hook",
+    body: gitlabPush("grp/sub/infra", "main", zero, c1.id, [c1]),
+  });
+  const stale = await processed("gl", late.deliveryId);
+  assert.deepEqual(
+    stale.outcomes.map((o) => [o.outcome, o.detail]),
+    [["superseded", `the branch has moved on to ${c2.id.slice(0, 12)}`]],
+  );
 
   sh(work, "checkout", "-q", "-b", "ms-viewport");
   const f1 = commit(work, "ms-viewport", "MR change", { "main.tf": tf("gl-mr") });

@@ -135,6 +135,24 @@ export class WebhookProcessor {
       else candidates.push(l);
     }
     if (candidates.length === 0) return out;
+    // A link that saw a commit other than the push's base may have seen a newer one (deliveries
+    // can arrive out of order): a push that is no longer the branch's head starts nothing.
+    if (candidates.some((l) => l.lastCommitSha !== null && l.lastCommitSha !== e.before)) {
+      let head: string | null;
+      try {
+        head = await branchHead(access, e.repository, e.branch, {
+          deadlines: this.o.deadlines,
+          signal: this.shutdown.signal,
+        });
+      } catch (err) {
+        const reason = redact(messageOf(err), secretsOf(access));
+        return [...out, ...candidates.map((l) => outcome(l, "fetch_failed", null, reason))];
+      }
+      if (head !== e.after) {
+        const detail = `the branch has moved on to ${head === null ? "nothing (deleted)" : short(head)}`;
+        return [...out, ...candidates.map((l) => outcome(l, "superseded", null, detail))];
+      }
+    }
     // The payload's files are the change since the link's last commit only when that commit is the push's base.
     const payloadKnows = (l: PolledLink) =>
       e.files !== null && (l.lastCommitSha === null || l.lastCommitSha === e.before);
