@@ -269,6 +269,42 @@ const routeCases: Case[] = [
     run: () => admin.call(routes.unlinkWorkspaceVcs, { params: { ws: "nope" } }),
   },
   {
+    route: "listVcsDeliveries",
+    code: "not_found",
+    run: () => admin.call(routes.listVcsDeliveries, { params: { connection: "nope" }, query: { limit: 5 } }),
+  },
+  {
+    route: "receiveVcsWebhook",
+    code: "not_found",
+    run: () =>
+      as(undefined).call(routes.receiveVcsWebhook, { params: { connection: "nope" }, body: Buffer.from("{}") }),
+  },
+  {
+    route: "receiveVcsWebhook",
+    code: "unauthorized",
+    run: async () => {
+      const connection = unique("hook");
+      await admin.call(routes.createVcsConnection, {
+        body: { name: connection, provider: "gitlab", url: "https://gitlab.example.com", token: "t0ken" },
+      });
+      return as(undefined).call(routes.receiveVcsWebhook, { params: { connection }, body: Buffer.from("{}") });
+    },
+  },
+  {
+    route: "receiveVcsWebhook",
+    code: "payload_too_large",
+    run: async () => {
+      const connection = unique("hook");
+      await admin.call(routes.createVcsConnection, {
+        body: { name: connection, provider: "github", url: "https://github.com", token: "t0ken" },
+      });
+      return as(undefined).call(routes.receiveVcsWebhook, {
+        params: { connection },
+        body: Buffer.alloc(5 * 1024 * 1024 + 1, 0x20),
+      });
+    },
+  },
+  {
     route: "listVariables",
     code: "not_found",
     run: () => admin.call(routes.listVariables, { params: { ws: "nope" } }),

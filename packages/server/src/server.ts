@@ -11,6 +11,7 @@ import type { ServerConfig } from "./config.js";
 import { createMetrics } from "./metrics.js";
 import { startSweeper } from "./sweeper.js";
 import { VcsPoller, type PollOutcome } from "./vcs/poller.js";
+import { WebhookProcessor } from "./vcs/webhooks.js";
 import { AgentPresence } from "./store/presence.js";
 import { createSessionCache } from "./store/agents.js";
 import type { StoreContext } from "./store/context.js";
@@ -148,9 +149,11 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     log.warn(
       "diagnostics: every JSON answer is checked against the route table (DROVER_DIAGNOSTICS_VALIDATE_RESPONSES); one outside it is a 500",
     );
+  const webhooks = new WebhookProcessor({ ctx: store, log, limits: config.archiveLimits });
   const app = buildApp(
     {
       store,
+      vcsWebhooks: webhooks,
       health: db.health,
       ...(storageDir === undefined ? {} : { storageDir }),
       archiveLimits: config.archiveLimits,
@@ -186,6 +189,8 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     limits: config.archiveLimits,
   });
   poller.start();
+  // Deliveries a stopped server stored but did not act on; a failure here leaves them for the next start.
+  webhooks.resume().catch((err: unknown) => log.warn({ err }, "resuming stored webhook deliveries failed"));
   try {
     // A fleet reconnecting at once (after a restart or a network blip) overflows the default
     // backlog of 511; dropped SYNs cost each agent a 1 s retransmit.
@@ -193,6 +198,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   } catch (err) {
     await sweeper.stop();
     await poller.stop();
+    await webhooks.stop();
     await telemetry.shutdown().catch(() => undefined);
     await stopStarted();
     if ((err as NodeJS.ErrnoException).code === "EADDRINUSE")
@@ -221,6 +227,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
         await sweeper.stop();
         await poller.stop();
         await app.close().catch((err: unknown) => log.warn({ err }, "closing HTTP server failed"));
+        await webhooks.stop();
         await sessions.stop();
         await presence.stop().catch((err: unknown) => log.warn({ err }, "writing the last heartbeats failed"));
         // Before the database closes: the last metrics export reads it.

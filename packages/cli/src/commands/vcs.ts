@@ -1,11 +1,34 @@
-import { DroverError, escapeControlChars, routes, type Run, type VcsProvider } from "@drover/protocol";
+import {
+  DroverError,
+  escapeControlChars,
+  routes,
+  type Run,
+  type VcsDelivery,
+  type VcsProvider,
+} from "@drover/protocol";
 import { Option, type Command } from "commander";
 import { apiFor, emit, table, withCommon, type CommonOptions } from "../command-kit.js";
+import { io } from "../io.js";
 import { readSecret } from "../secret-input.js";
 
 /** A run's commit in one line (short sha and the message's first line), or "" for an upload. */
 export function commitOf(run: Pick<Run, "source">): string {
   return run.source ? `${run.source.commitSha.slice(0, 8)} ${escapeControlChars(run.source.message)}` : "";
+}
+
+/** Deliveries as a table, each followed by one line per linked workspace it concerned. */
+function deliveriesText(ds: VcsDelivery[]): string {
+  if (ds.length === 0) return "No deliveries.";
+  const lines: string[] = [];
+  for (const d of ds) {
+    lines.push(`${d.receivedAt}  ${d.event}  ${d.deliveryId}  ${d.status}`);
+    if (d.summary) lines.push(`  ${escapeControlChars(d.summary)}`);
+    for (const o of d.outcomes) {
+      const why = o.outcome === "started" ? `run ${o.runId ?? ""}` : escapeControlChars(o.detail ?? "");
+      lines.push(`  ${o.workspace}: ${o.outcome.replace(/_/g, " ")}${why ? ` (${why})` : ""}`);
+    }
+  }
+  return lines.join("\n");
 }
 
 export function registerVcsCommands(program: Command): void {
@@ -35,7 +58,21 @@ export function registerVcsCommands(program: Command): void {
         const created = await apiFor(opts).call(routes.createVcsConnection, {
           body: { name, provider: opts.provider, url: opts.vcsUrl, token },
         });
-        emit(opts, created, (c) => `Connected ${c.provider} ${c.url} as ${c.name} (${c.id})`);
+        emit(
+          opts,
+          created,
+          (c) =>
+            `Connected ${c.provider} ${c.url} as ${c.name} (${c.id})\n` +
+            `  webhook URL:    ${c.webhookUrl}\n` +
+            `  webhook secret: ${c.webhookSecret}`,
+        );
+        if (!opts.json)
+          io().stderr.write(
+            "The webhook secret is shown once. Register the webhook with this URL and secret" +
+              (created.provider === "github"
+                ? " (content type application/json; events: push, pull requests).\n"
+                : " (as its secret token; triggers: push events, merge request events).\n"),
+          );
       },
     );
   withCommon(vcs.command("list").description("List VCS connections")).action(async (opts: CommonOptions) => {
@@ -47,6 +84,35 @@ export function registerVcsCommands(program: Command): void {
       ),
     );
   });
+  withCommon(vcs.command("show <name>").description("Show a VCS connection and its webhook URL")).action(
+    async (name: string, opts: CommonOptions) => {
+      const c = await apiFor(opts).call(routes.getVcsConnection, { params: { connection: name } });
+      emit(opts, c, () =>
+        [
+          `name:        ${c.name}`,
+          `id:          ${c.id}`,
+          `provider:    ${c.provider}`,
+          `url:         ${c.url}`,
+          `auth:        ${c.authKind}`,
+          `webhook URL: ${c.webhookUrl}`,
+          `created:     ${c.createdAt}`,
+        ].join("\n"),
+      );
+    },
+  );
+  withCommon(
+    vcs
+      .command("deliveries <name>")
+      .description("A connection's webhook deliveries, newest first, and why each did or did not start runs"),
+  )
+    .option("--limit <n>", "how many", "50")
+    .action(async (name: string, opts: CommonOptions & { limit: string }) => {
+      const { items } = await apiFor(opts).call(routes.listVcsDeliveries, {
+        params: { connection: name },
+        query: { limit: Number(opts.limit) },
+      });
+      emit(opts, items, deliveriesText);
+    });
   withCommon(vcs.command("delete <name>").description("Delete a VCS connection no workspace is linked through")).action(
     async (name: string, opts: CommonOptions) => {
       await apiFor(opts).call(routes.deleteVcsConnection, { params: { connection: name } });

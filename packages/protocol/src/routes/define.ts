@@ -31,7 +31,7 @@ export type BodySpec = { kind: "json"; schema: z.ZodType } | { kind: "raw"; cont
 
 /** A success response: JSON checked by a schema, raw bytes, or nothing. */
 export type ResponseSpec =
-  | { status: 200 | 201; kind: "json"; schema: z.ZodType }
+  | { status: 200 | 201 | 202; kind: "json"; schema: z.ZodType }
   | { status: 200; kind: "raw"; contentType: string; emptyStatus?: 204 }
   | { status: 200 | 204; kind: "empty" };
 
@@ -83,6 +83,7 @@ export const json = <S extends z.ZodType>(schema: S) => ({ kind: "json", schema 
 export const raw = <C extends string>(contentType: C) => ({ kind: "raw", contentType }) as const;
 export const ok = <S extends z.ZodType>(schema: S) => ({ status: 200, kind: "json", schema }) as const;
 export const created = <S extends z.ZodType>(schema: S) => ({ status: 201, kind: "json", schema }) as const;
+export const accepted = <S extends z.ZodType>(schema: S) => ({ status: 202, kind: "json", schema }) as const;
 export const noContent = { status: 204, kind: "empty" } as const;
 export const emptyOk = { status: 200, kind: "empty" } as const;
 export const bytes = (contentType: string) => ({ status: 200, kind: "raw", contentType }) as const;

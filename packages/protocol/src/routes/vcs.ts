@@ -1,6 +1,6 @@
 import { z } from "zod";
 import * as s from "../schemas.js";
-import { created, json, list, noContent, ok, route, userApi, ws } from "./define.js";
+import { accepted, created, json, list, noContent, ok, raw, route, userApi, ws } from "./define.js";
 
 const connection = z.object({ connection: z.string() });
 
@@ -9,10 +9,10 @@ export const vcsRoutes = {
   createVcsConnection: route({
     method: "POST",
     path: `${userApi}/vcs-connections`,
-    summary: "Connect a VCS (GitHub or GitLab) by token; the token is write-only",
+    summary: "Connect a VCS (GitHub or GitLab) by token; the token is write-only, the webhook secret shown this once",
     auth: "user",
     body: json(s.createVcsConnectionSchema),
-    response: created(s.vcsConnectionSchema),
+    response: created(s.createdVcsConnectionSchema),
     errors: ["already_exists"],
   }),
   listVcsConnections: route({
@@ -67,5 +67,26 @@ export const vcsRoutes = {
     params: ws,
     response: noContent,
     errors: ["not_found"],
+  }),
+  listVcsDeliveries: route({
+    method: "GET",
+    path: `${userApi}/vcs-connections/:connection/deliveries`,
+    summary: "A VCS connection's webhook deliveries, newest first, with what each did per linked workspace",
+    auth: "user",
+    params: connection,
+    query: s.listVcsDeliveriesQuerySchema,
+    response: ok(list(s.vcsDeliverySchema)),
+    errors: ["not_found"],
+  }),
+  receiveVcsWebhook: route({
+    method: "POST",
+    path: `${userApi}/vcs/:connection/webhook`,
+    summary:
+      "A VCS's webhook delivery, proven by X-Hub-Signature-256 (GitHub) or X-Gitlab-Token (GitLab); answered at once, acted on after",
+    auth: "none",
+    params: connection,
+    body: raw("application/json"),
+    response: accepted(s.webhookAcceptedSchema),
+    errors: ["not_found", "unauthorized", "payload_too_large"],
   }),
 } as const;

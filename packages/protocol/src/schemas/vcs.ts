@@ -50,6 +50,8 @@ export const vcsConnectionSchema = z.object({
   url: z.string(),
   /** How the server authenticates; the secret itself is never returned. */
   authKind: z.literal("token"),
+  /** Where the VCS delivers webhooks: <server>/api/v1/vcs/<name>/webhook. */
+  webhookUrl: z.string(),
   createdAt: z.string(),
 });
 export type VcsConnection = z.infer<typeof vcsConnectionSchema>;

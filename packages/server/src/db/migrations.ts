@@ -7,6 +7,7 @@ import { runCreator, runListIndexes, webSessions } from "./migrations-web.js";
 import { variableHcl, workspaceAllowDestroyAll } from "./migrations-workspace-options.js";
 import { runPullRequest, vcs, vcsWebhookSecret } from "./migrations-vcs.js";
 import { workspaceExecutionMode, workspaceTfeTags } from "./migrations-tfe.js";
+import { vcsDeliveries } from "./migrations-vcs-deliveries.js";
 
 /*
  * The one migration history, applied at server start on either database. Column types
@@ -430,6 +431,7 @@ export function migrationProvider(dialect: Dialect): MigrationProvider {
       "0064_vcs": vcs(dialect),
       "0064b_run_pull_request": runPullRequest(),
       "0064c_vcs_webhook_secret": vcsWebhookSecret(),
+      "0065_vcs_deliveries": vcsDeliveries(dialect),
       "0068a_workspace_tfe_tags": workspaceTfeTags(),
       "0068b_workspace_execution_mode": workspaceExecutionMode(),
     }),

@@ -247,8 +247,35 @@ export interface WorkspaceVcsTable {
   created_at: number;
 }
 
+/** A webhook delivery of a VCS connection; (connection_id, delivery_id) is unique: a replay is this row. */
+export interface VcsDeliveriesTable {
+  id: string;
+  connection_id: string;
+  /** The provider's id of the delivery (X-GitHub-Delivery, X-Gitlab-Event-UUID). */
+  delivery_id: string;
+  event: string;
+  received_at: number;
+  status: "received" | "processing" | "processed";
+  /** What the delivery asked for, or why it was ignored. */
+  summary: string | null;
+  /** JSON: the event as the processor acts on it (vcs/webhook-events.ts). */
+  work: string;
+}
+
+/** What a delivery did for one linked workspace. */
+export interface VcsDeliveryOutcomesTable {
+  delivery_id: string;
+  workspace_id: string;
+  workspace_name: string;
+  outcome: string;
+  run_id: string | null;
+  detail: string | null;
+}
+
 export interface Database {
   vcs_connections: VcsConnectionsTable;
+  vcs_deliveries: VcsDeliveriesTable;
+  vcs_delivery_outcomes: VcsDeliveryOutcomesTable;
   workspace_vcs: WorkspaceVcsTable;
   pools: PoolsTable;
   pool_tokens: PoolTokensTable;

@@ -3,6 +3,7 @@ import type { DatabaseHealth } from "../db/health.js";
 import type { StoreContext } from "../store/context.js";
 import type { ServerMetrics } from "../metrics.js";
 import type { TfeSettings } from "../config.js";
+import type { WebhookQueue } from "./vcs-webhook-routes.js";
 
 /** What every route module needs: the store, limits, and the server-wide shutdown signal. */
 export interface HttpContext {
@@ -33,6 +34,8 @@ export interface HttpContext {
   tracer: RunTracer;
   /** How often the live event stream sends a keep-alive and re-checks the session (tests shorten it). */
   liveKeepAliveMs?: number;
+  /** Takes the work of each stored webhook delivery (none: deliveries are stored and left for a later start). */
+  vcsWebhooks?: WebhookQueue;
   /** The server's Prometheus series (set by buildApp). */
   metrics?: ServerMetrics;
 }

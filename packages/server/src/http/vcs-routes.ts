@@ -1,24 +1,39 @@
-import { routes, userApi } from "@drover/protocol";
+import { routes, userApi, type VcsConnection } from "@drover/protocol";
 import type { FastifyInstance } from "fastify";
 import {
   createVcsConnection,
   deleteVcsConnection,
   getVcsConnection,
   listVcsConnections,
+  vcsWebhookSecret,
+  type StoredVcsConnection,
 } from "../store/vcs-connections.js";
+import { listVcsDeliveries } from "../store/vcs-deliveries.js";
 import { getWorkspaceVcs, linkWorkspaceVcs, unlinkWorkspaceVcs } from "../store/workspace-vcs.js";
 import type { HttpContext } from "./context.js";
 import { registrar, type ServeOptions } from "./serve.js";
+import { registerVcsWebhookRoute } from "./vcs-webhook-routes.js";
 
-/** VCS connections and workspaces' repository links under /api/v1. */
+/** VCS connections, their webhook deliveries and workspaces' repository links under /api/v1. */
 export function registerVcsRoutes(app: FastifyInstance, http: HttpContext, options: ServeOptions): void {
   const ctx = http.store;
   const serve = registrar(app, userApi, options);
-  serve(routes.createVcsConnection, async ({ body }) => createVcsConnection(ctx, body));
-  serve(routes.listVcsConnections, async () => ({ items: await listVcsConnections(ctx) }));
-  serve(routes.getVcsConnection, async ({ params }) => getVcsConnection(ctx, params.connection));
+  const shown = (c: StoredVcsConnection): VcsConnection => ({
+    ...c,
+    webhookUrl: `${http.publicUrl().replace(/\/+$/, "")}${routes.receiveVcsWebhook.path.replace(":connection", encodeURIComponent(c.name))}`,
+  });
+  serve(routes.createVcsConnection, async ({ body }) => {
+    const created = await createVcsConnection(ctx, body);
+    return { ...shown(created), webhookSecret: await vcsWebhookSecret(ctx, created.id) };
+  });
+  serve(routes.listVcsConnections, async () => ({ items: (await listVcsConnections(ctx)).map(shown) }));
+  serve(routes.getVcsConnection, async ({ params }) => shown(await getVcsConnection(ctx, params.connection)));
   serve(routes.deleteVcsConnection, async ({ params }) => deleteVcsConnection(ctx, params.connection));
+  serve(routes.listVcsDeliveries, async ({ params, query }) => ({
+    items: await listVcsDeliveries(ctx, params.connection, query.limit),
+  }));
   serve(routes.linkWorkspaceVcs, async ({ params, body }) => linkWorkspaceVcs(ctx, params.ws, body));
   serve(routes.getWorkspaceVcs, async ({ params }) => getWorkspaceVcs(ctx, params.ws));
   serve(routes.unlinkWorkspaceVcs, async ({ params }) => unlinkWorkspaceVcs(ctx, params.ws));
+  registerVcsWebhookRoute(app, http, options, http.vcsWebhooks);
 }

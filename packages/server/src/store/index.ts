@@ -27,3 +27,5 @@ export * from "./presence.js";
 export * from "./sessions.js";
 export * from "./vcs-connections.js";
 export * from "./workspace-vcs.js";
+export * from "./vcs-deliveries.js";
+export * from "./vcs-supersede.js";

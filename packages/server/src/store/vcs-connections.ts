@@ -10,7 +10,10 @@ import { iso, type StoreContext } from "./context.js";
  * (vcsCredential), and nothing returned by the API carries it.
  */
 
-const toConnection = (r: Selectable<VcsConnectionsTable>): VcsConnection => ({
+/** A connection as the store knows it; the API adds the webhook URL, which depends on the server's address. */
+export type StoredVcsConnection = Omit<VcsConnection, "webhookUrl">;
+
+const toConnection = (r: Selectable<VcsConnectionsTable>): StoredVcsConnection => ({
   id: r.id,
   name: r.name,
   provider: r.provider,
@@ -27,7 +30,10 @@ export interface CreateVcsConnectionInput {
 }
 
 /** Creates a connection; a taken name is `already_exists`. */
-export async function createVcsConnection(ctx: StoreContext, input: CreateVcsConnectionInput): Promise<VcsConnection> {
+export async function createVcsConnection(
+  ctx: StoreContext,
+  input: CreateVcsConnectionInput,
+): Promise<StoredVcsConnection> {
   const taken = () =>
     new DroverError("already_exists", `a VCS connection named ${JSON.stringify(input.name)} already exists`);
   const existing = await ctx.db
@@ -55,7 +61,7 @@ export async function createVcsConnection(ctx: StoreContext, input: CreateVcsCon
   return toConnection(row);
 }
 
-export async function listVcsConnections(ctx: StoreContext): Promise<VcsConnection[]> {
+export async function listVcsConnections(ctx: StoreContext): Promise<StoredVcsConnection[]> {
   const rows = await ctx.db.selectFrom("vcs_connections").selectAll().orderBy("name").execute();
   return rows.map(toConnection);
 }
@@ -71,7 +77,7 @@ async function connectionRow(ctx: StoreContext, idOrName: string): Promise<Selec
 }
 
 /** Finds a connection by id or name. */
-export async function getVcsConnection(ctx: StoreContext, idOrName: string): Promise<VcsConnection> {
+export async function getVcsConnection(ctx: StoreContext, idOrName: string): Promise<StoredVcsConnection> {
   return toConnection(await connectionRow(ctx, idOrName));
 }
 

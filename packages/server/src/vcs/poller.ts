@@ -13,6 +13,8 @@ import {
   type PolledLink,
 } from "../store/workspace-vcs.js";
 import { branchHead, redact, secretsOf, type GitDeadlines } from "@drover/vcs";
+import { markVcsRunsSuperseded } from "../store/vcs-deliveries.js";
+import { supersedeQueuedRuns } from "../store/vcs-supersede.js";
 import { fetchCommit } from "./fetch.js";
 import { commitTriggers } from "./triggers.js";
 
@@ -76,6 +78,24 @@ export class VcsPoller {
     return outcomes;
   }
 
+  /** Cancels the link's runs still waiting for an older commit; a failure leaves them to run. */
+  private async supersede(link: PolledLink, runId: string, head: string): Promise<void> {
+    const { ctx } = this.o;
+    try {
+      const superseded = await supersedeQueuedRuns(ctx, {
+        workspaceId: link.workspaceId,
+        repository: link.repository,
+        keepRunId: runId,
+        branch: link.branch,
+        pullRequest: null,
+        reason: `commit ${head.slice(0, 12)} came after it (run ${runId})`,
+      });
+      await markVcsRunsSuperseded(ctx, superseded, `by run ${runId} (commit ${head.slice(0, 12)})`);
+    } catch (err) {
+      this.o.log.warn({ err, run: runId }, "canceling runs of older commits failed; they run");
+    }
+  }
+
   private async pollLink(link: PolledLink): Promise<PollOutcome> {
     const { ctx, log } = this.o;
     const workspace = link.workspaceName;
@@ -125,6 +145,7 @@ export class VcsPoller {
           source: fetched.source,
         });
         log.info({ ...where, commit: head, run: run.id }, "a new commit of a linked branch started a run");
+        await this.supersede(link, run.id, head);
         return { workspace, started: run.id };
       } catch (err) {
         await releaseVcsCommit(ctx, link.workspaceId, head, link.lastCommitSha);

@@ -1,0 +1,89 @@
+import { DroverError, routes, userApi } from "@drover/protocol";
+import type { FastifyInstance, FastifyRequest } from "fastify";
+import { getVcsConnection, vcsWebhookSecret, type StoredVcsConnection } from "../store/vcs-connections.js";
+import { recordVcsDelivery } from "../store/vcs-deliveries.js";
+import { deliveryHeaders, parseEvent, verifyDelivery, type WebhookEvent } from "../vcs/webhook-events.js";
+import type { HttpContext } from "./context.js";
+import { registrar, type ServeOptions } from "./serve.js";
+
+/**
+ * Largest webhook body taken. GitHub caps its payloads at 25 MB, but a push or pull request
+ * event listing at most 20 commits is far below this; the body is held in memory to check its
+ * signature, so an unsigned sender should not make the server hold more.
+ */
+export const maxWebhookBytes = 5 * 1024 * 1024;
+
+/** What queues a stored delivery's work (vcs/webhooks.ts). */
+export interface WebhookQueue {
+  enqueue(deliveryId: string): void;
+}
+
+const connections = new WeakMap<FastifyRequest, StoredVcsConnection>();
+
+function summaryOf(e: WebhookEvent): string {
+  switch (e.kind) {
+    case "push":
+      return `push to ${e.branch} at ${e.after.slice(0, 12)} (${e.repository})`;
+    case "pull_request":
+      return `pull request #${e.number} ${e.headBranch} → ${e.baseBranch} at ${e.headSha.slice(0, 12)} (${e.repository})`;
+    case "ignored":
+      return `ignored: ${e.reason}`;
+  }
+}
+
+/**
+ * The webhook endpoint: no Drover token, the provider's proof instead. The connection is looked
+ * up before the body is read, so a sender that does not know one learns nothing else (one 404
+ * body for every miss) and sends no body into memory.
+ */
+export function registerVcsWebhookRoute(
+  app: FastifyInstance,
+  http: HttpContext,
+  options: ServeOptions,
+  queue: WebhookQueue | undefined,
+): void {
+  const ctx = http.store;
+  void app.register(async (scope) => {
+    scope.removeAllContentTypeParsers();
+    scope.addContentTypeParser("*", { parseAs: "buffer", bodyLimit: maxWebhookBytes }, (_req, body, done) =>
+      done(null, body),
+    );
+    const known = async (req: FastifyRequest) => {
+      const name = (req.params as { connection?: string }).connection ?? "";
+      const conn = await getVcsConnection(ctx, name).catch((err: unknown) => {
+        if (err instanceof DroverError && err.code === "not_found") return undefined;
+        throw err;
+      });
+      if (!conn) throw new DroverError("not_found", "not found");
+      connections.set(req, conn);
+    };
+    registrar(scope, userApi, options)(
+      routes.receiveVcsWebhook,
+      { bodyLimit: maxWebhookBytes, onRequest: known },
+      async ({ body }, req, reply) => {
+        const conn = connections.get(req);
+        if (!conn) throw new DroverError("not_found", "not found");
+        const raw = body ?? Buffer.alloc(0);
+        if (!verifyDelivery(conn.provider, await vcsWebhookSecret(ctx, conn.id), req.headers, raw))
+          throw new DroverError(
+            "unauthorized",
+            conn.provider === "github"
+              ? "X-Hub-Signature-256 is missing or is not the HMAC of this body with the connection's webhook secret"
+              : "X-Gitlab-Token is missing or is not the connection's webhook secret",
+          );
+        const headers = deliveryHeaders(conn.provider, req.headers, raw);
+        const { event, parsed } = parseEvent(conn.provider, headers.event, raw);
+        const stored = await recordVcsDelivery(ctx, {
+          connectionId: conn.id,
+          deliveryId: headers.deliveryId,
+          event,
+          summary: summaryOf(parsed),
+          work: JSON.stringify(parsed),
+        });
+        if (!stored.duplicate) queue?.enqueue(stored.id);
+        void reply.header("cache-control", "no-store");
+        return { delivery: stored.id, duplicate: stored.duplicate };
+      },
+    );
+  });
+}

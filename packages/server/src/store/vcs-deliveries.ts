@@ -1,0 +1,175 @@
+import { newId, type VcsDelivery, type VcsDeliveryOutcome } from "@drover/protocol";
+import { isUniqueViolation } from "../db/storage-errors.js";
+import { iso, type StoreContext } from "./context.js";
+import { getVcsConnection } from "./vcs-connections.js";
+
+/*
+ * Webhook deliveries. A delivery is stored once per (connection, provider delivery id): a replay
+ * finds the row and starts nothing. Its work is claimed by moving it from `received` to
+ * `processing`, so of the processes that could pick it up exactly one does it.
+ */
+
+export interface RecordVcsDeliveryInput {
+  connectionId: string;
+  deliveryId: string;
+  event: string;
+  summary: string | null;
+  /** The event as the processor acts on it (JSON). */
+  work: string;
+}
+
+/** Stores a delivery; `duplicate` when this connection stored the same delivery id before. */
+export async function recordVcsDelivery(
+  ctx: StoreContext,
+  input: RecordVcsDeliveryInput,
+): Promise<{ id: string; duplicate: boolean }> {
+  const existing = () =>
+    ctx.db
+      .selectFrom("vcs_deliveries")
+      .select("id")
+      .where("connection_id", "=", input.connectionId)
+      .where("delivery_id", "=", input.deliveryId)
+      .executeTakeFirst();
+  const before = await existing();
+  if (before) return { id: before.id, duplicate: true };
+  const id = newId("vdl");
+  try {
+    await ctx.db
+      .insertInto("vcs_deliveries")
+      .values({
+        id,
+        connection_id: input.connectionId,
+        delivery_id: input.deliveryId,
+        event: input.event,
+        received_at: ctx.now(),
+        status: "received",
+        summary: input.summary,
+        work: input.work,
+      })
+      .execute();
+  } catch (err) {
+    // The same delivery stored by another request meanwhile.
+    const raced = isUniqueViolation(err) ? await existing() : undefined;
+    if (raced) return { id: raced.id, duplicate: true };
+    throw err;
+  }
+  return { id, duplicate: false };
+}
+
+/** Takes a received delivery's work; false when another process (or an earlier call) took it. */
+export async function claimVcsDelivery(ctx: StoreContext, id: string): Promise<boolean> {
+  const moved = await ctx.db
+    .updateTable("vcs_deliveries")
+    .set({ status: "processing" })
+    .where("id", "=", id)
+    .where("status", "=", "received")
+    .executeTakeFirst();
+  return Number(moved.numUpdatedRows) === 1;
+}
+
+/** A delivery's stored work, for the processor. */
+export async function vcsDeliveryWork(
+  ctx: StoreContext,
+  id: string,
+): Promise<{ connectionId: string; work: string } | undefined> {
+  const row = await ctx.db
+    .selectFrom("vcs_deliveries")
+    .select(["connection_id", "work"])
+    .where("id", "=", id)
+    .executeTakeFirst();
+  return row && { connectionId: row.connection_id, work: row.work };
+}
+
+/** Deliveries received and not yet taken (left by a server that stopped), oldest first. */
+export async function unclaimedVcsDeliveries(ctx: StoreContext): Promise<string[]> {
+  const rows = await ctx.db
+    .selectFrom("vcs_deliveries")
+    .select("id")
+    .where("status", "=", "received")
+    .orderBy("received_at")
+    .orderBy("id")
+    .execute();
+  return rows.map((r) => r.id);
+}
+
+/** What a delivery did for one workspace, as the processor records it. */
+export type OutcomeInput = Omit<VcsDeliveryOutcome, "workspace"> & { workspaceName: string };
+
+/** Records (or replaces) the outcome of a delivery for each workspace given. */
+export async function recordVcsDeliveryOutcomes(
+  ctx: StoreContext,
+  deliveryId: string,
+  outcomes: OutcomeInput[],
+): Promise<void> {
+  for (const o of outcomes) {
+    const fields = { outcome: o.outcome, run_id: o.runId, detail: o.detail?.slice(0, 2000) ?? null };
+    await ctx.db
+      .insertInto("vcs_delivery_outcomes")
+      .values({ delivery_id: deliveryId, workspace_id: o.workspaceId, workspace_name: o.workspaceName, ...fields })
+      .onConflict((oc) => oc.columns(["delivery_id", "workspace_id"]).doUpdateSet(fields))
+      .execute();
+  }
+}
+
+/** Marks a delivery's work done. */
+export async function finishVcsDelivery(ctx: StoreContext, id: string, summary?: string): Promise<void> {
+  await ctx.db
+    .updateTable("vcs_deliveries")
+    .set({ status: "processed", ...(summary === undefined ? {} : { summary }) })
+    .where("id", "=", id)
+    .execute();
+}
+
+/** The deliveries whose runs were discarded by a newer commit say so. */
+export async function markVcsRunsSuperseded(ctx: StoreContext, runIds: string[], detail: string): Promise<void> {
+  if (runIds.length === 0) return;
+  await ctx.db
+    .updateTable("vcs_delivery_outcomes")
+    .set({ outcome: "superseded", detail })
+    .where("run_id", "in", runIds)
+    .execute();
+}
+
+/** A connection's deliveries, newest first, with their outcomes per workspace. */
+export async function listVcsDeliveries(ctx: StoreContext, connection: string, limit = 50): Promise<VcsDelivery[]> {
+  const conn = await getVcsConnection(ctx, connection);
+  const rows = await ctx.db
+    .selectFrom("vcs_deliveries")
+    .selectAll()
+    .where("connection_id", "=", conn.id)
+    .orderBy("received_at", "desc")
+    .orderBy("id", "desc")
+    .limit(limit)
+    .execute();
+  const outcomes =
+    rows.length === 0
+      ? []
+      : await ctx.db
+          .selectFrom("vcs_delivery_outcomes")
+          .selectAll()
+          .where(
+            "delivery_id",
+            "in",
+            rows.map((r) => r.id),
+          )
+          .orderBy("workspace_name")
+          .execute();
+  return rows.map((r) => ({
+    id: r.id,
+    connection: conn.name,
+    deliveryId: r.delivery_id,
+    event: r.event,
+    receivedAt: iso(r.received_at),
+    status: r.status,
+    summary: r.summary,
+    outcomes: outcomes
+      .filter((o) => o.delivery_id === r.id)
+      .map((o) => ({
+        workspaceId: o.workspace_id,
+        workspace: o.workspace_name,
+        outcome: o.outcome as VcsDeliveryOutcome["outcome"],
+        runId: o.run_id,
+        detail: o.detail,
+      })),
+  }));
+}

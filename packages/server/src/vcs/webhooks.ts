@@ -1,0 +1,345 @@
+import { DroverError, escapeControlChars, messageOf, type RunSource } from "@drover/protocol";
+import type { ArchiveLimits } from "@drover/runtime";
+import {
+  branchHead,
+  fetchCommitArchive,
+  redact,
+  secretsOf,
+  type CommitArchive,
+  type GitAccess,
+  type GitDeadlines,
+} from "@drover/vcs";
+import type { Logger } from "pino";
+import { createConfigurationVersion } from "../store/configuration-versions.js";
+import type { StoreContext } from "../store/context.js";
+import { createRun } from "../store/runs.js";
+import { vcsCredential } from "../store/vcs-connections.js";
+import {
+  claimVcsDelivery,
+  finishVcsDelivery,
+  markVcsRunsSuperseded,
+  recordVcsDeliveryOutcomes,
+  unclaimedVcsDeliveries,
+  vcsDeliveryWork,
+  type OutcomeInput,
+} from "../store/vcs-deliveries.js";
+import { supersedeQueuedRuns } from "../store/vcs-supersede.js";
+import {
+  claimVcsCommit,
+  listVcsLinks,
+  recordVcsError,
+  releaseVcsCommit,
+  type PolledLink,
+} from "../store/workspace-vcs.js";
+import { commitTriggers } from "./triggers.js";
+import type { PullRequestEvent, PushEvent, WebhookEvent } from "./webhook-events.js";
+
+/*
+ * The work a webhook delivery asks for, done after the delivery was answered: one delivery at a
+ * time, in the order received. A push's commit is claimed on each link exactly as the poller
+ * claims it, so the poller and the webhook never both start a run for one commit.
+ */
+
+export interface WebhookProcessorOptions {
+  ctx: StoreContext;
+  log: Logger;
+  limits: ArchiveLimits;
+  deadlines?: GitDeadlines;
+}
+
+// An archive a retry cannot change: the same commit gives the same refusal.
+const permanent = (err: unknown) =>
+  err instanceof DroverError && (err.code === "invalid_archive" || err.code === "payload_too_large");
+
+const short = (sha: string) => sha.slice(0, 12);
+
+export class WebhookProcessor {
+  private chain: Promise<void> = Promise.resolve();
+  private readonly shutdown = new AbortController();
+
+  constructor(private readonly o: WebhookProcessorOptions) {}
+
+  /** Queues a stored delivery's work. */
+  enqueue(deliveryId: string): void {
+    this.chain = this.chain.then(() =>
+      this.process(deliveryId).catch((err: unknown) => {
+        if (!this.shutdown.signal.aborted)
+          this.o.log.error({ err, delivery: deliveryId }, "acting on a webhook delivery failed");
+      }),
+    );
+  }
+
+  /** Queues the deliveries a stopped server stored but did not act on. */
+  async resume(): Promise<void> {
+    for (const id of await unclaimedVcsDeliveries(this.o.ctx)) this.enqueue(id);
+  }
+
+  /** Resolves when everything queued so far is done. */
+  idle(): Promise<void> {
+    return this.chain;
+  }
+
+  async stop(): Promise<void> {
+    this.shutdown.abort();
+    await this.chain;
+  }
+
+  private async process(id: string): Promise<void> {
+    const { ctx } = this.o;
+    if (this.shutdown.signal.aborted || !(await claimVcsDelivery(ctx, id))) return;
+    const stored = await vcsDeliveryWork(ctx, id);
+    if (!stored) return;
+    const event = JSON.parse(stored.work) as WebhookEvent;
+    const links = (await listVcsLinks(ctx)).filter(
+      (l) => l.connectionId === stored.connectionId && (event.repository === null || l.repository === event.repository),
+    );
+    let outcomes: OutcomeInput[];
+    if (event.kind === "ignored") outcomes = links.map((l) => outcome(l, "ignored", null, event.reason));
+    else {
+      const access = await vcsCredential(ctx, stored.connectionId);
+      outcomes =
+        event.kind === "push" ? await this.push(access, event, links) : await this.pullRequest(access, event, links);
+    }
+    await recordVcsDeliveryOutcomes(ctx, id, outcomes);
+    await finishVcsDelivery(ctx, id);
+  }
+
+  private fetch(
+    access: GitAccess,
+    repository: string,
+    sha: string,
+    wanted?: Parameters<typeof fetchCommitArchive>[0]["wanted"],
+  ) {
+    return fetchCommitArchive({
+      access,
+      repository,
+      sha,
+      maxBytes: this.o.limits.maxCompressedBytes,
+      deadlines: this.o.deadlines,
+      signal: this.shutdown.signal,
+      wanted,
+    });
+  }
+
+  private async push(access: GitAccess, e: PushEvent, links: PolledLink[]): Promise<OutcomeInput[]> {
+    const { ctx } = this.o;
+    const out: OutcomeInput[] = [];
+    const candidates: PolledLink[] = [];
+    for (const l of links) {
+      if (l.branch !== e.branch)
+        out.push(outcome(l, "other_branch", null, `linked to ${l.branch}; the push was to ${e.branch}`));
+      else if (l.lastCommitSha === e.after)
+        out.push(
+          outcome(l, "already_started", null, `commit ${short(e.after)} was seen before (polling or a delivery)`),
+        );
+      else candidates.push(l);
+    }
+    if (candidates.length === 0) return out;
+    // A link that saw a commit other than the push's base may have seen a newer one (deliveries
+    // can arrive out of order): a push that is no longer the branch's head starts nothing.
+    if (candidates.some((l) => l.lastCommitSha !== null && l.lastCommitSha !== e.before)) {
+      let head: string | null;
+      try {
+        head = await branchHead(access, e.repository, e.branch, {
+          deadlines: this.o.deadlines,
+          signal: this.shutdown.signal,
+        });
+      } catch (err) {
+        const reason = redact(messageOf(err), secretsOf(access));
+        return [...out, ...candidates.map((l) => outcome(l, "fetch_failed", null, reason))];
+      }
+      if (head !== e.after) {
+        const detail = `the branch has moved on to ${head === null ? "nothing (deleted)" : short(head)}`;
+        return [...out, ...candidates.map((l) => outcome(l, "superseded", null, detail))];
+      }
+    }
+    // The payload's files are the change since the link's last commit only when that commit is the push's base.
+    const payloadKnows = (l: PolledLink) =>
+      e.files !== null && (l.lastCommitSha === null || l.lastCommitSha === e.before);
+    const gitSince = candidates.find((l) => !payloadKnows(l) && l.lastCommitSha !== null)?.lastCommitSha ?? null;
+    let gitChanged: string[] | null = null;
+    const triggers = (l: PolledLink) =>
+      commitTriggers(
+        payloadKnows(l) ? e.files : l.lastCommitSha === gitSince ? gitChanged : null,
+        l.triggerPaths,
+        l.workingDirectory,
+      );
+    let archive: CommitArchive | null = null;
+    if (gitSince !== null || candidates.some(triggers)) {
+      try {
+        archive = await this.fetch(
+          access,
+          e.repository,
+          e.after,
+          gitSince === null
+            ? undefined
+            : {
+                since: gitSince,
+                given: (changed) => {
+                  gitChanged = changed;
+                  return candidates.some(triggers);
+                },
+              },
+        );
+      } catch (err) {
+        const reason = redact(messageOf(err), secretsOf(access));
+        this.o.log.warn({ repository: e.repository, commit: e.after, reason }, "fetching a pushed commit failed");
+        return [...out, ...candidates.map((l) => outcome(l, "fetch_failed", null, reason))];
+      }
+    }
+    for (const l of candidates) {
+      if (archive === null || !triggers(l)) {
+        // Seen, so the next commit is compared with this one.
+        const claimed = await claimVcsCommit(ctx, l, l.lastCommitSha, e.after);
+        out.push(
+          claimed
+            ? outcome(l, "paths_unmatched", null, "no changed file matches the trigger paths or working directory")
+            : outcome(l, "already_started", null, "another delivery or the poller took this commit"),
+        );
+        continue;
+      }
+      if (!(await claimVcsCommit(ctx, l, l.lastCommitSha, e.after))) {
+        out.push(outcome(l, "already_started", null, "another delivery or the poller took this commit"));
+        continue;
+      }
+      const source = sourceOf(e.repository, e.branch, e.after, archive, null);
+      try {
+        out.push(await this.start(l, archive, source, false));
+      } catch (err) {
+        const reason = redact(messageOf(err), secretsOf(access));
+        if (permanent(err)) {
+          await recordVcsError(ctx, l.workspaceId, e.after, reason);
+          out.push(outcome(l, "fetch_failed", null, reason));
+        } else {
+          await releaseVcsCommit(ctx, l.workspaceId, e.after, l.lastCommitSha);
+          out.push(outcome(l, "failed", null, reason));
+        }
+      }
+    }
+    return out;
+  }
+
+  private async pullRequest(access: GitAccess, e: PullRequestEvent, links: PolledLink[]): Promise<OutcomeInput[]> {
+    const out: OutcomeInput[] = [];
+    const targeted: PolledLink[] = [];
+    for (const l of links) {
+      if (l.branch === e.baseBranch) targeted.push(l);
+      else
+        out.push(outcome(l, "other_branch", null, `linked to ${l.branch}; the pull request targets ${e.baseBranch}`));
+    }
+    if (targeted.length === 0) return out;
+    let changed: string[] | null = null;
+    const triggers = (l: PolledLink) => commitTriggers(changed, l.triggerPaths, l.workingDirectory);
+    let archive: CommitArchive | null;
+    try {
+      // Compared with the base branch's tip: what the pull request would change.
+      const since =
+        e.baseSha ??
+        (await branchHead(access, e.repository, e.baseBranch, {
+          deadlines: this.o.deadlines,
+          signal: this.shutdown.signal,
+        }));
+      archive = await this.fetch(
+        access,
+        e.repository,
+        e.headSha,
+        since === null
+          ? undefined
+          : {
+              since,
+              given: (c) => {
+                changed = c;
+                return targeted.some(triggers);
+              },
+            },
+      );
+    } catch (err) {
+      const reason = redact(messageOf(err), secretsOf(access));
+      this.o.log.warn(
+        { repository: e.repository, commit: e.headSha, reason },
+        "fetching a pull request's commit failed",
+      );
+      return [...out, ...targeted.map((l) => outcome(l, "fetch_failed", null, reason))];
+    }
+    for (const l of targeted) {
+      if (archive === null || !triggers(l)) {
+        out.push(outcome(l, "paths_unmatched", null, "the pull request changes no file the trigger paths name"));
+        continue;
+      }
+      const source = sourceOf(e.repository, e.headBranch, e.headSha, archive, { number: e.number, url: e.url });
+      try {
+        out.push(await this.start(l, archive, source, true));
+      } catch (err) {
+        const reason = redact(messageOf(err), secretsOf(access));
+        out.push(outcome(l, permanent(err) ? "fetch_failed" : "failed", null, reason));
+      }
+    }
+    return out;
+  }
+
+  /** Stores the archive for the workspace, starts the run and cancels the older ones still waiting. */
+  private async start(l: PolledLink, archive: CommitArchive, source: RunSource, speculative: boolean) {
+    const { ctx, log } = this.o;
+    const cv = await createConfigurationVersion(ctx, l.workspaceId, archive.archive, this.o.limits);
+    const run = await createRun(ctx, {
+      workspace: l.workspaceId,
+      configurationVersionId: cv.id,
+      planOnly: speculative,
+      isDestroy: false,
+      message: source.message,
+      source,
+    });
+    const pr = source.pullRequest ?? null;
+    log.info(
+      {
+        workspace: l.workspaceName,
+        repository: source.repository,
+        commit: source.commitSha,
+        run: run.id,
+        pr: pr?.number,
+      },
+      speculative ? "a pull request started a speculative plan" : "a push to a linked branch started a run",
+    );
+    try {
+      const superseded = await supersedeQueuedRuns(ctx, {
+        workspaceId: l.workspaceId,
+        repository: source.repository,
+        keepRunId: run.id,
+        branch: source.branch,
+        pullRequest: pr?.number ?? null,
+        reason: `commit ${short(source.commitSha)} came after it (run ${run.id})`,
+      });
+      await markVcsRunsSuperseded(ctx, superseded, `by run ${run.id} (commit ${short(source.commitSha)})`);
+    } catch (err) {
+      // The run is started either way; the older ones then run too.
+      log.warn({ err, run: run.id }, "canceling runs of older commits failed; they run");
+    }
+    return outcome(l, "started", run.id, null);
+  }
+}
+
+function outcome(
+  l: PolledLink,
+  kind: OutcomeInput["outcome"],
+  runId: string | null,
+  detail: string | null,
+): OutcomeInput {
+  return { workspaceId: l.workspaceId, workspaceName: l.workspaceName, outcome: kind, runId, detail };
+}
+
+function sourceOf(
+  repository: string,
+  branch: string,
+  sha: string,
+  archive: CommitArchive,
+  pullRequest: RunSource["pullRequest"],
+): RunSource {
+  return {
+    repository,
+    branch,
+    commitSha: sha,
+    message: escapeControlChars(archive.message).slice(0, 500),
+    author: escapeControlChars(archive.author).slice(0, 300),
+    pullRequest,
+  };
+}

@@ -1,0 +1,504 @@
+import assert from "node:assert/strict";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+import { routes, type RunSource, type VcsDelivery } from "@drover/protocol";
+import { pino } from "pino";
+import { gitAs } from "../support/git-repo.js";
+import { startGitHttpServer } from "../support/git-http-server.js";
+import { pollWait } from "../support/poll.js";
+import { startStack, type Stack } from "../support/stack.js";
+import {
+  deliver,
+  githubPullRequest,
+  githubPush,
+  gitlabMergeRequest,
+  gitlabPush,
+  type Delivery,
+  type PushedCommit,
+} from "../support/webhooks.js";
+
+/*
+ * Runs from VCS webhooks, end to end: deliveries built from the providers' published examples,
+ * signed (or not) as GitHub and GitLab sign them, sent to the real server; repositories served by
+ * `git http-backend`; a real agent running real terraform. The poller is off, so every run here
+ * comes from a delivery.
+ */
+
+const token = "ghp_TOKENhooks0123456789abcdefSECRET";
+const zero = "0".repeat(40);
+const logLines: string[] = [];
+let stack: Stack;
+let gh: Awaited<ReturnType<typeof startGitHttpServer>>;
+let gl: Awaited<ReturnType<typeof startGitHttpServer>>;
+let root: string;
+const secrets: Record<string, string> = {};
+
+const sh = gitAs("Ada", "ada@example.com");
+
+/** A bare repository at `path` (under root) and a work tree pushing to it. */
+function repo(path: string): string {
+  sh(root, "init", "-q", "--bare", "-b", "main", `${path}.git`);
+  const work = join(root, `work-${path.replace(/\//g, "-")}`);
+  sh(root, "init", "-q", "-b", "main", work);
+  sh(work, "remote", "add", "origin", join(root, `${path}.git`));
+  return work;
+}
+
+/** Commits `files` (null removes) on the work tree's current branch, pushes it to `branch`; the commit as payloads list it. */
+function commit(work: string, branch: string, message: string, files: Record<string, string | null>): PushedCommit {
+  for (const [path, content] of Object.entries(files)) {
+    if (content === null) rmSync(join(work, path), { force: true });
+    else {
+      mkdirSync(join(work, path, ".."), { recursive: true });
+      writeFileSync(join(work, path), content);
+    }
+  }
+  sh(work, "add", "-A");
+  sh(work, "commit", "-q", "-m", message);
+  sh(work, "push", "-q", "origin", `HEAD:${branch}`);
+  const id = sh(work, "rev-parse", "HEAD");
+  const changed: PushedCommit = { id, added: [], modified: [], removed: [] };
+  for (const line of sh(work, "diff-tree", "--no-commit-id", "--root", "--name-status", "-r", id).split("\n")) {
+    const [status, file] = line.split("\t");
+    if (!file) continue;
+    (status === "A" ? changed.added : status === "D" ? changed.removed : changed.modified).push(file);
+  }
+  return changed;
+}
+
+const tf = (value: string) =>
+  `resource "terraform_data" "v" {\n  input = "${value}"\n}\noutput "v" {\n  value = terraform_data.v.output\n}\n`;
+
+async function waitFor<T>(what: string, look: () => Promise<T | undefined>, timeoutMs = 120_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (let attempt = 0; ; attempt++) {
+    const seen = await look();
+    if (seen !== undefined) return seen;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}\n${logLines.slice(-40).join("")}`);
+    await pollWait(attempt);
+  }
+}
+
+type ListedRun = {
+  id: string;
+  status: string;
+  planOnly: boolean;
+  errorMessage: string | null;
+  source: RunSource | null;
+};
+const runsOf = async (ws: string) =>
+  (await stack.server.api(routes.listRuns, { query: { workspace: ws } })).body.items as ListedRun[];
+
+const deliveriesOf = async (connection: string) =>
+  (await stack.server.api(routes.listVcsDeliveries, { params: { connection }, query: { limit: 100 } })).body
+    .items as VcsDelivery[];
+
+/** The delivery stored for `deliveryId`, once its work is done. */
+const processed = (connection: string, deliveryId: string) =>
+  waitFor(`delivery ${deliveryId} processed`, async () =>
+    (await deliveriesOf(connection)).find((d) => d.deliveryId === deliveryId && d.status === "processed"),
+  );
+
+const hookUrl = (connection: string) =>
+  `${stack.server.url}${routes.receiveVcsWebhook.path.replace(":connection", connection)}`;
+const send = (connection: string, d: Omit<Delivery, "secret"> & { secret?: string | undefined }) =>
+  deliver(stack.server.url, connection, { secret: secrets[connection], ...d });
+
+async function connect(name: string, provider: "github" | "gitlab", url: string) {
+  const tokenFile = join(stack.dir, `token-${name}`);
+  writeFileSync(tokenFile, `${token}\n`);
+  const res = await stack.cli([
+    "vcs",
+    "connect",
+    name,
+    "--provider",
+    provider,
+    "--vcs-url",
+    url,
+    "--token-file",
+    tokenFile,
+    "--json",
+  ]);
+  assert.equal(res.code, 0, res.stderr);
+  const created = JSON.parse(res.stdout) as { webhookUrl: string; webhookSecret: string };
+  assert.equal(created.webhookUrl, hookUrl(name));
+  assert.match(created.webhookSecret, /^[0-9a-f]{64}$/);
+  secrets[name] = created.webhookSecret;
+}
+
+async function link(ws: string, connection: string, repository: string, triggers: string[] = []) {
+  await stack.server.api(routes.linkWorkspaceVcs, {
+    params: { ws },
+    body: { connection, repository, branch: "main", triggerPaths: triggers },
+  });
+}
+
+before(async () => {
+  root = mkdtempSync(join(tmpdir(), "drover-hooks-repos-"));
+  mkdirSync(join(root, "org"));
+  mkdirSync(join(root, "grp/sub"), { recursive: true });
+  gh = await startGitHttpServer(root, undefined, { basicAuth: { user: "x-access-token", password: token } });
+  gl = await startGitHttpServer(root, undefined, { basicAuth: { user: "oauth2", password: token } });
+  stack = await startStack(
+    { DROVER_VCS_POLL_SECONDS: "0" },
+    { logger: pino({ level: "debug" }, { write: (line: string) => void logLines.push(line) }) },
+  );
+  await stack.startAgent("hooks-agent");
+  await connect("gh", "github", gh.url);
+  await connect("gl", "gitlab", gl.url);
+});
+after(async () => {
+  await stack?.stop();
+  await gh?.close();
+  await gl?.close();
+  if (root) rmSync(root, { recursive: true, force: true });
+});
+
+test("a GitHub push applies; a replayed delivery starts nothing; deliveries say what happened", async () => {
+  const work = repo("org/infra");
+  await stack.server.api(routes.createWorkspace, { body: { name: "infra", pool: stack.pool, autoApply: true } });
+  await link("infra", "gh", "org/infra");
+  const c1 = commit(work, "main", "Add v", { "main.tf": tf("one") });
+  const push = githubPush("org/infra", "main", zero, c1.id, [c1]);
+  const sent = await send("gh", { provider: "github", event: "push", body: push });
+  assert.equal(sent.status, 202, JSON.stringify(sent.body));
+  assert.equal(sent.body.duplicate, false);
+  const d1 = await processed("gh", sent.deliveryId);
+  assert.equal(d1.event, "push");
+  assert.equal(d1.outcomes.length, 1);
+  assert.equal(d1.outcomes[0]?.outcome, "started");
+  const runId = d1.outcomes[0]?.runId ?? "";
+  assert.equal((await stack.waitForRun(runId, ["applied"])).status, "applied");
+  const [run] = await runsOf("infra");
+  assert.deepEqual(run?.source, {
+    repository: "org/infra",
+    branch: "main",
+    commitSha: c1.id,
+    message: "Add v",
+    author: "Ada <ada@example.com>",
+    pullRequest: null,
+  });
+
+  // The same delivery again (GitHub's redeliver): answered, one delivery, no second run.
+  const replay = await send("gh", { provider: "github", event: "push", body: push, deliveryId: sent.deliveryId });
+  assert.equal(replay.status, 202);
+  assert.deepEqual(replay.body, { delivery: d1.id, duplicate: true });
+  // A ping (GitHub's first delivery) is stored and ignored; it is processed after anything queued before.
+  const ping = await send("gh", { provider: "github", event: "ping", body: { zen: "Keep it logically awesome." } });
+  assert.equal(ping.status, 202);
+  const pinged = await processed("gh", ping.deliveryId);
+  assert.equal(pinged.outcomes[0]?.outcome, "ignored");
+  assert.equal((await runsOf("infra")).length, 1);
+  assert.equal((await deliveriesOf("gh")).filter((d) => d.deliveryId === sent.deliveryId).length, 1);
+
+  // The CLI lists deliveries newest first with each workspace's outcome; show has the URL, never the secret.
+  const listed = await stack.cli(["vcs", "deliveries", "gh"]);
+  assert.equal(listed.code, 0, listed.stderr);
+  assert.match(
+    listed.stdout,
+    new RegExp(`push  ${sent.deliveryId}  processed[\\s\\S]*infra: started \\(run ${runId}\\)`),
+  );
+  assert.ok(listed.stdout.indexOf(ping.deliveryId) < listed.stdout.indexOf(sent.deliveryId), listed.stdout);
+  const json = JSON.parse((await stack.cli(["vcs", "deliveries", "gh", "--json"])).stdout) as VcsDelivery[];
+  assert.equal(json.find((d) => d.deliveryId === sent.deliveryId)?.outcomes[0]?.runId, runId);
+  const shown = await stack.cli(["vcs", "show", "gh"]);
+  assert.match(shown.stdout, new RegExp(`webhook URL: ${hookUrl("gh").replace(/[.]/g, "\\.")}`));
+  assert.ok(!shown.stdout.includes(secrets.gh ?? "?"));
+  const all = JSON.stringify([
+    (await stack.server.api(routes.listVcsConnections, {})).body,
+    (await stack.server.api(routes.getVcsConnection, { params: { connection: "gh" } })).body,
+    await deliveriesOf("gh"),
+  ]);
+  assert.ok(!all.includes(secrets.gh ?? "?"), "the webhook secret is shown only at creation");
+  assert.ok(!logLines.join("").includes(secrets.gh ?? "?"), "the webhook secret is in no log line");
+});
+
+test("bad or missing signatures, unknown connections and oversize bodies are refused and store nothing", async () => {
+  const work = join(root, "work-org-infra");
+  const before = (await runsOf("infra")).length;
+  const stored = (await deliveriesOf("gh")).length;
+  const head = sh(work, "rev-parse", "HEAD");
+  const c2 = commit(work, "main", "Change v", { "main.tf": tf("two") });
+  const push = githubPush("org/infra", "main", head, c2.id, [c2]);
+  const wrong = await send("gh", { provider: "github", event: "push", body: push, signWith: "not-the-secret" });
+  assert.equal(wrong.status, 401);
+  assert.equal(wrong.body.error, "unauthorized");
+  assert.equal((await send("gh", { provider: "github", event: "push", body: push, secret: undefined })).status, 401);
+  // A body changed after signing: the signature no longer matches.
+  const tampered = await send("gh", {
+    provider: "github",
+    event: "push",
+    body: { ...push, after: head },
+    signedBody: Buffer.from(JSON.stringify(push)),
+  });
+  assert.equal(tampered.status, 401);
+  const glWrong = await send("gl", {
+    provider: "gitlab",
+    event: "Push Hook",
+    body: gitlabPush("grp/sub/infra", "main", head, c2.id, [c2]),
+    signWith: secrets.gh,
+  });
+  assert.equal(glWrong.status, 401);
+
+  // Unknown connections: one 404 body whatever else the request holds.
+  const unknown = [
+    await deliver(stack.server.url, "nope", {
+      provider: "github",
+      event: "push",
+      body: push,
+      secret: secrets.gh,
+    }),
+    await deliver(stack.server.url, "nope", {
+      provider: "gitlab",
+      event: "Push Hook",
+      body: {},
+      secret: undefined,
+    }),
+    await deliver(stack.server.url, "x".repeat(60), {
+      provider: "github",
+      event: "push",
+      body: Buffer.alloc(6 * 1024 * 1024),
+      secret: undefined,
+    }),
+  ];
+  for (const res of unknown) {
+    assert.equal(res.status, 404);
+    assert.deepEqual(res.body, { error: "not_found", message: "not found" });
+  }
+  // Over the body limit: 413, nothing stored.
+  const big = await send("gh", {
+    provider: "github",
+    event: "push",
+    body: Buffer.alloc(5 * 1024 * 1024 + 1, 0x20),
+  });
+  assert.equal(big.status, 413);
+
+  let deliveries = await deliveriesOf("gh");
+  assert.equal(deliveries.length, stored, "no refused delivery is stored");
+  assert.equal((await runsOf("infra")).length, before, "no refused delivery started a run");
+
+  // The same push, signed: it runs.
+  const good = await send("gh", { provider: "github", event: "push", body: push });
+  assert.equal(good.status, 202);
+  assert.equal((await processed("gh", good.deliveryId)).outcomes[0]?.outcome, "started");
+  deliveries = await deliveriesOf("gh");
+  assert.equal(deliveries.length, stored + 1);
+  const runs = await waitFor("c2's run", async () => {
+    const rs = await runsOf("infra");
+    return rs.length > before ? rs : undefined;
+  });
+  assert.equal(runs.length, before + 1);
+  assert.equal(runs[0]?.source?.commitSha, c2.id);
+  await stack.waitForRun(runs[0]?.id ?? "", ["applied"]);
+});
+
+test("a pull request plans speculatively; a new commit supersedes its plan still queued", async () => {
+  const work = repo("org/app");
+  const idle = await stack.createPool("pr-pool");
+  await stack.server.api(routes.createWorkspace, { body: { name: "app", pool: idle.pool, autoApply: true } });
+  const base = commit(work, "main", "Base", { "main.tf": tf("base") });
+  await link("app", "gh", "org/app");
+  sh(work, "checkout", "-q", "-b", "feature");
+  const f1 = commit(work, "feature", "Try one", { "main.tf": tf("pr-one") });
+  const pr = {
+    number: 7,
+    base: "main",
+    baseSha: base.id,
+    head: "feature",
+    url: "https://github.example/org/app/pull/7",
+  };
+  const opened = await send("gh", {
+    provider: "github",
+    event: "pull_request",
+    body: githubPullRequest("opened", "org/app", { ...pr, headSha: f1.id }),
+  });
+  assert.equal(opened.status, 202);
+  const first = await processed("gh", opened.deliveryId);
+  assert.equal(first.event, "pull_request.opened");
+  assert.equal(first.outcomes[0]?.outcome, "started");
+  const runA = first.outcomes[0]?.runId ?? "";
+  // No agent serves the pool yet: the plan waits.
+  const [a] = await runsOf("app");
+  assert.equal(a?.id, runA);
+  assert.equal(a?.status, "queued");
+  assert.equal(a?.planOnly, true);
+  assert.deepEqual(a?.source?.pullRequest, { number: 7, url: pr.url });
+
+  const f2 = commit(work, "feature", "Try two", { "main.tf": tf("pr-two") });
+  const synced = await send("gh", {
+    provider: "github",
+    event: "pull_request",
+    body: githubPullRequest("synchronize", "org/app", { ...pr, headSha: f2.id }),
+  });
+  const second = await processed("gh", synced.deliveryId);
+  const runB = second.outcomes[0]?.runId ?? "";
+  assert.equal(second.outcomes[0]?.outcome, "started");
+  const superseded = await stack.waitForRun(runA, ["canceled"]);
+  assert.match(superseded.errorMessage ?? "", /superseded: commit .* came after it/);
+  const older = (await deliveriesOf("gh")).find((d) => d.deliveryId === opened.deliveryId);
+  assert.equal(older?.outcomes[0]?.outcome, "superseded");
+  assert.match(older?.outcomes[0]?.detail ?? "", new RegExp(`by run ${runB}`));
+
+  // A closed (merged) pull request starts nothing; its merge's push is what applies.
+  const closed = await send("gh", {
+    provider: "github",
+    event: "pull_request",
+    body: githubPullRequest("closed", "org/app", { ...pr, headSha: f2.id }),
+  });
+  assert.equal((await processed("gh", closed.deliveryId)).outcomes[0]?.outcome, "ignored");
+
+  await stack.startAgent("pr-agent", { DROVER_TOKEN: idle.token }, idle.pool);
+  const done = await stack.waitForRun(runB, ["planned_and_finished"]);
+  assert.equal(done.planOnly, true);
+  assert.deepEqual(done.source, {
+    repository: "org/app",
+    branch: "feature",
+    commitSha: f2.id,
+    message: "Try two",
+    author: "Ada <ada@example.com>",
+    pullRequest: { number: 7, url: pr.url },
+  });
+  assert.equal((await runsOf("app")).length, 2);
+});
+
+test("monorepo: one push runs only the workspaces whose trigger paths or directory it changed", async () => {
+  const work = repo("org/mono");
+  const n = 20;
+  const pad = (i: number) => String(i).padStart(2, "0");
+  const files: Record<string, string> = {};
+  for (let i = 0; i < n; i++) {
+    files[`stacks/s${pad(i)}/main.tf`] = tf(`s${i}`);
+    files[`modules/m${pad(i)}/main.tf`] = tf(`m${i}`);
+  }
+  const c1 = commit(work, "main", "All stacks", files);
+  const mono = await stack.createPool("mono-pool");
+  for (let i = 0; i < n; i++) {
+    const ws = `mono-${pad(i)}`;
+    await stack.server.api(routes.createWorkspace, {
+      body: { name: ws, pool: mono.pool, workingDirectory: `stacks/s${pad(i)}` },
+    });
+    await link(ws, "gh", "org/mono", [`modules/m${pad(i)}/**`]);
+  }
+  const c2 = commit(work, "main", "Two changes", {
+    "stacks/s03/main.tf": tf("s3-changed"),
+    "modules/m07/main.tf": tf("m7-changed"),
+    "README.md": "docs only\n",
+  });
+  const sent = await send("gh", {
+    provider: "github",
+    event: "push",
+    body: githubPush("org/mono", "main", c1.id, c2.id, [c2]),
+  });
+  const d = await processed("gh", sent.deliveryId);
+  const started = d.outcomes.filter((o) => o.outcome === "started").map((o) => o.workspace);
+  assert.deepEqual(started, ["mono-03", "mono-07"]);
+  assert.equal(d.outcomes.filter((o) => o.outcome === "paths_unmatched").length, n - 2);
+  for (let i = 0; i < n; i++)
+    assert.equal((await runsOf(`mono-${pad(i)}`)).length, i === 3 || i === 7 ? 1 : 0, `mono-${pad(i)}`);
+
+  // A forced push lists no usable files: git compares the trees against the commit each link saw last.
+  const c3 = commit(work, "main", "Three", { "stacks/s11/main.tf": tf("s11-changed") });
+  const c4 = commit(work, "main", "Four", { "modules/m12/main.tf": tf("m12-changed") });
+  const forced = githubPush("org/mono", "main", c2.id, c4.id, [c3, c4]);
+  forced.forced = true;
+  const d2 = await processed("gh", (await send("gh", { provider: "github", event: "push", body: forced })).deliveryId);
+  assert.deepEqual(
+    d2.outcomes.filter((o) => o.outcome === "started").map((o) => o.workspace),
+    ["mono-11", "mono-12"],
+  );
+
+  // The poller finds the next commit first: it starts the run and cancels mono-03's run still
+  // queued for c2; the push's delivery, arriving after, starts nothing more.
+  // The others are unlinked first: a poll looks at every link, and twenty fetches are slow here.
+  for (let i = 0; i < n; i++)
+    if (i !== 3) await stack.server.api(routes.unlinkWorkspaceVcs, { params: { ws: `mono-${pad(i)}` } });
+  const c5 = commit(work, "main", "Five", { "stacks/s03/main.tf": tf("s3-again") });
+  const polled = await stack.server.pollVcs();
+  const byPoll = polled.find((o) => o.workspace === "mono-03")?.started ?? "";
+  assert.ok(byPoll, JSON.stringify(polled));
+  const mono03 = await runsOf("mono-03");
+  assert.equal(mono03.length, 2);
+  const older = mono03.find((r) => r.id !== byPoll);
+  assert.equal(older?.status, "canceled");
+  assert.match(older?.errorMessage ?? "", /superseded: commit .* came after it/);
+  const first = (await deliveriesOf("gh")).find((x) => x.deliveryId === sent.deliveryId);
+  assert.deepEqual(
+    first?.outcomes.filter((o) => o.workspace === "mono-03").map((o) => [o.outcome, o.detail]),
+    [["superseded", `by run ${byPoll} (commit ${c5.id.slice(0, 12)})`]],
+  );
+  const late = await send("gh", {
+    provider: "github",
+    event: "push",
+    body: githubPush("org/mono", "main", c4.id, c5.id, [c5]),
+  });
+  const d3 = await processed("gh", late.deliveryId);
+  assert.equal(d3.outcomes.find((o) => o.workspace === "mono-03")?.outcome, "already_started");
+  assert.equal((await runsOf("mono-03")).length, 2);
+});
+
+test("GitLab: a Push Hook applies, a Merge Request Hook plans speculatively, a wrong token is refused", async () => {
+  const work = repo("grp/sub/infra");
+  await stack.server.api(routes.createWorkspace, { body: { name: "glws", pool: stack.pool, autoApply: true } });
+  const c1 = commit(work, "main", "GitLab base", { "main.tf": tf("gl-one") });
+  await link("glws", "gl", "grp/sub/infra");
+  const c2 = commit(work, "main", "GitLab change", { "main.tf": tf("gl-two") });
+  const pushed = await send("gl", {
+    provider: "gitlab",
+    event: "Push Hook",
+    body: gitlabPush("grp/sub/infra", "main", c1.id, c2.id, [c2]),
+  });
+  assert.equal(pushed.status, 202);
+  const d = await processed("gl", pushed.deliveryId);
+  assert.equal(d.outcomes[0]?.outcome, "started");
+  const run = await stack.waitForRun(d.outcomes[0]?.runId ?? "", ["applied"]);
+  assert.equal(run.source.commitSha, c2.id);
+  // The push of the older commit, delivered late: the branch has moved on, nothing runs.
+  const late = await send("gl", {
+    provider: "gitlab",
+    event: "Push Hook",
+    body: gitlabPush("grp/sub/infra", "main", zero, c1.id, [c1]),
+  });
+  const stale = await processed("gl", late.deliveryId);
+  assert.deepEqual(
+    stale.outcomes.map((o) => [o.outcome, o.detail]),
+    [["superseded", `the branch has moved on to ${c2.id.slice(0, 12)}`]],
+  );
+
+  sh(work, "checkout", "-q", "-b", "ms-viewport");
+  const f1 = commit(work, "ms-viewport", "MR change", { "main.tf": tf("gl-mr") });
+  const mr = {
+    iid: 1,
+    target: "main",
+    source: "ms-viewport",
+    url: "https://gitlab.example/grp/sub/infra/-/merge_requests/1",
+  };
+  const opened = await send("gl", {
+    provider: "gitlab",
+    event: "Merge Request Hook",
+    body: gitlabMergeRequest("open", "grp/sub/infra", { ...mr, lastCommit: f1.id }),
+  });
+  const od = await processed("gl", opened.deliveryId);
+  assert.equal(od.event, "Merge Request Hook.open");
+  const plan = await stack.waitForRun(od.outcomes[0]?.runId ?? "", ["planned_and_finished"]);
+  assert.equal(plan.planOnly, true);
+  assert.deepEqual(plan.source.pullRequest, { number: 1, url: mr.url });
+  assert.equal(plan.source.commitSha, f1.id);
+
+  // An update without new commits (a title edit) starts nothing.
+  const edited = await send("gl", {
+    provider: "gitlab",
+    event: "Merge Request Hook",
+    body: gitlabMergeRequest("update", "grp/sub/infra", { ...mr, lastCommit: f1.id }),
+  });
+  assert.equal((await processed("gl", edited.deliveryId)).outcomes[0]?.outcome, "ignored");
+  const refused = await send("gl", {
+    provider: "gitlab",
+    event: "Merge Request Hook",
+    body: gitlabMergeRequest("open", "grp/sub/infra", { ...mr, lastCommit: f1.id }),
+    signWith: "wrong",
+  });
+  assert.equal(refused.status, 401);
+  assert.equal((await runsOf("glws")).length, 2);
+});
