@@ -9,7 +9,7 @@ export const vcsRoutes = {
   createVcsConnection: route({
     method: "POST",
     path: `${userApi}/vcs-connections`,
-    summary: "Connect a VCS (GitHub or GitLab) by token; the token is write-only",
+    summary: "Connect a VCS (GitHub or GitLab) by token, or GitHub as a GitHub App; secrets are write-only",
     auth: "user",
     body: json(s.createVcsConnectionSchema),
     response: created(s.vcsConnectionSchema),
@@ -43,7 +43,8 @@ export const vcsRoutes = {
   linkWorkspaceVcs: route({
     method: "PUT",
     path: `${userApi}/workspaces/:ws/vcs`,
-    summary: "Link a workspace to a repository branch: its new commits start runs",
+    summary:
+      "Link a workspace to a repository branch: its new commits start runs; registers the repository's webhook, or answers what to register",
     auth: "user",
     params: ws,
     body: json(s.linkWorkspaceVcsSchema),

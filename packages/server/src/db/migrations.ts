@@ -5,7 +5,7 @@ import { destroyGuard } from "./migrations-destroy-guard.js";
 import { runPlanOptions } from "./migrations-plan-options.js";
 import { runCreator, runListIndexes, webSessions } from "./migrations-web.js";
 import { variableHcl, workspaceAllowDestroyAll } from "./migrations-workspace-options.js";
-import { runPullRequest, vcs, vcsWebhookSecret } from "./migrations-vcs.js";
+import { runPullRequest, vcs, vcsApiAndReports, vcsWebhookSecret } from "./migrations-vcs.js";
 
 /*
  * The one migration history, applied at server start on either database. Column types
@@ -429,6 +429,7 @@ export function migrationProvider(dialect: Dialect): MigrationProvider {
       "0064_vcs": vcs(dialect),
       "0064b_run_pull_request": runPullRequest(),
       "0064c_vcs_webhook_secret": vcsWebhookSecret(),
+      "0066_vcs_api_and_reports": vcsApiAndReports(dialect),
     }),
   };
 }

@@ -1,3 +1,4 @@
+import type { VcsClient, VcsEndpoint } from "@drover/vcs";
 import type { ArchiveLimits, RunTracer } from "@drover/runtime";
 import type { DatabaseHealth } from "../db/health.js";
 import type { StoreContext } from "../store/context.js";
@@ -30,6 +31,8 @@ export interface HttpContext {
   tracer: RunTracer;
   /** How often the live event stream sends a keep-alive and re-checks the session (tests shorten it). */
   liveKeepAliveMs?: number;
+  /** Makes the client of a VCS connection's API (default: vcsClient, straight to the VCS). */
+  vcsClient?: (endpoint: VcsEndpoint) => VcsClient;
   /** The server's Prometheus series (set by buildApp). */
   metrics?: ServerMetrics;
 }

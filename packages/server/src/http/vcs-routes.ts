@@ -6,7 +6,9 @@ import {
   getVcsConnection,
   listVcsConnections,
 } from "../store/vcs-connections.js";
-import { getWorkspaceVcs, linkWorkspaceVcs, unlinkWorkspaceVcs } from "../store/workspace-vcs.js";
+import { getWorkspaceVcs } from "../store/workspace-vcs.js";
+import { linkWithWebhook, unlinkWithWebhook, type WebhookContext } from "../vcs/webhooks.js";
+import { vcsClient } from "@drover/vcs";
 import type { HttpContext } from "./context.js";
 import { registrar, type ServeOptions } from "./serve.js";
 
@@ -18,7 +20,13 @@ export function registerVcsRoutes(app: FastifyInstance, http: HttpContext, optio
   serve(routes.listVcsConnections, async () => ({ items: await listVcsConnections(ctx) }));
   serve(routes.getVcsConnection, async ({ params }) => getVcsConnection(ctx, params.connection));
   serve(routes.deleteVcsConnection, async ({ params }) => deleteVcsConnection(ctx, params.connection));
-  serve(routes.linkWorkspaceVcs, async ({ params, body }) => linkWorkspaceVcs(ctx, params.ws, body));
+  const hooks: WebhookContext = {
+    ctx,
+    log: app.log,
+    publicUrl: () => http.publicUrl(),
+    client: http.vcsClient ?? ((endpoint) => vcsClient(endpoint)),
+  };
+  serve(routes.linkWorkspaceVcs, async ({ params, body }) => linkWithWebhook(hooks, params.ws, body));
   serve(routes.getWorkspaceVcs, async ({ params }) => getWorkspaceVcs(ctx, params.ws));
-  serve(routes.unlinkWorkspaceVcs, async ({ params }) => unlinkWorkspaceVcs(ctx, params.ws));
+  serve(routes.unlinkWorkspaceVcs, async ({ params }) => unlinkWithWebhook(hooks, params.ws));
 }
