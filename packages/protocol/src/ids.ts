@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 
 /** Resource id prefixes; the prefix tells a reader what an id refers to. */
-export type IdPrefix = "pool" | "ptok" | "agent" | "ws" | "cv" | "run" | "job" | "sv" | "utok" | "wses" | "vcs";
+export type IdPrefix = "pool" | "ptok" | "agent" | "ws" | "cv" | "run" | "job" | "sv" | "utok" | "wses" | "vcs" | "vrp";
 
 const alphabet = "0123456789abcdefghjkmnpqrstvwxyz";
 

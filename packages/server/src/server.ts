@@ -11,6 +11,8 @@ import type { ServerConfig } from "./config.js";
 import { createMetrics } from "./metrics.js";
 import { startSweeper } from "./sweeper.js";
 import { VcsPoller, type PollOutcome } from "./vcs/poller.js";
+import { VcsReporter, type VcsReportTiming } from "./vcs/reporter.js";
+import { vcsClient as directVcsClient, type VcsClient, type VcsEndpoint } from "@drover/vcs";
 import { AgentPresence } from "./store/presence.js";
 import { createSessionCache } from "./store/agents.js";
 import type { StoreContext } from "./store/context.js";
@@ -40,6 +42,10 @@ const sessionMaxAgeMs = 3_000;
 /** How a server is started beyond its configuration. */
 export interface StartOptions extends AppOptions {
   logger?: Logger;
+  /** When VCS reports are looked for and retried (tests shorten it). */
+  vcsReportTiming?: Partial<VcsReportTiming>;
+  /** Makes the client of a VCS connection's API (default: straight to the VCS). */
+  vcsClient?: (endpoint: VcsEndpoint) => VcsClient;
 }
 
 /** Opens the database (migrating it), starts the HTTP server and the lease sweeper. */
@@ -143,6 +149,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     await stopStarted();
     throw err;
   }
+  const vcsClient = options.vcsClient ?? ((endpoint: VcsEndpoint) => directVcsClient(endpoint));
   const validateResponses = options.validateResponses ?? config.validateResponses;
   if (validateResponses)
     log.warn(
@@ -160,6 +167,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
       webSessionMs: config.webSessionMs,
       uploadDir,
       publicUrl: () => publicUrl,
+      vcsClient,
       shutdown: shutdown.signal,
       markActivity: () => {},
       tracer: telemetry.tracer,
@@ -185,6 +193,15 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     limits: config.archiveLimits,
   });
   poller.start();
+  const reporter = new VcsReporter({
+    ctx: store,
+    log,
+    health: db.health,
+    publicUrl: () => publicUrl,
+    client: vcsClient,
+    ...(options.vcsReportTiming ? { timing: options.vcsReportTiming } : {}),
+  });
+  reporter.start();
   try {
     // A fleet reconnecting at once (after a restart or a network blip) overflows the default
     // backlog of 511; dropped SYNs cost each agent a 1 s retransmit.
@@ -192,6 +209,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   } catch (err) {
     await sweeper.stop();
     await poller.stop();
+    await reporter.stop();
     await telemetry.shutdown().catch(() => undefined);
     await stopStarted();
     if ((err as NodeJS.ErrnoException).code === "EADDRINUSE")
@@ -219,6 +237,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
         shutdown.abort();
         await sweeper.stop();
         await poller.stop();
+        await reporter.stop();
         await app.close().catch((err: unknown) => log.warn({ err }, "closing HTTP server failed"));
         await sessions.stop();
         await presence.stop().catch((err: unknown) => log.warn({ err }, "writing the last heartbeats failed"));
