@@ -232,3 +232,35 @@ test("unlinking deletes the webhook", async () => {
   assert.equal(gh.repos.get("org/infra")!.hooks.size, 0);
   assert.equal(gh.calls[gh.calls.length - 1]!.method, "DELETE");
 });
+
+test("when the token may not manage webhooks, linking still links and says exactly what to register", async () => {
+  gh.state.forbidHooks = true;
+  try {
+    await stack.server.api(routes.createWorkspace, { body: { name: "manual", pool: stack.pool } });
+    const linked = await stack.cli([
+      "workspace",
+      "link",
+      "manual",
+      "--vcs",
+      "gh",
+      "--repo",
+      "org/infra",
+      "--branch",
+      "main",
+    ]);
+    assert.equal(linked.code, 0, linked.stderr);
+    const secret = await store.vcsWebhookSecret(stack.server.store, "gh");
+    // eslint-disable-next-line no-restricted-syntax -- the URL the user is told to register
+    assert.ok(linked.stdout.includes(`URL:          ${stack.server.url}/api/v1/vcs/gh/webhook`), linked.stdout);
+    assert.ok(linked.stdout.includes(`Secret:       ${secret}`), linked.stdout);
+    assert.match(linked.stdout, /Content type: application\/json/);
+    assert.ok(linked.stdout.includes("Events:       push, pull_request"), linked.stdout);
+    assert.match(linked.stdout, /may not manage webhooks of org\/infra \(403\)/);
+    assert.equal(gh.repos.get("org/infra")!.hooks.size, 0);
+    const link = await stack.server.api(routes.getWorkspaceVcs, { params: { ws: "manual" } });
+    assert.equal(link.body.webhookId, null);
+    assert.equal(link.body.webhook, undefined, "the secret is shown by the link only");
+  } finally {
+    gh.state.forbidHooks = false;
+  }
+});
