@@ -101,7 +101,8 @@ export async function moveRun(
   // The row changed under this transaction: a bug in locking, not a user error.
   if (Number(moved.numUpdatedRows) !== 1)
     throw new Error(`run ${run.id} was no longer ${run.status} when it was moved to ${to}`);
-  await queueVcsReports(ctx, trx, run.id, to);
+  // A caller holding the whole row spares runs without a source the look-up.
+  if (!("source_commit_sha" in run) || run.source_commit_sha !== null) await queueVcsReports(ctx, trx, run.id, to);
 }
 
 export interface CreateRunInput {
