@@ -32,6 +32,7 @@ export const errorCodes = [
   "invalid_setting",
   "verification_failed",
   "fetch_refused",
+  "vcs_error",
 ] as const;
 export type ErrorCode = (typeof errorCodes)[number];
 
@@ -70,6 +71,8 @@ const statusByCode: Record<ErrorCode, number> = {
   verification_failed: 422,
   // Raised by agents: a fetch a configuration asked for, from an address runs must not reach through the agent.
   fetch_refused: 403,
+  // Raised by the server about a VCS API (GitHub, GitLab) that refused or failed a call.
+  vcs_error: 502,
 };
 
 /** What to do about an error of this code, when the message alone may not say it. */

@@ -1,7 +1,8 @@
 import { randomBytes } from "node:crypto";
 
 /** Resource id prefixes; the prefix tells a reader what an id refers to. */
-export type IdPrefix = "pool" | "ptok" | "agent" | "ws" | "cv" | "run" | "job" | "sv" | "utok" | "wses" | "vcs" | "vdl";
+export type IdPrefix =
+  "pool" | "ptok" | "agent" | "ws" | "cv" | "run" | "job" | "sv" | "utok" | "wses" | "vcs" | "vdl" | "vrp";
 
 const alphabet = "0123456789abcdefghjkmnpqrstvwxyz";
 

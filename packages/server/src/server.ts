@@ -12,6 +12,8 @@ import { createMetrics } from "./metrics.js";
 import { startSweeper } from "./sweeper.js";
 import { VcsPoller, type PollOutcome } from "./vcs/poller.js";
 import { WebhookProcessor } from "./vcs/webhooks.js";
+import { VcsReporter, type VcsReportTiming } from "./vcs/reporter.js";
+import { vcsClient as directVcsClient, type VcsClient, type VcsEndpoint } from "@drover/vcs";
 import { AgentPresence } from "./store/presence.js";
 import { createSessionCache } from "./store/agents.js";
 import type { StoreContext } from "./store/context.js";
@@ -41,6 +43,10 @@ const sessionMaxAgeMs = 3_000;
 /** How a server is started beyond its configuration. */
 export interface StartOptions extends AppOptions {
   logger?: Logger;
+  /** When VCS reports are looked for and retried (tests shorten it). */
+  vcsReportTiming?: Partial<VcsReportTiming>;
+  /** Makes the client of a VCS connection's API (default: straight to the VCS). */
+  vcsClient?: (endpoint: VcsEndpoint) => VcsClient;
 }
 
 /** Opens the database (migrating it), starts the HTTP server and the lease sweeper. */
@@ -144,6 +150,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     await stopStarted();
     throw err;
   }
+  const vcsClient = options.vcsClient ?? ((endpoint: VcsEndpoint) => directVcsClient(endpoint));
   const validateResponses = options.validateResponses ?? config.validateResponses;
   if (validateResponses)
     log.warn(
@@ -164,6 +171,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
       uploadDir,
       tfe: config.tfe,
       publicUrl: () => publicUrl,
+      vcsClient,
       shutdown: shutdown.signal,
       markActivity: () => {},
       tracer: telemetry.tracer,
@@ -191,6 +199,15 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
   poller.start();
   // Deliveries a stopped server stored but did not act on; a failure here leaves them for the next start.
   webhooks.resume().catch((err: unknown) => log.warn({ err }, "resuming stored webhook deliveries failed"));
+  const reporter = new VcsReporter({
+    ctx: store,
+    log,
+    health: db.health,
+    publicUrl: () => publicUrl,
+    client: vcsClient,
+    ...(options.vcsReportTiming ? { timing: options.vcsReportTiming } : {}),
+  });
+  reporter.start();
   try {
     // A fleet reconnecting at once (after a restart or a network blip) overflows the default
     // backlog of 511; dropped SYNs cost each agent a 1 s retransmit.
@@ -199,6 +216,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     await sweeper.stop();
     await poller.stop();
     await webhooks.stop();
+    await reporter.stop();
     await telemetry.shutdown().catch(() => undefined);
     await stopStarted();
     if ((err as NodeJS.ErrnoException).code === "EADDRINUSE")
@@ -226,6 +244,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
         shutdown.abort();
         await sweeper.stop();
         await poller.stop();
+        await reporter.stop();
         await app.close().catch((err: unknown) => log.warn({ err }, "closing HTTP server failed"));
         await webhooks.stop();
         await sessions.stop();

@@ -2,3 +2,5 @@
 export * from "./git.js";
 export * from "./fetch.js";
 export * from "./operations.js";
+export * from "./client.js";
+export { vcsStatusOf } from "./api-errors.js";

@@ -33,42 +33,80 @@ function deliveriesText(ds: VcsDelivery[]): string {
 
 export function registerVcsCommands(program: Command): void {
   const vcs = program.command("vcs").description("VCS connections: where linked workspaces get their configuration");
-  withCommon(vcs.command("connect <name>").description("Connect a GitHub or GitLab by token (stored write-only)"))
+  withCommon(
+    vcs
+      .command("connect <name>")
+      .description("Connect a GitHub or GitLab by token, or GitHub as a GitHub App (secrets are stored write-only)"),
+  )
     .addOption(new Option("--provider <provider>", "the VCS").choices(["github", "gitlab"]).makeOptionMandatory())
     // Not --url: every command's --url is the Drover server's.
     .requiredOption("--vcs-url <base>", "web/git base URL, e.g. https://github.com or https://gitlab.example.com")
+    .option(
+      "--api-url <base>",
+      "REST API base (default: https://api.github.com for https://github.com, else <vcs-url>/api/v3 (GitHub) or <vcs-url>/api/v4 (GitLab))",
+    )
     .option("--token-file <path>", "read the token from this file")
     .option("--token-stdin", "read the token from standard input")
+    .option("--app-id <id>", "GitHub App: the app's id")
+    .option("--installation-id <id>", "GitHub App: the installation's id on the repositories' owner")
+    .option("--private-key-file <path>", "GitHub App: the app's private key (PEM)")
     .action(
       async (
         name: string,
         opts: CommonOptions & {
           provider: VcsProvider;
           vcsUrl: string;
+          apiUrl?: string;
           tokenFile?: string;
           tokenStdin?: boolean;
+          appId?: string;
+          installationId?: string;
+          privateKeyFile?: string;
         },
       ) => {
-        if ((opts.tokenFile === undefined) === (opts.tokenStdin !== true))
+        const app = opts.appId !== undefined || opts.installationId !== undefined || opts.privateKeyFile !== undefined;
+        const tokenGiven = opts.tokenFile !== undefined || opts.tokenStdin === true;
+        if (app === tokenGiven || (opts.tokenFile !== undefined && opts.tokenStdin === true))
           throw new DroverError(
             "bad_request",
-            "give the token with --token-file <path> or --token-stdin (one of them)",
+            "give the token with --token-file <path> or --token-stdin, or a GitHub App with --app-id, --installation-id and --private-key-file (one of them)",
           );
-        const token = await readSecret(opts.tokenStdin ? "-" : (opts.tokenFile ?? "-"), "token");
+        let auth: { token: string } | { githubApp: { appId: string; installationId: number; privateKey: string } };
+        if (app) {
+          if (opts.appId === undefined || opts.installationId === undefined || opts.privateKeyFile === undefined)
+            throw new DroverError(
+              "bad_request",
+              "a GitHub App needs all of --app-id, --installation-id and --private-key-file",
+            );
+          if (!/^[0-9]+$/.test(opts.installationId))
+            throw new DroverError(
+              "bad_request",
+              `--installation-id is a number, not ${JSON.stringify(opts.installationId)}`,
+            );
+          const privateKey = await readSecret(opts.privateKeyFile, "private key");
+          auth = { githubApp: { appId: opts.appId, installationId: Number(opts.installationId), privateKey } };
+        } else auth = { token: await readSecret(opts.tokenStdin ? "-" : (opts.tokenFile ?? "-"), "token") };
         const created = await apiFor(opts).call(routes.createVcsConnection, {
-          body: { name, provider: opts.provider, url: opts.vcsUrl, token },
+          body: {
+            name,
+            provider: opts.provider,
+            url: opts.vcsUrl,
+            ...(opts.apiUrl === undefined ? {} : { apiUrl: opts.apiUrl }),
+            ...auth,
+          },
         });
         emit(
           opts,
           created,
           (c) =>
-            `Connected ${c.provider} ${c.url} as ${c.name} (${c.id})\n` +
+            `Connected ${c.provider} ${c.url} (API ${c.apiUrl}) as ${c.name} (${c.id})${c.app ? `, as GitHub App ${c.app.appId}` : ""}\n` +
             `  webhook URL:    ${c.webhookUrl}\n` +
             `  webhook secret: ${c.webhookSecret}`,
         );
         if (!opts.json)
           io().stderr.write(
-            "The webhook secret is shown once. Register the webhook with this URL and secret" +
+            "The webhook secret is shown once. `drover workspace link` registers the webhook where the token may;" +
+              " otherwise register it with this URL and secret" +
               (created.provider === "github"
                 ? " (content type application/json; events: push, pull requests).\n"
                 : " (as its secret token; triggers: push events, merge request events).\n"),
@@ -139,12 +177,19 @@ export function registerWorkspaceLinkCommands(ws: Command): void {
           params: { ws: name },
           body: { connection: opts.vcs, repository: opts.repo, branch: opts.branch, triggerPaths: opts.trigger },
         });
-        emit(
-          opts,
-          link,
-          (l) =>
-            `Linked workspace ${name} to ${l.repository} (${l.branch}) through ${l.connection}: new commits start runs`,
-        );
+        emit(opts, link, (l) => {
+          const linked = `Linked workspace ${name} to ${l.repository} (${l.branch}) through ${l.connection}: new commits start runs`;
+          const w = l.webhook;
+          if (!w || w.registered) return `${linked}\nWebhook registered: ${w?.url ?? ""}`;
+          return [
+            linked,
+            `The webhook could not be registered (${w.reason ?? "refused"}). Register it in ${l.repository}'s settings:`,
+            `  URL:          ${w.url}`,
+            `  Content type: application/json`,
+            `  Secret:       ${w.secret ?? ""}   (shown once; ${l.provider === "gitlab" ? 'GitLab\'s "Secret token"' : 'GitHub\'s "Secret"'})`,
+            `  Events:       ${l.provider === "gitlab" ? "Push events, Merge request events" : "push, pull_request"}`,
+          ].join("\n");
+        });
       },
     );
   withCommon(ws.command("unlink <workspace>").description("Stop running the workspace from its repository")).action(

@@ -9,7 +9,8 @@ export const vcsRoutes = {
   createVcsConnection: route({
     method: "POST",
     path: `${userApi}/vcs-connections`,
-    summary: "Connect a VCS (GitHub or GitLab) by token; the token is write-only, the webhook secret shown this once",
+    summary:
+      "Connect a VCS (GitHub or GitLab) by token, or GitHub as a GitHub App; secrets are write-only, the webhook secret shown this once",
     auth: "user",
     body: json(s.createVcsConnectionSchema),
     response: created(s.createdVcsConnectionSchema),
@@ -43,7 +44,8 @@ export const vcsRoutes = {
   linkWorkspaceVcs: route({
     method: "PUT",
     path: `${userApi}/workspaces/:ws/vcs`,
-    summary: "Link a workspace to a repository branch: its new commits start runs",
+    summary:
+      "Link a workspace to a repository branch: its new commits start runs; registers the repository's webhook, or answers what to register",
     auth: "user",
     params: ws,
     body: json(s.linkWorkspaceVcsSchema),

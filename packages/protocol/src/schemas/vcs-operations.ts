@@ -27,6 +27,8 @@ const numberSchema = z
   .int()
   .positive()
   .max(2 ** 31);
+// A provider's id of a comment or webhook: GitHub's comment ids are past 2^31 already.
+const idSchema = z.number().int().positive().max(Number.MAX_SAFE_INTEGER);
 const textSchema = (max: number) =>
   z
     .string()
@@ -58,7 +60,7 @@ export const vcsOperationSchema = z.discriminatedUnion("op", [
     repository: repositoryPathSchema,
     number: numberSchema,
     /** The comment to edit in place; null creates it. */
-    commentId: numberSchema.nullable(),
+    commentId: idSchema.nullable(),
     body: textSchema(60_000),
   }),
   z.object({
@@ -68,7 +70,7 @@ export const vcsOperationSchema = z.discriminatedUnion("op", [
     url: z.url({ protocol: /^https?$/ }).max(2000),
     secret: z.string().min(16).max(200),
   }),
-  z.object({ op: z.literal("deleteWebhook"), repository: repositoryPathSchema, webhookId: numberSchema }),
+  z.object({ op: z.literal("deleteWebhook"), repository: repositoryPathSchema, webhookId: idSchema }),
 ]);
 export type VcsOperation = z.infer<typeof vcsOperationSchema>;
 export type VcsOperationName = VcsOperation["op"];
@@ -86,8 +88,8 @@ export const vcsOperationResultSchemas = {
   /** null when the provider cannot say (e.g. too many files). */
   changedFiles: z.object({ files: z.array(z.string()).nullable() }),
   setCommitStatus: z.object({}),
-  upsertPullRequestComment: z.object({ commentId: numberSchema }),
-  createWebhook: z.object({ webhookId: numberSchema }),
+  upsertPullRequestComment: z.object({ commentId: idSchema }),
+  createWebhook: z.object({ webhookId: idSchema }),
   deleteWebhook: z.object({}),
 } satisfies Record<VcsOperationName, z.ZodType>;
 export type VcsOperationResult<K extends VcsOperationName> = z.infer<(typeof vcsOperationResultSchemas)[K]>;

@@ -42,26 +42,63 @@ const vcsTokenSchema = z
   .max(4096)
   .regex(/^[\x21-\x7e]+$/, "the token must be one line of visible ASCII characters (no spaces)");
 
+export const vcsAuthKindSchema = z.enum(["token", "github-app"]);
+
 export const vcsConnectionSchema = z.object({
   id: z.string(),
   name: z.string(),
   provider: vcsProviderSchema,
   /** The web and git base, e.g. https://github.com or https://gitlab.example.com. */
   url: z.string(),
-  /** How the server authenticates; the secret itself is never returned. */
-  authKind: z.literal("token"),
+  /** The REST API base, e.g. https://api.github.com or https://gitlab.example.com/api/v4. */
+  apiUrl: z.string(),
+  /** How the server authenticates; the secrets themselves are never returned. */
+  authKind: vcsAuthKindSchema,
+  /** A GitHub App's id and installation (its key is never returned); null with a token. */
+  app: z.object({ appId: z.string(), installationId: z.number().int() }).nullable(),
   /** Where the VCS delivers webhooks: <server>/api/v1/vcs/<name>/webhook. */
   webhookUrl: z.string(),
   createdAt: z.string(),
 });
 export type VcsConnection = z.infer<typeof vcsConnectionSchema>;
-export const createVcsConnectionSchema = z.object({
-  name: nameSchema,
-  provider: vcsProviderSchema,
-  url: vcsUrlSchema,
+
+/** A GitHub App as the user gives it: its id, the installation on the repositories' owner, and its private key. */
+const githubAppSchema = z.object({
+  appId: z.string().regex(/^[0-9]{1,20}$|^Iv[0-9A-Za-z.]{1,40}$/, "a GitHub App id (a number) or client id"),
+  installationId: z.number().int().positive().max(Number.MAX_SAFE_INTEGER),
   /** Write-only: stored, never shown again. */
-  token: vcsTokenSchema,
+  privateKey: z
+    .string()
+    .max(16_384)
+    .regex(/^-----BEGIN (RSA )?PRIVATE KEY-----[\s\S]+-----END (RSA )?PRIVATE KEY-----\s*$/, "a PEM private key"),
 });
+
+export const createVcsConnectionSchema = z
+  .object({
+    name: nameSchema,
+    provider: vcsProviderSchema,
+    url: vcsUrlSchema,
+    /** The REST API base; by default api.github.com for https://github.com, else `<url>/api/v3` (GitHub) or `<url>/api/v4` (GitLab). */
+    apiUrl: vcsUrlSchema.optional(),
+    /** Write-only: stored, never shown again. */
+    token: vcsTokenSchema.optional(),
+    githubApp: githubAppSchema.optional(),
+  })
+  .superRefine((c, ctx) => {
+    if ((c.token === undefined) === (c.githubApp === undefined))
+      ctx.addIssue({ code: "custom", message: "give a token or a GitHub App (one of them)" });
+    if (c.githubApp !== undefined && c.provider !== "github")
+      ctx.addIssue({ code: "custom", message: "a GitHub App authenticates to GitHub only" });
+    if (c.provider === "gitlab" && c.apiUrl !== undefined && !/\/api\/v4\/*$/.test(c.apiUrl))
+      ctx.addIssue({ code: "custom", message: "a GitLab API URL ends in /api/v4" });
+  });
+
+/** The REST API base a connection uses when none is given. */
+export function defaultVcsApiUrl(provider: VcsProvider, url: string): string {
+  const base = url.replace(/\/+$/, "");
+  if (provider === "github") return /^https:\/\/github\.com$/i.test(base) ? "https://api.github.com" : `${base}/api/v3`;
+  return `${base}/api/v4`;
+}
 
 const segment = /^[A-Za-z0-9_][A-Za-z0-9_.-]*$/;
 
@@ -127,7 +164,23 @@ export const workspaceVcsSchema = z.object({
   lastCommitSha: z.string().nullable(),
   /** Why the last attempt to start a run from the branch failed (null after a success). */
   lastError: z.string().nullable(),
+  /** The provider's id of the webhook Drover registered; null when it could not (see `webhook`). */
+  webhookId: z.number().nullable(),
   createdAt: z.string(),
+  /**
+   * Only in the answer to linking: whether the webhook was registered, and when it could not be,
+   * exactly what to register by hand (the secret is shown here only).
+   */
+  webhook: z
+    .object({
+      registered: z.boolean(),
+      url: z.string(),
+      contentType: z.literal("json"),
+      events: z.array(z.string()),
+      secret: z.string().optional(),
+      reason: z.string().optional(),
+    })
+    .optional(),
 });
 export type WorkspaceVcs = z.infer<typeof workspaceVcsSchema>;
 

@@ -5,7 +5,7 @@ import { destroyGuard } from "./migrations-destroy-guard.js";
 import { runPlanOptions } from "./migrations-plan-options.js";
 import { runCreator, runListIndexes, webSessions } from "./migrations-web.js";
 import { variableHcl, workspaceAllowDestroyAll } from "./migrations-workspace-options.js";
-import { runPullRequest, vcs, vcsWebhookSecret } from "./migrations-vcs.js";
+import { runPullRequest, vcs, vcsApiAndReports, vcsWebhookSecret } from "./migrations-vcs.js";
 import { workspaceExecutionMode, workspaceTfeTags } from "./migrations-tfe.js";
 import { vcsDeliveries } from "./migrations-vcs-deliveries.js";
 
@@ -432,6 +432,7 @@ export function migrationProvider(dialect: Dialect): MigrationProvider {
       "0064b_run_pull_request": runPullRequest(),
       "0064c_vcs_webhook_secret": vcsWebhookSecret(),
       "0065_vcs_deliveries": vcsDeliveries(dialect),
+      "0066_vcs_api_and_reports": vcsApiAndReports(dialect),
       "0068a_workspace_tfe_tags": workspaceTfeTags(),
       "0068b_workspace_execution_mode": workspaceExecutionMode(),
     }),

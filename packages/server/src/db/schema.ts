@@ -224,9 +224,15 @@ export interface VcsConnectionsTable {
   name: string;
   provider: VcsProvider;
   url: string;
-  auth_kind: "token";
-  /** Write-only: read by the fetch only, never returned by the API. */
+  auth_kind: "token" | "github-app";
+  /** Write-only: read by the fetch and the VCS client only, never returned by the API ("" for a GitHub App). */
   token: string;
+  /** The REST API base (null only in rows a migration has not filled yet). */
+  api_url: string | null;
+  /** A GitHub App's id, installation and private key (write-only); null with a token. */
+  app_id: string | null;
+  installation_id: number | null;
+  private_key: string | null;
   /** The secret the VCS signs webhook deliveries with (GitHub) or sends as their token (GitLab); write-only. */
   webhook_secret: string;
   created_at: number;
@@ -244,6 +250,8 @@ export interface WorkspaceVcsTable {
   last_error: string | null;
   /** The commit `last_error` is about; a refused archive is not fetched again for it. */
   last_error_sha: string | null;
+  /** The provider's id of the webhook linking registered (null when the user registers it). */
+  webhook_id: number | null;
   created_at: number;
 }
 
@@ -272,7 +280,31 @@ export interface VcsDeliveryOutcomesTable {
   detail: string | null;
 }
 
+/**
+ * A report to a VCS still to deliver, or delivered: a run's commit status, or the one comment of
+ * a workspace on a pull request. `version` grows with each change; `due_at` is null once the
+ * version last written is delivered.
+ */
+export interface VcsReportsTable {
+  id: string;
+  key: string;
+  kind: "status" | "comment";
+  workspace_id: string;
+  run_id: string;
+  connection_id: string;
+  repository: string;
+  commit_sha: string;
+  pull_request_number: number | null;
+  comment_id: number | null;
+  version: number;
+  due_at: number | null;
+  attempts: number;
+  last_error: string | null;
+  updated_at: number;
+}
+
 export interface Database {
+  vcs_reports: VcsReportsTable;
   vcs_connections: VcsConnectionsTable;
   vcs_deliveries: VcsDeliveriesTable;
   vcs_delivery_outcomes: VcsDeliveryOutcomesTable;

@@ -1,3 +1,4 @@
+import type { VcsClient, VcsEndpoint } from "@drover/vcs";
 import type { ArchiveLimits, RunTracer } from "@drover/runtime";
 import type { DatabaseHealth } from "../db/health.js";
 import type { StoreContext } from "../store/context.js";
@@ -36,6 +37,8 @@ export interface HttpContext {
   liveKeepAliveMs?: number;
   /** Takes the work of each stored webhook delivery (none: deliveries are stored and left for a later start). */
   vcsWebhooks?: WebhookQueue;
+  /** Makes the client of a VCS connection's API (default: vcsClient, straight to the VCS). */
+  vcsClient?: (endpoint: VcsEndpoint) => VcsClient;
   /** The server's Prometheus series (set by buildApp). */
   metrics?: ServerMetrics;
 }

@@ -9,7 +9,9 @@ import {
   type StoredVcsConnection,
 } from "../store/vcs-connections.js";
 import { listVcsDeliveries } from "../store/vcs-deliveries.js";
-import { getWorkspaceVcs, linkWorkspaceVcs, unlinkWorkspaceVcs } from "../store/workspace-vcs.js";
+import { getWorkspaceVcs } from "../store/workspace-vcs.js";
+import { linkWithWebhook, unlinkWithWebhook, type WebhookContext } from "../vcs/webhook-registration.js";
+import { vcsClient } from "@drover/vcs";
 import type { HttpContext } from "./context.js";
 import { registrar, type ServeOptions } from "./serve.js";
 import { registerVcsWebhookRoute } from "./vcs-webhook-routes.js";
@@ -32,8 +34,14 @@ export function registerVcsRoutes(app: FastifyInstance, http: HttpContext, optio
   serve(routes.listVcsDeliveries, async ({ params, query }) => ({
     items: await listVcsDeliveries(ctx, params.connection, query.limit),
   }));
-  serve(routes.linkWorkspaceVcs, async ({ params, body }) => linkWorkspaceVcs(ctx, params.ws, body));
+  const hooks: WebhookContext = {
+    ctx,
+    log: app.log,
+    publicUrl: () => http.publicUrl(),
+    client: http.vcsClient ?? ((endpoint) => vcsClient(endpoint)),
+  };
+  serve(routes.linkWorkspaceVcs, async ({ params, body }) => linkWithWebhook(hooks, params.ws, body));
   serve(routes.getWorkspaceVcs, async ({ params }) => getWorkspaceVcs(ctx, params.ws));
-  serve(routes.unlinkWorkspaceVcs, async ({ params }) => unlinkWorkspaceVcs(ctx, params.ws));
+  serve(routes.unlinkWorkspaceVcs, async ({ params }) => unlinkWithWebhook(hooks, params.ws));
   registerVcsWebhookRoute(app, http, options, http.vcsWebhooks);
 }

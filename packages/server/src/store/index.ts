@@ -29,3 +29,4 @@ export * from "./vcs-connections.js";
 export * from "./workspace-vcs.js";
 export * from "./vcs-deliveries.js";
 export * from "./vcs-supersede.js";
+export * from "./vcs-reports.js";

@@ -16,6 +16,7 @@ import { appendAtEnd } from "./logs.js";
 import { inTransaction, type Effects } from "./transaction.js";
 import { getWorkspace } from "./workspaces.js";
 import { checkPlanOptions, planOptionsOf, storedPlanOptions } from "./run-options.js";
+import { queueVcsReports } from "./vcs-reports.js";
 
 /*
  * Run lifecycle. A workspace runs one run at a time: `workspaces.current_run_id` is the
@@ -100,6 +101,8 @@ export async function moveRun(
   // The row changed under this transaction: a bug in locking, not a user error.
   if (Number(moved.numUpdatedRows) !== 1)
     throw new Error(`run ${run.id} was no longer ${run.status} when it was moved to ${to}`);
+  // A caller holding the whole row spares runs without a source the look-up.
+  if (!("source_commit_sha" in run) || run.source_commit_sha !== null) await queueVcsReports(ctx, trx, run.id, to);
 }
 
 export interface CreateRunInput {

@@ -1,4 +1,5 @@
-import { DroverError, newId, type VcsConnection, type VcsProvider } from "@drover/protocol";
+import { defaultVcsApiUrl, DroverError, newId, type VcsConnection, type VcsProvider } from "@drover/protocol";
+import type { VcsEndpoint } from "@drover/vcs";
 import type { Selectable } from "kysely";
 import type { VcsConnectionsTable } from "../db/schema.js";
 import { newWebhookSecret } from "../db/migrations-vcs.js";
@@ -7,7 +8,7 @@ import { iso, type StoreContext } from "./context.js";
 
 /*
  * VCS connections. The token is write-only like a sensitive variable: only the fetch reads it
- * (vcsCredential), and nothing returned by the API carries it.
+ * (vcsCredential) and the VCS client (vcsEndpoint), and nothing returned by the API carries it.
  */
 
 /** A connection as the store knows it; the API adds the webhook URL, which depends on the server's address. */
@@ -18,7 +19,9 @@ const toConnection = (r: Selectable<VcsConnectionsTable>): StoredVcsConnection =
   name: r.name,
   provider: r.provider,
   url: r.url,
+  apiUrl: r.api_url ?? defaultVcsApiUrl(r.provider, r.url),
   authKind: r.auth_kind,
+  app: r.auth_kind === "github-app" ? { appId: r.app_id ?? "", installationId: Number(r.installation_id ?? 0) } : null,
   createdAt: iso(r.created_at),
 });
 
@@ -26,7 +29,9 @@ export interface CreateVcsConnectionInput {
   name: string;
   provider: VcsProvider;
   url: string;
-  token: string;
+  apiUrl?: string | undefined;
+  token?: string | undefined;
+  githubApp?: { appId: string; installationId: number; privateKey: string } | undefined;
 }
 
 /** Creates a connection; a taken name is `already_exists`. */
@@ -47,8 +52,12 @@ export async function createVcsConnection(
     name: input.name,
     provider: input.provider,
     url: input.url,
-    auth_kind: "token" as const,
-    token: input.token,
+    api_url: input.apiUrl ?? defaultVcsApiUrl(input.provider, input.url),
+    auth_kind: input.githubApp ? ("github-app" as const) : ("token" as const),
+    token: input.token ?? "",
+    app_id: input.githubApp?.appId ?? null,
+    installation_id: input.githubApp?.installationId ?? null,
+    private_key: input.githubApp?.privateKey ?? null,
     webhook_secret: newWebhookSecret(),
     created_at: ctx.now(),
   };
@@ -92,6 +101,25 @@ export interface VcsCredential {
 export async function vcsCredential(ctx: StoreContext, connectionId: string): Promise<VcsCredential> {
   const row = await connectionRow(ctx, connectionId);
   return { provider: row.provider, url: row.url, token: row.token };
+}
+
+/** How the VCS client reaches and authenticates to a connection's API (its secrets included: server-side only). */
+export async function vcsEndpoint(ctx: StoreContext, connectionId: string): Promise<VcsEndpoint> {
+  const row = await connectionRow(ctx, connectionId);
+  return {
+    provider: row.provider,
+    url: row.url,
+    apiUrl: row.api_url ?? defaultVcsApiUrl(row.provider, row.url),
+    auth:
+      row.auth_kind === "github-app"
+        ? {
+            kind: "github-app",
+            appId: row.app_id ?? "",
+            installationId: Number(row.installation_id ?? 0),
+            privateKey: row.private_key ?? "",
+          }
+        : { kind: "token", token: row.token },
+  };
 }
 
 /** The connection's webhook secret, for checking deliveries and registering webhooks only. */

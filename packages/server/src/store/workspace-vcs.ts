@@ -30,6 +30,7 @@ const selectLinks = (ctx: StoreContext) =>
       "workspace_vcs.last_commit_sha",
       "workspace_vcs.last_error",
       "workspace_vcs.last_error_sha",
+      "workspace_vcs.webhook_id",
       "workspace_vcs.created_at",
       "vcs_connections.name as connection_name",
       "vcs_connections.provider",
@@ -48,6 +49,7 @@ const toLink = (r: LinkRow): WorkspaceVcs => ({
   triggerPaths: JSON.parse(r.trigger_paths) as string[],
   lastCommitSha: r.last_commit_sha,
   lastError: r.last_error,
+  webhookId: r.webhook_id === null ? null : Number(r.webhook_id),
   createdAt: iso(r.created_at),
 });
 
@@ -75,6 +77,7 @@ export async function linkWorkspaceVcs(
       last_commit_sha: null,
       last_error: null,
       last_error_sha: null,
+      webhook_id: null,
       created_at: ctx.now(),
     })
     .onConflict((oc) =>
@@ -93,11 +96,42 @@ export async function getWorkspaceVcs(ctx: StoreContext, workspace: string): Pro
   return toLink(row);
 }
 
-export async function unlinkWorkspaceVcs(ctx: StoreContext, workspace: string): Promise<void> {
+/** Unlinks a workspace; answers what the link was, so its webhook can be removed. */
+export async function unlinkWorkspaceVcs(ctx: StoreContext, workspace: string): Promise<WorkspaceVcs> {
   const ws = await getWorkspace(ctx, workspace);
+  const link = await getWorkspaceVcs(ctx, ws.id);
   const deleted = await ctx.db.deleteFrom("workspace_vcs").where("workspace_id", "=", ws.id).executeTakeFirst();
   if (Number(deleted.numDeletedRows) === 0)
     throw new DroverError("not_found", `workspace ${ws.name} is not linked to a repository`);
+  return link;
+}
+
+/**
+ * The webhook of a connection's repository as the links record it: one per repository, shared by
+ * every workspace linked to it (a webhook per workspace would deliver each push once per workspace).
+ */
+export async function repositoryWebhookId(
+  ctx: StoreContext,
+  connectionId: string,
+  repository: string,
+): Promise<number | null> {
+  const row = await ctx.db
+    .selectFrom("workspace_vcs")
+    .select("webhook_id")
+    .where("connection_id", "=", connectionId)
+    .where("repository", "=", repository)
+    .where("webhook_id", "is not", null)
+    .executeTakeFirst();
+  return row?.webhook_id == null ? null : Number(row.webhook_id);
+}
+
+/** Records the webhook of a workspace's link (null: none Drover registered). */
+export async function setVcsWebhookId(ctx: StoreContext, workspaceId: string, webhookId: number | null): Promise<void> {
+  await ctx.db
+    .updateTable("workspace_vcs")
+    .set({ webhook_id: webhookId })
+    .where("workspace_id", "=", workspaceId)
+    .execute();
 }
 
 /** A link as the poller sees it. */

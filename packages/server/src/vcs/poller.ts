@@ -4,7 +4,7 @@ import type { Logger } from "pino";
 import type { DatabaseHealth } from "../db/health.js";
 import type { StoreContext } from "../store/context.js";
 import { createRun } from "../store/runs.js";
-import { vcsCredential } from "../store/vcs-connections.js";
+import { vcsEndpoint } from "../store/vcs-connections.js";
 import {
   claimVcsCommit,
   listVcsLinks,
@@ -12,7 +12,7 @@ import {
   releaseVcsCommit,
   type PolledLink,
 } from "../store/workspace-vcs.js";
-import { branchHead, redact, secretsOf, type GitDeadlines } from "@drover/vcs";
+import { branchHead, redact, secretsOf, vcsClient, type GitDeadlines } from "@drover/vcs";
 import { markVcsRunsSuperseded } from "../store/vcs-deliveries.js";
 import { supersedeQueuedRuns } from "../store/vcs-supersede.js";
 import { fetchCommit } from "./fetch.js";
@@ -103,9 +103,13 @@ export class VcsPoller {
     let secrets: string[] = [];
     let head: string | null = null;
     try {
-      const access = await vcsCredential(ctx, link.connectionId);
-      secrets = secretsOf(access);
+      const endpoint = await vcsEndpoint(ctx, link.connectionId);
       const signal = this.shutdown.signal;
+      if (endpoint.auth.kind === "github-app") secrets = [endpoint.auth.privateKey];
+      // A GitHub App's git credential is its current installation token.
+      const token = await vcsClient(endpoint).gitToken({ signal });
+      const access = { provider: endpoint.provider, url: endpoint.url, token };
+      secrets = [...secrets, ...secretsOf(access)];
       head = await branchHead(access, link.repository, link.branch, { deadlines: this.o.deadlines, signal });
       if (head === null) throw new Error(`branch ${link.branch} does not exist in ${link.repository}`);
       if (head === link.lastCommitSha) return { workspace, skipped: "no new commit" };

@@ -1,0 +1,56 @@
+import { DroverError, messageOf, type VcsProvider } from "@drover/protocol";
+import { redact } from "./git.js";
+
+/*
+ * What a failed VCS API call becomes: a DroverError naming the provider, the operation and the
+ * provider's answer, with every secret of the connection removed (client libraries put request
+ * details in their errors). `details.vcsStatus` carries the provider's HTTP status, so callers
+ * can tell a refusal (401, 403, 404) from an outage.
+ */
+
+const providerName: Record<VcsProvider, string> = { github: "GitHub", gitlab: "GitLab" };
+
+export function vcsApiError(input: {
+  provider: VcsProvider;
+  operation: string;
+  status: number | undefined;
+  reason: string;
+  secrets: readonly string[];
+  timedOut?: boolean;
+}): DroverError {
+  const who = providerName[input.provider];
+  const answer = input.timedOut
+    ? "no answer within the deadline"
+    : input.status === undefined
+      ? redact(input.reason, input.secrets)
+      : `${input.status} ${redact(input.reason, input.secrets)}`.trim();
+  const hint =
+    input.status === 401
+      ? `${who} refused the connection's credentials: check the token (or the GitHub App's key and installation).`
+      : input.status === 403 || input.status === 404
+        ? `Check that the repository exists and that the connection's credentials may use it for this.`
+        : undefined;
+  return new DroverError("vcs_error", `${who} API call ${input.operation} failed: ${answer}`.slice(0, 2000), {
+    details: input.status === undefined ? {} : { vcsStatus: input.status },
+    ...(hint === undefined ? {} : { hint }),
+  });
+}
+
+/** The VCS's HTTP status carried by an error vcsApiError made (undefined for anything else). */
+export function vcsStatusOf(err: unknown): number | undefined {
+  if (!(err instanceof DroverError) || err.code !== "vcs_error") return undefined;
+  const s = err.details?.["vcsStatus"];
+  return typeof s === "number" ? s : undefined;
+}
+
+/** Whether `err` is an abort or timeout of a fetch. */
+export function isTimeout(err: unknown): boolean {
+  const name = err instanceof Error ? err.name : "";
+  return name === "TimeoutError" || name === "AbortError" || /timeout/i.test(messageOf(err).slice(0, 200));
+}
+
+/** A signal that aborts at the deadline or with `outer`, whichever comes first. */
+export function deadlineSignal(deadlineMs: number, outer?: AbortSignal): AbortSignal {
+  const timeout = AbortSignal.timeout(deadlineMs);
+  return outer ? AbortSignal.any([timeout, outer]) : timeout;
+}
