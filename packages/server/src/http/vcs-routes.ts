@@ -10,7 +10,7 @@ import {
 } from "../store/vcs-connections.js";
 import { listVcsDeliveries } from "../store/vcs-deliveries.js";
 import { getWorkspaceVcs } from "../store/workspace-vcs.js";
-import { linkWithWebhook, unlinkWithWebhook, type WebhookContext } from "../vcs/webhook-registration.js";
+import { linkWithWebhook, unlinkWithWebhook, webhookUrl, type WebhookContext } from "../vcs/webhook-registration.js";
 import { vcsClient } from "@drover/vcs";
 import type { HttpContext } from "./context.js";
 import { registrar, type ServeOptions } from "./serve.js";
@@ -22,7 +22,7 @@ export function registerVcsRoutes(app: FastifyInstance, http: HttpContext, optio
   const serve = registrar(app, userApi, options);
   const shown = (c: StoredVcsConnection): VcsConnection => ({
     ...c,
-    webhookUrl: `${http.publicUrl().replace(/\/+$/, "")}${routes.receiveVcsWebhook.path.replace(":connection", encodeURIComponent(c.name))}`,
+    webhookUrl: webhookUrl(http.publicUrl(), c.name),
   });
   serve(routes.createVcsConnection, async ({ body }) => {
     const created = await createVcsConnection(ctx, body);

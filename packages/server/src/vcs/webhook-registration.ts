@@ -1,4 +1,4 @@
-import { messageOf, type WorkspaceVcs } from "@drover/protocol";
+import { messageOf, routes, type WorkspaceVcs } from "@drover/protocol";
 import { vcsStatusOf, type VcsClient, type VcsEndpoint } from "@drover/vcs";
 import type { StoreContext } from "../store/context.js";
 import { getVcsConnection, vcsEndpoint, vcsWebhookSecret } from "../store/vcs-connections.js";
@@ -29,7 +29,8 @@ const events = { github: ["push", "pull_request"], gitlab: ["push", "merge_reque
 
 /** Where a connection's deliveries go. */
 export function webhookUrl(publicUrl: string, connection: string): string {
-  return `${publicUrl.replace(/\/+$/, "")}/api/v1/vcs/${encodeURIComponent(connection)}/webhook`;
+  const path = routes.receiveVcsWebhook.path.replace(":connection", encodeURIComponent(connection));
+  return `${publicUrl.replace(/\/+$/, "")}${path}`;
 }
 
 export async function linkWithWebhook(
