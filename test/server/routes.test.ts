@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { routes, type Route } from "@drover/protocol";
-import { openApiPath, webUiPaths } from "@drover/server";
+import { openApiPath, tfeApi, tfeExtraPaths, tfeRoutes, webUiPaths } from "@drover/server";
 import { startTestServer, type TestServer } from "../support/server.js";
 
 /*
@@ -28,9 +28,11 @@ test("the server registers exactly the routes that /openapi.json documents", asy
   );
   // Fastify adds a HEAD route for every GET by itself; those are not part of the contract.
   // The web UI's page and files are not API routes (server/http/web-ui.ts lists them).
-  const ui = new Set<string>(webUiPaths);
+  // The TFE-compatible API has its own table (decision 0068), checked in the next test.
+  const ui = new Set<string>([...webUiPaths, ...tfeExtraPaths]);
   const served = registered
     .filter((r) => !r.startsWith("HEAD ") && !ui.has(r.split(" ")[1] ?? ""))
+    .filter((r) => !(r.split(" ")[1] ?? "").startsWith(`${tfeApi}/`))
     .map((r) => {
       const [method, path] = r.split(" ") as [string, string];
       return `${method} ${openApiPath(path)}`;
@@ -41,6 +43,14 @@ test("the server registers exactly the routes that /openapi.json documents", asy
     served.includes("LOCK /api/v1/workspaces/{ws}/state") && served.includes("UNLOCK /api/v1/workspaces/{ws}/state"),
     "the state backend's lock methods are served and documented",
   );
+});
+
+test("the server registers exactly the routes of the TFE table under /api/v2, and the discovery document", () => {
+  const served = registered.filter((r) => !r.startsWith("HEAD ") && (r.split(" ")[1] ?? "").startsWith(`${tfeApi}/`));
+  const table = tfeRoutes.map((r) => `${r.method} ${r.path}`);
+  assert.deepEqual([...served].sort(), [...table].sort());
+  assert.equal(table.length, new Set(table).size, "no TFE route is in the table twice");
+  assert.ok(registered.includes(`GET ${tfeExtraPaths[0]}`), "the discovery document is served");
 });
 
 test("the document gives each route the status its handler answers", async () => {

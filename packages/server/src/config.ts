@@ -46,10 +46,18 @@ export interface ServerConfig {
   logLevel: string;
   logFormat: LogFormat;
   tls: { certFile: string; keyFile: string } | undefined;
+  /** What terraform's `cloud` block sees: the one organization, the pool of workspaces it creates. */
+  tfe: TfeSettings;
   /** Diagnostics: check every JSON answer against the route table (DROVER_DIAGNOSTICS_VALIDATE_RESPONSES). */
   validateResponses: boolean;
   /** OTLP export; undefined without an endpoint. */
   otlp: OtlpSettings | undefined;
+}
+
+/** The organization terraform's `cloud` block names, and the pool its new workspaces use. */
+export interface TfeSettings {
+  organization: string;
+  pool: string;
 }
 
 /** Flags of `drover server`; each overrides the environment variable of the same meaning. */
@@ -62,6 +70,8 @@ export interface ServerFlags {
   adminToken?: string | undefined;
   logLevel?: string | undefined;
   logFormat?: string | undefined;
+  tlsCert?: string | undefined;
+  tlsKey?: string | undefined;
 }
 
 /**
@@ -153,6 +163,7 @@ export function loadServerConfig(input: {
     logLevel: src.get("DROVER_LOG_LEVEL"),
     logFormat: src.get("DROVER_LOG_FORMAT") ?? defaultLogFormat(input.stdoutIsTty ?? process.stdout.isTTY),
     tls: tlsCert && tlsKey ? { certFile: tlsCert, keyFile: tlsKey } : undefined,
+    tfe: { organization: src.get("DROVER_TFE_ORGANIZATION"), pool: src.get("DROVER_TFE_POOL") },
     validateResponses: src.get("DROVER_DIAGNOSTICS_VALIDATE_RESPONSES"),
     otlp: otlpSettings(src, "server"),
   };

@@ -16,6 +16,8 @@ export {
   walSizeLimitBytes,
 } from "./db/checkpointer.js";
 export { openApiDocument, openApiPath } from "./http/openapi.js";
+export { tfeRoutes, tfeExtraPaths } from "./tfe/index.js";
+export { tfeApi, type TfeRoute } from "./tfe/serve.js";
 export { contentSecurityPolicy, registerWebUi, webUiPaths } from "./http/web-ui.js";
 export type { AppOptions } from "./http/app.js";
 export { registrar, answered, type Registrar, type ServeOptions } from "./http/serve.js";

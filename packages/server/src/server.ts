@@ -160,6 +160,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
       metricsPublicNames: config.metricsPublicNames,
       webSessionMs: config.webSessionMs,
       uploadDir,
+      tfe: config.tfe,
       publicUrl: () => publicUrl,
       shutdown: shutdown.signal,
       markActivity: () => {},

@@ -11,6 +11,8 @@ interface ServerOptions {
   publicUrl?: string;
   logLevel?: string;
   logFormat?: string;
+  tlsCert?: string;
+  tlsKey?: string;
 }
 
 /** `drover server`: the control plane. Runs until SIGINT/SIGTERM. */
@@ -25,6 +27,8 @@ export function registerServerCommand(program: Command): void {
     .option("--port <port>", "port to listen on (DROVER_PORT, default 8800)")
     .option("--database-url <url>", "postgres://… or sqlite:<path> (DROVER_DATABASE_URL)")
     .option("--public-url <url>", "how agents reach this server; embedded in pool tokens (DROVER_PUBLIC_URL)")
+    .option("--tls-cert <file>", "serve HTTPS with this certificate, PEM (DROVER_TLS_CERT_FILE)")
+    .option("--tls-key <file>", "the private key of --tls-cert, PEM (DROVER_TLS_KEY_FILE)")
     .option("--log-level <level>", "pino log level (DROVER_LOG_LEVEL, default info)")
     .option(
       "--log-format <format>",

@@ -13,6 +13,7 @@ import { registerStateRoutes } from "./state-routes.js";
 import { registerUserRoutes } from "./user-routes.js";
 import { registerVcsRoutes } from "./vcs-routes.js";
 import { registerWebUi } from "./web-ui.js";
+import { registerTfe } from "../tfe/index.js";
 import { sql } from "kysely";
 import { describeError, isConnectionError, retryAfterSeconds } from "../db/health.js";
 import { storageError } from "../db/storage-errors.js";
@@ -90,6 +91,7 @@ export function buildApp(
   void app.register(async (scope) => registerStateRoutes(scope, ctx, serveOptions), { prefix: userApi });
   void app.register(async (scope) => registerVcsRoutes(scope, ctx, serveOptions), { prefix: userApi });
   void app.register(async (scope) => registerAgentRoutes(scope, ctx, serveOptions), { prefix: agentApi });
+  registerTfe(app, ctx);
 
   const serve = registrar(app, "", serveOptions);
   serve(routes.healthz, async () => ({

@@ -2,6 +2,7 @@ import type { ArchiveLimits, RunTracer } from "@drover/runtime";
 import type { DatabaseHealth } from "../db/health.js";
 import type { StoreContext } from "../store/context.js";
 import type { ServerMetrics } from "../metrics.js";
+import type { TfeSettings } from "../config.js";
 
 /** What every route module needs: the store, limits, and the server-wide shutdown signal. */
 export interface HttpContext {
@@ -23,6 +24,8 @@ export interface HttpContext {
   webSessionMs: number;
   /** Where large request bodies are spooled while a request lasts (http/bodies.ts). */
   uploadDir: string;
+  /** terraform's `cloud` block: its one organization and the pool of the workspaces it creates. */
+  tfe: TfeSettings;
   /** The URL embedded in new pool tokens: how agents reach this server. */
   publicUrl(): string;
   shutdown: AbortSignal;

@@ -1,0 +1,31 @@
+import type { FastifyInstance } from "fastify";
+import type { HttpContext } from "../http/context.js";
+import {
+  discoveryPath,
+  organizationRoutes,
+  registerDiscovery,
+  registerOrganizationRoutes,
+} from "./organization-routes.js";
+import { tfeApi, tfeScope, type TfeRoute } from "./serve.js";
+
+/*
+ * The TFE-compatible API terraform's `cloud` block and `backend "remote"` speak (decision 0068),
+ * over the same workspaces, state and lock as Drover's own API and `http` backend.
+ */
+
+/** Every route of the TFE API, for the route tests (each area's table joins here). */
+export const tfeRoutes: readonly TfeRoute[] = [...Object.values(organizationRoutes)];
+
+/** Paths outside the tables: the discovery document. */
+export const tfeExtraPaths = [discoveryPath] as const;
+
+export function registerTfe(app: FastifyInstance, http: HttpContext): void {
+  registerDiscovery(app);
+  void app.register(
+    async (scope) => {
+      const serve = tfeScope(scope, http);
+      registerOrganizationRoutes(serve, http);
+    },
+    { prefix: tfeApi },
+  );
+}

@@ -1,0 +1,89 @@
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { startTestServer, type TestServer } from "../support/server.js";
+
+/*
+ * The TFE-compatible API's frame, as go-tfe reads it: the headers of every answer, JSON:API
+ * errors (unknown paths included), the one organization, lenient request bodies.
+ */
+
+let server: TestServer;
+before(async () => {
+  server = await startTestServer({ DROVER_TFE_ORGANIZATION: "acme" });
+});
+after(() => server?.stop());
+
+async function call(method: string, path: string, body?: string, token: string | null = server.adminToken) {
+  // The TFE API is not in the protocol's route table (decision 0068): the typed client cannot call it.
+  // eslint-disable-next-line no-restricted-globals
+  const res = await fetch(`${server.url}${path}`, {
+    method,
+    headers: {
+      ...(token === null ? {} : { authorization: `Bearer ${token}` }),
+      ...(body === undefined ? {} : { "content-type": "application/vnd.api+json" }),
+    },
+    ...(body === undefined ? {} : { body }),
+  });
+  const text = await res.text();
+  return { status: res.status, headers: res.headers, text, json: text === "" ? undefined : (JSON.parse(text) as any) };
+}
+
+test("discovery names the TFE services (no versions.v1), as application/json", async () => {
+  const res = await call("GET", "/.well-known/terraform.json", undefined, null);
+  assert.equal(res.status, 200);
+  assert.match(res.headers.get("content-type") ?? "", /^application\/json/);
+  assert.deepEqual(res.json, {
+    "tfe.v2": "/api/v2/",
+    "tfe.v2.1": "/api/v2/",
+    "tfe.v2.2": "/api/v2/",
+    "state.v2": "/api/v2/",
+  });
+});
+
+test("the ping carries TFP-API-Version 2.5 and a rate limit go-tfe's limiter can use, and no X-TFE-Version", async () => {
+  const res = await call("GET", "/api/v2/ping", undefined, null);
+  assert.equal(res.status, 204);
+  assert.equal(res.headers.get("tfp-api-version"), "2.5");
+  assert.ok(Number(res.headers.get("x-ratelimit-limit")) >= 4);
+  assert.equal(res.headers.get("x-tfe-version"), null);
+  assert.equal(res.headers.get("tfp-appname"), null);
+});
+
+test("account details: the caller as a user with a username; no token is a JSON:API 401", async () => {
+  const me = await call("GET", "/api/v2/account/details");
+  assert.equal(me.status, 200);
+  assert.match(me.headers.get("content-type") ?? "", /^application\/vnd\.api\+json/);
+  assert.equal(me.json.data.type, "users");
+  assert.equal(typeof me.json.data.attributes.username, "string");
+  const anonymous = await call("GET", "/api/v2/account/details", undefined, null);
+  assert.equal(anonymous.status, 401);
+  assert.equal(anonymous.json.errors[0].status, "401");
+  assert.equal(anonymous.headers.get("tfp-api-version"), "2.5", "errors carry the headers too");
+});
+
+test("the one organization answers; another name is a JSON:API 404 on each of its paths", async () => {
+  const org = await call("GET", "/api/v2/organizations/acme");
+  assert.equal(org.status, 200);
+  assert.deepEqual([org.json.data.type, org.json.data.id], ["organizations", "acme"]);
+  const ent = await call("GET", "/api/v2/organizations/acme/entitlement-set");
+  assert.equal(ent.json.data.type, "entitlement-sets");
+  assert.equal(ent.json.data.attributes.operations, true);
+  assert.equal(ent.json.data.attributes["state-storage"], true);
+  const queue = await call("GET", "/api/v2/organizations/acme/runs/queue");
+  assert.deepEqual(queue.json.data, []);
+  assert.equal(queue.json.meta.pagination["total-pages"], 1);
+  const capacity = await call("GET", "/api/v2/organizations/acme/capacity");
+  assert.equal(capacity.json.data.type, "organization-capacity");
+  for (const path of ["", "/entitlement-set", "/runs/queue", "/capacity", "/workspaces", "/workspaces/w"]) {
+    const other = await call("GET", `/api/v2/organizations/other${path}`);
+    assert.equal(other.status, 404, path);
+    assert.equal(other.json.errors[0].status, "404", path);
+  }
+});
+
+test("an unknown /api/v2 path is a JSON:API 404, not Drover's error body", async () => {
+  const res = await call("GET", "/api/v2/no-such-thing");
+  assert.equal(res.status, 404);
+  assert.equal(res.json.errors[0].title, "not found");
+  assert.equal(res.headers.get("tfp-api-version"), "2.5");
+});
