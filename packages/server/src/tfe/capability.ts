@@ -22,14 +22,6 @@ export interface Capability {
   nonce?: string | undefined;
 }
 
-interface Payload {
-  m: string;
-  k: string;
-  i: string;
-  e: number;
-  n?: string;
-}
-
 const keyName = "capability";
 const keys = new WeakMap<StoreContext, Promise<Buffer>>();
 
@@ -62,44 +54,48 @@ async function loadKey(ctx: StoreContext): Promise<Buffer> {
   return Buffer.from(row.key);
 }
 
-const mac = (key: Buffer, payload: string): Buffer => createHmac("sha256", key).update(payload).digest();
+/** The MAC covers what the URL is for; only the expiry and the nonce travel (path segments are short). */
+function mac(key: Buffer, c: Omit<Capability, "method"> & { method: string }): string {
+  return createHmac("sha256", key)
+    .update([c.method, c.kind, c.id, String(c.expiresAt), c.nonce ?? ""].join("\n"))
+    .digest("base64url");
+}
 
 /** A new nonce for an upload URL. */
 export const newNonce = (): string => randomBytes(16).toString("base64url");
 
-/** The path segment that carries `c`: the signed payload and its HMAC, both base64url. */
+/** The path segment that carries `c`: `<expiry>.<nonce>.<mac>` (the nonce empty when there is none). */
 export function signCapability(key: Buffer, c: Capability): string {
-  const p: Payload = { m: c.method, k: c.kind, i: c.id, e: c.expiresAt, ...(c.nonce ? { n: c.nonce } : {}) };
-  const payload = Buffer.from(JSON.stringify(p)).toString("base64url");
-  return `${payload}.${mac(key, payload).toString("base64url")}`;
+  return `${c.expiresAt.toString(36)}.${c.nonce ?? ""}.${mac(key, c)}`;
 }
 
 const refused = (why: string): DroverError => new DroverError("forbidden", `this URL is refused: ${why}`);
 
 /**
- * Checks a capability segment against the request it came with. `now` past the expiry is
- * refused unless `stillValid` (a log whose phase is still running) says otherwise. Does not
- * spend the nonce: spendCapability does, once the request is otherwise acceptable.
+ * Checks a capability segment against the request it came with: the MAC must be the one of
+ * this method, this object and the segment's expiry and nonce. `now` past the expiry is refused
+ * unless `stillValid` (a log whose phase is still running) says otherwise. Does not spend the
+ * nonce: spendCapability does, once the request is otherwise acceptable.
  */
 export function verifyCapability(
   key: Buffer,
   segment: string,
   request: { method: string; kind: string; id: string; now: number; stillValid?: boolean },
 ): Capability {
-  const [payload, signature, extra] = segment.split(".");
-  if (!payload || !signature || extra !== undefined) throw refused("it carries no valid signature");
-  const expected = mac(key, payload);
-  const given = Buffer.from(signature, "base64url");
-  if (given.length !== expected.length || !timingSafeEqual(given, expected))
-    throw refused("its signature does not match");
-  // Signed by this server: the payload is its own JSON.
-  const p = JSON.parse(Buffer.from(payload, "base64url").toString("utf8")) as Payload;
+  const parts = segment.split(".");
+  const [expiry, nonce, signature] = parts;
+  const expiresAt = parseInt(expiry ?? "", 36);
+  if (parts.length !== 3 || !signature || !/^[0-9a-z]{1,12}$/.test(expiry ?? "") || !Number.isSafeInteger(expiresAt))
+    throw refused("it carries no valid signature");
   const method = request.method === "HEAD" ? "GET" : request.method;
-  if (p.m !== method) throw refused(`it allows ${p.m}, not ${request.method}`);
-  if (p.k !== request.kind || p.i !== request.id) throw refused(`it was issued for ${p.k} ${p.i}, not this one`);
-  if (request.now > p.e && request.stillValid !== true)
-    throw refused(`it expired at ${new Date(p.e).toISOString()}; ask for the object again to get a new one`);
-  return { method: p.m === "PUT" ? "PUT" : "GET", kind: p.k, id: p.i, expiresAt: p.e, nonce: p.n };
+  const c = { method, kind: request.kind, id: request.id, expiresAt, nonce: nonce || undefined };
+  const expected = Buffer.from(mac(key, c));
+  const given = Buffer.from(signature);
+  if (given.length !== expected.length || !timingSafeEqual(given, expected))
+    throw refused(`it was not issued for ${method} of ${request.kind} ${request.id}, or its signature is wrong`);
+  if (request.now > expiresAt && request.stillValid !== true)
+    throw refused(`it expired at ${new Date(expiresAt).toISOString()}; ask for the object again to get a new one`);
+  return { method: method === "PUT" ? "PUT" : "GET", kind: c.kind, id: c.id, expiresAt, nonce: c.nonce };
 }
 
 /** Spends an upload URL's nonce; a second use is refused. Expired uses are cleared on the way. */

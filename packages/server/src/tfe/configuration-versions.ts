@@ -66,7 +66,14 @@ export async function findConfigurationVersion(http: HttpContext, id: string): P
     .executeTakeFirst();
   if (!drover) throw new DroverError("not_found", `no configuration version ${JSON.stringify(id)}`);
   const createdAt = Number(drover.created_at);
-  return { id, workspaceId: drover.workspace_id, speculative: false, status: "uploaded", errorMessage: null, createdAt };
+  return {
+    id,
+    workspaceId: drover.workspace_id,
+    speculative: false,
+    status: "uploaded",
+    errorMessage: null,
+    createdAt,
+  };
 }
 
 function resource(cv: TfeConfigurationVersion, uploadUrl?: string): ResourceObject {
@@ -122,14 +129,16 @@ export function registerConfigurationVersionRoutes(serve: TfeRegistrar, http: Ht
     ok(one(resource(await findConfigurationVersion(http, params.id ?? "")))),
   );
 
-  serve(r.uploadConfigurationVersion, async ({ params, req, body }) => {
+  // One byte over the limit is let through so that the archive check names the archive's size.
+  const upload = { ...r.uploadConfigurationVersion, bodyLimit: http.archiveLimits.maxCompressedBytes + 1 };
+  serve(upload, async ({ params, req, body }) => {
     const id = params.id ?? "";
     const key = await capabilityKey(ctx);
     const c = verifyCapability(key, params.capability ?? "", { method: req.method, kind, id, now: ctx.now() });
+    await spendCapability(ctx, c);
     const cv = await findConfigurationVersion(http, id);
     if (cv.status !== "pending")
       throw new DroverError("conflict", `configuration version ${id} is ${cv.status}: it takes one upload`);
-    await spendCapability(ctx, c);
     try {
       // The same check and storage as an upload through Drover's own API.
       await createConfigurationVersion(ctx, cv.workspaceId, body ?? Buffer.alloc(0), http.archiveLimits, id);

@@ -7,6 +7,10 @@ import {
   registerOrganizationRoutes,
 } from "./organization-routes.js";
 import { tfeApi, tfeScope, type TfeRoute } from "./serve.js";
+import { configurationVersionRoutes, registerConfigurationVersionRoutes } from "./configuration-versions.js";
+import { logRoutes, registerLogRoutes } from "./logs.js";
+import { phaseRoutes, registerPhaseRoutes } from "./plans-applies.js";
+import { registerRunRoutes, runRoutes } from "./runs.js";
 
 /*
  * The TFE-compatible API terraform's `cloud` block and `backend "remote"` speak (decision 0068),
@@ -14,7 +18,13 @@ import { tfeApi, tfeScope, type TfeRoute } from "./serve.js";
  */
 
 /** Every route of the TFE API, for the route tests (each area's table joins here). */
-export const tfeRoutes: readonly TfeRoute[] = [...Object.values(organizationRoutes)];
+export const tfeRoutes: readonly TfeRoute[] = [
+  ...Object.values(organizationRoutes),
+  ...Object.values(configurationVersionRoutes),
+  ...Object.values(runRoutes),
+  ...Object.values(phaseRoutes),
+  ...Object.values(logRoutes),
+];
 
 /** Paths outside the tables: the discovery document. */
 export const tfeExtraPaths = [discoveryPath] as const;
@@ -25,6 +35,10 @@ export function registerTfe(app: FastifyInstance, http: HttpContext): void {
     async (scope) => {
       const serve = tfeScope(scope, http);
       registerOrganizationRoutes(serve, http);
+      registerConfigurationVersionRoutes(serve, http);
+      registerRunRoutes(serve, http);
+      registerPhaseRoutes(serve, http);
+      registerLogRoutes(serve, http);
     },
     { prefix: tfeApi },
   );

@@ -90,8 +90,15 @@ export function registerLogRoutes(serve: TfeRegistrar, http: HttpContext): void 
     serve(route, async ({ params, query, req }) => {
       const id = params.id ?? "";
       const key = await capabilityKey(http.store);
-      const check = (now: number, stillValid: boolean) =>
-        check(now, stillValid);
+      const check = (now: number, stillValid: boolean): void => {
+        verifyCapability(key, params.capability ?? "", {
+          method: req.method,
+          kind: phaseKind(phase),
+          id,
+          now,
+          stillValid,
+        });
+      };
       // The signature first: who holds no URL learns nothing, not even whether the run exists.
       check(http.store.now(), true);
       const run = await getRun(http.store, runIdOf(phase, id));
@@ -99,9 +106,8 @@ export function registerLogRoutes(serve: TfeRegistrar, http: HttpContext): void 
       const finishedAt =
         jobId === null
           ? null
-          : ((
-              await http.store.db.selectFrom("jobs").select("finished_at").where("id", "=", jobId).executeTakeFirst()
-            )?.finished_at ?? null);
+          : ((await http.store.db.selectFrom("jobs").select("finished_at").where("id", "=", jobId).executeTakeFirst())
+              ?.finished_at ?? null);
       const now = http.store.now();
       // A log URL outlives its expiry while its phase runs, however long, and that long after it.
       const over = terminalPhaseStatuses.includes(phase === "plan" ? planStatus(run) : applyStatus(run));
