@@ -1,7 +1,8 @@
-import { spawn, type ChildProcess } from "node:child_process";
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { createServer, request as httpRequest, type Server } from "node:http";
 import { join } from "node:path";
+import { freePort } from "./processes.js";
 import { startStack, writeConfig, type Stack } from "./stack.js";
 
 /*
@@ -132,13 +133,16 @@ export async function startTerraformCloud(serverEnv: Record<string, string> = {}
   const proxy = await startRecordingProxy(requests);
   const organization = "acme";
   const hostname = "drover.test";
+  // The server's URL is its public one, the proxy's, which must forward before the stack's first call.
+  const port = await freePort();
+  proxy.target.url = `http://127.0.0.1:${port}`;
   const stack = await startStack({
+    DROVER_PORT: String(port),
     DROVER_PUBLIC_URL: proxy.url,
     DROVER_TFE_ORGANIZATION: organization,
     DROVER_TFE_POOL: "e2e",
     ...serverEnv,
   });
-  proxy.target.url = stack.server.url;
   const home = join(stack.dir, "tf-home");
   mkdirSync(join(home, ".terraform.d"), { recursive: true });
   const cliConfigFile = join(stack.dir, "cloud.tfrc");
@@ -218,4 +222,71 @@ export async function startTerraformCloud(serverEnv: Record<string, string> = {}
       await proxy.close();
     },
   };
+}
+
+/** A throwaway CA and a server certificate it signed for localhost, drover.test and 127.0.0.1, as files in `dir`. */
+export function throwawayCa(dir: string): { caFile: string; certFile: string; keyFile: string } {
+  mkdirSync(dir, { recursive: true });
+  const f = (name: string) => join(dir, name);
+  const openssl = (args: string[]) => {
+    const r = spawnSync("openssl", args, { encoding: "utf8" });
+    if (r.status !== 0) throw new Error(`openssl ${args[0]} failed: ${r.stderr}`);
+  };
+  openssl([
+    "req",
+    "-x509",
+    "-newkey",
+    "ec",
+    "-pkeyopt",
+    "ec_paramgen_curve:prime256v1",
+    "-nodes",
+    "-days",
+    "2",
+    "-subj",
+    "/CN=Drover Test CA",
+    "-addext",
+    "basicConstraints=critical,CA:TRUE",
+    "-addext",
+    "keyUsage=critical,keyCertSign,cRLSign",
+    "-keyout",
+    f("ca-key.pem"),
+    "-out",
+    f("ca.pem"),
+  ]);
+  openssl([
+    "req",
+    "-newkey",
+    "ec",
+    "-pkeyopt",
+    "ec_paramgen_curve:prime256v1",
+    "-nodes",
+    "-subj",
+    "/CN=localhost",
+    "-keyout",
+    f("key.pem"),
+    "-out",
+    f("leaf.csr"),
+  ]);
+  writeFileSync(
+    f("ext.cnf"),
+    "subjectAltName=DNS:localhost,DNS:drover.test,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+  );
+  openssl([
+    "x509",
+    "-req",
+    "-in",
+    f("leaf.csr"),
+    "-CA",
+    f("ca.pem"),
+    "-CAkey",
+    f("ca-key.pem"),
+    "-CAcreateserial",
+    "-out",
+    f("cert.pem"),
+    "-days",
+    "2",
+    "-extfile",
+    f("ext.cnf"),
+  ]);
+  return { caFile: f("ca.pem"), certFile: f("cert.pem"), keyFile: f("key.pem") };
 }

@@ -6,6 +6,7 @@ import { runPlanOptions } from "./migrations-plan-options.js";
 import { runCreator, runListIndexes, webSessions } from "./migrations-web.js";
 import { variableHcl, workspaceAllowDestroyAll } from "./migrations-workspace-options.js";
 import { runPullRequest, vcs, vcsWebhookSecret } from "./migrations-vcs.js";
+import { workspaceExecutionMode, workspaceTfeTags } from "./migrations-tfe.js";
 import { tfeRuns } from "./migrations-tfe-runs.js";
 
 /*
@@ -430,6 +431,8 @@ export function migrationProvider(dialect: Dialect): MigrationProvider {
       "0064_vcs": vcs(dialect),
       "0064b_run_pull_request": runPullRequest(),
       "0064c_vcs_webhook_secret": vcsWebhookSecret(),
+      "0068a_workspace_tfe_tags": workspaceTfeTags(),
+      "0068b_workspace_execution_mode": workspaceExecutionMode(),
       "0069_tfe_runs": tfeRuns(dialect),
     }),
   };

@@ -63,6 +63,10 @@ export interface WorkspacesTable {
   auto_apply: number;
   /** 1 when runs that do not say otherwise may auto-apply a plan that destroys everything (0063). */
   allow_destroy_all: number;
+  /** JSON array of the workspace's tags (0068a). */
+  tfe_tags: Generated<string>;
+  /** `remote` or `local` (0068b). */
+  execution_mode: Generated<string>;
   current_run_id: string | null;
   created_at: number;
 }

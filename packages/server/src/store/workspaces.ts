@@ -5,7 +5,10 @@ import { isUniqueViolation } from "../db/storage-errors.js";
 import { iso, type Queryable, type StoreContext } from "./context.js";
 import { getPool } from "./pools.js";
 
-type Row = Selectable<WorkspacesTable> & { locked: number | string | null; pool_name: string };
+type Row = Omit<Selectable<WorkspacesTable>, "tfe_tags" | "execution_mode"> & {
+  locked: number | string | null;
+  pool_name: string;
+};
 
 const toWorkspace = (r: Row): Workspace => ({
   id: r.id,

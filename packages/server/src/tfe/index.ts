@@ -6,6 +6,8 @@ import {
   registerDiscovery,
   registerOrganizationRoutes,
 } from "./organization-routes.js";
+import { registerStateRoutes, stateRoutes } from "./state-routes.js";
+import { registerWorkspaceRoutes, workspaceRoutes } from "./workspace-routes.js";
 import { tfeApi, tfeScope, type TfeRoute } from "./serve.js";
 import { configurationVersionRoutes, registerConfigurationVersionRoutes } from "./configuration-versions.js";
 import { logRoutes, registerLogRoutes } from "./logs.js";
@@ -20,6 +22,8 @@ import { registerRunRoutes, runRoutes } from "./runs.js";
 /** Every route of the TFE API, for the route tests (each area's table joins here). */
 export const tfeRoutes: readonly TfeRoute[] = [
   ...Object.values(organizationRoutes),
+  ...Object.values(workspaceRoutes),
+  ...Object.values(stateRoutes),
   ...Object.values(configurationVersionRoutes),
   ...Object.values(runRoutes),
   ...Object.values(phaseRoutes),
@@ -35,6 +39,8 @@ export function registerTfe(app: FastifyInstance, http: HttpContext): void {
     async (scope) => {
       const serve = tfeScope(scope, http);
       registerOrganizationRoutes(serve, http);
+      registerWorkspaceRoutes(serve, http);
+      registerStateRoutes(serve, http);
       registerConfigurationVersionRoutes(serve, http);
       registerRunRoutes(serve, http);
       registerPhaseRoutes(serve, http);

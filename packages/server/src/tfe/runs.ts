@@ -5,6 +5,8 @@ import { cancelRun } from "../store/cancels.js";
 import { confirmRun, createRun, discardRun, getRun, listRuns } from "../store/runs.js";
 import { getWorkspace } from "../store/workspaces.js";
 import { findConfigurationVersion } from "./configuration-versions.js";
+import { workspaceResource } from "./workspace-routes.js";
+import { tfeWorkspace } from "./workspace-store.js";
 import {
   attribute,
   includes,
@@ -140,14 +142,8 @@ async function included(http: HttpContext, run: Run, query: Record<string, unkno
   const out: ResourceObject[] = [];
   if (asked.has("plan")) out.push(await phaseResource(http, "plan", run));
   if (asked.has("apply")) out.push(await phaseResource(http, "apply", run));
-  if (asked.has("workspace")) {
-    const ws = await getWorkspace(http.store, run.workspaceId);
-    out.push({
-      id: ws.id,
-      type: "workspaces",
-      attributes: { name: ws.name, "structured-run-output-enabled": false },
-    });
-  }
+  if (asked.has("workspace"))
+    out.push(workspaceResource(await tfeWorkspace(http.store, run.workspaceId), http.tfe.organization));
   return out;
 }
 

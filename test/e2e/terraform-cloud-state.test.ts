@@ -1,0 +1,196 @@
+import assert from "node:assert/strict";
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+import { routes } from "@drover/protocol";
+import { startTerraformCloud, type TerraformCloud } from "../support/terraform-cloud.js";
+
+/*
+ * The real terraform 1.11.4 with a `cloud` block against Drover, over plain HTTP through a CLI
+ * config `host` block: workspaces by name and by tags, local execution with the state in
+ * Drover, the state commands, and one lock shared with Drover's http backend.
+ */
+
+let tc: TerraformCloud;
+before(async () => {
+  tc = await startTerraformCloud();
+});
+after(() => tc?.stop());
+
+const config = {
+  "main.tf": [
+    'resource "terraform_data" "a" { input = "one" }',
+    'output "greeting" { value = "hello" }',
+    'output "secret" {',
+    '  value     = "s3cret"',
+    "  sensitive = true",
+    "}",
+    "",
+  ].join("\n"),
+};
+
+/** The workspace through the TFE API, as terraform reads it. */
+async function tfeWorkspace(name: string): Promise<{ id: string; attributes: Record<string, unknown> }> {
+  // The TFE API is not in the protocol's route table (decision 0068).
+  // eslint-disable-next-line no-restricted-globals
+  const res = await fetch(`${tc.stack.server.url}/api/v2/organizations/acme/workspaces/${name}`, {
+    headers: { authorization: `Bearer ${tc.stack.server.adminToken}` },
+  });
+  assert.equal(res.status, 200, `workspace ${name}`);
+  return ((await res.json()) as { data: { id: string; attributes: Record<string, unknown> } }).data;
+}
+
+async function tfeCall(method: string, path: string, body?: unknown): Promise<number> {
+  // eslint-disable-next-line no-restricted-globals
+  const res = await fetch(`${tc.stack.server.url}/api/v2${path}`, {
+    method,
+    headers: { authorization: `Bearer ${tc.stack.server.adminToken}`, "content-type": "application/vnd.api+json" },
+    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+  });
+  await res.arrayBuffer();
+  return res.status;
+}
+
+/** Drover's own view of the workspace's current state (its http backend route). */
+async function droverState(name: string): Promise<{ serial: number; lineage: string; resources: unknown[] }> {
+  const res = await tc.stack.server.api(routes.readState, { params: { ws: name } });
+  assert.equal(res.status, 200);
+  return res.body as { serial: number; lineage: string; resources: unknown[] };
+}
+
+test("init by name creates the workspace; local execution keeps the state in Drover; state commands and output agree with drover", async () => {
+  const dir = tc.config("by-name", { name: "app-local" }, config);
+  const init = await tc.terraform(["init", "-input=false"], dir);
+  assert.equal(init.code, 0, init.output);
+  assert.match(init.output, /HCP Terraform has been successfully initialized|has been successfully initialized/);
+  const ws = await tc.stack.server.api(routes.getWorkspace, { params: { ws: "app-local" } });
+  assert.equal(ws.status, 200, "init created the Drover workspace");
+  assert.equal(ws.body.poolName, "e2e", "in DROVER_TFE_POOL's pool");
+  assert.ok(
+    tc.requests.some((r) => r.method === "POST" && r.url === "/api/v2/organizations/acme/workspaces" && r.authorized),
+  );
+
+  const { id } = await tfeWorkspace("app-local");
+  assert.equal(
+    await tfeCall("PATCH", `/workspaces/${id}`, {
+      data: { type: "workspaces", attributes: { "execution-mode": "local" } },
+    }),
+    200,
+  );
+  const apply = await tc.terraform(["apply", "-auto-approve", "-input=false"], dir);
+  assert.equal(apply.code, 0, apply.output);
+  assert.match(apply.output, /Apply complete! Resources: 1 added/);
+  const stored = await droverState("app-local");
+  assert.equal(stored.resources.length, 1, "the state terraform wrote is Drover's current state");
+  assert.equal((await tfeWorkspace("app-local")).attributes.locked, false, "the lock is released after apply");
+
+  const out = await tc.terraform(["output", "-json"], dir);
+  assert.equal(out.code, 0, out.output);
+  const outputs = JSON.parse(out.output) as Record<string, { value: unknown; sensitive: boolean }>;
+  assert.equal(outputs.greeting?.value, "hello");
+  assert.deepEqual([outputs.secret?.value, outputs.secret?.sensitive], ["s3cret", true]);
+  assert.ok(
+    tc.requests.some((r) => /\/state-version-outputs\/svo\./.test(r.url)),
+    "the sensitive value was fetched",
+  );
+
+  const list = await tc.terraform(["state", "list"], dir);
+  assert.equal(list.code, 0, list.output);
+  assert.equal(list.output.trim(), "terraform_data.a");
+  const pull = await tc.terraform(["state", "pull"], dir);
+  assert.equal(pull.code, 0, pull.output);
+  const pulled = JSON.parse(pull.output) as { serial: number; lineage: string };
+  assert.deepEqual([pulled.serial, pulled.lineage], [stored.serial, stored.lineage], "one history: the same serial");
+
+  const rm = await tc.terraform(["state", "rm", "terraform_data.a"], dir);
+  assert.equal(rm.code, 0, rm.output);
+  const afterRm = await droverState("app-local");
+  assert.equal(afterRm.resources.length, 0);
+  assert.ok(afterRm.serial > stored.serial, "state rm wrote a newer serial");
+
+  // Push back the state pulled before rm, with a serial above the stored one.
+  const file = join(dir, "pushed.tfstate");
+  writeFileSync(file, JSON.stringify({ ...JSON.parse(pull.output), serial: afterRm.serial + 1 }));
+  const push = await tc.terraform(["state", "push", file], dir);
+  assert.equal(push.code, 0, push.output);
+  const afterPush = await droverState("app-local");
+  assert.equal(afterPush.resources.length, 1, "the pushed state is current");
+  assert.equal(afterPush.lineage, stored.lineage);
+  assert.equal((await tfeWorkspace("app-local")).attributes.locked, false, "state push unlocked");
+});
+
+test("a lock held through Drover's http backend blocks terraform until force-unlock, and a cloud-block lock blocks the http backend", async () => {
+  const dir = tc.config("locked", { name: "app-locked" }, config);
+  assert.equal((await tc.terraform(["init", "-input=false"], dir)).code, 0);
+  const { id } = await tfeWorkspace("app-locked");
+  assert.equal(
+    await tfeCall("PATCH", `/workspaces/${id}`, { data: { attributes: { "execution-mode": "local" } } }),
+    200,
+  );
+  const info = { ID: "http-backend-lock", Operation: "OperationTypeApply", Who: "someone@else", Version: "1.11.4" };
+  const lock = await tc.stack.server.api(routes.lockState, {
+    params: { ws: "app-locked" },
+    body: JSON.stringify(info),
+  });
+  assert.equal(lock.status, 200);
+  assert.equal((await tfeWorkspace("app-locked")).attributes.locked, true, "the TFE API sees the http backend's lock");
+
+  const blocked = await tc.terraform(["apply", "-auto-approve", "-input=false"], dir);
+  assert.equal(blocked.code, 1, blocked.output);
+  assert.match(blocked.output, /Error acquiring the state lock|locked/i);
+  assert.equal((await droverState("app-locked").catch(() => null)) === null, true, "nothing was written");
+
+  const wrongId = await tc.terraform(["force-unlock", "-force", "someone/else"], dir);
+  assert.notEqual(wrongId.code, 0, "force-unlock with another lock ID is refused by terraform");
+  const unlock = await tc.terraform(["force-unlock", "-force", "acme/app-locked"], dir);
+  assert.equal(unlock.code, 0, unlock.output);
+  assert.match(unlock.output, /successfully unlocked/i);
+  assert.equal((await tfeWorkspace("app-locked")).attributes.locked, false);
+  assert.ok(tc.requests.some((r) => r.method === "POST" && r.url === `/api/v2/workspaces/${id}/actions/force-unlock`));
+
+  // The other way: a cloud-block lock refuses the http backend's LOCK with the holder's LockInfo.
+  assert.equal(
+    await tfeCall("POST", `/workspaces/${id}/actions/lock`, { data: { type: "", attributes: { reason: "r" } } }),
+    200,
+  );
+  const refused = await tc.stack.server.api(routes.lockState, {
+    params: { ws: "app-locked" },
+    body: JSON.stringify({ ...info, ID: "another" }),
+  });
+  assert.equal(refused.status, 423);
+  assert.match(JSON.stringify(refused.body), /terraform cloud block/);
+  assert.equal(await tfeCall("POST", `/workspaces/${id}/actions/lock`), 409, "a second lock is a conflict");
+  assert.equal(await tfeCall("POST", `/workspaces/${id}/actions/unlock`), 200);
+  assert.equal(await tfeCall("POST", `/workspaces/${id}/actions/unlock`), 409, "not locked any more");
+  const apply = await tc.terraform(["apply", "-auto-approve", "-input=false"], dir);
+  assert.equal(apply.code, 0, apply.output);
+});
+
+test("init by tags creates the workspace named at the prompt with the tags; workspace new, list and select", async () => {
+  const dir = tc.config("by-tags", { tags: ["app", "drover"] }, config);
+  const init = await tc.terraform(["init"], dir, { input: "tagged-one\n" });
+  assert.equal(init.code, 0, init.output);
+  const one = await tfeWorkspace("tagged-one");
+  assert.deepEqual(one.attributes["tag-names"], ["app", "drover"]);
+  assert.ok(tc.requests.some((r) => r.url.includes("search%5Btags%5D=app%2Cdrover") || r.url.includes("search[tags]")));
+
+  const created = await tc.terraform(["workspace", "new", "tagged-two"], dir);
+  assert.equal(created.code, 0, created.output);
+  assert.deepEqual((await tfeWorkspace("tagged-two")).attributes["tag-names"], ["app", "drover"]);
+  // A workspace without both tags is not listed.
+  assert.equal(
+    (await tc.stack.server.api(routes.createWorkspace, { body: { name: "untagged", pool: "e2e" } })).status,
+    201,
+  );
+
+  const select = await tc.terraform(["workspace", "select", "tagged-one"], dir);
+  assert.equal(select.code, 0, select.output);
+  const list = await tc.terraform(["workspace", "list"], dir);
+  assert.equal(list.code, 0, list.output);
+  const names = list.output
+    .split("\n")
+    .map((l) => l.trim())
+    .filter((l) => l !== "");
+  assert.deepEqual(names, ["* tagged-one", "tagged-two"]);
+  assert.equal(readFileSync(join(dir, ".terraform", "environment"), "utf8"), "tagged-one");
+});
