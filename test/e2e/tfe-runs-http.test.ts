@@ -1,4 +1,6 @@
 import assert from "node:assert/strict";
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { routes } from "@drover/protocol";
 import { rawTarGz } from "../support/archives.js";
@@ -77,7 +79,10 @@ async function call(
   return { status: res.status, json, bytes };
 }
 
-async function uploadedConfiguration(speculative: boolean): Promise<{ id: string; uploadUrl: string }> {
+async function uploadedConfiguration(
+  speculative: boolean,
+  content = config,
+): Promise<{ id: string; uploadUrl: string }> {
   const cv = await call("POST", `/api/v2/workspaces/${wsId}/configuration-versions`, {
     body: { data: { type: "configuration-versions", attributes: { "auto-queue-runs": false, speculative } } },
   });
@@ -85,7 +90,7 @@ async function uploadedConfiguration(speculative: boolean): Promise<{ id: string
   assert.equal(cv.json.data.attributes.status, "pending");
   const uploadUrl: string = cv.json.data.attributes["upload-url"];
   assert.ok(uploadUrl.startsWith(stack.server.url), `absolute: ${uploadUrl}`);
-  const put = await call("PUT", uploadUrl, { raw: rawTarGz([{ path: "main.tf", content: config }]), token: null });
+  const put = await call("PUT", uploadUrl, { raw: rawTarGz([{ path: "main.tf", content }]), token: null });
   assert.equal(put.status, 200, put.bytes.toString());
   const read = await call("GET", `/api/v2/configuration-versions/${cv.json.data.id}`);
   assert.equal(read.json.data.attributes.status, "uploaded", "uploaded as soon as the PUT answers");
@@ -240,5 +245,41 @@ describe("TFE runs over HTTP", () => {
     ).toString();
     // This machine may lack tofu: either it ran, or the agent looked for it.
     assert.match(log, /tofu/);
+  });
+
+  test("force-cancel: refused before a cancel; after one, the job ends on the server at once", async () => {
+    const gate = join(stack.dir, "force-gate");
+    // The provisioner ignores the interrupt the cancel sends, so only a force-cancel ends the run soon.
+    const gated = `${config}
+resource "terraform_data" "stubborn" {
+  provisioner "local-exec" {
+    command = "trap '' INT; echo waiting-for-gate; while [ ! -f ${gate} ]; do sleep 0.1; done"
+  }
+}
+`;
+    const cv = await uploadedConfiguration(false, gated);
+    const created = await call("POST", "/api/v2/runs", {
+      body: runBody(cv.id, { "auto-apply": true, variables: [{ key: "tags", value: "{}" }] }),
+    });
+    const runId: string = created.json.data.id;
+    const applying = await waitForStatus(runId, ["applying", "errored"]);
+    assert.equal(applying.attributes.status, "applying");
+    const apply = await call("GET", `/api/v2/applies/${applying.relationships.apply.data.id}`);
+    const logUrl: string = apply.json.data.attributes["log-read-url"];
+    for (let attempt = 0; ; attempt++) {
+      const log = await call("GET", `${logUrl}?offset=0&limit=1000000`, { token: null });
+      if (log.bytes.includes("waiting-for-gate")) break;
+      await pollWait(attempt);
+    }
+    const early = await call("POST", `/api/v2/runs/${runId}/actions/force-cancel`, { body: {} });
+    assert.equal(early.status, 409, "force-cancel comes after a cancel");
+    assert.equal((await call("POST", `/api/v2/runs/${runId}/actions/cancel`, { body: {} })).status, 202);
+    const forced = await call("POST", `/api/v2/runs/${runId}/actions/force-cancel`, { body: {} });
+    assert.equal(forced.status, 202, JSON.stringify(forced.json));
+    const run = await call("GET", `/api/v2/runs/${runId}`);
+    assert.equal(run.json.data.attributes.status, "canceled");
+    const log = await readStream(logUrl, 65536);
+    assert.match(log.toString(), /force-canceled by request/);
+    writeFileSync(gate, "");
   });
 });
