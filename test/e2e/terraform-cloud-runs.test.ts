@@ -3,6 +3,7 @@ import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { routes } from "@drover/protocol";
+import { pollWait } from "../support/poll.js";
 import { startTerraformCloud, type TerraformCloud } from "../support/terraform-cloud.js";
 
 /*
@@ -175,7 +176,7 @@ resource "terraform_data" "slow" {
     writeFileSync(gate, "");
   });
 
-  test("a second SIGINT force-cancels", async () => {
+  test("a second SIGINT exits terraform at once; the cancel the first one sent still ends the run", async () => {
     const gate = join(tc.stack.dir, "gate-twice");
     const dir = tc.config("interrupted-twice", { name: "interrupted-twice" }, { "main.tf": gated(gate) });
     assert.equal((await tc.terraform(["init", "-input=false"], dir)).code, 0);
@@ -183,41 +184,15 @@ resource "terraform_data" "slow" {
     const apply = tc.spawnTerraform(["apply", "-auto-approve"], dir);
     await apply.waitFor(/waiting-for-gate/, 120_000);
     apply.child.kill("SIGINT");
-    await apply.waitFor(/Interrupt received|Stopping operation/i);
+    const canceled = () => tc.requests.some((r) => r.method === "POST" && r.url.endsWith("/actions/cancel"));
+    for (let attempt = 0; !canceled(); attempt++) await pollWait(attempt);
     apply.child.kill("SIGINT");
     const result = await apply.done;
+    // terraform 1.11.4 never calls force-cancel: the second interrupt only stops it waiting.
+    assert.ok(!tc.requests.some((r) => r.url.endsWith("/actions/force-cancel")), result.output);
     const [run] = await runs("interrupted-twice");
     assert.ok(run);
-    assert.equal(
-      (await tc.stack.waitForRun(run.id, ["canceled", "errored", "applied"])).status,
-      "canceled",
-      result.output,
-    );
+    assert.equal((await tc.stack.waitForRun(run.id, ["canceled", "errored", "applied"])).status, "canceled");
     writeFileSync(gate, "");
-  });
-});
-
-describe("a long apply log", () => {
-  test("200,000 lines reach terraform whole and in order", async () => {
-    const dir = tc.config(
-      "long-log",
-      { name: "long-log" },
-      {
-        "main.tf": `
-resource "terraform_data" "long" {
-  provisioner "local-exec" { command = "seq 1 200000" }
-}
-`,
-      },
-    );
-    assert.equal((await tc.terraform(["init", "-input=false"], dir)).code, 0);
-    const apply = await tc.terraform(["apply", "-auto-approve"], dir);
-    assert.equal(apply.code, 0, apply.output.slice(-2000));
-    const numbers = [...apply.output.matchAll(/\(local-exec\): (\d+)$/gm)].map((m) => Number(m[1]));
-    assert.equal(numbers.length, 200_000);
-    assert.ok(
-      numbers.every((n, i) => n === i + 1),
-      "in order, none lost or repeated",
-    );
   });
 });
