@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
+import { routes } from "@drover/protocol";
 import { startTestServer, type TestServer } from "../support/server.js";
 
 /*
@@ -86,4 +87,104 @@ test("an unknown /api/v2 path is a JSON:API 404, not Drover's error body", async
   assert.equal(res.status, 404);
   assert.equal(res.json.errors[0].title, "not found");
   assert.equal(res.headers.get("tfp-api-version"), "2.5");
+});
+
+test("a body that is not JSON is a JSON:API 400; one without a resource, or with a bad attribute, a 422", async () => {
+  const notJson = await call("POST", "/api/v2/organizations/acme/workspaces", "{not json");
+  assert.equal(notJson.status, 400);
+  assert.equal(notJson.json.errors[0].status, "400");
+  const noData = await call("POST", "/api/v2/organizations/acme/workspaces", JSON.stringify({ data: 5 }));
+  assert.equal(noData.status, 422);
+  assert.equal(noData.json.errors[0].title, "invalid document");
+  const badName = await call(
+    "POST",
+    "/api/v2/organizations/acme/workspaces",
+    JSON.stringify({ data: { type: "workspaces", attributes: { name: 42 } } }),
+  );
+  assert.equal(badName.status, 422);
+  assert.match(badName.json.errors[0].detail, /name/);
+});
+
+test("creating a workspace without the DROVER_TFE_POOL pool says which pool to create", async () => {
+  const res = await call(
+    "POST",
+    "/api/v2/organizations/acme/workspaces",
+    JSON.stringify({ data: { attributes: { name: "nopool" } } }),
+  );
+  assert.equal(res.status, 422);
+  assert.match(res.json.errors[0].detail, /drover pool create default/);
+});
+
+test("unknown attributes and include values are ignored; lists page as go-tfe reads them; search by name and tags", async () => {
+  await server.api(routes.createPool, { body: { name: "default" } });
+  for (const [name, tags] of [
+    ["page-a", ["x"]],
+    ["page-b", ["x", "y"]],
+    ["page-c", ["y"]],
+  ] as const) {
+    const res = await call(
+      "POST",
+      "/api/v2/organizations/acme/workspaces",
+      JSON.stringify({
+        data: {
+          type: "workspaces",
+          attributes: { name, "no-such-attribute": true, "source-name": "x" },
+          relationships: { tags: { data: tags.map((t) => ({ type: "tags", attributes: { name: t } })) } },
+        },
+        meta: { unknown: 1 },
+      }),
+    );
+    assert.equal(res.status, 201, res.text);
+    assert.equal(res.json.data.attributes["execution-mode"], "remote");
+    assert.ok(res.json.data.attributes.permissions["can-queue-run"]);
+  }
+  const read = await call(
+    "GET",
+    "/api/v2/organizations/acme/workspaces/page-a?include=no_such,task_stages,current_run",
+  );
+  assert.equal(read.status, 200);
+  assert.equal(read.json.data.attributes.name, "page-a");
+
+  const first = await call("GET", "/api/v2/organizations/acme/workspaces?search%5Bname%5D=page-&page%5Bsize%5D=2");
+  assert.deepEqual(
+    first.json.data.map((w: any) => w.attributes.name),
+    ["page-a", "page-b"],
+  );
+  assert.deepEqual(first.json.meta.pagination, {
+    "current-page": 1,
+    "next-page": 2,
+    "prev-page": null,
+    "total-pages": 2,
+    "total-count": 3,
+  });
+  const second = await call(
+    "GET",
+    "/api/v2/organizations/acme/workspaces?search%5Bname%5D=page-&page%5Bsize%5D=2&page%5Bnumber%5D=2",
+  );
+  assert.deepEqual(
+    second.json.data.map((w: any) => w.attributes.name),
+    ["page-c"],
+  );
+  assert.equal(second.json.meta.pagination["next-page"], null);
+  const tagged = await call("GET", "/api/v2/organizations/acme/workspaces?search%5Btags%5D=x%2Cy");
+  assert.deepEqual(
+    tagged.json.data.map((w: any) => w.attributes.name),
+    ["page-b"],
+  );
+});
+
+test("a state version without inline state asks for it in the words go-tfe falls back on; no state is outputs []", async () => {
+  const ws = await call("GET", "/api/v2/organizations/acme/workspaces/page-a");
+  const id = ws.json.data.id as string;
+  const res = await call(
+    "POST",
+    `/api/v2/workspaces/${id}/state-versions`,
+    JSON.stringify({ data: { type: "state-versions", attributes: { serial: 1, md5: "0".repeat(32), lineage: "l" } } }),
+  );
+  assert.equal(res.status, 422);
+  assert.match(res.json.errors[0].detail, /param is missing or the value is empty: state/);
+  const outputs = await call("GET", `/api/v2/workspaces/${id}/current-state-version-outputs`);
+  assert.equal(outputs.status, 200);
+  assert.deepEqual(outputs.json.data, []);
+  assert.equal((await call("GET", `/api/v2/workspaces/${id}/current-state-version`)).status, 404);
 });
