@@ -141,6 +141,9 @@ test("a run's page shows its targets, replacements and the agent's name", async 
     .getByText(/on agent ui-agent/)
     .first()
     .waitFor();
+  // The link terraform's cloud block prints for a run: /app/<organization>/<workspace>/runs/<run>.
+  await page.goto(`${stack.server.url}/app/acme/narrowed/runs/${runId}`);
+  await page.locator("dd.addresses").filter({ hasText: "terraform_data.a" }).waitFor();
 });
 
 test("a run is cancelled from its page", async () => {

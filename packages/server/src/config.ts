@@ -31,6 +31,8 @@ export interface ServerConfig {
   /** How long retired job tokens are kept before the sweeper deletes them (DROVER_JOB_TOKEN_RETENTION_SECONDS). */
   jobTokenRetentionMs: number;
   archiveLimits: ArchiveLimits;
+  /** How long a TFE capability URL works (DROVER_CAPABILITY_URL_SECONDS). */
+  capabilityUrlMs: number;
   /** Largest plan JSON upload (DROVER_MAX_PLAN_JSON_MB). */
   maxPlanJsonBytes: number;
   /** Most log bytes stored per job; the rest is dropped (DROVER_MAX_JOB_LOG_MB). */
@@ -152,6 +154,7 @@ export function loadServerConfig(input: {
     forceCancelAfterMs: src.get("DROVER_FORCE_CANCEL_AFTER_SECONDS") * 1000,
     jobTokenRetentionMs: src.get("DROVER_JOB_TOKEN_RETENTION_SECONDS") * 1000,
     archiveLimits: { ...defaultArchiveLimits, maxCompressedBytes: maxArchiveMb * 1024 * 1024 },
+    capabilityUrlMs: src.get("DROVER_CAPABILITY_URL_SECONDS") * 1000,
     maxPlanJsonBytes: src.get("DROVER_MAX_PLAN_JSON_MB") * 1024 * 1024,
     maxJobLogBytes: src.get("DROVER_MAX_JOB_LOG_MB") * 1024 * 1024,
     metricsPublicNames: src.get("DROVER_METRICS_PUBLIC_NAMES"),

@@ -26,3 +26,4 @@ export type { PollOutcome } from "./vcs/poller.js";
 export { fetchCommit } from "./vcs/fetch.js";
 export { commitTriggers, globPattern } from "./vcs/triggers.js";
 export { createMetrics, type MetricsOptions, type ServerMetrics } from "./metrics.js";
+export * as capability from "./tfe/capability.js";

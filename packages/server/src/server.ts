@@ -164,6 +164,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
       health: db.health,
       ...(storageDir === undefined ? {} : { storageDir }),
       archiveLimits: config.archiveLimits,
+      capabilityUrlMs: config.capabilityUrlMs,
       maxPlanJsonBytes: config.maxPlanJsonBytes,
       maxJobLogBytes: config.maxJobLogBytes,
       metricsPublicNames: config.metricsPublicNames,

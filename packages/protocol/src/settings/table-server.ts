@@ -154,6 +154,13 @@ export const serverSettings = {
     parse: intIn(1),
     section: "server",
   }),
+  DROVER_CAPABILITY_URL_SECONDS: setting({
+    doc: "how long an upload or log URL handed to terraform's `cloud` block works without a token (a log URL also as long as its phase runs, and this long after); an upload URL works once",
+    default: 300,
+    readers: ["server"],
+    parse: intIn(10, 24 * 60 * 60),
+    section: "server",
+  }),
   DROVER_MAX_PLAN_JSON_MB: setting({
     doc: "largest plan JSON (`terraform show -json`) an agent may upload: a larger one gets `413` and the run shows no plan JSON (its counts come from terraform's summary line). It is parsed and redacted off the event loop, in memory several times its size",
     default: 100,

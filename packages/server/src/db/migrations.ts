@@ -8,6 +8,7 @@ import { variableHcl, workspaceAllowDestroyAll } from "./migrations-workspace-op
 import { runPullRequest, vcs, vcsApiAndReports, vcsWebhookSecret } from "./migrations-vcs.js";
 import { workspaceExecutionMode, workspaceTfeTags } from "./migrations-tfe.js";
 import { vcsDeliveries } from "./migrations-vcs-deliveries.js";
+import { tfeRuns } from "./migrations-tfe-runs.js";
 
 /*
  * The one migration history, applied at server start on either database. Column types
@@ -435,6 +436,7 @@ export function migrationProvider(dialect: Dialect): MigrationProvider {
       "0066_vcs_api_and_reports": vcsApiAndReports(dialect),
       "0068a_workspace_tfe_tags": workspaceTfeTags(),
       "0068b_workspace_execution_mode": workspaceExecutionMode(),
+      "0069_tfe_runs": tfeRuns(dialect),
     }),
   };
 }

@@ -124,6 +124,10 @@ export interface RunsTable {
   source_author: string | null;
   source_pull_request_number: number | null;
   source_pull_request_url: string | null;
+  /** The engine of the client that started it (terraform or tofu through the TFE API); null: the workspace's. */
+  engine: Engine | null;
+  /** Variables terraform sent with the run (`-var`), as JSON `[{key, value}]` of HCL expressions; null: none. */
+  run_variables: string | null;
   created_at: number;
   updated_at: number;
 }
@@ -303,8 +307,37 @@ export interface VcsReportsTable {
   updated_at: number;
 }
 
+/** The server's own secret keys, made on first use (the capability URL key). */
+export interface ServerKeysTable {
+  name: string;
+  key: Buffer;
+  created_at: number;
+}
+
+/** Nonces of single-use capability URLs already used, kept until the URL expires. */
+export interface CapabilityUsesTable {
+  nonce: string;
+  expires_at: number;
+}
+
+/** A configuration version created through the TFE API: made before its archive arrives. */
+export interface TfeConfigurationVersionsTable {
+  /** The id its configuration version gets once the archive is stored. */
+  id: string;
+  workspace_id: string;
+  /** 1: runs of it only plan. */
+  speculative: number;
+  status: "pending" | "uploaded" | "errored";
+  /** Why its upload was refused; null while it waits. */
+  error_message: string | null;
+  created_at: number;
+}
+
 export interface Database {
   vcs_reports: VcsReportsTable;
+  server_keys: ServerKeysTable;
+  capability_uses: CapabilityUsesTable;
+  tfe_configuration_versions: TfeConfigurationVersionsTable;
   vcs_connections: VcsConnectionsTable;
   vcs_deliveries: VcsDeliveriesTable;
   vcs_delivery_outcomes: VcsDeliveryOutcomesTable;

@@ -23,7 +23,7 @@ import {
   startJob,
   type JobRow,
 } from "../store/queue.js";
-import { variablesForJob } from "../store/variables.js";
+import { variablesForRunJob } from "../store/run-variables.js";
 import { limitConcurrentAppends, requestSignal } from "./auth.js";
 import { spooledBody, spoolBodies } from "./bodies.js";
 import type { HttpContext } from "./context.js";
@@ -41,7 +41,7 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, opt
   const serve = registrar(app, agentApi, options);
   app.addHook("onRequest", async () => http.markActivity());
   const redactedForWorkspace = async (job: JobRow, text: string): Promise<string> => {
-    const sensitive = (await variablesForJob(ctx, job.workspace_id)).filter((v) => v.sensitive);
+    const sensitive = (await variablesForRunJob(ctx, job.workspace_id, job.run_id)).filter((v) => v.sensitive);
     return redactText(text, secretForms(sensitive.map((v) => v.value)));
   };
 
@@ -111,7 +111,9 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, opt
     return readConfigurationArchive(ctx, run.configuration_version_id);
   });
 
-  serve(routes.jobVariables, async ({ caller: job }) => ({ variables: await variablesForJob(ctx, job.workspace_id) }));
+  serve(routes.jobVariables, async ({ caller: job }) => ({
+    variables: await variablesForRunJob(ctx, job.workspace_id, job.run_id),
+  }));
 
   serve(routes.downloadPlan, async ({ caller: job }) => readPlanFile(ctx, job.run_id));
 

@@ -14,6 +14,8 @@ export interface HttpContext {
   /** Whether the database is reachable (/readyz, fail-fast 503s). */
   health: DatabaseHealth;
   archiveLimits: ArchiveLimits;
+  /** How long a TFE capability URL (upload, log) works. */
+  capabilityUrlMs: number;
   /** Largest plan JSON an agent may upload. */
   maxPlanJsonBytes: number;
   /** Most log bytes stored per job; the rest is dropped and the log says so. */

@@ -16,6 +16,8 @@ export async function createConfigurationVersion(
   workspace: string,
   archive: BodySource,
   limits: ArchiveLimits,
+  /** The id it gets (a TFE configuration version made before its archive); unset: a new one. */
+  id?: string,
 ): Promise<ConfigurationVersion> {
   const ws = await getWorkspace(ctx, workspace);
   const hash = createHash("sha256");
@@ -39,7 +41,7 @@ export async function createConfigurationVersion(
     );
   if (Buffer.isBuffer(archive)) hash.update(archive);
   const row = {
-    id: newId("cv"),
+    id: id ?? newId("cv"),
     workspace_id: ws.id,
     size: sourceSize(archive),
     sha256: hash.digest("hex"),
@@ -48,6 +50,8 @@ export async function createConfigurationVersion(
   await transactionKeepingCause(ctx, async (trx) => {
     await trx.insertInto("configuration_versions").values(row).execute();
     await writeChunks(trx, "configuration_version_chunks", row.id, archive);
+    if (id !== undefined)
+      await trx.updateTable("tfe_configuration_versions").set({ status: "uploaded" }).where("id", "=", id).execute();
   });
   return { id: row.id, workspaceId: ws.id, size: row.size, sha256: row.sha256, createdAt: iso(row.created_at) };
 }

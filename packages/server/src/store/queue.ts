@@ -142,6 +142,7 @@ export async function claimNextJob(ctx: StoreContext, agent: Agent): Promise<Job
       .select(["runs.id as run_id", "runs.plan_only", "runs.is_destroy", "runs.configuration_version_id"])
       .select([
         "runs.plan_options",
+        "runs.engine as run_engine",
         "workspaces.id as ws_id",
         "workspaces.name",
         "workspaces.engine",
@@ -163,8 +164,10 @@ export async function claimNextJob(ctx: StoreContext, agent: Agent): Promise<Job
       workspace: {
         id: rw.ws_id,
         name: rw.name,
-        engine: rw.engine,
-        engineVersion: rw.engine_version,
+        // A run started by the other engine's CLI runs that engine, at whatever version the agent has:
+        // the workspace's pinned version is one of its own engine.
+        engine: rw.run_engine ?? rw.engine,
+        engineVersion: rw.run_engine === null || rw.run_engine === rw.engine ? rw.engine_version : null,
         workingDirectory: rw.working_directory,
         runnerImage: rw.runner_image,
       },

@@ -4,6 +4,7 @@ import {
   isTerminalRun,
   newId,
   type JobOutcome,
+  type Engine,
   type Phase,
   type Run,
   type RunSource,
@@ -16,6 +17,7 @@ import { appendAtEnd } from "./logs.js";
 import { inTransaction, type Effects } from "./transaction.js";
 import { getWorkspace } from "./workspaces.js";
 import { checkPlanOptions, planOptionsOf, storedPlanOptions } from "./run-options.js";
+import { storedRunVariables, type RunVariable } from "./run-variables.js";
 import { queueVcsReports } from "./vcs-reports.js";
 
 /*
@@ -123,6 +125,10 @@ export interface CreateRunInput {
   refreshOnly?: boolean | undefined;
   /** The commit of a linked repository the configuration was fetched from. */
   source?: RunSource | undefined;
+  /** The engine of the client that started it; unset: the workspace's. */
+  engine?: Engine | undefined;
+  /** Terraform variables for this run only, HCL expressions; they win over the workspace's. */
+  variables?: RunVariable[] | undefined;
 }
 
 /** Creates a run; it is queued at once when the workspace is free, else pending behind the active one. */
@@ -184,6 +190,8 @@ export async function createRun(ctx: StoreContext, input: CreateRunInput): Promi
         source_author: input.source?.author ?? null,
         source_pull_request_number: input.source?.pullRequest?.number ?? null,
         source_pull_request_url: input.source?.pullRequest?.url ?? null,
+        engine: input.engine ?? null,
+        run_variables: storedRunVariables(input.variables ?? []),
         created_at: now,
         updated_at: now,
       })

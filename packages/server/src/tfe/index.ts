@@ -9,6 +9,10 @@ import {
 import { registerStateRoutes, stateRoutes } from "./state-routes.js";
 import { registerWorkspaceRoutes, workspaceRoutes } from "./workspace-routes.js";
 import { tfeApi, tfeScope, type TfeRoute } from "./serve.js";
+import { configurationVersionRoutes, registerConfigurationVersionRoutes } from "./configuration-versions.js";
+import { logRoutes, registerLogRoutes } from "./logs.js";
+import { phaseRoutes, registerPhaseRoutes } from "./plans-applies.js";
+import { registerRunRoutes, runRoutes } from "./runs.js";
 
 /*
  * The TFE-compatible API terraform's `cloud` block and `backend "remote"` speak (decision 0068),
@@ -20,6 +24,10 @@ export const tfeRoutes: readonly TfeRoute[] = [
   ...Object.values(organizationRoutes),
   ...Object.values(workspaceRoutes),
   ...Object.values(stateRoutes),
+  ...Object.values(configurationVersionRoutes),
+  ...Object.values(runRoutes),
+  ...Object.values(phaseRoutes),
+  ...Object.values(logRoutes),
 ];
 
 /** Paths outside the tables: the discovery document. */
@@ -33,6 +41,10 @@ export function registerTfe(app: FastifyInstance, http: HttpContext): void {
       registerOrganizationRoutes(serve, http);
       registerWorkspaceRoutes(serve, http);
       registerStateRoutes(serve, http);
+      registerConfigurationVersionRoutes(serve, http);
+      registerRunRoutes(serve, http);
+      registerPhaseRoutes(serve, http);
+      registerLogRoutes(serve, http);
     },
     { prefix: tfeApi },
   );

@@ -1,0 +1,198 @@
+import assert from "node:assert/strict";
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { after, before, describe, test } from "node:test";
+import { routes } from "@drover/protocol";
+import { pollWait } from "../support/poll.js";
+import { startTerraformCloud, type TerraformCloud } from "../support/terraform-cloud.js";
+
+/*
+ * Remote runs with the real terraform 1.11.4 and its `cloud` block, over plain HTTP through a
+ * CLI config `host` block, on a real server and a real agent: speculative plans with
+ * -detailed-exitcode, applies confirmed and refused on stdin, -auto-approve, -var, -target,
+ * -replace, -refresh-only, -destroy, Ctrl-C, and the same workspace used by `drover run start`
+ * in between, with one state history and one queue.
+ */
+
+let tc: TerraformCloud;
+before(async () => {
+  tc = await startTerraformCloud();
+  await tc.stack.startAgent("cloud-agent");
+});
+after(() => tc?.stop());
+
+const main = `
+variable "greeting" {
+  type    = string
+  default = "hello"
+}
+resource "terraform_data" "a" { input = var.greeting }
+resource "terraform_data" "b" { input = "b" }
+output "greeting" { value = var.greeting }
+`;
+
+async function runs(workspace: string): Promise<{ id: string; status: string; planOnly: boolean }[]> {
+  const res = await tc.stack.server.api(routes.listRuns, { query: { workspace } });
+  return res.body.items;
+}
+
+async function outputs(workspace: string): Promise<Record<string, unknown>> {
+  const res = await tc.stack.server.api(routes.workspaceOutputs, { params: { ws: workspace }, query: {} });
+  return Object.fromEntries(res.body.items.map((o: { name: string; value: unknown }) => [o.name, o.value]));
+}
+
+async function stateSerial(workspace: string): Promise<number | null> {
+  const res = await tc.stack.server.api(routes.readState, { params: { ws: workspace } });
+  return res.status === 200 ? (res.body as { serial: number }).serial : null;
+}
+
+describe("terraform with a cloud block runs remotely on Drover", () => {
+  let dir: string;
+  const ws = "remote";
+
+  test("init, then a speculative plan: streamed, -detailed-exitcode 2, capability URLs without a token", async () => {
+    dir = tc.config("remote", { name: ws }, { "main.tf": main });
+    const init = await tc.terraform(["init", "-input=false"], dir);
+    assert.equal(init.code, 0, init.output);
+    tc.requests.length = 0;
+    const plan = await tc.terraform(["plan", "-detailed-exitcode"], dir);
+    assert.equal(plan.code, 2, plan.output);
+    assert.match(plan.output, /terraform_data\.a will be created/);
+    assert.match(plan.output, /Plan: 2 to add, 0 to change, 0 to destroy/);
+    assert.match(plan.output, /\[drover\] plan of run run-/, "the agent's log reached the CLI");
+    const [run] = await runs(ws);
+    assert.equal(run?.status, "planned_and_finished");
+    assert.equal(run?.planOnly, true, "a speculative configuration version only plans");
+    const upload = tc.requests.find((r) => r.method === "PUT" && r.url.includes("/upload/"));
+    assert.equal(upload?.authorized, false);
+    const logReads = tc.requests.filter((r) => r.url.includes("/logs/"));
+    assert.ok(logReads.length > 0 && logReads.every((r) => !r.authorized), "log reads carry no token");
+    assert.ok(tc.requests.some((r) => r.url.endsWith("/run-events")));
+    assert.equal(await stateSerial(ws), null, "a plan writes no state");
+  });
+
+  test("apply answered `no` discards the run; answered `yes` applies it, its first lines shown", async () => {
+    const no = await tc.terraform(["apply"], dir, { input: "no\n" });
+    assert.equal(no.code, 1, no.output);
+    assert.match(no.output, /Apply discarded/);
+    assert.equal((await runs(ws))[0]?.status, "discarded");
+    assert.equal(await stateSerial(ws), null);
+
+    const yes = await tc.terraform(["apply"], dir, { input: "yes\n" });
+    assert.equal(yes.code, 0, yes.output);
+    assert.match(yes.output, /Do you want to perform these actions in workspace "remote"\?/);
+    assert.match(yes.output, /Apply complete! Resources: 2 added, 0 changed, 0 destroyed/);
+    assert.match(yes.output, /\[drover\] apply of run run-/, "the apply's first line is not dropped");
+    assert.doesNotMatch(yes.output, /Drover apply of run/, "the three lines terraform skips");
+    assert.equal((await runs(ws))[0]?.status, "applied");
+    assert.deepEqual(await outputs(ws), { greeting: "hello" });
+  });
+
+  test("nothing to change: -detailed-exitcode 0", async () => {
+    const plan = await tc.terraform(["plan", "-detailed-exitcode"], dir);
+    assert.equal(plan.code, 0, plan.output);
+    assert.match(plan.output, /No changes/);
+  });
+
+  test("-auto-approve with -var and -target: only the target changes, to the run's value", async () => {
+    const apply = await tc.terraform(
+      ["apply", "-auto-approve", "-var", "greeting=bonjour", "-target=terraform_data.a"],
+      dir,
+    );
+    assert.equal(apply.code, 0, apply.output);
+    assert.match(apply.output, /Resources: 0 added, 1 changed, 0 destroyed/);
+    assert.doesNotMatch(apply.output, /terraform_data\.b/);
+  });
+
+  test("-replace replaces; -refresh-only changes nothing but the state", async () => {
+    const replace = await tc.terraform(["apply", "-auto-approve", "-replace=terraform_data.b"], dir);
+    assert.equal(replace.code, 0, replace.output);
+    assert.match(replace.output, /terraform_data\.b will be replaced, as requested/);
+    // The targeted run left the output at its old value; this one, without -var, sets greeting back.
+    assert.match(replace.output, /Resources: 1 added, 1 changed, 1 destroyed/);
+    const refresh = await tc.terraform(["apply", "-refresh-only", "-auto-approve"], dir);
+    assert.equal(refresh.code, 0, refresh.output);
+    assert.match(refresh.output, /No changes|Apply complete! Resources: 0 added, 0 changed, 0 destroyed/);
+  });
+
+  test("drover run start and terraform take turns on the workspace: one state history, one queue", async () => {
+    const before = await stateSerial(ws);
+    await tc.stack.server.api(routes.setVariable, {
+      params: { ws, key: "greeting" },
+      body: { value: "from drover", kind: "terraform", sensitive: false },
+    });
+    const runId = await tc.stack.startRun(dir, ws, ["--auto-apply"]);
+    await tc.stack.waitForRun(runId, ["applied"]);
+    const afterDrover = await stateSerial(ws);
+    assert.ok(afterDrover !== null && before !== null && afterDrover > before, `${before} → ${afterDrover}`);
+    // terraform plans against the state drover's run wrote, with the workspace's variable.
+    const plan = await tc.terraform(["plan", "-detailed-exitcode"], dir);
+    assert.equal(plan.code, 0, plan.output);
+
+    await tc.stack.server.api(routes.deleteVariable, { params: { ws, key: "greeting" }, query: { kind: "terraform" } });
+  });
+
+  test("-destroy destroys everything", async () => {
+    const destroy = await tc.terraform(["apply", "-destroy", "-auto-approve"], dir);
+    assert.equal(destroy.code, 0, destroy.output);
+    assert.match(destroy.output, /Resources: 0 added, 0 changed, 2 destroyed/);
+    assert.deepEqual(await outputs(ws), {});
+  });
+});
+
+describe("Ctrl-C", () => {
+  const gated = (gate: string) => `
+resource "terraform_data" "slow" {
+  provisioner "local-exec" {
+    command = "echo waiting-for-gate; while [ ! -f ${gate} ]; do sleep 0.1; done"
+  }
+}
+`;
+
+  test("one SIGINT during an apply cancels the run", async () => {
+    const gate = join(tc.stack.dir, "gate-once");
+    const dir = tc.config("interrupted", { name: "interrupted" }, { "main.tf": gated(gate) });
+    assert.equal((await tc.terraform(["init", "-input=false"], dir)).code, 0);
+    tc.requests.length = 0;
+    const apply = tc.spawnTerraform(["apply", "-auto-approve"], dir);
+    await apply.waitFor(/waiting-for-gate/, 120_000);
+    // One queue: a drover run of the workspace waits behind terraform's.
+    const queued = await tc.stack.startRun(dir, "interrupted", ["--plan-only"]);
+    const waiting = await tc.stack.server.api(routes.getRun, { params: { id: queued }, query: {} });
+    assert.equal(waiting.body.status, "pending");
+    apply.child.kill("SIGINT");
+    const result = await apply.done;
+    assert.ok(
+      tc.requests.some((r) => r.method === "POST" && r.url.endsWith("/actions/cancel")),
+      result.output,
+    );
+    const [, terraformRun] = await runs("interrupted");
+    assert.ok(terraformRun);
+    assert.equal((await tc.stack.waitForRun(terraformRun.id, ["canceled", "errored", "applied"])).status, "canceled");
+    assert.equal(
+      (await tc.stack.waitForRun(queued, ["planned_and_finished", "errored"])).status,
+      "planned_and_finished",
+    );
+    writeFileSync(gate, "");
+  });
+
+  test("a second SIGINT exits terraform at once; the cancel the first one sent still ends the run", async () => {
+    const gate = join(tc.stack.dir, "gate-twice");
+    const dir = tc.config("interrupted-twice", { name: "interrupted-twice" }, { "main.tf": gated(gate) });
+    assert.equal((await tc.terraform(["init", "-input=false"], dir)).code, 0);
+    tc.requests.length = 0;
+    const apply = tc.spawnTerraform(["apply", "-auto-approve"], dir);
+    await apply.waitFor(/waiting-for-gate/, 120_000);
+    apply.child.kill("SIGINT");
+    const canceled = () => tc.requests.some((r) => r.method === "POST" && r.url.endsWith("/actions/cancel"));
+    for (let attempt = 0; !canceled(); attempt++) await pollWait(attempt);
+    apply.child.kill("SIGINT");
+    const result = await apply.done;
+    // terraform 1.11.4 never calls force-cancel: the second interrupt only stops it waiting.
+    assert.ok(!tc.requests.some((r) => r.url.endsWith("/actions/force-cancel")), result.output);
+    const [run] = await runs("interrupted-twice");
+    assert.ok(run);
+    assert.equal((await tc.stack.waitForRun(run.id, ["canceled", "errored", "applied"])).status, "canceled");
+    writeFileSync(gate, "");
+  });
+});
