@@ -1,7 +1,8 @@
 import { randomBytes } from "node:crypto";
 
 /** Resource id prefixes; the prefix tells a reader what an id refers to. */
-export type IdPrefix = "pool" | "ptok" | "agent" | "ws" | "cv" | "run" | "job" | "sv" | "utok" | "wses" | "vcs";
+export type IdPrefix =
+  "pool" | "ptok" | "agent" | "ws" | "cv" | "run" | "job" | "sv" | "utok" | "wses" | "vcs" | "vtask";
 
 const alphabet = "0123456789abcdefghjkmnpqrstvwxyz";
 
@@ -13,7 +14,7 @@ export function newId(prefix: IdPrefix): string {
   return `${prefix}-${out}`;
 }
 
-const idShape = /^(pool|ptok|agent|ws|cv|run|job|sv|utok|wses|vcs)-[0-9a-z]{16}$/i;
+const idShape = /^(pool|ptok|agent|ws|cv|run|job|sv|utok|wses|vcs|vtask)-[0-9a-z]{16}$/i;
 
 /** Whether a name has the shape of one of our ids; such names would shadow the object with that id in lookups. */
 export function looksLikeId(name: string): boolean {

@@ -11,3 +11,4 @@ export * from "./schemas/run-options.js";
 export * from "./schemas/agent.js";
 export * from "./schemas/vcs.js";
 export * from "./schemas/vcs-operations.js";
+export * from "./schemas/vcs-tasks.js";

@@ -183,6 +183,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     intervalMs: config.vcsPollMs,
     health: db.health,
     limits: config.archiveLimits,
+    agentTaskMs: config.vcsAgentTaskMs,
   });
   poller.start();
   try {

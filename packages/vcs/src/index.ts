@@ -1,4 +1,5 @@
-/* Talking to a VCS: git fetches of one commit, and the closed set of provider API operations. */
+/* Talking to a VCS: git fetches of one commit, which commits trigger runs, and the closed set of provider API operations. */
 export * from "./git.js";
 export * from "./fetch.js";
 export * from "./operations.js";
+export * from "./triggers.js";

@@ -16,6 +16,10 @@ export function registerVcsCommands(program: Command): void {
     .requiredOption("--vcs-url <base>", "web/git base URL, e.g. https://github.com or https://gitlab.example.com")
     .option("--token-file <path>", "read the token from this file")
     .option("--token-stdin", "read the token from standard input")
+    .option(
+      "--via-pool <pool>",
+      "reach the VCS through this pool's VCS agents (a pool of kind vcs); the token may then stay with them",
+    )
     .action(
       async (
         name: string,
@@ -24,26 +28,33 @@ export function registerVcsCommands(program: Command): void {
           vcsUrl: string;
           tokenFile?: string;
           tokenStdin?: boolean;
+          viaPool?: string;
         },
       ) => {
-        if ((opts.tokenFile === undefined) === (opts.tokenStdin !== true))
+        const given = opts.tokenFile !== undefined || opts.tokenStdin === true;
+        if ((opts.tokenFile !== undefined && opts.tokenStdin === true) || (!given && opts.viaPool === undefined))
           throw new DroverError(
             "bad_request",
-            "give the token with --token-file <path> or --token-stdin (one of them)",
+            "give the token with --token-file <path> or --token-stdin (one of them), or none with --via-pool",
           );
-        const token = await readSecret(opts.tokenStdin ? "-" : (opts.tokenFile ?? "-"), "token");
+        const token = given ? await readSecret(opts.tokenStdin ? "-" : (opts.tokenFile ?? "-"), "token") : undefined;
         const created = await apiFor(opts).call(routes.createVcsConnection, {
-          body: { name, provider: opts.provider, url: opts.vcsUrl, token },
+          body: { name, provider: opts.provider, url: opts.vcsUrl, token, viaPool: opts.viaPool },
         });
-        emit(opts, created, (c) => `Connected ${c.provider} ${c.url} as ${c.name} (${c.id})`);
+        emit(
+          opts,
+          created,
+          (c) =>
+            `Connected ${c.provider} ${c.url} as ${c.name} (${c.id})${c.viaPool ? ` through VCS agent pool ${c.viaPool}` : ""}`,
+        );
       },
     );
   withCommon(vcs.command("list").description("List VCS connections")).action(async (opts: CommonOptions) => {
     const { items } = await apiFor(opts).call(routes.listVcsConnections, {});
     emit(opts, items, (cs) =>
       table(
-        ["NAME", "PROVIDER", "URL", "ID"],
-        cs.map((c) => [c.name, c.provider, c.url, c.id]),
+        ["NAME", "PROVIDER", "URL", "VIA POOL", "ID"],
+        cs.map((c) => [c.name, c.provider, c.url, c.viaPool ?? "-", c.id]),
       ),
     );
   });

@@ -50,16 +50,25 @@ export const vcsConnectionSchema = z.object({
   url: z.string(),
   /** How the server authenticates; the secret itself is never returned. */
   authKind: z.literal("token"),
+  /** The pool of VCS agents the server reaches this connection through; null: the server reaches it itself. */
+  viaPool: z.string().nullable(),
   createdAt: z.string(),
 });
 export type VcsConnection = z.infer<typeof vcsConnectionSchema>;
-export const createVcsConnectionSchema = z.object({
-  name: nameSchema,
-  provider: vcsProviderSchema,
-  url: vcsUrlSchema,
-  /** Write-only: stored, never shown again. */
-  token: vcsTokenSchema,
-});
+export const createVcsConnectionSchema = z
+  .object({
+    name: nameSchema,
+    provider: vcsProviderSchema,
+    url: vcsUrlSchema,
+    /** Write-only: stored, never shown again. Optional with `viaPool`: the VCS agents may hold it alone. */
+    token: vcsTokenSchema.optional(),
+    /** A pool of kind `vcs` whose agents reach the VCS for the server (id or name). */
+    viaPool: z.string().min(1).optional(),
+  })
+  .refine((c) => c.token !== undefined || c.viaPool !== undefined, {
+    message: "a token is needed, unless the connection is reached through a VCS agent pool (viaPool)",
+    path: ["token"],
+  });
 
 const segment = /^[A-Za-z0-9_][A-Za-z0-9_.-]*$/;
 

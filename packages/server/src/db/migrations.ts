@@ -6,6 +6,7 @@ import { runPlanOptions } from "./migrations-plan-options.js";
 import { runCreator, runListIndexes, webSessions } from "./migrations-web.js";
 import { variableHcl, workspaceAllowDestroyAll } from "./migrations-workspace-options.js";
 import { runPullRequest, vcs, vcsWebhookSecret } from "./migrations-vcs.js";
+import { vcsAgents } from "./migrations-vcs-agents.js";
 
 /*
  * The one migration history, applied at server start on either database. Column types
@@ -429,6 +430,7 @@ export function migrationProvider(dialect: Dialect): MigrationProvider {
       "0064_vcs": vcs(dialect),
       "0064b_run_pull_request": runPullRequest(),
       "0064c_vcs_webhook_secret": vcsWebhookSecret(),
+      "0067_vcs_agents": vcsAgents(dialect),
     }),
   };
 }

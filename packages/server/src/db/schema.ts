@@ -1,4 +1,13 @@
-import type { Driver, Engine, JobStatus, Phase, RunStatus, VariableKind, VcsProvider } from "@drover/protocol";
+import type {
+  Driver,
+  Engine,
+  JobStatus,
+  Phase,
+  PoolKind,
+  RunStatus,
+  VariableKind,
+  VcsProvider,
+} from "@drover/protocol";
 import type { Generated, Selectable } from "kysely";
 
 /** Which database a connection speaks; the few queries that differ branch on it. */
@@ -12,6 +21,7 @@ export type Dialect = "sqlite" | "postgres";
 export interface PoolsTable {
   id: string;
   name: string;
+  kind: Generated<PoolKind>;
   created_at: number;
 }
 
@@ -221,8 +231,10 @@ export interface VcsConnectionsTable {
   provider: VcsProvider;
   url: string;
   auth_kind: "token";
-  /** Write-only: read by the fetch only, never returned by the API. */
+  /** Write-only: read by the fetch only, never returned by the API; empty when only the VCS agents hold it. */
   token: string;
+  /** The pool of VCS agents the server reaches this connection through (null: directly). */
+  via_pool_id: Generated<string | null>;
   /** The secret the VCS signs webhook deliveries with (GitHub) or sends as their token (GitLab); write-only. */
   webhook_secret: string;
   created_at: number;
@@ -243,7 +255,42 @@ export interface WorkspaceVcsTable {
   created_at: number;
 }
 
+/** A VCS operation or fetch leased to a VCS agent like a job: attempt, lease, take-over. */
+export interface VcsTasksTable {
+  id: string;
+  pool_id: string;
+  connection_id: string;
+  kind: "operation" | "fetch";
+  /** The task as the agent receives it (JSON, checked by the protocol's schemas). */
+  payload: string;
+  /** A fetch's workspace: the configuration version it uploads belongs to it. */
+  workspace_id: string | null;
+  status: "queued" | "leased" | "succeeded" | "failed";
+  attempt: Generated<number>;
+  agent_id: string | null;
+  lease_expires_at: number | null;
+  /** Past it, nobody waits for the task any more: it is not handed out. */
+  deadline_at: number;
+  result: string | null;
+  error: string | null;
+  configuration_version_id: string | null;
+  created_at: number;
+  finished_at: number | null;
+}
+
+/** A webhook delivery a VCS agent verified and forwarded. */
+export interface VcsAgentDeliveriesTable {
+  connection_id: string;
+  delivery_id: string;
+  event: string;
+  body: Buffer;
+  agent_id: string;
+  received_at: number;
+}
+
 export interface Database {
+  vcs_tasks: VcsTasksTable;
+  vcs_agent_deliveries: VcsAgentDeliveriesTable;
   vcs_connections: VcsConnectionsTable;
   workspace_vcs: WorkspaceVcsTable;
   pools: PoolsTable;

@@ -4,26 +4,40 @@ import type { VcsConnectionsTable } from "../db/schema.js";
 import { newWebhookSecret } from "../db/migrations-vcs.js";
 import { isUniqueViolation } from "../db/storage-errors.js";
 import { iso, type StoreContext } from "./context.js";
+import { getPool, requirePoolKind } from "./pools.js";
 
 /*
  * VCS connections. The token is write-only like a sensitive variable: only the fetch reads it
  * (vcsCredential), and nothing returned by the API carries it.
  */
 
-const toConnection = (r: Selectable<VcsConnectionsTable>): VcsConnection => ({
+type Row = Selectable<VcsConnectionsTable> & { via_pool_name: string | null };
+
+const toConnection = (r: Row): VcsConnection => ({
   id: r.id,
   name: r.name,
   provider: r.provider,
   url: r.url,
   authKind: r.auth_kind,
+  viaPool: r.via_pool_name,
   createdAt: iso(r.created_at),
 });
+
+const withPool = (ctx: StoreContext) =>
+  ctx.db
+    .selectFrom("vcs_connections")
+    .leftJoin("pools", "pools.id", "vcs_connections.via_pool_id")
+    .selectAll("vcs_connections")
+    .select("pools.name as via_pool_name");
 
 export interface CreateVcsConnectionInput {
   name: string;
   provider: VcsProvider;
   url: string;
-  token: string;
+  /** Absent: only the VCS agents of `viaPool` hold it. */
+  token?: string | undefined;
+  /** A `vcs` pool (id or name) whose agents reach the VCS. */
+  viaPool?: string | undefined;
 }
 
 /** Creates a connection; a taken name is `already_exists`. */
@@ -36,13 +50,21 @@ export async function createVcsConnection(ctx: StoreContext, input: CreateVcsCon
     .where("name", "=", input.name)
     .executeTakeFirst();
   if (existing) throw taken();
+  const pool = input.viaPool === undefined ? null : await getPool(ctx, input.viaPool);
+  if (pool) requirePoolKind(pool, "vcs", "a connection through VCS agents");
+  if (!pool && input.token === undefined)
+    throw new DroverError(
+      "bad_request",
+      "a token is needed, unless the connection is reached through a VCS agent pool",
+    );
   const row = {
     id: newId("vcs"),
     name: input.name,
     provider: input.provider,
     url: input.url,
     auth_kind: "token" as const,
-    token: input.token,
+    token: input.token ?? "",
+    via_pool_id: pool?.id ?? null,
     webhook_secret: newWebhookSecret(),
     created_at: ctx.now(),
   };
@@ -52,19 +74,17 @@ export async function createVcsConnection(ctx: StoreContext, input: CreateVcsCon
     if (isUniqueViolation(err)) throw taken();
     throw err;
   }
-  return toConnection(row);
+  return toConnection({ ...row, via_pool_name: pool?.name ?? null });
 }
 
 export async function listVcsConnections(ctx: StoreContext): Promise<VcsConnection[]> {
-  const rows = await ctx.db.selectFrom("vcs_connections").selectAll().orderBy("name").execute();
+  const rows = await withPool(ctx).orderBy("vcs_connections.name").execute();
   return rows.map(toConnection);
 }
 
-async function connectionRow(ctx: StoreContext, idOrName: string): Promise<Selectable<VcsConnectionsTable>> {
-  const row = await ctx.db
-    .selectFrom("vcs_connections")
-    .selectAll()
-    .where((eb) => eb.or([eb("id", "=", idOrName), eb("name", "=", idOrName)]))
+async function connectionRow(ctx: StoreContext, idOrName: string): Promise<Row> {
+  const row = await withPool(ctx)
+    .where((eb) => eb.or([eb("vcs_connections.id", "=", idOrName), eb("vcs_connections.name", "=", idOrName)]))
     .executeTakeFirst();
   if (!row) throw new DroverError("not_found", `no VCS connection ${JSON.stringify(idOrName)}`);
   return row;
@@ -86,6 +106,18 @@ export interface VcsCredential {
 export async function vcsCredential(ctx: StoreContext, connectionId: string): Promise<VcsCredential> {
   const row = await connectionRow(ctx, connectionId);
   return { provider: row.provider, url: row.url, token: row.token };
+}
+
+/** How the server reaches a connection: itself with its credential, or through a pool of VCS agents. */
+export type VcsRoute =
+  | { via: "server"; credential: VcsCredential }
+  | { via: "pool"; poolId: string; connectionId: string; connection: string };
+
+export async function vcsRoute(ctx: StoreContext, connectionId: string): Promise<VcsRoute> {
+  const row = await connectionRow(ctx, connectionId);
+  if (row.via_pool_id !== null)
+    return { via: "pool", poolId: row.via_pool_id, connectionId: row.id, connection: row.name };
+  return { via: "server", credential: { provider: row.provider, url: row.url, token: row.token } };
 }
 
 /** The connection's webhook secret, for checking deliveries and registering webhooks only. */

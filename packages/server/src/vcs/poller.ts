@@ -4,7 +4,6 @@ import type { Logger } from "pino";
 import type { DatabaseHealth } from "../db/health.js";
 import type { StoreContext } from "../store/context.js";
 import { createRun } from "../store/runs.js";
-import { vcsCredential } from "../store/vcs-connections.js";
 import {
   claimVcsCommit,
   listVcsLinks,
@@ -12,9 +11,8 @@ import {
   releaseVcsCommit,
   type PolledLink,
 } from "../store/workspace-vcs.js";
-import { branchHead, redact, secretsOf, type GitDeadlines } from "@drover/vcs";
-import { fetchCommit } from "./fetch.js";
-import { commitTriggers } from "./triggers.js";
+import { redact, type GitDeadlines } from "@drover/vcs";
+import { vcsReach } from "./relay.js";
 
 /*
  * Finds new commits of linked branches by asking git for each branch's head, and starts a run
@@ -30,6 +28,8 @@ export interface VcsPollerOptions {
   health: DatabaseHealth;
   limits: ArchiveLimits;
   deadlines?: GitDeadlines;
+  /** How long a VCS agent's task may take, for connections reached through a VCS agent pool. */
+  agentTaskMs?: number;
 }
 
 /** What one poll did, per workspace (tests and logs). */
@@ -83,26 +83,26 @@ export class VcsPoller {
     let secrets: string[] = [];
     let head: string | null = null;
     try {
-      const access = await vcsCredential(ctx, link.connectionId);
-      secrets = secretsOf(access);
+      const reach = await vcsReach(ctx, link.connectionId, {
+        agentTaskMs: this.o.agentTaskMs ?? 300_000,
+        deadlines: this.o.deadlines,
+      });
+      secrets = reach.secrets;
       const signal = this.shutdown.signal;
-      head = await branchHead(access, link.repository, link.branch, { deadlines: this.o.deadlines, signal });
+      head = await reach.branchHead(link.repository, link.branch, signal);
       if (head === null) throw new Error(`branch ${link.branch} does not exist in ${link.repository}`);
       if (head === link.lastCommitSha) return { workspace, skipped: "no new commit" };
       if (head === link.lastErrorSha) return { workspace, skipped: "this commit was refused before" };
-      const fetched = await fetchCommit(ctx, {
-        access,
+      const fetched = await reach.fetch({
         repository: link.repository,
         branch: link.branch,
         sha: head,
-        workspace: link.workspaceId,
+        workspaceId: link.workspaceId,
+        since: link.lastCommitSha,
+        triggerPaths: link.triggerPaths,
+        workingDirectory: link.workingDirectory,
         limits: this.o.limits,
-        deadlines: this.o.deadlines,
         signal,
-        wanted: {
-          since: link.lastCommitSha,
-          given: (changed) => commitTriggers(changed, link.triggerPaths, link.workingDirectory),
-        },
       });
       if (fetched === null) {
         // Seen, so the next commit is compared with this one.
