@@ -41,8 +41,14 @@ export const vcsTaskSchema = z.discriminatedUnion("kind", [
 ]);
 export type VcsTask = z.infer<typeof vcsTaskSchema>;
 
+/**
+ * A task as it travels: the agent checks it against `vcsTaskSchema` itself and refuses (completes
+ * with an error) anything else, so a task it cannot run is answered rather than retried forever.
+ */
+export const vcsTaskEnvelopeSchema = z.looseObject({ id: z.string(), attempt: z.number().int().positive() });
+
 export const vcsTaskPollResponseSchema = z.object({
-  task: vcsTaskSchema.nullable(),
+  task: vcsTaskEnvelopeSchema.nullable(),
   /** How long a lease lasts without a renewal. */
   leaseTtlMs: z.number().int().positive(),
 });
@@ -73,3 +79,4 @@ export const forwardedDeliverySchema = z.strictObject({
   body: z.string().max(4 * 1024 * 1024),
 });
 export type ForwardedDelivery = z.infer<typeof forwardedDeliverySchema>;
+export type VcsTaskEnvelope = z.infer<typeof vcsTaskEnvelopeSchema>;

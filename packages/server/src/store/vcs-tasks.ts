@@ -9,7 +9,7 @@ import {
   type CompleteVcsTask,
   type ErrorCode,
   type ForwardedDelivery,
-  type VcsTask,
+  type VcsTaskEnvelope,
 } from "@drover/protocol";
 import type { ArchiveLimits } from "@drover/runtime";
 import type { Selectable } from "kysely";
@@ -88,7 +88,7 @@ async function requireVcsAgent(ctx: StoreContext, agent: Agent): Promise<void> {
 }
 
 /** Claims the oldest task of the agent's pool that is queued or whose lease ran out; null when none. */
-export async function claimVcsTask(ctx: StoreContext, agent: Agent): Promise<VcsTask | null> {
+export async function claimVcsTask(ctx: StoreContext, agent: Agent): Promise<VcsTaskEnvelope | null> {
   for (let tries = 0; tries < 5; tries++) {
     const now = ctx.now();
     const row = await ctx.db
@@ -124,11 +124,9 @@ export async function claimVcsTask(ctx: StoreContext, agent: Agent): Promise<Vcs
       .where("status", "=", row.status)
       .executeTakeFirst();
     if (Number(moved.numUpdatedRows) !== 1) continue;
-    const base = { id: row.id, attempt, connection: row.connection };
+    // Checked against the closed schemas when it was queued; the agent checks it again.
     const payload: unknown = JSON.parse(row.payload);
-    return row.kind === "operation"
-      ? { ...base, kind: "operation", operation: parsed(vcsOperationSchema, payload, "VCS operation") }
-      : { ...base, kind: "fetch", fetch: parsed(vcsFetchTaskSchema, payload, "VCS fetch") };
+    return { id: row.id, attempt, connection: row.connection, kind: row.kind, [row.kind]: payload };
   }
   return null;
 }
@@ -139,14 +137,14 @@ export async function pollForVcsTask(
   agent: Agent,
   waitMs: number,
   signal?: AbortSignal,
-): Promise<VcsTask | null> {
+): Promise<VcsTaskEnvelope | null> {
   await requireVcsAgent(ctx, agent);
   const deadline = ctx.now() + waitMs;
   await touchAgent(ctx, agent.id);
   const waiters = poolWaiters(ctx.events);
   for (;;) {
     const wake = waiters.wait(agent.poolId, Math.max(0, deadline - ctx.now()), signal);
-    let task: VcsTask | null;
+    let task: VcsTaskEnvelope | null;
     try {
       task = await claimVcsTask(ctx, agent);
     } catch (err) {
