@@ -27,3 +27,4 @@ export * from "./presence.js";
 export * from "./sessions.js";
 export * from "./vcs-connections.js";
 export * from "./workspace-vcs.js";
+export * from "./vcs-tasks.js";
