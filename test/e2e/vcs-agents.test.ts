@@ -301,6 +301,7 @@ test("the webhook listener forwards verified deliveries once and refuses the res
   await hooks.waitFor(/webhook listener ready/);
   const body = JSON.stringify({ ref: "refs/heads/main", after: "b".repeat(40) });
   const post = (path: string, headers: Record<string, string>) =>
+    // eslint-disable-next-line no-restricted-globals -- the VCS agent's webhook listener, not the Drover server
     fetch(`http://127.0.0.1:${port}${path}`, {
       method: "POST",
       headers: { "content-type": "application/json", ...headers },

@@ -95,7 +95,8 @@ export function registerAgentCommands(program: Command): void {
   agent
     .command("vcs")
     .description(
-      "VCS agent: register with a vcs pool's token and relay the VCS connections of DROVER_AGENT_VCS_CONNECTIONS_FILE (operations, fetches, webhooks) for the server",
+      "VCS agent: register with a vcs pool's token and relay the connections of " +
+        "DROVER_AGENT_VCS_CONNECTIONS_FILE (operations, fetches, webhooks) for the server",
     )
     .option("--url <url>", "server URL (DROVER_URL; default: the one in the token)")
     .option("--token <token>", "pool token of a vcs pool (DROVER_TOKEN; prefer --token-file)")

@@ -41,12 +41,8 @@ export function registerVcsCommands(program: Command): void {
         const created = await apiFor(opts).call(routes.createVcsConnection, {
           body: { name, provider: opts.provider, url: opts.vcsUrl, token, viaPool: opts.viaPool },
         });
-        emit(
-          opts,
-          created,
-          (c) =>
-            `Connected ${c.provider} ${c.url} as ${c.name} (${c.id})${c.viaPool ? ` through VCS agent pool ${c.viaPool}` : ""}`,
-        );
+        const via = (pool: string | null) => (pool ? ` through VCS agent pool ${pool}` : "");
+        emit(opts, created, (c) => `Connected ${c.provider} ${c.url} as ${c.name} (${c.id})${via(c.viaPool)}`);
       },
     );
   withCommon(vcs.command("list").description("List VCS connections")).action(async (opts: CommonOptions) => {

@@ -325,36 +325,6 @@ export const agentSettings = {
     parse: intIn(0, 50_000),
     section: "agent",
   }),
-  DROVER_AGENT_VCS_CONNECTIONS_FILE: setting({
-    doc:
-      "`drover agent vcs`: JSON file of the connections this VCS agent reaches, by connection name: " +
-      '`{"<name>": {"provider": "github"|"gitlab", "url", "apiUrl", "token", "webhookSecret"}}`; ' +
-      "the server may hold none of these credentials",
-    readers: ["agent"],
-    parse: existingPath,
-    section: "agent",
-  }),
-  DROVER_AGENT_VCS_CONCURRENCY: setting({
-    doc: "`drover agent vcs`: tasks (operations and fetches) one VCS agent runs at once",
-    default: 4,
-    readers: ["agent"],
-    parse: intIn(1, 64),
-    section: "agent",
-  }),
-  DROVER_AGENT_VCS_WEBHOOK_PORT: setting({
-    doc: "`drover agent vcs`: port of the webhook listener inside the private network (`POST /hooks/<connection>`); 0: none",
-    default: 0,
-    readers: ["agent"],
-    parse: intIn(0, 65_535),
-    section: "agent",
-  }),
-  DROVER_AGENT_VCS_WEBHOOK_ADDRESS: setting({
-    doc: "`drover agent vcs`: address the webhook listener binds",
-    defaultText: "every interface",
-    readers: ["agent"],
-    parse: ipAddress,
-    section: "agent",
-  }),
   DROVER_AGENT_RUN_AS_USER: setting({
     doc:
       "local driver, agent running as root: run terraform and hooks as `uid[:gid]` + the job slot (slot i of " +
