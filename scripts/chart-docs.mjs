@@ -8,6 +8,7 @@ import { isMap, isScalar, parseDocument } from "yaml";
 
 /** Values whose allowed set is narrower than their type. */
 const enums = {
+  mode: ["runs", "vcs"],
   "agent.shutdownMode": ["graceful", "drain", "force"],
   "agent.logFormat": ["json", "plain", "dev"],
   "image.pullPolicy": ["Always", "IfNotPresent", "Never"],

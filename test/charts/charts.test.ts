@@ -1170,3 +1170,40 @@ test("every key of each chart's values.yaml has a row in its README values table
     );
   }
 });
+
+test("agent-local mode vcs: `agent vcs` with the connections file from its Secret, the webhook listener behind a Service; no Secret fails the render", () => {
+  const objects = render("agent-local", ["-f", join(repo, "charts", "agent-local", "ci", "vcs-values.yaml")]);
+  const pod = objects.find((o) => o.kind === "Deployment")!.spec.template.spec;
+  const agent = pod.containers[0] as {
+    args: string[];
+    env: Array<{ name: string; value?: string }>;
+    ports: Array<{ name: string; containerPort: number }>;
+    volumeMounts: Array<{ name: string; mountPath: string }>;
+  };
+  assert.deepEqual(agent.args, ["agent", "vcs"]);
+  const env = Object.fromEntries(agent.env.map((e) => [e.name, e.value ?? ""]));
+  assert.equal(env.DROVER_AGENT_VCS_CONNECTIONS_FILE, "/etc/drover/vcs/connections.json");
+  assert.equal(env.DROVER_AGENT_VCS_CONCURRENCY, "4");
+  assert.equal(env.DROVER_AGENT_VCS_WEBHOOK_PORT, "8090");
+  assert.equal(env.DROVER_AGENT_DRIVER, undefined, "a VCS agent runs no jobs");
+  assert.ok(agent.volumeMounts.some((m) => m.name === "vcs-connections" && m.mountPath === "/etc/drover/vcs"));
+  const volume = (pod.volumes as Array<{ name: string; secret?: { secretName: string } }>).find(
+    (v) => v.name === "vcs-connections",
+  );
+  assert.equal(volume?.secret?.secretName, "vcs-connections");
+  assert.deepEqual(
+    agent.ports.find((p) => p.name === "webhooks"),
+    { name: "webhooks", containerPort: 8090 },
+  );
+  const service = objects.find((o) => o.kind === "Service" && o.metadata.name.endsWith("-webhooks"));
+  assert.equal(service?.spec.ports[0].targetPort, "webhooks");
+  // The default stays a run agent, with no webhook Service.
+  const runs = render("agent-local", ["--set", `agent.token=${token}`]);
+  assert.deepEqual(runs.find((o) => o.kind === "Deployment")!.spec.template.spec.containers[0].args, ["agent", "run"]);
+  assert.ok(!runs.some((o) => o.kind === "Service" && o.metadata.name.endsWith("-webhooks")));
+  assert.match(
+    renderFails("agent-local", ["--set", `agent.token=${token}`, "--set", "mode=vcs"]),
+    /mode vcs needs vcs.connectionsSecret.name/,
+  );
+  assert.match(renderFails("agent-local", ["--set", `agent.token=${token}`, "--set", "mode=relay"]), /mode/);
+});

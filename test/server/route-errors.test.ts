@@ -13,6 +13,8 @@ import {
   type RouteName,
 } from "@drover/protocol";
 import { DroverClient } from "@drover/runtime";
+import { store } from "@drover/server";
+import { randomBytes } from "node:crypto";
 import { rawTarGz } from "../support/archives.js";
 import { startTestServer, type TestServer } from "../support/server.js";
 
@@ -99,6 +101,140 @@ async function supersede(job: JobAssignment): Promise<void> {
     .set({ attempt: job.attempt + 1, token_hash: "superseded" })
     .where("id", "=", job.jobId)
     .execute();
+}
+
+/** A registered VCS agent of a vcs pool of its own, relaying a connection, and a workspace for its fetches. */
+async function vcsAgent() {
+  const pool = unique("relay");
+  await admin.call(routes.createPool, { body: { name: pool, kind: "vcs" } });
+  const tok = await admin.call(routes.createPoolToken, { params: { pool }, body: { description: pool } });
+  const reg = await admin.call(routes.register, {
+    token: tok.token,
+    body: { name: unique("vcs-agent"), version: "test", driver: "local", capacity: 5 },
+  });
+  const connection = await store.createVcsConnection(server.store, {
+    name: unique("relayed"),
+    provider: "github",
+    url: "https://ghe.internal.invalid",
+    viaPool: pool,
+  });
+  return { client: as(reg.sessionToken), poolId: reg.poolId, connection };
+}
+
+/** A fetch task a VCS agent has leased. */
+async function leasedFetch() {
+  const relay = await vcsAgent();
+  const ws = await workspaceWithUpload();
+  await store.enqueueVcsTask(server.store, {
+    poolId: relay.poolId,
+    connectionId: relay.connection.id,
+    workspaceId: (await store.getWorkspace(server.store, ws)).id,
+    task: {
+      kind: "fetch",
+      fetch: {
+        repository: "org/r",
+        sha: "c".repeat(40),
+        since: null,
+        triggerPaths: [],
+        workingDirectory: "",
+        maxBytes: 1,
+      },
+    },
+    deadlineMs: 60_000,
+  });
+  const { task } = await relay.client.call(routes.pollVcsTask, { query: { wait: 0 } });
+  assert.ok(task, "the VCS agent gets the task");
+  return { ...relay, task };
+}
+
+const runsSession = async () => as((await agent()).session);
+
+function vcsAgentCases(): Case[] {
+  const upload = async (body: Buffer, attemptOffset = 0) => {
+    const { client, task } = await leasedFetch();
+    return client.call(routes.uploadVcsArchive, {
+      params: { id: task.id },
+      query: { attempt: task.attempt + attemptOffset },
+      body,
+    });
+  };
+  return [
+    {
+      route: "pollJob",
+      code: "forbidden",
+      run: async () => (await vcsAgent()).client.call(routes.pollJob, { query: { wait: 0 } }),
+    },
+    {
+      route: "pollVcsTask",
+      code: "forbidden",
+      run: async () => (await runsSession()).call(routes.pollVcsTask, { query: { wait: 0 } }),
+    },
+    ...(["renewVcsTask", "completeVcsTask"] as const).flatMap((route): Case[] => {
+      const call = (client: DroverClient, id: string, attempt: number) =>
+        route === "renewVcsTask"
+          ? client.call(routes.renewVcsTask, { params: { id }, body: { attempt } })
+          : client.call(routes.completeVcsTask, { params: { id }, body: { attempt, error: "x" } });
+      return [
+        { route, code: "forbidden", run: async () => call(await runsSession(), "vtask-any", 1) },
+        { route, code: "not_found", run: async () => call((await vcsAgent()).client, "vtask-nope", 1) },
+        {
+          route,
+          code: "stale_attempt",
+          run: async () => {
+            const { client, task } = await leasedFetch();
+            return call(client, task.id, task.attempt + 1);
+          },
+        },
+      ];
+    }),
+    {
+      route: "uploadVcsArchive",
+      code: "forbidden",
+      run: async () =>
+        (await runsSession()).call(routes.uploadVcsArchive, {
+          params: { id: "vtask-any" },
+          query: { attempt: 1 },
+          body: archive,
+        }),
+    },
+    {
+      route: "uploadVcsArchive",
+      code: "not_found",
+      run: async () =>
+        (await vcsAgent()).client.call(routes.uploadVcsArchive, {
+          params: { id: "vtask-nope" },
+          query: { attempt: 1 },
+          body: archive,
+        }),
+    },
+    { route: "uploadVcsArchive", code: "stale_attempt", run: () => upload(archive, 1) },
+    {
+      route: "uploadVcsArchive",
+      code: "payload_too_large",
+      run: () => upload(rawTarGz([{ path: "main.tf", content: randomBytes(1_500_000).toString("base64") }])),
+    },
+    {
+      route: "uploadVcsArchive",
+      code: "invalid_archive",
+      run: () => upload(rawTarGz([{ path: "README.md", content: "no configuration" }])),
+    },
+    {
+      route: "forwardVcsWebhook",
+      code: "forbidden",
+      run: async () =>
+        (await runsSession()).call(routes.forwardVcsWebhook, {
+          body: { connection: "any", event: "push", deliveryId: "d", body: "" },
+        }),
+    },
+    {
+      route: "forwardVcsWebhook",
+      code: "not_found",
+      run: async () =>
+        (await vcsAgent()).client.call(routes.forwardVcsWebhook, {
+          body: { connection: "no-such-connection", event: "push", deliveryId: "d", body: "" },
+        }),
+    },
+  ];
 }
 
 const lockInfo = (id: string) => Buffer.from(JSON.stringify({ ID: id, Operation: "OperationTypeApply", Who: "test" }));
@@ -573,6 +709,7 @@ const routeCases: Case[] = [
       return client.call(routes.startJob, { params: { id: job.jobId }, body: { starter: "second-pod" } });
     },
   },
+  ...vcsAgentCases(),
 ];
 
 const authCases: Case[] = [

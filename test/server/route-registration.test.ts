@@ -36,7 +36,7 @@ async function appWith(validateResponses: boolean, result: unknown, logged?: str
     async (scope) => {
       const serve = registrar(scope, userApi, { validateResponses, authenticators: anyUser });
       // A cast: what an `any` from a store or a JSON.parse can do to the compiler's view.
-      serve(routes.getPool, async () => result as { id: string; name: string; createdAt: string });
+      serve(routes.getPool, async () => result as { id: string; name: string; kind: "runs"; createdAt: string });
     },
     { prefix: userApi },
   );
@@ -55,7 +55,7 @@ test("with validateResponses, a result outside the response schema is a 500, not
 });
 
 test("a result inside the schema is answered with the table's status and content type", async () => {
-  const app = await appWith(true, { id: "pool-1", name: "p", createdAt: "2026-01-01T00:00:00.000Z" });
+  const app = await appWith(true, { id: "pool-1", name: "p", kind: "runs", createdAt: "2026-01-01T00:00:00.000Z" });
   try {
     const res = await app.inject({ method: "GET", url: routePath(routes.getPool, { pool: "p" }) });
     assert.equal(res.statusCode, 200);

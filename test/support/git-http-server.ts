@@ -3,15 +3,20 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { createServer as createTlsServer, type Server as TlsServer } from "node:https";
 
 /**
- * git's smart HTTP protocol on 127.0.0.1 for the repositories below `root`, through
+ * git's smart HTTP protocol on 127.0.0.1 (or `host`) for the repositories below `root`, through
  * `git http-backend` as a CGI program; counts requests by path (module-cache tests). With `tls`
  * (a certificate and its key) it is HTTPS. With `basicAuth` every request must carry that HTTP
- * Basic credential: others get 401 (`refused` counts them).
+ * Basic credential: others get 401 (`refused` counts them). With `beforeFetch`, a request that
+ * fetches objects (protocol v2's `command=fetch`) waits for it before git answers.
  */
 export async function startGitHttpServer(
   root: string,
   tls?: { cert: string; key: string },
-  options: { basicAuth?: { user: string; password: string } } = {},
+  options: {
+    basicAuth?: { user: string; password: string };
+    host?: string;
+    beforeFetch?: () => Promise<void>;
+  } = {},
 ): Promise<{ url: string; requests: string[]; refused: string[]; close(): Promise<void> }> {
   const requests: string[] = [];
   const refused: string[] = [];
@@ -37,10 +42,20 @@ export async function startGitHttpServer(
         QUERY_STRING: url.search.slice(1),
         CONTENT_TYPE: req.headers["content-type"] ?? "",
         ...(req.headers["git-protocol"] ? { GIT_PROTOCOL: String(req.headers["git-protocol"]) } : {}),
-        REMOTE_ADDR: "127.0.0.1",
+        REMOTE_ADDR: options.host ?? "127.0.0.1",
       },
     });
-    req.pipe(cgi.stdin);
+    if (options.beforeFetch === undefined) req.pipe(cgi.stdin);
+    else {
+      const body: Buffer[] = [];
+      req.on("data", (c: Buffer) => body.push(c));
+      req.on("end", () => {
+        const all = Buffer.concat(body);
+        const go = () => cgi.stdin.end(all);
+        if (all.includes("command=fetch")) void options.beforeFetch!().then(go);
+        else go();
+      });
+    }
     let head = Buffer.alloc(0);
     let started = false;
     cgi.stdout.on("data", (chunk: Buffer) => {
@@ -65,10 +80,11 @@ export async function startGitHttpServer(
     cgi.on("close", () => res.end());
   };
   const server: Server | TlsServer = tls ? createTlsServer(tls, handle) : createServer(handle);
-  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  const host = options.host ?? "127.0.0.1";
+  await new Promise<void>((r) => server.listen(0, host, r));
   const address = server.address();
   return {
-    url: `${tls ? "https" : "http"}://127.0.0.1:${typeof address === "object" && address ? address.port : 0}`,
+    url: `${tls ? "https" : "http"}://${host}:${typeof address === "object" && address ? address.port : 0}`,
     requests,
     refused,
     close: async () => {

@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 
 /** Resource id prefixes; the prefix tells a reader what an id refers to. */
 export type IdPrefix =
-  "pool" | "ptok" | "agent" | "ws" | "cv" | "run" | "job" | "sv" | "utok" | "wses" | "vcs" | "vdl" | "vrp";
+  "pool" | "ptok" | "agent" | "ws" | "cv" | "run" | "job" | "sv" | "utok" | "wses" | "vcs" | "vdl" | "vrp" | "vtask";
 
 const alphabet = "0123456789abcdefghjkmnpqrstvwxyz";
 
@@ -14,7 +14,7 @@ export function newId(prefix: IdPrefix): string {
   return `${prefix}-${out}`;
 }
 
-const idShape = /^(pool|ptok|agent|ws|cv|run|job|sv|utok|wses|vcs|vdl)-[0-9a-z]{16}$/i;
+const idShape = /^(pool|ptok|agent|ws|cv|run|job|sv|utok|wses|vcs|vdl|vrp|vtask)-[0-9a-z]{16}$/i;
 
 /** Whether a name has the shape of one of our ids; such names would shadow the object with that id in lookups. */
 export function looksLikeId(name: string): boolean {

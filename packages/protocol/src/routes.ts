@@ -5,6 +5,7 @@ import { agentRoutes } from "./routes/agent.js";
 import { runRoutes } from "./routes/runs.js";
 import { userRoutes } from "./routes/user.js";
 import { vcsRoutes } from "./routes/vcs.js";
+import { vcsAgentRoutes } from "./routes/vcs-agent.js";
 import { webRoutes } from "./routes/web.js";
 
 export {
@@ -33,7 +34,14 @@ export { csrfHeader, liveEvents, webSessionCookie } from "./routes/web.js";
  */
 
 /** Every route, by name. Keys are stable: clients call `routes.createPool`, not a path string. */
-export const routes = { ...userRoutes, ...vcsRoutes, ...webRoutes, ...runRoutes, ...agentRoutes } as const;
+export const routes = {
+  ...userRoutes,
+  ...vcsRoutes,
+  ...webRoutes,
+  ...runRoutes,
+  ...agentRoutes,
+  ...vcsAgentRoutes,
+} as const;
 
 /** The name of a route in the table. */
 export type RouteName = keyof typeof routes;

@@ -12,3 +12,4 @@ export * from "./schemas/agent.js";
 export * from "./schemas/vcs.js";
 export * from "./schemas/vcs-operations.js";
 export * from "./schemas/vcs-deliveries.js";
+export * from "./schemas/vcs-tasks.js";

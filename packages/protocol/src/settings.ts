@@ -2,6 +2,7 @@ import { agentSettings } from "./settings/table-agent.js";
 import { cliSettings } from "./settings/table-cli.js";
 import { kubernetesSettings } from "./settings/table-kubernetes.js";
 import { serverSettings } from "./settings/table-server.js";
+import { vcsAgentSettings } from "./settings/table-vcs-agent.js";
 import {
   invalid,
   InvalidSettingError,
@@ -39,7 +40,13 @@ export {
 } from "./settings/parsers.js";
 
 /** The settings, by variable (the parts keep the README's order: server, agents, Kubernetes, CLI). */
-export const settings = { ...serverSettings, ...agentSettings, ...kubernetesSettings, ...cliSettings };
+export const settings = {
+  ...serverSettings,
+  ...agentSettings,
+  ...vcsAgentSettings,
+  ...kubernetesSettings,
+  ...cliSettings,
+};
 
 export type SettingName = keyof typeof settings;
 type Table = typeof settings;

@@ -26,6 +26,8 @@ export interface ServerConfig {
   sweepIntervalMs: number;
   /** How often linked repositories are polled for new commits; 0: never (DROVER_VCS_POLL_SECONDS). */
   vcsPollMs: number;
+  /** How long the server waits for a VCS agent's task (DROVER_VCS_AGENT_TASK_SECONDS). */
+  vcsAgentTaskMs: number;
   /** How long a running job may ignore a cancel before the server force-cancels it. */
   forceCancelAfterMs: number;
   /** How long retired job tokens are kept before the sweeper deletes them (DROVER_JOB_TOKEN_RETENTION_SECONDS). */
@@ -151,6 +153,7 @@ export function loadServerConfig(input: {
     heartbeatIntervalMs: Math.round(src.get("DROVER_AGENT_HEARTBEAT_SECONDS") * 1000),
     sweepIntervalMs: src.get("DROVER_SWEEP_INTERVAL_MS"),
     vcsPollMs: Math.round(src.get("DROVER_VCS_POLL_SECONDS") * 1000),
+    vcsAgentTaskMs: Math.round(src.get("DROVER_VCS_AGENT_TASK_SECONDS") * 1000),
     forceCancelAfterMs: src.get("DROVER_FORCE_CANCEL_AFTER_SECONDS") * 1000,
     jobTokenRetentionMs: src.get("DROVER_JOB_TOKEN_RETENTION_SECONDS") * 1000,
     archiveLimits: { ...defaultArchiveLimits, maxCompressedBytes: maxArchiveMb * 1024 * 1024 },

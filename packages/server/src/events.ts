@@ -10,7 +10,8 @@ import { pgClientConfig, type GuardedPgPool, type PgConnectionSettings } from ".
  * PostgreSQL (LISTEN/NOTIFY). An event carries no data beyond its key: receivers re-read the
  * database, so a lost or duplicated event costs at most a little latency, never correctness.
  */
-export type Topic = "job-queued" | "job-cancel" | "job-finished" | "log" | "run-changed" | "sessions-changed";
+export type Topic =
+  "job-queued" | "job-cancel" | "job-finished" | "log" | "run-changed" | "sessions-changed" | "vcs-task-done";
 
 export interface EventBus {
   /** Announces that something changed; delivered to local and (on PostgreSQL) remote listeners. */

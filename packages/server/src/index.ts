@@ -24,6 +24,7 @@ export { registrar, answered, type Registrar, type ServeOptions } from "./http/s
 export type { Authenticators, Callers } from "./http/auth.js";
 export type { PollOutcome } from "./vcs/poller.js";
 export { fetchCommit } from "./vcs/fetch.js";
+export { relayClient, vcsReach, type RelayTarget, type VcsReach } from "./vcs/relay.js";
 export { commitTriggers, globPattern } from "./vcs/triggers.js";
 export { createMetrics, type MetricsOptions, type ServerMetrics } from "./metrics.js";
 export * as capability from "./tfe/capability.js";

@@ -156,7 +156,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     log.warn(
       "diagnostics: every JSON answer is checked against the route table (DROVER_DIAGNOSTICS_VALIDATE_RESPONSES); one outside it is a 500",
     );
-  const webhooks = new WebhookProcessor({ ctx: store, log, limits: config.archiveLimits });
+  const webhooks = new WebhookProcessor({ ctx: store, log, limits: config.archiveLimits, client: vcsClient });
   const app = buildApp(
     {
       store,
@@ -173,6 +173,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
       tfe: config.tfe,
       publicUrl: () => publicUrl,
       vcsClient,
+      vcsAgentTaskMs: config.vcsAgentTaskMs,
       shutdown: shutdown.signal,
       markActivity: () => {},
       tracer: telemetry.tracer,
@@ -196,6 +197,8 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     intervalMs: config.vcsPollMs,
     health: db.health,
     limits: config.archiveLimits,
+    agentTaskMs: config.vcsAgentTaskMs,
+    client: vcsClient,
   });
   poller.start();
   // Deliveries a stopped server stored but did not act on; a failure here leaves them for the next start.
@@ -206,6 +209,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     health: db.health,
     publicUrl: () => publicUrl,
     client: vcsClient,
+    agentTaskMs: config.vcsAgentTaskMs,
     ...(options.vcsReportTiming ? { timing: options.vcsReportTiming } : {}),
   });
   reporter.start();

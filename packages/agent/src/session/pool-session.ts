@@ -18,7 +18,7 @@ export type SessionErrorKind = "register" | "poll" | "heartbeat" | "session_lost
 /** What the process holding the session says before each poll. */
 export type Room = "free" | "full" | "finished";
 
-export interface PoolSessionOptions {
+export interface PoolSessionOptions<W = JobAssignment> {
   client: AgentClient;
   poolToken: string;
   /** Where the token came from (`DROVER_TOKEN_FILE /etc/drover/pool-token`), named when the server refuses it. */
@@ -37,8 +37,10 @@ export interface PoolSessionOptions {
   room: () => Room;
   /** Called after every poll the server answered, with a job or without. */
   onPolled?: () => void;
-  /** Called with every job the server hands out. */
-  onJob: (job: JobAssignment) => void;
+  /** Called with every job (or VCS task) the server hands out. */
+  onJob: (job: W) => void;
+  /** How the session long-polls for work; by default the run agents' job poll. */
+  take?: (session: string, waitMs: number, signal: AbortSignal) => Promise<W | null>;
   /** What each heartbeat reports: jobs running here, and kept plan directories. */
   load: () => { runningJobs: number; keptPlanRuns?: string[] };
   /** The kept plan runs the server says will not be applied here. */
@@ -65,7 +67,7 @@ export interface PoolSessionOptions {
  * retried after a wait, because a process that holds running jobs must not end over an error it
  * can outlive. The local and docker agent and the Kubernetes controller all hold one.
  */
-export class PoolSession {
+export class PoolSession<W = JobAssignment> {
   private readonly halt = new AbortController();
   private readonly sleep: Sleep;
   private token: string | undefined;
@@ -75,7 +77,7 @@ export class PoolSession {
   private roomWaiter: (() => void) | undefined;
   private beats: Promise<void> | undefined;
 
-  constructor(private readonly o: PoolSessionOptions) {
+  constructor(private readonly o: PoolSessionOptions<W>) {
     this.sleep = o.sleep ?? pause;
   }
 
@@ -86,6 +88,11 @@ export class PoolSession {
 
   get registered(): boolean {
     return this.token !== undefined && this.reregistering === undefined && !this.halt.signal.aborted;
+  }
+
+  /** The session token of the current registration (calls of a VCS agent's tasks carry it). */
+  get sessionToken(): string | undefined {
+    return this.token;
   }
 
   /** The heartbeat interval in force (the server's, unless overridden). */
@@ -123,11 +130,11 @@ export class PoolSession {
         await this.waitForRoom();
         continue;
       }
-      let job: JobAssignment | null;
+      let job: W | null;
       try {
         await this.reregistering;
         if (this.halt.signal.aborted) break;
-        job = await this.o.client.poll(this.token!, this.o.pollWaitMs, this.halt.signal);
+        job = await this.take(this.token!);
       } catch (err) {
         if (this.halt.signal.aborted) break;
         if (await this.failed(err, "poll")) await this.sleep(waitFor(err, retry), this.halt.signal);
@@ -137,6 +144,12 @@ export class PoolSession {
       if (job) this.o.onJob(job);
     }
     if (this.fatal) throw this.fatal;
+  }
+
+  private take(session: string): Promise<W | null> {
+    if (this.o.take) return this.o.take(session, this.o.pollWaitMs, this.halt.signal);
+    // Without `take`, W is the default: the session of a run agent, polling for jobs.
+    return this.o.client.poll(session, this.o.pollWaitMs, this.halt.signal) as Promise<unknown> as Promise<W | null>;
   }
 
   /** Wakes a poll loop waiting for room. */
@@ -275,5 +288,8 @@ function refusal(err: unknown, source: string | undefined): TokenRefusedError | 
     return new TokenRefusedError(`the pool token${from} was revoked; stopping (${err.message})`);
   if (err.code === "unauthorized")
     return new TokenRefusedError(`the server refused the pool token${from}; stopping (${err.message})`);
+  // A token of the other kind of pool (a vcs pool's for a run agent, or the reverse).
+  if (err.code === "forbidden")
+    return new TokenRefusedError(`the pool token${from} is for another kind of pool; stopping (${err.message})`);
   return undefined;
 }

@@ -6,7 +6,7 @@ import { settingsOrExit } from "../settings-errors.js";
 import type { Command } from "commander";
 import { runsUntilSignalled } from "../stdio.js";
 
-/** `drover agent run|controller|worker|node-worker` (config errors: one line, exit code 2) and `agent list`. */
+/** `drover agent run|controller|vcs|worker|node-worker` (config errors: one line, exit code 2) and `agent list`. */
 export function registerAgentCommands(program: Command): void {
   const agent = program.command("agent").description("Run a Drover agent, or list the agents of a pool");
   withCommon(agent.command("list").description("List agents: status, driver, version, running jobs"))
@@ -91,6 +91,25 @@ export function registerAgentCommands(program: Command): void {
         log.error(messageOf(err));
         process.exit(1);
       }
+    });
+  agent
+    .command("vcs")
+    .description(
+      "VCS agent: register with a vcs pool's token and relay the connections of " +
+        "DROVER_AGENT_VCS_CONNECTIONS_FILE (operations, fetches, webhooks) for the server",
+    )
+    .option("--url <url>", "server URL (DROVER_URL; default: the one in the token)")
+    .option("--token <token>", "pool token of a vcs pool (DROVER_TOKEN; prefer --token-file)")
+    .option("--token-file <path>", "file holding the pool token (DROVER_TOKEN_FILE)")
+    .option("--name <name>", "agent name, unique in the pool (DROVER_AGENT_NAME; default: hostname)")
+    .option("--health-port <port>", "port of /healthz, /readyz, /metrics; 0 disables (DROVER_AGENT_HEALTH_PORT)")
+    .option("--log-format <format>", "json, plain or dev (DROVER_AGENT_LOG_FORMAT)")
+    .action(async (opts: AgentFlags) => {
+      runsUntilSignalled();
+      const { loadVcsAgentConfig, runVcsAgent } = await import("@drover/agent/vcs");
+      const config = settingsOrExit("agent vcs", () => loadVcsAgentConfig(process.env, opts));
+      const log = createLogger(config.agent.logFormat, config.agent.debug);
+      process.exit(await runVcsAgent(config, log).done);
     });
   agent
     .command("worker")

@@ -50,6 +50,10 @@ export function registerVcsCommands(program: Command): void {
     .option("--app-id <id>", "GitHub App: the app's id")
     .option("--installation-id <id>", "GitHub App: the installation's id on the repositories' owner")
     .option("--private-key-file <path>", "GitHub App: the app's private key (PEM)")
+    .option(
+      "--via-pool <pool>",
+      "reach the VCS through this pool's VCS agents (a pool of kind vcs); the token may then stay with them",
+    )
     .action(
       async (
         name: string,
@@ -62,16 +66,24 @@ export function registerVcsCommands(program: Command): void {
           appId?: string;
           installationId?: string;
           privateKeyFile?: string;
+          viaPool?: string;
         },
       ) => {
         const app = opts.appId !== undefined || opts.installationId !== undefined || opts.privateKeyFile !== undefined;
         const tokenGiven = opts.tokenFile !== undefined || opts.tokenStdin === true;
-        if (app === tokenGiven || (opts.tokenFile !== undefined && opts.tokenStdin === true))
+        if (
+          (app && tokenGiven) ||
+          (!app && !tokenGiven && opts.viaPool === undefined) ||
+          (opts.tokenFile !== undefined && opts.tokenStdin === true)
+        )
           throw new DroverError(
             "bad_request",
-            "give the token with --token-file <path> or --token-stdin, or a GitHub App with --app-id, --installation-id and --private-key-file (one of them)",
+            "give the token with --token-file <path> or --token-stdin, or a GitHub App with --app-id, --installation-id and --private-key-file (one of them), or none with --via-pool",
           );
-        let auth: { token: string } | { githubApp: { appId: string; installationId: number; privateKey: string } };
+        let auth:
+          | { token: string }
+          | { githubApp: { appId: string; installationId: number; privateKey: string } }
+          | Record<string, never> = {};
         if (app) {
           if (opts.appId === undefined || opts.installationId === undefined || opts.privateKeyFile === undefined)
             throw new DroverError(
@@ -85,13 +97,15 @@ export function registerVcsCommands(program: Command): void {
             );
           const privateKey = await readSecret(opts.privateKeyFile, "private key");
           auth = { githubApp: { appId: opts.appId, installationId: Number(opts.installationId), privateKey } };
-        } else auth = { token: await readSecret(opts.tokenStdin ? "-" : (opts.tokenFile ?? "-"), "token") };
+        } else if (tokenGiven)
+          auth = { token: await readSecret(opts.tokenStdin ? "-" : (opts.tokenFile ?? "-"), "token") };
         const created = await apiFor(opts).call(routes.createVcsConnection, {
           body: {
             name,
             provider: opts.provider,
             url: opts.vcsUrl,
             ...(opts.apiUrl === undefined ? {} : { apiUrl: opts.apiUrl }),
+            ...(opts.viaPool === undefined ? {} : { viaPool: opts.viaPool }),
             ...auth,
           },
         });
@@ -99,7 +113,8 @@ export function registerVcsCommands(program: Command): void {
           opts,
           created,
           (c) =>
-            `Connected ${c.provider} ${c.url} (API ${c.apiUrl}) as ${c.name} (${c.id})${c.app ? `, as GitHub App ${c.app.appId}` : ""}\n` +
+            `Connected ${c.provider} ${c.url} (API ${c.apiUrl}) as ${c.name} (${c.id})${c.app ? `, as GitHub App ${c.app.appId}` : ""}` +
+            `${c.viaPool ? ` through VCS agent pool ${c.viaPool}` : ""}\n` +
             `  webhook URL:    ${c.webhookUrl}\n` +
             `  webhook secret: ${c.webhookSecret}`,
         );
@@ -117,8 +132,8 @@ export function registerVcsCommands(program: Command): void {
     const { items } = await apiFor(opts).call(routes.listVcsConnections, {});
     emit(opts, items, (cs) =>
       table(
-        ["NAME", "PROVIDER", "URL", "ID"],
-        cs.map((c) => [c.name, c.provider, c.url, c.id]),
+        ["NAME", "PROVIDER", "URL", "VIA POOL", "ID"],
+        cs.map((c) => [c.name, c.provider, c.url, c.viaPool ?? "-", c.id]),
       ),
     );
   });

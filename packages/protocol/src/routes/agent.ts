@@ -35,6 +35,7 @@ export const agentRoutes = {
     auth: "session",
     query: waitQuery,
     response: ok(s.pollResponseSchema),
+    errors: ["forbidden"],
   }),
   agentHeartbeat: route({
     method: "POST",

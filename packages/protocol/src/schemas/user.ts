@@ -17,7 +17,10 @@ import { runSourceSchema } from "./vcs.js";
 
 /* The resources of the user API (/api/v1). */
 
-export const poolSchema = z.object({ id: z.string(), name: z.string(), createdAt: z.string() });
+/** What a pool's agents do: run jobs (`runs`), or relay a VCS the server cannot reach (`vcs`). */
+export const poolKindSchema = z.enum(["runs", "vcs"]);
+export type PoolKind = z.infer<typeof poolKindSchema>;
+export const poolSchema = z.object({ id: z.string(), name: z.string(), kind: poolKindSchema, createdAt: z.string() });
 export type Pool = z.infer<typeof poolSchema>;
 /** A pool in a list, with how many of its agents are online (idle or busy) out of those registered. */
 export const poolSummarySchema = poolSchema.extend({
@@ -29,7 +32,7 @@ export const deletedPoolSchema = poolSchema.extend({
   tokensRevoked: z.number().int(),
   agentsEnded: z.number().int(),
 });
-export const createPoolSchema = z.object({ name: nameSchema });
+export const createPoolSchema = z.object({ name: nameSchema, kind: poolKindSchema.default("runs") });
 
 export const poolTokenSchema = z.object({
   id: z.string(),

@@ -56,6 +56,8 @@ export const vcsConnectionSchema = z.object({
   authKind: vcsAuthKindSchema,
   /** A GitHub App's id and installation (its key is never returned); null with a token. */
   app: z.object({ appId: z.string(), installationId: z.number().int() }).nullable(),
+  /** The pool of VCS agents the server reaches this connection through; null: the server reaches it itself. */
+  viaPool: z.string().nullable(),
   /** Where the VCS delivers webhooks: <server>/api/v1/vcs/<name>/webhook. */
   webhookUrl: z.string(),
   createdAt: z.string(),
@@ -80,13 +82,22 @@ export const createVcsConnectionSchema = z
     url: vcsUrlSchema,
     /** The REST API base; by default api.github.com for https://github.com, else `<url>/api/v3` (GitHub) or `<url>/api/v4` (GitLab). */
     apiUrl: vcsUrlSchema.optional(),
-    /** Write-only: stored, never shown again. */
+    /** Write-only: stored, never shown again. Optional with `viaPool`: the VCS agents may hold it alone. */
     token: vcsTokenSchema.optional(),
     githubApp: githubAppSchema.optional(),
+    /** A pool of kind `vcs` whose agents reach the VCS for the server (id or name). */
+    viaPool: z.string().min(1).optional(),
   })
   .superRefine((c, ctx) => {
-    if ((c.token === undefined) === (c.githubApp === undefined))
-      ctx.addIssue({ code: "custom", message: "give a token or a GitHub App (one of them)" });
+    if (c.token !== undefined && c.githubApp !== undefined)
+      ctx.addIssue({ code: "custom", message: "give a token or a GitHub App, not both" });
+    if (c.token === undefined && c.githubApp === undefined && c.viaPool === undefined)
+      ctx.addIssue({
+        code: "custom",
+        path: ["token"],
+        message:
+          "a token or a GitHub App is needed, unless the connection is reached through a VCS agent pool (viaPool)",
+      });
     if (c.githubApp !== undefined && c.provider !== "github")
       ctx.addIssue({ code: "custom", message: "a GitHub App authenticates to GitHub only" });
     if (c.provider === "gitlab" && c.apiUrl !== undefined && !/\/api\/v4\/*$/.test(c.apiUrl))

@@ -147,6 +147,13 @@ export const serverSettings = {
     parse: secondsFrom(0),
     section: "server",
   }),
+  DROVER_VCS_AGENT_TASK_SECONDS: setting({
+    doc: "how long the server waits for a VCS agent to answer an operation or fetch of a connection reached through a VCS agent pool",
+    default: 300,
+    readers: ["server"],
+    parse: secondsFrom(1),
+    section: "server",
+  }),
   DROVER_MAX_CONFIGURATION_MB: setting({
     doc: "largest configuration upload (tar.gz)",
     default: 100,

@@ -9,6 +9,7 @@ import { runPullRequest, vcs, vcsApiAndReports, vcsWebhookSecret } from "./migra
 import { workspaceExecutionMode, workspaceTfeTags } from "./migrations-tfe.js";
 import { vcsDeliveries } from "./migrations-vcs-deliveries.js";
 import { tfeRuns } from "./migrations-tfe-runs.js";
+import { vcsAgents } from "./migrations-vcs-agents.js";
 
 /*
  * The one migration history, applied at server start on either database. Column types
@@ -434,6 +435,7 @@ export function migrationProvider(dialect: Dialect): MigrationProvider {
       "0064c_vcs_webhook_secret": vcsWebhookSecret(),
       "0065_vcs_deliveries": vcsDeliveries(dialect),
       "0066_vcs_api_and_reports": vcsApiAndReports(dialect),
+      "0067_vcs_agents": vcsAgents(dialect),
       "0068a_workspace_tfe_tags": workspaceTfeTags(),
       "0068b_workspace_execution_mode": workspaceExecutionMode(),
       "0069_tfe_runs": tfeRuns(dialect),

@@ -1,4 +1,13 @@
-import type { Driver, Engine, JobStatus, Phase, RunStatus, VariableKind, VcsProvider } from "@drover/protocol";
+import type {
+  Driver,
+  Engine,
+  JobStatus,
+  Phase,
+  PoolKind,
+  RunStatus,
+  VariableKind,
+  VcsProvider,
+} from "@drover/protocol";
 import type { Generated, Selectable } from "kysely";
 
 /** Which database a connection speaks; the few queries that differ branch on it. */
@@ -12,6 +21,7 @@ export type Dialect = "sqlite" | "postgres";
 export interface PoolsTable {
   id: string;
   name: string;
+  kind: Generated<PoolKind>;
   created_at: number;
 }
 
@@ -237,6 +247,8 @@ export interface VcsConnectionsTable {
   app_id: string | null;
   installation_id: number | null;
   private_key: string | null;
+  /** The pool of VCS agents the server reaches this connection through (null: directly). */
+  via_pool_id: Generated<string | null>;
   /** The secret the VCS signs webhook deliveries with (GitHub) or sends as their token (GitLab); write-only. */
   webhook_secret: string;
   created_at: number;
@@ -333,11 +345,35 @@ export interface TfeConfigurationVersionsTable {
   created_at: number;
 }
 
+/** A VCS operation or fetch leased to a VCS agent like a job: attempt, lease, take-over. */
+export interface VcsTasksTable {
+  id: string;
+  pool_id: string;
+  connection_id: string;
+  kind: "operation" | "fetch";
+  /** The task as the agent receives it (JSON, checked by the protocol's schemas). */
+  payload: string;
+  /** A fetch's workspace: the configuration version it uploads belongs to it. */
+  workspace_id: string | null;
+  status: "queued" | "leased" | "succeeded" | "failed";
+  attempt: Generated<number>;
+  agent_id: string | null;
+  lease_expires_at: number | null;
+  /** Past it, nobody waits for the task any more: it is not handed out. */
+  deadline_at: number;
+  result: string | null;
+  error: string | null;
+  configuration_version_id: string | null;
+  created_at: number;
+  finished_at: number | null;
+}
+
 export interface Database {
   vcs_reports: VcsReportsTable;
   server_keys: ServerKeysTable;
   capability_uses: CapabilityUsesTable;
   tfe_configuration_versions: TfeConfigurationVersionsTable;
+  vcs_tasks: VcsTasksTable;
   vcs_connections: VcsConnectionsTable;
   vcs_deliveries: VcsDeliveriesTable;
   vcs_delivery_outcomes: VcsDeliveryOutcomesTable;

@@ -4,6 +4,7 @@ import { jobTraceIds, jobTraceparent, noopTracer } from "@drover/runtime";
 import type { FastifyInstance, preParsingAsyncHookHandler } from "fastify";
 import { agentHeartbeat, deregisterAgent, registerAgent } from "../store/agents.js";
 import { poolDemand } from "../store/demand.js";
+import { poolKindOf, requirePoolKind } from "../store/pools.js";
 import { readConfigurationArchive } from "../store/configuration-versions.js";
 import { appendLogInOrder } from "../store/logs.js";
 import {
@@ -63,6 +64,7 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, opt
   serve(routes.agentDemand, async ({ query, caller: { pool } }) => poolDemand(ctx, pool.id, query.jobsPerAgent));
 
   serve(routes.pollJob, async ({ query: { wait }, caller: agent }, _req, reply) => {
+    requirePoolKind(await poolKindOf(ctx, agent.poolId), "runs", "taking run jobs");
     // Up to 20% jitter: agents that (re)connected together — after a server restart, say —
     // would otherwise all time out and reconnect in the same instant, forever.
     const jittered = Math.round(wait * (0.8 + 0.2 * Math.random()));

@@ -12,6 +12,7 @@ import { answered, registrar } from "./serve.js";
 import { registerStateRoutes } from "./state-routes.js";
 import { registerUserRoutes } from "./user-routes.js";
 import { registerVcsRoutes } from "./vcs-routes.js";
+import { registerVcsAgentRoutes } from "./vcs-agent-routes.js";
 import { registerWebUi } from "./web-ui.js";
 import { registerTfe } from "../tfe/index.js";
 import { sql } from "kysely";
@@ -92,6 +93,7 @@ export function buildApp(
   void app.register(async (scope) => registerVcsRoutes(scope, ctx, serveOptions), { prefix: userApi });
   void app.register(async (scope) => registerAgentRoutes(scope, ctx, serveOptions), { prefix: agentApi });
   registerTfe(app, ctx);
+  void app.register(async (scope) => registerVcsAgentRoutes(scope, ctx, serveOptions), { prefix: agentApi });
 
   const serve = registrar(app, "", serveOptions);
   serve(routes.healthz, async () => ({

@@ -41,6 +41,8 @@ export interface HttpContext {
   vcsWebhooks?: WebhookQueue;
   /** Makes the client of a VCS connection's API (default: vcsClient, straight to the VCS). */
   vcsClient?: (endpoint: VcsEndpoint) => VcsClient;
+  /** How long a VCS agent's task may take (connections reached through a VCS agent pool). */
+  vcsAgentTaskMs?: number;
   /** The server's Prometheus series (set by buildApp). */
   metrics?: ServerMetrics;
 }

@@ -42,7 +42,7 @@ export function registerUserRoutes(app: FastifyInstance, http: HttpContext, opti
   const serve = registrar(app, userApi, options);
 
   serve(routes.listPools, async () => ({ items: await listPools(ctx) }));
-  serve(routes.createPool, async ({ body }) => createPool(ctx, body.name));
+  serve(routes.createPool, async ({ body }) => createPool(ctx, body.name, body.kind));
   serve(routes.getPool, async ({ params }) => getPool(ctx, params.pool));
   serve(routes.deletePool, async ({ params }) => deletePool(ctx, params.pool));
   serve(routes.createPoolToken, async ({ params, body }) =>

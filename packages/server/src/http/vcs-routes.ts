@@ -39,6 +39,7 @@ export function registerVcsRoutes(app: FastifyInstance, http: HttpContext, optio
     log: app.log,
     publicUrl: () => http.publicUrl(),
     client: http.vcsClient ?? ((endpoint) => vcsClient(endpoint)),
+    agentTaskMs: http.vcsAgentTaskMs ?? 300_000,
   };
   serve(routes.linkWorkspaceVcs, async ({ params, body }) => linkWithWebhook(hooks, params.ws, body));
   serve(routes.getWorkspaceVcs, async ({ params }) => getWorkspaceVcs(ctx, params.ws));

@@ -1,4 +1,5 @@
-import { DroverError, routes, userApi } from "@drover/protocol";
+import { DroverError, routes, userApi, type VcsProvider } from "@drover/protocol";
+import type { StoreContext } from "../store/context.js";
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { getVcsConnection, vcsWebhookSecret, type StoredVcsConnection } from "../store/vcs-connections.js";
 import { recordVcsDelivery } from "../store/vcs-deliveries.js";
@@ -29,6 +30,29 @@ function summaryOf(e: WebhookEvent): string {
     case "ignored":
       return `ignored: ${e.reason}`;
   }
+}
+
+/**
+ * Stores a verified delivery once per delivery id and queues its work (a replay queues nothing):
+ * the server's own webhook route and the deliveries VCS agents forward both end here.
+ */
+export async function storeDelivery(
+  ctx: StoreContext,
+  queue: WebhookQueue | undefined,
+  connection: { id: string; provider: VcsProvider },
+  headers: { event: string; deliveryId: string },
+  raw: Buffer,
+): Promise<{ id: string; duplicate: boolean }> {
+  const { event, parsed } = parseEvent(connection.provider, headers.event, raw);
+  const stored = await recordVcsDelivery(ctx, {
+    connectionId: connection.id,
+    deliveryId: headers.deliveryId,
+    event,
+    summary: summaryOf(parsed),
+    work: JSON.stringify(parsed),
+  });
+  if (!stored.duplicate) queue?.enqueue(stored.id);
+  return stored;
 }
 
 /**
@@ -71,16 +95,7 @@ export function registerVcsWebhookRoute(
               ? "X-Hub-Signature-256 is missing or is not the HMAC of this body with the connection's webhook secret"
               : "X-Gitlab-Token is missing or is not the connection's webhook secret",
           );
-        const headers = deliveryHeaders(conn.provider, req.headers, raw);
-        const { event, parsed } = parseEvent(conn.provider, headers.event, raw);
-        const stored = await recordVcsDelivery(ctx, {
-          connectionId: conn.id,
-          deliveryId: headers.deliveryId,
-          event,
-          summary: summaryOf(parsed),
-          work: JSON.stringify(parsed),
-        });
-        if (!stored.duplicate) queue?.enqueue(stored.id);
+        const stored = await storeDelivery(ctx, queue, conn, deliveryHeaders(conn.provider, req.headers, raw), raw);
         void reply.header("cache-control", "no-store");
         return { delivery: stored.id, duplicate: stored.duplicate };
       },

@@ -31,3 +31,4 @@ export * from "./workspace-vcs.js";
 export * from "./vcs-deliveries.js";
 export * from "./vcs-supersede.js";
 export * from "./vcs-reports.js";
+export * from "./vcs-tasks.js";

@@ -4,6 +4,7 @@ import {
   newId,
   newPoolToken,
   type Pool,
+  type PoolKind,
   type PoolSummary,
   type PoolToken,
 } from "@drover/protocol";
@@ -13,7 +14,12 @@ import { isUniqueViolation } from "../db/storage-errors.js";
 import { iso, isoOrNull, type StoreContext } from "./context.js";
 import { announceSessionsChanged } from "./sessions.js";
 
-const toPool = (r: Selectable<PoolsTable>): Pool => ({ id: r.id, name: r.name, createdAt: iso(r.created_at) });
+const toPool = (r: Selectable<PoolsTable>): Pool => ({
+  id: r.id,
+  name: r.name,
+  kind: r.kind,
+  createdAt: iso(r.created_at),
+});
 const toPoolToken = (r: Selectable<PoolTokensTable>): PoolToken => ({
   id: r.id,
   poolId: r.pool_id,
@@ -24,11 +30,11 @@ const toPoolToken = (r: Selectable<PoolTokensTable>): PoolToken => ({
 });
 
 /** Creates a pool; a taken name is `already_exists`, also when another request takes it first. */
-export async function createPool(ctx: StoreContext, name: string): Promise<Pool> {
+export async function createPool(ctx: StoreContext, name: string, kind: PoolKind = "runs"): Promise<Pool> {
   const taken = () => new DroverError("already_exists", `a pool named ${JSON.stringify(name)} already exists`);
   const existing = await ctx.db.selectFrom("pools").select("id").where("name", "=", name).executeTakeFirst();
   if (existing) throw taken();
-  const row = { id: newId("pool"), name, created_at: ctx.now() };
+  const row = { id: newId("pool"), name, kind, created_at: ctx.now() };
   try {
     await ctx.db.insertInto("pools").values(row).execute();
   } catch (err) {
@@ -85,6 +91,13 @@ export async function deletePool(
       .where("status", "in", ["queued", "assigned", "running"])
       .executeTakeFirst();
     if (active) throw new DroverError("conflict", `pool ${pool.name} still has a job to finish (${active.id})`);
+    const relayed = await trx
+      .selectFrom("vcs_connections")
+      .select("name")
+      .where("via_pool_id", "=", pool.id)
+      .executeTakeFirst();
+    if (relayed)
+      throw new DroverError("conflict", `pool ${pool.name} relays VCS connection ${relayed.name}: delete it first`);
     const now = ctx.now();
     const revoked = await trx
       .updateTable("pool_tokens")
@@ -174,7 +187,14 @@ export async function authenticatePoolToken(
   const row = await ctx.db
     .selectFrom("pool_tokens")
     .innerJoin("pools", "pools.id", "pool_tokens.pool_id")
-    .select(["pool_tokens.id as tokenId", "pool_tokens.revoked_at", "pools.id", "pools.name", "pools.created_at"])
+    .select([
+      "pool_tokens.id as tokenId",
+      "pool_tokens.revoked_at",
+      "pools.id",
+      "pools.name",
+      "pools.kind",
+      "pools.created_at",
+    ])
     .where("pool_tokens.token_hash", "=", hashToken(token))
     .executeTakeFirst();
   if (!row)
@@ -182,5 +202,35 @@ export async function authenticatePoolToken(
   if (row.revoked_at !== null)
     throw new DroverError("token_revoked", "this pool token was revoked; give the agent a new one");
   await ctx.db.updateTable("pool_tokens").set({ last_used_at: ctx.now() }).where("id", "=", row.tokenId).execute();
-  return { tokenId: row.tokenId, pool: toPool({ id: row.id, name: row.name, created_at: row.created_at }) };
+  return { tokenId: row.tokenId, pool: toPool(row) };
+}
+
+/**
+ * Refuses work of one kind to a pool of the other: run jobs go to `runs` pools only, VCS tasks
+ * to `vcs` pools only, whoever asks (a workspace placed in a pool, an agent polling).
+ */
+export function requirePoolKind(pool: Pick<Pool, "name" | "kind">, kind: PoolKind, what: string): void {
+  if (pool.kind === kind) return;
+  throw new DroverError("forbidden", `pool ${pool.name} is a ${pool.kind} pool: ${what} needs a ${kind} pool`, {
+    hint:
+      kind === "vcs"
+        ? "Create one with `drover pool create <name> --kind vcs`."
+        : "VCS agent pools take VCS tasks only; use a runs pool (`drover pool create <name>`).",
+  });
+}
+
+/** Kinds by pool id, per database: a pool's kind never changes, so every poll need not read it. */
+const kinds = new WeakMap<StoreContext["db"], Map<string, Pick<Pool, "name" | "kind">>>();
+
+/** The kind of a pool by id (a VCS agent's or run agent's session names its pool by id). */
+export async function poolKindOf(ctx: StoreContext, poolId: string): Promise<Pick<Pool, "name" | "kind">> {
+  let known = kinds.get(ctx.db);
+  if (!known) kinds.set(ctx.db, (known = new Map()));
+  const cached = known.get(poolId);
+  if (cached) return cached;
+  const row = await ctx.db.selectFrom("pools").select(["name", "kind"]).where("id", "=", poolId).executeTakeFirst();
+  if (!row) throw new DroverError("not_found", `no pool ${JSON.stringify(poolId)}`);
+  if (known.size > 10_000) known.clear();
+  known.set(poolId, row);
+  return row;
 }

@@ -5,6 +5,7 @@ import type { VcsConnectionsTable } from "../db/schema.js";
 import { newWebhookSecret } from "../db/migrations-vcs.js";
 import { isUniqueViolation } from "../db/storage-errors.js";
 import { iso, type StoreContext } from "./context.js";
+import { getPool, requirePoolKind } from "./pools.js";
 
 /*
  * VCS connections. The token is write-only like a sensitive variable: only the fetch reads it
@@ -14,7 +15,9 @@ import { iso, type StoreContext } from "./context.js";
 /** A connection as the store knows it; the API adds the webhook URL, which depends on the server's address. */
 export type StoredVcsConnection = Omit<VcsConnection, "webhookUrl">;
 
-const toConnection = (r: Selectable<VcsConnectionsTable>): StoredVcsConnection => ({
+type Row = Selectable<VcsConnectionsTable> & { via_pool_name: string | null };
+
+const toConnection = (r: Row): StoredVcsConnection => ({
   id: r.id,
   name: r.name,
   provider: r.provider,
@@ -22,16 +25,27 @@ const toConnection = (r: Selectable<VcsConnectionsTable>): StoredVcsConnection =
   apiUrl: r.api_url ?? defaultVcsApiUrl(r.provider, r.url),
   authKind: r.auth_kind,
   app: r.auth_kind === "github-app" ? { appId: r.app_id ?? "", installationId: Number(r.installation_id ?? 0) } : null,
+  viaPool: r.via_pool_name,
   createdAt: iso(r.created_at),
 });
+
+const withPool = (ctx: StoreContext) =>
+  ctx.db
+    .selectFrom("vcs_connections")
+    .leftJoin("pools", "pools.id", "vcs_connections.via_pool_id")
+    .selectAll("vcs_connections")
+    .select("pools.name as via_pool_name");
 
 export interface CreateVcsConnectionInput {
   name: string;
   provider: VcsProvider;
   url: string;
   apiUrl?: string | undefined;
+  /** Absent with a GitHub App, or when only the VCS agents of `viaPool` hold it. */
   token?: string | undefined;
   githubApp?: { appId: string; installationId: number; privateKey: string } | undefined;
+  /** A `vcs` pool (id or name) whose agents reach the VCS. */
+  viaPool?: string | undefined;
 }
 
 /** Creates a connection; a taken name is `already_exists`. */
@@ -47,6 +61,13 @@ export async function createVcsConnection(
     .where("name", "=", input.name)
     .executeTakeFirst();
   if (existing) throw taken();
+  const pool = input.viaPool === undefined ? null : await getPool(ctx, input.viaPool);
+  if (pool) requirePoolKind(pool, "vcs", "a connection through VCS agents");
+  if (!pool && input.token === undefined && input.githubApp === undefined)
+    throw new DroverError(
+      "bad_request",
+      "a token or a GitHub App is needed, unless the connection is reached through a VCS agent pool",
+    );
   const row = {
     id: newId("vcs"),
     name: input.name,
@@ -58,6 +79,7 @@ export async function createVcsConnection(
     app_id: input.githubApp?.appId ?? null,
     installation_id: input.githubApp?.installationId ?? null,
     private_key: input.githubApp?.privateKey ?? null,
+    via_pool_id: pool?.id ?? null,
     webhook_secret: newWebhookSecret(),
     created_at: ctx.now(),
   };
@@ -67,19 +89,17 @@ export async function createVcsConnection(
     if (isUniqueViolation(err)) throw taken();
     throw err;
   }
-  return toConnection(row);
+  return toConnection({ ...row, via_pool_name: pool?.name ?? null });
 }
 
 export async function listVcsConnections(ctx: StoreContext): Promise<StoredVcsConnection[]> {
-  const rows = await ctx.db.selectFrom("vcs_connections").selectAll().orderBy("name").execute();
+  const rows = await withPool(ctx).orderBy("vcs_connections.name").execute();
   return rows.map(toConnection);
 }
 
-async function connectionRow(ctx: StoreContext, idOrName: string): Promise<Selectable<VcsConnectionsTable>> {
-  const row = await ctx.db
-    .selectFrom("vcs_connections")
-    .selectAll()
-    .where((eb) => eb.or([eb("id", "=", idOrName), eb("name", "=", idOrName)]))
+async function connectionRow(ctx: StoreContext, idOrName: string): Promise<Row> {
+  const row = await withPool(ctx)
+    .where((eb) => eb.or([eb("vcs_connections.id", "=", idOrName), eb("vcs_connections.name", "=", idOrName)]))
     .executeTakeFirst();
   if (!row) throw new DroverError("not_found", `no VCS connection ${JSON.stringify(idOrName)}`);
   return row;
@@ -105,7 +125,10 @@ export async function vcsCredential(ctx: StoreContext, connectionId: string): Pr
 
 /** How the VCS client reaches and authenticates to a connection's API (its secrets included: server-side only). */
 export async function vcsEndpoint(ctx: StoreContext, connectionId: string): Promise<VcsEndpoint> {
-  const row = await connectionRow(ctx, connectionId);
+  return endpointOf(await connectionRow(ctx, connectionId));
+}
+
+function endpointOf(row: Selectable<VcsConnectionsTable>): VcsEndpoint {
   return {
     provider: row.provider,
     url: row.url,
@@ -120,6 +143,17 @@ export async function vcsEndpoint(ctx: StoreContext, connectionId: string): Prom
           }
         : { kind: "token", token: row.token },
   };
+}
+
+/** How the server reaches a connection: itself with its credentials, or through a pool of VCS agents. */
+export type VcsRoute =
+  { via: "server"; endpoint: VcsEndpoint } | { via: "pool"; poolId: string; connectionId: string; connection: string };
+
+export async function vcsRoute(ctx: StoreContext, connectionId: string): Promise<VcsRoute> {
+  const row = await connectionRow(ctx, connectionId);
+  if (row.via_pool_id !== null)
+    return { via: "pool", poolId: row.via_pool_id, connectionId: row.id, connection: row.name };
+  return { via: "server", endpoint: endpointOf(row) };
 }
 
 /** The connection's webhook secret, for checking deliveries and registering webhooks only. */

@@ -3,7 +3,7 @@ import { sql, type Selectable } from "kysely";
 import type { WorkspacesTable } from "../db/schema.js";
 import { isUniqueViolation } from "../db/storage-errors.js";
 import { iso, type Queryable, type StoreContext } from "./context.js";
-import { getPool } from "./pools.js";
+import { getPool, requirePoolKind } from "./pools.js";
 
 type Row = Omit<Selectable<WorkspacesTable>, "tfe_tags" | "execution_mode"> & {
   locked: number | string | null;
@@ -50,6 +50,7 @@ export interface CreateWorkspaceInput {
 
 export async function createWorkspace(ctx: StoreContext, input: CreateWorkspaceInput): Promise<Workspace> {
   const pool = await getPool(ctx, input.pool);
+  requirePoolKind(pool, "runs", "a workspace");
   const exists = () =>
     new DroverError("already_exists", `a workspace named ${JSON.stringify(input.name)} already exists`);
   const taken = await ctx.db.selectFrom("workspaces").select("id").where("name", "=", input.name).executeTakeFirst();
@@ -154,7 +155,11 @@ export async function updateWorkspace(
 ): Promise<Workspace> {
   const ws = await getWorkspace(ctx, idOrName);
   const set: Partial<Selectable<WorkspacesTable>> = {};
-  if (input.pool !== undefined) set.pool_id = (await getPool(ctx, input.pool)).id;
+  if (input.pool !== undefined) {
+    const pool = await getPool(ctx, input.pool);
+    requirePoolKind(pool, "runs", "a workspace");
+    set.pool_id = pool.id;
+  }
   if (input.engine !== undefined) set.engine = input.engine;
   if (input.engineVersion !== undefined) set.engine_version = input.engineVersion;
   if (input.workingDirectory !== undefined) set.working_directory = input.workingDirectory;

@@ -4,7 +4,6 @@ import type { Logger } from "pino";
 import type { DatabaseHealth } from "../db/health.js";
 import type { StoreContext } from "../store/context.js";
 import { createRun } from "../store/runs.js";
-import { vcsEndpoint } from "../store/vcs-connections.js";
 import {
   claimVcsCommit,
   listVcsLinks,
@@ -12,11 +11,10 @@ import {
   releaseVcsCommit,
   type PolledLink,
 } from "../store/workspace-vcs.js";
-import { branchHead, redact, secretsOf, vcsClient, type GitDeadlines } from "@drover/vcs";
+import { redact, vcsClient, type GitDeadlines, type VcsClient, type VcsEndpoint } from "@drover/vcs";
 import { markVcsRunsSuperseded } from "../store/vcs-deliveries.js";
 import { supersedeQueuedRuns } from "../store/vcs-supersede.js";
-import { fetchCommit } from "./fetch.js";
-import { commitTriggers } from "./triggers.js";
+import { vcsReach } from "./relay.js";
 
 /*
  * Finds new commits of linked branches by asking git for each branch's head, and starts a run
@@ -32,6 +30,10 @@ export interface VcsPollerOptions {
   health: DatabaseHealth;
   limits: ArchiveLimits;
   deadlines?: GitDeadlines;
+  /** How long a VCS agent's task may take, for connections reached through a VCS agent pool. */
+  agentTaskMs?: number;
+  /** Makes the API client of a connection the server reaches itself (tests give stand-ins' clients). */
+  client?: (endpoint: VcsEndpoint) => VcsClient;
 }
 
 /** What one poll did, per workspace (tests and logs). */
@@ -103,30 +105,27 @@ export class VcsPoller {
     let secrets: string[] = [];
     let head: string | null = null;
     try {
-      const endpoint = await vcsEndpoint(ctx, link.connectionId);
+      const reach = await vcsReach(ctx, link.connectionId, {
+        agentTaskMs: this.o.agentTaskMs ?? 300_000,
+        deadlines: this.o.deadlines,
+        client: this.o.client ?? vcsClient,
+      });
+      secrets = reach.secrets;
       const signal = this.shutdown.signal;
-      if (endpoint.auth.kind === "github-app") secrets = [endpoint.auth.privateKey];
-      // A GitHub App's git credential is its current installation token.
-      const token = await vcsClient(endpoint).gitToken({ signal });
-      const access = { provider: endpoint.provider, url: endpoint.url, token };
-      secrets = [...secrets, ...secretsOf(access)];
-      head = await branchHead(access, link.repository, link.branch, { deadlines: this.o.deadlines, signal });
+      head = await reach.branchHead(link.repository, link.branch, signal);
       if (head === null) throw new Error(`branch ${link.branch} does not exist in ${link.repository}`);
       if (head === link.lastCommitSha) return { workspace, skipped: "no new commit" };
       if (head === link.lastErrorSha) return { workspace, skipped: "this commit was refused before" };
-      const fetched = await fetchCommit(ctx, {
-        access,
+      const fetched = await reach.fetch({
         repository: link.repository,
         branch: link.branch,
         sha: head,
-        workspace: link.workspaceId,
+        workspaceId: link.workspaceId,
+        since: link.lastCommitSha,
+        triggerPaths: link.triggerPaths,
+        workingDirectory: link.workingDirectory,
         limits: this.o.limits,
-        deadlines: this.o.deadlines,
         signal,
-        wanted: {
-          since: link.lastCommitSha,
-          given: (changed) => commitTriggers(changed, link.triggerPaths, link.workingDirectory),
-        },
       });
       if (fetched === null) {
         // Seen, so the next commit is compared with this one.

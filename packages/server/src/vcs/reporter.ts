@@ -4,7 +4,7 @@ import type { Logger } from "pino";
 import type { DatabaseHealth } from "../db/health.js";
 import type { StoreContext } from "../store/context.js";
 import { getRun } from "../store/runs.js";
-import { vcsEndpoint } from "../store/vcs-connections.js";
+import { connectionClient } from "./relay.js";
 import {
   claimVcsReport,
   deliveredVcsReport,
@@ -47,6 +47,8 @@ export interface VcsReporterOptions {
   health: DatabaseHealth;
   publicUrl(): string;
   client(endpoint: VcsEndpoint): VcsClient;
+  /** How long a VCS agent's task may take, for connections reached through a VCS agent pool. */
+  agentTaskMs: number;
   timing?: Partial<VcsReportTiming>;
 }
 
@@ -113,7 +115,7 @@ export class VcsReporter {
     const { ctx, log } = this.o;
     try {
       const run = await getRun(ctx, r.run_id);
-      const client = this.o.client(await vcsEndpoint(ctx, r.connection_id));
+      const client = await connectionClient(ctx, r.connection_id, this.o);
       if (r.kind === "status") {
         await client.run({
           op: "setCommitStatus",

@@ -1,7 +1,8 @@
 import { messageOf, routes, type WorkspaceVcs } from "@drover/protocol";
 import { vcsStatusOf, type VcsClient, type VcsEndpoint } from "@drover/vcs";
 import type { StoreContext } from "../store/context.js";
-import { getVcsConnection, vcsEndpoint, vcsWebhookSecret } from "../store/vcs-connections.js";
+import { getVcsConnection, vcsWebhookSecret } from "../store/vcs-connections.js";
+import { connectionClient } from "./relay.js";
 import {
   getWorkspaceVcs,
   linkWorkspaceVcs,
@@ -23,6 +24,8 @@ export interface WebhookContext {
   log: { warn(fields: object, message: string): void };
   publicUrl(): string;
   client(endpoint: VcsEndpoint): VcsClient;
+  /** How long a VCS agent's task may take, for connections reached through a VCS agent pool. */
+  agentTaskMs: number;
 }
 
 const events = { github: ["push", "pull_request"], gitlab: ["push", "merge_requests"] } as const;
@@ -56,7 +59,7 @@ export async function linkWithWebhook(
   }
   const secret = await vcsWebhookSecret(ctx, link.connectionId);
   try {
-    const client = w.client(await vcsEndpoint(ctx, link.connectionId));
+    const client = await connectionClient(ctx, link.connectionId, w);
     const { webhookId } = await client.run({ op: "createWebhook", repository: link.repository, url, secret });
     await setVcsWebhookId(ctx, link.workspaceId, webhookId);
     return { ...link, webhookId, webhook: { registered: true, ...shape } };
@@ -84,7 +87,7 @@ async function dropWebhookIfUnused(w: WebhookContext, link: WorkspaceVcs): Promi
   if (link.webhookId === null) return;
   if ((await repositoryWebhookId(w.ctx, link.connectionId, link.repository)) === link.webhookId) return;
   try {
-    const client = w.client(await vcsEndpoint(w.ctx, link.connectionId));
+    const client = await connectionClient(w.ctx, link.connectionId, w);
     await client.run({ op: "deleteWebhook", repository: link.repository, webhookId: link.webhookId });
   } catch (err) {
     w.log.warn(

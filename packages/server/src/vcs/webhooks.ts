@@ -8,12 +8,15 @@ import {
   type CommitArchive,
   type GitAccess,
   type GitDeadlines,
+  type VcsClient,
+  type VcsEndpoint,
 } from "@drover/vcs";
 import type { Logger } from "pino";
 import { createConfigurationVersion } from "../store/configuration-versions.js";
 import type { StoreContext } from "../store/context.js";
 import { createRun } from "../store/runs.js";
-import { vcsCredential } from "../store/vcs-connections.js";
+import { vcsRoute } from "../store/vcs-connections.js";
+import { serverGitAccess } from "./relay.js";
 import {
   claimVcsDelivery,
   finishVcsDelivery,
@@ -45,6 +48,8 @@ export interface WebhookProcessorOptions {
   log: Logger;
   limits: ArchiveLimits;
   deadlines?: GitDeadlines;
+  /** Makes the API client of a connection the server reaches itself (a GitHub App's git token comes from it). */
+  client: (endpoint: VcsEndpoint) => VcsClient;
 }
 
 // An archive a retry cannot change: the same commit gives the same refusal.
@@ -96,7 +101,30 @@ export class WebhookProcessor {
     let outcomes: OutcomeInput[];
     if (event.kind === "ignored") outcomes = links.map((l) => outcome(l, "ignored", null, event.reason));
     else {
-      const access = await vcsCredential(ctx, stored.connectionId);
+      const route = await vcsRoute(ctx, stored.connectionId);
+      if (route.via === "pool") {
+        const why = "the connection is reached through VCS agents: the poller fetches new commits through them";
+        await recordVcsDeliveryOutcomes(
+          ctx,
+          id,
+          links.map((l) => outcome(l, "left_to_poller", null, why)),
+        );
+        await finishVcsDelivery(ctx, id);
+        return;
+      }
+      let access: GitAccess;
+      try {
+        ({ access } = await serverGitAccess(route.endpoint, this.o.client, this.shutdown.signal));
+      } catch (err) {
+        const reason = `no git credential for the connection: ${messageOf(err)}`;
+        await recordVcsDeliveryOutcomes(
+          ctx,
+          id,
+          links.map((l) => outcome(l, "fetch_failed", null, reason)),
+        );
+        await finishVcsDelivery(ctx, id);
+        return;
+      }
       outcomes =
         event.kind === "push" ? await this.push(access, event, links) : await this.pullRequest(access, event, links);
     }

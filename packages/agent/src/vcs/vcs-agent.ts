@@ -1,0 +1,246 @@
+import { DroverError, messageOf, routes, type VcsTask, type VcsTaskEnvelope } from "@drover/protocol";
+import { vcsClient, type GitDeadlines, type VcsClient } from "@drover/vcs";
+import type { Server } from "node:http";
+import type { Logger } from "pino";
+import { closeHealthServer, startHealthServer } from "../health.js";
+import { AgentClient, withRetry } from "../session/client.js";
+import { PoolSession, TokenRefusedError } from "../session/pool-session.js";
+import type { AgentVcsConnection, VcsAgentConfig } from "./config.js";
+import { checkedTask, runTask, type TaskEnd } from "./tasks.js";
+import { startWebhookListener } from "./webhooks.js";
+
+/*
+ * `drover agent vcs`: the run agents' pool session with a `vcs` pool's token, long-polling for
+ * VCS tasks instead of jobs. It only ever calls out to the server; the VCS is reached from here,
+ * with credentials only this process holds. Each task's lease is renewed while it runs, so a
+ * task outlives no agent: when this process dies, another agent of the pool takes it.
+ */
+
+export interface VcsAgentOptions {
+  /** The provider API client of a connection (tests give their own); by default @drover/vcs's client. */
+  clientFor?: (connection: string, endpoint: AgentVcsConnection) => VcsClient;
+  deadlines?: GitDeadlines;
+  handleSignals?: boolean;
+}
+
+export class VcsAgent {
+  readonly client: AgentClient;
+  readonly session: PoolSession<VcsTaskEnvelope>;
+  private running = new Map<string, AbortController>();
+  private leaseTtlMs = 30_000;
+  private readonly idle = new Set<() => void>();
+  private counts = { succeeded: 0, failed: 0, refused: 0 };
+  webhookUrl: string | undefined;
+
+  constructor(
+    readonly config: VcsAgentConfig,
+    private readonly log: Logger,
+    private readonly options: VcsAgentOptions = {},
+  ) {
+    const a = config.agent;
+    this.client = new AgentClient(a.url, a.caCertPem);
+    this.session = new PoolSession<VcsTaskEnvelope>({
+      client: this.client,
+      poolToken: a.token,
+      tokenSource: a.tokenSource,
+      name: a.name,
+      driver: "local",
+      capacity: config.concurrency,
+      pollWaitMs: a.pollWaitMs,
+      log,
+      registeredLog: "VCS agent registered",
+      room: () => (this.running.size < config.concurrency ? "free" : "full"),
+      load: () => ({ runningJobs: this.running.size }),
+      take: async (session, waitMs, signal) => {
+        const answer = await this.client.call(routes.pollVcsTask, {
+          token: session,
+          query: { wait: waitMs },
+          signal,
+          timeoutMs: waitMs + this.client.timeouts.longPollSlackMs,
+        });
+        this.leaseTtlMs = answer.leaseTtlMs;
+        return answer.task;
+      },
+      onJob: (task) => void this.handle(task),
+    });
+  }
+
+  /** Registers, serves webhooks and health, takes tasks until stopped; resolves with the exit code. */
+  async run(): Promise<number> {
+    let health: Server | undefined;
+    let hooks: Server | undefined;
+    try {
+      if (!(await this.session.start())) return 0;
+      const a = this.config.agent;
+      if (a.healthPort > 0) health = await startHealthServer(a.healthPort, this.healthSource(), a.healthAddress);
+      if (this.config.webhookPort > 0) {
+        hooks = await startWebhookListener({
+          port: this.config.webhookPort,
+          address: this.config.webhookAddress,
+          connections: this.config.connections,
+          log: this.log,
+          forward: (delivery, signal) => this.forward(delivery, signal),
+        });
+        const addr = hooks.address();
+        this.webhookUrl = typeof addr === "object" && addr ? `http://${addr.address}:${addr.port}` : undefined;
+        this.log.info({ port: typeof addr === "object" && addr ? addr.port : undefined }, "webhook listener ready");
+      }
+      await this.session.poll();
+      await this.drain();
+      await this.session.deregister(AbortSignal.timeout(5_000)).catch(() => undefined);
+      return 0;
+    } catch (err) {
+      this.log.error(messageOf(err));
+      return err instanceof TokenRefusedError || (err instanceof DroverError && err.code === "invalid_setting") ? 2 : 1;
+    } finally {
+      await this.session.stop();
+      for (const c of this.running.values()) c.abort();
+      await closeHealthServer(hooks);
+      await closeHealthServer(health);
+    }
+  }
+
+  /** Stops taking tasks; running ones get the grace period to finish, then are abandoned to another agent. */
+  async stop(): Promise<void> {
+    await this.session.stop();
+  }
+
+  private async drain(): Promise<void> {
+    if (this.running.size === 0) return;
+    const timer = setTimeout(() => {
+      for (const c of this.running.values()) c.abort();
+    }, this.config.agent.gracePeriodMs);
+    await new Promise<void>((resolve) => {
+      const check = () => {
+        if (this.running.size > 0) return;
+        this.idle.delete(check);
+        resolve();
+      };
+      this.idle.add(check);
+      check();
+    });
+    clearTimeout(timer);
+  }
+
+  private healthSource() {
+    return {
+      health: () => ({
+        live: this.session.fatalError === undefined,
+        ready: this.session.registered,
+        details: { runningTasks: this.running.size },
+      }),
+      metrics: async () =>
+        [
+          "# HELP drover_vcs_agent_tasks_total VCS tasks this agent ended, by outcome.",
+          "# TYPE drover_vcs_agent_tasks_total counter",
+          ...Object.entries(this.counts).map(([o, n]) => `drover_vcs_agent_tasks_total{outcome="${o}"} ${n}`),
+          "",
+        ].join("\n"),
+    };
+  }
+
+  private async forward(
+    delivery: { connection: string; event: string; deliveryId: string; body: Buffer },
+    signal: AbortSignal,
+  ): Promise<void> {
+    const token = this.session.sessionToken;
+    if (token === undefined) throw new Error("not registered with the server yet");
+    await this.client.call(routes.forwardVcsWebhook, {
+      token,
+      body: { ...delivery, body: delivery.body.toString("base64") },
+      signal,
+    });
+  }
+
+  private async handle(raw: VcsTaskEnvelope): Promise<void> {
+    const token = this.session.sessionToken;
+    if (token === undefined) return;
+    const abort = new AbortController();
+    this.running.set(raw.id, abort);
+    const checked = checkedTask(raw);
+    const where = { task: raw.id, attempt: raw.attempt };
+    const renew = setInterval(
+      () => {
+        this.client
+          .call(routes.renewVcsTask, { token, params: { id: raw.id }, body: { attempt: raw.attempt } })
+          .catch((err: unknown) => {
+            if (err instanceof DroverError && (err.code === "stale_attempt" || err.code === "not_found")) {
+              this.log.warn({ ...where, err: err.message }, "the task is no longer this agent's; stopping it");
+              abort.abort();
+            }
+          });
+      },
+      Math.max(100, this.leaseTtlMs / 3),
+    );
+    try {
+      let end: TaskEnd;
+      if ("refused" in checked) {
+        this.counts.refused++;
+        this.log.warn({ ...where, reason: checked.refused }, "refused a VCS task");
+        end = { error: checked.refused, code: "bad_request" };
+      } else {
+        const task = checked.task;
+        this.log.info({ ...where, ...describe(task) }, "VCS task taken");
+        end = await runTask(task, {
+          connections: this.config.connections,
+          clientFor: this.options.clientFor ?? ((_connection, endpoint) => vcsClient(endpoint)),
+          deadlines: this.options.deadlines,
+          signal: abort.signal,
+          upload: (t, archive, signal) =>
+            withRetry(
+              () =>
+                this.client.call(routes.uploadVcsArchive, {
+                  token,
+                  params: { id: t.id },
+                  query: { attempt: t.attempt },
+                  body: archive,
+                  signal,
+                }),
+              signal,
+            ),
+        });
+        if ("error" in end) this.counts.failed++;
+        else this.counts.succeeded++;
+        this.log.info({ ...where, ...("error" in end ? { error: end.error } : {}) }, "VCS task ended");
+      }
+      if (abort.signal.aborted) return;
+      const body = "error" in end ? { attempt: raw.attempt, ...end } : { attempt: raw.attempt, result: end.result };
+      await withRetry(
+        () => this.client.call(routes.completeVcsTask, { token, params: { id: raw.id }, body }),
+        this.session.signal.aborted ? AbortSignal.timeout(5_000) : this.session.signal,
+      );
+    } catch (err) {
+      this.log.warn({ ...where, err: messageOf(err) }, "reporting a VCS task failed; its lease will run out");
+    } finally {
+      clearInterval(renew);
+      this.running.delete(raw.id);
+      this.session.roomFreed();
+      for (const f of [...this.idle]) f();
+    }
+  }
+}
+
+/** What a log line says of a task: never a credential, and no more of it than names it. */
+function describe(task: VcsTask): Record<string, unknown> {
+  if (task.kind === "fetch")
+    return { kind: "fetch", connection: task.connection, repository: task.fetch.repository, sha: task.fetch.sha };
+  return { kind: task.operation.op, connection: task.connection, repository: task.operation.repository };
+}
+
+/** Starts a VCS agent; SIGTERM and SIGINT stop it. */
+export function runVcsAgent(
+  config: VcsAgentConfig,
+  log: Logger,
+  options: VcsAgentOptions = {},
+): { agent: VcsAgent; done: Promise<number> } {
+  const agent = new VcsAgent(config, log, options);
+  if (options.handleSignals !== false) {
+    const onSignal = (sig: string) => {
+      log.info({ signal: sig }, "stop signal received");
+      void agent.stop();
+    };
+    process.on("SIGTERM", onSignal);
+    process.on("SIGINT", onSignal);
+  }
+  return { agent, done: agent.run() };
+}

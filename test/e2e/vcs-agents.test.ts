@@ -1,0 +1,366 @@
+import assert from "node:assert/strict";
+import { createHmac, randomBytes } from "node:crypto";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+import { routes, type RunSource } from "@drover/protocol";
+import { store } from "@drover/server";
+import { pino } from "pino";
+import { gitAs } from "../support/git-repo.js";
+import { startGitHttpServer } from "../support/git-http-server.js";
+import { pollWait } from "../support/poll.js";
+import { freePort, spawnDrover, type Proc } from "../support/processes.js";
+import { startStack, type Stack } from "../support/stack.js";
+
+/*
+ * VCS agents end to end: real `drover agent vcs` processes relay a git server the Drover server
+ * is never given an address of (it listens on 127.0.0.2; the server's connection names another
+ * host and holds no token). Commits found by the poller are fetched and packed by a VCS agent,
+ * uploaded, and applied by a real run agent; a VCS agent killed mid-fetch is replaced by another
+ * of its pool; anything outside the closed operations is refused; the token shows nowhere.
+ */
+
+const token = "ghp_RELAYtoken0123456789abcdefSECRET";
+const basic = Buffer.from(`x-access-token:${token}`).toString("base64");
+const hookSecret = "whsec-relay-0123456789abcdef";
+const logLines: string[] = [];
+const sh = gitAs("Ada", "ada@example.com");
+let stack: Stack;
+let git: Awaited<ReturnType<typeof startGitHttpServer>>;
+let root: string;
+let work: string;
+let relayToken: string;
+let connectionsFile: string;
+const vcsAgents = new Map<string, Proc>();
+
+/** Fetches wait while the gate is closed; `waiting` resolves when one arrives at it. */
+let gate = { closed: false, open: () => {}, opened: Promise.resolve(), waiting: () => {} };
+let fetchWaiting: Promise<void> = Promise.resolve();
+function closeGate(): void {
+  let open = () => {};
+  const opened = new Promise<void>((r) => (open = r));
+  let waiting = () => {};
+  fetchWaiting = new Promise<void>((r) => (waiting = r));
+  gate = { closed: true, open, opened, waiting };
+}
+
+function commit(message: string, files: Record<string, string>): string {
+  for (const [path, content] of Object.entries(files)) {
+    mkdirSync(join(work, path, ".."), { recursive: true });
+    writeFileSync(join(work, path), content);
+  }
+  sh(work, "add", "-A");
+  sh(work, "commit", "-q", "-m", message);
+  sh(work, "push", "-q", "origin", "HEAD:main");
+  return sh(work, "rev-parse", "HEAD");
+}
+
+const tf = (value: string) =>
+  `resource "terraform_data" "v" {\n  input = "${value}"\n}\noutput "v" {\n  value = terraform_data.v.output\n}\n`;
+
+async function waitFor<T>(what: string, look: () => Promise<T | undefined>, timeoutMs = 120_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (let attempt = 0; ; attempt++) {
+    const seen = await look();
+    if (seen !== undefined) return seen;
+    if (Date.now() > deadline)
+      throw new Error(
+        `timed out waiting for ${what}\n${logLines.slice(-40).join("")}\n${[...vcsAgents.values()].map((p) => p.output()).join("\n")}`,
+      );
+    await pollWait(attempt);
+  }
+}
+
+const runsOf = async (ws: string) =>
+  (await stack.server.api(routes.listRuns, { query: { workspace: ws } })).body.items as {
+    id: string;
+    status: string;
+    source: RunSource | null;
+  }[];
+
+async function startVcsAgent(name: string, env: Record<string, string> = {}): Promise<Proc> {
+  const proc = spawnDrover(["agent", "vcs"], {
+    ...stack.baseEnv,
+    DROVER_TOKEN: relayToken,
+    DROVER_AGENT_NAME: name,
+    DROVER_AGENT_VCS_CONNECTIONS_FILE: connectionsFile,
+    DROVER_AGENT_HEALTH_PORT: "0",
+    DROVER_AGENT_LOG_FORMAT: "json",
+    ...env,
+  });
+  vcsAgents.set(name, proc);
+  await waitFor(`VCS agent ${name} to register`, async () => {
+    if (proc.child.exitCode !== null) throw new Error(`VCS agent ${name} exited:\n${proc.output()}`);
+    const listed = await stack.server.api(routes.listAgents, { query: { pool: "relay" } });
+    return listed.body.items.some((a: { name: string; status: string }) => a.name === name && a.status !== "offline")
+      ? true
+      : undefined;
+  });
+  return proc;
+}
+
+before(async () => {
+  root = mkdtempSync(join(tmpdir(), "drover-vcs-relay-"));
+  mkdirSync(join(root, "org"));
+  sh(root, "init", "-q", "--bare", "-b", "main", "org/infra.git");
+  work = join(root, "work");
+  sh(root, "init", "-q", "-b", "main", "work");
+  sh(work, "remote", "add", "origin", join(root, "org/infra.git"));
+  git = await startGitHttpServer(root, undefined, {
+    basicAuth: { user: "x-access-token", password: token },
+    host: "127.0.0.2",
+    beforeFetch: async () => {
+      if (!gate.closed) return;
+      gate.waiting();
+      await gate.opened;
+    },
+  });
+  stack = await startStack(
+    { DROVER_VCS_POLL_SECONDS: "1", DROVER_LEASE_TTL_SECONDS: "3", DROVER_MAX_CONFIGURATION_MB: "1" },
+    { logger: pino({ level: "debug" }, { write: (line: string) => void logLines.push(line) }) },
+  );
+  await stack.startAgent("runner");
+  const created = await stack.cli(["pool", "create", "relay", "--kind", "vcs", "--json"]);
+  assert.equal(created.code, 0, created.stderr);
+  assert.equal(JSON.parse(created.stdout).kind, "vcs");
+  relayToken = (
+    await stack.server.api(routes.createPoolToken, { params: { pool: "relay" }, body: { description: "relay" } })
+  ).body.token;
+  connectionsFile = join(stack.dir, "vcs-connections.json");
+  writeFileSync(
+    connectionsFile,
+    JSON.stringify({ gh: { provider: "github", url: git.url, token, webhookSecret: hookSecret } }),
+  );
+  await startVcsAgent("relay-1");
+  await startVcsAgent("relay-2");
+});
+after(async () => {
+  await Promise.all([...vcsAgents.values()].map((p) => p.stop("SIGKILL")));
+  await stack?.stop();
+  await git?.close();
+  rmSync(root, { recursive: true, force: true });
+});
+
+test("a commit is fetched through a VCS agent the server cannot do without, and applied by a run agent", async () => {
+  const connected = await stack.cli([
+    "vcs",
+    "connect",
+    "gh",
+    "--provider",
+    "github",
+    "--vcs-url",
+    "https://ghe.internal.invalid",
+    "--via-pool",
+    "relay",
+    "--json",
+  ]);
+  assert.equal(connected.code, 0, connected.stderr);
+  const connection = JSON.parse(connected.stdout);
+  assert.equal(connection.viaPool, "relay");
+  assert.equal((await store.vcsCredential(stack.server.store, connection.id)).token, "", "the server holds no token");
+  const shown = await stack.cli(["pool", "show", "relay"]);
+  assert.match(shown.stdout, /relay\s+vcs\s+pool-/);
+  assert.match((await stack.cli(["pool", "list"])).stdout, /relay\s+2\/2\s+pool-\S+\s+vcs/);
+
+  await stack.server.api(routes.createWorkspace, { body: { name: "infra", pool: stack.pool, autoApply: true } });
+  // A workspace never goes to a vcs pool.
+  const refused = await stack.server.api(routes.createWorkspace, { body: { name: "nope", pool: "relay" } });
+  assert.equal(refused.status, 403);
+  const first = commit("Add v", { "main.tf": tf("one") });
+  const linked = await stack.cli([
+    "workspace",
+    "link",
+    "infra",
+    "--vcs",
+    "gh",
+    "--repo",
+    "org/infra",
+    "--branch",
+    "main",
+  ]);
+  assert.equal(linked.code, 0, linked.stderr);
+  const run = await waitFor("the first commit's run", async () => (await runsOf("infra"))[0]);
+  assert.deepEqual(run.source, {
+    repository: "org/infra",
+    branch: "main",
+    commitSha: first,
+    message: "Add v",
+    author: "Ada <ada@example.com>",
+    pullRequest: null,
+  });
+  assert.equal((await stack.waitForRun(run.id, ["applied"])).status, "applied");
+  assert.ok(git.requests.length > 0, "the VCS agents reached git");
+  assert.deepEqual(git.refused, [], "every git request carried the token");
+  const outputs = await stack.server.api(routes.workspaceOutputs, { params: { ws: "infra" } });
+  assert.equal(outputs.body.items[0].value, "one");
+});
+
+test("a VCS agent killed mid-fetch: another agent of the pool takes the task after its lease and finishes", async () => {
+  closeGate();
+  const second = commit("Change v", { "main.tf": tf("two") });
+  await fetchWaiting;
+  const held = await waitFor("the leased fetch task", async () => {
+    const rows = await stack.server.store.db.selectFrom("vcs_tasks").selectAll().where("kind", "=", "fetch").execute();
+    // Nothing a task row keeps carries the token.
+    assert.ok(!JSON.stringify(rows).includes(token), JSON.stringify(rows));
+    return rows.find((r) => r.status === "leased");
+  });
+  const agents = await stack.server.api(routes.listAgents, { query: { pool: "relay" } });
+  const holder = agents.body.items.find((a: { id: string }) => a.id === held.agent_id)?.name as string;
+  const survivor = holder === "relay-1" ? "relay-2" : "relay-1";
+  await vcsAgents.get(holder)!.stop("SIGKILL");
+  gate.closed = false;
+  gate.open();
+  const run = await waitFor("the second commit's run", async () => {
+    const runs = await runsOf("infra");
+    return runs[0]?.source?.commitSha === second ? runs[0] : undefined;
+  });
+  assert.equal((await stack.waitForRun(run.id, ["applied"])).status, "applied");
+  assert.match(
+    vcsAgents.get(survivor)!.output(),
+    new RegExp(`"task":"${held.id}","attempt":${held.attempt + 1}.*"kind":"fetch"`),
+  );
+  await startVcsAgent(`${holder}-again`);
+});
+
+test("an archive over the server's limit is refused with a clear error on the link, and starts no run", async () => {
+  const before = (await runsOf("infra")).length;
+  const big = commit("Too big", { "blob.txt": randomBytes(1_600_000).toString("base64") });
+  const error = await waitFor("the refusal", async () => {
+    const link = await stack.server.api(routes.getWorkspaceVcs, { params: { ws: "infra" } });
+    return (link.body.lastError as string | null) ?? undefined;
+  });
+  assert.match(error, new RegExp(`the archive of org/infra at ${big.slice(0, 12)} is larger than 1 MB`));
+  assert.equal((await runsOf("infra")).length, before);
+});
+
+test("tasks outside the closed operations are refused by the agent, and never reach the VCS", async () => {
+  const db = stack.server.store.db;
+  const pool = await store.getPool(stack.server.store, "relay");
+  const connection = await store.getVcsConnection(stack.server.store, "gh");
+  const requests = git.requests.length;
+  const bad = [
+    { op: "proxy", url: "https://evil.example/steal" },
+    { op: "branchHead", repository: "org/../../etc", branch: "main" },
+    { op: "branchHead", repository: "https://evil.example/o/r", branch: "main" },
+    { op: "branchHead", repository: "org/infra", branch: "--upload-pack=touch /tmp/pwned" },
+  ];
+  // The server's own queue refuses them.
+  for (const operation of bad)
+    await assert.rejects(
+      store.enqueueVcsTask(stack.server.store, {
+        poolId: pool.id,
+        connectionId: connection.id,
+        task: { kind: "operation", operation },
+        deadlineMs: 60_000,
+      }),
+      /not a valid VCS operation/,
+    );
+  // Written past the queue's check, as a compromised server could: the agent refuses them itself.
+  const ids = bad.map((_, i) => `vtask-forged${i}`);
+  for (const [i, operation] of bad.entries())
+    await db
+      .insertInto("vcs_tasks")
+      .values({
+        id: ids[i]!,
+        pool_id: pool.id,
+        connection_id: connection.id,
+        kind: "operation",
+        payload: JSON.stringify(operation),
+        workspace_id: null,
+        status: "queued",
+        agent_id: null,
+        lease_expires_at: null,
+        deadline_at: Date.now() + 120_000,
+        result: null,
+        error: null,
+        configuration_version_id: null,
+        created_at: Date.now(),
+        finished_at: null,
+      })
+      .execute();
+  stack.server.store.events.publish("job-queued", pool.id);
+  const ended = await waitFor("the agents' refusals", async () => {
+    const rows = await db.selectFrom("vcs_tasks").selectAll().where("id", "in", ids).execute();
+    return rows.every((r) => r.status === "failed") ? rows : undefined;
+  });
+  for (const row of ended) assert.match(row.error ?? "", /refused: not one of the VCS operations/, row.error ?? "");
+  assert.ok(
+    git.requests.slice(requests).every((p) => p.startsWith("/org/infra.git/")),
+    git.requests.slice(requests).join(", "),
+  );
+});
+
+test("the webhook listener forwards verified deliveries once and refuses the rest", async () => {
+  const port = await freePort();
+  const hooks = await startVcsAgent("hooks", {
+    DROVER_AGENT_VCS_WEBHOOK_PORT: String(port),
+    DROVER_AGENT_VCS_WEBHOOK_ADDRESS: "127.0.0.1",
+  });
+  await hooks.waitFor(/webhook listener ready/);
+  const body = JSON.stringify({ ref: "refs/heads/main", after: "b".repeat(40) });
+  const post = (path: string, headers: Record<string, string>) =>
+    // eslint-disable-next-line no-restricted-globals -- the VCS agent's webhook listener, not the Drover server
+    fetch(`http://127.0.0.1:${port}${path}`, {
+      method: "POST",
+      headers: { "content-type": "application/json", ...headers },
+      body,
+    });
+  const signed = { "x-github-event": "push", "x-github-delivery": "delivery-1" };
+  const signature = `sha256=${createHmac("sha256", hookSecret).update(body).digest("hex")}`;
+  assert.equal((await post("/hooks/gh", signed)).status, 401, "no signature");
+  assert.equal((await post("/hooks/gh", { ...signed, "x-hub-signature-256": `sha256=${"0".repeat(64)}` })).status, 401);
+  const unknown = await post("/hooks/other", { ...signed, "x-hub-signature-256": signature });
+  assert.equal(unknown.status, 404);
+  assert.equal((await unknown.text()).trim(), "not found");
+  const connection = await store.getVcsConnection(stack.server.store, "gh");
+  assert.deepEqual(await store.listVcsDeliveries(stack.server.store, connection.id), []);
+  assert.equal((await post("/hooks/gh", { ...signed, "x-hub-signature-256": signature })).status, 202);
+  assert.equal((await post("/hooks/gh", { ...signed, "x-hub-signature-256": signature })).status, 202);
+  // Stored once, as the server's own webhook route stores deliveries.
+  const kept = await store.listVcsDeliveries(stack.server.store, connection.id);
+  assert.deepEqual(
+    kept.map((d) => [d.deliveryId, d.event]),
+    [["delivery-1", "push"]],
+  );
+});
+
+test("a pool token of the other kind stops an agent with a clear error", async () => {
+  const runAgent = spawnDrover(["agent", "run"], {
+    ...stack.baseEnv,
+    DROVER_TOKEN: relayToken,
+    DROVER_AGENT_NAME: "misplaced",
+    DROVER_AGENT_DATA_DIR: join(stack.dir, "misplaced"),
+    DROVER_AGENT_HEALTH_PORT: "0",
+  });
+  assert.equal((await runAgent.exited).code, 2, runAgent.output());
+  assert.match(
+    runAgent.output(),
+    /is for another kind of pool.*relay is a vcs pool: taking run jobs needs a runs pool/,
+  );
+  const vcsAgent = spawnDrover(["agent", "vcs"], {
+    ...stack.baseEnv,
+    DROVER_TOKEN: stack.poolToken,
+    DROVER_AGENT_NAME: "misplaced-vcs",
+    DROVER_AGENT_VCS_CONNECTIONS_FILE: connectionsFile,
+    DROVER_AGENT_HEALTH_PORT: "0",
+  });
+  assert.equal((await vcsAgent.exited).code, 2, vcsAgent.output());
+  assert.match(vcsAgent.output(), /e2e is a runs pool: taking VCS tasks needs a vcs pool/);
+});
+
+test("the token is in no log line, answer, task row or agent output", async () => {
+  const answers = JSON.stringify([
+    (await stack.server.api(routes.listVcsConnections, {})).body,
+    (await stack.server.api(routes.getWorkspaceVcs, { params: { ws: "infra" } })).body,
+    await runsOf("infra"),
+    await stack.server.store.db.selectFrom("vcs_tasks").selectAll().execute(),
+  ]);
+  const outputs = [...vcsAgents.values()].map((p) => p.output()).join("\n");
+  for (const secret of [token, basic, hookSecret]) {
+    assert.ok(!answers.includes(secret), `an answer or task row holds ${secret}`);
+    assert.ok(!logLines.join("").includes(secret), `the server log holds ${secret}`);
+    assert.ok(!outputs.includes(secret), `a VCS agent's output holds ${secret}`);
+  }
+});
