@@ -178,8 +178,14 @@ test("a commit is fetched through a VCS agent the server cannot do without, and 
     "org/infra",
     "--branch",
     "main",
+    "--json",
   ]);
   assert.equal(linked.code, 0, linked.stderr);
+  // The server cannot know where the agents listen: the link says what to register there, at once.
+  const webhook = JSON.parse(linked.stdout).webhook;
+  assert.equal(webhook.registered, false);
+  assert.match(webhook.url, /\/hooks\/gh$/);
+  assert.match(webhook.reason, /VCS agent pool relay/);
   const run = await waitFor("the first commit's run", async () => (await runsOf("infra"))[0]);
   assert.deepEqual(run.source, {
     repository: "org/infra",
@@ -191,7 +197,18 @@ test("a commit is fetched through a VCS agent the server cannot do without, and 
   });
   assert.equal((await stack.waitForRun(run.id, ["applied"])).status, "applied");
   assert.ok(git.requests.length > 0, "the VCS agents reached git");
-  assert.deepEqual(git.refused, [], "every git request carried the token");
+  // The run's commit status went out through the VCS agents too: the only host that knows the
+  // VCS's address is theirs (this git server answers no API, so it refuses them).
+  const api = git.refused.filter((p) => p.startsWith("/api/v3/"));
+  assert.ok(
+    api.some((p) => p === `/api/v3/repos/org/infra/statuses/${first}`),
+    `the commit status reached the VCS through an agent: ${api.join(", ")}`,
+  );
+  assert.deepEqual(
+    git.refused.filter((p) => !p.startsWith("/api/v3/")),
+    [],
+    "every git request carried the token",
+  );
   const outputs = await stack.server.api(routes.workspaceOutputs, { params: { ws: "infra" } });
   assert.equal(outputs.body.items[0].value, "one");
 });

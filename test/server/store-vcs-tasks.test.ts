@@ -99,7 +99,7 @@ for (const backend of backends) {
       await rejectsWith(
         store.createVcsConnection(ctx, { name: unique("c"), provider: "github", url: "https://github.com" }),
         "bad_request",
-        /a token is needed/,
+        /a token or a GitHub App is needed/,
       );
       const shown = await store.getVcsConnection(ctx, "private-ghe");
       assert.equal(shown.viaPool, "relay");

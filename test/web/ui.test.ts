@@ -144,6 +144,12 @@ test("a run's page shows its targets, replacements and the agent's name", async 
   // The link terraform's cloud block prints for a run: /app/<organization>/<workspace>/runs/<run>.
   await page.goto(`${stack.server.url}/app/acme/narrowed/runs/${runId}`);
   await page.locator("dd.addresses").filter({ hasText: "terraform_data.a" }).waitFor();
+  // Where `terraform login` sends its user to make a token.
+  await page.goto(`${stack.server.url}/app/settings/tokens?source=terraform-login`);
+  await page
+    .getByRole("heading", { name: /tokens/i })
+    .first()
+    .waitFor();
 });
 
 test("a run is cancelled from its page", async () => {

@@ -45,6 +45,8 @@ export function parseRoute(pathname: string): Route {
     if (parts.length === 3) return { page: "pool", name: d(name) };
   }
   if (section === "tokens" && parts.length === 2) return { page: "tokens" };
+  // Where `terraform login` sends its user to make a token, as on the platforms it knows.
+  if (section === "settings" && name === "tokens" && parts.length === 3) return { page: "tokens" };
   // The run links terraform's cloud block prints: /app/<organization>/<workspace>/runs/<run>.
   if (sub === "runs" && name !== undefined && id !== undefined && parts.length === 5)
     return { page: "run", workspace: d(name), id: d(id) };

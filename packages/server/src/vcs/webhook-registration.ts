@@ -58,6 +58,12 @@ export async function linkWithWebhook(
     return { ...link, webhookId: existing, webhook: { registered: true, ...shape } };
   }
   const secret = await vcsWebhookSecret(ctx, link.connectionId);
+  if (conn.viaPool !== null) {
+    // A VCS behind a firewall delivers to its VCS agents' listener, whose address only the user knows.
+    const listener = `http://<vcs-agent-address>:<DROVER_AGENT_VCS_WEBHOOK_PORT>/hooks/${conn.name}`;
+    const reason = `the connection is reached through VCS agent pool ${conn.viaPool}: register its agents' webhook listener`;
+    return { ...link, webhookId: null, webhook: { registered: false, ...shape, url: listener, secret, reason } };
+  }
   try {
     const client = await connectionClient(ctx, link.connectionId, w);
     const { webhookId } = await client.run({ op: "createWebhook", repository: link.repository, url, secret });
