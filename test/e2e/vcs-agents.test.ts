@@ -7,9 +7,9 @@ import { after, before, test } from "node:test";
 import { routes, type RunSource } from "@drover/protocol";
 import { store } from "@drover/server";
 import { pino } from "pino";
-import { gitAs } from "../support/git-repo.js";
+import { commitAndPush, gitAs, valueConfig } from "../support/git-repo.js";
 import { startGitHttpServer } from "../support/git-http-server.js";
-import { pollWait } from "../support/poll.js";
+import { lookUntil } from "../support/poll.js";
 import { freePort, spawnDrover, type Proc } from "../support/processes.js";
 import { startStack, type Stack } from "../support/stack.js";
 
@@ -45,32 +45,15 @@ function closeGate(): void {
   gate = { closed: true, open, opened, waiting };
 }
 
-function commit(message: string, files: Record<string, string>): string {
-  for (const [path, content] of Object.entries(files)) {
-    mkdirSync(join(work, path, ".."), { recursive: true });
-    writeFileSync(join(work, path), content);
-  }
-  sh(work, "add", "-A");
-  sh(work, "commit", "-q", "-m", message);
-  sh(work, "push", "-q", "origin", "HEAD:main");
-  return sh(work, "rev-parse", "HEAD");
-}
+const commit = (message: string, files: Record<string, string>) => commitAndPush(sh, work, "main", message, files);
 
-const tf = (value: string) =>
-  `resource "terraform_data" "v" {\n  input = "${value}"\n}\noutput "v" {\n  value = terraform_data.v.output\n}\n`;
+const tf = valueConfig;
 
-async function waitFor<T>(what: string, look: () => Promise<T | undefined>, timeoutMs = 120_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (let attempt = 0; ; attempt++) {
-    const seen = await look();
-    if (seen !== undefined) return seen;
-    if (Date.now() > deadline)
-      throw new Error(
-        `timed out waiting for ${what}\n${logLines.slice(-40).join("")}\n${[...vcsAgents.values()].map((p) => p.output()).join("\n")}`,
-      );
-    await pollWait(attempt);
-  }
-}
+const waitFor = <T>(what: string, look: () => Promise<T | undefined>, timeoutMs?: number) =>
+  lookUntil(what, look, {
+    ...(timeoutMs === undefined ? {} : { timeoutMs }),
+    diagnose: () => `${logLines.slice(-40).join("")}\n${[...vcsAgents.values()].map((p) => p.output()).join("\n")}`,
+  });
 
 const runsOf = async (ws: string) =>
   (await stack.server.api(routes.listRuns, { query: { workspace: ws } })).body.items as {

@@ -8,9 +8,9 @@ import { defaultArchiveLimits } from "@drover/runtime";
 import { fetchCommit, store } from "@drover/server";
 import { pino } from "pino";
 import { startGithubApi, type GithubApi } from "../support/github-api.js";
-import { gitAs } from "../support/git-repo.js";
+import { commitAndPush, gitAs } from "../support/git-repo.js";
 import { startGitHttpServer } from "../support/git-http-server.js";
-import { pollWait } from "../support/poll.js";
+import { lookUntil } from "../support/poll.js";
 import { startStack, type Stack } from "../support/stack.js";
 
 /*
@@ -31,11 +31,7 @@ let work: string;
 const sh = gitAs("Ada", "ada@example.com");
 
 function commit(message: string, files: Record<string, string>): string {
-  for (const [path, content] of Object.entries(files)) writeFileSync(join(work, path), content);
-  sh(work, "add", "-A");
-  sh(work, "commit", "-q", "-m", message);
-  sh(work, "push", "-q", "origin", "HEAD:feature");
-  const sha = sh(work, "rev-parse", "HEAD");
+  const sha = commitAndPush(sh, work, "feature", message, files);
   gh.repos.get("org/infra")!.commits[sha] = { message, author: { name: "Ada", email: "ada@example.com" } };
   return sha;
 }
@@ -43,15 +39,11 @@ function commit(message: string, files: Record<string, string>): string {
 const resources = (n: number) =>
   Array.from({ length: n }, (_, i) => `resource "terraform_data" "r${i}" {\n  input = "${i}"\n}\n`).join("");
 
-async function waitFor<T>(what: string, look: () => Promise<T | undefined> | T | undefined, timeoutMs = 120_000) {
-  const deadline = Date.now() + timeoutMs;
-  for (let attempt = 0; ; attempt++) {
-    const seen = await look();
-    if (seen !== undefined) return seen;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}\n${JSON.stringify(gh.calls.slice(-5))}`);
-    await pollWait(attempt);
-  }
-}
+const waitFor = <T>(what: string, look: () => Promise<T | undefined> | T | undefined, timeoutMs?: number) =>
+  lookUntil(what, look, {
+    ...(timeoutMs === undefined ? {} : { timeoutMs }),
+    diagnose: () => JSON.stringify(gh.calls.slice(-5)),
+  });
 
 /** A speculative run of `sha` for pull request 7, as a pull-request webhook starts one. */
 async function pullRequestRun(sha: string): Promise<string> {

@@ -5,9 +5,9 @@ import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { routes, type RunSource, type VcsDelivery } from "@drover/protocol";
 import { pino } from "pino";
-import { gitAs } from "../support/git-repo.js";
+import { commitAndPush, gitAs, valueConfig } from "../support/git-repo.js";
 import { startGitHttpServer } from "../support/git-http-server.js";
-import { pollWait } from "../support/poll.js";
+import { lookUntil } from "../support/poll.js";
 import { startStack, type Stack } from "../support/stack.js";
 import {
   deliver,
@@ -48,17 +48,7 @@ function repo(path: string): string {
 
 /** Commits `files` (null removes) on the work tree's current branch, pushes it to `branch`; the commit as payloads list it. */
 function commit(work: string, branch: string, message: string, files: Record<string, string | null>): PushedCommit {
-  for (const [path, content] of Object.entries(files)) {
-    if (content === null) rmSync(join(work, path), { force: true });
-    else {
-      mkdirSync(join(work, path, ".."), { recursive: true });
-      writeFileSync(join(work, path), content);
-    }
-  }
-  sh(work, "add", "-A");
-  sh(work, "commit", "-q", "-m", message);
-  sh(work, "push", "-q", "origin", `HEAD:${branch}`);
-  const id = sh(work, "rev-parse", "HEAD");
+  const id = commitAndPush(sh, work, branch, message, files);
   const changed: PushedCommit = { id, added: [], modified: [], removed: [] };
   for (const line of sh(work, "diff-tree", "--no-commit-id", "--root", "--name-status", "-r", id).split("\n")) {
     const [status, file] = line.split("\t");
@@ -68,18 +58,13 @@ function commit(work: string, branch: string, message: string, files: Record<str
   return changed;
 }
 
-const tf = (value: string) =>
-  `resource "terraform_data" "v" {\n  input = "${value}"\n}\noutput "v" {\n  value = terraform_data.v.output\n}\n`;
+const tf = valueConfig;
 
-async function waitFor<T>(what: string, look: () => Promise<T | undefined>, timeoutMs = 120_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (let attempt = 0; ; attempt++) {
-    const seen = await look();
-    if (seen !== undefined) return seen;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}\n${logLines.slice(-40).join("")}`);
-    await pollWait(attempt);
-  }
-}
+const waitFor = <T>(what: string, look: () => Promise<T | undefined>, timeoutMs?: number) =>
+  lookUntil(what, look, {
+    ...(timeoutMs === undefined ? {} : { timeoutMs }),
+    diagnose: () => logLines.slice(-40).join(""),
+  });
 
 type ListedRun = {
   id: string;

@@ -1,4 +1,6 @@
 import { execFileSync } from "node:child_process";
+import { mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 
 /**
  * `git` for building test repositories, as `name <email>`, reading no system or user
@@ -20,4 +22,33 @@ export function gitAs(name: string, email: string): (cwd: string, ...args: strin
         GIT_COMMITTER_EMAIL: email,
       },
     }).trim();
+}
+
+/**
+ * Writes `files` into the work tree `work` (null removes one), commits them as `message` with
+ * `git` and pushes HEAD to `branch` of its origin; the new commit's sha.
+ */
+export function commitAndPush(
+  git: (cwd: string, ...args: string[]) => string,
+  work: string,
+  branch: string,
+  message: string,
+  files: Record<string, string | null>,
+): string {
+  for (const [path, content] of Object.entries(files)) {
+    if (content === null) rmSync(join(work, path), { force: true });
+    else {
+      mkdirSync(join(work, path, ".."), { recursive: true });
+      writeFileSync(join(work, path), content);
+    }
+  }
+  git(work, "add", "-A");
+  git(work, "commit", "-q", "-m", message);
+  git(work, "push", "-q", "origin", `HEAD:${branch}`);
+  return git(work, "rev-parse", "HEAD");
+}
+
+/** A configuration of one terraform_data resource holding `value`, with an output `v` of it. */
+export function valueConfig(value: string): string {
+  return `resource "terraform_data" "v" {\n  input = "${value}"\n}\noutput "v" {\n  value = terraform_data.v.output\n}\n`;
 }

@@ -14,3 +14,21 @@ export function pollPause(attempt: number): number {
 export function pollWait(attempt: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, pollPause(attempt)));
 }
+
+/**
+ * Looks until `look` gives a value, pausing by pollWait; past `timeoutMs` throws, naming `what`
+ * and what `diagnose` says (the processes' last output, the calls a stand-in saw).
+ */
+export async function lookUntil<T>(
+  what: string,
+  look: () => Promise<T | undefined> | T | undefined,
+  options: { timeoutMs?: number; diagnose?: () => string } = {},
+): Promise<T> {
+  const deadline = Date.now() + (options.timeoutMs ?? 120_000);
+  for (let attempt = 0; ; attempt++) {
+    const seen = await look();
+    if (seen !== undefined) return seen;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}\n${options.diagnose?.() ?? ""}`);
+    await pollWait(attempt);
+  }
+}
