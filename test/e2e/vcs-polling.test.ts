@@ -206,6 +206,25 @@ test("a linked branch's commits run and apply; a commit without configuration is
   }
 });
 
+test("a link's --apply-on-merge decides whether the branch's commits apply, whatever the workspace's auto-apply", async () => {
+  // The branch's head (from the test above) has a configuration; each new link runs it once.
+  await stack.server.api(routes.createWorkspace, { body: { name: "merged", pool: stack.pool, autoApply: false } });
+  await stack.server.api(routes.createWorkspace, { body: { name: "held", pool: stack.pool, autoApply: true } });
+  const link = (ws: string, flag: string) =>
+    stack.cli(["workspace", "link", ws, "--vcs", "gh", "--repo", "org/infra", "--branch", "main", flag, "--json"]);
+  const merged = await link("merged", "--apply-on-merge");
+  assert.equal(merged.code, 0, merged.stderr);
+  assert.equal(JSON.parse(merged.stdout).applyOnMerge, true);
+  const held = await link("held", "--no-apply-on-merge");
+  assert.equal(held.code, 0, held.stderr);
+  assert.equal(JSON.parse(held.stdout).applyOnMerge, false);
+  const first = async (ws: string) => waitFor(`${ws}'s run`, async () => (await runsOf(ws))[0]);
+  assert.equal((await stack.waitForRun((await first("merged")).id, ["applied"])).status, "applied");
+  const waiting = await stack.waitForRun((await first("held")).id, ["planned"]);
+  assert.equal(waiting.status, "planned", "the run waits for confirmation");
+  for (const ws of ["merged", "held"]) assert.equal((await stack.cli(["workspace", "unlink", ws])).code, 0);
+});
+
 test("repository paths, branches and URLs that could reach outside the repository are refused", async () => {
   const bad = async (route: typeof routes.linkWorkspaceVcs | typeof routes.createVcsConnection, input: object) => {
     const res = await stack.server.api(route as typeof routes.linkWorkspaceVcs, input as never);

@@ -129,6 +129,17 @@ for (const backend of backends) {
         triggerPaths: ["modules/**"],
       });
       assert.deepEqual(link.triggerPaths, ["modules/**"]);
+      assert.equal(link.applyOnMerge, null, "unsaid: the workspace's auto-apply decides");
+      for (const applyOnMerge of [true, false, null]) {
+        const relinked = await store.linkWorkspaceVcs(ctx, ws.name, {
+          connection: conn.name,
+          repository: "o/r",
+          branch: "main",
+          triggerPaths: ["modules/**"],
+          applyOnMerge,
+        });
+        assert.equal(relinked.applyOnMerge, applyOnMerge);
+      }
       const sha = "a".repeat(40);
       const claims = await Promise.all([1, 2, 3].map(() => store.claimVcsCommit(ctx, link, null, sha)));
       assert.deepEqual(claims.filter(Boolean).length, 1);

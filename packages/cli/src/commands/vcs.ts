@@ -186,11 +186,25 @@ export function registerWorkspaceLinkCommands(ws: Command): void {
       (v: string, all: string[]) => [...all, v],
       [],
     )
+    .option("--apply-on-merge", "the branch's new commits (merges) apply without confirmation")
+    .option(
+      "--no-apply-on-merge",
+      "the branch's new commits wait for confirmation (default: the workspace's auto-apply)",
+    )
     .action(
-      async (name: string, opts: CommonOptions & { vcs: string; repo: string; branch: string; trigger: string[] }) => {
+      async (
+        name: string,
+        opts: CommonOptions & { vcs: string; repo: string; branch: string; trigger: string[]; applyOnMerge?: boolean },
+      ) => {
         const link = await apiFor(opts).call(routes.linkWorkspaceVcs, {
           params: { ws: name },
-          body: { connection: opts.vcs, repository: opts.repo, branch: opts.branch, triggerPaths: opts.trigger },
+          body: {
+            connection: opts.vcs,
+            repository: opts.repo,
+            branch: opts.branch,
+            triggerPaths: opts.trigger,
+            applyOnMerge: opts.applyOnMerge ?? null,
+          },
         });
         emit(opts, link, (l) => {
           const linked = `Linked workspace ${name} to ${l.repository} (${l.branch}) through ${l.connection}: new commits start runs`;

@@ -161,6 +161,11 @@ export const linkWorkspaceVcsSchema = z.object({
     .max(50)
     .default([])
     .describe("run only for commits changing a file that matches one of these globs, or one in the working directory"),
+  applyOnMerge: z
+    .boolean()
+    .nullable()
+    .default(null)
+    .describe("whether the branch's new commits (merges) apply without confirmation; null: the workspace's auto-apply"),
 });
 
 export const workspaceVcsSchema = z.object({
@@ -171,6 +176,8 @@ export const workspaceVcsSchema = z.object({
   repository: z.string(),
   branch: z.string(),
   triggerPaths: z.array(z.string()),
+  /** Whether the branch's new commits apply without confirmation; null: as the workspace's auto-apply says. */
+  applyOnMerge: z.boolean().nullable(),
   /** The newest commit of the branch a run was started for (null until the first). */
   lastCommitSha: z.string().nullable(),
   /** Why the last attempt to start a run from the branch failed (null after a success). */

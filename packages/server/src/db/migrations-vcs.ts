@@ -128,3 +128,12 @@ function defaultApiUrl(provider: "github" | "gitlab", url: string): string {
   if (provider === "github") return /^https:\/\/github\.com$/i.test(base) ? "https://api.github.com" : `${base}/api/v3`;
   return `${base}/api/v4`;
 }
+
+/** Whether a linked branch's new commits (merges) apply without confirmation, per link. */
+export function linkApplyOnMerge(): Migration {
+  return {
+    async up(db: Kysely<unknown>) {
+      await db.schema.alterTable("workspace_vcs").addColumn("apply_on_merge", "integer").execute();
+    },
+  };
+}

@@ -5,7 +5,7 @@ import { destroyGuard } from "./migrations-destroy-guard.js";
 import { runPlanOptions } from "./migrations-plan-options.js";
 import { runCreator, runListIndexes, webSessions } from "./migrations-web.js";
 import { variableHcl, workspaceAllowDestroyAll } from "./migrations-workspace-options.js";
-import { runPullRequest, vcs, vcsApiAndReports, vcsWebhookSecret } from "./migrations-vcs.js";
+import { linkApplyOnMerge, runPullRequest, vcs, vcsApiAndReports, vcsWebhookSecret } from "./migrations-vcs.js";
 import { workspaceExecutionMode, workspaceTfeTags } from "./migrations-tfe.js";
 import { vcsDeliveries } from "./migrations-vcs-deliveries.js";
 import { tfeRuns } from "./migrations-tfe-runs.js";
@@ -439,6 +439,7 @@ export function migrationProvider(dialect: Dialect): MigrationProvider {
       "0068a_workspace_tfe_tags": workspaceTfeTags(),
       "0068b_workspace_execution_mode": workspaceExecutionMode(),
       "0069_tfe_runs": tfeRuns(dialect),
+      "0070_link_apply_on_merge": linkApplyOnMerge(),
     }),
   };
 }

@@ -268,6 +268,8 @@ export interface WorkspaceVcsTable {
   last_error_sha: string | null;
   /** The provider's id of the webhook linking registered (null when the user registers it). */
   webhook_id: number | null;
+  /** 1/0: the branch's new commits apply without (with) confirmation; null: the workspace's auto-apply. */
+  apply_on_merge: Generated<number | null>;
   created_at: number;
 }
 

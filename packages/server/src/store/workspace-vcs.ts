@@ -14,6 +14,7 @@ export interface LinkWorkspaceVcsInput {
   repository: string;
   branch: string;
   triggerPaths: string[];
+  applyOnMerge?: boolean | null | undefined;
 }
 
 const selectLinks = (ctx: StoreContext) =>
@@ -31,6 +32,7 @@ const selectLinks = (ctx: StoreContext) =>
       "workspace_vcs.last_error",
       "workspace_vcs.last_error_sha",
       "workspace_vcs.webhook_id",
+      "workspace_vcs.apply_on_merge",
       "workspace_vcs.created_at",
       "vcs_connections.name as connection_name",
       "vcs_connections.provider",
@@ -47,6 +49,7 @@ const toLink = (r: LinkRow): WorkspaceVcs => ({
   repository: r.repository,
   branch: r.branch,
   triggerPaths: JSON.parse(r.trigger_paths) as string[],
+  applyOnMerge: r.apply_on_merge === null ? null : r.apply_on_merge === 1,
   lastCommitSha: r.last_commit_sha,
   lastError: r.last_error,
   webhookId: r.webhook_id === null ? null : Number(r.webhook_id),
@@ -68,6 +71,7 @@ export async function linkWorkspaceVcs(
     repository: input.repository,
     branch: input.branch,
     trigger_paths: JSON.stringify(input.triggerPaths),
+    apply_on_merge: input.applyOnMerge == null ? null : input.applyOnMerge ? 1 : 0,
   };
   await ctx.db
     .insertInto("workspace_vcs")

@@ -146,6 +146,7 @@ export class VcsPoller {
           isDestroy: false,
           message: fetched.source.message,
           source: fetched.source,
+          autoApply: link.applyOnMerge ?? undefined,
         });
         log.info({ ...where, commit: head, run: run.id }, "a new commit of a linked branch started a run");
         await this.supersede(link, run.id, head);

@@ -316,6 +316,7 @@ export class WebhookProcessor {
       isDestroy: false,
       message: source.message,
       source,
+      autoApply: speculative ? undefined : (l.applyOnMerge ?? undefined),
     });
     const pr = source.pullRequest ?? null;
     log.info(
