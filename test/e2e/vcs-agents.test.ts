@@ -99,8 +99,10 @@ before(async () => {
       await gate.opened;
     },
   });
+  // A lease short enough that the take-over test waits little, long enough that a busy machine's
+  // late heartbeat does not make the run agent "lost" (3 s did, with the suite beside it).
   stack = await startStack(
-    { DROVER_VCS_POLL_SECONDS: "1", DROVER_LEASE_TTL_SECONDS: "3", DROVER_MAX_CONFIGURATION_MB: "1" },
+    { DROVER_VCS_POLL_SECONDS: "1", DROVER_LEASE_TTL_SECONDS: "10", DROVER_MAX_CONFIGURATION_MB: "1" },
     { logger: pino({ level: "debug" }, { write: (line: string) => void logLines.push(line) }) },
   );
   await stack.startAgent("runner");
