@@ -76,6 +76,7 @@ const benches: Record<string, Bench> = {
   images: async () => (await import("./images.js")).benchImages(),
   throughput: async () => (await import("./throughput.js")).benchThroughput(),
   web: async () => (await import("./web.js")).benchWeb(),
+  "cloud-plan": async () => (await import("./cloud-plan.js")).benchCloudPlan(),
 };
 
 /**
@@ -131,6 +132,10 @@ const expected: Record<string, () => ExpectedRow[]> = {
       ["drover image size", "MB", "—"],
       ["runner image size", "MB", "—"],
       ["drover server start (podman run → ready), median of 5", "ms", "—"],
+    ]),
+  "cloud-plan": () =>
+    rows("cloud-block plan (5 terraform_data, plan from empty state)", [
+      ["terraform plan wall time, median of 5", "ms", "≤ +1000 ms"],
     ]),
   throughput: () =>
     rows("throughput (60 plan-only runs of one terraform_data, 20 agents, SQLite)", [

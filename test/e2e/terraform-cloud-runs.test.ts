@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { routes } from "@drover/protocol";
 import { pollWait } from "../support/poll.js";
-import { startTerraformCloud, type TerraformCloud } from "../support/terraform-cloud.js";
+import { onPath, startTerraformCloud, type TerraformCloud } from "../support/terraform-cloud.js";
 
 /*
  * Remote runs with the real terraform 1.11.4 and its `cloud` block, over plain HTTP through a
@@ -194,5 +194,46 @@ resource "terraform_data" "slow" {
     assert.ok(run);
     assert.equal((await tc.stack.waitForRun(run.id, ["canceled", "errored", "applied"])).status, "canceled");
     writeFileSync(gate, "");
+  });
+});
+
+describe("OpenTofu with a cloud block", () => {
+  // tofu has no default hostname (the cloud block names it, as here) and sends
+  // `User-Agent: OpenTofu/<version>`, from which the run's engine is chosen.
+  test("tofu plans and applies remotely, and the runs are tofu runs", async (t) => {
+    const tofu = onPath("tofu");
+    if (tofu === undefined) {
+      t.skip(`no tofu binary on PATH: ${process.env.PATH ?? ""}`);
+      return;
+    }
+    const ws = "remote-tofu";
+    const dir = tc.config("remote-tofu", { name: ws }, { "main.tf": main });
+    const init = await tc.terraform(["init", "-input=false"], dir, { binary: tofu });
+    assert.equal(init.code, 0, init.output);
+    tc.requests.length = 0;
+    const plan = await tc.terraform(["plan", "-detailed-exitcode"], dir, { binary: tofu });
+    assert.equal(plan.code, 2, plan.output);
+    assert.match(plan.output, /Plan: 2 to add, 0 to change, 0 to destroy/);
+    assert.ok(
+      tc.requests.some((r) => r.method === "POST" && r.url === "/api/v2/runs" && /^OpenTofu\//.test(r.userAgent ?? "")),
+      "tofu created the run, naming itself",
+    );
+    const [planned] = await runs(ws);
+    assert.equal(planned?.status, "planned_and_finished");
+    const detail = await tc.stack.server.api(routes.getRun, { params: { id: planned?.id ?? "" }, query: {} });
+    assert.equal(detail.body.engine, "tofu", "the engine follows the client");
+    assert.match(plan.output, /\[drover\] tofu /, "the agent ran tofu");
+
+    const apply = await tc.terraform(["apply"], dir, { binary: tofu, input: "yes\n" });
+    assert.equal(apply.code, 0, apply.output);
+    assert.match(apply.output, /Apply complete! Resources: 2 added, 0 changed, 0 destroyed/);
+    const [applied] = await runs(ws);
+    assert.equal(applied?.status, "applied");
+    const appliedDetail = await tc.stack.server.api(routes.getRun, { params: { id: applied?.id ?? "" }, query: {} });
+    assert.equal(appliedDetail.body.engine, "tofu");
+    assert.deepEqual(await outputs(ws), { greeting: "hello" });
+    assert.notEqual(await stateSerial(ws), null, "the apply wrote state in Drover");
+    const workspace = await tc.stack.server.api(routes.getWorkspace, { params: { ws } });
+    assert.equal(workspace.body.engine, "tofu", "a workspace tofu created runs tofu for drover run start too");
   });
 });

@@ -194,3 +194,53 @@ test("init by tags creates the workspace named at the prompt with the tags; work
   assert.deepEqual(names, ["* tagged-one", "tagged-two"]);
   assert.equal(readFileSync(join(dir, ".terraform", "environment"), "utf8"), "tagged-one");
 });
+
+test("state push and a local-execution apply upload through signed URLs that carry no token and work once", async () => {
+  const dir = tc.config("uploads", { name: "app-uploads" }, config);
+  assert.equal((await tc.terraform(["init", "-input=false"], dir)).code, 0);
+  const { id } = await tfeWorkspace("app-uploads");
+  assert.equal(
+    await tfeCall("PATCH", `/workspaces/${id}`, { data: { attributes: { "execution-mode": "local" } } }),
+    200,
+  );
+  const uploads = () => tc.requests.filter((r) => r.method === "PUT" && r.url.includes("/state-versions/"));
+  const posts = () =>
+    tc.requests.filter((r) => r.method === "POST" && r.url === `/api/v2/workspaces/${id}/state-versions`);
+
+  tc.requests.length = 0;
+  const apply = await tc.terraform(["apply", "-auto-approve", "-input=false"], dir);
+  assert.equal(apply.code, 0, apply.output);
+  assert.equal(posts().length, 1, "one POST: the upload flow, not the inline fallback");
+  assert.deepEqual(
+    uploads()
+      .map((r) => (r.url.includes("/json-upload/") ? "json" : "raw"))
+      .sort(),
+    ["json", "raw"],
+    "after an operation terraform uploads the raw and the JSON state",
+  );
+  assert.ok(
+    uploads().every((r) => !r.authorized),
+    "upload URLs carry no token",
+  );
+  const applied = await droverState("app-uploads");
+  assert.equal(applied.resources.length, 1);
+
+  const file = join(dir, "pushed.tfstate");
+  const pull = await tc.terraform(["state", "pull"], dir);
+  writeFileSync(file, JSON.stringify({ ...JSON.parse(pull.output), serial: applied.serial + 1 }));
+  tc.requests.length = 0;
+  const push = await tc.terraform(["state", "push", file], dir);
+  assert.equal(push.code, 0, push.output);
+  assert.equal(posts().length, 1);
+  const raw = uploads().find((r) => r.url.includes("/upload/"));
+  assert.ok(raw && !raw.authorized, "state push's upload carries no token");
+  const pushed = await droverState("app-uploads");
+  assert.ok(pushed.serial > applied.serial, "the pushed state is current");
+  assert.equal((await tfeWorkspace("app-uploads")).attributes.locked, false);
+
+  // The URL terraform used, replayed with the same body, is refused.
+  // eslint-disable-next-line no-restricted-globals
+  const replay = await fetch(`${tc.url}${raw.url}`, { method: "PUT", body: readFileSync(file) });
+  assert.equal(replay.status, 403, await replay.text());
+  assert.equal((await droverState("app-uploads")).serial, pushed.serial, "the replay wrote nothing");
+});

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
 import { after, before, test } from "node:test";
 import { routes } from "@drover/protocol";
 import { startTestServer, type TestServer } from "../support/server.js";
@@ -173,18 +174,66 @@ test("unknown attributes and include values are ignored; lists page as go-tfe re
   );
 });
 
-test("a state version without inline state asks for it in the words go-tfe falls back on; no state is outputs []", async () => {
+test("a state version without inline state is given signed upload URLs: the PUT stores it once, checked like any write; no state is outputs []", async () => {
   const ws = await call("GET", "/api/v2/organizations/acme/workspaces/page-a");
   const id = ws.json.data.id as string;
-  const res = await call(
-    "POST",
-    `/api/v2/workspaces/${id}/state-versions`,
-    JSON.stringify({ data: { type: "state-versions", attributes: { serial: 1, md5: "0".repeat(32), lineage: "l" } } }),
-  );
-  assert.equal(res.status, 422);
-  assert.match(res.json.errors[0].detail, /param is missing or the value is empty: state/);
   const outputs = await call("GET", `/api/v2/workspaces/${id}/current-state-version-outputs`);
   assert.equal(outputs.status, 200);
   assert.deepEqual(outputs.json.data, []);
   assert.equal((await call("GET", `/api/v2/workspaces/${id}/current-state-version`)).status, 404);
+
+  const state = JSON.stringify({ version: 4, serial: 1, lineage: "lin-1", outputs: {}, resources: [] });
+  const md5 = createHash("md5").update(state).digest("hex");
+  const post = (attributes: Record<string, unknown>) =>
+    call(
+      "POST",
+      `/api/v2/workspaces/${id}/state-versions`,
+      JSON.stringify({ data: { type: "state-versions", attributes } }),
+    );
+  const res = await post({ serial: 1, md5, lineage: "lin-1", force: false });
+  assert.equal(res.status, 201, res.text);
+  const version = res.json.data;
+  assert.equal(version.attributes.status, "pending");
+  const upload = version.attributes["hosted-state-upload-url"] as string;
+  const jsonUpload = version.attributes["hosted-json-state-upload-url"] as string;
+  assert.ok(upload.startsWith(server.url) && jsonUpload.startsWith(server.url), "absolute URLs");
+  const path = (url: string) => ((u) => `${u.pathname}${u.search}`)(new URL(url));
+
+  assert.equal((await call("GET", path(upload), undefined, null)).status, 404, "no GET route: the URL is for PUT");
+  const tampered = path(upload).replace(version.id, `${version.id}x`);
+  assert.equal((await call("PUT", tampered, state, null)).status, 403, "bound to its version");
+  const otherTicket = Buffer.from(JSON.stringify({ workspaceId: "ws-other", md5: "" })).toString("base64url");
+  const retargeted = path(upload).replace(/ticket=[^&]+/, `ticket=${otherTicket}`);
+  assert.equal((await call("PUT", retargeted, state, null)).status, 403, "its ticket cannot be changed");
+  // Another body than the one whose MD5 was posted is refused; the URL is spent by that first use.
+  const other = JSON.stringify({ version: 4, serial: 1, lineage: "lin-1", outputs: {}, resources: [], x: 1 });
+  const corrupted = await call("PUT", path(upload), other, null);
+  assert.equal(corrupted.status, 400, corrupted.text);
+  assert.match(corrupted.text, /Content-MD5 does not match/);
+  assert.equal((await call("PUT", path(upload), state, null)).status, 403, "single use, even after a refused body");
+
+  const second = await post({ serial: 1, md5, lineage: "lin-1" });
+  const upload2 = path(second.json.data.attributes["hosted-state-upload-url"] as string);
+  assert.equal((await call("PUT", upload2, state, null)).status, 200);
+  assert.equal((await call("PUT", upload2, state, null)).status, 403, "a replayed PUT is refused");
+  assert.equal(
+    (await call("PUT", path(second.json.data.attributes["hosted-json-state-upload-url"] as string), "{}", null)).status,
+    200,
+  );
+  const stored = await call("GET", `/api/v2/state-versions/${second.json.data.id as string}`);
+  assert.equal(stored.status, 200);
+  assert.deepEqual([stored.json.data.attributes.status, stored.json.data.attributes.serial], ["finalized", 1]);
+  const current = (await server.api(routes.readState, { params: { ws: "page-a" } })).body as any;
+  assert.deepEqual([current.serial, current.lineage], [1, "lin-1"], "stored as Drover's state");
+
+  // The write takes the same checks as the http backend's: another lineage is refused.
+  const foreign = JSON.stringify({ version: 4, serial: 2, lineage: "lin-2", outputs: {}, resources: [] });
+  const third = await post({ serial: 2, md5: createHash("md5").update(foreign).digest("hex"), lineage: "lin-2" });
+  const refused = await call(
+    "PUT",
+    path(third.json.data.attributes["hosted-state-upload-url"] as string),
+    foreign,
+    null,
+  );
+  assert.equal(refused.status, 409, refused.text);
 });

@@ -48,6 +48,8 @@ export interface TerraformCloud {
 
 export interface TerraformOptions {
   input?: string;
+  /** The CLI to run (default `terraform`): `tofu` reads the same CLI config and cloud block. */
+  binary?: string;
   env?: Record<string, string>;
 }
 
@@ -161,7 +163,7 @@ export async function startTerraformCloud(serverEnv: Record<string, string> = {}
     return e;
   };
   const spawnTerraform = (args: string[], cwd: string, options: TerraformOptions = {}): TerraformProcess => {
-    const child = spawn("terraform", args, { cwd, env: env(options.env) });
+    const child = spawn(options.binary ?? "terraform", args, { cwd, env: env(options.env) });
     let output = "";
     const waiters: { pattern: RegExp; resolve: () => void }[] = [];
     const onData = (d: Buffer) => {
@@ -222,6 +224,13 @@ export async function startTerraformCloud(serverEnv: Record<string, string> = {}
       await proxy.close();
     },
   };
+}
+
+/** The path of `name` on PATH, or undefined: for tests that run only where a binary is installed. */
+export function onPath(name: string): string | undefined {
+  const found = spawnSync("sh", ["-c", 'command -v "$1"', "sh", name], { encoding: "utf8" });
+  const path = found.stdout.trim();
+  return found.status === 0 && path !== "" ? path : undefined;
 }
 
 /** A throwaway CA and a server certificate it signed for localhost, drover.test and 127.0.0.1, as files in `dir`. */

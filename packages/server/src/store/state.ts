@@ -55,6 +55,8 @@ export interface WriteStateInput {
   /** `?ID=` of the write: the lock id terraform holds. */
   lockId: string | undefined;
   runId: string | null;
+  /** The new version's id when the caller already gave it out (an upload URL names it); else a new one. */
+  id?: string | undefined;
 }
 
 /**
@@ -141,7 +143,7 @@ export async function writeState(ctx: StoreContext, input: WriteStateInput): Pro
       );
     }
     const row = {
-      id: newId("sv"),
+      id: input.id ?? newId("sv"),
       workspace_id: input.workspaceId,
       serial,
       lineage,

@@ -7,6 +7,7 @@ import {
   registerOrganizationRoutes,
 } from "./organization-routes.js";
 import { registerStateRoutes, stateRoutes } from "./state-routes.js";
+import { registerStateUploadRoutes, stateUploadRoutes } from "./state-uploads.js";
 import { registerWorkspaceRoutes, workspaceRoutes } from "./workspace-routes.js";
 import { tfeApi, tfeScope, type TfeRoute } from "./serve.js";
 import { configurationVersionRoutes, registerConfigurationVersionRoutes } from "./configuration-versions.js";
@@ -24,6 +25,7 @@ export const tfeRoutes: readonly TfeRoute[] = [
   ...Object.values(organizationRoutes),
   ...Object.values(workspaceRoutes),
   ...Object.values(stateRoutes),
+  ...Object.values(stateUploadRoutes),
   ...Object.values(configurationVersionRoutes),
   ...Object.values(runRoutes),
   ...Object.values(phaseRoutes),
@@ -41,6 +43,7 @@ export function registerTfe(app: FastifyInstance, http: HttpContext): void {
       registerOrganizationRoutes(serve, http);
       registerWorkspaceRoutes(serve, http);
       registerStateRoutes(serve, http);
+      registerStateUploadRoutes(serve, http);
       registerConfigurationVersionRoutes(serve, http);
       registerRunRoutes(serve, http);
       registerPhaseRoutes(serve, http);

@@ -1,4 +1,4 @@
-import { DroverError, isTerminalRun, type Engine, type Run } from "@drover/protocol";
+import { DroverError, isTerminalRun, type Run } from "@drover/protocol";
 import { z } from "zod";
 import type { HttpContext } from "../http/context.js";
 import { cancelRun } from "../store/cancels.js";
@@ -6,7 +6,7 @@ import { confirmRun, createRun, discardRun, getRun, listRuns } from "../store/ru
 import { getWorkspace } from "../store/workspaces.js";
 import { findConfigurationVersion } from "./configuration-versions.js";
 import { workspaceResource } from "./workspace-routes.js";
-import { tfeWorkspace } from "./workspace-store.js";
+import { engineOfClient, tfeWorkspace } from "./workspace-store.js";
 import {
   attribute,
   includes,
@@ -121,11 +121,6 @@ export function runResource(run: Run, extra: { variables?: { key: string; value:
     },
     links: { self: `${tfeApi}/runs/${run.id}` },
   };
-}
-
-/** The engine of the client: OpenTofu names itself in its User-Agent, terraform does not. */
-export function engineOfClient(userAgent: string | undefined): Engine {
-  return /^OpenTofu\//i.test(userAgent ?? "") ? "tofu" : "terraform";
 }
 
 const addresses = z.array(z.string().min(1).max(1024)).max(1000);

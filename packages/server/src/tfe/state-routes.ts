@@ -5,6 +5,7 @@ import { iso, type StoreContext } from "../store/context.js";
 import { readStateVersion, writeState } from "../store/state.js";
 import { attribute, JsonApiError, many, one, paginate, requestResource, type ResourceObject } from "./jsonapi.js";
 import { created, ok, tfeApi, tfeRoute, type TfeRegistrar } from "./serve.js";
+import { createPendingStateVersion } from "./state-uploads.js";
 import { tfeWorkspace, writerLockId } from "./workspace-store.js";
 
 /*
@@ -17,7 +18,7 @@ export const stateRoutes = {
   createStateVersion: tfeRoute({
     method: "POST",
     path: `${tfeApi}/workspaces/:id/state-versions`,
-    summary: "Create a state version (inline `state`, base64)",
+    summary: "Create a state version: inline `state` (base64), or without it to be given upload URLs",
     auth: "user",
     // base64 of the largest state the http backend takes, plus the JSON state beside it.
     bodyLimit: Math.ceil((maxStateBytes * 4) / 3) * 2 + 1024 * 1024,
@@ -168,12 +169,6 @@ async function versionResource(ctx: StoreContext, v: VersionRow): Promise<Resour
   };
 }
 
-/**
- * go-tfe posts without `state` first (to be given upload URLs); this text in the error makes
- * it post again with the state inline.
- */
-export const inlineStateRequired = "param is missing or the value is empty: state";
-
 const base64 = z.string().regex(/^[A-Za-z0-9+/=\s]*$/, "must be base64");
 
 export function registerStateRoutes(serve: TfeRegistrar, http: HttpContext): void {
@@ -183,7 +178,12 @@ export function registerStateRoutes(serve: TfeRegistrar, http: HttpContext): voi
     const w = await tfeWorkspace(ctx, params.id ?? "");
     const resource = requestResource(body);
     const state = attribute(resource, "state", base64);
-    if (state === undefined || state === "") throw new JsonApiError(422, "invalid attribute", inlineStateRequired);
+    if (state === undefined || state === "")
+      return createPendingStateVersion(http, {
+        workspaceId: w.ws.id,
+        resource,
+        lockId: writerLockId(w, caller.tokenId),
+      });
     const md5 = attribute(resource, "md5", z.string().regex(/^[0-9a-fA-F]{32}$/, "must be a hex MD5"));
     const written = await writeState(ctx, {
       workspaceId: w.ws.id,

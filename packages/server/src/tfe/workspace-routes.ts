@@ -19,6 +19,7 @@ import { checkOrganization } from "./organization-routes.js";
 import { created, noContent, ok, tfeApi, tfeRoute, type TfeRegistrar } from "./serve.js";
 import {
   addTags,
+  engineOfClient,
   forceUnlockWorkspace,
   listTfeWorkspaces,
   lockWorkspace,
@@ -165,7 +166,7 @@ export function registerWorkspaceRoutes(serve: TfeRegistrar, http: HttpContext):
     );
   });
 
-  serve(workspaceRoutes.createWorkspace, async ({ params, body }) => {
+  serve(workspaceRoutes.createWorkspace, async ({ params, body, req }) => {
     checkOrganization(http, params.org);
     const resource = requestResource(body);
     const name = attribute(resource, "name", nameSchema);
@@ -180,7 +181,8 @@ export function registerWorkspaceRoutes(serve: TfeRegistrar, http: HttpContext):
       ws = await createWorkspace(ctx, {
         name,
         pool: http.tfe.pool,
-        engine: "terraform",
+        // A workspace tofu made is a tofu workspace, so Drover's own runs of it use tofu too.
+        engine: engineOfClient(req.headers["user-agent"]),
         engineVersion: null,
         workingDirectory: attribute(resource, "working-directory", z.string()) ?? "",
         autoApply: attribute(resource, "auto-apply", z.boolean()) ?? false,
@@ -299,6 +301,6 @@ function checkVersion(w: TfeWorkspace, version: string): void {
   throw new JsonApiError(
     422,
     "invalid attribute",
-    `terraform-version: this workspace runs ${shown === "latest" ? "the agents' terraform" : `terraform ${shown}`}; pin a version with \`drover workspace update ${w.ws.name} --engine-version <v>\``,
+    `terraform-version: this workspace runs ${shown === "latest" ? `the agents' ${w.ws.engine}` : `${w.ws.engine} ${shown}`}; pin a version with \`drover workspace update ${w.ws.name} --engine-version <v>\``,
   );
 }

@@ -1,4 +1,4 @@
-import { DroverError, type Workspace } from "@drover/protocol";
+import { DroverError, type Engine, type Workspace } from "@drover/protocol";
 import { randomUUID } from "node:crypto";
 import type { StoreContext } from "../store/context.js";
 import { getWorkspace, listWorkspaces } from "../store/workspaces.js";
@@ -191,4 +191,9 @@ async function releaseLock(ctx: StoreContext, w: TfeWorkspace, lockId: string): 
 /** The lock ID a state write through the TFE API by `tokenId` presents: its own lock's, if it holds one. */
 export function writerLockId(w: TfeWorkspace, tokenId: string): string | undefined {
   return w.lock?.lockId === lockIdOf(tokenId) ? w.lock.lockId : undefined;
+}
+
+/** The engine of the client: OpenTofu names itself in its User-Agent, terraform does not. */
+export function engineOfClient(userAgent: string | undefined): Engine {
+  return /^OpenTofu\//i.test(userAgent ?? "") ? "tofu" : "terraform";
 }
