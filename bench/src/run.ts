@@ -6,6 +6,7 @@ import { describeFunctions, describeProfile, summarizeProfiles } from "./profile
 import { writeReport, type ExpectedRow, type Figure } from "./report.js";
 import { runBenches, timingNote, type Bench } from "./runner.js";
 import { webRows } from "./web-rows.js";
+import { vcsRows } from "./vcs-rows.js";
 import { benchScale, scaleCoversAll, scaleProfileFile, scalePlans, scaleRows } from "./scale.js";
 
 /**
@@ -77,6 +78,7 @@ const benches: Record<string, Bench> = {
   throughput: async () => (await import("./throughput.js")).benchThroughput(),
   web: async () => (await import("./web.js")).benchWeb(),
   "cloud-plan": async () => (await import("./cloud-plan.js")).benchCloudPlan(),
+  vcs: async () => (await import("./vcs.js")).benchVcs(),
 };
 
 /**
@@ -142,6 +144,7 @@ const expected: Record<string, () => ExpectedRow[]> = {
       ["runs per minute", "runs/min", "reported"],
       ["server CPU per run", "ms", "reported"],
     ]),
+  vcs: () => vcsRows(),
 };
 
 const selected = process.argv.slice(2);
