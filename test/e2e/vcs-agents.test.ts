@@ -143,7 +143,11 @@ test("a commit is fetched through a VCS agent the server cannot do without, and 
   assert.equal(connected.code, 0, connected.stderr);
   const connection = JSON.parse(connected.stdout);
   assert.equal(connection.viaPool, "relay");
-  assert.equal((await store.vcsCredential(stack.server.store, connection.id)).token, "", "the server holds no token");
+  assert.deepEqual(
+    (await store.vcsEndpoint(stack.server.store, connection.id)).auth,
+    { kind: "token", token: "" },
+    "the server holds no token",
+  );
   const shown = await stack.cli(["pool", "show", "relay"]);
   assert.match(shown.stdout, /relay\s+vcs\s+pool-/);
   assert.match((await stack.cli(["pool", "list"])).stdout, /relay\s+2\/2\s+pool-\S+\s+vcs/);

@@ -62,7 +62,7 @@ for (const backend of backends) {
         await store.listVcsConnections(ctx),
       ]);
       assert.ok(!shown.includes(token), shown);
-      assert.equal((await store.vcsCredential(ctx, conn.id)).token, token);
+      assert.deepEqual((await store.vcsEndpoint(ctx, conn.id)).auth, { kind: "token", token });
       // Each connection gets its own webhook secret, which nothing returned carries either.
       const secret = await store.vcsWebhookSecret(ctx, name);
       assert.match(secret, /^[0-9a-f]{64}$/);

@@ -9,7 +9,7 @@ import { getPool, requirePoolKind } from "./pools.js";
 
 /*
  * VCS connections. The token is write-only like a sensitive variable: only the fetch reads it
- * (vcsCredential) and the VCS client (vcsEndpoint), and nothing returned by the API carries it.
+ * and the VCS client (vcsEndpoint, vcsRoute), and nothing returned by the API carries it.
  */
 
 /** A connection as the store knows it; the API adds the webhook URL, which depends on the server's address. */
@@ -108,19 +108,6 @@ async function connectionRow(ctx: StoreContext, idOrName: string): Promise<Row> 
 /** Finds a connection by id or name. */
 export async function getVcsConnection(ctx: StoreContext, idOrName: string): Promise<StoredVcsConnection> {
   return toConnection(await connectionRow(ctx, idOrName));
-}
-
-/** What the fetch needs to reach a connection's repositories: its base URL and secret. */
-export interface VcsCredential {
-  provider: VcsProvider;
-  url: string;
-  token: string;
-}
-
-/** The connection's secret, for the fetch only. */
-export async function vcsCredential(ctx: StoreContext, connectionId: string): Promise<VcsCredential> {
-  const row = await connectionRow(ctx, connectionId);
-  return { provider: row.provider, url: row.url, token: row.token };
 }
 
 /** How the VCS client reaches and authenticates to a connection's API (its secrets included: server-side only). */
