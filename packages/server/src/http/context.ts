@@ -4,7 +4,11 @@ import type { DatabaseHealth } from "../db/health.js";
 import type { StoreContext } from "../store/context.js";
 import type { ServerMetrics } from "../metrics.js";
 import type { TfeSettings } from "../config.js";
-import type { WebhookQueue } from "./vcs-webhook-routes.js";
+
+/** What queues a stored webhook delivery's work (vcs/webhooks.ts). */
+export interface WebhookQueue {
+  enqueue(deliveryId: string): void;
+}
 
 /** What every route module needs: the store, limits, and the server-wide shutdown signal. */
 export interface HttpContext {

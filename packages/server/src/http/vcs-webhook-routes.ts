@@ -4,7 +4,7 @@ import type { FastifyInstance, FastifyRequest } from "fastify";
 import { getVcsConnection, vcsWebhookSecret, type StoredVcsConnection } from "../store/vcs-connections.js";
 import { recordVcsDelivery } from "../store/vcs-deliveries.js";
 import { deliveryHeaders, parseEvent, verifyDelivery, type WebhookEvent } from "../vcs/webhook-events.js";
-import type { HttpContext } from "./context.js";
+import type { HttpContext, WebhookQueue } from "./context.js";
 import { registrar, type ServeOptions } from "./serve.js";
 
 /**
@@ -13,11 +13,6 @@ import { registrar, type ServeOptions } from "./serve.js";
  * signature, so an unsigned sender should not make the server hold more.
  */
 export const maxWebhookBytes = 5 * 1024 * 1024;
-
-/** What queues a stored delivery's work (vcs/webhooks.ts). */
-export interface WebhookQueue {
-  enqueue(deliveryId: string): void;
-}
 
 const connections = new WeakMap<FastifyRequest, StoredVcsConnection>();
 
