@@ -8,6 +8,7 @@ import { routes, type RunSource } from "@drover/protocol";
 import { store } from "@drover/server";
 import { pino } from "pino";
 import { commitAndPush, gitAs, valueConfig } from "../support/git-repo.js";
+import { githubPullRequest } from "../support/webhooks.js";
 import { startGitHttpServer } from "../support/git-http-server.js";
 import { lookUntil } from "../support/poll.js";
 import { freePort, spawnDrover, type Proc } from "../support/processes.js";
@@ -329,6 +330,69 @@ test("the webhook listener forwards verified deliveries once and refuses the res
   assert.deepEqual(
     kept.map((d) => [d.deliveryId, d.event]),
     [["delivery-1", "push"]],
+  );
+});
+
+test("a pull request delivered to a VCS agent's listener plans at once, fetched through the agents", async () => {
+  const port = await freePort();
+  const hooks = await startVcsAgent("pr-hooks", {
+    DROVER_AGENT_VCS_WEBHOOK_PORT: String(port),
+    DROVER_AGENT_VCS_WEBHOOK_ADDRESS: "127.0.0.1",
+  });
+  await hooks.waitFor(/webhook listener ready/);
+  const base = sh(work, "rev-parse", "main");
+  sh(work, "checkout", "-q", "-b", "feature");
+  // The poller watches main only: a plan of this commit can come from the delivery alone.
+  // Without the oversized file an earlier test left on main.
+  const head = commitAndPush(sh, work, "feature", "Try a change", { "main.tf": tf("proposed"), "blob.txt": null });
+  sh(work, "checkout", "-q", "main");
+  const url = "https://ghe.internal.invalid/org/infra/pull/3";
+  const body = JSON.stringify(
+    githubPullRequest("opened", "org/infra", {
+      number: 3,
+      base: "main",
+      baseSha: base,
+      head: "feature",
+      headSha: head,
+      url,
+    }),
+  );
+  // eslint-disable-next-line no-restricted-globals -- the VCS agent's webhook listener, not the Drover server
+  const answer = await fetch(`http://127.0.0.1:${port}/hooks/gh`, {
+    method: "POST",
+    headers: {
+      "content-type": "application/json",
+      "x-github-event": "pull_request",
+      "x-github-delivery": "delivery-pr-3",
+      "x-hub-signature-256": `sha256=${createHmac("sha256", hookSecret).update(body).digest("hex")}`,
+    },
+    body,
+  });
+  assert.equal(answer.status, 202);
+  const plan = await waitFor("the pull request's plan", async () =>
+    (await runsOf("infra")).find((r) => r.source?.pullRequest?.number === 3),
+  );
+  assert.deepEqual(plan.source, {
+    repository: "org/infra",
+    branch: "feature",
+    commitSha: head,
+    message: "Try a change",
+    author: "Ada <ada@example.com>",
+    pullRequest: { number: 3, url },
+  });
+  const done = await stack.waitForRun(plan.id, ["planned_and_finished", "errored"]);
+  assert.equal(done.status, "planned_and_finished");
+  const connection = await store.getVcsConnection(stack.server.store, "gh");
+  const delivery = (await store.listVcsDeliveries(stack.server.store, connection.id)).find(
+    (d) => d.deliveryId === "delivery-pr-3",
+  );
+  assert.deepEqual(
+    delivery?.outcomes.map((o) => [o.workspace, o.outcome, o.runId]),
+    [["infra", "started", plan.id]],
+  );
+  assert.ok(
+    [...vcsAgents.values()].some((p) => new RegExp(`"kind":"fetch".*"sha":"${head}"`).test(p.output())),
+    "the pull request's head was fetched by a VCS agent",
   );
 });
 

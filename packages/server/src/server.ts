@@ -156,7 +156,13 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     log.warn(
       "diagnostics: every JSON answer is checked against the route table (DROVER_DIAGNOSTICS_VALIDATE_RESPONSES); one outside it is a 500",
     );
-  const webhooks = new WebhookProcessor({ ctx: store, log, limits: config.archiveLimits, client: vcsClient });
+  const webhooks = new WebhookProcessor({
+    ctx: store,
+    log,
+    limits: config.archiveLimits,
+    client: vcsClient,
+    agentTaskMs: config.vcsAgentTaskMs,
+  });
   const app = buildApp(
     {
       store,

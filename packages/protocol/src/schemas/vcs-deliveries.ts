@@ -21,8 +21,6 @@ export const vcsDeliveryOutcomeKinds = [
   "fetch_failed",
   /** The event starts no run (detail says why). */
   "ignored",
-  /** The connection is reached through VCS agents: the poller fetches the commit through them. */
-  "left_to_poller",
   /** The run could not be created (detail says why). */
   "failed",
 ] as const;

@@ -7,6 +7,29 @@ import { iso } from "./context.js";
 import { transactionKeepingCause } from "./transaction.js";
 import { getWorkspace } from "./workspaces.js";
 
+/** An archive whose every entry was checked, with the sha256 of its bytes. */
+export interface InspectedArchive {
+  files: string[];
+  sha256: string;
+}
+
+/**
+ * Checks every entry of an archive held in memory. A push that many workspaces link checks its
+ * commit's archive once and stores it for each of them.
+ */
+export async function inspectConfiguration(archive: Buffer, limits: ArchiveLimits): Promise<InspectedArchive> {
+  const summary = await inspectArchive(archive, limits);
+  return { files: summary.files, sha256: createHash("sha256").update(archive).digest("hex") };
+}
+
+/** How createConfigurationVersion stores an archive. */
+export interface ConfigurationVersionOptions {
+  /** The id it gets (a TFE configuration version made before its archive); unset: a new one. */
+  id?: string;
+  /** The archive's checks, already run by inspectConfiguration on these very bytes. */
+  inspected?: InspectedArchive;
+}
+
 /**
  * Stores an uploaded tar.gz after checking every entry. A rejected archive leaves
  * nothing behind: the check runs before the one transaction that stores it.
@@ -16,35 +39,24 @@ export async function createConfigurationVersion(
   workspace: string,
   archive: BodySource,
   limits: ArchiveLimits,
-  /** The id it gets (a TFE configuration version made before its archive); unset: a new one. */
-  id?: string,
+  options: ConfigurationVersionOptions = {},
 ): Promise<ConfigurationVersion> {
   const ws = await getWorkspace(ctx, workspace);
-  const hash = createHash("sha256");
-  // The check reads the archive to its end when it accepts it, so the hash covers every byte.
-  const summary = await inspectArchive(
-    Buffer.isBuffer(archive)
-      ? archive
-      : (async function* () {
-          for await (const piece of sourceChunks(archive)) {
-            hash.update(piece);
-            yield piece;
-          }
-        })(),
-    limits,
-  );
+  const inspected =
+    options.inspected ??
+    (Buffer.isBuffer(archive) ? await inspectConfiguration(archive, limits) : await inspectStream(archive, limits));
   // An upload without configuration would plan to destroy everything the workspace manages.
-  if (configurationFiles(summary.files, ws.workingDirectory).length === 0)
+  if (configurationFiles(inspected.files, ws.workingDirectory).length === 0)
     throw new DroverError(
       "invalid_archive",
       `the configuration holds no ${configurationFileSuffixes.join(", ")} file in ${ws.workingDirectory ? `its working directory ${JSON.stringify(ws.workingDirectory)}` : "its root"}: nothing to plan`,
     );
-  if (Buffer.isBuffer(archive)) hash.update(archive);
+  const { id } = options;
   const row = {
     id: id ?? newId("cv"),
     workspace_id: ws.id,
     size: sourceSize(archive),
-    sha256: hash.digest("hex"),
+    sha256: inspected.sha256,
     created_at: ctx.now(),
   };
   await transactionKeepingCause(ctx, async (trx) => {
@@ -54,6 +66,21 @@ export async function createConfigurationVersion(
       await trx.updateTable("tfe_configuration_versions").set({ status: "uploaded" }).where("id", "=", id).execute();
   });
   return { id: row.id, workspaceId: ws.id, size: row.size, sha256: row.sha256, createdAt: iso(row.created_at) };
+}
+
+/** Checks an archive spooled to disk, hashing it as the check reads it to its end. */
+async function inspectStream(archive: BodySource, limits: ArchiveLimits): Promise<InspectedArchive> {
+  const hash = createHash("sha256");
+  const summary = await inspectArchive(
+    (async function* () {
+      for await (const piece of sourceChunks(archive)) {
+        hash.update(piece);
+        yield piece;
+      }
+    })(),
+    limits,
+  );
+  return { files: summary.files, sha256: hash.digest("hex") };
 }
 
 export async function getConfigurationVersion(ctx: StoreContext, id: string): Promise<ConfigurationVersion> {

@@ -141,7 +141,7 @@ export function registerConfigurationVersionRoutes(serve: TfeRegistrar, http: Ht
       throw new DroverError("conflict", `configuration version ${id} is ${cv.status}: it takes one upload`);
     try {
       // The same check and storage as an upload through Drover's own API.
-      await createConfigurationVersion(ctx, cv.workspaceId, body ?? Buffer.alloc(0), http.archiveLimits, id);
+      await createConfigurationVersion(ctx, cv.workspaceId, body ?? Buffer.alloc(0), http.archiveLimits, { id });
     } catch (err) {
       if (err instanceof DroverError && (err.code === "invalid_archive" || err.code === "payload_too_large"))
         await ctx.db

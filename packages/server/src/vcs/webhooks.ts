@@ -12,11 +12,15 @@ import {
   type VcsEndpoint,
 } from "@drover/vcs";
 import type { Logger } from "pino";
-import { createConfigurationVersion } from "../store/configuration-versions.js";
+import {
+  createConfigurationVersion,
+  inspectConfiguration,
+  type InspectedArchive,
+} from "../store/configuration-versions.js";
 import type { StoreContext } from "../store/context.js";
 import { createRun } from "../store/runs.js";
 import { vcsRoute } from "../store/vcs-connections.js";
-import { serverGitAccess } from "./relay.js";
+import { serverGitAccess, vcsReach, type FetchedCommit, type VcsReach } from "./relay.js";
 import {
   claimVcsDelivery,
   finishVcsDelivery,
@@ -50,6 +54,8 @@ export interface WebhookProcessorOptions {
   deadlines?: GitDeadlines;
   /** Makes the API client of a connection the server reaches itself (a GitHub App's git token comes from it). */
   client: (endpoint: VcsEndpoint) => VcsClient;
+  /** How long a VCS agent's task may take, for connections reached through a VCS agent pool. */
+  agentTaskMs: number;
 }
 
 // An archive a retry cannot change: the same commit gives the same refusal.
@@ -103,12 +109,15 @@ export class WebhookProcessor {
     else {
       const route = await vcsRoute(ctx, stored.connectionId);
       if (route.via === "pool") {
-        const why = "the connection is reached through VCS agents: the poller fetches new commits through them";
-        await recordVcsDeliveryOutcomes(
-          ctx,
-          id,
-          links.map((l) => outcome(l, "left_to_poller", null, why)),
-        );
+        const reach = await vcsReach(ctx, stored.connectionId, {
+          agentTaskMs: this.o.agentTaskMs,
+          client: this.o.client,
+        });
+        outcomes =
+          event.kind === "push"
+            ? await this.relayedPush(reach, event, links)
+            : await this.relayedPullRequest(reach, event, links);
+        await recordVcsDeliveryOutcomes(ctx, id, outcomes);
         await finishVcsDelivery(ctx, id);
         return;
       }
@@ -215,6 +224,7 @@ export class WebhookProcessor {
         return [...out, ...candidates.map((l) => outcome(l, "fetch_failed", null, reason))];
       }
     }
+    const inspected = this.inspectOnce(archive);
     for (const l of candidates) {
       if (archive === null || !triggers(l)) {
         // Seen, so the next commit is compared with this one.
@@ -232,7 +242,7 @@ export class WebhookProcessor {
       }
       const source = sourceOf(e.repository, e.branch, e.after, archive, null);
       try {
-        out.push(await this.start(l, archive, source, false));
+        out.push(await this.start(l, archive, inspected, source, false));
       } catch (err) {
         const reason = redact(messageOf(err), secretsOf(access));
         if (permanent(err)) {
@@ -289,6 +299,7 @@ export class WebhookProcessor {
       );
       return [...out, ...targeted.map((l) => outcome(l, "fetch_failed", null, reason))];
     }
+    const inspected = this.inspectOnce(archive);
     for (const l of targeted) {
       if (archive === null || !triggers(l)) {
         out.push(outcome(l, "paths_unmatched", null, "the pull request changes no file the trigger paths name"));
@@ -296,7 +307,7 @@ export class WebhookProcessor {
       }
       const source = sourceOf(e.repository, e.headBranch, e.headSha, archive, { number: e.number, url: e.url });
       try {
-        out.push(await this.start(l, archive, source, true));
+        out.push(await this.start(l, archive, inspected, source, true));
       } catch (err) {
         const reason = redact(messageOf(err), secretsOf(access));
         out.push(outcome(l, permanent(err) ? "fetch_failed" : "failed", null, reason));
@@ -305,13 +316,154 @@ export class WebhookProcessor {
     return out;
   }
 
+  /**
+   * A push to a connection reached through VCS agents: each matching workspace's commit is
+   * fetched by an agent (which also decides from the changed files whether it triggers), as the
+   * poller would, but at once.
+   */
+  private async relayedPush(reach: VcsReach, e: PushEvent, links: PolledLink[]): Promise<OutcomeInput[]> {
+    const { ctx } = this.o;
+    const out: OutcomeInput[] = [];
+    const candidates: PolledLink[] = [];
+    for (const l of links) {
+      if (l.branch !== e.branch)
+        out.push(outcome(l, "other_branch", null, `linked to ${l.branch}; the push was to ${e.branch}`));
+      else if (l.lastCommitSha === e.after)
+        out.push(
+          outcome(l, "already_started", null, `commit ${short(e.after)} was seen before (polling or a delivery)`),
+        );
+      else candidates.push(l);
+    }
+    if (candidates.length === 0) return out;
+    try {
+      const head = await reach.branchHead(e.repository, e.branch, this.shutdown.signal);
+      if (head !== e.after) {
+        const detail = `the branch has moved on to ${head === null ? "nothing (deleted)" : short(head)}`;
+        return [...out, ...candidates.map((l) => outcome(l, "superseded", null, detail))];
+      }
+    } catch (err) {
+      const reason = redact(messageOf(err), reach.secrets);
+      return [...out, ...candidates.map((l) => outcome(l, "fetch_failed", null, reason))];
+    }
+    for (const l of candidates) {
+      const fetched = await this.relayedFetch(reach, l, e.repository, e.branch, e.after, l.lastCommitSha);
+      if ("failed" in fetched) {
+        out.push(fetched.failed);
+        continue;
+      }
+      const claimed = await claimVcsCommit(ctx, l, l.lastCommitSha, e.after);
+      if (!claimed) out.push(outcome(l, "already_started", null, "another delivery or the poller took this commit"));
+      else if (fetched.commit === null)
+        out.push(outcome(l, "paths_unmatched", null, "no changed file matches the trigger paths or working directory"));
+      else {
+        try {
+          out.push(await this.startRun(l, fetched.commit.configurationVersion.id, fetched.commit.source, false));
+        } catch (err) {
+          await releaseVcsCommit(ctx, l.workspaceId, e.after, l.lastCommitSha);
+          out.push(outcome(l, "failed", null, redact(messageOf(err), reach.secrets)));
+        }
+      }
+    }
+    return out;
+  }
+
+  /** A pull request on a connection reached through VCS agents: an agent fetches its head per workspace. */
+  private async relayedPullRequest(reach: VcsReach, e: PullRequestEvent, links: PolledLink[]): Promise<OutcomeInput[]> {
+    const out: OutcomeInput[] = [];
+    const targeted: PolledLink[] = [];
+    for (const l of links) {
+      if (l.branch === e.baseBranch) targeted.push(l);
+      else
+        out.push(outcome(l, "other_branch", null, `linked to ${l.branch}; the pull request targets ${e.baseBranch}`));
+    }
+    if (targeted.length === 0) return out;
+    let since: string | null;
+    try {
+      since = e.baseSha ?? (await reach.branchHead(e.repository, e.baseBranch, this.shutdown.signal));
+    } catch (err) {
+      const reason = redact(messageOf(err), reach.secrets);
+      return [...out, ...targeted.map((l) => outcome(l, "fetch_failed", null, reason))];
+    }
+    for (const l of targeted) {
+      const fetched = await this.relayedFetch(reach, l, e.repository, e.headBranch, e.headSha, since);
+      if ("failed" in fetched) out.push(fetched.failed);
+      else if (fetched.commit === null)
+        out.push(outcome(l, "paths_unmatched", null, "the pull request changes no file the trigger paths name"));
+      else {
+        const source = { ...fetched.commit.source, pullRequest: { number: e.number, url: e.url } };
+        try {
+          out.push(await this.startRun(l, fetched.commit.configurationVersion.id, source, true));
+        } catch (err) {
+          out.push(outcome(l, "failed", null, redact(messageOf(err), reach.secrets)));
+        }
+      }
+    }
+    return out;
+  }
+
+  /** One workspace's commit through a VCS agent: stored, or null when it triggers nothing, or why not. */
+  private async relayedFetch(
+    reach: VcsReach,
+    l: PolledLink,
+    repository: string,
+    branch: string,
+    sha: string,
+    since: string | null,
+  ): Promise<{ commit: FetchedCommit | null } | { failed: OutcomeInput }> {
+    try {
+      const commit = await reach.fetch({
+        repository,
+        branch,
+        sha,
+        workspaceId: l.workspaceId,
+        since,
+        triggerPaths: l.triggerPaths,
+        workingDirectory: l.workingDirectory,
+        limits: this.o.limits,
+        signal: this.shutdown.signal,
+      });
+      return { commit };
+    } catch (err) {
+      const reason = redact(messageOf(err), reach.secrets);
+      if (permanent(err)) await recordVcsError(this.o.ctx, l.workspaceId, sha, reason);
+      this.o.log.warn({ repository, commit: sha, reason }, "fetching a commit through a VCS agent failed");
+      return { failed: outcome(l, "fetch_failed", null, reason) };
+    }
+  }
+
+  /**
+   * The archive's checks, run when the first workspace stores it and shared by the rest: one
+   * push can start a hundred workspaces of one repository.
+   */
+  private inspectOnce(archive: CommitArchive | null): () => Promise<InspectedArchive> {
+    let inspection: Promise<InspectedArchive> | undefined;
+    return () => {
+      if (archive === null) throw new Error("no archive to inspect");
+      inspection ??= inspectConfiguration(archive.archive, this.o.limits);
+      return inspection;
+    };
+  }
+
   /** Stores the archive for the workspace, starts the run and cancels the older ones still waiting. */
-  private async start(l: PolledLink, archive: CommitArchive, source: RunSource, speculative: boolean) {
+  private async start(
+    l: PolledLink,
+    archive: CommitArchive,
+    inspected: () => Promise<InspectedArchive>,
+    source: RunSource,
+    speculative: boolean,
+  ) {
+    const cv = await createConfigurationVersion(this.o.ctx, l.workspaceId, archive.archive, this.o.limits, {
+      inspected: await inspected(),
+    });
+    return this.startRun(l, cv.id, source, speculative);
+  }
+
+  /** Starts the run of a stored configuration version and cancels the older ones still waiting. */
+  private async startRun(l: PolledLink, configurationVersionId: string, source: RunSource, speculative: boolean) {
     const { ctx, log } = this.o;
-    const cv = await createConfigurationVersion(ctx, l.workspaceId, archive.archive, this.o.limits);
     const run = await createRun(ctx, {
       workspace: l.workspaceId,
-      configurationVersionId: cv.id,
+      configurationVersionId,
       planOnly: speculative,
       isDestroy: false,
       message: source.message,
