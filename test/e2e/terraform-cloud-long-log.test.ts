@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
+import { countToCommand } from "../support/stack.js";
 import { startTerraformCloud, type TerraformCloud } from "../support/terraform-cloud.js";
 
 /* A remote apply's log of 200,000 lines, streamed to the real terraform 1.11.4 through its cloud block. */
@@ -19,7 +20,7 @@ describe("a long apply log", () => {
       {
         "main.tf": `
 resource "terraform_data" "long" {
-  provisioner "local-exec" { command = "seq 1 200000" }
+  provisioner "local-exec" { command = "${countToCommand(200_000)}" }
 }
 `,
       },

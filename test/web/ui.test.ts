@@ -5,7 +5,7 @@ import { after, before, test } from "node:test";
 import { routes } from "@drover/protocol";
 import type { Browser, BrowserContext, Page } from "playwright-core";
 import { accessibilityViolations, launchBrowser, screenshotDir, watchedContext } from "../support/browser.js";
-import { startStack, writeConfig, type Stack } from "../support/stack.js";
+import { countToCommand, startStack, writeConfig, type Stack } from "../support/stack.js";
 
 // A real browser (Debian's chromium) against a real server, a real agent and real terraform:
 // what a user does in the web UI, page by page.
@@ -174,7 +174,7 @@ test("a 200,000-line log opens and scrolls to its last line", async () => {
   const dir = writeConfig(stack.dir, "long-log", {
     "main.tf": `resource "terraform_data" "many" {
   provisioner "local-exec" {
-    command = "seq 1 200000"
+    command = "${countToCommand(200_000)}"
   }
 }
 `,
