@@ -34,6 +34,23 @@ export async function requireReader(ctx: StoreContext, request: FastifyRequest):
 }
 
 /**
+ * Authenticates a user-only route's caller. A run's job token gets a refusal that says what it
+ * may do instead: terraform_remote_state's remote backend asks to create a workspace it could
+ * not find, so this is the message a run whose read was refused shows — the same whether the
+ * workspace exists or not.
+ */
+export async function requireTfeUser(ctx: StoreContext, request: FastifyRequest): Promise<UserCaller> {
+  if (request.headers.authorization !== undefined && tokenKind(presentedToken(request)) === "job")
+    throw new DroverError(
+      "forbidden",
+      "a run's token only reads the state of its own workspace and of workspaces that list it as a remote state " +
+        "consumer: check the workspace name, and allow this run's workspace with " +
+        "`drover workspace update <workspace> --remote-state-consumers <this workspace>`",
+    );
+  return requireUser(ctx, request);
+}
+
+/**
  * Lets the caller see workspace `workspaceId`, or throws `notFound()`: the 404 the route gives
  * for a workspace (or state version) that does not exist.
  */

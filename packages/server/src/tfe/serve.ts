@@ -1,8 +1,8 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest, onRequestAsyncHookHandler } from "fastify";
-import { authenticateFirst, authenticatedCaller, requireUser, type UserCaller } from "../http/auth.js";
+import { authenticateFirst, authenticatedCaller, type UserCaller } from "../http/auth.js";
 import type { HttpContext } from "../http/context.js";
 import type { StoredBody } from "../store/bodies.js";
-import { requireReader, type TfeReader } from "./remote-state-access.js";
+import { requireReader, requireTfeUser, type TfeReader } from "./remote-state-access.js";
 import { errorBody, errorOf, jsonApiContentType, titleOf, type Document } from "./jsonapi.js";
 
 /*
@@ -85,7 +85,7 @@ export function tfeScope(scope: FastifyInstance, http: HttpContext): TfeRegistra
       .send(errorBody(404, "not found", `no route ${request.method} ${request.url.split("?")[0]}`));
   });
   const hooks: Partial<Record<TfeAuth, onRequestAsyncHookHandler>> = {
-    user: authenticateFirst((request) => requireUser(http.store, request)),
+    user: authenticateFirst((request) => requireTfeUser(http.store, request)),
     reader: authenticateFirst((request) => requireReader(http.store, request)),
   };
   return (route, handler) => {
