@@ -4,7 +4,7 @@ import { presentedToken, requireUser, type UserCaller } from "../http/auth.js";
 import type { StoreContext } from "../store/context.js";
 import { authenticateJobToken, type JobRow } from "../store/queue.js";
 import { mayReadState } from "../store/workspaces.js";
-import { JsonApiError } from "./jsonapi.js";
+import type { JsonApiError } from "./jsonapi.js";
 
 /*
  * `terraform_remote_state` from inside a run (decision 0072). The agent hands the run's terraform
