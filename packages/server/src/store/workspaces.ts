@@ -31,8 +31,9 @@ export function parseRemoteStateConsumers(raw: string): RemoteStateConsumers {
 }
 
 /**
- * Whether a run of workspace `readerId` may read the state of the workspace whose consumers
- * column is `raw`: its own always, another's when listed there or when that one allows all.
+ * Whether a run of workspace `readerId` may read the state of `target` (its id and its
+ * `remote_state_consumers` column): its own always, another's when listed there or when that
+ * one allows all.
  */
 export function mayReadState(readerId: string, target: { id: string; consumers: string }): boolean {
   if (readerId === target.id) return true;

@@ -12,7 +12,7 @@ import type { JsonApiError } from "./jsonapi.js";
  * answer for the run's own workspace and for those that list it as a remote state consumer (or
  * allow every workspace). Anything else answers exactly as a workspace that does not exist, so
  * a run learns nothing about workspaces it may not read. Every other /api/v2 route refuses a job
- * token (requireUser).
+ * token (requireTfeUser).
  */
 
 /** Who calls a read route: a user token, or a run's job token. */
@@ -28,7 +28,7 @@ export async function requireReader(ctx: StoreContext, request: FastifyRequest):
     // A finished or superseded job's token is simply no longer a credential here: terraform
     // shows a 401 as an authentication failure, where a 409 would read as a conflict.
     if (err instanceof DroverError && (err.code === "job_finished" || err.code === "stale_attempt"))
-      throw new DroverError("unauthorized", "this job token is no longer valid: its job has ended", { cause: err });
+      throw new DroverError("unauthorized", "this job token is no longer valid: its job has ended or was reassigned", { cause: err });
     throw err;
   }
 }
