@@ -28,7 +28,9 @@ export async function requireReader(ctx: StoreContext, request: FastifyRequest):
     // A finished or superseded job's token is simply no longer a credential here: terraform
     // shows a 401 as an authentication failure, where a 409 would read as a conflict.
     if (err instanceof DroverError && (err.code === "job_finished" || err.code === "stale_attempt"))
-      throw new DroverError("unauthorized", "this job token is no longer valid: its job has ended or was reassigned", { cause: err });
+      throw new DroverError("unauthorized", "this job token is no longer valid: its job has ended or was reassigned", {
+        cause: err,
+      });
     throw err;
   }
 }
