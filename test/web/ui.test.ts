@@ -291,10 +291,13 @@ test("an HCL variable is added with its checkbox and shown as HCL; the destroy-a
   const guard = settings.getByLabel(/destroys everything the workspace manages/);
   assert.equal(await guard.isChecked(), false);
   await guard.check();
+  await workspace("hcl-reader");
+  await settings.getByLabel(/runs may read this state \(terraform_remote_state\)/).fill("hcl-reader");
   await settings.getByRole("button", { name: "Save settings" }).click();
   await page.getByRole("status").getByText("Saved.").waitFor();
   const ws = await stack.server.api(routes.getWorkspace, { params: { ws: "hcl-ui" } });
   assert.equal(ws.body.allowDestroyAll, true);
+  assert.deepEqual([ws.body.remoteStateConsumers, ws.body.globalRemoteState], [["hcl-reader"], false]);
 });
 
 test("a pool token is created (shown once) and revoked", async () => {

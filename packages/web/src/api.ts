@@ -197,6 +197,9 @@ export interface WorkspaceSettings {
   runnerImage: string | null;
   autoApply: boolean;
   allowDestroyAll: boolean;
+  /** Names of the workspaces whose runs may read this one's state (terraform_remote_state). */
+  remoteStateConsumers: string[];
+  globalRemoteState: boolean;
 }
 
 /** The parts of terraform's plan JSON the run page shows. */

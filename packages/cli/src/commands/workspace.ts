@@ -26,6 +26,18 @@ function boolOption(flag: string, value: string | undefined): boolean | undefine
 const allowDestroyAllHelp =
   "true: runs that do not say otherwise auto-apply even a plan that destroys everything the workspace manages";
 
+const remoteStateConsumersHelp =
+  "comma-separated workspaces whose runs may read this one's state with terraform_remote_state ('' for none)";
+
+/** A comma-separated list of workspaces; '' is the empty list. */
+function listOption(value: string | undefined): string[] | undefined {
+  if (value === undefined) return undefined;
+  return value
+    .split(",")
+    .map((w) => w.trim())
+    .filter((w) => w !== "");
+}
+
 const runnerImageHelp =
   "docker driver: image the runs' containers start from, instead of the agents' own (agents must allow it in DROVER_AGENT_DOCKER_ALLOWED_IMAGES)";
 
@@ -80,25 +92,39 @@ export function registerWorkspaceCommands(program: Command): void {
     .option("--auto-apply <bool>", "true or false")
     .option("--working-dir <dir>", "directory inside the configuration to run in")
     .option("--allow-destroy-all <bool>", allowDestroyAllHelp)
+    .option("--remote-state-consumers <workspaces>", remoteStateConsumersHelp)
+    .option("--global-remote-state <bool>", "true: every workspace's runs may read this one's state")
     .action(
       async (
         given: string | undefined,
         opts: CommonOptions &
-          WsOpt & { runnerImage?: string; autoApply?: string; workingDir?: string; allowDestroyAll?: string },
+          WsOpt & {
+            runnerImage?: string;
+            autoApply?: string;
+            workingDir?: string;
+            allowDestroyAll?: string;
+            remoteStateConsumers?: string;
+            globalRemoteState?: string;
+          },
       ) => {
         const name = workspaceOf("workspace update", given, opts.workspace);
         const autoApply = boolOption("--auto-apply", opts.autoApply);
         const allowDestroyAll = boolOption("--allow-destroy-all", opts.allowDestroyAll);
+        const remoteStateConsumers = listOption(opts.remoteStateConsumers);
+        const globalRemoteState = boolOption("--global-remote-state", opts.globalRemoteState);
         const body = {
           ...(opts.runnerImage === undefined ? {} : { runnerImage: opts.runnerImage === "" ? null : opts.runnerImage }),
           ...(autoApply === undefined ? {} : { autoApply }),
           ...(opts.workingDir === undefined ? {} : { workingDirectory: opts.workingDir }),
           ...(allowDestroyAll === undefined ? {} : { allowDestroyAll }),
+          ...(remoteStateConsumers === undefined ? {} : { remoteStateConsumers }),
+          ...(globalRemoteState === undefined ? {} : { globalRemoteState }),
         };
         if (Object.keys(body).length === 0)
           throw new DroverError(
             "bad_request",
-            "nothing to change: give --runner-image, --auto-apply, --working-dir or --allow-destroy-all",
+            "nothing to change: give --runner-image, --auto-apply, --working-dir, --allow-destroy-all, " +
+              "--remote-state-consumers or --global-remote-state",
           );
         const updated = await apiFor(opts).call(routes.updateWorkspace, { params: { ws: name }, body });
         emit(
@@ -137,6 +163,7 @@ export function registerWorkspaceCommands(program: Command): void {
           `  pool: ${d.poolName}  engine: ${d.engine}${d.engineVersion ? ` ${d.engineVersion}` : ""}  auto-apply: ${d.autoApply}`,
           `  working directory: ${d.workingDirectory || "."}  current run: ${d.currentRunId ?? "-"}  state locked: ${d.stateLocked}`,
           `  runner image: ${d.runnerImage ?? "the agents' own"}  allow destroy-all: ${d.allowDestroyAll}`,
+          `  state readable by: ${readersText(d)}`,
           "",
           table(
             ["KEY", "KIND", "HCL", "VALUE"],
@@ -226,4 +253,10 @@ export function registerWorkspaceCommands(program: Command): void {
       emit(opts, { deleted: key }, () => `Deleted ${key} from ${name}`);
     });
   registerWorkspaceLinkCommands(ws);
+}
+
+/** Who may read a workspace's state from their runs, for `workspace show`. */
+function readersText(w: { remoteStateConsumers: string[]; globalRemoteState: boolean }): string {
+  if (w.globalRemoteState) return "every workspace";
+  return w.remoteStateConsumers.length === 0 ? "its own runs only" : w.remoteStateConsumers.join(", ");
 }

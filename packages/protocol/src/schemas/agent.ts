@@ -57,6 +57,12 @@ export const jobAssignmentSchema = z.object({
   /** Path, relative to the server URL the agent uses, of the workspace state (http backend address and lock address). */
   statePath: z.string(),
   leaseTtlMs: z.number().int(),
+  /**
+   * The hostname (port included) users write in `cloud` blocks and `terraform_remote_state`: the
+   * host of the server's public URL. The agent gives the run's terraform the job token for it
+   * (TF_TOKEN_…, decision 0072); absent from older servers.
+   */
+  tfeHostname: z.string().max(300).optional(),
   /** W3C traceparent of the job's root span: every process's spans for this job are its descendants. */
   traceparent: z.string().max(100).optional(),
   // Plan options: absent from older servers (a full plan); checked again here, as they become terraform arguments.

@@ -131,6 +131,10 @@ export const workspaceSchema = z.object({
   autoApply: z.boolean(),
   /** Runs that do not say otherwise auto-apply even a plan that destroys everything the workspace manages. */
   allowDestroyAll: z.boolean(),
+  /** Names of the workspaces whose runs may read this one's state with `terraform_remote_state`. */
+  remoteStateConsumers: z.array(z.string()),
+  /** Every workspace's runs may read this one's state (TFE's `global-remote-state`). */
+  globalRemoteState: z.boolean(),
   currentRunId: z.string().nullable(),
   stateLocked: z.boolean(),
   createdAt: z.string(),
@@ -184,6 +188,17 @@ export const updateWorkspaceSchema = z.object({
   runnerImage: imageReferenceSchema.nullable().optional().describe("null: back to the agents' own runner image"),
   autoApply: z.boolean().optional(),
   allowDestroyAll: z.boolean().optional().describe(allowDestroyAllHelp),
+  remoteStateConsumers: z
+    .array(z.string().min(1).max(200))
+    .max(500)
+    .optional()
+    .describe(
+      "the workspaces (ids or names) whose runs may read this workspace's state with terraform_remote_state; replaces the list",
+    ),
+  globalRemoteState: z
+    .boolean()
+    .optional()
+    .describe("every workspace's runs may read this workspace's state with terraform_remote_state"),
 });
 
 export const variableKindSchema = z.enum(["terraform", "env"]);

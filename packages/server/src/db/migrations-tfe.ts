@@ -28,3 +28,18 @@ export function workspaceExecutionMode(): Migration {
     },
   };
 }
+
+/**
+ * Who may read the workspace's state from inside their runs (decision 0072): a JSON array of
+ * workspace ids, `"*"` standing for every workspace. One column, so one DDL statement.
+ */
+export function workspaceRemoteStateConsumers(): Migration {
+  return {
+    async up(db: Kysely<unknown>) {
+      await db.schema
+        .alterTable("workspaces")
+        .addColumn("remote_state_consumers", "text", (c) => c.notNull().defaultTo("[]"))
+        .execute();
+    },
+  };
+}

@@ -6,7 +6,7 @@ import { runPlanOptions } from "./migrations-plan-options.js";
 import { runCreator, runListIndexes, webSessions } from "./migrations-web.js";
 import { variableHcl, workspaceAllowDestroyAll } from "./migrations-workspace-options.js";
 import { linkApplyOnMerge, runPullRequest, vcs, vcsApiAndReports, vcsWebhookSecret } from "./migrations-vcs.js";
-import { workspaceExecutionMode, workspaceTfeTags } from "./migrations-tfe.js";
+import { workspaceExecutionMode, workspaceRemoteStateConsumers, workspaceTfeTags } from "./migrations-tfe.js";
 import { vcsDeliveries } from "./migrations-vcs-deliveries.js";
 import { tfeRuns } from "./migrations-tfe-runs.js";
 import { vcsAgents } from "./migrations-vcs-agents.js";
@@ -440,6 +440,7 @@ export function migrationProvider(dialect: Dialect): MigrationProvider {
       "0068b_workspace_execution_mode": workspaceExecutionMode(),
       "0069_tfe_runs": tfeRuns(dialect),
       "0070_link_apply_on_merge": linkApplyOnMerge(),
+      "0071_workspace_remote_state_consumers": workspaceRemoteStateConsumers(),
     }),
   };
 }

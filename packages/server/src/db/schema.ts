@@ -77,6 +77,8 @@ export interface WorkspacesTable {
   tfe_tags: Generated<string>;
   /** `remote` or `local` (0068b). */
   execution_mode: Generated<string>;
+  /** JSON array of the ids of workspaces whose runs may read this one's state, `"*"` for all (0071). */
+  remote_state_consumers: Generated<string>;
   current_run_id: string | null;
   created_at: number;
 }

@@ -84,7 +84,8 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, opt
         })
         .end();
     }
-    return { job: { ...job, traceparent } };
+    // The public URL's host is what users write as `hostname` in their configurations.
+    return { job: { ...job, traceparent, tfeHostname: new URL(http.publicUrl()).host } };
   });
 
   serve(routes.agentHeartbeat, async ({ body, caller: agent }) => {

@@ -10,7 +10,46 @@ type Row = Omit<Selectable<WorkspacesTable>, "tfe_tags" | "execution_mode"> & {
   pool_name: string;
 };
 
-const toWorkspace = (r: Row): Workspace => ({
+/** What a `remote_state_consumers` column holds: workspace ids, and `"*"` for every workspace. */
+export interface RemoteStateConsumers {
+  global: boolean;
+  ids: string[];
+}
+
+const everyWorkspace = "*";
+
+/** Reads a `remote_state_consumers` column; anything unreadable allows no one. */
+export function parseRemoteStateConsumers(raw: string): RemoteStateConsumers {
+  let value: unknown;
+  try {
+    value = JSON.parse(raw);
+  } catch {
+    return { global: false, ids: [] };
+  }
+  const items = Array.isArray(value) ? value.filter((v): v is string => typeof v === "string") : [];
+  return { global: items.includes(everyWorkspace), ids: items.filter((v) => v !== everyWorkspace) };
+}
+
+/**
+ * Whether a run of workspace `readerId` may read the state of `target` (its id and its
+ * `remote_state_consumers` column): its own always, another's when listed there or when that
+ * one allows all.
+ */
+export function mayReadState(readerId: string, target: { id: string; consumers: string }): boolean {
+  if (readerId === target.id) return true;
+  const consumers = parseRemoteStateConsumers(target.consumers);
+  return consumers.global || consumers.ids.includes(readerId);
+}
+
+/** Names of the consumer workspaces the rows list, by id; ids of deleted workspaces are left out. */
+async function consumerNames(db: Queryable, rows: readonly Pick<Row, "remote_state_consumers">[]) {
+  const ids = [...new Set(rows.flatMap((r) => parseRemoteStateConsumers(r.remote_state_consumers).ids))];
+  if (ids.length === 0) return new Map<string, string>();
+  const found = await db.selectFrom("workspaces").select(["id", "name"]).where("id", "in", ids).execute();
+  return new Map(found.map((w) => [w.id, w.name]));
+}
+
+const toWorkspace = (r: Row, names: ReadonlyMap<string, string>): Workspace => ({
   id: r.id,
   name: r.name,
   poolId: r.pool_id,
@@ -21,10 +60,17 @@ const toWorkspace = (r: Row): Workspace => ({
   runnerImage: r.runner_image,
   autoApply: r.auto_apply === 1,
   allowDestroyAll: r.allow_destroy_all === 1,
+  ...consumersOf(r.remote_state_consumers, names),
   currentRunId: r.current_run_id,
   stateLocked: r.locked !== null,
   createdAt: iso(r.created_at),
 });
+
+function consumersOf(raw: string, names: ReadonlyMap<string, string>) {
+  const { global, ids } = parseRemoteStateConsumers(raw);
+  const listed = ids.flatMap((id) => names.get(id) ?? []).sort();
+  return { remoteStateConsumers: listed, globalRemoteState: global };
+}
 
 function selectWorkspaces(db: Queryable) {
   return db
@@ -75,7 +121,7 @@ export async function createWorkspace(ctx: StoreContext, input: CreateWorkspaceI
     if (isUniqueViolation(err)) throw exists();
     throw err;
   }
-  return toWorkspace({ ...row, locked: null, pool_name: pool.name });
+  return toWorkspace({ ...row, remote_state_consumers: "[]", locked: null, pool_name: pool.name }, new Map());
 }
 
 /** Finds a workspace by id or name. */
@@ -84,7 +130,7 @@ export async function getWorkspace(ctx: StoreContext, idOrName: string, db: Quer
     .where((eb) => eb.or([eb("workspaces.id", "=", idOrName), eb("workspaces.name", "=", idOrName)]))
     .executeTakeFirst();
   if (!row) throw new DroverError("not_found", `no workspace ${JSON.stringify(idOrName)}`);
-  return toWorkspace(row);
+  return toWorkspace(row, await consumerNames(db, [row]));
 }
 
 /** What a workspace list asks for: a name filter and a page. */
@@ -132,8 +178,9 @@ export async function listWorkspaces(
       ? []
       : await ctx.db.selectFrom("runs").select(["id", "status", "created_at"]).where("id", "in", runIds).execute();
   const byId = new Map(runs.map((r) => [r.id, { id: r.id, status: r.status, createdAt: iso(r.created_at) }]));
+  const names = await consumerNames(ctx.db, pageRows);
   return {
-    items: pageRows.map((r) => ({ ...toWorkspace(r), latestRun: byId.get(r.latest_run_id ?? "") ?? null })),
+    items: pageRows.map((r) => ({ ...toWorkspace(r, names), latestRun: byId.get(r.latest_run_id ?? "") ?? null })),
     next: more ? (pageRows.at(-1)?.name ?? null) : null,
   };
 }
@@ -146,6 +193,9 @@ export interface UpdateWorkspaceInput {
   runnerImage?: string | null | undefined;
   autoApply?: boolean | undefined;
   allowDestroyAll?: boolean | undefined;
+  /** Replaces who may read the state: workspace ids or names (decision 0072). */
+  remoteStateConsumers?: readonly string[] | undefined;
+  globalRemoteState?: boolean | undefined;
 }
 
 export async function updateWorkspace(
@@ -166,7 +216,54 @@ export async function updateWorkspace(
   if (input.runnerImage !== undefined) set.runner_image = input.runnerImage;
   if (input.autoApply !== undefined) set.auto_apply = input.autoApply ? 1 : 0;
   if (input.allowDestroyAll !== undefined) set.allow_destroy_all = input.allowDestroyAll ? 1 : 0;
+  if (input.remoteStateConsumers !== undefined || input.globalRemoteState !== undefined) {
+    const now = parseRemoteStateConsumers(await consumersColumn(ctx, ws.id));
+    const ids =
+      input.remoteStateConsumers === undefined ? now.ids : await consumerIds(ctx, ws, input.remoteStateConsumers);
+    const global = input.globalRemoteState ?? now.global;
+    set.remote_state_consumers = JSON.stringify(global ? [everyWorkspace, ...ids] : ids);
+  }
   if (Object.keys(set).length > 0) await ctx.db.updateTable("workspaces").set(set).where("id", "=", ws.id).execute();
+  return getWorkspace(ctx, ws.id);
+}
+
+async function consumersColumn(ctx: StoreContext, workspaceId: string): Promise<string> {
+  const row = await ctx.db
+    .selectFrom("workspaces")
+    .select("remote_state_consumers")
+    .where("id", "=", workspaceId)
+    .executeTakeFirst();
+  return row?.remote_state_consumers ?? "[]";
+}
+
+/** The ids of the named consumer workspaces, each once, sorted; the workspace itself is refused (it always reads its own). */
+async function consumerIds(ctx: StoreContext, ws: Workspace, idsOrNames: readonly string[]): Promise<string[]> {
+  const ids = new Set<string>();
+  for (const idOrName of idsOrNames) {
+    const consumer = await getWorkspace(ctx, idOrName);
+    if (consumer.id === ws.id)
+      throw new DroverError(
+        "bad_request",
+        `workspace ${ws.name} always reads its own state: leave it out of its remote state consumers`,
+      );
+    ids.add(consumer.id);
+  }
+  return [...ids].sort();
+}
+
+/** Adds and removes remote state consumers (ids or names), for the TFE relationship endpoints. */
+export async function changeRemoteStateConsumers(
+  ctx: StoreContext,
+  idOrName: string,
+  change: { add?: readonly string[]; remove?: readonly string[] },
+): Promise<Workspace> {
+  const ws = await getWorkspace(ctx, idOrName);
+  const now = parseRemoteStateConsumers(await consumersColumn(ctx, ws.id));
+  const added = await consumerIds(ctx, ws, change.add ?? []);
+  const removed = new Set(await consumerIds(ctx, ws, change.remove ?? []));
+  const ids = [...new Set([...now.ids, ...added])].filter((id) => !removed.has(id)).sort();
+  const column = JSON.stringify(now.global ? [everyWorkspace, ...ids] : ids);
+  await ctx.db.updateTable("workspaces").set({ remote_state_consumers: column }).where("id", "=", ws.id).execute();
   return getWorkspace(ctx, ws.id);
 }
 

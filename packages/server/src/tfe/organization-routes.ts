@@ -22,7 +22,8 @@ export const organizationRoutes = {
     method: "GET",
     path: `${tfeApi}/organizations/:org/entitlement-set`,
     summary: "What the organization may do: remote operations and state storage",
-    auth: "user",
+    // terraform_remote_state asks it too, with a run's job token (decision 0072).
+    auth: "reader",
   }),
   runQueue: tfeRoute({
     method: "GET",

@@ -1,7 +1,8 @@
-import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { authenticateFirst, authenticatedCaller, requireUser, type UserCaller } from "../http/auth.js";
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest, onRequestAsyncHookHandler } from "fastify";
+import { authenticateFirst, authenticatedCaller, type UserCaller } from "../http/auth.js";
 import type { HttpContext } from "../http/context.js";
 import type { StoredBody } from "../store/bodies.js";
+import { requireReader, requireTfeUser, type TfeReader } from "./remote-state-access.js";
 import { errorBody, errorOf, jsonApiContentType, titleOf, type Document } from "./jsonapi.js";
 
 /*
@@ -13,8 +14,12 @@ import { errorBody, errorOf, jsonApiContentType, titleOf, type Document } from "
 
 export const tfeApi = "/api/v2";
 
-/** Who may call: a Drover user token (Bearer), anyone (`none`), or a capability URL the handler verifies itself. */
-export type TfeAuth = "user" | "none" | "capability";
+/**
+ * Who may call: a Drover user token (Bearer), a user token or a run's job token (`reader`: the
+ * reads `terraform_remote_state` makes, decision 0072), anyone (`none`), or a capability URL the
+ * handler verifies itself.
+ */
+export type TfeAuth = "user" | "reader" | "none" | "capability";
 
 export interface TfeRoute<A extends TfeAuth = TfeAuth> {
   method: "GET" | "POST" | "PUT" | "PATCH" | "DELETE";
@@ -37,7 +42,7 @@ export interface TfeInput<A extends TfeAuth> {
   query: Record<string, unknown>;
   /** The request's bytes; undefined when none came. */
   body: Buffer | undefined;
-  caller: A extends "user" ? UserCaller : undefined;
+  caller: A extends "user" ? UserCaller : A extends "reader" ? TfeReader : undefined;
   req: FastifyRequest;
   reply: FastifyReply;
 }
@@ -79,22 +84,24 @@ export function tfeScope(scope: FastifyInstance, http: HttpContext): TfeRegistra
       .type(jsonApiContentType)
       .send(errorBody(404, "not found", `no route ${request.method} ${request.url.split("?")[0]}`));
   });
-  const user = authenticateFirst((request) => requireUser(http.store, request));
+  const hooks: Partial<Record<TfeAuth, onRequestAsyncHookHandler>> = {
+    user: authenticateFirst((request) => requireTfeUser(http.store, request)),
+    reader: authenticateFirst((request) => requireReader(http.store, request)),
+  };
   return (route, handler) => {
     if (!route.path.startsWith(tfeApi)) throw new Error(`${route.path} is not under ${tfeApi}`);
+    const hook = hooks[route.auth];
     scope.route({
       method: route.method,
       url: route.path.slice(tfeApi.length),
       bodyLimit: route.bodyLimit ?? defaultBodyLimit,
-      ...(route.auth === "user" ? { onRequest: [user] } : {}),
+      ...(hook === undefined ? {} : { onRequest: [hook] }),
       handler: async (req, reply) => {
         const answer = await handler({
           params: req.params as Record<string, string>,
           query: req.query as Record<string, unknown>,
           body: Buffer.isBuffer(req.body) ? req.body : undefined,
-          caller: (route.auth === "user" ? authenticatedCaller(req) : undefined) as TfeInput<
-            typeof route.auth
-          >["caller"],
+          caller: (hook === undefined ? undefined : authenticatedCaller(req)) as TfeInput<typeof route.auth>["caller"],
           req,
           reply,
         });

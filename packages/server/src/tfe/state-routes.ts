@@ -6,7 +6,8 @@ import { readStateVersion, writeState } from "../store/state.js";
 import { attribute, JsonApiError, many, one, paginate, requestResource, type ResourceObject } from "./jsonapi.js";
 import { created, ok, tfeApi, tfeRoute, type TfeRegistrar } from "./serve.js";
 import { createPendingStateVersion } from "./state-uploads.js";
-import { tfeWorkspace, writerLockId } from "./workspace-store.js";
+import { checkReadable } from "./remote-state-access.js";
+import { noWorkspace, tfeWorkspace, writerLockId } from "./workspace-store.js";
 
 /*
  * State versions over Drover's own state: a version posted here is written by the http
@@ -27,7 +28,7 @@ export const stateRoutes = {
     method: "GET",
     path: `${tfeApi}/workspaces/:id/current-state-version`,
     summary: "The workspace's current state version (404: no state yet)",
-    auth: "user",
+    auth: "reader",
   }),
   readStateVersion: tfeRoute({
     method: "GET",
@@ -39,7 +40,7 @@ export const stateRoutes = {
     method: "GET",
     path: `${tfeApi}/state-versions/:id/download`,
     summary: "A state version's raw state",
-    auth: "user",
+    auth: "reader",
   }),
   stateVersionOutputs: tfeRoute({
     method: "GET",
@@ -74,9 +75,12 @@ interface VersionRow {
 
 const versionColumns = ["id", "workspace_id", "serial", "lineage", "md5", "size", "run_id", "created_at"] as const;
 
+const noVersion = (id: string | undefined) =>
+  new JsonApiError(404, "not found", `no state version ${JSON.stringify(id)}`);
+
 async function versionById(ctx: StoreContext, id: string): Promise<VersionRow> {
   const row = await ctx.db.selectFrom("state_versions").select(versionColumns).where("id", "=", id).executeTakeFirst();
-  if (!row) throw new JsonApiError(404, "not found", `no state version ${JSON.stringify(id)}`);
+  if (!row) throw noVersion(id);
   return row;
 }
 
@@ -195,8 +199,9 @@ export function registerStateRoutes(serve: TfeRegistrar, http: HttpContext): voi
     return created(one(await versionResource(ctx, await versionById(ctx, written.id))));
   });
 
-  serve(stateRoutes.currentStateVersion, async ({ params }) => {
+  serve(stateRoutes.currentStateVersion, async ({ params, caller }) => {
     const w = await tfeWorkspace(ctx, params.id ?? "");
+    await checkReadable(ctx, caller, w.ws.id, () => noWorkspace(params.id));
     const v = await currentVersion(ctx, w.ws.id);
     if (!v) throw new JsonApiError(404, "not found", `workspace ${w.ws.name} has no state yet`);
     return ok(one(await versionResource(ctx, v)));
@@ -206,8 +211,9 @@ export function registerStateRoutes(serve: TfeRegistrar, http: HttpContext): voi
     ok(one(await versionResource(ctx, await versionById(ctx, params.id ?? "")))),
   );
 
-  serve(stateRoutes.downloadStateVersion, async ({ params }) => {
+  serve(stateRoutes.downloadStateVersion, async ({ params, caller }) => {
     const v = await versionById(ctx, params.id ?? "");
+    await checkReadable(ctx, caller, v.workspace_id, () => noVersion(params.id));
     return { status: 200, bytes: await readStateVersion(ctx, v.id), contentType: "application/json" };
   });
 

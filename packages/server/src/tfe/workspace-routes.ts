@@ -2,7 +2,7 @@ import { DroverError, nameSchema } from "@drover/protocol";
 import { z } from "zod";
 import type { HttpContext } from "../http/context.js";
 import { listVariables } from "../store/variables.js";
-import { createWorkspace, updateWorkspace } from "../store/workspaces.js";
+import { changeRemoteStateConsumers, createWorkspace, updateWorkspace } from "../store/workspaces.js";
 import {
   attribute,
   isoTime,
@@ -16,6 +16,7 @@ import {
   type ResourceObject,
 } from "./jsonapi.js";
 import { checkOrganization } from "./organization-routes.js";
+import { checkReadable } from "./remote-state-access.js";
 import { created, noContent, ok, tfeApi, tfeRoute, type TfeRegistrar } from "./serve.js";
 import {
   addTags,
@@ -23,6 +24,7 @@ import {
   forceUnlockWorkspace,
   listTfeWorkspaces,
   lockWorkspace,
+  noWorkspace,
   removeTags,
   setExecutionMode,
   tfeWorkspace,
@@ -41,7 +43,13 @@ export const workspaceRoutes = {
     auth: "user",
   }),
   createWorkspace: tfeRoute({ method: "POST", path: byName, summary: "Create a workspace", auth: "user" }),
-  readWorkspaceByName: tfeRoute({ method: "GET", path: `${byName}/:name`, summary: "Show a workspace", auth: "user" }),
+  readWorkspaceByName: tfeRoute({
+    method: "GET",
+    path: `${byName}/:name`,
+    summary: "Show a workspace",
+    // terraform_remote_state looks the workspace up with a run's job token (decision 0072).
+    auth: "reader",
+  }),
   updateWorkspaceByName: tfeRoute({
     method: "PATCH",
     path: `${byName}/:name`,
@@ -64,6 +72,30 @@ export const workspaceRoutes = {
     method: "POST",
     path: `${byId}/actions/force-unlock`,
     summary: "Unlock whoever holds the lock",
+    auth: "user",
+  }),
+  listRemoteStateConsumers: tfeRoute({
+    method: "GET",
+    path: `${byId}/relationships/remote-state-consumers`,
+    summary: "The workspaces whose runs may read this one's state",
+    auth: "user",
+  }),
+  addRemoteStateConsumers: tfeRoute({
+    method: "POST",
+    path: `${byId}/relationships/remote-state-consumers`,
+    summary: "Let more workspaces' runs read this one's state",
+    auth: "user",
+  }),
+  replaceRemoteStateConsumers: tfeRoute({
+    method: "PATCH",
+    path: `${byId}/relationships/remote-state-consumers`,
+    summary: "Replace the workspaces whose runs may read this one's state",
+    auth: "user",
+  }),
+  removeRemoteStateConsumers: tfeRoute({
+    method: "DELETE",
+    path: `${byId}/relationships/remote-state-consumers`,
+    summary: "Stop workspaces' runs reading this one's state",
     auth: "user",
   }),
   listVars: tfeRoute({ method: "GET", path: `${byId}/vars`, summary: "The workspace's variables", auth: "user" }),
@@ -102,6 +134,7 @@ export function workspaceResource(w: TfeWorkspace, organization: string): Resour
       "auto-apply": ws.autoApply,
       "structured-run-output-enabled": false,
       "tag-names": w.tags,
+      "global-remote-state": ws.globalRemoteState,
       "vcs-repo": null,
       "created-at": ws.createdAt,
       "updated-at": ws.createdAt,
@@ -144,7 +177,7 @@ export function registerWorkspaceRoutes(serve: TfeRegistrar, http: HttpContext):
   const named = async (orgName: string | undefined, name: string | undefined) => {
     checkOrganization(http, orgName);
     const w = await tfeWorkspace(ctx, name ?? "");
-    if (w.ws.name !== name) throw new JsonApiError(404, "not found", `no workspace ${JSON.stringify(name)}`);
+    if (w.ws.name !== name) throw noWorkspace(name);
     return w;
   };
 
@@ -205,9 +238,11 @@ export function registerWorkspaceRoutes(serve: TfeRegistrar, http: HttpContext):
     return created(await document(ws.id));
   });
 
-  serve(workspaceRoutes.readWorkspaceByName, async ({ params }) =>
-    ok(one(workspaceResource(await named(params.org, params.name), org))),
-  );
+  serve(workspaceRoutes.readWorkspaceByName, async ({ params, caller }) => {
+    const w = await named(params.org, params.name);
+    await checkReadable(ctx, caller, w.ws.id, () => noWorkspace(params.name));
+    return ok(one(workspaceResource(w, org)));
+  });
   serve(workspaceRoutes.readWorkspace, async ({ params }) => document(params.id ?? "").then(ok));
 
   const update = async (w: TfeWorkspace, body: Buffer | undefined) => {
@@ -218,8 +253,9 @@ export function registerWorkspaceRoutes(serve: TfeRegistrar, http: HttpContext):
     if (mode !== undefined) await setExecutionMode(ctx, w, mode);
     const autoApply = attribute(resource, "auto-apply", z.boolean());
     const workingDirectory = attribute(resource, "working-directory", z.string());
-    if (autoApply !== undefined || workingDirectory !== undefined)
-      await updateWorkspace(ctx, w.ws.id, { autoApply, workingDirectory });
+    const globalRemoteState = attribute(resource, "global-remote-state", z.boolean());
+    if (autoApply !== undefined || workingDirectory !== undefined || globalRemoteState !== undefined)
+      await updateWorkspace(ctx, w.ws.id, { autoApply, workingDirectory, globalRemoteState });
     return ok(await document(w.ws.id));
   };
   serve(workspaceRoutes.updateWorkspaceByName, async ({ params, body }) =>
@@ -269,6 +305,8 @@ export function registerWorkspaceRoutes(serve: TfeRegistrar, http: HttpContext):
     return ok(await document(w.ws.id));
   });
 
+  registerRemoteStateConsumerRoutes(serve, http);
+
   serve(workspaceRoutes.listVars, async ({ params, query }) => {
     const w = await tfeWorkspace(ctx, params.id ?? "");
     const vars = (await listVariables(ctx, w.ws.id)).map((v) => ({
@@ -287,6 +325,61 @@ export function registerWorkspaceRoutes(serve: TfeRegistrar, http: HttpContext):
     }));
     const page = paginate(vars, pageRequest(query));
     return ok(many(page.items, page.pagination));
+  });
+}
+
+/** `data: [{type: "workspaces", id}]`, the body of the remote-state-consumers relationship calls. */
+function workspaceIdsOf(body: Buffer | undefined): string[] {
+  const parsed = z.object({ data: z.array(z.object({ id: z.string().min(1) })).max(500) }).safeParse(jsonBody(body));
+  if (!parsed.success)
+    throw new JsonApiError(422, "invalid document", 'send `data`: an array of `{type: "workspaces", id}`');
+  return parsed.data.data.map((w) => w.id);
+}
+
+/** A consumer that names no workspace is a 404, as TFE answers. */
+async function consumersChange<T>(change: () => Promise<T>): Promise<T> {
+  try {
+    return await change();
+  } catch (err) {
+    if (err instanceof DroverError && err.code === "not_found") throw new JsonApiError(404, "not found", err.message);
+    if (err instanceof DroverError && err.code === "bad_request")
+      throw new JsonApiError(422, "invalid attribute", err.message);
+    throw err;
+  }
+}
+
+/** The remote-state-consumers relationship: list, add, replace and remove, by workspace id. */
+function registerRemoteStateConsumerRoutes(serve: TfeRegistrar, http: HttpContext): void {
+  const ctx = http.store;
+  const org = http.tfe.organization;
+  serve(workspaceRoutes.listRemoteStateConsumers, async ({ params, query }) => {
+    const w = await tfeWorkspace(ctx, params.id ?? "");
+    const consumers = await Promise.all(w.ws.remoteStateConsumers.map((name) => tfeWorkspace(ctx, name)));
+    const page = paginate(consumers, pageRequest(query));
+    return ok(
+      many(
+        page.items.map((c) => workspaceResource(c, org)),
+        page.pagination,
+      ),
+    );
+  });
+  serve(workspaceRoutes.addRemoteStateConsumers, async ({ params, body }) => {
+    const w = await tfeWorkspace(ctx, params.id ?? "");
+    const add = workspaceIdsOf(body);
+    await consumersChange(() => changeRemoteStateConsumers(ctx, w.ws.id, { add }));
+    return noContent;
+  });
+  serve(workspaceRoutes.replaceRemoteStateConsumers, async ({ params, body }) => {
+    const w = await tfeWorkspace(ctx, params.id ?? "");
+    const remoteStateConsumers = workspaceIdsOf(body);
+    await consumersChange(() => updateWorkspace(ctx, w.ws.id, { remoteStateConsumers }));
+    return noContent;
+  });
+  serve(workspaceRoutes.removeRemoteStateConsumers, async ({ params, body }) => {
+    const w = await tfeWorkspace(ctx, params.id ?? "");
+    const remove = workspaceIdsOf(body);
+    await consumersChange(() => changeRemoteStateConsumers(ctx, w.ws.id, { remove }));
+    return noContent;
   });
 }
 

@@ -81,18 +81,21 @@ async function withExtras(ctx: StoreContext, list: Workspace[]): Promise<TfeWork
   });
 }
 
+/** The 404 of a workspace that does not exist, or that the caller may not see. */
+export const noWorkspace = (idOrName: string | undefined) =>
+  new JsonApiError(404, "not found", `no workspace ${JSON.stringify(idOrName)}`);
+
 /** One workspace by id or name; 404 when there is none. */
 export async function tfeWorkspace(ctx: StoreContext, idOrName: string): Promise<TfeWorkspace> {
   let ws: Workspace;
   try {
     ws = await getWorkspace(ctx, idOrName);
   } catch (err) {
-    if (err instanceof DroverError && err.code === "not_found")
-      throw new JsonApiError(404, "not found", `no workspace ${JSON.stringify(idOrName)}`);
+    if (err instanceof DroverError && err.code === "not_found") throw noWorkspace(idOrName);
     throw err;
   }
   const [found] = await withExtras(ctx, [ws]);
-  if (!found) throw new JsonApiError(404, "not found", `no workspace ${JSON.stringify(idOrName)}`);
+  if (!found) throw noWorkspace(idOrName);
   return found;
 }
 

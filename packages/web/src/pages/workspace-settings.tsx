@@ -6,7 +6,7 @@ import { useResource } from "../resource.js";
 
 /**
  * A workspace's settings: engine and version, auto-apply and the destroy-all guard, pool, runner
- * image, working directory.
+ * image, working directory, and which workspaces' runs may read its state.
  */
 export function SettingsTab(props: { ws: Workspace; onSaved: () => void }) {
   const ws = props.ws;
@@ -18,6 +18,8 @@ export function SettingsTab(props: { ws: Workspace; onSaved: () => void }) {
   const [pool, setPool] = useState(ws.poolId);
   const [image, setImage] = useState(ws.runnerImage ?? "");
   const [dir, setDir] = useState(ws.workingDirectory);
+  const [consumers, setConsumers] = useState(ws.remoteStateConsumers.join(", "));
+  const [globalState, setGlobalState] = useState(ws.globalRemoteState);
   const [error, setError] = useState<Error | null>(null);
   const [saved, setSaved] = useState(false);
   const [busy, setBusy] = useState(false);
@@ -39,6 +41,11 @@ export function SettingsTab(props: { ws: Workspace; onSaved: () => void }) {
             pool,
             runnerImage: image.trim() === "" ? null : image.trim(),
             workingDirectory: dir.trim(),
+            remoteStateConsumers: consumers
+              .split(",")
+              .map((c) => c.trim())
+              .filter((c) => c !== ""),
+            globalRemoteState: globalState,
           });
           setSaved(true);
           props.onSaved();
@@ -94,6 +101,17 @@ export function SettingsTab(props: { ws: Workspace; onSaved: () => void }) {
           onChange={(e) => setAllowDestroyAll(e.currentTarget.checked)}
         />
         Auto-apply even a plan that destroys everything the workspace manages (unless the run says otherwise)
+      </label>
+      <label for="set-consumers">Workspaces whose runs may read this state (terraform_remote_state)</label>
+      <input
+        id="set-consumers"
+        value={consumers}
+        placeholder="names, comma-separated"
+        onInput={(e) => setConsumers(e.currentTarget.value)}
+      />
+      <label class="check">
+        <input type="checkbox" checked={globalState} onChange={(e) => setGlobalState(e.currentTarget.checked)} />
+        Every workspace's runs may read this state
       </label>
       <ErrorNote error={error ?? pools.error} />
       {saved ? (

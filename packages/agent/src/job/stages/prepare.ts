@@ -4,6 +4,7 @@ import { existsSync, readFileSync, realpathSync } from "node:fs";
 import { join, relative, resolve } from "node:path";
 import type { JobContext } from "../context.js";
 import { extractConfiguration } from "../extract.js";
+import { giveRemoteStateToken } from "../remote-state-token.js";
 import type { PlanDirKey } from "../kept-plans.js";
 import { sensitiveValues, tfvarsFiles } from "../tfvars.js";
 import type { Stage } from "../pipeline.js";
@@ -200,7 +201,16 @@ function environment(c: JobContext): NodeJS.ProcessEnv {
     [processTagVariable]: processTag(c),
   });
   if (c.settings.taskCaCertPath) env.SSL_CERT_FILE = c.settings.taskCaCertPath;
-  for (const v of c.variables) if (v.kind === "env") env[v.key] = v.value;
+  const workspaceEnv = c.variables.filter((v) => v.kind === "env");
+  // The job token is already among the secrets the log is redacted of (stage "inputs").
+  if (a.tfeHostname !== undefined)
+    giveRemoteStateToken(
+      env,
+      a.tfeHostname,
+      a.jobToken,
+      workspaceEnv.map((v) => v.key),
+    );
+  for (const v of workspaceEnv) env[v.key] = v.value;
   return env;
 }
 
