@@ -1,4 +1,4 @@
-import { DroverError, messageOf } from "@drover/protocol";
+import { messageOf } from "@drover/protocol";
 import type { ArchiveLimits } from "@drover/runtime";
 import type { Logger } from "pino";
 import type { DatabaseHealth } from "../db/health.js";
@@ -14,6 +14,7 @@ import {
 import { redact, vcsClient, type GitDeadlines, type VcsClient, type VcsEndpoint } from "@drover/vcs";
 import { markVcsRunsSuperseded } from "../store/vcs-deliveries.js";
 import { supersedeQueuedRuns } from "../store/vcs-supersede.js";
+import { permanent } from "./delivery-outcome.js";
 import { vcsReach } from "./relay.js";
 
 /*
@@ -38,10 +39,6 @@ export interface VcsPollerOptions {
 
 /** What one poll did, per workspace (tests and logs). */
 export type PollOutcome = { workspace: string; started?: string; skipped?: string; failed?: string };
-
-// An archive a retry cannot change: the same commit gives the same refusal.
-const permanent = (err: unknown) =>
-  err instanceof DroverError && (err.code === "invalid_archive" || err.code === "payload_too_large");
 
 export class VcsPoller {
   private timer: NodeJS.Timeout | undefined;

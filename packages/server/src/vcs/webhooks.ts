@@ -1,4 +1,4 @@
-import { DroverError, escapeControlChars, messageOf, type RunSource } from "@drover/protocol";
+import { escapeControlChars, messageOf, type RunSource } from "@drover/protocol";
 import type { ArchiveLimits } from "@drover/runtime";
 import {
   branchHead,
@@ -20,7 +20,9 @@ import {
 import type { StoreContext } from "../store/context.js";
 import { createRun } from "../store/runs.js";
 import { vcsRoute } from "../store/vcs-connections.js";
-import { serverGitAccess, vcsReach, type FetchedCommit, type VcsReach } from "./relay.js";
+import { outcome, permanent, short } from "./delivery-outcome.js";
+import { relayedPullRequest, relayedPush, type RelayedDelivery } from "./relayed-delivery.js";
+import { serverGitAccess, vcsReach } from "./relay.js";
 import {
   claimVcsDelivery,
   finishVcsDelivery,
@@ -57,12 +59,6 @@ export interface WebhookProcessorOptions {
   /** How long a VCS agent's task may take, for connections reached through a VCS agent pool. */
   agentTaskMs: number;
 }
-
-// An archive a retry cannot change: the same commit gives the same refusal.
-const permanent = (err: unknown) =>
-  err instanceof DroverError && (err.code === "invalid_archive" || err.code === "payload_too_large");
-
-const short = (sha: string) => sha.slice(0, 12);
 
 export class WebhookProcessor {
   private chain: Promise<void> = Promise.resolve();
@@ -115,8 +111,8 @@ export class WebhookProcessor {
         });
         outcomes =
           event.kind === "push"
-            ? await this.relayedPush(reach, event, links)
-            : await this.relayedPullRequest(reach, event, links);
+            ? await relayedPush(this.relayed(), reach, event, links)
+            : await relayedPullRequest(this.relayed(), reach, event, links);
         await recordVcsDeliveryOutcomes(ctx, id, outcomes);
         await finishVcsDelivery(ctx, id);
         return;
@@ -316,119 +312,15 @@ export class WebhookProcessor {
     return out;
   }
 
-  /**
-   * A push to a connection reached through VCS agents: each matching workspace's commit is
-   * fetched by an agent (which also decides from the changed files whether it triggers), as the
-   * poller would, but at once.
-   */
-  private async relayedPush(reach: VcsReach, e: PushEvent, links: PolledLink[]): Promise<OutcomeInput[]> {
-    const { ctx } = this.o;
-    const out: OutcomeInput[] = [];
-    const candidates: PolledLink[] = [];
-    for (const l of links) {
-      if (l.branch !== e.branch)
-        out.push(outcome(l, "other_branch", null, `linked to ${l.branch}; the push was to ${e.branch}`));
-      else if (l.lastCommitSha === e.after)
-        out.push(
-          outcome(l, "already_started", null, `commit ${short(e.after)} was seen before (polling or a delivery)`),
-        );
-      else candidates.push(l);
-    }
-    if (candidates.length === 0) return out;
-    try {
-      const head = await reach.branchHead(e.repository, e.branch, this.shutdown.signal);
-      if (head !== e.after) {
-        const detail = `the branch has moved on to ${head === null ? "nothing (deleted)" : short(head)}`;
-        return [...out, ...candidates.map((l) => outcome(l, "superseded", null, detail))];
-      }
-    } catch (err) {
-      const reason = redact(messageOf(err), reach.secrets);
-      return [...out, ...candidates.map((l) => outcome(l, "fetch_failed", null, reason))];
-    }
-    for (const l of candidates) {
-      const fetched = await this.relayedFetch(reach, l, e.repository, e.branch, e.after, l.lastCommitSha);
-      if ("failed" in fetched) {
-        out.push(fetched.failed);
-        continue;
-      }
-      const claimed = await claimVcsCommit(ctx, l, l.lastCommitSha, e.after);
-      if (!claimed) out.push(outcome(l, "already_started", null, "another delivery or the poller took this commit"));
-      else if (fetched.commit === null)
-        out.push(outcome(l, "paths_unmatched", null, "no changed file matches the trigger paths or working directory"));
-      else {
-        try {
-          out.push(await this.startRun(l, fetched.commit.configurationVersion.id, fetched.commit.source, false));
-        } catch (err) {
-          await releaseVcsCommit(ctx, l.workspaceId, e.after, l.lastCommitSha);
-          out.push(outcome(l, "failed", null, redact(messageOf(err), reach.secrets)));
-        }
-      }
-    }
-    return out;
-  }
-
-  /** A pull request on a connection reached through VCS agents: an agent fetches its head per workspace. */
-  private async relayedPullRequest(reach: VcsReach, e: PullRequestEvent, links: PolledLink[]): Promise<OutcomeInput[]> {
-    const out: OutcomeInput[] = [];
-    const targeted: PolledLink[] = [];
-    for (const l of links) {
-      if (l.branch === e.baseBranch) targeted.push(l);
-      else
-        out.push(outcome(l, "other_branch", null, `linked to ${l.branch}; the pull request targets ${e.baseBranch}`));
-    }
-    if (targeted.length === 0) return out;
-    let since: string | null;
-    try {
-      since = e.baseSha ?? (await reach.branchHead(e.repository, e.baseBranch, this.shutdown.signal));
-    } catch (err) {
-      const reason = redact(messageOf(err), reach.secrets);
-      return [...out, ...targeted.map((l) => outcome(l, "fetch_failed", null, reason))];
-    }
-    for (const l of targeted) {
-      const fetched = await this.relayedFetch(reach, l, e.repository, e.headBranch, e.headSha, since);
-      if ("failed" in fetched) out.push(fetched.failed);
-      else if (fetched.commit === null)
-        out.push(outcome(l, "paths_unmatched", null, "the pull request changes no file the trigger paths name"));
-      else {
-        const source = { ...fetched.commit.source, pullRequest: { number: e.number, url: e.url } };
-        try {
-          out.push(await this.startRun(l, fetched.commit.configurationVersion.id, source, true));
-        } catch (err) {
-          out.push(outcome(l, "failed", null, redact(messageOf(err), reach.secrets)));
-        }
-      }
-    }
-    return out;
-  }
-
-  /** One workspace's commit through a VCS agent: stored, or null when it triggers nothing, or why not. */
-  private async relayedFetch(
-    reach: VcsReach,
-    l: PolledLink,
-    repository: string,
-    branch: string,
-    sha: string,
-    since: string | null,
-  ): Promise<{ commit: FetchedCommit | null } | { failed: OutcomeInput }> {
-    try {
-      const commit = await reach.fetch({
-        repository,
-        branch,
-        sha,
-        workspaceId: l.workspaceId,
-        since,
-        triggerPaths: l.triggerPaths,
-        workingDirectory: l.workingDirectory,
-        limits: this.o.limits,
-        signal: this.shutdown.signal,
-      });
-      return { commit };
-    } catch (err) {
-      const reason = redact(messageOf(err), reach.secrets);
-      if (permanent(err)) await recordVcsError(this.o.ctx, l.workspaceId, sha, reason);
-      this.o.log.warn({ repository, commit: sha, reason }, "fetching a commit through a VCS agent failed");
-      return { failed: outcome(l, "fetch_failed", null, reason) };
-    }
+  /** What the handling of a relayed connection's delivery needs of this processor. */
+  private relayed(): RelayedDelivery {
+    return {
+      ctx: this.o.ctx,
+      log: this.o.log,
+      limits: this.o.limits,
+      signal: this.shutdown.signal,
+      startRun: (l, cvId, source, speculative) => this.startRun(l, cvId, source, speculative),
+    };
   }
 
   /**
@@ -497,15 +389,6 @@ export class WebhookProcessor {
     }
     return outcome(l, "started", run.id, null);
   }
-}
-
-function outcome(
-  l: PolledLink,
-  kind: OutcomeInput["outcome"],
-  runId: string | null,
-  detail: string | null,
-): OutcomeInput {
-  return { workspaceId: l.workspaceId, workspaceName: l.workspaceName, outcome: kind, runId, detail };
 }
 
 function sourceOf(

@@ -1,0 +1,156 @@
+import { messageOf } from "@drover/protocol";
+import type { ArchiveLimits } from "@drover/runtime";
+import { redact } from "@drover/vcs";
+import type { Logger } from "pino";
+import type { RunSource } from "@drover/protocol";
+import type { StoreContext } from "../store/context.js";
+import type { OutcomeInput } from "../store/vcs-deliveries.js";
+import { claimVcsCommit, recordVcsError, releaseVcsCommit, type PolledLink } from "../store/workspace-vcs.js";
+import { outcome, permanent, short } from "./delivery-outcome.js";
+import type { FetchedCommit, VcsReach } from "./relay.js";
+import type { PullRequestEvent, PushEvent } from "./webhook-events.js";
+
+/*
+ * A delivery of a connection reached through VCS agents (forwarded by one of them, or received
+ * by the server itself): the server holds no credential, so each linked workspace's commit is
+ * fetched by an agent, which uploads the archive and tells whether the changed files trigger
+ * the workspace. The same claims as the poller's keep one run per commit.
+ */
+
+/** What the handling needs of the webhook processor. */
+export interface RelayedDelivery {
+  ctx: StoreContext;
+  log: Logger;
+  limits: ArchiveLimits;
+  signal: AbortSignal;
+  /** Starts the run of a stored configuration version and supersedes older queued ones. */
+  startRun(
+    l: PolledLink,
+    configurationVersionId: string,
+    source: RunSource,
+    speculative: boolean,
+  ): Promise<OutcomeInput>;
+}
+
+/**
+ * A push to a connection reached through VCS agents: each matching workspace's commit is
+ * fetched by an agent (which also decides from the changed files whether it triggers), as the
+ * poller would, but at once.
+ */
+export async function relayedPush(
+  d: RelayedDelivery,
+  reach: VcsReach,
+  e: PushEvent,
+  links: PolledLink[],
+): Promise<OutcomeInput[]> {
+  const { ctx } = d;
+  const out: OutcomeInput[] = [];
+  const candidates: PolledLink[] = [];
+  for (const l of links) {
+    if (l.branch !== e.branch)
+      out.push(outcome(l, "other_branch", null, `linked to ${l.branch}; the push was to ${e.branch}`));
+    else if (l.lastCommitSha === e.after)
+      out.push(outcome(l, "already_started", null, `commit ${short(e.after)} was seen before (polling or a delivery)`));
+    else candidates.push(l);
+  }
+  if (candidates.length === 0) return out;
+  try {
+    const head = await reach.branchHead(e.repository, e.branch, d.signal);
+    if (head !== e.after) {
+      const detail = `the branch has moved on to ${head === null ? "nothing (deleted)" : short(head)}`;
+      return [...out, ...candidates.map((l) => outcome(l, "superseded", null, detail))];
+    }
+  } catch (err) {
+    const reason = redact(messageOf(err), reach.secrets);
+    return [...out, ...candidates.map((l) => outcome(l, "fetch_failed", null, reason))];
+  }
+  for (const l of candidates) {
+    const fetched = await relayedFetch(d, reach, l, e.repository, e.branch, e.after, l.lastCommitSha);
+    if ("failed" in fetched) {
+      out.push(fetched.failed);
+      continue;
+    }
+    const claimed = await claimVcsCommit(ctx, l, l.lastCommitSha, e.after);
+    if (!claimed) out.push(outcome(l, "already_started", null, "another delivery or the poller took this commit"));
+    else if (fetched.commit === null)
+      out.push(outcome(l, "paths_unmatched", null, "no changed file matches the trigger paths or working directory"));
+    else {
+      try {
+        out.push(await d.startRun(l, fetched.commit.configurationVersion.id, fetched.commit.source, false));
+      } catch (err) {
+        await releaseVcsCommit(ctx, l.workspaceId, e.after, l.lastCommitSha);
+        out.push(outcome(l, "failed", null, redact(messageOf(err), reach.secrets)));
+      }
+    }
+  }
+  return out;
+}
+
+/** A pull request on a connection reached through VCS agents: an agent fetches its head per workspace. */
+export async function relayedPullRequest(
+  d: RelayedDelivery,
+  reach: VcsReach,
+  e: PullRequestEvent,
+  links: PolledLink[],
+): Promise<OutcomeInput[]> {
+  const out: OutcomeInput[] = [];
+  const targeted: PolledLink[] = [];
+  for (const l of links) {
+    if (l.branch === e.baseBranch) targeted.push(l);
+    else out.push(outcome(l, "other_branch", null, `linked to ${l.branch}; the pull request targets ${e.baseBranch}`));
+  }
+  if (targeted.length === 0) return out;
+  let since: string | null;
+  try {
+    since = e.baseSha ?? (await reach.branchHead(e.repository, e.baseBranch, d.signal));
+  } catch (err) {
+    const reason = redact(messageOf(err), reach.secrets);
+    return [...out, ...targeted.map((l) => outcome(l, "fetch_failed", null, reason))];
+  }
+  for (const l of targeted) {
+    const fetched = await relayedFetch(d, reach, l, e.repository, e.headBranch, e.headSha, since);
+    if ("failed" in fetched) out.push(fetched.failed);
+    else if (fetched.commit === null)
+      out.push(outcome(l, "paths_unmatched", null, "the pull request changes no file the trigger paths name"));
+    else {
+      const source = { ...fetched.commit.source, pullRequest: { number: e.number, url: e.url } };
+      try {
+        out.push(await d.startRun(l, fetched.commit.configurationVersion.id, source, true));
+      } catch (err) {
+        out.push(outcome(l, "failed", null, redact(messageOf(err), reach.secrets)));
+      }
+    }
+  }
+  return out;
+}
+
+/** One workspace's commit through a VCS agent: stored, or null when it triggers nothing, or why not. */
+async function relayedFetch(
+  d: RelayedDelivery,
+  reach: VcsReach,
+  l: PolledLink,
+  repository: string,
+  branch: string,
+  sha: string,
+  since: string | null,
+): Promise<{ commit: FetchedCommit | null } | { failed: OutcomeInput }> {
+  try {
+    const commit = await reach.fetch({
+      repository,
+      branch,
+      sha,
+      workspaceId: l.workspaceId,
+      since,
+      triggerPaths: l.triggerPaths,
+      workingDirectory: l.workingDirectory,
+      limits: d.limits,
+      signal: d.signal,
+    });
+    return { commit };
+  } catch (err) {
+    const reason = redact(messageOf(err), reach.secrets);
+    if (permanent(err)) await recordVcsError(d.ctx, l.workspaceId, sha, reason);
+    d.log.warn({ repository, commit: sha, reason }, "fetching a commit through a VCS agent failed");
+    return { failed: outcome(l, "fetch_failed", null, reason) };
+  }
+}
