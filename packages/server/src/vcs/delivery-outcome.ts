@@ -1,6 +1,7 @@
 import { DroverError } from "@drover/protocol";
 import type { OutcomeInput } from "../store/vcs-deliveries.js";
 import type { PolledLink } from "../store/workspace-vcs.js";
+import type { PullRequestEvent, PushEvent } from "./webhook-events.js";
 
 /** A refusal a retry cannot change: the same commit gives the same archive and the same refusal. */
 export const permanent = (err: unknown): boolean =>
@@ -17,4 +18,35 @@ export function outcome(
   detail: string | null,
 ): OutcomeInput {
   return { workspaceId: l.workspaceId, workspaceName: l.workspaceName, outcome: kind, runId, detail };
+}
+
+/**
+ * The links a push may start a run on (its branch, a commit they have not seen), and the
+ * outcomes of the others.
+ */
+export function pushCandidates(e: PushEvent, links: PolledLink[]): { out: OutcomeInput[]; candidates: PolledLink[] } {
+  const out: OutcomeInput[] = [];
+  const candidates: PolledLink[] = [];
+  for (const l of links) {
+    if (l.branch !== e.branch)
+      out.push(outcome(l, "other_branch", null, `linked to ${l.branch}; the push was to ${e.branch}`));
+    else if (l.lastCommitSha === e.after)
+      out.push(outcome(l, "already_started", null, `commit ${short(e.after)} was seen before (polling or a delivery)`));
+    else candidates.push(l);
+  }
+  return { out, candidates };
+}
+
+/** The links a pull request may plan (those of its base branch), and the outcomes of the others. */
+export function pullRequestTargets(
+  e: PullRequestEvent,
+  links: PolledLink[],
+): { out: OutcomeInput[]; targeted: PolledLink[] } {
+  const out: OutcomeInput[] = [];
+  const targeted: PolledLink[] = [];
+  for (const l of links) {
+    if (l.branch === e.baseBranch) targeted.push(l);
+    else out.push(outcome(l, "other_branch", null, `linked to ${l.branch}; the pull request targets ${e.baseBranch}`));
+  }
+  return { out, targeted };
 }

@@ -6,7 +6,7 @@ import type { RunSource } from "@drover/protocol";
 import type { StoreContext } from "../store/context.js";
 import type { OutcomeInput } from "../store/vcs-deliveries.js";
 import { claimVcsCommit, recordVcsError, releaseVcsCommit, type PolledLink } from "../store/workspace-vcs.js";
-import { outcome, permanent, short } from "./delivery-outcome.js";
+import { outcome, permanent, pullRequestTargets, pushCandidates, short } from "./delivery-outcome.js";
 import type { FetchedCommit, VcsReach } from "./relay.js";
 import type { PullRequestEvent, PushEvent } from "./webhook-events.js";
 
@@ -44,25 +44,21 @@ export async function relayedPush(
   links: PolledLink[],
 ): Promise<OutcomeInput[]> {
   const { ctx } = d;
-  const out: OutcomeInput[] = [];
-  const candidates: PolledLink[] = [];
-  for (const l of links) {
-    if (l.branch !== e.branch)
-      out.push(outcome(l, "other_branch", null, `linked to ${l.branch}; the push was to ${e.branch}`));
-    else if (l.lastCommitSha === e.after)
-      out.push(outcome(l, "already_started", null, `commit ${short(e.after)} was seen before (polling or a delivery)`));
-    else candidates.push(l);
-  }
+  const { out, candidates } = pushCandidates(e, links);
   if (candidates.length === 0) return out;
-  try {
-    const head = await reach.branchHead(e.repository, e.branch, d.signal);
-    if (head !== e.after) {
-      const detail = `the branch has moved on to ${head === null ? "nothing (deleted)" : short(head)}`;
-      return [...out, ...candidates.map((l) => outcome(l, "superseded", null, detail))];
+  // As for a connection the server reaches itself: deliveries can come out of order, so a push
+  // whose base some link has moved past is checked against the branch's head first.
+  if (candidates.some((l) => l.lastCommitSha !== null && l.lastCommitSha !== e.before)) {
+    try {
+      const head = await reach.branchHead(e.repository, e.branch, d.signal);
+      if (head !== e.after) {
+        const detail = `the branch has moved on to ${head === null ? "nothing (deleted)" : short(head)}`;
+        return [...out, ...candidates.map((l) => outcome(l, "superseded", null, detail))];
+      }
+    } catch (err) {
+      const reason = redact(messageOf(err), reach.secrets);
+      return [...out, ...candidates.map((l) => outcome(l, "fetch_failed", null, reason))];
     }
-  } catch (err) {
-    const reason = redact(messageOf(err), reach.secrets);
-    return [...out, ...candidates.map((l) => outcome(l, "fetch_failed", null, reason))];
   }
   for (const l of candidates) {
     const fetched = await relayedFetch(d, reach, l, e.repository, e.branch, e.after, l.lastCommitSha);
@@ -93,12 +89,7 @@ export async function relayedPullRequest(
   e: PullRequestEvent,
   links: PolledLink[],
 ): Promise<OutcomeInput[]> {
-  const out: OutcomeInput[] = [];
-  const targeted: PolledLink[] = [];
-  for (const l of links) {
-    if (l.branch === e.baseBranch) targeted.push(l);
-    else out.push(outcome(l, "other_branch", null, `linked to ${l.branch}; the pull request targets ${e.baseBranch}`));
-  }
+  const { out, targeted } = pullRequestTargets(e, links);
   if (targeted.length === 0) return out;
   let since: string | null;
   try {

@@ -20,7 +20,7 @@ import {
 import type { StoreContext } from "../store/context.js";
 import { createRun } from "../store/runs.js";
 import { vcsRoute } from "../store/vcs-connections.js";
-import { outcome, permanent, short } from "./delivery-outcome.js";
+import { outcome, permanent, pullRequestTargets, pushCandidates, short } from "./delivery-outcome.js";
 import { relayedPullRequest, relayedPush, type RelayedDelivery } from "./relayed-delivery.js";
 import { serverGitAccess, vcsReach } from "./relay.js";
 import {
@@ -156,17 +156,7 @@ export class WebhookProcessor {
 
   private async push(access: GitAccess, e: PushEvent, links: PolledLink[]): Promise<OutcomeInput[]> {
     const { ctx } = this.o;
-    const out: OutcomeInput[] = [];
-    const candidates: PolledLink[] = [];
-    for (const l of links) {
-      if (l.branch !== e.branch)
-        out.push(outcome(l, "other_branch", null, `linked to ${l.branch}; the push was to ${e.branch}`));
-      else if (l.lastCommitSha === e.after)
-        out.push(
-          outcome(l, "already_started", null, `commit ${short(e.after)} was seen before (polling or a delivery)`),
-        );
-      else candidates.push(l);
-    }
+    const { out, candidates } = pushCandidates(e, links);
     if (candidates.length === 0) return out;
     // A link that saw a commit other than the push's base may have seen a newer one (deliveries
     // can arrive out of order): a push that is no longer the branch's head starts nothing.
@@ -254,13 +244,7 @@ export class WebhookProcessor {
   }
 
   private async pullRequest(access: GitAccess, e: PullRequestEvent, links: PolledLink[]): Promise<OutcomeInput[]> {
-    const out: OutcomeInput[] = [];
-    const targeted: PolledLink[] = [];
-    for (const l of links) {
-      if (l.branch === e.baseBranch) targeted.push(l);
-      else
-        out.push(outcome(l, "other_branch", null, `linked to ${l.branch}; the pull request targets ${e.baseBranch}`));
-    }
+    const { out, targeted } = pullRequestTargets(e, links);
     if (targeted.length === 0) return out;
     let changed: string[] | null = null;
     const triggers = (l: PolledLink) => commitTriggers(changed, l.triggerPaths, l.workingDirectory);
