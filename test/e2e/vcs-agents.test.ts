@@ -10,6 +10,7 @@ import { pino } from "pino";
 import { commitAndPush, gitAs, valueConfig } from "../support/git-repo.js";
 import { githubPullRequest } from "../support/webhooks.js";
 import { startGitHttpServer } from "../support/git-http-server.js";
+import { startGithubApi, type GithubApi } from "../support/github-api.js";
 import { lookUntil } from "../support/poll.js";
 import { freePort, spawnDrover, type Proc } from "../support/processes.js";
 import { startStack, type Stack } from "../support/stack.js";
@@ -29,6 +30,7 @@ const logLines: string[] = [];
 const sh = gitAs("Ada", "ada@example.com");
 let stack: Stack;
 let git: Awaited<ReturnType<typeof startGitHttpServer>>;
+let api: GithubApi;
 let root: string;
 let work: string;
 let relayToken: string;
@@ -46,7 +48,12 @@ function closeGate(): void {
   gate = { closed: true, open, opened, waiting };
 }
 
-const commit = (message: string, files: Record<string, string>) => commitAndPush(sh, work, "main", message, files);
+/** Commits and pushes to `branch`; the API stand-in then knows the commit, as GitHub would. */
+function commit(message: string, files: Record<string, string | null>, branch = "main"): string {
+  const sha = commitAndPush(sh, work, branch, message, files);
+  api.repos.get("org/infra")!.commits[sha] = { message, author: { name: "Ada", email: "ada@example.com" } };
+  return sha;
+}
 
 const tf = valueConfig;
 
@@ -91,7 +98,11 @@ before(async () => {
   work = join(root, "work");
   sh(root, "init", "-q", "-b", "main", "work");
   sh(work, "remote", "add", "origin", join(root, "org/infra.git"));
+  // GitHub Enterprise Server's shape: its REST API under /api/v3 on the host that serves git.
+  api = await startGithubApi({ token, prefix: "/api/v3" });
+  api.addRepo("org/infra");
   git = await startGitHttpServer(root, undefined, {
+    api: { prefix: "/api/v3", target: api.url },
     basicAuth: { user: "x-access-token", password: token },
     host: "127.0.0.2",
     beforeFetch: async () => {
@@ -125,6 +136,7 @@ after(async () => {
   await Promise.all([...vcsAgents.values()].map((p) => p.stop("SIGKILL")));
   await stack?.stop();
   await git?.close();
+  await api?.close();
   rmSync(root, { recursive: true, force: true });
 });
 
@@ -187,18 +199,12 @@ test("a commit is fetched through a VCS agent the server cannot do without, and 
   });
   assert.equal((await stack.waitForRun(run.id, ["applied"])).status, "applied");
   assert.ok(git.requests.length > 0, "the VCS agents reached git");
-  // The run's commit status went out through the VCS agents too: the only host that knows the
-  // VCS's address is theirs (this git server answers no API, so it refuses them).
-  const api = git.refused.filter((p) => p.startsWith("/api/v3/"));
-  assert.ok(
-    api.some((p) => p === `/api/v3/repos/org/infra/statuses/${first}`),
-    `the commit status reached the VCS through an agent: ${api.join(", ")}`,
+  // The run's commit status went out through the VCS agents too: only they know the VCS's address.
+  await waitFor("the commit status of the applied run", async () =>
+    api.repos.get("org/infra")!.statuses.find((st) => st.sha === first && st.state === "success"),
   );
-  assert.deepEqual(
-    git.refused.filter((p) => !p.startsWith("/api/v3/")),
-    [],
-    "every git request carried the token",
-  );
+  assert.deepEqual(api.invalid, [], "every answer matched GitHub's published description");
+  assert.deepEqual(git.refused, [], "every git request carried the token");
   const outputs = await stack.server.api(routes.workspaceOutputs, { params: { ws: "infra" } });
   assert.equal(outputs.body.items[0].value, "one");
 });
@@ -344,7 +350,7 @@ test("a pull request delivered to a VCS agent's listener plans at once, fetched 
   sh(work, "checkout", "-q", "-b", "feature");
   // The poller watches main only: a plan of this commit can come from the delivery alone.
   // Without the oversized file an earlier test left on main.
-  const head = commitAndPush(sh, work, "feature", "Try a change", { "main.tf": tf("proposed"), "blob.txt": null });
+  const head = commit("Try a change", { "main.tf": tf("proposed"), "blob.txt": null }, "feature");
   sh(work, "checkout", "-q", "main");
   const url = "https://ghe.internal.invalid/org/infra/pull/3";
   const body = JSON.stringify(
@@ -394,6 +400,17 @@ test("a pull request delivered to a VCS agent's listener plans at once, fetched 
     [...vcsAgents.values()].some((p) => new RegExp(`"kind":"fetch".*"sha":"${head}"`).test(p.output())),
     "the pull request's head was fetched by a VCS agent",
   );
+  // Reported back through the agents: the plan's status on the head, one comment on the pull request.
+  const repo = api.repos.get("org/infra")!;
+  await waitFor("the plan's status and comment", async () =>
+    repo.statuses.some((st) => st.sha === head && st.state === "success") &&
+    [...repo.comments.values()].some((c) => c.issue === 3)
+      ? true
+      : undefined,
+  );
+  const comments = [...repo.comments.values()].filter((c) => c.issue === 3);
+  assert.equal(comments.length, 1);
+  assert.match(comments[0]!.body, /infra/);
 });
 
 test("a pool token of the other kind stops an agent with a clear error", async () => {

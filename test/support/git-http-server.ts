@@ -1,5 +1,11 @@
 import { spawn } from "node:child_process";
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import {
+  createServer,
+  request as httpRequest,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from "node:http";
 import { createServer as createTlsServer, type Server as TlsServer } from "node:https";
 
 /**
@@ -16,6 +22,11 @@ export async function startGitHttpServer(
     basicAuth?: { user: string; password: string };
     host?: string;
     beforeFetch?: () => Promise<void>;
+    /**
+     * Requests under `prefix` go to `target` (an API stand-in) untouched, as GitHub Enterprise
+     * Server serves its REST API under /api/v3 on the host that serves git.
+     */
+    api?: { prefix: string; target: string };
   } = {},
 ): Promise<{ url: string; requests: string[]; refused: string[]; close(): Promise<void> }> {
   const requests: string[] = [];
@@ -25,6 +36,10 @@ export async function startGitHttpServer(
     `Basic ${Buffer.from(`${options.basicAuth.user}:${options.basicAuth.password}`).toString("base64")}`;
   const handle = (req: IncomingMessage, res: ServerResponse): void => {
     const url = new URL(req.url ?? "/", "http://x");
+    if (options.api && url.pathname.startsWith(`${options.api.prefix}/`)) {
+      forward(req, res, options.api.target);
+      return;
+    }
     requests.push(url.pathname);
     if (expected !== undefined && req.headers.authorization !== expected) {
       refused.push(url.pathname);
@@ -92,4 +107,15 @@ export async function startGitHttpServer(
       await new Promise<void>((r) => server.close(() => r()));
     },
   };
+}
+
+/** Sends a request on to `target` as it came, and its answer back. */
+function forward(req: IncomingMessage, res: ServerResponse, target: string): void {
+  const to = new URL(req.url ?? "/", target);
+  const upstream = httpRequest(to, { method: req.method, headers: { ...req.headers, host: to.host } }, (up) => {
+    res.writeHead(up.statusCode ?? 502, up.headers);
+    up.pipe(res);
+  });
+  upstream.on("error", (err) => res.writeHead(502).end(String(err)));
+  req.pipe(upstream);
 }

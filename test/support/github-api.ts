@@ -76,7 +76,9 @@ export async function startGithubApi(options: GithubApiOptions) {
   };
   const schemaOf = (path: string, method: string, status: string): Schema => {
     const op = (doc["paths"] as Record<string, Record<string, Schema>>)[path]![method]!;
-    let resp = (op["responses"] as Record<string, Schema>)[status]!;
+    let resp = (op["responses"] as Record<string, Schema>)[status];
+    // GitHub answers some refusals its description does not list (a status on an unknown sha: 422).
+    if (resp === undefined) return {};
     if (typeof resp["$ref"] === "string") resp = at(doc, resp["$ref"]);
     return ((resp["content"] as Record<string, Schema>)["application/json"]!["schema"] as Schema) ?? {};
   };
