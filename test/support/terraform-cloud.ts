@@ -39,7 +39,7 @@ export interface TerraformCloud {
   config(name: string, workspaces: CloudWorkspaces, files?: Record<string, string>): string;
   /** terraform's environment: a scratch HOME, its own CLI config with the host and credentials blocks. */
   env(extra?: Record<string, string>): NodeJS.ProcessEnv;
-  /** Runs terraform in `cwd`; `input` is written to its stdin (TF_INPUT unset, so prompts are answered). */
+  /** Runs terraform in `cwd`; `input` answers its first prompt on stdin (TF_INPUT unset, so it asks). */
   terraform(args: string[], cwd: string, options?: TerraformOptions): Promise<{ code: number; output: string }>;
   /** Starts terraform without waiting, for tests that signal it or answer prompts as output comes. */
   spawnTerraform(args: string[], cwd: string, options?: TerraformOptions): TerraformProcess;
@@ -47,6 +47,7 @@ export interface TerraformCloud {
 }
 
 export interface TerraformOptions {
+  /** The answer to terraform's first prompt ("Enter a value:"), written once it asks. */
   input?: string;
   /** The CLI to run (default `terraform`): `tofu` reads the same CLI config and cloud block. */
   binary?: string;
@@ -176,8 +177,14 @@ export async function startTerraformCloud(serverEnv: Record<string, string> = {}
     };
     child.stdout.on("data", onData);
     child.stderr.on("data", onData);
-    if (options.input !== undefined) child.stdin.write(options.input);
-    child.stdin.end();
+    // Answered when terraform asks, as a user would: nothing is written before its prompt.
+    if (options.input === undefined) child.stdin.end();
+    else {
+      const input = options.input;
+      // The prompt ends in colour codes (ESC [ … m) before terraform waits.
+      // eslint-disable-next-line no-control-regex -- ESC is what the colour codes start with
+      waiters.push({ pattern: /Enter a value:(?:\s|\x1b\[[0-9;]*m)*$/, resolve: () => child.stdin.end(input) });
+    }
     const done = new Promise<{ code: number; output: string }>((resolve, reject) => {
       child.on("error", reject);
       child.on("close", (code) => resolve({ code: code ?? 1, output }));
