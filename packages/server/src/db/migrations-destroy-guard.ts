@@ -14,3 +14,15 @@ export function destroyGuard(): Migration {
     },
   };
 }
+
+/** Runs learn what the guard makes of them: `wait` as planned, or `fail` (the cloud block's -auto-approve). */
+export function destroyGuardOutcome(): Migration {
+  return {
+    async up(db: Kysely<unknown>) {
+      await db.schema
+        .alterTable("runs")
+        .addColumn("guard_outcome", "text", (c) => c.notNull().defaultTo("wait"))
+        .execute();
+    },
+  };
+}

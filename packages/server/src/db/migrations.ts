@@ -1,7 +1,7 @@
 import { type Kysely, type Migration, type MigrationProvider, sql } from "kysely";
 import type { Dialect } from "./schema.js";
 import { types } from "./column-types.js";
-import { destroyGuard } from "./migrations-destroy-guard.js";
+import { destroyGuard, destroyGuardOutcome } from "./migrations-destroy-guard.js";
 import { runPlanOptions } from "./migrations-plan-options.js";
 import { runCreator, runListIndexes, webSessions } from "./migrations-web.js";
 import { variableHcl, workspaceAllowDestroyAll } from "./migrations-workspace-options.js";
@@ -441,6 +441,7 @@ export function migrationProvider(dialect: Dialect): MigrationProvider {
       "0069_tfe_runs": tfeRuns(dialect),
       "0070_link_apply_on_merge": linkApplyOnMerge(),
       "0071_workspace_remote_state_consumers": workspaceRemoteStateConsumers(),
+      "0073_run_guard_outcome": destroyGuardOutcome(),
     }),
   };
 }

@@ -102,6 +102,9 @@ export interface ConfigurationVersionsTable {
   created_at: number;
 }
 
+/** What a run held by the destroy-all guard becomes (store/destroy-guard.ts): `wait` as planned, `fail`: errored. */
+export type GuardOutcome = "wait" | "fail";
+
 export interface RunsTable {
   id: string;
   workspace_id: string;
@@ -126,6 +129,8 @@ export interface RunsTable {
   destroys_all: number | null;
   /** 1 when the run may auto-apply a plan that destroys everything (--allow-destroy-all). */
   allow_destroy_all: number;
+  /** What the run becomes when the destroy-all guard holds it (`wait` before 0073). */
+  guard_outcome: GuardOutcome;
   /** Targets, replacements and refresh-only as JSON (store/run-options.ts); null: a full plan. */
   plan_options: string | null;
   /** Where the configuration came from when a linked repository's commit started the run (all null otherwise). */

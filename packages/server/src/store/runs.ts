@@ -13,7 +13,7 @@ import {
 import type { Selectable, Transaction } from "kysely";
 import type { Database, JobsTable, RunsTable } from "../db/schema.js";
 import { iso, type Queryable, type StoreContext } from "./context.js";
-import { appendAtEnd } from "./logs.js";
+import { heldByDestroyGuard, holdForDestroyGuard, type GuardOutcome } from "./destroy-guard.js";
 import { inTransaction, type Effects } from "./transaction.js";
 import { getWorkspace } from "./workspaces.js";
 import { checkPlanOptions, planOptionsOf, storedPlanOptions } from "./run-options.js";
@@ -116,6 +116,8 @@ export interface CreateRunInput {
   message: string;
   /** Auto-apply even a plan that destroys everything the workspace manages; unset: the workspace's setting. */
   allowDestroyAll?: boolean | undefined;
+  /** What the run becomes when the destroy-all guard holds it (default `wait`: planned). */
+  whenGuarded?: GuardOutcome | undefined;
   /** The user token that starts it: its description is kept as who started the run. */
   createdByTokenId?: string | undefined;
   /** `-target=` addresses. */
@@ -178,6 +180,7 @@ export async function createRun(ctx: StoreContext, input: CreateRunInput): Promi
         created_by: creator?.description ?? null,
         destroys_all: null,
         allow_destroy_all: (input.allowDestroyAll ?? ws.allowDestroyAll) ? 1 : 0,
+        guard_outcome: input.whenGuarded ?? "wait",
         plan_options: storedPlanOptions({
           targets: input.targets ?? [],
           replaces: input.replaces ?? [],
@@ -411,21 +414,13 @@ export async function applyJobOutcome(
   // A plan succeeded.
   if (run.cancel_requested === 1) return endRun(ctx, trx, effects, run, "canceled", null);
   if (run.plan_only === 1 || run.has_changes === 0) return endRun(ctx, trx, effects, run, "planned_and_finished", null);
-  const guarded = run.destroys_all === 1 && run.is_destroy === 0 && run.allow_destroy_all === 0;
-  if (run.auto_apply === 1 && guarded) {
+  const held = heldByDestroyGuard(run);
+  if (held) {
     // An emptied or wrong configuration plans to destroy everything: a person must say so.
-    await appendAtEnd(
-      trx,
-      job.id,
-      Buffer.from(
-        "\n[drover] this plan destroys every resource the workspace manages, so it is not applied automatically: " +
-          "confirm it (drover run confirm), or start the run with --allow-destroy-all " +
-          "(a workspace allows it for all its runs with: drover workspace update <ws> --allow-destroy-all true)\n",
-        "utf8",
-      ),
-    );
+    const error = await holdForDestroyGuard(trx, run, job.id);
+    if (error !== null) return endRun(ctx, trx, effects, run, "errored", error);
   }
-  if (run.auto_apply === 1 && !guarded) {
+  if (run.auto_apply === 1 && !held) {
     const jobId = await enqueueJob(ctx, trx, effects, run, "apply");
     await moveRun(ctx, trx, run, "confirmed", { apply_job_id: jobId });
   } else {

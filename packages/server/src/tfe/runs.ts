@@ -185,6 +185,8 @@ export function registerRunRoutes(serve: TfeRegistrar, http: HttpContext): void 
       planOnly: cv.speculative || attribute(doc, "plan-only", z.boolean()) === true,
       isDestroy: attribute(doc, "is-destroy", z.boolean()) ?? false,
       autoApply: attribute(doc, "auto-apply", z.boolean()),
+      // -auto-approve never posts an apply: a held run that waited would keep terraform waiting for ever.
+      whenGuarded: "fail",
       message: attribute(doc, "message", z.string().max(4000)) ?? "Queued by terraform",
       createdByTokenId: caller.tokenId,
       targets: attribute(doc, "target-addrs", addresses) ?? [],
