@@ -14,12 +14,24 @@ import { appendAtEnd } from "./logs.js";
 
 export type { GuardOutcome };
 
+type GuardedRun = Pick<
+  RunsTable,
+  "auto_apply" | "destroys_all" | "is_destroy" | "allow_destroy_all" | "plan_add" | "plan_destroy"
+>;
+
+/**
+ * Whether the plan may destroy everything while no plan JSON says otherwise: without it (over
+ * DROVER_MAX_PLAN_JSON_MB, or not uploaded) the guard fails closed on a plan that only destroys.
+ */
+function mayDestroyAllUnseen(run: GuardedRun): boolean {
+  return run.destroys_all === null && (run.plan_destroy ?? 0) > 0 && (run.plan_add ?? 0) === 0;
+}
+
 /** Whether the guard holds this run's finished plan instead of applying it on its own. */
-export function heldByDestroyGuard(
-  run: Pick<RunsTable, "auto_apply" | "destroys_all" | "is_destroy" | "allow_destroy_all">,
-): boolean {
+export function heldByDestroyGuard(run: GuardedRun): boolean {
   // A -destroy run says what it does: only a plan that destroys everything by surprise is held.
-  return run.auto_apply === 1 && run.destroys_all === 1 && run.is_destroy === 0 && run.allow_destroy_all === 0;
+  if (run.auto_apply !== 1 || run.is_destroy !== 0 || run.allow_destroy_all !== 0) return false;
+  return run.destroys_all === 1 || mayDestroyAllUnseen(run);
 }
 
 /** The error of a run the guard ended: what happened and the two ways on. */
@@ -38,17 +50,21 @@ export function destroyGuardError(ws: string): string {
  */
 export async function holdForDestroyGuard(
   db: Queryable,
-  run: Pick<Selectable<RunsTable>, "workspace_id" | "guard_outcome">,
+  run: Pick<Selectable<RunsTable>, "workspace_id" | "guard_outcome"> & GuardedRun,
   jobId: string,
 ): Promise<string | null> {
   const ws = await db.selectFrom("workspaces").select("name").where("id", "=", run.workspace_id).executeTakeFirst();
   const name = ws?.name ?? run.workspace_id;
   const error = run.guard_outcome === "fail" ? destroyGuardError(name) : null;
+  const unseen = mayDestroyAllUnseen(run)
+    ? "[drover] this plan only destroys, and its plan JSON was not stored (DROVER_MAX_PLAN_JSON_MB), so Drover " +
+      "cannot tell whether it leaves anything: the destroy-all guard treats it as destroying everything\n"
+    : "";
   const notice =
     error ??
     "this plan destroys every resource the workspace manages, so it is not applied automatically: " +
       "confirm it (drover run confirm), or start the run with --allow-destroy-all " +
       "(a workspace allows it for all its runs with: drover workspace update <ws> --allow-destroy-all true)";
-  await appendAtEnd(db, jobId, Buffer.from(`\n[drover] ${notice}\n`, "utf8"));
+  await appendAtEnd(db, jobId, Buffer.from(`\n${unseen}[drover] ${notice}\n`, "utf8"));
   return error;
 }

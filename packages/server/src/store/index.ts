@@ -15,6 +15,7 @@ export * from "./plans.js";
 export * from "./pools.js";
 export * from "./queue.js";
 export * from "./runs.js";
+export { heldByDestroyGuard } from "./destroy-guard.js";
 export * from "./run-variables.js";
 export * from "./run-jobs.js";
 export * from "./cancels.js";
