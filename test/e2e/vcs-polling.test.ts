@@ -210,8 +210,22 @@ test("a link's --apply-on-merge decides whether the branch's commits apply, what
   // The branch's head (from the test above) has a configuration; each new link runs it once.
   await stack.server.api(routes.createWorkspace, { body: { name: "merged", pool: stack.pool, autoApply: false } });
   await stack.server.api(routes.createWorkspace, { body: { name: "held", pool: stack.pool, autoApply: true } });
+  // -w names the workspace here, as in every command that acts on one.
   const link = (ws: string, flag: string) =>
-    stack.cli(["workspace", "link", ws, "--vcs", "gh", "--repo", "org/infra", "--branch", "main", flag, "--json"]);
+    stack.cli([
+      "workspace",
+      "link",
+      "-w",
+      ws,
+      "--vcs",
+      "gh",
+      "--repo",
+      "org/infra",
+      "--branch",
+      "main",
+      flag,
+      "--json",
+    ]);
   const merged = await link("merged", "--apply-on-merge");
   assert.equal(merged.code, 0, merged.stderr);
   assert.equal(JSON.parse(merged.stdout).applyOnMerge, true);
@@ -222,7 +236,13 @@ test("a link's --apply-on-merge decides whether the branch's commits apply, what
   assert.equal((await stack.waitForRun((await first("merged")).id, ["applied"])).status, "applied");
   const waiting = await stack.waitForRun((await first("held")).id, ["planned"]);
   assert.equal(waiting.status, "planned", "the run waits for confirmation");
-  for (const ws of ["merged", "held"]) assert.equal((await stack.cli(["workspace", "unlink", ws])).code, 0);
+  assert.equal((await stack.cli(["workspace", "unlink", "merged"])).code, 0);
+  const unlinked = await stack.cli(["workspace", "unlink", "--workspace", "held"]);
+  assert.equal(unlinked.code, 0, unlinked.stderr);
+  assert.equal((await stack.server.api(routes.getWorkspaceVcs, { params: { ws: "held" } })).status, 404);
+  const none = await stack.cli(["workspace", "unlink"]);
+  assert.equal(none.code, 2);
+  assert.match(none.stderr, /which workspace\?/);
 });
 
 test("repository paths, branches and URLs that could reach outside the repository are refused", async () => {

@@ -10,6 +10,7 @@ import { Option, type Command } from "commander";
 import { apiFor, emit, table, withCommon, type CommonOptions } from "../command-kit.js";
 import { io } from "../io.js";
 import { readSecret } from "../secret-input.js";
+import { workspaceOf, workspaceOption } from "../workspace-arg.js";
 
 /** A run's commit in one line (short sha and the message's first line), or "" for an upload. */
 export function commitOf(run: Pick<Run, "source">): string {
@@ -176,7 +177,12 @@ export function registerVcsCommands(program: Command): void {
 
 /** `workspace link` and `workspace unlink`. */
 export function registerWorkspaceLinkCommands(ws: Command): void {
-  withCommon(ws.command("link <workspace>").description("Run the workspace from a repository branch's new commits"))
+  withCommon(
+    ws
+      .command("link [workspace]")
+      .description("Run the workspace from a repository branch's new commits; -w names it too"),
+  )
+    .addOption(workspaceOption())
     .requiredOption("--vcs <connection>", "VCS connection (drover vcs list)")
     .requiredOption("--repo <path>", "owner/name (GitHub) or group/…/project (GitLab)")
     .requiredOption("--branch <branch>", "branch whose new commits start runs")
@@ -193,9 +199,17 @@ export function registerWorkspaceLinkCommands(ws: Command): void {
     )
     .action(
       async (
-        name: string,
-        opts: CommonOptions & { vcs: string; repo: string; branch: string; trigger: string[]; applyOnMerge?: boolean },
+        given: string | undefined,
+        opts: CommonOptions & {
+          workspace?: string;
+          vcs: string;
+          repo: string;
+          branch: string;
+          trigger: string[];
+          applyOnMerge?: boolean;
+        },
       ) => {
+        const name = workspaceOf("workspace link", given, opts.workspace);
         const link = await apiFor(opts).call(routes.linkWorkspaceVcs, {
           params: { ws: name },
           body: {
@@ -221,10 +235,13 @@ export function registerWorkspaceLinkCommands(ws: Command): void {
         });
       },
     );
-  withCommon(ws.command("unlink <workspace>").description("Stop running the workspace from its repository")).action(
-    async (name: string, opts: CommonOptions) => {
+  withCommon(
+    ws.command("unlink [workspace]").description("Stop running the workspace from its repository; -w names it too"),
+  )
+    .addOption(workspaceOption())
+    .action(async (given: string | undefined, opts: CommonOptions & { workspace?: string }) => {
+      const name = workspaceOf("workspace unlink", given, opts.workspace);
       await apiFor(opts).call(routes.unlinkWorkspaceVcs, { params: { ws: name } });
       emit(opts, { unlinked: name }, () => `Unlinked workspace ${name} from its repository`);
-    },
-  );
+    });
 }
