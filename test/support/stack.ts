@@ -134,15 +134,6 @@ export async function runLog(server: TestServer, runId: string, phase: "plan" | 
   return readPhaseLog(server.url, server.adminToken, runId, phase);
 }
 
-/**
- * A local-exec command printing 1 to n, one write per line. terraform's provisioner output
- * reader prints what it holds of a line after 100 ms without its newline, so the block-buffered
- * `seq` has some of its lines split in two by terraform itself on a busy machine.
- */
-export function countToCommand(n: number): string {
-  return `i=1; while [ $i -le ${n} ]; do echo $i; i=$((i+1)); done`;
-}
-
 /** Writes a configuration directory from file name → content. */
 export function writeConfig(root: string, name: string, files: Record<string, string>): string {
   const dir = join(root, name);
