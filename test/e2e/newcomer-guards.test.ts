@@ -52,14 +52,39 @@ test("`token create > file` writes a token file an agent runs with; refused, the
     await stack.server.api(routes.revokePoolToken, { params: { id: mine[0].id } });
     const exit = await agent.exited;
     assert.equal(exit.code, 2, agent.output());
-    assert.match(
-      agent.output(),
-      new RegExp(`pool token from --token-file ${file.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&")} was revoked`),
-    );
+    // One line says why; nothing after it (a deregistration the server would refuse) buries it.
+    const problems = agent
+      .output()
+      .split("\n")
+      .filter((l) => /^(WARN|ERROR)/.test(l));
+    assert.equal(problems.length, 1, agent.output());
+    assert.match(problems[0]!, new RegExp(`pool token from --token-file ${escaped(file)} was revoked`));
   } finally {
     await agent.stop("SIGKILL");
   }
 });
+
+test("a token file whose token the server refuses stops the agent at registration with exit 2 and one line", async () => {
+  const made = await stack.server.api(routes.createPoolToken, { params: { pool: stack.pool }, body: {} });
+  await stack.server.api(routes.revokePoolToken, { params: { id: made.body.id } });
+  const file = join(stack.dir, "revoked-token");
+  writeFileSync(file, `${made.body.token}\n`);
+  const agent = spawnDrover(["agent", "run", "--token-file", file], {
+    ...stack.baseEnv,
+    DROVER_AGENT_DATA_DIR: join(stack.dir, "revoked-agent"),
+    DROVER_AGENT_HEALTH_PORT: "0",
+    DROVER_AGENT_LOG_FORMAT: "plain",
+  });
+  const exit = await agent.exited;
+  assert.equal(exit.code, 2, agent.output());
+  const lines = agent.output().trim().split("\n");
+  assert.equal(lines.length, 1, agent.output());
+  assert.match(lines[0]!, new RegExp(`pool token from --token-file ${escaped(file)} was revoked; stopping`));
+});
+
+function escaped(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&");
+}
 
 /** Waits until the agent is registered (and, with `idle`, has reported no running job: it reports at its next heartbeat). */
 async function waitForAgent(name: string, idle = false): Promise<void> {
@@ -177,7 +202,32 @@ test("a taken port stops the server and the agent with exit 2 and the flag to ch
     });
     const agentExit = await agent.exited;
     assert.equal(agentExit.code, 2, agent.output());
-    assert.match(agent.output(), new RegExp(`health port ${port} is in use: choose another with --health-port`));
+    assert.match(
+      agent.output(),
+      new RegExp(`health port ${port} is in use \\(invalid_setting\\) Choose another with --health-port`),
+    );
+
+    // The quickstart says the same with its own flag, and a second try on another port finds
+    // everything the first one created (its admin token among them) as it was.
+    const dataDir = join(stack.dir, "port-quickstart");
+    const quickstartEnv = {
+      ...stack.baseEnv,
+      DROVER_CONFIG_DIR: join(stack.dir, "port-quickstart-config"),
+      DROVER_AGENT_NAME: "port-quickstart",
+      DROVER_URL: "",
+      DROVER_TOKEN: "",
+    };
+    const refused = spawnDrover(["quickstart", "--data-dir", dataDir, "--port", String(port)], quickstartEnv);
+    assert.equal((await refused.exited).code, 2, refused.output());
+    assert.match(refused.output(), new RegExp(`port ${port} on .* is in use \\(invalid_setting\\) .*--port`));
+    const adminToken = readFileSync(join(dataDir, "admin-token"), "utf8");
+    const retried = spawnDrover(["quickstart", "--data-dir", dataDir, "--port", "0"], quickstartEnv);
+    try {
+      await retried.waitFor(/Press Ctrl-C to stop\./, 120_000);
+    } finally {
+      await retried.stop("SIGINT");
+    }
+    assert.equal(readFileSync(join(dataDir, "admin-token"), "utf8"), adminToken);
   } finally {
     await new Promise((resolve) => taken.close(resolve));
   }

@@ -1,4 +1,4 @@
-import { DroverError, type JobAssignment, messageOf } from "@drover/protocol";
+import { DroverError, type JobAssignment, messageOf, oneLineError } from "@drover/protocol";
 import { noopTracer, startTelemetryIfSet, type Telemetry } from "@drover/runtime";
 import type { Server } from "node:http";
 import type { Logger } from "pino";
@@ -334,12 +334,14 @@ export class Agent {
         this.undelivered.push(`job ${job.run.id}: did not end within the stop budget`);
       this.keptPlans.clear();
       const left = plan.budgetMs - (Date.now() - started) - 250;
-      try {
-        await this.session.deregister(AbortSignal.timeout(Math.max(1, Math.min(5_000, left))));
-      } catch (err) {
-        this.log.warn({ err: messageOf(err) }, "deregistration failed");
-        this.undelivered.push("deregistration undelivered");
-      }
+      // A refused token cannot deregister: trying would only bury its one-line error under warnings.
+      if (!(this.session.fatalError instanceof TokenRefusedError))
+        try {
+          await this.session.deregister(AbortSignal.timeout(Math.max(1, Math.min(5_000, left))));
+        } catch (err) {
+          this.log.warn({ err: messageOf(err) }, "deregistration failed");
+          this.undelivered.push("deregistration undelivered");
+        }
       await this.closeHealth();
       await this.docker?.close();
       for (const line of this.undelivered) this.log.warn({ undelivered: line }, `undelivered: ${line}`);
@@ -380,7 +382,7 @@ export async function runAgent(
     process.on("SIGINT", onSignal);
   }
   const done = agent.run().catch((err: unknown) => {
-    log.error(messageOf(err));
+    log.error(oneLineError(err));
     // A refused token or a taken port is a setting to fix, like any other bad setting: exit 2.
     const setting = err instanceof TokenRefusedError || (err instanceof DroverError && err.code === "invalid_setting");
     return setting ? 2 : 1;

@@ -60,8 +60,8 @@ export async function startHealthServer(port: number, source: HealthSource, addr
         err.code === "EADDRINUSE"
           ? new DroverError(
               "invalid_setting",
-              `the health port ${port} is in use: choose another with --health-port (DROVER_AGENT_HEALTH_PORT), or 0 for none`,
-              { cause: err },
+              `the health port ${port} is in use`,
+              { hint: "Choose another with --health-port (DROVER_AGENT_HEALTH_PORT), or 0 for none.", cause: err },
             )
           : err,
       ),

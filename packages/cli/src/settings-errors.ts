@@ -1,10 +1,5 @@
-import { DroverError, unknownSettingWarnings } from "@drover/protocol";
+import { DroverError, oneLineError, unknownSettingWarnings } from "@drover/protocol";
 import { io } from "./io.js";
-
-/** One line for a coded error, as `printError` writes it: the message, its code, what to do. */
-export function describeError(err: DroverError): string {
-  return `${err.message} (${err.code})${err.hint ? ` ${err.hint}` : ""}`;
-}
 
 /** Loads a command's settings, or prints the one-line reason and exits 2. */
 export function settingsOrExit<T>(command: string, load: () => T): T {
@@ -12,7 +7,7 @@ export function settingsOrExit<T>(command: string, load: () => T): T {
     return load();
   } catch (err) {
     if (err instanceof DroverError) {
-      process.stderr.write(`drover ${command}: ${describeError(err)}\n`);
+      process.stderr.write(`drover ${command}: ${oneLineError(err)}\n`);
       process.exit(2);
     }
     throw err;

@@ -123,3 +123,9 @@ export function isErrorCode(value: unknown): value is ErrorCode {
 export function messageOf(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
+
+/** One line for anything thrown, as the CLI and agents print a fatal error: a DroverError's message, its code, what to do. */
+export function oneLineError(err: unknown): string {
+  if (!(err instanceof DroverError)) return messageOf(err);
+  return `${err.message} (${err.code})${err.hint ? ` ${err.hint}` : ""}`;
+}

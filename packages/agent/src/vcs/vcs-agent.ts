@@ -1,4 +1,4 @@
-import { DroverError, messageOf, routes, type VcsTask, type VcsTaskEnvelope } from "@drover/protocol";
+import { DroverError, messageOf, oneLineError, routes, type VcsTask, type VcsTaskEnvelope } from "@drover/protocol";
 import { vcsClient, type GitDeadlines, type VcsClient } from "@drover/vcs";
 import type { Server } from "node:http";
 import type { Logger } from "pino";
@@ -90,7 +90,7 @@ export class VcsAgent {
       await this.session.deregister(AbortSignal.timeout(5_000)).catch(() => undefined);
       return 0;
     } catch (err) {
-      this.log.error(messageOf(err));
+      this.log.error(oneLineError(err));
       return err instanceof TokenRefusedError || (err instanceof DroverError && err.code === "invalid_setting") ? 2 : 1;
     } finally {
       await this.session.stop();

@@ -1,4 +1,4 @@
-import { messageOf } from "@drover/protocol";
+import { oneLineError } from "@drover/protocol";
 import { createLogger, loadAgentConfig, runAgent, type AgentFlags } from "@drover/agent";
 import { routes } from "@drover/protocol";
 import { apiFor, emit, table, withCommon, type CommonOptions } from "../command-kit.js";
@@ -88,7 +88,7 @@ export function registerAgentCommands(program: Command): void {
       try {
         process.exit(await runController(config, settings, log));
       } catch (err) {
-        log.error(messageOf(err));
+        log.error(oneLineError(err));
         process.exit(1);
       }
     });

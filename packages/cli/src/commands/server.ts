@@ -1,6 +1,6 @@
 import type { Command } from "commander";
-import { DroverError, messageOf } from "@drover/protocol";
-import { describeError, settingsOrExit } from "../settings-errors.js";
+import { DroverError, oneLineError } from "@drover/protocol";
+import { settingsOrExit } from "../settings-errors.js";
 import { runsUntilSignalled } from "../stdio.js";
 
 interface ServerOptions {
@@ -45,7 +45,7 @@ export function registerServerCommand(program: Command): void {
       } catch (err) {
         // One line for the operator: a coded error (lock held, read-only or full data
         // directory) is a configuration problem (exit 2); anything else failed to start (exit 1).
-        process.stderr.write(`drover server: ${err instanceof DroverError ? describeError(err) : messageOf(err)}\n`);
+        process.stderr.write(`drover server: ${oneLineError(err)}\n`);
         process.exit(err instanceof DroverError ? 2 : 1);
       }
       process.stdout.write(`Drover server listening on ${server.url}\n`);
