@@ -98,6 +98,22 @@ test("--replace replaces one resource; --refresh-only changes nothing", async ()
   assert.match((await stack.cli(["run", "show", run.id])).stdout, /Refresh-only/);
 });
 
+test("--destroy with --auto-apply destroys what the workspace manages, without the destroy-all guard", async () => {
+  await stack.server.api(routes.createWorkspace, { body: { name: "destroyed", pool: stack.pool } });
+  const full = await stack.cli(["run", "start", config, "-w", "destroyed", "--auto-apply"]);
+  assert.equal(full.code, 0, full.stdout + full.stderr);
+  assert.deepEqual(Object.keys(await stateResources("destroyed")).sort(), ["a", "b"]);
+
+  const destroyed = await stack.cli(["run", "start", config, "-w", "destroyed", "--destroy", "--auto-apply"]);
+  assert.equal(destroyed.code, 0, destroyed.stdout + destroyed.stderr);
+  assert.match(destroyed.stdout, /applied \(plan: 0 to add, 0 to change, 2 to destroy\)/);
+  assert.doesNotMatch(destroyed.stdout, /destroy-all guard/, "a destroy run says what it does: not held");
+  assert.deepEqual(await stateResources("destroyed"), {});
+  const run = (await stack.server.api(routes.listRuns, { query: { workspace: "destroyed", limit: 1 } })).body.items[0];
+  assert.equal(run.isDestroy, true);
+  assert.match((await stack.cli(["run", "show", run.id])).stdout, /Destroy: plans to destroy every resource/);
+});
+
 test("an address that is not one never becomes a terraform flag; refresh-only with destroy is refused", async () => {
   await stack.server.api(routes.createWorkspace, { body: { name: "attacked", pool: stack.pool } });
   const cli = await stack.cli(["run", "start", config, "-w", "attacked", "--target=-destroy"]);

@@ -24,6 +24,7 @@ const collect = (value: string, previous: string[]) => [...previous, value];
 
 /** The plan options of a run, one line each, for `run show`. */
 const planOptionLines = (r: Run): string[] => [
+  ...(r.isDestroy ? ["Destroy: plans to destroy every resource the workspace manages"] : []),
   ...(r.refreshOnly ? ["Refresh-only: updates the state to match the real resources, changes nothing"] : []),
   ...(r.targets.length > 0 ? [`Targets: ${r.targets.join(", ")}`] : []),
   ...(r.replaces.length > 0 ? [`Replaces: ${r.replaces.join(", ")}`] : []),
