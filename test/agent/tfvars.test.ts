@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { DroverError, type JobVariable } from "@drover/protocol";
-import { sensitiveValues, tfvarsFiles } from "@drover/agent";
+import { tfvarsFiles } from "@drover/agent";
+import { sensitiveValues } from "@drover/runtime";
 
 const v = (key: string, value: string, extra: Partial<JobVariable> = {}): JobVariable => ({
   key,

@@ -25,7 +25,7 @@ after(async () => {
 
 test("every curl example of docs/api.md succeeds against a real server, in order", async () => {
   const blocks = markedBlocks(readFileSync(join(repoRoot, "docs", "api.md"), "utf8"), "api-example");
-  assert.ok(blocks.length >= 7, `one example per group, found ${blocks.length}`);
+  assert.ok(blocks.length >= 10, `one example per group, found ${blocks.length}`);
   const script = blocks.map((b, i) => `echo "--- example ${i + 1}" >&2\n${b}`).join("\n");
   const env = { PATH: process.env.PATH, HOME: dir, DROVER_URL: server.url, DROVER_TOKEN: server.adminToken };
   // Asynchronously: the server answers from this very process.
@@ -54,4 +54,17 @@ test("every curl example of docs/api.md succeeds against a real server, in order
   const runs = (await server.api(routes.listRuns, { query: { workspace: "net" } })).body.items;
   assert.equal(runs.length, 1);
   assert.equal(runs[0].status, "canceled");
+
+  const outputs = (await server.api(routes.workspaceOutputs, { params: { ws: "net" } })).body;
+  assert.deepEqual(
+    outputs.items.map((o: { name: string; value: unknown }) => [o.name, o.value]),
+    [["region", "eu-west-1"]],
+    "the state written through the backend gives the workspace its outputs",
+  );
+  const ws = (await server.api(routes.getWorkspace, { params: { ws: "net" } })).body;
+  assert.equal(ws.stateLocked, false, "the lock was released");
+  assert.equal(ws.autoApply, true, "the change made with the session cookie and its CSRF header");
+  assert.match(ran.stdout, /"registered":false/, "offline, the link answers what to register by hand");
+  assert.equal((await server.api(routes.getWorkspaceVcs, { params: { ws: "net" } })).status, 404, "unlinked");
+  assert.equal((await server.api(routes.listVcsConnections, {})).body.items[0].name, "gh");
 });

@@ -56,15 +56,19 @@ test("N9: escapes a run prints are made visible by run start, run logs, run logs
     assert.match(out!, /\n/);
   }
 
-  // Outputs stored before the server refused such names are still printed safely.
-  const evil = [
-    { name: "evil\u001b]0;PWNED\u0007\u001b[2J", sensitive: false, type: "string", value: "a\u202eb\u009bc" },
-  ];
-  await stack.server.store.db
-    .updateTable("runs")
-    .set({ outputs_json: JSON.stringify(evil) })
-    .where("id", "=", run.id)
-    .execute();
+  // A state written through terraform's backend may name its outputs anything: printed safely.
+  const current = await stack.server.api(routes.readState, { params: { ws: "escapes" } });
+  const state = current.body as {
+    serial: number;
+    outputs: Record<string, unknown>;
+  };
+  state.serial += 1;
+  state.outputs = { "evil\u001b]0;PWNED\u0007\u001b[2J": { value: "a\u202eb\u009bc", type: "string" } };
+  const written = await stack.server.api(routes.writeState, {
+    params: { ws: "escapes" },
+    body: Buffer.from(JSON.stringify(state)),
+  });
+  assert.equal(written.status, 200, JSON.stringify(written.body));
   for (const args of [[], ["--json"]]) {
     const out = await stack.cli(["output", "--workspace", "escapes", ...args]);
     assert.equal(out.code, 0, out.stderr);

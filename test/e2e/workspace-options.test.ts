@@ -94,6 +94,11 @@ test("set-var --hcl: a map, a list and an object reach terraform typed; sensitiv
   const applyLog = await runLog(stack.server, runId, "apply");
   assert.ok(!planLog.includes(secret) && !applyLog.includes(secret), "the secret is masked:\n" + planLog);
   assert.match(planLog, /token\s+= "\*\*\*"|token\s+= \(sensitive value\)/, planLog);
+  // The stored plan JSON holds every variable's value: the secret inside the map is redacted there too.
+  const planJson = await stack.server.api(routes.runPlan, { params: { id: runId } });
+  assert.equal(planJson.status, 200);
+  assert.ok(!JSON.stringify(planJson.body).includes(secret), "the plan JSON holds no secret");
+  assert.ok(JSON.stringify(planJson.body).includes("admin"), "only the secret: the map's other values stay");
 
   const hidden = await stack.cli(["output", "--workspace", "typed", "--json"]);
   assert.equal(hidden.code, 0, hidden.stderr);

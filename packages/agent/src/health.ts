@@ -58,11 +58,10 @@ export async function startHealthServer(port: number, source: HealthSource, addr
     server.once("error", (err: NodeJS.ErrnoException) =>
       reject(
         err.code === "EADDRINUSE"
-          ? new DroverError(
-              "invalid_setting",
-              `the health port ${port} is in use`,
-              { hint: "Choose another with --health-port (DROVER_AGENT_HEALTH_PORT), or 0 for none.", cause: err },
-            )
+          ? new DroverError("invalid_setting", `the health port ${port} is in use`, {
+              hint: "Choose another with --health-port (DROVER_AGENT_HEALTH_PORT), or 0 for none.",
+              cause: err,
+            })
           : err,
       ),
     );

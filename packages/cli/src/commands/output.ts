@@ -4,7 +4,7 @@ import { workspaceOption } from "../workspace-arg.js";
 import { apiFor, emit, table, withCommon, type CommonOptions } from "../command-kit.js";
 
 export function registerOutputCommand(program: Command): void {
-  withCommon(program.command("output").description("Outputs of a workspace's latest apply"))
+  withCommon(program.command("output").description("Outputs of a workspace's current state"))
     .addOption(workspaceOption().makeOptionMandatory())
     .option("--reveal", "show sensitive values too (hidden otherwise: <sensitive>, or null with --json)")
     .action(async (opts: CommonOptions & { workspace: string; reveal?: boolean }) => {

@@ -209,7 +209,7 @@ export const userRoutes = {
   workspaceOutputs: route({
     method: "GET",
     path: `${userApi}/workspaces/:ws/outputs`,
-    summary: "Latest outputs (sensitive values null unless ?reveal=true)",
+    summary: "Outputs of the current state (sensitive values null unless ?reveal=true)",
     auth: "user",
     params: ws,
     query: z.object({

@@ -5,7 +5,8 @@ import { listAgents } from "../store/agents.js";
 import { poolDemand } from "../store/demand.js";
 import { createConfigurationVersion, listConfigurationVersions } from "../store/configuration-versions.js";
 import { readLog } from "../store/logs.js";
-import { readPlanJson, workspaceOutputs } from "../store/plans.js";
+import { readPlanJson } from "../store/plans.js";
+import { workspaceOutputs } from "../store/outputs.js";
 import {
   createPool,
   createPoolToken,

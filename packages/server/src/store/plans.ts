@@ -1,8 +1,9 @@
 import { DroverError, type Output, type PlanSummary } from "@drover/protocol";
-import { containsSecret, secretForms } from "@drover/runtime";
+import { sensitiveValues } from "@drover/runtime";
 import type { Transaction } from "kysely";
 import type { Database, JobRow } from "../db/schema.js";
 import { variablesForJob } from "./variables.js";
+import { markSecretOutputs } from "./outputs.js";
 import { renderPlanJson } from "./plan-json.js";
 import { sourceSize, storedBody, writeChunks, type BodySource, type StoredBody } from "./bodies.js";
 import type { StoreContext } from "./context.js";
@@ -31,7 +32,7 @@ export async function savePlanFile(ctx: StoreContext, job: JobRow, planFile: Bod
  */
 export async function savePlanJson(ctx: StoreContext, job: JobRow, uploaded: BodySource): Promise<PlanSummary> {
   mayUploadPlanJson(job);
-  const sensitive = (await variablesForJob(ctx, job.workspace_id)).filter((v) => v.sensitive).map((v) => v.value);
+  const sensitive = (await variablesForJob(ctx, job.workspace_id)).filter((v) => v.sensitive).flatMap(sensitiveValues);
   // Redacting needs the parsed document: a worker thread holds it, never the event loop.
   const { summary, destroysAll, json: planJson } = await renderPlanJson(uploaded, sourceSize(uploaded), sensitive);
   await transactionKeepingCause(ctx, async (trx) => {
@@ -123,10 +124,7 @@ export async function readPlanJson(ctx: StoreContext, runId: string): Promise<St
 export async function saveOutputs(ctx: StoreContext, job: JobRow, outputs: Output[]): Promise<void> {
   if (job.phase !== "apply")
     throw new DroverError("forbidden", "only an apply job uploads outputs: a plan changes nothing until it is applied");
-  const secrets = secretForms(
-    (await variablesForJob(ctx, job.workspace_id)).filter((v) => v.sensitive).map((v) => v.value),
-  );
-  const marked = outputs.map((o) => (!o.sensitive && containsSecret(o.value, secrets) ? { ...o, sensitive: true } : o));
+  const marked = await markSecretOutputs(ctx, job.workspace_id, outputs);
   await transactionKeepingCause(ctx, async (trx) => {
     await currentAttempt(ctx, trx, job);
     await trx
@@ -135,33 +133,6 @@ export async function saveOutputs(ctx: StoreContext, job: JobRow, outputs: Outpu
       .where("id", "=", job.run_id)
       .execute();
   });
-}
-
-/** Masks sensitive output values for display. */
-export function maskOutputs(outputs: Output[]): Output[] {
-  return outputs.map((o) => (o.sensitive ? { ...o, value: null } : o));
-}
-
-/**
- * Outputs of the workspace's latest run that recorded any, sensitive values masked unless the
- * caller asked to see them (any user token can download the state, which holds them).
- */
-export async function workspaceOutputs(
-  ctx: StoreContext,
-  workspaceId: string,
-  opts: { reveal?: boolean } = {},
-): Promise<Output[]> {
-  const row = await ctx.db
-    .selectFrom("runs")
-    .select("outputs_json")
-    .where("workspace_id", "=", workspaceId)
-    .where("outputs_json", "is not", null)
-    .orderBy("updated_at", "desc")
-    .limit(1)
-    .executeTakeFirst();
-  if (!row?.outputs_json) return [];
-  const outputs = JSON.parse(row.outputs_json) as Output[];
-  return opts.reveal === true ? outputs : maskOutputs(outputs);
 }
 
 /**

@@ -1,8 +1,10 @@
+import type { Output } from "@drover/protocol";
 import { z } from "zod";
 import type { HttpContext } from "../http/context.js";
 import { maxStateBytes } from "../http/state-routes.js";
 import { iso, type StoreContext } from "../store/context.js";
 import { readStateVersion, writeState } from "../store/state.js";
+import { stateVersionOutputs } from "../store/outputs.js";
 import { attribute, JsonApiError, many, one, paginate, requestResource, type ResourceObject } from "./jsonapi.js";
 import { created, ok, tfeApi, tfeRoute, type TfeRegistrar } from "./serve.js";
 import { createPendingStateVersion } from "./state-uploads.js";
@@ -95,33 +97,9 @@ async function currentVersion(ctx: StoreContext, workspaceId: string): Promise<V
     .executeTakeFirst();
 }
 
-/** A terraform state's output: its value, cty type JSON and sensitivity. */
-interface StateOutput {
-  name: string;
-  value: unknown;
-  type: unknown;
-  sensitive: boolean;
-}
-
-/** Largest state whose outputs are read (a state is parsed whole for them). */
-const maxOutputsStateBytes = 64 * 1024 * 1024;
-
-async function outputsOf(ctx: StoreContext, version: VersionRow): Promise<StateOutput[]> {
-  if (version.size > maxOutputsStateBytes) return [];
-  const chunks: Buffer[] = [];
-  for await (const chunk of (await readStateVersion(ctx, version.id)).open()) chunks.push(chunk as Buffer);
-  let state: unknown;
-  try {
-    state = JSON.parse(Buffer.concat(chunks).toString("utf8"));
-  } catch {
-    // An encrypted (OpenTofu) state is not JSON the server can read: it shows no outputs.
-    return [];
-  }
-  const outputs = (state as { outputs?: unknown }).outputs;
-  if (typeof outputs !== "object" || outputs === null) return [];
-  return Object.entries(outputs as Record<string, { value?: unknown; type?: unknown; sensitive?: unknown }>).map(
-    ([name, o]) => ({ name, value: o.value ?? null, type: o.type ?? "dynamic", sensitive: o.sensitive === true }),
-  );
+/** The outputs of a state version; none when the server cannot read it (an encrypted OpenTofu state). */
+async function outputsOf(ctx: StoreContext, version: VersionRow): Promise<Output[]> {
+  return (await stateVersionOutputs(ctx, version)) ?? [];
 }
 
 /** go-tfe's coarse output type, from the cty type JSON. */
@@ -137,7 +115,7 @@ function coarseType(type: unknown, value: unknown): string {
 
 const outputId = (versionId: string, name: string) => `svo.${versionId}.${Buffer.from(name).toString("base64url")}`;
 
-function outputResource(versionId: string, o: StateOutput, reveal: boolean): ResourceObject {
+function outputResource(versionId: string, o: Output, reveal: boolean): ResourceObject {
   return {
     id: outputId(versionId, o.name),
     type: "state-version-outputs",
@@ -217,7 +195,7 @@ export function registerStateRoutes(serve: TfeRegistrar, http: HttpContext): voi
     return { status: 200, bytes: await readStateVersion(ctx, v.id), contentType: "application/json" };
   });
 
-  const outputsDocument = (versionId: string, outputs: StateOutput[]) => {
+  const outputsDocument = (versionId: string, outputs: Output[]) => {
     const items = outputs.map((o) => outputResource(versionId, o, false));
     const page = paginate(items, { number: 1, size: Math.max(1, items.length) });
     return ok(many(page.items, page.pagination));

@@ -1,12 +1,12 @@
 import { DroverError, versionSatisfies } from "@drover/protocol";
-import { secretForms } from "@drover/runtime";
+import { secretForms, sensitiveValues } from "@drover/runtime";
 import { existsSync, readFileSync, realpathSync } from "node:fs";
 import { join, relative, resolve } from "node:path";
 import type { JobContext } from "../context.js";
 import { extractConfiguration } from "../extract.js";
 import { giveRemoteStateToken } from "../remote-state-token.js";
 import type { PlanDirKey } from "../kept-plans.js";
-import { sensitiveValues, tfvarsFiles } from "../tfvars.js";
+import { tfvarsFiles } from "../tfvars.js";
 import type { Stage } from "../pipeline.js";
 import { EngineError } from "../../engines/errors.js";
 import { lockFileName } from "../../providers/config-scan.js";
