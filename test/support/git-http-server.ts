@@ -60,6 +60,14 @@ export async function startGitHttpServer(
         REMOTE_ADDR: options.host ?? "127.0.0.1",
       },
     });
+    // git may exit before it has read the whole body, or be gone when a held fetch resumes (its
+    // client left): writing to it then fails with EPIPE, which is no failure of the test's.
+    cgi.stdin.on("error", () => undefined);
+    // A client that leaves (a killed agent) takes its git process with it.
+    res.on("close", () => cgi.kill());
+    cgi.on("error", (err) => {
+      if (!res.headersSent) res.writeHead(500).end(String(err));
+    });
     if (options.beforeFetch === undefined) req.pipe(cgi.stdin);
     else {
       const body: Buffer[] = [];
