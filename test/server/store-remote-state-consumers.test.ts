@@ -96,6 +96,19 @@ for (const backend of backends) {
       assert.deepEqual((await store.getWorkspace(ctx, b.id)).remoteStateConsumers, []);
     });
 
+    test("consumers added at once (terraform's relationship calls, in parallel) are all kept", async () => {
+      const [target, ...readers] = await workspaces(9);
+      assert.ok(target);
+      await Promise.all([
+        ...readers.map((r) => store.changeRemoteStateConsumers(ctx, target.id, { add: [r.name] })),
+        store.updateWorkspace(ctx, target.id, { globalRemoteState: true, autoApply: true }),
+      ]);
+      const after = await store.getWorkspace(ctx, target.id);
+      assert.deepEqual([...after.remoteStateConsumers].sort(), readers.map((r) => r.name).sort());
+      assert.equal(after.globalRemoteState, true);
+      assert.equal(after.autoApply, true);
+    });
+
     test("a column that is not a JSON list allows no one", () => {
       assert.deepEqual(store.parseRemoteStateConsumers("not json"), { global: false, ids: [] });
       assert.deepEqual(store.parseRemoteStateConsumers('{"a":1}'), { global: false, ids: [] });

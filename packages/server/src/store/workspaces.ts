@@ -217,23 +217,40 @@ export async function updateWorkspace(
   if (input.autoApply !== undefined) set.auto_apply = input.autoApply ? 1 : 0;
   if (input.allowDestroyAll !== undefined) set.allow_destroy_all = input.allowDestroyAll ? 1 : 0;
   if (input.remoteStateConsumers !== undefined || input.globalRemoteState !== undefined) {
-    const now = parseRemoteStateConsumers(await consumersColumn(ctx, ws.id));
-    const ids =
-      input.remoteStateConsumers === undefined ? now.ids : await consumerIds(ctx, ws, input.remoteStateConsumers);
-    const global = input.globalRemoteState ?? now.global;
-    set.remote_state_consumers = JSON.stringify(global ? [everyWorkspace, ...ids] : ids);
-  }
-  if (Object.keys(set).length > 0) await ctx.db.updateTable("workspaces").set(set).where("id", "=", ws.id).execute();
+    const given =
+      input.remoteStateConsumers === undefined ? undefined : await consumerIds(ctx, ws, input.remoteStateConsumers);
+    const next = (now: RemoteStateConsumers) => ({
+      ids: given ?? now.ids,
+      global: input.globalRemoteState ?? now.global,
+    });
+    await rewriteConsumers(ctx, ws.id, next, set);
+  } else if (Object.keys(set).length > 0)
+    await ctx.db.updateTable("workspaces").set(set).where("id", "=", ws.id).execute();
   return getWorkspace(ctx, ws.id);
 }
 
-async function consumersColumn(ctx: StoreContext, workspaceId: string): Promise<string> {
-  const row = await ctx.db
-    .selectFrom("workspaces")
-    .select("remote_state_consumers")
-    .where("id", "=", workspaceId)
-    .executeTakeFirst();
-  return row?.remote_state_consumers ?? "[]";
+/**
+ * Reads and rewrites a workspace's consumers (with the other columns in `also`) in one
+ * transaction, its row locked on PostgreSQL, so two changes made at once each keep the other's.
+ */
+async function rewriteConsumers(
+  ctx: StoreContext,
+  workspaceId: string,
+  change: (now: RemoteStateConsumers) => RemoteStateConsumers,
+  also: Partial<Selectable<WorkspacesTable>> = {},
+): Promise<void> {
+  await ctx.db.transaction().execute(async (trx) => {
+    let q = trx.selectFrom("workspaces").select("remote_state_consumers").where("id", "=", workspaceId);
+    if (ctx.dialect === "postgres") q = q.forUpdate();
+    const row = await q.executeTakeFirst();
+    const next = change(parseRemoteStateConsumers(row?.remote_state_consumers ?? "[]"));
+    const column = JSON.stringify(next.global ? [everyWorkspace, ...next.ids] : next.ids);
+    await trx
+      .updateTable("workspaces")
+      .set({ ...also, remote_state_consumers: column })
+      .where("id", "=", workspaceId)
+      .execute();
+  });
 }
 
 /** The ids of the named consumer workspaces, each once, sorted; the workspace itself is refused (it always reads its own). */
@@ -258,12 +275,12 @@ export async function changeRemoteStateConsumers(
   change: { add?: readonly string[]; remove?: readonly string[] },
 ): Promise<Workspace> {
   const ws = await getWorkspace(ctx, idOrName);
-  const now = parseRemoteStateConsumers(await consumersColumn(ctx, ws.id));
   const added = await consumerIds(ctx, ws, change.add ?? []);
   const removed = new Set(await consumerIds(ctx, ws, change.remove ?? []));
-  const ids = [...new Set([...now.ids, ...added])].filter((id) => !removed.has(id)).sort();
-  const column = JSON.stringify(now.global ? [everyWorkspace, ...ids] : ids);
-  await ctx.db.updateTable("workspaces").set({ remote_state_consumers: column }).where("id", "=", ws.id).execute();
+  await rewriteConsumers(ctx, ws.id, (now) => ({
+    ids: [...new Set([...now.ids, ...added])].filter((id) => !removed.has(id)).sort(),
+    global: now.global,
+  }));
   return getWorkspace(ctx, ws.id);
 }
 
