@@ -67,6 +67,40 @@ for (const backend of backends) {
       assert.equal((await store.vcsDeliveryWork(ctx, again.id))?.connectionId, a.id);
     });
 
+    test("deliveries older than the retention go, with their outcomes; a replay of a kept one is still a duplicate", async () => {
+      const conn = await connection();
+      const ws = await workspace();
+      const record = (deliveryId: string) =>
+        store.recordVcsDelivery(ctx, {
+          connectionId: conn.id,
+          deliveryId,
+          event: "push",
+          summary: null,
+          work: JSON.stringify({ kind: "ignored", repository: null, reason: "test" }),
+        });
+      const old = await record("old");
+      await store.recordVcsDeliveryOutcomes(ctx, old.id, [
+        { workspaceId: ws.id, workspaceName: ws.name, outcome: "ignored", runId: null, detail: null },
+      ]);
+      clock += store.vcsDeliveryRetentionMs - 1000;
+      await record("recent");
+      clock += 2000;
+      // The earlier tests' deliveries are as old: they go too.
+      assert.ok((await store.pruneVcsDeliveries(ctx)) >= 1);
+      assert.deepEqual(
+        (await store.listVcsDeliveries(ctx, conn.id)).map((d) => d.deliveryId),
+        ["recent"],
+      );
+      const left = await ctx.db
+        .selectFrom("vcs_delivery_outcomes")
+        .select("delivery_id")
+        .where("delivery_id", "=", old.id)
+        .execute();
+      assert.deepEqual(left, [], "its outcomes went with it");
+      assert.equal((await record("recent")).duplicate, true);
+      assert.equal(await store.pruneVcsDeliveries(ctx), 0);
+    });
+
     test("deliveries list newest first with each workspace's outcome; superseded runs are marked", async () => {
       const conn = await connection();
       const [w1, w2] = [await workspace(), await workspace()];

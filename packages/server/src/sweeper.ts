@@ -7,6 +7,7 @@ import type { StoreContext } from "./store/context.js";
 import { deleteRetiredJobTokens } from "./store/job-moves.js";
 import { expireLeases } from "./store/queue.js";
 import { forceOverdueCancels } from "./store/cancels.js";
+import { pruneVcsDeliveries } from "./store/vcs-deliveries.js";
 
 const offlineRetentionMs = 24 * 60 * 60 * 1000;
 
@@ -74,6 +75,8 @@ export function startSweeper(
       await pruneOfflineAgents(ctx, offlineRetentionMs);
       const tokens = await deleteRetiredJobTokens(ctx, tokenRetentionMs, { deadlineMs: intervalMs });
       if (tokens > 0) log.debug({ tokens }, "deleted retired job tokens");
+      const deliveries = await pruneVcsDeliveries(ctx);
+      if (deliveries > 0) log.debug({ deliveries }, "deleted webhook deliveries past their retention");
     } catch (err) {
       // A database outage is reported once by the health tracker, not on every sweep.
       if (!stopped && health.state === "available") log.error({ err }, "sweep failed");

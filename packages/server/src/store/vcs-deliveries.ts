@@ -120,6 +120,28 @@ export async function finishVcsDelivery(ctx: StoreContext, id: string, summary?:
     .execute();
 }
 
+/**
+ * How long a delivery is kept: long past any redelivery a VCS offers (GitHub's is 3 days), so a
+ * replay still starts nothing, and short enough that the table does not grow for ever.
+ */
+export const vcsDeliveryRetentionMs = 30 * 24 * 60 * 60 * 1000;
+
+/** Deletes deliveries received longer than `retentionMs` ago, with their outcomes; returns how many. */
+export async function pruneVcsDeliveries(ctx: StoreContext, retentionMs = vcsDeliveryRetentionMs): Promise<number> {
+  const cutoff = ctx.now() - retentionMs;
+  let pruned = 0;
+  // Per connection: the (connection_id, received_at) index finds the old rows without a scan.
+  for (const { id } of await ctx.db.selectFrom("vcs_connections").select("id").execute()) {
+    const gone = await ctx.db
+      .deleteFrom("vcs_deliveries")
+      .where("connection_id", "=", id)
+      .where("received_at", "<", cutoff)
+      .executeTakeFirst();
+    pruned += Number(gone.numDeletedRows);
+  }
+  return pruned;
+}
+
 /** The deliveries whose runs were discarded by a newer commit say so. */
 export async function markVcsRunsSuperseded(ctx: StoreContext, runIds: string[], detail: string): Promise<void> {
   if (runIds.length === 0) return;
