@@ -32,6 +32,7 @@ const notesFor: Record<string, string> = {
   kubernetes:
     'bench/notes/issue-18.md, "Kubernetes: run created → Job exists" (the create path counted; the direct create\'s own p99 beside it in this table)',
   dispatch: 'bench/notes/issue-18.md, "Dispatch, 10,000 jobs, 100 agents"',
+  "cloud-plan": "bench/notes/cloud-plan.md (terraform's own 1.5 s of fixed waits in every remote plan)",
 };
 
 /**
