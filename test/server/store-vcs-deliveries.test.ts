@@ -65,6 +65,16 @@ for (const backend of backends) {
       assert.equal(claims.filter(Boolean).length, 1);
       assert.ok(!(await store.unclaimedVcsDeliveries(ctx)).includes(again.id));
       assert.equal((await store.vcsDeliveryWork(ctx, again.id))?.connectionId, a.id);
+      // Given back (its work failed, or the server stopped), it is taken again at the next start, once.
+      await store.releaseVcsDelivery(ctx, again.id);
+      assert.ok((await store.unclaimedVcsDeliveries(ctx)).includes(again.id));
+      assert.equal(
+        (await Promise.all([1, 2].map(() => store.claimVcsDelivery(ctx, again.id)))).filter(Boolean).length,
+        1,
+      );
+      await store.finishVcsDelivery(ctx, again.id);
+      await store.releaseVcsDelivery(ctx, again.id);
+      assert.ok(!(await store.unclaimedVcsDeliveries(ctx)).includes(again.id), "a finished delivery stays finished");
     });
 
     test("deliveries older than the retention go, with their outcomes; a replay of a kept one is still a duplicate", async () => {

@@ -6,7 +6,8 @@ import { getVcsConnection } from "./vcs-connections.js";
 /*
  * Webhook deliveries. A delivery is stored once per (connection, provider delivery id): a replay
  * finds the row and starts nothing. Its work is claimed by moving it from `received` to
- * `processing`, so of the processes that could pick it up exactly one does it.
+ * `processing`, so of the processes that could pick it up exactly one does it; work that fails or
+ * is cut short by a stop goes back to `received`, for the next start.
  */
 
 export interface RecordVcsDeliveryInput {
@@ -65,6 +66,19 @@ export async function claimVcsDelivery(ctx: StoreContext, id: string): Promise<b
     .where("status", "=", "received")
     .executeTakeFirst();
   return Number(moved.numUpdatedRows) === 1;
+}
+
+/**
+ * Gives a taken delivery back, when acting on it failed or the server stopped first: the next
+ * server start acts on it again (a commit already run is recognised then, and starts nothing).
+ */
+export async function releaseVcsDelivery(ctx: StoreContext, id: string): Promise<void> {
+  await ctx.db
+    .updateTable("vcs_deliveries")
+    .set({ status: "received" })
+    .where("id", "=", id)
+    .where("status", "=", "processing")
+    .execute();
 }
 
 /** A delivery's stored work, for the processor. */

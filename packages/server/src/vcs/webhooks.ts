@@ -28,6 +28,7 @@ import {
   finishVcsDelivery,
   markVcsRunsSuperseded,
   recordVcsDeliveryOutcomes,
+  releaseVcsDelivery,
   unclaimedVcsDeliveries,
   vcsDeliveryWork,
   type OutcomeInput,
@@ -94,6 +95,17 @@ export class WebhookProcessor {
   private async process(id: string): Promise<void> {
     const { ctx } = this.o;
     if (this.shutdown.signal.aborted || !(await claimVcsDelivery(ctx, id))) return;
+    try {
+      await this.act(id);
+    } catch (err) {
+      // Left `processing`, the delivery would never be acted on: a later start takes it again.
+      await releaseVcsDelivery(ctx, id).catch(() => undefined);
+      throw err;
+    }
+  }
+
+  private async act(id: string): Promise<void> {
+    const { ctx } = this.o;
     const stored = await vcsDeliveryWork(ctx, id);
     if (!stored) return;
     const event = JSON.parse(stored.work) as WebhookEvent;
@@ -113,8 +125,7 @@ export class WebhookProcessor {
           event.kind === "push"
             ? await relayedPush(this.relayed(), reach, event, links)
             : await relayedPullRequest(this.relayed(), reach, event, links);
-        await recordVcsDeliveryOutcomes(ctx, id, outcomes);
-        await finishVcsDelivery(ctx, id);
+        await this.finish(id, outcomes);
         return;
       }
       let access: GitAccess;
@@ -122,19 +133,26 @@ export class WebhookProcessor {
         ({ access } = await serverGitAccess(route.endpoint, this.o.client, this.shutdown.signal));
       } catch (err) {
         const reason = `no git credential for the connection: ${messageOf(err)}`;
-        await recordVcsDeliveryOutcomes(
-          ctx,
+        await this.finish(
           id,
           links.map((l) => outcome(l, "fetch_failed", null, reason)),
         );
-        await finishVcsDelivery(ctx, id);
         return;
       }
       outcomes =
         event.kind === "push" ? await this.push(access, event, links) : await this.pullRequest(access, event, links);
     }
-    await recordVcsDeliveryOutcomes(ctx, id, outcomes);
-    await finishVcsDelivery(ctx, id);
+    await this.finish(id, outcomes);
+  }
+
+  /**
+   * Records what the delivery did. A server stopping mid-way cut its fetches short: their
+   * failures are the stop's, not the repository's, so the delivery goes back for the next start.
+   */
+  private async finish(id: string, outcomes: OutcomeInput[]): Promise<void> {
+    if (this.shutdown.signal.aborted) throw new Error("the server stopped before the delivery was acted on");
+    await recordVcsDeliveryOutcomes(this.o.ctx, id, outcomes);
+    await finishVcsDelivery(this.o.ctx, id);
   }
 
   private fetch(
