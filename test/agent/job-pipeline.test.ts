@@ -33,6 +33,7 @@ function assignmentOf(phase: "plan" | "apply"): JobAssignment {
     targets: [],
     replaces: [],
     refreshOnly: false,
+    refresh: true,
     workspace: {
       id: "ws",
       name: "ws",

@@ -39,6 +39,7 @@ const run = (status: RunStatus): Run => ({
   targets: [],
   replaces: [],
   refreshOnly: false,
+  refresh: true,
   source: null,
   createdAt: new Date(0).toISOString(),
   updatedAt: new Date(0).toISOString(),

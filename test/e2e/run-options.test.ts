@@ -114,6 +114,26 @@ test("--destroy with --auto-apply destroys what the workspace manages, without t
   assert.match((await stack.cli(["run", "show", run.id])).stdout, /Destroy: plans to destroy every resource/);
 });
 
+test("--no-refresh plans from the stored state without reading the resources; not with --refresh-only", async () => {
+  await stack.server.api(routes.createWorkspace, { body: { name: "unrefreshed", pool: stack.pool } });
+  const full = await stack.cli(["run", "start", config, "-w", "unrefreshed", "--auto-apply"]);
+  assert.equal(full.code, 0, full.stdout + full.stderr);
+  const refreshed = await stack.cli(["run", "start", config, "-w", "unrefreshed", "--plan-only"]);
+  assert.match(refreshed.stdout, /terraform_data\.a: Refreshing state/);
+  const unrefreshed = await stack.cli(["run", "start", config, "-w", "unrefreshed", "--plan-only", "--no-refresh"]);
+  assert.equal(unrefreshed.code, 0, unrefreshed.stdout + unrefreshed.stderr);
+  assert.match(unrefreshed.stdout, /planned_and_finished/);
+  assert.doesNotMatch(unrefreshed.stdout, /Refreshing state/);
+  const run = (await stack.server.api(routes.listRuns, { query: { workspace: "unrefreshed", limit: 1 } })).body
+    .items[0];
+  assert.equal(run.refresh, false);
+  assert.match((await stack.cli(["run", "show", run.id])).stdout, /No refresh: plans from the stored state/);
+
+  const both = await stack.cli(["run", "start", config, "-w", "unrefreshed", "--refresh-only", "--no-refresh"]);
+  assert.notEqual(both.code, 0);
+  assert.match(both.stderr, /cannot also skip the refresh/);
+});
+
 test("an address that is not one never becomes a terraform flag; refresh-only with destroy is refused", async () => {
   await stack.server.api(routes.createWorkspace, { body: { name: "attacked", pool: stack.pool } });
   const cli = await stack.cli(["run", "start", config, "-w", "attacked", "--target=-destroy"]);

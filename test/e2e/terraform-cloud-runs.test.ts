@@ -88,10 +88,25 @@ describe("terraform with a cloud block runs remotely on Drover", () => {
     assert.deepEqual(await outputs(ws), { greeting: "hello" });
   });
 
-  test("nothing to change: -detailed-exitcode 0", async () => {
+  test("nothing to change: -detailed-exitcode 0; -refresh=false plans without reading the resources", async () => {
     const plan = await tc.terraform(["plan", "-detailed-exitcode"], dir);
     assert.equal(plan.code, 0, plan.output);
     assert.match(plan.output, /No changes/);
+    assert.match(plan.output, /terraform_data\.a: Refreshing state/);
+    const runsBefore = (await runs(ws)).length;
+    const unrefreshed = await tc.terraform(["plan", "-refresh=false", "-detailed-exitcode"], dir);
+    assert.equal(unrefreshed.code, 0, unrefreshed.output);
+    assert.match(unrefreshed.output, /No changes/);
+    assert.doesNotMatch(unrefreshed.output, /Refreshing state/);
+    const [run] = await tc.stack.server
+      .api(routes.listRuns, { query: { workspace: ws, limit: 1 } })
+      .then((r) => r.body.items);
+    assert.equal(run.refresh, false);
+    // A saved cloud plan (-out) is refused when the run is created, saying why.
+    const saved = await tc.terraform(["plan", "-out=saved.tfplan"], dir);
+    assert.equal(saved.code, 1, saved.output);
+    assert.match(saved.output, /saved cloud plans \(plan -out\) are not supported by Drover/);
+    assert.equal((await runs(ws)).length, runsBefore + 1, "the refused plan created no run");
   });
 
   test("-auto-approve with -var and -target: only the target changes, to the run's value", async () => {

@@ -26,6 +26,7 @@ const collect = (value: string, previous: string[]) => [...previous, value];
 const planOptionLines = (r: Run): string[] => [
   ...(r.isDestroy ? ["Destroy: plans to destroy every resource the workspace manages"] : []),
   ...(r.refreshOnly ? ["Refresh-only: updates the state to match the real resources, changes nothing"] : []),
+  ...(r.refresh ? [] : ["No refresh: plans from the stored state without reading the real resources"]),
   ...(r.targets.length > 0 ? [`Targets: ${r.targets.join(", ")}`] : []),
   ...(r.replaces.length > 0 ? [`Replaces: ${r.replaces.join(", ")}`] : []),
 ];
@@ -99,6 +100,7 @@ export function registerRunCommands(program: Command): void {
     .option("--target <address>", "plan only this resource or module and what it depends on (repeatable)", collect, [])
     .option("--replace <address>", "plan to replace this resource (repeatable)", collect, [])
     .option("--refresh-only", "only update the state to match the real resources")
+    .option("--no-refresh", "plan from the stored state without reading the real resources first (-refresh=false)")
     .option("--message <text>", "why this run", "")
     .option("--no-follow", "return once the run is created")
     .action(
@@ -113,6 +115,7 @@ export function registerRunCommands(program: Command): void {
           target: string[];
           replace: string[];
           refreshOnly?: boolean;
+          refresh: boolean;
           message: string;
           follow?: boolean;
         },
@@ -133,6 +136,7 @@ export function registerRunCommands(program: Command): void {
             targets: opts.target,
             replaces: opts.replace,
             refreshOnly: opts.refreshOnly === true,
+            refresh: opts.refresh,
             message: opts.message,
             ...(opts.autoApply ? { autoApply: true } : {}),
           },

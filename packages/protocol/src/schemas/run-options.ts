@@ -40,5 +40,7 @@ export const runPlanOptionsSchema = z.object({
   replaces: addressListSchema.default([]),
   /** `-refresh-only`: update the state to match the real resources, change nothing else. */
   refreshOnly: z.boolean().default(false),
+  /** false: `-refresh=false`, plan from the state as stored, without reading the real resources first. */
+  refresh: z.boolean().default(true),
 });
 export type RunPlanOptions = z.infer<typeof runPlanOptionsSchema>;

@@ -1,7 +1,7 @@
 import { DroverError, runPlanOptionsSchema, type RunPlanOptions } from "@drover/protocol";
 
 /*
- * A run's plan options (targets, replacements, refresh-only) live in one JSON column: null for a
+ * A run's plan options (targets, replacements, refresh-only, no refresh) live in one JSON column: null for a
  * full plan, which every run before them was.
  */
 
@@ -13,7 +13,7 @@ export function planOptionsOf(stored: string | null): RunPlanOptions {
 /** The column's value for `options`: null when they ask for a full plan. */
 export function storedPlanOptions(options: Partial<RunPlanOptions>): string | null {
   const o = runPlanOptionsSchema.parse(options);
-  return o.targets.length === 0 && o.replaces.length === 0 && !o.refreshOnly ? null : JSON.stringify(o);
+  return o.targets.length === 0 && o.replaces.length === 0 && !o.refreshOnly && o.refresh ? null : JSON.stringify(o);
 }
 
 /** Refuses option combinations terraform would refuse only once an agent runs the plan. */
@@ -22,6 +22,11 @@ export function checkPlanOptions(options: Partial<RunPlanOptions> & { isDestroy:
     throw new DroverError(
       "bad_request",
       "a run is refresh-only or a destroy, not both: refresh-only changes only the state, a destroy removes resources",
+    );
+  if (options.refreshOnly && options.refresh === false)
+    throw new DroverError(
+      "bad_request",
+      "a refresh-only run is nothing but a refresh: it cannot also skip the refresh (drop one of the two)",
     );
   if (options.refreshOnly && (options.replaces?.length ?? 0) > 0)
     throw new DroverError(

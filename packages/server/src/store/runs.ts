@@ -125,6 +125,8 @@ export interface CreateRunInput {
   /** `-replace=` addresses. */
   replaces?: string[] | undefined;
   refreshOnly?: boolean | undefined;
+  /** false: plan without refreshing (`-refresh=false`). */
+  refresh?: boolean | undefined;
   /** The commit of a linked repository the configuration was fetched from. */
   source?: RunSource | undefined;
   /** The engine of the client that started it; unset: the workspace's. */
@@ -185,6 +187,7 @@ export async function createRun(ctx: StoreContext, input: CreateRunInput): Promi
           targets: input.targets ?? [],
           replaces: input.replaces ?? [],
           refreshOnly: input.refreshOnly ?? false,
+          refresh: input.refresh ?? true,
         }),
         source_repository: input.source?.repository ?? null,
         source_branch: input.source?.branch ?? null,

@@ -87,7 +87,7 @@ export function runResource(run: Run, extra: { variables?: { key: string; value:
       source: "terraform+cloud",
       "is-destroy": run.isDestroy,
       "refresh-only": run.refreshOnly,
-      refresh: true,
+      refresh: run.refresh,
       "target-addrs": run.targets,
       "replace-addrs": run.replaces,
       "auto-apply": run.autoApply,
@@ -170,12 +170,6 @@ export function registerRunRoutes(serve: TfeRegistrar, http: HttpContext): void 
         "invalid relationship",
         `configuration version ${cv.id} is ${cv.status}, not uploaded`,
       );
-    if (attribute(doc, "refresh", z.boolean()) === false)
-      throw new JsonApiError(
-        422,
-        "invalid attribute",
-        "-refresh=false is not supported by Drover: every plan refreshes",
-      );
     if (attribute(doc, "save-plan", z.boolean()) === true)
       throw new JsonApiError(422, "invalid attribute", "saved cloud plans (plan -out) are not supported by Drover");
     const variables = attribute(doc, "variables", variablesSchema) ?? [];
@@ -192,6 +186,7 @@ export function registerRunRoutes(serve: TfeRegistrar, http: HttpContext): void 
       targets: attribute(doc, "target-addrs", addresses) ?? [],
       replaces: attribute(doc, "replace-addrs", addresses) ?? [],
       refreshOnly: attribute(doc, "refresh-only", z.boolean()) ?? false,
+      refresh: attribute(doc, "refresh", z.boolean()) ?? true,
       engine: engineOfClient(req.headers["user-agent"]),
       variables,
     });

@@ -114,6 +114,7 @@ const templateCheckJob: JobAssignment = {
   targets: [],
   replaces: [],
   refreshOnly: false,
+  refresh: true,
   workspace: {
     id: "template-check",
     name: "template-check",

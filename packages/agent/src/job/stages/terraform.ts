@@ -47,6 +47,7 @@ export const plan: Stage = {
     // One argument each, `-flag=value`: the assignment's schema already refused an address that
     // is not one, and even then a value glued to its flag can never be read as a flag of its own.
     if (c.assignment.refreshOnly) args.push("-refresh-only");
+    if (!c.assignment.refresh) args.push("-refresh=false");
     for (const t of c.assignment.targets) args.push(`-target=${t}`);
     for (const r of c.assignment.replaces) args.push(`-replace=${r}`);
     const code = await c.steps
