@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { routes } from "@drover/protocol";
 import { startTerraformCloud, type TerraformCloud } from "../support/terraform-cloud.js";
+import { rawCall } from "../support/typed-api.js";
 
 /*
  * The destroy-all guard seen from terraform 1.11.4's `cloud` block: `apply -auto-approve` of a
@@ -88,6 +89,13 @@ describe("terraform apply -auto-approve and the destroy-all guard", () => {
     assert.equal(run.status, "errored");
     assert.match(run.errorMessage ?? "", /destroy-all guard/);
     assert.deepEqual(await resourcesInState(ws), ["terraform_data.a", "terraform_data.b"], "state unchanged");
+    // The run ended errored; its plan had finished, and the TFE API says so.
+    const { url, adminToken } = tc.stack.server;
+    const tfeRun = await rawCall(url, "GET", `/api/v2/runs/${run.id}`, adminToken);
+    const planId = tfeRun.body.data.relationships.plan.data.id as string;
+    const plan = await rawCall(url, "GET", `/api/v2/plans/${planId}`, adminToken);
+    assert.equal(plan.body.data.attributes.status, "finished", JSON.stringify(plan.body));
+    assert.equal(tfeRun.body.data.attributes.status, "errored");
   });
 
   test("with the workspace's allowDestroyAll, the same apply destroys both", async () => {

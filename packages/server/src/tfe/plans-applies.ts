@@ -35,7 +35,7 @@ const runStatusNames: Record<RunStatus, string> = {
 /** The TFE name of a Drover run status. */
 export const tfeRunStatus = (status: RunStatus): string => runStatusNames[status];
 
-export function planStatus(run: Pick<Run, "status" | "applyJobId">): PhaseStatus {
+export function planStatus(run: Pick<Run, "status" | "applyJobId" | "planSummary">): PhaseStatus {
   switch (run.status) {
     case "pending":
       return "pending";
@@ -45,8 +45,9 @@ export function planStatus(run: Pick<Run, "status" | "applyJobId">): PhaseStatus
       return "running";
     case "errored":
     case "canceled":
-      // Ended in its apply: the plan itself had finished.
-      return run.applyJobId === null ? run.status : "finished";
+      // Ended in its apply, or after a plan that finished (the destroy-all guard ends such a run
+      // errored): the plan itself had finished.
+      return run.applyJobId === null && run.planSummary === null ? run.status : "finished";
     default:
       return "finished";
   }
