@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { after, before, test } from "node:test";
+import { after, test } from "node:test";
 import { routes, type VcsDelivery } from "@drover/protocol";
 import { callOk, startServerProc, type ServerProc } from "../support/fault-runs.js";
 import { commitAndPush, gitAs, valueConfig } from "../support/git-repo.js";
@@ -11,26 +11,35 @@ import { lookUntil } from "../support/poll.js";
 import { freePort } from "../support/processes.js";
 import { deliver, githubPush } from "../support/webhooks.js";
 
-// A server stopped while it acts on a webhook delivery (its fetch of the commit held open) acts
-// on it at its next start: the delivery is not lost as a fetch failure of the stop's making.
+// A server stopped or killed while it acts on a webhook delivery (its fetch of the commit held
+// open) acts on it after it starts again: the delivery is not lost, neither as a fetch failure of
+// the stop's making nor as a claim nobody renews.
 
 const token = "ghp_TOKENrestart0123456789abcdefSECRET";
 const admin = "drv_u_hook-restart.0123456789abcdefghij0123456789ab";
 const sh = gitAs("Ada", "ada@example.com");
-let dir: string;
-let server: ServerProc | undefined;
-let git: Awaited<ReturnType<typeof startGitHttpServer>>;
-// The first fetch waits at the git server until the test opens it; later ones pass.
-let arrived: () => void = () => undefined;
-const held = new Promise<void>((resolve) => (arrived = resolve));
-let release: () => void = () => undefined;
-const opened = new Promise<void>((resolve) => (release = resolve));
-let fetches = 0;
+const servers: ServerProc[] = [];
+const cleanups: Array<() => Promise<void>> = [];
 
-before(async () => {
-  dir = mkdtempSync(join(tmpdir(), "drover-hook-restart-"));
+after(async () => {
+  for (const server of servers) await server.proc.stop("SIGKILL");
+  for (const cleanup of cleanups) await cleanup();
+});
+
+/**
+ * Delivers a push whose fetch the git server holds, ends the server with `signal` while it waits,
+ * restarts it on the same data and returns the delivery once it reads processed.
+ */
+async function cutShort(signal: "SIGTERM" | "SIGKILL", extraEnv: Record<string, string>) {
+  const dir = mkdtempSync(join(tmpdir(), "drover-hook-restart-"));
   mkdirSync(join(dir, "org"));
-  git = await startGitHttpServer(dir, undefined, {
+  // The first fetch waits at the git server until the test opens it; later ones pass.
+  let arrived: () => void = () => undefined;
+  const held = new Promise<void>((resolve) => (arrived = resolve));
+  let release: () => void = () => undefined;
+  const opened = new Promise<void>((resolve) => (release = resolve));
+  let fetches = 0;
+  const git = await startGitHttpServer(dir, undefined, {
     basicAuth: { user: "x-access-token", password: token },
     beforeFetch: async () => {
       if (fetches++ > 0) return;
@@ -38,22 +47,20 @@ before(async () => {
       await opened;
     },
   });
-});
-after(async () => {
-  release();
-  await server?.proc.stop("SIGKILL");
-  await git?.close();
-  if (dir) rmSync(dir, { recursive: true, force: true });
-});
-
-test("a delivery cut short by a server stop is acted on at the next start", { timeout: 240_000 }, async () => {
+  cleanups.push(async () => {
+    release();
+    await git.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
   const env = {
     DROVER_DATA_DIR: join(dir, "server"),
     DROVER_PORT: String(await freePort()),
     DROVER_ADMIN_TOKEN: admin,
     DROVER_VCS_POLL_SECONDS: "0",
+    ...extraEnv,
   };
-  server = await startServerProc(env);
+  let server = await startServerProc(env);
+  servers.push(server);
   const url = server.url;
   await callOk(url, routes.createPool, admin, { body: { name: "hooks" } });
   await callOk(url, routes.createWorkspace, admin, { body: { name: "infra", pool: "hooks" } });
@@ -80,14 +87,15 @@ test("a delivery cut short by a server stop is acted on at the next start", { ti
   assert.equal(sent.status, 202, JSON.stringify(sent.body));
 
   await held;
-  await server.proc.stop("SIGTERM");
+  await server.proc.stop(signal);
   const stopped = await server.proc.exited;
-  assert.equal(stopped.code, 0, server.proc.output());
+  if (signal === "SIGTERM") assert.equal(stopped.code, 0, server.proc.output());
   release();
 
   server = await startServerProc(env);
+  servers.push(server);
   const delivery = await lookUntil("the delivery acted on after the restart", async () => {
-    const listed = await callOk(server!.url, routes.listVcsDeliveries, admin, { params: { connection: "gh" } });
+    const listed = await callOk(server.url, routes.listVcsDeliveries, admin, { params: { connection: "gh" } });
     return (listed.items as VcsDelivery[]).find((d) => d.deliveryId === sent.deliveryId && d.status === "processed");
   });
   assert.equal(delivery.outcomes.length, 1, JSON.stringify(delivery));
@@ -95,4 +103,14 @@ test("a delivery cut short by a server stop is acted on at the next start", { ti
   const runs = await callOk(server.url, routes.listRuns, admin, { query: { workspace: "infra" } });
   assert.equal(runs.items.length, 1);
   assert.equal(runs.items[0].source.commitSha, sha);
+  return server;
+}
+
+test("a delivery cut short by a server stop is acted on at the next start", { timeout: 240_000 }, async () => {
+  await cutShort("SIGTERM", {});
+});
+
+test("a delivery whose server was killed is taken up again once its claim lapses", { timeout: 240_000 }, async () => {
+  const server = await cutShort("SIGKILL", { DROVER_LEASE_TTL_SECONDS: "1" });
+  assert.match(server.proc.output(), /webhook deliveries whose server died while acting on them are taken up again/);
 });

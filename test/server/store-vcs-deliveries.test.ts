@@ -61,7 +61,7 @@ for (const backend of backends) {
       assert.notEqual(other.id, again.id);
 
       assert.ok((await store.unclaimedVcsDeliveries(ctx)).includes(again.id));
-      const claims = await Promise.all([1, 2, 3].map(() => store.claimVcsDelivery(ctx, again.id)));
+      const claims = await Promise.all([1, 2, 3].map(() => store.claimVcsDelivery(ctx, again.id, 30_000)));
       assert.equal(claims.filter(Boolean).length, 1);
       assert.ok(!(await store.unclaimedVcsDeliveries(ctx)).includes(again.id));
       assert.equal((await store.vcsDeliveryWork(ctx, again.id))?.connectionId, a.id);
@@ -69,12 +69,49 @@ for (const backend of backends) {
       await store.releaseVcsDelivery(ctx, again.id);
       assert.ok((await store.unclaimedVcsDeliveries(ctx)).includes(again.id));
       assert.equal(
-        (await Promise.all([1, 2].map(() => store.claimVcsDelivery(ctx, again.id)))).filter(Boolean).length,
+        (await Promise.all([1, 2].map(() => store.claimVcsDelivery(ctx, again.id, 30_000)))).filter(Boolean).length,
         1,
       );
       await store.finishVcsDelivery(ctx, again.id);
       await store.releaseVcsDelivery(ctx, again.id);
       assert.ok(!(await store.unclaimedVcsDeliveries(ctx)).includes(again.id), "a finished delivery stays finished");
+    });
+
+    test("a claim its server stops renewing lapses and the delivery goes back; a renewed one stays taken", async () => {
+      const conn = await connection();
+      const record = async (deliveryId: string) =>
+        (
+          await store.recordVcsDelivery(ctx, {
+            connectionId: conn.id,
+            deliveryId,
+            event: "push",
+            summary: null,
+            work: "{}",
+          })
+        ).id;
+      const [dead, alive, done] = [await record("dead"), await record("alive"), await record("done")];
+      for (const id of [dead, alive, done]) assert.equal(await store.claimVcsDelivery(ctx, id, 10_000), true);
+      await store.finishVcsDelivery(ctx, done);
+      clock += 6_000;
+      assert.deepEqual(await store.reclaimLapsedVcsDeliveries(ctx), [], "no claim has lapsed yet");
+      await store.renewVcsDeliveryClaim(ctx, alive, 10_000);
+      clock += 6_000;
+      // Earlier tests' deliveries are never claimed or finished: none is given back.
+      assert.deepEqual(await store.reclaimLapsedVcsDeliveries(ctx), [dead]);
+      assert.deepEqual(await store.reclaimLapsedVcsDeliveries(ctx), [], "given back once");
+      assert.ok((await store.unclaimedVcsDeliveries(ctx)).includes(dead));
+      assert.ok(!(await store.unclaimedVcsDeliveries(ctx)).includes(alive));
+      assert.equal(await store.claimVcsDelivery(ctx, dead, 10_000), true, "taken again by the next processor");
+      // A renewal after the claim went back does not take it again.
+      await store.releaseVcsDelivery(ctx, dead);
+      await store.renewVcsDeliveryClaim(ctx, dead, 10_000);
+      assert.ok((await store.unclaimedVcsDeliveries(ctx)).includes(dead));
+      clock += 20_000;
+      assert.deepEqual(await store.reclaimLapsedVcsDeliveries(ctx), [alive]);
+      assert.equal(
+        (await store.listVcsDeliveries(ctx, conn.id)).find((d) => d.deliveryId === "done")?.status,
+        "processed",
+      );
     });
 
     test("deliveries older than the retention go, with their outcomes; a replay of a kept one is still a duplicate", async () => {

@@ -162,6 +162,8 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     limits: config.archiveLimits,
     client: vcsClient,
     agentTaskMs: config.vcsAgentTaskMs,
+    claimTtlMs: config.leaseTtlMs,
+    health: db.health,
   });
   const app = buildApp(
     {
@@ -207,8 +209,8 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     client: vcsClient,
   });
   poller.start();
-  // Deliveries a stopped server stored but did not act on; a failure here leaves them for the next start.
-  webhooks.resume().catch((err: unknown) => log.warn({ err }, "resuming stored webhook deliveries failed"));
+  // Deliveries a stopped server stored but did not act on; a failure here leaves them for the next look.
+  webhooks.start().catch((err: unknown) => log.warn({ err }, "resuming stored webhook deliveries failed"));
   const reporter = new VcsReporter({
     ctx: store,
     log,

@@ -113,7 +113,7 @@ export const serverSettings = {
     section: "server",
   }),
   DROVER_LEASE_TTL_SECONDS: setting({
-    doc: "a job lease lives this long without a heartbeat; no lease expires until the server has reached its database for this long (after a start or a database outage); fractions allowed, e.g. 0.5",
+    doc: "a job lease (and a server's claim on a webhook delivery) lives this long without renewal; no lease expires until the server has reached its database for this long (after a start or a database outage); fractions allowed, e.g. 0.5",
     default: 30,
     readers: ["server"],
     parse: secondsFrom(0.1),

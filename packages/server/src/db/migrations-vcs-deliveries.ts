@@ -41,3 +41,18 @@ export function vcsDeliveries(dialect: Dialect): Migration {
     },
   };
 }
+
+/**
+ * A claim on a delivery's work lasts until `claimed_until`, renewed while the work goes on: a
+ * delivery whose server died (not stopped) goes back to `received` once its claim lapses, where
+ * an unexpired claim is the work of another live server sharing the database. Deliveries already
+ * `processing` have no claim time and are taken back at once.
+ */
+export function vcsDeliveryClaims(dialect: Dialect): Migration {
+  const t = types(dialect);
+  return {
+    async up(db: Kysely<unknown>) {
+      await db.schema.alterTable("vcs_deliveries").addColumn("claimed_until", t.time).execute();
+    },
+  };
+}

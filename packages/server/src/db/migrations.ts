@@ -7,7 +7,7 @@ import { runCreator, runListIndexes, webSessions } from "./migrations-web.js";
 import { variableHcl, workspaceAllowDestroyAll } from "./migrations-workspace-options.js";
 import { linkApplyOnMerge, runPullRequest, vcs, vcsApiAndReports, vcsWebhookSecret } from "./migrations-vcs.js";
 import { workspaceExecutionMode, workspaceRemoteStateConsumers, workspaceTfeTags } from "./migrations-tfe.js";
-import { vcsDeliveries } from "./migrations-vcs-deliveries.js";
+import { vcsDeliveries, vcsDeliveryClaims } from "./migrations-vcs-deliveries.js";
 import { tfeRuns } from "./migrations-tfe-runs.js";
 import { vcsAgents } from "./migrations-vcs-agents.js";
 
@@ -442,6 +442,7 @@ export function migrationProvider(dialect: Dialect): MigrationProvider {
       "0070_link_apply_on_merge": linkApplyOnMerge(),
       "0071_workspace_remote_state_consumers": workspaceRemoteStateConsumers(),
       "0073_run_guard_outcome": destroyGuardOutcome(),
+      "0074_vcs_delivery_claims": vcsDeliveryClaims(dialect),
     }),
   };
 }

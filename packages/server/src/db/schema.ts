@@ -289,6 +289,8 @@ export interface VcsDeliveriesTable {
   event: string;
   received_at: number;
   status: "received" | "processing" | "processed";
+  /** While `processing`: when the claim lapses unless renewed (null for claims older than 0074). */
+  claimed_until: number | null;
   /** What the delivery asked for, or why it was ignored. */
   summary: string | null;
   /** JSON: the event as the processor acts on it (vcs/webhook-events.ts). */

@@ -7,7 +7,8 @@ import { getVcsConnection } from "./vcs-connections.js";
  * Webhook deliveries. A delivery is stored once per (connection, provider delivery id): a replay
  * finds the row and starts nothing. Its work is claimed by moving it from `received` to
  * `processing`, so of the processes that could pick it up exactly one does it; work that fails or
- * is cut short by a stop goes back to `received`, for the next start.
+ * is cut short by a stop goes back to `received`, for the next start. A claim lapses unless its
+ * server renews it: the work of a server that died goes back to `received` then.
  */
 
 export interface RecordVcsDeliveryInput {
@@ -44,6 +45,7 @@ export async function recordVcsDelivery(
         event: input.event,
         received_at: ctx.now(),
         status: "received",
+        claimed_until: null,
         summary: input.summary,
         work: input.work,
       })
@@ -57,15 +59,28 @@ export async function recordVcsDelivery(
   return { id, duplicate: false };
 }
 
-/** Takes a received delivery's work; false when another process (or an earlier call) took it. */
-export async function claimVcsDelivery(ctx: StoreContext, id: string): Promise<boolean> {
+/**
+ * Takes a received delivery's work until `ttlMs` from now; false when another process (or an
+ * earlier call) took it.
+ */
+export async function claimVcsDelivery(ctx: StoreContext, id: string, ttlMs: number): Promise<boolean> {
   const moved = await ctx.db
     .updateTable("vcs_deliveries")
-    .set({ status: "processing" })
+    .set({ status: "processing", claimed_until: ctx.now() + ttlMs })
     .where("id", "=", id)
     .where("status", "=", "received")
     .executeTakeFirst();
   return Number(moved.numUpdatedRows) === 1;
+}
+
+/** Extends the claim of a delivery being worked on to `ttlMs` from now. */
+export async function renewVcsDeliveryClaim(ctx: StoreContext, id: string, ttlMs: number): Promise<void> {
+  await ctx.db
+    .updateTable("vcs_deliveries")
+    .set({ claimed_until: ctx.now() + ttlMs })
+    .where("id", "=", id)
+    .where("status", "=", "processing")
+    .execute();
 }
 
 /**
@@ -75,10 +90,25 @@ export async function claimVcsDelivery(ctx: StoreContext, id: string): Promise<b
 export async function releaseVcsDelivery(ctx: StoreContext, id: string): Promise<void> {
   await ctx.db
     .updateTable("vcs_deliveries")
-    .set({ status: "received" })
+    .set({ status: "received", claimed_until: null })
     .where("id", "=", id)
     .where("status", "=", "processing")
     .execute();
+}
+
+/**
+ * Gives back the deliveries whose claim lapsed (their server died while working on them);
+ * returns their ids. A claim from before claim times existed counts as lapsed.
+ */
+export async function reclaimLapsedVcsDeliveries(ctx: StoreContext): Promise<string[]> {
+  const given = await ctx.db
+    .updateTable("vcs_deliveries")
+    .set({ status: "received", claimed_until: null })
+    .where("status", "=", "processing")
+    .where((eb) => eb.or([eb("claimed_until", "is", null), eb("claimed_until", "<", ctx.now())]))
+    .returning(["id", "received_at"])
+    .execute();
+  return given.sort((x, y) => x.received_at - y.received_at || x.id.localeCompare(y.id)).map((r) => r.id);
 }
 
 /** A delivery's stored work, for the processor. */
@@ -129,7 +159,7 @@ export async function recordVcsDeliveryOutcomes(
 export async function finishVcsDelivery(ctx: StoreContext, id: string, summary?: string): Promise<void> {
   await ctx.db
     .updateTable("vcs_deliveries")
-    .set({ status: "processed", ...(summary === undefined ? {} : { summary }) })
+    .set({ status: "processed", claimed_until: null, ...(summary === undefined ? {} : { summary }) })
     .where("id", "=", id)
     .execute();
 }

@@ -12,6 +12,7 @@ import {
   type VcsEndpoint,
 } from "@drover/vcs";
 import type { Logger } from "pino";
+import type { DatabaseHealth } from "../db/health.js";
 import {
   createConfigurationVersion,
   inspectConfiguration,
@@ -23,13 +24,11 @@ import { vcsRoute } from "../store/vcs-connections.js";
 import { outcome, permanent, pullRequestTargets, pushCandidates, short } from "./delivery-outcome.js";
 import { relayedPullRequest, relayedPush, type RelayedDelivery } from "./relayed-delivery.js";
 import { serverGitAccess, vcsReach } from "./relay.js";
+import { DeliveryQueue } from "./delivery-queue.js";
 import {
-  claimVcsDelivery,
   finishVcsDelivery,
   markVcsRunsSuperseded,
   recordVcsDeliveryOutcomes,
-  releaseVcsDelivery,
-  unclaimedVcsDeliveries,
   vcsDeliveryWork,
   type OutcomeInput,
 } from "../store/vcs-deliveries.js";
@@ -48,6 +47,7 @@ import type { PullRequestEvent, PushEvent, WebhookEvent } from "./webhook-events
  * The work a webhook delivery asks for, done after the delivery was answered: one delivery at a
  * time, in the order received. A push's commit is claimed on each link exactly as the poller
  * claims it, so the poller and the webhook never both start a run for one commit.
+ * Which delivery is worked on when, and by which server, is the queue's (delivery-queue.ts).
  */
 
 export interface WebhookProcessorOptions {
@@ -59,49 +59,45 @@ export interface WebhookProcessorOptions {
   client: (endpoint: VcsEndpoint) => VcsClient;
   /** How long a VCS agent's task may take, for connections reached through a VCS agent pool. */
   agentTaskMs: number;
+  /** How long a claim on a delivery lasts unless renewed; also how often lapsed claims are looked for. */
+  claimTtlMs: number;
+  /** No look for lapsed claims while the database is unavailable (the tracker reports the outage). */
+  health: DatabaseHealth;
 }
 
 export class WebhookProcessor {
-  private chain: Promise<void> = Promise.resolve();
   private readonly shutdown = new AbortController();
+  private readonly queue: DeliveryQueue;
 
-  constructor(private readonly o: WebhookProcessorOptions) {}
+  constructor(private readonly o: WebhookProcessorOptions) {
+    this.queue = new DeliveryQueue({
+      ctx: o.ctx,
+      log: o.log,
+      claimTtlMs: o.claimTtlMs,
+      health: o.health,
+      signal: this.shutdown.signal,
+      work: (id) => this.act(id),
+    });
+  }
 
   /** Queues a stored delivery's work. */
   enqueue(deliveryId: string): void {
-    this.chain = this.chain.then(() =>
-      this.process(deliveryId).catch((err: unknown) => {
-        if (!this.shutdown.signal.aborted)
-          this.o.log.error({ err, delivery: deliveryId }, "acting on a webhook delivery failed");
-      }),
-    );
+    this.queue.enqueue(deliveryId);
   }
 
-  /** Queues the deliveries a stopped server stored but did not act on. */
-  async resume(): Promise<void> {
-    for (const id of await unclaimedVcsDeliveries(this.o.ctx)) this.enqueue(id);
+  /** Queues the deliveries a stopped server left, and from then on those of a dead one. */
+  start(): Promise<void> {
+    return this.queue.start();
   }
 
   /** Resolves when everything queued so far is done. */
   idle(): Promise<void> {
-    return this.chain;
+    return this.queue.idle();
   }
 
   async stop(): Promise<void> {
     this.shutdown.abort();
-    await this.chain;
-  }
-
-  private async process(id: string): Promise<void> {
-    const { ctx } = this.o;
-    if (this.shutdown.signal.aborted || !(await claimVcsDelivery(ctx, id))) return;
-    try {
-      await this.act(id);
-    } catch (err) {
-      // Left `processing`, the delivery would never be acted on: a later start takes it again.
-      await releaseVcsDelivery(ctx, id).catch(() => undefined);
-      throw err;
-    }
+    await this.queue.stop();
   }
 
   private async act(id: string): Promise<void> {
@@ -246,7 +242,7 @@ export class WebhookProcessor {
       }
       const source = sourceOf(e.repository, e.branch, e.after, archive, null);
       try {
-        out.push(await this.start(l, archive, inspected, source, false));
+        out.push(await this.startFromArchive(l, archive, inspected, source, false));
       } catch (err) {
         const reason = redact(messageOf(err), secretsOf(access));
         if (permanent(err)) {
@@ -305,7 +301,7 @@ export class WebhookProcessor {
       }
       const source = sourceOf(e.repository, e.headBranch, e.headSha, archive, { number: e.number, url: e.url });
       try {
-        out.push(await this.start(l, archive, inspected, source, true));
+        out.push(await this.startFromArchive(l, archive, inspected, source, true));
       } catch (err) {
         const reason = redact(messageOf(err), secretsOf(access));
         out.push(outcome(l, permanent(err) ? "fetch_failed" : "failed", null, reason));
@@ -339,7 +335,7 @@ export class WebhookProcessor {
   }
 
   /** Stores the archive for the workspace, starts the run and cancels the older ones still waiting. */
-  private async start(
+  private async startFromArchive(
     l: PolledLink,
     archive: CommitArchive,
     inspected: () => Promise<InspectedArchive>,
