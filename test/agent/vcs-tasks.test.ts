@@ -28,7 +28,7 @@ function context(client?: VcsClient): TaskContext & { calls: VcsOperation[] } {
   return {
     calls,
     connections,
-    clientFor: client && ((_name, endpoint) => (assert.equal(endpoint.auth.token, token), client)),
+    clientFor: client && ((_name, endpoint) => (assert.deepEqual(endpoint.auth, { kind: "token", token }), client)),
     upload: async () => assert.fail("no upload expected"),
     signal: new AbortController().signal,
   };

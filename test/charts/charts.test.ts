@@ -1187,10 +1187,11 @@ test("agent-local mode vcs: `agent vcs` with the connections file from its Secre
   assert.equal(env.DROVER_AGENT_VCS_WEBHOOK_PORT, "8090");
   assert.equal(env.DROVER_AGENT_DRIVER, undefined, "a VCS agent runs no jobs");
   assert.ok(agent.volumeMounts.some((m) => m.name === "vcs-connections" && m.mountPath === "/etc/drover/vcs"));
-  const volume = (pod.volumes as Array<{ name: string; secret?: { secretName: string } }>).find(
+  const volume = (pod.volumes as Array<{ name: string; secret?: { secretName: string; items?: unknown } }>).find(
     (v) => v.name === "vcs-connections",
   );
   assert.equal(volume?.secret?.secretName, "vcs-connections");
+  assert.equal(volume?.secret?.items, undefined, "every key mounted: a GitHub App's key file beside the connections");
   assert.deepEqual(
     agent.ports.find((p) => p.name === "webhooks"),
     { name: "webhooks", containerPort: 8090 },

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { createHmac, randomBytes } from "node:crypto";
+import { createHmac, generateKeyPairSync, randomBytes } from "node:crypto";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -26,6 +26,8 @@ import { startStack, type Stack } from "../support/stack.js";
 const token = "ghp_RELAYtoken0123456789abcdefSECRET";
 const basic = Buffer.from(`x-access-token:${token}`).toString("base64");
 const hookSecret = "whsec-relay-0123456789abcdef";
+const appKeys = generateKeyPairSync("rsa", { modulusLength: 2048 });
+const appPrivateKey = appKeys.privateKey.export({ type: "pkcs1", format: "pem" }).toString();
 const logLines: string[] = [];
 const sh = gitAs("Ada", "ada@example.com");
 let stack: Stack;
@@ -99,11 +101,20 @@ before(async () => {
   sh(root, "init", "-q", "-b", "main", "work");
   sh(work, "remote", "add", "origin", join(root, "org/infra.git"));
   // GitHub Enterprise Server's shape: its REST API under /api/v3 on the host that serves git.
-  api = await startGithubApi({ token, prefix: "/api/v3" });
+  api = await startGithubApi({
+    token,
+    // A GitHub App too, whose key only one VCS agent holds (the last tests).
+    app: {
+      appId: "777",
+      installationId: 4242,
+      publicKey: appKeys.publicKey.export({ type: "spki", format: "pem" }).toString(),
+    },
+    prefix: "/api/v3",
+  });
   api.addRepo("org/infra");
   git = await startGitHttpServer(root, undefined, {
     api: { prefix: "/api/v3", target: api.url },
-    basicAuth: { user: "x-access-token", password: token },
+    basicAuth: { user: "x-access-token", password: (given) => given === token || api.minted.has(given) },
     host: "127.0.0.2",
     beforeFetch: async () => {
       if (!gate.closed) return;
@@ -437,6 +448,92 @@ test("a pool token of the other kind stops an agent with a clear error", async (
   assert.match(vcsAgent.output(), /e2e is a runs pool: taking VCS tasks needs a vcs pool/);
 });
 
+test("a GitHub App whose key only a VCS agent holds: it mints installation tokens to fetch and to report", async () => {
+  const created = await stack.cli(["pool", "create", "relay-app", "--kind", "vcs", "--json"]);
+  assert.equal(created.code, 0, created.stderr);
+  const appToken = (
+    await stack.server.api(routes.createPoolToken, { params: { pool: "relay-app" }, body: { description: "app" } })
+  ).body.token as string;
+  mkdirSync(join(stack.dir, "app"));
+  writeFileSync(join(stack.dir, "app", "key.pem"), appPrivateKey);
+  const appConnections = join(stack.dir, "app", "connections.json");
+  writeFileSync(
+    appConnections,
+    JSON.stringify({
+      "gh-app": {
+        provider: "github",
+        url: git.url,
+        githubApp: { appId: "777", installationId: 4242, privateKeyFile: "key.pem" },
+      },
+    }),
+  );
+  const connected = await stack.cli([
+    "vcs",
+    "connect",
+    "gh-app",
+    "--provider",
+    "github",
+    "--vcs-url",
+    "https://ghe.internal.invalid",
+    "--via-pool",
+    "relay-app",
+  ]);
+  assert.equal(connected.code, 0, connected.stderr);
+  const mintedBefore = api.minted.size;
+  const agent = spawnDrover(["agent", "vcs"], {
+    ...stack.baseEnv,
+    DROVER_TOKEN: appToken,
+    DROVER_AGENT_NAME: "relay-app-1",
+    DROVER_AGENT_VCS_CONNECTIONS_FILE: appConnections,
+    DROVER_AGENT_HEALTH_PORT: "0",
+    DROVER_AGENT_LOG_FORMAT: "json",
+  });
+  vcsAgents.set("relay-app-1", agent);
+  await agent.waitFor(/"msg":"VCS agent registered"/, 60_000);
+
+  await stack.server.api(routes.createWorkspace, { body: { name: "infra-app", pool: stack.pool, autoApply: true } });
+  // A branch of its own, without the oversized file an earlier test left on main.
+  sh(work, "checkout", "-q", "-b", "app", "main");
+  const head = commit("As the app", { "main.tf": tf("app"), "blob.txt": null }, "app");
+  sh(work, "checkout", "-q", "main");
+  const linked = await stack.cli([
+    "workspace",
+    "link",
+    "infra-app",
+    "--vcs",
+    "gh-app",
+    "--repo",
+    "org/infra",
+    "--branch",
+    "app",
+  ]);
+  assert.equal(linked.code, 0, linked.stderr);
+  const run = await waitFor("the run of main's head through the app's agent", async () =>
+    (await runsOf("infra-app")).find((r) => r.source?.commitSha === head),
+  );
+  assert.equal((await stack.waitForRun(run.id, ["applied", "errored"])).status, "applied");
+  assert.match(agent.output(), new RegExp(`"kind":"fetch".*"sha":"${head}"`), "the app's agent fetched the commit");
+  const status = await waitFor("the applied run's status, sent as the app", async () =>
+    api.calls.find(
+      (c) =>
+        c.method === "POST" &&
+        c.path === `/api/v3/repos/org/infra/statuses/${head}` &&
+        JSON.stringify(c.body).includes("infra-app") &&
+        JSON.stringify(c.body).includes('"success"'),
+    ),
+  );
+  const minted = [...api.minted].slice(mintedBefore);
+  assert.equal(minted.length, 1, "one installation token, kept for every task of the hour");
+  assert.equal(status.headers.authorization, `token ${minted[0]}`);
+  assert.ok(
+    api.calls.some((c) => c.method === "POST" && c.path === "/api/v3/app/installations/4242/access_tokens"),
+    "the token was minted from the app's key",
+  );
+  assert.deepEqual(git.refused, [], "git accepted the minted token");
+  for (const secret of [appPrivateKey.split("\n")[1]!, minted[0]!])
+    assert.ok(!agent.output().includes(secret), "the agent's output holds the app's key or token");
+});
+
 test("the token is in no log line, answer, task row or agent output", async () => {
   const answers = JSON.stringify([
     (await stack.server.api(routes.listVcsConnections, {})).body,
@@ -445,7 +542,7 @@ test("the token is in no log line, answer, task row or agent output", async () =
     await stack.server.store.db.selectFrom("vcs_tasks").selectAll().execute(),
   ]);
   const outputs = [...vcsAgents.values()].map((p) => p.output()).join("\n");
-  for (const secret of [token, basic, hookSecret]) {
+  for (const secret of [token, basic, hookSecret, appPrivateKey.split("\n")[1]!, ...api.minted]) {
     assert.ok(!answers.includes(secret), `an answer or task row holds ${secret}`);
     assert.ok(!logLines.join("").includes(secret), `the server log holds ${secret}`);
     assert.ok(!outputs.includes(secret), `a VCS agent's output holds ${secret}`);

@@ -19,7 +19,8 @@ export async function startGitHttpServer(
   root: string,
   tls?: { cert: string; key: string },
   options: {
-    basicAuth?: { user: string; password: string };
+    /** The one password accepted, or a check of each (a GitHub App's minted tokens). */
+    basicAuth?: { user: string; password: string | ((given: string) => boolean) };
     host?: string;
     beforeFetch?: () => Promise<void>;
     /**
@@ -31,9 +32,16 @@ export async function startGitHttpServer(
 ): Promise<{ url: string; requests: string[]; refused: string[]; close(): Promise<void> }> {
   const requests: string[] = [];
   const refused: string[] = [];
-  const expected =
-    options.basicAuth &&
-    `Basic ${Buffer.from(`${options.basicAuth.user}:${options.basicAuth.password}`).toString("base64")}`;
+  const accepted = (header: string | undefined): boolean => {
+    const auth = options.basicAuth;
+    if (auth === undefined) return true;
+    const m = /^Basic (.+)$/.exec(header ?? "");
+    const given = m ? Buffer.from(m[1]!, "base64").toString() : "";
+    const colon = given.indexOf(":");
+    if (colon < 0 || given.slice(0, colon) !== auth.user) return false;
+    const password = given.slice(colon + 1);
+    return typeof auth.password === "string" ? password === auth.password : auth.password(password);
+  };
   const handle = (req: IncomingMessage, res: ServerResponse): void => {
     const url = new URL(req.url ?? "/", "http://x");
     if (options.api && url.pathname.startsWith(`${options.api.prefix}/`)) {
@@ -41,7 +49,7 @@ export async function startGitHttpServer(
       return;
     }
     requests.push(url.pathname);
-    if (expected !== undefined && req.headers.authorization !== expected) {
+    if (!accepted(req.headers.authorization)) {
       refused.push(url.pathname);
       res.writeHead(401, { "www-authenticate": 'Basic realm="git"', "content-type": "text/plain" });
       res.end("authentication required\n");

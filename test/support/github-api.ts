@@ -10,9 +10,9 @@ import { at, checkSchema, type Schema } from "./json-schema-check.js";
  * from the published example of its operation in GitHub's OpenAPI description
  * (@octokit/openapi), carries the stand-in's own data, and is checked against that operation's
  * response schema before it leaves: an answer outside the description is a 500 and is listed
- * in `invalid`. Like GitHub, a bad token is 401 and an unknown repository 404. With `app`, the
- * only accepted tokens are installation tokens minted by POST /app/installations/:id/access_tokens
- * for a JWT signed (RS256) by the app's key and naming the app as issuer.
+ * in `invalid`. Like GitHub, a bad token is 401 and an unknown repository 404. With `app`,
+ * installation tokens minted by POST /app/installations/:id/access_tokens for a JWT signed (RS256)
+ * by the app's key and naming the app as issuer are accepted, beside `token` when one is given.
  */
 
 export interface RecordedCall {
@@ -121,7 +121,7 @@ export async function startGithubApi(options: GithubApiOptions) {
   function authorized(req: IncomingMessage): boolean {
     const m = /^(?:token|bearer) (.+)$/i.exec(req.headers.authorization ?? "");
     if (!m) return false;
-    return options.app ? minted.has(m[1]!) : m[1] === options.token;
+    return minted.has(m[1]!) || (options.token !== undefined && m[1] === options.token);
   }
 
   async function handle(req: IncomingMessage, res: ServerResponse, body: unknown) {

@@ -1,5 +1,6 @@
 import {
   defaultVcsApiUrl,
+  githubAppSchema,
   InvalidSettingError,
   messageOf,
   SettingsSource,
@@ -7,8 +8,9 @@ import {
   vcsUrlSchema,
   type FlagValues,
 } from "@drover/protocol";
-import type { VcsEndpoint } from "@drover/vcs";
+import type { VcsAuth, VcsEndpoint } from "@drover/vcs";
 import { readFileSync } from "node:fs";
+import { dirname, resolve } from "node:path";
 import { z } from "zod";
 import { loadAgentConfig, type AgentConfig } from "../config.js";
 
@@ -18,9 +20,9 @@ import { loadAgentConfig, type AgentConfig } from "../config.js";
  * the private network, so the server may hold none.
  */
 
-/** One connection as this agent reaches it (by token: the file holds tokens only). */
+/** One connection as this agent reaches it: by token, or as a GitHub App whose key file it read. */
 export interface AgentVcsConnection extends VcsEndpoint {
-  auth: { kind: "token"; token: string };
+  auth: VcsAuth;
   /** What the VCS signs (GitHub) or sends (GitLab) webhook deliveries with; absent: none accepted. */
   webhookSecret?: string | undefined;
 }
@@ -41,13 +43,29 @@ const secret = z
   .min(1)
   .max(4096)
   .regex(/^[\x21-\x7e]+$/, "one line of visible ASCII characters");
-const connectionSchema = z.strictObject({
-  provider: vcsProviderSchema,
-  url: vcsUrlSchema,
-  apiUrl: vcsUrlSchema.optional(),
-  token: secret,
-  webhookSecret: secret.optional(),
-});
+const connectionSchema = z
+  .strictObject({
+    provider: vcsProviderSchema,
+    url: vcsUrlSchema,
+    apiUrl: vcsUrlSchema.optional(),
+    token: secret.optional(),
+    /** A GitHub App: installation tokens are minted here, from the key in `privateKeyFile`. */
+    githubApp: z
+      .strictObject({
+        appId: githubAppSchema.shape.appId,
+        installationId: githubAppSchema.shape.installationId,
+        /** The app's PEM key; a relative path is from the connections file's folder. */
+        privateKeyFile: z.string().min(1).max(4096),
+      })
+      .optional(),
+    webhookSecret: secret.optional(),
+  })
+  .superRefine((c, ctx) => {
+    if ((c.token === undefined) === (c.githubApp === undefined))
+      ctx.addIssue({ code: "custom", message: "give a token or a githubApp, one of them" });
+    if (c.githubApp !== undefined && c.provider !== "github")
+      ctx.addIssue({ code: "custom", path: ["githubApp"], message: "a GitHub App authenticates to GitHub only" });
+  });
 const fileSchema = z.record(
   z.string().regex(/^[A-Za-z0-9][A-Za-z0-9_.-]*$/, "not a connection name"),
   connectionSchema,
@@ -67,7 +85,7 @@ export function parseVcsConnections(text: string, source: string): Map<string, A
     const where = parsed.error.issues.map((i) => `${i.path.join(".") || "(top)"}: ${i.message}`).join("; ");
     throw new InvalidSettingError(
       "DROVER_AGENT_VCS_CONNECTIONS_FILE",
-      `${source} is not a map of connection name to {provider, url, apiUrl, token, webhookSecret}: ${where}`,
+      `${source} is not a map of connection name to {provider, url, apiUrl, token or githubApp, webhookSecret}: ${where}`,
     );
   }
   const out = new Map<string, AgentVcsConnection>();
@@ -76,10 +94,34 @@ export function parseVcsConnections(text: string, source: string): Map<string, A
       provider: c.provider,
       url: c.url,
       apiUrl: c.apiUrl ?? defaultVcsApiUrl(c.provider, c.url),
-      auth: { kind: "token", token: c.token },
+      auth: c.githubApp ? appAuth(name, c.githubApp, source) : { kind: "token", token: c.token ?? "" },
       ...(c.webhookSecret === undefined ? {} : { webhookSecret: c.webhookSecret }),
     });
   return out;
+}
+
+/** A GitHub App's auth with its key read from its file; errors name the file, never the key. */
+function appAuth(
+  name: string,
+  app: { appId: string; installationId: number; privateKeyFile: string },
+  source: string,
+): VcsAuth {
+  const path = resolve(dirname(source), app.privateKeyFile);
+  let privateKey: string;
+  try {
+    privateKey = readFileSync(path, "utf8");
+  } catch (err) {
+    throw new InvalidSettingError(
+      "DROVER_AGENT_VCS_CONNECTIONS_FILE",
+      `${source}: ${name}.githubApp.privateKeyFile ${path} cannot be read: ${messageOf(err)}`,
+    );
+  }
+  if (!githubAppSchema.shape.privateKey.safeParse(privateKey).success)
+    throw new InvalidSettingError(
+      "DROVER_AGENT_VCS_CONNECTIONS_FILE",
+      `${source}: ${name}.githubApp.privateKeyFile ${path} is not a PEM private key (the app's key as GitHub gave it)`,
+    );
+  return { kind: "github-app", appId: app.appId, installationId: app.installationId, privateKey };
 }
 
 /** Reads the VCS agent's settings and flags; any bad value throws one clear line. */

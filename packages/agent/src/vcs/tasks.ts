@@ -57,15 +57,27 @@ export async function runTask(task: VcsTask, ctx: TaskContext): Promise<TaskEnd>
       error: `this VCS agent has no connection named ${task.connection} in its DROVER_AGENT_VCS_CONNECTIONS_FILE`,
       code: "not_found",
     };
-  const access: GitAccess = { provider: endpoint.provider, url: endpoint.url, token: endpoint.auth.token };
-  const secrets = [...secretsOf(access), ...(endpoint.webhookSecret ? [endpoint.webhookSecret] : [])];
+  const secrets = [
+    ...(endpoint.auth.kind === "token" ? [endpoint.auth.token] : [endpoint.auth.privateKey]),
+    ...(endpoint.webhookSecret ? [endpoint.webhookSecret] : []),
+  ];
   try {
+    const access = await gitAccess(task.connection, endpoint, ctx);
+    secrets.push(...secretsOf(access));
     if (task.kind === "fetch") return { result: await fetchTask(task, access, ctx) };
     return { result: await operation(task.operation, task.connection, endpoint, access, ctx) };
   } catch (err) {
     const code = err instanceof DroverError ? err.code : undefined;
     return { error: redact(messageOf(err), secrets), ...(code ? { code } : {}) };
   }
+}
+
+/** What git fetches with: the connection's token, or a GitHub App's current installation token. */
+async function gitAccess(connection: string, endpoint: AgentVcsConnection, ctx: TaskContext): Promise<GitAccess> {
+  const { provider, url, auth } = endpoint;
+  if (auth.kind === "token") return { provider, url, token: auth.token };
+  if (!ctx.clientFor) throw new DroverError("bad_request", "this VCS agent has no provider API client to mint a token");
+  return { provider, url, token: await ctx.clientFor(connection, endpoint).gitToken({ signal: ctx.signal }) };
 }
 
 async function operation(

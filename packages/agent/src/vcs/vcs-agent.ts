@@ -29,6 +29,8 @@ export class VcsAgent {
   private running = new Map<string, AbortController>();
   private leaseTtlMs = 30_000;
   private readonly idle = new Set<() => void>();
+  /** One API client per connection, kept: a GitHub App's installation token is minted once an hour, not per task. */
+  private readonly clients = new Map<string, VcsClient>();
   private counts = { succeeded: 0, failed: 0, refused: 0 };
   webhookUrl: string | undefined;
 
@@ -122,6 +124,12 @@ export class VcsAgent {
     clearTimeout(timer);
   }
 
+  private clientOf(connection: string, endpoint: AgentVcsConnection): VcsClient {
+    let client = this.clients.get(connection);
+    if (!client) this.clients.set(connection, (client = vcsClient(endpoint)));
+    return client;
+  }
+
   private healthSource() {
     return {
       health: () => ({
@@ -183,7 +191,7 @@ export class VcsAgent {
         this.log.info({ ...where, ...describe(task) }, "VCS task taken");
         end = await runTask(task, {
           connections: this.config.connections,
-          clientFor: this.options.clientFor ?? ((_connection, endpoint) => vcsClient(endpoint)),
+          clientFor: this.options.clientFor ?? ((connection, endpoint) => this.clientOf(connection, endpoint)),
           deadlines: this.options.deadlines,
           signal: abort.signal,
           upload: (t, archive, signal) =>

@@ -65,7 +65,7 @@ export const vcsConnectionSchema = z.object({
 export type VcsConnection = z.infer<typeof vcsConnectionSchema>;
 
 /** A GitHub App as the user gives it: its id, the installation on the repositories' owner, and its private key. */
-const githubAppSchema = z.object({
+export const githubAppSchema = z.object({
   appId: z.string().regex(/^[0-9]{1,20}$|^Iv[0-9A-Za-z.]{1,40}$/, "a GitHub App id (a number) or client id"),
   installationId: z.number().int().positive().max(Number.MAX_SAFE_INTEGER),
   /** Write-only: stored, never shown again. */

@@ -6,7 +6,8 @@ export const vcsAgentSettings = {
   DROVER_AGENT_VCS_CONNECTIONS_FILE: setting({
     doc:
       "`drover agent vcs`: JSON file of the connections this VCS agent reaches, by connection name: " +
-      '`{"<name>": {"provider": "github"|"gitlab", "url", "apiUrl", "token", "webhookSecret"}}`; ' +
+      '`{"<name>": {"provider": "github"|"gitlab", "url", "apiUrl", "token", "webhookSecret"}}`, or instead of ' +
+      '`token` a GitHub App: `"githubApp": {"appId", "installationId", "privateKeyFile"}`; ' +
       "the server may hold none of these credentials",
     readers: ["agent"],
     parse: existingPath,
