@@ -71,6 +71,9 @@ function gitEnv(access: GitAccess, home: string): NodeJS.ProcessEnv {
     // Version 2 lets a depth-1 fetch name any commit, not only a branch tip.
     ["protocol.version", "2"],
     ["credential.helper", ""],
+    // Keep a fetched pack as it came: unpacked into loose objects (git's default under 100
+    // objects), every blob is compressed again, which took most of a large commit's fetch.
+    ["fetch.unpackLimit", "1"],
   ];
   return {
     ...env,
