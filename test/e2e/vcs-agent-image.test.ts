@@ -3,7 +3,7 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { routes, type RunSource } from "@drover/protocol";
-import { commitAndPush, gitAs, valueConfig } from "../support/git-repo.js";
+import { commitAndPush, gitAs, hostedRepository, valueConfig } from "../support/git-repo.js";
 import { startGitHttpServer } from "../support/git-http-server.js";
 import { startGithubApi, type GithubApi } from "../support/github-api.js";
 import { hardened } from "../support/image-stack.js";
@@ -100,10 +100,7 @@ test(
     ]);
     await agent.waitFor(/VCS agent registered/);
 
-    sh(stack.dir, "init", "-q", "--bare", "-b", "main", "org/infra.git");
-    const work = join(stack.dir, "work");
-    sh(stack.dir, "init", "-q", "-b", "main", "work");
-    sh(work, "remote", "add", "origin", join(stack.dir, "org/infra.git"));
+    const work = hostedRepository(sh, stack.dir, "org/infra");
     const sha = commitAndPush(sh, work, "main", "Add v", { "main.tf": valueConfig("one") });
     api.repos.get("org/infra")!.commits[sha] = { message: "Add v", author: { name: "Ada", email: "ada@example.com" } };
     await stack.server.api(routes.createWorkspace, { body: { name: "infra", pool: stack.pool } });

@@ -7,7 +7,7 @@ import { after, before, test } from "node:test";
 import { routes, type RunSource } from "@drover/protocol";
 import { store } from "@drover/server";
 import { pino } from "pino";
-import { commitAndPush, gitAs, valueConfig } from "../support/git-repo.js";
+import { commitAndPush, gitAs, hostedRepository, valueConfig } from "../support/git-repo.js";
 import { githubPullRequest } from "../support/webhooks.js";
 import { startGitHttpServer } from "../support/git-http-server.js";
 import { startGithubApi, type GithubApi } from "../support/github-api.js";
@@ -96,10 +96,7 @@ async function startVcsAgent(name: string, env: Record<string, string> = {}): Pr
 before(async () => {
   root = mkdtempSync(join(tmpdir(), "drover-vcs-relay-"));
   mkdirSync(join(root, "org"));
-  sh(root, "init", "-q", "--bare", "-b", "main", "org/infra.git");
-  work = join(root, "work");
-  sh(root, "init", "-q", "-b", "main", "work");
-  sh(work, "remote", "add", "origin", join(root, "org/infra.git"));
+  work = hostedRepository(sh, root, "org/infra");
   // GitHub Enterprise Server's shape: its REST API under /api/v3 on the host that serves git.
   api = await startGithubApi({
     token,

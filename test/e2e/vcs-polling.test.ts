@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { routes, type RunSource } from "@drover/protocol";
 import { pino } from "pino";
-import { commitAndPush, gitAs, valueConfig } from "../support/git-repo.js";
+import { commitAndPush, gitAs, hostedRepository, valueConfig } from "../support/git-repo.js";
 import { startGitHttpServer } from "../support/git-http-server.js";
 import { lookUntil } from "../support/poll.js";
 import { startStack, type Stack } from "../support/stack.js";
@@ -46,10 +46,7 @@ const runsOf = async (ws: string) =>
 before(async () => {
   root = mkdtempSync(join(tmpdir(), "drover-vcs-repos-"));
   mkdirSync(join(root, "org"));
-  sh(root, "init", "-q", "--bare", "-b", "main", "org/infra.git");
-  work = join(root, "work");
-  sh(root, "init", "-q", "-b", "main", "work");
-  sh(work, "remote", "add", "origin", join(root, "org/infra.git"));
+  work = hostedRepository(sh, root, "org/infra");
   git = await startGitHttpServer(root, undefined, { basicAuth: { user: "x-access-token", password: token } });
   stack = await startStack(
     { DROVER_VCS_POLL_SECONDS: "1" },

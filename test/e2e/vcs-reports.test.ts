@@ -8,7 +8,7 @@ import { defaultArchiveLimits } from "@drover/runtime";
 import { fetchCommit, store } from "@drover/server";
 import { pino } from "pino";
 import { startGithubApi, type GithubApi } from "../support/github-api.js";
-import { commitAndPush, gitAs } from "../support/git-repo.js";
+import { commitAndPush, gitAs, hostedRepository } from "../support/git-repo.js";
 import { startGitHttpServer } from "../support/git-http-server.js";
 import { lookUntil } from "../support/poll.js";
 import { startStack, type Stack } from "../support/stack.js";
@@ -73,10 +73,7 @@ const statusesOf = (sha: string) => gh.repos.get("org/infra")!.statuses.filter((
 before(async () => {
   root = mkdtempSync(join(tmpdir(), "drover-vcs-reports-"));
   mkdirSync(join(root, "org"));
-  sh(root, "init", "-q", "--bare", "-b", "main", "org/infra.git");
-  work = join(root, "work");
-  sh(root, "init", "-q", "-b", "main", "work");
-  sh(work, "remote", "add", "origin", join(root, "org/infra.git"));
+  work = hostedRepository(sh, root, "org/infra");
   git = await startGitHttpServer(root, undefined, { basicAuth: { user: "x-access-token", password: token } });
   gh = await startGithubApi({ token, prefix: "/api/v3" });
   gh.addRepo("org/infra");

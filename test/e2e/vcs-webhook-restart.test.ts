@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { after, test } from "node:test";
 import { routes, type VcsDelivery } from "@drover/protocol";
 import { callOk, startServerProc, type ServerProc } from "../support/fault-runs.js";
-import { commitAndPush, gitAs, valueConfig } from "../support/git-repo.js";
+import { commitAndPush, gitAs, hostedRepository, valueConfig } from "../support/git-repo.js";
 import { startGitHttpServer } from "../support/git-http-server.js";
 import { lookUntil } from "../support/poll.js";
 import { freePort } from "../support/processes.js";
@@ -71,10 +71,7 @@ async function cutShort(signal: "SIGTERM" | "SIGKILL", extraEnv: Record<string, 
     params: { ws: "infra" },
     body: { connection: "gh", repository: "org/infra", branch: "main" },
   });
-  sh(dir, "init", "-q", "--bare", "-b", "main", "org/infra.git");
-  const work = join(dir, "work");
-  sh(dir, "init", "-q", "-b", "main", "work");
-  sh(work, "remote", "add", "origin", join(dir, "org/infra.git"));
+  const work = hostedRepository(sh, dir, "org/infra");
   const sha = commitAndPush(sh, work, "main", "Add v", { "main.tf": valueConfig("one") });
   const sent = await deliver(url, "gh", {
     provider: "github",

@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { routes, type RunSource, type VcsDelivery } from "@drover/protocol";
 import { pino } from "pino";
-import { commitAndPush, gitAs, valueConfig } from "../support/git-repo.js";
+import { commitAndPush, gitAs, hostedRepository, valueConfig } from "../support/git-repo.js";
 import { startGitHttpServer } from "../support/git-http-server.js";
 import { lookUntil } from "../support/poll.js";
 import { startStack, type Stack } from "../support/stack.js";
@@ -38,13 +38,7 @@ const secrets: Record<string, string> = {};
 const sh = gitAs("Ada", "ada@example.com");
 
 /** A bare repository at `path` (under root) and a work tree pushing to it. */
-function repo(path: string): string {
-  sh(root, "init", "-q", "--bare", "-b", "main", `${path}.git`);
-  const work = join(root, `work-${path.replace(/\//g, "-")}`);
-  sh(root, "init", "-q", "-b", "main", work);
-  sh(work, "remote", "add", "origin", join(root, `${path}.git`));
-  return work;
-}
+const repo = (path: string): string => hostedRepository(sh, root, path);
 
 /** Commits `files` (null removes) on the work tree's current branch, pushes it to `branch`; the commit as payloads list it. */
 function commit(work: string, branch: string, message: string, files: Record<string, string | null>): PushedCommit {

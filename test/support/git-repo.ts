@@ -25,6 +25,18 @@ export function gitAs(name: string, email: string): (cwd: string, ...args: strin
 }
 
 /**
+ * A bare repository `<root>/<path>.git` on branch main, as a VCS host keeps one, and a work tree
+ * pushing to it (`<root>/work-<path with - for />`); returns the work tree.
+ */
+export function hostedRepository(git: (cwd: string, ...args: string[]) => string, root: string, path: string): string {
+  git(root, "init", "-q", "--bare", "-b", "main", `${path}.git`);
+  const work = join(root, `work-${path.replace(/\//g, "-")}`);
+  git(root, "init", "-q", "-b", "main", work);
+  git(work, "remote", "add", "origin", join(root, `${path}.git`));
+  return work;
+}
+
+/**
  * Writes `files` into the work tree `work` (null removes one), commits them as `message` with
  * `git` and pushes HEAD to `branch` of its origin; the new commit's sha.
  */
