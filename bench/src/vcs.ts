@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { routes } from "@drover/protocol";
 import { loadServerConfig, startServer, vcsReach, relayClient } from "@drover/server";
-import { branchHead, fetchCommitArchive, vcsClient, type GitAccess } from "@drover/vcs";
+import { fetchCommitArchive, vcsClient, type GitAccess } from "@drover/vcs";
 import { pino } from "pino";
 import { inParallel } from "./dispatch.js";
 import { adminToken, api, droverBin, sleep, startServerProc, track } from "./harness.js";
@@ -390,7 +390,6 @@ async function relayed(calls: number, repoMb: number) {
       auth: { kind: "token", token: gitToken },
     });
     for (let i = 0; i < 5; i++) {
-      await branchHead(direct, "org/infra", "main");
       await client.run(commitOp);
       await straightClient.run(commitOp);
     }
