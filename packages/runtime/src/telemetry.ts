@@ -67,20 +67,41 @@ function parentContext(parent: SpanHandle | string | undefined): Context {
   });
 }
 
-interface OtelSpanHandle extends SpanHandle {
-  context: Context;
+/*
+ * One clock per trace in this process: the wall time at the trace's first span here, advanced by
+ * the monotonic clock. The SDK anchors each span on its own Date.now(), so a wall clock stepped or
+ * slewed (NTP) between a parent's start and a child's put the child outside its parent.
+ */
+interface SpanClock {
+  epochMs: number;
+  monotonicMs: number;
 }
 
-function handleOf(span: Span): OtelSpanHandle {
+function newClock(): SpanClock {
+  return { epochMs: Date.now(), monotonicMs: performance.now() };
+}
+
+/** Milliseconds since the epoch on `clock`, to the microsecond. */
+function clockNow(clock: SpanClock): number {
+  return clock.epochMs + (performance.now() - clock.monotonicMs);
+}
+
+interface OtelSpanHandle extends SpanHandle {
+  context: Context;
+  clock: SpanClock;
+}
+
+function handleOf(span: Span, clock: SpanClock): OtelSpanHandle {
   let ended = false;
   return {
     context: trace.setSpan(ROOT_CONTEXT, span),
+    clock,
     end(attributes?: SpanAttributes, error?: string, endTime?: number) {
       if (ended) return;
       ended = true;
       if (attributes) span.setAttributes(attributes);
       if (error !== undefined) span.setStatus({ code: SpanStatusCode.ERROR, message: error });
-      span.end(endTime);
+      span.end(endTime ?? clockNow(clock));
     },
     traceparent() {
       const c = span.spanContext();
@@ -248,17 +269,18 @@ export async function startTelemetry(o: TelemetryOptions): Promise<Telemetry> {
     tracer = {
       start(name, parent, options = {}) {
         // Priming and starting happen in one synchronous stretch: no other span can take the ids.
+        const clock = typeof parent === "object" ? ((parent as OtelSpanHandle).clock ?? newClock()) : newClock();
         ids.next = options.ids;
         const span = t.startSpan(
           name,
           {
-            ...(options.startTime === undefined ? {} : { startTime: options.startTime }),
+            startTime: options.startTime ?? clockNow(clock),
             ...(options.attributes ? { attributes: options.attributes } : {}),
           },
           parentContext(parent),
         );
         ids.next = undefined;
-        return handleOf(span);
+        return handleOf(span, clock);
       },
     };
     stops.push(() => provider.shutdown());
