@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { routes, type RunSource } from "@drover/protocol";
+import { sql } from "kysely";
 import { pino } from "pino";
 import { commitAndPush, gitAs, hostedRepository, valueConfig } from "../support/git-repo.js";
 import { startGitHttpServer } from "../support/git-http-server.js";
@@ -271,4 +272,41 @@ test("repository paths, branches and URLs that could reach outside the repositor
       /URL/,
     );
   assert.equal((await stack.server.api(routes.getWorkspaceVcs, { params: { ws: "attacked" } })).status, 404);
+});
+
+test("a commit whose run could not be written is retried, not lost: the run takes its commit in one transaction", async () => {
+  const { db } = stack.server.store;
+  const ws = (await stack.server.api(routes.createWorkspace, { body: { name: "lost", pool: stack.pool } })).body as {
+    id: string;
+  };
+  // The database fails the run's insert and, had the commit been taken before it, its release:
+  // what a server losing its database between the two statements leaves behind.
+  await sql`CREATE TRIGGER lost_run BEFORE INSERT ON runs WHEN NEW.workspace_id = ${sql.lit(ws.id)}
+    BEGIN SELECT RAISE(ABORT, 'the disk went away'); END`.execute(db);
+  await sql`CREATE TRIGGER lost_release BEFORE UPDATE OF last_commit_sha ON workspace_vcs
+    WHEN NEW.workspace_id = ${sql.lit(ws.id)} AND NEW.last_commit_sha IS NULL
+    BEGIN SELECT RAISE(ABORT, 'the disk went away'); END`.execute(db);
+  const linked = await stack.cli([
+    "workspace",
+    "link",
+    "lost",
+    "--vcs",
+    "gh",
+    "--repo",
+    "org/infra",
+    "--branch",
+    "main",
+  ]);
+  assert.equal(linked.code, 0, linked.stderr);
+  const vcs = async () => (await stack.server.api(routes.getWorkspaceVcs, { params: { ws: "lost" } })).body;
+  await waitFor("the failed run recorded on the link", async () =>
+    /the disk went away/.test(String((await vcs()).lastError)) ? true : undefined,
+  );
+  assert.equal((await runsOf("lost")).length, 0);
+  await sql`DROP TRIGGER lost_run`.execute(db);
+  await sql`DROP TRIGGER lost_release`.execute(db);
+  const run = await waitFor("the branch head's run, once the database takes it", async () => (await runsOf("lost"))[0]);
+  assert.equal(run.source?.commitSha, (await vcs()).lastCommitSha);
+  assert.equal((await stack.waitForRun(run.id, ["planned"])).status, "planned");
+  assert.equal((await runsOf("lost")).length, 1);
 });

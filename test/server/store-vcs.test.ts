@@ -114,7 +114,7 @@ for (const backend of backends) {
       await rejectsWith(store.getVcsConnection(ctx, gh.name), "not_found", /no VCS connection/);
     });
 
-    test("of two claims of one new commit only one wins; a released claim is retried", async () => {
+    test("of two claims of one new commit only one wins; a run takes its commit in its own transaction, or neither happens", async () => {
       const conn = await store.createVcsConnection(ctx, {
         name: unique("gh"),
         provider: "github",
@@ -144,13 +144,37 @@ for (const backend of backends) {
       const claims = await Promise.all([1, 2, 3].map(() => store.claimVcsCommit(ctx, link, null, sha)));
       assert.deepEqual(claims.filter(Boolean).length, 1);
       assert.equal((await store.getWorkspaceVcs(ctx, ws.id)).lastCommitSha, sha);
-      await store.releaseVcsCommit(ctx, ws.id, sha, null);
-      assert.equal((await store.getWorkspaceVcs(ctx, ws.id)).lastCommitSha, null);
+      // A commit's run takes the commit with it, in one transaction: both or neither.
+      const cv = await store.createConfigurationVersion(
+        ctx,
+        ws.id,
+        rawTarGz([{ path: "main.tf", content: "" }]),
+        limits,
+      );
+      const next = "c".repeat(40);
+      const input = { workspace: ws.id, configurationVersionId: cv.id, planOnly: false, isDestroy: false, message: "" };
+      const runCount = async () => (await store.listRuns(ctx, { workspace: ws.id })).items.length;
+      await assert.rejects(
+        store.createClaimedRun(ctx, input, async (db) => {
+          assert.equal(await store.claimVcsCommit(ctx, link, sha, next, db), true);
+          throw new Error("the disk went away");
+        }),
+        /the disk went away/,
+      );
+      assert.equal((await store.getWorkspaceVcs(ctx, ws.id)).lastCommitSha, sha, "the failed run's claim is undone");
+      assert.equal(await runCount(), 0);
+      const started = await Promise.all(
+        [1, 2, 3].map(() => store.createClaimedRun(ctx, input, (db) => store.claimVcsCommit(ctx, link, sha, next, db))),
+      );
+      assert.equal(started.filter((r) => r !== null).length, 1, "one run of the commit, whoever asks");
+      assert.equal(await runCount(), 1);
+      assert.equal((await store.getWorkspaceVcs(ctx, ws.id)).lastCommitSha, next);
       await store.recordVcsError(ctx, ws.id, null, "it failed");
       assert.equal((await store.getWorkspaceVcs(ctx, ws.id)).lastError, "it failed");
-      assert.equal(await store.claimVcsCommit(ctx, link, null, sha), true);
+      assert.equal(await store.claimVcsCommit(ctx, link, next, "d".repeat(40)), true);
       assert.equal((await store.getWorkspaceVcs(ctx, ws.id)).lastError, null);
       // Deleting the workspace takes its link along.
+      await store.cancelRun(ctx, started.find((r) => r !== null)!.id, { force: true });
       await store.deleteWorkspace(ctx, ws.name);
       assert.equal((await store.listVcsLinks(ctx)).filter((l) => l.workspaceId === ws.id).length, 0);
     });

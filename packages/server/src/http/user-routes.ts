@@ -17,7 +17,8 @@ import {
   revokePoolToken,
 } from "../store/pools.js";
 import { listRunJobs } from "../store/run-jobs.js";
-import { confirmRun, createRun, discardRun, getRun, listRuns } from "../store/runs.js";
+import { createRun } from "../store/run-create.js";
+import { confirmRun, discardRun, getRun, listRuns } from "../store/runs.js";
 import { cancelRun, endJobsOfPoolToken } from "../store/cancels.js";
 import { listStateVersions, readStateVersion } from "../store/state.js";
 import { createUserToken, listUserTokens, revokeUserToken } from "../store/user-tokens.js";

@@ -16,6 +16,7 @@ export * from "./outputs.js";
 export * from "./pools.js";
 export * from "./queue.js";
 export * from "./runs.js";
+export * from "./run-create.js";
 export { heldByDestroyGuard } from "./destroy-guard.js";
 export * from "./run-variables.js";
 export * from "./run-jobs.js";

@@ -1,5 +1,5 @@
 import { DroverError, repositoryProblem, type WorkspaceVcs } from "@drover/protocol";
-import { iso, type StoreContext } from "./context.js";
+import { iso, type Queryable, type StoreContext } from "./context.js";
 import { getVcsConnection } from "./vcs-connections.js";
 import { getWorkspace } from "./workspaces.js";
 
@@ -160,15 +160,17 @@ export async function listVcsLinks(ctx: StoreContext): Promise<PolledLink[]> {
 
 /**
  * Moves the link's last commit from `from` to `to`; false when another process moved it first
- * (or the link changed): then that process starts the run, not this one.
+ * (or the link changed): then that process starts the run, not this one. `db`: the transaction
+ * that creates the commit's run (createClaimedRun), so the two happen together or not at all.
  */
 export async function claimVcsCommit(
   ctx: StoreContext,
   link: Pick<PolledLink, "workspaceId" | "connectionId" | "repository" | "branch">,
   from: string | null,
   to: string,
+  db: Queryable = ctx.db,
 ): Promise<boolean> {
-  const moved = await ctx.db
+  const moved = await db
     .updateTable("workspace_vcs")
     .set({ last_commit_sha: to, last_error: null, last_error_sha: null })
     .where("workspace_id", "=", link.workspaceId)
@@ -178,21 +180,6 @@ export async function claimVcsCommit(
     .where("last_commit_sha", from === null ? "is" : "=", from)
     .executeTakeFirst();
   return Number(moved.numUpdatedRows) === 1;
-}
-
-/** Puts back a claimed commit whose run could not be started for a passing reason, so the next poll retries it. */
-export async function releaseVcsCommit(
-  ctx: StoreContext,
-  workspaceId: string,
-  claimed: string,
-  previous: string | null,
-): Promise<void> {
-  await ctx.db
-    .updateTable("workspace_vcs")
-    .set({ last_commit_sha: previous })
-    .where("workspace_id", "=", workspaceId)
-    .where("last_commit_sha", "=", claimed)
-    .execute();
 }
 
 /** Records why a commit started no run (shown by `GET …/vcs` and `drover workspace show`). */

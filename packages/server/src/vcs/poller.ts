@@ -3,14 +3,8 @@ import type { ArchiveLimits } from "@drover/runtime";
 import type { Logger } from "pino";
 import type { DatabaseHealth } from "../db/health.js";
 import type { StoreContext } from "../store/context.js";
-import { createRun } from "../store/runs.js";
-import {
-  claimVcsCommit,
-  listVcsLinks,
-  recordVcsError,
-  releaseVcsCommit,
-  type PolledLink,
-} from "../store/workspace-vcs.js";
+import { createClaimedRun } from "../store/run-create.js";
+import { claimVcsCommit, listVcsLinks, recordVcsError, type PolledLink } from "../store/workspace-vcs.js";
 import { redact, vcsClient, type GitDeadlines, type VcsClient, type VcsEndpoint } from "@drover/vcs";
 import { markVcsRunsSuperseded } from "../store/vcs-deliveries.js";
 import { supersedeQueuedRuns } from "../store/vcs-supersede.js";
@@ -133,10 +127,10 @@ export class VcsPoller {
           );
         return { workspace, skipped: "no changed file matches the trigger paths" };
       }
-      if (!(await claimVcsCommit(ctx, link, link.lastCommitSha, head)))
-        return { workspace, skipped: "another server process started this commit" };
-      try {
-        const run = await createRun(ctx, {
+      const commit = head;
+      const run = await createClaimedRun(
+        ctx,
+        {
           workspace: link.workspaceId,
           configurationVersionId: fetched.configurationVersion.id,
           planOnly: false,
@@ -144,14 +138,13 @@ export class VcsPoller {
           message: fetched.source.message,
           source: fetched.source,
           autoApply: link.applyOnMerge ?? undefined,
-        });
-        log.info({ ...where, commit: head, run: run.id }, "a new commit of a linked branch started a run");
-        await this.supersede(link, run.id, head);
-        return { workspace, started: run.id };
-      } catch (err) {
-        await releaseVcsCommit(ctx, link.workspaceId, head, link.lastCommitSha);
-        throw err;
-      }
+        },
+        (db) => claimVcsCommit(ctx, link, link.lastCommitSha, commit, db),
+      );
+      if (run === null) return { workspace, skipped: "another server process started this commit" };
+      log.info({ ...where, commit: head, run: run.id }, "a new commit of a linked branch started a run");
+      await this.supersede(link, run.id, head);
+      return { workspace, started: run.id };
     } catch (err) {
       const reason = redact(messageOf(err), secrets);
       if (this.shutdown.signal.aborted) return { workspace, failed: reason };

@@ -5,7 +5,7 @@ import type { Logger } from "pino";
 import type { RunSource } from "@drover/protocol";
 import type { StoreContext } from "../store/context.js";
 import type { OutcomeInput } from "../store/vcs-deliveries.js";
-import { claimVcsCommit, recordVcsError, releaseVcsCommit, type PolledLink } from "../store/workspace-vcs.js";
+import { claimVcsCommit, recordVcsError, type PolledLink } from "../store/workspace-vcs.js";
 import { outcome, permanent, pullRequestTargets, pushCandidates, short } from "./delivery-outcome.js";
 import type { FetchedCommit, VcsReach } from "./relay.js";
 import type { PullRequestEvent, PushEvent } from "./webhook-events.js";
@@ -66,17 +66,21 @@ export async function relayedPush(
       out.push(fetched.failed);
       continue;
     }
-    const claimed = await claimVcsCommit(ctx, l, l.lastCommitSha, e.after);
-    if (!claimed) out.push(outcome(l, "already_started", null, "another delivery or the poller took this commit"));
-    else if (fetched.commit === null)
-      out.push(outcome(l, "paths_unmatched", null, "no changed file matches the trigger paths or working directory"));
-    else {
-      try {
-        out.push(await d.startRun(l, fetched.commit.configurationVersion.id, fetched.commit.source, false));
-      } catch (err) {
-        await releaseVcsCommit(ctx, l.workspaceId, e.after, l.lastCommitSha);
-        out.push(outcome(l, "failed", null, redact(messageOf(err), reach.secrets)));
-      }
+    if (fetched.commit === null) {
+      // Seen, so the next commit is compared with this one.
+      const claimed = await claimVcsCommit(ctx, l, l.lastCommitSha, e.after);
+      out.push(
+        claimed
+          ? outcome(l, "paths_unmatched", null, "no changed file matches the trigger paths or working directory")
+          : outcome(l, "already_started", null, "another delivery or the poller took this commit"),
+      );
+      continue;
+    }
+    try {
+      // The run takes the commit for the link in its own transaction.
+      out.push(await d.startRun(l, fetched.commit.configurationVersion.id, fetched.commit.source, false));
+    } catch (err) {
+      out.push(outcome(l, "failed", null, redact(messageOf(err), reach.secrets)));
     }
   }
   return out;

@@ -19,7 +19,7 @@ import {
   type InspectedArchive,
 } from "../store/configuration-versions.js";
 import type { StoreContext } from "../store/context.js";
-import { createRun } from "../store/runs.js";
+import { createClaimedRun } from "../store/run-create.js";
 import { vcsRoute } from "../store/vcs-connections.js";
 import { outcome, permanent, pullRequestTargets, pushCandidates, short } from "./delivery-outcome.js";
 import { relayedPullRequest, relayedPush, type RelayedDelivery } from "./relayed-delivery.js";
@@ -33,13 +33,7 @@ import {
   type OutcomeInput,
 } from "../store/vcs-deliveries.js";
 import { supersedeQueuedRuns } from "../store/vcs-supersede.js";
-import {
-  claimVcsCommit,
-  listVcsLinks,
-  recordVcsError,
-  releaseVcsCommit,
-  type PolledLink,
-} from "../store/workspace-vcs.js";
+import { claimVcsCommit, listVcsLinks, recordVcsError, type PolledLink } from "../store/workspace-vcs.js";
 import { commitTriggers } from "./triggers.js";
 import type { PullRequestEvent, PushEvent, WebhookEvent } from "./webhook-events.js";
 
@@ -236,22 +230,14 @@ export class WebhookProcessor {
         );
         continue;
       }
-      if (!(await claimVcsCommit(ctx, l, l.lastCommitSha, e.after))) {
-        out.push(outcome(l, "already_started", null, "another delivery or the poller took this commit"));
-        continue;
-      }
       const source = sourceOf(e.repository, e.branch, e.after, archive, null);
       try {
         out.push(await this.startFromArchive(l, archive, inspected, source, false));
       } catch (err) {
+        // Nothing was claimed: the claim is taken with the run, so a later delivery or poll retries.
         const reason = redact(messageOf(err), secretsOf(access));
-        if (permanent(err)) {
-          await recordVcsError(ctx, l.workspaceId, e.after, reason);
-          out.push(outcome(l, "fetch_failed", null, reason));
-        } else {
-          await releaseVcsCommit(ctx, l.workspaceId, e.after, l.lastCommitSha);
-          out.push(outcome(l, "failed", null, reason));
-        }
+        if (permanent(err)) await recordVcsError(ctx, l.workspaceId, e.after, reason);
+        out.push(outcome(l, permanent(err) ? "fetch_failed" : "failed", null, reason));
       }
     }
     return out;
@@ -348,18 +334,27 @@ export class WebhookProcessor {
     return this.startRun(l, cv.id, source, speculative);
   }
 
-  /** Starts the run of a stored configuration version and cancels the older ones still waiting. */
+  /**
+   * Starts the run of a stored configuration version and cancels the older ones still waiting. A
+   * push's run takes its commit for the link in the same transaction (a pull request's plan
+   * takes none): when another delivery or the poller took it first, no run starts.
+   */
   private async startRun(l: PolledLink, configurationVersionId: string, source: RunSource, speculative: boolean) {
     const { ctx, log } = this.o;
-    const run = await createRun(ctx, {
-      workspace: l.workspaceId,
-      configurationVersionId,
-      planOnly: speculative,
-      isDestroy: false,
-      message: source.message,
-      source,
-      autoApply: speculative ? undefined : (l.applyOnMerge ?? undefined),
-    });
+    const run = await createClaimedRun(
+      ctx,
+      {
+        workspace: l.workspaceId,
+        configurationVersionId,
+        planOnly: speculative,
+        isDestroy: false,
+        message: source.message,
+        source,
+        autoApply: speculative ? undefined : (l.applyOnMerge ?? undefined),
+      },
+      async (db) => speculative || claimVcsCommit(ctx, l, l.lastCommitSha, source.commitSha, db),
+    );
+    if (run === null) return outcome(l, "already_started", null, "another delivery or the poller took this commit");
     const pr = source.pullRequest ?? null;
     log.info(
       {
