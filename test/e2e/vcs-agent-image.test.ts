@@ -10,6 +10,7 @@ import { hardened } from "../support/image-stack.js";
 import { lookUntil } from "../support/poll.js";
 import { ensureImages, podmanUnavailable, runContainer, type Container } from "../support/podman.js";
 import { startStack, type Stack } from "../support/stack.js";
+import { linkArgs } from "../support/vcs-cli.js";
 
 /*
  * `drover agent vcs` as users run it: the drover image (hardened: UID 1000, read-only root), its
@@ -104,17 +105,7 @@ test(
     const sha = commitAndPush(sh, work, "main", "Add v", { "main.tf": valueConfig("one") });
     api.repos.get("org/infra")!.commits[sha] = { message: "Add v", author: { name: "Ada", email: "ada@example.com" } };
     await stack.server.api(routes.createWorkspace, { body: { name: "infra", pool: stack.pool } });
-    const linked = await stack.cli([
-      "workspace",
-      "link",
-      "infra",
-      "--vcs",
-      "ghe",
-      "--repo",
-      "org/infra",
-      "--branch",
-      "main",
-    ]);
+    const linked = await stack.cli(linkArgs("infra", "ghe", "org/infra", "main"));
     assert.equal(linked.code, 0, linked.stderr);
 
     const diagnose = () => agent?.output() ?? "";

@@ -14,6 +14,7 @@ import { startGithubApi, type GithubApi } from "../support/github-api.js";
 import { lookUntil } from "../support/poll.js";
 import { freePort, spawnDrover, type Proc } from "../support/processes.js";
 import { startStack, type Stack } from "../support/stack.js";
+import { linkArgs } from "../support/vcs-cli.js";
 
 /*
  * VCS agents end to end: real `drover agent vcs` processes relay a git server the Drover server
@@ -178,18 +179,7 @@ test("a commit is fetched through a VCS agent the server cannot do without, and 
   const refused = await stack.server.api(routes.createWorkspace, { body: { name: "nope", pool: "relay" } });
   assert.equal(refused.status, 403);
   const first = commit("Add v", { "main.tf": tf("one") });
-  const linked = await stack.cli([
-    "workspace",
-    "link",
-    "infra",
-    "--vcs",
-    "gh",
-    "--repo",
-    "org/infra",
-    "--branch",
-    "main",
-    "--json",
-  ]);
+  const linked = await stack.cli([...linkArgs("infra", "gh", "org/infra", "main"), "--json"]);
   assert.equal(linked.code, 0, linked.stderr);
   // The server cannot know where the agents listen: the link says what to register there, at once.
   const webhook = JSON.parse(linked.stdout).webhook;
@@ -493,17 +483,7 @@ test("a GitHub App whose key only a VCS agent holds: it mints installation token
   sh(work, "checkout", "-q", "-b", "app", "main");
   const head = commit("As the app", { "main.tf": tf("app"), "blob.txt": null }, "app");
   sh(work, "checkout", "-q", "main");
-  const linked = await stack.cli([
-    "workspace",
-    "link",
-    "infra-app",
-    "--vcs",
-    "gh-app",
-    "--repo",
-    "org/infra",
-    "--branch",
-    "app",
-  ]);
+  const linked = await stack.cli(linkArgs("infra-app", "gh-app", "org/infra", "app"));
   assert.equal(linked.code, 0, linked.stderr);
   const run = await waitFor("the run of main's head through the app's agent", async () =>
     (await runsOf("infra-app")).find((r) => r.source?.commitSha === head),

@@ -10,6 +10,7 @@ import { commitAndPush, gitAs, hostedRepository, valueConfig } from "../support/
 import { startGitHttpServer } from "../support/git-http-server.js";
 import { lookUntil } from "../support/poll.js";
 import { startStack, type Stack } from "../support/stack.js";
+import { linkArgs } from "../support/vcs-cli.js";
 
 /*
  * Runs from git by polling, end to end over real git: a repository served by `git http-backend`
@@ -80,18 +81,7 @@ test("a linked branch's commits run and apply; a commit without configuration is
   assert.equal(JSON.parse(connected.stdout).provider, "github");
   await stack.server.api(routes.createWorkspace, { body: { name: "infra", pool: stack.pool, autoApply: true } });
   const first = commit("Add v\n\nThe body is not the run's message.", { "main.tf": tf("one") });
-  const linked = await stack.cli([
-    "workspace",
-    "link",
-    "infra",
-    "--vcs",
-    "gh",
-    "--repo",
-    "org/infra",
-    "--branch",
-    "main",
-    "--json",
-  ]);
+  const linked = await stack.cli([...linkArgs("infra", "gh", "org/infra", "main"), "--json"]);
   assert.equal(linked.code, 0, linked.stderr);
   assert.equal(JSON.parse(linked.stdout).repository, "org/infra");
 
@@ -162,10 +152,7 @@ test("a linked branch's commits run and apply; a commit without configuration is
     0,
   );
   await stack.server.api(routes.createWorkspace, { body: { name: "wrong", pool: stack.pool } });
-  assert.equal(
-    (await stack.cli(["workspace", "link", "wrong", "--vcs", "bad", "--repo", "org/infra", "--branch", "main"])).code,
-    0,
-  );
+  assert.equal((await stack.cli(linkArgs("wrong", "bad", "org/infra", "main"))).code, 0);
   const fourth = commit("Back again", { "main.tf": tf("four") });
   const outcomes = await stack.server.pollVcs();
   // The failing link does not keep the poll from the other one.
@@ -286,17 +273,7 @@ test("a commit whose run could not be written is retried, not lost: the run take
   await sql`CREATE TRIGGER lost_release BEFORE UPDATE OF last_commit_sha ON workspace_vcs
     WHEN NEW.workspace_id = ${sql.lit(ws.id)} AND NEW.last_commit_sha IS NULL
     BEGIN SELECT RAISE(ABORT, 'the disk went away'); END`.execute(db);
-  const linked = await stack.cli([
-    "workspace",
-    "link",
-    "lost",
-    "--vcs",
-    "gh",
-    "--repo",
-    "org/infra",
-    "--branch",
-    "main",
-  ]);
+  const linked = await stack.cli(linkArgs("lost", "gh", "org/infra", "main"));
   assert.equal(linked.code, 0, linked.stderr);
   const vcs = async () => (await stack.server.api(routes.getWorkspaceVcs, { params: { ws: "lost" } })).body;
   await waitFor("the failed run recorded on the link", async () =>

@@ -12,6 +12,7 @@ import { commitAndPush, gitAs, hostedRepository } from "../support/git-repo.js";
 import { startGitHttpServer } from "../support/git-http-server.js";
 import { lookUntil } from "../support/poll.js";
 import { startStack, type Stack } from "../support/stack.js";
+import { linkArgs } from "../support/vcs-cli.js";
 
 /*
  * Reports to the VCS, end to end: a real server and agent plan commits fetched over real git,
@@ -101,18 +102,7 @@ test("linking registers the webhook; a pull request's runs report statuses and o
   assert.equal(connected.code, 0, connected.stderr);
   assert.equal(JSON.parse(connected.stdout).apiUrl, gh.apiUrl);
   await stack.server.api(routes.createWorkspace, { body: { name: "infra", pool: stack.pool } });
-  const linked = await stack.cli([
-    "workspace",
-    "link",
-    "infra",
-    "--vcs",
-    "gh",
-    "--repo",
-    "org/infra",
-    "--branch",
-    "main",
-    "--json",
-  ]);
+  const linked = await stack.cli([...linkArgs("infra", "gh", "org/infra", "main"), "--json"]);
   assert.equal(linked.code, 0, linked.stderr);
   const link = JSON.parse(linked.stdout);
   const hooks = [...gh.repos.get("org/infra")!.hooks.entries()];
@@ -226,17 +216,7 @@ test("when the token may not manage webhooks, linking still links and says exact
   gh.state.forbidHooks = true;
   try {
     await stack.server.api(routes.createWorkspace, { body: { name: "manual", pool: stack.pool } });
-    const linked = await stack.cli([
-      "workspace",
-      "link",
-      "manual",
-      "--vcs",
-      "gh",
-      "--repo",
-      "org/infra",
-      "--branch",
-      "main",
-    ]);
+    const linked = await stack.cli(linkArgs("manual", "gh", "org/infra", "main"));
     assert.equal(linked.code, 0, linked.stderr);
     const secret = await store.vcsWebhookSecret(stack.server.store, "gh");
     // eslint-disable-next-line no-restricted-syntax -- the URL the user is told to register

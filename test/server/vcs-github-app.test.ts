@@ -6,6 +6,7 @@ import { after, before, test } from "node:test";
 import { routes } from "@drover/protocol";
 import { startGithubApi, type GithubApi } from "../support/github-api.js";
 import { startStack, type Stack } from "../support/stack.js";
+import { linkArgs } from "../support/vcs-cli.js";
 
 /*
  * A GitHub App connection made with the CLI: the server mints an installation token with the
@@ -58,17 +59,7 @@ test("drover vcs connect --app-id …: the link's webhook is registered with a m
   assert.equal(connected.code, 0, connected.stderr);
   assert.match(connected.stdout, /as GitHub App 777/);
   await stack.server.api(routes.createWorkspace, { body: { name: "infra", pool: stack.pool } });
-  const linked = await stack.cli([
-    "workspace",
-    "link",
-    "infra",
-    "--vcs",
-    "app",
-    "--repo",
-    "org/infra",
-    "--branch",
-    "main",
-  ]);
+  const linked = await stack.cli(linkArgs("infra", "app", "org/infra", "main"));
   assert.equal(linked.code, 0, linked.stderr);
   assert.match(linked.stdout, /Webhook registered/);
   assert.ok(gh.calls.some((c) => c.method === "POST" && c.path === "/api/v3/app/installations/4242/access_tokens"));

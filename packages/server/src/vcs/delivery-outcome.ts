@@ -1,6 +1,7 @@
 import { DroverError } from "@drover/protocol";
+import type { StoreContext } from "../store/context.js";
 import type { OutcomeInput } from "../store/vcs-deliveries.js";
-import type { PolledLink } from "../store/workspace-vcs.js";
+import { claimVcsCommit, type PolledLink } from "../store/workspace-vcs.js";
 import type { PullRequestEvent, PushEvent } from "./webhook-events.js";
 
 /** A refusal a retry cannot change: the same commit gives the same archive and the same refusal. */
@@ -49,4 +50,18 @@ export function pullRequestTargets(
     else out.push(outcome(l, "other_branch", null, `linked to ${l.branch}; the pull request targets ${e.baseBranch}`));
   }
   return { out, targeted };
+}
+
+/** What another delivery or the poller did first: a run of the commit, or its claim. */
+export const alreadyStarted = (l: PolledLink): OutcomeInput =>
+  outcome(l, "already_started", null, "another delivery or the poller took this commit");
+
+/**
+ * A pushed commit that starts no run for the link (its changes miss the trigger paths): taken as
+ * seen all the same, so the next commit is compared with this one.
+ */
+export async function seenWithoutRun(ctx: StoreContext, l: PolledLink, sha: string): Promise<OutcomeInput> {
+  return (await claimVcsCommit(ctx, l, l.lastCommitSha, sha))
+    ? outcome(l, "paths_unmatched", null, "no changed file matches the trigger paths or working directory")
+    : alreadyStarted(l);
 }

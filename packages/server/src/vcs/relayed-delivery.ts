@@ -5,8 +5,8 @@ import type { Logger } from "pino";
 import type { RunSource } from "@drover/protocol";
 import type { StoreContext } from "../store/context.js";
 import type { OutcomeInput } from "../store/vcs-deliveries.js";
-import { claimVcsCommit, recordVcsError, type PolledLink } from "../store/workspace-vcs.js";
-import { outcome, permanent, pullRequestTargets, pushCandidates, short } from "./delivery-outcome.js";
+import { recordVcsError, type PolledLink } from "../store/workspace-vcs.js";
+import { outcome, permanent, pullRequestTargets, pushCandidates, seenWithoutRun, short } from "./delivery-outcome.js";
 import type { FetchedCommit, VcsReach } from "./relay.js";
 import type { PullRequestEvent, PushEvent } from "./webhook-events.js";
 
@@ -67,13 +67,7 @@ export async function relayedPush(
       continue;
     }
     if (fetched.commit === null) {
-      // Seen, so the next commit is compared with this one.
-      const claimed = await claimVcsCommit(ctx, l, l.lastCommitSha, e.after);
-      out.push(
-        claimed
-          ? outcome(l, "paths_unmatched", null, "no changed file matches the trigger paths or working directory")
-          : outcome(l, "already_started", null, "another delivery or the poller took this commit"),
-      );
+      out.push(await seenWithoutRun(ctx, l, e.after));
       continue;
     }
     try {

@@ -21,7 +21,15 @@ import {
 import type { StoreContext } from "../store/context.js";
 import { createClaimedRun } from "../store/run-create.js";
 import { vcsRoute } from "../store/vcs-connections.js";
-import { outcome, permanent, pullRequestTargets, pushCandidates, short } from "./delivery-outcome.js";
+import {
+  alreadyStarted,
+  outcome,
+  permanent,
+  pullRequestTargets,
+  pushCandidates,
+  seenWithoutRun,
+  short,
+} from "./delivery-outcome.js";
 import { relayedPullRequest, relayedPush, type RelayedDelivery } from "./relayed-delivery.js";
 import { serverGitAccess, vcsReach } from "./relay.js";
 import { DeliveryQueue } from "./delivery-queue.js";
@@ -221,13 +229,7 @@ export class WebhookProcessor {
     const inspected = this.inspectOnce(archive);
     for (const l of candidates) {
       if (archive === null || !triggers(l)) {
-        // Seen, so the next commit is compared with this one.
-        const claimed = await claimVcsCommit(ctx, l, l.lastCommitSha, e.after);
-        out.push(
-          claimed
-            ? outcome(l, "paths_unmatched", null, "no changed file matches the trigger paths or working directory")
-            : outcome(l, "already_started", null, "another delivery or the poller took this commit"),
-        );
+        out.push(await seenWithoutRun(ctx, l, e.after));
         continue;
       }
       const source = sourceOf(e.repository, e.branch, e.after, archive, null);
@@ -354,7 +356,7 @@ export class WebhookProcessor {
       },
       async (db) => speculative || claimVcsCommit(ctx, l, l.lastCommitSha, source.commitSha, db),
     );
-    if (run === null) return outcome(l, "already_started", null, "another delivery or the poller took this commit");
+    if (run === null) return alreadyStarted(l);
     const pr = source.pullRequest ?? null;
     log.info(
       {
