@@ -21,6 +21,8 @@ const config = {
   "main.tf": [
     'resource "terraform_data" "a" { input = "one" }',
     'output "greeting" { value = "hello" }',
+    // Holds the value of the workspace's sensitive variable below, without saying so.
+    'output "echo" { value = "hunter2-workspace-secret" }',
     'output "secret" {',
     '  value     = "s3cret"',
     "  sensitive = true",
@@ -77,6 +79,11 @@ test("init by name creates the workspace; local execution keeps the state in Dro
     }),
     200,
   );
+  const secretVar = await tc.stack.server.api(routes.setVariable, {
+    params: { ws: "app-local", key: "token" },
+    body: { value: "hunter2-workspace-secret", sensitive: true },
+  });
+  assert.equal(secretVar.status, 200, JSON.stringify(secretVar.body));
   const apply = await tc.terraform(["apply", "-auto-approve", "-input=false"], dir);
   assert.equal(apply.code, 0, apply.output);
   assert.match(apply.output, /Apply complete! Resources: 1 added/);
@@ -89,6 +96,13 @@ test("init by name creates the workspace; local execution keeps the state in Dro
   const outputs = JSON.parse(out.output) as Record<string, { value: unknown; sensitive: boolean }>;
   assert.equal(outputs.greeting?.value, "hello");
   assert.deepEqual([outputs.secret?.value, outputs.secret?.sensitive], ["s3cret", true]);
+  // Drover lists an output holding a sensitive variable's value as sensitive; terraform then asks
+  // for its value by id like any sensitive one, and prints it marked.
+  assert.deepEqual([outputs.echo?.value, outputs.echo?.sensitive], ["hunter2-workspace-secret", true]);
+  const shown = await tc.terraform(["output"], dir);
+  assert.equal(shown.code, 0, shown.output);
+  assert.match(shown.output, /echo = <sensitive>/);
+  assert.doesNotMatch(shown.output, /hunter2/);
   assert.ok(
     tc.requests.some((r) => /\/state-version-outputs\/svo\./.test(r.url)),
     "the sensitive value was fetched",
