@@ -1,5 +1,6 @@
 import { oneLineError } from "@drover/protocol";
-import { createLogger, loadAgentConfig, runAgent, type AgentFlags } from "@drover/agent";
+// Each command loads the agent when it runs (import()): the user commands beside them do not need it.
+import type { AgentFlags } from "@drover/agent";
 import { routes } from "@drover/protocol";
 import { apiFor, emit, table, withCommon, type CommonOptions } from "../command-kit.js";
 import { settingsOrExit } from "../settings-errors.js";
@@ -59,6 +60,7 @@ export function registerAgentCommands(program: Command): void {
     .option("--docker-image <image>", "docker driver: runner image of each job's container (DROVER_AGENT_DOCKER_IMAGE)")
     .action(async (opts: AgentFlags) => {
       runsUntilSignalled();
+      const { createLogger, loadAgentConfig, runAgent } = await import("@drover/agent");
       const config = settingsOrExit("agent run", () => loadAgentConfig(process.env, opts));
       if (config.driver === "kubernetes") {
         process.stderr.write("drover agent run: DROVER_AGENT_DRIVER=kubernetes is run by `drover agent controller`\n");
@@ -79,6 +81,7 @@ export function registerAgentCommands(program: Command): void {
     .option("--concurrency <n>", "Jobs in flight (DROVER_AGENT_CONCURRENCY; default 10)")
     .action(async (opts: AgentFlags) => {
       runsUntilSignalled();
+      const { createLogger, loadAgentConfig } = await import("@drover/agent");
       const { loadControllerSettings, runController } = await import("@drover/agent/kubernetes");
       const config = settingsOrExit("agent controller", () =>
         loadAgentConfig({ ...process.env, DROVER_AGENT_DRIVER: "kubernetes" }, opts),
@@ -106,6 +109,7 @@ export function registerAgentCommands(program: Command): void {
     .option("--log-format <format>", "json, plain or dev (DROVER_AGENT_LOG_FORMAT)")
     .action(async (opts: AgentFlags) => {
       runsUntilSignalled();
+      const { createLogger } = await import("@drover/agent");
       const { loadVcsAgentConfig, runVcsAgent } = await import("@drover/agent/vcs");
       const config = settingsOrExit("agent vcs", () => loadVcsAgentConfig(process.env, opts));
       const log = createLogger(config.agent.logFormat, config.agent.debug);
@@ -116,6 +120,7 @@ export function registerAgentCommands(program: Command): void {
     .description("Inside a task pod: run the pod's job, driving the runner container through the exec-loop")
     .action(async () => {
       runsUntilSignalled();
+      const { createLogger } = await import("@drover/agent");
       // Its own entry: a run pod's worker talks to the server only, and the Kubernetes client the
       // controller needs would cost each run pod a second of CPU to load.
       const { loadWorkerSettings, runWorker } = await import("@drover/agent/worker");
@@ -129,6 +134,7 @@ export function registerAgentCommands(program: Command): void {
     )
     .action(async () => {
       runsUntilSignalled();
+      const { createLogger } = await import("@drover/agent");
       const { loadPodAnnotatorSettings, runPodAnnotator } = await import("@drover/agent/pod-annotator");
       const settings = settingsOrExit("agent pod-annotator", () => loadPodAnnotatorSettings(process.env));
       const log = createLogger(settings.logFormat, false);
@@ -141,6 +147,7 @@ export function registerAgentCommands(program: Command): void {
     .description("agent-k8s: one per node (DaemonSet); supervises the run pods the controller puts on this node")
     .action(async () => {
       runsUntilSignalled();
+      const { createLogger } = await import("@drover/agent");
       const { loadNodeWorkerSettings, runNodeWorker } = await import("@drover/agent/kubernetes");
       const settings = settingsOrExit("agent node-worker", () => loadNodeWorkerSettings(process.env));
       const log = createLogger(settings.logFormat, false);

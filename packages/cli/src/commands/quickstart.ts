@@ -1,4 +1,3 @@
-import { createLogger, loadAgentConfig, runAgent } from "@drover/agent";
 import { newId, newUserToken, parsePoolToken, routes } from "@drover/protocol";
 import { DroverClient } from "@drover/runtime";
 import type { Command } from "commander";
@@ -82,6 +81,8 @@ export function registerQuickstartCommand(program: Command): void {
       if (!workspaces.some((w) => w.name === "hello"))
         await api.call(routes.createWorkspace, { body: { name: "hello", pool: "default" } });
 
+      // Loaded here, not by every command: the agent is most of the CLI's start-up.
+      const { createLogger, loadAgentConfig, runAgent } = await import("@drover/agent");
       const agentConfig = loadAgentConfig({
         ...process.env,
         DROVER_TOKEN: poolToken,
