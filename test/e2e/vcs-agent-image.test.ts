@@ -10,7 +10,7 @@ import { hardened } from "../support/image-stack.js";
 import { lookUntil } from "../support/poll.js";
 import { ensureImages, podmanUnavailable, runContainer, type Container } from "../support/podman.js";
 import { startStack, type Stack } from "../support/stack.js";
-import { linkArgs } from "../support/vcs-cli.js";
+import { linkArgs, viaPoolConnectArgs } from "../support/vcs-cli.js";
 
 /*
  * `drover agent vcs` as users run it: the drover image (hardened: UID 1000, read-only root), its
@@ -57,17 +57,7 @@ test(
   async () => {
     for (const args of [
       ["pool", "create", "relay", "--kind", "vcs"],
-      [
-        "vcs",
-        "connect",
-        "ghe",
-        "--provider",
-        "github",
-        "--vcs-url",
-        "https://ghe.internal.invalid",
-        "--via-pool",
-        "relay",
-      ],
+      viaPoolConnectArgs("ghe", "https://ghe.internal.invalid", "relay"),
     ]) {
       const r = await stack.cli(args);
       assert.equal(r.code, 0, r.stderr);

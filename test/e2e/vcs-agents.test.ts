@@ -14,7 +14,7 @@ import { startGithubApi, type GithubApi } from "../support/github-api.js";
 import { lookUntil } from "../support/poll.js";
 import { freePort, spawnDrover, type Proc } from "../support/processes.js";
 import { startStack, type Stack } from "../support/stack.js";
-import { linkArgs } from "../support/vcs-cli.js";
+import { linkArgs, viaPoolConnectArgs } from "../support/vcs-cli.js";
 
 /*
  * VCS agents end to end: real `drover agent vcs` processes relay a git server the Drover server
@@ -150,18 +150,7 @@ after(async () => {
 });
 
 test("a commit is fetched through a VCS agent the server cannot do without, and applied by a run agent", async () => {
-  const connected = await stack.cli([
-    "vcs",
-    "connect",
-    "gh",
-    "--provider",
-    "github",
-    "--vcs-url",
-    "https://ghe.internal.invalid",
-    "--via-pool",
-    "relay",
-    "--json",
-  ]);
+  const connected = await stack.cli([...viaPoolConnectArgs("gh", "https://ghe.internal.invalid", "relay"), "--json"]);
   assert.equal(connected.code, 0, connected.stderr);
   const connection = JSON.parse(connected.stdout);
   assert.equal(connection.viaPool, "relay");

@@ -2,3 +2,8 @@
 export function linkArgs(workspace: string, connection: string, repository: string, branch: string): string[] {
   return ["workspace", "link", workspace, "--vcs", connection, "--repo", repository, "--branch", branch];
 }
+
+/** `drover vcs connect` arguments: a GitHub connection reached through the VCS agents of `pool`. */
+export function viaPoolConnectArgs(connection: string, vcsUrl: string, pool: string): string[] {
+  return ["vcs", "connect", connection, "--provider", "github", "--vcs-url", vcsUrl, "--via-pool", pool];
+}
