@@ -37,9 +37,7 @@ export interface CreateRunInput {
 
 /** Creates a run; it is queued at once when the workspace is free, else pending behind the active one. */
 export async function createRun(ctx: StoreContext, input: CreateRunInput): Promise<Run> {
-  const run = await insertRun(ctx, input, async () => true);
-  if (run === null) throw new Error("a run without a claim was not created");
-  return run;
+  return getRun(ctx, await insertRun(ctx, input));
 }
 
 /**
@@ -52,14 +50,22 @@ export async function createClaimedRun(
   input: CreateRunInput,
   claim: (db: Queryable) => Promise<boolean>,
 ): Promise<Run | null> {
-  return insertRun(ctx, input, claim);
+  const id = await insertRun(ctx, input, claim);
+  return id === null ? null : getRun(ctx, id);
 }
 
+/** Inserts the run (after `claim`, when given, holds); its id, or null when the claim failed. */
+async function insertRun(ctx: StoreContext, input: CreateRunInput): Promise<string>;
 async function insertRun(
   ctx: StoreContext,
   input: CreateRunInput,
   claim: (db: Queryable) => Promise<boolean>,
-): Promise<Run | null> {
+): Promise<string | null>;
+async function insertRun(
+  ctx: StoreContext,
+  input: CreateRunInput,
+  claim?: (db: Queryable) => Promise<boolean>,
+): Promise<string | null> {
   checkPlanOptions(input);
   const ws = await getWorkspace(ctx, input.workspace);
   const cv = await ctx.db
@@ -81,7 +87,7 @@ async function insertRun(
           .executeTakeFirst();
   const id = newId("run");
   const created = await inTransaction(ctx, async (trx, effects) => {
-    if (!(await claim(trx))) return false;
+    if (claim && !(await claim(trx))) return false;
     const now = ctx.now();
     await trx
       .insertInto("runs")
@@ -129,5 +135,5 @@ async function insertRun(
     await promoteNextRun(ctx, trx, effects, ws.id);
     return true;
   });
-  return created ? getRun(ctx, id) : null;
+  return created ? id : null;
 }
