@@ -412,7 +412,13 @@ describe("session events between server processes: postgres", () => {
         driver: "local",
         capacity: 1,
       });
+    const heard = new Set<string>();
+    const stopHearing = b.events.subscribeTopic("sessions-changed", (key) => heard.add(key));
     const [leaving, revoked, staying] = [await register(tok.id), await register(tok.id), await register(other.id)];
+    // A registration announces its agent; heard by B during B's read of that agent, it would
+    // rightly drop the entry just read. B caches once it has heard all three.
+    await waitUntil("B hears the registrations", () => [leaving, revoked, staying].every((r) => heard.has(r.agent.id)));
+    stopHearing();
     for (const r of [leaving, revoked, staying]) await store.authenticateSession(b, r.sessionToken);
     assert.equal(sessions.size, 3);
 
