@@ -144,18 +144,22 @@ for (const backend of backends) {
       const claims = await Promise.all([1, 2, 3].map(() => store.claimVcsCommit(ctx, link, null, sha)));
       assert.deepEqual(claims.filter(Boolean).length, 1);
       assert.equal((await store.getWorkspaceVcs(ctx, ws.id)).lastCommitSha, sha);
-      // A commit's run takes the commit with it, in one transaction: both or neither.
-      const cv = await store.createConfigurationVersion(
-        ctx,
-        ws.id,
-        rawTarGz([{ path: "main.tf", content: "" }]),
-        limits,
-      );
+      // A commit's run takes the commit with it, in one transaction: both or neither. Each
+      // server process stores its own copy of the fetched commit first.
+      const fetched = async () => {
+        const cv = await store.createConfigurationVersion(
+          ctx,
+          ws.id,
+          rawTarGz([{ path: "main.tf", content: "" }]),
+          limits,
+        );
+        return { workspace: ws.id, configurationVersionId: cv.id, planOnly: false, isDestroy: false, message: "" };
+      };
       const next = "c".repeat(40);
-      const input = { workspace: ws.id, configurationVersionId: cv.id, planOnly: false, isDestroy: false, message: "" };
       const runCount = async () => (await store.listRuns(ctx, { workspace: ws.id })).items.length;
+      const storedCopies = async () => (await store.listConfigurationVersions(ctx, ws.id)).length;
       await assert.rejects(
-        store.createClaimedRun(ctx, input, async (db) => {
+        store.createClaimedRun(ctx, await fetched(), async (db) => {
           assert.equal(await store.claimVcsCommit(ctx, link, sha, next, db), true);
           throw new Error("the disk went away");
         }),
@@ -163,11 +167,22 @@ for (const backend of backends) {
       );
       assert.equal((await store.getWorkspaceVcs(ctx, ws.id)).lastCommitSha, sha, "the failed run's claim is undone");
       assert.equal(await runCount(), 0);
+      assert.equal(await storedCopies(), 0, "the failed run's configuration is not kept");
+      const inputs = await Promise.all([1, 2, 3].map(fetched));
       const started = await Promise.all(
-        [1, 2, 3].map(() => store.createClaimedRun(ctx, input, (db) => store.claimVcsCommit(ctx, link, sha, next, db))),
+        inputs.map((input) =>
+          store.createClaimedRun(ctx, input, (db) => store.claimVcsCommit(ctx, link, sha, next, db)),
+        ),
       );
       assert.equal(started.filter((r) => r !== null).length, 1, "one run of the commit, whoever asks");
       assert.equal(await runCount(), 1);
+      assert.equal(await storedCopies(), 1, "the losers' copies of the commit are deleted");
+      // A loser whose configuration a run uses (not the case in the product) keeps it.
+      const used = inputs.find(
+        (i) => i.configurationVersionId === started.find((r) => r !== null)!.configurationVersionId,
+      )!;
+      assert.equal(await store.createClaimedRun(ctx, used, async () => false), null);
+      assert.equal(await storedCopies(), 1);
       assert.equal((await store.getWorkspaceVcs(ctx, ws.id)).lastCommitSha, next);
       await store.recordVcsError(ctx, ws.id, null, "it failed");
       assert.equal((await store.getWorkspaceVcs(ctx, ws.id)).lastError, "it failed");

@@ -44,14 +44,36 @@ export async function createRun(ctx: StoreContext, input: CreateRunInput): Promi
  * Creates a run only if `claim` holds, taken first in the run's own transaction: a VCS link's
  * move to the run's commit. A crash between the two then leaves both or neither, never a commit
  * taken with no run of it. Null when the claim fails: another process took it.
+ *
+ * The configuration version is one stored for this run alone (a fetched commit): when no run
+ * comes of it, it is deleted unless a run uses it, so a commit two servers fetched at once
+ * leaves one stored copy, not two.
  */
 export async function createClaimedRun(
   ctx: StoreContext,
   input: CreateRunInput,
   claim: (db: Queryable) => Promise<boolean>,
 ): Promise<Run | null> {
-  const id = await insertRun(ctx, input, claim);
+  let id: string | null;
+  try {
+    id = await insertRun(ctx, input, claim);
+  } catch (err) {
+    // Best effort: the failure may be the database's own, and the caller wants its cause.
+    await deleteUnusedConfigurationVersion(ctx, input.configurationVersionId).catch(() => undefined);
+    throw err;
+  }
+  if (id === null) await deleteUnusedConfigurationVersion(ctx, input.configurationVersionId);
   return id === null ? null : getRun(ctx, id);
+}
+
+async function deleteUnusedConfigurationVersion(ctx: StoreContext, id: string): Promise<void> {
+  await ctx.db
+    .deleteFrom("configuration_versions")
+    .where("id", "=", id)
+    .where(({ not, exists, selectFrom }) =>
+      not(exists(selectFrom("runs").select("id").where("configuration_version_id", "=", id))),
+    )
+    .execute();
 }
 
 /** Inserts the run (after `claim`, when given, holds); its id, or null when the claim failed. */
