@@ -1,6 +1,6 @@
 // Preloaded with `node --import` into a process under test: records to $DROVER_TEST_MODULE_LOG
-// every module URL it resolves that contains "@opentelemetry", so a test can tell whether the
-// process loaded any OpenTelemetry code. The same file is the hooks module (off the main thread).
+// every module URL it resolves, so a test can tell which code the process loaded (OpenTelemetry
+// only when asked for, say). The same file is the hooks module (off the main thread).
 import { appendFileSync } from "node:fs";
 import { register } from "node:module";
 import { isMainThread } from "node:worker_threads";
@@ -15,7 +15,7 @@ type Resolve = (
 export const resolve: Resolve = async (specifier, context, next) => {
   const result = await next(specifier, context);
   const log = process.env.DROVER_TEST_MODULE_LOG;
-  if (log && result.url.includes("@opentelemetry")) appendFileSync(log, `${result.url}\n`);
+  if (log) appendFileSync(log, `${result.url}\n`);
   return result;
 };
 

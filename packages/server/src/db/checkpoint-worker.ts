@@ -1,4 +1,4 @@
-import { messageOf } from "@drover/protocol";
+import { messageOf } from "@drover/protocol/errors";
 import { parentPort, workerData } from "node:worker_threads";
 import BetterSqlite3 from "better-sqlite3";
 

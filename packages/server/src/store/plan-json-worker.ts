@@ -1,7 +1,9 @@
 import { readFileSync } from "node:fs";
 import { parentPort, workerData } from "node:worker_threads";
-import { destroysEverything, summarizePlan, type PlanSummary, messageOf } from "@drover/protocol";
-import { redactJson, secretForms } from "@drover/runtime";
+import type { PlanSummary } from "@drover/protocol";
+import { messageOf } from "@drover/protocol/errors";
+import { destroysEverything, summarizePlan } from "@drover/protocol/plan";
+import { redactJson, secretForms } from "@drover/runtime/redact";
 
 /*
  * The thread that turns an uploaded plan JSON into what is stored (see plan-json.ts): parsing,
