@@ -4,7 +4,9 @@
 //   node scripts/run-tests.mjs [--lint | --lint-promises] [substring-of-compiled-path | path/to/file.test.js ...]
 //
 // --lint (what `npm test` passes) runs the repository's lints beside the tests, at low priority,
-// so they cost the suite little wall time: the type-aware lint (eslint.promises.config.js, which
+// so they cost the suite little wall time; once the tests end, the lints still running get this
+// script's own priority back where the system allows it (root), so on a machine busy with other
+// work they are not starved at the end of the run. The lints: the type-aware lint (eslint.promises.config.js, which
 // holds every rule of `eslint .` plus the two promise rules, so `eslint .` is not run twice) and
 // `prettier --check`. --lint-promises runs the type-aware lint alone. The run fails if a lint
 // does, its findings printed last. DROVER_TEST_LINT_DIR lints another directory (the runner's
@@ -15,7 +17,7 @@
 // normally, on SIGINT/SIGTERM/SIGHUP (forwarded to the tests first), or on a crash of this script.
 import { spawn, spawnSync } from "node:child_process";
 import { openSync, readdirSync, statSync, existsSync } from "node:fs";
-import { constants } from "node:os";
+import { constants, getPriority, setPriority } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { startPostgres } from "./postgres.mjs";
@@ -175,6 +177,30 @@ function startLint(name, args, dir) {
   );
 }
 
+/**
+ * Gives the lints still running this script's priority: the tests they yielded to have ended.
+ * Each of a lint's threads has its own nice value on Linux, so every one is set. Raising a
+ * priority needs privilege; without it the lints keep theirs.
+ */
+function raiseLints() {
+  const priority = getPriority();
+  for (const lint of lintChildren) {
+    let threads = [String(lint.pid)];
+    try {
+      threads = readdirSync(`/proc/${lint.pid}/task`);
+    } catch {
+      // Not Linux, or the lint just ended.
+    }
+    for (const tid of threads) {
+      try {
+        setPriority(Number(tid), priority);
+      } catch {
+        // EACCES without privilege, ESRCH for a thread that ended: the lint goes on as it was.
+      }
+    }
+  }
+}
+
 /** The lints this run was asked for, started at once; resolves with each one's result. */
 function startLints() {
   const root = join(dirname(fileURLToPath(import.meta.url)), "..");
@@ -219,6 +245,7 @@ child = spawn(
 );
 let code = await new Promise((resolve) => child.on("exit", (c, s) => resolve(c ?? (s ? 1 : 0))));
 if (lintsDone && !interrupted) {
+  raiseLints();
   for (const lint of await lintsDone) {
     if (lint.code === 0) console.error(`[run-tests] ${lint.name}: passed`);
     else {

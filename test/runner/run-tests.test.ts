@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { connect } from "node:net";
-import { tmpdir } from "node:os";
+import { getPriority, setPriority, tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, test } from "node:test";
@@ -113,6 +113,56 @@ describe("run-tests.mjs", { concurrency: true }, () => {
       assert.equal(code, 0, output);
       assert.match(output, /\[run-tests\] type-aware lint \(eslint\.promises\.config\.js\): passed/);
       assert.match(output, /\[run-tests\] prettier --check: passed/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  /** Whether this process may raise another's priority (root, or a generous RLIMIT_NICE). */
+  async function mayRaisePriority(): Promise<boolean> {
+    const niced = spawn("nice", ["-n", "10", "sleep", "30"], { stdio: "ignore" });
+    try {
+      await new Promise((resolve) => niced.once("spawn", resolve));
+      setPriority(niced.pid as number, getPriority());
+      return true;
+    } catch {
+      return false;
+    } finally {
+      niced.kill("SIGKILL");
+    }
+  }
+
+  test("--lint: a lint still running when the tests end gets the runner's priority back", async (t) => {
+    if (!(await mayRaisePriority())) {
+      t.skip("raising a process's priority needs privilege this process does not have");
+      return;
+    }
+    // The lint's config stands for a long lint: it ends only once its priority is the runner's
+    // (the tests have ended by then) and records what it saw; a lint left at nice 10 waits 60 s.
+    const dir = lintDir({
+      "good.mjs": "export const x = { a: 1 };\n",
+      ".prettierignore": "eslint.promises.config.js\n",
+    });
+    const seen = join(dir, "priority.txt");
+    writeFileSync(
+      join(dir, "eslint.promises.config.js"),
+      `import { writeFileSync } from "node:fs";
+import { getPriority } from "node:os";
+const deadline = Date.now() + 60_000;
+while (getPriority() !== ${getPriority()} && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+writeFileSync(${JSON.stringify(seen)}, String(getPriority()));
+export default [];
+`,
+    );
+    try {
+      const { code, output } = await runner(["--lint", fixture("a-second.js")], { DROVER_TEST_LINT_DIR: dir }).finished;
+      assert.equal(code, 0, output);
+      assert.match(output, /\[run-tests\] type-aware lint \(eslint\.promises\.config\.js\): passed/);
+      assert.equal(
+        readFileSync(seen, "utf8"),
+        String(getPriority()),
+        "the lint ran at the runner's priority in the end",
+      );
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
