@@ -57,6 +57,13 @@ function renderKey(args: string[]): string {
 
 const renders = new Map<string, string>();
 
+/** Where the render of `args` is kept on disk, once rendered. */
+export function keptRender(args: string[]): string {
+  return keptRenderFile(renderKey(args));
+}
+
+const keptRenderFile = (key: string) => join(cacheDir, `${key}.yaml`);
+
 /**
  * `helm <args>` (a `template` command line) and its stdout. Throws as execFileSync does when
  * helm fails; a failed render is never kept. `fresh`: run helm whatever is kept (a test of
@@ -66,7 +73,7 @@ export function helmTemplate(args: string[], opts: { fresh?: boolean } = {}): st
   const key = renderKey(args);
   const kept = opts.fresh ? undefined : renders.get(key);
   if (kept !== undefined) return kept;
-  const file = join(cacheDir, `${key}.yaml`);
+  const file = keptRenderFile(key);
   let out: string;
   if (!opts.fresh && existsSync(file)) out = readFileSync(file, "utf8");
   else {
