@@ -235,12 +235,12 @@ const env = {
   CHECKPOINT_DISABLE: "1",
 };
 // Its own process group, so an interrupt can reach every test file, not just the runner.
-// Four files at a time on two cores: much of a file's time is spent waiting (on terraform, child
-// processes, the test cluster's controllers and probes, leases), not on this machine's CPU. test-files.mjs runs them in the
+// Three files at a time on two cores: most test time is spent waiting on terraform, child
+// processes and the test cluster, not on this machine's CPU. test-files.mjs runs them in the
 // order given (node --test would sort them by path); the runner passes the --import on to them.
 child = spawn(
   process.execPath,
-  ["--import", join(scripts, "test-timeout.mjs"), join(scripts, "test-files.mjs"), "--concurrency=4", ...files],
+  ["--import", join(scripts, "test-timeout.mjs"), join(scripts, "test-files.mjs"), "--concurrency=3", ...files],
   { stdio: "inherit", env, detached: true },
 );
 let code = await new Promise((resolve) => child.on("exit", (c, s) => resolve(c ?? (s ? 1 : 0))));
