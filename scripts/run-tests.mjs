@@ -6,11 +6,12 @@
 // --lint (what `npm test` passes) runs the repository's lints beside the tests, at low priority,
 // so they cost the suite little wall time; once the tests end, the lints still running get this
 // script's own priority back where the system allows it (root), so on a machine busy with other
-// work they are not starved at the end of the run. The lints: the type-aware lint (eslint.promises.config.js, which
-// holds every rule of `eslint .` plus the two promise rules, so `eslint .` is not run twice) and
-// `prettier --check`. --lint-promises runs the type-aware lint alone. The run fails if a lint
-// does, its findings printed last. DROVER_TEST_LINT_DIR lints another directory (the runner's
-// own tests use it; its eslint.promises.config.js is then that directory's).
+// work they are not starved at the end of the run. The lints: the type-aware lint
+// (eslint.promises.config.js, which holds every rule of `eslint .` plus the two promise rules,
+// so `eslint .` is not run twice) and `prettier --check`. --lint-promises runs the type-aware
+// lint alone. The run fails if a lint does, its findings printed last. DROVER_TEST_LINT_DIR lints
+// another directory (the runner's own tests use it; its eslint.promises.config.js is then that
+// directory's).
 //
 // DROVER_TEST_TIMEOUT_MS (default 300000) bounds every test and hook that sets no timeout of
 // its own (see test-timeout.mjs). The PostgreSQL cluster is stopped however the run ends:

@@ -54,15 +54,17 @@ export async function createClaimedRun(
   input: CreateRunInput,
   claim: (db: Queryable) => Promise<boolean>,
 ): Promise<Run | null> {
+  // Best effort: a copy left behind costs storage only, and the caller wants the run's outcome
+  // (or the insert's own failure, which may be the database's), not the clean-up's.
+  const discard = () => deleteUnusedConfigurationVersion(ctx, input.configurationVersionId).catch(() => undefined);
   let id: string | null;
   try {
     id = await insertRun(ctx, input, claim);
   } catch (err) {
-    // Best effort: the failure may be the database's own, and the caller wants its cause.
-    await deleteUnusedConfigurationVersion(ctx, input.configurationVersionId).catch(() => undefined);
+    await discard();
     throw err;
   }
-  if (id === null) await deleteUnusedConfigurationVersion(ctx, input.configurationVersionId);
+  if (id === null) await discard();
   return id === null ? null : getRun(ctx, id);
 }
 
