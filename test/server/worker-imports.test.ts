@@ -4,7 +4,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
-import { fileURLToPath } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
 
 /*
  * The server starts a worker thread for every uploaded plan JSON and one per SQLite database.
@@ -47,7 +47,7 @@ function packagesOf(urls: string[]): string[] {
 
 /** Our own modules among `urls`, relative to packages/. */
 function ownModulesOf(urls: string[]): string[] {
-  const prefix = `file://${join(repo, "packages")}/`;
+  const prefix = `${pathToFileURL(join(repo, "packages")).href}/`;
   return urls.filter((u) => u.startsWith(prefix)).map((u) => u.slice(prefix.length));
 }
 
