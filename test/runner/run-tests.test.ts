@@ -122,8 +122,13 @@ describe("run-tests.mjs", { concurrency: true }, () => {
   async function mayRaisePriority(): Promise<boolean> {
     const niced = spawn("nice", ["-n", "10", "sleep", "30"], { stdio: "ignore" });
     try {
-      await new Promise((resolve) => niced.once("spawn", resolve));
-      setPriority(niced.pid as number, getPriority());
+      // No `nice` on the machine ends it too (an "error" instead of a "spawn"): then no pid, so false.
+      await new Promise((resolve) => {
+        niced.once("spawn", resolve);
+        niced.once("error", resolve);
+      });
+      if (niced.pid === undefined) return false;
+      setPriority(niced.pid, getPriority());
       return true;
     } catch {
       return false;
