@@ -1,5 +1,5 @@
 import { readFileSync } from "node:fs";
-import { parentPort, workerData } from "node:worker_threads";
+import { parentPort } from "node:worker_threads";
 import type { PlanSummary } from "@drover/protocol";
 import { messageOf } from "@drover/protocol/errors";
 import { destroysEverything, summarizePlan } from "@drover/protocol/plan";
@@ -8,25 +8,25 @@ import { redactJson, secretForms } from "@drover/runtime/redact";
 /*
  * The thread that turns an uploaded plan JSON into what is stored (see plan-json.ts): parsing,
  * summarising and redacting a document of up to DROVER_MAX_PLAN_JSON_MB take seconds of CPU
- * and several times its size in memory, none of which may hold the server's event loop.
+ * and several times its size in memory, none of which may hold the server's event loop. It
+ * renders one document per message, for as long as the server keeps it.
  */
 
-/** What the worker is started with: the body (a spooled file, or its bytes) and the sensitive values to redact. */
-export interface PlanJsonWorkerData {
+/** One document to render: the body (a spooled file, or its bytes) and the sensitive values to redact. */
+export interface PlanJsonRequest {
   source: { path: string } | { bytes: Uint8Array };
   sensitiveValues: string[];
 }
 
-/** The worker's one message. */
-export type PlanJsonWorkerReply =
+/** The answer to one request. */
+export type PlanJsonReply =
   | { kind: "done"; summary: PlanSummary; destroysAll: boolean; json: Uint8Array }
   | { kind: "invalid_json"; message: string };
 
 const port = parentPort;
 if (!port) throw new Error("plan-json-worker.js runs as a worker thread");
-const { source, sensitiveValues } = workerData as PlanJsonWorkerData;
 
-function render(): PlanJsonWorkerReply {
+function render({ source, sensitiveValues }: PlanJsonRequest): PlanJsonReply {
   const bytes = "path" in source ? readFileSync(source.path) : Buffer.from(source.bytes);
   let parsed: unknown;
   try {
@@ -44,5 +44,7 @@ function render(): PlanJsonWorkerReply {
   };
 }
 
-const reply = render();
-port.postMessage(reply, reply.kind === "done" ? [reply.json.buffer as ArrayBuffer] : []);
+port.on("message", (request: PlanJsonRequest) => {
+  const reply = render(request);
+  port.postMessage(reply, reply.kind === "done" ? [reply.json.buffer as ArrayBuffer] : []);
+});
