@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { writeFileSync } from "node:fs";
+import { copyFileSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { routes } from "@drover/protocol";
@@ -31,7 +31,9 @@ resource "terraform_data" "b" { input = "b" }
 output "greeting" { value = var.greeting }
 `;
 
-async function runs(workspace: string): Promise<{ id: string; status: string; planOnly: boolean }[]> {
+async function runs(
+  workspace: string,
+): Promise<{ id: string; status: string; planOnly: boolean; configurationVersionId: string }[]> {
   const res = await tc.stack.server.api(routes.listRuns, { query: { workspace } });
   return res.body.items;
 }
@@ -102,11 +104,14 @@ describe("terraform with a cloud block runs remotely on Drover", () => {
       .api(routes.listRuns, { query: { workspace: ws, limit: 1 } })
       .then((r) => r.body.items);
     assert.equal(run.refresh, false);
-    // A saved cloud plan (-out) is refused when the run is created, saying why.
-    const saved = await tc.terraform(["plan", "-out=saved.tfplan"], dir);
-    assert.equal(saved.code, 1, saved.output);
-    assert.match(saved.output, /saved cloud plans \(plan -out\) are not supported by Drover/);
-    assert.equal((await runs(ws)).length, runsBefore + 1, "the refused plan created no run");
+    assert.equal((await runs(ws)).length, runsBefore + 1);
+    // A saved plan with nothing to change ends there: its file has nothing to apply.
+    const saved = await tc.terraform(["plan", "-out=nothing.tfplan"], dir);
+    assert.equal(saved.code, 0, saved.output);
+    assert.equal((await runs(ws))[0]?.status, "planned_and_finished");
+    const apply = await tc.terraform(["apply", "nothing.tfplan"], dir);
+    assert.equal(apply.code, 1, apply.output);
+    assert.match(apply.output, /Saved plan has no changes/);
   });
 
   test("-auto-approve with -var and -target: only the target changes, to the run's value", async () => {
@@ -152,6 +157,88 @@ describe("terraform with a cloud block runs remotely on Drover", () => {
     assert.equal(destroy.code, 0, destroy.output);
     assert.match(destroy.output, /Resources: 0 added, 0 changed, 2 destroyed/);
     assert.deepEqual(await outputs(ws), {});
+  });
+});
+
+describe("saved cloud plans: plan -out, then apply the file", () => {
+  const ws = "saved";
+  let dir: string;
+  before(async () => {
+    dir = tc.config("saved", { name: ws }, { "main.tf": main });
+    const init = await tc.terraform(["init", "-input=false"], dir);
+    assert.equal(init.code, 0, init.output);
+  });
+
+  test("the saved run waits for its apply and holds the workspace; applying the file applies that run once", async () => {
+    // Even on a workspace that applies its runs by itself: a saved plan waits for its file's apply.
+    const auto = await tc.stack.server.api(routes.updateWorkspace, { params: { ws }, body: { autoApply: true } });
+    assert.equal(auto.status, 200, JSON.stringify(auto.body));
+    const plan = await tc.terraform(["plan", "-out=saved.tfplan"], dir);
+    assert.equal(plan.code, 0, plan.output);
+    assert.match(plan.output, /Plan: 2 to add/);
+    const bookmark = JSON.parse(readFileSync(join(dir, "saved.tfplan"), "utf8")) as {
+      run_id: string;
+      hostname: string;
+    };
+    assert.equal(bookmark.hostname, tc.hostname);
+    const [saved] = await runs(ws);
+    assert.equal(saved?.id, bookmark.run_id, "the file names the run that planned");
+    assert.equal(saved?.status, "planned", "it waits for an apply, not applied by the plan");
+    assert.equal(saved?.planOnly, false);
+    assert.equal(await stateSerial(ws), null, "a saved plan writes no state");
+    const shown = await tc.terraform(["show", "-json", "saved.tfplan"], dir);
+    assert.equal(shown.code, 0, shown.output);
+    const planJson = JSON.parse(shown.output.slice(shown.output.indexOf("{"))) as {
+      resource_changes: { address: string; change: { actions: string[] } }[];
+    };
+    assert.deepEqual(planJson.resource_changes.map((c) => `${c.address} ${c.change.actions.join()}`).sort(), [
+      "terraform_data.a create",
+      "terraform_data.b create",
+    ]);
+    // A run started meanwhile waits behind it: the plan stays the plan of the state it read.
+    const queuedBehind = await tc.stack.server.api(routes.createRun, {
+      body: { workspace: ws, configurationVersionId: saved?.configurationVersionId ?? "", planOnly: true },
+    });
+    assert.equal(queuedBehind.status, 201, JSON.stringify(queuedBehind.body));
+    assert.equal(queuedBehind.body.status, "pending");
+
+    const apply = await tc.terraform(["apply", "saved.tfplan"], dir);
+    assert.equal(apply.code, 0, apply.output);
+    assert.match(apply.output, /Apply complete! Resources: 2 added/);
+    assert.doesNotMatch(apply.output, /Do you want to perform these actions/, "a saved plan applies unasked");
+    const after = await runs(ws);
+    assert.equal(after.find((r) => r.id === saved?.id)?.status, "applied");
+    assert.equal(await stateSerial(ws), 1);
+    assert.deepEqual(await outputs(ws), { greeting: "hello" });
+    await tc.stack.waitForRun(queuedBehind.body.id, ["planned_and_finished"]);
+
+    const again = await tc.terraform(["apply", "saved.tfplan"], dir);
+    assert.equal(again.code, 1, again.output);
+    assert.match(again.output, /Saved plan is already applied/);
+    assert.equal(await stateSerial(ws), 1);
+  });
+
+  test("a discarded saved plan cannot be applied; a plan file from another workspace is refused", async () => {
+    writeFileSync(join(dir, "main.tf"), main.replace('default = "hello"', 'default = "changed"'));
+    const plan = await tc.terraform(["plan", "-out=discarded.tfplan"], dir);
+    assert.equal(plan.code, 0, plan.output);
+    const [run] = await runs(ws);
+    assert.equal(run?.status, "planned");
+    assert.equal((await tc.stack.server.api(routes.discardRun, { params: { id: run?.id ?? "" } })).status, 200);
+    const apply = await tc.terraform(["apply", "discarded.tfplan"], dir);
+    assert.equal(apply.code, 1, apply.output);
+    assert.match(apply.output, /Saved plan is discarded/);
+    assert.deepEqual(await outputs(ws), { greeting: "hello" }, "nothing applied");
+
+    const other = tc.config("saved-other", { name: "saved-other" }, { "main.tf": main });
+    assert.equal((await tc.terraform(["init", "-input=false"], other)).code, 0);
+    const elsewhere = await tc.terraform(["plan", "-out=other.tfplan"], other);
+    assert.equal(elsewhere.code, 0, elsewhere.output);
+    copyFileSync(join(other, "other.tfplan"), join(dir, "other.tfplan"));
+    const wrong = await tc.terraform(["apply", "other.tfplan"], dir);
+    assert.equal(wrong.code, 1, wrong.output);
+    assert.match(wrong.output, /Saved plan is for a different workspace/);
+    assert.equal((await runs("saved-other"))[0]?.status, "planned", "the other workspace's run is untouched");
   });
 });
 

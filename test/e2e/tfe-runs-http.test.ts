@@ -283,3 +283,31 @@ resource "terraform_data" "stubborn" {
     writeFileSync(gate, "");
   });
 });
+
+test("save-plan: the run plans and waits for its apply even when asked to auto-apply; json-output serves its plan", async () => {
+  const cv = await uploadedConfiguration(false);
+  const created = await call("POST", "/api/v2/runs", {
+    body: runBody(cv.id, {
+      "save-plan": true,
+      "auto-apply": true,
+      variables: [
+        { key: "greeting", value: '"saved"' },
+        { key: "tags", value: "{}" },
+      ],
+    }),
+  });
+  assert.equal(created.status, 201, JSON.stringify(created.json));
+  assert.equal(created.json.data.attributes["save-plan"], true);
+  assert.equal(created.json.data.attributes["auto-apply"], false, "a saved plan is applied by its file, not by itself");
+  const runId: string = created.json.data.id;
+  const planned = await waitForStatus(runId, ["planned", "applied", "errored", "canceled"]);
+  assert.equal(planned.attributes.status, "planned");
+  assert.equal(planned.attributes.actions["is-confirmable"], true);
+  const output = await call("GET", `/api/v2/plans/${planned.relationships.plan.data.id}/json-output`);
+  assert.equal(output.status, 200, output.bytes.toString());
+  const plan = JSON.parse(output.bytes.toString("utf8"));
+  assert.equal(plan.variables.greeting.value, "saved");
+  assert.ok(plan.resource_changes.some((c: { address: string }) => c.address === "terraform_data.a"));
+  assert.equal((await call("POST", `/api/v2/runs/${runId}/actions/discard`, { body: {} })).status, 202);
+  assert.equal((await waitForStatus(runId, ["discarded"])).attributes.status, "discarded");
+});

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { after, before, test } from "node:test";
 import { routes } from "@drover/protocol";
+import { rawTarGz } from "../support/archives.js";
 import { startTestServer, type TestServer } from "../support/server.js";
 
 /*
@@ -236,4 +237,26 @@ test("a state version without inline state is given signed upload URLs: the PUT 
     null,
   );
   assert.equal(refused.status, 409, refused.text);
+});
+
+test("a plan's json-output: a JSON:API 404 for a run without plan JSON or an id of another shape, 401 without a token", async () => {
+  await server.api(routes.createPool, { body: { name: "json-output" } });
+  const ws = await server.api(routes.createWorkspace, { body: { name: "json-output", pool: "json-output" } });
+  assert.equal(ws.status, 201, JSON.stringify(ws.body));
+  const cv = await server.api(routes.uploadConfiguration, {
+    params: { ws: "json-output" },
+    body: rawTarGz([{ path: "main.tf", content: "" }]),
+  });
+  const run = await server.api(routes.createRun, {
+    body: { workspace: "json-output", configurationVersionId: cv.body.id },
+  });
+  assert.equal(run.status, 201, JSON.stringify(run.body));
+  const planId = `plan-${String(run.body.id).replace(/^run-/, "")}`;
+  for (const path of [`/api/v2/plans/${planId}/json-output`, "/api/v2/plans/run-x/json-output"]) {
+    const missing = await call("GET", path);
+    assert.equal(missing.status, 404, path);
+    assert.equal(missing.json.errors[0].status, "404", path);
+  }
+  const anonymous = await call("GET", `/api/v2/plans/${planId}/json-output`, undefined, null);
+  assert.equal(anonymous.status, 401);
 });

@@ -1,5 +1,6 @@
 import { DroverError, isTerminalRun, type Phase, type Run, type RunStatus } from "@drover/protocol";
 import type { HttpContext } from "../http/context.js";
+import { readPlanJson } from "../store/plans.js";
 import { getRun } from "../store/runs.js";
 import { capabilityKey, signCapability } from "./capability.js";
 import { isoTime, one, type ResourceObject } from "./jsonapi.js";
@@ -131,6 +132,13 @@ export const phaseRoutes = {
     summary: "Show a run's plan: its status and a signed log URL",
     auth: "user",
   }),
+  planJsonOutput: tfeRoute({
+    method: "GET",
+    path: `${tfeApi}/plans/:id/json-output`,
+    summary:
+      "A run's plan as `terraform show -json` renders it (sensitive values masked), for `show -json` of a saved plan",
+    auth: "user",
+  }),
   getApply: tfeRoute({
     method: "GET",
     path: `${tfeApi}/applies/:id`,
@@ -149,4 +157,10 @@ export function registerPhaseRoutes(serve: TfeRegistrar, http: HttpContext): voi
       return ok(one(await phaseResource(http, phase, run)));
     });
   }
+  // HCP Terraform keeps an unmasked copy for its admins; Drover keeps only the one it stores,
+  // with the workspace's sensitive values masked, which is what every reader gets.
+  serve(phaseRoutes.planJsonOutput, async ({ params }) => {
+    const run = await getRun(http.store, runIdOf("plan", params.id ?? ""));
+    return { status: 200, bytes: await readPlanJson(http.store, run.id), contentType: "application/json" };
+  });
 }

@@ -76,7 +76,10 @@ export const runRoutes = {
 const cancelable = new Set(["pending", "queued", "planning", "confirmed", "applying"]);
 
 /** The run as TFE shows it; `actions` and the plan and apply relationships are never left out (terraform dereferences them). */
-export function runResource(run: Run, extra: { variables?: { key: string; value: string }[] } = {}): ResourceObject {
+export function runResource(
+  run: Run,
+  extra: { variables?: { key: string; value: string }[]; savePlan?: boolean } = {},
+): ResourceObject {
   const planned = run.status === "planned";
   const live = !isTerminalRun(run.status);
   return {
@@ -93,7 +96,7 @@ export function runResource(run: Run, extra: { variables?: { key: string; value:
       "replace-addrs": run.replaces,
       "auto-apply": run.autoApply,
       "plan-only": run.planOnly,
-      "save-plan": false,
+      "save-plan": extra.savePlan ?? false,
       "has-changes": run.planSummary?.hasChanges ?? false,
       "created-at": isoTime(Date.parse(run.createdAt)),
       "status-timestamps": {},
@@ -171,15 +174,16 @@ export function registerRunRoutes(serve: TfeRegistrar, http: HttpContext): void 
         "invalid relationship",
         `configuration version ${cv.id} is ${cv.status}, not uploaded`,
       );
-    if (attribute(doc, "save-plan", z.boolean()) === true)
-      throw new JsonApiError(422, "invalid attribute", "saved cloud plans (plan -out) are not supported by Drover");
+    // `plan -out`: a run that plans and then waits, like one awaiting its confirmation, until
+    // `terraform apply <file>` applies it (or someone discards it); it holds its workspace meanwhile.
+    const savePlan = attribute(doc, "save-plan", z.boolean()) === true;
     const variables = attribute(doc, "variables", variablesSchema) ?? [];
     const run = await createRun(ctx, {
       workspace: ws.id,
       configurationVersionId: cv.id,
       planOnly: cv.speculative || attribute(doc, "plan-only", z.boolean()) === true,
       isDestroy: attribute(doc, "is-destroy", z.boolean()) ?? false,
-      autoApply: attribute(doc, "auto-apply", z.boolean()),
+      autoApply: savePlan ? false : attribute(doc, "auto-apply", z.boolean()),
       // -auto-approve never posts an apply: a held run that waited would keep terraform waiting for ever.
       whenGuarded: "fail",
       message: attribute(doc, "message", z.string().max(4000)) ?? "Queued by terraform",
@@ -191,7 +195,7 @@ export function registerRunRoutes(serve: TfeRegistrar, http: HttpContext): void 
       engine: engineOfClient(req.headers["user-agent"]),
       variables,
     });
-    return created(one(runResource(run, { variables })));
+    return created(one(runResource(run, { variables, savePlan })));
   });
 
   serve(r.getRun, async ({ params, query }) => {
