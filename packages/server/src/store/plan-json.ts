@@ -93,7 +93,9 @@ export class PlanJsonThread {
     const worker = this.worker ?? this.start();
     // A thread with work keeps the process alive until it answers; an idle one does not.
     worker.ref();
-    worker.postMessage(pending.request);
+    // The bytes are this request's own copy (see render): moved to the thread, not copied again.
+    const { source } = pending.request;
+    worker.postMessage(pending.request, "bytes" in source ? [source.bytes.buffer as ArrayBuffer] : []);
   }
 
   private idle(): void {
