@@ -28,9 +28,22 @@ function heavy(mbytes: number): Buffer {
   return Buffer.from(`{"resource_changes":[],"padding":[${item.repeat((mbytes * 1024 * 1024) / item.length)}{}]}`);
 }
 
-test("plans rendered one after another share one thread, each summarised and redacted", async () => {
-  const thread = new store.PlanJsonThread(64, 60_000);
+/** Runs `use` with a thread of its own, closed afterwards whatever happens. */
+async function withThread(
+  heapMb: number,
+  idleMs: number,
+  use: (t: store.PlanJsonThread) => Promise<void>,
+): Promise<void> {
+  const thread = new store.PlanJsonThread(heapMb, idleMs);
   try {
+    await use(thread);
+  } finally {
+    await thread.close();
+  }
+}
+
+test("plans rendered one after another share one thread, each summarised and redacted", async () => {
+  await withThread(64, 60_000, async (thread) => {
     for (let n = 1; n <= 3; n++) {
       const body = plan(n, "hunter2-secret");
       const rendered = await thread.render(body, body.length, ["hunter2-secret"]);
@@ -38,14 +51,11 @@ test("plans rendered one after another share one thread, each summarised and red
       assert.doesNotMatch(rendered.json.toString("utf8"), /hunter2-secret/);
     }
     assert.equal(thread.started, 1);
-  } finally {
-    await thread.close();
-  }
+  });
 });
 
 test("documents sent at once are each answered with their own rendering", async () => {
-  const thread = new store.PlanJsonThread(64, 60_000);
-  try {
+  await withThread(64, 60_000, async (thread) => {
     const bodies = [5, 1, 3, 2, 4].map((n) => plan(n, `value-${n}`));
     const rendered = await Promise.all(bodies.map((b) => thread.render(b, b.length, [])));
     assert.deepEqual(
@@ -57,14 +67,11 @@ test("documents sent at once are each answered with their own rendering", async 
       ["value-5", "value-1", "value-3", "value-2", "value-4"],
     );
     assert.equal(thread.started, 1);
-  } finally {
-    await thread.close();
-  }
+  });
 });
 
 test("a document that is not JSON is refused and the thread goes on", async () => {
-  const thread = new store.PlanJsonThread(64, 60_000);
-  try {
+  await withThread(64, 60_000, async (thread) => {
     const bad = Buffer.from('{"resource_changes": [');
     await assert.rejects(thread.render(bad, bad.length, []), (err: unknown) => {
       assert.ok(err instanceof DroverError);
@@ -74,14 +81,11 @@ test("a document that is not JSON is refused and the thread goes on", async () =
     const good = plan(2, "x");
     assert.equal((await thread.render(good, good.length, [])).summary.add, 2);
     assert.equal(thread.started, 1);
-  } finally {
-    await thread.close();
-  }
+  });
 });
 
 test("a document that exhausts the thread's heap is refused as too large; the one behind it is rendered", async () => {
-  const thread = new store.PlanJsonThread(32, 60_000);
-  try {
+  await withThread(32, 60_000, async (thread) => {
     const huge = heavy(24);
     const after = plan(2, "after");
     const [first, second] = await Promise.allSettled([
@@ -95,22 +99,17 @@ test("a document that exhausts the thread's heap is refused as too large; the on
     assert.equal(second.status, "fulfilled", String((second as PromiseRejectedResult).reason));
     assert.equal(second.value.summary.add, 2);
     assert.equal(thread.started, 2, "a new thread took over");
-  } finally {
-    await thread.close();
-  }
+  });
 });
 
 test("a thread without work ends after its idle time, and the next document starts another", async () => {
-  const thread = new store.PlanJsonThread(64, 20);
-  try {
+  await withThread(64, 20, async (thread) => {
     const body = plan(1, "x");
     await thread.render(body, body.length, []);
     await until("the idle thread to end", () => !thread.running);
     assert.equal((await thread.render(body, body.length, [])).summary.add, 1);
     assert.equal(thread.started, 2);
-  } finally {
-    await thread.close();
-  }
+  });
 });
 
 test("an idle thread does not keep the process alive", () => {
