@@ -187,6 +187,25 @@ async function runAgent(session: string, interval: number, i: number): Promise<v
   await polling;
 }
 
+/**
+ * Registers one agent, trying again (as a real agent does) when the server cannot be reached: a
+ * thousand agents connecting at once can fill a busy server's accept queue. Each failure counts.
+ */
+async function register(name: string): Promise<{ sessionToken: string; heartbeatIntervalMs: number }> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await client.call(routes.register, {
+        token,
+        body: { name, version: "bench", driver: "local", capacity: 1 },
+      });
+    } catch (err) {
+      if ((err as { code?: string }).code !== "server_unreachable" || attempt === 5) throw err;
+      failed(err);
+      await sleep(1000 * attempt);
+    }
+  }
+}
+
 // A few registrations at a time, each agent starting its polls and heartbeats as soon as it is
 // registered (as a real agent does): registered one by one and started together, a loaded
 // machine took over a minute for a worker's thousand and the first were declared lost.
@@ -196,10 +215,7 @@ let next = 0;
 await Promise.all(
   Array.from({ length: registerConcurrency }, async () => {
     for (let i = next++; i < count; i = next++) {
-      const reg = await client.call(routes.register, {
-        token,
-        body: { name: `${prefix}-${i}`, version: "bench", driver: "local", capacity: 1 },
-      });
+      const reg = await register(`${prefix}-${i}`);
       agents.push(runAgent(reg.sessionToken, reg.heartbeatIntervalMs, i));
     }
   }),
