@@ -288,21 +288,34 @@ export class ContainerProcess {
     });
     this.started.catch(() => undefined);
     let startedOk = false;
+    // The setup writes nothing before its ready byte, but the pipes are read in no fixed
+    // order: a quick container's output can be read before that byte. Until it comes, output
+    // is held; it is the container's once the setup says it started, else the setup's error.
+    let early: Buffer[] = [];
+    const output = (d: Buffer): void => {
+      if (startedOk) spec.onOutput(d);
+      else early.push(d);
+    };
+    const markStarted = (): void => {
+      startedOk = true;
+      for (const d of early) spec.onOutput(d);
+      early = [];
+      resolveStarted();
+    };
     if (spec.podman) {
       // Created first, so a failure to create (a missing image, a bad mount) is a start error;
       // then started attached: the child's output is the container's, its exit code the container's.
+      // The create's messages are kept back: on success they are not the container's output.
       const podman = spec.podman;
       const script =
-        'podman "$@" >/dev/null || exit 128; printf k >&3; exec 3>&-; exec podman start --attach "$KTC_PODMAN_NAME"';
+        'e=$(podman "$@" 2>&1 >/dev/null) || { printf "%s\\n" "$e" >&2; exit 128; }; ' +
+        'printf k >&3; exec 3>&-; exec podman start --attach "$KTC_PODMAN_NAME"';
       this.child = spawn("/bin/sh", ["-c", script, "ktc-podman", ...podmanCreateArgs({ ...spec, podman })], {
         env: { ...process.env, ...podman.env, KTC_PODMAN_NAME: podman.name },
         stdio: ["ignore", "pipe", "pipe", "pipe"],
       });
       const ready = this.child.stdio[3];
-      ready?.on("data", () => {
-        startedOk = true;
-        resolveStarted();
-      });
+      ready?.on("data", markStarted);
       ready?.on("error", () => undefined);
     } else if (spec.isolation === "namespace") {
       mkdirSync(spec.rootDir, { recursive: true });
@@ -334,10 +347,7 @@ export class ContainerProcess {
         },
       );
       const ready = this.child.stdio[3];
-      ready?.on("data", () => {
-        startedOk = true;
-        resolveStarted();
-      });
+      ready?.on("data", markStarted);
       ready?.on("error", () => undefined);
     } else {
       const rw = rewriter(spec.mounts);
@@ -364,22 +374,20 @@ export class ContainerProcess {
         detached: true,
         ...(u && process.getuid?.() === 0 ? { uid: u.uid, gid: u.gid } : {}),
       });
-      this.child.on("spawn", () => {
-        startedOk = true;
-        resolveStarted();
-      });
+      this.child.on("spawn", markStarted);
       this.child.on("error", (e) => {
         setupErr = `exec: "${cmd}": ${(e as NodeJS.ErrnoException).code === "ENOENT" ? "executable file not found in $PATH" : e.message}`;
       });
     }
-    this.child.stdout?.on("data", (d: Buffer) => (startedOk ? spec.onOutput(d) : (setupErr += d.toString())));
-    this.child.stderr?.on("data", (d: Buffer) => (startedOk ? spec.onOutput(d) : (setupErr += d.toString())));
+    this.child.stdout?.on("data", output);
+    this.child.stderr?.on("data", output);
     this.exited = new Promise<ExitInfo>((resolve) => {
       let done = false;
       const finish = (code: number | null, signal: NodeJS.Signals | null): void => {
         if (done) return;
         done = true;
         this.exitInfo = { exitCode: code ?? (signal ? 128 + (signalNumbers[signal] ?? 9) : 1), signal };
+        setupErr += Buffer.concat(early).toString();
         if (!startedOk) rejectStarted(new Error(setupErr.trim() || `container setup failed (exit ${String(code)})`));
         resolve(this.exitInfo);
       };
