@@ -43,6 +43,19 @@ export function vcsStatusOf(err: unknown): number | undefined {
   return typeof s === "number" ? s : undefined;
 }
 
+/**
+ * Why a call failed: with an HTTP answer, the client's message; without one, the innermost cause,
+ * since fetch says only "fetch failed" and Octokit "Request was cancelled." where undici names
+ * the refused connection or the proxy's answer.
+ */
+export function failureReason(err: unknown, answered: boolean): string {
+  let inner: unknown = err;
+  if (!answered)
+    for (let depth = 0; depth < 5 && inner instanceof Error && inner.cause instanceof Error; depth++)
+      inner = inner.cause;
+  return messageOf(inner);
+}
+
 /** Whether `err` is an abort or timeout of a fetch. */
 export function isTimeout(err: unknown): boolean {
   const name = err instanceof Error ? err.name : "";

@@ -1,7 +1,8 @@
 import { Octokit } from "@octokit/rest";
 import { createAppAuth } from "@octokit/auth-app";
-import { deadlineSignal, isTimeout, vcsApiError } from "./api-errors.js";
+import { deadlineSignal, failureReason, isTimeout, vcsApiError } from "./api-errors.js";
 import { dispatch, type OperationHandlers, type VcsClient, type VcsEndpoint } from "./operations.js";
+import { vcsFetch } from "./proxy.js";
 
 /*
  * The VCS operations against GitHub (github.com or a GitHub Enterprise Server) through Octokit.
@@ -21,6 +22,8 @@ function ownerRepo(repository: string): { owner: string; repo: string } {
 }
 
 function statusOf(err: unknown): number | undefined {
+  // Octokit gives a request that got no answer (refused, reset, a proxy's refusal) status 500 too.
+  if ((err as { response?: unknown }).response === undefined) return undefined;
   const s = (err as { status?: unknown }).status;
   return typeof s === "number" && s >= 100 ? s : undefined;
 }
@@ -37,7 +40,7 @@ export function githubClient(endpoint: VcsEndpoint, options: { deadlineMs: numbe
           privateKey: auth.privateKey,
           installationId: auth.installationId,
           // Unauthenticated: the app authenticates the token request itself with its JWT.
-          request: new Octokit({ baseUrl: endpoint.apiUrl, log: silent }).request,
+          request: new Octokit({ baseUrl: endpoint.apiUrl, log: silent, request: { fetch: vcsFetch } }).request,
           log: silent,
         })
       : undefined;
@@ -56,14 +59,19 @@ export function githubClient(endpoint: VcsEndpoint, options: { deadlineMs: numbe
   ) {
     const signal = deadlineSignal(options.deadlineMs, outer);
     try {
-      const octokit = new Octokit({ baseUrl: endpoint.apiUrl, auth: await token(signal), log: silent });
+      const octokit = new Octokit({
+        baseUrl: endpoint.apiUrl,
+        auth: await token(signal),
+        log: silent,
+        request: { fetch: vcsFetch },
+      });
       return await work(octokit, signal);
     } catch (err) {
       throw vcsApiError({
         provider: "github",
         operation,
         status: statusOf(err),
-        reason: err instanceof Error ? err.message : String(err),
+        reason: failureReason(err, statusOf(err) !== undefined),
         secrets: [...secrets],
         timedOut: signal.aborted && isTimeout(signal.reason),
       });
@@ -185,7 +193,7 @@ export function githubClient(endpoint: VcsEndpoint, options: { deadlineMs: numbe
           provider: "github",
           operation: "installation token",
           status: statusOf(err),
-          reason: err instanceof Error ? err.message : String(err),
+          reason: failureReason(err, statusOf(err) !== undefined),
           secrets: [...secrets],
           timedOut: signal.aborted,
         });

@@ -1,6 +1,7 @@
 import { Gitlab } from "@gitbeaker/rest";
-import { isTimeout, vcsApiError } from "./api-errors.js";
+import { failureReason, isTimeout, vcsApiError } from "./api-errors.js";
 import { dispatch, type OperationHandlers, type VcsClient, type VcsEndpoint } from "./operations.js";
+import { vcsDispatcher } from "./proxy.js";
 
 /*
  * The VCS operations against GitLab (gitlab.com or self-managed) through Gitbeaker. The API base
@@ -37,13 +38,19 @@ export function gitlabClient(endpoint: VcsEndpoint, options: { deadlineMs: numbe
   const auth = endpoint.auth;
   if (auth.kind !== "token") throw new Error("a GitLab connection authenticates with a token");
   const token = auth.token;
-  const api = new Gitlab({ host: gitbeakerHost(endpoint.apiUrl), token, queryTimeout: options.deadlineMs });
+  const api = new Gitlab({
+    host: gitbeakerHost(endpoint.apiUrl),
+    token,
+    queryTimeout: options.deadlineMs,
+    // Typed as an http.Agent, but gitbeaker hands it to fetch as its dispatcher.
+    agent: vcsDispatcher() as never,
+  });
 
   async function call<T>(operation: string, signal: AbortSignal | undefined, work: () => Promise<T>): Promise<T> {
     try {
       return await within(work(), signal);
     } catch (err) {
-      const reason = err instanceof Error ? err.message : String(err);
+      const reason = failureReason(err, statusOf(err) !== undefined);
       throw vcsApiError({
         provider: "gitlab",
         operation,

@@ -401,24 +401,24 @@ export const agentSettings = {
     parse: text,
     section: "agent",
   }),
-  // Read by undici's EnvHttpProxyAgent in every outbound client; listed so they are documented and reserved.
+  // Read by undici's EnvHttpProxyAgent in every outbound client (and by git); listed so they are documented and reserved.
   HTTP_PROXY: setting({
-    doc: "proxy for outbound `http://` requests; honoured by the agent and the CLI and passed to runs",
-    readers: [...allAgents, "cli"],
+    doc: "proxy for outbound `http://` requests; honoured by the agents, the CLI and the server's VCS calls (API and git), and passed to runs",
+    readers: ["server", ...allAgents, "cli"],
     parse: text,
     section: "agent",
     reserved: true,
   }),
   HTTPS_PROXY: setting({
-    doc: "proxy for outbound `https://` requests; honoured by the agent and the CLI and passed to runs",
-    readers: [...allAgents, "cli"],
+    doc: "proxy for outbound `https://` requests; honoured by the agents, the CLI and the server's VCS calls (API and git), and passed to runs",
+    readers: ["server", ...allAgents, "cli"],
     parse: text,
     section: "agent",
     reserved: true,
   }),
   NO_PROXY: setting({
     doc: "hosts reached without the proxy",
-    readers: [...allAgents, "cli"],
+    readers: ["server", ...allAgents, "cli"],
     parse: text,
     section: "agent",
     reserved: true,
