@@ -34,6 +34,7 @@ function assignmentOf(phase: "plan" | "apply"): JobAssignment {
     replaces: [],
     refreshOnly: false,
     refresh: true,
+    providerSchemas: false,
     workspace: {
       id: "ws",
       name: "ws",
@@ -100,6 +101,7 @@ async function runJob(assignment: JobAssignment, script: Script = {}) {
       );
     },
     uploadPlanJson: async () => void events.push("upload plan JSON"),
+    uploadProviderSchemas: async () => void events.push("upload provider schemas"),
     downloadPlan: async () => {
       events.push("download plan");
       return Buffer.from("plan");
@@ -132,7 +134,8 @@ async function runJob(assignment: JobAssignment, script: Script = {}) {
     },
     capture: async (_command, args) => {
       events.push(`capture ${args.slice(0, 2).join(" ")}`);
-      return { code: 0, stdout: Buffer.from("{}") };
+      const { code } = script.steps?.[args[0] ?? ""] ?? { code: 0 };
+      return { code, stdout: Buffer.from(code === 0 ? "{}" : "") };
     },
   };
   // An agent of the time before one plan-JSON path ran steps side by side and might be told to
@@ -176,6 +179,24 @@ test("a plan job runs its stages in order, renders the plan JSON and uploads it 
     r.spans.every((s) => s.error === undefined),
     JSON.stringify(r.spans),
   );
+});
+
+test("a saved plan's job also uploads the providers' schemas; their failure is a log line, not the run's", async () => {
+  const saved = { ...assignmentOf("plan"), providerSchemas: true };
+  const r = await runJob(saved, { steps: { plan: { code: 2 } } });
+  assert.deepEqual(r.events.filter((e) => e !== "variables").slice(-4), [
+    "upload plan JSON",
+    "capture providers schema",
+    "upload provider schemas",
+    "finish succeeded",
+  ]);
+  const failing = await runJob(
+    { ...assignmentOf("plan"), providerSchemas: true },
+    { steps: { plan: { code: 2 }, providers: { code: 1 } } },
+  );
+  assert.ok(!failing.events.includes("upload provider schemas"), failing.events.join("\n"));
+  assert.deepEqual(failing.finished, [{ outcome: "succeeded", message: null }]);
+  assert.match(failing.log, /\[drover\] the providers' schemas are not stored/);
 });
 
 test("an apply job never renders the plan JSON: it applies, reads the outputs and uploads them", async () => {

@@ -195,6 +195,13 @@ describe("saved cloud plans: plan -out, then apply the file", () => {
       "terraform_data.a create",
       "terraform_data.b create",
     ]);
+    // The human form: terraform renders the plan itself, with the providers' schemas the run's plan job kept.
+    const human = await tc.terraform(["show", "-no-color", "saved.tfplan"], dir);
+    assert.equal(human.code, 0, human.output);
+    assert.match(human.output, /# terraform_data\.a will be created/);
+    assert.match(human.output, /# terraform_data\.b will be created/);
+    assert.match(human.output, /Plan: 2 to add, 0 to change, 0 to destroy/);
+    assert.match(human.output, /Run status: planned \(confirmable\)/);
     // A run started meanwhile waits behind it: the plan stays the plan of the state it read.
     const queuedBehind = await tc.stack.server.api(routes.createRun, {
       body: { workspace: ws, configurationVersionId: saved?.configurationVersionId ?? "", planOnly: true },

@@ -308,6 +308,23 @@ test("save-plan: the run plans and waits for its apply even when asked to auto-a
   const plan = JSON.parse(output.bytes.toString("utf8"));
   assert.equal(plan.variables.greeting.value, "saved");
   assert.ok(plan.resource_changes.some((c: { address: string }) => c.address === "terraform_data.a"));
+  // For the human `terraform show`: the same plan, with the providers' schemas its plan job kept.
+  const redacted = await call("GET", `/api/v2/plans/${planned.relationships.plan.data.id}/json-output-redacted`);
+  assert.equal(redacted.status, 200, redacted.bytes.toString());
+  const withSchemas = JSON.parse(redacted.bytes.toString("utf8"));
+  assert.deepEqual(withSchemas.resource_changes, plan.resource_changes);
+  assert.equal(withSchemas.provider_format_version, "1.0");
+  assert.ok(withSchemas.provider_schemas["terraform.io/builtin/terraform"].resource_schemas.terraform_data);
   assert.equal((await call("POST", `/api/v2/runs/${runId}/actions/discard`, { body: {} })).status, 202);
   assert.equal((await waitForStatus(runId, ["discarded"])).attributes.status, "discarded");
+  // Only a saved plan's job runs `providers schema`: another run has its plan JSON, not the human form.
+  const other = await call("POST", "/api/v2/runs", {
+    body: runBody(cv.id, { "plan-only": true, variables: [{ key: "tags", value: "{}" }] }),
+  });
+  assert.equal(other.status, 201, JSON.stringify(other.json));
+  const done = await waitForStatus(other.json.data.id, ["planned_and_finished", "errored"]);
+  assert.equal(done.attributes.status, "planned_and_finished");
+  const planId = done.relationships.plan.data.id;
+  assert.equal((await call("GET", `/api/v2/plans/${planId}/json-output`)).status, 200);
+  assert.equal((await call("GET", `/api/v2/plans/${planId}/json-output-redacted`)).status, 404);
 });

@@ -697,6 +697,25 @@ const routeCases: Case[] = [
     },
   },
   {
+    route: "uploadProviderSchemas",
+    code: "payload_too_large",
+    run: async () => {
+      const { job, client } = await startedJob();
+      return client.call(routes.uploadProviderSchemas, {
+        params: { id: job.jobId },
+        body: Buffer.alloc(1024 * 1024 + 1, " "),
+      });
+    },
+  },
+  {
+    route: "uploadProviderSchemas",
+    code: "invalid_json",
+    run: async () => {
+      const { job, client } = await startedJob();
+      return client.call(routes.uploadProviderSchemas, { params: { id: job.jobId }, body: Buffer.from("[]") });
+    },
+  },
+  {
     route: "startJob",
     code: "job_already_started",
     run: async () => {

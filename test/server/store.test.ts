@@ -537,6 +537,40 @@ for (const backend of backends) {
       assert.deepEqual(await storedJson(run.id), JSON.parse(create));
     });
 
+    test("a saved plan's plan job keeps the providers' schemas: stored as uploaded; refused from an apply job or when not a JSON object", async () => {
+      const zeroSummary = { add: 0, change: 0, destroy: 0, hasChanges: false };
+      const { agent, ws, cv } = await fixture();
+      const plain = await newRun(ws.id, cv.id, { planOnly: true });
+      const plainJob = await claim(agent);
+      assert.equal(plainJob.providerSchemas, false, "only a saved plan's job runs `providers schema`");
+      await store.startJob(ctx, await jobRow(plainJob), "starter");
+      await store.finishJob(ctx, await jobRow(plainJob), "succeeded", null, zeroSummary);
+      await rejectsWith(store.readProviderSchemas(ctx, plain.id), "not_found");
+
+      const saved = await newRun(ws.id, cv.id, { savePlan: true });
+      const plan = await claim(agent);
+      assert.equal(plan.runId, saved.id);
+      assert.equal(plan.providerSchemas, true);
+      await store.startJob(ctx, await jobRow(plan), "starter");
+      await rejectsWith(store.saveProviderSchemas(ctx, await jobRow(plan), Buffer.from("<html>")), "invalid_json");
+      const schemas = JSON.stringify({ format_version: "1.0", provider_schemas: { p: { resource_schemas: {} } } });
+      await store.saveProviderSchemas(ctx, await jobRow(plan), Buffer.from(schemas));
+      const read = async () => {
+        const chunks: Buffer[] = [];
+        for await (const c of (await store.readProviderSchemas(ctx, saved.id)).open())
+          chunks.push(Buffer.from(c as Buffer));
+        return Buffer.concat(chunks).toString("utf8");
+      };
+      assert.equal(await read(), schemas);
+      await store.finishJob(ctx, await jobRow(plan), "succeeded", null, { ...zeroSummary, add: 1, hasChanges: true });
+      assert.equal((await store.getRun(ctx, saved.id)).status, "planned");
+      await store.confirmRun(ctx, saved.id);
+      const apply = await claim(agent);
+      assert.equal(apply.phase, "apply");
+      await rejectsWith(store.saveProviderSchemas(ctx, await jobRow(apply), Buffer.from("{}")), "forbidden");
+      assert.equal(await read(), schemas, "the plan job's schemas stand");
+    });
+
     test("plan summary: counts above zero mean changes whatever the flag says; counts are bounded", async () => {
       const { agent, ws, cv } = await fixture({ autoApply: true });
       const run = await newRun(ws.id, cv.id);

@@ -239,7 +239,7 @@ test("a state version without inline state is given signed upload URLs: the PUT 
   assert.equal(refused.status, 409, refused.text);
 });
 
-test("a plan's json-output: a JSON:API 404 for a run without plan JSON or an id of another shape, 401 without a token", async () => {
+test("a plan's json-output and json-output-redacted: a JSON:API 404 for a run without them or an id of another shape, 401 without a token", async () => {
   await server.api(routes.createPool, { body: { name: "json-output" } });
   const ws = await server.api(routes.createWorkspace, { body: { name: "json-output", pool: "json-output" } });
   assert.equal(ws.status, 201, JSON.stringify(ws.body));
@@ -252,11 +252,13 @@ test("a plan's json-output: a JSON:API 404 for a run without plan JSON or an id 
   });
   assert.equal(run.status, 201, JSON.stringify(run.body));
   const planId = `plan-${String(run.body.id).replace(/^run-/, "")}`;
-  for (const path of [`/api/v2/plans/${planId}/json-output`, "/api/v2/plans/run-x/json-output"]) {
-    const missing = await call("GET", path);
-    assert.equal(missing.status, 404, path);
-    assert.equal(missing.json.errors[0].status, "404", path);
+  for (const output of ["json-output", "json-output-redacted"]) {
+    for (const path of [`/api/v2/plans/${planId}/${output}`, `/api/v2/plans/run-x/${output}`]) {
+      const missing = await call("GET", path);
+      assert.equal(missing.status, 404, path);
+      assert.equal(missing.json.errors[0].status, "404", path);
+    }
+    const anonymous = await call("GET", `/api/v2/plans/${planId}/${output}`, undefined, null);
+    assert.equal(anonymous.status, 401);
   }
-  const anonymous = await call("GET", `/api/v2/plans/${planId}/json-output`, undefined, null);
-  assert.equal(anonymous.status, 401);
 });

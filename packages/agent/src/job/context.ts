@@ -28,6 +28,7 @@ export type JobApi = Pick<
   | "appendLog"
   | "uploadPlan"
   | "uploadPlanJson"
+  | "uploadProviderSchemas"
   | "downloadPlan"
   | "state"
   | "uploadOutputs"

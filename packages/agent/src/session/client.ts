@@ -152,6 +152,9 @@ export class JobClient {
   async uploadPlanJson(planJson: Buffer, signal?: AbortSignal): Promise<void> {
     await this.client.call(routes.uploadPlanJson, { ...this.ids, body: planJson, signal });
   }
+  async uploadProviderSchemas(schemas: Buffer, signal?: AbortSignal): Promise<void> {
+    await this.client.call(routes.uploadProviderSchemas, { ...this.ids, body: schemas, signal });
+  }
   downloadPlan(signal?: AbortSignal): Promise<Buffer> {
     return this.client.call(routes.downloadPlan, { ...this.ids, signal });
   }

@@ -145,6 +145,17 @@ export const agentRoutes = {
     response: ok(s.planSummarySchema),
     errors: ["invalid_json", "payload_too_large"],
   }),
+  uploadProviderSchemas: route({
+    method: "PUT",
+    path: `${agentApi}/jobs/:id/provider-schemas`,
+    summary:
+      "Upload `providers schema -json` of a saved cloud plan's plan job (the human `terraform show` renders with it)",
+    auth: "job",
+    params: id,
+    body: raw("application/json"),
+    response: noContent,
+    errors: ["invalid_json", "payload_too_large"],
+  }),
 
   healthz: route({
     method: "GET",

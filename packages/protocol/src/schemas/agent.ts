@@ -63,6 +63,11 @@ export const jobAssignmentSchema = z.object({
    * (TF_TOKEN_…, decision 0072); absent from older servers.
    */
   tfeHostname: z.string().max(300).optional(),
+  /**
+   * A plan job of a saved cloud plan: upload `providers schema -json` too, which the human
+   * `terraform show` of the plan renders with; absent from older servers.
+   */
+  providerSchemas: z.boolean().default(false),
   /** W3C traceparent of the job's root span: every process's spans for this job are its descendants. */
   traceparent: z.string().max(100).optional(),
   // Plan options: absent from older servers (a full plan); checked again here, as they become terraform arguments.

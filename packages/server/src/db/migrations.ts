@@ -10,6 +10,7 @@ import { workspaceExecutionMode, workspaceRemoteStateConsumers, workspaceTfeTags
 import { vcsDeliveries, vcsDeliveryClaims } from "./migrations-vcs-deliveries.js";
 import { tfeRuns } from "./migrations-tfe-runs.js";
 import { vcsAgents } from "./migrations-vcs-agents.js";
+import { savedPlanSchemas } from "./migrations-saved-plans.js";
 
 /*
  * The one migration history, applied at server start on either database. Column types
@@ -443,6 +444,7 @@ export function migrationProvider(dialect: Dialect): MigrationProvider {
       "0071_workspace_remote_state_consumers": workspaceRemoteStateConsumers(),
       "0073_run_guard_outcome": destroyGuardOutcome(),
       "0074_vcs_delivery_claims": vcsDeliveryClaims(dialect),
+      "0075_saved_plan_schemas": savedPlanSchemas(dialect),
     }),
   };
 }

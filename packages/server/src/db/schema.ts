@@ -133,6 +133,8 @@ export interface RunsTable {
   guard_outcome: GuardOutcome;
   /** Targets, replacements and refresh-only as JSON (store/run-options.ts); null: a full plan. */
   plan_options: string | null;
+  /** 1 for a saved cloud plan (`terraform plan -out`): its plan job also keeps the providers' schemas (0075). */
+  save_plan: number;
   /** Where the configuration came from when a linked repository's commit started the run (all null otherwise). */
   source_repository: string | null;
   source_branch: string | null;
@@ -190,6 +192,8 @@ export interface PlansTable {
   plan_file_size: number | null;
   /** Size of the redacted plan JSON in plan_json_chunks; null until it is uploaded. */
   plan_json_size: number | null;
+  /** Size of `terraform providers schema -json` in provider_schema_chunks (saved cloud plans only); null without. */
+  provider_schemas_size: number | null;
   created_at: number;
 }
 
@@ -408,4 +412,5 @@ export interface Database {
   configuration_version_chunks: ChunksTable;
   plan_file_chunks: ChunksTable;
   plan_json_chunks: ChunksTable;
+  provider_schema_chunks: ChunksTable;
 }

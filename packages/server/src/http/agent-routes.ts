@@ -14,6 +14,7 @@ import {
   saveOutputs,
   savePlanFile,
   savePlanJson,
+  saveProviderSchemas,
 } from "../store/plans.js";
 import {
   finishJob,
@@ -196,6 +197,9 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, opt
       routes.uploadPlanJson,
       { preParsing: mayUpload, bodyLimit: http.maxPlanJsonBytes },
       async ({ caller: job }, req) => savePlanJson(ctx, job, spooledBody(req)),
+    );
+    serveUpload(routes.uploadProviderSchemas, { bodyLimit: http.maxPlanJsonBytes }, async ({ caller: job }, req) =>
+      saveProviderSchemas(ctx, job, spooledBody(req)),
     );
   });
 }

@@ -31,7 +31,11 @@ export const chunkBytes = 1024 * 1024;
 
 /** Tables holding body chunks; each row is (owner_id, seq, data) and goes with its owner. */
 export type ChunkTable =
-  "state_version_chunks" | "configuration_version_chunks" | "plan_file_chunks" | "plan_json_chunks";
+  | "state_version_chunks"
+  | "configuration_version_chunks"
+  | "plan_file_chunks"
+  | "plan_json_chunks"
+  | "provider_schema_chunks";
 
 export function sourceSize(source: BodySource): number {
   return Buffer.isBuffer(source) ? source.length : source.size;

@@ -5,7 +5,7 @@ import type { Database, JobRow } from "../db/schema.js";
 import { variablesForJob } from "./variables.js";
 import { markSecretOutputs } from "./outputs.js";
 import { renderPlanJson } from "./plan-json.js";
-import { sourceSize, storedBody, writeChunks, type BodySource, type StoredBody } from "./bodies.js";
+import { sourceChunks, sourceSize, storedBody, writeChunks, type BodySource, type StoredBody } from "./bodies.js";
 import type { StoreContext } from "./context.js";
 import { transactionKeepingCause } from "./transaction.js";
 import { currentAttempt } from "./current-attempt.js";
@@ -17,7 +17,13 @@ export async function savePlanFile(ctx: StoreContext, job: JobRow, planFile: Bod
   await transactionKeepingCause(ctx, async (trx) => {
     await trx
       .insertInto("plans")
-      .values({ run_id: job.run_id, plan_file_size: size, plan_json_size: null, created_at: ctx.now() })
+      .values({
+        run_id: job.run_id,
+        plan_file_size: size,
+        plan_json_size: null,
+        provider_schemas_size: null,
+        created_at: ctx.now(),
+      })
       .onConflict((oc) => oc.column("run_id").doUpdateSet({ plan_file_size: size }))
       .execute();
     await writeChunks(trx, "plan_file_chunks", job.run_id, planFile);
@@ -42,7 +48,13 @@ export async function savePlanJson(ctx: StoreContext, job: JobRow, uploaded: Bod
     await currentAttempt(ctx, trx, job);
     await trx
       .insertInto("plans")
-      .values({ run_id: job.run_id, plan_file_size: null, plan_json_size: planJson.length, created_at: ctx.now() })
+      .values({
+        run_id: job.run_id,
+        plan_file_size: null,
+        plan_json_size: planJson.length,
+        provider_schemas_size: null,
+        created_at: ctx.now(),
+      })
       .onConflict((oc) => oc.column("run_id").doUpdateSet({ plan_json_size: planJson.length }))
       .execute();
     await writeChunks(trx, "plan_json_chunks", job.run_id, planJson);
@@ -113,6 +125,47 @@ export async function readPlanJson(ctx: StoreContext, runId: string): Promise<St
   const row = await ctx.db.selectFrom("plans").select("plan_json_size").where("run_id", "=", runId).executeTakeFirst();
   if (row?.plan_json_size == null) throw new DroverError("not_found", `run ${runId} has no plan JSON`);
   return storedBody(ctx.db, "plan_json_chunks", runId, row.plan_json_size);
+}
+
+/**
+ * Stores `terraform providers schema -json` of a saved cloud plan's plan job: the human
+ * `terraform show` of the plan renders with it. Schemas describe providers, not values, so it is
+ * kept as uploaded; only its start is checked here (it is parsed when served).
+ */
+export async function saveProviderSchemas(ctx: StoreContext, job: JobRow, uploaded: BodySource): Promise<void> {
+  mayUploadPlanJson(job);
+  const size = sourceSize(uploaded);
+  const chunks = sourceChunks(uploaded);
+  const first = (await chunks.next()).value as Buffer | undefined;
+  await chunks.return(undefined);
+  if (!first || !/^\s*\{/.test(first.subarray(0, 64).toString("latin1")))
+    throw new DroverError("invalid_json", "the providers' schemas are not a JSON object");
+  await transactionKeepingCause(ctx, async (trx) => {
+    await currentAttempt(ctx, trx, job);
+    await trx
+      .insertInto("plans")
+      .values({
+        run_id: job.run_id,
+        plan_file_size: null,
+        plan_json_size: null,
+        provider_schemas_size: size,
+        created_at: ctx.now(),
+      })
+      .onConflict((oc) => oc.column("run_id").doUpdateSet({ provider_schemas_size: size }))
+      .execute();
+    await writeChunks(trx, "provider_schema_chunks", job.run_id, uploaded);
+  });
+}
+
+/** The stored providers' schemas of a saved cloud plan's run. */
+export async function readProviderSchemas(ctx: StoreContext, runId: string): Promise<StoredBody> {
+  const row = await ctx.db
+    .selectFrom("plans")
+    .select("provider_schemas_size")
+    .where("run_id", "=", runId)
+    .executeTakeFirst();
+  if (row?.provider_schemas_size == null) throw new DroverError("not_found", `run ${runId} has no providers' schemas`);
+  return storedBody(ctx.db, "provider_schema_chunks", runId, row.provider_schemas_size);
 }
 
 /**

@@ -142,6 +142,7 @@ export async function claimNextJob(ctx: StoreContext, agent: Agent): Promise<Job
       .select(["runs.id as run_id", "runs.plan_only", "runs.is_destroy", "runs.configuration_version_id"])
       .select([
         "runs.plan_options",
+        "runs.save_plan",
         "runs.engine as run_engine",
         "workspaces.id as ws_id",
         "workspaces.name",
@@ -161,6 +162,7 @@ export async function claimNextJob(ctx: StoreContext, agent: Agent): Promise<Job
       planOnly: rw.plan_only === 1,
       isDestroy: rw.is_destroy === 1,
       ...planOptionsOf(rw.plan_options),
+      providerSchemas: rw.save_plan === 1,
       workspace: {
         id: rw.ws_id,
         name: rw.name,

@@ -33,6 +33,8 @@ export interface CreateRunInput {
   engine?: Engine | undefined;
   /** Terraform variables for this run only, HCL expressions; they win over the workspace's. */
   variables?: RunVariable[] | undefined;
+  /** A saved cloud plan (`terraform plan -out`): its plan job also uploads the providers' schemas. */
+  savePlan?: boolean | undefined;
 }
 
 /** Creates a run; it is queued at once when the workspace is free, else pending behind the active one. */
@@ -152,6 +154,7 @@ async function insertRun(
         source_pull_request_url: input.source?.pullRequest?.url ?? null,
         engine: input.engine ?? null,
         run_variables: storedRunVariables(input.variables ?? []),
+        save_plan: input.savePlan ? 1 : 0,
         created_at: now,
         updated_at: now,
       })

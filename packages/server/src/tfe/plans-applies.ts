@@ -1,6 +1,7 @@
 import { DroverError, isTerminalRun, type Phase, type Run, type RunStatus } from "@drover/protocol";
 import type { HttpContext } from "../http/context.js";
-import { readPlanJson } from "../store/plans.js";
+import { storedBytes } from "../store/bodies.js";
+import { readPlanJson, readProviderSchemas } from "../store/plans.js";
 import { getRun } from "../store/runs.js";
 import { capabilityKey, signCapability } from "./capability.js";
 import { isoTime, one, type ResourceObject } from "./jsonapi.js";
@@ -139,6 +140,13 @@ export const phaseRoutes = {
       "A run's plan as `terraform show -json` renders it (sensitive values masked), for `show -json` of a saved plan",
     auth: "user",
   }),
+  planJsonOutputRedacted: tfeRoute({
+    method: "GET",
+    path: `${tfeApi}/plans/:id/json-output-redacted`,
+    summary:
+      "A saved cloud plan with its providers' schemas (sensitive values masked), which the human `terraform show` renders",
+    auth: "user",
+  }),
   getApply: tfeRoute({
     method: "GET",
     path: `${tfeApi}/applies/:id`,
@@ -163,4 +171,33 @@ export function registerPhaseRoutes(serve: TfeRegistrar, http: HttpContext): voi
     const run = await getRun(http.store, runIdOf("plan", params.id ?? ""));
     return { status: 200, bytes: await readPlanJson(http.store, run.id), contentType: "application/json" };
   });
+  // terraform renders the plan itself from the plan JSON and the providers' schemas, which only
+  // a saved plan's job uploads (`terraform providers schema -json`).
+  serve(phaseRoutes.planJsonOutputRedacted, async ({ params }) => {
+    const run = await getRun(http.store, runIdOf("plan", params.id ?? ""));
+    const [plan, schemas] = await Promise.all([
+      readPlanJson(http.store, run.id).then(storedBytes),
+      readProviderSchemas(http.store, run.id).then(storedBytes),
+    ]);
+    return {
+      status: 200,
+      bytes: Buffer.from(JSON.stringify(redactedPlan(plan, schemas))),
+      contentType: "application/json",
+    };
+  });
+}
+
+/** The plan JSON with the providers' schemas beside its changes, in the form terraform's renderer reads. */
+function redactedPlan(plan: Buffer, schemas: Buffer): Record<string, unknown> {
+  let parsed: { planned: Record<string, unknown>; schemas: { format_version?: unknown; provider_schemas?: unknown } };
+  try {
+    parsed = { planned: JSON.parse(plan.toString("utf8")), schemas: JSON.parse(schemas.toString("utf8")) };
+  } catch {
+    throw new DroverError("not_found", "the saved plan's stored JSON or providers' schemas cannot be read");
+  }
+  return {
+    ...parsed.planned,
+    provider_format_version: parsed.schemas.format_version ?? "1.0",
+    provider_schemas: parsed.schemas.provider_schemas ?? {},
+  };
 }

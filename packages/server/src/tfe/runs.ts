@@ -194,6 +194,7 @@ export function registerRunRoutes(serve: TfeRegistrar, http: HttpContext): void 
       refresh: attribute(doc, "refresh", z.boolean()) ?? true,
       engine: engineOfClient(req.headers["user-agent"]),
       variables,
+      savePlan,
     });
     return created(one(runResource(run, { variables, savePlan })));
   });

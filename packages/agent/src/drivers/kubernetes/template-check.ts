@@ -115,6 +115,7 @@ const templateCheckJob: JobAssignment = {
   replaces: [],
   refreshOnly: false,
   refresh: true,
+  providerSchemas: false,
   workspace: {
     id: "template-check",
     name: "template-check",

@@ -1,6 +1,6 @@
-import { DroverError, type Output } from "@drover/protocol";
+import { DroverError, messageOf, type Output } from "@drover/protocol";
 import { containsSecret } from "@drover/runtime";
-import type { JobContext } from "../context.js";
+import type { JobContext, Retry } from "../context.js";
 import type { EngineBinary } from "../engine.js";
 import type { Stage } from "../pipeline.js";
 import { PlanLineScanner, planSucceededCodes, summaryOfPlanOutput } from "../plan-summary.js";
@@ -152,5 +152,22 @@ export const uploads: Stage = {
       if (!(err instanceof DroverError && err.code === "payload_too_large")) throw err;
       c.log.line(`[drover] the plan's JSON is not stored: ${err.message}`);
     }
+    if (c.assignment.providerSchemas) await uploadProviderSchemas(c, retry);
   },
 };
+
+/**
+ * A saved cloud plan's providers' schemas, which the human `terraform show` of it renders with.
+ * Without them only that command fails, so a failure here is a log line, not the run's failure.
+ */
+async function uploadProviderSchemas(c: JobContext, retry: Retry): Promise<void> {
+  try {
+    const schemas = await c.steps.capture(binaryOf(c), ["providers", "schema", "-json"], c.workDir, c.env);
+    await retry((signal) => c.job.uploadProviderSchemas(schemas, signal));
+  } catch (err) {
+    if (c.signal.aborted) throw err;
+    c.log.line(
+      `[drover] the providers' schemas are not stored (\`terraform show\` of this saved plan will fail): ${messageOf(err)}`,
+    );
+  }
+}
