@@ -135,7 +135,8 @@ async function runJob(assignment: JobAssignment, script: Script = {}) {
     capture: async (_command, args) => {
       events.push(`capture ${args.slice(0, 2).join(" ")}`);
       const { code } = script.steps?.[args[0] ?? ""] ?? { code: 0 };
-      return { code, stdout: Buffer.from(code === 0 ? "{}" : "") };
+      const stdout = args[0] === "providers" ? '{"format_version":"1.0","provider_schemas":{}}' : "{}";
+      return { code, stdout: Buffer.from(code === 0 ? stdout : "") };
     },
   };
   // An agent of the time before one plan-JSON path ran steps side by side and might be told to

@@ -553,8 +553,10 @@ for (const backend of backends) {
       assert.equal(plan.providerSchemas, true);
       await store.startJob(ctx, await jobRow(plan), "starter");
       await rejectsWith(store.saveProviderSchemas(ctx, await jobRow(plan), Buffer.from("<html>")), "invalid_json");
-      const schemas = JSON.stringify({ format_version: "1.0", provider_schemas: { p: { resource_schemas: {} } } });
+      const schemas = JSON.stringify({ "registry.terraform.io/x/p": { resource_schemas: { p_thing: {} } } });
       await store.saveProviderSchemas(ctx, await jobRow(plan), Buffer.from(schemas));
+      const planned = { format_version: "1.2", resource_changes: [{ address: "p_thing.a" }] };
+      await store.savePlanJson(ctx, await jobRow(plan), Buffer.from(JSON.stringify(planned)));
       const read = async () => {
         const chunks: Buffer[] = [];
         for await (const c of (await store.readProviderSchemas(ctx, saved.id)).open())
@@ -562,6 +564,17 @@ for (const backend of backends) {
         return Buffer.concat(chunks).toString("utf8");
       };
       assert.equal(await read(), schemas);
+      // For terraform's human `show`: the plan with the schemas beside its changes, one JSON document.
+      const redacted = await store.readRedactedPlan(ctx, saved.id);
+      const pieces: Buffer[] = [];
+      for await (const c of redacted.open()) pieces.push(Buffer.from(c as Buffer));
+      const joined = Buffer.concat(pieces);
+      assert.equal(joined.length, redacted.size);
+      assert.deepEqual(JSON.parse(joined.toString("utf8")), {
+        ...planned,
+        provider_format_version: "1.0",
+        provider_schemas: JSON.parse(schemas),
+      });
       await store.finishJob(ctx, await jobRow(plan), "succeeded", null, { ...zeroSummary, add: 1, hasChanges: true });
       assert.equal((await store.getRun(ctx, saved.id)).status, "planned");
       await store.confirmRun(ctx, saved.id);

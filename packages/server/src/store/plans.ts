@@ -1,5 +1,6 @@
 import { DroverError, type Output, type PlanSummary } from "@drover/protocol";
 import { sensitiveValues } from "@drover/runtime";
+import { Readable } from "node:stream";
 import type { Transaction } from "kysely";
 import type { Database, JobRow } from "../db/schema.js";
 import { variablesForJob } from "./variables.js";
@@ -128,9 +129,10 @@ export async function readPlanJson(ctx: StoreContext, runId: string): Promise<St
 }
 
 /**
- * Stores `terraform providers schema -json` of a saved cloud plan's plan job: the human
- * `terraform show` of the plan renders with it. Schemas describe providers, not values, so it is
- * kept as uploaded; only its start is checked here (it is parsed when served).
+ * Stores the providers' schemas of a saved cloud plan's plan job (the `provider_schemas` object
+ * of `terraform providers schema -json`): the human `terraform show` of the plan renders with
+ * them. They describe providers, not values, so they are kept as uploaded; a large document is
+ * never parsed here, only its start checked.
  */
 export async function saveProviderSchemas(ctx: StoreContext, job: JobRow, uploaded: BodySource): Promise<void> {
   mayUploadPlanJson(job);
@@ -166,6 +168,33 @@ export async function readProviderSchemas(ctx: StoreContext, runId: string): Pro
     .executeTakeFirst();
   if (row?.provider_schemas_size == null) throw new DroverError("not_found", `run ${runId} has no providers' schemas`);
   return storedBody(ctx.db, "provider_schema_chunks", runId, row.provider_schemas_size);
+}
+
+/**
+ * A saved plan as terraform's human `show` reads it (json-output-redacted): the stored plan JSON
+ * with the providers' schemas beside its changes, joined as bytes rather than parsed.
+ */
+export async function readRedactedPlan(ctx: StoreContext, runId: string): Promise<StoredBody> {
+  const [plan, schemas] = await Promise.all([readPlanJson(ctx, runId), readProviderSchemas(ctx, runId)]);
+  const middle = Buffer.from(',"provider_format_version":"1.0","provider_schemas":');
+  return {
+    size: plan.size - 1 + middle.length + schemas.size + 1,
+    open: () => Readable.from(joinedPlan(runId, plan, middle, schemas)),
+  };
+}
+
+async function* joinedPlan(runId: string, plan: StoredBody, middle: Buffer, schemas: StoredBody) {
+  let held: Buffer | undefined;
+  for await (const piece of plan.open() as AsyncIterable<Buffer>) {
+    if (held) yield held;
+    held = piece;
+  }
+  // The stored plan JSON is a serialized object, its last byte its closing brace.
+  if (held?.[held.length - 1] !== 0x7d) throw new Error(`the stored plan JSON of run ${runId} is not a JSON object`);
+  yield held.subarray(0, held.length - 1);
+  yield middle;
+  yield* schemas.open() as AsyncIterable<Buffer>;
+  yield Buffer.from("}");
 }
 
 /**

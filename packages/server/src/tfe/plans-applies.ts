@@ -1,7 +1,6 @@
 import { DroverError, isTerminalRun, type Phase, type Run, type RunStatus } from "@drover/protocol";
 import type { HttpContext } from "../http/context.js";
-import { storedBytes } from "../store/bodies.js";
-import { readPlanJson, readProviderSchemas } from "../store/plans.js";
+import { readPlanJson, readRedactedPlan } from "../store/plans.js";
 import { getRun } from "../store/runs.js";
 import { capabilityKey, signCapability } from "./capability.js";
 import { isoTime, one, type ResourceObject } from "./jsonapi.js";
@@ -175,29 +174,6 @@ export function registerPhaseRoutes(serve: TfeRegistrar, http: HttpContext): voi
   // a saved plan's job uploads (`terraform providers schema -json`).
   serve(phaseRoutes.planJsonOutputRedacted, async ({ params }) => {
     const run = await getRun(http.store, runIdOf("plan", params.id ?? ""));
-    const [plan, schemas] = await Promise.all([
-      readPlanJson(http.store, run.id).then(storedBytes),
-      readProviderSchemas(http.store, run.id).then(storedBytes),
-    ]);
-    return {
-      status: 200,
-      bytes: Buffer.from(JSON.stringify(redactedPlan(plan, schemas))),
-      contentType: "application/json",
-    };
+    return { status: 200, bytes: await readRedactedPlan(http.store, run.id), contentType: "application/json" };
   });
-}
-
-/** The plan JSON with the providers' schemas beside its changes, in the form terraform's renderer reads. */
-function redactedPlan(plan: Buffer, schemas: Buffer): Record<string, unknown> {
-  let parsed: { planned: Record<string, unknown>; schemas: { format_version?: unknown; provider_schemas?: unknown } };
-  try {
-    parsed = { planned: JSON.parse(plan.toString("utf8")), schemas: JSON.parse(schemas.toString("utf8")) };
-  } catch {
-    throw new DroverError("not_found", "the saved plan's stored JSON or providers' schemas cannot be read");
-  }
-  return {
-    ...parsed.planned,
-    provider_format_version: parsed.schemas.format_version ?? "1.0",
-    provider_schemas: parsed.schemas.provider_schemas ?? {},
-  };
 }

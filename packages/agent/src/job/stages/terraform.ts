@@ -162,7 +162,12 @@ export const uploads: Stage = {
  */
 async function uploadProviderSchemas(c: JobContext, retry: Retry): Promise<void> {
   try {
-    const schemas = await c.steps.capture(binaryOf(c), ["providers", "schema", "-json"], c.workDir, c.env);
+    const output = await c.steps.capture(binaryOf(c), ["providers", "schema", "-json"], c.workDir, c.env);
+    const doc = JSON.parse(output.toString("utf8")) as { format_version?: unknown; provider_schemas?: unknown };
+    // The server puts them beside the plan as format 1 (terraform's renderer reads 1.x).
+    if (typeof doc.format_version !== "string" || !doc.format_version.startsWith("1."))
+      throw new Error(`providers schema -json gave format ${JSON.stringify(doc.format_version)}, not 1.x`);
+    const schemas = Buffer.from(JSON.stringify(doc.provider_schemas ?? {}));
     await retry((signal) => c.job.uploadProviderSchemas(schemas, signal));
   } catch (err) {
     if (c.signal.aborted) throw err;
