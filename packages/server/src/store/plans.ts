@@ -11,24 +11,36 @@ import type { StoreContext } from "./context.js";
 import { transactionKeepingCause } from "./transaction.js";
 import { currentAttempt } from "./current-attempt.js";
 
+/** A body stored with a run's plan: its size column in `plans` and the table of its chunks. */
+const planBodies = {
+  file: { size: "plan_file_size", chunks: "plan_file_chunks" },
+  json: { size: "plan_json_size", chunks: "plan_json_chunks" },
+  schemas: { size: "provider_schemas_size", chunks: "provider_schema_chunks" },
+} as const;
+
+/** Writes one of a run's plan bodies, creating its `plans` row or updating that body's size. */
+async function writePlanBody(
+  ctx: StoreContext,
+  trx: Transaction<Database>,
+  runId: string,
+  kind: keyof typeof planBodies,
+  body: BodySource,
+): Promise<void> {
+  const { size, chunks } = planBodies[kind];
+  const bytes = sourceSize(body);
+  const row = { run_id: runId, plan_file_size: null, plan_json_size: null, provider_schemas_size: null };
+  await trx
+    .insertInto("plans")
+    .values({ ...row, [size]: bytes, created_at: ctx.now() })
+    .onConflict((oc) => oc.column("run_id").doUpdateSet({ [size]: bytes }))
+    .execute();
+  await writeChunks(trx, chunks, runId, body);
+}
+
 /** Stores the binary plan file of the run a plan job belongs to. */
 export async function savePlanFile(ctx: StoreContext, job: JobRow, planFile: BodySource): Promise<void> {
   if (job.phase !== "plan") throw new DroverError("bad_request", "only a plan job uploads a plan file");
-  const size = sourceSize(planFile);
-  await transactionKeepingCause(ctx, async (trx) => {
-    await trx
-      .insertInto("plans")
-      .values({
-        run_id: job.run_id,
-        plan_file_size: size,
-        plan_json_size: null,
-        provider_schemas_size: null,
-        created_at: ctx.now(),
-      })
-      .onConflict((oc) => oc.column("run_id").doUpdateSet({ plan_file_size: size }))
-      .execute();
-    await writeChunks(trx, "plan_file_chunks", job.run_id, planFile);
-  });
+  await transactionKeepingCause(ctx, (trx) => writePlanBody(ctx, trx, job.run_id, "file", planFile));
 }
 
 /**
@@ -47,18 +59,7 @@ export async function savePlanJson(ctx: StoreContext, job: JobRow, uploaded: Bod
     // another plan, and this JSON would describe one that is never applied. On PostgreSQL this
     // locks the job's row, so two uploads of one job take turns.
     await currentAttempt(ctx, trx, job);
-    await trx
-      .insertInto("plans")
-      .values({
-        run_id: job.run_id,
-        plan_file_size: null,
-        plan_json_size: planJson.length,
-        provider_schemas_size: null,
-        created_at: ctx.now(),
-      })
-      .onConflict((oc) => oc.column("run_id").doUpdateSet({ plan_json_size: planJson.length }))
-      .execute();
-    await writeChunks(trx, "plan_json_chunks", job.run_id, planJson);
+    await writePlanBody(ctx, trx, job.run_id, "json", planJson);
     await trx
       .updateTable("runs")
       .set({
@@ -136,7 +137,6 @@ export async function readPlanJson(ctx: StoreContext, runId: string): Promise<St
  */
 export async function saveProviderSchemas(ctx: StoreContext, job: JobRow, uploaded: BodySource): Promise<void> {
   mayUploadPlanJson(job);
-  const size = sourceSize(uploaded);
   const chunks = sourceChunks(uploaded);
   const first = (await chunks.next()).value as Buffer | undefined;
   await chunks.return(undefined);
@@ -144,18 +144,7 @@ export async function saveProviderSchemas(ctx: StoreContext, job: JobRow, upload
     throw new DroverError("invalid_json", "the providers' schemas are not a JSON object");
   await transactionKeepingCause(ctx, async (trx) => {
     await currentAttempt(ctx, trx, job);
-    await trx
-      .insertInto("plans")
-      .values({
-        run_id: job.run_id,
-        plan_file_size: null,
-        plan_json_size: null,
-        provider_schemas_size: size,
-        created_at: ctx.now(),
-      })
-      .onConflict((oc) => oc.column("run_id").doUpdateSet({ provider_schemas_size: size }))
-      .execute();
-    await writeChunks(trx, "provider_schema_chunks", job.run_id, uploaded);
+    await writePlanBody(ctx, trx, job.run_id, "schemas", uploaded);
   });
 }
 
