@@ -577,6 +577,24 @@ for (const backend of backends) {
       });
       await store.finishJob(ctx, await jobRow(plan), "succeeded", null, { ...zeroSummary, add: 1, hasChanges: true });
       assert.equal((await store.getRun(ctx, saved.id)).status, "planned");
+      // A plan JSON with nothing in it still joins into one document.
+      // (in a workspace of its own: the saved plan above holds its workspace until it is applied)
+      const other = await fixture();
+      const empty = await newRun(other.ws.id, other.cv.id, { savePlan: true, planOnly: true });
+      const emptyPlan = await claim(other.agent);
+      assert.equal(emptyPlan.runId, empty.id);
+      await store.startJob(ctx, await jobRow(emptyPlan), "starter");
+      await store.savePlanJson(ctx, await jobRow(emptyPlan), Buffer.from("{ }"));
+      await store.saveProviderSchemas(ctx, await jobRow(emptyPlan), Buffer.from("{}"));
+      const emptyJoined: Buffer[] = [];
+      for await (const c of (await store.readRedactedPlan(ctx, empty.id)).open())
+        emptyJoined.push(Buffer.from(c as Buffer));
+      assert.deepEqual(JSON.parse(Buffer.concat(emptyJoined).toString("utf8")), {
+        provider_format_version: "1.0",
+        provider_schemas: {},
+      });
+      await store.finishJob(ctx, await jobRow(emptyPlan), "succeeded", null, zeroSummary);
+
       await store.confirmRun(ctx, saved.id);
       const apply = await claim(agent);
       assert.equal(apply.phase, "apply");

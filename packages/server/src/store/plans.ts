@@ -165,7 +165,8 @@ export async function readProviderSchemas(ctx: StoreContext, runId: string): Pro
  */
 export async function readRedactedPlan(ctx: StoreContext, runId: string): Promise<StoredBody> {
   const [plan, schemas] = await Promise.all([readPlanJson(ctx, runId), readProviderSchemas(ctx, runId)]);
-  const middle = Buffer.from(',"provider_format_version":"1.0","provider_schemas":');
+  // The plan JSON is stored serialized without spaces: two bytes are `{}`, which takes no comma.
+  const middle = Buffer.from(`${plan.size > 2 ? "," : ""}"provider_format_version":"1.0","provider_schemas":`);
   return {
     size: plan.size - 1 + middle.length + schemas.size + 1,
     open: () => Readable.from(joinedPlan(runId, plan, middle, schemas)),
