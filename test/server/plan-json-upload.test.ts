@@ -157,6 +157,11 @@ test("an apply job's upload of the plan JSON is refused before its body is read"
   const unsent = await sendPartly(planJsonPath(apply.jobId), apply.jobToken, (limitMb - 1) * mb, []);
   assert.equal(unsent.status, 403);
   assert.match(unsent.body.message, /only a plan job/);
+  // So are a saved plan's providers' schemas.
+  const schemasPath = routePath(routes.uploadProviderSchemas, { id: apply.jobId });
+  const unsentSchemas = await sendPartly(schemasPath, apply.jobToken, (limitMb - 1) * mb, []);
+  assert.equal(unsentSchemas.status, 403);
+  assert.match(unsentSchemas.body.message, /only a plan job uploads its run's providers' schemas/);
   // A whole body that is not JSON: refused as forbidden, not as invalid JSON (it was never parsed).
   const whole = await call(server, routes.uploadPlanJson, apply.jobToken, {
     params: { id: apply.jobId },

@@ -184,22 +184,26 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, opt
       savePlanFile(ctx, job, spooledBody(req)),
     );
     // Refused before the body is read when this job may not upload it (an apply job).
-    const mayUpload: preParsingAsyncHookHandler = async (req, reply, payload) => {
-      try {
-        mayUploadPlanJson(callerOf(routes.uploadPlanJson, req));
-      } catch (err) {
-        void reply.header("connection", "close");
-        throw err;
-      }
-      return payload;
-    };
+    const mayUpload =
+      (what: string): preParsingAsyncHookHandler =>
+      async (req, reply, payload) => {
+        try {
+          mayUploadPlanJson(callerOf(routes.uploadPlanJson, req), what);
+        } catch (err) {
+          void reply.header("connection", "close");
+          throw err;
+        }
+        return payload;
+      };
     serveUpload(
       routes.uploadPlanJson,
-      { preParsing: mayUpload, bodyLimit: http.maxPlanJsonBytes },
+      { preParsing: mayUpload("plan JSON"), bodyLimit: http.maxPlanJsonBytes },
       async ({ caller: job }, req) => savePlanJson(ctx, job, spooledBody(req)),
     );
-    serveUpload(routes.uploadProviderSchemas, { bodyLimit: http.maxPlanJsonBytes }, async ({ caller: job }, req) =>
-      saveProviderSchemas(ctx, job, spooledBody(req)),
+    serveUpload(
+      routes.uploadProviderSchemas,
+      { preParsing: mayUpload("providers' schemas"), bodyLimit: http.maxPlanJsonBytes },
+      async ({ caller: job }, req) => saveProviderSchemas(ctx, job, spooledBody(req)),
     );
   });
 }

@@ -13,9 +13,9 @@ import { currentAttempt } from "./current-attempt.js";
 
 /** A body stored with a run's plan: its size column in `plans` and the table of its chunks. */
 const planBodies = {
-  file: { size: "plan_file_size", chunks: "plan_file_chunks" },
-  json: { size: "plan_json_size", chunks: "plan_json_chunks" },
-  schemas: { size: "provider_schemas_size", chunks: "provider_schema_chunks" },
+  file: { size: "plan_file_size", chunks: "plan_file_chunks", what: "saved plan file" },
+  json: { size: "plan_json_size", chunks: "plan_json_chunks", what: "plan JSON" },
+  schemas: { size: "provider_schemas_size", chunks: "provider_schema_chunks", what: "providers' schemas" },
 } as const;
 
 /** Writes one of a run's plan bodies, creating its `plans` row or updating that body's size. */
@@ -35,6 +35,15 @@ async function writePlanBody(
     .onConflict((oc) => oc.column("run_id").doUpdateSet({ [size]: bytes }))
     .execute();
   await writeChunks(trx, chunks, runId, body);
+}
+
+/** One of a run's stored plan bodies; not_found when it has none. */
+async function readPlanBody(ctx: StoreContext, runId: string, kind: keyof typeof planBodies): Promise<StoredBody> {
+  const { size, chunks, what } = planBodies[kind];
+  const row = await ctx.db.selectFrom("plans").select(size).where("run_id", "=", runId).executeTakeFirst();
+  const bytes = row?.[size];
+  if (bytes == null) throw new DroverError("not_found", `run ${runId} has no ${what}`);
+  return storedBody(ctx.db, chunks, runId, bytes);
 }
 
 /** Stores the binary plan file of the run a plan job belongs to. */
@@ -77,8 +86,8 @@ export async function savePlanJson(ctx: StoreContext, job: JobRow, uploaded: Bod
 }
 
 /** Whether `job` may upload its run's plan JSON, from the job alone, so a refusal comes before the body is read. */
-export function mayUploadPlanJson(job: JobRow): void {
-  if (job.phase !== "plan") throw new DroverError("forbidden", "only a plan job uploads its run's plan JSON");
+export function mayUploadPlanJson(job: JobRow, what = "plan JSON"): void {
+  if (job.phase !== "plan") throw new DroverError("forbidden", `only a plan job uploads its run's ${what}`);
 }
 
 /**
@@ -116,17 +125,13 @@ export async function recordPlanSummary(
 }
 
 /** The plan file an apply job must apply. */
-export async function readPlanFile(ctx: StoreContext, runId: string): Promise<StoredBody> {
-  const row = await ctx.db.selectFrom("plans").select("plan_file_size").where("run_id", "=", runId).executeTakeFirst();
-  if (row?.plan_file_size == null) throw new DroverError("not_found", `run ${runId} has no saved plan file`);
-  return storedBody(ctx.db, "plan_file_chunks", runId, row.plan_file_size);
+export function readPlanFile(ctx: StoreContext, runId: string): Promise<StoredBody> {
+  return readPlanBody(ctx, runId, "file");
 }
 
 /** The stored plan JSON of a run. */
-export async function readPlanJson(ctx: StoreContext, runId: string): Promise<StoredBody> {
-  const row = await ctx.db.selectFrom("plans").select("plan_json_size").where("run_id", "=", runId).executeTakeFirst();
-  if (row?.plan_json_size == null) throw new DroverError("not_found", `run ${runId} has no plan JSON`);
-  return storedBody(ctx.db, "plan_json_chunks", runId, row.plan_json_size);
+export function readPlanJson(ctx: StoreContext, runId: string): Promise<StoredBody> {
+  return readPlanBody(ctx, runId, "json");
 }
 
 /**
@@ -136,7 +141,7 @@ export async function readPlanJson(ctx: StoreContext, runId: string): Promise<St
  * never parsed here, only its start checked.
  */
 export async function saveProviderSchemas(ctx: StoreContext, job: JobRow, uploaded: BodySource): Promise<void> {
-  mayUploadPlanJson(job);
+  mayUploadPlanJson(job, "providers' schemas");
   const chunks = sourceChunks(uploaded);
   const first = (await chunks.next()).value as Buffer | undefined;
   await chunks.return(undefined);
@@ -149,14 +154,8 @@ export async function saveProviderSchemas(ctx: StoreContext, job: JobRow, upload
 }
 
 /** The stored providers' schemas of a saved cloud plan's run. */
-export async function readProviderSchemas(ctx: StoreContext, runId: string): Promise<StoredBody> {
-  const row = await ctx.db
-    .selectFrom("plans")
-    .select("provider_schemas_size")
-    .where("run_id", "=", runId)
-    .executeTakeFirst();
-  if (row?.provider_schemas_size == null) throw new DroverError("not_found", `run ${runId} has no providers' schemas`);
-  return storedBody(ctx.db, "provider_schema_chunks", runId, row.provider_schemas_size);
+export function readProviderSchemas(ctx: StoreContext, runId: string): Promise<StoredBody> {
+  return readPlanBody(ctx, runId, "schemas");
 }
 
 /**
