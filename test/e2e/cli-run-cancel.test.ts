@@ -27,6 +27,7 @@ const run = (status: RunStatus): Run => ({
   configurationVersionId: "cv_x",
   status,
   planOnly: false,
+  savedPlan: false,
   isDestroy: false,
   autoApply: true,
   message: "",

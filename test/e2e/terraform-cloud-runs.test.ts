@@ -33,7 +33,7 @@ output "greeting" { value = var.greeting }
 
 async function runs(
   workspace: string,
-): Promise<{ id: string; status: string; planOnly: boolean; configurationVersionId: string }[]> {
+): Promise<{ id: string; status: string; planOnly: boolean; savedPlan: boolean; configurationVersionId: string }[]> {
   const res = await tc.stack.server.api(routes.listRuns, { query: { workspace } });
   return res.body.items;
 }
@@ -185,6 +185,10 @@ describe("saved cloud plans: plan -out, then apply the file", () => {
     assert.equal(saved?.id, bookmark.run_id, "the file names the run that planned");
     assert.equal(saved?.status, "planned", "it waits for an apply, not applied by the plan");
     assert.equal(saved?.planOnly, false);
+    assert.equal(saved?.savedPlan, true);
+    const show = await tc.stack.cli(["run", "show", bookmark.run_id]);
+    assert.equal(show.code, 0, show.stderr);
+    assert.match(show.stdout, /Saved plan: applies only by `terraform apply` of the plan file/);
     assert.equal(await stateSerial(ws), null, "a saved plan writes no state");
     const shown = await tc.terraform(["show", "-json", "saved.tfplan"], dir);
     assert.equal(shown.code, 0, shown.output);
@@ -208,6 +212,7 @@ describe("saved cloud plans: plan -out, then apply the file", () => {
     });
     assert.equal(queuedBehind.status, 201, JSON.stringify(queuedBehind.body));
     assert.equal(queuedBehind.body.status, "pending");
+    assert.equal(queuedBehind.body.savedPlan, false);
 
     const apply = await tc.terraform(["apply", "saved.tfplan"], dir);
     assert.equal(apply.code, 0, apply.output);

@@ -303,6 +303,11 @@ test("save-plan: the run plans and waits for its apply even when asked to auto-a
   const planned = await waitForStatus(runId, ["planned", "applied", "errored", "canceled"]);
   assert.equal(planned.attributes.status, "planned");
   assert.equal(planned.attributes.actions["is-confirmable"], true);
+  assert.equal(
+    planned.attributes["save-plan"],
+    true,
+    "a saved plan's run says so when read back, not only when created",
+  );
   const output = await call("GET", `/api/v2/plans/${planned.relationships.plan.data.id}/json-output`);
   assert.equal(output.status, 200, output.bytes.toString());
   const plan = JSON.parse(output.bytes.toString("utf8"));
@@ -324,6 +329,7 @@ test("save-plan: the run plans and waits for its apply even when asked to auto-a
   assert.equal(other.status, 201, JSON.stringify(other.json));
   const done = await waitForStatus(other.json.data.id, ["planned_and_finished", "errored"]);
   assert.equal(done.attributes.status, "planned_and_finished");
+  assert.equal(done.attributes["save-plan"], false);
   const planId = done.relationships.plan.data.id;
   assert.equal((await call("GET", `/api/v2/plans/${planId}/json-output`)).status, 200);
   assert.equal((await call("GET", `/api/v2/plans/${planId}/json-output-redacted`)).status, 404);

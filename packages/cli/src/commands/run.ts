@@ -24,6 +24,7 @@ const collect = (value: string, previous: string[]) => [...previous, value];
 
 /** The plan options of a run, one line each, for `run show`. */
 const planOptionLines = (r: Run): string[] => [
+  ...(r.savedPlan ? ["Saved plan: applies only by `terraform apply` of the plan file it was saved to"] : []),
   ...(r.isDestroy ? ["Destroy: plans to destroy every resource the workspace manages"] : []),
   ...(r.refreshOnly ? ["Refresh-only: updates the state to match the real resources, changes nothing"] : []),
   ...(r.refresh ? [] : ["No refresh: plans from the stored state without reading the real resources"]),

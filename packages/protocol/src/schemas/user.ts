@@ -257,6 +257,8 @@ export const runSchema = z.object({
   configurationVersionId: z.string(),
   status: runStatusSchema,
   planOnly: z.boolean(),
+  /** A saved plan (`terraform plan -out` through the cloud API): it applies only by `terraform apply` of that file. */
+  savedPlan: z.boolean().default(false),
   isDestroy: z.boolean(),
   autoApply: z.boolean(),
   message: z.string(),

@@ -40,6 +40,7 @@ const toRun = (r: RunRow & { workspace_name: string }): Run => ({
   configurationVersionId: r.configuration_version_id,
   status: r.status,
   planOnly: r.plan_only === 1,
+  savedPlan: r.save_plan === 1,
   isDestroy: r.is_destroy === 1,
   autoApply: r.auto_apply === 1,
   message: r.message,

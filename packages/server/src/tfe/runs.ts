@@ -76,10 +76,7 @@ export const runRoutes = {
 const cancelable = new Set(["pending", "queued", "planning", "confirmed", "applying"]);
 
 /** The run as TFE shows it; `actions` and the plan and apply relationships are never left out (terraform dereferences them). */
-export function runResource(
-  run: Run,
-  extra: { variables?: { key: string; value: string }[]; savePlan?: boolean } = {},
-): ResourceObject {
+export function runResource(run: Run, extra: { variables?: { key: string; value: string }[] } = {}): ResourceObject {
   const planned = run.status === "planned";
   const live = !isTerminalRun(run.status);
   return {
@@ -96,7 +93,7 @@ export function runResource(
       "replace-addrs": run.replaces,
       "auto-apply": run.autoApply,
       "plan-only": run.planOnly,
-      "save-plan": extra.savePlan ?? false,
+      "save-plan": run.savedPlan,
       "has-changes": run.planSummary?.hasChanges ?? false,
       "created-at": isoTime(Date.parse(run.createdAt)),
       "status-timestamps": {},
@@ -196,7 +193,7 @@ export function registerRunRoutes(serve: TfeRegistrar, http: HttpContext): void 
       variables,
       savePlan,
     });
-    return created(one(runResource(run, { variables, savePlan })));
+    return created(one(runResource(run, { variables })));
   });
 
   serve(r.getRun, async ({ params, query }) => {

@@ -55,6 +55,7 @@ export function RunPage(props: { workspace: string; id: string }) {
           <dd>
             {r.refreshOnly ? "refresh only" : r.isDestroy ? "destroy" : "apply"}
             {r.planOnly ? ", plan only" : ""}
+            {r.savedPlan ? ", saved plan" : ""}
             {r.autoApply ? ", applies without confirmation" : ""}
           </dd>
           {r.targets.length > 0 ? (
