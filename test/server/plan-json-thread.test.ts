@@ -33,8 +33,9 @@ async function withThread(
   heapMb: number,
   idleMs: number,
   use: (t: store.PlanJsonThread) => Promise<void>,
+  deadlineMs?: (size: number) => number,
 ): Promise<void> {
-  const thread = new store.PlanJsonThread(heapMb, idleMs);
+  const thread = new store.PlanJsonThread(heapMb, idleMs, deadlineMs);
   try {
     await use(thread);
   } finally {
@@ -82,6 +83,47 @@ test("a document that is not JSON is refused and the thread goes on", async () =
     assert.equal((await thread.render(good, good.length, [])).summary.add, 2);
     assert.equal(thread.started, 1);
   });
+});
+
+test("a document that is JSON but not an object is refused: terraform's own show of the plan needs one", async () => {
+  await withThread(64, 60_000, async (thread) => {
+    for (const text of ["[]", "null", '"plan"', "42"]) {
+      const body = Buffer.from(text);
+      await assert.rejects(thread.render(body, body.length, []), (err: unknown) => {
+        assert.ok(err instanceof DroverError, text);
+        assert.equal(err.code, "invalid_json", text);
+        assert.match(err.message, /not a JSON object/, text);
+        return true;
+      });
+    }
+    assert.equal(thread.started, 1);
+  });
+});
+
+test("a document that outlasts its render deadline is refused as too large; its thread is replaced for the next", async () => {
+  const slow = heavy(8);
+  // The deadline runs from the hand-over: no thread parses 8 MB within 1 ms of it.
+  await withThread(
+    256,
+    60_000,
+    async (thread) => {
+      await assert.rejects(thread.render(slow, slow.length, []), (err: unknown) => {
+        assert.ok(err instanceof DroverError);
+        assert.equal(err.code, "payload_too_large");
+        assert.match(err.message, /took longer than 0.001 s to render; the run has no plan JSON/);
+        return true;
+      });
+      const next = plan(3, "after");
+      assert.equal((await thread.render(next, next.length, [])).summary.add, 3);
+      assert.equal(thread.started, 2, "the overdue thread was ended, the next document got a new one");
+    },
+    (size) => (size === slow.length ? 1 : 60_000),
+  );
+});
+
+test("the render deadline grows with the document: 30 s, and a second per MiB", () => {
+  assert.equal(store.renderDeadlineMs(1), 31_000);
+  assert.equal(store.renderDeadlineMs(100 * 1024 * 1024), 130_000);
 });
 
 test("a document that exhausts the thread's heap is refused as too large; the one behind it is rendered", async () => {

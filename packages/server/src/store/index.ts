@@ -12,7 +12,7 @@ export * from "./demand.js";
 export { deleteRetiredJobTokens, moveJob, type JobMoveFields } from "./job-moves.js";
 export * from "./logs.js";
 export * from "./plans.js";
-export { PlanJsonThread, type RenderedPlanJson } from "./plan-json.js";
+export { PlanJsonThread, renderDeadlineMs, type RenderedPlanJson } from "./plan-json.js";
 export * from "./outputs.js";
 export * from "./pools.js";
 export * from "./queue.js";

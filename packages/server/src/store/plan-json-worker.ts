@@ -32,8 +32,11 @@ function render({ source, sensitiveValues }: PlanJsonRequest): PlanJsonReply {
   try {
     parsed = JSON.parse(bytes.toString("utf8"));
   } catch (err) {
-    return { kind: "invalid_json", message: messageOf(err) };
+    return { kind: "invalid_json", message: `the plan JSON is not valid JSON (${messageOf(err)})` };
   }
+  // `terraform show -json` prints an object; the plan's other readers (terraform's own show) need one.
+  if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed))
+    return { kind: "invalid_json", message: "the plan JSON is not a JSON object, as `terraform show -json` prints" };
   const redacted = JSON.stringify(redactJson(parsed, secretForms(sensitiveValues)));
   // TextEncoder gives the bytes a buffer of their own (small Buffers share a pool), so it can be moved, not copied.
   return {

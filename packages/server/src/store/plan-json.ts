@@ -16,6 +16,14 @@ const mib = 1024 * 1024;
 const sharedHeapMb = 256;
 
 /**
+ * How long one document may take to render: seconds for the largest plans on a busy machine.
+ * Past it the thread is ended (a stuck one would hold every upload behind it).
+ */
+export function renderDeadlineMs(size: number): number {
+  return 30_000 + Math.ceil(size / mib) * 1_000;
+}
+
+/**
  * Heap a thread needs for a body of `size` bytes: parsed JSON takes several times its text
  * (numbers, short strings and small objects most). A body that needs more is refused rather
  * than allowed to exhaust the process.
@@ -28,6 +36,7 @@ interface Pending {
   request: PlanJsonRequest;
   size: number;
   heapMb: number;
+  deadlineMs: number;
   resolve(rendered: RenderedPlanJson): void;
   reject(err: Error): void;
 }
@@ -43,11 +52,14 @@ export class PlanJsonThread {
   private current: Pending | undefined;
   private readonly waiting: Pending[] = [];
   private idleTimer: NodeJS.Timeout | undefined;
+  private deadlineTimer: NodeJS.Timeout | undefined;
 
   constructor(
     private readonly heapMb: number,
     /** How long the thread is kept without work. */
     private readonly idleMs: number,
+    /** How long a document of `size` bytes may take to render. */
+    private readonly deadlineMs: (size: number) => number = renderDeadlineMs,
   ) {}
 
   /** Threads started so far (a thread that ended is replaced by a new one on demand). */
@@ -60,7 +72,7 @@ export class PlanJsonThread {
 
   /**
    * Parses, summarises and redacts one plan JSON. Not JSON: invalid_json. Too big to parse
-   * within the thread's heap: payload_too_large.
+   * within the thread's heap, or to render within its deadline: payload_too_large.
    */
   render(source: BodySource, size: number, sensitiveValues: string[]): Promise<RenderedPlanJson> {
     const request: PlanJsonRequest = {
@@ -68,7 +80,7 @@ export class PlanJsonThread {
       sensitiveValues,
     };
     return new Promise((resolve, reject) => {
-      this.waiting.push({ request, size, heapMb: this.heapMb, resolve, reject });
+      this.waiting.push({ request, size, heapMb: this.heapMb, deadlineMs: this.deadlineMs(size), resolve, reject });
       this.next();
     });
   }
@@ -76,6 +88,7 @@ export class PlanJsonThread {
   /** Ends the thread now; documents not rendered yet are refused. */
   async close(): Promise<void> {
     clearTimeout(this.idleTimer);
+    clearTimeout(this.deadlineTimer);
     const stopping = new Error("the plan JSON thread was closed");
     for (const p of [...(this.current ? [this.current] : []), ...this.waiting.splice(0)]) p.reject(stopping);
     this.current = undefined;
@@ -96,6 +109,10 @@ export class PlanJsonThread {
     // The bytes are this request's own copy (see render): moved to the thread, not copied again.
     const { source } = pending.request;
     worker.postMessage(pending.request, "bytes" in source ? [source.bytes.buffer as ArrayBuffer] : []);
+    this.deadlineTimer = setTimeout(() => {
+      this.settle(worker, true, (p) => p.reject(overdue(p)));
+      void worker.terminate();
+    }, pending.deadlineMs);
   }
 
   private idle(): void {
@@ -133,6 +150,7 @@ export class PlanJsonThread {
   private settle(worker: Worker, ended: boolean, outcome: (p: Pending) => void): void {
     // A thread already replaced (or ended on purpose) answers for nothing.
     if (this.worker !== worker) return;
+    clearTimeout(this.deadlineTimer);
     if (ended) this.worker = undefined;
     const p = this.current;
     this.current = undefined;
@@ -143,7 +161,7 @@ export class PlanJsonThread {
 
 function answer(p: Pending, reply: PlanJsonReply): void {
   if (reply.kind === "invalid_json") {
-    p.reject(new DroverError("invalid_json", `the plan JSON is not valid JSON (${reply.message})`));
+    p.reject(new DroverError("invalid_json", reply.message));
     return;
   }
   const { buffer, byteOffset, byteLength } = reply.json;
@@ -152,6 +170,14 @@ function answer(p: Pending, reply: PlanJsonReply): void {
     destroysAll: reply.destroysAll,
     json: Buffer.from(buffer, byteOffset, byteLength),
   });
+}
+
+function overdue(p: Pending): DroverError {
+  return new DroverError(
+    "payload_too_large",
+    `the plan JSON (${p.size} bytes) took longer than ${p.deadlineMs / 1000} s to render; ` +
+      "the run has no plan JSON, its counts come from terraform's summary",
+  );
 }
 
 function failure(p: Pending, err: Error & { code?: string }): Error {
