@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { createServer as createHttpServer, type Server } from "node:http";
+import { createServer as createHttpServer, request as httpRequest, type Server } from "node:http";
 import { connect as tcpConnect, type AddressInfo, type Socket } from "node:net";
 import { after, afterEach, before, test } from "node:test";
 import { AgentClient, cacheDispatcher } from "@drover/agent";
@@ -7,23 +7,33 @@ import { transportRequest } from "@drover/runtime";
 import { startPrivateTlsStateServer, type PrivateTlsStateServer } from "../support/private-ca.js";
 
 // The agent's outbound clients (its own and the caches') through HTTP(S)_PROXY: a CONNECT tunnel
-// to an HTTPS server of a private CA (DROVER_CA_CERT), a plain-http server through HTTP_PROXY,
-// and NO_PROXY going direct.
+// to an HTTPS server of a private CA (DROVER_CA_CERT), a plain-http server through HTTP_PROXY
+// by an absolute-form request (as curl and git ask), and NO_PROXY going direct.
 
-/** A forward proxy on 127.0.0.1 that tunnels CONNECT and counts the tunnels it opened. */
+/** A forward proxy on 127.0.0.1 that tunnels CONNECT only to TLS, forwards absolute-form requests, and counts both. */
 interface CountingProxy {
   url: string;
   connects: string[];
+  forwarded: string[];
   close(): void;
 }
 
 async function startProxy(): Promise<CountingProxy> {
   const connects: string[] = [];
+  const forwarded: string[] = [];
   const sockets = new Set<Socket>();
-  const server: Server = createHttpServer((_req, res) => {
-    // Not a tunnel: this proxy only tunnels, which is what undici asks of it for both schemes.
-    res.statusCode = 501;
-    res.end();
+  const server: Server = createHttpServer((req, res) => {
+    const target = new URL(req.url ?? "/", "http://absent.invalid");
+    forwarded.push(target.host);
+    const upstream = httpRequest(
+      { host: target.hostname, port: target.port, method: req.method, path: target.pathname + target.search },
+      (answer) => {
+        res.writeHead(answer.statusCode ?? 502, answer.headers);
+        answer.pipe(res);
+      },
+    );
+    upstream.on("error", () => res.destroy());
+    req.pipe(upstream);
   });
   server.on("connection", (s) => {
     sockets.add(s);
@@ -32,6 +42,11 @@ async function startProxy(): Promise<CountingProxy> {
   server.on("connect", (req, client: Socket, head: Buffer) => {
     connects.push(req.url ?? "");
     const [host, port] = (req.url ?? "").split(":");
+    // Only the TLS servers are tunnelled to, as a proxy that tunnels only to its TLS ports would.
+    if (port !== new URL(tls.url).port) {
+      client.end("HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n");
+      return;
+    }
     const upstream = tcpConnect(Number(port), host ?? "", () => {
       client.write("HTTP/1.1 200 Connection Established\r\n\r\n");
       if (head.length > 0) upstream.write(head);
@@ -48,6 +63,7 @@ async function startProxy(): Promise<CountingProxy> {
   return {
     url: `http://127.0.0.1:${port}`,
     connects,
+    forwarded,
     close: () => {
       for (const s of sockets) s.destroy();
       server.close();
@@ -76,6 +92,7 @@ after(() => {
 afterEach(() => {
   process.env = { ...saved };
   proxy.connects.length = 0;
+  proxy.forwarded.length = 0;
 });
 
 /** Points the proxy variables at the counting proxy (undici prefers the lower-case ones, so those go). */
@@ -103,11 +120,14 @@ test("the caches' client reaches an HTTPS server of a private CA through HTTPS_P
   assert.deepEqual(proxy.connects, [new URL(tls.url).host]);
 });
 
-test("a plain-http server is reached through HTTP_PROXY", async () => {
+test("a plain-http server is reached through HTTP_PROXY by an absolute-form request, not a tunnel", async () => {
   useProxy();
   const res = await transportRequest(plainUrl, { dispatcher: cacheDispatcher(undefined, 5_000) });
   assert.equal(await res.body.text(), "plain");
-  assert.deepEqual(proxy.connects, [new URL(plainUrl).host]);
+  const agent = new AgentClient(plainUrl, undefined, { connectMs: 5_000 });
+  assert.equal(await (await transportRequest(plainUrl, { dispatcher: agent.dispatcher })).body.text(), "plain");
+  assert.deepEqual(proxy.forwarded, [new URL(plainUrl).host, new URL(plainUrl).host]);
+  assert.deepEqual(proxy.connects, []);
 });
 
 test("NO_PROXY sends a matching host direct, past the proxy", async () => {
@@ -116,4 +136,5 @@ test("NO_PROXY sends a matching host direct, past the proxy", async () => {
   assert.match(await (await transportRequest(tls.url, { dispatcher })).body.text(), /through the tunnel/);
   assert.equal(await (await transportRequest(plainUrl, { dispatcher })).body.text(), "plain");
   assert.deepEqual(proxy.connects, []);
+  assert.deepEqual(proxy.forwarded, []);
 });

@@ -82,7 +82,9 @@ test("GitHub: the API calls and git's fetch of a host only the proxy reaches go 
   });
   assert.equal(gh.calls.at(-1)?.path, `/api/v3/repos/org/infra/commits/${sha}`);
   assert.equal(gh.calls.at(-1)?.headers.authorization, `token ${ghToken}`);
-  assert.ok(proxy.seen.some((s) => s.target === "ghe.proxied.invalid:80"));
+  // An http:// host in absolute form, as git asks for it: a proxy tunnels only to 443.
+  assert.ok(proxy.seen.some((s) => s.target === "ghe.proxied.invalid:80" && s.method === "GET"));
+  assert.ok(proxy.seen.every((s) => s.method !== "CONNECT"));
 
   const before = proxy.seen.length;
   const access = { ...github, token: ghToken };
@@ -103,10 +105,7 @@ test("GitLab: the API calls go through the proxy", async () => {
   });
   assert.deepEqual(await client.run({ op: "branchHead", repository: "group/infra", branch: "main" }), { sha });
   assert.equal(gl.calls.at(-1)?.headers["private-token"], glToken);
-  assert.deepEqual(
-    proxy.seen.slice(before).map((s) => s.target),
-    ["gitlab.proxied.invalid:80"],
-  );
+  assert.deepEqual(proxy.seen.slice(before), [{ method: "GET", target: "gitlab.proxied.invalid:80" }]);
 });
 
 test("NO_PROXY's hosts are reached straight; a host the proxy refuses is an error naming the proxy's 403", async () => {
@@ -120,10 +119,11 @@ test("NO_PROXY's hosts are reached straight; a host the proxy refuses is an erro
   assert.equal((await direct.run({ op: "commit", repository: "org/infra", sha })).sha, sha);
   assert.deepEqual(proxy.seen.slice(before), [], "127.0.0.1 is in NO_PROXY");
 
+  // An https host is tunnelled: a refused tunnel is no answer of the VCS, and says so.
   const refused = vcsClient({
     provider: "github",
-    url: "http://elsewhere.invalid",
-    apiUrl: "http://elsewhere.invalid/api/v3",
+    url: "https://elsewhere.invalid",
+    apiUrl: "https://elsewhere.invalid/api/v3",
     auth: { kind: "token", token: ghToken },
   });
   await assert.rejects(refused.run({ op: "commit", repository: "org/infra", sha }), (err) => {
@@ -132,11 +132,24 @@ test("NO_PROXY's hosts are reached straight; a host the proxy refuses is an erro
     assert.doesNotMatch(messageOf(err), new RegExp(ghToken));
     return true;
   });
-  assert.deepEqual(proxy.seen.at(-1), { method: "CONNECT", target: "elsewhere.invalid:80" });
+  assert.deepEqual(proxy.seen.at(-1), { method: "CONNECT", target: "elsewhere.invalid:443" });
+  // An http host is asked for in absolute form: the proxy's refusal is the answer, its text kept.
+  const refusedPlain = vcsClient({
+    provider: "github",
+    url: "http://elsewhere.invalid",
+    apiUrl: "http://elsewhere.invalid/api/v3",
+    auth: { kind: "token", token: ghToken },
+  });
+  await assert.rejects(refusedPlain.run({ op: "commit", repository: "org/infra", sha }), (err) => {
+    assert.match(messageOf(err), /^GitHub API call commit failed: 403 the proxy does not reach elsewhere\.invalid:80/);
+    assert.doesNotMatch(messageOf(err), new RegExp(ghToken));
+    return true;
+  });
+  assert.deepEqual(proxy.seen.at(-1), { method: "GET", target: "elsewhere.invalid:80" });
   const refusedGitlab = vcsClient({
     provider: "gitlab",
-    url: "http://elsewhere.invalid",
-    apiUrl: "http://elsewhere.invalid/api/v4",
+    url: "https://elsewhere.invalid",
+    apiUrl: "https://elsewhere.invalid/api/v4",
     auth: { kind: "token", token: glToken },
   });
   await assert.rejects(refusedGitlab.run({ op: "commit", repository: "group/infra", sha }), (err) => {

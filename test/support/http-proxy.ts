@@ -5,7 +5,8 @@ import { connect, type Socket } from "node:net";
  * A forward HTTP proxy on 127.0.0.1, as a network's egress proxy is one: CONNECT tunnels and
  * absolute-form requests, each recorded by the host:port asked for. Only the hosts of `routes`
  * (host:port → the 127.0.0.1 port that serves it) are reached; any other is refused with 403,
- * so a name that exists only here proves a request went through the proxy.
+ * so a name that exists only here proves a request went through the proxy. Tunnels go only to
+ * port 443, as squid's default configuration allows: plain http must come in absolute form.
  */
 export async function startHttpProxy(routes: Record<string, number>) {
   const seen: { method: string; target: string }[] = [];
@@ -36,7 +37,7 @@ export async function startHttpProxy(routes: Record<string, number>) {
     client.on("close", () => sockets.delete(client));
     client.on("error", () => client.destroy());
     const port = routes[target];
-    if (port === undefined) {
+    if (port === undefined || !target.endsWith(":443")) {
       client.end("HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n");
       return;
     }

@@ -156,7 +156,8 @@ export class DroverClient {
     if (!Number.isFinite(this.timeoutMs) || this.timeoutMs <= 0)
       throw new Error(`a request deadline must be a positive number of ms, not ${this.timeoutMs}`);
     this.ownsDispatcher = options.dispatcher === undefined;
-    this.dispatcher = options.dispatcher ?? new EnvHttpProxyAgent();
+    // An http:// server is asked for in absolute form, not tunnelled: many proxies tunnel only to 443.
+    this.dispatcher = options.dispatcher ?? new EnvHttpProxyAgent({ proxyTunnel: false });
   }
 
   /** Calls a route of the table and returns its checked result; a failure is a DroverError. */

@@ -11,8 +11,9 @@ let shared: EnvHttpProxyAgent | undefined;
 
 /** The dispatcher of every VCS API call: the proxy the environment names, with keep-alive connections. */
 export function vcsDispatcher(): Dispatcher {
-  // Made at first use, so the environment of the process as started is the one read.
-  return (shared ??= new EnvHttpProxyAgent());
+  // Made at first use, so the environment of the process as started is the one read. An http://
+  // host is asked for in absolute form, as git and curl ask: many proxies tunnel only to 443.
+  return (shared ??= new EnvHttpProxyAgent({ proxyTunnel: false }));
 }
 
 /** fetch through vcsDispatcher(), for Octokit's `request.fetch`. */

@@ -22,7 +22,9 @@ export function proxyDispatcher(o: DispatcherOptions): Dispatcher {
   const tls = { timeout: o.connectMs, ...(o.caCertPem ? { ca: [...rootCertificates, o.caCertPem] } : {}) };
   // Through a proxy undici ignores `connect`: it reaches the proxy with `proxyTls` and the
   // server inside the CONNECT tunnel with `requestTls`, so the CA and deadline go to all three.
+  // An http:// server is asked for in absolute form, not tunnelled: many proxies tunnel only to 443.
   return new EnvHttpProxyAgent({
+    proxyTunnel: false,
     connect: tls,
     proxyTls: tls,
     requestTls: tls,

@@ -403,14 +403,14 @@ export const agentSettings = {
   }),
   // Read by undici's EnvHttpProxyAgent in every outbound client (and by git); listed so they are documented and reserved.
   HTTP_PROXY: setting({
-    doc: "proxy for outbound `http://` requests; honoured by the agents, the CLI and the server's VCS calls (API and git), and passed to runs",
+    doc: "proxy for outbound `http://` requests, asked in absolute form (no CONNECT tunnel); honoured by the agents, the CLI and the server's VCS calls (API and git), and passed to runs",
     readers: ["server", ...allAgents, "cli"],
     parse: text,
     section: "agent",
     reserved: true,
   }),
   HTTPS_PROXY: setting({
-    doc: "proxy for outbound `https://` requests; honoured by the agents, the CLI and the server's VCS calls (API and git), and passed to runs",
+    doc: "proxy for outbound `https://` requests, through a CONNECT tunnel; honoured by the agents, the CLI and the server's VCS calls (API and git), and passed to runs",
     readers: ["server", ...allAgents, "cli"],
     parse: text,
     section: "agent",
