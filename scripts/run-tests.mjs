@@ -17,8 +17,8 @@
 // its own (see test-timeout.mjs). The PostgreSQL cluster is stopped however the run ends:
 // normally, on SIGINT/SIGTERM/SIGHUP (forwarded to the tests first), or on a crash of this script.
 import { spawn, spawnSync } from "node:child_process";
-import { openSync, readdirSync, statSync, existsSync } from "node:fs";
-import { constants, getPriority, setPriority } from "node:os";
+import { existsSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import { constants, getPriority, setPriority, tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { startPostgres } from "./postgres.mjs";
@@ -229,8 +229,10 @@ const lintsDone = lintPromises ? startLints() : undefined;
 pg = await startPostgres();
 prebuildImages();
 const scripts = dirname(fileURLToPath(import.meta.url));
+const lingerLog = join(mkdtempSync(join(tmpdir(), "drover-test-linger-")), "linger.log");
 const env = {
   ...process.env,
+  DROVER_TEST_LINGER_LOG: lingerLog,
   DROVER_TEST_PG_URL: pg.url,
   DROVER_TEST_TIMEOUT_MS: String(timeoutMs),
   CHECKPOINT_DISABLE: "1",
@@ -245,6 +247,11 @@ child = spawn(
   { stdio: "inherit", env, detached: true },
 );
 let code = await new Promise((resolve) => child.on("exit", (c, s) => resolve(c ?? (s ? 1 : 0))));
+if (existsSync(lingerLog))
+  console.error(
+    `[run-tests] files that stayed up after their tests (a timer or handle left behind, or a slow after hook): ${readFileSync(lingerLog, "utf8").trim().split("\n").join(", ")}`,
+  );
+rmSync(dirname(lingerLog), { recursive: true, force: true });
 if (lintsDone && !interrupted) {
   raiseLints();
   for (const lint of await lintsDone) {

@@ -1,6 +1,11 @@
 // Preloaded (--import) into every test file by run-tests.mjs: gives each test and hook that
 // sets no timeout of its own a default one, so a hang fails under that test's name instead of
 // stalling the whole run. Node 20's --test-timeout only bounds a file as a whole.
+//
+// It also notes, in DROVER_TEST_LINGER_LOG when the runner names one, a file whose process
+// stayed up more than 5 s after its tests: a timer or handle left behind (or a slow `after`),
+// which holds one of the runner's lanes for nothing.
+import { appendFileSync } from "node:fs";
 import { createRequire, syncBuiltinESMExports } from "node:module";
 
 const timeoutMs = Number(process.env.DROVER_TEST_TIMEOUT_MS);
@@ -42,6 +47,13 @@ if (process.env.NODE_TEST_CONTEXT !== undefined && Number.isSafeInteger(timeoutM
   // ever. Once the file's tests and hooks have had another full budget, end the process; the
   // results are already reported. The timer is unref'd: a clean file exits on its own.
   nodeTest.after(() => {
+    const testsEnded = Date.now();
+    const lingerLog = process.env.DROVER_TEST_LINGER_LOG;
+    if (lingerLog)
+      process.on("exit", () => {
+        const stayed = Date.now() - testsEnded;
+        if (stayed > 5_000) appendFileSync(lingerLog, `${process.argv[1] ?? "?"} ${Math.round(stayed / 1000)} s\n`);
+      });
     // Registered after the test harness's own 'exit' listener, so the results are written first.
     // Ending here skips Node's native handle cleanup, which has been seen to spin for ever on a
     // socket whose close never completed (a file that had passed every test never exited).

@@ -14,6 +14,7 @@ import {
 } from "@drover/agent/docker";
 import { DroverError, newPoolToken, type JobAssignment } from "@drover/protocol";
 import { spawnDrover } from "../support/processes.js";
+import { within } from "../support/poll.js";
 
 // The docker driver's settings: each compiles to what the driver sends the daemon, and each bad
 // value stops the agent at start with one line naming it.
@@ -174,7 +175,7 @@ for (const [what, env, message] of bad) {
       DROVER_AGENT_HEALTH_PORT: "0",
       ...env,
     });
-    const exit = await Promise.race([proc.exited, new Promise<null>((r) => setTimeout(() => r(null), 15_000))]);
+    const exit = await within(proc.exited, 15_000);
     if (!exit) await proc.stop("SIGKILL");
     const output = proc.output().trim();
     assert.equal(exit?.code, 2, output);

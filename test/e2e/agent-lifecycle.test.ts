@@ -6,6 +6,7 @@ import { after, before, describe, test } from "node:test";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
 import { eventually } from "../support/fault-runs.js";
 import { scrape } from "../support/metric-values.js";
+import { within } from "../support/poll.js";
 import { routes } from "@drover/protocol";
 
 // The agent as an operator sees it: killed, stopped in each mode, its token revoked.
@@ -158,7 +159,7 @@ describe("the agent as an operator sees it", () => {
     const agent = await stack.startAgent("revoked-agent", { DROVER_TOKEN: tok.body.token }, pool);
     const res = await stack.cli(["token", "revoke", tok.body.id]);
     assert.equal(res.code, 0, res.stderr);
-    const exit = await Promise.race([agent.exited, new Promise<null>((r) => setTimeout(() => r(null), 70_000))]);
+    const exit = await within(agent.exited, 70_000);
     assert.ok(exit, `the agent kept running:\n${agent.output()}`);
     assert.notEqual(exit.code, 0);
     assert.match(agent.output(), /revoked/i);

@@ -32,3 +32,16 @@ export async function lookUntil<T>(
     await pollWait(attempt);
   }
 }
+
+/**
+ * `promise`'s value, or null when it has not settled within `ms`. The timer is cleared either
+ * way: a pending one would keep the test file's process up long after its last test.
+ */
+export async function within<T>(promise: Promise<T>, ms: number): Promise<T | null> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([promise, new Promise<null>((resolve) => (timer = setTimeout(() => resolve(null), ms)))]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
