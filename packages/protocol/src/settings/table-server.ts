@@ -169,7 +169,7 @@ export const serverSettings = {
     section: "server",
   }),
   DROVER_MAX_PLAN_JSON_MB: setting({
-    doc: "largest plan JSON (`terraform show -json`) an agent may upload: a larger one gets `413` and the run shows no plan JSON (its counts come from terraform's summary line). It is parsed and redacted off the event loop, in memory several times its size, within 30 s and 1 s per MiB (a slower one is treated as too large)",
+    doc: "largest plan JSON (`terraform show -json`) an agent may upload: a larger one gets `413` and the run shows no plan JSON (its counts come from terraform's summary line). It is parsed and redacted off the event loop, in memory several times its size, within 30 s (a slower one is treated as too large)",
     default: 100,
     readers: ["server"],
     parse: intIn(1, 4096),

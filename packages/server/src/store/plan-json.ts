@@ -16,12 +16,12 @@ const mib = 1024 * 1024;
 const sharedHeapMb = 256;
 
 /**
- * How long one document may take to render: seconds for the largest plans on a busy machine.
- * Past it the thread is ended (a stuck one would hold every upload behind it).
+ * How long one document may take to render: many times what the largest plans take on a busy
+ * machine, and within the agent's deadline for the upload (60 s), so the agent is told why rather
+ * than timing out and sending it again. Past it the thread is ended (a stuck one would hold every
+ * upload behind it).
  */
-export function renderDeadlineMs(size: number): number {
-  return 30_000 + Math.ceil(size / mib) * 1_000;
-}
+export const renderDeadlineMs = 30_000;
 
 /**
  * Heap a thread needs for a body of `size` bytes: parsed JSON takes several times its text
@@ -59,7 +59,7 @@ export class PlanJsonThread {
     /** How long the thread is kept without work. */
     private readonly idleMs: number,
     /** How long a document of `size` bytes may take to render. */
-    private readonly deadlineMs: (size: number) => number = renderDeadlineMs,
+    private readonly deadlineMs: (size: number) => number = () => renderDeadlineMs,
   ) {}
 
   /** Threads started so far (a thread that ended is replaced by a new one on demand). */
