@@ -16,10 +16,10 @@ const mib = 1024 * 1024;
 const sharedHeapMb = 256;
 
 /**
- * How long one document may take to render: many times what the largest plans take on a busy
- * machine, and within the agent's deadline for the upload (60 s), so the agent is told why rather
- * than timing out and sending it again. Past it the thread is ended (a stuck one would hold every
- * upload behind it).
+ * How long one document may take to render: several times what a plan of the default size
+ * limit takes on a busy machine, and within the agent's deadline for the upload (60 s), so the
+ * agent is told why rather than timing out and sending it again. Past it the thread is ended (a
+ * stuck one would hold every upload behind it).
  */
 export const renderDeadlineMs = 30_000;
 
