@@ -185,10 +185,13 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, opt
     );
     // Refused before the body is read when this job may not upload it (an apply job).
     const mayUpload =
-      (what: string): preParsingAsyncHookHandler =>
+      (
+        route: typeof routes.uploadPlanJson | typeof routes.uploadProviderSchemas,
+        what: string,
+      ): preParsingAsyncHookHandler =>
       async (req, reply, payload) => {
         try {
-          mayUploadPlanJson(callerOf(routes.uploadPlanJson, req), what);
+          mayUploadPlanJson(callerOf(route, req), what);
         } catch (err) {
           void reply.header("connection", "close");
           throw err;
@@ -197,12 +200,12 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, opt
       };
     serveUpload(
       routes.uploadPlanJson,
-      { preParsing: mayUpload("plan JSON"), bodyLimit: http.maxPlanJsonBytes },
+      { preParsing: mayUpload(routes.uploadPlanJson, "plan JSON"), bodyLimit: http.maxPlanJsonBytes },
       async ({ caller: job }, req) => savePlanJson(ctx, job, spooledBody(req)),
     );
     serveUpload(
       routes.uploadProviderSchemas,
-      { preParsing: mayUpload("providers' schemas"), bodyLimit: http.maxPlanJsonBytes },
+      { preParsing: mayUpload(routes.uploadProviderSchemas, "providers' schemas"), bodyLimit: http.maxPlanJsonBytes },
       async ({ caller: job }, req) => saveProviderSchemas(ctx, job, spooledBody(req)),
     );
   });
