@@ -1,6 +1,5 @@
 import { DroverError, vcsOperationResultSchemas, vcsOperationSchema } from "@drover/protocol";
-import { githubClient } from "./github.js";
-import { gitlabClient } from "./gitlab.js";
+import { gitlabAccess } from "./gitlab-endpoint.js";
 import type { VcsClient, VcsEndpoint } from "./operations.js";
 
 /*
@@ -16,22 +15,35 @@ export interface VcsClientOptions {
 
 export const defaultVcsDeadlineMs = 30_000;
 
+/**
+ * The provider's own client, its library loaded on first use: octokit and gitbeaker are most of
+ * what loading this package costs, and a server without VCS connections never needs them.
+ */
+function providerClient(endpoint: VcsEndpoint, deadlineMs: number): () => Promise<VcsClient> {
+  if (endpoint.provider === "gitlab") gitlabAccess(endpoint);
+  let loaded: Promise<VcsClient> | undefined;
+  return () =>
+    (loaded ??=
+      endpoint.provider === "github"
+        ? import("./github.js").then((m) => m.githubClient(endpoint, { deadlineMs }))
+        : import("./gitlab.js").then((m) => m.gitlabClient(endpoint, { deadlineMs })));
+}
+
+/** The client of one connection's API: each operation and each answer checked against the closed schemas. */
 export function vcsClient(endpoint: VcsEndpoint, options: VcsClientOptions = {}): VcsClient {
-  const deadlineMs = options.deadlineMs ?? defaultVcsDeadlineMs;
-  const inner =
-    endpoint.provider === "github" ? githubClient(endpoint, { deadlineMs }) : gitlabClient(endpoint, { deadlineMs });
+  const inner = providerClient(endpoint, options.deadlineMs ?? defaultVcsDeadlineMs);
   return {
     async run(operation, opts) {
       const parsed = vcsOperationSchema.safeParse(operation);
       if (!parsed.success)
         throw new DroverError("bad_request", `not a valid VCS operation: ${parsed.error.issues[0]?.message ?? "?"}`);
-      const result = await inner.run(operation, opts);
+      const result = await (await inner()).run(operation, opts);
       const checked = vcsOperationResultSchemas[operation.op].safeParse(result);
       if (!checked.success)
         throw new DroverError("vcs_error", `the VCS answered ${operation.op} with something unexpected`);
       return checked.data as typeof result;
     },
-    gitToken: (opts) => inner.gitToken(opts),
+    gitToken: async (opts) => (await inner()).gitToken(opts),
   };
 }
 

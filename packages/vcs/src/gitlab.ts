@@ -1,5 +1,6 @@
 import { Gitlab } from "@gitbeaker/rest";
 import { failureReason, isTimeout, vcsApiError } from "./api-errors.js";
+import { gitlabAccess } from "./gitlab-endpoint.js";
 import { dispatch, type OperationHandlers, type VcsClient, type VcsEndpoint } from "./operations.js";
 import { vcsDispatcher } from "./proxy.js";
 
@@ -17,12 +18,6 @@ function statusOf(err: unknown): number | undefined {
   return typeof s === "number" ? s : undefined;
 }
 
-/** The API base without `/api/v4`, which Gitbeaker appends itself. */
-export function gitbeakerHost(apiUrl: string): string {
-  if (!/\/api\/v4$/.test(apiUrl)) throw new Error(`a GitLab API URL ends in /api/v4, not ${JSON.stringify(apiUrl)}`);
-  return apiUrl.replace(/\/api\/v4$/, "");
-}
-
 /** `work`, failing when `signal` aborts first (Gitbeaker takes only a per-client deadline). */
 function within<T>(work: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
   if (!signal) return work;
@@ -35,11 +30,9 @@ function within<T>(work: Promise<T>, signal: AbortSignal | undefined): Promise<T
 }
 
 export function gitlabClient(endpoint: VcsEndpoint, options: { deadlineMs: number }): VcsClient {
-  const auth = endpoint.auth;
-  if (auth.kind !== "token") throw new Error("a GitLab connection authenticates with a token");
-  const token = auth.token;
+  const { host, token } = gitlabAccess(endpoint);
   const api = new Gitlab({
-    host: gitbeakerHost(endpoint.apiUrl),
+    host,
     token,
     queryTimeout: options.deadlineMs,
     // Typed as an http.Agent, but gitbeaker hands it to fetch as its dispatcher.
