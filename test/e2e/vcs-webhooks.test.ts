@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { request as httpRequest } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
@@ -273,6 +274,29 @@ test("bad or missing signatures, unknown connections and oversize bodies are ref
   await stack.waitForRun(runs[0]?.id ?? "", ["applied"]);
 });
 
+test("a delivery whose headers lack the proof is refused before its body is sent", async () => {
+  /** The status answered to a request that has sent only its headers (4 MiB announced). */
+  const answerToHeaders = (connection: string, headers: Record<string, string>) =>
+    new Promise<number>((resolve, reject) => {
+      const req = httpRequest(hookUrl(connection), {
+        method: routes.receiveVcsWebhook.method,
+        headers: { "content-type": "application/json", "content-length": String(4 * 1024 * 1024), ...headers },
+      });
+      req.on("response", (res) => {
+        res.resume();
+        resolve(res.statusCode ?? 0);
+        req.destroy();
+      });
+      req.on("error", reject);
+      req.setTimeout(20_000, () => req.destroy(new Error("no answer before the body was sent")));
+      req.flushHeaders();
+    });
+  assert.equal(await answerToHeaders("gl", { "x-gitlab-event": "Push Hook" }), 401);
+  assert.equal(await answerToHeaders("gl", { "x-gitlab-event": "Push Hook", "x-gitlab-token": "wrong" }), 401);
+  assert.equal(await answerToHeaders("gh", { "x-github-event": "push" }), 401);
+  assert.equal(await answerToHeaders("gh", { "x-github-event": "push", "x-hub-signature-256": "sha1=0a1b" }), 401);
+});
+
 test("a pull request plans speculatively; a new commit supersedes its plan still queued", async () => {
   const work = repo("org/app");
   const idle = await stack.createPool("pr-pool");
@@ -327,6 +351,13 @@ test("a pull request plans speculatively; a new commit supersedes its plan still
     body: githubPullRequest("closed", "org/app", { ...pr, headSha: f2.id }),
   });
   assert.equal((await processed("gh", closed.deliveryId)).outcomes[0]?.outcome, "ignored");
+  // From a fork: anyone's code, run with the workspace's variables. It plans nothing.
+  const forked = githubPullRequest("opened", "org/app", { ...pr, number: 8, headSha: f2.id });
+  forked.pull_request.head.repo.full_name = "mallory/app";
+  const fromFork = await send("gh", { provider: "github", event: "pull_request", body: forked });
+  const forkOutcome = (await processed("gh", fromFork.deliveryId)).outcomes[0];
+  assert.equal(forkOutcome?.outcome, "ignored");
+  assert.match(forkOutcome?.detail ?? "", /^a pull request from another repository \(mallory\/app\) starts no run/);
 
   await stack.startAgent("pr-agent", { DROVER_TOKEN: idle.token }, idle.pool);
   const done = await stack.waitForRun(runB, ["planned_and_finished"]);
@@ -472,6 +503,12 @@ test("GitLab: a Push Hook applies, a Merge Request Hook plans speculatively, a w
     body: gitlabMergeRequest("update", "grp/sub/infra", { ...mr, lastCommit: f1.id }),
   });
   assert.equal((await processed("gl", edited.deliveryId)).outcomes[0]?.outcome, "ignored");
+  const forked = gitlabMergeRequest("open", "grp/sub/infra", { ...mr, iid: 2, lastCommit: f1.id });
+  forked.object_attributes.source.path_with_namespace = "mallory/infra";
+  const fromFork = await send("gl", { provider: "gitlab", event: "Merge Request Hook", body: forked });
+  const forkOutcome = (await processed("gl", fromFork.deliveryId)).outcomes[0];
+  assert.equal(forkOutcome?.outcome, "ignored");
+  assert.match(forkOutcome?.detail ?? "", /^a pull request from another repository \(mallory\/infra\) starts no run/);
   const refused = await send("gl", {
     provider: "gitlab",
     event: "Merge Request Hook",

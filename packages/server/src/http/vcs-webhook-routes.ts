@@ -1,9 +1,15 @@
 import { DroverError, routes, userApi, type VcsProvider } from "@drover/protocol";
 import type { StoreContext } from "../store/context.js";
-import type { FastifyInstance, FastifyRequest } from "fastify";
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { getVcsConnection, vcsWebhookSecret, type StoredVcsConnection } from "../store/vcs-connections.js";
 import { recordVcsDelivery } from "../store/vcs-deliveries.js";
-import { deliveryHeaders, parseEvent, verifyDelivery, type WebhookEvent } from "../vcs/webhook-events.js";
+import {
+  deliveryHeaders,
+  headersMayProve,
+  parseEvent,
+  verifyDelivery,
+  type WebhookEvent,
+} from "../vcs/webhook-events.js";
 import type { HttpContext, WebhookQueue } from "./context.js";
 import { registrar, type ServeOptions } from "./serve.js";
 
@@ -14,7 +20,17 @@ import { registrar, type ServeOptions } from "./serve.js";
  */
 export const maxWebhookBytes = 5 * 1024 * 1024;
 
-const connections = new WeakMap<FastifyRequest, StoredVcsConnection>();
+const connections = new WeakMap<FastifyRequest, { connection: StoredVcsConnection; secret: string }>();
+
+/** The 401 of a delivery without the connection's proof. */
+function unproven(provider: VcsProvider): DroverError {
+  return new DroverError(
+    "unauthorized",
+    provider === "github"
+      ? "X-Hub-Signature-256 is missing or is not the HMAC of this body with the connection's webhook secret"
+      : "X-Gitlab-Token is missing or is not the connection's webhook secret",
+  );
+}
 
 function summaryOf(e: WebhookEvent): string {
   switch (e.kind) {
@@ -53,7 +69,8 @@ export async function storeDelivery(
 /**
  * The webhook endpoint: no Drover token, the provider's proof instead. The connection is looked
  * up before the body is read, so a sender that does not know one learns nothing else (one 404
- * body for every miss) and sends no body into memory.
+ * body for every miss) and sends no body into memory; so is as much of the proof as the headers
+ * hold (GitLab's token, the form of GitHub's signature).
  */
 export function registerVcsWebhookRoute(
   app: FastifyInstance,
@@ -67,29 +84,30 @@ export function registerVcsWebhookRoute(
     scope.addContentTypeParser("*", { parseAs: "buffer", bodyLimit: maxWebhookBytes }, (_req, body, done) =>
       done(null, body),
     );
-    const known = async (req: FastifyRequest) => {
+    const known = async (req: FastifyRequest, reply: FastifyReply) => {
       const name = (req.params as { connection?: string }).connection ?? "";
       const conn = await getVcsConnection(ctx, name).catch((err: unknown) => {
         if (err instanceof DroverError && err.code === "not_found") return undefined;
         throw err;
       });
       if (!conn) throw new DroverError("not_found", "not found");
-      connections.set(req, conn);
+      const secret = await vcsWebhookSecret(ctx, conn.id);
+      // Refused before the body is read: a sender without the proof gets no body into memory.
+      if (!headersMayProve(conn.provider, secret, req.headers)) {
+        void reply.header("connection", "close");
+        throw unproven(conn.provider);
+      }
+      connections.set(req, { connection: conn, secret });
     };
     registrar(scope, userApi, options)(
       routes.receiveVcsWebhook,
       { bodyLimit: maxWebhookBytes, onRequest: known },
       async ({ body }, req, reply) => {
-        const conn = connections.get(req);
-        if (!conn) throw new DroverError("not_found", "not found");
+        const entry = connections.get(req);
+        if (!entry) throw new DroverError("not_found", "not found");
+        const { connection: conn, secret } = entry;
         const raw = body ?? Buffer.alloc(0);
-        if (!verifyDelivery(conn.provider, await vcsWebhookSecret(ctx, conn.id), req.headers, raw))
-          throw new DroverError(
-            "unauthorized",
-            conn.provider === "github"
-              ? "X-Hub-Signature-256 is missing or is not the HMAC of this body with the connection's webhook secret"
-              : "X-Gitlab-Token is missing or is not the connection's webhook secret",
-          );
+        if (!verifyDelivery(conn.provider, secret, req.headers, raw)) throw unproven(conn.provider);
         const stored = await storeDelivery(ctx, queue, conn, deliveryHeaders(conn.provider, req.headers, raw), raw);
         void reply.header("cache-control", "no-store");
         return { delivery: stored.id, duplicate: stored.duplicate };

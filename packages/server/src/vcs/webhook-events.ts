@@ -40,6 +40,21 @@ export interface IgnoredEvent {
 
 export type WebhookEvent = PushEvent | PullRequestEvent | IgnoredEvent;
 
+/**
+ * Whether the headers may carry the connection's proof, checked before the body is read: GitLab's
+ * token whole, GitHub's signature in its form (its HMAC needs the body).
+ */
+export function headersMayProve(provider: VcsProvider, secret: string, headers: IncomingHttpHeaders): boolean {
+  return provider === "github"
+    ? signatureOf(headers) !== undefined
+    : verifyDelivery(provider, secret, headers, Buffer.alloc(0));
+}
+
+function signatureOf(headers: IncomingHttpHeaders): Buffer | undefined {
+  const match = /^sha256=([0-9a-f]{64})$/i.exec(headerOf(headers, "x-hub-signature-256") ?? "");
+  return match ? Buffer.from(match[1]!, "hex") : undefined;
+}
+
 /** Whether the delivery carries the connection's proof: GitHub's HMAC of the raw body, or GitLab's token. */
 export function verifyDelivery(
   provider: VcsProvider,
@@ -48,11 +63,8 @@ export function verifyDelivery(
   body: Buffer,
 ): boolean {
   if (provider === "github") {
-    const given = headerOf(headers, "x-hub-signature-256");
-    const match = /^sha256=([0-9a-f]{64})$/i.exec(given ?? "");
-    if (!match) return false;
-    const expected = createHmac("sha256", secret).update(body).digest();
-    return timingSafeEqual(expected, Buffer.from(match[1]!, "hex"));
+    const given = signatureOf(headers);
+    return given !== undefined && timingSafeEqual(createHmac("sha256", secret).update(body).digest(), given);
   }
   const given = headerOf(headers, "x-gitlab-token");
   if (given === undefined) return false;
@@ -185,8 +197,12 @@ function github(event: string, p: Json): { event: string; parsed: WebhookEvent }
   const pr = obj(p.pull_request);
   const base = obj(pr.base);
   const head = obj(pr.head);
+  const baseRepository = checkedRepository("github", str(obj(base.repo).full_name)) ?? repository;
+  // A deleted fork's pull request has no head repository: it is no less another repository's code.
+  const fork = foreignHead(baseRepository, checkedRepository("github", str(obj(head.repo).full_name)));
+  if (fork !== null) return ignored(named, baseRepository, fork);
   return pullRequest(named, {
-    repository: checkedRepository("github", str(obj(base.repo).full_name)) ?? repository,
+    repository: baseRepository,
     baseBranch: str(base.ref),
     baseSha: sha(base.sha) ?? null,
     headBranch: str(head.ref),
@@ -222,8 +238,11 @@ function gitlab(event: string, p: Json): { event: string; parsed: WebhookEvent }
           ? "a merge request update without new commits starts no run"
           : `merge request action ${action || "(none)"} starts no run`,
     );
+  const target = checkedRepository("gitlab", str(obj(mr.target).path_with_namespace)) ?? repository;
+  const fork = foreignHead(target, checkedRepository("gitlab", str(obj(mr.source).path_with_namespace)));
+  if (fork !== null) return ignored(named, target, fork);
   return pullRequest(named, {
-    repository: checkedRepository("gitlab", str(obj(mr.target).path_with_namespace)) ?? repository,
+    repository: target,
     baseBranch: str(mr.target_branch),
     baseSha: null,
     headBranch: str(mr.source_branch),
@@ -231,6 +250,17 @@ function gitlab(event: string, p: Json): { event: string; parsed: WebhookEvent }
     number: mr.iid,
     url: str(mr.url),
   });
+}
+
+/**
+ * Why a pull (merge) request from another repository (a fork) plans nothing, or null for one
+ * from the linked repository itself: its plan would run that repository's code, written by anyone
+ * who can fork, with the workspace's variables and credentials.
+ */
+function foreignHead(base: string | null, head: string | null): string | null {
+  // No base: pullRequest refuses the payload. Repository paths are case-insensitive on both providers.
+  if (base === null || (head !== null && head.toLowerCase() === base.toLowerCase())) return null;
+  return `a pull request from another repository (${head ?? "a deleted fork, or one not named"}) starts no run: its code would run with the workspace's variables`;
 }
 
 function pullRequest(
