@@ -3,6 +3,7 @@ import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { routes } from "@drover/protocol";
+import { statusBeforeBody } from "../support/answer-before-body.js";
 import { rawTarGz } from "../support/archives.js";
 import { pollWait } from "../support/poll.js";
 import { startStack, type Stack } from "../support/stack.js";
@@ -282,6 +283,16 @@ resource "terraform_data" "stubborn" {
     assert.match(log.toString(), /force-canceled by request/);
     writeFileSync(gate, "");
   });
+});
+
+test("forged upload URLs are refused before their bodies are sent: nobody without a URL gets a body into memory", async () => {
+  const forged = "zz.bm9uY2U.c2lnbmF0dXJl";
+  for (const path of [
+    `/api/v2/state-versions/sv-x/upload/${forged}?ticket=t`,
+    `/api/v2/state-versions/sv-x/json-upload/${forged}`,
+    `/api/v2/configuration-versions/cv-x/upload/${forged}`,
+  ])
+    assert.equal(await statusBeforeBody(`${stack.server.url}${path}`, "PUT", {}, 200 * 1024 * 1024), 403, path);
 });
 
 test("save-plan: the run plans and waits for its apply even when asked to auto-apply; json-output serves its plan", async () => {

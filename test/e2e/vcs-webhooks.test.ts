@@ -1,12 +1,12 @@
 import assert from "node:assert/strict";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { request as httpRequest } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { routes, type RunSource, type VcsDelivery } from "@drover/protocol";
 import { pino } from "pino";
 import { commitAndPush, gitAs, hostedRepository, valueConfig } from "../support/git-repo.js";
+import { statusBeforeBody } from "../support/answer-before-body.js";
 import { startGitHttpServer } from "../support/git-http-server.js";
 import { lookUntil } from "../support/poll.js";
 import { startStack, type Stack } from "../support/stack.js";
@@ -275,22 +275,13 @@ test("bad or missing signatures, unknown connections and oversize bodies are ref
 });
 
 test("a delivery whose headers lack the proof is refused before its body is sent", async () => {
-  /** The status answered to a request that has sent only its headers (4 MiB announced). */
   const answerToHeaders = (connection: string, headers: Record<string, string>) =>
-    new Promise<number>((resolve, reject) => {
-      const req = httpRequest(hookUrl(connection), {
-        method: routes.receiveVcsWebhook.method,
-        headers: { "content-type": "application/json", "content-length": String(4 * 1024 * 1024), ...headers },
-      });
-      req.on("response", (res) => {
-        res.resume();
-        resolve(res.statusCode ?? 0);
-        req.destroy();
-      });
-      req.on("error", reject);
-      req.setTimeout(20_000, () => req.destroy(new Error("no answer before the body was sent")));
-      req.flushHeaders();
-    });
+    statusBeforeBody(
+      hookUrl(connection),
+      routes.receiveVcsWebhook.method,
+      { "content-type": "application/json", ...headers },
+      4 * 1024 * 1024,
+    );
   assert.equal(await answerToHeaders("gl", { "x-gitlab-event": "Push Hook" }), 401);
   assert.equal(await answerToHeaders("gl", { "x-gitlab-event": "Push Hook", "x-gitlab-token": "wrong" }), 401);
   assert.equal(await answerToHeaders("gh", { "x-github-event": "push" }), 401);

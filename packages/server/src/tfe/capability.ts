@@ -1,5 +1,6 @@
 import { createHmac, randomBytes, timingSafeEqual } from "node:crypto";
 import { DroverError } from "@drover/protocol";
+import type { FastifyRequest } from "fastify";
 import type { StoreContext } from "../store/context.js";
 
 /*
@@ -110,4 +111,18 @@ export async function spendCapability(ctx: StoreContext, c: Capability): Promise
     .executeTakeFirst();
   if (Number(spent.numInsertedOrUpdatedRows ?? 0n) !== 1)
     throw refused("it was already used; an upload URL works once");
+}
+
+/**
+ * The capability in `req`'s path (its `:capability` parameter), checked for `kind` and `id` now:
+ * verifyCapability of the request as it came.
+ */
+export async function requestCapability(
+  ctx: StoreContext,
+  req: FastifyRequest,
+  kind: string,
+  id: string,
+): Promise<Capability> {
+  const segment = (req.params as { capability?: string }).capability ?? "";
+  return verifyCapability(await capabilityKey(ctx), segment, { method: req.method, kind, id, now: ctx.now() });
 }

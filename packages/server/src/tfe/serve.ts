@@ -59,7 +59,19 @@ export const noContent: TfeAnswer = { status: 204 };
 
 export type TfeHandler<A extends TfeAuth> = (input: TfeInput<A>) => Promise<TfeAnswer>;
 
-export type TfeRegistrar = <A extends TfeAuth>(route: TfeRoute<A>, handler: TfeHandler<A>) => void;
+export interface TfeRouteOptions {
+  /**
+   * A check run before the request's body is read (a capability URL's signature): a request it
+   * refuses sends no body into memory, and its connection is closed.
+   */
+  beforeBody?: (req: FastifyRequest) => Promise<void>;
+}
+
+export type TfeRegistrar = <A extends TfeAuth>(
+  route: TfeRoute<A>,
+  handler: TfeHandler<A>,
+  options?: TfeRouteOptions,
+) => void;
 
 const defaultBodyLimit = 1024 * 1024;
 
@@ -88,14 +100,26 @@ export function tfeScope(scope: FastifyInstance, http: HttpContext): TfeRegistra
     user: authenticateFirst((request) => requireTfeUser(http.store, request)),
     reader: authenticateFirst((request) => requireReader(http.store, request)),
   };
-  return (route, handler) => {
+  return (route, handler, options = {}) => {
     if (!route.path.startsWith(tfeApi)) throw new Error(`${route.path} is not under ${tfeApi}`);
     const hook = hooks[route.auth];
+    const { beforeBody } = options;
+    const early: onRequestAsyncHookHandler | undefined =
+      beforeBody &&
+      (async (req, reply) => {
+        try {
+          await beforeBody(req);
+        } catch (err) {
+          void reply.header("connection", "close");
+          throw err;
+        }
+      });
+    const onRequest = [hook, early].filter((h) => h !== undefined);
     scope.route({
       method: route.method,
       url: route.path.slice(tfeApi.length),
       bodyLimit: route.bodyLimit ?? defaultBodyLimit,
-      ...(hook === undefined ? {} : { onRequest: [hook] }),
+      ...(onRequest.length === 0 ? {} : { onRequest }),
       handler: async (req, reply) => {
         const answer = await handler({
           params: req.params as Record<string, string>,

@@ -4,7 +4,8 @@ import type { HttpContext } from "../http/context.js";
 import { maxStateBytes } from "../http/state-routes.js";
 import { iso } from "../store/context.js";
 import { writeState } from "../store/state.js";
-import { capabilityKey, newNonce, signCapability, spendCapability, verifyCapability } from "./capability.js";
+import { capabilityKey, newNonce, requestCapability, signCapability, spendCapability } from "./capability.js";
+import type { FastifyRequest } from "fastify";
 import { attribute, JsonApiError, one, type RequestResource, type ResourceObject } from "./jsonapi.js";
 import { created, tfeApi, tfeRoute, type TfeAnswer, type TfeRegistrar } from "./serve.js";
 
@@ -111,40 +112,42 @@ export async function createPendingStateVersion(http: HttpContext, input: Pendin
 export function registerStateUploadRoutes(serve: TfeRegistrar, http: HttpContext): void {
   const ctx = http.store;
 
-  serve(stateUploadRoutes.uploadState, async ({ params, query, req, body }) => {
-    const id = params.id ?? "";
-    const rawTicket = typeof query.ticket === "string" ? query.ticket : "";
-    const key = await capabilityKey(ctx);
-    const c = verifyCapability(key, params.capability ?? "", {
-      method: req.method,
-      kind: rawKind,
-      id: `${id}.${rawTicket}`,
-      now: ctx.now(),
-    });
-    const ticket = decodeTicket(rawTicket);
-    await spendCapability(ctx, c);
-    await writeState(ctx, {
-      id,
-      workspaceId: ticket.workspaceId,
-      body: body ?? Buffer.alloc(0),
-      contentMd5: ticket.md5,
-      lockId: ticket.lockId,
-      runId: null,
-    });
-    return { status: 200 };
-  });
+  /** The raw state upload's capability covers the state version and its ticket. */
+  const rawCapability = (req: FastifyRequest) => {
+    const { id = "" } = req.params as { id?: string };
+    const { ticket } = req.query as { ticket?: unknown };
+    return requestCapability(ctx, req, rawKind, `${id}.${typeof ticket === "string" ? ticket : ""}`);
+  };
+  const jsonCapability = (req: FastifyRequest) =>
+    requestCapability(ctx, req, jsonKind, (req.params as { id?: string }).id ?? "");
 
-  serve(stateUploadRoutes.uploadJsonState, async ({ params, req }) => {
-    const id = params.id ?? "";
-    const key = await capabilityKey(ctx);
-    const c = verifyCapability(key, params.capability ?? "", {
-      method: req.method,
-      kind: jsonKind,
-      id,
-      now: ctx.now(),
-    });
-    await spendCapability(ctx, c);
-    // Drover reads outputs from the raw state; the JSON state (provider-schema view) is not kept.
-    return { status: 200 };
-  });
+  serve(
+    stateUploadRoutes.uploadState,
+    async ({ params, query, req, body }) => {
+      const id = params.id ?? "";
+      const c = await rawCapability(req);
+      const ticket = decodeTicket(typeof query.ticket === "string" ? query.ticket : "");
+      await spendCapability(ctx, c);
+      await writeState(ctx, {
+        id,
+        workspaceId: ticket.workspaceId,
+        body: body ?? Buffer.alloc(0),
+        contentMd5: ticket.md5,
+        lockId: ticket.lockId,
+        runId: null,
+      });
+      return { status: 200 };
+    },
+    { beforeBody: async (req) => void (await rawCapability(req)) },
+  );
+
+  serve(
+    stateUploadRoutes.uploadJsonState,
+    async ({ req }) => {
+      await spendCapability(ctx, await jsonCapability(req));
+      // Drover reads outputs from the raw state; the JSON state (provider-schema view) is not kept.
+      return { status: 200 };
+    },
+    { beforeBody: async (req) => void (await jsonCapability(req)) },
+  );
 }
