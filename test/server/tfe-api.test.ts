@@ -175,6 +175,29 @@ test("unknown attributes and include values are ignored; lists page as go-tfe re
   );
 });
 
+test("a working directory outside the configuration is a 422 on create and update; the stored one stays", async () => {
+  await server.api(routes.createPool, { body: { name: "default" } }).catch(() => undefined);
+  const workspaces = "/api/v2/organizations/acme/workspaces";
+  const withDirectory = (dir: string, name?: string) =>
+    JSON.stringify({
+      data: { type: "workspaces", attributes: { ...(name ? { name } : {}), "working-directory": dir } },
+    });
+  for (const dir of ["../../etc", "/abs/path", "infra/../../x"]) {
+    const res = await call("POST", workspaces, withDirectory(dir, "wd-bad"));
+    assert.equal(res.status, 422, dir);
+    assert.match(res.json.errors[0].detail, /working-directory: the working directory must be a relative path/);
+  }
+  const made = await call("POST", workspaces, withDirectory("infra/app", "wd-ok"));
+  assert.equal(made.status, 201, made.text);
+  for (const path of [`${workspaces}/wd-ok`, `/api/v2/workspaces/${made.json.data.id}`]) {
+    const res = await call("PATCH", path, withDirectory("../outside"));
+    assert.equal(res.status, 422, path);
+  }
+  const read = await call("GET", `${workspaces}/wd-ok`);
+  assert.equal(read.json.data.attributes["working-directory"], "infra/app");
+  assert.equal((await call("GET", `${workspaces}/wd-bad`)).status, 404, "no refused create was stored");
+});
+
 test("a state version without inline state is given signed upload URLs: the PUT stores it once, checked like any write; no state is outputs []", async () => {
   const ws = await call("GET", "/api/v2/organizations/acme/workspaces/page-a");
   const id = ws.json.data.id as string;

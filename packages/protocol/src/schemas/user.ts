@@ -157,7 +157,8 @@ export const listWorkspacesQuerySchema = z.object({
 const allowDestroyAllHelp =
   "auto-apply even a plan that destroys every resource the workspace manages, for runs that do not say otherwise";
 
-const workingDirectorySchema = z
+/** A workspace's working directory: relative, inside the configuration (no `..`, not absolute). */
+export const workingDirectorySchema = z
   .string()
   .max(500)
   .refine(

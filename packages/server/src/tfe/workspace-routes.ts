@@ -1,4 +1,4 @@
-import { DroverError, nameSchema } from "@drover/protocol";
+import { DroverError, nameSchema, workingDirectorySchema } from "@drover/protocol";
 import { z } from "zod";
 import type { HttpContext } from "../http/context.js";
 import { listVariables } from "../store/variables.js";
@@ -217,7 +217,7 @@ export function registerWorkspaceRoutes(serve: TfeRegistrar, http: HttpContext):
         // A workspace tofu made is a tofu workspace, so Drover's own runs of it use tofu too.
         engine: engineOfClient(req.headers["user-agent"]),
         engineVersion: null,
-        workingDirectory: attribute(resource, "working-directory", z.string()) ?? "",
+        workingDirectory: attribute(resource, "working-directory", workingDirectorySchema) ?? "",
         autoApply: attribute(resource, "auto-apply", z.boolean()) ?? false,
       });
     } catch (err) {
@@ -252,7 +252,7 @@ export function registerWorkspaceRoutes(serve: TfeRegistrar, http: HttpContext):
     const mode = attribute(resource, "execution-mode", executionModeSchema);
     if (mode !== undefined) await setExecutionMode(ctx, w, mode);
     const autoApply = attribute(resource, "auto-apply", z.boolean());
-    const workingDirectory = attribute(resource, "working-directory", z.string());
+    const workingDirectory = attribute(resource, "working-directory", workingDirectorySchema);
     const globalRemoteState = attribute(resource, "global-remote-state", z.boolean());
     if (autoApply !== undefined || workingDirectory !== undefined || globalRemoteState !== undefined)
       await updateWorkspace(ctx, w.ws.id, { autoApply, workingDirectory, globalRemoteState });
