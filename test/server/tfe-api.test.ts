@@ -1,7 +1,9 @@
 import assert from "node:assert/strict";
+import { constants } from "node:buffer";
 import { createHash } from "node:crypto";
 import { after, before, test } from "node:test";
 import { routes } from "@drover/protocol";
+import { statusBeforeBody } from "../support/answer-before-body.js";
 import { rawTarGz } from "../support/archives.js";
 import { startTestServer, type TestServer } from "../support/server.js";
 
@@ -196,6 +198,16 @@ test("a working directory outside the configuration is a 422 on create and updat
   const read = await call("GET", `${workspaces}/wd-ok`);
   assert.equal(read.json.data.attributes["working-directory"], "infra/app");
   assert.equal((await call("GET", `${workspaces}/wd-bad`)).status, 404, "no refused create was stored");
+});
+
+test("an inline state version too large to read as one JSON string is a 413 before its body is sent", async () => {
+  const status = await statusBeforeBody(
+    `${server.url}/api/v2/workspaces/ws-any/state-versions`,
+    "POST",
+    { authorization: `Bearer ${server.adminToken}`, "content-type": "application/vnd.api+json" },
+    constants.MAX_STRING_LENGTH + 1,
+  );
+  assert.equal(status, 413);
 });
 
 test("a state version without inline state is given signed upload URLs: the PUT stores it once, checked like any write; no state is outputs []", async () => {

@@ -1,3 +1,4 @@
+import { constants } from "node:buffer";
 import type { Output } from "@drover/protocol";
 import { z } from "zod";
 import type { HttpContext } from "../http/context.js";
@@ -23,8 +24,9 @@ export const stateRoutes = {
     path: `${tfeApi}/workspaces/:id/state-versions`,
     summary: "Create a state version: inline `state` (base64), or without it to be given upload URLs",
     auth: "user",
-    // base64 of the largest state the http backend takes, plus the JSON state beside it.
-    bodyLimit: Math.ceil((maxStateBytes * 4) / 3) * 2 + 1024 * 1024,
+    // base64 of the largest state the http backend takes, plus the JSON state beside it; but no
+    // more than one string holds, since the document is parsed as one (past it: 413, not a 500).
+    bodyLimit: Math.min(Math.ceil((maxStateBytes * 4) / 3) * 2 + 1024 * 1024, constants.MAX_STRING_LENGTH),
   }),
   currentStateVersion: tfeRoute({
     method: "GET",
