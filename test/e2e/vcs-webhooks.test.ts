@@ -350,6 +350,15 @@ test("a pull request plans speculatively; a new commit supersedes its plan still
   assert.equal(forkOutcome?.outcome, "ignored");
   assert.match(forkOutcome?.detail ?? "", /^a pull request from another repository \(mallory\/app\) starts no run/);
 
+  // Repository paths are case-insensitive: a payload naming ORG/App is the linked org/app.
+  const cased = await send("gh", {
+    provider: "github",
+    event: "pull_request",
+    body: githubPullRequest("opened", "ORG/App", { ...pr, number: 9, head: "feature-cased", headSha: f2.id }),
+  });
+  const casedOutcome = (await processed("gh", cased.deliveryId)).outcomes[0];
+  assert.equal(casedOutcome?.outcome, "started", casedOutcome?.detail ?? "");
+
   await stack.startAgent("pr-agent", { DROVER_TOKEN: idle.token }, idle.pool);
   const done = await stack.waitForRun(runB, ["planned_and_finished"]);
   assert.equal(done.planOnly, true);
@@ -361,7 +370,9 @@ test("a pull request plans speculatively; a new commit supersedes its plan still
     author: "Ada <ada@example.com>",
     pullRequest: { number: 7, url: pr.url },
   });
-  assert.equal((await runsOf("app")).length, 2);
+  const casedRun = await stack.waitForRun(casedOutcome?.runId ?? "", ["planned_and_finished"]);
+  assert.equal(casedRun.source?.repository, "org/app", "the link's own spelling");
+  assert.equal((await runsOf("app")).length, 3);
 });
 
 test("monorepo: one push runs only the workspaces whose trigger paths or directory it changed", async () => {

@@ -106,10 +106,15 @@ export class WebhookProcessor {
     const { ctx } = this.o;
     const stored = await vcsDeliveryWork(ctx, id);
     if (!stored) return;
-    const event = JSON.parse(stored.work) as WebhookEvent;
+    const parsed = JSON.parse(stored.work) as WebhookEvent;
+    // GitHub and GitLab take a repository's path in any case: a link matches the payload's name
+    // whatever its case, and the link's own spelling (the one checked when linking) is used after.
+    const named = parsed.repository?.toLowerCase();
     const links = (await listVcsLinks(ctx)).filter(
-      (l) => l.connectionId === stored.connectionId && (event.repository === null || l.repository === event.repository),
+      (l) => l.connectionId === stored.connectionId && (named === undefined || l.repository.toLowerCase() === named),
     );
+    const event =
+      parsed.kind === "ignored" || links[0] === undefined ? parsed : { ...parsed, repository: links[0].repository };
     let outcomes: OutcomeInput[];
     if (event.kind === "ignored") outcomes = links.map((l) => outcome(l, "ignored", null, event.reason));
     else {
