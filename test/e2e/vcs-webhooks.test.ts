@@ -520,3 +520,52 @@ test("GitLab: a Push Hook applies, a Merge Request Hook plans speculatively, a w
   assert.equal(refused.status, 401);
   assert.equal((await runsOf("glws")).length, 2);
 });
+
+test("a connection whose VCS agents are gone holds up only its own deliveries", async () => {
+  await stack.server.api(routes.createPool, { body: { name: "gone-agents", kind: "vcs" } });
+  const res = await stack.cli([
+    "vcs",
+    "connect",
+    "ghe",
+    "--provider",
+    "github",
+    "--vcs-url",
+    gh.url,
+    "--via-pool",
+    "gone-agents",
+    "--json",
+  ]);
+  assert.equal(res.code, 0, res.stderr);
+  secrets.ghe = (JSON.parse(res.stdout) as { webhookSecret: string }).webhookSecret;
+  await stack.server.api(routes.createWorkspace, { body: { name: "held", pool: stack.pool } });
+  await link("held", "ghe", "org/held");
+  // No agent serves the pool: the push's fetch waits for one (DROVER_VCS_AGENT_TASK_SECONDS).
+  const sha = "1".repeat(40);
+  const held = await send("ghe", {
+    provider: "github",
+    event: "push",
+    body: githubPush("org/held", "main", zero, sha, [{ id: sha, added: ["main.tf"], modified: [], removed: [] }]),
+  });
+  assert.equal(held.status, 202);
+  await waitFor("the relayed delivery taken", async () =>
+    (await deliveriesOf("ghe")).find((d) => d.deliveryId === held.deliveryId && d.status === "processing"),
+  );
+  // Another connection's delivery is acted on meanwhile.
+  await stack.server.api(routes.createWorkspace, { body: { name: "side", pool: stack.pool } });
+  await link("side", "gh", "org/side");
+  const other = await send("gh", {
+    provider: "github",
+    event: "pull_request",
+    body: githubPullRequest("closed", "org/side", {
+      number: 70,
+      base: "main",
+      baseSha: sha,
+      head: "feature",
+      headSha: sha,
+      url: "https://github.example/org/side/pull/70",
+    }),
+  });
+  assert.equal((await processed("gh", other.deliveryId)).outcomes[0]?.outcome, "ignored");
+  const still = (await deliveriesOf("ghe")).find((d) => d.deliveryId === held.deliveryId);
+  assert.equal(still?.status, "processing", "the relayed delivery still waits for an agent");
+});

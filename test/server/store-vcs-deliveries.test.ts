@@ -60,21 +60,28 @@ for (const backend of backends) {
       assert.equal(other.duplicate, false);
       assert.notEqual(other.id, again.id);
 
-      assert.ok((await store.unclaimedVcsDeliveries(ctx)).includes(again.id));
+      assert.deepEqual(
+        (await store.unclaimedVcsDeliveries(ctx)).find((d) => d.id === again.id),
+        { id: again.id, connectionId: a.id },
+        "each unclaimed delivery with its connection, whose chain it joins",
+      );
       const claims = await Promise.all([1, 2, 3].map(() => store.claimVcsDelivery(ctx, again.id, 30_000)));
       assert.equal(claims.filter(Boolean).length, 1);
-      assert.ok(!(await store.unclaimedVcsDeliveries(ctx)).includes(again.id));
+      assert.ok(!(await store.unclaimedVcsDeliveries(ctx)).map((d) => d.id).includes(again.id));
       assert.equal((await store.vcsDeliveryWork(ctx, again.id))?.connectionId, a.id);
       // Given back (its work failed, or the server stopped), it is taken again at the next start, once.
       await store.releaseVcsDelivery(ctx, again.id);
-      assert.ok((await store.unclaimedVcsDeliveries(ctx)).includes(again.id));
+      assert.ok((await store.unclaimedVcsDeliveries(ctx)).map((d) => d.id).includes(again.id));
       assert.equal(
         (await Promise.all([1, 2].map(() => store.claimVcsDelivery(ctx, again.id, 30_000)))).filter(Boolean).length,
         1,
       );
       await store.finishVcsDelivery(ctx, again.id);
       await store.releaseVcsDelivery(ctx, again.id);
-      assert.ok(!(await store.unclaimedVcsDeliveries(ctx)).includes(again.id), "a finished delivery stays finished");
+      assert.ok(
+        !(await store.unclaimedVcsDeliveries(ctx)).map((d) => d.id).includes(again.id),
+        "a finished delivery stays finished",
+      );
     });
 
     test("a claim its server stops renewing lapses and the delivery goes back; a renewed one stays taken", async () => {
@@ -99,13 +106,13 @@ for (const backend of backends) {
       // Earlier tests' deliveries are never claimed or finished: none is given back.
       assert.deepEqual(await store.reclaimLapsedVcsDeliveries(ctx), [dead]);
       assert.deepEqual(await store.reclaimLapsedVcsDeliveries(ctx), [], "given back once");
-      assert.ok((await store.unclaimedVcsDeliveries(ctx)).includes(dead));
-      assert.ok(!(await store.unclaimedVcsDeliveries(ctx)).includes(alive));
+      assert.ok((await store.unclaimedVcsDeliveries(ctx)).map((d) => d.id).includes(dead));
+      assert.ok(!(await store.unclaimedVcsDeliveries(ctx)).map((d) => d.id).includes(alive));
       assert.equal(await store.claimVcsDelivery(ctx, dead, 10_000), true, "taken again by the next processor");
       // A renewal after the claim went back does not take it again.
       await store.releaseVcsDelivery(ctx, dead);
       await store.renewVcsDeliveryClaim(ctx, dead, 10_000);
-      assert.ok((await store.unclaimedVcsDeliveries(ctx)).includes(dead));
+      assert.ok((await store.unclaimedVcsDeliveries(ctx)).map((d) => d.id).includes(dead));
       clock += 20_000;
       assert.deepEqual(await store.reclaimLapsedVcsDeliveries(ctx), [alive]);
       assert.equal(

@@ -7,7 +7,8 @@ import type { TfeSettings } from "../config.js";
 
 /** What queues a stored webhook delivery's work (vcs/webhooks.ts). */
 export interface WebhookQueue {
-  enqueue(deliveryId: string): void;
+  /** Queues a stored delivery's work behind its connection's earlier deliveries. */
+  enqueue(deliveryId: string, connectionId: string): void;
 }
 
 /** What every route module needs: the store, limits, and the server-wide shutdown signal. */

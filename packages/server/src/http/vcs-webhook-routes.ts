@@ -62,7 +62,7 @@ export async function storeDelivery(
     summary: summaryOf(parsed),
     work: JSON.stringify(parsed),
   });
-  if (!stored.duplicate) queue?.enqueue(stored.id);
+  if (!stored.duplicate) queue?.enqueue(stored.id, connection.id);
   return stored;
 }
 

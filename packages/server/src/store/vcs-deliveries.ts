@@ -125,15 +125,15 @@ export async function vcsDeliveryWork(
 }
 
 /** Deliveries received and not yet taken (left by a server that stopped), oldest first. */
-export async function unclaimedVcsDeliveries(ctx: StoreContext): Promise<string[]> {
+export async function unclaimedVcsDeliveries(ctx: StoreContext): Promise<Array<{ id: string; connectionId: string }>> {
   const rows = await ctx.db
     .selectFrom("vcs_deliveries")
-    .select("id")
+    .select(["id", "connection_id"])
     .where("status", "=", "received")
     .orderBy("received_at")
     .orderBy("id")
     .execute();
-  return rows.map((r) => r.id);
+  return rows.map((r) => ({ id: r.id, connectionId: r.connection_id }));
 }
 
 /** What a delivery did for one workspace, as the processor records it. */

@@ -10,8 +10,9 @@ import {
 } from "../store/vcs-deliveries.js";
 
 /*
- * The order and the claims of webhook deliveries' work: one delivery at a time, in the order
- * found. A delivery is claimed for a claim TTL and the claim renewed while its work goes on;
+ * The order and the claims of webhook deliveries' work: one delivery of a connection at a time,
+ * in the order found; connections side by side, so one whose VCS agents are gone (each relayed
+ * fetch waiting out DROVER_VCS_AGENT_TASK_SECONDS) holds up only its own deliveries. A delivery is claimed for a claim TTL and the claim renewed while its work goes on;
  * every TTL the queue takes back the deliveries whose claim lapsed, so the work of a server that
  * died (kill -9, a lost node) is done by whichever server sharing the database looks next.
  */
@@ -30,23 +31,28 @@ export interface DeliveryQueueOptions {
 }
 
 export class DeliveryQueue {
-  private chain: Promise<void> = Promise.resolve();
-  /** Deliveries in the chain and not yet started: queued once, however often they are found. */
+  /** Each connection's chain of work; a chain that ran dry is dropped. */
+  private readonly chains = new Map<string, Promise<void>>();
+  /** Deliveries in a chain and not yet started: queued once, however often they are found. */
   private readonly queued = new Set<string>();
   private timer: NodeJS.Timeout | undefined;
 
   constructor(private readonly o: DeliveryQueueOptions) {}
 
-  /** Queues a stored delivery's work. */
-  enqueue(deliveryId: string): void {
+  /** Queues a stored delivery's work behind the connection's earlier deliveries. */
+  enqueue(deliveryId: string, connectionId: string): void {
     if (this.queued.has(deliveryId)) return;
     this.queued.add(deliveryId);
-    this.chain = this.chain.then(() => {
+    const chain = (this.chains.get(connectionId) ?? Promise.resolve()).then(() => {
       this.queued.delete(deliveryId);
       return this.process(deliveryId).catch((err: unknown) => {
         if (!this.o.signal.aborted)
           this.o.log.error({ err, delivery: deliveryId }, "acting on a webhook delivery failed");
       });
+    });
+    this.chains.set(connectionId, chain);
+    void chain.then(() => {
+      if (this.chains.get(connectionId) === chain) this.chains.delete(connectionId);
     });
   }
 
@@ -67,14 +73,14 @@ export class DeliveryQueue {
   }
 
   /** Resolves when everything queued so far is done. */
-  idle(): Promise<void> {
-    return this.chain;
+  async idle(): Promise<void> {
+    await Promise.all(this.chains.values());
   }
 
   /** Stops looking for lapsed claims; resolves when the work under way has ended. */
   async stop(): Promise<void> {
     clearInterval(this.timer);
-    await this.chain;
+    await this.idle();
   }
 
   private async takeBack(): Promise<void> {
@@ -84,7 +90,7 @@ export class DeliveryQueue {
         { deliveries: lapsed },
         "webhook deliveries whose server died while acting on them are taken up again",
       );
-    for (const id of await unclaimedVcsDeliveries(this.o.ctx)) this.enqueue(id);
+    for (const d of await unclaimedVcsDeliveries(this.o.ctx)) this.enqueue(d.id, d.connectionId);
   }
 
   private async process(id: string): Promise<void> {

@@ -83,8 +83,8 @@ export class WebhookProcessor {
   }
 
   /** Queues a stored delivery's work. */
-  enqueue(deliveryId: string): void {
-    this.queue.enqueue(deliveryId);
+  enqueue(deliveryId: string, connectionId: string): void {
+    this.queue.enqueue(deliveryId, connectionId);
   }
 
   /** Queues the deliveries a stopped server left, and from then on those of a dead one. */
