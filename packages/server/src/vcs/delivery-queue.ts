@@ -12,9 +12,10 @@ import {
 /*
  * The order and the claims of webhook deliveries' work: one delivery of a connection at a time,
  * in the order found; connections side by side, so one whose VCS agents are gone (each relayed
- * fetch waiting out DROVER_VCS_AGENT_TASK_SECONDS) holds up only its own deliveries. A delivery is claimed for a claim TTL and the claim renewed while its work goes on;
- * every TTL the queue takes back the deliveries whose claim lapsed, so the work of a server that
- * died (kill -9, a lost node) is done by whichever server sharing the database looks next.
+ * fetch waiting out DROVER_VCS_AGENT_TASK_SECONDS) holds up only its own deliveries. A delivery
+ * is claimed for a claim TTL and the claim renewed while its work goes on; every TTL the queue
+ * takes back the deliveries whose claim lapsed, so the work of a server that died (kill -9, a
+ * lost node) is done by whichever server sharing the database looks next.
  */
 
 export interface DeliveryQueueOptions {

@@ -260,7 +260,8 @@ function gitlab(event: string, p: Json): { event: string; parsed: WebhookEvent }
 function foreignHead(base: string | null, head: string | null): string | null {
   // No base: pullRequest refuses the payload. Repository paths are case-insensitive on both providers.
   if (base === null || (head !== null && head.toLowerCase() === base.toLowerCase())) return null;
-  return `a pull request from another repository (${head ?? "a deleted fork, or one not named"}) starts no run: its code would run with the workspace's variables`;
+  const from = head ?? "a deleted fork, or one not named";
+  return `a pull request from another repository (${from}) starts no run: its code would run with the workspace's variables`;
 }
 
 function pullRequest(
