@@ -434,8 +434,10 @@ const routeCases: Case[] = [
       await admin.call(routes.createVcsConnection, {
         body: { name: connection, provider: "github", url: "https://github.com", token: "t0ken" },
       });
+      // A signature of the right form gets past the header check; the size is refused before the HMAC is.
       return as(undefined).call(routes.receiveVcsWebhook, {
         params: { connection },
+        headers: { "x-hub-signature-256": `sha256=${"0".repeat(64)}` },
         body: Buffer.alloc(5 * 1024 * 1024 + 1, 0x20),
       });
     },
