@@ -58,6 +58,9 @@ test("tasks outside the closed operations are refused before anything runs", () 
     { op: "branchHead", repository: "evil.example:443/o/r", branch: "main" },
     { op: "commit", repository: "org/r", sha: "HEAD~1" },
     { op: "createWebhook", repository: "org/r", url: "file:///etc/passwd", secret: "0123456789abcdef" },
+    // Webhooks are registered by hand at the agents' listener: the server may not say where events go.
+    { op: "createWebhook", repository: "org/r", url: "https://evil.example/hook", secret: "0123456789abcdef" },
+    { op: "deleteWebhook", repository: "org/r", webhookId: 7 },
   ]) {
     const checked = checkedTask(task(bad));
     assert.ok("refused" in checked, JSON.stringify(bad));

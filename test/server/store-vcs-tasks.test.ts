@@ -125,6 +125,9 @@ for (const backend of backends) {
         { op: "branchHead", repository: "https://evil.example/o/r", branch: "main" },
         { op: "branchHead", repository: "org/infra", branch: "a..b" },
         { op: "commit", repository: "org/infra", sha: "HEAD" },
+        // Well formed, but a webhook would point the private VCS's events wherever the server says.
+        { op: "createWebhook", repository: "org/infra", url: "https://evil.example/hook", secret: "0123456789abcdef" },
+        { op: "deleteWebhook", repository: "org/infra", webhookId: 7 },
       ])
         await rejectsWith(enqueue({ kind: "operation", operation: bad }), "bad_request", /not a valid VCS operation/);
       await rejectsWith(

@@ -35,7 +35,7 @@ const textSchema = (max: number) =>
     .max(max)
     .refine((t) => !hasControlChars(t.replace(/[\n\t]/g, "")), "control characters are not allowed");
 
-export const vcsOperationSchema = z.discriminatedUnion("op", [
+const relayedOperations = [
   z.object({ op: z.literal("branchHead"), repository: repositoryPathSchema, branch: branchSchema }),
   z.object({ op: z.literal("commit"), repository: repositoryPathSchema, sha: commitShaSchema }),
   z.object({
@@ -63,6 +63,18 @@ export const vcsOperationSchema = z.discriminatedUnion("op", [
     commentId: idSchema.nullable(),
     body: textSchema(60_000),
   }),
+] as const;
+
+/**
+ * What a VCS agent runs for the server: every operation but the webhook's. A webhook names where
+ * the VCS sends its events, so relaying its creation would let the control plane point a private
+ * VCS's events anywhere; a relayed connection's webhook is registered by hand, at the agents' listener.
+ */
+export const relayedVcsOperationSchema = z.discriminatedUnion("op", [...relayedOperations]);
+export type RelayedVcsOperation = z.infer<typeof relayedVcsOperationSchema>;
+
+export const vcsOperationSchema = z.discriminatedUnion("op", [
+  ...relayedOperations,
   z.object({
     op: z.literal("createWebhook"),
     repository: repositoryPathSchema,

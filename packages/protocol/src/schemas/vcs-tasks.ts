@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { errorCodes } from "../errors.js";
 import { nameSchema } from "./common.js";
-import { commitShaSchema, repositoryPathSchema, vcsOperationSchema } from "./vcs-operations.js";
+import { commitShaSchema, relayedVcsOperationSchema, repositoryPathSchema } from "./vcs-operations.js";
 
 /*
  * What the server hands a VCS agent and what the agent answers. A task is one of the closed
@@ -36,7 +36,7 @@ export type VcsFetchResult = z.infer<typeof vcsFetchResultSchema>;
 const taskBase = { id: z.string(), attempt: z.number().int().positive(), connection: nameSchema };
 
 export const vcsTaskSchema = z.discriminatedUnion("kind", [
-  z.strictObject({ ...taskBase, kind: z.literal("operation"), operation: vcsOperationSchema }),
+  z.strictObject({ ...taskBase, kind: z.literal("operation"), operation: relayedVcsOperationSchema }),
   z.strictObject({ ...taskBase, kind: z.literal("fetch"), fetch: vcsFetchTaskSchema }),
 ]);
 export type VcsTask = z.infer<typeof vcsTaskSchema>;

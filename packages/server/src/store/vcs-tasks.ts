@@ -4,7 +4,7 @@ import {
   vcsFetchResultSchema,
   vcsFetchTaskSchema,
   vcsOperationResultSchemas,
-  vcsOperationSchema,
+  relayedVcsOperationSchema,
   type Agent,
   type CompleteVcsTask,
   type ErrorCode,
@@ -48,7 +48,7 @@ export interface EnqueueVcsTaskInput {
 export async function enqueueVcsTask(ctx: StoreContext, input: EnqueueVcsTaskInput): Promise<string> {
   const payload =
     input.task.kind === "operation"
-      ? parsed(vcsOperationSchema, input.task.operation, "VCS operation")
+      ? parsed(relayedVcsOperationSchema, input.task.operation, "VCS operation a VCS agent runs")
       : parsed(vcsFetchTaskSchema, input.task.fetch, "VCS fetch");
   const now = ctx.now();
   const id = newId("vtask");
@@ -239,7 +239,7 @@ export async function completeVcsTask(
         throw new DroverError("bad_request", `VCS task ${id} says its commit is wanted but uploaded no archive`);
       result = fetched;
     } else {
-      const { op } = parsed(vcsOperationSchema, JSON.parse(row.payload), "VCS operation");
+      const { op } = parsed(relayedVcsOperationSchema, JSON.parse(row.payload), "VCS operation");
       const schema: z.ZodType = vcsOperationResultSchemas[op];
       result = parsed(schema, body.result, `result of ${op}`);
     }
