@@ -1,7 +1,18 @@
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdirSync, mkdtempSync, openSync, closeSync, rmSync, writeFileSync, writeSync } from "node:fs";
+import {
+  closeSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  rmSync,
+  statSync,
+  truncateSync,
+  writeFileSync,
+  writeSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
@@ -208,6 +219,65 @@ describe("a full data directory", () => {
     const count = (db.prepare("select count(*) as n from configuration_versions").get() as { n: number }).n;
     db.close();
     assert.equal(count, stored + 1, "every accepted upload is there, the refused one is not");
+  });
+
+  test("a TFE upload URL refused for a full disk works again once space is freed: the failed write did not spend it", async (t) => {
+    const mount = mountTmpfs(4096);
+    if ("skip" in mount) return t.skip(mount.skip);
+    const dataDir = join(mount.dir, "data");
+    const ballast = join(mount.dir, "ballast");
+    const server = await startServerProc({
+      DROVER_DATA_DIR: dataDir,
+      DROVER_ADMIN_TOKEN: admin,
+      DROVER_TFE_ORGANIZATION: "acme",
+    });
+    cleanups.push(() => server.proc.child.kill("SIGKILL"));
+    await callOk(server.url, routes.createPool, admin, { body: { name: "tfe" } });
+    await callOk(server.url, routes.createWorkspace, admin, { body: { name: "tfe-full", pool: "tfe" } });
+    const tfe = async (method: string, path: string, body?: string | Buffer, token: string | null = admin) => {
+      // The TFE API is not in the protocol's route table (decision 0068): the typed client cannot call it.
+      // eslint-disable-next-line no-restricted-globals
+      const res = await fetch(path.startsWith("http") ? path : `${server.url}${path}`, {
+        method,
+        headers: {
+          ...(token === null ? {} : { authorization: `Bearer ${token}` }),
+          "content-type": typeof body === "string" ? "application/vnd.api+json" : "application/octet-stream",
+        },
+        ...(body === undefined ? {} : { body }),
+      });
+      const text = await res.text();
+      return { status: res.status, text, json: text === "" ? undefined : (JSON.parse(text) as any) };
+    };
+    const ws = await tfe("GET", "/api/v2/organizations/acme/workspaces/tfe-full");
+    const cv = await tfe(
+      "POST",
+      `/api/v2/workspaces/${ws.json.data.id as string}/configuration-versions`,
+      JSON.stringify({ data: { type: "configuration-versions", attributes: { "auto-queue-runs": false } } }),
+    );
+    assert.equal(cv.status, 201, cv.text);
+    const uploadUrl = cv.json.data.attributes["upload-url"] as string;
+    // Fill the disk, then free a little: room for the URL's use to be recorded, none for the archive.
+    const fd = openSync(ballast, "w");
+    try {
+      const block = Buffer.alloc(64 * 1024, 1);
+      for (;;) writeSync(fd, block);
+    } catch (err) {
+      assert.equal((err as NodeJS.ErrnoException).code, "ENOSPC");
+    } finally {
+      closeSync(fd);
+    }
+    truncateSync(ballast, statSync(ballast).size - 128 * 1024);
+    const archive = rawTarGz([{ path: "main.tf", content: randomBytes(768 * 1024).toString("base64") }]);
+    const full = await tfe("PUT", uploadUrl, archive, null);
+    assert.equal(full.status, 507, full.text + server.proc.output());
+
+    rmSync(ballast);
+    // go-tfe retries a 5xx with the same URL.
+    const retried = await tfe("PUT", uploadUrl, archive, null);
+    assert.equal(retried.status, 200, retried.text);
+    assert.equal((await tfe("PUT", uploadUrl, archive, null)).status, 403, "spent by the upload that happened");
+    const read = await tfe("GET", `/api/v2/configuration-versions/${cv.json.data.id as string}`);
+    assert.equal(read.json.data.attributes.status, "uploaded");
   });
 
   test("stops the server at start with one line and exit 2", async (t) => {

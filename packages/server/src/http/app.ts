@@ -6,7 +6,7 @@ import type { ServerMetrics } from "../metrics.js";
 import { registerAgentRoutes } from "./agent-routes.js";
 import { authenticators, requireUser } from "./auth.js";
 import type { HttpContext } from "./context.js";
-import { errorHandler } from "./errors.js";
+import { errorHandler, storageFailure } from "./errors.js";
 import { openApiDocument } from "./openapi.js";
 import { answered, registrar } from "./serve.js";
 import { registerStateRoutes } from "./state-routes.js";
@@ -17,7 +17,6 @@ import { registerWebUi } from "./web-ui.js";
 import { registerTfe } from "../tfe/index.js";
 import { sql } from "kysely";
 import { describeError, isConnectionError, retryAfterSeconds } from "../db/health.js";
-import { storageError } from "../db/storage-errors.js";
 
 /** Options of the HTTP application that tests set. */
 export interface AppOptions {
@@ -53,17 +52,12 @@ export function buildApp(
   }
   app.addHttpMethod("LOCK", { hasBody: true });
   app.addHttpMethod("UNLOCK", { hasBody: true });
-  const storageDir = http.storageDir;
-  app.setErrorHandler(
-    storageDir === undefined
-      ? errorHandler
-      : (err: FastifyError | Error, request, reply) => {
-          // SQLite rolled the write back: the request fails with what the operator must fix.
-          const coded = storageError(err, storageDir);
-          if (coded) request.log.error({ err: coded.message }, "the database could not be written");
-          errorHandler(coded ?? err, request, reply);
-        },
-  );
+  app.setErrorHandler((err: FastifyError | Error, request, reply) => {
+    // SQLite rolled the write back, or the database is away: the answer says what the operator must fix.
+    const coded = storageFailure(err, http.storageDir);
+    if (coded) request.log.error({ err: coded.message }, "the database could not be written or reached");
+    errorHandler(coded ?? err, request, reply);
+  });
   app.setNotFoundHandler((request, reply) => {
     void reply
       .code(404)

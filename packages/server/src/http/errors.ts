@@ -2,6 +2,7 @@ import { DroverError, statusForCode } from "@drover/protocol";
 import type { FastifyError, FastifyReply, FastifyRequest } from "fastify";
 import type { z } from "zod";
 import { describeError, isConnectionError, retryAfterSeconds } from "../db/health.js";
+import { storageError } from "../db/storage-errors.js";
 import { StateLockedError } from "../store/state.js";
 
 /** Validates a request part with a wire schema; a mismatch is a 400 naming each bad field. */
@@ -14,6 +15,24 @@ export function parse<T extends z.ZodType>(schema: T, value: unknown, what = "re
   throw new DroverError("bad_request", `invalid ${what}: ${problems}`);
 }
 
+/**
+ * A failure of the server's own storage as the coded error the operator can act on: SQLite or the
+ * file system refusing a write (`storageDir` full or read-only: 507, 503), or the database out of
+ * reach (503). Undefined for anything else, a DroverError included.
+ */
+export function storageFailure(err: unknown, storageDir: string | undefined): DroverError | undefined {
+  if (err instanceof DroverError) return undefined;
+  const stored = storageDir === undefined ? undefined : storageError(err, storageDir);
+  if (stored) return stored;
+  if (!isConnectionError(err)) return undefined;
+  return new DroverError("database_unavailable", `the database is unavailable (${describeError(err)}); retry shortly`);
+}
+
+/** Whether a coded failure clears by itself (the database back, space freed), so its answer carries Retry-After. */
+export function clearsByItself(err: DroverError): boolean {
+  return err.code === "database_unavailable" || err.code === "database_read_only" || err.code === "storage_full";
+}
+
 /** The one error handler: every failure leaves as `{error, message}` JSON with a fitting status. */
 export function errorHandler(err: FastifyError | Error, request: FastifyRequest, reply: FastifyReply): void {
   if (err instanceof StateLockedError) {
@@ -22,23 +41,10 @@ export function errorHandler(err: FastifyError | Error, request: FastifyRequest,
     return;
   }
   if (err instanceof DroverError) {
-    if (err.code === "database_unavailable" || err.code === "database_read_only" || err.code === "storage_full") {
-      void reply.header("retry-after", String(retryAfterSeconds));
-    }
+    if (clearsByItself(err)) void reply.header("retry-after", String(retryAfterSeconds));
     // Too many at once from one caller: one of its own requests ends within moments.
     if (err.code === "too_many_requests") void reply.header("retry-after", "1");
     void reply.code(err.status).send({ error: err.code, message: err.message, ...err.details });
-    return;
-  }
-  if (isConnectionError(err)) {
-    // A connection error that did not pass through the guarded pool: still an outage, not a bug.
-    void reply
-      .code(statusForCode("database_unavailable"))
-      .header("retry-after", String(retryAfterSeconds))
-      .send({
-        error: "database_unavailable",
-        message: `the database is unavailable (${describeError(err)}); retry shortly`,
-      });
     return;
   }
   const fe = err as FastifyError;

@@ -114,6 +114,27 @@ export async function spendCapability(ctx: StoreContext, c: Capability): Promise
 }
 
 /**
+ * Runs `use` with the URL's nonce spent. When `use` fails on the server's side (a 5xx: a full disk,
+ * a database that cannot be written), the nonce is given back: the upload did not happen, and the
+ * client's retry of the same URL must not be refused as a replay. A refusal (4xx) keeps it spent.
+ */
+export async function usingCapability<T>(ctx: StoreContext, c: Capability, use: () => Promise<T>): Promise<T> {
+  await spendCapability(ctx, c);
+  try {
+    return await use();
+  } catch (err) {
+    if (c.nonce !== undefined && !(err instanceof DroverError && err.status < 500))
+      // The write's own error is the answer; if the nonce cannot be given back either, it stays spent.
+      await ctx.db
+        .deleteFrom("capability_uses")
+        .where("nonce", "=", c.nonce)
+        .execute()
+        .catch(() => undefined);
+    throw err;
+  }
+}
+
+/**
  * The capability in `req`'s path (its `:capability` parameter), checked for `kind` and `id` now:
  * verifyCapability of the request as it came.
  */

@@ -3,7 +3,7 @@ import { z } from "zod";
 import type { HttpContext } from "../http/context.js";
 import { createConfigurationVersion } from "../store/configuration-versions.js";
 import { getWorkspace } from "../store/workspaces.js";
-import { capabilityKey, newNonce, requestCapability, signCapability, spendCapability } from "./capability.js";
+import { capabilityKey, newNonce, requestCapability, signCapability, usingCapability } from "./capability.js";
 import type { FastifyRequest } from "fastify";
 import { attribute, isoTime, jsonBody, one, requestResource, type ResourceObject } from "./jsonapi.js";
 import { created, ok, tfeApi, tfeRoute, type TfeRegistrar } from "./serve.js";
@@ -138,22 +138,23 @@ export function registerConfigurationVersionRoutes(serve: TfeRegistrar, http: Ht
     upload,
     async ({ params, req, body }) => {
       const id = params.id ?? "";
-      await spendCapability(ctx, await uploadCapability(req));
-      const cv = await findConfigurationVersion(http, id);
-      if (cv.status !== "pending")
-        throw new DroverError("conflict", `configuration version ${id} is ${cv.status}: it takes one upload`);
-      try {
-        // The same check and storage as an upload through Drover's own API.
-        await createConfigurationVersion(ctx, cv.workspaceId, body ?? Buffer.alloc(0), http.archiveLimits, { id });
-      } catch (err) {
-        if (err instanceof DroverError && (err.code === "invalid_archive" || err.code === "payload_too_large"))
-          await ctx.db
-            .updateTable("tfe_configuration_versions")
-            .set({ status: "errored", error_message: err.message })
-            .where("id", "=", id)
-            .execute();
-        throw err;
-      }
+      await usingCapability(ctx, await uploadCapability(req), async () => {
+        const cv = await findConfigurationVersion(http, id);
+        if (cv.status !== "pending")
+          throw new DroverError("conflict", `configuration version ${id} is ${cv.status}: it takes one upload`);
+        try {
+          // The same check and storage as an upload through Drover's own API.
+          await createConfigurationVersion(ctx, cv.workspaceId, body ?? Buffer.alloc(0), http.archiveLimits, { id });
+        } catch (err) {
+          if (err instanceof DroverError && (err.code === "invalid_archive" || err.code === "payload_too_large"))
+            await ctx.db
+              .updateTable("tfe_configuration_versions")
+              .set({ status: "errored", error_message: err.message })
+              .where("id", "=", id)
+              .execute();
+          throw err;
+        }
+      });
       return { status: 200 };
     },
     { beforeBody: async (req) => void (await uploadCapability(req)) },

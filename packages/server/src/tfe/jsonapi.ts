@@ -141,6 +141,7 @@ const titles: Record<number, string> = {
   422: "invalid attribute",
   429: "too many requests",
   503: "service unavailable",
+  507: "insufficient storage",
 };
 
 export function titleOf(status: number): string {

@@ -1,6 +1,9 @@
+import { DroverError } from "@drover/protocol";
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest, onRequestAsyncHookHandler } from "fastify";
 import { authenticateFirst, authenticatedCaller, type UserCaller } from "../http/auth.js";
 import type { HttpContext } from "../http/context.js";
+import { clearsByItself, storageFailure } from "../http/errors.js";
+import { retryAfterSeconds } from "../db/health.js";
 import type { StoredBody } from "../store/bodies.js";
 import { requireReader, requireTfeUser, type TfeReader } from "./remote-state-access.js";
 import { errorBody, errorOf, jsonApiContentType, titleOf, type Document } from "./jsonapi.js";
@@ -89,7 +92,11 @@ export function tfeScope(scope: FastifyInstance, http: HttpContext): TfeRegistra
   });
   scope.removeAllContentTypeParsers();
   scope.addContentTypeParser("*", { parseAs: "buffer" }, (_req, body, done) => done(null, body));
-  scope.setErrorHandler((err: FastifyError | Error, request, reply) => sendError(err, request, reply));
+  scope.setErrorHandler((err: FastifyError | Error, request, reply) => {
+    const coded = storageFailure(err, http.storageDir);
+    if (coded) request.log.error({ err: coded.message }, "the database could not be written or reached");
+    sendError(coded ?? err, request, reply);
+  });
   scope.setNotFoundHandler((request, reply) => {
     void reply
       .code(404)
@@ -149,6 +156,8 @@ function send(answer: TfeAnswer, reply: FastifyReply): FastifyReply {
 function sendError(err: FastifyError | Error, request: FastifyRequest, reply: FastifyReply): void {
   const known = errorOf(err);
   if (known) {
+    // go-tfe's client honours Retry-After on a 503 (and retries any 5xx).
+    if (err instanceof DroverError && clearsByItself(err)) void reply.header("retry-after", String(retryAfterSeconds));
     void reply.code(known.status).type(jsonApiContentType).send(known.body);
     return;
   }

@@ -4,7 +4,14 @@ import type { HttpContext } from "../http/context.js";
 import { maxStateBytes } from "../http/state-routes.js";
 import { iso } from "../store/context.js";
 import { writeState } from "../store/state.js";
-import { capabilityKey, newNonce, requestCapability, signCapability, spendCapability } from "./capability.js";
+import {
+  capabilityKey,
+  newNonce,
+  requestCapability,
+  signCapability,
+  spendCapability,
+  usingCapability,
+} from "./capability.js";
 import type { FastifyRequest } from "fastify";
 import { attribute, JsonApiError, one, type RequestResource, type ResourceObject } from "./jsonapi.js";
 import { created, tfeApi, tfeRoute, type TfeAnswer, type TfeRegistrar } from "./serve.js";
@@ -127,15 +134,16 @@ export function registerStateUploadRoutes(serve: TfeRegistrar, http: HttpContext
       const id = params.id ?? "";
       const c = await rawCapability(req);
       const ticket = decodeTicket(typeof query.ticket === "string" ? query.ticket : "");
-      await spendCapability(ctx, c);
-      await writeState(ctx, {
-        id,
-        workspaceId: ticket.workspaceId,
-        body: body ?? Buffer.alloc(0),
-        contentMd5: ticket.md5,
-        lockId: ticket.lockId,
-        runId: null,
-      });
+      await usingCapability(ctx, c, () =>
+        writeState(ctx, {
+          id,
+          workspaceId: ticket.workspaceId,
+          body: body ?? Buffer.alloc(0),
+          contentMd5: ticket.md5,
+          lockId: ticket.lockId,
+          runId: null,
+        }),
+      );
       return { status: 200 };
     },
     { beforeBody: async (req) => void (await rawCapability(req)) },
