@@ -3,6 +3,7 @@ import { z } from "zod";
 import type { HttpContext } from "../http/context.js";
 import { createConfigurationVersion } from "../store/configuration-versions.js";
 import { getWorkspace } from "../store/workspaces.js";
+import { spooledBody } from "../http/bodies.js";
 import { capabilityKey, newNonce, requestCapability, signCapability, usingCapability } from "./capability.js";
 import type { FastifyRequest } from "fastify";
 import { attribute, isoTime, jsonBody, one, requestResource, type ResourceObject } from "./jsonapi.js";
@@ -136,7 +137,7 @@ export function registerConfigurationVersionRoutes(serve: TfeRegistrar, http: Ht
     requestCapability(ctx, req, kind, (req.params as { id?: string }).id ?? "");
   serve(
     upload,
-    async ({ params, req, body }) => {
+    async ({ params, req }) => {
       const id = params.id ?? "";
       await usingCapability(ctx, await uploadCapability(req), async () => {
         const cv = await findConfigurationVersion(http, id);
@@ -144,7 +145,7 @@ export function registerConfigurationVersionRoutes(serve: TfeRegistrar, http: Ht
           throw new DroverError("conflict", `configuration version ${id} is ${cv.status}: it takes one upload`);
         try {
           // The same check and storage as an upload through Drover's own API.
-          await createConfigurationVersion(ctx, cv.workspaceId, body ?? Buffer.alloc(0), http.archiveLimits, { id });
+          await createConfigurationVersion(ctx, cv.workspaceId, spooledBody(req), http.archiveLimits, { id });
         } catch (err) {
           if (err instanceof DroverError && (err.code === "invalid_archive" || err.code === "payload_too_large"))
             await ctx.db
@@ -157,6 +158,6 @@ export function registerConfigurationVersionRoutes(serve: TfeRegistrar, http: Ht
       });
       return { status: 200 };
     },
-    { beforeBody: async (req) => void (await uploadCapability(req)) },
+    { beforeBody: async (req) => void (await uploadCapability(req)), spooled: true },
   );
 }

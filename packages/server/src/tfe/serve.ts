@@ -4,6 +4,7 @@ import { authenticateFirst, authenticatedCaller, type UserCaller } from "../http
 import type { HttpContext } from "../http/context.js";
 import { clearsByItself, storageFailure } from "../http/errors.js";
 import { retryAfterSeconds } from "../db/health.js";
+import { spoolBodies } from "../http/bodies.js";
 import type { StoredBody } from "../store/bodies.js";
 import { requireReader, requireTfeUser, type TfeReader } from "./remote-state-access.js";
 import { errorBody, errorOf, jsonApiContentType, titleOf, type Document } from "./jsonapi.js";
@@ -43,7 +44,7 @@ export function tfeRoute<A extends TfeAuth>(def: TfeRoute<A>): TfeRoute<A> {
 export interface TfeInput<A extends TfeAuth> {
   params: Record<string, string>;
   query: Record<string, unknown>;
-  /** The request's bytes; undefined when none came. */
+  /** The request's bytes; undefined when none came, or when the route spools them to a file. */
   body: Buffer | undefined;
   caller: A extends "user" ? UserCaller : A extends "reader" ? TfeReader : undefined;
   req: FastifyRequest;
@@ -68,6 +69,11 @@ export interface TfeRouteOptions {
    * refuses sends no body into memory, and its connection is closed.
    */
   beforeBody?: (req: FastifyRequest) => Promise<void>;
+  /**
+   * An upload: its body goes to a file in the server's upload directory as it arrives, never into
+   * memory (decision 0012); the handler reads it with `spooledBody(req)`.
+   */
+  spooled?: boolean;
 }
 
 export type TfeRegistrar = <A extends TfeAuth>(
@@ -107,6 +113,14 @@ export function tfeScope(scope: FastifyInstance, http: HttpContext): TfeRegistra
     user: authenticateFirst((request) => requireTfeUser(http.store, request)),
     reader: authenticateFirst((request) => requireReader(http.store, request)),
   };
+  // Uploads get a scope of their own, whose one parser spools any body to a file. Its plugin runs
+  // after this scope's, so it adds the upload routes registered in the meantime.
+  const uploads: Array<(upload: FastifyInstance) => void> = [];
+  void scope.register(async (upload) => {
+    upload.removeAllContentTypeParsers();
+    spoolBodies(upload, "*", http.uploadDir);
+    for (const add of uploads) add(upload);
+  });
   return (route, handler, options = {}) => {
     if (!route.path.startsWith(tfeApi)) throw new Error(`${route.path} is not under ${tfeApi}`);
     const hook = hooks[route.auth];
@@ -122,23 +136,28 @@ export function tfeScope(scope: FastifyInstance, http: HttpContext): TfeRegistra
         }
       });
     const onRequest = [hook, early].filter((h) => h !== undefined);
-    scope.route({
-      method: route.method,
-      url: route.path.slice(tfeApi.length),
-      bodyLimit: route.bodyLimit ?? defaultBodyLimit,
-      ...(onRequest.length === 0 ? {} : { onRequest }),
-      handler: async (req, reply) => {
-        const answer = await handler({
-          params: req.params as Record<string, string>,
-          query: req.query as Record<string, unknown>,
-          body: Buffer.isBuffer(req.body) ? req.body : undefined,
-          caller: (hook === undefined ? undefined : authenticatedCaller(req)) as TfeInput<typeof route.auth>["caller"],
-          req,
-          reply,
-        });
-        return send(answer, reply);
-      },
-    });
+    const add = (target: FastifyInstance) =>
+      target.route({
+        method: route.method,
+        url: route.path.slice(tfeApi.length),
+        bodyLimit: route.bodyLimit ?? defaultBodyLimit,
+        ...(onRequest.length === 0 ? {} : { onRequest }),
+        handler: async (req, reply) => {
+          const answer = await handler({
+            params: req.params as Record<string, string>,
+            query: req.query as Record<string, unknown>,
+            body: Buffer.isBuffer(req.body) ? req.body : undefined,
+            caller: (hook === undefined ? undefined : authenticatedCaller(req)) as TfeInput<
+              typeof route.auth
+            >["caller"],
+            req,
+            reply,
+          });
+          return send(answer, reply);
+        },
+      });
+    if (options.spooled) uploads.push(add);
+    else add(scope);
   };
 }
 

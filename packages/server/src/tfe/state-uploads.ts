@@ -1,5 +1,6 @@
 import { newId } from "@drover/protocol";
 import { z } from "zod";
+import { spooledBody } from "../http/bodies.js";
 import type { HttpContext } from "../http/context.js";
 import { maxStateBytes } from "../http/state-routes.js";
 import { iso } from "../store/context.js";
@@ -130,7 +131,7 @@ export function registerStateUploadRoutes(serve: TfeRegistrar, http: HttpContext
 
   serve(
     stateUploadRoutes.uploadState,
-    async ({ params, query, req, body }) => {
+    async ({ params, query, req }) => {
       const id = params.id ?? "";
       const c = await rawCapability(req);
       const ticket = decodeTicket(typeof query.ticket === "string" ? query.ticket : "");
@@ -138,7 +139,7 @@ export function registerStateUploadRoutes(serve: TfeRegistrar, http: HttpContext
         writeState(ctx, {
           id,
           workspaceId: ticket.workspaceId,
-          body: body ?? Buffer.alloc(0),
+          body: spooledBody(req),
           contentMd5: ticket.md5,
           lockId: ticket.lockId,
           runId: null,
@@ -146,7 +147,7 @@ export function registerStateUploadRoutes(serve: TfeRegistrar, http: HttpContext
       );
       return { status: 200 };
     },
-    { beforeBody: async (req) => void (await rawCapability(req)) },
+    { beforeBody: async (req) => void (await rawCapability(req)), spooled: true },
   );
 
   serve(
@@ -156,6 +157,6 @@ export function registerStateUploadRoutes(serve: TfeRegistrar, http: HttpContext
       // Drover reads outputs from the raw state; the JSON state (provider-schema view) is not kept.
       return { status: 200 };
     },
-    { beforeBody: async (req) => void (await jsonCapability(req)) },
+    { beforeBody: async (req) => void (await jsonCapability(req)), spooled: true },
   );
 }
