@@ -273,6 +273,13 @@ export interface VcsTaskOutcome {
  * Waits for a task's end: resolves with its result, rejects with its error or when its deadline
  * passes (then the task is withdrawn, so no agent takes it after nobody waits any more).
  */
+/** No VCS agent of the pool took a task before its deadline: none runs, or every one was busy throughout. */
+export class UntakenVcsTaskError extends DroverError {
+  constructor() {
+    super("internal", "no VCS agent of the connection's pool took the task in time: is one running?");
+  }
+}
+
 export async function awaitVcsTask(ctx: StoreContext, id: string, signal?: AbortSignal): Promise<VcsTaskOutcome> {
   for (;;) {
     // Subscribed before the read: an end between the two still wakes this wait.
@@ -289,12 +296,8 @@ export async function awaitVcsTask(ctx: StoreContext, id: string, signal?: Abort
     if (signal?.aborted || ctx.now() >= row.deadline_at) {
       wake.cancel();
       await ctx.db.deleteFrom("vcs_tasks").where("id", "=", id).where("status", "in", ["queued", "leased"]).execute();
-      throw new DroverError(
-        "internal",
-        row.status === "queued"
-          ? "no VCS agent of the connection's pool took the task in time: is one running?"
-          : `the VCS agent did not finish the task in time (attempt ${row.attempt})`,
-      );
+      if (row.status === "queued") throw new UntakenVcsTaskError();
+      throw new DroverError("internal", `the VCS agent did not finish the task in time (attempt ${row.attempt})`);
     }
     await wake.promise;
   }

@@ -8,6 +8,7 @@ import { claimVcsCommit, listVcsLinks, recordVcsError, type PolledLink } from ".
 import { redact, vcsClient, type GitDeadlines, type VcsClient, type VcsEndpoint } from "@drover/vcs";
 import { markVcsRunsSuperseded } from "../store/vcs-deliveries.js";
 import { supersedeQueuedRuns } from "../store/vcs-supersede.js";
+import { UntakenVcsTaskError } from "../store/vcs-tasks.js";
 import { permanent } from "./delivery-outcome.js";
 import { vcsReach } from "./relay.js";
 
@@ -61,12 +62,22 @@ export class VcsPoller {
     await this.running;
   }
 
-  /** Looks at every link once; one link's failure does not stop the others. */
+  /**
+   * Looks at every link once; one link's failure does not stop the others. Once no VCS agent took
+   * a connection's task in time, that connection's other links wait for the next round: each would
+   * wait out DROVER_VCS_AGENT_TASK_SECONDS again, and every link after them with it.
+   */
   async pollOnce(): Promise<PollOutcome[]> {
     const outcomes: PollOutcome[] = [];
+    const untaken = new Map<string, string>();
     for (const link of await listVcsLinks(this.o.ctx)) {
       if (this.shutdown.signal.aborted) break;
-      outcomes.push(await this.pollLink(link));
+      const noAgent = untaken.get(link.connectionId);
+      if (noAgent !== undefined) {
+        outcomes.push({ workspace: link.workspaceName, failed: `not polled: ${noAgent}` });
+        continue;
+      }
+      outcomes.push(await this.pollLink(link, untaken));
     }
     return outcomes;
   }
@@ -89,7 +100,8 @@ export class VcsPoller {
     }
   }
 
-  private async pollLink(link: PolledLink): Promise<PollOutcome> {
+  /** Polls one link; a task no agent took is noted in `untaken` under the link's connection. */
+  private async pollLink(link: PolledLink, untaken: Map<string, string>): Promise<PollOutcome> {
     const { ctx, log } = this.o;
     const workspace = link.workspaceName;
     const where = { workspace, repository: link.repository, branch: link.branch };
@@ -148,6 +160,7 @@ export class VcsPoller {
     } catch (err) {
       const reason = redact(messageOf(err), secrets);
       if (this.shutdown.signal.aborted) return { workspace, failed: reason };
+      if (err instanceof UntakenVcsTaskError) untaken.set(link.connectionId, reason);
       const refused = permanent(err);
       log.warn(
         { ...where, commit: head, reason },

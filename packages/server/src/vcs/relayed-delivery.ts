@@ -5,6 +5,7 @@ import type { Logger } from "pino";
 import type { RunSource } from "@drover/protocol";
 import type { StoreContext } from "../store/context.js";
 import type { OutcomeInput } from "../store/vcs-deliveries.js";
+import { UntakenVcsTaskError } from "../store/vcs-tasks.js";
 import { recordVcsError, type PolledLink } from "../store/workspace-vcs.js";
 import { outcome, permanent, pullRequestTargets, pushCandidates, seenWithoutRun, short } from "./delivery-outcome.js";
 import type { FetchedCommit, VcsReach } from "./relay.js";
@@ -60,8 +61,9 @@ export async function relayedPush(
       return [...out, ...candidates.map((l) => outcome(l, "fetch_failed", null, reason))];
     }
   }
+  const fetch = deliveryFetcher(d, reach);
   for (const l of candidates) {
-    const fetched = await relayedFetch(d, reach, l, e.repository, e.branch, e.after, l.lastCommitSha);
+    const fetched = await fetch(l, e.repository, e.branch, e.after, l.lastCommitSha);
     if ("failed" in fetched) {
       out.push(fetched.failed);
       continue;
@@ -96,8 +98,9 @@ export async function relayedPullRequest(
     const reason = redact(messageOf(err), reach.secrets);
     return [...out, ...targeted.map((l) => outcome(l, "fetch_failed", null, reason))];
   }
+  const fetch = deliveryFetcher(d, reach);
   for (const l of targeted) {
-    const fetched = await relayedFetch(d, reach, l, e.repository, e.headBranch, e.headSha, since);
+    const fetched = await fetch(l, e.repository, e.headBranch, e.headSha, since);
     if ("failed" in fetched) out.push(fetched.failed);
     else if (fetched.commit === null)
       out.push(outcome(l, "paths_unmatched", null, "the pull request changes no file the trigger paths name"));
@@ -113,6 +116,24 @@ export async function relayedPullRequest(
   return out;
 }
 
+type FetchedFor = { commit: FetchedCommit | null } | { failed: OutcomeInput };
+
+/**
+ * Fetches one delivery's commits, a workspace at a time. Once no agent took one in time, the
+ * rest are not asked: each would wait out DROVER_VCS_AGENT_TASK_SECONDS again, holding up the
+ * connection's later deliveries for as many deadlines as the repository has linked workspaces.
+ */
+function deliveryFetcher(d: RelayedDelivery, reach: VcsReach) {
+  let untaken: string | undefined;
+  return async (l: PolledLink, repository: string, branch: string, sha: string, since: string | null) => {
+    if (untaken !== undefined)
+      return { failed: outcome(l, "fetch_failed", null, `not fetched: ${untaken}`) } satisfies FetchedFor;
+    const fetched = await relayedFetch(d, reach, l, repository, branch, sha, since);
+    if ("untaken" in fetched) untaken = fetched.untaken;
+    return fetched;
+  };
+}
+
 /** One workspace's commit through a VCS agent: stored, or null when it triggers nothing, or why not. */
 async function relayedFetch(
   d: RelayedDelivery,
@@ -122,7 +143,7 @@ async function relayedFetch(
   branch: string,
   sha: string,
   since: string | null,
-): Promise<{ commit: FetchedCommit | null } | { failed: OutcomeInput }> {
+): Promise<FetchedFor | { failed: OutcomeInput; untaken: string }> {
   try {
     const commit = await reach.fetch({
       repository,
@@ -140,6 +161,7 @@ async function relayedFetch(
     const reason = redact(messageOf(err), reach.secrets);
     if (permanent(err)) await recordVcsError(d.ctx, l.workspaceId, sha, reason);
     d.log.warn({ repository, commit: sha, reason }, "fetching a commit through a VCS agent failed");
-    return { failed: outcome(l, "fetch_failed", null, reason) };
+    const failed = outcome(l, "fetch_failed", null, reason);
+    return err instanceof UntakenVcsTaskError ? { failed, untaken: reason } : { failed };
   }
 }
