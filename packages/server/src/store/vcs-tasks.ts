@@ -269,10 +269,6 @@ export interface VcsTaskOutcome {
   configurationVersionId: string | null;
 }
 
-/**
- * Waits for a task's end: resolves with its result, rejects with its error or when its deadline
- * passes (then the task is withdrawn, so no agent takes it after nobody waits any more).
- */
 /** No VCS agent of the pool took a task before its deadline: none runs, or every one was busy throughout. */
 export class UntakenVcsTaskError extends DroverError {
   constructor() {
@@ -280,6 +276,10 @@ export class UntakenVcsTaskError extends DroverError {
   }
 }
 
+/**
+ * Waits for a task's end: resolves with its result, rejects with its error or when its deadline
+ * passes (then the task is withdrawn, so no agent takes it after nobody waits any more).
+ */
 export async function awaitVcsTask(ctx: StoreContext, id: string, signal?: AbortSignal): Promise<VcsTaskOutcome> {
   for (;;) {
     // Subscribed before the read: an end between the two still wakes this wait.
