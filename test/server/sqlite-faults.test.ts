@@ -78,6 +78,19 @@ function mountTmpfs(sizeKb: number, at?: string): { dir: string } | { skip: stri
   return { dir };
 }
 
+/** Writes `path` until its file system is full to the last byte. */
+function fillUp(path: string): void {
+  const fd = openSync(path, "w");
+  try {
+    const block = Buffer.alloc(64 * 1024, 1);
+    for (;;) writeSync(fd, block);
+  } catch (err) {
+    assert.equal((err as NodeJS.ErrnoException).code, "ENOSPC");
+  } finally {
+    closeSync(fd);
+  }
+}
+
 describe("a second server on the same SQLite file", () => {
   test("is refused with one line and exit 2; a lock left by a killed server is taken over", async () => {
     const dataDir = join(tempDir(), "data");
@@ -261,15 +274,7 @@ describe("a full data directory", () => {
     assert.equal(cv.status, 201, cv.text);
     const uploadUrl = cv.json.data.attributes["upload-url"] as string;
     // Fill the disk, then free a little: room for the URL's use to be recorded, none for the archive.
-    const fd = openSync(ballast, "w");
-    try {
-      const block = Buffer.alloc(64 * 1024, 1);
-      for (;;) writeSync(fd, block);
-    } catch (err) {
-      assert.equal((err as NodeJS.ErrnoException).code, "ENOSPC");
-    } finally {
-      closeSync(fd);
-    }
+    fillUp(ballast);
     truncateSync(ballast, statSync(ballast).size - 128 * 1024);
     const archive = rawTarGz([{ path: "main.tf", content: randomBytes(768 * 1024).toString("base64") }]);
     const full = await tfe("PUT", uploadUrl, archive, null);
@@ -288,15 +293,7 @@ describe("a full data directory", () => {
     const mount = mountTmpfs(1024);
     if ("skip" in mount) return t.skip(mount.skip);
     // Fill the file system to the last byte.
-    const fd = openSync(join(mount.dir, "ballast"), "w");
-    try {
-      const block = Buffer.alloc(64 * 1024, 1);
-      for (;;) writeSync(fd, block);
-    } catch (err) {
-      assert.equal((err as NodeJS.ErrnoException).code, "ENOSPC");
-    } finally {
-      closeSync(fd);
-    }
+    fillUp(join(mount.dir, "ballast"));
     const dataDir = join(mount.dir, "data");
     mkdirSync(dataDir);
     const refused = await refusedStart({ DROVER_DATA_DIR: dataDir });
