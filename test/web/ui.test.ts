@@ -1,11 +1,16 @@
 import assert from "node:assert/strict";
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { routes } from "@drover/protocol";
+import { routes, type VcsDelivery } from "@drover/protocol";
 import type { Browser, BrowserContext, Page } from "playwright-core";
 import { accessibilityViolations, launchBrowser, screenshotDir, watchedContext } from "../support/browser.js";
+import { startGitHttpServer } from "../support/git-http-server.js";
+import { commitAndPush, gitAs, hostedRepository, valueConfig } from "../support/git-repo.js";
+import { lookUntil } from "../support/poll.js";
 import { numberedLinesCommand, printedLines } from "../support/provisioner-lines.js";
+import { deliver, githubPullRequest } from "../support/webhooks.js";
 import { startStack, writeConfig, type Stack } from "../support/stack.js";
 
 // A real browser (Debian's chromium) against a real server, a real agent and real terraform:
@@ -151,6 +156,77 @@ test("a run's page shows its targets, replacements and the agent's name", async 
     .getByRole("heading", { name: /tokens/i })
     .first()
     .waitFor();
+});
+
+test("a pull request's plan shows its commit, branch, author and pull request, on its page and in the runs list", async () => {
+  const token = "ghp_TOKENui0123456789abcdefSECRET";
+  const root = mkdtempSync(join(tmpdir(), "drover-ui-repos-"));
+  mkdirSync(join(root, "org"));
+  const gitd = await startGitHttpServer(root, undefined, { basicAuth: { user: "x-access-token", password: token } });
+  try {
+    const sh = gitAs("Ada", "ada@example.com");
+    const work = hostedRepository(sh, root, "org/site");
+    const base = commitAndPush(sh, work, "main", "Start", { "main.tf": valueConfig("one") });
+    const head = commitAndPush(sh, work, "feature", "Change the value", { "main.tf": valueConfig("two") });
+    const connection = await stack.server.api(routes.createVcsConnection, {
+      body: { name: "ui-gh", provider: "github", url: gitd.url, token },
+    });
+    assert.equal(connection.status, 201, JSON.stringify(connection.body));
+    await workspace("from-git");
+    const linked = await stack.server.api(routes.linkWorkspaceVcs, {
+      params: { ws: "from-git" },
+      body: { connection: "ui-gh", repository: "org/site", branch: "main", triggerPaths: [] },
+    });
+    assert.equal(linked.status, 200, JSON.stringify(linked.body));
+    const url = "https://github.example/org/site/pull/7";
+    const pr = githubPullRequest("opened", "org/site", {
+      number: 7,
+      base: "main",
+      baseSha: base,
+      head: "feature",
+      headSha: head,
+      url,
+    });
+    const sent = await deliver(stack.server.url, "ui-gh", {
+      provider: "github",
+      event: "pull_request",
+      body: pr,
+      secret: connection.body.webhookSecret as string,
+    });
+    assert.equal(sent.status, 202, JSON.stringify(sent.body));
+    const delivery = await lookUntil("the delivery processed", async () => {
+      const list = await stack.server.api(routes.listVcsDeliveries, { params: { connection: "ui-gh" } });
+      return (list.body.items as VcsDelivery[]).find(
+        (d) => d.deliveryId === sent.deliveryId && d.status === "processed",
+      );
+    });
+    const runId = delivery.outcomes[0]?.runId ?? "";
+    assert.ok(runId, JSON.stringify(delivery.outcomes));
+    await stack.waitForRun(runId, ["planned_and_finished", "errored"]);
+
+    await page.goto(`${stack.server.url}/app/workspaces/from-git/runs/${runId}`);
+    const commit = page.locator("dd.source");
+    await commit.waitFor();
+    assert.equal(
+      (await commit.textContent())?.replace(/\s+/g, " "),
+      `${head.slice(0, 12)} of org/site on feature, by Ada <ada@example.com>`,
+    );
+    assert.equal(await commit.locator("code").getAttribute("title"), head, "the whole sha on hover");
+    const link = page.getByRole("link", { name: "#7" });
+    assert.equal(await link.getAttribute("href"), url);
+    assert.match((await link.getAttribute("rel")) ?? "", /noopener/);
+
+    await page.goto(`${stack.server.url}/app/workspaces/from-git`);
+    const row = page.locator("tr", { has: page.getByRole("link", { name: runId }) });
+    await row
+      .locator(".source")
+      .filter({ hasText: `pull request #7 at ${head.slice(0, 7)}` })
+      .waitFor();
+    assert.deepEqual(problems(), []);
+  } finally {
+    await gitd.close();
+    rmSync(root, { recursive: true, force: true });
+  }
 });
 
 test("a run is cancelled from its page", async () => {

@@ -1,3 +1,4 @@
+import type { RunSource } from "@drover/protocol";
 import type { ComponentChildren } from "preact";
 import { useEffect, useRef, useState } from "preact/hooks";
 import { onLinkClick } from "./router.js";
@@ -23,6 +24,27 @@ export function Link(props: { href: string; children: ComponentChildren; class?:
     <a href={props.href} class={props.class} aria-current={props["aria-current"]} onClick={onLinkClick}>
       {props.children}
     </a>
+  );
+}
+
+/** A link out of the app (a pull request on the VCS); an address that is not http(s) is shown as text. */
+export function OutsideLink(props: { href: string; children: ComponentChildren }) {
+  if (!/^https?:\/\//i.test(props.href)) return <span>{props.children}</span>;
+  return (
+    <a href={props.href} rel="noopener noreferrer">
+      {props.children}
+    </a>
+  );
+}
+
+/** Where a run's configuration came from in git, briefly: its pull request, or its branch, and the commit. */
+export function SourceBrief(props: { source: RunSource }) {
+  const s = props.source;
+  return (
+    <span class="source">
+      {s.pullRequest ? `pull request #${s.pullRequest.number}` : s.branch} at{" "}
+      <code title={s.commitSha}>{s.commitSha.slice(0, 7)}</code>
+    </span>
   );
 }
 

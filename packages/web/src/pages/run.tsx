@@ -1,7 +1,7 @@
-import type { Job, Run } from "@drover/protocol";
+import type { Job, Run, RunSource } from "@drover/protocol";
 import { useEffect, useRef, useState } from "preact/hooks";
 import { api, type PlanJson } from "../api.js";
-import { ConfirmButton, ErrorNote, Link, Loading, PageTitle, Status, Time } from "../components.js";
+import { ConfirmButton, ErrorNote, Link, Loading, OutsideLink, PageTitle, Status, Time } from "../components.js";
 import { useLive } from "../live.js";
 import { LogBuffer } from "../log/log-buffer.js";
 import { LogView } from "../log/log-view.js";
@@ -45,6 +45,7 @@ export function RunPage(props: { workspace: string; id: string }) {
             {r.createdBy ? ` by “${r.createdBy}”` : ""} from configuration version{" "}
             <code>{r.configurationVersionId}</code>
           </dd>
+          {r.source ? <SourceFacts source={r.source} /> : null}
           {r.message ? (
             <>
               <dt>Message</dt>
@@ -116,6 +117,28 @@ export function RunPage(props: { workspace: string; id: string }) {
         ) : null}
         {!(shown === "plan" ? r.planJobId : r.applyJobId) ? <p class="muted">This phase has not started.</p> : null}
       </section>
+    </>
+  );
+}
+
+/** A run from git: the commit (with its repository, branch and author) and the pull request it plans. */
+function SourceFacts(props: { source: RunSource }) {
+  const s = props.source;
+  return (
+    <>
+      <dt>Commit</dt>
+      <dd class="source">
+        <code title={s.commitSha}>{s.commitSha.slice(0, 12)}</code> of {s.repository} on {s.branch}
+        {s.author ? `, by ${s.author}` : ""}
+      </dd>
+      {s.pullRequest ? (
+        <>
+          <dt>Pull request</dt>
+          <dd>
+            <OutsideLink href={s.pullRequest.url}>#{s.pullRequest.number}</OutsideLink> (a speculative plan)
+          </dd>
+        </>
+      ) : null}
     </>
   );
 }

@@ -1,6 +1,6 @@
 import type { Workspace } from "@drover/protocol";
 import { api } from "../api.js";
-import { ErrorNote, Link, Loading, PageTitle, Status, Time } from "../components.js";
+import { ErrorNote, Link, Loading, PageTitle, SourceBrief, Status, Time } from "../components.js";
 import { useResource } from "../resource.js";
 import { navigate, paths, useLocation, workspaceTabs, type WorkspaceTab } from "../router.js";
 import { SettingsTab } from "./workspace-settings.js";
@@ -112,7 +112,15 @@ function RunsTab(props: { ws: Workspace }) {
                     ? `+${run.planSummary.add} ~${run.planSummary.change} −${run.planSummary.destroy}`
                     : "—"}
                 </td>
-                <td class="message">{run.message}</td>
+                <td class="message">
+                  {run.message}
+                  {run.source ? (
+                    <>
+                      {run.message ? <br /> : null}
+                      <SourceBrief source={run.source} />
+                    </>
+                  ) : null}
+                </td>
                 <td>
                   <Time at={run.createdAt} />
                 </td>
