@@ -217,6 +217,10 @@ test("a pull request's plan shows its commit, branch, author and pull request, o
     assert.match((await link.getAttribute("rel")) ?? "", /noopener/);
 
     await page.goto(`${stack.server.url}/app/workspaces/from-git`);
+    await page
+      .locator(".vcs-link")
+      .filter({ hasText: "Runs start from commits to org/site on main (connection ui-gh)" })
+      .waitFor();
     const row = page.locator("tr", { has: page.getByRole("link", { name: runId }) });
     await row
       .locator(".source")

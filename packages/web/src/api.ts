@@ -14,6 +14,7 @@ import type {
   WebSession,
   Workspace,
   WorkspaceSummary,
+  WorkspaceVcs,
 } from "@drover/protocol";
 
 /*
@@ -150,6 +151,15 @@ export const api = {
   workspace: (name: string) => json<Workspace>("GET", `/api/v1/workspaces/${e(name)}`),
   updateWorkspace: (name: string, change: Partial<WorkspaceSettings>) =>
     json<Workspace>("PATCH", `/api/v1/workspaces/${e(name)}`, change),
+  /** The workspace's repository link, or null when it has none. */
+  async workspaceVcs(name: string): Promise<WorkspaceVcs | null> {
+    try {
+      return await json<WorkspaceVcs>("GET", `/api/v1/workspaces/${e(name)}/vcs`);
+    } catch (err) {
+      if (err instanceof ApiError && err.status === 404) return null;
+      throw err;
+    }
+  },
   variables: (ws: string) => json<{ items: Variable[] }>("GET", `/api/v1/workspaces/${e(ws)}/vars`),
   setVariable: (
     ws: string,

@@ -81,9 +81,15 @@ function RunsTab(props: { ws: Workspace }) {
   if (runs.error) return <ErrorNote error={runs.error} />;
   if (runs.data === undefined) return <Loading />;
   if (runs.data.items.length === 0)
-    return <p class="muted">No run yet: drover run --workspace {props.ws.name} in a configuration directory.</p>;
+    return (
+      <>
+        <RepositoryLink ws={props.ws} />
+        <p class="muted">No run yet: drover run --workspace {props.ws.name} in a configuration directory.</p>
+      </>
+    );
   return (
     <>
+      <RepositoryLink ws={props.ws} />
       <div class="table-wrap">
         <table>
           <caption class="visually-hidden">Runs of {props.ws.name}</caption>
@@ -142,6 +148,24 @@ function RunsTab(props: { ws: Workspace }) {
         ) : null}
       </nav>
     </>
+  );
+}
+
+/** Where a workspace linked to a repository takes its runs from, and why the last commit started none. */
+function RepositoryLink(props: { ws: Workspace }) {
+  const vcs = useResource(
+    () => api.workspaceVcs(props.ws.name),
+    [props.ws.name],
+    (event) => event === "run",
+  );
+  const v = vcs.data;
+  if (!v) return <ErrorNote error={vcs.error} />;
+  return (
+    <p class="vcs-link">
+      Runs start from commits to <code>{v.repository}</code> on <code>{v.branch}</code> (connection {v.connection})
+      {v.triggerPaths.length > 0 ? ` that change ${v.triggerPaths.join(", ")}` : ""}, and plans from its pull requests.
+      {v.lastError ? <span class="error"> The last commit started no run: {v.lastError}</span> : null}
+    </p>
   );
 }
 
