@@ -53,6 +53,16 @@ const e = encodeURIComponent;
 
 type Method = "GET" | "POST" | "PUT" | "PATCH" | "DELETE";
 
+/** `request`'s answer, or null when the server answers 404 (a plan not made yet, a link not set). */
+async function unlessMissing<T>(request: Promise<T>): Promise<T | null> {
+  try {
+    return await request;
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 404) return null;
+    throw err;
+  }
+}
+
 async function call(method: Method, path: string, body?: unknown): Promise<Response> {
   const headers: Record<string, string> = { accept: "application/json" };
   if (body !== undefined) headers["content-type"] = "application/json";
@@ -152,14 +162,7 @@ export const api = {
   updateWorkspace: (name: string, change: Partial<WorkspaceSettings>) =>
     json<Workspace>("PATCH", `/api/v1/workspaces/${e(name)}`, change),
   /** The workspace's repository link, or null when it has none. */
-  async workspaceVcs(name: string): Promise<WorkspaceVcs | null> {
-    try {
-      return await json<WorkspaceVcs>("GET", `/api/v1/workspaces/${e(name)}/vcs`);
-    } catch (err) {
-      if (err instanceof ApiError && err.status === 404) return null;
-      throw err;
-    }
-  },
+  workspaceVcs: (name: string) => unlessMissing(json<WorkspaceVcs>("GET", `/api/v1/workspaces/${e(name)}/vcs`)),
   variables: (ws: string) => json<{ items: Variable[] }>("GET", `/api/v1/workspaces/${e(ws)}/vars`),
   setVariable: (
     ws: string,
@@ -176,14 +179,7 @@ export const api = {
   run: (id: string) => json<Run>("GET", `/api/v1/runs/${e(id)}`),
   runJobs: (id: string) => json<{ items: Job[] }>("GET", `/api/v1/runs/${e(id)}/jobs`),
   /** The run's plan JSON (`terraform show -json`), or null before the plan has one. */
-  async runPlan(id: string): Promise<PlanJson | null> {
-    try {
-      return await json<PlanJson>("GET", `/api/v1/runs/${e(id)}/plan`);
-    } catch (err) {
-      if (err instanceof ApiError && err.status === 404) return null;
-      throw err;
-    }
-  },
+  runPlan: (id: string) => unlessMissing(json<PlanJson>("GET", `/api/v1/runs/${e(id)}/plan`)),
   confirmRun: (id: string) => json<Run>("POST", `/api/v1/runs/${e(id)}/confirm`),
   discardRun: (id: string) => json<Run>("POST", `/api/v1/runs/${e(id)}/discard`),
   cancelRun: (id: string, force: boolean) => json<Run>("POST", `/api/v1/runs/${e(id)}/cancel${query({ force })}`),
