@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import {
   closeSync,
   existsSync,
@@ -76,6 +76,24 @@ function mountTmpfs(sizeKb: number, at?: string): { dir: string } | { skip: stri
   }
   cleanups.push(() => execFileSync("umount", ["-l", dir], { stdio: "pipe" }));
   return { dir };
+}
+
+/** Calls a server's TFE API: a path under it, or an upload URL it gave (those take no token). */
+function tfeOf(serverUrl: string) {
+  return async (method: string, path: string, body?: string | Buffer, token: string | null = admin) => {
+    // The TFE API is not in the protocol's route table (decision 0068): the typed client cannot call it.
+    // eslint-disable-next-line no-restricted-globals
+    const res = await fetch(path.startsWith("http") ? path : `${serverUrl}${path}`, {
+      method,
+      headers: {
+        ...(token === null ? {} : { authorization: `Bearer ${token}` }),
+        "content-type": typeof body === "string" ? "application/vnd.api+json" : "application/octet-stream",
+      },
+      ...(body === undefined ? {} : { body }),
+    });
+    const text = await res.text();
+    return { status: res.status, text, json: text === "" ? undefined : (JSON.parse(text) as any) };
+  };
 }
 
 /** Writes `path` until its file system is full to the last byte. */
@@ -251,20 +269,7 @@ describe("a full data directory", () => {
     cleanups.push(() => server.proc.child.kill("SIGKILL"));
     await callOk(server.url, routes.createPool, admin, { body: { name: "tfe" } });
     await callOk(server.url, routes.createWorkspace, admin, { body: { name: "tfe-full", pool: "tfe" } });
-    const tfe = async (method: string, path: string, body?: string | Buffer, token: string | null = admin) => {
-      // The TFE API is not in the protocol's route table (decision 0068): the typed client cannot call it.
-      // eslint-disable-next-line no-restricted-globals
-      const res = await fetch(path.startsWith("http") ? path : `${server.url}${path}`, {
-        method,
-        headers: {
-          ...(token === null ? {} : { authorization: `Bearer ${token}` }),
-          "content-type": typeof body === "string" ? "application/vnd.api+json" : "application/octet-stream",
-        },
-        ...(body === undefined ? {} : { body }),
-      });
-      const text = await res.text();
-      return { status: res.status, text, json: text === "" ? undefined : (JSON.parse(text) as any) };
-    };
+    const tfe = tfeOf(server.url);
     const ws = await tfe("GET", "/api/v2/organizations/acme/workspaces/tfe-full");
     const cv = await tfe(
       "POST",
@@ -287,6 +292,39 @@ describe("a full data directory", () => {
     assert.equal((await tfe("PUT", uploadUrl, archive, null)).status, 403, "spent by the upload that happened");
     const read = await tfe("GET", `/api/v2/configuration-versions/${cv.json.data.id as string}`);
     assert.equal(read.json.data.attributes.status, "uploaded");
+  });
+
+  test("a TFE JSON state upload, which Drover does not keep, is read and dropped: it needs no room on disk", async (t) => {
+    const dataDir = join(tempDir(), "data");
+    mkdirSync(join(dataDir, "uploads"), { recursive: true });
+    const uploads = mountTmpfs(1024, join(dataDir, "uploads"));
+    if ("skip" in uploads) return t.skip(uploads.skip);
+    const server = await startServerProc({
+      DROVER_DATA_DIR: dataDir,
+      DROVER_ADMIN_TOKEN: admin,
+      DROVER_TFE_ORGANIZATION: "acme",
+    });
+    cleanups.push(() => server.proc.child.kill("SIGKILL"));
+    await callOk(server.url, routes.createPool, admin, { body: { name: "tfe" } });
+    await callOk(server.url, routes.createWorkspace, admin, { body: { name: "tfe-json", pool: "tfe" } });
+    const tfe = tfeOf(server.url);
+    const ws = await tfe("GET", "/api/v2/organizations/acme/workspaces/tfe-json");
+    // Both bodies are twice the room the upload directory has.
+    const padding = "x".repeat(2 * 1024 * 1024);
+    const state = JSON.stringify({ version: 4, serial: 1, lineage: "l", outputs: {}, resources: [], padding });
+    const md5 = createHash("md5").update(state).digest("hex");
+    const version = await tfe(
+      "POST",
+      `/api/v2/workspaces/${ws.json.data.id as string}/state-versions`,
+      JSON.stringify({ data: { type: "state-versions", attributes: { serial: 1, md5, lineage: "l" } } }),
+    );
+    assert.equal(version.status, 201, version.text);
+    const { attributes } = version.json.data;
+    const json = await tfe("PUT", attributes["hosted-json-state-upload-url"] as string, Buffer.from(state), null);
+    assert.equal(json.status, 200, json.text + server.proc.output());
+    // The raw state is kept: it goes through the upload directory, which has no room for it.
+    const raw = await tfe("PUT", attributes["hosted-state-upload-url"] as string, Buffer.from(state), null);
+    assert.equal(raw.status, 507, raw.text);
   });
 
   test("stops the server at start with one line and exit 2", async (t) => {

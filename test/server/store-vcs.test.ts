@@ -114,6 +114,35 @@ for (const backend of backends) {
       await rejectsWith(store.getVcsConnection(ctx, gh.name), "not_found", /no VCS connection/);
     });
 
+    test("a connection's links are listed without the other connections' links", async () => {
+      const [a, b] = await Promise.all(
+        ["a", "b"].map((n) =>
+          store.createVcsConnection(ctx, { name: unique(n), provider: "github", url: "https://github.com", token }),
+        ),
+      );
+      const [wa, wb] = [await workspace(), await workspace()];
+      await store.linkWorkspaceVcs(ctx, wa.name, {
+        connection: a!.name,
+        repository: "o/r",
+        branch: "main",
+        triggerPaths: [],
+      });
+      await store.linkWorkspaceVcs(ctx, wb.name, {
+        connection: b!.name,
+        repository: "o/r",
+        branch: "main",
+        triggerPaths: [],
+      });
+      const ofA = await store.listVcsLinks(ctx, a!.id);
+      assert.deepEqual(
+        ofA.map((l) => [l.workspaceName, l.connectionId]),
+        [[wa.name, a!.id]],
+      );
+      const all = (await store.listVcsLinks(ctx)).map((l) => l.workspaceName);
+      assert.ok(all.includes(wa.name) && all.includes(wb.name), "every link without a connection given");
+      for (const ws of [wa, wb]) await store.unlinkWorkspaceVcs(ctx, ws.name);
+    });
+
     test("of two claims of one new commit only one wins; a run takes its commit in its own transaction, or neither happens", async () => {
       const conn = await store.createVcsConnection(ctx, {
         name: unique("gh"),

@@ -252,10 +252,11 @@ test("a state version without inline state is given signed upload URLs: the PUT 
   const upload2 = path(second.json.data.attributes["hosted-state-upload-url"] as string);
   assert.equal((await call("PUT", upload2, state, null)).status, 200);
   assert.equal((await call("PUT", upload2, state, null)).status, 403, "a replayed PUT is refused");
-  assert.equal(
-    (await call("PUT", path(second.json.data.attributes["hosted-json-state-upload-url"] as string), "{}", null)).status,
-    200,
-  );
+  const jsonUpload2 = second.json.data.attributes["hosted-json-state-upload-url"] as string;
+  // The JSON state is read and dropped, within its limit (twice the raw state's 256 MiB) all the same.
+  const declared = await statusBeforeBody(jsonUpload2, "PUT", {}, 512 * 1024 * 1024 + 1);
+  assert.equal(declared, 413, "a JSON state over its limit is refused before its body");
+  assert.equal((await call("PUT", path(jsonUpload2), "{}", null)).status, 200);
   const stored = await call("GET", `/api/v2/state-versions/${second.json.data.id as string}`);
   assert.equal(stored.status, 200);
   assert.deepEqual([stored.json.data.attributes.status, stored.json.data.attributes.serial], ["finalized", 1]);

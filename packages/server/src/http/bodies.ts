@@ -2,6 +2,7 @@ import { randomUUID } from "node:crypto";
 import { createWriteStream } from "node:fs";
 import { mkdir, readdir, rm } from "node:fs/promises";
 import type { IncomingMessage } from "node:http";
+import { Writable } from "node:stream";
 import { join } from "node:path";
 import { DroverError } from "@drover/protocol";
 import type { FastifyInstance, FastifyRequest } from "fastify";
@@ -84,23 +85,57 @@ function tooLarge(limit: number, seen: number | undefined): DroverError {
 }
 
 /**
- * Copies the request body to `path`. An over-limit body is answered 413 at once, while its rest
- * is read and dropped so that the answer reaches the client.
+ * Makes every route of `scope` read bodies of `contentTypes` to their end and drop them, each up to
+ * its route's `bodyLimit`: for an upload the client must make but whose content is not kept. The
+ * handler sees it as an empty BodyFile of the size received.
  */
-function spool(
+export function dropBodies(scope: FastifyInstance, contentTypes: string | string[]): void {
+  scope.addHook("onSend", async (request, reply) => {
+    if (refusedMidBody.has(request.raw)) void reply.removeHeader("connection");
+  });
+  scope.addContentTypeParser(contentTypes, async (request: FastifyRequest, payload: IncomingMessage) => {
+    const sink = new Writable({ write: (_piece, _encoding, done) => done() });
+    const size = await receive(
+      payload,
+      sink,
+      request.routeOptions.bodyLimit,
+      Number(request.headers["content-length"]),
+    );
+    return { path: "/dev/null", size } satisfies BodyFile;
+  });
+}
+
+/** Copies the request body to `path`; a failed or refused body leaves no file. */
+async function spool(
   payload: IncomingMessage,
   path: string,
   limit: number,
   uploadDir: string,
   declared: number,
 ): Promise<BodyFile> {
-  // A declared length over the limit is refused before a byte is read.
+  // A declared length over the limit is refused before a byte is read (or a file is made).
+  if (declared > limit) throw tooLarge(limit, declared);
+  try {
+    const size = await receive(payload, createWriteStream(path, { flags: "wx", mode: 0o600 }), limit, declared);
+    return { path, size };
+  } catch (err) {
+    await rm(path, { force: true });
+    const full = err instanceof DroverError ? undefined : storageError(err, uploadDir);
+    throw full?.code === "storage_full" ? full : err;
+  }
+}
+
+/**
+ * Writes the request body to `sink` and gives its size. An over-limit body is answered 413 at
+ * once, while its rest is read and dropped so that the answer reaches the client.
+ */
+function receive(payload: IncomingMessage, sink: Writable, limit: number, declared: number): Promise<number> {
   if (declared > limit) return Promise.reject(tooLarge(limit, declared));
   return new Promise((resolve, reject) => {
-    const file = createWriteStream(path, { flags: "wx", mode: 0o600 });
     let size = 0;
     let settled = false;
-    const fail = (err: unknown) => {
+    /** `ofSink`: the sink's own failure (a full disk), told as itself, not as the client's. */
+    const fail = (err: unknown, ofSink = false) => {
       if (settled) return;
       settled = true;
       payload.off("data", onData);
@@ -112,31 +147,26 @@ function spool(
       } else {
         payload.pause();
       }
-      file.destroy();
-      const full = err instanceof DroverError ? undefined : storageError(err, uploadDir);
+      sink.destroy();
       const coded =
-        err instanceof DroverError
+        err instanceof DroverError || ofSink || payload.complete
           ? err
-          : full?.code === "storage_full"
-            ? full
-            : !payload.complete
-              ? new DroverError(
-                  "bad_request",
-                  "the request body ended before it was complete: the client closed the connection; retry the upload",
-                  { cause: err },
-                )
-              : err;
-      void rm(path, { force: true }).finally(() => reject(coded instanceof Error ? coded : new Error(String(coded))));
+          : new DroverError(
+              "bad_request",
+              "the request body ended before it was complete: the client closed the connection; retry the upload",
+              { cause: err },
+            );
+      reject(coded instanceof Error ? coded : new Error(String(coded)));
     };
     const onData = (piece: Buffer) => {
       size += piece.length;
       if (size > limit) return fail(tooLarge(limit, size));
-      if (!file.write(piece)) payload.pause();
+      if (!sink.write(piece)) payload.pause();
     };
-    file.on("drain", () => {
+    sink.on("drain", () => {
       if (!settled) payload.resume();
     });
-    file.on("error", fail);
+    sink.on("error", (err) => fail(err, true));
     payload.on("data", onData);
     payload.on("error", fail);
     payload.on("close", () => {
@@ -144,10 +174,10 @@ function spool(
     });
     payload.on("end", () => {
       if (settled) return;
-      file.end(() => {
+      sink.end(() => {
         if (settled) return;
         settled = true;
-        resolve({ path, size });
+        resolve(size);
       });
     });
   });

@@ -147,9 +147,11 @@ export interface PolledLink extends WorkspaceVcs {
   lastErrorSha: string | null;
 }
 
-/** Every link, for the poller. */
-export async function listVcsLinks(ctx: StoreContext): Promise<PolledLink[]> {
-  const rows = await selectLinks(ctx).orderBy("workspace_vcs.workspace_id").execute();
+/** Every link, for the poller; or only those of one connection, for its webhook deliveries. */
+export async function listVcsLinks(ctx: StoreContext, connectionId?: string): Promise<PolledLink[]> {
+  let query = selectLinks(ctx);
+  if (connectionId !== undefined) query = query.where("workspace_vcs.connection_id", "=", connectionId);
+  const rows = await query.orderBy("workspace_vcs.workspace_id").execute();
   return rows.map((r) => ({
     ...toLink(r),
     workspaceName: r.workspace_name,

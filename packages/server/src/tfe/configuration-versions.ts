@@ -158,6 +158,6 @@ export function registerConfigurationVersionRoutes(serve: TfeRegistrar, http: Ht
       });
       return { status: 200 };
     },
-    { beforeBody: async (req) => void (await uploadCapability(req)), spooled: true },
+    { beforeBody: async (req) => void (await uploadCapability(req)), upload: "spooled" },
   );
 }

@@ -4,7 +4,7 @@ import { authenticateFirst, authenticatedCaller, type UserCaller } from "../http
 import type { HttpContext } from "../http/context.js";
 import { clearsByItself, storageFailure } from "../http/errors.js";
 import { retryAfterSeconds } from "../db/health.js";
-import { spoolBodies } from "../http/bodies.js";
+import { spoolBodies, dropBodies } from "../http/bodies.js";
 import type { StoredBody } from "../store/bodies.js";
 import { requireReader, requireTfeUser, type TfeReader } from "./remote-state-access.js";
 import { errorBody, errorOf, jsonApiContentType, titleOf, type Document } from "./jsonapi.js";
@@ -70,10 +70,11 @@ export interface TfeRouteOptions {
    */
   beforeBody?: (req: FastifyRequest) => Promise<void>;
   /**
-   * An upload: its body goes to a file in the server's upload directory as it arrives, never into
-   * memory (decision 0012); the handler reads it with `spooledBody(req)`.
+   * An upload: `spooled`, its body goes to a file in the server's upload directory as it arrives,
+   * never into memory (decision 0012), and the handler reads it with `spooledBody(req)`; `dropped`,
+   * it is read to its end within the route's limit and not kept.
    */
-  spooled?: boolean;
+  upload?: "spooled" | "dropped";
 }
 
 export type TfeRegistrar = <A extends TfeAuth>(
@@ -113,14 +114,19 @@ export function tfeScope(scope: FastifyInstance, http: HttpContext): TfeRegistra
     user: authenticateFirst((request) => requireTfeUser(http.store, request)),
     reader: authenticateFirst((request) => requireReader(http.store, request)),
   };
-  // Uploads get a scope of their own, whose one parser spools any body to a file. Its plugin runs
-  // after this scope's, so it adds the upload routes registered in the meantime.
-  const uploads: Array<(upload: FastifyInstance) => void> = [];
-  void scope.register(async (upload) => {
-    upload.removeAllContentTypeParsers();
-    spoolBodies(upload, "*", http.uploadDir);
-    for (const add of uploads) add(upload);
-  });
+  // Uploads get scopes of their own, whose one parser spools any body to a file (or drops it).
+  // Their plugins run after this scope's, so they add the upload routes registered in the meantime.
+  const uploads = { spooled: [], dropped: [] } as Record<
+    "spooled" | "dropped",
+    Array<(upload: FastifyInstance) => void>
+  >;
+  for (const kind of ["spooled", "dropped"] as const)
+    void scope.register(async (upload) => {
+      upload.removeAllContentTypeParsers();
+      if (kind === "spooled") spoolBodies(upload, "*", http.uploadDir);
+      else dropBodies(upload, "*");
+      for (const add of uploads[kind]) add(upload);
+    });
   return (route, handler, options = {}) => {
     if (!route.path.startsWith(tfeApi)) throw new Error(`${route.path} is not under ${tfeApi}`);
     const hook = hooks[route.auth];
@@ -156,7 +162,7 @@ export function tfeScope(scope: FastifyInstance, http: HttpContext): TfeRegistra
           return send(answer, reply);
         },
       });
-    if (options.spooled) uploads.push(add);
+    if (options.upload) uploads[options.upload].push(add);
     else add(scope);
   };
 }

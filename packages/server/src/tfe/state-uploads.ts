@@ -147,16 +147,16 @@ export function registerStateUploadRoutes(serve: TfeRegistrar, http: HttpContext
       );
       return { status: 200 };
     },
-    { beforeBody: async (req) => void (await rawCapability(req)), spooled: true },
+    { beforeBody: async (req) => void (await rawCapability(req)), upload: "spooled" },
   );
 
   serve(
     stateUploadRoutes.uploadJsonState,
     async ({ req }) => {
       await spendCapability(ctx, await jsonCapability(req));
-      // Drover reads outputs from the raw state; the JSON state (provider-schema view) is not kept.
+      // Drover reads outputs from the raw state; the JSON state (provider-schema view) is read and dropped.
       return { status: 200 };
     },
-    { beforeBody: async (req) => void (await jsonCapability(req)), spooled: true },
+    { beforeBody: async (req) => void (await jsonCapability(req)), upload: "dropped" },
   );
 }

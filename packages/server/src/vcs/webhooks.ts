@@ -110,8 +110,8 @@ export class WebhookProcessor {
     // GitHub and GitLab take a repository's path in any case: a link matches the payload's name
     // whatever its case, and the link's own spelling (the one checked when linking) is used after.
     const named = parsed.repository?.toLowerCase();
-    const links = (await listVcsLinks(ctx)).filter(
-      (l) => l.connectionId === stored.connectionId && (named === undefined || l.repository.toLowerCase() === named),
+    const links = (await listVcsLinks(ctx, stored.connectionId)).filter(
+      (l) => named === undefined || l.repository.toLowerCase() === named,
     );
     const event =
       parsed.kind === "ignored" || links[0] === undefined ? parsed : { ...parsed, repository: links[0].repository };
