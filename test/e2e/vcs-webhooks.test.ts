@@ -523,20 +523,10 @@ test("GitLab: a Push Hook applies, a Merge Request Hook plans speculatively, a w
 
 test("a connection whose VCS agents are gone holds up only its own deliveries", async () => {
   await stack.server.api(routes.createPool, { body: { name: "gone-agents", kind: "vcs" } });
-  const res = await stack.cli([
-    "vcs",
-    "connect",
-    "ghe",
-    "--provider",
-    "github",
-    "--vcs-url",
-    gh.url,
-    "--via-pool",
-    "gone-agents",
-    "--json",
-  ]);
-  assert.equal(res.code, 0, res.stderr);
-  secrets.ghe = (JSON.parse(res.stdout) as { webhookSecret: string }).webhookSecret;
+  const ghe = await stack.server.api(routes.createVcsConnection, {
+    body: { name: "ghe", provider: "github", url: gh.url, viaPool: "gone-agents" },
+  });
+  secrets.ghe = ghe.body.webhookSecret;
   await stack.server.api(routes.createWorkspace, { body: { name: "held", pool: stack.pool } });
   await link("held", "ghe", "org/held");
   // No agent serves the pool: the push's fetch waits for one (DROVER_VCS_AGENT_TASK_SECONDS).
