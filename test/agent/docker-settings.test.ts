@@ -15,6 +15,7 @@ import {
 import { DroverError, newPoolToken, type JobAssignment } from "@drover/protocol";
 import { spawnDrover } from "../support/processes.js";
 import { within } from "../support/poll.js";
+import { tempDir } from "../support/temp-dir.js";
 
 // The docker driver's settings: each compiles to what the driver sends the daemon, and each bad
 // value stops the agent at start with one line naming it.
@@ -185,7 +186,7 @@ for (const [what, env, message] of bad) {
 }
 
 test("a docker agent whose socket answers nothing stops with a line naming the socket, exit 1", async () => {
-  const dir = mkdtempSync(join(tmpdir(), "drover-docker-none-"));
+  const dir = tempDir("drover-docker-none-");
   const proc = spawnDrover(["agent", "run"], {
     PATH: process.env.PATH,
     HOME: process.env.HOME,
@@ -229,7 +230,7 @@ test("the multiplexed stream decoder yields whole frames in order however the ch
 });
 
 test("the OOM counter is read from the container's memory cgroup, v1 or v2, and is 0 where it cannot be seen", () => {
-  const root = mkdtempSync(join(tmpdir(), "drover-oom-"));
+  const root = tempDir("drover-oom-");
   const proc = join(root, "proc");
   const cg = join(root, "cgroup");
   mkdirSync(join(proc, "41"), { recursive: true });

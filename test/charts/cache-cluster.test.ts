@@ -221,6 +221,7 @@ test(
       ]);
     } finally {
       await kubectlOut(cluster, ["delete", "namespace", ns, "--wait=false"]);
+      rmSync(home, { recursive: true, force: true });
     }
   },
 );

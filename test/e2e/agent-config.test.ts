@@ -1,10 +1,10 @@
 import assert from "node:assert/strict";
 import { newPoolToken } from "@drover/protocol";
-import { mkdtempSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { spawnDrover } from "../support/processes.js";
+import { tempDir } from "../support/temp-dir.js";
 
 // A misconfigured agent stops at start with one line naming the setting, and exit code 2.
 
@@ -115,7 +115,7 @@ const cases: Array<[string, Command, Record<string, string>, RegExp]> = [
 ];
 
 // Flags beat variables beat files: the token a flag names wins over any variable.
-const dir = mkdtempSync(join(tmpdir(), "drover-agent-config-"));
+const dir = tempDir("drover-agent-config-");
 const goodTokenFile = join(dir, "good-token");
 writeFileSync(goodTokenFile, token + "\n");
 const badTokenFile = join(dir, "bad-token");

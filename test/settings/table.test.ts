@@ -1,6 +1,5 @@
 import assert from "node:assert/strict";
-import { mkdtempSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { resolveSettings } from "@drover/cli/settings";
@@ -14,6 +13,7 @@ import {
   type SettingName,
   type SettingSpec,
 } from "@drover/protocol";
+import { tempDir } from "../support/temp-dir.js";
 
 // The settings table: every default is a value its own parser accepts, precedence is the same
 // everywhere, and unknown DROVER_* variables are named with the closest known setting.
@@ -51,14 +51,14 @@ test("a bad value is an invalid_setting error naming the variable, with a hint",
 
 test("DROVER_CA_CERT takes a path or base64 PEM, in every process alike", () => {
   const pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
-  const file = join(mkdtempSync(join(tmpdir(), "drover-ca-")), "ca.pem");
+  const file = join(tempDir("drover-ca-"), "ca.pem");
   writeFileSync(file, pem);
   assert.equal(new SettingsSource({ DROVER_CA_CERT: file }).get("DROVER_CA_CERT"), pem);
   assert.equal(new SettingsSource({ DROVER_CA_CERT: Buffer.from(pem).toString("base64") }).get("DROVER_CA_CERT"), pem);
 });
 
 test("the CLI: --url/--token beat DROVER_URL/DROVER_TOKEN, which beat the credentials file", () => {
-  const dir = mkdtempSync(join(tmpdir(), "drover-cli-settings-"));
+  const dir = tempDir("drover-cli-settings-");
   writeFileSync(join(dir, "credentials.json"), JSON.stringify({ url: "http://file.example", token: "file-token" }));
   const env = { DROVER_CONFIG_DIR: dir };
   assert.deepEqual(resolveSettings({}, env), { url: "http://file.example", token: "file-token" });
@@ -87,7 +87,7 @@ test("unknown DROVER_* variables are warned about with the closest setting; run 
 });
 
 test("drover (a user command): a bad DROVER_URL is an invalid_setting, exit 2; --url beats it", async () => {
-  const base = { PATH: process.env.PATH, HOME: mkdtempSync(join(tmpdir(), "drover-home-")), DROVER_TOKEN: "t" };
+  const base = { PATH: process.env.PATH, HOME: tempDir("drover-home-"), DROVER_TOKEN: "t" };
   const bad = spawnDrover(["pool", "list"], { ...base, DROVER_URL: "ftp://drover.example" });
   const badExit = await bad.exited;
   assert.equal(badExit.code, 2, bad.output());
