@@ -10,6 +10,7 @@ import { statusBeforeBody } from "../support/answer-before-body.js";
 import { startGitHttpServer } from "../support/git-http-server.js";
 import { lookUntil } from "../support/poll.js";
 import { startStack, type Stack } from "../support/stack.js";
+import { routeCall } from "../support/typed-api.js";
 import {
   deliver,
   githubPullRequest,
@@ -75,11 +76,17 @@ const deliveriesOf = async (connection: string) =>
   (await stack.server.api(routes.listVcsDeliveries, { params: { connection }, query: { limit: 100 } })).body
     .items as VcsDelivery[];
 
-/** The delivery stored for `deliveryId`, once its work is done. */
-const processed = (connection: string, deliveryId: string) =>
-  waitFor(`delivery ${deliveryId} processed`, async () =>
-    (await deliveriesOf(connection)).find((d) => d.deliveryId === deliveryId && d.status === "processed"),
-  );
+/** The delivery the webhook's answer named, once the server has acted on it (waited for on the server). */
+async function processed(connection: string, sent: { body: { delivery: string } }): Promise<VcsDelivery> {
+  const delivery = sent.body.delivery;
+  for (let waits = 0; ; waits++) {
+    const d = (
+      await stack.server.api(routes.getVcsDelivery, { params: { connection, delivery }, query: { wait: 30_000 } })
+    ).body as VcsDelivery;
+    if (d.status === "processed") return d;
+    if (waits === 3) assert.fail(`delivery ${delivery} still ${d.status} after 120 s\n${logLines.slice(-40).join("")}`);
+  }
+}
 
 const hookUrl = (connection: string) =>
   `${stack.server.url}${routes.receiveVcsWebhook.path.replace(":connection", connection)}`;
@@ -145,7 +152,7 @@ test("a GitHub push applies; a replayed delivery starts nothing; deliveries say 
   const sent = await send("gh", { provider: "github", event: "push", body: push });
   assert.equal(sent.status, 202, JSON.stringify(sent.body));
   assert.equal(sent.body.duplicate, false);
-  const d1 = await processed("gh", sent.deliveryId);
+  const d1 = await processed("gh", sent);
   assert.equal(d1.event, "push");
   assert.equal(d1.outcomes.length, 1);
   assert.equal(d1.outcomes[0]?.outcome, "started");
@@ -168,7 +175,7 @@ test("a GitHub push applies; a replayed delivery starts nothing; deliveries say 
   // A ping (GitHub's first delivery) is stored and ignored; it is processed after anything queued before.
   const ping = await send("gh", { provider: "github", event: "ping", body: { zen: "Keep it logically awesome." } });
   assert.equal(ping.status, 202);
-  const pinged = await processed("gh", ping.deliveryId);
+  const pinged = await processed("gh", ping);
   assert.equal(pinged.outcomes[0]?.outcome, "ignored");
   assert.equal((await runsOf("infra")).length, 1);
   assert.equal((await deliveriesOf("gh")).filter((d) => d.deliveryId === sent.deliveryId).length, 1);
@@ -262,7 +269,7 @@ test("bad or missing signatures, unknown connections and oversize bodies are ref
   // The same push, signed: it runs.
   const good = await send("gh", { provider: "github", event: "push", body: push });
   assert.equal(good.status, 202);
-  assert.equal((await processed("gh", good.deliveryId)).outcomes[0]?.outcome, "started");
+  assert.equal((await processed("gh", good)).outcomes[0]?.outcome, "started");
   deliveries = await deliveriesOf("gh");
   assert.equal(deliveries.length, stored + 1);
   const runs = await waitFor("c2's run", async () => {
@@ -309,7 +316,7 @@ test("a pull request plans speculatively; a new commit supersedes its plan still
     body: githubPullRequest("opened", "org/app", { ...pr, headSha: f1.id }),
   });
   assert.equal(opened.status, 202);
-  const first = await processed("gh", opened.deliveryId);
+  const first = await processed("gh", opened);
   assert.equal(first.event, "pull_request.opened");
   assert.equal(first.outcomes[0]?.outcome, "started");
   const runA = first.outcomes[0]?.runId ?? "";
@@ -326,7 +333,7 @@ test("a pull request plans speculatively; a new commit supersedes its plan still
     event: "pull_request",
     body: githubPullRequest("synchronize", "org/app", { ...pr, headSha: f2.id }),
   });
-  const second = await processed("gh", synced.deliveryId);
+  const second = await processed("gh", synced);
   const runB = second.outcomes[0]?.runId ?? "";
   assert.equal(second.outcomes[0]?.outcome, "started");
   const superseded = await stack.waitForRun(runA, ["canceled"]);
@@ -341,12 +348,12 @@ test("a pull request plans speculatively; a new commit supersedes its plan still
     event: "pull_request",
     body: githubPullRequest("closed", "org/app", { ...pr, headSha: f2.id }),
   });
-  assert.equal((await processed("gh", closed.deliveryId)).outcomes[0]?.outcome, "ignored");
+  assert.equal((await processed("gh", closed)).outcomes[0]?.outcome, "ignored");
   // From a fork: anyone's code, run with the workspace's variables. It plans nothing.
   const forked = githubPullRequest("opened", "org/app", { ...pr, number: 8, headSha: f2.id });
   forked.pull_request.head.repo.full_name = "mallory/app";
   const fromFork = await send("gh", { provider: "github", event: "pull_request", body: forked });
-  const forkOutcome = (await processed("gh", fromFork.deliveryId)).outcomes[0];
+  const forkOutcome = (await processed("gh", fromFork)).outcomes[0];
   assert.equal(forkOutcome?.outcome, "ignored");
   assert.match(forkOutcome?.detail ?? "", /^a pull request from another repository \(mallory\/app\) starts no run/);
 
@@ -356,7 +363,7 @@ test("a pull request plans speculatively; a new commit supersedes its plan still
     event: "pull_request",
     body: githubPullRequest("opened", "ORG/App", { ...pr, number: 9, head: "feature-cased", headSha: f2.id }),
   });
-  const casedOutcome = (await processed("gh", cased.deliveryId)).outcomes[0];
+  const casedOutcome = (await processed("gh", cased)).outcomes[0];
   assert.equal(casedOutcome?.outcome, "started", casedOutcome?.detail ?? "");
 
   await stack.startAgent("pr-agent", { DROVER_TOKEN: idle.token }, idle.pool);
@@ -403,7 +410,7 @@ test("monorepo: one push runs only the workspaces whose trigger paths or directo
     event: "push",
     body: githubPush("org/mono", "main", c1.id, c2.id, [c2]),
   });
-  const d = await processed("gh", sent.deliveryId);
+  const d = await processed("gh", sent);
   const started = d.outcomes.filter((o) => o.outcome === "started").map((o) => o.workspace);
   assert.deepEqual(started, ["mono-03", "mono-07"]);
   assert.equal(d.outcomes.filter((o) => o.outcome === "paths_unmatched").length, n - 2);
@@ -415,7 +422,7 @@ test("monorepo: one push runs only the workspaces whose trigger paths or directo
   const c4 = commit(work, "main", "Four", { "modules/m12/main.tf": tf("m12-changed") });
   const forced = githubPush("org/mono", "main", c2.id, c4.id, [c3, c4]);
   forced.forced = true;
-  const d2 = await processed("gh", (await send("gh", { provider: "github", event: "push", body: forced })).deliveryId);
+  const d2 = await processed("gh", await send("gh", { provider: "github", event: "push", body: forced }));
   assert.deepEqual(
     d2.outcomes.filter((o) => o.outcome === "started").map((o) => o.workspace),
     ["mono-11", "mono-12"],
@@ -445,7 +452,7 @@ test("monorepo: one push runs only the workspaces whose trigger paths or directo
     event: "push",
     body: githubPush("org/mono", "main", c4.id, c5.id, [c5]),
   });
-  const d3 = await processed("gh", late.deliveryId);
+  const d3 = await processed("gh", late);
   assert.equal(d3.outcomes.find((o) => o.workspace === "mono-03")?.outcome, "already_started");
   assert.equal((await runsOf("mono-03")).length, 2);
 });
@@ -462,7 +469,7 @@ test("GitLab: a Push Hook applies, a Merge Request Hook plans speculatively, a w
     body: gitlabPush("grp/sub/infra", "main", c1.id, c2.id, [c2]),
   });
   assert.equal(pushed.status, 202);
-  const d = await processed("gl", pushed.deliveryId);
+  const d = await processed("gl", pushed);
   assert.equal(d.outcomes[0]?.outcome, "started");
   const run = await stack.waitForRun(d.outcomes[0]?.runId ?? "", ["applied"]);
   assert.equal(run.source.commitSha, c2.id);
@@ -472,7 +479,7 @@ test("GitLab: a Push Hook applies, a Merge Request Hook plans speculatively, a w
     event: "Push Hook",
     body: gitlabPush("grp/sub/infra", "main", zero, c1.id, [c1]),
   });
-  const stale = await processed("gl", late.deliveryId);
+  const stale = await processed("gl", late);
   assert.deepEqual(
     stale.outcomes.map((o) => [o.outcome, o.detail]),
     [["superseded", `the branch has moved on to ${c2.id.slice(0, 12)}`]],
@@ -491,7 +498,7 @@ test("GitLab: a Push Hook applies, a Merge Request Hook plans speculatively, a w
     event: "Merge Request Hook",
     body: gitlabMergeRequest("open", "grp/sub/infra", { ...mr, lastCommit: f1.id }),
   });
-  const od = await processed("gl", opened.deliveryId);
+  const od = await processed("gl", opened);
   assert.equal(od.event, "Merge Request Hook.open");
   const plan = await stack.waitForRun(od.outcomes[0]?.runId ?? "", ["planned_and_finished"]);
   assert.equal(plan.planOnly, true);
@@ -504,11 +511,11 @@ test("GitLab: a Push Hook applies, a Merge Request Hook plans speculatively, a w
     event: "Merge Request Hook",
     body: gitlabMergeRequest("update", "grp/sub/infra", { ...mr, lastCommit: f1.id }),
   });
-  assert.equal((await processed("gl", edited.deliveryId)).outcomes[0]?.outcome, "ignored");
+  assert.equal((await processed("gl", edited)).outcomes[0]?.outcome, "ignored");
   const forked = gitlabMergeRequest("open", "grp/sub/infra", { ...mr, iid: 2, lastCommit: f1.id });
   forked.object_attributes.source.path_with_namespace = "mallory/infra";
   const fromFork = await send("gl", { provider: "gitlab", event: "Merge Request Hook", body: forked });
-  const forkOutcome = (await processed("gl", fromFork.deliveryId)).outcomes[0];
+  const forkOutcome = (await processed("gl", fromFork)).outcomes[0];
   assert.equal(forkOutcome?.outcome, "ignored");
   assert.match(forkOutcome?.detail ?? "", /^a pull request from another repository \(mallory\/infra\) starts no run/);
   const refused = await send("gl", {
@@ -555,7 +562,27 @@ test("a connection whose VCS agents are gone holds up only its own deliveries", 
       url: "https://github.example/org/side/pull/70",
     }),
   });
-  assert.equal((await processed("gh", other.deliveryId)).outcomes[0]?.outcome, "ignored");
+  assert.equal((await processed("gh", other)).outcomes[0]?.outcome, "ignored");
   const still = (await deliveriesOf("ghe")).find((d) => d.deliveryId === held.deliveryId);
   assert.equal(still?.status, "processing", "the relayed delivery still waits for an agent");
+  // Waiting on one delivery ends at the wait's end with the delivery as it is, while it is not processed.
+  const asked = Date.now();
+  const waited = await stack.server.api(routes.getVcsDelivery, {
+    params: { connection: "ghe", delivery: held.body.delivery },
+    query: { wait: 300 },
+  });
+  assert.ok(Date.now() - asked >= 250, "the server held the answer for the wait");
+  assert.deepEqual([waited.body.id, waited.body.status], [held.body.delivery, "processing"]);
+  // A delivery is found through its own connection only.
+  for (const [connection, delivery] of [
+    ["gh", held.body.delivery],
+    ["ghe", "vdel-unknown"],
+    ["no-such-connection", held.body.delivery],
+  ] as const) {
+    const res = await routeCall(stack.server.url, routes.getVcsDelivery, {
+      token: stack.server.adminToken,
+      params: { connection, delivery },
+    });
+    assert.equal(res.status, 404, `${connection}/${delivery}`);
+  }
 });

@@ -410,6 +410,11 @@ const routeCases: Case[] = [
     run: () => admin.call(routes.listVcsDeliveries, { params: { connection: "nope" }, query: { limit: 5 } }),
   },
   {
+    route: "getVcsDelivery",
+    code: "not_found",
+    run: () => admin.call(routes.getVcsDelivery, { params: { connection: "nope", delivery: "vdel-nope" }, query: {} }),
+  },
+  {
     route: "receiveVcsWebhook",
     code: "not_found",
     run: () =>

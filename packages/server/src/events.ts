@@ -11,7 +11,14 @@ import { pgClientConfig, type GuardedPgPool, type PgConnectionSettings } from ".
  * database, so a lost or duplicated event costs at most a little latency, never correctness.
  */
 export type Topic =
-  "job-queued" | "job-cancel" | "job-finished" | "log" | "run-changed" | "sessions-changed" | "vcs-task-done";
+  | "job-queued"
+  | "job-cancel"
+  | "job-finished"
+  | "log"
+  | "run-changed"
+  | "sessions-changed"
+  | "vcs-task-done"
+  | "vcs-delivery-processed";
 
 export interface EventBus {
   /** Announces that something changed; delivered to local and (on PostgreSQL) remote listeners. */

@@ -1,8 +1,13 @@
 import { z } from "zod";
 import * as s from "../schemas.js";
-import { accepted, created, json, list, noContent, ok, raw, route, userApi, ws } from "./define.js";
+import { accepted, created, json, list, maxLongPollMs, noContent, ok, raw, route, userApi, ws } from "./define.js";
 
 const connection = z.object({ connection: z.string() });
+
+/** Query of GET …/deliveries/:delivery: how long to wait for the delivery to be processed. */
+export const vcsDeliveryWaitQuerySchema = z.object({
+  wait: z.coerce.number().int().min(0).max(maxLongPollMs).default(0),
+});
 
 /** VCS connections, and the link of a workspace to a repository branch whose new commits it runs. */
 export const vcsRoutes = {
@@ -78,6 +83,16 @@ export const vcsRoutes = {
     params: connection,
     query: s.listVcsDeliveriesQuerySchema,
     response: ok(list(s.vcsDeliverySchema)),
+    errors: ["not_found"],
+  }),
+  getVcsDelivery: route({
+    method: "GET",
+    path: `${userApi}/vcs-connections/:connection/deliveries/:delivery`,
+    summary: `Show one webhook delivery (its id as the webhook's answer gave it); with ?wait=ms (most ${maxLongPollMs}), once it is processed`,
+    auth: "user",
+    params: z.object({ connection: z.string(), delivery: z.string() }),
+    query: vcsDeliveryWaitQuerySchema,
+    response: ok(s.vcsDeliverySchema),
     errors: ["not_found"],
   }),
   receiveVcsWebhook: route({

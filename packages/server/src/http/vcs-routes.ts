@@ -8,7 +8,9 @@ import {
   vcsWebhookSecret,
   type StoredVcsConnection,
 } from "../store/vcs-connections.js";
-import { listVcsDeliveries } from "../store/vcs-deliveries.js";
+import { getVcsDelivery, listVcsDeliveries } from "../store/vcs-deliveries.js";
+import { waitForEvent } from "../events.js";
+import { requestSignal } from "./auth.js";
 import { getWorkspaceVcs } from "../store/workspace-vcs.js";
 import { linkWithWebhook, unlinkWithWebhook, webhookUrl, type WebhookContext } from "../vcs/webhook-registration.js";
 import { vcsClient } from "@drover/vcs";
@@ -34,6 +36,21 @@ export function registerVcsRoutes(app: FastifyInstance, http: HttpContext, optio
   serve(routes.listVcsDeliveries, async ({ params, query }) => ({
     items: await listVcsDeliveries(ctx, params.connection, query.limit),
   }));
+  serve(routes.getVcsDelivery, async ({ params, query }, _req, reply) => {
+    const signal = requestSignal(reply, http.shutdown);
+    const deadline = Date.now() + query.wait;
+    for (;;) {
+      // Subscribe before reading, so its end in between wakes us.
+      const left = Math.max(0, deadline - Date.now());
+      const wake = waitForEvent(ctx.events, "vcs-delivery-processed", params.delivery, left, signal);
+      const delivery = await getVcsDelivery(ctx, params.connection, params.delivery);
+      if (delivery.status === "processed" || Date.now() >= deadline || signal.aborted) {
+        wake.cancel();
+        return delivery;
+      }
+      await wake.promise;
+    }
+  });
   const hooks: WebhookContext = {
     ctx,
     log: app.log,

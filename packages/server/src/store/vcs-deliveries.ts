@@ -1,4 +1,6 @@
-import { newId, type VcsDelivery, type VcsDeliveryOutcome } from "@drover/protocol";
+import { DroverError, newId, type VcsDelivery, type VcsDeliveryOutcome } from "@drover/protocol";
+import type { Selectable } from "kysely";
+import type { VcsDeliveriesTable } from "../db/schema.js";
 import { isUniqueViolation } from "../db/storage-errors.js";
 import { iso, type StoreContext } from "./context.js";
 import { getVcsConnection } from "./vcs-connections.js";
@@ -162,6 +164,7 @@ export async function finishVcsDelivery(ctx: StoreContext, id: string, summary?:
     .set({ status: "processed", claimed_until: null, ...(summary === undefined ? {} : { summary }) })
     .where("id", "=", id)
     .execute();
+  ctx.events.publish("vcs-delivery-processed", id);
 }
 
 /**
@@ -207,6 +210,28 @@ export async function listVcsDeliveries(ctx: StoreContext, connection: string, l
     .orderBy("id", "desc")
     .limit(limit)
     .execute();
+  return withOutcomes(ctx, conn.name, rows);
+}
+
+/** One delivery of a connection (by Drover's id for it); not_found when the connection has no such delivery. */
+export async function getVcsDelivery(ctx: StoreContext, connection: string, id: string): Promise<VcsDelivery> {
+  const conn = await getVcsConnection(ctx, connection);
+  const rows = await ctx.db
+    .selectFrom("vcs_deliveries")
+    .selectAll()
+    .where("connection_id", "=", conn.id)
+    .where("id", "=", id)
+    .execute();
+  const [delivery] = await withOutcomes(ctx, conn.name, rows);
+  if (!delivery) throw new DroverError("not_found", `connection ${conn.name} has no delivery ${JSON.stringify(id)}`);
+  return delivery;
+}
+
+async function withOutcomes(
+  ctx: StoreContext,
+  connectionName: string,
+  rows: Array<Selectable<VcsDeliveriesTable>>,
+): Promise<VcsDelivery[]> {
   const outcomes =
     rows.length === 0
       ? []
@@ -222,7 +247,7 @@ export async function listVcsDeliveries(ctx: StoreContext, connection: string, l
           .execute();
   return rows.map((r) => ({
     id: r.id,
-    connection: conn.name,
+    connection: connectionName,
     deliveryId: r.delivery_id,
     event: r.event,
     receivedAt: iso(r.received_at),
