@@ -19,6 +19,7 @@ import {
   gitlabPush,
   type Delivery,
   type PushedCommit,
+  processedDelivery,
 } from "../support/webhooks.js";
 
 /*
@@ -76,17 +77,9 @@ const deliveriesOf = async (connection: string) =>
   (await stack.server.api(routes.listVcsDeliveries, { params: { connection }, query: { limit: 100 } })).body
     .items as VcsDelivery[];
 
-/** The delivery the webhook's answer named, once the server has acted on it (waited for on the server). */
-async function processed(connection: string, sent: { body: { delivery: string } }): Promise<VcsDelivery> {
-  const delivery = sent.body.delivery;
-  for (let waits = 0; ; waits++) {
-    const d = (
-      await stack.server.api(routes.getVcsDelivery, { params: { connection, delivery }, query: { wait: 30_000 } })
-    ).body as VcsDelivery;
-    if (d.status === "processed") return d;
-    if (waits === 3) assert.fail(`delivery ${delivery} still ${d.status} after 120 s\n${logLines.slice(-40).join("")}`);
-  }
-}
+/** The delivery the webhook's answer named, once the server has acted on it. */
+const processed = (connection: string, sent: { body: { delivery: string } }) =>
+  processedDelivery(stack.server, connection, sent, () => logLines.slice(-40).join(""));
 
 const hookUrl = (connection: string) =>
   `${stack.server.url}${routes.receiveVcsWebhook.path.replace(":connection", connection)}`;

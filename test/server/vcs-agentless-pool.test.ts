@@ -1,9 +1,8 @@
 import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
-import { routes, type VcsDelivery } from "@drover/protocol";
-import { lookUntil } from "../support/poll.js";
+import { routes } from "@drover/protocol";
 import { startTestServer, type TestServer } from "../support/server.js";
-import { deliver, githubPush } from "../support/webhooks.js";
+import { deliver, githubPush, processedDelivery } from "../support/webhooks.js";
 
 /*
  * A connection reached through a VCS agent pool with no agent running: its first task waits out
@@ -49,10 +48,7 @@ test("a push waits for an agent once, not once per linked workspace; each worksp
     ]),
   });
   assert.equal(sent.status, 202, JSON.stringify(sent.body));
-  const delivery = await lookUntil("the delivery processed", async () => {
-    const list = await server.api(routes.listVcsDeliveries, { params: { connection: "private" } });
-    return (list.body.items as VcsDelivery[]).find((d) => d.deliveryId === sent.deliveryId && d.status === "processed");
-  });
+  const delivery = await processedDelivery(server, "private", sent);
   // The workspaces are taken in the links' order, which their random ids decide: one is asked.
   const details = delivery.outcomes.map((o) => `${o.outcome}: ${o.detail}`).sort();
   assert.deepEqual(details, [

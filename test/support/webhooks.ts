@@ -3,7 +3,7 @@ import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { routes } from "@drover/protocol";
+import { routes, type VcsDelivery } from "@drover/protocol";
 import { routeCall } from "./typed-api.js";
 
 /*
@@ -161,4 +161,30 @@ export async function deliver(
   }
   const res = await routeCall(baseUrl, routes.receiveVcsWebhook, { params: { connection }, headers, body: raw });
   return { status: res.status, body: res.body, deliveryId };
+}
+
+/**
+ * The delivery a webhook's answer named (`sent`: what `deliver` returned), once the server has acted
+ * on it: waited for on the server's long-poll, never by polling the list. Fails after ~2 minutes.
+ */
+export async function processedDelivery(
+  server: { url: string; adminToken: string },
+  connection: string,
+  sent: { body: { delivery: string } },
+  diagnose: () => string = () => "",
+): Promise<VcsDelivery> {
+  const delivery = sent.body.delivery;
+  let seen = "unread";
+  for (let waits = 0; waits < 4; waits++) {
+    const res = await routeCall(server.url, routes.getVcsDelivery, {
+      token: server.adminToken,
+      params: { connection, delivery },
+      query: { wait: 30_000 },
+    });
+    if (res.status !== 200) throw new Error(`delivery ${delivery}: ${res.status} ${JSON.stringify(res.body)}`);
+    const d = res.body as VcsDelivery;
+    if (d.status === "processed") return d;
+    seen = d.status;
+  }
+  throw new Error(`delivery ${delivery} still ${seen} after 120 s\n${diagnose()}`);
 }

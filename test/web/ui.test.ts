@@ -3,14 +3,13 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { routes, type VcsDelivery } from "@drover/protocol";
+import { routes } from "@drover/protocol";
 import type { Browser, BrowserContext, Page } from "playwright-core";
 import { accessibilityViolations, launchBrowser, screenshotDir, watchedContext } from "../support/browser.js";
 import { startGitHttpServer } from "../support/git-http-server.js";
 import { commitAndPush, gitAs, hostedRepository, valueConfig } from "../support/git-repo.js";
-import { lookUntil } from "../support/poll.js";
 import { numberedLinesCommand, printedLines } from "../support/provisioner-lines.js";
-import { deliver, githubPullRequest } from "../support/webhooks.js";
+import { deliver, githubPullRequest, processedDelivery } from "../support/webhooks.js";
 import { startStack, writeConfig, type Stack } from "../support/stack.js";
 
 // A real browser (Debian's chromium) against a real server, a real agent and real terraform:
@@ -194,12 +193,7 @@ test("a pull request's plan shows its commit, branch, author and pull request, o
       secret: connection.body.webhookSecret as string,
     });
     assert.equal(sent.status, 202, JSON.stringify(sent.body));
-    const delivery = await lookUntil("the delivery processed", async () => {
-      const list = await stack.server.api(routes.listVcsDeliveries, { params: { connection: "ui-gh" } });
-      return (list.body.items as VcsDelivery[]).find(
-        (d) => d.deliveryId === sent.deliveryId && d.status === "processed",
-      );
-    });
+    const delivery = await processedDelivery(stack.server, "ui-gh", sent);
     const runId = delivery.outcomes[0]?.runId ?? "";
     assert.ok(runId, JSON.stringify(delivery.outcomes));
     await stack.waitForRun(runId, ["planned_and_finished", "errored"]);
