@@ -145,7 +145,16 @@ test("a GitHub push applies; a replayed delivery starts nothing; deliveries say 
   const sent = await send("gh", { provider: "github", event: "push", body: push });
   assert.equal(sent.status, 202, JSON.stringify(sent.body));
   assert.equal(sent.body.duplicate, false);
-  const d1 = await processed("gh", sent);
+  // Asked at once, while the server fetches the commit: answered when the delivery is processed,
+  // not when the wait ends.
+  const asked = Date.now();
+  const waited = await stack.server.api(routes.getVcsDelivery, {
+    params: { connection: "gh", delivery: sent.body.delivery },
+    query: { wait: 50_000 },
+  });
+  assert.ok(Date.now() - asked < 50_000, "answered before the wait ended");
+  const d1 = waited.body as VcsDelivery;
+  assert.equal(d1.status, "processed");
   assert.equal(d1.event, "push");
   assert.equal(d1.outcomes.length, 1);
   assert.equal(d1.outcomes[0]?.outcome, "started");
@@ -559,12 +568,12 @@ test("a connection whose VCS agents are gone holds up only its own deliveries", 
   const still = (await deliveriesOf("ghe")).find((d) => d.deliveryId === held.deliveryId);
   assert.equal(still?.status, "processing", "the relayed delivery still waits for an agent");
   // Waiting on one delivery ends at the wait's end with the delivery as it is, while it is not processed.
-  const asked = Date.now();
+  const heldAsked = Date.now();
   const waited = await stack.server.api(routes.getVcsDelivery, {
     params: { connection: "ghe", delivery: held.body.delivery },
     query: { wait: 300 },
   });
-  assert.ok(Date.now() - asked >= 250, "the server held the answer for the wait");
+  assert.ok(Date.now() - heldAsked >= 250, "the server held the answer for the wait");
   assert.deepEqual([waited.body.id, waited.body.status], [held.body.delivery, "processing"]);
   // A delivery is found through its own connection only.
   for (const [connection, delivery] of [

@@ -199,6 +199,15 @@ for (const backend of backends) {
         ].sort((x, y) => String(x[0]).localeCompare(String(y[0]))),
       );
       assert.equal((await store.listVcsDeliveries(ctx, conn.name, 1)).length, 1);
+      // One delivery, by Drover's id, through its own connection only.
+      const one = await store.getVcsDelivery(ctx, conn.name, listed[1]!.id);
+      assert.deepEqual(one, listed[1]);
+      const other = await connection();
+      for (const [c, id] of [
+        [other.name, listed[1]!.id],
+        [conn.name, "vdel-none"],
+      ] as const)
+        await assert.rejects(store.getVcsDelivery(ctx, c, id), (e: { code?: string }) => e.code === "not_found");
       // A deleted connection takes its deliveries along.
       await store.deleteVcsConnection(ctx, conn.name);
       const left = await ctx.db
