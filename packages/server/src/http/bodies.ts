@@ -45,16 +45,22 @@ export function spoolBodies(scope: FastifyInstance, contentTypes: string | strin
     // After the response, or when the client goes away: either way the body is no longer needed.
     reply.raw.once("close", () => void rm(path, { force: true }));
   });
-  // Fastify answers a failed body with `connection: close`. For a body refused mid-stream that
-  // close would race the client's bytes still in flight; the connection instead stays open
-  // while the rest is dropped, bounded by the server's request timeout, and the client closes it.
-  scope.addHook("onSend", async (request, reply) => {
-    if (refusedMidBody.has(request.raw)) void reply.removeHeader("connection");
-  });
+  keepRefusedConnectionsOpen(scope);
   scope.addContentTypeParser(contentTypes, async (request: FastifyRequest, payload: IncomingMessage) => {
     const path = spooled.get(request);
     if (path === undefined) throw new Error(`no upload file was assigned to ${request.method} ${request.url}`);
     return spool(payload, path, request.routeOptions.bodyLimit, uploadDir, Number(request.headers["content-length"]));
+  });
+}
+
+/**
+ * Fastify answers a failed body with `connection: close`. For a body refused mid-stream that
+ * close would race the client's bytes still in flight; the connection instead stays open while
+ * the rest is dropped, bounded by the server's request timeout, and the client closes it.
+ */
+function keepRefusedConnectionsOpen(scope: FastifyInstance): void {
+  scope.addHook("onSend", async (request, reply) => {
+    if (refusedMidBody.has(request.raw)) void reply.removeHeader("connection");
   });
 }
 
@@ -90,9 +96,7 @@ function tooLarge(limit: number, seen: number | undefined): DroverError {
  * handler sees it as an empty BodyFile of the size received.
  */
 export function dropBodies(scope: FastifyInstance, contentTypes: string | string[]): void {
-  scope.addHook("onSend", async (request, reply) => {
-    if (refusedMidBody.has(request.raw)) void reply.removeHeader("connection");
-  });
+  keepRefusedConnectionsOpen(scope);
   scope.addContentTypeParser(contentTypes, async (request: FastifyRequest, payload: IncomingMessage) => {
     const sink = new Writable({ write: (_piece, _encoding, done) => done() });
     const size = await receive(
