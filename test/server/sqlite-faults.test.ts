@@ -96,6 +96,21 @@ function tfeOf(serverUrl: string) {
   };
 }
 
+/** A server on `dataDir` with the TFE API on (organization acme) and one workspace `name`, reached through it. */
+async function tfeWorkspace(dataDir: string, name: string) {
+  const server = await startServerProc({
+    DROVER_DATA_DIR: dataDir,
+    DROVER_ADMIN_TOKEN: admin,
+    DROVER_TFE_ORGANIZATION: "acme",
+  });
+  cleanups.push(() => server.proc.child.kill("SIGKILL"));
+  await callOk(server.url, routes.createPool, admin, { body: { name: "tfe" } });
+  await callOk(server.url, routes.createWorkspace, admin, { body: { name, pool: "tfe" } });
+  const tfe = tfeOf(server.url);
+  const ws = await tfe("GET", `/api/v2/organizations/acme/workspaces/${name}`);
+  return { server, tfe, workspaceId: ws.json.data.id as string };
+}
+
 /** Writes `path` until its file system is full to the last byte. */
 function fillUp(path: string): void {
   const fd = openSync(path, "w");
@@ -261,19 +276,10 @@ describe("a full data directory", () => {
     mkdirSync(join(dataDir, "uploads"), { recursive: true });
     const uploads = mountTmpfs(16 * 1024, join(dataDir, "uploads"));
     if ("skip" in uploads) return t.skip(uploads.skip);
-    const server = await startServerProc({
-      DROVER_DATA_DIR: dataDir,
-      DROVER_ADMIN_TOKEN: admin,
-      DROVER_TFE_ORGANIZATION: "acme",
-    });
-    cleanups.push(() => server.proc.child.kill("SIGKILL"));
-    await callOk(server.url, routes.createPool, admin, { body: { name: "tfe" } });
-    await callOk(server.url, routes.createWorkspace, admin, { body: { name: "tfe-full", pool: "tfe" } });
-    const tfe = tfeOf(server.url);
-    const ws = await tfe("GET", "/api/v2/organizations/acme/workspaces/tfe-full");
+    const { server, tfe, workspaceId } = await tfeWorkspace(dataDir, "tfe-full");
     const cv = await tfe(
       "POST",
-      `/api/v2/workspaces/${ws.json.data.id as string}/configuration-versions`,
+      `/api/v2/workspaces/${workspaceId}/configuration-versions`,
       JSON.stringify({ data: { type: "configuration-versions", attributes: { "auto-queue-runs": false } } }),
     );
     assert.equal(cv.status, 201, cv.text);
@@ -299,23 +305,14 @@ describe("a full data directory", () => {
     mkdirSync(join(dataDir, "uploads"), { recursive: true });
     const uploads = mountTmpfs(1024, join(dataDir, "uploads"));
     if ("skip" in uploads) return t.skip(uploads.skip);
-    const server = await startServerProc({
-      DROVER_DATA_DIR: dataDir,
-      DROVER_ADMIN_TOKEN: admin,
-      DROVER_TFE_ORGANIZATION: "acme",
-    });
-    cleanups.push(() => server.proc.child.kill("SIGKILL"));
-    await callOk(server.url, routes.createPool, admin, { body: { name: "tfe" } });
-    await callOk(server.url, routes.createWorkspace, admin, { body: { name: "tfe-json", pool: "tfe" } });
-    const tfe = tfeOf(server.url);
-    const ws = await tfe("GET", "/api/v2/organizations/acme/workspaces/tfe-json");
+    const { server, tfe, workspaceId } = await tfeWorkspace(dataDir, "tfe-json");
     // Both bodies are twice the room the upload directory has.
     const padding = "x".repeat(2 * 1024 * 1024);
     const state = JSON.stringify({ version: 4, serial: 1, lineage: "l", outputs: {}, resources: [], padding });
     const md5 = createHash("md5").update(state).digest("hex");
     const version = await tfe(
       "POST",
-      `/api/v2/workspaces/${ws.json.data.id as string}/state-versions`,
+      `/api/v2/workspaces/${workspaceId}/state-versions`,
       JSON.stringify({ data: { type: "state-versions", attributes: { serial: 1, md5, lineage: "l" } } }),
     );
     assert.equal(version.status, 201, version.text);
