@@ -47,6 +47,8 @@ let stack: Stack;
 let registry: TestRegistry;
 let scratch: string;
 let images: ChartImages;
+/** The node-mode worker's data home (the chart's prepare step makes it), removed after the cluster. */
+let nodeHome: string | undefined;
 
 before(
   async () => {
@@ -74,6 +76,8 @@ after(async () => {
   await cluster?.close();
   await registry?.close();
   if (scratch) rmSync(scratch, { recursive: true, force: true });
+  // Once the cluster is closed: no worker writes into it any more.
+  if (nodeHome) rmSync(nodeHome, { recursive: true, force: true });
 });
 
 /** The chart values both installs share: the test images, the registry's CA for workers and runners. */
@@ -172,6 +176,7 @@ test(
     await namespace(cluster, ns, "privileged");
     const home = mkdtempSync(join(tmpdir(), "drover-cache-node-"));
     rmSync(home, { recursive: true });
+    nodeHome = home;
     try {
       const rendered = template(
         "agent-k8s",
@@ -221,7 +226,6 @@ test(
       ]);
     } finally {
       await kubectlOut(cluster, ["delete", "namespace", ns, "--wait=false"]);
-      rmSync(home, { recursive: true, force: true });
     }
   },
 );
