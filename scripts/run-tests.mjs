@@ -75,6 +75,8 @@ files = orderByDuration(
 
 let pg;
 let child;
+/** Where test files record that they stayed up after their tests; removed however this process ends. */
+let lingerDir;
 /** The lints still running, killed if this process ends first. */
 const lintChildren = new Set();
 function stopPostgres() {
@@ -93,6 +95,7 @@ function stopPostgres() {
 process.on("exit", () => {
   for (const lint of lintChildren) if (lint.exitCode === null) lint.kill("SIGKILL");
   stopPostgres();
+  if (lingerDir) rmSync(lingerDir, { recursive: true, force: true });
 });
 process.on("uncaughtException", (err) => {
   console.error("[run-tests] crashed:", err);
@@ -229,7 +232,8 @@ const lintsDone = lintPromises ? startLints() : undefined;
 pg = await startPostgres();
 prebuildImages();
 const scripts = dirname(fileURLToPath(import.meta.url));
-const lingerLog = join(mkdtempSync(join(tmpdir(), "drover-test-linger-")), "linger.log");
+lingerDir = mkdtempSync(join(tmpdir(), "drover-test-linger-"));
+const lingerLog = join(lingerDir, "linger.log");
 const env = {
   ...process.env,
   DROVER_TEST_LINGER_LOG: lingerLog,
@@ -238,9 +242,9 @@ const env = {
   CHECKPOINT_DISABLE: "1",
 };
 // Its own process group, so an interrupt can reach every test file, not just the runner.
-// Three files at a time on two cores: most test time is spent waiting on terraform, child
-// processes and the test cluster, not on this machine's CPU. test-files.mjs runs them in the
-// order given (node --test would sort them by path); the runner passes the --import on to them.
+// Three files at a time on two cores: the suite is CPU-bound (decision 0057), and four at a time
+// took as long. test-files.mjs runs them in the order given (node --test would sort them by
+// path); the runner passes the --import on to them.
 child = spawn(
   process.execPath,
   ["--import", join(scripts, "test-timeout.mjs"), join(scripts, "test-files.mjs"), "--concurrency=3", ...files],
@@ -251,7 +255,6 @@ if (existsSync(lingerLog))
   console.error(
     `[run-tests] files that stayed up after their tests (a timer or handle left behind, or a slow after hook): ${readFileSync(lingerLog, "utf8").trim().split("\n").join(", ")}`,
   );
-rmSync(dirname(lingerLog), { recursive: true, force: true });
 if (lintsDone && !interrupted) {
   raiseLints();
   for (const lint of await lintsDone) {
