@@ -21,7 +21,9 @@ export async function startTestServer(
   env: Record<string, string> = {},
   options: StartOptions = {},
 ): Promise<TestServer> {
-  const dataDir = mkdtempSync(join(tmpdir(), "drover-server-"));
+  // A data directory the caller names is theirs to keep or remove; one made here is removed by stop().
+  const made = env.DROVER_DATA_DIR === undefined;
+  const dataDir = env.DROVER_DATA_DIR ?? mkdtempSync(join(tmpdir(), "drover-server-"));
   const config = loadServerConfig({
     env: {
       DROVER_DATA_DIR: dataDir,
@@ -46,7 +48,7 @@ export async function startTestServer(
     api,
     async stop() {
       await server.close();
-      rmSync(dataDir, { recursive: true, force: true });
+      if (made) rmSync(dataDir, { recursive: true, force: true });
     },
   };
 }
