@@ -116,10 +116,7 @@ export function tfeScope(scope: FastifyInstance, http: HttpContext): TfeRegistra
   };
   // Uploads get scopes of their own, whose one parser spools any body to a file (or drops it).
   // Their plugins run after this scope's, so they add the upload routes registered in the meantime.
-  const uploads = { spooled: [], dropped: [] } as Record<
-    "spooled" | "dropped",
-    Array<(upload: FastifyInstance) => void>
-  >;
+  const uploads: Record<"spooled" | "dropped", Array<(upload: FastifyInstance) => void>> = { spooled: [], dropped: [] };
   for (const kind of ["spooled", "dropped"] as const)
     void scope.register(async (upload) => {
       upload.removeAllContentTypeParsers();
