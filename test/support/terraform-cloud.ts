@@ -113,6 +113,10 @@ export async function startRecordingProxy(
     });
     req.pipe(upstream);
   });
+  // Idle connections live as long as the Drover server's own (Fastify's 72 s), not Node's 5 s: a
+  // client reusing a connection the proxy is closing at that moment gets ECONNRESET, a fault the
+  // server behind it does not have.
+  server.keepAliveTimeout = 72_000;
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   const address = server.address();
   const port = typeof address === "object" && address ? address.port : 0;
