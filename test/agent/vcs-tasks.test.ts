@@ -61,6 +61,15 @@ test("tasks outside the closed operations are refused before anything runs", () 
     // Webhooks are registered by hand at the agents' listener: the server may not say where events go.
     { op: "createWebhook", repository: "org/r", url: "https://evil.example/hook", secret: "0123456789abcdef" },
     { op: "deleteWebhook", repository: "org/r", webhookId: 7 },
+    // A marker that would end the hidden HTML comment and show text of the server's choosing.
+    ...["drover:x --> shown <!--", "other:vrp-1", "drover:"].map((marker) => ({
+      op: "upsertPullRequestComment",
+      repository: "org/r",
+      number: 7,
+      commentId: null,
+      body: "b",
+      marker,
+    })),
   ]) {
     const checked = checkedTask(task(bad));
     assert.ok("refused" in checked, JSON.stringify(bad));
@@ -84,6 +93,7 @@ test("API operations go to the injected provider client; without one, or for an 
     number: 7,
     commentId: null,
     body: "plan: 1 to add",
+    marker: "drover:vrp-0123456789abcdef",
   };
   const checked = checkedTask(task(comment));
   assert.ok("task" in checked);

@@ -46,8 +46,8 @@ const waitFor = <T>(what: string, look: () => Promise<T | undefined> | T | undef
     diagnose: () => JSON.stringify(gh.calls.slice(-5)),
   });
 
-/** A speculative run of `sha` for pull request 7, as a pull-request webhook starts one. */
-async function pullRequestRun(sha: string): Promise<string> {
+/** A speculative run of `sha` for a pull request (7 unless told), as a pull-request webhook starts one. */
+async function pullRequestRun(sha: string, pullRequest = 7): Promise<string> {
   const ctx = stack.server.store;
   const fetched = await fetchCommit(ctx, {
     access: { provider: "github", url: git.url, token },
@@ -64,7 +64,10 @@ async function pullRequestRun(sha: string): Promise<string> {
     planOnly: true,
     isDestroy: false,
     message: fetched.source.message,
-    source: { ...fetched.source, pullRequest: { number: 7, url: "https://github.example/org/infra/pull/7" } },
+    source: {
+      ...fetched.source,
+      pullRequest: { number: pullRequest, url: `https://github.example/org/infra/pull/${pullRequest}` },
+    },
   });
   return run.id;
 }
@@ -202,6 +205,30 @@ test("with the VCS API down, reports are retried and delivered once it is back; 
   );
   assert.ok(!logLines.join("").includes(token), "the server log holds the token");
   assert.ok(!JSON.stringify(await store.listVcsReports(stack.server.store, ws)).includes(token));
+});
+
+test("a comment whose creation lost its answer is found on the retry and edited, not posted twice", async () => {
+  const comments = gh.repos.get("org/infra")!.comments;
+  const onEight = () => [...comments.entries()].filter(([, c]) => c.issue === 8);
+  gh.state.loseCommentAnswers = 1;
+  const c5 = commit("Answer lost", { "main.tf": resources(5) });
+  const run5 = await pullRequestRun(c5, 8);
+  await stack.waitForRun(run5, ["planned_and_finished"]);
+  const ws = (await stack.server.api(routes.getWorkspace, { params: { ws: "infra" } })).body.id as string;
+  const report = async () =>
+    (await store.listVcsReports(stack.server.store, ws)).find(
+      (r) => r.kind === "comment" && r.pull_request_number === 8,
+    );
+  await waitFor("the comment report delivered after its failed first try", async () => {
+    const r = await report();
+    return r && r.comment_id !== null && r.due_at === null ? r : undefined;
+  });
+  assert.equal(gh.state.loseCommentAnswers, 0, "the first creation's answer was lost");
+  const [id, comment] = onEight()[0] ?? [];
+  assert.equal(onEight().length, 1, "one comment");
+  assert.match(comment!.body, /Plan: 5 to add/);
+  assert.ok(comment!.body.includes(run5));
+  assert.equal(Number((await report())!.comment_id), id);
 });
 
 test("unlinking deletes the webhook", async () => {

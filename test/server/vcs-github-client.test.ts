@@ -79,21 +79,27 @@ test("writes: a commit status, one comment created then edited, a webhook create
     number: 7,
     commentId: null,
     body: "one",
+    marker: "drover:vrp-one",
   });
-  assert.equal(last().path, "/api/v3/repos/org/infra/issues/7/comments");
-  assert.deepEqual(last().body, { body: "one" });
+  // Without an id, the pull request's comments are read for the marked one first.
+  const [listed, created] = gh.calls.slice(-2);
+  assert.equal(listed!.method, "GET");
+  assert.equal(listed!.path, "/api/v3/repos/org/infra/issues/7/comments?per_page=100");
+  assert.equal(created!.path, "/api/v3/repos/org/infra/issues/7/comments");
+  assert.deepEqual(created!.body, { body: "one\n\n<!-- drover:vrp-one -->" });
   const edited = await client.run({
     op: "upsertPullRequestComment",
     repository: "org/infra",
     number: 7,
     commentId: made.commentId,
     body: "two",
+    marker: "drover:vrp-one",
   });
   assert.equal(edited.commentId, made.commentId);
   assert.equal(last().method, "PATCH");
   assert.equal(last().path, `/api/v3/repos/org/infra/issues/comments/${made.commentId}`);
   const repo = gh.repos.get("org/infra")!;
-  assert.deepEqual([...repo.comments.values()], [{ issue: 7, body: "two" }]);
+  assert.deepEqual([...repo.comments.values()], [{ issue: 7, body: "two\n\n<!-- drover:vrp-one -->" }]);
   // A comment someone deleted is replaced by a new one.
   repo.comments.clear();
   const again = await client.run({
@@ -102,9 +108,25 @@ test("writes: a commit status, one comment created then edited, a webhook create
     number: 7,
     commentId: made.commentId,
     body: "three",
+    marker: "drover:vrp-one",
   });
   assert.notEqual(again.commentId, made.commentId);
-  assert.deepEqual([...repo.comments.values()], [{ issue: 7, body: "three" }]);
+  assert.deepEqual([...repo.comments.values()], [{ issue: 7, body: "three\n\n<!-- drover:vrp-one -->" }]);
+
+  // A creation whose answer is lost made the comment: the retry finds it by its marker and edits
+  // it. A later comment carrying the same marker (copied by someone) is not Drover's.
+  gh.state.loseCommentAnswers = 1;
+  const lost = { op: "upsertPullRequestComment", repository: "org/infra", number: 7, commentId: null } as const;
+  await assert.rejects(client.run({ ...lost, body: "four", marker: "drover:vrp-two" }));
+  const [made4] = [...repo.comments.entries()].find(([, c]) => c.body.startsWith("four")) ?? [];
+  assert.ok(made4 !== undefined, "the comment was made");
+  repo.comments.set(made4 + 1_000, { issue: 7, body: "copied\n\n<!-- drover:vrp-two -->" });
+  const retried = await client.run({ ...lost, body: "five", marker: "drover:vrp-two" });
+  assert.equal(retried.commentId, made4);
+  assert.equal(last().method, "PATCH");
+  assert.equal(repo.comments.get(made4)!.body, "five\n\n<!-- drover:vrp-two -->");
+  assert.equal([...repo.comments.values()].filter((c) => c.body.startsWith("five")).length, 1);
+  assert.equal(repo.comments.get(made4 + 1_000)!.body, "copied\n\n<!-- drover:vrp-two -->");
 
   const secret = "s".repeat(64);
   const hook = await client.run({

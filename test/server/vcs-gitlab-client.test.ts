@@ -89,20 +89,40 @@ test("writes: a commit status (twice the same state is fine), one note created t
     number: 3,
     commentId: null,
     body: "one",
+    marker: "drover:vrp-one",
   });
-  assert.equal(last().path, `${project}/merge_requests/3/notes`);
-  assert.deepEqual(last().body, { body: "one" });
+  const [listed, created] = gl.calls.slice(-2);
+  assert.equal(listed!.method, "GET");
+  assert.equal(listed!.path.split("?")[0], `${project}/merge_requests/3/notes`);
+  assert.equal(created!.path, `${project}/merge_requests/3/notes`);
+  assert.deepEqual(created!.body, { body: "one\n\n<!-- drover:vrp-one -->" });
   const edited = await client.run({
     op: "upsertPullRequestComment",
     repository: "group/sub/infra",
     number: 3,
     commentId: made.commentId,
     body: "two",
+    marker: "drover:vrp-one",
   });
   assert.equal(edited.commentId, made.commentId);
   assert.equal(last().method, "PUT");
   assert.equal(last().path, `${project}/merge_requests/3/notes/${made.commentId}`);
-  assert.deepEqual([...gl.projects.get("group/sub/infra")!.notes.values()], [{ mr: 3, body: "two" }]);
+  const notes = gl.projects.get("group/sub/infra")!.notes;
+  assert.deepEqual([...notes.values()], [{ mr: 3, body: "two\n\n<!-- drover:vrp-one -->" }]);
+
+  // A creation whose answer is lost made the note: the retry finds it by its marker and edits it.
+  gl.state.loseNoteAnswers = 1;
+  const lost = { op: "upsertPullRequestComment", repository: "group/sub/infra", number: 3, commentId: null } as const;
+  await assert.rejects(client.run({ ...lost, body: "three", marker: "drover:vrp-two" }));
+  const [made3] = [...notes.entries()].find(([, n]) => n.body.startsWith("three")) ?? [];
+  assert.ok(made3 !== undefined, "the note was made");
+  const retried = await client.run({ ...lost, body: "four", marker: "drover:vrp-two" });
+  assert.equal(retried.commentId, made3);
+  assert.equal(last().method, "PUT");
+  assert.deepEqual(
+    [...notes.values()].map((n) => n.body.split("\n")[0]),
+    ["two", "four"],
+  );
 
   const secret = "s".repeat(64);
   const hook = await client.run({

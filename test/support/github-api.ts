@@ -63,7 +63,8 @@ export async function startGithubApi(options: GithubApiOptions) {
   const invalid: string[] = [];
   const repos = new Map<string, StandInRepo>();
   const minted = new Set<string>();
-  const state = { down: false, forbidHooks: false, nextId: 1_000_000 };
+  /** Faults: the API answers 503; webhooks are forbidden; this many comment creations lose their answer. */
+  const state = { down: false, forbidHooks: false, loseCommentAnswers: 0, nextId: 1_000_000 };
   const publicKey: KeyObject | undefined = options.app ? createPublicKey(options.app.publicKey) : undefined;
 
   /** The example body of an operation's response, for a path and method of the description. */
@@ -219,10 +220,23 @@ export async function startGithubApi(options: GithubApiOptions) {
         });
         return answer(res, [p, method, "201"], 201, out);
       }
+      case "get issues/:/comments": {
+        const p = "/repos/{owner}/{repo}/issues/{issue_number}/comments";
+        const [first] = example(p, method, "200") as unknown as Schema[];
+        const out = [...repo.comments.entries()]
+          .filter(([, c]) => c.issue === Number(rest[1]))
+          .map(([id, c]) => ({ ...clone(first!), id, body: c.body }));
+        return answer(res, [p, method, "200"], 200, out);
+      }
       case "post issues/:/comments": {
         const p = "/repos/{owner}/{repo}/issues/{issue_number}/comments";
         const id = state.nextId++;
         repo.comments.set(id, { issue: Number(rest[1]), body: (body as { body: string }).body });
+        // The comment is made, but its answer never reaches the client.
+        if (state.loseCommentAnswers > 0) {
+          state.loseCommentAnswers--;
+          return void req.socket.destroy();
+        }
         const out = example(p, method, "201");
         Object.assign(out, { id, body: (body as { body: string }).body });
         return answer(res, [p, method, "201"], 201, out);

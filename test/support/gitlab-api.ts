@@ -30,12 +30,16 @@ export async function startGitlabApi(options: { token: string }) {
   const calls: RecordedCall[] = [];
   const invalid: string[] = [];
   const projects = new Map<string, GitlabProject>();
-  const state = { down: false, nextId: 500 };
+  /** Faults: the API answers 503; this many note creations lose their answer. */
+  const state = { down: false, loseNoteAnswers: 0, nextId: 500 };
   const time = "2026-01-01T00:00:00.000Z";
 
   function answer(res: ServerResponse, status: number, body?: unknown, definition?: string): void {
     if (definition !== undefined) {
-      const problems = checkSchema(doc, { $ref: `#/definitions/${definition}` }, body);
+      // `Name[]`: a list of the definition `Name`.
+      const ref = { $ref: `#/definitions/${definition.replace(/\[\]$/, "")}` };
+      const schema = definition.endsWith("[]") ? { type: "array", items: ref } : ref;
+      const problems = checkSchema(doc, schema, body);
       if (problems.length > 0) {
         invalid.push(`${definition}: ${problems.slice(0, 5).join("; ")}`);
         res.writeHead(500, { "content-type": "application/json" }).end('{"message":"500 stand-in"}');
@@ -179,10 +183,20 @@ export async function startGitlabApi(options: { token: string }) {
       confidential: false,
       internal: false,
     });
+    if ((r = m(/^GET merge_requests\/([0-9]+)\/notes$/))) {
+      const mr = Number(r[1]);
+      const out = [...project.notes.entries()].filter(([, n]) => n.mr === mr).map(([id, n]) => note(id, mr, n.body));
+      return answer(res, 200, out, "API_Entities_Note_Documented[]");
+    }
     if ((r = m(/^POST merge_requests\/([0-9]+)\/notes$/))) {
       const id = state.nextId++;
       const text = String(body?.["body"] ?? "");
       project.notes.set(id, { mr: Number(r[1]), body: text });
+      // The note is made, but its answer never reaches the client.
+      if (state.loseNoteAnswers > 0) {
+        state.loseNoteAnswers--;
+        return void req.socket.destroy();
+      }
       return answer(res, 201, note(id, Number(r[1]), text), "API_Entities_Note_Documented");
     }
     if ((r = m(/^PUT merge_requests\/([0-9]+)\/notes\/([0-9]+)$/))) {

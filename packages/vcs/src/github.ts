@@ -1,5 +1,6 @@
 import { Octokit } from "@octokit/rest";
 import { createAppAuth } from "@octokit/auth-app";
+import { hasMarker, markedBody, markedCommentPages } from "./comment-marker.js";
 import { deadlineSignal, failureReason, isTimeout, vcsApiError } from "./api-errors.js";
 import { dispatch, type OperationHandlers, type VcsClient, type VcsEndpoint } from "./operations.js";
 import { vcsFetch } from "./proxy.js";
@@ -26,6 +27,27 @@ function statusOf(err: unknown): number | undefined {
   if ((err as { response?: unknown }).response === undefined) return undefined;
   const s = (err as { status?: unknown }).status;
   return typeof s === "number" && s >= 100 ? s : undefined;
+}
+
+/** The oldest comment of the pull request carrying the operation's marker, or null. */
+async function markedComment(
+  o: Octokit,
+  op: { repository: string; number: number; marker: string },
+  signal: AbortSignal,
+): Promise<number | null> {
+  const pages = o.paginate.iterator(o.rest.issues.listComments, {
+    ...ownerRepo(op.repository),
+    issue_number: op.number,
+    per_page: 100,
+    request: { signal },
+  });
+  let read = 0;
+  for await (const { data } of pages) {
+    const found = data.find((c) => hasMarker(c.body, op.marker));
+    if (found) return found.id;
+    if (++read >= markedCommentPages) break;
+  }
+  return null;
 }
 
 export function githubClient(endpoint: VcsEndpoint, options: { deadlineMs: number }): VcsClient {
@@ -136,12 +158,14 @@ export function githubClient(endpoint: VcsEndpoint, options: { deadlineMs: numbe
     upsertPullRequestComment: (op, outer) =>
       call("upsertPullRequestComment", outer, async (o, signal) => {
         const where = ownerRepo(op.repository);
-        if (op.commentId !== null) {
+        const body = markedBody(op.body, op.marker);
+        const commentId = op.commentId ?? (await markedComment(o, op, signal));
+        if (commentId !== null) {
           try {
             const { data } = await o.rest.issues.updateComment({
               ...where,
-              comment_id: op.commentId,
-              body: op.body,
+              comment_id: commentId,
+              body,
               request: { signal },
             });
             return { commentId: data.id };
@@ -153,7 +177,7 @@ export function githubClient(endpoint: VcsEndpoint, options: { deadlineMs: numbe
         const { data } = await o.rest.issues.createComment({
           ...where,
           issue_number: op.number,
-          body: op.body,
+          body,
           request: { signal },
         });
         return { commentId: data.id };

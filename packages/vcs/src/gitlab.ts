@@ -1,4 +1,5 @@
 import { Gitlab } from "@gitbeaker/rest";
+import { hasMarker, markedBody, markedCommentPages } from "./comment-marker.js";
 import { failureReason, isTimeout, vcsApiError } from "./api-errors.js";
 import { gitlabAccess } from "./gitlab-endpoint.js";
 import { dispatch, type OperationHandlers, type VcsClient, type VcsEndpoint } from "./operations.js";
@@ -55,6 +56,17 @@ export function gitlabClient(endpoint: VcsEndpoint, options: { deadlineMs: numbe
     }
   }
 
+  /** The oldest note of the merge request carrying the operation's marker, or null. */
+  async function markedNote(op: { repository: string; number: number; marker: string }): Promise<number | null> {
+    const notes = await api.MergeRequestNotes.all(op.repository, op.number, {
+      sort: "asc",
+      orderBy: "created_at",
+      perPage: 100,
+      maxPages: markedCommentPages,
+    });
+    return notes.find((n) => hasMarker(n.body, op.marker))?.id ?? null;
+  }
+
   const handlers: OperationHandlers = {
     branchHead: (op, signal) =>
       call("branchHead", signal, async () => {
@@ -101,15 +113,17 @@ export function gitlabClient(endpoint: VcsEndpoint, options: { deadlineMs: numbe
       }),
     upsertPullRequestComment: (op, signal) =>
       call("upsertPullRequestComment", signal, async () => {
-        if (op.commentId !== null) {
+        const body = markedBody(op.body, op.marker);
+        const noteId = op.commentId ?? (await markedNote(op));
+        if (noteId !== null) {
           try {
-            const note = await api.MergeRequestNotes.edit(op.repository, op.number, op.commentId, { body: op.body });
+            const note = await api.MergeRequestNotes.edit(op.repository, op.number, noteId, { body });
             return { commentId: note.id };
           } catch (err) {
             if (statusOf(err) !== 404) throw err;
           }
         }
-        const note = await api.MergeRequestNotes.create(op.repository, op.number, op.body);
+        const note = await api.MergeRequestNotes.create(op.repository, op.number, body);
         return { commentId: note.id };
       }),
     createWebhook: (op, signal) =>

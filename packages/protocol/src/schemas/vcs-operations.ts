@@ -59,9 +59,14 @@ const relayedOperations = [
     op: z.literal("upsertPullRequestComment"),
     repository: repositoryPathSchema,
     number: numberSchema,
-    /** The comment to edit in place; null creates it. */
+    /**
+     * The comment to edit in place; null looks for the comment carrying `marker` first and
+     * creates one only when there is none (a creation whose answer was lost has made one).
+     */
     commentId: idSchema.nullable(),
     body: textSchema(60_000),
+    /** Kept hidden in the comment's body; it names the comment, one per report. */
+    marker: z.string().regex(/^drover:[a-z0-9-]{1,64}$/, "not a comment marker"),
   }),
 ] as const;
 

@@ -133,6 +133,8 @@ export class VcsReporter {
           number: r.pull_request_number ?? 0,
           commentId: r.comment_id === null ? null : Number(r.comment_id),
           body: commentBody(run, runPage(this.o.publicUrl(), run)),
+          // The report's id: one per workspace and pull request, never shown before the comment.
+          marker: `drover:${r.id}`,
         });
         await deliveredVcsReport(ctx, r, commentId);
       }

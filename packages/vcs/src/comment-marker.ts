@@ -1,0 +1,24 @@
+/*
+ * Drover's pull-request comment carries its report's marker as a hidden HTML comment, so the
+ * comment can be found again when the answer to its creation was lost: a retry edits it instead
+ * of posting a second one. The marker names one report of one server and is not guessable before
+ * the comment exists; of several comments carrying it (someone copied it later), the oldest is
+ * Drover's.
+ */
+
+/** How many pages of a pull request's comments are read looking for the marked one. */
+export const markedCommentPages = 10;
+
+/** The comment's text as posted: the body, then the hidden marker line. */
+export function markedBody(body: string, marker: string): string {
+  return `${body}\n\n${markerLine(marker)}`;
+}
+
+/** Whether a posted comment carries `marker`. */
+export function hasMarker(body: string | null | undefined, marker: string): boolean {
+  return (body ?? "").split("\n").includes(markerLine(marker));
+}
+
+function markerLine(marker: string): string {
+  return `<!-- ${marker} -->`;
+}
