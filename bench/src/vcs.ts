@@ -362,6 +362,7 @@ async function relayed(calls: number, repoMb: number) {
           DROVER_URL: server.url,
           DROVER_TOKEN: token as string,
           DROVER_AGENT_NAME: "bench-vcs",
+          DROVER_AGENT_DATA_DIR: join(dataDir, "vcs-agent"),
           DROVER_AGENT_VCS_CONNECTIONS_FILE: connections,
           DROVER_AGENT_HEALTH_PORT: "0",
           DROVER_LOG_LEVEL: "warn",

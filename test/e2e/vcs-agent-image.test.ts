@@ -6,7 +6,7 @@ import { routes, type RunSource } from "@drover/protocol";
 import { commitAndPush, gitAs, hostedRepository, valueConfig } from "../support/git-repo.js";
 import { startGitHttpServer } from "../support/git-http-server.js";
 import { startGithubApi, type GithubApi } from "../support/github-api.js";
-import { hardened } from "../support/image-stack.js";
+import { hardened, ownedDir } from "../support/image-stack.js";
 import { lookUntil } from "../support/poll.js";
 import { ensureImages, podmanUnavailable, runContainer, type Container } from "../support/podman.js";
 import { startStack, type Stack } from "../support/stack.js";
@@ -75,6 +75,9 @@ test(
       ...hardened,
       "-v",
       `${config}:/etc/drover/vcs:ro`,
+      // The data dir is a volume, as the chart's is: the root is read-only and fetches work there.
+      "-v",
+      `${ownedDir(join(stack.dir, "vcs-agent-data"))}:/var/lib/drover/data`,
       "-e",
       `DROVER_URL=${stack.server.url}`,
       "-e",

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { createHmac, generateKeyPairSync, randomBytes } from "node:crypto";
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
@@ -73,11 +73,15 @@ const runsOf = async (ws: string) =>
     source: RunSource | null;
   }[];
 
+/** A VCS agent's data dir: an agent started `<name>-again` takes over the one of `<name>`. */
+const vcsDataDir = (name: string) => join(stack.dir, "vcs-data", name.replace(/-again$/, ""));
+
 async function startVcsAgent(name: string, env: Record<string, string> = {}): Promise<Proc> {
   const proc = spawnDrover(["agent", "vcs"], {
     ...stack.baseEnv,
     DROVER_TOKEN: relayToken,
     DROVER_AGENT_NAME: name,
+    DROVER_AGENT_DATA_DIR: vcsDataDir(name),
     DROVER_AGENT_VCS_CONNECTIONS_FILE: connectionsFile,
     DROVER_AGENT_HEALTH_PORT: "0",
     DROVER_AGENT_LOG_FORMAT: "json",
@@ -209,6 +213,12 @@ test("a VCS agent killed mid-fetch: another agent of the pool takes the task aft
   const agents = await stack.server.api(routes.listAgents, { query: { pool: "relay" } });
   const holder = agents.body.items.find((a: { id: string }) => a.id === held.agent_id)?.name as string;
   const survivor = holder === "relay-1" ? "relay-2" : "relay-1";
+  // The holder's fetch is under way in its data dir, held at the git server's gate.
+  const holderWork = join(vcsDataDir(holder), "vcs-work");
+  assert.ok(
+    readdirSync(holderWork).some((n) => n.startsWith("drover-vcs-")),
+    "the fetch's directory",
+  );
   await vcsAgents.get(holder)!.stop("SIGKILL");
   gate.closed = false;
   gate.open();
@@ -221,7 +231,11 @@ test("a VCS agent killed mid-fetch: another agent of the pool takes the task aft
     vcsAgents.get(survivor)!.output(),
     new RegExp(`"task":"${held.id}","attempt":${held.attempt + 1}.*"kind":"fetch"`),
   );
-  await startVcsAgent(`${holder}-again`);
+  // What the killed agent left in its data dir is removed by the next agent started on it.
+  assert.ok(readdirSync(holderWork).length > 0, "the killed agent's fetch directory is still there");
+  const again = await startVcsAgent(`${holder}-again`);
+  assert.deepEqual(readdirSync(holderWork), []);
+  assert.match(again.output(), /removed the fetch directories an earlier VCS agent left/);
 });
 
 test("an archive over the server's limit is refused with a clear error on the link, and starts no run", async () => {
@@ -417,11 +431,28 @@ test("a pool token of the other kind stops an agent with a clear error", async (
     ...stack.baseEnv,
     DROVER_TOKEN: stack.poolToken,
     DROVER_AGENT_NAME: "misplaced-vcs",
+    DROVER_AGENT_DATA_DIR: vcsDataDir("misplaced-vcs"),
     DROVER_AGENT_VCS_CONNECTIONS_FILE: connectionsFile,
     DROVER_AGENT_HEALTH_PORT: "0",
   });
   assert.equal((await vcsAgent.exited).code, 2, vcsAgent.output());
   assert.match(vcsAgent.output(), /e2e is a runs pool: taking VCS tasks needs a vcs pool/);
+});
+
+test("a VCS agent whose data dir cannot be used stops at once, naming the folder and the setting", async () => {
+  const file = join(stack.dir, "not-a-dir");
+  writeFileSync(file, "");
+  const vcsAgent = spawnDrover(["agent", "vcs"], {
+    ...stack.baseEnv,
+    DROVER_TOKEN: relayToken,
+    DROVER_AGENT_NAME: "no-data-dir",
+    DROVER_AGENT_DATA_DIR: join(file, "data"),
+    DROVER_AGENT_VCS_CONNECTIONS_FILE: connectionsFile,
+    DROVER_AGENT_HEALTH_PORT: "0",
+  });
+  assert.equal((await vcsAgent.exited).code, 2, vcsAgent.output());
+  assert.match(vcsAgent.output(), /fetches in .*not-a-dir\/data\/vcs-work, which it cannot use: ENOTDIR/);
+  assert.match(vcsAgent.output(), /DROVER_AGENT_DATA_DIR/);
 });
 
 test("a GitHub App whose key only a VCS agent holds: it mints installation tokens to fetch and to report", async () => {
@@ -460,6 +491,7 @@ test("a GitHub App whose key only a VCS agent holds: it mints installation token
     ...stack.baseEnv,
     DROVER_TOKEN: appToken,
     DROVER_AGENT_NAME: "relay-app-1",
+    DROVER_AGENT_DATA_DIR: vcsDataDir("relay-app-1"),
     DROVER_AGENT_VCS_CONNECTIONS_FILE: appConnections,
     DROVER_AGENT_HEALTH_PORT: "0",
     DROVER_AGENT_LOG_FORMAT: "json",

@@ -11,6 +11,7 @@ import { createTestDatabase, type TestDatabase } from "../support/databases.js";
 import { gitAs } from "../support/git-repo.js";
 import { startGitHttpServer } from "../support/git-http-server.js";
 import { startTestServer, type TestServer } from "../support/server.js";
+import { tempDir } from "../support/temp-dir.js";
 
 /*
  * The fetch and the poller's faults over real git, without agents: an archive over the size
@@ -182,5 +183,37 @@ test("a VCS that never answers meets the deadline; the token is in no git comman
   } finally {
     for (const s of sockets) s.destroy();
     silent.close();
+  }
+});
+
+test("a server fetches in <data dir>/vcs-work, and empties it of what an earlier process left when it starts", async () => {
+  const dataDir = tempDir("drover-vcs-workdir-");
+  const work = join(dataDir, "vcs-work");
+  // A server killed mid-fetch left its fetch's directory; the file beside it is no fetch's.
+  mkdirSync(join(work, "drover-vcs-LEFT", "repo.git"), { recursive: true });
+  writeFileSync(join(work, "notes.txt"), "not the server's");
+  let during: string[] = [];
+  const gated = await startGitHttpServer(root, undefined, {
+    basicAuth: { user: "oauth2", password: token },
+    beforeFetch: async () => void (during = readdirSync(work)),
+  });
+  const server = await startTestServer({ DROVER_DATA_DIR: dataDir, DROVER_VCS_POLL_SECONDS: "0" });
+  try {
+    assert.deepEqual(readdirSync(work), ["notes.txt"]);
+    await server.api(routes.createPool, { body: { name: "p" } });
+    const conn = { name: "gl-work", provider: "gitlab" as const, url: gated.url, token };
+    assert.equal((await server.api(routes.createVcsConnection, { body: conn })).status, 201);
+    repository("workdir", { "main.tf": "" });
+    await linked(server, "workdir", "workdir", "gl-work");
+    const outcome = (await server.pollVcs()).find((o) => o.workspace === "workdir");
+    assert.ok(outcome?.started, JSON.stringify(outcome));
+    assert.ok(
+      during.some((n) => n.startsWith("drover-vcs-")),
+      `the fetch worked in the data dir: ${JSON.stringify(during)}`,
+    );
+    assert.deepEqual(readdirSync(work), ["notes.txt"], "the fetch's directory is removed after it");
+  } finally {
+    await server.stop();
+    await gated.close();
   }
 });

@@ -1,7 +1,7 @@
 import { DroverError } from "@drover/protocol";
 import { logDestination, startTelemetryIfSet } from "@drover/runtime";
 import { hostname } from "node:os";
-import { dirname } from "node:path";
+import { dirname, join } from "node:path";
 import { pino, type Logger } from "pino";
 import { openDatabase } from "./db/connect.js";
 import { localEventBus, postgresEventBus } from "./events.js";
@@ -13,7 +13,7 @@ import { startSweeper } from "./sweeper.js";
 import { VcsPoller, type PollOutcome } from "./vcs/poller.js";
 import { WebhookProcessor } from "./vcs/webhooks.js";
 import { VcsReporter, type VcsReportTiming } from "./vcs/reporter.js";
-import { vcsClient as directVcsClient, type VcsClient, type VcsEndpoint } from "@drover/vcs";
+import { vcsClient as directVcsClient, prepareVcsWorkDir, type VcsClient, type VcsEndpoint } from "@drover/vcs";
 import { AgentPresence } from "./store/presence.js";
 import { createSessionCache } from "./store/agents.js";
 import type { StoreContext } from "./store/context.js";
@@ -143,8 +143,11 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
       ? dirname(config.database.path)
       : undefined;
   const uploadDir = uploadDirOf(config.dataDir);
+  const vcsWorkDir = join(config.dataDir, "vcs-work");
   try {
     await prepareUploadDir(uploadDir);
+    const left = await prepareVcsWorkDir(vcsWorkDir);
+    if (left.length > 0) log.info({ removed: left }, "removed the fetch directories an earlier server process left");
   } catch (err) {
     await telemetry.shutdown().catch(() => undefined);
     await stopStarted();
@@ -162,6 +165,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     limits: config.archiveLimits,
     client: vcsClient,
     agentTaskMs: config.vcsAgentTaskMs,
+    workDir: vcsWorkDir,
     claimTtlMs: config.leaseTtlMs,
     health: db.health,
   });
@@ -206,6 +210,7 @@ export async function startServer(config: ServerConfig, options: StartOptions = 
     health: db.health,
     limits: config.archiveLimits,
     agentTaskMs: config.vcsAgentTaskMs,
+    workDir: vcsWorkDir,
     client: vcsClient,
   });
   poller.start();

@@ -3,6 +3,7 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { cloneUrl, GitError, runGit, type GitAccess } from "./git.js";
+import { fetchDirPrefix } from "./work-dir.js";
 
 /*
  * One commit of a repository as a tar.gz: fetched at depth 1 into an empty repository (never a
@@ -30,8 +31,8 @@ function explained(err: unknown, repository: string): unknown {
   return err;
 }
 
-async function inTempDir<T>(work: (dir: string) => Promise<T>): Promise<T> {
-  const dir = await mkdtemp(join(tmpdir(), "drover-vcs-"));
+async function inTempDir<T>(workDir: string | undefined, work: (dir: string) => Promise<T>): Promise<T> {
+  const dir = await mkdtemp(join(workDir ?? tmpdir(), fetchDirPrefix));
   try {
     return await work(dir);
   } finally {
@@ -44,10 +45,10 @@ export async function branchHead(
   access: GitAccess,
   repository: string,
   branch: string,
-  options: { deadlines?: GitDeadlines; signal?: AbortSignal } = {},
+  options: { deadlines?: GitDeadlines | undefined; workDir?: string | undefined; signal?: AbortSignal } = {},
 ): Promise<string | null> {
   const ref = `refs/heads/${branch}`;
-  const out = await inTempDir((dir) =>
+  const out = await inTempDir(options.workDir, (dir) =>
     runGit({
       access,
       args: ["ls-remote", cloneUrl(access, repository), ref],
@@ -71,7 +72,9 @@ export interface FetchArchiveInput {
   sha: string;
   /** The largest archive accepted, in bytes. */
   maxBytes: number;
-  deadlines?: GitDeadlines;
+  deadlines?: GitDeadlines | undefined;
+  /** Where the fetch's own directory is made (see prepareVcsWorkDir); the OS's temp dir by default. */
+  workDir?: string | undefined;
   signal?: AbortSignal;
   /**
    * Decides from the files changed since `since` (null when they cannot be known) whether the
@@ -115,7 +118,7 @@ async function changedFiles(
 export async function fetchCommitArchive(input: FetchArchiveInput): Promise<CommitArchive | null> {
   if (!shaPattern.test(input.sha)) throw new GitError(`not a commit id: ${JSON.stringify(input.sha)}`, false);
   const deadlineMs = (input.deadlines ?? defaultGitDeadlines).fetchMs;
-  return inTempDir(async (dir) => {
+  return inTempDir(input.workDir, async (dir) => {
     const git = (args: string[], extra: { maxStdout?: number; tooLarge?: () => Error } = {}) =>
       runGit({ access: input.access, args, cwd: dir, deadlineMs, signal: input.signal, ...extra });
     await git(["init", "--quiet", "--bare", "repo.git"]);

@@ -38,6 +38,8 @@ export interface TaskContext {
   /** Sends a fetch's archive to the server (the task's upload route). */
   upload(task: VcsTask, archive: Buffer, signal: AbortSignal): Promise<void>;
   deadlines?: GitDeadlines | undefined;
+  /** Where git calls make their directories (`<data dir>/vcs-work`); the OS's temp dir by default. */
+  workDir?: string | undefined;
   signal: AbortSignal;
 }
 
@@ -90,7 +92,11 @@ async function operation(
   // A branch's head needs no provider API: git answers it, as the server's own poller asks it.
   if (op.op === "branchHead")
     return {
-      sha: await branchHead(access, op.repository, op.branch, { deadlines: ctx.deadlines, signal: ctx.signal }),
+      sha: await branchHead(access, op.repository, op.branch, {
+        deadlines: ctx.deadlines,
+        workDir: ctx.workDir,
+        signal: ctx.signal,
+      }),
     };
   if (!ctx.clientFor) throw new DroverError("bad_request", `this VCS agent has no provider API client for ${op.op}`);
   return ctx.clientFor(connection, endpoint).run(op, { signal: ctx.signal });
@@ -108,6 +114,7 @@ async function fetchTask(
     sha: f.sha,
     maxBytes: f.maxBytes,
     deadlines: ctx.deadlines,
+    workDir: ctx.workDir,
     signal: ctx.signal,
     wanted: { since: f.since, given: (changed) => commitTriggers(changed, f.triggerPaths, f.workingDirectory) },
   });

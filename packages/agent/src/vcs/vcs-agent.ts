@@ -1,5 +1,6 @@
 import { DroverError, messageOf, oneLineError, routes, type VcsTask, type VcsTaskEnvelope } from "@drover/protocol";
-import { vcsClient, type GitDeadlines, type VcsClient } from "@drover/vcs";
+import { prepareVcsWorkDir, vcsClient, type GitDeadlines, type VcsClient } from "@drover/vcs";
+import { join } from "node:path";
 import type { Server } from "node:http";
 import type { Logger } from "pino";
 import { closeHealthServer, startHealthServer } from "../health.js";
@@ -33,6 +34,8 @@ export class VcsAgent {
   private readonly clients = new Map<string, VcsClient>();
   private counts = { succeeded: 0, failed: 0, refused: 0 };
   webhookUrl: string | undefined;
+  /** Where fetches make their directories: `<data dir>/vcs-work`, emptied when the agent starts. */
+  readonly workDir: string;
 
   constructor(
     readonly config: VcsAgentConfig,
@@ -40,6 +43,7 @@ export class VcsAgent {
     private readonly options: VcsAgentOptions = {},
   ) {
     const a = config.agent;
+    this.workDir = join(a.dataDir, "vcs-work");
     this.client = new AgentClient(a.url, a.caCertPem);
     this.session = new PoolSession<VcsTaskEnvelope>({
       client: this.client,
@@ -72,6 +76,14 @@ export class VcsAgent {
     let health: Server | undefined;
     let hooks: Server | undefined;
     try {
+      const left = await prepareVcsWorkDir(this.workDir).catch((err: unknown) => {
+        throw new DroverError(
+          "invalid_setting",
+          `the VCS agent fetches in ${this.workDir}, which it cannot use: ${messageOf(err)}`,
+          { hint: "Give it a writable data dir of its own with --data-dir (DROVER_AGENT_DATA_DIR)." },
+        );
+      });
+      if (left.length > 0) this.log.info({ removed: left }, "removed the fetch directories an earlier VCS agent left");
       if (!(await this.session.start())) return 0;
       const a = this.config.agent;
       if (a.healthPort > 0) health = await startHealthServer(a.healthPort, this.healthSource(), a.healthAddress);
@@ -193,6 +205,7 @@ export class VcsAgent {
           connections: this.config.connections,
           clientFor: this.options.clientFor ?? ((connection, endpoint) => this.clientOf(connection, endpoint)),
           deadlines: this.options.deadlines,
+          workDir: this.workDir,
           signal: abort.signal,
           upload: (t, archive, signal) =>
             withRetry(

@@ -17,7 +17,9 @@ export interface FetchCommitInput {
   /** The workspace the configuration version belongs to (id or name). */
   workspace: string;
   limits: ArchiveLimits;
-  deadlines?: GitDeadlines;
+  deadlines?: GitDeadlines | undefined;
+  /** Where git calls make their directories (`<data dir>/vcs-work`); the OS's temp dir by default. */
+  workDir?: string | undefined;
   signal?: AbortSignal;
   /** Decides from the files changed since `since` whether the commit is wanted (see fetchCommitArchive). */
   wanted?: { since: string | null; given(changed: string[] | null): boolean };

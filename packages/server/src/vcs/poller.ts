@@ -26,6 +26,8 @@ export interface VcsPollerOptions {
   health: DatabaseHealth;
   limits: ArchiveLimits;
   deadlines?: GitDeadlines;
+  /** Where git calls make their directories (`<data dir>/vcs-work`); the OS's temp dir by default. */
+  workDir?: string | undefined;
   /** How long a VCS agent's task may take, for connections reached through a VCS agent pool. */
   agentTaskMs?: number;
   /** Makes the API client of a connection the server reaches itself (tests give stand-ins' clients). */
@@ -111,6 +113,7 @@ export class VcsPoller {
       const reach = await vcsReach(ctx, link.connectionId, {
         agentTaskMs: this.o.agentTaskMs ?? 300_000,
         deadlines: this.o.deadlines,
+        workDir: this.o.workDir,
         client: this.o.client ?? vcsClient,
       });
       secrets = reach.secrets;

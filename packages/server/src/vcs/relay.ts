@@ -91,6 +91,8 @@ export interface ReachOptions {
   client: (endpoint: VcsEndpoint) => VcsClient;
   /** Deadlines of the server's own git calls. */
   deadlines?: GitDeadlines | undefined;
+  /** Where git calls make their directories (`<data dir>/vcs-work`); the OS's temp dir by default. */
+  workDir?: string | undefined;
 }
 
 /** How the server reaches a connection: directly, or through its VCS agent pool. */
@@ -101,7 +103,7 @@ export async function vcsReach(ctx: StoreContext, connectionId: string, options:
     return {
       secrets,
       branchHead: (repository, branch, signal) =>
-        branchHead(access, repository, branch, { deadlines: options.deadlines, signal }),
+        branchHead(access, repository, branch, { deadlines: options.deadlines, workDir: options.workDir, signal }),
       fetch: (input) =>
         fetchCommit(ctx, {
           access,
@@ -111,6 +113,7 @@ export async function vcsReach(ctx: StoreContext, connectionId: string, options:
           workspace: input.workspaceId,
           limits: input.limits,
           deadlines: options.deadlines,
+          workDir: options.workDir,
           signal: input.signal,
           wanted: {
             since: input.since,

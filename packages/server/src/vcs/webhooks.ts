@@ -57,6 +57,8 @@ export interface WebhookProcessorOptions {
   log: Logger;
   limits: ArchiveLimits;
   deadlines?: GitDeadlines;
+  /** Where git calls make their directories (`<data dir>/vcs-work`); the OS's temp dir by default. */
+  workDir?: string | undefined;
   /** Makes the API client of a connection the server reaches itself (a GitHub App's git token comes from it). */
   client: (endpoint: VcsEndpoint) => VcsClient;
   /** How long a VCS agent's task may take, for connections reached through a VCS agent pool. */
@@ -123,6 +125,7 @@ export class WebhookProcessor {
         const reach = await vcsReach(ctx, stored.connectionId, {
           agentTaskMs: this.o.agentTaskMs,
           client: this.o.client,
+          workDir: this.o.workDir,
         });
         outcomes =
           event.kind === "push"
@@ -170,6 +173,7 @@ export class WebhookProcessor {
       sha,
       maxBytes: this.o.limits.maxCompressedBytes,
       deadlines: this.o.deadlines,
+      workDir: this.o.workDir,
       signal: this.shutdown.signal,
       wanted,
     });
@@ -186,6 +190,7 @@ export class WebhookProcessor {
       try {
         head = await branchHead(access, e.repository, e.branch, {
           deadlines: this.o.deadlines,
+          workDir: this.o.workDir,
           signal: this.shutdown.signal,
         });
       } catch (err) {
@@ -262,6 +267,7 @@ export class WebhookProcessor {
         e.baseSha ??
         (await branchHead(access, e.repository, e.baseBranch, {
           deadlines: this.o.deadlines,
+          workDir: this.o.workDir,
           signal: this.shutdown.signal,
         }));
       archive = await this.fetch(
