@@ -220,6 +220,32 @@ test("a pull request's plan shows its commit, branch, author and pull request, o
       .locator(".source")
       .filter({ hasText: `pull request #7 at ${head.slice(0, 7)}` })
       .waitFor();
+
+    // A pull request whose address is no web address (a payload the VCS's secret signed all the
+    // same) is shown as text: the page makes no link a click would run.
+    const scripted = githubPullRequest("opened", "org/site", {
+      number: 8,
+      base: "main",
+      baseSha: base,
+      head: "feature",
+      headSha: head,
+      url: "javascript:window.__pwned=1",
+    });
+    const sent8 = await deliver(stack.server.url, "ui-gh", {
+      provider: "github",
+      event: "pull_request",
+      body: scripted,
+      secret: connection.body.webhookSecret as string,
+    });
+    const run8 = (await processedDelivery(stack.server, "ui-gh", sent8)).outcomes[0]?.runId ?? "";
+    assert.ok(run8);
+    await page.goto(`${stack.server.url}/app/workspaces/from-git/runs/${run8}`);
+    await page.locator("dd.source").waitFor();
+    await page.getByText("#8", { exact: true }).click();
+    assert.equal(await page.getByRole("link", { name: "#8" }).count(), 0);
+    assert.equal(await page.locator('a[href^="javascript:"]').count(), 0);
+    assert.equal(await page.evaluate(() => (globalThis as any).__pwned), undefined, "no script ran");
+    await stack.waitForRun(run8, ["planned_and_finished", "errored"]);
     assert.deepEqual(problems(), []);
   } finally {
     await gitd.close();
