@@ -127,6 +127,10 @@ test("writes: a commit status, one comment created then edited, a webhook create
   assert.equal(repo.comments.get(made4)!.body, "five\n\n<!-- drover:vrp-two -->");
   assert.equal([...repo.comments.values()].filter((c) => c.body.startsWith("five")).length, 1);
   assert.equal(repo.comments.get(made4 + 1_000)!.body, "copied\n\n<!-- drover:vrp-two -->");
+  // A body GitHub keeps with CR LF line ends (edited on the web) still carries its marker.
+  repo.comments.set(made4 + 2_000, { issue: 7, body: "edited\r\n\r\n<!-- drover:vrp-three -->\r\n" });
+  const crlf = await client.run({ ...lost, body: "six", marker: "drover:vrp-three" });
+  assert.equal(crlf.commentId, made4 + 2_000);
 
   const secret = "s".repeat(64);
   const hook = await client.run({

@@ -14,9 +14,10 @@ export function markedBody(body: string, marker: string): string {
   return `${body}\n\n${markerLine(marker)}`;
 }
 
-/** Whether a posted comment carries `marker`. */
+/** Whether a posted comment carries `marker` (on a line of its own, whatever line ends the provider keeps). */
 export function hasMarker(body: string | null | undefined, marker: string): boolean {
-  return (body ?? "").split("\n").includes(markerLine(marker));
+  const line = markerLine(marker);
+  return (body ?? "").split("\n").some((l) => l.trim() === line);
 }
 
 function markerLine(marker: string): string {
