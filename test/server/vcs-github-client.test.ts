@@ -131,6 +131,13 @@ test("writes: a commit status, one comment created then edited, a webhook create
   repo.comments.set(made4 + 2_000, { issue: 7, body: "edited\r\n\r\n<!-- drover:vrp-three -->\r\n" });
   const crlf = await client.run({ ...lost, body: "six", marker: "drover:vrp-three" });
   assert.equal(crlf.commentId, made4 + 2_000);
+  // From a server older than its VCS agents, an operation without a marker: posted as it is.
+  const calls = gh.calls.length;
+  await client.run({ ...lost, number: 9, body: "unmarked" });
+  assert.deepEqual(
+    gh.calls.slice(calls).map((c) => [c.method, c.body]),
+    [["POST", { body: "unmarked" }]],
+  );
 
   const secret = "s".repeat(64);
   const hook = await client.run({

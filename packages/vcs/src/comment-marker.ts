@@ -9,9 +9,9 @@
 /** How many pages of a pull request's comments are read looking for the marked one. */
 export const markedCommentPages = 10;
 
-/** The comment's text as posted: the body, then the hidden marker line. */
-export function markedBody(body: string, marker: string): string {
-  return `${body}\n\n${markerLine(marker)}`;
+/** The comment's text as posted: the body, then the hidden marker line (when there is a marker). */
+export function markedBody(body: string, marker: string | undefined): string {
+  return marker === undefined ? body : `${body}\n\n${markerLine(marker)}`;
 }
 
 /** Whether a posted comment carries `marker` (on a line of its own, whatever line ends the provider keeps). */

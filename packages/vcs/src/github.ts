@@ -32,7 +32,8 @@ function statusOf(err: unknown): number | undefined {
 /** The oldest comment of the pull request carrying the operation's marker, or null. */
 async function markedComment(
   o: Octokit,
-  op: { repository: string; number: number; marker: string },
+  op: { repository: string; number: number },
+  marker: string,
   signal: AbortSignal,
 ): Promise<number | null> {
   const pages = o.paginate.iterator(o.rest.issues.listComments, {
@@ -43,7 +44,7 @@ async function markedComment(
   });
   let read = 0;
   for await (const { data } of pages) {
-    const found = data.find((c) => hasMarker(c.body, op.marker));
+    const found = data.find((c) => hasMarker(c.body, marker));
     if (found) return found.id;
     if (++read >= markedCommentPages) break;
   }
@@ -159,7 +160,8 @@ export function githubClient(endpoint: VcsEndpoint, options: { deadlineMs: numbe
       call("upsertPullRequestComment", outer, async (o, signal) => {
         const where = ownerRepo(op.repository);
         const body = markedBody(op.body, op.marker);
-        const commentId = op.commentId ?? (await markedComment(o, op, signal));
+        const commentId =
+          op.commentId ?? (op.marker === undefined ? null : await markedComment(o, op, op.marker, signal));
         if (commentId !== null) {
           try {
             const { data } = await o.rest.issues.updateComment({

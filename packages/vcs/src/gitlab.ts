@@ -57,14 +57,14 @@ export function gitlabClient(endpoint: VcsEndpoint, options: { deadlineMs: numbe
   }
 
   /** The oldest note of the merge request carrying the operation's marker, or null. */
-  async function markedNote(op: { repository: string; number: number; marker: string }): Promise<number | null> {
+  async function markedNote(op: { repository: string; number: number }, marker: string): Promise<number | null> {
     const notes = await api.MergeRequestNotes.all(op.repository, op.number, {
       sort: "asc",
       orderBy: "created_at",
       perPage: 100,
       maxPages: markedCommentPages,
     });
-    return notes.find((n) => hasMarker(n.body, op.marker))?.id ?? null;
+    return notes.find((n) => hasMarker(n.body, marker))?.id ?? null;
   }
 
   const handlers: OperationHandlers = {
@@ -114,7 +114,7 @@ export function gitlabClient(endpoint: VcsEndpoint, options: { deadlineMs: numbe
     upsertPullRequestComment: (op, signal) =>
       call("upsertPullRequestComment", signal, async () => {
         const body = markedBody(op.body, op.marker);
-        const noteId = op.commentId ?? (await markedNote(op));
+        const noteId = op.commentId ?? (op.marker === undefined ? null : await markedNote(op, op.marker));
         if (noteId !== null) {
           try {
             const note = await api.MergeRequestNotes.edit(op.repository, op.number, noteId, { body });

@@ -65,8 +65,14 @@ const relayedOperations = [
      */
     commentId: idSchema.nullable(),
     body: textSchema(60_000),
-    /** Kept hidden in the comment's body; it names the comment, one per report. */
-    marker: z.string().regex(/^drover:[a-z0-9-]{1,64}$/, "not a comment marker"),
+    /**
+     * Kept hidden in the comment's body; it names the comment, one per report. Absent (a server
+     * older than its VCS agents): the comment carries none and is never looked for.
+     */
+    marker: z
+      .string()
+      .regex(/^drover:[a-z0-9-]{1,64}$/, "not a comment marker")
+      .optional(),
   }),
 ] as const;
 
