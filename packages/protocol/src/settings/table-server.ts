@@ -17,7 +17,7 @@ export const serverSettings = {
   // ---- server ----
   DROVER_DATA_DIR: setting({
     flag: "--data-dir",
-    doc: "directory of the SQLite database, and of `uploads/`, where large request bodies are spooled while their request lasts (emptied at start: give each server process its own)",
+    doc: "directory of the SQLite database, of `uploads/`, where large request bodies are spooled while their request lasts, and of `vcs-work/`, where commits are fetched (both emptied at start: give each server process its own)",
     default: ".drover",
     defaultText: "`./.drover`",
     readers: ["server"],
