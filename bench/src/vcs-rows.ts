@@ -16,7 +16,7 @@ export function vcsRows(): ExpectedRow[] {
       target: "≤ 100 ms",
     },
     {
-      bench: "vcs (relay, 50 commit API calls)",
+      bench: "vcs (relay, 500 commit API calls)",
       metric: "relay overhead per VCS API call p99",
       unit: "ms",
       target: "≤ 10 ms",

@@ -444,7 +444,7 @@ async function relayed(calls: number, repoMb: number) {
 
 export const vcsBench = (name: string) => `vcs (${name})`;
 
-export async function benchVcs(fanWorkspaces = 100, deliveries = 50, calls = 50, repoMb = 50): Promise<Figure[]> {
+export async function benchVcs(fanWorkspaces = 100, deliveries = 50, calls = 500, repoMb = 50): Promise<Figure[]> {
   const fan = await fanOut(fanWorkspaces);
   process.stderr.write(`vcs: fan-out ${JSON.stringify(fan)}\n`);
   const hooks = await perDelivery(deliveries);
