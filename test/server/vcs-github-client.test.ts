@@ -131,6 +131,12 @@ test("writes: a commit status, one comment created then edited, a webhook create
   repo.comments.set(made4 + 2_000, { issue: 7, body: "edited\r\n\r\n<!-- drover:vrp-three -->\r\n" });
   const crlf = await client.run({ ...lost, body: "six", marker: "drover:vrp-three" });
   assert.equal(crlf.commentId, made4 + 2_000);
+  // On a long pull request the marked comment is found on a later page (GitHub gives 100 a page).
+  for (let i = 0; i < 150; i++)
+    repo.comments.set(made4 + 3_000 + i, { issue: 10, body: i === 120 ? "x\n\n<!-- drover:vrp-four -->" : `c${i}` });
+  const paged = await client.run({ ...lost, number: 10, body: "seven", marker: "drover:vrp-four" });
+  assert.equal(paged.commentId, made4 + 3_120);
+  assert.ok(gh.calls.some((c) => c.path === "/api/v3/repos/org/infra/issues/10/comments?per_page=100&page=2"));
   // From a server older than its VCS agents, an operation without a marker: posted as it is.
   const calls = gh.calls.length;
   await client.run({ ...lost, number: 9, body: "unmarked" });

@@ -123,6 +123,12 @@ test("writes: a commit status (twice the same state is fine), one note created t
     [...notes.values()].map((n) => n.body.split("\n")[0]),
     ["two", "four"],
   );
+  // On a long merge request the marked note is found on a later page (GitLab gives 100 a page).
+  for (let i = 0; i < 150; i++)
+    notes.set(made3 + 1_000 + i, { mr: 5, body: i === 120 ? "x\n\n<!-- drover:vrp-three -->" : `n${i}` });
+  const paged = await client.run({ ...lost, number: 5, body: "five", marker: "drover:vrp-three" });
+  assert.equal(paged.commentId, made3 + 1_120);
+  assert.ok(gl.calls.some((c) => c.method === "GET" && /merge_requests\/5\/notes\?.*page=2/.test(c.path)));
 
   const secret = "s".repeat(64);
   const hook = await client.run({

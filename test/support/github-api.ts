@@ -223,8 +223,17 @@ export async function startGithubApi(options: GithubApiOptions) {
       case "get issues/:/comments": {
         const p = "/repos/{owner}/{repo}/issues/{issue_number}/comments";
         const [first] = example(p, method, "200") as unknown as Schema[];
-        const out = [...repo.comments.entries()]
-          .filter(([, c]) => c.issue === Number(rest[1]))
+        const all = [...repo.comments.entries()].filter(([, c]) => c.issue === Number(rest[1]));
+        // Like GitHub: oldest first, `per_page` (30 by default, at most 100) a page, a Link to the next.
+        const perPage = Math.min(100, Number(url.searchParams.get("per_page") ?? 30) || 30);
+        const page = Math.max(1, Number(url.searchParams.get("page") ?? 1) || 1);
+        if (page * perPage < all.length)
+          res.setHeader(
+            "link",
+            `<http://${req.headers.host}${url.pathname}?per_page=${perPage}&page=${page + 1}>; rel="next"`,
+          );
+        const out = all
+          .slice((page - 1) * perPage, page * perPage)
           .map(([id, c]) => ({ ...clone(first!), id, body: c.body }));
         return answer(res, [p, method, "200"], 200, out);
       }

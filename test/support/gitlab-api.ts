@@ -185,7 +185,17 @@ export async function startGitlabApi(options: { token: string }) {
     });
     if ((r = m(/^GET merge_requests\/([0-9]+)\/notes$/))) {
       const mr = Number(r[1]);
-      const out = [...project.notes.entries()].filter(([, n]) => n.mr === mr).map(([id, n]) => note(id, mr, n.body));
+      const all = [...project.notes.entries()].filter(([, n]) => n.mr === mr);
+      if (url.searchParams.get("sort") !== "asc") all.reverse(); // GitLab's default: newest first
+      // Like GitLab: `per_page` (20 by default, at most 100) a page, the next page in Link and X-Next-Page.
+      const perPage = Math.min(100, Number(url.searchParams.get("per_page") ?? 20) || 20);
+      const page = Math.max(1, Number(url.searchParams.get("page") ?? 1) || 1);
+      const more = page * perPage < all.length;
+      const next = new URL(url.href.replace(/^http:\/\/x/, `http://${req.headers.host}`));
+      next.searchParams.set("page", String(page + 1));
+      res.setHeader("x-next-page", more ? String(page + 1) : "");
+      if (more) res.setHeader("link", `<${next.href}>; rel="next"`);
+      const out = all.slice((page - 1) * perPage, page * perPage).map(([id, n]) => note(id, mr, n.body));
       return answer(res, 200, out, "API_Entities_Note_Documented[]");
     }
     if ((r = m(/^POST merge_requests\/([0-9]+)\/notes$/))) {
