@@ -125,7 +125,6 @@ export class WebhookProcessor {
         const reach = await vcsReach(ctx, stored.connectionId, {
           agentTaskMs: this.o.agentTaskMs,
           client: this.o.client,
-          workDir: this.o.workDir,
         });
         outcomes =
           event.kind === "push"
