@@ -231,6 +231,34 @@ test("a VCS API that does not answer fails at the deadline", async () => {
   assert.match(err.message, /no answer within the deadline/);
 });
 
+test("a GitHub App whose token request gets no answer fails at the deadline, for git and for API calls", async () => {
+  const { createServer } = await import("node:net");
+  const silent = createServer(() => {});
+  await new Promise<void>((r) => silent.listen(0, "127.0.0.1", r));
+  const port = (silent.address() as { port: number }).port;
+  const pem = generateKeyPairSync("rsa", { modulusLength: 2048 })
+    .privateKey.export({ type: "pkcs1", format: "pem" })
+    .toString();
+  const app = vcsClient(
+    {
+      provider: "github",
+      url: "http://x",
+      apiUrl: `http://127.0.0.1:${port}`,
+      auth: { kind: "github-app", appId: "4242", installationId: 99, privateKey: pem },
+    },
+    { deadlineMs: 200 },
+  );
+  try {
+    for (const call of [() => app.gitToken(), () => app.run({ op: "commit", repository: "org/infra", sha: sha1 })]) {
+      const err = await call().catch((e: unknown) => e);
+      assert.ok(err instanceof DroverError, messageOf(err));
+      assert.match(err.message, /no answer within the deadline/);
+    }
+  } finally {
+    silent.close();
+  }
+});
+
 test("GitHub App: an installation token is minted with a signed JWT and used; the key never shows", async () => {
   const { privateKey, publicKey } = generateKeyPairSync("rsa", { modulusLength: 2048 });
   const pem = privateKey.export({ type: "pkcs1", format: "pem" }).toString();

@@ -67,3 +67,25 @@ export function deadlineSignal(deadlineMs: number, outer?: AbortSignal): AbortSi
   const timeout = AbortSignal.timeout(deadlineMs);
   return outer ? AbortSignal.any([timeout, outer]) : timeout;
 }
+
+/**
+ * `work`'s value, or a rejection with `signal`'s reason once it aborts first: for a library call
+ * that does not pass a signal on (the call itself is then bounded by its own request deadline).
+ */
+export function untilAborted<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(signal.reason as Error);
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason as Error);
+    signal.addEventListener("abort", onAbort, { once: true });
+    work.then(
+      (value) => {
+        signal.removeEventListener("abort", onAbort);
+        resolve(value);
+      },
+      (err: unknown) => {
+        signal.removeEventListener("abort", onAbort);
+        reject(err as Error);
+      },
+    );
+  });
+}

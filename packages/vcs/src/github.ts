@@ -1,7 +1,7 @@
 import { Octokit } from "@octokit/rest";
 import { createAppAuth } from "@octokit/auth-app";
 import { hasMarker, markedBody, markedCommentPages } from "./comment-marker.js";
-import { deadlineSignal, failureReason, isTimeout, vcsApiError } from "./api-errors.js";
+import { deadlineSignal, failureReason, isTimeout, untilAborted, vcsApiError } from "./api-errors.js";
 import { dispatch, type OperationHandlers, type VcsClient, type VcsEndpoint } from "./operations.js";
 import { vcsFetch } from "./proxy.js";
 
@@ -56,21 +56,27 @@ export function githubClient(endpoint: VcsEndpoint, options: { deadlineMs: numbe
   const auth = endpoint.auth;
   if (auth.kind === "token") secrets.add(auth.token);
   else secrets.add(auth.privateKey);
+  const mintFetch = ((input: Parameters<typeof fetch>[0], init?: RequestInit) =>
+    vcsFetch(input, {
+      ...init,
+      signal: deadlineSignal(options.deadlineMs, init?.signal ?? undefined),
+    })) as typeof fetch;
   const appAuth =
     auth.kind === "github-app"
       ? createAppAuth({
           appId: auth.appId,
           privateKey: auth.privateKey,
           installationId: auth.installationId,
-          // Unauthenticated: the app authenticates the token request itself with its JWT.
-          request: new Octokit({ baseUrl: endpoint.apiUrl, log: silent, request: { fetch: vcsFetch } }).request,
+          // Unauthenticated: the app authenticates the token request itself with its JWT. The auth
+          // library passes no caller's signal on to this request, so it carries its own deadline.
+          request: new Octokit({ baseUrl: endpoint.apiUrl, log: silent, request: { fetch: mintFetch } }).request,
           log: silent,
         })
       : undefined;
 
   async function token(signal: AbortSignal): Promise<string> {
     if (auth.kind === "token") return auth.token;
-    const minted = await appAuth!({ type: "installation", request: { signal } } as { type: "installation" });
+    const minted = await untilAborted(appAuth!({ type: "installation" }), signal);
     secrets.add(minted.token);
     return minted.token;
   }
@@ -96,7 +102,7 @@ export function githubClient(endpoint: VcsEndpoint, options: { deadlineMs: numbe
         status: statusOf(err),
         reason: failureReason(err, statusOf(err) !== undefined),
         secrets: [...secrets],
-        timedOut: signal.aborted && isTimeout(signal.reason),
+        timedOut: timedOut(signal, err),
       });
     }
   }
@@ -221,11 +227,19 @@ export function githubClient(endpoint: VcsEndpoint, options: { deadlineMs: numbe
           status: statusOf(err),
           reason: failureReason(err, statusOf(err) !== undefined),
           secrets: [...secrets],
-          timedOut: signal.aborted,
+          timedOut: timedOut(signal, err),
         });
       }
     },
   };
+}
+
+/**
+ * Whether a call got no answer in time: its own deadline passed, or the installation token it
+ * waited for did (the auth library shares one token request among the calls that need it).
+ */
+function timedOut(signal: AbortSignal, err: unknown): boolean {
+  return (signal.aborted && isTimeout(signal.reason)) || (statusOf(err) === undefined && isTimeout(err));
 }
 
 /** Whether the repository is visible: GitHub answers 404 for a missing branch and a missing repository alike. */
