@@ -136,6 +136,21 @@ test("webhook deliveries are verified with the connection's own secret", () => {
     ),
     { event: "Push Hook", deliveryId: "u-1" },
   );
+  // GitLab's Idempotency-Key is what a retry keeps: it names the delivery when sent.
+  assert.equal(
+    verifiedDelivery(
+      gl,
+      req({ "x-gitlab-token": "hook-secret-gl", "idempotency-key": "k-1", "x-gitlab-event-uuid": "u-2" }),
+      body,
+    )?.deliveryId,
+    "k-1",
+  );
+  // An id the server would refuse (too long, unprintable): the body's digest instead.
+  assert.match(
+    verifiedDelivery(gl, req({ "x-gitlab-token": "hook-secret-gl", "idempotency-key": "k".repeat(300) }), body)
+      ?.deliveryId ?? "",
+    /^sha256:[0-9a-f]{64}$/,
+  );
   assert.equal(verifiedDelivery(gl, req({ "x-gitlab-token": "hook-secret-gh" }), body), undefined);
   assert.equal(verifiedDelivery(gl, req({}), body), undefined);
   const gh = connections.get("gh")!;

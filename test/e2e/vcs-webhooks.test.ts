@@ -3,7 +3,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
-import { routes, type RunSource, type VcsDelivery } from "@drover/protocol";
+import { maxWebhookBytes, routes, type RunSource, type VcsDelivery } from "@drover/protocol";
 import { pino } from "pino";
 import { commitAndPush, gitAs, hostedRepository, valueConfig } from "../support/git-repo.js";
 import { statusBeforeBody } from "../support/answer-before-body.js";
@@ -260,7 +260,7 @@ test("bad or missing signatures, unknown connections and oversize bodies are ref
   const big = await send("gh", {
     provider: "github",
     event: "push",
-    body: Buffer.alloc(5 * 1024 * 1024 + 1, 0x20),
+    body: Buffer.alloc(maxWebhookBytes + 1, 0x20),
   });
   assert.equal(big.status, 413);
 
@@ -429,6 +429,14 @@ test("monorepo: one push runs only the workspaces whose trigger paths or directo
     d2.outcomes.filter((o) => o.outcome === "started").map((o) => o.workspace),
     ["mono-11", "mono-12"],
   );
+  // A commit too large for GitHub to list in time is sent with no files: git compares the trees.
+  const big = commit(work, "main", "Large", { "modules/m05/main.tf": tf("m5-changed") });
+  const unlisted = githubPush("org/mono", "main", c4.id, big.id, [{ ...big, added: [], modified: [], removed: [] }]);
+  const d2b = await processed("gh", await send("gh", { provider: "github", event: "push", body: unlisted }));
+  assert.deepEqual(
+    d2b.outcomes.filter((o) => o.outcome === "started").map((o) => o.workspace),
+    ["mono-05"],
+  );
 
   // The poller finds the next commit first: it starts the run and cancels mono-03's run still
   // queued for c2; the push's delivery, arriving after, starts nothing more.
@@ -452,7 +460,7 @@ test("monorepo: one push runs only the workspaces whose trigger paths or directo
   const late = await send("gh", {
     provider: "github",
     event: "push",
-    body: githubPush("org/mono", "main", c4.id, c5.id, [c5]),
+    body: githubPush("org/mono", "main", big.id, c5.id, [c5]),
   });
   const d3 = await processed("gh", late);
   assert.equal(d3.outcomes.find((o) => o.workspace === "mono-03")?.outcome, "already_started");
@@ -506,6 +514,14 @@ test("GitLab: a Push Hook applies, a Merge Request Hook plans speculatively, a w
   assert.equal(plan.planOnly, true);
   assert.deepEqual(plan.source.pullRequest, { number: 1, url: mr.url });
   assert.equal(plan.source.commitSha, f1.id);
+  // GitLab's retry of the same event: its Idempotency-Key, new UUIDs. One delivery, no second plan.
+  const retried = await send("gl", {
+    provider: "gitlab",
+    event: "Merge Request Hook",
+    body: gitlabMergeRequest("open", "grp/sub/infra", { ...mr, lastCommit: f1.id }),
+    deliveryId: opened.deliveryId,
+  });
+  assert.deepEqual(retried.body, { delivery: od.id, duplicate: true });
 
   // An update without new commits (a title edit) starts nothing.
   const edited = await send("gl", {
@@ -528,6 +544,58 @@ test("GitLab: a Push Hook applies, a Merge Request Hook plans speculatively, a w
   });
   assert.equal(refused.status, 401);
   assert.equal((await runsOf("glws")).length, 2);
+});
+
+test("a new link's first push is judged by its own change; a GitLab force push runs what the commits it drops trigger", async () => {
+  const work = repo("grp/forced");
+  await stack.server.api(routes.createWorkspace, { body: { name: "forced", pool: stack.pool, autoApply: true } });
+  const base = commit(work, "main", "base", { "main.tf": tf("forced-base"), "README.md": "one\n" });
+  await link("forced", "gl", "grp/forced", ["main.tf"]);
+  // The link has seen no commit: the push's own change (README.md) triggers nothing; its commit is seen.
+  const start = commit(work, "main", "readme", { "README.md": "one and a half\n" });
+  const first = await processed(
+    "gl",
+    await send("gl", {
+      provider: "gitlab",
+      event: "Push Hook",
+      body: gitlabPush("grp/forced", "main", base.id, start.id, [start]),
+    }),
+  );
+  assert.equal(first.outcomes[0]?.outcome, "paths_unmatched", JSON.stringify(first.outcomes));
+  assert.equal(
+    (await stack.server.api(routes.getWorkspaceVcs, { params: { ws: "forced" } })).body.lastCommitSha,
+    start.id,
+  );
+  const changed = commit(work, "main", "change main.tf", { "main.tf": tf("forced-two") });
+  const second = await processed(
+    "gl",
+    await send("gl", {
+      provider: "gitlab",
+      event: "Push Hook",
+      body: gitlabPush("grp/forced", "main", start.id, changed.id, [changed]),
+    }),
+  );
+  assert.equal(second.outcomes[0]?.outcome, "started");
+  await stack.waitForRun(second.outcomes[0]?.runId ?? "", ["applied"]);
+  // Dropped by a force push: main.tf goes back as it was, though GitLab lists only the new
+  // commit, which changes README.md alone.
+  sh(work, "reset", "-q", "--hard", start.id);
+  writeFileSync(join(work, "README.md"), "two\n");
+  sh(work, "commit", "-q", "-am", "readme");
+  sh(work, "push", "-q", "--force", "origin", "HEAD:main");
+  const readme: PushedCommit = { id: sh(work, "rev-parse", "HEAD"), added: [], modified: ["README.md"], removed: [] };
+  const forced = await processed(
+    "gl",
+    await send("gl", {
+      provider: "gitlab",
+      event: "Push Hook",
+      body: gitlabPush("grp/forced", "main", changed.id, readme.id, [readme]),
+    }),
+  );
+  assert.equal(forced.outcomes[0]?.outcome, "started", JSON.stringify(forced.outcomes));
+  const run = await stack.waitForRun(forced.outcomes[0]?.runId ?? "", ["applied"]);
+  assert.equal(run.source.commitSha, readme.id);
+  assert.equal((await runsOf("forced")).length, 2);
 });
 
 test("a connection whose VCS agents are gone holds up only its own deliveries", async () => {

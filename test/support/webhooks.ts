@@ -155,8 +155,11 @@ export async function deliver(
         .update(d.signedBody ?? raw)
         .digest("hex")}`;
   } else {
+    // As GitLab 17.4 and later send them: Idempotency-Key is kept by a retry, the UUIDs are not.
     headers["x-gitlab-event"] = d.event;
-    headers["x-gitlab-event-uuid"] = deliveryId;
+    headers["idempotency-key"] = deliveryId;
+    headers["x-gitlab-event-uuid"] = randomUUID();
+    headers["x-gitlab-webhook-uuid"] = randomUUID();
     if (key !== undefined) headers["x-gitlab-token"] = key;
   }
   const res = await routeCall(baseUrl, routes.receiveVcsWebhook, { params: { connection }, headers, body: raw });

@@ -6,3 +6,4 @@ export * from "./operations.js";
 export * from "./client.js";
 export { vcsStatusOf } from "./api-errors.js";
 export * from "./triggers.js";
+export * from "./webhook-delivery.js";

@@ -2,4 +2,4 @@
 export { loadVcsAgentConfig, parseVcsConnections, type AgentVcsConnection, type VcsAgentConfig } from "./config.js";
 export { checkedTask, runTask, type TaskContext, type TaskEnd } from "./tasks.js";
 export { runVcsAgent, VcsAgent, type VcsAgentOptions } from "./vcs-agent.js";
-export { maxDeliveryBytes, startWebhookListener, verifiedDelivery, type Delivery } from "./webhooks.js";
+export { startWebhookListener, verifiedDelivery, type Delivery } from "./webhooks.js";

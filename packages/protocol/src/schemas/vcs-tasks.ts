@@ -70,13 +70,19 @@ export const completeVcsTaskSchema = z.union([
 ]);
 export type CompleteVcsTask = z.infer<typeof completeVcsTaskSchema>;
 
+/**
+ * Largest webhook delivery body taken, by the server and by a VCS agent: GitHub's own cap on a
+ * payload (a push of many commits lists each one). The body is held in memory to check its proof.
+ */
+export const maxWebhookBytes = 25 * 1024 * 1024;
+
 /** A webhook delivery a VCS agent verified and forwards: the body as received, and the headers that name it. */
 export const forwardedDeliverySchema = z.strictObject({
   connection: nameSchema,
   event: z.string().min(1).max(100),
   deliveryId: z.string().min(1).max(200),
   /** The raw body, base64: the signature covered these bytes. */
-  body: z.string().max(4 * 1024 * 1024),
+  body: z.string().max(Math.ceil(maxWebhookBytes / 3) * 4),
 });
 export type ForwardedDelivery = z.infer<typeof forwardedDeliverySchema>;
 export type VcsTaskEnvelope = z.infer<typeof vcsTaskEnvelopeSchema>;

@@ -1,4 +1,4 @@
-import { agentApi, DroverError, routes } from "@drover/protocol";
+import { agentApi, DroverError, maxWebhookBytes, routes } from "@drover/protocol";
 import type { FastifyInstance } from "fastify";
 
 import {
@@ -31,11 +31,16 @@ export function registerVcsAgentRoutes(app: FastifyInstance, http: HttpContext, 
   serve(routes.completeVcsTask, async ({ params, body, caller: agent }) =>
     completeVcsTask(ctx, agent, params.id, body),
   );
-  serve(routes.forwardVcsWebhook, { bodyLimit: 6 * 1024 * 1024 }, async ({ body, caller: agent }) => {
-    const connection = await relayedConnection(ctx, agent, body.connection);
-    const raw = Buffer.from(body.body, "base64");
-    await storeDelivery(ctx, http.vcsWebhooks, connection, body, raw);
-  });
+  // The delivery in base64, and its JSON around it.
+  serve(
+    routes.forwardVcsWebhook,
+    { bodyLimit: Math.ceil(maxWebhookBytes / 3) * 4 + 64 * 1024 },
+    async ({ body, caller: agent }) => {
+      const connection = await relayedConnection(ctx, agent, body.connection);
+      const raw = Buffer.from(body.body, "base64");
+      await storeDelivery(ctx, http.vcsWebhooks, connection, body, raw);
+    },
+  );
 
   void app.register(async (upload) => {
     upload.removeAllContentTypeParsers();

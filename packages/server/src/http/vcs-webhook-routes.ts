@@ -1,24 +1,12 @@
-import { DroverError, routes, userApi, type VcsProvider } from "@drover/protocol";
+import { DroverError, maxWebhookBytes, routes, userApi, type VcsProvider } from "@drover/protocol";
 import type { StoreContext } from "../store/context.js";
 import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { getVcsConnection, vcsWebhookSecret, type StoredVcsConnection } from "../store/vcs-connections.js";
 import { recordVcsDelivery } from "../store/vcs-deliveries.js";
-import {
-  deliveryHeaders,
-  headersMayProve,
-  parseEvent,
-  verifyDelivery,
-  type WebhookEvent,
-} from "../vcs/webhook-events.js";
+import { deliveryHeaders, headersMayProve, verifyDelivery } from "@drover/vcs";
+import { parseEvent, type WebhookEvent } from "../vcs/webhook-events.js";
 import type { HttpContext, WebhookQueue } from "./context.js";
 import { registrar, type ServeOptions } from "./serve.js";
-
-/**
- * Largest webhook body taken. GitHub caps its payloads at 25 MB, but a push or pull request
- * event listing at most 20 commits is far below this; the body is held in memory to check its
- * signature, so an unsigned sender should not make the server hold more.
- */
-export const maxWebhookBytes = 5 * 1024 * 1024;
 
 const connections = new WeakMap<FastifyRequest, { connection: StoredVcsConnection; secret: string }>();
 

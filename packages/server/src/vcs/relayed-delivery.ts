@@ -63,7 +63,8 @@ export async function relayedPush(
   }
   const fetch = deliveryFetcher(d, reach);
   for (const l of candidates) {
-    const fetched = await fetch(l, e.repository, e.branch, e.after, l.lastCommitSha);
+    // The change since the link's last commit; for a link that has seen none, the push's own.
+    const fetched = await fetch(l, e.repository, e.branch, e.after, l.lastCommitSha ?? e.before);
     if ("failed" in fetched) {
       out.push(fetched.failed);
       continue;

@@ -1,11 +1,10 @@
 import { branchProblem, repositoryProblem, type VcsProvider } from "@drover/protocol";
-import { createHash, createHmac, timingSafeEqual } from "node:crypto";
-import type { IncomingHttpHeaders } from "node:http";
 
 /*
- * A webhook delivery as the processor acts on it: checked against the connection's secret, then
- * reduced from the provider's payload to the few fields that start runs. Anything else in the
- * payload is ignored; every field kept is checked like user input, since it ends up in git calls.
+ * A webhook delivery as the processor acts on it, once checked against the connection's secret
+ * (@drover/vcs's webhook-delivery.ts): reduced from the provider's payload to the few fields that
+ * start runs. Anything else in the payload is ignored; every field kept is checked like user
+ * input, since it ends up in git calls.
  */
 
 /** A push to a branch; `files` are the changed paths when the payload lists all of them. */
@@ -40,68 +39,6 @@ export interface IgnoredEvent {
 
 export type WebhookEvent = PushEvent | PullRequestEvent | IgnoredEvent;
 
-/**
- * Whether the headers may carry the connection's proof, checked before the body is read: GitLab's
- * token whole, GitHub's signature in its form (its HMAC needs the body).
- */
-export function headersMayProve(provider: VcsProvider, secret: string, headers: IncomingHttpHeaders): boolean {
-  return provider === "github"
-    ? signatureOf(headers) !== undefined
-    : verifyDelivery(provider, secret, headers, Buffer.alloc(0));
-}
-
-function signatureOf(headers: IncomingHttpHeaders): Buffer | undefined {
-  const match = /^sha256=([0-9a-f]{64})$/i.exec(headerOf(headers, "x-hub-signature-256") ?? "");
-  return match ? Buffer.from(match[1]!, "hex") : undefined;
-}
-
-/** Whether the delivery carries the connection's proof: GitHub's HMAC of the raw body, or GitLab's token. */
-export function verifyDelivery(
-  provider: VcsProvider,
-  secret: string,
-  headers: IncomingHttpHeaders,
-  body: Buffer,
-): boolean {
-  if (provider === "github") {
-    const given = signatureOf(headers);
-    return given !== undefined && timingSafeEqual(createHmac("sha256", secret).update(body).digest(), given);
-  }
-  const given = headerOf(headers, "x-gitlab-token");
-  if (given === undefined) return false;
-  // Digests of both: equal lengths, so the comparison takes the same time whatever was sent.
-  const digest = (s: string) => createHash("sha256").update(s, "utf8").digest();
-  return timingSafeEqual(digest(given), digest(secret));
-}
-
-function headerOf(headers: IncomingHttpHeaders, name: string): string | undefined {
-  const v = headers[name];
-  return Array.isArray(v) ? v[0] : v;
-}
-
-const printable = /^[\x21-\x7e]{1,200}$/;
-
-/**
- * The provider's delivery id (a replay carries the same one) and event name. A GitLab without
- * an event UUID: the body's digest, so a replay of the same body is still one delivery.
- */
-export function deliveryHeaders(
-  provider: VcsProvider,
-  headers: IncomingHttpHeaders,
-  body: Buffer,
-): { deliveryId: string; event: string } {
-  const pick = (...names: string[]) => names.map((n) => headerOf(headers, n)).find((v) => v !== undefined);
-  const id =
-    provider === "github"
-      ? pick("x-github-delivery")
-      : pick("x-gitlab-event-uuid", "idempotency-key", "x-gitlab-webhook-uuid");
-  const event = (provider === "github" ? pick("x-github-event") : pick("x-gitlab-event")) ?? "unknown";
-  return {
-    deliveryId:
-      id !== undefined && printable.test(id) ? id : `sha256:${createHash("sha256").update(body).digest("hex")}`,
-    event: event.replace(/[^\x20-\x7e]/g, "").slice(0, 100) || "unknown",
-  };
-}
-
 type Json = Record<string, unknown>;
 const obj = (v: unknown): Json => (typeof v === "object" && v !== null && !Array.isArray(v) ? (v as Json) : {});
 const str = (v: unknown): string | undefined => (typeof v === "string" ? v : undefined);
@@ -134,16 +71,25 @@ function checkedRepository(provider: VcsProvider, repo: string | undefined): str
   return repo !== undefined && repositoryProblem(provider, repo) === null ? repo : null;
 }
 
+/**
+ * GitHub reports at most this many changed files of one commit, and none at all for a commit too
+ * large to list in time: a commit listing none, or this many, may have changed others.
+ */
+const commitFileLimit = 3000;
+
 /** A push's changed files from its commits, or null when the payload cannot list all of them. */
 function pushedFiles(commits: unknown, complete: boolean): string[] | null {
   if (!complete || !Array.isArray(commits) || commits.length === 0) return null;
   const files = new Set<string>();
   for (const c of commits) {
+    let listed = 0;
     for (const key of ["added", "modified", "removed"]) {
       const list = obj(c)[key];
       if (!Array.isArray(list)) return null;
+      listed += list.length;
       for (const f of list) if (typeof f === "string") files.add(f);
     }
+    if (listed === 0 || listed >= commitFileLimit) return null;
   }
   return [...files];
 }
@@ -216,10 +162,9 @@ function gitlab(event: string, p: Json): { event: string; parsed: WebhookEvent }
   const project = obj(p.project);
   if (event === "Push Hook") {
     const repository = checkedRepository("gitlab", str(project.path_with_namespace));
-    const commits = Array.isArray(p.commits) ? p.commits : [];
-    // GitLab lists the newest 20 commits; total_commits_count says how many there were.
-    const complete = typeof p.total_commits_count === "number" && p.total_commits_count === commits.length;
-    return push(event, repository, p, complete);
+    // GitLab lists the commits new to the branch: after a force push, not those it dropped, whose
+    // changes are undone too. Nothing in the payload tells a force push, so git compares the trees.
+    return push(event, repository, p, false);
   }
   const repository = checkedRepository("gitlab", str(project.path_with_namespace));
   if (event !== "Merge Request Hook") return ignored(event, repository, `a ${event} starts no run`);

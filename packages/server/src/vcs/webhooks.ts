@@ -201,14 +201,15 @@ export class WebhookProcessor {
         return [...out, ...candidates.map((l) => outcome(l, "superseded", null, detail))];
       }
     }
-    // The payload's files are the change since the link's last commit only when that commit is the push's base.
-    const payloadKnows = (l: PolledLink) =>
-      e.files !== null && (l.lastCommitSha === null || l.lastCommitSha === e.before);
-    const gitSince = candidates.find((l) => !payloadKnows(l) && l.lastCommitSha !== null)?.lastCommitSha ?? null;
+    // A link is run for the change since its last commit; one that has seen none yet, for the
+    // push's own change. The payload's files are that change only when it starts at the push's base.
+    const since = (l: PolledLink) => l.lastCommitSha ?? e.before;
+    const payloadKnows = (l: PolledLink) => e.files !== null && since(l) === e.before;
+    const gitSince = candidates.map(since).find((s, i) => s !== null && !payloadKnows(candidates[i]!)) ?? null;
     let gitChanged: string[] | null = null;
     const triggers = (l: PolledLink) =>
       commitTriggers(
-        payloadKnows(l) ? e.files : l.lastCommitSha === gitSince ? gitChanged : null,
+        payloadKnows(l) ? e.files : since(l) === gitSince ? gitChanged : null,
         l.triggerPaths,
         l.workingDirectory,
       );
