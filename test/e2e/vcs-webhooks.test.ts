@@ -343,6 +343,18 @@ test("a pull request plans speculatively; a new commit supersedes its plan still
   const older = (await deliveriesOf("gh")).find((d) => d.deliveryId === opened.deliveryId);
   assert.equal(older?.outcomes[0]?.outcome, "superseded");
   assert.match(older?.outcomes[0]?.detail ?? "", new RegExp(`by run ${runB}`));
+  // The older commit's delivery, late (deliveries come in any order): it plans nothing and leaves
+  // the newer plan alone.
+  const late = await send("gh", {
+    provider: "github",
+    event: "pull_request",
+    body: githubPullRequest("synchronize", "org/app", { ...pr, headSha: f1.id }),
+  });
+  assert.deepEqual(
+    (await processed("gh", late)).outcomes.map((o) => [o.outcome, o.detail]),
+    [["superseded", `the pull request has moved on to ${f2.id.slice(0, 12)}`]],
+  );
+  assert.equal((await runsOf("app")).find((r) => r.id === runB)?.status, "queued");
 
   // A closed (merged) pull request starts nothing; its merge's push is what applies.
   const closed = await send("gh", {
@@ -363,7 +375,7 @@ test("a pull request plans speculatively; a new commit supersedes its plan still
   const cased = await send("gh", {
     provider: "github",
     event: "pull_request",
-    body: githubPullRequest("opened", "ORG/App", { ...pr, number: 9, head: "feature-cased", headSha: f2.id }),
+    body: githubPullRequest("opened", "ORG/App", { ...pr, number: 9, headSha: f2.id }),
   });
   const casedOutcome = (await processed("gh", cased)).outcomes[0];
   assert.equal(casedOutcome?.outcome, "started", casedOutcome?.detail ?? "");

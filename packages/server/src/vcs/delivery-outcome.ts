@@ -52,6 +52,28 @@ export function pullRequestTargets(
   return { out, targeted };
 }
 
+/**
+ * The outcomes of a pull request whose head branch has moved past the delivery's commit, or null
+ * when it has not. Deliveries come in any order, and a plan of the older commit would cancel the
+ * newer one's. A failed look fails the delivery for every link.
+ */
+export async function pullRequestMovedOn(
+  e: PullRequestEvent,
+  targeted: PolledLink[],
+  headOf: () => Promise<string | null>,
+  reasonOf: (err: unknown) => string,
+): Promise<OutcomeInput[] | null> {
+  let head: string | null;
+  try {
+    head = await headOf();
+  } catch (err) {
+    return targeted.map((l) => outcome(l, "fetch_failed", null, reasonOf(err)));
+  }
+  if (head === e.headSha) return null;
+  const detail = `the pull request has moved on to ${head === null ? "nothing (its branch is gone)" : short(head)}`;
+  return targeted.map((l) => outcome(l, "superseded", null, detail));
+}
+
 /** What another delivery or the poller did first: a run of the commit, or its claim. */
 export const alreadyStarted = (l: PolledLink): OutcomeInput =>
   outcome(l, "already_started", null, "another delivery or the poller took this commit");

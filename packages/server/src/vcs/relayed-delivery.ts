@@ -7,7 +7,15 @@ import type { StoreContext } from "../store/context.js";
 import type { OutcomeInput } from "../store/vcs-deliveries.js";
 import { UntakenVcsTaskError } from "../store/vcs-tasks.js";
 import { recordVcsError, type PolledLink } from "../store/workspace-vcs.js";
-import { outcome, permanent, pullRequestTargets, pushCandidates, seenWithoutRun, short } from "./delivery-outcome.js";
+import {
+  outcome,
+  permanent,
+  pullRequestMovedOn,
+  pullRequestTargets,
+  pushCandidates,
+  seenWithoutRun,
+  short,
+} from "./delivery-outcome.js";
 import type { FetchedCommit, VcsReach } from "./relay.js";
 import type { PullRequestEvent, PushEvent } from "./webhook-events.js";
 
@@ -92,6 +100,13 @@ export async function relayedPullRequest(
 ): Promise<OutcomeInput[]> {
   const { out, targeted } = pullRequestTargets(e, links);
   if (targeted.length === 0) return out;
+  const moved = await pullRequestMovedOn(
+    e,
+    targeted,
+    () => reach.branchHead(e.repository, e.headBranch, d.signal),
+    (err) => redact(messageOf(err), reach.secrets),
+  );
+  if (moved !== null) return [...out, ...moved];
   let since: string | null;
   try {
     since = e.baseSha ?? (await reach.branchHead(e.repository, e.baseBranch, d.signal));

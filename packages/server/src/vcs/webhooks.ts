@@ -25,6 +25,7 @@ import {
   alreadyStarted,
   outcome,
   permanent,
+  pullRequestMovedOn,
   pullRequestTargets,
   pushCandidates,
   seenWithoutRun,
@@ -258,6 +259,18 @@ export class WebhookProcessor {
   private async pullRequest(access: GitAccess, e: PullRequestEvent, links: PolledLink[]): Promise<OutcomeInput[]> {
     const { out, targeted } = pullRequestTargets(e, links);
     if (targeted.length === 0) return out;
+    const moved = await pullRequestMovedOn(
+      e,
+      targeted,
+      () =>
+        branchHead(access, e.repository, e.headBranch, {
+          deadlines: this.o.deadlines,
+          workDir: this.o.workDir,
+          signal: this.shutdown.signal,
+        }),
+      (err) => redact(messageOf(err), secretsOf(access)),
+    );
+    if (moved !== null) return [...out, ...moved];
     let changed: string[] | null = null;
     const triggers = (l: PolledLink) => commitTriggers(changed, l.triggerPaths, l.workingDirectory);
     let archive: CommitArchive | null;
