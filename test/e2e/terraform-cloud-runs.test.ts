@@ -26,8 +26,12 @@ variable "greeting" {
   type    = string
   default = "hello"
 }
+variable "b-input" {
+  type    = string
+  default = "b"
+}
 resource "terraform_data" "a" { input = var.greeting }
-resource "terraform_data" "b" { input = "b" }
+resource "terraform_data" "b" { input = var.b-input }
 output "greeting" { value = var.greeting }
 `;
 
@@ -115,8 +119,9 @@ describe("terraform with a cloud block runs remotely on Drover", () => {
   });
 
   test("-auto-approve with -var and -target: only the target changes, to the run's value", async () => {
+    // A variable's name may hold '-', as terraform's own names may.
     const apply = await tc.terraform(
-      ["apply", "-auto-approve", "-var", "greeting=bonjour", "-target=terraform_data.a"],
+      ["apply", "-auto-approve", "-var", "greeting=bonjour", "-var", "b-input=b", "-target=terraform_data.a"],
       dir,
     );
     assert.equal(apply.code, 0, apply.output);

@@ -35,6 +35,15 @@ variable "creds" {
 variable "plain" {
   type = string
 }
+variable "deploy-name" {
+  type = string
+}
+variable "deploy-zones" {
+  type = list(string)
+}
+output "deploy" {
+  value = "\${var.deploy-name} in \${join(",", var.deploy-zones)}"
+}
 resource "terraform_data" "x" {
   input = var.tags
 }
@@ -79,6 +88,15 @@ test("set-var --hcl: a map, a list and an object reach terraform typed; sensitiv
   await setVar("typed", `creds={user = "admin", token = "${secret}"}`, "--hcl", "--sensitive");
   // Without --hcl the same text stays a string, as before.
   await setVar("typed", 'plain={a="b"}');
+  // Terraform's names may hold '-'; an environment variable's may not.
+  await setVar("typed", "deploy-name=blue");
+  await setVar("typed", 'deploy-zones=["eu-1", "eu-2"]', "--hcl");
+  const env = await stack.server.api(routes.setVariable, {
+    params: { ws: "typed", key: "MY-VAR" },
+    body: { value: "1", kind: "env" },
+  });
+  assert.equal(env.status, 400);
+  assert.match(env.body.message, /"MY-VAR" is not an environment variable name/);
 
   const shown = await stack.cli(["workspace", "show", "typed"]);
   assert.match(shown.stdout, /KEY\s+KIND\s+HCL\s+VALUE/);
@@ -108,6 +126,7 @@ test("set-var --hcl: a map, a list and an object reach terraform typed; sensitiv
   assert.equal(byName.db_port.value, 5433);
   assert.deepEqual(byName.untyped_keys.value, ["k1", "k2"], "an untyped variable gets the map, not a string");
   assert.equal(byName.plain.value, '{a="b"}');
+  assert.equal(byName.deploy.value, "blue in eu-1,eu-2");
   // Built from a sensitive variable: sensitive whatever the configuration says, and hidden.
   assert.equal(byName.token.sensitive, true);
   assert.equal(byName.token.value, null);

@@ -29,6 +29,12 @@ test("stored run variables: checked keys, one value each, no control characters"
       () => store.storedRunVariables(vars),
       (err: unknown) => err instanceof DroverError && err.code === "bad_request" && message.test(err.message),
     );
+  // terraform's names may hold '-' (`variable "my-var"`), not start with it or a digit.
+  assert.deepEqual(JSON.parse(store.storedRunVariables([{ key: "my-var", value: '"x"' }]) ?? ""), [
+    { key: "my-var", value: '"x"' },
+  ]);
+  refused([{ key: "-x", value: "1" }], /not a valid name/);
+  refused([{ key: "1x", value: "1" }], /not a valid name/);
   refused([{ key: "a b", value: "1" }], /not a valid name/);
   refused([{ key: "../x", value: "1" }], /not a valid name/);
   refused(

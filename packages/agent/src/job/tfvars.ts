@@ -1,13 +1,10 @@
-import { DroverError, hasControlChars, type JobVariable } from "@drover/protocol";
+import { DroverError, hasControlChars, terraformVariableNamePattern, type JobVariable } from "@drover/protocol";
 
 /** A file the agent writes beside the configuration for terraform to load automatically. */
 export interface TfvarsFile {
   name: string;
   content: string;
 }
-
-/** A key the server accepts; anything else must not reach a file name or an HCL line. */
-const keyPattern = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
 /**
  * The tfvars files of a job's terraform variables. String values go in one JSON file, where
@@ -27,7 +24,8 @@ export function tfvarsFiles(variables: readonly JobVariable[]): TfvarsFile[] {
       content: JSON.stringify(Object.fromEntries(strings.map((v) => [v.key, v.value])), null, 2),
     });
   for (const v of tf.filter((x) => x.hcl)) {
-    if (!keyPattern.test(v.key))
+    // A name the server accepts; anything else must not reach a file name or an HCL line.
+    if (!terraformVariableNamePattern.test(v.key))
       throw new DroverError("bad_request", `the variable key ${JSON.stringify(v.key)} is not valid`);
     // The server refuses these; an agent does not rely on that for what reaches terraform.
     // Tabs are HCL whitespace; any other control character could end the assignment's line.

@@ -224,11 +224,23 @@ export const setVariableSchema = z.object({
     .default(false)
     .describe('terraform variables: the value is one line of HCL (`{a = "b"}`, `[1, 2]`), passed to terraform typed'),
 });
+/**
+ * A terraform variable's name as terraform takes it: letters, digits, '_' and '-', not starting
+ * with a digit or '-'. Variables a run brings (`-var my-var=…` through the cloud block) use it.
+ */
+export const terraformVariableNamePattern = /^[A-Za-z_][A-Za-z0-9_-]*$/;
+
 export const variableKeySchema = z
   .string()
   .min(1)
   .max(128)
-  .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, "a variable key is letters, digits and '_', not starting with a digit");
+  .regex(
+    terraformVariableNamePattern,
+    "a variable key is letters, digits, '_' and '-' (terraform variables only), not starting with a digit or '-'",
+  );
+
+/** An environment variable's name: letters, digits and '_', not starting with a digit. */
+export const envVariableNamePattern = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
 export const configurationVersionSchema = z.object({
   id: z.string(),

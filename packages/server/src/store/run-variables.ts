@@ -1,4 +1,4 @@
-import { DroverError, hasControlChars, type JobVariable } from "@drover/protocol";
+import { DroverError, hasControlChars, terraformVariableNamePattern, type JobVariable } from "@drover/protocol";
 import type { StoreContext } from "./context.js";
 import { variablesForJob } from "./variables.js";
 
@@ -13,8 +13,6 @@ export interface RunVariable {
   key: string;
   value: string;
 }
-
-const keyPattern = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
 /**
  * terraform formats a map or an object value on several lines (`{\n  a = "b"\n}`), never with
@@ -41,7 +39,7 @@ export function storedRunVariables(variables: readonly RunVariable[]): string | 
   if (variables.length === 0) return null;
   const seen = new Set<string>();
   const stored = variables.map(({ key, value }) => {
-    if (!keyPattern.test(key))
+    if (!terraformVariableNamePattern.test(key))
       throw new DroverError("bad_request", `the run variable ${JSON.stringify(key)} is not a valid name`);
     if (seen.has(key)) throw new DroverError("bad_request", `the run variable ${key} is given twice`);
     seen.add(key);

@@ -1,4 +1,11 @@
-import { DroverError, hasControlChars, type JobVariable, type Variable, type VariableKind } from "@drover/protocol";
+import {
+  DroverError,
+  envVariableNamePattern,
+  hasControlChars,
+  type JobVariable,
+  type Variable,
+  type VariableKind,
+} from "@drover/protocol";
 import type { StoreContext } from "./context.js";
 import { iso } from "./context.js";
 import { getWorkspace } from "./workspaces.js";
@@ -32,6 +39,11 @@ export async function setVariable(
   input: { value: string; kind: VariableKind; sensitive: boolean; hcl?: boolean | undefined },
 ): Promise<Variable> {
   const hcl = input.hcl === true;
+  if (input.kind === "env" && !envVariableNamePattern.test(key))
+    throw new DroverError(
+      "bad_request",
+      `${JSON.stringify(key)} is not an environment variable name: letters, digits and '_' only`,
+    );
   if (hcl) checkHcl(key, input);
   const ws = await getWorkspace(ctx, workspace);
   const now = ctx.now();
