@@ -27,6 +27,11 @@ const config = {
     '  value     = "s3cret"',
     "  sensitive = true",
     "}",
+    // A long name: terraform asks for its value by an id that must still fit a URL path segment.
+    'output "database_cluster_primary_endpoint_admin_password_for_the_billing_app" {',
+    '  value     = "long-s3cret"',
+    "  sensitive = true",
+    "}",
     "",
   ].join("\n"),
 };
@@ -96,6 +101,7 @@ test("init by name creates the workspace; local execution keeps the state in Dro
   const outputs = JSON.parse(out.output) as Record<string, { value: unknown; sensitive: boolean }>;
   assert.equal(outputs.greeting?.value, "hello");
   assert.deepEqual([outputs.secret?.value, outputs.secret?.sensitive], ["s3cret", true]);
+  assert.equal(outputs.database_cluster_primary_endpoint_admin_password_for_the_billing_app?.value, "long-s3cret");
   // Drover lists an output holding a sensitive variable's value as sensitive; terraform then asks
   // for its value by id like any sensitive one, and prints it marked.
   assert.deepEqual([outputs.echo?.value, outputs.echo?.sensitive], ["hunter2-workspace-secret", true]);
@@ -107,6 +113,20 @@ test("init by name creates the workspace; local execution keeps the state in Dro
     tc.requests.some((r) => /\/state-version-outputs\/svo\./.test(r.url)),
     "the sensitive value was fetched",
   );
+
+  // The download URL is absolute, as every URL the API hands out (a relative one drops a path
+  // prefix of DROVER_PUBLIC_URL), and serves the state.
+  // eslint-disable-next-line no-restricted-globals
+  const current = await fetch(`${tc.stack.server.url}/api/v2/workspaces/${id}/current-state-version`, {
+    headers: { authorization: `Bearer ${tc.stack.server.adminToken}` },
+  });
+  const download = ((await current.json()) as { data: { attributes: Record<string, string> } }).data.attributes[
+    "hosted-state-download-url"
+  ];
+  assert.match(download ?? "", /^http:\/\/[^/]+\/api\/v2\/state-versions\/[^/]+\/download$/);
+  // eslint-disable-next-line no-restricted-globals
+  const downloaded = await fetch(download!, { headers: { authorization: `Bearer ${tc.stack.server.adminToken}` } });
+  assert.equal(((await downloaded.json()) as { serial: number }).serial, stored.serial);
 
   const list = await tc.terraform(["state", "list"], dir);
   assert.equal(list.code, 0, list.output);

@@ -68,6 +68,24 @@ for (const backend of backends) {
       );
     });
 
+    test("an upload that began before the expiry is not refused for the time its body took", async () => {
+      const key = await capability.capabilityKey(ctx);
+      const segment = capability.signCapability(key, upload("cv-slow"));
+      type Req = Parameters<typeof capability.requestCapability>[1];
+      const req = () => ({ method: "PUT", params: { capability: segment } }) as unknown as Req;
+      const slow = req();
+      // Checked as the request arrives (before its body), then again once the body is in.
+      await capability.requestCapability(ctx, slow, "configuration-versions", "cv-slow");
+      clock += 120_000;
+      const c = await capability.requestCapability(ctx, slow, "configuration-versions", "cv-slow");
+      assert.equal(c.id, "cv-slow");
+      // A request that arrives after the expiry is refused.
+      await assert.rejects(
+        capability.requestCapability(ctx, req(), "configuration-versions", "cv-slow"),
+        refused(/expired/),
+      );
+    });
+
     test("after its expiry it is refused, unless the object says it is still valid", async () => {
       const key = await capability.capabilityKey(ctx);
       const log = { method: "GET" as const, kind: "plans", id: "plan-1", expiresAt: clock + 1000 };

@@ -134,9 +134,13 @@ export async function usingCapability<T>(ctx: StoreContext, c: Capability, use: 
   }
 }
 
+/** When each request's capability was first checked: an upload's is checked again once its body is in. */
+const firstChecked = new WeakMap<FastifyRequest, number>();
+
 /**
- * The capability in `req`'s path (its `:capability` parameter), checked for `kind` and `id` now:
- * verifyCapability of the request as it came.
+ * The capability in `req`'s path (its `:capability` parameter), checked for `kind` and `id`:
+ * verifyCapability of the request as it came. Its expiry is judged at the request's first check,
+ * so an upload that began in time is not refused for the time its body took to arrive.
  */
 export async function requestCapability(
   ctx: StoreContext,
@@ -145,5 +149,7 @@ export async function requestCapability(
   id: string,
 ): Promise<Capability> {
   const segment = (req.params as { capability?: string }).capability ?? "";
-  return verifyCapability(await capabilityKey(ctx), segment, { method: req.method, kind, id, now: ctx.now() });
+  const now = firstChecked.get(req) ?? ctx.now();
+  firstChecked.set(req, now);
+  return verifyCapability(await capabilityKey(ctx), segment, { method: req.method, kind, id, now });
 }

@@ -1,4 +1,5 @@
 import { constants } from "node:buffer";
+import { createHash } from "node:crypto";
 import type { Output } from "@drover/protocol";
 import { z } from "zod";
 import type { HttpContext } from "../http/context.js";
@@ -115,7 +116,12 @@ function coarseType(type: unknown, value: unknown): string {
   return value === null ? "string" : typeof value === "boolean" ? "boolean" : typeof value;
 }
 
-const outputId = (versionId: string, name: string) => `svo.${versionId}.${Buffer.from(name).toString("base64url")}`;
+/**
+ * An output's id: its state version and a digest of its name, short whatever the name's length
+ * (an id is a URL path segment, and the router refuses long ones).
+ */
+const outputId = (versionId: string, name: string) => `svo.${versionId}.${nameDigest(name)}`;
+const nameDigest = (name: string) => createHash("sha256").update(name).digest("base64url").slice(0, 22);
 
 function outputResource(versionId: string, o: Output, reveal: boolean): ResourceObject {
   return {
@@ -131,7 +137,8 @@ function outputResource(versionId: string, o: Output, reveal: boolean): Resource
   };
 }
 
-async function versionResource(ctx: StoreContext, v: VersionRow): Promise<ResourceObject> {
+async function versionResource(http: HttpContext, v: VersionRow): Promise<ResourceObject> {
+  const ctx = http.store;
   const outputs = await outputsOf(ctx, v);
   return {
     id: v.id,
@@ -142,7 +149,8 @@ async function versionResource(ctx: StoreContext, v: VersionRow): Promise<Resour
       status: "finalized",
       md5: Buffer.from(v.md5, "base64").toString("hex"),
       size: v.size,
-      "hosted-state-download-url": `${tfeApi}/state-versions/${v.id}/download`,
+      // Absolute, as every URL handed out: a relative one loses a DROVER_PUBLIC_URL path prefix.
+      "hosted-state-download-url": `${http.publicUrl()}${tfeApi}/state-versions/${v.id}/download`,
       "resources-processed": true,
     },
     relationships: {
@@ -176,7 +184,7 @@ export function registerStateRoutes(serve: TfeRegistrar, http: HttpContext): voi
       lockId: writerLockId(w, caller.tokenId),
       runId: null,
     });
-    return created(one(await versionResource(ctx, await versionById(ctx, written.id))));
+    return created(one(await versionResource(http, await versionById(ctx, written.id))));
   });
 
   serve(stateRoutes.currentStateVersion, async ({ params, caller }) => {
@@ -184,11 +192,11 @@ export function registerStateRoutes(serve: TfeRegistrar, http: HttpContext): voi
     await checkReadable(ctx, caller, w.ws.id, () => noWorkspace(params.id));
     const v = await currentVersion(ctx, w.ws.id);
     if (!v) throw new JsonApiError(404, "not found", `workspace ${w.ws.name} has no state yet`);
-    return ok(one(await versionResource(ctx, v)));
+    return ok(one(await versionResource(http, v)));
   });
 
   serve(stateRoutes.readStateVersion, async ({ params }) =>
-    ok(one(await versionResource(ctx, await versionById(ctx, params.id ?? "")))),
+    ok(one(await versionResource(http, await versionById(ctx, params.id ?? "")))),
   );
 
   serve(stateRoutes.downloadStateVersion, async ({ params, caller }) => {
@@ -214,11 +222,10 @@ export function registerStateRoutes(serve: TfeRegistrar, http: HttpContext): voi
   });
 
   serve(stateRoutes.readStateVersionOutput, async ({ params }) => {
-    const [prefix, versionId, encoded] = (params.id ?? "").split(".");
+    const [prefix, versionId, digest] = (params.id ?? "").split(".");
     const missing = () => new JsonApiError(404, "not found", `no state version output ${JSON.stringify(params.id)}`);
-    if (prefix !== "svo" || !versionId || encoded === undefined) throw missing();
-    const name = Buffer.from(encoded, "base64url").toString("utf8");
-    const output = (await outputsOf(ctx, await versionById(ctx, versionId))).find((o) => o.name === name);
+    if (prefix !== "svo" || !versionId || digest === undefined) throw missing();
+    const output = (await outputsOf(ctx, await versionById(ctx, versionId))).find((o) => nameDigest(o.name) === digest);
     if (!output) throw missing();
     return ok(one(outputResource(versionId, output, true)));
   });
