@@ -26,6 +26,18 @@ export interface AppOptions {
   onRoute?: (method: string, path: string) => void;
   /** Keep-alive interval of the live event stream (default 25 s). */
   liveKeepAliveMs?: number;
+  /** How long a connection may be silent both ways before it is closed (default: idleConnectionMs()). */
+  idleConnectionMs?: number;
+}
+
+/**
+ * How long a connection may send and receive nothing before the server closes it: a client that
+ * stalls mid-upload would otherwise hold its socket and spool file for ever. Longer than any wait
+ * of a handler: long-polls answer within a minute, a call relayed to a VCS agent within
+ * DROVER_VCS_AGENT_TASK_SECONDS.
+ */
+export function idleConnectionMs(vcsAgentTaskMs = 300_000): number {
+  return Math.max(15 * 60_000, vcsAgentTaskMs + 60_000);
 }
 
 /** Builds the Fastify application: user API, agent protocol, state backend, health and metrics. */
@@ -42,6 +54,7 @@ export function buildApp(
     bodyLimit: 1024 * 1024,
     return503OnClosing: true,
     forceCloseConnections: true,
+    connectionTimeout: options.idleConnectionMs ?? idleConnectionMs(http.vcsAgentTaskMs),
     ...(tls ? { https: { cert: readFileSync(tls.certFile), key: readFileSync(tls.keyFile) } } : {}),
   }) as unknown as FastifyInstance;
   const onRoute = options.onRoute;

@@ -56,7 +56,7 @@ export function spoolBodies(scope: FastifyInstance, contentTypes: string | strin
 /**
  * Fastify answers a failed body with `connection: close`. For a body refused mid-stream that
  * close would race the client's bytes still in flight; the connection instead stays open while
- * the rest is dropped, bounded by the server's request timeout, and the client closes it.
+ * the rest is dropped until the client closes it (or stalls past the server's idle timeout).
  */
 function keepRefusedConnectionsOpen(scope: FastifyInstance): void {
   scope.addHook("onSend", async (request, reply) => {
