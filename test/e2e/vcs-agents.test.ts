@@ -14,6 +14,7 @@ import { startGithubApi, type GithubApi } from "../support/github-api.js";
 import { lookUntil } from "../support/poll.js";
 import { freePort, spawnDrover, type Proc } from "../support/processes.js";
 import { startStack, type Stack } from "../support/stack.js";
+import { startTcpProxy } from "../support/tcp-proxy.js";
 import { linkArgs, viaPoolConnectArgs } from "../support/vcs-cli.js";
 
 /*
@@ -332,12 +333,66 @@ test("the webhook listener forwards verified deliveries once and refuses the res
   assert.deepEqual(await store.listVcsDeliveries(stack.server.store, connection.id), []);
   assert.equal((await post("/hooks/gh", { ...signed, "x-hub-signature-256": signature })).status, 202);
   assert.equal((await post("/hooks/gh", { ...signed, "x-hub-signature-256": signature })).status, 202);
-  // Stored once, as the server's own webhook route stores deliveries.
+  // Both forwarded from the agent's spool; stored once, as the server's own webhook route stores deliveries.
+  await waitFor("the agent's spool to empty", async () =>
+    readdirSync(join(vcsDataDir("hooks"), "vcs-deliveries")).length === 0 ? true : undefined,
+  );
   const kept = await store.listVcsDeliveries(stack.server.store, connection.id);
   assert.deepEqual(
     kept.map((d) => [d.deliveryId, d.event]),
     [["delivery-1", "push"]],
   );
+});
+
+test("deliveries a VCS agent takes while the server is unreachable are kept on disk and forwarded after a restart", async () => {
+  const proxy = await startTcpProxy(stack.server.url);
+  try {
+    const body = JSON.stringify({ zen: "Keep it logically awesome.", hook_id: 1 });
+    const deliverTo = (port: number) =>
+      // eslint-disable-next-line no-restricted-globals -- the VCS agent's webhook listener, not the Drover server
+      fetch(`http://127.0.0.1:${port}/hooks/gh`, {
+        method: "POST",
+        headers: {
+          "content-type": "application/json",
+          "x-github-event": "ping",
+          "x-github-delivery": "delivery-kept",
+          "x-hub-signature-256": `sha256=${createHmac("sha256", hookSecret).update(body).digest("hex")}`,
+        },
+        body,
+      });
+    const port = await freePort();
+    const first = await startVcsAgent("spooler", {
+      DROVER_URL: proxy.url,
+      DROVER_AGENT_VCS_WEBHOOK_PORT: String(port),
+      DROVER_AGENT_VCS_WEBHOOK_ADDRESS: "127.0.0.1",
+    });
+    await first.waitFor(/webhook listener ready/);
+    proxy.set("refuse");
+    assert.equal((await deliverTo(port)).status, 202, "taken while the server cannot be reached");
+    await first.waitFor(/forwarding a webhook delivery failed; kept/);
+    const connection = await store.getVcsConnection(stack.server.store, "gh");
+    const stored = async () =>
+      (await store.listVcsDeliveries(stack.server.store, connection.id)).find((d) => d.deliveryId === "delivery-kept");
+    assert.equal(await stored(), undefined);
+    await first.stop("SIGTERM");
+    assert.equal(readdirSync(join(vcsDataDir("spooler"), "vcs-deliveries")).length, 1, "kept on disk");
+
+    // The server reachable again, and another agent process on the same data dir: forwarded.
+    proxy.set("open");
+    const again = await startVcsAgent("spooler-again", {
+      DROVER_URL: proxy.url,
+      DROVER_AGENT_VCS_WEBHOOK_PORT: String(await freePort()),
+      DROVER_AGENT_VCS_WEBHOOK_ADDRESS: "127.0.0.1",
+    });
+    const delivery = await waitFor("the kept delivery at the server", stored);
+    assert.equal(delivery.event, "ping");
+    await waitFor("the spool to empty", async () =>
+      readdirSync(join(vcsDataDir("spooler"), "vcs-deliveries")).length === 0 ? true : undefined,
+    );
+    await again.stop("SIGTERM");
+  } finally {
+    await proxy.close();
+  }
 });
 
 test("a pull request delivered to a VCS agent's listener plans at once, fetched through the agents", async () => {

@@ -3,3 +3,4 @@ export { loadVcsAgentConfig, parseVcsConnections, type AgentVcsConnection, type 
 export { checkedTask, runTask, type TaskContext, type TaskEnd } from "./tasks.js";
 export { runVcsAgent, VcsAgent, type VcsAgentOptions } from "./vcs-agent.js";
 export { startWebhookListener, verifiedDelivery, type Delivery } from "./webhooks.js";
+export { DeliverySpool, type DeliverySpoolOptions } from "./delivery-spool.js";

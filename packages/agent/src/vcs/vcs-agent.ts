@@ -7,8 +7,9 @@ import { closeHealthServer, startHealthServer } from "../health.js";
 import { AgentClient, withRetry } from "../session/client.js";
 import { PoolSession, TokenRefusedError } from "../session/pool-session.js";
 import type { AgentVcsConnection, VcsAgentConfig } from "./config.js";
+import { DeliverySpool } from "./delivery-spool.js";
 import { checkedTask, runTask, type TaskEnd } from "./tasks.js";
-import { startWebhookListener } from "./webhooks.js";
+import { startWebhookListener, type Delivery } from "./webhooks.js";
 
 /*
  * `drover agent vcs`: the run agents' pool session with a `vcs` pool's token, long-polling for
@@ -36,6 +37,8 @@ export class VcsAgent {
   webhookUrl: string | undefined;
   /** Where fetches make their directories: `<data dir>/vcs-work`, emptied when the agent starts. */
   readonly workDir: string;
+  /** Webhook deliveries waiting for the server: `<data dir>/vcs-deliveries`, kept across restarts. */
+  readonly spool: DeliverySpool;
 
   constructor(
     readonly config: VcsAgentConfig,
@@ -45,6 +48,11 @@ export class VcsAgent {
     const a = config.agent;
     this.workDir = join(a.dataDir, "vcs-work");
     this.client = new AgentClient(a.url, a.caCertPem);
+    this.spool = new DeliverySpool({
+      dir: join(a.dataDir, "vcs-deliveries"),
+      forward: (delivery, signal) => this.forward(delivery, signal),
+      log,
+    });
     this.session = new PoolSession<VcsTaskEnvelope>({
       client: this.client,
       poolToken: a.token,
@@ -68,6 +76,8 @@ export class VcsAgent {
         return answer.task;
       },
       onJob: (task) => void this.handle(task),
+      // Deliveries kept while the server could not be reached go now.
+      onRegistered: () => this.spool.kick(),
     });
   }
 
@@ -84,21 +94,29 @@ export class VcsAgent {
         );
       });
       if (left.length > 0) this.log.info({ removed: left }, "removed the fetch directories an earlier VCS agent left");
-      if (!(await this.session.start())) return 0;
-      const a = this.config.agent;
-      if (a.healthPort > 0) health = await startHealthServer(a.healthPort, this.healthSource(), a.healthAddress);
+      // Deliveries are taken before the server is reached: they wait on disk until it is.
       if (this.config.webhookPort > 0) {
+        await this.spool.start().catch((err: unknown) => {
+          throw new DroverError(
+            "invalid_setting",
+            `the VCS agent keeps webhook deliveries in ${join(this.config.agent.dataDir, "vcs-deliveries")}, which it cannot use: ${messageOf(err)}`,
+            { hint: "Give it a writable data dir of its own with --data-dir (DROVER_AGENT_DATA_DIR)." },
+          );
+        });
         hooks = await startWebhookListener({
           port: this.config.webhookPort,
           address: this.config.webhookAddress,
           connections: this.config.connections,
           log: this.log,
-          forward: (delivery, signal) => this.forward(delivery, signal),
+          accept: (delivery) => this.spool.accept(delivery),
         });
         const addr = hooks.address();
         this.webhookUrl = typeof addr === "object" && addr ? `http://${addr.address}:${addr.port}` : undefined;
         this.log.info({ port: typeof addr === "object" && addr ? addr.port : undefined }, "webhook listener ready");
       }
+      if (!(await this.session.start())) return 0;
+      const a = this.config.agent;
+      if (a.healthPort > 0) health = await startHealthServer(a.healthPort, this.healthSource(), a.healthAddress);
       await this.session.poll();
       await this.drain();
       await this.session.deregister(AbortSignal.timeout(5_000)).catch(() => undefined);
@@ -109,6 +127,7 @@ export class VcsAgent {
     } finally {
       await this.session.stop();
       for (const c of this.running.values()) c.abort();
+      await this.spool.stop();
       await closeHealthServer(hooks);
       await closeHealthServer(health);
     }
@@ -159,10 +178,7 @@ export class VcsAgent {
     };
   }
 
-  private async forward(
-    delivery: { connection: string; event: string; deliveryId: string; body: Buffer },
-    signal: AbortSignal,
-  ): Promise<void> {
+  private async forward(delivery: Delivery, signal: AbortSignal): Promise<void> {
     const token = this.session.sessionToken;
     if (token === undefined) throw new Error("not registered with the server yet");
     await this.client.call(routes.forwardVcsWebhook, {

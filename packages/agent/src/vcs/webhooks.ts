@@ -7,8 +7,9 @@ import type { AgentVcsConnection } from "./config.js";
 /*
  * The VCS agent's webhook listener, inside the private network: the VCS delivers here, the agent
  * verifies each delivery with the connection's webhook secret from its own configuration (GitHub's
- * X-Hub-Signature-256, GitLab's X-Gitlab-Token), and forwards only verified ones to the server.
- * The answer waits for the server to take the delivery, so a VCS retries one that did not reach it.
+ * X-Hub-Signature-256, GitLab's X-Gitlab-Token) and keeps only verified ones, on disk, for the
+ * server (delivery-spool.ts). The 202 comes once the delivery is kept, whether or not the server
+ * can be reached just then.
  */
 
 export interface Delivery {
@@ -23,7 +24,8 @@ export interface WebhookListenerOptions {
   address: string | undefined;
   connections: ReadonlyMap<string, AgentVcsConnection>;
   log: Logger;
-  forward(delivery: Delivery, signal: AbortSignal): Promise<void>;
+  /** Keeps a verified delivery for the server; false when it cannot (the spool is full). */
+  accept(delivery: Delivery): Promise<boolean>;
 }
 
 /** The delivery's event and id when it carries a valid signature or token for `c`; undefined otherwise. */
@@ -71,13 +73,19 @@ export async function startWebhookListener(o: WebhookListenerOptions): Promise<S
       if (body === undefined) return answer(res, 413, "delivery too large");
       const verified = verifiedDelivery(connection, req, body);
       if (!verified) return refused(match[1]);
+      const where = { connection: match[1], delivery: verified.deliveryId, event: verified.event };
+      let kept: boolean;
       try {
-        await o.forward({ connection: match[1], ...verified, body }, AbortSignal.timeout(10_000));
+        kept = await o.accept({ connection: match[1], ...verified, body });
       } catch (err) {
-        o.log.warn({ connection: match[1], delivery: verified.deliveryId, err: messageOf(err) }, "forwarding failed");
-        return answer(res, 503, "the Drover server did not take the delivery; retry");
+        o.log.error({ ...where, err: messageOf(err) }, "a webhook delivery could not be kept");
+        return answer(res, 503, "the delivery could not be kept; retry");
       }
-      o.log.info({ connection: match[1], delivery: verified.deliveryId, event: verified.event }, "webhook forwarded");
+      if (!kept) {
+        o.log.warn(where, "webhook delivery refused: the deliveries kept for the server fill the spool");
+        return answer(res, 503, "too many deliveries wait for the Drover server; retry");
+      }
+      o.log.info(where, "webhook delivery kept for the server");
       answer(res, 202, "accepted");
     })().catch(() => answer(res, 500, "internal error"));
   });

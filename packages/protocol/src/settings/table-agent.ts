@@ -86,7 +86,7 @@ export const agentSettings = {
   }),
   DROVER_AGENT_DATA_DIR: setting({
     flag: "--data-dir",
-    doc: "per-run work dirs, removed after each run; `drover agent vcs` fetches in its `vcs-work` folder, emptied when the agent starts",
+    doc: "per-run work dirs, removed after each run; `drover agent vcs` fetches in its `vcs-work` folder, emptied when the agent starts, and keeps webhook deliveries for the server in `vcs-deliveries`",
     default: "/var/lib/drover/data",
     readers: agents,
     parse: localDirectory,
