@@ -239,6 +239,28 @@ test("unlinking deletes the webhook", async () => {
   assert.equal(gh.calls[gh.calls.length - 1]!.method, "DELETE");
 });
 
+test("workspaces linked to one repository at once share one webhook", async () => {
+  const names = ["par-0", "par-1", "par-2", "par-3"];
+  for (const name of names) await stack.server.api(routes.createWorkspace, { body: { name, pool: stack.pool } });
+  const linked = await Promise.all(
+    names.map((ws) =>
+      stack.server.api(routes.linkWorkspaceVcs, {
+        params: { ws },
+        body: { connection: "gh", repository: "org/infra", branch: "main", triggerPaths: [] },
+      }),
+    ),
+  );
+  const hooks = [...gh.repos.get("org/infra")!.hooks.keys()];
+  assert.equal(hooks.length, 1);
+  for (const res of linked) {
+    assert.equal(res.status, 200, JSON.stringify(res.body));
+    assert.deepEqual([res.body.webhookId, res.body.webhook?.registered], [hooks[0], true], JSON.stringify(res.body));
+  }
+  for (const ws of names) await stack.server.api(routes.unlinkWorkspaceVcs, { params: { ws } });
+  assert.equal(gh.repos.get("org/infra")!.hooks.size, 0, "the last unlink deleted it");
+  assert.deepEqual(gh.invalid, []);
+});
+
 test("when the token may not manage webhooks, linking still links and says exactly what to register", async () => {
   gh.state.forbidHooks = true;
   try {

@@ -263,6 +263,13 @@ export async function startGithubApi(options: GithubApiOptions) {
         const p = "/repos/{owner}/{repo}/hooks";
         if (state.forbidHooks) return error(res, p, method, 403, "Resource not accessible by personal access token");
         const b = body as { events: string[]; config: { url: string; secret: string; content_type: string } };
+        // GitHub keeps one hook per URL: a second is refused as a validation failure.
+        if ([...repo.hooks.values()].some((h) => h.url === b.config.url))
+          return answer(res, [p, method, "422"], 422, {
+            message: "Validation Failed",
+            errors: [{ resource: "Hook", code: "custom", message: "Hook already exists on this repository" }],
+            documentation_url: "https://docs.github.com/rest/repos/webhooks#create-a-repository-webhook",
+          });
         const id = state.nextId++;
         repo.hooks.set(id, {
           url: b.config.url,

@@ -36,11 +36,31 @@ export function webhookUrl(publicUrl: string, connection: string): string {
   return `${publicUrl.replace(/\/+$/, "")}${path}`;
 }
 
+/** The link in progress per connection and repository: links of one repository take turns. */
+const linking = new Map<string, Promise<unknown>>();
+
+/**
+ * Links a workspace and registers the repository's webhook, unless another link of the repository
+ * has one. Links of one repository are made one at a time, so workspaces linked at once share one
+ * webhook instead of each creating its own (GitHub refuses the second; GitLab keeps both and
+ * delivers every event twice).
+ */
 export async function linkWithWebhook(
   w: WebhookContext,
   workspace: string,
   input: LinkWorkspaceVcsInput,
 ): Promise<WorkspaceVcs> {
+  const key = `${input.connection}\0${input.repository.toLowerCase()}`;
+  const turn = (linking.get(key) ?? Promise.resolve()).catch(() => undefined).then(() => link(w, workspace, input));
+  linking.set(key, turn);
+  try {
+    return await turn;
+  } finally {
+    if (linking.get(key) === turn) linking.delete(key);
+  }
+}
+
+async function link(w: WebhookContext, workspace: string, input: LinkWorkspaceVcsInput): Promise<WorkspaceVcs> {
   const { ctx } = w;
   const before = await getWorkspaceVcs(ctx, workspace).catch(() => null);
   const link = await linkWorkspaceVcs(ctx, workspace, input);
