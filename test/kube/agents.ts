@@ -187,7 +187,9 @@ export async function startNodeModeAgents(
     async stop() {
       await agents.controller.stop("SIGKILL");
       await agents.nodeWorker.stop("SIGKILL");
-      rmSync(home, { recursive: true, force: true });
+      // A run pod of the test cluster may still be writing its last step files here until the
+      // cluster stops it: a directory that fills again as it is emptied is retried.
+      rmSync(home, { recursive: true, force: true, maxRetries: 10, retryDelay: 100 });
     },
   };
   await agentRegistered(stack, o.name);
