@@ -340,11 +340,29 @@ test("a variable is added and edited, a sensitive one never reaches the page", a
   await add.getByLabel("Value").fill("eu-west-1");
   await add.getByRole("button", { name: "Add variable" }).click();
   await page.getByRole("cell", { name: "eu-west-1" }).waitFor();
-  await page.getByRole("button", { name: "Edit region" }).click();
-  const edit = page.getByRole("form", { name: "Edit variable region" });
+  await page.getByRole("button", { name: "Edit terraform variable region" }).click();
+  const edit = page.getByRole("form", { name: "Edit terraform variable region" });
   await edit.getByLabel("Value").fill("us-east-2");
   await edit.getByRole("button", { name: "Save" }).click();
   await page.getByRole("cell", { name: "us-east-2" }).waitFor();
+
+  // An environment variable of the same key is another variable: deleting it leaves the terraform one.
+  await add.getByLabel("Key").fill("region");
+  await add.getByLabel("Value").fill("env-region");
+  await add.getByLabel("Kind").selectOption("env");
+  await add.getByRole("button", { name: "Add variable" }).click();
+  await page.getByRole("cell", { name: "env-region" }).waitFor();
+  await page
+    .getByRole("row", { name: /env-region/ })
+    .getByRole("button", { name: "Delete" })
+    .click();
+  await page.getByRole("button", { name: "Delete variable" }).click();
+  await page.getByRole("cell", { name: "env-region" }).waitFor({ state: "detached" });
+  const left = await stack.server.api(routes.listVariables, { params: { ws: "vars" } });
+  assert.deepEqual(
+    left.body.items.map((v: any) => [v.kind, v.key, v.value]),
+    [["terraform", "region", "us-east-2"]],
+  );
 
   await add.getByLabel("Key").fill("password");
   await add.getByLabel(/Sensitive/).check();

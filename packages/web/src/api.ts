@@ -169,7 +169,9 @@ export const api = {
     key: string,
     value: { value: string; kind: VariableKind; sensitive: boolean; hcl: boolean },
   ) => json<Variable>("PUT", `/api/v1/workspaces/${e(ws)}/vars/${e(key)}`, value),
-  deleteVariable: (ws: string, key: string) => call("DELETE", `/api/v1/workspaces/${e(ws)}/vars/${e(key)}`),
+  /** Deletes one variable: a terraform variable and an environment variable may share a key. */
+  deleteVariable: (ws: string, key: string, kind: VariableKind) =>
+    call("DELETE", `/api/v1/workspaces/${e(ws)}/vars/${e(key)}${query({ kind })}`),
   outputs: (ws: string) => json<{ items: Output[] }>("GET", `/api/v1/workspaces/${e(ws)}/outputs`),
   stateVersions: (ws: string) => json<{ items: StateVersion[] }>("GET", `/api/v1/workspaces/${e(ws)}/state-versions`),
   stateVersionUrl: (id: string) => `/api/v1/state-versions/${e(id)}/download`,

@@ -7,7 +7,8 @@ import { useResource } from "../resource.js";
 /**
  * A workspace's variables. A sensitive value is write-only: the API never returns it, so the
  * page can only replace it; its field starts empty and is a password field. An HCL value is an
- * expression (a list, map or object) terraform receives typed.
+ * expression (a list, map or object) terraform receives typed. A variable is its kind and key:
+ * a terraform variable and an environment variable may share a key.
  */
 export function VariablesTab(props: { ws: Workspace }) {
   const vars = useResource(() => api.variables(props.ws.id), [props.ws.id]);
@@ -40,14 +41,14 @@ export function VariablesTab(props: { ws: Workspace }) {
             </thead>
             <tbody>
               {vars.data.items.map((v) =>
-                editing === v.key ? (
-                  <tr key={v.key}>
+                editing === identity(v) ? (
+                  <tr key={identity(v)}>
                     <td colSpan={6}>
                       <VariableForm ws={props.ws} existing={v} onDone={done} onCancel={() => setEditing(null)} />
                     </td>
                   </tr>
                 ) : (
-                  <tr key={v.key}>
+                  <tr key={identity(v)}>
                     <td>
                       <code>{v.key}</code>
                     </td>
@@ -58,17 +59,17 @@ export function VariablesTab(props: { ws: Workspace }) {
                       <Time at={v.updatedAt} />
                     </td>
                     <td class="actions">
-                      <button type="button" onClick={() => setEditing(v.key)} aria-label={`Edit ${v.key}`}>
+                      <button type="button" onClick={() => setEditing(identity(v))} aria-label={`Edit ${named(v)}`}>
                         Edit
                       </button>
                       <ConfirmButton
                         label="Delete"
-                        title={`Delete variable ${v.key}?`}
+                        title={`Delete ${named(v)}?`}
                         description="Runs that start after this no longer get it."
                         confirmLabel="Delete variable"
                         danger
                         onConfirm={async () => {
-                          await api.deleteVariable(props.ws.id, v.key);
+                          await api.deleteVariable(props.ws.id, v.key, v.kind);
                           vars.reload();
                         }}
                       />
@@ -86,6 +87,9 @@ export function VariablesTab(props: { ws: Workspace }) {
   );
 }
 
+const identity = (v: Variable) => `${v.kind}:${v.key}`;
+const named = (v: Variable) => `${v.kind === "env" ? "environment" : "terraform"} variable ${v.key}`;
+
 function VariableForm(props: { ws: Workspace; existing?: Variable; onDone: () => void; onCancel?: () => void }) {
   const old = props.existing;
   const [key, setKey] = useState(old?.key ?? "");
@@ -95,11 +99,11 @@ function VariableForm(props: { ws: Workspace; existing?: Variable; onDone: () =>
   const [hcl, setHcl] = useState(old?.hcl ?? false);
   const [error, setError] = useState<Error | null>(null);
   const [busy, setBusy] = useState(false);
-  const id = (field: string) => `var-${old?.key ?? "new"}-${field}`;
+  const id = (field: string) => `var-${old ? identity(old) : "new"}-${field}`;
   return (
     <form
       class="stacked-form"
-      aria-label={old ? `Edit variable ${old.key}` : "Add a variable"}
+      aria-label={old ? `Edit ${named(old)}` : "Add a variable"}
       onSubmit={later(async (e) => {
         e.preventDefault();
         setBusy(true);
@@ -125,7 +129,7 @@ function VariableForm(props: { ws: Workspace; existing?: Variable; onDone: () =>
         required
         readOnly={old !== undefined}
         onInput={(e) => setKey(e.currentTarget.value)}
-        pattern="[A-Za-z_][A-Za-z0-9_]*"
+        pattern={kind === "env" ? "[A-Za-z_][A-Za-z0-9_]*" : "[A-Za-z_][A-Za-z0-9_\\-]*"}
       />
       <label for={id("value")}>Value</label>
       {sensitive ? (
@@ -142,7 +146,13 @@ function VariableForm(props: { ws: Workspace; existing?: Variable; onDone: () =>
         <textarea id={id("value")} rows={2} value={value} onInput={(e) => setValue(e.currentTarget.value)} />
       )}
       <label for={id("kind")}>Kind</label>
-      <select id={id("kind")} value={kind} onChange={(e) => setKind(e.currentTarget.value as VariableKind)}>
+      {/* The kind is part of what the variable is: another kind is another variable, added below. */}
+      <select
+        id={id("kind")}
+        value={kind}
+        disabled={old !== undefined}
+        onChange={(e) => setKind(e.currentTarget.value as VariableKind)}
+      >
         <option value="terraform">terraform variable</option>
         <option value="env">environment variable</option>
       </select>
