@@ -582,6 +582,23 @@ test("the keyboard alone finds a workspace and opens and closes a confirmation",
 
 test("signing out ends the session: the page and the API refuse the old cookie", async () => {
   await page.goto(`${stack.server.url}/app`);
+  // Signed in again in another tab: the cookie now holds a new session, whose CSRF token this
+  // page has not seen. Its sign-out still ends that session.
+  const other = await context.newPage();
+  await other.goto(`${stack.server.url}/app`);
+  const again = await other.evaluate(
+    async ([path, token]) =>
+      (
+        await (globalThis as any).fetch(path, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ token }),
+        })
+      ).status,
+    [routes.createWebSession.path, stack.server.adminToken] as const,
+  );
+  assert.equal(again, 201);
+  await other.close();
   const cookie = (await context.cookies()).find((c) => c.name === "drover_session");
   assert.ok(cookie);
   await page.getByRole("button", { name: "Sign out" }).click();

@@ -63,10 +63,11 @@ async function unlessMissing<T>(request: Promise<T>): Promise<T | null> {
   }
 }
 
-async function call(method: Method, path: string, body?: unknown): Promise<Response> {
+async function call(method: Method, path: string, body?: unknown, retried = false): Promise<Response> {
   const headers: Record<string, string> = { accept: "application/json" };
   if (body !== undefined) headers["content-type"] = "application/json";
-  if (method !== "GET" && csrfToken !== null) headers[csrfHeader] = csrfToken;
+  const sent = csrfToken;
+  if (method !== "GET" && sent !== null) headers[csrfHeader] = sent;
   const res = await fetch(path, {
     method,
     headers,
@@ -75,6 +76,10 @@ async function call(method: Method, path: string, body?: unknown): Promise<Respo
     ...(body === undefined ? {} : { body: JSON.stringify(body) }),
   });
   if (res.ok) return res;
+  // Signing in again (in another tab) replaced the session and its CSRF token: a change refused
+  // for that is sent once more with the current session's token.
+  if (res.status === 403 && method !== "GET" && !retried && (await currentCsrfToken()) !== sent)
+    return call(method, path, body, true);
   let code = "internal";
   let message = `${res.status} ${res.statusText}`;
   try {
@@ -86,6 +91,14 @@ async function call(method: Method, path: string, body?: unknown): Promise<Respo
   }
   if (res.status === 401 && path !== sessionPath) for (const listener of signedOutListeners) listener();
   throw new ApiError(res.status, code, message);
+}
+
+/** The CSRF token of the session the browser's cookie holds now (kept for later calls), or null. */
+async function currentCsrfToken(): Promise<string | null> {
+  const res = await fetch(sessionPath, { credentials: "same-origin", cache: "no-store" }).catch(() => null);
+  if (!res?.ok) return null;
+  csrfToken = ((await res.json()) as WebSession).csrfToken;
+  return csrfToken;
 }
 
 async function json<T>(method: Method, path: string, body?: unknown): Promise<T> {

@@ -43,8 +43,18 @@ export function App() {
   if (session === "checking") return <Loading />;
   if (session === "signed-out") return <SignInPage onSignedIn={() => setSession("signed-in")} />;
   const signOut = async () => {
+    // The page says signed out only once the server has ended the session.
+    try {
+      await api.signOut();
+    } catch (err) {
+      setError(
+        new Error(
+          `Signing out failed, so the session may still be open: ${err instanceof Error ? err.message : String(err)}`,
+        ),
+      );
+      return;
+    }
     disconnectLive();
-    await api.signOut().catch(() => undefined);
     setSession("signed-out");
   };
   return (
