@@ -5,6 +5,7 @@ import {
   authErrors,
   commonErrors,
   DroverError,
+  maxWebhookBytes,
   routes,
   type AuthKind,
   type ErrorCode,
@@ -443,7 +444,7 @@ const routeCases: Case[] = [
       return as(undefined).call(routes.receiveVcsWebhook, {
         params: { connection },
         headers: { "x-hub-signature-256": `sha256=${"0".repeat(64)}` },
-        body: Buffer.alloc(5 * 1024 * 1024 + 1, 0x20),
+        body: Buffer.alloc(maxWebhookBytes + 1, 0x20),
       });
     },
   },
