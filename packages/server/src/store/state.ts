@@ -119,6 +119,26 @@ export async function writeState(ctx: StoreContext, input: WriteStateInput): Pro
         "the state has no `lineage` (a non-empty string) and `serial` (a non-negative integer): terraform sends both in every state; send a terraform state file",
       );
     }
+    // The same state again from the same writer (terraform's http backend sends a POST again
+    // after a reset or a 5xx, an agent retries its upload): the version it already made.
+    if (input.id === undefined) {
+      const latest = await trx
+        .selectFrom("state_versions")
+        .selectAll()
+        .where("workspace_id", "=", input.workspaceId)
+        .where("deleted_at", "is", null)
+        .orderBy("seq", "desc")
+        .limit(1)
+        .executeTakeFirst();
+      if (
+        latest !== undefined &&
+        latest.md5 === md5 &&
+        latest.serial === serial &&
+        latest.lineage === lineage &&
+        latest.run_id === input.runId
+      )
+        return toStateVersion(latest);
+    }
     // Compared with the newest version that has them: an encrypted state in between (which
     // carries neither) must not switch the checks off for the write after it.
     const current = await trx
