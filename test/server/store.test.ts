@@ -9,6 +9,7 @@ import { localEventBus, openDatabase, store, type Db, type StoreContext } from "
 import { backends, createTestDatabase, type TestDatabase } from "../support/databases.js";
 import { rawTarGz } from "../support/archives.js";
 import { loggingStatements } from "../support/statement-log.js";
+import { within } from "../support/poll.js";
 
 /** Expects a DroverError with this code. */
 async function rejectsWith(promise: Promise<unknown>, code: string): Promise<DroverError> {
@@ -907,6 +908,35 @@ for (const backend of backends) {
       } finally {
         ctx.events = realEvents;
       }
+    });
+
+    test("a run created while another transaction holds its workspace waits for it (PostgreSQL)", async (t) => {
+      if (backend !== "postgres") return t.skip("SQLite runs one transaction at a time");
+      // A run that ends frees the workspace and promotes the next pending run in one transaction
+      // that holds the workspace's row. A run created meanwhile must wait for that row: else it
+      // can commit after the promotion looked, and stay pending on a free workspace for ever.
+      const { ws, cv } = await fixture();
+      assert.equal((await newRun(ws.id, cv.id)).status, "queued", "the workspace's current run");
+      let release: () => void = () => undefined;
+      const released = new Promise<void>((r) => (release = r));
+      let held: () => void = () => undefined;
+      const holding = new Promise<void>((r) => (held = r));
+      // Held as the ending run's UPDATE of the workspace holds it (a run's insert, with its
+      // foreign key, does not wait for that lock by itself).
+      const holder = ctx.db.transaction().execute(async (trx) => {
+        await trx.selectFrom("workspaces").select("id").where("id", "=", ws.id).forNoKeyUpdate().execute();
+        held();
+        await released;
+      });
+      await holding;
+      const created = newRun(ws.id, cv.id);
+      try {
+        assert.equal(await within(created, 500), null, "the create waited for the workspace's row");
+      } finally {
+        release();
+        await holder;
+      }
+      assert.equal((await created).status, "pending", "behind the current run");
     });
 
     test("state: versions kept; the lock is idempotent for its holder and refuses others", async () => {

@@ -113,6 +113,11 @@ async function insertRun(
           .executeTakeFirst();
   const id = newId("run");
   const created = await inTransaction(ctx, async (trx, effects) => {
+    // On PostgreSQL the workspace's row is held from the start: a run ending meanwhile in another
+    // transaction frees the workspace either before this one looks, or after this run is
+    // committed, where its own promotion sees it. Else this run could stay pending for ever.
+    if (ctx.dialect === "postgres")
+      await trx.selectFrom("workspaces").select("id").where("id", "=", ws.id).forNoKeyUpdate().execute();
     if (claim && !(await claim(trx))) return false;
     const now = ctx.now();
     await trx
