@@ -675,6 +675,39 @@ for (const backend of backends) {
       assert.ok(Date.now() - started < 2_000, "the held heartbeat answered promptly");
     });
 
+    test("leases: a heartbeat that renews a lease while the sweep holds it listed keeps its job (PostgreSQL)", async (t) => {
+      if (backend !== "postgres") return t.skip("SQLite runs one transaction at a time");
+      const { agent, ws, cv } = await fixture();
+      await newRun(ws.id, cv.id);
+      const job = await claim(agent);
+      await store.startJob(ctx, await jobRow(job), "starter");
+      clock += 31_000;
+      // The renewal is in flight (its transaction holds the row) when the sweep lists the job.
+      let release: () => void = () => undefined;
+      const released = new Promise<void>((r) => (release = r));
+      let held: () => void = () => undefined;
+      const holding = new Promise<void>((r) => (held = r));
+      const renewal = ctx.db.transaction().execute(async (trx) => {
+        await trx
+          .updateTable("jobs")
+          .set({ lease_expires_at: clock + ctx.settings.leaseTtlMs })
+          .where("id", "=", job.jobId)
+          .execute();
+        held();
+        await released;
+      });
+      await holding;
+      const sweep = store.expireLeases(ctx);
+      try {
+        assert.equal(await within(sweep, 300), null, "the sweep waits for the renewal");
+      } finally {
+        release();
+        await renewal;
+      }
+      await sweep;
+      assert.equal((await store.getJob(ctx, job.jobId)).status, "running", "not lost: its lease was renewed");
+    });
+
     test("leases: an unstarted job is requeued and its old token fenced; a started one ends 'agent lost'", async () => {
       const { agent, ws, cv } = await fixture();
       const run = await newRun(ws.id, cv.id);

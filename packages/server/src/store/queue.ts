@@ -404,6 +404,17 @@ export async function expireLeases(ctx: StoreContext): Promise<{ requeued: numbe
   let lost = 0;
   for (const job of expired) {
     await inTransaction(ctx, async (trx, effects) => {
+      // Read again in the transaction (and held, on PostgreSQL): a heartbeat may have renewed
+      // the lease since the list was read, and a job whose lease holds is not lost.
+      let again = trx
+        .selectFrom("jobs")
+        .select("lease_expires_at")
+        .where("id", "=", job.id)
+        .where("status", "=", job.status)
+        .where("attempt", "=", job.attempt);
+      if (ctx.dialect === "postgres") again = again.forUpdate();
+      const lease = (await again.executeTakeFirst())?.lease_expires_at;
+      if (lease === undefined || lease === null || lease >= now) return;
       if (job.status === "assigned") {
         if (await moveJob(ctx, trx, job, "queued", { agent_id: null })) {
           requeued++;
