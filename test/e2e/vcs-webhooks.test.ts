@@ -563,30 +563,25 @@ test("a new link's first push is judged by its own change; a GitLab force push r
   await stack.server.api(routes.createWorkspace, { body: { name: "forced", pool: stack.pool, autoApply: true } });
   const base = commit(work, "main", "base", { "main.tf": tf("forced-base"), "README.md": "one\n" });
   await link("forced", "gl", "grp/forced", ["main.tf"]);
+  const pushed = async (before: string, after: string, commits: PushedCommit[]) =>
+    processed(
+      "gl",
+      await send("gl", {
+        provider: "gitlab",
+        event: "Push Hook",
+        body: gitlabPush("grp/forced", "main", before, after, commits),
+      }),
+    );
   // The link has seen no commit: the push's own change (README.md) triggers nothing; its commit is seen.
   const start = commit(work, "main", "readme", { "README.md": "one and a half\n" });
-  const first = await processed(
-    "gl",
-    await send("gl", {
-      provider: "gitlab",
-      event: "Push Hook",
-      body: gitlabPush("grp/forced", "main", base.id, start.id, [start]),
-    }),
-  );
+  const first = await pushed(base.id, start.id, [start]);
   assert.equal(first.outcomes[0]?.outcome, "paths_unmatched", JSON.stringify(first.outcomes));
   assert.equal(
     (await stack.server.api(routes.getWorkspaceVcs, { params: { ws: "forced" } })).body.lastCommitSha,
     start.id,
   );
   const changed = commit(work, "main", "change main.tf", { "main.tf": tf("forced-two") });
-  const second = await processed(
-    "gl",
-    await send("gl", {
-      provider: "gitlab",
-      event: "Push Hook",
-      body: gitlabPush("grp/forced", "main", start.id, changed.id, [changed]),
-    }),
-  );
+  const second = await pushed(start.id, changed.id, [changed]);
   assert.equal(second.outcomes[0]?.outcome, "started");
   await stack.waitForRun(second.outcomes[0]?.runId ?? "", ["applied"]);
   // Dropped by a force push: main.tf goes back as it was, though GitLab lists only the new
@@ -596,14 +591,7 @@ test("a new link's first push is judged by its own change; a GitLab force push r
   sh(work, "commit", "-q", "-am", "readme");
   sh(work, "push", "-q", "--force", "origin", "HEAD:main");
   const readme: PushedCommit = { id: sh(work, "rev-parse", "HEAD"), added: [], modified: ["README.md"], removed: [] };
-  const forced = await processed(
-    "gl",
-    await send("gl", {
-      provider: "gitlab",
-      event: "Push Hook",
-      body: gitlabPush("grp/forced", "main", changed.id, readme.id, [readme]),
-    }),
-  );
+  const forced = await pushed(changed.id, readme.id, [readme]);
   assert.equal(forced.outcomes[0]?.outcome, "started", JSON.stringify(forced.outcomes));
   const run = await stack.waitForRun(forced.outcomes[0]?.runId ?? "", ["applied"]);
   assert.equal(run.source.commitSha, readme.id);
