@@ -76,10 +76,12 @@ async function runJob(assignment: JobAssignment, script: Script = {}) {
   const log: Buffer[] = [];
   const finished: Array<{ outcome: JobOutcome; message: string | null }> = [];
   let loseLease: (err: unknown) => void = () => undefined;
+  const heartbeats: Array<{ waitMs: number; timeoutMs: number | undefined }> = [];
   const api: JobApi = {
     start: async () => "planning",
-    heartbeat: (_waitMs, signal) =>
+    heartbeat: (waitMs, signal, timeoutMs) =>
       new Promise((_resolve, reject) => {
+        heartbeats.push({ waitMs, timeoutMs });
         loseLease = reject;
         signal?.addEventListener("abort", () => reject(new Error("job over")), { once: true });
       }),
@@ -165,9 +167,23 @@ async function runJob(assignment: JobAssignment, script: Script = {}) {
     stages: spans.map((s) => s.name).filter((n) => !n.startsWith("agent ") && n !== "claimed" && n !== "finish"),
     spans,
     finished,
+    heartbeats,
     log: Buffer.concat(log).toString("utf8"),
   };
 }
+
+test("a heartbeat lost on the way is given up within half the lease, so the one sent after it still renews it", async () => {
+  for (const leaseTtlMs of [8_000, 60_000]) {
+    const r = await runJob({ ...assignmentOf("plan"), leaseTtlMs });
+    const [first] = r.heartbeats;
+    assert.ok(first, "a heartbeat was sent");
+    assert.ok(first.waitMs <= leaseTtlMs / 4, `wait ${first.waitMs} ms of a ${leaseTtlMs} ms lease`);
+    assert.ok(
+      first.timeoutMs !== undefined && first.timeoutMs <= leaseTtlMs / 2,
+      `deadline ${first.timeoutMs} ms of a ${leaseTtlMs} ms lease`,
+    );
+  }
+});
 
 test("a plan job runs its stages in order, renders the plan JSON and uploads it before it finishes", async () => {
   const r = await runJob(assignmentOf("plan"), { steps: { plan: { code: 2 } } });

@@ -41,6 +41,8 @@ export type JobRunState = "starting" | "running" | "finishing" | "done";
 const cancelTermAfterMs = 10_000;
 const cancelKillAfterMs = 20_000;
 const heartbeatWaitMs = 10_000;
+/** What a heartbeat's deadline allows past its wait for a busy server's late answer. */
+const heartbeatSlackMs = 5_000;
 
 /** What one job run is given. */
 export interface JobRunOptions extends JobCaches {
@@ -326,12 +328,19 @@ export class JobRun {
     finishing.end();
   }
 
-  /** Renews the lease; a held heartbeat returns as soon as the user cancels. */
+  /**
+   * Renews the lease; a held heartbeat returns as soon as the user cancels. The lease runs from the
+   * last heartbeat the server received, so a call lost on the way (a NAT that forgot the flow) must
+   * be given up, and sent again, well within the lease: each takes at most half of it.
+   */
   private async heartbeatLoop(): Promise<void> {
+    const lease = this.assignment.leaseTtlMs;
+    const waitMs = Math.min(heartbeatWaitMs, Math.floor(lease / 4));
+    const timeoutMs = waitMs + Math.min(heartbeatSlackMs, Math.floor(lease / 4));
     let delay = 500;
     while (!this.abort.signal.aborted) {
       try {
-        const hb = await this.job.heartbeat(heartbeatWaitMs, this.abort.signal);
+        const hb = await this.job.heartbeat(waitMs, this.abort.signal, timeoutMs);
         delay = 500;
         if (hb.cancelRequested) this.cancel();
       } catch (err) {

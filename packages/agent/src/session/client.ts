@@ -129,12 +129,13 @@ export class JobClient {
   async start(starter: string, signal?: AbortSignal): Promise<RunStatus> {
     return (await this.client.call(routes.startJob, { ...this.ids, body: { starter }, signal })).runStatus;
   }
-  heartbeat(waitMs: number, signal?: AbortSignal): Promise<JobHeartbeatResponse> {
+  /** Renews the lease; the server holds it up to `waitMs`. `timeoutMs`: the call's deadline (default: wait + slack). */
+  heartbeat(waitMs: number, signal?: AbortSignal, timeoutMs?: number): Promise<JobHeartbeatResponse> {
     return this.client.call(routes.jobHeartbeat, {
       ...this.ids,
       query: { wait: waitMs },
       signal,
-      timeoutMs: waitMs + this.client.timeouts.longPollSlackMs,
+      timeoutMs: timeoutMs ?? waitMs + this.client.timeouts.longPollSlackMs,
     });
   }
   configuration(signal?: AbortSignal): Promise<Buffer> {
