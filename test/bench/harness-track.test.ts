@@ -53,7 +53,9 @@ test("stopTracked sends SIGTERM first, which a process can act on, and SIGKILL a
   graceful.stdout!.on("data", (d: Buffer) => (said += d.toString()));
   await Promise.all([once(graceful.stdout!, "data"), once(stubborn.stdout!, "data")]);
   const [gracefulExit, stubbornExit] = [once(graceful, "exit"), once(stubborn, "exit")];
-  assert.equal(stopTracked(50), 2);
+  // A grace a loaded machine still lets the graceful one use (50 ms was not, once): the stubborn
+  // one is killed when it ends.
+  assert.equal(stopTracked(3_000), 2);
   assert.deepEqual(await gracefulExit, [0, null]);
   assert.match(said, /cleaned up/);
   assert.deepEqual(await stubbornExit, [null, "SIGKILL"]);

@@ -105,7 +105,10 @@ export function registerAgentCommands(program: Command): void {
     .option("--token <token>", "pool token of a vcs pool (DROVER_TOKEN; prefer --token-file)")
     .option("--token-file <path>", "file holding the pool token (DROVER_TOKEN_FILE)")
     .option("--name <name>", "agent name, unique in the pool (DROVER_AGENT_NAME; default: hostname)")
-    .option("--data-dir <dir>", "fetches in its vcs-work folder (emptied at start), keeps webhook deliveries in vcs-deliveries (DROVER_AGENT_DATA_DIR)")
+    .option(
+      "--data-dir <dir>",
+      "fetches in its vcs-work folder (emptied at start), keeps webhook deliveries in vcs-deliveries (DROVER_AGENT_DATA_DIR)",
+    )
     .option("--health-port <port>", "port of /healthz, /readyz, /metrics; 0 disables (DROVER_AGENT_HEALTH_PORT)")
     .option("--log-format <format>", "json, plain or dev (DROVER_AGENT_LOG_FORMAT)")
     .action(async (opts: AgentFlags) => {
