@@ -416,9 +416,16 @@ test("an HCL variable is added with its checkbox and shown as HCL; the destroy-a
   await guard.check();
   await workspace("hcl-reader");
   await settings.getByLabel(/runs may read this state \(terraform_remote_state\)/).fill("hcl-reader");
+  // Changed elsewhere while the form is open: saving the form's own changes keeps it.
+  const elsewhere = await stack.server.api(routes.updateWorkspace, {
+    params: { ws: "hcl-ui" },
+    body: { autoApply: true },
+  });
+  assert.equal(elsewhere.status, 200, JSON.stringify(elsewhere.body));
   await settings.getByRole("button", { name: "Save settings" }).click();
   await page.getByRole("status").getByText("Saved.").waitFor();
   const ws = await stack.server.api(routes.getWorkspace, { params: { ws: "hcl-ui" } });
+  assert.equal(ws.body.autoApply, true, "the form sent no auto-apply: it did not change it");
   assert.equal(ws.body.allowDestroyAll, true);
   assert.deepEqual([ws.body.remoteStateConsumers, ws.body.globalRemoteState], [["hcl-reader"], false]);
 });
@@ -561,6 +568,8 @@ test("the keyboard alone finds a workspace and opens and closes a confirmation",
   await tabTo(page, /^\s*long-log\s*$/);
   await page.keyboard.press("Enter");
   await page.waitForURL(/\/app\/workspaces\/long-log$/);
+  // The new page has the focus, as after a page load: the link that led there is gone.
+  await page.locator("main:focus").waitFor();
 
   await workspace("keys");
   const runId = await stack.startRun(gatedApply("keys-config", join(stack.dir, "keys-gate")), "keys");

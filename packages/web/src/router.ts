@@ -69,11 +69,16 @@ export const paths = {
 
 const navigated = "drover:navigate";
 
-/** Shows another page without a reload, as a link does. */
+/**
+ * Shows another page without a reload, as a link does. A new page takes the focus to its main
+ * region once drawn, as a page load would: the link or button that led there may be gone, and a
+ * screen reader is told that the page changed.
+ */
 export function navigate(href: string, replace = false): void {
   if (replace) history.replaceState(null, "", href);
   else history.pushState(null, "", href);
   window.dispatchEvent(new Event(navigated));
+  if (!replace) requestAnimationFrame(() => document.getElementById("main")?.focus());
 }
 
 /** The current location, re-rendered on every navigation (links, back and forward). */

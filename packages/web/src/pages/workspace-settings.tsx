@@ -4,12 +4,31 @@ import { api } from "../api.js";
 import { ErrorNote, later } from "../components.js";
 import { useResource } from "../resource.js";
 
+type Settings = Parameters<typeof api.updateWorkspace>[1];
+
+/** The settings the form edits, as the workspace has them. */
+function settingsOf(ws: Workspace): Required<Settings> {
+  return {
+    engine: ws.engine,
+    engineVersion: ws.engineVersion,
+    autoApply: ws.autoApply,
+    allowDestroyAll: ws.allowDestroyAll,
+    pool: ws.poolId,
+    runnerImage: ws.runnerImage,
+    workingDirectory: ws.workingDirectory,
+    remoteStateConsumers: ws.remoteStateConsumers,
+    globalRemoteState: ws.globalRemoteState,
+  } as Required<Settings>;
+}
+
 /**
  * A workspace's settings: engine and version, auto-apply and the destroy-all guard, pool, runner
- * image, working directory, and which workspaces' runs may read its state.
+ * image, working directory, and which workspaces' runs may read its state. Saving sends only what
+ * was changed in the form, so a setting changed elsewhere since the form was shown is kept.
  */
 export function SettingsTab(props: { ws: Workspace; onSaved: () => void }) {
   const ws = props.ws;
+  const [shown, setShown] = useState(() => settingsOf(ws));
   const pools = useResource(() => api.pools(), []);
   const [engine, setEngine] = useState(ws.engine);
   const [version, setVersion] = useState(ws.engineVersion ?? "");
@@ -33,7 +52,7 @@ export function SettingsTab(props: { ws: Workspace; onSaved: () => void }) {
         setError(null);
         setSaved(false);
         try {
-          await api.updateWorkspace(ws.id, {
+          const form: Required<Settings> = {
             engine,
             engineVersion: version.trim() === "" ? null : version.trim(),
             autoApply,
@@ -46,7 +65,14 @@ export function SettingsTab(props: { ws: Workspace; onSaved: () => void }) {
               .map((c) => c.trim())
               .filter((c) => c !== ""),
             globalRemoteState: globalState,
-          });
+          };
+          const changed = Object.fromEntries(
+            Object.entries(form).filter(
+              ([key, value]) => JSON.stringify(value) !== JSON.stringify(shown[key as keyof Settings]),
+            ),
+          ) as Settings;
+          if (Object.keys(changed).length > 0) await api.updateWorkspace(ws.id, changed);
+          setShown(form);
           setSaved(true);
           props.onSaved();
         } catch (err) {
