@@ -23,7 +23,8 @@ let page: Page;
 const shots = screenshotDir();
 
 before(async () => {
-  stack = await startStack();
+  // The live stream re-checks its session every second: a page whose session ended elsewhere sees it soon.
+  stack = await startStack({}, { liveKeepAliveMs: 1_000 });
   await stack.startAgent("ui-agent", { DROVER_AGENT_CONCURRENCY: "2" });
   browser = await launchBrowser();
   ({ context, problems } = await watchedContext(browser));
@@ -623,4 +624,18 @@ test("signing out ends the session: the page and the API refuse the old cookie",
     headers: { cookie: `drover_session=${cookie.value}` },
   });
   assert.equal(replay.status, 401, "the old cookie no longer works");
+});
+
+test("a page whose session is ended in another tab shows the sign-in page by itself", async () => {
+  await page.goto(`${stack.server.url}/app`);
+  await page.getByLabel("API token").fill(stack.server.adminToken);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.getByRole("heading", { name: "Overview" }).waitFor();
+  const other = await context.newPage();
+  await other.goto(`${stack.server.url}/app`);
+  await other.getByRole("button", { name: "Sign out" }).click();
+  await other.getByLabel("API token").waitFor();
+  await other.close();
+  // Nothing clicked here: the live stream, refused for the ended session, signs the page out.
+  await page.getByLabel("API token").waitFor();
 });

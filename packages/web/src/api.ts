@@ -93,6 +93,15 @@ async function call(method: Method, path: string, body?: unknown, retried = fals
   throw new ApiError(res.status, code, message);
 }
 
+/**
+ * Tells the signed-out listeners when the browser's session no longer holds (expired, signed out
+ * elsewhere, its token revoked); nothing when it does or the server cannot be reached.
+ */
+export async function checkSignedIn(): Promise<void> {
+  const res = await fetch(sessionPath, { credentials: "same-origin", cache: "no-store" }).catch(() => null);
+  if (res?.status === 401) for (const listener of signedOutListeners) listener();
+}
+
 /** The CSRF token of the session the browser's cookie holds now (kept for later calls), or null. */
 async function currentCsrfToken(): Promise<string | null> {
   const res = await fetch(sessionPath, { credentials: "same-origin", cache: "no-store" }).catch(() => null);

@@ -1,9 +1,11 @@
 import { useEffect, useRef } from "preact/hooks";
+import { checkSignedIn } from "./api.js";
 
 /*
  * One event stream per tab (GET /api/v1/events). Pages subscribe to it; each event names what
  * changed (a run, a job's log, the agents) and the page re-reads it. The browser reconnects a
- * dropped stream by itself; a refused one (the server restarting answers 503) is retried here.
+ * dropped stream by itself; a refused one (the server restarting answers 503) is retried here, and
+ * one refused for an ended session signs the page out.
  * After any gap the pages get a "resync" and re-read everything they show.
  */
 
@@ -36,6 +38,9 @@ function connect(): void {
     if (stream.readyState !== EventSource.CLOSED) return;
     stream.close();
     source = null;
+    // A stream refused because the session ended (401) would be retried for ever while the page
+    // shows what it last read: the page signs out instead.
+    void checkSignedIn();
     retry = setTimeout(connect, retryMs);
     retryMs = Math.min(retryMs * 2, 30_000);
   };
