@@ -5,7 +5,7 @@ import type { DatabaseHealth } from "./db/health.js";
 import { markSilentAgentsLost, pruneOfflineAgents } from "./store/agents.js";
 import type { StoreContext } from "./store/context.js";
 import { deleteRetiredJobTokens } from "./store/job-moves.js";
-import { expireLeases } from "./store/queue.js";
+import { expireLeases } from "./store/lease-expiry.js";
 import { forceOverdueCancels } from "./store/cancels.js";
 import { pruneVcsDeliveries } from "./store/vcs-deliveries.js";
 

@@ -16,6 +16,7 @@ export { PlanJsonThread, renderDeadlineMs, type RenderedPlanJson } from "./plan-
 export * from "./outputs.js";
 export * from "./pools.js";
 export * from "./queue.js";
+export * from "./lease-expiry.js";
 export * from "./runs.js";
 export * from "./run-create.js";
 export { heldByDestroyGuard } from "./destroy-guard.js";
