@@ -98,16 +98,17 @@ async function call(method: Method, path: string, body?: unknown, retried = fals
  * elsewhere, its token revoked); nothing when it does or the server cannot be reached.
  */
 export async function checkSignedIn(): Promise<void> {
-  const res = await fetch(sessionPath, { credentials: "same-origin", cache: "no-store" }).catch(() => null);
-  if (res?.status === 401) for (const listener of signedOutListeners) listener();
+  await api.session().catch((err: unknown) => {
+    if (err instanceof ApiError && err.status === 401) for (const listener of signedOutListeners) listener();
+  });
 }
 
 /** The CSRF token of the session the browser's cookie holds now (kept for later calls), or null. */
-async function currentCsrfToken(): Promise<string | null> {
-  const res = await fetch(sessionPath, { credentials: "same-origin", cache: "no-store" }).catch(() => null);
-  if (!res?.ok) return null;
-  csrfToken = ((await res.json()) as WebSession).csrfToken;
-  return csrfToken;
+function currentCsrfToken(): Promise<string | null> {
+  return api.session().then(
+    (session) => session.csrfToken,
+    () => null,
+  );
 }
 
 async function json<T>(method: Method, path: string, body?: unknown): Promise<T> {
