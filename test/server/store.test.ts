@@ -6,10 +6,11 @@ import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { DroverError, newPoolToken, planSummarySchema, type Agent, type JobAssignment } from "@drover/protocol";
 import { localEventBus, openDatabase, store, type Db, type StoreContext } from "@drover/server";
+import { sql } from "kysely";
 import { backends, createTestDatabase, type TestDatabase } from "../support/databases.js";
 import { rawTarGz } from "../support/archives.js";
 import { loggingStatements } from "../support/statement-log.js";
-import { within } from "../support/poll.js";
+import { lookUntil, within } from "../support/poll.js";
 
 /** Expects a DroverError with this code. */
 async function rejectsWith(promise: Promise<unknown>, code: string): Promise<DroverError> {
@@ -970,6 +971,57 @@ for (const backend of backends) {
         await holder;
       }
       assert.equal((await created).status, "pending", "behind the current run");
+    });
+
+    test("a cancel racing the job's finish ends in a coded answer, not a deadlock (PostgreSQL)", async (t) => {
+      if (backend !== "postgres") return t.skip("SQLite runs one transaction at a time");
+      // A cancel holds the run, then the job; a finish holds the job, then the run. Lined up
+      // behind a third transaction that holds the run, they deadlock as soon as it lets go: the
+      // cancel gets the run and waits for the job, which the finish holds while waiting for the run.
+      const { agent, ws, cv } = await fixture();
+      const run = await newRun(ws.id, cv.id);
+      const plan = await claim(agent);
+      await store.startJob(ctx, await jobRow(plan), "starter");
+      const planRow = await jobRow(plan);
+      let release: () => void = () => undefined;
+      const released = new Promise<void>((r) => (release = r));
+      let held: () => void = () => undefined;
+      const holding = new Promise<void>((r) => (held = r));
+      const holder = ctx.db.transaction().execute(async (trx) => {
+        await trx.selectFrom("runs").select("id").where("id", "=", run.id).forUpdate().execute();
+        held();
+        await released;
+      });
+      await holding;
+      const waitingForLocks = async () => {
+        const { rows } = await sql<{ n: string }>`select count(*) as n from pg_stat_activity
+          where datname = current_database() and wait_event_type = 'Lock'`.execute(ctx.db);
+        return Number(rows[0]?.n ?? 0);
+      };
+      const cancel = store.cancelRun(ctx, run.id);
+      await lookUntil("the cancel to wait for the run", async () =>
+        (await waitingForLocks()) >= 1 ? true : undefined,
+      );
+      const finish = store.finishJob(ctx, planRow, "succeeded", null, {
+        add: 1,
+        change: 0,
+        destroy: 0,
+        hasChanges: true,
+      });
+      try {
+        await lookUntil("the finish to wait for the run", async () =>
+          (await waitingForLocks()) >= 2 ? true : undefined,
+        );
+      } finally {
+        release();
+        await holder;
+      }
+      for (const outcome of await Promise.allSettled([cancel, finish])) {
+        if (outcome.status === "rejected")
+          assert.ok(outcome.reason instanceof DroverError, `a coded error, not ${String(outcome.reason)}`);
+      }
+      assert.equal((await store.getJob(ctx, plan.jobId)).status, "succeeded", "the agent's outcome stands");
+      assert.equal((await store.getRun(ctx, run.id)).status, "canceled", "the user's cancel stands");
     });
 
     test("state: versions kept; the lock is idempotent for its holder and refuses others", async () => {

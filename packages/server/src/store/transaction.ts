@@ -7,17 +7,40 @@ import type { StoreContext } from "./context.js";
 export type Effects = Array<[Topic, string]>;
 
 /**
+ * PostgreSQL's deadlock_detected and serialization_failure: the server rolled the transaction
+ * back whole, and running it again is the remedy its manual gives. Store writes lock a run and
+ * its job in either order (a cancel from the run, a job's finish from the job), so two of them
+ * can meet; one is chosen to fail, and must not reach the user as a 500.
+ */
+const retryableCodes = new Set(["40P01", "40001"]);
+
+/** Tries of a transaction PostgreSQL rolled back for a deadlock: a third meeting in a row would be a bug, not a race. */
+const maxTries = 3;
+
+/**
  * Runs `work` in a transaction and publishes the events it collected only after commit, so
- * a woken reader always sees the change (and a rolled-back change wakes nobody).
+ * a woken reader always sees the change (and a rolled-back change wakes nobody). `work` runs
+ * again when PostgreSQL broke a deadlock by rolling it back, so it must touch nothing but `trx`
+ * and `effects`.
  */
 export async function inTransaction<T>(
   ctx: StoreContext,
   work: (trx: Transaction<Database>, effects: Effects) => Promise<T>,
 ): Promise<T> {
-  const effects: Effects = [];
-  const result = await ctx.db.transaction().execute((trx) => work(trx, effects));
-  for (const [topic, key] of effects) ctx.events.publish(topic, key);
-  return result;
+  for (let tries = 1; ; tries++) {
+    const effects: Effects = [];
+    try {
+      const result = await ctx.db.transaction().execute((trx) => work(trx, effects));
+      for (const [topic, key] of effects) ctx.events.publish(topic, key);
+      return result;
+    } catch (err) {
+      if (tries >= maxTries || !isRolledBackForConflict(err)) throw err;
+    }
+  }
+}
+
+function isRolledBackForConflict(err: unknown): boolean {
+  return retryableCodes.has(String((err as { code?: unknown } | null)?.code ?? ""));
 }
 
 /**
