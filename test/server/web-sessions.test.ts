@@ -116,6 +116,22 @@ describe("sign-in refuses", () => {
     assert.equal(own.res.status, 201, "the server's own pages sign in");
   });
 
+  test("nothing from the server's own pages behind a proxy that does not pass the Host on", async () => {
+    // The browser's Origin is the public URL; the Host that reaches the server is its own address.
+    const proxied = await startTestServer({ DROVER_PUBLIC_URL: "https://localhost:0" });
+    try {
+      const publicOrigin = new URL(proxied.url).origin;
+      const direct = publicOrigin.replace("https://localhost", "http://127.0.0.1");
+      const from = (origin: string) =>
+        routeCall(direct, routes.createWebSession, { body: { token: proxied.adminToken }, headers: { origin } });
+      assert.equal((await from(publicOrigin)).status, 201, "a page of the public URL signs in");
+      assert.equal((await from("https://attacker.example")).status, 403);
+      assert.equal((await from(publicOrigin.replace("https:", "http:"))).status, 403, "the scheme counts too");
+    } finally {
+      await proxied.stop();
+    }
+  });
+
   test("a session token sent as a bearer token, and a cookie of nonsense", async () => {
     const { cookie } = await signIn(server.adminToken);
     const bearer = await routeCall(server.url, routes.listPools, { token: cookie.split("=")[1]! });

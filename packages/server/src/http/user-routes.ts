@@ -70,7 +70,7 @@ export function registerUserRoutes(app: FastifyInstance, http: HttpContext, opti
   const secure = (req: FastifyRequest) => req.protocol === "https" || http.publicUrl().startsWith("https:");
   serve(routes.createWebSession, async ({ body }, req, reply) => {
     // A page of another site must not sign this browser in to an account of its choosing.
-    if (!sameOrigin(req))
+    if (!sameOrigin(req, http.publicUrl()))
       throw new DroverError("forbidden", "sign-in is accepted from the server's own pages only (Origin differs)");
     const session = await createWebSession(ctx, body.token, http.webSessionMs);
     void reply.header("set-cookie", sessionCookieHeader(session.token, http.webSessionMs, secure(req)));

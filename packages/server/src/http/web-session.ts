@@ -67,12 +67,16 @@ export function clearedSessionCookieHeader(secure: boolean): string {
   return sessionCookieHeader("", 0, secure);
 }
 
-/** Whether a request's Origin (when the browser sent one) is this server, as the request's Host names it. */
-export function sameOrigin(request: FastifyRequest): boolean {
+/**
+ * Whether a request's Origin (when the browser sent one) is this server: the public URL's origin
+ * (a proxy in front may hand on a Host of its own), or the host the request's Host names.
+ */
+export function sameOrigin(request: FastifyRequest, publicUrl: string): boolean {
   const origin = request.headers.origin;
   if (origin === undefined) return true;
   try {
-    return new URL(origin).host === request.headers.host;
+    const page = new URL(origin);
+    return page.origin === new URL(publicUrl).origin || page.host === request.headers.host;
   } catch {
     return false;
   }
