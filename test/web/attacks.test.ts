@@ -87,3 +87,21 @@ fetch(${JSON.stringify(target)}, { method: "POST", mode: "no-cors", credentials:
     "no session cookie was set",
   );
 });
+
+test("a link carrying a token does not sign the browser in until its user says so", async () => {
+  await context.clearCookies();
+  // The attacker's link: its own token in the fragment, so the victim would work in its account.
+  await page.goto(`${stack.server.url}/app/#token=${encodeURIComponent(stack.server.adminToken)}`);
+  const field = page.getByLabel("API token");
+  await field.waitFor();
+  assert.equal(new URL(page.url()).hash, "", "the token left the address bar");
+  assert.match((await page.getByRole("note").textContent()) ?? "", /only if you opened this link yourself/);
+  assert.equal(await field.inputValue(), stack.server.adminToken, "the link's token waits in the field");
+  assert.deepEqual(
+    (await context.cookies()).filter((c) => c.name === "drover_session"),
+    [],
+    "no session before the user signs in",
+  );
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.getByRole("heading", { name: "Overview" }).waitFor();
+});

@@ -122,7 +122,7 @@ export function registerQuickstartCommand(program: Command): void {
           `Without --auto-apply the plan waits: ${cli} run confirm <run-id>, or confirm it in the web UI.`,
           "",
           `Web UI: ${server.url}/app — sign in with the admin token (${join(dataDir, "admin-token")}), or open`,
-          `this link, which carries it (keep it private): ${server.url}/app#token=${adminToken}`,
+          `this link, which fills it in (keep it private): ${server.url}/app#token=${adminToken}`,
           "",
           "Press Ctrl-C to stop.",
           "",

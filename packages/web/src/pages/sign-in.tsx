@@ -4,10 +4,13 @@ import { ErrorNote } from "../components.js";
 
 /**
  * Sign-in with an API token. A link may carry the token in its fragment (`#token=…`, which the
- * browser never sends to a server): the page signs in with it and wipes it from the address bar.
+ * browser never sends to a server): the page wipes it from the address bar and puts it in the
+ * field, and the user signs in. Never by itself: a link from someone else would sign this
+ * browser in to their account, and what the user then made would be theirs.
  */
 export function SignInPage(props: { onSignedIn: () => void }) {
   const [token, setToken] = useState("");
+  const [fromLink, setFromLink] = useState(false);
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState<Error | null>(null);
 
@@ -26,10 +29,11 @@ export function SignInPage(props: { onSignedIn: () => void }) {
 
   useEffect(() => {
     document.title = "Sign in · Drover";
-    const fromLink = new URLSearchParams(location.hash.slice(1)).get("token");
-    if (fromLink) {
+    const linked = new URLSearchParams(location.hash.slice(1)).get("token");
+    if (linked) {
       history.replaceState(null, "", location.pathname + location.search);
-      void signIn(fromLink);
+      setToken(linked);
+      setFromLink(true);
     }
   }, []);
 
@@ -57,6 +61,12 @@ export function SignInPage(props: { onSignedIn: () => void }) {
           A user API token (<code>drv_u_…</code>): the admin token of <code>npm start</code>, or one made with{" "}
           <code>drover token create</code>.
         </p>
+        {fromLink && (
+          <p role="note">
+            The link you followed filled in this token. Sign in with it only if you opened this link yourself (as{" "}
+            <code>npm start</code> prints it): with someone else's token, what you do here is done in their name.
+          </p>
+        )}
         <ErrorNote error={error} />
         <button type="submit" class="primary" disabled={busy}>
           {busy ? "Signing in…" : "Sign in"}
