@@ -92,10 +92,12 @@ test("a link carrying a token does not sign the browser in until its user says s
   await context.clearCookies();
   // The attacker's link: its own token in the fragment, so the victim would work in its account.
   await page.goto(`${stack.server.url}/app/#token=${encodeURIComponent(stack.server.adminToken)}`);
-  const field = page.getByLabel("API token");
-  await field.waitFor();
+  // The note shows once the page has taken the token from the link.
+  const note = page.getByRole("note");
+  await note.waitFor();
+  assert.match((await note.textContent()) ?? "", /only if you opened this link yourself/);
   assert.equal(new URL(page.url()).hash, "", "the token left the address bar");
-  assert.match((await page.getByRole("note").textContent()) ?? "", /only if you opened this link yourself/);
+  const field = page.getByLabel("API token");
   assert.equal(await field.inputValue(), stack.server.adminToken, "the link's token waits in the field");
   assert.deepEqual(
     (await context.cookies()).filter((c) => c.name === "drover_session"),

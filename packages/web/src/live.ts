@@ -7,6 +7,10 @@ import { checkSignedIn } from "./api.js";
  * dropped stream by itself; a refused one (the server restarting answers 503) is retried here, and
  * one refused for an ended session signs the page out.
  * After any gap the pages get a "resync" and re-read everything they show.
+ *
+ * A hidden tab gives its stream up and reconnects when shown (with a resync): the browser opens
+ * at most six connections to one server over HTTP/1.1, and each stream holds one for good, so a
+ * seventh open tab would wait for ever for its every request.
  */
 
 /** An event of the stream: its name (run, log, agents, resync) and the id it carries. */
@@ -24,7 +28,7 @@ function emit(event: string, data: string): void {
 }
 
 function connect(): void {
-  if (source !== null || listeners.size === 0) return;
+  if (source !== null || listeners.size === 0 || document.hidden) return;
   const stream = new EventSource("/api/v1/events");
   source = stream;
   for (const name of events) stream.addEventListener(name, (e) => emit(name, (e as MessageEvent<string>).data));
@@ -52,6 +56,16 @@ export function disconnectLive(): void {
   source?.close();
   source = null;
 }
+
+document.addEventListener("visibilitychange", () => {
+  if (!document.hidden) {
+    connect();
+    return;
+  }
+  // What changes while hidden is read again on return.
+  if (source !== null) interrupted = true;
+  disconnectLive();
+});
 
 /** Calls `listener` with every event while the component is mounted. */
 export function useLive(listener: LiveListener): void {
