@@ -94,15 +94,16 @@ export class VcsAgent {
         );
       });
       if (left.length > 0) this.log.info({ removed: left }, "removed the fetch directories an earlier VCS agent left");
-      // Deliveries are taken before the server is reached: they wait on disk until it is.
+      // Deliveries are taken before the server is reached: they wait on disk until it is. The
+      // spool runs without a listener too, to forward what an earlier process on this data dir kept.
+      await this.spool.start().catch((err: unknown) => {
+        throw new DroverError(
+          "invalid_setting",
+          `the VCS agent keeps webhook deliveries in ${join(this.config.agent.dataDir, "vcs-deliveries")}, which it cannot use: ${messageOf(err)}`,
+          { hint: "Give it a writable data dir of its own with --data-dir (DROVER_AGENT_DATA_DIR)." },
+        );
+      });
       if (this.config.webhookPort > 0) {
-        await this.spool.start().catch((err: unknown) => {
-          throw new DroverError(
-            "invalid_setting",
-            `the VCS agent keeps webhook deliveries in ${join(this.config.agent.dataDir, "vcs-deliveries")}, which it cannot use: ${messageOf(err)}`,
-            { hint: "Give it a writable data dir of its own with --data-dir (DROVER_AGENT_DATA_DIR)." },
-          );
-        });
         hooks = await startWebhookListener({
           port: this.config.webhookPort,
           address: this.config.webhookAddress,
