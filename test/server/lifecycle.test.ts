@@ -55,6 +55,8 @@ test("the job lists the store queries by, and the agent's reading of a refused j
     why: "finished",
     status: undefined,
   });
+  // A job token the server no longer knows (its tokens purged) never works again.
+  assert.deepEqual(jobTakenAway(new DroverError("unauthorized", "unknown job token")), { why: "forgotten" });
   assert.equal(jobTakenAway(new DroverError("server_unreachable", "away")), undefined);
   assert.equal(jobTakenAway(new Error("plain")), undefined);
 });

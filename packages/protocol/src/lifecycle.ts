@@ -66,17 +66,23 @@ export function isLeasedJob(status: JobStatus): boolean {
   return leasedJobStatuses.includes(status);
 }
 
+/** Why a job is no longer the agent's to run: see jobTakenAway. */
+export type JobTakenAway =
+  { why: "superseded" } | { why: "finished"; status: JobStatus | undefined } | { why: "forgotten" };
+
 /**
  * What a refused job call tells the agent holding the job: `superseded` (its lease lapsed and
- * another attempt holds the job) or `finished` (the server ended it, in `status` when the server
- * said, e.g. canceled by a force-cancel or errored when its pool token was revoked). Undefined
- * for any other failure: the job may still be the agent's.
+ * another attempt holds the job), `finished` (the server ended it, in `status` when the server
+ * said, e.g. canceled by a force-cancel or errored when its pool token was revoked) or
+ * `forgotten` (the server no longer knows the job's token: the job stopped being leased longer
+ * ago than DROVER_JOB_TOKEN_RETENTION_SECONDS, or was deleted). Undefined for any other
+ * failure: the job may still be the agent's. Only for errors of calls made with a job token.
  */
-export function jobTakenAway(
-  err: unknown,
-): { why: "superseded" } | { why: "finished"; status: JobStatus | undefined } | undefined {
+export function jobTakenAway(err: unknown): JobTakenAway | undefined {
   if (!(err instanceof DroverError)) return undefined;
   if (err.code === "stale_attempt") return { why: "superseded" };
+  // Never transient: a job token is fixed for the job's life and refused only once the server forgot it (a new lease mints a new one).
+  if (err.code === "unauthorized") return { why: "forgotten" };
   if (err.code !== "job_finished") return undefined;
   const status = err.details?.status;
   const known = typeof status === "string" && status in jobTransitions ? (status as JobStatus) : undefined;

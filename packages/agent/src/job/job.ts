@@ -3,6 +3,7 @@ import {
   firstSentence,
   jobTakenAway,
   type JobAssignment,
+  type JobTakenAway,
   type JobOutcome,
   messageOf,
 } from "@drover/protocol";
@@ -96,6 +97,7 @@ export class JobRun {
     this.log = new LogStream(this.job, {
       onAcknowledged: o.settings.onLogBytes,
       onRetry: o.settings.onError && (() => o.settings.onError?.("log_upload")),
+      onRefused: (err) => this.takenAway(err),
     });
     const runner = o.runner ?? localRunner;
     const runDir = join(o.settings.dataDir, `${a.jobId}-${a.attempt}`);
@@ -205,6 +207,21 @@ export class JobRun {
     return undefined;
   }
 
+  /**
+   * Whether a refused job call says the job is no longer this agent's (superseded, ended, or its
+   * token forgotten); the first to say so stops it at once: nothing more is written or retried.
+   */
+  private takenAway(err: unknown): boolean {
+    const gone = jobTakenAway(err);
+    if (!gone) return false;
+    if (this.lost) return true;
+    this.lost = true;
+    this.logger.warn({ job: this.id, err: messageOf(err), ...gone }, takenAwayMessage(gone));
+    this.log.abandon();
+    this.kill();
+    return true;
+  }
+
   /** Executes the job to the end and reports its outcome; never throws. */
   async execute(): Promise<void> {
     const a = this.assignment;
@@ -229,6 +246,7 @@ export class JobRun {
       });
     } catch (err) {
       const cause = err instanceof StageError ? err.cause : err;
+      this.takenAway(cause);
       if (err instanceof StageError) where = ` ${err.before ? "before" : "in"} stage ${err.stage}`;
       [outcome, message] = outcomeOf(cause);
       inLog = cause instanceof StepFailed && cause.output !== "";
@@ -345,19 +363,21 @@ export class JobRun {
         if (hb.cancelRequested) this.cancel();
       } catch (err) {
         if (this.abort.signal.aborted) return;
-        const gone = jobTakenAway(err);
-        if (gone) {
-          // The server gave this job to someone else (our lease lapsed) or ended it: stop writing at once.
-          this.lost = true;
-          this.logger.warn({ job: this.id, err: messageOf(err), ...gone }, "lost the job's lease; killing it");
-          this.kill();
-          return;
-        }
+        if (this.takenAway(err)) return;
         await pause(delay, this.abort.signal);
         delay = Math.min(5_000, delay * 2);
       }
     }
   }
+}
+
+/** What the agent logs when the job it holds is no longer its own. */
+function takenAwayMessage(gone: JobTakenAway): string {
+  if (gone.why !== "forgotten") return "lost the job's lease; killing it";
+  return (
+    "the server no longer knows this job's token (its tokens were purged: the job stopped being leased " +
+    "longer ago than the server's DROVER_JOB_TOKEN_RETENTION_SECONDS, or was deleted); stopping the job"
+  );
 }
 
 function outcomeOf(err: unknown): [JobOutcome, string] {

@@ -30,6 +30,8 @@ export class LogStream {
   private sending: Promise<void> | undefined;
   private readonly timer: NodeJS.Timeout;
   private closed = false;
+  /** Set by abandon(): the server takes no more of this log. */
+  private abandoned = false;
   /** Set by close(): when it aborts, sending stops and what is left stays unsent. */
   private giveUp: AbortSignal | undefined;
   private failure: unknown;
@@ -44,6 +46,8 @@ export class LogStream {
     private readonly hooks: {
       onAcknowledged?: ((bytes: number) => void) | undefined;
       onRetry?: (() => void) | undefined;
+      /** An append refused for good (not a network failure): the owner decides whether the job goes on. */
+      onRefused?: ((err: unknown) => void) | undefined;
     } = {},
   ) {
     this.timer = setInterval(() => void this.kick(), flushIntervalMs);
@@ -69,6 +73,7 @@ export class LogStream {
   }
 
   private kick(): Promise<void> {
+    if (this.abandoned) return Promise.resolve();
     this.sending ??= this.drain().finally(() => (this.sending = undefined));
     return this.sending;
   }
@@ -121,7 +126,7 @@ export class LogStream {
 
   private async drain(): Promise<void> {
     let delay = 200;
-    while (this.pendingBytes > 0) {
+    while (this.pendingBytes > 0 && !this.abandoned) {
       // Two appends in flight, so the server stores one while the next travels (it holds one
       // that arrives early until its turn); output written meanwhile goes behind them.
       const base = this.sent;
@@ -177,8 +182,19 @@ export class LogStream {
         continue;
       }
       this.failure = err;
+      this.hooks.onRefused?.(err);
       return;
     }
+  }
+
+  /**
+   * The job is no longer this agent's (its lease or its token is gone): sending stops at once,
+   * appends in flight included, and what is left stays unsent.
+   */
+  abandon(): void {
+    this.abandoned = true;
+    clearInterval(this.timer);
+    this.stopSending.abort();
   }
 
   /**
@@ -196,10 +212,11 @@ export class LogStream {
       this.pending.push(rest);
       this.pendingBytes += rest.length;
     }
-    while (this.pendingBytes > 0 && !this.failure && !giveUp?.aborted) {
+    while (this.pendingBytes > 0 && !this.failure && !giveUp?.aborted && !this.abandoned) {
       await this.kick();
     }
-    if (this.failure) throw this.failure;
+    // An abandoned log's refusal was the owner's to report, when it abandoned it.
+    if (this.failure && !this.abandoned) throw this.failure;
   }
 
   /** Bytes written but not acknowledged by the server. */
