@@ -43,6 +43,11 @@ export interface CallOptions {
   signal?: AbortSignal | undefined;
   /** This call's deadline in ms; long-polls pass their wait plus some slack. */
   timeoutMs?: number | undefined;
+  /**
+   * What `timeoutMs` bounds: the whole call (the default), or each wait for the answer's next
+   * bytes, for a download of unknown size that may be slow but must not stall.
+   */
+  deadlineOn?: "whole call" | "progress" | undefined;
   /** Extra request headers (e.g. Content-MD5 for state writes). */
   headers?: Record<string, string> | undefined;
 }
@@ -243,6 +248,7 @@ export class DroverClient {
       ...options.headers,
     };
     const timeoutMs = options.timeoutMs ?? this.timeoutMs;
+    const onProgress = options.deadlineOn === "progress";
     const limit = callDeadline(options.signal, timeoutMs);
     try {
       const res = await request(this.baseUrl + path, {
@@ -251,19 +257,25 @@ export class DroverClient {
         body: options.body,
         dispatcher: this.dispatcher,
         signal: limit.signal,
+        // The call's own deadline governs: the dispatcher's defaults must not cut a longer call short.
+        headersTimeout: timeoutMs,
+        bodyTimeout: timeoutMs,
       });
       // Read inside the deadline: a server that sends headers and then stalls is no answer either.
-      const body = Buffer.from(await res.body.arrayBuffer());
-      return { status: res.statusCode, headers: res.headers, body };
+      const chunks: Buffer[] = [];
+      for await (const chunk of res.body as AsyncIterable<Buffer>) {
+        chunks.push(chunk);
+        if (onProgress) limit.restart();
+      }
+      return { status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks) };
     } catch (err) {
       if (options.signal?.aborted) throw options.signal.reason ?? err;
       const at = `${method} ${path.split("?")[0]}`;
       if (limit.timedOut()) {
-        throw new ApiError(
-          "server_unreachable",
-          `no answer from the Drover server at ${this.baseUrl} within ${timeoutMs} ms (${at})`,
-          { httpStatus: 0, cause: err },
-        );
+        const late = onProgress
+          ? `the Drover server at ${this.baseUrl} sent nothing for ${timeoutMs} ms (${at})`
+          : `no answer from the Drover server at ${this.baseUrl} within ${timeoutMs} ms (${at})`;
+        throw new ApiError("server_unreachable", late, { httpStatus: 0, cause: err });
       }
       if (this.baseUrl.startsWith("https:") && isPlainHttpAnswer(err)) {
         const plain = this.baseUrl.replace(/^https:/, "http:");
@@ -312,13 +324,14 @@ function describe(err: unknown): string {
 }
 
 /**
- * A signal that aborts when `parent` does or after `ms`. Linked by hand rather than with
- * AbortSignal.any so that the listener on a long-lived parent is removed when the call ends.
+ * A signal that aborts when `parent` does or after `ms` (counted again from each `restart()`).
+ * Linked by hand rather than with AbortSignal.any so that the listener on a long-lived parent is
+ * removed when the call ends.
  */
 function callDeadline(
   parent: AbortSignal | undefined,
   ms: number,
-): { signal: AbortSignal; timedOut(): boolean; dispose(): void } {
+): { signal: AbortSignal; timedOut(): boolean; restart(): void; dispose(): void } {
   const controller = new AbortController();
   let expired = false;
   const onParent = () => controller.abort(parent?.reason);
@@ -332,6 +345,7 @@ function callDeadline(
   return {
     signal: controller.signal,
     timedOut: () => expired,
+    restart: () => void timer.refresh(),
     dispose() {
       clearTimeout(timer);
       parent?.removeEventListener("abort", onParent);
