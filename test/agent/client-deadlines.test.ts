@@ -97,3 +97,24 @@ test("withRetry stops retrying when its signal aborts, even in a long Retry-Afte
   await assert.rejects(call, NetworkError);
   assert.ok(Date.now() - started < 5_000, "the wait was interrupted");
 });
+
+test("a job's download that stops mid-body is given up on the progress deadline, tried again, then its budget ends it", async () => {
+  let tries = 0;
+  handler = (_req, res) => {
+    tries++;
+    res.writeHead(200, { "content-type": "application/gzip", "content-length": "1000" }).write(Buffer.alloc(10));
+  };
+  // A plain record, so that the deadlines are the client's own whatever their names.
+  const timeouts = { requestMs: 300, transferRetryMs: 1_000 };
+  const job = new AgentClient(url, undefined, timeouts).job("j1", "token");
+  const started = Date.now();
+  await assert.rejects(job.configuration(new AbortController().signal), (err: Error) => {
+    assert.match(
+      err.message,
+      /^gave up downloading the configuration archive after \d+ tries in \d+ s: .*sent nothing for 300 ms/,
+    );
+    return true;
+  });
+  assert.ok(tries >= 2, `tried ${tries} times`);
+  assert.ok(Date.now() - started < 5_000, `took ${Date.now() - started} ms`);
+});

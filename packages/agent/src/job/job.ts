@@ -75,7 +75,10 @@ export class JobRun {
   private readonly context: JobContext;
   /** Aborted when the job is over: ends its heartbeats. */
   private readonly abort = new AbortController();
-  /** Aborted when the job's work must end (stopped, killed, lease lost, or over): ends its retries. */
+  /**
+   * Aborted when the job's work must end (canceled, stopped, killed, lease lost, or over): ends
+   * its retries and the transfers in flight.
+   */
   private readonly work = new AbortController();
   /** Aborted when a stop's budget leaves no more time to deliver the log and the outcome. */
   private readonly delivery = new AbortController();
@@ -152,6 +155,8 @@ export class JobRun {
     if (this.canceled) return;
     this.canceled = true;
     this.log.line("\n[drover] cancel requested: interrupting");
+    // A transfer in flight would otherwise go on for as long as its deadline allows.
+    this.work.abort();
     this.steps.signal("SIGINT");
     this.later(cancelTermAfterMs, () => this.steps.signal("SIGTERM"));
     this.later(cancelKillAfterMs, () => this.steps.signal("SIGKILL"));

@@ -8,7 +8,8 @@ export interface Stage {
   readonly name: string;
   /**
    * What the stage retries. "server calls": each call it makes to the server, on a network
-   * error (or 5xx/429), until the job's work ends. "nothing": it runs terraform or a hook, once
+   * error (or 5xx/429), until the job's work ends; a transfer (JobClient) within its own budget,
+   * with a deadline that grows with what it sends. "nothing": it runs terraform or a hook, once
    * (an apply or a hook is not known to be repeatable), and calls the server at most once.
    */
   readonly retries: "server calls" | "nothing";

@@ -1,4 +1,6 @@
 import {
+  DroverError,
+  messageOf,
   routes,
   type ErrorCode,
   type JobAssignment,
@@ -25,9 +27,24 @@ export interface ClientTimeouts {
   longPollSlackMs: number;
   /** TCP/TLS connect deadline, in ms. */
   connectMs: number;
+  /**
+   * The slowest link a job's upload is given time for, in bytes/s: each try of an n-byte body
+   * may take requestMs + n / this. A job's downloads instead fail after requestMs without a byte.
+   */
+  transferBytesPerSecond: number;
+  /** How long a job's upload or download is tried again before its stage fails, in ms. */
+  transferRetryMs: number;
 }
 
-export const defaultClientTimeouts: ClientTimeouts = { requestMs: 60_000, longPollSlackMs: 15_000, connectMs: 10_000 };
+export const defaultClientTimeouts: ClientTimeouts = {
+  requestMs: 60_000,
+  longPollSlackMs: 15_000,
+  connectMs: 10_000,
+  // 2 Mbit/s, a poor uplink's rate: a 200 MB plan still gets 14 min a try on it.
+  transferBytesPerSecond: 256 * 1024,
+  // Well past a server's restart or failover; a server failing longer than that is not coming back soon.
+  transferRetryMs: 10 * 60_000,
+};
 
 /**
  * The agent's HTTP client for the agent protocol, on the protocol's typed client: every call
@@ -113,7 +130,11 @@ export class AgentClient {
   }
 }
 
-/** The job-token calls of one job. */
+/**
+ * The job-token calls of one job. Its transfers (the configuration, the plan, the state, the
+ * plan's JSON and the providers' schemas) retry themselves within the transfer budget; the
+ * other calls are retried by their caller.
+ */
 export class JobClient {
   constructor(
     private readonly client: AgentClient,
@@ -138,8 +159,10 @@ export class JobClient {
       timeoutMs: timeoutMs ?? waitMs + this.client.timeouts.longPollSlackMs,
     });
   }
-  configuration(signal?: AbortSignal): Promise<Buffer> {
-    return this.client.call(routes.jobConfiguration, { ...this.ids, signal });
+  configuration(signal: AbortSignal): Promise<Buffer> {
+    return this.transfer("downloading the configuration archive", signal, (s) =>
+      this.client.call(routes.jobConfiguration, { ...this.ids, signal: s, deadlineOn: "progress" }),
+    );
   }
   async variables(signal?: AbortSignal): Promise<JobVariable[]> {
     return (await this.client.call(routes.jobVariables, { ...this.ids, signal })).variables;
@@ -147,30 +170,59 @@ export class JobClient {
   async appendLog(offset: number, data: Buffer, signal?: AbortSignal): Promise<number> {
     return (await this.client.call(routes.appendLog, { ...this.ids, query: { offset }, body: data, signal })).offset;
   }
-  async uploadPlan(planFile: Buffer, signal?: AbortSignal): Promise<void> {
-    await this.client.call(routes.uploadPlan, { ...this.ids, body: planFile, signal });
+  async uploadPlan(planFile: Buffer, signal: AbortSignal): Promise<void> {
+    await this.transfer("uploading the plan file", signal, (s) =>
+      this.client.call(routes.uploadPlan, {
+        ...this.ids,
+        body: planFile,
+        signal: s,
+        timeoutMs: this.sending(planFile),
+      }),
+    );
   }
-  async uploadPlanJson(planJson: Buffer, signal?: AbortSignal): Promise<void> {
-    await this.client.call(routes.uploadPlanJson, { ...this.ids, body: planJson, signal });
+  async uploadPlanJson(planJson: Buffer, signal: AbortSignal): Promise<void> {
+    await this.transfer("uploading the plan's JSON", signal, (s) =>
+      this.client.call(routes.uploadPlanJson, {
+        ...this.ids,
+        body: planJson,
+        signal: s,
+        timeoutMs: this.sending(planJson),
+      }),
+    );
   }
-  async uploadProviderSchemas(schemas: Buffer, signal?: AbortSignal): Promise<void> {
-    await this.client.call(routes.uploadProviderSchemas, { ...this.ids, body: schemas, signal });
+  async uploadProviderSchemas(schemas: Buffer, signal: AbortSignal): Promise<void> {
+    await this.transfer("uploading the providers' schemas", signal, (s) =>
+      this.client.call(routes.uploadProviderSchemas, {
+        ...this.ids,
+        body: schemas,
+        signal: s,
+        timeoutMs: this.sending(schemas),
+      }),
+    );
   }
-  downloadPlan(signal?: AbortSignal): Promise<Buffer> {
-    return this.client.call(routes.downloadPlan, { ...this.ids, signal });
+  downloadPlan(signal: AbortSignal): Promise<Buffer> {
+    return this.transfer("downloading the plan file", signal, (s) =>
+      this.client.call(routes.downloadPlan, { ...this.ids, signal: s, deadlineOn: "progress" }),
+    );
   }
   /**
    * The workspace's current state from the server's http backend (empty when there is none).
    * The path is the one the assignment names, so it is requested as given.
    */
-  async state(statePath: string, signal?: AbortSignal): Promise<Buffer> {
-    try {
-      const answer = await this.client.http.request("GET", statePath, { token: this.token, signal });
-      if (answer.status >= 400) throw decodeErrorAnswer(`GET ${statePath} at ${this.client.baseUrl}`, answer);
-      return answer.body;
-    } catch (err) {
-      throw retriable(err);
-    }
+  state(statePath: string, signal: AbortSignal): Promise<Buffer> {
+    return this.transfer("downloading the state", signal, async (s) => {
+      try {
+        const answer = await this.client.http.request("GET", statePath, {
+          token: this.token,
+          signal: s,
+          deadlineOn: "progress",
+        });
+        if (answer.status >= 400) throw decodeErrorAnswer(`GET ${statePath} at ${this.client.baseUrl}`, answer);
+        return answer.body;
+      } catch (err) {
+        throw retriable(err);
+      }
+    });
   }
   async uploadOutputs(outputs: Output[], signal?: AbortSignal): Promise<void> {
     await this.client.call(routes.uploadOutputs, { ...this.ids, body: { outputs }, signal });
@@ -187,6 +239,17 @@ export class JobClient {
       body: { outcome, message, ...(planSummary ? { planSummary } : {}) },
       signal,
     });
+  }
+
+  /** One try's deadline for sending `body`: the ordinary one, plus its time at the slowest rate allowed. */
+  private sending(body: Buffer): number {
+    const t = this.client.timeouts;
+    return t.requestMs + Math.ceil((body.length * 1000) / t.transferBytesPerSecond);
+  }
+
+  /** `work` retried within the transfer budget, or until `signal` (the job's end, its cancel) aborts. */
+  private transfer<T>(what: string, signal: AbortSignal, work: (signal: AbortSignal) => Promise<T>): Promise<T> {
+    return withRetry(() => work(signal), signal, { giveUpAfterMs: this.client.timeouts.transferRetryMs, what });
   }
 }
 
@@ -219,20 +282,44 @@ export class NetworkError extends Error {
   }
 }
 
+/** Bounds of `withRetry`. */
+export interface RetryLimits {
+  /** Longest wait between two tries, in ms. */
+  maxDelayMs?: number;
+  /** No try starts this long after the first one, in ms; unset: tries go on until the signal aborts. */
+  giveUpAfterMs?: number;
+  /** What is tried, for the error of giving up ("uploading the plan file"). */
+  what?: string;
+}
+
 /**
  * Retries `work` on NetworkError with exponential backoff (or the server's `Retry-After`)
- * until it succeeds or `signal` aborts; then the last error is thrown. Without a signal the
- * loop would be unbounded, so one is required.
+ * until it succeeds, `signal` aborts (the last error is thrown), or the budget of
+ * `giveUpAfterMs` is spent (a DroverError says what was given up, and why). Without a signal
+ * the loop could be unbounded, so one is required.
  */
-export async function withRetry<T>(work: () => Promise<T>, signal: AbortSignal, maxDelayMs = 10_000): Promise<T> {
-  const backoff = new Backoff({ initialMs: 200, maxMs: maxDelayMs });
-  for (;;) {
+export async function withRetry<T>(work: () => Promise<T>, signal: AbortSignal, limits: RetryLimits = {}): Promise<T> {
+  const backoff = new Backoff({ initialMs: 200, maxMs: limits.maxDelayMs ?? 10_000 });
+  const started = Date.now();
+  for (let tries = 1; ; tries++) {
     try {
       return await work();
     } catch (err) {
       if (!(err instanceof NetworkError) || signal.aborted) throw err;
-      await pause(backoff.next(err), signal);
+      const wait = backoff.next(err);
+      if (limits.giveUpAfterMs !== undefined && Date.now() + wait - started >= limits.giveUpAfterMs)
+        throw gaveUp(limits.what ?? "a call to the server", tries, started, err);
+      await pause(wait, signal);
       if (signal.aborted) throw err;
     }
   }
+}
+
+/** The error of a retry budget spent: not a NetworkError, so no caller tries again. */
+function gaveUp(what: string, tries: number, started: number, last: NetworkError): DroverError {
+  const seconds = Math.round((Date.now() - started) / 1000);
+  const attempts = `${tries} ${tries === 1 ? "try" : "tries"}`;
+  return new DroverError(last.code, `gave up ${what} after ${attempts} in ${seconds} s: ${messageOf(last)}`, {
+    cause: last,
+  });
 }

@@ -50,11 +50,11 @@ export const fetch: Stage = {
     c.reused = a.phase === "apply" && !hookPath(c, "pre-init") && c.keptPlans?.take(planDirKey(c), c.runDir) === true;
     if (!c.reused) c.files.prepare(c.runDir, c.configDir);
     // The configuration travels while the variables are read and the engine is found; if one of
-    // those fails, the job's end aborts it.
-    c.configuration = c.reused ? undefined : retry((signal) => c.job.configuration(signal));
+    // those fails, the job's end aborts it. Transfers retry themselves, within their budget.
+    c.configuration = c.reused ? undefined : c.job.configuration(c.signal);
     c.configuration?.catch(() => undefined);
     // A kept plan directory holds the very plan file this agent uploaded: no need to fetch it back.
-    const plan = a.phase === "apply" && !c.reused ? retry((signal) => c.job.downloadPlan(signal)) : undefined;
+    const plan = a.phase === "apply" && !c.reused ? c.job.downloadPlan(c.signal) : undefined;
     plan?.catch(() => undefined);
     c.variables = await retry((signal) => c.job.variables(signal));
     c.secrets = secretForms([
@@ -125,9 +125,9 @@ export const extract: Stage = {
   name: "extract",
   retries: "server calls",
   when: (c) => !c.reused,
-  async run(c, retry) {
+  async run(c) {
     const a = c.assignment;
-    const archive = await (c.configuration ?? retry((signal) => c.job.configuration(signal)));
+    const archive = await (c.configuration ?? c.job.configuration(c.signal));
     await c.files.withDir(c.configDir, (dir) => extractConfiguration(archive, dir));
     if (!existsSync(c.workDir))
       throw new DroverError(

@@ -1,6 +1,6 @@
 import { DroverError, messageOf, type Output } from "@drover/protocol";
 import { containsSecret } from "@drover/runtime";
-import type { JobContext, Retry } from "../context.js";
+import type { JobContext } from "../context.js";
 import type { EngineBinary } from "../engine.js";
 import type { Stage } from "../pipeline.js";
 import { PlanLineScanner, planSucceededCodes, summaryOfPlanOutput } from "../plan-summary.js";
@@ -87,9 +87,9 @@ export const apply: Stage = {
 export const outputs: Stage = {
   name: "outputs",
   retries: "server calls",
-  async run(c, retry) {
+  async run(c) {
     // Reading the state spares starting terraform; `output -json` reads what the agent cannot (an encrypted state).
-    const state = await retry((signal) => c.job.state(c.assignment.statePath, signal));
+    const state = await c.job.state(c.assignment.statePath, c.signal);
     const outputs = outputsOfState(state) ?? (await engineOutputs(c));
     // An output built from a sensitive value is sensitive, whatever the configuration declares.
     c.outputs = outputs.map((o) =>
@@ -136,7 +136,7 @@ export const uploads: Stage = {
     }
     // The plan file travels while terraform renders the plan as JSON; if `show` fails, the
     // job's end aborts the upload, and its failure is not the run's.
-    const planFile = retry((signal) => c.job.uploadPlan(c.files.read(c.planPath), signal));
+    const planFile = c.job.uploadPlan(c.files.read(c.planPath), c.signal);
     planFile.catch(() => undefined);
     const json = await c.steps.capture(binaryOf(c), ["show", "-json", c.planPath], c.workDir, c.env);
     // Exit code 2 of a refresh-only plan may be a change terraform will not apply (an output it
@@ -145,14 +145,14 @@ export const uploads: Stage = {
       c.planSummary = { ...c.planSummary, hasChanges: false };
     await planFile;
     try {
-      await retry((signal) => c.job.uploadPlanJson(json, signal));
+      await c.job.uploadPlanJson(json, c.signal);
     } catch (err) {
       // Larger than the server stores (DROVER_MAX_PLAN_JSON_MB): the run goes on without it,
       // its counts from terraform's summary line; a plan too large to show is still a plan.
       if (!(err instanceof DroverError && err.code === "payload_too_large")) throw err;
       c.log.line(`[drover] the plan's JSON is not stored: ${err.message}`);
     }
-    if (c.assignment.providerSchemas) await uploadProviderSchemas(c, retry);
+    if (c.assignment.providerSchemas) await uploadProviderSchemas(c);
   },
 };
 
@@ -160,7 +160,7 @@ export const uploads: Stage = {
  * A saved cloud plan's providers' schemas, which the human `terraform show` of it renders with.
  * Without them only that command fails, so a failure here is a log line, not the run's failure.
  */
-async function uploadProviderSchemas(c: JobContext, retry: Retry): Promise<void> {
+async function uploadProviderSchemas(c: JobContext): Promise<void> {
   try {
     const output = await c.steps.capture(binaryOf(c), ["providers", "schema", "-json"], c.workDir, c.env);
     const doc = JSON.parse(output.toString("utf8")) as { format_version?: unknown; provider_schemas?: unknown };
@@ -168,7 +168,7 @@ async function uploadProviderSchemas(c: JobContext, retry: Retry): Promise<void>
     if (typeof doc.format_version !== "string" || !doc.format_version.startsWith("1."))
       throw new Error(`providers schema -json gave format ${JSON.stringify(doc.format_version)}, not 1.x`);
     const schemas = Buffer.from(JSON.stringify(doc.provider_schemas ?? {}));
-    await retry((signal) => c.job.uploadProviderSchemas(schemas, signal));
+    await c.job.uploadProviderSchemas(schemas, c.signal);
   } catch (err) {
     if (c.signal.aborted) throw err;
     c.log.line(
