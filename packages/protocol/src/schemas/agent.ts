@@ -64,6 +64,11 @@ export const jobAssignmentSchema = z.object({
    */
   tfeHostname: z.string().max(300).optional(),
   /**
+   * The server's largest configuration archive (DROVER_MAX_CONFIGURATION_MB), in bytes: the
+   * agent's own check of the archive allows what the server accepted; absent from older servers.
+   */
+  maxConfigurationBytes: z.number().int().positive().optional(),
+  /**
    * A plan job of a saved cloud plan: upload `providers schema -json` too, which the human
    * `terraform show` of the plan renders with; absent from older servers.
    */

@@ -86,7 +86,8 @@ export function registerAgentRoutes(app: FastifyInstance, http: HttpContext, opt
         .end();
     }
     // The public URL's host is what users write as `hostname` in their configurations.
-    return { job: { ...job, traceparent, tfeHostname: new URL(http.publicUrl()).host } };
+    const tfeHostname = new URL(http.publicUrl()).host;
+    return { job: { ...job, traceparent, tfeHostname, maxConfigurationBytes: http.archiveLimits.maxCompressedBytes } };
   });
 
   serve(routes.agentHeartbeat, async ({ body, caller: agent }) => {

@@ -1,5 +1,5 @@
 import { DroverError, versionSatisfies } from "@drover/protocol";
-import { secretForms, sensitiveValues } from "@drover/runtime";
+import { defaultArchiveLimits, secretForms, sensitiveValues } from "@drover/runtime";
 import { existsSync, readFileSync, realpathSync } from "node:fs";
 import { join, relative, resolve } from "node:path";
 import type { JobContext } from "../context.js";
@@ -128,7 +128,11 @@ export const extract: Stage = {
   async run(c) {
     const a = c.assignment;
     const archive = await (c.configuration ?? c.job.configuration(c.signal));
-    await c.files.withDir(c.configDir, (dir) => extractConfiguration(archive, dir));
+    const limits = {
+      ...defaultArchiveLimits,
+      maxCompressedBytes: a.maxConfigurationBytes ?? defaultArchiveLimits.maxCompressedBytes,
+    };
+    await c.files.withDir(c.configDir, (dir) => extractConfiguration(archive, dir, limits));
     if (!existsSync(c.workDir))
       throw new DroverError(
         "not_found",
