@@ -59,6 +59,13 @@ test("DROVER_CLIENT_TIMEOUT_SECONDS sets the deadline; --timeout beats it", asyn
     DROVER_CLIENT_TIMEOUT_SECONDS: "1",
   });
   assert.match(flagWins.output, /within 2000 ms .*\(server_unreachable\)/);
+  // `drover login` checks the token with one call, under the same deadline.
+  const login = ["login", "--url", silentUrl, "--token", "drv_u_x.y"];
+  assert.match(
+    (await cli(login, { DROVER_CLIENT_TIMEOUT_SECONDS: "1" })).output,
+    /within 1000 ms .*\(server_unreachable\)/,
+  );
+  assert.match((await cli([...login, "--timeout", "2"])).output, /within 2000 ms .*\(server_unreachable\)/);
 });
 
 test("--timeout refuses a value that is not a whole number of seconds (exit 2)", async () => {

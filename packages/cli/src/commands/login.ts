@@ -3,7 +3,16 @@ import { DroverClient } from "@drover/runtime";
 import type { Command } from "commander";
 import { io } from "../io.js";
 import { readSecret } from "../secret-input.js";
-import { writeCredentials } from "../settings.js";
+import { resolveTimeoutMs, writeCredentials } from "../settings.js";
+
+interface LoginOptions {
+  url: string;
+  token?: string;
+  tokenFile?: string;
+  tokenStdin?: boolean;
+  json?: boolean;
+  timeout?: string;
+}
 
 /** `drover login --url U --token-file F` (or --token-stdin): checks the token, then stores both for later commands. */
 export function registerLoginCommand(program: Command): void {
@@ -18,7 +27,11 @@ export function registerLoginCommand(program: Command): void {
       "API token (visible to other users in the process list: prefer --token-file or --token-stdin)",
     )
     .option("--json", "print JSON")
-    .action(async (opts: { url: string; token?: string; tokenFile?: string; tokenStdin?: boolean; json?: boolean }) => {
+    .option(
+      "--timeout <seconds>",
+      "give up on checking the token when the server has not answered after this many seconds (DROVER_CLIENT_TIMEOUT_SECONDS)",
+    )
+    .action(async (opts: LoginOptions) => {
       const given = [opts.token !== undefined, opts.tokenFile !== undefined, opts.tokenStdin === true].filter(
         Boolean,
       ).length;
@@ -29,7 +42,8 @@ export function registerLoginCommand(program: Command): void {
         );
       const token = opts.token ?? (await readSecret(opts.tokenStdin ? "-" : (opts.tokenFile as string), "API token"));
       const settings = { url: opts.url.replace(/\/+$/, ""), token };
-      await new DroverClient({ baseUrl: settings.url, token }).call(routes.listPools, {});
+      const timeoutMs = resolveTimeoutMs({ timeout: opts.timeout }, io().env);
+      await new DroverClient({ baseUrl: settings.url, token, timeoutMs }).call(routes.listPools, {});
       const path = writeCredentials(settings, io().env);
       io().stdout.write(
         opts.json
