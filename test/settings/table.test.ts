@@ -106,3 +106,16 @@ test("drover (a user command): a bad DROVER_URL is an invalid_setting, exit 2; -
   assert.match(flagged.output(), /\(server_unreachable\)/);
   assert.doesNotMatch(flagged.output(), /invalid_setting/);
 });
+
+test("drover server: a log level other than the four it documents is an invalid_setting, exit 2", async () => {
+  const server = spawnDrover(["server", "--data-dir", tempDir("drover-level-"), "--port", "0"], {
+    PATH: process.env.PATH,
+    DROVER_LOG_LEVEL: "verbose",
+  });
+  const exit = await server.exited;
+  assert.equal(exit.code, 2, server.output());
+  assert.match(
+    server.output(),
+    /DROVER_LOG_LEVEL must be one of debug, info, warn, error, got "verbose" \(invalid_setting\)/,
+  );
+});

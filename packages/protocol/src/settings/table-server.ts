@@ -310,7 +310,7 @@ export const serverSettings = {
     doc: "`debug`, `info`, `warn`, `error`",
     default: "info",
     readers: ["server"],
-    parse: text,
+    parse: oneOf(["debug", "info", "warn", "error"]),
     section: "server",
   }),
 } as const;
