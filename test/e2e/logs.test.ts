@@ -90,6 +90,36 @@ test("a line terraform prints in pieces counts once, wherever the provisioner pa
   );
 });
 
+test("run logs --json prints one JSON document of the phases' logs, with --follow once the run has settled", async () => {
+  await workspace("json-logs");
+  const dir = writeConfig(stack.dir, "json-logs", {
+    "main.tf": `resource "terraform_data" "said" {\n  provisioner "local-exec" {\n    command = "echo said-in-apply"\n  }\n}\n`,
+  });
+  const runId = await stack.startRun(dir, "json-logs", ["--auto-apply"]);
+  // Followed first: it waits for the run to settle, after which the plain read has every byte too.
+  for (const flags of [["--follow"], []]) {
+    const res = await stack.cli(["run", "logs", runId, "--json", ...flags]);
+    assert.equal(res.code, 0, res.stderr);
+    const doc = JSON.parse(res.stdout) as { runId: string; logs: { phase: string; complete: boolean; text: string }[] };
+    assert.equal(doc.runId, runId);
+    assert.deepEqual(
+      doc.logs.map((l) => [l.phase, l.complete]),
+      [
+        ["plan", true],
+        ["apply", true],
+      ],
+      flags.join(" "),
+    );
+    assert.match(doc.logs[0]!.text, /Terraform will perform the following actions/);
+    assert.match(doc.logs[1]!.text, /said-in-apply/);
+  }
+  const applyOnly = await stack.cli(["run", "logs", runId, "--json", "--phase", "apply"]);
+  assert.deepEqual(
+    (JSON.parse(applyOnly.stdout) as { logs: { phase: string }[] }).logs.map((l) => l.phase),
+    ["apply"],
+  );
+});
+
 test("run logs rejects an unknown --phase", async () => {
   const res = await stack.cli(["run", "logs", bigRun, "--phase", "destroy"]);
   assert.equal(res.code, 2);

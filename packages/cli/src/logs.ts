@@ -1,6 +1,7 @@
 import { DroverError, logHeaders, routes, type Phase, messageOf } from "@drover/protocol";
 import { type DroverClient } from "@drover/runtime";
 import { once } from "node:events";
+import { Writable } from "node:stream";
 import { VisibleControls } from "./visible.js";
 
 /** Bytes asked for per page: a bound on what the CLI holds in memory at once. */
@@ -11,6 +12,19 @@ export interface PhaseRead {
   bytes: number;
   /** The job has ended and every byte of its log was printed. */
   complete: boolean;
+}
+
+/** A destination for a log that keeps it in memory, for a command that prints it as data (--json). */
+export class TextSink extends Writable {
+  private readonly chunks: Buffer[] = [];
+  override _write(chunk: Buffer, _encoding: BufferEncoding, done: () => void): void {
+    this.chunks.push(chunk);
+    done();
+  }
+  /** What was written, as UTF-8 text. */
+  text(): string {
+    return Buffer.concat(this.chunks).toString("utf8");
+  }
 }
 
 /** Writes a chunk, waiting while the destination is full, so a slow reader throttles the reads. */

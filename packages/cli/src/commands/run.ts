@@ -16,7 +16,7 @@ import { exitCodeFor } from "../exit-codes.js";
 import { io } from "../io.js";
 import { followRun, type Reconnect } from "../follow.js";
 import { resolveReconnectMs } from "../settings.js";
-import { printPhaseLog } from "../logs.js";
+import { printPhaseLog, TextSink } from "../logs.js";
 import { packDirectory } from "../pack.js";
 import { workspaceOption } from "../workspace-arg.js";
 
@@ -217,6 +217,10 @@ export function registerRunCommands(program: Command): void {
     .action(async (id: string, opts: CommonOptions & { follow?: boolean; phase?: Phase }) => {
       const api = apiFor(opts);
       const phases: Phase[] = opts.phase ? [opts.phase] : ["plan", "apply"];
+      if (opts.json) {
+        emit(opts, { runId: id, logs: await logsAsData(api, id, phases, opts.follow === true) }, () => "");
+        return;
+      }
       if (opts.follow) {
         await followRun(api, id, io().stdout, reconnectOf(), phases);
         return;
@@ -230,4 +234,20 @@ export function registerRunCommands(program: Command): void {
           );
       }
     });
+}
+
+/**
+ * The phases' logs as data for --json: each as stored now, or with `follow` once the run has
+ * settled (then each is complete: no more bytes will come).
+ */
+async function logsAsData(api: DroverClient, id: string, phases: Phase[], follow: boolean) {
+  const logs: { phase: Phase; complete: boolean; text: string }[] = [];
+  for (const phase of phases) {
+    const text = new TextSink();
+    const complete = follow
+      ? (await followRun(api, id, text, reconnectOf(), [phase]), true)
+      : (await printPhaseLog(api, id, phase, text)).complete;
+    logs.push({ phase, complete, text: text.text() });
+  }
+  return logs;
 }
