@@ -77,3 +77,41 @@ test("one environment gives the agent, the controller and both workers the same 
     rmSync(home, { recursive: true, force: true });
   }
 });
+
+test("a setting a driver cannot honour is refused, not ignored", () => {
+  const hooks = mkdtempSync(join(tmpdir(), "drover-hooks-"));
+  try {
+    const refused = (env: Record<string, string>, setting: string, why: RegExp) =>
+      assert.throws(
+        () => loadAgentConfig({ DROVER_TOKEN: token, ...env }),
+        (err: Error & { code?: string; setting?: string }) =>
+          err.code === "invalid_setting" && err.setting === setting && why.test(err.message),
+      );
+    // A run's pod starts from the runner image: no agent-side hooks run there.
+    refused(
+      { DROVER_AGENT_DRIVER: "kubernetes", DROVER_AGENT_HOOKS_DIR: hooks },
+      "DROVER_AGENT_HOOKS_DIR",
+      /local and docker/,
+    );
+    refused(
+      { DROVER_AGENT_DRIVER: "kubernetes", DROVER_AGENT_HOOK_TIMEOUT_SECONDS: "60" },
+      "DROVER_AGENT_HOOK_TIMEOUT_SECONDS",
+      /local and docker/,
+    );
+    // Each phase of a docker or Kubernetes run starts in a new container: nothing is kept between them.
+    for (const driver of ["kubernetes", "docker"])
+      refused(
+        { DROVER_AGENT_DRIVER: driver, DROVER_AGENT_PLAN_REUSE_SECONDS: "60" },
+        "DROVER_AGENT_PLAN_REUSE_SECONDS",
+        /local driver only/,
+      );
+    assert.equal(loadAgentConfig({ DROVER_TOKEN: token, DROVER_AGENT_HOOKS_DIR: hooks }).hooksDir, hooks);
+    assert.equal(
+      loadAgentConfig({ DROVER_TOKEN: token, DROVER_AGENT_DRIVER: "docker", DROVER_AGENT_HOOKS_DIR: hooks }).hooksDir,
+      hooks,
+    );
+    assert.equal(loadAgentConfig({ DROVER_TOKEN: token, DROVER_AGENT_PLAN_REUSE_SECONDS: "60" }).planReuseMs, 60_000);
+  } finally {
+    rmSync(hooks, { recursive: true, force: true });
+  }
+});

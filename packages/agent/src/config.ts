@@ -14,6 +14,7 @@ import {
   settingParsers,
   type FlagValues,
   type LogFormat,
+  type SettingName,
   type StopAction,
   messageOf,
 } from "@drover/protocol";
@@ -167,6 +168,8 @@ export function loadAgentConfig(env: NodeJS.ProcessEnv, flags: AgentFlags = {}):
     runUsers = parsed;
   }
 
+  refuseUnhonoured(src, driver);
+
   return {
     url,
     token,
@@ -292,5 +295,29 @@ export function stopPlan(action: StopAction, gracePeriodMs: number): StopPlan {
       return { continueMs: Math.max(0, g - 70_000), firstSignal: "SIGTERM", killAfterMs: 60_000, budgetMs: g };
     case "force":
       return { continueMs: 0, firstSignal: "SIGKILL", killAfterMs: 0, budgetMs: Math.min(g, 10_000) };
+  }
+}
+
+/** Settings only some drivers can honour, the drivers, and why the others cannot. */
+const driverOnlySettings: [SettingName, AgentConfig["driver"][], string][] = [
+  [
+    "DROVER_AGENT_HOOKS_DIR",
+    ["local", "docker"],
+    "a Kubernetes run's pod starts from the runner image, where no hooks run",
+  ],
+  ["DROVER_AGENT_HOOK_TIMEOUT_SECONDS", ["local", "docker"], "a Kubernetes run's pod runs no hooks"],
+  [
+    "DROVER_AGENT_PLAN_REUSE_SECONDS",
+    ["local"],
+    "each phase of a docker or Kubernetes run starts in a new container, which keeps nothing of the plan's",
+  ],
+];
+
+/** Refuses a setting given for a driver that would ignore it: a setting does what it says, or is refused. */
+function refuseUnhonoured(src: SettingsSource, driver: AgentConfig["driver"]): void {
+  for (const [name, drivers, why] of driverOnlySettings) {
+    if (drivers.includes(driver) || src.origin(name) === undefined) continue;
+    const which = drivers.length === 1 ? `the ${drivers[0]} driver only` : `the ${drivers.join(" and ")} drivers`;
+    throw new InvalidSettingError(name, `${name} applies to ${which}; ${why}`);
   }
 }
