@@ -128,6 +128,11 @@ export class AgentClient {
   job(jobId: string, token: string): JobClient {
     return new JobClient(this, jobId, token);
   }
+
+  /** One try's deadline for sending `body` to the server: the ordinary one, plus its time at the slowest rate allowed. */
+  sendingMs(body: Buffer): number {
+    return this.timeouts.requestMs + Math.ceil((body.length * 1000) / this.timeouts.transferBytesPerSecond);
+  }
 }
 
 /**
@@ -176,7 +181,7 @@ export class JobClient {
         ...this.ids,
         body: planFile,
         signal: s,
-        timeoutMs: this.sending(planFile),
+        timeoutMs: this.client.sendingMs(planFile),
       }),
     );
   }
@@ -186,7 +191,7 @@ export class JobClient {
         ...this.ids,
         body: planJson,
         signal: s,
-        timeoutMs: this.sending(planJson),
+        timeoutMs: this.client.sendingMs(planJson),
       }),
     );
   }
@@ -196,7 +201,7 @@ export class JobClient {
         ...this.ids,
         body: schemas,
         signal: s,
-        timeoutMs: this.sending(schemas),
+        timeoutMs: this.client.sendingMs(schemas),
       }),
     );
   }
@@ -239,12 +244,6 @@ export class JobClient {
       body: { outcome, message, ...(planSummary ? { planSummary } : {}) },
       signal,
     });
-  }
-
-  /** One try's deadline for sending `body`: the ordinary one, plus its time at the slowest rate allowed. */
-  private sending(body: Buffer): number {
-    const t = this.client.timeouts;
-    return t.requestMs + Math.ceil((body.length * 1000) / t.transferBytesPerSecond);
   }
 
   /** `work` retried within the transfer budget, or until `signal` (the job's end, its cancel) aborts. */

@@ -233,6 +233,7 @@ export class VcsAgent {
                   query: { attempt: t.attempt },
                   body: archive,
                   signal,
+                  timeoutMs: this.client.sendingMs(archive),
                 }),
               signal,
             ),
