@@ -15,7 +15,11 @@ after(() => {
   for (const d of dirs) rmSync(d, { recursive: true, force: true });
 });
 
-async function quickstart(earlier: { url: string; token: string }, port: number) {
+async function quickstart(
+  earlier: { url: string; token: string },
+  port: number,
+  settingsBy: "flags" | "env" = "flags",
+) {
   const dir = mkdtempSync(join(tmpdir(), "drover-quickstart-login-"));
   dirs.push(dir);
   const configDir = join(dir, "config");
@@ -28,7 +32,11 @@ async function quickstart(earlier: { url: string; token: string }, port: number)
     DROVER_URL: "",
     DROVER_TOKEN: "",
   });
-  const proc = spawnDrover(["quickstart", "--data-dir", join(dir, "data"), "--port", String(port)], env);
+  const where = { dataDir: join(dir, "data"), port: String(port) };
+  const proc =
+    settingsBy === "flags"
+      ? spawnDrover(["quickstart", "--data-dir", where.dataDir, "--port", where.port], env)
+      : spawnDrover(["quickstart"], { ...env, DROVER_DATA_DIR: where.dataDir, DROVER_PORT: where.port });
   try {
     await proc.waitFor(/Press Ctrl-C to stop\./, 120_000);
   } finally {
@@ -51,10 +59,10 @@ test("a login to another server is kept; the quickstart prints the DROVER_CONFIG
   assert.match(res.stderr, new RegExp(`cannot reach the Drover server at ${saved.url.replace(/[.]/g, "\\.")}`));
 });
 
-test("a login to the quickstart's own address is renewed quietly", async () => {
+test("a login to the quickstart's own address is renewed quietly (its port and data dir from DROVER_PORT and DROVER_DATA_DIR)", async () => {
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
-  const { dir, credentials, printed } = await quickstart({ url, token: "drv_u_old.token" }, port);
+  const { dir, credentials, printed } = await quickstart({ url, token: "drv_u_old.token" }, port, "env");
   const saved = JSON.parse(readFileSync(credentials, "utf8")) as { url: string; token: string };
   assert.equal(saved.url, url);
   assert.equal(saved.token, readFileSync(join(dir, "data", "admin-token"), "utf8").trim());

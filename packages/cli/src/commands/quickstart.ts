@@ -45,18 +45,20 @@ export function registerQuickstartCommand(program: Command): void {
   program
     .command("quickstart")
     .description("Start a server with a local agent, ready to run examples/hello")
-    .option("--data-dir <dir>", "where everything is kept", ".drover")
-    .option("--port <port>", "server port", "8800")
-    .action(async (opts: { dataDir: string; port: string }) => {
+    .option("--data-dir <dir>", "where everything is kept (DROVER_DATA_DIR, default .drover)")
+    .option("--port <port>", "server port (DROVER_PORT, default 8800)")
+    .action(async (opts: { dataDir?: string; port?: string }) => {
       runsUntilSignalled();
       const { loadServerConfig, startServer } = await import("@drover/server");
-      const dataDir = resolve(opts.dataDir);
+      // A flag beats its variable, which beats the quickstart's default (an empty variable counts as unset).
+      const dataDir = resolve(opts.dataDir ?? (process.env.DROVER_DATA_DIR || ".drover"));
+      const port = opts.port ?? (process.env.DROVER_PORT || "8800");
       mkdirSync(dataDir, { recursive: true });
       const adminToken = keep(join(dataDir, "admin-token"), () => newUserToken(newId("utok")));
       const server = await startServer(
         loadServerConfig({
           env: { ...process.env, DROVER_LOG_LEVEL: process.env.DROVER_LOG_LEVEL ?? "warn" },
-          flags: { dataDir, port: opts.port, adminToken },
+          flags: { dataDir, port, adminToken },
         }),
       );
       const api = new DroverClient({ baseUrl: server.url, token: adminToken });
