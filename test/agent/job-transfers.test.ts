@@ -101,9 +101,10 @@ async function withProxy(faults: Array<[string, RegExp, RouteFault]>, body: (pro
 }
 
 test("a plan file upload slower than the ordinary deadline, on a link faster than the minimum rate, completes", async () => {
-  await withProxy([["PUT", planUpload, { kind: "slow upload", ms: 2_500 }]], async (proxy) => {
-    // Per try: 1 s plus the plan file at 20 kB/s, over 6 s for the 100+ kB it is; the link takes 2.5 s.
-    const run = await planBehind(proxy, { requestMs: 1_000, transferBytesPerSecond: 20_000 });
+  await withProxy([["PUT", planUpload, { kind: "slow upload", ms: 6_000 }]], async (proxy) => {
+    // Per try: 3 s plus the plan file at 10 kB/s, over 13 s for the 100+ kB it is; the link takes 6 s.
+    // (The server, the agent and the proxy share this process: the margins allow for a busy machine.)
+    const run = await planBehind(proxy, { requestMs: 3_000, transferBytesPerSecond: 10_000 });
     try {
       await run.reaches(["planned"], 40_000);
       assert.ok(proxy.hits[0]!.bodyBytes > 100_000, `the plan file was only ${proxy.hits[0]!.bodyBytes} bytes`);
@@ -115,9 +116,9 @@ test("a plan file upload slower than the ordinary deadline, on a link faster tha
 });
 
 test("a configuration download that keeps coming, slower than the ordinary deadline, completes", async () => {
-  await withProxy([["GET", configurationDownload, { kind: "slow download", ms: 2_500 }]], async (proxy) => {
-    // Bytes come every 100 ms: never a second without one, though the whole takes 2.5 s.
-    const run = await planBehind(proxy, { requestMs: 1_000 });
+  await withProxy([["GET", configurationDownload, { kind: "slow download", ms: 6_000 }]], async (proxy) => {
+    // Bytes come every 100 ms: never 3 s without one, though the whole takes 6 s.
+    const run = await planBehind(proxy, { requestMs: 3_000 });
     try {
       await run.reaches(["planned"], 40_000);
       assert.equal(proxy.hits.length, 1, "the download was given up and asked for again");
