@@ -1,4 +1,5 @@
 import { messageOf, routes, type WorkspaceVcs } from "@drover/protocol";
+import { sql } from "kysely";
 import { vcsStatusOf, type VcsClient, type VcsEndpoint } from "@drover/vcs";
 import type { StoreContext } from "../store/context.js";
 import { getVcsConnection, vcsWebhookSecret } from "../store/vcs-connections.js";
@@ -43,21 +44,52 @@ const linking = new Map<string, Promise<unknown>>();
  * Links a workspace and registers the repository's webhook, unless another link of the repository
  * has one. Links of one repository are made one at a time, so workspaces linked at once share one
  * webhook instead of each creating its own (GitHub refuses the second; GitLab keeps both and
- * delivers every event twice).
+ * delivers every event twice): in this process, and on PostgreSQL across server processes.
  */
 export async function linkWithWebhook(
   w: WebhookContext,
   workspace: string,
   input: LinkWorkspaceVcsInput,
 ): Promise<WorkspaceVcs> {
-  const key = `${input.connection}\0${input.repository.toLowerCase()}`;
-  const turn = (linking.get(key) ?? Promise.resolve()).catch(() => undefined).then(() => link(w, workspace, input));
+  // Named by id: the input may name the connection either way.
+  const { id } = await getVcsConnection(w.ctx, input.connection);
+  return inTurn(w.ctx, id, input.repository, (ctx) => link({ ...w, ctx }, workspace, input));
+}
+
+/** Runs `work` in the turn of a connection's (by id) repository: one at a time here, and across servers. */
+async function inTurn<T>(
+  ctx: StoreContext,
+  connection: string,
+  repository: string,
+  work: (ctx: StoreContext) => Promise<T>,
+): Promise<T> {
+  const key = JSON.stringify([connection, repository.toLowerCase()]);
+  const turn = (linking.get(key) ?? Promise.resolve()).catch(() => undefined).then(() => acrossServers(ctx, key, work));
   linking.set(key, turn);
   try {
     return await turn;
   } finally {
     if (linking.get(key) === turn) linking.delete(key);
   }
+}
+
+/**
+ * Runs `work` holding PostgreSQL's advisory lock named by `key`, so that other server processes
+ * on the database wait their turn (SQLite has one server process). The lock belongs to one pooled
+ * connection, held until `work` ends (a link's few calls to the VCS, each with its deadline);
+ * `work` reads and writes through that connection too, so links of many repositories at once
+ * cannot take every connection of the pool while each waits for another.
+ */
+async function acrossServers<T>(ctx: StoreContext, key: string, work: (ctx: StoreContext) => Promise<T>): Promise<T> {
+  if (ctx.dialect !== "postgres") return work(ctx);
+  return ctx.db.connection().execute(async (conn) => {
+    await sql`select pg_advisory_lock(hashtextextended(${key}, 0))`.execute(conn);
+    try {
+      return await work({ ...ctx, db: conn });
+    } finally {
+      await sql`select pg_advisory_unlock(hashtextextended(${key}, 0))`.execute(conn);
+    }
+  });
 }
 
 async function link(w: WebhookContext, workspace: string, input: LinkWorkspaceVcsInput): Promise<WorkspaceVcs> {
@@ -105,7 +137,10 @@ async function link(w: WebhookContext, workspace: string, input: LinkWorkspaceVc
 
 export async function unlinkWithWebhook(w: WebhookContext, workspace: string): Promise<void> {
   const link = await unlinkWorkspaceVcs(w.ctx, workspace);
-  if (link.webhookId !== null) await dropWebhookIfUnused(w, link);
+  // In the repository's turn: a link made meanwhile either took this webhook before the look
+  // (which then keeps it) or comes after the delete (and registers a new one).
+  if (link.webhookId !== null)
+    await inTurn(w.ctx, link.connectionId, link.repository, (ctx) => dropWebhookIfUnused({ ...w, ctx }, link));
 }
 
 /** Deletes a repository's webhook when no link uses it any more; a failure is logged, not raised. */
