@@ -275,6 +275,37 @@ test("a state version without inline state is given signed upload URLs: the PUT 
   assert.equal(refused.status, 409, refused.text);
 });
 
+test("a state whose outputs hold entries that are not objects is stored whole, and its outputs read without a 500", async () => {
+  await server.api(routes.createPool, { body: { name: "odd-outputs" } });
+  await server.api(routes.createWorkspace, { body: { name: "odd-outputs", pool: "odd-outputs" } });
+  const id = (await call("GET", "/api/v2/organizations/acme/workspaces/odd-outputs")).json.data.id as string;
+  const outputs = { gone: null, text: "not an output", kept: { value: 7, type: "number" } };
+  const state = JSON.stringify({ version: 4, serial: 1, lineage: "lin-odd", outputs, resources: [] });
+  const created = await call(
+    "POST",
+    `/api/v2/workspaces/${id}/state-versions`,
+    JSON.stringify({
+      data: {
+        type: "state-versions",
+        attributes: { serial: 1, lineage: "lin-odd", state: Buffer.from(state).toString("base64") },
+      },
+    }),
+  );
+  assert.equal(created.status, 201, created.text);
+  const listed = await call("GET", `/api/v2/workspaces/${id}/current-state-version-outputs`);
+  assert.equal(listed.status, 200, listed.text);
+  assert.deepEqual(
+    listed.json.data.map((o: any) => [o.attributes.name, o.attributes.value]),
+    [
+      ["gone", null],
+      ["text", null],
+      ["kept", 7],
+    ],
+  );
+  const mine = await server.api(routes.workspaceOutputs, { params: { ws: "odd-outputs" } });
+  assert.equal(mine.status, 200, JSON.stringify(mine.body));
+});
+
 test("a plan's json-output and json-output-redacted: a JSON:API 404 for a run without them or an id of another shape, 401 without a token", async () => {
   await server.api(routes.createPool, { body: { name: "json-output" } });
   const ws = await server.api(routes.createWorkspace, { body: { name: "json-output", pool: "json-output" } });

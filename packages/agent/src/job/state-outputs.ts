@@ -21,7 +21,10 @@ export function outputsOfState(state: Buffer): Output[] | undefined {
   if (typeof parsed !== "object" || parsed === null) return undefined;
   const { version, outputs } = parsed as { version?: unknown; outputs?: unknown };
   if (version !== 4 || typeof outputs !== "object" || outputs === null || Array.isArray(outputs)) return undefined;
-  return Object.entries(outputs as Record<string, StateOutput>).map(([name, o]) => ({
+  const entries = Object.entries(outputs as Record<string, unknown>);
+  // Not what terraform writes: the engine, which reads the state itself, says what it makes of it.
+  if (entries.some(([, o]) => typeof o !== "object" || o === null)) return undefined;
+  return (entries as [string, StateOutput][]).map(([name, o]) => ({
     name,
     sensitive: o.sensitive === true,
     type: o.type ?? null,

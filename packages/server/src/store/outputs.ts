@@ -46,9 +46,16 @@ export async function stateVersionOutputs(ctx: StoreContext, version: OutputsSou
   }
   const outputs = (state as { outputs?: unknown }).outputs;
   if (typeof outputs !== "object" || outputs === null) return null;
-  const read = Object.entries(outputs as Record<string, { value?: unknown; type?: unknown; sensitive?: unknown }>).map(
-    ([name, o]) => ({ name, value: o.value ?? null, type: o.type ?? "dynamic", sensitive: o.sensitive === true }),
-  );
+  const read = Object.entries(outputs as Record<string, unknown>).map(([name, entry]) => {
+    // The state is stored as terraform wrote it, unchecked below its top level: an entry that
+    // is not an output object reads as an output without a value.
+    const o = (typeof entry === "object" && entry !== null ? entry : {}) as {
+      value?: unknown;
+      type?: unknown;
+      sensitive?: unknown;
+    };
+    return { name, value: o.value ?? null, type: o.type ?? "dynamic", sensitive: o.sensitive === true };
+  });
   return markSecretOutputs(ctx, version.workspace_id, read);
 }
 
