@@ -101,6 +101,29 @@ test("a document that is JSON but not an object is refused: terraform's own show
   });
 });
 
+test("a document whose resource or output changes are not objects is refused, naming the entry; the thread goes on", async () => {
+  await withThread(64, 60_000, async (thread) => {
+    const cases: [unknown, RegExp][] = [
+      [{ resource_changes: [null] }, /resource_changes\[0\] is not an object/],
+      [{ resource_changes: "all" }, /resource_changes is not a list/],
+      [{ output_changes: { o: null } }, /output_changes\["o"\] is not an object/],
+      [{ output_changes: [] }, /output_changes is not an object/],
+    ];
+    for (const [doc, message] of cases) {
+      const body = Buffer.from(JSON.stringify(doc));
+      await assert.rejects(thread.render(body, body.length, []), (err: unknown) => {
+        assert.ok(err instanceof DroverError, JSON.stringify(doc));
+        assert.equal(err.code, "invalid_json");
+        assert.match(err.message, message);
+        return true;
+      });
+    }
+    const good = plan(2, "x");
+    assert.equal((await thread.render(good, good.length, [])).summary.add, 2);
+    assert.equal(thread.started, 1, "no thread died on the way");
+  });
+});
+
 test("a document that outlasts its render deadline is refused as too large; its thread is replaced for the next", async () => {
   const slow = heavy(8);
   // The deadline runs from the hand-over: no thread parses 8 MB within 1 ms of it.

@@ -7,6 +7,30 @@ interface ResourceChange {
 }
 
 /**
+ * What makes a document unreadable as `terraform show -json` output, or undefined: its
+ * resource changes must be a list of objects and its output changes an object of objects,
+ * which every reader of a plan (the summary, the guard, the web UI) walks.
+ */
+export function planShapeProblem(planJson: object): string | undefined {
+  const { resource_changes: changes, output_changes: outputs } = planJson as {
+    resource_changes?: unknown;
+    output_changes?: unknown;
+  };
+  const isObject = (v: unknown) => typeof v === "object" && v !== null && !Array.isArray(v);
+  if (changes !== undefined) {
+    if (!Array.isArray(changes)) return "resource_changes is not a list";
+    const at = changes.findIndex((c) => !isObject(c));
+    if (at >= 0) return `resource_changes[${at}] is not an object`;
+  }
+  if (outputs !== undefined) {
+    if (!isObject(outputs)) return "output_changes is not an object";
+    const name = Object.keys(outputs as object).find((k) => !isObject((outputs as Record<string, unknown>)[k]));
+    if (name !== undefined) return `output_changes[${JSON.stringify(name)}] is not an object`;
+  }
+  return undefined;
+}
+
+/**
  * Whether applying the plan leaves the workspace managing nothing: it deletes resources and
  * every managed resource it knows of is deleted, none kept, changed or created. Such a plan
  * comes from an emptied or wrong configuration as often as from intent.

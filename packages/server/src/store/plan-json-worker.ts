@@ -2,7 +2,7 @@ import { readFileSync } from "node:fs";
 import { parentPort } from "node:worker_threads";
 import type { PlanSummary } from "@drover/protocol";
 import { messageOf } from "@drover/protocol/errors";
-import { destroysEverything, summarizePlan } from "@drover/protocol/plan";
+import { destroysEverything, planShapeProblem, summarizePlan } from "@drover/protocol/plan";
 import { redactJson, secretForms } from "@drover/runtime/redact";
 
 /*
@@ -37,6 +37,9 @@ function render({ source, sensitiveValues }: PlanJsonRequest): PlanJsonReply {
   // `terraform show -json` prints an object; the plan's other readers (terraform's own show) need one.
   if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed))
     return { kind: "invalid_json", message: "the plan JSON is not a JSON object, as `terraform show -json` prints" };
+  const problem = planShapeProblem(parsed);
+  if (problem !== undefined)
+    return { kind: "invalid_json", message: `the plan JSON is not as \`terraform show -json\` prints it: ${problem}` };
   const redacted = JSON.stringify(redactJson(parsed, secretForms(sensitiveValues)));
   // TextEncoder gives the bytes a buffer of their own (small Buffers share a pool), so it can be moved, not copied.
   return {
