@@ -52,6 +52,26 @@ describe("requests", () => {
       "bad_request",
       /workingDirectory/,
     );
+    // No directory is named so; raw in a run's log, its escapes would reach terminals.
+    assertError(
+      await server.api(routes.createWorkspace, {
+        body: { name: "w", pool: "bad", workingDirectory: "infra\u0000\u001b[2J" },
+      }),
+      400,
+      "bad_request",
+      /workingDirectory.*control character/,
+    );
+    await server.api(routes.createWorkspace, { body: { name: "env-nul", pool: "bad" } });
+    // No process can be given such an environment: every run of the workspace would fail to start.
+    assertError(
+      await server.api(routes.setVariable, {
+        params: { ws: "env-nul", key: "FOO" },
+        body: { value: "a\u0000b", kind: "env" },
+      }),
+      400,
+      "bad_request",
+      /NUL/,
+    );
     assertError(
       await server.api(routes.createRun, { body: { workspace: "nope", configurationVersionId: "cv-x" } }),
       404,

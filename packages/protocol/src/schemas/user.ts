@@ -164,7 +164,8 @@ export const workingDirectorySchema = z
   .refine(
     (d) => !d.startsWith("/") && !d.split("/").includes(".."),
     "the working directory must be a relative path inside the configuration",
-  );
+  )
+  .refine((d) => !hasControlChars(d), "the working directory must not hold a control character");
 
 export const createWorkspaceSchema = z.object({
   name: nameSchema,

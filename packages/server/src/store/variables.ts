@@ -44,6 +44,11 @@ export async function setVariable(
       "bad_request",
       `${JSON.stringify(key)} is not an environment variable name: letters, digits and '_' only`,
     );
+  if (input.kind === "env" && input.value.includes("\0"))
+    throw new DroverError(
+      "bad_request",
+      `the environment variable ${key} holds a NUL character, which no process's environment can carry`,
+    );
   if (hcl) checkHcl(key, input);
   const ws = await getWorkspace(ctx, workspace);
   const now = ctx.now();
