@@ -240,17 +240,22 @@ test(
       HTTPS_PROXY: "http://proxy.invalid:3128",
       NO_PROXY: "127.0.0.1,localhost",
       DROVER_CONTAINER_TASK_CA_CERT: ca,
+      // The host's own credentials, as a systemd unit's EnvironmentFile gives the agent.
+      AWS_SECRET_ACCESS_KEY: "agent-host-secret",
     });
     const wsId = await workspace("cancel");
     const dir = writeConfig(
       stack.dir,
       "cancel",
-      gatedConfig("echo proxy=$HTTPS_PROXY; echo ca=$(sed -n 2p $SSL_CERT_FILE); echo who=$(id -u):$(id -g); "),
+      gatedConfig(
+        "echo proxy=$HTTPS_PROXY; echo ca=$(sed -n 2p $SSL_CERT_FILE); echo who=$(id -u):$(id -g); echo host=[$AWS_SECRET_ACCESS_KEY]; ",
+      ),
     );
     const runId = await stack.startRun(dir, "cancel", ["--auto-apply"]);
     const log = await waitForLog(runId, "apply", /\(local-exec\): holding/);
     assert.match(log, /proxy=http:\/\/proxy\.invalid:3128/, "the proxy reaches the run");
     assert.match(log, /ca=ZHJvdmVyLXRlc3QtY2E=/, "the task CA bundle reaches the run as SSL_CERT_FILE");
+    assert.match(log, /host=\[\]/, "nothing else of the agent's environment reaches the run");
     assert.equal(
       (await stack.server.api(routes.getWorkspace, { params: { ws: wsId } })).body.stateLocked,
       true,

@@ -19,9 +19,6 @@ import {
 import { DiskWatch } from "../drivers/docker/disk-watch.js";
 import { cgroupOomKills, memoryEventsFile } from "../drivers/docker/oom.js";
 
-/** Deadline of a one-shot call to the daemon (inspect, remove); `wait` and followed output last as long as the container. */
-const daemonCallMs = 30_000;
-
 /** Options of one job's container. */
 export interface ContainerJobOptions {
   engine: DockerEngine;
@@ -60,6 +57,7 @@ const quietly = async (p: Promise<unknown>): Promise<void> => {
  */
 export class ContainerJob implements Runner {
   readonly files: RunFiles | undefined;
+  readonly agentEnvironment = "proxies";
   /** The data dir JobRun uses: its run directory is made below it. */
   readonly runBase: string;
   private readonly dir: string;
@@ -77,6 +75,8 @@ export class ContainerJob implements Runner {
   private readonly ending = new AbortController();
   private readonly heartbeat: NodeJS.Timeout;
   private oomFile: string | undefined;
+  /** The container's OOM kills counted when the last step ended: the ones after it are the next step's. */
+  private oomKillsSeen = 0;
   /** The directory of the agent's verified engine release the container mounts read-only, if the job uses one. */
   private engineDir: string | undefined;
   /** The container's own output (the exec-loop's messages), last 4 KiB, for error reports. */
@@ -180,7 +180,7 @@ export class ContainerJob implements Runner {
       this.id = id;
       await engine.start(id, signal);
       this.watchDisk();
-      const info = await engine.inspect(id, AbortSignal.any([signal, AbortSignal.timeout(daemonCallMs)]));
+      const info = await engine.inspect(id, signal);
       this.oomFile = memoryEventsFile(info.State.Pid);
       // The daemon ends the followed output when the container stops, so its end is the container's
       // end: no `wait` is held open beside it (podman's Docker API answers one by polling the runtime,
@@ -190,7 +190,7 @@ export class ContainerJob implements Runner {
         .then(
           async () => {
             const state = await engine
-              .inspect(id, AbortSignal.any([signal, AbortSignal.timeout(daemonCallMs)]))
+              .inspect(id, signal)
               .then((info) => info.State)
               .catch(() => undefined);
             return state && !state.Running ? state.ExitCode : engine.wait(id, signal);
@@ -252,13 +252,29 @@ export class ContainerJob implements Runner {
   }
 
   /**
-   * True when the kernel killed a process of the container for exceeding its memory limit:
-   * the daemon's OOMKilled state, or the container's memory cgroup counter where this host's
-   * cgroups are visible (a daemon may report OOMKilled only when the main process died).
+   * Whether the kernel killed a process of the step that just ended for exceeding the memory
+   * limit, by the container's memory cgroup counter where this host's cgroups are visible: the
+   * kills since the last step ended (one the run survived, `on_failure = continue`, is not a
+   * later step's). Undefined where they are not visible.
    */
-  private async outOfMemory(): Promise<boolean> {
+  private stepOutOfMemory(): boolean | undefined {
+    if (!this.oomFile) return undefined;
+    const count = cgroupOomKills(this.oomFile);
+    const fresh = count > this.oomKillsSeen;
+    this.oomKillsSeen = count;
+    return fresh && this.o.settings.memoryBytes > 0;
+  }
+
+  /** Whether the step that just ended (`failed` or not) ran out of memory; asked after every step, so each one's kills are its own. */
+  private async stepRanOutOfMemory(failed: boolean): Promise<boolean> {
+    const counted = this.stepOutOfMemory();
+    if (!failed) return false;
+    return counted ?? (await this.daemonSaysOutOfMemory());
+  }
+
+  /** The daemon's OOMKilled state, for a host whose cgroups are not visible (a daemon may report it only when the main process died). */
+  private async daemonSaysOutOfMemory(): Promise<boolean> {
     if (this.o.settings.memoryBytes === 0 || !this.id) return false;
-    if (this.oomFile && cgroupOomKills(this.oomFile) > 0) return true;
     try {
       return (await this.o.engine.inspect(this.id)).State.OOMKilled;
     } catch {
@@ -280,8 +296,8 @@ export class ContainerJob implements Runner {
     // A run that wrote past the bound faster than one interval is caught when its step ends.
     if (!this.overDisk) await this.diskWatch?.check();
     if (this.overDisk) return { code: null, signal: null, failure: this.overDisk };
-    if (result.code === 0 && !result.failure) return result;
-    if (await this.outOfMemory()) return { code: null, signal: null, failure: this.oomMessage() };
+    const failed = result.code !== 0 || Boolean(result.failure);
+    if (await this.stepRanOutOfMemory(failed)) return { code: null, signal: null, failure: this.oomMessage() };
     return result;
   }
 
@@ -294,7 +310,7 @@ export class ContainerJob implements Runner {
     }
     const why = await Promise.race([this.exited!, this.diskExceeded]);
     if (this.overDisk) return this.overDisk;
-    if (await this.outOfMemory()) return this.oomMessage();
+    if (await this.stepRanOutOfMemory(true)) return this.oomMessage();
     const tail = this.containerTail.trim().split("\n").slice(-5).join("\n");
     return tail ? `${why}; its last output:\n${tail}` : why;
   }
@@ -358,7 +374,7 @@ export class ContainerJob implements Runner {
     ]);
     if (!this.overDisk) await this.diskWatch?.check();
     if (this.overDisk) throw new DroverError("internal", this.overDisk);
-    if (r.code !== 0 && (await this.outOfMemory())) throw new DroverError("internal", this.oomMessage());
+    if (await this.stepRanOutOfMemory(r.code !== 0)) throw new DroverError("internal", this.oomMessage());
     return r;
   }
 
@@ -378,7 +394,7 @@ export class ContainerJob implements Runner {
       const waited = AbortSignal.timeout(10_000);
       await quietly(this.o.engine.wait(id, waited));
       try {
-        await this.o.engine.remove(id, AbortSignal.timeout(daemonCallMs));
+        await this.o.engine.remove(id);
       } catch (err) {
         this.o.log.warn(
           { container: this.name, err: messageOf(err) },

@@ -34,6 +34,13 @@ export interface Runner {
   useEngine?(path: string): string;
   /** How the job's own files are reached; unset: plainly (nothing else writes the job's directory). */
   readonly files?: RunFiles | undefined;
+  /**
+   * What steps see of the agent's own environment besides the job's: all of it (a process on
+   * the agent's host, where it is how hosts give runs their credentials), or only its proxy
+   * settings (the docker driver's container, a boundary the host's secrets stay behind).
+   * Unset: all of it.
+   */
+  readonly agentEnvironment?: "all" | "proxies";
 }
 
 /** File operations of a job on its run directory (paths as the job builds them). */

@@ -55,43 +55,72 @@ export interface ContainerCreate {
   };
 }
 
+/** How long the client waits on the daemon. */
+export interface DockerDeadlines {
+  /** A call the daemon answers at once (create, start, inspect, kill, remove, list, an image's lookup), in ms. */
+  callTimeoutMs?: number;
+  /** A pull may take long, but not this long without a byte of its progress, in ms. */
+  pullSilenceMs?: number;
+}
+
+/** A busy daemon answers in seconds; a minute without an answer is a hung one. */
+const defaultCallTimeoutMs = 60_000;
+/** A registry that sends no progress for two minutes has stalled the pull. */
+const defaultPullSilenceMs = 120_000;
+
 /**
  * The parts of the Docker Engine API the docker driver uses, over the daemon's unix socket
- * with undici (decision 0015). Every call takes an AbortSignal; errors carry the daemon's own
- * message, which names the image, container or limit at fault.
+ * with undici (decision 0015). Every call takes an AbortSignal and ends by a deadline (a
+ * container's `wait` and followed logs last as long as it runs, and end with their signal);
+ * errors carry the daemon's own message, which names the image, container or limit at fault.
  */
 export class DockerEngine {
   private readonly client: Pool;
+  private readonly callTimeoutMs: number;
+  private readonly pullSilenceMs: number;
 
-  constructor(readonly socketPath: string) {
+  constructor(
+    readonly socketPath: string,
+    deadlines: DockerDeadlines = {},
+  ) {
     // The host part is never sent anywhere: the socket is the connection. A pool, not one
     // connection: `wait` and followed logs hold theirs open for as long as a container runs.
     this.client = new Pool("http://docker", { socketPath, headersTimeout: 0, bodyTimeout: 0 });
+    this.callTimeoutMs = deadlines.callTimeoutMs ?? defaultCallTimeoutMs;
+    this.pullSilenceMs = deadlines.pullSilenceMs ?? defaultPullSilenceMs;
   }
 
+  /** One call, its answer read whole; `limit` "none" for the calls that last as long as a container runs. */
   private async call(
     method: "GET" | "POST" | "DELETE",
     path: string,
     signal: AbortSignal | undefined,
     body?: unknown,
+    limit: "deadline" | "none" = "deadline",
   ): Promise<{ status: number; text: string }> {
-    let res;
+    const deadline = limit === "deadline" ? AbortSignal.timeout(this.callTimeoutMs) : undefined;
+    const either = deadline && signal ? AbortSignal.any([signal, deadline]) : (deadline ?? signal);
     try {
-      res = await this.client.request({
+      const res = await this.client.request({
         method,
         path: `/${apiVersion}${path}`,
         headers: body === undefined ? {} : { "content-type": "application/json" },
         body: body === undefined ? undefined : JSON.stringify(body),
-        signal,
+        signal: either,
       });
+      return { status: res.statusCode, text: await res.body.text() };
     } catch (err) {
       if (signal?.aborted) throw err;
+      if (deadline?.aborted)
+        throw new DockerApiError(
+          0,
+          `the Docker daemon at ${this.socketPath} did not answer ${method} ${path.split("?")[0]} within ${this.callTimeoutMs} ms`,
+          { cause: err },
+        );
       throw new DockerApiError(0, `cannot reach the Docker daemon at ${this.socketPath}: ${messageOf(err)}`, {
         cause: err,
       });
     }
-    const text = await res.body.text();
-    return { status: res.statusCode, text };
   }
 
   private async json<T>(
@@ -100,8 +129,9 @@ export class DockerEngine {
     signal: AbortSignal | undefined,
     body?: unknown,
     ok: number[] = [200, 201, 204],
+    limit: "deadline" | "none" = "deadline",
   ): Promise<T> {
-    const { status, text } = await this.call(method, path, signal, body);
+    const { status, text } = await this.call(method, path, signal, body, limit);
     if (!ok.includes(status))
       throw new DockerApiError(status, daemonMessage(text) ?? `${method} ${path} answered ${status}`);
     return (text ? JSON.parse(text) : undefined) as T;
@@ -149,7 +179,14 @@ export class DockerEngine {
 
   /** Waits until the container has stopped; resolves with its exit code. */
   async wait(id: string, signal?: AbortSignal): Promise<number> {
-    const r = await this.json<{ StatusCode: number }>("POST", `/containers/${id}/wait`, signal);
+    const r = await this.json<{ StatusCode: number }>(
+      "POST",
+      `/containers/${id}/wait`,
+      signal,
+      undefined,
+      [200],
+      "none",
+    );
     return r.StatusCode;
   }
 
@@ -166,11 +203,14 @@ export class DockerEngine {
   }
 
   /**
-   * Pulls an image. The daemon answers 200 and then reports a failure inside its progress
-   * stream, so the stream is read to its end and its error lines checked.
+   * Pulls an image (`:latest` when the reference names no tag or digest: the daemon would pull
+   * every tag of the repository). The daemon answers 200 and then reports a failure inside its
+   * progress stream, so the stream is read to its end and its error lines checked.
    */
   async pull(image: string, signal?: AbortSignal): Promise<void> {
-    const { status, text } = await this.call("POST", `/images/create?fromImage=${encodeURIComponent(image)}`, signal);
+    const tagged = image.includes("@") || (image.split("/").pop() ?? "").includes(":");
+    const path = `/images/create?fromImage=${encodeURIComponent(image)}${tagged ? "" : "&tag=latest"}`;
+    const { status, text } = await this.progressing(path, `pulling ${image}`, signal);
     if (status !== 200) throw new DockerApiError(status, daemonMessage(text) ?? `pulling ${image} answered ${status}`);
     for (const line of text.split("\n")) {
       if (!line.trim()) continue;
@@ -182,6 +222,43 @@ export class DockerEngine {
       }
       const failed = event.errorDetail?.message ?? event.error;
       if (failed) throw new DockerApiError(500, failed);
+    }
+  }
+
+  /** A POST whose answer streams progress: it may take long, but fails once nothing came for pullSilenceMs. */
+  private async progressing(
+    path: string,
+    what: string,
+    signal: AbortSignal | undefined,
+  ): Promise<{ status: number; text: string }> {
+    const silence = new AbortController();
+    const timer = setTimeout(() => silence.abort(), this.pullSilenceMs);
+    try {
+      const res = await this.client.request({
+        method: "POST",
+        path: `/${apiVersion}${path}`,
+        signal: signal ? AbortSignal.any([signal, silence.signal]) : silence.signal,
+      });
+      timer.refresh();
+      const chunks: Buffer[] = [];
+      for await (const chunk of res.body as AsyncIterable<Buffer>) {
+        chunks.push(chunk);
+        timer.refresh();
+      }
+      return { status: res.statusCode, text: Buffer.concat(chunks).toString("utf8") };
+    } catch (err) {
+      if (signal?.aborted) throw err;
+      if (silence.signal.aborted)
+        throw new DockerApiError(
+          0,
+          `${what}: the Docker daemon at ${this.socketPath} sent nothing for ${this.pullSilenceMs} ms`,
+          { cause: err },
+        );
+      throw new DockerApiError(0, `cannot reach the Docker daemon at ${this.socketPath}: ${messageOf(err)}`, {
+        cause: err,
+      });
+    } finally {
+      clearTimeout(timer);
     }
   }
 
@@ -208,8 +285,9 @@ export class DockerEngine {
     for await (const chunk of res.body) demux.push(chunk as Buffer);
   }
 
+  /** Ends the client, and any call still in flight: by now nobody waits for one. */
   close(): Promise<void> {
-    return this.client.close();
+    return this.client.destroy();
   }
 }
 

@@ -182,11 +182,16 @@ export const caches: Stage = {
   },
 };
 
+/** The proxy settings, in both the spellings tools read. */
+const proxyVariable = /^(https?_proxy|no_proxy)$/i;
+
 /** The environment terraform and hooks see: never the agent's own tokens. */
 function environment(c: JobContext): NodeJS.ProcessEnv {
   const a = c.assignment;
   const env: NodeJS.ProcessEnv = {};
-  for (const [k, v] of Object.entries(process.env)) if (!k.startsWith("DROVER_")) env[k] = v;
+  const proxiesOnly = c.runner.agentEnvironment === "proxies";
+  for (const [k, v] of Object.entries(process.env))
+    if (!k.startsWith("DROVER_") && (!proxiesOnly || proxyVariable.test(k))) env[k] = v;
   const stateUrl = c.serverUrl + a.statePath;
   Object.assign(env, {
     TF_IN_AUTOMATION: "1",
