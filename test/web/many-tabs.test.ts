@@ -66,5 +66,20 @@ test("tabs in the background free their connections: a seventh tab loads, and a 
   assert.equal(await status(first, "queued").count(), 1, "a hidden tab does not follow");
   await setHidden(first, false);
   await status(first, "canceled").waitFor();
+
+  // A tab opened in the background (hidden from its first script on) catches up when shown, too.
+  const { runId: later } = await queueRun(server, "p", "tabs-later", archive);
+  const opened = await context.newPage();
+  opened.setDefaultTimeout(60_000);
+  await opened.addInitScript(() => {
+    const doc = (globalThis as any).document;
+    Object.defineProperty(doc, "hidden", { value: true, configurable: true });
+    Object.defineProperty(doc, "visibilityState", { value: "hidden", configurable: true });
+  });
+  await opened.goto(`${server.url}/app/workspaces/tabs-later/runs/${later}`);
+  await status(opened, "queued").waitFor();
+  assert.equal((await server.api(routes.cancelRun, { params: { id: later } })).status, 200);
+  await setHidden(opened, false);
+  await status(opened, "canceled").waitFor();
   assert.deepEqual(problems(), []);
 });

@@ -28,7 +28,12 @@ function emit(event: string, data: string): void {
 }
 
 function connect(): void {
-  if (source !== null || listeners.size === 0 || document.hidden) return;
+  if (source !== null || listeners.size === 0) return;
+  if (document.hidden) {
+    // What the page read while hidden may change before it is shown: then it reads it again.
+    interrupted = true;
+    return;
+  }
   const stream = new EventSource("/api/v1/events");
   source = stream;
   for (const name of events) stream.addEventListener(name, (e) => emit(name, (e as MessageEvent<string>).data));

@@ -24,7 +24,8 @@ export async function expireLeases(ctx: StoreContext): Promise<{ requeued: numbe
   let requeued = 0;
   let lost = 0;
   for (const job of expired) {
-    await inTransaction(ctx, async (trx, effects) => {
+    // Counted from what the committed transaction returns: a retried one must not count twice.
+    const outcome = await inTransaction(ctx, async (trx, effects): Promise<"requeued" | "lost" | "kept"> => {
       // Read again in the transaction (and held, on PostgreSQL): a heartbeat may have renewed
       // the lease since the list was read, and a job whose lease holds is not lost.
       let again = trx
@@ -35,24 +36,24 @@ export async function expireLeases(ctx: StoreContext): Promise<{ requeued: numbe
         .where("attempt", "=", job.attempt);
       if (ctx.dialect === "postgres") again = again.forUpdate();
       const lease = (await again.executeTakeFirst())?.lease_expires_at;
-      if (lease === undefined || lease === null || lease >= now) return;
+      if (lease === undefined || lease === null || lease >= now) return "kept";
       if (job.status === "assigned") {
-        if (await moveJob(ctx, trx, job, "queued", { agent_id: null })) {
-          requeued++;
-          effects.push(["job-queued", job.pool_id]);
-        }
-        return;
+        if (!(await moveJob(ctx, trx, job, "queued", { agent_id: null }))) return "kept";
+        effects.push(["job-queued", job.pool_id]);
+        return "requeued";
       }
       const agent = job.agent_id
         ? await trx.selectFrom("agents").select("name").where("id", "=", job.agent_id).executeTakeFirst()
         : undefined;
       const reason = `agent lost: no heartbeat from agent ${agent?.name ?? job.agent_id ?? "?"} for ${ctx.settings.leaseTtlMs / 1000} s`;
-      if (!(await moveJob(ctx, trx, job, "errored", { message: reason, finished_at: now }))) return;
-      lost++;
+      if (!(await moveJob(ctx, trx, job, "errored", { message: reason, finished_at: now }))) return "kept";
       await appendAtEnd(trx, job.id, Buffer.from(`\n[drover] ${reason}; the run is errored\n`, "utf8"));
       effects.push(["job-finished", job.id], ["log", job.id]);
       await applyJobOutcome(ctx, trx, effects, job, "errored", reason);
+      return "lost";
     });
+    if (outcome === "requeued") requeued++;
+    if (outcome === "lost") lost++;
   }
   return { requeued, lost };
 }
