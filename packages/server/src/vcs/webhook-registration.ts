@@ -1,4 +1,4 @@
-import { messageOf, routes, type WorkspaceVcs } from "@drover/protocol";
+import { DroverError, messageOf, routes, type WorkspaceVcs } from "@drover/protocol";
 import { sql } from "kysely";
 import { vcsStatusOf, type VcsClient, type VcsEndpoint } from "@drover/vcs";
 import type { StoreContext } from "../store/context.js";
@@ -37,8 +37,14 @@ export function webhookUrl(publicUrl: string, connection: string): string {
   return `${publicUrl.replace(/\/+$/, "")}${path}`;
 }
 
-/** The link in progress per connection and repository: links of one repository take turns. */
-const linking = new Map<string, Promise<unknown>>();
+/**
+ * The link or unlink in progress in this process: they take turns, one at a time (they are a
+ * user's rare changes, and each holds a database connection on PostgreSQL while it runs).
+ */
+let linking: Promise<unknown> = Promise.resolve();
+
+/** How long a link waits for another server process's link of the same repository to end. */
+const acrossServersWaitMs = 120_000;
 
 /**
  * Links a workspace and registers the repository's webhook, unless another link of the repository
@@ -53,7 +59,15 @@ export async function linkWithWebhook(
 ): Promise<WorkspaceVcs> {
   // Named by id: the input may name the connection either way.
   const { id } = await getVcsConnection(w.ctx, input.connection);
-  return inTurn(w.ctx, id, input.repository, (ctx) => link({ ...w, ctx }, workspace, input));
+  const before = await getWorkspaceVcs(w.ctx, workspace).catch(() => null);
+  const linked = await inTurn(w.ctx, id, input.repository, (ctx) => link({ ...w, ctx }, workspace, input));
+  const moved =
+    before !== null && (before.connectionId !== linked.connectionId || before.repository !== linked.repository);
+  // The webhook of the repository the workspace left, in that repository's turn (after this
+  // one's: never both held at once).
+  if (moved && before.webhookId !== null)
+    await inTurn(w.ctx, before.connectionId, before.repository, (ctx) => dropWebhookIfUnused({ ...w, ctx }, before));
+  return linked;
 }
 
 /** Runs `work` in the turn of a connection's (by id) repository: one at a time here, and across servers. */
@@ -64,32 +78,41 @@ async function inTurn<T>(
   work: (ctx: StoreContext) => Promise<T>,
 ): Promise<T> {
   const key = JSON.stringify([connection, repository.toLowerCase()]);
-  const turn = (linking.get(key) ?? Promise.resolve()).catch(() => undefined).then(() => acrossServers(ctx, key, work));
-  linking.set(key, turn);
-  try {
-    return await turn;
-  } finally {
-    if (linking.get(key) === turn) linking.delete(key);
-  }
+  const turn = linking.catch(() => undefined).then(() => acrossServers(ctx, key, work));
+  linking = turn;
+  return turn;
 }
 
 /**
  * Runs `work` holding PostgreSQL's advisory lock named by `key`, so that other server processes
  * on the database wait their turn (SQLite has one server process). The lock belongs to one pooled
- * connection, held until `work` ends (a link's few calls to the VCS, each with its deadline);
- * `work` reads and writes through that connection too, so links of many repositories at once
- * cannot take every connection of the pool while each waits for another.
+ * connection, held until `work` ends (a link's few calls to the VCS, each with its deadline), and
+ * `work` reads and writes through it. A lock another process holds is asked for again after a
+ * pause, holding no connection meanwhile.
  */
 async function acrossServers<T>(ctx: StoreContext, key: string, work: (ctx: StoreContext) => Promise<T>): Promise<T> {
   if (ctx.dialect !== "postgres") return work(ctx);
-  return ctx.db.connection().execute(async (conn) => {
-    await sql`select pg_advisory_lock(hashtextextended(${key}, 0))`.execute(conn);
-    try {
-      return await work({ ...ctx, db: conn });
-    } finally {
-      await sql`select pg_advisory_unlock(hashtextextended(${key}, 0))`.execute(conn);
-    }
-  });
+  const deadline = Date.now() + acrossServersWaitMs;
+  for (let attempt = 0; ; attempt++) {
+    const done = await ctx.db.connection().execute(async (conn) => {
+      const { rows } = await sql<{ locked: boolean }>`
+        select pg_try_advisory_lock(hashtextextended(${key}, 0)) as locked`.execute(conn);
+      if (rows[0]?.locked !== true) return undefined;
+      try {
+        return { value: await work({ ...ctx, db: conn }) };
+      } finally {
+        // A failed unlock must not hide the work's own outcome; the lock ends with its connection anyway.
+        await sql`select pg_advisory_unlock(hashtextextended(${key}, 0))`.execute(conn).catch(() => undefined);
+      }
+    });
+    if (done !== undefined) return done.value;
+    if (Date.now() > deadline)
+      throw new DroverError(
+        "conflict",
+        `another server has been changing the links of ${JSON.parse(key)[1]} for ${acrossServersWaitMs / 1000} s; try again`,
+      );
+    await new Promise((resolve) => setTimeout(resolve, Math.min(1_000, 25 * 2 ** attempt)));
+  }
 }
 
 async function link(w: WebhookContext, workspace: string, input: LinkWorkspaceVcsInput): Promise<WorkspaceVcs> {
@@ -97,10 +120,8 @@ async function link(w: WebhookContext, workspace: string, input: LinkWorkspaceVc
   const before = await getWorkspaceVcs(ctx, workspace).catch(() => null);
   const link = await linkWorkspaceVcs(ctx, workspace, input);
   const moved = before !== null && (before.connectionId !== link.connectionId || before.repository !== link.repository);
-  if (moved && before.webhookId !== null) {
-    await setVcsWebhookId(ctx, link.workspaceId, null);
-    await dropWebhookIfUnused(w, before);
-  }
+  // The old repository's webhook is no longer this link's (linkWithWebhook drops it if unused).
+  if (moved && before.webhookId !== null) await setVcsWebhookId(ctx, link.workspaceId, null);
   const conn = await getVcsConnection(ctx, link.connectionId);
   const url = webhookUrl(w.publicUrl(), conn.name);
   const shape = { url, contentType: "json" as const, events: [...events[conn.provider]] };
@@ -136,11 +157,13 @@ async function link(w: WebhookContext, workspace: string, input: LinkWorkspaceVc
 }
 
 export async function unlinkWithWebhook(w: WebhookContext, workspace: string): Promise<void> {
-  const link = await unlinkWorkspaceVcs(w.ctx, workspace);
-  // In the repository's turn: a link made meanwhile either took this webhook before the look
-  // (which then keeps it) or comes after the delete (and registers a new one).
-  if (link.webhookId !== null)
-    await inTurn(w.ctx, link.connectionId, link.repository, (ctx) => dropWebhookIfUnused({ ...w, ctx }, link));
+  const current = await getWorkspaceVcs(w.ctx, workspace);
+  // The link and its webhook go in one turn of the repository: a link made meanwhile either
+  // comes before (and keeps the webhook it took) or after the webhook is gone (and registers one).
+  await inTurn(w.ctx, current.connectionId, current.repository, async (ctx) => {
+    const link = await unlinkWorkspaceVcs(ctx, workspace);
+    if (link.webhookId !== null) await dropWebhookIfUnused({ ...w, ctx }, link);
+  });
 }
 
 /** Deletes a repository's webhook when no link uses it any more; a failure is logged, not raised. */
