@@ -246,7 +246,7 @@ test("the OOM counter is read from the container's memory cgroup, v1 or v2, and 
   writeFileSync(join(cg, "system.slice", "c2", "memory.events"), "low 0\nhigh 0\nmax 4\noom 1\noom_kill 1\n");
   assert.equal(cgroupOomKills(memoryEventsFile(42, proc, cg)!), 1);
   assert.equal(memoryEventsFile(43, proc, cg), undefined, "a process this host cannot see");
-  assert.equal(cgroupOomKills(join(root, "nothing")), 0);
+  assert.equal(cgroupOomKills(join(root, "nothing")), undefined, "gone with its container: not known");
 });
 
 test("the disk watch counts a job's directories' allocated blocks, follows no link, and reports the first measure past the bound", async () => {

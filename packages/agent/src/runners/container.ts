@@ -252,29 +252,31 @@ export class ContainerJob implements Runner {
   }
 
   /**
-   * Whether the kernel killed a process of the step that just ended for exceeding the memory
-   * limit, by the container's memory cgroup counter where this host's cgroups are visible: the
-   * kills since the last step ended (one the run survived, `on_failure = continue`, is not a
-   * later step's). Undefined where they are not visible.
+   * The container's OOM kills since the last step ended, by its memory cgroup counter where this
+   * host's cgroups are visible (a kill the run survived, `on_failure = continue`, is not a later
+   * step's). Undefined where the counter cannot be read: not visible from here, or gone with a
+   * container that stopped.
    */
-  private stepOutOfMemory(): boolean | undefined {
-    if (!this.oomFile) return undefined;
-    const count = cgroupOomKills(this.oomFile);
-    const fresh = count > this.oomKillsSeen;
-    this.oomKillsSeen = count;
-    return fresh && this.o.settings.memoryBytes > 0;
+  private oomKillsSinceLastStep(): number | undefined {
+    const count = this.oomFile === undefined ? undefined : cgroupOomKills(this.oomFile);
+    return count === undefined ? undefined : count - this.oomKillsSeen;
   }
 
-  /** Whether the step that just ended (`failed` or not) ran out of memory; asked after every step, so each one's kills are its own. */
-  private async stepRanOutOfMemory(failed: boolean): Promise<boolean> {
-    const counted = this.stepOutOfMemory();
-    if (!failed) return false;
-    return counted ?? (await this.daemonSaysOutOfMemory());
+  /** A step ended: the kills counted so far are behind the next one. */
+  private stepEnded(): void {
+    const count = this.oomFile === undefined ? undefined : cgroupOomKills(this.oomFile);
+    if (count !== undefined) this.oomKillsSeen = count;
   }
 
-  /** The daemon's OOMKilled state, for a host whose cgroups are not visible (a daemon may report it only when the main process died). */
-  private async daemonSaysOutOfMemory(): Promise<boolean> {
+  /**
+   * True when the kernel killed a process of the current step (or of the stopped container) for
+   * exceeding its memory limit: by the cgroup counter, else by the daemon's OOMKilled state (a
+   * daemon may report it only when the main process died).
+   */
+  private async ranOutOfMemory(): Promise<boolean> {
     if (this.o.settings.memoryBytes === 0 || !this.id) return false;
+    const kills = this.oomKillsSinceLastStep();
+    if (kills !== undefined) return kills > 0;
     try {
       return (await this.o.engine.inspect(this.id)).State.OOMKilled;
     } catch {
@@ -296,8 +298,9 @@ export class ContainerJob implements Runner {
     // A run that wrote past the bound faster than one interval is caught when its step ends.
     if (!this.overDisk) await this.diskWatch?.check();
     if (this.overDisk) return { code: null, signal: null, failure: this.overDisk };
-    const failed = result.code !== 0 || Boolean(result.failure);
-    if (await this.stepRanOutOfMemory(failed)) return { code: null, signal: null, failure: this.oomMessage() };
+    const outOfMemory = (result.code !== 0 || Boolean(result.failure)) && (await this.ranOutOfMemory());
+    this.stepEnded();
+    if (outOfMemory) return { code: null, signal: null, failure: this.oomMessage() };
     return result;
   }
 
@@ -310,7 +313,7 @@ export class ContainerJob implements Runner {
     }
     const why = await Promise.race([this.exited!, this.diskExceeded]);
     if (this.overDisk) return this.overDisk;
-    if (await this.stepRanOutOfMemory(true)) return this.oomMessage();
+    if (await this.ranOutOfMemory()) return this.oomMessage();
     const tail = this.containerTail.trim().split("\n").slice(-5).join("\n");
     return tail ? `${why}; its last output:\n${tail}` : why;
   }
@@ -374,7 +377,9 @@ export class ContainerJob implements Runner {
     ]);
     if (!this.overDisk) await this.diskWatch?.check();
     if (this.overDisk) throw new DroverError("internal", this.overDisk);
-    if (await this.stepRanOutOfMemory(r.code !== 0)) throw new DroverError("internal", this.oomMessage());
+    const outOfMemory = r.code !== 0 && (await this.ranOutOfMemory());
+    this.stepEnded();
+    if (outOfMemory) throw new DroverError("internal", this.oomMessage());
     return r;
   }
 

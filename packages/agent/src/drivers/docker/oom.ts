@@ -21,12 +21,15 @@ export function memoryEventsFile(pid: number, proc = "/proc", cgroupRoot = "/sys
   return candidates.find((f) => existsSync(f));
 }
 
-/** The `oom_kill` count of a cgroup's memory events file; 0 when it cannot be read. */
-export function cgroupOomKills(file: string): number {
+/**
+ * The `oom_kill` count of a cgroup's memory events file (0 when it has none yet); undefined when
+ * the file cannot be read, as when its cgroup went with a container that stopped.
+ */
+export function cgroupOomKills(file: string): number | undefined {
   try {
     const m = /^oom_kill (\d+)$/m.exec(readFileSync(file, "utf8"));
     return m ? Number(m[1]) : 0;
   } catch {
-    return 0;
+    return undefined;
   }
 }
