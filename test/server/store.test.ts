@@ -1223,6 +1223,8 @@ for (const backend of backends) {
       await store.expireLeases(ctx);
       const requeuedAt = clock;
       assert.deepEqual(await tokenRows(first.jobId), [{ attempt: 1, retired_at: requeuedAt }]);
+      // Back in the queue and not claimed again yet: that attempt is over all the same.
+      await rejectsWith(store.authenticateJobToken(ctx, first.jobToken), "stale_attempt");
       const second = await claim(agent);
       await rejectsWith(store.authenticateJobToken(ctx, first.jobToken), "stale_attempt");
       await store.startJob(ctx, await jobRow(second), "starter");
@@ -1333,7 +1335,7 @@ for (const backend of backends) {
       for (const j of [a, b]) {
         const row = await store.getJob(ctx, j.jobId);
         assert.deepEqual([row.status, row.agentId], ["queued", null]);
-        await rejectsWith(store.authenticateJobToken(ctx, j.jobToken), "unauthorized");
+        await rejectsWith(store.authenticateJobToken(ctx, j.jobToken), "stale_attempt");
         const retired = await db.kysely
           .selectFrom("job_tokens")
           .select("retired_at")

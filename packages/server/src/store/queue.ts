@@ -289,7 +289,13 @@ export async function authenticateJobToken(ctx: StoreContext, token: string): Pr
       details: { status: job.status },
     });
   }
-  throw new DroverError("unauthorized", "unknown job token");
+  // Back in the queue (its lease ran out before it started), not claimed again yet: the
+  // attempt is over all the same.
+  throw new DroverError(
+    "stale_attempt",
+    `job ${job.id} went back to the queue (attempt ${parsed.attempt} lost its lease); stop working on it`,
+    { details: { attempt: job.attempt } },
+  );
 }
 
 /**
