@@ -105,7 +105,8 @@ test("a job's download that stops mid-body is given up on the progress deadline,
     res.writeHead(200, { "content-type": "application/gzip", "content-length": "1000" }).write(Buffer.alloc(10));
   };
   // A plain record, so that the deadlines are the client's own whatever their names.
-  const timeouts = { requestMs: 300, transferRetryMs: 1_000 };
+  // (The budget leaves room for a second try on a busy machine.)
+  const timeouts = { requestMs: 300, transferRetryMs: 3_000 };
   const job = new AgentClient(url, undefined, timeouts).job("j1", "token");
   const started = Date.now();
   await assert.rejects(job.configuration(new AbortController().signal), (err: Error) => {
@@ -116,5 +117,5 @@ test("a job's download that stops mid-body is given up on the progress deadline,
     return true;
   });
   assert.ok(tries >= 2, `tried ${tries} times`);
-  assert.ok(Date.now() - started < 5_000, `took ${Date.now() - started} ms`);
+  assert.ok(Date.now() - started < 15_000, `took ${Date.now() - started} ms`);
 });

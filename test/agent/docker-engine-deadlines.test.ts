@@ -75,18 +75,28 @@ test("a daemon that never answers: each call fails at its deadline, naming the c
 });
 
 test("a pull whose progress stops fails once nothing came for the silence allowed, however long it ran", async () => {
+  // Progress every 100 ms for a second (three times the silence allowed), then none.
   const path = await daemon("stalled-pull", (socket) => {
     socket.write("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n");
     const line = '{"status":"Downloading"}\n';
-    socket.write(`${Buffer.byteLength(line).toString(16)}\r\n${line}\r\n`);
+    let sent = 0;
+    const progress = setInterval(() => {
+      if (++sent > 10 || socket.destroyed) return clearInterval(progress);
+      socket.write(`${Buffer.byteLength(line).toString(16)}\r\n${line}\r\n`);
+    }, 100);
   });
   const engine = new DockerEngine(path, { callTimeoutMs: 300, pullSilenceMs: 300 });
+  const started = Date.now();
   try {
     await assert.rejects(engine.pull("registry.example/runner:1"), (err: unknown) => {
       assert.ok(err instanceof DockerApiError, String(err));
       assert.match(err.message, /sent nothing for 300 ms/);
       return true;
     });
+    assert.ok(
+      Date.now() - started >= 1_000,
+      `the pull was given up while progress came, after ${Date.now() - started} ms`,
+    );
   } finally {
     await engine.close();
   }

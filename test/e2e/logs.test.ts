@@ -113,6 +113,23 @@ test("run logs --json prints one JSON document of the phases' logs, with --follo
     assert.match(doc.logs[0]!.text, /Terraform will perform the following actions/);
     assert.match(doc.logs[1]!.text, /said-in-apply/);
   }
+  // A run waiting for its confirmation: its apply may still come, so that log is not complete.
+  const changed = writeConfig(stack.dir, "json-logs-changed", {
+    "main.tf": `resource "terraform_data" "said" {\n  input = "changed"\n}\n`,
+  });
+  const waiting = await stack.startRun(changed, "json-logs");
+  await stack.waitForRun(waiting, ["planned"]);
+  const followed = await stack.cli(["run", "logs", waiting, "--json", "--follow"]);
+  assert.deepEqual(
+    (JSON.parse(followed.stdout) as { logs: { phase: string; complete: boolean }[] }).logs.map((l) => [
+      l.phase,
+      l.complete,
+    ]),
+    [
+      ["plan", true],
+      ["apply", false],
+    ],
+  );
   const applyOnly = await stack.cli(["run", "logs", runId, "--json", "--phase", "apply"]);
   assert.deepEqual(
     (JSON.parse(applyOnly.stdout) as { logs: { phase: string }[] }).logs.map((l) => l.phase),

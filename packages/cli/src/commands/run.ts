@@ -238,15 +238,18 @@ export function registerRunCommands(program: Command): void {
 
 /**
  * The phases' logs as data for --json: each as stored now, or with `follow` once the run has
- * settled (then each is complete: no more bytes will come).
+ * settled (then each is complete, but an apply that may still come).
  */
 async function logsAsData(api: DroverClient, id: string, phases: Phase[], follow: boolean) {
   const logs: { phase: Phase; complete: boolean; text: string }[] = [];
   for (const phase of phases) {
     const text = new TextSink();
-    const complete = follow
-      ? (await followRun(api, id, text, reconnectOf(), [phase]), true)
-      : (await printPhaseLog(api, id, phase, text)).complete;
+    let complete: boolean;
+    if (follow) {
+      const settled = await followRun(api, id, text, reconnectOf(), [phase]);
+      // Complete, but an apply that may still come (a run waiting for its confirmation).
+      complete = phase === "plan" || isTerminalRun(settled.status);
+    } else complete = (await printPhaseLog(api, id, phase, text)).complete;
     logs.push({ phase, complete, text: text.text() });
   }
   return logs;
