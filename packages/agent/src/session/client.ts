@@ -176,33 +176,18 @@ export class JobClient {
     return (await this.client.call(routes.appendLog, { ...this.ids, query: { offset }, body: data, signal })).offset;
   }
   async uploadPlan(planFile: Buffer, signal: AbortSignal): Promise<void> {
-    await this.transfer("uploading the plan file", signal, (s) =>
-      this.client.call(routes.uploadPlan, {
-        ...this.ids,
-        body: planFile,
-        signal: s,
-        timeoutMs: this.client.sendingMs(planFile),
-      }),
+    await this.upload("uploading the plan file", planFile, signal, (o) =>
+      this.client.call(routes.uploadPlan, { ...this.ids, ...o }),
     );
   }
   async uploadPlanJson(planJson: Buffer, signal: AbortSignal): Promise<void> {
-    await this.transfer("uploading the plan's JSON", signal, (s) =>
-      this.client.call(routes.uploadPlanJson, {
-        ...this.ids,
-        body: planJson,
-        signal: s,
-        timeoutMs: this.client.sendingMs(planJson),
-      }),
+    await this.upload("uploading the plan's JSON", planJson, signal, (o) =>
+      this.client.call(routes.uploadPlanJson, { ...this.ids, ...o }),
     );
   }
   async uploadProviderSchemas(schemas: Buffer, signal: AbortSignal): Promise<void> {
-    await this.transfer("uploading the providers' schemas", signal, (s) =>
-      this.client.call(routes.uploadProviderSchemas, {
-        ...this.ids,
-        body: schemas,
-        signal: s,
-        timeoutMs: this.client.sendingMs(schemas),
-      }),
+    await this.upload("uploading the providers' schemas", schemas, signal, (o) =>
+      this.client.call(routes.uploadProviderSchemas, { ...this.ids, ...o }),
     );
   }
   downloadPlan(signal: AbortSignal): Promise<Buffer> {
@@ -244,6 +229,16 @@ export class JobClient {
       body: { outcome, message, ...(planSummary ? { planSummary } : {}) },
       signal,
     });
+  }
+
+  /** Sends `body` as a transfer: retried within its budget, each try with a deadline that grows with its size. */
+  private upload<T>(
+    what: string,
+    body: Buffer,
+    signal: AbortSignal,
+    send: (options: { body: Buffer; signal: AbortSignal; timeoutMs: number }) => Promise<T>,
+  ): Promise<T> {
+    return this.transfer(what, signal, (s) => send({ body, signal: s, timeoutMs: this.client.sendingMs(body) }));
   }
 
   /** `work` retried within the transfer budget, or until `signal` (the job's end, its cancel) aborts. */
