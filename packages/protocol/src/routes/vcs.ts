@@ -55,7 +55,7 @@ export const vcsRoutes = {
     params: ws,
     body: json(s.linkWorkspaceVcsSchema),
     response: ok(s.workspaceVcsSchema),
-    errors: ["not_found", "conflict"],
+    errors: ["not_found"],
   }),
   getWorkspaceVcs: route({
     method: "GET",
@@ -73,7 +73,7 @@ export const vcsRoutes = {
     auth: "user",
     params: ws,
     response: noContent,
-    errors: ["not_found", "conflict"],
+    errors: ["not_found"],
   }),
   listVcsDeliveries: route({
     method: "GET",

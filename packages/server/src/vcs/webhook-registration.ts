@@ -107,8 +107,9 @@ async function acrossServers<T>(ctx: StoreContext, key: string, work: (ctx: Stor
     });
     if (done !== undefined) return done.value;
     if (Date.now() > deadline)
+      // Busy rather than wrong: the same request succeeds once the other link has ended.
       throw new DroverError(
-        "conflict",
+        "too_many_requests",
         `another server has been changing the links of ${JSON.parse(key)[1]} for ${acrossServersWaitMs / 1000} s; try again`,
       );
     await new Promise((resolve) => setTimeout(resolve, Math.min(1_000, 25 * 2 ** attempt)));
