@@ -11,6 +11,7 @@ import { commitAndPush, gitAs, hostedRepository, valueConfig } from "../support/
 import { githubPullRequest } from "../support/webhooks.js";
 import { startGitHttpServer } from "../support/git-http-server.js";
 import { startGithubApi, type GithubApi } from "../support/github-api.js";
+import { startOtlpReceiver } from "../support/otlp-receiver.js";
 import { lookUntil } from "../support/poll.js";
 import { freePort, spawnDrover, type Proc } from "../support/processes.js";
 import { startStack, type Stack } from "../support/stack.js";
@@ -464,6 +465,33 @@ test("a pull request delivered to a VCS agent's listener plans at once, fetched 
   const comments = [...repo.comments.values()].filter((c) => c.issue === 3);
   assert.equal(comments.length, 1);
   assert.match(comments[0]!.body, /infra/);
+});
+
+test("a VCS agent exports to DROVER_AGENT_OTLP_ENDPOINT the metrics its /metrics serves", async () => {
+  const receiver = await startOtlpReceiver();
+  const healthPort = await freePort();
+  const agent = await startVcsAgent("otlp", {
+    DROVER_AGENT_OTLP_ENDPOINT: receiver.url,
+    OTEL_METRIC_EXPORT_INTERVAL: "200",
+    DROVER_AGENT_HEALTH_PORT: String(healthPort),
+    DROVER_AGENT_HEALTH_ADDRESS: "127.0.0.1",
+  });
+  try {
+    const exported = await waitFor("the VCS agent's metrics at the receiver", async () =>
+      receiver.metrics.find(
+        (m) => m.resource["service.name"] === "drover-vcs-agent" && m.name === "drover_vcs_agent_running_tasks",
+      ),
+    );
+    assert.equal(exported.resource["drover.pool"], "relay");
+    assert.equal(exported.resource["drover.agent"], "otlp");
+    // eslint-disable-next-line no-restricted-globals -- the VCS agent's health port, not the Drover server
+    const served = await (await fetch(`http://127.0.0.1:${healthPort}/metrics`)).text();
+    assert.match(served, /^drover_vcs_agent_running_tasks \d+$/m);
+    assert.match(served, /^# TYPE drover_vcs_agent_tasks_total counter$/m);
+  } finally {
+    await agent.stop("SIGTERM");
+    await receiver.close();
+  }
 });
 
 test("a pool token of the other kind stops an agent with a clear error", async () => {

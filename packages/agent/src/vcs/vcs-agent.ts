@@ -3,7 +3,9 @@ import { prepareVcsWorkDir, vcsClient, type GitDeadlines, type VcsClient } from 
 import { join } from "node:path";
 import type { Server } from "node:http";
 import type { Logger } from "pino";
+import { startTelemetryIfSet, type Telemetry } from "@drover/runtime";
 import { closeHealthServer, startHealthServer } from "../health.js";
+import { MetricSet } from "../metrics.js";
 import { AgentClient, withRetry } from "../session/client.js";
 import { PoolSession, TokenRefusedError } from "../session/pool-session.js";
 import type { AgentVcsConnection, VcsAgentConfig } from "./config.js";
@@ -33,7 +35,16 @@ export class VcsAgent {
   private readonly idle = new Set<() => void>();
   /** One API client per connection, kept: a GitHub App's installation token is minted once an hour, not per task. */
   private readonly clients = new Map<string, VcsClient>();
-  private counts = { succeeded: 0, failed: 0, refused: 0 };
+  /** What /metrics serves and the OTLP export reads. */
+  private readonly metrics = new MetricSet()
+    .define("drover_vcs_agent_tasks_total", "counter", "VCS tasks this agent ended, by outcome", {
+      labels: ["outcome"],
+    })
+    .define("drover_vcs_agent_running_tasks", "gauge", "VCS tasks this agent runs now", {
+      read: () => this.running.size,
+    });
+  private telemetry: Telemetry | undefined;
+  private telemetryStarted = false;
   webhookUrl: string | undefined;
   /** Where fetches make their directories: `<data dir>/vcs-work`, emptied when the agent starts. */
   readonly workDir: string;
@@ -76,8 +87,11 @@ export class VcsAgent {
         return answer.task;
       },
       onJob: (task) => void this.handle(task),
-      // Deliveries kept while the server could not be reached go now.
-      onRegistered: () => this.spool.kick(),
+      onRegistered: (reg) => {
+        // Deliveries kept while the server could not be reached go now.
+        this.spool.kick();
+        void this.startTelemetry(reg.poolName);
+      },
     });
   }
 
@@ -131,6 +145,7 @@ export class VcsAgent {
       await this.spool.stop();
       await closeHealthServer(hooks);
       await closeHealthServer(health);
+      await this.telemetry?.shutdown().catch(() => undefined);
     }
   }
 
@@ -169,14 +184,24 @@ export class VcsAgent {
         ready: this.session.registered,
         details: { runningTasks: this.running.size },
       }),
-      metrics: async () =>
-        [
-          "# HELP drover_vcs_agent_tasks_total VCS tasks this agent ended, by outcome.",
-          "# TYPE drover_vcs_agent_tasks_total counter",
-          ...Object.entries(this.counts).map(([o, n]) => `drover_vcs_agent_tasks_total{outcome="${o}"} ${n}`),
-          "",
-        ].join("\n"),
+      metrics: () => this.metrics.render(),
     };
+  }
+
+  /** Starts the OTLP export of this agent's metrics, once, when DROVER_AGENT_OTLP_ENDPOINT is set. */
+  private async startTelemetry(pool: string): Promise<void> {
+    const a = this.config.agent;
+    if (!a.otlp || this.telemetryStarted) return;
+    this.telemetryStarted = true;
+    try {
+      this.telemetry = await startTelemetryIfSet({
+        ...a.otlp,
+        resource: { "service.name": "drover-vcs-agent", "drover.pool": pool, "drover.agent": a.name },
+        registry: this.metrics.registry,
+      });
+    } catch (err) {
+      this.log.warn({ err: messageOf(err) }, "OpenTelemetry export could not start; running without it");
+    }
   }
 
   private async forward(delivery: Delivery, signal: AbortSignal): Promise<void> {
@@ -212,7 +237,7 @@ export class VcsAgent {
     try {
       let end: TaskEnd;
       if ("refused" in checked) {
-        this.counts.refused++;
+        this.metrics.inc("drover_vcs_agent_tasks_total", { outcome: "refused" });
         this.log.warn({ ...where, reason: checked.refused }, "refused a VCS task");
         end = { error: checked.refused, code: "bad_request" };
       } else {
@@ -238,8 +263,7 @@ export class VcsAgent {
               signal,
             ),
         });
-        if ("error" in end) this.counts.failed++;
-        else this.counts.succeeded++;
+        this.metrics.inc("drover_vcs_agent_tasks_total", { outcome: "error" in end ? "failed" : "succeeded" });
         this.log.info({ ...where, ...("error" in end ? { error: end.error } : {}) }, "VCS task ended");
       }
       if (abort.signal.aborted) return;

@@ -231,7 +231,8 @@ export const serverSettings = {
   }),
   OTEL_SERVICE_NAME: setting({
     doc: "every process: `service.name` of what it exports; beats `service.name` in `OTEL_RESOURCE_ATTRIBUTES`",
-    defaultText: "`drover-server`, `drover-agent`, `drover-controller`, `drover-worker`, `drover-node-worker`",
+    defaultText:
+      "`drover-server`, `drover-agent`, `drover-controller`, `drover-worker`, `drover-node-worker`, `drover-vcs-agent`",
     readers: exporters,
     parse: text,
     section: "server",
