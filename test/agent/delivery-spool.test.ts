@@ -68,6 +68,21 @@ test("kept deliveries go oldest first; one the server did not take is tried agai
   assert.deepEqual(readdirSync(dir), []);
 });
 
+test("a delivery still being written (its dot name) is left alone until it is renamed", async () => {
+  const dir = spoolDir();
+  const s = server([undefined, undefined]);
+  const spool = new DeliverySpool({ dir, forward: s.forward, log, retry: { initialMs: 1, maxMs: 5 } });
+  await spool.start();
+  // What accept() leaves between its write and its rename; its dot sorts before every digit.
+  const writing = `.${"9".repeat(15)}-000000-0123456789abcdef.delivery.json`;
+  writeFileSync(join(dir, writing), JSON.stringify({ ...delivery("half"), body: "" }));
+  assert.equal(await spool.accept(delivery("whole")), true);
+  await s.tried(1);
+  await spool.stop();
+  assert.deepEqual(s.seen, ["whole"]);
+  assert.deepEqual(readdirSync(dir), [writing], "the file being written is its writer's");
+});
+
 test("a delivery the server refuses for good, and an unreadable file, are dropped; the rest goes on", async () => {
   const dir = spoolDir();
   writeFileSync(join(dir, "000000000000001-000000-broken.delivery.json"), "{not json");

@@ -94,7 +94,9 @@ export class DeliverySpool {
   }
 
   private async pending(): Promise<string[]> {
-    return (await readdir(this.o.dir)).filter((n) => n.endsWith(suffix)).sort();
+    // Not the dot names of deliveries still being written: "." sorts before every digit, and one
+    // read half-written would be dropped as unreadable before its rename.
+    return (await readdir(this.o.dir)).filter((n) => n.endsWith(suffix) && !n.startsWith(".")).sort();
   }
 
   private async drop(name: string): Promise<void> {
