@@ -54,6 +54,18 @@ export async function startServerContainer(
   dir: string,
   adminToken = "drv_u_image-admin.0123456789abcdefghij0123456789ab",
 ): Promise<ServerContainer> {
+  // A free port can be taken by another process before the container binds it (the host's
+  // network is shared by every test): a server that says so is started again on another.
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startServerContainerOnce(image, dir, adminToken);
+    } catch (err) {
+      if (attempt >= 3 || !/port \d+ on 127\.0\.0\.1 is in use/.test(String(err))) throw err;
+    }
+  }
+}
+
+async function startServerContainerOnce(image: string, dir: string, adminToken: string): Promise<ServerContainer> {
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
   const container = runContainer([
