@@ -258,14 +258,18 @@ export class ContainerJob implements Runner {
    * container that stopped.
    */
   private oomKillsSinceLastStep(): number | undefined {
-    const count = this.oomFile === undefined ? undefined : cgroupOomKills(this.oomFile);
+    const count = this.oomKillCount();
     return count === undefined ? undefined : count - this.oomKillsSeen;
   }
 
   /** A step ended: the kills counted so far are behind the next one. */
   private stepEnded(): void {
-    const count = this.oomFile === undefined ? undefined : cgroupOomKills(this.oomFile);
-    if (count !== undefined) this.oomKillsSeen = count;
+    this.oomKillsSeen = this.oomKillCount() ?? this.oomKillsSeen;
+  }
+
+  /** The container's memory cgroup counter of OOM kills; undefined where it cannot be read. */
+  private oomKillCount(): number | undefined {
+    return this.oomFile === undefined ? undefined : cgroupOomKills(this.oomFile);
   }
 
   /**
