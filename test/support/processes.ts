@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { createServer } from "node:net";
 import { dirname, join } from "node:path";
@@ -16,8 +17,42 @@ export const droverBin = join(
   "main.js",
 );
 
-/** A TCP port on 127.0.0.1 that was free a moment ago, for a process to listen on. */
+/**
+ * A TCP port on 127.0.0.1 that was free a moment ago, for a process to listen on. It is drawn
+ * from below the kernel's ephemeral range: a port taken from that range is handed again to the
+ * next outgoing connection of any test running beside this one, before the process it was meant
+ * for has bound it. Below the range only another test's pick can take it, and picks are random.
+ */
 export async function freePort(): Promise<number> {
+  const [low, high] = belowEphemeralRange();
+  for (let tries = 0; tries < 50; tries++) {
+    const port = low + Math.floor(Math.random() * (high - low));
+    if (await canListen(port)) return port;
+  }
+  return listenOnAnyPort();
+}
+
+/** Ports below the kernel's ephemeral range (`ip_local_port_range`), which listen(0) and connections use. */
+function belowEphemeralRange(): [number, number] {
+  let ephemeralLow = 32768;
+  try {
+    ephemeralLow = Number(readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/)[0]);
+  } catch {
+    // Not Linux: the default of most systems' ranges.
+  }
+  const low = Math.max(1024, ephemeralLow - 12_000);
+  return [low, Math.max(low + 1, ephemeralLow)];
+}
+
+function canListen(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const srv = createServer();
+    srv.once("error", () => resolve(false));
+    srv.listen(port, "127.0.0.1", () => srv.close(() => resolve(true)));
+  });
+}
+
+function listenOnAnyPort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const srv = createServer();
     srv.on("error", reject);
