@@ -38,6 +38,13 @@ describe("requests", () => {
       "invalid_json",
       /not valid JSON/,
     );
+    // Not an absent body: a client that sends `null` has a bug, which a default would hide.
+    assertError(
+      await server.api(routes.createPool, { invalidBody: "null", headers: { "content-type": "application/json" } }),
+      400,
+      "bad_request",
+      /invalid request body: .*null/,
+    );
   });
   test("fields that break the schema are named", async () => {
     assertError(

@@ -7,7 +7,8 @@ import { StateLockedError } from "../store/state.js";
 
 /** Validates a request part with a wire schema; a mismatch is a 400 naming each bad field. */
 export function parse<T extends z.ZodType>(schema: T, value: unknown, what = "request body"): z.infer<T> {
-  const result = schema.safeParse(value ?? {});
+  // No body at all reads as an empty one; a JSON `null` is a body, and not an object.
+  const result = schema.safeParse(value === undefined ? {} : value);
   if (result.success) return result.data;
   const problems = result.error.issues
     .map((i) => `${i.path.length > 0 ? i.path.join(".") : what}: ${i.message}`)
