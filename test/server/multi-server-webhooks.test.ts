@@ -106,3 +106,31 @@ test("unlinks and links of one repository at once through two servers leave ever
     assert.equal(link.body.webhookId, hooks[0], `${ws} points at the webhook that exists`);
   }
 });
+
+test("a workspace re-linked to another repository, while a workspace links to the one it leaves on another server, leaves both on webhooks that exist", async () => {
+  for (const repository of ["org/left", "org/right"]) {
+    gh.addRepo(repository);
+    hostedRepository(gitAs("Ada", "ada@example.com"), root, repository);
+  }
+  for (const name of ["mover", "newcomer"]) await call(0, routes.createWorkspace, { body: { name, pool: "p" } });
+  const to = (repository: string) => ({ connection: "gh", repository, branch: "main", triggerPaths: [] });
+  const first = await call(0, routes.linkWorkspaceVcs, { params: { ws: "mover" }, body: to("org/left") });
+  assert.equal(first.body.webhook?.registered, true, JSON.stringify(first.body));
+  // The move waits in org/right's webhook creation; meanwhile the newcomer links org/left on the other server.
+  const hold = gh.holdHookCreates("org/right");
+  const moving = call(0, routes.linkWorkspaceVcs, { params: { ws: "mover" }, body: to("org/right") });
+  await hold.arrived;
+  const newcomer = await call(1, routes.linkWorkspaceVcs, { params: { ws: "newcomer" }, body: to("org/left") });
+  hold.release();
+  const moved = await moving;
+  for (const [ws, res, repository] of [
+    ["newcomer", newcomer, "org/left"],
+    ["mover", moved, "org/right"],
+  ] as const) {
+    const hooks = [...gh.repos.get(repository)!.hooks.keys()];
+    assert.equal(hooks.length, 1, `${repository}: one webhook`);
+    assert.deepEqual([res.body.webhookId, res.body.webhook?.registered], [hooks[0], true], JSON.stringify(res.body));
+    const link = await call(0, routes.getWorkspaceVcs, { params: { ws } });
+    assert.equal(link.body.webhookId, hooks[0], `${ws} points at ${repository}'s webhook`);
+  }
+});

@@ -65,6 +65,8 @@ export async function startGithubApi(options: GithubApiOptions) {
   const minted = new Set<string>();
   /** Faults: the API answers 503; webhooks are forbidden; this many comment creations lose their answer. */
   const state = { down: false, forbidHooks: false, loseCommentAnswers: 0, nextId: 1_000_000 };
+  /** Repositories whose webhook creations wait: the test learns one arrived, and lets it go on. */
+  const heldHookCreates = new Map<string, { arrived: () => void; released: Promise<void> }>();
   const publicKey: KeyObject | undefined = options.app ? createPublicKey(options.app.publicKey) : undefined;
 
   /** The example body of an operation's response, for a path and method of the description. */
@@ -262,6 +264,11 @@ export async function startGithubApi(options: GithubApiOptions) {
       case "post hooks": {
         const p = "/repos/{owner}/{repo}/hooks";
         if (state.forbidHooks) return error(res, p, method, 403, "Resource not accessible by personal access token");
+        const held = heldHookCreates.get(`${owner}/${repoName}`);
+        if (held) {
+          held.arrived();
+          await held.released;
+        }
         const b = body as { events: string[]; config: { url: string; secret: string; content_type: string } };
         // GitHub keeps one hook per URL: a second is refused as a validation failure.
         if ([...repo.hooks.values()].some((h) => h.url === b.config.url))
@@ -328,6 +335,21 @@ export async function startGithubApi(options: GithubApiOptions) {
       };
       repos.set(name, repo);
       return repo;
+    },
+    /** Holds the creation of `repository`'s webhooks until `release()`; `arrived` settles when one waits. */
+    holdHookCreates(repository: string): { arrived: Promise<void>; release(): void } {
+      let arrived!: () => void;
+      let release!: () => void;
+      const arrival = new Promise<void>((resolve) => (arrived = resolve));
+      const released = new Promise<void>((resolve) => (release = resolve));
+      heldHookCreates.set(repository, { arrived, released });
+      return {
+        arrived: arrival,
+        release: () => {
+          heldHookCreates.delete(repository);
+          release();
+        },
+      };
     },
     close: () =>
       new Promise<void>((resolve) => {

@@ -60,14 +60,20 @@ export async function linkWithWebhook(
   // Named by id: the input may name the connection either way.
   const { id } = await getVcsConnection(w.ctx, input.connection);
   const before = await getWorkspaceVcs(w.ctx, workspace).catch(() => null);
-  const linked = await inTurn(w.ctx, id, input.repository, (ctx) => link({ ...w, ctx }, workspace, input));
-  const moved =
-    before !== null && (before.connectionId !== linked.connectionId || before.repository !== linked.repository);
-  // The webhook of the repository the workspace left, in that repository's turn (after this
-  // one's: never both held at once).
-  if (moved && before.webhookId !== null)
-    await inTurn(w.ctx, before.connectionId, before.repository, (ctx) => dropWebhookIfUnused({ ...w, ctx }, before));
-  return linked;
+  const leaves =
+    before !== null &&
+    (before.connectionId !== id || before.repository.toLowerCase() !== input.repository.toLowerCase());
+  // The move and the drop of the old repository's webhook go in that repository's turn, before
+  // the new one's (never both held at once). A link of the old repository made on another server
+  // then comes before (and keeps the webhook) or after the webhook is gone (and registers its
+  // own); between the two, the repository would look unused while its webhook still exists.
+  if (leaves && before.webhookId !== null)
+    await inTurn(w.ctx, before.connectionId, before.repository, async (ctx) => {
+      const moved = await linkWorkspaceVcs(ctx, workspace, input);
+      await setVcsWebhookId(ctx, moved.workspaceId, null);
+      await dropWebhookIfUnused({ ...w, ctx }, before);
+    });
+  return inTurn(w.ctx, id, input.repository, (ctx) => link({ ...w, ctx }, workspace, input));
 }
 
 /** Runs `work` in the turn of a connection's (by id) repository: one at a time here, and across servers. */
