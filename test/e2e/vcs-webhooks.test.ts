@@ -8,6 +8,7 @@ import { pino } from "pino";
 import { commitAndPush, gitAs, hostedRepository, valueConfig } from "../support/git-repo.js";
 import { statusBeforeBody } from "../support/answer-before-body.js";
 import { startGitHttpServer } from "../support/git-http-server.js";
+import { startGithubApi } from "../support/github-api.js";
 import { lookUntil } from "../support/poll.js";
 import { startStack, type Stack } from "../support/stack.js";
 import { routeCall } from "../support/typed-api.js";
@@ -556,6 +557,64 @@ test("GitLab: a Push Hook applies, a Merge Request Hook plans speculatively, a w
   });
   assert.equal(refused.status, 401);
   assert.equal((await runsOf("glws")).length, 2);
+});
+
+test("a pull request plans the workspaces its own changes trigger, not those its base branch changed after it branched off", async () => {
+  const api = await startGithubApi({ token, prefix: "/api/v3" });
+  try {
+    api.addRepo("org/split");
+    const work = repo("org/split");
+    const tokenFile = join(stack.dir, "token-gha");
+    writeFileSync(tokenFile, `${token}\n`);
+    const connectArgs = ["vcs", "connect", "gha", "--provider", "github", "--vcs-url", gh.url, "--api-url", api.apiUrl];
+    const connected = await stack.cli([...connectArgs, "--token-file", tokenFile, "--json"]);
+    assert.equal(connected.code, 0, connected.stderr);
+    secrets["gha"] = (JSON.parse(connected.stdout) as { webhookSecret: string }).webhookSecret;
+    commit(work, "main", "Base", { "a/main.tf": tf("a"), "b/main.tf": tf("b") });
+    const split = await stack.createPool("split-pool");
+    for (const dir of ["a", "b"]) {
+      await stack.server.api(routes.createWorkspace, {
+        body: { name: `split-${dir}`, pool: split.pool, workingDirectory: dir },
+      });
+      await link(`split-${dir}`, "gha", "org/split", [`${dir}/**`]);
+    }
+    sh(work, "checkout", "-q", "-b", "change-a");
+    const head = commit(work, "change-a", "Change a", { "a/main.tf": tf("a2") });
+    sh(work, "checkout", "-q", "main");
+    const tip = commit(work, "main", "Change b", { "b/main.tf": tf("b2") });
+    // GitHub's three-dot compare lists what the branch changed since its merge base with the tip.
+    const own = sh(work, "diff", "--name-only", `${tip.id}...${head.id}`).trim().split("\n");
+    assert.deepEqual(own, ["a/main.tf"]);
+    api.repos.get("org/split")!.compare[`${tip.id}...${head.id}`] = own;
+    const pr = { number: 11, base: "main", baseSha: tip.id, head: "change-a", url: "https://github.example/pull/11" };
+    const opened = await send("gha", {
+      provider: "github",
+      event: "pull_request",
+      body: githubPullRequest("opened", "org/split", { ...pr, headSha: head.id }),
+    });
+    const decided = (await processed("gha", opened)).outcomes.map((o) => [o.workspace, o.outcome]);
+    assert.deepEqual(decided.sort(), [
+      ["split-a", "started"],
+      ["split-b", "paths_unmatched"],
+    ]);
+    assert.ok(api.calls.some((c) => c.path.includes(`/compare/${tip.id}...${head.id}`)));
+
+    // The API down: the diff with the base branch's tip decides, as the list of a bigger change would.
+    api.state.down = true;
+    const synced = await send("gha", {
+      provider: "github",
+      event: "pull_request",
+      body: githubPullRequest("opened", "org/split", { ...pr, number: 12, headSha: head.id }),
+    });
+    const fallback = (await processed("gha", synced)).outcomes.map((o) => [o.workspace, o.outcome]);
+    assert.deepEqual(fallback.sort(), [
+      ["split-a", "started"],
+      ["split-b", "started"],
+    ]);
+    assert.ok(logLines.some((l) => l.includes("the VCS did not list the pull request's changed files")));
+  } finally {
+    await api.close();
+  }
 });
 
 test("a new link's first push is judged by its own change; a GitLab force push runs what the commits it drops trigger", async () => {

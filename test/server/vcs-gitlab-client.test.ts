@@ -54,7 +54,7 @@ test("reads: branch head, commit, changed files — the project path one encoded
   assert.deepEqual(await client.run({ op: "changedFiles", repository: "group/sub/infra", base: sha1, head: sha2 }), {
     files: ["main.tf", "modules/a/b.tf"],
   });
-  assert.equal(last().path, `${project}/repository/compare?from=${sha1}&to=${sha2}&straight=true`);
+  assert.equal(last().path, `${project}/repository/compare?from=${sha1}&to=${sha2}&straight=false`);
   assert.deepEqual(gl.invalid, []);
 });
 

@@ -113,7 +113,9 @@ export async function startGitlabApi(options: { token: string }) {
       return answer(res, 200, out, "API_Entities_CommitDetail");
     }
     if ((r = m(/^GET repository\/compare$/))) {
-      const files = project.compare[`${url.searchParams.get("from")}...${url.searchParams.get("to")}`];
+      // `straight=true` compares the two commits directly (from..to); the default, from their merge base (from...to).
+      const dots = url.searchParams.get("straight") === "true" ? ".." : "...";
+      const files = project.compare[`${url.searchParams.get("from")}${dots}${url.searchParams.get("to")}`];
       if (!files) return notFound(res, "Ref");
       const to = url.searchParams.get("to") ?? "";
       const out = {

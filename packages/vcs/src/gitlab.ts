@@ -90,7 +90,8 @@ export function gitlabClient(endpoint: VcsEndpoint, options: { deadlineMs: numbe
       }),
     changedFiles: (op, signal) =>
       call("changedFiles", signal, async () => {
-        const cmp = await api.Repositories.compare(op.repository, op.base, op.head, { straight: true });
+        // From the merge base (GitLab's default), as GitHub's three-dot compare: a merge request's own changes.
+        const cmp = await api.Repositories.compare(op.repository, op.base, op.head, { straight: false });
         if (cmp.compare_timeout === true || !Array.isArray(cmp.diffs)) return { files: null };
         const files = new Set<string>();
         for (const d of cmp.diffs) for (const p of [d.new_path, d.old_path]) if (typeof p === "string") files.add(p);

@@ -38,6 +38,7 @@ const textSchema = (max: number) =>
 const relayedOperations = [
   z.object({ op: z.literal("branchHead"), repository: repositoryPathSchema, branch: branchSchema }),
   z.object({ op: z.literal("commit"), repository: repositoryPathSchema, sha: commitShaSchema }),
+  /** The files `head` changes since its merge base with `base`: a pull request's own changes. */
   z.object({
     op: z.literal("changedFiles"),
     repository: repositoryPathSchema,

@@ -79,6 +79,8 @@ export type FetchedCommit = { configurationVersion: ConfigurationVersion; source
 export interface VcsReach {
   /** Strings that must never show in a message (the server's own credential; none through a pool). */
   secrets: string[];
+  /** The connection's VCS API: straight from the server, or through its VCS agents. */
+  client: VcsClient;
   branchHead(repository: string, branch: string, signal?: AbortSignal): Promise<string | null>;
   /** The commit as a configuration version; null when its changed files trigger nothing. */
   fetch(input: CommitWanted): Promise<FetchedCommit | null>;
@@ -102,6 +104,7 @@ export async function vcsReach(ctx: StoreContext, connectionId: string, options:
     const { access, secrets } = await serverGitAccess(route.endpoint, options.client);
     return {
       secrets,
+      client: options.client(route.endpoint),
       branchHead: (repository, branch, signal) =>
         branchHead(access, repository, branch, { deadlines: options.deadlines, workDir: options.workDir, signal }),
       fetch: (input) =>
@@ -126,6 +129,7 @@ export async function vcsReach(ctx: StoreContext, connectionId: string, options:
   const client = relayClient(ctx, target);
   return {
     secrets: [],
+    client,
     branchHead: async (repository, branch, signal) =>
       (await client.run({ op: "branchHead", repository, branch }, { signal })).sha,
     fetch: (input) => relayFetch(ctx, target, input),

@@ -16,6 +16,8 @@ import {
   seenWithoutRun,
   short,
 } from "./delivery-outcome.js";
+import { pullRequestFiles } from "./pull-request-files.js";
+import { commitTriggers } from "./triggers.js";
 import type { FetchedCommit, VcsReach } from "./relay.js";
 import type { PullRequestEvent, PushEvent } from "./webhook-events.js";
 
@@ -114,9 +116,22 @@ export async function relayedPullRequest(
     const reason = redact(messageOf(err), reach.secrets);
     return [...out, ...targeted.map((l) => outcome(l, "fetch_failed", null, reason))];
   }
+  const own =
+    since === null
+      ? undefined
+      : await pullRequestFiles(
+          reach.client,
+          { repository: e.repository, baseSha: since, headSha: e.headSha },
+          { signal: d.signal, log: d.log, secrets: reach.secrets },
+        );
   const fetch = deliveryFetcher(d, reach);
   for (const l of targeted) {
-    const fetched = await fetch(l, e.repository, e.headBranch, e.headSha, since);
+    if (own !== undefined && !commitTriggers(own, l.triggerPaths, l.workingDirectory)) {
+      out.push(outcome(l, "paths_unmatched", null, "the pull request changes no file the trigger paths name"));
+      continue;
+    }
+    // Files the VCS listed decide already; without them, the VCS agent compares with the base tip.
+    const fetched = await fetch(l, e.repository, e.headBranch, e.headSha, own === undefined ? since : null);
     if ("failed" in fetched) out.push(fetched.failed);
     else if (fetched.commit === null)
       out.push(outcome(l, "paths_unmatched", null, "the pull request changes no file the trigger paths name"));

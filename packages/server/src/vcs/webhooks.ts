@@ -43,6 +43,7 @@ import {
 } from "../store/vcs-deliveries.js";
 import { supersedeQueuedRuns } from "../store/vcs-supersede.js";
 import { claimVcsCommit, listVcsLinks, recordVcsError, type PolledLink } from "../store/workspace-vcs.js";
+import { pullRequestFiles } from "./pull-request-files.js";
 import { commitTriggers } from "./triggers.js";
 import type { PullRequestEvent, PushEvent, WebhookEvent } from "./webhook-events.js";
 
@@ -146,7 +147,9 @@ export class WebhookProcessor {
         return;
       }
       outcomes =
-        event.kind === "push" ? await this.push(access, event, links) : await this.pullRequest(access, event, links);
+        event.kind === "push"
+          ? await this.push(access, event, links)
+          : await this.pullRequest(access, this.o.client(route.endpoint), event, links);
     }
     await this.finish(id, outcomes);
   }
@@ -256,7 +259,12 @@ export class WebhookProcessor {
     return out;
   }
 
-  private async pullRequest(access: GitAccess, e: PullRequestEvent, links: PolledLink[]): Promise<OutcomeInput[]> {
+  private async pullRequest(
+    access: GitAccess,
+    client: VcsClient,
+    e: PullRequestEvent,
+    links: PolledLink[],
+  ): Promise<OutcomeInput[]> {
     const { out, targeted } = pullRequestTargets(e, links);
     if (targeted.length === 0) return out;
     const moved = await pullRequestMovedOn(
@@ -275,7 +283,6 @@ export class WebhookProcessor {
     const triggers = (l: PolledLink) => commitTriggers(changed, l.triggerPaths, l.workingDirectory);
     let archive: CommitArchive | null;
     try {
-      // Compared with the base branch's tip: what the pull request would change.
       const since =
         e.baseSha ??
         (await branchHead(access, e.repository, e.baseBranch, {
@@ -283,20 +290,28 @@ export class WebhookProcessor {
           workDir: this.o.workDir,
           signal: this.shutdown.signal,
         }));
-      archive = await this.fetch(
-        access,
-        e.repository,
-        e.headSha,
+      const pr = { repository: e.repository, baseSha: since ?? "", headSha: e.headSha };
+      const { log } = this.o;
+      const listed =
         since === null
+          ? undefined
+          : await pullRequestFiles(client, pr, { signal: this.shutdown.signal, log, secrets: secretsOf(access) });
+      if (listed !== undefined) changed = listed;
+      // The VCS's list decides before the fetch; without it, the diff with the base branch's tip.
+      const wanted =
+        listed !== undefined || since === null
           ? undefined
           : {
               since,
-              given: (c) => {
+              given: (c: string[] | null) => {
                 changed = c;
                 return targeted.some(triggers);
               },
-            },
-      );
+            };
+      archive =
+        listed !== undefined && !targeted.some(triggers)
+          ? null
+          : await this.fetch(access, e.repository, e.headSha, wanted);
     } catch (err) {
       const reason = redact(messageOf(err), secretsOf(access));
       this.o.log.warn(
