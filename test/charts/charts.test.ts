@@ -1171,7 +1171,7 @@ test("every key of each chart's values.yaml has a row in its README values table
   }
 });
 
-test("agent-local mode vcs: `agent vcs` with the connections file from its Secret, the webhook listener behind a Service; no Secret fails the render", () => {
+test("agent-local mode vcs: `agent vcs` with the connections file from its Secret, the webhook listener behind a Service, none of a run agent's settings; no Secret fails the render", () => {
   const objects = render("agent-local", ["-f", join(repo, "charts", "agent-local", "ci", "vcs-values.yaml")]);
   const pod = objects.find((o) => o.kind === "Deployment")!.spec.template.spec;
   const agent = pod.containers[0] as {
@@ -1186,6 +1186,14 @@ test("agent-local mode vcs: `agent vcs` with the connections file from its Secre
   assert.equal(env.DROVER_AGENT_VCS_CONCURRENCY, "4");
   assert.equal(env.DROVER_AGENT_VCS_WEBHOOK_PORT, "8090");
   assert.equal(env.DROVER_AGENT_DRIVER, undefined, "a VCS agent runs no jobs");
+  // The VCS agent refuses the run agent's settings: the chart gives it none.
+  for (const name of [
+    "DROVER_AGENT_WORKER_ON_STOP_ACTION",
+    "DROVER_AGENT_CACHE_DIR",
+    "DROVER_AGENT_PROVIDER_CACHE_ENABLED",
+  ])
+    assert.equal(env[name], undefined, name);
+  assert.equal(env.DROVER_AGENT_GRACE_PERIOD_SECONDS, "120");
   assert.ok(agent.volumeMounts.some((m) => m.name === "vcs-connections" && m.mountPath === "/etc/drover/vcs"));
   const volume = (pod.volumes as Array<{ name: string; secret?: { secretName: string; items?: unknown } }>).find(
     (v) => v.name === "vcs-connections",
@@ -1207,4 +1215,17 @@ test("agent-local mode vcs: `agent vcs` with the connections file from its Secre
     /mode vcs needs vcs.connectionsSecret.name/,
   );
   assert.match(renderFails("agent-local", ["--set", `agent.token=${token}`, "--set", "mode=relay"]), /mode/);
+  // Values of a run agent that a VCS agent would refuse fail the render, naming what it does instead.
+  const vcs = [
+    "-f",
+    join(repo, "charts", "agent-local", "ci", "vcs-values.yaml"),
+    "--set",
+    "serviceAccount.create=true",
+  ];
+  assert.match(renderFails("agent-local", [...vcs, "--set", "agent.concurrency=2"]), /runs vcs.concurrency tasks/);
+  assert.match(
+    renderFails("agent-local", [...vcs, "--set", "agent.shutdownMode=drain"]),
+    /terminationGracePeriodSeconds/,
+  );
+  assert.match(renderFails("agent-local", [...vcs, "--set", "busyPodProtection.enabled=true"]), /keeps no count/);
 });

@@ -146,7 +146,8 @@ function processOf(c: Container): SettingReader | undefined {
   const words = [...(c.command ?? []), ...(c.args ?? [])];
   const i = words.indexOf("agent");
   const command = i >= 0 ? words[i + 1] : undefined;
-  if (command === "run" || command === "vcs") return "agent";
+  if (command === "run") return "agent";
+  if (command === "vcs") return "vcs-agent";
   if (command === "controller" || command === "worker" || command === "node-worker" || command === "pod-annotator")
     return command;
   if (c.name === "runner") return "runner";

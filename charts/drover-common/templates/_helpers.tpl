@@ -125,8 +125,11 @@ registry host (its first part, when it has a dot or a colon or is localhost) is 
 - name: DROVER_URL
   value: {{ . | quote }}
 {{- end }}
+{{- /* A VCS agent (agent-local's mode vcs) has no stop action: it refuses the variable. */}}
+{{- if ne (toString .Values.mode) "vcs" }}
 - name: DROVER_AGENT_WORKER_ON_STOP_ACTION
   value: {{ .Values.agent.shutdownMode | quote }}
+{{- end }}
 - name: DROVER_AGENT_GRACE_PERIOD_SECONDS
   value: {{ .Values.terminationGracePeriodSeconds | quote }}
 - name: DROVER_AGENT_HEALTH_PORT

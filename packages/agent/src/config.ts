@@ -12,6 +12,8 @@ import {
   parsePoolToken,
   SettingsSource,
   settingParsers,
+  settings,
+  settingsReadBy,
   type FlagValues,
   type LogFormat,
   type SettingName,
@@ -23,17 +25,36 @@ import { hostname } from "node:os";
 
 export type { LogFormat, StopAction };
 
-/** The agent's compiled configuration; durations in milliseconds. */
-export interface AgentConfig {
+/**
+ * What every process holding a pool session reads (the run agent, the controller, the VCS agent);
+ * durations in milliseconds.
+ */
+export interface SessionConfig {
   url: string;
   token: string;
   /** Where the token came from (a flag, a variable or a file), named when the server refuses it. */
   tokenSource: string;
   name: string;
+  dataDir: string;
+  gracePeriodMs: number;
+  logFormat: LogFormat;
+  debug: boolean;
+  /** 0 disables the health server. */
+  healthPort: number;
+  /** Address of the health port; undefined: every interface of both families. */
+  healthAddress: string | undefined;
+  /** OTLP export (DROVER_AGENT_OTLP_*); undefined without an endpoint. */
+  otlp: OtlpSettings | undefined;
+  /** Extra trust roots (PEM) for the agent's own HTTPS. */
+  caCertPem: string | undefined;
+  pollWaitMs: number;
+}
+
+/** The run agent's (and controller's) compiled configuration; durations in milliseconds. */
+export interface AgentConfig extends SessionConfig {
   driver: "local" | "kubernetes" | "docker";
   concurrency: number;
   single: boolean;
-  dataDir: string;
   cacheDir: string;
   providerCacheEnabled: boolean;
   providerCacheSizeLimitMb: number;
@@ -45,26 +66,14 @@ export interface AgentConfig {
   /** Where the engine versions workspaces ask for come from, and what is trusted (local driver). */
   engines: EngineSettings;
   stopAction: StopAction;
-  gracePeriodMs: number;
-  logFormat: LogFormat;
-  debug: boolean;
-  /** 0 disables the health server. */
-  healthPort: number;
-  /** Address of the health port; undefined: every interface of both families. */
-  healthAddress: string | undefined;
-  /** OTLP export (DROVER_AGENT_OTLP_*); undefined without an endpoint. */
-  otlp: OtlpSettings | undefined;
   /** The pod this process runs in, inside Kubernetes (a telemetry resource attribute). */
   kubernetesPod: string | undefined;
   /** File the agent keeps its running-job count in, for the pod-annotator sidecar (DROVER_AGENT_STATUS_FILE). */
   statusFile: string | undefined;
-  /** Extra trust roots (PEM) for the agent's own HTTPS. */
-  caCertPem: string | undefined;
   /** CA bundle file given to runs as SSL_CERT_FILE. */
   taskCaCertPath: string | undefined;
   hooksDir: string | undefined;
   hookTimeoutMs: number;
-  pollWaitMs: number;
   /** How long a plan's initialized directory waits for its apply on this agent; 0 turns reuse off. */
   planReuseMs: number;
   kubernetesTaskTemplate: string | undefined;
@@ -106,7 +115,63 @@ export type AgentFlags = FlagValues;
 export function loadAgentConfig(env: NodeJS.ProcessEnv, flags: AgentFlags = {}): AgentConfig {
   const src = new SettingsSource(env, flags);
   const driver = src.get("DROVER_AGENT_DRIVER");
-  // --token beats --token-file beats DROVER_TOKEN beats DROVER_TOKEN_FILE.
+  const session = loadSessionConfig(src);
+  const { stopAction } = stopAndTrustSettings(src);
+  checkGracePeriod(stopAction, session.gracePeriodMs / 1000);
+  const maxConcurrency = driver === "local" ? 5 : driver === "docker" ? 50 : 1000;
+  const concurrency = src.getOr(
+    "DROVER_AGENT_CONCURRENCY",
+    driver === "local" ? 1 : 10,
+    settingParsers.intIn(1, maxConcurrency),
+  );
+  const runAsRaw = src.get("DROVER_AGENT_RUN_AS_USER");
+  let runUsers: RunUser[] | undefined;
+  if (runAsRaw !== undefined) {
+    if (driver !== "local")
+      throw new InvalidSettingError(
+        "DROVER_AGENT_RUN_AS_USER",
+        "DROVER_AGENT_RUN_AS_USER applies to the local driver only; Kubernetes and docker runs use the runner container's user (DROVER_AGENT_DOCKER_USER)",
+      );
+    const parsed = parseRunUsers(runAsRaw, process.getuid?.(), concurrency);
+    if (typeof parsed === "string") throw new InvalidSettingError("DROVER_AGENT_RUN_AS_USER", parsed);
+    runUsers = parsed;
+  }
+
+  refuseUnhonoured(src, driver);
+
+  return {
+    ...session,
+    driver,
+    concurrency,
+    single: src.get("DROVER_AGENT_SINGLE"),
+    cacheDir: src.get("DROVER_AGENT_CACHE_DIR"),
+    providerCacheEnabled: src.get("DROVER_AGENT_PROVIDER_CACHE_ENABLED"),
+    providerCacheSizeLimitMb: src.get("DROVER_AGENT_PROVIDER_CACHE_SIZE_LIMIT_MB"),
+    moduleCacheEnabled: src.get("DROVER_AGENT_MODULE_CACHE_ENABLED"),
+    moduleCacheSizeLimitMb: src.get("DROVER_AGENT_MODULE_CACHE_SIZE_LIMIT_MB"),
+    moduleCacheLocalSources: src.get("DROVER_AGENT_MODULE_CACHE_LOCAL_SOURCES"),
+    cacheAllowMetadataAddresses: src.get("DROVER_AGENT_CACHE_ALLOW_METADATA_ADDRESSES"),
+    binaryCacheSizeLimitMb: src.get("DROVER_AGENT_BINARY_CACHE_SIZE_LIMIT_MB"),
+    engines: engineSettings(src),
+    stopAction,
+    kubernetesPod: env.KUBERNETES_SERVICE_HOST ? hostname() : undefined,
+    statusFile: src.get("DROVER_AGENT_STATUS_FILE"),
+    taskCaCertPath: src.get("DROVER_CONTAINER_TASK_CA_CERT"),
+    hooksDir: src.get("DROVER_AGENT_HOOKS_DIR"),
+    hookTimeoutMs: src.get("DROVER_AGENT_HOOK_TIMEOUT_SECONDS") * 1000,
+    planReuseMs: src.get("DROVER_AGENT_PLAN_REUSE_SECONDS") * 1000,
+    kubernetesTaskTemplate: src.get("DROVER_AGENT_KUBERNETES_TASK_TEMPLATE"),
+    runUsers,
+    docker: driver === "docker" ? dockerSettings(src) : undefined,
+  };
+}
+
+/**
+ * Reads the settings of a pool session: the pool token (`--token` beats `--token-file` beats
+ * DROVER_TOKEN beats DROVER_TOKEN_FILE), the server, the agent's name and data dir, logging,
+ * health, OTLP, trust, grace period and poll wait. Any bad value throws one clear line.
+ */
+export function loadSessionConfig(src: SettingsSource): SessionConfig {
   const tokenFrom = src.origin("DROVER_TOKEN");
   const fileFrom = src.origin("DROVER_TOKEN_FILE");
   let token =
@@ -145,65 +210,21 @@ export function loadAgentConfig(env: NodeJS.ProcessEnv, flags: AgentFlags = {}):
       hint: "Create one with `drover token create --pool <pool>`.",
     });
   }
-  const url = src.get("DROVER_URL") ?? settingParsers.httpUrl(claimsUrl ?? "", "DROVER_URL");
-
-  const stopAndTrust = stopAndTrustSettings(src);
-  checkGracePeriod(stopAndTrust.stopAction, stopAndTrust.gracePeriodMs / 1000);
-  const maxConcurrency = driver === "local" ? 5 : driver === "docker" ? 50 : 1000;
-  const concurrency = src.getOr(
-    "DROVER_AGENT_CONCURRENCY",
-    driver === "local" ? 1 : 10,
-    settingParsers.intIn(1, maxConcurrency),
-  );
-  const runAsRaw = src.get("DROVER_AGENT_RUN_AS_USER");
-  let runUsers: RunUser[] | undefined;
-  if (runAsRaw !== undefined) {
-    if (driver !== "local")
-      throw new InvalidSettingError(
-        "DROVER_AGENT_RUN_AS_USER",
-        "DROVER_AGENT_RUN_AS_USER applies to the local driver only; Kubernetes and docker runs use the runner container's user (DROVER_AGENT_DOCKER_USER)",
-      );
-    const parsed = parseRunUsers(runAsRaw, process.getuid?.(), concurrency);
-    if (typeof parsed === "string") throw new InvalidSettingError("DROVER_AGENT_RUN_AS_USER", parsed);
-    runUsers = parsed;
-  }
-
-  refuseUnhonoured(src, driver);
-
+  const { gracePeriodMs, caCertPem } = stopAndTrustSettings(src);
   return {
-    url,
+    url: src.get("DROVER_URL") ?? settingParsers.httpUrl(claimsUrl ?? "", "DROVER_URL"),
     token,
     tokenSource,
     name: src.get("DROVER_AGENT_NAME") ?? hostname(),
-    driver,
-    concurrency,
-    single: src.get("DROVER_AGENT_SINGLE"),
     dataDir: src.get("DROVER_AGENT_DATA_DIR"),
-    cacheDir: src.get("DROVER_AGENT_CACHE_DIR"),
-    providerCacheEnabled: src.get("DROVER_AGENT_PROVIDER_CACHE_ENABLED"),
-    providerCacheSizeLimitMb: src.get("DROVER_AGENT_PROVIDER_CACHE_SIZE_LIMIT_MB"),
-    moduleCacheEnabled: src.get("DROVER_AGENT_MODULE_CACHE_ENABLED"),
-    moduleCacheSizeLimitMb: src.get("DROVER_AGENT_MODULE_CACHE_SIZE_LIMIT_MB"),
-    moduleCacheLocalSources: src.get("DROVER_AGENT_MODULE_CACHE_LOCAL_SOURCES"),
-    cacheAllowMetadataAddresses: src.get("DROVER_AGENT_CACHE_ALLOW_METADATA_ADDRESSES"),
-    binaryCacheSizeLimitMb: src.get("DROVER_AGENT_BINARY_CACHE_SIZE_LIMIT_MB"),
-    engines: engineSettings(src),
-    ...stopAndTrust,
+    gracePeriodMs,
     logFormat: src.get("DROVER_AGENT_LOG_FORMAT"),
     debug: src.get("DROVER_AGENT_DEBUG"),
     healthPort: src.getOr("DROVER_AGENT_HEALTH_PORT", 8080),
     healthAddress: src.get("DROVER_AGENT_HEALTH_ADDRESS"),
     otlp: otlpSettings(src),
-    kubernetesPod: env.KUBERNETES_SERVICE_HOST ? hostname() : undefined,
-    statusFile: src.get("DROVER_AGENT_STATUS_FILE"),
-    taskCaCertPath: src.get("DROVER_CONTAINER_TASK_CA_CERT"),
-    hooksDir: src.get("DROVER_AGENT_HOOKS_DIR"),
-    hookTimeoutMs: src.get("DROVER_AGENT_HOOK_TIMEOUT_SECONDS") * 1000,
+    caCertPem,
     pollWaitMs: src.get("DROVER_AGENT_POLL_WAIT_MS"),
-    planReuseMs: src.get("DROVER_AGENT_PLAN_REUSE_SECONDS") * 1000,
-    kubernetesTaskTemplate: src.get("DROVER_AGENT_KUBERNETES_TASK_TEMPLATE"),
-    runUsers,
-    docker: driver === "docker" ? dockerSettings(src) : undefined,
   };
 }
 
@@ -313,8 +334,15 @@ const driverOnlySettings: [SettingName, AgentConfig["driver"][], string][] = [
   ],
 ];
 
-/** Refuses a setting given for a driver that would ignore it: a setting does what it says, or is refused. */
+/** Refuses a setting this agent would ignore (the VCS agent's own, another driver's): a setting does what it says, or is refused. */
 function refuseUnhonoured(src: SettingsSource, driver: AgentConfig["driver"]): void {
+  for (const name of settingsReadBy("vcs-agent")) {
+    if (settings[name].readers.length > 1 || src.origin(name) === undefined) continue;
+    throw new InvalidSettingError(
+      name,
+      `${name} is read by the VCS agent (\`drover agent vcs\`) only; this agent does not use it`,
+    );
+  }
   for (const [name, drivers, why] of driverOnlySettings) {
     if (drivers.includes(driver) || src.origin(name) === undefined) continue;
     const which = drivers.length === 1 ? `the ${drivers[0]} driver only` : `the ${drivers.join(" and ")} drivers`;

@@ -3,21 +3,25 @@ import {
   githubAppSchema,
   InvalidSettingError,
   messageOf,
+  settings,
   SettingsSource,
   vcsProviderSchema,
   vcsUrlSchema,
   type FlagValues,
+  type SettingName,
+  type SettingReader,
 } from "@drover/protocol";
 import type { VcsAuth, VcsEndpoint } from "@drover/vcs";
 import { readFileSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { z } from "zod";
-import { loadAgentConfig, type AgentConfig } from "../config.js";
+import { loadSessionConfig, type SessionConfig } from "../config.js";
 
 /*
  * A VCS agent's configuration: the session settings every agent has, and the connections it
  * reaches, by the names the server knows them by. The credentials live here, on the agent inside
- * the private network, so the server may hold none.
+ * the private network, so the server may hold none. A run agent's setting it has no use for
+ * (driver, caches, hooks, stop action…) is refused rather than ignored.
  */
 
 /** One connection as this agent reaches it: by token, or as a GitHub App whose key file it read. */
@@ -28,7 +32,7 @@ export interface AgentVcsConnection extends VcsEndpoint {
 }
 
 export interface VcsAgentConfig {
-  agent: AgentConfig;
+  agent: SessionConfig;
   connections: ReadonlyMap<string, AgentVcsConnection>;
   /** Where the connections came from, named in errors. */
   connectionsFile: string;
@@ -124,10 +128,43 @@ function appAuth(
   return { kind: "github-app", appId: app.appId, installationId: app.installationId, privateKey };
 }
 
-/** Reads the VCS agent's settings and flags; any bad value throws one clear line. */
+/** What the VCS agent does instead of what a refused run agent setting would, where it does something. */
+const vcsInstead: Partial<Record<SettingName, string>> = {
+  DROVER_AGENT_CONCURRENCY: "it runs DROVER_AGENT_VCS_CONCURRENCY tasks at once",
+  DROVER_AGENT_WORKER_ON_STOP_ACTION:
+    "on SIGTERM it lets running tasks finish within DROVER_AGENT_GRACE_PERIOD_SECONDS, then leaves them to another agent",
+  DROVER_AGENT_OTLP_TRACES_ENABLED: "it exports metrics only (DROVER_AGENT_OTLP_METRICS_ENABLED)",
+};
+
+/**
+ * Refuses a setting of the run agent or controller that the VCS agent does not read. Only those:
+ * the server's and the CLI's may share its environment (the image sets DROVER_HOST for every
+ * command), and variables not Drover's own (TF_CLI_CONFIG_FILE) belong to whoever else reads them.
+ */
+function refuseRunAgentSettings(src: SettingsSource): void {
+  for (const name of Object.keys(settings) as SettingName[]) {
+    const readers: readonly SettingReader[] = settings[name].readers;
+    const runAgents = readers.includes("agent") || readers.includes("controller");
+    if (!name.startsWith("DROVER_") || !runAgents || readers.includes("vcs-agent")) continue;
+    const origin = src.origin(name);
+    if (origin === undefined) continue;
+    const given = origin === "flag" ? `${settings[name].flag} (${name})` : name;
+    const instead = vcsInstead[name];
+    throw new InvalidSettingError(
+      name,
+      `${given} is a run agent's setting, which the VCS agent (\`drover agent vcs\`) does not use${instead ? `: ${instead}` : ""}; unset it`,
+      { hint: "The README's agent settings table names `vcs-agent` in the last column of each setting it reads." },
+    );
+  }
+}
+
+/** Reads the VCS agent's settings and flags; any bad value, or a setting it would ignore, throws one clear line. */
 export function loadVcsAgentConfig(env: NodeJS.ProcessEnv, flags: FlagValues = {}): VcsAgentConfig {
-  const agent = loadAgentConfig(env, flags);
   const src = new SettingsSource(env, flags);
+  refuseRunAgentSettings(src);
+  const session = loadSessionConfig(src);
+  // It makes no spans: a trace export would send nothing.
+  const agent = { ...session, otlp: session.otlp && { ...session.otlp, traces: false } };
   const file = src.get("DROVER_AGENT_VCS_CONNECTIONS_FILE");
   if (file === undefined)
     throw new InvalidSettingError(

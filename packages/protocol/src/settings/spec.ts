@@ -2,10 +2,14 @@ import { DroverError } from "../errors.js";
 
 // What a setting is; the table itself is ../settings.ts, joined from the table-*.ts parts.
 
-/** The processes that read settings (`runner`: the exec-loop in a run pod's runner container). */
+/**
+ * The processes that read settings (`agent`: `drover agent run`; `vcs-agent`: `drover agent vcs`;
+ * `runner`: the exec-loop in a run pod's runner container).
+ */
 export const settingReaders = [
   "server",
   "agent",
+  "vcs-agent",
   "controller",
   "worker",
   "node-worker",

@@ -9,28 +9,28 @@ export const vcsAgentSettings = {
       '`{"<name>": {"provider": "github"|"gitlab", "url", "apiUrl", "token", "webhookSecret"}}`, or instead of ' +
       '`token` a GitHub App: `"githubApp": {"appId", "installationId", "privateKeyFile"}`; ' +
       "the server may hold none of these credentials",
-    readers: ["agent"],
+    readers: ["vcs-agent"],
     parse: existingPath,
     section: "agent",
   }),
   DROVER_AGENT_VCS_CONCURRENCY: setting({
     doc: "`drover agent vcs`: tasks (operations and fetches) one VCS agent runs at once",
     default: 4,
-    readers: ["agent"],
+    readers: ["vcs-agent"],
     parse: intIn(1, 64),
     section: "agent",
   }),
   DROVER_AGENT_VCS_WEBHOOK_PORT: setting({
     doc: "`drover agent vcs`: port of the webhook listener inside the private network (`POST /hooks/<connection>`); 0: none",
     default: 0,
-    readers: ["agent"],
+    readers: ["vcs-agent"],
     parse: intIn(0, 65_535),
     section: "agent",
   }),
   DROVER_AGENT_VCS_WEBHOOK_ADDRESS: setting({
     doc: "`drover agent vcs`: address the webhook listener binds",
     defaultText: "every interface",
-    readers: ["agent"],
+    readers: ["vcs-agent"],
     parse: ipAddress,
     section: "agent",
   }),
