@@ -183,7 +183,9 @@ export class JobWatch {
           await job.appendLog(offset, line);
           t.logged = true;
         } catch (err) {
-          if (err instanceof DroverError && err.code === "log_gap") offset = Number(err.details?.expectedOffset);
+          // A conflict is the worker's output landing at the offset just learnt: both say where the log ends now.
+          const moved = err instanceof DroverError && (err.code === "log_gap" || err.code === "log_conflict");
+          if (moved) offset = Number(err.details?.expectedOffset);
           else throw err;
         }
       }
