@@ -190,7 +190,7 @@ export class EngineCache {
       );
     }
     if (wanted === null) {
-      const first = (await fallback.engines(engine))[0];
+      const first = (await fallback.engines(engine, signal))[0];
       if (first) return { ...first, downloaded: false, notes: [], release: () => {} };
       if (fallback.noEngine) throw fallback.noEngine(engine);
     }
@@ -208,7 +208,7 @@ export class EngineCache {
           `${why}; the agent does not fall back to a ${engine} ${fallback.where} (DROVER_AGENT_ENGINE_PATH_FALLBACK=false)`,
         );
       }
-      const there = await fallback.engines(engine);
+      const there = await fallback.engines(engine, signal);
       const found = there.find((b) => versionSatisfies(b.version, want));
       if (!found) {
         const versions = there.map((b) => b.version).join(", ") || "none";

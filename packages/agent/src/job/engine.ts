@@ -15,8 +15,8 @@ export interface EngineFallback {
   where: string;
   /** What was looked through, for messages ("/usr/local/bin, /usr/bin"); absent where it is not a list of directories. */
   searched?: string;
-  /** The engines there with their versions, preferred first (empty: none). */
-  engines(engine: Engine): Promise<EngineBinary[]>;
+  /** The engines there with their versions, preferred first (empty: none); `signal` is the job's. */
+  engines(engine: Engine, signal: AbortSignal): Promise<EngineBinary[]>;
   /**
    * Set where a downloaded release cannot stand in for a missing one (a run container already
    * started without the release's mount): the error of a workspace without a version when

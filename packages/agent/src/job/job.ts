@@ -116,6 +116,7 @@ export class JobRun {
       hookTimeoutMs: o.settings.hookTimeoutMs,
       interruption: () => this.interruption(),
       secrets: () => this.context.secrets,
+      signal: this.work.signal,
     });
     this.context = {
       assignment: a,

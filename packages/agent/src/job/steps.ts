@@ -36,6 +36,8 @@ export interface StepsOptions {
   interruption(): Error | undefined;
   /** Values hidden from the error excerpts. */
   secrets(): string[];
+  /** The job's signal, which the runner's preparations end with (see ProcessOptions.signal). */
+  signal: AbortSignal;
 }
 
 /**
@@ -111,6 +113,7 @@ export class Steps {
       env,
       onStderr: (d) => this.o.log.write(d),
       onSpawn: (g) => this.recordGroup(g),
+      signal: this.o.signal,
     });
     if (code !== 0) throw new StepFailed(`${this.o.engine} ${args.join(" ")} exited with code ${code}`);
     return stdout;
@@ -142,7 +145,13 @@ export class Steps {
     env: NodeJS.ProcessEnv,
     onOutput: (b: Buffer) => void,
   ): Promise<number> {
-    const proc = this.o.runner.start(command, args, { cwd, env, onOutput, onSpawn: (g) => this.recordGroup(g) });
+    const proc = this.o.runner.start(command, args, {
+      cwd,
+      env,
+      onOutput,
+      onSpawn: (g) => this.recordGroup(g),
+      signal: this.o.signal,
+    });
     this.process = proc;
     // A kill that arrived between steps applies to this one too.
     if (this.killed) proc.signal("SIGKILL");

@@ -149,16 +149,22 @@ export class ContainerJob implements Runner {
     return out;
   }
 
-  /** Creates and starts the container once; rejects with a reason the run's outcome carries. */
-  private container(): Promise<string> {
-    this.started ??= this.startContainer();
+  /**
+   * Creates and starts the container once; rejects with a reason the run's outcome carries. Every
+   * call of a job carries the job's signal, so the first one's ends the start at once when the job
+   * is canceled, stopped or lost: a stalled pull does not hold it until the pull's deadline.
+   */
+  private container(jobSignal: AbortSignal): Promise<string> {
+    this.started ??= this.startContainer(AbortSignal.any([jobSignal, this.ending.signal]));
     return this.started;
   }
 
-  private async startContainer(): Promise<string> {
+  private async startContainer(signal: AbortSignal): Promise<string> {
     const { engine, log } = this.o;
     const image = this.image;
-    const signal = this.ending.signal;
+    // The container's output and end are followed until the job closes it, past a cancel: the
+    // steps still run while terraform stops gracefully.
+    const ending = this.ending.signal;
     try {
       if (!(await engine.hasImage(image, signal))) {
         log.info({ image }, "pulling the runner image");
@@ -186,18 +192,18 @@ export class ContainerJob implements Runner {
       // end: no `wait` is held open beside it (podman's Docker API answers one by polling the runtime,
       // a good part of a core per container). A stream cut short falls back to `wait`.
       const followed = engine
-        .follow(id, (stream, data) => this.containerOutput(stream, data), signal)
+        .follow(id, (stream, data) => this.containerOutput(stream, data), ending)
         .then(
           async () => {
             const state = await engine
-              .inspect(id, signal)
+              .inspect(id, ending)
               .then((info) => info.State)
               .catch(() => undefined);
-            return state && !state.Running ? state.ExitCode : engine.wait(id, signal);
+            return state && !state.Running ? state.ExitCode : engine.wait(id, ending);
           },
           (err: unknown) => {
-            if (!signal.aborted) log.debug({ err: messageOf(err) }, "following the run container's output ended");
-            return engine.wait(id, signal);
+            if (!ending.aborted) log.debug({ err: messageOf(err) }, "following the run container's output ended");
+            return engine.wait(id, ending);
           },
         );
       this.exited = followed.then(
@@ -238,7 +244,7 @@ export class ContainerJob implements Runner {
           "a run's directories outgrew DROVER_AGENT_DOCKER_DISK_MB; killing its container",
         );
         this.reportDiskExceeded(this.overDisk);
-        if (this.id) void quietly(this.o.engine.kill(this.id, "SIGKILL"));
+        if (this.id) void quietly(this.o.engine.kill(this.id, "SIGKILL", this.ending.signal));
       },
       onError: (err) =>
         this.o.log.warn({ container: this.name, err: messageOf(err) }, "could not measure the run's directories"),
@@ -282,7 +288,7 @@ export class ContainerJob implements Runner {
     const kills = this.oomKillsSinceLastStep();
     if (kills !== undefined) return kills > 0;
     try {
-      return (await this.o.engine.inspect(this.id)).State.OOMKilled;
+      return (await this.o.engine.inspect(this.id, this.ending.signal)).State.OOMKilled;
     } catch {
       return false;
     }
@@ -309,9 +315,9 @@ export class ContainerJob implements Runner {
   }
 
   /** Resolves when the container fails to start or stops while a step runs. */
-  private async containerFailure(): Promise<string> {
+  private async containerFailure(jobSignal: AbortSignal): Promise<string> {
     try {
-      await this.container();
+      await this.container(jobSignal);
     } catch (err) {
       return messageOf(err);
     }
@@ -324,7 +330,7 @@ export class ContainerJob implements Runner {
 
   /** The engines of the runner image (see runnerImageEngines). */
   readonly ownEngines: EngineFallback = {
-    ...runnerImageEngines((engine) => this.engine(engine)),
+    ...runnerImageEngines((engine, signal) => this.engine(engine, null, "", signal)),
     // Asking the image started the run's container without a release mounted: a download could
     // not reach it, so a workspace without a version is refused before one is made.
     noEngine: (engine) => this.noEngineError(engine),
@@ -345,8 +351,8 @@ export class ContainerJob implements Runner {
     return `${inContainer.engine}/${basename(path)}`;
   }
 
-  async engine(engine: Engine): Promise<EngineBinary> {
-    const failure = this.containerFailure().then((why) => Promise.reject(new DroverError("internal", why)));
+  async engine(engine: Engine, _version: string | null, _cacheDir: string, signal: AbortSignal): Promise<EngineBinary> {
+    const failure = this.containerFailure(signal).then((why) => Promise.reject(new DroverError("internal", why)));
     failure.catch(() => {});
     return Promise.race([this.loop.engine(engine), failure]);
   }
@@ -357,7 +363,7 @@ export class ContainerJob implements Runner {
       args.map((x) => this.translate(x)),
       { cwd: this.translate(options.cwd), env: this.translateEnv(options.env), onOutput: options.onOutput },
     );
-    const lost = this.containerFailure().then((failure) => ({ code: null, signal: null, failure }));
+    const lost = this.containerFailure(options.signal).then((failure) => ({ code: null, signal: null, failure }));
     return {
       signal: (sig) => proc.signal(sig),
       done: Promise.race([proc.done, lost]).then((r) => this.settle(r)),
@@ -367,9 +373,9 @@ export class ContainerJob implements Runner {
   async capture(
     command: string,
     args: string[],
-    options: { cwd: string; env: NodeJS.ProcessEnv; onStderr(chunk: Buffer): void },
+    options: { cwd: string; env: NodeJS.ProcessEnv; onStderr(chunk: Buffer): void; signal: AbortSignal },
   ): Promise<{ code: number; stdout: Buffer }> {
-    const lost = this.containerFailure().then((why) => Promise.reject(new DroverError("internal", why)));
+    const lost = this.containerFailure(options.signal).then((why) => Promise.reject(new DroverError("internal", why)));
     lost.catch(() => {});
     const r = await Promise.race([
       this.loop.capture(

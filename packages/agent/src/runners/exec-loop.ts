@@ -20,12 +20,14 @@ export class EngineMissing extends Error {}
  * the fallback of a download. An image without the engine offers none; any other failure (a
  * runner that cannot start or is lost) is the run's error.
  */
-export function runnerImageEngines(find: (engine: Engine) => Promise<EngineBinary>): EngineFallback {
+export function runnerImageEngines(
+  find: (engine: Engine, signal: AbortSignal) => Promise<EngineBinary>,
+): EngineFallback {
   return {
     where: "in the runner image",
-    engines: async (engine) => {
+    engines: async (engine, signal) => {
       try {
-        return [await find(engine)];
+        return [await find(engine, signal)];
       } catch (err) {
         if (err instanceof EngineMissing) return [];
         throw err;

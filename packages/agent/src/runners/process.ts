@@ -14,6 +14,12 @@ export interface ProcessOptions {
   cwd: string;
   env: NodeJS.ProcessEnv;
   onOutput(chunk: Buffer): void;
+  /**
+   * The job's signal, aborted when its work must end: it ends what the runner must do before the
+   * process can run (a runner container's pull and start). The process itself ends by
+   * RunningProcess.signal, which lets terraform stop gracefully and release its lock.
+   */
+  signal: AbortSignal;
   /** Called with the process group id once the process runs, so the job can record it. */
   onSpawn?(pgid: number): void;
   /** Run as this user and group (DROVER_AGENT_RUN_AS_USER); the agent's own otherwise. */

@@ -53,7 +53,7 @@ export function chownTree(path: string, user: RunUser): void {
 /** A runner whose steps run as `user`: they cannot read the agent's environment, memory or token file. */
 export function runnerAs(base: Runner, user: RunUser): Runner {
   return {
-    engine: (engine, version, cacheDir) => base.engine(engine, version, cacheDir),
+    engine: (engine, version, cacheDir, signal) => base.engine(engine, version, cacheDir, signal),
     start: (command, args, options) => base.start(command, args, { ...options, uid: user.uid, gid: user.gid }),
     capture: (command, args, options) => base.capture(command, args, { ...options, uid: user.uid, gid: user.gid }),
     files: base.files,

@@ -4,8 +4,11 @@ import { killGroup, spawnInGroup, startProcess, type ProcessOptions, type Runnin
 
 /** Where a job's steps execute: as local processes, or in a runner container via the exec-loop. */
 export interface Runner {
-  /** The terraform/tofu binary where steps run, and its version. */
-  engine(engine: Engine, version: string | null, cacheDir: string): Promise<EngineBinary>;
+  /**
+   * The terraform/tofu binary where steps run, and its version. `signal` is the job's: it ends
+   * whatever the runner must do first (a runner container's pull and start).
+   */
+  engine(engine: Engine, version: string | null, cacheDir: string, signal: AbortSignal): Promise<EngineBinary>;
   /** Starts a step whose stdout+stderr stream to `onOutput`. */
   start(command: string, args: string[], options: ProcessOptions): RunningProcess;
   /** Runs a step whose stdout is data; stderr streams to `onStderr`. */
@@ -17,6 +20,8 @@ export interface Runner {
       env: NodeJS.ProcessEnv;
       onStderr(chunk: Buffer): void;
       onSpawn?(pgid: number): void;
+      /** The job's signal (see ProcessOptions.signal). */
+      signal: AbortSignal;
       uid?: number;
       gid?: number;
     },

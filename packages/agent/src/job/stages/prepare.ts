@@ -89,7 +89,8 @@ export const engine: Stage = {
         lease.downloaded && c.runner.useEngine
           ? { path: c.runner.useEngine(lease.path), version: lease.version }
           : lease;
-    } else c.binary = await c.runner.engine(a.workspace.engine, a.workspace.engineVersion, c.settings.cacheDir);
+    } else
+      c.binary = await c.runner.engine(a.workspace.engine, a.workspace.engineVersion, c.settings.cacheDir, c.signal);
     const binary = c.binary;
     if (
       !c.engineLease &&
