@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { after, test } from "node:test";
 import { pino } from "pino";
 import { JobRun, type JobApi, type JobSettings } from "@drover/agent";
-import { ContainerJob, DockerEngine } from "@drover/agent/docker";
+import { ContainerJob, ContainerRemovals, DockerEngine } from "@drover/agent/docker";
 import type { JobAssignment, JobOutcome } from "@drover/protocol";
 import { rawTarGz } from "../support/archives.js";
 import { within } from "../support/poll.js";
@@ -76,8 +76,14 @@ function assignment(): JobAssignment {
   };
 }
 
-/** A job's container against the daemon at `socketPath`, its data below this file's directory. */
-function containerJob(engine: DockerEngine, a: JobAssignment, dataDir: string): ContainerJob {
+/** A job's container against the stand-in daemon of `engine`, its data in `dataDir`. */
+function containerJob(
+  engine: DockerEngine,
+  a: JobAssignment,
+  dataDir: string,
+  removals = new ContainerRemovals(engine, pino({ level: "silent" })),
+  log = pino({ level: "silent" }),
+): ContainerJob {
   return new ContainerJob({
     engine,
     settings: {
@@ -98,7 +104,8 @@ function containerJob(engine: DockerEngine, a: JobAssignment, dataDir: string): 
     execLoopPath,
     taskCaCertPath: undefined,
     hooksDir: undefined,
-    log: pino({ level: "silent" }),
+    log,
+    removals,
   });
 }
 
@@ -180,6 +187,118 @@ test("a cancel while the runner image's pull hangs aborts the pull at once and e
     assert.ok(!docker.routes.includes("POST /containers/create"), "no container was created after the cancel");
   } finally {
     await job.close();
+    await engine.close();
+  }
+});
+
+/** A daemon whose run container starts, and whose first `failures` removals of it fail; `removed` resolves on the one that works. */
+async function awayAtRemoval(name: string, failures: number) {
+  let removedNow: () => void = () => undefined;
+  const removed = new Promise<void>((resolve) => (removedNow = resolve));
+  let followedNow: () => void = () => undefined;
+  const followed = new Promise<void>((resolve) => (followedNow = resolve));
+  let removals = 0;
+  const docker = await daemon(name, (_req, res, route) => {
+    const json = (status: number, body: unknown) =>
+      res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify(body));
+    if (route.startsWith("GET /images/")) json(200, {});
+    else if (route === "POST /containers/create") json(201, { Id: "c1" });
+    else if (route === "POST /containers/c1/start") res.writeHead(204).end();
+    else if (route === "GET /containers/c1/json")
+      json(200, {
+        Id: "c1",
+        State: { Status: "running", Running: true, OOMKilled: false, ExitCode: 0, Pid: 0 },
+        Config: { Labels: {} },
+      });
+    else if (route === "GET /containers/c1/logs") {
+      // The output stream stays open while the container runs.
+      res.writeHead(200, { "content-type": "application/vnd.docker.raw-stream" }).flushHeaders();
+      followedNow();
+    } else if (route === "POST /containers/c1/wait") json(200, { StatusCode: 0 });
+    else if (route === "DELETE /containers/c1") {
+      if (++removals <= failures) json(500, { message: "the daemon is restarting" });
+      else {
+        res.writeHead(204).end();
+        removedNow();
+      }
+    } else json(500, { message: "not expected here" });
+  });
+  return { ...docker, removed, followed, removals: () => removals };
+}
+
+/** A logger whose lines the test reads back; `logged` resolves on the first line matching `awaited`. */
+function recordingLogger(awaited = /^$/) {
+  const lines: Array<{ level: number; msg: string }> = [];
+  let seen: () => void = () => undefined;
+  const logged = new Promise<string>((resolve) => (seen = () => resolve("logged")));
+  const logger = pino(
+    { level: "debug" },
+    {
+      write: (text: string) => {
+        const line = JSON.parse(text) as { level: number; msg: string };
+        lines.push(line);
+        if (awaited.test(line.msg)) seen();
+      },
+    },
+  );
+  return { logger, lines, logged };
+}
+
+/** Starts a job's container on the stand-in, then ends the job: its container is closed. */
+async function runAndClose(job: ContainerJob, followed: Promise<void>): Promise<void> {
+  const jobSignal = new AbortController();
+  // Asking for the engine starts the container; the stand-in runs no exec-loop to answer it.
+  void job.engine("terraform", null, "", jobSignal.signal).catch(() => undefined);
+  await followed;
+  jobSignal.abort();
+  await job.close();
+}
+
+test("a run container whose removal failed at the job's end is removed later, on the retry timer, without an agent restart; the failure is logged once", async () => {
+  const docker = await awayAtRemoval("removal-retried", 3);
+  const engine = new DockerEngine(docker.path, { callTimeoutMs: 10_000 });
+  const { logger, lines, logged } = recordingLogger(/removed a run container whose removal had failed/);
+  const removals = new ContainerRemovals(engine, logger, { firstDelayMs: 10, maxDelayMs: 40 });
+  const job = containerJob(engine, assignment(), join(dir, "retried"), removals, logger);
+  try {
+    await runAndClose(job, docker.followed);
+    assert.equal(docker.removals(), 1, "the job's end tried once, and did not wait for the retries");
+    assert.equal(
+      await within(logged, 10_000),
+      "logged",
+      `the container was not removed after its failed removal (${docker.removals()} tries)`,
+    );
+    await docker.removed;
+    assert.equal(docker.removals(), 4, "three failed tries, then the one that removed it");
+    const failed = lines.filter((l) => l.level >= 40 && /could not remove the run container/.test(l.msg));
+    assert.equal(failed.length, 1, `the failure was logged once: ${JSON.stringify(lines)}`);
+  } finally {
+    removals.stop();
+    await engine.close();
+  }
+});
+
+test("a run container whose removal failed is removed when the next job starts, before its retry is due", async () => {
+  const docker = await awayAtRemoval("removal-next-job", 1);
+  const engine = new DockerEngine(docker.path, { callTimeoutMs: 10_000 });
+  const { logger } = recordingLogger();
+  // A retry due long after the test: only the next job's start can remove it in time.
+  const removals = new ContainerRemovals(engine, logger, { firstDelayMs: 600_000, maxDelayMs: 600_000 });
+  const job = containerJob(engine, assignment(), join(dir, "next-job"), removals, logger);
+  try {
+    await runAndClose(job, docker.followed);
+    assert.equal(docker.removals(), 1);
+    await removals.sweep();
+    assert.equal(docker.removals(), 2);
+    assert.equal(
+      await within(
+        docker.removed.then(() => "removed"),
+        1_000,
+      ),
+      "removed",
+    );
+  } finally {
+    removals.stop();
     await engine.close();
   }
 });

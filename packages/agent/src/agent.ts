@@ -17,6 +17,7 @@ import { KeptPlanDirs } from "./job/kept-plans.js";
 import { reapOrphans } from "./runners/orphans.js";
 import { DockerEngine } from "./drivers/docker/engine-api.js";
 import { prepareDocker, runContainer } from "./drivers/docker/run-container.js";
+import { ContainerRemovals } from "./drivers/docker/removals.js";
 import { writeAgentStatus } from "./drivers/kubernetes/agent-status.js";
 import type { ProviderCache } from "./providers/cache.js";
 import type { ModuleCache } from "./modules/cache.js";
@@ -64,6 +65,8 @@ export class Agent {
   private telemetryStarted = false;
   /** The Docker Engine API of the docker driver. */
   private readonly docker: DockerEngine | undefined;
+  /** The docker driver's removals of run containers, retried while the daemon refuses one. */
+  private readonly removals: ContainerRemovals | undefined;
 
   constructor(
     private readonly config: AgentConfig,
@@ -82,7 +85,10 @@ export class Agent {
       this.engines = caches.engines;
       if (this.engines) this.metrics.addCache("engines", this.engines.counters);
     }
-    if (config.docker) this.docker = new DockerEngine(config.docker.socketPath);
+    if (config.docker) {
+      this.docker = new DockerEngine(config.docker.socketPath);
+      this.removals = new ContainerRemovals(this.docker, log);
+    }
     this.session = new PoolSession({
       client: this.client,
       poolToken: config.token,
@@ -187,6 +193,7 @@ export class Agent {
       registered = await this.session.start();
     } catch (err) {
       await this.closeHealth();
+      this.removals?.stop();
       await this.docker?.close();
       throw err;
     }
@@ -216,9 +223,12 @@ export class Agent {
 
   private startJob(assignment: JobAssignment): void {
     this.jobsTaken++;
-    const container = this.docker
-      ? runContainer({ engine: this.docker, config: this.config, assignment, log: this.log })
-      : undefined;
+    // The daemon is likely back by now: a container it would not remove at an earlier job's end goes first.
+    void this.removals?.sweep();
+    const container =
+      this.docker && this.removals
+        ? runContainer({ engine: this.docker, config: this.config, assignment, log: this.log, removals: this.removals })
+        : undefined;
     // Held until the job's end has killed every process of its run user (JobRun.endProcesses).
     const slot = this.freeSlot();
     const runAs = this.config.runUsers?.[slot];
@@ -343,6 +353,7 @@ export class Agent {
           this.undelivered.push("deregistration undelivered");
         }
       await this.closeHealth();
+      this.removals?.stop();
       await this.docker?.close();
       for (const line of this.undelivered) this.log.warn({ undelivered: line }, `undelivered: ${line}`);
       this.transition("stopped");

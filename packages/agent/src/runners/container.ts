@@ -18,6 +18,7 @@ import {
 } from "../drivers/docker/container-spec.js";
 import { DiskWatch } from "../drivers/docker/disk-watch.js";
 import { cgroupOomKills, memoryEventsFile } from "../drivers/docker/oom.js";
+import type { ContainerRemovals } from "../drivers/docker/removals.js";
 
 /** Options of one job's container. */
 export interface ContainerJobOptions {
@@ -33,6 +34,8 @@ export interface ContainerJobOptions {
   taskCaCertPath: string | undefined;
   hooksDir: string | undefined;
   log: Logger;
+  /** The agent's removals of its run containers, which retries one that failed. */
+  removals: ContainerRemovals;
   /** How long the exec-loop may stay silent before its step counts as lost. */
   runnerStaleMs?: number;
   /** Time between two measures of the job's directories against DROVER_AGENT_DOCKER_DISK_MB. */
@@ -408,14 +411,7 @@ export class ContainerJob implements Runner {
     if (id) {
       const waited = AbortSignal.timeout(10_000);
       await quietly(this.o.engine.wait(id, waited));
-      try {
-        await this.o.engine.remove(id);
-      } catch (err) {
-        this.o.log.warn(
-          { container: this.name, err: messageOf(err) },
-          "could not remove the run container; a restarted agent removes it",
-        );
-      }
+      await this.o.removals.remove(id, this.name);
     }
     this.loop.close();
     this.execHandle.close();

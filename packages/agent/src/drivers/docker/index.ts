@@ -6,3 +6,4 @@ export { DiskWatch, diskUsage } from "./disk-watch.js";
 export { DockerApiError, DockerEngine } from "./engine-api.js";
 export { cgroupOomKills, memoryEventsFile } from "./oom.js";
 export { reapDockerOrphans, restartedReason } from "./orphans.js";
+export { ContainerRemovals, type RemovalRetry } from "./removals.js";

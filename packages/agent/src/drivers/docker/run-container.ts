@@ -8,6 +8,7 @@ import { agentTag } from "../../runners/orphans.js";
 import type { Runner } from "../../runners/runner.js";
 import type { DockerEngine } from "./engine-api.js";
 import { reapDockerOrphans } from "./orphans.js";
+import type { ContainerRemovals } from "./removals.js";
 
 /**
  * The exec-loop script shipped with this package; the docker driver mounts it into every run
@@ -42,8 +43,9 @@ export function runContainer(options: {
   config: AgentConfig;
   assignment: JobAssignment;
   log: Logger;
+  removals: ContainerRemovals;
 }): RunContainer {
-  const { engine, config, assignment } = options;
+  const { engine, config, assignment, removals } = options;
   const docker = config.docker!;
   try {
     const job = new ContainerJob({
@@ -58,6 +60,7 @@ export function runContainer(options: {
       taskCaCertPath: config.taskCaCertPath,
       hooksDir: config.hooksDir,
       log: options.log.child({ job: assignment.jobId }),
+      removals,
     });
     const runAs = process.getuid?.() === 0 ? docker.user : undefined;
     return {
