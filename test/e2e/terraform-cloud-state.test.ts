@@ -278,3 +278,70 @@ test("state push and a local-execution apply upload through signed URLs that car
   assert.equal(replay.status, 403, await replay.text());
   assert.equal((await droverState("app-uploads")).serial, pushed.serial, "the replay wrote nothing");
 });
+
+test("workspace delete by tags: an empty workspace goes (safe-delete), one managing resources stays unless -force, a locked one stays unless -force", async () => {
+  const dir = tc.config("deletes", { tags: ["deletes"] }, config);
+  assert.equal((await tc.terraform(["init"], dir, { input: "del-keep\n" })).code, 0);
+  for (const name of ["del-empty", "del-locked", "del-full"])
+    assert.equal((await tc.terraform(["workspace", "new", name], dir)).code, 0, name);
+  const full = await tfeWorkspace("del-full");
+  assert.equal(
+    await tfeCall("PATCH", `/workspaces/${full.id}`, { data: { attributes: { "execution-mode": "local" } } }),
+    200,
+  );
+  const apply = await tc.terraform(["apply", "-auto-approve", "-input=false"], dir);
+  assert.equal(apply.code, 0, apply.output);
+  assert.equal((await tc.terraform(["workspace", "select", "del-keep"], dir)).code, 0);
+  const inDrover = async (name: string) =>
+    (await tc.stack.server.api(routes.getWorkspace, { params: { ws: name } })).status;
+  const listed = async () => {
+    const list = await tc.terraform(["workspace", "list"], dir);
+    assert.equal(list.code, 0, list.output);
+    return list.output
+      .split("\n")
+      .map((l) => l.trim())
+      .filter((l) => l !== "");
+  };
+
+  tc.requests.length = 0;
+  const empty = await tc.terraform(["workspace", "delete", "del-empty"], dir);
+  assert.equal(empty.code, 0, empty.output);
+  assert.match(empty.output, /Deleted workspace "del-empty"/);
+  assert.ok(
+    tc.requests.some(
+      (r) => r.method === "POST" && r.url === "/api/v2/organizations/acme/workspaces/del-empty/actions/safe-delete",
+    ),
+    "without -force terraform asks for a safe delete",
+  );
+  assert.equal(await inDrover("del-empty"), 404, "gone from Drover");
+  assert.deepEqual(await listed(), ["del-full", "* del-keep", "del-locked"]);
+
+  const kept = await tc.terraform(["workspace", "delete", "del-full"], dir);
+  assert.equal(kept.code, 1, kept.output);
+  assert.match(kept.output, /Workspace is not empty/);
+  assert.match(kept.output, /terraform_data\.a/);
+  assert.equal(await inDrover("del-full"), 200, "the workspace managing resources stays");
+
+  // Held by someone else's lock: past terraform's own lock (-lock=false), the server refuses.
+  const locked = await tfeWorkspace("del-locked");
+  assert.equal(await tfeCall("POST", `/workspaces/${locked.id}/actions/lock`, { data: { attributes: {} } }), 200);
+  const refused = await tc.terraform(["workspace", "delete", "-lock=false", "del-locked"], dir);
+  assert.equal(refused.code, 1, refused.output);
+  assert.match(refused.output, /error deleting workspace del-locked/i);
+  assert.match(refused.output, /Workspace is currently locked/);
+  assert.equal(await inDrover("del-locked"), 200, "the locked workspace stays");
+
+  tc.requests.length = 0;
+  const forced = await tc.terraform(["workspace", "delete", "-force", "del-full"], dir);
+  assert.equal(forced.code, 0, forced.output);
+  assert.match(forced.output, /Deleted workspace "del-full"/);
+  assert.ok(
+    tc.requests.some((r) => r.method === "DELETE" && r.url === "/api/v2/organizations/acme/workspaces/del-full"),
+    "-force deletes outright",
+  );
+  assert.equal(await inDrover("del-full"), 404);
+  const forcedLocked = await tc.terraform(["workspace", "delete", "-force", "-lock=false", "del-locked"], dir);
+  assert.equal(forcedLocked.code, 0, forcedLocked.output);
+  assert.equal(await inDrover("del-locked"), 404);
+  assert.deepEqual(await listed(), ["* del-keep"]);
+});

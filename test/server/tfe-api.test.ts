@@ -329,3 +329,123 @@ test("a plan's json-output and json-output-redacted: a JSON:API 404 for a run wi
     assert.equal(anonymous.status, 401);
   }
 });
+
+test("workspace delete: safe-delete (by name and id) deletes a workspace managing nothing, and refuses with go-tfe's 409s one with resources, a lock or an active run; DELETE forces all but the run", async () => {
+  await server.api(routes.createPool, { body: { name: "default" } }); // 409 when an earlier test made it
+  const make = async (name: string) => {
+    const res = await call(
+      "POST",
+      "/api/v2/organizations/acme/workspaces",
+      JSON.stringify({ data: { type: "workspaces", attributes: { name } } }),
+    );
+    assert.equal(res.status, 201, res.text);
+    return res.json.data as { id: string; attributes: { permissions: Record<string, unknown> } };
+  };
+  const state = (resources: unknown[]) =>
+    Buffer.from(JSON.stringify({ version: 4, serial: 1, lineage: "l", outputs: {}, resources }));
+  const exists = async (name: string) =>
+    (await call("GET", `/api/v2/organizations/acme/workspaces/${name}`)).status === 200;
+  const refusal = (res: Awaited<ReturnType<typeof call>>, detail: RegExp) => {
+    assert.equal(res.status, 409, res.text);
+    assert.match(res.headers.get("content-type") ?? "", /^application\/vnd\.api\+json/);
+    assert.deepEqual([res.json.errors[0].status, res.json.errors[0].title], ["409", "conflict"]);
+    assert.match(res.json.errors[0].detail, detail);
+  };
+  const byName = (name: string) => `/api/v2/organizations/acme/workspaces/${name}`;
+
+  // Permissions tell terraform it may delete, and `can-force-delete` makes it use safe-delete.
+  const empty = await make("del-empty");
+  assert.equal(empty.attributes.permissions["can-destroy"], true);
+  assert.equal(empty.attributes.permissions["can-force-delete"], true);
+  const del = await call("POST", `${byName("del-empty")}/actions/safe-delete`);
+  assert.equal(del.status, 204, del.text);
+  assert.equal(await exists("del-empty"), false);
+  assert.equal((await server.api(routes.getWorkspace, { params: { ws: "del-empty" } })).status, 404);
+
+  // A state whose resources are data sources only, or have no instances, manages nothing.
+  const dataOnly = await make("del-data");
+  const written = await server.api(routes.writeState, {
+    params: { ws: "del-data" },
+    body: state([
+      { mode: "data", type: "terraform_remote_state", name: "x", instances: [{ attributes: {} }] },
+      { mode: "managed", type: "terraform_data", name: "gone", instances: [] },
+    ]),
+  });
+  assert.equal(written.status, 200, JSON.stringify(written.body));
+  assert.equal((await call("POST", `/api/v2/workspaces/${dataOnly.id}/actions/safe-delete`)).status, 204);
+  assert.equal(await exists("del-data"), false);
+
+  // Managing resources: both safe-delete forms refuse, with no "locked" (go-tfe would misread it).
+  const full = await make("del-full");
+  await server.api(routes.writeState, {
+    params: { ws: "del-full" },
+    body: state([{ mode: "managed", type: "terraform_data", name: "a", instances: [{ attributes: {} }] }]),
+  });
+  for (const path of [
+    `${byName("del-full")}/actions/safe-delete`,
+    `/api/v2/workspaces/${full.id}/actions/safe-delete`,
+  ]) {
+    const res = await call("POST", path);
+    refusal(res, /managing 1 resource/);
+    assert.doesNotMatch(res.json.errors[0].detail, /locked|being processed/);
+  }
+  assert.equal(await exists("del-full"), true, "refused: nothing deleted");
+  assert.equal((await call("DELETE", `/api/v2/workspaces/${full.id}`)).status, 204, "DELETE forces it");
+  assert.equal(await exists("del-full"), false);
+  assert.equal((await server.api(routes.getWorkspace, { params: { ws: "del-full" } })).status, 404);
+
+  // An encrypted OpenTofu state may manage anything: a safe delete fails closed.
+  await make("del-encrypted");
+  const encrypted = await server.api(routes.writeState, {
+    params: { ws: "del-encrypted" },
+    body: Buffer.from(
+      JSON.stringify({ serial: 1, lineage: "l", meta: {}, encrypted_data: "AAAA", encryption_version: "v0" }),
+    ),
+  });
+  assert.equal(encrypted.status, 200, JSON.stringify(encrypted.body));
+  refusal(await call("POST", `${byName("del-encrypted")}/actions/safe-delete`), /cannot be read.*-force/);
+  assert.equal((await call("DELETE", byName("del-encrypted"))).status, 204);
+
+  // Locked: safe-delete refuses naming the lock (go-tfe's "locked" message); DELETE by name forces it.
+  const locked = await make("del-locked");
+  assert.equal((await call("POST", `/api/v2/workspaces/${locked.id}/actions/lock`, "{}")).status, 200);
+  refusal(await call("POST", `${byName("del-locked")}/actions/safe-delete`), /locked/);
+  assert.equal(await exists("del-locked"), true);
+  assert.equal((await call("DELETE", byName("del-locked"))).status, 204);
+  assert.equal(await exists("del-locked"), false);
+
+  // An active run: refused by every form, as Drover's own delete refuses it.
+  await make("del-run");
+  const cv = await server.api(routes.uploadConfiguration, {
+    params: { ws: "del-run" },
+    body: rawTarGz([{ path: "main.tf", content: "" }]),
+  });
+  const run = await server.api(routes.createRun, {
+    body: { workspace: "del-run", configurationVersionId: cv.body.id },
+  });
+  assert.equal(run.status, 201, JSON.stringify(run.body));
+  const runWs = (await call("GET", byName("del-run"))).json.data.id as string;
+  for (const [method, path] of [
+    ["POST", `${byName("del-run")}/actions/safe-delete`],
+    ["POST", `/api/v2/workspaces/${runWs}/actions/safe-delete`],
+    ["DELETE", byName("del-run")],
+    ["DELETE", `/api/v2/workspaces/${runWs}`],
+  ] as const)
+    refusal(await call(method, path), new RegExp(`locked by Run ${run.body.id}.*cancel`));
+  assert.equal(await exists("del-run"), true);
+
+  // Missing, another organization, or no token.
+  for (const [method, path] of [
+    ["POST", `${byName("del-none")}/actions/safe-delete`],
+    ["DELETE", byName("del-none")],
+    ["POST", "/api/v2/workspaces/ws-none/actions/safe-delete"],
+    ["DELETE", "/api/v2/workspaces/ws-none"],
+    ["DELETE", "/api/v2/organizations/other/workspaces/del-run"],
+  ] as const) {
+    const res = await call(method, path);
+    assert.equal(res.status, 404, `${method} ${path}`);
+    assert.equal(res.json.errors[0].status, "404");
+  }
+  assert.equal((await call("DELETE", `/api/v2/workspaces/${runWs}`, undefined, null)).status, 401);
+  assert.equal((await call("POST", `${byName("del-run")}/actions/safe-delete`, undefined, null)).status, 401);
+});

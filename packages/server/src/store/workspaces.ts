@@ -3,6 +3,7 @@ import { sql, type Selectable } from "kysely";
 import type { WorkspacesTable } from "../db/schema.js";
 import { isUniqueViolation } from "../db/storage-errors.js";
 import { iso, type Queryable, type StoreContext } from "./context.js";
+import { checkDeletable } from "./delete-safety.js";
 import { getPool, requirePoolKind } from "./pools.js";
 
 type Row = Omit<Selectable<WorkspacesTable>, "tfe_tags" | "execution_mode"> & {
@@ -284,11 +285,17 @@ export async function changeRemoteStateConsumers(
   return getWorkspace(ctx, ws.id);
 }
 
-/** Deletes a workspace with its runs, state and variables; refused while a run is active. */
-export async function deleteWorkspace(ctx: StoreContext, idOrName: string): Promise<void> {
+/**
+ * Deletes a workspace with its runs, state and variables; refused while a run is active, and,
+ * `safe`, while it is locked or its state manages resources (WorkspaceDeleteRefused says which).
+ */
+export async function deleteWorkspace(
+  ctx: StoreContext,
+  idOrName: string,
+  opts: { safe?: boolean } = {},
+): Promise<void> {
   const ws = await getWorkspace(ctx, idOrName);
-  if (ws.currentRunId)
-    throw new DroverError("conflict", `workspace ${ws.name} has an active run (${ws.currentRunId}); cancel it first`);
+  await checkDeletable(ctx, ws, opts.safe === true);
   await ctx.db.transaction().execute(async (trx) => {
     const runIds = trx.selectFrom("runs").select("id").where("workspace_id", "=", ws.id);
     const jobIds = trx.selectFrom("jobs").select("id").where("workspace_id", "=", ws.id);

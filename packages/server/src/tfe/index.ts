@@ -9,6 +9,7 @@ import {
 import { registerStateRoutes, stateRoutes } from "./state-routes.js";
 import { registerStateUploadRoutes, stateUploadRoutes } from "./state-uploads.js";
 import { registerWorkspaceRoutes, workspaceRoutes } from "./workspace-routes.js";
+import { registerWorkspaceDeleteRoutes, workspaceDeleteRoutes } from "./workspace-delete.js";
 import { tfeApi, tfeScope, type TfeRoute } from "./serve.js";
 import { configurationVersionRoutes, registerConfigurationVersionRoutes } from "./configuration-versions.js";
 import { logRoutes, registerLogRoutes } from "./logs.js";
@@ -24,6 +25,7 @@ import { registerRunRoutes, runRoutes } from "./runs.js";
 export const tfeRoutes: readonly TfeRoute[] = [
   ...Object.values(organizationRoutes),
   ...Object.values(workspaceRoutes),
+  ...Object.values(workspaceDeleteRoutes),
   ...Object.values(stateRoutes),
   ...Object.values(stateUploadRoutes),
   ...Object.values(configurationVersionRoutes),
@@ -42,6 +44,7 @@ export function registerTfe(app: FastifyInstance, http: HttpContext): void {
       const serve = tfeScope(scope, http);
       registerOrganizationRoutes(serve, http);
       registerWorkspaceRoutes(serve, http);
+      registerWorkspaceDeleteRoutes(serve, http);
       registerStateRoutes(serve, http);
       registerStateUploadRoutes(serve, http);
       registerConfigurationVersionRoutes(serve, http);

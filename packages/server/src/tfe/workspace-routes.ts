@@ -111,7 +111,10 @@ const permissions = Object.fromEntries(
     "can-unlock",
     "can-force-unlock",
     "can-read-settings",
+    // User tokens have no roles: any may delete a workspace, here as through Drover's own API.
+    // terraform uses safe-delete (without -force) only when `can-force-delete` is present.
     "can-destroy",
+    "can-force-delete",
     "can-update-variable",
     "can-read-state-versions",
     "can-create-state-versions",
@@ -169,17 +172,23 @@ function tagsOf(data: unknown): string[] {
 
 const executionModeSchema = z.enum(["remote", "local"]);
 
+/** A workspace named under the organization: by name only, never an id lookalike. */
+export async function namedWorkspace(
+  http: HttpContext,
+  orgName: string | undefined,
+  name: string | undefined,
+): Promise<TfeWorkspace> {
+  checkOrganization(http, orgName);
+  const w = await tfeWorkspace(http.store, name ?? "");
+  if (w.ws.name !== name) throw noWorkspace(name);
+  return w;
+}
+
 export function registerWorkspaceRoutes(serve: TfeRegistrar, http: HttpContext): void {
   const ctx = http.store;
   const org = http.tfe.organization;
   const document = async (id: string) => one(workspaceResource(await tfeWorkspace(ctx, id), org));
-  /** A workspace named under the organization: by name only, never an id lookalike. */
-  const named = async (orgName: string | undefined, name: string | undefined) => {
-    checkOrganization(http, orgName);
-    const w = await tfeWorkspace(ctx, name ?? "");
-    if (w.ws.name !== name) throw noWorkspace(name);
-    return w;
-  };
+  const named = (orgName: string | undefined, name: string | undefined) => namedWorkspace(http, orgName, name);
 
   serve(workspaceRoutes.listWorkspaces, async ({ params, query }) => {
     checkOrganization(http, params.org);
