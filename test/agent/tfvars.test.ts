@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { DroverError, type JobVariable } from "@drover/protocol";
-import { tfvarsFiles } from "@drover/agent";
+import { tfvarsFiles, varFileArgs } from "@drover/agent";
 import { sensitiveValues } from "@drover/runtime";
 
 const v = (key: string, value: string, extra: Partial<JobVariable> = {}): JobVariable => ({
@@ -21,11 +21,23 @@ test("strings share the JSON file; each HCL value is the one line of its own fil
     v("TF_LOG", "info", { kind: "env" }),
   ]);
   assert.deepEqual(files, [
-    { name: "drover.auto.tfvars.json", content: JSON.stringify({ region: "eu" }, null, 2) },
-    { name: "drover-hcl-tags.auto.tfvars", content: 'tags = {a = "b"}\n' },
-    { name: "drover-hcl-zones.auto.tfvars", content: 'zones = ["x"]\n' },
+    { name: "drover.tfvars.json", content: JSON.stringify({ region: "eu" }, null, 2) },
+    { name: "drover-hcl-tags.tfvars", content: 'tags = {a = "b"}\n' },
+    { name: "drover-hcl-zones.tfvars", content: 'zones = ["x"]\n' },
   ]);
   assert.deepEqual(tfvarsFiles([v("E", "x", { kind: "env" })]), []);
+});
+
+test("terraform never loads the files by itself: the plan names each, in order, so they win over the configuration's", () => {
+  const files = tfvarsFiles([v("region", "eu"), v("tags", "{}", { hcl: true }), v("run", '"cli"', { hcl: true })]);
+  // terraform auto-loads terraform.tfvars(.json) and *.auto.tfvars(.json) only.
+  for (const f of files) assert.doesNotMatch(f.name, /\.auto\.tfvars|^terraform\.tfvars/);
+  assert.deepEqual(varFileArgs(files), [
+    "-var-file=drover.tfvars.json",
+    "-var-file=drover-hcl-tags.tfvars",
+    "-var-file=drover-hcl-run.tfvars",
+  ]);
+  assert.deepEqual(varFileArgs([]), []);
 });
 
 test("the agent writes no HCL value holding a line break, whatever the server stored", () => {

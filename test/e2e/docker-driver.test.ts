@@ -17,6 +17,7 @@ import { hardened, ownedDir, startServerContainer } from "../support/image-stack
 import { until } from "../support/marked-processes.js";
 import type { Proc } from "../support/processes.js";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
+import { planWithWorkspaceVariables } from "../support/variable-precedence.js";
 import { isTerminalRun, routes } from "@drover/protocol";
 import { client } from "../support/typed-api.js";
 
@@ -310,6 +311,16 @@ test(
       async () => (await runContainers(runId)).length === 0,
       30_000,
     );
+  },
+);
+
+test(
+  "the workspace's variables reach terraform in the run's container, over the configuration's *.auto.tfvars",
+  { skip },
+  async (t) => {
+    await dockerAgent(t, "vars-docker");
+    await workspace("vars-docker");
+    await planWithWorkspaceVariables(stack, "vars-docker", 120_000);
   },
 );
 

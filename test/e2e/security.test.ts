@@ -64,7 +64,7 @@ test("(13) the agent never writes its variables file through a link the configur
   const archive = rawTarGz([
     { path: "main.tf", content: 'variable "secret" { type = string }\n' },
     { path: "decoy.json", content: "{}" },
-    { path: "drover.auto.tfvars.json", type: "symlink", linkpath: "decoy.json" },
+    { path: "drover.tfvars.json", type: "symlink", linkpath: "decoy.json" },
   ]);
   const cv = await stack.server.api(routes.uploadConfiguration, { params: { ws: "planted" }, body: archive });
   assert.equal(cv.status, 201, JSON.stringify(cv.body));
@@ -73,7 +73,7 @@ test("(13) the agent never writes its variables file through a link the configur
   });
   const done = await stack.waitForRun(run.body.id, ["errored", "planned_and_finished", "planned"]);
   assert.equal(done.status, "errored");
-  assert.match(done.errorMessage, /link named drover\.auto\.tfvars\.json/);
+  assert.match(done.errorMessage, /link named drover\.tfvars\.json/);
   const data = join(stack.dir, "agent-sec-agent", "data");
   assert.ok(!existsSync(data) || !JSON.stringify(readdirDeep(data)).includes("planted-secret"));
 });
@@ -129,7 +129,7 @@ test("(6) an agent removes the run directories a crashed process left, and keeps
   const data = join(stack.dir, "agent-sec-fresh", "data");
   const crashed = join(data, "job-0123456789abcdef-1", "config");
   mkdirSync(crashed, { recursive: true });
-  writeFileSync(join(crashed, "drover.auto.tfvars.json"), '{"password":"left-behind"}');
+  writeFileSync(join(crashed, "drover.tfvars.json"), '{"password":"left-behind"}');
   mkdirSync(join(data, "kept-plan-run-0123456789abcdef"));
   writeFileSync(join(data, "operator-notes.txt"), "not ours");
   await stack.startAgent("sec-fresh");
@@ -156,7 +156,7 @@ test("(6) an agent removes the run directories a crashed process left, and keeps
     .map((a) => join(stack.dir, `agent-${a}`, "data", `kept-plan-${runId}`))
     .find((d) => existsSync(d));
   assert.ok(kept, "the plan directory was kept on one of the agents");
-  const vars = readdirDeepPaths(kept).find((p) => p.endsWith("drover.auto.tfvars.json"));
+  const vars = readdirDeepPaths(kept).find((p) => p.endsWith("drover.tfvars.json"));
   assert.ok(vars);
   for (const p of readdirDeepPaths(kept)) {
     const mode = lstatSync(p).mode;

@@ -316,6 +316,26 @@ resource "terraform_data" "slow" {
   });
 });
 
+describe("variables through the cloud block", () => {
+  test("-var wins over the workspace's variable, which wins over the configuration's *.auto.tfvars", async () => {
+    const ws = "remote-precedence";
+    const dir = tc.config(ws, { name: ws }, { "main.tf": main, "zz.auto.tfvars": 'greeting = "fromzauto"\n' });
+    const init = await tc.terraform(["init", "-input=false"], dir);
+    assert.equal(init.code, 0, init.output);
+    const set = await tc.stack.server.api(routes.setVariable, {
+      params: { ws, key: "greeting" },
+      body: { value: "fromws" },
+    });
+    assert.equal(set.status, 200, JSON.stringify(set.body));
+    const fromCli = await tc.terraform(["plan", "-var", "greeting=fromcli"], dir);
+    assert.equal(fromCli.code, 0, fromCli.output);
+    assert.match(fromCli.output, /\+ greeting = "fromcli"/);
+    const fromWs = await tc.terraform(["plan"], dir);
+    assert.equal(fromWs.code, 0, fromWs.output);
+    assert.match(fromWs.output, /\+ greeting = "fromws"/);
+  });
+});
+
 describe("OpenTofu with a cloud block", () => {
   // tofu has no default hostname (the cloud block names it, as here) and sends
   // `User-Agent: OpenTofu/<version>`, from which the run's engine is chosen.

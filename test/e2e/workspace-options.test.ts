@@ -217,7 +217,7 @@ test("an HCL value on one line cannot assign another variable or swallow the nex
   );
   const second = await stack.waitForRun(injecting, ["applied", "errored", "planned"]);
   assert.equal(second.status, "errored", await runLog(stack.server, injecting, "plan"));
-  assert.match(await runLog(stack.server, injecting, "plan"), /drover-hcl-a\.auto\.tfvars/);
+  assert.match(await runLog(stack.server, injecting, "plan"), /drover-hcl-a\.tfvars/);
   const outs = await stack.server.api(routes.workspaceOutputs, { params: { ws: "hcl-attack" } });
   assert.ok(!JSON.stringify(outs.body.items).includes("pwned"));
 });

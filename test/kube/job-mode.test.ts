@@ -3,6 +3,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { after, before, describe, test } from "node:test";
 import { runLog, startStack, writeConfig, type Stack } from "../support/stack.js";
+import { planWithWorkspaceVariables } from "../support/variable-precedence.js";
 import { freePort, type Proc } from "../support/processes.js";
 import { scrape } from "../support/metric-values.js";
 import { eventually, fastTimings, kube, startTestCluster, type TestCluster } from "./cluster.js";
@@ -115,6 +116,11 @@ describe("Kubernetes job mode", () => {
       for (const l of ["drover.dev/run-id", "drover.dev/workspace-id", "drover.dev/phase", "drover.dev/controller"])
         assert.ok(j.metadata.labels[l], l);
     }
+  });
+
+  test("the workspace's variables reach terraform in the runner pod, over the configuration's *.auto.tfvars", async () => {
+    await workspace("k8s-vars");
+    await planWithWorkspaceVariables(stack, "k8s-vars", 120_000);
   });
 
   test("no token appears in any Job or pod spec read back through the API", async () => {

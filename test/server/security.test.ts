@@ -160,7 +160,7 @@ describe("archive link chains (13)", () => {
         { path: "up", type: "symlink", linkpath: "." },
         { path: "x/", type: "dir" },
         { path: "x/dot", type: "symlink", linkpath: "../up/.." },
-        { path: "drover.auto.tfvars.json", type: "symlink", linkpath: "x/dot/x/dot/stolen.json" },
+        { path: "drover.tfvars.json", type: "symlink", linkpath: "x/dot/x/dot/stolen.json" },
       ]),
     ],
     [

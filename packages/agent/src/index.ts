@@ -8,7 +8,7 @@ export { extractConfiguration } from "./job/extract.js";
 export { createLogger } from "./logger.js";
 export { LogStream } from "./job/log-stream.js";
 export { StreamRedactor } from "./job/redactor.js";
-export { tfvarsFiles } from "./job/tfvars.js";
+export { tfvarsFiles, varFileArgs } from "./job/tfvars.js";
 export { giveRemoteStateToken, tokenVariable, tokenVariableHost } from "./job/remote-state-token.js";
 export { PlanLineScanner, planSucceededCodes, summaryOfPlanOutput } from "./job/plan-summary.js";
 export { errorExcerpt, JobRun, type JobApi, type JobRunOptions, type JobServer, type JobSettings } from "./job/job.js";

@@ -1,6 +1,12 @@
 import { DroverError, hasControlChars, terraformVariableNamePattern, type JobVariable } from "@drover/protocol";
 
-/** A file the agent writes beside the configuration for terraform to load automatically. */
+/**
+ * A file of the job's variables the agent writes beside the configuration. Its name is one
+ * terraform never loads by itself (no `.auto.`, not terraform.tfvars): the plan names it with
+ * `-var-file`, which terraform reads after the configuration's own terraform.tfvars and
+ * *.auto.tfvars, so the workspace's and the run's variables win over those, as on HCP Terraform.
+ * An auto-loaded name would lose to any of the configuration's that sorts after it.
+ */
 export interface TfvarsFile {
   name: string;
   content: string;
@@ -12,7 +18,8 @@ export interface TfvarsFile {
  * `key = value`: HCL ends an assignment at a line break, so a value without one cannot assign
  * another variable, and an unbalanced value (`{`, `/*`) cannot swallow the next variable's
  * line either, since no other line follows in its file. Terraform refuses a value that is not a
- * single expression.
+ * single expression. The server gives a run's own variables after the workspace's, in place of
+ * those of the same name, so no two files assign one variable.
  */
 export function tfvarsFiles(variables: readonly JobVariable[]): TfvarsFile[] {
   const tf = variables.filter((v) => v.kind === "terraform");
@@ -20,7 +27,7 @@ export function tfvarsFiles(variables: readonly JobVariable[]): TfvarsFile[] {
   const files: TfvarsFile[] = [];
   if (strings.length > 0)
     files.push({
-      name: "drover.auto.tfvars.json",
+      name: "drover.tfvars.json",
       content: JSON.stringify(Object.fromEntries(strings.map((v) => [v.key, v.value])), null, 2),
     });
   for (const v of tf.filter((x) => x.hcl)) {
@@ -31,7 +38,13 @@ export function tfvarsFiles(variables: readonly JobVariable[]): TfvarsFile[] {
     // Tabs are HCL whitespace; any other control character could end the assignment's line.
     if (hasControlChars(v.value.replace(/\t/g, "")))
       throw new DroverError("bad_request", `the HCL variable ${v.key} holds a line break or control character`);
-    files.push({ name: `drover-hcl-${v.key}.auto.tfvars`, content: `${v.key} = ${v.value}\n` });
+    files.push({ name: `drover-hcl-${v.key}.tfvars`, content: `${v.key} = ${v.value}\n` });
   }
   return files;
+}
+
+/** The plan's arguments naming `files`, in their order (a later file wins in terraform). */
+export function varFileArgs(files: readonly TfvarsFile[]): string[] {
+  // Relative to the working directory, where they are written and terraform runs, on every driver.
+  return files.map((f) => `-var-file=${f.name}`);
 }

@@ -7,6 +7,7 @@ import { PlanLineScanner, planSucceededCodes, summaryOfPlanOutput } from "../pla
 import { outputsOfState } from "../state-outputs.js";
 import { hookPath } from "./prepare.js";
 import { StepFailed } from "../steps.js";
+import { tfvarsFiles, varFileArgs } from "../tfvars.js";
 
 /** The engine binary the engine stage found. */
 function binaryOf(c: JobContext): EngineBinary {
@@ -50,6 +51,9 @@ export const plan: Stage = {
     if (!c.assignment.refresh) args.push("-refresh=false");
     for (const t of c.assignment.targets) args.push(`-target=${t}`);
     for (const r of c.assignment.replaces) args.push(`-replace=${r}`);
+    // The files stage extract wrote; the plan is the one step that reads variables (an apply
+    // applies the plan file, and a saved plan keeps the values it was made with).
+    args.push(...varFileArgs(tfvarsFiles(c.variables)));
     const code = await c.steps
       .step(binaryOf(c), args, c.workDir, c.env, planSucceededCodes, (chunk) => planLine.push(chunk))
       .catch((err: unknown) => {
