@@ -11,6 +11,7 @@ import { ContainerJob, ContainerRemovals, DockerEngine } from "@drover/agent/doc
 import type { JobAssignment, JobOutcome } from "@drover/protocol";
 import { rawTarGz } from "../support/archives.js";
 import { within } from "../support/poll.js";
+import { jobAssignment } from "../support/job-assignment.js";
 
 // One job of the docker driver against a stand-in for the Docker daemon (a unix socket whose
 // answers each test writes): what the job's engine calls do when the job is canceled, and what
@@ -44,37 +45,6 @@ async function daemon(
 }
 
 const execLoopPath = createRequire(import.meta.url).resolve("@drover/agent/exec-loop.sh");
-let jobs = 0;
-
-/** One plan job's assignment, its workspace without a runner image of its own. */
-function assignment(): JobAssignment {
-  jobs++;
-  return {
-    jobId: `job-${jobs}`,
-    attempt: 1,
-    jobToken: `token-${jobs}`,
-    phase: "plan",
-    runId: `run-${jobs}`,
-    planOnly: false,
-    isDestroy: false,
-    targets: [],
-    replaces: [],
-    refreshOnly: false,
-    refresh: true,
-    providerSchemas: false,
-    workspace: {
-      id: "ws",
-      name: "ws",
-      engine: "terraform",
-      engineVersion: null,
-      workingDirectory: "",
-      runnerImage: null,
-    },
-    configurationVersionId: "cv",
-    statePath: "/state/ws",
-    leaseTtlMs: 60_000,
-  };
-}
 
 /** A job's container against the stand-in daemon of `engine`, its data in `dataDir`. */
 function containerJob(
@@ -127,7 +97,7 @@ test("a cancel while the runner image's pull hangs aborts the pull at once and e
   });
   // A deadline far past what the test waits: only the job's signal can end the pull in time.
   const engine = new DockerEngine(docker.path, { callTimeoutMs: 60_000, pullSilenceMs: 120_000 });
-  const a = assignment();
+  const a = jobAssignment();
   const dataDir = join(dir, "cancel");
   const job = containerJob(engine, a, dataDir);
   const finished: JobOutcome[] = [];
@@ -259,7 +229,7 @@ test("a run container whose removal failed at the job's end is removed later, on
   const engine = new DockerEngine(docker.path, { callTimeoutMs: 10_000 });
   const { logger, lines, logged } = recordingLogger(/removed a run container whose removal had failed/);
   const removals = new ContainerRemovals(engine, logger, { firstDelayMs: 10, maxDelayMs: 40 });
-  const job = containerJob(engine, assignment(), join(dir, "retried"), removals, logger);
+  const job = containerJob(engine, jobAssignment(), join(dir, "retried"), removals, logger);
   try {
     await runAndClose(job, docker.followed);
     assert.equal(docker.removals(), 1, "the job's end tried once, and did not wait for the retries");
@@ -284,7 +254,7 @@ test("a run container whose removal failed is removed when the next job starts, 
   const { logger } = recordingLogger();
   // A retry due long after the test: only the next job's start can remove it in time.
   const removals = new ContainerRemovals(engine, logger, { firstDelayMs: 600_000, maxDelayMs: 600_000 });
-  const job = containerJob(engine, assignment(), join(dir, "next-job"), removals, logger);
+  const job = containerJob(engine, jobAssignment(), join(dir, "next-job"), removals, logger);
   try {
     await runAndClose(job, docker.followed);
     assert.equal(docker.removals(), 1);

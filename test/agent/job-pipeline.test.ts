@@ -8,6 +8,7 @@ import { JobRun, type JobApi, type JobSettings, type Runner } from "@drover/agen
 import { DroverError, type JobAssignment, type JobOutcome, type JobVariable } from "@drover/protocol";
 import { type RunTracer, type SpanHandle } from "@drover/runtime";
 import { rawTarGz } from "../support/archives.js";
+import { jobAssignment } from "../support/job-assignment.js";
 
 // The job pipeline's orchestration against a recording runner (no processes) and a recording
 // job API (no server): which stages run, in what order, and what ends them. The real steps
@@ -18,36 +19,6 @@ after(() => rmSync(dataDir, { recursive: true, force: true }));
 
 const configuration = rawTarGz([{ path: "main.tf", content: 'resource "terraform_data" "n" {}\n' }]);
 const state = JSON.stringify({ version: 4, outputs: { greeting: { value: "hi", type: "string" } } });
-
-let jobs = 0;
-function assignmentOf(phase: "plan" | "apply"): JobAssignment {
-  jobs++;
-  return {
-    jobId: `job-${jobs}`,
-    attempt: 1,
-    jobToken: `token-${jobs}`,
-    phase,
-    runId: `run-${jobs}`,
-    planOnly: false,
-    isDestroy: false,
-    targets: [],
-    replaces: [],
-    refreshOnly: false,
-    refresh: true,
-    providerSchemas: false,
-    workspace: {
-      id: "ws",
-      name: "ws",
-      engine: "terraform",
-      engineVersion: null,
-      workingDirectory: "",
-      runnerImage: null,
-    },
-    configurationVersionId: "cv",
-    statePath: "/state/ws",
-    leaseTtlMs: 60_000,
-  };
-}
 
 const settings: JobSettings = {
   name: "pipeline-test",
@@ -174,7 +145,7 @@ async function runJob(assignment: JobAssignment, script: Script = {}) {
 
 test("a heartbeat lost on the way is given up within half the lease, so the one sent after it still renews it", async () => {
   for (const leaseTtlMs of [8_000, 60_000]) {
-    const r = await runJob({ ...assignmentOf("plan"), leaseTtlMs });
+    const r = await runJob({ ...jobAssignment("plan"), leaseTtlMs });
     const [first] = r.heartbeats;
     assert.ok(first, "a heartbeat was sent");
     assert.ok(first.waitMs <= leaseTtlMs / 4, `wait ${first.waitMs} ms of a ${leaseTtlMs} ms lease`);
@@ -186,7 +157,7 @@ test("a heartbeat lost on the way is given up within half the lease, so the one 
 });
 
 test("a plan job runs its stages in order, renders the plan JSON and uploads it before it finishes", async () => {
-  const r = await runJob(assignmentOf("plan"), { steps: { plan: { code: 2 } } });
+  const r = await runJob(jobAssignment("plan"), { steps: { plan: { code: 2 } } });
   assert.deepEqual(r.stages, ["fetch", "engine", "extract", "caches", "init", "plan", "uploads"]);
   assert.deepEqual(
     r.events.filter((e) => e !== "variables"),
@@ -199,7 +170,7 @@ test("a plan job runs its stages in order, renders the plan JSON and uploads it 
 });
 
 test("a saved plan's job also uploads the providers' schemas; their failure is a log line, not the run's", async () => {
-  const saved = { ...assignmentOf("plan"), providerSchemas: true };
+  const saved = { ...jobAssignment("plan"), providerSchemas: true };
   const r = await runJob(saved, { steps: { plan: { code: 2 } } });
   assert.deepEqual(r.events.filter((e) => e !== "variables").slice(-4), [
     "upload plan JSON",
@@ -208,7 +179,7 @@ test("a saved plan's job also uploads the providers' schemas; their failure is a
     "finish succeeded",
   ]);
   const failing = await runJob(
-    { ...assignmentOf("plan"), providerSchemas: true },
+    { ...jobAssignment("plan"), providerSchemas: true },
     { steps: { plan: { code: 2 }, providers: { code: 1 } } },
   );
   assert.ok(!failing.events.includes("upload provider schemas"), failing.events.join("\n"));
@@ -217,7 +188,7 @@ test("a saved plan's job also uploads the providers' schemas; their failure is a
 });
 
 test("an apply job never renders the plan JSON: it applies, reads the outputs and uploads them", async () => {
-  const r = await runJob(assignmentOf("apply"));
+  const r = await runJob(jobAssignment("apply"));
   assert.deepEqual(r.stages, ["fetch", "engine", "extract", "caches", "init", "apply", "outputs", "uploads"]);
   assert.deepEqual(
     r.events.filter((e) => e !== "variables"),
@@ -226,7 +197,7 @@ test("an apply job never renders the plan JSON: it applies, reads the outputs an
 });
 
 test("a stage that fails ends the job there: no later stage runs, and the failure names the stage", async () => {
-  const r = await runJob(assignmentOf("plan"), { steps: { init: { code: 1, output: "Error: no such provider\n" } } });
+  const r = await runJob(jobAssignment("plan"), { steps: { init: { code: 1, output: "Error: no such provider\n" } } });
   assert.deepEqual(r.stages, ["fetch", "engine", "extract", "caches", "init"]);
   assert.ok(!r.events.includes("step plan"), r.events.join("\n"));
   assert.deepEqual(r.finished, [{ outcome: "failed", message: "Error: no such provider" }]);
@@ -236,7 +207,7 @@ test("a stage that fails ends the job there: no later stage runs, and the failur
 });
 
 test("a cancel that arrives during a stage lets no further stage start", async () => {
-  const r = await runJob(assignmentOf("plan"), { onVariables: (run) => run.cancel() });
+  const r = await runJob(jobAssignment("plan"), { onVariables: (run) => run.cancel() });
   assert.deepEqual(r.stages, ["fetch"]);
   assert.ok(!r.events.some((e) => e.startsWith("step ")), r.events.join("\n"));
   assert.deepEqual(r.finished, [{ outcome: "canceled", message: "canceled by request" }]);
@@ -244,7 +215,7 @@ test("a cancel that arrives during a stage lets no further stage start", async (
 });
 
 test("an agent stop between stages lets no further stage start", async () => {
-  const r = await runJob(assignmentOf("apply"), {
+  const r = await runJob(jobAssignment("apply"), {
     onEngine: async (run) => {
       run.stop({ continueMs: 0, firstSignal: "SIGTERM", killAfterMs: 60_000, budgetMs: 60_000 }, "graceful");
       // The stop acts on a timer of 0 ms: one set after it runs after it.
@@ -258,7 +229,7 @@ test("an agent stop between stages lets no further stage start", async () => {
 });
 
 test("a lease lost during the uploads stops the job: the upload ends, nothing more is sent, no outcome is reported", async () => {
-  const r = await runJob(assignmentOf("plan"), {
+  const r = await runJob(jobAssignment("plan"), {
     onUploadPlan: (signal, loseLease) =>
       new Promise((_resolve, reject) => {
         signal?.addEventListener("abort", () => reject(new Error("upload aborted")), { once: true });
