@@ -108,10 +108,11 @@ test("a burst of 50 queued runs asks for 50 agents of concurrency 1, 13 of concu
     );
     const cv = await stack.server.api(routes.uploadConfiguration, { params: { ws }, body: archive });
     assert.equal(cv.status, 201, JSON.stringify(cv.body));
-    // Two runs per workspace: the second waits for the first and needs no agent yet.
+    // Two runs per workspace: the second waits for the first and needs no agent yet (runs that
+    // may apply: a plan-only run goes beside the workspace's queue, and is demand at once).
     for (let r = 0; r < 2; r++) {
       const run = await stack.server.api(routes.createRun, {
-        body: { workspace: ws, configurationVersionId: cv.body.id, planOnly: true },
+        body: { workspace: ws, configurationVersionId: cv.body.id, planOnly: false },
       });
       assert.equal(run.status, 201, JSON.stringify(run.body));
     }

@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { routes } from "@drover/protocol";
 import { pollWait } from "../support/poll.js";
+import { runLog } from "../support/stack.js";
 import { onPath, startTerraformCloud, type TerraformCloud } from "../support/terraform-cloud.js";
 
 /*
@@ -211,13 +212,20 @@ describe("saved cloud plans: plan -out, then apply the file", () => {
     assert.match(human.output, /# terraform_data\.b will be created/);
     assert.match(human.output, /Plan: 2 to add, 0 to change, 0 to destroy/);
     assert.match(human.output, /Run status: planned \(confirmable\)/);
-    // A run started meanwhile waits behind it: the plan stays the plan of the state it read.
+    // A run started meanwhile waits behind it: the plan stays the plan of the state it read. A
+    // plan-only run changes no state: it goes beside.
+    const cv = saved?.configurationVersionId ?? "";
     const queuedBehind = await tc.stack.server.api(routes.createRun, {
-      body: { workspace: ws, configurationVersionId: saved?.configurationVersionId ?? "", planOnly: true },
+      body: { workspace: ws, configurationVersionId: cv },
     });
     assert.equal(queuedBehind.status, 201, JSON.stringify(queuedBehind.body));
     assert.equal(queuedBehind.body.status, "pending");
     assert.equal(queuedBehind.body.savedPlan, false);
+    const beside = await tc.stack.server.api(routes.createRun, {
+      body: { workspace: ws, configurationVersionId: cv, planOnly: true },
+    });
+    assert.equal(beside.body.status, "queued");
+    await tc.stack.waitForRun(beside.body.id, ["planned_and_finished"]);
 
     const apply = await tc.terraform(["apply", "saved.tfplan"], dir);
     assert.equal(apply.code, 0, apply.output);
@@ -275,10 +283,20 @@ resource "terraform_data" "slow" {
     tc.requests.length = 0;
     const apply = tc.spawnTerraform(["apply", "-auto-approve"], dir);
     await apply.waitFor(/waiting-for-gate/, 120_000);
-    // One queue: a drover run of the workspace waits behind terraform's.
+    // A plan-only run goes beside the apply (which holds the state's lock), on a second agent,
+    // and ends while terraform's apply still waits: speculative plans do not queue.
+    const beside = await tc.stack.startAgent("beside-agent");
     const queued = await tc.stack.startRun(dir, "interrupted", ["--plan-only"]);
-    const waiting = await tc.stack.server.api(routes.getRun, { params: { id: queued }, query: {} });
-    assert.equal(waiting.body.status, "pending");
+    try {
+      assert.equal(
+        (await tc.stack.waitForRun(queued, ["planned_and_finished", "errored"])).status,
+        "planned_and_finished",
+        await runLog(tc.stack.server, queued, "plan"),
+      );
+    } finally {
+      await beside.stop();
+    }
+    assert.equal(apply.child.exitCode, null, "terraform's apply still waits at the gate");
     apply.child.kill("SIGINT");
     const result = await apply.done;
     assert.ok(
@@ -288,10 +306,6 @@ resource "terraform_data" "slow" {
     const [, terraformRun] = await runs("interrupted");
     assert.ok(terraformRun);
     assert.equal((await tc.stack.waitForRun(terraformRun.id, ["canceled", "errored", "applied"])).status, "canceled");
-    assert.equal(
-      (await tc.stack.waitForRun(queued, ["planned_and_finished", "errored"])).status,
-      "planned_and_finished",
-    );
     writeFileSync(gate, "");
   });
 

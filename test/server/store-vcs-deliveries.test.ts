@@ -258,9 +258,11 @@ for (const backend of backends) {
       const canceled = await store.getRun(ctx, first.id);
       assert.equal(canceled.status, "canceled");
       assert.equal(canceled.errorMessage, "superseded: newer");
-      // The pull requests' runs are not the branch's; the next run in line took the workspace.
+      // The pull requests' runs are not the branch's; plan-only, they were queued beside the
+      // workspace's queue from the start, and the branch's next run took the workspace.
       assert.equal((await store.getRun(ctx, proposal.id)).status, "queued");
-      assert.equal((await store.getRun(ctx, otherPr.id)).status, "pending");
+      assert.equal((await store.getRun(ctx, otherPr.id)).status, "queued");
+      assert.equal((await store.getRun(ctx, second.id)).status, "queued");
       const newer = await run({ ...pr, commitSha: "5".repeat(40) });
       const prGone = await store.supersedeQueuedRuns(ctx, {
         workspaceId: ws.id,
@@ -271,8 +273,8 @@ for (const backend of backends) {
         reason: "newer pr commit",
       });
       assert.deepEqual(prGone, [proposal.id]);
-      assert.equal((await store.getRun(ctx, otherPr.id)).status, "queued");
-      assert.equal((await store.getRun(ctx, second.id)).status, "pending");
+      assert.equal((await store.getRun(ctx, otherPr.id)).status, "queued", "another pull request's plan stays");
+      assert.equal((await store.getRun(ctx, second.id)).status, "queued");
     });
   });
 }

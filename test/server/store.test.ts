@@ -289,6 +289,44 @@ for (const backend of backends) {
       assert.equal((await claim(agent)).runId, run2.id);
     });
 
+    test("a plan-only run goes beside the workspace's queue: queued at once while a run awaits confirmation", async () => {
+      const { agent, ws, cv } = await fixture();
+      const held = await newRun(ws.id, cv.id);
+      const plan = await claim(agent);
+      await store.startJob(ctx, await jobRow(plan), "starter");
+      await store.savePlanJson(
+        ctx,
+        await jobRow(plan),
+        Buffer.from(JSON.stringify({ resource_changes: [{ change: { actions: ["create"] } }] })),
+      );
+      await store.finishJob(ctx, await jobRow(plan), "succeeded", null);
+      assert.equal((await store.getRun(ctx, held.id)).status, "planned");
+      const speculative = await newRun(ws.id, cv.id, { planOnly: true });
+      const behind = await newRun(ws.id, cv.id);
+      assert.equal(speculative.status, "queued", "a plan changes no state: it waits for no run");
+      assert.equal(behind.status, "pending", "a run that may apply waits its turn");
+      assert.equal((await store.getWorkspace(ctx, ws.id)).currentRunId, held.id);
+      const job = await claim(agent);
+      assert.deepEqual([job.runId, job.phase, job.planOnly], [speculative.id, "plan", true]);
+      await store.startJob(ctx, await jobRow(job), "starter");
+      await store.finishJob(ctx, await jobRow(job), "succeeded", null);
+      assert.equal((await store.getRun(ctx, speculative.id)).status, "planned_and_finished");
+      assert.equal(
+        (await store.getWorkspace(ctx, ws.id)).currentRunId,
+        held.id,
+        "its end frees nothing it did not hold",
+      );
+      assert.equal((await store.discardRun(ctx, held.id)).status, "discarded");
+      assert.equal((await store.getRun(ctx, behind.id)).status, "queued", "the discard let the next run in");
+
+      // A workspace is not deleted under a run of it, even one beside its queue.
+      const other = await fixture();
+      const alone = await newRun(other.ws.id, other.cv.id, { planOnly: true });
+      assert.equal((await store.getWorkspace(ctx, other.ws.id)).currentRunId, null);
+      const refused = await rejectsWith(store.deleteWorkspace(ctx, other.ws.id), "conflict");
+      assert.match(refused.message, new RegExp(`active run \\(${alone.id}\\)`));
+    });
+
     test("jobs: a start names its starter; the same one again is a retry, any other is refused", async () => {
       const { agent, ws, cv } = await fixture();
       const run = await newRun(ws.id, cv.id, { planOnly: true });

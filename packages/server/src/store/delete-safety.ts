@@ -1,4 +1,4 @@
-import { DroverError, type Workspace } from "@drover/protocol";
+import { DroverError, terminalRunStatuses, type Workspace } from "@drover/protocol";
 import type { StoreContext } from "./context.js";
 import { currentState } from "./state.js";
 
@@ -62,11 +62,23 @@ export async function currentManagedInstances(ctx: StoreContext, workspaceId: st
 
 /** Throws why the workspace may not be deleted; `safe` adds the lock and the resources. */
 export async function checkDeletable(ctx: StoreContext, ws: Workspace, safe: boolean): Promise<void> {
-  if (ws.currentRunId)
+  // The workspace's current run, else a plan-only run, which runs beside the workspace's queue.
+  const active =
+    ws.currentRunId ??
+    (
+      await ctx.db
+        .selectFrom("runs")
+        .select("id")
+        .where("workspace_id", "=", ws.id)
+        .where("status", "not in", [...terminalRunStatuses])
+        .limit(1)
+        .executeTakeFirst()
+    )?.id;
+  if (active)
     throw new WorkspaceDeleteRefused(
       "active_run",
-      `workspace ${ws.name} has an active run (${ws.currentRunId}); cancel it first`,
-      { runId: ws.currentRunId },
+      `workspace ${ws.name} has an active run (${active}); cancel it first`,
+      { runId: active },
     );
   if (!safe) return;
   if (ws.stateLocked)

@@ -3,7 +3,7 @@ import type { Queryable, StoreContext } from "./context.js";
 import type { GuardOutcome } from "./destroy-guard.js";
 import { checkPlanOptions, storedPlanOptions } from "./run-options.js";
 import { storedRunVariables, type RunVariable } from "./run-variables.js";
-import { getRun, promoteNextRun } from "./runs.js";
+import { getRun, promoteNextRun, queueSpeculativeRun } from "./runs.js";
 import { inTransaction } from "./transaction.js";
 import { getWorkspace } from "./workspaces.js";
 
@@ -37,7 +37,10 @@ export interface CreateRunInput {
   savePlan?: boolean | undefined;
 }
 
-/** Creates a run; it is queued at once when the workspace is free, else pending behind the active one. */
+/**
+ * Creates a run; it is queued at once when the workspace is free, else pending behind the active
+ * one. A plan-only run is queued at once, whatever the workspace runs (see queueSpeculativeRun).
+ */
 export async function createRun(ctx: StoreContext, input: CreateRunInput): Promise<Run> {
   return getRun(ctx, await insertRun(ctx, input));
 }
@@ -164,7 +167,8 @@ async function insertRun(
         updated_at: now,
       })
       .execute();
-    await promoteNextRun(ctx, trx, effects, ws.id);
+    if (input.planOnly) await queueSpeculativeRun(ctx, trx, effects, id);
+    else await promoteNextRun(ctx, trx, effects, ws.id);
     return true;
   });
   return created ? id : null;

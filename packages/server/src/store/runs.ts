@@ -200,6 +200,18 @@ async function enqueueJob(ctx: StoreContext, trx: Trx, effects: Effects, run: Ru
   return id;
 }
 
+/**
+ * Queues a plan-only (speculative) run at once, beside its workspace's queue: it changes no state,
+ * so it waits for no other run of the workspace and none waits for it. Its plan reads the state
+ * without locking it (the agent plans it with -lock=false).
+ */
+export async function queueSpeculativeRun(ctx: StoreContext, trx: Trx, effects: Effects, runId: string): Promise<void> {
+  const run = await trx.selectFrom("runs").selectAll().where("id", "=", runId).executeTakeFirstOrThrow();
+  const jobId = await enqueueJob(ctx, trx, effects, run, "plan");
+  await moveRun(ctx, trx, run, "queued", { plan_job_id: jobId });
+  effects.push(["run-changed", run.id]);
+}
+
 /** Moves the oldest pending run of a free workspace to queued, with its plan job. */
 export async function promoteNextRun(
   ctx: StoreContext,

@@ -45,6 +45,9 @@ export const plan: Stage = {
     const planLine = new PlanLineScanner();
     const args = ["plan", "-input=false", "-no-color", "-detailed-exitcode", `-out=${c.planPath}`];
     if (c.assignment.isDestroy) args.push("-destroy");
+    // A plan-only run goes beside the workspace's queue, maybe while another run applies: it reads
+    // the state without taking the lock that run holds.
+    if (c.assignment.planOnly) args.push("-lock=false");
     // One argument each, `-flag=value`: the assignment's schema already refused an address that
     // is not one, and even then a value glued to its flag can never be read as a flag of its own.
     if (c.assignment.refreshOnly) args.push("-refresh-only");
