@@ -1,6 +1,7 @@
 // A pool's demand on both databases: queued and claimed-not-started jobs are pending, started
 // ones running, planned runs awaiting confirmation need no agent, runs queued behind another
-// run of their workspace are not demand, and other pools' work never counts.
+// run of their workspace are not demand (a plan-only run goes beside: it is), and other pools'
+// work never counts.
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { localEventBus, openDatabase, store, type Db, type StoreContext } from "@drover/server";
@@ -85,11 +86,15 @@ for (const backend of backends) {
         },
       );
 
+      const runs = [];
       for (let i = 0; i < 4; i++) {
         const run = await workspace(pool.id, `ws-${i}`);
-        await run(i === 0);
+        runs.push(run);
+        await run();
         await run(); // queued behind the first: not demand
       }
+      // A plan-only run goes beside its workspace's queue: demand at once.
+      await runs[0]!(true);
       await (
         await workspace(other.id, "elsewhere")
       )();
@@ -113,8 +118,8 @@ for (const backend of backends) {
           desired: d.desiredAgents,
         },
         {
-          pending: 3,
-          queued: 2,
+          pending: 4,
+          queued: 3,
           claimed: 1,
           running: 1,
           agents: { online: 2, idle: 1, busy: 1 },
@@ -122,10 +127,11 @@ for (const backend of backends) {
           desired: 2,
         },
       );
-      assert.equal((await store.poolDemand(ctx, pool.id, 1)).desiredAgents, 4);
+      assert.equal((await store.poolDemand(ctx, pool.id, 1)).desiredAgents, 5);
 
       // The plan of a run that waits for confirmation ends: demand falls, the run is counted apart.
-      const planned = first.planOnly ? second : first;
+      const planned = first;
+      assert.equal(planned.planOnly, false);
       const job = await store.authenticateJobToken(ctx, planned.jobToken);
       if (job.status !== "running") await store.startJob(ctx, job, "starter");
       await store.savePlanJson(
@@ -136,7 +142,7 @@ for (const backend of backends) {
       await store.finishJob(ctx, job, "succeeded", null);
       d = await store.poolDemand(ctx, pool.id);
       assert.equal(d.awaitingConfirmation, 1);
-      assert.equal(d.pending + d.running, 3);
+      assert.equal(d.pending + d.running, 4);
 
       const all = await store.allPoolDemands(ctx);
       assert.equal(all.find((x) => x.pool.name === "other")?.pending, 1);
