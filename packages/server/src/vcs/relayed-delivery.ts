@@ -93,6 +93,8 @@ export async function relayedPush(
   return out;
 }
 
+const unmatched = "the pull request changes no file the trigger paths name";
+
 /** A pull request on a connection reached through VCS agents: an agent fetches its head per workspace. */
 export async function relayedPullRequest(
   d: RelayedDelivery,
@@ -127,14 +129,13 @@ export async function relayedPullRequest(
   const fetch = deliveryFetcher(d, reach);
   for (const l of targeted) {
     if (own !== undefined && !commitTriggers(own, l.triggerPaths, l.workingDirectory)) {
-      out.push(outcome(l, "paths_unmatched", null, "the pull request changes no file the trigger paths name"));
+      out.push(outcome(l, "paths_unmatched", null, unmatched));
       continue;
     }
     // Files the VCS listed decide already; without them, the VCS agent compares with the base tip.
     const fetched = await fetch(l, e.repository, e.headBranch, e.headSha, own === undefined ? since : null);
     if ("failed" in fetched) out.push(fetched.failed);
-    else if (fetched.commit === null)
-      out.push(outcome(l, "paths_unmatched", null, "the pull request changes no file the trigger paths name"));
+    else if (fetched.commit === null) out.push(outcome(l, "paths_unmatched", null, unmatched));
     else {
       const source = { ...fetched.commit.source, pullRequest: { number: e.number, url: e.url } };
       try {

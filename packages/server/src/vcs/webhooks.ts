@@ -290,12 +290,14 @@ export class WebhookProcessor {
           workDir: this.o.workDir,
           signal: this.shutdown.signal,
         }));
-      const pr = { repository: e.repository, baseSha: since ?? "", headSha: e.headSha };
-      const { log } = this.o;
       const listed =
         since === null
           ? undefined
-          : await pullRequestFiles(client, pr, { signal: this.shutdown.signal, log, secrets: secretsOf(access) });
+          : await pullRequestFiles(
+              client,
+              { repository: e.repository, baseSha: since, headSha: e.headSha },
+              { signal: this.shutdown.signal, log: this.o.log, secrets: secretsOf(access) },
+            );
       if (listed !== undefined) changed = listed;
       // The VCS's list decides before the fetch; without it, the diff with the base branch's tip.
       const wanted =
