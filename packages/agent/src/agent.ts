@@ -23,6 +23,7 @@ import type { ProviderCache } from "./providers/cache.js";
 import type { ModuleCache } from "./modules/cache.js";
 import { openCaches } from "./cache/caches.js";
 import type { EngineCache } from "./engines/cache.js";
+import { probeEnginesOnPath } from "./job/engine.js";
 
 /**
  * Agent lifecycle: starting → running → stopping → stopped. Wrong transitions are bugs.
@@ -165,6 +166,7 @@ export class Agent {
       if (leftovers.length > 0)
         this.log.info({ removed: leftovers }, "removed run directories an earlier agent process left behind");
       this.engines?.warnWithoutPathEngines();
+      probeEnginesOnPath(process.env.PATH);
     }
     if (this.docker) prepareDataDir(this.config.dataDir, 0o700);
     if (this.config.healthPort > 0) {

@@ -22,5 +22,6 @@ export { ModuleCache, type ModuleLease } from "./modules/cache.js";
 export { checkFetchTarget, FetchRefused, isMetadataAddress } from "./net/fetch-guard.js";
 export { CacheStore, type CacheStoreOptions, type Fill, type Hold, type StoreEntry } from "./cache/store.js";
 export { EngineCache, newestSatisfying, type EngineLease, type EngineCacheOptions } from "./engines/cache.js";
+export { reportedVersion } from "./job/engine.js";
 export { EngineError, type EngineFailure } from "./engines/errors.js";
 export { hashicorpReleaseKey } from "./engines/keys.js";

@@ -259,7 +259,12 @@ export class EngineCache {
       where: "on PATH",
       searched: pathDirectories(this.options.pathEnv).join(", "),
       engines: async (engine) =>
-        enginesOnPath(engine, this.options.pathEnv).map((path) => ({ path, version: reportedVersion(path) })),
+        Promise.all(
+          enginesOnPath(engine, this.options.pathEnv).map(async (path) => ({
+            path,
+            version: await reportedVersion(path),
+          })),
+        ),
     };
   }
 

@@ -1,6 +1,6 @@
-import { accessSync, constants } from "node:fs";
+import { accessSync, constants, statSync } from "node:fs";
 import { delimiter, join } from "node:path";
-import { spawnSync } from "node:child_process";
+import { execFile } from "node:child_process";
 import { DroverError, isExactVersion, isVersionConstraint, versionSatisfies, type Engine } from "@drover/protocol";
 
 /** A terraform or tofu executable and the version it reports. */
@@ -25,7 +25,11 @@ export interface EngineFallback {
   noEngine?(engine: Engine): Error;
 }
 
-const versions = new Map<string, string>();
+/** What each binary reported, with the file identity it was asked for (an upgrade in place asks again). */
+const versions = new Map<string, { file: string; version: Promise<string> }>();
+
+/** A hung binary must not hold a job: it is asked again by the next one. */
+const versionTimeoutMs = 30_000;
 
 function executable(path: string): boolean {
   try {
@@ -36,22 +40,53 @@ function executable(path: string): boolean {
   }
 }
 
-/** The version a terraform/tofu binary reports (asked once per path). */
-export function reportedVersion(path: string): string {
-  let v = versions.get(path);
-  if (!v) {
-    const out = spawnSync(path, ["version", "-json"], {
-      encoding: "utf8",
-      env: { ...process.env, CHECKPOINT_DISABLE: "1" },
-    });
-    try {
-      v = (JSON.parse(out.stdout) as { terraform_version?: string }).terraform_version ?? "unknown";
-    } catch {
-      v = /v?(\d+\.\d+\.\d+\S*)/.exec(out.stdout)?.[1] ?? "unknown";
-    }
-    versions.set(path, v);
+/**
+ * The version a terraform/tofu binary reports: asked once per file (its inode, size and mtime),
+ * without blocking the agent's event loop; "unknown" when it does not answer.
+ */
+export function reportedVersion(path: string, timeoutMs = versionTimeoutMs): Promise<string> {
+  let file: string;
+  try {
+    const s = statSync(path);
+    file = `${s.ino}:${s.size}:${s.mtimeMs}`;
+  } catch {
+    file = "missing";
   }
-  return v;
+  const known = versions.get(path);
+  if (known?.file === file) return known.version;
+  const version = askVersion(path, timeoutMs).catch(() => {
+    versions.delete(path);
+    return "unknown";
+  });
+  versions.set(path, { file, version });
+  return version;
+}
+
+function askVersion(path: string, timeoutMs: number): Promise<string> {
+  return new Promise((resolve, reject) => {
+    execFile(
+      path,
+      ["version", "-json"],
+      { encoding: "utf8", env: { ...process.env, CHECKPOINT_DISABLE: "1" }, timeout: timeoutMs },
+      (err, stdout) => {
+        if (err && !stdout) return reject(err);
+        try {
+          resolve((JSON.parse(stdout) as { terraform_version?: string }).terraform_version ?? "unknown");
+        } catch {
+          resolve(/v?(\d+\.\d+\.\d+\S*)/.exec(stdout)?.[1] ?? "unknown");
+        }
+      },
+    );
+  });
+}
+
+/**
+ * Asks the engines on PATH for their versions in the background, so the agent's first job does
+ * not wait for it (each answer is kept by `reportedVersion`).
+ */
+export function probeEnginesOnPath(pathEnv: string | undefined): void {
+  for (const engine of ["terraform", "tofu"] as const)
+    for (const path of enginesOnPath(engine, pathEnv)) void reportedVersion(path);
 }
 
 /** The absolute directories of PATH, in order: the only ones an engine is looked for in. */
@@ -72,12 +107,12 @@ export function enginesOnPath(engine: Engine, pathEnv: string | undefined): stri
  * that reports exactly that version. With a constraint: the first binary on PATH that
  * satisfies it. Never another version: a pinned version that is not here fails the run.
  */
-export function resolveEngine(
+export async function resolveEngine(
   engine: Engine,
   version: string | null,
   cacheDir: string,
   pathEnv: string | undefined,
-): EngineBinary {
+): Promise<EngineBinary> {
   // The server validates versions too; the agent trusts nothing it builds a path from.
   if (version !== null && !isExactVersion(version) && !isVersionConstraint(version)) {
     throw new DroverError(
@@ -93,19 +128,20 @@ export function resolveEngine(
         "not_found",
         `${engine} is not installed on this agent (PATH searched: ${pathDirectories(pathEnv).join(", ") || "no directory"}): put it on PATH or pin a version in ${join(cacheDir, "bin", engine, "<version>")}`,
       );
-    return { path, version: reportedVersion(path) };
+    return { path, version: await reportedVersion(path) };
   }
   if (isExactVersion(version)) {
     const cached = join(cacheDir, "bin", engine, version, engine);
-    if (executable(cached)) return { path: cached, version: reportedVersion(cached) };
+    if (executable(cached)) return { path: cached, version: await reportedVersion(cached) };
   }
-  const path = onPath.find((p) => versionSatisfies(reportedVersion(p), version));
+  const reported = await Promise.all(onPath.map((p) => reportedVersion(p)));
+  const path = onPath.find((_, i) => versionSatisfies(reported[i]!, version));
   if (!path) {
-    const found = onPath.map((p) => reportedVersion(p)).join(", ") || "none";
+    const found = reported.join(", ") || "none";
     throw new DroverError(
       "not_found",
       `${engine} ${version} is not available on this agent (on PATH: ${found}); install it on PATH${isExactVersion(version) ? ` or in ${join(cacheDir, "bin", engine, version)}` : ""}, or change the workspace's engineVersion`,
     );
   }
-  return { path, version: reportedVersion(path) };
+  return { path, version: await reportedVersion(path) };
 }

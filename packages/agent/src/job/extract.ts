@@ -2,7 +2,7 @@ import { DroverError } from "@drover/protocol";
 import { defaultArchiveLimits, inspectArchive, unsafePathReason, type ArchiveLimits } from "@drover/runtime";
 import { mkdirSync } from "node:fs";
 import type { Stats } from "node:fs";
-import type { ReadEntry } from "tar";
+import { x as extractTar, type ReadEntry } from "tar";
 
 const allowed = new Set(["File", "OldFile", "ContiguousFile", "Directory", "SymbolicLink", "Link"]);
 
@@ -19,7 +19,6 @@ export async function extractConfiguration(
 ): Promise<void> {
   await inspectArchive(archive, limits);
   mkdirSync(dir, { recursive: true });
-  const { x: extractTar } = await import("tar");
   let refused: string | undefined;
   const unpack = extractTar({
     cwd: dir,
