@@ -1,7 +1,6 @@
 import { execFileSync, spawn } from "node:child_process";
 import { createHmac, randomBytes, randomUUID } from "node:crypto";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { routes } from "@drover/protocol";
@@ -9,6 +8,7 @@ import { loadServerConfig, startServer, vcsReach, relayClient } from "@drover/se
 import { fetchCommitArchive, vcsClient, type GitAccess } from "@drover/vcs";
 import { pino } from "pino";
 import { inParallel } from "./dispatch.js";
+import { gitServer, gitServerProcess } from "./git-host.js";
 import { adminToken, api, droverBin, sleep, startServerProc, track } from "./harness.js";
 import { percentile, type Figure } from "./report.js";
 
@@ -20,77 +20,6 @@ import { percentile, type Figure } from "./report.js";
 
 const gitToken = "ghp_BENCHtoken0123456789abcdef";
 const zero = "0".repeat(40);
-
-/** The fields of GitHub's "get a commit" answer that Drover reads. */
-function commitBody(sha: string) {
-  const who = { name: "Ada", email: "ada@example.com", date: "2026-11-29T00:00:00Z" };
-  return { sha, commit: { message: "a commit", author: who, committer: who }, files: [], parents: [] };
-}
-
-/** Smart HTTP for the bare repositories below `root`, through `git http-backend`, and one API call. */
-async function gitServer(root: string, host = "127.0.0.1") {
-  const handle = (req: IncomingMessage, res: ServerResponse) => {
-    const url = new URL(req.url ?? "/", "http://x");
-    const path = decodeURIComponent(url.pathname);
-    // One provider API call, a commit's details (the relayed calls below); nothing else: linking's
-    // webhook registration is refused at once (the link then says what to register by hand).
-    const commit = /^\/api\/v3\/repos\/[^/]+\/[^/]+\/commits\/([0-9a-f]{40})$/.exec(path);
-    if (req.method === "GET" && commit) {
-      res.writeHead(200, { "content-type": "application/json; charset=utf-8" });
-      res.end(JSON.stringify(commitBody(commit[1]!)));
-      return;
-    }
-    if (path.startsWith("/api/")) {
-      res.writeHead(404, { "content-type": "application/json" });
-      res.end('{"message":"Not Found"}');
-      return;
-    }
-    const cgi = spawn("git", ["http-backend"], {
-      env: {
-        ...process.env,
-        GIT_PROJECT_ROOT: root,
-        GIT_HTTP_EXPORT_ALL: "1",
-        REQUEST_METHOD: req.method ?? "GET",
-        PATH_INFO: path,
-        QUERY_STRING: url.search.slice(1),
-        CONTENT_TYPE: req.headers["content-type"] ?? "",
-        ...(req.headers["git-protocol"] ? { GIT_PROTOCOL: String(req.headers["git-protocol"]) } : {}),
-        REMOTE_ADDR: host,
-      },
-    });
-    // git may end before it read the whole request (a refusal): that is its answer, not a failure here.
-    cgi.stdin.on("error", () => {});
-    req.pipe(cgi.stdin);
-    let head = Buffer.alloc(0);
-    let started = false;
-    cgi.stdout.on("data", (chunk: Buffer) => {
-      if (started) return void res.write(chunk);
-      head = Buffer.concat([head, chunk]);
-      const end = head.indexOf("\r\n\r\n");
-      if (end < 0) return;
-      started = true;
-      let status = 200;
-      for (const line of head.subarray(0, end).toString("latin1").split("\r\n")) {
-        const [k, ...v] = line.split(":");
-        if (k?.toLowerCase() === "status") status = Number(v.join(":").trim().split(" ")[0]);
-        else if (k) res.setHeader(k, v.join(":").trim());
-      }
-      res.writeHead(status);
-      res.write(head.subarray(end + 4));
-    });
-    cgi.on("close", () => res.end());
-  };
-  const server = createServer(handle);
-  await new Promise<void>((r) => server.listen(0, host, r));
-  const address = server.address();
-  return {
-    url: `http://${host}:${typeof address === "object" && address ? address.port : 0}`,
-    close: async () => {
-      server.closeAllConnections();
-      await new Promise<void>((r) => server.close(() => r()));
-    },
-  };
-}
 
 const git = (cwd: string, ...args: string[]) =>
   execFileSync("git", ["-c", "user.name=Bench", "-c", "user.email=bench@example.com", ...args], {
@@ -315,12 +244,12 @@ async function perDelivery(deliveries: number): Promise<{ net: number[]; gross: 
 
 /**
  * The relayed half: a server in this process (relayClient and vcsReach need its store), a VCS
- * pool and one real `drover agent vcs` holding the only credential; the git server listens on
- * 127.0.0.2, an address the server's connection does not name.
+ * pool and one real `drover agent vcs` holding the only credential; the git host, a process of its
+ * own, listens on 127.0.0.2, an address the server's connection does not name.
  */
 async function relayed(calls: number, repoMb: number) {
   const root = mkdtempSync(join(tmpdir(), "drover-bench-vcs-relay-"));
-  const gitd = await gitServer(root, "127.0.0.2");
+  const gitd = await gitServerProcess(root, "127.0.0.2");
   const dataDir = mkdtempSync(join(tmpdir(), "drover-bench-vcs-srv-"));
   const config = loadServerConfig({
     env: {
@@ -382,7 +311,7 @@ async function relayed(calls: number, repoMb: number) {
     ]);
     if ((warm as { sha: string | null }).sha !== sha) throw new Error(`relayed branchHead: ${JSON.stringify(warm)}`);
     // An API call, as the metric says (branchHead is a git process, whose own spread of tens of ms
-    // hid the relay's): a commit's details, answered by the bench's own HTTP server.
+    // hid the relay's): a commit's details, answered by the git host.
     const commitOp = { op: "commit", repository: "org/infra", sha } as const;
     const straightClient = vcsClient({
       provider: "github",
@@ -486,7 +415,7 @@ export async function benchVcs(fanWorkspaces = 100, deliveries = 50, calls = 500
       baselineLabel: "the call straight from the client, p99",
       target: "≤ 10 ms",
       met: relayP99 <= 10,
-      note: `per call: relayClient (server in the bench's process) + one real \`drover agent vcs\` minus the same call (GET a commit, octokit, answered by the bench's HTTP server) from the bench directly, alternating; relayed p50 ${percentile(relay.viaAgent, 50).toFixed(1)} ms, p99 ${percentile(relay.viaAgent, 99).toFixed(1)} ms; overhead p50 ${percentile(overhead, 50).toFixed(1)} ms`,
+      note: `per call: relayClient (server in the bench's process) + one real \`drover agent vcs\` minus the same call (GET a commit, octokit, answered by the git host, a process of its own) from the bench directly, alternating; relayed p50 ${percentile(relay.viaAgent, 50).toFixed(1)} ms, p99 ${percentile(relay.viaAgent, 99).toFixed(1)} ms; overhead p50 ${percentile(overhead, 50).toFixed(1)} ms`,
     },
     {
       bench: vcsBench(`${repoMb} MB repository through a VCS agent`),
@@ -497,7 +426,7 @@ export async function benchVcs(fanWorkspaces = 100, deliveries = 50, calls = 500
       baselineLabel: "fetch + pack in the bench, no agent, no upload",
       target: "≥ 50 MB/s",
       met: mbps >= 50,
-      note: `${repoMb} files of 1 MB random bytes (incompressible) in one commit; vcsReach(…).fetch: task queued → agent fetches at depth 1 and packs (${relay.archiveMb.toFixed(1)} MB tar.gz) → uploads → server checks and stores the configuration version, ${relay.relayMs} ms; git over loopback (127.0.0.2), git's HTTP server in the bench's (and the server's) process`,
+      note: `${repoMb} files of 1 MB random bytes (incompressible) in one commit; vcsReach(…).fetch: task queued → agent fetches at depth 1 and packs (${relay.archiveMb.toFixed(1)} MB tar.gz) → uploads → server checks and stores the configuration version, ${relay.relayMs} ms; git over loopback (127.0.0.2), git's HTTP server in a process of its own`,
     },
   ];
 }
