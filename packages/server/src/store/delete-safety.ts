@@ -1,5 +1,5 @@
 import { DroverError, terminalRunStatuses, type Workspace } from "@drover/protocol";
-import type { StoreContext } from "./context.js";
+import type { Queryable, StoreContext } from "./context.js";
 import { currentState } from "./state.js";
 
 /*
@@ -47,8 +47,12 @@ export function managedInstances(state: unknown): number | null {
 }
 
 /** Managed resource instances of the workspace's current state: 0 without state, null when unreadable. */
-export async function currentManagedInstances(ctx: StoreContext, workspaceId: string): Promise<number | null> {
-  const body = await currentState(ctx, workspaceId);
+export async function currentManagedInstances(
+  ctx: StoreContext,
+  db: Queryable,
+  workspaceId: string,
+): Promise<number | null> {
+  const body = await currentState(ctx, workspaceId, db);
   if (body === null) return 0;
   if (body.size > maxCountedStateBytes) return null;
   const chunks: Buffer[] = [];
@@ -60,13 +64,17 @@ export async function currentManagedInstances(ctx: StoreContext, workspaceId: st
   }
 }
 
-/** Throws why the workspace may not be deleted; `safe` adds the lock and the resources. */
-export async function checkDeletable(ctx: StoreContext, ws: Workspace, safe: boolean): Promise<void> {
+/**
+ * Throws why the workspace may not be deleted; `safe` adds the lock and the resources. `db` is
+ * the delete's own transaction, `ws` as read in it: checked anywhere else, a run or lock taken
+ * before the delete commits would not be seen.
+ */
+export async function checkDeletable(ctx: StoreContext, db: Queryable, ws: Workspace, safe: boolean): Promise<void> {
   // The workspace's current run, else a plan-only run, which runs beside the workspace's queue.
   const active =
     ws.currentRunId ??
     (
-      await ctx.db
+      await db
         .selectFrom("runs")
         .select("id")
         .where("workspace_id", "=", ws.id)
@@ -83,7 +91,7 @@ export async function checkDeletable(ctx: StoreContext, ws: Workspace, safe: boo
   if (!safe) return;
   if (ws.stateLocked)
     throw new WorkspaceDeleteRefused("locked", `workspace ${ws.name} is locked; unlock it before deleting it`);
-  const instances = await currentManagedInstances(ctx, ws.id);
+  const instances = await currentManagedInstances(ctx, db, ws.id);
   if (instances === 0) return;
   // A state that cannot be read may manage anything: the safe delete fails closed.
   throw new WorkspaceDeleteRefused(

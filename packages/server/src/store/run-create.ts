@@ -119,8 +119,12 @@ async function insertRun(
     // On PostgreSQL the workspace's row is held from the start: a run ending meanwhile in another
     // transaction frees the workspace either before this one looks, or after this run is
     // committed, where its own promotion sees it. Else this run could stay pending for ever.
-    if (ctx.dialect === "postgres")
-      await trx.selectFrom("workspaces").select("id").where("id", "=", ws.id).forNoKeyUpdate().execute();
+    // Holding it also orders this run against a delete of the workspace (see deleteWorkspace).
+    let held = trx.selectFrom("workspaces").select("id").where("id", "=", ws.id);
+    if (ctx.dialect === "postgres") held = held.forNoKeyUpdate();
+    // Gone: a delete committed since the workspace was read above (on PostgreSQL, maybe while
+    // this transaction waited for the row).
+    if (!(await held.executeTakeFirst())) throw new DroverError("not_found", `no workspace ${JSON.stringify(ws.name)}`);
     if (claim && !(await claim(trx))) return false;
     const now = ctx.now();
     await trx

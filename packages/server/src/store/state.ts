@@ -3,7 +3,7 @@ import { DroverError, newId, type StateVersion } from "@drover/protocol";
 import type { Selectable } from "kysely";
 import type { StateVersionsTable } from "../db/schema.js";
 import { sourceChunks, sourceSize, storedBody, writeChunks, type BodySource, type StoredBody } from "./bodies.js";
-import { iso, type StoreContext } from "./context.js";
+import { iso, type Queryable, type StoreContext } from "./context.js";
 import { transactionKeepingCause } from "./transaction.js";
 import { JsonScanError, JsonScanner } from "./json-scan.js";
 
@@ -32,8 +32,12 @@ const toStateVersion = (r: Omit<Selectable<StateVersionsTable>, "seq">): StateVe
 });
 
 /** The newest state body, or null when the workspace has none yet. */
-export async function currentState(ctx: StoreContext, workspaceId: string): Promise<StoredBody | null> {
-  const row = await ctx.db
+export async function currentState(
+  ctx: StoreContext,
+  workspaceId: string,
+  db: Queryable = ctx.db,
+): Promise<StoredBody | null> {
+  const row = await db
     .selectFrom("state_versions")
     .select(["id", "size"])
     .where("workspace_id", "=", workspaceId)
@@ -41,7 +45,7 @@ export async function currentState(ctx: StoreContext, workspaceId: string): Prom
     .orderBy("seq", "desc")
     .limit(1)
     .executeTakeFirst();
-  return row ? storedBody(ctx.db, "state_version_chunks", row.id, row.size) : null;
+  return row ? storedBody(db, "state_version_chunks", row.id, row.size) : null;
 }
 
 /** Longest top-level `lineage` accepted; terraform's are UUIDs. */

@@ -5,6 +5,7 @@ import { isUniqueViolation } from "../db/storage-errors.js";
 import { iso, type Queryable, type StoreContext } from "./context.js";
 import { checkDeletable } from "./delete-safety.js";
 import { getPool, requirePoolKind } from "./pools.js";
+import { inTransaction } from "./transaction.js";
 
 type Row = Omit<Selectable<WorkspacesTable>, "tfe_tags" | "execution_mode"> & {
   locked: number | string | null;
@@ -288,15 +289,26 @@ export async function changeRemoteStateConsumers(
 /**
  * Deletes a workspace with its runs, state and variables; refused while a run is active, and,
  * `safe`, while it is locked or its state manages resources (WorkspaceDeleteRefused says which).
+ *
+ * The checks and the delete are one transaction. On PostgreSQL it first takes the workspace's
+ * row `FOR UPDATE`, which conflicts with every writer of what the checks read: a run's creation
+ * takes the row too (`FOR NO KEY UPDATE`), and a lock or state version inserted references it
+ * (its foreign key check takes `FOR KEY SHARE`). Such a writer has either committed before the
+ * checks read, or waits and then fails on the workspace gone. SQLite runs one transaction at a
+ * time on the server's one connection.
  */
 export async function deleteWorkspace(
   ctx: StoreContext,
   idOrName: string,
   opts: { safe?: boolean } = {},
 ): Promise<void> {
-  const ws = await getWorkspace(ctx, idOrName);
-  await checkDeletable(ctx, ws, opts.safe === true);
-  await ctx.db.transaction().execute(async (trx) => {
+  const { id } = await getWorkspace(ctx, idOrName);
+  await inTransaction(ctx, async (trx) => {
+    if (ctx.dialect === "postgres")
+      await trx.selectFrom("workspaces").select("id").where("id", "=", id).forUpdate().execute();
+    // Read again in the transaction: a run may have become current, or a lock been taken, since.
+    const ws = await getWorkspace(ctx, id, trx);
+    await checkDeletable(ctx, trx, ws, opts.safe === true);
     const runIds = trx.selectFrom("runs").select("id").where("workspace_id", "=", ws.id);
     const jobIds = trx.selectFrom("jobs").select("id").where("workspace_id", "=", ws.id);
     await trx.deleteFrom("log_chunks").where("job_id", "in", jobIds).execute();
