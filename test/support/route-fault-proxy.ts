@@ -1,17 +1,33 @@
-import { createServer, request, type IncomingMessage, type ServerResponse } from "node:http";
+import { createServer, request, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
 
 /**
  * What the proxy does to a request whose method and path match: `fail` answers `status` itself;
  * `stall` reads the body and never answers (a server gone quiet mid-call); `slow upload` and
  * `slow download` pass the request's or the answer's body on over `ms`, in pieces, as a slow
- * link would (bytes keep coming, the whole takes long).
+ * link would (bytes keep coming, the whole takes long); `hold answer` passes the server's answer
+ * on only once `until` has settled, so a test acts between a call's answer and the client's next
+ * call (another writer's request landing there).
  */
 export type RouteFault =
   | { kind: "fail"; status: number }
   | { kind: "stall" }
   | { kind: "slow upload"; ms: number }
-  | { kind: "slow download"; ms: number };
+  | { kind: "slow download"; ms: number }
+  | { kind: "hold answer"; until: (request: HeldRequest, answer: HeldAnswer) => Promise<void> };
+
+/** A request whose answer a `hold answer` fault holds: its path with the query, headers and body. */
+export interface HeldRequest {
+  url: string;
+  headers: IncomingHttpHeaders;
+  body: Buffer;
+}
+
+/** The server's answer that a `hold answer` fault holds. */
+export interface HeldAnswer {
+  status: number;
+  body: Buffer;
+}
 
 /** An HTTP proxy in front of one server that misbehaves on the routes a test names. */
 export interface RouteFaultProxy {
@@ -61,8 +77,17 @@ export async function startRouteFaultProxy(target: string): Promise<RouteFaultPr
         const chunks: Buffer[] = [];
         answer.on("data", (c: Buffer) => chunks.push(c));
         answer.on("end", () => {
-          res.writeHead(answer.statusCode ?? 502, answer.headers);
           const whole = Buffer.concat(chunks);
+          if (fault?.kind === "hold answer") {
+            const held = { url: req.url ?? "/", headers: req.headers, body };
+            // A failing `until` is the test's own error: the client gets a 502, the test's assertions say why.
+            void fault.until(held, { status: answer.statusCode ?? 502, body: whole }).then(
+              () => res.writeHead(answer.statusCode ?? 502, answer.headers).end(whole),
+              () => res.writeHead(502).end(),
+            );
+            return;
+          }
+          res.writeHead(answer.statusCode ?? 502, answer.headers);
           if (fault?.kind === "slow download")
             trickle(
               whole,
