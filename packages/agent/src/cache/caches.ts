@@ -1,48 +1,14 @@
 import { messageOf } from "@drover/protocol";
-import type { SettingsSource } from "@drover/protocol";
 import { join } from "node:path";
 import type { Logger } from "pino";
 import type { Dispatcher } from "undici";
 import { defaultClientTimeouts } from "../session/client.js";
 import { proxyDispatcher } from "../net/http-dispatcher.js";
-import type { EngineSettings } from "../shared-settings.js";
-import { engineSettings } from "../shared-settings.js";
+import type { CacheSettings } from "../shared-settings.js";
 import { EngineCache } from "../engines/cache.js";
 import { hashicorpReleaseKey } from "../engines/keys.js";
 import { ModuleCache } from "../modules/cache.js";
 import { ProviderCache } from "../providers/cache.js";
-
-/** The cache settings every kind of agent process reads the same way. */
-export interface CacheSettings {
-  cacheDir: string;
-  providerCacheEnabled: boolean;
-  providerCacheSizeLimitMb: number;
-  moduleCacheEnabled: boolean;
-  moduleCacheSizeLimitMb: number;
-  /** The module cache fetches `git::file://` sources too (DROVER_AGENT_MODULE_CACHE_LOCAL_SOURCES). */
-  moduleCacheLocalSources: boolean;
-  /** The caches may fetch from link-local and metadata addresses (DROVER_AGENT_CACHE_ALLOW_METADATA_ADDRESSES). */
-  cacheAllowMetadataAddresses: boolean;
-  /** Soft limit of the engine releases in `<cache dir>/engines` (DROVER_AGENT_BINARY_CACHE_SIZE_LIMIT_MB). */
-  binaryCacheSizeLimitMb: number;
-  /** Where engine releases come from and whom they are trusted from. */
-  engines: EngineSettings;
-}
-
-/** Reads DROVER_AGENT_CACHE_DIR and the provider and module cache settings. */
-export function cacheSettings(src: SettingsSource): CacheSettings {
-  return {
-    cacheDir: src.get("DROVER_AGENT_CACHE_DIR"),
-    providerCacheEnabled: src.get("DROVER_AGENT_PROVIDER_CACHE_ENABLED"),
-    providerCacheSizeLimitMb: src.get("DROVER_AGENT_PROVIDER_CACHE_SIZE_LIMIT_MB"),
-    moduleCacheEnabled: src.get("DROVER_AGENT_MODULE_CACHE_ENABLED"),
-    moduleCacheSizeLimitMb: src.get("DROVER_AGENT_MODULE_CACHE_SIZE_LIMIT_MB"),
-    moduleCacheLocalSources: src.get("DROVER_AGENT_MODULE_CACHE_LOCAL_SOURCES"),
-    cacheAllowMetadataAddresses: src.get("DROVER_AGENT_CACHE_ALLOW_METADATA_ADDRESSES"),
-    binaryCacheSizeLimitMb: src.get("DROVER_AGENT_BINARY_CACHE_SIZE_LIMIT_MB"),
-    engines: engineSettings(src),
-  };
-}
 
 /** The caches a process's runs share (providers and modules unset when disabled). */
 export interface Caches {

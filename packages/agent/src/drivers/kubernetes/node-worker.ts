@@ -12,11 +12,11 @@ import type { LogFormat, StopAction } from "../../config.js";
 import { SafeDir } from "../../job/safe-dir.js";
 import { apiClientWithDeadline, defaultApiTimeoutMs } from "./api-deadline.js";
 import { labels, nodeCacheDir, nodeReadyDir, nodeRunDir } from "./job-spec.js";
-import { cacheDispatcher, cacheSettings, openCaches, type CacheSettings, type Caches } from "../../cache/caches.js";
+import { cacheDispatcher, openCaches, type Caches } from "../../cache/caches.js";
 import { podNamespace } from "./settings.js";
 import { startInformer, type Informer } from "./informer.js";
 import { superviseJob, supervisionSettings, type WorkerSettings } from "./worker.js";
-import { otlpSettings } from "../../shared-settings.js";
+import { cacheSettings, otlpSettings, type CacheSettings } from "../../shared-settings.js";
 
 /** Settings of `drover agent node-worker`, the per-node worker of the agent-k8s design. */
 export interface NodeWorkerSettings {

@@ -6,7 +6,13 @@ import {
   messageOf,
 } from "@drover/protocol";
 import { startTelemetryIfSet, type RunTracer } from "@drover/runtime";
-import { otlpSettings, stopAndTrustSettings, type OtlpSettings } from "../../shared-settings.js";
+import {
+  cacheSettings,
+  otlpSettings,
+  stopAndTrustSettings,
+  type CacheSettings,
+  type OtlpSettings,
+} from "../../shared-settings.js";
 import { readFileSync } from "node:fs";
 import { hostname } from "node:os";
 import { join } from "node:path";
@@ -18,7 +24,7 @@ import { MetricSet } from "../../metrics.js";
 import { JobRun, type JobSettings } from "../../job/job.js";
 import { ExecLoopRunner } from "../../runners/exec-loop.js";
 import { SafeDir } from "../../job/safe-dir.js";
-import { cacheDispatcher, cacheSettings, openCaches, type CacheSettings, type Caches } from "../../cache/caches.js";
+import { cacheDispatcher, openCaches, type Caches } from "../../cache/caches.js";
 
 /** Where the controller's Secret (job token + assignment) is mounted in the worker container. */
 export const defaultJobSecretDir = settingsTable.DROVER_WORKER_SECRET_DIR.default;
