@@ -52,7 +52,7 @@ export function VariablesTab(props: { ws: Workspace }) {
                     <td>
                       <code>{v.key}</code>
                     </td>
-                    <td>{v.kind === "env" ? "environment" : "terraform"}</td>
+                    <td>{kindName(v.kind)}</td>
                     <td>{v.hcl ? "HCL" : <span class="muted">string</span>}</td>
                     <td>{v.sensitive ? <span class="muted">sensitive — write-only</span> : <code>{v.value}</code>}</td>
                     <td>
@@ -88,7 +88,8 @@ export function VariablesTab(props: { ws: Workspace }) {
 }
 
 const identity = (v: Variable) => `${v.kind}:${v.key}`;
-const named = (v: Variable) => `${v.kind === "env" ? "environment" : "terraform"} variable ${v.key}`;
+const kindName = (kind: VariableKind) => (kind === "env" ? "environment" : "terraform");
+const named = (v: Variable) => `${kindName(v.kind)} variable ${v.key}`;
 
 function VariableForm(props: { ws: Workspace; existing?: Variable; onDone: () => void; onCancel?: () => void }) {
   const old = props.existing;
@@ -99,6 +100,7 @@ function VariableForm(props: { ws: Workspace; existing?: Variable; onDone: () =>
   const [hcl, setHcl] = useState(old?.hcl ?? false);
   const [error, setError] = useState<Error | null>(null);
   const [busy, setBusy] = useState(false);
+  const wasSensitive = old?.sensitive === true;
   const id = (field: string) => `var-${old ? identity(old) : "new"}-${field}`;
   return (
     <form
@@ -109,6 +111,10 @@ function VariableForm(props: { ws: Workspace; existing?: Variable; onDone: () =>
         setBusy(true);
         setError(null);
         try {
+          // The API sets a variable whether or not it exists: adding one whose key is taken would
+          // replace it unseen, so the form checks the workspace's variables as they are now.
+          if (!old && (await api.variables(props.ws.id)).items.some((v) => v.kind === kind && v.key === key))
+            throw new Error(`a ${kindName(kind)} variable ${key} already exists; edit it instead`);
           await api.setVariable(props.ws.id, key, { value, kind, sensitive, hcl: hcl && kind === "terraform" });
           if (!old) {
             setKey("");
@@ -132,19 +138,35 @@ function VariableForm(props: { ws: Workspace; existing?: Variable; onDone: () =>
         pattern={kind === "env" ? "[A-Za-z_][A-Za-z0-9_]*" : "[A-Za-z_][A-Za-z0-9_\\-]*"}
       />
       <label for={id("value")}>Value</label>
+      {/* The old value of a sensitive variable is write-only: the page cannot send it back, so an
+          edit, sensitive or not, needs the value again; an empty field would replace the secret. */}
       {sensitive ? (
         <input
           id={id("value")}
           type="password"
           autoComplete="off"
           value={value}
-          required={old?.sensitive ?? false}
-          placeholder={old?.sensitive ? "a new value (the old one cannot be shown)" : ""}
+          required={wasSensitive}
+          aria-describedby={wasSensitive ? id("hint") : undefined}
           onInput={(e) => setValue(e.currentTarget.value)}
         />
       ) : (
-        <textarea id={id("value")} rows={2} value={value} onInput={(e) => setValue(e.currentTarget.value)} />
+        <textarea
+          id={id("value")}
+          rows={2}
+          value={value}
+          required={wasSensitive}
+          aria-describedby={wasSensitive ? id("hint") : undefined}
+          onInput={(e) => setValue(e.currentTarget.value)}
+        />
       )}
+      {wasSensitive ? (
+        <p id={id("hint")} class="muted">
+          {sensitive
+            ? "Enter the value again or a new one: the old value is write-only and cannot be shown."
+            : "No longer sensitive: enter its value, which will be shown. The old value is write-only and cannot be shown."}
+        </p>
+      ) : null}
       <label for={id("kind")}>Kind</label>
       {/* The kind is part of what the variable is: another kind is another variable, added below. */}
       <select

@@ -1,0 +1,96 @@
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { routes } from "@drover/protocol";
+import type { Browser, Page } from "playwright-core";
+import { launchBrowser, signIn, watchedContext } from "../support/browser.js";
+import { startTestServer, type TestServer } from "../support/server.js";
+
+// The variables tab's forms, where a slip replaces a value nobody can read back: a sensitive
+// value is write-only, and the API's PUT sets a variable whether or not it exists.
+
+let server: TestServer;
+let browser: Browser;
+let page: Page;
+let problems: () => string[];
+
+before(async () => {
+  server = await startTestServer();
+  await server.api(routes.createPool, { body: { name: "p" } });
+  browser = await launchBrowser();
+  const watched = await watchedContext(browser);
+  problems = watched.problems;
+  page = await watched.context.newPage();
+  page.setDefaultTimeout(30_000);
+  await signIn(page, server.url, server.adminToken);
+});
+after(async () => {
+  await browser?.close();
+  await server?.close();
+});
+
+async function workspaceWith(name: string, vars: Record<string, { value: string; sensitive?: boolean }>) {
+  const ws = await server.api(routes.createWorkspace, { body: { name, pool: "p" } });
+  assert.equal(ws.status, 201, JSON.stringify(ws.body));
+  for (const [key, v] of Object.entries(vars)) {
+    const set = await server.api(routes.setVariable, {
+      params: { ws: name, key },
+      body: { value: v.value, kind: "terraform", sensitive: v.sensitive ?? false, hcl: false },
+    });
+    assert.equal(set.status, 200, JSON.stringify(set.body));
+  }
+}
+
+async function variables(ws: string): Promise<Record<string, { value: string | null; sensitive: boolean }>> {
+  const res = await server.api(routes.listVariables, { params: { ws } });
+  return Object.fromEntries(res.body.items.map((v: any) => [`${v.kind}:${v.key}`, v]));
+}
+
+/** Whether the browser refuses to submit `field`'s form because the field is empty and required. */
+const missing = (field: ReturnType<Page["getByLabel"]>) =>
+  field.evaluate((el) => (el as unknown as { validity: { valueMissing: boolean } }).validity.valueMissing);
+
+test("a sensitive variable turned non-sensitive needs its value again; an empty field never replaces the secret", async () => {
+  await workspaceWith("secrets", { password: { value: "old-secret", sensitive: true } });
+  await page.goto(`${server.url}/app/workspaces/secrets/variables`);
+  await page.getByRole("button", { name: "Edit terraform variable password" }).click();
+  const edit = page.getByRole("form", { name: "Edit terraform variable password" });
+
+  // Kept sensitive, the field must be filled (the API has no "keep the old value").
+  assert.equal(await missing(edit.getByLabel("Value")), true, "an empty field is refused while sensitive");
+  await edit.getByLabel(/Sensitive/).uncheck();
+  const value = edit.getByLabel("Value");
+  assert.equal(await missing(value), true, "an empty field is refused once unticked");
+  await edit.getByText("No longer sensitive: enter its value").waitFor();
+  await edit.getByRole("button", { name: "Save" }).click();
+  assert.deepEqual(
+    [(await variables("secrets"))["terraform:password"]?.sensitive, await edit.isVisible()],
+    [true, true],
+    "nothing was sent: the secret is still there, the form still open",
+  );
+
+  await value.fill("now-plain");
+  await edit.getByRole("button", { name: "Save" }).click();
+  await page.getByRole("cell", { name: "now-plain" }).waitFor();
+  const after = (await variables("secrets"))["terraform:password"];
+  assert.deepEqual([after?.sensitive, after?.value], [false, "now-plain"]);
+  assert.deepEqual(problems(), []);
+});
+
+test("adding a variable whose key is taken is refused and the existing one kept; another kind may share the key", async () => {
+  await workspaceWith("dups", { region: { value: "eu-west-1" } });
+  await page.goto(`${server.url}/app/workspaces/dups/variables`);
+  await page.getByRole("cell", { name: "eu-west-1" }).waitFor();
+  const add = page.getByRole("form", { name: "Add a variable" });
+  await add.getByLabel("Key").fill("region");
+  await add.getByLabel("Value").fill("us-east-1");
+  await add.getByRole("button", { name: "Add variable" }).click();
+  await add.getByRole("alert").getByText("a terraform variable region already exists; edit it instead").waitFor();
+  assert.equal((await variables("dups"))["terraform:region"]?.value, "eu-west-1", "the existing value is kept");
+
+  await add.getByLabel("Kind").selectOption("env");
+  await add.getByRole("button", { name: "Add variable" }).click();
+  await page.getByRole("cell", { name: "us-east-1" }).waitFor();
+  const vars = await variables("dups");
+  assert.deepEqual([vars["terraform:region"]?.value, vars["env:region"]?.value], ["eu-west-1", "us-east-1"]);
+  assert.deepEqual(problems(), []);
+});
