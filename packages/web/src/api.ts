@@ -40,6 +40,18 @@ export class ApiError extends Error {
   }
 }
 
+/**
+ * The server could not be reached: no connection (the browser's fetch says only "Failed to
+ * fetch"), or a proxy in front of it answered 502, 503 or 504 with a page of its own.
+ */
+export class UnreachableError extends ApiError {
+  constructor(readonly reason: string) {
+    super(0, "unreachable", `Cannot reach the Drover server (${reason}); check the connection, or try again shortly.`);
+  }
+}
+
+const proxyFailures = new Set([502, 503, 504]);
+
 let csrfToken: string | null = null;
 const signedOutListeners = new Set<() => void>();
 
@@ -68,13 +80,19 @@ async function call(method: Method, path: string, body?: unknown, retried = fals
   if (body !== undefined) headers["content-type"] = "application/json";
   const sent = csrfToken;
   if (method !== "GET" && sent !== null) headers[csrfHeader] = sent;
-  const res = await fetch(path, {
-    method,
-    headers,
-    credentials: "same-origin",
-    cache: "no-store",
-    ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-  });
+  let res: Response;
+  try {
+    res = await fetch(path, {
+      method,
+      headers,
+      credentials: "same-origin",
+      cache: "no-store",
+      ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+    });
+  } catch {
+    // fetch rejects only when no answer came (refused, reset, offline), with a message that says nothing.
+    throw new UnreachableError("no connection");
+  }
   if (res.ok) return res;
   // Signing in again (in another tab) replaced the session and its CSRF token: a change refused
   // for that is sent once more with the current session's token.
@@ -87,7 +105,8 @@ async function call(method: Method, path: string, body?: unknown, retried = fals
     code = answer.error ?? code;
     message = answer.message ?? message;
   } catch {
-    // Not a JSON error body (a proxy's page): the status line says enough.
+    // Not a JSON error body: a proxy's page, which for these answers means the server is not there.
+    if (proxyFailures.has(res.status)) throw new UnreachableError(message);
   }
   if (res.status === 401 && path !== sessionPath) for (const listener of signedOutListeners) listener();
   throw new ApiError(res.status, code, message);

@@ -1,5 +1,5 @@
-import { useEffect, useState } from "preact/hooks";
-import { api, ApiError, onSignedOut } from "./api.js";
+import { useEffect, useRef, useState } from "preact/hooks";
+import { api, ApiError, onSignedOut, UnreachableError } from "./api.js";
 import { ErrorNote, later, Link, Loading } from "./components.js";
 import { disconnectLive } from "./live.js";
 import { HomePage } from "./pages/home.js";
@@ -13,33 +13,67 @@ import { parseRoute, paths, useLocation, type Route } from "./router.js";
 
 type SessionState = "checking" | "signed-in" | "signed-out";
 
+/** The wait before checking the session again after the server could not be reached; it doubles up to the last. */
+const firstRetryMs = 1000;
+const lastRetryMs = 15_000;
+
 /** The whole UI: the sign-in gate, the navigation and the page of the current path. */
 export function App() {
   const [session, setSession] = useState<SessionState>("checking");
   const [error, setError] = useState<Error | null>(null);
+  const [unreachable, setUnreachable] = useState<{ error: Error; retryInMs: number } | null>(null);
+  const [check, setCheck] = useState(0);
+  const failures = useRef(0);
   const location = useLocation();
   const route = parseRoute(location.pathname);
 
+  // The session is checked until the server answers: a server restarting, or a proxy that cannot
+  // reach it yet, must not leave the tab on an error page for good.
   useEffect(() => {
+    let retry: ReturnType<typeof setTimeout> | undefined;
+    let current = true;
     api.session().then(
       () => {
+        if (!current) return;
         // Already signed in: a sign-in link's token has nothing to do and must not stay in the address bar.
         const here = window.location;
         if (here.hash.includes("token=")) history.replaceState(null, "", here.pathname + here.search);
+        failures.current = 0;
+        setUnreachable(null);
         setSession("signed-in");
       },
       (err: unknown) => {
-        if (err instanceof ApiError && err.status === 401) setSession("signed-out");
-        else setError(err instanceof Error ? err : new Error(String(err)));
+        if (!current) return;
+        if (err instanceof ApiError && err.status === 401) {
+          setUnreachable(null);
+          setSession("signed-out");
+          return;
+        }
+        const retryInMs = Math.min(firstRetryMs * 2 ** failures.current, lastRetryMs);
+        failures.current++;
+        setUnreachable({ error: err instanceof Error ? err : new Error(String(err)), retryInMs });
+        retry = setTimeout(() => setCheck((n) => n + 1), retryInMs);
       },
     );
-    return onSignedOut(() => {
-      disconnectLive();
-      setSession("signed-out");
-    });
-  }, []);
+    return () => {
+      current = false;
+      clearTimeout(retry);
+    };
+  }, [check]);
+  useEffect(
+    () =>
+      onSignedOut(() => {
+        disconnectLive();
+        setSession("signed-out");
+      }),
+    [],
+  );
 
   if (error) return <ErrorNote error={error} />;
+  if (session === "checking" && unreachable)
+    return (
+      <Unreachable error={unreachable.error} retryInMs={unreachable.retryInMs} onRetry={() => setCheck((n) => n + 1)} />
+    );
   if (session === "checking") return <Loading />;
   if (session === "signed-out") return <SignInPage onSignedIn={() => setSession("signed-in")} />;
   const signOut = async () => {
@@ -128,4 +162,23 @@ function Page(props: { route: Route }) {
         </section>
       );
   }
+}
+
+/** The page while the session cannot be checked: why, when the next try is, and a way to try now. */
+function Unreachable(props: { error: Error; retryInMs: number; onRetry: () => void }) {
+  useEffect(() => {
+    document.title = "Cannot reach the server · Drover";
+  }, []);
+  const why = props.error instanceof UnreachableError ? props.error.reason : props.error.message;
+  return (
+    <main id="main" class="sign-in">
+      <h1>Cannot reach the Drover server</h1>
+      <p role="status">
+        Retrying in {Math.round(props.retryInMs / 1000)} s… (last try: {why})
+      </p>
+      <button type="button" class="primary" onClick={props.onRetry}>
+        Retry now
+      </button>
+    </main>
+  );
 }
