@@ -94,3 +94,51 @@ test("adding a variable whose key is taken is refused and the existing one kept;
   assert.deepEqual([vars["terraform:region"]?.value, vars["env:region"]?.value], ["eu-west-1", "us-east-1"]);
   assert.deepEqual(problems(), []);
 });
+
+/** Words of the page's tables and buttons (values aside) that a line break cuts. */
+function brokenWords(p: Page): Promise<string[]> {
+  return p.evaluate(() => {
+    const doc = (globalThis as any).document;
+    const broken: string[] = [];
+    for (const root of doc.querySelectorAll("main table, main button")) {
+      const walker = doc.createTreeWalker(root, 4 /* NodeFilter.SHOW_TEXT */);
+      for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+        // A variable's value is data, which may break anywhere.
+        if (node.parentElement?.closest("td.value")) continue;
+        // A break after a hyphen is where a line may end; one inside letters is not.
+        for (const match of (node.data as string).matchAll(/[^\s-]+/g)) {
+          const range = doc.createRange();
+          range.setStart(node, match.index);
+          range.setEnd(node, match.index + match[0].length);
+          const tops = new Set([...range.getClientRects()].map((r: any) => Math.round(r.top)));
+          if (tops.size > 1) broken.push(match[0]);
+        }
+      }
+    }
+    return broken;
+  });
+}
+
+test("at 375 px wide, table cells and buttons keep their words whole and the page does not scroll sideways", async () => {
+  await workspaceWith("narrow-screen-with-a-rather-long-workspace-name", {
+    a_rather_long_variable_name_for_a_narrow_screen: { value: "eu-west-1,eu-central-1,us-east-1,us-west-2" },
+    password: { value: "secret", sensitive: true },
+  });
+  await server.api(routes.createUserToken, { body: { description: "a token with a long description" } });
+  await page.setViewportSize({ width: 375, height: 800 });
+  try {
+    for (const path of [
+      "/app/workspaces/narrow-screen-with-a-rather-long-workspace-name/variables",
+      "/app/workspaces",
+      "/app/tokens",
+    ]) {
+      await page.goto(`${server.url}${path}`);
+      await page.locator("main table").first().waitFor();
+      assert.deepEqual(await brokenWords(page), [], `${path}: no word is cut by a line break`);
+      const width = await page.evaluate(() => (globalThis as any).document.documentElement.scrollWidth as number);
+      assert.ok(width <= 375, `${path} needs no sideways scrolling at 375 px (${width})`);
+    }
+  } finally {
+    await page.setViewportSize({ width: 1280, height: 800 });
+  }
+});

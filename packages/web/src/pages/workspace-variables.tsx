@@ -54,7 +54,9 @@ export function VariablesTab(props: { ws: Workspace }) {
                     </td>
                     <td>{kindName(v.kind)}</td>
                     <td>{v.hcl ? "HCL" : <span class="muted">string</span>}</td>
-                    <td>{v.sensitive ? <span class="muted">sensitive — write-only</span> : <code>{v.value}</code>}</td>
+                    <td class="value">
+                      {v.sensitive ? <span class="muted">sensitive — write-only</span> : <code>{v.value}</code>}
+                    </td>
                     <td>
                       <Time at={v.updatedAt} />
                     </td>
