@@ -22,6 +22,16 @@ export function RunPage(props: { workspace: string; id: string }) {
   if (run.error) return <ErrorNote error={run.error} />;
   if (run.data === undefined) return <Loading />;
   const r = run.data;
+  // The workspace in the address is not trusted: a run of another workspace is not found there.
+  if (props.workspace !== r.workspaceName && props.workspace !== r.workspaceId)
+    return (
+      <section>
+        <PageTitle>Not found</PageTitle>
+        <p>
+          Workspace <Link href={paths.workspace(props.workspace)}>{props.workspace}</Link> has no run {props.id}.
+        </p>
+      </section>
+    );
   const shown = phase ?? (r.applyJobId ? "apply" : "plan");
   return (
     <>
@@ -29,7 +39,7 @@ export function RunPage(props: { workspace: string; id: string }) {
         sub={
           <p>
             <Status value={r.status} /> in workspace{" "}
-            <Link href={paths.workspace(props.workspace)}>{props.workspace}</Link>
+            <Link href={paths.workspace(r.workspaceName)}>{r.workspaceName}</Link>
           </p>
         }
       >
@@ -89,7 +99,7 @@ export function RunPage(props: { workspace: string; id: string }) {
             <span class="destroy">−{r.planSummary.destroy} to destroy</span>
           </p>
         ) : (
-          <p class="muted">No plan yet.</p>
+          <p class="muted">{terminal.has(r.status) ? "No plan: the run ended before planning." : "No plan yet."}</p>
         )}
         <ErrorNote error={plan.error} />
         {plan.data ? <ResourceChanges plan={plan.data} /> : null}
