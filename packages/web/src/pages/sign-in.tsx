@@ -59,7 +59,7 @@ export function SignInPage(props: { onSignedIn: () => void }) {
         />
         <p id="token-help" class="muted">
           A user API token (<code>drv_u_…</code>): the admin token of <code>npm start</code>, or one made with{" "}
-          <code>drover token create</code>.
+          <code>drover user-token create</code>.
         </p>
         {fromLink && (
           <p role="note">

@@ -84,7 +84,10 @@ function RunsTab(props: { ws: Workspace }) {
     return (
       <>
         <RepositoryLink ws={props.ws} />
-        <p class="muted">No run yet: drover run --workspace {props.ws.name} in a configuration directory.</p>
+        <p class="muted">
+          No run yet: start one from a configuration directory with{" "}
+          <code>drover run start &lt;dir&gt; --workspace {props.ws.name}</code>.
+        </p>
       </>
     );
   return (
