@@ -635,7 +635,13 @@ test("a page whose session is ended in another tab shows the sign-in page by its
   await other.goto(`${stack.server.url}/app`);
   await other.getByRole("button", { name: "Sign out" }).click();
   await other.getByLabel("API token").waitFor();
+  assert.equal(await other.getByText("Your session has ended").count(), 0, "a sign-out of one's own needs no notice");
   await other.close();
-  // Nothing clicked here: the live stream, refused for the ended session, signs the page out.
+  // Nothing clicked here: the live stream, refused for the ended session, signs the page out,
+  // and the sign-in page says why it is back.
   await page.getByLabel("API token").waitFor();
+  await page
+    .getByRole("status")
+    .getByText(/^Your session has ended: signed out in another tab, or its token/)
+    .waitFor();
 });

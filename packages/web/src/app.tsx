@@ -21,6 +21,8 @@ const lastRetryMs = 15_000;
 export function App() {
   const [session, setSession] = useState<SessionState>("checking");
   const [error, setError] = useState<Error | null>(null);
+  // Set when the server refused this tab's session: the sign-in page then says why it is back.
+  const [sessionEnded, setSessionEnded] = useState(false);
   const [unreachable, setUnreachable] = useState<{ error: Error; retryInMs: number } | null>(null);
   const [check, setCheck] = useState(0);
   const failures = useRef(0);
@@ -64,6 +66,7 @@ export function App() {
     () =>
       onSignedOut(() => {
         disconnectLive();
+        setSessionEnded(true);
         setSession("signed-out");
       }),
     [],
@@ -75,7 +78,16 @@ export function App() {
       <Unreachable error={unreachable.error} retryInMs={unreachable.retryInMs} onRetry={() => setCheck((n) => n + 1)} />
     );
   if (session === "checking") return <Loading />;
-  if (session === "signed-out") return <SignInPage onSignedIn={() => setSession("signed-in")} />;
+  if (session === "signed-out")
+    return (
+      <SignInPage
+        sessionEnded={sessionEnded}
+        onSignedIn={() => {
+          setSessionEnded(false);
+          setSession("signed-in");
+        }}
+      />
+    );
   const signOut = async () => {
     // The page says signed out only once the server has ended the session.
     try {

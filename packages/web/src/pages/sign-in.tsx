@@ -8,7 +8,7 @@ import { ErrorNote } from "../components.js";
  * field, and the user signs in. Never by itself: a link from someone else would sign this
  * browser in to their account, and what the user then made would be theirs.
  */
-export function SignInPage(props: { onSignedIn: () => void }) {
+export function SignInPage(props: { onSignedIn: () => void; sessionEnded?: boolean }) {
   const [token, setToken] = useState("");
   const [fromLink, setFromLink] = useState(false);
   const [busy, setBusy] = useState(false);
@@ -40,6 +40,11 @@ export function SignInPage(props: { onSignedIn: () => void }) {
   return (
     <main id="main" class="sign-in">
       <h1>Sign in to Drover</h1>
+      {props.sessionEnded ? (
+        <p role="status">
+          Your session has ended: signed out in another tab, or its token was revoked or expired. Sign in again.
+        </p>
+      ) : null}
       <form
         onSubmit={(e) => {
           e.preventDefault();
