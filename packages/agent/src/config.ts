@@ -3,7 +3,7 @@ import {
   cacheSettings,
   otlpSettings,
   stopAndTrustSettings,
-  type EngineSettings,
+  type CacheSettings,
   type OtlpSettings,
 } from "./shared-settings.js";
 import {
@@ -51,20 +51,10 @@ export interface SessionConfig {
 }
 
 /** The run agent's (and controller's) compiled configuration; durations in milliseconds. */
-export interface AgentConfig extends SessionConfig {
+export interface AgentConfig extends SessionConfig, CacheSettings {
   driver: "local" | "kubernetes" | "docker";
   concurrency: number;
   single: boolean;
-  cacheDir: string;
-  providerCacheEnabled: boolean;
-  providerCacheSizeLimitMb: number;
-  moduleCacheEnabled: boolean;
-  moduleCacheSizeLimitMb: number;
-  moduleCacheLocalSources: boolean;
-  cacheAllowMetadataAddresses: boolean;
-  binaryCacheSizeLimitMb: number;
-  /** Where the engine versions workspaces ask for come from, and what is trusted (local driver). */
-  engines: EngineSettings;
   stopAction: StopAction;
   /** The pod this process runs in, inside Kubernetes (a telemetry resource attribute). */
   kubernetesPod: string | undefined;
