@@ -33,6 +33,7 @@ export function RunPage(props: { workspace: string; id: string }) {
       </section>
     );
   const shown = phase ?? (r.applyJobId ? "apply" : "plan");
+  const startedAt = firstStart(jobs.data?.items);
   return (
     <>
       <PageTitle
@@ -49,12 +50,20 @@ export function RunPage(props: { workspace: string; id: string }) {
       <section aria-labelledby="run-about">
         <h2 id="run-about">About</h2>
         <dl class="facts">
-          <dt>Started</dt>
+          <dt>Created</dt>
           <dd>
             <Time at={r.createdAt} />
             {r.createdBy ? ` by “${r.createdBy}”` : ""} from configuration version{" "}
             <code>{r.configurationVersionId}</code>
           </dd>
+          {startedAt ? (
+            <>
+              <dt>Started</dt>
+              <dd>
+                <Time at={startedAt} />
+              </dd>
+            </>
+          ) : null}
           {r.source ? <SourceFacts source={r.source} /> : null}
           {r.message ? (
             <>
@@ -237,6 +246,15 @@ function Timeline(props: { run: Run; jobs: Job[] | undefined }) {
         </li>
       </ol>
     </section>
+  );
+}
+
+/** When the run started: its first job's start (a run waits queued until an agent takes a job), if any has. */
+function firstStart(jobs: Job[] | undefined): string | null {
+  const starts = (jobs ?? []).flatMap((job) => (job.startedAt ? [job.startedAt] : []));
+  return starts.reduce<string | null>(
+    (first, at) => (first === null || Date.parse(at) < Date.parse(first) ? at : first),
+    null,
   );
 }
 

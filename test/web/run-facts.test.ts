@@ -1,0 +1,72 @@
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+import { routes } from "@drover/protocol";
+import type { Browser, Page } from "playwright-core";
+import { launchBrowser, signIn, watchedContext } from "../support/browser.js";
+import { startStack, writeConfig, type Stack } from "../support/stack.js";
+
+// What a run's page says about the run with a real agent and real terraform: when it was
+// created and when it started.
+
+let stack: Stack;
+let browser: Browser;
+let page: Page;
+let problems: () => string[];
+
+before(async () => {
+  stack = await startStack();
+  await stack.startAgent("facts-agent");
+  browser = await launchBrowser();
+  const watched = await watchedContext(browser);
+  problems = watched.problems;
+  page = await watched.context.newPage();
+  page.setDefaultTimeout(90_000);
+  await signIn(page, stack.server.url, stack.server.adminToken);
+});
+after(async () => {
+  await browser?.close();
+  await stack?.stop();
+});
+
+async function workspace(name: string, pool = stack.pool, autoApply = false): Promise<void> {
+  const res = await stack.server.api(routes.createWorkspace, { body: { name, pool, autoApply } });
+  assert.equal(res.status, 201, JSON.stringify(res.body));
+}
+
+/** The About section's facts as term → text. */
+async function facts(p: Page): Promise<Record<string, string>> {
+  const about = p.getByRole("region", { name: "About" });
+  await about.locator("dt").first().waitFor();
+  const terms = await about.locator("dt").allTextContents();
+  const texts = await about.locator("dd").allTextContents();
+  return Object.fromEntries(terms.map((t, i) => [t, texts[i] ?? ""]));
+}
+
+test("a run says when it was created, and when it started only once a job has started", async () => {
+  // A pool without agents: its run stays queued.
+  const idle = await stack.createPool("idle");
+  await workspace("waiting", idle.pool);
+  const dir = writeConfig(stack.dir, "facts-config", { "main.tf": 'resource "terraform_data" "x" {}\n' });
+  const queued = await stack.startRun(dir, "waiting");
+  await page.goto(`${stack.server.url}/app/workspaces/waiting/runs/${queued}`);
+  const before = await facts(page);
+  assert.match(before.Created ?? "", /ago|now/, JSON.stringify(before));
+  assert.equal(before.Started, undefined, `a queued run has not started: ${JSON.stringify(before)}`);
+
+  await workspace("ran");
+  const ran = await stack.startRun(dir, "ran", ["--plan-only"]);
+  await stack.waitForRun(ran, ["planned_and_finished"]);
+  const jobs = await stack.server.api(routes.listRunJobs, { params: { id: ran } });
+  const startedAt = (jobs.body.items as { startedAt: string | null }[])
+    .map((j) => j.startedAt)
+    .filter((t): t is string => t !== null)
+    .sort()[0];
+  assert.ok(startedAt, JSON.stringify(jobs.body));
+  const run = await stack.server.api(routes.getRun, { params: { id: ran } });
+  await page.goto(`${stack.server.url}/app/workspaces/ran/runs/${ran}`);
+  const about = page.getByRole("region", { name: "About" });
+  await about.locator("dt", { hasText: /^Started$/ }).waitFor();
+  const times = await about.locator("time").evaluateAll((els) => els.map((e) => e.getAttribute("datetime")));
+  assert.deepEqual(times, [run.body.createdAt, startedAt], "Created, then Started at the first job's start");
+  assert.deepEqual(problems(), []);
+});
