@@ -6,7 +6,7 @@ import { routes } from "@drover/protocol";
 import type { Browser, Page } from "playwright-core";
 import { queueRun } from "../support/agent-client.js";
 import { rawTarGz } from "../support/archives.js";
-import { launchBrowser, signIn, watchedContext } from "../support/browser.js";
+import { accessibilityViolations, launchBrowser, signIn, watchedContext } from "../support/browser.js";
 import { startTestServer, type TestServer } from "../support/server.js";
 
 // What the run pages and the empty states tell a user: which workspace a run is of, why a run
@@ -47,6 +47,19 @@ test("a run is shown only under its own workspace; one that ended before plannin
   await page.locator(".page-title").getByText("canceled in workspace app").waitFor();
   await page.getByText("No plan: the run ended before planning.").waitFor();
   assert.equal(await page.getByText("No plan yet.").count(), 0);
+  assert.deepEqual(problems(), []);
+});
+
+test("a missing workspace or run says Not found, shows no workspace tabs and links back to the workspaces", async () => {
+  for (const path of ["/app/workspaces/no-such-workspace/variables", "/app/workspaces/app/runs/run-nonexistent"]) {
+    await page.goto(`${server.url}${path}`);
+    await page.getByRole("heading", { level: 1, name: "Not found" }).waitFor();
+    assert.equal(await page.getByRole("navigation", { name: "Workspace" }).count(), 0, `${path} shows no tabs`);
+    assert.deepEqual(await accessibilityViolations(page), [], path);
+    await page.getByRole("main").getByRole("link", { name: "workspaces" }).click();
+    await page.getByRole("heading", { level: 1, name: "Workspaces" }).waitFor();
+    assert.equal(new URL(page.url()).pathname, "/app/workspaces");
+  }
   assert.deepEqual(problems(), []);
 });
 

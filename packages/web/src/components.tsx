@@ -1,7 +1,8 @@
 import type { RunSource } from "@drover/protocol";
 import type { ComponentChildren } from "preact";
 import { useEffect, useRef, useState } from "preact/hooks";
-import { onLinkClick } from "./router.js";
+import { ApiError } from "./api.js";
+import { onLinkClick, paths } from "./router.js";
 
 /*
  * Pieces every page uses. Values from the server are only ever placed as text children or
@@ -216,5 +217,25 @@ export function PageTitle(props: { children: string; sub?: ComponentChildren }) 
       <h1>{props.children}</h1>
       {props.sub}
     </header>
+  );
+}
+
+/** Whether a load failed because what the address names does not exist. */
+export const isNotFound = (error: Error | null | undefined): boolean =>
+  error instanceof ApiError && error.status === 404;
+
+/**
+ * The page for an address that names no workspace or run: a heading to say so, what is missing,
+ * and the way back, instead of the frame of a page that has nothing to show.
+ */
+export function NotFound(props: { children: ComponentChildren }) {
+  return (
+    <section>
+      <PageTitle>Not found</PageTitle>
+      <p>{props.children}</p>
+      <p>
+        <Link href={paths.workspaces()}>All workspaces</Link>
+      </p>
+    </section>
   );
 }

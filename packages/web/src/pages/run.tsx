@@ -1,7 +1,18 @@
 import type { Job, Run, RunSource } from "@drover/protocol";
 import { useEffect, useRef, useState } from "preact/hooks";
 import { api, type PlanJson } from "../api.js";
-import { ConfirmButton, ErrorNote, Link, Loading, OutsideLink, PageTitle, Status, Time } from "../components.js";
+import {
+  ConfirmButton,
+  ErrorNote,
+  isNotFound,
+  Link,
+  Loading,
+  NotFound,
+  OutsideLink,
+  PageTitle,
+  Status,
+  Time,
+} from "../components.js";
 import { useLive } from "../live.js";
 import { LogBuffer } from "../log/log-buffer.js";
 import { LogView } from "../log/log-view.js";
@@ -19,18 +30,16 @@ export function RunPage(props: { workspace: string; id: string }) {
   const plan = useResource(() => (hasPlan ? api.runPlan(props.id) : Promise.resolve(null)), [props.id, hasPlan]);
   const [phase, setPhase] = useState<"plan" | "apply" | null>(null);
 
+  if (isNotFound(run.error)) return <NotFound>There is no run {props.id}.</NotFound>;
   if (run.error) return <ErrorNote error={run.error} />;
   if (run.data === undefined) return <Loading />;
   const r = run.data;
   // The workspace in the address is not trusted: a run of another workspace is not found there.
   if (props.workspace !== r.workspaceName && props.workspace !== r.workspaceId)
     return (
-      <section>
-        <PageTitle>Not found</PageTitle>
-        <p>
-          Workspace <Link href={paths.workspace(props.workspace)}>{props.workspace}</Link> has no run {props.id}.
-        </p>
-      </section>
+      <NotFound>
+        Workspace <Link href={paths.workspace(props.workspace)}>{props.workspace}</Link> has no run {props.id}.
+      </NotFound>
     );
   const shown = phase ?? (r.applyJobId ? "apply" : "plan");
   const startedAt = firstStart(jobs.data?.items);

@@ -1,6 +1,6 @@
 import type { Workspace } from "@drover/protocol";
 import { api } from "../api.js";
-import { ErrorNote, Link, Loading, PageTitle, SourceBrief, Status, Time } from "../components.js";
+import { ErrorNote, isNotFound, Link, Loading, NotFound, PageTitle, SourceBrief, Status, Time } from "../components.js";
 import { useResource } from "../resource.js";
 import { navigate, paths, useLocation, workspaceTabs, type WorkspaceTab } from "../router.js";
 import { SettingsTab } from "./workspace-settings.js";
@@ -21,6 +21,7 @@ export function WorkspacePage(props: { name: string; tab: WorkspaceTab }) {
     [props.name],
     (event) => event === "run",
   );
+  if (isNotFound(ws.error)) return <NotFound>There is no workspace {props.name}.</NotFound>;
   return (
     <>
       <PageTitle sub={<p class="muted">Workspace</p>}>{props.name}</PageTitle>
