@@ -2,11 +2,11 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { routes } from "@drover/protocol";
 import type { Browser, Page } from "playwright-core";
-import { launchBrowser, signIn, watchedContext } from "../support/browser.js";
+import { accessibilityViolations, launchBrowser, signIn, watchedContext } from "../support/browser.js";
 import { startStack, writeConfig, type Stack } from "../support/stack.js";
 
 // What a run's page says about the run with a real agent and real terraform: when it was
-// created and when it started.
+// created and when it started, and a long list of changes that does not bury the logs.
 
 let stack: Stack;
 let browser: Browser;
@@ -68,5 +68,30 @@ test("a run says when it was created, and when it started only once a job has st
   await about.locator("dt", { hasText: /^Started$/ }).waitFor();
   const times = await about.locator("time").evaluateAll((els) => els.map((e) => e.getAttribute("datetime")));
   assert.deepEqual(times, [run.body.createdAt, startedAt], "Created, then Started at the first job's start");
+  assert.deepEqual(problems(), []);
+});
+
+test("a plan of 150 changes lists the first 20 until the user asks for all, from the keyboard", async () => {
+  await workspace("many");
+  const dir = writeConfig(stack.dir, "many-config", {
+    "main.tf": 'resource "terraform_data" "n" {\n  count = 150\n  input = count.index\n}\n',
+  });
+  const runId = await stack.startRun(dir, "many", ["--plan-only"]);
+  await stack.waitForRun(runId, ["planned_and_finished"]);
+  await page.goto(`${stack.server.url}/app/workspaces/many/runs/${runId}`);
+  const plan = page.getByRole("region", { name: "Plan" });
+  const rows = plan.getByRole("table", { name: "Resource changes" }).locator("tbody tr");
+  const showAll = plan.getByRole("button", { name: "Show all 150 changes" });
+  await showAll.waitFor();
+  assert.equal(await rows.count(), 20);
+  await plan.getByText("+150 to add").waitFor();
+
+  await showAll.focus();
+  await page.keyboard.press("Enter");
+  await rows.nth(149).waitFor();
+  assert.equal(await rows.count(), 150);
+  assert.equal(await showAll.count(), 0, "nothing more to show");
+  assert.deepEqual(await accessibilityViolations(page), []);
+  await plan.getByText("+150 to add").waitFor();
   assert.deepEqual(problems(), []);
 });

@@ -272,11 +272,38 @@ function actionOf(actions: string[]): string {
   return actions.join(", ") || "no-op";
 }
 
+/** Changes listed before the user asks for all: a long plan must not push the logs thousands of pixels down. */
+const changesShownFirst = 20;
+
 function ResourceChanges(props: { plan: PlanJson }) {
+  const [all, setAll] = useState(false);
   const changes = (props.plan.resource_changes ?? [])
     .map((c) => ({ address: c.address, action: actionOf(c.change?.actions ?? []) }))
     .filter((c) => c.action !== "no-op" && c.action !== "read");
   if (changes.length === 0) return <p class="muted">No resource changes.</p>;
+  const long = changes.length > changesShownFirst;
+  const shown = long && !all ? changes.slice(0, changesShownFirst) : changes;
+  return (
+    <>
+      <ChangesTable changes={shown} />
+      {long ? (
+        <p>
+          {all ? null : (
+            <span class="muted">
+              The first {changesShownFirst} of {changes.length} changes.{" "}
+            </span>
+          )}
+          {/* One button whose label changes, so keyboard focus stays on it either way. */}
+          <button type="button" onClick={() => setAll(!all)}>
+            {all ? `Show the first ${changesShownFirst} only` : `Show all ${changes.length} changes`}
+          </button>
+        </p>
+      ) : null}
+    </>
+  );
+}
+
+function ChangesTable(props: { changes: { address: string; action: string }[] }) {
   return (
     <div class="table-wrap">
       <table>
@@ -288,7 +315,7 @@ function ResourceChanges(props: { plan: PlanJson }) {
           </tr>
         </thead>
         <tbody>
-          {changes.map((c) => (
+          {props.changes.map((c) => (
             <tr key={c.address}>
               <td>
                 <span class={`action action-${c.action.replace(/[^a-z]/g, "")}`}>{c.action}</span>
