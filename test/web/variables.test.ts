@@ -95,6 +95,18 @@ test("adding a variable whose key is taken is refused and the existing one kept;
   assert.deepEqual(problems(), []);
 });
 
+test("the key of a variable being edited reads as fixed text, not as a field to type in", async () => {
+  await workspaceWith("fixed-key", { region: { value: "eu-west-1" } });
+  await page.goto(`${server.url}/app/workspaces/fixed-key/variables`);
+  await page.getByRole("button", { name: "Edit terraform variable region" }).click();
+  const edit = page.getByRole("form", { name: "Edit terraform variable region" });
+  await edit.getByLabel("Value").waitFor();
+  assert.equal(await edit.getByRole("textbox", { name: "Key" }).count(), 0, "no text field for the key");
+  await edit.getByText("region", { exact: true }).waitFor();
+  assert.match((await edit.textContent()) ?? "", /Key\s*region/);
+  assert.deepEqual(problems(), []);
+});
+
 /** Words of the page's tables and buttons (values aside) that a line break cuts. */
 function brokenWords(p: Page): Promise<string[]> {
   return p.evaluate(() => {

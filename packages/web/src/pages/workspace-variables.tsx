@@ -130,15 +130,25 @@ function VariableForm(props: { ws: Workspace; existing?: Variable; onDone: () =>
         }
       })}
     >
-      <label for={id("key")}>Key</label>
-      <input
-        id={id("key")}
-        value={key}
-        required
-        readOnly={old !== undefined}
-        onInput={(e) => setKey(e.currentTarget.value)}
-        pattern={kind === "env" ? "[A-Za-z_][A-Za-z0-9_]*" : "[A-Za-z_][A-Za-z0-9_\\-]*"}
-      />
+      {/* The key names the variable: another key is another variable, so an edit shows it as text
+          rather than as a field that looks editable but is not. */}
+      {old ? (
+        <>
+          <span>Key</span>
+          <code class="fixed-key">{old.key}</code>
+        </>
+      ) : (
+        <>
+          <label for={id("key")}>Key</label>
+          <input
+            id={id("key")}
+            value={key}
+            required
+            onInput={(e) => setKey(e.currentTarget.value)}
+            pattern={kind === "env" ? "[A-Za-z_][A-Za-z0-9_]*" : "[A-Za-z_][A-Za-z0-9_\\-]*"}
+          />
+        </>
+      )}
       <label for={id("value")}>Value</label>
       {/* The old value of a sensitive variable is write-only: the page cannot send it back, so an
           edit, sensitive or not, needs the value again; an empty field would replace the secret. */}
