@@ -6,7 +6,8 @@ import { accessibilityViolations, launchBrowser, signIn, watchedContext } from "
 import { startStack, writeConfig, type Stack } from "../support/stack.js";
 
 // What a run's page says about the run with a real agent and real terraform: when it was
-// created and when it started, and a long list of changes that does not bury the logs.
+// created and when it started, a long list of changes that does not bury the logs, and a
+// failure's error said once.
 
 let stack: Stack;
 let browser: Browser;
@@ -93,5 +94,35 @@ test("a plan of 150 changes lists the first 20 until the user asks for all, from
   assert.equal(await showAll.count(), 0, "nothing more to show");
   assert.deepEqual(await accessibilityViolations(page), []);
   await plan.getByText("+150 to add").waitFor();
+  assert.deepEqual(problems(), []);
+});
+
+test("a failed run's error is shown once, and the timeline still says the run failed", async () => {
+  await workspace("failing", stack.pool, true);
+  const dir = writeConfig(stack.dir, "failing-config", {
+    "main.tf": `resource "terraform_data" "a" {
+  provisioner "local-exec" {
+    command = "echo about to fail; exit 1"
+  }
+}
+`,
+  });
+  const runId = await stack.startRun(dir, "failing");
+  const run = await stack.waitForRun(runId, ["errored"]);
+  const firstLine = String(run.errorMessage).split("\n")[0]?.slice(0, 60) ?? "";
+  assert.ok(firstLine, JSON.stringify(run));
+  await page.goto(`${stack.server.url}/app/workspaces/failing/runs/${runId}`);
+  const timeline = page.getByRole("region", { name: "Timeline" });
+  await timeline.getByText("failed").first().waitFor();
+  await page.getByRole("region", { name: "About" }).getByText(firstLine).waitFor();
+  // The apply log holds terraform's own copy of the error; the run's facts say it once.
+  const about = page.getByRole("region", { name: "About" });
+  const shown = (await about.getByText(firstLine).count()) + (await timeline.getByText(firstLine).count());
+  assert.equal(shown, 1, `the error is shown once: ${firstLine}`);
+  await timeline
+    .getByText(/errored/)
+    .first()
+    .waitFor();
+  await timeline.getByText(/the run failed/).waitFor();
   assert.deepEqual(problems(), []);
 });

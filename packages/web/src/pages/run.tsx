@@ -247,7 +247,7 @@ function Timeline(props: { run: Run; jobs: Job[] | undefined }) {
                 , finished <Time at={job.finishedAt} />
               </>
             ) : null}
-            {job.message ? <span class="muted"> — {job.message}</span> : null}
+            {job.message ? <JobMessage message={job.message} runError={props.run.errorMessage} /> : null}
           </li>
         ))}
         <li>
@@ -256,6 +256,13 @@ function Timeline(props: { run: Run; jobs: Job[] | undefined }) {
       </ol>
     </section>
   );
+}
+
+/** A job's message; the one that became the run's error is already shown, in full, under About. */
+function JobMessage(props: { message: string; runError: string | null }) {
+  if (props.message === props.runError)
+    return <span class="muted"> — the run failed with this job's error, shown above under About</span>;
+  return <span class="muted"> — {props.message}</span>;
 }
 
 /** When the run started: its first job's start (a run waits queued until an agent takes a job), if any has. */
