@@ -76,6 +76,28 @@ test("a sensitive variable turned non-sensitive needs its value again; an empty 
   assert.deepEqual(problems(), []);
 });
 
+test("a key that is not a variable name is refused by the form with the rule in words", async () => {
+  await workspaceWith("keys", {});
+  await page.goto(`${server.url}/app/workspaces/keys/variables`);
+  const add = page.getByRole("form", { name: "Add a variable" });
+  const key = add.getByLabel("Key");
+  await key.fill("9lives");
+  await add.getByLabel("Value").fill("x");
+  await add.getByRole("button", { name: "Add variable" }).click();
+  const message = () => key.evaluate((el) => (el as unknown as { validationMessage: string }).validationMessage);
+  assert.equal(
+    await message(),
+    "A terraform variable's name has only letters, digits, _ and -, and does not start with a digit or -.",
+  );
+  await add.getByLabel("Kind").selectOption("env");
+  await key.fill("my-var");
+  assert.match(await message(), /^An environment variable's name has only letters, digits and _/);
+  await key.fill("MY_VAR");
+  assert.equal(await message(), "");
+  assert.deepEqual(await variables("keys"), {}, "nothing was sent");
+  assert.deepEqual(problems(), []);
+});
+
 test("adding a variable whose key is taken is refused and the existing one kept; another kind may share the key", async () => {
   await workspaceWith("dups", { region: { value: "eu-west-1" } });
   await page.goto(`${server.url}/app/workspaces/dups/variables`);

@@ -1,5 +1,5 @@
 import type { Variable, VariableKind, Workspace } from "@drover/protocol";
-import { useState } from "preact/hooks";
+import { useEffect, useRef, useState } from "preact/hooks";
 import { api } from "../api.js";
 import { ConfirmButton, ErrorNote, later, Loading, Time } from "../components.js";
 import { useResource } from "../resource.js";
@@ -91,6 +91,18 @@ export function VariablesTab(props: { ws: Workspace }) {
 
 const identity = (v: Variable) => `${v.kind}:${v.key}`;
 const kindName = (kind: VariableKind) => (kind === "env" ? "environment" : "terraform");
+
+/** What is wrong with `key` as a variable of `kind`, in words; the browser's own is only "match the requested format". */
+function keyProblem(kind: VariableKind, key: string): string {
+  if (key === "") return "";
+  if (kind === "env")
+    return /^[A-Za-z_][A-Za-z0-9_]*$/.test(key)
+      ? ""
+      : "An environment variable's name has only letters, digits and _, and does not start with a digit.";
+  return /^[A-Za-z_][A-Za-z0-9_-]*$/.test(key)
+    ? ""
+    : "A terraform variable's name has only letters, digits, _ and -, and does not start with a digit or -.";
+}
 const named = (v: Variable) => `${kindName(v.kind)} variable ${v.key}`;
 
 function VariableForm(props: { ws: Workspace; existing?: Variable; onDone: () => void; onCancel?: () => void }) {
@@ -103,6 +115,9 @@ function VariableForm(props: { ws: Workspace; existing?: Variable; onDone: () =>
   const [error, setError] = useState<Error | null>(null);
   const [busy, setBusy] = useState(false);
   const wasSensitive = old?.sensitive === true;
+  const keyField = useRef<HTMLInputElement>(null);
+  // The browser refuses to submit the form with this message, for the kind chosen now.
+  useEffect(() => keyField.current?.setCustomValidity(keyProblem(kind, key)), [kind, key]);
   const id = (field: string) => `var-${old ? identity(old) : "new"}-${field}`;
   return (
     <form
@@ -140,13 +155,7 @@ function VariableForm(props: { ws: Workspace; existing?: Variable; onDone: () =>
       ) : (
         <>
           <label for={id("key")}>Key</label>
-          <input
-            id={id("key")}
-            value={key}
-            required
-            onInput={(e) => setKey(e.currentTarget.value)}
-            pattern={kind === "env" ? "[A-Za-z_][A-Za-z0-9_]*" : "[A-Za-z_][A-Za-z0-9_\\-]*"}
-          />
+          <input id={id("key")} ref={keyField} value={key} required onInput={(e) => setKey(e.currentTarget.value)} />
         </>
       )}
       <label for={id("value")}>Value</label>
