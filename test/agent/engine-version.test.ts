@@ -33,7 +33,8 @@ test("an engine is asked its version once, and again after it is replaced in pla
 test("an engine that does not answer is 'unknown' after the deadline, and asked again by the next job", async (t) => {
   const dir = mkdtempSync(join(tmpdir(), "drover-engine-version-"));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
-  const path = writeEngine(dir, "exec sleep 60");
+  // It ignores SIGTERM, as a wedged binary may (for two minutes at most, should the kill fail).
+  const path = writeEngine(dir, "trap '' TERM; i=0; while [ $i -lt 120 ]; do sleep 1; i=$((i+1)); done");
   assert.equal(await reportedVersion(path, 300), "unknown");
   assert.equal(await reportedVersion(path, 300), "unknown");
   assert.equal(asked(dir), 2);

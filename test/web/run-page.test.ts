@@ -1,11 +1,10 @@
 import assert from "node:assert/strict";
-import { spawnSync } from "node:child_process";
-import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { routes } from "@drover/protocol";
 import type { Browser, Page } from "playwright-core";
 import { queueRun } from "../support/agent-client.js";
 import { rawTarGz } from "../support/archives.js";
+import { runCliInProcess } from "../support/cli.js";
 import { accessibilityViolations, launchBrowser, signIn, watchedContext } from "../support/browser.js";
 import { startTestServer, type TestServer } from "../support/server.js";
 
@@ -17,7 +16,6 @@ let browser: Browser;
 let page: Page;
 let problems: () => string[];
 const archive = rawTarGz([{ path: "main.tf", content: 'resource "terraform_data" "x" {}\n' }]);
-const cliMain = join(import.meta.dirname, "..", "..", "..", "packages", "cli", "dist", "src", "main.js");
 
 before(async () => {
   server = await startTestServer();
@@ -63,14 +61,14 @@ test("a missing workspace or run says Not found, shows no workspace tabs and lin
   assert.deepEqual(problems(), []);
 });
 
-/** `drover <words> --help` of the real CLI: its exit code and what it prints. */
-function help(words: string[]): { code: number | null; text: string } {
-  const res = spawnSync(process.execPath, [cliMain, ...words, "--help"], { encoding: "utf8" });
-  return { code: res.status, text: res.stdout + res.stderr };
+/** `drover <words> --help` of the real CLI (in this process): its exit code and what it prints. */
+async function help(words: string[]): Promise<{ code: number | null; text: string }> {
+  const res = await runCliInProcess([...words, "--help"], {});
+  return { code: res.code, text: res.stdout + res.stderr };
 }
 
 /** The subcommand words and the options of the `drover …` command in `text`, checked against the CLI's help. */
-function checkCommand(text: string): string {
+async function checkCommand(text: string): Promise<string> {
   const command = /drover ([^.“”]+)/.exec(text)?.[1] ?? assert.fail(`no drover command in ${JSON.stringify(text)}`);
   const tokens = command.trim().split(/\s+/);
   const words: string[] = [];
@@ -78,7 +76,7 @@ function checkCommand(text: string): string {
     if (!/^[a-z][a-z-]*$/.test(t)) break;
     words.push(t);
   }
-  const shown = help(words);
+  const shown = await help(words);
   assert.equal(shown.code, 0, `drover ${words.join(" ")} --help: ${shown.text}`);
   assert.match(shown.text, new RegExp(`^Usage: drover ${words.join(" ")} \\[options\\](?! \\[command\\])`, "m"));
   for (const option of tokens.filter((t) => t.startsWith("--")))
@@ -89,10 +87,10 @@ function checkCommand(text: string): string {
 test("the CLI commands the pages print exist with the options they show", async () => {
   await page.context().clearCookies();
   await page.goto(`${server.url}/app`);
-  const tokenHelp = checkCommand((await page.locator("#token-help").textContent()) ?? "");
+  const tokenHelp = await checkCommand((await page.locator("#token-help").textContent()) ?? "");
   assert.match(tokenHelp, /Create an API token/, "the command makes the user token the field takes");
 
   await signIn(page, server.url, server.adminToken, "/app/workspaces/hello");
   const empty = page.getByText("No run yet");
-  checkCommand((await empty.textContent()) ?? "");
+  await checkCommand((await empty.textContent()) ?? "");
 });

@@ -67,7 +67,8 @@ function askVersion(path: string, timeoutMs: number): Promise<string> {
     execFile(
       path,
       ["version", "-json"],
-      { encoding: "utf8", env: { ...process.env, CHECKPOINT_DISABLE: "1" }, timeout: timeoutMs },
+      // SIGKILL: a binary that ignored a SIGTERM would hold the answer past the deadline.
+      { encoding: "utf8", env: { ...process.env, CHECKPOINT_DISABLE: "1" }, timeout: timeoutMs, killSignal: "SIGKILL" },
       (err, stdout) => {
         if (err && !stdout) return reject(err);
         try {
