@@ -141,5 +141,27 @@ for (const backend of backends) {
         assert.deepEqual(left, []);
       },
     );
+
+    // The state routes find the workspace, then write; a delete can land in between. The write
+    // then meets the database's foreign key, which must read as the workspace gone, not a 500.
+    test("a state lock or state write on a workspace deleted after it was found is not_found", async () => {
+      const { ws } = await fixture();
+      await store.deleteWorkspace(ctx, ws.id);
+      const gone = (err: unknown) =>
+        err instanceof DroverError && err.code === "not_found" && err.message.includes("was deleted");
+      const info = JSON.stringify({ ID: "lock-1", Operation: "OperationTypePlan" });
+      await assert.rejects(store.lockState(ctx, ws.id, info, null), gone);
+      const state = Buffer.from(JSON.stringify({ version: 4, serial: 1, lineage: "l-1", resources: [] }));
+      await assert.rejects(
+        store.writeState(ctx, {
+          workspaceId: ws.id,
+          body: state,
+          contentMd5: undefined,
+          lockId: undefined,
+          runId: null,
+        }),
+        gone,
+      );
+    });
   });
 }

@@ -51,3 +51,12 @@ export function isUniqueViolation(err: unknown): boolean {
   const code = String((err as { code?: unknown } | null)?.code ?? "");
   return code === "23505" || code === "SQLITE_CONSTRAINT_UNIQUE";
 }
+
+/**
+ * Whether `err` is the database refusing a row whose parent row is gone: what a write meets when
+ * the workspace it writes to was deleted between the write's checks and its insert.
+ */
+export function isForeignKeyViolation(err: unknown): boolean {
+  const code = String((err as { code?: unknown } | null)?.code ?? "");
+  return code === "23503" || code === "SQLITE_CONSTRAINT_FOREIGNKEY";
+}

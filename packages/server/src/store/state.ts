@@ -2,6 +2,7 @@ import { createHash } from "node:crypto";
 import { DroverError, newId, type StateVersion } from "@drover/protocol";
 import type { Selectable } from "kysely";
 import type { StateVersionsTable } from "../db/schema.js";
+import { isForeignKeyViolation } from "../db/storage-errors.js";
 import { sourceChunks, sourceSize, storedBody, writeChunks, type BodySource, type StoredBody } from "./bodies.js";
 import { iso, type Queryable, type StoreContext } from "./context.js";
 import { transactionKeepingCause } from "./transaction.js";
@@ -177,10 +178,24 @@ export async function writeState(ctx: StoreContext, input: WriteStateInput): Pro
       created_at: ctx.now(),
       deleted_at: null,
     };
-    await trx.insertInto("state_versions").values(row).execute();
+    await trx
+      .insertInto("state_versions")
+      .values(row)
+      .execute()
+      .catch((err: unknown) => rethrowIfWorkspaceGone(err, input.workspaceId));
     await writeChunks(trx, "state_version_chunks", row.id, input.body);
     return toStateVersion(row);
   });
+}
+
+/**
+ * A state row refused for its workspace reference: the workspace was deleted after the caller
+ * found it (its delete cascades to state and locks), so the writer is told so, not given a 500.
+ */
+export function rethrowIfWorkspaceGone(err: unknown, workspaceId: string): never {
+  if (isForeignKeyViolation(err))
+    throw new DroverError("not_found", `workspace ${workspaceId} was deleted; nothing was written`, { cause: err });
+  throw err;
 }
 
 /**
@@ -222,12 +237,14 @@ export async function lockState(
     .insertInto("state_locks")
     .values({ workspace_id: workspaceId, lock_id: lockId, info: infoJson, job_id: jobId, created_at: ctx.now() })
     .onConflict((oc) => oc.column("workspace_id").doNothing())
-    .execute();
+    .execute()
+    .catch((err: unknown) => rethrowIfWorkspaceGone(err, workspaceId));
   const held = await ctx.db
     .selectFrom("state_locks")
     .select(["lock_id", "info"])
     .where("workspace_id", "=", workspaceId)
-    .executeTakeFirstOrThrow();
+    .executeTakeFirst();
+  if (held === undefined) throw new DroverError("not_found", `workspace ${workspaceId} was deleted; it was not locked`);
   if (held.lock_id !== lockId) throw new StateLockedError(held.info);
 }
 

@@ -1,6 +1,7 @@
 import { DroverError, type Engine, type Workspace } from "@drover/protocol";
 import { randomUUID } from "node:crypto";
 import type { StoreContext } from "../store/context.js";
+import { rethrowIfWorkspaceGone } from "../store/state.js";
 import { getWorkspace, listWorkspaces } from "../store/workspaces.js";
 import { JsonApiError } from "./jsonapi.js";
 
@@ -166,7 +167,8 @@ export async function lockWorkspace(ctx: StoreContext, w: TfeWorkspace, tokenId:
     .insertInto("state_locks")
     .values({ workspace_id: w.ws.id, lock_id: lockId, info, job_id: null, created_at: ctx.now() })
     .onConflict((oc) => oc.column("workspace_id").doNothing())
-    .executeTakeFirst();
+    .executeTakeFirst()
+    .catch((err: unknown) => rethrowIfWorkspaceGone(err, w.ws.id));
   if (Number(inserted.numInsertedOrUpdatedRows ?? 0) === 0) {
     const now = await tfeWorkspace(ctx, w.ws.id);
     throw new JsonApiError(409, "conflict", now.lock ? describeHolder(now.lock) : "the workspace is locked");
