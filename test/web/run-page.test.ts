@@ -2,24 +2,28 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { routes } from "@drover/protocol";
 import type { Browser, Page } from "playwright-core";
-import { queueRun } from "../support/agent-client.js";
+import { call, queueRun, registerAgent } from "../support/agent-client.js";
 import { rawTarGz } from "../support/archives.js";
 import { runCliInProcess } from "../support/cli.js";
 import { accessibilityViolations, launchBrowser, signIn, watchedContext } from "../support/browser.js";
 import { startTestServer, type TestServer } from "../support/server.js";
 
 // What the run pages and the empty states tell a user: which workspace a run is of, why a run
-// has no plan, and the CLI commands to type. No agent runs: runs stay queued until cancelled.
+// has no plan, and the CLI commands to type. No agent runs: runs stay queued until cancelled,
+// or until the test plays the agent's part through the agent API (pool "played").
 
 let server: TestServer;
 let browser: Browser;
 let page: Page;
 let problems: () => string[];
+let session: string;
 const archive = rawTarGz([{ path: "main.tf", content: 'resource "terraform_data" "x" {}\n' }]);
 
 before(async () => {
   server = await startTestServer();
   await server.api(routes.createPool, { body: { name: "p" } });
+  await server.api(routes.createPool, { body: { name: "played" } });
+  ({ session } = await registerAgent(server, "played", "test-agent"));
   browser = await launchBrowser();
   const watched = await watchedContext(browser);
   problems = watched.problems;
@@ -93,4 +97,53 @@ test("the CLI commands the pages print exist with the options they show", async 
   await signIn(page, server.url, server.adminToken, "/app/workspaces/hello");
   const empty = page.getByText("No run yet");
   await checkCommand((await empty.textContent()) ?? "");
+});
+
+/** A run of a new workspace in pool "played" whose plan job the test ends with `outcome`, as an agent would. */
+async function playedRun(workspace: string, outcome: { outcome: "succeeded" | "failed"; message?: string }) {
+  const { runId } = await queueRun(server, "played", workspace, archive);
+  const job = (await call(server, routes.pollJob, session, { query: { wait: 0 } })).body.job as {
+    jobId: string;
+    jobToken: string;
+  };
+  const params = { id: job.jobId };
+  assert.equal((await call(server, routes.startJob, job.jobToken, { params, body: { starter: "test" } })).status, 200);
+  const planSummary = { add: 1, change: 0, destroy: 2, hasChanges: true };
+  const finished = await call(server, routes.finishJob, job.jobToken, { params, body: { planSummary, ...outcome } });
+  assert.equal(finished.status, 204, JSON.stringify(finished.body));
+  return runId;
+}
+
+test("a plan waiting for confirmation: Confirm and apply is the primary button, Discard and Cancel only outline in red", async () => {
+  const runId = await playedRun("to-confirm", { outcome: "succeeded" });
+  await page.goto(`${server.url}/app/workspaces/to-confirm/runs/${runId}`);
+  const actions = page.getByRole("group", { name: "Run actions" });
+  await actions.getByRole("button", { name: "Confirm and apply" }).waitFor();
+  // Each button (the dialogs' aside): the stylesheet's button kind its background matches, and whether its text is red.
+  const looks = await actions.evaluate((group) => {
+    const win = globalThis as any;
+    const paint = (b: unknown) => win.getComputedStyle(b) as { backgroundColor: string; color: string };
+    const probe = (kind: string) => {
+      const b = win.document.createElement("button");
+      b.className = kind;
+      group.append(b);
+      const background = paint(b).backgroundColor;
+      b.remove();
+      return background;
+    };
+    const kinds: Record<string, string> = { [probe("")]: "plain", [probe("primary")]: "primary" };
+    const red = probe("danger");
+    kinds[red] = "filled red";
+    return [...group.querySelectorAll(":scope > button")].map((b) => {
+      const { backgroundColor, color } = paint(b);
+      return [b.textContent, kinds[backgroundColor] ?? backgroundColor, color === red ? "red text" : "plain text"];
+    });
+  });
+  assert.deepEqual(looks, [
+    ["Confirm and apply", "primary", "plain text"],
+    ["Discard", "plain", "red text"],
+    ["Cancel run", "plain", "red text"],
+  ]);
+  assert.deepEqual(await accessibilityViolations(page), []);
+  assert.deepEqual(problems(), []);
 });

@@ -96,12 +96,15 @@ export function Loading() {
 /**
  * A button whose action needs a second, explicit yes: it opens a modal dialog that says what
  * will happen. The dialog traps focus and Escape closes it (the browser's <dialog>).
+ * `primary` marks the action the page is for. A `danger` opener is only outlined in red, so it
+ * never outweighs a primary action beside it; the filled red is its dialog's last button.
  */
 export function ConfirmButton(props: {
   label: string;
   title: string;
   description: string;
   confirmLabel: string;
+  primary?: boolean;
   danger?: boolean;
   disabled?: boolean;
   onConfirm: () => Promise<unknown>;
@@ -127,7 +130,7 @@ export function ConfirmButton(props: {
       <button
         ref={opener}
         type="button"
-        class={props.danger ? "danger" : undefined}
+        class={props.primary ? "primary" : props.danger ? "danger-outline" : undefined}
         disabled={props.disabled}
         onClick={() => {
           setError(null);

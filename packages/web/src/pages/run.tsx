@@ -189,6 +189,7 @@ function RunActions(props: { run: Run; onDone: () => void }) {
               r.planSummary ? ` (+${r.planSummary.add} ~${r.planSummary.change} −${r.planSummary.destroy})` : ""
             } to the workspace's infrastructure.`}
             confirmLabel="Apply"
+            primary
             onConfirm={act(() => api.confirmRun(r.id))}
           />
           <ConfirmButton
