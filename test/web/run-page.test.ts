@@ -65,6 +65,18 @@ test("a missing workspace or run says Not found, shows no workspace tabs and lin
   assert.deepEqual(problems(), []);
 });
 
+test("a missing pool says Not found and links back to the pools", async () => {
+  await page.goto(`${server.url}/app/pools/no-such-pool`);
+  await page.getByRole("heading", { level: 1, name: "Not found" }).waitFor();
+  await page.getByText("There is no pool no-such-pool.").waitFor();
+  assert.equal(await page.title(), "Not found · Drover");
+  assert.deepEqual(await accessibilityViolations(page), []);
+  await page.getByRole("main").getByRole("link", { name: "All pools" }).click();
+  await page.getByRole("heading", { level: 1, name: "Agent pools" }).waitFor();
+  assert.equal(new URL(page.url()).pathname, "/app/pools");
+  assert.deepEqual(problems(), []);
+});
+
 /** `drover <words> --help` of the real CLI (in this process): its exit code and what it prints. */
 async function help(words: string[]): Promise<{ code: number | null; text: string }> {
   const res = await runCliInProcess([...words, "--help"], {});

@@ -228,16 +228,18 @@ export const isNotFound = (error: Error | null | undefined): boolean =>
   error instanceof ApiError && error.status === 404;
 
 /**
- * The page for an address that names no workspace or run: a heading to say so, what is missing,
- * and the way back, instead of the frame of a page that has nothing to show.
+ * The page for an address that names no workspace, run or pool: a heading to say so, what is
+ * missing, and the way back (`back`, else the workspaces), instead of the frame of a page that
+ * has nothing to show.
  */
-export function NotFound(props: { children: ComponentChildren }) {
+export function NotFound(props: { children: ComponentChildren; back?: { href: string; label: string } }) {
+  const back = props.back ?? { href: paths.workspaces(), label: "All workspaces" };
   return (
     <section>
       <PageTitle>Not found</PageTitle>
       <p>{props.children}</p>
       <p>
-        <Link href={paths.workspaces()}>All workspaces</Link>
+        <Link href={back.href}>{back.label}</Link>
       </p>
     </section>
   );

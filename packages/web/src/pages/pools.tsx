@@ -1,7 +1,19 @@
 import type { Agent } from "@drover/protocol";
 import { useState } from "preact/hooks";
 import { api } from "../api.js";
-import { ErrorNote, later, Link, Loading, PageTitle, RevokeCell, ShownOnce, Status, Time } from "../components.js";
+import {
+  ErrorNote,
+  isNotFound,
+  later,
+  Link,
+  Loading,
+  NotFound,
+  PageTitle,
+  RevokeCell,
+  ShownOnce,
+  Status,
+  Time,
+} from "../components.js";
 import { useResource } from "../resource.js";
 import { navigate, paths } from "../router.js";
 
@@ -82,6 +94,8 @@ export function PoolPage(props: { name: string }) {
   const [created, setCreated] = useState<string | null>(null);
   const [error, setError] = useState<Error | null>(null);
 
+  if (isNotFound(pool.error))
+    return <NotFound back={{ href: paths.pools(), label: "All pools" }}>There is no pool {props.name}.</NotFound>;
   if (pool.error) return <ErrorNote error={pool.error} />;
   if (pool.data === undefined) return <Loading />;
   const p = pool.data;
