@@ -9,7 +9,7 @@ import { accessibilityViolations, launchBrowser, signIn, watchedContext } from "
 import { startTestServer, type TestServer } from "../support/server.js";
 
 // What the run pages and the empty states tell a user: which workspace a run is of, why a run
-// has no plan, and the CLI commands to type. No agent runs: runs stay queued until cancelled,
+// has no plan, what failed, which action is the main one, and the CLI commands to type. No agent runs: runs stay queued until cancelled,
 // or until the test plays the agent's part through the agent API (pool "played").
 
 let server: TestServer;
@@ -157,5 +157,29 @@ test("a plan waiting for confirmation: Confirm and apply is the primary button, 
     ["Cancel run", "plain", "red text"],
   ]);
   assert.deepEqual(await accessibilityViolations(page), []);
+  assert.deepEqual(problems(), []);
+});
+
+test("a run's error keeps terraform's lines and indentation, and fits 375 px", async () => {
+  const message = [
+    "terraform plan failed: Error: Unsupported argument",
+    "",
+    '  on main.tf line 3, in resource "terraform_data" "x":',
+    '   3:   colour = "blue"',
+    "",
+    'An argument named "colour" is not expected here: module.a_rather_long_module_name.terraform_data.x_with_a_long_name',
+  ].join("\n");
+  const runId = await playedRun("failed-plan", { outcome: "failed", message });
+  await page.setViewportSize({ width: 375, height: 800 });
+  try {
+    await page.goto(`${server.url}/app/workspaces/failed-plan/runs/${runId}`);
+    const error = page.getByRole("region", { name: "About" }).locator("dd.error");
+    // innerText is the text as laid out: a flattened paragraph reads as one line.
+    assert.equal(await error.innerText(), message);
+    const width = await page.evaluate(() => (globalThis as any).document.documentElement.scrollWidth as number);
+    assert.ok(width <= 375, `the page needs no sideways scrolling at 375 px (${width})`);
+  } finally {
+    await page.setViewportSize({ width: 1280, height: 800 });
+  }
   assert.deepEqual(problems(), []);
 });
