@@ -53,11 +53,14 @@ describe("requests", () => {
       "bad_request",
       /name/,
     );
-    assertError(
-      await server.api(routes.createWorkspace, { body: { name: "w", pool: "bad", workingDirectory: "../up" } }),
-      400,
-      "bad_request",
-      /workingDirectory/,
+    const up = await server.api(routes.createWorkspace, {
+      body: { name: "w", pool: "bad", workingDirectory: "../up", engineVersion: "newest" },
+    });
+    assertError(up, 400, "bad_request", /workingDirectory/);
+    // Also by path, so a form can show each problem beside its field.
+    assert.deepEqual(
+      up.body.issues.map((i: { path: string }) => i.path),
+      ["engineVersion", "workingDirectory"],
     );
     // No directory is named so; raw in a run's log, its escapes would reach terminals.
     assertError(

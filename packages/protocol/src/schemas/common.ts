@@ -55,7 +55,17 @@ export const pageOf = <T extends z.ZodType>(item: T) => z.object({ items: z.arra
 /** Most items one page may hold. */
 export const maxPageSize = 1000;
 
-export const errorBodySchema = z.object({ error: z.string(), message: z.string() }).loose();
+/** One part of a refused request: its dotted path (`engineVersion`, `remoteStateConsumers.0`) and what is wrong. */
+export const requestIssueSchema = z.object({ path: z.string(), message: z.string() });
+export type RequestIssue = z.infer<typeof requestIssueSchema>;
+export const errorBodySchema = z
+  .object({
+    error: z.string(),
+    message: z.string(),
+    // So a form can show each problem beside its field; the message already says them all.
+    issues: z.array(requestIssueSchema).optional().describe("a request refused as bad_request: the parts at fault"),
+  })
+  .loose();
 export type ErrorBody = z.infer<typeof errorBodySchema>;
 
 export const healthSchema = z.object({

@@ -1,19 +1,18 @@
-import { DroverError, statusForCode } from "@drover/protocol";
+import { DroverError, statusForCode, type RequestIssue } from "@drover/protocol";
 import type { FastifyError, FastifyReply, FastifyRequest } from "fastify";
 import type { z } from "zod";
 import { describeError, isConnectionError, retryAfterSeconds } from "../db/health.js";
 import { storageError } from "../db/storage-errors.js";
 import { StateLockedError } from "../store/state.js";
 
-/** Validates a request part with a wire schema; a mismatch is a 400 naming each bad field. */
+/** Validates a request part with a wire schema; a mismatch is a 400 naming each bad field, in words and as `issues`. */
 export function parse<T extends z.ZodType>(schema: T, value: unknown, what = "request body"): z.infer<T> {
   // No body at all reads as an empty one; a JSON `null` is a body, and not an object.
   const result = schema.safeParse(value === undefined ? {} : value);
   if (result.success) return result.data;
-  const problems = result.error.issues
-    .map((i) => `${i.path.length > 0 ? i.path.join(".") : what}: ${i.message}`)
-    .join("; ");
-  throw new DroverError("bad_request", `invalid ${what}: ${problems}`);
+  const issues: RequestIssue[] = result.error.issues.map((i) => ({ path: i.path.join("."), message: i.message }));
+  const problems = issues.map((i) => `${i.path === "" ? what : i.path}: ${i.message}`).join("; ");
+  throw new DroverError("bad_request", `invalid ${what}: ${problems}`, { details: { issues } });
 }
 
 /**
