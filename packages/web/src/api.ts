@@ -1,10 +1,12 @@
 import type {
   Agent,
+  ErrorBody,
   Job,
   Output,
   Pool,
   PoolDemand,
   PoolToken,
+  RequestIssue,
   Run,
   RunStatus,
   StateVersion,
@@ -29,12 +31,13 @@ export const csrfHeader = "x-drover-csrf";
 export const logOffsetHeader = "x-drover-log-offset";
 export const logCompleteHeader = "x-drover-log-complete";
 
-/** An error answer of the API: its HTTP status, code and message. */
+/** An error answer of the API: its HTTP status, code and message, and the request's parts at fault if it names them. */
 export class ApiError extends Error {
   constructor(
     readonly status: number,
     readonly code: string,
     message: string,
+    readonly issues: readonly RequestIssue[] = [],
   ) {
     super(message);
   }
@@ -100,16 +103,18 @@ async function call(method: Method, path: string, body?: unknown, retried = fals
     return call(method, path, body, true);
   let code = "internal";
   let message = `${res.status} ${res.statusText}`;
+  let issues: RequestIssue[] = [];
   try {
-    const answer = (await res.json()) as { error?: string; message?: string };
+    const answer = (await res.json()) as Partial<ErrorBody>;
     code = answer.error ?? code;
     message = answer.message ?? message;
+    issues = answer.issues ?? issues;
   } catch {
     // Not a JSON error body: a proxy's page, which for these answers means the server is not there.
     if (proxyFailures.has(res.status)) throw new UnreachableError(message);
   }
   if (res.status === 401 && path !== sessionPath) for (const listener of signedOutListeners) listener();
-  throw new ApiError(res.status, code, message);
+  throw new ApiError(res.status, code, message, issues);
 }
 
 /**
