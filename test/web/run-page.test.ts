@@ -9,8 +9,9 @@ import { accessibilityViolations, launchBrowser, signIn, watchedContext } from "
 import { startTestServer, type TestServer } from "../support/server.js";
 
 // What the run pages and the empty states tell a user: which workspace a run is of, why a run
-// has no plan, what failed, which action is the main one, and the CLI commands to type. No agent runs: runs stay queued until cancelled,
-// or until the test plays the agent's part through the agent API (pool "played").
+// has no plan, what failed, which action is the main one, and the CLI commands to type. No agent
+// runs: runs stay queued until cancelled, or until the test plays the agent's part through the
+// agent API (pool "played").
 
 let server: TestServer;
 let browser: Browser;
@@ -126,7 +127,7 @@ async function playedRun(workspace: string, outcome: { outcome: "succeeded" | "f
   return runId;
 }
 
-test("a plan waiting for confirmation: Confirm and apply is the primary button, Discard and Cancel only outline in red", async () => {
+test("a plan to confirm: Confirm and apply is the primary button; Discard and Cancel run are outlined", async () => {
   const runId = await playedRun("to-confirm", { outcome: "succeeded" });
   await page.goto(`${server.url}/app/workspaces/to-confirm/runs/${runId}`);
   const actions = page.getByRole("group", { name: "Run actions" });
@@ -167,7 +168,7 @@ test("a run's error keeps terraform's lines and indentation, and fits 375 px", a
     '  on main.tf line 3, in resource "terraform_data" "x":',
     '   3:   colour = "blue"',
     "",
-    'An argument named "colour" is not expected here: module.a_rather_long_module_name.terraform_data.x_with_a_long_name',
+    'An argument named "colour" is not expected here: module.a_rather_long_module_name.terraform_data.long_name',
   ].join("\n");
   const runId = await playedRun("failed-plan", { outcome: "failed", message });
   await page.setViewportSize({ width: 375, height: 800 });
