@@ -49,6 +49,23 @@ function watchPage(page: Page, seen: string[]): void {
   page.on("pageerror", (err) => seen.push(`page error: ${err.message}`));
 }
 
+/**
+ * A page of its own watched context (see watchedContext) with `timeoutMs` as its default wait,
+ * signed in to `baseUrl` with `token` unless `token` is undefined.
+ */
+export async function watchedPage(
+  browser: Browser,
+  baseUrl: string,
+  token: string | undefined,
+  timeoutMs = 30_000,
+): Promise<{ page: Page; problems: () => string[] }> {
+  const watched = await watchedContext(browser);
+  const page = await watched.context.newPage();
+  page.setDefaultTimeout(timeoutMs);
+  if (token !== undefined) await signIn(page, baseUrl, token);
+  return { page, problems: watched.problems };
+}
+
 /** Signs the page in through the sign-in form, as a user does. */
 export async function signIn(page: Page, baseUrl: string, token: string, path = "/app"): Promise<void> {
   await page.goto(`${baseUrl}${path}`);

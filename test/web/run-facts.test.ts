@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { routes } from "@drover/protocol";
 import type { Browser, Page } from "playwright-core";
-import { accessibilityViolations, launchBrowser, signIn, watchedContext } from "../support/browser.js";
+import { accessibilityViolations, launchBrowser, watchedPage } from "../support/browser.js";
 import { startStack, writeConfig, type Stack } from "../support/stack.js";
 
 // What a run's page says about the run with a real agent and real terraform: when it was
@@ -18,11 +18,7 @@ before(async () => {
   stack = await startStack();
   await stack.startAgent("facts-agent");
   browser = await launchBrowser();
-  const watched = await watchedContext(browser);
-  problems = watched.problems;
-  page = await watched.context.newPage();
-  page.setDefaultTimeout(90_000);
-  await signIn(page, stack.server.url, stack.server.adminToken);
+  ({ page, problems } = await watchedPage(browser, stack.server.url, stack.server.adminToken, 90_000));
 });
 after(async () => {
   await browser?.close();

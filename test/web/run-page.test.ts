@@ -5,7 +5,7 @@ import type { Browser, Page } from "playwright-core";
 import { call, queueRun, registerAgent } from "../support/agent-client.js";
 import { rawTarGz } from "../support/archives.js";
 import { runCliInProcess } from "../support/cli.js";
-import { accessibilityViolations, launchBrowser, signIn, watchedContext } from "../support/browser.js";
+import { accessibilityViolations, launchBrowser, signIn, watchedPage } from "../support/browser.js";
 import { startTestServer, type TestServer } from "../support/server.js";
 
 // What the run pages and the empty states tell a user: which workspace a run is of, why a run
@@ -26,10 +26,7 @@ before(async () => {
   await server.api(routes.createPool, { body: { name: "played" } });
   ({ session } = await registerAgent(server, "played", "test-agent"));
   browser = await launchBrowser();
-  const watched = await watchedContext(browser);
-  problems = watched.problems;
-  page = await watched.context.newPage();
-  page.setDefaultTimeout(30_000);
+  ({ page, problems } = await watchedPage(browser, server.url, undefined));
 });
 after(async () => {
   await browser?.close();

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { routes } from "@drover/protocol";
 import type { Browser, Page } from "playwright-core";
-import { launchBrowser, signIn, watchedContext } from "../support/browser.js";
+import { launchBrowser, watchedPage } from "../support/browser.js";
 import { startTestServer, type TestServer } from "../support/server.js";
 
 // The variables tab's forms, where a slip replaces a value nobody can read back: a sensitive
@@ -17,11 +17,7 @@ before(async () => {
   server = await startTestServer();
   await server.api(routes.createPool, { body: { name: "p" } });
   browser = await launchBrowser();
-  const watched = await watchedContext(browser);
-  problems = watched.problems;
-  page = await watched.context.newPage();
-  page.setDefaultTimeout(30_000);
-  await signIn(page, server.url, server.adminToken);
+  ({ page, problems } = await watchedPage(browser, server.url, server.adminToken));
 });
 after(async () => {
   await browser?.close();
