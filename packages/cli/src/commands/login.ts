@@ -1,4 +1,4 @@
-import { DroverError, routes } from "@drover/protocol";
+import { DroverError, routes, SettingsSource, settingParsers } from "@drover/protocol";
 import { DroverClient } from "@drover/runtime";
 import type { Command } from "commander";
 import { io } from "../io.js";
@@ -40,8 +40,16 @@ export function registerLoginCommand(program: Command): void {
           "bad_request",
           "give the API token once: --token-file <path>, --token-stdin, or --token <token>",
         );
-      const token = opts.token ?? (await readSecret(opts.tokenStdin ? "-" : (opts.tokenFile as string), "API token"));
-      const settings = { url: opts.url.replace(/\/+$/, ""), token };
+      // Checked as every other command checks --url and --token, before anything is sent.
+      const url = new SettingsSource({}, { url: opts.url }).get("DROVER_URL") as string;
+      const token =
+        opts.token === undefined
+          ? settingParsers.token(
+              await readSecret(opts.tokenStdin ? "-" : (opts.tokenFile as string), "API token"),
+              `the API token read from ${opts.tokenStdin || opts.tokenFile === "-" ? "standard input" : opts.tokenFile}`,
+            )
+          : (new SettingsSource({}, { token: opts.token }).get("DROVER_TOKEN") as string);
+      const settings = { url, token };
       const timeoutMs = resolveTimeoutMs({ timeout: opts.timeout }, io().env);
       await new DroverClient({ baseUrl: settings.url, token, timeoutMs }).call(routes.listPools, {});
       const path = writeCredentials(settings, io().env);

@@ -88,6 +88,9 @@ export function registerWorkspaceCommands(program: Command): void {
     ws.command("update [workspace]").description("Change a workspace's settings (only those given); -w names it too"),
   )
     .addOption(workspaceOption())
+    .option("--pool <pool>", "agent pool that runs it from its next run")
+    .option("--engine <engine>", "terraform or tofu")
+    .option("--engine-version <version>", "terraform/tofu version or constraint; '' returns to the agents' own")
     .option("--runner-image <image>", `${runnerImageHelp}; '' returns to the agents' own`)
     .option("--auto-apply <bool>", "true or false")
     .option("--working-dir <dir>", "directory inside the configuration to run in")
@@ -99,6 +102,9 @@ export function registerWorkspaceCommands(program: Command): void {
         given: string | undefined,
         opts: CommonOptions &
           WsOpt & {
+            pool?: string;
+            engine?: string;
+            engineVersion?: string;
             runnerImage?: string;
             autoApply?: string;
             workingDir?: string;
@@ -113,6 +119,12 @@ export function registerWorkspaceCommands(program: Command): void {
         const remoteStateConsumers = listOption(opts.remoteStateConsumers);
         const globalRemoteState = boolOption("--global-remote-state", opts.globalRemoteState);
         const body = {
+          ...(opts.pool === undefined ? {} : { pool: opts.pool }),
+          // The server names a wrong engine; the CLI passes what it was given.
+          ...(opts.engine === undefined ? {} : { engine: opts.engine as Engine }),
+          ...(opts.engineVersion === undefined
+            ? {}
+            : { engineVersion: opts.engineVersion === "" ? null : opts.engineVersion }),
           ...(opts.runnerImage === undefined ? {} : { runnerImage: opts.runnerImage === "" ? null : opts.runnerImage }),
           ...(autoApply === undefined ? {} : { autoApply }),
           ...(opts.workingDir === undefined ? {} : { workingDirectory: opts.workingDir }),
@@ -123,8 +135,8 @@ export function registerWorkspaceCommands(program: Command): void {
         if (Object.keys(body).length === 0)
           throw new DroverError(
             "bad_request",
-            "nothing to change: give --runner-image, --auto-apply, --working-dir, --allow-destroy-all, " +
-              "--remote-state-consumers or --global-remote-state",
+            "nothing to change: give --pool, --engine, --engine-version, --runner-image, --auto-apply, " +
+              "--working-dir, --allow-destroy-all, --remote-state-consumers or --global-remote-state",
           );
         const updated = await apiFor(opts).call(routes.updateWorkspace, { params: { ws: name }, body });
         emit(

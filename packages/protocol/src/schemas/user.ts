@@ -57,10 +57,12 @@ export const userTokenSchema = z.object({
   bootstrap: z.boolean(),
 });
 export type UserToken = z.infer<typeof userTokenSchema>;
+/** The longest life a user token may be given, in days (ten years). */
+export const maxUserTokenDays = 3650;
 export const createUserTokenSchema = z.object({
   description: singleLineText(200).pipe(z.string().min(1, "name the token: who or what uses it")),
   /** Days until the token stops working; none means it never expires. */
-  expiresInDays: z.number().int().min(1).max(3650).optional(),
+  expiresInDays: z.number().int().min(1).max(maxUserTokenDays).optional(),
 });
 /** Returned once, at creation: the only time the secret is shown. */
 export const createdUserTokenSchema = userTokenSchema.extend({ token: z.string() });

@@ -15,6 +15,20 @@ function readFailure(err: unknown): string {
 /** Any non-empty text. */
 export const text: SettingParser<string> = (raw) => raw;
 
+/**
+ * A token as it goes into an Authorization header: one word. A line break or space in it is a
+ * file or command output holding more than the token, which HTTP would refuse with a riddle.
+ */
+export const token: SettingParser<string> = (raw, name) =>
+  // eslint-disable-next-line no-control-regex -- control characters are what this looks for
+  /[\s\x00-\x1f\x7f]/.test(raw)
+    ? invalid(
+        name,
+        `${name} holds a space, line break or control character; a token is one word`,
+        "Give the token alone (the file or output it came from may hold more than the token).",
+      )
+    : raw;
+
 /** An IPv4 or IPv6 address literal (no brackets, no host name). */
 export const ipAddress: SettingParser<string> = (raw, name) =>
   isIP(raw) === 0 ? invalid(name, `${name} must be an IPv4 or IPv6 address, got ${JSON.stringify(raw)}`) : raw;
@@ -256,6 +270,7 @@ export type LogFormat = (typeof logFormats)[number];
 /** The parsers settings use, for a process that needs a narrower one (`SettingsSource.getOr`). */
 export const settingParsers = {
   text,
+  token,
   bool,
   intIn,
   oneOf,

@@ -1,5 +1,6 @@
 import {
   text,
+  token,
   ipAddress,
   bool,
   intIn,
@@ -37,7 +38,7 @@ export const agentSettings = {
     flag: "--token",
     doc: "pool token of an agent (used to register only); API token of the CLI",
     readers: [...agents, "vcs-agent", "cli"],
-    parse: text,
+    parse: token,
     section: "agent",
     reserved: true,
   }),
