@@ -89,6 +89,20 @@ describe("requests", () => {
       /workspace/,
     );
   });
+  test("a JSON body over its route's limit is refused with the limit in bytes", async () => {
+    await server.api(routes.createWorkspace, { body: { name: "big-value", pool: "bad" } });
+    assertError(
+      await server.api(routes.setVariable, {
+        params: { ws: "big-value", key: "big" },
+        body: { value: "x".repeat(2 * 1024 * 1024), kind: "terraform" },
+      }),
+      413,
+      "payload_too_large",
+      /^the request body is larger than the \d+ bytes this endpoint accepts$/,
+    );
+    const { body } = await server.api(routes.listVariables, { params: { ws: "big-value" } });
+    assert.deepEqual(body.items, []);
+  });
   test("unknown routes answer JSON", async () => {
     // eslint-disable-next-line no-restricted-syntax -- a path outside the route table, on purpose
     assertError(await rawCall(server.url, "GET", "/api/v1/nothing-here", server.adminToken), 404, "not_found");

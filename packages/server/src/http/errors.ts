@@ -59,7 +59,7 @@ export function errorHandler(err: FastifyError | Error, request: FastifyRequest,
   if (fe.code === "FST_ERR_CTP_BODY_TOO_LARGE") {
     void reply.code(413).send({
       error: "payload_too_large",
-      message: `the request body is larger than this endpoint accepts (${err.message})`,
+      message: `the request body is larger than the ${request.routeOptions.bodyLimit} bytes this endpoint accepts`,
     });
     return;
   }
