@@ -4,6 +4,7 @@ import type { Command } from "commander";
 import { runsUntilSignalled } from "../stdio.js";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
+import { quickstartCommands } from "../quickstart-commands.js";
 import { credentialsPath, readCredentials, writeCredentials } from "../settings.js";
 
 /** Reads a secret kept in the data dir, creating it once. */
@@ -103,8 +104,7 @@ export function registerQuickstartCommand(program: Command): void {
         if (agents.some((a) => a.name === agentConfig.name && a.status !== "offline")) break;
         await new Promise((r) => setTimeout(r, 50));
       }
-      // `npx` finds node_modules/.bin/drover from the repository, with or without drover on the PATH.
-      const cli = "npx drover";
+      const { cli, example, where } = quickstartCommands(process.cwd());
       process.stdout.write(
         [
           "",
@@ -112,12 +112,12 @@ export function registerQuickstartCommand(program: Command): void {
           ...(login.kept
             ? [
                 `Your earlier login (${login.kept}, in ${login.keptIn}) is kept; the quickstart's is in ${login.credentials}.`,
-                "In another terminal, from this directory:",
+                `In another terminal, ${where}:`,
                 "",
                 `  export DROVER_CONFIG_DIR=${login.configDir}`,
               ]
-            : [`The CLI is logged in (${login.credentials}). In another terminal, from this directory:`, ""]),
-          `  ${cli} run start examples/hello --workspace hello --auto-apply`,
+            : [`The CLI is logged in (${login.credentials}). In another terminal, ${where}:`, ""]),
+          `  ${cli} run start ${example} --workspace hello --auto-apply`,
           `  ${cli} output --workspace hello`,
           `  ${cli} run list --workspace hello`,
           "",
