@@ -101,3 +101,31 @@ test("workspace update moves a workspace to another pool and changes its engine 
   const deleted = await cli(["pool", "delete", "first"], asAdmin);
   assert.equal(deleted.code, 0, deleted.stderr);
 });
+
+test("set-var and delete-var say which argument is missing", async () => {
+  assert.equal((await cli(["pool", "create", "vars-pool"], asAdmin)).code, 0);
+  assert.equal((await cli(["workspace", "create", "vars", "--pool", "vars-pool"], asAdmin)).code, 0);
+  const oneArgument = await cli(["workspace", "set-var", "vars"], asAdmin);
+  assert.equal(oneArgument.code, 2, oneArgument.stderr);
+  assert.match(oneArgument.stderr, /one argument, "vars": give the workspace and KEY=VALUE/);
+  assert.match(oneArgument.stderr, /drover workspace set-var <workspace> KEY=VALUE, or -w <workspace> KEY=VALUE/);
+  const flagOnly = await cli(["workspace", "set-var", "-w", "vars"], asAdmin);
+  assert.equal(flagOnly.code, 2, flagOnly.stderr);
+  assert.match(flagOnly.stderr, /no KEY=VALUE given/);
+  const noKey = await cli(["workspace", "delete-var", "-w", "vars"], asAdmin);
+  assert.equal(noKey.code, 2, noKey.stderr);
+  assert.match(noKey.stderr, /no KEY given/);
+  for (const args of [
+    ["workspace", "set-var", "-w", "vars", "region=eu"],
+    ["workspace", "set-var", "vars", "zone=a"],
+    ["workspace", "delete-var", "-w", "vars", "zone"],
+  ]) {
+    const done = await cli(args, asAdmin);
+    assert.equal(done.code, 0, `${args.join(" ")}: ${done.stderr}`);
+  }
+  const { body } = await server.api(routes.listVariables, { params: { ws: "vars" } });
+  assert.deepEqual(
+    (body as { items: Array<{ key: string; value: string }> }).items.map((v) => [v.key, v.value]),
+    [["region", "eu"]],
+  );
+});

@@ -32,17 +32,25 @@ export function workspaceOf(command: string, positional: string | undefined, fla
 }
 
 /**
- * Arguments of a command shaped `<workspace> <x>` that also takes -w: with -w, `x` is the only
- * argument.
+ * Arguments of a command shaped `[workspace] <x>` that also takes -w: with -w, `x` is the only
+ * argument. `what` names `x` in errors (`KEY=VALUE`).
  */
 export function workspaceAndArg(
   command: string,
-  first: string,
+  what: string,
+  first: string | undefined,
   second: string | undefined,
   flag: string | undefined,
 ): { workspace: string; arg: string } {
+  const usage = `drover ${command} <workspace> ${what}, or -w <workspace> ${what}`;
+  if (first === undefined) throw usageError(`no ${what} given`, `Give it: ${usage}.`);
   if (second === undefined) {
-    if (flag === undefined) throw usageError("which workspace?", `Name it: drover ${command} -w <workspace> ….`);
+    // One argument without -w: the workspace or the variable, whichever the user forgot.
+    if (flag === undefined)
+      throw usageError(
+        `one argument, ${JSON.stringify(first)}: give the workspace and ${what}`,
+        `Give both: ${usage}.`,
+      );
     return { workspace: flag, arg: first };
   }
   return { workspace: workspaceOf(command, first, flag), arg: second };

@@ -192,7 +192,7 @@ export function registerWorkspaceCommands(program: Command): void {
   registerWorkspaceDelete(ws);
   withCommon(
     ws
-      .command("set-var <workspace> [assignment]")
+      .command("set-var [workspace] [assignment]")
       .description(
         "Set a variable: KEY=VALUE, or KEY with --value-file / --value-stdin (for secrets); with -w, KEY=VALUE alone",
       ),
@@ -208,13 +208,14 @@ export function registerWorkspaceCommands(program: Command): void {
     .option("--value-stdin", "read the value from standard input instead of the command line")
     .action(
       async (
-        first: string,
+        first: string | undefined,
         second: string | undefined,
         opts: CommonOptions &
           WsOpt & { env?: boolean; sensitive?: boolean; hcl?: boolean; valueFile?: string; valueStdin?: boolean },
       ) => {
         const { workspace: name, arg: assignment } = workspaceAndArg(
           "workspace set-var",
+          "KEY=VALUE",
           first,
           second,
           opts.workspace,
@@ -253,17 +254,29 @@ export function registerWorkspaceCommands(program: Command): void {
         );
       },
     );
-  withCommon(ws.command("delete-var <workspace> [key]").description("Delete a variable; with -w, KEY alone"))
+  withCommon(ws.command("delete-var [workspace] [key]").description("Delete a variable; with -w, KEY alone"))
     .addOption(workspaceOption())
     .option("--env", "an environment variable")
-    .action(async (first: string, second: string | undefined, opts: CommonOptions & WsOpt & { env?: boolean }) => {
-      const { workspace: name, arg: key } = workspaceAndArg("workspace delete-var", first, second, opts.workspace);
-      await apiFor(opts).call(routes.deleteVariable, {
-        params: { ws: name, key },
-        query: { kind: opts.env ? "env" : "terraform" },
-      });
-      emit(opts, { deleted: key }, () => `Deleted ${key} from ${name}`);
-    });
+    .action(
+      async (
+        first: string | undefined,
+        second: string | undefined,
+        opts: CommonOptions & WsOpt & { env?: boolean },
+      ) => {
+        const { workspace: name, arg: key } = workspaceAndArg(
+          "workspace delete-var",
+          "KEY",
+          first,
+          second,
+          opts.workspace,
+        );
+        await apiFor(opts).call(routes.deleteVariable, {
+          params: { ws: name, key },
+          query: { kind: opts.env ? "env" : "terraform" },
+        });
+        emit(opts, { deleted: key }, () => `Deleted ${key} from ${name}`);
+      },
+    );
   registerWorkspaceLinkCommands(ws);
 }
 
