@@ -73,7 +73,7 @@ test("a linked branch's commits run and apply; a commit without configuration is
     "github",
     "--vcs-url",
     git.url,
-    "--token-file",
+    "--vcs-token-file",
     tokenFile,
     "--json",
   ]);
@@ -145,7 +145,7 @@ test("a linked branch's commits run and apply; a commit without configuration is
         "github",
         "--vcs-url",
         git.url,
-        "--token-file",
+        "--vcs-token-file",
         tokenFile,
       ])
     ).code,

@@ -101,7 +101,7 @@ test("linking registers the webhook; a pull request's runs report statuses and o
   const tokenFile = join(stack.dir, "vcs-token");
   writeFileSync(tokenFile, `${token}\n`);
   const args = ["vcs", "connect", "gh", "--provider", "github", "--vcs-url", git.url, "--api-url", gh.apiUrl];
-  const connected = await stack.cli([...args, "--token-file", tokenFile, "--json"]);
+  const connected = await stack.cli([...args, "--vcs-token-file", tokenFile, "--json"]);
   assert.equal(connected.code, 0, connected.stderr);
   assert.equal(JSON.parse(connected.stdout).apiUrl, gh.apiUrl);
   await stack.server.api(routes.createWorkspace, { body: { name: "infra", pool: stack.pool } });

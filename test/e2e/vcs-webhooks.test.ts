@@ -98,7 +98,7 @@ async function connect(name: string, provider: "github" | "gitlab", url: string)
     provider,
     "--vcs-url",
     url,
-    "--token-file",
+    "--vcs-token-file",
     tokenFile,
     "--json",
   ]);
@@ -567,7 +567,7 @@ test("a pull request plans the workspaces its own changes trigger, not those its
     const tokenFile = join(stack.dir, "token-gha");
     writeFileSync(tokenFile, `${token}\n`);
     const connectArgs = ["vcs", "connect", "gha", "--provider", "github", "--vcs-url", gh.url, "--api-url", api.apiUrl];
-    const connected = await stack.cli([...connectArgs, "--token-file", tokenFile, "--json"]);
+    const connected = await stack.cli([...connectArgs, "--vcs-token-file", tokenFile, "--json"]);
     assert.equal(connected.code, 0, connected.stderr);
     secrets["gha"] = (JSON.parse(connected.stdout) as { webhookSecret: string }).webhookSecret;
     commit(work, "main", "Base", { "a/main.tf": tf("a"), "b/main.tf": tf("b") });

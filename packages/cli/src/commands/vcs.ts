@@ -46,8 +46,9 @@ export function registerVcsCommands(program: Command): void {
       "--api-url <base>",
       "REST API base (default: https://api.github.com for https://github.com, else <vcs-url>/api/v3 (GitHub) or <vcs-url>/api/v4 (GitLab))",
     )
-    .option("--token-file <path>", "read the token from this file")
-    .option("--token-stdin", "read the token from standard input")
+    // Not --token-file: every command's --token is the Drover API token, and login's --token-file too.
+    .option("--vcs-token-file <path>", "read the GitHub/GitLab token from this file")
+    .option("--vcs-token-stdin", "read the GitHub/GitLab token from standard input")
     .option("--app-id <id>", "GitHub App: the app's id")
     .option("--installation-id <id>", "GitHub App: the installation's id on the repositories' owner")
     .option("--private-key-file <path>", "GitHub App: the app's private key (PEM)")
@@ -62,8 +63,8 @@ export function registerVcsCommands(program: Command): void {
           provider: VcsProvider;
           vcsUrl: string;
           apiUrl?: string;
-          tokenFile?: string;
-          tokenStdin?: boolean;
+          vcsTokenFile?: string;
+          vcsTokenStdin?: boolean;
           appId?: string;
           installationId?: string;
           privateKeyFile?: string;
@@ -71,15 +72,15 @@ export function registerVcsCommands(program: Command): void {
         },
       ) => {
         const app = opts.appId !== undefined || opts.installationId !== undefined || opts.privateKeyFile !== undefined;
-        const tokenGiven = opts.tokenFile !== undefined || opts.tokenStdin === true;
+        const tokenGiven = opts.vcsTokenFile !== undefined || opts.vcsTokenStdin === true;
         if (
           (app && tokenGiven) ||
           (!app && !tokenGiven && opts.viaPool === undefined) ||
-          (opts.tokenFile !== undefined && opts.tokenStdin === true)
+          (opts.vcsTokenFile !== undefined && opts.vcsTokenStdin === true)
         )
           throw new DroverError(
             "bad_request",
-            "give the token with --token-file <path> or --token-stdin, or a GitHub App with --app-id, --installation-id and --private-key-file (one of them), or none with --via-pool",
+            "give the GitHub/GitLab token with --vcs-token-file <path> or --vcs-token-stdin, or a GitHub App with --app-id, --installation-id and --private-key-file (one of them), or none with --via-pool",
           );
         let auth:
           | { token: string }
@@ -99,7 +100,7 @@ export function registerVcsCommands(program: Command): void {
           const privateKey = await readSecret(opts.privateKeyFile, "private key");
           auth = { githubApp: { appId: opts.appId, installationId: Number(opts.installationId), privateKey } };
         } else if (tokenGiven)
-          auth = { token: await readSecret(opts.tokenStdin ? "-" : (opts.tokenFile ?? "-"), "token") };
+          auth = { token: await readSecret(opts.vcsTokenStdin ? "-" : (opts.vcsTokenFile ?? "-"), "VCS token") };
         const created = await apiFor(opts).call(routes.createVcsConnection, {
           body: {
             name,

@@ -30,7 +30,7 @@ function vcsUrlProblem(text: string): string | null {
     return `not a URL: ${JSON.stringify(text)}`;
   }
   if (url.protocol !== "https:" && url.protocol !== "http:") return `the URL must be http(s)://…, not ${url.protocol}`;
-  if (url.username || url.password) return "the URL must not carry credentials: give the token with --token-file";
+  if (url.username || url.password) return "the URL must not carry credentials: give the token with --vcs-token-file";
   if (url.search || url.hash) return "the URL must not have a query or fragment";
   return null;
 }
