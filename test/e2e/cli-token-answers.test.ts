@@ -60,6 +60,9 @@ test("a token holding more than one word is refused by name, not reported as an 
   const fromEnv = await cli(["pool", "list"], { DROVER_URL: server.url, DROVER_TOKEN: `${server.adminToken}\nmore` });
   assert.equal(fromEnv.code, 2, fromEnv.stderr);
   assert.match(fromEnv.stderr, /DROVER_TOKEN holds a space, line break or control character/);
+  // Around the token, whitespace is dropped: a Kubernetes Secret made from a file keeps its newline.
+  const trailing = await cli(["pool", "list"], { DROVER_URL: server.url, DROVER_TOKEN: `${server.adminToken}\n` });
+  assert.equal(trailing.code, 0, trailing.stderr);
   const fromFlag = await cli(["pool", "list", "--url", server.url, "--token", `${server.adminToken} x`]);
   assert.equal(fromFlag.code, 2, fromFlag.stderr);
   assert.match(fromFlag.stderr, /--token holds a space/);

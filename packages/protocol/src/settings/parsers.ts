@@ -16,18 +16,21 @@ function readFailure(err: unknown): string {
 export const text: SettingParser<string> = (raw) => raw;
 
 /**
- * A token as it goes into an Authorization header: one word. A line break or space in it is a
- * file or command output holding more than the token, which HTTP would refuse with a riddle.
+ * A token as it goes into an Authorization header: one word. Whitespace around it is dropped (a
+ * Kubernetes Secret made from a file keeps its newline); a line break or space inside is a file
+ * or command output holding more than the token, which HTTP would refuse with a riddle.
  */
-export const token: SettingParser<string> = (raw, name) =>
+export const token: SettingParser<string> = (raw, name) => {
+  const word = raw.trim();
   // eslint-disable-next-line no-control-regex -- control characters are what this looks for
-  /[\s\x00-\x1f\x7f]/.test(raw)
-    ? invalid(
-        name,
-        `${name} holds a space, line break or control character; a token is one word`,
-        "Give the token alone (the file or output it came from may hold more than the token).",
-      )
-    : raw;
+  if (/[\s\x00-\x1f\x7f]/.test(word))
+    invalid(
+      name,
+      `${name} holds a space, line break or control character; a token is one word`,
+      "Give the token alone (the file or output it came from may hold more than the token).",
+    );
+  return word;
+};
 
 /** An IPv4 or IPv6 address literal (no brackets, no host name). */
 export const ipAddress: SettingParser<string> = (raw, name) =>
