@@ -10,7 +10,7 @@ import {
 import { configurationFiles, configurationFileSuffixes, type DroverClient } from "@drover/runtime";
 import { Option, type Command } from "commander";
 import { existsSync, readdirSync, statSync } from "node:fs";
-import { join, resolve } from "node:path";
+import { dirname, join, resolve } from "node:path";
 import { apiFor, emit, jsonText, table, withCommon, type CommonOptions } from "../command-kit.js";
 import { exitCodeFor } from "../exit-codes.js";
 import { io } from "../io.js";
@@ -46,13 +46,31 @@ const summary = (r: Run, shownLog = "") =>
  */
 function refuseWithoutConfiguration(dir: string, workingDirectory: string): void {
   const where = join(dir, workingDirectory);
-  const names = existsSync(where) && statSync(where).isDirectory() ? readdirSync(where) : [];
+  if (!existsSync(where))
+    throw new DroverError(
+      "bad_request",
+      where === dir
+        ? `${dir} does not exist`
+        : `${where} does not exist: the workspace runs terraform in ${workingDirectory} of the directory given`,
+      { hint: "Give the configuration's directory." },
+    );
+  const names = statSync(where).isDirectory() ? readdirSync(where) : [];
   if (configurationFiles(names, "").length === 0)
     throw new DroverError(
       "bad_request",
       `no ${configurationFileSuffixes.join(", ")} file in ${where}: nothing to plan (a run of it would destroy what the workspace manages)`,
       { hint: "Give the configuration's directory (with --destroy to destroy what it manages)." },
     );
+}
+
+/** Refuses a path that does not exist, or is a file (`./infra/main.tf`): the run takes its directory. */
+function refuseNonDirectory(dir: string): void {
+  if (!existsSync(dir))
+    throw new DroverError("bad_request", `${dir} does not exist`, { hint: "Give the configuration's directory." });
+  if (!statSync(dir).isDirectory())
+    throw new DroverError("bad_request", `${dir} is not a directory: run start takes the configuration's directory`, {
+      hint: `Give its directory: drover run start ${dirname(dir)} …`,
+    });
 }
 
 /** The run's page in the web UI, served by the server the CLI talks to. */
@@ -121,6 +139,7 @@ export function registerRunCommands(program: Command): void {
           follow?: boolean;
         },
       ) => {
+        refuseNonDirectory(resolve(dir));
         const api = apiFor(opts);
         const ws = await api.call(routes.getWorkspace, { params: { ws: opts.workspace } });
         refuseWithoutConfiguration(resolve(dir), ws.workingDirectory);

@@ -1,0 +1,39 @@
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+import { routes } from "@drover/protocol";
+import { startStack, writeConfig, type Stack } from "../support/stack.js";
+
+// What `drover run …` answers a user: exit codes of a resumed follow, a run waiting for its
+// confirmation, a path that is not a configuration directory, a bad flag value, a run's message.
+
+let stack: Stack;
+before(async () => {
+  stack = await startStack();
+  await stack.startAgent("answerer");
+});
+after(() => stack?.stop());
+
+async function workspace(name: string): Promise<void> {
+  const res = await stack.server.api(routes.createWorkspace, { body: { name, pool: stack.pool } });
+  assert.equal(res.status, 201, JSON.stringify(res.body));
+}
+
+test("run start names a path that does not exist, and a file given for its directory", async () => {
+  await workspace("paths");
+  const missing = join(stack.dir, "nonexistent");
+  const gone = await stack.cli(["run", "start", missing, "--workspace", "paths"]);
+  assert.equal(gone.code, 1, gone.stderr);
+  assert.match(gone.stderr, new RegExp(`${missing} does not exist`));
+  assert.doesNotMatch(gone.stderr, /no \.tf/);
+
+  const dir = writeConfig(stack.dir, "as-file", { "main.tf": 'resource "terraform_data" "f" {}\n' });
+  const file = join(dir, "main.tf");
+  const asFile = await stack.cli(["run", "start", file, "--workspace", "paths"]);
+  assert.equal(asFile.code, 1, asFile.stderr);
+  assert.match(asFile.stderr, new RegExp(`${file} is not a directory`));
+  assert.match(asFile.stderr, new RegExp(`drover run start ${dir} `));
+  assert.doesNotMatch(asFile.stderr, /no \.tf/);
+  const versions = await stack.server.api(routes.listConfigurationVersions, { params: { ws: "paths" } });
+  assert.deepEqual(versions.body.items, [], "nothing was uploaded");
+});
