@@ -37,3 +37,16 @@ test("run start names a path that does not exist, and a file given for its direc
   const versions = await stack.server.api(routes.listConfigurationVersions, { params: { ws: "paths" } });
   assert.deepEqual(versions.body.items, [], "nothing was uploaded");
 });
+
+test("run list refuses a --limit that is not a whole number from 1 to 1000 before any request, exit 2", async () => {
+  for (const limit of ["abc", "5000", "0", "2.5"]) {
+    // No server answers there: a request would fail otherwise (server_unreachable, exit 1).
+    const res = await stack.cli(["run", "list", "--limit", limit, "--url", "http://127.0.0.1:1"]);
+    assert.equal(res.code, 2, `${limit}: ${res.stderr}`);
+    assert.match(res.stderr, /--limit/);
+    assert.match(res.stderr, /from 1 to 1000/);
+    assert.doesNotMatch(res.stderr, /invalid query|server_unreachable/);
+  }
+  const fine = await stack.cli(["run", "list", "--limit", "5"]);
+  assert.equal(fine.code, 0, fine.stderr);
+});

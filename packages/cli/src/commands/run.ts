@@ -3,12 +3,15 @@ import {
   escapeControlChars,
   firstSentence,
   isTerminalRun,
+  maxPageSize,
+  messageOf,
   routes,
+  settingParsers,
   type Phase,
   type Run,
 } from "@drover/protocol";
 import { configurationFiles, configurationFileSuffixes, type DroverClient } from "@drover/runtime";
-import { Option, type Command } from "commander";
+import { InvalidArgumentError, Option, type Command } from "commander";
 import { existsSync, readdirSync, statSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { apiFor, emit, jsonText, table, withCommon, type CommonOptions } from "../command-kit.js";
@@ -31,6 +34,17 @@ const planOptionLines = (r: Run): string[] => [
   ...(r.targets.length > 0 ? [`Targets: ${r.targets.join(", ")}`] : []),
   ...(r.replaces.length > 0 ? [`Replaces: ${r.replaces.join(", ")}`] : []),
 ];
+
+/** Parses a whole-number flag within [min, max]: a bad value is a usage error (exit 2), before any request. */
+const wholeNumberIn =
+  (flag: string, min: number, max: number) =>
+  (raw: string): number => {
+    try {
+      return settingParsers.intIn(min, max)(raw, flag);
+    } catch (err) {
+      throw new InvalidArgumentError(messageOf(err));
+    }
+  };
 import { commitOf } from "./vcs.js";
 
 // The error message is the agent's text: escaped again here, so a message stored before the
@@ -218,13 +232,9 @@ export function registerRunCommands(program: Command): void {
   });
   withCommon(run.command("list").description("List runs"))
     .addOption(workspaceOption("only this workspace (name or id)"))
-    .option("--limit <n>", "how many", "20")
-    .action(async (opts: CommonOptions & { workspace?: string; limit: string }) => {
-      // The server names a limit that is not a number; the CLI passes what it was given.
-      const query = {
-        limit: opts.limit as unknown as number,
-        ...(opts.workspace ? { workspace: opts.workspace } : {}),
-      };
+    .option(`--limit <n>`, `how many, 1 to ${maxPageSize}`, wholeNumberIn("--limit", 1, maxPageSize), 20)
+    .action(async (opts: CommonOptions & { workspace?: string; limit: number }) => {
+      const query = { limit: opts.limit, ...(opts.workspace ? { workspace: opts.workspace } : {}) };
       const api = apiFor(opts);
       const { items } = await api.call(routes.listRuns, { query });
       const rows = items.map((r) => [r.id, r.workspaceName, r.status, r.createdAt, commitOf(r) || "-"]);
