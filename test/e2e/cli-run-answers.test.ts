@@ -50,3 +50,20 @@ test("run list refuses a --limit that is not a whole number from 1 to 1000 befor
   const fine = await stack.cli(["run", "list", "--limit", "5"]);
   assert.equal(fine.code, 0, fine.stderr);
 });
+
+test("run show and run list show the run's message and whether it is plan-only", async () => {
+  await workspace("described");
+  const dir = writeConfig(stack.dir, "described", { "main.tf": 'resource "terraform_data" "d" {}\n' });
+  const runId = await stack.startRun(dir, "described", ["--plan-only", "--message", "try the new subnet"]);
+  await stack.waitForRun(runId, ["planned_and_finished"]);
+  const shown = await stack.cli(["run", "show", runId]);
+  assert.equal(shown.code, 0, shown.stderr);
+  assert.match(shown.stdout, /^Message: try the new subnet$/m);
+  assert.match(shown.stdout, /^Plan only: /m);
+
+  const listed = await stack.cli(["run", "list", "--workspace", "described"]);
+  assert.equal(listed.code, 0, listed.stderr);
+  const [header, row] = listed.stdout.trim().split("\n");
+  assert.match(header ?? "", /^RUN\s+WORKSPACE\s+STATUS\s+CREATED\s+COMMIT\s+MESSAGE$/);
+  assert.match(row ?? "", new RegExp(`^${runId}\\s.*\\s\\(plan only\\) try the new subnet$`));
+});

@@ -22,6 +22,7 @@ import { resolveReconnectMs } from "../settings.js";
 import { printPhaseLog, TextSink } from "../logs.js";
 import { packDirectory } from "../pack.js";
 import { workspaceOption } from "../workspace-arg.js";
+import { commitOf } from "./vcs.js";
 
 const collect = (value: string, previous: string[]) => [...previous, value];
 
@@ -35,6 +36,24 @@ const planOptionLines = (r: Run): string[] => [
   ...(r.replaces.length > 0 ? [`Replaces: ${r.replaces.join(", ")}`] : []),
 ];
 
+/** Why the run was started and whether it may apply, one line each, for `run show`. */
+const purposeLines = (r: Run): string[] => [
+  // A message of several lines keeps them, indented under its first.
+  ...(r.message ? [`Message: ${escapeControlChars(r.message).replace(/\n/g, "\n  ")}`] : []),
+  ...(r.planOnly ? ["Plan only: plans, never applies"] : []),
+];
+
+/**
+ * A run's message for `run list`: its first line, cut to a column's width, after "(plan only)"
+ * for such a run; "" when the COMMIT column already shows it (a run of a linked repository).
+ */
+function listedMessage(r: Run): string {
+  const first = r.message.split("\n", 1)[0] ?? "";
+  const shown = r.source && first === r.source.message.split("\n", 1)[0] ? "" : first;
+  const cut = shown.length > 40 ? `${shown.slice(0, 39)}…` : shown;
+  return escapeControlChars([r.planOnly ? "(plan only)" : "", cut].filter(Boolean).join(" "));
+}
+
 /** Parses a whole-number flag within [min, max]: a bad value is a usage error (exit 2), before any request. */
 const wholeNumberIn =
   (flag: string, min: number, max: number) =>
@@ -45,7 +64,6 @@ const wholeNumberIn =
       throw new InvalidArgumentError(messageOf(err));
     }
   };
-import { commitOf } from "./vcs.js";
 
 // The error message is the agent's text: escaped again here, so a message stored before the
 // server escaped them cannot drive the terminal either.
@@ -220,6 +238,7 @@ export function registerRunCommands(program: Command): void {
       [
         summary(d),
         `Workspace: ${d.workspaceName}`,
+        ...purposeLines(d),
         ...planOptionLines(d),
         ...(d.source ? [`commit ${commitOf(d)} (${d.source.repository} ${d.source.branch}, ${d.source.author})`] : []),
         "",
@@ -237,8 +256,15 @@ export function registerRunCommands(program: Command): void {
       const query = { limit: opts.limit, ...(opts.workspace ? { workspace: opts.workspace } : {}) };
       const api = apiFor(opts);
       const { items } = await api.call(routes.listRuns, { query });
-      const rows = items.map((r) => [r.id, r.workspaceName, r.status, r.createdAt, commitOf(r) || "-"]);
-      emit(opts, items, () => table(["RUN", "WORKSPACE", "STATUS", "CREATED", "COMMIT"], rows));
+      const rows = items.map((r) => [
+        r.id,
+        r.workspaceName,
+        r.status,
+        r.createdAt,
+        commitOf(r) || "-",
+        listedMessage(r) || "-",
+      ]);
+      emit(opts, items, () => table(["RUN", "WORKSPACE", "STATUS", "CREATED", "COMMIT", "MESSAGE"], rows));
     });
   withCommon(run.command("logs <runId>").description("Print a run's logs (plan, then apply), every byte stored so far"))
     .option("--follow", "keep printing as the run goes on, until it settles")
