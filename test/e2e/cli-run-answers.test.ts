@@ -67,3 +67,21 @@ test("run show and run list show the run's message and whether it is plan-only",
   assert.match(header ?? "", /^RUN\s+WORKSPACE\s+STATUS\s+CREATED\s+COMMIT\s+MESSAGE$/);
   assert.match(row ?? "", new RegExp(`^${runId}\\s.*\\s\\(plan only\\) try the new subnet$`));
 });
+
+test("run logs of a run waiting for confirmation prints its plan and says how to confirm or discard it", async () => {
+  await workspace("waiting");
+  const dir = writeConfig(stack.dir, "waiting", { "main.tf": 'resource "terraform_data" "w" {}\n' });
+  const runId = await stack.startRun(dir, "waiting");
+  await stack.waitForRun(runId, ["planned"]);
+  for (const flags of [[], ["--phase", "apply"]]) {
+    const res = await stack.cli(["run", "logs", runId, ...flags]);
+    assert.equal(res.code, 0, res.stderr);
+    assert.doesNotMatch(res.stderr, /not finished yet/, flags.join(" "));
+    assert.match(res.stderr, new RegExp(`run ${runId} waits for confirmation`));
+    assert.match(res.stderr, new RegExp(`drover run confirm ${runId}`));
+    assert.match(res.stderr, new RegExp(`drover run discard ${runId}`));
+    if (flags.length === 0) assert.match(res.stdout, /Plan: 1 to add/);
+    else assert.match(res.stderr, new RegExp(`drover run logs ${runId} --phase plan`));
+  }
+  await stack.server.api(routes.discardRun, { params: { id: runId } });
+});

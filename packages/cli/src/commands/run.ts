@@ -1,4 +1,5 @@
 import {
+  awaitsConfirmation,
   DroverError,
   escapeControlChars,
   firstSentence,
@@ -53,6 +54,13 @@ function listedMessage(r: Run): string {
   const cut = shown.length > 40 ? `${shown.slice(0, 39)}…` : shown;
   return escapeControlChars([r.planOnly ? "(plan only)" : "", cut].filter(Boolean).join(" "));
 }
+
+/** What `run logs` says of a run whose plan waits for someone to confirm or discard it. */
+const waitsForConfirmation = (id: string, planLogShown: boolean) =>
+  `drover: run ${id} waits for confirmation: its plan is done and no apply starts until it is confirmed. ` +
+  `Apply it with \`drover run confirm ${id}\`, or drop it with \`drover run discard ${id}\`` +
+  (planLogShown ? "" : `; its plan: \`drover run logs ${id} --phase plan\``) +
+  ".\n";
 
 /** Parses a whole-number flag within [min, max]: a bad value is a usage error (exit 2), before any request. */
 const wholeNumberIn =
@@ -282,11 +290,18 @@ export function registerRunCommands(program: Command): void {
       }
       for (const phase of phases) {
         const read = await printPhaseLog(api, id, phase, io().stdout);
+        if (read.complete) continue;
+        // No apply log until someone confirms the plan: say that, not that the log is unfinished.
+        const waiting =
+          phase === "apply" &&
+          read.bytes === 0 &&
+          awaitsConfirmation((await api.call(routes.getRun, { params: { id } })).status);
         // Not an error: the job is still writing (or not started); say so where scripts won't parse it.
-        if (!read.complete)
-          io().stderr.write(
-            `drover: the ${phase} log of run ${id} is not finished yet (${read.bytes} bytes so far); use --follow to keep reading\n`,
-          );
+        io().stderr.write(
+          waiting
+            ? waitsForConfirmation(id, phases.includes("plan"))
+            : `drover: the ${phase} log of run ${id} is not finished yet (${read.bytes} bytes so far); use --follow to keep reading\n`,
+        );
       }
     });
 }
