@@ -85,3 +85,26 @@ test("run logs of a run waiting for confirmation prints its plan and says how to
   }
   await stack.server.api(routes.discardRun, { params: { id: runId } });
 });
+
+const failingApply = `resource "terraform_data" "boom" {\n  provisioner "local-exec" {\n    command = "exit 7"\n  }\n}\n`;
+
+test("run logs --follow exits as run start would for the same run: 1 errored, 2 waiting, 0 applied", async () => {
+  await workspace("followed");
+  const failing = writeConfig(stack.dir, "followed-failing", { "main.tf": failingApply });
+  const failed = await stack.startRun(failing, "followed", ["--auto-apply"]);
+  const followedFailed = await stack.cli(["run", "logs", failed, "--follow"]);
+  assert.equal(followedFailed.code, 1, followedFailed.stdout + followedFailed.stderr);
+  const asJson = await stack.cli(["run", "logs", failed, "--follow", "--json"]);
+  assert.equal(asJson.code, 1, asJson.stderr);
+
+  const good = writeConfig(stack.dir, "followed-good", { "main.tf": 'resource "terraform_data" "ok" {}\n' });
+  const waiting = await stack.startRun(good, "followed");
+  const followedWaiting = await stack.cli(["run", "logs", waiting, "--follow"]);
+  assert.equal(followedWaiting.code, 2, followedWaiting.stdout + followedWaiting.stderr);
+  assert.match(followedWaiting.stderr, new RegExp(`drover run confirm ${waiting}`));
+  await stack.server.api(routes.discardRun, { params: { id: waiting } });
+
+  const applied = await stack.startRun(good, "followed", ["--auto-apply"]);
+  const followedApplied = await stack.cli(["run", "logs", applied, "--follow"]);
+  assert.equal(followedApplied.code, 0, followedApplied.stdout + followedApplied.stderr);
+});

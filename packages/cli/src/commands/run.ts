@@ -280,12 +280,17 @@ export function registerRunCommands(program: Command): void {
     .action(async (id: string, opts: CommonOptions & { follow?: boolean; phase?: Phase }) => {
       const api = apiFor(opts);
       const phases: Phase[] = opts.phase ? [opts.phase] : ["plan", "apply"];
+      // A follow ends as `run start` would for the same run: its exit code is the run's outcome.
       if (opts.json) {
-        emit(opts, { runId: id, logs: await logsAsData(api, id, phases, opts.follow === true) }, () => "");
+        const { logs, final } = await logsAsData(api, id, phases, opts.follow === true);
+        emit(opts, { runId: id, logs }, () => "");
+        if (final) io().exitCode = exitCodeFor(final.status);
         return;
       }
       if (opts.follow) {
-        await followRun(api, id, io().stdout, reconnectOf(), phases);
+        const final = await followRun(api, id, io().stdout, reconnectOf(), phases);
+        if (awaitsConfirmation(final.status)) io().stderr.write(waitsForConfirmation(id, phases.includes("plan")));
+        io().exitCode = exitCodeFor(final.status);
         return;
       }
       for (const phase of phases) {
@@ -310,17 +315,23 @@ export function registerRunCommands(program: Command): void {
  * The phases' logs as data for --json: each as stored now, or with `follow` once the run has
  * settled (then each is complete, but an apply that may still come).
  */
-async function logsAsData(api: DroverClient, id: string, phases: Phase[], follow: boolean) {
+async function logsAsData(
+  api: DroverClient,
+  id: string,
+  phases: Phase[],
+  follow: boolean,
+): Promise<{ logs: { phase: Phase; complete: boolean; text: string }[]; final?: Run }> {
   const logs: { phase: Phase; complete: boolean; text: string }[] = [];
+  let final: Run | undefined;
   for (const phase of phases) {
     const text = new TextSink();
     let complete: boolean;
     if (follow) {
-      const settled = await followRun(api, id, text, reconnectOf(), [phase]);
+      final = await followRun(api, id, text, reconnectOf(), [phase]);
       // Complete, but an apply that may still come (a run waiting for its confirmation).
-      complete = phase === "plan" || isTerminalRun(settled.status);
+      complete = phase === "plan" || isTerminalRun(final.status);
     } else complete = (await printPhaseLog(api, id, phase, text)).complete;
     logs.push({ phase, complete, text: text.text() });
   }
-  return logs;
+  return final ? { logs, final } : { logs };
 }
