@@ -116,6 +116,9 @@ test("a linked branch's commits run and apply; a commit without configuration is
   assert.match(listed.stdout, new RegExp(`${first.slice(0, 8)} Add v`));
   const shown = await stack.cli(["run", "show", run2.id]);
   assert.match(shown.stdout, new RegExp(`commit ${second.slice(0, 8)} Change v \\(org/infra main, Ada`));
+  // The run's message is the commit's first line, shown once, on the commit's line and in COMMIT.
+  assert.doesNotMatch(shown.stdout, /^Message:/m);
+  assert.equal((listed.stdout.match(/Change v/g) ?? []).length, 1, listed.stdout);
 
   // A commit whose root holds no .tf file: refused with the archive check's error, no run.
   const third = commit("Move everything away", { "main.tf": null, "docs/README.md": "nothing to plan\n" });

@@ -37,20 +37,23 @@ const planOptionLines = (r: Run): string[] => [
   ...(r.replaces.length > 0 ? [`Replaces: ${r.replaces.join(", ")}`] : []),
 ];
 
+/** Whether a run's message is its commit's first line, which the commit's line already shows. */
+const messageIsCommits = (r: Run): boolean =>
+  r.source !== null && r.message.split("\n", 1)[0] === r.source.message.split("\n", 1)[0];
+
 /** Why the run was started and whether it may apply, one line each, for `run show`. */
 const purposeLines = (r: Run): string[] => [
   // A message of several lines keeps them, indented under its first.
-  ...(r.message ? [`Message: ${escapeControlChars(r.message).replace(/\n/g, "\n  ")}`] : []),
+  ...(r.message && !messageIsCommits(r) ? [`Message: ${escapeControlChars(r.message).replace(/\n/g, "\n  ")}`] : []),
   ...(r.planOnly ? ["Plan only: plans, never applies"] : []),
 ];
 
 /**
  * A run's message for `run list`: its first line, cut to a column's width, after "(plan only)"
- * for such a run; "" when the COMMIT column already shows it (a run of a linked repository).
+ * for such a run; not when the COMMIT column already shows it (a run of a linked repository).
  */
 function listedMessage(r: Run): string {
-  const first = r.message.split("\n", 1)[0] ?? "";
-  const shown = r.source && first === r.source.message.split("\n", 1)[0] ? "" : first;
+  const shown = messageIsCommits(r) ? "" : (r.message.split("\n", 1)[0] ?? "");
   const cut = shown.length > 40 ? `${shown.slice(0, 39)}…` : shown;
   return escapeControlChars([r.planOnly ? "(plan only)" : "", cut].filter(Boolean).join(" "));
 }
