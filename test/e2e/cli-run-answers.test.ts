@@ -108,3 +108,25 @@ test("run logs --follow exits as run start would for the same run: 1 errored, 2 
   const followedApplied = await stack.cli(["run", "logs", applied, "--follow"]);
   assert.equal(followedApplied.code, 0, followedApplied.stdout + followedApplied.stderr);
 });
+
+test("run start says so when no agent of the workspace's pool is online, and not when one is", async () => {
+  await stack.server.api(routes.createPool, { body: { name: "unstaffed" } });
+  const created = await stack.server.api(routes.createWorkspace, { body: { name: "idle", pool: "unstaffed" } });
+  assert.equal(created.status, 201, JSON.stringify(created.body));
+  const dir = writeConfig(stack.dir, "idle", { "main.tf": 'resource "terraform_data" "i" {}\n' });
+  const waiting = await stack.cli(["run", "start", dir, "--workspace", "idle", "--no-follow"]);
+  assert.equal(waiting.code, 0, waiting.stderr);
+  assert.match(
+    waiting.stderr,
+    /no agent of pool unstaffed is online \(0 registered\): the run waits until one takes it/,
+  );
+  assert.match(waiting.stderr, /drover token create --pool unstaffed > pool-token; drover agent run --token-file/);
+  const runId = /Run (\S+) created/.exec(waiting.stdout)?.[1];
+  assert.ok(runId, waiting.stdout);
+  await stack.server.api(routes.cancelRun, { params: { id: runId } });
+
+  await workspace("staffed");
+  const served = await stack.cli(["run", "start", dir, "--workspace", "staffed", "--no-follow", "--plan-only"]);
+  assert.equal(served.code, 0, served.stderr);
+  assert.doesNotMatch(served.stderr, /no agent/);
+});

@@ -10,6 +10,7 @@ import {
   settingParsers,
   type Phase,
   type Run,
+  type Workspace,
 } from "@drover/protocol";
 import { configurationFiles, configurationFileSuffixes, type DroverClient } from "@drover/runtime";
 import { InvalidArgumentError, Option, type Command } from "commander";
@@ -116,6 +117,20 @@ function refuseNonDirectory(dir: string): void {
     });
 }
 
+/**
+ * Says on stderr when no agent of the workspace's pool is online: the run would otherwise wait
+ * without a word (a pool an autoscaler scales to zero starts one on its own).
+ */
+async function warnWithoutAgents(api: DroverClient, ws: Workspace): Promise<void> {
+  const { items } = await api.call(routes.listAgents, { query: { pool: ws.poolId } });
+  if (items.some((a) => a.status !== "offline")) return;
+  io().stderr.write(
+    `drover: no agent of pool ${ws.poolName} is online (${items.length} registered): the run waits until one takes it. ` +
+      `Unless an autoscaler starts one, start an agent with a token of the pool: ` +
+      `drover token create --pool ${ws.poolName} > pool-token; drover agent run --token-file pool-token\n`,
+  );
+}
+
 /** The run's page in the web UI, served by the server the CLI talks to. */
 export function runLink(baseUrl: string, workspace: string, runId: string): string {
   return `${baseUrl}/app/workspaces/${encodeURIComponent(workspace)}/runs/${encodeURIComponent(runId)}`;
@@ -209,6 +224,7 @@ export function registerRunCommands(program: Command): void {
             `Run ${created.id} created (${created.status})${opts.follow !== false ? "; following its log" : ""}.\n` +
               `In the browser: ${runLink(api.baseUrl, opts.workspace, created.id)}\n\n`,
           );
+        await warnWithoutAgents(api, ws);
         await followAndReport(api, created, opts);
       },
     );
