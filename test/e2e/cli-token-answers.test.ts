@@ -96,6 +96,13 @@ test("workspace update moves a workspace to another pool and changes its engine 
   assert.equal(updated.code, 0, updated.stderr);
   let ws = (await server.api(routes.getWorkspace, { params: { ws: "moved" } })).body;
   assert.deepEqual([ws.poolName, ws.engine, ws.engineVersion], ["second", "tofu", "1.8.0"]);
+  // A bad or missing value is a usage error, as a bad flag is: exit 2.
+  const nothing = await cli(["workspace", "update", "moved"], asAdmin);
+  assert.equal(nothing.code, 2, nothing.stderr);
+  assert.match(nothing.stderr, /nothing to change: give --pool, --engine, --engine-version/);
+  const notBool = await cli(["workspace", "update", "moved", "--auto-apply", "yes"], asAdmin);
+  assert.equal(notBool.code, 2, notBool.stderr);
+  assert.match(notBool.stderr, /--auto-apply takes true or false, got "yes"/);
   // An empty version returns to the agents' own, as --runner-image '' does for the image.
   assert.equal((await cli(["workspace", "update", "moved", "--engine-version", ""], asAdmin)).code, 0);
   ws = (await server.api(routes.getWorkspace, { params: { ws: "moved" } })).body;

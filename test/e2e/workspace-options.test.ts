@@ -260,7 +260,7 @@ test("a workspace's allowDestroyAll auto-applies a destroy-everything plan; the 
   await stack.server.api(routes.discardRun, { params: { id: optedOut.id } });
 
   const bad = await stack.cli(["workspace", "update", "ws-guard", "--allow-destroy-all", "yes"]);
-  assert.equal(bad.code, 1, bad.stderr);
+  assert.equal(bad.code, 2, `a bad flag value is a usage error: ${bad.stderr}`);
   assert.match(bad.stderr, /--allow-destroy-all takes true or false, got "yes"/);
   const viaCreate = await stack.cli([
     "workspace",

@@ -3,7 +3,7 @@ import { readSecret } from "../secret-input.js";
 import type { Command } from "commander";
 import { apiFor, emit, table, withCommon, type CommonOptions } from "../command-kit.js";
 import { registerWorkspaceDelete } from "./workspace-delete.js";
-import { workspaceAndArg, workspaceOf, workspaceOption } from "../workspace-arg.js";
+import { usageError, workspaceAndArg, workspaceOf, workspaceOption } from "../workspace-arg.js";
 
 type WsOpt = { workspace?: string };
 import { registerWorkspaceLinkCommands } from "./vcs.js";
@@ -18,8 +18,7 @@ export function parseAssignment(text: string): { key: string; value: string } {
 /** A `<bool>` option's value, refused unless true or false. */
 function boolOption(flag: string, value: string | undefined): boolean | undefined {
   if (value === undefined) return undefined;
-  if (!/^(true|false)$/.test(value))
-    throw new DroverError("bad_request", `${flag} takes true or false, got ${JSON.stringify(value)}`);
+  if (!/^(true|false)$/.test(value)) throw usageError(`${flag} takes true or false, got ${JSON.stringify(value)}`);
   return value === "true";
 }
 
@@ -133,8 +132,7 @@ export function registerWorkspaceCommands(program: Command): void {
           ...(globalRemoteState === undefined ? {} : { globalRemoteState }),
         };
         if (Object.keys(body).length === 0)
-          throw new DroverError(
-            "bad_request",
+          throw usageError(
             "nothing to change: give --pool, --engine, --engine-version, --runner-image, --auto-apply, " +
               "--working-dir, --allow-destroy-all, --remote-state-consumers or --global-remote-state",
           );
