@@ -38,7 +38,7 @@ test("run start names a path that does not exist, and a file given for its direc
   assert.deepEqual(versions.body.items, [], "nothing was uploaded");
 });
 
-test("run list refuses a --limit that is not a whole number from 1 to 1000 before any request, exit 2", async () => {
+test("run list refuses a --limit outside 1 to 1000, and run start --plan-only with --auto-apply, before any request, exit 2", async () => {
   for (const limit of ["abc", "5000", "0", "2.5"]) {
     // No server answers there: a request would fail otherwise (server_unreachable, exit 1).
     const res = await stack.cli(["run", "list", "--limit", limit, "--url", "http://127.0.0.1:1"]);
@@ -47,6 +47,12 @@ test("run list refuses a --limit that is not a whole number from 1 to 1000 befor
     assert.match(res.stderr, /from 1 to 1000/);
     assert.doesNotMatch(res.stderr, /invalid query|server_unreachable/);
   }
+  const both = await stack.cli(["run", "start", stack.dir, "--workspace", "any", "--plan-only", "--auto-apply"]);
+  assert.equal(both.code, 2, both.stderr);
+  assert.match(
+    both.stderr,
+    /--plan-only never applies and --auto-apply applies without confirmation: give one of them/,
+  );
   const fine = await stack.cli(["run", "list", "--limit", "5"]);
   assert.equal(fine.code, 0, fine.stderr);
 });

@@ -96,6 +96,9 @@ test("workspace update moves a workspace to another pool and changes its engine 
   assert.equal(updated.code, 0, updated.stderr);
   let ws = (await server.api(routes.getWorkspace, { params: { ws: "moved" } })).body;
   assert.deepEqual([ws.poolName, ws.engine, ws.engineVersion], ["second", "tofu", "1.8.0"]);
+  const accented = await cli(["pool", "create", "prød"], asAdmin);
+  assert.equal(accented.code, 1, accented.stderr);
+  assert.match(accented.stderr, /use ASCII letters \(a-z, A-Z\), digits/);
   // A bad or missing value is a usage error, as a bad flag is: exit 2.
   const nothing = await cli(["workspace", "update", "moved"], asAdmin);
   assert.equal(nothing.code, 2, nothing.stderr);

@@ -23,7 +23,7 @@ import { followRun, type Reconnect } from "../follow.js";
 import { resolveReconnectMs } from "../settings.js";
 import { printPhaseLog, TextSink } from "../logs.js";
 import { packDirectory } from "../pack.js";
-import { workspaceOption } from "../workspace-arg.js";
+import { usageError, workspaceOption } from "../workspace-arg.js";
 import { commitOf } from "./vcs.js";
 
 const collect = (value: string, previous: string[]) => [...previous, value];
@@ -197,6 +197,8 @@ export function registerRunCommands(program: Command): void {
           follow?: boolean;
         },
       ) => {
+        if (opts.planOnly && opts.autoApply)
+          throw usageError("--plan-only never applies and --auto-apply applies without confirmation: give one of them");
         refuseNonDirectory(resolve(dir));
         const api = apiFor(opts);
         const ws = await api.call(routes.getWorkspace, { params: { ws: opts.workspace } });

@@ -6,7 +6,10 @@ export const nameSchema = z
   .string()
   .min(1)
   .max(90)
-  .regex(/^[A-Za-z0-9][A-Za-z0-9_.-]*$/, "use letters, digits, '-', '_' and '.', starting with a letter or digit")
+  .regex(
+    /^[A-Za-z0-9][A-Za-z0-9_.-]*$/,
+    "use ASCII letters (a-z, A-Z), digits, '-', '_' and '.', starting with a letter or digit",
+  )
   .refine(
     (n) => !looksLikeId(n),
     "must not look like an id (<kind>-<16 characters>): lookups by id or name would be ambiguous",

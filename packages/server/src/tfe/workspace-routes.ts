@@ -155,7 +155,7 @@ const tagName = z
   .string()
   .min(1)
   .max(255)
-  .regex(/^[A-Za-z0-9][A-Za-z0-9:_-]*$/, "use letters, digits, ':', '-' and '_'");
+  .regex(/^[A-Za-z0-9][A-Za-z0-9:_-]*$/, "use ASCII letters, digits, ':', '-' and '_'");
 const tagItem = z.object({ attributes: z.object({ name: tagName }) });
 
 /** Tags of a `tags` relationship or a tags document: `[{type:"tags", attributes:{name}}]`, ids optional. */
