@@ -136,6 +136,12 @@ test("set-var and delete-var say which argument is missing", async () => {
     const done = await cli(args, asAdmin);
     assert.equal(done.code, 0, `${args.join(" ")}: ${done.stderr}`);
   }
+  // A key of the other kind is named with the flag that reaches it.
+  assert.equal((await cli(["workspace", "set-var", "-w", "vars", "MY_ENV=1", "--env"], asAdmin)).code, 0);
+  const otherKind = await cli(["workspace", "delete-var", "-w", "vars", "MY_ENV"], asAdmin);
+  assert.equal(otherKind.code, 1, otherKind.stderr);
+  assert.match(otherKind.stderr, /MY_ENV is an environment variable: add --env\./);
+  assert.equal((await cli(["workspace", "delete-var", "-w", "vars", "MY_ENV", "--env"], asAdmin)).code, 0);
   const { body } = await server.api(routes.listVariables, { params: { ws: "vars" } });
   assert.deepEqual(
     (body as { items: Array<{ key: string; value: string }> }).items.map((v) => [v.key, v.value]),

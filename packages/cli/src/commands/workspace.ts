@@ -268,10 +268,21 @@ export function registerWorkspaceCommands(program: Command): void {
           second,
           opts.workspace,
         );
-        await apiFor(opts).call(routes.deleteVariable, {
-          params: { ws: name, key },
-          query: { kind: opts.env ? "env" : "terraform" },
-        });
+        const api = apiFor(opts);
+        const kind = opts.env ? "env" : "terraform";
+        try {
+          await api.call(routes.deleteVariable, { params: { ws: name, key }, query: { kind } });
+        } catch (err) {
+          if (!(err instanceof DroverError) || err.code !== "not_found") throw err;
+          // The same key of the other kind is most likely what was meant: say which flag reaches it.
+          const { items } = await api.call(routes.listVariables, { params: { ws: name } });
+          if (!items.some((v) => v.key === key && v.kind !== kind)) throw err;
+          throw new DroverError("not_found", err.message, {
+            hint: opts.env
+              ? `${key} is a terraform variable: drop --env.`
+              : `${key} is an environment variable: add --env.`,
+          });
+        }
         emit(opts, { deleted: key }, () => `Deleted ${key} from ${name}`);
       },
     );
