@@ -136,6 +136,19 @@ test("set-var and delete-var say which argument is missing", async () => {
     const done = await cli(args, asAdmin);
     assert.equal(done.code, 0, `${args.join(" ")}: ${done.stderr}`);
   }
+  // workspace show keeps one line per variable: a long or multi-line value is cut, --json has it whole.
+  const long = "x".repeat(5000);
+  await server.api(routes.setVariable, { params: { ws: "vars", key: "long" }, body: { value: long } });
+  await server.api(routes.setVariable, { params: { ws: "vars", key: "lines" }, body: { value: "one\ntwo" } });
+  const shown = await cli(["workspace", "show", "vars"], asAdmin);
+  assert.equal(shown.code, 0, shown.stderr);
+  assert.match(shown.stdout, new RegExp(`^long\\s+terraform\\s+no\\s+x{59}…$`, "m"));
+  assert.match(shown.stdout, /^lines\s+terraform\s+no\s+one…$/m);
+  assert.doesNotMatch(shown.stdout, /^two/m);
+  assert.match(shown.stdout, /--json shows them whole/);
+  const whole = JSON.parse((await cli(["workspace", "show", "vars", "--json"], asAdmin)).stdout);
+  assert.equal(whole.variables.find((v: { key: string }) => v.key === "long").value, long);
+  for (const key of ["long", "lines"]) await server.api(routes.deleteVariable, { params: { ws: "vars", key } });
   // A key of the other kind is named with the flag that reaches it.
   assert.equal((await cli(["workspace", "set-var", "-w", "vars", "MY_ENV=1", "--env"], asAdmin)).code, 0);
   const otherKind = await cli(["workspace", "delete-var", "-w", "vars", "MY_ENV"], asAdmin);

@@ -181,9 +181,12 @@ export function registerWorkspaceCommands(program: Command): void {
               v.key,
               v.kind,
               v.hcl ? "yes" : "no",
-              v.sensitive ? "<sensitive>" : (v.value ?? ""),
+              v.sensitive ? "<sensitive>" : shownValue(v.value ?? ""),
             ]),
           ),
+          ...(d.variables.some((v) => !v.sensitive && shownValue(v.value ?? "") !== (v.value ?? ""))
+            ? ["", "Long and multi-line values are cut here; --json shows them whole."]
+            : []),
         ].join("\n"),
       );
     });
@@ -287,6 +290,16 @@ export function registerWorkspaceCommands(program: Command): void {
       },
     );
   registerWorkspaceLinkCommands(ws);
+}
+
+/** Widest value `workspace show` prints in its table. */
+const shownValueChars = 60;
+
+/** A variable's value as one table cell: its first line, cut to `shownValueChars`, "…" where cut. */
+function shownValue(value: string): string {
+  const first = value.split("\n", 1)[0] ?? "";
+  const cut = first.length > shownValueChars ? first.slice(0, shownValueChars - 1) : first;
+  return cut === value ? value : `${cut}…`;
 }
 
 /** Who may read a workspace's state from their runs, for `workspace show`. */
