@@ -128,6 +128,8 @@ test("run start says so when no agent of the workspace's pool is online, and not
   );
   assert.match(waiting.stderr, /drover token create --pool unstaffed > pool-token; drover agent run --token-file/);
   const runId = /Run (\S+) created/.exec(waiting.stdout)?.[1];
+  // --no-follow: the one line that says the run was created and its status, not that status again.
+  assert.equal(waiting.stdout.match(/queued/g)?.length, 1, waiting.stdout);
   assert.ok(runId, waiting.stdout);
   await stack.server.api(routes.cancelRun, { params: { id: runId } });
 

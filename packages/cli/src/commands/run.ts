@@ -227,6 +227,8 @@ export function registerRunCommands(program: Command): void {
               `In the browser: ${runLink(api.baseUrl, opts.workspace, created.id)}\n\n`,
           );
         await warnWithoutAgents(api, ws);
+        // Not followed, the line above said all there is; --json still prints the run.
+        if (opts.follow === false && !opts.json) return;
         await followAndReport(api, created, opts);
       },
     );
