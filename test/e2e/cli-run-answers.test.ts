@@ -66,6 +66,7 @@ test("run show and run list show the run's message and whether it is plan-only",
   assert.equal(shown.code, 0, shown.stderr);
   assert.match(shown.stdout, /^Message: try the new subnet$/m);
   assert.match(shown.stdout, /^Plan only: /m);
+  assert.match(shown.stdout, /^Created: \d{4}-\d\d-\d\dT/m);
 
   const listed = await stack.cli(["run", "list", "--workspace", "described"]);
   assert.equal(listed.code, 0, listed.stderr);

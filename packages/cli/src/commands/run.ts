@@ -269,6 +269,7 @@ export function registerRunCommands(program: Command): void {
       [
         summary(d),
         `Workspace: ${d.workspaceName}`,
+        `Created: ${d.createdAt}`,
         ...purposeLines(d),
         ...planOptionLines(d),
         ...(d.source ? [`commit ${commitOf(d)} (${d.source.repository} ${d.source.branch}, ${d.source.author})`] : []),
