@@ -6,6 +6,7 @@ import { store, type Db, type StoreContext } from "@drover/server";
 import { rawTarGz } from "../support/archives.js";
 import { backends } from "../support/databases.js";
 import { useStoreDatabase } from "../support/store-database.js";
+import { workspaceWithConfiguration } from "../support/store-fixtures.js";
 
 // Decision 0010's store rules, on SQLite and on PostgreSQL.
 
@@ -46,19 +47,7 @@ for (const backend of backends) {
         driver: "local",
         capacity: 5,
       });
-      const ws = await store.createWorkspace(ctx, {
-        name: unique("ws"),
-        pool: pool.id,
-        engine: "terraform",
-        engineVersion: null,
-        workingDirectory: "",
-        autoApply: false,
-      });
-      const cv = await store.createConfigurationVersion(ctx, ws.id, archive, {
-        maxCompressedBytes: 1e6,
-        maxUnpackedBytes: 1e7,
-        maxEntries: 100,
-      });
+      const { ws, cv } = await workspaceWithConfiguration(ctx, unique("ws"), pool.id, archive);
       const run = await store.createRun(ctx, {
         workspace: ws.id,
         configurationVersionId: cv.id,

@@ -7,6 +7,7 @@ import { rawTarGz } from "../support/archives.js";
 import { backends } from "../support/databases.js";
 import { lookUntil } from "../support/poll.js";
 import { useStoreDatabase } from "../support/store-database.js";
+import { workspaceWithConfiguration } from "../support/store-fixtures.js";
 
 // A workspace delete and a run created at the same moment: either the run is first and the delete
 // refuses the workspace its run, or the delete is first and the run is refused. Never both done.
@@ -43,19 +44,7 @@ for (const backend of backends) {
 
     async function fixture() {
       const pool = await store.createPool(ctx, unique("pool"));
-      const ws = await store.createWorkspace(ctx, {
-        name: unique("ws"),
-        pool: pool.id,
-        engine: "terraform",
-        engineVersion: null,
-        workingDirectory: "",
-        autoApply: false,
-      });
-      const cv = await store.createConfigurationVersion(ctx, ws.id, archive, {
-        maxCompressedBytes: 1e6,
-        maxUnpackedBytes: 1e7,
-        maxEntries: 100,
-      });
+      const { ws, cv } = await workspaceWithConfiguration(ctx, unique("ws"), pool.id, archive);
       const input: store.CreateRunInput = {
         workspace: ws.id,
         configurationVersionId: cv.id,

@@ -18,6 +18,7 @@ import { rawTarGz } from "../support/archives.js";
 import { backends, createTestDatabase, type TestDatabase } from "../support/databases.js";
 import { useStoreDatabase } from "../support/store-database.js";
 import { loggingStatements } from "../support/statement-log.js";
+import { workspaceWithConfiguration } from "../support/store-fixtures.js";
 
 /*
  * The session cache (store/sessions.ts, decision 0038) on both databases: kept sessions answer
@@ -272,19 +273,7 @@ for (const backend of backends) {
 
     test("a claim re-checks the agent: a cached session whose token was revoked elsewhere gets no job", async () => {
       const { ctx, sessions, pool, tok, reg } = await setup();
-      const ws = await store.createWorkspace(ctx, {
-        name: unique("ws"),
-        pool: pool.id,
-        engine: "terraform",
-        engineVersion: null,
-        workingDirectory: "",
-        autoApply: false,
-      });
-      const cv = await store.createConfigurationVersion(ctx, ws.id, archive, {
-        maxCompressedBytes: 1e6,
-        maxUnpackedBytes: 1e7,
-        maxEntries: 100,
-      });
+      const { ws, cv } = await workspaceWithConfiguration(ctx, unique("ws"), pool.id, archive);
       await store.createRun(ctx, {
         workspace: ws.id,
         configurationVersionId: cv.id,

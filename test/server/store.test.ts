@@ -11,6 +11,7 @@ import { backends, createTestDatabase, type TestDatabase } from "../support/data
 import { rawTarGz } from "../support/archives.js";
 import { loggingStatements } from "../support/statement-log.js";
 import { lookUntil, within } from "../support/poll.js";
+import { workspaceWithConfiguration } from "../support/store-fixtures.js";
 
 /** Expects a DroverError with this code. */
 async function rejectsWith(promise: Promise<unknown>, code: string): Promise<DroverError> {
@@ -63,19 +64,7 @@ for (const backend of backends) {
         driver: "local",
         capacity: 5,
       });
-      const ws = await store.createWorkspace(ctx, {
-        name: unique("ws"),
-        pool: pool.id,
-        engine: "terraform",
-        engineVersion: null,
-        workingDirectory: "",
-        autoApply: opts.autoApply ?? false,
-      });
-      const cv = await store.createConfigurationVersion(ctx, ws.id, archive, {
-        maxCompressedBytes: 1e6,
-        maxUnpackedBytes: 1e7,
-        maxEntries: 100,
-      });
+      const { ws, cv } = await workspaceWithConfiguration(ctx, unique("ws"), pool.id, archive, opts.autoApply ?? false);
       return { pool, tok, agent, ws, cv };
     }
     const newRun = (ws: string, cv: string, extra: Partial<store.CreateRunInput> = {}) =>
@@ -792,19 +781,7 @@ for (const backend of backends) {
       );
       const runs = [];
       for (let i = 0; i < 40; i++) {
-        const ws = await store.createWorkspace(ctx, {
-          name: unique("cw"),
-          pool: pool.id,
-          engine: "terraform",
-          engineVersion: null,
-          workingDirectory: "",
-          autoApply: false,
-        });
-        const cv = await store.createConfigurationVersion(ctx, ws.id, archive, {
-          maxCompressedBytes: 1e6,
-          maxUnpackedBytes: 1e7,
-          maxEntries: 100,
-        });
+        const { ws, cv } = await workspaceWithConfiguration(ctx, unique("cw"), pool.id, archive);
         runs.push(await newRun(ws.id, cv.id));
       }
       const claimed: string[] = [];
@@ -1331,32 +1308,8 @@ for (const backend of backends) {
 
     test("agents: a stopping agent's unstarted jobs go back to the queue in one UPDATE, tokens retired, started ones kept", async () => {
       const { pool, agent, ws, cv } = await fixture();
-      const ws2 = await store.createWorkspace(ctx, {
-        name: unique("ws"),
-        pool: pool.id,
-        engine: "terraform",
-        engineVersion: null,
-        workingDirectory: "",
-        autoApply: false,
-      });
-      const cv2 = await store.createConfigurationVersion(ctx, ws2.id, archive, {
-        maxCompressedBytes: 1e6,
-        maxUnpackedBytes: 1e7,
-        maxEntries: 100,
-      });
-      const ws3 = await store.createWorkspace(ctx, {
-        name: unique("ws"),
-        pool: pool.id,
-        engine: "terraform",
-        engineVersion: null,
-        workingDirectory: "",
-        autoApply: false,
-      });
-      const cv3 = await store.createConfigurationVersion(ctx, ws3.id, archive, {
-        maxCompressedBytes: 1e6,
-        maxUnpackedBytes: 1e7,
-        maxEntries: 100,
-      });
+      const { ws: ws2, cv: cv2 } = await workspaceWithConfiguration(ctx, unique("ws"), pool.id, archive);
+      const { ws: ws3, cv: cv3 } = await workspaceWithConfiguration(ctx, unique("ws"), pool.id, archive);
       await newRun(ws.id, cv.id);
       await newRun(ws2.id, cv2.id);
       await newRun(ws3.id, cv3.id);
