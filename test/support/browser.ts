@@ -1,7 +1,10 @@
 import { readFileSync, mkdirSync } from "node:fs";
 import { createRequire } from "node:module";
 import { join } from "node:path";
+import { after, before } from "node:test";
+import { routes } from "@drover/protocol";
 import { chromium, type Browser, type BrowserContext, type Page } from "playwright-core";
+import { startTestServer, type TestServer } from "./server.js";
 
 /** Debian's chromium (`.ci/run` installs it); DROVER_TEST_CHROMIUM names another. */
 export const chromiumPath = process.env.DROVER_TEST_CHROMIUM ?? "/usr/bin/chromium";
@@ -101,4 +104,30 @@ export function screenshotDir(): string {
   const dir = process.env.DROVER_SCREENSHOT_DIR ?? join(import.meta.dirname, "..", "screenshots");
   mkdirSync(dir, { recursive: true });
   return dir;
+}
+
+/** What useSignedInPage hands a web test file. */
+export interface SignedInPage {
+  server: TestServer;
+  page: Page;
+  problems: () => string[];
+}
+
+/**
+ * For a web test file: a test server with the pool `pool`, a browser and a page signed in as
+ * the admin, made before its tests (handed to `ready`) and closed after them.
+ */
+export function useSignedInPage(ready: (ui: SignedInPage) => void, pool = "p"): void {
+  let server: TestServer | undefined;
+  let browser: Browser | undefined;
+  before(async () => {
+    server = await startTestServer();
+    await server.api(routes.createPool, { body: { name: pool } });
+    browser = await launchBrowser();
+    ready({ server, ...(await watchedPage(browser, server.url, server.adminToken)) });
+  });
+  after(async () => {
+    await browser?.close();
+    await server?.close();
+  });
 }

@@ -1,28 +1,17 @@
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import { routes } from "@drover/protocol";
-import type { Browser, Page } from "playwright-core";
-import { launchBrowser, watchedPage } from "../support/browser.js";
-import { startTestServer, type TestServer } from "../support/server.js";
+import type { Page } from "playwright-core";
+import { useSignedInPage } from "../support/browser.js";
+import type { TestServer } from "../support/server.js";
 
 // The variables tab's forms, where a slip replaces a value nobody can read back: a sensitive
 // value is write-only, and the API's PUT sets a variable whether or not it exists.
 
 let server: TestServer;
-let browser: Browser;
 let page: Page;
 let problems: () => string[];
-
-before(async () => {
-  server = await startTestServer();
-  await server.api(routes.createPool, { body: { name: "p" } });
-  browser = await launchBrowser();
-  ({ page, problems } = await watchedPage(browser, server.url, server.adminToken));
-});
-after(async () => {
-  await browser?.close();
-  await server?.close();
-});
+useSignedInPage((ui) => ({ server, page, problems } = ui));
 
 async function workspaceWith(name: string, vars: Record<string, { value: string; sensitive?: boolean }>) {
   const ws = await server.api(routes.createWorkspace, { body: { name, pool: "p" } });

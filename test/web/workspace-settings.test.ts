@@ -1,28 +1,17 @@
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import { routes, updateWorkspaceSchema } from "@drover/protocol";
-import type { Browser, Page } from "playwright-core";
-import { accessibilityViolations, launchBrowser, watchedPage } from "../support/browser.js";
-import { startTestServer, type TestServer } from "../support/server.js";
+import type { Page } from "playwright-core";
+import { accessibilityViolations, useSignedInPage } from "../support/browser.js";
+import type { TestServer } from "../support/server.js";
 
 // The workspace settings form when the server refuses a save: each problem the server ties to a
 // field is shown beside that field, anything else at the top of the form in the server's words.
 
 let server: TestServer;
-let browser: Browser;
 let page: Page;
 let problems: () => string[];
-
-before(async () => {
-  server = await startTestServer();
-  await server.api(routes.createPool, { body: { name: "p" } });
-  browser = await launchBrowser();
-  ({ page, problems } = await watchedPage(browser, server.url, server.adminToken));
-});
-after(async () => {
-  await browser?.close();
-  await server?.close();
-});
+useSignedInPage((ui) => ({ server, page, problems } = ui));
 
 async function settingsOf(name: string) {
   const ws = await server.api(routes.createWorkspace, { body: { name, pool: "p" } });
